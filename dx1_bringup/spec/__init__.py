@@ -1,0 +1,14 @@
+"""The hardware/software contract of dx1-mini, as plain Python data.
+
+Everything else (gateware decoders, the driver's accessors, the C header, the
+JSON description and the Markdown reference) is generated from this package.
+"""
+
+from .commands import *  # noqa: F403
+from .commands import __all__ as _commands_all
+from .config import *  # noqa: F403
+from .config import __all__ as _config_all
+from .registers import *  # noqa: F403
+from .registers import __all__ as _registers_all
+
+__all__ = [*_commands_all, *_config_all, *_registers_all]

@@ -1,0 +1,69 @@
+"""Generator parameters of dx1-mini, checked at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["TileConfig", "SocConfig"]
+
+
+def _check_int(owner: str, name: str, value, low: int, high: int, *, power_of_two: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{owner} {name} must be an integer, not {value!r}")
+    what = "a power of two" if power_of_two else "an integer"
+    if not low <= value <= high or (power_of_two and value & (value - 1)):
+        raise ValueError(f"{owner} {name} must be {what} from {low} to {high}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One compute tile: an ``array`` x ``array`` systolic array and its memories.
+
+    Parameters
+    ----------
+    array:
+        Rows and columns of processing elements; also the lanes of one
+        scratchpad row (int8) and one accumulator row (int32).
+    spm_rows, acc_rows:
+        Depths of the scratchpad and accumulator buffer in rows.
+    """
+
+    array: int = 8
+    spm_rows: int = 4096
+    acc_rows: int = 1024
+
+    def __post_init__(self):
+        _check_int("Tile", "array size", self.array, 2, 16, power_of_two=True)
+        _check_int("Tile", "scratchpad rows", self.spm_rows, 4 * self.array, 65536, power_of_two=True)
+        _check_int("Tile", "accumulator rows", self.acc_rows, 2 * self.array, 65536, power_of_two=True)
+
+    @property
+    def spm_row_bytes(self) -> int:
+        return self.array
+
+    @property
+    def acc_row_bytes(self) -> int:
+        return 4 * self.array
+
+    @property
+    def name(self) -> str:
+        return f"a{self.array}_s{self.spm_rows}_c{self.acc_rows}"
+
+
+@dataclass(frozen=True)
+class SocConfig:
+    """The whole device: tiles, device memory and the sizes the host can discover."""
+
+    tiles: int = 2
+    tile: TileConfig = field(default_factory=TileConfig)
+    mem_bytes: int = 1 << 20
+    semaphores: int = 16
+    trace_depth: int = 256
+
+    def __post_init__(self):
+        if not isinstance(self.tile, TileConfig):
+            raise TypeError(f"SoC tile must be a TileConfig, not {self.tile!r}")
+        _check_int("SoC", "tile count", self.tiles, 1, 8)
+        _check_int("SoC", "device memory bytes", self.mem_bytes, 4096, 1 << 31, power_of_two=True)
+        _check_int("SoC", "semaphore count", self.semaphores, 1, 256)
+        _check_int("SoC", "trace depth", self.trace_depth, 16, 4096, power_of_two=True)

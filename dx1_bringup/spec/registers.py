@@ -1,0 +1,243 @@
+"""The register map: self-describing blocks placed by a builder, never by hand.
+
+Every block starts with three words, as in Corundum's register blocks: ``ID``
+(what the block is), ``VERSION`` and ``NEXT`` (byte offset of the next block,
+0 after the last).  Registers are 32 bits wide and get consecutive offsets in
+the order they are listed; blocks are placed one after another at
+``BLOCK_ALIGN`` boundaries.  A driver finds everything by walking ``NEXT``
+from offset 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .config import SocConfig
+
+__all__ = [
+    "Access", "RegField", "Register", "BlockType", "BlockSpec", "PlacedRegister", "PlacedBlock",
+    "RegisterMap", "BLOCKS", "MAGIC", "SPEC_VERSION", "BLOCK_ALIGN", "register_map",
+]
+
+MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
+SPEC_VERSION = 0x0001_0000  # major.minor in 16.16
+BLOCK_ALIGN = 0x100
+
+
+class Access(enum.Enum):
+    RO = "ro"      # read only; writes get SLVERR
+    RW = "rw"      # read and write
+    WO = "wo"      # write only; reads get SLVERR
+    W1C = "w1c"    # read; writing 1 to a bit clears it
+
+
+@dataclass(frozen=True)
+class RegField:
+    name: str
+    lsb: int
+    width: int
+    doc: str
+    reset: int = 0
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    access: Access
+    doc: str
+    fields: tuple[RegField, ...] = ()
+    count: int = 1  # >1: an array of registers NAME0..NAME{count-1}
+
+    @property
+    def reset(self) -> int:
+        return sum(f.reset << f.lsb for f in self.fields)
+
+    @property
+    def writable_mask(self) -> int:
+        if self.access in (Access.RO,):
+            return 0
+        if not self.fields:
+            return 0xFFFF_FFFF
+        return sum(f.mask for f in self.fields)
+
+
+class BlockType(enum.IntEnum):
+    GLOBAL = 0x4458_0001
+    QUEUE = 0x4458_0002
+    PERF = 0x4458_0003
+    TRACE = 0x4458_0004
+
+
+def _R(name, access, doc, *fields, count=1):
+    return Register(name, access, doc, tuple(RegField(*f) for f in fields), count)
+
+
+HEADER_REGISTERS = (
+    _R("ID", Access.RO, "Block type (`BlockType`)."),
+    _R("VERSION", Access.RO, "Block version, major.minor in 16.16."),
+    _R("NEXT", Access.RO, "Byte offset of the next block; 0 after the last block."),
+)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    type: BlockType
+    version: int
+    doc: str
+    per_tile: bool
+    registers: tuple[Register, ...]
+
+
+def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
+    return (
+        BlockSpec(BlockType.GLOBAL, 0x0001_0000, "Identity, capabilities and device-wide controls.", False, (
+            _R("MAGIC", Access.RO, "Reads MAGIC (0x44583131, \"DX11\")."),
+            _R("HW_VERSION", Access.RO, "Spec version the gateware was generated from (16.16)."),
+            _R("CAPS", Access.RO, "Capabilities.",
+               ("tiles", 0, 4, "Number of tiles."), ("array", 4, 5, "Systolic array size."),
+               ("semaphores", 16, 9, "Number of semaphores.")),
+            _R("SPM_ROWS", Access.RO, "Scratchpad rows per tile."),
+            _R("ACC_ROWS", Access.RO, "Accumulator rows per tile."),
+            _R("MEM_BYTES", Access.RO, "Device memory size in bytes."),
+            _R("FEATURES", Access.RO, "Feature bits.",
+               ("postop", 0, 1, "POSTOP is implemented."), ("copy", 1, 1, "COPY is implemented."),
+               ("trace", 2, 1, "A trace buffer is implemented.")),
+            _R("SCRATCH", Access.RW, "Free for the host; used by link and register tests."),
+            _R("CYCLES_LO", Access.RO, "Free-running cycle counter, low word (reading it latches the high word)."),
+            _R("CYCLES_HI", Access.RO, "Cycle counter high word, latched by reading CYCLES_LO."),
+            _R("RESET", Access.WO, "Write 1 to bit 0 to reset every queue, counter and semaphore.",
+               ("queues", 0, 1, "Reset request.")),
+            _R("SEM", Access.RW, "Semaphore values (host may read and set them).", ("value", 0, 16, "Value."),
+               count=semaphores),
+        )),
+        BlockSpec(BlockType.QUEUE, 0x0001_0000, "One command queue, feeding one tile.", True, (
+            _R("RING_BASE", Access.RW, "Device-memory byte address of the command ring (32-byte aligned)."),
+            _R("RING_LOG2", Access.RW, "log2 of the ring's entries (1..16).", ("log2", 0, 5, "Size.", 4)),
+            _R("CQ_BASE", Access.RW, "Device-memory byte address of the completion ring (8-byte aligned, "
+               "same number of entries as the command ring)."),
+            _R("HEAD", Access.RO, "Next entry the device will fetch.", ("index", 0, 16, "Index.")),
+            _R("TAIL", Access.RO, "Entry after the last one the host has published.", ("index", 0, 16, "Index.")),
+            _R("DOORBELL", Access.WO, "Write the new tail here to publish commands.",
+               ("index", 0, 16, "New tail.")),
+            _R("CONTROL", Access.RW, "Queue control.",
+               ("enable", 0, 1, "Fetch and execute commands."),
+               ("resume", 1, 1, "Write 1 to leave the halted state after an error (self-clearing).")),
+            _R("STATUS", Access.RO, "Queue state.",
+               ("busy", 0, 1, "Commands are in flight."), ("halted", 1, 1, "Stopped by a queue error.")),
+            _R("ERROR", Access.RO, "Last error: code and the ring index it happened at.",
+               ("code", 0, 8, "`ErrorCode`."), ("index", 16, 16, "Ring index.")),
+            _R("IRQ_STATUS", Access.W1C, "Interrupt causes.",
+               ("completion", 0, 1, "A completion was written."), ("error", 1, 1, "A queue error happened.")),
+            _R("IRQ_MASK", Access.RW, "Interrupt enables, one per IRQ_STATUS bit.",
+               ("completion", 0, 1, "Enable."), ("error", 1, 1, "Enable.")),
+            _R("DMA_BASE", Access.RW, "First byte of device memory the queue's DMA may touch."),
+            _R("DMA_LIMIT", Access.RW, "First byte past the DMA window.", ("limit", 0, 32, "Limit.", 0)),
+        )),
+        BlockSpec(BlockType.PERF, 0x0001_0000, "Performance counters of one tile (32-bit, wrapping).", True, (
+            _R("CONTROL", Access.WO, "Write 1 to bit 0 to clear every counter of the block.",
+               ("clear", 0, 1, "Clear.")),
+            _R("CYCLES", Access.RO, "Cycles since the last clear."),
+            _R("BUSY_LOAD", Access.RO, "Cycles the load unit was busy."),
+            _R("BUSY_COMPUTE", Access.RO, "Cycles the systolic array was streaming."),
+            _R("BUSY_STORE", Access.RO, "Cycles the store unit was busy."),
+            _R("MACS_LO", Access.RO, "Multiply-accumulates done, low word (latches the high word)."),
+            _R("MACS_HI", Access.RO, "Multiply-accumulates done, high word."),
+            _R("STALL_DEP", Access.RO, "Cycles compute waited on a dependency."),
+            _R("STALL_MEM", Access.RO, "Cycles DMA waited on the memory bus."),
+            _R("BYTES_READ", Access.RO, "Bytes read from device memory."),
+            _R("BYTES_WRITTEN", Access.RO, "Bytes written to device memory."),
+        )),
+        BlockSpec(BlockType.TRACE, 0x0001_0000, "Trace buffer of one tile: timestamped command start/end events.",
+                  True, (
+            _R("CONTROL", Access.RW, "Trace control.", ("enable", 0, 1, "Record events."),
+               ("clear", 1, 1, "Write 1 to empty the buffer (self-clearing).")),
+            _R("COUNT", Access.RO, "Events waiting to be read."),
+            _R("DATA_LO", Access.RO, "Oldest event, low word: timestamp. Reading DATA_HI pops the event."),
+            _R("DATA_HI", Access.RO, "Oldest event, high word: tag [15:0], opcode [23:16], kind [24] "
+               "(0 start, 1 end), status [31:25]."),
+        )),
+    )
+
+
+BLOCKS = _blocks(SocConfig().semaphores)
+
+
+@dataclass(frozen=True)
+class PlacedRegister:
+    register: Register
+    offset: int
+    index: int | None  # position in a register array, else None
+
+    @property
+    def name(self) -> str:
+        return self.register.name if self.index is None else f"{self.register.name}{self.index}"
+
+
+@dataclass(frozen=True)
+class PlacedBlock:
+    spec: BlockSpec
+    base: int
+    tile: int | None
+    next: int
+    registers: tuple[PlacedRegister, ...]
+
+    @property
+    def name(self) -> str:
+        kind = self.spec.type.name
+        return kind if self.tile is None else f"{kind}{self.tile}"
+
+    def reg(self, name: str) -> PlacedRegister:
+        for r in self.registers:
+            if r.name == name:
+                return r
+        raise KeyError(f"block {self.name} has no register {name!r}")
+
+
+@dataclass(frozen=True)
+class RegisterMap:
+    config: SocConfig
+    blocks: tuple[PlacedBlock, ...]
+
+    @property
+    def size(self) -> int:
+        return self.blocks[-1].base + BLOCK_ALIGN
+
+    def block(self, name: str) -> PlacedBlock:
+        for b in self.blocks:
+            if b.name == name:
+                return b
+        raise KeyError(f"no register block {name!r}")
+
+    def address(self, block: str, register: str) -> int:
+        b = self.block(block)
+        return b.base + b.reg(register).offset
+
+
+def register_map(config: SocConfig | None = None) -> RegisterMap:
+    """Place every block of ``config`` and return the map."""
+    config = config or SocConfig()
+    order: list[tuple[BlockSpec, int | None]] = []
+    for spec in _blocks(config.semaphores):
+        if spec.per_tile:
+            order.extend((spec, t) for t in range(config.tiles))
+        else:
+            order.append((spec, None))
+    placed = []
+    base = 0
+    for i, (spec, tile) in enumerate(order):
+        regs = []
+        offset = 0
+        for r in HEADER_REGISTERS + spec.registers:
+            for idx in range(r.count):
+                regs.append(PlacedRegister(r, offset, None if r.count == 1 else idx))
+                offset += 4
+        span = -(-offset // BLOCK_ALIGN) * BLOCK_ALIGN
+        nxt = base + span if i + 1 < len(order) else 0
+        placed.append(PlacedBlock(spec, base, tile, nxt, tuple(regs)))
+        base += span
+    return RegisterMap(config, tuple(placed))
