@@ -1,0 +1,83 @@
+"""The post-op unit: bias, ReLU, requantisation and int8 saturation of accumulator rows."""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..spec import POSTOP_MAX_SHIFT
+
+__all__ = ["PostOp"]
+
+MAX_SHIFT = POSTOP_MAX_SHIFT
+
+
+def _saturate(m: Module, value, width: int, name: str) -> Signal:
+    low, high = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    out = Signal(signed(width), name=name)
+    m.d.comb += out.eq(Mux(value > high, high, Mux(value < low, low, value)))
+    return out
+
+
+class PostOp(wiring.Component):
+    """Requantises one accumulator row a cycle, in a three-stage pipeline.
+
+    Per lane, as the spec (and :func:`dx1_bringup.golden.requantize`) defines it:
+    ``x = sat32(acc + bias)``; ``x = max(x, 0)`` when ``relu``; ``p = x * mult``;
+    ``y = (p + 2**(shift-1) - (p < 0)) >> shift`` for ``shift > 0`` (half away
+    from zero), ``y = p`` for ``shift == 0``; ``out = sat8(y)``.
+
+    ``bias``, ``mult``, ``shift`` and ``relu`` must stay still while rows are in
+    the pipeline.  ``out`` follows ``row`` by ``LATENCY`` cycles, with ``ctl``
+    (the row's destination) alongside.  No back-pressure: the pipeline always moves.
+    """
+
+    LATENCY = 3
+
+    def __init__(self, lanes: int, ctl_width: int = 1):
+        if not isinstance(lanes, int) or not 1 <= lanes <= 16:
+            raise ValueError(f"Post-op lanes must be an integer from 1 to 16, not {lanes!r}")
+        self.lanes = lanes
+        super().__init__({
+            "row": In(data.ArrayLayout(signed(32), lanes)),
+            "row_valid": In(1),
+            "ctl": In(ctl_width),
+            "bias": In(data.ArrayLayout(signed(32), lanes)),
+            "mult": In(unsigned(16)),
+            "shift": In(range(MAX_SHIFT + 1)),
+            "relu": In(1),
+            "out": Out(data.ArrayLayout(signed(8), lanes)),
+            "out_valid": Out(1),
+            "out_ctl": Out(ctl_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        half = Signal(unsigned(MAX_SHIFT), name="half")
+        m.d.comb += half.eq((Const(1, MAX_SHIFT + 1) << self.shift) >> 1)
+
+        for lane in range(self.lanes):
+            # Stage 1: saturating bias add and ReLU.
+            x = _saturate(m, self.row[lane] + self.bias[lane], 32, f"sum{lane}")
+            x1 = Signal(signed(32), name=f"x{lane}")
+            m.d.sync += x1.eq(Mux(self.relu & x[-1], 0, x))
+            # Stage 2: the exact product (|p| < 2**47).
+            p2 = Signal(signed(49), name=f"p{lane}")
+            m.d.sync += p2.eq(x1 * self.mult)
+            # Stage 3: rounding shift and int8 saturation.
+            adjust = Signal(name=f"neg{lane}")
+            m.d.comb += adjust.eq(p2[-1] & (self.shift != 0))
+            y = Signal(signed(50), name=f"y{lane}")
+            m.d.comb += y.eq((p2 + half - adjust) >> self.shift)
+            out = _saturate(m, y, 8, f"sat{lane}")
+            m.d.sync += self.out[lane].eq(out)
+
+        valid, ctl = self.row_valid, self.ctl
+        for stage in range(self.LATENCY):
+            valid_d = Signal(name=f"valid_s{stage}")
+            ctl_d = Signal(len(self.ctl), name=f"ctl_s{stage}")
+            m.d.sync += [valid_d.eq(valid), ctl_d.eq(ctl)]
+            valid, ctl = valid_d, ctl_d
+        m.d.comb += [self.out_valid.eq(valid), self.out_ctl.eq(ctl)]
+        return m

@@ -1,0 +1,119 @@
+"""The weight-stationary systolic array of a dx1-mini tile."""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SystolicArray"]
+
+
+class SystolicArray(wiring.Component):
+    """An ``size`` x ``size`` grid of int8 x int8 -> int32 multiply-accumulate cells.
+
+    Processing element (k, n) holds weight ``B[k][n]`` of the reduction row k and
+    output column n, in one of two banks.  Activations enter on the left, one
+    row ``A[m][0..size)`` per cycle, and move right; partial sums move down and
+    leave at the bottom.  Inputs are skewed and outputs de-skewed inside, so
+    row m's result appears on ``out`` exactly ``LATENCY`` cycles after row m
+    was on ``a``, all columns in the same cycle.
+
+    Each activation row carries the bank bit of the weights it is multiplied
+    with, so one bank can be loaded while the other is in use.  Loading shifts
+    ``w_row`` into row 0 of bank ``w_bank`` and every row of that bank down by
+    one; after ``size`` loads, row k holds the ``size - 1 - k``-th row shifted
+    in.  A bank must not be loaded while activations that use it are still in
+    the array: ``2 * size - 1`` cycles after its last activation row.
+
+    Parameters
+    ----------
+    size:
+        Rows and columns of processing elements.
+    ctl_width:
+        Width of ``ctl``, a side band delayed along with the data (address and
+        flags of the row, for the stage after the array).
+    """
+
+    def __init__(self, size: int, ctl_width: int = 1):
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 16:
+            raise ValueError(f"Systolic array size must be an integer from 1 to 16, not {size!r}")
+        if not isinstance(ctl_width, int) or ctl_width < 1:
+            raise ValueError(f"Systolic array ctl width must be a positive integer, not {ctl_width!r}")
+        self.size = size
+        self.LATENCY = 2 * size - 1
+        lanes8 = data.ArrayLayout(signed(8), size)
+        lanes32 = data.ArrayLayout(signed(32), size)
+        super().__init__({
+            "a": In(lanes8),
+            "a_valid": In(1),
+            "a_bank": In(1),
+            "ctl": In(ctl_width),
+            "w_row": In(lanes8),
+            "w_load": In(1),
+            "w_bank": In(1),
+            "out": Out(lanes32),
+            "out_valid": Out(1),
+            "out_ctl": Out(ctl_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.size
+
+        # weights[bank][k][col]
+        weights = [[[Signal(signed(8), name=f"w{b}_{k}_{c}") for c in range(n)] for k in range(n)]
+                   for b in range(2)]
+        for b in range(2):
+            with m.If(self.w_load & (self.w_bank == b)):
+                for c in range(n):
+                    m.d.sync += weights[b][0][c].eq(self.w_row[c])
+                    for k in range(1, n):
+                        m.d.sync += weights[b][k][c].eq(weights[b][k - 1][c])
+
+        # Row k of the activations (and its bank bit) is delayed k cycles before column 0.
+        a_in = []
+        bank_in = []
+        for k in range(n):
+            a, bank = self.a[k], self.a_bank
+            for d in range(k):
+                a_d = Signal(signed(8), name=f"skew{k}_{d}")
+                bank_d = Signal(name=f"skew_bank{k}_{d}")
+                m.d.sync += [a_d.eq(a), bank_d.eq(bank)]
+                a, bank = a_d, bank_d
+            a_in.append(a)
+            bank_in.append(bank)
+
+        psum_bottom = []
+        for c in range(n):
+            psum = None
+            for k in range(n):
+                a_reg = Signal(signed(8), name=f"a_{k}_{c}")
+                bank_reg = Signal(name=f"bank_{k}_{c}")
+                psum_reg = Signal(signed(32), name=f"psum_{k}_{c}")
+                w = Array([weights[0][k][c], weights[1][k][c]])[bank_in[k]]
+                product = a_in[k] * w
+                m.d.sync += [
+                    a_reg.eq(a_in[k]),
+                    bank_reg.eq(bank_in[k]),
+                    psum_reg.eq(product if psum is None else psum + product),
+                ]
+                a_in[k], bank_in[k] = a_reg, bank_reg
+                psum = psum_reg
+            # Column c's sum leaves the array c cycles after column 0's: delay the
+            # early columns so that all of row m leaves together.
+            for d in range(n - 1 - c):
+                psum_d = Signal(signed(32), name=f"deskew{c}_{d}")
+                m.d.sync += psum_d.eq(psum)
+                psum = psum_d
+            psum_bottom.append(psum)
+        m.d.comb += [self.out[c].eq(psum_bottom[c]) for c in range(n)]
+
+        valid, ctl = self.a_valid, self.ctl
+        for d in range(self.LATENCY):
+            valid_d = Signal(name=f"valid_d{d}")
+            ctl_d = Signal(len(self.ctl), name=f"ctl_d{d}")
+            m.d.sync += [valid_d.eq(valid), ctl_d.eq(ctl)]
+            valid, ctl = valid_d, ctl_d
+        m.d.comb += [self.out_valid.eq(valid), self.out_ctl.eq(ctl)]
+        return m
