@@ -1,0 +1,17 @@
+"""Every test here runs generated RTL in Verilator through cocotb; without Verilator they are skipped."""
+
+import pytest
+
+from dx1_bringup.sim import verilator_missing
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = verilator_missing()
+    for item in items:
+        item.add_marker(pytest.mark.verilator)
+        # One build folder per RTL module: keep its tests on one xdist worker.
+        module = item.callspec.params.get("module") if hasattr(item, "callspec") else None
+        if module:
+            item.add_marker(pytest.mark.xdist_group(module))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
