@@ -2165,13 +2165,13 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$44 [30:0] = 31'h00000000;
+    \w_data$44  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
           \w_data$44 [15:0] = cmd__tdata[31:16];
           \w_data$44 [23:16] = status;
-          \w_data$44 [30:24] = cmd__tdata[6:0];
+          \w_data$44 [31:24] = cmd__tdata[7:0];
         end
       end
     end
@@ -2179,14 +2179,14 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       if (r_ctl[9]) begin
         \w_data$44 [15:0] = r_ctl[25:10];
         \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [30:24] = 7'h03;
+        \w_data$44 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
       if (\out_ctl$118 [10]) begin
         \w_data$44 [15:0] = po_tag;
         \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [30:24] = 7'h04;
+        \w_data$44 [31:24] = 8'h04;
       end
     end
   end
@@ -3031,8 +3031,6 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \out$147[1]  = \out$147 [63:32];
   assign \out$147[2]  = \out$147 [95:64];
   assign \out$147[3]  = \out$147 [127:96];
-  always @*
-    \w_data$44 [31] = 1'h0;
   assign { \$1 [31:16], \$1 [7:0] } = 24'h000000;
   assign { \$1 [255:32], \$1 [15:8] } = { cmd__tdata[255:32], cmd__tdata[15:8] };
   assign { \$4 [143:64], \$4 [31:16], \$4 [8:0] } = 105'h000000000000000000000000000;

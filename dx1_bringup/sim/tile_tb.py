@@ -8,13 +8,14 @@ Whole rows and whole commands cross the Python/simulator boundary.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, Event, RisingEdge, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
 
@@ -87,6 +88,9 @@ class TileTB:
             for s in (self.cmd, self.done, self.spm_wr, self.spm_rreq, self.spm_rresp, self.acc_wr,
                       self.acc_rreq, self.acc_rresp):
                 s.set_pause_generator(_pauses(rng, pause))
+        for s in (self.cmd, self.done, self.spm_wr, self.spm_rreq, self.spm_rresp, self.acc_wr, self.acc_rreq,
+                  self.acc_rresp):
+            s.log.setLevel(logging.WARNING)  # one INFO line per beat otherwise
 
     async def reset(self) -> None:
         self.dut.rst.value = 1
@@ -133,29 +137,40 @@ class TileTB:
         return await self._read_rows(self.acc_rreq, self.acc_rresp, row, count, np.int32)
 
     # ---- commands ---------------------------------------------------------------------------
-    async def run(self, commands: list[bytes], timeout_cycles: int | None = None) -> list[dict[str, int]]:
+    async def run(self, commands: list[bytes], timeout_cycles: int | None = None,
+                  window: int | None = None) -> list[dict[str, int]]:
         """Send ``commands`` and return their completions, in arrival order.
 
-        Fails (instead of hanging) when the completions have not all arrived
-        within ``timeout_cycles``, by default a generous bound from the work queued.
+        With ``window``, at most that many commands are outstanding, so the
+        command source is never left waiting on a full queue (which would wake
+        Python every cycle).  Fails (instead of hanging) when the completions
+        have not all arrived within ``timeout_cycles``, by default a generous
+        bound from the work queued.
         """
         if timeout_cycles is None:
             timeout_cycles = 10_000 + 8 * sum(self.work_cycles(c) for c in commands)
+        received = 0
+        progress = Event()
 
         async def send_all():
-            for c in commands:
+            for i, c in enumerate(commands):
                 assert len(c) == COMMAND_BYTES
+                while window is not None and i - received >= window:
+                    progress.clear()
+                    await progress.wait()
                 await self.cmd.send(c)
 
-        sender = cocotb.start_soon(send_all())
-
         async def collect():
+            nonlocal received
             out = []
             for _ in commands:
                 frame = await self.done.recv()
                 out.append(_done_fields(int.from_bytes(bytes(frame.tdata), "little")))
+                received += 1
+                progress.set()
             return out
 
+        sender = cocotb.start_soon(send_all())
         completions = await with_timeout(collect(), timeout_cycles * CLOCK_NS, "ns")
         await sender
         await RisingEdge(self.dut.clk)

@@ -100,6 +100,7 @@ CHECK_ORDER = (
     ErrorCode.RESERVED_BITS,
     ErrorCode.BAD_DIMENSION,
     ErrorCode.BAD_FIELD,
+    ErrorCode.SEM_RANGE,
     ErrorCode.SPM_RANGE,
     ErrorCode.ACC_RANGE,
     ErrorCode.MISALIGNED,
@@ -189,8 +190,9 @@ COMMANDS: dict[Opcode, Command] = {c.opcode: c for c in (
     ),
     Command(
         Opcode.GEMM,
-        "acc[c_addr + i] (+)= sum over chunks k of spm[a_addr + k*m + i] x B_k, for i < m, where B_k is the "
-        "array-size square of int8 in spm rows b_addr + k*n .. b_addr + k*n + n - 1 (row j holds B[j][:]). "
+        "acc[c_addr + i] (+)= sum over chunks k of spm[a_addr + k*m + i] x B_k, for i < m, where n is the "
+        "array size and B_k is the n x n int8 matrix in spm rows b_addr + k*n .. b_addr + k*n + n - 1 "
+        "(row j holds B_k[j][:]). "
         "int8 x int8 products, int32 accumulation wrapping modulo 2^32.",
         (
             _F("a_addr", 64, 16, "Scratchpad row of the first activation row (chunk 0, row 0)."),
@@ -243,9 +245,10 @@ COMMANDS: dict[Opcode, Command] = {c.opcode: c for c in (
 COMPLETION = (
     Field("tag", 0, 16, "The command's tag."),
     Field("status", 16, 8, "`ErrorCode`."),
-    Field("opcode", 24, 7, "The command's opcode (low 7 bits)."),
-    Field("phase", 31, 1, "Phase bit: flips each time the completion ring wraps, starting at 1."),
-    Field("timestamp", 32, 32, "Device cycle counter when the command completed."),
+    Field("opcode", 24, 8, "The command's opcode."),
+    Field("timestamp", 32, 31, "Device cycle counter (low 31 bits) when the command completed."),
+    Field("phase", 63, 1, "Phase bit, in the last byte written: flips each time the completion ring wraps, "
+          "starting at 1."),
 )
 
 

@@ -80,7 +80,7 @@ def _R(name, access, doc, *fields, count=1):
 HEADER_REGISTERS = (
     _R("ID", Access.RO, "Block type (`BlockType`)."),
     _R("VERSION", Access.RO, "Block version, major.minor in 16.16."),
-    _R("NEXT", Access.RO, "Byte offset of the next block; 0 after the last block."),
+    _R("NEXT", Access.RO, "Byte address of the next block in the register space; 0 after the last block."),
 )
 
 
@@ -111,7 +111,7 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("CYCLES_LO", Access.RO, "Free-running cycle counter, low word (reading it latches the high word)."),
             _R("CYCLES_HI", Access.RO, "Cycle counter high word, latched by reading CYCLES_LO."),
             _R("RESET", Access.WO, "Write 1 to bit 0 to reset every queue, counter and semaphore.",
-               ("queues", 0, 1, "Reset request.")),
+               ("all", 0, 1, "Reset request.")),
             _R("SEM", Access.RW, "Semaphore values (host may read and set them).", ("value", 0, 16, "Value."),
                count=semaphores),
         )),
@@ -136,7 +136,8 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("IRQ_MASK", Access.RW, "Interrupt enables, one per IRQ_STATUS bit.",
                ("completion", 0, 1, "Enable."), ("error", 1, 1, "Enable.")),
             _R("DMA_BASE", Access.RW, "First byte of device memory the queue's DMA may touch."),
-            _R("DMA_LIMIT", Access.RW, "First byte past the DMA window.", ("limit", 0, 32, "Limit.", 0)),
+            _R("DMA_LIMIT", Access.RW, "First byte past the DMA window.  It resets to 0, an empty window: "
+               "no DMA runs until the host opens one.", ("limit", 0, 32, "Limit.", 0)),
         )),
         BlockSpec(BlockType.PERF, 0x0001_0000, "Performance counters of one tile (32-bit, wrapping).", True, (
             _R("CONTROL", Access.WO, "Write 1 to bit 0 to clear every counter of the block.",
@@ -157,9 +158,11 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("CONTROL", Access.RW, "Trace control.", ("enable", 0, 1, "Record events."),
                ("clear", 1, 1, "Write 1 to empty the buffer (self-clearing).")),
             _R("COUNT", Access.RO, "Events waiting to be read."),
-            _R("DATA_LO", Access.RO, "Oldest event, low word: timestamp. Reading DATA_HI pops the event."),
-            _R("DATA_HI", Access.RO, "Oldest event, high word: tag [15:0], opcode [23:16], kind [24] "
-               "(0 start, 1 end), status [31:25]."),
+            _R("DATA_LO", Access.RO, "Oldest event, low word: its cycle timestamp. Reading DATA_HI pops the event."),
+            _R("DATA_HI", Access.RO, "Oldest event, high word.",
+               ("tag", 0, 16, "Command tag."), ("status", 16, 8, "`ErrorCode` (end events)."),
+               ("opcode", 24, 7, "Opcode, low 7 bits (every defined opcode fits)."),
+               ("end", 31, 1, "0: the command started; 1: it completed.")),
         )),
     )
 

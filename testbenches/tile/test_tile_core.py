@@ -20,7 +20,7 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 def expected_completion(model: TileModel, cmd: bytes) -> dict[str, int]:
     status = model.execute(cmd)
     word = int.from_bytes(cmd, "little")
-    return {"tag": word >> 16 & 0xFFFF, "status": int(status), "opcode": word & 0x7F}
+    return {"tag": word >> 16 & 0xFFFF, "status": int(status), "opcode": word & 0xFF}
 
 
 async def setup(dut, *, backpressure: bool = True) -> tuple[TileTB, TileModel, np.random.Generator]:
