@@ -1,0 +1,1 @@
+"""dx1_driver: the user-space driver of DX-1."""
