@@ -1,0 +1,1 @@
+"""Runtime: turning layer-level work into command streams."""
