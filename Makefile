@@ -40,13 +40,19 @@ sim: $(STAMP)
 rtl: $(STAMP)
 	$(PY) -m dx1_bringup.generate
 
-# Fails when `make rtl` changes any tracked file (generated files drifted from their source).
+GENERATED := rtl drivers/include drivers/dx1_driver/regs.py docs/dx1.json docs/registers.md docs/commands.md
+
+# Fails when `make rtl` changes any tracked generated file (generated files drifted from their source).
 check-rtl: rtl
-	@git diff --exit-code --stat -- rtl drivers docs dx1_bringup || \
+	@git diff --exit-code --stat -- $(GENERATED) || \
 	  { echo "generated files are out of date: run 'make rtl' and commit the result"; exit 1; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check dx1_bringup drivers testbenches tests fpga
+	$(VENV)/bin/ruff check dx1_bringup drivers testbenches tests conftest.py
+	@for f in rtl/dx1_*.v; do \
+	  echo "verilator --lint-only $$f"; \
+	  verilator --lint-only rtl/verilator.vlt $$f --top-module $$(basename $$f .v) || exit 1; \
+	done
 
 bench: $(STAMP)
 	$(PY) -m dx1_bringup.bench --out build/bench.json

@@ -16,7 +16,8 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
-    "COMMAND_BYTES", "COMMAND_BITS", "POSTOP_MAX_SHIFT", "COMPLETION_BYTES", "ERROR_DOCS", "Field", "Opcode", "ErrorCode", "Command",
+    "COMMAND_BYTES", "COMMAND_BITS", "POSTOP_MAX_SHIFT", "COMPLETION_BYTES", "ERROR_DOCS", "Field", "Opcode",
+    "ErrorCode", "Command",
     "COMMANDS", "COMPLETION", "HEADER", "CHECK_ORDER", "pack_command", "unpack_command",
     "pack_completion", "unpack_completion",
 ]
@@ -171,7 +172,9 @@ _MOVE_FIELDS = (
     _F("local_row_stride", 176, 16, "Local-row step between outer rows."),
     _F("local_col_stride", 192, 16, "Local-row step between the local rows of one outer row."),
 )
-_MOVE_FLAGS = (("acc", 0, "Local side is the accumulator buffer (int32 lanes) instead of the scratchpad (int8 lanes)."),)
+_MOVE_FLAGS = (
+    ("acc", 0, "Local side is the accumulator buffer (int32 lanes) instead of the scratchpad (int8 lanes)."),
+)
 
 COMMANDS: dict[Opcode, Command] = {c.opcode: c for c in (
     Command(Opcode.NOP, "Does nothing; completes in order."),

@@ -9,7 +9,12 @@ import pytest
 from dx1_bringup.golden import MAX_SHIFT, TileModel
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.stimulus import (
-    BAD_KINDS, bad_command, random_gemm, random_int8, random_int32, random_stream,
+    BAD_KINDS,
+    bad_command,
+    random_gemm,
+    random_int8,
+    random_int32,
+    random_stream,
 )
 from dx1_bringup.sim.tile_tb import TileTB, seed_note
 from dx1_bringup.spec import ErrorCode, Opcode, pack_command
@@ -65,8 +70,8 @@ async def back_to_back_gemms(dut):
     tb, model, rng = await setup(dut, backpressure=False)
     n = tb.config.array
     commands = [
-        pack_command(Opcode.GEMM, tag=t, flags={"accumulate": t % 2 == 1}, a_addr=64 * t, b_addr=tb.config.spm_rows // 2 + 8 * n * t,
-                     c_addr=32 * t, m=m, k_chunks=k)
+        pack_command(Opcode.GEMM, tag=t, flags={"accumulate": t % 2 == 1}, a_addr=64 * t,
+                     b_addr=tb.config.spm_rows // 2 + 8 * n * t, c_addr=32 * t, m=m, k_chunks=k)
         for t, (m, k) in enumerate([(3 * n, 3), (1, 2), (2, 4), (4 * n, 2), (n, 1), (5, 3)])
     ]
     await run_and_check(tb, model, commands)
