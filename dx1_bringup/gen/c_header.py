@@ -108,7 +108,7 @@ def _register_rows(layout: BlockLayout) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for reg, offset in layout.registers:
         macro = f"DX1_{layout.name}_{reg.name}"
-        if reg.count > 1:
+        if reg.array:
             rows += [(f"{macro}_COUNT", str(reg.count)), (f"{macro}(i)", f"({_hex(offset, 2)} + 4u * (uint32_t)(i))")]
         else:
             rows.append((macro, _hex(offset, 2)))

@@ -44,6 +44,7 @@ def _register(reg: Register, offset: int) -> dict[str, object]:
         "name": reg.name,
         "offset": offset,
         "count": reg.count,
+        "array": reg.array,
         "access": reg.access.value,
         "reset": reg.reset,
         "writable_mask": reg.writable_mask,

@@ -75,7 +75,7 @@ def _reset(reg: Register, value: int, digits: int) -> str:
 def _register_rows(layout: BlockLayout) -> list[tuple[str, ...]]:
     rows = []
     for reg, offset in layout.registers:
-        if reg.count > 1:
+        if reg.array:
             where = f"`0x{offset:02x}` .. `0x{offset + 4 * (reg.count - 1):02x}`"
             name = f"{reg.name}0 .. {reg.name}{reg.count - 1}"
         else:

@@ -127,7 +127,7 @@ def _block_class(layout: BlockLayout) -> list[str]:
     attributes = [("TYPE", f"BlockType.{layout.name}"), ("BLOCK_VERSION", f"0x{layout.spec.version:08x}")]
     arrays = []
     for reg, offset in layout.registers:
-        if reg.count > 1:
+        if reg.array:
             attributes += [(reg.name, f"0x{offset:02x}  # {reg.name}0 .. {reg.name}{reg.count - 1}: use "
                                       f"{reg.name.lower()}(index)"), (f"{reg.name}_COUNT", str(reg.count))]
             arrays.append(reg.name)

@@ -51,7 +51,8 @@ class Register:
     access: Access
     doc: str
     fields: tuple[RegField, ...] = ()
-    count: int = 1  # >1: an array of registers NAME0..NAME{count-1}
+    count: int = 1
+    array: bool = False  # an array of registers NAME0..NAME{count-1}, even when count is 1
 
     @property
     def reset(self) -> int:
@@ -73,8 +74,8 @@ class BlockType(enum.IntEnum):
     TRACE = 0x4458_0004
 
 
-def _R(name, access, doc, *fields, count=1):
-    return Register(name, access, doc, tuple(RegField(*f) for f in fields), count)
+def _R(name, access, doc, *fields, count=None):
+    return Register(name, access, doc, tuple(RegField(*f) for f in fields), count or 1, count is not None)
 
 
 HEADER_REGISTERS = (
@@ -237,7 +238,7 @@ def register_map(config: SocConfig | None = None) -> RegisterMap:
         offset = 0
         for r in HEADER_REGISTERS + spec.registers:
             for idx in range(r.count):
-                regs.append(PlacedRegister(r, offset, None if r.count == 1 else idx))
+                regs.append(PlacedRegister(r, offset, idx if r.array else None))
                 offset += 4
         span = -(-offset // BLOCK_ALIGN) * BLOCK_ALIGN
         nxt = base + span if i + 1 < len(order) else 0
