@@ -36,8 +36,10 @@ class PostOp(wiring.Component):
     LATENCY = 3
 
     def __init__(self, lanes: int, ctl_width: int = 1):
-        if not isinstance(lanes, int) or not 1 <= lanes <= 16:
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 16:
             raise ValueError(f"Post-op lanes must be an integer from 1 to 16, not {lanes!r}")
+        if not isinstance(ctl_width, int) or isinstance(ctl_width, bool) or ctl_width < 1:
+            raise ValueError(f"Post-op ctl width must be a positive integer, not {ctl_width!r}")
         self.lanes = lanes
         super().__init__({
             "row": In(data.ArrayLayout(signed(32), lanes)),

@@ -18,7 +18,7 @@ class AXIStreamSignature(wiring.Signature):
     """
 
     def __init__(self, width: int):
-        if not isinstance(width, int) or width < 1:
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise TypeError(f"Stream width must be a positive integer, not {width!r}")
         self.width = width
         super().__init__({"tdata": Out(width), "tvalid": Out(1), "tready": In(1)})

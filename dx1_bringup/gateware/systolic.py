@@ -38,7 +38,7 @@ class SystolicArray(wiring.Component):
     def __init__(self, size: int, ctl_width: int = 1):
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 16:
             raise ValueError(f"Systolic array size must be an integer from 1 to 16, not {size!r}")
-        if not isinstance(ctl_width, int) or ctl_width < 1:
+        if not isinstance(ctl_width, int) or isinstance(ctl_width, bool) or ctl_width < 1:
             raise ValueError(f"Systolic array ctl width must be a positive integer, not {ctl_width!r}")
         self.size = size
         self.LATENCY = 2 * size - 1

@@ -39,7 +39,8 @@ def _rows(rng: np.random.Generator, limit: int) -> int:
 
 def random_gemm(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
     n = config.array
-    k_chunks = int(rng.integers(1, 5))
+    # At least one activation row must fit beside the weights.
+    k_chunks = int(rng.integers(1, min(4, config.spm_rows // (n + 1)) + 1))
     m = _rows(rng, min(config.acc_rows, (config.spm_rows - n * k_chunks) // k_chunks))
     return pack_command(
         Opcode.GEMM, tag=tag, flags={"accumulate": bool(rng.integers(0, 2))},
@@ -51,7 +52,7 @@ def random_gemm(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes
 
 
 def random_postop(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
-    rows = _rows(rng, config.acc_rows)
+    rows = _rows(rng, min(config.acc_rows, config.spm_rows))
     return pack_command(
         Opcode.POSTOP, tag=tag, flags={"relu": bool(rng.integers(0, 2)), "bias": bool(rng.integers(0, 2))},
         src_addr=int(rng.integers(0, config.acc_rows - rows + 1)),
@@ -96,8 +97,10 @@ def bad_command(rng: np.random.Generator, config: TileConfig, tag: int, kind: st
         if rng.integers(0, 2):
             return pack_command(Opcode.GEMM, tag=tag, m=3, k_chunks=1, c_addr=config.acc_rows - 2), \
                 ErrorCode.ACC_RANGE
-        return pack_command(Opcode.POSTOP, tag=tag, rows=1, bias_addr=config.acc_rows,
-                            flags={"bias": True}), ErrorCode.ACC_RANGE
+        if config.acc_rows < 1 << 16 and rng.integers(0, 2):
+            return pack_command(Opcode.POSTOP, tag=tag, rows=1, bias_addr=config.acc_rows,
+                                flags={"bias": True}), ErrorCode.ACC_RANGE
+        return pack_command(Opcode.POSTOP, tag=tag, rows=2, src_addr=config.acc_rows - 1), ErrorCode.ACC_RANGE
     raise ValueError(f"bad command kind must be one of {BAD_KINDS}, not {kind!r}")
 
 
