@@ -90,16 +90,17 @@ async def postop_extremes(dut):
     model.acc[:len(rows)] = rows
     model.acc[len(rows)] = bias
     await tb.write_acc(0, model.acc[:len(rows) + 1])
-    commands = []
+    # One batch per ReLU/bias setting, each checked before the next can overwrite its rows.
     for relu in (False, True):
         for use_bias in (False, True):
+            commands = []
             for shift in (0, 1, 2, 17, MAX_SHIFT):
                 for mult in (0, 1, 3, 65535):
                     commands.append(pack_command(
                         Opcode.POSTOP, tag=len(commands), flags={"relu": relu, "bias": use_bias},
-                        src_addr=0, dst_addr=len(commands) * len(rows) % (tb.config.spm_rows - len(rows)),
-                        rows=len(rows), bias_addr=len(rows), mult=mult, shift=shift))
-    await run_and_check(tb, model, commands)
+                        src_addr=0, dst_addr=len(commands) * len(rows), rows=len(rows), bias_addr=len(rows),
+                        mult=mult, shift=shift))
+            await run_and_check(tb, model, commands)
 
 
 @cocotb.test()
