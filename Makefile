@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests testbenches --seeds=1
 
 sim: $(STAMP)
-	$(PY) -m pytest -q testbenches --seeds=$(SEEDS) -n $(JOBS) --junitxml=build/sim/junit.xml
+	$(PY) -m pytest -q testbenches --seeds=$(SEEDS) -n $(JOBS) --dist loadgroup --junitxml=build/sim/junit.xml
 
 rtl: $(STAMP)
 	$(PY) -m dx1_bringup.generate
