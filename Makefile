@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 unexport VERILATOR_ROOT
 
-demo: $(STAMP)
+demo: rtl
 	$(PY) -m dx1_bringup.cli demo
 
 test: $(STAMP)

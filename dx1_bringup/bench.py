@@ -22,7 +22,7 @@ from .spec import COMMAND_BITS, TileConfig
 #: Stream lengths for the utilisation sweep (rows per GEMM), four chunks each.
 SWEEP = [8, 16, 32, 64, 128, 256, 512]
 #: The workload both simulators run.
-SHARED = {"m": 64, "k_chunks": 4, "count": 4}
+SHARED = {"m": 128, "k_chunks": 4, "count": 8}
 
 
 def verilator_bench(workloads: list[dict]) -> list[dict]:
