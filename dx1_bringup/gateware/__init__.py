@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +20,21 @@ RTL_DIR = Path(__file__).resolve().parents[2] / "rtl"
 
 @dataclass(frozen=True)
 class RtlModule:
-    """A generated Verilog module: its top-level name and how to build its Amaranth source."""
+    """A generated Verilog module: its top-level name and how to build its Amaranth source.
+
+    ``component`` is ``"module:Class"`` inside this package, imported only when the module is
+    built, so that one component's source being edited never stops the others from building.
+    """
 
     name: str
     doc: str
-    build: object  # () -> wiring.Component
+    component: str
+    args: tuple = ()
+    kwargs: tuple[tuple[str, object], ...] = ()
+
+    def build(self):
+        module, cls = self.component.split(":")
+        return getattr(importlib.import_module(f"{__name__}.{module}"), cls)(*self.args, **dict(self.kwargs))
 
     @property
     def path(self) -> Path:
@@ -36,10 +47,10 @@ class RtlModule:
 SMALL_TILE = TileConfig(array=4, spm_rows=1024, acc_rows=256)
 
 RTL_MODULES = (
-    RtlModule("dx1_systolic_a8", "8x8 systolic array", lambda: SystolicArray(8, ctl_width=8)),
-    RtlModule("dx1_systolic_a4", "4x4 systolic array", lambda: SystolicArray(4, ctl_width=8)),
-    RtlModule("dx1_tile_core_a8", "tile compute core, default sizes", lambda: TileCore(TileConfig())),
-    RtlModule("dx1_tile_core_a4", "tile compute core, 4x4 array", lambda: TileCore(SMALL_TILE)),
+    RtlModule("dx1_systolic_a8", "8x8 systolic array", "systolic:SystolicArray", (8,), (("ctl_width", 8),)),
+    RtlModule("dx1_systolic_a4", "4x4 systolic array", "systolic:SystolicArray", (4,), (("ctl_width", 8),)),
+    RtlModule("dx1_tile_core_a8", "tile compute core, default sizes", "tile:TileCore", (TileConfig(),)),
+    RtlModule("dx1_tile_core_a4", "tile compute core, 4x4 array", "tile:TileCore", (SMALL_TILE,)),
 )
 
 
