@@ -182,9 +182,11 @@ class Queue:
     VERSION = 0x04
     NEXT = 0x08
     RING_BASE = 0x0c
+    RING_BASE_ADDR = (5, 27)
     RING_LOG2 = 0x10
     RING_LOG2_LOG2 = (0, 5)
     CQ_BASE = 0x14
+    CQ_BASE_ADDR = (3, 29)
     HEAD = 0x18
     HEAD_INDEX = (0, 16)
     TAIL = 0x1c

@@ -98,10 +98,14 @@
 #define DX1_QUEUE_VERSION                     0x04u
 #define DX1_QUEUE_NEXT                        0x08u
 #define DX1_QUEUE_RING_BASE                   0x0cu
+#define DX1_QUEUE_RING_BASE_ADDR_SHIFT        5
+#define DX1_QUEUE_RING_BASE_ADDR_MASK         0xffffffe0u
 #define DX1_QUEUE_RING_LOG2                   0x10u
 #define DX1_QUEUE_RING_LOG2_LOG2_SHIFT        0
 #define DX1_QUEUE_RING_LOG2_LOG2_MASK         0x0000001fu
 #define DX1_QUEUE_CQ_BASE                     0x14u
+#define DX1_QUEUE_CQ_BASE_ADDR_SHIFT          3
+#define DX1_QUEUE_CQ_BASE_ADDR_MASK           0xfffffff8u
 #define DX1_QUEUE_HEAD                        0x18u
 #define DX1_QUEUE_HEAD_INDEX_SHIFT            0
 #define DX1_QUEUE_HEAD_INDEX_MASK             0x0000ffffu

@@ -117,10 +117,13 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
                count=semaphores),
         )),
         BlockSpec(BlockType.QUEUE, 0x0001_0000, "One command queue, feeding one tile.", True, (
-            _R("RING_BASE", Access.RW, "Device-memory byte address of the command ring (32-byte aligned)."),
-            _R("RING_LOG2", Access.RW, "log2 of the ring's entries (1..16).", ("log2", 0, 5, "Size.", 4)),
-            _R("CQ_BASE", Access.RW, "Device-memory byte address of the completion ring (8-byte aligned, "
-               "same number of entries as the command ring)."),
+            _R("RING_BASE", Access.RW, "Device-memory byte address of the command ring.",
+               ("addr", 5, 27, "Address bits [31:5]: rings are 32-byte aligned.")),
+            _R("RING_LOG2", Access.RW, "log2 of the ring's entries, 1..16 (a doorbell while it is outside that "
+               "range halts the queue with BAD_FIELD).  Writing it starts a new ring: HEAD = TAIL = 0.",
+               ("log2", 0, 5, "Size.", 4)),
+            _R("CQ_BASE", Access.RW, "Device-memory byte address of the completion ring (same number of entries "
+               "as the command ring).", ("addr", 3, 29, "Address bits [31:3]: entries are 8-byte aligned.")),
             _R("HEAD", Access.RO, "Next entry the device will fetch.", ("index", 0, 16, "Index.")),
             _R("TAIL", Access.RO, "Entry after the last one the host has published.", ("index", 0, 16, "Index.")),
             _R("DOORBELL", Access.WO, "Write the new tail here to publish commands.",

@@ -1,0 +1,574 @@
+"""Golden model of the whole dx1-mini device as the host sees it.
+
+:class:`DeviceModel` serves the register space of :func:`~dx1_bringup.spec.register_map`
+and a device-memory host port, and executes the command rings of every queue
+synchronously: a register write that publishes work (DOORBELL, CONTROL.enable,
+CONTROL.resume, a semaphore write) returns only once every queue has run as far
+as it can.  Compute commands (NOP, GEMM, POSTOP) go to the golden
+:class:`~dx1_bringup.golden.TileModel` of the queue's tile; this module adds the
+command processor: DMA (LOAD, STORE, COPY), ordering (FENCE), semaphores
+(SIGNAL, WAIT), completions, interrupts, counters and the trace buffer.
+
+Register space
+--------------
+* Accesses are 32-bit words at 4-byte aligned addresses.  A misaligned or
+  unmapped address, a write to an RO register and a read of a WO register raise
+  :class:`BusError` (the SLVERR of the real bus).  Values outside 0..2**32-1 are a
+  programming error and raise :class:`ValueError`.
+* RW registers with fields keep only their field bits; W1C registers clear the
+  bits written as 1.  Self-clearing bits (QUEUE ``CONTROL.resume``, TRACE
+  ``CONTROL.clear``) act on the write and read back as 0.
+* GLOBAL: MAGIC, HW_VERSION (``SPEC_VERSION``), CAPS, SPM_ROWS, ACC_ROWS,
+  MEM_BYTES and FEATURES (postop, copy and trace all 1) come from the config.
+  Reading CYCLES_LO latches the high word that CYCLES_HI then returns.
+  RESET bit 0 returns every queue register, the cycle counter, every PERF and
+  TRACE block and every semaphore to reset; device memory, the tiles'
+  scratchpads and accumulator buffers and SCRATCH are kept (they are memories
+  or belong to the host, not state of the command processor).
+* QUEUE: RING_BASE keeps bits [31:5] and CQ_BASE bits [31:3] (their fields), so
+  rings are always aligned.  RING_LOG2 keeps its 5-bit field; a doorbell while
+  it is outside 1..16 halts the queue with ``BAD_FIELD``.  Writing RING_LOG2
+  starts a new ring: HEAD, TAIL and the phase go back to 0, 0 and 1.
+  STATUS.busy is 1 while the queue is enabled, not halted and HEAD != TAIL; in
+  this synchronous model that only happens while it waits on a semaphore.
+
+Execution
+---------
+* A DOORBELL index >= the ring's entries gives the queue error
+  ``DOORBELL_RANGE``; a tail that overtakes the head (one slot always stays
+  empty, so ``(new_tail - head) mod N`` must not be less than
+  ``(tail - head) mod N``) gives ``RING_OVERFLOW``.  A queue error halts the
+  queue, sets ERROR (code, and the doorbell value as index) and
+  IRQ_STATUS.error; TAIL is unchanged and nothing runs.  Doorbells written while
+  halted are still checked and published but run only after CONTROL.resume.
+  ERROR keeps the last error until RESET.
+* Command fetches (``RING_BASE + 32*index``) and completion writes
+  (``CQ_BASE + 8*index``) belong to the command processor, not to the DMA, so
+  the DMA window does not apply to them; if either falls outside device memory
+  the queue halts with ``BUS_ERROR`` at that index before the command runs.
+* Every command writes one completion (tag, status, opcode, timestamp = low 31
+  bits of :attr:`DeviceModel.cycles` after the command, phase = 1 on the first
+  pass and flipping each time HEAD wraps), advances HEAD and sets
+  IRQ_STATUS.completion.  A command that fails a check (in ``CHECK_ORDER``)
+  completes with that code, changes nothing and the queue goes on.
+* LOAD/STORE move, for outer row r and column c, ``row_bytes`` (array bytes for
+  the scratchpad, 4*array for the accumulator buffer, int32 little-endian lanes)
+  between device memory ``dram_addr + r*dram_stride + c*row_bytes`` and local
+  row ``local_addr + r*local_row_stride + c*local_col_stride``, r outer and c
+  inner, so when rows overlap the later one wins.  COPY behaves like memmove.
+* WAIT on a semaphore below ``count`` leaves the queue at that command; it runs
+  again when a SIGNAL of another queue or a host write to SEMi makes it
+  possible.  The scheduler runs every runnable queue in a loop until none makes
+  progress, so cross-queue handshakes never recurse.
+
+Cycles and counters
+-------------------
+:attr:`DeviceModel.cycles` is notional and deterministic: it advances only by
+the cost of each executed command (GEMM ``m*k_chunks + 2*array``, POSTOP
+``rows``, LOAD/STORE/COPY ``ceil(bytes/8)``, everything else and every refused
+command 1), not by host accesses.  PERF counters are 32-bit and wrap: CYCLES
+counts device cycles since the last clear, BUSY_LOAD/COMPUTE/STORE the cost of
+the LOAD, GEMM and STORE commands, STALL_DEP and STALL_MEM stay 0 (the model has
+no pipeline and no bus contention), MACS from ``TileModel.macs`` (reading
+MACS_LO latches MACS_HI), BYTES_READ/WRITTEN the DMA data of LOAD, STORE and
+COPY (not ring fetches or completions).  The TRACE buffer records, while
+enabled, a start event (timestamp before the command, status 0) and an end
+event (timestamp after, status) per command, up to ``trace_depth`` events;
+events arriving while it is full are dropped.  DATA_LO and DATA_HI read 0 when
+it is empty.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..golden import COMPUTE_OPCODES, TileModel
+from ..spec import (
+    COMMAND_BYTES,
+    COMMANDS,
+    COMPLETION_BYTES,
+    MAGIC,
+    SPEC_VERSION,
+    Access,
+    BlockType,
+    ErrorCode,
+    Opcode,
+    PlacedBlock,
+    PlacedRegister,
+    Register,
+    RegisterMap,
+    SocConfig,
+    pack_completion,
+    register_map,
+    unpack_command,
+)
+
+__all__ = ["BusError", "DeviceModel"]
+
+_MASK32 = 0xFFFF_FFFF
+_RING_ALIGN = 32
+_CQ_ALIGN = 8
+_BUS_BYTES = 8
+_MAX_RING_LOG2 = 16
+_RESET_RING_LOG2 = 4
+_HEADER_NAMES = ("ID", "VERSION", "NEXT")
+_IRQ_COMPLETION = 1 << 0
+_IRQ_ERROR = 1 << 1
+
+
+class BusError(Exception):
+    """A register or device-memory access the bus refuses (SLVERR).
+
+    Parameters
+    ----------
+    addr:
+        The byte address of the refused access.
+    message:
+        What was wrong with it.
+    """
+
+    def __init__(self, addr: int, message: str):
+        super().__init__(f"{message} (address 0x{addr:08x})")
+        self.addr = addr
+
+
+def _pack_fields(register: Register, **values: int) -> int:
+    """Place named field values of ``register`` into a 32-bit word."""
+    by_name = {f.name: f for f in register.fields}
+    word = 0
+    for name, value in values.items():
+        f = by_name[name]
+        word |= (value & ((1 << f.width) - 1)) << f.lsb
+    return word
+
+
+@dataclass
+class _Queue:
+    """Register state and ring position of one queue."""
+
+    ring_base: int = 0
+    ring_log2: int = _RESET_RING_LOG2
+    cq_base: int = 0
+    head: int = 0
+    tail: int = 0
+    phase: int = 1
+    enable: bool = False
+    halted: bool = False
+    error: int = 0
+    irq_status: int = 0
+    irq_mask: int = 0
+    dma_base: int = 0
+    dma_limit: int = 0
+    # A WAIT may be tried several times; its start event is traced only the first time.
+    head_started: bool = False
+
+    @property
+    def entries(self) -> int:
+        return 1 << self.ring_log2
+
+
+@dataclass
+class _Perf:
+    """One tile's PERF counters, kept as totals since the last clear."""
+
+    cycles_at_clear: int = 0
+    macs_at_clear: int = 0
+    busy_load: int = 0
+    busy_compute: int = 0
+    busy_store: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    macs_hi: int = 0
+
+
+@dataclass
+class _Trace:
+    """One tile's trace buffer: (timestamp, DATA_HI word) events, oldest first."""
+
+    enable: bool = False
+    events: deque[tuple[int, int]] = field(default_factory=deque)
+
+
+class DeviceModel:
+    """The dx1-mini device: registers, device memory, queues and tiles (see the module docstring).
+
+    Parameters
+    ----------
+    config:
+        Generator parameters; the default :class:`SocConfig` when omitted.
+
+    Attributes
+    ----------
+    config:
+        The device's parameters.
+    regmap:
+        ``register_map(config)``: where every register is.
+    mem:
+        Device memory, ``config.mem_bytes`` bytes.
+    tiles:
+        One golden :class:`TileModel` per tile (queue *i* feeds tile *i*).
+    cycles:
+        Notional cycle counter: CYCLES_LO/HI and completion timestamps.
+    """
+
+    def __init__(self, config: SocConfig | None = None):
+        self.config = config or SocConfig()
+        self.regmap: RegisterMap = register_map(self.config)
+        self.mem = bytearray(self.config.mem_bytes)
+        self.tiles = [TileModel(self.config.tile) for _ in range(self.config.tiles)]
+        self._decode: dict[int, tuple[PlacedBlock, PlacedRegister]] = {
+            block.base + reg.offset: (block, reg) for block in self.regmap.blocks for reg in block.registers
+        }
+        glob = self.regmap.block("GLOBAL")
+        cfg = self.config
+        self._identity = {
+            "MAGIC": MAGIC,
+            "HW_VERSION": SPEC_VERSION,
+            "CAPS": _pack_fields(glob.reg("CAPS").register, tiles=cfg.tiles, array=cfg.tile.array,
+                                 semaphores=cfg.semaphores),
+            "SPM_ROWS": cfg.tile.spm_rows,
+            "ACC_ROWS": cfg.tile.acc_rows,
+            "MEM_BYTES": cfg.mem_bytes,
+            "FEATURES": _pack_fields(glob.reg("FEATURES").register, postop=1, copy=1, trace=1),
+        }
+        self._scratch = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        """Return queues, counters, trace buffers and semaphores to their reset state."""
+        self.cycles = 0
+        self._cycles_hi = 0
+        self._sems = [0] * self.config.semaphores
+        self._queues = [_Queue() for _ in range(self.config.tiles)]
+        self._perf = [_Perf(macs_at_clear=tile.macs) for tile in self.tiles]
+        self._trace = [_Trace() for _ in range(self.config.tiles)]
+
+    # -- host ports ------------------------------------------------------------------------------------------
+
+    def _lookup(self, addr: int) -> tuple[PlacedBlock, PlacedRegister]:
+        if addr % 4:
+            raise BusError(addr, "misaligned register access: addresses must be multiples of 4")
+        try:
+            return self._decode[addr]
+        except KeyError:
+            raise BusError(addr, "unmapped register address") from None
+
+    def read32(self, addr: int) -> int:
+        """Read the 32-bit register at byte address ``addr``."""
+        block, reg = self._lookup(addr)
+        if reg.register.access is Access.WO:
+            raise BusError(addr, f"read of write-only register {block.name}.{reg.name}")
+        if reg.name in _HEADER_NAMES:
+            return {"ID": int(block.spec.type), "VERSION": block.spec.version, "NEXT": block.next}[reg.name]
+        kind = block.spec.type
+        if kind is BlockType.GLOBAL:
+            return self._read_global(reg)
+        if kind is BlockType.QUEUE:
+            return self._read_queue(self._queues[block.tile], reg.name)
+        if kind is BlockType.PERF:
+            return self._read_perf(block.tile, reg.name)
+        return self._read_trace(self._trace[block.tile], reg.name)
+
+    def write32(self, addr: int, value: int) -> None:
+        """Write the 32-bit register at byte address ``addr``; may run commands (see the module docstring)."""
+        if not 0 <= value <= _MASK32:
+            raise ValueError(f"register value must fit in 32 bits unsigned, not {value!r}")
+        block, reg = self._lookup(addr)
+        access = reg.register.access
+        if access is Access.RO:
+            raise BusError(addr, f"write to read-only register {block.name}.{reg.name}")
+        value &= reg.register.writable_mask
+        kind = block.spec.type
+        if kind is BlockType.GLOBAL:
+            self._write_global(reg, value)
+        elif kind is BlockType.QUEUE:
+            self._write_queue(addr, self._queues[block.tile], reg.name, value)
+        elif kind is BlockType.PERF:
+            # CONTROL is the only writable PERF register.
+            if value & 1:
+                self._perf[block.tile] = _Perf(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[block.tile].macs)
+        else:
+            # CONTROL is the only writable TRACE register.
+            trace = self._trace[block.tile]
+            trace.enable = bool(value & 1)
+            if value & 2:
+                trace.events.clear()
+
+    def _check_mem(self, addr: int, length: int) -> None:
+        if length < 0:
+            raise ValueError(f"length must be >= 0, not {length!r}")
+        if addr < 0 or addr + length > len(self.mem):
+            raise BusError(addr, f"{length}-byte access outside device memory (0x{len(self.mem):x} bytes)")
+
+    def mem_read(self, addr: int, length: int) -> bytes:
+        """Read ``length`` bytes of device memory at ``addr`` (any alignment)."""
+        self._check_mem(addr, length)
+        return bytes(self.mem[addr:addr + length])
+
+    def mem_write(self, addr: int, data: bytes) -> None:
+        """Write ``data`` to device memory at ``addr`` (any alignment); runs nothing."""
+        self._check_mem(addr, len(data))
+        self.mem[addr:addr + len(data)] = data
+
+    def irq_pending(self) -> bool:
+        """True when any queue has an IRQ_STATUS bit whose IRQ_MASK bit is set."""
+        return any(q.irq_status & q.irq_mask for q in self._queues)
+
+    # -- register blocks -------------------------------------------------------------------------------------
+
+    def _read_global(self, reg: PlacedRegister) -> int:
+        name = reg.register.name
+        if name in self._identity:
+            return self._identity[name]
+        if name == "SEM":
+            return self._sems[reg.index]
+        if name == "CYCLES_LO":
+            self._cycles_hi = (self.cycles >> 32) & _MASK32
+            return self.cycles & _MASK32
+        return self._scratch if name == "SCRATCH" else self._cycles_hi  # CYCLES_HI
+
+    def _write_global(self, reg: PlacedRegister, value: int) -> None:
+        name = reg.register.name
+        if name == "SCRATCH":
+            self._scratch = value
+        elif name == "SEM":
+            self._sems[reg.index] = value
+            self._run()
+        elif value & 1:  # RESET
+            self._reset()
+
+    @staticmethod
+    def _read_queue(q: _Queue, name: str) -> int:
+        return {
+            "RING_BASE": q.ring_base,
+            "RING_LOG2": q.ring_log2,
+            "CQ_BASE": q.cq_base,
+            "HEAD": q.head,
+            "TAIL": q.tail,
+            "CONTROL": int(q.enable),
+            "STATUS": int(q.enable and not q.halted and q.head != q.tail) | int(q.halted) << 1,
+            "ERROR": q.error,
+            "IRQ_STATUS": q.irq_status,
+            "IRQ_MASK": q.irq_mask,
+            "DMA_BASE": q.dma_base,
+            "DMA_LIMIT": q.dma_limit,
+        }[name]
+
+    def _write_queue(self, addr: int, q: _Queue, name: str, value: int) -> None:
+        if name == "RING_BASE":
+            q.ring_base = value & ~(_RING_ALIGN - 1)
+        elif name == "RING_LOG2":
+            q.ring_log2, q.head, q.tail, q.phase, q.head_started = value & 0x1F, 0, 0, 1, False
+        elif name == "CQ_BASE":
+            q.cq_base = value & ~(_CQ_ALIGN - 1)
+        elif name == "DOORBELL":
+            self._doorbell(q, value)
+        elif name == "CONTROL":
+            q.enable = bool(value & 1)
+            if value & 2:
+                q.halted = False
+            self._run()
+        elif name == "IRQ_STATUS":
+            q.irq_status &= ~value
+        elif name == "IRQ_MASK":
+            q.irq_mask = value
+        elif name == "DMA_BASE":
+            q.dma_base = value
+        else:  # DMA_LIMIT
+            q.dma_limit = value
+
+    def _read_perf(self, tile: int, name: str) -> int:
+        p = self._perf[tile]
+        macs = self.tiles[tile].macs - p.macs_at_clear
+        if name == "MACS_LO":
+            p.macs_hi = (macs >> 32) & _MASK32
+            return macs & _MASK32
+        value = {
+            "CYCLES": self.cycles - p.cycles_at_clear,
+            "BUSY_LOAD": p.busy_load,
+            "BUSY_COMPUTE": p.busy_compute,
+            "BUSY_STORE": p.busy_store,
+            "MACS_HI": p.macs_hi,
+            "STALL_DEP": 0,
+            "STALL_MEM": 0,
+            "BYTES_READ": p.bytes_read,
+            "BYTES_WRITTEN": p.bytes_written,
+        }[name]
+        return value & _MASK32
+
+    @staticmethod
+    def _read_trace(trace: _Trace, name: str) -> int:
+        if name == "CONTROL":
+            return int(trace.enable)
+        if name == "COUNT":
+            return len(trace.events)
+        if not trace.events:
+            return 0
+        if name == "DATA_LO":
+            return trace.events[0][0] & _MASK32
+        return trace.events.popleft()[1]  # DATA_HI pops
+
+    # -- queues ----------------------------------------------------------------------------------------------
+
+    def _queue_error(self, q: _Queue, code: ErrorCode, index: int) -> None:
+        q.halted = True
+        q.error = int(code) | (index & 0xFFFF) << 16
+        q.irq_status |= _IRQ_ERROR
+
+    def _doorbell(self, q: _Queue, new_tail: int) -> None:
+        if not 1 <= q.ring_log2 <= _MAX_RING_LOG2:
+            self._queue_error(q, ErrorCode.BAD_FIELD, new_tail)
+            return
+        n = q.entries
+        if new_tail >= n:
+            self._queue_error(q, ErrorCode.DOORBELL_RANGE, new_tail)
+            return
+        if (new_tail - q.head) % n < (q.tail - q.head) % n:
+            self._queue_error(q, ErrorCode.RING_OVERFLOW, new_tail)
+            return
+        q.tail = new_tail
+        self._run()
+
+    def _run(self) -> None:
+        """Run every queue until none can make progress (WAITs released by later SIGNALs included)."""
+        progress = True
+        while progress:
+            progress = False
+            for tile, q in enumerate(self._queues):
+                while self._step(tile, q):
+                    progress = True
+
+    def _step(self, tile: int, q: _Queue) -> bool:
+        """Execute the command at HEAD; False when the queue is idle, disabled, halted or waiting."""
+        if not q.enable or q.halted or q.head == q.tail or not 1 <= q.ring_log2 <= _MAX_RING_LOG2:
+            return False
+        fetch = q.ring_base + COMMAND_BYTES * q.head
+        slot = q.cq_base + COMPLETION_BYTES * q.head
+        if fetch + COMMAND_BYTES > len(self.mem) or slot + COMPLETION_BYTES > len(self.mem):
+            self._queue_error(q, ErrorCode.BUS_ERROR, q.head)
+            return False
+        cmd = bytes(self.mem[fetch:fetch + COMMAND_BYTES])
+        opcode, f = unpack_command(cmd)
+        trace = self._trace[tile]
+        if not q.head_started:
+            q.head_started = True
+            self._trace_event(trace, self.cycles, f["tag"], 0, opcode, end=False)
+        result = self._execute(tile, q, cmd)
+        if result is None:  # a WAIT that cannot proceed yet
+            return False
+        status, cost = result
+        self.cycles += cost
+        self._trace_event(trace, self.cycles, f["tag"], status, opcode, end=True)
+        self.mem[slot:slot + COMPLETION_BYTES] = pack_completion(
+            tag=f["tag"], status=int(status), opcode=opcode, timestamp=self.cycles & 0x7FFF_FFFF, phase=q.phase)
+        q.head = (q.head + 1) % q.entries
+        if q.head == 0:
+            q.phase ^= 1
+        q.head_started = False
+        q.irq_status |= _IRQ_COMPLETION
+        return True
+
+    def _trace_event(self, trace: _Trace, stamp: int, tag: int, status: int, opcode: int, *, end: bool) -> None:
+        if trace.enable and len(trace.events) < self.config.trace_depth:
+            trace.events.append((stamp, tag | int(status) << 16 | (opcode & 0x7F) << 24 | int(end) << 31))
+
+    # -- commands --------------------------------------------------------------------------------------------
+
+    def _execute(self, tile: int, q: _Queue, cmd: bytes) -> tuple[ErrorCode, int] | None:
+        """Check and run one command: (status, cycle cost), or None for a WAIT that must wait."""
+        word = int.from_bytes(cmd, "little")
+        opcode, f = unpack_command(word)
+        if opcode in (int(o) for o in COMPUTE_OPCODES):
+            status = self.tiles[tile].execute(cmd)
+            if status != ErrorCode.OK:
+                return status, 1
+            if opcode == Opcode.GEMM:
+                cost = f["m"] * f["k_chunks"] + 2 * self.config.tile.array
+                self._perf[tile].busy_compute += cost
+                return status, cost
+            return status, f["rows"] if opcode == Opcode.POSTOP else 1
+        if opcode not in (int(o) for o in Opcode):
+            return ErrorCode.BAD_OPCODE, 1
+        if word & COMMANDS[Opcode(opcode)].reserved_mask:
+            return ErrorCode.RESERVED_BITS, 1
+        if opcode in (Opcode.LOAD, Opcode.STORE):
+            return self._move(tile, q, Opcode(opcode), f)
+        if opcode == Opcode.COPY:
+            return self._copy(tile, q, f)
+        if opcode == Opcode.FENCE:
+            # Every earlier command of the queue has completed: execution is synchronous and in order.
+            return ErrorCode.OK, 1
+        if opcode == Opcode.WAIT and f["count"] == 0:
+            return ErrorCode.BAD_DIMENSION, 1
+        if f["sem"] >= self.config.semaphores:
+            return ErrorCode.SEM_RANGE, 1
+        if opcode == Opcode.SIGNAL:
+            self._sems[f["sem"]] = (self._sems[f["sem"]] + f["count"]) & 0xFFFF
+            return ErrorCode.OK, 1
+        if self._sems[f["sem"]] < f["count"]:  # WAIT
+            return None
+        self._sems[f["sem"]] -= f["count"]
+        return ErrorCode.OK, 1
+
+    def _in_window(self, q: _Queue, start: int, end: int) -> bool:
+        """True when bytes [start, end) lie in the queue's DMA window and in device memory."""
+        return q.dma_base <= start and end <= q.dma_limit and end <= len(self.mem)
+
+    def _move(self, tile: int, q: _Queue, opcode: Opcode, f: dict[str, int]) -> tuple[ErrorCode, int]:
+        """LOAD or STORE: checks in CHECK_ORDER, then the 2-D move."""
+        acc = bool(f["flags"] >> COMMANDS[opcode].flag_bit("acc") & 1)
+        rows, cols = f["rows"], f["cols"]
+        if rows == 0 or cols == 0:
+            return ErrorCode.BAD_DIMENSION, 1
+        cfg = self.config.tile
+        depth = cfg.acc_rows if acc else cfg.spm_rows
+        # Strides are unsigned, so the last local row touched is the far corner.
+        last_local = f["local_addr"] + (rows - 1) * f["local_row_stride"] + (cols - 1) * f["local_col_stride"]
+        if last_local >= depth:
+            return (ErrorCode.ACC_RANGE if acc else ErrorCode.SPM_RANGE), 1
+        if f["dram_addr"] % _BUS_BYTES or f["dram_stride"] % _BUS_BYTES:
+            return ErrorCode.MISALIGNED, 1
+        row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
+        outer_bytes = cols * row_bytes
+        # The window is one interval, so the first and the last outer row bound every byte touched.
+        if not self._in_window(q, f["dram_addr"], f["dram_addr"] + (rows - 1) * f["dram_stride"] + outer_bytes):
+            return ErrorCode.DMA_WINDOW, 1
+        local = self.tiles[tile].acc if acc else self.tiles[tile].spm
+        lane = np.dtype("<i4") if acc else np.dtype(np.int8)
+        for r in range(rows):
+            base = f["dram_addr"] + r * f["dram_stride"]
+            for c in range(cols):
+                row = f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]
+                at = base + c * row_bytes
+                if opcode == Opcode.LOAD:
+                    local[row] = np.frombuffer(self.mem, dtype=lane, count=cfg.array, offset=at)
+                else:
+                    self.mem[at:at + row_bytes] = local[row].astype(lane).tobytes()
+        moved = rows * outer_bytes
+        cost = -(-moved // _BUS_BYTES)
+        perf = self._perf[tile]
+        if opcode == Opcode.LOAD:
+            perf.bytes_read = (perf.bytes_read + moved) & _MASK32
+            perf.busy_load += cost
+        else:
+            perf.bytes_written = (perf.bytes_written + moved) & _MASK32
+            perf.busy_store += cost
+        return ErrorCode.OK, cost
+
+    def _copy(self, tile: int, q: _Queue, f: dict[str, int]) -> tuple[ErrorCode, int]:
+        """COPY: checks in CHECK_ORDER, then a memmove inside device memory."""
+        src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
+        if length == 0:
+            return ErrorCode.BAD_DIMENSION, 1
+        if src % _BUS_BYTES or dst % _BUS_BYTES or length % _BUS_BYTES:
+            return ErrorCode.MISALIGNED, 1
+        if not (self._in_window(q, src, src + length) and self._in_window(q, dst, dst + length)):
+            return ErrorCode.DMA_WINDOW, 1
+        self.mem[dst:dst + length] = bytes(self.mem[src:src + length])
+        perf = self._perf[tile]
+        perf.bytes_read = (perf.bytes_read + length) & _MASK32
+        perf.bytes_written = (perf.bytes_written + length) & _MASK32
+        return ErrorCode.OK, length // _BUS_BYTES
