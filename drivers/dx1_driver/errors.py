@@ -1,0 +1,93 @@
+"""Exceptions raised by the dx1 driver.
+
+Every exception derives from :class:`DriverError`, so a caller can catch the
+driver's failures without catching programming errors (``ValueError`` and
+``TypeError`` are kept for bad arguments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .regs import ERROR_DOCS, ErrorCode, Opcode
+
+__all__ = [
+    "DriverError", "TransportError", "DeviceTimeout", "NotADx1Device", "CommandError", "QueueError",
+    "OutOfDeviceMemory", "describe_code",
+]
+
+
+def describe_code(code: int) -> str:
+    """Name and documentation of an :class:`ErrorCode` value, or a note that the value is undefined."""
+    try:
+        known = ErrorCode(code)
+    except ValueError:
+        return f"unknown error code 0x{code:02x}"
+    return f"{known.name} (0x{known.value:02x}): {ERROR_DOCS[known]}"
+
+
+def _describe_opcode(opcode: int) -> str:
+    try:
+        return Opcode(opcode).name
+    except ValueError:
+        return f"opcode 0x{opcode:02x}"
+
+
+class DriverError(Exception):
+    """Base class of every error the driver raises about the device or the link."""
+
+
+class TransportError(DriverError):
+    """The link to the device failed, or the device answered a register or memory access with an error."""
+
+
+class DeviceTimeout(DriverError):
+    """The device did not answer within the allowed time."""
+
+
+class NotADx1Device(DriverError):
+    """The register space does not identify a DX-1 this driver supports (wrong magic or spec version)."""
+
+
+class OutOfDeviceMemory(DriverError):
+    """The device-memory allocator has no free block large enough."""
+
+
+class CommandError(DriverError):
+    """A command completed with an error status.
+
+    Parameters
+    ----------
+    tag, opcode, code:
+        The completion's tag, opcode and status (an :class:`ErrorCode` value).
+    completions:
+        Every completion collected by the call that raised, errors and successes,
+        so that a caller catching the error loses none of them.
+    """
+
+    def __init__(self, tag: int, opcode: int, code: int, *, completions: Sequence[Any] = ()):
+        self.tag = tag
+        self.opcode = opcode
+        self.code = code
+        self.completions = list(completions)
+        super().__init__(f"command tag {tag} ({_describe_opcode(opcode)}) failed with {describe_code(code)}")
+
+
+class QueueError(DriverError):
+    """A queue halted on a ring error (``QUEUE.ERROR``); ``Queue.resume`` restarts it.
+
+    Parameters
+    ----------
+    code:
+        The :class:`ErrorCode` value from ``QUEUE.ERROR.code``.
+    index:
+        The ring index from ``QUEUE.ERROR.index``.
+    """
+
+    def __init__(self, code: int, index: int, *, tile: int | None = None):
+        self.code = code
+        self.index = index
+        self.tile = tile
+        where = "queue" if tile is None else f"queue {tile}"
+        super().__init__(f"{where} halted at ring index {index} with {describe_code(code)}")

@@ -1,0 +1,223 @@
+"""Transports: how the driver reaches a device's register space and memory.
+
+A transport offers two address spaces, in the style of cocotbext-axi's
+``AddressSpace``: the 32-bit register space and the device memory's host
+port.  Subclasses implement the raw accesses (``_read32``, ``_write32``,
+``_read_block``, ``_write_block`` and optionally ``_wait_irq``); the base class
+checks every address before a subclass sees it, so backends never need to.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+from .errors import TransportError
+
+__all__ = ["Transport", "ModelTransport", "open_transport", "DEVICE_SPECS"]
+
+#: The device strings :func:`open_transport` understands, for messages and ``--help`` texts.
+DEVICE_SPECS = ("model", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
+
+
+class Transport:
+    """Base class of every transport.
+
+    Parameters
+    ----------
+    reg_bytes:
+        Size of the register space in bytes; register addresses are ``0 .. reg_bytes - 4``.
+    mem_bytes:
+        Size of device memory in bytes.
+
+    Notes
+    -----
+    Contract of the public methods: register accesses are 32 bits wide and
+    4-byte aligned, values are unsigned 32-bit integers; memory accesses may
+    have any address and length inside device memory.  A violated range
+    raises ``ValueError`` before anything reaches the device; a device-side
+    failure raises :class:`TransportError`; any use after :meth:`close` raises
+    :class:`TransportError`.
+    """
+
+    def __init__(self, reg_bytes: int, mem_bytes: int):
+        if reg_bytes <= 0 or reg_bytes % 4:
+            raise ValueError(f"register space size must be a positive multiple of 4, not {reg_bytes!r}")
+        if mem_bytes <= 0:
+            raise ValueError(f"device memory size must be positive, not {mem_bytes!r}")
+        self.reg_bytes = reg_bytes
+        self.mem_bytes = mem_bytes
+        self.closed = False
+
+    # -- what subclasses implement -------------------------------------------------------------
+
+    def _read32(self, addr: int) -> int:
+        raise NotImplementedError
+
+    def _write32(self, addr: int, value: int) -> None:
+        raise NotImplementedError
+
+    def _read_block(self, addr: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _write_block(self, addr: int, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _wait_irq(self, timeout: float) -> bool:
+        """Wait for the interrupt line; without one, sleep ``timeout`` and report none (the caller polls)."""
+        time.sleep(timeout)
+        return False
+
+    def _close(self) -> None:
+        """Release the backend's resources; called once by :meth:`close`."""
+
+    # -- checked public interface ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise TransportError(f"{type(self).__name__} is closed")
+
+    def _check_reg(self, addr: int) -> None:
+        self._check_open()
+        if addr % 4:
+            raise ValueError(f"register address 0x{addr:x} is not 4-byte aligned")
+        if not 0 <= addr <= self.reg_bytes - 4:
+            raise ValueError(f"register address 0x{addr:x} is outside the register space "
+                             f"0x0..0x{self.reg_bytes - 1:x}")
+
+    def _check_mem(self, addr: int, n: int) -> None:
+        self._check_open()
+        if n < 0:
+            raise ValueError(f"memory access length must not be negative, not {n}")
+        if addr < 0 or addr + n > self.mem_bytes:
+            raise ValueError(f"memory range 0x{addr:x}+{n} bytes is outside device memory "
+                             f"0x0..0x{self.mem_bytes - 1:x}")
+
+    def read32(self, addr: int) -> int:
+        """Read the register at byte address ``addr``."""
+        self._check_reg(addr)
+        return self._read32(addr) & 0xFFFF_FFFF
+
+    def write32(self, addr: int, value: int) -> None:
+        """Write ``value`` (0 .. 2**32 - 1) to the register at byte address ``addr``."""
+        self._check_reg(addr)
+        if not 0 <= value <= 0xFFFF_FFFF:
+            raise ValueError(f"register value must fit in 32 bits unsigned, not {value!r}")
+        self._write32(addr, value)
+
+    def read_u32s(self, addr: int, count: int) -> list[int]:
+        """Read ``count`` consecutive registers starting at ``addr``."""
+        if count < 0:
+            raise ValueError(f"register count must not be negative, not {count}")
+        if count:
+            self._check_reg(addr)
+            self._check_reg(addr + 4 * (count - 1))
+        return [self._read32(addr + 4 * i) & 0xFFFF_FFFF for i in range(count)]
+
+    def read_block(self, addr: int, n: int) -> bytes:
+        """Read ``n`` bytes of device memory from ``addr``."""
+        self._check_mem(addr, n)
+        return bytes(self._read_block(addr, n)) if n else b""
+
+    def write_block(self, addr: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` to device memory at ``addr``."""
+        data = bytes(data)
+        self._check_mem(addr, len(data))
+        if data:
+            self._write_block(addr, data)
+
+    def wait_irq(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for an interrupt; ``False`` means none seen (poll the device)."""
+        self._check_open()
+        if timeout < 0:
+            raise ValueError(f"timeout must not be negative, not {timeout}")
+        return self._wait_irq(timeout)
+
+    def close(self) -> None:
+        """Close the transport; closing twice is harmless."""
+        if not self.closed:
+            self.closed = True
+            self._close()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ModelTransport(Transport):
+    """A transport to the golden model of the whole device, in this process.
+
+    Parameters
+    ----------
+    config:
+        A ``dx1_bringup.spec.SocConfig``; ``None`` for the default device.
+
+    Notes
+    -----
+    The model's package is imported here, lazily, so that the driver itself
+    installs and runs without the bring-up framework.
+    """
+
+    def __init__(self, config: Any = None):
+        from dx1_bringup.model.device import BusError, DeviceModel
+
+        self._bus_error = BusError
+        self.model = DeviceModel(config)
+        super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
+
+    def _call(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except self._bus_error as e:
+            raise TransportError(f"model bus error on {what}: {e}") from e
+
+    def _read32(self, addr: int) -> int:
+        return self._call(f"register read at 0x{addr:x}", self.model.read32, addr)
+
+    def _write32(self, addr: int, value: int) -> None:
+        self._call(f"register write at 0x{addr:x}", self.model.write32, addr, value)
+
+    def _read_block(self, addr: int, n: int) -> bytes:
+        return self._call(f"memory read at 0x{addr:x}", self.model.mem_read, addr, n)
+
+    def _write_block(self, addr: int, data: bytes) -> None:
+        self._call(f"memory write at 0x{addr:x}", self.model.mem_write, addr, data)
+
+    def _wait_irq(self, timeout: float) -> bool:
+        # The model runs commands synchronously inside the doorbell write, so
+        # nothing can change while we wait: answer at once when the line is up.
+        if self.model.irq_pending():
+            return True
+        time.sleep(timeout)
+        return self.model.irq_pending()
+
+
+def open_transport(spec: str) -> Transport:
+    """Open the transport named by a device string.
+
+    Parameters
+    ----------
+    spec:
+        ``"model"`` (the in-process golden model); ``"sim"``, ``"sim://HOST:PORT"``,
+        ``"serial:URL"`` and ``"pcie:BDF"`` are reserved for backends that do not exist yet.
+
+    Raises
+    ------
+    ValueError
+        For an unknown device string or a backend that is not available.
+    """
+    if spec == "model":
+        return ModelTransport()
+    if spec == "sim" or spec.startswith("sim://"):
+        backend = "sim"
+    elif spec.startswith("serial:"):
+        backend = "serial"
+    elif spec.startswith("pcie:"):
+        backend = "pcie"
+    else:
+        raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICE_SPECS)}")
+    raise ValueError(f"device {spec!r}: the {backend} transport is not available yet; use 'model'")

@@ -1,0 +1,404 @@
+"""Tests of the dx1_driver package: allocator, transports, discovery and queues on the device model."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from dx1_driver import (
+    Allocator,
+    CommandError,
+    Device,
+    DeviceTimeout,
+    DriverError,
+    ModelTransport,
+    NotADx1Device,
+    OutOfDeviceMemory,
+    QueueError,
+    Transport,
+    TransportError,
+    open_transport,
+    regs,
+)
+
+from dx1_bringup.spec import SocConfig
+
+# -- allocator ------------------------------------------------------------------------------------
+
+
+def test_allocator_random_against_reference():
+    rng = random.Random(1)
+    a = Allocator(0x1000, 1 << 16, alignment=16)
+    live: dict[int, int] = {}  # address -> requested size
+    for _ in range(3000):
+        if live and rng.random() < 0.45:
+            addr = rng.choice(sorted(live))
+            a.free(addr)
+            del live[addr]
+        else:
+            n, align = rng.randint(1, 3000), rng.choice([None, 16, 64, 256])
+            try:
+                addr = a.alloc(n, align)
+            except OutOfDeviceMemory:
+                continue
+            assert addr % (align or 16) == 0
+            assert 0x1000 <= addr and addr + n <= 0x1000 + (1 << 16)
+            for other, size in live.items():
+                assert addr + n <= other or other + size <= addr, "overlapping allocations"
+            live[addr] = n
+        assert a.used == sum(-(-n // 16) * 16 for n in live.values())
+    for addr in list(live):
+        a.free(addr)
+    assert a.used == 0 and a.largest_free == 1 << 16
+
+
+def test_allocator_coalesces_neighbours_in_any_order():
+    a = Allocator(0, 4096)
+    blocks = [a.alloc(1024) for _ in range(4)]
+    assert blocks == [0, 1024, 2048, 3072] and a.largest_free == 0
+    a.free(blocks[0])
+    a.free(blocks[2])
+    assert a.largest_free == 1024
+    a.free(blocks[1])  # merges with both neighbours
+    assert a.largest_free == 3072
+    assert a.alloc(3000) == 0
+    a.free(0)
+    a.free(blocks[3])
+    assert a.largest_free == 4096 and a.alloc(4096) == 0
+
+
+def test_allocator_alignment_and_padding_reuse():
+    a = Allocator(0, 1 << 16, alignment=64)
+    assert a.alloc(1) == 0
+    big = a.alloc(100, align=4096)
+    assert big == 4096
+    assert a.alloc(64) == 64  # the padding in front of the aligned block stays free
+    assert a.used == 64 + 128 + 64
+
+
+def test_allocator_errors():
+    a = Allocator(0x100, 0x400)
+    with pytest.raises(ValueError, match=r"^allocation size must be positive, not 0$"):
+        a.alloc(0)
+    with pytest.raises(ValueError, match=r"^alignment must be a power of two, not 48$"):
+        a.alloc(8, align=48)
+    addr = a.alloc(128)
+    with pytest.raises(ValueError, match=r"^cannot free 0x140: it is inside the block allocated at 0x100$"):
+        a.free(addr + 0x40)
+    with pytest.raises(ValueError, match=r"^cannot free 0x0: outside the allocator's range 0x100..0x4ff$"):
+        a.free(0)
+    a.free(addr)
+    with pytest.raises(ValueError, match=r"^cannot free 0x100: not allocated \(double free\?\)$"):
+        a.free(addr)
+    a.alloc(0x300)
+    with pytest.raises(OutOfDeviceMemory, match=r"^cannot allocate 512 bytes aligned to 64: 256 bytes free, "
+                                                 r"largest free block 256 bytes$"):
+        a.alloc(512)
+
+
+# -- transports -----------------------------------------------------------------------------------
+
+
+class FakeTransport(Transport):
+    """Registers in a dict and memory in a bytearray, for base-class checks and malformed devices."""
+
+    def __init__(self, registers: dict[int, int] | None = None, reg_bytes: int = 0x400, mem_bytes: int = 4096):
+        super().__init__(reg_bytes, mem_bytes)
+        self.registers = dict(registers or {})
+        self.mem = bytearray(mem_bytes)
+
+    def _read32(self, addr):
+        return self.registers.get(addr, 0)
+
+    def _write32(self, addr, value):
+        self.registers[addr] = value
+
+    def _read_block(self, addr, n):
+        return self.mem[addr:addr + n]
+
+    def _write_block(self, addr, data):
+        self.mem[addr:addr + len(data)] = data
+
+
+def test_transport_range_checks():
+    t = FakeTransport()
+    t.write32(0x3FC, 0xFFFF_FFFF)
+    assert t.read32(0x3FC) == 0xFFFF_FFFF
+    with pytest.raises(ValueError, match=r"^register address 0x6 is not 4-byte aligned$"):
+        t.read32(6)
+    with pytest.raises(ValueError, match=r"^register address 0x400 is outside the register space 0x0..0x3ff$"):
+        t.write32(0x400, 0)
+    with pytest.raises(ValueError, match=r"^register value must fit in 32 bits unsigned, not 4294967296$"):
+        t.write32(0, 1 << 32)
+    with pytest.raises(ValueError, match=r"^register address 0x400 is outside the register space"):
+        t.read_u32s(0x3F8, 3)
+    with pytest.raises(ValueError, match=r"^memory range 0xfff\+2 bytes is outside device memory 0x0..0xfff$"):
+        t.write_block(0xFFF, b"ab")
+    with pytest.raises(ValueError, match=r"^memory access length must not be negative, not -1$"):
+        t.read_block(0, -1)
+    t.write_block(0xFFE, b"ab")
+    assert t.read_block(0xFFE, 2) == b"ab" and t.read_block(0, 0) == b""
+    assert t.wait_irq(0) is False
+
+
+def test_transport_context_manager_closes():
+    with FakeTransport() as t:
+        t.read32(0)
+    assert t.closed
+    with pytest.raises(TransportError, match=r"^FakeTransport is closed$"):
+        t.read32(0)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("sim", "device 'sim': the sim transport is not available yet; use 'model'"),
+    ("sim://localhost:4000", "device 'sim://localhost:4000': the sim transport is not available yet; use 'model'"),
+    ("serial:/dev/ttyUSB0", "device 'serial:/dev/ttyUSB0': the serial transport is not available yet; use 'model'"),
+    ("pcie:0000:01:00.0", "device 'pcie:0000:01:00.0': the pcie transport is not available yet; use 'model'"),
+    ("xyz", "unknown device 'xyz'; expected one of model, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
+])
+def test_open_transport_errors(spec, message):
+    with pytest.raises(ValueError) as info:
+        open_transport(spec)
+    assert str(info.value) == message
+
+
+def test_model_transport_bus_error_becomes_transport_error():
+    with open_transport("model") as t:
+        assert isinstance(t, ModelTransport)
+        with pytest.raises(TransportError, match=r"^model bus error on register write at 0x0"):
+            t.write32(0, 1)  # GLOBAL ID is read only
+
+
+# -- discovery ------------------------------------------------------------------------------------
+
+
+def _fake_device(**overrides: int) -> FakeTransport:
+    """A register space with only a GLOBAL block, for identification failures."""
+    g = regs.Global
+    values = {g.ID: regs.BlockType.GLOBAL, g.VERSION: 0x10000, g.NEXT: 0, g.MAGIC: regs.MAGIC,
+              g.HW_VERSION: regs.SPEC_VERSION, g.CAPS: 0, g.MEM_BYTES: 4096}
+    values.update({getattr(g, k): v for k, v in overrides.items()})
+    return FakeTransport(values)
+
+
+def test_discovery_on_model():
+    with Device.open("model") as d:
+        kinds = [b.type.name for b in d.blocks]
+        assert kinds == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+        assert [b.base for b in d.blocks] == list(regs.BLOCK_BASES.values())
+        c = d.caps
+        assert (c.tiles, c.array, c.semaphores, c.spm_rows, c.acc_rows, c.mem_bytes) == (
+            2, 8, 16, 4096, 1024, 1 << 20)
+        assert c.hw_version == regs.SPEC_VERSION
+
+
+def test_capabilities_follow_config():
+    config = SocConfig(tiles=3, mem_bytes=1 << 16)
+    with Device(ModelTransport(config)) as d:
+        assert (d.caps.tiles, d.caps.mem_bytes) == (3, 1 << 16)
+        assert len(d.queue_bases) == 3
+
+
+def test_wrong_magic_and_version():
+    with pytest.raises(NotADx1Device, match=r'^GLOBAL MAGIC reads 0x12345678, expected 0x44583131 \("DX11"\)$'):
+        Device(_fake_device(MAGIC=0x12345678))
+    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.0"):
+        Device(_fake_device(HW_VERSION=0x20000))
+    with pytest.raises(NotADx1Device, match=r"^block 0 ID reads 0x00000000, expected GLOBAL 0x44580001$"):
+        Device(FakeTransport())
+
+
+def test_block_chain_loop_and_escape():
+    t = _fake_device(NEXT=0x100)
+    t.registers.update({0x100: regs.BlockType.QUEUE, 0x108: 0x100})
+    with pytest.raises(DriverError, match=r"^register block chain loops: block at 0x100 points back to 0x100$"):
+        Device(t)
+    t = _fake_device(NEXT=0x1000)
+    with pytest.raises(DriverError, match=r"^register block chain is broken: block at 0x0 has NEXT 0x1000"):
+        Device(t)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dev():
+    with Device.open("model") as d:
+        yield d
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 8, 9, 4095])
+@pytest.mark.parametrize("addr", [0, 1, 5, 0x3333])
+def test_memory_round_trip(dev, size, addr):
+    data = bytes(random.Random(size * 7 + addr).randrange(256) for _ in range(size))
+    dev.write_mem(addr, data)
+    assert dev.read_mem(addr, size) == data
+    assert dev.read_mem(addr + size, 1) == b"\0"  # nothing written past the end
+
+
+def test_memory_arrays(dev):
+    a = np.arange(-50, 50, dtype=np.int32).reshape(10, 10)
+    dev.write_mem(0x101, a.T)  # non-contiguous and odd address
+    assert np.array_equal(dev.read_array(0x101, (10, 10), np.int32), a.T)
+    assert dev.read_mem(0x101, 4) == (-50).to_bytes(4, "little", signed=True)
+
+
+# -- queues ---------------------------------------------------------------------------------------
+
+
+def _requant(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    x = np.clip(x.astype(np.int64), -(1 << 31), (1 << 31) - 1)
+    x = np.maximum(x, 0)
+    p = x * mult
+    p = (p + (1 << (shift - 1)) - (p < 0)) >> shift
+    return np.clip(p, -128, 127).astype(np.int8)
+
+
+def _move(op, *, tag, dram_addr, local_addr, rows, row_bytes, acc=False):
+    """A LOAD or STORE of ``rows`` consecutive local rows from or to contiguous device memory."""
+    return op(tag=tag, dram_addr=dram_addr, dram_stride=row_bytes, local_addr=local_addr, rows=rows, cols=1,
+              local_row_stride=1, local_col_stride=0, acc=acc)
+
+
+def test_gemm_postop_end_to_end(dev):
+    n, m, kc = dev.caps.array, 16, 3
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (m, kc * n), dtype=np.int8)
+    b = rng.integers(-128, 128, (kc * n, n), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, n, dtype=np.int32)
+    mult, shift = 77, 12
+    # Chunk k of A is rows a_addr + k*m .. + m - 1 of the scratchpad.
+    a_rows = a.reshape(m, kc, n).transpose(1, 0, 2)
+    a_dev, b_dev, bias_dev = dev.alloc(a.size), dev.alloc(b.size), dev.alloc(4 * n)
+    out_dev, acc_dev = dev.alloc(m * n), dev.alloc(4 * m * n)
+    dev.write_mem(a_dev, a_rows)
+    dev.write_mem(b_dev, b)
+    dev.write_mem(bias_dev, bias)
+    a_spm, b_spm, y_spm, bias_acc = 0, 1024, 2048, 512
+    q = dev.queue(0)
+    tags = q.submit([
+        _move(regs.load, tag=1, dram_addr=a_dev, local_addr=a_spm, rows=kc * m, row_bytes=n),
+        _move(regs.load, tag=2, dram_addr=b_dev, local_addr=b_spm, rows=kc * n, row_bytes=n),
+        _move(regs.load, tag=3, dram_addr=bias_dev, local_addr=bias_acc, rows=1, row_bytes=4 * n, acc=True),
+        regs.gemm(tag=4, a_addr=a_spm, b_addr=b_spm, c_addr=0, m=m, k_chunks=kc),
+        regs.postop(tag=5, src_addr=0, dst_addr=y_spm, rows=m, bias_addr=bias_acc, mult=mult, shift=shift,
+                    relu=True, bias=True),
+        _move(regs.store, tag=6, dram_addr=out_dev, local_addr=y_spm, rows=m, row_bytes=n),
+        _move(regs.store, tag=7, dram_addr=acc_dev, local_addr=0, rows=m, row_bytes=4 * n, acc=True),
+    ])
+    done = q.wait(tags)
+    assert [c.tag for c in done] == [1, 2, 3, 4, 5, 6, 7] and all(c.ok for c in done)
+    c_ref = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(dev.read_array(acc_dev, (m, n), np.int32), c_ref)
+    assert np.array_equal(dev.read_array(out_dev, (m, n), np.int8), _requant(c_ref + bias, mult, shift))
+
+
+def test_error_completion_then_next_command_works(dev):
+    q = dev.queue(1)
+    q.submit([regs.nop(tag=10), regs.gemm(tag=11, a_addr=0, b_addr=0, c_addr=0, m=0, k_chunks=1),
+              regs.nop(tag=12)])
+    with pytest.raises(CommandError, match=r"^command tag 11 \(GEMM\) failed with BAD_DIMENSION \(0x03\): "
+                                           r"A count \(rows, chunks, bytes\) is zero\.$") as info:
+        q.wait(3)
+    assert info.value.code == regs.ErrorCode.BAD_DIMENSION
+    assert [(c.tag, c.status) for c in info.value.completions] == [(10, 0), (11, 3), (12, 0)]
+    assert q.outstanding == 0
+    q.submit([regs.nop(tag=13)])
+    assert [c.tag for c in q.wait(1)] == [13]
+    q.submit([regs.postop(tag=14, src_addr=0, dst_addr=0, rows=1, bias_addr=0, mult=1, shift=48)])
+    (c,) = q.wait(check=False)
+    assert c.status == regs.ErrorCode.BAD_FIELD
+
+
+def test_ring_wrap_many_times(dev):
+    q = dev.queue(0, ring_log2=2)
+    assert q.entries == 4
+    expected = []
+    for round_ in range(5):
+        tags = [(round_ * 100 + i) & 0xFFFF for i in range(11)]  # more than the ring holds
+        assert q.submit([regs.nop(tag=t) for t in tags]) == tags
+        expected += tags
+        if round_ % 2:
+            assert [c.tag for c in q.wait()] == expected
+            expected = []
+    assert [c.tag for c in q.wait()] == expected
+    assert q.outstanding == 0
+
+
+def test_full_ring_keeps_completions_for_wait(dev):
+    q = dev.queue(0, ring_log2=1)  # one usable slot: every submit after the first collects
+    bad = regs.gemm(tag=2, a_addr=0, b_addr=0, c_addr=0, m=1, k_chunks=0)
+    q.submit([regs.nop(tag=1), bad, regs.nop(tag=3)])
+    with pytest.raises(CommandError) as info:
+        q.wait(3)
+    assert [c.tag for c in info.value.completions] == [1, 2, 3]
+
+
+def test_wait_by_tags_leaves_others(dev):
+    q = dev.queue(0)
+    q.submit([regs.nop(tag=t) for t in (1, 2, 3, 2)])
+    assert [(c.tag, c.index) for c in q.wait([2, 3])] == [(2, 1), (3, 2)]
+    assert [(c.tag, c.index) for c in q.wait([2])] == [(2, 3)]
+    assert [c.tag for c in q.wait()] == [1]
+    with pytest.raises(ValueError, match=r"^tag 9 is not outstanding on queue 0"):
+        q.wait([9])
+    with pytest.raises(ValueError, match=r"^cannot wait for 1 completions: 0 outstanding$"):
+        q.wait(1)
+
+
+def test_both_tiles(dev):
+    q0, q1 = dev.queue(0), dev.queue(1)
+    assert dev.queue(0) is q0 and q0.ring != q1.ring
+    dev.write_mem(0x8000, bytes(range(64)))
+    for t, q in enumerate((q0, q1)):
+        q.submit([regs.copy(tag=t, src_addr=0x8000, dst_addr=0x9000 + 0x100 * t, length=64)])
+    assert q1.wait()[0].tag == 1 and q0.wait()[0].tag == 0
+    assert dev.read_mem(0x9000, 64) == dev.read_mem(0x9100, 64) == bytes(range(64))
+
+
+def test_timeout_then_enable(dev):
+    q = dev.queue(0)
+    control = q.base + regs.Queue.CONTROL
+    dev.transport.write32(control, 0)  # a disabled queue fetches nothing
+    q.submit([regs.nop(tag=5)])
+    with pytest.raises(DeviceTimeout, match=r"^queue 0: no completion for ring index 0 \(tag 5, opcode 0x00\) "
+                                            r"within 0.05 s; HEAD=0, TAIL=1"):
+        q.wait(1, timeout=0.05)
+    assert q.outstanding == 1  # nothing was lost
+    dev.transport.write32(control, 1)
+    assert [c.tag for c in q.wait(1)] == [5]
+
+
+def test_queue_error_and_resume(dev):
+    q = dev.queue(0, ring_log2=2)
+    dev.transport.write32(q.base + regs.Queue.DOORBELL, 7)  # past the ring
+    q.submit([regs.nop(tag=1)])
+    with pytest.raises(QueueError, match=r"^queue 0 halted at ring index 7 with DOORBELL_RANGE") as info:
+        q.wait(1, timeout=0.05)
+    assert (info.value.code, info.value.index) == (regs.ErrorCode.DOORBELL_RANGE, 7)
+    q.resume()
+    assert [c.tag for c in q.wait(1)] == [1]
+
+
+def test_mismatched_completion_is_detected(dev):
+    q = dev.queue(0)
+    dev.transport.write32(q.base + regs.Queue.CONTROL, 0)
+    # A completion the device never wrote for this command: right phase, wrong tag.
+    dev.write_mem(q.cq, (1 << 63 | 99).to_bytes(8, "little"))
+    q.submit([regs.nop(tag=1)])
+    with pytest.raises(DriverError, match=r"^queue 0: completion at ring index 0 has tag 99 opcode 0x00, but the "
+                                          r"command there has tag 1 opcode 0x00"):
+        q.wait(1)
+
+
+def test_reset_releases_queues(dev):
+    q = dev.queue(0)
+    used = dev.allocator.used
+    dev.reset()
+    assert dev.allocator.used < used
+    with pytest.raises(DriverError, match=r"^queue 0 was reset; get a new one from Device.queue$"):
+        q.submit([regs.nop(tag=1)])
+    q = dev.queue(0)
+    q.submit([regs.nop(tag=2)])
+    assert q.wait()[0].tag == 2
