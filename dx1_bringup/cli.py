@@ -9,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["main"]
 
 
@@ -30,6 +32,25 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"{config.tile.acc_row_bytes} B, device memory {config.mem_bytes // 1024} KiB")
     for block in regs.blocks:
         print(f"  {block.base:#06x} {block.name:<8} {len(block.registers):3} registers  next {block.next:#06x}")
+    if args.device is None:
+        return 0
+    from dx1_driver import Device, DriverError
+
+    try:
+        device = Device.open(args.device)
+    except (ValueError, DriverError) as exc:
+        print(f"dx1 info: {exc}", file=sys.stderr)
+        return 2
+    with device:
+        caps = device.caps
+        features = [name for name in ("postop", "copy", "trace") if getattr(caps, name)]
+        print(f"device {args.device}: hw {caps.hw_version >> 16}.{caps.hw_version & 0xFFFF}, tiles {caps.tiles}, "
+              f"array {caps.array}x{caps.array}, scratchpad {caps.spm_rows} rows, accumulators {caps.acc_rows} rows, "
+              f"device memory {caps.mem_bytes // 1024} KiB, {caps.semaphores} semaphores, "
+              f"features {' '.join(features) or 'none'}")
+        for block in device.blocks:
+            kind = block.type.name if block.type is not None else f"unknown 0x{block.id:08x}"
+            print(f"  {block.base:#06x} {kind:<8} version {block.version >> 16}.{block.version & 0xFFFF}")
     return 0
 
 
@@ -84,10 +105,78 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(acc: np.ndarray) -> tuple[int, int]:
+    """(mult, shift) scaling ``acc`` to a spread of about +-40: the int8 range is used but rarely saturated."""
+    spread = max(float(np.abs(acc).std()), 1.0)
+    scale = 40.0 / spread
+    # The largest shift whose multiplier still fits 16 bits keeps the most precision.
+    shift = 47
+    while shift and round(scale * (1 << shift)) >= 1 << 16:
+        shift -= 1
+    return max(1, min(round(scale * (1 << shift)), (1 << 16) - 1)), shift
+
+
+def cmd_gemm(args: argparse.Namespace) -> int:
+    from dx1_driver import Device, DriverError
+
+    from .runtime import gemm
+
+    m, k, n = args.m, args.k, args.n
+    rng = np.random.default_rng(args.seed)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    # Products of uniform int8 have a standard deviation near 5500; a bias of the same order as the sums shifts
+    # the output visibly without swamping it.
+    bias_span = int(5500 * np.sqrt(k))
+    bias = rng.integers(-bias_span, bias_span + 1, n).astype(np.int32)
+    post = None
+    if not args.no_post:
+        mult, shift = _calibrate(gemm.reference_gemm(a, b, bias))
+        post = {"mult": mult, "shift": shift, "relu": 1}
+    what = "int32 (bias, no post-op)" if post is None else \
+        f"int8 (bias, ReLU, requantise x{post['mult']} >> {post['shift']})"
+    print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
+    try:
+        device = Device.open(args.device)
+    except (ValueError, DriverError) as exc:
+        print(f"dx1 gemm: {exc}", file=sys.stderr)
+        return 2
+    with device:
+        try:
+            result, stats = gemm.run_gemm(device, a, b, bias, post, tiles=args.tiles)
+        except ValueError as exc:
+            print(f"dx1 gemm: {exc}", file=sys.stderr)
+            return 2
+        except DriverError as exc:
+            print(f"dx1 gemm: FAILED: {exc}", file=sys.stderr)
+            return 1
+        arr = device.caps.array
+    expected = gemm.reference_gemm(a, b, bias, post)
+    commands = ", ".join(f"tile {t}: {c}" for t, c in stats.commands.items())
+    print(f"  shape        M={m} K={k} N={n}: {m * k * n} useful MACs, {stats.macs} issued (padding to {arr})")
+    print(f"  commands     {sum(stats.commands.values())} ({commands})")
+    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t, 'CYCLES')}" for t in stats.tiles))
+    print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tiles)} x {arr}x{arr} MAC/cycle "
+          f"(MACs / (cycles x {arr}^2 x tiles); per tile "
+          + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")
+    print(f"  traffic      {stats.dma_bytes} bytes of DMA, {stats.host_bytes_written} written and "
+          f"{stats.host_bytes_read} read by the host")
+    mismatch = np.argwhere(result != expected)
+    if len(mismatch):
+        i, j = (int(x) for x in mismatch[0])
+        print(f"dx1 gemm: FAILED: {len(mismatch)} of {result.size} elements differ; first at C[{i}, {j}]: "
+              f"device {int(result[i, j])}, reference {int(expected[i, j])}", file=sys.stderr)
+        return 1
+    print("dx1 gemm: PASS, device == reference_gemm bit for bit")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dx1", description="dx1-mini bring-up and co-simulation")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="print the spec's configuration and register blocks")
+    info.add_argument("--device", default=None,
+                      help="also open this device and print what discovery finds (model, ...)")
     info.set_defaults(func=cmd_info)
     demo = sub.add_parser("demo", help="run a random quantised linear layer on the tile RTL and verify it")
     demo.add_argument("-m", type=_positive, default=128, help="rows of A (default 128)")
@@ -95,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-n", type=_positive, default=48, help="output columns (default 48)")
     demo.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
     demo.set_defaults(func=cmd_demo)
+    gemm = sub.add_parser("gemm", help="run a random int8 GEMM through the driver and verify it bit for bit")
+    gemm.add_argument("m", type=_positive, help="rows of A")
+    gemm.add_argument("k", type=_positive, help="reduction length")
+    gemm.add_argument("n", type=_positive, help="columns of B")
+    gemm.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
+    gemm.add_argument("--device", default="model", help="device string (default model)")
+    gemm.add_argument("--no-post", action="store_true",
+                      help="keep the int32 accumulators (plus bias) instead of requantising to int8")
+    gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
+    gemm.set_defaults(func=cmd_gemm)
     return parser
 
 

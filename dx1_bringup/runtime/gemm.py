@@ -1,0 +1,656 @@
+"""Tiling compiler and runner for int8 GEMM of any shape, through the user-space driver.
+
+``C = A @ B`` for int8 ``A`` (M, K) and ``B`` (K, N), either requantised to int8
+by the post-op (with an optional int32 bias per output column) or kept as the
+int32 accumulator (bias then added, wrapping, by preloading it into the
+accumulators).
+
+Device-memory layout (written by the host, zero-padded)
+--------------------------------------------------------
+``Kp`` and ``Np`` round K and N up to a multiple of the array size ``n`` and of
+the 8-byte bus width, so that every row start and block offset is aligned:
+
+* A: (M, Kp) int8, row-major; B: (Kp, Np) int8, row-major;
+* bias: (Np,) int32; C: (M, Np), int8 with the post-op, else int32.
+
+Local layout
+------------
+The output is cut into blocks of ``mt`` rows x ``nct`` array-wide chunks, and
+the reduction into steps of ``kct`` chunks (one step when the whole reduction
+fits).  The scratchpad and the accumulator buffer are each split into two
+halves; steps alternate between the scratchpad halves and output blocks
+between the accumulator halves, so that the next step's LOADs touch no row
+the current step's GEMMs, POSTOPs and STORE use and the hardware overlaps them.
+Inside a half, relative to its first row:
+
+* scratchpad: A at 0, chunk k row i at ``k*mt + i`` (GEMM's activation layout);
+  B at ``kct*mt``, output chunk j at ``j*kct*n`` (``kct*n`` weight rows each);
+  the int8 output at ``kct*mt + kct*n*nct``, chunk j row i at ``j*mt + i``;
+* accumulator buffer: C chunk j row i at ``j*mt + i``; then one bias row per
+  output chunk (post-op only).
+
+Each tile's stream is software-pipelined: the LOADs of step s+1 come right
+after the GEMMs of step s and before its POSTOPs and STORE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from dx1_driver import Capabilities, Device, DriverError, regs
+
+from ..golden import requantize
+
+__all__ = ["ACC_LANE_BYTES", "BUS_BYTES", "GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "PERF_COUNTERS",
+           "compile_gemm", "padded", "read_perf", "reference_gemm", "run_gemm"]
+
+#: Device-memory bus width in bytes: DMA addresses and strides must be multiples of it.
+BUS_BYTES = 8
+#: Bytes per accumulator lane.
+ACC_LANE_BYTES = 4
+#: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
+#: cycles of streaming for thousands of tiny commands.
+_COMMAND_OVERHEAD = 4
+#: GEMM pipeline fill and drain, in multiples of the array size (the model charges 2*n per GEMM).
+_GEMM_FILL = 2
+#: Rows per chunk, in multiples of the array size, the array needs to stay busy: a shorter stream idles
+#: while the next weights load.
+_STREAM_ROWS = 3
+#: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
+#: 32 rows on the 8x8 array).
+_MIN_ROWS = 4
+
+#: PERF registers read before and after a run, by name.
+PERF_COUNTERS = ("CYCLES", "BUSY_LOAD", "BUSY_COMPUTE", "BUSY_STORE", "MACS", "STALL_DEP", "STALL_MEM",
+                 "BYTES_READ", "BYTES_WRITTEN")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _split(total: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` (start, size) pieces of ``range(total)``, sizes differing by at most one."""
+    size, extra = divmod(total, parts)
+    pieces, start = [], 0
+    for i in range(parts):
+        length = size + (i < extra)
+        pieces.append((start, length))
+        start += length
+    return pieces
+
+
+def _candidates(total: int) -> list[int]:
+    """Every distinct largest piece size ``ceil(total / p)``, from ``total`` down to 1."""
+    return sorted({_ceil_div(total, p) for p in range(1, total + 1)}, reverse=True)
+
+
+@dataclass(frozen=True)
+class GemmBlock:
+    """One output block: rows ``[m0, m0 + rows)`` and columns ``[n0, n0 + cols)`` of the padded C."""
+
+    tile: int
+    m0: int
+    rows: int
+    n0: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class GemmStep:
+    """One reduction step of a block: padded reduction ``[k0, k0 + depth)``, in the given buffer halves."""
+
+    block: int
+    k0: int
+    depth: int
+    spm_half: int
+    acc_half: int
+
+
+@dataclass
+class GemmPlan:
+    """Commands of every tile for one GEMM, and the layout they assume.
+
+    Attributes
+    ----------
+    m, k, n:
+        The problem; ``k_padded`` and ``n_padded`` its padded reduction and width.
+    array:
+        The array size the plan was made for.
+    a_addr, b_addr, c_addr, bias_addr:
+        Device-memory operands (``bias_addr`` is ``None`` without a bias).
+    post:
+        The requantisation (``mult``, ``shift``, ``relu``), or ``None`` for an int32 result.
+    mt, nct, kct:
+        Largest block: rows, output chunks and reduction chunks.
+    blocks, steps:
+        Every output block, and per tile the reduction steps in issue order.
+    commands:
+        Per tile, the command stream (tags count up from 0 per tile, modulo 2**16).
+    """
+
+    m: int
+    k: int
+    n: int
+    k_padded: int
+    n_padded: int
+    array: int
+    a_addr: int
+    b_addr: int
+    c_addr: int
+    bias_addr: int | None
+    post: dict[str, int] | None
+    mt: int
+    nct: int
+    kct: int
+    blocks: list[GemmBlock] = field(default_factory=list)
+    steps: list[list[GemmStep]] = field(default_factory=list)
+    commands: list[list[bytes]] = field(default_factory=list)
+    load_bytes: int = 0
+    store_bytes: int = 0
+    array_macs: int = 0
+
+    @property
+    def c_dtype(self) -> np.dtype:
+        return np.dtype(np.int8 if self.post is not None else np.int32)
+
+    @property
+    def useful_macs(self) -> int:
+        return self.m * self.k * self.n
+
+
+def _check_post(post: dict[str, int] | None) -> dict[str, int] | None:
+    if post is None:
+        return None
+    unknown = set(post) - {"mult", "shift", "relu"}
+    if unknown or not {"mult", "shift"} <= set(post):
+        raise ValueError(f"post must have keys mult, shift and optionally relu, not {sorted(post)}")
+    mult, shift, relu = int(post["mult"]), int(post["shift"]), int(bool(post.get("relu", False)))
+    if not 0 <= mult < 1 << 16:
+        raise ValueError(f"post mult must fit in 16 bits unsigned, not {mult}")
+    if not 0 <= shift <= 47:
+        raise ValueError(f"post shift must be from 0 to 47, not {shift}")
+    return {"mult": mult, "shift": shift, "relu": relu}
+
+
+def padded(size: int, array: int) -> int:
+    """``size`` rounded up to a multiple of the array size and of the bus width."""
+    step = max(array, BUS_BYTES)
+    return _ceil_div(size, step) * step
+
+
+def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half_acc: int, post: bool,
+                   bias: bool, tiles: int) -> tuple[int, int, int]:
+    """Pick (mt, nct, kct) minimising a cycle estimate of the busiest tile.
+
+    Chunk counts are multiples of ``g`` so that every block offset is bus-aligned.
+    The reduction step is the largest that fits a block of at least
+    ``min(m, _MIN_ROWS * n)`` rows (so the whole reduction whenever it does);
+    only if none does are shorter streams allowed.  Among the blocks with that
+    step, per step the double-buffered LOADs (through the device-memory port
+    all tiles share) overlap the GEMMs, so a step costs the larger of the two;
+    a block's POSTOPs and STORE come on top.
+    """
+    out_bias = int(post and bias)
+    mt_choices = _candidates(m)
+    for min_rows in (min(m, _MIN_ROWS * n), 1):
+        for kct_units in _candidates(kc // g):
+            kct = kct_units * g
+            steps = _ceil_div(kc // g, kct_units)
+            best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
+            for nct_units in _candidates(nc // g):
+                nct = nct_units * g
+                # Largest mt that fits this (kct, nct) in half the scratchpad and half the accumulators.
+                spm_room = half_spm - kct * n * nct
+                acc_room = half_acc - out_bias * nct
+                mt_max = min(m, max(spm_room, 0) // (kct + nct * int(post)), max(acc_room, 0) // nct)
+                for mt in mt_choices:
+                    if not min_rows <= mt <= mt_max:
+                        continue
+                    row_blocks, col_blocks = _ceil_div(m, mt), _ceil_div(nc // g, nct_units)
+                    blocks = row_blocks * col_blocks
+                    # Blocks are split evenly, so cost the average block, not the largest.
+                    rows, chunks, depth = m / row_blocks, nc / col_blocks, kc / steps
+                    # The tiles share one device-memory port, so each sees 1/tiles of its bandwidth.
+                    load = (rows * depth * n + depth * n * chunks * n) * tiles / BUS_BYTES
+                    gemm = chunks * (max(rows, _STREAM_ROWS * n) * depth + _GEMM_FILL * n)
+                    finish = int(post) * chunks * rows + rows * chunks * n * (1 if post else ACC_LANE_BYTES) / BUS_BYTES
+                    commands = steps * (2 + chunks) + int(bias) + (chunks + 1 if post else 1)
+                    block_cost = steps * max(load, gemm) + finish + commands * _COMMAND_OVERHEAD
+                    score = (load + _ceil_div(blocks, tiles) * block_cost, blocks)
+                    if best is None or score < best[0]:
+                        best = (score, (mt, nct, kct))
+            if best is not None:
+                return best[1]
+    raise ValueError(
+        f"a GEMM block does not fit: even 1 row x {g * n} columns x {g * n} of the reduction needs "
+        f"{g + g * n * g + g * int(post)} scratchpad rows and {g + out_bias * g} accumulator rows per "
+        f"buffer half; the device has {half_spm} and {half_acc} (half of {2 * half_spm} and {2 * half_acc})")
+
+
+class _Stream:
+    """One tile's commands, each checked against the device's sizes before it is kept."""
+
+    def __init__(self, tile: int, caps: Capabilities, plan: GemmPlan):
+        self.tile = tile
+        self.caps = caps
+        self.plan = plan
+        self.commands: list[bytes] = []
+
+    def _tag(self) -> int:
+        return len(self.commands) & 0xFFFF
+
+    def _local(self, what: str, acc: bool, first: int, last: int) -> None:
+        depth, name = (self.caps.acc_rows, "accumulator") if acc else (self.caps.spm_rows, "scratchpad")
+        if not 0 <= first <= last < depth:
+            raise ValueError(f"GEMM plan: tile {self.tile} command {len(self.commands)} ({what}) touches "
+                             f"{name} rows {first}..{last}, outside the {depth} rows the device has")
+
+    def move(self, load: bool, *, dram_addr: int, dram_stride: int, local_addr: int, rows: int, cols: int,
+             local_row_stride: int, local_col_stride: int, acc: bool = False) -> None:
+        what = "LOAD" if load else "STORE"
+        self._local(what, acc, local_addr, local_addr + (rows - 1) * local_row_stride
+                    + (cols - 1) * local_col_stride)
+        row_bytes = self.caps.array * (ACC_LANE_BYTES if acc else 1)
+        end = dram_addr + (rows - 1) * dram_stride + cols * row_bytes
+        if dram_addr % BUS_BYTES or dram_stride % BUS_BYTES or end > self.caps.mem_bytes:
+            raise ValueError(f"GEMM plan: tile {self.tile} command {len(self.commands)} ({what}) moves device "
+                             f"memory 0x{dram_addr:x}..0x{end:x} with stride {dram_stride}: not {BUS_BYTES}-byte "
+                             f"aligned or past the {self.caps.mem_bytes} bytes of device memory")
+        build = regs.load if load else regs.store
+        self.commands.append(build(tag=self._tag(), dram_addr=dram_addr, dram_stride=dram_stride,
+                                   local_addr=local_addr, rows=rows, cols=cols, local_row_stride=local_row_stride,
+                                   local_col_stride=local_col_stride, acc=acc))
+        if load:
+            self.plan.load_bytes += rows * cols * row_bytes
+        else:
+            self.plan.store_bytes += rows * cols * row_bytes
+
+    def gemm(self, *, a_addr: int, b_addr: int, c_addr: int, m: int, k_chunks: int, accumulate: bool) -> None:
+        n = self.caps.array
+        self._local("GEMM activations", False, a_addr, a_addr + k_chunks * m - 1)
+        self._local("GEMM weights", False, b_addr, b_addr + k_chunks * n - 1)
+        self._local("GEMM output", True, c_addr, c_addr + m - 1)
+        self.commands.append(regs.gemm(tag=self._tag(), a_addr=a_addr, b_addr=b_addr, c_addr=c_addr, m=m,
+                                       k_chunks=k_chunks, accumulate=accumulate))
+        self.plan.array_macs += m * k_chunks * n * n
+
+    def postop(self, *, src_addr: int, dst_addr: int, rows: int, bias_addr: int | None,
+               post: dict[str, int]) -> None:
+        self._local("POSTOP source", True, src_addr, src_addr + rows - 1)
+        self._local("POSTOP destination", False, dst_addr, dst_addr + rows - 1)
+        if bias_addr is not None:
+            self._local("POSTOP bias", True, bias_addr, bias_addr)
+        self.commands.append(regs.postop(tag=self._tag(), src_addr=src_addr, dst_addr=dst_addr, rows=rows,
+                                         bias_addr=bias_addr or 0, mult=post["mult"], shift=post["shift"],
+                                         relu=bool(post["relu"]), bias=bias_addr is not None))
+
+
+def _check_regions(caps: Capabilities, regions: dict[str, tuple[int | None, int]]) -> None:
+    """Every operand aligned, inside device memory and disjoint from the others."""
+    placed = []
+    for name, (addr, size) in regions.items():
+        if addr is None:
+            continue
+        if addr < 0 or addr % BUS_BYTES:
+            raise ValueError(f"{name} must be a non-negative multiple of {BUS_BYTES}, not {addr}")
+        if addr + size > caps.mem_bytes:
+            raise ValueError(f"{name} 0x{addr:x} + {size} bytes runs past the {caps.mem_bytes} bytes of device "
+                             f"memory")
+        placed.append((name, addr, size))
+    for i, (name, addr, size) in enumerate(placed):
+        for other, o_addr, o_size in placed[i + 1:]:
+            if addr < o_addr + o_size and o_addr < addr + size:
+                raise ValueError(f"{name} (0x{addr:x}, {size} bytes) overlaps {other} (0x{o_addr:x}, "
+                                 f"{o_size} bytes)")
+
+
+def _check_tiles(tiles: int | None, caps: Capabilities) -> int:
+    if tiles is None:
+        return caps.tiles
+    if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= caps.tiles:
+        raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
+    return tiles
+
+
+def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
+                 bias_addr: int | None = None, post: dict[str, int] | None = None,
+                 tiles: int | None = None) -> GemmPlan:
+    """Plan ``C = A @ B (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
+
+    Parameters
+    ----------
+    m, k, n:
+        Rows of A, the reduction length and columns of B (each >= 1).
+    caps:
+        The device's capabilities (array size, memory depths, device memory).
+    a_addr, b_addr, c_addr, bias_addr:
+        Device-memory addresses of the padded operands (see the module docstring).
+    post:
+        ``dict(mult, shift, relu)``: requantise to int8; ``None``: an int32 result.
+    tiles:
+        How many tiles (0 .. tiles-1) share the output blocks.
+
+    Returns
+    -------
+    GemmPlan
+
+    Raises
+    ------
+    ValueError
+        A shape below 1, an operand that is misaligned, overlaps another or
+        leaves device memory, or a device too small for even one block.
+    """
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"GEMM dimension {name} must be an integer >= 1, not {value!r}")
+    post = _check_post(post)
+    tiles = _check_tiles(tiles, caps)
+    arr = caps.array
+    kp, np_ = padded(k, arr), padded(n, arr)
+    c_lane = 1 if post is not None else ACC_LANE_BYTES
+    _check_regions(caps, {"a_addr": (a_addr, m * kp), "b_addr": (b_addr, kp * np_),
+                          "c_addr": (c_addr, m * np_ * c_lane), "bias_addr": (bias_addr, np_ * ACC_LANE_BYTES)})
+    g = max(1, BUS_BYTES // arr)  # chunks per bus-aligned column step
+    half_spm, half_acc = caps.spm_rows // 2, caps.acc_rows // 2
+    has_bias = bias_addr is not None
+    mt, nct, kct = _choose_blocks(m, kp // arr, np_ // arr, g, arr, half_spm, half_acc, post is not None,
+                                  has_bias, tiles)
+    plan = GemmPlan(m, k, n, kp, np_, arr, a_addr, b_addr, c_addr, bias_addr, post, mt, nct, kct)
+
+    row_blocks = _split(m, _ceil_div(m, mt))
+    col_units = np_ // arr // g
+    col_blocks = [(s * g * arr, c * g * arr) for s, c in _split(col_units, _ceil_div(col_units, nct // g))]
+    k_units = kp // arr // g
+    k_steps = [(s * g * arr, c * g * arr) for s, c in _split(k_units, _ceil_div(k_units, kct // g))]
+    order = [(m0, rows, n0, cols) for m0, rows in row_blocks for n0, cols in col_blocks]
+    for tile, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
+        plan.blocks.extend(GemmBlock(tile, *order[i]) for i in range(first, first + count))
+    streams = [_Stream(t, caps, plan) for t in range(tiles)]
+    plan.steps = [[] for _ in range(tiles)]
+    for index, block in enumerate(plan.blocks):
+        acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
+        for k0, depth in k_steps:
+            spm_half = len(plan.steps[block.tile]) % 2
+            plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half))
+    for tile, stream in enumerate(streams):
+        _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc)
+    plan.commands = [s.commands for s in streams]
+    return plan
+
+
+def _emit_tile(s: _Stream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
+    """The software-pipelined stream of one tile: LOADs of step i+1 between the GEMMs and POSTOPs of step i."""
+    if not steps:
+        return
+    _emit_loads(s, plan, steps[0], half_spm, half_acc)
+    for i, step in enumerate(steps):
+        _emit_gemms(s, plan, step, half_spm, half_acc)
+        if i + 1 < len(steps):
+            _emit_loads(s, plan, steps[i + 1], half_spm, half_acc)
+        if step.k0 + step.depth == plan.k_padded:
+            _emit_finish(s, plan, step, half_spm, half_acc)
+
+
+def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tuple[int, int, int, int, int]:
+    """(A, B, output) scratchpad rows and (C, bias) accumulator rows of a step, from the module's layout."""
+    block = plan.blocks[step.block]
+    kct, nct = step.depth // plan.array, block.cols // plan.array
+    a = step.spm_half * half_spm
+    b = a + kct * block.rows
+    out = b + kct * plan.array * nct
+    c = step.acc_half * half_acc
+    return a, b, out, c, c + nct * block.rows
+
+
+def _emit_loads(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+    block = plan.blocks[step.block]
+    arr = plan.array
+    kct, nct = step.depth // arr, block.cols // arr
+    a, b, _out, c, bias_row = _layout(plan, step, half_spm, half_acc)
+    s.move(True, dram_addr=plan.a_addr + block.m0 * plan.k_padded + step.k0, dram_stride=plan.k_padded,
+           local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
+    s.move(True, dram_addr=plan.b_addr + step.k0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+           local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
+    if plan.bias_addr is None or step.k0:
+        return
+    bias_at = plan.bias_addr + block.n0 * ACC_LANE_BYTES
+    if plan.post is not None:
+        # One bias row per output chunk, which POSTOP adds with saturation.
+        s.move(True, dram_addr=bias_at, dram_stride=0, local_addr=bias_row, rows=1, cols=nct,
+               local_row_stride=1, local_col_stride=1, acc=True)
+    else:
+        # Without a post-op the bias is the accumulators' starting value: stride 0 repeats it in every row,
+        # and every GEMM then accumulates onto it (wrapping, like the int32 reference).
+        s.move(True, dram_addr=bias_at, dram_stride=0, local_addr=c, rows=block.rows, cols=nct,
+               local_row_stride=1, local_col_stride=block.rows, acc=True)
+
+
+def _emit_gemms(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+    block = plan.blocks[step.block]
+    arr = plan.array
+    kct = step.depth // arr
+    a, b, _out, c, _bias = _layout(plan, step, half_spm, half_acc)
+    accumulate = step.k0 > 0 or (plan.bias_addr is not None and plan.post is None)
+    for j in range(block.cols // arr):
+        s.gemm(a_addr=a, b_addr=b + j * step.depth, c_addr=c + j * block.rows, m=block.rows, k_chunks=kct,
+               accumulate=accumulate)
+
+
+def _emit_finish(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+    block = plan.blocks[step.block]
+    arr = plan.array
+    _a, _b, out, c, bias_row = _layout(plan, step, half_spm, half_acc)
+    nct = block.cols // arr
+    if plan.post is None:
+        s.move(False, dram_addr=plan.c_addr + (block.m0 * plan.n_padded + block.n0) * ACC_LANE_BYTES,
+               dram_stride=plan.n_padded * ACC_LANE_BYTES, local_addr=c, rows=block.rows, cols=nct,
+               local_row_stride=1, local_col_stride=block.rows, acc=True)
+        return
+    for j in range(nct):
+        s.postop(src_addr=c + j * block.rows, dst_addr=out + j * block.rows, rows=block.rows,
+                 bias_addr=None if plan.bias_addr is None else bias_row + j, post=plan.post)
+    s.move(False, dram_addr=plan.c_addr + block.m0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+           local_addr=out, rows=block.rows, cols=nct, local_row_stride=1, local_col_stride=block.rows)
+
+
+# -- running --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GemmStats:
+    """What a run did: commands per tile, PERF counters before and after, host traffic.
+
+    ``perf_before``/``perf_after`` map tile -> counter name (:data:`PERF_COUNTERS`) -> raw value.
+    """
+
+    array: int
+    commands: dict[int, int]
+    perf_before: dict[int, dict[str, int]]
+    perf_after: dict[int, dict[str, int]]
+    host_bytes_written: int
+    host_bytes_read: int
+
+    def delta(self, tile: int, name: str) -> int:
+        """Counter increase over the run, modulo the counter's width (MACS is 64-bit, the rest 32)."""
+        bits = 64 if name == "MACS" else 32
+        return (self.perf_after[tile][name] - self.perf_before[tile][name]) % (1 << bits)
+
+    @property
+    def tiles(self) -> list[int]:
+        return sorted(self.commands)
+
+    @property
+    def macs(self) -> int:
+        return sum(self.delta(t, "MACS") for t in self.tiles)
+
+    @property
+    def cycles(self) -> int:
+        """Device cycles of the run: the slowest tile's CYCLES increase."""
+        return max(self.delta(t, "CYCLES") for t in self.tiles)
+
+    @property
+    def dma_bytes(self) -> int:
+        """Bytes the tiles' DMA moved (LOAD reads plus STORE writes)."""
+        return sum(self.delta(t, "BYTES_READ") + self.delta(t, "BYTES_WRITTEN") for t in self.tiles)
+
+    def utilisation(self, tile: int | None = None) -> float:
+        """MACs / (cycles * array**2), of one tile or of every tile used together."""
+        tiles = self.tiles if tile is None else [tile]
+        cycles = max(self.delta(t, "CYCLES") for t in tiles)
+        macs = sum(self.delta(t, "MACS") for t in tiles)
+        return macs / (cycles * self.array ** 2 * len(tiles)) if cycles else 0.0
+
+
+def _perf_bases(device: Device) -> list[int]:
+    return [b.base for b in device.blocks if b.type is regs.BlockType.PERF]
+
+
+def read_perf(device: Device, tile: int) -> dict[str, int]:
+    """The PERF counters of ``tile``; MACS_LO is read first because that latches MACS_HI."""
+    base = _perf_bases(device)[tile]
+    values = {name: device.read_reg(base, getattr(regs.Perf, name)) for name in PERF_COUNTERS if name != "MACS"}
+    lo = device.read_reg(base, regs.Perf.MACS_LO)
+    values["MACS"] = lo | device.read_reg(base, regs.Perf.MACS_HI) << 32
+    return values
+
+
+def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> None:
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        raise TypeError(f"a and b must be numpy arrays, not {type(a).__name__} and {type(b).__name__}")
+    if a.dtype != np.int8 or b.dtype != np.int8:
+        raise TypeError(f"a and b must be int8, not {a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape:
+        raise ValueError(f"a and b must be non-empty matrices with a.shape[1] == b.shape[0], not {a.shape} and "
+                         f"{b.shape}")
+    if bias is not None:
+        if not isinstance(bias, np.ndarray) or bias.dtype != np.int32:
+            raise TypeError(f"bias must be an int32 numpy array, not {getattr(bias, 'dtype', type(bias).__name__)}")
+        if bias.shape != (b.shape[1],):
+            raise ValueError(f"bias must have shape ({b.shape[1]},), not {bias.shape}")
+
+
+def _drive(device: Device, plan: GemmPlan, timeout: float) -> None:
+    """Feed every tile's queue and collect every completion, keeping all rings busy at once."""
+    queues = {t: device.queue(t) for t, cmds in enumerate(plan.commands) if cmds}
+    todo = {t: list(plan.commands[t]) for t in queues}
+    while any(todo.values()) or any(q.outstanding for q in queues.values()):
+        # Top up every ring before waiting on any, so no tile idles while another is drained.
+        for t, q in queues.items():
+            room = q.entries - 1 - q.outstanding
+            if todo[t] and room > 0:
+                q.submit(todo[t][:room], timeout=timeout)
+                del todo[t][:room]
+        for q in queues.values():
+            if q.outstanding:
+                # Half a ring at a time: the other half keeps the tile fed while we refill.
+                q.wait(max(1, min(q.outstanding, q.entries // 2)), timeout=timeout)
+
+
+def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+             post: dict[str, int] | None = None, tiles: int | None = None, *,
+             timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
+    """Compute ``a @ b (+ bias)`` on the device, requantised by ``post`` if given.
+
+    Parameters
+    ----------
+    device:
+        An open device.
+    a, b:
+        int8 operands, (M, K) and (K, N).
+    bias:
+        int32 (N,), or ``None``.
+    post:
+        ``dict(mult, shift, relu)`` for an int8 result; ``None`` for the int32 accumulator.
+    tiles:
+        How many tiles to use (default: all).
+    timeout:
+        Seconds without progress before the driver's ``DeviceTimeout``.
+
+    Returns
+    -------
+    (ndarray, GemmStats)
+        The (M, N) result (int8 with ``post``, else int32) and what the run did.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad operands, or operands that can never fit in the device's memory.
+    dx1_driver.CommandError
+        A command completed with an error.
+    dx1_driver.OutOfDeviceMemory
+        The operands fit the device but not its free memory now.
+    """
+    _check_operands(a, b, bias)
+    post = _check_post(post)
+    caps = device.caps
+    m, k = a.shape
+    n = b.shape[1]
+    kp, np_ = padded(k, caps.array), padded(n, caps.array)
+    c_lane = 1 if post is not None else ACC_LANE_BYTES
+    sizes = {"a": m * kp, "b": kp * np_, "c": m * np_ * c_lane}
+    if bias is not None:
+        sizes["bias"] = np_ * ACC_LANE_BYTES
+    align = device.allocator.alignment
+    offsets, total = {}, 0
+    for name, size in sizes.items():
+        offsets[name] = total
+        total += _ceil_div(size, align) * align
+    if total > caps.mem_bytes:
+        raise ValueError(f"a {m}x{k}x{n} GEMM needs {total} bytes of device memory for its padded operands; the "
+                         f"device has {caps.mem_bytes}")
+    base = device.alloc(total)
+    addr = {name: base + off for name, off in offsets.items()}
+    try:
+        plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
+                            bias_addr=addr.get("bias"), post=post, tiles=tiles)
+        a_pad = np.zeros((m, kp), np.int8)
+        a_pad[:, :k] = a
+        b_pad = np.zeros((kp, np_), np.int8)
+        b_pad[:k, :n] = b
+        device.write_mem(addr["a"], a_pad)
+        device.write_mem(addr["b"], b_pad)
+        written = a_pad.nbytes + b_pad.nbytes
+        if bias is not None:
+            bias_pad = np.zeros(np_, np.int32)
+            bias_pad[:n] = bias
+            device.write_mem(addr["bias"], bias_pad)
+            written += bias_pad.nbytes
+        used = [t for t, cmds in enumerate(plan.commands) if cmds]
+        before = {t: read_perf(device, t) for t in used}
+        try:
+            _drive(device, plan, timeout)
+        finally:
+            # Never free memory the device may still write: drain whatever an error left in flight.
+            for t in used:
+                q = device.queue(t)
+                if q.outstanding:
+                    with contextlib.suppress(DriverError):
+                        q.wait(check=False, timeout=timeout)
+        after = {t: read_perf(device, t) for t in used}
+        c = device.read_array(addr["c"], (m, np_), plan.c_dtype)[:, :n].astype(plan.c_dtype)
+    finally:
+        device.free(base)
+    stats = GemmStats(caps.array, {t: len(plan.commands[t]) for t in used}, before, after, written, c.nbytes)
+    return c, stats
+
+
+def reference_gemm(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+                   post: dict[str, int] | None = None) -> np.ndarray:
+    """The device's answer in plain numpy.
+
+    int64 matmul wrapped to int32; with ``post``, :func:`~dx1_bringup.golden.requantize`
+    (saturating bias add, ReLU, rounding shift, int8); without, the bias is
+    added wrapping, as the accumulators do.
+    """
+    acc = a.astype(np.int64) @ b.astype(np.int64)
+    if post is None:
+        if bias is not None:
+            acc = acc + bias.astype(np.int64)
+        return acc.astype(np.uint32).view(np.int32)
+    post = _check_post(post)
+    wrapped = acc.astype(np.uint32).view(np.int32)
+    return requantize(wrapped, 0 if bias is None else bias, post["mult"], post["shift"], bool(post["relu"]))
+
