@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..spec import TileConfig
+from ..spec import SocConfig, TileConfig
 from .postop import PostOp
 from .systolic import SystolicArray
 from .tile import TileCore
@@ -41,7 +42,30 @@ class RtlModule:
         return RTL_DIR / f"{self.name}.v"
 
     def verilog(self) -> str:
-        return verilog.convert(self.build(), name=self.name, emit_src=False)
+        return compact_zero_init(verilog.convert(self.build(), name=self.name, emit_src=False))
+
+
+_ZERO_INIT = re.compile(
+    r"^(?P<indent>[ \t]+)(?P<mem>\\?\S+?) ?\[0\] = (?P<width>\d+)'h0+;\n"
+    r"(?:(?P=indent)(?P=mem) ?\[\d+\] = (?P=width)'h0+;\n)*", re.MULTILINE)
+
+
+def compact_zero_init(text: str) -> str:
+    """Replace Amaranth's one-line-per-word zero initialisation of a memory by a loop.
+
+    A 1 MiB device memory is 131072 such lines, which Verilator turns into one
+    enormous C++ function.  The loop sets the same words to the same zeros.
+    """
+    def loop(match: re.Match) -> str:
+        count = match.group(0).count("\n")
+        indices = [int(i) for i in re.findall(r"\[(\d+)\] =", match.group(0))]
+        if indices != list(range(count)) or count < 16:
+            return match.group(0)
+        mem = match.group("mem")
+        gap = " " if mem.startswith("\\") else ""
+        return (f"{match.group('indent')}for (int i = 0; i < {count}; i = i + 1) "
+                f"{mem}{gap}[i] = {match.group('width')}'h0;\n")
+    return _ZERO_INIT.sub(loop, text)
 
 
 SMALL_TILE = TileConfig(array=4, spm_rows=1024, acc_rows=256)
@@ -51,6 +75,10 @@ RTL_MODULES = (
     RtlModule("dx1_systolic_a4", "4x4 systolic array", "systolic:SystolicArray", (4,), (("ctl_width", 8),)),
     RtlModule("dx1_tile_core_a8", "tile compute core, default sizes", "tile:TileCore", (TileConfig(),)),
     RtlModule("dx1_tile_core_a4", "tile compute core, 4x4 array", "tile:TileCore", (SMALL_TILE,)),
+    RtlModule("dx1_dma_tile", "DMA with a tile core, for DMA tests", "dma:DmaTile", (TileConfig(),)),
+    RtlModule("dx1_regfile", "register file of the default SoC", "regfile:RegisterFile", (SocConfig(),)),
+    RtlModule("dx1_axi_memory", "device memory, 64 KiB, 3 AXI4 ports", "memory:AxiMemory", (),
+              (("size", 65536), ("ports", 3))),
 )
 
 

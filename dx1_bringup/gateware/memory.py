@@ -1,0 +1,244 @@
+"""Device memory: one block of RAM behind several AXI4 slave ports, which is also the interconnect."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In
+from amaranth.utils import bits_for, exact_log2
+
+from .axi import BURST_INCR, RESP_OKAY, RESP_SLVERR, AXI4Signature
+
+__all__ = ["AxiMemory", "MAX_PORTS", "MIN_SIZE", "READ_BUFFER_DEPTH"]
+
+#: Most masters one memory serves.
+MAX_PORTS = 8
+#: Smallest memory, in bytes (one AXI 4 KiB page).
+MIN_SIZE = 4096
+#: Beats of read data the memory holds for a master that is not ready (the skid buffer).  With one
+#: beat always in the memory's read pipeline, three entries let a master that is ready every cycle
+#: get a beat every cycle, without the master's ``rready`` reaching back into the memory port.
+READ_BUFFER_DEPTH = 3
+
+
+def _round_robin(m: Module, name: str, requests: list, last: Signal):
+    """Pick the first requesting port after ``last``, in circular order.
+
+    Returns ``(any, grant)``: whether any port requests, and which one is picked.  The port just
+    served comes last, so every requester is picked within ``len(requests)`` turns.
+    """
+    n = len(requests)
+    grant = Signal(len(last), name=f"{name}_grant")
+    any_ = Signal(name=f"{name}_any")
+    m.d.comb += any_.eq(Cat(*requests).any())
+    with m.Switch(last):
+        for prev in range(n):
+            # The last case is the default, so that out-of-range values of ``last`` are covered.
+            with (m.Case(prev) if prev < n - 1 else m.Default()):
+                order = [(prev + k) % n for k in range(1, n + 1)]
+                pick = Const(order[-1], len(last))
+                for i in reversed(order):
+                    pick = Mux(requests[i], i, pick)
+                m.d.comb += grant.eq(pick)
+    return any_, grant
+
+
+class AxiMemory(wiring.Component):
+    """``size`` bytes of device memory shared by ``ports`` AXI4 slave ports ``s0``, ``s1``, ...
+
+    Reads and writes are served independently: one read burst and one write burst are in service
+    at any time, each on any port.  Each direction picks the next port round-robin among those
+    with a valid address (the port it served last comes last), serves that whole burst, then
+    picks again, so no master is starved.  A write port is only picked while its previous write
+    response has been taken.
+
+    Bursts are INCR of 1..256 beats of the full data width (``awsize``/``arsize`` =
+    log2(data_width/8)); the address may be unaligned, in which case beats start at the word it
+    falls in (the master's first ``wstrb`` selects the bytes).  Writes honour ``wstrb``.  Every
+    response carries its request's id.  A burst that starts or runs outside ``[0, size)``, or has
+    another size or burst type, is answered SLVERR: a write changes nothing (its data beats are
+    still taken) and gets one SLVERR response; a read gets SLVERR and data 0 on every beat, with
+    ``rlast`` on the last.  Beats are counted from ``awlen``; ``wlast`` is not checked.
+
+    A burst of N beats keeps its direction busy for N + 1 cycles when the master keeps up: one
+    cycle to take the address, then one beat a cycle.  Read data passes through a
+    :data:`READ_BUFFER_DEPTH`-entry skid buffer, so back-pressure on ``rready`` never loses a beat
+    and full speed returns as soon as the master is ready again.  ``rvalid`` and ``bvalid`` come
+    from registers: no master's ready reaches any master's valid.  ``awready``/``arready`` depend
+    on the ``awvalid``/``arvalid`` of all ports (the arbiter); ``wready`` depends on no input.
+
+    A read and a write of the same word in the same cycle read the old contents.  There is no
+    ordering between a port's reads and writes beyond AXI's: wait for the write response.
+
+    Parameters
+    ----------
+    size:
+        Bytes of memory, a power of two, at least 4096.
+    ports:
+        Number of AXI4 slave ports, 1..8.
+    data_width, id_width, addr_width:
+        As :class:`~.axi.AXI4Signature`; the address space must hold ``size`` bytes.
+    """
+
+    def __init__(self, size: int, ports: int, data_width: int = 64, id_width: int = 4, addr_width: int = 32):
+        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size & (size - 1):
+            raise ValueError(f"Memory size must be a power of two of at least {MIN_SIZE} bytes, not {size!r}")
+        if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
+            raise ValueError(f"Memory port count must be an integer in 1..{MAX_PORTS}, not {ports!r}")
+        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
+        if size > 1 << addr_width:
+            raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
+        self.size, self.ports = size, ports
+        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
+        super().__init__({f"s{i}": In(sig) for i in range(ports)})
+
+    @property
+    def port_list(self) -> list:
+        """The slave ports, ``s0`` first."""
+        return [getattr(self, f"s{i}") for i in range(self.ports)]
+
+    def elaborate(self, platform):
+        m = Module()
+        ports = self.port_list
+        n = self.ports
+        lanes = self.data_width // 8
+        beat_size = exact_log2(lanes)
+        depth = self.size // lanes
+        word_bits = exact_log2(depth)
+        port_bits = max(1, bits_for(n - 1))
+
+        m.submodules.mem = mem = Memory(shape=unsigned(self.data_width), depth=depth, init=[])
+        wr = mem.write_port(granularity=8)
+        rd = mem.read_port()
+
+        def bad_burst(addr, length, size, burst):
+            """The request is not a legal burst of this memory (answered SLVERR)."""
+            return ((size != beat_size) | (burst != BURST_INCR)
+                    | ((addr >> beat_size) + length >= depth))
+
+        # ---- writes: address, data beats, then the port's response register ---------------------
+        w_busy = Signal()                      # a write burst is taking data
+        w_port = Signal(port_bits)
+        w_last_port = Signal(port_bits, init=n - 1)
+        w_addr = Signal(word_bits)
+        w_left = Signal(8)                     # beats after the current one
+        w_err = Signal()
+        w_id = Signal(self.id_width)
+        b_valid = [Signal(name=f"b_valid_{i}") for i in range(n)]
+        b_id = [Signal(self.id_width, name=f"b_id_{i}") for i in range(n)]
+        b_resp = [Signal(2, name=f"b_resp_{i}") for i in range(n)]
+
+        aw_any, aw_grant = _round_robin(m, "aw", [p.awvalid & ~b_valid[i] for i, p in enumerate(ports)],
+                                        w_last_port)
+        aw_sel = Signal(len(ports[0].awaddr) + 8 + 3 + 2 + self.id_width)
+        with m.Switch(aw_grant):
+            for i, p in enumerate(ports):
+                with (m.Case(i) if i < n - 1 else m.Default()):
+                    m.d.comb += aw_sel.eq(Cat(p.awaddr, p.awlen, p.awsize, p.awburst, p.awid))
+        aw_addr = aw_sel[:self.addr_width]
+        aw_len = aw_sel[self.addr_width:][:8]
+        aw_size = aw_sel[self.addr_width + 8:][:3]
+        aw_burst = aw_sel[self.addr_width + 11:][:2]
+        aw_id = aw_sel[self.addr_width + 13:]
+        aw_take = Signal()
+        m.d.comb += aw_take.eq(~w_busy & aw_any)
+        with m.If(aw_take):
+            m.d.sync += [
+                w_busy.eq(1), w_port.eq(aw_grant), w_last_port.eq(aw_grant), w_id.eq(aw_id),
+                w_addr.eq(aw_addr >> beat_size), w_left.eq(aw_len),
+                w_err.eq(bad_burst(aw_addr, aw_len, aw_size, aw_burst)),
+            ]
+
+        w_beat = Signal()
+        w_data = Signal(self.data_width)
+        w_strb = Signal(lanes)
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.awready.eq(aw_take & (aw_grant == i)),
+                p.wready.eq(w_busy & (w_port == i)),
+                p.bvalid.eq(b_valid[i]), p.bid.eq(b_id[i]), p.bresp.eq(b_resp[i]),
+            ]
+            with m.If(w_port == i):
+                m.d.comb += [w_beat.eq(w_busy & p.wvalid), w_data.eq(p.wdata), w_strb.eq(p.wstrb)]
+            with m.If(p.bvalid & p.bready):
+                m.d.sync += b_valid[i].eq(0)
+        m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_data)]
+        with m.If(w_beat):
+            m.d.comb += wr.en.eq(Mux(w_err, 0, w_strb))
+            m.d.sync += [w_addr.eq(w_addr + 1), w_left.eq(w_left - 1)]
+            with m.If(w_left == 0):
+                m.d.sync += w_busy.eq(0)
+                for i in range(n):
+                    with m.If(w_port == i):
+                        m.d.sync += [b_valid[i].eq(1), b_id[i].eq(w_id),
+                                     b_resp[i].eq(Mux(w_err, RESP_SLVERR, RESP_OKAY))]
+
+        # ---- reads: address, one beat a cycle into the memory, then the skid buffer -------------
+        beat = data.StructLayout({
+            "data": unsigned(self.data_width), "id": unsigned(self.id_width), "port": unsigned(port_bits),
+            "err": 1, "last": 1,
+        })
+        r_busy = Signal()                      # a read burst is issuing beats
+        r_port = Signal(port_bits)
+        r_last_port = Signal(port_bits, init=n - 1)
+        r_addr = Signal(word_bits)
+        r_left = Signal(8)
+        r_err = Signal()
+        r_id = Signal(self.id_width)
+
+        ar_any, ar_grant = _round_robin(m, "ar", [p.arvalid for p in ports], r_last_port)
+        ar_sel = Signal(len(ports[0].araddr) + 8 + 3 + 2 + self.id_width)
+        with m.Switch(ar_grant):
+            for i, p in enumerate(ports):
+                with (m.Case(i) if i < n - 1 else m.Default()):
+                    m.d.comb += ar_sel.eq(Cat(p.araddr, p.arlen, p.arsize, p.arburst, p.arid))
+        ar_addr = ar_sel[:self.addr_width]
+        ar_len = ar_sel[self.addr_width:][:8]
+        ar_size = ar_sel[self.addr_width + 8:][:3]
+        ar_burst = ar_sel[self.addr_width + 11:][:2]
+        ar_id = ar_sel[self.addr_width + 13:]
+        ar_take = Signal()
+        m.d.comb += ar_take.eq(~r_busy & ar_any)
+        with m.If(ar_take):
+            m.d.sync += [
+                r_busy.eq(1), r_port.eq(ar_grant), r_last_port.eq(ar_grant), r_id.eq(ar_id),
+                r_addr.eq(ar_addr >> beat_size), r_left.eq(ar_len),
+                r_err.eq(bad_burst(ar_addr, ar_len, ar_size, ar_burst)),
+            ]
+
+        m.submodules.r_buffer = r_buffer = SyncFIFO(width=beat.size, depth=READ_BUFFER_DEPTH)
+        pending = Signal(beat)                 # the beat the memory is reading this cycle
+        pending_valid = Signal()
+        r_issue = Signal()
+        m.d.comb += r_issue.eq(r_busy & (r_buffer.level + pending_valid < READ_BUFFER_DEPTH))
+        m.d.comb += [rd.addr.eq(r_addr), rd.en.eq(r_issue & ~r_err)]
+        m.d.sync += pending_valid.eq(r_issue)
+        with m.If(r_issue):
+            m.d.sync += [
+                pending.id.eq(r_id), pending.port.eq(r_port), pending.err.eq(r_err),
+                pending.last.eq(r_left == 0),
+                r_addr.eq(r_addr + 1), r_left.eq(r_left - 1),
+            ]
+            with m.If(r_left == 0):
+                m.d.sync += r_busy.eq(0)
+        into = Signal(beat)
+        m.d.comb += [
+            into.eq(pending), into.data.eq(Mux(pending.err, 0, rd.data)),
+            r_buffer.w_data.eq(into), r_buffer.w_en.eq(pending_valid),
+        ]
+
+        head = data.View(beat, r_buffer.r_data)
+        r_ready = Signal()
+        for i, p in enumerate(ports):
+            m.d.comb += [
+                p.arready.eq(ar_take & (ar_grant == i)),
+                p.rvalid.eq(r_buffer.r_rdy & (head.port == i)),
+                p.rdata.eq(head.data), p.rid.eq(head.id), p.rlast.eq(head.last),
+                p.rresp.eq(Mux(head.err, RESP_SLVERR, RESP_OKAY)),
+            ]
+            with m.If(head.port == i):
+                m.d.comb += r_ready.eq(p.rready)
+        m.d.comb += r_buffer.r_en.eq(r_ready)
+        return m
