@@ -79,6 +79,7 @@ RTL_MODULES = (
     RtlModule("dx1_regfile", "register file of the default SoC", "regfile:RegisterFile", (SocConfig(),)),
     RtlModule("dx1_axi_memory", "device memory, 64 KiB, 3 AXI4 ports", "memory:AxiMemory", (),
               (("size", 65536), ("ports", 3))),
+    RtlModule("dx1_soc", "the whole SoC, default configuration", "soc:Dx1Soc", (SocConfig(),)),
 )
 
 

@@ -1,0 +1,421 @@
+"""The command processor of one dx1-mini queue: ring fetch, checks, dependency tracking, completions."""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..spec import COMMAND_BYTES, COMMANDS, COMPLETION_BYTES, ErrorCode, Opcode, SocConfig
+from .axi import BURST_INCR, RESP_OKAY, AXI4Signature
+from .layouts import HEADER_LAYOUT, command_layout
+from .stream import AXIStreamSignature
+
+__all__ = ["CommandProcessor"]
+
+#: Compute commands the processor tracks while the tile core runs them.
+TILE_SLOTS = 4
+#: DMA commands the processor tracks while the DMA runs them.
+DMA_SLOTS = 2
+RANGE_BITS = 34  # local row arithmetic: 16-bit address + 16-bit x 16-bit products
+
+
+def _overlap(a_lo, a_hi, b_lo, b_hi):
+    """Half-open ranges [a_lo, a_hi) and [b_lo, b_hi) share a row (empty ranges share nothing)."""
+    return (a_lo < b_hi) & (b_lo < a_hi)
+
+
+#: The local rows a command reads and writes: one bounding range [lo, hi) per memory and direction.
+_Footprint = data.StructLayout({
+    f"{mem}_{rw}_{end}": unsigned(RANGE_BITS) for mem in ("spm", "acc") for rw in ("r", "w") for end in ("lo", "hi")
+})
+
+
+def _conflict(x, y):
+    """True when one of the two commands writes rows the other reads or writes."""
+    terms = []
+    for mem in ("spm", "acc"):
+        xr = (getattr(x, f"{mem}_r_lo"), getattr(x, f"{mem}_r_hi"))
+        xw = (getattr(x, f"{mem}_w_lo"), getattr(x, f"{mem}_w_hi"))
+        yr = (getattr(y, f"{mem}_r_lo"), getattr(y, f"{mem}_r_hi"))
+        yw = (getattr(y, f"{mem}_w_lo"), getattr(y, f"{mem}_w_hi"))
+        terms += [_overlap(*xw, *yw), _overlap(*xw, *yr), _overlap(*xr, *yw)]
+    result = terms[0]
+    for t in terms[1:]:
+        result = result | t
+    return result
+
+
+#: A command in flight in the tile core or the DMA: where its completion goes and what it touches.
+#: (Not "index": an Array of these is indexed through an ArrayProxy, whose own ``index`` would win.)
+_Slot = data.StructLayout({
+    "ring_index": unsigned(16), "phase": unsigned(1), "tag": unsigned(16), "opcode": unsigned(8),
+    "footprint": _Footprint,
+})
+
+
+class CommandProcessor(wiring.Component):
+    """Runs one queue: fetches commands from its ring, checks them, dispatches and completes them.
+
+    * Fetch: while enabled, not halted and HEAD != TAIL, reads the 32-byte command
+      at ``ring_base + 32*HEAD`` with one 4-beat burst and advances HEAD.
+    * Checks (in the spec's order) for every opcode but GEMM and POSTOP, which
+      the tile core checks itself; a refused command completes with its code.
+    * Dispatch: GEMM/POSTOP to the tile core, LOAD/STORE/COPY to the DMA, so that
+      loads, compute and stores overlap.  A command waits only while it would
+      write local rows an in-flight command of the other unit reads or writes, or
+      read rows it writes (bounding ranges per memory); each unit runs its own
+      commands in order.  FENCE and SIGNAL wait until every earlier command has
+      completed; WAIT until its semaphore reaches ``count``.
+    * Completion: one 8-byte entry per command at ``cq_base + 8*index`` (tag,
+      status, opcode, timestamp, phase), then an IRQ_STATUS.completion pulse.
+    * ``ring_reset`` (RING_LOG2 written) empties the ring: HEAD = TAIL = 0, phase 1.
+      Program a ring while the queue is disabled and idle.
+    * Queue errors (doorbell past the ring, tail overtaking head, RING_LOG2 out
+      of 1..16, a bus error on a fetch or completion write) halt the queue with
+      ERROR set until ``resume``.
+    """
+
+    def __init__(self, config: SocConfig):
+        if not isinstance(config, SocConfig):
+            raise TypeError(f"Command processor config must be a SocConfig, not {config!r}")
+        self.config = config
+        sem_bits = max(1, (config.semaphores - 1).bit_length())
+        super().__init__({
+            "axi": Out(AXI4Signature(id_width=4)),
+            "tile_cmd": Out(AXIStreamSignature(256)),
+            "tile_done": In(AXIStreamSignature(32)),
+            "dma_cmd": Out(AXIStreamSignature(256)),
+            "dma_done": In(AXIStreamSignature(8)),
+            "ring_base": In(32), "ring_log2": In(5), "cq_base": In(32),
+            "dma_base": In(32), "dma_limit": In(32),
+            "enable": In(1), "doorbell": In(1), "doorbell_index": In(16), "resume": In(1), "ring_reset": In(1),
+            "head": Out(16), "tail": Out(16), "busy": Out(1), "halted": Out(1),
+            "error_code": Out(8), "error_index": Out(16),
+            "irq_completion": Out(1), "irq_error": Out(1),
+            "sem_values": In(data.ArrayLayout(16, config.semaphores)),
+            "sem_valid": Out(1), "sem_index": Out(sem_bits), "sem_delta": Out(signed(18)), "sem_grant": In(1),
+            "timestamp": In(32),
+            "stall": Out(1),
+            "trace_start": Out(1), "trace_end": Out(1),
+            "trace_tag": Out(16), "trace_opcode": Out(8), "trace_status": Out(8),
+            "trace_end_tag": Out(16), "trace_end_opcode": Out(8),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        tile = cfg.tile
+        axi = self.axi
+
+        # ---- ring state and doorbells ---------------------------------------------------------
+        entries_ok = Signal()
+        m.d.comb += entries_ok.eq((self.ring_log2 >= 1) & (self.ring_log2 <= 16))
+        mask = Signal(16)
+        m.d.comb += mask.eq((Const(1, 17) << self.ring_log2) - 1)
+        head, tail, phase = self.head, self.tail, Signal(init=1)
+        halted = self.halted
+
+        def queue_error(code, index):
+            m.d.sync += [halted.eq(1), self.error_code.eq(code), self.error_index.eq(index)]
+            m.d.comb += self.irq_error.eq(1)
+
+        with m.If(self.resume):
+            m.d.sync += halted.eq(0)
+        with m.If(self.ring_reset):  # RING_LOG2 written: a new, empty ring
+            m.d.sync += [head.eq(0), tail.eq(0), phase.eq(1)]
+        with m.If(self.doorbell):
+            pending_before = (tail - head) & mask
+            pending_after = (self.doorbell_index - head) & mask
+            with m.If(~entries_ok):
+                queue_error(ErrorCode.BAD_FIELD, self.doorbell_index)
+            with m.Elif(self.doorbell_index > mask):
+                queue_error(ErrorCode.DOORBELL_RANGE, self.doorbell_index)
+            with m.Elif(pending_after < pending_before):
+                queue_error(ErrorCode.RING_OVERFLOW, self.doorbell_index)
+            with m.Else():
+                m.d.sync += tail.eq(self.doorbell_index)
+
+        # ---- fetch -------------------------------------------------------------------------
+        cmd = Signal(8 * COMMAND_BYTES)
+        cmd_index = Signal(16)
+        cmd_phase = Signal()
+        have = Signal()  # a fetched command waits in `cmd`
+        beat = Signal(2)
+        fetch_error = Signal()
+        dispatched = Signal()
+        m.d.comb += [axi.arid.eq(0), axi.arlen.eq(COMMAND_BYTES // 8 - 1), axi.arsize.eq(3),
+                     axi.arburst.eq(BURST_INCR), axi.araddr.eq(self.ring_base + (head << 5))]
+        with m.FSM(name="fetch"):
+            with m.State("IDLE"):
+                with m.If(self.enable & ~halted & entries_ok & (head != tail) & ~have & ~self.doorbell):
+                    m.next = "ADDR"
+            with m.State("ADDR"):
+                m.d.comb += axi.arvalid.eq(1)
+                with m.If(axi.arready):
+                    m.d.sync += [beat.eq(0), fetch_error.eq(0)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += axi.rready.eq(1)
+                with m.If(axi.rvalid):
+                    m.d.sync += [beat.eq(beat + 1), cmd.word_select(beat, 64).eq(axi.rdata)]
+                    bad = fetch_error | (axi.rresp != RESP_OKAY)
+                    m.d.sync += fetch_error.eq(bad)
+                    with m.If(axi.rlast):
+                        with m.If(bad):
+                            queue_error(ErrorCode.BUS_ERROR, head)
+                        with m.Else():
+                            m.d.sync += [have.eq(1), cmd_index.eq(head), cmd_phase.eq(phase),
+                                         head.eq((head + 1) & mask)]
+                            with m.If(((head + 1) & mask) == 0):
+                                m.d.sync += phase.eq(~phase)
+                        m.next = "IDLE"
+        with m.If(dispatched):
+            m.d.sync += have.eq(0)
+
+        # ---- decode and checks ---------------------------------------------------------------
+        hdr = data.View(HEADER_LAYOUT, cmd)
+        mv = data.View(command_layout(Opcode.LOAD), cmd)
+        cp = data.View(command_layout(Opcode.COPY), cmd)
+        sg = data.View(command_layout(Opcode.SIGNAL), cmd)
+        g = data.View(command_layout(Opcode.GEMM), cmd)
+        p = data.View(command_layout(Opcode.POSTOP), cmd)
+
+        def reserved(op):
+            return (cmd & COMMANDS[op].reserved_mask) != 0
+
+        def first_failing(checks):
+            status = Const(ErrorCode.OK, 8)
+            for cond, code in reversed(checks):
+                status = Mux(cond, code, status)
+            return status
+
+        mv_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
+        mv_last = Signal(RANGE_BITS)
+        m.d.comb += mv_last.eq(mv.local_addr + (mv.rows - 1) * mv.local_row_stride
+                               + (mv.cols - 1) * mv.local_col_stride)
+        mv_row_bytes = Mux(mv_acc, tile.acc_row_bytes, tile.spm_row_bytes)
+        mv_end = Signal(50)
+        m.d.comb += mv_end.eq(mv.dram_addr + (mv.rows - 1) * mv.dram_stride + mv.cols * mv_row_bytes)
+
+        def in_window(lo, hi):
+            return (lo >= self.dma_base) & (hi <= self.dma_limit) & (hi <= cfg.mem_bytes)
+
+        move_checks = lambda op: [  # noqa: E731 - read as a table
+            (reserved(op), ErrorCode.RESERVED_BITS),
+            ((mv.rows == 0) | (mv.cols == 0), ErrorCode.BAD_DIMENSION),
+            (~mv_acc & (mv_last >= tile.spm_rows), ErrorCode.SPM_RANGE),
+            (mv_acc & (mv_last >= tile.acc_rows), ErrorCode.ACC_RANGE),
+            ((mv.dram_addr[:3] != 0) | (mv.dram_stride[:3] != 0), ErrorCode.MISALIGNED),
+            (~in_window(mv.dram_addr, mv_end), ErrorCode.DMA_WINDOW),
+        ]
+        status = Signal(8)
+        route = Signal(2)  # 0 local, 1 tile core, 2 DMA
+        with m.Switch(hdr.opcode):
+            with m.Case(Opcode.GEMM, Opcode.POSTOP):
+                m.d.comb += [status.eq(ErrorCode.OK), route.eq(1)]
+            with m.Case(Opcode.LOAD):
+                m.d.comb += [status.eq(first_failing(move_checks(Opcode.LOAD))), route.eq(2)]
+            with m.Case(Opcode.STORE):
+                m.d.comb += [status.eq(first_failing(move_checks(Opcode.STORE))), route.eq(2)]
+            with m.Case(Opcode.COPY):
+                m.d.comb += [status.eq(first_failing([
+                    (reserved(Opcode.COPY), ErrorCode.RESERVED_BITS),
+                    (cp.length == 0, ErrorCode.BAD_DIMENSION),
+                    ((cp.src_addr[:3] != 0) | (cp.dst_addr[:3] != 0) | (cp.length[:3] != 0), ErrorCode.MISALIGNED),
+                    (~in_window(cp.src_addr, cp.src_addr + cp.length)
+                     | ~in_window(cp.dst_addr, cp.dst_addr + cp.length), ErrorCode.DMA_WINDOW),
+                ])), route.eq(2)]
+            with m.Case(Opcode.SIGNAL):
+                m.d.comb += status.eq(first_failing([
+                    (reserved(Opcode.SIGNAL), ErrorCode.RESERVED_BITS),
+                    (sg.sem >= cfg.semaphores, ErrorCode.SEM_RANGE),
+                ]))
+            with m.Case(Opcode.WAIT):
+                m.d.comb += status.eq(first_failing([
+                    (reserved(Opcode.WAIT), ErrorCode.RESERVED_BITS),
+                    (sg.count == 0, ErrorCode.BAD_DIMENSION),
+                    (sg.sem >= cfg.semaphores, ErrorCode.SEM_RANGE),
+                ]))
+            with m.Case(Opcode.NOP):
+                m.d.comb += status.eq(first_failing([(reserved(Opcode.NOP), ErrorCode.RESERVED_BITS)]))
+            with m.Case(Opcode.FENCE):
+                m.d.comb += status.eq(first_failing([(reserved(Opcode.FENCE), ErrorCode.RESERVED_BITS)]))
+            with m.Default():
+                m.d.comb += status.eq(ErrorCode.BAD_OPCODE)
+        # Errors complete here, whatever unit the opcode belongs to.
+        with m.If(status != ErrorCode.OK):
+            m.d.comb += route.eq(0)
+
+        # ---- footprints for dependency tracking ----------------------------------------------
+        fp = Signal(_Footprint)
+        bias_on = p.flags[COMMANDS[Opcode.POSTOP].flag_bit("bias")]
+        with m.Switch(hdr.opcode):
+            with m.Case(Opcode.GEMM):
+                a_end = g.a_addr + g.k_chunks * g.m
+                b_end = g.b_addr + g.k_chunks * tile.array
+                m.d.comb += [
+                    fp.spm_r_lo.eq(Mux(g.a_addr < g.b_addr, g.a_addr, g.b_addr)),
+                    fp.spm_r_hi.eq(Mux(a_end > b_end, a_end, b_end)),
+                    fp.acc_w_lo.eq(g.c_addr), fp.acc_w_hi.eq(g.c_addr + g.m),
+                ]
+            with m.Case(Opcode.POSTOP):
+                src_end = p.src_addr + p.rows
+                m.d.comb += [
+                    fp.acc_r_lo.eq(Mux(bias_on & (p.bias_addr < p.src_addr), p.bias_addr, p.src_addr)),
+                    fp.acc_r_hi.eq(Mux(bias_on & (p.bias_addr >= src_end), p.bias_addr + 1, src_end)),
+                    fp.spm_w_lo.eq(p.dst_addr), fp.spm_w_hi.eq(p.dst_addr + p.rows),
+                ]
+            with m.Case(Opcode.LOAD):
+                with m.If(mv_acc):
+                    m.d.comb += [fp.acc_w_lo.eq(mv.local_addr), fp.acc_w_hi.eq(mv_last + 1)]
+                with m.Else():
+                    m.d.comb += [fp.spm_w_lo.eq(mv.local_addr), fp.spm_w_hi.eq(mv_last + 1)]
+            with m.Case(Opcode.STORE):
+                with m.If(mv_acc):
+                    m.d.comb += [fp.acc_r_lo.eq(mv.local_addr), fp.acc_r_hi.eq(mv_last + 1)]
+                with m.Else():
+                    m.d.comb += [fp.spm_r_lo.eq(mv.local_addr), fp.spm_r_hi.eq(mv_last + 1)]
+
+        # ---- in-flight slots (FIFOs: each unit completes in order) ---------------------------
+        def slot_table(name, depth):
+            slots = Array(Signal(_Slot, name=f"{name}_slot{i}") for i in range(depth))
+            valid = Array(Signal(name=f"{name}_valid{i}") for i in range(depth))
+            wr = Signal(range(depth), name=f"{name}_wr")
+            rd = Signal(range(depth), name=f"{name}_rd")
+            count = Signal(range(depth + 1), name=f"{name}_count")
+            return slots, valid, wr, rd, count
+
+        t_slots, t_valid, t_wr, t_rd, t_count = slot_table("tile", TILE_SLOTS)
+        d_slots, d_valid, d_wr, d_rd, d_count = slot_table("dma", DMA_SLOTS)
+
+        def conflicts_with(slots, valid, depth):
+            result = Const(0)
+            for i in range(depth):
+                result = result | (valid[i] & _conflict(fp, slots[i].footprint))
+            return result
+
+        tile_hazard = conflicts_with(d_slots, d_valid, DMA_SLOTS)
+        dma_hazard = conflicts_with(t_slots, t_valid, TILE_SLOTS)
+
+        # ---- completions -----------------------------------------------------------------------
+        local_valid = Signal()
+        local = Signal(_Slot)
+        local_status = Signal(8)
+        writer_busy = Signal()
+        in_flight = Signal()
+        m.d.comb += in_flight.eq((t_count != 0) | (d_count != 0) | local_valid | writer_busy)
+
+        # ---- dispatch ----------------------------------------------------------------------------
+        slot_in = Signal(_Slot)
+        m.d.comb += [slot_in.ring_index.eq(cmd_index), slot_in.phase.eq(cmd_phase), slot_in.tag.eq(hdr.tag),
+                     slot_in.opcode.eq(hdr.opcode), slot_in.footprint.eq(fp)]
+        m.d.comb += [self.tile_cmd.tdata.eq(cmd), self.dma_cmd.tdata.eq(cmd)]
+        t_push = Signal()
+        d_push = Signal()
+        with m.If(have & ~halted):
+            with m.Switch(route):
+                with m.Case(1):
+                    with m.If((t_count < TILE_SLOTS) & ~tile_hazard):
+                        m.d.comb += self.tile_cmd.tvalid.eq(1)
+                        m.d.comb += [t_push.eq(self.tile_cmd.tready), dispatched.eq(self.tile_cmd.tready)]
+                with m.Case(2):
+                    with m.If((d_count < DMA_SLOTS) & ~dma_hazard):
+                        m.d.comb += self.dma_cmd.tvalid.eq(1)
+                        m.d.comb += [d_push.eq(self.dma_cmd.tready), dispatched.eq(self.dma_cmd.tready)]
+                with m.Case(0):
+                    with m.If(~local_valid):
+                        with m.If(status != ErrorCode.OK):
+                            m.d.comb += dispatched.eq(1)
+                        with m.Elif((hdr.opcode == Opcode.FENCE) | (hdr.opcode == Opcode.NOP)):
+                            m.d.comb += dispatched.eq((hdr.opcode == Opcode.NOP) | ~in_flight)
+                        with m.Elif(hdr.opcode == Opcode.SIGNAL):
+                            with m.If(~in_flight):
+                                m.d.comb += [self.sem_valid.eq(1), self.sem_delta.eq(sg.count),
+                                             dispatched.eq(self.sem_grant)]
+                        with m.Else():  # WAIT
+                            sem_now = Array(self.sem_values[i] for i in range(cfg.semaphores))[sg.sem]
+                            with m.If(sem_now >= sg.count):
+                                m.d.comb += [self.sem_valid.eq(1), self.sem_delta.eq(-sg.count),
+                                             dispatched.eq(self.sem_grant)]
+        m.d.comb += self.sem_index.eq(sg.sem)
+        with m.If(dispatched & (route == 0)):
+            m.d.sync += [local_valid.eq(1), local.eq(slot_in), local_status.eq(status)]
+        m.d.comb += [self.stall.eq(have & ~halted & ~dispatched),
+                     self.trace_start.eq(dispatched), self.trace_tag.eq(hdr.tag),
+                     self.trace_opcode.eq(hdr.opcode)]
+
+        # Slot bookkeeping: push at dispatch, pop when the completion is taken.
+        t_pop = Signal()
+        d_pop = Signal()
+        with m.If(t_push):
+            m.d.sync += [t_slots[t_wr].eq(slot_in), t_valid[t_wr].eq(1),
+                         t_wr.eq(Mux(t_wr == TILE_SLOTS - 1, 0, t_wr + 1))]
+        with m.If(t_pop):
+            m.d.sync += [t_valid[t_rd].eq(0), t_rd.eq(Mux(t_rd == TILE_SLOTS - 1, 0, t_rd + 1))]
+        m.d.sync += t_count.eq(t_count + t_push - t_pop)
+        with m.If(d_push):
+            m.d.sync += [d_slots[d_wr].eq(slot_in), d_valid[d_wr].eq(1),
+                         d_wr.eq(Mux(d_wr == DMA_SLOTS - 1, 0, d_wr + 1))]
+        with m.If(d_pop):
+            m.d.sync += [d_valid[d_rd].eq(0), d_rd.eq(Mux(d_rd == DMA_SLOTS - 1, 0, d_rd + 1))]
+        m.d.sync += d_count.eq(d_count + d_push - d_pop)
+
+        # ---- completion writer ---------------------------------------------------------------
+        cpl_addr = Signal(32)
+        cpl_data = Signal(64)
+        cpl_index = Signal(16)
+        cpl_tag = Signal(16)
+        cpl_opcode = Signal(8)
+
+        def entry(slot, tag, opcode, st):
+            word = Cat(tag, st, opcode, self.timestamp[:31], slot.phase)
+            return [cpl_addr.eq(self.cq_base + (slot.ring_index << 3)), cpl_data.eq(word),
+                    cpl_index.eq(slot.ring_index),
+                    cpl_tag.eq(tag), cpl_opcode.eq(opcode)]
+
+        done_word = data.View(data.StructLayout({"tag": 16, "status": 8, "opcode": 8}), self.tile_done.tdata)
+        m.d.comb += [axi.awid.eq(0), axi.awlen.eq(0), axi.awsize.eq(3), axi.awburst.eq(BURST_INCR),
+                     axi.awaddr.eq(cpl_addr), axi.wdata.eq(cpl_data), axi.wstrb.eq((1 << COMPLETION_BYTES) - 1),
+                     axi.wlast.eq(1)]
+        aw_done = Signal()
+        w_done = Signal()
+        with m.FSM(name="complete"):
+            with m.State("IDLE"):
+                with m.If(local_valid):
+                    m.d.sync += entry(local, local.tag, local.opcode, local_status)
+                    m.d.sync += local_valid.eq(0)
+                    m.next = "WRITE"
+                with m.Elif(self.dma_done.tvalid):
+                    slot = d_slots[d_rd]
+                    m.d.sync += entry(slot, slot.tag, slot.opcode, self.dma_done.tdata)
+                    m.d.comb += [self.dma_done.tready.eq(1), d_pop.eq(1)]
+                    m.next = "WRITE"
+                with m.Elif(self.tile_done.tvalid):
+                    slot = t_slots[t_rd]
+                    m.d.sync += entry(slot, done_word.tag, done_word.opcode, done_word.status)
+                    m.d.comb += [self.tile_done.tready.eq(1), t_pop.eq(1)]
+                    m.next = "WRITE"
+                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+            with m.State("WRITE"):
+                m.d.comb += [writer_busy.eq(1), axi.awvalid.eq(~aw_done), axi.wvalid.eq(~w_done)]
+                with m.If(axi.awready & ~aw_done):
+                    m.d.sync += aw_done.eq(1)
+                with m.If(axi.wready & ~w_done):
+                    m.d.sync += w_done.eq(1)
+                with m.If((aw_done | axi.awready) & (w_done | axi.wready)):
+                    m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [writer_busy.eq(1), axi.bready.eq(1)]
+                with m.If(axi.bvalid):
+                    with m.If(axi.bresp != RESP_OKAY):
+                        queue_error(ErrorCode.BUS_ERROR, cpl_index)
+                    with m.Else():
+                        m.d.comb += self.irq_completion.eq(1)
+                    m.d.comb += [self.trace_end.eq(1)]
+                    m.next = "IDLE"
+        m.d.comb += [self.trace_end_tag.eq(cpl_tag), self.trace_end_opcode.eq(cpl_opcode),
+                     self.trace_status.eq(cpl_data[16:24])]
+
+        m.d.comb += self.busy.eq(self.enable & ~halted & ((head != tail) | have | in_flight))
+        return m

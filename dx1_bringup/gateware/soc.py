@@ -1,0 +1,205 @@
+"""The dx1-mini SoC: tiles, their command processors and DMAs, device memory and the host ports."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..spec import SocConfig
+from .axi import AXI4LiteSignature, AXI4Signature
+from .command import CommandProcessor
+from .dma import Dma
+from .memory import AxiMemory
+from .regfile import ADDR_WIDTH, RegisterFile
+from .tile import TileCore
+
+__all__ = ["Dx1Soc"]
+
+
+class Dx1Soc(wiring.Component):
+    """The whole device as the host sees it.
+
+    * ``regs``: the AXI4-Lite register port (PCIe BAR0, or the serial bridge).
+    * ``mem``: an AXI4 port into device memory (PCIe BAR2, or the serial bridge's bulk data).
+    * ``irq``: high while any queue has an enabled interrupt cause.
+
+    Each tile has a :class:`TileCore`, a :class:`Dma` and a :class:`CommandProcessor`;
+    the command processors and DMAs are AXI4 masters on :class:`AxiMemory`, which
+    arbitrates them with the host's port.  GLOBAL.RESET resets every queue, DMA,
+    tile pipeline, counter and semaphore (not memories); disable the queues and
+    let them go idle first.
+    """
+
+    def __init__(self, config: SocConfig | None = None):
+        config = config or SocConfig()
+        if not isinstance(config, SocConfig):
+            raise TypeError(f"SoC config must be a SocConfig, not {config!r}")
+        if config.tile.array % 8:
+            raise ValueError(f"SoC array size must be a multiple of 8 (a scratchpad row is whole 64-bit beats), "
+                             f"not {config.tile.array}")
+        self.config = config
+        super().__init__({
+            "regs": In(AXI4LiteSignature(addr_width=ADDR_WIDTH)),
+            "mem": In(AXI4Signature(id_width=4)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.regfile = rf = RegisterFile(cfg)
+        m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles)
+        wiring.connect(m, wiring.flipped(self.regs), rf.bus)
+        wiring.connect(m, wiring.flipped(self.mem), memory.s0)
+
+        def reg(block, name):
+            return getattr(rf, f"{block}_{name}")
+
+        # ---- GLOBAL ---------------------------------------------------------------------------
+        cycles = Signal(64)
+        cycles_hi = Signal(32)
+        m.d.sync += cycles.eq(cycles + 1)
+        with m.If(reg("GLOBAL", "CYCLES_LO").read):
+            m.d.sync += cycles_hi.eq(cycles[32:])
+        m.d.comb += [reg("GLOBAL", "CYCLES_LO").value.eq(cycles[:32]), reg("GLOBAL", "CYCLES_HI").value.eq(cycles_hi)]
+        soft_reset = Signal()
+        m.d.comb += soft_reset.eq(reg("GLOBAL", "RESET").write & reg("GLOBAL", "RESET").wdata[0])
+        with m.If(soft_reset):
+            m.d.sync += [cycles.eq(0), cycles_hi.eq(0)]
+        sems = [reg("GLOBAL", f"SEM{i}") for i in range(cfg.semaphores)]
+        with m.If(soft_reset):
+            m.d.comb += [s.set.eq(1) for s in sems]  # set_value defaults to 0
+
+        irq_lines = []
+        sem_requests = []
+        for t in range(cfg.tiles):
+            q, perf, trace = f"QUEUE{t}", f"PERF{t}", f"TRACE{t}"
+            core = ResetInserter(soft_reset)(TileCore(cfg.tile))
+            dma = ResetInserter(soft_reset)(Dma(cfg.tile))
+            cp = ResetInserter(soft_reset)(CommandProcessor(cfg))
+            m.submodules[f"core{t}"], m.submodules[f"dma{t}"], m.submodules[f"cp{t}"] = core, dma, cp
+            wiring.connect(m, cp.tile_cmd, core.cmd)
+            wiring.connect(m, core.done, cp.tile_done)
+            wiring.connect(m, cp.dma_cmd, dma.cmd)
+            wiring.connect(m, dma.done, cp.dma_done)
+            for port in ("spm_wr", "spm_rreq", "acc_wr", "acc_rreq"):
+                wiring.connect(m, getattr(dma, port), getattr(core, port))
+            for port in ("spm_rresp", "acc_rresp"):
+                wiring.connect(m, getattr(core, port), getattr(dma, port))
+            wiring.connect(m, cp.axi, getattr(memory, f"s{1 + 2 * t}"))
+            wiring.connect(m, dma.axi, getattr(memory, f"s{2 + 2 * t}"))
+
+            # Queue registers.
+            control = reg(q, "CONTROL")
+            m.d.comb += [
+                cp.ring_base.eq(reg(q, "RING_BASE").value), cp.ring_log2.eq(reg(q, "RING_LOG2").value),
+                cp.cq_base.eq(reg(q, "CQ_BASE").value), cp.dma_base.eq(reg(q, "DMA_BASE").value),
+                cp.dma_limit.eq(reg(q, "DMA_LIMIT").value), cp.enable.eq(control.value[0]),
+                cp.resume.eq(control.write & control.wdata[1]), cp.ring_reset.eq(reg(q, "RING_LOG2").write),
+                cp.doorbell.eq(reg(q, "DOORBELL").write), cp.doorbell_index.eq(reg(q, "DOORBELL").wdata[:16]),
+                reg(q, "HEAD").value.eq(cp.head), reg(q, "TAIL").value.eq(cp.tail),
+                reg(q, "STATUS").value.eq(Cat(cp.busy, cp.halted)),
+                reg(q, "ERROR").value.eq(Cat(cp.error_code, Const(0, 8), cp.error_index)),
+                reg(q, "IRQ_STATUS").set.eq(Cat(cp.irq_completion, cp.irq_error)),
+                cp.timestamp.eq(cycles[:32]),
+                cp.sem_values.eq(Cat(s.value[:16] for s in sems)),
+            ]
+            # CONTROL.resume reads back 0: clear it the cycle after the write.
+            resume_written = Signal(name=f"resume_written{t}")
+            m.d.sync += resume_written.eq(control.write & control.wdata[1])
+            with m.If(resume_written):
+                m.d.comb += [control.set.eq(1), control.set_value.eq(control.value & ~0b10)]
+            irq_lines.append((reg(q, "IRQ_STATUS").value & reg(q, "IRQ_MASK").value) != 0)
+            sem_requests.append(cp)
+
+            # Performance counters.
+            clear = Signal(name=f"perf_clear{t}")
+            m.d.comb += clear.eq(soft_reset | (reg(perf, "CONTROL").write & reg(perf, "CONTROL").wdata[0]))
+            reads_open = Signal(9, name=f"reads_open{t}")
+            writes_open = Signal(9, name=f"writes_open{t}")
+            ax = dma.axi
+            m.d.sync += [
+                reads_open.eq(reads_open + (ax.arvalid & ax.arready) - (ax.rvalid & ax.rready & ax.rlast)),
+                writes_open.eq(writes_open + (ax.awvalid & ax.awready) - (ax.bvalid & ax.bready)),
+            ]
+            reading = (reads_open != 0) | ax.arvalid
+            writing = (writes_open != 0) | ax.awvalid | ax.wvalid
+            waiting = ((reads_open != 0) & ~ax.rvalid) | (ax.wvalid & ~ax.wready) | (ax.arvalid & ~ax.arready)
+            counters = {
+                "CYCLES": 1, "BUSY_LOAD": reading, "BUSY_STORE": writing, "STALL_DEP": cp.stall,
+                "STALL_MEM": waiting,
+            }
+            for name, inc in counters.items():
+                count = Signal(32, name=f"perf{t}_{name.lower()}")
+                m.d.sync += count.eq(count + inc)
+                with m.If(clear):
+                    m.d.sync += count.eq(0)
+                m.d.comb += reg(perf, name).value.eq(count)
+            # Counters kept inside the units are reported relative to their value at the last clear.
+            for name, source in (("BUSY_COMPUTE", core.perf_busy), ("BYTES_READ", dma.bytes_read),
+                                 ("BYTES_WRITTEN", dma.bytes_written)):
+                base = Signal(32, name=f"perf{t}_{name.lower()}_base")
+                with m.If(clear):
+                    m.d.sync += base.eq(source)
+                m.d.comb += reg(perf, name).value.eq(source - base)
+            macs_base = Signal(48, name=f"perf{t}_macs_base")
+            macs_hi = Signal(32, name=f"perf{t}_macs_hi")
+            macs = Signal(48, name=f"perf{t}_macs")
+            m.d.comb += macs.eq(core.perf_macs - macs_base)
+            with m.If(clear):
+                m.d.sync += [macs_base.eq(core.perf_macs), macs_hi.eq(0)]
+            with m.If(reg(perf, "MACS_LO").read):
+                m.d.sync += macs_hi.eq(macs[32:])
+            m.d.comb += [reg(perf, "MACS_LO").value.eq(macs[:32]), reg(perf, "MACS_HI").value.eq(macs_hi)]
+
+            # Trace buffer: start events at dispatch, end events when the completion is written.
+            tctl = reg(trace, "CONTROL")
+            trace_clear = Signal(name=f"trace{t}_clear")
+            m.d.comb += trace_clear.eq(soft_reset | (tctl.write & tctl.wdata[1]))
+            fifo = ResetInserter(trace_clear)(SyncFIFOBuffered(width=64, depth=cfg.trace_depth))
+            m.submodules[f"trace{t}"] = fifo
+            start = Cat(cycles[:32], cp.trace_tag, Const(0, 8), cp.trace_opcode[:7], Const(0, 1))
+            end = Cat(cycles[:32], cp.trace_end_tag, cp.trace_status, cp.trace_end_opcode[:7], Const(1, 1))
+            held = Signal(64, name=f"trace{t}_held")
+            held_valid = Signal(name=f"trace{t}_held_valid")
+            # A start and an end can come in the same cycle: the end waits one cycle.  Dispatches are
+            # a command fetch apart and completion writes a bus write apart, so one register is enough.
+            with m.If(held_valid):
+                m.d.comb += [fifo.w_data.eq(held), fifo.w_en.eq(1)]
+                m.d.sync += held_valid.eq(0)
+            with m.Elif(cp.trace_start & tctl.value[0]):
+                m.d.comb += [fifo.w_data.eq(start), fifo.w_en.eq(1)]
+                m.d.sync += [held.eq(end), held_valid.eq(cp.trace_end)]
+            with m.Elif(cp.trace_end & tctl.value[0]):
+                m.d.comb += [fifo.w_data.eq(end), fifo.w_en.eq(1)]
+            m.d.comb += [
+                reg(trace, "COUNT").value.eq(fifo.level),
+                reg(trace, "DATA_LO").value.eq(fifo.r_data[:32] & fifo.r_rdy.replicate(32)),
+                reg(trace, "DATA_HI").value.eq(fifo.r_data[32:] & fifo.r_rdy.replicate(32)),
+                fifo.r_en.eq(reg(trace, "DATA_HI").read),
+            ]
+            # CONTROL.clear reads back 0.
+            clear_written = Signal(name=f"trace{t}_clear_written")
+            m.d.sync += clear_written.eq(tctl.write & tctl.wdata[1])
+            with m.If(clear_written):
+                m.d.comb += [tctl.set.eq(1), tctl.set_value.eq(tctl.value & ~0b10)]
+
+        # ---- semaphores: one SIGNAL/WAIT a cycle, lowest tile first ---------------------------
+        granted = Signal()
+        for cp in sem_requests:
+            with m.If(cp.sem_valid & ~granted):
+                m.d.comb += cp.sem_grant.eq(1)
+                for i, s in enumerate(sems):
+                    with m.If(cp.sem_index == i):
+                        m.d.comb += [s.set.eq(1), s.set_value.eq((s.value + cp.sem_delta)[:16])]
+            granted_next = Signal()
+            m.d.comb += granted_next.eq(granted | cp.sem_valid)
+            granted = granted_next
+
+        irq = irq_lines[0]
+        for line in irq_lines[1:]:
+            irq = irq | line
+        m.d.comb += self.irq.eq(irq)
+        return m
