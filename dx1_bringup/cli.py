@@ -171,6 +171,13 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_serve(args: argparse.Namespace) -> int:
+    from .sim import serve
+
+    argv = [f"--port={args.port}"] + ([f"--port-file={args.port_file}"] if args.port_file else [])
+    return serve.main(argv + (["--once"] if args.once else []))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dx1", description="dx1-mini bring-up and co-simulation")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,11 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("k", type=_positive, help="reduction length")
     gemm.add_argument("n", type=_positive, help="columns of B")
     gemm.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
-    gemm.add_argument("--device", default="model", help="device string (default model)")
+    gemm.add_argument("--device", default="model",
+                      help="model, sim (a private simulator of the RTL), or sim://HOST:PORT (default model)")
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
     gemm.set_defaults(func=cmd_gemm)
+    sim = sub.add_parser("sim", help="the simulated device")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    serve = sim_sub.add_parser("serve", help="serve the SoC RTL in Verilator on 127.0.0.1 for --device sim://HOST:PORT")
+    serve.add_argument("--port", type=int, default=0, help="TCP port (default: any free port, printed)")
+    serve.add_argument("--port-file", help="write the port here once listening")
+    serve.add_argument("--once", action="store_true", help="stop when the first client disconnects")
+    serve.set_defaults(func=cmd_sim_serve)
     return parser
 
 

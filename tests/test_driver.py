@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 
 import numpy as np
 import pytest
@@ -151,8 +152,8 @@ def test_transport_context_manager_closes():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("sim", "device 'sim': the sim transport is not available yet; use 'model'"),
-    ("sim://localhost:4000", "device 'sim://localhost:4000': the sim transport is not available yet; use 'model'"),
+    ("sim://localhost", "device 'sim://localhost': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
+    ("sim://:4000", "device 'sim://:4000': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
     ("serial:/dev/ttyUSB0", "device 'serial:/dev/ttyUSB0': the serial transport is not available yet; use 'model'"),
     ("pcie:0000:01:00.0", "device 'pcie:0000:01:00.0': the pcie transport is not available yet; use 'model'"),
     ("xyz", "unknown device 'xyz'; expected one of model, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
@@ -161,6 +162,15 @@ def test_open_transport_errors(spec, message):
     with pytest.raises(ValueError) as info:
         open_transport(spec)
     assert str(info.value) == message
+
+
+def test_sim_transport_nobody_listening():
+    """A sim:// address where no simulator listens is a TransportError that names the address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound but not listening: connections are refused
+        with pytest.raises(TransportError, match=rf"^cannot reach the simulator at 127.0.0.1:{port}: "):
+            open_transport(f"sim://127.0.0.1:{port}")
 
 
 def test_model_transport_bus_error_becomes_transport_error():

@@ -9,13 +9,20 @@ checks every address before a subclass sees it, so backends never need to.
 
 from __future__ import annotations
 
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import regs
 from .errors import TransportError
 
-__all__ = ["Transport", "ModelTransport", "open_transport", "DEVICE_SPECS"]
+__all__ = ["Transport", "ModelTransport", "SimTransport", "open_transport", "DEVICE_SPECS"]
 
 #: The device strings :func:`open_transport` understands, for messages and ``--help`` texts.
 DEVICE_SPECS = ("model", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
@@ -196,14 +203,139 @@ class ModelTransport(Transport):
         return self.model.irq_pending()
 
 
+class SimTransport(Transport):
+    """A transport to the SoC simulated in Verilator, over a loopback TCP socket.
+
+    Parameters
+    ----------
+    host, port:
+        Where ``dx1 sim serve`` listens.
+    process:
+        A simulator process this transport owns (``open_transport("sim")``): it is
+        asked to stop and waited for on :meth:`close`.
+
+    Notes
+    -----
+    One request crosses the socket per register access or memory block, and one
+    per interrupt wait, which runs the simulation until the interrupt line rises
+    or ``IRQ_WAIT_CYCLES`` pass.  The protocol is in ``dx1_bringup.sim.soc_server``.
+    """
+
+    REQUEST = struct.Struct("<BII")
+    RESPONSE = struct.Struct("<BI")
+    OPS = {"close": 0, "read32": 1, "write32": 2, "read_block": 3, "write_block": 4, "wait_irq": 5, "cycles": 6}
+    #: Simulated cycles one interrupt wait may run before the driver looks again.
+    IRQ_WAIT_CYCLES = 20_000
+    #: Register space served on the AXI4-Lite port (16 address bits).
+    REG_BYTES = 1 << 16
+    #: Largest memory block in one request.
+    MAX_BLOCK = 1 << 20
+
+    def __init__(self, host: str, port: int, process: subprocess.Popen | None = None, timeout: float = 600.0):
+        self.process = process
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise TransportError(f"cannot reach the simulator at {host}:{port}: {e}") from e
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(timeout)
+        self.round_trips = 0
+        mem_bytes = int.from_bytes(self._request("read32", regs.Global.MEM_BYTES), "little")
+        super().__init__(self.REG_BYTES, mem_bytes)
+
+    def _recv(self, n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            try:
+                chunk = self.sock.recv(n - len(data))
+            except OSError as e:
+                raise TransportError(f"simulator connection failed: {e}") from e
+            if not chunk:
+                raise TransportError("the simulator closed the connection")
+            data += chunk
+        return bytes(data)
+
+    def _request(self, op: str, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
+        try:
+            self.sock.sendall(self.REQUEST.pack(self.OPS[op], addr, n) + payload)
+        except OSError as e:
+            raise TransportError(f"simulator connection failed: {e}") from e
+        self.round_trips += 1
+        status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size))
+        data = self._recv(length)
+        if status == 1:
+            raise TransportError(f"bus error response to {op} at 0x{addr:x}")
+        if status != 0:
+            raise TransportError(f"the simulator refused {op}: {data.decode(errors='replace')}")
+        return data
+
+    def _read32(self, addr: int) -> int:
+        return int.from_bytes(self._request("read32", addr), "little")
+
+    def _write32(self, addr: int, value: int) -> None:
+        self._request("write32", addr, value)
+
+    def _read_block(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        for offset in range(0, n, self.MAX_BLOCK):
+            out += self._request("read_block", addr + offset, min(self.MAX_BLOCK, n - offset))
+        return bytes(out)
+
+    def _write_block(self, addr: int, data: bytes) -> None:
+        for offset in range(0, len(data), self.MAX_BLOCK):
+            chunk = data[offset:offset + self.MAX_BLOCK]
+            self._request("write_block", addr + offset, len(chunk), chunk)
+
+    def _wait_irq(self, timeout: float) -> bool:
+        return self._request("wait_irq", 0, self.IRQ_WAIT_CYCLES) == b"\x01"
+
+    def cycles(self) -> int:
+        """Simulated cycles since the simulator started."""
+        return int.from_bytes(self._request("cycles"), "little")
+
+    def _close(self) -> None:
+        try:
+            self._request("close", 0, 1 if self.process is not None else 0)
+        except TransportError:
+            pass  # already gone: nothing left to stop
+        self.sock.close()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _start_simulator(timeout: float = 900.0) -> SimTransport:
+    """Start a private `dx1 sim serve` and connect to it (the first run builds the model: minutes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if process.poll() is not None:
+                raise TransportError(f"the simulator exited before listening:\n{process.stderr.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                process.kill()
+                raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
+            time.sleep(0.2)
+        port = int(port_file.read_text())
+    return SimTransport("127.0.0.1", port, process=process)
+
+
 def open_transport(spec: str) -> Transport:
     """Open the transport named by a device string.
 
     Parameters
     ----------
     spec:
-        ``"model"`` (the in-process golden model); ``"sim"``, ``"sim://HOST:PORT"``,
-        ``"serial:URL"`` and ``"pcie:BDF"`` are reserved for backends that do not exist yet.
+        ``"model"`` (the in-process golden model); ``"sim"`` (a private simulator of the
+        SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
+        ``dx1 sim serve``); ``"serial:URL"`` and ``"pcie:BDF"`` are reserved for backends
+        that do not exist yet.
 
     Raises
     ------
@@ -212,9 +344,14 @@ def open_transport(spec: str) -> Transport:
     """
     if spec == "model":
         return ModelTransport()
-    if spec == "sim" or spec.startswith("sim://"):
-        backend = "sim"
-    elif spec.startswith("serial:"):
+    if spec == "sim":
+        return _start_simulator()
+    if spec.startswith("sim://"):
+        host, sep, port = spec[len("sim://"):].rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"device {spec!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
+        return SimTransport(host, int(port))
+    if spec.startswith("serial:"):
         backend = "serial"
     elif spec.startswith("pcie:"):
         backend = "pcie"

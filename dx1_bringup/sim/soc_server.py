@@ -1,0 +1,146 @@
+"""cocotb module behind the `sim` transport: the SoC in Verilator, served on a loopback TCP socket.
+
+Whole transactions cross the socket: a register read or write, a block of
+device memory, or "run until the interrupt line rises (or N cycles pass)".
+While the server waits for the next request the simulation does not advance,
+so the device only sees time pass inside transactions; that is what a host
+sees too, only faster.  cocotbext-axi's AXI4-Lite and AXI4 masters make the
+bus transactions, so the ports are also checked against an independent model.
+
+Protocol (little-endian), one request at a time:
+
+* request: ``op:u8, addr:u32, n:u32`` then, for WRITE_BLOCK, ``n`` bytes;
+* response: ``status:u8, length:u32`` then ``length`` bytes.
+
+Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE (where the
+chosen port is written once the server listens), DX1_SIM_ONCE (1: stop after
+the first client disconnects).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import struct
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, First, RisingEdge
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
+
+__all__ = ["Op", "Status", "REQUEST", "RESPONSE"]
+
+REQUEST = struct.Struct("<BII")
+RESPONSE = struct.Struct("<BI")
+CLOCK_NS = 10
+
+
+class Op(enum.IntEnum):
+    CLOSE = 0
+    READ32 = 1
+    WRITE32 = 2
+    READ_BLOCK = 3
+    WRITE_BLOCK = 4
+    WAIT_IRQ = 5  # n: cycle budget; answers one byte: 1 if the line is high
+    CYCLES = 6    # answers the simulated cycle count as u64
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    BUS_ERROR = 1
+    BAD_REQUEST = 2
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+    data = bytearray()
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+class SocServer:
+    def __init__(self, dut):
+        self.dut = dut
+        self.regs = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst)
+        self.mem = AxiMaster(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst)
+        for master in (self.regs, self.mem):
+            master.write_if.log.setLevel("WARNING")
+            master.read_if.log.setLevel("WARNING")
+
+    async def handle(self, op: int, addr: int, n: int, payload: bytes) -> tuple[int, bytes]:
+        if op == Op.READ32:
+            resp = await self.regs.read(addr, 4)
+            return (Status.OK, resp.data) if resp.resp == 0 else (Status.BUS_ERROR, b"")
+        if op == Op.WRITE32:
+            resp = await self.regs.write(addr, n.to_bytes(4, "little"))
+            return Status.OK if resp.resp == 0 else Status.BUS_ERROR, b""
+        if op == Op.READ_BLOCK:
+            resp = await self.mem.read(addr, n)
+            return (Status.OK, bytes(resp.data)) if resp.resp == 0 else (Status.BUS_ERROR, b"")
+        if op == Op.WRITE_BLOCK:
+            resp = await self.mem.write(addr, payload)
+            return Status.OK if resp.resp == 0 else Status.BUS_ERROR, b""
+        if op == Op.WAIT_IRQ:
+            if not self.dut.irq.value:
+                await First(RisingEdge(self.dut.irq), ClockCycles(self.dut.clk, max(1, n)))
+            return Status.OK, bytes([int(self.dut.irq.value)])
+        if op == Op.CYCLES:
+            from cocotb.utils import get_sim_time
+
+            return Status.OK, (int(get_sim_time(unit="ns")) // CLOCK_NS).to_bytes(8, "little")
+        return Status.BAD_REQUEST, f"unknown op {op}".encode()
+
+    async def serve(self, conn: socket.socket) -> bool:
+        """Serve one client; False when it asked the server to stop."""
+        while True:
+            header = _recv_exact(conn, REQUEST.size)
+            if header is None:
+                return True
+            op, addr, n = REQUEST.unpack(header)
+            if op == Op.CLOSE:
+                conn.sendall(RESPONSE.pack(Status.OK, 0))
+                return n == 0  # CLOSE with n=1 stops the server
+            payload = b""
+            if op == Op.WRITE_BLOCK:
+                payload = _recv_exact(conn, n)
+                if payload is None:
+                    return True
+            status, data = await self.handle(op, addr, n, payload)
+            conn.sendall(RESPONSE.pack(status, len(data)) + data)
+
+
+@cocotb.test()
+async def serve(dut):
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    server = SocServer(dut)
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 2)
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(os.environ.get("DX1_SIM_PORT", "0"))))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    portfile = os.environ.get("DX1_SIM_PORTFILE")
+    if portfile:
+        with open(portfile + ".tmp", "w") as f:
+            f.write(str(port))
+        os.replace(portfile + ".tmp", portfile)
+    dut._log.info("dx1 sim serving on 127.0.0.1:%d", port)
+    once = os.environ.get("DX1_SIM_ONCE") == "1"
+    try:
+        while True:
+            conn, _ = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with conn:
+                keep_going = await server.serve(conn)
+            if once or not keep_going:
+                break
+    finally:
+        listener.close()
