@@ -1,0 +1,173 @@
+"""Driver conformance: one set of tests, run on every backend the machine can reach.
+
+``model`` is the golden model of the whole device, in process.  ``sim`` is the
+SoC RTL in Verilator behind the sim transport: one simulator is started for the
+session (the first run builds it, which takes minutes) and every test opens a
+fresh, reset :class:`~dx1_driver.Device` on it.  A backend that cannot run here
+is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dx1_driver import CommandError, Device, QueueError, open_transport, regs
+
+from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
+from dx1_bringup.sim import verilator_missing
+
+BACKENDS = ["model", "sim"]
+#: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.
+TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="session")
+def sim_transport():
+    reason = verilator_missing()
+    if reason:
+        pytest.skip(reason)
+    transport = open_transport("sim")
+    yield transport
+    transport.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def device(request):
+    if request.param == "model":
+        transport = open_transport("model")
+    else:
+        transport = request.getfixturevalue("sim_transport")
+    dev = Device(transport)
+    yield dev
+    if request.param == "model":
+        dev.close()
+
+
+def _queue_reg(dev: Device, tile: int, offset: int) -> int:
+    return dev.read_reg(regs.BLOCK_BASES[f"QUEUE{tile}"], offset)
+
+
+def test_discovery(device):
+    caps = device.caps
+    assert (caps.tiles, caps.array, caps.semaphores) == (2, 8, 16)
+    assert (caps.spm_rows, caps.acc_rows, caps.mem_bytes) == (4096, 1024, 1 << 20)
+    names = [b.type.name for b in device.blocks]
+    assert names == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 8, 9, 63, 4095])
+def test_memory_round_trip(device, size):
+    rng = np.random.default_rng(size)
+    base = device.alloc(8192)
+    for offset in (0, 1, 5, 4096 - 3):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        guard = device.read_mem(base + offset + size, 8)
+        device.write_mem(base + offset, data)
+        assert device.read_mem(base + offset, size) == data
+        assert device.read_mem(base + offset + size, 8) == guard, "a write spilled past its end"
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (8, 8, 8), (9, 17, 23), (64, 64, 64)])
+@pytest.mark.parametrize("post", [None, {"mult": 181, "shift": 17, "relu": True}], ids=["int32", "postop"])
+def test_gemm_shapes(device, shape, post):
+    m, k, n = shape
+    rng = np.random.default_rng(m * 10000 + k * 100 + n)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    bias = rng.integers(-1000, 1000, n, dtype=np.int32)
+    out, _ = run_gemm(device, a, b, bias, post, timeout=TIMEOUT)
+    np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
+
+
+def test_postop_edges(device):
+    """Extreme operands, saturating bias, shifts 0 and 47, multipliers 0 and 65535."""
+    a = np.full((9, 16), -128, dtype=np.int8)
+    a[1::2] = 127
+    b = np.full((16, 9), -128, dtype=np.int8)
+    bias = np.array([2**31 - 1, -2**31, 0, 1, -1, 5, -5, 100, -100], dtype=np.int32)
+    for post in ({"mult": 65535, "shift": 0, "relu": False}, {"mult": 1, "shift": 47, "relu": False},
+                 {"mult": 0, "shift": 3, "relu": True}, {"mult": 3, "shift": 1, "relu": False}):
+        out, _ = run_gemm(device, a, b, bias, post, timeout=TIMEOUT)
+        np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
+
+
+def test_both_tiles_concurrently(device):
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, (96, 40), dtype=np.int8)
+    b = rng.integers(-128, 128, (40, 72), dtype=np.int8)
+    out, stats = run_gemm(device, a, b, tiles=2, timeout=TIMEOUT)
+    np.testing.assert_array_equal(out, reference_gemm(a, b))
+    assert len(stats.commands) == 2 and all(c > 0 for c in stats.commands.values()), "both tiles must get work"
+
+
+def test_semaphores_across_queues(device):
+    """Queue 0 waits for queue 1's SIGNAL; neither completion is lost."""
+    q0, q1 = device.queue(0), device.queue(1)
+    q0.submit([regs.wait(tag=1, sem=3, count=2), regs.nop(tag=2)])
+    q1.submit([regs.signal(tag=7, sem=3, count=1), regs.signal(tag=8, sem=3, count=1)])
+    done1 = q1.wait(2, timeout=TIMEOUT)
+    done0 = q0.wait(2, timeout=TIMEOUT)
+    assert [c.tag for c in done1] == [7, 8] and [c.tag for c in done0] == [1, 2]
+    assert device.read_reg(regs.BLOCK_BASES["GLOBAL"], regs.Global.sem(3)) == 0
+
+
+def _bad_commands(dev: Device, base: int) -> list[tuple[bytes, regs.ErrorCode]]:
+    spm, acc = dev.caps.spm_rows, dev.caps.acc_rows
+    mem = dev.caps.mem_bytes
+    return [
+        (pack_raw(0x7F), regs.ErrorCode.BAD_OPCODE),
+        (pack_raw(int.from_bytes(regs.nop(tag=0), "little") | 1 << 40), regs.ErrorCode.RESERVED_BITS),
+        (regs.gemm(tag=0, a_addr=0, b_addr=0, c_addr=0, m=0, k_chunks=1), regs.ErrorCode.BAD_DIMENSION),
+        (regs.postop(tag=0, src_addr=0, dst_addr=0, rows=1, bias_addr=0, mult=1, shift=50),
+         regs.ErrorCode.BAD_FIELD),
+        (regs.gemm(tag=0, a_addr=spm - 2, b_addr=0, c_addr=0, m=4, k_chunks=1), regs.ErrorCode.SPM_RANGE),
+        (regs.gemm(tag=0, a_addr=0, b_addr=0, c_addr=acc - 1, m=4, k_chunks=1), regs.ErrorCode.ACC_RANGE),
+        (regs.load(tag=0, dram_addr=base + 4, dram_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0,
+                   local_col_stride=0), regs.ErrorCode.MISALIGNED),
+        (regs.store(tag=0, dram_addr=mem - 8, dram_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1,
+                    local_col_stride=0), regs.ErrorCode.DMA_WINDOW),
+        (regs.signal(tag=0, sem=200, count=1), regs.ErrorCode.SEM_RANGE),
+        (regs.copy(tag=0, src_addr=base, dst_addr=base + 64, length=0), regs.ErrorCode.BAD_DIMENSION),
+    ]
+
+
+def pack_raw(word: int) -> bytes:
+    return word.to_bytes(regs.COMMAND_BYTES, "little")
+
+
+def test_errors_complete_and_the_queue_goes_on(device):
+    """Every bad field gives its own error code, nothing is written, and the next GEMM is right."""
+    base = device.alloc(4096)
+    guard = bytes(range(256)) * 16
+    device.write_mem(base, guard)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (16, 16), dtype=np.int8)
+    b = rng.integers(-128, 128, (16, 16), dtype=np.int8)
+    q = device.queue(0)
+    for cmd, code in _bad_commands(device, base):
+        q.submit([cmd])
+        with pytest.raises(CommandError) as info:
+            q.wait(1, timeout=TIMEOUT)
+        assert info.value.code == code, f"expected {code.name}, got {info.value}"
+        out, _ = run_gemm(device, a, b, timeout=TIMEOUT)
+        np.testing.assert_array_equal(out, reference_gemm(a, b))
+    assert device.read_mem(base, len(guard)) == guard, "a refused command changed device memory"
+
+
+def test_doorbell_past_ring_and_overflow_halt_then_resume(device):
+    q = device.queue(1)
+    qb = regs.BLOCK_BASES["QUEUE1"]
+    device.write_reg(qb, regs.Queue.DOORBELL, q.entries + 3)
+    with pytest.raises(QueueError) as info:
+        q.check()
+    assert info.value.code == regs.ErrorCode.DOORBELL_RANGE
+    q.resume()
+    q.submit([regs.nop(tag=5)])
+    assert [c.tag for c in q.wait(1, timeout=TIMEOUT)] == [5]
+    head = _queue_reg(device, 1, regs.Queue.HEAD)
+    device.write_reg(qb, regs.Queue.CONTROL, 0)  # stop fetching so that the ring really fills
+    device.write_reg(qb, regs.Queue.DOORBELL, (head + q.entries - 1) % q.entries)  # fills the ring: legal
+    device.write_reg(qb, regs.Queue.DOORBELL, (head + 1) % q.entries)  # moves the tail past the head
+    with pytest.raises(QueueError) as info:
+        q.check()
+    assert info.value.code == regs.ErrorCode.RING_OVERFLOW
