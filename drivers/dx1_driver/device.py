@@ -212,6 +212,29 @@ class Device:
             q._release()
         self._queues.clear()
 
+    def wait_any(self, queues: Sequence[Queue], *, at_least: int = 1, timeout: float = 1.0) -> None:
+        """Wait until one of ``queues`` has ``at_least`` completions ready (or all it has outstanding).
+
+        For feeding several queues at once: wait here, then take what each has
+        ready, so that no queue runs dry while another is drained.  Larger
+        batches mean fewer host round trips competing with the device's DMA.
+        """
+        deadline = time.monotonic() + timeout
+
+        def ready() -> bool:
+            return any(q.poll() >= min(at_least, q.outstanding) for q in queues)
+
+        while not ready():
+            for q in queues:
+                q.check()
+                q._set(regs.Queue.IRQ_STATUS, 1 << regs.Queue.IRQ_STATUS_COMPLETION[0])
+            if ready():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DeviceTimeout(f"no completion on queues {[q.tile for q in queues]} within {timeout} s")
+            self.transport.wait_irq(min(remaining, _POLL_SLICE))
+
     def queue(self, tile: int, *, ring_log2: int | None = None) -> Queue:
         """The command queue of ``tile``, set up on first use (``ring_log2`` applies only then)."""
         if not 0 <= tile < self.caps.tiles:
@@ -362,6 +385,12 @@ class Queue:
             self._head = 0
             self._phase ^= 1
         return got
+
+    def poll(self) -> int:
+        """Collect what has arrived without waiting; return how many completions are ready."""
+        self._check_live()
+        self._poll()
+        return len(self._backlog)
 
     def _collect(self, need: int, timeout: float) -> None:
         """Poll until the backlog holds at least ``need`` completions."""

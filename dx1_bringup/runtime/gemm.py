@@ -543,10 +543,14 @@ def _drive(device: Device, plan: GemmPlan, timeout: float) -> None:
             if todo[t] and room > 0:
                 q.submit(todo[t][:room], timeout=timeout)
                 del todo[t][:room]
+        # Take what any queue has finished, a quarter ring at a time, so that no tile runs dry while
+        # another is drained and host polling stays light beside the DMA.
+        busy = [q for q in queues.values() if q.outstanding]
+        device.wait_any(busy, at_least=max(1, min(q.entries for q in busy) // 4), timeout=timeout)
         for q in queues.values():
-            if q.outstanding:
-                # Half a ring at a time: the other half keeps the tile fed while we refill.
-                q.wait(max(1, min(q.outstanding, q.entries // 2)), timeout=timeout)
+            ready = q.poll()
+            if ready:
+                q.wait(ready, timeout=timeout)
 
 
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
