@@ -26,7 +26,7 @@ import struct
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, First, RisingEdge
+from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 __all__ = ["Op", "Status", "REQUEST", "RESPONSE"]
@@ -86,7 +86,8 @@ class SocServer:
             return Status.OK if resp.resp == 0 else Status.BUS_ERROR, b""
         if op == Op.WAIT_IRQ:
             if not self.dut.irq.value:
-                await First(RisingEdge(self.dut.irq), ClockCycles(self.dut.clk, max(1, n)))
+                # One timer, not a per-cycle count: Python stays off the clock while the device runs.
+                await First(RisingEdge(self.dut.irq), Timer(max(1, n) * CLOCK_NS, "ns"))
             return Status.OK, bytes([int(self.dut.irq.value)])
         if op == Op.CYCLES:
             from cocotb.utils import get_sim_time
