@@ -29,7 +29,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 unexport VERILATOR_ROOT
 
 demo: rtl
-	$(PY) -m dx1_bringup.cli demo
+	$(PY) -m dx1_bringup.cli gemm 128 128 128 --device sim
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests testbenches --seeds=1

@@ -21,6 +21,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _open_device(spec: str, prog: str):
+    """Open a device for a command, or print why not and return None."""
+    from dx1_driver import Device, DriverError
+
+    if spec == "sim":
+        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+              flush=True)
+    try:
+        return Device.open(spec)
+    except (ValueError, DriverError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from .spec import MAGIC, SPEC_VERSION, SocConfig, register_map
 
@@ -34,12 +48,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  {block.base:#06x} {block.name:<8} {len(block.registers):3} registers  next {block.next:#06x}")
     if args.device is None:
         return 0
-    from dx1_driver import Device, DriverError
-
-    try:
-        device = Device.open(args.device)
-    except (ValueError, DriverError) as exc:
-        print(f"dx1 info: {exc}", file=sys.stderr)
+    device = _open_device(args.device, "dx1 info")
+    if device is None:
         return 2
     with device:
         caps = device.caps
@@ -117,7 +127,7 @@ def _calibrate(acc: np.ndarray) -> tuple[int, int]:
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
-    from dx1_driver import Device, DriverError
+    from dx1_driver import DriverError
 
     from .runtime import gemm
 
@@ -136,10 +146,8 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post['mult']} >> {post['shift']})"
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
-    try:
-        device = Device.open(args.device)
-    except (ValueError, DriverError) as exc:
-        print(f"dx1 gemm: {exc}", file=sys.stderr)
+    device = _open_device(args.device, "dx1 gemm")
+    if device is None:
         return 2
     with device:
         try:
