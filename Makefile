@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 unexport VERILATOR_ROOT
 
-demo: rtl
+demo: $(STAMP)
 	$(PY) -m dx1_bringup.cli gemm 128 128 128 --device sim
 
 test: $(STAMP)

@@ -371,7 +371,6 @@ async def fairness(dut):
             assert max(counts) - min(counts) <= 1, f"{kind} bursts were not served round-robin: {seen}"
 
 
-@pytest.mark.xdist_group(MODULE)  # one build folder per RTL module: keep its tests on one xdist worker
 @pytest.mark.parametrize("testcase", ["random_traffic", "errors_then_good", "throughput", "fairness"])
 def test_axi_memory(testcase, seed):
     run_cocotb(MODULE, "memory.test_axi_memory", testcase=testcase, seed=seed, quiet=True)
