@@ -93,15 +93,18 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
             del os.environ["MAKEFLAGS"]
         else:
             os.environ["MAKEFLAGS"] = saved
-    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), str(REPO_ROOT / "testbenches"),
-                                               os.environ.get("PYTHONPATH")]))
+    # cocotb's runner hands the simulator this process's sys.path as PYTHONPATH (overriding
+    # extra_env), so the testbench folder goes there.
+    for path in (str(REPO_ROOT), str(REPO_ROOT / "testbenches")):
+        if path not in sys.path:
+            sys.path.append(path)
     results = run_dir / "results.xml"
     results.unlink(missing_ok=True)
     try:
         runner.test(
             hdl_toplevel=mod.name, test_module=test_module, testcase=testcase, seed=seed, build_dir=build_dir,
             test_dir=run_dir, results_xml=str(results),
-            extra_env={"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", **(env or {})},
+            extra_env={"PYTHONUNBUFFERED": "1", **(env or {})},
             log_file=run_dir / "sim.log" if quiet else None,
         )
     except SystemExit:
