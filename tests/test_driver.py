@@ -154,8 +154,10 @@ def test_transport_context_manager_closes():
 @pytest.mark.parametrize("spec, message", [
     ("sim://localhost", "device 'sim://localhost': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
     ("sim://:4000", "device 'sim://:4000': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
-    ("serial:/dev/ttyUSB0", "device 'serial:/dev/ttyUSB0': the serial transport is not available yet; use 'model'"),
-    ("pcie:0000:01:00.0", "device 'pcie:0000:01:00.0': the pcie transport is not available yet; use 'model'"),
+    ("serial:/dev/ttyUSB0@fast", "device 'serial:/dev/ttyUSB0@fast': expected serial:URL or serial:URL@BAUD, "
+                                 "for example serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555"),
+    ("pcie:01:00", "device 'pcie:01:00': PCI address '01:00' is not [DOMAIN:]BUS:DEVICE.FUNCTION, "
+                   "for example 0000:01:00.0"),
     ("xyz", "unknown device 'xyz'; expected one of model, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
 ])
 def test_open_transport_errors(spec, message):

@@ -334,13 +334,17 @@ def open_transport(spec: str) -> Transport:
     spec:
         ``"model"`` (the in-process golden model); ``"sim"`` (a private simulator of the
         SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
-        ``dx1 sim serve``); ``"serial:URL"`` and ``"pcie:BDF"`` are reserved for backends
-        that do not exist yet.
+        ``dx1 sim serve``); ``"serial:URL"`` or ``"serial:URL@BAUD"`` (a board's UART bridge
+        at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
+        ``serial:socket://127.0.0.1:5555``; 3 000 000 baud by default); ``"pcie:BDF"`` (a card's
+        BARs through sysfs, for example ``pcie:0000:01:00.0``).
 
     Raises
     ------
     ValueError
-        For an unknown device string or a backend that is not available.
+        For an unknown or malformed device string.
+    TransportError
+        The device cannot be reached.
     """
     if spec == "model":
         return ModelTransport()
@@ -352,9 +356,16 @@ def open_transport(spec: str) -> Transport:
             raise ValueError(f"device {spec!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
         return SimTransport(host, int(port))
     if spec.startswith("serial:"):
-        backend = "serial"
-    elif spec.startswith("pcie:"):
-        backend = "pcie"
-    else:
-        raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICE_SPECS)}")
-    raise ValueError(f"device {spec!r}: the {backend} transport is not available yet; use 'model'")
+        from .serial_link import SerialTransport, parse_serial_spec
+
+        url, baud = parse_serial_spec(spec)
+        return SerialTransport(url, baud)
+    if spec.startswith("pcie:"):
+        from .pcie import PcieTransport, parse_bdf
+
+        try:
+            bdf = parse_bdf(spec[len("pcie:"):])
+        except ValueError as e:
+            raise ValueError(f"device {spec!r}: {e}") from None
+        return PcieTransport(bdf)
+    raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICE_SPECS)}")

@@ -1,0 +1,246 @@
+"""The serial transport end to end against the Python UART bridge serving the golden model, clean and faulty."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from dx1_driver import Device, DriverError, TransportError, open_transport, regs
+from dx1_driver import serial_link as sl
+
+from dx1_bringup.model.device import BusError, DeviceModel
+from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
+
+GLOBAL = regs.BLOCK_BASES["GLOBAL"]
+
+
+@pytest.fixture
+def link():
+    t = sl.loopback_model_transport()
+    yield t
+    t.close()
+
+
+def _gemm_operands(seed: int, m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8),
+            rng.integers(-1000, 1000, n, dtype=np.int32))
+
+
+# -- framing ----------------------------------------------------------------------------------------
+
+
+def test_constants_are_the_documented_ones():
+    """The docstring table and the constants must not drift apart: the gateware is built from the table."""
+    doc = sl.__doc__
+    for name, value in [("UARTBONE_WRITE", "0x01"), ("UARTBONE_READ", "0x02"), ("UARTBONE_MAX_WORDS", "255"),
+                        ("AXI_ERROR_WORD", "0xFFFFFFFF"), ("REG_BASE", "0x0"), ("REG_BYTES", "0x10000"),
+                        ("MEM_BASE", "0x80000000"), ("BURST_WRITE", "0x81"), ("BURST_READ", "0x82"),
+                        ("BURST_MAX_PAYLOAD", "4096"), ("STATUS_ACK", "0x00"), ("STATUS_NAK_CRC", "0x01"),
+                        ("STATUS_NAK_RANGE", "0x02"), ("STATUS_BUS_ERROR", "0x03")]:
+        assert f"``{name}``" in doc and f"``{value}``" in doc
+        assert getattr(sl, name) == int(value, 0), name
+    assert struct.calcsize(sl.BURST_HEADER) == 9
+
+
+def test_burst_header_layout():
+    h = sl.burst_header(sl.BURST_READ, 0x8000_1234, 4096)
+    assert h[:9] == bytes([0x82, 0x80, 0x00, 0x12, 0x34, 0x00, 0x00, 0x10, 0x00])
+    assert h[9:] == zlib.crc32(h[:9]).to_bytes(4, "big") and len(h) == 13
+
+
+@pytest.mark.parametrize("spec, url, baud", [
+    ("serial:/dev/ttyUSB0", "/dev/ttyUSB0", 3_000_000),
+    ("serial:/dev/ttyUSB0@115200", "/dev/ttyUSB0", 115200),
+    ("serial:socket://127.0.0.1:5555@3000000", "socket://127.0.0.1:5555", 3_000_000),
+    ("serial:rfc2217://host:4000", "rfc2217://host:4000", 3_000_000),
+])
+def test_parse_serial_spec(spec, url, baud):
+    assert sl.parse_serial_spec(spec) == (url, baud)
+
+
+@pytest.mark.parametrize("spec", ["serial:", "serial:@9600", "serial:/dev/ttyUSB0@0", "serial:/dev/ttyUSB0@"])
+def test_parse_serial_spec_errors(spec):
+    with pytest.raises(ValueError) as info:
+        sl.parse_serial_spec(spec)
+    assert str(info.value) == (f"device {spec!r}: expected serial:URL or serial:URL@BAUD, for example "
+                               f"serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555")
+
+
+def test_open_transport_dispatches_serial_urls():
+    model = DeviceModel()
+    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
+    try:
+        with open_transport(f"serial:{bridge.url}@115200") as t:
+            assert isinstance(t, sl.SerialTransport) and t.mem_bytes == model.config.mem_bytes
+            assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
+    finally:
+        bridge.close()
+
+
+def test_unreachable_port_is_a_transport_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening
+        with pytest.raises(TransportError, match=rf"^cannot open serial port 'socket://127.0.0.1:{port}': "):
+            open_transport(f"serial:socket://127.0.0.1:{port}")
+
+
+# -- registers ---------------------------------------------------------------------------------------
+
+
+def test_register_read_write(link):
+    link.write32(GLOBAL + regs.Global.SCRATCH, 0x1234_5678)
+    assert link.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
+    assert link.bridge.target.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
+    # A refused access is an AXI error: the read answers all ones and the write is lost, without a word.
+    assert link.read32(GLOBAL + regs.Global.RESET) == sl.AXI_ERROR_WORD
+    link.write32(GLOBAL + regs.Global.ID, 5)
+    assert link.read32(GLOBAL + regs.Global.ID) == regs.BlockType.GLOBAL
+
+
+def test_read_u32s_is_one_frame_per_255_registers(link):
+    model = link.bridge.target
+    before = link.round_trips
+    values = link.read_u32s(GLOBAL, 13)
+    assert link.round_trips - before == 1
+    assert values == [model.read32(GLOBAL + 4 * i) for i in range(13)]
+    before = link.round_trips
+    assert len(link.read_u32s(0, 16)) == 16 and link.round_trips - before == 1
+    before = link.round_trips
+    assert len(link.read_u32s(0, 300)) == 300 and link.round_trips - before == 2
+    with pytest.raises(ValueError, match="outside the register space"):
+        link.read_u32s(sl.REG_BYTES - 8, 3)
+
+
+# -- memory ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 3, 4095, 4096, 4097, 12_345, 40_001])
+def test_memory_round_trip(link, size):
+    rng = np.random.default_rng(size)
+    for offset in (0, 1, 7, 1000):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        guard = link.read_block(offset + size, 8)
+        link.write_block(offset, data)
+        assert link.bridge.target.mem_read(offset, size) == data
+        assert link.read_block(offset, size) == data
+        assert link.read_block(offset + size, 8) == guard, "a write spilled past its end"
+    assert link.retries_done == 0
+
+
+def test_bulk_transfers_are_pipelined(link):
+    data = bytes(range(256)) * 256  # 64 KiB: 16 bursts
+    before = link.round_trips
+    link.write_block(0, data)
+    assert link.read_block(0, len(data)) == data
+    assert link.round_trips - before == 4, "8 bursts of 4 KiB per window"
+
+
+def test_device_and_gemm(link):
+    with Device(link) as dev:
+        assert [b.type.name for b in dev.blocks] == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+        a, b, bias = _gemm_operands(1, 33, 40, 17)
+        post = {"mult": 181, "shift": 17, "relu": True}
+        out, _ = run_gemm(dev, a, b, bias, post)
+        np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
+
+
+# -- faults ------------------------------------------------------------------------------------------
+
+
+def _inject(t: sl.SerialTransport, rate: float, seed: int, scope: str) -> sl.LineFaults:
+    """Turn faults on after a clean open, so that the size read at open is right."""
+    faults = sl.LineFaults(rate, rate, rate, seed=seed, scope=scope)
+    t.bridge.faults = faults
+    return faults
+
+
+@pytest.mark.parametrize("rate", [1e-4, 1e-3])
+def test_memory_never_returns_wrong_data_under_faults(rate):
+    """Faults on every byte in both directions: each round trip is right or a TransportError, never wrong."""
+    with sl.loopback_model_transport(retries=12) as t:
+        faults = _inject(t, rate, seed=7, scope="all")
+        rng = np.random.default_rng(3)
+        good = errors = 0
+        for i in range(4 if rate >= 1e-3 else 8):
+            size = int(rng.integers(1, 2000))
+            offset = 4096 + int(rng.integers(0, 50_000))  # away from offsets < 64, see the module docstring
+            data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+            try:
+                t.write_block(offset, data)
+                back = t.read_block(offset, size)
+            except TransportError as e:
+                assert "failed after 12 retries; last failure: " in str(e)
+                errors += 1
+                continue
+            assert back == data, f"round trip {i} returned wrong data"
+            good += 1
+        assert faults.flipped + faults.dropped + faults.duplicated > 0
+        assert t.retries_done > 0
+        assert good > errors, (good, errors)
+
+
+@pytest.mark.parametrize("rate", [1e-4, 1e-3])
+def test_gemms_under_faults_on_the_bulk_traffic(rate):
+    """Faults on the CRC-protected traffic (bursts and their answers): every GEMM comes out right."""
+    with sl.loopback_model_transport(retries=30) as t:
+        faults = _inject(t, rate, seed=11, scope="bursts")
+        dev = Device(t)
+        for seed in range(4 if rate < 1e-3 else 1):
+            a, b, bias = _gemm_operands(seed, 24, 40, 24)
+            out, _ = run_gemm(dev, a, b, bias)
+            np.testing.assert_array_equal(out, reference_gemm(a, b, bias))
+        assert faults.flipped > 0 and t.retries_done > 0
+
+
+def test_gemms_under_faults_everywhere_fail_loudly_or_not_at_all():
+    """At 1e-4 on every byte, register traffic is hit too: a GEMM is right or raises a DriverError."""
+    with sl.loopback_model_transport(retries=10) as t:
+        dev = Device(t)
+        _inject(t, 1e-4, seed=5, scope="all")
+        outcomes = []
+        for seed in range(6):
+            a, b, bias = _gemm_operands(seed, 16, 24, 16)
+            try:
+                out, _ = run_gemm(dev, a, b, bias)
+            except DriverError as e:
+                outcomes.append(type(e).__name__)
+                dev.reset()
+                continue
+            np.testing.assert_array_equal(out, reference_gemm(a, b, bias))
+            outcomes.append("ok")
+        assert outcomes.count("ok") >= 4, outcomes
+
+
+def test_gives_up_with_a_clear_error():
+    with sl.loopback_model_transport(retries=2) as t:
+        _inject(t, 0.05, seed=1, scope="bursts")
+        with pytest.raises(TransportError, match=r"^serial link to 'socket://127\.0\.0\.1:\d+': memory read of "
+                                                 r"4096 bytes at 0x0 failed after 2 retries; last failure: burst"):
+            t.read_block(0, 4096)
+        assert t.retries_done == 2
+        t.bridge.faults = sl.LineFaults()
+        t.write_block(0, b"still works")
+        assert t.read_block(0, 11) == b"still works"
+
+
+def test_lost_bytes_are_a_timeout_then_a_retry():
+    with sl.loopback_model_transport(retries=20) as t:
+        t.bridge.faults = sl.LineFaults(drop_rate=0.005, seed=2, scope="bursts")
+        data = bytes(range(256)) * 2
+        t.write_block(100, data)
+        assert t.read_block(100, len(data)) == data
+        assert t.bridge.faults.dropped > 0 and t.retries_done > 0
+
+
+def test_register_reads_are_unprotected():
+    """The documented limitation: a corrupted UARTBone answer of the right length is returned as it is."""
+    with sl.loopback_model_transport() as t:
+        t.write32(GLOBAL + regs.Global.SCRATCH, 0)
+        t.bridge.faults = sl.LineFaults(bit_error_rate=0.01, seed=3, scope="all")
+        values = [t.read32(GLOBAL + regs.Global.SCRATCH) for _ in range(100)]
+        assert any(v != 0 for v in values)
