@@ -1,0 +1,508 @@
+"""The host bridge: a UART that speaks LiteX's UARTBone framing, plus a CRC-checked burst mode, onto AXI."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .axi import BURST_INCR, RESP_OKAY, AXI4LiteSignature, AXI4Signature
+from .uart import UartRx, UartTx, check_baud
+
+__all__ = ["UartBridge", "crc32_update", "CMD_WRITE", "CMD_READ", "CMD_WRITE_FIXED", "CMD_READ_FIXED",
+           "CMD_BURST_WRITE", "CMD_BURST_READ", "ACK", "NAK_CRC", "NAK_RANGE", "NAK_BUS",
+           "MEM_BASE", "REGS_SIZE", "MAX_BURST_BYTES", "TIMEOUT_BITS"]
+
+CMD_WRITE = 0x01        # UARTBone: write n words, address incrementing
+CMD_READ = 0x02         # UARTBone: read n words, address incrementing
+CMD_WRITE_FIXED = 0x03  # UARTBone: write n words to one address
+CMD_READ_FIXED = 0x04   # UARTBone: read n words from one address
+CMD_BURST_WRITE = 0x81  # CRC burst write to device memory
+CMD_BURST_READ = 0x82   # CRC burst read from device memory
+
+ACK = 0x00              # burst status: done
+NAK_CRC = 0x01          # a CRC did not match: nothing was written
+NAK_RANGE = 0x02        # address or length out of range: nothing was done
+NAK_BUS = 0x03          # an AXI error response
+
+MEM_BASE = 0x8000_0000  # byte address of device memory offset 0
+REGS_SIZE = 0x1_0000    # register space: byte addresses 0 .. 0xFFFF
+MAX_BURST_BYTES = 4096  # largest burst payload (the block-RAM buffer)
+TIMEOUT_BITS = 1000     # bit times without a byte that end a frame
+
+CRC_POLY = 0xEDB88320   # CRC-32 (IEEE 802.3, zlib.crc32), reflected
+BEAT_BYTES = 8
+MAX_BEATS = 256
+PAGE_BYTES = 4096
+BUF_WORDS = (MAX_BURST_BYTES + BEAT_BYTES) // BEAT_BYTES   # room for an unaligned start
+
+
+def _crc32_matrix() -> list[tuple[int, int]]:
+    """For each bit of the next CRC-32 register, the register bits and byte bits it is the XOR of (as masks).
+
+    The CRC is linear: run the bitwise algorithm on each unit vector (register
+    bit j, or byte bit j) alone and record which output bits it reaches.
+    """
+    def step(crc: int, byte: int) -> int:
+        for i in range(8):
+            crc = (crc >> 1) ^ (CRC_POLY if (crc ^ (byte >> i)) & 1 else 0)
+        return crc
+    rows = [[0, 0] for _ in range(32)]
+    for j in range(32):
+        out = step(1 << j, 0)
+        for i in range(32):
+            if out >> i & 1:
+                rows[i][0] |= 1 << j
+    for j in range(8):
+        out = step(0, 1 << j)
+        for i in range(32):
+            if out >> i & 1:
+                rows[i][1] |= 1 << j
+    return [tuple(r) for r in rows]
+
+
+_CRC32_ROWS = _crc32_matrix()
+
+
+def crc32_update(crc, byte):
+    """The CRC-32 register after one more byte (LSB first), as an Amaranth expression (an XOR network)."""
+    bits = []
+    for crc_mask, byte_mask in _CRC32_ROWS:
+        bits.append((crc & crc_mask).xor() ^ (byte & byte_mask).xor())
+    return Cat(*bits)
+
+
+class UartBridge(wiring.Component):
+    """A UART host bridge onto the SoC's register port (AXI4-Lite) and device-memory port (AXI4).
+
+    The UART is 8N1 at ``baud``.  Two framings share the line; every multi-byte
+    field is big-endian.
+
+    *UARTBone* (wire-compatible with LiteX's ``UARTBone``, so ``litex_server --uart``
+    can drive it): ``cmd, n, word_addr[4], data`` where ``cmd`` is 0x01 write /
+    0x02 read (0x03 / 0x04: the same at one fixed address), ``n`` is the number
+    of 32-bit words (0 means 256: LiteX's own gateware never ends such a frame,
+    and its host never sends one), ``word_addr`` is the byte address divided by
+    4.  A write carries ``n`` 32-bit words and gets no answer; a read is
+    answered by ``n`` words and nothing else.  Consecutive words go to
+    consecutive addresses.  A word's value is stored little-endian on the bus
+    (the value's low byte at the lowest byte address), as a CPU would.
+
+    *Burst* (device memory only, byte-exact, CRC-checked): header ``cmd,
+    byte_addr[4], length[4], crc[4]`` with ``cmd`` 0x81 write / 0x82 read and
+    ``crc`` the CRC-32 (zlib.crc32) of the header's first 9 bytes.  A write then
+    sends ``length`` payload bytes and the CRC-32 of the payload; the payload is
+    buffered and only written to memory once its CRC checks, and the bridge
+    answers one status byte: 0x00 done, 0x01 bad CRC (nothing written), 0x02
+    bad address or length (nothing written), 0x03 an AXI error response
+    (possibly partly written).  A read answers a status byte and, only when it
+    is 0x00, ``length`` bytes and their CRC-32.  ``length`` is 1 to
+    :data:`MAX_BURST_BYTES` (4096, the size of the block-RAM buffer) and the
+    range must lie inside 0x8000_0000 .. 0xFFFF_FFFF.  Memory is reached with
+    64-bit INCR bursts (at most 256 beats, never across a 4 KiB page), with
+    byte strobes for unaligned ends.  A NAK for the header (0x01 or 0x02, sent
+    right after the header's CRC) makes the bridge discard everything until
+    the line has been quiet for the timeout, so a host must wait that long
+    before its next frame.
+
+    Address map (byte addresses): 0x0000_0000 .. 0x0000_FFFF the registers
+    (32-bit accesses on ``regs``), 0x8000_0000 + offset device memory (``mem``
+    at address ``offset``).  A UARTBone write anywhere else is dropped and a
+    read answers 0xFFFF_FFFF per word; a read that gets an AXI error response
+    also answers 0xFFFF_FFFF for that word (write errors are not reported:
+    UARTBone has no write answer).
+
+    Robustness: a frame that stops for :data:`TIMEOUT_BITS` bit times is
+    dropped and the bridge waits for a command byte again; bytes that are not
+    a command are ignored; a receive framing error drops the frame.  The
+    bridge waits for every AXI response it asks for, so a slave that never
+    answers stops it (AXI has no way to abandon a transaction).
+
+    Parameters
+    ----------
+    clk_freq:
+        Clock frequency in Hz.
+    baud:
+        UART bit rate; at least 8 clock cycles a bit.
+    """
+
+    def __init__(self, clk_freq: int, baud: int):
+        check_baud("UART bridge", clk_freq, baud)
+        self.clk_freq, self.baud = clk_freq, baud
+        self.timeout_cycles = TIMEOUT_BITS * clk_freq // baud
+        super().__init__({
+            "rx": In(1, init=1),
+            "tx": Out(1, init=1),
+            "regs": Out(AXI4LiteSignature(addr_width=16)),
+            "mem": Out(AXI4Signature(id_width=4)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        regs, mem = self.regs, self.mem
+
+        # ---- UART and receive FIFO ------------------------------------------------------------
+        m.submodules.uart_rx = urx = UartRx(self.clk_freq, self.baud)
+        m.submodules.uart_tx = utx = UartTx(self.clk_freq, self.baud)
+        m.submodules.rx_fifo = fifo = SyncFIFOBuffered(width=8, depth=16)
+        m.d.comb += [
+            urx.rx.eq(self.rx), self.tx.eq(utx.tx),
+            urx.data.tready.eq(1),
+            fifo.w_en.eq(urx.data.tvalid), fifo.w_data.eq(urx.data.tdata),
+        ]
+        have = fifo.r_rdy
+        byte = fifo.r_data
+        take = Signal()
+        m.d.comb += fifo.r_en.eq(take)
+        got = Signal()
+        m.d.comb += got.eq(have & take)
+
+        tx_valid = Signal()
+        tx_data = Signal(8)
+        sent = Signal()
+        m.d.comb += [utx.data.tvalid.eq(tx_valid), utx.data.tdata.eq(tx_data),
+                     sent.eq(tx_valid & utx.data.tready)]
+
+        rx_err = Signal()           # a framing error since the frame began
+        with m.If(urx.frame_error):
+            m.d.sync += rx_err.eq(1)
+
+        # ---- inter-byte timeout ----------------------------------------------------------------
+        waiting = Signal()          # in the middle of a frame, waiting for a byte
+        quiet = Signal(range(self.timeout_cycles + 1))
+        timed_out = Signal()
+        m.d.comb += timed_out.eq(quiet == self.timeout_cycles)
+        with m.If(~waiting | got):
+            m.d.sync += quiet.eq(0)
+        with m.Elif(~timed_out):
+            m.d.sync += quiet.eq(quiet + 1)
+
+        # ---- frame registers -------------------------------------------------------------------
+        cmd = Signal(8)
+        count = Signal(13)          # bytes of a field, words of a UARTBone frame, bytes of a payload
+        shreg = Signal(32)          # big-endian fields, shifted in a byte at a time
+        shreg_next = Signal(32)
+        m.d.comb += shreg_next.eq(Cat(byte, shreg[:24]))
+        words = Signal(9)           # UARTBone: words left
+        waddr = Signal(32)          # UARTBone: word address
+        word = Signal(32)           # UARTBone: data word
+        incr = Signal()
+        baddr = Signal(32)          # burst: byte address
+        blen = Signal(32)           # burst: length in bytes
+        crc = Signal(32, init=0xFFFF_FFFF)
+        status = Signal(8)
+        bus_err = Signal()
+        rx_crc_ok = Signal()
+        m.d.comb += rx_crc_ok.eq(shreg_next == ~crc)
+
+        # UARTBone decode of the current word
+        byte_addr = Signal(32)
+        in_regs = Signal()
+        in_mem = Signal()
+        m.d.comb += [
+            byte_addr.eq(Cat(Const(0, 2), waddr[:30])),
+            in_regs.eq(byte_addr[16:] == 0),
+            in_mem.eq(byte_addr[31]),
+        ]
+
+        # ---- burst buffer: 64-bit words, byte-writable, beat-aligned -------------------------------
+        m.submodules.buf = buf = Memory(shape=64, depth=BUF_WORDS, init=[])
+        wp = buf.write_port(granularity=8)
+        rp = buf.read_port()
+        lo = Signal(3)              # offset of the first payload byte in the first beat
+        idx = Signal(13)            # buffer byte index (lo + payload byte)
+        hi = Signal(14)             # lo + length
+        nbeats = Signal(10)
+        m.d.comb += [hi.eq(lo + blen[:13]), nbeats.eq((hi + 7) >> 3)]
+
+        # ---- burst cutting ---------------------------------------------------------------------
+        cur = Signal(31)            # AXI address of the next burst (beat aligned)
+        beat = Signal(10)           # buffer word of the next beat
+        left = Signal(10)           # beats not yet issued
+        cut = Signal(9)             # beats of the burst being cut
+        to_page = Signal(10)
+        capped = Signal(10)
+        in_burst = Signal(9)        # W beats sent in this burst
+        m.d.comb += [
+            to_page.eq(PAGE_BYTES // BEAT_BYTES - cur[3:12]),
+            capped.eq(Mux(left < MAX_BEATS, left, MAX_BEATS)),
+            cut.eq(Mux(to_page < capped, to_page, capped)),
+        ]
+        strb = Signal(8)
+        m.d.comb += strb.eq(Cat(*[((beat * 8 + j) >= lo) & ((beat * 8 + j) < hi) for j in range(8)]))
+
+        # ---- AXI outputs (registers) -----------------------------------------------------------
+        m.d.comb += [
+            mem.awid.eq(0), mem.arid.eq(0), mem.awsize.eq(3), mem.arsize.eq(3),
+            mem.awburst.eq(BURST_INCR), mem.arburst.eq(BURST_INCR),
+            regs.wstrb.eq(0xF),
+        ]
+        # UARTBone's single memory beat comes from registers; burst beats come from the buffer
+        mw_valid = Signal()
+        mw_data = Signal(64)
+        mw_strb = Signal(8)
+        m.d.comb += [mem.wvalid.eq(mw_valid), mem.wdata.eq(mw_data), mem.wstrb.eq(mw_strb), mem.wlast.eq(1)]
+        with m.If(mem.wvalid & mem.wready):
+            m.d.sync += mw_valid.eq(0)
+        with m.If(regs.wvalid & regs.wready):
+            m.d.sync += regs.wvalid.eq(0)
+        for ch in (regs, mem):
+            with m.If(ch.awvalid & ch.awready):
+                m.d.sync += ch.awvalid.eq(0)
+            with m.If(ch.arvalid & ch.arready):
+                m.d.sync += ch.arvalid.eq(0)
+
+        send_idx = Signal()         # the read port follows idx (sending) rather than beat (writing)
+        rd_ok = Signal()            # rp.data matches its address
+        m.d.comb += rp.addr.eq(Mux(send_idx, idx >> 3, beat))
+        m.d.sync += rd_ok.eq(1)
+        lane_byte = Signal(8)
+        with m.Switch(idx[:3]):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += lane_byte.eq(rp.data[8 * k:8 * k + 8])
+
+        def recv_state(on_byte):
+            m.d.comb += waiting.eq(1)
+            with m.If(timed_out):
+                m.next = "IDLE"
+            with m.Elif(rx_err):
+                m.next = "DISCARD"
+            with m.Else():
+                m.d.comb += take.eq(1)
+                with m.If(have):
+                    on_byte()
+
+        def start_bone_word():
+            """Start the bus access of the current UARTBone word (write: ``word`` holds its data)."""
+            with m.If(cmd[0]):      # write
+                with m.If(in_regs):
+                    m.d.sync += [regs.awvalid.eq(1), regs.wvalid.eq(1), regs.awaddr.eq(byte_addr[:16]),
+                                 regs.wdata.eq(word)]
+                    m.next = "BONE_WRESP_REGS"
+                with m.Elif(in_mem):
+                    m.d.sync += [mem.awvalid.eq(1), mw_valid.eq(1), mem.awaddr.eq(byte_addr[3:31] << 3),
+                                 mem.awlen.eq(0), mw_data.eq(Cat(word, word)),
+                                 mw_strb.eq(Mux(byte_addr[2], 0xF0, 0x0F))]
+                    m.next = "BONE_WRESP_MEM"
+                with m.Else():
+                    m.next = "BONE_NEXT"
+            with m.Else():
+                with m.If(in_regs):
+                    m.d.sync += [regs.arvalid.eq(1), regs.araddr.eq(byte_addr[:16])]
+                    m.next = "BONE_RRESP_REGS"
+                with m.Elif(in_mem):
+                    m.d.sync += [mem.arvalid.eq(1), mem.araddr.eq(byte_addr[3:31] << 3), mem.arlen.eq(0)]
+                    m.next = "BONE_RRESP_MEM"
+                with m.Else():
+                    m.d.sync += [word.eq(0xFFFF_FFFF), count.eq(0)]
+                    m.next = "BONE_SEND"
+
+        with m.FSM(name="bridge_fsm"):
+            with m.State("IDLE"):
+                m.d.comb += take.eq(1)
+                m.d.sync += [count.eq(0), crc.eq(crc32_update(Const(0xFFFF_FFFF, 32), byte)), bus_err.eq(0),
+                             rx_err.eq(0)]
+                with m.If(have):
+                    m.d.sync += cmd.eq(byte)
+                    with m.Switch(byte):
+                        with m.Case(CMD_WRITE, CMD_READ, CMD_WRITE_FIXED, CMD_READ_FIXED):
+                            m.d.sync += incr.eq(byte[1] ^ byte[0])   # 0x01, 0x02 increment
+                            m.next = "BONE_LEN"
+                        with m.Case(CMD_BURST_WRITE, CMD_BURST_READ):
+                            m.next = "HDR"
+
+            # ---- UARTBone ----------------------------------------------------------------------
+            with m.State("BONE_LEN"):
+                def on_len():
+                    m.d.sync += [words.eq(Mux(byte == 0, 256, byte)), count.eq(0)]
+                    m.next = "BONE_ADDR"
+                recv_state(on_len)
+            with m.State("BONE_ADDR"):
+                def on_addr():
+                    m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
+                    with m.If(count == 3):
+                        m.d.sync += [waddr.eq(shreg_next), count.eq(0)]
+                        with m.If(cmd[0]):
+                            m.next = "BONE_DATA"
+                        with m.Else():
+                            m.next = "BONE_ACCESS"
+                recv_state(on_addr)
+            with m.State("BONE_DATA"):
+                def on_data():
+                    m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
+                    with m.If(count == 3):
+                        m.d.sync += [word.eq(shreg_next), count.eq(0)]
+                        m.next = "BONE_ACCESS"
+                recv_state(on_data)
+            with m.State("BONE_ACCESS"):
+                start_bone_word()
+            with m.State("BONE_WRESP_REGS"):
+                m.d.comb += regs.bready.eq(~regs.awvalid & ~regs.wvalid)
+                with m.If(regs.bvalid & regs.bready):
+                    m.next = "BONE_NEXT"
+            with m.State("BONE_WRESP_MEM"):
+                m.d.comb += mem.bready.eq(~mem.awvalid & ~mem.wvalid)
+                with m.If(mem.bvalid & mem.bready):
+                    m.next = "BONE_NEXT"
+            with m.State("BONE_RRESP_REGS"):
+                m.d.comb += regs.rready.eq(~regs.arvalid)
+                with m.If(regs.rvalid & regs.rready):
+                    m.d.sync += [word.eq(Mux(regs.rresp == RESP_OKAY, regs.rdata, 0xFFFF_FFFF)), count.eq(0)]
+                    m.next = "BONE_SEND"
+            with m.State("BONE_RRESP_MEM"):
+                m.d.comb += mem.rready.eq(~mem.arvalid)
+                with m.If(mem.rvalid & mem.rready):
+                    half = Mux(byte_addr[2], mem.rdata[32:], mem.rdata[:32])
+                    m.d.sync += [word.eq(Mux(mem.rresp == RESP_OKAY, half, 0xFFFF_FFFF)), count.eq(0)]
+                    m.next = "BONE_SEND"
+            with m.State("BONE_SEND"):
+                m.d.comb += [tx_valid.eq(1), tx_data.eq(word[24:])]
+                with m.If(sent):
+                    m.d.sync += [word.eq(word << 8), count.eq(count + 1)]
+                    with m.If(count == 3):
+                        m.next = "BONE_NEXT"
+            with m.State("BONE_NEXT"):
+                m.d.sync += [words.eq(words - 1), waddr.eq(waddr + incr), count.eq(0)]
+                with m.If(words == 1):
+                    m.next = "IDLE"
+                with m.Elif(cmd[0]):
+                    m.next = "BONE_DATA"
+                with m.Else():
+                    m.next = "BONE_ACCESS"
+
+            # ---- burst header --------------------------------------------------------------------
+            with m.State("HDR"):
+                def on_hdr():
+                    m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
+                    with m.If(count < 8):
+                        m.d.sync += crc.eq(crc32_update(crc, byte))
+                    with m.If(count == 3):
+                        m.d.sync += baddr.eq(shreg_next)
+                    with m.If(count == 7):
+                        m.d.sync += blen.eq(shreg_next)
+                    with m.If(count == 11):
+                        m.next = "HDR_CHECK"
+                        with m.If(~rx_crc_ok):
+                            m.d.sync += status.eq(NAK_CRC)
+                        with m.Elif(~baddr[31] | (blen == 0) | (blen > MAX_BURST_BYTES) |
+                                    (Cat(baddr, Const(0, 1)) + blen > (1 << 32))):
+                            m.d.sync += status.eq(NAK_RANGE)
+                        with m.Else():
+                            m.d.sync += status.eq(ACK)
+                recv_state(on_hdr)
+            with m.State("HDR_CHECK"):
+                m.d.sync += [
+                    lo.eq(baddr[:3]), idx.eq(baddr[:3]), count.eq(0), crc.eq(0xFFFF_FFFF),
+                    cur.eq(Cat(Const(0, 3), baddr[3:31])), beat.eq(0),
+                ]
+                with m.If(status != ACK):
+                    m.next = "NAK_HEADER"
+                with m.Elif(cmd[0]):
+                    m.next = "PAYLOAD"
+                with m.Else():
+                    m.next = "RD_SETUP"
+            with m.State("NAK_HEADER"):
+                m.d.comb += [tx_valid.eq(1), tx_data.eq(status)]
+                with m.If(sent):
+                    with m.If((status == NAK_RANGE) & ~cmd[0]):
+                        m.next = "IDLE"         # a read header with a good CRC: nothing more follows
+                    with m.Else():
+                        m.next = "DISCARD"
+            with m.State("DISCARD"):
+                m.d.comb += [waiting.eq(1), take.eq(1)]
+                with m.If(timed_out):
+                    m.next = "IDLE"
+
+            # ---- burst write ---------------------------------------------------------------------
+            with m.State("PAYLOAD"):
+                def on_payload():
+                    m.d.comb += [wp.addr.eq(idx >> 3), wp.data.eq(Cat(*([byte] * 8))),
+                                 wp.en.eq(Const(1, 8) << idx[:3])]
+                    m.d.sync += [crc.eq(crc32_update(crc, byte)), idx.eq(idx + 1), count.eq(count + 1)]
+                    with m.If(count + 1 == blen):
+                        m.d.sync += count.eq(0)
+                        m.next = "PAYLOAD_CRC"
+                recv_state(on_payload)
+            with m.State("PAYLOAD_CRC"):
+                def on_pcrc():
+                    m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
+                    with m.If(count == 3):
+                        m.d.sync += [left.eq(nbeats), status.eq(Mux(rx_crc_ok, ACK, NAK_CRC))]
+                        m.next = "WR_SETUP"
+                recv_state(on_pcrc)
+            with m.State("WR_SETUP"):
+                with m.If((status != ACK) | (left == 0)):
+                    m.next = "STATUS"
+                    with m.If(bus_err):
+                        m.d.sync += status.eq(NAK_BUS)
+                with m.Else():
+                    m.d.sync += [mem.awvalid.eq(1), mem.awaddr.eq(cur), mem.awlen.eq(cut - 1),
+                                 cur.eq(cur + (cut << 3)), left.eq(left - cut), in_burst.eq(cut - 1)]
+                    m.next = "WR_FETCH"
+            with m.State("WR_FETCH"):
+                m.next = "WR_BEAT"      # rp.data follows beat one cycle later
+            with m.State("WR_BEAT"):
+                m.d.comb += [mem.wvalid.eq(1), mem.wdata.eq(rp.data), mem.wstrb.eq(strb),
+                             mem.wlast.eq(in_burst == 0)]
+                with m.If(mem.wready):
+                    m.d.sync += [beat.eq(beat + 1), in_burst.eq(in_burst - 1)]
+                    with m.If(in_burst == 0):
+                        m.next = "WR_RESP"
+                    with m.Else():
+                        m.next = "WR_FETCH"
+            with m.State("WR_RESP"):
+                m.d.comb += mem.bready.eq(~mem.awvalid)
+                with m.If(mem.bvalid & mem.bready):
+                    with m.If(mem.bresp != RESP_OKAY):
+                        m.d.sync += bus_err.eq(1)
+                    m.next = "WR_SETUP"
+
+            # ---- burst read ----------------------------------------------------------------------
+            with m.State("RD_SETUP"):
+                m.d.sync += left.eq(nbeats)
+                m.next = "RD_ADDR"
+            with m.State("RD_ADDR"):
+                with m.If(left == 0):
+                    m.d.sync += [status.eq(Mux(bus_err, NAK_BUS, ACK)), count.eq(0)]
+                    m.next = "STATUS"
+                with m.Else():
+                    m.d.sync += [mem.arvalid.eq(1), mem.araddr.eq(cur), mem.arlen.eq(cut - 1),
+                                 cur.eq(cur + (cut << 3)), left.eq(left - cut)]
+                    m.next = "RD_DATA"
+            with m.State("RD_DATA"):
+                m.d.comb += mem.rready.eq(~mem.arvalid)
+                with m.If(mem.rvalid & mem.rready):
+                    m.d.comb += [wp.addr.eq(beat), wp.data.eq(mem.rdata), wp.en.eq(0xFF)]
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(mem.rresp != RESP_OKAY):
+                        m.d.sync += bus_err.eq(1)
+                    with m.If(mem.rlast):
+                        m.next = "RD_ADDR"
+
+            # ---- status and read payload -----------------------------------------------------------
+            with m.State("STATUS"):
+                m.d.comb += [tx_valid.eq(1), tx_data.eq(status)]
+                with m.If(sent):
+                    m.d.sync += [count.eq(0), crc.eq(0xFFFF_FFFF), rd_ok.eq(0)]
+                    with m.If((status == ACK) & ~cmd[0]):
+                        m.next = "SEND_PAYLOAD"
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("SEND_PAYLOAD"):
+                m.d.comb += [send_idx.eq(1), tx_valid.eq(rd_ok), tx_data.eq(lane_byte)]
+                with m.If(sent):
+                    m.d.sync += [crc.eq(crc32_update(crc, lane_byte)), idx.eq(idx + 1), count.eq(count + 1),
+                                 rd_ok.eq(0)]
+                    with m.If(count + 1 == blen):
+                        m.d.sync += count.eq(0)
+                        m.next = "SEND_CRC"
+            with m.State("SEND_CRC"):
+                m.d.comb += [tx_valid.eq(1), tx_data.eq((~crc)[24:])]
+                with m.If(sent):
+                    m.d.sync += [crc.eq(crc << 8 | 0xFF), count.eq(count + 1)]
+                    with m.If(count == 3):
+                        m.next = "IDLE"
+        return m

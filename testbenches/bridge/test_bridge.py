@@ -1,0 +1,295 @@
+"""The UART host bridge against a Python host: UARTBone frames as LiteX sends them, CRC bursts, robustness, speed.
+
+The pins are driven by cocotbext-uart; the register port is an AxiLiteRam and
+the device-memory port an AxiRam, both compared with what the host wrote.
+Bus errors come from an address range the AxiRam is made to refuse.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import zlib
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, Timer, with_timeout
+from cocotb.utils import get_sim_time
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
+from cocotbext.uart import UartSink, UartSource
+
+from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.tile_tb import seed_note
+
+BAUD = 3_000_000
+BIT_NS = 1e9 / BAUD
+TIMEOUT_NS = 1000 * BIT_NS          # the bridge's inter-byte timeout
+MEM_BASE = 0x8000_0000
+MEM_SIZE = 1 << 20
+BAD = (0xF0000, 0x100000)           # device-memory offsets the AxiRam answers with an error
+ACK, NAK_CRC, NAK_RANGE, NAK_BUS = 0, 1, 2, 3
+
+
+def crc32(data: bytes) -> bytes:
+    return struct.pack(">I", zlib.crc32(data))
+
+
+class Host:
+    """Builds the frames a host sends (UARTBone as LiteX's comm_uart does, and CRC bursts)."""
+
+    @staticmethod
+    def bone_write(addr: int, words: list[int]) -> bytes:
+        return bytes([0x01, len(words) & 0xFF]) + struct.pack(">I", addr // 4) + b"".join(
+            struct.pack(">I", w) for w in words)
+
+    @staticmethod
+    def bone_read(addr: int, n: int) -> bytes:
+        return bytes([0x02, n & 0xFF]) + struct.pack(">I", addr // 4)
+
+    @staticmethod
+    def burst_header(cmd: int, addr: int, length: int) -> bytes:
+        head = struct.pack(">BII", cmd, addr, length)
+        return head + crc32(head)
+
+    @classmethod
+    def burst_write(cls, addr: int, data: bytes) -> bytes:
+        return cls.burst_header(0x81, addr, len(data)) + data + crc32(data)
+
+    @classmethod
+    def burst_read(cls, addr: int, length: int) -> bytes:
+        return cls.burst_header(0x82, addr, length)
+
+
+class BridgeTB:
+    def __init__(self, dut):
+        self.dut = dut
+        Clock(dut.clk, 20, unit="ns").start()
+        self.source = UartSource(dut.rx, baud=BAUD, bits=8)
+        self.sink = UartSink(dut.tx, baud=BAUD, bits=8)
+        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
+        for model in (self.source, self.sink, self.ram.read_if, self.ram.write_if,
+                      self.regs.read_if, self.regs.write_if):
+            model.log.setLevel(logging.WARNING)
+        self.bad_enabled = False
+        self.pending = bytearray()          # bytes received and not yet asked for
+        read, write = self.ram.read_if._read, self.ram.write_if._write
+
+        def check(address, length):
+            if self.bad_enabled and address + length > BAD[0] and address < BAD[1]:
+                raise OSError(f"address {address:#x} is refused")
+
+        async def checked_read(address, length):
+            check(address, length)
+            return await read(address, length)
+
+        async def checked_write(address, data):
+            check(address, len(data))
+            return await write(address, data)
+
+        self.ram.read_if._read = checked_read
+        self.ram.write_if._write = checked_write
+
+    async def reset(self):
+        self.dut.rx.value = 1
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 10)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 10)
+
+    async def send(self, data: bytes) -> None:
+        await self.source.write(data)
+        await self.source.wait()
+
+    async def recv(self, n: int, timeout_us: float = 20_000) -> bytes:
+        async def get():
+            while len(self.pending) < n:
+                self.pending += await self.sink.read()
+            data, self.pending = bytes(self.pending[:n]), self.pending[n:]
+            return data
+        return await with_timeout(get(), timeout_us, "us")
+
+    async def quiet(self, ns: float) -> None:
+        await Timer(int(ns), "ns")
+        extra = bytes(self.pending) + bytes(self.sink.read_nowait())
+        assert not extra, f"unexpected bytes from the bridge: {extra.hex()}"
+
+    # ---- host operations ------------------------------------------------------------------------
+    async def bone_write(self, addr: int, words: list[int]) -> None:
+        await self.send(Host.bone_write(addr, words))
+        await ClockCycles(self.dut.clk, 100)     # the last word's bus write
+
+    async def bone_read(self, addr: int, n: int) -> list[int]:
+        await self.send(Host.bone_read(addr, n))
+        data = await self.recv(4 * n)
+        return list(struct.unpack(f">{n}I", data))
+
+    async def burst_write(self, addr: int, data: bytes) -> int:
+        await self.send(Host.burst_write(addr, data))
+        return (await self.recv(1))[0]
+
+    async def burst_read(self, addr: int, length: int) -> tuple[int, bytes]:
+        await self.send(Host.burst_read(addr, length))
+        status = (await self.recv(1))[0]
+        if status != ACK:
+            return status, b""
+        payload = await self.recv(length + 4)
+        assert payload[-4:] == crc32(payload[:-4]), f"read burst CRC wrong ({seed_note()})"
+        return status, payload[:-4]
+
+
+async def setup(dut) -> tuple[BridgeTB, random.Random]:
+    tb = BridgeTB(dut)
+    await tb.reset()
+    return tb, random.Random(cocotb.RANDOM_SEED)
+
+
+@cocotb.test()
+async def uartbone(dut):
+    """UARTBone writes and reads of registers and memory, n = 1..8, against the RAM models."""
+    tb, rng = await setup(dut)
+    for n in range(1, 9):
+        for base, model, span in ((0, tb.regs, 1 << 16), (MEM_BASE, tb.ram, MEM_SIZE)):
+            off = rng.randrange(0, span - 4 * n, 4)
+            words = [rng.getrandbits(32) for _ in range(n)]
+            await tb.bone_write(base + off, words)
+            got = [model.read_dword(off + 4 * i) for i in range(n)]
+            assert got == words, f"UARTBone write of {n} at {base + off:#x}: {got} != {words} ({seed_note()})"
+            back = await tb.bone_read(base + off, n)
+            assert back == words, f"UARTBone read of {n} at {base + off:#x}: {back} != {words} ({seed_note()})"
+    # 8-word write as LiteX cuts a longer one, then one longer read (n = 20)
+    words = [rng.getrandbits(32) for _ in range(20)]
+    for i in range(0, 20, 8):
+        await tb.bone_write(MEM_BASE + 0x100 + 4 * i, words[i:i + 8])
+    assert await tb.bone_read(MEM_BASE + 0x100, 20) == words, f"20-word read ({seed_note()})"
+    # unmapped: writes are dropped, reads answer all ones
+    await tb.bone_write(0x4000_0000, [0x12345678])
+    assert await tb.bone_read(0x4000_0000, 2) == [0xFFFF_FFFF] * 2, f"unmapped read ({seed_note()})"
+    # a read that gets a bus error answers all ones for that word only
+    tb.ram.write(BAD[0] - 4, bytes([1, 2, 3, 4]))
+    tb.bad_enabled = True
+    got = await tb.bone_read(MEM_BASE + BAD[0] - 4, 2)
+    assert got == [0x04030201, 0xFFFF_FFFF], f"bus-error read {got} ({seed_note()})"
+
+
+@cocotb.test()
+async def bursts(dut):
+    """CRC bursts of odd lengths and alignments, byte for byte, and bus errors."""
+    tb, rng = await setup(dut)
+    mirror = bytearray(tb.ram.read(0, MEM_SIZE))
+    cases = [(0x1000, 1), (0x1001, 1), (0x2003, 5), (0x3007, 9), (0x4FF9, 17), (0x5FFD, 300),
+             (0x7FF3, 2049), (0x9005, 4096)]
+    cases += [(rng.randrange(0, MEM_SIZE - 4096), rng.randrange(1, 700)) for _ in range(4)]
+    for off, length in cases:
+        data = rng.randbytes(length)
+        status = await tb.burst_write(MEM_BASE + off, data)
+        assert status == ACK, f"burst write {off:#x}+{length}: status {status} ({seed_note()})"
+        mirror[off:off + length] = data
+        assert tb.ram.read(0, MEM_SIZE) == bytes(mirror), f"memory differs after write {off:#x}+{length} " \
+                                                          f"({seed_note()})"
+        status, back = await tb.burst_read(MEM_BASE + off, length)
+        assert status == ACK and back == data, f"burst read {off:#x}+{length}: status {status} ({seed_note()})"
+    # range checks: outside device memory, zero length, too long
+    for addr, length in ((0x1000, 8), (MEM_BASE, 0), (MEM_BASE, 4097), (0xFFFF_FFF0, 32)):
+        status, _ = await tb.burst_read(addr, length)
+        assert status == NAK_RANGE, f"read {addr:#x}+{length}: status {status} ({seed_note()})"
+    await tb.send(Host.burst_write(0x100, b"abc"))
+    assert (await tb.recv(1))[0] == NAK_RANGE, f"write below device memory not refused ({seed_note()})"
+    await tb.quiet(1.2 * TIMEOUT_NS)   # a NAK after a write header: the bridge discards until quiet
+    # bus errors
+    tb.bad_enabled = True
+    assert await tb.burst_write(MEM_BASE + BAD[0] - 16, bytes(32)) == NAK_BUS, f"write error ({seed_note()})"
+    status, _ = await tb.burst_read(MEM_BASE + BAD[0] - 16, 32)
+    assert status == NAK_BUS, f"read error status {status} ({seed_note()})"
+    status, back = await tb.burst_read(MEM_BASE + 0x1000, 1)
+    assert status == ACK and back == bytes(mirror[0x1000:0x1001]), f"burst after errors ({seed_note()})"
+
+
+@cocotb.test()
+async def robustness(dut):
+    """Bad CRCs, cut-off frames and garbage are dropped, and the next good frame works."""
+    tb, rng = await setup(dut)
+    off = 0x2000
+    before = tb.ram.read(off, 64)
+    data = rng.randbytes(64)
+    # bad payload CRC: NAK, nothing written, back to idle at once
+    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame[-1] ^= 0x40
+    await tb.send(bytes(frame))
+    assert (await tb.recv(1))[0] == NAK_CRC, f"bad payload CRC not refused ({seed_note()})"
+    assert tb.ram.read(off, 64) == before, f"a payload with a bad CRC was written ({seed_note()})"
+    # a flipped payload bit, good CRC field
+    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame[20] ^= 1
+    await tb.send(bytes(frame))
+    assert (await tb.recv(1))[0] == NAK_CRC, f"corrupted payload not refused ({seed_note()})"
+    assert tb.ram.read(off, 64) == before, f"a corrupted payload was written ({seed_note()})"
+    # bad header CRC: NAK right after the header, the rest discarded until the line is quiet
+    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame[3] ^= 0x10
+    await tb.send(bytes(frame))
+    assert (await tb.recv(1))[0] == NAK_CRC, f"bad header CRC not refused ({seed_note()})"
+    await tb.quiet(1.2 * TIMEOUT_NS)
+    assert tb.ram.read(off, 64) == before, f"a frame with a bad header was written ({seed_note()})"
+    assert await tb.burst_write(MEM_BASE + off, data) == ACK, f"good frame after bad header ({seed_note()})"
+    assert tb.ram.read(off, 64) == data
+    # cut-off frames: stop mid-frame, wait past the timeout, then a good frame
+    for cut in (Host.burst_write(MEM_BASE + off, bytes(64))[:40], Host.burst_write(MEM_BASE + off, bytes(64))[:7],
+                Host.bone_write(MEM_BASE + off, [0, 0, 0])[:9], Host.bone_read(off, 2)[:3]):
+        await tb.send(cut)
+        await tb.quiet(1.2 * TIMEOUT_NS)
+        assert tb.ram.read(off, 64) == data, f"a cut-off frame wrote memory ({seed_note()})"
+        words = [rng.getrandbits(32) for _ in range(2)]
+        await tb.bone_write(0x40, words)
+        assert await tb.bone_read(0x40, 2) == words, f"UARTBone after a cut-off frame ({seed_note()})"
+    # garbage with no command byte is ignored at once
+    garbage = bytes(b for b in rng.randbytes(200) if b not in (1, 2, 3, 4, 0x81, 0x82))
+    await tb.send(garbage)
+    status, back = await tb.burst_read(MEM_BASE + off, 64)
+    assert status == ACK and back == data, f"burst after garbage ({seed_note()})"
+    # any garbage: the bridge is back after a timeout
+    await tb.send(rng.randbytes(100))
+    await Timer(int(1.2 * TIMEOUT_NS), "ns")
+    tb.sink.clear()                   # a garbage read may have been answered
+    tb.pending.clear()
+    status, back = await tb.burst_read(MEM_BASE + off, 64)
+    assert status == ACK and back == data, f"burst after random garbage ({seed_note()})"
+    # a framing error (a break) mid-frame drops the frame
+    await tb.send(Host.burst_write(MEM_BASE + off, bytes(64))[:30])
+    tb.dut.rx.value = 0
+    await Timer(int(20 * BIT_NS), "ns")
+    tb.dut.rx.value = 1
+    await tb.quiet(1.2 * TIMEOUT_NS)
+    assert tb.ram.read(off, 64) == data, f"a frame with a break wrote memory ({seed_note()})"
+    assert await tb.bone_read(MEM_BASE + off, 1) == [int.from_bytes(data[:4], "little")]
+
+
+@cocotb.test()
+async def throughput(dut):
+    """A 4 KiB burst write and read, as a fraction of the line rate."""
+    tb, rng = await setup(dut)
+    data = rng.randbytes(4096)
+    line = BAUD / 10                         # bytes per second
+    t0 = get_sim_time("ns")
+    assert await tb.burst_write(MEM_BASE + 0x10000, data) == ACK
+    t1 = get_sim_time("ns")
+    status, back = await tb.burst_read(MEM_BASE + 0x10000, 4096)
+    t2 = get_sim_time("ns")
+    assert status == ACK and back == data, f"4 KiB round trip ({seed_note()})"
+    wr = 4096 / (line * (t1 - t0) * 1e-9)
+    rd = 4096 / (line * (t2 - t1) * 1e-9)
+    dut._log.warning("4 KiB at %d baud: write %.1f%%, read %.1f%% of line rate", BAUD, 100 * wr, 100 * rd)
+    assert wr >= 0.9 and rd >= 0.9, f"throughput write {wr:.3f}, read {rd:.3f} of line rate"
+
+
+TESTCASES = ["uartbone", "bursts", "robustness", "throughput"]
+
+
+def test_bridge(testcase, seed):
+    run_cocotb("dx1_uart_bridge", "bridge.test_bridge", testcase=testcase, seed=seed, quiet=True)
+
+
+def pytest_generate_tests(metafunc):
+    if "testcase" in metafunc.fixturenames:
+        metafunc.parametrize("testcase", TESTCASES)
