@@ -182,8 +182,11 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 def cmd_sim_serve(args: argparse.Namespace) -> int:
     from .sim import serve
 
-    argv = [f"--port={args.port}"] + ([f"--port-file={args.port_file}"] if args.port_file else [])
-    return serve.main(argv + (["--once"] if args.once else []))
+    argv = [f"--port={args.port}", f"--fault-rate={args.fault_rate}", f"--fault-seed={args.fault_seed}"]
+    argv += [f"--port-file={args.port_file}"] if args.port_file else []
+    argv += ["--once"] if args.once else []
+    argv += ["--uart"] if args.uart else []
+    return serve.main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=0, help="TCP port (default: any free port, printed)")
     serve.add_argument("--port-file", help="write the port here once listening")
     serve.add_argument("--once", action="store_true", help="stop when the first client disconnects")
+    serve.add_argument("--uart", action="store_true",
+                       help="serve the simulated board's UART pins (for --device serial:socket://HOST:PORT)")
+    serve.add_argument("--fault-rate", type=float, default=0.0, help="with --uart: injected bit error rate")
+    serve.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     serve.set_defaults(func=cmd_sim_serve)
     return parser
 

@@ -80,6 +80,10 @@ RTL_MODULES = (
     RtlModule("dx1_axi_memory", "device memory, 64 KiB, 3 AXI4 ports", "memory:AxiMemory", (),
               (("size", 65536), ("ports", 3))),
     RtlModule("dx1_soc", "the whole SoC, default configuration", "soc:Dx1Soc", (SocConfig(),)),
+    RtlModule("dx1_board", "the simulated board: SoC + UART bridge, 50 MHz, 6.25 Mbaud", "board:Dx1Board",
+              (SocConfig(),), (("clk_freq", 50_000_000), ("baud", 6_250_000))),
+    RtlModule("dx1_uart_bridge", "UART bridge with its AXI masters, for bridge tests", "bridge:UartBridge", (),
+              (("clk_freq", 50_000_000), ("baud", 3_000_000))),
 )
 
 

@@ -1,4 +1,9 @@
-"""`dx1 sim serve`: run the SoC in Verilator behind a loopback TCP socket for the `sim` transport."""
+"""`dx1 sim serve`: the simulated device behind a loopback TCP socket.
+
+Without ``--uart``: the SoC at register level, for ``--device sim://HOST:PORT``.
+With ``--uart``: the whole board (SoC + UART bridge), its UART pins bridged to
+the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
+"""
 
 from __future__ import annotations
 
@@ -7,34 +12,49 @@ import sys
 
 from . import SimulationFailed, run_cocotb, verilator_missing
 
-__all__ = ["serve", "main", "SOC_MODULE"]
+__all__ = ["serve", "main", "SOC_MODULE", "BOARD_MODULE"]
 
 SOC_MODULE = "dx1_soc"
+BOARD_MODULE = "dx1_board"
 
 
-def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True) -> None:
-    """Build the SoC (first time only) and serve it until a client stops the server."""
-    env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0"}
+def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
+          uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1) -> None:
+    """Build the simulated device (first time only) and serve it until a client stops the server."""
+    env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0",
+           "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
     if port_file:
         env["DX1_SIM_PORTFILE"] = port_file
-    run_cocotb(SOC_MODULE, "dx1_bringup.sim.soc_server", env=env, quiet=quiet,
+    module, server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
+    run_cocotb(module, f"dx1_bringup.sim.{server}", env=env, quiet=quiet,
                name=f"serve-{port}" if port else "serve")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dx1 sim serve", description=__doc__)
+    parser = argparse.ArgumentParser(prog="dx1 sim serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: any free port)")
     parser.add_argument("--port-file", help="write the port here once listening")
     parser.add_argument("--once", action="store_true", help="stop when the first client disconnects")
+    parser.add_argument("--uart", action="store_true", help="serve the board's UART instead of the register bus")
+    parser.add_argument("--fault-rate", type=float, default=0.0,
+                        help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
+    parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     args = parser.parse_args(argv)
+    if not 0 <= args.fault_rate < 0.5:
+        parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
+    if args.fault_rate and not args.uart:
+        parser.error("--fault-rate needs --uart (faults are injected on the serial line)")
     reason = verilator_missing()
     if reason:
         print(f"dx1 sim serve: {reason}", file=sys.stderr)
         return 2
-    print(f"dx1 sim serve: building {SOC_MODULE} if needed, then serving on 127.0.0.1:"
-          f"{args.port or '(see the log line or --port-file)'}", flush=True)
+    what = "the board's UART" if args.uart else "the SoC's register and memory ports"
+    print(f"dx1 sim serve: building the model if needed (minutes, the first time), then serving {what} on "
+          f"127.0.0.1:{args.port or '(the port is in the log line below and --port-file)'}", flush=True)
     try:
-        serve(args.port, args.port_file, args.once, quiet=False)
+        serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
+              fault_seed=args.fault_seed)
     except SimulationFailed as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

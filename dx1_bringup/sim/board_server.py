@@ -1,0 +1,124 @@
+"""cocotb module behind `dx1 sim serve --uart`: the simulated board, its UART pins bridged to TCP.
+
+The board (SoC + UART bridge) runs in Verilator; cocotbext-uart drives and
+samples its ``uart_rx``/``uart_tx`` pins bit by bit, and only bytes cross the
+loopback socket, so the serial transport cannot tell the simulator from a
+cable (``--device serial:socket://127.0.0.1:PORT``).
+
+Unlike the register-level sim server, the board runs freely while a client is
+connected, as hardware does: Python looks at the socket once per
+``CHUNK_CYCLES`` and otherwise stays off the clock.  After a long quiet spell it
+waits on the socket in wall-clock time instead, so an idle server does not spin.
+
+Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE, DX1_SIM_ONCE
+(1: stop after the first client), DX1_FAULT_RATE (bit error rate injected on
+both directions: each bit flips, and each byte is dropped or duplicated, with
+that probability) and DX1_FAULT_SEED.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, Timer
+from cocotbext.uart import UartSink, UartSource
+
+CLOCK_NS = 20  # the board's 50 MHz clock
+#: Eight clocks a bit: the fastest line the bridge samples reliably, so simulated transfers are quick.
+BAUD = 6_250_000
+#: Simulated cycles between looks at the socket: about one byte time on the line.
+CHUNK_CYCLES = 200
+#: Quiet chunks after which the server waits on the socket instead of simulating.
+IDLE_CHUNKS = 2000
+
+
+class FaultInjector:
+    """Flips bits, drops and duplicates bytes at a given rate (seeded, so a failure can be replayed)."""
+
+    def __init__(self, rate: float, seed: int):
+        self.rate = rate
+        self.rng = np.random.default_rng(seed)
+        self.flipped = self.dropped = self.duplicated = 0
+
+    def __call__(self, data: bytes) -> bytes:
+        if not self.rate or not data:
+            return data
+        buf = np.frombuffer(data, dtype=np.uint8).copy()
+        flips = self.rng.random((len(buf), 8)) < self.rate
+        if flips.any():
+            buf ^= np.packbits(flips, axis=1, bitorder="little")[:, 0]
+            self.flipped += int(flips.sum())
+        out = bytearray()
+        for byte, fate in zip(buf.tobytes(), self.rng.random(len(buf)), strict=True):
+            if fate < self.rate:
+                self.dropped += 1
+            elif fate < 2 * self.rate:
+                out += bytes([byte, byte])
+                self.duplicated += 1
+            else:
+                out.append(byte)
+        return bytes(out)
+
+
+@cocotb.test()
+async def serve(dut):
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    source = UartSource(dut.uart_rx, baud=BAUD, bits=8)
+    sink = UartSink(dut.uart_tx, baud=BAUD, bits=8)
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 2)
+
+    rate = float(os.environ.get("DX1_FAULT_RATE", "0"))
+    seed = int(os.environ.get("DX1_FAULT_SEED", "1"))
+    to_board, to_host = FaultInjector(rate, seed), FaultInjector(rate, seed + 1)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(os.environ.get("DX1_SIM_PORT", "0"))))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    portfile = os.environ.get("DX1_SIM_PORTFILE")
+    if portfile:
+        with open(portfile + ".tmp", "w") as f:
+            f.write(str(port))
+        os.replace(portfile + ".tmp", portfile)
+    dut._log.info("dx1 simulated board: UART at %d baud on 127.0.0.1:%d (fault rate %g)", BAUD, port, rate)
+    once = os.environ.get("DX1_SIM_ONCE") == "1"
+    try:
+        while True:
+            conn, _ = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setblocking(False)
+            quiet = 0
+            with conn:
+                while True:
+                    try:
+                        data = conn.recv(1 << 16)
+                    except BlockingIOError:
+                        data = None
+                    if data == b"":
+                        break  # the client closed the connection
+                    if data:
+                        source.write_nowait(to_board(data))
+                    out = bytes(sink.read_nowait())
+                    if out:
+                        conn.setblocking(True)
+                        conn.sendall(to_host(out))
+                        conn.setblocking(False)
+                    quiet = 0 if (data or out or not source.empty()) else quiet + 1
+                    if quiet > IDLE_CHUNKS:
+                        select.select([conn], [], [], 0.05)
+                    await Timer(CHUNK_CYCLES * CLOCK_NS, "ns")
+            dut._log.info("client gone; faults injected: %d bits flipped, %d bytes dropped, %d duplicated",
+                          to_board.flipped + to_host.flipped, to_board.dropped + to_host.dropped,
+                          to_board.duplicated + to_host.duplicated)
+            if once:
+                break
+    finally:
+        listener.close()
