@@ -1,10 +1,12 @@
 """Driver conformance: one set of tests, run on every backend the machine can reach.
 
 ``model`` is the golden model of the whole device, in process.  ``sim`` is the
-SoC RTL in Verilator behind the sim transport: one simulator is started for the
-session (the first run builds it, which takes minutes) and every test opens a
-fresh, reset :class:`~dx1_driver.Device` on it.  A backend that cannot run here
-is skipped with the reason.
+SoC RTL in Verilator behind the sim transport.  ``serial`` is the simulated
+board (SoC + UART bridge) with its UART pins bridged to a socket, reached by
+the serial transport exactly as a board on a cable.  One simulator per backend
+is started for the session (the first run builds it, which takes minutes) and
+every test opens a fresh, reset :class:`~dx1_driver.Device` on it.  A backend
+that cannot run here is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dx1_driver import CommandError, Device, QueueError, open_transport, regs
+from dx1_driver.serial_link import SerialTransport
+from dx1_driver.transport import start_simulator
 
 from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
 from dx1_bringup.sim import verilator_missing
+from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
 
-BACKENDS = ["model", "sim"]
+BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.
 TIMEOUT = 120.0
 
@@ -31,12 +36,25 @@ def sim_transport():
     transport.close()
 
 
+@pytest.fixture(scope="session")
+def serial_transport():
+    reason = verilator_missing()
+    if reason:
+        pytest.skip(reason)
+    process, port = start_simulator(uart=True)
+    # The simulated line moves about a kilobyte per wall-clock second: generous timeouts.
+    transport = SerialTransport(f"socket://127.0.0.1:{port}", baud=BOARD_BAUD, timeout=60.0, quiet=0.3)
+    yield transport
+    transport.close()
+    process.wait(timeout=60)
+
+
 @pytest.fixture(params=BACKENDS)
 def device(request):
     if request.param == "model":
         transport = open_transport("model")
     else:
-        transport = request.getfixturevalue("sim_transport")
+        transport = request.getfixturevalue(f"{request.param}_transport")
     dev = Device(transport)
     yield dev
     if request.param == "model":

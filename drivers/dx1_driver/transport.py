@@ -22,7 +22,7 @@ from typing import Any
 from . import regs
 from .errors import TransportError
 
-__all__ = ["Transport", "ModelTransport", "SimTransport", "open_transport", "DEVICE_SPECS"]
+__all__ = ["Transport", "ModelTransport", "SimTransport", "open_transport", "start_simulator", "DEVICE_SPECS"]
 
 #: The device strings :func:`open_transport` understands, for messages and ``--help`` texts.
 DEVICE_SPECS = ("model", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
@@ -307,12 +307,18 @@ class SimTransport(Transport):
                 self.process.wait()
 
 
-def _start_simulator(timeout: float = 900.0) -> SimTransport:
-    """Start a private `dx1 sim serve` and connect to it (the first run builds the model: minutes)."""
+def start_simulator(*, uart: bool = False, timeout: float = 900.0) -> tuple[subprocess.Popen, int]:
+    """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
+
+    With ``uart``, the simulated board's UART is served (for a :class:`SerialTransport` on
+    ``socket://127.0.0.1:PORT``); otherwise the SoC's register and memory ports (for :class:`SimTransport`).
+    The server stops when its client disconnects.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         process = subprocess.Popen(
-            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)],
+            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
+            + (["--uart"] if uart else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         while not port_file.exists():
@@ -322,8 +328,7 @@ def _start_simulator(timeout: float = 900.0) -> SimTransport:
                 process.kill()
                 raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
             time.sleep(0.2)
-        port = int(port_file.read_text())
-    return SimTransport("127.0.0.1", port, process=process)
+        return process, int(port_file.read_text())
 
 
 def open_transport(spec: str) -> Transport:
@@ -349,7 +354,8 @@ def open_transport(spec: str) -> Transport:
     if spec == "model":
         return ModelTransport()
     if spec == "sim":
-        return _start_simulator()
+        process, port = start_simulator()
+        return SimTransport("127.0.0.1", port, process=process)
     if spec.startswith("sim://"):
         host, sep, port = spec[len("sim://"):].rpartition(":")
         if not sep or not host or not port.isdigit():
