@@ -70,6 +70,8 @@ async def serve(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
     source = UartSource(dut.uart_rx, baud=BAUD, bits=8)
     sink = UartSink(dut.uart_tx, baud=BAUD, bits=8)
+    for model in (source, sink):
+        model.log.setLevel("WARNING")  # one INFO line per byte otherwise
     dut.rst.value = 1
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
