@@ -28,6 +28,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 from cocotbext.uart import UartSink, UartSource
 
+from .soc_server import open_listener
+
 CLOCK_NS = 20  # the board's 50 MHz clock
 #: Eight clocks a bit: the fastest line the bridge samples reliably, so simulated transfers are quick.
 BAUD = 6_250_000
@@ -80,16 +82,7 @@ async def serve(dut):
     rate = float(os.environ.get("DX1_FAULT_RATE", "0"))
     seed = int(os.environ.get("DX1_FAULT_SEED", "1"))
     to_board, to_host = FaultInjector(rate, seed), FaultInjector(rate, seed + 1)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", int(os.environ.get("DX1_SIM_PORT", "0"))))
-    listener.listen(1)
-    port = listener.getsockname()[1]
-    portfile = os.environ.get("DX1_SIM_PORTFILE")
-    if portfile:
-        with open(portfile + ".tmp", "w") as f:
-            f.write(str(port))
-        os.replace(portfile + ".tmp", portfile)
+    listener, port = open_listener()
     dut._log.info("dx1 simulated board: UART at %d baud on 127.0.0.1:%d (fault rate %g)", BAUD, port, rate)
     once = os.environ.get("DX1_SIM_ONCE") == "1"
     try:

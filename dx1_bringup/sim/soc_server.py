@@ -29,7 +29,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
-__all__ = ["Op", "Status", "REQUEST", "RESPONSE"]
+__all__ = ["Op", "Status", "REQUEST", "RESPONSE", "open_listener"]
 
 REQUEST = struct.Struct("<BII")
 RESPONSE = struct.Struct("<BI")
@@ -60,6 +60,22 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
             return None
         data += chunk
     return bytes(data)
+
+
+def open_listener() -> tuple[socket.socket, int]:
+    """Listen on 127.0.0.1:DX1_SIM_PORT (0: any free port) and publish the port in DX1_SIM_PORTFILE."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(os.environ.get("DX1_SIM_PORT", "0"))))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    portfile = os.environ.get("DX1_SIM_PORTFILE")
+    if portfile:
+        # Written whole, then renamed, so a reader never sees a partial number.
+        with open(portfile + ".tmp", "w") as f:
+            f.write(str(port))
+        os.replace(portfile + ".tmp", portfile)
+    return listener, port
 
 
 class SocServer:
@@ -123,16 +139,7 @@ async def serve(dut):
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
 
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", int(os.environ.get("DX1_SIM_PORT", "0"))))
-    listener.listen(1)
-    port = listener.getsockname()[1]
-    portfile = os.environ.get("DX1_SIM_PORTFILE")
-    if portfile:
-        with open(portfile + ".tmp", "w") as f:
-            f.write(str(port))
-        os.replace(portfile + ".tmp", portfile)
+    listener, port = open_listener()
     dut._log.info("dx1 sim serving on 127.0.0.1:%d", port)
     once = os.environ.get("DX1_SIM_ONCE") == "1"
     try:
