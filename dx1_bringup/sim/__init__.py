@@ -8,6 +8,7 @@ this file so that the regressions in testbenches/ and the ``dx1`` command share 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
@@ -92,9 +93,13 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     # MAKEFLAGS act as command-line overrides for the runner's `make`.
     saved = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
+    # Verilator regenerates and remakes the model on every build; two processes building the same
+    # folder at once (xdist workers, a server beside a test) would write over each other's files.
     try:
-        runner.build(sources=[mod.path], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
-                     log_file=log if quiet else None)
+        with open(build_dir / ".build-lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            runner.build(sources=[mod.path], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
+                         log_file=log if quiet else None)
     finally:
         if saved is None:
             del os.environ["MAKEFLAGS"]
