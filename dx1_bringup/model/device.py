@@ -76,12 +76,21 @@ enabled, a start event (timestamp before the command, status 0) and an end
 event (timestamp after, status) per command, up to ``trace_depth`` events;
 events arriving while it is full are dropped.  DATA_LO and DATA_HI read 0 when
 it is empty.
+
+Faults
+------
+``DeviceModel(config, faults=MemoryFaults(...))`` breaks device memory the way a
+bad board does, for bring-up tests: a data bit of the 64-bit memory bus stuck at
+0 or 1, and an address line stuck at 0 (every address with that bit set reaches
+the memory at the address with it clear).  Faults act on the memory itself, so
+every reader sees them: the host port, the DMA, command fetches and completion
+writes.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -106,7 +115,7 @@ from ..spec import (
     unpack_command,
 )
 
-__all__ = ["BusError", "DeviceModel"]
+__all__ = ["BusError", "DeviceModel", "MemoryFaults"]
 
 _MASK32 = 0xFFFF_FFFF
 _RING_ALIGN = 32
@@ -117,6 +126,7 @@ _RESET_RING_LOG2 = 4
 _HEADER_NAMES = ("ID", "VERSION", "NEXT")
 _IRQ_COMPLETION = 1 << 0
 _IRQ_ERROR = 1 << 1
+_BUS_BITS = 8 * _BUS_BYTES
 
 
 class BusError(Exception):
@@ -143,6 +153,59 @@ def _pack_fields(register: Register, **values: int) -> int:
         f = by_name[name]
         word |= (value & ((1 << f.width) - 1)) << f.lsb
     return word
+
+
+@dataclass(frozen=True)
+class MemoryFaults:
+    """Faults of device memory (see the module docstring).
+
+    Parameters
+    ----------
+    stuck_bit:
+        Data bit of the 64-bit memory bus (0..63) that reads ``stuck_value`` whatever
+        was written: bit ``stuck_bit % 8`` of every byte at an address ``a`` with
+        ``a % 8 == stuck_bit // 8``.  ``None``: no stuck bit.
+    stuck_value:
+        0 or 1.
+    alias_bit:
+        Address bit (3 or more: bits 0-2 pick a byte lane of the bus, not an address
+        line) whose line is stuck at 0.  ``None``: no alias.
+    """
+
+    stuck_bit: int | None = None
+    stuck_value: int = 1
+    alias_bit: int | None = None
+
+    #: Device-string keys of :meth:`parse`, by field.
+    KEYS = {"stuck-bit": "stuck_bit", "stuck-at": "stuck_value", "alias-bit": "alias_bit"}
+
+    def __post_init__(self) -> None:
+        if self.stuck_bit is not None and not (isinstance(self.stuck_bit, int) and 0 <= self.stuck_bit < _BUS_BITS):
+            raise ValueError(f"stuck_bit must be a data bit 0 to {_BUS_BITS - 1}, not {self.stuck_bit!r}")
+        if self.stuck_value not in (0, 1):
+            raise ValueError(f"stuck_value must be 0 or 1, not {self.stuck_value!r}")
+        if self.alias_bit is not None and not (isinstance(self.alias_bit, int) and self.alias_bit >= 3):
+            raise ValueError(f"alias_bit must be an address bit of 3 or more (bits 0-2 select a byte lane), "
+                             f"not {self.alias_bit!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> MemoryFaults:
+        """Faults from a device-string suffix such as ``"stuck-bit=5"`` or ``"stuck-bit=5,stuck-at=0,alias-bit=12"``."""
+        values: dict[str, int] = {}
+        for item in text.split(","):
+            key, sep, value = item.partition("=")
+            if not sep or key not in cls.KEYS or not value.isdigit():
+                raise ValueError(f"memory fault {item!r} is not KEY=N with KEY one of {', '.join(cls.KEYS)}")
+            if cls.KEYS[key] in values:
+                raise ValueError(f"memory fault {key!r} is given twice")
+            values[cls.KEYS[key]] = int(value)
+        return cls(**values)
+
+    def __str__(self) -> str:
+        keys = {name: key for key, name in self.KEYS.items()}
+        return ",".join(f"{keys[f.name]}={getattr(self, f.name)}" for f in fields(self)
+                        if getattr(self, f.name) is not None and not (f.name == "stuck_value"
+                                                                      and self.stuck_bit is None))
 
 
 @dataclass
@@ -199,6 +262,8 @@ class DeviceModel:
     ----------
     config:
         Generator parameters; the default :class:`SocConfig` when omitted.
+    faults:
+        Broken device memory (see :class:`MemoryFaults`); ``None`` for a good device.
 
     Attributes
     ----------
@@ -207,15 +272,24 @@ class DeviceModel:
     regmap:
         ``register_map(config)``: where every register is.
     mem:
-        Device memory, ``config.mem_bytes`` bytes.
+        Device memory, ``config.mem_bytes`` bytes, as stored (before any fault acts on a read).
+    faults:
+        The memory faults, or ``None``.
     tiles:
         One golden :class:`TileModel` per tile (queue *i* feeds tile *i*).
     cycles:
         Notional cycle counter: CYCLES_LO/HI and completion timestamps.
     """
 
-    def __init__(self, config: SocConfig | None = None):
+    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None):
         self.config = config or SocConfig()
+        if faults is not None:
+            if not isinstance(faults, MemoryFaults):
+                raise TypeError(f"faults must be a MemoryFaults, not {faults!r}")
+            if faults.alias_bit is not None and 1 << faults.alias_bit >= self.config.mem_bytes:
+                raise ValueError(f"alias_bit {faults.alias_bit} is not an address line of a device memory of "
+                                 f"{self.config.mem_bytes} bytes")
+        self.faults = faults
         self.regmap: RegisterMap = register_map(self.config)
         self.mem = bytearray(self.config.mem_bytes)
         self.tiles = [TileModel(self.config.tile) for _ in range(self.config.tiles)]
@@ -306,12 +380,38 @@ class DeviceModel:
     def mem_read(self, addr: int, length: int) -> bytes:
         """Read ``length`` bytes of device memory at ``addr`` (any alignment)."""
         self._check_mem(addr, length)
-        return bytes(self.mem[addr:addr + length])
+        return self._load(addr, length)
 
     def mem_write(self, addr: int, data: bytes) -> None:
         """Write ``data`` to device memory at ``addr`` (any alignment); runs nothing."""
         self._check_mem(addr, len(data))
-        self.mem[addr:addr + len(data)] = data
+        self._store(addr, data)
+
+    def _cells(self, addr: int, length: int) -> np.ndarray:
+        """Where bytes ``addr .. addr + length - 1`` are stored, through a stuck address line."""
+        where = np.arange(addr, addr + length, dtype=np.int64)
+        return where & ~(1 << self.faults.alias_bit) if self.faults.alias_bit is not None else where
+
+    def _load(self, addr: int, length: int) -> bytes:
+        """Device memory as every reader sees it (host, DMA, command fetch), faults included."""
+        if self.faults is None:
+            return bytes(self.mem[addr:addr + length])
+        data = np.frombuffer(self.mem, np.uint8)[self._cells(addr, length)]
+        bit = self.faults.stuck_bit
+        if bit is not None:
+            lane = (np.arange(addr, addr + length) % _BUS_BYTES) == bit // 8
+            if self.faults.stuck_value:
+                data[lane] |= np.uint8(1 << bit % 8)
+            else:
+                data[lane] &= np.uint8(~(1 << bit % 8) & 0xFF)
+        return data.tobytes()
+
+    def _store(self, addr: int, data: bytes) -> None:
+        """Write device memory as every writer does (host, DMA, completions), through a stuck address line."""
+        if self.faults is None or self.faults.alias_bit is None:
+            self.mem[addr:addr + len(data)] = data
+        else:
+            np.frombuffer(self.mem, np.uint8)[self._cells(addr, len(data))] = np.frombuffer(data, np.uint8)
 
     def irq_pending(self) -> bool:
         """True when any queue has an IRQ_STATUS bit whose IRQ_MASK bit is set."""
@@ -450,7 +550,7 @@ class DeviceModel:
         if fetch + COMMAND_BYTES > len(self.mem) or slot + COMPLETION_BYTES > len(self.mem):
             self._queue_error(q, ErrorCode.BUS_ERROR, q.head)
             return False
-        cmd = bytes(self.mem[fetch:fetch + COMMAND_BYTES])
+        cmd = self._load(fetch, COMMAND_BYTES)
         opcode, f = unpack_command(cmd)
         trace = self._trace[tile]
         if not q.head_started:
@@ -462,8 +562,8 @@ class DeviceModel:
         status, cost = result
         self.cycles += cost
         self._trace_event(trace, self.cycles, f["tag"], status, opcode, end=True)
-        self.mem[slot:slot + COMPLETION_BYTES] = pack_completion(
-            tag=f["tag"], status=int(status), opcode=opcode, timestamp=self.cycles & 0x7FFF_FFFF, phase=q.phase)
+        self._store(slot, pack_completion(
+            tag=f["tag"], status=int(status), opcode=opcode, timestamp=self.cycles & 0x7FFF_FFFF, phase=q.phase))
         q.head = (q.head + 1) % q.entries
         if q.head == 0:
             q.phase ^= 1
@@ -544,9 +644,9 @@ class DeviceModel:
                 row = f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]
                 at = base + c * row_bytes
                 if opcode == Opcode.LOAD:
-                    local[row] = np.frombuffer(self.mem, dtype=lane, count=cfg.array, offset=at)
+                    local[row] = np.frombuffer(self._load(at, row_bytes), dtype=lane)
                 else:
-                    self.mem[at:at + row_bytes] = local[row].astype(lane).tobytes()
+                    self._store(at, local[row].astype(lane).tobytes())
         moved = rows * outer_bytes
         cost = -(-moved // _BUS_BYTES)
         perf = self._perf[tile]
@@ -567,7 +667,7 @@ class DeviceModel:
             return ErrorCode.MISALIGNED, 1
         if not (self._in_window(q, src, src + length) and self._in_window(q, dst, dst + length)):
             return ErrorCode.DMA_WINDOW, 1
-        self.mem[dst:dst + length] = bytes(self.mem[src:src + length])
+        self._store(dst, self._load(src, length))
         perf = self._perf[tile]
         perf.bytes_read = (perf.bytes_read + length) & _MASK32
         perf.bytes_written = (perf.bytes_written + length) & _MASK32

@@ -1,0 +1,904 @@
+"""Board bring-up: from "is anything alive" to "GEMM verified on every tile".
+
+:func:`run_bringup` runs eight steps in order, through the driver only, and stops
+at the first one that fails, saying what it saw, what it expected, what is
+probably broken and what to check next:
+
+1. ``link``: a few reads of GLOBAL.ID and MAGIC give the same answer; SCRATCH
+   holds what is written (and is restored).
+2. ``identity``: discovery, MAGIC, HW_VERSION and capabilities against the spec
+   (tiles, array, semaphores, memories >= 1; one QUEUE, PERF and TRACE block a tile).
+3. ``registers``: every discovered block where the spec places it, its ID,
+   VERSION and NEXT; read-only constants read again; after the reset, every
+   register with a defined reset value has it.  Nothing is written that starts
+   work; write-only registers are not read.
+4. ``memory``: data bus (walking ones on one word), address lines (one
+   word at 0 and at every power of two of the whole memory), address-in-address
+   and a seeded random pattern over the tested region.  This step overwrites
+   device memory.
+5. ``dma``: on every tile, LOAD into the low and high scratchpad rows and the
+   accumulator buffer and STORE back, and a COPY, compared byte for byte.
+6. ``gemm``: on every tile, a small GEMM with bias and requantisation and one
+   with int32 output, planned by the runtime's compiler, against
+   :func:`~dx1_bringup.runtime.gemm.reference_gemm` bit for bit.
+7. ``perf``: the counters read in steps 5 and 6: cycles advance, MACS equals the
+   MACs the GEMMs issued, BYTES_READ/WRITTEN equal the bytes the DMA moved.
+8. ``irq``: on every queue a SIGNAL's completion sets IRQ_STATUS and raises the
+   interrupt line, W1C clears it, a masked completion leaves the line low.
+   Transports without an interrupt line (serial, PCIe without VFIO) check
+   IRQ_STATUS by polling and say so.
+
+The whole run is a :class:`BringupReport`, written as JSON by the command line.
+``python -m dx1_bringup.bringup --device D`` runs it (``dx1 bringup`` once wired
+in).  Besides the driver's device strings, ``model:FAULTS`` opens the golden
+model with broken memory (:meth:`~dx1_bringup.model.device.MemoryFaults.parse`),
+for example ``model:stuck-bit=5`` or ``model:alias-bit=12``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+from dx1_driver import (
+    CommandError,
+    Device,
+    DeviceTimeout,
+    DriverError,
+    NotADx1Device,
+    QueueError,
+    Transport,
+    TransportError,
+    open_transport,
+    regs,
+)
+from dx1_driver.transport import ModelTransport, SimTransport
+
+from .model.device import DeviceModel, MemoryFaults
+from .runtime.gemm import ACC_LANE_BYTES, compile_gemm, padded, read_perf, reference_gemm
+from .spec import Access, BlockType, SocConfig, register_map
+
+__all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "open_bringup_transport",
+           "run_bringup"]
+
+#: The steps, in order: name and title.
+STEPS: tuple[tuple[str, str], ...] = (
+    ("link", "link check"),
+    ("identity", "magic, version, capabilities"),
+    ("registers", "register walk"),
+    ("memory", "device memory"),
+    ("dma", "DMA loopback"),
+    ("gemm", "GEMM self-test"),
+    ("perf", "perf counters"),
+    ("irq", "interrupts"),
+)
+
+#: What to suspect when a step ends on a driver exception rather than a wrong value.
+_HINTS = {
+    "link": "nothing sensible comes back: check power, the cable or socket, the port name, that both ends use "
+            "the same baud rate, and that the FPGA is programmed with the dx1 bitstream",
+    "identity": "the device answers but is not the expected dx1: check the bitstream and its version",
+    "registers": "the register space does not match the spec: check that the bitstream was generated from the "
+                 "same spec as this driver (make rtl)",
+    "memory": "device memory or its bus fails: check the memory controller, its clock and its pins",
+    "dma": "the DMA or the command processor fails: check the DMA's AXI master and the scratchpad ports",
+    "gemm": "the tile's compute core fails: check the systolic array, accumulator buffer and post-op",
+    "perf": "the PERF block counts wrongly: check its counter inputs",
+    "irq": "the interrupt path fails: check IRQ_STATUS/IRQ_MASK logic and the interrupt pin",
+}
+
+_LINK_READS = 4
+_SCRATCH_PATTERNS = (0xA5A5_5A5A, 0x5A5A_A5A5, 0xFFFF_FFFF, 0x0000_0000)
+_WORD = 8  # the device-memory bus width in bytes
+_WORD_BITS = 8 * _WORD
+_ADDR_MARK = 0xA5 << 56  # marks values of the address-line test, so a stray value names its address
+_RING_LOG2 = 4
+_DMA_SPM_ROWS = 16
+_DMA_ACC_ROWS = 4
+_GEMM_SHAPE = (16, 16, 8)
+_GEMM_POST = {"mult": 147, "shift": 16, "relu": False}
+_IRQ_SETTLE = 0.01  # seconds the interrupt line is watched where it must stay low
+_BOTH_IRQS = (1 << regs.Queue.IRQ_STATUS_COMPLETION[0]) | (1 << regs.Queue.IRQ_STATUS_ERROR[0])
+_COMPLETION_IRQ = 1 << regs.Queue.IRQ_STATUS_COMPLETION[0]
+
+
+@dataclass
+class Check:
+    """One comparison: what was checked, what was expected, what the device gave."""
+
+    what: str
+    expected: Any
+    got: Any
+    ok: bool
+
+
+@dataclass
+class StepResult:
+    """One step: ``status`` is ``"pass"``, ``"fail"`` or ``"not run"`` (after an earlier failure)."""
+
+    name: str
+    title: str
+    status: str = "not run"
+    seconds: float = 0.0
+    summary: str = ""
+    checks: list[Check] = field(default_factory=list)
+    diagnosis: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BringupReport:
+    """A whole bring-up run; :meth:`to_json` is what ``--report`` writes."""
+
+    device: str
+    transport: str
+    started: str
+    seed: int
+    mem_bytes: int | None
+    steps: list[StepResult]
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(s.status == "pass" for s in self.steps)
+
+    @property
+    def failed_step(self) -> StepResult | None:
+        return next((s for s in self.steps if s.status == "fail"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        failed = self.failed_step
+        return {"device": self.device, "transport": self.transport, "started": self.started, "seed": self.seed,
+                "mem_bytes": self.mem_bytes, "seconds": round(self.seconds, 3), "passed": self.passed,
+                "failed_step": failed.name if failed else None, "steps": [asdict(s) for s in self.steps]}
+
+
+class _StepFailed(Exception):
+    def __init__(self, diagnosis: str):
+        super().__init__(diagnosis)
+        self.diagnosis = diagnosis
+
+
+def _hex(value: int, width: int = 8) -> str:
+    return f"0x{value:0{width}x}"
+
+
+def open_bringup_transport(spec: str) -> Transport:
+    """Open a device string for bring-up: the driver's, plus ``model:FAULTS`` (a golden model with broken memory).
+
+    Raises
+    ------
+    ValueError
+        A malformed device string or fault list.
+    TransportError
+        The device cannot be reached.
+    """
+    if spec.startswith("model:"):
+        faults = MemoryFaults.parse(spec[len("model:"):])
+        transport = ModelTransport()
+        # ModelTransport takes no faults yet: swap in a model of the same configuration that has them.
+        transport.model = DeviceModel(transport.model.config, faults=faults)
+        return transport
+    return open_transport(spec)
+
+
+class _Run:
+    """State shared by the steps of one run."""
+
+    def __init__(self, transport: Transport, device: Device | None, seed: int, mem_bytes: int | None,
+                 timeout: float):
+        self.transport = transport
+        self.device = device
+        self.seed = seed
+        self.mem_bytes = mem_bytes
+        self.timeout = timeout
+        self.rng = np.random.default_rng(seed)
+        self.step: StepResult | None = None
+        self.perf: dict[str, Any] = {}
+
+    # -- recording --------------------------------------------------------------------------------
+
+    def check(self, what: str, expected: Any, got: Any, diagnosis: str | Callable[[], str],
+              ok: bool | None = None) -> None:
+        """Record a check; on a mismatch the step fails with ``diagnosis`` (a callable is asked only then)."""
+        ok = expected == got if ok is None else ok
+        self.step.checks.append(Check(what, expected, got, bool(ok)))
+        if not ok:
+            raise _StepFailed(diagnosis() if callable(diagnosis) else diagnosis)
+
+    @property
+    def dev(self) -> Device:
+        assert self.device is not None, "identity runs before every step that needs the device"
+        return self.device
+
+    # GLOBAL is the block at 0 by definition (discovery starts there), so the link step needs no discovery.
+    def read_global(self, offset: int) -> int:
+        return self.transport.read32(offset)
+
+    def write_global(self, offset: int, value: int) -> None:
+        self.transport.write32(offset, value)
+
+    # -- 1. link ----------------------------------------------------------------------------------
+
+    def link(self) -> str:
+        g = regs.Global
+        first = (self.read_global(g.ID), self.read_global(g.MAGIC))
+        for i in range(1, _LINK_READS):
+            again = (self.read_global(g.ID), self.read_global(g.MAGIC))
+            self.check(f"GLOBAL.ID, MAGIC read {i + 1} equals read 1", [_hex(v) for v in first],
+                       [_hex(v) for v in again],
+                       "a constant register reads differently each time: the link drops or flips bits "
+                       "(check the baud rate on both ends, the cable and the ground)")
+        saved = self.read_global(g.SCRATCH)
+        for pattern in _SCRATCH_PATTERNS:
+            self.write_global(g.SCRATCH, pattern)
+            self.check(f"SCRATCH after writing {_hex(pattern)}", _hex(pattern), _hex(self.read_global(g.SCRATCH)),
+                       "reads work but SCRATCH does not keep what is written: host-to-device writes are lost or "
+                       "garbled (check the link's transmit direction) or the register file is broken")
+        self.write_global(g.SCRATCH, saved)
+        return (f"{_LINK_READS} reads of ID/MAGIC agree ({_hex(first[0])}, {_hex(first[1])}), SCRATCH holds "
+                f"{len(_SCRATCH_PATTERNS)} patterns")
+
+    # -- 2. identity ------------------------------------------------------------------------------
+
+    def identity(self) -> str:
+        if self.device is None:
+            try:
+                # Small rings: the self-tests queue a few commands at a time, and on a slow link
+                # every ring entry is a byte to clear.
+                self.device = Device(self.transport, ring_log2=_RING_LOG2)
+            except NotADx1Device as e:
+                self.check("a dx1 device", "MAGIC 0x44583131, GLOBAL block first, spec major version "
+                           f"{regs.SPEC_VERSION >> 16}", str(e), "the device answers but is not a dx1 of this spec "
+                           "version: check the bitstream (and that the link is to the right board)", ok=False)
+            except DriverError as e:
+                self.check("discovery and capabilities", "a well-formed register block chain", str(e),
+                           "the register block chain or capabilities are malformed: check the register file "
+                           "generation (make rtl) against this driver", ok=False)
+        else:
+            self.device.reset()
+        dev = self.dev
+        caps = dev.caps
+        self.check("MAGIC", _hex(regs.MAGIC), _hex(self.read_global(regs.Global.MAGIC)),
+                   "MAGIC changed after discovery: the link or register file is unstable")
+        self.check("HW_VERSION major", regs.SPEC_VERSION >> 16, caps.hw_version >> 16,
+                   "the bitstream was generated from another major spec version")
+        # Lower bounds: every dx1 build is at least this big, and the self-tests below rely on it.
+        for name, value, low in (("tiles", caps.tiles, 1), ("array", caps.array, 1),
+                                 ("semaphores", caps.semaphores, 1),
+                                 ("SPM_ROWS", caps.spm_rows, max(2 * caps.array, _DMA_SPM_ROWS)),
+                                 ("ACC_ROWS", caps.acc_rows, max(2 * caps.array, _DMA_ACC_ROWS)),
+                                 ("MEM_BYTES", caps.mem_bytes, 4096)):
+            self.check(f"CAPS {name} >= {low}", f">= {low}", value,
+                       f"capability {name} reads {value}, smaller than any dx1 build: CAPS or the identity "
+                       "registers are wired wrongly", ok=value >= low)
+        self.check("MEM_BYTES a multiple of the bus width", 0, caps.mem_bytes % _WORD,
+                   "MEM_BYTES is not a whole number of 64-bit words: the identity register is wrong")
+        for kind in (regs.BlockType.QUEUE, regs.BlockType.PERF, regs.BlockType.TRACE):
+            count = sum(1 for b in dev.blocks if b.type is kind)
+            self.check(f"{kind.name} blocks", caps.tiles, count,
+                       f"CAPS says {caps.tiles} tiles but the register space has {count} {kind.name} blocks")
+        expected = regs.CONFIG
+        found = {"tiles": caps.tiles, "tile": {"array": caps.array, "spm_rows": caps.spm_rows,
+                                               "acc_rows": caps.acc_rows},
+                 "mem_bytes": caps.mem_bytes, "semaphores": caps.semaphores}
+        self.step.data.update(caps=asdict(caps), spec_default={k: v for k, v in expected.items() if k in found},
+                              hw_version=f"{caps.hw_version >> 16}.{caps.hw_version & 0xFFFF}")
+        differs = [k for k in found if found[k] != expected[k]]
+        note = f"; differs from the spec's default build in {', '.join(differs)}" if differs else ""
+        return (f"dx1 {caps.hw_version >> 16}.{caps.hw_version & 0xFFFF}: {caps.tiles} tiles of "
+                f"{caps.array}x{caps.array}, SPM {caps.spm_rows} rows, ACC {caps.acc_rows} rows, "
+                f"{caps.mem_bytes} bytes of memory, {caps.semaphores} semaphores{note}")
+
+    # -- 3. registers -----------------------------------------------------------------------------
+
+    def registers(self) -> str:
+        dev = self.dev
+        caps = dev.caps
+        rmap = register_map(SocConfig(tiles=caps.tiles, semaphores=caps.semaphores))
+        self.check("register blocks in discovery order", [(b.spec.type.name, _hex(b.base, 4)) for b in rmap.blocks],
+                   [(b.type.name if b.type else _hex(b.id), _hex(b.base, 4)) for b in dev.blocks],
+                   "the blocks are not where the spec places them: the register file was generated from another "
+                   "spec or configuration (make rtl)")
+        t = self.transport
+        identity = {"MAGIC": regs.MAGIC, "HW_VERSION": caps.hw_version, "SPM_ROWS": caps.spm_rows,
+                    "ACC_ROWS": caps.acc_rows, "MEM_BYTES": caps.mem_bytes}
+        read = 0
+        for block in rmap.blocks:
+            kind = block.spec.type
+            trace_empty = True
+            for reg in block.registers:
+                r = reg.register
+                if r.access is Access.WO:
+                    continue
+                name = f"{block.name}.{reg.name}"
+                if kind is BlockType.TRACE and reg.name.startswith("DATA") and not trace_empty:
+                    continue  # reading DATA_HI would pop an event
+                value = t.read32(block.base + reg.offset)
+                read += 1
+                expected = self._expected(kind, reg.name, r, block.spec.version, block.next, identity)
+                if kind is BlockType.TRACE and reg.name == "COUNT":
+                    trace_empty = value == 0
+                if expected is None:
+                    continue
+                constant = reg.name in identity
+                self.check(name, _hex(expected), _hex(value),
+                           lambda n=name, e=expected, v=value, c=constant: self._register_diagnosis(n, e, v, c))
+        return f"{len(rmap.blocks)} blocks where the spec puts them, {read} registers read, all as expected"
+
+    @staticmethod
+    def _expected(kind: BlockType, name: str, reg: Any, version: int, nxt: int,
+                  identity: dict[str, int]) -> int | None:
+        """The value a register must read after reset, or ``None`` where none is defined."""
+        if name == "ID":
+            return int(kind)
+        if name == "VERSION":
+            return version
+        if name == "NEXT":
+            return nxt
+        if kind is BlockType.GLOBAL:
+            if name in identity:
+                return identity[name]
+            if name.startswith("SEM"):
+                return 0
+            return None  # CAPS and FEATURES were checked in identity; SCRATCH and CYCLES are free
+        if kind is BlockType.PERF and name == "CYCLES":
+            return None
+        return reg.reset
+
+    @staticmethod
+    def _register_diagnosis(name: str, expected: int, got: int, identity: bool) -> str:
+        if name.endswith((".ID", ".VERSION", ".NEXT")):
+            return (f"{name} is a block header constant: the register file was generated from another spec "
+                    "(make rtl) or the address decoder is wrong")
+        if identity:
+            return (f"{name} is a read-only constant and read differently during discovery: register reads are "
+                    "unstable (link or register file)")
+        diff = expected ^ got
+        bits = [b for b in range(32) if diff >> b & 1]
+        return (f"{name} does not read its reset value (bits {bits} differ) after GLOBAL.RESET: its reset is "
+                "not wired, or RESET does not reach it")
+
+    # -- 4. memory --------------------------------------------------------------------------------
+
+    def memory(self) -> str:
+        dev = self.dev
+        total = dev.caps.mem_bytes
+        region = total if self.mem_bytes is None else self.mem_bytes
+        self.check("tested region inside device memory", f"<= {total}", region,
+                   f"asked to test {region} bytes, but the device has {total}: give a smaller --mem-bytes",
+                   ok=region <= total)
+        self.step.data.update(region_bytes=region, seed=self.seed)
+        # The test reads everything back itself.  A transport that verifies its writes (serial) would
+        # report a bad memory cell as a failed write, a link error: let this step see the memory instead.
+        verify = getattr(self.transport, "verify_writes", None)
+        if verify is not None:
+            self.transport.verify_writes = False
+        try:
+            self._data_bus()
+            lines = self._address_lines(total)
+            self._address_in_address(region)
+            self._random(region)
+        finally:
+            if verify is not None:
+                self.transport.verify_writes = verify
+        return (f"data bus ({_WORD_BITS} walking ones), {lines} address lines over {total} bytes, "
+                f"address-in-address and random (seed {self.seed}) over {region} bytes")
+
+    def _data_bus(self) -> None:
+        dev = self.dev
+        # Walking ones at one address: a bit that never reads 1 is stuck at 0, one that always does is
+        # stuck at 1, one that follows another is shorted to it.
+        patterns = [1 << b for b in range(_WORD_BITS)]
+        got = []
+        for p in patterns:
+            dev.write_mem(0, p.to_bytes(_WORD, "little"))
+            got.append(int.from_bytes(dev.read_mem(0, _WORD), "little"))
+        bad = [(p, g) for p, g in zip(patterns, got, strict=True) if p != g]
+        self.check("data bus: walking ones at 0x0", "every pattern reads back",
+                   f"{len(bad)} of {len(patterns)} differ" + (f", first wrote {_hex(bad[0][0], 16)} read "
+                                                              f"{_hex(bad[0][1], 16)}" if bad else ""),
+                   lambda: _data_bits_diagnosis(patterns, got), ok=not bad)
+
+    def _address_lines(self, total: int) -> int:
+        dev = self.dev
+        addrs = [0] + [1 << k for k in range(3, total.bit_length()) if 1 << k < total]
+        for a in addrs:
+            dev.write_mem(a, (_ADDR_MARK | a).to_bytes(_WORD, "little"))
+        got = {a: int.from_bytes(dev.read_mem(a, _WORD), "little") for a in addrs}
+        bad = [a for a in addrs if got[a] != _ADDR_MARK | a]
+        first = bad[0] if bad else 0
+        self.check("address lines: a word at 0x0 and at every power of two", "each holds its own address",
+                   f"{len(bad)} of {len(addrs)} differ" + (f", first at {_hex(first)}: expected "
+                                                           f"{_hex(_ADDR_MARK | first, 16)} got "
+                                                           f"{_hex(got[first], 16)}" if bad else ""),
+                   lambda: _address_diagnosis(first, got[first] & ~_ADDR_MARK, set(addrs),
+                                              got[first] & _ADDR_MARK == _ADDR_MARK),
+                   ok=not bad)
+        return len(addrs) - 1
+
+    def _address_in_address(self, region: int) -> None:
+        words = region // _WORD
+        expected = np.arange(words, dtype="<u8") * _WORD
+        self.dev.write_mem(0, expected)
+        got = self.dev.read_array(0, words, "<u8")
+        bad = np.flatnonzero(got != expected)
+        at, value = (int(expected[bad[0]]), int(got[bad[0]])) if len(bad) else (0, 0)
+
+        def diagnosis() -> str:
+            # A word holding another word's address was written through an aliasing address line.
+            if value < region and value % _WORD == 0:
+                return _address_diagnosis(at, value, None, True)
+            return _bytes_diagnosis(expected.view(np.uint8), got.view(np.uint8))
+
+        self.check(f"address-in-address over {region} bytes: every word holds its own address",
+                   f"{words} words", f"{len(bad)} words differ" + (f", first at {_hex(at)}: got {_hex(value, 16)}"
+                                                                 if len(bad) else ""),
+                   diagnosis, ok=not len(bad))
+
+    def _random(self, region: int) -> None:
+        data = self.rng.integers(0, 256, region, dtype=np.uint8)
+        self.dev.write_mem(0, data)
+        got = np.frombuffer(self.dev.read_mem(0, region), np.uint8)
+        bad = np.flatnonzero(got != data)
+        self.check(f"random pattern (seed {self.seed}) over {region} bytes", "every byte reads back",
+                   f"{len(bad)} bytes differ" + (f", first at {_hex(int(bad[0]))}: expected "
+                                                 f"0x{int(data[bad[0]]):02x} got 0x{int(got[bad[0]]):02x}"
+                                                 if len(bad) else ""),
+                   lambda: _bytes_diagnosis(data, got), ok=not len(bad))
+
+    # -- 5. DMA -----------------------------------------------------------------------------------
+
+    def dma(self) -> str:
+        dev = self.dev
+        caps = dev.caps
+        spm_row, acc_row = caps.array, caps.array * ACC_LANE_BYTES
+        # (what, acc, first local row, rows): the first and the last rows of each local memory.
+        moves = [("scratchpad", False, 0, _DMA_SPM_ROWS),
+                 ("scratchpad", False, caps.spm_rows - _DMA_SPM_ROWS, _DMA_SPM_ROWS),
+                 ("accumulator", True, 0, _DMA_ACC_ROWS),
+                 ("accumulator", True, caps.acc_rows - _DMA_ACC_ROWS, _DMA_ACC_ROWS)]
+        # (what, path, acc, first local row or None for COPY, bytes)
+        pieces = [(f"LOAD/STORE {what} rows {local}..{local + rows - 1}", f"LOAD/STORE {what}", acc, local,
+                   rows * (acc_row if acc else spm_row)) for what, acc, local, rows in moves]
+        if caps.copy:
+            pieces.append(("COPY", "COPY", False, None, _DMA_SPM_ROWS * spm_row))
+        total = sum(n for *_, n in pieces)  # every piece is whole 8-byte words: DMA addresses stay aligned
+        for tile in range(caps.tiles):
+            q = dev.queue(tile)
+            src, dst = dev.alloc(total), dev.alloc(total)
+            try:
+                # Fresh random data: a STORE that writes nothing cannot match what the memory held before.
+                data = self.rng.integers(0, 256, total, dtype=np.uint8)
+                dev.write_mem(src, data)
+                commands = []
+                offset = 0
+                for tag, (_, _, acc, local, n) in enumerate(pieces):
+                    if local is None:
+                        commands.append(regs.copy(tag=tag, src_addr=src + offset, dst_addr=dst + offset, length=n))
+                    else:
+                        common = dict(dram_stride=n, local_addr=local, rows=1, cols=n // (acc_row if acc else spm_row),
+                                      local_row_stride=0, local_col_stride=1, acc=acc)
+                        commands += [regs.load(tag=tag, dram_addr=src + offset, **common),
+                                     regs.store(tag=tag, dram_addr=dst + offset, **common)]
+                    offset += n
+                self._clear_perf(tile)
+                q.submit(commands, timeout=self.timeout)
+                q.wait(timeout=self.timeout)
+                self.perf.setdefault("dma", {})[tile] = {"perf": read_perf(dev, tile), "bytes_read": total,
+                                                         "bytes_written": total}
+                got = np.frombuffer(dev.read_mem(dst, total), np.uint8)
+            finally:
+                dev.free(src)
+                dev.free(dst)
+            offset = 0
+            for what, path, _, _, n in pieces:
+                want, seen = data[offset:offset + n], got[offset:offset + n]
+                bad = np.flatnonzero(seen != want)
+                self.check(f"tile {tile}: {what}", f"{n} bytes as sent",
+                           f"{len(bad)} bytes differ" + (f", first at +{int(bad[0])}: expected "
+                                                         f"0x{int(want[bad[0]]):02x} got 0x{int(seen[bad[0]]):02x}"
+                                                         if len(bad) else ""),
+                           f"tile {tile}'s {path} path corrupts data (memory passed step 4): check the DMA's data "
+                           f"path{'' if path == 'COPY' else ' and the local memory ports'}", ok=not len(bad))
+                offset += n
+        return (f"{caps.tiles} tiles: LOAD/STORE of the first and last scratchpad and accumulator rows"
+                f"{', COPY' if caps.copy else ''}; {2 * total * caps.tiles} bytes compared")
+
+    def _clear_perf(self, tile: int) -> None:
+        base = [b.base for b in self.dev.blocks if b.type is regs.BlockType.PERF][tile]
+        self.dev.write_reg(base, regs.Perf.CONTROL, 1 << regs.Perf.CONTROL_CLEAR[0])
+
+    # -- 6. GEMM ----------------------------------------------------------------------------------
+
+    def gemm(self) -> str:
+        dev = self.dev
+        m, k, n = _GEMM_SHAPE
+        self.perf["cycles_before"] = self._global_cycles()
+        for tile in range(dev.caps.tiles):
+            for post in (_GEMM_POST, None):
+                a = self.rng.integers(-128, 128, (m, k), dtype=np.int8)
+                b = self.rng.integers(-128, 128, (k, n), dtype=np.int8)
+                bias = self.rng.integers(-1000, 1000, n, dtype=np.int32)
+                c, plan = self._gemm_on_tile(tile, a, b, bias, post)
+                want = reference_gemm(a, b, bias, post)
+                bad = np.argwhere(c != want)
+                kind = "int8 (bias, requantise)" if post else "int32 (bias)"
+                self.check(f"tile {tile}: {m}x{k}x{n} GEMM, {kind}", "== reference_gemm",
+                           f"{len(bad)} of {c.size} differ" + (
+                               f", first [{bad[0][0]}, {bad[0][1]}]: expected {int(want[tuple(bad[0])])} got "
+                               f"{int(c[tuple(bad[0])])}" if len(bad) else ""),
+                           f"tile {tile} computes wrongly while its DMA passed step 5: check its systolic array, "
+                           f"accumulator buffer{' and post-op' if post else ''}", ok=not len(bad))
+        self.perf["cycles_after"] = self._global_cycles()
+        return f"{dev.caps.tiles} tiles x 2 GEMMs of {m}x{k}x{n} equal reference_gemm bit for bit"
+
+    def _gemm_on_tile(self, tile: int, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
+                      post: dict[str, int] | None) -> tuple[np.ndarray, Any]:
+        """Run one GEMM planned for one tile on queue ``tile``; record its PERF counters."""
+        dev = self.dev
+        caps = dev.caps
+        m, k = a.shape
+        n = b.shape[1]
+        kp, np_ = padded(k, caps.array), padded(n, caps.array)
+        lane = 1 if post else ACC_LANE_BYTES
+        a_pad = np.zeros((m, kp), np.int8)
+        a_pad[:, :k] = a
+        b_pad = np.zeros((kp, np_), np.int8)
+        b_pad[:k, :n] = b
+        bias_pad = np.zeros(np_, np.int32)
+        bias_pad[:n] = bias
+        addrs = [dev.alloc(size) for size in (a_pad.nbytes, b_pad.nbytes, m * np_ * lane, bias_pad.nbytes)]
+        try:
+            for addr, data in zip(addrs, (a_pad, b_pad, None, bias_pad), strict=True):
+                if data is not None:
+                    dev.write_mem(addr, data)
+            plan = compile_gemm(m, k, n, caps, a_addr=addrs[0], b_addr=addrs[1], c_addr=addrs[2],
+                                bias_addr=addrs[3], post=post, tiles=1)
+            q = dev.queue(tile)
+            self._clear_perf(tile)
+            q.submit(plan.commands[0], timeout=self.timeout)
+            q.wait(timeout=self.timeout)
+            self.perf.setdefault("gemm", []).append({"tile": tile, "perf": read_perf(dev, tile),
+                                                     "macs": plan.array_macs, "bytes_read": plan.load_bytes,
+                                                     "bytes_written": plan.store_bytes})
+            c = dev.read_array(addrs[2], (m, np_), plan.c_dtype)[:, :n]
+        finally:
+            for addr in addrs:
+                dev.free(addr)
+        return c, plan
+
+    def _global_cycles(self) -> int:
+        lo = self.read_global(regs.Global.CYCLES_LO)
+        return lo | self.read_global(regs.Global.CYCLES_HI) << 32
+
+    # -- 7. perf ----------------------------------------------------------------------------------
+
+    def perf_counters(self) -> str:
+        before, after = self.perf["cycles_before"], self.perf["cycles_after"]
+        self.check("GLOBAL.CYCLES advances over the GEMMs", f"> {before}", after,
+                   "the global cycle counter stands still: check its clock enable and the CYCLES_LO/HI latch",
+                   ok=after > before)
+        for tile, run in sorted(self.perf["dma"].items()):
+            p = run["perf"]
+            for name in ("bytes_read", "bytes_written"):
+                counter = name.upper()
+                self.check(f"tile {tile} DMA loopback: {counter}", run[name], p[counter],
+                           f"tile {tile}'s {counter} does not count the DMA's bytes: check the PERF block's "
+                           "byte counters")
+        for run in self.perf["gemm"]:
+            p, tile = run["perf"], run["tile"]
+            self.check(f"tile {tile} GEMM: MACS equals the MACs issued", run["macs"], p["MACS"],
+                       f"tile {tile}'s MACS does not count array_size**2 per streamed row: check its counter input")
+            self.check(f"tile {tile} GEMM: CYCLES advances", "> 0", p["CYCLES"],
+                       f"tile {tile}'s CYCLES stands still: check the PERF block's clock enable", ok=p["CYCLES"] > 0)
+            self.check(f"tile {tile} GEMM: 0 < BUSY_COMPUTE <= CYCLES", f"1..{p['CYCLES']}", p["BUSY_COMPUTE"],
+                       f"tile {tile}'s BUSY_COMPUTE is outside 1..CYCLES", ok=0 < p["BUSY_COMPUTE"] <= p["CYCLES"])
+            for name in ("bytes_read", "bytes_written"):
+                counter = name.upper()
+                self.check(f"tile {tile} GEMM: {counter}", run[name], p[counter],
+                           f"tile {tile}'s {counter} does not count the GEMM's LOAD/STORE bytes")
+        self.step.data.update(dma={str(t): r for t, r in self.perf["dma"].items()}, gemm=self.perf["gemm"],
+                              global_cycles=[before, after])
+        return (f"cycles advance ({after - before} over the GEMMs); MACS, BYTES_READ, BYTES_WRITTEN exact on "
+                f"{len(self.perf['gemm'])} GEMMs and {len(self.perf['dma'])} loopbacks")
+
+    # -- 8. interrupts ----------------------------------------------------------------------------
+
+    def irq(self) -> str:
+        dev = self.dev
+        line = isinstance(self.transport, (ModelTransport, SimTransport))
+        q_regs = regs.Queue
+        sem = regs.Global.SEM
+        queues = [dev.queue(tile) for tile in range(dev.caps.tiles)]
+        # The line is the OR of every queue's unmasked causes: clear them all before watching it.
+        for q in queues:
+            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
+        for tile, q in enumerate(queues):
+            self.check(f"queue {tile}: IRQ_STATUS after clearing", 0, dev.read_reg(q.base, q_regs.IRQ_STATUS),
+                       "IRQ_STATUS does not clear on a write of 1s (W1C): check its write logic")
+            if line:
+                self.check(f"queue {tile}: interrupt line low with nothing pending", False,
+                           self.transport.wait_irq(_IRQ_SETTLE),
+                           "the interrupt line is high with IRQ_STATUS clear: check the IRQ output logic")
+            before = self.read_global(sem)
+            q.submit([regs.signal(tag=0x5160, sem=0, count=1)], timeout=self.timeout)
+            if line:
+                self.check(f"queue {tile}: SIGNAL's completion raises the interrupt line", True,
+                           self.transport.wait_irq(self.timeout),
+                           "the completion did not raise the interrupt line: check IRQ_MASK/IRQ_STATUS to the pin")
+            self._poll_completion(q)
+            self.check(f"queue {tile}: IRQ_STATUS.completion after SIGNAL", _COMPLETION_IRQ,
+                       dev.read_reg(q.base, q_regs.IRQ_STATUS) & _COMPLETION_IRQ,
+                       "a completion was written but IRQ_STATUS.completion is not set")
+            self.check(f"queue {tile}: SEM0 after SIGNAL +1", before + 1, self.read_global(sem),
+                       "SIGNAL completed without adding to the semaphore")
+            q.wait(1, timeout=self.timeout)
+            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
+            self.check(f"queue {tile}: IRQ_STATUS after W1C", 0, dev.read_reg(q.base, q_regs.IRQ_STATUS),
+                       "IRQ_STATUS does not clear on a write of 1s (W1C)")
+            if line:
+                self.check(f"queue {tile}: interrupt line low after clearing", False,
+                           self.transport.wait_irq(_IRQ_SETTLE),
+                           "the interrupt line stays high after IRQ_STATUS is cleared")
+            mask = dev.read_reg(q.base, q_regs.IRQ_MASK)
+            dev.write_reg(q.base, q_regs.IRQ_MASK, 0)
+            q.submit([regs.nop(tag=0x0B0B)], timeout=self.timeout)
+            self._poll_completion(q)
+            self.check(f"queue {tile}: IRQ_STATUS.completion with the IRQ masked", _COMPLETION_IRQ,
+                       dev.read_reg(q.base, q_regs.IRQ_STATUS) & _COMPLETION_IRQ,
+                       "IRQ_STATUS must record a completion even while IRQ_MASK hides it")
+            if line:
+                self.check(f"queue {tile}: interrupt line low while masked", False,
+                           self.transport.wait_irq(_IRQ_SETTLE),
+                           "a masked completion raised the interrupt line: IRQ_MASK is not applied")
+            q.wait(1, timeout=self.timeout)
+            dev.write_reg(q.base, q_regs.IRQ_MASK, mask)
+            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
+            self.write_global(sem, before)
+        self.step.data["interrupt_line"] = line
+        how = "the interrupt line seen by wait_irq" if line else \
+            f"IRQ_STATUS by polling ({type(self.transport).__name__} has no interrupt line)"
+        return f"{dev.caps.tiles} queues: completion, W1C clear and masking checked through {how}"
+
+    def _poll_completion(self, q: Any) -> None:
+        """Wait for one completion by reading the ring only, so IRQ_STATUS stays as the device set it."""
+        deadline = time.monotonic() + self.timeout
+        while not q.poll():
+            q.check()
+            if time.monotonic() > deadline:
+                raise DeviceTimeout(f"queue {q.tile}: no completion within {self.timeout} s")
+
+
+def _bit_list(bits: list[int]) -> str:
+    return ", ".join(str(b) for b in bits)
+
+
+def _data_bits_diagnosis(patterns: list[int], got: list[int]) -> str:
+    """Name data bits that read stuck at 0 or 1, or that follow other bits, from walking-bit patterns."""
+    stuck = {0: [], 1: []}
+    other = []
+    for bit in range(_WORD_BITS):
+        seen = {g >> bit & 1 for g in got}
+        wrong = any((p ^ g) >> bit & 1 for p, g in zip(patterns, got, strict=True))
+        if not wrong:
+            continue
+        if len(seen) == 1:
+            stuck[seen.pop()].append(bit)
+        else:
+            other.append(bit)
+    parts = [f"data bit{'s' if len(bits) > 1 else ''} {_bit_list(bits)} stuck at {value}"
+             for value, bits in stuck.items() if bits]
+    if other:
+        parts.append(f"data bit{'s' if len(other) > 1 else ''} {_bit_list(other)} read wrong in some patterns "
+                     "(shorted to a neighbour or coupled)")
+    where = ", ".join(parts)
+    return (f"{where}: check the memory data lines (bit b is byte b // 8, bit b % 8 of each 64-bit word): solder, "
+            "the memory chip's DQ pins, the controller's data path")
+
+
+def _address_diagnosis(expected_addr: int, got_addr: int, valid: set[int] | None, marked: bool) -> str:
+    """Explain a word that holds another address's value: which address bits alias."""
+    if not marked or (valid is not None and got_addr not in valid):
+        return (f"the word at {_hex(expected_addr)} holds neither its own value nor another tested address's: "
+                "the memory or its data path corrupts values (the data bus test passed, so suspect the memory "
+                "cells or refresh)")
+    bits = [b for b in range(32) if (expected_addr ^ got_addr) >> b & 1]
+    if len(bits) == 1:
+        return (f"address bit {bits[0]} aliases: {_hex(expected_addr)} and {_hex(got_addr)} reach the same memory "
+                f"(address line {bits[0]} stuck or open): check that line between controller and memory")
+    return (f"address bits {_bit_list(bits)} are shorted or decoded wrongly: {_hex(expected_addr)} and "
+            f"{_hex(got_addr)} reach the same memory: check those address lines")
+
+
+def _bytes_diagnosis(expected: np.ndarray, got: np.ndarray) -> str:
+    """Explain byte mismatches over a region: a data bit that reads stuck, or scattered errors."""
+    n = len(expected) - len(expected) % _WORD
+    diff = (expected[:n] ^ got[:n]).reshape(-1, _WORD)
+    got_w = got[:n].reshape(-1, _WORD)
+    wrong = [(lane, bit) for lane in range(_WORD) for bit in range(8) if (diff[:, lane] >> bit & 1).any()]
+    if len(wrong) == 1:
+        lane, bit = wrong[0]
+        values = set((got_w[:, lane] >> bit & 1).tolist())
+        if len(values) == 1:
+            return (f"data bit {8 * lane + bit} stuck at {values.pop()}: check that memory data line "
+                    f"(byte lane {lane}, bit {bit})")
+        return f"data bit {8 * lane + bit} flips in some words: check that memory data line for noise or a weak cell"
+    count = int((diff != 0).sum())
+    return (f"{count} bytes differ over {len(wrong)} data bits: the memory loses data (timing, refresh, or "
+            "bad cells); the data bus and address line tests passed")
+
+
+def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
+                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False) -> BringupReport:
+    """Bring a device up step by step (see the module docstring), stopping at the first failure.
+
+    Parameters
+    ----------
+    target:
+        A device string (:func:`open_bringup_transport`; opened and closed here), an open
+        transport, or an open device (reset here; its queues become unusable).
+    seed:
+        Seed of the random memory pattern and of the DMA and GEMM data; a random one
+        (reported) when ``None``.
+    mem_bytes:
+        Bytes of device memory, from address 0, for the address-in-address and random
+        tests (a multiple of 8); ``None``: the whole memory.  The data bus and address
+        line tests always run (one word at each power of two).
+    timeout:
+        Seconds a queue may go without progress.
+    out:
+        Where the step lines go (``None``: standard output).
+    quiet:
+        Print nothing.
+
+    Returns
+    -------
+    BringupReport
+        Every step, those after a failure as ``"not run"``.
+
+    Raises
+    ------
+    ValueError
+        A bad argument or device string.
+    """
+    if mem_bytes is not None and (isinstance(mem_bytes, bool) or not isinstance(mem_bytes, int) or mem_bytes < _WORD
+                                  or mem_bytes % _WORD):
+        raise ValueError(f"mem_bytes must be a positive multiple of {_WORD}, not {mem_bytes!r}")
+    if seed is None:
+        seed = random.SystemRandom().randrange(1 << 32)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, not {timeout!r}")
+
+    def say(text: str, end: str = "\n") -> None:
+        if not quiet:
+            print(text, end=end, file=out or sys.stdout, flush=True)
+
+    steps = [StepResult(name, title) for name, title in STEPS]
+    device = target if isinstance(target, Device) else None
+    transport = device.transport if device else target if isinstance(target, Transport) else None
+    name = target if isinstance(target, str) else type(transport).__name__
+    report = BringupReport(name, "", datetime.now(UTC).isoformat(timespec="seconds"), seed, mem_bytes,
+                           steps)
+    say(f"dx1 bringup on {name} (seed {seed}, memory test over "
+        f"{'the whole memory' if mem_bytes is None else f'{mem_bytes} bytes'})")
+    start = time.monotonic()
+    owned = isinstance(target, str)
+    run = None
+    try:
+        for index, step in enumerate(steps):
+            say(f"  {index + 1} {step.title:<30}", end="")
+            t0 = time.monotonic()
+            step.status = "fail"
+            try:
+                if transport is None:
+                    try:
+                        transport = open_bringup_transport(target)
+                    except TransportError as e:
+                        step.checks.append(Check(f"open {target}", "a working link", str(e), False))
+                        raise _StepFailed(_HINTS["link"]) from None
+                if run is None:
+                    run = _Run(transport, device, seed, mem_bytes, timeout)
+                report.transport = type(transport).__name__
+                run.step = step
+                step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
+                step.status = "pass"
+            except _StepFailed as e:
+                step.diagnosis = e.diagnosis
+            except (TransportError, DeviceTimeout, CommandError, QueueError, DriverError) as e:
+                step.checks.append(Check(f"{type(e).__name__} during {step.title}", "no error", str(e), False))
+                step.diagnosis = _exception_diagnosis(step.name, e)
+            step.seconds = time.monotonic() - t0
+            if step.status == "pass":
+                say(f"PASS {step.seconds:8.3f} s  {step.summary}")
+                continue
+            say(f"FAIL {step.seconds:8.3f} s")
+            bad = next(c for c in reversed(step.checks) if not c.ok)
+            say(f"      check:    {bad.what}")
+            say(f"      expected: {bad.expected}")
+            say(f"      got:      {bad.got}")
+            say(f"      probably: {step.diagnosis}")
+            break
+    finally:
+        if owned and transport is not None:
+            (run.device if run and run.device else transport).close()
+    report.seconds = time.monotonic() - start
+    failed = report.failed_step
+    say(f"dx1 bringup: {'PASS' if failed is None else f'FAIL at step {failed.name}'} in {report.seconds:.2f} s")
+    return report
+
+
+def _exception_diagnosis(step: str, e: Exception) -> str:
+    if isinstance(e, TransportError):
+        return f"the link failed during this step after earlier steps passed: {_HINTS['link']}"
+    if isinstance(e, DeviceTimeout):
+        return f"a queue made no progress (the command processor or a unit hangs): {_HINTS[step]}"
+    if isinstance(e, CommandError):
+        return f"a command that is valid completed with an error code: {_HINTS[step]}"
+    if isinstance(e, QueueError):
+        return f"a queue halted on a ring error (fetch or completion write failed): {_HINTS[step]}"
+    return _HINTS[step]
+
+
+def _mem_bytes(text: str) -> int:
+    value = int(text, 0)
+    if value < _WORD or value % _WORD:
+        raise argparse.ArgumentTypeError(f"must be a positive multiple of {_WORD}, not {value}")
+    return value
+
+
+def cmd_bringup(args: argparse.Namespace) -> int:
+    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad device string."""
+    if args.device == "sim":
+        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+              flush=True)
+    try:
+        report = run_bringup(args.device, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout)
+    except ValueError as e:
+        print(f"dx1 bringup: {e}", file=sys.stderr)
+        return 2
+    path = Path(args.report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    print(f"  report: {path}")
+    return 0 if report.passed else 1
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``bringup`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
+    p = subparsers.add_parser("bringup", help="bring a device up step by step: link, identity, registers, memory, "
+                                              "DMA, GEMM, counters, interrupts; stop at the first failure")
+    p.add_argument("--device", default="model",
+                   help="model, model:FAULTS (e.g. model:stuck-bit=5, model:alias-bit=12), sim, sim://HOST:PORT, "
+                        "serial:URL[@BAUD], pcie:BDF (default model)")
+    p.add_argument("--report", default="build/bringup.json", help="JSON report path (default build/bringup.json)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the random patterns (default: random, printed)")
+    p.add_argument("--mem-bytes", type=_mem_bytes, default=None,
+                   help="bytes of device memory from 0 for the address-in-address and random tests "
+                        "(default: all of it)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
+    p.set_defaults(func=cmd_bringup)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bringup", description="dx1 board bring-up")
+    sub = parser.add_subparsers(dest="command")
+    p = add_parser(sub)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
