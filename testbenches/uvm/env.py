@@ -439,6 +439,12 @@ def sample_sync(s):
     pass
 
 
+@CoverPoint("dx1.queue.error", xf=lambda e: e["code"], bins=["DOORBELL_RANGE", "RING_OVERFLOW"])
+@CoverPoint("dx1.queue.error_queue", xf=lambda e: e["queue"], bins=[0, 1])
+def sample_queue_error(e):
+    pass
+
+
 @CoverPoint("dx1.ring.phase", xf=lambda p: p, bins=[1, 0])
 def sample_phase(p):
     pass
@@ -530,4 +536,5 @@ class Dx1Env(uvm_env):
 
 
 __all__ = ["RegItem", "CmdItem", "Completion", "SocBfm", "Dx1Env", "Scoreboard", "Coverage", "REGMAP", "DECODE",
-           "VOLATILE", "LAYOUT", "sample_sync", "coverage_report"]
+           "VOLATILE", "LAYOUT", "LEGAL_STATUS", "sample_sync", "sample_queue_error",
+           "coverage_report"]

@@ -8,9 +8,9 @@ from pyuvm import ConfigDB, uvm_sequence
 
 from dx1_bringup.golden import MAX_SHIFT
 from dx1_bringup.sim.stimulus import bad_command, random_gemm, random_postop
-from dx1_bringup.spec import COMMANDS, Access, Opcode, pack_command
+from dx1_bringup.spec import COMMANDS, Access, ErrorCode, Opcode, pack_command
 
-from .env import DECODE, REGMAP, CmdItem, RegItem, sample_sync
+from .env import DECODE, LEGAL_STATUS, REGMAP, CmdItem, RegItem, sample_queue_error, sample_sync
 from .layout import Layout
 
 SHAPE_LIMITS = {"tiny": (1, 4), "medium": (5, 40), "long": (41, 130)}
@@ -77,14 +77,18 @@ ERROR_KINDS = ("opcode", "reserved", "dimension", "field", "sem_range", "spm_ran
                "dma_window")
 
 
-def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: str) -> tuple[bytes, dict]:
-    """A command the device must refuse; the model decides the code (the kind is the intent, for coverage)."""
+def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: str,
+                  reserved_op: Opcode | None = None) -> tuple[bytes, dict]:
+    """A command the device must refuse; the model decides the code (the kind is the intent, for coverage).
+
+    ``reserved_op``: the opcode of a "reserved" command (default: a random one).
+    """
     cfg = lay.config.tile
     if kind == "opcode":
         op = int(r.integers(max(Opcode) + 1, 256))
         return pack_command(Opcode.NOP, tag=tag, raw=op), _meta("BAD", error_kind=kind)
     if kind == "reserved":
-        op = Opcode(int(r.choice(list(Opcode))))
+        op = Opcode(int(r.choice(list(Opcode)))) if reserved_op is None else reserved_op
         mask = COMMANDS[op].reserved_mask
         bit = int(r.choice([b for b in range(256) if mask >> b & 1]))
         base = pack_command(op, tag=tag, rows=1, cols=1) if op in (Opcode.LOAD, Opcode.STORE) else (
@@ -126,9 +130,10 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
         odd = int(r.integers(1, 8))
         return pack_command(op, tag=tag, dram_addr=lay.out_base(q) + odd, rows=1, cols=1), _meta(op.name, 1, kind)
     if kind == "dma_window":
-        # Just below the window or across its end: the guard regions show that nothing moved.
+        # Just below the window or across its end (8 bytes in, 16 moved): the guard regions show that
+        # nothing moved.
         below = bool(r.integers(0, 2))
-        dram = lay.win_base(q) - 8 if below else lay.win_limit(q) - 16
+        dram = lay.win_base(q) - 8 if below else lay.win_limit(q) - 8
         which = int(r.integers(0, 3))
         if which == 2:
             return pack_command(Opcode.COPY, tag=tag, src_addr=lay.in_base(q), dst_addr=dram, length=64), \
@@ -137,6 +142,69 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
         return pack_command(op, tag=tag, dram_addr=dram, rows=1, cols=2, local_col_stride=1), \
             _meta(op.name, 2, kind)
     raise ValueError(f"unknown error kind {kind!r}")
+
+
+def directed_error(r: np.random.Generator, lay: Layout, q: int, tag: int, opcode: str, status: str
+                   ) -> tuple[bytes, dict]:
+    """A command of ``opcode`` ("BAD": an undefined one) that fails with ``status`` (an :class:`ErrorCode` name).
+
+    Each is the simplest command with that one thing wrong; the model still decides the code, so a
+    builder that missed its error shows up as a hole in the opcode x status cross.
+    """
+    cfg = lay.config.tile
+    if opcode == "BAD":
+        return error_command(r, lay, q, tag, "opcode")
+    op = Opcode[opcode]
+    if status == "RESERVED_BITS":
+        return error_command(r, lay, q, tag, "reserved", op)
+    kind = {"BAD_DIMENSION": "dimension", "BAD_FIELD": "field", "SEM_RANGE": "sem_range", "SPM_RANGE": "spm_range",
+            "ACC_RANGE": "acc_range", "MISALIGNED": "misaligned", "DMA_WINDOW": "dma_window"}[status]
+    if op in (Opcode.LOAD, Opcode.STORE):
+        move = {"dram_addr": lay.in_base(q), "rows": 1, "cols": 1}
+        if status == "BAD_DIMENSION":
+            move["cols"] = 0
+        elif status in ("SPM_RANGE", "ACC_RANGE"):
+            acc = status == "ACC_RANGE"
+            move.update(flags={"acc": acc}, rows=2, local_row_stride=1,
+                        local_addr=(cfg.acc_rows if acc else cfg.spm_rows) - 1)
+        elif status == "MISALIGNED":
+            move["dram_addr"] = lay.out_base(q) + 4
+        else:   # DMA_WINDOW: the first row starts 8 bytes below the window
+            move.update(dram_addr=lay.win_base(q) - 8, cols=2, local_col_stride=1)
+        return pack_command(op, tag=tag, **move), _meta(opcode, move["rows"] * move["cols"] or None, kind)
+    n = cfg.array
+    built = {
+        ("GEMM", "BAD_DIMENSION"): dict(m=5, k_chunks=0),
+        ("GEMM", "SPM_RANGE"): dict(m=4, k_chunks=1, b_addr=cfg.spm_rows - n + 1),
+        ("GEMM", "ACC_RANGE"): dict(m=3, k_chunks=1, c_addr=cfg.acc_rows - 2),
+        ("POSTOP", "BAD_DIMENSION"): dict(rows=0),
+        ("POSTOP", "BAD_FIELD"): dict(rows=1, shift=MAX_SHIFT + 1),
+        ("POSTOP", "SPM_RANGE"): dict(rows=2, dst_addr=cfg.spm_rows - 1),
+        ("POSTOP", "ACC_RANGE"): dict(rows=2, src_addr=cfg.acc_rows - 1),
+        ("SIGNAL", "SEM_RANGE"): dict(sem=lay.config.semaphores, count=1),
+        ("WAIT", "BAD_DIMENSION"): dict(sem=0, count=0),
+        ("WAIT", "SEM_RANGE"): dict(sem=lay.config.semaphores, count=1),
+        ("COPY", "BAD_DIMENSION"): dict(src_addr=lay.in_base(q), dst_addr=lay.out_base(q), length=0),
+        ("COPY", "MISALIGNED"): dict(src_addr=lay.in_base(q) + 4, dst_addr=lay.out_base(q), length=16),
+        ("COPY", "DMA_WINDOW"): dict(src_addr=lay.in_base(q), dst_addr=lay.win_base(q) - 8, length=64),
+    }
+    if (opcode, status) not in built:
+        raise ValueError(f"no directed {opcode} command fails with {status}")
+    fields = built[(opcode, status)]
+    work = fields.get("m", fields.get("rows", fields.get("length", 0) // 8)) or None
+    shaped = op in (Opcode.GEMM, Opcode.POSTOP, Opcode.COPY)
+    return pack_command(op, tag=tag, **fields), _meta(opcode, work if shaped else None, kind)
+
+
+def error_sweep(r: np.random.Generator, lay: Layout, tag_base: list[int]) -> list[list[tuple[bytes, dict]]]:
+    """Every (opcode, error) pair the device can give, once, spread over both queues."""
+    pairs = [(op, status) for op, statuses in LEGAL_STATUS.items() for status in sorted(statuses) if status != "OK"]
+    queues: list[list[tuple[bytes, dict]]] = [[], []]
+    for i, (opcode, status) in enumerate(pairs):
+        q = i % 2
+        queues[q].append(directed_error(r, lay, q, tag_base[q] & 0xFFFF, opcode, status))
+        tag_base[q] += 1
+    return queues
 
 
 def random_command(r: np.random.Generator, lay: Layout, q: int, tag: int, error_rate: float) -> tuple[bytes, dict]:
@@ -214,6 +282,17 @@ class RegSeq(uvm_sequence):
         return await self.access(addr, False, **kw)
 
 
+class RegWriteSeq(RegSeq):
+    """One register write that must succeed (for sequences running on the command sequencer)."""
+
+    def __init__(self, name, addr=0, data=0):
+        super().__init__(name)
+        self.addr, self.data = addr, data
+
+    async def body(self):
+        await self.write(self.addr, self.data, expect_err=False)
+
+
 class QueueSetupSeq(RegSeq):
     """Programs both queues' rings, completion rings and DMA windows, unmasks interrupts, enables them."""
 
@@ -252,6 +331,7 @@ class StreamSeq(CmdSeq):
 
     target = "cmd"
     check_memory = True
+    sweep = False       # first, a batch with every (opcode, error) pair once
     batches = 4
     length = 40
     error_rate = 0.08
@@ -265,6 +345,17 @@ class StreamSeq(CmdSeq):
         await DataInitSeq("data").start(self.sequencer)
         r = rng()
         tags = [0, 0x8000]
+        if self.sweep:
+            for q, cmds in enumerate(error_sweep(r, lay, tags)):
+                for cmd, meta in cmds:
+                    await self.send("cmd", queue=q, data=cmd, meta=meta)
+            for q in range(lay.config.tiles):
+                await self.send("doorbell", queue=q)
+            await completions.wait_idle()
+        await self.random_batches(lay, completions, r, tags)
+        await QueueStateSeq("state").start(reg_seqr)
+
+    async def random_batches(self, lay: Layout, completions, r: np.random.Generator, tags: list[int]):
         for _batch in range(self.batches):
             queues, pairs = random_batch(r, lay, self.length, self.error_rate, self.sync_rate, tags)
             for q, cmds in enumerate(queues):
@@ -277,16 +368,56 @@ class StreamSeq(CmdSeq):
             for q in (first, 1 - first):
                 await self.send("doorbell", queue=q)
             await completions.wait_idle()
-        await QueueStateSeq("state").start(reg_seqr)
 
 
 class ErrorsMixedStreamSeq(StreamSeq):
-    """Many refused commands of every kind, mixed with good ones; the queues must keep going."""
+    """Every (opcode, error) pair once, then many refused commands of every kind mixed with good ones; the
+    queues must keep going."""
 
+    sweep = True
     batches = 4
     length = 40
     error_rate = 0.4
     sync_rate = 0.1
+
+
+class QueueErrorStreamSeq(StreamSeq):
+    """Queue errors, each followed by a resume: a doorbell past the ring (DOORBELL_RANGE), and a doorbell that
+    moves the tail behind commands already published (RING_OVERFLOW) while the queue is disabled; then the
+    usual random batches show both queues keep going.  The scoreboard checks ERROR, STATUS, HEAD and TAIL."""
+
+    batches = 2
+    length = 30
+    error_rate = 0.08
+    sync_rate = 0.1
+
+    async def body(self):
+        lay: Layout = ConfigDB().get(None, "", "LAYOUT")
+        completions = ConfigDB().get(None, "", "COMPLETIONS")
+        reg_seqr = ConfigDB().get(None, "", "REG_SEQR")
+        driver_tail = ConfigDB().get(None, "", "CMD_TAIL")
+        r = rng()
+        await QueueSetupSeq("setup").start(reg_seqr)
+        await DataInitSeq("data").start(self.sequencer)
+        tags = [0x4000, 0xC000]
+        for q in range(lay.config.tiles):
+            blk = f"QUEUE{q}"
+            # A doorbell past the last entry: the queue halts, nothing moves.
+            past = int(r.integers(lay.entries, 1 << 16))
+            await QueueErrorSeq("range", queue=q, doorbell=past, code="DOORBELL_RANGE").start(reg_seqr)
+            # Commands published with the queue disabled, then a doorbell behind them: RING_OVERFLOW.
+            await RegWriteSeq("disable", REGMAP.address(blk, "CONTROL"), 0).start(reg_seqr)
+            head = driver_tail()[q]
+            for _ in range(int(r.integers(2, 6))):
+                cmd, meta = random_command(r, lay, q, tags[q] & 0xFFFF, 0.0)
+                tags[q] += 1
+                await self.send("cmd", queue=q, data=cmd, meta=meta)
+            await self.send("doorbell", queue=q)
+            await QueueErrorSeq("overflow", queue=q, doorbell=(head + 1) % lay.entries,
+                                code="RING_OVERFLOW").start(reg_seqr)
+            await completions.wait_idle()
+        await self.random_batches(lay, completions, r, [tags[0] + 0x100, tags[1] + 0x100])
+        await QueueStateSeq("state").start(reg_seqr)
 
 
 class SyncHeavyStreamSeq(StreamSeq):
@@ -421,6 +552,29 @@ class BusErrorSeq(RegSeq):
                 await self.read(kw["addr"], expect_err=False)   # the scoreboard checks the value is unchanged
 
 
+class QueueErrorSeq(RegSeq):
+    """Ring ``queue``'s doorbell at ``doorbell``, which must halt it with ``code``; read the queue's state
+    (the scoreboard compares it with the model), clear the interrupt, resume."""
+
+    def __init__(self, name, queue=0, doorbell=0, code="DOORBELL_RANGE"):
+        super().__init__(name)
+        self.queue, self.doorbell, self.code = queue, doorbell, code
+
+    async def body(self):
+        blk = f"QUEUE{self.queue}"
+        await self.write(REGMAP.address(blk, "DOORBELL"), self.doorbell, expect_err=False)
+        error = await self.read(REGMAP.address(blk, "ERROR"), expect_err=False)
+        status = await self.read(REGMAP.address(blk, "STATUS"), expect_err=False)
+        for name in ("HEAD", "TAIL", "IRQ_STATUS"):
+            await self.read(REGMAP.address(blk, name), expect_err=False)
+        if error.rdata & 0xFF == ErrorCode[self.code] and status.rdata & 2:
+            sample_queue_error({"code": self.code, "queue": self.queue})
+        await self.write(REGMAP.address(blk, "IRQ_STATUS"), 0xFFFF_FFFF, expect_err=False)
+        # Enable and resume.  STATUS is not read after this: the RTL is busy for a while with commands
+        # that were pending, which the model runs at once.
+        await self.write(REGMAP.address(blk, "CONTROL"), 0b11, expect_err=False)
+
+
 class CsrSuiteSeq(RegSeq):
     """The register suites generated from the spec, in one run: reset values, walking ones, aliasing, shuffled."""
 
@@ -444,6 +598,7 @@ class QueueStateSeq(RegSeq):
                         await self.read(addr, expect_err=False)
 
 
-__all__ = ["MAX_SHIFT", "rng", "QueueSetupSeq", "DataInitSeq", "StreamSeq", "ErrorsMixedStreamSeq",
-           "SyncHeavyStreamSeq", "RegResetSeq", "RegWalkSeq", "RegAliasSeq", "RegShuffledSeq", "BusErrorSeq",
-           "CsrSuiteSeq", "QueueStateSeq"]
+__all__ = ["MAX_SHIFT", "rng", "directed_error", "error_sweep", "QueueSetupSeq", "DataInitSeq", "StreamSeq",
+           "ErrorsMixedStreamSeq", "QueueErrorStreamSeq", "SyncHeavyStreamSeq", "RegWriteSeq", "RegResetSeq",
+           "RegWalkSeq", "RegAliasSeq", "RegShuffledSeq", "BusErrorSeq", "QueueErrorSeq", "CsrSuiteSeq",
+           "QueueStateSeq"]

@@ -4,6 +4,7 @@
   a few refused commands; every completion and the output memory checked against DeviceModel.
 * ``ErrorsMixedTest``: the same with many refused commands of every kind (``ErrorsMixedStreamSeq``).
 * ``SyncHeavyTest``: short commands and many cross-queue SIGNAL/WAIT pairs (``SyncHeavyStreamSeq``).
+* ``QueueErrorTest``: DOORBELL_RANGE and RING_OVERFLOW halt each queue, which resumes (``QueueErrorStreamSeq``).
 * ``CsrTest``: register suites from the spec: reset values, walking ones, aliasing, shuffled order.
 * ``BusErrorTest``: unmapped, misaligned, partial strobes, write to RO, read of WO: SLVERR, and the bus
   keeps serving.
@@ -17,14 +18,20 @@ from pathlib import Path
 import cocotb
 import pytest
 import pyuvm
-import yaml
-from cocotb_coverage.coverage import merge_coverage
 from pyuvm import ConfigDB, uvm_factory, uvm_test
 
 from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.report import functional_text, merge_functional
 
 from .env import LAYOUT, Dx1Env, SocBfm, bfm
-from .sequences import BusErrorSeq, CsrSuiteSeq, ErrorsMixedStreamSeq, StreamSeq, SyncHeavyStreamSeq
+from .sequences import (
+    BusErrorSeq,
+    CsrSuiteSeq,
+    ErrorsMixedStreamSeq,
+    QueueErrorStreamSeq,
+    StreamSeq,
+    SyncHeavyStreamSeq,
+)
 
 TIMEOUT_US = 5_000_000  # simulated; far more than any run needs
 
@@ -42,6 +49,7 @@ class Dx1BaseTest(uvm_test):
         ConfigDB().set(None, "*", "REG_SEQR", self.env.reg_agent.seqr)
         ConfigDB().set(None, "*", "CMD_SEQR", self.env.cmd_agent.seqr)
         ConfigDB().set(None, "*", "COMPLETIONS", self.env.cmd_agent.completions)
+        ConfigDB().set(None, "*", "CMD_TAIL", lambda: list(self.env.cmd_agent.driver.tail))
 
     async def run_phase(self):
         self.raise_objection()
@@ -78,6 +86,13 @@ class SyncHeavyTest(Dx1BaseTest):
 
 
 @pyuvm.test(timeout_time=TIMEOUT_US, timeout_unit="us")
+class QueueErrorTest(Dx1BaseTest):
+    def build_phase(self):
+        uvm_factory().set_type_override_by_type(StreamSeq, QueueErrorStreamSeq)
+        super().build_phase()
+
+
+@pyuvm.test(timeout_time=TIMEOUT_US, timeout_unit="us")
 class CsrTest(Dx1BaseTest):
     def build_phase(self):
         uvm_factory().set_type_override_by_type(StreamSeq, CsrSuiteSeq)
@@ -91,7 +106,7 @@ class BusErrorTest(Dx1BaseTest):
         super().build_phase()
 
 
-TESTS = ["RandomTest", "ErrorsMixedTest", "SyncHeavyTest", "CsrTest", "BusErrorTest"]
+TESTS = ["RandomTest", "ErrorsMixedTest", "SyncHeavyTest", "QueueErrorTest", "CsrTest", "BusErrorTest"]
 _RUN_DIRS: list[Path] = []
 
 
@@ -103,21 +118,10 @@ def merged_coverage():
     if not _RUN_DIRS:
         return
     # Every run of this session, from every xdist worker (each worker merges what has finished so far).
-    files = [str(f) for f in _RUN_DIRS[0].parent.glob("test_uvm-*/coverage-*.yml") if f.stat().st_mtime >= start]
+    files = [f for f in _RUN_DIRS[0].parent.glob("test_uvm-*/coverage-*.yml") if f.stat().st_mtime >= start]
     out = _RUN_DIRS[0].parent / "uvm-coverage-merged"
-    merge_coverage(lambda *_: None, str(out.with_suffix(".yml")), *files)
-    data = yaml.safe_load(out.with_suffix(".yml").read_text())
-    lines, hit, size = [], 0, 0
-    for name in sorted(data, key=str.lower):
-        if name.count(".") < 2:
-            continue
-        item = data[name]
-        hit, size = hit + item["coverage"], size + item["size"]
-        missed = [str(b) for b, n in item.get("bins:_hits", {}).items() if not n]
-        lines.append(f"{name:34s} {item['coverage']:4d} / {item['size']:<4d}"
-                     + (f"  missed: {', '.join(missed)}" if missed else ""))
-    header = f"merged functional coverage of {len(files)} runs: {hit} / {size} bins"
-    out.with_suffix(".txt").write_text("\n".join([header, *lines]) + "\n")
+    items = merge_functional(files, out.with_suffix(".yml"))
+    out.with_suffix(".txt").write_text(functional_text(items, len(files)))
 
 
 @pytest.mark.parametrize("testcase", TESTS)
