@@ -14,6 +14,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -120,37 +121,249 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     return {"runs": runs, "golden_model": {"shape": [m, k, n], "wall_s": wall, "macs_per_s": m * k * n / wall}}
 
 
+#: Block sizes of the serial throughput sweep, in bytes.
+SERIAL_SIZES = [4, 16, 64, 256, 1024, 4096, 16384, 65536]
+#: Largest block of the verified-write sweep: from one 4 KiB burst on, every burst is the same exchange.
+SERIAL_VERIFIED_MAX = 16384
+#: The `dx1 gemm M K N` problem run over serial beside the sim transport.
+SERIAL_GEMM = (64, 64, 64)
+#: Line fault rate of the faulty-line GEMM (per bit and per byte, as the board server's FaultInjector applies it).
+SERIAL_FAULT_RATE = 1e-4
+#: The `dx1 gemm` problem run over the faulty line (smaller: every retry costs a resynchronisation in wall time).
+SERIAL_FAULT_GEMM = (32, 32, 32)
+#: Latency a round trip adds on a USB-UART cable (the FTDI/CP210x latency timer, about 1 ms), for the estimate.
+CABLE_LATENCY_S = 1e-3
+
+
+def _serial_line_job(runs: list[dict], name: str) -> dict:
+    """One simulation of the board running the bulk throughput bench (a process of its own)."""
+    from .sim.board_server import BAUD
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "serial.json"
+        run_cocotb("dx1_board", "dx1_bringup.sim.bench_serial", seed=1, quiet=True, name=name,
+                   env={"DX1_BENCH": json.dumps({"baud": BAUD, "runs": runs}), "DX1_RESULT": str(out)})
+        return json.loads(out.read_text())
+
+
+def _gemm_over(transport, problem, attempts: int = 1) -> dict:
+    """`dx1 gemm`'s work on an open transport: wall time and round trips from the transport's open to the result.
+
+    With ``attempts`` > 1, a GEMM that fails loudly (a :class:`DriverError`: on a faulty line, register
+    frames, which carry no CRC, can be corrupted) is run again after a device reset; every failure is kept.
+    """
+    from dx1_driver import Device, DriverError
+
+    from .runtime.gemm import reference_gemm, run_gemm
+
+    a, b, bias, post = problem
+    device = Device(transport)
+    failures = []
+    for _ in range(attempts):
+        try:
+            out, _ = run_gemm(device, a, b, bias, post, timeout=3600)
+            break
+        except DriverError as e:
+            failures.append(f"{type(e).__name__}: {e}")
+            if len(failures) == attempts:
+                raise
+            device.reset()
+    return {"correct": bool(np.array_equal(out, reference_gemm(a, b, bias, post))),
+            "round_trips": transport.round_trips, "attempts": len(failures) + 1, "failures": failures}
+
+
+def serial_bench(sizes: list[int]) -> dict:
+    """The serial link: bulk throughput on the board RTL in simulated time, and `dx1 gemm` over it.
+
+    The throughput sweep runs in two simulator processes beside the GEMMs (one
+    per line mode family), so the section takes about as long as its slowest part.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    from dx1_driver.serial_link import SerialTransport
+    from dx1_driver.transport import SimTransport, start_simulator
+
+    from .cli import gemm_problem
+    from .sim.board_server import BAUD, CLIENT_OPTIONS
+
+    verified = [s for s in sizes if s <= SERIAL_VERIFIED_MAX]
+    jobs = {"crc": [{"mode": "crc", "sizes": sizes, "ops": ["write", "read"]}],
+            "uartbone": [{"mode": "uartbone", "sizes": sizes, "ops": ["write", "read"]}]
+            + ([{"mode": "crc-verified", "sizes": verified, "ops": ["write"]}] if verified else [])}
+    gemms = {}
+    with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {k: pool.submit(_serial_line_job, runs, f"bench-serial-{k}") for k, runs in jobs.items()}
+        for name, fault_rate in (("sim", None), ("serial", 0.0), ("serial_faulty", SERIAL_FAULT_RATE)):
+            shape = SERIAL_FAULT_GEMM if fault_rate else SERIAL_GEMM
+            print(f"  dx1 gemm {'x'.join(map(str, shape))} over {name.replace('_', ' ')} ...", flush=True)
+            if fault_rate is None:
+                process, port = start_simulator()
+            else:
+                process, port = start_simulator(uart=True, fault_rate=fault_rate, fault_seed=1)
+            wall = time.perf_counter()
+            if fault_rate is None:
+                transport = SimTransport("127.0.0.1", port, process=process)
+            else:
+                transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, **CLIENT_OPTIONS)
+            try:
+                run = {"shape": list(shape),
+                       **_gemm_over(transport, gemm_problem(*shape, seed=1), attempts=3 if fault_rate else 1)}
+                run["wall_s"] = time.perf_counter() - wall
+                if fault_rate is not None:
+                    run.update(fault_rate=fault_rate, line_baud=BAUD, link=asdict(transport.stats))
+            finally:
+                transport.close()
+                process.wait(timeout=60)
+            gemms[name] = run
+            print(f"    {run['wall_s']:.1f} s wall, {run['round_trips']} round trips, correct {run['correct']}"
+                  + (f", {run['link']['retries']} retries" if "link" in run else "")
+                  + "".join(f"\n    attempt failed loudly: {f}" for f in run["failures"]), flush=True)
+        print("  waiting for the throughput simulations ...", flush=True)
+        lines = {k: f.result() for k, f in futures.items()}
+    rows = [r for k in jobs for r in lines[k]["results"]]
+    for r in rows:
+        for op in ("write", "read"):
+            if op in r:
+                t = r[op]["sim_s"] + r[op]["round_trips"] * CABLE_LATENCY_S
+                r[op]["line_fraction_with_cable_latency"] = r["bytes"] / (BAUD / 10 * t)
+    return {"baud": BAUD, "clock_hz": lines["crc"]["clock_hz"], "cable_latency_s": CABLE_LATENCY_S,
+            "throughput": rows, "gemm": gemms}
+
+
+def print_serial(serial: dict) -> None:
+    print(f"\nSerial bulk throughput on the board RTL (dx1_board, {serial['baud'] / 1e6:g} Mbaud, simulated time):")
+    print("  payload bytes / (time x baud/10); in brackets with "
+          f"{serial['cable_latency_s'] * 1e3:g} ms a round trip added, as on a USB-UART cable")
+    print(f"  {'mode':<13} {'bytes':>6} {'write':>16} {'read':>16}  {'round trips w/r':>15}  correct")
+    for r in serial["throughput"]:
+        cells = []
+        for op in ("write", "read"):
+            if op in r:
+                cells.append(f"{r[op]['line_fraction']:6.1%} ({r[op]['line_fraction_with_cable_latency']:5.1%})")
+            else:
+                cells.append("same as crc")
+        trips = "/".join(str(r[op]["round_trips"]) if op in r else "-" for op in ("write", "read"))
+        print(f"  {r['mode']:<13} {r['bytes']:>6} {cells[0]:>16} {cells[1]:>16}  {trips:>15}  {r['correct']}")
+    print("\ndx1 gemm M K N --seed 1 (wall clock from the transport's open to the result; a serial round trip is "
+          "a wait for answers, register writes are posted):")
+    for name in ("sim", "serial", "serial_faulty"):
+        run = serial["gemm"][name]
+        extra = ""
+        if "link" in run:
+            link = run["link"]
+            extra = (f" + {link['posted_writes']} posted writes, {link['retries']} retries, {link['bytes_sent']} bytes "
+                     f"sent, {link['bytes_received']} received"
+                     + (f" (fault rate {run['fault_rate']:g}, GEMM attempts {run['attempts']})"
+                        if run["fault_rate"] else ""))
+        print(f"  {'x'.join(map(str, run['shape'])):<9} over {name.replace('_', ' '):<14} {run['wall_s']:7.1f} s  "
+              f"{run['round_trips']:>5} round trips{extra}  correct {run['correct']}")
+
+
+#: Sections of the bench, in the order they run.
+SECTIONS = ("tile", "soc", "serial")
+
+
+def _sections(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(SECTIONS)}, not {text!r}")
+    return names
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(t) for t in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(not (0 < v <= 1 << 20 and v % 4 == 0) for v in sizes):
+        raise argparse.ArgumentTypeError(f"expected comma-separated block sizes, multiples of 4 from 4 to 1048576, "
+                                         f"not {text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("build/bench.json"), help="where to write the figures")
+    parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
+                        help="where to write the figures (sections not run keep their earlier figures)")
+    parser.add_argument("--only", type=_sections, default=list(SECTIONS), metavar="SECTIONS",
+                        help=f"run only these sections, comma-separated: {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--serial-sizes", type=_sizes, default=SERIAL_SIZES, metavar="BYTES",
+                        help="block sizes of the serial throughput sweep, comma-separated (default: "
+                             + ",".join(map(str, SERIAL_SIZES)) + ")")
     args = parser.parse_args(argv)
     reason = verilator_missing()
     if reason:
         print(f"bench: cannot run: {reason}", file=sys.stderr)
         return 2
-    print("[1/3] Verilator: utilisation sweep of back-to-back GEMMs on dx1_tile_core_a8 ...", flush=True)
+    try:
+        report = json.loads(args.out.read_text()) if args.out.exists() else {}
+    except ValueError:
+        report = {}  # an unreadable earlier file: start afresh
+    report["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
+    ok = True
+    steps = [s for s in SECTIONS if s in args.only]
+    for step, section in enumerate(steps, 1):
+        if section == "tile":
+            print(f"[{step}/{len(steps)}] Verilator: utilisation sweep of back-to-back GEMMs on dx1_tile_core_a8, "
+                  "then the Amaranth simulator on the shared workload ...", flush=True)
+            report.update(tile_section())
+            ok &= all(r["correct"] for r in report["utilisation_sweep"]) and \
+                report["sim_speed"]["amaranth"]["macs"] == report["sim_speed"]["verilator"]["macs"]
+        elif section == "soc":
+            print(f"[{step}/{len(steps)}] The SoC RTL through the driver (sim transport), GEMMs with all DMA; "
+                  "then the golden model ...", flush=True)
+            report["soc"] = soc_bench()
+            ok &= all(r["correct"] for r in report["soc"]["runs"])
+        else:
+            print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
+                  "and dx1 gemm over sim, serial and a faulty serial line ...",
+                  flush=True)
+            report["serial"] = serial_bench(args.serial_sizes)
+            ok &= all(r["correct"] for r in report["serial"]["throughput"]) and \
+                all(report["serial"]["gemm"][k]["correct"] for k in ("sim", "serial", "serial_faulty"))
+    if "tile" in args.only:
+        print_tile(report)
+    if "soc" in args.only:
+        print_soc(report["soc"])
+    if "serial" in args.only:
+        print_serial(report["serial"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwritten to {args.out}")
+    if not ok:
+        print("bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def tile_section() -> dict:
+    """The utilisation sweep in Verilator and the Verilator-vs-Amaranth speed comparison."""
     sweep = [{"m": m, "k_chunks": 4, "count": 8} for m in SWEEP]
     verilator = verilator_bench(sweep + [SHARED])
-    print("[2/3] Amaranth simulator: the same design, shared workload ...", flush=True)
     amaranth = amaranth_bench(SHARED)
     shared_v = verilator[-1]
-    print("[3/3] The SoC RTL through the driver (sim transport), GEMMs with all DMA; then the golden model ...",
-          flush=True)
-    soc = soc_bench()
+    ratio = shared_v["cycles_per_s"] / amaranth["cycles_per_s"]
+    return {"utilisation_sweep": verilator[:-1],
+            "sim_speed": {"workload": SHARED, "verilator": shared_v, "amaranth": amaranth, "ratio": ratio}}
 
+
+def print_tile(report: dict) -> None:
     print("\nMAC utilisation, back-to-back GEMMs (8x8 array, peak 64 MAC/cycle, 4 chunks x 8 commands):")
     print(f"  {'rows/GEMM':>9} {'cycles':>8} {'MACs':>10} {'utilisation':>11}  correct")
-    for r in verilator[:-1]:
+    for r in report["utilisation_sweep"]:
         print(f"  {r['m']:>9} {r['cycles']:>8} {r['macs']:>10} {r['utilisation']:>10.1%}  {r['correct']}")
-    ratio = shared_v["cycles_per_s"] / amaranth["cycles_per_s"]
+    speed = report["sim_speed"]
+    shared_v, amaranth, ratio = speed["verilator"], speed["amaranth"], speed["ratio"]
     print(f"\nSimulation speed, same workload ({SHARED['count']} GEMMs x {SHARED['m']} rows x "
           f"{SHARED['k_chunks']} chunks, {shared_v['cycles']} cycles):")
     print(f"  Verilator (cocotb, Python off the per-cycle path): {shared_v['cycles_per_s']:>10,.0f} cycles/s")
     print(f"  Amaranth Python simulator:                         {amaranth['cycles_per_s']:>10,.0f} cycles/s")
     print(f"  ratio: Verilator is {ratio:,.0f}x faster")
-    long_run = verilator[len(SWEEP) - 1]
+    long_run = report["utilisation_sweep"][-1]
     print(f"  Verilator on the longest stream ({long_run['cycles']} cycles): {long_run['cycles_per_s']:,.0f} cycles/s")
 
+
+def print_soc(soc: dict) -> None:
     print("\nint8 GEMM through the driver on the SoC RTL (utilisation = PERF MACs / (PERF cycles x 64 x tiles)):")
     for r in soc["runs"]:
         m, k, n = r["shape"]
@@ -159,20 +372,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['sim_cycles_per_s']:>8,.0f} sim cycles/s  correct {r['correct']}")
     g = soc["golden_model"]
     print(f"  golden model, {'x'.join(map(str, g['shape']))}: {g['macs_per_s']:,.0f} MAC/s ({g['wall_s']:.2f} s)")
-
-    report = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-        "soc": soc,
-        "utilisation_sweep": verilator[:-1],
-        "sim_speed": {"workload": SHARED, "verilator": shared_v, "amaranth": amaranth, "ratio": ratio},
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwritten to {args.out}")
-    ok = (all(r["correct"] for r in verilator + soc["runs"]) and amaranth["macs"] == shared_v["macs"])
-    if not ok:
-        print("bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":

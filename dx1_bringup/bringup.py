@@ -61,14 +61,11 @@ from dx1_driver import (
     open_transport,
     regs,
 )
-from dx1_driver.transport import ModelTransport, SimTransport
 
-from .model.device import DeviceModel, MemoryFaults
 from .runtime.gemm import ACC_LANE_BYTES, compile_gemm, padded, read_perf, reference_gemm
 from .spec import Access, BlockType, SocConfig, register_map
 
-__all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "open_bringup_transport",
-           "run_bringup"]
+__all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "run_bringup"]
 
 #: The steps, in order: name and title.
 STEPS: tuple[tuple[str, str], ...] = (
@@ -170,25 +167,6 @@ class _StepFailed(Exception):
 
 def _hex(value: int, width: int = 8) -> str:
     return f"0x{value:0{width}x}"
-
-
-def open_bringup_transport(spec: str) -> Transport:
-    """Open a device string for bring-up: the driver's, plus ``model:FAULTS`` (a golden model with broken memory).
-
-    Raises
-    ------
-    ValueError
-        A malformed device string or fault list.
-    TransportError
-        The device cannot be reached.
-    """
-    if spec.startswith("model:"):
-        faults = MemoryFaults.parse(spec[len("model:"):])
-        transport = ModelTransport()
-        # ModelTransport takes no faults yet: swap in a model of the same configuration that has them.
-        transport.model = DeviceModel(transport.model.config, faults=faults)
-        return transport
-    return open_transport(spec)
 
 
 class _Run:
@@ -616,7 +594,7 @@ class _Run:
 
     def irq(self) -> str:
         dev = self.dev
-        line = isinstance(self.transport, (ModelTransport, SimTransport))
+        line = self.transport.has_irq_line
         q_regs = regs.Queue
         sem = regs.Global.SEM
         queues = [dev.queue(tile) for tile in range(dev.caps.tiles)]
@@ -745,7 +723,7 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
     Parameters
     ----------
     target:
-        A device string (:func:`open_bringup_transport`; opened and closed here), an open
+        A device string (:func:`~dx1_driver.open_transport`; opened and closed here), an open
         transport, or an open device (reset here; its queues become unusable).
     seed:
         Seed of the random memory pattern and of the DMA and GEMM data; a random one
@@ -804,7 +782,7 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             try:
                 if transport is None:
                     try:
-                        transport = open_bringup_transport(target)
+                        transport = open_transport(target)
                     except TransportError as e:
                         step.checks.append(Check(f"open {target}", "a working link", str(e), False))
                         raise _StepFailed(_HINTS["link"]) from None

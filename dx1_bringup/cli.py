@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .bringup import add_parser as add_bringup_parser
+
 __all__ = ["main"]
 
 
@@ -126,23 +128,35 @@ def _calibrate(acc: np.ndarray) -> tuple[int, int]:
     return max(1, min(round(scale * (1 << shift)), (1 << 16) - 1)), shift
 
 
-def cmd_gemm(args: argparse.Namespace) -> int:
-    from dx1_driver import DriverError
+def gemm_problem(m: int, k: int, n: int, seed: int, post: bool = True):
+    """The operands of ``dx1 gemm M K N --seed S``: int8 A and B, int32 bias and the post-op (``None`` if not ``post``).
 
+    Returns
+    -------
+    (a, b, bias, post)
+    """
     from .runtime import gemm
 
-    m, k, n = args.m, args.k, args.n
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     # Products of uniform int8 have a standard deviation near 5500; a bias of the same order as the sums shifts
     # the output visibly without swamping it.
     bias_span = int(5500 * np.sqrt(k))
     bias = rng.integers(-bias_span, bias_span + 1, n).astype(np.int32)
-    post = None
-    if not args.no_post:
-        mult, shift = _calibrate(gemm.reference_gemm(a, b, bias))
-        post = {"mult": mult, "shift": shift, "relu": 1}
+    if not post:
+        return a, b, bias, None
+    mult, shift = _calibrate(gemm.reference_gemm(a, b, bias))
+    return a, b, bias, {"mult": mult, "shift": shift, "relu": 1}
+
+
+def cmd_gemm(args: argparse.Namespace) -> int:
+    from dx1_driver import DriverError
+
+    from .runtime import gemm
+
+    m, k, n = args.m, args.k, args.n
+    a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post['mult']} >> {post['shift']})"
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
@@ -150,6 +164,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     if device is None:
         return 2
     with device:
+        start = time.perf_counter()
         try:
             result, stats = gemm.run_gemm(device, a, b, bias, post, tiles=args.tiles)
         except ValueError as exc:
@@ -158,7 +173,9 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         except DriverError as exc:
             print(f"dx1 gemm: FAILED: {exc}", file=sys.stderr)
             return 1
+        wall = time.perf_counter() - start
         arr = device.caps.array
+        link = getattr(device.transport, "stats", None)
     expected = gemm.reference_gemm(a, b, bias, post)
     commands = ", ".join(f"tile {t}: {c}" for t, c in stats.commands.items())
     print(f"  shape        M={m} K={k} N={n}: {m * k * n} useful MACs, {stats.macs} issued (padding to {arr})")
@@ -169,6 +186,9 @@ def cmd_gemm(args: argparse.Namespace) -> int:
           + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")
     print(f"  traffic      {stats.dma_bytes} bytes of DMA, {stats.host_bytes_written} written and "
           f"{stats.host_bytes_read} read by the host")
+    print(f"  wall time    {wall:.2f} s")
+    if link is not None:
+        print(f"  link         {link.summary()} (since the link was opened)")
     mismatch = np.argwhere(result != expected)
     if len(mismatch):
         i, j = (int(x) for x in mismatch[0])
@@ -208,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("n", type=_positive, help="columns of B")
     gemm.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
     gemm.add_argument("--device", default="model",
-                      help="model, sim (a private simulator of the RTL), or sim://HOST:PORT (default model)")
+                      help="model, sim (a private simulator of the RTL), sim://HOST:PORT, "
+                           "serial:URL[@BAUD][,timeout=SECONDS][,retries=N] or pcie:BDF (default model)")
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
@@ -224,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--fault-rate", type=float, default=0.0, help="with --uart: injected bit error rate")
     serve.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     serve.set_defaults(func=cmd_sim_serve)
+    add_bringup_parser(sub)
     return parser
 
 

@@ -25,7 +25,6 @@ from dx1_bringup.bringup import (
     _address_diagnosis,
     _bytes_diagnosis,
     main,
-    open_bringup_transport,
     run_bringup,
 )
 from dx1_bringup.model.device import BusError, DeviceModel, MemoryFaults
@@ -198,8 +197,8 @@ def test_bad_arguments(kwargs, message):
 ])
 def test_bad_fault_specs(spec, message):
     with pytest.raises(ValueError) as info:
-        open_bringup_transport(spec)
-    assert str(info.value) == message
+        open_transport(spec)
+    assert str(info.value) == f"device {spec!r}: {message}"
 
 
 def test_bytes_diagnosis_names_the_stuck_bit():

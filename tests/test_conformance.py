@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dx1_driver import CommandError, Device, QueueError, open_transport, regs
+from dx1_driver import CommandError, Device, DriverError, QueueError, open_transport, regs
 from dx1_driver.serial_link import SerialTransport
 from dx1_driver.transport import start_simulator
 
 from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
+from dx1_bringup.sim.board_server import CLIENT_OPTIONS
 
 BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.
@@ -221,3 +222,39 @@ def test_trace_records_start_and_end_events(device):
     assert ends == [(21, regs.Opcode.NOP, 0), (22, regs.Opcode.GEMM, regs.ErrorCode.BAD_DIMENSION)]
     stamps = [e[0] for e in events]
     assert stamps == sorted(stamps), "events must come out in time order"
+
+
+def test_gemm_over_a_faulty_serial_line():
+    """The simulated board with line faults (1e-4 per bit, and per byte dropped or repeated, both directions):
+    the CRC bursts are retried until they check, so the GEMM comes out bit for bit, after some retries.
+
+    Register frames carry no CRC (as in LiteX), so a fault there can make a GEMM fail; it must then fail
+    loudly (a DriverError), and the GEMM is run again after a device reset, at most three times in all.
+    """
+    reason = verilator_missing()
+    if reason:
+        pytest.skip(reason)
+    process, port = start_simulator(uart=True, fault_rate=1e-4, fault_seed=3)
+    # Wall-clock timeouts sized for the simulated line, so that a lost byte costs seconds, not minutes.
+    transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, **CLIENT_OPTIONS)
+    try:
+        device = Device(transport)
+        rng = np.random.default_rng(5)
+        a = rng.integers(-128, 128, (24, 32), dtype=np.int8)
+        b = rng.integers(-128, 128, (32, 16), dtype=np.int8)
+        bias = rng.integers(-1000, 1000, 16, dtype=np.int32)
+        post = {"mult": 181, "shift": 17, "relu": True}
+        failures = []
+        while True:
+            try:
+                out, _ = run_gemm(device, a, b, bias, post, timeout=TIMEOUT)
+                break
+            except DriverError as e:
+                failures.append(e)
+                assert len(failures) < 3, f"three GEMMs failed: {failures}"
+                device.reset()
+        np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
+        assert transport.stats.retries > 0, f"no retries: the faults did not reach the bursts ({transport.stats})"
+    finally:
+        transport.close()
+        process.wait(timeout=60)

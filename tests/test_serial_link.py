@@ -62,12 +62,48 @@ def test_parse_serial_spec(spec, url, baud):
     assert sl.parse_serial_spec(spec) == (url, baud)
 
 
-@pytest.mark.parametrize("spec", ["serial:", "serial:@9600", "serial:/dev/ttyUSB0@0", "serial:/dev/ttyUSB0@"])
+@pytest.mark.parametrize("spec", ["serial:", "serial:@9600", "serial:/dev/ttyUSB0@0", "serial:/dev/ttyUSB0@",
+                                  "serial:,timeout=5", "serial:/dev/ttyUSB0@x,timeout=5"])
 def test_parse_serial_spec_errors(spec):
     with pytest.raises(ValueError) as info:
         sl.parse_serial_spec(spec)
     assert str(info.value) == (f"device {spec!r}: expected serial:URL or serial:URL@BAUD, for example "
                                f"serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555")
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("serial:/dev/ttyUSB0", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5)),
+    ("serial:socket://127.0.0.1:5555@6250000,timeout=60", sl.SerialSpec("socket://127.0.0.1:5555", 6_250_000, 60.0)),
+    ("serial:/dev/ttyUSB0,retries=0,timeout=0.5", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 0.5, 0)),
+    ("serial:rfc2217://host:4000@115200,retries=12", sl.SerialSpec("rfc2217://host:4000", 115200, 1.0, 12)),
+])
+def test_parse_serial_device_options(spec, expected):
+    assert sl.parse_serial_device(spec) == expected
+    assert sl.parse_serial_spec(spec) == (expected.url, expected.baud)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("serial:/dev/ttyUSB0,timeout=0", "timeout must be a positive number of seconds, not '0'"),
+    ("serial:/dev/ttyUSB0,timeout=-1", "timeout must be a positive number of seconds, not '-1'"),
+    ("serial:/dev/ttyUSB0,timeout=inf", "timeout must be a positive number of seconds, not 'inf'"),
+    ("serial:/dev/ttyUSB0,timeout=soon", "timeout must be a positive number of seconds, not 'soon'"),
+    ("serial:/dev/ttyUSB0,retries=1.5", "retries must be a non-negative integer, not '1.5'"),
+    ("serial:/dev/ttyUSB0,retries=-1", "retries must be a non-negative integer, not '-1'"),
+    ("serial:/dev/ttyUSB0,timeout=1,timeout=2", "option 'timeout' given twice"),
+    ("serial:/dev/ttyUSB0,baud=9600", "unknown option 'baud=9600'; expected serial:URL[@BAUD][,timeout=SECONDS]"
+                                      "[,retries=N], for example serial:/dev/ttyUSB0@115200 or "
+                                      "serial:socket://127.0.0.1:5555@6250000,timeout=60"),
+    ("serial:/dev/ttyUSB0,timeout", "unknown option 'timeout'; expected serial:URL[@BAUD]"),
+])
+def test_parse_serial_device_option_errors(spec, message):
+    with pytest.raises(ValueError) as info:
+        sl.parse_serial_device(spec)
+    assert str(info.value).startswith(f"device {spec!r}: {message}")
+
+
+def test_timeout_must_be_positive():
+    with pytest.raises(ValueError, match=r"^timeout must be a positive number of seconds, not 0$"):
+        sl.SerialTransport("loop://", timeout=0)
 
 
 def test_open_transport_dispatches_serial_urls():
@@ -76,6 +112,10 @@ def test_open_transport_dispatches_serial_urls():
     try:
         with open_transport(f"serial:{bridge.url}@115200") as t:
             assert isinstance(t, sl.SerialTransport) and t.mem_bytes == model.config.mem_bytes
+            assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
+            assert (t.timeout, t.retries) == (sl.DEFAULT_TIMEOUT, 5)
+        with open_transport(f"serial:{bridge.url}@115200,timeout=7.5,retries=2") as t:
+            assert (t.timeout, t.retries) == (7.5, 2)
             assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
     finally:
         bridge.close()
@@ -132,12 +172,66 @@ def test_memory_round_trip(link, size):
     assert link.retries_done == 0
 
 
-def test_bulk_transfers_are_pipelined(link):
+def test_bulk_transfers_are_windowed_as_the_bridge_allows(link):
+    """The bridge takes no byte while it sends an answer and holds 16 meanwhile: one more read header.
+
+    So reads go two bursts a window and verified writes one (the read-back is an answer); plain writes,
+    answered by a status byte each, go eight bursts a window.
+    """
     data = bytes(range(256)) * 256  # 64 KiB: 16 bursts
     before = link.round_trips
     link.write_block(0, data)
+    assert link.round_trips - before == 16, "one verified 4 KiB burst per window"
+    before = link.round_trips
     assert link.read_block(0, len(data)) == data
-    assert link.round_trips - before == 4, "8 bursts of 4 KiB per window"
+    assert link.round_trips - before == 8, "2 read bursts of 4 KiB per window"
+    assert 2 * sl.burst_read_frame(0, 1).__len__() > sl.BRIDGE_RX_FIFO >= len(sl.burst_read_frame(0, 1))
+    with sl.loopback_model_transport(verify_writes=False) as t:
+        before = t.round_trips
+        t.write_block(0, data)
+        assert t.round_trips - before == 2, "8 plain write bursts of 4 KiB per window"
+        assert t.read_block(0, len(data)) == data
+
+
+def test_link_stats_count_the_line(link):
+    stats = link.stats
+    assert stats.round_trips == link.round_trips == 2, "MEM_BYTES is read twice at open"
+    sent, received = stats.bytes_sent, stats.bytes_received
+    link.write32(GLOBAL + regs.Global.SCRATCH, 7)
+    assert (stats.posted_writes, stats.bytes_sent - sent) == (1, 10)
+    assert link.read_u32s(GLOBAL, 3)[0] == regs.BlockType.GLOBAL
+    assert (stats.round_trips, stats.bytes_sent - sent, stats.bytes_received - received) == (3, 16, 12)
+    link.write_block(0, bytes(100))
+    # header, payload and CRC, then the read-back's header; status, then status, payload and CRC back
+    assert stats.bytes_sent - sent == 16 + 13 + 100 + 4 + 13
+    assert stats.bytes_received - received == 12 + 1 + 1 + 100 + 4
+    assert (stats.retries, stats.resyncs) == (0, 0)
+    assert stats.summary() == (f"4 round trips, 1 posted register writes, 0 retries, 0 resyncs, "
+                               f"{stats.bytes_sent} bytes sent, {stats.bytes_received} received")
+
+
+def test_frame_builders_are_the_wire_format():
+    assert sl.uartbone_read_frame(0x8000_0010, 3) == bytes([0x02, 3]) + (0x8000_0010 >> 2).to_bytes(4, "big")
+    assert sl.uartbone_write_frame(0x40, [0x01020304, 5]) == bytes([0x01, 2, 0, 0, 0, 0x10, 1, 2, 3, 4, 0, 0, 0, 5])
+    frame = sl.burst_write_frame(0x8000_0001, b"abc")
+    assert frame == sl.burst_header(sl.BURST_WRITE, 0x8000_0001, 3) + b"abc" + struct.pack(">I", zlib.crc32(b"abc"))
+    assert sl.burst_read_frame(0x8000_0001, 9) == sl.burst_header(sl.BURST_READ, 0x8000_0001, 9)
+
+
+def test_dx1_gemm_prints_the_link_statistics(capsys):
+    from dx1_bringup.cli import main
+
+    model = DeviceModel()
+    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
+    try:
+        assert main(["gemm", "16", "8", "8", "--device", f"serial:{bridge.url},timeout=5"]) == 0
+    finally:
+        bridge.close()
+    out = capsys.readouterr().out
+    link = [line for line in out.splitlines() if line.startswith("  link ")]
+    assert len(link) == 1 and " round trips, " in link[0] and " 0 retries, " in link[0], out
+    assert int(link[0].split()[1]) > 5, "discovery and the GEMM take several round trips"
+    assert "dx1 gemm: PASS" in out
 
 
 def test_device_and_gemm(link):

@@ -48,7 +48,13 @@ Memory traffic is protected
 ---------------------------
 Device memory moves in CRC bursts of at most ``BURST_MAX_PAYLOAD`` bytes.
 Several bursts go out back to back (a *window*) before their answers are read,
-so that the cable's latency is paid once per window, not per burst.  A window
+so that the cable's latency is paid once per window, not per burst.  How many
+is set by the bridge: while it sends an answer it takes no byte from the line,
+and its receive FIFO (``BRIDGE_RX_FIFO``, 16 bytes) holds what arrives
+meanwhile, so a read window is two bursts (the second 13-byte header waits in
+the FIFO while the first is answered; a third would overflow it and be lost),
+a verified write window one burst, and a plain write window, whose answers
+are single status bytes, eight bursts (``MAX_WINDOW``).  A window
 is committed only when every answer is an ACK (with a good payload CRC for
 reads) and nothing more arrived: a header the bridge never recognised leaves
 one answer missing, so the whole window fails instead of an answer being
@@ -68,9 +74,10 @@ or ``STATUS_NAK_RANGE`` (0x02) into ``STATUS_ACK`` (0x00), and a doubled ACK
 can stand in for a burst the bridge never saw, so an ACK alone does not prove
 a write.  With ``verify_writes`` (the default) each write burst is followed in
 the same window by a read burst of the same range, and the window commits only
-if the CRC-checked read-back equals the data.  The UART is full duplex and the
-read-back travels the otherwise idle device-to-host direction, so the line
-rate of writes barely drops; only the bridge's bus reads double.
+if the CRC-checked read-back equals the data.  The line is full duplex but the
+bridge is not: while it sends an answer it takes no byte, so the next write
+burst must wait for the read-back, and a verified write moves at about half
+the line rate (49% at 6.25 Mbaud in `make bench`, against 99% unverified).
 
 Residual risks, all of them from the framing: the burst commands differ from
 the UARTBone ones only in bit 7 (0x81/0x01, 0x82/0x02), so one flipped bit makes
@@ -82,10 +89,13 @@ detectable from the host.
 
 Device strings
 --------------
-``serial:URL`` or ``serial:URL@BAUD``, where URL is anything
+``serial:URL[@BAUD][,timeout=SECONDS][,retries=N]``, where URL is anything
 :func:`serial.serial_for_url` opens: ``serial:/dev/ttyUSB0@115200``,
 ``serial:socket://127.0.0.1:5555@3000000``, ``serial:rfc2217://host:4000``.
-The default baud rate is 3 000 000.
+The default baud rate is 3 000 000.  ``timeout`` (default 1 s) is how late an
+answer may be on top of its transmission time, ``retries`` (default 5) how
+often one exchange is retried; the simulated board, which moves about a
+kilobyte per wall-clock second, needs ``timeout=60`` or so.
 """
 
 from __future__ import annotations
@@ -108,7 +118,10 @@ from .transport import Transport
 __all__ = [
     "UARTBONE_WRITE", "UARTBONE_READ", "UARTBONE_MAX_WORDS", "AXI_ERROR_WORD", "REG_BASE", "REG_BYTES", "MEM_BASE",
     "BURST_WRITE", "BURST_READ", "BURST_HEADER", "BURST_MAX_PAYLOAD", "STATUS_ACK", "STATUS_NAK_CRC",
-    "STATUS_NAK_RANGE", "STATUS_BUS_ERROR", "SerialTransport", "parse_serial_spec", "LineFaults", "ModelBridge",
+    "STATUS_NAK_RANGE", "STATUS_BUS_ERROR", "MAX_WINDOW", "BRIDGE_RX_FIFO", "READ_WINDOW_BURSTS", "DEFAULT_BAUD",
+    "DEFAULT_TIMEOUT", "burst_header",
+    "burst_write_frame", "burst_read_frame", "uartbone_read_frame", "uartbone_write_frame", "LinkStats",
+    "SerialSpec", "SerialTransport", "parse_serial_device", "parse_serial_spec", "LineFaults", "ModelBridge",
     "loopback_model_transport",
 ]
 
@@ -136,9 +149,16 @@ _STATUS_TEXT = {STATUS_NAK_CRC: "NAK: bad CRC", STATUS_NAK_RANGE: "NAK: bad addr
 #: Smallest window the transport shrinks to on a noisy line: a 16-byte burst is 34 bytes on the wire.
 _MIN_WINDOW = 16
 #: Largest window: 8 bursts in flight, well inside the buffers of a USB-UART bridge chip and the OS.
-_MAX_WINDOW = 8 * BURST_MAX_PAYLOAD
+MAX_WINDOW = 8 * BURST_MAX_PAYLOAD
+#: Bytes the bridge's receive FIFO holds while it is busy sending an answer (it takes no byte meanwhile).
+BRIDGE_RX_FIFO = 16
+#: Read bursts of one window: the bridge takes the first header at once, and only one more 13-byte header
+#: fits its receive FIFO while it sends the first answer; a third would overflow it and be lost.
+READ_WINDOW_BURSTS = 2
 #: Default baud rate of the board's UART.
 DEFAULT_BAUD = 3_000_000
+#: Default seconds an answer may be late, on top of its transmission time.
+DEFAULT_TIMEOUT = 1.0
 
 
 def burst_header(cmd: int, byte_addr: int, length: int) -> bytes:
@@ -147,22 +167,123 @@ def burst_header(cmd: int, byte_addr: int, length: int) -> bytes:
     return head + _CRC.pack(zlib.crc32(head))
 
 
-def parse_serial_spec(spec: str) -> tuple[str, int]:
-    """Split ``serial:URL[@BAUD]`` into the pyserial URL and the baud rate.
+def burst_write_frame(byte_addr: int, data: bytes) -> bytes:
+    """A whole CRC burst write: header, payload and the payload's CRC-32 (answered by one status byte)."""
+    return burst_header(BURST_WRITE, byte_addr, len(data)) + data + _CRC.pack(zlib.crc32(data))
+
+
+def burst_read_frame(byte_addr: int, length: int) -> bytes:
+    """A CRC burst read (answered by a status byte, then on ACK ``length`` bytes and their CRC-32)."""
+    return burst_header(BURST_READ, byte_addr, length)
+
+
+def uartbone_read_frame(byte_addr: int, n: int) -> bytes:
+    """A UARTBone read of ``n`` (1..255) words from ``byte_addr`` (answered by ``4 * n`` bytes)."""
+    return _UARTBONE.pack(UARTBONE_READ, n, byte_addr >> 2)
+
+
+def uartbone_write_frame(byte_addr: int, words: list[int]) -> bytes:
+    """A UARTBone write of 1..255 words to ``byte_addr`` (no answer)."""
+    return _UARTBONE.pack(UARTBONE_WRITE, len(words), byte_addr >> 2) + struct.pack(f">{len(words)}I", *words)
+
+
+@dataclass(frozen=True)
+class SerialSpec:
+    """What a ``serial:`` device string names: the pyserial URL and the transport's options."""
+
+    url: str
+    baud: int = DEFAULT_BAUD
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = 5
+
+
+_SPEC_HELP = ("expected serial:URL[@BAUD][,timeout=SECONDS][,retries=N], for example serial:/dev/ttyUSB0@115200 "
+              "or serial:socket://127.0.0.1:5555@6250000,timeout=60")
+_URL_HELP = ("expected serial:URL or serial:URL@BAUD, for example serial:/dev/ttyUSB0@115200 or "
+             "serial:socket://127.0.0.1:5555")
+
+
+def parse_serial_device(spec: str) -> SerialSpec:
+    """Parse ``serial:URL[@BAUD][,timeout=SECONDS][,retries=N]``.
+
+    ``BAUD`` defaults to :data:`DEFAULT_BAUD`; ``timeout`` (seconds an answer may be
+    late on top of its transmission time, default :data:`DEFAULT_TIMEOUT`) and
+    ``retries`` (default 5) are :class:`SerialTransport`'s parameters.  A slow
+    line, such as the simulated board, which moves about a kilobyte per
+    wall-clock second, needs a longer timeout: ``serial:socket://127.0.0.1:PORT@6250000,timeout=60``.
 
     Raises
     ------
     ValueError
-        No URL, or a BAUD that is not a positive integer.
+        No URL, a BAUD that is not a positive integer, an unknown option, or an option value out of range.
     """
     rest = spec[len("serial:"):] if spec.startswith("serial:") else spec
+    rest, *options = rest.split(",")
     url, sep, baud = rest.rpartition("@")
     if not sep:
         url, baud = rest, str(DEFAULT_BAUD)
     if not url or not baud.isdigit() or int(baud) == 0:
-        raise ValueError(f"device {spec!r}: expected serial:URL or serial:URL@BAUD, for example "
-                         f"serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555")
-    return url, int(baud)
+        raise ValueError(f"device {spec!r}: {_URL_HELP}")
+    values: dict[str, Any] = {}
+    for option in options:
+        key, eq, text = option.partition("=")
+        if key not in ("timeout", "retries") or not eq:
+            raise ValueError(f"device {spec!r}: unknown option {option!r}; {_SPEC_HELP}")
+        if key in values:
+            raise ValueError(f"device {spec!r}: option {key!r} given twice")
+        try:
+            value: Any = float(text) if key == "timeout" else int(text)
+        except ValueError:
+            value = None
+        if value is None or value < 0 or (key == "timeout" and not (0 < value < float("inf"))):
+            what = "a positive number of seconds" if key == "timeout" else "a non-negative integer"
+            raise ValueError(f"device {spec!r}: {key} must be {what}, not {text!r}") from None
+        values[key] = value
+    return SerialSpec(url, int(baud), **values)
+
+
+def parse_serial_spec(spec: str) -> tuple[str, int]:
+    """Split ``serial:URL[@BAUD][,OPTIONS]`` into the pyserial URL and the baud rate (see :func:`parse_serial_device`).
+
+    Raises
+    ------
+    ValueError
+        As :func:`parse_serial_device`.
+    """
+    parsed = parse_serial_device(spec)
+    return parsed.url, parsed.baud
+
+
+@dataclass
+class LinkStats:
+    """What a :class:`SerialTransport` has done on its line.
+
+    Attributes
+    ----------
+    round_trips:
+        Exchanges that waited for an answer: one per register read frame, one per burst window (retries included).
+    posted_writes:
+        Register writes sent without an answer (UARTBone writes have none).
+    retries:
+        Exchanges retried after a failure.
+    resyncs:
+        Times the input was flushed and the line waited quiet (after a failure, or bytes nobody asked for).
+    bytes_sent, bytes_received:
+        Bytes written to and read from the port (bytes a resynchronisation flushes unread are not counted).
+    """
+
+    round_trips: int = 0
+    posted_writes: int = 0
+    retries: int = 0
+    resyncs: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def summary(self) -> str:
+        """One line for people."""
+        return (f"{self.round_trips} round trips, {self.posted_writes} posted register writes, "
+                f"{self.retries} retries, {self.resyncs} resyncs, {self.bytes_sent} bytes sent, "
+                f"{self.bytes_received} received")
 
 
 class _Failure(Exception):
@@ -180,7 +301,7 @@ class SerialTransport(Transport):
     baud:
         Line rate; also sizes the read timeouts of long transfers.
     timeout:
-        Seconds an answer may be late, on top of its transmission time at ``baud``.
+        Seconds an answer may be late, on top of its transmission time at ``baud`` (positive).
     retries:
         Retries of one exchange without progress before :class:`TransportError`.
     quiet:
@@ -191,26 +312,27 @@ class SerialTransport(Transport):
 
     Attributes
     ----------
-    round_trips:
-        Exchanges that waited for an answer: one per register read frame, one per burst window.
-    retries_done:
-        Exchanges retried after a failure.
+    stats:
+        A :class:`LinkStats`: round trips, retries and bytes on the line so far.
+    round_trips, retries_done:
+        ``stats.round_trips`` and ``stats.retries``, under their older names.
     """
 
-    def __init__(self, url: str, baud: int = DEFAULT_BAUD, timeout: float = 1.0, retries: int = 5, *,
+    def __init__(self, url: str, baud: int = DEFAULT_BAUD, timeout: float = DEFAULT_TIMEOUT, retries: int = 5, *,
                  quiet: float = 0.2, verify_writes: bool = True):
         if retries < 0:
             raise ValueError(f"retries must not be negative, not {retries!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self.url = url
         self.timeout = timeout
         self.retries = retries
         self.quiet = quiet
         self.verify_writes = verify_writes
-        self.round_trips = 0
-        self.retries_done = 0
+        self.stats = LinkStats()
         # 10 bit times per byte: start, 8 data bits, stop.
         self._byte_time = 10.0 / baud
-        self._window = _MAX_WINDOW
+        self._window = MAX_WINDOW
         self._last_failure = ""
         try:
             self.port = serial.serial_for_url(url, baudrate=baud, timeout=timeout)
@@ -228,6 +350,14 @@ class SerialTransport(Transport):
             self.port.close()
             raise
 
+    @property
+    def round_trips(self) -> int:
+        return self.stats.round_trips
+
+    @property
+    def retries_done(self) -> int:
+        return self.stats.retries
+
     # -- line primitives --------------------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
@@ -236,14 +366,17 @@ class SerialTransport(Transport):
             self.port.flush()
         except serial.SerialException as e:
             raise TransportError(f"serial port {self.url!r} failed: {e}") from e
+        self.stats.bytes_sent += len(data)
 
     def _recv(self, n: int, wait: float) -> bytes:
         """Read ``n`` bytes, giving up after ``wait`` seconds; shorter on a timeout."""
         try:
             self.port.timeout = wait
-            return bytes(self.port.read(n))
+            data = bytes(self.port.read(n))
         except serial.SerialException as e:
             raise TransportError(f"serial port {self.url!r} failed: {e}") from e
+        self.stats.bytes_received += len(data)
+        return data
 
     def _pending(self) -> int:
         try:
@@ -253,6 +386,7 @@ class SerialTransport(Transport):
 
     def _resync(self) -> None:
         """Drop whatever is in flight and wait until the line stays quiet for ``quiet`` seconds."""
+        self.stats.resyncs += 1
         while True:
             try:
                 self.port.reset_input_buffer()
@@ -283,7 +417,7 @@ class SerialTransport(Transport):
                 if failures > self.retries:
                     raise TransportError(f"serial link to {self.url!r}: {what} failed after {self.retries} "
                                          f"retries; last failure: {e}") from None
-                self.retries_done += 1
+                self.stats.retries += 1
                 self._window = max(_MIN_WINDOW, self._window // 4)
                 self._resync()
 
@@ -295,8 +429,8 @@ class SerialTransport(Transport):
         def attempt() -> bool:
             n = min(UARTBONE_MAX_WORDS, count - len(words))
             at = addr + 4 * len(words)
-            self._send(_UARTBONE.pack(UARTBONE_READ, n, at >> 2))
-            self.round_trips += 1
+            self._send(uartbone_read_frame(at, n))
+            self.stats.round_trips += 1
             answer = self._recv(4 * n, self.timeout + 4 * n * self._byte_time)
             if len(answer) != 4 * n:
                 raise _Failure(f"register read at 0x{at:x}: {len(answer)} of {4 * n} answer bytes arrived")
@@ -339,13 +473,14 @@ class SerialTransport(Transport):
     def _write32(self, addr: int, value: int) -> None:
         if self._pending():
             self._resync()
-        self._send(_UARTBONE.pack(UARTBONE_WRITE, 1, addr >> 2) + _CRC.pack(value))
+        self._send(uartbone_write_frame(addr, [value]))
+        self.stats.posted_writes += 1
 
     # -- device memory (CRC bursts) ------------------------------------------------------------------
 
-    def _pieces(self, start: int, end: int) -> list[tuple[int, int]]:
-        """Split ``start .. end`` into the bursts of one window: (offset, length) pairs."""
-        stop = min(end, start + self._window)
+    def _pieces(self, start: int, end: int, bursts: int) -> list[tuple[int, int]]:
+        """Split ``start .. end`` into the bursts of one window, at most ``bursts`` of them: (offset, length) pairs."""
+        stop = min(end, start + self._window, start + bursts * BURST_MAX_PAYLOAD)
         return [(p, min(BURST_MAX_PAYLOAD, stop - p)) for p in range(start, stop, BURST_MAX_PAYLOAD)]
 
     def _status(self, at: int, wait: float) -> None:
@@ -368,16 +503,16 @@ class SerialTransport(Transport):
     def _committed(self) -> bool:
         if self._pending():
             raise _Failure("more bytes than the answers of the window arrived")
-        self._window = min(_MAX_WINDOW, self._window * 2)
+        self._window = min(MAX_WINDOW, self._window * 2)
         return True
 
     def _read_block(self, addr: int, n: int) -> bytes:
         out = bytearray()
 
         def attempt() -> bool:
-            pieces = self._pieces(len(out), n)
-            self._send(b"".join(burst_header(BURST_READ, MEM_BASE + addr + p, k) for p, k in pieces))
-            self.round_trips += 1
+            pieces = self._pieces(len(out), n, READ_WINDOW_BURSTS)
+            self._send(b"".join(burst_read_frame(MEM_BASE + addr + p, k) for p, k in pieces))
+            self.stats.round_trips += 1
             wait = self.timeout + sum(k + 18 for _, k in pieces) * self._byte_time
             got = bytearray()
             for p, k in pieces:
@@ -394,15 +529,16 @@ class SerialTransport(Transport):
 
         def attempt() -> bool:
             nonlocal done
-            pieces = self._pieces(done, len(data))
+            # While the bridge sends a read-back it takes no byte, so the next write must wait for it.
+            pieces = self._pieces(done, len(data), 1 if self.verify_writes else MAX_WINDOW // BURST_MAX_PAYLOAD)
             frames = []
             for p, k in pieces:
                 chunk = data[p:p + k]
-                frames += [burst_header(BURST_WRITE, MEM_BASE + addr + p, k), chunk, _CRC.pack(zlib.crc32(chunk))]
+                frames.append(burst_write_frame(MEM_BASE + addr + p, chunk))
                 if self.verify_writes:
-                    frames.append(burst_header(BURST_READ, MEM_BASE + addr + p, k))
+                    frames.append(burst_read_frame(MEM_BASE + addr + p, k))
             self._send(b"".join(frames))
-            self.round_trips += 1
+            self.stats.round_trips += 1
             wait = self.timeout + sum(2 * k + 36 for _, k in pieces) * self._byte_time
             for p, k in pieces:
                 self._status(addr + p, wait)

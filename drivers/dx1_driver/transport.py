@@ -25,7 +25,7 @@ from .errors import TransportError
 __all__ = ["Transport", "ModelTransport", "SimTransport", "open_transport", "start_simulator", "DEVICE_SPECS"]
 
 #: The device strings :func:`open_transport` understands, for messages and ``--help`` texts.
-DEVICE_SPECS = ("model", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
+DEVICE_SPECS = ("model", "model:FAULTS", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
 
 
 class Transport:
@@ -47,6 +47,9 @@ class Transport:
     failure raises :class:`TransportError`; any use after :meth:`close` raises
     :class:`TransportError`.
     """
+
+    #: Whether :meth:`wait_irq` watches a real interrupt line (otherwise callers poll IRQ_STATUS).
+    has_irq_line: bool = False
 
     def __init__(self, reg_bytes: int, mem_bytes: int):
         if reg_bytes <= 0 or reg_bytes % 4:
@@ -162,6 +165,9 @@ class ModelTransport(Transport):
     ----------
     config:
         A ``dx1_bringup.spec.SocConfig``; ``None`` for the default device.
+    faults:
+        A ``dx1_bringup.model.device.MemoryFaults`` that breaks the model's device memory
+        (for bring-up scripts to find); ``None`` for a working device.
 
     Notes
     -----
@@ -169,11 +175,13 @@ class ModelTransport(Transport):
     installs and runs without the bring-up framework.
     """
 
-    def __init__(self, config: Any = None):
+    has_irq_line = True
+
+    def __init__(self, config: Any = None, faults: Any = None):
         from dx1_bringup.model.device import BusError, DeviceModel
 
         self._bus_error = BusError
-        self.model = DeviceModel(config)
+        self.model = DeviceModel(config, faults=faults)
         super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
 
     def _call(self, what: str, fn, *args):
@@ -220,6 +228,8 @@ class SimTransport(Transport):
     per interrupt wait, which runs the simulation until the interrupt line rises
     or ``IRQ_WAIT_CYCLES`` pass.  The protocol is in ``dx1_bringup.sim.soc_server``.
     """
+
+    has_irq_line = True
 
     REQUEST = struct.Struct("<BII")
     RESPONSE = struct.Struct("<BI")
@@ -307,18 +317,24 @@ class SimTransport(Transport):
                 self.process.wait()
 
 
-def start_simulator(*, uart: bool = False, timeout: float = 900.0) -> tuple[subprocess.Popen, int]:
+def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
+                    fault_seed: int = 1) -> tuple[subprocess.Popen, int]:
     """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
 
     With ``uart``, the simulated board's UART is served (for a :class:`SerialTransport` on
     ``socket://127.0.0.1:PORT``); otherwise the SoC's register and memory ports (for :class:`SimTransport`).
-    The server stops when its client disconnects.
+    ``fault_rate`` and ``fault_seed`` (``uart`` only) inject line faults as ``dx1 sim serve --fault-rate``
+    does.  The server stops when its client disconnects.
     """
+    if fault_rate and not uart:
+        raise ValueError(f"fault_rate needs uart=True (faults are injected on the serial line), not {fault_rate!r}")
+    if not 0 <= fault_rate < 0.5:
+        raise ValueError(f"fault_rate must be from 0 to 0.5, not {fault_rate!r}")
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
-            + (["--uart"] if uart else []),
+            + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         while not port_file.exists():
@@ -337,12 +353,13 @@ def open_transport(spec: str) -> Transport:
     Parameters
     ----------
     spec:
-        ``"model"`` (the in-process golden model); ``"sim"`` (a private simulator of the
-        SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
-        ``dx1 sim serve``); ``"serial:URL"`` or ``"serial:URL@BAUD"`` (a board's UART bridge
-        at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
-        ``serial:socket://127.0.0.1:5555``; 3 000 000 baud by default); ``"pcie:BDF"`` (a card's
-        BARs through sysfs, for example ``pcie:0000:01:00.0``).
+        ``"model"`` (the in-process golden model); ``"model:FAULTS"`` (the same with broken
+        device memory, for example ``model:stuck-bit=5`` or ``model:alias-bit=12``); ``"sim"``
+        (a private simulator of the SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
+        ``dx1 sim serve``); ``"serial:URL[@BAUD][,timeout=SECONDS][,retries=N]"`` (a board's UART
+        bridge at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
+        ``serial:socket://127.0.0.1:5555,timeout=60``; 3 000 000 baud, 1 s and 5 retries by default);
+        ``"pcie:BDF"`` (a card's BARs through sysfs, for example ``pcie:0000:01:00.0``).
 
     Raises
     ------
@@ -353,6 +370,13 @@ def open_transport(spec: str) -> Transport:
     """
     if spec == "model":
         return ModelTransport()
+    if spec.startswith("model:"):
+        from dx1_bringup.model.device import MemoryFaults
+
+        try:
+            return ModelTransport(faults=MemoryFaults.parse(spec[len("model:"):]))
+        except ValueError as e:
+            raise ValueError(f"device {spec!r}: {e}") from None
     if spec == "sim":
         process, port = start_simulator()
         return SimTransport("127.0.0.1", port, process=process)
@@ -362,10 +386,10 @@ def open_transport(spec: str) -> Transport:
             raise ValueError(f"device {spec!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
         return SimTransport(host, int(port))
     if spec.startswith("serial:"):
-        from .serial_link import SerialTransport, parse_serial_spec
+        from .serial_link import SerialTransport, parse_serial_device
 
-        url, baud = parse_serial_spec(spec)
-        return SerialTransport(url, baud)
+        parsed = parse_serial_device(spec)
+        return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries)
     if spec.startswith("pcie:"):
         from .pcie import PcieTransport, parse_bdf
 

@@ -37,6 +37,11 @@ BAUD = 6_250_000
 CHUNK_CYCLES = 200
 #: Quiet chunks after which the server waits on the socket instead of simulating.
 IDLE_CHUNKS = 2000
+#: SerialTransport options for a client of the simulated board.  Its timeouts run in wall-clock time, where
+#: the simulated line moves about a kilobyte a second, and a few hundred bytes on a busy machine: an answer
+#: is given as long as on a 1000-baud line, plus 5 s, and the line counts as quiet after a second (the
+#: bridge's idle timeout, 1000 bit times, is 8000 cycles: a third of a second when the simulator crawls).
+CLIENT_OPTIONS = {"baud": 1000, "timeout": 5.0, "quiet": 1.0}
 
 
 class FaultInjector:
@@ -83,7 +88,9 @@ async def serve(dut):
     seed = int(os.environ.get("DX1_FAULT_SEED", "1"))
     to_board, to_host = FaultInjector(rate, seed), FaultInjector(rate, seed + 1)
     listener, port = open_listener()
-    dut._log.info("dx1 simulated board: UART at %d baud on 127.0.0.1:%d (fault rate %g)", BAUD, port, rate)
+    dut._log.info("dx1 simulated board: UART at %d baud on 127.0.0.1:%d (fault rate %g); reach it with "
+                  "--device serial:socket://127.0.0.1:%d@%d,timeout=60 (the simulated line is slow in wall-clock "
+                  "time)", BAUD, port, rate, port, BAUD)
     once = os.environ.get("DX1_SIM_ONCE") == "1"
     try:
         while True:

@@ -290,6 +290,34 @@ def test_bridge(testcase, seed):
     run_cocotb("dx1_uart_bridge", "bridge.test_bridge", testcase=testcase, seed=seed, quiet=True)
 
 
+def test_driver_windows_on_the_board(tmp_path):
+    """The driver's framing and windows (as `make bench` drives them) on the simulated board's RTL.
+
+    Two read bursts a window and one verified write burst a window fit the bridge's receive FIFO; the
+    figures are fractions of the line rate in simulated time, with no host latency.
+    """
+    import json
+
+    from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
+
+    out = tmp_path / "serial.json"
+    size = 2 * 4096 + 12  # two full bursts and a short one: a read window of two, then one of one
+    runs = [{"mode": "crc", "sizes": [size], "ops": ["write", "read"]},
+            {"mode": "crc-verified", "sizes": [size], "ops": ["write"]},
+            {"mode": "uartbone", "sizes": [1032], "ops": ["write", "read"]}]
+    run_cocotb("dx1_board", "dx1_bringup.sim.bench_serial", seed=1, quiet=True, name="bench-serial-test",
+               env={"DX1_BENCH": json.dumps({"baud": BOARD_BAUD, "runs": runs}), "DX1_RESULT": str(out)})
+    rows = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
+    assert all(r["correct"] for r in rows.values()), rows
+    crc, verified, bone = rows["crc"], rows["crc-verified"], rows["uartbone"]
+    assert (crc["write"]["round_trips"], crc["read"]["round_trips"], verified["write"]["round_trips"]) == (1, 2, 3)
+    assert crc["write"]["line_fraction"] > 0.97 and crc["read"]["line_fraction"] > 0.95, crc
+    # a verified write waits for its read-back: half the line rate, less the headers
+    assert 0.45 < verified["write"]["line_fraction"] < 0.5, verified
+    assert bone["write"]["line_fraction"] > 0.9 and bone["read"]["line_fraction"] > 0.9, bone
+    assert (bone["write"]["round_trips"], bone["read"]["round_trips"]) == (1, 2)
+
+
 def pytest_generate_tests(metafunc):
     if "testcase" in metafunc.fixturenames:
         metafunc.parametrize("testcase", TESTCASES)
