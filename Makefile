@@ -17,7 +17,7 @@ SIM_COVERAGE ?= $(or $(DX1_SIM_COVERAGE),0)
 # `make sim SIM_WAVES=1`: FST waveforms (needs liblz4-dev); SIM_WAVES=vcd: VCD; dump.fst/.vcd in each run folder.
 SIM_WAVES ?= $(or $(DX1_SIM_WAVES),0)
 
-.PHONY: all demo test sim rtl check-rtl lint bench clean venv
+.PHONY: all demo test sim rtl check-rtl lint bench fpga clean venv
 
 all: test
 
@@ -40,7 +40,7 @@ demo: $(STAMP)
 	$(PY) -m dx1_bringup.cli gemm 128 128 128 --device sim
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests testbenches --seeds=1
+	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow'
 
 # The regression, then its one-page summary (build/sim/summary.md) whether it passed or not; the exit
 # status is the regression's.
@@ -62,7 +62,7 @@ check-rtl: rtl
 	  { echo "generated files are out of date: run 'make rtl' and commit the result"; exit 1; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check dx1_bringup drivers testbenches tests conftest.py
+	$(VENV)/bin/ruff check dx1_bringup drivers testbenches tests fpga conftest.py
 	@for f in rtl/dx1_*.v; do \
 	  echo "verilator --lint-only $$f"; \
 	  verilator --lint-only rtl/verilator.vlt $$f --top-module $$(basename $$f .v) || exit 1; \
@@ -70,6 +70,18 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m dx1_bringup.bench --out build/bench.json
+
+# FPGA build for BOARD: ulx3s makes a bitstream with YoWASP's Yosys and nextpnr (installed here on first use;
+# most of an hour on two cores) and ends with utilisation and Fmax; arty_a7 writes the Vivado plan only.
+BOARD ?= ulx3s
+FPGA_STAMP := $(VENV)/.fpga-stamp
+
+$(FPGA_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,fpga]'
+	touch $@
+
+fpga: $(FPGA_STAMP)
+	$(PY) fpga/build.py --board $(BOARD)
 
 clean:
 	rm -rf build
