@@ -17,8 +17,6 @@ import pytest
 from dx1_driver import Device, open_transport, regs
 from dx1_driver import serial_link as sl
 from dx1_driver.pcie import PcieTransport, model_pcie_transport
-from dx1_driver.serial_link import SerialTransport
-from dx1_driver.transport import start_simulator
 
 from dx1_bringup.bringup import (
     STEPS,
@@ -28,8 +26,6 @@ from dx1_bringup.bringup import (
     run_bringup,
 )
 from dx1_bringup.model.device import BusError, DeviceModel, MemoryFaults
-from dx1_bringup.sim import verilator_missing
-from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
 
 NAMES = [name for name, _ in STEPS]
 #: Wall-clock budget for one queue wait on a simulator.
@@ -223,28 +219,6 @@ def test_address_diagnosis():
 
 
 # -- simulated backends ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim_transport():
-    reason = verilator_missing()
-    if reason:
-        pytest.skip(reason)
-    transport = open_transport("sim")
-    yield transport
-    transport.close()
-
-
-@pytest.fixture(scope="module")
-def serial_transport():
-    reason = verilator_missing()
-    if reason:
-        pytest.skip(reason)
-    process, port = start_simulator(uart=True)
-    transport = SerialTransport(f"socket://127.0.0.1:{port}", baud=BOARD_BAUD, timeout=60.0, quiet=0.3)
-    yield transport
-    transport.close()
-    process.wait(timeout=60)
 
 
 def test_sim_passes(sim_transport):

@@ -19,35 +19,11 @@ from dx1_driver.transport import start_simulator
 
 from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
 from dx1_bringup.sim import verilator_missing
-from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS
 
 BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.
 TIMEOUT = 120.0
-
-
-@pytest.fixture(scope="session")
-def sim_transport():
-    reason = verilator_missing()
-    if reason:
-        pytest.skip(reason)
-    transport = open_transport("sim")
-    yield transport
-    transport.close()
-
-
-@pytest.fixture(scope="session")
-def serial_transport():
-    reason = verilator_missing()
-    if reason:
-        pytest.skip(reason)
-    process, port = start_simulator(uart=True)
-    # The simulated line moves about a kilobyte per wall-clock second: generous timeouts.
-    transport = SerialTransport(f"socket://127.0.0.1:{port}", baud=BOARD_BAUD, timeout=60.0, quiet=0.3)
-    yield transport
-    transport.close()
-    process.wait(timeout=60)
 
 
 @pytest.fixture(params=BACKENDS)
