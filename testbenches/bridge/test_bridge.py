@@ -20,6 +20,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
 from cocotbext.uart import UartSink, UartSource
 
 from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.bus import refuse_accesses
 from dx1_bringup.sim.tile_tb import seed_note
 
 BAUD = 3_000_000
@@ -74,22 +75,8 @@ class BridgeTB:
             model.log.setLevel(logging.WARNING)
         self.bad_enabled = False
         self.pending = bytearray()          # bytes received and not yet asked for
-        read, write = self.ram.read_if._read, self.ram.write_if._write
-
-        def check(address, length):
-            if self.bad_enabled and address + length > BAD[0] and address < BAD[1]:
-                raise OSError(f"address {address:#x} is refused")
-
-        async def checked_read(address, length):
-            check(address, length)
-            return await read(address, length)
-
-        async def checked_write(address, data):
-            check(address, len(data))
-            return await write(address, data)
-
-        self.ram.read_if._read = checked_read
-        self.ram.write_if._write = checked_write
+        refuse_accesses(self.ram, lambda address, length:
+                        self.bad_enabled and address + length > BAD[0] and address < BAD[1])
 
     async def reset(self):
         self.dut.rx.value = 1

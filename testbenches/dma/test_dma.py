@@ -20,6 +20,7 @@ from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStream
 
 from dx1_bringup.golden import TileModel
 from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.bus import refuse_accesses
 from dx1_bringup.sim.stimulus import random_gemm
 from dx1_bringup.sim.tile_tb import config_of, seed_note
 from dx1_bringup.spec import COMPLETION, ErrorCode, Opcode, pack_command
@@ -124,22 +125,8 @@ class DmaTB:
         cocotb.start_soon(self._monitor())
 
     def _wrap_ram(self) -> None:
-        read, write = self.ram.read_if._read, self.ram.write_if._write
-
-        def check(address, length):
-            if self.bad and address + length > self.bad[0] and address < self.bad[1]:
-                raise OSError(f"address {address:#x} is in the refused range")
-
-        async def checked_read(address, length):
-            check(address, length)
-            return await read(address, length)
-
-        async def checked_write(address, data):
-            check(address, len(data))
-            return await write(address, data)
-
-        self.ram.read_if._read = checked_read
-        self.ram.write_if._write = checked_write
+        refuse_accesses(self.ram, lambda address, length:
+                        self.bad is not None and address + length > self.bad[0] and address < self.bad[1])
 
     async def _monitor(self) -> None:
         dut = self.dut
