@@ -5910,32 +5910,32 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
 , s0__wdata, s0__wstrb, s0__wlast, bus__bready, s0__bready, bus__rready, s0__rready, bus__wvalid, bus__awvalid, bus__arvalid, s0__awvalid, s0__arvalid, bus__awaddr, bus__wdata, s0__awaddr, s0__awlen, bus__araddr, s0__araddr, s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
   wire [32:0] \$1 ;
-  wire [32:0] \$10 ;
-  wire \$100 ;
-  wire [9:0] \$101 ;
+  wire \$10 ;
+  wire [32:0] \$100 ;
+  wire \$101 ;
   wire \$102 ;
-  wire [10:0] \$103 ;
-  wire [32:0] \$104 ;
+  wire [32:0] \$103 ;
+  wire \$104 ;
   wire \$105 ;
   wire \$106 ;
   wire [32:0] \$107 ;
-  wire \$108 ;
+  wire [32:0] \$108 ;
   wire \$109 ;
   wire [32:0] \$11 ;
   wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
+  wire \$111 ;
+  wire \$112 ;
   wire \$113 ;
   wire \$114 ;
   wire \$115 ;
   wire \$116 ;
   wire \$117 ;
-  wire \$118 ;
+  wire [32:0] \$118 ;
   wire \$119 ;
-  wire \$12 ;
+  wire [32:0] \$12 ;
   wire \$120 ;
   wire \$121 ;
-  wire [32:0] \$122 ;
+  wire \$122 ;
   wire \$123 ;
   wire \$124 ;
   wire \$125 ;
@@ -5954,7 +5954,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$137 ;
   wire \$138 ;
   wire [32:0] \$139 ;
-  wire [32:0] \$14 ;
+  wire [48:0] \$14 ;
   wire \$140 ;
   wire \$141 ;
   wire \$142 ;
@@ -5965,7 +5965,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$147 ;
   wire \$148 ;
   wire \$149 ;
-  wire [32:0] \$15 ;
+  wire \$15 ;
   wire \$150 ;
   wire \$151 ;
   wire \$152 ;
@@ -5974,53 +5974,65 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
-  reg [63:0] \$158 ;
-  reg [31:0] \$159 ;
-  wire [48:0] \$16 ;
-  reg \$160 ;
-  reg [8:0] \$161 ;
-  reg [8:0] \$162 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire [32:0] \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  reg [63:0] \$162 ;
   reg [31:0] \$163 ;
-  reg [31:0] \$164 ;
-  reg [31:0] \$165 ;
-  reg [31:0] \$166 ;
+  reg \$164 ;
+  reg [8:0] \$165 ;
+  reg [8:0] \$166 ;
   reg [31:0] \$167 ;
   reg [31:0] \$168 ;
   reg [31:0] \$169 ;
   wire \$17 ;
   reg [31:0] \$170 ;
-  reg [47:0] \$171 ;
+  reg [31:0] \$171 ;
   reg [31:0] \$172 ;
-  reg \$173 ;
-  reg [63:0] \$174 ;
-  reg \$175 ;
-  reg \$176 ;
-  reg [8:0] \$177 ;
-  reg [8:0] \$178 ;
-  reg [31:0] \$179 ;
+  reg [31:0] \$173 ;
+  reg [31:0] \$174 ;
+  reg [47:0] \$175 ;
+  reg [31:0] \$176 ;
+  reg [63:0] \$177 ;
+  reg [63:0] \$178 ;
+  reg \$179 ;
   wire \$18 ;
-  reg [31:0] \$180 ;
-  reg [31:0] \$181 ;
-  reg [31:0] \$182 ;
-  reg [31:0] \$183 ;
-  reg [31:0] \$184 ;
-  reg [31:0] \$185 ;
-  reg [31:0] \$186 ;
-  reg [47:0] \$187 ;
+  reg \$180 ;
+  reg \$181 ;
+  reg [63:0] \$182 ;
+  reg \$183 ;
+  reg \$184 ;
+  reg [8:0] \$185 ;
+  reg [8:0] \$186 ;
+  reg [31:0] \$187 ;
   reg [31:0] \$188 ;
-  reg \$189 ;
+  reg [31:0] \$189 ;
   wire \$19 ;
-  reg [63:0] \$190 ;
-  reg \$191 ;
-  wire [67:0] \$192 ;
-  wire [255:0] \$193 ;
-  wire [15:0] \$194 ;
-  wire [255:0] \$195 ;
-  wire [15:0] \$196 ;
+  reg [31:0] \$190 ;
+  reg [31:0] \$191 ;
+  reg [31:0] \$192 ;
+  reg [31:0] \$193 ;
+  reg [31:0] \$194 ;
+  reg [47:0] \$195 ;
+  reg [31:0] \$196 ;
+  reg [63:0] \$197 ;
+  reg [63:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
-  wire [32:0] \$20 ;
+  wire [33:0] \$20 ;
+  reg \$200 ;
+  reg \$201 ;
+  reg [63:0] \$202 ;
+  reg \$203 ;
+  wire [67:0] \$204 ;
+  wire [255:0] \$205 ;
+  wire [15:0] \$206 ;
+  wire [255:0] \$207 ;
+  wire [15:0] \$208 ;
   wire \$21 ;
-  wire \$22 ;
+  wire [33:0] \$22 ;
   wire \$23 ;
   wire [33:0] \$24 ;
   wire \$25 ;
@@ -6053,11 +6065,11 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [32:0] \$5 ;
   wire [33:0] \$50 ;
   wire \$51 ;
-  wire [33:0] \$52 ;
+  wire \$52 ;
   wire \$53 ;
   wire [33:0] \$54 ;
   wire \$55 ;
-  wire \$56 ;
+  wire [33:0] \$56 ;
   wire \$57 ;
   wire [33:0] \$58 ;
   wire \$59 ;
@@ -6083,26 +6095,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$77 ;
   wire [33:0] \$78 ;
   wire \$79 ;
-  wire \$8 ;
+  wire [32:0] \$8 ;
   wire [33:0] \$80 ;
   wire \$81 ;
   wire [33:0] \$82 ;
   wire \$83 ;
   wire [33:0] \$84 ;
-  wire \$85 ;
-  wire [33:0] \$86 ;
-  wire \$87 ;
-  wire [33:0] \$88 ;
-  wire [31:0] \$89 ;
-  wire \$9 ;
+  wire [31:0] \$85 ;
+  wire \$86 ;
+  wire [31:0] \$87 ;
+  wire \$88 ;
+  wire [64:0] \$89 ;
+  wire [32:0] \$9 ;
   wire \$90 ;
-  wire [31:0] \$91 ;
-  wire \$92 ;
-  wire [64:0] \$93 ;
+  wire \$91 ;
+  wire [9:0] \$92 ;
+  wire \$93 ;
   wire \$94 ;
-  wire \$95 ;
-  wire [9:0] \$96 ;
-  wire \$97 ;
+  wire [10:0] \$95 ;
+  wire \$96 ;
+  wire [9:0] \$97 ;
   wire \$98 ;
   wire [10:0] \$99 ;
   reg [31:0] GLOBAL_CYCLES_HI__value = 32'd0;
@@ -6244,156 +6256,156 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [31:0] TRACE1_DATA_LO__value;
   wire [15:0] acc_rreq__tdata;
   wire [15:0] \acc_rreq__tdata$158 ;
-  wire [15:0] \acc_rreq__tdata$442 ;
-  wire [15:0] \acc_rreq__tdata$443 ;
+  wire [15:0] \acc_rreq__tdata$439 ;
+  wire [15:0] \acc_rreq__tdata$440 ;
   wire acc_rreq__tready;
   wire \acc_rreq__tready$160 ;
-  wire \acc_rreq__tready$444 ;
-  wire \acc_rreq__tready$445 ;
+  wire \acc_rreq__tready$441 ;
+  wire \acc_rreq__tready$442 ;
   wire acc_rreq__tvalid;
   wire \acc_rreq__tvalid$162 ;
-  wire \acc_rreq__tvalid$446 ;
-  wire \acc_rreq__tvalid$447 ;
+  wire \acc_rreq__tvalid$443 ;
+  wire \acc_rreq__tvalid$444 ;
   wire [255:0] acc_rresp__tdata;
   wire [255:0] \acc_rresp__tdata$170 ;
-  wire [255:0] \acc_rresp__tdata$454 ;
-  wire [255:0] \acc_rresp__tdata$455 ;
+  wire [255:0] \acc_rresp__tdata$451 ;
+  wire [255:0] \acc_rresp__tdata$452 ;
   wire acc_rresp__tready;
   wire \acc_rresp__tready$172 ;
-  wire \acc_rresp__tready$456 ;
-  wire \acc_rresp__tready$457 ;
+  wire \acc_rresp__tready$453 ;
+  wire \acc_rresp__tready$454 ;
   wire acc_rresp__tvalid;
   wire \acc_rresp__tvalid$174 ;
-  wire \acc_rresp__tvalid$458 ;
-  wire \acc_rresp__tvalid$459 ;
+  wire \acc_rresp__tvalid$455 ;
+  wire \acc_rresp__tvalid$456 ;
   wire [271:0] acc_wr__tdata;
   wire [271:0] \acc_wr__tdata$152 ;
-  wire [271:0] \acc_wr__tdata$436 ;
-  wire [271:0] \acc_wr__tdata$437 ;
+  wire [271:0] \acc_wr__tdata$433 ;
+  wire [271:0] \acc_wr__tdata$434 ;
   wire acc_wr__tready;
   wire \acc_wr__tready$154 ;
-  wire \acc_wr__tready$438 ;
-  wire \acc_wr__tready$439 ;
+  wire \acc_wr__tready$435 ;
+  wire \acc_wr__tready$436 ;
   wire acc_wr__tvalid;
   wire \acc_wr__tvalid$156 ;
-  wire \acc_wr__tvalid$440 ;
-  wire \acc_wr__tvalid$441 ;
+  wire \acc_wr__tvalid$437 ;
+  wire \acc_wr__tvalid$438 ;
   wire [31:0] axi__araddr;
   wire [31:0] \axi__araddr$234 ;
-  wire [31:0] \axi__araddr$461 ;
-  wire [31:0] \axi__araddr$519 ;
+  wire [31:0] \axi__araddr$458 ;
+  wire [31:0] \axi__araddr$516 ;
   wire [1:0] axi__arburst;
   wire [1:0] \axi__arburst$236 ;
-  wire [1:0] \axi__arburst$463 ;
-  wire [1:0] \axi__arburst$521 ;
+  wire [1:0] \axi__arburst$460 ;
+  wire [1:0] \axi__arburst$518 ;
   wire [3:0] axi__arid;
   wire [3:0] \axi__arid$238 ;
-  wire [3:0] \axi__arid$465 ;
-  wire [3:0] \axi__arid$523 ;
+  wire [3:0] \axi__arid$462 ;
+  wire [3:0] \axi__arid$520 ;
   wire [7:0] axi__arlen;
   wire [7:0] \axi__arlen$240 ;
-  wire [7:0] \axi__arlen$467 ;
-  wire [7:0] \axi__arlen$525 ;
+  wire [7:0] \axi__arlen$464 ;
+  wire [7:0] \axi__arlen$522 ;
   wire axi__arready;
   wire \axi__arready$241 ;
-  wire \axi__arready$468 ;
-  wire \axi__arready$526 ;
+  wire \axi__arready$465 ;
+  wire \axi__arready$523 ;
   wire [2:0] axi__arsize;
   wire [2:0] \axi__arsize$244 ;
-  wire [2:0] \axi__arsize$471 ;
-  wire [2:0] \axi__arsize$529 ;
+  wire [2:0] \axi__arsize$468 ;
+  wire [2:0] \axi__arsize$526 ;
   wire axi__arvalid;
   wire \axi__arvalid$246 ;
-  wire \axi__arvalid$473 ;
-  wire \axi__arvalid$531 ;
+  wire \axi__arvalid$470 ;
+  wire \axi__arvalid$528 ;
   wire [31:0] axi__awaddr;
   wire [31:0] \axi__awaddr$248 ;
-  wire [31:0] \axi__awaddr$475 ;
-  wire [31:0] \axi__awaddr$533 ;
+  wire [31:0] \axi__awaddr$472 ;
+  wire [31:0] \axi__awaddr$530 ;
   wire [1:0] axi__awburst;
   wire [1:0] \axi__awburst$250 ;
-  wire [1:0] \axi__awburst$477 ;
-  wire [1:0] \axi__awburst$535 ;
+  wire [1:0] \axi__awburst$474 ;
+  wire [1:0] \axi__awburst$532 ;
   wire [3:0] axi__awid;
   wire [3:0] \axi__awid$252 ;
-  wire [3:0] \axi__awid$479 ;
-  wire [3:0] \axi__awid$537 ;
+  wire [3:0] \axi__awid$476 ;
+  wire [3:0] \axi__awid$534 ;
   wire [7:0] axi__awlen;
   wire [7:0] \axi__awlen$254 ;
-  wire [7:0] \axi__awlen$481 ;
-  wire [7:0] \axi__awlen$539 ;
+  wire [7:0] \axi__awlen$478 ;
+  wire [7:0] \axi__awlen$536 ;
   wire axi__awready;
   wire \axi__awready$255 ;
-  wire \axi__awready$482 ;
-  wire \axi__awready$540 ;
+  wire \axi__awready$479 ;
+  wire \axi__awready$537 ;
   wire [2:0] axi__awsize;
   wire [2:0] \axi__awsize$258 ;
-  wire [2:0] \axi__awsize$485 ;
-  wire [2:0] \axi__awsize$543 ;
+  wire [2:0] \axi__awsize$482 ;
+  wire [2:0] \axi__awsize$540 ;
   wire axi__awvalid;
   wire \axi__awvalid$260 ;
-  wire \axi__awvalid$487 ;
-  wire \axi__awvalid$545 ;
+  wire \axi__awvalid$484 ;
+  wire \axi__awvalid$542 ;
   wire [3:0] axi__bid;
   wire [3:0] \axi__bid$261 ;
-  wire [3:0] \axi__bid$488 ;
-  wire [3:0] \axi__bid$546 ;
+  wire [3:0] \axi__bid$485 ;
+  wire [3:0] \axi__bid$543 ;
   wire axi__bready;
   wire \axi__bready$264 ;
-  wire \axi__bready$491 ;
-  wire \axi__bready$549 ;
+  wire \axi__bready$488 ;
+  wire \axi__bready$546 ;
   wire [1:0] axi__bresp;
   wire [1:0] \axi__bresp$265 ;
-  wire [1:0] \axi__bresp$492 ;
-  wire [1:0] \axi__bresp$550 ;
+  wire [1:0] \axi__bresp$489 ;
+  wire [1:0] \axi__bresp$547 ;
   wire axi__bvalid;
   wire \axi__bvalid$267 ;
-  wire \axi__bvalid$494 ;
-  wire \axi__bvalid$552 ;
+  wire \axi__bvalid$491 ;
+  wire \axi__bvalid$549 ;
   wire [63:0] axi__rdata;
   wire [63:0] \axi__rdata$269 ;
-  wire [63:0] \axi__rdata$496 ;
-  wire [63:0] \axi__rdata$554 ;
+  wire [63:0] \axi__rdata$493 ;
+  wire [63:0] \axi__rdata$551 ;
   wire [3:0] axi__rid;
   wire [3:0] \axi__rid$271 ;
-  wire [3:0] \axi__rid$498 ;
-  wire [3:0] \axi__rid$556 ;
+  wire [3:0] \axi__rid$495 ;
+  wire [3:0] \axi__rid$553 ;
   wire axi__rlast;
   wire \axi__rlast$273 ;
-  wire \axi__rlast$500 ;
-  wire \axi__rlast$558 ;
+  wire \axi__rlast$497 ;
+  wire \axi__rlast$555 ;
   wire axi__rready;
   wire \axi__rready$276 ;
-  wire \axi__rready$503 ;
-  wire \axi__rready$561 ;
+  wire \axi__rready$500 ;
+  wire \axi__rready$558 ;
   wire [1:0] axi__rresp;
   wire [1:0] \axi__rresp$277 ;
-  wire [1:0] \axi__rresp$504 ;
-  wire [1:0] \axi__rresp$562 ;
+  wire [1:0] \axi__rresp$501 ;
+  wire [1:0] \axi__rresp$559 ;
   wire axi__rvalid;
   wire \axi__rvalid$279 ;
-  wire \axi__rvalid$506 ;
-  wire \axi__rvalid$564 ;
+  wire \axi__rvalid$503 ;
+  wire \axi__rvalid$561 ;
   wire [63:0] axi__wdata;
   wire [63:0] \axi__wdata$282 ;
-  wire [63:0] \axi__wdata$509 ;
-  wire [63:0] \axi__wdata$567 ;
+  wire [63:0] \axi__wdata$506 ;
+  wire [63:0] \axi__wdata$564 ;
   wire axi__wlast;
   wire \axi__wlast$284 ;
-  wire \axi__wlast$511 ;
-  wire \axi__wlast$569 ;
+  wire \axi__wlast$508 ;
+  wire \axi__wlast$566 ;
   wire axi__wready;
   wire \axi__wready$285 ;
-  wire \axi__wready$512 ;
-  wire \axi__wready$570 ;
+  wire \axi__wready$509 ;
+  wire \axi__wready$567 ;
   wire [7:0] axi__wstrb;
   wire [7:0] \axi__wstrb$288 ;
-  wire [7:0] \axi__wstrb$515 ;
-  wire [7:0] \axi__wstrb$573 ;
+  wire [7:0] \axi__wstrb$512 ;
+  wire [7:0] \axi__wstrb$570 ;
   wire axi__wvalid;
   wire \axi__wvalid$290 ;
-  wire \axi__wvalid$517 ;
-  wire \axi__wvalid$575 ;
+  wire \axi__wvalid$514 ;
+  wire \axi__wvalid$572 ;
   input [15:0] bus__araddr;
   wire [15:0] bus__araddr;
   wire bus__arready;
@@ -6420,83 +6432,83 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   input bus__wvalid;
   wire bus__wvalid;
   wire busy;
-  wire \busy$602 ;
+  wire \busy$599 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$632 ;
+  wire [31:0] \bytes_read$629 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$635 ;
+  wire [31:0] \bytes_written$632 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
   wire [255:0] \cmd__tdata$127 ;
-  wire [255:0] \cmd__tdata$400 ;
-  wire [255:0] \cmd__tdata$412 ;
+  wire [255:0] \cmd__tdata$397 ;
+  wire [255:0] \cmd__tdata$409 ;
   wire cmd__tready;
   wire \cmd__tready$130 ;
-  wire \cmd__tready$403 ;
-  wire \cmd__tready$415 ;
+  wire \cmd__tready$400 ;
+  wire \cmd__tready$412 ;
   wire cmd__tvalid;
   wire \cmd__tvalid$131 ;
-  wire \cmd__tvalid$404 ;
-  wire \cmd__tvalid$416 ;
+  wire \cmd__tvalid$401 ;
+  wire \cmd__tvalid$413 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$580 ;
+  wire [31:0] \cq_base$577 ;
   reg [63:0] cycles = 64'h0000000000000000;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$582 ;
+  wire [31:0] \dma_base$579 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$413 ;
+  wire [255:0] \dma_cmd__tdata$410 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$414 ;
+  wire \dma_cmd__tready$411 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$417 ;
+  wire \dma_cmd__tvalid$414 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$418 ;
+  wire [7:0] \dma_done__tdata$415 ;
   wire dma_done__tready;
-  wire \dma_done__tready$421 ;
+  wire \dma_done__tready$418 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$422 ;
+  wire \dma_done__tvalid$419 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$584 ;
+  wire [31:0] \dma_limit$581 ;
   wire [31:0] done__tdata;
   wire [7:0] \done__tdata$134 ;
-  wire [31:0] \done__tdata$407 ;
-  wire [7:0] \done__tdata$419 ;
+  wire [31:0] \done__tdata$404 ;
+  wire [7:0] \done__tdata$416 ;
   wire done__tready;
   wire \done__tready$135 ;
-  wire \done__tready$408 ;
-  wire \done__tready$420 ;
+  wire \done__tready$405 ;
+  wire \done__tready$417 ;
   wire done__tvalid;
   wire \done__tvalid$138 ;
-  wire \done__tvalid$411 ;
-  wire \done__tvalid$423 ;
+  wire \done__tvalid$408 ;
+  wire \done__tvalid$420 ;
   wire doorbell;
-  wire \doorbell$593 ;
+  wire \doorbell$590 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$595 ;
+  wire [15:0] \doorbell_index$592 ;
   wire enable;
-  wire \enable$586 ;
+  wire \enable$583 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$605 ;
+  wire [7:0] \error_code$602 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$606 ;
+  wire [15:0] \error_index$603 ;
   wire granted;
   wire granted_next;
-  wire \granted_next$695 ;
+  wire \granted_next$689 ;
   wire halted;
-  wire \halted$603 ;
+  wire \halted$600 ;
   wire [15:0] head;
-  wire [15:0] \head$598 ;
+  wire [15:0] \head$595 ;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$608 ;
+  wire \irq_completion$605 ;
   wire irq_error;
-  wire \irq_error$609 ;
+  wire \irq_error$606 ;
   wire [8:0] level;
-  wire [8:0] \level$659 ;
+  wire [8:0] \level$652 ;
   wire [31:0] mem__araddr;
   wire [1:0] mem__arburst;
   wire [3:0] mem__arid;
@@ -6570,19 +6582,19 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   (* init = 32'd0 *)
   wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$629 ;
+  wire [31:0] \perf_busy$626 ;
   wire perf_clear0;
   wire perf_clear1;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$638 ;
+  wire [47:0] \perf_macs$635 ;
   output [67:0] \port$1274$0 ;
   wire [67:0] \port$1274$0 ;
   wire [63:0] r_data;
-  wire [63:0] \r_data$661 ;
+  wire [63:0] \r_data$654 ;
   wire r_en;
-  wire \r_en$664 ;
+  wire \r_en$657 ;
   wire r_rdy;
-  wire \r_rdy$662 ;
+  wire \r_rdy$655 ;
   reg [8:0] reads_open0 = 9'h000;
   reg [8:0] reads_open1 = 9'h000;
   wire [15:0] regs__araddr;
@@ -6611,15 +6623,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [3:0] regs__wstrb;
   wire regs__wvalid;
   wire resume;
-  wire \resume$588 ;
+  wire \resume$585 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$576 ;
+  wire [31:0] \ring_base$573 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$578 ;
+  wire [4:0] \ring_log2$575 ;
   wire ring_reset;
-  wire \ring_reset$591 ;
+  wire \ring_reset$588 ;
   input rst;
   wire rst;
   input [31:0] s0__araddr;
@@ -6780,31 +6792,31 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$694 ;
+  wire [17:0] \sem_delta$688 ;
   reg sem_grant;
-  reg \sem_grant$692 ;
+  reg \sem_grant$686 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$693 ;
+  wire [3:0] \sem_index$687 ;
   wire sem_valid;
-  wire \sem_valid$691 ;
+  wire \sem_valid$685 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$611 ;
-  wire [15:0] \sem_values$611[0] ;
-  wire [15:0] \sem_values$611[10] ;
-  wire [15:0] \sem_values$611[11] ;
-  wire [15:0] \sem_values$611[12] ;
-  wire [15:0] \sem_values$611[13] ;
-  wire [15:0] \sem_values$611[14] ;
-  wire [15:0] \sem_values$611[15] ;
-  wire [15:0] \sem_values$611[1] ;
-  wire [15:0] \sem_values$611[2] ;
-  wire [15:0] \sem_values$611[3] ;
-  wire [15:0] \sem_values$611[4] ;
-  wire [15:0] \sem_values$611[5] ;
-  wire [15:0] \sem_values$611[6] ;
-  wire [15:0] \sem_values$611[7] ;
-  wire [15:0] \sem_values$611[8] ;
-  wire [15:0] \sem_values$611[9] ;
+  wire [255:0] \sem_values$608 ;
+  wire [15:0] \sem_values$608[0] ;
+  wire [15:0] \sem_values$608[10] ;
+  wire [15:0] \sem_values$608[11] ;
+  wire [15:0] \sem_values$608[12] ;
+  wire [15:0] \sem_values$608[13] ;
+  wire [15:0] \sem_values$608[14] ;
+  wire [15:0] \sem_values$608[15] ;
+  wire [15:0] \sem_values$608[1] ;
+  wire [15:0] \sem_values$608[2] ;
+  wire [15:0] \sem_values$608[3] ;
+  wire [15:0] \sem_values$608[4] ;
+  wire [15:0] \sem_values$608[5] ;
+  wire [15:0] \sem_values$608[6] ;
+  wire [15:0] \sem_values$608[7] ;
+  wire [15:0] \sem_values$608[8] ;
+  wire [15:0] \sem_values$608[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -6824,84 +6836,92 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
   wire [15:0] \spm_rreq__tdata$146 ;
-  wire [15:0] \spm_rreq__tdata$430 ;
-  wire [15:0] \spm_rreq__tdata$431 ;
+  wire [15:0] \spm_rreq__tdata$427 ;
+  wire [15:0] \spm_rreq__tdata$428 ;
   wire spm_rreq__tready;
   wire \spm_rreq__tready$148 ;
-  wire \spm_rreq__tready$432 ;
-  wire \spm_rreq__tready$433 ;
+  wire \spm_rreq__tready$429 ;
+  wire \spm_rreq__tready$430 ;
   wire spm_rreq__tvalid;
   wire \spm_rreq__tvalid$150 ;
-  wire \spm_rreq__tvalid$434 ;
-  wire \spm_rreq__tvalid$435 ;
+  wire \spm_rreq__tvalid$431 ;
+  wire \spm_rreq__tvalid$432 ;
   wire [63:0] spm_rresp__tdata;
   wire [63:0] \spm_rresp__tdata$164 ;
-  wire [63:0] \spm_rresp__tdata$448 ;
-  wire [63:0] \spm_rresp__tdata$449 ;
+  wire [63:0] \spm_rresp__tdata$445 ;
+  wire [63:0] \spm_rresp__tdata$446 ;
   wire spm_rresp__tready;
   wire \spm_rresp__tready$166 ;
-  wire \spm_rresp__tready$450 ;
-  wire \spm_rresp__tready$451 ;
+  wire \spm_rresp__tready$447 ;
+  wire \spm_rresp__tready$448 ;
   wire spm_rresp__tvalid;
   wire \spm_rresp__tvalid$168 ;
-  wire \spm_rresp__tvalid$452 ;
-  wire \spm_rresp__tvalid$453 ;
+  wire \spm_rresp__tvalid$449 ;
+  wire \spm_rresp__tvalid$450 ;
   wire [79:0] spm_wr__tdata;
   wire [79:0] \spm_wr__tdata$140 ;
-  wire [79:0] \spm_wr__tdata$424 ;
-  wire [79:0] \spm_wr__tdata$425 ;
+  wire [79:0] \spm_wr__tdata$421 ;
+  wire [79:0] \spm_wr__tdata$422 ;
   wire spm_wr__tready;
   wire \spm_wr__tready$142 ;
-  wire \spm_wr__tready$426 ;
-  wire \spm_wr__tready$427 ;
+  wire \spm_wr__tready$423 ;
+  wire \spm_wr__tready$424 ;
   wire spm_wr__tvalid;
   wire \spm_wr__tvalid$144 ;
-  wire \spm_wr__tvalid$428 ;
-  wire \spm_wr__tvalid$429 ;
+  wire \spm_wr__tvalid$425 ;
+  wire \spm_wr__tvalid$426 ;
   wire stall;
-  wire \stall$710 ;
+  wire \stall$711 ;
   wire [15:0] tail;
-  wire [15:0] \tail$600 ;
+  wire [15:0] \tail$597 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$401 ;
+  wire [255:0] \tile_cmd__tdata$398 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$402 ;
+  wire \tile_cmd__tready$399 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$405 ;
+  wire \tile_cmd__tvalid$402 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$406 ;
+  wire [31:0] \tile_done__tdata$403 ;
   wire tile_done__tready;
-  wire \tile_done__tready$409 ;
+  wire \tile_done__tready$406 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$410 ;
+  wire \tile_done__tvalid$407 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$610 ;
+  wire [31:0] \timestamp$607 ;
   wire trace0_clear;
   reg trace0_clear_written = 1'h0;
+  reg [63:0] trace0_end = 64'h0000000000000000;
+  reg trace0_end_valid = 1'h0;
   reg [63:0] trace0_held = 64'h0000000000000000;
   reg trace0_held_valid = 1'h0;
+  reg [63:0] trace0_start = 64'h0000000000000000;
+  reg trace0_start_valid = 1'h0;
   wire trace1_clear;
   reg trace1_clear_written = 1'h0;
+  reg [63:0] trace1_end = 64'h0000000000000000;
+  reg trace1_end_valid = 1'h0;
   reg [63:0] trace1_held = 64'h0000000000000000;
   reg trace1_held_valid = 1'h0;
+  reg [63:0] trace1_start = 64'h0000000000000000;
+  reg trace1_start_valid = 1'h0;
   wire trace_end;
-  wire \trace_end$649 ;
+  wire \trace_end$719 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$657 ;
+  wire [7:0] \trace_end_opcode$717 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$655 ;
+  wire [15:0] \trace_end_tag$715 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$654 ;
+  wire [7:0] \trace_opcode$714 ;
   wire trace_start;
-  wire \trace_start$647 ;
+  wire \trace_start$718 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$656 ;
+  wire [7:0] \trace_status$716 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$653 ;
+  wire [15:0] \trace_tag$713 ;
   reg [63:0] w_data;
-  reg [63:0] \w_data$650 ;
+  reg [63:0] \w_data$646 ;
   reg w_en;
-  reg \w_en$652 ;
+  reg \w_en$648 ;
   reg [8:0] writes_open0 = 9'h000;
   reg [8:0] writes_open1 = 9'h000;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
@@ -6914,134 +6934,134 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$6  = perf_macs - perf0_macs_base;
   assign \$7  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign trace0_clear = soft_reset | \$7 ;
-  assign \$8  = trace_start & TRACE0_CONTROL__value[0];
-  assign \$9  = trace_end & TRACE0_CONTROL__value[0];
   assign TRACE0_DATA_LO__value = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
   assign TRACE0_DATA_HI__value = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign \resume$588  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$12  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign perf_clear1 = soft_reset | \$12 ;
-  assign \$13  = \perf_busy$629  - perf1_busy_compute_base;
-  assign \$14  = \bytes_read$632  - perf1_bytes_read_base;
-  assign \$15  = \bytes_written$635  - perf1_bytes_written_base;
-  assign \$16  = \perf_macs$638  - perf1_macs_base;
-  assign \$17  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign trace1_clear = soft_reset | \$17 ;
-  assign \$18  = \trace_start$647  & TRACE1_CONTROL__value[0];
-  assign \$19  = \trace_end$649  & TRACE1_CONTROL__value[0];
-  assign TRACE1_DATA_LO__value = \r_data$661 [31:0] & { \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662  };
-  assign TRACE1_DATA_HI__value = \r_data$661 [63:32] & { \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662 , \r_rdy$662  };
-  assign \$23  = ! cmd__tdata[67:64];
-  assign \$24  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
-  assign \$25  = cmd__tdata[67:64] == 1'h1;
-  assign \$26  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(sem_delta);
-  assign \$27  = cmd__tdata[67:64] == 2'h2;
-  assign \$28  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(sem_delta);
-  assign \$29  = cmd__tdata[67:64] == 2'h3;
-  assign \$30  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(sem_delta);
-  assign \$31  = cmd__tdata[67:64] == 3'h4;
-  assign \$32  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(sem_delta);
-  assign \$33  = cmd__tdata[67:64] == 3'h5;
-  assign \$34  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(sem_delta);
-  assign \$35  = cmd__tdata[67:64] == 3'h6;
-  assign \$36  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(sem_delta);
-  assign \$37  = cmd__tdata[67:64] == 3'h7;
-  assign \$38  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(sem_delta);
-  assign \$39  = cmd__tdata[67:64] == 4'h8;
-  assign \$40  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(sem_delta);
-  assign \$41  = cmd__tdata[67:64] == 4'h9;
-  assign \$42  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(sem_delta);
-  assign \$43  = cmd__tdata[67:64] == 4'ha;
-  assign \$44  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(sem_delta);
-  assign \$45  = cmd__tdata[67:64] == 4'hb;
-  assign \$46  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(sem_delta);
-  assign \$47  = cmd__tdata[67:64] == 4'hc;
-  assign \$48  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(sem_delta);
-  assign \$49  = cmd__tdata[67:64] == 4'hd;
-  assign \$50  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(sem_delta);
-  assign \$51  = cmd__tdata[67:64] == 4'he;
-  assign \$52  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(sem_delta);
-  assign \$53  = cmd__tdata[67:64] == 4'hf;
-  assign \$54  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
-  assign \$55  = ~ granted_next;
-  assign \$56  = \sem_valid$691  & \$55 ;
-  assign \$57  = ! \cmd__tdata$400 [67:64];
-  assign \$58  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$694 );
-  assign \$59  = \cmd__tdata$400 [67:64] == 1'h1;
-  assign \$60  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$694 );
-  assign \$61  = \cmd__tdata$400 [67:64] == 2'h2;
-  assign \$62  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$694 );
-  assign \$63  = \cmd__tdata$400 [67:64] == 2'h3;
-  assign \$64  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$694 );
-  assign \$65  = \cmd__tdata$400 [67:64] == 3'h4;
-  assign \$66  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$694 );
-  assign \$67  = \cmd__tdata$400 [67:64] == 3'h5;
-  assign \$68  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$694 );
-  assign \$69  = \cmd__tdata$400 [67:64] == 3'h6;
-  assign \$70  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$694 );
-  assign \$71  = \cmd__tdata$400 [67:64] == 3'h7;
-  assign \$72  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$694 );
-  assign \$73  = \cmd__tdata$400 [67:64] == 4'h8;
-  assign \$74  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$694 );
-  assign \$75  = \cmd__tdata$400 [67:64] == 4'h9;
-  assign \$76  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$694 );
-  assign \$77  = \cmd__tdata$400 [67:64] == 4'ha;
-  assign \$78  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$694 );
-  assign \$79  = \cmd__tdata$400 [67:64] == 4'hb;
-  assign \$80  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$694 );
-  assign \$81  = \cmd__tdata$400 [67:64] == 4'hc;
-  assign \$82  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$694 );
-  assign \$83  = \cmd__tdata$400 [67:64] == 4'hd;
-  assign \$84  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$694 );
-  assign \$85  = \cmd__tdata$400 [67:64] == 4'he;
-  assign \$86  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$694 );
-  assign \$87  = \cmd__tdata$400 [67:64] == 4'hf;
-  assign \$88  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$694 );
-  assign \granted_next$695  = granted_next | \sem_valid$691 ;
-  assign \$89  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
-  assign \$90  = | \$89 ;
-  assign \$91  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
-  assign \$92  = | \$91 ;
-  assign irq = \$90  | \$92 ;
-  assign \$93  = cycles + 1'h1;
-  assign \$94  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$95  = s2__arvalid & \axi__arready$241 ;
-  assign \$96  = reads_open0 + \$95 ;
-  assign \$97  = \axi__rvalid$279  & s2__rready;
-  assign \$98  = \$97  & mem__rlast;
-  assign \$99  = \$96  - \$98 ;
-  assign \$100  = s2__awvalid & \axi__awready$255 ;
-  assign \$101  = writes_open0 + \$100 ;
-  assign \$103  = \$101  - \$102 ;
-  assign \$104  = PERF0_CYCLES__value + 1'h1;
-  assign \$105  = | reads_open0;
-  assign \$106  = \$105  | s2__arvalid;
-  assign \$107  = PERF0_BUSY_LOAD__value + \$106 ;
-  assign \$108  = | writes_open0;
-  assign \$109  = \$108  | s2__awvalid;
-  assign \$110  = \$109  | s2__wvalid;
-  assign \$111  = PERF0_BUSY_STORE__value + \$110 ;
-  assign \$112  = PERF0_STALL_DEP__value + stall;
-  assign \$113  = | reads_open0;
-  assign \$114  = ~ \axi__rvalid$279 ;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = ~ \axi__wready$285 ;
-  assign \$117  = s2__wvalid & \$116 ;
-  assign \$118  = \$115  | \$117 ;
-  assign \$119  = ~ \axi__arready$241 ;
-  assign \$120  = s2__arvalid & \$119 ;
-  assign \$121  = \$118  | \$120 ;
-  assign \$122  = PERF0_STALL_MEM__value + \$121 ;
-  assign \$123  = trace_start & TRACE0_CONTROL__value[0];
-  assign \$124  = trace_end & TRACE0_CONTROL__value[0];
+  assign \resume$585  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$10  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign perf_clear1 = soft_reset | \$10 ;
+  assign \$11  = \perf_busy$626  - perf1_busy_compute_base;
+  assign \$12  = \bytes_read$629  - perf1_bytes_read_base;
+  assign \$13  = \bytes_written$632  - perf1_bytes_written_base;
+  assign \$14  = \perf_macs$635  - perf1_macs_base;
+  assign \$15  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign trace1_clear = soft_reset | \$15 ;
+  assign TRACE1_DATA_LO__value = \r_data$654 [31:0] & { \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655  };
+  assign TRACE1_DATA_HI__value = \r_data$654 [63:32] & { \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655 , \r_rdy$655  };
+  assign \$19  = ! cmd__tdata[67:64];
+  assign \$20  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
+  assign \$21  = cmd__tdata[67:64] == 1'h1;
+  assign \$22  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(sem_delta);
+  assign \$23  = cmd__tdata[67:64] == 2'h2;
+  assign \$24  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(sem_delta);
+  assign \$25  = cmd__tdata[67:64] == 2'h3;
+  assign \$26  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(sem_delta);
+  assign \$27  = cmd__tdata[67:64] == 3'h4;
+  assign \$28  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(sem_delta);
+  assign \$29  = cmd__tdata[67:64] == 3'h5;
+  assign \$30  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(sem_delta);
+  assign \$31  = cmd__tdata[67:64] == 3'h6;
+  assign \$32  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(sem_delta);
+  assign \$33  = cmd__tdata[67:64] == 3'h7;
+  assign \$34  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(sem_delta);
+  assign \$35  = cmd__tdata[67:64] == 4'h8;
+  assign \$36  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(sem_delta);
+  assign \$37  = cmd__tdata[67:64] == 4'h9;
+  assign \$38  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(sem_delta);
+  assign \$39  = cmd__tdata[67:64] == 4'ha;
+  assign \$40  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(sem_delta);
+  assign \$41  = cmd__tdata[67:64] == 4'hb;
+  assign \$42  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(sem_delta);
+  assign \$43  = cmd__tdata[67:64] == 4'hc;
+  assign \$44  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(sem_delta);
+  assign \$45  = cmd__tdata[67:64] == 4'hd;
+  assign \$46  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(sem_delta);
+  assign \$47  = cmd__tdata[67:64] == 4'he;
+  assign \$48  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(sem_delta);
+  assign \$49  = cmd__tdata[67:64] == 4'hf;
+  assign \$50  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
+  assign \$51  = ~ granted_next;
+  assign \$52  = \sem_valid$685  & \$51 ;
+  assign \$53  = ! \cmd__tdata$397 [67:64];
+  assign \$54  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$688 );
+  assign \$55  = \cmd__tdata$397 [67:64] == 1'h1;
+  assign \$56  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$688 );
+  assign \$57  = \cmd__tdata$397 [67:64] == 2'h2;
+  assign \$58  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$688 );
+  assign \$59  = \cmd__tdata$397 [67:64] == 2'h3;
+  assign \$60  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$688 );
+  assign \$61  = \cmd__tdata$397 [67:64] == 3'h4;
+  assign \$62  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$688 );
+  assign \$63  = \cmd__tdata$397 [67:64] == 3'h5;
+  assign \$64  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$688 );
+  assign \$65  = \cmd__tdata$397 [67:64] == 3'h6;
+  assign \$66  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$688 );
+  assign \$67  = \cmd__tdata$397 [67:64] == 3'h7;
+  assign \$68  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$688 );
+  assign \$69  = \cmd__tdata$397 [67:64] == 4'h8;
+  assign \$70  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$688 );
+  assign \$71  = \cmd__tdata$397 [67:64] == 4'h9;
+  assign \$72  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$688 );
+  assign \$73  = \cmd__tdata$397 [67:64] == 4'ha;
+  assign \$74  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$688 );
+  assign \$75  = \cmd__tdata$397 [67:64] == 4'hb;
+  assign \$76  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$688 );
+  assign \$77  = \cmd__tdata$397 [67:64] == 4'hc;
+  assign \$78  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$688 );
+  assign \$79  = \cmd__tdata$397 [67:64] == 4'hd;
+  assign \$80  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$688 );
+  assign \$81  = \cmd__tdata$397 [67:64] == 4'he;
+  assign \$82  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$688 );
+  assign \$83  = \cmd__tdata$397 [67:64] == 4'hf;
+  assign \$84  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$688 );
+  assign \granted_next$689  = granted_next | \sem_valid$685 ;
+  assign \$85  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
+  assign \$86  = | \$85 ;
+  assign \$87  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \$88  = | \$87 ;
+  assign irq = \$86  | \$88 ;
+  assign \$89  = cycles + 1'h1;
+  assign \$90  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$91  = s2__arvalid & \axi__arready$241 ;
+  assign \$92  = reads_open0 + \$91 ;
+  assign \$93  = \axi__rvalid$279  & s2__rready;
+  assign \$94  = \$93  & mem__rlast;
+  assign \$95  = \$92  - \$94 ;
+  assign \$96  = s2__awvalid & \axi__awready$255 ;
+  assign \$97  = writes_open0 + \$96 ;
+  assign \$99  = \$97  - \$98 ;
+  assign \$100  = PERF0_CYCLES__value + 1'h1;
+  assign \$101  = | reads_open0;
+  assign \$102  = \$101  | s2__arvalid;
+  assign \$103  = PERF0_BUSY_LOAD__value + \$102 ;
+  assign \$104  = | writes_open0;
+  assign \$105  = \$104  | s2__awvalid;
+  assign \$106  = \$105  | s2__wvalid;
+  assign \$107  = PERF0_BUSY_STORE__value + \$106 ;
+  assign \$108  = PERF0_STALL_DEP__value + stall;
+  assign \$109  = | reads_open0;
+  assign \$110  = ~ \axi__rvalid$279 ;
+  assign \$111  = \$109  & \$110 ;
+  assign \$112  = ~ \axi__wready$285 ;
+  assign \$113  = s2__wvalid & \$112 ;
+  assign \$114  = \$111  | \$113 ;
+  assign \$115  = ~ \axi__arready$241 ;
+  assign \$116  = s2__arvalid & \$115 ;
+  assign \$117  = \$114  | \$116 ;
+  assign \$118  = PERF0_STALL_MEM__value + \$117 ;
+  assign \$119  = trace_start & TRACE0_CONTROL__value[0];
+  assign \$120  = ~ trace0_clear;
+  assign \$121  = \$119  & \$120 ;
+  assign \$122  = trace_end & TRACE0_CONTROL__value[0];
+  assign \$123  = ~ trace0_clear;
+  assign \$124  = \$122  & \$123 ;
   assign \$125  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign \$126  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$127  = s4__arvalid & \axi__arready$526 ;
+  assign \$127  = s4__arvalid & \axi__arready$523 ;
   assign \$128  = reads_open1 + \$127 ;
-  assign \$129  = \axi__rvalid$564  & s4__rready;
+  assign \$129  = \axi__rvalid$561  & s4__rready;
   assign \$130  = \$129  & mem__rlast;
   assign \$131  = \$128  - \$130 ;
-  assign \$132  = s4__awvalid & \axi__awready$540 ;
+  assign \$132  = s4__awvalid & \axi__awready$537 ;
   assign \$133  = writes_open1 + \$132 ;
   assign \$135  = \$133  - \$134 ;
   assign \$136  = PERF1_CYCLES__value + 1'h1;
@@ -7052,88 +7072,108 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$141  = \$140  | s4__awvalid;
   assign \$142  = \$141  | s4__wvalid;
   assign \$143  = PERF1_BUSY_STORE__value + \$142 ;
-  assign \$144  = PERF1_STALL_DEP__value + \stall$710 ;
+  assign \$144  = PERF1_STALL_DEP__value + \stall$711 ;
   assign \$145  = | reads_open1;
-  assign \$146  = ~ \axi__rvalid$564 ;
+  assign \$146  = ~ \axi__rvalid$561 ;
   assign \$147  = \$145  & \$146 ;
-  assign \$148  = ~ \axi__wready$570 ;
+  assign \$148  = ~ \axi__wready$567 ;
   assign \$149  = s4__wvalid & \$148 ;
   assign \$150  = \$147  | \$149 ;
-  assign \$151  = ~ \axi__arready$526 ;
+  assign \$151  = ~ \axi__arready$523 ;
   assign \$152  = s4__arvalid & \$151 ;
   assign \$153  = \$150  | \$152 ;
   assign \$154  = PERF1_STALL_MEM__value + \$153 ;
-  assign \$155  = \trace_start$647  & TRACE1_CONTROL__value[0];
-  assign \$156  = \trace_end$649  & TRACE1_CONTROL__value[0];
-  assign \$157  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$155  = \trace_start$718  & TRACE1_CONTROL__value[0];
+  assign \$156  = ~ trace1_clear;
+  assign \$157  = \$155  & \$156 ;
+  assign \$158  = \trace_end$719  & TRACE1_CONTROL__value[0];
+  assign \$159  = ~ trace1_clear;
+  assign \$160  = \$158  & \$159 ;
+  assign \$161  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   always @(posedge clk)
-    cycles <= \$158 ;
+    cycles <= \$162 ;
   always @(posedge clk)
-    GLOBAL_CYCLES_HI__value <= \$159 ;
+    GLOBAL_CYCLES_HI__value <= \$163 ;
   always @(posedge clk)
-    resume_written0 <= \$160 ;
+    resume_written0 <= \$164 ;
   always @(posedge clk)
-    reads_open0 <= \$161 ;
+    reads_open0 <= \$165 ;
   always @(posedge clk)
-    writes_open0 <= \$162 ;
+    writes_open0 <= \$166 ;
   always @(posedge clk)
-    PERF0_CYCLES__value <= \$163 ;
+    PERF0_CYCLES__value <= \$167 ;
   always @(posedge clk)
-    PERF0_BUSY_LOAD__value <= \$164 ;
+    PERF0_BUSY_LOAD__value <= \$168 ;
   always @(posedge clk)
-    PERF0_BUSY_STORE__value <= \$165 ;
+    PERF0_BUSY_STORE__value <= \$169 ;
   always @(posedge clk)
-    PERF0_STALL_DEP__value <= \$166 ;
+    PERF0_STALL_DEP__value <= \$170 ;
   always @(posedge clk)
-    PERF0_STALL_MEM__value <= \$167 ;
+    PERF0_STALL_MEM__value <= \$171 ;
   always @(posedge clk)
-    perf0_busy_compute_base <= \$168 ;
+    perf0_busy_compute_base <= \$172 ;
   always @(posedge clk)
-    perf0_bytes_read_base <= \$169 ;
+    perf0_bytes_read_base <= \$173 ;
   always @(posedge clk)
-    perf0_bytes_written_base <= \$170 ;
+    perf0_bytes_written_base <= \$174 ;
   always @(posedge clk)
-    perf0_macs_base <= \$171 ;
+    perf0_macs_base <= \$175 ;
   always @(posedge clk)
-    PERF0_MACS_HI__value <= \$172 ;
+    PERF0_MACS_HI__value <= \$176 ;
   always @(posedge clk)
-    trace0_held_valid <= \$173 ;
+    trace0_start <= \$177 ;
   always @(posedge clk)
-    trace0_held <= \$174 ;
+    trace0_end <= \$178 ;
   always @(posedge clk)
-    trace0_clear_written <= \$175 ;
+    trace0_start_valid <= \$179 ;
   always @(posedge clk)
-    resume_written1 <= \$176 ;
+    trace0_end_valid <= \$180 ;
   always @(posedge clk)
-    reads_open1 <= \$177 ;
+    trace0_held_valid <= \$181 ;
   always @(posedge clk)
-    writes_open1 <= \$178 ;
+    trace0_held <= \$182 ;
   always @(posedge clk)
-    PERF1_CYCLES__value <= \$179 ;
+    trace0_clear_written <= \$183 ;
   always @(posedge clk)
-    PERF1_BUSY_LOAD__value <= \$180 ;
+    resume_written1 <= \$184 ;
   always @(posedge clk)
-    PERF1_BUSY_STORE__value <= \$181 ;
+    reads_open1 <= \$185 ;
   always @(posedge clk)
-    PERF1_STALL_DEP__value <= \$182 ;
+    writes_open1 <= \$186 ;
   always @(posedge clk)
-    PERF1_STALL_MEM__value <= \$183 ;
+    PERF1_CYCLES__value <= \$187 ;
   always @(posedge clk)
-    perf1_busy_compute_base <= \$184 ;
+    PERF1_BUSY_LOAD__value <= \$188 ;
   always @(posedge clk)
-    perf1_bytes_read_base <= \$185 ;
+    PERF1_BUSY_STORE__value <= \$189 ;
   always @(posedge clk)
-    perf1_bytes_written_base <= \$186 ;
+    PERF1_STALL_DEP__value <= \$190 ;
   always @(posedge clk)
-    perf1_macs_base <= \$187 ;
+    PERF1_STALL_MEM__value <= \$191 ;
   always @(posedge clk)
-    PERF1_MACS_HI__value <= \$188 ;
+    perf1_busy_compute_base <= \$192 ;
   always @(posedge clk)
-    trace1_held_valid <= \$189 ;
+    perf1_bytes_read_base <= \$193 ;
   always @(posedge clk)
-    trace1_held <= \$190 ;
+    perf1_bytes_written_base <= \$194 ;
   always @(posedge clk)
-    trace1_clear_written <= \$191 ;
+    perf1_macs_base <= \$195 ;
+  always @(posedge clk)
+    PERF1_MACS_HI__value <= \$196 ;
+  always @(posedge clk)
+    trace1_start <= \$197 ;
+  always @(posedge clk)
+    trace1_end <= \$198 ;
+  always @(posedge clk)
+    trace1_start_valid <= \$199 ;
+  always @(posedge clk)
+    trace1_end_valid <= \$200 ;
+  always @(posedge clk)
+    trace1_held_valid <= \$201 ;
+  always @(posedge clk)
+    trace1_held <= \$202 ;
+  always @(posedge clk)
+    trace1_clear_written <= \$203 ;
   \dx1_board.soc.core0  core0 (
     .acc_rreq__tready(acc_rreq__tready),
     .acc_rreq__tvalid(acc_rreq__tvalid),
@@ -7149,11 +7189,11 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(tile_done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$7884$0 (\$193 ),
-    .\port$7886$0 (\$194 ),
+    .\port$7940$0 (\$205 ),
+    .\port$7942$0 (\$206 ),
     .r_en(done__tready),
-    .\r_en$117 (spm_rresp__tready),
-    .\r_en$130 (acc_rresp__tready),
+    .\r_en$122 (spm_rresp__tready),
+    .\r_en$135 (acc_rresp__tready),
     .rst(rst),
     .soft_reset(soft_reset),
     .spm_rreq__tdata(spm_rreq__tdata),
@@ -7165,34 +7205,34 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$444 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$446 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$454 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$458 ),
-    .acc_wr__tready(\acc_wr__tready$438 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$440 ),
+    .acc_rreq__tready(\acc_rreq__tready$441 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$443 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$451 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$455 ),
+    .acc_wr__tready(\acc_wr__tready$435 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$437 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$400 ),
-    .cmd__tready(\tile_cmd__tready$402 ),
-    .cmd__tvalid(\cmd__tvalid$404 ),
-    .done__tdata(\tile_done__tdata$406 ),
-    .done__tvalid(\tile_done__tvalid$410 ),
-    .perf_busy(\perf_busy$629 ),
-    .perf_macs(\perf_macs$638 ),
-    .\port$9228$0 (\$195 ),
-    .\port$9230$0 (\$196 ),
-    .r_en(\done__tready$408 ),
-    .\r_en$117 (\spm_rresp__tready$450 ),
-    .\r_en$130 (\acc_rresp__tready$456 ),
+    .cmd__tdata(\cmd__tdata$397 ),
+    .cmd__tready(\tile_cmd__tready$399 ),
+    .cmd__tvalid(\cmd__tvalid$401 ),
+    .done__tdata(\tile_done__tdata$403 ),
+    .done__tvalid(\tile_done__tvalid$407 ),
+    .perf_busy(\perf_busy$626 ),
+    .perf_macs(\perf_macs$635 ),
+    .\port$9334$0 (\$207 ),
+    .\port$9336$0 (\$208 ),
+    .r_en(\done__tready$405 ),
+    .\r_en$122 (\spm_rresp__tready$447 ),
+    .\r_en$135 (\acc_rresp__tready$453 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .spm_rreq__tdata(\spm_rreq__tdata$430 ),
-    .spm_rreq__tready(\spm_rreq__tready$432 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$434 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$448 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$452 ),
-    .spm_wr__tready(\spm_wr__tready$426 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$428 )
+    .spm_rreq__tdata(\spm_rreq__tdata$427 ),
+    .spm_rreq__tready(\spm_rreq__tready$429 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$431 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$445 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$449 ),
+    .spm_wr__tready(\spm_wr__tready$423 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$425 )
   );
   \dx1_board.soc.cp0  cp0 (
     .axi__araddr(s1__araddr),
@@ -7204,7 +7244,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__bready(s1__bready),
     .axi__bresp(axi__bresp),
     .axi__bvalid(axi__bvalid),
-    .axi__rdata(\$192 [63:0]),
+    .axi__rdata(\$204 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s1__rready),
     .axi__rresp(axi__rresp),
@@ -7233,22 +7273,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$6566$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6568$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6570$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6572$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6574$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6576$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6578$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6580$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6582$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6584$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6586$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6588$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6590$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6592$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6594$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6596$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$6610$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6612$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6614$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6616$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6618$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6620$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6622$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6624$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6626$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6628$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6630$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6632$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6634$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6636$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6638$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6640$0 (GLOBAL_SEM15__value[15:0]),
     .resume(resume),
     .ring_base(ring_base),
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
@@ -7272,79 +7312,79 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   );
   \dx1_board.soc.cp1  cp1 (
     .axi__araddr(s3__araddr),
-    .axi__arready(\axi__arready$468 ),
+    .axi__arready(\axi__arready$465 ),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
-    .axi__awready(\axi__awready$482 ),
+    .axi__awready(\axi__awready$479 ),
     .axi__awvalid(s3__awvalid),
     .axi__bready(s3__bready),
-    .axi__bresp(\axi__bresp$492 ),
-    .axi__bvalid(\axi__bvalid$494 ),
-    .axi__rdata(\$192 [63:0]),
+    .axi__bresp(\axi__bresp$489 ),
+    .axi__bvalid(\axi__bvalid$491 ),
+    .axi__rdata(\$204 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s3__rready),
-    .axi__rresp(\axi__rresp$504 ),
-    .axi__rvalid(\axi__rvalid$506 ),
+    .axi__rresp(\axi__rresp$501 ),
+    .axi__rvalid(\axi__rvalid$503 ),
     .axi__wdata(s3__wdata),
-    .axi__wready(\axi__wready$512 ),
+    .axi__wready(\axi__wready$509 ),
     .axi__wvalid(s3__wvalid),
-    .busy(\busy$602 ),
+    .busy(\busy$599 ),
     .clk(clk),
-    .cmd(\cmd__tdata$400 ),
-    .cq_base(\cq_base$580 ),
-    .dispatched(\trace_start$647 ),
-    .dma_base(\dma_base$582 ),
-    .dma_cmd__tready(\dma_cmd__tready$414 ),
-    .dma_cmd__tvalid(\cmd__tvalid$416 ),
-    .dma_done__tdata(\dma_done__tdata$418 ),
-    .dma_done__tready(\done__tready$420 ),
-    .dma_done__tvalid(\dma_done__tvalid$422 ),
-    .dma_limit(\dma_limit$584 ),
-    .doorbell(\doorbell$593 ),
+    .cmd(\cmd__tdata$397 ),
+    .cq_base(\cq_base$577 ),
+    .dispatched(\trace_start$718 ),
+    .dma_base(\dma_base$579 ),
+    .dma_cmd__tready(\dma_cmd__tready$411 ),
+    .dma_cmd__tvalid(\cmd__tvalid$413 ),
+    .dma_done__tdata(\dma_done__tdata$415 ),
+    .dma_done__tready(\done__tready$417 ),
+    .dma_done__tvalid(\dma_done__tvalid$419 ),
+    .dma_limit(\dma_limit$581 ),
+    .doorbell(\doorbell$590 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$605 ),
-    .error_index(\error_index$606 ),
-    .halted(\halted$603 ),
-    .head(\head$598 ),
-    .irq_completion(\irq_completion$608 ),
-    .irq_error(\irq_error$609 ),
-    .\port$6566$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6568$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6570$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6572$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6574$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6576$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6578$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6580$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6582$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6584$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6586$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6588$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6590$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6592$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6594$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6596$0 (GLOBAL_SEM15__value[15:0]),
-    .resume(\resume$588 ),
-    .ring_base(\ring_base$576 ),
+    .error_code(\error_code$602 ),
+    .error_index(\error_index$603 ),
+    .halted(\halted$600 ),
+    .head(\head$595 ),
+    .irq_completion(\irq_completion$605 ),
+    .irq_error(\irq_error$606 ),
+    .\port$6610$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6612$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6614$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6616$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6618$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6620$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6622$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6624$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6626$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6628$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6630$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6632$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6634$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6636$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6638$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6640$0 (GLOBAL_SEM15__value[15:0]),
+    .resume(\resume$585 ),
+    .ring_base(\ring_base$573 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$591 ),
+    .ring_reset(\ring_reset$588 ),
     .rst(rst),
-    .sem_delta(\sem_delta$694 ),
-    .sem_grant(\sem_grant$692 ),
-    .sem_valid(\sem_valid$691 ),
+    .sem_delta(\sem_delta$688 ),
+    .sem_grant(\sem_grant$686 ),
+    .sem_valid(\sem_valid$685 ),
     .soft_reset(soft_reset),
-    .stall(\stall$710 ),
-    .tail(\tail$600 ),
-    .tile_cmd__tready(\tile_cmd__tready$402 ),
-    .tile_cmd__tvalid(\cmd__tvalid$404 ),
-    .tile_done__tdata(\tile_done__tdata$406 ),
-    .tile_done__tready(\done__tready$408 ),
-    .tile_done__tvalid(\tile_done__tvalid$410 ),
+    .stall(\stall$711 ),
+    .tail(\tail$597 ),
+    .tile_cmd__tready(\tile_cmd__tready$399 ),
+    .tile_cmd__tvalid(\cmd__tvalid$401 ),
+    .tile_done__tdata(\tile_done__tdata$403 ),
+    .tile_done__tready(\done__tready$405 ),
+    .tile_done__tvalid(\tile_done__tvalid$407 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\trace_end$649 ),
-    .trace_end_opcode(\trace_end_opcode$657 ),
-    .trace_end_tag(\trace_end_tag$655 )
+    .trace_end(\trace_end$719 ),
+    .trace_end_opcode(\trace_end_opcode$717 ),
+    .trace_end_tag(\trace_end_tag$715 )
   );
   \dx1_board.soc.dma0  dma0 (
     .acc_rreq__tready(acc_rreq__tready),
@@ -7364,7 +7404,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__awvalid(s2__awvalid),
     .axi__bresp(\axi__bresp$265 ),
     .axi__bvalid(\axi__bvalid$267 ),
-    .axi__rdata(\$192 [63:0]),
+    .axi__rdata(\$204 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s2__rready),
     .axi__rresp(\axi__rresp$277 ),
@@ -7393,67 +7433,67 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_rresp__tvalid(spm_rresp__tvalid),
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
-    .wr_addr(\$194 ),
-    .wr_data(\$193 )
+    .wr_addr(\$206 ),
+    .wr_data(\$205 )
   );
   \dx1_board.soc.dma1  dma1 (
-    .acc_rreq__tready(\acc_rreq__tready$444 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$446 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$454 ),
-    .acc_rresp__tready(\acc_rresp__tready$456 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$458 ),
-    .acc_wr__tready(\acc_wr__tready$438 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$440 ),
+    .acc_rreq__tready(\acc_rreq__tready$441 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$443 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$451 ),
+    .acc_rresp__tready(\acc_rresp__tready$453 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$455 ),
+    .acc_wr__tready(\acc_wr__tready$435 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$437 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
-    .axi__arready(\axi__arready$526 ),
+    .axi__arready(\axi__arready$523 ),
     .axi__arvalid(s4__arvalid),
     .axi__awaddr(s4__awaddr),
     .axi__awlen(s4__awlen),
-    .axi__awready(\axi__awready$540 ),
+    .axi__awready(\axi__awready$537 ),
     .axi__awvalid(s4__awvalid),
-    .axi__bresp(\axi__bresp$550 ),
-    .axi__bvalid(\axi__bvalid$552 ),
-    .axi__rdata(\$192 [63:0]),
+    .axi__bresp(\axi__bresp$547 ),
+    .axi__bvalid(\axi__bvalid$549 ),
+    .axi__rdata(\$204 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s4__rready),
-    .axi__rresp(\axi__rresp$562 ),
-    .axi__rvalid(\axi__rvalid$564 ),
+    .axi__rresp(\axi__rresp$559 ),
+    .axi__rvalid(\axi__rvalid$561 ),
     .axi__wdata(s4__wdata),
     .axi__wlast(s4__wlast),
-    .axi__wready(\axi__wready$570 ),
+    .axi__wready(\axi__wready$567 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bytes_read(\bytes_read$632 ),
-    .bytes_written(\bytes_written$635 ),
+    .bytes_read(\bytes_read$629 ),
+    .bytes_written(\bytes_written$632 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$400 ),
-    .cmd__tready(\dma_cmd__tready$414 ),
-    .cmd__tvalid(\cmd__tvalid$416 ),
-    .done__tdata(\dma_done__tdata$418 ),
-    .done__tready(\done__tready$420 ),
-    .done__tvalid(\dma_done__tvalid$422 ),
+    .cmd__tdata(\cmd__tdata$397 ),
+    .cmd__tready(\dma_cmd__tready$411 ),
+    .cmd__tvalid(\cmd__tvalid$413 ),
+    .done__tdata(\dma_done__tdata$415 ),
+    .done__tready(\done__tready$417 ),
+    .done__tvalid(\dma_done__tvalid$419 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .spm_rreq__tdata(\spm_rreq__tdata$430 ),
-    .spm_rreq__tready(\spm_rreq__tready$432 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$434 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$448 ),
-    .spm_rresp__tready(\spm_rresp__tready$450 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$452 ),
-    .spm_wr__tready(\spm_wr__tready$426 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$428 ),
-    .wr_addr(\$196 ),
-    .wr_data(\$195 )
+    .spm_rreq__tdata(\spm_rreq__tdata$427 ),
+    .spm_rreq__tready(\spm_rreq__tready$429 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$431 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$445 ),
+    .spm_rresp__tready(\spm_rresp__tready$447 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$449 ),
+    .spm_wr__tready(\spm_wr__tready$423 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$425 ),
+    .wr_addr(\$208 ),
+    .wr_data(\$207 )
   );
   \dx1_board.soc.memory  memory (
     .b_valid_0(mem__bvalid),
     .b_valid_1(axi__bvalid),
     .b_valid_2(\axi__bvalid$267 ),
-    .b_valid_3(\axi__bvalid$494 ),
-    .b_valid_4(\axi__bvalid$552 ),
+    .b_valid_3(\axi__bvalid$491 ),
+    .b_valid_4(\axi__bvalid$549 ),
     .clk(clk),
-    .\port$1274$0 (\$192 ),
+    .\port$1274$0 (\$204 ),
     .rst(rst),
     .s0__araddr(s0__araddr),
     .s0__arlen(s0__arlen),
@@ -7507,35 +7547,35 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .s2__wstrb(s2__wstrb),
     .s2__wvalid(s2__wvalid),
     .s3__araddr(s3__araddr),
-    .s3__arready(\axi__arready$468 ),
+    .s3__arready(\axi__arready$465 ),
     .s3__arvalid(s3__arvalid),
     .s3__awaddr(s3__awaddr),
-    .s3__awready(\axi__awready$482 ),
+    .s3__awready(\axi__awready$479 ),
     .s3__awvalid(s3__awvalid),
-    .s3__bid(\axi__bid$488 ),
+    .s3__bid(\axi__bid$485 ),
     .s3__bready(s3__bready),
-    .s3__bresp(\axi__bresp$492 ),
+    .s3__bresp(\axi__bresp$489 ),
     .s3__rready(s3__rready),
-    .s3__rresp(\axi__rresp$504 ),
-    .s3__rvalid(\axi__rvalid$506 ),
+    .s3__rresp(\axi__rresp$501 ),
+    .s3__rvalid(\axi__rvalid$503 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$512 ),
+    .s3__wready(\axi__wready$509 ),
     .s3__wvalid(s3__wvalid),
     .s4__araddr(s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$526 ),
+    .s4__arready(\axi__arready$523 ),
     .s4__arvalid(s4__arvalid),
     .s4__awaddr(s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$540 ),
+    .s4__awready(\axi__awready$537 ),
     .s4__awvalid(s4__awvalid),
-    .s4__bid(\axi__bid$546 ),
-    .s4__bresp(\axi__bresp$550 ),
+    .s4__bid(\axi__bid$543 ),
+    .s4__bresp(\axi__bresp$547 ),
     .s4__rready(s4__rready),
-    .s4__rresp(\axi__rresp$562 ),
-    .s4__rvalid(\axi__rvalid$564 ),
+    .s4__rresp(\axi__rresp$559 ),
+    .s4__rvalid(\axi__rvalid$561 ),
     .s4__wdata(s4__wdata),
-    .s4__wready(\axi__wready$570 ),
+    .s4__wready(\axi__wready$567 ),
     .s4__wstrb(s4__wstrb),
     .s4__wvalid(s4__wvalid)
   );
@@ -7605,16 +7645,16 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .PERF0_MACS_LO__value(\$6 [31:0]),
     .PERF0_STALL_DEP__value(PERF0_STALL_DEP__value),
     .PERF0_STALL_MEM__value(PERF0_STALL_MEM__value),
-    .PERF1_BUSY_COMPUTE__value(\$13 [31:0]),
+    .PERF1_BUSY_COMPUTE__value(\$11 [31:0]),
     .PERF1_BUSY_LOAD__value(PERF1_BUSY_LOAD__value),
     .PERF1_BUSY_STORE__value(PERF1_BUSY_STORE__value),
-    .PERF1_BYTES_READ__value(\$14 [31:0]),
-    .PERF1_BYTES_WRITTEN__value(\$15 [31:0]),
+    .PERF1_BYTES_READ__value(\$12 [31:0]),
+    .PERF1_BYTES_WRITTEN__value(\$13 [31:0]),
     .PERF1_CONTROL_write(PERF1_CONTROL__write),
     .PERF1_CYCLES__value(PERF1_CYCLES__value),
     .PERF1_MACS_HI__value(PERF1_MACS_HI__value),
     .PERF1_MACS_LO__read(PERF1_MACS_LO__read),
-    .PERF1_MACS_LO__value(\$16 [31:0]),
+    .PERF1_MACS_LO__value(\$14 [31:0]),
     .PERF1_STALL_DEP__value(PERF1_STALL_DEP__value),
     .PERF1_STALL_MEM__value(PERF1_STALL_MEM__value),
     .QUEUE0_CONTROL__set(QUEUE0_CONTROL__set),
@@ -7634,15 +7674,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_CONTROL__set_value(QUEUE1_CONTROL__set_value),
     .QUEUE1_CONTROL__value(QUEUE1_CONTROL__value),
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
-    .QUEUE1_CQ_BASE__value(\cq_base$580 ),
-    .QUEUE1_DMA_BASE__value(\dma_base$582 ),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$584 ),
-    .QUEUE1_DOORBELL_write(\doorbell$593 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$577 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$579 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$581 ),
+    .QUEUE1_DOORBELL_write(\doorbell$590 ),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
     .QUEUE1_IRQ_STATUS__value(QUEUE1_IRQ_STATUS__value),
-    .QUEUE1_RING_BASE__value(\ring_base$576 ),
+    .QUEUE1_RING_BASE__value(\ring_base$573 ),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$591 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$588 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
@@ -7654,7 +7694,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$664 ),
+    .TRACE1_DATA_HI__read(\r_en$657 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(bus__araddr),
@@ -7674,24 +7714,24 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$3075$0 (busy),
-    .\port$3243$0 (level),
-    .\port$5087$0 (\busy$602 ),
-    .\port$5255$0 (\level$659 ),
-    .\port$7939$0 (irq_error),
-    .\port$7961$0 (irq_completion),
-    .\port$7966$0 (halted),
-    .\port$7968$0 (head),
-    .\port$7970$0 (tail),
-    .\port$7974$0 (error_code),
-    .\port$7976$0 (error_index),
-    .\port$9283$0 (\irq_error$609 ),
-    .\port$9305$0 (\irq_completion$608 ),
-    .\port$9310$0 (\halted$603 ),
-    .\port$9312$0 (\head$598 ),
-    .\port$9314$0 (\tail$600 ),
-    .\port$9318$0 (\error_code$605 ),
-    .\port$9320$0 (\error_index$606 ),
+    .\port$2912$0 (busy),
+    .\port$3257$0 (level),
+    .\port$4938$0 (\busy$599 ),
+    .\port$5283$0 (\level$652 ),
+    .\port$7995$0 (irq_error),
+    .\port$8017$0 (irq_completion),
+    .\port$8022$0 (halted),
+    .\port$8024$0 (head),
+    .\port$8026$0 (tail),
+    .\port$8030$0 (error_code),
+    .\port$8032$0 (error_index),
+    .\port$9389$0 (\irq_error$606 ),
+    .\port$9411$0 (\irq_completion$605 ),
+    .\port$9416$0 (\halted$600 ),
+    .\port$9418$0 (\head$595 ),
+    .\port$9420$0 (\tail$597 ),
+    .\port$9424$0 (\error_code$602 ),
+    .\port$9426$0 (\error_index$603 ),
     .rst(rst)
   );
   \dx1_board.soc.trace0  trace0 (
@@ -7707,14 +7747,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   );
   \dx1_board.soc.trace1  trace1 (
     .clk(clk),
-    .r_data(\r_data$661 ),
-    .r_en(\r_en$664 ),
-    .r_rdy(\r_rdy$662 ),
+    .r_data(\r_data$654 ),
+    .r_en(\r_en$657 ),
+    .r_rdy(\r_rdy$655 ),
     .rst(rst),
     .trace1_clear(trace1_clear),
-    .w_en(\w_en$652 ),
-    .w_level(\level$659 ),
-    .w_port__data(\w_data$650 )
+    .w_en(\w_en$648 ),
+    .w_level(\level$652 ),
+    .w_port__data(\w_data$646 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
@@ -7722,13 +7762,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM0__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$23 ) begin
+    if (\$18 ) begin
+      if (\$19 ) begin
         GLOBAL_SEM0__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$57 ) begin
+    if (\$52 ) begin
+      if (\$53 ) begin
         GLOBAL_SEM0__set = 1'h1;
       end
     end
@@ -7739,13 +7779,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM1__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$25 ) begin
+    if (\$18 ) begin
+      if (\$21 ) begin
         GLOBAL_SEM1__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$59 ) begin
+    if (\$52 ) begin
+      if (\$55 ) begin
         GLOBAL_SEM1__set = 1'h1;
       end
     end
@@ -7756,13 +7796,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM2__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$27 ) begin
+    if (\$18 ) begin
+      if (\$23 ) begin
         GLOBAL_SEM2__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$61 ) begin
+    if (\$52 ) begin
+      if (\$57 ) begin
         GLOBAL_SEM2__set = 1'h1;
       end
     end
@@ -7773,13 +7813,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM3__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$29 ) begin
+    if (\$18 ) begin
+      if (\$25 ) begin
         GLOBAL_SEM3__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$63 ) begin
+    if (\$52 ) begin
+      if (\$59 ) begin
         GLOBAL_SEM3__set = 1'h1;
       end
     end
@@ -7790,13 +7830,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM4__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$31 ) begin
+    if (\$18 ) begin
+      if (\$27 ) begin
         GLOBAL_SEM4__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$65 ) begin
+    if (\$52 ) begin
+      if (\$61 ) begin
         GLOBAL_SEM4__set = 1'h1;
       end
     end
@@ -7807,13 +7847,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM5__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$33 ) begin
+    if (\$18 ) begin
+      if (\$29 ) begin
         GLOBAL_SEM5__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$67 ) begin
+    if (\$52 ) begin
+      if (\$63 ) begin
         GLOBAL_SEM5__set = 1'h1;
       end
     end
@@ -7824,13 +7864,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM6__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$35 ) begin
+    if (\$18 ) begin
+      if (\$31 ) begin
         GLOBAL_SEM6__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$69 ) begin
+    if (\$52 ) begin
+      if (\$65 ) begin
         GLOBAL_SEM6__set = 1'h1;
       end
     end
@@ -7841,13 +7881,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM7__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$37 ) begin
+    if (\$18 ) begin
+      if (\$33 ) begin
         GLOBAL_SEM7__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$71 ) begin
+    if (\$52 ) begin
+      if (\$67 ) begin
         GLOBAL_SEM7__set = 1'h1;
       end
     end
@@ -7858,13 +7898,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM8__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$39 ) begin
+    if (\$18 ) begin
+      if (\$35 ) begin
         GLOBAL_SEM8__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$73 ) begin
+    if (\$52 ) begin
+      if (\$69 ) begin
         GLOBAL_SEM8__set = 1'h1;
       end
     end
@@ -7875,13 +7915,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM9__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$41 ) begin
+    if (\$18 ) begin
+      if (\$37 ) begin
         GLOBAL_SEM9__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$75 ) begin
+    if (\$52 ) begin
+      if (\$71 ) begin
         GLOBAL_SEM9__set = 1'h1;
       end
     end
@@ -7892,13 +7932,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM10__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$43 ) begin
+    if (\$18 ) begin
+      if (\$39 ) begin
         GLOBAL_SEM10__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$77 ) begin
+    if (\$52 ) begin
+      if (\$73 ) begin
         GLOBAL_SEM10__set = 1'h1;
       end
     end
@@ -7909,13 +7949,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM11__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$45 ) begin
+    if (\$18 ) begin
+      if (\$41 ) begin
         GLOBAL_SEM11__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$79 ) begin
+    if (\$52 ) begin
+      if (\$75 ) begin
         GLOBAL_SEM11__set = 1'h1;
       end
     end
@@ -7926,13 +7966,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM12__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$47 ) begin
+    if (\$18 ) begin
+      if (\$43 ) begin
         GLOBAL_SEM12__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$81 ) begin
+    if (\$52 ) begin
+      if (\$77 ) begin
         GLOBAL_SEM12__set = 1'h1;
       end
     end
@@ -7943,13 +7983,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM13__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$49 ) begin
+    if (\$18 ) begin
+      if (\$45 ) begin
         GLOBAL_SEM13__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$83 ) begin
+    if (\$52 ) begin
+      if (\$79 ) begin
         GLOBAL_SEM13__set = 1'h1;
       end
     end
@@ -7960,13 +8000,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM14__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$51 ) begin
+    if (\$18 ) begin
+      if (\$47 ) begin
         GLOBAL_SEM14__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$85 ) begin
+    if (\$52 ) begin
+      if (\$81 ) begin
         GLOBAL_SEM14__set = 1'h1;
       end
     end
@@ -7977,13 +8017,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM15__set = 1'h1;
     end
-    if (\$22 ) begin
-      if (\$53 ) begin
+    if (\$18 ) begin
+      if (\$49 ) begin
         GLOBAL_SEM15__set = 1'h1;
       end
     end
-    if (\$56 ) begin
-      if (\$87 ) begin
+    if (\$52 ) begin
+      if (\$83 ) begin
         GLOBAL_SEM15__set = 1'h1;
       end
     end
@@ -8007,10 +8047,10 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     w_data = 64'h0000000000000000;
     if (trace0_held_valid) begin
       w_data = trace0_held;
-    end else if (\$8 ) begin
-      w_data = { 1'h0, cmd__tdata[6:0], 8'h00, cmd__tdata[31:16], cycles[31:0] };
-    end else if (\$9 ) begin
-      w_data = { 1'h1, trace_end_opcode[6:0], s1__wdata[23:16], trace_end_tag, cycles[31:0] };
+    end else if (trace0_start_valid) begin
+      w_data = trace0_start;
+    end else if (trace0_end_valid) begin
+      w_data = trace0_end;
     end
   end
   always @* begin
@@ -8018,9 +8058,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     w_en = 1'h0;
     if (trace0_held_valid) begin
       w_en = 1'h1;
-    end else if (\$8 ) begin
+    end else if (trace0_start_valid) begin
       w_en = 1'h1;
-    end else if (\$9 ) begin
+    end else if (trace0_end_valid) begin
       w_en = 1'h1;
     end
   end
@@ -8035,7 +8075,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     TRACE0_CONTROL__set_value = 32'd0;
     if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$10 [31:0];
+      TRACE0_CONTROL__set_value = \$8 [31:0];
     end
   end
   always @* begin
@@ -8049,29 +8089,29 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     QUEUE1_CONTROL__set_value = 32'd0;
     if (resume_written1) begin
-      QUEUE1_CONTROL__set_value = \$11 [31:0];
+      QUEUE1_CONTROL__set_value = \$9 [31:0];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_data$650  = 64'h0000000000000000;
+    \w_data$646  = 64'h0000000000000000;
     if (trace1_held_valid) begin
-      \w_data$650  = trace1_held;
-    end else if (\$18 ) begin
-      \w_data$650  = { 1'h0, \cmd__tdata$400 [6:0], 8'h00, \cmd__tdata$400 [31:16], cycles[31:0] };
-    end else if (\$19 ) begin
-      \w_data$650  = { 1'h1, \trace_end_opcode$657 [6:0], s3__wdata[23:16], \trace_end_tag$655 , cycles[31:0] };
+      \w_data$646  = trace1_held;
+    end else if (trace1_start_valid) begin
+      \w_data$646  = trace1_start;
+    end else if (trace1_end_valid) begin
+      \w_data$646  = trace1_end;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_en$652  = 1'h0;
+    \w_en$648  = 1'h0;
     if (trace1_held_valid) begin
-      \w_en$652  = 1'h1;
-    end else if (\$18 ) begin
-      \w_en$652  = 1'h1;
-    end else if (\$19 ) begin
-      \w_en$652  = 1'h1;
+      \w_en$648  = 1'h1;
+    end else if (trace1_start_valid) begin
+      \w_en$648  = 1'h1;
+    end else if (trace1_end_valid) begin
+      \w_en$648  = 1'h1;
     end
   end
   always @* begin
@@ -8085,295 +8125,264 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     TRACE1_CONTROL__set_value = 32'd0;
     if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$20 [31:0];
+      TRACE1_CONTROL__set_value = \$16 [31:0];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     sem_grant = 1'h0;
-    if (\$22 ) begin
+    if (\$18 ) begin
       sem_grant = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM0__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$23 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$24 [15:0] };
+    if (\$18 ) begin
+      if (\$19 ) begin
+        GLOBAL_SEM0__set_value = { 16'h0000, \$20 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$57 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$58 [15:0] };
+    if (\$52 ) begin
+      if (\$53 ) begin
+        GLOBAL_SEM0__set_value = { 16'h0000, \$54 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM1__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$25 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$26 [15:0] };
+    if (\$18 ) begin
+      if (\$21 ) begin
+        GLOBAL_SEM1__set_value = { 16'h0000, \$22 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$59 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$60 [15:0] };
+    if (\$52 ) begin
+      if (\$55 ) begin
+        GLOBAL_SEM1__set_value = { 16'h0000, \$56 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM2__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$27 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$28 [15:0] };
+    if (\$18 ) begin
+      if (\$23 ) begin
+        GLOBAL_SEM2__set_value = { 16'h0000, \$24 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$61 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$62 [15:0] };
+    if (\$52 ) begin
+      if (\$57 ) begin
+        GLOBAL_SEM2__set_value = { 16'h0000, \$58 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM3__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$29 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$30 [15:0] };
+    if (\$18 ) begin
+      if (\$25 ) begin
+        GLOBAL_SEM3__set_value = { 16'h0000, \$26 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$63 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$64 [15:0] };
+    if (\$52 ) begin
+      if (\$59 ) begin
+        GLOBAL_SEM3__set_value = { 16'h0000, \$60 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM4__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$31 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$32 [15:0] };
+    if (\$18 ) begin
+      if (\$27 ) begin
+        GLOBAL_SEM4__set_value = { 16'h0000, \$28 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$65 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$66 [15:0] };
+    if (\$52 ) begin
+      if (\$61 ) begin
+        GLOBAL_SEM4__set_value = { 16'h0000, \$62 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM5__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$33 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$34 [15:0] };
+    if (\$18 ) begin
+      if (\$29 ) begin
+        GLOBAL_SEM5__set_value = { 16'h0000, \$30 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$67 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$68 [15:0] };
+    if (\$52 ) begin
+      if (\$63 ) begin
+        GLOBAL_SEM5__set_value = { 16'h0000, \$64 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM6__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$35 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$36 [15:0] };
+    if (\$18 ) begin
+      if (\$31 ) begin
+        GLOBAL_SEM6__set_value = { 16'h0000, \$32 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$69 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$70 [15:0] };
+    if (\$52 ) begin
+      if (\$65 ) begin
+        GLOBAL_SEM6__set_value = { 16'h0000, \$66 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM7__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$37 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$38 [15:0] };
+    if (\$18 ) begin
+      if (\$33 ) begin
+        GLOBAL_SEM7__set_value = { 16'h0000, \$34 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$71 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$72 [15:0] };
+    if (\$52 ) begin
+      if (\$67 ) begin
+        GLOBAL_SEM7__set_value = { 16'h0000, \$68 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM8__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$39 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$40 [15:0] };
+    if (\$18 ) begin
+      if (\$35 ) begin
+        GLOBAL_SEM8__set_value = { 16'h0000, \$36 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$73 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$74 [15:0] };
+    if (\$52 ) begin
+      if (\$69 ) begin
+        GLOBAL_SEM8__set_value = { 16'h0000, \$70 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM9__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$41 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$42 [15:0] };
+    if (\$18 ) begin
+      if (\$37 ) begin
+        GLOBAL_SEM9__set_value = { 16'h0000, \$38 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$75 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$76 [15:0] };
+    if (\$52 ) begin
+      if (\$71 ) begin
+        GLOBAL_SEM9__set_value = { 16'h0000, \$72 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM10__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$43 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$44 [15:0] };
+    if (\$18 ) begin
+      if (\$39 ) begin
+        GLOBAL_SEM10__set_value = { 16'h0000, \$40 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$77 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$78 [15:0] };
+    if (\$52 ) begin
+      if (\$73 ) begin
+        GLOBAL_SEM10__set_value = { 16'h0000, \$74 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM11__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$45 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$46 [15:0] };
+    if (\$18 ) begin
+      if (\$41 ) begin
+        GLOBAL_SEM11__set_value = { 16'h0000, \$42 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$79 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$80 [15:0] };
+    if (\$52 ) begin
+      if (\$75 ) begin
+        GLOBAL_SEM11__set_value = { 16'h0000, \$76 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM12__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$47 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$48 [15:0] };
+    if (\$18 ) begin
+      if (\$43 ) begin
+        GLOBAL_SEM12__set_value = { 16'h0000, \$44 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$81 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$82 [15:0] };
+    if (\$52 ) begin
+      if (\$77 ) begin
+        GLOBAL_SEM12__set_value = { 16'h0000, \$78 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM13__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$49 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$50 [15:0] };
+    if (\$18 ) begin
+      if (\$45 ) begin
+        GLOBAL_SEM13__set_value = { 16'h0000, \$46 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$83 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$84 [15:0] };
+    if (\$52 ) begin
+      if (\$79 ) begin
+        GLOBAL_SEM13__set_value = { 16'h0000, \$80 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM14__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$51 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$52 [15:0] };
+    if (\$18 ) begin
+      if (\$47 ) begin
+        GLOBAL_SEM14__set_value = { 16'h0000, \$48 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$85 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$86 [15:0] };
+    if (\$52 ) begin
+      if (\$81 ) begin
+        GLOBAL_SEM14__set_value = { 16'h0000, \$82 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM15__set_value = 32'd0;
-    if (\$22 ) begin
-      if (\$53 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$54 [15:0] };
+    if (\$18 ) begin
+      if (\$49 ) begin
+        GLOBAL_SEM15__set_value = { 16'h0000, \$50 [15:0] };
       end
     end
-    if (\$56 ) begin
-      if (\$87 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$88 [15:0] };
+    if (\$52 ) begin
+      if (\$83 ) begin
+        GLOBAL_SEM15__set_value = { 16'h0000, \$84 [15:0] };
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \sem_grant$692  = 1'h0;
-    if (\$56 ) begin
-      \sem_grant$692  = 1'h1;
+    \sem_grant$686  = 1'h0;
+    if (\$52 ) begin
+      \sem_grant$686  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$158  = \$93 [63:0];
+    \$162  = \$89 [63:0];
     if (soft_reset) begin
-      \$158  = 64'h0000000000000000;
+      \$162  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$158  = 64'h0000000000000000;
+      \$162  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$159  = GLOBAL_CYCLES_HI__value;
+    \$163  = GLOBAL_CYCLES_HI__value;
     if (GLOBAL_CYCLES_LO__read) begin
-      \$159  = cycles[63:32];
+      \$163  = cycles[63:32];
     end
     if (soft_reset) begin
-      \$159  = 32'd0;
-    end
-    if (rst) begin
-      \$159  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$160  = \$94 ;
-    if (rst) begin
-      \$160  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$161  = \$99 [8:0];
-    if (rst) begin
-      \$161  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$162  = \$103 [8:0];
-    if (rst) begin
-      \$162  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$163  = \$104 [31:0];
-    if (perf_clear0) begin
       \$163  = 32'd0;
     end
     if (rst) begin
@@ -8382,37 +8391,28 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$164  = \$107 [31:0];
-    if (perf_clear0) begin
-      \$164  = 32'd0;
-    end
+    \$164  = \$90 ;
     if (rst) begin
-      \$164  = 32'd0;
+      \$164  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$165  = \$111 [31:0];
-    if (perf_clear0) begin
-      \$165  = 32'd0;
-    end
+    \$165  = \$95 [8:0];
     if (rst) begin
-      \$165  = 32'd0;
+      \$165  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$166  = \$112 [31:0];
-    if (perf_clear0) begin
-      \$166  = 32'd0;
-    end
+    \$166  = \$99 [8:0];
     if (rst) begin
-      \$166  = 32'd0;
+      \$166  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$167  = \$122 [31:0];
+    \$167  = \$100 [31:0];
     if (perf_clear0) begin
       \$167  = 32'd0;
     end
@@ -8422,9 +8422,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$168  = perf0_busy_compute_base;
+    \$168  = \$103 [31:0];
     if (perf_clear0) begin
-      \$168  = perf_busy;
+      \$168  = 32'd0;
     end
     if (rst) begin
       \$168  = 32'd0;
@@ -8432,9 +8432,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$169  = perf0_bytes_read_base;
+    \$169  = \$107 [31:0];
     if (perf_clear0) begin
-      \$169  = bytes_read;
+      \$169  = 32'd0;
     end
     if (rst) begin
       \$169  = 32'd0;
@@ -8442,9 +8442,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$170  = perf0_bytes_written_base;
+    \$170  = \$108 [31:0];
     if (perf_clear0) begin
-      \$170  = bytes_written;
+      \$170  = 32'd0;
     end
     if (rst) begin
       \$170  = 32'd0;
@@ -8452,209 +8452,311 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$171  = perf0_macs_base;
+    \$171  = \$118 [31:0];
     if (perf_clear0) begin
-      \$171  = perf_macs;
+      \$171  = 32'd0;
     end
     if (rst) begin
-      \$171  = 48'h000000000000;
+      \$171  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$172  = PERF0_MACS_HI__value;
+    \$172  = perf0_busy_compute_base;
     if (perf_clear0) begin
+      \$172  = perf_busy;
+    end
+    if (rst) begin
       \$172  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$173  = perf0_bytes_read_base;
+    if (perf_clear0) begin
+      \$173  = bytes_read;
+    end
+    if (rst) begin
+      \$173  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$174  = perf0_bytes_written_base;
+    if (perf_clear0) begin
+      \$174  = bytes_written;
+    end
+    if (rst) begin
+      \$174  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$175  = perf0_macs_base;
+    if (perf_clear0) begin
+      \$175  = perf_macs;
+    end
+    if (rst) begin
+      \$175  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$176  = PERF0_MACS_HI__value;
+    if (perf_clear0) begin
+      \$176  = 32'd0;
     end
     if (PERF0_MACS_LO__read) begin
-      \$172  = { 16'h0000, \$6 [47:32] };
+      \$176  = { 16'h0000, \$6 [47:32] };
     end
     if (rst) begin
-      \$172  = 32'd0;
+      \$176  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$173  = trace0_held_valid;
+    \$177  = { 1'h0, cmd__tdata[6:0], 8'h00, cmd__tdata[31:16], cycles[31:0] };
+    if (rst) begin
+      \$177  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$178  = { 1'h1, trace_end_opcode[6:0], s1__wdata[23:16], trace_end_tag, cycles[31:0] };
+    if (rst) begin
+      \$178  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$179  = \$121 ;
+    if (rst) begin
+      \$179  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$180  = \$124 ;
+    if (rst) begin
+      \$180  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$181  = trace0_held_valid;
     if (trace0_held_valid) begin
-      \$173  = 1'h0;
-    end else if (\$123 ) begin
-      \$173  = trace_end;
+      \$181  = 1'h0;
+    end else if (trace0_start_valid) begin
+      \$181  = trace0_end_valid;
+    end
+    if (trace0_clear) begin
+      \$181  = 1'h0;
     end
     if (rst) begin
-      \$173  = 1'h0;
+      \$181  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$174  = trace0_held;
+    \$182  = trace0_held;
     if (trace0_held_valid) begin
-    end else if (\$123 ) begin
-      \$174  = { 1'h1, trace_end_opcode[6:0], s1__wdata[23:16], trace_end_tag, cycles[31:0] };
+    end else if (trace0_start_valid) begin
+      \$182  = trace0_end;
     end
     if (rst) begin
-      \$174  = 64'h0000000000000000;
+      \$182  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$175  = \$125 ;
+    \$183  = \$125 ;
     if (rst) begin
-      \$175  = 1'h0;
+      \$183  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$176  = \$126 ;
+    \$184  = \$126 ;
     if (rst) begin
-      \$176  = 1'h0;
+      \$184  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$177  = \$131 [8:0];
+    \$185  = \$131 [8:0];
     if (rst) begin
-      \$177  = 9'h000;
+      \$185  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$178  = \$135 [8:0];
+    \$186  = \$135 [8:0];
     if (rst) begin
-      \$178  = 9'h000;
+      \$186  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$179  = \$136 [31:0];
+    \$187  = \$136 [31:0];
     if (perf_clear1) begin
-      \$179  = 32'd0;
+      \$187  = 32'd0;
     end
     if (rst) begin
-      \$179  = 32'd0;
+      \$187  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$180  = \$139 [31:0];
-    if (perf_clear1) begin
-      \$180  = 32'd0;
-    end
-    if (rst) begin
-      \$180  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$181  = \$143 [31:0];
-    if (perf_clear1) begin
-      \$181  = 32'd0;
-    end
-    if (rst) begin
-      \$181  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$182  = \$144 [31:0];
-    if (perf_clear1) begin
-      \$182  = 32'd0;
-    end
-    if (rst) begin
-      \$182  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$183  = \$154 [31:0];
-    if (perf_clear1) begin
-      \$183  = 32'd0;
-    end
-    if (rst) begin
-      \$183  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$184  = perf1_busy_compute_base;
-    if (perf_clear1) begin
-      \$184  = \perf_busy$629 ;
-    end
-    if (rst) begin
-      \$184  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$185  = perf1_bytes_read_base;
-    if (perf_clear1) begin
-      \$185  = \bytes_read$632 ;
-    end
-    if (rst) begin
-      \$185  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$186  = perf1_bytes_written_base;
-    if (perf_clear1) begin
-      \$186  = \bytes_written$635 ;
-    end
-    if (rst) begin
-      \$186  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$187  = perf1_macs_base;
-    if (perf_clear1) begin
-      \$187  = \perf_macs$638 ;
-    end
-    if (rst) begin
-      \$187  = 48'h000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$188  = PERF1_MACS_HI__value;
+    \$188  = \$139 [31:0];
     if (perf_clear1) begin
       \$188  = 32'd0;
+    end
+    if (rst) begin
+      \$188  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$189  = \$143 [31:0];
+    if (perf_clear1) begin
+      \$189  = 32'd0;
+    end
+    if (rst) begin
+      \$189  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$190  = \$144 [31:0];
+    if (perf_clear1) begin
+      \$190  = 32'd0;
+    end
+    if (rst) begin
+      \$190  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$191  = \$154 [31:0];
+    if (perf_clear1) begin
+      \$191  = 32'd0;
+    end
+    if (rst) begin
+      \$191  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$192  = perf1_busy_compute_base;
+    if (perf_clear1) begin
+      \$192  = \perf_busy$626 ;
+    end
+    if (rst) begin
+      \$192  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$193  = perf1_bytes_read_base;
+    if (perf_clear1) begin
+      \$193  = \bytes_read$629 ;
+    end
+    if (rst) begin
+      \$193  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$194  = perf1_bytes_written_base;
+    if (perf_clear1) begin
+      \$194  = \bytes_written$632 ;
+    end
+    if (rst) begin
+      \$194  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$195  = perf1_macs_base;
+    if (perf_clear1) begin
+      \$195  = \perf_macs$635 ;
+    end
+    if (rst) begin
+      \$195  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$196  = PERF1_MACS_HI__value;
+    if (perf_clear1) begin
+      \$196  = 32'd0;
     end
     if (PERF1_MACS_LO__read) begin
-      \$188  = { 16'h0000, \$16 [47:32] };
+      \$196  = { 16'h0000, \$14 [47:32] };
     end
     if (rst) begin
-      \$188  = 32'd0;
+      \$196  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$189  = trace1_held_valid;
+    \$197  = { 1'h0, \cmd__tdata$397 [6:0], 8'h00, \cmd__tdata$397 [31:16], cycles[31:0] };
+    if (rst) begin
+      \$197  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$198  = { 1'h1, \trace_end_opcode$717 [6:0], s3__wdata[23:16], \trace_end_tag$715 , cycles[31:0] };
+    if (rst) begin
+      \$198  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$199  = \$157 ;
+    if (rst) begin
+      \$199  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$200  = \$160 ;
+    if (rst) begin
+      \$200  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$201  = trace1_held_valid;
     if (trace1_held_valid) begin
-      \$189  = 1'h0;
-    end else if (\$155 ) begin
-      \$189  = \trace_end$649 ;
+      \$201  = 1'h0;
+    end else if (trace1_start_valid) begin
+      \$201  = trace1_end_valid;
+    end
+    if (trace1_clear) begin
+      \$201  = 1'h0;
     end
     if (rst) begin
-      \$189  = 1'h0;
+      \$201  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$190  = trace1_held;
+    \$202  = trace1_held;
     if (trace1_held_valid) begin
-    end else if (\$155 ) begin
-      \$190  = { 1'h1, \trace_end_opcode$657 [6:0], s3__wdata[23:16], \trace_end_tag$655 , cycles[31:0] };
+    end else if (trace1_start_valid) begin
+      \$202  = trace1_end;
     end
     if (rst) begin
-      \$190  = 64'h0000000000000000;
+      \$202  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$191  = \$157 ;
+    \$203  = \$161 ;
     if (rst) begin
-      \$191  = 1'h0;
+      \$203  = 1'h0;
     end
   end
   assign regs__araddr = bus__araddr;
@@ -8699,10 +8801,10 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign mem__bready = s0__bready;
   assign s0__bresp = mem__bresp;
   assign s0__bvalid = mem__bvalid;
-  assign mem__rdata = \$192 [63:0];
-  assign s0__rdata = \$192 [63:0];
-  assign mem__rid = \$192 [67:64];
-  assign s0__rid = \$192 [67:64];
+  assign mem__rdata = \$204 [63:0];
+  assign s0__rdata = \$204 [63:0];
+  assign mem__rid = \$204 [67:64];
+  assign s0__rid = \$204 [67:64];
   assign s0__rlast = mem__rlast;
   assign mem__rready = s0__rready;
   assign s0__rresp = mem__rresp;
@@ -8727,15 +8829,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \done__tdata$134  = dma_done__tdata;
   assign dma_done__tready = \done__tready$135 ;
   assign \done__tvalid$138  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$194 , \$193 [63:0] };
-  assign \spm_wr__tdata$140  = { \$194 , \$193 [63:0] };
+  assign spm_wr__tdata = { \$206 , \$205 [63:0] };
+  assign \spm_wr__tdata$140  = { \$206 , \$205 [63:0] };
   assign \spm_wr__tready$142  = spm_wr__tready;
   assign \spm_wr__tvalid$144  = spm_wr__tvalid;
   assign \spm_rreq__tdata$146  = spm_rreq__tdata;
   assign \spm_rreq__tready$148  = spm_rreq__tready;
   assign \spm_rreq__tvalid$150  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$194 , \$193  };
-  assign \acc_wr__tdata$152  = { \$194 , \$193  };
+  assign acc_wr__tdata = { \$206 , \$205  };
+  assign \acc_wr__tdata$152  = { \$206 , \$205  };
   assign \acc_wr__tready$154  = acc_wr__tready;
   assign \acc_wr__tvalid$156  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
@@ -8774,10 +8876,10 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign axi__bready = s1__bready;
   assign s1__bresp = axi__bresp;
   assign s1__bvalid = axi__bvalid;
-  assign axi__rdata = \$192 [63:0];
-  assign s1__rdata = \$192 [63:0];
-  assign axi__rid = \$192 [67:64];
-  assign s1__rid = \$192 [67:64];
+  assign axi__rdata = \$204 [63:0];
+  assign s1__rdata = \$204 [63:0];
+  assign axi__rid = \$204 [67:64];
+  assign s1__rid = \$204 [67:64];
   assign axi__rlast = mem__rlast;
   assign s1__rlast = mem__rlast;
   assign axi__rready = s1__rready;
@@ -8815,10 +8917,10 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \axi__bready$264  = 1'h1;
   assign s2__bresp = \axi__bresp$265 ;
   assign s2__bvalid = \axi__bvalid$267 ;
-  assign \axi__rdata$269  = \$192 [63:0];
-  assign s2__rdata = \$192 [63:0];
-  assign \axi__rid$271  = \$192 [67:64];
-  assign s2__rid = \$192 [67:64];
+  assign \axi__rdata$269  = \$204 [63:0];
+  assign s2__rdata = \$204 [63:0];
+  assign \axi__rid$271  = \$204 [67:64];
+  assign s2__rid = \$204 [67:64];
   assign \axi__rlast$273  = mem__rlast;
   assign s2__rlast = mem__rlast;
   assign \axi__rready$276  = s2__rready;
@@ -8860,166 +8962,166 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign PERF0_MACS_LO__value = \$6 [31:0];
   assign perf0_macs_hi = PERF0_MACS_HI__value;
   assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign trace_tag = cmd__tdata[31:16];
-  assign trace_opcode = cmd__tdata[7:0];
-  assign trace_status = s1__wdata[23:16];
   assign TRACE0_COUNT__value = { 23'h000000, level };
   assign TRACE0_DATA_HI__read = r_en;
-  assign \tile_cmd__tdata$401  = \cmd__tdata$400 ;
-  assign \cmd__tready$403  = \tile_cmd__tready$402 ;
-  assign \tile_cmd__tvalid$405  = \cmd__tvalid$404 ;
-  assign \done__tdata$407  = \tile_done__tdata$406 ;
-  assign \tile_done__tready$409  = \done__tready$408 ;
-  assign \done__tvalid$411  = \tile_done__tvalid$410 ;
-  assign \cmd__tdata$412  = \cmd__tdata$400 ;
-  assign \dma_cmd__tdata$413  = \cmd__tdata$400 ;
-  assign \cmd__tready$415  = \dma_cmd__tready$414 ;
-  assign \dma_cmd__tvalid$417  = \cmd__tvalid$416 ;
-  assign \done__tdata$419  = \dma_done__tdata$418 ;
-  assign \dma_done__tready$421  = \done__tready$420 ;
-  assign \done__tvalid$423  = \dma_done__tvalid$422 ;
-  assign \spm_wr__tdata$424  = { \$196 , \$195 [63:0] };
-  assign \spm_wr__tdata$425  = { \$196 , \$195 [63:0] };
-  assign \spm_wr__tready$427  = \spm_wr__tready$426 ;
-  assign \spm_wr__tvalid$429  = \spm_wr__tvalid$428 ;
-  assign \spm_rreq__tdata$431  = \spm_rreq__tdata$430 ;
-  assign \spm_rreq__tready$433  = \spm_rreq__tready$432 ;
-  assign \spm_rreq__tvalid$435  = \spm_rreq__tvalid$434 ;
-  assign \acc_wr__tdata$436  = { \$196 , \$195  };
-  assign \acc_wr__tdata$437  = { \$196 , \$195  };
-  assign \acc_wr__tready$439  = \acc_wr__tready$438 ;
-  assign \acc_wr__tvalid$441  = \acc_wr__tvalid$440 ;
-  assign \acc_rreq__tdata$442  = \spm_rreq__tdata$430 ;
-  assign \acc_rreq__tdata$443  = \spm_rreq__tdata$430 ;
-  assign \acc_rreq__tready$445  = \acc_rreq__tready$444 ;
-  assign \acc_rreq__tvalid$447  = \acc_rreq__tvalid$446 ;
-  assign \spm_rresp__tdata$449  = \spm_rresp__tdata$448 ;
-  assign \spm_rresp__tready$451  = \spm_rresp__tready$450 ;
-  assign \spm_rresp__tvalid$453  = \spm_rresp__tvalid$452 ;
-  assign \acc_rresp__tdata$455  = \acc_rresp__tdata$454 ;
-  assign \acc_rresp__tready$457  = \acc_rresp__tready$456 ;
-  assign \acc_rresp__tvalid$459  = \acc_rresp__tvalid$458 ;
-  assign \axi__araddr$461  = s3__araddr;
+  assign \tile_cmd__tdata$398  = \cmd__tdata$397 ;
+  assign \cmd__tready$400  = \tile_cmd__tready$399 ;
+  assign \tile_cmd__tvalid$402  = \cmd__tvalid$401 ;
+  assign \done__tdata$404  = \tile_done__tdata$403 ;
+  assign \tile_done__tready$406  = \done__tready$405 ;
+  assign \done__tvalid$408  = \tile_done__tvalid$407 ;
+  assign \cmd__tdata$409  = \cmd__tdata$397 ;
+  assign \dma_cmd__tdata$410  = \cmd__tdata$397 ;
+  assign \cmd__tready$412  = \dma_cmd__tready$411 ;
+  assign \dma_cmd__tvalid$414  = \cmd__tvalid$413 ;
+  assign \done__tdata$416  = \dma_done__tdata$415 ;
+  assign \dma_done__tready$418  = \done__tready$417 ;
+  assign \done__tvalid$420  = \dma_done__tvalid$419 ;
+  assign \spm_wr__tdata$421  = { \$208 , \$207 [63:0] };
+  assign \spm_wr__tdata$422  = { \$208 , \$207 [63:0] };
+  assign \spm_wr__tready$424  = \spm_wr__tready$423 ;
+  assign \spm_wr__tvalid$426  = \spm_wr__tvalid$425 ;
+  assign \spm_rreq__tdata$428  = \spm_rreq__tdata$427 ;
+  assign \spm_rreq__tready$430  = \spm_rreq__tready$429 ;
+  assign \spm_rreq__tvalid$432  = \spm_rreq__tvalid$431 ;
+  assign \acc_wr__tdata$433  = { \$208 , \$207  };
+  assign \acc_wr__tdata$434  = { \$208 , \$207  };
+  assign \acc_wr__tready$436  = \acc_wr__tready$435 ;
+  assign \acc_wr__tvalid$438  = \acc_wr__tvalid$437 ;
+  assign \acc_rreq__tdata$439  = \spm_rreq__tdata$427 ;
+  assign \acc_rreq__tdata$440  = \spm_rreq__tdata$427 ;
+  assign \acc_rreq__tready$442  = \acc_rreq__tready$441 ;
+  assign \acc_rreq__tvalid$444  = \acc_rreq__tvalid$443 ;
+  assign \spm_rresp__tdata$446  = \spm_rresp__tdata$445 ;
+  assign \spm_rresp__tready$448  = \spm_rresp__tready$447 ;
+  assign \spm_rresp__tvalid$450  = \spm_rresp__tvalid$449 ;
+  assign \acc_rresp__tdata$452  = \acc_rresp__tdata$451 ;
+  assign \acc_rresp__tready$454  = \acc_rresp__tready$453 ;
+  assign \acc_rresp__tvalid$456  = \acc_rresp__tvalid$455 ;
+  assign \axi__araddr$458  = s3__araddr;
   assign s3__arburst = 2'h1;
-  assign \axi__arburst$463  = 2'h1;
+  assign \axi__arburst$460  = 2'h1;
   assign s3__arid = 4'h0;
-  assign \axi__arid$465  = 4'h0;
+  assign \axi__arid$462  = 4'h0;
   assign s3__arlen = 8'h03;
-  assign \axi__arlen$467  = 8'h03;
-  assign s3__arready = \axi__arready$468 ;
+  assign \axi__arlen$464  = 8'h03;
+  assign s3__arready = \axi__arready$465 ;
   assign s3__arsize = 3'h3;
-  assign \axi__arsize$471  = 3'h3;
-  assign \axi__arvalid$473  = s3__arvalid;
-  assign \axi__awaddr$475  = s3__awaddr;
+  assign \axi__arsize$468  = 3'h3;
+  assign \axi__arvalid$470  = s3__arvalid;
+  assign \axi__awaddr$472  = s3__awaddr;
   assign s3__awburst = 2'h1;
-  assign \axi__awburst$477  = 2'h1;
+  assign \axi__awburst$474  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \axi__awid$479  = 4'h0;
+  assign \axi__awid$476  = 4'h0;
   assign s3__awlen = 8'h00;
-  assign \axi__awlen$481  = 8'h00;
-  assign s3__awready = \axi__awready$482 ;
+  assign \axi__awlen$478  = 8'h00;
+  assign s3__awready = \axi__awready$479 ;
   assign s3__awsize = 3'h3;
-  assign \axi__awsize$485  = 3'h3;
-  assign \axi__awvalid$487  = s3__awvalid;
-  assign s3__bid = \axi__bid$488 ;
-  assign \axi__bready$491  = s3__bready;
-  assign s3__bresp = \axi__bresp$492 ;
-  assign s3__bvalid = \axi__bvalid$494 ;
-  assign \axi__rdata$496  = \$192 [63:0];
-  assign s3__rdata = \$192 [63:0];
-  assign \axi__rid$498  = \$192 [67:64];
-  assign s3__rid = \$192 [67:64];
-  assign \axi__rlast$500  = mem__rlast;
+  assign \axi__awsize$482  = 3'h3;
+  assign \axi__awvalid$484  = s3__awvalid;
+  assign s3__bid = \axi__bid$485 ;
+  assign \axi__bready$488  = s3__bready;
+  assign s3__bresp = \axi__bresp$489 ;
+  assign s3__bvalid = \axi__bvalid$491 ;
+  assign \axi__rdata$493  = \$204 [63:0];
+  assign s3__rdata = \$204 [63:0];
+  assign \axi__rid$495  = \$204 [67:64];
+  assign s3__rid = \$204 [67:64];
+  assign \axi__rlast$497  = mem__rlast;
   assign s3__rlast = mem__rlast;
-  assign \axi__rready$503  = s3__rready;
-  assign s3__rresp = \axi__rresp$504 ;
-  assign s3__rvalid = \axi__rvalid$506 ;
-  assign \axi__wdata$509  = s3__wdata;
+  assign \axi__rready$500  = s3__rready;
+  assign s3__rresp = \axi__rresp$501 ;
+  assign s3__rvalid = \axi__rvalid$503 ;
+  assign \axi__wdata$506  = s3__wdata;
   assign s3__wlast = 1'h1;
-  assign \axi__wlast$511  = 1'h1;
-  assign s3__wready = \axi__wready$512 ;
+  assign \axi__wlast$508  = 1'h1;
+  assign s3__wready = \axi__wready$509 ;
   assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$515  = 8'hff;
-  assign \axi__wvalid$517  = s3__wvalid;
-  assign \axi__araddr$519  = s4__araddr;
+  assign \axi__wstrb$512  = 8'hff;
+  assign \axi__wvalid$514  = s3__wvalid;
+  assign \axi__araddr$516  = s4__araddr;
   assign s4__arburst = 2'h1;
-  assign \axi__arburst$521  = 2'h1;
+  assign \axi__arburst$518  = 2'h1;
   assign s4__arid = 4'h0;
-  assign \axi__arid$523  = 4'h0;
-  assign \axi__arlen$525  = s4__arlen;
-  assign s4__arready = \axi__arready$526 ;
+  assign \axi__arid$520  = 4'h0;
+  assign \axi__arlen$522  = s4__arlen;
+  assign s4__arready = \axi__arready$523 ;
   assign s4__arsize = 3'h3;
-  assign \axi__arsize$529  = 3'h3;
-  assign \axi__arvalid$531  = s4__arvalid;
-  assign \axi__awaddr$533  = s4__awaddr;
+  assign \axi__arsize$526  = 3'h3;
+  assign \axi__arvalid$528  = s4__arvalid;
+  assign \axi__awaddr$530  = s4__awaddr;
   assign s4__awburst = 2'h1;
-  assign \axi__awburst$535  = 2'h1;
+  assign \axi__awburst$532  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \axi__awid$537  = 4'h0;
-  assign \axi__awlen$539  = s4__awlen;
-  assign s4__awready = \axi__awready$540 ;
+  assign \axi__awid$534  = 4'h0;
+  assign \axi__awlen$536  = s4__awlen;
+  assign s4__awready = \axi__awready$537 ;
   assign s4__awsize = 3'h3;
-  assign \axi__awsize$543  = 3'h3;
-  assign \axi__awvalid$545  = s4__awvalid;
-  assign s4__bid = \axi__bid$546 ;
+  assign \axi__awsize$540  = 3'h3;
+  assign \axi__awvalid$542  = s4__awvalid;
+  assign s4__bid = \axi__bid$543 ;
   assign s4__bready = 1'h1;
-  assign \axi__bready$549  = 1'h1;
-  assign s4__bresp = \axi__bresp$550 ;
-  assign s4__bvalid = \axi__bvalid$552 ;
-  assign \axi__rdata$554  = \$192 [63:0];
-  assign s4__rdata = \$192 [63:0];
-  assign \axi__rid$556  = \$192 [67:64];
-  assign s4__rid = \$192 [67:64];
-  assign \axi__rlast$558  = mem__rlast;
+  assign \axi__bready$546  = 1'h1;
+  assign s4__bresp = \axi__bresp$547 ;
+  assign s4__bvalid = \axi__bvalid$549 ;
+  assign \axi__rdata$551  = \$204 [63:0];
+  assign s4__rdata = \$204 [63:0];
+  assign \axi__rid$553  = \$204 [67:64];
+  assign s4__rid = \$204 [67:64];
+  assign \axi__rlast$555  = mem__rlast;
   assign s4__rlast = mem__rlast;
-  assign \axi__rready$561  = s4__rready;
-  assign s4__rresp = \axi__rresp$562 ;
-  assign s4__rvalid = \axi__rvalid$564 ;
-  assign \axi__wdata$567  = s4__wdata;
-  assign \axi__wlast$569  = s4__wlast;
-  assign s4__wready = \axi__wready$570 ;
-  assign \axi__wstrb$573  = s4__wstrb;
-  assign \axi__wvalid$575  = s4__wvalid;
-  assign QUEUE1_RING_BASE__value = \ring_base$576 ;
-  assign \ring_log2$578  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$580 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$582 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$584 ;
-  assign \enable$586  = QUEUE1_CONTROL__value[0];
+  assign \axi__rready$558  = s4__rready;
+  assign s4__rresp = \axi__rresp$559 ;
+  assign s4__rvalid = \axi__rvalid$561 ;
+  assign \axi__wdata$564  = s4__wdata;
+  assign \axi__wlast$566  = s4__wlast;
+  assign s4__wready = \axi__wready$567 ;
+  assign \axi__wstrb$570  = s4__wstrb;
+  assign \axi__wvalid$572  = s4__wvalid;
+  assign QUEUE1_RING_BASE__value = \ring_base$573 ;
+  assign \ring_log2$575  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$577 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$579 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$581 ;
+  assign \enable$583  = QUEUE1_CONTROL__value[0];
   assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$591 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$593 ;
-  assign \doorbell_index$595  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_RING_LOG2__write = \ring_reset$588 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$590 ;
+  assign \doorbell_index$592  = GLOBAL_RESET__wdata[15:0];
   assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$598  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$600  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \halted$603 , \busy$602  };
-  assign QUEUE1_ERROR__value = { \error_index$606 , 8'h00, \error_code$605  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$609 , \irq_completion$608  };
-  assign \timestamp$610  = cycles[31:0];
-  assign \sem_values$611  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$595  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$597  };
+  assign QUEUE1_STATUS__value = { 30'h00000000, \halted$600 , \busy$599  };
+  assign QUEUE1_ERROR__value = { \error_index$603 , 8'h00, \error_code$602  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$606 , \irq_completion$605  };
+  assign \timestamp$607  = cycles[31:0];
+  assign \sem_values$608  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
   assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign perf1_cycles = PERF1_CYCLES__value;
   assign perf1_busy_load = PERF1_BUSY_LOAD__value;
   assign perf1_busy_store = PERF1_BUSY_STORE__value;
   assign perf1_stall_dep = PERF1_STALL_DEP__value;
   assign perf1_stall_mem = PERF1_STALL_MEM__value;
-  assign PERF1_BUSY_COMPUTE__value = \$13 [31:0];
-  assign PERF1_BYTES_READ__value = \$14 [31:0];
-  assign PERF1_BYTES_WRITTEN__value = \$15 [31:0];
-  assign perf1_macs = \$16 [47:0];
-  assign PERF1_MACS_LO__value = \$16 [31:0];
+  assign PERF1_BUSY_COMPUTE__value = \$11 [31:0];
+  assign PERF1_BYTES_READ__value = \$12 [31:0];
+  assign PERF1_BYTES_WRITTEN__value = \$13 [31:0];
+  assign perf1_macs = \$14 [47:0];
+  assign PERF1_MACS_LO__value = \$14 [31:0];
   assign perf1_macs_hi = PERF1_MACS_HI__value;
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \trace_tag$653  = \cmd__tdata$400 [31:16];
-  assign \trace_opcode$654  = \cmd__tdata$400 [7:0];
-  assign \trace_status$656  = s3__wdata[23:16];
-  assign TRACE1_COUNT__value = { 23'h000000, \level$659  };
-  assign TRACE1_DATA_HI__read = \r_en$664 ;
+  assign TRACE1_COUNT__value = { 23'h000000, \level$652  };
+  assign TRACE1_DATA_HI__read = \r_en$657 ;
   assign granted = 1'h0;
   assign sem_index = cmd__tdata[67:64];
-  assign \sem_index$693  = \cmd__tdata$400 [67:64];
-  assign \port$1274$0  = \$192 ;
+  assign \sem_index$687  = \cmd__tdata$397 [67:64];
+  assign trace_tag = cmd__tdata[31:16];
+  assign trace_opcode = cmd__tdata[7:0];
+  assign trace_status = s1__wdata[23:16];
+  assign \trace_tag$713  = \cmd__tdata$397 [31:16];
+  assign \trace_opcode$714  = \cmd__tdata$397 [7:0];
+  assign \trace_status$716  = s3__wdata[23:16];
+  assign \port$1274$0  = \$204 ;
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
   assign \sem_values[1]  = GLOBAL_SEM1__value[15:0];
   assign \sem_values[2]  = GLOBAL_SEM2__value[15:0];
@@ -9036,174 +9138,186 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$611[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$611[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$611[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$611[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$611[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$611[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$611[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$611[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$611[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$611[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$611[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$611[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$611[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$611[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$611[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$611[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$608[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$608[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$608[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$608[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$608[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$608[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$608[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$608[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$608[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$608[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$608[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$608[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$608[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$608[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$608[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$608[15]  = GLOBAL_SEM15__value[15:0];
   assign \$1 [1] = 1'h0;
   assign { \$1 [32:2], \$1 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
-  assign \$10 [1] = 1'h0;
-  assign { \$10 [32:2], \$10 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
-  assign \$11 [1] = 1'h0;
-  assign { \$11 [32:2], \$11 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
-  assign \$20 [1] = 1'h0;
-  assign { \$20 [32:2], \$20 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
-  assign \$21  = 1'h1;
-  assign \$22  = sem_valid;
+  assign \$8 [1] = 1'h0;
+  assign { \$8 [32:2], \$8 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
+  assign \$9 [1] = 1'h0;
+  assign { \$9 [32:2], \$9 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
+  assign \$16 [1] = 1'h0;
+  assign { \$16 [32:2], \$16 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
+  assign \$17  = 1'h1;
+  assign \$18  = sem_valid;
   assign granted_next = sem_valid;
-  assign \$102  = \axi__bvalid$267 ;
-  assign \$134  = \axi__bvalid$552 ;
+  assign \$98  = \axi__bvalid$267 ;
+  assign \$134  = \axi__bvalid$549 ;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$130 , \r_en$117 , cmd__tready, perf_macs, perf_busy, done__tvalid
-, \port$7884$0 , \port$7886$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
+, \port$7940$0 , \port$7942$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
-  wire [255:0] \$1 ;
-  wire [32:0] \$10 ;
+  wire \$1 ;
+  wire \$10 ;
   wire \$100 ;
   wire \$101 ;
   wire [3:0] \$102 ;
   wire \$103 ;
   wire \$104 ;
-  wire [4:0] \$105 ;
-  wire [5:0] \$106 ;
-  wire [4:0] \$107 ;
-  wire [5:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire \$112 ;
-  wire [5:0] \$113 ;
-  wire \$114 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire [2:0] \$108 ;
+  wire [4:0] \$109 ;
+  wire [32:0] \$11 ;
+  wire [5:0] \$110 ;
+  wire [4:0] \$111 ;
+  wire [5:0] \$112 ;
+  wire [31:0] \$113 ;
+  wire [19:0] \$114 ;
   wire \$115 ;
   wire \$116 ;
   wire \$117 ;
-  wire [5:0] \$118 ;
-  wire \$119 ;
-  wire [19:0] \$12 ;
+  wire \$118 ;
+  wire [5:0] \$119 ;
+  wire \$12 ;
   wire \$120 ;
   wire \$121 ;
-  wire [3:0] \$122 ;
+  wire \$122 ;
   wire \$123 ;
-  wire \$124 ;
-  wire [12:0] \$125 ;
-  wire [16:0] \$126 ;
+  wire [5:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
   wire \$127 ;
-  wire \$128 ;
+  wire [3:0] \$128 ;
   wire \$129 ;
-  wire [20:0] \$13 ;
+  wire [32:0] \$13 ;
   wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
+  wire [12:0] \$131 ;
+  wire [16:0] \$132 ;
   wire \$133 ;
   wire \$134 ;
   wire \$135 ;
-  wire [12:0] \$136 ;
-  wire [16:0] \$137 ;
+  wire \$136 ;
+  wire \$137 ;
   wire \$138 ;
   wire \$139 ;
   wire \$14 ;
   wire \$140 ;
-  wire [16:0] \$141 ;
-  wire \$142 ;
-  wire \$143 ;
+  wire \$141 ;
+  wire [12:0] \$142 ;
+  wire [16:0] \$143 ;
   wire \$144 ;
   wire \$145 ;
-  wire [16:0] \$146 ;
-  wire \$147 ;
+  wire \$146 ;
+  wire [16:0] \$147 ;
   wire \$148 ;
   wire \$149 ;
   wire \$15 ;
   wire \$150 ;
-  wire [16:0] \$151 ;
-  wire \$152 ;
+  wire \$151 ;
+  wire [16:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [16:0] \$155 ;
+  wire \$155 ;
   wire \$156 ;
-  wire \$157 ;
+  wire [16:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire [16:0] \$16 ;
-  wire [10:0] \$160 ;
-  wire [12:0] \$161 ;
-  wire [16:0] \$162 ;
+  wire \$160 ;
+  wire [16:0] \$161 ;
+  wire \$162 ;
   wire \$163 ;
   wire \$164 ;
   wire \$165 ;
-  wire [48:0] \$166 ;
-  wire [32:0] \$167 ;
-  wire \$168 ;
+  wire [10:0] \$166 ;
+  wire [12:0] \$167 ;
+  wire [16:0] \$168 ;
   wire \$169 ;
   wire \$17 ;
-  wire [32:0] \$170 ;
-  reg [3:0] \$171 ;
-  reg [3:0] \$172 ;
-  reg [2:0] \$173 ;
-  reg [4:0] \$174 ;
-  reg [2:0] \$175 ;
-  reg [4:0] \$176 ;
-  reg [2:0] \$177 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire [48:0] \$172 ;
+  wire [32:0] \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire [32:0] \$176 ;
+  reg [255:0] \$177 ;
   reg \$178 ;
-  reg [11:0] \$179 ;
+  reg [1:0] \$179 ;
   wire [3:0] \$18 ;
-  reg [15:0] \$180 ;
-  reg \$181 ;
-  reg \$182 ;
-  reg \$183 ;
-  reg \$184 ;
-  reg [11:0] \$185 ;
-  reg [15:0] \$186 ;
-  reg \$187 ;
-  reg [15:0] \$188 ;
-  reg \$189 ;
+  reg [3:0] \$180 ;
+  reg [3:0] \$181 ;
+  reg [31:0] \$182 ;
+  reg [31:0] \$183 ;
+  reg [7:0] \$184 ;
+  reg [2:0] \$185 ;
+  reg [4:0] \$186 ;
+  reg [2:0] \$187 ;
+  reg [4:0] \$188 ;
+  reg [2:0] \$189 ;
   wire [3:0] \$19 ;
   reg \$190 ;
-  reg [9:0] \$191 ;
+  reg [11:0] \$191 ;
   reg [15:0] \$192 ;
   reg \$193 ;
-  reg [15:0] \$194 ;
+  reg \$194 ;
   reg \$195 ;
   reg \$196 ;
-  reg [27:0] \$197 ;
-  reg \$198 ;
-  reg [27:0] \$199 ;
+  reg [11:0] \$197 ;
+  reg [15:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
   wire [3:0] \$20 ;
-  reg [255:0] \$200 ;
+  reg [15:0] \$200 ;
   reg \$201 ;
-  reg [9:0] \$202 ;
-  reg [11:0] \$203 ;
+  reg \$202 ;
+  reg [9:0] \$203 ;
   reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg \$206 ;
-  reg [255:0] \$207 ;
-  reg [15:0] \$208 ;
-  reg [5:0] \$209 ;
+  reg \$205 ;
+  reg [15:0] \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg [27:0] \$209 ;
   wire [3:0] \$21 ;
   reg \$210 ;
-  reg \$211 ;
-  reg [12:0] \$212 ;
+  reg [27:0] \$211 ;
+  reg [255:0] \$212 ;
   reg \$213 ;
-  reg \$214 ;
-  reg [47:0] \$215 ;
-  reg [31:0] \$216 ;
-  reg [31:0] \$217 ;
+  reg [9:0] \$214 ;
+  reg [11:0] \$215 ;
+  reg [15:0] \$216 ;
+  reg [15:0] \$217 ;
+  reg \$218 ;
+  reg [255:0] \$219 ;
   wire [255:0] \$22 ;
+  reg [15:0] \$220 ;
+  reg [5:0] \$221 ;
+  reg \$222 ;
+  reg \$223 ;
+  reg [12:0] \$224 ;
+  reg \$225 ;
+  reg \$226 ;
+  reg [47:0] \$227 ;
+  reg [31:0] \$228 ;
+  reg [31:0] \$229 ;
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
@@ -9211,7 +9325,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$27 ;
   wire [16:0] \$28 ;
   wire \$29 ;
-  wire [3:0] \$3 ;
+  wire [255:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
   wire \$32 ;
@@ -9222,7 +9336,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [3:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [255:0] \$4 ;
+  wire \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -9233,7 +9347,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$47 ;
   wire \$48 ;
   wire \$49 ;
-  wire \$5 ;
+  wire [3:0] \$5 ;
   wire \$50 ;
   wire \$51 ;
   wire \$52 ;
@@ -9244,7 +9358,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [255:0] \$6 ;
   wire \$60 ;
   wire \$61 ;
   wire \$62 ;
@@ -9277,7 +9391,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [32:0] \$87 ;
   wire [32:0] \$88 ;
   wire \$89 ;
-  wire [31:0] \$9 ;
+  wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
@@ -9299,10 +9413,11 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [7:0] \a[7] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$64 ;
+  wire \a_bank$69 ;
+  reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$62 ;
+  wire \a_valid$67 ;
   reg acc_ext_pending = 1'h0;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
@@ -9328,22 +9443,22 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire accepted;
+  reg [31:0] b_rows = 32'd0;
   reg [4:0] bank0_drain = 5'h00;
   reg [2:0] bank0_state = 3'h0;
   reg [4:0] bank1_drain = 5'h00;
   reg [2:0] bank1_state = 3'h0;
   reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] \bias$86 ;
-  wire [31:0] \bias$86[0] ;
-  wire [31:0] \bias$86[1] ;
-  wire [31:0] \bias$86[2] ;
-  wire [31:0] \bias$86[3] ;
-  wire [31:0] \bias$86[4] ;
-  wire [31:0] \bias$86[5] ;
-  wire [31:0] \bias$86[6] ;
-  wire [31:0] \bias$86[7] ;
+  wire [255:0] \bias$91 ;
+  wire [31:0] \bias$91[0] ;
+  wire [31:0] \bias$91[1] ;
+  wire [31:0] \bias$91[2] ;
+  wire [31:0] \bias$91[3] ;
+  wire [31:0] \bias$91[4] ;
+  wire [31:0] \bias$91[5] ;
+  wire [31:0] \bias$91[6] ;
+  wire [31:0] \bias$91[7] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -9355,15 +9470,18 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire busy;
   input clk;
   wire clk;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
   output cmd__tready;
-  reg cmd__tready;
+  wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg cmd_valid = 1'h0;
   wire credit;
   reg [27:0] ctl = 28'h0000000;
-  reg [12:0] \ctl$91  = 13'h0000;
+  reg [12:0] \ctl$96  = 13'h0000;
+  wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
   wire done__tready;
@@ -9381,18 +9499,18 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   reg [15:0] l_left = 16'h0000;
   reg [2:0] l_row = 3'h0;
   wire [2:0] level;
-  wire [2:0] \level$120 ;
+  wire [2:0] \level$125 ;
   reg [15:0] mult = 16'h0000;
   wire [63:0] out;
-  wire [255:0] \out$144 ;
-  wire [31:0] \out$144[0] ;
-  wire [31:0] \out$144[1] ;
-  wire [31:0] \out$144[2] ;
-  wire [31:0] \out$144[3] ;
-  wire [31:0] \out$144[4] ;
-  wire [31:0] \out$144[5] ;
-  wire [31:0] \out$144[6] ;
-  wire [31:0] \out$144[7] ;
+  wire [255:0] \out$151 ;
+  wire [31:0] \out$151[0] ;
+  wire [31:0] \out$151[1] ;
+  wire [31:0] \out$151[2] ;
+  wire [31:0] \out$151[3] ;
+  wire [31:0] \out$151[4] ;
+  wire [31:0] \out$151[5] ;
+  wire [31:0] \out$151[6] ;
+  wire [31:0] \out$151[7] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
@@ -9402,9 +9520,9 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [12:0] \out_ctl$95 ;
+  wire [12:0] \out_ctl$100 ;
   wire out_valid;
-  wire \out_valid$143 ;
+  wire \out_valid$150 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -9418,10 +9536,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$7884$0 ;
-  wire [255:0] \port$7884$0 ;
-  input [15:0] \port$7886$0 ;
-  wire [15:0] \port$7886$0 ;
+  input [255:0] \port$7940$0 ;
+  wire [255:0] \port$7940$0 ;
+  input [15:0] \port$7942$0 ;
+  wire [15:0] \port$7942$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -9430,18 +9548,18 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [63:0] \r_data$114 ;
-  wire [255:0] \r_data$127 ;
-  wire [27:0] \r_data$136 ;
-  wire [70:0] \r_data$139 ;
+  wire [63:0] \r_data$119 ;
+  wire [255:0] \r_data$132 ;
+  wire [27:0] \r_data$143 ;
+  wire [70:0] \r_data$146 ;
   input r_en;
   wire r_en;
-  input \r_en$117 ;
-  wire \r_en$117 ;
-  input \r_en$130 ;
-  wire \r_en$130 ;
-  reg \r_en$40 ;
-  reg \r_en$58 ;
+  input \r_en$122 ;
+  wire \r_en$122 ;
+  input \r_en$135 ;
+  wire \r_en$135 ;
+  reg \r_en$45 ;
+  reg \r_en$63 ;
   reg [255:0] r_psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
@@ -9452,10 +9570,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [31:0] \r_psum[6] ;
   wire [31:0] \r_psum[7] ;
   wire r_rdy;
-  wire \r_rdy$116 ;
-  wire \r_rdy$129 ;
-  wire \r_rdy$39 ;
-  wire \r_rdy$57 ;
+  wire \r_rdy$121 ;
+  wire \r_rdy$134 ;
+  wire \r_rdy$44 ;
+  wire \r_rdy$62 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [255:0] row;
@@ -9473,7 +9591,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$90 ;
+  wire \row_valid$95 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -9523,27 +9641,30 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [7:0] status;
+  reg [1:0] stage = 2'h0;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   wire [255:0] summed;
+  reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$44 ;
+  wire \w_bank$49 ;
   wire [27:0] w_data;
-  wire [63:0] \w_data$111 ;
-  wire [255:0] \w_data$124 ;
-  wire [70:0] \w_data$16 ;
-  reg [31:0] \w_data$21 ;
+  wire [63:0] \w_data$116 ;
+  wire [255:0] \w_data$129 ;
+  wire [70:0] \w_data$19 ;
+  reg [31:0] \w_data$26 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$112 ;
+  wire \w_en$117 ;
   (* init = 1'h0 *)
-  wire \w_en$125 ;
-  reg \w_en$24 ;
-  reg \w_en$25 ;
+  wire \w_en$130 ;
+  reg \w_en$29 ;
+  reg \w_en$30 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$23 ;
+  wire \w_rdy$28 ;
   wire [63:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -9593,38 +9714,39 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   assign w_row = _2_;
   assign a = _3_;
-  assign accepted = cmd__tvalid & cmd__tready;
+  assign cmd__tready = ~ cmd_valid;
+  assign \$1  = stage == 2'h2;
+  assign decoded = cmd_valid & \$1 ;
   assign popped = done__tvalid & r_en;
-  assign busy = | outstanding;
+  assign \$2  = | outstanding;
+  assign busy = \$2  | cmd_valid;
   assign credit = outstanding < 4'h8;
-  assign \$2  = | \$1 ;
-  assign \$3  = \$2  ? 4'h2 : 4'h0;
-  assign \$5  = | \$4 ;
-  assign \$6  = ! cmd__tdata[127:112];
-  assign \$7  = ! cmd__tdata[143:128];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = cmd__tdata[143:128] * cmd__tdata[127:112];
-  assign \$10  = cmd__tdata[79:64] + \$9 ;
-  assign \$11  = \$10  > 13'h1000;
-  assign \$12  = cmd__tdata[143:128] * 4'h8;
-  assign \$13  = cmd__tdata[95:80] + \$12 ;
+  assign \$4  = | \$3 ;
+  assign \$5  = \$4  ? 4'h2 : 4'h0;
+  assign \$7  = | \$6 ;
+  assign \$8  = ! cmd[127:112];
+  assign \$9  = ! cmd[143:128];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = cmd[79:64] + a_rows;
+  assign \$12  = \$11  > 13'h1000;
+  assign \$13  = cmd[95:80] + b_rows;
   assign \$14  = \$13  > 13'h1000;
-  assign \$15  = \$11  | \$14 ;
-  assign \$16  = cmd__tdata[111:96] + cmd__tdata[127:112];
+  assign \$15  = \$12  | \$14 ;
+  assign \$16  = cmd[111:96] + cmd[127:112];
   assign \$17  = \$16  > 11'h400;
   assign \$18  = \$17  ? 4'h6 : 4'h0;
   assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$8  ? 4'h3 : \$19 ;
-  assign \$21  = \$5  ? 4'h2 : \$20 ;
+  assign \$20  = \$10  ? 4'h3 : \$19 ;
+  assign \$21  = \$7  ? 4'h2 : \$20 ;
   assign \$23  = | \$22 ;
-  assign \$24  = ! cmd__tdata[111:96];
-  assign \$25  = cmd__tdata[149:144] > 6'h2f;
-  assign \$26  = cmd__tdata[95:80] + cmd__tdata[111:96];
+  assign \$24  = ! cmd[111:96];
+  assign \$25  = cmd[149:144] > 6'h2f;
+  assign \$26  = cmd[95:80] + cmd[111:96];
   assign \$27  = \$26  > 13'h1000;
-  assign \$28  = cmd__tdata[79:64] + cmd__tdata[111:96];
+  assign \$28  = cmd[79:64] + cmd[111:96];
   assign \$29  = \$28  > 11'h400;
-  assign \$30  = cmd__tdata[127:112] >= 11'h400;
-  assign \$31  = cmd__tdata[9] & \$30 ;
+  assign \$30  = cmd[127:112] >= 11'h400;
+  assign \$31  = cmd[9] & \$30 ;
   assign \$32  = \$29  | \$31 ;
   assign \$33  = \$32  ? 4'h6 : 4'h0;
   assign \$34  = \$27  ? 4'h5 : \$33 ;
@@ -9634,14 +9756,14 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \$38  = ! gemm_inflight;
   assign \$39  = ~ postop_busy;
   assign idle = \$38  & \$39 ;
-  assign \$40  = cmd__tvalid & credit;
+  assign \$40  = decoded & credit;
   assign \$41  = | status;
-  assign \$42  = ! cmd__tdata[7:0];
+  assign \$42  = ! cmd[7:0];
   assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd__tdata[7:0] == 2'h3;
+  assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$23 ;
+  assign \$47  = \$46  & \w_rdy$28 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -9656,7 +9778,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$39  & \$59 ;
+  assign \$60  = \r_rdy$44  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -9670,7 +9792,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$57  & \$71 ;
+  assign \$72  = \r_rdy$62  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[10] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -9703,171 +9825,189 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \$99  = post_start | po_bias_pending;
   assign \$100  = \$99  | po_reading;
   assign \$101  = ~ \$100 ;
-  assign \$102  = \level$120  + acc_ext_pending;
+  assign \$102  = \level$125  + acc_ext_pending;
   assign \$103  = \$102  < 3'h4;
   assign acc_rreq__tready = \$101  & \$103 ;
   assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$105  = outstanding + accepted;
-  assign \$106  = \$105  - popped;
-  assign \$107  = gemm_inflight + gemm_accepted;
-  assign \$108  = \$107  - gemm_completed;
-  assign \$109  = bank0_state == 3'h4;
-  assign \$110  = ! bank0_drain;
-  assign \$111  = \$109  & \$110 ;
-  assign \$112  = bank0_state == 3'h4;
-  assign \$113  = bank0_drain - 1'h1;
-  assign \$114  = bank1_state == 3'h4;
-  assign \$115  = ! bank1_drain;
-  assign \$116  = \$114  & \$115 ;
-  assign \$117  = bank1_state == 3'h4;
-  assign \$118  = bank1_drain - 1'h1;
-  assign \$119  = ! l_row;
-  assign \$120  = ! l_bank;
-  assign \$122  = l_row + 1'h1;
-  assign \$123  = l_row == 3'h7;
-  assign \$124  = ~ l_bank;
-  assign \$125  = l_addr + 4'h8;
-  assign \$126  = l_left - 1'h1;
-  assign \$127  = l_left == 1'h1;
-  assign \$128  = ~ l_active;
-  assign \$129  = \$128  | l_finishing;
-  assign \$130  = \r_rdy$39  & \$129 ;
-  assign \$131  = l_row == 3'h7;
-  assign \$132  = l_issue & \$131 ;
-  assign \$133  = w_load & w_last;
-  assign \$134  = ! w_bank;
-  assign \$136  = s_addr + 1'h1;
-  assign \$137  = s_row + 1'h1;
-  assign \$138  = ! s_row;
-  assign \$139  = ! s_bank;
-  assign \$141  = s_m - 1'h1;
-  assign \$142  = s_row == \$141 ;
-  assign \$143  = ! s_bank;
-  assign \$145  = ~ s_bank;
-  assign \$146  = s_left - 1'h1;
-  assign \$147  = s_left == 1'h1;
-  assign \$148  = ~ s_active;
-  assign \$149  = \$148  | s_finishing;
-  assign \$150  = \r_rdy$57  & \$149 ;
-  assign \$151  = s_c + s_row;
-  assign \$152  = ~ s_first;
-  assign \$153  = s_acc | \$152 ;
-  assign \$154  = s_left == 1'h1;
-  assign \$155  = s_m - 1'h1;
-  assign \$156  = s_row == \$155 ;
-  assign \$157  = \$154  & \$156 ;
-  assign \$158  = | po_left;
-  assign \$159  = postop_busy & \$158 ;
-  assign \$160  = po_src + 1'h1;
-  assign \$161  = po_dst + 1'h1;
-  assign \$162  = po_left - 1'h1;
-  assign \$163  = po_left == 1'h1;
-  assign \$164  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$165  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$166  = perf_macs + 7'h40;
-  assign \$167  = perf_busy + 1'h1;
-  assign \$168  = ~ s_issue;
-  assign \$169  = s_active & \$168 ;
-  assign \$170  = perf_stall + 1'h1;
+  assign \$105  = cmd__tvalid & cmd__tready;
+  assign \$106  = stage != 2'h2;
+  assign \$107  = cmd_valid & \$106 ;
+  assign \$108  = stage + 1'h1;
+  assign \$109  = outstanding + take;
+  assign \$110  = \$109  - popped;
+  assign \$111  = gemm_inflight + gemm_accepted;
+  assign \$112  = \$111  - gemm_completed;
+  assign \$113  = cmd[143:128] * cmd[127:112];
+  assign \$114  = cmd[143:128] * 4'h8;
+  assign \$115  = bank0_state == 3'h4;
+  assign \$116  = ! bank0_drain;
+  assign \$117  = \$115  & \$116 ;
+  assign \$118  = bank0_state == 3'h4;
+  assign \$119  = bank0_drain - 1'h1;
+  assign \$120  = bank1_state == 3'h4;
+  assign \$121  = ! bank1_drain;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = bank1_state == 3'h4;
+  assign \$124  = bank1_drain - 1'h1;
+  assign \$125  = ! l_row;
+  assign \$126  = ! l_bank;
+  assign \$128  = l_row + 1'h1;
+  assign \$129  = l_row == 3'h7;
+  assign \$130  = ~ l_bank;
+  assign \$131  = l_addr + 4'h8;
+  assign \$132  = l_left - 1'h1;
+  assign \$133  = l_left == 1'h1;
+  assign \$134  = ~ l_active;
+  assign \$135  = \$134  | l_finishing;
+  assign \$136  = \r_rdy$44  & \$135 ;
+  assign \$137  = l_row == 3'h7;
+  assign \$138  = l_issue & \$137 ;
+  assign \$139  = w_load & w_last;
+  assign \$140  = ! w_bank;
+  assign \$142  = s_addr + 1'h1;
+  assign \$143  = s_row + 1'h1;
+  assign \$144  = ! s_row;
+  assign \$145  = ! s_bank;
+  assign \$147  = s_m - 1'h1;
+  assign \$148  = s_row == \$147 ;
+  assign \$149  = ! s_bank;
+  assign \$151  = ~ s_bank;
+  assign \$152  = s_left - 1'h1;
+  assign \$153  = s_left == 1'h1;
+  assign \$154  = ~ s_active;
+  assign \$155  = \$154  | s_finishing;
+  assign \$156  = \r_rdy$62  & \$155 ;
+  assign \$157  = s_c + s_row;
+  assign \$158  = ~ s_first;
+  assign \$159  = s_acc | \$158 ;
+  assign \$160  = s_left == 1'h1;
+  assign \$161  = s_m - 1'h1;
+  assign \$162  = s_row == \$161 ;
+  assign \$163  = \$160  & \$162 ;
+  assign \$164  = | po_left;
+  assign \$165  = postop_busy & \$164 ;
+  assign \$166  = po_src + 1'h1;
+  assign \$167  = po_dst + 1'h1;
+  assign \$168  = po_left - 1'h1;
+  assign \$169  = po_left == 1'h1;
+  assign \$170  = spm_rreq__tvalid & spm_rreq__tready;
+  assign \$171  = acc_rreq__tvalid & acc_rreq__tready;
+  assign \$172  = perf_macs + 7'h40;
+  assign \$173  = perf_busy + 1'h1;
+  assign \$174  = ~ s_issue;
+  assign \$175  = s_active & \$174 ;
+  assign \$176  = perf_stall + 1'h1;
   always @(posedge clk)
-    outstanding <= \$171 ;
+    cmd <= \$177 ;
   always @(posedge clk)
-    gemm_inflight <= \$172 ;
+    cmd_valid <= \$178 ;
   always @(posedge clk)
-    bank0_state <= \$173 ;
+    stage <= \$179 ;
   always @(posedge clk)
-    bank0_drain <= \$174 ;
+    outstanding <= \$180 ;
   always @(posedge clk)
-    bank1_state <= \$175 ;
+    gemm_inflight <= \$181 ;
   always @(posedge clk)
-    bank1_drain <= \$176 ;
+    a_rows <= \$182 ;
   always @(posedge clk)
-    l_row <= \$177 ;
+    b_rows <= \$183 ;
   always @(posedge clk)
-    l_bank <= \$178 ;
+    status <= \$184 ;
   always @(posedge clk)
-    l_addr <= \$179 ;
+    bank0_state <= \$185 ;
   always @(posedge clk)
-    l_left <= \$180 ;
+    bank0_drain <= \$186 ;
   always @(posedge clk)
-    l_active <= \$181 ;
+    bank1_state <= \$187 ;
   always @(posedge clk)
-    w_load <= \$182 ;
+    bank1_drain <= \$188 ;
   always @(posedge clk)
-    w_bank <= \$183 ;
+    l_row <= \$189 ;
   always @(posedge clk)
-    w_last <= \$184 ;
+    l_bank <= \$190 ;
   always @(posedge clk)
-    s_addr <= \$185 ;
+    l_addr <= \$191 ;
   always @(posedge clk)
-    s_row <= \$186 ;
+    l_left <= \$192 ;
   always @(posedge clk)
-    s_bank <= \$187 ;
+    l_active <= \$193 ;
   always @(posedge clk)
-    s_left <= \$188 ;
+    w_load <= \$194 ;
   always @(posedge clk)
-    s_first <= \$189 ;
+    w_bank <= \$195 ;
   always @(posedge clk)
-    s_active <= \$190 ;
+    w_last <= \$196 ;
   always @(posedge clk)
-    s_c <= \$191 ;
+    s_addr <= \$197 ;
   always @(posedge clk)
-    s_m <= \$192 ;
+    s_row <= \$198 ;
   always @(posedge clk)
-    s_acc <= \$193 ;
+    s_bank <= \$199 ;
   always @(posedge clk)
-    s_tag <= \$194 ;
+    s_left <= \$200 ;
   always @(posedge clk)
-    a_valid <= \$195 ;
+    s_first <= \$201 ;
   always @(posedge clk)
-    a_bank <= \$196 ;
+    s_active <= \$202 ;
   always @(posedge clk)
-    ctl <= \$197 ;
+    s_c <= \$203 ;
   always @(posedge clk)
-    r_valid <= \$198 ;
+    s_m <= \$204 ;
   always @(posedge clk)
-    r_ctl <= \$199 ;
+    s_acc <= \$205 ;
   always @(posedge clk)
-    r_psum <= \$200 ;
+    s_tag <= \$206 ;
   always @(posedge clk)
-    postop_busy <= \$201 ;
+    a_valid <= \$207 ;
   always @(posedge clk)
-    po_src <= \$202 ;
+    a_bank <= \$208 ;
   always @(posedge clk)
-    po_dst <= \$203 ;
+    ctl <= \$209 ;
   always @(posedge clk)
-    po_left <= \$204 ;
+    r_valid <= \$210 ;
   always @(posedge clk)
-    po_tag <= \$205 ;
+    r_ctl <= \$211 ;
   always @(posedge clk)
-    po_bias_pending <= \$206 ;
+    r_psum <= \$212 ;
   always @(posedge clk)
-    bias <= \$207 ;
+    postop_busy <= \$213 ;
   always @(posedge clk)
-    mult <= \$208 ;
+    po_src <= \$214 ;
   always @(posedge clk)
-    shift <= \$209 ;
+    po_dst <= \$215 ;
   always @(posedge clk)
-    relu <= \$210 ;
+    po_left <= \$216 ;
   always @(posedge clk)
-    row_valid <= \$211 ;
+    po_tag <= \$217 ;
   always @(posedge clk)
-    \ctl$91  <= \$212 ;
+    po_bias_pending <= \$218 ;
   always @(posedge clk)
-    spm_ext_pending <= \$213 ;
+    bias <= \$219 ;
   always @(posedge clk)
-    acc_ext_pending <= \$214 ;
+    mult <= \$220 ;
   always @(posedge clk)
-    perf_macs <= \$215 ;
+    shift <= \$221 ;
   always @(posedge clk)
-    perf_busy <= \$216 ;
+    relu <= \$222 ;
   always @(posedge clk)
-    perf_stall <= \$217 ;
+    row_valid <= \$223 ;
+  always @(posedge clk)
+    \ctl$96  <= \$224 ;
+  always @(posedge clk)
+    spm_ext_pending <= \$225 ;
+  always @(posedge clk)
+    acc_ext_pending <= \$226 ;
+  always @(posedge clk)
+    perf_macs <= \$227 ;
+  always @(posedge clk)
+    perf_busy <= \$228 ;
+  always @(posedge clk)
+    perf_stall <= \$229 ;
   \dx1_board.soc.core0.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$120 ),
+    .level(\level$125 ),
     .r_data(acc_rresp__tdata),
-    .r_en(\r_en$130 ),
+    .r_en(\r_en$135 ),
     .r_rdy(acc_rresp__tvalid),
     .rst(rst),
     .soft_reset(soft_reset),
@@ -9881,10 +10021,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$144 ),
+    .out(\out$151 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .valid_d14(\out_valid$143 ),
+    .valid_d14(\out_valid$150 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -9897,27 +10037,27 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .rst(rst),
     .soft_reset(soft_reset),
     .w_en(w_en),
-    .w_port__data(\w_data$21 )
+    .w_port__data(\w_data$26 )
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$7984$128 (cmd__tdata[143:128]),
-    .\port$7984$80 (cmd__tdata[91:80]),
-    .r_data(\r_data$136 ),
-    .r_en(\r_en$40 ),
-    .r_rdy(\r_rdy$39 ),
+    .\port$6786$128 (cmd[143:128]),
+    .\port$6786$80 (cmd[91:80]),
+    .r_data(\r_data$143 ),
+    .r_en(\r_en$45 ),
+    .r_rdy(\r_rdy$44 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .w_en(\w_en$24 ),
+    .w_en(\w_en$29 ),
     .w_rdy(w_rdy)
   );
   \dx1_board.soc.core0.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$91 ),
+    .ctl(\ctl$96 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$95 ),
+    .out_ctl(\out_ctl$100 ),
     .out_valid(out_valid),
     .relu(relu),
     .row(row),
@@ -9930,7 +10070,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .clk(clk),
     .level(level),
     .r_data(spm_rresp__tdata),
-    .r_en(\r_en$117 ),
+    .r_en(\r_en$122 ),
     .r_rdy(spm_rresp__tvalid),
     .rst(rst),
     .soft_reset(soft_reset),
@@ -9939,49 +10079,49 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$7984$112 (cmd__tdata[143:112]),
-    .\port$7984$16 (cmd__tdata[31:16]),
-    .\port$7984$64 (cmd__tdata[75:64]),
-    .\port$7984$8 (cmd__tdata[8]),
-    .\port$7984$96 (cmd__tdata[105:96]),
-    .r_data(\r_data$139 ),
-    .r_en(\r_en$58 ),
-    .r_rdy(\r_rdy$57 ),
+    .\port$6786$112 (cmd[143:112]),
+    .\port$6786$16 (cmd[31:16]),
+    .\port$6786$64 (cmd[75:64]),
+    .\port$6786$8 (cmd[8]),
+    .\port$6786$96 (cmd[105:96]),
+    .r_data(\r_data$146 ),
+    .r_en(\r_en$63 ),
+    .r_rdy(\r_rdy$62 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .w_en(\w_en$25 ),
-    .w_rdy(\w_rdy$23 )
+    .w_en(\w_en$30 ),
+    .w_rdy(\w_rdy$28 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     (* full_case = 32'd1 *)
-    casez (cmd__tdata[7:0])
+    casez (cmd[7:0])
       8'h00:
-          status = { 4'h0, \$3  };
+          status_next = { 4'h0, \$5  };
       8'h03:
-          status = { 4'h0, \$21  };
+          status_next = { 4'h0, \$21  };
       8'h04:
-          status = { 4'h0, \$37  };
+          status_next = { 4'h0, \$37  };
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    cmd__tready = 1'h0;
+    take = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
       if (\$43 ) begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else if (\$44 ) begin
         if (\$47 ) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end
     end
@@ -10002,58 +10142,58 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       end
     end
     if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
+      if (\out_ctl$100 [12]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \w_data$21  = 32'd0;
+    \w_data$26  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$21 [15:0] = cmd__tdata[31:16];
-          \w_data$21 [23:16] = status;
-          \w_data$21 [31:24] = cmd__tdata[7:0];
+          \w_data$26 [15:0] = cmd[31:16];
+          \w_data$26 [23:16] = status;
+          \w_data$26 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[11]) begin
-        \w_data$21 [15:0] = r_ctl[27:12];
-        \w_data$21 [23:16] = 8'h00;
-        \w_data$21 [31:24] = 8'h03;
+        \w_data$26 [15:0] = r_ctl[27:12];
+        \w_data$26 [23:16] = 8'h00;
+        \w_data$26 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
-        \w_data$21 [15:0] = po_tag;
-        \w_data$21 [23:16] = 8'h00;
-        \w_data$21 [31:24] = 8'h04;
+      if (\out_ctl$100 [12]) begin
+        \w_data$26 [15:0] = po_tag;
+        \w_data$26 [23:16] = 8'h00;
+        \w_data$26 [31:24] = 8'h04;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \w_en$24  = 1'h0;
+    \w_en$29  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$24  = 1'h1;
+          \w_en$29  = 1'h1;
         end
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \w_en$25  = 1'h0;
+    \w_en$30  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$25  = 1'h1;
+          \w_en$30  = 1'h1;
         end
       end
     end
@@ -10106,9 +10246,9 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \r_en$40  = 1'h0;
+    \r_en$45  = 1'h0;
     if (\$60 ) begin
-      \r_en$40  = 1'h1;
+      \r_en$45  = 1'h1;
     end
   end
   always @* begin
@@ -10127,9 +10267,9 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \r_en$58  = 1'h0;
+    \r_en$63  = 1'h0;
     if (\$72 ) begin
-      \r_en$58  = 1'h1;
+      \r_en$63  = 1'h1;
     end
   end
   always @* begin
@@ -10139,7 +10279,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$7886$0 [9:0];
+      acc_w__addr = \port$7942$0 [9:0];
     end
   end
   always @* begin
@@ -10149,7 +10289,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$7884$0 ;
+      acc_w__data = \port$7940$0 ;
     end
   end
   always @* begin
@@ -10175,8 +10315,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     acc_rp__addr = 10'h000;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
-        acc_rp__addr = cmd__tdata[121:112];
+      if (cmd[9]) begin
+        acc_rp__addr = cmd[121:112];
       end
     end else if (po_bias_pending) begin
     end else if (\$90 ) begin
@@ -10190,7 +10330,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     acc_rp__en = 1'h1;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
+      if (cmd[9]) begin
         acc_rp__en = 1'h1;
       end
     end else if (po_bias_pending) begin
@@ -10214,10 +10354,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     spm_w__addr = 12'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$95 [11:0];
+      spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$7886$0 [11:0];
+      spm_w__addr = \port$7942$0 [11:0];
     end
   end
   always @* begin
@@ -10227,7 +10367,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$7884$0 [63:0];
+      spm_w__data = \port$7940$0 [63:0];
     end
   end
   always @* begin
@@ -10242,166 +10382,24 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$171  = \$106 [3:0];
+    \$177  = cmd;
+    if (\$105 ) begin
+      \$177  = cmd__tdata;
+    end
     if (soft_reset) begin
-      \$171  = 4'h0;
+      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$171  = 4'h0;
+      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$172  = \$108 [3:0];
-    if (soft_reset) begin
-      \$172  = 4'h0;
-    end
-    if (rst) begin
-      \$172  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$173  = bank0_state;
-    if (\$111 ) begin
-      \$173  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$120 ) begin
-          \$173  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$134 ) begin
-        \$173  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$139 ) begin
-          \$173  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$173  = 3'h4;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$173  = 3'h0;
-    end
-    if (rst) begin
-      \$173  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$174  = bank0_drain;
-    if (\$111 ) begin
-    end else if (\$112 ) begin
-      \$174  = \$113 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$174  = 5'h10;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$174  = 5'h00;
-    end
-    if (rst) begin
-      \$174  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$175  = bank1_state;
-    if (\$116 ) begin
-      \$175  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$121 ) begin
-          \$175  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$135 ) begin
-        \$175  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$140 ) begin
-          \$175  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$175  = 3'h4;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$175  = 3'h0;
-    end
-    if (rst) begin
-      \$175  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$176  = bank1_drain;
-    if (\$116 ) begin
-    end else if (\$117 ) begin
-      \$176  = \$118 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$176  = 5'h10;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$176  = 5'h00;
-    end
-    if (rst) begin
-      \$176  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$177  = l_row;
-    if (l_issue) begin
-      \$177  = \$122 [2:0];
-      if (\$123 ) begin
-        \$177  = 3'h0;
-      end
-    end
-    if (\$130 ) begin
-      \$177  = 3'h0;
-    end
-    if (soft_reset) begin
-      \$177  = 3'h0;
-    end
-    if (rst) begin
-      \$177  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$178  = l_bank;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$178  = \$124 ;
-      end
+    \$178  = cmd_valid;
+    if (\$105 ) begin
+      \$178  = 1'h1;
+    end else if (take) begin
+      \$178  = 1'h0;
     end
     if (soft_reset) begin
       \$178  = 1'h0;
@@ -10412,188 +10410,212 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$179  = l_addr;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$179  = \$125 [11:0];
-      end
-    end
-    if (\$130 ) begin
-      \$179  = \r_data$136 [11:0];
+    \$179  = stage;
+    if (\$105 ) begin
+      \$179  = 2'h0;
+    end else if (take) begin
+    end else if (\$107 ) begin
+      \$179  = \$108 [1:0];
     end
     if (soft_reset) begin
-      \$179  = 12'h000;
+      \$179  = 2'h0;
     end
     if (rst) begin
-      \$179  = 12'h000;
+      \$179  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$180  = l_left;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$180  = \$126 [15:0];
-      end
-    end
-    if (\$130 ) begin
-      \$180  = \r_data$136 [27:12];
-    end
+    \$180  = \$110 [3:0];
     if (soft_reset) begin
-      \$180  = 16'h0000;
+      \$180  = 4'h0;
     end
     if (rst) begin
-      \$180  = 16'h0000;
+      \$180  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$181  = l_active;
+    \$181  = \$112 [3:0];
+    if (soft_reset) begin
+      \$181  = 4'h0;
+    end
+    if (rst) begin
+      \$181  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$182  = \$113 ;
+    if (soft_reset) begin
+      \$182  = 32'd0;
+    end
+    if (rst) begin
+      \$182  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$183  = { 12'h000, \$114  };
+    if (soft_reset) begin
+      \$183  = 32'd0;
+    end
+    if (rst) begin
+      \$183  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$184  = status_next;
+    if (soft_reset) begin
+      \$184  = 8'h00;
+    end
+    if (rst) begin
+      \$184  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$185  = bank0_state;
+    if (\$117 ) begin
+      \$185  = 3'h0;
+    end
     if (l_issue) begin
-      if (\$123 ) begin
+      if (\$125 ) begin
+        if (\$126 ) begin
+          \$185  = 3'h1;
+        end
+      end
+    end
+    if (\$139 ) begin
+      if (\$140 ) begin
+        \$185  = 3'h2;
+      end
+    end
+    if (s_issue) begin
+      if (\$144 ) begin
+        if (\$145 ) begin
+          \$185  = 3'h3;
+        end
+      end
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$185  = 3'h4;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$185  = 3'h0;
+    end
+    if (rst) begin
+      \$185  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$186  = bank0_drain;
+    if (\$117 ) begin
+    end else if (\$118 ) begin
+      \$186  = \$119 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$186  = 5'h10;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$186  = 5'h00;
+    end
+    if (rst) begin
+      \$186  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$187  = bank1_state;
+    if (\$122 ) begin
+      \$187  = 3'h0;
+    end
+    if (l_issue) begin
+      if (\$125 ) begin
         if (\$127 ) begin
-          \$181  = 1'h0;
+          \$187  = 3'h1;
         end
       end
     end
-    if (\$130 ) begin
-      \$181  = 1'h1;
-    end
-    if (soft_reset) begin
-      \$181  = 1'h0;
-    end
-    if (rst) begin
-      \$181  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$182  = l_issue;
-    if (soft_reset) begin
-      \$182  = 1'h0;
-    end
-    if (rst) begin
-      \$182  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$183  = l_bank;
-    if (soft_reset) begin
-      \$183  = 1'h0;
-    end
-    if (rst) begin
-      \$183  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$184  = \$132 ;
-    if (soft_reset) begin
-      \$184  = 1'h0;
-    end
-    if (rst) begin
-      \$184  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$185  = s_addr;
-    if (s_issue) begin
-      \$185  = \$136 [11:0];
-    end
-    if (\$150 ) begin
-      \$185  = \r_data$139 [11:0];
-    end
-    if (soft_reset) begin
-      \$185  = 12'h000;
-    end
-    if (rst) begin
-      \$185  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$186  = s_row;
-    if (s_issue) begin
-      \$186  = \$137 [15:0];
-      if (\$142 ) begin
-        \$186  = 16'h0000;
+    if (\$139 ) begin
+      if (\$141 ) begin
+        \$187  = 3'h2;
       end
     end
-    if (\$150 ) begin
-      \$186  = 16'h0000;
-    end
-    if (soft_reset) begin
-      \$186  = 16'h0000;
-    end
-    if (rst) begin
-      \$186  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$187  = s_bank;
     if (s_issue) begin
-      if (\$142 ) begin
-        \$187  = \$145 ;
+      if (\$144 ) begin
+        if (\$146 ) begin
+          \$187  = 3'h3;
+        end
       end
-    end
-    if (soft_reset) begin
-      \$187  = 1'h0;
-    end
-    if (rst) begin
-      \$187  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$188  = s_left;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$188  = \$146 [15:0];
-      end
-    end
-    if (\$150 ) begin
-      \$188  = \r_data$139 [53:38];
-    end
-    if (soft_reset) begin
-      \$188  = 16'h0000;
-    end
-    if (rst) begin
-      \$188  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$189  = s_first;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$189  = 1'h0;
-      end
-    end
-    if (\$150 ) begin
-      \$189  = 1'h1;
-    end
-    if (soft_reset) begin
-      \$189  = 1'h0;
-    end
-    if (rst) begin
-      \$189  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$190  = s_active;
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$147 ) begin
-          \$190  = 1'h0;
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$187  = 3'h4;
         end
       end
     end
-    if (\$150 ) begin
-      \$190  = 1'h1;
+    if (soft_reset) begin
+      \$187  = 3'h0;
+    end
+    if (rst) begin
+      \$187  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$188  = bank1_drain;
+    if (\$122 ) begin
+    end else if (\$123 ) begin
+      \$188  = \$124 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$188  = 5'h10;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$188  = 5'h00;
+    end
+    if (rst) begin
+      \$188  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$189  = l_row;
+    if (l_issue) begin
+      \$189  = \$128 [2:0];
+      if (\$129 ) begin
+        \$189  = 3'h0;
+      end
+    end
+    if (\$136 ) begin
+      \$189  = 3'h0;
+    end
+    if (soft_reset) begin
+      \$189  = 3'h0;
+    end
+    if (rst) begin
+      \$189  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$190  = l_bank;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$190  = \$130 ;
+      end
     end
     if (soft_reset) begin
       \$190  = 1'h0;
@@ -10604,22 +10626,32 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$191  = s_c;
-    if (\$150 ) begin
-      \$191  = \r_data$139 [21:12];
+    \$191  = l_addr;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$191  = \$131 [11:0];
+      end
+    end
+    if (\$136 ) begin
+      \$191  = \r_data$143 [11:0];
     end
     if (soft_reset) begin
-      \$191  = 10'h000;
+      \$191  = 12'h000;
     end
     if (rst) begin
-      \$191  = 10'h000;
+      \$191  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$192  = s_m;
-    if (\$150 ) begin
-      \$192  = \r_data$139 [37:22];
+    \$192  = l_left;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$192  = \$132 [15:0];
+      end
+    end
+    if (\$136 ) begin
+      \$192  = \r_data$143 [27:12];
     end
     if (soft_reset) begin
       \$192  = 16'h0000;
@@ -10630,9 +10662,16 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$193  = s_acc;
-    if (\$150 ) begin
-      \$193  = \r_data$139 [54];
+    \$193  = l_active;
+    if (l_issue) begin
+      if (\$129 ) begin
+        if (\$133 ) begin
+          \$193  = 1'h0;
+        end
+      end
+    end
+    if (\$136 ) begin
+      \$193  = 1'h1;
     end
     if (soft_reset) begin
       \$193  = 1'h0;
@@ -10643,20 +10682,17 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$194  = s_tag;
-    if (\$150 ) begin
-      \$194  = \r_data$139 [70:55];
-    end
+    \$194  = l_issue;
     if (soft_reset) begin
-      \$194  = 16'h0000;
+      \$194  = 1'h0;
     end
     if (rst) begin
-      \$194  = 16'h0000;
+      \$194  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$195  = s_issue;
+    \$195  = l_bank;
     if (soft_reset) begin
       \$195  = 1'h0;
     end
@@ -10666,7 +10702,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$196  = s_bank;
+    \$196  = \$138 ;
     if (soft_reset) begin
       \$196  = 1'h0;
     end
@@ -10676,58 +10712,83 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$197 [9:0] = \$151 [9:0];
-    \$197 [10] = \$153 ;
-    \$197 [11] = \$157 ;
-    \$197 [27:12] = s_tag;
+    \$197  = s_addr;
+    if (s_issue) begin
+      \$197  = \$142 [11:0];
+    end
+    if (\$156 ) begin
+      \$197  = \r_data$146 [11:0];
+    end
     if (soft_reset) begin
-      \$197  = 28'h0000000;
+      \$197  = 12'h000;
     end
     if (rst) begin
-      \$197  = 28'h0000000;
+      \$197  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$198  = \out_valid$143 ;
+    \$198  = s_row;
+    if (s_issue) begin
+      \$198  = \$143 [15:0];
+      if (\$148 ) begin
+        \$198  = 16'h0000;
+      end
+    end
+    if (\$156 ) begin
+      \$198  = 16'h0000;
+    end
     if (soft_reset) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
     if (rst) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$199  = out_ctl;
+    \$199  = s_bank;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$199  = \$151 ;
+      end
+    end
     if (soft_reset) begin
-      \$199  = 28'h0000000;
+      \$199  = 1'h0;
     end
     if (rst) begin
-      \$199  = 28'h0000000;
+      \$199  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$200  = \out$144 ;
+    \$200  = s_left;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$200  = \$152 [15:0];
+      end
+    end
+    if (\$156 ) begin
+      \$200  = \r_data$146 [53:38];
+    end
     if (soft_reset) begin
-      \$200  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$200  = 16'h0000;
     end
     if (rst) begin
-      \$200  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$200  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$201  = postop_busy;
-    if (post_start) begin
-      \$201  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
+    \$201  = s_first;
+    if (s_issue) begin
+      if (\$148 ) begin
         \$201  = 1'h0;
       end
     end
+    if (\$156 ) begin
+      \$201  = 1'h1;
+    end
     if (soft_reset) begin
       \$201  = 1'h0;
     end
@@ -10737,44 +10798,42 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$202  = po_src;
-    if (post_start) begin
-      \$202  = cmd__tdata[73:64];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$202  = \$160 [9:0];
+    \$202  = s_active;
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$153 ) begin
+          \$202  = 1'h0;
+        end
+      end
+    end
+    if (\$156 ) begin
+      \$202  = 1'h1;
     end
     if (soft_reset) begin
-      \$202  = 10'h000;
+      \$202  = 1'h0;
     end
     if (rst) begin
-      \$202  = 10'h000;
+      \$202  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$203  = po_dst;
-    if (post_start) begin
-      \$203  = cmd__tdata[91:80];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$203  = \$161 [11:0];
+    \$203  = s_c;
+    if (\$156 ) begin
+      \$203  = \r_data$146 [21:12];
     end
     if (soft_reset) begin
-      \$203  = 12'h000;
+      \$203  = 10'h000;
     end
     if (rst) begin
-      \$203  = 12'h000;
+      \$203  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$204  = po_left;
-    if (post_start) begin
-      \$204  = cmd__tdata[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$204  = \$162 [15:0];
+    \$204  = s_m;
+    if (\$156 ) begin
+      \$204  = \r_data$146 [37:22];
     end
     if (soft_reset) begin
       \$204  = 16'h0000;
@@ -10785,79 +10844,66 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$205  = po_tag;
-    if (post_start) begin
-      \$205  = cmd__tdata[31:16];
+    \$205  = s_acc;
+    if (\$156 ) begin
+      \$205  = \r_data$146 [54];
     end
     if (soft_reset) begin
-      \$205  = 16'h0000;
+      \$205  = 1'h0;
     end
     if (rst) begin
-      \$205  = 16'h0000;
+      \$205  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$206  = po_bias_pending;
-    if (post_start) begin
-      \$206  = cmd__tdata[9];
-    end else if (po_bias_pending) begin
-      \$206  = 1'h0;
+    \$206  = s_tag;
+    if (\$156 ) begin
+      \$206  = \r_data$146 [70:55];
     end
     if (soft_reset) begin
-      \$206  = 1'h0;
+      \$206  = 16'h0000;
     end
     if (rst) begin
-      \$206  = 1'h0;
+      \$206  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$207  = bias;
-    if (post_start) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$207  = row;
-    end
+    \$207  = s_issue;
     if (soft_reset) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$207  = 1'h0;
     end
     if (rst) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$207  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$208  = mult;
-    if (post_start) begin
-      \$208  = cmd__tdata[143:128];
-    end
+    \$208  = s_bank;
     if (soft_reset) begin
-      \$208  = 16'h0000;
+      \$208  = 1'h0;
     end
     if (rst) begin
-      \$208  = 16'h0000;
+      \$208  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$209  = shift;
-    if (post_start) begin
-      \$209  = cmd__tdata[149:144];
-    end
+    \$209 [9:0] = \$157 [9:0];
+    \$209 [10] = \$159 ;
+    \$209 [11] = \$163 ;
+    \$209 [27:12] = s_tag;
     if (soft_reset) begin
-      \$209  = 6'h00;
+      \$209  = 28'h0000000;
     end
     if (rst) begin
-      \$209  = 6'h00;
+      \$209  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$210  = relu;
-    if (post_start) begin
-      \$210  = cmd__tdata[8];
-    end
+    \$210  = \out_valid$150 ;
     if (soft_reset) begin
       \$210  = 1'h0;
     end
@@ -10867,28 +10913,35 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$211  = po_reading;
+    \$211  = out_ctl;
     if (soft_reset) begin
-      \$211  = 1'h0;
+      \$211  = 28'h0000000;
     end
     if (rst) begin
-      \$211  = 1'h0;
+      \$211  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$212 [11:0] = po_dst;
-    \$212 [12] = \$163 ;
+    \$212  = \out$151 ;
     if (soft_reset) begin
-      \$212  = 13'h0000;
+      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$212  = 13'h0000;
+      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$213  = \$164 ;
+    \$213  = postop_busy;
+    if (post_start) begin
+      \$213  = 1'h1;
+    end
+    if (out_valid) begin
+      if (\out_ctl$100 [12]) begin
+        \$213  = 1'h0;
+      end
+    end
     if (soft_reset) begin
       \$213  = 1'h0;
     end
@@ -10898,85 +10951,246 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$214  = \$165 ;
+    \$214  = po_src;
+    if (post_start) begin
+      \$214  = cmd[73:64];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$214  = \$166 [9:0];
+    end
     if (soft_reset) begin
-      \$214  = 1'h0;
+      \$214  = 10'h000;
     end
     if (rst) begin
-      \$214  = 1'h0;
+      \$214  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$215  = perf_macs;
+    \$215  = po_dst;
+    if (post_start) begin
+      \$215  = cmd[91:80];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$215  = \$167 [11:0];
+    end
+    if (soft_reset) begin
+      \$215  = 12'h000;
+    end
+    if (rst) begin
+      \$215  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$216  = po_left;
+    if (post_start) begin
+      \$216  = cmd[111:96];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$216  = \$168 [15:0];
+    end
+    if (soft_reset) begin
+      \$216  = 16'h0000;
+    end
+    if (rst) begin
+      \$216  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$217  = po_tag;
+    if (post_start) begin
+      \$217  = cmd[31:16];
+    end
+    if (soft_reset) begin
+      \$217  = 16'h0000;
+    end
+    if (rst) begin
+      \$217  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$218  = po_bias_pending;
+    if (post_start) begin
+      \$218  = cmd[9];
+    end else if (po_bias_pending) begin
+      \$218  = 1'h0;
+    end
+    if (soft_reset) begin
+      \$218  = 1'h0;
+    end
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$219  = bias;
+    if (post_start) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end else if (po_bias_pending) begin
+      \$219  = row;
+    end
+    if (soft_reset) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$220  = mult;
+    if (post_start) begin
+      \$220  = cmd[143:128];
+    end
+    if (soft_reset) begin
+      \$220  = 16'h0000;
+    end
+    if (rst) begin
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$221  = shift;
+    if (post_start) begin
+      \$221  = cmd[149:144];
+    end
+    if (soft_reset) begin
+      \$221  = 6'h00;
+    end
+    if (rst) begin
+      \$221  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$222  = relu;
+    if (post_start) begin
+      \$222  = cmd[8];
+    end
+    if (soft_reset) begin
+      \$222  = 1'h0;
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$223  = po_reading;
+    if (soft_reset) begin
+      \$223  = 1'h0;
+    end
+    if (rst) begin
+      \$223  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$224 [11:0] = po_dst;
+    \$224 [12] = \$169 ;
+    if (soft_reset) begin
+      \$224  = 13'h0000;
+    end
+    if (rst) begin
+      \$224  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$225  = \$170 ;
+    if (soft_reset) begin
+      \$225  = 1'h0;
+    end
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$226  = \$171 ;
+    if (soft_reset) begin
+      \$226  = 1'h0;
+    end
+    if (rst) begin
+      \$226  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$227  = perf_macs;
     if (a_valid) begin
-      \$215  = \$166 [47:0];
+      \$227  = \$172 [47:0];
     end
     if (soft_reset) begin
-      \$215  = 48'h000000000000;
+      \$227  = 48'h000000000000;
     end
     if (rst) begin
-      \$215  = 48'h000000000000;
+      \$227  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$216  = perf_busy;
+    \$228  = perf_busy;
     if (a_valid) begin
-      \$216  = \$167 [31:0];
+      \$228  = \$173 [31:0];
     end
     if (soft_reset) begin
-      \$216  = 32'd0;
+      \$228  = 32'd0;
     end
     if (rst) begin
-      \$216  = 32'd0;
+      \$228  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
-    \$217  = perf_stall;
-    if (\$169 ) begin
-      \$217  = \$170 [31:0];
+    \$229  = perf_stall;
+    if (\$175 ) begin
+      \$229  = \$176 [31:0];
     end
     if (soft_reset) begin
-      \$217  = 32'd0;
+      \$229  = 32'd0;
     end
     if (rst) begin
-      \$217  = 32'd0;
+      \$229  = 32'd0;
     end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign done__tready = r_en;
-  assign w_data = { cmd__tdata[143:128], cmd__tdata[91:80] };
-  assign \w_data$16  = { cmd__tdata[31:16], cmd__tdata[8], cmd__tdata[143:112], cmd__tdata[105:96], cmd__tdata[75:64] };
+  assign w_data = { cmd[143:128], cmd[91:80] };
+  assign \w_data$19  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
   assign w_valid = w_load;
-  assign \w_bank$44  = w_bank;
+  assign \w_bank$49  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$62  = a_valid;
-  assign \a_bank$64  = a_bank;
+  assign \a_valid$67  = a_valid;
+  assign \a_bank$69  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[9:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$86  = bias;
+  assign \bias$91  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$90  = row_valid;
-  assign row_ctl_p = \ctl$91 ;
-  assign spm_wr__tdata = { \port$7886$0 , \port$7884$0 [63:0] };
-  assign acc_wr__tdata = { \port$7886$0 , \port$7884$0  };
-  assign \w_data$111  = w_row;
-  assign \w_en$112  = spm_ext_pending;
-  assign \r_data$114  = spm_rresp__tdata;
-  assign \r_rdy$116  = spm_rresp__tvalid;
-  assign spm_rresp__tready = \r_en$117 ;
+  assign \row_valid$95  = row_valid;
+  assign row_ctl_p = \ctl$96 ;
+  assign spm_wr__tdata = { \port$7942$0 , \port$7940$0 [63:0] };
+  assign acc_wr__tdata = { \port$7942$0 , \port$7940$0  };
+  assign \w_data$116  = w_row;
+  assign \w_en$117  = spm_ext_pending;
+  assign \r_data$119  = spm_rresp__tdata;
+  assign \r_rdy$121  = spm_rresp__tvalid;
+  assign spm_rresp__tready = \r_en$122 ;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \w_data$124  = row;
-  assign \w_en$125  = acc_ext_pending;
-  assign \r_data$127  = acc_rresp__tdata;
-  assign \r_rdy$129  = acc_rresp__tvalid;
-  assign acc_rresp__tready = \r_en$130 ;
+  assign \w_data$129  = row;
+  assign \w_en$130  = acc_ext_pending;
+  assign \r_data$132  = acc_rresp__tdata;
+  assign \r_rdy$134  = acc_rresp__tvalid;
+  assign acc_rresp__tready = \r_en$135 ;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -11017,14 +11231,14 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \bias[5]  = bias[191:160];
   assign \bias[6]  = bias[223:192];
   assign \bias[7]  = bias[255:224];
-  assign \bias$86[0]  = bias[31:0];
-  assign \bias$86[1]  = bias[63:32];
-  assign \bias$86[2]  = bias[95:64];
-  assign \bias$86[3]  = bias[127:96];
-  assign \bias$86[4]  = bias[159:128];
-  assign \bias$86[5]  = bias[191:160];
-  assign \bias$86[6]  = bias[223:192];
-  assign \bias$86[7]  = bias[255:224];
+  assign \bias$91[0]  = bias[31:0];
+  assign \bias$91[1]  = bias[63:32];
+  assign \bias$91[2]  = bias[95:64];
+  assign \bias$91[3]  = bias[127:96];
+  assign \bias$91[4]  = bias[159:128];
+  assign \bias$91[5]  = bias[191:160];
+  assign \bias$91[6]  = bias[223:192];
+  assign \bias$91[7]  = bias[255:224];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -11033,8 +11247,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \row[5]  = row[191:160];
   assign \row[6]  = row[223:192];
   assign \row[7]  = row[255:224];
-  assign \row_ctl_p.dst  = \ctl$91 [11:0];
-  assign \row_ctl_p.last  = \ctl$91 [12];
+  assign \row_ctl_p.dst  = \ctl$96 [11:0];
+  assign \row_ctl_p.last  = \ctl$96 [12];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
@@ -11043,24 +11257,24 @@ module \dx1_board.soc.core0 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \out[5]  = out[47:40];
   assign \out[6]  = out[55:48];
   assign \out[7]  = out[63:56];
-  assign \out$144[0]  = \out$144 [31:0];
-  assign \out$144[1]  = \out$144 [63:32];
-  assign \out$144[2]  = \out$144 [95:64];
-  assign \out$144[3]  = \out$144 [127:96];
-  assign \out$144[4]  = \out$144 [159:128];
-  assign \out$144[5]  = \out$144 [191:160];
-  assign \out$144[6]  = \out$144 [223:192];
-  assign \out$144[7]  = \out$144 [255:224];
-  assign { \$1 [31:16], \$1 [7:0] } = 24'h000000;
-  assign { \$1 [255:32], \$1 [15:8] } = { cmd__tdata[255:32], cmd__tdata[15:8] };
-  assign { \$4 [143:64], \$4 [31:16], \$4 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$4 [255:144], \$4 [63:32], \$4 [15:9] } = { cmd__tdata[255:144], cmd__tdata[63:32], cmd__tdata[15:9] };
+  assign \out$151[0]  = \out$151 [31:0];
+  assign \out$151[1]  = \out$151 [63:32];
+  assign \out$151[2]  = \out$151 [95:64];
+  assign \out$151[3]  = \out$151 [127:96];
+  assign \out$151[4]  = \out$151 [159:128];
+  assign \out$151[5]  = \out$151 [191:160];
+  assign \out$151[6]  = \out$151 [223:192];
+  assign \out$151[7]  = \out$151 [255:224];
+  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
+  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
   assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd__tdata[255:150], cmd__tdata[63:32], cmd__tdata[15:10] };
-  assign \$121  = l_bank;
-  assign \$135  = w_bank;
-  assign \$140  = s_bank;
-  assign \$144  = s_bank;
+  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
+  assign \$127  = l_bank;
+  assign \$141  = w_bank;
+  assign \$146  = s_bank;
+  assign \$150  = s_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -18900,7 +19114,7 @@ module \dx1_board.soc.core0.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7984$80 , \port$7984$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6786$80 , \port$6786$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -18924,10 +19138,10 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7984$128 ;
-  wire [15:0] \port$7984$128 ;
-  input [11:0] \port$7984$80 ;
-  wire [11:0] \port$7984$80 ;
+  input [15:0] \port$6786$128 ;
+  wire [15:0] \port$6786$128 ;
+  input [11:0] \port$6786$80 ;
+  wire [11:0] \port$6786$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -18963,7 +19177,7 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7984$128 , \port$7984$80  };
+      storage[w_port__addr] <= { \port$6786$128 , \port$6786$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -19034,8 +19248,8 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7984$128 , \port$7984$80  };
-  assign w_data = { \port$7984$128 , \port$7984$80  };
+  assign w_port__data = { \port$6786$128 , \port$6786$80  };
+  assign w_data = { \port$6786$128 , \port$6786$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -19947,7 +20161,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7984$8 , \port$7984$16 , \port$7984$64 , \port$7984$96 , \port$7984$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6786$8 , \port$6786$16 , \port$6786$64 , \port$6786$96 , \port$6786$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -19971,16 +20185,16 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7984$112 ;
-  wire [31:0] \port$7984$112 ;
-  input [15:0] \port$7984$16 ;
-  wire [15:0] \port$7984$16 ;
-  input [11:0] \port$7984$64 ;
-  wire [11:0] \port$7984$64 ;
-  input \port$7984$8 ;
-  wire \port$7984$8 ;
-  input [9:0] \port$7984$96 ;
-  wire [9:0] \port$7984$96 ;
+  input [31:0] \port$6786$112 ;
+  wire [31:0] \port$6786$112 ;
+  input [15:0] \port$6786$16 ;
+  wire [15:0] \port$6786$16 ;
+  input [11:0] \port$6786$64 ;
+  wire [11:0] \port$6786$64 ;
+  input \port$6786$8 ;
+  wire \port$6786$8 ;
+  input [9:0] \port$6786$96 ;
+  wire [9:0] \port$6786$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -20016,7 +20230,7 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7984$16 , \port$7984$8 , \port$7984$112 , \port$7984$96 , \port$7984$64  };
+      storage[w_port__addr] <= { \port$6786$16 , \port$6786$8 , \port$6786$112 , \port$6786$96 , \port$6786$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -20087,149 +20301,161 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7984$16 , \port$7984$8 , \port$7984$112 , \port$7984$96 , \port$7984$64  };
-  assign w_data = { \port$7984$16 , \port$7984$8 , \port$7984$112 , \port$7984$96 , \port$7984$64  };
+  assign w_port__data = { \port$6786$16 , \port$6786$8 , \port$6786$112 , \port$6786$96 , \port$6786$64  };
+  assign w_data = { \port$6786$16 , \port$6786$8 , \port$6786$112 , \port$6786$96 , \port$6786$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$130 , \r_en$117 , cmd__tready, perf_macs, perf_busy, done__tvalid
-, \port$9228$0 , \port$9230$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
+, \port$9334$0 , \port$9336$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
-  wire [255:0] \$1 ;
-  wire [32:0] \$10 ;
+  wire \$1 ;
+  wire \$10 ;
   wire \$100 ;
   wire \$101 ;
   wire [3:0] \$102 ;
   wire \$103 ;
   wire \$104 ;
-  wire [4:0] \$105 ;
-  wire [5:0] \$106 ;
-  wire [4:0] \$107 ;
-  wire [5:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire \$112 ;
-  wire [5:0] \$113 ;
-  wire \$114 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire [2:0] \$108 ;
+  wire [4:0] \$109 ;
+  wire [32:0] \$11 ;
+  wire [5:0] \$110 ;
+  wire [4:0] \$111 ;
+  wire [5:0] \$112 ;
+  wire [31:0] \$113 ;
+  wire [19:0] \$114 ;
   wire \$115 ;
   wire \$116 ;
   wire \$117 ;
-  wire [5:0] \$118 ;
-  wire \$119 ;
-  wire [19:0] \$12 ;
+  wire \$118 ;
+  wire [5:0] \$119 ;
+  wire \$12 ;
   wire \$120 ;
   wire \$121 ;
-  wire [3:0] \$122 ;
+  wire \$122 ;
   wire \$123 ;
-  wire \$124 ;
-  wire [12:0] \$125 ;
-  wire [16:0] \$126 ;
+  wire [5:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
   wire \$127 ;
-  wire \$128 ;
+  wire [3:0] \$128 ;
   wire \$129 ;
-  wire [20:0] \$13 ;
+  wire [32:0] \$13 ;
   wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
+  wire [12:0] \$131 ;
+  wire [16:0] \$132 ;
   wire \$133 ;
   wire \$134 ;
   wire \$135 ;
-  wire [12:0] \$136 ;
-  wire [16:0] \$137 ;
+  wire \$136 ;
+  wire \$137 ;
   wire \$138 ;
   wire \$139 ;
   wire \$14 ;
   wire \$140 ;
-  wire [16:0] \$141 ;
-  wire \$142 ;
-  wire \$143 ;
+  wire \$141 ;
+  wire [12:0] \$142 ;
+  wire [16:0] \$143 ;
   wire \$144 ;
   wire \$145 ;
-  wire [16:0] \$146 ;
-  wire \$147 ;
+  wire \$146 ;
+  wire [16:0] \$147 ;
   wire \$148 ;
   wire \$149 ;
   wire \$15 ;
   wire \$150 ;
-  wire [16:0] \$151 ;
-  wire \$152 ;
+  wire \$151 ;
+  wire [16:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [16:0] \$155 ;
+  wire \$155 ;
   wire \$156 ;
-  wire \$157 ;
+  wire [16:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire [16:0] \$16 ;
-  wire [10:0] \$160 ;
-  wire [12:0] \$161 ;
-  wire [16:0] \$162 ;
+  wire \$160 ;
+  wire [16:0] \$161 ;
+  wire \$162 ;
   wire \$163 ;
   wire \$164 ;
   wire \$165 ;
-  wire [48:0] \$166 ;
-  wire [32:0] \$167 ;
-  wire \$168 ;
+  wire [10:0] \$166 ;
+  wire [12:0] \$167 ;
+  wire [16:0] \$168 ;
   wire \$169 ;
   wire \$17 ;
-  wire [32:0] \$170 ;
-  reg [3:0] \$171 ;
-  reg [3:0] \$172 ;
-  reg [2:0] \$173 ;
-  reg [4:0] \$174 ;
-  reg [2:0] \$175 ;
-  reg [4:0] \$176 ;
-  reg [2:0] \$177 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire [48:0] \$172 ;
+  wire [32:0] \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire [32:0] \$176 ;
+  reg [255:0] \$177 ;
   reg \$178 ;
-  reg [11:0] \$179 ;
+  reg [1:0] \$179 ;
   wire [3:0] \$18 ;
-  reg [15:0] \$180 ;
-  reg \$181 ;
-  reg \$182 ;
-  reg \$183 ;
-  reg \$184 ;
-  reg [11:0] \$185 ;
-  reg [15:0] \$186 ;
-  reg \$187 ;
-  reg [15:0] \$188 ;
-  reg \$189 ;
+  reg [3:0] \$180 ;
+  reg [3:0] \$181 ;
+  reg [31:0] \$182 ;
+  reg [31:0] \$183 ;
+  reg [7:0] \$184 ;
+  reg [2:0] \$185 ;
+  reg [4:0] \$186 ;
+  reg [2:0] \$187 ;
+  reg [4:0] \$188 ;
+  reg [2:0] \$189 ;
   wire [3:0] \$19 ;
   reg \$190 ;
-  reg [9:0] \$191 ;
+  reg [11:0] \$191 ;
   reg [15:0] \$192 ;
   reg \$193 ;
-  reg [15:0] \$194 ;
+  reg \$194 ;
   reg \$195 ;
   reg \$196 ;
-  reg [27:0] \$197 ;
-  reg \$198 ;
-  reg [27:0] \$199 ;
+  reg [11:0] \$197 ;
+  reg [15:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
   wire [3:0] \$20 ;
-  reg [255:0] \$200 ;
+  reg [15:0] \$200 ;
   reg \$201 ;
-  reg [9:0] \$202 ;
-  reg [11:0] \$203 ;
+  reg \$202 ;
+  reg [9:0] \$203 ;
   reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg \$206 ;
-  reg [255:0] \$207 ;
-  reg [15:0] \$208 ;
-  reg [5:0] \$209 ;
+  reg \$205 ;
+  reg [15:0] \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg [27:0] \$209 ;
   wire [3:0] \$21 ;
   reg \$210 ;
-  reg \$211 ;
-  reg [12:0] \$212 ;
+  reg [27:0] \$211 ;
+  reg [255:0] \$212 ;
   reg \$213 ;
-  reg \$214 ;
-  reg [47:0] \$215 ;
-  reg [31:0] \$216 ;
-  reg [31:0] \$217 ;
+  reg [9:0] \$214 ;
+  reg [11:0] \$215 ;
+  reg [15:0] \$216 ;
+  reg [15:0] \$217 ;
+  reg \$218 ;
+  reg [255:0] \$219 ;
   wire [255:0] \$22 ;
+  reg [15:0] \$220 ;
+  reg [5:0] \$221 ;
+  reg \$222 ;
+  reg \$223 ;
+  reg [12:0] \$224 ;
+  reg \$225 ;
+  reg \$226 ;
+  reg [47:0] \$227 ;
+  reg [31:0] \$228 ;
+  reg [31:0] \$229 ;
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
@@ -20237,7 +20463,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$27 ;
   wire [16:0] \$28 ;
   wire \$29 ;
-  wire [3:0] \$3 ;
+  wire [255:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
   wire \$32 ;
@@ -20248,7 +20474,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [3:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [255:0] \$4 ;
+  wire \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -20259,7 +20485,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$47 ;
   wire \$48 ;
   wire \$49 ;
-  wire \$5 ;
+  wire [3:0] \$5 ;
   wire \$50 ;
   wire \$51 ;
   wire \$52 ;
@@ -20270,7 +20496,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [255:0] \$6 ;
   wire \$60 ;
   wire \$61 ;
   wire \$62 ;
@@ -20303,7 +20529,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [32:0] \$87 ;
   wire [32:0] \$88 ;
   wire \$89 ;
-  wire [31:0] \$9 ;
+  wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
@@ -20325,10 +20551,11 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [7:0] \a[7] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$64 ;
+  wire \a_bank$69 ;
+  reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$62 ;
+  wire \a_valid$67 ;
   reg acc_ext_pending = 1'h0;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
@@ -20354,22 +20581,22 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire accepted;
+  reg [31:0] b_rows = 32'd0;
   reg [4:0] bank0_drain = 5'h00;
   reg [2:0] bank0_state = 3'h0;
   reg [4:0] bank1_drain = 5'h00;
   reg [2:0] bank1_state = 3'h0;
   reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] \bias$86 ;
-  wire [31:0] \bias$86[0] ;
-  wire [31:0] \bias$86[1] ;
-  wire [31:0] \bias$86[2] ;
-  wire [31:0] \bias$86[3] ;
-  wire [31:0] \bias$86[4] ;
-  wire [31:0] \bias$86[5] ;
-  wire [31:0] \bias$86[6] ;
-  wire [31:0] \bias$86[7] ;
+  wire [255:0] \bias$91 ;
+  wire [31:0] \bias$91[0] ;
+  wire [31:0] \bias$91[1] ;
+  wire [31:0] \bias$91[2] ;
+  wire [31:0] \bias$91[3] ;
+  wire [31:0] \bias$91[4] ;
+  wire [31:0] \bias$91[5] ;
+  wire [31:0] \bias$91[6] ;
+  wire [31:0] \bias$91[7] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -20381,15 +20608,18 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire busy;
   input clk;
   wire clk;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
   output cmd__tready;
-  reg cmd__tready;
+  wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg cmd_valid = 1'h0;
   wire credit;
   reg [27:0] ctl = 28'h0000000;
-  reg [12:0] \ctl$91  = 13'h0000;
+  reg [12:0] \ctl$96  = 13'h0000;
+  wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
   wire done__tready;
@@ -20407,18 +20637,18 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   reg [15:0] l_left = 16'h0000;
   reg [2:0] l_row = 3'h0;
   wire [2:0] level;
-  wire [2:0] \level$120 ;
+  wire [2:0] \level$125 ;
   reg [15:0] mult = 16'h0000;
   wire [63:0] out;
-  wire [255:0] \out$144 ;
-  wire [31:0] \out$144[0] ;
-  wire [31:0] \out$144[1] ;
-  wire [31:0] \out$144[2] ;
-  wire [31:0] \out$144[3] ;
-  wire [31:0] \out$144[4] ;
-  wire [31:0] \out$144[5] ;
-  wire [31:0] \out$144[6] ;
-  wire [31:0] \out$144[7] ;
+  wire [255:0] \out$151 ;
+  wire [31:0] \out$151[0] ;
+  wire [31:0] \out$151[1] ;
+  wire [31:0] \out$151[2] ;
+  wire [31:0] \out$151[3] ;
+  wire [31:0] \out$151[4] ;
+  wire [31:0] \out$151[5] ;
+  wire [31:0] \out$151[6] ;
+  wire [31:0] \out$151[7] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
@@ -20428,9 +20658,9 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [12:0] \out_ctl$95 ;
+  wire [12:0] \out_ctl$100 ;
   wire out_valid;
-  wire \out_valid$143 ;
+  wire \out_valid$150 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -20444,10 +20674,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$9228$0 ;
-  wire [255:0] \port$9228$0 ;
-  input [15:0] \port$9230$0 ;
-  wire [15:0] \port$9230$0 ;
+  input [255:0] \port$9334$0 ;
+  wire [255:0] \port$9334$0 ;
+  input [15:0] \port$9336$0 ;
+  wire [15:0] \port$9336$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -20456,18 +20686,18 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [63:0] \r_data$114 ;
-  wire [255:0] \r_data$127 ;
-  wire [27:0] \r_data$136 ;
-  wire [70:0] \r_data$139 ;
+  wire [63:0] \r_data$119 ;
+  wire [255:0] \r_data$132 ;
+  wire [27:0] \r_data$143 ;
+  wire [70:0] \r_data$146 ;
   input r_en;
   wire r_en;
-  input \r_en$117 ;
-  wire \r_en$117 ;
-  input \r_en$130 ;
-  wire \r_en$130 ;
-  reg \r_en$40 ;
-  reg \r_en$58 ;
+  input \r_en$122 ;
+  wire \r_en$122 ;
+  input \r_en$135 ;
+  wire \r_en$135 ;
+  reg \r_en$45 ;
+  reg \r_en$63 ;
   reg [255:0] r_psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
@@ -20478,10 +20708,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire [31:0] \r_psum[6] ;
   wire [31:0] \r_psum[7] ;
   wire r_rdy;
-  wire \r_rdy$116 ;
-  wire \r_rdy$129 ;
-  wire \r_rdy$39 ;
-  wire \r_rdy$57 ;
+  wire \r_rdy$121 ;
+  wire \r_rdy$134 ;
+  wire \r_rdy$44 ;
+  wire \r_rdy$62 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [255:0] row;
@@ -20499,7 +20729,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$90 ;
+  wire \row_valid$95 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -20549,27 +20779,30 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [7:0] status;
+  reg [1:0] stage = 2'h0;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   wire [255:0] summed;
+  reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$44 ;
+  wire \w_bank$49 ;
   wire [27:0] w_data;
-  wire [63:0] \w_data$111 ;
-  wire [255:0] \w_data$124 ;
-  wire [70:0] \w_data$16 ;
-  reg [31:0] \w_data$21 ;
+  wire [63:0] \w_data$116 ;
+  wire [255:0] \w_data$129 ;
+  wire [70:0] \w_data$19 ;
+  reg [31:0] \w_data$26 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$112 ;
+  wire \w_en$117 ;
   (* init = 1'h0 *)
-  wire \w_en$125 ;
-  reg \w_en$24 ;
-  reg \w_en$25 ;
+  wire \w_en$130 ;
+  reg \w_en$29 ;
+  reg \w_en$30 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$23 ;
+  wire \w_rdy$28 ;
   wire [63:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -20619,38 +20852,39 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   assign w_row = _2_;
   assign a = _3_;
-  assign accepted = cmd__tvalid & cmd__tready;
+  assign cmd__tready = ~ cmd_valid;
+  assign \$1  = stage == 2'h2;
+  assign decoded = cmd_valid & \$1 ;
   assign popped = done__tvalid & r_en;
-  assign busy = | outstanding;
+  assign \$2  = | outstanding;
+  assign busy = \$2  | cmd_valid;
   assign credit = outstanding < 4'h8;
-  assign \$2  = | \$1 ;
-  assign \$3  = \$2  ? 4'h2 : 4'h0;
-  assign \$5  = | \$4 ;
-  assign \$6  = ! cmd__tdata[127:112];
-  assign \$7  = ! cmd__tdata[143:128];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = cmd__tdata[143:128] * cmd__tdata[127:112];
-  assign \$10  = cmd__tdata[79:64] + \$9 ;
-  assign \$11  = \$10  > 13'h1000;
-  assign \$12  = cmd__tdata[143:128] * 4'h8;
-  assign \$13  = cmd__tdata[95:80] + \$12 ;
+  assign \$4  = | \$3 ;
+  assign \$5  = \$4  ? 4'h2 : 4'h0;
+  assign \$7  = | \$6 ;
+  assign \$8  = ! cmd[127:112];
+  assign \$9  = ! cmd[143:128];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = cmd[79:64] + a_rows;
+  assign \$12  = \$11  > 13'h1000;
+  assign \$13  = cmd[95:80] + b_rows;
   assign \$14  = \$13  > 13'h1000;
-  assign \$15  = \$11  | \$14 ;
-  assign \$16  = cmd__tdata[111:96] + cmd__tdata[127:112];
+  assign \$15  = \$12  | \$14 ;
+  assign \$16  = cmd[111:96] + cmd[127:112];
   assign \$17  = \$16  > 11'h400;
   assign \$18  = \$17  ? 4'h6 : 4'h0;
   assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$8  ? 4'h3 : \$19 ;
-  assign \$21  = \$5  ? 4'h2 : \$20 ;
+  assign \$20  = \$10  ? 4'h3 : \$19 ;
+  assign \$21  = \$7  ? 4'h2 : \$20 ;
   assign \$23  = | \$22 ;
-  assign \$24  = ! cmd__tdata[111:96];
-  assign \$25  = cmd__tdata[149:144] > 6'h2f;
-  assign \$26  = cmd__tdata[95:80] + cmd__tdata[111:96];
+  assign \$24  = ! cmd[111:96];
+  assign \$25  = cmd[149:144] > 6'h2f;
+  assign \$26  = cmd[95:80] + cmd[111:96];
   assign \$27  = \$26  > 13'h1000;
-  assign \$28  = cmd__tdata[79:64] + cmd__tdata[111:96];
+  assign \$28  = cmd[79:64] + cmd[111:96];
   assign \$29  = \$28  > 11'h400;
-  assign \$30  = cmd__tdata[127:112] >= 11'h400;
-  assign \$31  = cmd__tdata[9] & \$30 ;
+  assign \$30  = cmd[127:112] >= 11'h400;
+  assign \$31  = cmd[9] & \$30 ;
   assign \$32  = \$29  | \$31 ;
   assign \$33  = \$32  ? 4'h6 : 4'h0;
   assign \$34  = \$27  ? 4'h5 : \$33 ;
@@ -20660,14 +20894,14 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \$38  = ! gemm_inflight;
   assign \$39  = ~ postop_busy;
   assign idle = \$38  & \$39 ;
-  assign \$40  = cmd__tvalid & credit;
+  assign \$40  = decoded & credit;
   assign \$41  = | status;
-  assign \$42  = ! cmd__tdata[7:0];
+  assign \$42  = ! cmd[7:0];
   assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd__tdata[7:0] == 2'h3;
+  assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$23 ;
+  assign \$47  = \$46  & \w_rdy$28 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -20682,7 +20916,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$39  & \$59 ;
+  assign \$60  = \r_rdy$44  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -20696,7 +20930,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$57  & \$71 ;
+  assign \$72  = \r_rdy$62  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[10] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -20729,171 +20963,189 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \$99  = post_start | po_bias_pending;
   assign \$100  = \$99  | po_reading;
   assign \$101  = ~ \$100 ;
-  assign \$102  = \level$120  + acc_ext_pending;
+  assign \$102  = \level$125  + acc_ext_pending;
   assign \$103  = \$102  < 3'h4;
   assign acc_rreq__tready = \$101  & \$103 ;
   assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$105  = outstanding + accepted;
-  assign \$106  = \$105  - popped;
-  assign \$107  = gemm_inflight + gemm_accepted;
-  assign \$108  = \$107  - gemm_completed;
-  assign \$109  = bank0_state == 3'h4;
-  assign \$110  = ! bank0_drain;
-  assign \$111  = \$109  & \$110 ;
-  assign \$112  = bank0_state == 3'h4;
-  assign \$113  = bank0_drain - 1'h1;
-  assign \$114  = bank1_state == 3'h4;
-  assign \$115  = ! bank1_drain;
-  assign \$116  = \$114  & \$115 ;
-  assign \$117  = bank1_state == 3'h4;
-  assign \$118  = bank1_drain - 1'h1;
-  assign \$119  = ! l_row;
-  assign \$120  = ! l_bank;
-  assign \$122  = l_row + 1'h1;
-  assign \$123  = l_row == 3'h7;
-  assign \$124  = ~ l_bank;
-  assign \$125  = l_addr + 4'h8;
-  assign \$126  = l_left - 1'h1;
-  assign \$127  = l_left == 1'h1;
-  assign \$128  = ~ l_active;
-  assign \$129  = \$128  | l_finishing;
-  assign \$130  = \r_rdy$39  & \$129 ;
-  assign \$131  = l_row == 3'h7;
-  assign \$132  = l_issue & \$131 ;
-  assign \$133  = w_load & w_last;
-  assign \$134  = ! w_bank;
-  assign \$136  = s_addr + 1'h1;
-  assign \$137  = s_row + 1'h1;
-  assign \$138  = ! s_row;
-  assign \$139  = ! s_bank;
-  assign \$141  = s_m - 1'h1;
-  assign \$142  = s_row == \$141 ;
-  assign \$143  = ! s_bank;
-  assign \$145  = ~ s_bank;
-  assign \$146  = s_left - 1'h1;
-  assign \$147  = s_left == 1'h1;
-  assign \$148  = ~ s_active;
-  assign \$149  = \$148  | s_finishing;
-  assign \$150  = \r_rdy$57  & \$149 ;
-  assign \$151  = s_c + s_row;
-  assign \$152  = ~ s_first;
-  assign \$153  = s_acc | \$152 ;
-  assign \$154  = s_left == 1'h1;
-  assign \$155  = s_m - 1'h1;
-  assign \$156  = s_row == \$155 ;
-  assign \$157  = \$154  & \$156 ;
-  assign \$158  = | po_left;
-  assign \$159  = postop_busy & \$158 ;
-  assign \$160  = po_src + 1'h1;
-  assign \$161  = po_dst + 1'h1;
-  assign \$162  = po_left - 1'h1;
-  assign \$163  = po_left == 1'h1;
-  assign \$164  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$165  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$166  = perf_macs + 7'h40;
-  assign \$167  = perf_busy + 1'h1;
-  assign \$168  = ~ s_issue;
-  assign \$169  = s_active & \$168 ;
-  assign \$170  = perf_stall + 1'h1;
+  assign \$105  = cmd__tvalid & cmd__tready;
+  assign \$106  = stage != 2'h2;
+  assign \$107  = cmd_valid & \$106 ;
+  assign \$108  = stage + 1'h1;
+  assign \$109  = outstanding + take;
+  assign \$110  = \$109  - popped;
+  assign \$111  = gemm_inflight + gemm_accepted;
+  assign \$112  = \$111  - gemm_completed;
+  assign \$113  = cmd[143:128] * cmd[127:112];
+  assign \$114  = cmd[143:128] * 4'h8;
+  assign \$115  = bank0_state == 3'h4;
+  assign \$116  = ! bank0_drain;
+  assign \$117  = \$115  & \$116 ;
+  assign \$118  = bank0_state == 3'h4;
+  assign \$119  = bank0_drain - 1'h1;
+  assign \$120  = bank1_state == 3'h4;
+  assign \$121  = ! bank1_drain;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = bank1_state == 3'h4;
+  assign \$124  = bank1_drain - 1'h1;
+  assign \$125  = ! l_row;
+  assign \$126  = ! l_bank;
+  assign \$128  = l_row + 1'h1;
+  assign \$129  = l_row == 3'h7;
+  assign \$130  = ~ l_bank;
+  assign \$131  = l_addr + 4'h8;
+  assign \$132  = l_left - 1'h1;
+  assign \$133  = l_left == 1'h1;
+  assign \$134  = ~ l_active;
+  assign \$135  = \$134  | l_finishing;
+  assign \$136  = \r_rdy$44  & \$135 ;
+  assign \$137  = l_row == 3'h7;
+  assign \$138  = l_issue & \$137 ;
+  assign \$139  = w_load & w_last;
+  assign \$140  = ! w_bank;
+  assign \$142  = s_addr + 1'h1;
+  assign \$143  = s_row + 1'h1;
+  assign \$144  = ! s_row;
+  assign \$145  = ! s_bank;
+  assign \$147  = s_m - 1'h1;
+  assign \$148  = s_row == \$147 ;
+  assign \$149  = ! s_bank;
+  assign \$151  = ~ s_bank;
+  assign \$152  = s_left - 1'h1;
+  assign \$153  = s_left == 1'h1;
+  assign \$154  = ~ s_active;
+  assign \$155  = \$154  | s_finishing;
+  assign \$156  = \r_rdy$62  & \$155 ;
+  assign \$157  = s_c + s_row;
+  assign \$158  = ~ s_first;
+  assign \$159  = s_acc | \$158 ;
+  assign \$160  = s_left == 1'h1;
+  assign \$161  = s_m - 1'h1;
+  assign \$162  = s_row == \$161 ;
+  assign \$163  = \$160  & \$162 ;
+  assign \$164  = | po_left;
+  assign \$165  = postop_busy & \$164 ;
+  assign \$166  = po_src + 1'h1;
+  assign \$167  = po_dst + 1'h1;
+  assign \$168  = po_left - 1'h1;
+  assign \$169  = po_left == 1'h1;
+  assign \$170  = spm_rreq__tvalid & spm_rreq__tready;
+  assign \$171  = acc_rreq__tvalid & acc_rreq__tready;
+  assign \$172  = perf_macs + 7'h40;
+  assign \$173  = perf_busy + 1'h1;
+  assign \$174  = ~ s_issue;
+  assign \$175  = s_active & \$174 ;
+  assign \$176  = perf_stall + 1'h1;
   always @(posedge clk)
-    outstanding <= \$171 ;
+    cmd <= \$177 ;
   always @(posedge clk)
-    gemm_inflight <= \$172 ;
+    cmd_valid <= \$178 ;
   always @(posedge clk)
-    bank0_state <= \$173 ;
+    stage <= \$179 ;
   always @(posedge clk)
-    bank0_drain <= \$174 ;
+    outstanding <= \$180 ;
   always @(posedge clk)
-    bank1_state <= \$175 ;
+    gemm_inflight <= \$181 ;
   always @(posedge clk)
-    bank1_drain <= \$176 ;
+    a_rows <= \$182 ;
   always @(posedge clk)
-    l_row <= \$177 ;
+    b_rows <= \$183 ;
   always @(posedge clk)
-    l_bank <= \$178 ;
+    status <= \$184 ;
   always @(posedge clk)
-    l_addr <= \$179 ;
+    bank0_state <= \$185 ;
   always @(posedge clk)
-    l_left <= \$180 ;
+    bank0_drain <= \$186 ;
   always @(posedge clk)
-    l_active <= \$181 ;
+    bank1_state <= \$187 ;
   always @(posedge clk)
-    w_load <= \$182 ;
+    bank1_drain <= \$188 ;
   always @(posedge clk)
-    w_bank <= \$183 ;
+    l_row <= \$189 ;
   always @(posedge clk)
-    w_last <= \$184 ;
+    l_bank <= \$190 ;
   always @(posedge clk)
-    s_addr <= \$185 ;
+    l_addr <= \$191 ;
   always @(posedge clk)
-    s_row <= \$186 ;
+    l_left <= \$192 ;
   always @(posedge clk)
-    s_bank <= \$187 ;
+    l_active <= \$193 ;
   always @(posedge clk)
-    s_left <= \$188 ;
+    w_load <= \$194 ;
   always @(posedge clk)
-    s_first <= \$189 ;
+    w_bank <= \$195 ;
   always @(posedge clk)
-    s_active <= \$190 ;
+    w_last <= \$196 ;
   always @(posedge clk)
-    s_c <= \$191 ;
+    s_addr <= \$197 ;
   always @(posedge clk)
-    s_m <= \$192 ;
+    s_row <= \$198 ;
   always @(posedge clk)
-    s_acc <= \$193 ;
+    s_bank <= \$199 ;
   always @(posedge clk)
-    s_tag <= \$194 ;
+    s_left <= \$200 ;
   always @(posedge clk)
-    a_valid <= \$195 ;
+    s_first <= \$201 ;
   always @(posedge clk)
-    a_bank <= \$196 ;
+    s_active <= \$202 ;
   always @(posedge clk)
-    ctl <= \$197 ;
+    s_c <= \$203 ;
   always @(posedge clk)
-    r_valid <= \$198 ;
+    s_m <= \$204 ;
   always @(posedge clk)
-    r_ctl <= \$199 ;
+    s_acc <= \$205 ;
   always @(posedge clk)
-    r_psum <= \$200 ;
+    s_tag <= \$206 ;
   always @(posedge clk)
-    postop_busy <= \$201 ;
+    a_valid <= \$207 ;
   always @(posedge clk)
-    po_src <= \$202 ;
+    a_bank <= \$208 ;
   always @(posedge clk)
-    po_dst <= \$203 ;
+    ctl <= \$209 ;
   always @(posedge clk)
-    po_left <= \$204 ;
+    r_valid <= \$210 ;
   always @(posedge clk)
-    po_tag <= \$205 ;
+    r_ctl <= \$211 ;
   always @(posedge clk)
-    po_bias_pending <= \$206 ;
+    r_psum <= \$212 ;
   always @(posedge clk)
-    bias <= \$207 ;
+    postop_busy <= \$213 ;
   always @(posedge clk)
-    mult <= \$208 ;
+    po_src <= \$214 ;
   always @(posedge clk)
-    shift <= \$209 ;
+    po_dst <= \$215 ;
   always @(posedge clk)
-    relu <= \$210 ;
+    po_left <= \$216 ;
   always @(posedge clk)
-    row_valid <= \$211 ;
+    po_tag <= \$217 ;
   always @(posedge clk)
-    \ctl$91  <= \$212 ;
+    po_bias_pending <= \$218 ;
   always @(posedge clk)
-    spm_ext_pending <= \$213 ;
+    bias <= \$219 ;
   always @(posedge clk)
-    acc_ext_pending <= \$214 ;
+    mult <= \$220 ;
   always @(posedge clk)
-    perf_macs <= \$215 ;
+    shift <= \$221 ;
   always @(posedge clk)
-    perf_busy <= \$216 ;
+    relu <= \$222 ;
   always @(posedge clk)
-    perf_stall <= \$217 ;
+    row_valid <= \$223 ;
+  always @(posedge clk)
+    \ctl$96  <= \$224 ;
+  always @(posedge clk)
+    spm_ext_pending <= \$225 ;
+  always @(posedge clk)
+    acc_ext_pending <= \$226 ;
+  always @(posedge clk)
+    perf_macs <= \$227 ;
+  always @(posedge clk)
+    perf_busy <= \$228 ;
+  always @(posedge clk)
+    perf_stall <= \$229 ;
   \dx1_board.soc.core1.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$120 ),
+    .level(\level$125 ),
     .r_data(acc_rresp__tdata),
-    .r_en(\r_en$130 ),
+    .r_en(\r_en$135 ),
     .r_rdy(acc_rresp__tvalid),
     .rst(rst),
     .soft_reset(soft_reset),
@@ -20907,10 +21159,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$144 ),
+    .out(\out$151 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .valid_d14(\out_valid$143 ),
+    .valid_d14(\out_valid$150 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -20923,27 +21175,27 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .rst(rst),
     .soft_reset(soft_reset),
     .w_en(w_en),
-    .w_port__data(\w_data$21 )
+    .w_port__data(\w_data$26 )
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$9328$128 (cmd__tdata[143:128]),
-    .\port$9328$80 (cmd__tdata[91:80]),
-    .r_data(\r_data$136 ),
-    .r_en(\r_en$40 ),
-    .r_rdy(\r_rdy$39 ),
+    .\port$8180$128 (cmd[143:128]),
+    .\port$8180$80 (cmd[91:80]),
+    .r_data(\r_data$143 ),
+    .r_en(\r_en$45 ),
+    .r_rdy(\r_rdy$44 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .w_en(\w_en$24 ),
+    .w_en(\w_en$29 ),
     .w_rdy(w_rdy)
   );
   \dx1_board.soc.core1.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$91 ),
+    .ctl(\ctl$96 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$95 ),
+    .out_ctl(\out_ctl$100 ),
     .out_valid(out_valid),
     .relu(relu),
     .row(row),
@@ -20956,7 +21208,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     .clk(clk),
     .level(level),
     .r_data(spm_rresp__tdata),
-    .r_en(\r_en$117 ),
+    .r_en(\r_en$122 ),
     .r_rdy(spm_rresp__tvalid),
     .rst(rst),
     .soft_reset(soft_reset),
@@ -20965,49 +21217,49 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$9328$112 (cmd__tdata[143:112]),
-    .\port$9328$16 (cmd__tdata[31:16]),
-    .\port$9328$64 (cmd__tdata[75:64]),
-    .\port$9328$8 (cmd__tdata[8]),
-    .\port$9328$96 (cmd__tdata[105:96]),
-    .r_data(\r_data$139 ),
-    .r_en(\r_en$58 ),
-    .r_rdy(\r_rdy$57 ),
+    .\port$8180$112 (cmd[143:112]),
+    .\port$8180$16 (cmd[31:16]),
+    .\port$8180$64 (cmd[75:64]),
+    .\port$8180$8 (cmd[8]),
+    .\port$8180$96 (cmd[105:96]),
+    .r_data(\r_data$146 ),
+    .r_en(\r_en$63 ),
+    .r_rdy(\r_rdy$62 ),
     .rst(rst),
     .soft_reset(soft_reset),
-    .w_en(\w_en$25 ),
-    .w_rdy(\w_rdy$23 )
+    .w_en(\w_en$30 ),
+    .w_rdy(\w_rdy$28 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
     (* full_case = 32'd1 *)
-    casez (cmd__tdata[7:0])
+    casez (cmd[7:0])
       8'h00:
-          status = { 4'h0, \$3  };
+          status_next = { 4'h0, \$5  };
       8'h03:
-          status = { 4'h0, \$21  };
+          status_next = { 4'h0, \$21  };
       8'h04:
-          status = { 4'h0, \$37  };
+          status_next = { 4'h0, \$37  };
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    cmd__tready = 1'h0;
+    take = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
       if (\$43 ) begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else if (\$44 ) begin
         if (\$47 ) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end
     end
@@ -21028,58 +21280,58 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       end
     end
     if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
+      if (\out_ctl$100 [12]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \w_data$21  = 32'd0;
+    \w_data$26  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$21 [15:0] = cmd__tdata[31:16];
-          \w_data$21 [23:16] = status;
-          \w_data$21 [31:24] = cmd__tdata[7:0];
+          \w_data$26 [15:0] = cmd[31:16];
+          \w_data$26 [23:16] = status;
+          \w_data$26 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[11]) begin
-        \w_data$21 [15:0] = r_ctl[27:12];
-        \w_data$21 [23:16] = 8'h00;
-        \w_data$21 [31:24] = 8'h03;
+        \w_data$26 [15:0] = r_ctl[27:12];
+        \w_data$26 [23:16] = 8'h00;
+        \w_data$26 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
-        \w_data$21 [15:0] = po_tag;
-        \w_data$21 [23:16] = 8'h00;
-        \w_data$21 [31:24] = 8'h04;
+      if (\out_ctl$100 [12]) begin
+        \w_data$26 [15:0] = po_tag;
+        \w_data$26 [23:16] = 8'h00;
+        \w_data$26 [31:24] = 8'h04;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \w_en$24  = 1'h0;
+    \w_en$29  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$24  = 1'h1;
+          \w_en$29  = 1'h1;
         end
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \w_en$25  = 1'h0;
+    \w_en$30  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$25  = 1'h1;
+          \w_en$30  = 1'h1;
         end
       end
     end
@@ -21132,9 +21384,9 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \r_en$40  = 1'h0;
+    \r_en$45  = 1'h0;
     if (\$60 ) begin
-      \r_en$40  = 1'h1;
+      \r_en$45  = 1'h1;
     end
   end
   always @* begin
@@ -21153,9 +21405,9 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \r_en$58  = 1'h0;
+    \r_en$63  = 1'h0;
     if (\$72 ) begin
-      \r_en$58  = 1'h1;
+      \r_en$63  = 1'h1;
     end
   end
   always @* begin
@@ -21165,7 +21417,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$9230$0 [9:0];
+      acc_w__addr = \port$9336$0 [9:0];
     end
   end
   always @* begin
@@ -21175,7 +21427,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$9228$0 ;
+      acc_w__data = \port$9334$0 ;
     end
   end
   always @* begin
@@ -21201,8 +21453,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
     acc_rp__addr = 10'h000;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
-        acc_rp__addr = cmd__tdata[121:112];
+      if (cmd[9]) begin
+        acc_rp__addr = cmd[121:112];
       end
     end else if (po_bias_pending) begin
     end else if (\$90 ) begin
@@ -21216,7 +21468,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
     acc_rp__en = 1'h1;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
+      if (cmd[9]) begin
         acc_rp__en = 1'h1;
       end
     end else if (po_bias_pending) begin
@@ -21240,10 +21492,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
     spm_w__addr = 12'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$95 [11:0];
+      spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$9230$0 [11:0];
+      spm_w__addr = \port$9336$0 [11:0];
     end
   end
   always @* begin
@@ -21253,7 +21505,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$9228$0 [63:0];
+      spm_w__data = \port$9334$0 [63:0];
     end
   end
   always @* begin
@@ -21268,166 +21520,24 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$171  = \$106 [3:0];
+    \$177  = cmd;
+    if (\$105 ) begin
+      \$177  = cmd__tdata;
+    end
     if (soft_reset) begin
-      \$171  = 4'h0;
+      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$171  = 4'h0;
+      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$172  = \$108 [3:0];
-    if (soft_reset) begin
-      \$172  = 4'h0;
-    end
-    if (rst) begin
-      \$172  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$173  = bank0_state;
-    if (\$111 ) begin
-      \$173  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$120 ) begin
-          \$173  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$134 ) begin
-        \$173  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$139 ) begin
-          \$173  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$173  = 3'h4;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$173  = 3'h0;
-    end
-    if (rst) begin
-      \$173  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$174  = bank0_drain;
-    if (\$111 ) begin
-    end else if (\$112 ) begin
-      \$174  = \$113 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$174  = 5'h10;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$174  = 5'h00;
-    end
-    if (rst) begin
-      \$174  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$175  = bank1_state;
-    if (\$116 ) begin
-      \$175  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$121 ) begin
-          \$175  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$135 ) begin
-        \$175  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$140 ) begin
-          \$175  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$175  = 3'h4;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$175  = 3'h0;
-    end
-    if (rst) begin
-      \$175  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$176  = bank1_drain;
-    if (\$116 ) begin
-    end else if (\$117 ) begin
-      \$176  = \$118 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$176  = 5'h10;
-        end
-      end
-    end
-    if (soft_reset) begin
-      \$176  = 5'h00;
-    end
-    if (rst) begin
-      \$176  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$177  = l_row;
-    if (l_issue) begin
-      \$177  = \$122 [2:0];
-      if (\$123 ) begin
-        \$177  = 3'h0;
-      end
-    end
-    if (\$130 ) begin
-      \$177  = 3'h0;
-    end
-    if (soft_reset) begin
-      \$177  = 3'h0;
-    end
-    if (rst) begin
-      \$177  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$178  = l_bank;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$178  = \$124 ;
-      end
+    \$178  = cmd_valid;
+    if (\$105 ) begin
+      \$178  = 1'h1;
+    end else if (take) begin
+      \$178  = 1'h0;
     end
     if (soft_reset) begin
       \$178  = 1'h0;
@@ -21438,188 +21548,212 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$179  = l_addr;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$179  = \$125 [11:0];
-      end
-    end
-    if (\$130 ) begin
-      \$179  = \r_data$136 [11:0];
+    \$179  = stage;
+    if (\$105 ) begin
+      \$179  = 2'h0;
+    end else if (take) begin
+    end else if (\$107 ) begin
+      \$179  = \$108 [1:0];
     end
     if (soft_reset) begin
-      \$179  = 12'h000;
+      \$179  = 2'h0;
     end
     if (rst) begin
-      \$179  = 12'h000;
+      \$179  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$180  = l_left;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$180  = \$126 [15:0];
-      end
-    end
-    if (\$130 ) begin
-      \$180  = \r_data$136 [27:12];
-    end
+    \$180  = \$110 [3:0];
     if (soft_reset) begin
-      \$180  = 16'h0000;
+      \$180  = 4'h0;
     end
     if (rst) begin
-      \$180  = 16'h0000;
+      \$180  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$181  = l_active;
+    \$181  = \$112 [3:0];
+    if (soft_reset) begin
+      \$181  = 4'h0;
+    end
+    if (rst) begin
+      \$181  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$182  = \$113 ;
+    if (soft_reset) begin
+      \$182  = 32'd0;
+    end
+    if (rst) begin
+      \$182  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$183  = { 12'h000, \$114  };
+    if (soft_reset) begin
+      \$183  = 32'd0;
+    end
+    if (rst) begin
+      \$183  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$184  = status_next;
+    if (soft_reset) begin
+      \$184  = 8'h00;
+    end
+    if (rst) begin
+      \$184  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$185  = bank0_state;
+    if (\$117 ) begin
+      \$185  = 3'h0;
+    end
     if (l_issue) begin
-      if (\$123 ) begin
+      if (\$125 ) begin
+        if (\$126 ) begin
+          \$185  = 3'h1;
+        end
+      end
+    end
+    if (\$139 ) begin
+      if (\$140 ) begin
+        \$185  = 3'h2;
+      end
+    end
+    if (s_issue) begin
+      if (\$144 ) begin
+        if (\$145 ) begin
+          \$185  = 3'h3;
+        end
+      end
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$185  = 3'h4;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$185  = 3'h0;
+    end
+    if (rst) begin
+      \$185  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$186  = bank0_drain;
+    if (\$117 ) begin
+    end else if (\$118 ) begin
+      \$186  = \$119 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$186  = 5'h10;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$186  = 5'h00;
+    end
+    if (rst) begin
+      \$186  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$187  = bank1_state;
+    if (\$122 ) begin
+      \$187  = 3'h0;
+    end
+    if (l_issue) begin
+      if (\$125 ) begin
         if (\$127 ) begin
-          \$181  = 1'h0;
+          \$187  = 3'h1;
         end
       end
     end
-    if (\$130 ) begin
-      \$181  = 1'h1;
-    end
-    if (soft_reset) begin
-      \$181  = 1'h0;
-    end
-    if (rst) begin
-      \$181  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$182  = l_issue;
-    if (soft_reset) begin
-      \$182  = 1'h0;
-    end
-    if (rst) begin
-      \$182  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$183  = l_bank;
-    if (soft_reset) begin
-      \$183  = 1'h0;
-    end
-    if (rst) begin
-      \$183  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$184  = \$132 ;
-    if (soft_reset) begin
-      \$184  = 1'h0;
-    end
-    if (rst) begin
-      \$184  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$185  = s_addr;
-    if (s_issue) begin
-      \$185  = \$136 [11:0];
-    end
-    if (\$150 ) begin
-      \$185  = \r_data$139 [11:0];
-    end
-    if (soft_reset) begin
-      \$185  = 12'h000;
-    end
-    if (rst) begin
-      \$185  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$186  = s_row;
-    if (s_issue) begin
-      \$186  = \$137 [15:0];
-      if (\$142 ) begin
-        \$186  = 16'h0000;
+    if (\$139 ) begin
+      if (\$141 ) begin
+        \$187  = 3'h2;
       end
     end
-    if (\$150 ) begin
-      \$186  = 16'h0000;
-    end
-    if (soft_reset) begin
-      \$186  = 16'h0000;
-    end
-    if (rst) begin
-      \$186  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$187  = s_bank;
     if (s_issue) begin
-      if (\$142 ) begin
-        \$187  = \$145 ;
+      if (\$144 ) begin
+        if (\$146 ) begin
+          \$187  = 3'h3;
+        end
       end
-    end
-    if (soft_reset) begin
-      \$187  = 1'h0;
-    end
-    if (rst) begin
-      \$187  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$188  = s_left;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$188  = \$146 [15:0];
-      end
-    end
-    if (\$150 ) begin
-      \$188  = \r_data$139 [53:38];
-    end
-    if (soft_reset) begin
-      \$188  = 16'h0000;
-    end
-    if (rst) begin
-      \$188  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$189  = s_first;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$189  = 1'h0;
-      end
-    end
-    if (\$150 ) begin
-      \$189  = 1'h1;
-    end
-    if (soft_reset) begin
-      \$189  = 1'h0;
-    end
-    if (rst) begin
-      \$189  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$190  = s_active;
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$147 ) begin
-          \$190  = 1'h0;
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$187  = 3'h4;
         end
       end
     end
-    if (\$150 ) begin
-      \$190  = 1'h1;
+    if (soft_reset) begin
+      \$187  = 3'h0;
+    end
+    if (rst) begin
+      \$187  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$188  = bank1_drain;
+    if (\$122 ) begin
+    end else if (\$123 ) begin
+      \$188  = \$124 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$188  = 5'h10;
+        end
+      end
+    end
+    if (soft_reset) begin
+      \$188  = 5'h00;
+    end
+    if (rst) begin
+      \$188  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$189  = l_row;
+    if (l_issue) begin
+      \$189  = \$128 [2:0];
+      if (\$129 ) begin
+        \$189  = 3'h0;
+      end
+    end
+    if (\$136 ) begin
+      \$189  = 3'h0;
+    end
+    if (soft_reset) begin
+      \$189  = 3'h0;
+    end
+    if (rst) begin
+      \$189  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$190  = l_bank;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$190  = \$130 ;
+      end
     end
     if (soft_reset) begin
       \$190  = 1'h0;
@@ -21630,22 +21764,32 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$191  = s_c;
-    if (\$150 ) begin
-      \$191  = \r_data$139 [21:12];
+    \$191  = l_addr;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$191  = \$131 [11:0];
+      end
+    end
+    if (\$136 ) begin
+      \$191  = \r_data$143 [11:0];
     end
     if (soft_reset) begin
-      \$191  = 10'h000;
+      \$191  = 12'h000;
     end
     if (rst) begin
-      \$191  = 10'h000;
+      \$191  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$192  = s_m;
-    if (\$150 ) begin
-      \$192  = \r_data$139 [37:22];
+    \$192  = l_left;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$192  = \$132 [15:0];
+      end
+    end
+    if (\$136 ) begin
+      \$192  = \r_data$143 [27:12];
     end
     if (soft_reset) begin
       \$192  = 16'h0000;
@@ -21656,9 +21800,16 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$193  = s_acc;
-    if (\$150 ) begin
-      \$193  = \r_data$139 [54];
+    \$193  = l_active;
+    if (l_issue) begin
+      if (\$129 ) begin
+        if (\$133 ) begin
+          \$193  = 1'h0;
+        end
+      end
+    end
+    if (\$136 ) begin
+      \$193  = 1'h1;
     end
     if (soft_reset) begin
       \$193  = 1'h0;
@@ -21669,20 +21820,17 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$194  = s_tag;
-    if (\$150 ) begin
-      \$194  = \r_data$139 [70:55];
-    end
+    \$194  = l_issue;
     if (soft_reset) begin
-      \$194  = 16'h0000;
+      \$194  = 1'h0;
     end
     if (rst) begin
-      \$194  = 16'h0000;
+      \$194  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$195  = s_issue;
+    \$195  = l_bank;
     if (soft_reset) begin
       \$195  = 1'h0;
     end
@@ -21692,7 +21840,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$196  = s_bank;
+    \$196  = \$138 ;
     if (soft_reset) begin
       \$196  = 1'h0;
     end
@@ -21702,58 +21850,83 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$197 [9:0] = \$151 [9:0];
-    \$197 [10] = \$153 ;
-    \$197 [11] = \$157 ;
-    \$197 [27:12] = s_tag;
+    \$197  = s_addr;
+    if (s_issue) begin
+      \$197  = \$142 [11:0];
+    end
+    if (\$156 ) begin
+      \$197  = \r_data$146 [11:0];
+    end
     if (soft_reset) begin
-      \$197  = 28'h0000000;
+      \$197  = 12'h000;
     end
     if (rst) begin
-      \$197  = 28'h0000000;
+      \$197  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$198  = \out_valid$143 ;
+    \$198  = s_row;
+    if (s_issue) begin
+      \$198  = \$143 [15:0];
+      if (\$148 ) begin
+        \$198  = 16'h0000;
+      end
+    end
+    if (\$156 ) begin
+      \$198  = 16'h0000;
+    end
     if (soft_reset) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
     if (rst) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$199  = out_ctl;
+    \$199  = s_bank;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$199  = \$151 ;
+      end
+    end
     if (soft_reset) begin
-      \$199  = 28'h0000000;
+      \$199  = 1'h0;
     end
     if (rst) begin
-      \$199  = 28'h0000000;
+      \$199  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$200  = \out$144 ;
+    \$200  = s_left;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$200  = \$152 [15:0];
+      end
+    end
+    if (\$156 ) begin
+      \$200  = \r_data$146 [53:38];
+    end
     if (soft_reset) begin
-      \$200  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$200  = 16'h0000;
     end
     if (rst) begin
-      \$200  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$200  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$201  = postop_busy;
-    if (post_start) begin
-      \$201  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$95 [12]) begin
+    \$201  = s_first;
+    if (s_issue) begin
+      if (\$148 ) begin
         \$201  = 1'h0;
       end
     end
+    if (\$156 ) begin
+      \$201  = 1'h1;
+    end
     if (soft_reset) begin
       \$201  = 1'h0;
     end
@@ -21763,44 +21936,42 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$202  = po_src;
-    if (post_start) begin
-      \$202  = cmd__tdata[73:64];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$202  = \$160 [9:0];
+    \$202  = s_active;
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$153 ) begin
+          \$202  = 1'h0;
+        end
+      end
+    end
+    if (\$156 ) begin
+      \$202  = 1'h1;
     end
     if (soft_reset) begin
-      \$202  = 10'h000;
+      \$202  = 1'h0;
     end
     if (rst) begin
-      \$202  = 10'h000;
+      \$202  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$203  = po_dst;
-    if (post_start) begin
-      \$203  = cmd__tdata[91:80];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$203  = \$161 [11:0];
+    \$203  = s_c;
+    if (\$156 ) begin
+      \$203  = \r_data$146 [21:12];
     end
     if (soft_reset) begin
-      \$203  = 12'h000;
+      \$203  = 10'h000;
     end
     if (rst) begin
-      \$203  = 12'h000;
+      \$203  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$204  = po_left;
-    if (post_start) begin
-      \$204  = cmd__tdata[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$204  = \$162 [15:0];
+    \$204  = s_m;
+    if (\$156 ) begin
+      \$204  = \r_data$146 [37:22];
     end
     if (soft_reset) begin
       \$204  = 16'h0000;
@@ -21811,79 +21982,66 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$205  = po_tag;
-    if (post_start) begin
-      \$205  = cmd__tdata[31:16];
+    \$205  = s_acc;
+    if (\$156 ) begin
+      \$205  = \r_data$146 [54];
     end
     if (soft_reset) begin
-      \$205  = 16'h0000;
+      \$205  = 1'h0;
     end
     if (rst) begin
-      \$205  = 16'h0000;
+      \$205  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$206  = po_bias_pending;
-    if (post_start) begin
-      \$206  = cmd__tdata[9];
-    end else if (po_bias_pending) begin
-      \$206  = 1'h0;
+    \$206  = s_tag;
+    if (\$156 ) begin
+      \$206  = \r_data$146 [70:55];
     end
     if (soft_reset) begin
-      \$206  = 1'h0;
+      \$206  = 16'h0000;
     end
     if (rst) begin
-      \$206  = 1'h0;
+      \$206  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$207  = bias;
-    if (post_start) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$207  = row;
-    end
+    \$207  = s_issue;
     if (soft_reset) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$207  = 1'h0;
     end
     if (rst) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$207  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$208  = mult;
-    if (post_start) begin
-      \$208  = cmd__tdata[143:128];
-    end
+    \$208  = s_bank;
     if (soft_reset) begin
-      \$208  = 16'h0000;
+      \$208  = 1'h0;
     end
     if (rst) begin
-      \$208  = 16'h0000;
+      \$208  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$209  = shift;
-    if (post_start) begin
-      \$209  = cmd__tdata[149:144];
-    end
+    \$209 [9:0] = \$157 [9:0];
+    \$209 [10] = \$159 ;
+    \$209 [11] = \$163 ;
+    \$209 [27:12] = s_tag;
     if (soft_reset) begin
-      \$209  = 6'h00;
+      \$209  = 28'h0000000;
     end
     if (rst) begin
-      \$209  = 6'h00;
+      \$209  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$210  = relu;
-    if (post_start) begin
-      \$210  = cmd__tdata[8];
-    end
+    \$210  = \out_valid$150 ;
     if (soft_reset) begin
       \$210  = 1'h0;
     end
@@ -21893,28 +22051,35 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$211  = po_reading;
+    \$211  = out_ctl;
     if (soft_reset) begin
-      \$211  = 1'h0;
+      \$211  = 28'h0000000;
     end
     if (rst) begin
-      \$211  = 1'h0;
+      \$211  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$212 [11:0] = po_dst;
-    \$212 [12] = \$163 ;
+    \$212  = \out$151 ;
     if (soft_reset) begin
-      \$212  = 13'h0000;
+      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$212  = 13'h0000;
+      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$213  = \$164 ;
+    \$213  = postop_busy;
+    if (post_start) begin
+      \$213  = 1'h1;
+    end
+    if (out_valid) begin
+      if (\out_ctl$100 [12]) begin
+        \$213  = 1'h0;
+      end
+    end
     if (soft_reset) begin
       \$213  = 1'h0;
     end
@@ -21924,85 +22089,246 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$214  = \$165 ;
+    \$214  = po_src;
+    if (post_start) begin
+      \$214  = cmd[73:64];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$214  = \$166 [9:0];
+    end
     if (soft_reset) begin
-      \$214  = 1'h0;
+      \$214  = 10'h000;
     end
     if (rst) begin
-      \$214  = 1'h0;
+      \$214  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$215  = perf_macs;
+    \$215  = po_dst;
+    if (post_start) begin
+      \$215  = cmd[91:80];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$215  = \$167 [11:0];
+    end
+    if (soft_reset) begin
+      \$215  = 12'h000;
+    end
+    if (rst) begin
+      \$215  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$216  = po_left;
+    if (post_start) begin
+      \$216  = cmd[111:96];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$216  = \$168 [15:0];
+    end
+    if (soft_reset) begin
+      \$216  = 16'h0000;
+    end
+    if (rst) begin
+      \$216  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$217  = po_tag;
+    if (post_start) begin
+      \$217  = cmd[31:16];
+    end
+    if (soft_reset) begin
+      \$217  = 16'h0000;
+    end
+    if (rst) begin
+      \$217  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$218  = po_bias_pending;
+    if (post_start) begin
+      \$218  = cmd[9];
+    end else if (po_bias_pending) begin
+      \$218  = 1'h0;
+    end
+    if (soft_reset) begin
+      \$218  = 1'h0;
+    end
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$219  = bias;
+    if (post_start) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end else if (po_bias_pending) begin
+      \$219  = row;
+    end
+    if (soft_reset) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$220  = mult;
+    if (post_start) begin
+      \$220  = cmd[143:128];
+    end
+    if (soft_reset) begin
+      \$220  = 16'h0000;
+    end
+    if (rst) begin
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$221  = shift;
+    if (post_start) begin
+      \$221  = cmd[149:144];
+    end
+    if (soft_reset) begin
+      \$221  = 6'h00;
+    end
+    if (rst) begin
+      \$221  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$222  = relu;
+    if (post_start) begin
+      \$222  = cmd[8];
+    end
+    if (soft_reset) begin
+      \$222  = 1'h0;
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$223  = po_reading;
+    if (soft_reset) begin
+      \$223  = 1'h0;
+    end
+    if (rst) begin
+      \$223  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$224 [11:0] = po_dst;
+    \$224 [12] = \$169 ;
+    if (soft_reset) begin
+      \$224  = 13'h0000;
+    end
+    if (rst) begin
+      \$224  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$225  = \$170 ;
+    if (soft_reset) begin
+      \$225  = 1'h0;
+    end
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$226  = \$171 ;
+    if (soft_reset) begin
+      \$226  = 1'h0;
+    end
+    if (rst) begin
+      \$226  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$227  = perf_macs;
     if (a_valid) begin
-      \$215  = \$166 [47:0];
+      \$227  = \$172 [47:0];
     end
     if (soft_reset) begin
-      \$215  = 48'h000000000000;
+      \$227  = 48'h000000000000;
     end
     if (rst) begin
-      \$215  = 48'h000000000000;
+      \$227  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$216  = perf_busy;
+    \$228  = perf_busy;
     if (a_valid) begin
-      \$216  = \$167 [31:0];
+      \$228  = \$173 [31:0];
     end
     if (soft_reset) begin
-      \$216  = 32'd0;
+      \$228  = 32'd0;
     end
     if (rst) begin
-      \$216  = 32'd0;
+      \$228  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
-    \$217  = perf_stall;
-    if (\$169 ) begin
-      \$217  = \$170 [31:0];
+    \$229  = perf_stall;
+    if (\$175 ) begin
+      \$229  = \$176 [31:0];
     end
     if (soft_reset) begin
-      \$217  = 32'd0;
+      \$229  = 32'd0;
     end
     if (rst) begin
-      \$217  = 32'd0;
+      \$229  = 32'd0;
     end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign done__tready = r_en;
-  assign w_data = { cmd__tdata[143:128], cmd__tdata[91:80] };
-  assign \w_data$16  = { cmd__tdata[31:16], cmd__tdata[8], cmd__tdata[143:112], cmd__tdata[105:96], cmd__tdata[75:64] };
+  assign w_data = { cmd[143:128], cmd[91:80] };
+  assign \w_data$19  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
   assign w_valid = w_load;
-  assign \w_bank$44  = w_bank;
+  assign \w_bank$49  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$62  = a_valid;
-  assign \a_bank$64  = a_bank;
+  assign \a_valid$67  = a_valid;
+  assign \a_bank$69  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[9:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$86  = bias;
+  assign \bias$91  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$90  = row_valid;
-  assign row_ctl_p = \ctl$91 ;
-  assign spm_wr__tdata = { \port$9230$0 , \port$9228$0 [63:0] };
-  assign acc_wr__tdata = { \port$9230$0 , \port$9228$0  };
-  assign \w_data$111  = w_row;
-  assign \w_en$112  = spm_ext_pending;
-  assign \r_data$114  = spm_rresp__tdata;
-  assign \r_rdy$116  = spm_rresp__tvalid;
-  assign spm_rresp__tready = \r_en$117 ;
+  assign \row_valid$95  = row_valid;
+  assign row_ctl_p = \ctl$96 ;
+  assign spm_wr__tdata = { \port$9336$0 , \port$9334$0 [63:0] };
+  assign acc_wr__tdata = { \port$9336$0 , \port$9334$0  };
+  assign \w_data$116  = w_row;
+  assign \w_en$117  = spm_ext_pending;
+  assign \r_data$119  = spm_rresp__tdata;
+  assign \r_rdy$121  = spm_rresp__tvalid;
+  assign spm_rresp__tready = \r_en$122 ;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \w_data$124  = row;
-  assign \w_en$125  = acc_ext_pending;
-  assign \r_data$127  = acc_rresp__tdata;
-  assign \r_rdy$129  = acc_rresp__tvalid;
-  assign acc_rresp__tready = \r_en$130 ;
+  assign \w_data$129  = row;
+  assign \w_en$130  = acc_ext_pending;
+  assign \r_data$132  = acc_rresp__tdata;
+  assign \r_rdy$134  = acc_rresp__tvalid;
+  assign acc_rresp__tready = \r_en$135 ;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -22043,14 +22369,14 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \bias[5]  = bias[191:160];
   assign \bias[6]  = bias[223:192];
   assign \bias[7]  = bias[255:224];
-  assign \bias$86[0]  = bias[31:0];
-  assign \bias$86[1]  = bias[63:32];
-  assign \bias$86[2]  = bias[95:64];
-  assign \bias$86[3]  = bias[127:96];
-  assign \bias$86[4]  = bias[159:128];
-  assign \bias$86[5]  = bias[191:160];
-  assign \bias$86[6]  = bias[223:192];
-  assign \bias$86[7]  = bias[255:224];
+  assign \bias$91[0]  = bias[31:0];
+  assign \bias$91[1]  = bias[63:32];
+  assign \bias$91[2]  = bias[95:64];
+  assign \bias$91[3]  = bias[127:96];
+  assign \bias$91[4]  = bias[159:128];
+  assign \bias$91[5]  = bias[191:160];
+  assign \bias$91[6]  = bias[223:192];
+  assign \bias$91[7]  = bias[255:224];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -22059,8 +22385,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \row[5]  = row[191:160];
   assign \row[6]  = row[223:192];
   assign \row[7]  = row[255:224];
-  assign \row_ctl_p.dst  = \ctl$91 [11:0];
-  assign \row_ctl_p.last  = \ctl$91 [12];
+  assign \row_ctl_p.dst  = \ctl$96 [11:0];
+  assign \row_ctl_p.last  = \ctl$96 [12];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
@@ -22069,24 +22395,24 @@ module \dx1_board.soc.core1 (rst, soft_reset, spm_wr__tready, acc_wr__tready, sp
   assign \out[5]  = out[47:40];
   assign \out[6]  = out[55:48];
   assign \out[7]  = out[63:56];
-  assign \out$144[0]  = \out$144 [31:0];
-  assign \out$144[1]  = \out$144 [63:32];
-  assign \out$144[2]  = \out$144 [95:64];
-  assign \out$144[3]  = \out$144 [127:96];
-  assign \out$144[4]  = \out$144 [159:128];
-  assign \out$144[5]  = \out$144 [191:160];
-  assign \out$144[6]  = \out$144 [223:192];
-  assign \out$144[7]  = \out$144 [255:224];
-  assign { \$1 [31:16], \$1 [7:0] } = 24'h000000;
-  assign { \$1 [255:32], \$1 [15:8] } = { cmd__tdata[255:32], cmd__tdata[15:8] };
-  assign { \$4 [143:64], \$4 [31:16], \$4 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$4 [255:144], \$4 [63:32], \$4 [15:9] } = { cmd__tdata[255:144], cmd__tdata[63:32], cmd__tdata[15:9] };
+  assign \out$151[0]  = \out$151 [31:0];
+  assign \out$151[1]  = \out$151 [63:32];
+  assign \out$151[2]  = \out$151 [95:64];
+  assign \out$151[3]  = \out$151 [127:96];
+  assign \out$151[4]  = \out$151 [159:128];
+  assign \out$151[5]  = \out$151 [191:160];
+  assign \out$151[6]  = \out$151 [223:192];
+  assign \out$151[7]  = \out$151 [255:224];
+  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
+  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
   assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd__tdata[255:150], cmd__tdata[63:32], cmd__tdata[15:10] };
-  assign \$121  = l_bank;
-  assign \$135  = w_bank;
-  assign \$140  = s_bank;
-  assign \$144  = s_bank;
+  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
+  assign \$127  = l_bank;
+  assign \$141  = w_bank;
+  assign \$146  = s_bank;
+  assign \$150  = s_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -29926,7 +30252,7 @@ module \dx1_board.soc.core1.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$9328$80 , \port$9328$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8180$80 , \port$8180$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -29950,10 +30276,10 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$9328$128 ;
-  wire [15:0] \port$9328$128 ;
-  input [11:0] \port$9328$80 ;
-  wire [11:0] \port$9328$80 ;
+  input [15:0] \port$8180$128 ;
+  wire [15:0] \port$8180$128 ;
+  input [11:0] \port$8180$80 ;
+  wire [11:0] \port$8180$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -29989,7 +30315,7 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9328$128 , \port$9328$80  };
+      storage[w_port__addr] <= { \port$8180$128 , \port$8180$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -30060,8 +30386,8 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9328$128 , \port$9328$80  };
-  assign w_data = { \port$9328$128 , \port$9328$80  };
+  assign w_port__data = { \port$8180$128 , \port$8180$80  };
+  assign w_data = { \port$8180$128 , \port$8180$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -30973,7 +31299,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$9328$8 , \port$9328$16 , \port$9328$64 , \port$9328$96 , \port$9328$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8180$8 , \port$8180$16 , \port$8180$64 , \port$8180$96 , \port$8180$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -30997,16 +31323,16 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$9328$112 ;
-  wire [31:0] \port$9328$112 ;
-  input [15:0] \port$9328$16 ;
-  wire [15:0] \port$9328$16 ;
-  input [11:0] \port$9328$64 ;
-  wire [11:0] \port$9328$64 ;
-  input \port$9328$8 ;
-  wire \port$9328$8 ;
-  input [9:0] \port$9328$96 ;
-  wire [9:0] \port$9328$96 ;
+  input [31:0] \port$8180$112 ;
+  wire [31:0] \port$8180$112 ;
+  input [15:0] \port$8180$16 ;
+  wire [15:0] \port$8180$16 ;
+  input [11:0] \port$8180$64 ;
+  wire [11:0] \port$8180$64 ;
+  input \port$8180$8 ;
+  wire \port$8180$8 ;
+  input [9:0] \port$8180$96 ;
+  wire [9:0] \port$8180$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -31042,7 +31368,7 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9328$16 , \port$9328$8 , \port$9328$112 , \port$9328$96 , \port$9328$64  };
+      storage[w_port__addr] <= { \port$8180$16 , \port$8180$8 , \port$8180$112 , \port$8180$96 , \port$8180$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -31113,78 +31439,78 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9328$16 , \port$9328$8 , \port$9328$112 , \port$9328$96 , \port$9328$64  };
-  assign w_data = { \port$9328$16 , \port$9328$8 , \port$9328$112 , \port$9328$96 , \port$9328$64  };
+  assign w_port__data = { \port$8180$16 , \port$8180$8 , \port$8180$112 , \port$8180$96 , \port$8180$64  };
+  assign w_data = { \port$8180$16 , \port$8180$8 , \port$8180$112 , \port$8180$96 , \port$8180$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp, doorbell_index
-, \port$6566$0 , \port$6568$0 , \port$6570$0 , \port$6572$0 , \port$6574$0 , \port$6576$0 , \port$6578$0 , \port$6580$0 , \port$6582$0 , \port$6584$0 , \port$6586$0 , \port$6588$0 , \port$6590$0 , \port$6592$0 , \port$6594$0 , \port$6596$0 , ring_base, ring_log2, cq_base, enable, dma_base
-, dma_limit, axi__bvalid, axi__bresp, tile_cmd__tready, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
+module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
+, doorbell_index, \port$6610$0 , \port$6612$0 , \port$6614$0 , \port$6616$0 , \port$6618$0 , \port$6620$0 , \port$6622$0 , \port$6624$0 , \port$6626$0 , \port$6628$0 , \port$6630$0 , \port$6632$0 , \port$6634$0 , \port$6636$0 , \port$6638$0 , \port$6640$0 , ring_base, ring_log2, cq_base, enable
+, dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [7:0] \$102 ;
   wire [7:0] \$103 ;
-  wire [7:0] \$104 ;
-  wire [7:0] \$105 ;
+  wire [255:0] \$104 ;
+  wire \$105 ;
   wire [7:0] \$106 ;
   wire [255:0] \$107 ;
   wire \$108 ;
-  wire \$109 ;
+  wire [7:0] \$109 ;
   wire \$11 ;
-  wire [7:0] \$110 ;
-  wire [7:0] \$111 ;
-  wire [255:0] \$112 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire [15:0] \$112 ;
   wire \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire [7:0] \$116 ;
-  wire [7:0] \$117 ;
-  wire [7:0] \$118 ;
-  wire [255:0] \$119 ;
+  wire [32:0] \$114 ;
+  wire [16:0] \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire [15:0] \$118 ;
+  wire \$119 ;
   wire [22:0] \$12 ;
   wire \$120 ;
-  wire [7:0] \$121 ;
-  wire [255:0] \$122 ;
-  wire \$123 ;
-  wire [7:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire [31:0] \$128 ;
-  wire [32:0] \$129 ;
+  wire [16:0] \$121 ;
+  wire [16:0] \$122 ;
+  wire [16:0] \$123 ;
+  wire [34:0] \$124 ;
+  wire [34:0] \$125 ;
+  wire [34:0] \$126 ;
+  wire [34:0] \$127 ;
+  wire \$128 ;
+  wire \$129 ;
   wire [32:0] \$13 ;
-  wire [19:0] \$130 ;
-  wire [20:0] \$131 ;
+  wire \$130 ;
+  wire \$131 ;
   wire \$132 ;
-  wire [31:0] \$133 ;
-  wire [32:0] \$134 ;
-  wire [19:0] \$135 ;
-  wire [20:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
   wire \$139 ;
   wire \$14 ;
   wire \$140 ;
-  wire [15:0] \$141 ;
-  wire [16:0] \$142 ;
+  wire \$141 ;
+  wire \$142 ;
   wire \$143 ;
   wire \$144 ;
-  wire [16:0] \$145 ;
-  wire [16:0] \$146 ;
-  wire [16:0] \$147 ;
-  wire [16:0] \$148 ;
-  wire [34:0] \$149 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [34:0] \$150 ;
-  wire [34:0] \$151 ;
-  wire [34:0] \$152 ;
+  reg [15:0] \$150 ;
+  wire \$151 ;
+  wire [16:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
   wire \$155 ;
@@ -31192,7 +31518,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$157 ;
   wire \$158 ;
   wire \$159 ;
-  wire [16:0] \$16 ;
+  wire \$16 ;
   wire \$160 ;
   wire \$161 ;
   wire \$162 ;
@@ -31203,64 +31529,64 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$167 ;
   wire \$168 ;
   wire \$169 ;
-  wire [32:0] \$17 ;
+  wire [255:0] \$17 ;
   wire \$170 ;
   wire \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  wire \$174 ;
-  wire \$175 ;
+  wire [16:0] \$172 ;
+  wire [16:0] \$173 ;
+  wire [16:0] \$174 ;
+  wire [16:0] \$175 ;
   wire \$176 ;
   wire \$177 ;
   wire \$178 ;
   wire \$179 ;
-  wire [33:0] \$18 ;
+  wire \$18 ;
   wire \$180 ;
   wire \$181 ;
   wire \$182 ;
   wire \$183 ;
   wire \$184 ;
   wire \$185 ;
-  wire \$186 ;
+  wire [2:0] \$186 ;
   wire \$187 ;
   wire \$188 ;
   wire \$189 ;
-  wire [16:0] \$19 ;
+  wire \$19 ;
   wire \$190 ;
-  wire \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
+  wire [16:0] \$191 ;
+  wire [16:0] \$192 ;
+  wire [16:0] \$193 ;
+  wire [16:0] \$194 ;
   wire \$195 ;
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
   wire \$199 ;
   wire \$2 ;
-  wire [32:0] \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
-  wire \$205 ;
-  wire \$206 ;
-  wire \$207 ;
-  wire \$208 ;
-  wire \$209 ;
-  wire [34:0] \$21 ;
-  wire \$210 ;
-  wire \$211 ;
-  wire \$212 ;
-  wire \$213 ;
-  wire \$214 ;
-  wire \$215 ;
-  wire \$216 ;
-  wire \$217 ;
-  wire \$218 ;
-  wire \$219 ;
-  wire [16:0] \$22 ;
-  wire \$220 ;
+  wire \$20 ;
+  wire [3:0] \$200 ;
+  wire [16:0] \$201 ;
+  wire [32:0] \$202 ;
+  wire [16:0] \$203 ;
+  wire [32:0] \$204 ;
+  wire [16:0] \$205 ;
+  wire [48:0] \$206 ;
+  wire [21:0] \$207 ;
+  wire [19:0] \$208 ;
+  wire [21:0] \$209 ;
+  wire \$21 ;
+  wire [31:0] \$210 ;
+  wire [19:0] \$211 ;
+  wire [33:0] \$212 ;
+  wire [34:0] \$213 ;
+  wire [49:0] \$214 ;
+  wire [50:0] \$215 ;
+  wire [32:0] \$216 ;
+  wire [32:0] \$217 ;
+  wire [32:0] \$218 ;
+  wire [20:0] \$219 ;
+  wire \$22 ;
+  wire [16:0] \$220 ;
   wire \$221 ;
   wire \$222 ;
   wire \$223 ;
@@ -31270,7 +31596,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$227 ;
   wire \$228 ;
   wire \$229 ;
-  wire [48:0] \$23 ;
+  wire \$23 ;
   wire \$230 ;
   wire \$231 ;
   wire \$232 ;
@@ -31281,7 +31607,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$237 ;
   wire \$238 ;
   wire \$239 ;
-  wire [49:0] \$24 ;
+  wire \$24 ;
   wire \$240 ;
   wire \$241 ;
   wire \$242 ;
@@ -31292,7 +31618,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$247 ;
   wire \$248 ;
   wire \$249 ;
-  wire [5:0] \$25 ;
+  wire \$25 ;
   wire \$250 ;
   wire \$251 ;
   wire \$252 ;
@@ -31303,7 +31629,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$257 ;
   wire \$258 ;
   wire \$259 ;
-  wire [21:0] \$26 ;
+  wire \$26 ;
   wire \$260 ;
   wire \$261 ;
   wire \$262 ;
@@ -31314,7 +31640,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$267 ;
   wire \$268 ;
   wire \$269 ;
-  wire [50:0] \$27 ;
+  wire \$27 ;
   wire \$270 ;
   wire \$271 ;
   wire \$272 ;
@@ -31325,7 +31651,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$277 ;
   wire \$278 ;
   wire \$279 ;
-  wire [255:0] \$28 ;
+  wire \$28 ;
   wire \$280 ;
   wire \$281 ;
   wire \$282 ;
@@ -31376,9 +31702,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$322 ;
   wire \$323 ;
   wire \$324 ;
-  reg [15:0] \$325 ;
+  wire \$325 ;
   wire \$326 ;
-  wire [16:0] \$327 ;
+  wire \$327 ;
   wire \$328 ;
   wire \$329 ;
   wire \$33 ;
@@ -31400,11 +31726,11 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$344 ;
   wire \$345 ;
   wire \$346 ;
-  wire [16:0] \$347 ;
-  wire [16:0] \$348 ;
-  wire [16:0] \$349 ;
+  wire \$347 ;
+  wire \$348 ;
+  wire \$349 ;
   wire \$35 ;
-  wire [16:0] \$350 ;
+  wire \$350 ;
   wire \$351 ;
   wire \$352 ;
   wire \$353 ;
@@ -31414,122 +31740,140 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$357 ;
   wire \$358 ;
   wire \$359 ;
-  wire \$36 ;
+  wire [7:0] \$36 ;
   wire \$360 ;
-  wire [2:0] \$361 ;
+  wire \$361 ;
   wire \$362 ;
   wire \$363 ;
   wire \$364 ;
   wire \$365 ;
-  wire [16:0] \$366 ;
-  wire [16:0] \$367 ;
-  wire [16:0] \$368 ;
-  wire [16:0] \$369 ;
-  wire \$37 ;
+  wire \$366 ;
+  wire \$367 ;
+  wire \$368 ;
+  wire \$369 ;
+  wire [7:0] \$37 ;
   wire \$370 ;
   wire \$371 ;
   wire \$372 ;
   wire \$373 ;
-  wire \$374 ;
+  wire [2:0] \$374 ;
   wire [2:0] \$375 ;
-  wire [2:0] \$376 ;
-  wire \$377 ;
+  wire \$376 ;
+  wire [2:0] \$377 ;
   wire [2:0] \$378 ;
-  wire [2:0] \$379 ;
-  wire \$38 ;
-  wire [3:0] \$380 ;
-  wire [4:0] \$381 ;
-  wire \$382 ;
+  wire [3:0] \$379 ;
+  wire [7:0] \$38 ;
+  wire [4:0] \$380 ;
+  wire \$381 ;
+  wire [1:0] \$382 ;
   wire [1:0] \$383 ;
-  wire [1:0] \$384 ;
-  wire \$385 ;
+  wire \$384 ;
+  wire [1:0] \$385 ;
   wire [1:0] \$386 ;
-  wire [1:0] \$387 ;
-  wire [2:0] \$388 ;
-  wire [3:0] \$389 ;
-  wire \$39 ;
-  wire [18:0] \$390 ;
-  wire [32:0] \$391 ;
-  reg [15:0] \$392 ;
-  wire [18:0] \$393 ;
-  wire [32:0] \$394 ;
-  reg [15:0] \$395 ;
-  reg [7:0] \$396 ;
-  reg \$397 ;
+  wire [2:0] \$387 ;
+  wire [3:0] \$388 ;
+  wire [18:0] \$389 ;
+  wire [7:0] \$39 ;
+  wire [32:0] \$390 ;
+  reg [15:0] \$391 ;
+  wire [18:0] \$392 ;
+  wire [32:0] \$393 ;
+  reg [15:0] \$394 ;
+  reg [7:0] \$395 ;
+  reg \$396 ;
+  reg [15:0] \$397 ;
   reg [15:0] \$398 ;
-  reg [15:0] \$399 ;
+  reg [7:0] \$399 ;
   wire [48:0] \$4 ;
-  wire \$40 ;
-  reg [7:0] \$400 ;
-  reg [15:0] \$401 ;
-  wire [18:0] \$402 ;
-  wire [32:0] \$403 ;
-  reg \$404 ;
-  reg [15:0] \$405 ;
+  wire [7:0] \$40 ;
+  reg [15:0] \$400 ;
+  wire [18:0] \$401 ;
+  wire [32:0] \$402 ;
+  reg \$403 ;
+  reg [15:0] \$404 ;
+  wire \$405 ;
   wire \$406 ;
   wire \$407 ;
   wire \$408 ;
   wire \$409 ;
-  wire \$41 ;
+  wire [7:0] \$41 ;
   wire \$410 ;
   wire \$411 ;
   wire \$412 ;
-  wire \$413 ;
-  reg \$414 ;
+  reg \$413 ;
+  reg [15:0] \$414 ;
   reg [15:0] \$415 ;
-  reg [15:0] \$416 ;
-  reg \$417 ;
-  reg [7:0] \$418 ;
-  reg [15:0] \$419 ;
-  wire \$42 ;
+  reg \$416 ;
+  reg [7:0] \$417 ;
+  reg [15:0] \$418 ;
+  reg [1:0] \$419 ;
+  wire [255:0] \$42 ;
   reg [1:0] \$420 ;
-  reg [1:0] \$421 ;
-  reg \$422 ;
-  reg [255:0] \$423 ;
-  reg \$424 ;
-  reg [15:0] \$425 ;
-  reg \$426 ;
-  reg \$427 ;
-  reg [312:0] \$428 ;
-  reg [7:0] \$429 ;
+  reg \$421 ;
+  reg [255:0] \$422 ;
+  reg \$423 ;
+  reg [15:0] \$424 ;
+  reg \$425 ;
+  reg [2:0] \$426 ;
+  reg [32:0] \$427 ;
+  reg [32:0] \$428 ;
+  reg [48:0] \$429 ;
   wire \$43 ;
-  reg [312:0] \$430 ;
-  reg [312:0] \$431 ;
-  reg [312:0] \$432 ;
-  reg [312:0] \$433 ;
-  reg \$434 ;
-  reg \$435 ;
-  reg \$436 ;
-  reg \$437 ;
-  reg [1:0] \$438 ;
-  reg [1:0] \$439 ;
+  reg [21:0] \$430 ;
+  reg [31:0] \$431 ;
+  reg [19:0] \$432 ;
+  reg [33:0] \$433 ;
+  reg [49:0] \$434 ;
+  reg [32:0] \$435 ;
+  reg [32:0] \$436 ;
+  reg [32:0] \$437 ;
+  reg [20:0] \$438 ;
+  reg [16:0] \$439 ;
   wire \$44 ;
-  reg [2:0] \$440 ;
-  reg [312:0] \$441 ;
-  reg [312:0] \$442 ;
+  reg [7:0] \$440 ;
+  reg [1:0] \$441 ;
+  reg [271:0] \$442 ;
   reg \$443 ;
   reg \$444 ;
   reg \$445 ;
-  reg \$446 ;
-  reg [1:0] \$447 ;
-  reg [31:0] \$448 ;
-  reg [63:0] \$449 ;
+  reg [312:0] \$446 ;
+  reg [7:0] \$447 ;
+  reg [312:0] \$448 ;
+  reg [312:0] \$449 ;
   wire \$45 ;
-  reg [15:0] \$450 ;
-  reg [15:0] \$451 ;
-  reg [7:0] \$452 ;
-  reg [1:0] \$453 ;
+  reg [312:0] \$450 ;
+  reg [312:0] \$451 ;
+  reg \$452 ;
+  reg \$453 ;
   reg \$454 ;
   reg \$455 ;
+  reg [1:0] \$456 ;
+  reg [1:0] \$457 ;
+  reg [2:0] \$458 ;
+  reg [312:0] \$459 ;
   wire \$46 ;
-  wire [7:0] \$47 ;
-  wire [7:0] \$48 ;
-  wire [7:0] \$49 ;
+  reg [312:0] \$460 ;
+  reg \$461 ;
+  reg \$462 ;
+  reg \$463 ;
+  reg \$464 ;
+  reg [1:0] \$465 ;
+  reg [31:0] \$466 ;
+  reg [63:0] \$467 ;
+  reg [15:0] \$468 ;
+  reg [15:0] \$469 ;
+  wire \$47 ;
+  reg [7:0] \$470 ;
+  reg [1:0] \$471 ;
+  reg \$472 ;
+  reg \$473 ;
+  wire \$48 ;
+  wire \$49 ;
   wire \$5 ;
-  wire [7:0] \$50 ;
-  wire [7:0] \$51 ;
-  wire [7:0] \$52 ;
-  wire [255:0] \$53 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
   wire \$54 ;
   wire \$55 ;
   wire \$56 ;
@@ -31538,25 +31882,25 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$59 ;
   wire \$6 ;
   wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
+  wire [7:0] \$61 ;
+  wire [7:0] \$62 ;
+  wire [7:0] \$63 ;
+  wire [7:0] \$64 ;
+  wire [7:0] \$65 ;
+  wire [7:0] \$66 ;
+  wire [255:0] \$67 ;
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
   wire \$70 ;
   wire \$71 ;
-  wire [7:0] \$72 ;
-  wire [7:0] \$73 ;
-  wire [7:0] \$74 ;
-  wire [7:0] \$75 ;
-  wire [7:0] \$76 ;
-  wire [7:0] \$77 ;
-  wire [255:0] \$78 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
   wire \$79 ;
   wire [16:0] \$8 ;
   wire \$80 ;
@@ -31566,19 +31910,19 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$84 ;
   wire \$85 ;
   wire \$86 ;
-  wire [32:0] \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire \$87 ;
+  wire [7:0] \$88 ;
+  wire [7:0] \$89 ;
   wire [16:0] \$9 ;
-  wire [32:0] \$90 ;
-  wire \$91 ;
-  wire \$92 ;
+  wire [7:0] \$90 ;
+  wire [7:0] \$91 ;
+  wire [255:0] \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire [32:0] \$98 ;
+  wire [7:0] \$95 ;
+  wire [7:0] \$96 ;
+  wire [255:0] \$97 ;
+  wire \$98 ;
   wire \$99 ;
   reg aw_done = 1'h0;
   output [31:0] axi__araddr;
@@ -31635,6 +31979,8 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [15:0] cmd_index = 16'h0000;
   reg cmd_phase = 1'h0;
   reg [1:0] complete_state = 2'h0;
+  reg [32:0] cp_dst_end = 33'h000000000;
+  reg [32:0] cp_src_end = 33'h000000000;
   (* init = 32'd0 *)
   wire [31:0] cpl_addr;
   (* init = 64'h0000000000000000 *)
@@ -31648,6 +31994,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [31:0] cq_base;
   reg d_pop;
   reg d_push;
+  wire decoded;
   output dispatched;
   reg dispatched;
   input [31:0] dma_base;
@@ -31665,6 +32012,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg dma_done__tready;
   input dma_done__tvalid;
   wire dma_done__tvalid;
+  reg dma_hazard = 1'h0;
   input [31:0] dma_limit;
   wire [31:0] dma_limit;
   reg dma_rd = 1'h0;
@@ -31712,7 +32060,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [15:0] error_index = 16'h0000;
   reg fetch_error = 1'h0;
   reg [1:0] fetch_state = 2'h0;
-  reg [271:0] fp;
+  reg [271:0] fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
   wire [33:0] \fp.acc_r_hi ;
   wire [33:0] \fp.acc_r_lo ;
   wire [33:0] \fp.acc_w_hi ;
@@ -31721,6 +32069,19 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [33:0] \fp.spm_r_lo ;
   wire [33:0] \fp.spm_w_hi ;
   wire [33:0] \fp.spm_w_lo ;
+  reg [271:0] fp_next;
+  wire [33:0] \fp_next.acc_r_hi ;
+  wire [33:0] \fp_next.acc_r_lo ;
+  wire [33:0] \fp_next.acc_w_hi ;
+  wire [33:0] \fp_next.acc_w_lo ;
+  wire [33:0] \fp_next.spm_r_hi ;
+  wire [33:0] \fp_next.spm_r_lo ;
+  wire [33:0] \fp_next.spm_w_hi ;
+  wire [33:0] \fp_next.spm_w_lo ;
+  reg [32:0] g_a_end = 33'h000000000;
+  reg [31:0] g_a_rows = 32'd0;
+  reg [20:0] g_b_end = 21'h000000;
+  reg [19:0] g_b_rows = 20'h00000;
   output halted;
   reg halted = 1'h0;
   reg have = 1'h0;
@@ -31748,41 +32109,46 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [7:0] local_status = 8'h00;
   reg local_valid = 1'h0;
   wire [15:0] mask;
-  wire [49:0] mv_end;
-  wire [33:0] mv_last;
+  reg [21:0] mv_bytes = 22'h000000;
+  reg [32:0] mv_col_off = 33'h000000000;
+  reg [48:0] mv_dram_off = 49'h0000000000000;
+  reg [49:0] mv_end = 50'h0000000000000;
+  reg [33:0] mv_last = 34'h000000000;
+  reg [32:0] mv_row_off = 33'h000000000;
+  reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6566$0 ;
-  wire [15:0] \port$6566$0 ;
-  input [15:0] \port$6568$0 ;
-  wire [15:0] \port$6568$0 ;
-  input [15:0] \port$6570$0 ;
-  wire [15:0] \port$6570$0 ;
-  input [15:0] \port$6572$0 ;
-  wire [15:0] \port$6572$0 ;
-  input [15:0] \port$6574$0 ;
-  wire [15:0] \port$6574$0 ;
-  input [15:0] \port$6576$0 ;
-  wire [15:0] \port$6576$0 ;
-  input [15:0] \port$6578$0 ;
-  wire [15:0] \port$6578$0 ;
-  input [15:0] \port$6580$0 ;
-  wire [15:0] \port$6580$0 ;
-  input [15:0] \port$6582$0 ;
-  wire [15:0] \port$6582$0 ;
-  input [15:0] \port$6584$0 ;
-  wire [15:0] \port$6584$0 ;
-  input [15:0] \port$6586$0 ;
-  wire [15:0] \port$6586$0 ;
-  input [15:0] \port$6588$0 ;
-  wire [15:0] \port$6588$0 ;
-  input [15:0] \port$6590$0 ;
-  wire [15:0] \port$6590$0 ;
-  input [15:0] \port$6592$0 ;
-  wire [15:0] \port$6592$0 ;
-  input [15:0] \port$6594$0 ;
-  wire [15:0] \port$6594$0 ;
-  input [15:0] \port$6596$0 ;
-  wire [15:0] \port$6596$0 ;
+  input [15:0] \port$6610$0 ;
+  wire [15:0] \port$6610$0 ;
+  input [15:0] \port$6612$0 ;
+  wire [15:0] \port$6612$0 ;
+  input [15:0] \port$6614$0 ;
+  wire [15:0] \port$6614$0 ;
+  input [15:0] \port$6616$0 ;
+  wire [15:0] \port$6616$0 ;
+  input [15:0] \port$6618$0 ;
+  wire [15:0] \port$6618$0 ;
+  input [15:0] \port$6620$0 ;
+  wire [15:0] \port$6620$0 ;
+  input [15:0] \port$6622$0 ;
+  wire [15:0] \port$6622$0 ;
+  input [15:0] \port$6624$0 ;
+  wire [15:0] \port$6624$0 ;
+  input [15:0] \port$6626$0 ;
+  wire [15:0] \port$6626$0 ;
+  input [15:0] \port$6628$0 ;
+  wire [15:0] \port$6628$0 ;
+  input [15:0] \port$6630$0 ;
+  wire [15:0] \port$6630$0 ;
+  input [15:0] \port$6632$0 ;
+  wire [15:0] \port$6632$0 ;
+  input [15:0] \port$6634$0 ;
+  wire [15:0] \port$6634$0 ;
+  input [15:0] \port$6636$0 ;
+  wire [15:0] \port$6636$0 ;
+  input [15:0] \port$6638$0 ;
+  wire [15:0] \port$6638$0 ;
+  input [15:0] \port$6640$0 ;
+  wire [15:0] \port$6640$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -31791,7 +32157,8 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [4:0] ring_log2;
   input ring_reset;
   wire ring_reset;
-  reg [1:0] route;
+  reg [1:0] route = 2'h0;
+  reg [1:0] route_next;
   input rst;
   wire rst;
   output [17:0] sem_delta;
@@ -31834,9 +32201,11 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [15:0] \slot_in.tag ;
   input soft_reset;
   wire soft_reset;
+  reg [2:0] stage = 3'h0;
   output stall;
   wire stall;
-  reg [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   reg t_pop;
   reg t_push;
   output [15:0] tail;
@@ -31854,6 +32223,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg tile_done__tready;
   input tile_done__tvalid;
   wire tile_done__tvalid;
+  reg tile_hazard = 1'h0;
   reg [1:0] tile_rd = 2'h0;
   reg [312:0] tile_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
   wire [271:0] \tile_slot0.footprint ;
@@ -31930,6 +32300,44 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [15:0] trace_tag;
   reg w_done = 1'h0;
   reg writer_busy;
+  always @(posedge clk)
+    tile_valid3 <= \$455 ;
+  always @(posedge clk)
+    tile_wr <= \$456 ;
+  always @(posedge clk)
+    tile_rd <= \$457 ;
+  always @(posedge clk)
+    tile_count <= \$458 ;
+  always @(posedge clk)
+    dma_slot0 <= \$459 ;
+  always @(posedge clk)
+    dma_slot1 <= \$460 ;
+  always @(posedge clk)
+    dma_valid0 <= \$461 ;
+  always @(posedge clk)
+    dma_valid1 <= \$462 ;
+  always @(posedge clk)
+    dma_wr <= \$463 ;
+  always @(posedge clk)
+    dma_rd <= \$464 ;
+  always @(posedge clk)
+    dma_count <= \$465 ;
+  always @(posedge clk)
+    axi__awaddr <= \$466 ;
+  always @(posedge clk)
+    axi__wdata <= \$467 ;
+  always @(posedge clk)
+    cpl_index <= \$468 ;
+  always @(posedge clk)
+    trace_end_tag <= \$469 ;
+  always @(posedge clk)
+    trace_end_opcode <= \$470 ;
+  always @(posedge clk)
+    complete_state <= \$471 ;
+  always @(posedge clk)
+    aw_done <= \$472 ;
+  always @(posedge clk)
+    w_done <= \$473 ;
   assign \$1  = ring_log2 >= 1'h1;
   assign \$2  = ring_log2 <= 5'h10;
   assign entries_ok = \$1  & \$2 ;
@@ -31945,502 +32353,823 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \$13  = ring_base + \$12 ;
   assign \$14  = | axi__rresp;
   assign \$15  = fetch_error | \$14 ;
-  assign \$16  = cmd[159:144] - 1'h1;
-  assign \$17  = $signed(\$16 ) * $signed({ 1'h0, cmd[191:176] });
-  assign \$18  = $signed({ 1'h0, cmd[143:128] }) + $signed(\$17 );
-  assign \$19  = cmd[175:160] - 1'h1;
-  assign \$20  = $signed(\$19 ) * $signed({ 1'h0, cmd[207:192] });
-  assign \$21  = $signed(\$18 ) + $signed(\$20 );
-  assign \$22  = cmd[159:144] - 1'h1;
-  assign \$23  = $signed(\$22 ) * $signed({ 1'h0, cmd[127:96] });
-  assign \$24  = $signed({ 1'h0, cmd[95:64] }) + $signed(\$23 );
-  assign \$25  = cmd[8] ? 6'h20 : 6'h08;
-  assign \$26  = cmd[175:160] * \$25 ;
-  assign \$27  = $signed(\$24 ) + $signed({ 1'h0, \$26  });
-  assign \$29  = | \$28 ;
-  assign \$30  = ! cmd[159:144];
-  assign \$31  = ! cmd[175:160];
-  assign \$32  = \$30  | \$31 ;
-  assign \$33  = ~ cmd[8];
-  assign \$34  = \$21 [33:0] >= 13'h1000;
-  assign \$35  = \$33  & \$34 ;
-  assign \$36  = \$21 [33:0] >= 11'h400;
-  assign \$37  = cmd[8] & \$36 ;
-  assign \$38  = | cmd[66:64];
-  assign \$39  = | cmd[98:96];
-  assign \$40  = \$38  | \$39 ;
-  assign \$41  = cmd[95:64] >= dma_base;
-  assign \$42  = \$27 [49:0] <= dma_limit;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$27 [49:0] <= 21'h100000;
-  assign \$45  = \$43  & \$44 ;
-  assign \$46  = ~ \$45 ;
-  assign \$47  = \$45  ? 8'h00 : 8'h07;
-  assign \$48  = \$40  ? 8'h08 : \$47 ;
-  assign \$49  = \$37  ? 8'h06 : \$48 ;
-  assign \$50  = \$35  ? 8'h05 : \$49 ;
-  assign \$51  = \$32  ? 8'h03 : \$50 ;
-  assign \$52  = \$29  ? 8'h02 : \$51 ;
-  assign \$54  = | \$53 ;
-  assign \$55  = ! cmd[159:144];
-  assign \$56  = ! cmd[175:160];
-  assign \$57  = \$55  | \$56 ;
-  assign \$58  = ~ cmd[8];
-  assign \$59  = \$21 [33:0] >= 13'h1000;
-  assign \$60  = \$58  & \$59 ;
-  assign \$61  = \$21 [33:0] >= 11'h400;
-  assign \$62  = cmd[8] & \$61 ;
-  assign \$63  = | cmd[66:64];
-  assign \$64  = | cmd[98:96];
-  assign \$65  = \$63  | \$64 ;
-  assign \$66  = cmd[95:64] >= dma_base;
-  assign \$67  = \$27 [49:0] <= dma_limit;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = \$27 [49:0] <= 21'h100000;
-  assign \$70  = \$68  & \$69 ;
-  assign \$71  = ~ \$70 ;
-  assign \$72  = \$70  ? 8'h00 : 8'h07;
-  assign \$73  = \$65  ? 8'h08 : \$72 ;
-  assign \$74  = \$62  ? 8'h06 : \$73 ;
-  assign \$75  = \$60  ? 8'h05 : \$74 ;
-  assign \$76  = \$57  ? 8'h03 : \$75 ;
-  assign \$77  = \$54  ? 8'h02 : \$76 ;
-  assign \$79  = | \$78 ;
-  assign \$80  = ! cmd[159:128];
-  assign \$81  = | cmd[66:64];
-  assign \$82  = | cmd[98:96];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = | cmd[130:128];
-  assign \$85  = \$83  | \$84 ;
-  assign \$86  = cmd[95:64] >= dma_base;
-  assign \$87  = cmd[95:64] + cmd[159:128];
-  assign \$88  = \$87  <= dma_limit;
-  assign \$89  = \$86  & \$88 ;
-  assign \$90  = cmd[95:64] + cmd[159:128];
-  assign \$91  = \$90  <= 21'h100000;
-  assign \$92  = \$89  & \$91 ;
-  assign \$93  = ~ \$92 ;
-  assign \$94  = cmd[127:96] >= dma_base;
-  assign \$95  = cmd[127:96] + cmd[159:128];
-  assign \$96  = \$95  <= dma_limit;
-  assign \$97  = \$94  & \$96 ;
-  assign \$98  = cmd[127:96] + cmd[159:128];
-  assign \$99  = \$98  <= 21'h100000;
-  assign \$100  = \$97  & \$99 ;
-  assign \$101  = ~ \$100 ;
-  assign \$102  = \$93  | \$101 ;
-  assign \$103  = \$102  ? 8'h07 : 8'h00;
-  assign \$104  = \$85  ? 8'h08 : \$103 ;
-  assign \$105  = \$80  ? 8'h03 : \$104 ;
-  assign \$106  = \$79  ? 8'h02 : \$105 ;
+  assign \$16  = stage == 3'h4;
+  assign decoded = have & \$16 ;
+  assign \$18  = | \$17 ;
+  assign \$19  = ! cmd[159:144];
+  assign \$20  = ! cmd[175:160];
+  assign \$21  = \$19  | \$20 ;
+  assign \$22  = ~ cmd[8];
+  assign \$23  = mv_last >= 13'h1000;
+  assign \$24  = \$22  & \$23 ;
+  assign \$25  = mv_last >= 11'h400;
+  assign \$26  = cmd[8] & \$25 ;
+  assign \$27  = | cmd[66:64];
+  assign \$28  = | cmd[98:96];
+  assign \$29  = \$27  | \$28 ;
+  assign \$30  = cmd[95:64] >= dma_base;
+  assign \$31  = mv_end <= dma_limit;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = mv_end <= 21'h100000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = ~ \$34 ;
+  assign \$36  = \$34  ? 8'h00 : 8'h07;
+  assign \$37  = \$29  ? 8'h08 : \$36 ;
+  assign \$38  = \$26  ? 8'h06 : \$37 ;
+  assign \$39  = \$24  ? 8'h05 : \$38 ;
+  assign \$40  = \$21  ? 8'h03 : \$39 ;
+  assign \$41  = \$18  ? 8'h02 : \$40 ;
+  assign \$43  = | \$42 ;
+  assign \$44  = ! cmd[159:144];
+  assign \$45  = ! cmd[175:160];
+  assign \$46  = \$44  | \$45 ;
+  assign \$47  = ~ cmd[8];
+  assign \$48  = mv_last >= 13'h1000;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = mv_last >= 11'h400;
+  assign \$51  = cmd[8] & \$50 ;
+  assign \$52  = | cmd[66:64];
+  assign \$53  = | cmd[98:96];
+  assign \$54  = \$52  | \$53 ;
+  assign \$55  = cmd[95:64] >= dma_base;
+  assign \$56  = mv_end <= dma_limit;
+  assign \$57  = \$55  & \$56 ;
+  assign \$58  = mv_end <= 21'h100000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = ~ \$59 ;
+  assign \$61  = \$59  ? 8'h00 : 8'h07;
+  assign \$62  = \$54  ? 8'h08 : \$61 ;
+  assign \$63  = \$51  ? 8'h06 : \$62 ;
+  assign \$64  = \$49  ? 8'h05 : \$63 ;
+  assign \$65  = \$46  ? 8'h03 : \$64 ;
+  assign \$66  = \$43  ? 8'h02 : \$65 ;
+  assign \$68  = | \$67 ;
+  assign \$69  = ! cmd[159:128];
+  assign \$70  = | cmd[66:64];
+  assign \$71  = | cmd[98:96];
+  assign \$72  = \$70  | \$71 ;
+  assign \$73  = | cmd[130:128];
+  assign \$74  = \$72  | \$73 ;
+  assign \$75  = cmd[95:64] >= dma_base;
+  assign \$76  = cp_src_end <= dma_limit;
+  assign \$77  = \$75  & \$76 ;
+  assign \$78  = cp_src_end <= 21'h100000;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = ~ \$79 ;
+  assign \$81  = cmd[127:96] >= dma_base;
+  assign \$82  = cp_dst_end <= dma_limit;
+  assign \$83  = \$81  & \$82 ;
+  assign \$84  = cp_dst_end <= 21'h100000;
+  assign \$85  = \$83  & \$84 ;
+  assign \$86  = ~ \$85 ;
+  assign \$87  = \$80  | \$86 ;
+  assign \$88  = \$87  ? 8'h07 : 8'h00;
+  assign \$89  = \$74  ? 8'h08 : \$88 ;
+  assign \$90  = \$69  ? 8'h03 : \$89 ;
+  assign \$91  = \$68  ? 8'h02 : \$90 ;
+  assign \$93  = | \$92 ;
+  assign \$94  = cmd[71:64] >= 5'h10;
+  assign \$95  = \$94  ? 8'h0a : 8'h00;
+  assign \$96  = \$93  ? 8'h02 : \$95 ;
+  assign \$98  = | \$97 ;
+  assign \$99  = ! cmd[87:72];
+  assign \$100  = cmd[71:64] >= 5'h10;
+  assign \$101  = \$100  ? 8'h0a : 8'h00;
+  assign \$102  = \$99  ? 8'h03 : \$101 ;
+  assign \$103  = \$98  ? 8'h02 : \$102 ;
+  assign \$105  = | \$104 ;
+  assign \$106  = \$105  ? 8'h02 : 8'h00;
   assign \$108  = | \$107 ;
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h02 : \$110 ;
-  assign \$113  = | \$112 ;
-  assign \$114  = ! cmd[87:72];
-  assign \$115  = cmd[71:64] >= 5'h10;
-  assign \$116  = \$115  ? 8'h0a : 8'h00;
-  assign \$117  = \$114  ? 8'h03 : \$116 ;
-  assign \$118  = \$113  ? 8'h02 : \$117 ;
-  assign \$120  = | \$119 ;
-  assign \$121  = \$120  ? 8'h02 : 8'h00;
-  assign \$123  = | \$122 ;
-  assign \$124  = \$123  ? 8'h02 : 8'h00;
-  assign \$125  = | status;
-  assign \$126  = cmd[79:64] < cmd[95:80];
-  assign \$127  = \$126  ? cmd[79:64] : cmd[95:80];
-  assign \$128  = cmd[143:128] * cmd[127:112];
-  assign \$129  = cmd[79:64] + \$128 ;
-  assign \$130  = cmd[143:128] * 4'h8;
-  assign \$131  = cmd[95:80] + \$130 ;
-  assign \$132  = \$129  > \$131 ;
-  assign \$133  = cmd[143:128] * cmd[127:112];
-  assign \$134  = cmd[79:64] + \$133 ;
-  assign \$135  = cmd[143:128] * 4'h8;
-  assign \$136  = cmd[95:80] + \$135 ;
-  assign \$137  = \$132  ? \$134  : { 12'h000, \$136  };
-  assign \$138  = cmd[111:96] + cmd[127:112];
-  assign \$139  = cmd[127:112] < cmd[79:64];
-  assign \$140  = cmd[9] & \$139 ;
-  assign \$141  = \$140  ? cmd[127:112] : cmd[79:64];
-  assign \$142  = cmd[79:64] + cmd[111:96];
-  assign \$143  = cmd[127:112] >= \$142 ;
-  assign \$144  = cmd[9] & \$143 ;
-  assign \$145  = cmd[127:112] + 1'h1;
-  assign \$146  = cmd[79:64] + cmd[111:96];
-  assign \$147  = \$144  ? \$145  : \$146 ;
-  assign \$148  = cmd[95:80] + cmd[111:96];
-  assign \$149  = \$21 [33:0] + 1'h1;
-  assign \$150  = \$21 [33:0] + 1'h1;
-  assign \$151  = \$21 [33:0] + 1'h1;
-  assign \$152  = \$21 [33:0] + 1'h1;
-  assign \$153  = | tile_count;
-  assign \$154  = | dma_count;
-  assign \$155  = \$153  | \$154 ;
-  assign \$156  = \$155  | local_valid;
-  assign in_flight = \$156  | writer_busy;
-  assign \$157  = ~ halted;
-  assign \$158  = have & \$157 ;
-  assign \$159  = tile_count < 3'h4;
-  assign \$160  = fp[101:68] < dma_slot0[176:143];
-  assign \$161  = dma_slot0[142:109] < fp[135:102];
-  assign \$162  = \$160  & \$161 ;
-  assign \$163  = fp[101:68] < dma_slot0[108:75];
-  assign \$164  = dma_slot0[74:41] < fp[135:102];
-  assign \$165  = \$163  & \$164 ;
-  assign \$166  = \$162  | \$165 ;
-  assign \$167  = fp[33:0] < dma_slot0[176:143];
-  assign \$168  = dma_slot0[142:109] < fp[67:34];
-  assign \$169  = \$167  & \$168 ;
-  assign \$170  = \$166  | \$169 ;
-  assign \$171  = fp[237:204] < dma_slot0[312:279];
-  assign \$172  = dma_slot0[278:245] < fp[271:238];
-  assign \$173  = \$171  & \$172 ;
-  assign \$174  = \$170  | \$173 ;
-  assign \$175  = fp[237:204] < dma_slot0[244:211];
-  assign \$176  = dma_slot0[210:177] < fp[271:238];
-  assign \$177  = \$175  & \$176 ;
-  assign \$178  = \$174  | \$177 ;
-  assign \$179  = fp[169:136] < dma_slot0[312:279];
-  assign \$180  = dma_slot0[278:245] < fp[203:170];
+  assign \$109  = \$108  ? 8'h02 : 8'h00;
+  assign \$110  = | status_next;
+  assign \$111  = cmd[79:64] < cmd[95:80];
+  assign \$112  = \$111  ? cmd[79:64] : cmd[95:80];
+  assign \$113  = g_a_end > g_b_end;
+  assign \$114  = \$113  ? g_a_end : { 12'h000, g_b_end };
+  assign \$115  = cmd[111:96] + cmd[127:112];
+  assign \$116  = cmd[127:112] < cmd[79:64];
+  assign \$117  = cmd[9] & \$116 ;
+  assign \$118  = \$117  ? cmd[127:112] : cmd[79:64];
+  assign \$119  = cmd[127:112] >= p_src_end;
+  assign \$120  = cmd[9] & \$119 ;
+  assign \$121  = cmd[127:112] + 1'h1;
+  assign \$122  = \$120  ? \$121  : p_src_end;
+  assign \$123  = cmd[95:80] + cmd[111:96];
+  assign \$124  = mv_last + 1'h1;
+  assign \$125  = mv_last + 1'h1;
+  assign \$126  = mv_last + 1'h1;
+  assign \$127  = mv_last + 1'h1;
+  assign \$128  = | tile_count;
+  assign \$129  = | dma_count;
+  assign \$130  = \$128  | \$129 ;
+  assign \$131  = \$130  | local_valid;
+  assign in_flight = \$131  | writer_busy;
+  assign \$132  = ~ halted;
+  assign \$133  = decoded & \$132 ;
+  assign \$134  = tile_count < 3'h4;
+  assign \$135  = ~ tile_hazard;
+  assign \$136  = \$134  & \$135 ;
+  assign \$137  = dma_count < 2'h2;
+  assign \$138  = ~ dma_hazard;
+  assign \$139  = \$137  & \$138 ;
+  assign \$140  = ~ local_valid;
+  assign \$141  = | status;
+  assign \$142  = cmd[7:0] == 3'h5;
+  assign \$143  = ! cmd[7:0];
+  assign \$144  = \$142  | \$143 ;
+  assign \$145  = cmd[7:0] == 3'h6;
+  assign \$146  = ! cmd[7:0];
+  assign \$147  = ~ in_flight;
+  assign \$148  = \$146  | \$147 ;
+  assign \$149  = ~ in_flight;
+  assign \$151  = \$150  >= cmd[87:72];
+  assign \$152  = - cmd[87:72];
+  assign \$153  = ~ halted;
+  assign \$154  = decoded & \$153 ;
+  assign \$155  = ~ dispatched;
+  assign stall = \$154  & \$155 ;
+  assign \$156  = ~ aw_done;
+  assign \$157  = ~ w_done;
+  assign \$158  = | axi__bresp;
+  assign \$159  = ~ halted;
+  assign \$160  = enable & \$159 ;
+  assign \$161  = head != tail;
+  assign \$162  = \$161  | have;
+  assign \$163  = \$162  | in_flight;
+  assign busy = \$160  & \$163 ;
+  assign \$164  = ! fetch_state;
+  assign \$165  = fetch_state == 1'h1;
+  assign \$166  = fetch_state == 2'h2;
+  assign \$167  = ! complete_state;
+  assign \$168  = complete_state == 1'h1;
+  assign \$169  = complete_state == 2'h2;
+  assign \$170  = ~ entries_ok;
+  assign \$171  = doorbell_index > \$4 [15:0];
+  assign \$172  = doorbell_index - head;
+  assign \$173  = \$172  & { 1'h0, \$4 [15:0] };
+  assign \$174  = tail - head;
+  assign \$175  = \$174  & { 1'h0, \$4 [15:0] };
+  assign \$176  = $signed(\$173 ) < $signed(\$175 );
+  assign \$177  = ~ halted;
+  assign \$178  = enable & \$177 ;
+  assign \$179  = \$178  & entries_ok;
+  assign \$180  = head != tail;
   assign \$181  = \$179  & \$180 ;
-  assign \$182  = \$178  | \$181 ;
-  assign \$183  = dma_valid0 & \$182 ;
-  assign \$185  = fp[101:68] < dma_slot1[176:143];
-  assign \$186  = dma_slot1[142:109] < fp[135:102];
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = fp[101:68] < dma_slot1[108:75];
-  assign \$189  = dma_slot1[74:41] < fp[135:102];
-  assign \$190  = \$188  & \$189 ;
-  assign \$191  = \$187  | \$190 ;
-  assign \$192  = fp[33:0] < dma_slot1[176:143];
-  assign \$193  = dma_slot1[142:109] < fp[67:34];
-  assign \$194  = \$192  & \$193 ;
-  assign \$195  = \$191  | \$194 ;
-  assign \$196  = fp[237:204] < dma_slot1[312:279];
-  assign \$197  = dma_slot1[278:245] < fp[271:238];
-  assign \$198  = \$196  & \$197 ;
-  assign \$199  = \$195  | \$198 ;
-  assign \$200  = fp[237:204] < dma_slot1[244:211];
-  assign \$201  = dma_slot1[210:177] < fp[271:238];
-  assign \$202  = \$200  & \$201 ;
-  assign \$203  = \$199  | \$202 ;
-  assign \$204  = fp[169:136] < dma_slot1[312:279];
-  assign \$205  = dma_slot1[278:245] < fp[203:170];
-  assign \$206  = \$204  & \$205 ;
-  assign \$207  = \$203  | \$206 ;
-  assign \$208  = dma_valid1 & \$207 ;
-  assign \$209  = \$184  | \$208 ;
-  assign \$210  = ~ \$209 ;
-  assign \$211  = \$159  & \$210 ;
-  assign \$212  = dma_count < 2'h2;
-  assign \$213  = fp[101:68] < tile_slot0[176:143];
-  assign \$214  = tile_slot0[142:109] < fp[135:102];
-  assign \$215  = \$213  & \$214 ;
-  assign \$216  = fp[101:68] < tile_slot0[108:75];
-  assign \$217  = tile_slot0[74:41] < fp[135:102];
-  assign \$218  = \$216  & \$217 ;
-  assign \$219  = \$215  | \$218 ;
-  assign \$220  = fp[33:0] < tile_slot0[176:143];
-  assign \$221  = tile_slot0[142:109] < fp[67:34];
-  assign \$222  = \$220  & \$221 ;
-  assign \$223  = \$219  | \$222 ;
-  assign \$224  = fp[237:204] < tile_slot0[312:279];
-  assign \$225  = tile_slot0[278:245] < fp[271:238];
+  assign \$182  = ~ have;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = ~ doorbell;
+  assign \$185  = \$183  & \$184 ;
+  assign \$186  = beat + 1'h1;
+  assign \$187  = | axi__rresp;
+  assign \$188  = fetch_error | \$187 ;
+  assign \$189  = | axi__rresp;
+  assign \$190  = fetch_error | \$189 ;
+  assign \$191  = head + 1'h1;
+  assign \$192  = \$191  & { 1'h0, \$4 [15:0] };
+  assign \$193  = head + 1'h1;
+  assign \$194  = \$193  & { 1'h0, \$4 [15:0] };
+  assign \$195  = ! \$194 ;
+  assign \$196  = ~ phase;
+  assign \$197  = ~ have;
+  assign \$198  = \$197  | dispatched;
+  assign \$199  = stage != 3'h4;
+  assign \$200  = stage + 1'h1;
+  assign \$201  = cmd[159:144] - 1'h1;
+  assign \$202  = $signed(\$201 ) * $signed({ 1'h0, cmd[191:176] });
+  assign \$203  = cmd[175:160] - 1'h1;
+  assign \$204  = $signed(\$203 ) * $signed({ 1'h0, cmd[207:192] });
+  assign \$205  = cmd[159:144] - 1'h1;
+  assign \$206  = $signed(\$205 ) * $signed({ 1'h0, cmd[127:96] });
+  assign \$207  = cmd[175:160] * 6'h20;
+  assign \$208  = cmd[175:160] * 4'h8;
+  assign \$209  = cmd[8] ? \$207  : { 2'h0, \$208  };
+  assign \$210  = cmd[143:128] * cmd[127:112];
+  assign \$211  = cmd[143:128] * 4'h8;
+  assign \$212  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
+  assign \$213  = $signed(\$212 ) + $signed(mv_col_off);
+  assign \$214  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_dram_off);
+  assign \$215  = $signed(\$214 ) + $signed({ 1'h0, mv_bytes });
+  assign \$216  = cmd[95:64] + cmd[159:128];
+  assign \$217  = cmd[127:96] + cmd[159:128];
+  assign \$218  = cmd[79:64] + g_a_rows;
+  assign \$219  = cmd[95:80] + g_b_rows;
+  assign \$220  = cmd[79:64] + cmd[111:96];
+  assign \$221  = fp[101:68] < dma_slot0[176:143];
+  assign \$222  = dma_slot0[142:109] < fp[135:102];
+  assign \$223  = \$221  & \$222 ;
+  assign \$224  = fp[101:68] < dma_slot0[108:75];
+  assign \$225  = dma_slot0[74:41] < fp[135:102];
   assign \$226  = \$224  & \$225 ;
   assign \$227  = \$223  | \$226 ;
-  assign \$228  = fp[237:204] < tile_slot0[244:211];
-  assign \$229  = tile_slot0[210:177] < fp[271:238];
+  assign \$228  = fp[33:0] < dma_slot0[176:143];
+  assign \$229  = dma_slot0[142:109] < fp[67:34];
   assign \$230  = \$228  & \$229 ;
   assign \$231  = \$227  | \$230 ;
-  assign \$232  = fp[169:136] < tile_slot0[312:279];
-  assign \$233  = tile_slot0[278:245] < fp[203:170];
+  assign \$232  = fp[237:204] < dma_slot0[312:279];
+  assign \$233  = dma_slot0[278:245] < fp[271:238];
   assign \$234  = \$232  & \$233 ;
   assign \$235  = \$231  | \$234 ;
-  assign \$236  = tile_valid0 & \$235 ;
-  assign \$238  = fp[101:68] < tile_slot1[176:143];
-  assign \$239  = tile_slot1[142:109] < fp[135:102];
-  assign \$240  = \$238  & \$239 ;
-  assign \$241  = fp[101:68] < tile_slot1[108:75];
-  assign \$242  = tile_slot1[74:41] < fp[135:102];
-  assign \$243  = \$241  & \$242 ;
-  assign \$244  = \$240  | \$243 ;
-  assign \$245  = fp[33:0] < tile_slot1[176:143];
-  assign \$246  = tile_slot1[142:109] < fp[67:34];
-  assign \$247  = \$245  & \$246 ;
-  assign \$248  = \$244  | \$247 ;
-  assign \$249  = fp[237:204] < tile_slot1[312:279];
-  assign \$250  = tile_slot1[278:245] < fp[271:238];
+  assign \$236  = fp[237:204] < dma_slot0[244:211];
+  assign \$237  = dma_slot0[210:177] < fp[271:238];
+  assign \$238  = \$236  & \$237 ;
+  assign \$239  = \$235  | \$238 ;
+  assign \$240  = fp[169:136] < dma_slot0[312:279];
+  assign \$241  = dma_slot0[278:245] < fp[203:170];
+  assign \$242  = \$240  & \$241 ;
+  assign \$243  = \$239  | \$242 ;
+  assign \$244  = dma_valid0 & \$243 ;
+  assign \$246  = fp[101:68] < dma_slot1[176:143];
+  assign \$247  = dma_slot1[142:109] < fp[135:102];
+  assign \$248  = \$246  & \$247 ;
+  assign \$249  = fp[101:68] < dma_slot1[108:75];
+  assign \$250  = dma_slot1[74:41] < fp[135:102];
   assign \$251  = \$249  & \$250 ;
   assign \$252  = \$248  | \$251 ;
-  assign \$253  = fp[237:204] < tile_slot1[244:211];
-  assign \$254  = tile_slot1[210:177] < fp[271:238];
+  assign \$253  = fp[33:0] < dma_slot1[176:143];
+  assign \$254  = dma_slot1[142:109] < fp[67:34];
   assign \$255  = \$253  & \$254 ;
   assign \$256  = \$252  | \$255 ;
-  assign \$257  = fp[169:136] < tile_slot1[312:279];
-  assign \$258  = tile_slot1[278:245] < fp[203:170];
+  assign \$257  = fp[237:204] < dma_slot1[312:279];
+  assign \$258  = dma_slot1[278:245] < fp[271:238];
   assign \$259  = \$257  & \$258 ;
   assign \$260  = \$256  | \$259 ;
-  assign \$261  = tile_valid1 & \$260 ;
-  assign \$262  = \$237  | \$261 ;
-  assign \$263  = fp[101:68] < tile_slot2[176:143];
-  assign \$264  = tile_slot2[142:109] < fp[135:102];
-  assign \$265  = \$263  & \$264 ;
-  assign \$266  = fp[101:68] < tile_slot2[108:75];
-  assign \$267  = tile_slot2[74:41] < fp[135:102];
-  assign \$268  = \$266  & \$267 ;
-  assign \$269  = \$265  | \$268 ;
-  assign \$270  = fp[33:0] < tile_slot2[176:143];
-  assign \$271  = tile_slot2[142:109] < fp[67:34];
-  assign \$272  = \$270  & \$271 ;
-  assign \$273  = \$269  | \$272 ;
-  assign \$274  = fp[237:204] < tile_slot2[312:279];
-  assign \$275  = tile_slot2[278:245] < fp[271:238];
+  assign \$261  = fp[237:204] < dma_slot1[244:211];
+  assign \$262  = dma_slot1[210:177] < fp[271:238];
+  assign \$263  = \$261  & \$262 ;
+  assign \$264  = \$260  | \$263 ;
+  assign \$265  = fp[169:136] < dma_slot1[312:279];
+  assign \$266  = dma_slot1[278:245] < fp[203:170];
+  assign \$267  = \$265  & \$266 ;
+  assign \$268  = \$264  | \$267 ;
+  assign \$269  = dma_valid1 & \$268 ;
+  assign \$270  = \$245  | \$269 ;
+  assign \$271  = fp[101:68] < tile_slot0[176:143];
+  assign \$272  = tile_slot0[142:109] < fp[135:102];
+  assign \$273  = \$271  & \$272 ;
+  assign \$274  = fp[101:68] < tile_slot0[108:75];
+  assign \$275  = tile_slot0[74:41] < fp[135:102];
   assign \$276  = \$274  & \$275 ;
   assign \$277  = \$273  | \$276 ;
-  assign \$278  = fp[237:204] < tile_slot2[244:211];
-  assign \$279  = tile_slot2[210:177] < fp[271:238];
+  assign \$278  = fp[33:0] < tile_slot0[176:143];
+  assign \$279  = tile_slot0[142:109] < fp[67:34];
   assign \$280  = \$278  & \$279 ;
   assign \$281  = \$277  | \$280 ;
-  assign \$282  = fp[169:136] < tile_slot2[312:279];
-  assign \$283  = tile_slot2[278:245] < fp[203:170];
+  assign \$282  = fp[237:204] < tile_slot0[312:279];
+  assign \$283  = tile_slot0[278:245] < fp[271:238];
   assign \$284  = \$282  & \$283 ;
   assign \$285  = \$281  | \$284 ;
-  assign \$286  = tile_valid2 & \$285 ;
-  assign \$287  = \$262  | \$286 ;
-  assign \$288  = fp[101:68] < tile_slot3[176:143];
-  assign \$289  = tile_slot3[142:109] < fp[135:102];
-  assign \$290  = \$288  & \$289 ;
-  assign \$291  = fp[101:68] < tile_slot3[108:75];
-  assign \$292  = tile_slot3[74:41] < fp[135:102];
-  assign \$293  = \$291  & \$292 ;
-  assign \$294  = \$290  | \$293 ;
-  assign \$295  = fp[33:0] < tile_slot3[176:143];
-  assign \$296  = tile_slot3[142:109] < fp[67:34];
-  assign \$297  = \$295  & \$296 ;
-  assign \$298  = \$294  | \$297 ;
-  assign \$299  = fp[237:204] < tile_slot3[312:279];
-  assign \$300  = tile_slot3[278:245] < fp[271:238];
+  assign \$286  = fp[237:204] < tile_slot0[244:211];
+  assign \$287  = tile_slot0[210:177] < fp[271:238];
+  assign \$288  = \$286  & \$287 ;
+  assign \$289  = \$285  | \$288 ;
+  assign \$290  = fp[169:136] < tile_slot0[312:279];
+  assign \$291  = tile_slot0[278:245] < fp[203:170];
+  assign \$292  = \$290  & \$291 ;
+  assign \$293  = \$289  | \$292 ;
+  assign \$294  = tile_valid0 & \$293 ;
+  assign \$296  = fp[101:68] < tile_slot1[176:143];
+  assign \$297  = tile_slot1[142:109] < fp[135:102];
+  assign \$298  = \$296  & \$297 ;
+  assign \$299  = fp[101:68] < tile_slot1[108:75];
+  assign \$300  = tile_slot1[74:41] < fp[135:102];
   assign \$301  = \$299  & \$300 ;
   assign \$302  = \$298  | \$301 ;
-  assign \$303  = fp[237:204] < tile_slot3[244:211];
-  assign \$304  = tile_slot3[210:177] < fp[271:238];
+  assign \$303  = fp[33:0] < tile_slot1[176:143];
+  assign \$304  = tile_slot1[142:109] < fp[67:34];
   assign \$305  = \$303  & \$304 ;
   assign \$306  = \$302  | \$305 ;
-  assign \$307  = fp[169:136] < tile_slot3[312:279];
-  assign \$308  = tile_slot3[278:245] < fp[203:170];
+  assign \$307  = fp[237:204] < tile_slot1[312:279];
+  assign \$308  = tile_slot1[278:245] < fp[271:238];
   assign \$309  = \$307  & \$308 ;
   assign \$310  = \$306  | \$309 ;
-  assign \$311  = tile_valid3 & \$310 ;
-  assign \$312  = \$287  | \$311 ;
-  assign \$313  = ~ \$312 ;
-  assign \$314  = \$212  & \$313 ;
-  assign \$315  = ~ local_valid;
-  assign \$316  = | status;
-  assign \$317  = cmd[7:0] == 3'h5;
-  assign \$318  = ! cmd[7:0];
-  assign \$319  = \$317  | \$318 ;
-  assign \$320  = cmd[7:0] == 3'h6;
-  assign \$321  = ! cmd[7:0];
-  assign \$322  = ~ in_flight;
-  assign \$323  = \$321  | \$322 ;
-  assign \$324  = ~ in_flight;
-  assign \$326  = \$325  >= cmd[87:72];
-  assign \$327  = - cmd[87:72];
-  assign \$328  = ~ halted;
-  assign \$329  = have & \$328 ;
-  assign \$330  = ~ dispatched;
-  assign stall = \$329  & \$330 ;
-  assign \$331  = ~ aw_done;
-  assign \$332  = ~ w_done;
-  assign \$333  = | axi__bresp;
-  assign \$334  = ~ halted;
-  assign \$335  = enable & \$334 ;
-  assign \$336  = head != tail;
-  assign \$337  = \$336  | have;
-  assign \$338  = \$337  | in_flight;
-  assign busy = \$335  & \$338 ;
-  assign \$339  = ! fetch_state;
-  assign \$340  = fetch_state == 1'h1;
-  assign \$341  = fetch_state == 2'h2;
-  assign \$342  = ! complete_state;
-  assign \$343  = complete_state == 1'h1;
-  assign \$344  = complete_state == 2'h2;
-  assign \$345  = ~ entries_ok;
-  assign \$346  = doorbell_index > \$4 [15:0];
-  assign \$347  = doorbell_index - head;
-  assign \$348  = \$347  & { 1'h0, \$4 [15:0] };
-  assign \$349  = tail - head;
-  assign \$350  = \$349  & { 1'h0, \$4 [15:0] };
-  assign \$351  = $signed(\$348 ) < $signed(\$350 );
-  assign \$352  = ~ halted;
-  assign \$353  = enable & \$352 ;
-  assign \$354  = \$353  & entries_ok;
-  assign \$355  = head != tail;
-  assign \$356  = \$354  & \$355 ;
-  assign \$357  = ~ have;
-  assign \$358  = \$356  & \$357 ;
-  assign \$359  = ~ doorbell;
-  assign \$360  = \$358  & \$359 ;
-  assign \$361  = beat + 1'h1;
-  assign \$362  = | axi__rresp;
-  assign \$363  = fetch_error | \$362 ;
-  assign \$364  = | axi__rresp;
-  assign \$365  = fetch_error | \$364 ;
-  assign \$366  = head + 1'h1;
-  assign \$367  = \$366  & { 1'h0, \$4 [15:0] };
-  assign \$368  = head + 1'h1;
-  assign \$369  = \$368  & { 1'h0, \$4 [15:0] };
-  assign \$370  = ! \$369 ;
-  assign \$371  = ~ phase;
-  assign \$372  = ! route;
-  assign \$373  = dispatched & \$372 ;
-  assign \$374  = tile_wr == 2'h3;
-  assign \$375  = tile_wr + 1'h1;
-  assign \$376  = \$374  ? 3'h0 : \$375 ;
-  assign \$377  = tile_rd == 2'h3;
-  assign \$378  = tile_rd + 1'h1;
-  assign \$379  = \$377  ? 3'h0 : \$378 ;
-  assign \$380  = tile_count + t_push;
-  assign \$381  = \$380  - t_pop;
-  assign \$383  = dma_wr + 1'h1;
-  assign \$384  = \$382  ? 2'h0 : \$383 ;
-  assign \$386  = dma_rd + 1'h1;
-  assign \$387  = \$385  ? 2'h0 : \$386 ;
-  assign \$388  = dma_count + d_push;
-  assign \$389  = \$388  - d_pop;
-  assign \$391  = cq_base + \$390 ;
-  assign \$394  = cq_base + \$393 ;
-  assign \$403  = cq_base + \$402 ;
-  assign \$406  = ~ aw_done;
-  assign \$407  = axi__awready & \$406 ;
-  assign \$408  = ~ w_done;
-  assign \$409  = axi__wready & \$408 ;
-  assign \$410  = aw_done | axi__awready;
-  assign \$411  = w_done | axi__wready;
-  assign \$412  = \$410  & \$411 ;
-  assign \$413  = | axi__bresp;
+  assign \$311  = fp[237:204] < tile_slot1[244:211];
+  assign \$312  = tile_slot1[210:177] < fp[271:238];
+  assign \$313  = \$311  & \$312 ;
+  assign \$314  = \$310  | \$313 ;
+  assign \$315  = fp[169:136] < tile_slot1[312:279];
+  assign \$316  = tile_slot1[278:245] < fp[203:170];
+  assign \$317  = \$315  & \$316 ;
+  assign \$318  = \$314  | \$317 ;
+  assign \$319  = tile_valid1 & \$318 ;
+  assign \$320  = \$295  | \$319 ;
+  assign \$321  = fp[101:68] < tile_slot2[176:143];
+  assign \$322  = tile_slot2[142:109] < fp[135:102];
+  assign \$323  = \$321  & \$322 ;
+  assign \$324  = fp[101:68] < tile_slot2[108:75];
+  assign \$325  = tile_slot2[74:41] < fp[135:102];
+  assign \$326  = \$324  & \$325 ;
+  assign \$327  = \$323  | \$326 ;
+  assign \$328  = fp[33:0] < tile_slot2[176:143];
+  assign \$329  = tile_slot2[142:109] < fp[67:34];
+  assign \$330  = \$328  & \$329 ;
+  assign \$331  = \$327  | \$330 ;
+  assign \$332  = fp[237:204] < tile_slot2[312:279];
+  assign \$333  = tile_slot2[278:245] < fp[271:238];
+  assign \$334  = \$332  & \$333 ;
+  assign \$335  = \$331  | \$334 ;
+  assign \$336  = fp[237:204] < tile_slot2[244:211];
+  assign \$337  = tile_slot2[210:177] < fp[271:238];
+  assign \$338  = \$336  & \$337 ;
+  assign \$339  = \$335  | \$338 ;
+  assign \$340  = fp[169:136] < tile_slot2[312:279];
+  assign \$341  = tile_slot2[278:245] < fp[203:170];
+  assign \$342  = \$340  & \$341 ;
+  assign \$343  = \$339  | \$342 ;
+  assign \$344  = tile_valid2 & \$343 ;
+  assign \$345  = \$320  | \$344 ;
+  assign \$346  = fp[101:68] < tile_slot3[176:143];
+  assign \$347  = tile_slot3[142:109] < fp[135:102];
+  assign \$348  = \$346  & \$347 ;
+  assign \$349  = fp[101:68] < tile_slot3[108:75];
+  assign \$350  = tile_slot3[74:41] < fp[135:102];
+  assign \$351  = \$349  & \$350 ;
+  assign \$352  = \$348  | \$351 ;
+  assign \$353  = fp[33:0] < tile_slot3[176:143];
+  assign \$354  = tile_slot3[142:109] < fp[67:34];
+  assign \$355  = \$353  & \$354 ;
+  assign \$356  = \$352  | \$355 ;
+  assign \$357  = fp[237:204] < tile_slot3[312:279];
+  assign \$358  = tile_slot3[278:245] < fp[271:238];
+  assign \$359  = \$357  & \$358 ;
+  assign \$360  = \$356  | \$359 ;
+  assign \$361  = fp[237:204] < tile_slot3[244:211];
+  assign \$362  = tile_slot3[210:177] < fp[271:238];
+  assign \$363  = \$361  & \$362 ;
+  assign \$364  = \$360  | \$363 ;
+  assign \$365  = fp[169:136] < tile_slot3[312:279];
+  assign \$366  = tile_slot3[278:245] < fp[203:170];
+  assign \$367  = \$365  & \$366 ;
+  assign \$368  = \$364  | \$367 ;
+  assign \$369  = tile_valid3 & \$368 ;
+  assign \$370  = \$345  | \$369 ;
+  assign \$371  = ! route;
+  assign \$372  = dispatched & \$371 ;
+  assign \$373  = tile_wr == 2'h3;
+  assign \$374  = tile_wr + 1'h1;
+  assign \$375  = \$373  ? 3'h0 : \$374 ;
+  assign \$376  = tile_rd == 2'h3;
+  assign \$377  = tile_rd + 1'h1;
+  assign \$378  = \$376  ? 3'h0 : \$377 ;
+  assign \$379  = tile_count + t_push;
+  assign \$380  = \$379  - t_pop;
+  assign \$382  = dma_wr + 1'h1;
+  assign \$383  = \$381  ? 2'h0 : \$382 ;
+  assign \$385  = dma_rd + 1'h1;
+  assign \$386  = \$384  ? 2'h0 : \$385 ;
+  assign \$387  = dma_count + d_push;
+  assign \$388  = \$387  - d_pop;
+  assign \$390  = cq_base + \$389 ;
+  assign \$393  = cq_base + \$392 ;
+  assign \$402  = cq_base + \$401 ;
+  assign \$405  = ~ aw_done;
+  assign \$406  = axi__awready & \$405 ;
+  assign \$407  = ~ w_done;
+  assign \$408  = axi__wready & \$407 ;
+  assign \$409  = aw_done | axi__awready;
+  assign \$410  = w_done | axi__wready;
+  assign \$411  = \$409  & \$410 ;
+  assign \$412  = | axi__bresp;
   always @(posedge clk)
-    halted <= \$414 ;
+    halted <= \$413 ;
   always @(posedge clk)
-    head <= \$415 ;
+    head <= \$414 ;
   always @(posedge clk)
-    tail <= \$416 ;
+    tail <= \$415 ;
   always @(posedge clk)
-    phase <= \$417 ;
+    phase <= \$416 ;
   always @(posedge clk)
-    error_code <= \$418 ;
+    error_code <= \$417 ;
   always @(posedge clk)
-    error_index <= \$419 ;
+    error_index <= \$418 ;
   always @(posedge clk)
-    fetch_state <= \$420 ;
+    fetch_state <= \$419 ;
   always @(posedge clk)
-    beat <= \$421 ;
+    beat <= \$420 ;
   always @(posedge clk)
-    fetch_error <= \$422 ;
+    fetch_error <= \$421 ;
   always @(posedge clk)
-    cmd <= \$423 ;
+    cmd <= \$422 ;
   always @(posedge clk)
-    have <= \$424 ;
+    have <= \$423 ;
   always @(posedge clk)
-    cmd_index <= \$425 ;
+    cmd_index <= \$424 ;
   always @(posedge clk)
-    cmd_phase <= \$426 ;
+    cmd_phase <= \$425 ;
   always @(posedge clk)
-    local_valid <= \$427 ;
+    stage <= \$426 ;
   always @(posedge clk)
-    \local  <= \$428 ;
+    mv_row_off <= \$427 ;
   always @(posedge clk)
-    local_status <= \$429 ;
+    mv_col_off <= \$428 ;
   always @(posedge clk)
-    tile_slot0 <= \$430 ;
+    mv_dram_off <= \$429 ;
   always @(posedge clk)
-    tile_slot1 <= \$431 ;
+    mv_bytes <= \$430 ;
   always @(posedge clk)
-    tile_slot2 <= \$432 ;
+    g_a_rows <= \$431 ;
   always @(posedge clk)
-    tile_slot3 <= \$433 ;
+    g_b_rows <= \$432 ;
   always @(posedge clk)
-    tile_valid0 <= \$434 ;
+    mv_last <= \$433 ;
   always @(posedge clk)
-    tile_valid1 <= \$435 ;
+    mv_end <= \$434 ;
   always @(posedge clk)
-    tile_valid2 <= \$436 ;
+    cp_src_end <= \$435 ;
   always @(posedge clk)
-    tile_valid3 <= \$437 ;
+    cp_dst_end <= \$436 ;
   always @(posedge clk)
-    tile_wr <= \$438 ;
+    g_a_end <= \$437 ;
   always @(posedge clk)
-    tile_rd <= \$439 ;
+    g_b_end <= \$438 ;
   always @(posedge clk)
-    tile_count <= \$440 ;
+    p_src_end <= \$439 ;
   always @(posedge clk)
-    dma_slot0 <= \$441 ;
+    status <= \$440 ;
   always @(posedge clk)
-    dma_slot1 <= \$442 ;
+    route <= \$441 ;
   always @(posedge clk)
-    dma_valid0 <= \$443 ;
+    fp <= \$442 ;
   always @(posedge clk)
-    dma_valid1 <= \$444 ;
+    tile_hazard <= \$443 ;
   always @(posedge clk)
-    dma_wr <= \$445 ;
+    dma_hazard <= \$444 ;
   always @(posedge clk)
-    dma_rd <= \$446 ;
+    local_valid <= \$445 ;
   always @(posedge clk)
-    dma_count <= \$447 ;
+    \local  <= \$446 ;
   always @(posedge clk)
-    axi__awaddr <= \$448 ;
+    local_status <= \$447 ;
   always @(posedge clk)
-    axi__wdata <= \$449 ;
+    tile_slot0 <= \$448 ;
   always @(posedge clk)
-    cpl_index <= \$450 ;
+    tile_slot1 <= \$449 ;
   always @(posedge clk)
-    trace_end_tag <= \$451 ;
+    tile_slot2 <= \$450 ;
   always @(posedge clk)
-    trace_end_opcode <= \$452 ;
+    tile_slot3 <= \$451 ;
   always @(posedge clk)
-    complete_state <= \$453 ;
+    tile_valid0 <= \$452 ;
   always @(posedge clk)
-    aw_done <= \$454 ;
+    tile_valid1 <= \$453 ;
   always @(posedge clk)
-    w_done <= \$455 ;
+    tile_valid2 <= \$454 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$325  = 16'h0000;
+    \$456  = tile_wr;
+    if (t_push) begin
+      \$456  = \$375 [1:0];
+    end
+    if (soft_reset) begin
+      \$456  = 2'h0;
+    end
+    if (rst) begin
+      \$456  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$457  = tile_rd;
+    if (t_pop) begin
+      \$457  = \$378 [1:0];
+    end
+    if (soft_reset) begin
+      \$457  = 2'h0;
+    end
+    if (rst) begin
+      \$457  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$458  = \$380 [2:0];
+    if (soft_reset) begin
+      \$458  = 3'h0;
+    end
+    if (rst) begin
+      \$458  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$459  = dma_slot0;
+    if (d_push) begin
+      casez (dma_wr)
+        1'h0:
+            \$459  = slot_in;
+      endcase
+    end
+    if (soft_reset) begin
+      \$459  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$459  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$460  = dma_slot1;
+    if (d_push) begin
+      (* full_case = 32'd1 *)
+      casez (dma_wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$460  = slot_in;
+      endcase
+    end
+    if (soft_reset) begin
+      \$460  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$460  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$461  = dma_valid0;
+    if (d_push) begin
+      casez (dma_wr)
+        1'h0:
+            \$461  = 1'h1;
+      endcase
+    end
+    if (d_pop) begin
+      casez (dma_rd)
+        1'h0:
+            \$461  = 1'h0;
+      endcase
+    end
+    if (soft_reset) begin
+      \$461  = 1'h0;
+    end
+    if (rst) begin
+      \$461  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$462  = dma_valid1;
+    if (d_push) begin
+      (* full_case = 32'd1 *)
+      casez (dma_wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$462  = 1'h1;
+      endcase
+    end
+    if (d_pop) begin
+      (* full_case = 32'd1 *)
+      casez (dma_rd)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$462  = 1'h0;
+      endcase
+    end
+    if (soft_reset) begin
+      \$462  = 1'h0;
+    end
+    if (rst) begin
+      \$462  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$463  = dma_wr;
+    if (d_push) begin
+      \$463  = \$383 [0];
+    end
+    if (soft_reset) begin
+      \$463  = 1'h0;
+    end
+    if (rst) begin
+      \$463  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$464  = dma_rd;
+    if (d_pop) begin
+      \$464  = \$386 [0];
+    end
+    if (soft_reset) begin
+      \$464  = 1'h0;
+    end
+    if (rst) begin
+      \$464  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$465  = \$388 [1:0];
+    if (soft_reset) begin
+      \$465  = 2'h0;
+    end
+    if (rst) begin
+      \$465  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$466  = axi__awaddr;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$466  = \$390 [31:0];
+          end else if (dma_done__tvalid) begin
+            \$466  = \$393 [31:0];
+          end else if (tile_done__tvalid) begin
+            \$466  = \$402 [31:0];
+          end
+    endcase
+    if (soft_reset) begin
+      \$466  = 32'd0;
+    end
+    if (rst) begin
+      \$466  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$467  = axi__wdata;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$467  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
+          end else if (dma_done__tvalid) begin
+            \$467  = { \$396 , timestamp[30:0], \$395 , dma_done__tdata, \$394  };
+          end else if (tile_done__tvalid) begin
+            \$467  = { \$403 , timestamp[30:0], tile_done__tdata };
+          end
+    endcase
+    if (soft_reset) begin
+      \$467  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$467  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$468  = cpl_index;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$468  = \local [15:0];
+          end else if (dma_done__tvalid) begin
+            \$468  = \$397 ;
+          end else if (tile_done__tvalid) begin
+            \$468  = \$404 ;
+          end
+    endcase
+    if (soft_reset) begin
+      \$468  = 16'h0000;
+    end
+    if (rst) begin
+      \$468  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$469  = trace_end_tag;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$469  = \local [32:17];
+          end else if (dma_done__tvalid) begin
+            \$469  = \$398 ;
+          end else if (tile_done__tvalid) begin
+            \$469  = tile_done__tdata[15:0];
+          end
+    endcase
+    if (soft_reset) begin
+      \$469  = 16'h0000;
+    end
+    if (rst) begin
+      \$469  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$470  = trace_end_opcode;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$470  = \local [40:33];
+          end else if (dma_done__tvalid) begin
+            \$470  = \$399 ;
+          end else if (tile_done__tvalid) begin
+            \$470  = tile_done__tdata[31:24];
+          end
+    endcase
+    if (soft_reset) begin
+      \$470  = 8'h00;
+    end
+    if (rst) begin
+      \$470  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$471  = complete_state;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$471  = 2'h1;
+          end else if (dma_done__tvalid) begin
+            \$471  = 2'h1;
+          end else if (tile_done__tvalid) begin
+            \$471  = 2'h1;
+          end
+      2'h1:
+          if (\$411 ) begin
+            \$471  = 2'h2;
+          end
+      2'h2:
+          if (axi__bvalid) begin
+            \$471  = 2'h0;
+          end
+    endcase
+    if (soft_reset) begin
+      \$471  = 2'h0;
+    end
+    if (rst) begin
+      \$471  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$472  = aw_done;
+    casez (complete_state)
+      2'h0:
+          \$472  = 1'h0;
+      2'h1:
+          if (\$406 ) begin
+            \$472  = 1'h1;
+          end
+    endcase
+    if (soft_reset) begin
+      \$472  = 1'h0;
+    end
+    if (rst) begin
+      \$472  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$473  = w_done;
+    casez (complete_state)
+      2'h0:
+          \$473  = 1'h0;
+      2'h1:
+          if (\$408 ) begin
+            \$473  = 1'h1;
+          end
+    endcase
+    if (soft_reset) begin
+      \$473  = 1'h0;
+    end
+    if (rst) begin
+      \$473  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$325  = \port$6566$0 ;
+          \$150  = \port$6610$0 ;
       8'h01:
-          \$325  = \port$6568$0 ;
+          \$150  = \port$6612$0 ;
       8'h02:
-          \$325  = \port$6570$0 ;
+          \$150  = \port$6614$0 ;
       8'h03:
-          \$325  = \port$6572$0 ;
+          \$150  = \port$6616$0 ;
       8'h04:
-          \$325  = \port$6574$0 ;
+          \$150  = \port$6618$0 ;
       8'h05:
-          \$325  = \port$6576$0 ;
+          \$150  = \port$6620$0 ;
       8'h06:
-          \$325  = \port$6578$0 ;
+          \$150  = \port$6622$0 ;
       8'h07:
-          \$325  = \port$6580$0 ;
+          \$150  = \port$6624$0 ;
       8'h08:
-          \$325  = \port$6582$0 ;
+          \$150  = \port$6626$0 ;
       8'h09:
-          \$325  = \port$6584$0 ;
+          \$150  = \port$6628$0 ;
       8'h0a:
-          \$325  = \port$6586$0 ;
+          \$150  = \port$6630$0 ;
       8'h0b:
-          \$325  = \port$6588$0 ;
+          \$150  = \port$6632$0 ;
       8'h0c:
-          \$325  = \port$6590$0 ;
+          \$150  = \port$6634$0 ;
       8'h0d:
-          \$325  = \port$6592$0 ;
+          \$150  = \port$6636$0 ;
       8'h0e:
-          \$325  = \port$6594$0 ;
+          \$150  = \port$6638$0 ;
       8'h0f:
-          \$325  = \port$6596$0 ;
+          \$150  = \port$6640$0 ;
     endcase
   end
   always @* begin
@@ -32448,9 +33177,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$392  = dma_slot0[15:0];
+          \$391  = dma_slot0[15:0];
       1'h1:
-          \$392  = dma_slot1[15:0];
+          \$391  = dma_slot1[15:0];
     endcase
   end
   always @* begin
@@ -32458,9 +33187,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$395  = dma_slot0[32:17];
+          \$394  = dma_slot0[32:17];
       1'h1:
-          \$395  = dma_slot1[32:17];
+          \$394  = dma_slot1[32:17];
     endcase
   end
   always @* begin
@@ -32468,9 +33197,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$396  = dma_slot0[40:33];
+          \$395  = dma_slot0[40:33];
       1'h1:
-          \$396  = dma_slot1[40:33];
+          \$395  = dma_slot1[40:33];
     endcase
   end
   always @* begin
@@ -32478,9 +33207,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$397  = dma_slot0[16];
+          \$396  = dma_slot0[16];
       1'h1:
-          \$397  = dma_slot1[16];
+          \$396  = dma_slot1[16];
     endcase
   end
   always @* begin
@@ -32488,9 +33217,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$398  = dma_slot0[15:0];
+          \$397  = dma_slot0[15:0];
       1'h1:
-          \$398  = dma_slot1[15:0];
+          \$397  = dma_slot1[15:0];
     endcase
   end
   always @* begin
@@ -32498,9 +33227,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$399  = dma_slot0[32:17];
+          \$398  = dma_slot0[32:17];
       1'h1:
-          \$399  = dma_slot1[32:17];
+          \$398  = dma_slot1[32:17];
     endcase
   end
   always @* begin
@@ -32508,9 +33237,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$400  = dma_slot0[40:33];
+          \$399  = dma_slot0[40:33];
       1'h1:
-          \$400  = dma_slot1[40:33];
+          \$399  = dma_slot1[40:33];
     endcase
   end
   always @* begin
@@ -32518,13 +33247,13 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$401  = tile_slot0[15:0];
+          \$400  = tile_slot0[15:0];
       2'h1:
-          \$401  = tile_slot1[15:0];
+          \$400  = tile_slot1[15:0];
       2'h2:
-          \$401  = tile_slot2[15:0];
+          \$400  = tile_slot2[15:0];
       2'h3:
-          \$401  = tile_slot3[15:0];
+          \$400  = tile_slot3[15:0];
     endcase
   end
   always @* begin
@@ -32532,13 +33261,13 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$404  = tile_slot0[16];
+          \$403  = tile_slot0[16];
       2'h1:
-          \$404  = tile_slot1[16];
+          \$403  = tile_slot1[16];
       2'h2:
-          \$404  = tile_slot2[16];
+          \$403  = tile_slot2[16];
       2'h3:
-          \$404  = tile_slot3[16];
+          \$403  = tile_slot3[16];
     endcase
   end
   always @* begin
@@ -32546,13 +33275,13 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$405  = tile_slot0[15:0];
+          \$404  = tile_slot0[15:0];
       2'h1:
-          \$405  = tile_slot1[15:0];
+          \$404  = tile_slot1[15:0];
       2'h2:
-          \$405  = tile_slot2[15:0];
+          \$404  = tile_slot2[15:0];
       2'h3:
-          \$405  = tile_slot3[15:0];
+          \$404  = tile_slot3[15:0];
     endcase
   end
   always @* begin
@@ -32588,7 +33317,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$333 ) begin
+            if (\$158 ) begin
               irq_error = 1'h1;
             end
           end
@@ -32621,87 +33350,87 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (cmd[7:0])
       8'h03, 8'h04:
-          status = 8'h00;
+          status_next = 8'h00;
       8'h01:
-          status = \$52 ;
+          status_next = \$41 ;
       8'h02:
-          status = \$77 ;
+          status_next = \$66 ;
       8'h08:
-          status = \$106 ;
+          status_next = \$91 ;
       8'h06:
-          status = \$111 ;
+          status_next = \$96 ;
       8'h07:
-          status = \$118 ;
+          status_next = \$103 ;
       8'h00:
-          status = \$121 ;
+          status_next = \$106 ;
       8'h05:
-          status = \$124 ;
+          status_next = \$109 ;
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    route = 2'h0;
+    route_next = 2'h0;
     casez (cmd[7:0])
       8'h03, 8'h04:
-          route = 2'h1;
+          route_next = 2'h1;
       8'h01:
-          route = 2'h2;
+          route_next = 2'h2;
       8'h02:
-          route = 2'h2;
+          route_next = 2'h2;
       8'h08:
-          route = 2'h2;
+          route_next = 2'h2;
     endcase
-    if (\$125 ) begin
-      route = 2'h0;
+    if (\$110 ) begin
+      route_next = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     casez (cmd[7:0])
       8'h03:
         begin
-          fp[33:0] = { 18'h00000, \$127  };
-          fp[67:34] = { 1'h0, \$137  };
-          fp[237:204] = { 18'h00000, cmd[111:96] };
-          fp[271:238] = { 17'h00000, \$138  };
+          fp_next[33:0] = { 18'h00000, \$112  };
+          fp_next[67:34] = { 1'h0, \$114  };
+          fp_next[237:204] = { 18'h00000, cmd[111:96] };
+          fp_next[271:238] = { 17'h00000, \$115  };
         end
       8'h04:
         begin
-          fp[169:136] = { 18'h00000, \$141  };
-          fp[203:170] = { 17'h00000, \$147  };
-          fp[101:68] = { 18'h00000, cmd[95:80] };
-          fp[135:102] = { 17'h00000, \$148  };
+          fp_next[169:136] = { 18'h00000, \$118  };
+          fp_next[203:170] = { 17'h00000, \$122  };
+          fp_next[101:68] = { 18'h00000, cmd[95:80] };
+          fp_next[135:102] = { 17'h00000, \$123  };
         end
       8'h01:
           (* full_case = 32'd1 *)
           if (cmd[8]) begin
-            fp[237:204] = { 18'h00000, cmd[143:128] };
-            fp[271:238] = \$149 [33:0];
+            fp_next[237:204] = { 18'h00000, cmd[143:128] };
+            fp_next[271:238] = \$124 [33:0];
           end else begin
-            fp[101:68] = { 18'h00000, cmd[143:128] };
-            fp[135:102] = \$150 [33:0];
+            fp_next[101:68] = { 18'h00000, cmd[143:128] };
+            fp_next[135:102] = \$125 [33:0];
           end
       8'h02:
           (* full_case = 32'd1 *)
           if (cmd[8]) begin
-            fp[169:136] = { 18'h00000, cmd[143:128] };
-            fp[203:170] = \$151 [33:0];
+            fp_next[169:136] = { 18'h00000, cmd[143:128] };
+            fp_next[203:170] = \$126 [33:0];
           end else begin
-            fp[33:0] = { 18'h00000, cmd[143:128] };
-            fp[67:34] = \$152 [33:0];
+            fp_next[33:0] = { 18'h00000, cmd[143:128] };
+            fp_next[67:34] = \$127 [33:0];
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     tile_cmd__tvalid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               tile_cmd__tvalid = 1'h1;
             end
       endcase
@@ -32710,10 +33439,10 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     t_push = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               t_push = tile_cmd__tready;
             end
       endcase
@@ -32722,29 +33451,29 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     dispatched = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               dispatched = tile_cmd__tready;
             end
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               dispatched = dma_cmd__tready;
             end
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
+              if (\$141 ) begin
                 dispatched = 1'h1;
-              end else if (\$319 ) begin
-                dispatched = \$323 ;
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              end else if (\$144 ) begin
+                dispatched = \$148 ;
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   dispatched = sem_grant;
                 end
               end else begin
-                if (\$326 ) begin
+                if (\$151 ) begin
                   dispatched = sem_grant;
                 end
               end
@@ -32755,12 +33484,12 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     dma_cmd__tvalid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               dma_cmd__tvalid = 1'h1;
             end
       endcase
@@ -32769,12 +33498,12 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     d_push = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               d_push = dma_cmd__tready;
             end
       endcase
@@ -32783,23 +33512,23 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     sem_valid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
             /* empty */;
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
-              end else if (\$319 ) begin
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              if (\$141 ) begin
+              end else if (\$144 ) begin
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   sem_valid = 1'h1;
                 end
               end else begin
-                if (\$326 ) begin
+                if (\$151 ) begin
                   sem_valid = 1'h1;
                 end
               end
@@ -32810,24 +33539,24 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     sem_delta = 18'h00000;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
             /* empty */;
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
-              end else if (\$319 ) begin
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              if (\$141 ) begin
+              end else if (\$144 ) begin
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   sem_delta = { 2'h0, cmd[87:72] };
                 end
               end else begin
-                if (\$326 ) begin
-                  sem_delta = { \$327 [16], \$327  };
+                if (\$151 ) begin
+                  sem_delta = { \$152 [16], \$152  };
                 end
               end
             end
@@ -32899,7 +33628,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h0:
           /* empty */;
       2'h1:
-          axi__awvalid = \$331 ;
+          axi__awvalid = \$156 ;
     endcase
   end
   always @* begin
@@ -32909,7 +33638,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h0:
           /* empty */;
       2'h1:
-          axi__wvalid = \$332 ;
+          axi__wvalid = \$157 ;
     endcase
   end
   always @* begin
@@ -32935,7 +33664,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__bvalid) begin
             (* full_case = 32'd1 *)
-            if (\$333 ) begin
+            if (\$158 ) begin
             end else begin
               irq_completion = 1'h1;
             end
@@ -32958,17 +33687,17 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$414  = halted;
+    \$413  = halted;
     if (resume) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
     if (doorbell) begin
-      if (\$345 ) begin
-        \$414  = 1'h1;
-      end else if (\$346 ) begin
-        \$414  = 1'h1;
-      end else if (\$351 ) begin
-        \$414  = 1'h1;
+      if (\$170 ) begin
+        \$413  = 1'h1;
+      end else if (\$171 ) begin
+        \$413  = 1'h1;
+      end else if (\$176 ) begin
+        \$413  = 1'h1;
       end
     end
     casez (fetch_state)
@@ -32979,8 +33708,8 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$414  = 1'h1;
+              if (\$190 ) begin
+                \$413  = 1'h1;
               end
             end
           end
@@ -32992,23 +33721,23 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$414  = 1'h1;
+            if (\$412 ) begin
+              \$413  = 1'h1;
             end
           end
     endcase
     if (soft_reset) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
     if (rst) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$415  = head;
+    \$414  = head;
     if (ring_reset) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
     casez (fetch_state)
       2'h0:
@@ -33019,47 +33748,47 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$415  = \$367 [15:0];
+                \$414  = \$192 [15:0];
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
     if (rst) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$416  = tail;
+    \$415  = tail;
     if (ring_reset) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
     if (doorbell) begin
       (* full_case = 32'd1 *)
-      if (\$345 ) begin
-      end else if (\$346 ) begin
-      end else if (\$351 ) begin
+      if (\$170 ) begin
+      end else if (\$171 ) begin
+      end else if (\$176 ) begin
       end else begin
-        \$416  = doorbell_index;
+        \$415  = doorbell_index;
       end
     end
     if (soft_reset) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
     if (rst) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$417  = phase;
+    \$416  = phase;
     if (ring_reset) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
     casez (fetch_state)
       2'h0:
@@ -33070,32 +33799,32 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                if (\$370 ) begin
-                  \$417  = \$371 ;
+                if (\$195 ) begin
+                  \$416  = \$196 ;
                 end
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
     if (rst) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$418  = error_code;
+    \$417  = error_code;
     if (doorbell) begin
-      if (\$345 ) begin
-        \$418  = 8'h04;
-      end else if (\$346 ) begin
-        \$418  = 8'h0c;
-      end else if (\$351 ) begin
-        \$418  = 8'h0b;
+      if (\$170 ) begin
+        \$417  = 8'h04;
+      end else if (\$171 ) begin
+        \$417  = 8'h0c;
+      end else if (\$176 ) begin
+        \$417  = 8'h0b;
       end
     end
     casez (fetch_state)
@@ -33106,8 +33835,8 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$418  = 8'h09;
+              if (\$190 ) begin
+                \$417  = 8'h09;
               end
             end
           end
@@ -33119,28 +33848,28 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$418  = 8'h09;
+            if (\$412 ) begin
+              \$417  = 8'h09;
             end
           end
     endcase
     if (soft_reset) begin
-      \$418  = 8'h00;
+      \$417  = 8'h00;
     end
     if (rst) begin
-      \$418  = 8'h00;
+      \$417  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$419  = error_index;
+    \$418  = error_index;
     if (doorbell) begin
-      if (\$345 ) begin
-        \$419  = doorbell_index;
-      end else if (\$346 ) begin
-        \$419  = doorbell_index;
-      end else if (\$351 ) begin
-        \$419  = doorbell_index;
+      if (\$170 ) begin
+        \$418  = doorbell_index;
+      end else if (\$171 ) begin
+        \$418  = doorbell_index;
+      end else if (\$176 ) begin
+        \$418  = doorbell_index;
       end
     end
     casez (fetch_state)
@@ -33151,8 +33880,8 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$419  = head;
+              if (\$190 ) begin
+                \$418  = head;
               end
             end
           end
@@ -33164,38 +33893,60 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$419  = cpl_index;
+            if (\$412 ) begin
+              \$418  = cpl_index;
             end
           end
     endcase
     if (soft_reset) begin
-      \$419  = 16'h0000;
+      \$418  = 16'h0000;
     end
     if (rst) begin
-      \$419  = 16'h0000;
+      \$418  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$420  = fetch_state;
+    \$419  = fetch_state;
     casez (fetch_state)
       2'h0:
-          if (\$360 ) begin
-            \$420  = 2'h1;
+          if (\$185 ) begin
+            \$419  = 2'h1;
           end
       2'h1:
           if (axi__arready) begin
-            \$420  = 2'h2;
+            \$419  = 2'h2;
           end
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              \$420  = 2'h0;
+              \$419  = 2'h0;
             end
           end
     endcase
     if (soft_reset) begin
+      \$419  = 2'h0;
+    end
+    if (rst) begin
+      \$419  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$420  = beat;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (axi__arready) begin
+            \$420  = 2'h0;
+          end
+      2'h2:
+          if (axi__rvalid) begin
+            \$420  = \$186 [1:0];
+          end
+    endcase
+    if (soft_reset) begin
       \$420  = 2'h0;
     end
     if (rst) begin
@@ -33204,51 +33955,29 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$421  = beat;
+    \$421  = fetch_error;
     casez (fetch_state)
       2'h0:
           /* empty */;
       2'h1:
           if (axi__arready) begin
-            \$421  = 2'h0;
+            \$421  = 1'h0;
           end
       2'h2:
           if (axi__rvalid) begin
-            \$421  = \$361 [1:0];
+            \$421  = \$188 ;
           end
     endcase
     if (soft_reset) begin
-      \$421  = 2'h0;
+      \$421  = 1'h0;
     end
     if (rst) begin
-      \$421  = 2'h0;
+      \$421  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$422  = fetch_error;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$422  = 1'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$422  = \$363 ;
-          end
-    endcase
-    if (soft_reset) begin
-      \$422  = 1'h0;
-    end
-    if (rst) begin
-      \$422  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$423  = cmd;
+    \$422  = cmd;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -33259,26 +33988,26 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
             (* full_case = 32'd1 *)
             casez (beat)
               2'h0:
-                  \$423 [63:0] = axi__rdata;
+                  \$422 [63:0] = axi__rdata;
               2'h1:
-                  \$423 [127:64] = axi__rdata;
+                  \$422 [127:64] = axi__rdata;
               2'h2:
-                  \$423 [191:128] = axi__rdata;
+                  \$422 [191:128] = axi__rdata;
               2'h3:
-                  \$423 [255:192] = axi__rdata;
+                  \$422 [255:192] = axi__rdata;
             endcase
           end
     endcase
     if (soft_reset) begin
-      \$423  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$422  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$423  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$422  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$424  = have;
+    \$423  = have;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -33288,26 +34017,26 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$424  = 1'h1;
+                \$423  = 1'h1;
               end
             end
           end
     endcase
     if (dispatched) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
     if (soft_reset) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
     if (rst) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$425  = cmd_index;
+    \$424  = cmd_index;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -33317,23 +34046,23 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$425  = head;
+                \$424  = head;
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$425  = 16'h0000;
+      \$424  = 16'h0000;
     end
     if (rst) begin
-      \$425  = 16'h0000;
+      \$424  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$426  = cmd_phase;
+    \$425  = cmd_phase;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -33343,342 +34072,198 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$426  = phase;
+                \$425  = phase;
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$426  = 1'h0;
+      \$425  = 1'h0;
     end
     if (rst) begin
-      \$426  = 1'h0;
+      \$425  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$427  = local_valid;
-    if (\$373 ) begin
-      \$427  = 1'h1;
-    end
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$427  = 1'h0;
-          end
-    endcase
-    if (soft_reset) begin
-      \$427  = 1'h0;
-    end
-    if (rst) begin
-      \$427  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$428  = \local ;
-    if (\$373 ) begin
-      \$428  = slot_in;
+    \$426  = stage;
+    if (\$198 ) begin
+      \$426  = 3'h0;
+    end else if (\$199 ) begin
+      \$426  = \$200 [2:0];
     end
     if (soft_reset) begin
-      \$428  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$426  = 3'h0;
     end
     if (rst) begin
-      \$428  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$426  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$429  = local_status;
-    if (\$373 ) begin
-      \$429  = status;
-    end
+    \$427  = \$202 ;
     if (soft_reset) begin
-      \$429  = 8'h00;
+      \$427  = 33'h000000000;
     end
     if (rst) begin
-      \$429  = 8'h00;
+      \$427  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$430  = tile_slot0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$430  = slot_in;
-      endcase
-    end
+    \$428  = \$204 ;
     if (soft_reset) begin
-      \$430  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$428  = 33'h000000000;
     end
     if (rst) begin
-      \$430  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$428  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$431  = tile_slot1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$431  = slot_in;
-      endcase
-    end
+    \$429  = \$206 ;
     if (soft_reset) begin
-      \$431  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$429  = 49'h0000000000000;
     end
     if (rst) begin
-      \$431  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$429  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$432  = tile_slot2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$432  = slot_in;
-      endcase
-    end
+    \$430  = \$209 ;
     if (soft_reset) begin
-      \$432  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$430  = 22'h000000;
     end
     if (rst) begin
-      \$432  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$430  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$433  = tile_slot3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$433  = slot_in;
-      endcase
-    end
+    \$431  = \$210 ;
     if (soft_reset) begin
-      \$433  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$431  = 32'd0;
     end
     if (rst) begin
-      \$433  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$431  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$434  = tile_valid0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$434  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            \$434  = 1'h0;
-      endcase
-    end
+    \$432  = \$211 ;
     if (soft_reset) begin
-      \$434  = 1'h0;
+      \$432  = 20'h00000;
     end
     if (rst) begin
-      \$434  = 1'h0;
+      \$432  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$435  = tile_valid1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$435  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$435  = 1'h0;
-      endcase
-    end
+    \$433  = \$213 [33:0];
     if (soft_reset) begin
-      \$435  = 1'h0;
+      \$433  = 34'h000000000;
     end
     if (rst) begin
-      \$435  = 1'h0;
+      \$433  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$436  = tile_valid2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$436  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$436  = 1'h0;
-      endcase
-    end
+    \$434  = \$215 [49:0];
     if (soft_reset) begin
-      \$436  = 1'h0;
+      \$434  = 50'h0000000000000;
     end
     if (rst) begin
-      \$436  = 1'h0;
+      \$434  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$437  = tile_valid3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$437  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      (* full_case = 32'd1 *)
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$437  = 1'h0;
-      endcase
-    end
+    \$435  = \$216 ;
     if (soft_reset) begin
-      \$437  = 1'h0;
+      \$435  = 33'h000000000;
     end
     if (rst) begin
-      \$437  = 1'h0;
+      \$435  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$438  = tile_wr;
-    if (t_push) begin
-      \$438  = \$376 [1:0];
-    end
+    \$436  = \$217 ;
     if (soft_reset) begin
-      \$438  = 2'h0;
+      \$436  = 33'h000000000;
     end
     if (rst) begin
-      \$438  = 2'h0;
+      \$436  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$439  = tile_rd;
-    if (t_pop) begin
-      \$439  = \$379 [1:0];
-    end
+    \$437  = \$218 ;
     if (soft_reset) begin
-      \$439  = 2'h0;
+      \$437  = 33'h000000000;
     end
     if (rst) begin
-      \$439  = 2'h0;
+      \$437  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$440  = \$381 [2:0];
+    \$438  = \$219 ;
     if (soft_reset) begin
-      \$440  = 3'h0;
+      \$438  = 21'h000000;
     end
     if (rst) begin
-      \$440  = 3'h0;
+      \$438  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$441  = dma_slot0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$441  = slot_in;
-      endcase
-    end
+    \$439  = \$220 ;
     if (soft_reset) begin
-      \$441  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$439  = 17'h00000;
     end
     if (rst) begin
-      \$441  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$439  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$442  = dma_slot1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$442  = slot_in;
-      endcase
-    end
+    \$440  = status_next;
     if (soft_reset) begin
-      \$442  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$440  = 8'h00;
     end
     if (rst) begin
-      \$442  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$440  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$443  = dma_valid0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$443  = 1'h1;
-      endcase
+    \$441  = route_next;
+    if (soft_reset) begin
+      \$441  = 2'h0;
     end
-    if (d_pop) begin
-      casez (dma_rd)
-        1'h0:
-            \$443  = 1'h0;
-      endcase
+    if (rst) begin
+      \$441  = 2'h0;
     end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$442  = fp_next;
+    if (soft_reset) begin
+      \$442  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$442  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$443  = \$270 ;
     if (soft_reset) begin
       \$443  = 1'h0;
     end
@@ -33688,25 +34273,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$444  = dma_valid1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$444  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      (* full_case = 32'd1 *)
-      casez (dma_rd)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$444  = 1'h0;
-      endcase
-    end
+    \$444  = \$370 ;
     if (soft_reset) begin
       \$444  = 1'h0;
     end
@@ -33716,10 +34283,16 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$445  = dma_wr;
-    if (d_push) begin
-      \$445  = \$384 [0];
+    \$445  = local_valid;
+    if (\$372 ) begin
+      \$445  = 1'h1;
     end
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$445  = 1'h0;
+          end
+    endcase
     if (soft_reset) begin
       \$445  = 1'h0;
     end
@@ -33729,166 +34302,178 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$446  = dma_rd;
-    if (d_pop) begin
-      \$446  = \$387 [0];
+    \$446  = \local ;
+    if (\$372 ) begin
+      \$446  = slot_in;
     end
     if (soft_reset) begin
-      \$446  = 1'h0;
+      \$446  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$446  = 1'h0;
+      \$446  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$447  = \$389 [1:0];
+    \$447  = local_status;
+    if (\$372 ) begin
+      \$447  = status;
+    end
     if (soft_reset) begin
-      \$447  = 2'h0;
+      \$447  = 8'h00;
     end
     if (rst) begin
-      \$447  = 2'h0;
+      \$447  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$448  = axi__awaddr;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$448  = \$391 [31:0];
-          end else if (dma_done__tvalid) begin
-            \$448  = \$394 [31:0];
-          end else if (tile_done__tvalid) begin
-            \$448  = \$403 [31:0];
-          end
-    endcase
+    \$448  = tile_slot0;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            \$448  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$448  = 32'd0;
+      \$448  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$448  = 32'd0;
+      \$448  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$449  = axi__wdata;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$449  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
-          end else if (dma_done__tvalid) begin
-            \$449  = { \$397 , timestamp[30:0], \$396 , dma_done__tdata, \$395  };
-          end else if (tile_done__tvalid) begin
-            \$449  = { \$404 , timestamp[30:0], tile_done__tdata };
-          end
-    endcase
+    \$449  = tile_slot1;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$449  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$449  = 64'h0000000000000000;
+      \$449  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$449  = 64'h0000000000000000;
+      \$449  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$450  = cpl_index;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$450  = \local [15:0];
-          end else if (dma_done__tvalid) begin
-            \$450  = \$398 ;
-          end else if (tile_done__tvalid) begin
-            \$450  = \$405 ;
-          end
-    endcase
+    \$450  = tile_slot2;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$450  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$450  = 16'h0000;
+      \$450  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$450  = 16'h0000;
+      \$450  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$451  = trace_end_tag;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$451  = \local [32:17];
-          end else if (dma_done__tvalid) begin
-            \$451  = \$399 ;
-          end else if (tile_done__tvalid) begin
-            \$451  = tile_done__tdata[15:0];
-          end
-    endcase
+    \$451  = tile_slot3;
+    if (t_push) begin
+      (* full_case = 32'd1 *)
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$451  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$451  = 16'h0000;
+      \$451  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$451  = 16'h0000;
+      \$451  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$452  = trace_end_opcode;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$452  = \local [40:33];
-          end else if (dma_done__tvalid) begin
-            \$452  = \$400 ;
-          end else if (tile_done__tvalid) begin
-            \$452  = tile_done__tdata[31:24];
-          end
-    endcase
+    \$452  = tile_valid0;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            \$452  = 1'h1;
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            \$452  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
-      \$452  = 8'h00;
+      \$452  = 1'h0;
     end
     if (rst) begin
-      \$452  = 8'h00;
+      \$452  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$453  = complete_state;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$453  = 2'h1;
-          end else if (dma_done__tvalid) begin
-            \$453  = 2'h1;
-          end else if (tile_done__tvalid) begin
-            \$453  = 2'h1;
-          end
-      2'h1:
-          if (\$412 ) begin
-            \$453  = 2'h2;
-          end
-      2'h2:
-          if (axi__bvalid) begin
-            \$453  = 2'h0;
-          end
-    endcase
+    \$453  = tile_valid1;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$453  = 1'h1;
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$453  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
-      \$453  = 2'h0;
+      \$453  = 1'h0;
     end
     if (rst) begin
-      \$453  = 2'h0;
+      \$453  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$454  = aw_done;
-    casez (complete_state)
-      2'h0:
-          \$454  = 1'h0;
-      2'h1:
-          if (\$407 ) begin
+    \$454  = tile_valid2;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
             \$454  = 1'h1;
-          end
-    endcase
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$454  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
       \$454  = 1'h0;
     end
@@ -33898,15 +34483,33 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$455  = w_done;
-    casez (complete_state)
-      2'h0:
-          \$455  = 1'h0;
-      2'h1:
-          if (\$409 ) begin
+    \$455  = tile_valid3;
+    if (t_push) begin
+      (* full_case = 32'd1 *)
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
             \$455  = 1'h1;
-          end
-    endcase
+      endcase
+    end
+    if (t_pop) begin
+      (* full_case = 32'd1 *)
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$455  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
       \$455  = 1'h0;
     end
@@ -33919,11 +34522,9 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arlen = 8'h03;
   assign axi__arsize = 3'h3;
   assign axi__arburst = 2'h1;
-  assign mv_last = \$21 [33:0];
-  assign mv_end = \$27 [49:0];
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6596$0 , \port$6594$0 , \port$6592$0 , \port$6590$0 , \port$6588$0 , \port$6586$0 , \port$6584$0 , \port$6582$0 , \port$6580$0 , \port$6578$0 , \port$6576$0 , \port$6574$0 , \port$6572$0 , \port$6570$0 , \port$6568$0 , \port$6566$0  };
+  assign sem_values = { \port$6640$0 , \port$6638$0 , \port$6636$0 , \port$6634$0 , \port$6632$0 , \port$6630$0 , \port$6628$0 , \port$6626$0 , \port$6624$0 , \port$6622$0 , \port$6620$0 , \port$6618$0 , \port$6616$0 , \port$6614$0 , \port$6612$0 , \port$6610$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -33940,14 +34541,14 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign cpl_opcode = trace_end_opcode;
   assign trace_status = axi__wdata[23:16];
   assign axi__araddr = \$13 [31:0];
-  assign \fp.spm_r_lo  = fp[33:0];
-  assign \fp.spm_r_hi  = fp[67:34];
-  assign \fp.spm_w_lo  = fp[101:68];
-  assign \fp.spm_w_hi  = fp[135:102];
-  assign \fp.acc_r_lo  = fp[169:136];
-  assign \fp.acc_r_hi  = fp[203:170];
-  assign \fp.acc_w_lo  = fp[237:204];
-  assign \fp.acc_w_hi  = fp[271:238];
+  assign \fp_next.spm_r_lo  = fp_next[33:0];
+  assign \fp_next.spm_r_hi  = fp_next[67:34];
+  assign \fp_next.spm_w_lo  = fp_next[101:68];
+  assign \fp_next.spm_w_hi  = fp_next[135:102];
+  assign \fp_next.acc_r_lo  = fp_next[169:136];
+  assign \fp_next.acc_r_hi  = fp_next[203:170];
+  assign \fp_next.acc_w_lo  = fp_next[237:204];
+  assign \fp_next.acc_w_hi  = fp_next[271:238];
   assign \slot_in.ring_index  = slot_in[15:0];
   assign \slot_in.phase  = slot_in[16];
   assign \slot_in.tag  = slot_in[32:17];
@@ -33961,6 +34562,30 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \slot_in.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot_in.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot_in.footprint.acc_w_hi  = slot_in[312:279];
+  assign \fp.spm_r_lo  = fp[33:0];
+  assign \fp.spm_r_hi  = fp[67:34];
+  assign \fp.spm_w_lo  = fp[101:68];
+  assign \fp.spm_w_hi  = fp[135:102];
+  assign \fp.acc_r_lo  = fp[169:136];
+  assign \fp.acc_r_hi  = fp[203:170];
+  assign \fp.acc_w_lo  = fp[237:204];
+  assign \fp.acc_w_hi  = fp[271:238];
+  assign \sem_values[0]  = \port$6610$0 ;
+  assign \sem_values[1]  = \port$6612$0 ;
+  assign \sem_values[2]  = \port$6614$0 ;
+  assign \sem_values[3]  = \port$6616$0 ;
+  assign \sem_values[4]  = \port$6618$0 ;
+  assign \sem_values[5]  = \port$6620$0 ;
+  assign \sem_values[6]  = \port$6622$0 ;
+  assign \sem_values[7]  = \port$6624$0 ;
+  assign \sem_values[8]  = \port$6626$0 ;
+  assign \sem_values[9]  = \port$6628$0 ;
+  assign \sem_values[10]  = \port$6630$0 ;
+  assign \sem_values[11]  = \port$6632$0 ;
+  assign \sem_values[12]  = \port$6634$0 ;
+  assign \sem_values[13]  = \port$6636$0 ;
+  assign \sem_values[14]  = \port$6638$0 ;
+  assign \sem_values[15]  = \port$6640$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -34039,22 +34664,6 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \tile_slot3.footprint.acc_r_hi  = tile_slot3[244:211];
   assign \tile_slot3.footprint.acc_w_lo  = tile_slot3[278:245];
   assign \tile_slot3.footprint.acc_w_hi  = tile_slot3[312:279];
-  assign \sem_values[0]  = \port$6566$0 ;
-  assign \sem_values[1]  = \port$6568$0 ;
-  assign \sem_values[2]  = \port$6570$0 ;
-  assign \sem_values[3]  = \port$6572$0 ;
-  assign \sem_values[4]  = \port$6574$0 ;
-  assign \sem_values[5]  = \port$6576$0 ;
-  assign \sem_values[6]  = \port$6578$0 ;
-  assign \sem_values[7]  = \port$6580$0 ;
-  assign \sem_values[8]  = \port$6582$0 ;
-  assign \sem_values[9]  = \port$6584$0 ;
-  assign \sem_values[10]  = \port$6586$0 ;
-  assign \sem_values[11]  = \port$6588$0 ;
-  assign \sem_values[12]  = \port$6590$0 ;
-  assign \sem_values[13]  = \port$6592$0 ;
-  assign \sem_values[14]  = \port$6594$0 ;
-  assign \sem_values[15]  = \port$6596$0 ;
   assign \local.ring_index  = \local [15:0];
   assign \local.phase  = \local [16];
   assign \local.tag  = \local [32:17];
@@ -34074,95 +34683,95 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign slot_in[16] = cmd_phase;
   assign slot_in[15:0] = cmd_index;
   assign \$12  = { 2'h0, head, 5'h00 };
-  assign { \$28 [207:64], \$28 [31:16], \$28 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$28 [255:208], \$28 [63:32], \$28 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$53 [207:64], \$53 [31:16], \$53 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$53 [255:208], \$53 [63:32], \$53 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$78 [159:64], \$78 [31:16], \$78 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$78 [255:160], \$78 [63:32], \$78 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
-  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$112 [87:64], \$112 [31:16], \$112 [7:0] } = 48'h000000000000;
-  assign { \$112 [255:88], \$112 [63:32], \$112 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$119 [31:16], \$119 [7:0] } = 24'h000000;
-  assign { \$119 [255:32], \$119 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$122 [31:16], \$122 [7:0] } = 24'h000000;
-  assign { \$122 [255:32], \$122 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign \$184  = \$183 ;
-  assign \$237  = \$236 ;
-  assign \$382  = dma_wr;
-  assign \$385  = dma_rd;
-  assign \$390  = { \local [15:0], 3'h0 };
-  assign \$393  = { \$392 , 3'h0 };
-  assign \$402  = { \$401 , 3'h0 };
+  assign { \$17 [207:64], \$17 [31:16], \$17 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$17 [255:208], \$17 [63:32], \$17 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$42 [207:64], \$42 [31:16], \$42 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$42 [255:208], \$42 [63:32], \$42 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$67 [159:64], \$67 [31:16], \$67 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$67 [255:160], \$67 [63:32], \$67 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$92 [87:64], \$92 [31:16], \$92 [7:0] } = 48'h000000000000;
+  assign { \$92 [255:88], \$92 [63:32], \$92 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$97 [87:64], \$97 [31:16], \$97 [7:0] } = 48'h000000000000;
+  assign { \$97 [255:88], \$97 [63:32], \$97 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$104 [31:16], \$104 [7:0] } = 24'h000000;
+  assign { \$104 [255:32], \$104 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$107 [31:16], \$107 [7:0] } = 24'h000000;
+  assign { \$107 [255:32], \$107 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \$245  = \$244 ;
+  assign \$295  = \$294 ;
+  assign \$381  = dma_wr;
+  assign \$384  = dma_rd;
+  assign \$389  = { \local [15:0], 3'h0 };
+  assign \$392  = { \$391 , 3'h0 };
+  assign \$401  = { \$400 , 3'h0 };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp, doorbell_index
-, \port$6566$0 , \port$6568$0 , \port$6570$0 , \port$6572$0 , \port$6574$0 , \port$6576$0 , \port$6578$0 , \port$6580$0 , \port$6582$0 , \port$6584$0 , \port$6586$0 , \port$6588$0 , \port$6590$0 , \port$6592$0 , \port$6594$0 , \port$6596$0 , ring_base, ring_log2, cq_base, enable, dma_base
-, dma_limit, axi__bvalid, axi__bresp, tile_cmd__tready, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
+module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
+, doorbell_index, \port$6610$0 , \port$6612$0 , \port$6614$0 , \port$6616$0 , \port$6618$0 , \port$6620$0 , \port$6622$0 , \port$6624$0 , \port$6626$0 , \port$6628$0 , \port$6630$0 , \port$6632$0 , \port$6634$0 , \port$6636$0 , \port$6638$0 , \port$6640$0 , ring_base, ring_log2, cq_base, enable
+, dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [7:0] \$102 ;
   wire [7:0] \$103 ;
-  wire [7:0] \$104 ;
-  wire [7:0] \$105 ;
+  wire [255:0] \$104 ;
+  wire \$105 ;
   wire [7:0] \$106 ;
   wire [255:0] \$107 ;
   wire \$108 ;
-  wire \$109 ;
+  wire [7:0] \$109 ;
   wire \$11 ;
-  wire [7:0] \$110 ;
-  wire [7:0] \$111 ;
-  wire [255:0] \$112 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire [15:0] \$112 ;
   wire \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire [7:0] \$116 ;
-  wire [7:0] \$117 ;
-  wire [7:0] \$118 ;
-  wire [255:0] \$119 ;
+  wire [32:0] \$114 ;
+  wire [16:0] \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire [15:0] \$118 ;
+  wire \$119 ;
   wire [22:0] \$12 ;
   wire \$120 ;
-  wire [7:0] \$121 ;
-  wire [255:0] \$122 ;
-  wire \$123 ;
-  wire [7:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire [31:0] \$128 ;
-  wire [32:0] \$129 ;
+  wire [16:0] \$121 ;
+  wire [16:0] \$122 ;
+  wire [16:0] \$123 ;
+  wire [34:0] \$124 ;
+  wire [34:0] \$125 ;
+  wire [34:0] \$126 ;
+  wire [34:0] \$127 ;
+  wire \$128 ;
+  wire \$129 ;
   wire [32:0] \$13 ;
-  wire [19:0] \$130 ;
-  wire [20:0] \$131 ;
+  wire \$130 ;
+  wire \$131 ;
   wire \$132 ;
-  wire [31:0] \$133 ;
-  wire [32:0] \$134 ;
-  wire [19:0] \$135 ;
-  wire [20:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
   wire \$139 ;
   wire \$14 ;
   wire \$140 ;
-  wire [15:0] \$141 ;
-  wire [16:0] \$142 ;
+  wire \$141 ;
+  wire \$142 ;
   wire \$143 ;
   wire \$144 ;
-  wire [16:0] \$145 ;
-  wire [16:0] \$146 ;
-  wire [16:0] \$147 ;
-  wire [16:0] \$148 ;
-  wire [34:0] \$149 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [34:0] \$150 ;
-  wire [34:0] \$151 ;
-  wire [34:0] \$152 ;
+  reg [15:0] \$150 ;
+  wire \$151 ;
+  wire [16:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
   wire \$155 ;
@@ -34170,7 +34779,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$157 ;
   wire \$158 ;
   wire \$159 ;
-  wire [16:0] \$16 ;
+  wire \$16 ;
   wire \$160 ;
   wire \$161 ;
   wire \$162 ;
@@ -34181,64 +34790,64 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$167 ;
   wire \$168 ;
   wire \$169 ;
-  wire [32:0] \$17 ;
+  wire [255:0] \$17 ;
   wire \$170 ;
   wire \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  wire \$174 ;
-  wire \$175 ;
+  wire [16:0] \$172 ;
+  wire [16:0] \$173 ;
+  wire [16:0] \$174 ;
+  wire [16:0] \$175 ;
   wire \$176 ;
   wire \$177 ;
   wire \$178 ;
   wire \$179 ;
-  wire [33:0] \$18 ;
+  wire \$18 ;
   wire \$180 ;
   wire \$181 ;
   wire \$182 ;
   wire \$183 ;
   wire \$184 ;
   wire \$185 ;
-  wire \$186 ;
+  wire [2:0] \$186 ;
   wire \$187 ;
   wire \$188 ;
   wire \$189 ;
-  wire [16:0] \$19 ;
+  wire \$19 ;
   wire \$190 ;
-  wire \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
+  wire [16:0] \$191 ;
+  wire [16:0] \$192 ;
+  wire [16:0] \$193 ;
+  wire [16:0] \$194 ;
   wire \$195 ;
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
   wire \$199 ;
   wire \$2 ;
-  wire [32:0] \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
-  wire \$205 ;
-  wire \$206 ;
-  wire \$207 ;
-  wire \$208 ;
-  wire \$209 ;
-  wire [34:0] \$21 ;
-  wire \$210 ;
-  wire \$211 ;
-  wire \$212 ;
-  wire \$213 ;
-  wire \$214 ;
-  wire \$215 ;
-  wire \$216 ;
-  wire \$217 ;
-  wire \$218 ;
-  wire \$219 ;
-  wire [16:0] \$22 ;
-  wire \$220 ;
+  wire \$20 ;
+  wire [3:0] \$200 ;
+  wire [16:0] \$201 ;
+  wire [32:0] \$202 ;
+  wire [16:0] \$203 ;
+  wire [32:0] \$204 ;
+  wire [16:0] \$205 ;
+  wire [48:0] \$206 ;
+  wire [21:0] \$207 ;
+  wire [19:0] \$208 ;
+  wire [21:0] \$209 ;
+  wire \$21 ;
+  wire [31:0] \$210 ;
+  wire [19:0] \$211 ;
+  wire [33:0] \$212 ;
+  wire [34:0] \$213 ;
+  wire [49:0] \$214 ;
+  wire [50:0] \$215 ;
+  wire [32:0] \$216 ;
+  wire [32:0] \$217 ;
+  wire [32:0] \$218 ;
+  wire [20:0] \$219 ;
+  wire \$22 ;
+  wire [16:0] \$220 ;
   wire \$221 ;
   wire \$222 ;
   wire \$223 ;
@@ -34248,7 +34857,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$227 ;
   wire \$228 ;
   wire \$229 ;
-  wire [48:0] \$23 ;
+  wire \$23 ;
   wire \$230 ;
   wire \$231 ;
   wire \$232 ;
@@ -34259,7 +34868,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$237 ;
   wire \$238 ;
   wire \$239 ;
-  wire [49:0] \$24 ;
+  wire \$24 ;
   wire \$240 ;
   wire \$241 ;
   wire \$242 ;
@@ -34270,7 +34879,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$247 ;
   wire \$248 ;
   wire \$249 ;
-  wire [5:0] \$25 ;
+  wire \$25 ;
   wire \$250 ;
   wire \$251 ;
   wire \$252 ;
@@ -34281,7 +34890,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$257 ;
   wire \$258 ;
   wire \$259 ;
-  wire [21:0] \$26 ;
+  wire \$26 ;
   wire \$260 ;
   wire \$261 ;
   wire \$262 ;
@@ -34292,7 +34901,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$267 ;
   wire \$268 ;
   wire \$269 ;
-  wire [50:0] \$27 ;
+  wire \$27 ;
   wire \$270 ;
   wire \$271 ;
   wire \$272 ;
@@ -34303,7 +34912,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$277 ;
   wire \$278 ;
   wire \$279 ;
-  wire [255:0] \$28 ;
+  wire \$28 ;
   wire \$280 ;
   wire \$281 ;
   wire \$282 ;
@@ -34354,9 +34963,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$322 ;
   wire \$323 ;
   wire \$324 ;
-  reg [15:0] \$325 ;
+  wire \$325 ;
   wire \$326 ;
-  wire [16:0] \$327 ;
+  wire \$327 ;
   wire \$328 ;
   wire \$329 ;
   wire \$33 ;
@@ -34378,11 +34987,11 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$344 ;
   wire \$345 ;
   wire \$346 ;
-  wire [16:0] \$347 ;
-  wire [16:0] \$348 ;
-  wire [16:0] \$349 ;
+  wire \$347 ;
+  wire \$348 ;
+  wire \$349 ;
   wire \$35 ;
-  wire [16:0] \$350 ;
+  wire \$350 ;
   wire \$351 ;
   wire \$352 ;
   wire \$353 ;
@@ -34392,122 +35001,140 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$357 ;
   wire \$358 ;
   wire \$359 ;
-  wire \$36 ;
+  wire [7:0] \$36 ;
   wire \$360 ;
-  wire [2:0] \$361 ;
+  wire \$361 ;
   wire \$362 ;
   wire \$363 ;
   wire \$364 ;
   wire \$365 ;
-  wire [16:0] \$366 ;
-  wire [16:0] \$367 ;
-  wire [16:0] \$368 ;
-  wire [16:0] \$369 ;
-  wire \$37 ;
+  wire \$366 ;
+  wire \$367 ;
+  wire \$368 ;
+  wire \$369 ;
+  wire [7:0] \$37 ;
   wire \$370 ;
   wire \$371 ;
   wire \$372 ;
   wire \$373 ;
-  wire \$374 ;
+  wire [2:0] \$374 ;
   wire [2:0] \$375 ;
-  wire [2:0] \$376 ;
-  wire \$377 ;
+  wire \$376 ;
+  wire [2:0] \$377 ;
   wire [2:0] \$378 ;
-  wire [2:0] \$379 ;
-  wire \$38 ;
-  wire [3:0] \$380 ;
-  wire [4:0] \$381 ;
-  wire \$382 ;
+  wire [3:0] \$379 ;
+  wire [7:0] \$38 ;
+  wire [4:0] \$380 ;
+  wire \$381 ;
+  wire [1:0] \$382 ;
   wire [1:0] \$383 ;
-  wire [1:0] \$384 ;
-  wire \$385 ;
+  wire \$384 ;
+  wire [1:0] \$385 ;
   wire [1:0] \$386 ;
-  wire [1:0] \$387 ;
-  wire [2:0] \$388 ;
-  wire [3:0] \$389 ;
-  wire \$39 ;
-  wire [18:0] \$390 ;
-  wire [32:0] \$391 ;
-  reg [15:0] \$392 ;
-  wire [18:0] \$393 ;
-  wire [32:0] \$394 ;
-  reg [15:0] \$395 ;
-  reg [7:0] \$396 ;
-  reg \$397 ;
+  wire [2:0] \$387 ;
+  wire [3:0] \$388 ;
+  wire [18:0] \$389 ;
+  wire [7:0] \$39 ;
+  wire [32:0] \$390 ;
+  reg [15:0] \$391 ;
+  wire [18:0] \$392 ;
+  wire [32:0] \$393 ;
+  reg [15:0] \$394 ;
+  reg [7:0] \$395 ;
+  reg \$396 ;
+  reg [15:0] \$397 ;
   reg [15:0] \$398 ;
-  reg [15:0] \$399 ;
+  reg [7:0] \$399 ;
   wire [48:0] \$4 ;
-  wire \$40 ;
-  reg [7:0] \$400 ;
-  reg [15:0] \$401 ;
-  wire [18:0] \$402 ;
-  wire [32:0] \$403 ;
-  reg \$404 ;
-  reg [15:0] \$405 ;
+  wire [7:0] \$40 ;
+  reg [15:0] \$400 ;
+  wire [18:0] \$401 ;
+  wire [32:0] \$402 ;
+  reg \$403 ;
+  reg [15:0] \$404 ;
+  wire \$405 ;
   wire \$406 ;
   wire \$407 ;
   wire \$408 ;
   wire \$409 ;
-  wire \$41 ;
+  wire [7:0] \$41 ;
   wire \$410 ;
   wire \$411 ;
   wire \$412 ;
-  wire \$413 ;
-  reg \$414 ;
+  reg \$413 ;
+  reg [15:0] \$414 ;
   reg [15:0] \$415 ;
-  reg [15:0] \$416 ;
-  reg \$417 ;
-  reg [7:0] \$418 ;
-  reg [15:0] \$419 ;
-  wire \$42 ;
+  reg \$416 ;
+  reg [7:0] \$417 ;
+  reg [15:0] \$418 ;
+  reg [1:0] \$419 ;
+  wire [255:0] \$42 ;
   reg [1:0] \$420 ;
-  reg [1:0] \$421 ;
-  reg \$422 ;
-  reg [255:0] \$423 ;
-  reg \$424 ;
-  reg [15:0] \$425 ;
-  reg \$426 ;
-  reg \$427 ;
-  reg [312:0] \$428 ;
-  reg [7:0] \$429 ;
+  reg \$421 ;
+  reg [255:0] \$422 ;
+  reg \$423 ;
+  reg [15:0] \$424 ;
+  reg \$425 ;
+  reg [2:0] \$426 ;
+  reg [32:0] \$427 ;
+  reg [32:0] \$428 ;
+  reg [48:0] \$429 ;
   wire \$43 ;
-  reg [312:0] \$430 ;
-  reg [312:0] \$431 ;
-  reg [312:0] \$432 ;
-  reg [312:0] \$433 ;
-  reg \$434 ;
-  reg \$435 ;
-  reg \$436 ;
-  reg \$437 ;
-  reg [1:0] \$438 ;
-  reg [1:0] \$439 ;
+  reg [21:0] \$430 ;
+  reg [31:0] \$431 ;
+  reg [19:0] \$432 ;
+  reg [33:0] \$433 ;
+  reg [49:0] \$434 ;
+  reg [32:0] \$435 ;
+  reg [32:0] \$436 ;
+  reg [32:0] \$437 ;
+  reg [20:0] \$438 ;
+  reg [16:0] \$439 ;
   wire \$44 ;
-  reg [2:0] \$440 ;
-  reg [312:0] \$441 ;
-  reg [312:0] \$442 ;
+  reg [7:0] \$440 ;
+  reg [1:0] \$441 ;
+  reg [271:0] \$442 ;
   reg \$443 ;
   reg \$444 ;
   reg \$445 ;
-  reg \$446 ;
-  reg [1:0] \$447 ;
-  reg [31:0] \$448 ;
-  reg [63:0] \$449 ;
+  reg [312:0] \$446 ;
+  reg [7:0] \$447 ;
+  reg [312:0] \$448 ;
+  reg [312:0] \$449 ;
   wire \$45 ;
-  reg [15:0] \$450 ;
-  reg [15:0] \$451 ;
-  reg [7:0] \$452 ;
-  reg [1:0] \$453 ;
+  reg [312:0] \$450 ;
+  reg [312:0] \$451 ;
+  reg \$452 ;
+  reg \$453 ;
   reg \$454 ;
   reg \$455 ;
+  reg [1:0] \$456 ;
+  reg [1:0] \$457 ;
+  reg [2:0] \$458 ;
+  reg [312:0] \$459 ;
   wire \$46 ;
-  wire [7:0] \$47 ;
-  wire [7:0] \$48 ;
-  wire [7:0] \$49 ;
+  reg [312:0] \$460 ;
+  reg \$461 ;
+  reg \$462 ;
+  reg \$463 ;
+  reg \$464 ;
+  reg [1:0] \$465 ;
+  reg [31:0] \$466 ;
+  reg [63:0] \$467 ;
+  reg [15:0] \$468 ;
+  reg [15:0] \$469 ;
+  wire \$47 ;
+  reg [7:0] \$470 ;
+  reg [1:0] \$471 ;
+  reg \$472 ;
+  reg \$473 ;
+  wire \$48 ;
+  wire \$49 ;
   wire \$5 ;
-  wire [7:0] \$50 ;
-  wire [7:0] \$51 ;
-  wire [7:0] \$52 ;
-  wire [255:0] \$53 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
   wire \$54 ;
   wire \$55 ;
   wire \$56 ;
@@ -34516,25 +35143,25 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$59 ;
   wire \$6 ;
   wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
+  wire [7:0] \$61 ;
+  wire [7:0] \$62 ;
+  wire [7:0] \$63 ;
+  wire [7:0] \$64 ;
+  wire [7:0] \$65 ;
+  wire [7:0] \$66 ;
+  wire [255:0] \$67 ;
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
   wire \$70 ;
   wire \$71 ;
-  wire [7:0] \$72 ;
-  wire [7:0] \$73 ;
-  wire [7:0] \$74 ;
-  wire [7:0] \$75 ;
-  wire [7:0] \$76 ;
-  wire [7:0] \$77 ;
-  wire [255:0] \$78 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
   wire \$79 ;
   wire [16:0] \$8 ;
   wire \$80 ;
@@ -34544,19 +35171,19 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire \$84 ;
   wire \$85 ;
   wire \$86 ;
-  wire [32:0] \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire \$87 ;
+  wire [7:0] \$88 ;
+  wire [7:0] \$89 ;
   wire [16:0] \$9 ;
-  wire [32:0] \$90 ;
-  wire \$91 ;
-  wire \$92 ;
+  wire [7:0] \$90 ;
+  wire [7:0] \$91 ;
+  wire [255:0] \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire [32:0] \$98 ;
+  wire [7:0] \$95 ;
+  wire [7:0] \$96 ;
+  wire [255:0] \$97 ;
+  wire \$98 ;
   wire \$99 ;
   reg aw_done = 1'h0;
   output [31:0] axi__araddr;
@@ -34613,6 +35240,8 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [15:0] cmd_index = 16'h0000;
   reg cmd_phase = 1'h0;
   reg [1:0] complete_state = 2'h0;
+  reg [32:0] cp_dst_end = 33'h000000000;
+  reg [32:0] cp_src_end = 33'h000000000;
   (* init = 32'd0 *)
   wire [31:0] cpl_addr;
   (* init = 64'h0000000000000000 *)
@@ -34626,6 +35255,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [31:0] cq_base;
   reg d_pop;
   reg d_push;
+  wire decoded;
   output dispatched;
   reg dispatched;
   input [31:0] dma_base;
@@ -34643,6 +35273,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg dma_done__tready;
   input dma_done__tvalid;
   wire dma_done__tvalid;
+  reg dma_hazard = 1'h0;
   input [31:0] dma_limit;
   wire [31:0] dma_limit;
   reg dma_rd = 1'h0;
@@ -34690,7 +35321,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [15:0] error_index = 16'h0000;
   reg fetch_error = 1'h0;
   reg [1:0] fetch_state = 2'h0;
-  reg [271:0] fp;
+  reg [271:0] fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
   wire [33:0] \fp.acc_r_hi ;
   wire [33:0] \fp.acc_r_lo ;
   wire [33:0] \fp.acc_w_hi ;
@@ -34699,6 +35330,19 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [33:0] \fp.spm_r_lo ;
   wire [33:0] \fp.spm_w_hi ;
   wire [33:0] \fp.spm_w_lo ;
+  reg [271:0] fp_next;
+  wire [33:0] \fp_next.acc_r_hi ;
+  wire [33:0] \fp_next.acc_r_lo ;
+  wire [33:0] \fp_next.acc_w_hi ;
+  wire [33:0] \fp_next.acc_w_lo ;
+  wire [33:0] \fp_next.spm_r_hi ;
+  wire [33:0] \fp_next.spm_r_lo ;
+  wire [33:0] \fp_next.spm_w_hi ;
+  wire [33:0] \fp_next.spm_w_lo ;
+  reg [32:0] g_a_end = 33'h000000000;
+  reg [31:0] g_a_rows = 32'd0;
+  reg [20:0] g_b_end = 21'h000000;
+  reg [19:0] g_b_rows = 20'h00000;
   output halted;
   reg halted = 1'h0;
   reg have = 1'h0;
@@ -34726,41 +35370,46 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [7:0] local_status = 8'h00;
   reg local_valid = 1'h0;
   wire [15:0] mask;
-  wire [49:0] mv_end;
-  wire [33:0] mv_last;
+  reg [21:0] mv_bytes = 22'h000000;
+  reg [32:0] mv_col_off = 33'h000000000;
+  reg [48:0] mv_dram_off = 49'h0000000000000;
+  reg [49:0] mv_end = 50'h0000000000000;
+  reg [33:0] mv_last = 34'h000000000;
+  reg [32:0] mv_row_off = 33'h000000000;
+  reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6566$0 ;
-  wire [15:0] \port$6566$0 ;
-  input [15:0] \port$6568$0 ;
-  wire [15:0] \port$6568$0 ;
-  input [15:0] \port$6570$0 ;
-  wire [15:0] \port$6570$0 ;
-  input [15:0] \port$6572$0 ;
-  wire [15:0] \port$6572$0 ;
-  input [15:0] \port$6574$0 ;
-  wire [15:0] \port$6574$0 ;
-  input [15:0] \port$6576$0 ;
-  wire [15:0] \port$6576$0 ;
-  input [15:0] \port$6578$0 ;
-  wire [15:0] \port$6578$0 ;
-  input [15:0] \port$6580$0 ;
-  wire [15:0] \port$6580$0 ;
-  input [15:0] \port$6582$0 ;
-  wire [15:0] \port$6582$0 ;
-  input [15:0] \port$6584$0 ;
-  wire [15:0] \port$6584$0 ;
-  input [15:0] \port$6586$0 ;
-  wire [15:0] \port$6586$0 ;
-  input [15:0] \port$6588$0 ;
-  wire [15:0] \port$6588$0 ;
-  input [15:0] \port$6590$0 ;
-  wire [15:0] \port$6590$0 ;
-  input [15:0] \port$6592$0 ;
-  wire [15:0] \port$6592$0 ;
-  input [15:0] \port$6594$0 ;
-  wire [15:0] \port$6594$0 ;
-  input [15:0] \port$6596$0 ;
-  wire [15:0] \port$6596$0 ;
+  input [15:0] \port$6610$0 ;
+  wire [15:0] \port$6610$0 ;
+  input [15:0] \port$6612$0 ;
+  wire [15:0] \port$6612$0 ;
+  input [15:0] \port$6614$0 ;
+  wire [15:0] \port$6614$0 ;
+  input [15:0] \port$6616$0 ;
+  wire [15:0] \port$6616$0 ;
+  input [15:0] \port$6618$0 ;
+  wire [15:0] \port$6618$0 ;
+  input [15:0] \port$6620$0 ;
+  wire [15:0] \port$6620$0 ;
+  input [15:0] \port$6622$0 ;
+  wire [15:0] \port$6622$0 ;
+  input [15:0] \port$6624$0 ;
+  wire [15:0] \port$6624$0 ;
+  input [15:0] \port$6626$0 ;
+  wire [15:0] \port$6626$0 ;
+  input [15:0] \port$6628$0 ;
+  wire [15:0] \port$6628$0 ;
+  input [15:0] \port$6630$0 ;
+  wire [15:0] \port$6630$0 ;
+  input [15:0] \port$6632$0 ;
+  wire [15:0] \port$6632$0 ;
+  input [15:0] \port$6634$0 ;
+  wire [15:0] \port$6634$0 ;
+  input [15:0] \port$6636$0 ;
+  wire [15:0] \port$6636$0 ;
+  input [15:0] \port$6638$0 ;
+  wire [15:0] \port$6638$0 ;
+  input [15:0] \port$6640$0 ;
+  wire [15:0] \port$6640$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -34769,7 +35418,8 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [4:0] ring_log2;
   input ring_reset;
   wire ring_reset;
-  reg [1:0] route;
+  reg [1:0] route = 2'h0;
+  reg [1:0] route_next;
   input rst;
   wire rst;
   output [17:0] sem_delta;
@@ -34812,9 +35462,11 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [15:0] \slot_in.tag ;
   input soft_reset;
   wire soft_reset;
+  reg [2:0] stage = 3'h0;
   output stall;
   wire stall;
-  reg [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   reg t_pop;
   reg t_push;
   output [15:0] tail;
@@ -34832,6 +35484,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg tile_done__tready;
   input tile_done__tvalid;
   wire tile_done__tvalid;
+  reg tile_hazard = 1'h0;
   reg [1:0] tile_rd = 2'h0;
   reg [312:0] tile_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
   wire [271:0] \tile_slot0.footprint ;
@@ -34908,6 +35561,44 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   wire [15:0] trace_tag;
   reg w_done = 1'h0;
   reg writer_busy;
+  always @(posedge clk)
+    tile_valid3 <= \$455 ;
+  always @(posedge clk)
+    tile_wr <= \$456 ;
+  always @(posedge clk)
+    tile_rd <= \$457 ;
+  always @(posedge clk)
+    tile_count <= \$458 ;
+  always @(posedge clk)
+    dma_slot0 <= \$459 ;
+  always @(posedge clk)
+    dma_slot1 <= \$460 ;
+  always @(posedge clk)
+    dma_valid0 <= \$461 ;
+  always @(posedge clk)
+    dma_valid1 <= \$462 ;
+  always @(posedge clk)
+    dma_wr <= \$463 ;
+  always @(posedge clk)
+    dma_rd <= \$464 ;
+  always @(posedge clk)
+    dma_count <= \$465 ;
+  always @(posedge clk)
+    axi__awaddr <= \$466 ;
+  always @(posedge clk)
+    axi__wdata <= \$467 ;
+  always @(posedge clk)
+    cpl_index <= \$468 ;
+  always @(posedge clk)
+    trace_end_tag <= \$469 ;
+  always @(posedge clk)
+    trace_end_opcode <= \$470 ;
+  always @(posedge clk)
+    complete_state <= \$471 ;
+  always @(posedge clk)
+    aw_done <= \$472 ;
+  always @(posedge clk)
+    w_done <= \$473 ;
   assign \$1  = ring_log2 >= 1'h1;
   assign \$2  = ring_log2 <= 5'h10;
   assign entries_ok = \$1  & \$2 ;
@@ -34923,502 +35614,823 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \$13  = ring_base + \$12 ;
   assign \$14  = | axi__rresp;
   assign \$15  = fetch_error | \$14 ;
-  assign \$16  = cmd[159:144] - 1'h1;
-  assign \$17  = $signed(\$16 ) * $signed({ 1'h0, cmd[191:176] });
-  assign \$18  = $signed({ 1'h0, cmd[143:128] }) + $signed(\$17 );
-  assign \$19  = cmd[175:160] - 1'h1;
-  assign \$20  = $signed(\$19 ) * $signed({ 1'h0, cmd[207:192] });
-  assign \$21  = $signed(\$18 ) + $signed(\$20 );
-  assign \$22  = cmd[159:144] - 1'h1;
-  assign \$23  = $signed(\$22 ) * $signed({ 1'h0, cmd[127:96] });
-  assign \$24  = $signed({ 1'h0, cmd[95:64] }) + $signed(\$23 );
-  assign \$25  = cmd[8] ? 6'h20 : 6'h08;
-  assign \$26  = cmd[175:160] * \$25 ;
-  assign \$27  = $signed(\$24 ) + $signed({ 1'h0, \$26  });
-  assign \$29  = | \$28 ;
-  assign \$30  = ! cmd[159:144];
-  assign \$31  = ! cmd[175:160];
-  assign \$32  = \$30  | \$31 ;
-  assign \$33  = ~ cmd[8];
-  assign \$34  = \$21 [33:0] >= 13'h1000;
-  assign \$35  = \$33  & \$34 ;
-  assign \$36  = \$21 [33:0] >= 11'h400;
-  assign \$37  = cmd[8] & \$36 ;
-  assign \$38  = | cmd[66:64];
-  assign \$39  = | cmd[98:96];
-  assign \$40  = \$38  | \$39 ;
-  assign \$41  = cmd[95:64] >= dma_base;
-  assign \$42  = \$27 [49:0] <= dma_limit;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$27 [49:0] <= 21'h100000;
-  assign \$45  = \$43  & \$44 ;
-  assign \$46  = ~ \$45 ;
-  assign \$47  = \$45  ? 8'h00 : 8'h07;
-  assign \$48  = \$40  ? 8'h08 : \$47 ;
-  assign \$49  = \$37  ? 8'h06 : \$48 ;
-  assign \$50  = \$35  ? 8'h05 : \$49 ;
-  assign \$51  = \$32  ? 8'h03 : \$50 ;
-  assign \$52  = \$29  ? 8'h02 : \$51 ;
-  assign \$54  = | \$53 ;
-  assign \$55  = ! cmd[159:144];
-  assign \$56  = ! cmd[175:160];
-  assign \$57  = \$55  | \$56 ;
-  assign \$58  = ~ cmd[8];
-  assign \$59  = \$21 [33:0] >= 13'h1000;
-  assign \$60  = \$58  & \$59 ;
-  assign \$61  = \$21 [33:0] >= 11'h400;
-  assign \$62  = cmd[8] & \$61 ;
-  assign \$63  = | cmd[66:64];
-  assign \$64  = | cmd[98:96];
-  assign \$65  = \$63  | \$64 ;
-  assign \$66  = cmd[95:64] >= dma_base;
-  assign \$67  = \$27 [49:0] <= dma_limit;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = \$27 [49:0] <= 21'h100000;
-  assign \$70  = \$68  & \$69 ;
-  assign \$71  = ~ \$70 ;
-  assign \$72  = \$70  ? 8'h00 : 8'h07;
-  assign \$73  = \$65  ? 8'h08 : \$72 ;
-  assign \$74  = \$62  ? 8'h06 : \$73 ;
-  assign \$75  = \$60  ? 8'h05 : \$74 ;
-  assign \$76  = \$57  ? 8'h03 : \$75 ;
-  assign \$77  = \$54  ? 8'h02 : \$76 ;
-  assign \$79  = | \$78 ;
-  assign \$80  = ! cmd[159:128];
-  assign \$81  = | cmd[66:64];
-  assign \$82  = | cmd[98:96];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = | cmd[130:128];
-  assign \$85  = \$83  | \$84 ;
-  assign \$86  = cmd[95:64] >= dma_base;
-  assign \$87  = cmd[95:64] + cmd[159:128];
-  assign \$88  = \$87  <= dma_limit;
-  assign \$89  = \$86  & \$88 ;
-  assign \$90  = cmd[95:64] + cmd[159:128];
-  assign \$91  = \$90  <= 21'h100000;
-  assign \$92  = \$89  & \$91 ;
-  assign \$93  = ~ \$92 ;
-  assign \$94  = cmd[127:96] >= dma_base;
-  assign \$95  = cmd[127:96] + cmd[159:128];
-  assign \$96  = \$95  <= dma_limit;
-  assign \$97  = \$94  & \$96 ;
-  assign \$98  = cmd[127:96] + cmd[159:128];
-  assign \$99  = \$98  <= 21'h100000;
-  assign \$100  = \$97  & \$99 ;
-  assign \$101  = ~ \$100 ;
-  assign \$102  = \$93  | \$101 ;
-  assign \$103  = \$102  ? 8'h07 : 8'h00;
-  assign \$104  = \$85  ? 8'h08 : \$103 ;
-  assign \$105  = \$80  ? 8'h03 : \$104 ;
-  assign \$106  = \$79  ? 8'h02 : \$105 ;
+  assign \$16  = stage == 3'h4;
+  assign decoded = have & \$16 ;
+  assign \$18  = | \$17 ;
+  assign \$19  = ! cmd[159:144];
+  assign \$20  = ! cmd[175:160];
+  assign \$21  = \$19  | \$20 ;
+  assign \$22  = ~ cmd[8];
+  assign \$23  = mv_last >= 13'h1000;
+  assign \$24  = \$22  & \$23 ;
+  assign \$25  = mv_last >= 11'h400;
+  assign \$26  = cmd[8] & \$25 ;
+  assign \$27  = | cmd[66:64];
+  assign \$28  = | cmd[98:96];
+  assign \$29  = \$27  | \$28 ;
+  assign \$30  = cmd[95:64] >= dma_base;
+  assign \$31  = mv_end <= dma_limit;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = mv_end <= 21'h100000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = ~ \$34 ;
+  assign \$36  = \$34  ? 8'h00 : 8'h07;
+  assign \$37  = \$29  ? 8'h08 : \$36 ;
+  assign \$38  = \$26  ? 8'h06 : \$37 ;
+  assign \$39  = \$24  ? 8'h05 : \$38 ;
+  assign \$40  = \$21  ? 8'h03 : \$39 ;
+  assign \$41  = \$18  ? 8'h02 : \$40 ;
+  assign \$43  = | \$42 ;
+  assign \$44  = ! cmd[159:144];
+  assign \$45  = ! cmd[175:160];
+  assign \$46  = \$44  | \$45 ;
+  assign \$47  = ~ cmd[8];
+  assign \$48  = mv_last >= 13'h1000;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = mv_last >= 11'h400;
+  assign \$51  = cmd[8] & \$50 ;
+  assign \$52  = | cmd[66:64];
+  assign \$53  = | cmd[98:96];
+  assign \$54  = \$52  | \$53 ;
+  assign \$55  = cmd[95:64] >= dma_base;
+  assign \$56  = mv_end <= dma_limit;
+  assign \$57  = \$55  & \$56 ;
+  assign \$58  = mv_end <= 21'h100000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = ~ \$59 ;
+  assign \$61  = \$59  ? 8'h00 : 8'h07;
+  assign \$62  = \$54  ? 8'h08 : \$61 ;
+  assign \$63  = \$51  ? 8'h06 : \$62 ;
+  assign \$64  = \$49  ? 8'h05 : \$63 ;
+  assign \$65  = \$46  ? 8'h03 : \$64 ;
+  assign \$66  = \$43  ? 8'h02 : \$65 ;
+  assign \$68  = | \$67 ;
+  assign \$69  = ! cmd[159:128];
+  assign \$70  = | cmd[66:64];
+  assign \$71  = | cmd[98:96];
+  assign \$72  = \$70  | \$71 ;
+  assign \$73  = | cmd[130:128];
+  assign \$74  = \$72  | \$73 ;
+  assign \$75  = cmd[95:64] >= dma_base;
+  assign \$76  = cp_src_end <= dma_limit;
+  assign \$77  = \$75  & \$76 ;
+  assign \$78  = cp_src_end <= 21'h100000;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = ~ \$79 ;
+  assign \$81  = cmd[127:96] >= dma_base;
+  assign \$82  = cp_dst_end <= dma_limit;
+  assign \$83  = \$81  & \$82 ;
+  assign \$84  = cp_dst_end <= 21'h100000;
+  assign \$85  = \$83  & \$84 ;
+  assign \$86  = ~ \$85 ;
+  assign \$87  = \$80  | \$86 ;
+  assign \$88  = \$87  ? 8'h07 : 8'h00;
+  assign \$89  = \$74  ? 8'h08 : \$88 ;
+  assign \$90  = \$69  ? 8'h03 : \$89 ;
+  assign \$91  = \$68  ? 8'h02 : \$90 ;
+  assign \$93  = | \$92 ;
+  assign \$94  = cmd[71:64] >= 5'h10;
+  assign \$95  = \$94  ? 8'h0a : 8'h00;
+  assign \$96  = \$93  ? 8'h02 : \$95 ;
+  assign \$98  = | \$97 ;
+  assign \$99  = ! cmd[87:72];
+  assign \$100  = cmd[71:64] >= 5'h10;
+  assign \$101  = \$100  ? 8'h0a : 8'h00;
+  assign \$102  = \$99  ? 8'h03 : \$101 ;
+  assign \$103  = \$98  ? 8'h02 : \$102 ;
+  assign \$105  = | \$104 ;
+  assign \$106  = \$105  ? 8'h02 : 8'h00;
   assign \$108  = | \$107 ;
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h02 : \$110 ;
-  assign \$113  = | \$112 ;
-  assign \$114  = ! cmd[87:72];
-  assign \$115  = cmd[71:64] >= 5'h10;
-  assign \$116  = \$115  ? 8'h0a : 8'h00;
-  assign \$117  = \$114  ? 8'h03 : \$116 ;
-  assign \$118  = \$113  ? 8'h02 : \$117 ;
-  assign \$120  = | \$119 ;
-  assign \$121  = \$120  ? 8'h02 : 8'h00;
-  assign \$123  = | \$122 ;
-  assign \$124  = \$123  ? 8'h02 : 8'h00;
-  assign \$125  = | status;
-  assign \$126  = cmd[79:64] < cmd[95:80];
-  assign \$127  = \$126  ? cmd[79:64] : cmd[95:80];
-  assign \$128  = cmd[143:128] * cmd[127:112];
-  assign \$129  = cmd[79:64] + \$128 ;
-  assign \$130  = cmd[143:128] * 4'h8;
-  assign \$131  = cmd[95:80] + \$130 ;
-  assign \$132  = \$129  > \$131 ;
-  assign \$133  = cmd[143:128] * cmd[127:112];
-  assign \$134  = cmd[79:64] + \$133 ;
-  assign \$135  = cmd[143:128] * 4'h8;
-  assign \$136  = cmd[95:80] + \$135 ;
-  assign \$137  = \$132  ? \$134  : { 12'h000, \$136  };
-  assign \$138  = cmd[111:96] + cmd[127:112];
-  assign \$139  = cmd[127:112] < cmd[79:64];
-  assign \$140  = cmd[9] & \$139 ;
-  assign \$141  = \$140  ? cmd[127:112] : cmd[79:64];
-  assign \$142  = cmd[79:64] + cmd[111:96];
-  assign \$143  = cmd[127:112] >= \$142 ;
-  assign \$144  = cmd[9] & \$143 ;
-  assign \$145  = cmd[127:112] + 1'h1;
-  assign \$146  = cmd[79:64] + cmd[111:96];
-  assign \$147  = \$144  ? \$145  : \$146 ;
-  assign \$148  = cmd[95:80] + cmd[111:96];
-  assign \$149  = \$21 [33:0] + 1'h1;
-  assign \$150  = \$21 [33:0] + 1'h1;
-  assign \$151  = \$21 [33:0] + 1'h1;
-  assign \$152  = \$21 [33:0] + 1'h1;
-  assign \$153  = | tile_count;
-  assign \$154  = | dma_count;
-  assign \$155  = \$153  | \$154 ;
-  assign \$156  = \$155  | local_valid;
-  assign in_flight = \$156  | writer_busy;
-  assign \$157  = ~ halted;
-  assign \$158  = have & \$157 ;
-  assign \$159  = tile_count < 3'h4;
-  assign \$160  = fp[101:68] < dma_slot0[176:143];
-  assign \$161  = dma_slot0[142:109] < fp[135:102];
-  assign \$162  = \$160  & \$161 ;
-  assign \$163  = fp[101:68] < dma_slot0[108:75];
-  assign \$164  = dma_slot0[74:41] < fp[135:102];
-  assign \$165  = \$163  & \$164 ;
-  assign \$166  = \$162  | \$165 ;
-  assign \$167  = fp[33:0] < dma_slot0[176:143];
-  assign \$168  = dma_slot0[142:109] < fp[67:34];
-  assign \$169  = \$167  & \$168 ;
-  assign \$170  = \$166  | \$169 ;
-  assign \$171  = fp[237:204] < dma_slot0[312:279];
-  assign \$172  = dma_slot0[278:245] < fp[271:238];
-  assign \$173  = \$171  & \$172 ;
-  assign \$174  = \$170  | \$173 ;
-  assign \$175  = fp[237:204] < dma_slot0[244:211];
-  assign \$176  = dma_slot0[210:177] < fp[271:238];
-  assign \$177  = \$175  & \$176 ;
-  assign \$178  = \$174  | \$177 ;
-  assign \$179  = fp[169:136] < dma_slot0[312:279];
-  assign \$180  = dma_slot0[278:245] < fp[203:170];
+  assign \$109  = \$108  ? 8'h02 : 8'h00;
+  assign \$110  = | status_next;
+  assign \$111  = cmd[79:64] < cmd[95:80];
+  assign \$112  = \$111  ? cmd[79:64] : cmd[95:80];
+  assign \$113  = g_a_end > g_b_end;
+  assign \$114  = \$113  ? g_a_end : { 12'h000, g_b_end };
+  assign \$115  = cmd[111:96] + cmd[127:112];
+  assign \$116  = cmd[127:112] < cmd[79:64];
+  assign \$117  = cmd[9] & \$116 ;
+  assign \$118  = \$117  ? cmd[127:112] : cmd[79:64];
+  assign \$119  = cmd[127:112] >= p_src_end;
+  assign \$120  = cmd[9] & \$119 ;
+  assign \$121  = cmd[127:112] + 1'h1;
+  assign \$122  = \$120  ? \$121  : p_src_end;
+  assign \$123  = cmd[95:80] + cmd[111:96];
+  assign \$124  = mv_last + 1'h1;
+  assign \$125  = mv_last + 1'h1;
+  assign \$126  = mv_last + 1'h1;
+  assign \$127  = mv_last + 1'h1;
+  assign \$128  = | tile_count;
+  assign \$129  = | dma_count;
+  assign \$130  = \$128  | \$129 ;
+  assign \$131  = \$130  | local_valid;
+  assign in_flight = \$131  | writer_busy;
+  assign \$132  = ~ halted;
+  assign \$133  = decoded & \$132 ;
+  assign \$134  = tile_count < 3'h4;
+  assign \$135  = ~ tile_hazard;
+  assign \$136  = \$134  & \$135 ;
+  assign \$137  = dma_count < 2'h2;
+  assign \$138  = ~ dma_hazard;
+  assign \$139  = \$137  & \$138 ;
+  assign \$140  = ~ local_valid;
+  assign \$141  = | status;
+  assign \$142  = cmd[7:0] == 3'h5;
+  assign \$143  = ! cmd[7:0];
+  assign \$144  = \$142  | \$143 ;
+  assign \$145  = cmd[7:0] == 3'h6;
+  assign \$146  = ! cmd[7:0];
+  assign \$147  = ~ in_flight;
+  assign \$148  = \$146  | \$147 ;
+  assign \$149  = ~ in_flight;
+  assign \$151  = \$150  >= cmd[87:72];
+  assign \$152  = - cmd[87:72];
+  assign \$153  = ~ halted;
+  assign \$154  = decoded & \$153 ;
+  assign \$155  = ~ dispatched;
+  assign stall = \$154  & \$155 ;
+  assign \$156  = ~ aw_done;
+  assign \$157  = ~ w_done;
+  assign \$158  = | axi__bresp;
+  assign \$159  = ~ halted;
+  assign \$160  = enable & \$159 ;
+  assign \$161  = head != tail;
+  assign \$162  = \$161  | have;
+  assign \$163  = \$162  | in_flight;
+  assign busy = \$160  & \$163 ;
+  assign \$164  = ! fetch_state;
+  assign \$165  = fetch_state == 1'h1;
+  assign \$166  = fetch_state == 2'h2;
+  assign \$167  = ! complete_state;
+  assign \$168  = complete_state == 1'h1;
+  assign \$169  = complete_state == 2'h2;
+  assign \$170  = ~ entries_ok;
+  assign \$171  = doorbell_index > \$4 [15:0];
+  assign \$172  = doorbell_index - head;
+  assign \$173  = \$172  & { 1'h0, \$4 [15:0] };
+  assign \$174  = tail - head;
+  assign \$175  = \$174  & { 1'h0, \$4 [15:0] };
+  assign \$176  = $signed(\$173 ) < $signed(\$175 );
+  assign \$177  = ~ halted;
+  assign \$178  = enable & \$177 ;
+  assign \$179  = \$178  & entries_ok;
+  assign \$180  = head != tail;
   assign \$181  = \$179  & \$180 ;
-  assign \$182  = \$178  | \$181 ;
-  assign \$183  = dma_valid0 & \$182 ;
-  assign \$185  = fp[101:68] < dma_slot1[176:143];
-  assign \$186  = dma_slot1[142:109] < fp[135:102];
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = fp[101:68] < dma_slot1[108:75];
-  assign \$189  = dma_slot1[74:41] < fp[135:102];
-  assign \$190  = \$188  & \$189 ;
-  assign \$191  = \$187  | \$190 ;
-  assign \$192  = fp[33:0] < dma_slot1[176:143];
-  assign \$193  = dma_slot1[142:109] < fp[67:34];
-  assign \$194  = \$192  & \$193 ;
-  assign \$195  = \$191  | \$194 ;
-  assign \$196  = fp[237:204] < dma_slot1[312:279];
-  assign \$197  = dma_slot1[278:245] < fp[271:238];
-  assign \$198  = \$196  & \$197 ;
-  assign \$199  = \$195  | \$198 ;
-  assign \$200  = fp[237:204] < dma_slot1[244:211];
-  assign \$201  = dma_slot1[210:177] < fp[271:238];
-  assign \$202  = \$200  & \$201 ;
-  assign \$203  = \$199  | \$202 ;
-  assign \$204  = fp[169:136] < dma_slot1[312:279];
-  assign \$205  = dma_slot1[278:245] < fp[203:170];
-  assign \$206  = \$204  & \$205 ;
-  assign \$207  = \$203  | \$206 ;
-  assign \$208  = dma_valid1 & \$207 ;
-  assign \$209  = \$184  | \$208 ;
-  assign \$210  = ~ \$209 ;
-  assign \$211  = \$159  & \$210 ;
-  assign \$212  = dma_count < 2'h2;
-  assign \$213  = fp[101:68] < tile_slot0[176:143];
-  assign \$214  = tile_slot0[142:109] < fp[135:102];
-  assign \$215  = \$213  & \$214 ;
-  assign \$216  = fp[101:68] < tile_slot0[108:75];
-  assign \$217  = tile_slot0[74:41] < fp[135:102];
-  assign \$218  = \$216  & \$217 ;
-  assign \$219  = \$215  | \$218 ;
-  assign \$220  = fp[33:0] < tile_slot0[176:143];
-  assign \$221  = tile_slot0[142:109] < fp[67:34];
-  assign \$222  = \$220  & \$221 ;
-  assign \$223  = \$219  | \$222 ;
-  assign \$224  = fp[237:204] < tile_slot0[312:279];
-  assign \$225  = tile_slot0[278:245] < fp[271:238];
+  assign \$182  = ~ have;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = ~ doorbell;
+  assign \$185  = \$183  & \$184 ;
+  assign \$186  = beat + 1'h1;
+  assign \$187  = | axi__rresp;
+  assign \$188  = fetch_error | \$187 ;
+  assign \$189  = | axi__rresp;
+  assign \$190  = fetch_error | \$189 ;
+  assign \$191  = head + 1'h1;
+  assign \$192  = \$191  & { 1'h0, \$4 [15:0] };
+  assign \$193  = head + 1'h1;
+  assign \$194  = \$193  & { 1'h0, \$4 [15:0] };
+  assign \$195  = ! \$194 ;
+  assign \$196  = ~ phase;
+  assign \$197  = ~ have;
+  assign \$198  = \$197  | dispatched;
+  assign \$199  = stage != 3'h4;
+  assign \$200  = stage + 1'h1;
+  assign \$201  = cmd[159:144] - 1'h1;
+  assign \$202  = $signed(\$201 ) * $signed({ 1'h0, cmd[191:176] });
+  assign \$203  = cmd[175:160] - 1'h1;
+  assign \$204  = $signed(\$203 ) * $signed({ 1'h0, cmd[207:192] });
+  assign \$205  = cmd[159:144] - 1'h1;
+  assign \$206  = $signed(\$205 ) * $signed({ 1'h0, cmd[127:96] });
+  assign \$207  = cmd[175:160] * 6'h20;
+  assign \$208  = cmd[175:160] * 4'h8;
+  assign \$209  = cmd[8] ? \$207  : { 2'h0, \$208  };
+  assign \$210  = cmd[143:128] * cmd[127:112];
+  assign \$211  = cmd[143:128] * 4'h8;
+  assign \$212  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
+  assign \$213  = $signed(\$212 ) + $signed(mv_col_off);
+  assign \$214  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_dram_off);
+  assign \$215  = $signed(\$214 ) + $signed({ 1'h0, mv_bytes });
+  assign \$216  = cmd[95:64] + cmd[159:128];
+  assign \$217  = cmd[127:96] + cmd[159:128];
+  assign \$218  = cmd[79:64] + g_a_rows;
+  assign \$219  = cmd[95:80] + g_b_rows;
+  assign \$220  = cmd[79:64] + cmd[111:96];
+  assign \$221  = fp[101:68] < dma_slot0[176:143];
+  assign \$222  = dma_slot0[142:109] < fp[135:102];
+  assign \$223  = \$221  & \$222 ;
+  assign \$224  = fp[101:68] < dma_slot0[108:75];
+  assign \$225  = dma_slot0[74:41] < fp[135:102];
   assign \$226  = \$224  & \$225 ;
   assign \$227  = \$223  | \$226 ;
-  assign \$228  = fp[237:204] < tile_slot0[244:211];
-  assign \$229  = tile_slot0[210:177] < fp[271:238];
+  assign \$228  = fp[33:0] < dma_slot0[176:143];
+  assign \$229  = dma_slot0[142:109] < fp[67:34];
   assign \$230  = \$228  & \$229 ;
   assign \$231  = \$227  | \$230 ;
-  assign \$232  = fp[169:136] < tile_slot0[312:279];
-  assign \$233  = tile_slot0[278:245] < fp[203:170];
+  assign \$232  = fp[237:204] < dma_slot0[312:279];
+  assign \$233  = dma_slot0[278:245] < fp[271:238];
   assign \$234  = \$232  & \$233 ;
   assign \$235  = \$231  | \$234 ;
-  assign \$236  = tile_valid0 & \$235 ;
-  assign \$238  = fp[101:68] < tile_slot1[176:143];
-  assign \$239  = tile_slot1[142:109] < fp[135:102];
-  assign \$240  = \$238  & \$239 ;
-  assign \$241  = fp[101:68] < tile_slot1[108:75];
-  assign \$242  = tile_slot1[74:41] < fp[135:102];
-  assign \$243  = \$241  & \$242 ;
-  assign \$244  = \$240  | \$243 ;
-  assign \$245  = fp[33:0] < tile_slot1[176:143];
-  assign \$246  = tile_slot1[142:109] < fp[67:34];
-  assign \$247  = \$245  & \$246 ;
-  assign \$248  = \$244  | \$247 ;
-  assign \$249  = fp[237:204] < tile_slot1[312:279];
-  assign \$250  = tile_slot1[278:245] < fp[271:238];
+  assign \$236  = fp[237:204] < dma_slot0[244:211];
+  assign \$237  = dma_slot0[210:177] < fp[271:238];
+  assign \$238  = \$236  & \$237 ;
+  assign \$239  = \$235  | \$238 ;
+  assign \$240  = fp[169:136] < dma_slot0[312:279];
+  assign \$241  = dma_slot0[278:245] < fp[203:170];
+  assign \$242  = \$240  & \$241 ;
+  assign \$243  = \$239  | \$242 ;
+  assign \$244  = dma_valid0 & \$243 ;
+  assign \$246  = fp[101:68] < dma_slot1[176:143];
+  assign \$247  = dma_slot1[142:109] < fp[135:102];
+  assign \$248  = \$246  & \$247 ;
+  assign \$249  = fp[101:68] < dma_slot1[108:75];
+  assign \$250  = dma_slot1[74:41] < fp[135:102];
   assign \$251  = \$249  & \$250 ;
   assign \$252  = \$248  | \$251 ;
-  assign \$253  = fp[237:204] < tile_slot1[244:211];
-  assign \$254  = tile_slot1[210:177] < fp[271:238];
+  assign \$253  = fp[33:0] < dma_slot1[176:143];
+  assign \$254  = dma_slot1[142:109] < fp[67:34];
   assign \$255  = \$253  & \$254 ;
   assign \$256  = \$252  | \$255 ;
-  assign \$257  = fp[169:136] < tile_slot1[312:279];
-  assign \$258  = tile_slot1[278:245] < fp[203:170];
+  assign \$257  = fp[237:204] < dma_slot1[312:279];
+  assign \$258  = dma_slot1[278:245] < fp[271:238];
   assign \$259  = \$257  & \$258 ;
   assign \$260  = \$256  | \$259 ;
-  assign \$261  = tile_valid1 & \$260 ;
-  assign \$262  = \$237  | \$261 ;
-  assign \$263  = fp[101:68] < tile_slot2[176:143];
-  assign \$264  = tile_slot2[142:109] < fp[135:102];
-  assign \$265  = \$263  & \$264 ;
-  assign \$266  = fp[101:68] < tile_slot2[108:75];
-  assign \$267  = tile_slot2[74:41] < fp[135:102];
-  assign \$268  = \$266  & \$267 ;
-  assign \$269  = \$265  | \$268 ;
-  assign \$270  = fp[33:0] < tile_slot2[176:143];
-  assign \$271  = tile_slot2[142:109] < fp[67:34];
-  assign \$272  = \$270  & \$271 ;
-  assign \$273  = \$269  | \$272 ;
-  assign \$274  = fp[237:204] < tile_slot2[312:279];
-  assign \$275  = tile_slot2[278:245] < fp[271:238];
+  assign \$261  = fp[237:204] < dma_slot1[244:211];
+  assign \$262  = dma_slot1[210:177] < fp[271:238];
+  assign \$263  = \$261  & \$262 ;
+  assign \$264  = \$260  | \$263 ;
+  assign \$265  = fp[169:136] < dma_slot1[312:279];
+  assign \$266  = dma_slot1[278:245] < fp[203:170];
+  assign \$267  = \$265  & \$266 ;
+  assign \$268  = \$264  | \$267 ;
+  assign \$269  = dma_valid1 & \$268 ;
+  assign \$270  = \$245  | \$269 ;
+  assign \$271  = fp[101:68] < tile_slot0[176:143];
+  assign \$272  = tile_slot0[142:109] < fp[135:102];
+  assign \$273  = \$271  & \$272 ;
+  assign \$274  = fp[101:68] < tile_slot0[108:75];
+  assign \$275  = tile_slot0[74:41] < fp[135:102];
   assign \$276  = \$274  & \$275 ;
   assign \$277  = \$273  | \$276 ;
-  assign \$278  = fp[237:204] < tile_slot2[244:211];
-  assign \$279  = tile_slot2[210:177] < fp[271:238];
+  assign \$278  = fp[33:0] < tile_slot0[176:143];
+  assign \$279  = tile_slot0[142:109] < fp[67:34];
   assign \$280  = \$278  & \$279 ;
   assign \$281  = \$277  | \$280 ;
-  assign \$282  = fp[169:136] < tile_slot2[312:279];
-  assign \$283  = tile_slot2[278:245] < fp[203:170];
+  assign \$282  = fp[237:204] < tile_slot0[312:279];
+  assign \$283  = tile_slot0[278:245] < fp[271:238];
   assign \$284  = \$282  & \$283 ;
   assign \$285  = \$281  | \$284 ;
-  assign \$286  = tile_valid2 & \$285 ;
-  assign \$287  = \$262  | \$286 ;
-  assign \$288  = fp[101:68] < tile_slot3[176:143];
-  assign \$289  = tile_slot3[142:109] < fp[135:102];
-  assign \$290  = \$288  & \$289 ;
-  assign \$291  = fp[101:68] < tile_slot3[108:75];
-  assign \$292  = tile_slot3[74:41] < fp[135:102];
-  assign \$293  = \$291  & \$292 ;
-  assign \$294  = \$290  | \$293 ;
-  assign \$295  = fp[33:0] < tile_slot3[176:143];
-  assign \$296  = tile_slot3[142:109] < fp[67:34];
-  assign \$297  = \$295  & \$296 ;
-  assign \$298  = \$294  | \$297 ;
-  assign \$299  = fp[237:204] < tile_slot3[312:279];
-  assign \$300  = tile_slot3[278:245] < fp[271:238];
+  assign \$286  = fp[237:204] < tile_slot0[244:211];
+  assign \$287  = tile_slot0[210:177] < fp[271:238];
+  assign \$288  = \$286  & \$287 ;
+  assign \$289  = \$285  | \$288 ;
+  assign \$290  = fp[169:136] < tile_slot0[312:279];
+  assign \$291  = tile_slot0[278:245] < fp[203:170];
+  assign \$292  = \$290  & \$291 ;
+  assign \$293  = \$289  | \$292 ;
+  assign \$294  = tile_valid0 & \$293 ;
+  assign \$296  = fp[101:68] < tile_slot1[176:143];
+  assign \$297  = tile_slot1[142:109] < fp[135:102];
+  assign \$298  = \$296  & \$297 ;
+  assign \$299  = fp[101:68] < tile_slot1[108:75];
+  assign \$300  = tile_slot1[74:41] < fp[135:102];
   assign \$301  = \$299  & \$300 ;
   assign \$302  = \$298  | \$301 ;
-  assign \$303  = fp[237:204] < tile_slot3[244:211];
-  assign \$304  = tile_slot3[210:177] < fp[271:238];
+  assign \$303  = fp[33:0] < tile_slot1[176:143];
+  assign \$304  = tile_slot1[142:109] < fp[67:34];
   assign \$305  = \$303  & \$304 ;
   assign \$306  = \$302  | \$305 ;
-  assign \$307  = fp[169:136] < tile_slot3[312:279];
-  assign \$308  = tile_slot3[278:245] < fp[203:170];
+  assign \$307  = fp[237:204] < tile_slot1[312:279];
+  assign \$308  = tile_slot1[278:245] < fp[271:238];
   assign \$309  = \$307  & \$308 ;
   assign \$310  = \$306  | \$309 ;
-  assign \$311  = tile_valid3 & \$310 ;
-  assign \$312  = \$287  | \$311 ;
-  assign \$313  = ~ \$312 ;
-  assign \$314  = \$212  & \$313 ;
-  assign \$315  = ~ local_valid;
-  assign \$316  = | status;
-  assign \$317  = cmd[7:0] == 3'h5;
-  assign \$318  = ! cmd[7:0];
-  assign \$319  = \$317  | \$318 ;
-  assign \$320  = cmd[7:0] == 3'h6;
-  assign \$321  = ! cmd[7:0];
-  assign \$322  = ~ in_flight;
-  assign \$323  = \$321  | \$322 ;
-  assign \$324  = ~ in_flight;
-  assign \$326  = \$325  >= cmd[87:72];
-  assign \$327  = - cmd[87:72];
-  assign \$328  = ~ halted;
-  assign \$329  = have & \$328 ;
-  assign \$330  = ~ dispatched;
-  assign stall = \$329  & \$330 ;
-  assign \$331  = ~ aw_done;
-  assign \$332  = ~ w_done;
-  assign \$333  = | axi__bresp;
-  assign \$334  = ~ halted;
-  assign \$335  = enable & \$334 ;
-  assign \$336  = head != tail;
-  assign \$337  = \$336  | have;
-  assign \$338  = \$337  | in_flight;
-  assign busy = \$335  & \$338 ;
-  assign \$339  = ! fetch_state;
-  assign \$340  = fetch_state == 1'h1;
-  assign \$341  = fetch_state == 2'h2;
-  assign \$342  = ! complete_state;
-  assign \$343  = complete_state == 1'h1;
-  assign \$344  = complete_state == 2'h2;
-  assign \$345  = ~ entries_ok;
-  assign \$346  = doorbell_index > \$4 [15:0];
-  assign \$347  = doorbell_index - head;
-  assign \$348  = \$347  & { 1'h0, \$4 [15:0] };
-  assign \$349  = tail - head;
-  assign \$350  = \$349  & { 1'h0, \$4 [15:0] };
-  assign \$351  = $signed(\$348 ) < $signed(\$350 );
-  assign \$352  = ~ halted;
-  assign \$353  = enable & \$352 ;
-  assign \$354  = \$353  & entries_ok;
-  assign \$355  = head != tail;
-  assign \$356  = \$354  & \$355 ;
-  assign \$357  = ~ have;
-  assign \$358  = \$356  & \$357 ;
-  assign \$359  = ~ doorbell;
-  assign \$360  = \$358  & \$359 ;
-  assign \$361  = beat + 1'h1;
-  assign \$362  = | axi__rresp;
-  assign \$363  = fetch_error | \$362 ;
-  assign \$364  = | axi__rresp;
-  assign \$365  = fetch_error | \$364 ;
-  assign \$366  = head + 1'h1;
-  assign \$367  = \$366  & { 1'h0, \$4 [15:0] };
-  assign \$368  = head + 1'h1;
-  assign \$369  = \$368  & { 1'h0, \$4 [15:0] };
-  assign \$370  = ! \$369 ;
-  assign \$371  = ~ phase;
-  assign \$372  = ! route;
-  assign \$373  = dispatched & \$372 ;
-  assign \$374  = tile_wr == 2'h3;
-  assign \$375  = tile_wr + 1'h1;
-  assign \$376  = \$374  ? 3'h0 : \$375 ;
-  assign \$377  = tile_rd == 2'h3;
-  assign \$378  = tile_rd + 1'h1;
-  assign \$379  = \$377  ? 3'h0 : \$378 ;
-  assign \$380  = tile_count + t_push;
-  assign \$381  = \$380  - t_pop;
-  assign \$383  = dma_wr + 1'h1;
-  assign \$384  = \$382  ? 2'h0 : \$383 ;
-  assign \$386  = dma_rd + 1'h1;
-  assign \$387  = \$385  ? 2'h0 : \$386 ;
-  assign \$388  = dma_count + d_push;
-  assign \$389  = \$388  - d_pop;
-  assign \$391  = cq_base + \$390 ;
-  assign \$394  = cq_base + \$393 ;
-  assign \$403  = cq_base + \$402 ;
-  assign \$406  = ~ aw_done;
-  assign \$407  = axi__awready & \$406 ;
-  assign \$408  = ~ w_done;
-  assign \$409  = axi__wready & \$408 ;
-  assign \$410  = aw_done | axi__awready;
-  assign \$411  = w_done | axi__wready;
-  assign \$412  = \$410  & \$411 ;
-  assign \$413  = | axi__bresp;
+  assign \$311  = fp[237:204] < tile_slot1[244:211];
+  assign \$312  = tile_slot1[210:177] < fp[271:238];
+  assign \$313  = \$311  & \$312 ;
+  assign \$314  = \$310  | \$313 ;
+  assign \$315  = fp[169:136] < tile_slot1[312:279];
+  assign \$316  = tile_slot1[278:245] < fp[203:170];
+  assign \$317  = \$315  & \$316 ;
+  assign \$318  = \$314  | \$317 ;
+  assign \$319  = tile_valid1 & \$318 ;
+  assign \$320  = \$295  | \$319 ;
+  assign \$321  = fp[101:68] < tile_slot2[176:143];
+  assign \$322  = tile_slot2[142:109] < fp[135:102];
+  assign \$323  = \$321  & \$322 ;
+  assign \$324  = fp[101:68] < tile_slot2[108:75];
+  assign \$325  = tile_slot2[74:41] < fp[135:102];
+  assign \$326  = \$324  & \$325 ;
+  assign \$327  = \$323  | \$326 ;
+  assign \$328  = fp[33:0] < tile_slot2[176:143];
+  assign \$329  = tile_slot2[142:109] < fp[67:34];
+  assign \$330  = \$328  & \$329 ;
+  assign \$331  = \$327  | \$330 ;
+  assign \$332  = fp[237:204] < tile_slot2[312:279];
+  assign \$333  = tile_slot2[278:245] < fp[271:238];
+  assign \$334  = \$332  & \$333 ;
+  assign \$335  = \$331  | \$334 ;
+  assign \$336  = fp[237:204] < tile_slot2[244:211];
+  assign \$337  = tile_slot2[210:177] < fp[271:238];
+  assign \$338  = \$336  & \$337 ;
+  assign \$339  = \$335  | \$338 ;
+  assign \$340  = fp[169:136] < tile_slot2[312:279];
+  assign \$341  = tile_slot2[278:245] < fp[203:170];
+  assign \$342  = \$340  & \$341 ;
+  assign \$343  = \$339  | \$342 ;
+  assign \$344  = tile_valid2 & \$343 ;
+  assign \$345  = \$320  | \$344 ;
+  assign \$346  = fp[101:68] < tile_slot3[176:143];
+  assign \$347  = tile_slot3[142:109] < fp[135:102];
+  assign \$348  = \$346  & \$347 ;
+  assign \$349  = fp[101:68] < tile_slot3[108:75];
+  assign \$350  = tile_slot3[74:41] < fp[135:102];
+  assign \$351  = \$349  & \$350 ;
+  assign \$352  = \$348  | \$351 ;
+  assign \$353  = fp[33:0] < tile_slot3[176:143];
+  assign \$354  = tile_slot3[142:109] < fp[67:34];
+  assign \$355  = \$353  & \$354 ;
+  assign \$356  = \$352  | \$355 ;
+  assign \$357  = fp[237:204] < tile_slot3[312:279];
+  assign \$358  = tile_slot3[278:245] < fp[271:238];
+  assign \$359  = \$357  & \$358 ;
+  assign \$360  = \$356  | \$359 ;
+  assign \$361  = fp[237:204] < tile_slot3[244:211];
+  assign \$362  = tile_slot3[210:177] < fp[271:238];
+  assign \$363  = \$361  & \$362 ;
+  assign \$364  = \$360  | \$363 ;
+  assign \$365  = fp[169:136] < tile_slot3[312:279];
+  assign \$366  = tile_slot3[278:245] < fp[203:170];
+  assign \$367  = \$365  & \$366 ;
+  assign \$368  = \$364  | \$367 ;
+  assign \$369  = tile_valid3 & \$368 ;
+  assign \$370  = \$345  | \$369 ;
+  assign \$371  = ! route;
+  assign \$372  = dispatched & \$371 ;
+  assign \$373  = tile_wr == 2'h3;
+  assign \$374  = tile_wr + 1'h1;
+  assign \$375  = \$373  ? 3'h0 : \$374 ;
+  assign \$376  = tile_rd == 2'h3;
+  assign \$377  = tile_rd + 1'h1;
+  assign \$378  = \$376  ? 3'h0 : \$377 ;
+  assign \$379  = tile_count + t_push;
+  assign \$380  = \$379  - t_pop;
+  assign \$382  = dma_wr + 1'h1;
+  assign \$383  = \$381  ? 2'h0 : \$382 ;
+  assign \$385  = dma_rd + 1'h1;
+  assign \$386  = \$384  ? 2'h0 : \$385 ;
+  assign \$387  = dma_count + d_push;
+  assign \$388  = \$387  - d_pop;
+  assign \$390  = cq_base + \$389 ;
+  assign \$393  = cq_base + \$392 ;
+  assign \$402  = cq_base + \$401 ;
+  assign \$405  = ~ aw_done;
+  assign \$406  = axi__awready & \$405 ;
+  assign \$407  = ~ w_done;
+  assign \$408  = axi__wready & \$407 ;
+  assign \$409  = aw_done | axi__awready;
+  assign \$410  = w_done | axi__wready;
+  assign \$411  = \$409  & \$410 ;
+  assign \$412  = | axi__bresp;
   always @(posedge clk)
-    halted <= \$414 ;
+    halted <= \$413 ;
   always @(posedge clk)
-    head <= \$415 ;
+    head <= \$414 ;
   always @(posedge clk)
-    tail <= \$416 ;
+    tail <= \$415 ;
   always @(posedge clk)
-    phase <= \$417 ;
+    phase <= \$416 ;
   always @(posedge clk)
-    error_code <= \$418 ;
+    error_code <= \$417 ;
   always @(posedge clk)
-    error_index <= \$419 ;
+    error_index <= \$418 ;
   always @(posedge clk)
-    fetch_state <= \$420 ;
+    fetch_state <= \$419 ;
   always @(posedge clk)
-    beat <= \$421 ;
+    beat <= \$420 ;
   always @(posedge clk)
-    fetch_error <= \$422 ;
+    fetch_error <= \$421 ;
   always @(posedge clk)
-    cmd <= \$423 ;
+    cmd <= \$422 ;
   always @(posedge clk)
-    have <= \$424 ;
+    have <= \$423 ;
   always @(posedge clk)
-    cmd_index <= \$425 ;
+    cmd_index <= \$424 ;
   always @(posedge clk)
-    cmd_phase <= \$426 ;
+    cmd_phase <= \$425 ;
   always @(posedge clk)
-    local_valid <= \$427 ;
+    stage <= \$426 ;
   always @(posedge clk)
-    \local  <= \$428 ;
+    mv_row_off <= \$427 ;
   always @(posedge clk)
-    local_status <= \$429 ;
+    mv_col_off <= \$428 ;
   always @(posedge clk)
-    tile_slot0 <= \$430 ;
+    mv_dram_off <= \$429 ;
   always @(posedge clk)
-    tile_slot1 <= \$431 ;
+    mv_bytes <= \$430 ;
   always @(posedge clk)
-    tile_slot2 <= \$432 ;
+    g_a_rows <= \$431 ;
   always @(posedge clk)
-    tile_slot3 <= \$433 ;
+    g_b_rows <= \$432 ;
   always @(posedge clk)
-    tile_valid0 <= \$434 ;
+    mv_last <= \$433 ;
   always @(posedge clk)
-    tile_valid1 <= \$435 ;
+    mv_end <= \$434 ;
   always @(posedge clk)
-    tile_valid2 <= \$436 ;
+    cp_src_end <= \$435 ;
   always @(posedge clk)
-    tile_valid3 <= \$437 ;
+    cp_dst_end <= \$436 ;
   always @(posedge clk)
-    tile_wr <= \$438 ;
+    g_a_end <= \$437 ;
   always @(posedge clk)
-    tile_rd <= \$439 ;
+    g_b_end <= \$438 ;
   always @(posedge clk)
-    tile_count <= \$440 ;
+    p_src_end <= \$439 ;
   always @(posedge clk)
-    dma_slot0 <= \$441 ;
+    status <= \$440 ;
   always @(posedge clk)
-    dma_slot1 <= \$442 ;
+    route <= \$441 ;
   always @(posedge clk)
-    dma_valid0 <= \$443 ;
+    fp <= \$442 ;
   always @(posedge clk)
-    dma_valid1 <= \$444 ;
+    tile_hazard <= \$443 ;
   always @(posedge clk)
-    dma_wr <= \$445 ;
+    dma_hazard <= \$444 ;
   always @(posedge clk)
-    dma_rd <= \$446 ;
+    local_valid <= \$445 ;
   always @(posedge clk)
-    dma_count <= \$447 ;
+    \local  <= \$446 ;
   always @(posedge clk)
-    axi__awaddr <= \$448 ;
+    local_status <= \$447 ;
   always @(posedge clk)
-    axi__wdata <= \$449 ;
+    tile_slot0 <= \$448 ;
   always @(posedge clk)
-    cpl_index <= \$450 ;
+    tile_slot1 <= \$449 ;
   always @(posedge clk)
-    trace_end_tag <= \$451 ;
+    tile_slot2 <= \$450 ;
   always @(posedge clk)
-    trace_end_opcode <= \$452 ;
+    tile_slot3 <= \$451 ;
   always @(posedge clk)
-    complete_state <= \$453 ;
+    tile_valid0 <= \$452 ;
   always @(posedge clk)
-    aw_done <= \$454 ;
+    tile_valid1 <= \$453 ;
   always @(posedge clk)
-    w_done <= \$455 ;
+    tile_valid2 <= \$454 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$325  = 16'h0000;
+    \$456  = tile_wr;
+    if (t_push) begin
+      \$456  = \$375 [1:0];
+    end
+    if (soft_reset) begin
+      \$456  = 2'h0;
+    end
+    if (rst) begin
+      \$456  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$457  = tile_rd;
+    if (t_pop) begin
+      \$457  = \$378 [1:0];
+    end
+    if (soft_reset) begin
+      \$457  = 2'h0;
+    end
+    if (rst) begin
+      \$457  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$458  = \$380 [2:0];
+    if (soft_reset) begin
+      \$458  = 3'h0;
+    end
+    if (rst) begin
+      \$458  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$459  = dma_slot0;
+    if (d_push) begin
+      casez (dma_wr)
+        1'h0:
+            \$459  = slot_in;
+      endcase
+    end
+    if (soft_reset) begin
+      \$459  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$459  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$460  = dma_slot1;
+    if (d_push) begin
+      (* full_case = 32'd1 *)
+      casez (dma_wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$460  = slot_in;
+      endcase
+    end
+    if (soft_reset) begin
+      \$460  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$460  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$461  = dma_valid0;
+    if (d_push) begin
+      casez (dma_wr)
+        1'h0:
+            \$461  = 1'h1;
+      endcase
+    end
+    if (d_pop) begin
+      casez (dma_rd)
+        1'h0:
+            \$461  = 1'h0;
+      endcase
+    end
+    if (soft_reset) begin
+      \$461  = 1'h0;
+    end
+    if (rst) begin
+      \$461  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$462  = dma_valid1;
+    if (d_push) begin
+      (* full_case = 32'd1 *)
+      casez (dma_wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$462  = 1'h1;
+      endcase
+    end
+    if (d_pop) begin
+      (* full_case = 32'd1 *)
+      casez (dma_rd)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$462  = 1'h0;
+      endcase
+    end
+    if (soft_reset) begin
+      \$462  = 1'h0;
+    end
+    if (rst) begin
+      \$462  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$463  = dma_wr;
+    if (d_push) begin
+      \$463  = \$383 [0];
+    end
+    if (soft_reset) begin
+      \$463  = 1'h0;
+    end
+    if (rst) begin
+      \$463  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$464  = dma_rd;
+    if (d_pop) begin
+      \$464  = \$386 [0];
+    end
+    if (soft_reset) begin
+      \$464  = 1'h0;
+    end
+    if (rst) begin
+      \$464  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$465  = \$388 [1:0];
+    if (soft_reset) begin
+      \$465  = 2'h0;
+    end
+    if (rst) begin
+      \$465  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$466  = axi__awaddr;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$466  = \$390 [31:0];
+          end else if (dma_done__tvalid) begin
+            \$466  = \$393 [31:0];
+          end else if (tile_done__tvalid) begin
+            \$466  = \$402 [31:0];
+          end
+    endcase
+    if (soft_reset) begin
+      \$466  = 32'd0;
+    end
+    if (rst) begin
+      \$466  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$467  = axi__wdata;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$467  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
+          end else if (dma_done__tvalid) begin
+            \$467  = { \$396 , timestamp[30:0], \$395 , dma_done__tdata, \$394  };
+          end else if (tile_done__tvalid) begin
+            \$467  = { \$403 , timestamp[30:0], tile_done__tdata };
+          end
+    endcase
+    if (soft_reset) begin
+      \$467  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$467  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$468  = cpl_index;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$468  = \local [15:0];
+          end else if (dma_done__tvalid) begin
+            \$468  = \$397 ;
+          end else if (tile_done__tvalid) begin
+            \$468  = \$404 ;
+          end
+    endcase
+    if (soft_reset) begin
+      \$468  = 16'h0000;
+    end
+    if (rst) begin
+      \$468  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$469  = trace_end_tag;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$469  = \local [32:17];
+          end else if (dma_done__tvalid) begin
+            \$469  = \$398 ;
+          end else if (tile_done__tvalid) begin
+            \$469  = tile_done__tdata[15:0];
+          end
+    endcase
+    if (soft_reset) begin
+      \$469  = 16'h0000;
+    end
+    if (rst) begin
+      \$469  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$470  = trace_end_opcode;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$470  = \local [40:33];
+          end else if (dma_done__tvalid) begin
+            \$470  = \$399 ;
+          end else if (tile_done__tvalid) begin
+            \$470  = tile_done__tdata[31:24];
+          end
+    endcase
+    if (soft_reset) begin
+      \$470  = 8'h00;
+    end
+    if (rst) begin
+      \$470  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$471  = complete_state;
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$471  = 2'h1;
+          end else if (dma_done__tvalid) begin
+            \$471  = 2'h1;
+          end else if (tile_done__tvalid) begin
+            \$471  = 2'h1;
+          end
+      2'h1:
+          if (\$411 ) begin
+            \$471  = 2'h2;
+          end
+      2'h2:
+          if (axi__bvalid) begin
+            \$471  = 2'h0;
+          end
+    endcase
+    if (soft_reset) begin
+      \$471  = 2'h0;
+    end
+    if (rst) begin
+      \$471  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$472  = aw_done;
+    casez (complete_state)
+      2'h0:
+          \$472  = 1'h0;
+      2'h1:
+          if (\$406 ) begin
+            \$472  = 1'h1;
+          end
+    endcase
+    if (soft_reset) begin
+      \$472  = 1'h0;
+    end
+    if (rst) begin
+      \$472  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$473  = w_done;
+    casez (complete_state)
+      2'h0:
+          \$473  = 1'h0;
+      2'h1:
+          if (\$408 ) begin
+            \$473  = 1'h1;
+          end
+    endcase
+    if (soft_reset) begin
+      \$473  = 1'h0;
+    end
+    if (rst) begin
+      \$473  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$325  = \port$6566$0 ;
+          \$150  = \port$6610$0 ;
       8'h01:
-          \$325  = \port$6568$0 ;
+          \$150  = \port$6612$0 ;
       8'h02:
-          \$325  = \port$6570$0 ;
+          \$150  = \port$6614$0 ;
       8'h03:
-          \$325  = \port$6572$0 ;
+          \$150  = \port$6616$0 ;
       8'h04:
-          \$325  = \port$6574$0 ;
+          \$150  = \port$6618$0 ;
       8'h05:
-          \$325  = \port$6576$0 ;
+          \$150  = \port$6620$0 ;
       8'h06:
-          \$325  = \port$6578$0 ;
+          \$150  = \port$6622$0 ;
       8'h07:
-          \$325  = \port$6580$0 ;
+          \$150  = \port$6624$0 ;
       8'h08:
-          \$325  = \port$6582$0 ;
+          \$150  = \port$6626$0 ;
       8'h09:
-          \$325  = \port$6584$0 ;
+          \$150  = \port$6628$0 ;
       8'h0a:
-          \$325  = \port$6586$0 ;
+          \$150  = \port$6630$0 ;
       8'h0b:
-          \$325  = \port$6588$0 ;
+          \$150  = \port$6632$0 ;
       8'h0c:
-          \$325  = \port$6590$0 ;
+          \$150  = \port$6634$0 ;
       8'h0d:
-          \$325  = \port$6592$0 ;
+          \$150  = \port$6636$0 ;
       8'h0e:
-          \$325  = \port$6594$0 ;
+          \$150  = \port$6638$0 ;
       8'h0f:
-          \$325  = \port$6596$0 ;
+          \$150  = \port$6640$0 ;
     endcase
   end
   always @* begin
@@ -35426,9 +36438,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$392  = dma_slot0[15:0];
+          \$391  = dma_slot0[15:0];
       1'h1:
-          \$392  = dma_slot1[15:0];
+          \$391  = dma_slot1[15:0];
     endcase
   end
   always @* begin
@@ -35436,9 +36448,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$395  = dma_slot0[32:17];
+          \$394  = dma_slot0[32:17];
       1'h1:
-          \$395  = dma_slot1[32:17];
+          \$394  = dma_slot1[32:17];
     endcase
   end
   always @* begin
@@ -35446,9 +36458,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$396  = dma_slot0[40:33];
+          \$395  = dma_slot0[40:33];
       1'h1:
-          \$396  = dma_slot1[40:33];
+          \$395  = dma_slot1[40:33];
     endcase
   end
   always @* begin
@@ -35456,9 +36468,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$397  = dma_slot0[16];
+          \$396  = dma_slot0[16];
       1'h1:
-          \$397  = dma_slot1[16];
+          \$396  = dma_slot1[16];
     endcase
   end
   always @* begin
@@ -35466,9 +36478,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$398  = dma_slot0[15:0];
+          \$397  = dma_slot0[15:0];
       1'h1:
-          \$398  = dma_slot1[15:0];
+          \$397  = dma_slot1[15:0];
     endcase
   end
   always @* begin
@@ -35476,9 +36488,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$399  = dma_slot0[32:17];
+          \$398  = dma_slot0[32:17];
       1'h1:
-          \$399  = dma_slot1[32:17];
+          \$398  = dma_slot1[32:17];
     endcase
   end
   always @* begin
@@ -35486,9 +36498,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (dma_rd)
       1'h0:
-          \$400  = dma_slot0[40:33];
+          \$399  = dma_slot0[40:33];
       1'h1:
-          \$400  = dma_slot1[40:33];
+          \$399  = dma_slot1[40:33];
     endcase
   end
   always @* begin
@@ -35496,13 +36508,13 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$401  = tile_slot0[15:0];
+          \$400  = tile_slot0[15:0];
       2'h1:
-          \$401  = tile_slot1[15:0];
+          \$400  = tile_slot1[15:0];
       2'h2:
-          \$401  = tile_slot2[15:0];
+          \$400  = tile_slot2[15:0];
       2'h3:
-          \$401  = tile_slot3[15:0];
+          \$400  = tile_slot3[15:0];
     endcase
   end
   always @* begin
@@ -35510,13 +36522,13 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$404  = tile_slot0[16];
+          \$403  = tile_slot0[16];
       2'h1:
-          \$404  = tile_slot1[16];
+          \$403  = tile_slot1[16];
       2'h2:
-          \$404  = tile_slot2[16];
+          \$403  = tile_slot2[16];
       2'h3:
-          \$404  = tile_slot3[16];
+          \$403  = tile_slot3[16];
     endcase
   end
   always @* begin
@@ -35524,13 +36536,13 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (tile_rd)
       2'h0:
-          \$405  = tile_slot0[15:0];
+          \$404  = tile_slot0[15:0];
       2'h1:
-          \$405  = tile_slot1[15:0];
+          \$404  = tile_slot1[15:0];
       2'h2:
-          \$405  = tile_slot2[15:0];
+          \$404  = tile_slot2[15:0];
       2'h3:
-          \$405  = tile_slot3[15:0];
+          \$404  = tile_slot3[15:0];
     endcase
   end
   always @* begin
@@ -35566,7 +36578,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$333 ) begin
+            if (\$158 ) begin
               irq_error = 1'h1;
             end
           end
@@ -35599,87 +36611,87 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     (* full_case = 32'd1 *)
     casez (cmd[7:0])
       8'h03, 8'h04:
-          status = 8'h00;
+          status_next = 8'h00;
       8'h01:
-          status = \$52 ;
+          status_next = \$41 ;
       8'h02:
-          status = \$77 ;
+          status_next = \$66 ;
       8'h08:
-          status = \$106 ;
+          status_next = \$91 ;
       8'h06:
-          status = \$111 ;
+          status_next = \$96 ;
       8'h07:
-          status = \$118 ;
+          status_next = \$103 ;
       8'h00:
-          status = \$121 ;
+          status_next = \$106 ;
       8'h05:
-          status = \$124 ;
+          status_next = \$109 ;
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    route = 2'h0;
+    route_next = 2'h0;
     casez (cmd[7:0])
       8'h03, 8'h04:
-          route = 2'h1;
+          route_next = 2'h1;
       8'h01:
-          route = 2'h2;
+          route_next = 2'h2;
       8'h02:
-          route = 2'h2;
+          route_next = 2'h2;
       8'h08:
-          route = 2'h2;
+          route_next = 2'h2;
     endcase
-    if (\$125 ) begin
-      route = 2'h0;
+    if (\$110 ) begin
+      route_next = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     casez (cmd[7:0])
       8'h03:
         begin
-          fp[33:0] = { 18'h00000, \$127  };
-          fp[67:34] = { 1'h0, \$137  };
-          fp[237:204] = { 18'h00000, cmd[111:96] };
-          fp[271:238] = { 17'h00000, \$138  };
+          fp_next[33:0] = { 18'h00000, \$112  };
+          fp_next[67:34] = { 1'h0, \$114  };
+          fp_next[237:204] = { 18'h00000, cmd[111:96] };
+          fp_next[271:238] = { 17'h00000, \$115  };
         end
       8'h04:
         begin
-          fp[169:136] = { 18'h00000, \$141  };
-          fp[203:170] = { 17'h00000, \$147  };
-          fp[101:68] = { 18'h00000, cmd[95:80] };
-          fp[135:102] = { 17'h00000, \$148  };
+          fp_next[169:136] = { 18'h00000, \$118  };
+          fp_next[203:170] = { 17'h00000, \$122  };
+          fp_next[101:68] = { 18'h00000, cmd[95:80] };
+          fp_next[135:102] = { 17'h00000, \$123  };
         end
       8'h01:
           (* full_case = 32'd1 *)
           if (cmd[8]) begin
-            fp[237:204] = { 18'h00000, cmd[143:128] };
-            fp[271:238] = \$149 [33:0];
+            fp_next[237:204] = { 18'h00000, cmd[143:128] };
+            fp_next[271:238] = \$124 [33:0];
           end else begin
-            fp[101:68] = { 18'h00000, cmd[143:128] };
-            fp[135:102] = \$150 [33:0];
+            fp_next[101:68] = { 18'h00000, cmd[143:128] };
+            fp_next[135:102] = \$125 [33:0];
           end
       8'h02:
           (* full_case = 32'd1 *)
           if (cmd[8]) begin
-            fp[169:136] = { 18'h00000, cmd[143:128] };
-            fp[203:170] = \$151 [33:0];
+            fp_next[169:136] = { 18'h00000, cmd[143:128] };
+            fp_next[203:170] = \$126 [33:0];
           end else begin
-            fp[33:0] = { 18'h00000, cmd[143:128] };
-            fp[67:34] = \$152 [33:0];
+            fp_next[33:0] = { 18'h00000, cmd[143:128] };
+            fp_next[67:34] = \$127 [33:0];
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     tile_cmd__tvalid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               tile_cmd__tvalid = 1'h1;
             end
       endcase
@@ -35688,10 +36700,10 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     t_push = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               t_push = tile_cmd__tready;
             end
       endcase
@@ -35700,29 +36712,29 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     dispatched = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
-            if (\$211 ) begin
+            if (\$136 ) begin
               dispatched = tile_cmd__tready;
             end
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               dispatched = dma_cmd__tready;
             end
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
+              if (\$141 ) begin
                 dispatched = 1'h1;
-              end else if (\$319 ) begin
-                dispatched = \$323 ;
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              end else if (\$144 ) begin
+                dispatched = \$148 ;
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   dispatched = sem_grant;
                 end
               end else begin
-                if (\$326 ) begin
+                if (\$151 ) begin
                   dispatched = sem_grant;
                 end
               end
@@ -35733,12 +36745,12 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     dma_cmd__tvalid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               dma_cmd__tvalid = 1'h1;
             end
       endcase
@@ -35747,12 +36759,12 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     d_push = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
-            if (\$314 ) begin
+            if (\$139 ) begin
               d_push = dma_cmd__tready;
             end
       endcase
@@ -35761,23 +36773,23 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     sem_valid = 1'h0;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
             /* empty */;
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
-              end else if (\$319 ) begin
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              if (\$141 ) begin
+              end else if (\$144 ) begin
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   sem_valid = 1'h1;
                 end
               end else begin
-                if (\$326 ) begin
+                if (\$151 ) begin
                   sem_valid = 1'h1;
                 end
               end
@@ -35788,24 +36800,24 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
     sem_delta = 18'h00000;
-    if (\$158 ) begin
+    if (\$133 ) begin
       casez (route)
         2'h1:
             /* empty */;
         2'h2:
             /* empty */;
         2'h0:
-            if (\$315 ) begin
+            if (\$140 ) begin
               (* full_case = 32'd1 *)
-              if (\$316 ) begin
-              end else if (\$319 ) begin
-              end else if (\$320 ) begin
-                if (\$324 ) begin
+              if (\$141 ) begin
+              end else if (\$144 ) begin
+              end else if (\$145 ) begin
+                if (\$149 ) begin
                   sem_delta = { 2'h0, cmd[87:72] };
                 end
               end else begin
-                if (\$326 ) begin
-                  sem_delta = { \$327 [16], \$327  };
+                if (\$151 ) begin
+                  sem_delta = { \$152 [16], \$152  };
                 end
               end
             end
@@ -35877,7 +36889,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h0:
           /* empty */;
       2'h1:
-          axi__awvalid = \$331 ;
+          axi__awvalid = \$156 ;
     endcase
   end
   always @* begin
@@ -35887,7 +36899,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h0:
           /* empty */;
       2'h1:
-          axi__wvalid = \$332 ;
+          axi__wvalid = \$157 ;
     endcase
   end
   always @* begin
@@ -35913,7 +36925,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__bvalid) begin
             (* full_case = 32'd1 *)
-            if (\$333 ) begin
+            if (\$158 ) begin
             end else begin
               irq_completion = 1'h1;
             end
@@ -35936,17 +36948,17 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$414  = halted;
+    \$413  = halted;
     if (resume) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
     if (doorbell) begin
-      if (\$345 ) begin
-        \$414  = 1'h1;
-      end else if (\$346 ) begin
-        \$414  = 1'h1;
-      end else if (\$351 ) begin
-        \$414  = 1'h1;
+      if (\$170 ) begin
+        \$413  = 1'h1;
+      end else if (\$171 ) begin
+        \$413  = 1'h1;
+      end else if (\$176 ) begin
+        \$413  = 1'h1;
       end
     end
     casez (fetch_state)
@@ -35957,8 +36969,8 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$414  = 1'h1;
+              if (\$190 ) begin
+                \$413  = 1'h1;
               end
             end
           end
@@ -35970,23 +36982,23 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$414  = 1'h1;
+            if (\$412 ) begin
+              \$413  = 1'h1;
             end
           end
     endcase
     if (soft_reset) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
     if (rst) begin
-      \$414  = 1'h0;
+      \$413  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$415  = head;
+    \$414  = head;
     if (ring_reset) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
     casez (fetch_state)
       2'h0:
@@ -35997,47 +37009,47 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$415  = \$367 [15:0];
+                \$414  = \$192 [15:0];
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
     if (rst) begin
-      \$415  = 16'h0000;
+      \$414  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$416  = tail;
+    \$415  = tail;
     if (ring_reset) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
     if (doorbell) begin
       (* full_case = 32'd1 *)
-      if (\$345 ) begin
-      end else if (\$346 ) begin
-      end else if (\$351 ) begin
+      if (\$170 ) begin
+      end else if (\$171 ) begin
+      end else if (\$176 ) begin
       end else begin
-        \$416  = doorbell_index;
+        \$415  = doorbell_index;
       end
     end
     if (soft_reset) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
     if (rst) begin
-      \$416  = 16'h0000;
+      \$415  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$417  = phase;
+    \$416  = phase;
     if (ring_reset) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
     casez (fetch_state)
       2'h0:
@@ -36048,32 +37060,32 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                if (\$370 ) begin
-                  \$417  = \$371 ;
+                if (\$195 ) begin
+                  \$416  = \$196 ;
                 end
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
     if (rst) begin
-      \$417  = 1'h1;
+      \$416  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$418  = error_code;
+    \$417  = error_code;
     if (doorbell) begin
-      if (\$345 ) begin
-        \$418  = 8'h04;
-      end else if (\$346 ) begin
-        \$418  = 8'h0c;
-      end else if (\$351 ) begin
-        \$418  = 8'h0b;
+      if (\$170 ) begin
+        \$417  = 8'h04;
+      end else if (\$171 ) begin
+        \$417  = 8'h0c;
+      end else if (\$176 ) begin
+        \$417  = 8'h0b;
       end
     end
     casez (fetch_state)
@@ -36084,8 +37096,8 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$418  = 8'h09;
+              if (\$190 ) begin
+                \$417  = 8'h09;
               end
             end
           end
@@ -36097,28 +37109,28 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$418  = 8'h09;
+            if (\$412 ) begin
+              \$417  = 8'h09;
             end
           end
     endcase
     if (soft_reset) begin
-      \$418  = 8'h00;
+      \$417  = 8'h00;
     end
     if (rst) begin
-      \$418  = 8'h00;
+      \$417  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$419  = error_index;
+    \$418  = error_index;
     if (doorbell) begin
-      if (\$345 ) begin
-        \$419  = doorbell_index;
-      end else if (\$346 ) begin
-        \$419  = doorbell_index;
-      end else if (\$351 ) begin
-        \$419  = doorbell_index;
+      if (\$170 ) begin
+        \$418  = doorbell_index;
+      end else if (\$171 ) begin
+        \$418  = doorbell_index;
+      end else if (\$176 ) begin
+        \$418  = doorbell_index;
       end
     end
     casez (fetch_state)
@@ -36129,8 +37141,8 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              if (\$365 ) begin
-                \$419  = head;
+              if (\$190 ) begin
+                \$418  = head;
               end
             end
           end
@@ -36142,38 +37154,60 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           /* empty */;
       2'h2:
           if (axi__bvalid) begin
-            if (\$413 ) begin
-              \$419  = cpl_index;
+            if (\$412 ) begin
+              \$418  = cpl_index;
             end
           end
     endcase
     if (soft_reset) begin
-      \$419  = 16'h0000;
+      \$418  = 16'h0000;
     end
     if (rst) begin
-      \$419  = 16'h0000;
+      \$418  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$420  = fetch_state;
+    \$419  = fetch_state;
     casez (fetch_state)
       2'h0:
-          if (\$360 ) begin
-            \$420  = 2'h1;
+          if (\$185 ) begin
+            \$419  = 2'h1;
           end
       2'h1:
           if (axi__arready) begin
-            \$420  = 2'h2;
+            \$419  = 2'h2;
           end
       2'h2:
           if (axi__rvalid) begin
             if (axi__rlast) begin
-              \$420  = 2'h0;
+              \$419  = 2'h0;
             end
           end
     endcase
     if (soft_reset) begin
+      \$419  = 2'h0;
+    end
+    if (rst) begin
+      \$419  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$420  = beat;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (axi__arready) begin
+            \$420  = 2'h0;
+          end
+      2'h2:
+          if (axi__rvalid) begin
+            \$420  = \$186 [1:0];
+          end
+    endcase
+    if (soft_reset) begin
       \$420  = 2'h0;
     end
     if (rst) begin
@@ -36182,51 +37216,29 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$421  = beat;
+    \$421  = fetch_error;
     casez (fetch_state)
       2'h0:
           /* empty */;
       2'h1:
           if (axi__arready) begin
-            \$421  = 2'h0;
+            \$421  = 1'h0;
           end
       2'h2:
           if (axi__rvalid) begin
-            \$421  = \$361 [1:0];
+            \$421  = \$188 ;
           end
     endcase
     if (soft_reset) begin
-      \$421  = 2'h0;
+      \$421  = 1'h0;
     end
     if (rst) begin
-      \$421  = 2'h0;
+      \$421  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$422  = fetch_error;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$422  = 1'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$422  = \$363 ;
-          end
-    endcase
-    if (soft_reset) begin
-      \$422  = 1'h0;
-    end
-    if (rst) begin
-      \$422  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$423  = cmd;
+    \$422  = cmd;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -36237,26 +37249,26 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
             (* full_case = 32'd1 *)
             casez (beat)
               2'h0:
-                  \$423 [63:0] = axi__rdata;
+                  \$422 [63:0] = axi__rdata;
               2'h1:
-                  \$423 [127:64] = axi__rdata;
+                  \$422 [127:64] = axi__rdata;
               2'h2:
-                  \$423 [191:128] = axi__rdata;
+                  \$422 [191:128] = axi__rdata;
               2'h3:
-                  \$423 [255:192] = axi__rdata;
+                  \$422 [255:192] = axi__rdata;
             endcase
           end
     endcase
     if (soft_reset) begin
-      \$423  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$422  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$423  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$422  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$424  = have;
+    \$423  = have;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -36266,26 +37278,26 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$424  = 1'h1;
+                \$423  = 1'h1;
               end
             end
           end
     endcase
     if (dispatched) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
     if (soft_reset) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
     if (rst) begin
-      \$424  = 1'h0;
+      \$423  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$425  = cmd_index;
+    \$424  = cmd_index;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -36295,23 +37307,23 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$425  = head;
+                \$424  = head;
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$425  = 16'h0000;
+      \$424  = 16'h0000;
     end
     if (rst) begin
-      \$425  = 16'h0000;
+      \$424  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$426  = cmd_phase;
+    \$425  = cmd_phase;
     casez (fetch_state)
       2'h0:
           /* empty */;
@@ -36321,342 +37333,198 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
           if (axi__rvalid) begin
             if (axi__rlast) begin
               (* full_case = 32'd1 *)
-              if (\$365 ) begin
+              if (\$190 ) begin
               end else begin
-                \$426  = phase;
+                \$425  = phase;
               end
             end
           end
     endcase
     if (soft_reset) begin
-      \$426  = 1'h0;
+      \$425  = 1'h0;
     end
     if (rst) begin
-      \$426  = 1'h0;
+      \$425  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$427  = local_valid;
-    if (\$373 ) begin
-      \$427  = 1'h1;
-    end
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$427  = 1'h0;
-          end
-    endcase
-    if (soft_reset) begin
-      \$427  = 1'h0;
-    end
-    if (rst) begin
-      \$427  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$428  = \local ;
-    if (\$373 ) begin
-      \$428  = slot_in;
+    \$426  = stage;
+    if (\$198 ) begin
+      \$426  = 3'h0;
+    end else if (\$199 ) begin
+      \$426  = \$200 [2:0];
     end
     if (soft_reset) begin
-      \$428  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$426  = 3'h0;
     end
     if (rst) begin
-      \$428  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$426  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$429  = local_status;
-    if (\$373 ) begin
-      \$429  = status;
-    end
+    \$427  = \$202 ;
     if (soft_reset) begin
-      \$429  = 8'h00;
+      \$427  = 33'h000000000;
     end
     if (rst) begin
-      \$429  = 8'h00;
+      \$427  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$430  = tile_slot0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$430  = slot_in;
-      endcase
-    end
+    \$428  = \$204 ;
     if (soft_reset) begin
-      \$430  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$428  = 33'h000000000;
     end
     if (rst) begin
-      \$430  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$428  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$431  = tile_slot1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$431  = slot_in;
-      endcase
-    end
+    \$429  = \$206 ;
     if (soft_reset) begin
-      \$431  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$429  = 49'h0000000000000;
     end
     if (rst) begin
-      \$431  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$429  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$432  = tile_slot2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$432  = slot_in;
-      endcase
-    end
+    \$430  = \$209 ;
     if (soft_reset) begin
-      \$432  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$430  = 22'h000000;
     end
     if (rst) begin
-      \$432  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$430  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$433  = tile_slot3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$433  = slot_in;
-      endcase
-    end
+    \$431  = \$210 ;
     if (soft_reset) begin
-      \$433  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$431  = 32'd0;
     end
     if (rst) begin
-      \$433  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$431  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$434  = tile_valid0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$434  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            \$434  = 1'h0;
-      endcase
-    end
+    \$432  = \$211 ;
     if (soft_reset) begin
-      \$434  = 1'h0;
+      \$432  = 20'h00000;
     end
     if (rst) begin
-      \$434  = 1'h0;
+      \$432  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$435  = tile_valid1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$435  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$435  = 1'h0;
-      endcase
-    end
+    \$433  = \$213 [33:0];
     if (soft_reset) begin
-      \$435  = 1'h0;
+      \$433  = 34'h000000000;
     end
     if (rst) begin
-      \$435  = 1'h0;
+      \$433  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$436  = tile_valid2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$436  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$436  = 1'h0;
-      endcase
-    end
+    \$434  = \$215 [49:0];
     if (soft_reset) begin
-      \$436  = 1'h0;
+      \$434  = 50'h0000000000000;
     end
     if (rst) begin
-      \$436  = 1'h0;
+      \$434  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$437  = tile_valid3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$437  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      (* full_case = 32'd1 *)
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$437  = 1'h0;
-      endcase
-    end
+    \$435  = \$216 ;
     if (soft_reset) begin
-      \$437  = 1'h0;
+      \$435  = 33'h000000000;
     end
     if (rst) begin
-      \$437  = 1'h0;
+      \$435  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$438  = tile_wr;
-    if (t_push) begin
-      \$438  = \$376 [1:0];
-    end
+    \$436  = \$217 ;
     if (soft_reset) begin
-      \$438  = 2'h0;
+      \$436  = 33'h000000000;
     end
     if (rst) begin
-      \$438  = 2'h0;
+      \$436  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$439  = tile_rd;
-    if (t_pop) begin
-      \$439  = \$379 [1:0];
-    end
+    \$437  = \$218 ;
     if (soft_reset) begin
-      \$439  = 2'h0;
+      \$437  = 33'h000000000;
     end
     if (rst) begin
-      \$439  = 2'h0;
+      \$437  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$440  = \$381 [2:0];
+    \$438  = \$219 ;
     if (soft_reset) begin
-      \$440  = 3'h0;
+      \$438  = 21'h000000;
     end
     if (rst) begin
-      \$440  = 3'h0;
+      \$438  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$441  = dma_slot0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$441  = slot_in;
-      endcase
-    end
+    \$439  = \$220 ;
     if (soft_reset) begin
-      \$441  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$439  = 17'h00000;
     end
     if (rst) begin
-      \$441  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$439  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$442  = dma_slot1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$442  = slot_in;
-      endcase
-    end
+    \$440  = status_next;
     if (soft_reset) begin
-      \$442  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$440  = 8'h00;
     end
     if (rst) begin
-      \$442  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+      \$440  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$443  = dma_valid0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$443  = 1'h1;
-      endcase
+    \$441  = route_next;
+    if (soft_reset) begin
+      \$441  = 2'h0;
     end
-    if (d_pop) begin
-      casez (dma_rd)
-        1'h0:
-            \$443  = 1'h0;
-      endcase
+    if (rst) begin
+      \$441  = 2'h0;
     end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$442  = fp_next;
+    if (soft_reset) begin
+      \$442  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$442  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$443  = \$270 ;
     if (soft_reset) begin
       \$443  = 1'h0;
     end
@@ -36666,25 +37534,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$444  = dma_valid1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$444  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      (* full_case = 32'd1 *)
-      casez (dma_rd)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$444  = 1'h0;
-      endcase
-    end
+    \$444  = \$370 ;
     if (soft_reset) begin
       \$444  = 1'h0;
     end
@@ -36694,10 +37544,16 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$445  = dma_wr;
-    if (d_push) begin
-      \$445  = \$384 [0];
+    \$445  = local_valid;
+    if (\$372 ) begin
+      \$445  = 1'h1;
     end
+    casez (complete_state)
+      2'h0:
+          if (local_valid) begin
+            \$445  = 1'h0;
+          end
+    endcase
     if (soft_reset) begin
       \$445  = 1'h0;
     end
@@ -36707,166 +37563,178 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$446  = dma_rd;
-    if (d_pop) begin
-      \$446  = \$387 [0];
+    \$446  = \local ;
+    if (\$372 ) begin
+      \$446  = slot_in;
     end
     if (soft_reset) begin
-      \$446  = 1'h0;
+      \$446  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$446  = 1'h0;
+      \$446  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$447  = \$389 [1:0];
+    \$447  = local_status;
+    if (\$372 ) begin
+      \$447  = status;
+    end
     if (soft_reset) begin
-      \$447  = 2'h0;
+      \$447  = 8'h00;
     end
     if (rst) begin
-      \$447  = 2'h0;
+      \$447  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$448  = axi__awaddr;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$448  = \$391 [31:0];
-          end else if (dma_done__tvalid) begin
-            \$448  = \$394 [31:0];
-          end else if (tile_done__tvalid) begin
-            \$448  = \$403 [31:0];
-          end
-    endcase
+    \$448  = tile_slot0;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            \$448  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$448  = 32'd0;
+      \$448  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$448  = 32'd0;
+      \$448  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$449  = axi__wdata;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$449  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
-          end else if (dma_done__tvalid) begin
-            \$449  = { \$397 , timestamp[30:0], \$396 , dma_done__tdata, \$395  };
-          end else if (tile_done__tvalid) begin
-            \$449  = { \$404 , timestamp[30:0], tile_done__tdata };
-          end
-    endcase
+    \$449  = tile_slot1;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$449  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$449  = 64'h0000000000000000;
+      \$449  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$449  = 64'h0000000000000000;
+      \$449  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$450  = cpl_index;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$450  = \local [15:0];
-          end else if (dma_done__tvalid) begin
-            \$450  = \$398 ;
-          end else if (tile_done__tvalid) begin
-            \$450  = \$405 ;
-          end
-    endcase
+    \$450  = tile_slot2;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$450  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$450  = 16'h0000;
+      \$450  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$450  = 16'h0000;
+      \$450  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$451  = trace_end_tag;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$451  = \local [32:17];
-          end else if (dma_done__tvalid) begin
-            \$451  = \$399 ;
-          end else if (tile_done__tvalid) begin
-            \$451  = tile_done__tdata[15:0];
-          end
-    endcase
+    \$451  = tile_slot3;
+    if (t_push) begin
+      (* full_case = 32'd1 *)
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$451  = slot_in;
+      endcase
+    end
     if (soft_reset) begin
-      \$451  = 16'h0000;
+      \$451  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$451  = 16'h0000;
+      \$451  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$452  = trace_end_opcode;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$452  = \local [40:33];
-          end else if (dma_done__tvalid) begin
-            \$452  = \$400 ;
-          end else if (tile_done__tvalid) begin
-            \$452  = tile_done__tdata[31:24];
-          end
-    endcase
+    \$452  = tile_valid0;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            \$452  = 1'h1;
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            \$452  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
-      \$452  = 8'h00;
+      \$452  = 1'h0;
     end
     if (rst) begin
-      \$452  = 8'h00;
+      \$452  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$453  = complete_state;
-    casez (complete_state)
-      2'h0:
-          if (local_valid) begin
-            \$453  = 2'h1;
-          end else if (dma_done__tvalid) begin
-            \$453  = 2'h1;
-          end else if (tile_done__tvalid) begin
-            \$453  = 2'h1;
-          end
-      2'h1:
-          if (\$412 ) begin
-            \$453  = 2'h2;
-          end
-      2'h2:
-          if (axi__bvalid) begin
-            \$453  = 2'h0;
-          end
-    endcase
+    \$453  = tile_valid1;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$453  = 1'h1;
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$453  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
-      \$453  = 2'h0;
+      \$453  = 1'h0;
     end
     if (rst) begin
-      \$453  = 2'h0;
+      \$453  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$454  = aw_done;
-    casez (complete_state)
-      2'h0:
-          \$454  = 1'h0;
-      2'h1:
-          if (\$407 ) begin
+    \$454  = tile_valid2;
+    if (t_push) begin
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
             \$454  = 1'h1;
-          end
-    endcase
+      endcase
+    end
+    if (t_pop) begin
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$454  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
       \$454  = 1'h0;
     end
@@ -36876,15 +37744,33 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$455  = w_done;
-    casez (complete_state)
-      2'h0:
-          \$455  = 1'h0;
-      2'h1:
-          if (\$409 ) begin
+    \$455  = tile_valid3;
+    if (t_push) begin
+      (* full_case = 32'd1 *)
+      casez (tile_wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
             \$455  = 1'h1;
-          end
-    endcase
+      endcase
+    end
+    if (t_pop) begin
+      (* full_case = 32'd1 *)
+      casez (tile_rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$455  = 1'h0;
+      endcase
+    end
     if (soft_reset) begin
       \$455  = 1'h0;
     end
@@ -36897,11 +37783,9 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arlen = 8'h03;
   assign axi__arsize = 3'h3;
   assign axi__arburst = 2'h1;
-  assign mv_last = \$21 [33:0];
-  assign mv_end = \$27 [49:0];
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6596$0 , \port$6594$0 , \port$6592$0 , \port$6590$0 , \port$6588$0 , \port$6586$0 , \port$6584$0 , \port$6582$0 , \port$6580$0 , \port$6578$0 , \port$6576$0 , \port$6574$0 , \port$6572$0 , \port$6570$0 , \port$6568$0 , \port$6566$0  };
+  assign sem_values = { \port$6640$0 , \port$6638$0 , \port$6636$0 , \port$6634$0 , \port$6632$0 , \port$6630$0 , \port$6628$0 , \port$6626$0 , \port$6624$0 , \port$6622$0 , \port$6620$0 , \port$6618$0 , \port$6616$0 , \port$6614$0 , \port$6612$0 , \port$6610$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -36918,14 +37802,14 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign cpl_opcode = trace_end_opcode;
   assign trace_status = axi__wdata[23:16];
   assign axi__araddr = \$13 [31:0];
-  assign \fp.spm_r_lo  = fp[33:0];
-  assign \fp.spm_r_hi  = fp[67:34];
-  assign \fp.spm_w_lo  = fp[101:68];
-  assign \fp.spm_w_hi  = fp[135:102];
-  assign \fp.acc_r_lo  = fp[169:136];
-  assign \fp.acc_r_hi  = fp[203:170];
-  assign \fp.acc_w_lo  = fp[237:204];
-  assign \fp.acc_w_hi  = fp[271:238];
+  assign \fp_next.spm_r_lo  = fp_next[33:0];
+  assign \fp_next.spm_r_hi  = fp_next[67:34];
+  assign \fp_next.spm_w_lo  = fp_next[101:68];
+  assign \fp_next.spm_w_hi  = fp_next[135:102];
+  assign \fp_next.acc_r_lo  = fp_next[169:136];
+  assign \fp_next.acc_r_hi  = fp_next[203:170];
+  assign \fp_next.acc_w_lo  = fp_next[237:204];
+  assign \fp_next.acc_w_hi  = fp_next[271:238];
   assign \slot_in.ring_index  = slot_in[15:0];
   assign \slot_in.phase  = slot_in[16];
   assign \slot_in.tag  = slot_in[32:17];
@@ -36939,6 +37823,30 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \slot_in.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot_in.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot_in.footprint.acc_w_hi  = slot_in[312:279];
+  assign \fp.spm_r_lo  = fp[33:0];
+  assign \fp.spm_r_hi  = fp[67:34];
+  assign \fp.spm_w_lo  = fp[101:68];
+  assign \fp.spm_w_hi  = fp[135:102];
+  assign \fp.acc_r_lo  = fp[169:136];
+  assign \fp.acc_r_hi  = fp[203:170];
+  assign \fp.acc_w_lo  = fp[237:204];
+  assign \fp.acc_w_hi  = fp[271:238];
+  assign \sem_values[0]  = \port$6610$0 ;
+  assign \sem_values[1]  = \port$6612$0 ;
+  assign \sem_values[2]  = \port$6614$0 ;
+  assign \sem_values[3]  = \port$6616$0 ;
+  assign \sem_values[4]  = \port$6618$0 ;
+  assign \sem_values[5]  = \port$6620$0 ;
+  assign \sem_values[6]  = \port$6622$0 ;
+  assign \sem_values[7]  = \port$6624$0 ;
+  assign \sem_values[8]  = \port$6626$0 ;
+  assign \sem_values[9]  = \port$6628$0 ;
+  assign \sem_values[10]  = \port$6630$0 ;
+  assign \sem_values[11]  = \port$6632$0 ;
+  assign \sem_values[12]  = \port$6634$0 ;
+  assign \sem_values[13]  = \port$6636$0 ;
+  assign \sem_values[14]  = \port$6638$0 ;
+  assign \sem_values[15]  = \port$6640$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -37017,22 +37925,6 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \tile_slot3.footprint.acc_r_hi  = tile_slot3[244:211];
   assign \tile_slot3.footprint.acc_w_lo  = tile_slot3[278:245];
   assign \tile_slot3.footprint.acc_w_hi  = tile_slot3[312:279];
-  assign \sem_values[0]  = \port$6566$0 ;
-  assign \sem_values[1]  = \port$6568$0 ;
-  assign \sem_values[2]  = \port$6570$0 ;
-  assign \sem_values[3]  = \port$6572$0 ;
-  assign \sem_values[4]  = \port$6574$0 ;
-  assign \sem_values[5]  = \port$6576$0 ;
-  assign \sem_values[6]  = \port$6578$0 ;
-  assign \sem_values[7]  = \port$6580$0 ;
-  assign \sem_values[8]  = \port$6582$0 ;
-  assign \sem_values[9]  = \port$6584$0 ;
-  assign \sem_values[10]  = \port$6586$0 ;
-  assign \sem_values[11]  = \port$6588$0 ;
-  assign \sem_values[12]  = \port$6590$0 ;
-  assign \sem_values[13]  = \port$6592$0 ;
-  assign \sem_values[14]  = \port$6594$0 ;
-  assign \sem_values[15]  = \port$6596$0 ;
   assign \local.ring_index  = \local [15:0];
   assign \local.phase  = \local [16];
   assign \local.tag  = \local [32:17];
@@ -37052,27 +37944,27 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign slot_in[16] = cmd_phase;
   assign slot_in[15:0] = cmd_index;
   assign \$12  = { 2'h0, head, 5'h00 };
-  assign { \$28 [207:64], \$28 [31:16], \$28 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$28 [255:208], \$28 [63:32], \$28 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$53 [207:64], \$53 [31:16], \$53 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$53 [255:208], \$53 [63:32], \$53 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$78 [159:64], \$78 [31:16], \$78 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$78 [255:160], \$78 [63:32], \$78 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
-  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$112 [87:64], \$112 [31:16], \$112 [7:0] } = 48'h000000000000;
-  assign { \$112 [255:88], \$112 [63:32], \$112 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$119 [31:16], \$119 [7:0] } = 24'h000000;
-  assign { \$119 [255:32], \$119 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$122 [31:16], \$122 [7:0] } = 24'h000000;
-  assign { \$122 [255:32], \$122 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign \$184  = \$183 ;
-  assign \$237  = \$236 ;
-  assign \$382  = dma_wr;
-  assign \$385  = dma_rd;
-  assign \$390  = { \local [15:0], 3'h0 };
-  assign \$393  = { \$392 , 3'h0 };
-  assign \$402  = { \$401 , 3'h0 };
+  assign { \$17 [207:64], \$17 [31:16], \$17 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$17 [255:208], \$17 [63:32], \$17 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$42 [207:64], \$42 [31:16], \$42 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$42 [255:208], \$42 [63:32], \$42 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$67 [159:64], \$67 [31:16], \$67 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$67 [255:160], \$67 [63:32], \$67 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$92 [87:64], \$92 [31:16], \$92 [7:0] } = 48'h000000000000;
+  assign { \$92 [255:88], \$92 [63:32], \$92 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$97 [87:64], \$97 [31:16], \$97 [7:0] } = 48'h000000000000;
+  assign { \$97 [255:88], \$97 [63:32], \$97 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$104 [31:16], \$104 [7:0] } = 24'h000000;
+  assign { \$104 [255:32], \$104 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$107 [31:16], \$107 [7:0] } = 24'h000000;
+  assign { \$107 [255:32], \$107 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \$245  = \$244 ;
+  assign \$295  = \$294 ;
+  assign \$381  = dma_wr;
+  assign \$384  = dma_rd;
+  assign \$389  = { \local [15:0], 3'h0 };
+  assign \$392  = { \$391 , 3'h0 };
+  assign \$401  = { \$400 , 3'h0 };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -43118,12 +44010,12 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
-, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3075$0 , \port$3243$0 , \port$5087$0 , \port$5255$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
+, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2912$0 , \port$3257$0 , \port$4938$0 , \port$5283$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
 , GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value
 , GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value
 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value
 , GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value
-, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$7939$0 , \port$7961$0 , \port$7966$0 , \port$7968$0 , \port$7970$0 , \port$7974$0 , \port$7976$0 , \port$9283$0 , \port$9305$0 , \port$9310$0 , \port$9312$0 , \port$9314$0 , \port$9318$0 , \port$9320$0 , bus__bready, bus__rready, bus__wvalid
+, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$7995$0 , \port$8017$0 , \port$8022$0 , \port$8024$0 , \port$8026$0 , \port$8030$0 , \port$8032$0 , \port$9389$0 , \port$9411$0 , \port$9416$0 , \port$9418$0 , \port$9420$0 , \port$9424$0 , \port$9426$0 , bus__bready, bus__rready, bus__wvalid
 , bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
@@ -44191,42 +45083,42 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$3075$0 ;
-  wire \port$3075$0 ;
-  input [8:0] \port$3243$0 ;
-  wire [8:0] \port$3243$0 ;
-  input \port$5087$0 ;
-  wire \port$5087$0 ;
-  input [8:0] \port$5255$0 ;
-  wire [8:0] \port$5255$0 ;
-  input \port$7939$0 ;
-  wire \port$7939$0 ;
-  input \port$7961$0 ;
-  wire \port$7961$0 ;
-  input \port$7966$0 ;
-  wire \port$7966$0 ;
-  input [15:0] \port$7968$0 ;
-  wire [15:0] \port$7968$0 ;
-  input [15:0] \port$7970$0 ;
-  wire [15:0] \port$7970$0 ;
-  input [7:0] \port$7974$0 ;
-  wire [7:0] \port$7974$0 ;
-  input [15:0] \port$7976$0 ;
-  wire [15:0] \port$7976$0 ;
-  input \port$9283$0 ;
-  wire \port$9283$0 ;
-  input \port$9305$0 ;
-  wire \port$9305$0 ;
-  input \port$9310$0 ;
-  wire \port$9310$0 ;
-  input [15:0] \port$9312$0 ;
-  wire [15:0] \port$9312$0 ;
-  input [15:0] \port$9314$0 ;
-  wire [15:0] \port$9314$0 ;
-  input [7:0] \port$9318$0 ;
-  wire [7:0] \port$9318$0 ;
-  input [15:0] \port$9320$0 ;
-  wire [15:0] \port$9320$0 ;
+  input \port$2912$0 ;
+  wire \port$2912$0 ;
+  input [8:0] \port$3257$0 ;
+  wire [8:0] \port$3257$0 ;
+  input \port$4938$0 ;
+  wire \port$4938$0 ;
+  input [8:0] \port$5283$0 ;
+  wire [8:0] \port$5283$0 ;
+  input \port$7995$0 ;
+  wire \port$7995$0 ;
+  input \port$8017$0 ;
+  wire \port$8017$0 ;
+  input \port$8022$0 ;
+  wire \port$8022$0 ;
+  input [15:0] \port$8024$0 ;
+  wire [15:0] \port$8024$0 ;
+  input [15:0] \port$8026$0 ;
+  wire [15:0] \port$8026$0 ;
+  input [7:0] \port$8030$0 ;
+  wire [7:0] \port$8030$0 ;
+  input [15:0] \port$8032$0 ;
+  wire [15:0] \port$8032$0 ;
+  input \port$9389$0 ;
+  wire \port$9389$0 ;
+  input \port$9411$0 ;
+  wire \port$9411$0 ;
+  input \port$9416$0 ;
+  wire \port$9416$0 ;
+  input [15:0] \port$9418$0 ;
+  wire [15:0] \port$9418$0 ;
+  input [15:0] \port$9420$0 ;
+  wire [15:0] \port$9420$0 ;
+  input [7:0] \port$9424$0 ;
+  wire [7:0] \port$9424$0 ;
+  input [15:0] \port$9426$0 ;
+  wire [15:0] \port$9426$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -44689,11 +45581,11 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$290  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$291  = ~ \$290 ;
   assign \$292  = QUEUE0_IRQ_STATUS__value & \$291 ;
-  assign \$293  = \$292  | { 30'h00000000, \port$7939$0 , \port$7961$0  };
+  assign \$293  = \$292  | { 30'h00000000, \port$7995$0 , \port$8017$0  };
   assign \$309  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$310  = ~ \$309 ;
   assign \$311  = QUEUE1_IRQ_STATUS__value & \$310 ;
-  assign \$312  = \$311  | { 30'h00000000, \port$9283$0 , \port$9305$0  };
+  assign \$312  = \$311  | { 30'h00000000, \port$9389$0 , \port$9411$0  };
   always @(posedge clk)
     aw_full <= \$324 ;
   always @(posedge clk)
@@ -45293,16 +46185,16 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$364  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$7968$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$7970$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$7966$0 , \port$3075$0  };
-  assign QUEUE0_ERROR__value = { \port$7976$0 , 8'h00, \port$7974$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$9312$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$9314$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9310$0 , \port$5087$0  };
-  assign QUEUE1_ERROR__value = { \port$9320$0 , 8'h00, \port$9318$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$3243$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$5255$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$8024$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$8026$0  };
+  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8022$0 , \port$2912$0  };
+  assign QUEUE0_ERROR__value = { \port$8032$0 , 8'h00, \port$8030$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$9418$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$9420$0  };
+  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9416$0 , \port$4938$0  };
+  assign QUEUE1_ERROR__value = { \port$9426$0 , 8'h00, \port$9424$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$3257$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$5283$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -45423,7 +46315,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE0_RING_LOG2__set_value = 32'd0;
   assign QUEUE0_CQ_BASE__set = 1'h0;
   assign QUEUE0_CQ_BASE__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$7939$0 , \port$7961$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$7995$0 , \port$8017$0  };
   assign QUEUE0_IRQ_MASK__set = 1'h0;
   assign QUEUE0_IRQ_MASK__set_value = 32'd0;
   assign QUEUE0_DMA_BASE__set = 1'h0;
@@ -45436,7 +46328,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE1_RING_LOG2__set_value = 32'd0;
   assign QUEUE1_CQ_BASE__set = 1'h0;
   assign QUEUE1_CQ_BASE__set_value = 32'd0;
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9283$0 , \port$9305$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9389$0 , \port$9411$0  };
   assign QUEUE1_IRQ_MASK__set = 1'h0;
   assign QUEUE1_IRQ_MASK__set_value = 32'd0;
   assign QUEUE1_DMA_BASE__set = 1'h0;
@@ -45446,21 +46338,21 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$7968$0 ;
+  assign \$74 [15:0] = \port$8024$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$7970$0 ;
+  assign \$78 [15:0] = \port$8026$0 ;
   assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$7966$0 , \port$3075$0  };
+  assign \$82 [1:0] = { \port$8022$0 , \port$2912$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$7976$0 , \port$7974$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$8032$0 , \port$8030$0  };
   assign \$108 [31:16] = 16'h0000;
-  assign \$108 [15:0] = \port$9312$0 ;
+  assign \$108 [15:0] = \port$9418$0 ;
   assign \$110 [31:16] = 16'h0000;
-  assign \$110 [15:0] = \port$9314$0 ;
+  assign \$110 [15:0] = \port$9420$0 ;
   assign \$115 [31:2] = 30'h00000000;
-  assign \$115 [1:0] = { \port$9310$0 , \port$5087$0  };
+  assign \$115 [1:0] = { \port$9416$0 , \port$4938$0  };
   assign \$118 [15:8] = 8'h00;
-  assign { \$118 [31:16], \$118 [7:0] } = { \port$9320$0 , \port$9318$0  };
+  assign { \$118 [31:16], \$118 [7:0] } = { \port$9426$0 , \port$9424$0  };
   assign \$134  = PERF0_CYCLES__value;
   assign \$136  = PERF0_BUSY_LOAD__value;
   assign \$144  = PERF0_BUSY_COMPUTE__value;
@@ -45481,12 +46373,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$193  = PERF1_STALL_MEM__value;
   assign \$195  = PERF1_BYTES_READ__value;
   assign \$199  = PERF1_BYTES_WRITTEN__value;
-  assign \$209  = { 23'h000000, \port$3243$0  };
+  assign \$209  = { 23'h000000, \port$3257$0  };
   assign \$212  = TRACE0_DATA_LO__value;
   assign \$214  = TRACE0_DATA_HI__value;
   assign \$221  = 32'd0;
   assign \$223  = \$222 ;
-  assign \$228  = { 23'h000000, \port$5255$0  };
+  assign \$228  = { 23'h000000, \port$5283$0  };
   assign \$230  = TRACE1_DATA_LO__value;
   assign \$233  = TRACE1_DATA_HI__value;
   assign \$248  = GLOBAL_SCRATCH__wdata;

@@ -5,131 +5,143 @@
 module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
 , acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
-  wire [255:0] \$1 ;
-  wire [32:0] \$10 ;
-  wire [5:0] \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [4:0] \$105 ;
-  wire \$106 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire [2:0] \$100 ;
+  wire [4:0] \$101 ;
+  wire [5:0] \$102 ;
+  wire [4:0] \$103 ;
+  wire [5:0] \$104 ;
+  wire [31:0] \$105 ;
+  wire [18:0] \$106 ;
   wire \$107 ;
   wire \$108 ;
   wire \$109 ;
-  wire \$11 ;
-  wire [4:0] \$110 ;
-  wire \$111 ;
+  wire [32:0] \$11 ;
+  wire \$110 ;
+  wire [4:0] \$111 ;
   wire \$112 ;
   wire \$113 ;
-  wire [2:0] \$114 ;
+  wire \$114 ;
   wire \$115 ;
-  wire \$116 ;
-  wire [10:0] \$117 ;
-  wire [16:0] \$118 ;
+  wire [4:0] \$116 ;
+  wire \$117 ;
+  wire \$118 ;
   wire \$119 ;
-  wire [18:0] \$12 ;
-  wire \$120 ;
+  wire \$12 ;
+  wire [2:0] \$120 ;
   wire \$121 ;
   wire \$122 ;
-  wire \$123 ;
-  wire \$124 ;
+  wire [10:0] \$123 ;
+  wire [16:0] \$124 ;
   wire \$125 ;
   wire \$126 ;
   wire \$127 ;
-  wire [10:0] \$128 ;
-  wire [16:0] \$129 ;
-  wire [19:0] \$13 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire [32:0] \$13 ;
   wire \$130 ;
   wire \$131 ;
   wire \$132 ;
-  wire [16:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
+  wire \$133 ;
+  wire [10:0] \$134 ;
+  wire [16:0] \$135 ;
   wire \$136 ;
   wire \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
+  wire \$138 ;
+  wire [16:0] \$139 ;
   wire \$14 ;
   wire \$140 ;
   wire \$141 ;
   wire \$142 ;
-  wire [16:0] \$143 ;
-  wire \$144 ;
+  wire \$143 ;
+  wire [16:0] \$144 ;
   wire \$145 ;
   wire \$146 ;
-  wire [16:0] \$147 ;
+  wire \$147 ;
   wire \$148 ;
-  wire \$149 ;
+  wire [16:0] \$149 ;
   wire \$15 ;
   wire \$150 ;
   wire \$151 ;
-  wire [8:0] \$152 ;
-  wire [10:0] \$153 ;
-  wire [16:0] \$154 ;
+  wire \$152 ;
+  wire [16:0] \$153 ;
+  wire \$154 ;
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
-  wire [48:0] \$158 ;
-  wire [32:0] \$159 ;
+  wire [8:0] \$158 ;
+  wire [10:0] \$159 ;
   wire [16:0] \$16 ;
-  wire \$160 ;
+  wire [16:0] \$160 ;
   wire \$161 ;
-  wire [32:0] \$162 ;
-  reg [3:0] \$163 ;
-  reg [3:0] \$164 ;
-  reg [2:0] \$165 ;
-  reg [3:0] \$166 ;
-  reg [2:0] \$167 ;
-  reg [3:0] \$168 ;
-  reg [1:0] \$169 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire [48:0] \$164 ;
+  wire [32:0] \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire [32:0] \$168 ;
+  reg [255:0] \$169 ;
   wire \$17 ;
   reg \$170 ;
-  reg [9:0] \$171 ;
-  reg [15:0] \$172 ;
-  reg \$173 ;
-  reg \$174 ;
-  reg \$175 ;
-  reg \$176 ;
-  reg [9:0] \$177 ;
-  reg [15:0] \$178 ;
-  reg \$179 ;
+  reg [1:0] \$171 ;
+  reg [3:0] \$172 ;
+  reg [3:0] \$173 ;
+  reg [31:0] \$174 ;
+  reg [31:0] \$175 ;
+  reg [7:0] \$176 ;
+  reg [2:0] \$177 ;
+  reg [3:0] \$178 ;
+  reg [2:0] \$179 ;
   wire [3:0] \$18 ;
-  reg [15:0] \$180 ;
-  reg \$181 ;
+  reg [3:0] \$180 ;
+  reg [1:0] \$181 ;
   reg \$182 ;
-  reg [7:0] \$183 ;
+  reg [9:0] \$183 ;
   reg [15:0] \$184 ;
   reg \$185 ;
-  reg [15:0] \$186 ;
+  reg \$186 ;
   reg \$187 ;
   reg \$188 ;
-  reg [25:0] \$189 ;
+  reg [9:0] \$189 ;
   wire [3:0] \$19 ;
-  reg \$190 ;
-  reg [25:0] \$191 ;
-  reg [127:0] \$192 ;
+  reg [15:0] \$190 ;
+  reg \$191 ;
+  reg [15:0] \$192 ;
   reg \$193 ;
-  reg [7:0] \$194 ;
-  reg [9:0] \$195 ;
+  reg \$194 ;
+  reg [7:0] \$195 ;
   reg [15:0] \$196 ;
-  reg [15:0] \$197 ;
-  reg \$198 ;
-  reg [127:0] \$199 ;
+  reg \$197 ;
+  reg [15:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
   wire [3:0] \$20 ;
-  reg [15:0] \$200 ;
-  reg [5:0] \$201 ;
+  reg \$200 ;
+  reg [25:0] \$201 ;
   reg \$202 ;
-  reg \$203 ;
-  reg [10:0] \$204 ;
+  reg [25:0] \$203 ;
+  reg [127:0] \$204 ;
   reg \$205 ;
-  reg \$206 ;
-  reg [47:0] \$207 ;
-  reg [31:0] \$208 ;
-  reg [31:0] \$209 ;
+  reg [7:0] \$206 ;
+  reg [9:0] \$207 ;
+  reg [15:0] \$208 ;
+  reg [15:0] \$209 ;
   wire [3:0] \$21 ;
+  reg \$210 ;
+  reg [127:0] \$211 ;
+  reg [15:0] \$212 ;
+  reg [5:0] \$213 ;
+  reg \$214 ;
+  reg \$215 ;
+  reg [10:0] \$216 ;
+  reg \$217 ;
+  reg \$218 ;
+  reg [47:0] \$219 ;
   wire [255:0] \$22 ;
+  reg [31:0] \$220 ;
+  reg [31:0] \$221 ;
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
@@ -137,7 +149,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$27 ;
   wire [16:0] \$28 ;
   wire \$29 ;
-  wire [3:0] \$3 ;
+  wire [255:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
   wire \$32 ;
@@ -148,7 +160,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [3:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [255:0] \$4 ;
+  wire \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -159,7 +171,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$47 ;
   wire \$48 ;
   wire \$49 ;
-  wire \$5 ;
+  wire [3:0] \$5 ;
   wire \$50 ;
   wire \$51 ;
   wire \$52 ;
@@ -170,7 +182,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [255:0] \$6 ;
   wire \$60 ;
   wire \$61 ;
   wire \$62 ;
@@ -203,7 +215,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$87 ;
   wire [3:0] \$88 ;
   wire \$89 ;
-  wire [31:0] \$9 ;
+  wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
@@ -211,9 +223,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [3:0] \$94 ;
   wire \$95 ;
   wire \$96 ;
-  wire [4:0] \$97 ;
-  wire [5:0] \$98 ;
-  wire [4:0] \$99 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
   wire [31:0] a;
   wire [7:0] \a[0] ;
   wire [7:0] \a[1] ;
@@ -221,10 +233,11 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[3] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$87 ;
+  wire \a_bank$94 ;
+  reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$85 ;
+  wire \a_valid$92 ;
   reg acc_ext_pending = 1'h0;
   wire [7:0] acc_rc__addr;
   wire [127:0] acc_rc__data;
@@ -253,18 +266,18 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire accepted;
+  reg [31:0] b_rows = 32'd0;
   reg [3:0] bank0_drain = 4'h0;
   reg [2:0] bank0_state = 3'h0;
   reg [3:0] bank1_drain = 4'h0;
   reg [2:0] bank1_state = 3'h0;
   reg [127:0] bias = 128'h00000000000000000000000000000000;
   (* init = 128'h00000000000000000000000000000000 *)
-  wire [127:0] \bias$109 ;
-  wire [31:0] \bias$109[0] ;
-  wire [31:0] \bias$109[1] ;
-  wire [31:0] \bias$109[2] ;
-  wire [31:0] \bias$109[3] ;
+  wire [127:0] \bias$116 ;
+  wire [31:0] \bias$116[0] ;
+  wire [31:0] \bias$116[1] ;
+  wire [31:0] \bias$116[2] ;
+  wire [31:0] \bias$116[3] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -273,15 +286,18 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire busy;
   input clk;
   wire clk;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
   output cmd__tready;
-  reg cmd__tready;
+  wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg cmd_valid = 1'h0;
   wire credit;
   reg [25:0] ctl = 26'h0000000;
-  reg [10:0] \ctl$114  = 11'h000;
+  reg [10:0] \ctl$121  = 11'h000;
+  wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
   input done__tready;
@@ -300,22 +316,22 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [15:0] l_left = 16'h0000;
   reg [1:0] l_row = 2'h0;
   wire [2:0] level;
-  wire [2:0] \level$130 ;
+  wire [2:0] \level$137 ;
   reg [15:0] mult = 16'h0000;
   wire [31:0] out;
-  wire [127:0] \out$147 ;
-  wire [31:0] \out$147[0] ;
-  wire [31:0] \out$147[1] ;
-  wire [31:0] \out$147[2] ;
-  wire [31:0] \out$147[3] ;
+  wire [127:0] \out$154 ;
+  wire [31:0] \out$154[0] ;
+  wire [31:0] \out$154[1] ;
+  wire [31:0] \out$154[2] ;
+  wire [31:0] \out$154[3] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
   wire [7:0] \out[3] ;
   wire [25:0] out_ctl;
-  wire [10:0] \out_ctl$118 ;
+  wire [10:0] \out_ctl$125 ;
   wire out_valid;
-  wire \out_valid$146 ;
+  wire \out_valid$153 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -338,25 +354,25 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [31:0] \r_data$127 ;
-  wire [127:0] \r_data$134 ;
-  wire [25:0] \r_data$139 ;
-  wire [66:0] \r_data$142 ;
+  wire [31:0] \r_data$134 ;
+  wire [127:0] \r_data$141 ;
+  wire [25:0] \r_data$146 ;
+  wire [66:0] \r_data$149 ;
   wire r_en;
-  wire \r_en$129 ;
   wire \r_en$136 ;
-  reg \r_en$63 ;
-  reg \r_en$81 ;
+  wire \r_en$143 ;
+  reg \r_en$70 ;
+  reg \r_en$88 ;
   reg [127:0] r_psum = 128'h00000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
   wire [31:0] \r_psum[2] ;
   wire [31:0] \r_psum[3] ;
   wire r_rdy;
-  wire \r_rdy$128 ;
   wire \r_rdy$135 ;
-  wire \r_rdy$62 ;
-  wire \r_rdy$80 ;
+  wire \r_rdy$142 ;
+  wire \r_rdy$69 ;
+  wire \r_rdy$87 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [127:0] row;
@@ -370,7 +386,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$113 ;
+  wire \row_valid$120 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -420,27 +436,30 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [7:0] status;
+  reg [1:0] stage = 2'h0;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   wire [127:0] summed;
+  reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$67 ;
+  wire \w_bank$74 ;
   wire [25:0] w_data;
-  wire [31:0] \w_data$125 ;
-  wire [127:0] \w_data$132 ;
-  wire [66:0] \w_data$39 ;
-  reg [31:0] \w_data$44 ;
+  wire [31:0] \w_data$132 ;
+  wire [127:0] \w_data$139 ;
+  wire [66:0] \w_data$44 ;
+  reg [31:0] \w_data$51 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$126 ;
-  (* init = 1'h0 *)
   wire \w_en$133 ;
-  reg \w_en$47 ;
-  reg \w_en$48 ;
+  (* init = 1'h0 *)
+  wire \w_en$140 ;
+  reg \w_en$54 ;
+  reg \w_en$55 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$46 ;
+  wire \w_rdy$53 ;
   wire [31:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -1509,38 +1528,39 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   assign w_row = _2_;
   assign a = _3_;
-  assign accepted = cmd__tvalid & cmd__tready;
+  assign cmd__tready = ~ cmd_valid;
+  assign \$1  = stage == 2'h2;
+  assign decoded = cmd_valid & \$1 ;
   assign popped = done__tvalid & done__tready;
-  assign busy = | outstanding;
+  assign \$2  = | outstanding;
+  assign busy = \$2  | cmd_valid;
   assign credit = outstanding < 4'h8;
-  assign \$2  = | \$1 ;
-  assign \$3  = \$2  ? 4'h2 : 4'h0;
-  assign \$5  = | \$4 ;
-  assign \$6  = ! cmd__tdata[127:112];
-  assign \$7  = ! cmd__tdata[143:128];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = cmd__tdata[143:128] * cmd__tdata[127:112];
-  assign \$10  = cmd__tdata[79:64] + \$9 ;
-  assign \$11  = \$10  > 11'h400;
-  assign \$12  = cmd__tdata[143:128] * 3'h4;
-  assign \$13  = cmd__tdata[95:80] + \$12 ;
+  assign \$4  = | \$3 ;
+  assign \$5  = \$4  ? 4'h2 : 4'h0;
+  assign \$7  = | \$6 ;
+  assign \$8  = ! cmd[127:112];
+  assign \$9  = ! cmd[143:128];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = cmd[79:64] + a_rows;
+  assign \$12  = \$11  > 11'h400;
+  assign \$13  = cmd[95:80] + b_rows;
   assign \$14  = \$13  > 11'h400;
-  assign \$15  = \$11  | \$14 ;
-  assign \$16  = cmd__tdata[111:96] + cmd__tdata[127:112];
+  assign \$15  = \$12  | \$14 ;
+  assign \$16  = cmd[111:96] + cmd[127:112];
   assign \$17  = \$16  > 9'h100;
   assign \$18  = \$17  ? 4'h6 : 4'h0;
   assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$8  ? 4'h3 : \$19 ;
-  assign \$21  = \$5  ? 4'h2 : \$20 ;
+  assign \$20  = \$10  ? 4'h3 : \$19 ;
+  assign \$21  = \$7  ? 4'h2 : \$20 ;
   assign \$23  = | \$22 ;
-  assign \$24  = ! cmd__tdata[111:96];
-  assign \$25  = cmd__tdata[149:144] > 6'h2f;
-  assign \$26  = cmd__tdata[95:80] + cmd__tdata[111:96];
+  assign \$24  = ! cmd[111:96];
+  assign \$25  = cmd[149:144] > 6'h2f;
+  assign \$26  = cmd[95:80] + cmd[111:96];
   assign \$27  = \$26  > 11'h400;
-  assign \$28  = cmd__tdata[79:64] + cmd__tdata[111:96];
+  assign \$28  = cmd[79:64] + cmd[111:96];
   assign \$29  = \$28  > 9'h100;
-  assign \$30  = cmd__tdata[127:112] >= 9'h100;
-  assign \$31  = cmd__tdata[9] & \$30 ;
+  assign \$30  = cmd[127:112] >= 9'h100;
+  assign \$31  = cmd[9] & \$30 ;
   assign \$32  = \$29  | \$31 ;
   assign \$33  = \$32  ? 4'h6 : 4'h0;
   assign \$34  = \$27  ? 4'h5 : \$33 ;
@@ -1550,14 +1570,14 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$38  = ! gemm_inflight;
   assign \$39  = ~ postop_busy;
   assign idle = \$38  & \$39 ;
-  assign \$40  = cmd__tvalid & credit;
+  assign \$40  = decoded & credit;
   assign \$41  = | status;
-  assign \$42  = ! cmd__tdata[7:0];
+  assign \$42  = ! cmd[7:0];
   assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd__tdata[7:0] == 2'h3;
+  assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$46 ;
+  assign \$47  = \$46  & \w_rdy$53 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -1572,7 +1592,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$62  & \$59 ;
+  assign \$60  = \r_rdy$69  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -1586,7 +1606,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$80  & \$71 ;
+  assign \$72  = \r_rdy$87  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[8] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -1611,169 +1631,187 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$91  = post_start | po_bias_pending;
   assign \$92  = \$91  | po_reading;
   assign \$93  = ~ \$92 ;
-  assign \$94  = \level$130  + acc_ext_pending;
+  assign \$94  = \level$137  + acc_ext_pending;
   assign \$95  = \$94  < 3'h4;
   assign acc_rreq__tready = \$93  & \$95 ;
   assign \$96  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$97  = outstanding + accepted;
-  assign \$98  = \$97  - popped;
-  assign \$99  = gemm_inflight + gemm_accepted;
-  assign \$100  = \$99  - gemm_completed;
-  assign \$101  = bank0_state == 3'h4;
-  assign \$102  = ! bank0_drain;
-  assign \$103  = \$101  & \$102 ;
-  assign \$104  = bank0_state == 3'h4;
-  assign \$105  = bank0_drain - 1'h1;
-  assign \$106  = bank1_state == 3'h4;
-  assign \$107  = ! bank1_drain;
-  assign \$108  = \$106  & \$107 ;
-  assign \$109  = bank1_state == 3'h4;
-  assign \$110  = bank1_drain - 1'h1;
-  assign \$111  = ! l_row;
-  assign \$112  = ! l_bank;
-  assign \$114  = l_row + 1'h1;
-  assign \$115  = l_row == 2'h3;
-  assign \$116  = ~ l_bank;
-  assign \$117  = l_addr + 3'h4;
-  assign \$118  = l_left - 1'h1;
-  assign \$119  = l_left == 1'h1;
-  assign \$120  = ~ l_active;
-  assign \$121  = \$120  | l_finishing;
-  assign \$122  = \r_rdy$62  & \$121 ;
-  assign \$123  = l_row == 2'h3;
-  assign \$124  = l_issue & \$123 ;
-  assign \$125  = w_load & w_last;
-  assign \$126  = ! w_bank;
-  assign \$128  = s_addr + 1'h1;
-  assign \$129  = s_row + 1'h1;
-  assign \$130  = ! s_row;
-  assign \$131  = ! s_bank;
-  assign \$133  = s_m - 1'h1;
-  assign \$134  = s_row == \$133 ;
-  assign \$135  = ! s_bank;
-  assign \$137  = ~ s_bank;
-  assign \$138  = s_left - 1'h1;
-  assign \$139  = s_left == 1'h1;
-  assign \$140  = ~ s_active;
-  assign \$141  = \$140  | s_finishing;
-  assign \$142  = \r_rdy$80  & \$141 ;
-  assign \$143  = s_c + s_row;
-  assign \$144  = ~ s_first;
-  assign \$145  = s_acc | \$144 ;
-  assign \$146  = s_left == 1'h1;
-  assign \$147  = s_m - 1'h1;
-  assign \$148  = s_row == \$147 ;
-  assign \$149  = \$146  & \$148 ;
-  assign \$150  = | po_left;
-  assign \$151  = postop_busy & \$150 ;
-  assign \$152  = po_src + 1'h1;
-  assign \$153  = po_dst + 1'h1;
-  assign \$154  = po_left - 1'h1;
-  assign \$155  = po_left == 1'h1;
-  assign \$156  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$157  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$158  = perf_macs + 5'h10;
-  assign \$159  = perf_busy + 1'h1;
-  assign \$160  = ~ s_issue;
-  assign \$161  = s_active & \$160 ;
-  assign \$162  = perf_stall + 1'h1;
+  assign \$97  = cmd__tvalid & cmd__tready;
+  assign \$98  = stage != 2'h2;
+  assign \$99  = cmd_valid & \$98 ;
+  assign \$100  = stage + 1'h1;
+  assign \$101  = outstanding + take;
+  assign \$102  = \$101  - popped;
+  assign \$103  = gemm_inflight + gemm_accepted;
+  assign \$104  = \$103  - gemm_completed;
+  assign \$105  = cmd[143:128] * cmd[127:112];
+  assign \$106  = cmd[143:128] * 3'h4;
+  assign \$107  = bank0_state == 3'h4;
+  assign \$108  = ! bank0_drain;
+  assign \$109  = \$107  & \$108 ;
+  assign \$110  = bank0_state == 3'h4;
+  assign \$111  = bank0_drain - 1'h1;
+  assign \$112  = bank1_state == 3'h4;
+  assign \$113  = ! bank1_drain;
+  assign \$114  = \$112  & \$113 ;
+  assign \$115  = bank1_state == 3'h4;
+  assign \$116  = bank1_drain - 1'h1;
+  assign \$117  = ! l_row;
+  assign \$118  = ! l_bank;
+  assign \$120  = l_row + 1'h1;
+  assign \$121  = l_row == 2'h3;
+  assign \$122  = ~ l_bank;
+  assign \$123  = l_addr + 3'h4;
+  assign \$124  = l_left - 1'h1;
+  assign \$125  = l_left == 1'h1;
+  assign \$126  = ~ l_active;
+  assign \$127  = \$126  | l_finishing;
+  assign \$128  = \r_rdy$69  & \$127 ;
+  assign \$129  = l_row == 2'h3;
+  assign \$130  = l_issue & \$129 ;
+  assign \$131  = w_load & w_last;
+  assign \$132  = ! w_bank;
+  assign \$134  = s_addr + 1'h1;
+  assign \$135  = s_row + 1'h1;
+  assign \$136  = ! s_row;
+  assign \$137  = ! s_bank;
+  assign \$139  = s_m - 1'h1;
+  assign \$140  = s_row == \$139 ;
+  assign \$141  = ! s_bank;
+  assign \$143  = ~ s_bank;
+  assign \$144  = s_left - 1'h1;
+  assign \$145  = s_left == 1'h1;
+  assign \$146  = ~ s_active;
+  assign \$147  = \$146  | s_finishing;
+  assign \$148  = \r_rdy$87  & \$147 ;
+  assign \$149  = s_c + s_row;
+  assign \$150  = ~ s_first;
+  assign \$151  = s_acc | \$150 ;
+  assign \$152  = s_left == 1'h1;
+  assign \$153  = s_m - 1'h1;
+  assign \$154  = s_row == \$153 ;
+  assign \$155  = \$152  & \$154 ;
+  assign \$156  = | po_left;
+  assign \$157  = postop_busy & \$156 ;
+  assign \$158  = po_src + 1'h1;
+  assign \$159  = po_dst + 1'h1;
+  assign \$160  = po_left - 1'h1;
+  assign \$161  = po_left == 1'h1;
+  assign \$162  = spm_rreq__tvalid & spm_rreq__tready;
+  assign \$163  = acc_rreq__tvalid & acc_rreq__tready;
+  assign \$164  = perf_macs + 5'h10;
+  assign \$165  = perf_busy + 1'h1;
+  assign \$166  = ~ s_issue;
+  assign \$167  = s_active & \$166 ;
+  assign \$168  = perf_stall + 1'h1;
   always @(posedge clk)
-    outstanding <= \$163 ;
+    cmd <= \$169 ;
   always @(posedge clk)
-    gemm_inflight <= \$164 ;
+    cmd_valid <= \$170 ;
   always @(posedge clk)
-    bank0_state <= \$165 ;
+    stage <= \$171 ;
   always @(posedge clk)
-    bank0_drain <= \$166 ;
+    outstanding <= \$172 ;
   always @(posedge clk)
-    bank1_state <= \$167 ;
+    gemm_inflight <= \$173 ;
   always @(posedge clk)
-    bank1_drain <= \$168 ;
+    a_rows <= \$174 ;
   always @(posedge clk)
-    l_row <= \$169 ;
+    b_rows <= \$175 ;
   always @(posedge clk)
-    l_bank <= \$170 ;
+    status <= \$176 ;
   always @(posedge clk)
-    l_addr <= \$171 ;
+    bank0_state <= \$177 ;
   always @(posedge clk)
-    l_left <= \$172 ;
+    bank0_drain <= \$178 ;
   always @(posedge clk)
-    l_active <= \$173 ;
+    bank1_state <= \$179 ;
   always @(posedge clk)
-    w_load <= \$174 ;
+    bank1_drain <= \$180 ;
   always @(posedge clk)
-    w_bank <= \$175 ;
+    l_row <= \$181 ;
   always @(posedge clk)
-    w_last <= \$176 ;
+    l_bank <= \$182 ;
   always @(posedge clk)
-    s_addr <= \$177 ;
+    l_addr <= \$183 ;
   always @(posedge clk)
-    s_row <= \$178 ;
+    l_left <= \$184 ;
   always @(posedge clk)
-    s_bank <= \$179 ;
+    l_active <= \$185 ;
   always @(posedge clk)
-    s_left <= \$180 ;
+    w_load <= \$186 ;
   always @(posedge clk)
-    s_first <= \$181 ;
+    w_bank <= \$187 ;
   always @(posedge clk)
-    s_active <= \$182 ;
+    w_last <= \$188 ;
   always @(posedge clk)
-    s_c <= \$183 ;
+    s_addr <= \$189 ;
   always @(posedge clk)
-    s_m <= \$184 ;
+    s_row <= \$190 ;
   always @(posedge clk)
-    s_acc <= \$185 ;
+    s_bank <= \$191 ;
   always @(posedge clk)
-    s_tag <= \$186 ;
+    s_left <= \$192 ;
   always @(posedge clk)
-    a_valid <= \$187 ;
+    s_first <= \$193 ;
   always @(posedge clk)
-    a_bank <= \$188 ;
+    s_active <= \$194 ;
   always @(posedge clk)
-    ctl <= \$189 ;
+    s_c <= \$195 ;
   always @(posedge clk)
-    r_valid <= \$190 ;
+    s_m <= \$196 ;
   always @(posedge clk)
-    r_ctl <= \$191 ;
+    s_acc <= \$197 ;
   always @(posedge clk)
-    r_psum <= \$192 ;
+    s_tag <= \$198 ;
   always @(posedge clk)
-    postop_busy <= \$193 ;
+    a_valid <= \$199 ;
   always @(posedge clk)
-    po_src <= \$194 ;
+    a_bank <= \$200 ;
   always @(posedge clk)
-    po_dst <= \$195 ;
+    ctl <= \$201 ;
   always @(posedge clk)
-    po_left <= \$196 ;
+    r_valid <= \$202 ;
   always @(posedge clk)
-    po_tag <= \$197 ;
+    r_ctl <= \$203 ;
   always @(posedge clk)
-    po_bias_pending <= \$198 ;
+    r_psum <= \$204 ;
   always @(posedge clk)
-    bias <= \$199 ;
+    postop_busy <= \$205 ;
   always @(posedge clk)
-    mult <= \$200 ;
+    po_src <= \$206 ;
   always @(posedge clk)
-    shift <= \$201 ;
+    po_dst <= \$207 ;
   always @(posedge clk)
-    relu <= \$202 ;
+    po_left <= \$208 ;
   always @(posedge clk)
-    row_valid <= \$203 ;
+    po_tag <= \$209 ;
   always @(posedge clk)
-    \ctl$114  <= \$204 ;
+    po_bias_pending <= \$210 ;
   always @(posedge clk)
-    spm_ext_pending <= \$205 ;
+    bias <= \$211 ;
   always @(posedge clk)
-    acc_ext_pending <= \$206 ;
+    mult <= \$212 ;
   always @(posedge clk)
-    perf_macs <= \$207 ;
+    shift <= \$213 ;
   always @(posedge clk)
-    perf_busy <= \$208 ;
+    relu <= \$214 ;
   always @(posedge clk)
-    perf_stall <= \$209 ;
+    row_valid <= \$215 ;
+  always @(posedge clk)
+    \ctl$121  <= \$216 ;
+  always @(posedge clk)
+    spm_ext_pending <= \$217 ;
+  always @(posedge clk)
+    acc_ext_pending <= \$218 ;
+  always @(posedge clk)
+    perf_macs <= \$219 ;
+  always @(posedge clk)
+    perf_busy <= \$220 ;
+  always @(posedge clk)
+    perf_stall <= \$221 ;
   \dx1_tile_core_a4.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$130 ),
+    .level(\level$137 ),
     .r_data(acc_rresp__tdata),
     .r_en(acc_rresp__tready),
     .r_rdy(acc_rresp__tvalid),
@@ -1788,9 +1826,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .clk(clk),
     .ctl(ctl),
     .ctl_d6(out_ctl),
-    .out(\out$147 ),
+    .out(\out$154 ),
     .rst(rst),
-    .valid_d6(\out_valid$146 ),
+    .valid_d6(\out_valid$153 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -1802,26 +1840,26 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .r_rdy(done__tvalid),
     .rst(rst),
     .w_en(w_en),
-    .w_port__data(\w_data$44 )
+    .w_port__data(\w_data$51 )
   );
   \dx1_tile_core_a4.load_q  load_q (
     .clk(clk),
-    .\port$0$130 (cmd__tdata[143:128]),
-    .\port$0$82 (cmd__tdata[89:80]),
-    .r_data(\r_data$139 ),
-    .r_en(\r_en$63 ),
-    .r_rdy(\r_rdy$62 ),
+    .\port$653$128 (cmd[143:128]),
+    .\port$653$80 (cmd[89:80]),
+    .r_data(\r_data$146 ),
+    .r_en(\r_en$70 ),
+    .r_rdy(\r_rdy$69 ),
     .rst(rst),
-    .w_en(\w_en$47 ),
+    .w_en(\w_en$54 ),
     .w_rdy(w_rdy)
   );
   \dx1_tile_core_a4.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$114 ),
+    .ctl(\ctl$121 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$118 ),
+    .out_ctl(\out_ctl$125 ),
     .out_valid(out_valid),
     .relu(relu),
     .row(row),
@@ -1841,48 +1879,48 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.stream_q  stream_q (
     .clk(clk),
-    .\port$0$10 (cmd__tdata[8]),
-    .\port$0$114 (cmd__tdata[143:112]),
-    .\port$0$18 (cmd__tdata[31:16]),
-    .\port$0$66 (cmd__tdata[73:64]),
-    .\port$0$98 (cmd__tdata[103:96]),
-    .r_data(\r_data$142 ),
-    .r_en(\r_en$81 ),
-    .r_rdy(\r_rdy$80 ),
+    .\port$653$112 (cmd[143:112]),
+    .\port$653$16 (cmd[31:16]),
+    .\port$653$64 (cmd[73:64]),
+    .\port$653$8 (cmd[8]),
+    .\port$653$96 (cmd[103:96]),
+    .r_data(\r_data$149 ),
+    .r_en(\r_en$88 ),
+    .r_rdy(\r_rdy$87 ),
     .rst(rst),
-    .w_en(\w_en$48 ),
-    .w_rdy(\w_rdy$46 )
+    .w_en(\w_en$55 ),
+    .w_rdy(\w_rdy$53 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
-    casez (cmd__tdata[7:0])
+    casez (cmd[7:0])
       8'h00:
-          status = { 4'h0, \$3  };
+          status_next = { 4'h0, \$5  };
       8'h03:
-          status = { 4'h0, \$21  };
+          status_next = { 4'h0, \$21  };
       8'h04:
-          status = { 4'h0, \$37  };
+          status_next = { 4'h0, \$37  };
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    cmd__tready = 1'h0;
+    take = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
       if (\$43 ) begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else if (\$44 ) begin
         if (\$47 ) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end
     end
@@ -1903,58 +1941,58 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (out_valid) begin
-      if (\out_ctl$118 [10]) begin
+      if (\out_ctl$125 [10]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$44  = 32'd0;
+    \w_data$51  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$44 [15:0] = cmd__tdata[31:16];
-          \w_data$44 [23:16] = status;
-          \w_data$44 [31:24] = cmd__tdata[7:0];
+          \w_data$51 [15:0] = cmd[31:16];
+          \w_data$51 [23:16] = status;
+          \w_data$51 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[9]) begin
-        \w_data$44 [15:0] = r_ctl[25:10];
-        \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [31:24] = 8'h03;
+        \w_data$51 [15:0] = r_ctl[25:10];
+        \w_data$51 [23:16] = 8'h00;
+        \w_data$51 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$118 [10]) begin
-        \w_data$44 [15:0] = po_tag;
-        \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [31:24] = 8'h04;
+      if (\out_ctl$125 [10]) begin
+        \w_data$51 [15:0] = po_tag;
+        \w_data$51 [23:16] = 8'h00;
+        \w_data$51 [31:24] = 8'h04;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$47  = 1'h0;
+    \w_en$54  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$47  = 1'h1;
+          \w_en$54  = 1'h1;
         end
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$48  = 1'h0;
+    \w_en$55  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$48  = 1'h1;
+          \w_en$55  = 1'h1;
         end
       end
     end
@@ -2007,9 +2045,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$63  = 1'h0;
+    \r_en$70  = 1'h0;
     if (\$60 ) begin
-      \r_en$63  = 1'h1;
+      \r_en$70  = 1'h1;
     end
   end
   always @* begin
@@ -2028,9 +2066,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$81  = 1'h0;
+    \r_en$88  = 1'h0;
     if (\$72 ) begin
-      \r_en$81  = 1'h1;
+      \r_en$88  = 1'h1;
     end
   end
   always @* begin
@@ -2076,8 +2114,8 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     acc_rp__addr = 8'h00;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
-        acc_rp__addr = cmd__tdata[119:112];
+      if (cmd[9]) begin
+        acc_rp__addr = cmd[119:112];
       end
     end else if (po_bias_pending) begin
     end else if (\$82 ) begin
@@ -2091,7 +2129,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     acc_rp__en = 1'h1;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
+      if (cmd[9]) begin
         acc_rp__en = 1'h1;
       end
     end else if (po_bias_pending) begin
@@ -2115,7 +2153,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     spm_w__addr = 10'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$118 [9:0];
+      spm_w__addr = \out_ctl$125 [9:0];
     end
     if (\$84 ) begin
       spm_w__addr = spm_wr__tdata[41:32];
@@ -2143,145 +2181,21 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$163  = \$98 [3:0];
+    \$169  = cmd;
+    if (\$97 ) begin
+      \$169  = cmd__tdata;
+    end
     if (rst) begin
-      \$163  = 4'h0;
+      \$169  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$164  = \$100 [3:0];
-    if (rst) begin
-      \$164  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$165  = bank0_state;
-    if (\$103 ) begin
-      \$165  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$111 ) begin
-        if (\$112 ) begin
-          \$165  = 3'h1;
-        end
-      end
-    end
-    if (\$125 ) begin
-      if (\$126 ) begin
-        \$165  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$130 ) begin
-        if (\$131 ) begin
-          \$165  = 3'h3;
-        end
-      end
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$165  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$165  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$166  = bank0_drain;
-    if (\$103 ) begin
-    end else if (\$104 ) begin
-      \$166  = \$105 [3:0];
-    end
-    if (s_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$166  = 4'h8;
-        end
-      end
-    end
-    if (rst) begin
-      \$166  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$167  = bank1_state;
-    if (\$108 ) begin
-      \$167  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$111 ) begin
-        if (\$113 ) begin
-          \$167  = 3'h1;
-        end
-      end
-    end
-    if (\$125 ) begin
-      if (\$127 ) begin
-        \$167  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$130 ) begin
-        if (\$132 ) begin
-          \$167  = 3'h3;
-        end
-      end
-      if (\$134 ) begin
-        if (\$136 ) begin
-          \$167  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$167  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$168  = bank1_drain;
-    if (\$108 ) begin
-    end else if (\$109 ) begin
-      \$168  = \$110 [3:0];
-    end
-    if (s_issue) begin
-      if (\$134 ) begin
-        if (\$136 ) begin
-          \$168  = 4'h8;
-        end
-      end
-    end
-    if (rst) begin
-      \$168  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$169  = l_row;
-    if (l_issue) begin
-      \$169  = \$114 [1:0];
-      if (\$115 ) begin
-        \$169  = 2'h0;
-      end
-    end
-    if (\$122 ) begin
-      \$169  = 2'h0;
-    end
-    if (rst) begin
-      \$169  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$170  = l_bank;
-    if (l_issue) begin
-      if (\$115 ) begin
-        \$170  = \$116 ;
-      end
+    \$170  = cmd_valid;
+    if (\$97 ) begin
+      \$170  = 1'h1;
+    end else if (take) begin
+      \$170  = 1'h0;
     end
     if (rst) begin
       \$170  = 1'h0;
@@ -2289,155 +2203,179 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$171  = l_addr;
-    if (l_issue) begin
-      if (\$115 ) begin
-        \$171  = \$117 [9:0];
-      end
-    end
-    if (\$122 ) begin
-      \$171  = \r_data$139 [9:0];
+    \$171  = stage;
+    if (\$97 ) begin
+      \$171  = 2'h0;
+    end else if (take) begin
+    end else if (\$99 ) begin
+      \$171  = \$100 [1:0];
     end
     if (rst) begin
-      \$171  = 10'h000;
+      \$171  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$172  = l_left;
-    if (l_issue) begin
-      if (\$115 ) begin
-        \$172  = \$118 [15:0];
-      end
-    end
-    if (\$122 ) begin
-      \$172  = \r_data$139 [25:10];
-    end
+    \$172  = \$102 [3:0];
     if (rst) begin
-      \$172  = 16'h0000;
+      \$172  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$173  = l_active;
+    \$173  = \$104 [3:0];
+    if (rst) begin
+      \$173  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$174  = \$105 ;
+    if (rst) begin
+      \$174  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$175  = { 13'h0000, \$106  };
+    if (rst) begin
+      \$175  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$176  = status_next;
+    if (rst) begin
+      \$176  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$177  = bank0_state;
+    if (\$109 ) begin
+      \$177  = 3'h0;
+    end
     if (l_issue) begin
-      if (\$115 ) begin
+      if (\$117 ) begin
+        if (\$118 ) begin
+          \$177  = 3'h1;
+        end
+      end
+    end
+    if (\$131 ) begin
+      if (\$132 ) begin
+        \$177  = 3'h2;
+      end
+    end
+    if (s_issue) begin
+      if (\$136 ) begin
+        if (\$137 ) begin
+          \$177  = 3'h3;
+        end
+      end
+      if (\$140 ) begin
+        if (\$141 ) begin
+          \$177  = 3'h4;
+        end
+      end
+    end
+    if (rst) begin
+      \$177  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$178  = bank0_drain;
+    if (\$109 ) begin
+    end else if (\$110 ) begin
+      \$178  = \$111 [3:0];
+    end
+    if (s_issue) begin
+      if (\$140 ) begin
+        if (\$141 ) begin
+          \$178  = 4'h8;
+        end
+      end
+    end
+    if (rst) begin
+      \$178  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$179  = bank1_state;
+    if (\$114 ) begin
+      \$179  = 3'h0;
+    end
+    if (l_issue) begin
+      if (\$117 ) begin
         if (\$119 ) begin
-          \$173  = 1'h0;
+          \$179  = 3'h1;
         end
       end
     end
-    if (\$122 ) begin
-      \$173  = 1'h1;
-    end
-    if (rst) begin
-      \$173  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$174  = l_issue;
-    if (rst) begin
-      \$174  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$175  = l_bank;
-    if (rst) begin
-      \$175  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$176  = \$124 ;
-    if (rst) begin
-      \$176  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = s_addr;
-    if (s_issue) begin
-      \$177  = \$128 [9:0];
-    end
-    if (\$142 ) begin
-      \$177  = \r_data$142 [9:0];
-    end
-    if (rst) begin
-      \$177  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = s_row;
-    if (s_issue) begin
-      \$178  = \$129 [15:0];
-      if (\$134 ) begin
-        \$178  = 16'h0000;
+    if (\$131 ) begin
+      if (\$133 ) begin
+        \$179  = 3'h2;
       end
     end
-    if (\$142 ) begin
-      \$178  = 16'h0000;
-    end
-    if (rst) begin
-      \$178  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = s_bank;
     if (s_issue) begin
-      if (\$134 ) begin
-        \$179  = \$137 ;
+      if (\$136 ) begin
+        if (\$138 ) begin
+          \$179  = 3'h3;
+        end
       end
-    end
-    if (rst) begin
-      \$179  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = s_left;
-    if (s_issue) begin
-      if (\$134 ) begin
-        \$180  = \$138 [15:0];
-      end
-    end
-    if (\$142 ) begin
-      \$180  = \r_data$142 [49:34];
-    end
-    if (rst) begin
-      \$180  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = s_first;
-    if (s_issue) begin
-      if (\$134 ) begin
-        \$181  = 1'h0;
-      end
-    end
-    if (\$142 ) begin
-      \$181  = 1'h1;
-    end
-    if (rst) begin
-      \$181  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = s_active;
-    if (s_issue) begin
-      if (\$134 ) begin
-        if (\$139 ) begin
-          \$182  = 1'h0;
+      if (\$140 ) begin
+        if (\$142 ) begin
+          \$179  = 3'h4;
         end
       end
     end
-    if (\$142 ) begin
-      \$182  = 1'h1;
+    if (rst) begin
+      \$179  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$180  = bank1_drain;
+    if (\$114 ) begin
+    end else if (\$115 ) begin
+      \$180  = \$116 [3:0];
+    end
+    if (s_issue) begin
+      if (\$140 ) begin
+        if (\$142 ) begin
+          \$180  = 4'h8;
+        end
+      end
+    end
+    if (rst) begin
+      \$180  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$181  = l_row;
+    if (l_issue) begin
+      \$181  = \$120 [1:0];
+      if (\$121 ) begin
+        \$181  = 2'h0;
+      end
+    end
+    if (\$128 ) begin
+      \$181  = 2'h0;
+    end
+    if (rst) begin
+      \$181  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$182  = l_bank;
+    if (l_issue) begin
+      if (\$121 ) begin
+        \$182  = \$122 ;
+      end
     end
     if (rst) begin
       \$182  = 1'h0;
@@ -2445,19 +2383,29 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = s_c;
-    if (\$142 ) begin
-      \$183  = \r_data$142 [17:10];
+    \$183  = l_addr;
+    if (l_issue) begin
+      if (\$121 ) begin
+        \$183  = \$123 [9:0];
+      end
+    end
+    if (\$128 ) begin
+      \$183  = \r_data$146 [9:0];
     end
     if (rst) begin
-      \$183  = 8'h00;
+      \$183  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = s_m;
-    if (\$142 ) begin
-      \$184  = \r_data$142 [33:18];
+    \$184  = l_left;
+    if (l_issue) begin
+      if (\$121 ) begin
+        \$184  = \$124 [15:0];
+      end
+    end
+    if (\$128 ) begin
+      \$184  = \r_data$146 [25:10];
     end
     if (rst) begin
       \$184  = 16'h0000;
@@ -2465,9 +2413,16 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = s_acc;
-    if (\$142 ) begin
-      \$185  = \r_data$142 [50];
+    \$185  = l_active;
+    if (l_issue) begin
+      if (\$121 ) begin
+        if (\$125 ) begin
+          \$185  = 1'h0;
+        end
+      end
+    end
+    if (\$128 ) begin
+      \$185  = 1'h1;
     end
     if (rst) begin
       \$185  = 1'h0;
@@ -2475,69 +2430,91 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = s_tag;
-    if (\$142 ) begin
-      \$186  = \r_data$142 [66:51];
-    end
+    \$186  = l_issue;
     if (rst) begin
-      \$186  = 16'h0000;
+      \$186  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = s_issue;
+    \$187  = l_bank;
     if (rst) begin
       \$187  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = s_bank;
+    \$188  = \$130 ;
     if (rst) begin
       \$188  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189 [7:0] = \$143 [7:0];
-    \$189 [8] = \$145 ;
-    \$189 [9] = \$149 ;
-    \$189 [25:10] = s_tag;
+    \$189  = s_addr;
+    if (s_issue) begin
+      \$189  = \$134 [9:0];
+    end
+    if (\$148 ) begin
+      \$189  = \r_data$149 [9:0];
+    end
     if (rst) begin
-      \$189  = 26'h0000000;
+      \$189  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = \out_valid$146 ;
+    \$190  = s_row;
+    if (s_issue) begin
+      \$190  = \$135 [15:0];
+      if (\$140 ) begin
+        \$190  = 16'h0000;
+      end
+    end
+    if (\$148 ) begin
+      \$190  = 16'h0000;
+    end
     if (rst) begin
-      \$190  = 1'h0;
+      \$190  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = out_ctl;
+    \$191  = s_bank;
+    if (s_issue) begin
+      if (\$140 ) begin
+        \$191  = \$143 ;
+      end
+    end
     if (rst) begin
-      \$191  = 26'h0000000;
+      \$191  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = \out$147 ;
+    \$192  = s_left;
+    if (s_issue) begin
+      if (\$140 ) begin
+        \$192  = \$144 [15:0];
+      end
+    end
+    if (\$148 ) begin
+      \$192  = \r_data$149 [49:34];
+    end
     if (rst) begin
-      \$192  = 128'h00000000000000000000000000000000;
+      \$192  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = postop_busy;
-    if (post_start) begin
-      \$193  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$118 [10]) begin
+    \$193  = s_first;
+    if (s_issue) begin
+      if (\$140 ) begin
         \$193  = 1'h0;
       end
+    end
+    if (\$148 ) begin
+      \$193  = 1'h1;
     end
     if (rst) begin
       \$193  = 1'h0;
@@ -2545,38 +2522,36 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = po_src;
-    if (post_start) begin
-      \$194  = cmd__tdata[71:64];
-    end else if (po_bias_pending) begin
-    end else if (\$151 ) begin
-      \$194  = \$152 [7:0];
+    \$194  = s_active;
+    if (s_issue) begin
+      if (\$140 ) begin
+        if (\$145 ) begin
+          \$194  = 1'h0;
+        end
+      end
+    end
+    if (\$148 ) begin
+      \$194  = 1'h1;
     end
     if (rst) begin
-      \$194  = 8'h00;
+      \$194  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = po_dst;
-    if (post_start) begin
-      \$195  = cmd__tdata[89:80];
-    end else if (po_bias_pending) begin
-    end else if (\$151 ) begin
-      \$195  = \$153 [9:0];
+    \$195  = s_c;
+    if (\$148 ) begin
+      \$195  = \r_data$149 [17:10];
     end
     if (rst) begin
-      \$195  = 10'h000;
+      \$195  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = po_left;
-    if (post_start) begin
-      \$196  = cmd__tdata[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$151 ) begin
-      \$196  = \$154 [15:0];
+    \$196  = s_m;
+    if (\$148 ) begin
+      \$196  = \r_data$149 [33:18];
     end
     if (rst) begin
       \$196  = 16'h0000;
@@ -2584,156 +2559,275 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = po_tag;
-    if (post_start) begin
-      \$197  = cmd__tdata[31:16];
+    \$197  = s_acc;
+    if (\$148 ) begin
+      \$197  = \r_data$149 [50];
     end
     if (rst) begin
-      \$197  = 16'h0000;
+      \$197  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = po_bias_pending;
-    if (post_start) begin
-      \$198  = cmd__tdata[9];
-    end else if (po_bias_pending) begin
-      \$198  = 1'h0;
+    \$198  = s_tag;
+    if (\$148 ) begin
+      \$198  = \r_data$149 [66:51];
     end
     if (rst) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = bias;
-    if (post_start) begin
-      \$199  = 128'h00000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$199  = row;
-    end
+    \$199  = s_issue;
     if (rst) begin
-      \$199  = 128'h00000000000000000000000000000000;
+      \$199  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = mult;
-    if (post_start) begin
-      \$200  = cmd__tdata[143:128];
-    end
+    \$200  = s_bank;
     if (rst) begin
-      \$200  = 16'h0000;
+      \$200  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = shift;
-    if (post_start) begin
-      \$201  = cmd__tdata[149:144];
-    end
+    \$201 [7:0] = \$149 [7:0];
+    \$201 [8] = \$151 ;
+    \$201 [9] = \$155 ;
+    \$201 [25:10] = s_tag;
     if (rst) begin
-      \$201  = 6'h00;
+      \$201  = 26'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = relu;
-    if (post_start) begin
-      \$202  = cmd__tdata[8];
-    end
+    \$202  = \out_valid$153 ;
     if (rst) begin
       \$202  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = po_reading;
+    \$203  = out_ctl;
     if (rst) begin
-      \$203  = 1'h0;
+      \$203  = 26'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204 [9:0] = po_dst;
-    \$204 [10] = \$155 ;
+    \$204  = \out$154 ;
     if (rst) begin
-      \$204  = 11'h000;
+      \$204  = 128'h00000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = \$156 ;
+    \$205  = postop_busy;
+    if (post_start) begin
+      \$205  = 1'h1;
+    end
+    if (out_valid) begin
+      if (\out_ctl$125 [10]) begin
+        \$205  = 1'h0;
+      end
+    end
     if (rst) begin
       \$205  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = \$157 ;
+    \$206  = po_src;
+    if (post_start) begin
+      \$206  = cmd[71:64];
+    end else if (po_bias_pending) begin
+    end else if (\$157 ) begin
+      \$206  = \$158 [7:0];
+    end
     if (rst) begin
-      \$206  = 1'h0;
+      \$206  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = perf_macs;
+    \$207  = po_dst;
+    if (post_start) begin
+      \$207  = cmd[89:80];
+    end else if (po_bias_pending) begin
+    end else if (\$157 ) begin
+      \$207  = \$159 [9:0];
+    end
+    if (rst) begin
+      \$207  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$208  = po_left;
+    if (post_start) begin
+      \$208  = cmd[111:96];
+    end else if (po_bias_pending) begin
+    end else if (\$157 ) begin
+      \$208  = \$160 [15:0];
+    end
+    if (rst) begin
+      \$208  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$209  = po_tag;
+    if (post_start) begin
+      \$209  = cmd[31:16];
+    end
+    if (rst) begin
+      \$209  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$210  = po_bias_pending;
+    if (post_start) begin
+      \$210  = cmd[9];
+    end else if (po_bias_pending) begin
+      \$210  = 1'h0;
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$211  = bias;
+    if (post_start) begin
+      \$211  = 128'h00000000000000000000000000000000;
+    end else if (po_bias_pending) begin
+      \$211  = row;
+    end
+    if (rst) begin
+      \$211  = 128'h00000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$212  = mult;
+    if (post_start) begin
+      \$212  = cmd[143:128];
+    end
+    if (rst) begin
+      \$212  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$213  = shift;
+    if (post_start) begin
+      \$213  = cmd[149:144];
+    end
+    if (rst) begin
+      \$213  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$214  = relu;
+    if (post_start) begin
+      \$214  = cmd[8];
+    end
+    if (rst) begin
+      \$214  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$215  = po_reading;
+    if (rst) begin
+      \$215  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$216 [9:0] = po_dst;
+    \$216 [10] = \$161 ;
+    if (rst) begin
+      \$216  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$217  = \$162 ;
+    if (rst) begin
+      \$217  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$218  = \$163 ;
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$219  = perf_macs;
     if (a_valid) begin
-      \$207  = \$158 [47:0];
+      \$219  = \$164 [47:0];
     end
     if (rst) begin
-      \$207  = 48'h000000000000;
+      \$219  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = perf_busy;
+    \$220  = perf_busy;
     if (a_valid) begin
-      \$208  = \$159 [31:0];
+      \$220  = \$165 [31:0];
     end
     if (rst) begin
-      \$208  = 32'd0;
+      \$220  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = perf_stall;
-    if (\$161 ) begin
-      \$209  = \$162 [31:0];
+    \$221  = perf_stall;
+    if (\$167 ) begin
+      \$221  = \$168 [31:0];
     end
     if (rst) begin
-      \$209  = 32'd0;
+      \$221  = 32'd0;
     end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign r_en = done__tready;
-  assign w_data = { cmd__tdata[143:128], cmd__tdata[89:80] };
-  assign \w_data$39  = { cmd__tdata[31:16], cmd__tdata[8], cmd__tdata[143:112], cmd__tdata[103:96], cmd__tdata[73:64] };
+  assign w_data = { cmd[143:128], cmd[89:80] };
+  assign \w_data$44  = { cmd[31:16], cmd[8], cmd[143:112], cmd[103:96], cmd[73:64] };
   assign w_valid = w_load;
-  assign \w_bank$67  = w_bank;
+  assign \w_bank$74  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$85  = a_valid;
-  assign \a_bank$87  = a_bank;
+  assign \a_valid$92  = a_valid;
+  assign \a_bank$94  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[7:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$109  = bias;
+  assign \bias$116  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$113  = row_valid;
-  assign row_ctl_p = \ctl$114 ;
-  assign \w_data$125  = w_row;
-  assign \w_en$126  = spm_ext_pending;
-  assign \r_data$127  = spm_rresp__tdata;
-  assign \r_rdy$128  = spm_rresp__tvalid;
-  assign \r_en$129  = spm_rresp__tready;
-  assign \w_data$132  = row;
-  assign \w_en$133  = acc_ext_pending;
-  assign \r_data$134  = acc_rresp__tdata;
-  assign \r_rdy$135  = acc_rresp__tvalid;
-  assign \r_en$136  = acc_rresp__tready;
+  assign \row_valid$120  = row_valid;
+  assign row_ctl_p = \ctl$121 ;
+  assign \w_data$132  = w_row;
+  assign \w_en$133  = spm_ext_pending;
+  assign \r_data$134  = spm_rresp__tdata;
+  assign \r_rdy$135  = spm_rresp__tvalid;
+  assign \r_en$136  = spm_rresp__tready;
+  assign \w_data$139  = row;
+  assign \w_en$140  = acc_ext_pending;
+  assign \r_data$141  = acc_rresp__tdata;
+  assign \r_rdy$142  = acc_rresp__tvalid;
+  assign \r_en$143  = acc_rresp__tready;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -2758,34 +2852,34 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \bias[1]  = bias[63:32];
   assign \bias[2]  = bias[95:64];
   assign \bias[3]  = bias[127:96];
-  assign \bias$109[0]  = bias[31:0];
-  assign \bias$109[1]  = bias[63:32];
-  assign \bias$109[2]  = bias[95:64];
-  assign \bias$109[3]  = bias[127:96];
+  assign \bias$116[0]  = bias[31:0];
+  assign \bias$116[1]  = bias[63:32];
+  assign \bias$116[2]  = bias[95:64];
+  assign \bias$116[3]  = bias[127:96];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
   assign \row[3]  = row[127:96];
-  assign \row_ctl_p.dst  = \ctl$114 [9:0];
-  assign \row_ctl_p.last  = \ctl$114 [10];
+  assign \row_ctl_p.dst  = \ctl$121 [9:0];
+  assign \row_ctl_p.last  = \ctl$121 [10];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
   assign \out[3]  = out[31:24];
-  assign \out$147[0]  = \out$147 [31:0];
-  assign \out$147[1]  = \out$147 [63:32];
-  assign \out$147[2]  = \out$147 [95:64];
-  assign \out$147[3]  = \out$147 [127:96];
-  assign { \$1 [31:16], \$1 [7:0] } = 24'h000000;
-  assign { \$1 [255:32], \$1 [15:8] } = { cmd__tdata[255:32], cmd__tdata[15:8] };
-  assign { \$4 [143:64], \$4 [31:16], \$4 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$4 [255:144], \$4 [63:32], \$4 [15:9] } = { cmd__tdata[255:144], cmd__tdata[63:32], cmd__tdata[15:9] };
+  assign \out$154[0]  = \out$154 [31:0];
+  assign \out$154[1]  = \out$154 [63:32];
+  assign \out$154[2]  = \out$154 [95:64];
+  assign \out$154[3]  = \out$154 [127:96];
+  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
+  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
   assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd__tdata[255:150], cmd__tdata[63:32], cmd__tdata[15:10] };
-  assign \$113  = l_bank;
-  assign \$127  = w_bank;
-  assign \$132  = s_bank;
-  assign \$136  = s_bank;
+  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
+  assign \$119  = l_bank;
+  assign \$133  = w_bank;
+  assign \$138  = s_bank;
+  assign \$142  = s_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -4726,7 +4820,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$0$82 );
+module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$653$80 , \port$653$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4750,10 +4844,10 @@ module \dx1_tile_core_a4.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$0$130 ;
-  wire [15:0] \port$0$130 ;
-  input [9:0] \port$0$82 ;
-  wire [9:0] \port$0$82 ;
+  input [15:0] \port$653$128 ;
+  wire [15:0] \port$653$128 ;
+  input [9:0] \port$653$80 ;
+  wire [9:0] \port$653$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [25:0] r_data;
@@ -4787,7 +4881,7 @@ module \dx1_tile_core_a4.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$0$130 , \port$0$82  };
+      storage[w_port__addr] <= { \port$653$128 , \port$653$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -4849,8 +4943,8 @@ module \dx1_tile_core_a4.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$0$130 , \port$0$82  };
-  assign w_data = { \port$0$130 , \port$0$82  };
+  assign w_port__data = { \port$653$128 , \port$653$80  };
+  assign w_data = { \port$653$128 , \port$653$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -5388,7 +5482,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$0$114 , clk, rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$0$10 );
+module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$653$8 , \port$653$16 , \port$653$64 , \port$653$96 , \port$653$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -5412,16 +5506,16 @@ module \dx1_tile_core_a4.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input \port$0$10 ;
-  wire \port$0$10 ;
-  input [31:0] \port$0$114 ;
-  wire [31:0] \port$0$114 ;
-  input [15:0] \port$0$18 ;
-  wire [15:0] \port$0$18 ;
-  input [9:0] \port$0$66 ;
-  wire [9:0] \port$0$66 ;
-  input [7:0] \port$0$98 ;
-  wire [7:0] \port$0$98 ;
+  input [31:0] \port$653$112 ;
+  wire [31:0] \port$653$112 ;
+  input [15:0] \port$653$16 ;
+  wire [15:0] \port$653$16 ;
+  input [9:0] \port$653$64 ;
+  wire [9:0] \port$653$64 ;
+  input \port$653$8 ;
+  wire \port$653$8 ;
+  input [7:0] \port$653$96 ;
+  wire [7:0] \port$653$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [66:0] r_data;
@@ -5455,7 +5549,7 @@ module \dx1_tile_core_a4.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
+      storage[w_port__addr] <= { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -5517,8 +5611,8 @@ module \dx1_tile_core_a4.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
-  assign w_data = { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
+  assign w_port__data = { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
+  assign w_data = { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

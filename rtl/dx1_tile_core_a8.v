@@ -5,139 +5,151 @@
 module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
 , acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
-  wire [255:0] \$1 ;
-  wire [32:0] \$10 ;
+  wire \$1 ;
+  wire \$10 ;
   wire \$100 ;
   wire \$101 ;
   wire [3:0] \$102 ;
   wire \$103 ;
   wire \$104 ;
-  wire [4:0] \$105 ;
-  wire [5:0] \$106 ;
-  wire [4:0] \$107 ;
-  wire [5:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire \$112 ;
-  wire [5:0] \$113 ;
-  wire \$114 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire [2:0] \$108 ;
+  wire [4:0] \$109 ;
+  wire [32:0] \$11 ;
+  wire [5:0] \$110 ;
+  wire [4:0] \$111 ;
+  wire [5:0] \$112 ;
+  wire [31:0] \$113 ;
+  wire [19:0] \$114 ;
   wire \$115 ;
   wire \$116 ;
   wire \$117 ;
-  wire [5:0] \$118 ;
-  wire \$119 ;
-  wire [19:0] \$12 ;
+  wire \$118 ;
+  wire [5:0] \$119 ;
+  wire \$12 ;
   wire \$120 ;
   wire \$121 ;
-  wire [3:0] \$122 ;
+  wire \$122 ;
   wire \$123 ;
-  wire \$124 ;
-  wire [12:0] \$125 ;
-  wire [16:0] \$126 ;
+  wire [5:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
   wire \$127 ;
-  wire \$128 ;
+  wire [3:0] \$128 ;
   wire \$129 ;
-  wire [20:0] \$13 ;
+  wire [32:0] \$13 ;
   wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
+  wire [12:0] \$131 ;
+  wire [16:0] \$132 ;
   wire \$133 ;
   wire \$134 ;
   wire \$135 ;
-  wire [12:0] \$136 ;
-  wire [16:0] \$137 ;
+  wire \$136 ;
+  wire \$137 ;
   wire \$138 ;
   wire \$139 ;
   wire \$14 ;
   wire \$140 ;
-  wire [16:0] \$141 ;
-  wire \$142 ;
-  wire \$143 ;
+  wire \$141 ;
+  wire [12:0] \$142 ;
+  wire [16:0] \$143 ;
   wire \$144 ;
   wire \$145 ;
-  wire [16:0] \$146 ;
-  wire \$147 ;
+  wire \$146 ;
+  wire [16:0] \$147 ;
   wire \$148 ;
   wire \$149 ;
   wire \$15 ;
   wire \$150 ;
-  wire [16:0] \$151 ;
-  wire \$152 ;
+  wire \$151 ;
+  wire [16:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [16:0] \$155 ;
+  wire \$155 ;
   wire \$156 ;
-  wire \$157 ;
+  wire [16:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire [16:0] \$16 ;
-  wire [10:0] \$160 ;
-  wire [12:0] \$161 ;
-  wire [16:0] \$162 ;
+  wire \$160 ;
+  wire [16:0] \$161 ;
+  wire \$162 ;
   wire \$163 ;
   wire \$164 ;
   wire \$165 ;
-  wire [48:0] \$166 ;
-  wire [32:0] \$167 ;
-  wire \$168 ;
+  wire [10:0] \$166 ;
+  wire [12:0] \$167 ;
+  wire [16:0] \$168 ;
   wire \$169 ;
   wire \$17 ;
-  wire [32:0] \$170 ;
-  reg [3:0] \$171 ;
-  reg [3:0] \$172 ;
-  reg [2:0] \$173 ;
-  reg [4:0] \$174 ;
-  reg [2:0] \$175 ;
-  reg [4:0] \$176 ;
-  reg [2:0] \$177 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire [48:0] \$172 ;
+  wire [32:0] \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire [32:0] \$176 ;
+  reg [255:0] \$177 ;
   reg \$178 ;
-  reg [11:0] \$179 ;
+  reg [1:0] \$179 ;
   wire [3:0] \$18 ;
-  reg [15:0] \$180 ;
-  reg \$181 ;
-  reg \$182 ;
-  reg \$183 ;
-  reg \$184 ;
-  reg [11:0] \$185 ;
-  reg [15:0] \$186 ;
-  reg \$187 ;
-  reg [15:0] \$188 ;
-  reg \$189 ;
+  reg [3:0] \$180 ;
+  reg [3:0] \$181 ;
+  reg [31:0] \$182 ;
+  reg [31:0] \$183 ;
+  reg [7:0] \$184 ;
+  reg [2:0] \$185 ;
+  reg [4:0] \$186 ;
+  reg [2:0] \$187 ;
+  reg [4:0] \$188 ;
+  reg [2:0] \$189 ;
   wire [3:0] \$19 ;
   reg \$190 ;
-  reg [9:0] \$191 ;
+  reg [11:0] \$191 ;
   reg [15:0] \$192 ;
   reg \$193 ;
-  reg [15:0] \$194 ;
+  reg \$194 ;
   reg \$195 ;
   reg \$196 ;
-  reg [27:0] \$197 ;
-  reg \$198 ;
-  reg [27:0] \$199 ;
+  reg [11:0] \$197 ;
+  reg [15:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
   wire [3:0] \$20 ;
-  reg [255:0] \$200 ;
+  reg [15:0] \$200 ;
   reg \$201 ;
-  reg [9:0] \$202 ;
-  reg [11:0] \$203 ;
+  reg \$202 ;
+  reg [9:0] \$203 ;
   reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg \$206 ;
-  reg [255:0] \$207 ;
-  reg [15:0] \$208 ;
-  reg [5:0] \$209 ;
+  reg \$205 ;
+  reg [15:0] \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg [27:0] \$209 ;
   wire [3:0] \$21 ;
   reg \$210 ;
-  reg \$211 ;
-  reg [12:0] \$212 ;
+  reg [27:0] \$211 ;
+  reg [255:0] \$212 ;
   reg \$213 ;
-  reg \$214 ;
-  reg [47:0] \$215 ;
-  reg [31:0] \$216 ;
-  reg [31:0] \$217 ;
+  reg [9:0] \$214 ;
+  reg [11:0] \$215 ;
+  reg [15:0] \$216 ;
+  reg [15:0] \$217 ;
+  reg \$218 ;
+  reg [255:0] \$219 ;
   wire [255:0] \$22 ;
+  reg [15:0] \$220 ;
+  reg [5:0] \$221 ;
+  reg \$222 ;
+  reg \$223 ;
+  reg [12:0] \$224 ;
+  reg \$225 ;
+  reg \$226 ;
+  reg [47:0] \$227 ;
+  reg [31:0] \$228 ;
+  reg [31:0] \$229 ;
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
@@ -145,7 +157,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$27 ;
   wire [16:0] \$28 ;
   wire \$29 ;
-  wire [3:0] \$3 ;
+  wire [255:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
   wire \$32 ;
@@ -156,7 +168,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [3:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [255:0] \$4 ;
+  wire \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -167,7 +179,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$47 ;
   wire \$48 ;
   wire \$49 ;
-  wire \$5 ;
+  wire [3:0] \$5 ;
   wire \$50 ;
   wire \$51 ;
   wire \$52 ;
@@ -178,7 +190,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [255:0] \$6 ;
   wire \$60 ;
   wire \$61 ;
   wire \$62 ;
@@ -211,7 +223,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [32:0] \$87 ;
   wire [32:0] \$88 ;
   wire \$89 ;
-  wire [31:0] \$9 ;
+  wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
@@ -233,10 +245,11 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[7] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$87 ;
+  wire \a_bank$94 ;
+  reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$85 ;
+  wire \a_valid$92 ;
   reg acc_ext_pending = 1'h0;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
@@ -265,22 +278,22 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire accepted;
+  reg [31:0] b_rows = 32'd0;
   reg [4:0] bank0_drain = 5'h00;
   reg [2:0] bank0_state = 3'h0;
   reg [4:0] bank1_drain = 5'h00;
   reg [2:0] bank1_state = 3'h0;
   reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] \bias$109 ;
-  wire [31:0] \bias$109[0] ;
-  wire [31:0] \bias$109[1] ;
-  wire [31:0] \bias$109[2] ;
-  wire [31:0] \bias$109[3] ;
-  wire [31:0] \bias$109[4] ;
-  wire [31:0] \bias$109[5] ;
-  wire [31:0] \bias$109[6] ;
-  wire [31:0] \bias$109[7] ;
+  wire [255:0] \bias$116 ;
+  wire [31:0] \bias$116[0] ;
+  wire [31:0] \bias$116[1] ;
+  wire [31:0] \bias$116[2] ;
+  wire [31:0] \bias$116[3] ;
+  wire [31:0] \bias$116[4] ;
+  wire [31:0] \bias$116[5] ;
+  wire [31:0] \bias$116[6] ;
+  wire [31:0] \bias$116[7] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -293,15 +306,18 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire busy;
   input clk;
   wire clk;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
   output cmd__tready;
-  reg cmd__tready;
+  wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg cmd_valid = 1'h0;
   wire credit;
   reg [27:0] ctl = 28'h0000000;
-  reg [12:0] \ctl$114  = 13'h0000;
+  reg [12:0] \ctl$121  = 13'h0000;
+  wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
   input done__tready;
@@ -320,18 +336,18 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [15:0] l_left = 16'h0000;
   reg [2:0] l_row = 3'h0;
   wire [2:0] level;
-  wire [2:0] \level$130 ;
+  wire [2:0] \level$137 ;
   reg [15:0] mult = 16'h0000;
   wire [63:0] out;
-  wire [255:0] \out$147 ;
-  wire [31:0] \out$147[0] ;
-  wire [31:0] \out$147[1] ;
-  wire [31:0] \out$147[2] ;
-  wire [31:0] \out$147[3] ;
-  wire [31:0] \out$147[4] ;
-  wire [31:0] \out$147[5] ;
-  wire [31:0] \out$147[6] ;
-  wire [31:0] \out$147[7] ;
+  wire [255:0] \out$154 ;
+  wire [31:0] \out$154[0] ;
+  wire [31:0] \out$154[1] ;
+  wire [31:0] \out$154[2] ;
+  wire [31:0] \out$154[3] ;
+  wire [31:0] \out$154[4] ;
+  wire [31:0] \out$154[5] ;
+  wire [31:0] \out$154[6] ;
+  wire [31:0] \out$154[7] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
@@ -341,9 +357,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [12:0] \out_ctl$118 ;
+  wire [12:0] \out_ctl$125 ;
   wire out_valid;
-  wire \out_valid$146 ;
+  wire \out_valid$153 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -366,15 +382,15 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [63:0] \r_data$127 ;
-  wire [255:0] \r_data$134 ;
-  wire [27:0] \r_data$139 ;
-  wire [70:0] \r_data$142 ;
+  wire [63:0] \r_data$134 ;
+  wire [255:0] \r_data$141 ;
+  wire [27:0] \r_data$146 ;
+  wire [70:0] \r_data$149 ;
   wire r_en;
-  wire \r_en$129 ;
   wire \r_en$136 ;
-  reg \r_en$63 ;
-  reg \r_en$81 ;
+  wire \r_en$143 ;
+  reg \r_en$70 ;
+  reg \r_en$88 ;
   reg [255:0] r_psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
@@ -385,10 +401,10 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [31:0] \r_psum[6] ;
   wire [31:0] \r_psum[7] ;
   wire r_rdy;
-  wire \r_rdy$128 ;
   wire \r_rdy$135 ;
-  wire \r_rdy$62 ;
-  wire \r_rdy$80 ;
+  wire \r_rdy$142 ;
+  wire \r_rdy$69 ;
+  wire \r_rdy$87 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [255:0] row;
@@ -406,7 +422,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$113 ;
+  wire \row_valid$120 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -456,27 +472,30 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [7:0] status;
+  reg [1:0] stage = 2'h0;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
   wire [255:0] summed;
+  reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$67 ;
+  wire \w_bank$74 ;
   wire [27:0] w_data;
-  wire [63:0] \w_data$125 ;
-  wire [255:0] \w_data$132 ;
-  wire [70:0] \w_data$39 ;
-  reg [31:0] \w_data$44 ;
+  wire [63:0] \w_data$132 ;
+  wire [255:0] \w_data$139 ;
+  wire [70:0] \w_data$44 ;
+  reg [31:0] \w_data$51 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$126 ;
-  (* init = 1'h0 *)
   wire \w_en$133 ;
-  reg \w_en$47 ;
-  reg \w_en$48 ;
+  (* init = 1'h0 *)
+  wire \w_en$140 ;
+  reg \w_en$54 ;
+  reg \w_en$55 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$46 ;
+  wire \w_rdy$53 ;
   wire [63:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -526,38 +545,39 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   assign w_row = _2_;
   assign a = _3_;
-  assign accepted = cmd__tvalid & cmd__tready;
+  assign cmd__tready = ~ cmd_valid;
+  assign \$1  = stage == 2'h2;
+  assign decoded = cmd_valid & \$1 ;
   assign popped = done__tvalid & done__tready;
-  assign busy = | outstanding;
+  assign \$2  = | outstanding;
+  assign busy = \$2  | cmd_valid;
   assign credit = outstanding < 4'h8;
-  assign \$2  = | \$1 ;
-  assign \$3  = \$2  ? 4'h2 : 4'h0;
-  assign \$5  = | \$4 ;
-  assign \$6  = ! cmd__tdata[127:112];
-  assign \$7  = ! cmd__tdata[143:128];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = cmd__tdata[143:128] * cmd__tdata[127:112];
-  assign \$10  = cmd__tdata[79:64] + \$9 ;
-  assign \$11  = \$10  > 13'h1000;
-  assign \$12  = cmd__tdata[143:128] * 4'h8;
-  assign \$13  = cmd__tdata[95:80] + \$12 ;
+  assign \$4  = | \$3 ;
+  assign \$5  = \$4  ? 4'h2 : 4'h0;
+  assign \$7  = | \$6 ;
+  assign \$8  = ! cmd[127:112];
+  assign \$9  = ! cmd[143:128];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = cmd[79:64] + a_rows;
+  assign \$12  = \$11  > 13'h1000;
+  assign \$13  = cmd[95:80] + b_rows;
   assign \$14  = \$13  > 13'h1000;
-  assign \$15  = \$11  | \$14 ;
-  assign \$16  = cmd__tdata[111:96] + cmd__tdata[127:112];
+  assign \$15  = \$12  | \$14 ;
+  assign \$16  = cmd[111:96] + cmd[127:112];
   assign \$17  = \$16  > 11'h400;
   assign \$18  = \$17  ? 4'h6 : 4'h0;
   assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$8  ? 4'h3 : \$19 ;
-  assign \$21  = \$5  ? 4'h2 : \$20 ;
+  assign \$20  = \$10  ? 4'h3 : \$19 ;
+  assign \$21  = \$7  ? 4'h2 : \$20 ;
   assign \$23  = | \$22 ;
-  assign \$24  = ! cmd__tdata[111:96];
-  assign \$25  = cmd__tdata[149:144] > 6'h2f;
-  assign \$26  = cmd__tdata[95:80] + cmd__tdata[111:96];
+  assign \$24  = ! cmd[111:96];
+  assign \$25  = cmd[149:144] > 6'h2f;
+  assign \$26  = cmd[95:80] + cmd[111:96];
   assign \$27  = \$26  > 13'h1000;
-  assign \$28  = cmd__tdata[79:64] + cmd__tdata[111:96];
+  assign \$28  = cmd[79:64] + cmd[111:96];
   assign \$29  = \$28  > 11'h400;
-  assign \$30  = cmd__tdata[127:112] >= 11'h400;
-  assign \$31  = cmd__tdata[9] & \$30 ;
+  assign \$30  = cmd[127:112] >= 11'h400;
+  assign \$31  = cmd[9] & \$30 ;
   assign \$32  = \$29  | \$31 ;
   assign \$33  = \$32  ? 4'h6 : 4'h0;
   assign \$34  = \$27  ? 4'h5 : \$33 ;
@@ -567,14 +587,14 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$38  = ! gemm_inflight;
   assign \$39  = ~ postop_busy;
   assign idle = \$38  & \$39 ;
-  assign \$40  = cmd__tvalid & credit;
+  assign \$40  = decoded & credit;
   assign \$41  = | status;
-  assign \$42  = ! cmd__tdata[7:0];
+  assign \$42  = ! cmd[7:0];
   assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd__tdata[7:0] == 2'h3;
+  assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$46 ;
+  assign \$47  = \$46  & \w_rdy$53 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -589,7 +609,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$62  & \$59 ;
+  assign \$60  = \r_rdy$69  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -603,7 +623,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$80  & \$71 ;
+  assign \$72  = \r_rdy$87  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[10] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -636,169 +656,187 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$99  = post_start | po_bias_pending;
   assign \$100  = \$99  | po_reading;
   assign \$101  = ~ \$100 ;
-  assign \$102  = \level$130  + acc_ext_pending;
+  assign \$102  = \level$137  + acc_ext_pending;
   assign \$103  = \$102  < 3'h4;
   assign acc_rreq__tready = \$101  & \$103 ;
   assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$105  = outstanding + accepted;
-  assign \$106  = \$105  - popped;
-  assign \$107  = gemm_inflight + gemm_accepted;
-  assign \$108  = \$107  - gemm_completed;
-  assign \$109  = bank0_state == 3'h4;
-  assign \$110  = ! bank0_drain;
-  assign \$111  = \$109  & \$110 ;
-  assign \$112  = bank0_state == 3'h4;
-  assign \$113  = bank0_drain - 1'h1;
-  assign \$114  = bank1_state == 3'h4;
-  assign \$115  = ! bank1_drain;
-  assign \$116  = \$114  & \$115 ;
-  assign \$117  = bank1_state == 3'h4;
-  assign \$118  = bank1_drain - 1'h1;
-  assign \$119  = ! l_row;
-  assign \$120  = ! l_bank;
-  assign \$122  = l_row + 1'h1;
-  assign \$123  = l_row == 3'h7;
-  assign \$124  = ~ l_bank;
-  assign \$125  = l_addr + 4'h8;
-  assign \$126  = l_left - 1'h1;
-  assign \$127  = l_left == 1'h1;
-  assign \$128  = ~ l_active;
-  assign \$129  = \$128  | l_finishing;
-  assign \$130  = \r_rdy$62  & \$129 ;
-  assign \$131  = l_row == 3'h7;
-  assign \$132  = l_issue & \$131 ;
-  assign \$133  = w_load & w_last;
-  assign \$134  = ! w_bank;
-  assign \$136  = s_addr + 1'h1;
-  assign \$137  = s_row + 1'h1;
-  assign \$138  = ! s_row;
-  assign \$139  = ! s_bank;
-  assign \$141  = s_m - 1'h1;
-  assign \$142  = s_row == \$141 ;
-  assign \$143  = ! s_bank;
-  assign \$145  = ~ s_bank;
-  assign \$146  = s_left - 1'h1;
-  assign \$147  = s_left == 1'h1;
-  assign \$148  = ~ s_active;
-  assign \$149  = \$148  | s_finishing;
-  assign \$150  = \r_rdy$80  & \$149 ;
-  assign \$151  = s_c + s_row;
-  assign \$152  = ~ s_first;
-  assign \$153  = s_acc | \$152 ;
-  assign \$154  = s_left == 1'h1;
-  assign \$155  = s_m - 1'h1;
-  assign \$156  = s_row == \$155 ;
-  assign \$157  = \$154  & \$156 ;
-  assign \$158  = | po_left;
-  assign \$159  = postop_busy & \$158 ;
-  assign \$160  = po_src + 1'h1;
-  assign \$161  = po_dst + 1'h1;
-  assign \$162  = po_left - 1'h1;
-  assign \$163  = po_left == 1'h1;
-  assign \$164  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$165  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$166  = perf_macs + 7'h40;
-  assign \$167  = perf_busy + 1'h1;
-  assign \$168  = ~ s_issue;
-  assign \$169  = s_active & \$168 ;
-  assign \$170  = perf_stall + 1'h1;
+  assign \$105  = cmd__tvalid & cmd__tready;
+  assign \$106  = stage != 2'h2;
+  assign \$107  = cmd_valid & \$106 ;
+  assign \$108  = stage + 1'h1;
+  assign \$109  = outstanding + take;
+  assign \$110  = \$109  - popped;
+  assign \$111  = gemm_inflight + gemm_accepted;
+  assign \$112  = \$111  - gemm_completed;
+  assign \$113  = cmd[143:128] * cmd[127:112];
+  assign \$114  = cmd[143:128] * 4'h8;
+  assign \$115  = bank0_state == 3'h4;
+  assign \$116  = ! bank0_drain;
+  assign \$117  = \$115  & \$116 ;
+  assign \$118  = bank0_state == 3'h4;
+  assign \$119  = bank0_drain - 1'h1;
+  assign \$120  = bank1_state == 3'h4;
+  assign \$121  = ! bank1_drain;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = bank1_state == 3'h4;
+  assign \$124  = bank1_drain - 1'h1;
+  assign \$125  = ! l_row;
+  assign \$126  = ! l_bank;
+  assign \$128  = l_row + 1'h1;
+  assign \$129  = l_row == 3'h7;
+  assign \$130  = ~ l_bank;
+  assign \$131  = l_addr + 4'h8;
+  assign \$132  = l_left - 1'h1;
+  assign \$133  = l_left == 1'h1;
+  assign \$134  = ~ l_active;
+  assign \$135  = \$134  | l_finishing;
+  assign \$136  = \r_rdy$69  & \$135 ;
+  assign \$137  = l_row == 3'h7;
+  assign \$138  = l_issue & \$137 ;
+  assign \$139  = w_load & w_last;
+  assign \$140  = ! w_bank;
+  assign \$142  = s_addr + 1'h1;
+  assign \$143  = s_row + 1'h1;
+  assign \$144  = ! s_row;
+  assign \$145  = ! s_bank;
+  assign \$147  = s_m - 1'h1;
+  assign \$148  = s_row == \$147 ;
+  assign \$149  = ! s_bank;
+  assign \$151  = ~ s_bank;
+  assign \$152  = s_left - 1'h1;
+  assign \$153  = s_left == 1'h1;
+  assign \$154  = ~ s_active;
+  assign \$155  = \$154  | s_finishing;
+  assign \$156  = \r_rdy$87  & \$155 ;
+  assign \$157  = s_c + s_row;
+  assign \$158  = ~ s_first;
+  assign \$159  = s_acc | \$158 ;
+  assign \$160  = s_left == 1'h1;
+  assign \$161  = s_m - 1'h1;
+  assign \$162  = s_row == \$161 ;
+  assign \$163  = \$160  & \$162 ;
+  assign \$164  = | po_left;
+  assign \$165  = postop_busy & \$164 ;
+  assign \$166  = po_src + 1'h1;
+  assign \$167  = po_dst + 1'h1;
+  assign \$168  = po_left - 1'h1;
+  assign \$169  = po_left == 1'h1;
+  assign \$170  = spm_rreq__tvalid & spm_rreq__tready;
+  assign \$171  = acc_rreq__tvalid & acc_rreq__tready;
+  assign \$172  = perf_macs + 7'h40;
+  assign \$173  = perf_busy + 1'h1;
+  assign \$174  = ~ s_issue;
+  assign \$175  = s_active & \$174 ;
+  assign \$176  = perf_stall + 1'h1;
   always @(posedge clk)
-    outstanding <= \$171 ;
+    cmd <= \$177 ;
   always @(posedge clk)
-    gemm_inflight <= \$172 ;
+    cmd_valid <= \$178 ;
   always @(posedge clk)
-    bank0_state <= \$173 ;
+    stage <= \$179 ;
   always @(posedge clk)
-    bank0_drain <= \$174 ;
+    outstanding <= \$180 ;
   always @(posedge clk)
-    bank1_state <= \$175 ;
+    gemm_inflight <= \$181 ;
   always @(posedge clk)
-    bank1_drain <= \$176 ;
+    a_rows <= \$182 ;
   always @(posedge clk)
-    l_row <= \$177 ;
+    b_rows <= \$183 ;
   always @(posedge clk)
-    l_bank <= \$178 ;
+    status <= \$184 ;
   always @(posedge clk)
-    l_addr <= \$179 ;
+    bank0_state <= \$185 ;
   always @(posedge clk)
-    l_left <= \$180 ;
+    bank0_drain <= \$186 ;
   always @(posedge clk)
-    l_active <= \$181 ;
+    bank1_state <= \$187 ;
   always @(posedge clk)
-    w_load <= \$182 ;
+    bank1_drain <= \$188 ;
   always @(posedge clk)
-    w_bank <= \$183 ;
+    l_row <= \$189 ;
   always @(posedge clk)
-    w_last <= \$184 ;
+    l_bank <= \$190 ;
   always @(posedge clk)
-    s_addr <= \$185 ;
+    l_addr <= \$191 ;
   always @(posedge clk)
-    s_row <= \$186 ;
+    l_left <= \$192 ;
   always @(posedge clk)
-    s_bank <= \$187 ;
+    l_active <= \$193 ;
   always @(posedge clk)
-    s_left <= \$188 ;
+    w_load <= \$194 ;
   always @(posedge clk)
-    s_first <= \$189 ;
+    w_bank <= \$195 ;
   always @(posedge clk)
-    s_active <= \$190 ;
+    w_last <= \$196 ;
   always @(posedge clk)
-    s_c <= \$191 ;
+    s_addr <= \$197 ;
   always @(posedge clk)
-    s_m <= \$192 ;
+    s_row <= \$198 ;
   always @(posedge clk)
-    s_acc <= \$193 ;
+    s_bank <= \$199 ;
   always @(posedge clk)
-    s_tag <= \$194 ;
+    s_left <= \$200 ;
   always @(posedge clk)
-    a_valid <= \$195 ;
+    s_first <= \$201 ;
   always @(posedge clk)
-    a_bank <= \$196 ;
+    s_active <= \$202 ;
   always @(posedge clk)
-    ctl <= \$197 ;
+    s_c <= \$203 ;
   always @(posedge clk)
-    r_valid <= \$198 ;
+    s_m <= \$204 ;
   always @(posedge clk)
-    r_ctl <= \$199 ;
+    s_acc <= \$205 ;
   always @(posedge clk)
-    r_psum <= \$200 ;
+    s_tag <= \$206 ;
   always @(posedge clk)
-    postop_busy <= \$201 ;
+    a_valid <= \$207 ;
   always @(posedge clk)
-    po_src <= \$202 ;
+    a_bank <= \$208 ;
   always @(posedge clk)
-    po_dst <= \$203 ;
+    ctl <= \$209 ;
   always @(posedge clk)
-    po_left <= \$204 ;
+    r_valid <= \$210 ;
   always @(posedge clk)
-    po_tag <= \$205 ;
+    r_ctl <= \$211 ;
   always @(posedge clk)
-    po_bias_pending <= \$206 ;
+    r_psum <= \$212 ;
   always @(posedge clk)
-    bias <= \$207 ;
+    postop_busy <= \$213 ;
   always @(posedge clk)
-    mult <= \$208 ;
+    po_src <= \$214 ;
   always @(posedge clk)
-    shift <= \$209 ;
+    po_dst <= \$215 ;
   always @(posedge clk)
-    relu <= \$210 ;
+    po_left <= \$216 ;
   always @(posedge clk)
-    row_valid <= \$211 ;
+    po_tag <= \$217 ;
   always @(posedge clk)
-    \ctl$114  <= \$212 ;
+    po_bias_pending <= \$218 ;
   always @(posedge clk)
-    spm_ext_pending <= \$213 ;
+    bias <= \$219 ;
   always @(posedge clk)
-    acc_ext_pending <= \$214 ;
+    mult <= \$220 ;
   always @(posedge clk)
-    perf_macs <= \$215 ;
+    shift <= \$221 ;
   always @(posedge clk)
-    perf_busy <= \$216 ;
+    relu <= \$222 ;
   always @(posedge clk)
-    perf_stall <= \$217 ;
+    row_valid <= \$223 ;
+  always @(posedge clk)
+    \ctl$121  <= \$224 ;
+  always @(posedge clk)
+    spm_ext_pending <= \$225 ;
+  always @(posedge clk)
+    acc_ext_pending <= \$226 ;
+  always @(posedge clk)
+    perf_macs <= \$227 ;
+  always @(posedge clk)
+    perf_busy <= \$228 ;
+  always @(posedge clk)
+    perf_stall <= \$229 ;
   \dx1_tile_core_a8.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$130 ),
+    .level(\level$137 ),
     .r_data(acc_rresp__tdata),
     .r_en(acc_rresp__tready),
     .r_rdy(acc_rresp__tvalid),
@@ -813,9 +851,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$147 ),
+    .out(\out$154 ),
     .rst(rst),
-    .valid_d14(\out_valid$146 ),
+    .valid_d14(\out_valid$153 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -827,26 +865,26 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .r_rdy(done__tvalid),
     .rst(rst),
     .w_en(w_en),
-    .w_port__data(\w_data$44 )
+    .w_port__data(\w_data$51 )
   );
   \dx1_tile_core_a8.load_q  load_q (
     .clk(clk),
-    .\port$0$130 (cmd__tdata[143:128]),
-    .\port$0$82 (cmd__tdata[91:80]),
-    .r_data(\r_data$139 ),
-    .r_en(\r_en$63 ),
-    .r_rdy(\r_rdy$62 ),
+    .\port$1021$128 (cmd[143:128]),
+    .\port$1021$80 (cmd[91:80]),
+    .r_data(\r_data$146 ),
+    .r_en(\r_en$70 ),
+    .r_rdy(\r_rdy$69 ),
     .rst(rst),
-    .w_en(\w_en$47 ),
+    .w_en(\w_en$54 ),
     .w_rdy(w_rdy)
   );
   \dx1_tile_core_a8.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$114 ),
+    .ctl(\ctl$121 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$118 ),
+    .out_ctl(\out_ctl$125 ),
     .out_valid(out_valid),
     .relu(relu),
     .row(row),
@@ -866,48 +904,48 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a8.stream_q  stream_q (
     .clk(clk),
-    .\port$0$10 (cmd__tdata[8]),
-    .\port$0$114 (cmd__tdata[143:112]),
-    .\port$0$18 (cmd__tdata[31:16]),
-    .\port$0$66 (cmd__tdata[75:64]),
-    .\port$0$98 (cmd__tdata[105:96]),
-    .r_data(\r_data$142 ),
-    .r_en(\r_en$81 ),
-    .r_rdy(\r_rdy$80 ),
+    .\port$1021$112 (cmd[143:112]),
+    .\port$1021$16 (cmd[31:16]),
+    .\port$1021$64 (cmd[75:64]),
+    .\port$1021$8 (cmd[8]),
+    .\port$1021$96 (cmd[105:96]),
+    .r_data(\r_data$149 ),
+    .r_en(\r_en$88 ),
+    .r_rdy(\r_rdy$87 ),
     .rst(rst),
-    .w_en(\w_en$48 ),
-    .w_rdy(\w_rdy$46 )
+    .w_en(\w_en$55 ),
+    .w_rdy(\w_rdy$53 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
-    casez (cmd__tdata[7:0])
+    casez (cmd[7:0])
       8'h00:
-          status = { 4'h0, \$3  };
+          status_next = { 4'h0, \$5  };
       8'h03:
-          status = { 4'h0, \$21  };
+          status_next = { 4'h0, \$21  };
       8'h04:
-          status = { 4'h0, \$37  };
+          status_next = { 4'h0, \$37  };
       default:
-          status = 8'h01;
+          status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    cmd__tready = 1'h0;
+    take = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
       if (\$43 ) begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else if (\$44 ) begin
         if (\$47 ) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end else begin
         if (idle) begin
-          cmd__tready = 1'h1;
+          take = 1'h1;
         end
       end
     end
@@ -928,58 +966,58 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (out_valid) begin
-      if (\out_ctl$118 [12]) begin
+      if (\out_ctl$125 [12]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$44  = 32'd0;
+    \w_data$51  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$44 [15:0] = cmd__tdata[31:16];
-          \w_data$44 [23:16] = status;
-          \w_data$44 [31:24] = cmd__tdata[7:0];
+          \w_data$51 [15:0] = cmd[31:16];
+          \w_data$51 [23:16] = status;
+          \w_data$51 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[11]) begin
-        \w_data$44 [15:0] = r_ctl[27:12];
-        \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [31:24] = 8'h03;
+        \w_data$51 [15:0] = r_ctl[27:12];
+        \w_data$51 [23:16] = 8'h00;
+        \w_data$51 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$118 [12]) begin
-        \w_data$44 [15:0] = po_tag;
-        \w_data$44 [23:16] = 8'h00;
-        \w_data$44 [31:24] = 8'h04;
+      if (\out_ctl$125 [12]) begin
+        \w_data$51 [15:0] = po_tag;
+        \w_data$51 [23:16] = 8'h00;
+        \w_data$51 [31:24] = 8'h04;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$47  = 1'h0;
+    \w_en$54  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$47  = 1'h1;
+          \w_en$54  = 1'h1;
         end
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$48  = 1'h0;
+    \w_en$55  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
       end else if (\$44 ) begin
         if (\$47 ) begin
-          \w_en$48  = 1'h1;
+          \w_en$55  = 1'h1;
         end
       end
     end
@@ -1032,9 +1070,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$63  = 1'h0;
+    \r_en$70  = 1'h0;
     if (\$60 ) begin
-      \r_en$63  = 1'h1;
+      \r_en$70  = 1'h1;
     end
   end
   always @* begin
@@ -1053,9 +1091,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$81  = 1'h0;
+    \r_en$88  = 1'h0;
     if (\$72 ) begin
-      \r_en$81  = 1'h1;
+      \r_en$88  = 1'h1;
     end
   end
   always @* begin
@@ -1101,8 +1139,8 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     acc_rp__addr = 10'h000;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
-        acc_rp__addr = cmd__tdata[121:112];
+      if (cmd[9]) begin
+        acc_rp__addr = cmd[121:112];
       end
     end else if (po_bias_pending) begin
     end else if (\$90 ) begin
@@ -1116,7 +1154,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     acc_rp__en = 1'h1;
     if (post_start) begin
-      if (cmd__tdata[9]) begin
+      if (cmd[9]) begin
         acc_rp__en = 1'h1;
       end
     end else if (po_bias_pending) begin
@@ -1140,7 +1178,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     spm_w__addr = 12'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$118 [11:0];
+      spm_w__addr = \out_ctl$125 [11:0];
     end
     if (\$92 ) begin
       spm_w__addr = spm_wr__tdata[75:64];
@@ -1168,145 +1206,21 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$171  = \$106 [3:0];
+    \$177  = cmd;
+    if (\$105 ) begin
+      \$177  = cmd__tdata;
+    end
     if (rst) begin
-      \$171  = 4'h0;
+      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$172  = \$108 [3:0];
-    if (rst) begin
-      \$172  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$173  = bank0_state;
-    if (\$111 ) begin
-      \$173  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$120 ) begin
-          \$173  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$134 ) begin
-        \$173  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$139 ) begin
-          \$173  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$173  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$173  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$174  = bank0_drain;
-    if (\$111 ) begin
-    end else if (\$112 ) begin
-      \$174  = \$113 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$143 ) begin
-          \$174  = 5'h10;
-        end
-      end
-    end
-    if (rst) begin
-      \$174  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$175  = bank1_state;
-    if (\$116 ) begin
-      \$175  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$119 ) begin
-        if (\$121 ) begin
-          \$175  = 3'h1;
-        end
-      end
-    end
-    if (\$133 ) begin
-      if (\$135 ) begin
-        \$175  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$138 ) begin
-        if (\$140 ) begin
-          \$175  = 3'h3;
-        end
-      end
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$175  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$175  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$176  = bank1_drain;
-    if (\$116 ) begin
-    end else if (\$117 ) begin
-      \$176  = \$118 [4:0];
-    end
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$144 ) begin
-          \$176  = 5'h10;
-        end
-      end
-    end
-    if (rst) begin
-      \$176  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = l_row;
-    if (l_issue) begin
-      \$177  = \$122 [2:0];
-      if (\$123 ) begin
-        \$177  = 3'h0;
-      end
-    end
-    if (\$130 ) begin
-      \$177  = 3'h0;
-    end
-    if (rst) begin
-      \$177  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = l_bank;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$178  = \$124 ;
-      end
+    \$178  = cmd_valid;
+    if (\$105 ) begin
+      \$178  = 1'h1;
+    end else if (take) begin
+      \$178  = 1'h0;
     end
     if (rst) begin
       \$178  = 1'h0;
@@ -1314,155 +1228,179 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = l_addr;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$179  = \$125 [11:0];
-      end
-    end
-    if (\$130 ) begin
-      \$179  = \r_data$139 [11:0];
+    \$179  = stage;
+    if (\$105 ) begin
+      \$179  = 2'h0;
+    end else if (take) begin
+    end else if (\$107 ) begin
+      \$179  = \$108 [1:0];
     end
     if (rst) begin
-      \$179  = 12'h000;
+      \$179  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = l_left;
-    if (l_issue) begin
-      if (\$123 ) begin
-        \$180  = \$126 [15:0];
-      end
-    end
-    if (\$130 ) begin
-      \$180  = \r_data$139 [27:12];
-    end
+    \$180  = \$110 [3:0];
     if (rst) begin
-      \$180  = 16'h0000;
+      \$180  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = l_active;
+    \$181  = \$112 [3:0];
+    if (rst) begin
+      \$181  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$182  = \$113 ;
+    if (rst) begin
+      \$182  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$183  = { 12'h000, \$114  };
+    if (rst) begin
+      \$183  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$184  = status_next;
+    if (rst) begin
+      \$184  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$185  = bank0_state;
+    if (\$117 ) begin
+      \$185  = 3'h0;
+    end
     if (l_issue) begin
-      if (\$123 ) begin
+      if (\$125 ) begin
+        if (\$126 ) begin
+          \$185  = 3'h1;
+        end
+      end
+    end
+    if (\$139 ) begin
+      if (\$140 ) begin
+        \$185  = 3'h2;
+      end
+    end
+    if (s_issue) begin
+      if (\$144 ) begin
+        if (\$145 ) begin
+          \$185  = 3'h3;
+        end
+      end
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$185  = 3'h4;
+        end
+      end
+    end
+    if (rst) begin
+      \$185  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$186  = bank0_drain;
+    if (\$117 ) begin
+    end else if (\$118 ) begin
+      \$186  = \$119 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$149 ) begin
+          \$186  = 5'h10;
+        end
+      end
+    end
+    if (rst) begin
+      \$186  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$187  = bank1_state;
+    if (\$122 ) begin
+      \$187  = 3'h0;
+    end
+    if (l_issue) begin
+      if (\$125 ) begin
         if (\$127 ) begin
-          \$181  = 1'h0;
+          \$187  = 3'h1;
         end
       end
     end
-    if (\$130 ) begin
-      \$181  = 1'h1;
-    end
-    if (rst) begin
-      \$181  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = l_issue;
-    if (rst) begin
-      \$182  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = l_bank;
-    if (rst) begin
-      \$183  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = \$132 ;
-    if (rst) begin
-      \$184  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = s_addr;
-    if (s_issue) begin
-      \$185  = \$136 [11:0];
-    end
-    if (\$150 ) begin
-      \$185  = \r_data$142 [11:0];
-    end
-    if (rst) begin
-      \$185  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = s_row;
-    if (s_issue) begin
-      \$186  = \$137 [15:0];
-      if (\$142 ) begin
-        \$186  = 16'h0000;
+    if (\$139 ) begin
+      if (\$141 ) begin
+        \$187  = 3'h2;
       end
     end
-    if (\$150 ) begin
-      \$186  = 16'h0000;
-    end
-    if (rst) begin
-      \$186  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = s_bank;
     if (s_issue) begin
-      if (\$142 ) begin
-        \$187  = \$145 ;
+      if (\$144 ) begin
+        if (\$146 ) begin
+          \$187  = 3'h3;
+        end
       end
-    end
-    if (rst) begin
-      \$187  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = s_left;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$188  = \$146 [15:0];
-      end
-    end
-    if (\$150 ) begin
-      \$188  = \r_data$142 [53:38];
-    end
-    if (rst) begin
-      \$188  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189  = s_first;
-    if (s_issue) begin
-      if (\$142 ) begin
-        \$189  = 1'h0;
-      end
-    end
-    if (\$150 ) begin
-      \$189  = 1'h1;
-    end
-    if (rst) begin
-      \$189  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = s_active;
-    if (s_issue) begin
-      if (\$142 ) begin
-        if (\$147 ) begin
-          \$190  = 1'h0;
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$187  = 3'h4;
         end
       end
     end
-    if (\$150 ) begin
-      \$190  = 1'h1;
+    if (rst) begin
+      \$187  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$188  = bank1_drain;
+    if (\$122 ) begin
+    end else if (\$123 ) begin
+      \$188  = \$124 [4:0];
+    end
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$150 ) begin
+          \$188  = 5'h10;
+        end
+      end
+    end
+    if (rst) begin
+      \$188  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$189  = l_row;
+    if (l_issue) begin
+      \$189  = \$128 [2:0];
+      if (\$129 ) begin
+        \$189  = 3'h0;
+      end
+    end
+    if (\$136 ) begin
+      \$189  = 3'h0;
+    end
+    if (rst) begin
+      \$189  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$190  = l_bank;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$190  = \$130 ;
+      end
     end
     if (rst) begin
       \$190  = 1'h0;
@@ -1470,19 +1408,29 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = s_c;
-    if (\$150 ) begin
-      \$191  = \r_data$142 [21:12];
+    \$191  = l_addr;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$191  = \$131 [11:0];
+      end
+    end
+    if (\$136 ) begin
+      \$191  = \r_data$146 [11:0];
     end
     if (rst) begin
-      \$191  = 10'h000;
+      \$191  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = s_m;
-    if (\$150 ) begin
-      \$192  = \r_data$142 [37:22];
+    \$192  = l_left;
+    if (l_issue) begin
+      if (\$129 ) begin
+        \$192  = \$132 [15:0];
+      end
+    end
+    if (\$136 ) begin
+      \$192  = \r_data$146 [27:12];
     end
     if (rst) begin
       \$192  = 16'h0000;
@@ -1490,9 +1438,16 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = s_acc;
-    if (\$150 ) begin
-      \$193  = \r_data$142 [54];
+    \$193  = l_active;
+    if (l_issue) begin
+      if (\$129 ) begin
+        if (\$133 ) begin
+          \$193  = 1'h0;
+        end
+      end
+    end
+    if (\$136 ) begin
+      \$193  = 1'h1;
     end
     if (rst) begin
       \$193  = 1'h0;
@@ -1500,69 +1455,91 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = s_tag;
-    if (\$150 ) begin
-      \$194  = \r_data$142 [70:55];
-    end
+    \$194  = l_issue;
     if (rst) begin
-      \$194  = 16'h0000;
+      \$194  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = s_issue;
+    \$195  = l_bank;
     if (rst) begin
       \$195  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = s_bank;
+    \$196  = \$138 ;
     if (rst) begin
       \$196  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197 [9:0] = \$151 [9:0];
-    \$197 [10] = \$153 ;
-    \$197 [11] = \$157 ;
-    \$197 [27:12] = s_tag;
+    \$197  = s_addr;
+    if (s_issue) begin
+      \$197  = \$142 [11:0];
+    end
+    if (\$156 ) begin
+      \$197  = \r_data$149 [11:0];
+    end
     if (rst) begin
-      \$197  = 28'h0000000;
+      \$197  = 12'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = \out_valid$146 ;
+    \$198  = s_row;
+    if (s_issue) begin
+      \$198  = \$143 [15:0];
+      if (\$148 ) begin
+        \$198  = 16'h0000;
+      end
+    end
+    if (\$156 ) begin
+      \$198  = 16'h0000;
+    end
     if (rst) begin
-      \$198  = 1'h0;
+      \$198  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = out_ctl;
+    \$199  = s_bank;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$199  = \$151 ;
+      end
+    end
     if (rst) begin
-      \$199  = 28'h0000000;
+      \$199  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = \out$147 ;
+    \$200  = s_left;
+    if (s_issue) begin
+      if (\$148 ) begin
+        \$200  = \$152 [15:0];
+      end
+    end
+    if (\$156 ) begin
+      \$200  = \r_data$149 [53:38];
+    end
     if (rst) begin
-      \$200  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$200  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = postop_busy;
-    if (post_start) begin
-      \$201  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$118 [12]) begin
+    \$201  = s_first;
+    if (s_issue) begin
+      if (\$148 ) begin
         \$201  = 1'h0;
       end
+    end
+    if (\$156 ) begin
+      \$201  = 1'h1;
     end
     if (rst) begin
       \$201  = 1'h0;
@@ -1570,38 +1547,36 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = po_src;
-    if (post_start) begin
-      \$202  = cmd__tdata[73:64];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$202  = \$160 [9:0];
+    \$202  = s_active;
+    if (s_issue) begin
+      if (\$148 ) begin
+        if (\$153 ) begin
+          \$202  = 1'h0;
+        end
+      end
+    end
+    if (\$156 ) begin
+      \$202  = 1'h1;
     end
     if (rst) begin
-      \$202  = 10'h000;
+      \$202  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = po_dst;
-    if (post_start) begin
-      \$203  = cmd__tdata[91:80];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$203  = \$161 [11:0];
+    \$203  = s_c;
+    if (\$156 ) begin
+      \$203  = \r_data$149 [21:12];
     end
     if (rst) begin
-      \$203  = 12'h000;
+      \$203  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = po_left;
-    if (post_start) begin
-      \$204  = cmd__tdata[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$159 ) begin
-      \$204  = \$162 [15:0];
+    \$204  = s_m;
+    if (\$156 ) begin
+      \$204  = \r_data$149 [37:22];
     end
     if (rst) begin
       \$204  = 16'h0000;
@@ -1609,156 +1584,275 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = po_tag;
-    if (post_start) begin
-      \$205  = cmd__tdata[31:16];
+    \$205  = s_acc;
+    if (\$156 ) begin
+      \$205  = \r_data$149 [54];
     end
     if (rst) begin
-      \$205  = 16'h0000;
+      \$205  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = po_bias_pending;
-    if (post_start) begin
-      \$206  = cmd__tdata[9];
-    end else if (po_bias_pending) begin
-      \$206  = 1'h0;
+    \$206  = s_tag;
+    if (\$156 ) begin
+      \$206  = \r_data$149 [70:55];
     end
     if (rst) begin
-      \$206  = 1'h0;
+      \$206  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = bias;
-    if (post_start) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$207  = row;
-    end
+    \$207  = s_issue;
     if (rst) begin
-      \$207  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$207  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = mult;
-    if (post_start) begin
-      \$208  = cmd__tdata[143:128];
-    end
+    \$208  = s_bank;
     if (rst) begin
-      \$208  = 16'h0000;
+      \$208  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = shift;
-    if (post_start) begin
-      \$209  = cmd__tdata[149:144];
-    end
+    \$209 [9:0] = \$157 [9:0];
+    \$209 [10] = \$159 ;
+    \$209 [11] = \$163 ;
+    \$209 [27:12] = s_tag;
     if (rst) begin
-      \$209  = 6'h00;
+      \$209  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = relu;
-    if (post_start) begin
-      \$210  = cmd__tdata[8];
-    end
+    \$210  = \out_valid$153 ;
     if (rst) begin
       \$210  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = po_reading;
+    \$211  = out_ctl;
     if (rst) begin
-      \$211  = 1'h0;
+      \$211  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212 [11:0] = po_dst;
-    \$212 [12] = \$163 ;
+    \$212  = \out$154 ;
     if (rst) begin
-      \$212  = 13'h0000;
+      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = \$164 ;
+    \$213  = postop_busy;
+    if (post_start) begin
+      \$213  = 1'h1;
+    end
+    if (out_valid) begin
+      if (\out_ctl$125 [12]) begin
+        \$213  = 1'h0;
+      end
+    end
     if (rst) begin
       \$213  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = \$165 ;
+    \$214  = po_src;
+    if (post_start) begin
+      \$214  = cmd[73:64];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$214  = \$166 [9:0];
+    end
     if (rst) begin
-      \$214  = 1'h0;
+      \$214  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = perf_macs;
+    \$215  = po_dst;
+    if (post_start) begin
+      \$215  = cmd[91:80];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$215  = \$167 [11:0];
+    end
+    if (rst) begin
+      \$215  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$216  = po_left;
+    if (post_start) begin
+      \$216  = cmd[111:96];
+    end else if (po_bias_pending) begin
+    end else if (\$165 ) begin
+      \$216  = \$168 [15:0];
+    end
+    if (rst) begin
+      \$216  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$217  = po_tag;
+    if (post_start) begin
+      \$217  = cmd[31:16];
+    end
+    if (rst) begin
+      \$217  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$218  = po_bias_pending;
+    if (post_start) begin
+      \$218  = cmd[9];
+    end else if (po_bias_pending) begin
+      \$218  = 1'h0;
+    end
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$219  = bias;
+    if (post_start) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end else if (po_bias_pending) begin
+      \$219  = row;
+    end
+    if (rst) begin
+      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$220  = mult;
+    if (post_start) begin
+      \$220  = cmd[143:128];
+    end
+    if (rst) begin
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$221  = shift;
+    if (post_start) begin
+      \$221  = cmd[149:144];
+    end
+    if (rst) begin
+      \$221  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$222  = relu;
+    if (post_start) begin
+      \$222  = cmd[8];
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$223  = po_reading;
+    if (rst) begin
+      \$223  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$224 [11:0] = po_dst;
+    \$224 [12] = \$169 ;
+    if (rst) begin
+      \$224  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$225  = \$170 ;
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$226  = \$171 ;
+    if (rst) begin
+      \$226  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$227  = perf_macs;
     if (a_valid) begin
-      \$215  = \$166 [47:0];
+      \$227  = \$172 [47:0];
     end
     if (rst) begin
-      \$215  = 48'h000000000000;
+      \$227  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = perf_busy;
+    \$228  = perf_busy;
     if (a_valid) begin
-      \$216  = \$167 [31:0];
+      \$228  = \$173 [31:0];
     end
     if (rst) begin
-      \$216  = 32'd0;
+      \$228  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = perf_stall;
-    if (\$169 ) begin
-      \$217  = \$170 [31:0];
+    \$229  = perf_stall;
+    if (\$175 ) begin
+      \$229  = \$176 [31:0];
     end
     if (rst) begin
-      \$217  = 32'd0;
+      \$229  = 32'd0;
     end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign r_en = done__tready;
-  assign w_data = { cmd__tdata[143:128], cmd__tdata[91:80] };
-  assign \w_data$39  = { cmd__tdata[31:16], cmd__tdata[8], cmd__tdata[143:112], cmd__tdata[105:96], cmd__tdata[75:64] };
+  assign w_data = { cmd[143:128], cmd[91:80] };
+  assign \w_data$44  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
   assign w_valid = w_load;
-  assign \w_bank$67  = w_bank;
+  assign \w_bank$74  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$85  = a_valid;
-  assign \a_bank$87  = a_bank;
+  assign \a_valid$92  = a_valid;
+  assign \a_bank$94  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[9:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$109  = bias;
+  assign \bias$116  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$113  = row_valid;
-  assign row_ctl_p = \ctl$114 ;
-  assign \w_data$125  = w_row;
-  assign \w_en$126  = spm_ext_pending;
-  assign \r_data$127  = spm_rresp__tdata;
-  assign \r_rdy$128  = spm_rresp__tvalid;
-  assign \r_en$129  = spm_rresp__tready;
-  assign \w_data$132  = row;
-  assign \w_en$133  = acc_ext_pending;
-  assign \r_data$134  = acc_rresp__tdata;
-  assign \r_rdy$135  = acc_rresp__tvalid;
-  assign \r_en$136  = acc_rresp__tready;
+  assign \row_valid$120  = row_valid;
+  assign row_ctl_p = \ctl$121 ;
+  assign \w_data$132  = w_row;
+  assign \w_en$133  = spm_ext_pending;
+  assign \r_data$134  = spm_rresp__tdata;
+  assign \r_rdy$135  = spm_rresp__tvalid;
+  assign \r_en$136  = spm_rresp__tready;
+  assign \w_data$139  = row;
+  assign \w_en$140  = acc_ext_pending;
+  assign \r_data$141  = acc_rresp__tdata;
+  assign \r_rdy$142  = acc_rresp__tvalid;
+  assign \r_en$143  = acc_rresp__tready;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -1799,14 +1893,14 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \bias[5]  = bias[191:160];
   assign \bias[6]  = bias[223:192];
   assign \bias[7]  = bias[255:224];
-  assign \bias$109[0]  = bias[31:0];
-  assign \bias$109[1]  = bias[63:32];
-  assign \bias$109[2]  = bias[95:64];
-  assign \bias$109[3]  = bias[127:96];
-  assign \bias$109[4]  = bias[159:128];
-  assign \bias$109[5]  = bias[191:160];
-  assign \bias$109[6]  = bias[223:192];
-  assign \bias$109[7]  = bias[255:224];
+  assign \bias$116[0]  = bias[31:0];
+  assign \bias$116[1]  = bias[63:32];
+  assign \bias$116[2]  = bias[95:64];
+  assign \bias$116[3]  = bias[127:96];
+  assign \bias$116[4]  = bias[159:128];
+  assign \bias$116[5]  = bias[191:160];
+  assign \bias$116[6]  = bias[223:192];
+  assign \bias$116[7]  = bias[255:224];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -1815,8 +1909,8 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \row[5]  = row[191:160];
   assign \row[6]  = row[223:192];
   assign \row[7]  = row[255:224];
-  assign \row_ctl_p.dst  = \ctl$114 [11:0];
-  assign \row_ctl_p.last  = \ctl$114 [12];
+  assign \row_ctl_p.dst  = \ctl$121 [11:0];
+  assign \row_ctl_p.last  = \ctl$121 [12];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
@@ -1825,24 +1919,24 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \out[5]  = out[47:40];
   assign \out[6]  = out[55:48];
   assign \out[7]  = out[63:56];
-  assign \out$147[0]  = \out$147 [31:0];
-  assign \out$147[1]  = \out$147 [63:32];
-  assign \out$147[2]  = \out$147 [95:64];
-  assign \out$147[3]  = \out$147 [127:96];
-  assign \out$147[4]  = \out$147 [159:128];
-  assign \out$147[5]  = \out$147 [191:160];
-  assign \out$147[6]  = \out$147 [223:192];
-  assign \out$147[7]  = \out$147 [255:224];
-  assign { \$1 [31:16], \$1 [7:0] } = 24'h000000;
-  assign { \$1 [255:32], \$1 [15:8] } = { cmd__tdata[255:32], cmd__tdata[15:8] };
-  assign { \$4 [143:64], \$4 [31:16], \$4 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$4 [255:144], \$4 [63:32], \$4 [15:9] } = { cmd__tdata[255:144], cmd__tdata[63:32], cmd__tdata[15:9] };
+  assign \out$154[0]  = \out$154 [31:0];
+  assign \out$154[1]  = \out$154 [63:32];
+  assign \out$154[2]  = \out$154 [95:64];
+  assign \out$154[3]  = \out$154 [127:96];
+  assign \out$154[4]  = \out$154 [159:128];
+  assign \out$154[5]  = \out$154 [191:160];
+  assign \out$154[6]  = \out$154 [223:192];
+  assign \out$154[7]  = \out$154 [255:224];
+  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
+  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
   assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd__tdata[255:150], cmd__tdata[63:32], cmd__tdata[15:10] };
-  assign \$121  = l_bank;
-  assign \$135  = w_bank;
-  assign \$140  = s_bank;
-  assign \$144  = s_bank;
+  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
+  assign \$127  = l_bank;
+  assign \$141  = w_bank;
+  assign \$146  = s_bank;
+  assign \$150  = s_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -8353,7 +8447,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$0$82 );
+module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1021$80 , \port$1021$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -8377,10 +8471,10 @@ module \dx1_tile_core_a8.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$0$130 ;
-  wire [15:0] \port$0$130 ;
-  input [11:0] \port$0$82 ;
-  wire [11:0] \port$0$82 ;
+  input [15:0] \port$1021$128 ;
+  wire [15:0] \port$1021$128 ;
+  input [11:0] \port$1021$80 ;
+  wire [11:0] \port$1021$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -8414,7 +8508,7 @@ module \dx1_tile_core_a8.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$0$130 , \port$0$82  };
+      storage[w_port__addr] <= { \port$1021$128 , \port$1021$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -8476,8 +8570,8 @@ module \dx1_tile_core_a8.load_q (\port$0$130 , clk, rst, w_rdy, r_rdy, r_data, w
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$0$130 , \port$0$82  };
-  assign w_data = { \port$0$130 , \port$0$82  };
+  assign w_port__data = { \port$1021$128 , \port$1021$80  };
+  assign w_data = { \port$1021$128 , \port$1021$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -9307,7 +9401,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$0$114 , clk, rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$0$10 );
+module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1021$8 , \port$1021$16 , \port$1021$64 , \port$1021$96 , \port$1021$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -9331,16 +9425,16 @@ module \dx1_tile_core_a8.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input \port$0$10 ;
-  wire \port$0$10 ;
-  input [31:0] \port$0$114 ;
-  wire [31:0] \port$0$114 ;
-  input [15:0] \port$0$18 ;
-  wire [15:0] \port$0$18 ;
-  input [11:0] \port$0$66 ;
-  wire [11:0] \port$0$66 ;
-  input [9:0] \port$0$98 ;
-  wire [9:0] \port$0$98 ;
+  input [31:0] \port$1021$112 ;
+  wire [31:0] \port$1021$112 ;
+  input [15:0] \port$1021$16 ;
+  wire [15:0] \port$1021$16 ;
+  input [11:0] \port$1021$64 ;
+  wire [11:0] \port$1021$64 ;
+  input \port$1021$8 ;
+  wire \port$1021$8 ;
+  input [9:0] \port$1021$96 ;
+  wire [9:0] \port$1021$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -9374,7 +9468,7 @@ module \dx1_tile_core_a8.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
+      storage[w_port__addr] <= { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -9436,8 +9530,8 @@ module \dx1_tile_core_a8.stream_q (\port$0$18 , \port$0$66 , \port$0$98 , \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
-  assign w_data = { \port$0$18 , \port$0$10 , \port$0$114 , \port$0$98 , \port$0$66  };
+  assign w_port__data = { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
+  assign w_data = { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,6 +18,8 @@ TILE_SLOTS = 4
 #: DMA commands the processor tracks while the DMA runs them.
 DMA_SLOTS = 2
 RANGE_BITS = 34  # local row arithmetic: 16-bit address + 16-bit x 16-bit products
+#: Registered decode steps between a fetched command and its dispatch: products, sums, checks, hazards.
+DECODE_STAGES = 4
 
 
 def _overlap(a_lo, a_hi, b_lo, b_hi):
@@ -190,14 +192,43 @@ class CommandProcessor(wiring.Component):
                 status = Mux(cond, code, status)
             return status
 
-        mv_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
-        mv_last = Signal(RANGE_BITS)
-        m.d.comb += mv_last.eq(mv.local_addr + (mv.rows - 1) * mv.local_row_stride
-                               + (mv.cols - 1) * mv.local_col_stride)
-        mv_row_bytes = Mux(mv_acc, tile.acc_row_bytes, tile.spm_row_bytes)
-        mv_end = Signal(50)
-        m.d.comb += mv_end.eq(mv.dram_addr + (mv.rows - 1) * mv.dram_stride + mv.cols * mv_row_bytes)
+        # The checks and footprints need 16x16 and 32x16 products and wide sums.  They are computed in
+        # DECODE_STAGES registered steps while the command waits in `cmd` (products, sums, checks,
+        # hazards), so that no path runs from the command register through a multiplier and an adder
+        # chain into the dispatch decision.  Each step recomputes every cycle from the previous one;
+        # `stage` counts the steps that have seen the current command.
+        stage = Signal(range(DECODE_STAGES + 1))
+        with m.If(~have | dispatched):
+            m.d.sync += stage.eq(0)
+        with m.Elif(stage != DECODE_STAGES):
+            m.d.sync += stage.eq(stage + 1)
+        decoded = Signal()
+        m.d.comb += decoded.eq(have & (stage == DECODE_STAGES))
 
+        def registered(expr, name, width=None):
+            reg = Signal(width if width is not None else Value.cast(expr).shape(), name=name)
+            m.d.sync += reg.eq(expr)
+            return reg
+
+        # Step 1: products.
+        mv_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
+        mv_row_off = registered((mv.rows - 1) * mv.local_row_stride, "mv_row_off")
+        mv_col_off = registered((mv.cols - 1) * mv.local_col_stride, "mv_col_off")
+        mv_dram_off = registered((mv.rows - 1) * mv.dram_stride, "mv_dram_off")
+        mv_bytes = registered(Mux(mv_acc, mv.cols * tile.acc_row_bytes, mv.cols * tile.spm_row_bytes), "mv_bytes")
+        g_a_rows = registered(g.k_chunks * g.m, "g_a_rows")
+        g_b_rows = registered(g.k_chunks * tile.array, "g_b_rows")
+
+        # Step 2: sums.
+        mv_last = registered(mv.local_addr + mv_row_off + mv_col_off, "mv_last", RANGE_BITS)
+        mv_end = registered(mv.dram_addr + mv_dram_off + mv_bytes, "mv_end", 50)
+        cp_src_end = registered(cp.src_addr + cp.length, "cp_src_end")
+        cp_dst_end = registered(cp.dst_addr + cp.length, "cp_dst_end")
+        a_end = registered(g.a_addr + g_a_rows, "g_a_end")
+        b_end = registered(g.b_addr + g_b_rows, "g_b_end")
+        p_src_end = registered(p.src_addr + p.rows, "p_src_end")
+
+        # Step 3: checks, route and footprint.
         def in_window(lo, hi):
             return (lo >= self.dma_base) & (hi <= self.dma_limit) & (hi <= cfg.mem_bytes)
 
@@ -209,73 +240,73 @@ class CommandProcessor(wiring.Component):
             ((mv.dram_addr[:3] != 0) | (mv.dram_stride[:3] != 0), ErrorCode.MISALIGNED),
             (~in_window(mv.dram_addr, mv_end), ErrorCode.DMA_WINDOW),
         ]
-        status = Signal(8)
-        route = Signal(2)  # 0 local, 1 tile core, 2 DMA
+        status_next = Signal(8)
+        route_next = Signal(2)  # 0 local, 1 tile core, 2 DMA
         with m.Switch(hdr.opcode):
             with m.Case(Opcode.GEMM, Opcode.POSTOP):
-                m.d.comb += [status.eq(ErrorCode.OK), route.eq(1)]
+                m.d.comb += [status_next.eq(ErrorCode.OK), route_next.eq(1)]
             with m.Case(Opcode.LOAD):
-                m.d.comb += [status.eq(first_failing(move_checks(Opcode.LOAD))), route.eq(2)]
+                m.d.comb += [status_next.eq(first_failing(move_checks(Opcode.LOAD))), route_next.eq(2)]
             with m.Case(Opcode.STORE):
-                m.d.comb += [status.eq(first_failing(move_checks(Opcode.STORE))), route.eq(2)]
+                m.d.comb += [status_next.eq(first_failing(move_checks(Opcode.STORE))), route_next.eq(2)]
             with m.Case(Opcode.COPY):
-                m.d.comb += [status.eq(first_failing([
+                m.d.comb += [status_next.eq(first_failing([
                     (reserved(Opcode.COPY), ErrorCode.RESERVED_BITS),
                     (cp.length == 0, ErrorCode.BAD_DIMENSION),
                     ((cp.src_addr[:3] != 0) | (cp.dst_addr[:3] != 0) | (cp.length[:3] != 0), ErrorCode.MISALIGNED),
-                    (~in_window(cp.src_addr, cp.src_addr + cp.length)
-                     | ~in_window(cp.dst_addr, cp.dst_addr + cp.length), ErrorCode.DMA_WINDOW),
-                ])), route.eq(2)]
+                    (~in_window(cp.src_addr, cp_src_end) | ~in_window(cp.dst_addr, cp_dst_end), ErrorCode.DMA_WINDOW),
+                ])), route_next.eq(2)]
             with m.Case(Opcode.SIGNAL):
-                m.d.comb += status.eq(first_failing([
+                m.d.comb += status_next.eq(first_failing([
                     (reserved(Opcode.SIGNAL), ErrorCode.RESERVED_BITS),
                     (sg.sem >= cfg.semaphores, ErrorCode.SEM_RANGE),
                 ]))
             with m.Case(Opcode.WAIT):
-                m.d.comb += status.eq(first_failing([
+                m.d.comb += status_next.eq(first_failing([
                     (reserved(Opcode.WAIT), ErrorCode.RESERVED_BITS),
                     (sg.count == 0, ErrorCode.BAD_DIMENSION),
                     (sg.sem >= cfg.semaphores, ErrorCode.SEM_RANGE),
                 ]))
             with m.Case(Opcode.NOP):
-                m.d.comb += status.eq(first_failing([(reserved(Opcode.NOP), ErrorCode.RESERVED_BITS)]))
+                m.d.comb += status_next.eq(first_failing([(reserved(Opcode.NOP), ErrorCode.RESERVED_BITS)]))
             with m.Case(Opcode.FENCE):
-                m.d.comb += status.eq(first_failing([(reserved(Opcode.FENCE), ErrorCode.RESERVED_BITS)]))
+                m.d.comb += status_next.eq(first_failing([(reserved(Opcode.FENCE), ErrorCode.RESERVED_BITS)]))
             with m.Default():
-                m.d.comb += status.eq(ErrorCode.BAD_OPCODE)
+                m.d.comb += status_next.eq(ErrorCode.BAD_OPCODE)
         # Errors complete here, whatever unit the opcode belongs to.
-        with m.If(status != ErrorCode.OK):
-            m.d.comb += route.eq(0)
+        with m.If(status_next != ErrorCode.OK):
+            m.d.comb += route_next.eq(0)
+        status = registered(status_next, "status")
+        route = registered(route_next, "route")
 
-        # ---- footprints for dependency tracking ----------------------------------------------
-        fp = Signal(_Footprint)
+        # The local rows the command reads and writes, for dependency tracking.
+        fp_next = Signal(_Footprint)
         bias_on = p.flags[COMMANDS[Opcode.POSTOP].flag_bit("bias")]
         with m.Switch(hdr.opcode):
             with m.Case(Opcode.GEMM):
-                a_end = g.a_addr + g.k_chunks * g.m
-                b_end = g.b_addr + g.k_chunks * tile.array
                 m.d.comb += [
-                    fp.spm_r_lo.eq(Mux(g.a_addr < g.b_addr, g.a_addr, g.b_addr)),
-                    fp.spm_r_hi.eq(Mux(a_end > b_end, a_end, b_end)),
-                    fp.acc_w_lo.eq(g.c_addr), fp.acc_w_hi.eq(g.c_addr + g.m),
+                    fp_next.spm_r_lo.eq(Mux(g.a_addr < g.b_addr, g.a_addr, g.b_addr)),
+                    fp_next.spm_r_hi.eq(Mux(a_end > b_end, a_end, b_end)),
+                    fp_next.acc_w_lo.eq(g.c_addr), fp_next.acc_w_hi.eq(g.c_addr + g.m),
                 ]
             with m.Case(Opcode.POSTOP):
-                src_end = p.src_addr + p.rows
                 m.d.comb += [
-                    fp.acc_r_lo.eq(Mux(bias_on & (p.bias_addr < p.src_addr), p.bias_addr, p.src_addr)),
-                    fp.acc_r_hi.eq(Mux(bias_on & (p.bias_addr >= src_end), p.bias_addr + 1, src_end)),
-                    fp.spm_w_lo.eq(p.dst_addr), fp.spm_w_hi.eq(p.dst_addr + p.rows),
+                    fp_next.acc_r_lo.eq(Mux(bias_on & (p.bias_addr < p.src_addr), p.bias_addr, p.src_addr)),
+                    fp_next.acc_r_hi.eq(Mux(bias_on & (p.bias_addr >= p_src_end), p.bias_addr + 1, p_src_end)),
+                    fp_next.spm_w_lo.eq(p.dst_addr), fp_next.spm_w_hi.eq(p.dst_addr + p.rows),
                 ]
             with m.Case(Opcode.LOAD):
                 with m.If(mv_acc):
-                    m.d.comb += [fp.acc_w_lo.eq(mv.local_addr), fp.acc_w_hi.eq(mv_last + 1)]
+                    m.d.comb += [fp_next.acc_w_lo.eq(mv.local_addr), fp_next.acc_w_hi.eq(mv_last + 1)]
                 with m.Else():
-                    m.d.comb += [fp.spm_w_lo.eq(mv.local_addr), fp.spm_w_hi.eq(mv_last + 1)]
+                    m.d.comb += [fp_next.spm_w_lo.eq(mv.local_addr), fp_next.spm_w_hi.eq(mv_last + 1)]
             with m.Case(Opcode.STORE):
                 with m.If(mv_acc):
-                    m.d.comb += [fp.acc_r_lo.eq(mv.local_addr), fp.acc_r_hi.eq(mv_last + 1)]
+                    m.d.comb += [fp_next.acc_r_lo.eq(mv.local_addr), fp_next.acc_r_hi.eq(mv_last + 1)]
                 with m.Else():
-                    m.d.comb += [fp.spm_r_lo.eq(mv.local_addr), fp.spm_r_hi.eq(mv_last + 1)]
+                    m.d.comb += [fp_next.spm_r_lo.eq(mv.local_addr), fp_next.spm_r_hi.eq(mv_last + 1)]
+        fp = Signal(_Footprint)
+        m.d.sync += fp.eq(fp_next)
 
         # ---- in-flight slots (FIFOs: each unit completes in order) ---------------------------
         def slot_table(name, depth):
@@ -295,8 +326,10 @@ class CommandProcessor(wiring.Component):
                 result = result | (valid[i] & _conflict(fp, slots[i].footprint))
             return result
 
-        tile_hazard = conflicts_with(d_slots, d_valid, DMA_SLOTS)
-        dma_hazard = conflicts_with(t_slots, t_valid, TILE_SLOTS)
+        # Step 4: hazards against the commands in flight.  Slots only gain a command when this one is
+        # dispatched, so a hazard a cycle old can only be one that has since cleared: it waits a cycle more.
+        tile_hazard = registered(conflicts_with(d_slots, d_valid, DMA_SLOTS), "tile_hazard")
+        dma_hazard = registered(conflicts_with(t_slots, t_valid, TILE_SLOTS), "dma_hazard")
 
         # ---- completions -----------------------------------------------------------------------
         local_valid = Signal()
@@ -313,7 +346,7 @@ class CommandProcessor(wiring.Component):
         m.d.comb += [self.tile_cmd.tdata.eq(cmd), self.dma_cmd.tdata.eq(cmd)]
         t_push = Signal()
         d_push = Signal()
-        with m.If(have & ~halted):
+        with m.If(decoded & ~halted):
             with m.Switch(route):
                 with m.Case(1):
                     with m.If((t_count < TILE_SLOTS) & ~tile_hazard):
@@ -341,7 +374,7 @@ class CommandProcessor(wiring.Component):
         m.d.comb += self.sem_index.eq(sg.sem)
         with m.If(dispatched & (route == 0)):
             m.d.sync += [local_valid.eq(1), local.eq(slot_in), local_status.eq(status)]
-        m.d.comb += [self.stall.eq(have & ~halted & ~dispatched),
+        m.d.comb += [self.stall.eq(decoded & ~halted & ~dispatched),
                      self.trace_start.eq(dispatched), self.trace_tag.eq(hdr.tag),
                      self.trace_opcode.eq(hdr.opcode)]
 

@@ -160,8 +160,18 @@ class Dx1Soc(wiring.Component):
             m.d.comb += trace_clear.eq(soft_reset | (tctl.write & tctl.wdata[1]))
             fifo = ResetInserter(trace_clear)(SyncFIFOBuffered(width=64, depth=cfg.trace_depth))
             m.submodules[f"trace{t}"] = fifo
-            start = Cat(cycles[:32], cp.trace_tag, Const(0, 8), cp.trace_opcode[:7], Const(0, 1))
-            end = Cat(cycles[:32], cp.trace_end_tag, cp.trace_status, cp.trace_end_opcode[:7], Const(1, 1))
+            # Events are registered with their timestamp first, so the dispatch logic does not reach
+            # the buffer's write port in the same cycle.
+            start = Signal(64, name=f"trace{t}_start")
+            end = Signal(64, name=f"trace{t}_end")
+            start_valid = Signal(name=f"trace{t}_start_valid")
+            end_valid = Signal(name=f"trace{t}_end_valid")
+            m.d.sync += [
+                start.eq(Cat(cycles[:32], cp.trace_tag, Const(0, 8), cp.trace_opcode[:7], Const(0, 1))),
+                end.eq(Cat(cycles[:32], cp.trace_end_tag, cp.trace_status, cp.trace_end_opcode[:7], Const(1, 1))),
+                start_valid.eq(cp.trace_start & tctl.value[0] & ~trace_clear),
+                end_valid.eq(cp.trace_end & tctl.value[0] & ~trace_clear),
+            ]
             held = Signal(64, name=f"trace{t}_held")
             held_valid = Signal(name=f"trace{t}_held_valid")
             # A start and an end can come in the same cycle: the end waits one cycle.  Dispatches are
@@ -169,11 +179,13 @@ class Dx1Soc(wiring.Component):
             with m.If(held_valid):
                 m.d.comb += [fifo.w_data.eq(held), fifo.w_en.eq(1)]
                 m.d.sync += held_valid.eq(0)
-            with m.Elif(cp.trace_start & tctl.value[0]):
+            with m.Elif(start_valid):
                 m.d.comb += [fifo.w_data.eq(start), fifo.w_en.eq(1)]
-                m.d.sync += [held.eq(end), held_valid.eq(cp.trace_end)]
-            with m.Elif(cp.trace_end & tctl.value[0]):
+                m.d.sync += [held.eq(end), held_valid.eq(end_valid)]
+            with m.Elif(end_valid):
                 m.d.comb += [fifo.w_data.eq(end), fifo.w_en.eq(1)]
+            with m.If(trace_clear):
+                m.d.sync += held_valid.eq(0)
             m.d.comb += [
                 reg(trace, "COUNT").value.eq(fifo.level),
                 reg(trace, "DATA_LO").value.eq(fifo.r_data[:32] & fifo.r_rdy.replicate(32)),

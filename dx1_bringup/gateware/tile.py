@@ -25,6 +25,8 @@ GEMM_QUEUE_DEPTH = 4
 READ_QUEUE_DEPTH = 4
 
 ADDR_BITS = 16  # width of every row-address field in the spec
+#: Registered decode steps between taking a command and dispatching it: products, then the checks.
+DECODE_STAGES = 2
 
 
 class _Bank:
@@ -141,15 +143,27 @@ class TileCore(wiring.Component):
             self.done.tvalid.eq(done_fifo.r_rdy),
             done_fifo.r_en.eq(self.done.tready),
         ]
+        # ---- input register: the command waits in `cmd` while its checks are computed ---------
+        cmd = Signal(COMMAND_BITS)
+        cmd_valid = Signal()
+        stage = Signal(range(DECODE_STAGES + 1))
+        take = Signal()  # the command in `cmd` is dispatched this cycle
+        decoded = Signal()
+        m.d.comb += [self.cmd.tready.eq(~cmd_valid), decoded.eq(cmd_valid & (stage == DECODE_STAGES))]
+        with m.If(self.cmd.tvalid & self.cmd.tready):
+            m.d.sync += [cmd.eq(self.cmd.tdata), cmd_valid.eq(1), stage.eq(0)]
+        with m.Elif(take):
+            m.d.sync += cmd_valid.eq(0)
+        with m.Elif(cmd_valid & (stage != DECODE_STAGES)):
+            m.d.sync += stage.eq(stage + 1)
+
         outstanding = Signal(range(DONE_DEPTH + 1))
-        accepted = Signal()
         popped = Signal()
         m.d.comb += [
-            accepted.eq(self.cmd.tvalid & self.cmd.tready),
             popped.eq(self.done.tvalid & self.done.tready),
-            self.busy.eq(outstanding != 0),
+            self.busy.eq((outstanding != 0) | cmd_valid),
         ]
-        m.d.sync += outstanding.eq(outstanding + accepted - popped)
+        m.d.sync += outstanding.eq(outstanding + take - popped)
         credit = Signal()
         m.d.comb += credit.eq(outstanding < DONE_DEPTH)
 
@@ -160,29 +174,32 @@ class TileCore(wiring.Component):
         postop_busy = Signal()
 
         # ---- decode and check ----------------------------------------------------------------
-        hdr = data.View(HEADER_LAYOUT, self.cmd.tdata)
-        g = data.View(command_layout(Opcode.GEMM), self.cmd.tdata)
-        p = data.View(command_layout(Opcode.POSTOP), self.cmd.tdata)
+        hdr = data.View(HEADER_LAYOUT, cmd)
+        g = data.View(command_layout(Opcode.GEMM), cmd)
+        p = data.View(command_layout(Opcode.POSTOP), cmd)
         gemm_spec, post_spec = COMMANDS[Opcode.GEMM], COMMANDS[Opcode.POSTOP]
 
         def reserved(op):
-            return (self.cmd.tdata & COMMANDS[op].reserved_mask) != 0
+            return (cmd & COMMANDS[op].reserved_mask) != 0
 
+        # Step 1: the products (registered); step 2: the checks (registered into `status`).
+        a_rows = Signal(32)
+        b_rows = Signal(32)
+        m.d.sync += [a_rows.eq(g.k_chunks * g.m), b_rows.eq(g.k_chunks * n)]
         p_bias = p.flags[post_spec.flag_bit("bias")]
-        status = Signal(8)
+        status_next = Signal(8)
         with m.Switch(hdr.opcode):
             with m.Case(Opcode.NOP):
-                m.d.comb += status.eq(_first_failing([(reserved(Opcode.NOP), ErrorCode.RESERVED_BITS)]))
+                m.d.comb += status_next.eq(_first_failing([(reserved(Opcode.NOP), ErrorCode.RESERVED_BITS)]))
             with m.Case(Opcode.GEMM):
-                m.d.comb += status.eq(_first_failing([
+                m.d.comb += status_next.eq(_first_failing([
                     (reserved(Opcode.GEMM), ErrorCode.RESERVED_BITS),
                     ((g.m == 0) | (g.k_chunks == 0), ErrorCode.BAD_DIMENSION),
-                    ((g.a_addr + g.k_chunks * g.m > cfg.spm_rows)
-                     | (g.b_addr + g.k_chunks * n > cfg.spm_rows), ErrorCode.SPM_RANGE),
+                    ((g.a_addr + a_rows > cfg.spm_rows) | (g.b_addr + b_rows > cfg.spm_rows), ErrorCode.SPM_RANGE),
                     (g.c_addr + g.m > cfg.acc_rows, ErrorCode.ACC_RANGE),
                 ]))
             with m.Case(Opcode.POSTOP):
-                m.d.comb += status.eq(_first_failing([
+                m.d.comb += status_next.eq(_first_failing([
                     (reserved(Opcode.POSTOP), ErrorCode.RESERVED_BITS),
                     (p.rows == 0, ErrorCode.BAD_DIMENSION),
                     (p.shift > MAX_SHIFT, ErrorCode.BAD_FIELD),
@@ -191,7 +208,9 @@ class TileCore(wiring.Component):
                      | (p_bias & (p.bias_addr >= cfg.acc_rows)), ErrorCode.ACC_RANGE),
                 ]))
             with m.Default():
-                m.d.comb += status.eq(ErrorCode.BAD_OPCODE)
+                m.d.comb += status_next.eq(ErrorCode.BAD_OPCODE)
+        status = Signal(8)
+        m.d.sync += status.eq(status_next)
 
         # ---- GEMM queues: one for the weight loader, one for the activation streamer ----------
         load_job = data.StructLayout({"b_addr": unsigned(spm_bits), "k_chunks": 16})
@@ -211,20 +230,20 @@ class TileCore(wiring.Component):
         idle = Signal()
         m.d.comb += idle.eq((gemm_inflight == 0) & ~postop_busy)
         post_start = Signal()
-        with m.If(self.cmd.tvalid & credit):
+        with m.If(decoded & credit):
             with m.If((status != ErrorCode.OK) | (hdr.opcode == Opcode.NOP)):
                 with m.If(idle):
                     m.d.comb += [
-                        self.cmd.tready.eq(1), done_fifo.w_en.eq(1),
+                        take.eq(1), done_fifo.w_en.eq(1),
                         done.tag.eq(hdr.tag), done.status.eq(status), done.opcode.eq(hdr.opcode),
                     ]
             with m.Elif(hdr.opcode == Opcode.GEMM):
                 with m.If(~postop_busy & load_q.w_rdy & stream_q.w_rdy):
-                    m.d.comb += [self.cmd.tready.eq(1), load_q.w_en.eq(1), stream_q.w_en.eq(1),
+                    m.d.comb += [take.eq(1), load_q.w_en.eq(1), stream_q.w_en.eq(1),
                                  gemm_accepted.eq(1)]
             with m.Else():  # POSTOP
                 with m.If(idle):
-                    m.d.comb += [self.cmd.tready.eq(1), post_start.eq(1)]
+                    m.d.comb += [take.eq(1), post_start.eq(1)]
 
         # ---- weight banks ------------------------------------------------------------------
         bank_state = [Signal(range(5), name=f"bank{b}_state") for b in range(2)]
