@@ -1293,8 +1293,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(tile_done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$6818$0 (\$205 ),
-    .\port$6820$0 (\$206 ),
+    .\port$6828$0 (\$205 ),
+    .\port$6830$0 (\$206 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -1323,8 +1323,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(\tile_done__tvalid$410 ),
     .perf_busy(\perf_busy$629 ),
     .perf_macs(\perf_macs$638 ),
-    .\port$8212$0 (\$207 ),
-    .\port$8214$0 (\$208 ),
+    .\port$8264$0 (\$207 ),
+    .\port$8266$0 (\$208 ),
     .r_en(\done__tready$408 ),
     .\r_en$122 (\spm_rresp__tready$450 ),
     .\r_en$135 (\acc_rresp__tready$456 ),
@@ -1377,22 +1377,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$5488$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5490$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5492$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5494$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5496$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5498$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5500$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5502$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5504$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5506$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5508$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5510$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5512$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5514$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5516$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5518$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$5456$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$5458$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$5460$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$5462$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$5464$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$5466$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$5468$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$5470$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$5472$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$5474$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$5476$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$5478$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$5480$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$5482$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$5484$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$5486$0 (GLOBAL_SEM15__value[15:0]),
     .resume(resume),
     .ring_base(ring_base),
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
@@ -1453,22 +1453,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$598 ),
     .irq_completion(\irq_completion$608 ),
     .irq_error(\irq_error$609 ),
-    .\port$5488$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5490$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5492$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5494$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5496$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5498$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5500$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5502$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5504$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5506$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5508$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5510$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5512$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5514$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5516$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5518$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$5456$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$5458$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$5460$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$5462$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$5464$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$5466$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$5468$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$5470$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$5472$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$5474$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$5476$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$5478$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$5480$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$5482$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$5484$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$5486$0 (GLOBAL_SEM15__value[15:0]),
     .resume(\resume$588 ),
     .ring_base(\ring_base$576 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
@@ -1825,24 +1825,24 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$2912$0 (busy),
-    .\port$3257$0 (level),
-    .\port$4938$0 (\busy$602 ),
-    .\port$5283$0 (\level$655 ),
-    .\port$6873$0 (irq_error),
-    .\port$6895$0 (irq_completion),
-    .\port$6900$0 (halted),
-    .\port$6902$0 (head),
-    .\port$6904$0 (tail),
-    .\port$6908$0 (error_code),
-    .\port$6910$0 (error_index),
-    .\port$8267$0 (\irq_error$609 ),
-    .\port$8289$0 (\irq_completion$608 ),
-    .\port$8294$0 (\halted$603 ),
-    .\port$8296$0 (\head$598 ),
-    .\port$8298$0 (\tail$600 ),
-    .\port$8302$0 (\error_code$605 ),
-    .\port$8304$0 (\error_index$606 ),
+    .\port$2896$0 (busy),
+    .\port$3241$0 (level),
+    .\port$4906$0 (\busy$602 ),
+    .\port$5251$0 (\level$655 ),
+    .\port$6883$0 (irq_error),
+    .\port$6905$0 (irq_completion),
+    .\port$6910$0 (halted),
+    .\port$6912$0 (head),
+    .\port$6914$0 (tail),
+    .\port$6918$0 (error_code),
+    .\port$6920$0 (error_index),
+    .\port$8319$0 (\irq_error$609 ),
+    .\port$8341$0 (\irq_completion$608 ),
+    .\port$8346$0 (\halted$603 ),
+    .\port$8348$0 (\head$598 ),
+    .\port$8350$0 (\tail$600 ),
+    .\port$8354$0 (\error_code$605 ),
+    .\port$8356$0 (\error_index$606 ),
     .rst(rst)
   );
   \dx1_soc.trace0  trace0 (
@@ -3274,7 +3274,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$6818$0 , \port$6820$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$6828$0 , \port$6830$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -3639,10 +3639,10 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$6818$0 ;
-  wire [255:0] \port$6818$0 ;
-  input [15:0] \port$6820$0 ;
-  wire [15:0] \port$6820$0 ;
+  input [255:0] \port$6828$0 ;
+  wire [255:0] \port$6828$0 ;
+  input [15:0] \port$6830$0 ;
+  wire [15:0] \port$6830$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -4144,8 +4144,8 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   );
   \dx1_soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$5664$128 (cmd[143:128]),
-    .\port$5664$80 (cmd[91:80]),
+    .\port$5632$128 (cmd[143:128]),
+    .\port$5632$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -4158,16 +4158,16 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
     .bias(bias),
     .clk(clk),
     .ctl(\ctl$96 ),
+    .ctl_s4(\out_ctl$100 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$100 ),
-    .out_valid(out_valid),
     .relu(relu),
     .row(row),
     .row_valid(row_valid),
     .rst(rst),
     .shift(shift),
-    .soft_reset(soft_reset)
+    .soft_reset(soft_reset),
+    .valid_s4(out_valid)
   );
   \dx1_soc.core0.spm_ext_fifo  spm_ext_fifo (
     .clk(clk),
@@ -4182,11 +4182,11 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   );
   \dx1_soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$5664$112 (cmd[143:112]),
-    .\port$5664$16 (cmd[31:16]),
-    .\port$5664$64 (cmd[75:64]),
-    .\port$5664$8 (cmd[8]),
-    .\port$5664$96 (cmd[105:96]),
+    .\port$5632$112 (cmd[143:112]),
+    .\port$5632$16 (cmd[31:16]),
+    .\port$5632$64 (cmd[75:64]),
+    .\port$5632$8 (cmd[8]),
+    .\port$5632$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -4382,7 +4382,7 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$6820$0 [9:0];
+      acc_w__addr = \port$6830$0 [9:0];
     end
   end
   always @* begin
@@ -4392,7 +4392,7 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$6818$0 ;
+      acc_w__data = \port$6828$0 ;
     end
   end
   always @* begin
@@ -4460,7 +4460,7 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$6820$0 [11:0];
+      spm_w__addr = \port$6830$0 [11:0];
     end
   end
   always @* begin
@@ -4470,7 +4470,7 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$6818$0 [63:0];
+      spm_w__data = \port$6828$0 [63:0];
     end
   end
   always @* begin
@@ -5281,8 +5281,8 @@ module \dx1_soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$6820$0 , \port$6818$0 [63:0] };
-  assign acc_wr__tdata = { \port$6820$0 , \port$6818$0  };
+  assign spm_wr__tdata = { \port$6830$0 , \port$6828$0 [63:0] };
+  assign acc_wr__tdata = { \port$6830$0 , \port$6828$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -13217,7 +13217,7 @@ module \dx1_soc.core0.done_fifo (rst, soft_reset, r_data, w_en, w_port__data, r_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$5664$80 , \port$5664$128 , clk);
+module \dx1_soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$5632$80 , \port$5632$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -13241,10 +13241,10 @@ module \dx1_soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$5664$128 ;
-  wire [15:0] \port$5664$128 ;
-  input [11:0] \port$5664$80 ;
-  wire [11:0] \port$5664$80 ;
+  input [15:0] \port$5632$128 ;
+  wire [15:0] \port$5632$128 ;
+  input [11:0] \port$5632$80 ;
+  wire [11:0] \port$5632$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -13280,7 +13280,7 @@ module \dx1_soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$5664$128 , \port$5664$80  };
+      storage[w_port__addr] <= { \port$5632$128 , \port$5632$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -13351,184 +13351,189 @@ module \dx1_soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$5664$128 , \port$5664$80  };
-  assign w_data = { \port$5664$128 , \port$5664$80  };
+  assign w_port__data = { \port$5632$128 , \port$5632$80  };
+  assign w_data = { \port$5632$128 , \port$5632$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row_valid, ctl, out, out_valid, out_ctl, clk);
+module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
   wire [110:0] \$1 ;
-  wire \$10 ;
+  wire [50:0] \$10 ;
   wire \$100 ;
-  wire [49:0] \$101 ;
-  wire [50:0] \$102 ;
-  wire [50:0] \$103 ;
+  wire [32:0] \$101 ;
+  wire [32:0] \$102 ;
+  wire \$103 ;
   wire \$104 ;
-  wire \$105 ;
+  wire [49:0] \$105 ;
   wire [49:0] \$106 ;
-  wire [49:0] \$107 ;
-  wire [32:0] \$108 ;
-  wire \$109 ;
-  wire [49:0] \$11 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire [32:0] \$109 ;
+  wire [32:0] \$11 ;
   wire [32:0] \$110 ;
   wire \$111 ;
-  wire [32:0] \$112 ;
-  wire [32:0] \$113 ;
-  wire [32:0] \$114 ;
+  wire \$112 ;
+  wire [49:0] \$113 ;
+  wire [49:0] \$114 ;
   wire \$115 ;
-  wire [49:0] \$116 ;
-  wire [50:0] \$117 ;
-  wire [50:0] \$118 ;
+  wire \$116 ;
+  wire [32:0] \$117 ;
+  wire [32:0] \$118 ;
   wire \$119 ;
-  wire [50:0] \$12 ;
+  wire \$12 ;
   wire \$120 ;
   wire [49:0] \$121 ;
   wire [49:0] \$122 ;
   wire \$123 ;
-  wire [31:0] \$124 ;
-  wire [47:0] \$125 ;
-  wire \$126 ;
-  wire [31:0] \$127 ;
-  wire [47:0] \$128 ;
-  wire \$129 ;
-  wire [50:0] \$13 ;
-  wire [31:0] \$130 ;
-  wire [47:0] \$131 ;
-  wire \$132 ;
-  wire [31:0] \$133 ;
-  wire [47:0] \$134 ;
-  wire \$135 ;
-  wire [31:0] \$136 ;
-  wire [47:0] \$137 ;
-  wire \$138 ;
-  wire [31:0] \$139 ;
-  wire \$14 ;
-  wire [47:0] \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [47:0] \$143 ;
-  wire \$144 ;
-  wire [31:0] \$145 ;
-  wire [47:0] \$146 ;
-  reg [31:0] \$147 ;
-  reg [48:0] \$148 ;
-  reg [63:0] \$149 ;
-  wire \$15 ;
+  wire \$124 ;
+  wire [32:0] \$125 ;
+  wire [32:0] \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire [49:0] \$129 ;
+  wire [31:0] \$13 ;
+  wire [49:0] \$130 ;
+  reg [46:0] \$131 ;
+  reg [32:0] \$132 ;
+  reg [31:0] \$133 ;
+  reg [48:0] \$134 ;
+  reg [49:0] \$135 ;
+  reg [63:0] \$136 ;
+  reg [32:0] \$137 ;
+  reg [31:0] \$138 ;
+  reg [48:0] \$139 ;
+  wire [47:0] \$14 ;
+  reg [49:0] \$140 ;
+  reg [32:0] \$141 ;
+  reg [31:0] \$142 ;
+  reg [48:0] \$143 ;
+  reg [49:0] \$144 ;
+  reg [32:0] \$145 ;
+  reg [31:0] \$146 ;
+  reg [48:0] \$147 ;
+  reg [49:0] \$148 ;
+  reg [32:0] \$149 ;
+  wire [49:0] \$15 ;
   reg [31:0] \$150 ;
   reg [48:0] \$151 ;
-  reg [31:0] \$152 ;
-  reg [48:0] \$153 ;
+  reg [49:0] \$152 ;
+  reg [32:0] \$153 ;
   reg [31:0] \$154 ;
   reg [48:0] \$155 ;
-  reg [31:0] \$156 ;
-  reg [48:0] \$157 ;
+  reg [49:0] \$156 ;
+  reg [32:0] \$157 ;
   reg [31:0] \$158 ;
   reg [48:0] \$159 ;
-  wire [49:0] \$16 ;
-  reg [31:0] \$160 ;
-  reg [48:0] \$161 ;
+  wire \$16 ;
+  reg [49:0] \$160 ;
+  reg [32:0] \$161 ;
   reg [31:0] \$162 ;
   reg [48:0] \$163 ;
-  reg \$164 ;
-  reg [12:0] \$165 ;
-  reg \$166 ;
-  reg [12:0] \$167 ;
-  reg \$168 ;
-  reg [12:0] \$169 ;
-  wire [49:0] \$17 ;
-  wire [32:0] \$18 ;
-  wire \$19 ;
+  reg [49:0] \$164 ;
+  reg \$165 ;
+  reg [12:0] \$166 ;
+  reg \$167 ;
+  reg [12:0] \$168 ;
+  reg \$169 ;
+  wire \$17 ;
+  reg [12:0] \$170 ;
+  reg \$171 ;
+  reg [12:0] \$172 ;
+  reg \$173 ;
+  reg [12:0] \$174 ;
+  wire [50:0] \$18 ;
+  wire [32:0] \$19 ;
   wire [110:0] \$2 ;
-  wire [32:0] \$20 ;
-  wire \$21 ;
-  wire [32:0] \$22 ;
-  wire [32:0] \$23 ;
-  wire [32:0] \$24 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [47:0] \$22 ;
+  wire [49:0] \$23 ;
+  wire \$24 ;
   wire \$25 ;
-  wire [49:0] \$26 ;
-  wire [50:0] \$27 ;
-  wire [50:0] \$28 ;
-  wire \$29 ;
+  wire [50:0] \$26 ;
+  wire [32:0] \$27 ;
+  wire \$28 ;
+  wire [31:0] \$29 ;
   wire [32:0] \$3 ;
-  wire \$30 ;
+  wire [47:0] \$30 ;
   wire [49:0] \$31 ;
-  wire [49:0] \$32 ;
-  wire [32:0] \$33 ;
-  wire \$34 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire [50:0] \$34 ;
   wire [32:0] \$35 ;
   wire \$36 ;
-  wire [32:0] \$37 ;
-  wire [32:0] \$38 ;
-  wire [32:0] \$39 ;
+  wire [31:0] \$37 ;
+  wire [47:0] \$38 ;
+  wire [49:0] \$39 ;
   wire \$4 ;
   wire \$40 ;
-  wire [49:0] \$41 ;
+  wire \$41 ;
   wire [50:0] \$42 ;
-  wire [50:0] \$43 ;
+  wire [32:0] \$43 ;
   wire \$44 ;
-  wire \$45 ;
-  wire [49:0] \$46 ;
+  wire [31:0] \$45 ;
+  wire [47:0] \$46 ;
   wire [49:0] \$47 ;
-  wire [32:0] \$48 ;
+  wire \$48 ;
   wire \$49 ;
-  wire [32:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire \$51 ;
-  wire [32:0] \$52 ;
-  wire [32:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire \$55 ;
-  wire [49:0] \$56 ;
-  wire [50:0] \$57 ;
+  wire [31:0] \$5 ;
+  wire [50:0] \$50 ;
+  wire [32:0] \$51 ;
+  wire \$52 ;
+  wire [31:0] \$53 ;
+  wire [47:0] \$54 ;
+  wire [49:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
   wire [50:0] \$58 ;
-  wire \$59 ;
-  wire \$6 ;
+  wire [32:0] \$59 ;
+  wire [47:0] \$6 ;
   wire \$60 ;
-  wire [49:0] \$61 ;
-  wire [49:0] \$62 ;
-  wire [32:0] \$63 ;
+  wire [31:0] \$61 ;
+  wire [47:0] \$62 ;
+  wire [49:0] \$63 ;
   wire \$64 ;
-  wire [32:0] \$65 ;
-  wire \$66 ;
-  wire [32:0] \$67 ;
-  wire [32:0] \$68 ;
+  wire \$65 ;
+  wire [50:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
   wire [32:0] \$69 ;
-  wire [32:0] \$7 ;
-  wire \$70 ;
-  wire [49:0] \$71 ;
-  wire [50:0] \$72 ;
-  wire [50:0] \$73 ;
-  wire \$74 ;
+  wire [49:0] \$7 ;
+  wire [32:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire [49:0] \$73 ;
+  wire [49:0] \$74 ;
   wire \$75 ;
-  wire [49:0] \$76 ;
-  wire [49:0] \$77 ;
+  wire \$76 ;
+  wire [32:0] \$77 ;
   wire [32:0] \$78 ;
   wire \$79 ;
-  wire [32:0] \$8 ;
-  wire [32:0] \$80 ;
-  wire \$81 ;
-  wire [32:0] \$82 ;
-  wire [32:0] \$83 ;
-  wire [32:0] \$84 ;
-  wire \$85 ;
-  wire [49:0] \$86 ;
-  wire [50:0] \$87 ;
-  wire [50:0] \$88 ;
-  wire \$89 ;
-  wire [32:0] \$9 ;
-  wire \$90 ;
-  wire [49:0] \$91 ;
-  wire [49:0] \$92 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [49:0] \$81 ;
+  wire [49:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire [32:0] \$85 ;
+  wire [32:0] \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire [49:0] \$89 ;
+  wire \$9 ;
+  wire [49:0] \$90 ;
+  wire \$91 ;
+  wire \$92 ;
   wire [32:0] \$93 ;
-  wire \$94 ;
-  wire [32:0] \$95 ;
+  wire [32:0] \$94 ;
+  wire \$95 ;
   wire \$96 ;
-  wire [32:0] \$97 ;
-  wire [32:0] \$98 ;
-  wire [32:0] \$99 ;
+  wire [49:0] \$97 ;
+  wire [49:0] \$98 ;
+  wire \$99 ;
   input [255:0] bias;
   wire [255:0] bias;
   wire [31:0] \bias[0] ;
@@ -13545,19 +13550,13 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [12:0] ctl;
   reg [12:0] ctl_s0 = 13'h0000;
   reg [12:0] ctl_s1 = 13'h0000;
-  (* init = 13'h0000 *)
-  wire [12:0] ctl_s2;
-  wire [46:0] half;
+  reg [12:0] ctl_s2 = 13'h0000;
+  reg [12:0] ctl_s3 = 13'h0000;
+  output [12:0] ctl_s4;
+  reg [12:0] ctl_s4 = 13'h0000;
+  reg [46:0] half = 47'h000000000000;
   input [15:0] mult;
   wire [15:0] mult;
-  wire neg0;
-  wire neg1;
-  wire neg2;
-  wire neg3;
-  wire neg4;
-  wire neg5;
-  wire neg6;
-  wire neg7;
   output [63:0] out;
   reg [63:0] out = 64'h0000000000000000;
   wire [7:0] \out[0] ;
@@ -13568,10 +13567,10 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [7:0] \out[5] ;
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
-  output [12:0] out_ctl;
-  reg [12:0] out_ctl = 13'h0000;
-  output out_valid;
-  reg out_valid = 1'h0;
+  (* init = 13'h0000 *)
+  wire [12:0] out_ctl;
+  (* init = 1'h0 *)
+  wire out_valid;
   reg [48:0] p0 = 49'h0000000000000;
   reg [48:0] p1 = 49'h0000000000000;
   reg [48:0] p2 = 49'h0000000000000;
@@ -13580,6 +13579,14 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   reg [48:0] p5 = 49'h0000000000000;
   reg [48:0] p6 = 49'h0000000000000;
   reg [48:0] p7 = 49'h0000000000000;
+  reg [49:0] q0 = 50'h0000000000000;
+  reg [49:0] q1 = 50'h0000000000000;
+  reg [49:0] q2 = 50'h0000000000000;
+  reg [49:0] q3 = 50'h0000000000000;
+  reg [49:0] q4 = 50'h0000000000000;
+  reg [49:0] q5 = 50'h0000000000000;
+  reg [49:0] q6 = 50'h0000000000000;
+  reg [49:0] q7 = 50'h0000000000000;
   input relu;
   wire relu;
   input [255:0] row;
@@ -13596,6 +13603,14 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire row_valid;
   input rst;
   wire rst;
+  reg [32:0] s0 = 33'h000000000;
+  reg [32:0] s1 = 33'h000000000;
+  reg [32:0] s2 = 33'h000000000;
+  reg [32:0] s3 = 33'h000000000;
+  reg [32:0] s4 = 33'h000000000;
+  reg [32:0] s5 = 33'h000000000;
+  reg [32:0] s6 = 33'h000000000;
+  reg [32:0] s7 = 33'h000000000;
   wire [7:0] sat0;
   wire [7:0] sat1;
   wire [7:0] sat2;
@@ -13618,8 +13633,10 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [31:0] sum7;
   reg valid_s0 = 1'h0;
   reg valid_s1 = 1'h0;
-  (* init = 1'h0 *)
-  wire valid_s2;
+  reg valid_s2 = 1'h0;
+  reg valid_s3 = 1'h0;
+  output valid_s4;
+  reg valid_s4 = 1'h0;
   reg [31:0] x0 = 32'd0;
   reg [31:0] x1 = 32'd0;
   reg [31:0] x2 = 32'd0;
@@ -13638,243 +13655,429 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [49:0] y7;
   assign \$1  = 1'h1 << shift;
   assign \$3  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$4  = $signed(\$3 ) > $signed(32'd2147483647);
-  assign \$5  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$6  = $signed(\$5 ) < $signed(32'd2147483648);
-  assign \$7  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$8  = \$6  ? 33'h180000000 : \$7 ;
-  assign \$9  = \$4  ? 33'h07fffffff : \$8 ;
-  assign \$10  = | shift;
-  assign neg0 = p0[48] & \$10 ;
-  assign \$11  = $signed(p0) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$12  = $signed(\$11 ) - $signed({ 1'h0, neg0 });
-  assign \$13  = $signed(\$12 ) >>> shift;
-  assign \$14  = $signed(\$13 [49:0]) > $signed(8'h7f);
-  assign \$15  = $signed(\$13 [49:0]) < $signed(8'h80);
-  assign \$16  = \$15  ? 50'h3ffffffffff80 : \$13 [49:0];
-  assign \$17  = \$14  ? 50'h000000000007f : \$16 ;
-  assign \$18  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$19  = $signed(\$18 ) > $signed(32'd2147483647);
-  assign \$20  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$21  = $signed(\$20 ) < $signed(32'd2147483648);
-  assign \$22  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$23  = \$21  ? 33'h180000000 : \$22 ;
-  assign \$24  = \$19  ? 33'h07fffffff : \$23 ;
-  assign \$25  = | shift;
-  assign neg1 = p1[48] & \$25 ;
-  assign \$26  = $signed(p1) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$27  = $signed(\$26 ) - $signed({ 1'h0, neg1 });
-  assign \$28  = $signed(\$27 ) >>> shift;
-  assign \$29  = $signed(\$28 [49:0]) > $signed(8'h7f);
-  assign \$30  = $signed(\$28 [49:0]) < $signed(8'h80);
-  assign \$31  = \$30  ? 50'h3ffffffffff80 : \$28 [49:0];
-  assign \$32  = \$29  ? 50'h000000000007f : \$31 ;
-  assign \$33  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$34  = $signed(\$33 ) > $signed(32'd2147483647);
-  assign \$35  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$36  = $signed(\$35 ) < $signed(32'd2147483648);
-  assign \$37  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$38  = \$36  ? 33'h180000000 : \$37 ;
-  assign \$39  = \$34  ? 33'h07fffffff : \$38 ;
+  assign \$4  = relu & \$70 [31];
+  assign \$5  = \$4  ? 32'd0 : \$70 [31:0];
+  assign \$6  = $signed(x0) * $signed({ 1'h0, mult });
+  assign \$7  = $signed(p0) + $signed({ 1'h0, half });
+  assign \$8  = | shift;
+  assign \$9  = p0[48] & \$8 ;
+  assign \$10  = $signed(\$7 ) - $signed({ 1'h0, \$9  });
+  assign \$11  = $signed(row[63:32]) + $signed(bias[63:32]);
+  assign \$12  = relu & \$78 [31];
+  assign \$13  = \$12  ? 32'd0 : \$78 [31:0];
+  assign \$14  = $signed(x1) * $signed({ 1'h0, mult });
+  assign \$15  = $signed(p1) + $signed({ 1'h0, half });
+  assign \$16  = | shift;
+  assign \$17  = p1[48] & \$16 ;
+  assign \$18  = $signed(\$15 ) - $signed({ 1'h0, \$17  });
+  assign \$19  = $signed(row[95:64]) + $signed(bias[95:64]);
+  assign \$20  = relu & \$86 [31];
+  assign \$21  = \$20  ? 32'd0 : \$86 [31:0];
+  assign \$22  = $signed(x2) * $signed({ 1'h0, mult });
+  assign \$23  = $signed(p2) + $signed({ 1'h0, half });
+  assign \$24  = | shift;
+  assign \$25  = p2[48] & \$24 ;
+  assign \$26  = $signed(\$23 ) - $signed({ 1'h0, \$25  });
+  assign \$27  = $signed(row[127:96]) + $signed(bias[127:96]);
+  assign \$28  = relu & \$94 [31];
+  assign \$29  = \$28  ? 32'd0 : \$94 [31:0];
+  assign \$30  = $signed(x3) * $signed({ 1'h0, mult });
+  assign \$31  = $signed(p3) + $signed({ 1'h0, half });
+  assign \$32  = | shift;
+  assign \$33  = p3[48] & \$32 ;
+  assign \$34  = $signed(\$31 ) - $signed({ 1'h0, \$33  });
+  assign \$35  = $signed(row[159:128]) + $signed(bias[159:128]);
+  assign \$36  = relu & \$102 [31];
+  assign \$37  = \$36  ? 32'd0 : \$102 [31:0];
+  assign \$38  = $signed(x4) * $signed({ 1'h0, mult });
+  assign \$39  = $signed(p4) + $signed({ 1'h0, half });
   assign \$40  = | shift;
-  assign neg2 = p2[48] & \$40 ;
-  assign \$41  = $signed(p2) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$42  = $signed(\$41 ) - $signed({ 1'h0, neg2 });
-  assign \$43  = $signed(\$42 ) >>> shift;
-  assign \$44  = $signed(\$43 [49:0]) > $signed(8'h7f);
-  assign \$45  = $signed(\$43 [49:0]) < $signed(8'h80);
-  assign \$46  = \$45  ? 50'h3ffffffffff80 : \$43 [49:0];
-  assign \$47  = \$44  ? 50'h000000000007f : \$46 ;
-  assign \$48  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$49  = $signed(\$48 ) > $signed(32'd2147483647);
-  assign \$50  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$51  = $signed(\$50 ) < $signed(32'd2147483648);
-  assign \$52  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$53  = \$51  ? 33'h180000000 : \$52 ;
-  assign \$54  = \$49  ? 33'h07fffffff : \$53 ;
-  assign \$55  = | shift;
-  assign neg3 = p3[48] & \$55 ;
-  assign \$56  = $signed(p3) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$57  = $signed(\$56 ) - $signed({ 1'h0, neg3 });
-  assign \$58  = $signed(\$57 ) >>> shift;
-  assign \$59  = $signed(\$58 [49:0]) > $signed(8'h7f);
-  assign \$60  = $signed(\$58 [49:0]) < $signed(8'h80);
-  assign \$61  = \$60  ? 50'h3ffffffffff80 : \$58 [49:0];
-  assign \$62  = \$59  ? 50'h000000000007f : \$61 ;
-  assign \$63  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$64  = $signed(\$63 ) > $signed(32'd2147483647);
-  assign \$65  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$66  = $signed(\$65 ) < $signed(32'd2147483648);
-  assign \$67  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$68  = \$66  ? 33'h180000000 : \$67 ;
-  assign \$69  = \$64  ? 33'h07fffffff : \$68 ;
-  assign \$70  = | shift;
-  assign neg4 = p4[48] & \$70 ;
-  assign \$71  = $signed(p4) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$72  = $signed(\$71 ) - $signed({ 1'h0, neg4 });
-  assign \$73  = $signed(\$72 ) >>> shift;
-  assign \$74  = $signed(\$73 [49:0]) > $signed(8'h7f);
-  assign \$75  = $signed(\$73 [49:0]) < $signed(8'h80);
-  assign \$76  = \$75  ? 50'h3ffffffffff80 : \$73 [49:0];
-  assign \$77  = \$74  ? 50'h000000000007f : \$76 ;
-  assign \$78  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$79  = $signed(\$78 ) > $signed(32'd2147483647);
-  assign \$80  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$81  = $signed(\$80 ) < $signed(32'd2147483648);
-  assign \$82  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$83  = \$81  ? 33'h180000000 : \$82 ;
-  assign \$84  = \$79  ? 33'h07fffffff : \$83 ;
-  assign \$85  = | shift;
-  assign neg5 = p5[48] & \$85 ;
-  assign \$86  = $signed(p5) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$87  = $signed(\$86 ) - $signed({ 1'h0, neg5 });
-  assign \$88  = $signed(\$87 ) >>> shift;
-  assign \$89  = $signed(\$88 [49:0]) > $signed(8'h7f);
-  assign \$90  = $signed(\$88 [49:0]) < $signed(8'h80);
-  assign \$91  = \$90  ? 50'h3ffffffffff80 : \$88 [49:0];
-  assign \$92  = \$89  ? 50'h000000000007f : \$91 ;
-  assign \$93  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$94  = $signed(\$93 ) > $signed(32'd2147483647);
-  assign \$95  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$96  = $signed(\$95 ) < $signed(32'd2147483648);
-  assign \$97  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$98  = \$96  ? 33'h180000000 : \$97 ;
-  assign \$99  = \$94  ? 33'h07fffffff : \$98 ;
-  assign \$100  = | shift;
-  assign neg6 = p6[48] & \$100 ;
-  assign \$101  = $signed(p6) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$102  = $signed(\$101 ) - $signed({ 1'h0, neg6 });
-  assign \$103  = $signed(\$102 ) >>> shift;
-  assign \$104  = $signed(\$103 [49:0]) > $signed(8'h7f);
-  assign \$105  = $signed(\$103 [49:0]) < $signed(8'h80);
-  assign \$106  = \$105  ? 50'h3ffffffffff80 : \$103 [49:0];
-  assign \$107  = \$104  ? 50'h000000000007f : \$106 ;
-  assign \$108  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$109  = $signed(\$108 ) > $signed(32'd2147483647);
-  assign \$110  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$111  = $signed(\$110 ) < $signed(32'd2147483648);
-  assign \$112  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$113  = \$111  ? 33'h180000000 : \$112 ;
-  assign \$114  = \$109  ? 33'h07fffffff : \$113 ;
-  assign \$115  = | shift;
-  assign neg7 = p7[48] & \$115 ;
-  assign \$116  = $signed(p7) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$117  = $signed(\$116 ) - $signed({ 1'h0, neg7 });
-  assign \$118  = $signed(\$117 ) >>> shift;
-  assign \$119  = $signed(\$118 [49:0]) > $signed(8'h7f);
-  assign \$120  = $signed(\$118 [49:0]) < $signed(8'h80);
-  assign \$121  = \$120  ? 50'h3ffffffffff80 : \$118 [49:0];
+  assign \$41  = p4[48] & \$40 ;
+  assign \$42  = $signed(\$39 ) - $signed({ 1'h0, \$41  });
+  assign \$43  = $signed(row[191:160]) + $signed(bias[191:160]);
+  assign \$44  = relu & \$110 [31];
+  assign \$45  = \$44  ? 32'd0 : \$110 [31:0];
+  assign \$46  = $signed(x5) * $signed({ 1'h0, mult });
+  assign \$47  = $signed(p5) + $signed({ 1'h0, half });
+  assign \$48  = | shift;
+  assign \$49  = p5[48] & \$48 ;
+  assign \$50  = $signed(\$47 ) - $signed({ 1'h0, \$49  });
+  assign \$51  = $signed(row[223:192]) + $signed(bias[223:192]);
+  assign \$52  = relu & \$118 [31];
+  assign \$53  = \$52  ? 32'd0 : \$118 [31:0];
+  assign \$54  = $signed(x6) * $signed({ 1'h0, mult });
+  assign \$55  = $signed(p6) + $signed({ 1'h0, half });
+  assign \$56  = | shift;
+  assign \$57  = p6[48] & \$56 ;
+  assign \$58  = $signed(\$55 ) - $signed({ 1'h0, \$57  });
+  assign \$59  = $signed(row[255:224]) + $signed(bias[255:224]);
+  assign \$60  = relu & \$126 [31];
+  assign \$61  = \$60  ? 32'd0 : \$126 [31:0];
+  assign \$62  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$63  = $signed(p7) + $signed({ 1'h0, half });
+  assign \$64  = | shift;
+  assign \$65  = p7[48] & \$64 ;
+  assign \$66  = $signed(\$63 ) - $signed({ 1'h0, \$65  });
+  assign \$67  = $signed(s0) > $signed(32'd2147483647);
+  assign \$68  = $signed(s0) < $signed(32'd2147483648);
+  assign \$69  = \$68  ? 33'h180000000 : s0;
+  assign \$70  = \$67  ? 33'h07fffffff : \$69 ;
+  assign y0 = $signed(q0) >>> shift;
+  assign \$71  = $signed(y0) > $signed(8'h7f);
+  assign \$72  = $signed(y0) < $signed(8'h80);
+  assign \$73  = \$72  ? 50'h3ffffffffff80 : y0;
+  assign \$74  = \$71  ? 50'h000000000007f : \$73 ;
+  assign \$75  = $signed(s1) > $signed(32'd2147483647);
+  assign \$76  = $signed(s1) < $signed(32'd2147483648);
+  assign \$77  = \$76  ? 33'h180000000 : s1;
+  assign \$78  = \$75  ? 33'h07fffffff : \$77 ;
+  assign y1 = $signed(q1) >>> shift;
+  assign \$79  = $signed(y1) > $signed(8'h7f);
+  assign \$80  = $signed(y1) < $signed(8'h80);
+  assign \$81  = \$80  ? 50'h3ffffffffff80 : y1;
+  assign \$82  = \$79  ? 50'h000000000007f : \$81 ;
+  assign \$83  = $signed(s2) > $signed(32'd2147483647);
+  assign \$84  = $signed(s2) < $signed(32'd2147483648);
+  assign \$85  = \$84  ? 33'h180000000 : s2;
+  assign \$86  = \$83  ? 33'h07fffffff : \$85 ;
+  assign y2 = $signed(q2) >>> shift;
+  assign \$87  = $signed(y2) > $signed(8'h7f);
+  assign \$88  = $signed(y2) < $signed(8'h80);
+  assign \$89  = \$88  ? 50'h3ffffffffff80 : y2;
+  assign \$90  = \$87  ? 50'h000000000007f : \$89 ;
+  assign \$91  = $signed(s3) > $signed(32'd2147483647);
+  assign \$92  = $signed(s3) < $signed(32'd2147483648);
+  assign \$93  = \$92  ? 33'h180000000 : s3;
+  assign \$94  = \$91  ? 33'h07fffffff : \$93 ;
+  assign y3 = $signed(q3) >>> shift;
+  assign \$95  = $signed(y3) > $signed(8'h7f);
+  assign \$96  = $signed(y3) < $signed(8'h80);
+  assign \$97  = \$96  ? 50'h3ffffffffff80 : y3;
+  assign \$98  = \$95  ? 50'h000000000007f : \$97 ;
+  assign \$99  = $signed(s4) > $signed(32'd2147483647);
+  assign \$100  = $signed(s4) < $signed(32'd2147483648);
+  assign \$101  = \$100  ? 33'h180000000 : s4;
+  assign \$102  = \$99  ? 33'h07fffffff : \$101 ;
+  assign y4 = $signed(q4) >>> shift;
+  assign \$103  = $signed(y4) > $signed(8'h7f);
+  assign \$104  = $signed(y4) < $signed(8'h80);
+  assign \$105  = \$104  ? 50'h3ffffffffff80 : y4;
+  assign \$106  = \$103  ? 50'h000000000007f : \$105 ;
+  assign \$107  = $signed(s5) > $signed(32'd2147483647);
+  assign \$108  = $signed(s5) < $signed(32'd2147483648);
+  assign \$109  = \$108  ? 33'h180000000 : s5;
+  assign \$110  = \$107  ? 33'h07fffffff : \$109 ;
+  assign y5 = $signed(q5) >>> shift;
+  assign \$111  = $signed(y5) > $signed(8'h7f);
+  assign \$112  = $signed(y5) < $signed(8'h80);
+  assign \$113  = \$112  ? 50'h3ffffffffff80 : y5;
+  assign \$114  = \$111  ? 50'h000000000007f : \$113 ;
+  assign \$115  = $signed(s6) > $signed(32'd2147483647);
+  assign \$116  = $signed(s6) < $signed(32'd2147483648);
+  assign \$117  = \$116  ? 33'h180000000 : s6;
+  assign \$118  = \$115  ? 33'h07fffffff : \$117 ;
+  assign y6 = $signed(q6) >>> shift;
+  assign \$119  = $signed(y6) > $signed(8'h7f);
+  assign \$120  = $signed(y6) < $signed(8'h80);
+  assign \$121  = \$120  ? 50'h3ffffffffff80 : y6;
   assign \$122  = \$119  ? 50'h000000000007f : \$121 ;
-  assign \$123  = relu & \$9 [31];
-  assign \$124  = \$123  ? 32'd0 : \$9 [31:0];
-  assign \$125  = $signed(x0) * $signed({ 1'h0, mult });
-  assign \$126  = relu & \$24 [31];
-  assign \$127  = \$126  ? 32'd0 : \$24 [31:0];
-  assign \$128  = $signed(x1) * $signed({ 1'h0, mult });
-  assign \$129  = relu & \$39 [31];
-  assign \$130  = \$129  ? 32'd0 : \$39 [31:0];
-  assign \$131  = $signed(x2) * $signed({ 1'h0, mult });
-  assign \$132  = relu & \$54 [31];
-  assign \$133  = \$132  ? 32'd0 : \$54 [31:0];
-  assign \$134  = $signed(x3) * $signed({ 1'h0, mult });
-  assign \$135  = relu & \$69 [31];
-  assign \$136  = \$135  ? 32'd0 : \$69 [31:0];
-  assign \$137  = $signed(x4) * $signed({ 1'h0, mult });
-  assign \$138  = relu & \$84 [31];
-  assign \$139  = \$138  ? 32'd0 : \$84 [31:0];
-  assign \$140  = $signed(x5) * $signed({ 1'h0, mult });
-  assign \$141  = relu & \$99 [31];
-  assign \$142  = \$141  ? 32'd0 : \$99 [31:0];
-  assign \$143  = $signed(x6) * $signed({ 1'h0, mult });
-  assign \$144  = relu & \$114 [31];
-  assign \$145  = \$144  ? 32'd0 : \$114 [31:0];
-  assign \$146  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$123  = $signed(s7) > $signed(32'd2147483647);
+  assign \$124  = $signed(s7) < $signed(32'd2147483648);
+  assign \$125  = \$124  ? 33'h180000000 : s7;
+  assign \$126  = \$123  ? 33'h07fffffff : \$125 ;
+  assign y7 = $signed(q7) >>> shift;
+  assign \$127  = $signed(y7) > $signed(8'h7f);
+  assign \$128  = $signed(y7) < $signed(8'h80);
+  assign \$129  = \$128  ? 50'h3ffffffffff80 : y7;
+  assign \$130  = \$127  ? 50'h000000000007f : \$129 ;
   always @(posedge clk)
-    x0 <= \$147 ;
+    half <= \$131 ;
   always @(posedge clk)
-    p0 <= \$148 ;
+    s0 <= \$132 ;
   always @(posedge clk)
-    out <= \$149 ;
+    x0 <= \$133 ;
   always @(posedge clk)
-    x1 <= \$150 ;
+    p0 <= \$134 ;
   always @(posedge clk)
-    p1 <= \$151 ;
+    q0 <= \$135 ;
   always @(posedge clk)
-    x2 <= \$152 ;
+    out <= \$136 ;
   always @(posedge clk)
-    p2 <= \$153 ;
+    s1 <= \$137 ;
   always @(posedge clk)
-    x3 <= \$154 ;
+    x1 <= \$138 ;
   always @(posedge clk)
-    p3 <= \$155 ;
+    p1 <= \$139 ;
   always @(posedge clk)
-    x4 <= \$156 ;
+    q1 <= \$140 ;
   always @(posedge clk)
-    p4 <= \$157 ;
+    s2 <= \$141 ;
   always @(posedge clk)
-    x5 <= \$158 ;
+    x2 <= \$142 ;
   always @(posedge clk)
-    p5 <= \$159 ;
+    p2 <= \$143 ;
   always @(posedge clk)
-    x6 <= \$160 ;
+    q2 <= \$144 ;
   always @(posedge clk)
-    p6 <= \$161 ;
+    s3 <= \$145 ;
+  always @(posedge clk)
+    x3 <= \$146 ;
+  always @(posedge clk)
+    p3 <= \$147 ;
+  always @(posedge clk)
+    q3 <= \$148 ;
+  always @(posedge clk)
+    s4 <= \$149 ;
+  always @(posedge clk)
+    x4 <= \$150 ;
+  always @(posedge clk)
+    p4 <= \$151 ;
+  always @(posedge clk)
+    q4 <= \$152 ;
+  always @(posedge clk)
+    s5 <= \$153 ;
+  always @(posedge clk)
+    x5 <= \$154 ;
+  always @(posedge clk)
+    p5 <= \$155 ;
+  always @(posedge clk)
+    q5 <= \$156 ;
+  always @(posedge clk)
+    s6 <= \$157 ;
+  always @(posedge clk)
+    x6 <= \$158 ;
+  always @(posedge clk)
+    p6 <= \$159 ;
+  always @(posedge clk)
+    q6 <= \$160 ;
+  always @(posedge clk)
+    s7 <= \$161 ;
   always @(posedge clk)
     x7 <= \$162 ;
   always @(posedge clk)
     p7 <= \$163 ;
   always @(posedge clk)
-    valid_s0 <= \$164 ;
+    q7 <= \$164 ;
   always @(posedge clk)
-    ctl_s0 <= \$165 ;
+    valid_s0 <= \$165 ;
   always @(posedge clk)
-    valid_s1 <= \$166 ;
+    ctl_s0 <= \$166 ;
   always @(posedge clk)
-    ctl_s1 <= \$167 ;
+    valid_s1 <= \$167 ;
   always @(posedge clk)
-    out_valid <= \$168 ;
+    ctl_s1 <= \$168 ;
   always @(posedge clk)
-    out_ctl <= \$169 ;
+    valid_s2 <= \$169 ;
+  always @(posedge clk)
+    ctl_s2 <= \$170 ;
+  always @(posedge clk)
+    valid_s3 <= \$171 ;
+  always @(posedge clk)
+    ctl_s3 <= \$172 ;
+  always @(posedge clk)
+    valid_s4 <= \$173 ;
+  always @(posedge clk)
+    ctl_s4 <= \$174 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$147  = \$124 ;
+    \$131  = \$2 [46:0];
     if (soft_reset) begin
-      \$147  = 32'd0;
+      \$131  = 47'h000000000000;
     end
     if (rst) begin
-      \$147  = 32'd0;
+      \$131  = 47'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$148  = { \$125 [47], \$125  };
+    \$132  = \$3 ;
     if (soft_reset) begin
-      \$148  = 49'h0000000000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 49'h0000000000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$149 [7:0] = \$17 [7:0];
-    \$149 [15:8] = \$32 [7:0];
-    \$149 [23:16] = \$47 [7:0];
-    \$149 [31:24] = \$62 [7:0];
-    \$149 [39:32] = \$77 [7:0];
-    \$149 [47:40] = \$92 [7:0];
-    \$149 [55:48] = \$107 [7:0];
-    \$149 [63:56] = \$122 [7:0];
+    \$133  = \$5 ;
     if (soft_reset) begin
-      \$149  = 64'h0000000000000000;
+      \$133  = 32'd0;
     end
     if (rst) begin
-      \$149  = 64'h0000000000000000;
+      \$133  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$150  = \$127 ;
+    \$134  = { \$6 [47], \$6  };
+    if (soft_reset) begin
+      \$134  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$134  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$135  = \$10 [49:0];
+    if (soft_reset) begin
+      \$135  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$135  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$136 [7:0] = \$74 [7:0];
+    \$136 [15:8] = \$82 [7:0];
+    \$136 [23:16] = \$90 [7:0];
+    \$136 [31:24] = \$98 [7:0];
+    \$136 [39:32] = \$106 [7:0];
+    \$136 [47:40] = \$114 [7:0];
+    \$136 [55:48] = \$122 [7:0];
+    \$136 [63:56] = \$130 [7:0];
+    if (soft_reset) begin
+      \$136  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$136  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$137  = \$11 ;
+    if (soft_reset) begin
+      \$137  = 33'h000000000;
+    end
+    if (rst) begin
+      \$137  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$138  = \$13 ;
+    if (soft_reset) begin
+      \$138  = 32'd0;
+    end
+    if (rst) begin
+      \$138  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$139  = { \$14 [47], \$14  };
+    if (soft_reset) begin
+      \$139  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$139  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$140  = \$18 [49:0];
+    if (soft_reset) begin
+      \$140  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$140  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$141  = \$19 ;
+    if (soft_reset) begin
+      \$141  = 33'h000000000;
+    end
+    if (rst) begin
+      \$141  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$142  = \$21 ;
+    if (soft_reset) begin
+      \$142  = 32'd0;
+    end
+    if (rst) begin
+      \$142  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$143  = { \$22 [47], \$22  };
+    if (soft_reset) begin
+      \$143  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$143  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$144  = \$26 [49:0];
+    if (soft_reset) begin
+      \$144  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$144  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$145  = \$27 ;
+    if (soft_reset) begin
+      \$145  = 33'h000000000;
+    end
+    if (rst) begin
+      \$145  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$146  = \$29 ;
+    if (soft_reset) begin
+      \$146  = 32'd0;
+    end
+    if (rst) begin
+      \$146  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$147  = { \$30 [47], \$30  };
+    if (soft_reset) begin
+      \$147  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$147  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$148  = \$34 [49:0];
+    if (soft_reset) begin
+      \$148  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$148  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$149  = \$35 ;
+    if (soft_reset) begin
+      \$149  = 33'h000000000;
+    end
+    if (rst) begin
+      \$149  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$150  = \$37 ;
     if (soft_reset) begin
       \$150  = 32'd0;
     end
@@ -13884,7 +14087,7 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$151  = { \$128 [47], \$128  };
+    \$151  = { \$38 [47], \$38  };
     if (soft_reset) begin
       \$151  = 49'h0000000000000;
     end
@@ -13894,27 +14097,27 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$152  = \$130 ;
+    \$152  = \$42 [49:0];
     if (soft_reset) begin
-      \$152  = 32'd0;
+      \$152  = 50'h0000000000000;
     end
     if (rst) begin
-      \$152  = 32'd0;
+      \$152  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$153  = { \$131 [47], \$131  };
+    \$153  = \$43 ;
     if (soft_reset) begin
-      \$153  = 49'h0000000000000;
+      \$153  = 33'h000000000;
     end
     if (rst) begin
-      \$153  = 49'h0000000000000;
+      \$153  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$154  = \$133 ;
+    \$154  = \$45 ;
     if (soft_reset) begin
       \$154  = 32'd0;
     end
@@ -13924,7 +14127,7 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$155  = { \$134 [47], \$134  };
+    \$155  = { \$46 [47], \$46  };
     if (soft_reset) begin
       \$155  = 49'h0000000000000;
     end
@@ -13934,27 +14137,27 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$156  = \$136 ;
+    \$156  = \$50 [49:0];
     if (soft_reset) begin
-      \$156  = 32'd0;
+      \$156  = 50'h0000000000000;
     end
     if (rst) begin
-      \$156  = 32'd0;
+      \$156  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$157  = { \$137 [47], \$137  };
+    \$157  = \$51 ;
     if (soft_reset) begin
-      \$157  = 49'h0000000000000;
+      \$157  = 33'h000000000;
     end
     if (rst) begin
-      \$157  = 49'h0000000000000;
+      \$157  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$158  = \$139 ;
+    \$158  = \$53 ;
     if (soft_reset) begin
       \$158  = 32'd0;
     end
@@ -13964,7 +14167,7 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$159  = { \$140 [47], \$140  };
+    \$159  = { \$54 [47], \$54  };
     if (soft_reset) begin
       \$159  = 49'h0000000000000;
     end
@@ -13974,27 +14177,27 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$160  = \$142 ;
+    \$160  = \$58 [49:0];
     if (soft_reset) begin
-      \$160  = 32'd0;
+      \$160  = 50'h0000000000000;
     end
     if (rst) begin
-      \$160  = 32'd0;
+      \$160  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$161  = { \$143 [47], \$143  };
+    \$161  = \$59 ;
     if (soft_reset) begin
-      \$161  = 49'h0000000000000;
+      \$161  = 33'h000000000;
     end
     if (rst) begin
-      \$161  = 49'h0000000000000;
+      \$161  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$162  = \$145 ;
+    \$162  = \$61 ;
     if (soft_reset) begin
       \$162  = 32'd0;
     end
@@ -14004,7 +14207,7 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$163  = { \$146 [47], \$146  };
+    \$163  = { \$62 [47], \$62  };
     if (soft_reset) begin
       \$163  = 49'h0000000000000;
     end
@@ -14014,91 +14217,132 @@ module \dx1_soc.core0.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$164  = row_valid;
+    \$164  = \$66 [49:0];
     if (soft_reset) begin
-      \$164  = 1'h0;
+      \$164  = 50'h0000000000000;
     end
     if (rst) begin
-      \$164  = 1'h0;
+      \$164  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$165  = ctl;
+    \$165  = row_valid;
     if (soft_reset) begin
-      \$165  = 13'h0000;
+      \$165  = 1'h0;
     end
     if (rst) begin
-      \$165  = 13'h0000;
+      \$165  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$166  = valid_s0;
+    \$166  = ctl;
     if (soft_reset) begin
-      \$166  = 1'h0;
+      \$166  = 13'h0000;
     end
     if (rst) begin
-      \$166  = 1'h0;
+      \$166  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$167  = ctl_s0;
+    \$167  = valid_s0;
     if (soft_reset) begin
-      \$167  = 13'h0000;
+      \$167  = 1'h0;
     end
     if (rst) begin
-      \$167  = 13'h0000;
+      \$167  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$168  = valid_s1;
+    \$168  = ctl_s0;
     if (soft_reset) begin
-      \$168  = 1'h0;
+      \$168  = 13'h0000;
     end
     if (rst) begin
-      \$168  = 1'h0;
+      \$168  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
-    \$169  = ctl_s1;
+    \$169  = valid_s1;
     if (soft_reset) begin
-      \$169  = 13'h0000;
+      \$169  = 1'h0;
     end
     if (rst) begin
-      \$169  = 13'h0000;
+      \$169  = 1'h0;
     end
   end
-  assign half = \$2 [46:0];
-  assign sum0 = \$9 [31:0];
-  assign y0 = \$13 [49:0];
-  assign sat0 = \$17 [7:0];
-  assign sum1 = \$24 [31:0];
-  assign y1 = \$28 [49:0];
-  assign sat1 = \$32 [7:0];
-  assign sum2 = \$39 [31:0];
-  assign y2 = \$43 [49:0];
-  assign sat2 = \$47 [7:0];
-  assign sum3 = \$54 [31:0];
-  assign y3 = \$58 [49:0];
-  assign sat3 = \$62 [7:0];
-  assign sum4 = \$69 [31:0];
-  assign y4 = \$73 [49:0];
-  assign sat4 = \$77 [7:0];
-  assign sum5 = \$84 [31:0];
-  assign y5 = \$88 [49:0];
-  assign sat5 = \$92 [7:0];
-  assign sum6 = \$99 [31:0];
-  assign y6 = \$103 [49:0];
-  assign sat6 = \$107 [7:0];
-  assign sum7 = \$114 [31:0];
-  assign y7 = \$118 [49:0];
-  assign sat7 = \$122 [7:0];
-  assign valid_s2 = out_valid;
-  assign ctl_s2 = out_ctl;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$170  = ctl_s1;
+    if (soft_reset) begin
+      \$170  = 13'h0000;
+    end
+    if (rst) begin
+      \$170  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$171  = valid_s2;
+    if (soft_reset) begin
+      \$171  = 1'h0;
+    end
+    if (rst) begin
+      \$171  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$172  = ctl_s2;
+    if (soft_reset) begin
+      \$172  = 13'h0000;
+    end
+    if (rst) begin
+      \$172  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$173  = valid_s3;
+    if (soft_reset) begin
+      \$173  = 1'h0;
+    end
+    if (rst) begin
+      \$173  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$174  = ctl_s3;
+    if (soft_reset) begin
+      \$174  = 13'h0000;
+    end
+    if (rst) begin
+      \$174  = 13'h0000;
+    end
+  end
+  assign sum0 = \$70 [31:0];
+  assign sat0 = \$74 [7:0];
+  assign sum1 = \$78 [31:0];
+  assign sat1 = \$82 [7:0];
+  assign sum2 = \$86 [31:0];
+  assign sat2 = \$90 [7:0];
+  assign sum3 = \$94 [31:0];
+  assign sat3 = \$98 [7:0];
+  assign sum4 = \$102 [31:0];
+  assign sat4 = \$106 [7:0];
+  assign sum5 = \$110 [31:0];
+  assign sat5 = \$114 [7:0];
+  assign sum6 = \$118 [31:0];
+  assign sat6 = \$122 [7:0];
+  assign sum7 = \$126 [31:0];
+  assign sat7 = \$130 [7:0];
+  assign out_valid = valid_s4;
+  assign out_ctl = ctl_s4;
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -14264,7 +14508,7 @@ module \dx1_soc.core0.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, r_data
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$5664$8 , \port$5664$16 , \port$5664$64 , \port$5664$96 , \port$5664$112 , clk);
+module \dx1_soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$5632$8 , \port$5632$16 , \port$5632$64 , \port$5632$96 , \port$5632$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -14288,16 +14532,16 @@ module \dx1_soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$5664$112 ;
-  wire [31:0] \port$5664$112 ;
-  input [15:0] \port$5664$16 ;
-  wire [15:0] \port$5664$16 ;
-  input [11:0] \port$5664$64 ;
-  wire [11:0] \port$5664$64 ;
-  input \port$5664$8 ;
-  wire \port$5664$8 ;
-  input [9:0] \port$5664$96 ;
-  wire [9:0] \port$5664$96 ;
+  input [31:0] \port$5632$112 ;
+  wire [31:0] \port$5632$112 ;
+  input [15:0] \port$5632$16 ;
+  wire [15:0] \port$5632$16 ;
+  input [11:0] \port$5632$64 ;
+  wire [11:0] \port$5632$64 ;
+  input \port$5632$8 ;
+  wire \port$5632$8 ;
+  input [9:0] \port$5632$96 ;
+  wire [9:0] \port$5632$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -14333,7 +14577,7 @@ module \dx1_soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$5664$16 , \port$5664$8 , \port$5664$112 , \port$5664$96 , \port$5664$64  };
+      storage[w_port__addr] <= { \port$5632$16 , \port$5632$8 , \port$5632$112 , \port$5632$96 , \port$5632$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -14404,15 +14648,15 @@ module \dx1_soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$5664$16 , \port$5664$8 , \port$5664$112 , \port$5664$96 , \port$5664$64  };
-  assign w_data = { \port$5664$16 , \port$5664$8 , \port$5664$112 , \port$5664$96 , \port$5664$64  };
+  assign w_port__data = { \port$5632$16 , \port$5632$8 , \port$5632$112 , \port$5632$96 , \port$5632$64  };
+  assign w_data = { \port$5632$16 , \port$5632$8 , \port$5632$112 , \port$5632$96 , \port$5632$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$8212$0 , \port$8214$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$8264$0 , \port$8266$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -14777,10 +15021,10 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$8212$0 ;
-  wire [255:0] \port$8212$0 ;
-  input [15:0] \port$8214$0 ;
-  wire [15:0] \port$8214$0 ;
+  input [255:0] \port$8264$0 ;
+  wire [255:0] \port$8264$0 ;
+  input [15:0] \port$8266$0 ;
+  wire [15:0] \port$8266$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -15282,8 +15526,8 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   );
   \dx1_soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$7058$128 (cmd[143:128]),
-    .\port$7058$80 (cmd[91:80]),
+    .\port$7068$128 (cmd[143:128]),
+    .\port$7068$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -15296,16 +15540,16 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
     .bias(bias),
     .clk(clk),
     .ctl(\ctl$96 ),
+    .ctl_s4(\out_ctl$100 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$100 ),
-    .out_valid(out_valid),
     .relu(relu),
     .row(row),
     .row_valid(row_valid),
     .rst(rst),
     .shift(shift),
-    .soft_reset(soft_reset)
+    .soft_reset(soft_reset),
+    .valid_s4(out_valid)
   );
   \dx1_soc.core1.spm_ext_fifo  spm_ext_fifo (
     .clk(clk),
@@ -15320,11 +15564,11 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   );
   \dx1_soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$7058$112 (cmd[143:112]),
-    .\port$7058$16 (cmd[31:16]),
-    .\port$7058$64 (cmd[75:64]),
-    .\port$7058$8 (cmd[8]),
-    .\port$7058$96 (cmd[105:96]),
+    .\port$7068$112 (cmd[143:112]),
+    .\port$7068$16 (cmd[31:16]),
+    .\port$7068$64 (cmd[75:64]),
+    .\port$7068$8 (cmd[8]),
+    .\port$7068$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -15520,7 +15764,7 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$8214$0 [9:0];
+      acc_w__addr = \port$8266$0 [9:0];
     end
   end
   always @* begin
@@ -15530,7 +15774,7 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$8212$0 ;
+      acc_w__data = \port$8264$0 ;
     end
   end
   always @* begin
@@ -15598,7 +15842,7 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$8214$0 [11:0];
+      spm_w__addr = \port$8266$0 [11:0];
     end
   end
   always @* begin
@@ -15608,7 +15852,7 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$8212$0 [63:0];
+      spm_w__data = \port$8264$0 [63:0];
     end
   end
   always @* begin
@@ -16419,8 +16663,8 @@ module \dx1_soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tre
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$8214$0 , \port$8212$0 [63:0] };
-  assign acc_wr__tdata = { \port$8214$0 , \port$8212$0  };
+  assign spm_wr__tdata = { \port$8266$0 , \port$8264$0 [63:0] };
+  assign acc_wr__tdata = { \port$8266$0 , \port$8264$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -24355,7 +24599,7 @@ module \dx1_soc.core1.done_fifo (rst, soft_reset, r_data, w_en, w_port__data, r_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7058$80 , \port$7058$128 , clk);
+module \dx1_soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7068$80 , \port$7068$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -24379,10 +24623,10 @@ module \dx1_soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7058$128 ;
-  wire [15:0] \port$7058$128 ;
-  input [11:0] \port$7058$80 ;
-  wire [11:0] \port$7058$80 ;
+  input [15:0] \port$7068$128 ;
+  wire [15:0] \port$7068$128 ;
+  input [11:0] \port$7068$80 ;
+  wire [11:0] \port$7068$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -24418,7 +24662,7 @@ module \dx1_soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7058$128 , \port$7058$80  };
+      storage[w_port__addr] <= { \port$7068$128 , \port$7068$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -24489,184 +24733,189 @@ module \dx1_soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7058$128 , \port$7058$80  };
-  assign w_data = { \port$7058$128 , \port$7058$80  };
+  assign w_port__data = { \port$7068$128 , \port$7068$80  };
+  assign w_data = { \port$7068$128 , \port$7068$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row_valid, ctl, out, out_valid, out_ctl, clk);
+module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire [110:0] \$1 ;
-  wire \$10 ;
+  wire [50:0] \$10 ;
   wire \$100 ;
-  wire [49:0] \$101 ;
-  wire [50:0] \$102 ;
-  wire [50:0] \$103 ;
+  wire [32:0] \$101 ;
+  wire [32:0] \$102 ;
+  wire \$103 ;
   wire \$104 ;
-  wire \$105 ;
+  wire [49:0] \$105 ;
   wire [49:0] \$106 ;
-  wire [49:0] \$107 ;
-  wire [32:0] \$108 ;
-  wire \$109 ;
-  wire [49:0] \$11 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire [32:0] \$109 ;
+  wire [32:0] \$11 ;
   wire [32:0] \$110 ;
   wire \$111 ;
-  wire [32:0] \$112 ;
-  wire [32:0] \$113 ;
-  wire [32:0] \$114 ;
+  wire \$112 ;
+  wire [49:0] \$113 ;
+  wire [49:0] \$114 ;
   wire \$115 ;
-  wire [49:0] \$116 ;
-  wire [50:0] \$117 ;
-  wire [50:0] \$118 ;
+  wire \$116 ;
+  wire [32:0] \$117 ;
+  wire [32:0] \$118 ;
   wire \$119 ;
-  wire [50:0] \$12 ;
+  wire \$12 ;
   wire \$120 ;
   wire [49:0] \$121 ;
   wire [49:0] \$122 ;
   wire \$123 ;
-  wire [31:0] \$124 ;
-  wire [47:0] \$125 ;
-  wire \$126 ;
-  wire [31:0] \$127 ;
-  wire [47:0] \$128 ;
-  wire \$129 ;
-  wire [50:0] \$13 ;
-  wire [31:0] \$130 ;
-  wire [47:0] \$131 ;
-  wire \$132 ;
-  wire [31:0] \$133 ;
-  wire [47:0] \$134 ;
-  wire \$135 ;
-  wire [31:0] \$136 ;
-  wire [47:0] \$137 ;
-  wire \$138 ;
-  wire [31:0] \$139 ;
-  wire \$14 ;
-  wire [47:0] \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [47:0] \$143 ;
-  wire \$144 ;
-  wire [31:0] \$145 ;
-  wire [47:0] \$146 ;
-  reg [31:0] \$147 ;
-  reg [48:0] \$148 ;
-  reg [63:0] \$149 ;
-  wire \$15 ;
+  wire \$124 ;
+  wire [32:0] \$125 ;
+  wire [32:0] \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire [49:0] \$129 ;
+  wire [31:0] \$13 ;
+  wire [49:0] \$130 ;
+  reg [46:0] \$131 ;
+  reg [32:0] \$132 ;
+  reg [31:0] \$133 ;
+  reg [48:0] \$134 ;
+  reg [49:0] \$135 ;
+  reg [63:0] \$136 ;
+  reg [32:0] \$137 ;
+  reg [31:0] \$138 ;
+  reg [48:0] \$139 ;
+  wire [47:0] \$14 ;
+  reg [49:0] \$140 ;
+  reg [32:0] \$141 ;
+  reg [31:0] \$142 ;
+  reg [48:0] \$143 ;
+  reg [49:0] \$144 ;
+  reg [32:0] \$145 ;
+  reg [31:0] \$146 ;
+  reg [48:0] \$147 ;
+  reg [49:0] \$148 ;
+  reg [32:0] \$149 ;
+  wire [49:0] \$15 ;
   reg [31:0] \$150 ;
   reg [48:0] \$151 ;
-  reg [31:0] \$152 ;
-  reg [48:0] \$153 ;
+  reg [49:0] \$152 ;
+  reg [32:0] \$153 ;
   reg [31:0] \$154 ;
   reg [48:0] \$155 ;
-  reg [31:0] \$156 ;
-  reg [48:0] \$157 ;
+  reg [49:0] \$156 ;
+  reg [32:0] \$157 ;
   reg [31:0] \$158 ;
   reg [48:0] \$159 ;
-  wire [49:0] \$16 ;
-  reg [31:0] \$160 ;
-  reg [48:0] \$161 ;
+  wire \$16 ;
+  reg [49:0] \$160 ;
+  reg [32:0] \$161 ;
   reg [31:0] \$162 ;
   reg [48:0] \$163 ;
-  reg \$164 ;
-  reg [12:0] \$165 ;
-  reg \$166 ;
-  reg [12:0] \$167 ;
-  reg \$168 ;
-  reg [12:0] \$169 ;
-  wire [49:0] \$17 ;
-  wire [32:0] \$18 ;
-  wire \$19 ;
+  reg [49:0] \$164 ;
+  reg \$165 ;
+  reg [12:0] \$166 ;
+  reg \$167 ;
+  reg [12:0] \$168 ;
+  reg \$169 ;
+  wire \$17 ;
+  reg [12:0] \$170 ;
+  reg \$171 ;
+  reg [12:0] \$172 ;
+  reg \$173 ;
+  reg [12:0] \$174 ;
+  wire [50:0] \$18 ;
+  wire [32:0] \$19 ;
   wire [110:0] \$2 ;
-  wire [32:0] \$20 ;
-  wire \$21 ;
-  wire [32:0] \$22 ;
-  wire [32:0] \$23 ;
-  wire [32:0] \$24 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [47:0] \$22 ;
+  wire [49:0] \$23 ;
+  wire \$24 ;
   wire \$25 ;
-  wire [49:0] \$26 ;
-  wire [50:0] \$27 ;
-  wire [50:0] \$28 ;
-  wire \$29 ;
+  wire [50:0] \$26 ;
+  wire [32:0] \$27 ;
+  wire \$28 ;
+  wire [31:0] \$29 ;
   wire [32:0] \$3 ;
-  wire \$30 ;
+  wire [47:0] \$30 ;
   wire [49:0] \$31 ;
-  wire [49:0] \$32 ;
-  wire [32:0] \$33 ;
-  wire \$34 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire [50:0] \$34 ;
   wire [32:0] \$35 ;
   wire \$36 ;
-  wire [32:0] \$37 ;
-  wire [32:0] \$38 ;
-  wire [32:0] \$39 ;
+  wire [31:0] \$37 ;
+  wire [47:0] \$38 ;
+  wire [49:0] \$39 ;
   wire \$4 ;
   wire \$40 ;
-  wire [49:0] \$41 ;
+  wire \$41 ;
   wire [50:0] \$42 ;
-  wire [50:0] \$43 ;
+  wire [32:0] \$43 ;
   wire \$44 ;
-  wire \$45 ;
-  wire [49:0] \$46 ;
+  wire [31:0] \$45 ;
+  wire [47:0] \$46 ;
   wire [49:0] \$47 ;
-  wire [32:0] \$48 ;
+  wire \$48 ;
   wire \$49 ;
-  wire [32:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire \$51 ;
-  wire [32:0] \$52 ;
-  wire [32:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire \$55 ;
-  wire [49:0] \$56 ;
-  wire [50:0] \$57 ;
+  wire [31:0] \$5 ;
+  wire [50:0] \$50 ;
+  wire [32:0] \$51 ;
+  wire \$52 ;
+  wire [31:0] \$53 ;
+  wire [47:0] \$54 ;
+  wire [49:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
   wire [50:0] \$58 ;
-  wire \$59 ;
-  wire \$6 ;
+  wire [32:0] \$59 ;
+  wire [47:0] \$6 ;
   wire \$60 ;
-  wire [49:0] \$61 ;
-  wire [49:0] \$62 ;
-  wire [32:0] \$63 ;
+  wire [31:0] \$61 ;
+  wire [47:0] \$62 ;
+  wire [49:0] \$63 ;
   wire \$64 ;
-  wire [32:0] \$65 ;
-  wire \$66 ;
-  wire [32:0] \$67 ;
-  wire [32:0] \$68 ;
+  wire \$65 ;
+  wire [50:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
   wire [32:0] \$69 ;
-  wire [32:0] \$7 ;
-  wire \$70 ;
-  wire [49:0] \$71 ;
-  wire [50:0] \$72 ;
-  wire [50:0] \$73 ;
-  wire \$74 ;
+  wire [49:0] \$7 ;
+  wire [32:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire [49:0] \$73 ;
+  wire [49:0] \$74 ;
   wire \$75 ;
-  wire [49:0] \$76 ;
-  wire [49:0] \$77 ;
+  wire \$76 ;
+  wire [32:0] \$77 ;
   wire [32:0] \$78 ;
   wire \$79 ;
-  wire [32:0] \$8 ;
-  wire [32:0] \$80 ;
-  wire \$81 ;
-  wire [32:0] \$82 ;
-  wire [32:0] \$83 ;
-  wire [32:0] \$84 ;
-  wire \$85 ;
-  wire [49:0] \$86 ;
-  wire [50:0] \$87 ;
-  wire [50:0] \$88 ;
-  wire \$89 ;
-  wire [32:0] \$9 ;
-  wire \$90 ;
-  wire [49:0] \$91 ;
-  wire [49:0] \$92 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [49:0] \$81 ;
+  wire [49:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire [32:0] \$85 ;
+  wire [32:0] \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire [49:0] \$89 ;
+  wire \$9 ;
+  wire [49:0] \$90 ;
+  wire \$91 ;
+  wire \$92 ;
   wire [32:0] \$93 ;
-  wire \$94 ;
-  wire [32:0] \$95 ;
+  wire [32:0] \$94 ;
+  wire \$95 ;
   wire \$96 ;
-  wire [32:0] \$97 ;
-  wire [32:0] \$98 ;
-  wire [32:0] \$99 ;
+  wire [49:0] \$97 ;
+  wire [49:0] \$98 ;
+  wire \$99 ;
   input [255:0] bias;
   wire [255:0] bias;
   wire [31:0] \bias[0] ;
@@ -24683,19 +24932,13 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [12:0] ctl;
   reg [12:0] ctl_s0 = 13'h0000;
   reg [12:0] ctl_s1 = 13'h0000;
-  (* init = 13'h0000 *)
-  wire [12:0] ctl_s2;
-  wire [46:0] half;
+  reg [12:0] ctl_s2 = 13'h0000;
+  reg [12:0] ctl_s3 = 13'h0000;
+  output [12:0] ctl_s4;
+  reg [12:0] ctl_s4 = 13'h0000;
+  reg [46:0] half = 47'h000000000000;
   input [15:0] mult;
   wire [15:0] mult;
-  wire neg0;
-  wire neg1;
-  wire neg2;
-  wire neg3;
-  wire neg4;
-  wire neg5;
-  wire neg6;
-  wire neg7;
   output [63:0] out;
   reg [63:0] out = 64'h0000000000000000;
   wire [7:0] \out[0] ;
@@ -24706,10 +24949,10 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [7:0] \out[5] ;
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
-  output [12:0] out_ctl;
-  reg [12:0] out_ctl = 13'h0000;
-  output out_valid;
-  reg out_valid = 1'h0;
+  (* init = 13'h0000 *)
+  wire [12:0] out_ctl;
+  (* init = 1'h0 *)
+  wire out_valid;
   reg [48:0] p0 = 49'h0000000000000;
   reg [48:0] p1 = 49'h0000000000000;
   reg [48:0] p2 = 49'h0000000000000;
@@ -24718,6 +24961,14 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   reg [48:0] p5 = 49'h0000000000000;
   reg [48:0] p6 = 49'h0000000000000;
   reg [48:0] p7 = 49'h0000000000000;
+  reg [49:0] q0 = 50'h0000000000000;
+  reg [49:0] q1 = 50'h0000000000000;
+  reg [49:0] q2 = 50'h0000000000000;
+  reg [49:0] q3 = 50'h0000000000000;
+  reg [49:0] q4 = 50'h0000000000000;
+  reg [49:0] q5 = 50'h0000000000000;
+  reg [49:0] q6 = 50'h0000000000000;
+  reg [49:0] q7 = 50'h0000000000000;
   input relu;
   wire relu;
   input [255:0] row;
@@ -24734,6 +24985,14 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire row_valid;
   input rst;
   wire rst;
+  reg [32:0] s0 = 33'h000000000;
+  reg [32:0] s1 = 33'h000000000;
+  reg [32:0] s2 = 33'h000000000;
+  reg [32:0] s3 = 33'h000000000;
+  reg [32:0] s4 = 33'h000000000;
+  reg [32:0] s5 = 33'h000000000;
+  reg [32:0] s6 = 33'h000000000;
+  reg [32:0] s7 = 33'h000000000;
   wire [7:0] sat0;
   wire [7:0] sat1;
   wire [7:0] sat2;
@@ -24756,8 +25015,10 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [31:0] sum7;
   reg valid_s0 = 1'h0;
   reg valid_s1 = 1'h0;
-  (* init = 1'h0 *)
-  wire valid_s2;
+  reg valid_s2 = 1'h0;
+  reg valid_s3 = 1'h0;
+  output valid_s4;
+  reg valid_s4 = 1'h0;
   reg [31:0] x0 = 32'd0;
   reg [31:0] x1 = 32'd0;
   reg [31:0] x2 = 32'd0;
@@ -24776,243 +25037,429 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   wire [49:0] y7;
   assign \$1  = 1'h1 << shift;
   assign \$3  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$4  = $signed(\$3 ) > $signed(32'd2147483647);
-  assign \$5  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$6  = $signed(\$5 ) < $signed(32'd2147483648);
-  assign \$7  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$8  = \$6  ? 33'h180000000 : \$7 ;
-  assign \$9  = \$4  ? 33'h07fffffff : \$8 ;
-  assign \$10  = | shift;
-  assign neg0 = p0[48] & \$10 ;
-  assign \$11  = $signed(p0) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$12  = $signed(\$11 ) - $signed({ 1'h0, neg0 });
-  assign \$13  = $signed(\$12 ) >>> shift;
-  assign \$14  = $signed(\$13 [49:0]) > $signed(8'h7f);
-  assign \$15  = $signed(\$13 [49:0]) < $signed(8'h80);
-  assign \$16  = \$15  ? 50'h3ffffffffff80 : \$13 [49:0];
-  assign \$17  = \$14  ? 50'h000000000007f : \$16 ;
-  assign \$18  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$19  = $signed(\$18 ) > $signed(32'd2147483647);
-  assign \$20  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$21  = $signed(\$20 ) < $signed(32'd2147483648);
-  assign \$22  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$23  = \$21  ? 33'h180000000 : \$22 ;
-  assign \$24  = \$19  ? 33'h07fffffff : \$23 ;
-  assign \$25  = | shift;
-  assign neg1 = p1[48] & \$25 ;
-  assign \$26  = $signed(p1) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$27  = $signed(\$26 ) - $signed({ 1'h0, neg1 });
-  assign \$28  = $signed(\$27 ) >>> shift;
-  assign \$29  = $signed(\$28 [49:0]) > $signed(8'h7f);
-  assign \$30  = $signed(\$28 [49:0]) < $signed(8'h80);
-  assign \$31  = \$30  ? 50'h3ffffffffff80 : \$28 [49:0];
-  assign \$32  = \$29  ? 50'h000000000007f : \$31 ;
-  assign \$33  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$34  = $signed(\$33 ) > $signed(32'd2147483647);
-  assign \$35  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$36  = $signed(\$35 ) < $signed(32'd2147483648);
-  assign \$37  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$38  = \$36  ? 33'h180000000 : \$37 ;
-  assign \$39  = \$34  ? 33'h07fffffff : \$38 ;
+  assign \$4  = relu & \$70 [31];
+  assign \$5  = \$4  ? 32'd0 : \$70 [31:0];
+  assign \$6  = $signed(x0) * $signed({ 1'h0, mult });
+  assign \$7  = $signed(p0) + $signed({ 1'h0, half });
+  assign \$8  = | shift;
+  assign \$9  = p0[48] & \$8 ;
+  assign \$10  = $signed(\$7 ) - $signed({ 1'h0, \$9  });
+  assign \$11  = $signed(row[63:32]) + $signed(bias[63:32]);
+  assign \$12  = relu & \$78 [31];
+  assign \$13  = \$12  ? 32'd0 : \$78 [31:0];
+  assign \$14  = $signed(x1) * $signed({ 1'h0, mult });
+  assign \$15  = $signed(p1) + $signed({ 1'h0, half });
+  assign \$16  = | shift;
+  assign \$17  = p1[48] & \$16 ;
+  assign \$18  = $signed(\$15 ) - $signed({ 1'h0, \$17  });
+  assign \$19  = $signed(row[95:64]) + $signed(bias[95:64]);
+  assign \$20  = relu & \$86 [31];
+  assign \$21  = \$20  ? 32'd0 : \$86 [31:0];
+  assign \$22  = $signed(x2) * $signed({ 1'h0, mult });
+  assign \$23  = $signed(p2) + $signed({ 1'h0, half });
+  assign \$24  = | shift;
+  assign \$25  = p2[48] & \$24 ;
+  assign \$26  = $signed(\$23 ) - $signed({ 1'h0, \$25  });
+  assign \$27  = $signed(row[127:96]) + $signed(bias[127:96]);
+  assign \$28  = relu & \$94 [31];
+  assign \$29  = \$28  ? 32'd0 : \$94 [31:0];
+  assign \$30  = $signed(x3) * $signed({ 1'h0, mult });
+  assign \$31  = $signed(p3) + $signed({ 1'h0, half });
+  assign \$32  = | shift;
+  assign \$33  = p3[48] & \$32 ;
+  assign \$34  = $signed(\$31 ) - $signed({ 1'h0, \$33  });
+  assign \$35  = $signed(row[159:128]) + $signed(bias[159:128]);
+  assign \$36  = relu & \$102 [31];
+  assign \$37  = \$36  ? 32'd0 : \$102 [31:0];
+  assign \$38  = $signed(x4) * $signed({ 1'h0, mult });
+  assign \$39  = $signed(p4) + $signed({ 1'h0, half });
   assign \$40  = | shift;
-  assign neg2 = p2[48] & \$40 ;
-  assign \$41  = $signed(p2) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$42  = $signed(\$41 ) - $signed({ 1'h0, neg2 });
-  assign \$43  = $signed(\$42 ) >>> shift;
-  assign \$44  = $signed(\$43 [49:0]) > $signed(8'h7f);
-  assign \$45  = $signed(\$43 [49:0]) < $signed(8'h80);
-  assign \$46  = \$45  ? 50'h3ffffffffff80 : \$43 [49:0];
-  assign \$47  = \$44  ? 50'h000000000007f : \$46 ;
-  assign \$48  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$49  = $signed(\$48 ) > $signed(32'd2147483647);
-  assign \$50  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$51  = $signed(\$50 ) < $signed(32'd2147483648);
-  assign \$52  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$53  = \$51  ? 33'h180000000 : \$52 ;
-  assign \$54  = \$49  ? 33'h07fffffff : \$53 ;
-  assign \$55  = | shift;
-  assign neg3 = p3[48] & \$55 ;
-  assign \$56  = $signed(p3) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$57  = $signed(\$56 ) - $signed({ 1'h0, neg3 });
-  assign \$58  = $signed(\$57 ) >>> shift;
-  assign \$59  = $signed(\$58 [49:0]) > $signed(8'h7f);
-  assign \$60  = $signed(\$58 [49:0]) < $signed(8'h80);
-  assign \$61  = \$60  ? 50'h3ffffffffff80 : \$58 [49:0];
-  assign \$62  = \$59  ? 50'h000000000007f : \$61 ;
-  assign \$63  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$64  = $signed(\$63 ) > $signed(32'd2147483647);
-  assign \$65  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$66  = $signed(\$65 ) < $signed(32'd2147483648);
-  assign \$67  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$68  = \$66  ? 33'h180000000 : \$67 ;
-  assign \$69  = \$64  ? 33'h07fffffff : \$68 ;
-  assign \$70  = | shift;
-  assign neg4 = p4[48] & \$70 ;
-  assign \$71  = $signed(p4) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$72  = $signed(\$71 ) - $signed({ 1'h0, neg4 });
-  assign \$73  = $signed(\$72 ) >>> shift;
-  assign \$74  = $signed(\$73 [49:0]) > $signed(8'h7f);
-  assign \$75  = $signed(\$73 [49:0]) < $signed(8'h80);
-  assign \$76  = \$75  ? 50'h3ffffffffff80 : \$73 [49:0];
-  assign \$77  = \$74  ? 50'h000000000007f : \$76 ;
-  assign \$78  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$79  = $signed(\$78 ) > $signed(32'd2147483647);
-  assign \$80  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$81  = $signed(\$80 ) < $signed(32'd2147483648);
-  assign \$82  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$83  = \$81  ? 33'h180000000 : \$82 ;
-  assign \$84  = \$79  ? 33'h07fffffff : \$83 ;
-  assign \$85  = | shift;
-  assign neg5 = p5[48] & \$85 ;
-  assign \$86  = $signed(p5) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$87  = $signed(\$86 ) - $signed({ 1'h0, neg5 });
-  assign \$88  = $signed(\$87 ) >>> shift;
-  assign \$89  = $signed(\$88 [49:0]) > $signed(8'h7f);
-  assign \$90  = $signed(\$88 [49:0]) < $signed(8'h80);
-  assign \$91  = \$90  ? 50'h3ffffffffff80 : \$88 [49:0];
-  assign \$92  = \$89  ? 50'h000000000007f : \$91 ;
-  assign \$93  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$94  = $signed(\$93 ) > $signed(32'd2147483647);
-  assign \$95  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$96  = $signed(\$95 ) < $signed(32'd2147483648);
-  assign \$97  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$98  = \$96  ? 33'h180000000 : \$97 ;
-  assign \$99  = \$94  ? 33'h07fffffff : \$98 ;
-  assign \$100  = | shift;
-  assign neg6 = p6[48] & \$100 ;
-  assign \$101  = $signed(p6) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$102  = $signed(\$101 ) - $signed({ 1'h0, neg6 });
-  assign \$103  = $signed(\$102 ) >>> shift;
-  assign \$104  = $signed(\$103 [49:0]) > $signed(8'h7f);
-  assign \$105  = $signed(\$103 [49:0]) < $signed(8'h80);
-  assign \$106  = \$105  ? 50'h3ffffffffff80 : \$103 [49:0];
-  assign \$107  = \$104  ? 50'h000000000007f : \$106 ;
-  assign \$108  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$109  = $signed(\$108 ) > $signed(32'd2147483647);
-  assign \$110  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$111  = $signed(\$110 ) < $signed(32'd2147483648);
-  assign \$112  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$113  = \$111  ? 33'h180000000 : \$112 ;
-  assign \$114  = \$109  ? 33'h07fffffff : \$113 ;
-  assign \$115  = | shift;
-  assign neg7 = p7[48] & \$115 ;
-  assign \$116  = $signed(p7) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$117  = $signed(\$116 ) - $signed({ 1'h0, neg7 });
-  assign \$118  = $signed(\$117 ) >>> shift;
-  assign \$119  = $signed(\$118 [49:0]) > $signed(8'h7f);
-  assign \$120  = $signed(\$118 [49:0]) < $signed(8'h80);
-  assign \$121  = \$120  ? 50'h3ffffffffff80 : \$118 [49:0];
+  assign \$41  = p4[48] & \$40 ;
+  assign \$42  = $signed(\$39 ) - $signed({ 1'h0, \$41  });
+  assign \$43  = $signed(row[191:160]) + $signed(bias[191:160]);
+  assign \$44  = relu & \$110 [31];
+  assign \$45  = \$44  ? 32'd0 : \$110 [31:0];
+  assign \$46  = $signed(x5) * $signed({ 1'h0, mult });
+  assign \$47  = $signed(p5) + $signed({ 1'h0, half });
+  assign \$48  = | shift;
+  assign \$49  = p5[48] & \$48 ;
+  assign \$50  = $signed(\$47 ) - $signed({ 1'h0, \$49  });
+  assign \$51  = $signed(row[223:192]) + $signed(bias[223:192]);
+  assign \$52  = relu & \$118 [31];
+  assign \$53  = \$52  ? 32'd0 : \$118 [31:0];
+  assign \$54  = $signed(x6) * $signed({ 1'h0, mult });
+  assign \$55  = $signed(p6) + $signed({ 1'h0, half });
+  assign \$56  = | shift;
+  assign \$57  = p6[48] & \$56 ;
+  assign \$58  = $signed(\$55 ) - $signed({ 1'h0, \$57  });
+  assign \$59  = $signed(row[255:224]) + $signed(bias[255:224]);
+  assign \$60  = relu & \$126 [31];
+  assign \$61  = \$60  ? 32'd0 : \$126 [31:0];
+  assign \$62  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$63  = $signed(p7) + $signed({ 1'h0, half });
+  assign \$64  = | shift;
+  assign \$65  = p7[48] & \$64 ;
+  assign \$66  = $signed(\$63 ) - $signed({ 1'h0, \$65  });
+  assign \$67  = $signed(s0) > $signed(32'd2147483647);
+  assign \$68  = $signed(s0) < $signed(32'd2147483648);
+  assign \$69  = \$68  ? 33'h180000000 : s0;
+  assign \$70  = \$67  ? 33'h07fffffff : \$69 ;
+  assign y0 = $signed(q0) >>> shift;
+  assign \$71  = $signed(y0) > $signed(8'h7f);
+  assign \$72  = $signed(y0) < $signed(8'h80);
+  assign \$73  = \$72  ? 50'h3ffffffffff80 : y0;
+  assign \$74  = \$71  ? 50'h000000000007f : \$73 ;
+  assign \$75  = $signed(s1) > $signed(32'd2147483647);
+  assign \$76  = $signed(s1) < $signed(32'd2147483648);
+  assign \$77  = \$76  ? 33'h180000000 : s1;
+  assign \$78  = \$75  ? 33'h07fffffff : \$77 ;
+  assign y1 = $signed(q1) >>> shift;
+  assign \$79  = $signed(y1) > $signed(8'h7f);
+  assign \$80  = $signed(y1) < $signed(8'h80);
+  assign \$81  = \$80  ? 50'h3ffffffffff80 : y1;
+  assign \$82  = \$79  ? 50'h000000000007f : \$81 ;
+  assign \$83  = $signed(s2) > $signed(32'd2147483647);
+  assign \$84  = $signed(s2) < $signed(32'd2147483648);
+  assign \$85  = \$84  ? 33'h180000000 : s2;
+  assign \$86  = \$83  ? 33'h07fffffff : \$85 ;
+  assign y2 = $signed(q2) >>> shift;
+  assign \$87  = $signed(y2) > $signed(8'h7f);
+  assign \$88  = $signed(y2) < $signed(8'h80);
+  assign \$89  = \$88  ? 50'h3ffffffffff80 : y2;
+  assign \$90  = \$87  ? 50'h000000000007f : \$89 ;
+  assign \$91  = $signed(s3) > $signed(32'd2147483647);
+  assign \$92  = $signed(s3) < $signed(32'd2147483648);
+  assign \$93  = \$92  ? 33'h180000000 : s3;
+  assign \$94  = \$91  ? 33'h07fffffff : \$93 ;
+  assign y3 = $signed(q3) >>> shift;
+  assign \$95  = $signed(y3) > $signed(8'h7f);
+  assign \$96  = $signed(y3) < $signed(8'h80);
+  assign \$97  = \$96  ? 50'h3ffffffffff80 : y3;
+  assign \$98  = \$95  ? 50'h000000000007f : \$97 ;
+  assign \$99  = $signed(s4) > $signed(32'd2147483647);
+  assign \$100  = $signed(s4) < $signed(32'd2147483648);
+  assign \$101  = \$100  ? 33'h180000000 : s4;
+  assign \$102  = \$99  ? 33'h07fffffff : \$101 ;
+  assign y4 = $signed(q4) >>> shift;
+  assign \$103  = $signed(y4) > $signed(8'h7f);
+  assign \$104  = $signed(y4) < $signed(8'h80);
+  assign \$105  = \$104  ? 50'h3ffffffffff80 : y4;
+  assign \$106  = \$103  ? 50'h000000000007f : \$105 ;
+  assign \$107  = $signed(s5) > $signed(32'd2147483647);
+  assign \$108  = $signed(s5) < $signed(32'd2147483648);
+  assign \$109  = \$108  ? 33'h180000000 : s5;
+  assign \$110  = \$107  ? 33'h07fffffff : \$109 ;
+  assign y5 = $signed(q5) >>> shift;
+  assign \$111  = $signed(y5) > $signed(8'h7f);
+  assign \$112  = $signed(y5) < $signed(8'h80);
+  assign \$113  = \$112  ? 50'h3ffffffffff80 : y5;
+  assign \$114  = \$111  ? 50'h000000000007f : \$113 ;
+  assign \$115  = $signed(s6) > $signed(32'd2147483647);
+  assign \$116  = $signed(s6) < $signed(32'd2147483648);
+  assign \$117  = \$116  ? 33'h180000000 : s6;
+  assign \$118  = \$115  ? 33'h07fffffff : \$117 ;
+  assign y6 = $signed(q6) >>> shift;
+  assign \$119  = $signed(y6) > $signed(8'h7f);
+  assign \$120  = $signed(y6) < $signed(8'h80);
+  assign \$121  = \$120  ? 50'h3ffffffffff80 : y6;
   assign \$122  = \$119  ? 50'h000000000007f : \$121 ;
-  assign \$123  = relu & \$9 [31];
-  assign \$124  = \$123  ? 32'd0 : \$9 [31:0];
-  assign \$125  = $signed(x0) * $signed({ 1'h0, mult });
-  assign \$126  = relu & \$24 [31];
-  assign \$127  = \$126  ? 32'd0 : \$24 [31:0];
-  assign \$128  = $signed(x1) * $signed({ 1'h0, mult });
-  assign \$129  = relu & \$39 [31];
-  assign \$130  = \$129  ? 32'd0 : \$39 [31:0];
-  assign \$131  = $signed(x2) * $signed({ 1'h0, mult });
-  assign \$132  = relu & \$54 [31];
-  assign \$133  = \$132  ? 32'd0 : \$54 [31:0];
-  assign \$134  = $signed(x3) * $signed({ 1'h0, mult });
-  assign \$135  = relu & \$69 [31];
-  assign \$136  = \$135  ? 32'd0 : \$69 [31:0];
-  assign \$137  = $signed(x4) * $signed({ 1'h0, mult });
-  assign \$138  = relu & \$84 [31];
-  assign \$139  = \$138  ? 32'd0 : \$84 [31:0];
-  assign \$140  = $signed(x5) * $signed({ 1'h0, mult });
-  assign \$141  = relu & \$99 [31];
-  assign \$142  = \$141  ? 32'd0 : \$99 [31:0];
-  assign \$143  = $signed(x6) * $signed({ 1'h0, mult });
-  assign \$144  = relu & \$114 [31];
-  assign \$145  = \$144  ? 32'd0 : \$114 [31:0];
-  assign \$146  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$123  = $signed(s7) > $signed(32'd2147483647);
+  assign \$124  = $signed(s7) < $signed(32'd2147483648);
+  assign \$125  = \$124  ? 33'h180000000 : s7;
+  assign \$126  = \$123  ? 33'h07fffffff : \$125 ;
+  assign y7 = $signed(q7) >>> shift;
+  assign \$127  = $signed(y7) > $signed(8'h7f);
+  assign \$128  = $signed(y7) < $signed(8'h80);
+  assign \$129  = \$128  ? 50'h3ffffffffff80 : y7;
+  assign \$130  = \$127  ? 50'h000000000007f : \$129 ;
   always @(posedge clk)
-    x0 <= \$147 ;
+    half <= \$131 ;
   always @(posedge clk)
-    p0 <= \$148 ;
+    s0 <= \$132 ;
   always @(posedge clk)
-    out <= \$149 ;
+    x0 <= \$133 ;
   always @(posedge clk)
-    x1 <= \$150 ;
+    p0 <= \$134 ;
   always @(posedge clk)
-    p1 <= \$151 ;
+    q0 <= \$135 ;
   always @(posedge clk)
-    x2 <= \$152 ;
+    out <= \$136 ;
   always @(posedge clk)
-    p2 <= \$153 ;
+    s1 <= \$137 ;
   always @(posedge clk)
-    x3 <= \$154 ;
+    x1 <= \$138 ;
   always @(posedge clk)
-    p3 <= \$155 ;
+    p1 <= \$139 ;
   always @(posedge clk)
-    x4 <= \$156 ;
+    q1 <= \$140 ;
   always @(posedge clk)
-    p4 <= \$157 ;
+    s2 <= \$141 ;
   always @(posedge clk)
-    x5 <= \$158 ;
+    x2 <= \$142 ;
   always @(posedge clk)
-    p5 <= \$159 ;
+    p2 <= \$143 ;
   always @(posedge clk)
-    x6 <= \$160 ;
+    q2 <= \$144 ;
   always @(posedge clk)
-    p6 <= \$161 ;
+    s3 <= \$145 ;
+  always @(posedge clk)
+    x3 <= \$146 ;
+  always @(posedge clk)
+    p3 <= \$147 ;
+  always @(posedge clk)
+    q3 <= \$148 ;
+  always @(posedge clk)
+    s4 <= \$149 ;
+  always @(posedge clk)
+    x4 <= \$150 ;
+  always @(posedge clk)
+    p4 <= \$151 ;
+  always @(posedge clk)
+    q4 <= \$152 ;
+  always @(posedge clk)
+    s5 <= \$153 ;
+  always @(posedge clk)
+    x5 <= \$154 ;
+  always @(posedge clk)
+    p5 <= \$155 ;
+  always @(posedge clk)
+    q5 <= \$156 ;
+  always @(posedge clk)
+    s6 <= \$157 ;
+  always @(posedge clk)
+    x6 <= \$158 ;
+  always @(posedge clk)
+    p6 <= \$159 ;
+  always @(posedge clk)
+    q6 <= \$160 ;
+  always @(posedge clk)
+    s7 <= \$161 ;
   always @(posedge clk)
     x7 <= \$162 ;
   always @(posedge clk)
     p7 <= \$163 ;
   always @(posedge clk)
-    valid_s0 <= \$164 ;
+    q7 <= \$164 ;
   always @(posedge clk)
-    ctl_s0 <= \$165 ;
+    valid_s0 <= \$165 ;
   always @(posedge clk)
-    valid_s1 <= \$166 ;
+    ctl_s0 <= \$166 ;
   always @(posedge clk)
-    ctl_s1 <= \$167 ;
+    valid_s1 <= \$167 ;
   always @(posedge clk)
-    out_valid <= \$168 ;
+    ctl_s1 <= \$168 ;
   always @(posedge clk)
-    out_ctl <= \$169 ;
+    valid_s2 <= \$169 ;
+  always @(posedge clk)
+    ctl_s2 <= \$170 ;
+  always @(posedge clk)
+    valid_s3 <= \$171 ;
+  always @(posedge clk)
+    ctl_s3 <= \$172 ;
+  always @(posedge clk)
+    valid_s4 <= \$173 ;
+  always @(posedge clk)
+    ctl_s4 <= \$174 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$147  = \$124 ;
+    \$131  = \$2 [46:0];
     if (soft_reset) begin
-      \$147  = 32'd0;
+      \$131  = 47'h000000000000;
     end
     if (rst) begin
-      \$147  = 32'd0;
+      \$131  = 47'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$148  = { \$125 [47], \$125  };
+    \$132  = \$3 ;
     if (soft_reset) begin
-      \$148  = 49'h0000000000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 49'h0000000000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$149 [7:0] = \$17 [7:0];
-    \$149 [15:8] = \$32 [7:0];
-    \$149 [23:16] = \$47 [7:0];
-    \$149 [31:24] = \$62 [7:0];
-    \$149 [39:32] = \$77 [7:0];
-    \$149 [47:40] = \$92 [7:0];
-    \$149 [55:48] = \$107 [7:0];
-    \$149 [63:56] = \$122 [7:0];
+    \$133  = \$5 ;
     if (soft_reset) begin
-      \$149  = 64'h0000000000000000;
+      \$133  = 32'd0;
     end
     if (rst) begin
-      \$149  = 64'h0000000000000000;
+      \$133  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$150  = \$127 ;
+    \$134  = { \$6 [47], \$6  };
+    if (soft_reset) begin
+      \$134  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$134  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$135  = \$10 [49:0];
+    if (soft_reset) begin
+      \$135  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$135  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$136 [7:0] = \$74 [7:0];
+    \$136 [15:8] = \$82 [7:0];
+    \$136 [23:16] = \$90 [7:0];
+    \$136 [31:24] = \$98 [7:0];
+    \$136 [39:32] = \$106 [7:0];
+    \$136 [47:40] = \$114 [7:0];
+    \$136 [55:48] = \$122 [7:0];
+    \$136 [63:56] = \$130 [7:0];
+    if (soft_reset) begin
+      \$136  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$136  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$137  = \$11 ;
+    if (soft_reset) begin
+      \$137  = 33'h000000000;
+    end
+    if (rst) begin
+      \$137  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$138  = \$13 ;
+    if (soft_reset) begin
+      \$138  = 32'd0;
+    end
+    if (rst) begin
+      \$138  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$139  = { \$14 [47], \$14  };
+    if (soft_reset) begin
+      \$139  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$139  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$140  = \$18 [49:0];
+    if (soft_reset) begin
+      \$140  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$140  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$141  = \$19 ;
+    if (soft_reset) begin
+      \$141  = 33'h000000000;
+    end
+    if (rst) begin
+      \$141  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$142  = \$21 ;
+    if (soft_reset) begin
+      \$142  = 32'd0;
+    end
+    if (rst) begin
+      \$142  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$143  = { \$22 [47], \$22  };
+    if (soft_reset) begin
+      \$143  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$143  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$144  = \$26 [49:0];
+    if (soft_reset) begin
+      \$144  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$144  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$145  = \$27 ;
+    if (soft_reset) begin
+      \$145  = 33'h000000000;
+    end
+    if (rst) begin
+      \$145  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$146  = \$29 ;
+    if (soft_reset) begin
+      \$146  = 32'd0;
+    end
+    if (rst) begin
+      \$146  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$147  = { \$30 [47], \$30  };
+    if (soft_reset) begin
+      \$147  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$147  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$148  = \$34 [49:0];
+    if (soft_reset) begin
+      \$148  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$148  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$149  = \$35 ;
+    if (soft_reset) begin
+      \$149  = 33'h000000000;
+    end
+    if (rst) begin
+      \$149  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$150  = \$37 ;
     if (soft_reset) begin
       \$150  = 32'd0;
     end
@@ -25022,7 +25469,7 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$151  = { \$128 [47], \$128  };
+    \$151  = { \$38 [47], \$38  };
     if (soft_reset) begin
       \$151  = 49'h0000000000000;
     end
@@ -25032,27 +25479,27 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$152  = \$130 ;
+    \$152  = \$42 [49:0];
     if (soft_reset) begin
-      \$152  = 32'd0;
+      \$152  = 50'h0000000000000;
     end
     if (rst) begin
-      \$152  = 32'd0;
+      \$152  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$153  = { \$131 [47], \$131  };
+    \$153  = \$43 ;
     if (soft_reset) begin
-      \$153  = 49'h0000000000000;
+      \$153  = 33'h000000000;
     end
     if (rst) begin
-      \$153  = 49'h0000000000000;
+      \$153  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$154  = \$133 ;
+    \$154  = \$45 ;
     if (soft_reset) begin
       \$154  = 32'd0;
     end
@@ -25062,7 +25509,7 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$155  = { \$134 [47], \$134  };
+    \$155  = { \$46 [47], \$46  };
     if (soft_reset) begin
       \$155  = 49'h0000000000000;
     end
@@ -25072,27 +25519,27 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$156  = \$136 ;
+    \$156  = \$50 [49:0];
     if (soft_reset) begin
-      \$156  = 32'd0;
+      \$156  = 50'h0000000000000;
     end
     if (rst) begin
-      \$156  = 32'd0;
+      \$156  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$157  = { \$137 [47], \$137  };
+    \$157  = \$51 ;
     if (soft_reset) begin
-      \$157  = 49'h0000000000000;
+      \$157  = 33'h000000000;
     end
     if (rst) begin
-      \$157  = 49'h0000000000000;
+      \$157  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$158  = \$139 ;
+    \$158  = \$53 ;
     if (soft_reset) begin
       \$158  = 32'd0;
     end
@@ -25102,7 +25549,7 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$159  = { \$140 [47], \$140  };
+    \$159  = { \$54 [47], \$54  };
     if (soft_reset) begin
       \$159  = 49'h0000000000000;
     end
@@ -25112,27 +25559,27 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$160  = \$142 ;
+    \$160  = \$58 [49:0];
     if (soft_reset) begin
-      \$160  = 32'd0;
+      \$160  = 50'h0000000000000;
     end
     if (rst) begin
-      \$160  = 32'd0;
+      \$160  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$161  = { \$143 [47], \$143  };
+    \$161  = \$59 ;
     if (soft_reset) begin
-      \$161  = 49'h0000000000000;
+      \$161  = 33'h000000000;
     end
     if (rst) begin
-      \$161  = 49'h0000000000000;
+      \$161  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$162  = \$145 ;
+    \$162  = \$61 ;
     if (soft_reset) begin
       \$162  = 32'd0;
     end
@@ -25142,7 +25589,7 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$163  = { \$146 [47], \$146  };
+    \$163  = { \$62 [47], \$62  };
     if (soft_reset) begin
       \$163  = 49'h0000000000000;
     end
@@ -25152,91 +25599,132 @@ module \dx1_soc.core1.postop (rst, soft_reset, row, bias, mult, shift, relu, row
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$164  = row_valid;
+    \$164  = \$66 [49:0];
     if (soft_reset) begin
-      \$164  = 1'h0;
+      \$164  = 50'h0000000000000;
     end
     if (rst) begin
-      \$164  = 1'h0;
+      \$164  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$165  = ctl;
+    \$165  = row_valid;
     if (soft_reset) begin
-      \$165  = 13'h0000;
+      \$165  = 1'h0;
     end
     if (rst) begin
-      \$165  = 13'h0000;
+      \$165  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$166  = valid_s0;
+    \$166  = ctl;
     if (soft_reset) begin
-      \$166  = 1'h0;
+      \$166  = 13'h0000;
     end
     if (rst) begin
-      \$166  = 1'h0;
+      \$166  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$167  = ctl_s0;
+    \$167  = valid_s0;
     if (soft_reset) begin
-      \$167  = 13'h0000;
+      \$167  = 1'h0;
     end
     if (rst) begin
-      \$167  = 13'h0000;
+      \$167  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$168  = valid_s1;
+    \$168  = ctl_s0;
     if (soft_reset) begin
-      \$168  = 1'h0;
+      \$168  = 13'h0000;
     end
     if (rst) begin
-      \$168  = 1'h0;
+      \$168  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
-    \$169  = ctl_s1;
+    \$169  = valid_s1;
     if (soft_reset) begin
-      \$169  = 13'h0000;
+      \$169  = 1'h0;
     end
     if (rst) begin
-      \$169  = 13'h0000;
+      \$169  = 1'h0;
     end
   end
-  assign half = \$2 [46:0];
-  assign sum0 = \$9 [31:0];
-  assign y0 = \$13 [49:0];
-  assign sat0 = \$17 [7:0];
-  assign sum1 = \$24 [31:0];
-  assign y1 = \$28 [49:0];
-  assign sat1 = \$32 [7:0];
-  assign sum2 = \$39 [31:0];
-  assign y2 = \$43 [49:0];
-  assign sat2 = \$47 [7:0];
-  assign sum3 = \$54 [31:0];
-  assign y3 = \$58 [49:0];
-  assign sat3 = \$62 [7:0];
-  assign sum4 = \$69 [31:0];
-  assign y4 = \$73 [49:0];
-  assign sat4 = \$77 [7:0];
-  assign sum5 = \$84 [31:0];
-  assign y5 = \$88 [49:0];
-  assign sat5 = \$92 [7:0];
-  assign sum6 = \$99 [31:0];
-  assign y6 = \$103 [49:0];
-  assign sat6 = \$107 [7:0];
-  assign sum7 = \$114 [31:0];
-  assign y7 = \$118 [49:0];
-  assign sat7 = \$122 [7:0];
-  assign valid_s2 = out_valid;
-  assign ctl_s2 = out_ctl;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$170  = ctl_s1;
+    if (soft_reset) begin
+      \$170  = 13'h0000;
+    end
+    if (rst) begin
+      \$170  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$171  = valid_s2;
+    if (soft_reset) begin
+      \$171  = 1'h0;
+    end
+    if (rst) begin
+      \$171  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$172  = ctl_s2;
+    if (soft_reset) begin
+      \$172  = 13'h0000;
+    end
+    if (rst) begin
+      \$172  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$173  = valid_s3;
+    if (soft_reset) begin
+      \$173  = 1'h0;
+    end
+    if (rst) begin
+      \$173  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$174  = ctl_s3;
+    if (soft_reset) begin
+      \$174  = 13'h0000;
+    end
+    if (rst) begin
+      \$174  = 13'h0000;
+    end
+  end
+  assign sum0 = \$70 [31:0];
+  assign sat0 = \$74 [7:0];
+  assign sum1 = \$78 [31:0];
+  assign sat1 = \$82 [7:0];
+  assign sum2 = \$86 [31:0];
+  assign sat2 = \$90 [7:0];
+  assign sum3 = \$94 [31:0];
+  assign sat3 = \$98 [7:0];
+  assign sum4 = \$102 [31:0];
+  assign sat4 = \$106 [7:0];
+  assign sum5 = \$110 [31:0];
+  assign sat5 = \$114 [7:0];
+  assign sum6 = \$118 [31:0];
+  assign sat6 = \$122 [7:0];
+  assign sum7 = \$126 [31:0];
+  assign sat7 = \$130 [7:0];
+  assign out_valid = valid_s4;
+  assign out_ctl = ctl_s4;
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -25402,7 +25890,7 @@ module \dx1_soc.core1.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, r_data
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7058$8 , \port$7058$16 , \port$7058$64 , \port$7058$96 , \port$7058$112 , clk);
+module \dx1_soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7068$8 , \port$7068$16 , \port$7068$64 , \port$7068$96 , \port$7068$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -25426,16 +25914,16 @@ module \dx1_soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7058$112 ;
-  wire [31:0] \port$7058$112 ;
-  input [15:0] \port$7058$16 ;
-  wire [15:0] \port$7058$16 ;
-  input [11:0] \port$7058$64 ;
-  wire [11:0] \port$7058$64 ;
-  input \port$7058$8 ;
-  wire \port$7058$8 ;
-  input [9:0] \port$7058$96 ;
-  wire [9:0] \port$7058$96 ;
+  input [31:0] \port$7068$112 ;
+  wire [31:0] \port$7068$112 ;
+  input [15:0] \port$7068$16 ;
+  wire [15:0] \port$7068$16 ;
+  input [11:0] \port$7068$64 ;
+  wire [11:0] \port$7068$64 ;
+  input \port$7068$8 ;
+  wire \port$7068$8 ;
+  input [9:0] \port$7068$96 ;
+  wire [9:0] \port$7068$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -25471,7 +25959,7 @@ module \dx1_soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7058$16 , \port$7058$8 , \port$7058$112 , \port$7058$96 , \port$7058$64  };
+      storage[w_port__addr] <= { \port$7068$16 , \port$7068$8 , \port$7068$112 , \port$7068$96 , \port$7068$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -25542,15 +26030,15 @@ module \dx1_soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7058$16 , \port$7058$8 , \port$7058$112 , \port$7058$96 , \port$7058$64  };
-  assign w_data = { \port$7058$16 , \port$7058$8 , \port$7058$112 , \port$7058$96 , \port$7058$64  };
+  assign w_port__data = { \port$7068$16 , \port$7068$8 , \port$7068$112 , \port$7068$96 , \port$7068$64  };
+  assign w_data = { \port$7068$16 , \port$7068$8 , \port$7068$112 , \port$7068$96 , \port$7068$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$5488$0 , \port$5490$0 , \port$5492$0 , \port$5494$0 , \port$5496$0 , \port$5498$0 , \port$5500$0 , \port$5502$0 , \port$5504$0 , \port$5506$0 , \port$5508$0 , \port$5510$0 , \port$5512$0 , \port$5514$0 , \port$5516$0 , \port$5518$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$5456$0 , \port$5458$0 , \port$5460$0 , \port$5462$0 , \port$5464$0 , \port$5466$0 , \port$5468$0 , \port$5470$0 , \port$5472$0 , \port$5474$0 , \port$5476$0 , \port$5478$0 , \port$5480$0 , \port$5482$0 , \port$5484$0 , \port$5486$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
@@ -26220,38 +26708,38 @@ module \dx1_soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5488$0 ;
-  wire [15:0] \port$5488$0 ;
-  input [15:0] \port$5490$0 ;
-  wire [15:0] \port$5490$0 ;
-  input [15:0] \port$5492$0 ;
-  wire [15:0] \port$5492$0 ;
-  input [15:0] \port$5494$0 ;
-  wire [15:0] \port$5494$0 ;
-  input [15:0] \port$5496$0 ;
-  wire [15:0] \port$5496$0 ;
-  input [15:0] \port$5498$0 ;
-  wire [15:0] \port$5498$0 ;
-  input [15:0] \port$5500$0 ;
-  wire [15:0] \port$5500$0 ;
-  input [15:0] \port$5502$0 ;
-  wire [15:0] \port$5502$0 ;
-  input [15:0] \port$5504$0 ;
-  wire [15:0] \port$5504$0 ;
-  input [15:0] \port$5506$0 ;
-  wire [15:0] \port$5506$0 ;
-  input [15:0] \port$5508$0 ;
-  wire [15:0] \port$5508$0 ;
-  input [15:0] \port$5510$0 ;
-  wire [15:0] \port$5510$0 ;
-  input [15:0] \port$5512$0 ;
-  wire [15:0] \port$5512$0 ;
-  input [15:0] \port$5514$0 ;
-  wire [15:0] \port$5514$0 ;
-  input [15:0] \port$5516$0 ;
-  wire [15:0] \port$5516$0 ;
-  input [15:0] \port$5518$0 ;
-  wire [15:0] \port$5518$0 ;
+  input [15:0] \port$5456$0 ;
+  wire [15:0] \port$5456$0 ;
+  input [15:0] \port$5458$0 ;
+  wire [15:0] \port$5458$0 ;
+  input [15:0] \port$5460$0 ;
+  wire [15:0] \port$5460$0 ;
+  input [15:0] \port$5462$0 ;
+  wire [15:0] \port$5462$0 ;
+  input [15:0] \port$5464$0 ;
+  wire [15:0] \port$5464$0 ;
+  input [15:0] \port$5466$0 ;
+  wire [15:0] \port$5466$0 ;
+  input [15:0] \port$5468$0 ;
+  wire [15:0] \port$5468$0 ;
+  input [15:0] \port$5470$0 ;
+  wire [15:0] \port$5470$0 ;
+  input [15:0] \port$5472$0 ;
+  wire [15:0] \port$5472$0 ;
+  input [15:0] \port$5474$0 ;
+  wire [15:0] \port$5474$0 ;
+  input [15:0] \port$5476$0 ;
+  wire [15:0] \port$5476$0 ;
+  input [15:0] \port$5478$0 ;
+  wire [15:0] \port$5478$0 ;
+  input [15:0] \port$5480$0 ;
+  wire [15:0] \port$5480$0 ;
+  input [15:0] \port$5482$0 ;
+  wire [15:0] \port$5482$0 ;
+  input [15:0] \port$5484$0 ;
+  wire [15:0] \port$5484$0 ;
+  input [15:0] \port$5486$0 ;
+  wire [15:0] \port$5486$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -27242,37 +27730,37 @@ module \dx1_soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$5488$0 ;
+          \$150  = \port$5456$0 ;
       8'h01:
-          \$150  = \port$5490$0 ;
+          \$150  = \port$5458$0 ;
       8'h02:
-          \$150  = \port$5492$0 ;
+          \$150  = \port$5460$0 ;
       8'h03:
-          \$150  = \port$5494$0 ;
+          \$150  = \port$5462$0 ;
       8'h04:
-          \$150  = \port$5496$0 ;
+          \$150  = \port$5464$0 ;
       8'h05:
-          \$150  = \port$5498$0 ;
+          \$150  = \port$5466$0 ;
       8'h06:
-          \$150  = \port$5500$0 ;
+          \$150  = \port$5468$0 ;
       8'h07:
-          \$150  = \port$5502$0 ;
+          \$150  = \port$5470$0 ;
       8'h08:
-          \$150  = \port$5504$0 ;
+          \$150  = \port$5472$0 ;
       8'h09:
-          \$150  = \port$5506$0 ;
+          \$150  = \port$5474$0 ;
       8'h0a:
-          \$150  = \port$5508$0 ;
+          \$150  = \port$5476$0 ;
       8'h0b:
-          \$150  = \port$5510$0 ;
+          \$150  = \port$5478$0 ;
       8'h0c:
-          \$150  = \port$5512$0 ;
+          \$150  = \port$5480$0 ;
       8'h0d:
-          \$150  = \port$5514$0 ;
+          \$150  = \port$5482$0 ;
       8'h0e:
-          \$150  = \port$5516$0 ;
+          \$150  = \port$5484$0 ;
       8'h0f:
-          \$150  = \port$5518$0 ;
+          \$150  = \port$5486$0 ;
     endcase
   end
   always @* begin
@@ -28627,7 +29115,7 @@ module \dx1_soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5518$0 , \port$5516$0 , \port$5514$0 , \port$5512$0 , \port$5510$0 , \port$5508$0 , \port$5506$0 , \port$5504$0 , \port$5502$0 , \port$5500$0 , \port$5498$0 , \port$5496$0 , \port$5494$0 , \port$5492$0 , \port$5490$0 , \port$5488$0  };
+  assign sem_values = { \port$5486$0 , \port$5484$0 , \port$5482$0 , \port$5480$0 , \port$5478$0 , \port$5476$0 , \port$5474$0 , \port$5472$0 , \port$5470$0 , \port$5468$0 , \port$5466$0 , \port$5464$0 , \port$5462$0 , \port$5460$0 , \port$5458$0 , \port$5456$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -28673,22 +29161,22 @@ module \dx1_soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5488$0 ;
-  assign \sem_values[1]  = \port$5490$0 ;
-  assign \sem_values[2]  = \port$5492$0 ;
-  assign \sem_values[3]  = \port$5494$0 ;
-  assign \sem_values[4]  = \port$5496$0 ;
-  assign \sem_values[5]  = \port$5498$0 ;
-  assign \sem_values[6]  = \port$5500$0 ;
-  assign \sem_values[7]  = \port$5502$0 ;
-  assign \sem_values[8]  = \port$5504$0 ;
-  assign \sem_values[9]  = \port$5506$0 ;
-  assign \sem_values[10]  = \port$5508$0 ;
-  assign \sem_values[11]  = \port$5510$0 ;
-  assign \sem_values[12]  = \port$5512$0 ;
-  assign \sem_values[13]  = \port$5514$0 ;
-  assign \sem_values[14]  = \port$5516$0 ;
-  assign \sem_values[15]  = \port$5518$0 ;
+  assign \sem_values[0]  = \port$5456$0 ;
+  assign \sem_values[1]  = \port$5458$0 ;
+  assign \sem_values[2]  = \port$5460$0 ;
+  assign \sem_values[3]  = \port$5462$0 ;
+  assign \sem_values[4]  = \port$5464$0 ;
+  assign \sem_values[5]  = \port$5466$0 ;
+  assign \sem_values[6]  = \port$5468$0 ;
+  assign \sem_values[7]  = \port$5470$0 ;
+  assign \sem_values[8]  = \port$5472$0 ;
+  assign \sem_values[9]  = \port$5474$0 ;
+  assign \sem_values[10]  = \port$5476$0 ;
+  assign \sem_values[11]  = \port$5478$0 ;
+  assign \sem_values[12]  = \port$5480$0 ;
+  assign \sem_values[13]  = \port$5482$0 ;
+  assign \sem_values[14]  = \port$5484$0 ;
+  assign \sem_values[15]  = \port$5486$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -28811,7 +29299,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$5488$0 , \port$5490$0 , \port$5492$0 , \port$5494$0 , \port$5496$0 , \port$5498$0 , \port$5500$0 , \port$5502$0 , \port$5504$0 , \port$5506$0 , \port$5508$0 , \port$5510$0 , \port$5512$0 , \port$5514$0 , \port$5516$0 , \port$5518$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$5456$0 , \port$5458$0 , \port$5460$0 , \port$5462$0 , \port$5464$0 , \port$5466$0 , \port$5468$0 , \port$5470$0 , \port$5472$0 , \port$5474$0 , \port$5476$0 , \port$5478$0 , \port$5480$0 , \port$5482$0 , \port$5484$0 , \port$5486$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
@@ -29481,38 +29969,38 @@ module \dx1_soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5488$0 ;
-  wire [15:0] \port$5488$0 ;
-  input [15:0] \port$5490$0 ;
-  wire [15:0] \port$5490$0 ;
-  input [15:0] \port$5492$0 ;
-  wire [15:0] \port$5492$0 ;
-  input [15:0] \port$5494$0 ;
-  wire [15:0] \port$5494$0 ;
-  input [15:0] \port$5496$0 ;
-  wire [15:0] \port$5496$0 ;
-  input [15:0] \port$5498$0 ;
-  wire [15:0] \port$5498$0 ;
-  input [15:0] \port$5500$0 ;
-  wire [15:0] \port$5500$0 ;
-  input [15:0] \port$5502$0 ;
-  wire [15:0] \port$5502$0 ;
-  input [15:0] \port$5504$0 ;
-  wire [15:0] \port$5504$0 ;
-  input [15:0] \port$5506$0 ;
-  wire [15:0] \port$5506$0 ;
-  input [15:0] \port$5508$0 ;
-  wire [15:0] \port$5508$0 ;
-  input [15:0] \port$5510$0 ;
-  wire [15:0] \port$5510$0 ;
-  input [15:0] \port$5512$0 ;
-  wire [15:0] \port$5512$0 ;
-  input [15:0] \port$5514$0 ;
-  wire [15:0] \port$5514$0 ;
-  input [15:0] \port$5516$0 ;
-  wire [15:0] \port$5516$0 ;
-  input [15:0] \port$5518$0 ;
-  wire [15:0] \port$5518$0 ;
+  input [15:0] \port$5456$0 ;
+  wire [15:0] \port$5456$0 ;
+  input [15:0] \port$5458$0 ;
+  wire [15:0] \port$5458$0 ;
+  input [15:0] \port$5460$0 ;
+  wire [15:0] \port$5460$0 ;
+  input [15:0] \port$5462$0 ;
+  wire [15:0] \port$5462$0 ;
+  input [15:0] \port$5464$0 ;
+  wire [15:0] \port$5464$0 ;
+  input [15:0] \port$5466$0 ;
+  wire [15:0] \port$5466$0 ;
+  input [15:0] \port$5468$0 ;
+  wire [15:0] \port$5468$0 ;
+  input [15:0] \port$5470$0 ;
+  wire [15:0] \port$5470$0 ;
+  input [15:0] \port$5472$0 ;
+  wire [15:0] \port$5472$0 ;
+  input [15:0] \port$5474$0 ;
+  wire [15:0] \port$5474$0 ;
+  input [15:0] \port$5476$0 ;
+  wire [15:0] \port$5476$0 ;
+  input [15:0] \port$5478$0 ;
+  wire [15:0] \port$5478$0 ;
+  input [15:0] \port$5480$0 ;
+  wire [15:0] \port$5480$0 ;
+  input [15:0] \port$5482$0 ;
+  wire [15:0] \port$5482$0 ;
+  input [15:0] \port$5484$0 ;
+  wire [15:0] \port$5484$0 ;
+  input [15:0] \port$5486$0 ;
+  wire [15:0] \port$5486$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -30503,37 +30991,37 @@ module \dx1_soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$5488$0 ;
+          \$150  = \port$5456$0 ;
       8'h01:
-          \$150  = \port$5490$0 ;
+          \$150  = \port$5458$0 ;
       8'h02:
-          \$150  = \port$5492$0 ;
+          \$150  = \port$5460$0 ;
       8'h03:
-          \$150  = \port$5494$0 ;
+          \$150  = \port$5462$0 ;
       8'h04:
-          \$150  = \port$5496$0 ;
+          \$150  = \port$5464$0 ;
       8'h05:
-          \$150  = \port$5498$0 ;
+          \$150  = \port$5466$0 ;
       8'h06:
-          \$150  = \port$5500$0 ;
+          \$150  = \port$5468$0 ;
       8'h07:
-          \$150  = \port$5502$0 ;
+          \$150  = \port$5470$0 ;
       8'h08:
-          \$150  = \port$5504$0 ;
+          \$150  = \port$5472$0 ;
       8'h09:
-          \$150  = \port$5506$0 ;
+          \$150  = \port$5474$0 ;
       8'h0a:
-          \$150  = \port$5508$0 ;
+          \$150  = \port$5476$0 ;
       8'h0b:
-          \$150  = \port$5510$0 ;
+          \$150  = \port$5478$0 ;
       8'h0c:
-          \$150  = \port$5512$0 ;
+          \$150  = \port$5480$0 ;
       8'h0d:
-          \$150  = \port$5514$0 ;
+          \$150  = \port$5482$0 ;
       8'h0e:
-          \$150  = \port$5516$0 ;
+          \$150  = \port$5484$0 ;
       8'h0f:
-          \$150  = \port$5518$0 ;
+          \$150  = \port$5486$0 ;
     endcase
   end
   always @* begin
@@ -31888,7 +32376,7 @@ module \dx1_soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5518$0 , \port$5516$0 , \port$5514$0 , \port$5512$0 , \port$5510$0 , \port$5508$0 , \port$5506$0 , \port$5504$0 , \port$5502$0 , \port$5500$0 , \port$5498$0 , \port$5496$0 , \port$5494$0 , \port$5492$0 , \port$5490$0 , \port$5488$0  };
+  assign sem_values = { \port$5486$0 , \port$5484$0 , \port$5482$0 , \port$5480$0 , \port$5478$0 , \port$5476$0 , \port$5474$0 , \port$5472$0 , \port$5470$0 , \port$5468$0 , \port$5466$0 , \port$5464$0 , \port$5462$0 , \port$5460$0 , \port$5458$0 , \port$5456$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -31934,22 +32422,22 @@ module \dx1_soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5488$0 ;
-  assign \sem_values[1]  = \port$5490$0 ;
-  assign \sem_values[2]  = \port$5492$0 ;
-  assign \sem_values[3]  = \port$5494$0 ;
-  assign \sem_values[4]  = \port$5496$0 ;
-  assign \sem_values[5]  = \port$5498$0 ;
-  assign \sem_values[6]  = \port$5500$0 ;
-  assign \sem_values[7]  = \port$5502$0 ;
-  assign \sem_values[8]  = \port$5504$0 ;
-  assign \sem_values[9]  = \port$5506$0 ;
-  assign \sem_values[10]  = \port$5508$0 ;
-  assign \sem_values[11]  = \port$5510$0 ;
-  assign \sem_values[12]  = \port$5512$0 ;
-  assign \sem_values[13]  = \port$5514$0 ;
-  assign \sem_values[14]  = \port$5516$0 ;
-  assign \sem_values[15]  = \port$5518$0 ;
+  assign \sem_values[0]  = \port$5456$0 ;
+  assign \sem_values[1]  = \port$5458$0 ;
+  assign \sem_values[2]  = \port$5460$0 ;
+  assign \sem_values[3]  = \port$5462$0 ;
+  assign \sem_values[4]  = \port$5464$0 ;
+  assign \sem_values[5]  = \port$5466$0 ;
+  assign \sem_values[6]  = \port$5468$0 ;
+  assign \sem_values[7]  = \port$5470$0 ;
+  assign \sem_values[8]  = \port$5472$0 ;
+  assign \sem_values[9]  = \port$5474$0 ;
+  assign \sem_values[10]  = \port$5476$0 ;
+  assign \sem_values[11]  = \port$5478$0 ;
+  assign \sem_values[12]  = \port$5480$0 ;
+  assign \sem_values[13]  = \port$5482$0 ;
+  assign \sem_values[14]  = \port$5484$0 ;
+  assign \sem_values[15]  = \port$5486$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -38113,13 +38601,13 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
-, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2912$0 
-, \port$3257$0 , \port$4938$0 , \port$5283$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value
+, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2896$0 
+, \port$3241$0 , \port$4906$0 , \port$5251$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value
 , TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp
 , GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value
-, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$6873$0 , \port$6895$0 , \port$6900$0 , \port$6902$0 , \port$6904$0 , \port$6908$0 , \port$6910$0 , \port$8267$0 
-, \port$8289$0 , \port$8294$0 , \port$8296$0 , \port$8298$0 , \port$8302$0 , \port$8304$0 , bus__awaddr);
+, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$6883$0 , \port$6905$0 , \port$6910$0 , \port$6912$0 , \port$6914$0 , \port$6918$0 , \port$6920$0 , \port$8319$0 
+, \port$8341$0 , \port$8346$0 , \port$8348$0 , \port$8350$0 , \port$8354$0 , \port$8356$0 , bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -39187,42 +39675,42 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$2912$0 ;
-  wire \port$2912$0 ;
-  input [8:0] \port$3257$0 ;
-  wire [8:0] \port$3257$0 ;
-  input \port$4938$0 ;
-  wire \port$4938$0 ;
-  input [8:0] \port$5283$0 ;
-  wire [8:0] \port$5283$0 ;
-  input \port$6873$0 ;
-  wire \port$6873$0 ;
-  input \port$6895$0 ;
-  wire \port$6895$0 ;
-  input \port$6900$0 ;
-  wire \port$6900$0 ;
-  input [15:0] \port$6902$0 ;
-  wire [15:0] \port$6902$0 ;
-  input [15:0] \port$6904$0 ;
-  wire [15:0] \port$6904$0 ;
-  input [7:0] \port$6908$0 ;
-  wire [7:0] \port$6908$0 ;
-  input [15:0] \port$6910$0 ;
-  wire [15:0] \port$6910$0 ;
-  input \port$8267$0 ;
-  wire \port$8267$0 ;
-  input \port$8289$0 ;
-  wire \port$8289$0 ;
-  input \port$8294$0 ;
-  wire \port$8294$0 ;
-  input [15:0] \port$8296$0 ;
-  wire [15:0] \port$8296$0 ;
-  input [15:0] \port$8298$0 ;
-  wire [15:0] \port$8298$0 ;
-  input [7:0] \port$8302$0 ;
-  wire [7:0] \port$8302$0 ;
-  input [15:0] \port$8304$0 ;
-  wire [15:0] \port$8304$0 ;
+  input \port$2896$0 ;
+  wire \port$2896$0 ;
+  input [8:0] \port$3241$0 ;
+  wire [8:0] \port$3241$0 ;
+  input \port$4906$0 ;
+  wire \port$4906$0 ;
+  input [8:0] \port$5251$0 ;
+  wire [8:0] \port$5251$0 ;
+  input \port$6883$0 ;
+  wire \port$6883$0 ;
+  input \port$6905$0 ;
+  wire \port$6905$0 ;
+  input \port$6910$0 ;
+  wire \port$6910$0 ;
+  input [15:0] \port$6912$0 ;
+  wire [15:0] \port$6912$0 ;
+  input [15:0] \port$6914$0 ;
+  wire [15:0] \port$6914$0 ;
+  input [7:0] \port$6918$0 ;
+  wire [7:0] \port$6918$0 ;
+  input [15:0] \port$6920$0 ;
+  wire [15:0] \port$6920$0 ;
+  input \port$8319$0 ;
+  wire \port$8319$0 ;
+  input \port$8341$0 ;
+  wire \port$8341$0 ;
+  input \port$8346$0 ;
+  wire \port$8346$0 ;
+  input [15:0] \port$8348$0 ;
+  wire [15:0] \port$8348$0 ;
+  input [15:0] \port$8350$0 ;
+  wire [15:0] \port$8350$0 ;
+  input [7:0] \port$8354$0 ;
+  wire [7:0] \port$8354$0 ;
+  input [15:0] \port$8356$0 ;
+  wire [15:0] \port$8356$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -39685,11 +40173,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$290  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$291  = ~ \$290 ;
   assign \$292  = QUEUE0_IRQ_STATUS__value & \$291 ;
-  assign \$293  = \$292  | { 30'h00000000, \port$6873$0 , \port$6895$0  };
+  assign \$293  = \$292  | { 30'h00000000, \port$6883$0 , \port$6905$0  };
   assign \$309  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$310  = ~ \$309 ;
   assign \$311  = QUEUE1_IRQ_STATUS__value & \$310 ;
-  assign \$312  = \$311  | { 30'h00000000, \port$8267$0 , \port$8289$0  };
+  assign \$312  = \$311  | { 30'h00000000, \port$8319$0 , \port$8341$0  };
   always @(posedge clk)
     aw_full <= \$324 ;
   always @(posedge clk)
@@ -40289,16 +40777,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$364  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$6902$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$6904$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$6900$0 , \port$2912$0  };
-  assign QUEUE0_ERROR__value = { \port$6910$0 , 8'h00, \port$6908$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$8296$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$8298$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$8294$0 , \port$4938$0  };
-  assign QUEUE1_ERROR__value = { \port$8304$0 , 8'h00, \port$8302$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$3257$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$5283$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$6912$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$6914$0  };
+  assign QUEUE0_STATUS__value = { 30'h00000000, \port$6910$0 , \port$2896$0  };
+  assign QUEUE0_ERROR__value = { \port$6920$0 , 8'h00, \port$6918$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$8348$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$8350$0  };
+  assign QUEUE1_STATUS__value = { 30'h00000000, \port$8346$0 , \port$4906$0  };
+  assign QUEUE1_ERROR__value = { \port$8356$0 , 8'h00, \port$8354$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$3241$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$5251$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -40418,7 +40906,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign QUEUE0_RING_LOG2__set_value = 32'd0;
   assign QUEUE0_CQ_BASE__set = 1'h0;
   assign QUEUE0_CQ_BASE__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$6873$0 , \port$6895$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$6883$0 , \port$6905$0  };
   assign QUEUE0_IRQ_MASK__set = 1'h0;
   assign QUEUE0_IRQ_MASK__set_value = 32'd0;
   assign QUEUE0_DMA_BASE__set = 1'h0;
@@ -40431,7 +40919,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign QUEUE1_RING_LOG2__set_value = 32'd0;
   assign QUEUE1_CQ_BASE__set = 1'h0;
   assign QUEUE1_CQ_BASE__set_value = 32'd0;
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$8267$0 , \port$8289$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$8319$0 , \port$8341$0  };
   assign QUEUE1_IRQ_MASK__set = 1'h0;
   assign QUEUE1_IRQ_MASK__set_value = 32'd0;
   assign QUEUE1_DMA_BASE__set = 1'h0;
@@ -40441,21 +40929,21 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$6902$0 ;
+  assign \$74 [15:0] = \port$6912$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$6904$0 ;
+  assign \$78 [15:0] = \port$6914$0 ;
   assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$6900$0 , \port$2912$0  };
+  assign \$82 [1:0] = { \port$6910$0 , \port$2896$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$6910$0 , \port$6908$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$6920$0 , \port$6918$0  };
   assign \$108 [31:16] = 16'h0000;
-  assign \$108 [15:0] = \port$8296$0 ;
+  assign \$108 [15:0] = \port$8348$0 ;
   assign \$110 [31:16] = 16'h0000;
-  assign \$110 [15:0] = \port$8298$0 ;
+  assign \$110 [15:0] = \port$8350$0 ;
   assign \$115 [31:2] = 30'h00000000;
-  assign \$115 [1:0] = { \port$8294$0 , \port$4938$0  };
+  assign \$115 [1:0] = { \port$8346$0 , \port$4906$0  };
   assign \$118 [15:8] = 8'h00;
-  assign { \$118 [31:16], \$118 [7:0] } = { \port$8304$0 , \port$8302$0  };
+  assign { \$118 [31:16], \$118 [7:0] } = { \port$8356$0 , \port$8354$0  };
   assign \$134  = PERF0_CYCLES__value;
   assign \$136  = PERF0_BUSY_LOAD__value;
   assign \$144  = PERF0_BUSY_COMPUTE__value;
@@ -40476,12 +40964,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$193  = PERF1_STALL_MEM__value;
   assign \$195  = PERF1_BYTES_READ__value;
   assign \$199  = PERF1_BYTES_WRITTEN__value;
-  assign \$209  = { 23'h000000, \port$3257$0  };
+  assign \$209  = { 23'h000000, \port$3241$0  };
   assign \$212  = TRACE0_DATA_LO__value;
   assign \$214  = TRACE0_DATA_HI__value;
   assign \$221  = 32'd0;
   assign \$223  = \$222 ;
-  assign \$228  = { 23'h000000, \port$5283$0  };
+  assign \$228  = { 23'h000000, \port$5251$0  };
   assign \$230  = TRACE1_DATA_LO__value;
   assign \$233  = TRACE1_DATA_HI__value;
   assign \$248  = GLOBAL_SCRATCH__wdata;

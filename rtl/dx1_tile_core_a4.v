@@ -1844,8 +1844,8 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.load_q  load_q (
     .clk(clk),
-    .\port$653$128 (cmd[143:128]),
-    .\port$653$80 (cmd[89:80]),
+    .\port$645$128 (cmd[143:128]),
+    .\port$645$80 (cmd[89:80]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$70 ),
     .r_rdy(\r_rdy$69 ),
@@ -1857,15 +1857,15 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .bias(bias),
     .clk(clk),
     .ctl(\ctl$121 ),
+    .ctl_s4(\out_ctl$125 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$125 ),
-    .out_valid(out_valid),
     .relu(relu),
     .row(row),
     .row_valid(row_valid),
     .rst(rst),
-    .shift(shift)
+    .shift(shift),
+    .valid_s4(out_valid)
   );
   \dx1_tile_core_a4.spm_ext_fifo  spm_ext_fifo (
     .clk(clk),
@@ -1879,11 +1879,11 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.stream_q  stream_q (
     .clk(clk),
-    .\port$653$112 (cmd[143:112]),
-    .\port$653$16 (cmd[31:16]),
-    .\port$653$64 (cmd[73:64]),
-    .\port$653$8 (cmd[8]),
-    .\port$653$96 (cmd[103:96]),
+    .\port$645$112 (cmd[143:112]),
+    .\port$645$16 (cmd[31:16]),
+    .\port$645$64 (cmd[73:64]),
+    .\port$645$8 (cmd[8]),
+    .\port$645$96 (cmd[103:96]),
     .r_data(\r_data$149 ),
     .r_en(\r_en$88 ),
     .r_rdy(\r_rdy$87 ),
@@ -4820,7 +4820,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$653$80 , \port$653$128 , clk);
+module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$645$80 , \port$645$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4844,10 +4844,10 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$65
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$653$128 ;
-  wire [15:0] \port$653$128 ;
-  input [9:0] \port$653$80 ;
-  wire [9:0] \port$653$80 ;
+  input [15:0] \port$645$128 ;
+  wire [15:0] \port$645$128 ;
+  input [9:0] \port$645$80 ;
+  wire [9:0] \port$645$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [25:0] r_data;
@@ -4881,7 +4881,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$65
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$653$128 , \port$653$80  };
+      storage[w_port__addr] <= { \port$645$128 , \port$645$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -4943,104 +4943,109 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$65
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$653$128 , \port$653$80  };
-  assign w_data = { \port$653$128 , \port$653$80  };
+  assign w_port__data = { \port$645$128 , \port$645$80  };
+  assign w_data = { \port$645$128 , \port$645$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, out_valid, out_ctl, clk);
+module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire [110:0] \$1 ;
-  wire \$10 ;
-  wire [49:0] \$11 ;
-  wire [50:0] \$12 ;
-  wire [50:0] \$13 ;
-  wire \$14 ;
-  wire \$15 ;
-  wire [49:0] \$16 ;
-  wire [49:0] \$17 ;
-  wire [32:0] \$18 ;
-  wire \$19 ;
+  wire [50:0] \$10 ;
+  wire [32:0] \$11 ;
+  wire \$12 ;
+  wire [31:0] \$13 ;
+  wire [47:0] \$14 ;
+  wire [49:0] \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire [50:0] \$18 ;
+  wire [32:0] \$19 ;
   wire [110:0] \$2 ;
-  wire [32:0] \$20 ;
-  wire \$21 ;
-  wire [32:0] \$22 ;
-  wire [32:0] \$23 ;
-  wire [32:0] \$24 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [47:0] \$22 ;
+  wire [49:0] \$23 ;
+  wire \$24 ;
   wire \$25 ;
-  wire [49:0] \$26 ;
-  wire [50:0] \$27 ;
-  wire [50:0] \$28 ;
-  wire \$29 ;
+  wire [50:0] \$26 ;
+  wire [32:0] \$27 ;
+  wire \$28 ;
+  wire [31:0] \$29 ;
   wire [32:0] \$3 ;
-  wire \$30 ;
+  wire [47:0] \$30 ;
   wire [49:0] \$31 ;
-  wire [49:0] \$32 ;
-  wire [32:0] \$33 ;
-  wire \$34 ;
-  wire [32:0] \$35 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire [50:0] \$34 ;
+  wire \$35 ;
   wire \$36 ;
   wire [32:0] \$37 ;
   wire [32:0] \$38 ;
-  wire [32:0] \$39 ;
+  wire \$39 ;
   wire \$4 ;
   wire \$40 ;
   wire [49:0] \$41 ;
-  wire [50:0] \$42 ;
-  wire [50:0] \$43 ;
+  wire [49:0] \$42 ;
+  wire \$43 ;
   wire \$44 ;
-  wire \$45 ;
-  wire [49:0] \$46 ;
-  wire [49:0] \$47 ;
-  wire [32:0] \$48 ;
-  wire \$49 ;
-  wire [32:0] \$5 ;
-  wire [32:0] \$50 ;
+  wire [32:0] \$45 ;
+  wire [32:0] \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire [49:0] \$49 ;
+  wire [31:0] \$5 ;
+  wire [49:0] \$50 ;
   wire \$51 ;
-  wire [32:0] \$52 ;
+  wire \$52 ;
   wire [32:0] \$53 ;
   wire [32:0] \$54 ;
   wire \$55 ;
-  wire [49:0] \$56 ;
-  wire [50:0] \$57 ;
-  wire [50:0] \$58 ;
+  wire \$56 ;
+  wire [49:0] \$57 ;
+  wire [49:0] \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [47:0] \$6 ;
   wire \$60 ;
-  wire [49:0] \$61 ;
-  wire [49:0] \$62 ;
+  wire [32:0] \$61 ;
+  wire [32:0] \$62 ;
   wire \$63 ;
-  wire [31:0] \$64 ;
-  wire [47:0] \$65 ;
-  wire \$66 ;
-  wire [31:0] \$67 ;
-  wire [47:0] \$68 ;
-  wire \$69 ;
-  wire [32:0] \$7 ;
-  wire [31:0] \$70 ;
-  wire [47:0] \$71 ;
-  wire \$72 ;
-  wire [31:0] \$73 ;
-  wire [47:0] \$74 ;
-  reg [31:0] \$75 ;
-  reg [48:0] \$76 ;
-  reg [31:0] \$77 ;
+  wire \$64 ;
+  wire [49:0] \$65 ;
+  wire [49:0] \$66 ;
+  reg [46:0] \$67 ;
+  reg [32:0] \$68 ;
+  reg [31:0] \$69 ;
+  wire [49:0] \$7 ;
+  reg [48:0] \$70 ;
+  reg [49:0] \$71 ;
+  reg [31:0] \$72 ;
+  reg [32:0] \$73 ;
+  reg [31:0] \$74 ;
+  reg [48:0] \$75 ;
+  reg [49:0] \$76 ;
+  reg [32:0] \$77 ;
   reg [31:0] \$78 ;
   reg [48:0] \$79 ;
-  wire [32:0] \$8 ;
-  reg [31:0] \$80 ;
-  reg [48:0] \$81 ;
+  wire \$8 ;
+  reg [49:0] \$80 ;
+  reg [32:0] \$81 ;
   reg [31:0] \$82 ;
   reg [48:0] \$83 ;
-  reg \$84 ;
-  reg [10:0] \$85 ;
-  reg \$86 ;
-  reg [10:0] \$87 ;
-  reg \$88 ;
-  reg [10:0] \$89 ;
-  wire [32:0] \$9 ;
+  reg [49:0] \$84 ;
+  reg \$85 ;
+  reg [10:0] \$86 ;
+  reg \$87 ;
+  reg [10:0] \$88 ;
+  reg \$89 ;
+  wire \$9 ;
+  reg [10:0] \$90 ;
+  reg \$91 ;
+  reg [10:0] \$92 ;
+  reg \$93 ;
+  reg [10:0] \$94 ;
   input [127:0] bias;
   wire [127:0] bias;
   wire [31:0] \bias[0] ;
@@ -5053,29 +5058,31 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [10:0] ctl;
   reg [10:0] ctl_s0 = 11'h000;
   reg [10:0] ctl_s1 = 11'h000;
-  (* init = 11'h000 *)
-  wire [10:0] ctl_s2;
-  wire [46:0] half;
+  reg [10:0] ctl_s2 = 11'h000;
+  reg [10:0] ctl_s3 = 11'h000;
+  output [10:0] ctl_s4;
+  reg [10:0] ctl_s4 = 11'h000;
+  reg [46:0] half = 47'h000000000000;
   input [15:0] mult;
   wire [15:0] mult;
-  wire neg0;
-  wire neg1;
-  wire neg2;
-  wire neg3;
   output [31:0] out;
   reg [31:0] out = 32'd0;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
   wire [7:0] \out[3] ;
-  output [10:0] out_ctl;
-  reg [10:0] out_ctl = 11'h000;
-  output out_valid;
-  reg out_valid = 1'h0;
+  (* init = 11'h000 *)
+  wire [10:0] out_ctl;
+  (* init = 1'h0 *)
+  wire out_valid;
   reg [48:0] p0 = 49'h0000000000000;
   reg [48:0] p1 = 49'h0000000000000;
   reg [48:0] p2 = 49'h0000000000000;
   reg [48:0] p3 = 49'h0000000000000;
+  reg [49:0] q0 = 50'h0000000000000;
+  reg [49:0] q1 = 50'h0000000000000;
+  reg [49:0] q2 = 50'h0000000000000;
+  reg [49:0] q3 = 50'h0000000000000;
   input relu;
   wire relu;
   input [127:0] row;
@@ -5088,6 +5095,10 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire row_valid;
   input rst;
   wire rst;
+  reg [32:0] s0 = 33'h000000000;
+  reg [32:0] s1 = 33'h000000000;
+  reg [32:0] s2 = 33'h000000000;
+  reg [32:0] s3 = 33'h000000000;
   wire [7:0] sat0;
   wire [7:0] sat1;
   wire [7:0] sat2;
@@ -5100,8 +5111,10 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [31:0] sum3;
   reg valid_s0 = 1'h0;
   reg valid_s1 = 1'h0;
-  (* init = 1'h0 *)
-  wire valid_s2;
+  reg valid_s2 = 1'h0;
+  reg valid_s3 = 1'h0;
+  output valid_s4;
+  reg valid_s4 = 1'h0;
   reg [31:0] x0 = 32'd0;
   reg [31:0] x1 = 32'd0;
   reg [31:0] x2 = 32'd0;
@@ -5110,236 +5123,340 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [49:0] y1;
   wire [49:0] y2;
   wire [49:0] y3;
-  assign neg0 = p0[48] & \$10 ;
-  assign \$11  = $signed(p0) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$12  = $signed(\$11 ) - $signed({ 1'h0, neg0 });
-  assign \$13  = $signed(\$12 ) >>> shift;
-  assign \$14  = $signed(\$13 [49:0]) > $signed(8'h7f);
-  assign \$15  = $signed(\$13 [49:0]) < $signed(8'h80);
-  assign \$16  = \$15  ? 50'h3ffffffffff80 : \$13 [49:0];
-  assign \$17  = \$14  ? 50'h000000000007f : \$16 ;
-  assign \$18  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$19  = $signed(\$18 ) > $signed(32'd2147483647);
-  assign \$20  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$21  = $signed(\$20 ) < $signed(32'd2147483648);
-  assign \$22  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$23  = \$21  ? 33'h180000000 : \$22 ;
-  assign \$24  = \$19  ? 33'h07fffffff : \$23 ;
-  assign \$25  = | shift;
-  assign neg1 = p1[48] & \$25 ;
-  assign \$26  = $signed(p1) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$27  = $signed(\$26 ) - $signed({ 1'h0, neg1 });
-  assign \$28  = $signed(\$27 ) >>> shift;
-  assign \$29  = $signed(\$28 [49:0]) > $signed(8'h7f);
-  assign \$30  = $signed(\$28 [49:0]) < $signed(8'h80);
-  assign \$31  = \$30  ? 50'h3ffffffffff80 : \$28 [49:0];
-  assign \$32  = \$29  ? 50'h000000000007f : \$31 ;
-  assign \$33  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$34  = $signed(\$33 ) > $signed(32'd2147483647);
-  assign \$35  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$36  = $signed(\$35 ) < $signed(32'd2147483648);
-  assign \$37  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$38  = \$36  ? 33'h180000000 : \$37 ;
-  assign \$39  = \$34  ? 33'h07fffffff : \$38 ;
-  assign \$40  = | shift;
-  assign neg2 = p2[48] & \$40 ;
-  assign \$41  = $signed(p2) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$42  = $signed(\$41 ) - $signed({ 1'h0, neg2 });
-  assign \$43  = $signed(\$42 ) >>> shift;
-  assign \$44  = $signed(\$43 [49:0]) > $signed(8'h7f);
-  assign \$45  = $signed(\$43 [49:0]) < $signed(8'h80);
-  assign \$46  = \$45  ? 50'h3ffffffffff80 : \$43 [49:0];
-  assign \$47  = \$44  ? 50'h000000000007f : \$46 ;
-  assign \$48  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$49  = $signed(\$48 ) > $signed(32'd2147483647);
-  assign \$50  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$51  = $signed(\$50 ) < $signed(32'd2147483648);
-  assign \$52  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$53  = \$51  ? 33'h180000000 : \$52 ;
-  assign \$54  = \$49  ? 33'h07fffffff : \$53 ;
-  assign \$55  = | shift;
-  assign neg3 = p3[48] & \$55 ;
-  assign \$56  = $signed(p3) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$57  = $signed(\$56 ) - $signed({ 1'h0, neg3 });
-  assign \$58  = $signed(\$57 ) >>> shift;
-  assign \$59  = $signed(\$58 [49:0]) > $signed(8'h7f);
-  assign \$60  = $signed(\$58 [49:0]) < $signed(8'h80);
-  assign \$61  = \$60  ? 50'h3ffffffffff80 : \$58 [49:0];
-  assign \$62  = \$59  ? 50'h000000000007f : \$61 ;
-  assign \$63  = relu & \$9 [31];
-  assign \$64  = \$63  ? 32'd0 : \$9 [31:0];
-  assign \$65  = $signed(x0) * $signed({ 1'h0, mult });
-  assign \$66  = relu & \$24 [31];
-  assign \$67  = \$66  ? 32'd0 : \$24 [31:0];
-  assign \$68  = $signed(x1) * $signed({ 1'h0, mult });
-  assign \$69  = relu & \$39 [31];
-  assign \$70  = \$69  ? 32'd0 : \$39 [31:0];
-  assign \$71  = $signed(x2) * $signed({ 1'h0, mult });
-  assign \$72  = relu & \$54 [31];
-  assign \$73  = \$72  ? 32'd0 : \$54 [31:0];
-  assign \$74  = $signed(x3) * $signed({ 1'h0, mult });
+  assign \$6  = $signed(x0) * $signed({ 1'h0, mult });
+  assign \$7  = $signed(p0) + $signed({ 1'h0, half });
+  assign \$8  = | shift;
+  assign \$9  = p0[48] & \$8 ;
+  assign \$10  = $signed(\$7 ) - $signed({ 1'h0, \$9  });
+  assign \$11  = $signed(row[63:32]) + $signed(bias[63:32]);
+  assign \$12  = relu & \$46 [31];
+  assign \$13  = \$12  ? 32'd0 : \$46 [31:0];
+  assign \$14  = $signed(x1) * $signed({ 1'h0, mult });
+  assign \$15  = $signed(p1) + $signed({ 1'h0, half });
+  assign \$16  = | shift;
+  assign \$17  = p1[48] & \$16 ;
+  assign \$18  = $signed(\$15 ) - $signed({ 1'h0, \$17  });
+  assign \$19  = $signed(row[95:64]) + $signed(bias[95:64]);
+  assign \$20  = relu & \$54 [31];
+  assign \$21  = \$20  ? 32'd0 : \$54 [31:0];
+  assign \$22  = $signed(x2) * $signed({ 1'h0, mult });
+  assign \$23  = $signed(p2) + $signed({ 1'h0, half });
+  assign \$24  = | shift;
+  assign \$25  = p2[48] & \$24 ;
+  assign \$26  = $signed(\$23 ) - $signed({ 1'h0, \$25  });
+  assign \$27  = $signed(row[127:96]) + $signed(bias[127:96]);
+  assign \$28  = relu & \$62 [31];
+  assign \$29  = \$28  ? 32'd0 : \$62 [31:0];
+  assign \$30  = $signed(x3) * $signed({ 1'h0, mult });
+  assign \$31  = $signed(p3) + $signed({ 1'h0, half });
+  assign \$32  = | shift;
+  assign \$33  = p3[48] & \$32 ;
+  assign \$34  = $signed(\$31 ) - $signed({ 1'h0, \$33  });
+  assign \$35  = $signed(s0) > $signed(32'd2147483647);
+  assign \$36  = $signed(s0) < $signed(32'd2147483648);
+  assign \$37  = \$36  ? 33'h180000000 : s0;
+  assign \$38  = \$35  ? 33'h07fffffff : \$37 ;
+  assign y0 = $signed(q0) >>> shift;
+  assign \$39  = $signed(y0) > $signed(8'h7f);
+  assign \$40  = $signed(y0) < $signed(8'h80);
+  assign \$41  = \$40  ? 50'h3ffffffffff80 : y0;
+  assign \$42  = \$39  ? 50'h000000000007f : \$41 ;
+  assign \$43  = $signed(s1) > $signed(32'd2147483647);
+  assign \$44  = $signed(s1) < $signed(32'd2147483648);
+  assign \$45  = \$44  ? 33'h180000000 : s1;
+  assign \$46  = \$43  ? 33'h07fffffff : \$45 ;
+  assign y1 = $signed(q1) >>> shift;
+  assign \$47  = $signed(y1) > $signed(8'h7f);
+  assign \$48  = $signed(y1) < $signed(8'h80);
+  assign \$49  = \$48  ? 50'h3ffffffffff80 : y1;
+  assign \$50  = \$47  ? 50'h000000000007f : \$49 ;
+  assign \$51  = $signed(s2) > $signed(32'd2147483647);
+  assign \$52  = $signed(s2) < $signed(32'd2147483648);
+  assign \$53  = \$52  ? 33'h180000000 : s2;
+  assign \$54  = \$51  ? 33'h07fffffff : \$53 ;
+  assign y2 = $signed(q2) >>> shift;
+  assign \$55  = $signed(y2) > $signed(8'h7f);
+  assign \$56  = $signed(y2) < $signed(8'h80);
+  assign \$57  = \$56  ? 50'h3ffffffffff80 : y2;
+  assign \$58  = \$55  ? 50'h000000000007f : \$57 ;
+  assign \$59  = $signed(s3) > $signed(32'd2147483647);
+  assign \$60  = $signed(s3) < $signed(32'd2147483648);
+  assign \$61  = \$60  ? 33'h180000000 : s3;
+  assign \$62  = \$59  ? 33'h07fffffff : \$61 ;
+  assign y3 = $signed(q3) >>> shift;
+  assign \$63  = $signed(y3) > $signed(8'h7f);
+  assign \$64  = $signed(y3) < $signed(8'h80);
+  assign \$65  = \$64  ? 50'h3ffffffffff80 : y3;
+  assign \$66  = \$63  ? 50'h000000000007f : \$65 ;
   always @(posedge clk)
-    x0 <= \$75 ;
+    half <= \$67 ;
   always @(posedge clk)
-    p0 <= \$76 ;
+    s0 <= \$68 ;
   always @(posedge clk)
-    out <= \$77 ;
+    x0 <= \$69 ;
   always @(posedge clk)
-    x1 <= \$78 ;
+    p0 <= \$70 ;
   always @(posedge clk)
-    p1 <= \$79 ;
+    q0 <= \$71 ;
   always @(posedge clk)
-    x2 <= \$80 ;
+    out <= \$72 ;
   always @(posedge clk)
-    p2 <= \$81 ;
+    s1 <= \$73 ;
+  always @(posedge clk)
+    x1 <= \$74 ;
+  always @(posedge clk)
+    p1 <= \$75 ;
+  always @(posedge clk)
+    q1 <= \$76 ;
+  always @(posedge clk)
+    s2 <= \$77 ;
+  always @(posedge clk)
+    x2 <= \$78 ;
+  always @(posedge clk)
+    p2 <= \$79 ;
+  always @(posedge clk)
+    q2 <= \$80 ;
+  always @(posedge clk)
+    s3 <= \$81 ;
   always @(posedge clk)
     x3 <= \$82 ;
   always @(posedge clk)
     p3 <= \$83 ;
   always @(posedge clk)
-    valid_s0 <= \$84 ;
+    q3 <= \$84 ;
   always @(posedge clk)
-    ctl_s0 <= \$85 ;
+    valid_s0 <= \$85 ;
   always @(posedge clk)
-    valid_s1 <= \$86 ;
+    ctl_s0 <= \$86 ;
   always @(posedge clk)
-    ctl_s1 <= \$87 ;
+    valid_s1 <= \$87 ;
   always @(posedge clk)
-    out_valid <= \$88 ;
+    ctl_s1 <= \$88 ;
   always @(posedge clk)
-    out_ctl <= \$89 ;
+    valid_s2 <= \$89 ;
+  always @(posedge clk)
+    ctl_s2 <= \$90 ;
+  always @(posedge clk)
+    valid_s3 <= \$91 ;
+  always @(posedge clk)
+    ctl_s3 <= \$92 ;
+  always @(posedge clk)
+    valid_s4 <= \$93 ;
+  always @(posedge clk)
+    ctl_s4 <= \$94 ;
   assign \$1  = 1'h1 << shift;
   assign \$3  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$4  = $signed(\$3 ) > $signed(32'd2147483647);
-  assign \$5  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$6  = $signed(\$5 ) < $signed(32'd2147483648);
-  assign \$7  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$8  = \$6  ? 33'h180000000 : \$7 ;
-  assign \$9  = \$4  ? 33'h07fffffff : \$8 ;
-  assign \$10  = | shift;
+  assign \$4  = relu & \$38 [31];
+  assign \$5  = \$4  ? 32'd0 : \$38 [31:0];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$75  = \$64 ;
+    \$67  = \$2 [46:0];
     if (rst) begin
-      \$75  = 32'd0;
+      \$67  = 47'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$76  = { \$65 [47], \$65  };
+    \$68  = \$3 ;
     if (rst) begin
-      \$76  = 49'h0000000000000;
+      \$68  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$77 [7:0] = \$17 [7:0];
-    \$77 [15:8] = \$32 [7:0];
-    \$77 [23:16] = \$47 [7:0];
-    \$77 [31:24] = \$62 [7:0];
+    \$69  = \$5 ;
     if (rst) begin
-      \$77  = 32'd0;
+      \$69  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$78  = \$67 ;
+    \$70  = { \$6 [47], \$6  };
+    if (rst) begin
+      \$70  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$71  = \$10 [49:0];
+    if (rst) begin
+      \$71  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$72 [7:0] = \$42 [7:0];
+    \$72 [15:8] = \$50 [7:0];
+    \$72 [23:16] = \$58 [7:0];
+    \$72 [31:24] = \$66 [7:0];
+    if (rst) begin
+      \$72  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$73  = \$11 ;
+    if (rst) begin
+      \$73  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$74  = \$13 ;
+    if (rst) begin
+      \$74  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$75  = { \$14 [47], \$14  };
+    if (rst) begin
+      \$75  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$76  = \$18 [49:0];
+    if (rst) begin
+      \$76  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$77  = \$19 ;
+    if (rst) begin
+      \$77  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$78  = \$21 ;
     if (rst) begin
       \$78  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$79  = { \$68 [47], \$68  };
+    \$79  = { \$22 [47], \$22  };
     if (rst) begin
       \$79  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$80  = \$70 ;
+    \$80  = \$26 [49:0];
     if (rst) begin
-      \$80  = 32'd0;
+      \$80  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$81  = { \$71 [47], \$71  };
+    \$81  = \$27 ;
     if (rst) begin
-      \$81  = 49'h0000000000000;
+      \$81  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$82  = \$73 ;
+    \$82  = \$29 ;
     if (rst) begin
       \$82  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$83  = { \$74 [47], \$74  };
+    \$83  = { \$30 [47], \$30  };
     if (rst) begin
       \$83  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$84  = row_valid;
+    \$84  = \$34 [49:0];
     if (rst) begin
-      \$84  = 1'h0;
+      \$84  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$85  = ctl;
+    \$85  = row_valid;
     if (rst) begin
-      \$85  = 11'h000;
+      \$85  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$86  = valid_s0;
+    \$86  = ctl;
     if (rst) begin
-      \$86  = 1'h0;
+      \$86  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$87  = ctl_s0;
+    \$87  = valid_s0;
     if (rst) begin
-      \$87  = 11'h000;
+      \$87  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$88  = valid_s1;
+    \$88  = ctl_s0;
     if (rst) begin
-      \$88  = 1'h0;
+      \$88  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$89  = ctl_s1;
+    \$89  = valid_s1;
     if (rst) begin
-      \$89  = 11'h000;
+      \$89  = 1'h0;
     end
   end
-  assign half = \$2 [46:0];
-  assign sum0 = \$9 [31:0];
-  assign y0 = \$13 [49:0];
-  assign sat0 = \$17 [7:0];
-  assign sum1 = \$24 [31:0];
-  assign y1 = \$28 [49:0];
-  assign sat1 = \$32 [7:0];
-  assign sum2 = \$39 [31:0];
-  assign y2 = \$43 [49:0];
-  assign sat2 = \$47 [7:0];
-  assign sum3 = \$54 [31:0];
-  assign y3 = \$58 [49:0];
-  assign sat3 = \$62 [7:0];
-  assign valid_s2 = out_valid;
-  assign ctl_s2 = out_ctl;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$90  = ctl_s1;
+    if (rst) begin
+      \$90  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$91  = valid_s2;
+    if (rst) begin
+      \$91  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$92  = ctl_s2;
+    if (rst) begin
+      \$92  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$93  = valid_s3;
+    if (rst) begin
+      \$93  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$94  = ctl_s3;
+    if (rst) begin
+      \$94  = 11'h000;
+    end
+  end
+  assign sum0 = \$38 [31:0];
+  assign sat0 = \$42 [7:0];
+  assign sum1 = \$46 [31:0];
+  assign sat1 = \$50 [7:0];
+  assign sum2 = \$54 [31:0];
+  assign sat2 = \$58 [7:0];
+  assign sum3 = \$62 [31:0];
+  assign sat3 = \$66 [7:0];
+  assign out_valid = valid_s4;
+  assign out_ctl = ctl_s4;
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -5482,7 +5599,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$653$8 , \port$653$16 , \port$653$64 , \port$653$96 , \port$653$112 , clk);
+module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$645$8 , \port$645$16 , \port$645$64 , \port$645$96 , \port$645$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -5506,16 +5623,16 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$653$112 ;
-  wire [31:0] \port$653$112 ;
-  input [15:0] \port$653$16 ;
-  wire [15:0] \port$653$16 ;
-  input [9:0] \port$653$64 ;
-  wire [9:0] \port$653$64 ;
-  input \port$653$8 ;
-  wire \port$653$8 ;
-  input [7:0] \port$653$96 ;
-  wire [7:0] \port$653$96 ;
+  input [31:0] \port$645$112 ;
+  wire [31:0] \port$645$112 ;
+  input [15:0] \port$645$16 ;
+  wire [15:0] \port$645$16 ;
+  input [9:0] \port$645$64 ;
+  wire [9:0] \port$645$64 ;
+  input \port$645$8 ;
+  wire \port$645$8 ;
+  input [7:0] \port$645$96 ;
+  wire [7:0] \port$645$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [66:0] r_data;
@@ -5549,7 +5666,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
+      storage[w_port__addr] <= { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -5611,8 +5728,8 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
-  assign w_data = { \port$653$16 , \port$653$8 , \port$653$112 , \port$653$96 , \port$653$64  };
+  assign w_port__data = { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
+  assign w_data = { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -869,8 +869,8 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a8.load_q  load_q (
     .clk(clk),
-    .\port$1021$128 (cmd[143:128]),
-    .\port$1021$80 (cmd[91:80]),
+    .\port$1005$128 (cmd[143:128]),
+    .\port$1005$80 (cmd[91:80]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$70 ),
     .r_rdy(\r_rdy$69 ),
@@ -882,15 +882,15 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .bias(bias),
     .clk(clk),
     .ctl(\ctl$121 ),
+    .ctl_s4(\out_ctl$125 ),
     .mult(mult),
     .out(out),
-    .out_ctl(\out_ctl$125 ),
-    .out_valid(out_valid),
     .relu(relu),
     .row(row),
     .row_valid(row_valid),
     .rst(rst),
-    .shift(shift)
+    .shift(shift),
+    .valid_s4(out_valid)
   );
   \dx1_tile_core_a8.spm_ext_fifo  spm_ext_fifo (
     .clk(clk),
@@ -904,11 +904,11 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a8.stream_q  stream_q (
     .clk(clk),
-    .\port$1021$112 (cmd[143:112]),
-    .\port$1021$16 (cmd[31:16]),
-    .\port$1021$64 (cmd[75:64]),
-    .\port$1021$8 (cmd[8]),
-    .\port$1021$96 (cmd[105:96]),
+    .\port$1005$112 (cmd[143:112]),
+    .\port$1005$16 (cmd[31:16]),
+    .\port$1005$64 (cmd[75:64]),
+    .\port$1005$8 (cmd[8]),
+    .\port$1005$96 (cmd[105:96]),
     .r_data(\r_data$149 ),
     .r_en(\r_en$88 ),
     .r_rdy(\r_rdy$87 ),
@@ -8447,7 +8447,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1021$80 , \port$1021$128 , clk);
+module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1005$80 , \port$1005$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -8471,10 +8471,10 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1021$128 ;
-  wire [15:0] \port$1021$128 ;
-  input [11:0] \port$1021$80 ;
-  wire [11:0] \port$1021$80 ;
+  input [15:0] \port$1005$128 ;
+  wire [15:0] \port$1005$128 ;
+  input [11:0] \port$1005$80 ;
+  wire [11:0] \port$1005$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -8508,7 +8508,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1021$128 , \port$1021$80  };
+      storage[w_port__addr] <= { \port$1005$128 , \port$1005$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -8570,184 +8570,189 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1021$128 , \port$1021$80  };
-  assign w_data = { \port$1021$128 , \port$1021$80  };
+  assign w_port__data = { \port$1005$128 , \port$1005$80  };
+  assign w_data = { \port$1005$128 , \port$1005$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, out_valid, out_ctl, clk);
+module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire [110:0] \$1 ;
-  wire \$10 ;
+  wire [50:0] \$10 ;
   wire \$100 ;
-  wire [49:0] \$101 ;
-  wire [50:0] \$102 ;
-  wire [50:0] \$103 ;
+  wire [32:0] \$101 ;
+  wire [32:0] \$102 ;
+  wire \$103 ;
   wire \$104 ;
-  wire \$105 ;
+  wire [49:0] \$105 ;
   wire [49:0] \$106 ;
-  wire [49:0] \$107 ;
-  wire [32:0] \$108 ;
-  wire \$109 ;
-  wire [49:0] \$11 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire [32:0] \$109 ;
+  wire [32:0] \$11 ;
   wire [32:0] \$110 ;
   wire \$111 ;
-  wire [32:0] \$112 ;
-  wire [32:0] \$113 ;
-  wire [32:0] \$114 ;
+  wire \$112 ;
+  wire [49:0] \$113 ;
+  wire [49:0] \$114 ;
   wire \$115 ;
-  wire [49:0] \$116 ;
-  wire [50:0] \$117 ;
-  wire [50:0] \$118 ;
+  wire \$116 ;
+  wire [32:0] \$117 ;
+  wire [32:0] \$118 ;
   wire \$119 ;
-  wire [50:0] \$12 ;
+  wire \$12 ;
   wire \$120 ;
   wire [49:0] \$121 ;
   wire [49:0] \$122 ;
   wire \$123 ;
-  wire [31:0] \$124 ;
-  wire [47:0] \$125 ;
-  wire \$126 ;
-  wire [31:0] \$127 ;
-  wire [47:0] \$128 ;
-  wire \$129 ;
-  wire [50:0] \$13 ;
-  wire [31:0] \$130 ;
-  wire [47:0] \$131 ;
-  wire \$132 ;
-  wire [31:0] \$133 ;
-  wire [47:0] \$134 ;
-  wire \$135 ;
-  wire [31:0] \$136 ;
-  wire [47:0] \$137 ;
-  wire \$138 ;
-  wire [31:0] \$139 ;
-  wire \$14 ;
-  wire [47:0] \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [47:0] \$143 ;
-  wire \$144 ;
-  wire [31:0] \$145 ;
-  wire [47:0] \$146 ;
-  reg [31:0] \$147 ;
-  reg [48:0] \$148 ;
-  reg [63:0] \$149 ;
-  wire \$15 ;
+  wire \$124 ;
+  wire [32:0] \$125 ;
+  wire [32:0] \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire [49:0] \$129 ;
+  wire [31:0] \$13 ;
+  wire [49:0] \$130 ;
+  reg [46:0] \$131 ;
+  reg [32:0] \$132 ;
+  reg [31:0] \$133 ;
+  reg [48:0] \$134 ;
+  reg [49:0] \$135 ;
+  reg [63:0] \$136 ;
+  reg [32:0] \$137 ;
+  reg [31:0] \$138 ;
+  reg [48:0] \$139 ;
+  wire [47:0] \$14 ;
+  reg [49:0] \$140 ;
+  reg [32:0] \$141 ;
+  reg [31:0] \$142 ;
+  reg [48:0] \$143 ;
+  reg [49:0] \$144 ;
+  reg [32:0] \$145 ;
+  reg [31:0] \$146 ;
+  reg [48:0] \$147 ;
+  reg [49:0] \$148 ;
+  reg [32:0] \$149 ;
+  wire [49:0] \$15 ;
   reg [31:0] \$150 ;
   reg [48:0] \$151 ;
-  reg [31:0] \$152 ;
-  reg [48:0] \$153 ;
+  reg [49:0] \$152 ;
+  reg [32:0] \$153 ;
   reg [31:0] \$154 ;
   reg [48:0] \$155 ;
-  reg [31:0] \$156 ;
-  reg [48:0] \$157 ;
+  reg [49:0] \$156 ;
+  reg [32:0] \$157 ;
   reg [31:0] \$158 ;
   reg [48:0] \$159 ;
-  wire [49:0] \$16 ;
-  reg [31:0] \$160 ;
-  reg [48:0] \$161 ;
+  wire \$16 ;
+  reg [49:0] \$160 ;
+  reg [32:0] \$161 ;
   reg [31:0] \$162 ;
   reg [48:0] \$163 ;
-  reg \$164 ;
-  reg [12:0] \$165 ;
-  reg \$166 ;
-  reg [12:0] \$167 ;
-  reg \$168 ;
-  reg [12:0] \$169 ;
-  wire [49:0] \$17 ;
-  wire [32:0] \$18 ;
-  wire \$19 ;
+  reg [49:0] \$164 ;
+  reg \$165 ;
+  reg [12:0] \$166 ;
+  reg \$167 ;
+  reg [12:0] \$168 ;
+  reg \$169 ;
+  wire \$17 ;
+  reg [12:0] \$170 ;
+  reg \$171 ;
+  reg [12:0] \$172 ;
+  reg \$173 ;
+  reg [12:0] \$174 ;
+  wire [50:0] \$18 ;
+  wire [32:0] \$19 ;
   wire [110:0] \$2 ;
-  wire [32:0] \$20 ;
-  wire \$21 ;
-  wire [32:0] \$22 ;
-  wire [32:0] \$23 ;
-  wire [32:0] \$24 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [47:0] \$22 ;
+  wire [49:0] \$23 ;
+  wire \$24 ;
   wire \$25 ;
-  wire [49:0] \$26 ;
-  wire [50:0] \$27 ;
-  wire [50:0] \$28 ;
-  wire \$29 ;
+  wire [50:0] \$26 ;
+  wire [32:0] \$27 ;
+  wire \$28 ;
+  wire [31:0] \$29 ;
   wire [32:0] \$3 ;
-  wire \$30 ;
+  wire [47:0] \$30 ;
   wire [49:0] \$31 ;
-  wire [49:0] \$32 ;
-  wire [32:0] \$33 ;
-  wire \$34 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire [50:0] \$34 ;
   wire [32:0] \$35 ;
   wire \$36 ;
-  wire [32:0] \$37 ;
-  wire [32:0] \$38 ;
-  wire [32:0] \$39 ;
+  wire [31:0] \$37 ;
+  wire [47:0] \$38 ;
+  wire [49:0] \$39 ;
   wire \$4 ;
   wire \$40 ;
-  wire [49:0] \$41 ;
+  wire \$41 ;
   wire [50:0] \$42 ;
-  wire [50:0] \$43 ;
+  wire [32:0] \$43 ;
   wire \$44 ;
-  wire \$45 ;
-  wire [49:0] \$46 ;
+  wire [31:0] \$45 ;
+  wire [47:0] \$46 ;
   wire [49:0] \$47 ;
-  wire [32:0] \$48 ;
+  wire \$48 ;
   wire \$49 ;
-  wire [32:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire \$51 ;
-  wire [32:0] \$52 ;
-  wire [32:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire \$55 ;
-  wire [49:0] \$56 ;
-  wire [50:0] \$57 ;
+  wire [31:0] \$5 ;
+  wire [50:0] \$50 ;
+  wire [32:0] \$51 ;
+  wire \$52 ;
+  wire [31:0] \$53 ;
+  wire [47:0] \$54 ;
+  wire [49:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
   wire [50:0] \$58 ;
-  wire \$59 ;
-  wire \$6 ;
+  wire [32:0] \$59 ;
+  wire [47:0] \$6 ;
   wire \$60 ;
-  wire [49:0] \$61 ;
-  wire [49:0] \$62 ;
-  wire [32:0] \$63 ;
+  wire [31:0] \$61 ;
+  wire [47:0] \$62 ;
+  wire [49:0] \$63 ;
   wire \$64 ;
-  wire [32:0] \$65 ;
-  wire \$66 ;
-  wire [32:0] \$67 ;
-  wire [32:0] \$68 ;
+  wire \$65 ;
+  wire [50:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
   wire [32:0] \$69 ;
-  wire [32:0] \$7 ;
-  wire \$70 ;
-  wire [49:0] \$71 ;
-  wire [50:0] \$72 ;
-  wire [50:0] \$73 ;
-  wire \$74 ;
+  wire [49:0] \$7 ;
+  wire [32:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire [49:0] \$73 ;
+  wire [49:0] \$74 ;
   wire \$75 ;
-  wire [49:0] \$76 ;
-  wire [49:0] \$77 ;
+  wire \$76 ;
+  wire [32:0] \$77 ;
   wire [32:0] \$78 ;
   wire \$79 ;
-  wire [32:0] \$8 ;
-  wire [32:0] \$80 ;
-  wire \$81 ;
-  wire [32:0] \$82 ;
-  wire [32:0] \$83 ;
-  wire [32:0] \$84 ;
-  wire \$85 ;
-  wire [49:0] \$86 ;
-  wire [50:0] \$87 ;
-  wire [50:0] \$88 ;
-  wire \$89 ;
-  wire [32:0] \$9 ;
-  wire \$90 ;
-  wire [49:0] \$91 ;
-  wire [49:0] \$92 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [49:0] \$81 ;
+  wire [49:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire [32:0] \$85 ;
+  wire [32:0] \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire [49:0] \$89 ;
+  wire \$9 ;
+  wire [49:0] \$90 ;
+  wire \$91 ;
+  wire \$92 ;
   wire [32:0] \$93 ;
-  wire \$94 ;
-  wire [32:0] \$95 ;
+  wire [32:0] \$94 ;
+  wire \$95 ;
   wire \$96 ;
-  wire [32:0] \$97 ;
-  wire [32:0] \$98 ;
-  wire [32:0] \$99 ;
+  wire [49:0] \$97 ;
+  wire [49:0] \$98 ;
+  wire \$99 ;
   input [255:0] bias;
   wire [255:0] bias;
   wire [31:0] \bias[0] ;
@@ -8764,19 +8769,13 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [12:0] ctl;
   reg [12:0] ctl_s0 = 13'h0000;
   reg [12:0] ctl_s1 = 13'h0000;
-  (* init = 13'h0000 *)
-  wire [12:0] ctl_s2;
-  wire [46:0] half;
+  reg [12:0] ctl_s2 = 13'h0000;
+  reg [12:0] ctl_s3 = 13'h0000;
+  output [12:0] ctl_s4;
+  reg [12:0] ctl_s4 = 13'h0000;
+  reg [46:0] half = 47'h000000000000;
   input [15:0] mult;
   wire [15:0] mult;
-  wire neg0;
-  wire neg1;
-  wire neg2;
-  wire neg3;
-  wire neg4;
-  wire neg5;
-  wire neg6;
-  wire neg7;
   output [63:0] out;
   reg [63:0] out = 64'h0000000000000000;
   wire [7:0] \out[0] ;
@@ -8787,10 +8786,10 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [7:0] \out[5] ;
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
-  output [12:0] out_ctl;
-  reg [12:0] out_ctl = 13'h0000;
-  output out_valid;
-  reg out_valid = 1'h0;
+  (* init = 13'h0000 *)
+  wire [12:0] out_ctl;
+  (* init = 1'h0 *)
+  wire out_valid;
   reg [48:0] p0 = 49'h0000000000000;
   reg [48:0] p1 = 49'h0000000000000;
   reg [48:0] p2 = 49'h0000000000000;
@@ -8799,6 +8798,14 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   reg [48:0] p5 = 49'h0000000000000;
   reg [48:0] p6 = 49'h0000000000000;
   reg [48:0] p7 = 49'h0000000000000;
+  reg [49:0] q0 = 50'h0000000000000;
+  reg [49:0] q1 = 50'h0000000000000;
+  reg [49:0] q2 = 50'h0000000000000;
+  reg [49:0] q3 = 50'h0000000000000;
+  reg [49:0] q4 = 50'h0000000000000;
+  reg [49:0] q5 = 50'h0000000000000;
+  reg [49:0] q6 = 50'h0000000000000;
+  reg [49:0] q7 = 50'h0000000000000;
   input relu;
   wire relu;
   input [255:0] row;
@@ -8815,6 +8822,14 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire row_valid;
   input rst;
   wire rst;
+  reg [32:0] s0 = 33'h000000000;
+  reg [32:0] s1 = 33'h000000000;
+  reg [32:0] s2 = 33'h000000000;
+  reg [32:0] s3 = 33'h000000000;
+  reg [32:0] s4 = 33'h000000000;
+  reg [32:0] s5 = 33'h000000000;
+  reg [32:0] s6 = 33'h000000000;
+  reg [32:0] s7 = 33'h000000000;
   wire [7:0] sat0;
   wire [7:0] sat1;
   wire [7:0] sat2;
@@ -8835,8 +8850,10 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [31:0] sum7;
   reg valid_s0 = 1'h0;
   reg valid_s1 = 1'h0;
-  (* init = 1'h0 *)
-  wire valid_s2;
+  reg valid_s2 = 1'h0;
+  reg valid_s3 = 1'h0;
+  output valid_s4;
+  reg valid_s4 = 1'h0;
   reg [31:0] x0 = 32'd0;
   reg [31:0] x1 = 32'd0;
   reg [31:0] x2 = 32'd0;
@@ -8855,398 +8872,562 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   wire [49:0] y7;
   assign \$1  = 1'h1 << shift;
   assign \$3  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$4  = $signed(\$3 ) > $signed(32'd2147483647);
-  assign \$5  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$6  = $signed(\$5 ) < $signed(32'd2147483648);
-  assign \$7  = $signed(row[31:0]) + $signed(bias[31:0]);
-  assign \$8  = \$6  ? 33'h180000000 : \$7 ;
-  assign \$9  = \$4  ? 33'h07fffffff : \$8 ;
-  assign \$10  = | shift;
-  assign neg0 = p0[48] & \$10 ;
-  assign \$11  = $signed(p0) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$12  = $signed(\$11 ) - $signed({ 1'h0, neg0 });
-  assign \$13  = $signed(\$12 ) >>> shift;
-  assign \$14  = $signed(\$13 [49:0]) > $signed(8'h7f);
-  assign \$15  = $signed(\$13 [49:0]) < $signed(8'h80);
-  assign \$16  = \$15  ? 50'h3ffffffffff80 : \$13 [49:0];
-  assign \$17  = \$14  ? 50'h000000000007f : \$16 ;
-  assign \$18  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$19  = $signed(\$18 ) > $signed(32'd2147483647);
-  assign \$20  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$21  = $signed(\$20 ) < $signed(32'd2147483648);
-  assign \$22  = $signed(row[63:32]) + $signed(bias[63:32]);
-  assign \$23  = \$21  ? 33'h180000000 : \$22 ;
-  assign \$24  = \$19  ? 33'h07fffffff : \$23 ;
-  assign \$25  = | shift;
-  assign neg1 = p1[48] & \$25 ;
-  assign \$26  = $signed(p1) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$27  = $signed(\$26 ) - $signed({ 1'h0, neg1 });
-  assign \$28  = $signed(\$27 ) >>> shift;
-  assign \$29  = $signed(\$28 [49:0]) > $signed(8'h7f);
-  assign \$30  = $signed(\$28 [49:0]) < $signed(8'h80);
-  assign \$31  = \$30  ? 50'h3ffffffffff80 : \$28 [49:0];
-  assign \$32  = \$29  ? 50'h000000000007f : \$31 ;
-  assign \$33  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$34  = $signed(\$33 ) > $signed(32'd2147483647);
-  assign \$35  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$36  = $signed(\$35 ) < $signed(32'd2147483648);
-  assign \$37  = $signed(row[95:64]) + $signed(bias[95:64]);
-  assign \$38  = \$36  ? 33'h180000000 : \$37 ;
-  assign \$39  = \$34  ? 33'h07fffffff : \$38 ;
+  assign \$4  = relu & \$70 [31];
+  assign \$5  = \$4  ? 32'd0 : \$70 [31:0];
+  assign \$6  = $signed(x0) * $signed({ 1'h0, mult });
+  assign \$7  = $signed(p0) + $signed({ 1'h0, half });
+  assign \$8  = | shift;
+  assign \$9  = p0[48] & \$8 ;
+  assign \$10  = $signed(\$7 ) - $signed({ 1'h0, \$9  });
+  assign \$11  = $signed(row[63:32]) + $signed(bias[63:32]);
+  assign \$12  = relu & \$78 [31];
+  assign \$13  = \$12  ? 32'd0 : \$78 [31:0];
+  assign \$14  = $signed(x1) * $signed({ 1'h0, mult });
+  assign \$15  = $signed(p1) + $signed({ 1'h0, half });
+  assign \$16  = | shift;
+  assign \$17  = p1[48] & \$16 ;
+  assign \$18  = $signed(\$15 ) - $signed({ 1'h0, \$17  });
+  assign \$19  = $signed(row[95:64]) + $signed(bias[95:64]);
+  assign \$20  = relu & \$86 [31];
+  assign \$21  = \$20  ? 32'd0 : \$86 [31:0];
+  assign \$22  = $signed(x2) * $signed({ 1'h0, mult });
+  assign \$23  = $signed(p2) + $signed({ 1'h0, half });
+  assign \$24  = | shift;
+  assign \$25  = p2[48] & \$24 ;
+  assign \$26  = $signed(\$23 ) - $signed({ 1'h0, \$25  });
+  assign \$27  = $signed(row[127:96]) + $signed(bias[127:96]);
+  assign \$28  = relu & \$94 [31];
+  assign \$29  = \$28  ? 32'd0 : \$94 [31:0];
+  assign \$30  = $signed(x3) * $signed({ 1'h0, mult });
+  assign \$31  = $signed(p3) + $signed({ 1'h0, half });
+  assign \$32  = | shift;
+  assign \$33  = p3[48] & \$32 ;
+  assign \$34  = $signed(\$31 ) - $signed({ 1'h0, \$33  });
+  assign \$35  = $signed(row[159:128]) + $signed(bias[159:128]);
+  assign \$36  = relu & \$102 [31];
+  assign \$37  = \$36  ? 32'd0 : \$102 [31:0];
+  assign \$38  = $signed(x4) * $signed({ 1'h0, mult });
+  assign \$39  = $signed(p4) + $signed({ 1'h0, half });
   assign \$40  = | shift;
-  assign neg2 = p2[48] & \$40 ;
-  assign \$41  = $signed(p2) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$42  = $signed(\$41 ) - $signed({ 1'h0, neg2 });
-  assign \$43  = $signed(\$42 ) >>> shift;
-  assign \$44  = $signed(\$43 [49:0]) > $signed(8'h7f);
-  assign \$45  = $signed(\$43 [49:0]) < $signed(8'h80);
-  assign \$46  = \$45  ? 50'h3ffffffffff80 : \$43 [49:0];
-  assign \$47  = \$44  ? 50'h000000000007f : \$46 ;
-  assign \$48  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$49  = $signed(\$48 ) > $signed(32'd2147483647);
-  assign \$50  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$51  = $signed(\$50 ) < $signed(32'd2147483648);
-  assign \$52  = $signed(row[127:96]) + $signed(bias[127:96]);
-  assign \$53  = \$51  ? 33'h180000000 : \$52 ;
-  assign \$54  = \$49  ? 33'h07fffffff : \$53 ;
-  assign \$55  = | shift;
-  assign neg3 = p3[48] & \$55 ;
-  assign \$56  = $signed(p3) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$57  = $signed(\$56 ) - $signed({ 1'h0, neg3 });
-  assign \$58  = $signed(\$57 ) >>> shift;
-  assign \$59  = $signed(\$58 [49:0]) > $signed(8'h7f);
-  assign \$60  = $signed(\$58 [49:0]) < $signed(8'h80);
-  assign \$61  = \$60  ? 50'h3ffffffffff80 : \$58 [49:0];
-  assign \$62  = \$59  ? 50'h000000000007f : \$61 ;
-  assign \$63  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$64  = $signed(\$63 ) > $signed(32'd2147483647);
-  assign \$65  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$66  = $signed(\$65 ) < $signed(32'd2147483648);
-  assign \$67  = $signed(row[159:128]) + $signed(bias[159:128]);
-  assign \$68  = \$66  ? 33'h180000000 : \$67 ;
-  assign \$69  = \$64  ? 33'h07fffffff : \$68 ;
-  assign \$70  = | shift;
-  assign neg4 = p4[48] & \$70 ;
-  assign \$71  = $signed(p4) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$72  = $signed(\$71 ) - $signed({ 1'h0, neg4 });
-  assign \$73  = $signed(\$72 ) >>> shift;
-  assign \$74  = $signed(\$73 [49:0]) > $signed(8'h7f);
-  assign \$75  = $signed(\$73 [49:0]) < $signed(8'h80);
-  assign \$76  = \$75  ? 50'h3ffffffffff80 : \$73 [49:0];
-  assign \$77  = \$74  ? 50'h000000000007f : \$76 ;
-  assign \$78  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$79  = $signed(\$78 ) > $signed(32'd2147483647);
-  assign \$80  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$81  = $signed(\$80 ) < $signed(32'd2147483648);
-  assign \$82  = $signed(row[191:160]) + $signed(bias[191:160]);
-  assign \$83  = \$81  ? 33'h180000000 : \$82 ;
-  assign \$84  = \$79  ? 33'h07fffffff : \$83 ;
-  assign \$85  = | shift;
-  assign neg5 = p5[48] & \$85 ;
-  assign \$86  = $signed(p5) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$87  = $signed(\$86 ) - $signed({ 1'h0, neg5 });
-  assign \$88  = $signed(\$87 ) >>> shift;
-  assign \$89  = $signed(\$88 [49:0]) > $signed(8'h7f);
-  assign \$90  = $signed(\$88 [49:0]) < $signed(8'h80);
-  assign \$91  = \$90  ? 50'h3ffffffffff80 : \$88 [49:0];
-  assign \$92  = \$89  ? 50'h000000000007f : \$91 ;
-  assign \$93  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$94  = $signed(\$93 ) > $signed(32'd2147483647);
-  assign \$95  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$96  = $signed(\$95 ) < $signed(32'd2147483648);
-  assign \$97  = $signed(row[223:192]) + $signed(bias[223:192]);
-  assign \$98  = \$96  ? 33'h180000000 : \$97 ;
-  assign \$99  = \$94  ? 33'h07fffffff : \$98 ;
-  assign \$100  = | shift;
-  assign neg6 = p6[48] & \$100 ;
-  assign \$101  = $signed(p6) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$102  = $signed(\$101 ) - $signed({ 1'h0, neg6 });
-  assign \$103  = $signed(\$102 ) >>> shift;
-  assign \$104  = $signed(\$103 [49:0]) > $signed(8'h7f);
-  assign \$105  = $signed(\$103 [49:0]) < $signed(8'h80);
-  assign \$106  = \$105  ? 50'h3ffffffffff80 : \$103 [49:0];
-  assign \$107  = \$104  ? 50'h000000000007f : \$106 ;
-  assign \$108  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$109  = $signed(\$108 ) > $signed(32'd2147483647);
-  assign \$110  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$111  = $signed(\$110 ) < $signed(32'd2147483648);
-  assign \$112  = $signed(row[255:224]) + $signed(bias[255:224]);
-  assign \$113  = \$111  ? 33'h180000000 : \$112 ;
-  assign \$114  = \$109  ? 33'h07fffffff : \$113 ;
-  assign \$115  = | shift;
-  assign neg7 = p7[48] & \$115 ;
-  assign \$116  = $signed(p7) + $signed({ 1'h0, \$2 [46:0] });
-  assign \$117  = $signed(\$116 ) - $signed({ 1'h0, neg7 });
-  assign \$118  = $signed(\$117 ) >>> shift;
-  assign \$119  = $signed(\$118 [49:0]) > $signed(8'h7f);
-  assign \$120  = $signed(\$118 [49:0]) < $signed(8'h80);
-  assign \$121  = \$120  ? 50'h3ffffffffff80 : \$118 [49:0];
+  assign \$41  = p4[48] & \$40 ;
+  assign \$42  = $signed(\$39 ) - $signed({ 1'h0, \$41  });
+  assign \$43  = $signed(row[191:160]) + $signed(bias[191:160]);
+  assign \$44  = relu & \$110 [31];
+  assign \$45  = \$44  ? 32'd0 : \$110 [31:0];
+  assign \$46  = $signed(x5) * $signed({ 1'h0, mult });
+  assign \$47  = $signed(p5) + $signed({ 1'h0, half });
+  assign \$48  = | shift;
+  assign \$49  = p5[48] & \$48 ;
+  assign \$50  = $signed(\$47 ) - $signed({ 1'h0, \$49  });
+  assign \$51  = $signed(row[223:192]) + $signed(bias[223:192]);
+  assign \$52  = relu & \$118 [31];
+  assign \$53  = \$52  ? 32'd0 : \$118 [31:0];
+  assign \$54  = $signed(x6) * $signed({ 1'h0, mult });
+  assign \$55  = $signed(p6) + $signed({ 1'h0, half });
+  assign \$56  = | shift;
+  assign \$57  = p6[48] & \$56 ;
+  assign \$58  = $signed(\$55 ) - $signed({ 1'h0, \$57  });
+  assign \$59  = $signed(row[255:224]) + $signed(bias[255:224]);
+  assign \$60  = relu & \$126 [31];
+  assign \$61  = \$60  ? 32'd0 : \$126 [31:0];
+  assign \$62  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$63  = $signed(p7) + $signed({ 1'h0, half });
+  assign \$64  = | shift;
+  assign \$65  = p7[48] & \$64 ;
+  assign \$66  = $signed(\$63 ) - $signed({ 1'h0, \$65  });
+  assign \$67  = $signed(s0) > $signed(32'd2147483647);
+  assign \$68  = $signed(s0) < $signed(32'd2147483648);
+  assign \$69  = \$68  ? 33'h180000000 : s0;
+  assign \$70  = \$67  ? 33'h07fffffff : \$69 ;
+  assign y0 = $signed(q0) >>> shift;
+  assign \$71  = $signed(y0) > $signed(8'h7f);
+  assign \$72  = $signed(y0) < $signed(8'h80);
+  assign \$73  = \$72  ? 50'h3ffffffffff80 : y0;
+  assign \$74  = \$71  ? 50'h000000000007f : \$73 ;
+  assign \$75  = $signed(s1) > $signed(32'd2147483647);
+  assign \$76  = $signed(s1) < $signed(32'd2147483648);
+  assign \$77  = \$76  ? 33'h180000000 : s1;
+  assign \$78  = \$75  ? 33'h07fffffff : \$77 ;
+  assign y1 = $signed(q1) >>> shift;
+  assign \$79  = $signed(y1) > $signed(8'h7f);
+  assign \$80  = $signed(y1) < $signed(8'h80);
+  assign \$81  = \$80  ? 50'h3ffffffffff80 : y1;
+  assign \$82  = \$79  ? 50'h000000000007f : \$81 ;
+  assign \$83  = $signed(s2) > $signed(32'd2147483647);
+  assign \$84  = $signed(s2) < $signed(32'd2147483648);
+  assign \$85  = \$84  ? 33'h180000000 : s2;
+  assign \$86  = \$83  ? 33'h07fffffff : \$85 ;
+  assign y2 = $signed(q2) >>> shift;
+  assign \$87  = $signed(y2) > $signed(8'h7f);
+  assign \$88  = $signed(y2) < $signed(8'h80);
+  assign \$89  = \$88  ? 50'h3ffffffffff80 : y2;
+  assign \$90  = \$87  ? 50'h000000000007f : \$89 ;
+  assign \$91  = $signed(s3) > $signed(32'd2147483647);
+  assign \$92  = $signed(s3) < $signed(32'd2147483648);
+  assign \$93  = \$92  ? 33'h180000000 : s3;
+  assign \$94  = \$91  ? 33'h07fffffff : \$93 ;
+  assign y3 = $signed(q3) >>> shift;
+  assign \$95  = $signed(y3) > $signed(8'h7f);
+  assign \$96  = $signed(y3) < $signed(8'h80);
+  assign \$97  = \$96  ? 50'h3ffffffffff80 : y3;
+  assign \$98  = \$95  ? 50'h000000000007f : \$97 ;
+  assign \$99  = $signed(s4) > $signed(32'd2147483647);
+  assign \$100  = $signed(s4) < $signed(32'd2147483648);
+  assign \$101  = \$100  ? 33'h180000000 : s4;
+  assign \$102  = \$99  ? 33'h07fffffff : \$101 ;
+  assign y4 = $signed(q4) >>> shift;
+  assign \$103  = $signed(y4) > $signed(8'h7f);
+  assign \$104  = $signed(y4) < $signed(8'h80);
+  assign \$105  = \$104  ? 50'h3ffffffffff80 : y4;
+  assign \$106  = \$103  ? 50'h000000000007f : \$105 ;
+  assign \$107  = $signed(s5) > $signed(32'd2147483647);
+  assign \$108  = $signed(s5) < $signed(32'd2147483648);
+  assign \$109  = \$108  ? 33'h180000000 : s5;
+  assign \$110  = \$107  ? 33'h07fffffff : \$109 ;
+  assign y5 = $signed(q5) >>> shift;
+  assign \$111  = $signed(y5) > $signed(8'h7f);
+  assign \$112  = $signed(y5) < $signed(8'h80);
+  assign \$113  = \$112  ? 50'h3ffffffffff80 : y5;
+  assign \$114  = \$111  ? 50'h000000000007f : \$113 ;
+  assign \$115  = $signed(s6) > $signed(32'd2147483647);
+  assign \$116  = $signed(s6) < $signed(32'd2147483648);
+  assign \$117  = \$116  ? 33'h180000000 : s6;
+  assign \$118  = \$115  ? 33'h07fffffff : \$117 ;
+  assign y6 = $signed(q6) >>> shift;
+  assign \$119  = $signed(y6) > $signed(8'h7f);
+  assign \$120  = $signed(y6) < $signed(8'h80);
+  assign \$121  = \$120  ? 50'h3ffffffffff80 : y6;
   assign \$122  = \$119  ? 50'h000000000007f : \$121 ;
-  assign \$123  = relu & \$9 [31];
-  assign \$124  = \$123  ? 32'd0 : \$9 [31:0];
-  assign \$125  = $signed(x0) * $signed({ 1'h0, mult });
-  assign \$126  = relu & \$24 [31];
-  assign \$127  = \$126  ? 32'd0 : \$24 [31:0];
-  assign \$128  = $signed(x1) * $signed({ 1'h0, mult });
-  assign \$129  = relu & \$39 [31];
-  assign \$130  = \$129  ? 32'd0 : \$39 [31:0];
-  assign \$131  = $signed(x2) * $signed({ 1'h0, mult });
-  assign \$132  = relu & \$54 [31];
-  assign \$133  = \$132  ? 32'd0 : \$54 [31:0];
-  assign \$134  = $signed(x3) * $signed({ 1'h0, mult });
-  assign \$135  = relu & \$69 [31];
-  assign \$136  = \$135  ? 32'd0 : \$69 [31:0];
-  assign \$137  = $signed(x4) * $signed({ 1'h0, mult });
-  assign \$138  = relu & \$84 [31];
-  assign \$139  = \$138  ? 32'd0 : \$84 [31:0];
-  assign \$140  = $signed(x5) * $signed({ 1'h0, mult });
-  assign \$141  = relu & \$99 [31];
-  assign \$142  = \$141  ? 32'd0 : \$99 [31:0];
-  assign \$143  = $signed(x6) * $signed({ 1'h0, mult });
-  assign \$144  = relu & \$114 [31];
-  assign \$145  = \$144  ? 32'd0 : \$114 [31:0];
-  assign \$146  = $signed(x7) * $signed({ 1'h0, mult });
+  assign \$123  = $signed(s7) > $signed(32'd2147483647);
+  assign \$124  = $signed(s7) < $signed(32'd2147483648);
+  assign \$125  = \$124  ? 33'h180000000 : s7;
+  assign \$126  = \$123  ? 33'h07fffffff : \$125 ;
+  assign y7 = $signed(q7) >>> shift;
+  assign \$127  = $signed(y7) > $signed(8'h7f);
+  assign \$128  = $signed(y7) < $signed(8'h80);
+  assign \$129  = \$128  ? 50'h3ffffffffff80 : y7;
+  assign \$130  = \$127  ? 50'h000000000007f : \$129 ;
   always @(posedge clk)
-    x0 <= \$147 ;
+    half <= \$131 ;
   always @(posedge clk)
-    p0 <= \$148 ;
+    s0 <= \$132 ;
   always @(posedge clk)
-    out <= \$149 ;
+    x0 <= \$133 ;
   always @(posedge clk)
-    x1 <= \$150 ;
+    p0 <= \$134 ;
   always @(posedge clk)
-    p1 <= \$151 ;
+    q0 <= \$135 ;
   always @(posedge clk)
-    x2 <= \$152 ;
+    out <= \$136 ;
   always @(posedge clk)
-    p2 <= \$153 ;
+    s1 <= \$137 ;
   always @(posedge clk)
-    x3 <= \$154 ;
+    x1 <= \$138 ;
   always @(posedge clk)
-    p3 <= \$155 ;
+    p1 <= \$139 ;
   always @(posedge clk)
-    x4 <= \$156 ;
+    q1 <= \$140 ;
   always @(posedge clk)
-    p4 <= \$157 ;
+    s2 <= \$141 ;
   always @(posedge clk)
-    x5 <= \$158 ;
+    x2 <= \$142 ;
   always @(posedge clk)
-    p5 <= \$159 ;
+    p2 <= \$143 ;
   always @(posedge clk)
-    x6 <= \$160 ;
+    q2 <= \$144 ;
   always @(posedge clk)
-    p6 <= \$161 ;
+    s3 <= \$145 ;
+  always @(posedge clk)
+    x3 <= \$146 ;
+  always @(posedge clk)
+    p3 <= \$147 ;
+  always @(posedge clk)
+    q3 <= \$148 ;
+  always @(posedge clk)
+    s4 <= \$149 ;
+  always @(posedge clk)
+    x4 <= \$150 ;
+  always @(posedge clk)
+    p4 <= \$151 ;
+  always @(posedge clk)
+    q4 <= \$152 ;
+  always @(posedge clk)
+    s5 <= \$153 ;
+  always @(posedge clk)
+    x5 <= \$154 ;
+  always @(posedge clk)
+    p5 <= \$155 ;
+  always @(posedge clk)
+    q5 <= \$156 ;
+  always @(posedge clk)
+    s6 <= \$157 ;
+  always @(posedge clk)
+    x6 <= \$158 ;
+  always @(posedge clk)
+    p6 <= \$159 ;
+  always @(posedge clk)
+    q6 <= \$160 ;
+  always @(posedge clk)
+    s7 <= \$161 ;
   always @(posedge clk)
     x7 <= \$162 ;
   always @(posedge clk)
     p7 <= \$163 ;
   always @(posedge clk)
-    valid_s0 <= \$164 ;
+    q7 <= \$164 ;
   always @(posedge clk)
-    ctl_s0 <= \$165 ;
+    valid_s0 <= \$165 ;
   always @(posedge clk)
-    valid_s1 <= \$166 ;
+    ctl_s0 <= \$166 ;
   always @(posedge clk)
-    ctl_s1 <= \$167 ;
+    valid_s1 <= \$167 ;
   always @(posedge clk)
-    out_valid <= \$168 ;
+    ctl_s1 <= \$168 ;
   always @(posedge clk)
-    out_ctl <= \$169 ;
+    valid_s2 <= \$169 ;
+  always @(posedge clk)
+    ctl_s2 <= \$170 ;
+  always @(posedge clk)
+    valid_s3 <= \$171 ;
+  always @(posedge clk)
+    ctl_s3 <= \$172 ;
+  always @(posedge clk)
+    valid_s4 <= \$173 ;
+  always @(posedge clk)
+    ctl_s4 <= \$174 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$147  = \$124 ;
+    \$131  = \$2 [46:0];
     if (rst) begin
-      \$147  = 32'd0;
+      \$131  = 47'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$148  = { \$125 [47], \$125  };
+    \$132  = \$3 ;
     if (rst) begin
-      \$148  = 49'h0000000000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$149 [7:0] = \$17 [7:0];
-    \$149 [15:8] = \$32 [7:0];
-    \$149 [23:16] = \$47 [7:0];
-    \$149 [31:24] = \$62 [7:0];
-    \$149 [39:32] = \$77 [7:0];
-    \$149 [47:40] = \$92 [7:0];
-    \$149 [55:48] = \$107 [7:0];
-    \$149 [63:56] = \$122 [7:0];
+    \$133  = \$5 ;
     if (rst) begin
-      \$149  = 64'h0000000000000000;
+      \$133  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$150  = \$127 ;
+    \$134  = { \$6 [47], \$6  };
+    if (rst) begin
+      \$134  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$135  = \$10 [49:0];
+    if (rst) begin
+      \$135  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$136 [7:0] = \$74 [7:0];
+    \$136 [15:8] = \$82 [7:0];
+    \$136 [23:16] = \$90 [7:0];
+    \$136 [31:24] = \$98 [7:0];
+    \$136 [39:32] = \$106 [7:0];
+    \$136 [47:40] = \$114 [7:0];
+    \$136 [55:48] = \$122 [7:0];
+    \$136 [63:56] = \$130 [7:0];
+    if (rst) begin
+      \$136  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$137  = \$11 ;
+    if (rst) begin
+      \$137  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$138  = \$13 ;
+    if (rst) begin
+      \$138  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$139  = { \$14 [47], \$14  };
+    if (rst) begin
+      \$139  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$140  = \$18 [49:0];
+    if (rst) begin
+      \$140  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$141  = \$19 ;
+    if (rst) begin
+      \$141  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$142  = \$21 ;
+    if (rst) begin
+      \$142  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$143  = { \$22 [47], \$22  };
+    if (rst) begin
+      \$143  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$144  = \$26 [49:0];
+    if (rst) begin
+      \$144  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$145  = \$27 ;
+    if (rst) begin
+      \$145  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$146  = \$29 ;
+    if (rst) begin
+      \$146  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$147  = { \$30 [47], \$30  };
+    if (rst) begin
+      \$147  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$148  = \$34 [49:0];
+    if (rst) begin
+      \$148  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$149  = \$35 ;
+    if (rst) begin
+      \$149  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$150  = \$37 ;
     if (rst) begin
       \$150  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$151  = { \$128 [47], \$128  };
+    \$151  = { \$38 [47], \$38  };
     if (rst) begin
       \$151  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$152  = \$130 ;
+    \$152  = \$42 [49:0];
     if (rst) begin
-      \$152  = 32'd0;
+      \$152  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$153  = { \$131 [47], \$131  };
+    \$153  = \$43 ;
     if (rst) begin
-      \$153  = 49'h0000000000000;
+      \$153  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$154  = \$133 ;
+    \$154  = \$45 ;
     if (rst) begin
       \$154  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$155  = { \$134 [47], \$134  };
+    \$155  = { \$46 [47], \$46  };
     if (rst) begin
       \$155  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$156  = \$136 ;
+    \$156  = \$50 [49:0];
     if (rst) begin
-      \$156  = 32'd0;
+      \$156  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$157  = { \$137 [47], \$137  };
+    \$157  = \$51 ;
     if (rst) begin
-      \$157  = 49'h0000000000000;
+      \$157  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$158  = \$139 ;
+    \$158  = \$53 ;
     if (rst) begin
       \$158  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$159  = { \$140 [47], \$140  };
+    \$159  = { \$54 [47], \$54  };
     if (rst) begin
       \$159  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$160  = \$142 ;
+    \$160  = \$58 [49:0];
     if (rst) begin
-      \$160  = 32'd0;
+      \$160  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$161  = { \$143 [47], \$143  };
+    \$161  = \$59 ;
     if (rst) begin
-      \$161  = 49'h0000000000000;
+      \$161  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$162  = \$145 ;
+    \$162  = \$61 ;
     if (rst) begin
       \$162  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$163  = { \$146 [47], \$146  };
+    \$163  = { \$62 [47], \$62  };
     if (rst) begin
       \$163  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$164  = row_valid;
+    \$164  = \$66 [49:0];
     if (rst) begin
-      \$164  = 1'h0;
+      \$164  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$165  = ctl;
+    \$165  = row_valid;
     if (rst) begin
-      \$165  = 13'h0000;
+      \$165  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$166  = valid_s0;
+    \$166  = ctl;
     if (rst) begin
-      \$166  = 1'h0;
+      \$166  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$167  = ctl_s0;
+    \$167  = valid_s0;
     if (rst) begin
-      \$167  = 13'h0000;
+      \$167  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$168  = valid_s1;
+    \$168  = ctl_s0;
     if (rst) begin
-      \$168  = 1'h0;
+      \$168  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
-    \$169  = ctl_s1;
+    \$169  = valid_s1;
     if (rst) begin
-      \$169  = 13'h0000;
+      \$169  = 1'h0;
     end
   end
-  assign half = \$2 [46:0];
-  assign sum0 = \$9 [31:0];
-  assign y0 = \$13 [49:0];
-  assign sat0 = \$17 [7:0];
-  assign sum1 = \$24 [31:0];
-  assign y1 = \$28 [49:0];
-  assign sat1 = \$32 [7:0];
-  assign sum2 = \$39 [31:0];
-  assign y2 = \$43 [49:0];
-  assign sat2 = \$47 [7:0];
-  assign sum3 = \$54 [31:0];
-  assign y3 = \$58 [49:0];
-  assign sat3 = \$62 [7:0];
-  assign sum4 = \$69 [31:0];
-  assign y4 = \$73 [49:0];
-  assign sat4 = \$77 [7:0];
-  assign sum5 = \$84 [31:0];
-  assign y5 = \$88 [49:0];
-  assign sat5 = \$92 [7:0];
-  assign sum6 = \$99 [31:0];
-  assign y6 = \$103 [49:0];
-  assign sat6 = \$107 [7:0];
-  assign sum7 = \$114 [31:0];
-  assign y7 = \$118 [49:0];
-  assign sat7 = \$122 [7:0];
-  assign valid_s2 = out_valid;
-  assign ctl_s2 = out_ctl;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$170  = ctl_s1;
+    if (rst) begin
+      \$170  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$171  = valid_s2;
+    if (rst) begin
+      \$171  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$172  = ctl_s2;
+    if (rst) begin
+      \$172  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$173  = valid_s3;
+    if (rst) begin
+      \$173  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$174  = ctl_s3;
+    if (rst) begin
+      \$174  = 13'h0000;
+    end
+  end
+  assign sum0 = \$70 [31:0];
+  assign sat0 = \$74 [7:0];
+  assign sum1 = \$78 [31:0];
+  assign sat1 = \$82 [7:0];
+  assign sum2 = \$86 [31:0];
+  assign sat2 = \$90 [7:0];
+  assign sum3 = \$94 [31:0];
+  assign sat3 = \$98 [7:0];
+  assign sum4 = \$102 [31:0];
+  assign sat4 = \$106 [7:0];
+  assign sum5 = \$110 [31:0];
+  assign sat5 = \$114 [7:0];
+  assign sum6 = \$118 [31:0];
+  assign sat6 = \$122 [7:0];
+  assign sum7 = \$126 [31:0];
+  assign sat7 = \$130 [7:0];
+  assign out_valid = valid_s4;
+  assign out_ctl = ctl_s4;
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -9401,7 +9582,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1021$8 , \port$1021$16 , \port$1021$64 , \port$1021$96 , \port$1021$112 , clk);
+module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1005$8 , \port$1005$16 , \port$1005$64 , \port$1005$96 , \port$1005$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -9425,16 +9606,16 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1021$112 ;
-  wire [31:0] \port$1021$112 ;
-  input [15:0] \port$1021$16 ;
-  wire [15:0] \port$1021$16 ;
-  input [11:0] \port$1021$64 ;
-  wire [11:0] \port$1021$64 ;
-  input \port$1021$8 ;
-  wire \port$1021$8 ;
-  input [9:0] \port$1021$96 ;
-  wire [9:0] \port$1021$96 ;
+  input [31:0] \port$1005$112 ;
+  wire [31:0] \port$1005$112 ;
+  input [15:0] \port$1005$16 ;
+  wire [15:0] \port$1005$16 ;
+  input [11:0] \port$1005$64 ;
+  wire [11:0] \port$1005$64 ;
+  input \port$1005$8 ;
+  wire \port$1005$8 ;
+  input [9:0] \port$1005$96 ;
+  wire [9:0] \port$1005$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -9468,7 +9649,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
+      storage[w_port__addr] <= { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -9530,8 +9711,8 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
-  assign w_data = { \port$1021$16 , \port$1021$8 , \port$1021$112 , \port$1021$96 , \port$1021$64  };
+  assign w_port__data = { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
+  assign w_data = { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -54,7 +54,7 @@ def test_constructors_accept_legal_parameters() -> None:
         assert array.LATENCY == 2 * size - 1 and len(array.out.as_value()) == 32 * size
         Fragment.get(array, None)
     postop = PostOp(16)
-    assert PostOp.LATENCY == 3 and postop.lanes == 16 and len(postop.out.as_value()) == 8 * 16
+    assert PostOp.LATENCY == 5 and postop.lanes == 16 and len(postop.out.as_value()) == 8 * 16
     Fragment.get(postop, None)
     assert AXIStreamSignature(32) == AXIStreamSignature(32) != AXIStreamSignature(33)
     core = TileCore(TileConfig(array=4, spm_rows=1024, acc_rows=256))

@@ -21,19 +21,22 @@ def _saturate(m: Module, value, width: int, name: str) -> Signal:
 
 
 class PostOp(wiring.Component):
-    """Requantises one accumulator row a cycle, in a three-stage pipeline.
+    """Requantises one accumulator row a cycle, in a five-stage pipeline.
 
     Per lane, as the spec (and :func:`dx1_bringup.golden.requantize`) defines it:
     ``x = sat32(acc + bias)``; ``x = max(x, 0)`` when ``relu``; ``p = x * mult``;
     ``y = (p + 2**(shift-1) - (p < 0)) >> shift`` for ``shift > 0`` (half away
-    from zero), ``y = p`` for ``shift == 0``; ``out = sat8(y)``.
+    from zero), ``y = p`` for ``shift == 0``; ``out = sat8(y)``.  Each stage
+    does one of: the bias add, the saturation and ReLU, the product, the
+    rounding add, the shift and saturation; so no stage has more than one
+    carry chain or multiplier on its path.
 
     ``bias``, ``mult``, ``shift`` and ``relu`` must stay still while rows are in
     the pipeline.  ``out`` follows ``row`` by ``LATENCY`` cycles, with ``ctl``
     (the row's destination) alongside.  No back-pressure: the pipeline always moves.
     """
 
-    LATENCY = 3
+    LATENCY = 5
 
     def __init__(self, lanes: int, ctl_width: int = 1):
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 16:
@@ -57,21 +60,25 @@ class PostOp(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         half = Signal(unsigned(MAX_SHIFT), name="half")
-        m.d.comb += half.eq((Const(1, MAX_SHIFT + 1) << self.shift) >> 1)
+        m.d.sync += half.eq((Const(1, MAX_SHIFT + 1) << self.shift) >> 1)
 
         for lane in range(self.lanes):
-            # Stage 1: saturating bias add and ReLU.
-            x = _saturate(m, self.row[lane] + self.bias[lane], 32, f"sum{lane}")
-            x1 = Signal(signed(32), name=f"x{lane}")
-            m.d.sync += x1.eq(Mux(self.relu & x[-1], 0, x))
-            # Stage 2: the exact product (|p| < 2**47).
-            p2 = Signal(signed(49), name=f"p{lane}")
-            m.d.sync += p2.eq(x1 * self.mult)
-            # Stage 3: rounding shift and int8 saturation.
-            adjust = Signal(name=f"neg{lane}")
-            m.d.comb += adjust.eq(p2[-1] & (self.shift != 0))
+            # Stage 1: the bias add (33 bits: it cannot overflow).
+            s1 = Signal(signed(33), name=f"s{lane}")
+            m.d.sync += s1.eq(self.row[lane] + self.bias[lane])
+            # Stage 2: int32 saturation and ReLU.
+            x = _saturate(m, s1, 32, f"sum{lane}")
+            x2 = Signal(signed(32), name=f"x{lane}")
+            m.d.sync += x2.eq(Mux(self.relu & x[-1], 0, x))
+            # Stage 3: the exact product (|p| < 2**47).
+            p3 = Signal(signed(49), name=f"p{lane}")
+            m.d.sync += p3.eq(x2 * self.mult)
+            # Stage 4: the rounding add.
+            q4 = Signal(signed(50), name=f"q{lane}")
+            m.d.sync += q4.eq(p3 + half - (p3[-1] & (self.shift != 0)))
+            # Stage 5: the shift and int8 saturation.
             y = Signal(signed(50), name=f"y{lane}")
-            m.d.comb += y.eq((p2 + half - adjust) >> self.shift)
+            m.d.comb += y.eq(q4 >> self.shift)
             out = _saturate(m, y, 8, f"sat{lane}")
             m.d.sync += self.out[lane].eq(out)
 
