@@ -63,6 +63,8 @@ class CommandProcessor(wiring.Component):
       at ``ring_base + 32*HEAD`` with one 4-beat burst and advances HEAD.
     * Checks (in the spec's order) for every opcode but GEMM and POSTOP, which
       the tile core checks itself; a refused command completes with its code.
+      A fetched command spends :data:`DECODE_STAGES` cycles in registered decode
+      steps (products, sums, checks, hazards) before it can be dispatched.
     * Dispatch: GEMM/POSTOP to the tile core, LOAD/STORE/COPY to the DMA, so that
       loads, compute and stores overlap.  A command waits only while it would
       write local rows an in-flight command of the other unit reads or writes, or

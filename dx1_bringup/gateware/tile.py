@@ -74,6 +74,8 @@ class TileCore(wiring.Component):
 
     Commands arrive on ``cmd`` (the spec's 256-bit encoding); each leaves one
     entry on ``done`` (tag, status, opcode), in the order the commands came.
+    A command is taken into an input register (``cmd.tready`` is low while it
+    is full) and checked in :data:`DECODE_STAGES` registered steps.
     Other opcodes, and commands whose fields fail the spec's checks, complete
     with their error code and change nothing.  GEMMs run back to back: the
     weight loader fills one bank of the array while the activation streamer
