@@ -74,30 +74,17 @@ class Host:
         return frame + crc32(frame)
 
 
-class BridgeTB:
-    def __init__(self, dut):
+class UartHostTB:
+    """The host's end of a UART: bytes out on ``rx`` through a UartSource, answers from ``tx`` through a UartSink."""
+
+    def __init__(self, dut, rx, tx, baud: int):
         self.dut = dut
         Clock(dut.clk, 20, unit="ns").start()
-        self.source = UartSource(dut.rx, baud=BAUD, bits=8)
-        self.sink = UartSink(dut.tx, baud=BAUD, bits=8)
-        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
-        for model in (self.source, self.sink, self.ram.read_if, self.ram.write_if,
-                      self.regs.read_if, self.regs.write_if):
+        self.source = UartSource(rx, baud=baud, bits=8)
+        self.sink = UartSink(tx, baud=baud, bits=8)
+        for model in (self.source, self.sink):
             model.log.setLevel(logging.WARNING)
-        self.bad_enabled = False
         self.pending = bytearray()          # bytes received and not yet asked for
-        refuse_accesses(self.ram, lambda address, length:
-                        self.bad_enabled and address + length > BAD[0] and address < BAD[1])
-        refuse_accesses(self.regs, lambda address, length:
-                        self.bad_enabled and address + length > BAD_REGS[0] and address < BAD_REGS[1])
-
-    async def reset(self):
-        self.dut.rx.value = 1
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 10)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 10)
 
     async def send(self, data: bytes) -> None:
         await self.source.write(data)
@@ -115,6 +102,27 @@ class BridgeTB:
         await Timer(int(ns), "ns")
         extra = bytes(self.pending) + bytes(self.sink.read_nowait())
         assert not extra, f"unexpected bytes from the bridge: {extra.hex()}"
+
+
+class BridgeTB(UartHostTB):
+    def __init__(self, dut):
+        super().__init__(dut, dut.rx, dut.tx, BAUD)
+        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
+        for model in (self.ram.read_if, self.ram.write_if, self.regs.read_if, self.regs.write_if):
+            model.log.setLevel(logging.WARNING)
+        self.bad_enabled = False
+        refuse_accesses(self.ram, lambda address, length:
+                        self.bad_enabled and address + length > BAD[0] and address < BAD[1])
+        refuse_accesses(self.regs, lambda address, length:
+                        self.bad_enabled and address + length > BAD_REGS[0] and address < BAD_REGS[1])
+
+    async def reset(self):
+        self.dut.rx.value = 1
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 10)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 10)
 
     # ---- host operations ------------------------------------------------------------------------
     async def bone_write(self, addr: int, words: list[int]) -> None:
