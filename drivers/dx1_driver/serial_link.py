@@ -58,8 +58,10 @@ its own (a round trip counted in ``LinkStats.write_flushes``) only after
 close.  If any answer of such an exchange is wrong or missing, the exchange is
 retried after a resynchronisation, the unconfirmed writes first, in their
 order.  So a write's failure is reported by the exchange that collects its
-status (as :class:`TransportError`, after the retries), and a read or memory
-access never runs before the writes issued ahead of it are confirmed done.
+status (as :class:`TransportError`, after the retries).  The bridge runs frames
+in the order they arrive (after a bad CRC it drops the rest of the window), so
+a read or memory access runs after the writes issued ahead of it, and its
+answer is accepted only if all their statuses are ACKs.
 
 A retried write is written again: a lost status may mean that the write was
 done.  Every register the driver writes takes that: values are absolute
