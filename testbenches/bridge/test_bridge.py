@@ -103,6 +103,19 @@ class UartHostTB:
         extra = bytes(self.pending) + bytes(self.sink.read_nowait())
         assert not extra, f"unexpected bytes from the bridge: {extra.hex()}"
 
+    async def reg_write(self, addr: int, words: list[int]) -> int:
+        await self.send(Host.reg_write(addr, words))
+        return (await self.recv(1))[0]
+
+    async def reg_read(self, addr: int, n: int) -> tuple[int, list[int]]:
+        await self.send(Host.reg_read(addr, n))
+        status = (await self.recv(1))[0]
+        if status != ACK:
+            return status, []
+        payload = await self.recv(4 * n + 4)
+        assert payload[-4:] == crc32(payload[:-4]), f"register read CRC wrong ({seed_note()})"
+        return status, list(struct.unpack(f">{n}I", payload[:-4]))
+
 
 class BridgeTB(UartHostTB):
     def __init__(self, dut):
@@ -146,19 +159,6 @@ class BridgeTB(UartHostTB):
         payload = await self.recv(length + 4)
         assert payload[-4:] == crc32(payload[:-4]), f"read burst CRC wrong ({seed_note()})"
         return status, payload[:-4]
-
-    async def reg_write(self, addr: int, words: list[int]) -> int:
-        await self.send(Host.reg_write(addr, words))
-        return (await self.recv(1))[0]
-
-    async def reg_read(self, addr: int, n: int) -> tuple[int, list[int]]:
-        await self.send(Host.reg_read(addr, n))
-        status = (await self.recv(1))[0]
-        if status != ACK:
-            return status, []
-        payload = await self.recv(4 * n + 4)
-        assert payload[-4:] == crc32(payload[:-4]), f"register read CRC wrong ({seed_note()})"
-        return status, list(struct.unpack(f">{n}I", payload[:-4]))
 
 
 async def setup(dut) -> tuple[BridgeTB, random.Random]:
