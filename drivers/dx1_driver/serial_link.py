@@ -841,7 +841,10 @@ class ModelBridge:
     input is discarded until the line goes idle: a framing error means that the
     following bytes are not where frames start, and read as frames they would
     run payload bytes as UARTBone commands.  The host resynchronises by waiting
-    for that idle line, so the board's bridge must behave the same way.
+    for that idle line, so the board's bridge must behave the same way.  A CRC
+    register frame is answered as the gateware answers it: after a bad CRC the
+    input is discarded until idle; a refused range (the frame was whole and its
+    CRC good) and a bus error are answered and the next frame is taken at once.
     """
 
     def __init__(self, target: Any, mem_bytes: int, bus_errors: tuple[type[BaseException], ...], *,
