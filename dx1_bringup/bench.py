@@ -131,6 +131,10 @@ SERIAL_GEMM = (64, 64, 64)
 SERIAL_FAULT_RATE = 1e-4
 #: The `dx1 gemm` problem run over the faulty line (smaller: every retry costs a resynchronisation in wall time).
 SERIAL_FAULT_GEMM = (32, 32, 32)
+#: The `dx1 gemm` runs of the serial section: (name, line fault rate or None for the sim transport, register
+#: framing).  The clean GEMM runs with CRC register frames (the default) and with UARTBone, side by side.
+SERIAL_GEMM_RUNS = (("sim", None, None), ("serial", 0.0, "crc"), ("serial_uartbone", 0.0, "uartbone"),
+                    ("serial_faulty", SERIAL_FAULT_RATE, "crc"))
 #: Latency a round trip adds on a USB-UART cable (the FTDI/CP210x latency timer, about 1 ms), for the estimate.
 CABLE_LATENCY_S = 1e-3
 
@@ -149,8 +153,9 @@ def _serial_line_job(runs: list[dict], name: str) -> dict:
 def _gemm_over(transport, problem, attempts: int = 1) -> dict:
     """`dx1 gemm`'s work on an open transport: wall time and round trips from the transport's open to the result.
 
-    With ``attempts`` > 1, a GEMM that fails loudly (a :class:`DriverError`: on a faulty line, register
-    frames, which carry no CRC, can be corrupted) is run again after a device reset; every failure is kept.
+    With ``attempts`` > 1, a GEMM that fails loudly (a :class:`DriverError`: on a faulty line, a residual risk
+    of the framing, or any register fault with UARTBone frames, which carry no CRC) is run again after a device
+    reset; every failure is kept, and ``first_attempt`` says whether the first GEMM came out right.
     """
     from dx1_driver import Device, DriverError
 
@@ -168,8 +173,9 @@ def _gemm_over(transport, problem, attempts: int = 1) -> dict:
             if len(failures) == attempts:
                 raise
             device.reset()
-    return {"correct": bool(np.array_equal(out, reference_gemm(a, b, bias, post))),
-            "round_trips": transport.round_trips, "attempts": len(failures) + 1, "failures": failures}
+    correct = bool(np.array_equal(out, reference_gemm(a, b, bias, post)))
+    return {"correct": correct, "round_trips": transport.round_trips, "attempts": len(failures) + 1,
+            "first_attempt": correct and not failures, "failures": failures}
 
 
 def serial_bench(sizes: list[int]) -> dict:
@@ -193,7 +199,7 @@ def serial_bench(sizes: list[int]) -> dict:
     gemms = {}
     with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {k: pool.submit(_serial_line_job, runs, f"bench-serial-{k}") for k, runs in jobs.items()}
-        for name, fault_rate in (("sim", None), ("serial", 0.0), ("serial_faulty", SERIAL_FAULT_RATE)):
+        for name, fault_rate, framing in SERIAL_GEMM_RUNS:
             shape = SERIAL_FAULT_GEMM if fault_rate else SERIAL_GEMM
             print(f"  dx1 gemm {'x'.join(map(str, shape))} over {name.replace('_', ' ')} ...", flush=True)
             if fault_rate is None:
@@ -204,19 +210,21 @@ def serial_bench(sizes: list[int]) -> dict:
             if fault_rate is None:
                 transport = SimTransport("127.0.0.1", port, process=process)
             else:
-                transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, **CLIENT_OPTIONS)
+                transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, regs=framing,
+                                            **CLIENT_OPTIONS)
             try:
                 run = {"shape": list(shape),
                        **_gemm_over(transport, gemm_problem(*shape, seed=1), attempts=3 if fault_rate else 1)}
                 run["wall_s"] = time.perf_counter() - wall
                 if fault_rate is not None:
-                    run.update(fault_rate=fault_rate, line_baud=BAUD, link=asdict(transport.stats))
+                    run.update(fault_rate=fault_rate, line_baud=BAUD, regs=framing, link=asdict(transport.stats))
             finally:
                 transport.close()
                 process.wait(timeout=60)
             gemms[name] = run
             print(f"    {run['wall_s']:.1f} s wall, {run['round_trips']} round trips, correct {run['correct']}"
                   + (f", {run['link']['retries']} retries" if "link" in run else "")
+                  + ("" if run["first_attempt"] else f", NOT on the first attempt ({run['attempts']} attempts)")
                   + "".join(f"\n    attempt failed loudly: {f}" for f in run["failures"]), flush=True)
         print("  waiting for the throughput simulations ...", flush=True)
         lines = {k: f.result() for k, f in futures.items()}
@@ -245,16 +253,18 @@ def print_serial(serial: dict) -> None:
         trips = "/".join(str(r[op]["round_trips"]) if op in r else "-" for op in ("write", "read"))
         print(f"  {r['mode']:<13} {r['bytes']:>6} {cells[0]:>16} {cells[1]:>16}  {trips:>15}  {r['correct']}")
     print("\ndx1 gemm M K N --seed 1 (wall clock from the transport's open to the result; a serial round trip is "
-          "a wait for answers, register writes are posted):")
-    for name in ("sim", "serial", "serial_faulty"):
+          "a wait for answers, register writes are posted: CRC register frames have their statuses read by the "
+          "next exchange, UARTBone writes have none):")
+    for name in [r[0] for r in SERIAL_GEMM_RUNS if r[0] in serial["gemm"]]:
         run = serial["gemm"][name]
         extra = ""
         if "link" in run:
             link = run["link"]
-            extra = (f" + {link['posted_writes']} posted writes, {link['retries']} retries, {link['bytes_sent']} bytes "
-                     f"sent, {link['bytes_received']} received"
-                     + (f" (fault rate {run['fault_rate']:g}, GEMM attempts {run['attempts']})"
-                        if run["fault_rate"] else ""))
+            extra = (f" ({run.get('regs', 'uartbone')} registers) + {link['posted_writes']} posted writes, "
+                     f"{link.get('write_flushes', 0)} status-only round trips, {link['retries']} retries, "
+                     f"{link['bytes_sent']} bytes sent, {link['bytes_received']} received"
+                     + (f" (fault rate {run['fault_rate']:g}, GEMM attempts {run['attempts']}, first attempt "
+                        f"{'right' if run.get('first_attempt') else 'FAILED'})" if run["fault_rate"] else ""))
         print(f"  {'x'.join(map(str, run['shape'])):<9} over {name.replace('_', ' '):<14} {run['wall_s']:7.1f} s  "
               f"{run['round_trips']:>5} round trips{extra}  correct {run['correct']}")
 
@@ -317,11 +327,12 @@ def main(argv: list[str] | None = None) -> int:
             ok &= all(r["correct"] for r in report["soc"]["runs"])
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
-                  "and dx1 gemm over sim, serial and a faulty serial line ...",
+                  "and dx1 gemm over sim, serial (CRC and UARTBone register frames) and a faulty serial line ...",
                   flush=True)
             report["serial"] = serial_bench(args.serial_sizes)
             ok &= all(r["correct"] for r in report["serial"]["throughput"]) and \
-                all(report["serial"]["gemm"][k]["correct"] for k in ("sim", "serial", "serial_faulty"))
+                all(run["correct"] for run in report["serial"]["gemm"].values()) and \
+                report["serial"]["gemm"]["serial_faulty"]["first_attempt"]
     if "tile" in args.only:
         print_tile(report)
     if "soc" in args.only:

@@ -139,6 +139,7 @@ module dx1_board(clk, rst, uart_tx, irq, uart_rx);
     .regs__awready(regs__awready),
     .regs__awvalid(regs__awvalid),
     .regs__bready(regs__bready),
+    .regs__bresp(regs__bresp),
     .regs__bvalid(regs__bvalid),
     .regs__rdata(regs__rdata),
     .regs__rready(regs__rready),
@@ -255,886 +256,1097 @@ module dx1_board(clk, rst, uart_tx, irq, uart_rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, mem__awready, mem__wready, mem__arready, mem__rvalid, mem__rresp, mem__rdata, mem__rlast, regs__bvalid, regs__rvalid, regs__rdata, regs__rresp, mem__bvalid, mem__bresp, mem__wvalid, mem__wdata, mem__wstrb
-, mem__wlast, regs__bready, mem__bready, regs__rready, mem__rready, regs__wvalid, regs__awvalid, regs__arvalid, mem__awvalid, mem__arvalid, regs__awaddr, regs__wdata, mem__awaddr, mem__awlen, regs__araddr, mem__araddr, mem__arlen, tx, rx);
+module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, mem__awready, mem__wready, mem__arready, mem__rvalid, mem__rresp, mem__rdata, mem__rlast, regs__bvalid, regs__bresp, regs__rvalid, regs__rdata, regs__rresp, mem__bvalid, mem__bresp, mem__wvalid, mem__wdata
+, mem__wstrb, mem__wlast, regs__bready, mem__bready, regs__rready, mem__rready, regs__wvalid, regs__awvalid, regs__arvalid, mem__awvalid, mem__arvalid, regs__awaddr, regs__wdata, mem__awaddr, mem__awlen, regs__araddr, mem__araddr, mem__arlen, tx, rx);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [31:0] \$1 ;
-  wire \$10 ;
+  wire [13:0] \$10 ;
   wire \$100 ;
+  wire \$1000 ;
+  wire [7:0] \$1001 ;
+  wire \$1002 ;
+  wire \$1003 ;
+  wire [31:0] \$1004 ;
+  wire \$1005 ;
+  wire [7:0] \$1006 ;
+  wire \$1007 ;
+  wire \$1008 ;
+  wire [31:0] \$1009 ;
   wire \$101 ;
+  wire \$1010 ;
+  wire [7:0] \$1011 ;
+  wire \$1012 ;
+  wire \$1013 ;
+  wire [31:0] \$1014 ;
+  wire \$1015 ;
+  wire [7:0] \$1016 ;
+  wire \$1017 ;
+  wire \$1018 ;
+  wire [31:0] \$1019 ;
   wire \$102 ;
+  wire \$1020 ;
+  wire [7:0] \$1021 ;
+  wire \$1022 ;
+  wire \$1023 ;
+  wire [31:0] \$1024 ;
+  wire \$1025 ;
+  wire [7:0] \$1026 ;
+  wire \$1027 ;
+  wire \$1028 ;
+  wire [31:0] \$1029 ;
   wire \$103 ;
+  wire \$1030 ;
+  wire [7:0] \$1031 ;
+  wire \$1032 ;
+  wire \$1033 ;
+  wire [31:0] \$1034 ;
+  wire \$1035 ;
+  wire [7:0] \$1036 ;
+  wire \$1037 ;
+  wire \$1038 ;
+  wire [31:0] \$1039 ;
   wire \$104 ;
+  wire \$1040 ;
+  wire [7:0] \$1041 ;
+  wire \$1042 ;
+  wire \$1043 ;
+  wire [13:0] \$1044 ;
+  wire [13:0] \$1045 ;
+  wire [13:0] \$1046 ;
+  wire \$1047 ;
+  wire [46:0] \$1048 ;
+  wire [46:0] \$1049 ;
   wire \$105 ;
+  wire [13:0] \$1050 ;
+  wire \$1051 ;
+  reg \$1052 ;
+  reg [12:0] \$1053 ;
+  reg \$1054 ;
+  reg \$1055 ;
+  reg \$1056 ;
+  reg \$1057 ;
+  reg \$1058 ;
+  reg \$1059 ;
   wire \$106 ;
+  reg \$1060 ;
+  reg [12:0] \$1061 ;
+  reg [31:0] \$1062 ;
+  reg \$1063 ;
+  reg [7:0] \$1064 ;
+  reg \$1065 ;
+  reg [5:0] \$1066 ;
+  reg [8:0] \$1067 ;
+  reg [31:0] \$1068 ;
+  reg [31:0] \$1069 ;
   wire \$107 ;
+  reg [31:0] \$1070 ;
+  reg [15:0] \$1071 ;
+  reg [31:0] \$1072 ;
+  reg [31:0] \$1073 ;
+  reg [7:0] \$1074 ;
+  reg [63:0] \$1075 ;
+  reg [7:0] \$1076 ;
+  reg [15:0] \$1077 ;
+  reg [31:0] \$1078 ;
+  reg [7:0] \$1079 ;
   wire \$108 ;
+  reg [31:0] \$1080 ;
+  reg [31:0] \$1081 ;
+  reg [7:0] \$1082 ;
+  reg [2:0] \$1083 ;
+  reg [12:0] \$1084 ;
+  reg [30:0] \$1085 ;
+  reg [9:0] \$1086 ;
+  reg [9:0] \$1087 ;
+  reg [8:0] \$1088 ;
   wire \$109 ;
-  wire [13:0] \$11 ;
+  wire [14:0] \$11 ;
   wire \$110 ;
-  wire [13:0] \$111 ;
+  wire \$111 ;
   wire \$112 ;
   wire \$113 ;
   wire \$114 ;
   wire \$115 ;
   wire \$116 ;
   wire \$117 ;
-  wire [31:0] \$118 ;
+  wire \$118 ;
   wire \$119 ;
-  wire [14:0] \$12 ;
-  wire [7:0] \$120 ;
+  wire \$12 ;
+  wire \$120 ;
   wire \$121 ;
   wire \$122 ;
-  wire [31:0] \$123 ;
+  wire \$123 ;
   wire \$124 ;
-  wire [7:0] \$125 ;
+  wire \$125 ;
   wire \$126 ;
   wire \$127 ;
-  wire [31:0] \$128 ;
-  wire \$129 ;
-  wire \$13 ;
-  wire [7:0] \$130 ;
+  wire \$128 ;
+  wire [13:0] \$129 ;
+  wire [13:0] \$13 ;
+  wire \$130 ;
   wire \$131 ;
   wire \$132 ;
-  wire [31:0] \$133 ;
+  wire \$133 ;
   wire \$134 ;
-  wire [7:0] \$135 ;
-  wire \$136 ;
+  wire \$135 ;
+  wire [31:0] \$136 ;
   wire \$137 ;
-  wire [31:0] \$138 ;
+  wire [7:0] \$138 ;
   wire \$139 ;
-  wire \$14 ;
-  wire [7:0] \$140 ;
-  wire \$141 ;
+  wire [14:0] \$14 ;
+  wire \$140 ;
+  wire [31:0] \$141 ;
   wire \$142 ;
-  wire [31:0] \$143 ;
+  wire [7:0] \$143 ;
   wire \$144 ;
-  wire [7:0] \$145 ;
-  wire \$146 ;
+  wire \$145 ;
+  wire [31:0] \$146 ;
   wire \$147 ;
-  wire [31:0] \$148 ;
+  wire [7:0] \$148 ;
   wire \$149 ;
-  wire [13:0] \$15 ;
-  wire [7:0] \$150 ;
-  wire \$151 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire [31:0] \$151 ;
   wire \$152 ;
-  wire [31:0] \$153 ;
+  wire [7:0] \$153 ;
   wire \$154 ;
-  wire [7:0] \$155 ;
-  wire \$156 ;
+  wire \$155 ;
+  wire [31:0] \$156 ;
   wire \$157 ;
-  wire [31:0] \$158 ;
+  wire [7:0] \$158 ;
   wire \$159 ;
-  wire [14:0] \$16 ;
-  wire [7:0] \$160 ;
-  wire \$161 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire [31:0] \$161 ;
   wire \$162 ;
-  wire [31:0] \$163 ;
+  wire [7:0] \$163 ;
   wire \$164 ;
-  wire [7:0] \$165 ;
-  wire \$166 ;
+  wire \$165 ;
+  wire [31:0] \$166 ;
   wire \$167 ;
-  wire [31:0] \$168 ;
+  wire [7:0] \$168 ;
   wire \$169 ;
-  wire \$17 ;
-  wire [7:0] \$170 ;
-  wire \$171 ;
+  wire [13:0] \$17 ;
+  wire \$170 ;
+  wire [31:0] \$171 ;
   wire \$172 ;
-  wire [31:0] \$173 ;
+  wire [7:0] \$173 ;
   wire \$174 ;
-  wire [7:0] \$175 ;
-  wire \$176 ;
+  wire \$175 ;
+  wire [31:0] \$176 ;
   wire \$177 ;
-  wire [31:0] \$178 ;
+  wire [7:0] \$178 ;
   wire \$179 ;
-  wire [13:0] \$18 ;
-  wire [7:0] \$180 ;
-  wire \$181 ;
+  wire [14:0] \$18 ;
+  wire \$180 ;
+  wire [31:0] \$181 ;
   wire \$182 ;
-  wire [31:0] \$183 ;
+  wire [7:0] \$183 ;
   wire \$184 ;
-  wire [7:0] \$185 ;
-  wire \$186 ;
+  wire \$185 ;
+  wire [31:0] \$186 ;
   wire \$187 ;
-  wire [31:0] \$188 ;
+  wire [7:0] \$188 ;
   wire \$189 ;
-  wire [14:0] \$19 ;
-  wire [7:0] \$190 ;
-  wire \$191 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
   wire \$192 ;
-  wire [31:0] \$193 ;
+  wire [7:0] \$193 ;
   wire \$194 ;
-  wire [7:0] \$195 ;
-  wire \$196 ;
+  wire \$195 ;
+  wire [31:0] \$196 ;
   wire \$197 ;
-  wire [31:0] \$198 ;
+  wire [7:0] \$198 ;
   wire \$199 ;
-  wire [14:0] \$2 ;
-  wire \$20 ;
-  wire [7:0] \$200 ;
-  wire \$201 ;
+  wire \$2 ;
+  wire [13:0] \$20 ;
+  wire \$200 ;
+  wire [31:0] \$201 ;
   wire \$202 ;
-  wire [31:0] \$203 ;
+  wire [7:0] \$203 ;
   wire \$204 ;
-  wire [7:0] \$205 ;
-  wire \$206 ;
+  wire \$205 ;
+  wire [31:0] \$206 ;
   wire \$207 ;
-  wire [31:0] \$208 ;
+  wire [7:0] \$208 ;
   wire \$209 ;
-  wire \$21 ;
-  wire [7:0] \$210 ;
-  wire \$211 ;
+  wire [14:0] \$21 ;
+  wire \$210 ;
+  wire [31:0] \$211 ;
   wire \$212 ;
-  wire [31:0] \$213 ;
+  wire [7:0] \$213 ;
   wire \$214 ;
-  wire [7:0] \$215 ;
-  wire \$216 ;
+  wire \$215 ;
+  wire [31:0] \$216 ;
   wire \$217 ;
-  wire [31:0] \$218 ;
+  wire [7:0] \$218 ;
   wire \$219 ;
-  wire [13:0] \$22 ;
-  wire [7:0] \$220 ;
-  wire \$221 ;
+  wire \$22 ;
+  wire \$220 ;
+  wire [31:0] \$221 ;
   wire \$222 ;
-  wire [31:0] \$223 ;
+  wire [7:0] \$223 ;
   wire \$224 ;
-  wire [7:0] \$225 ;
-  wire \$226 ;
+  wire \$225 ;
+  wire [31:0] \$226 ;
   wire \$227 ;
-  wire [31:0] \$228 ;
+  wire [7:0] \$228 ;
   wire \$229 ;
-  wire [14:0] \$23 ;
-  wire [7:0] \$230 ;
-  wire \$231 ;
+  wire \$23 ;
+  wire \$230 ;
+  wire [31:0] \$231 ;
   wire \$232 ;
-  wire [31:0] \$233 ;
+  wire [7:0] \$233 ;
   wire \$234 ;
-  wire [7:0] \$235 ;
-  wire \$236 ;
+  wire \$235 ;
+  wire [31:0] \$236 ;
   wire \$237 ;
-  wire [31:0] \$238 ;
+  wire [7:0] \$238 ;
   wire \$239 ;
-  wire \$24 ;
-  wire [7:0] \$240 ;
-  wire \$241 ;
+  wire [13:0] \$24 ;
+  wire \$240 ;
+  wire [31:0] \$241 ;
   wire \$242 ;
-  wire [31:0] \$243 ;
+  wire [7:0] \$243 ;
   wire \$244 ;
-  wire [7:0] \$245 ;
-  wire \$246 ;
+  wire \$245 ;
+  wire [31:0] \$246 ;
   wire \$247 ;
-  wire [31:0] \$248 ;
+  wire [7:0] \$248 ;
   wire \$249 ;
-  wire [13:0] \$25 ;
-  wire [7:0] \$250 ;
-  wire \$251 ;
+  wire [14:0] \$25 ;
+  wire \$250 ;
+  wire [31:0] \$251 ;
   wire \$252 ;
-  wire [31:0] \$253 ;
+  wire [7:0] \$253 ;
   wire \$254 ;
-  wire [7:0] \$255 ;
-  wire \$256 ;
+  wire \$255 ;
+  wire [31:0] \$256 ;
   wire \$257 ;
-  wire [31:0] \$258 ;
+  wire [7:0] \$258 ;
   wire \$259 ;
-  wire [14:0] \$26 ;
-  wire [7:0] \$260 ;
-  wire \$261 ;
+  wire \$26 ;
+  wire \$260 ;
+  wire [31:0] \$261 ;
   wire \$262 ;
-  wire [31:0] \$263 ;
+  wire [7:0] \$263 ;
   wire \$264 ;
-  wire [7:0] \$265 ;
-  wire \$266 ;
+  wire \$265 ;
+  wire [31:0] \$266 ;
   wire \$267 ;
-  wire [31:0] \$268 ;
+  wire [7:0] \$268 ;
   wire \$269 ;
-  wire \$27 ;
-  wire [7:0] \$270 ;
-  wire \$271 ;
+  wire [13:0] \$27 ;
+  wire \$270 ;
+  wire [31:0] \$271 ;
   wire \$272 ;
-  wire [31:0] \$273 ;
+  wire [7:0] \$273 ;
   wire \$274 ;
-  wire [7:0] \$275 ;
-  wire \$276 ;
+  wire \$275 ;
+  wire [31:0] \$276 ;
   wire \$277 ;
-  wire \$278 ;
+  wire [7:0] \$278 ;
   wire \$279 ;
-  wire \$28 ;
-  wire [8:0] \$280 ;
-  wire [13:0] \$281 ;
+  wire [14:0] \$28 ;
+  wire \$280 ;
+  wire [31:0] \$281 ;
   wire \$282 ;
-  wire [13:0] \$283 ;
+  wire [7:0] \$283 ;
   wire \$284 ;
-  wire [30:0] \$285 ;
-  wire [7:0] \$286 ;
-  wire [30:0] \$287 ;
-  wire \$288 ;
+  wire \$285 ;
+  wire [31:0] \$286 ;
+  wire \$287 ;
+  wire [7:0] \$288 ;
   wire \$289 ;
-  wire [13:0] \$29 ;
+  wire \$29 ;
   wire \$290 ;
-  wire \$291 ;
-  wire [31:0] \$292 ;
-  wire \$293 ;
+  wire [31:0] \$291 ;
+  wire \$292 ;
+  wire [7:0] \$293 ;
   wire \$294 ;
-  wire [31:0] \$295 ;
-  wire [31:0] \$296 ;
-  wire [46:0] \$297 ;
-  wire [13:0] \$298 ;
-  wire \$299 ;
-  wire [14:0] \$3 ;
-  wire [14:0] \$30 ;
-  wire [9:0] \$300 ;
-  wire [32:0] \$301 ;
+  wire \$295 ;
+  wire \$296 ;
+  wire \$297 ;
+  wire [8:0] \$298 ;
+  wire [13:0] \$299 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$300 ;
+  wire [13:0] \$301 ;
   wire \$302 ;
-  wire [13:0] \$303 ;
-  wire \$304 ;
-  wire [31:0] \$305 ;
+  wire [30:0] \$303 ;
+  wire [7:0] \$304 ;
+  wire [30:0] \$305 ;
   wire \$306 ;
-  wire [7:0] \$307 ;
+  wire \$307 ;
   wire \$308 ;
   wire \$309 ;
-  wire \$31 ;
+  wire [13:0] \$31 ;
   wire [31:0] \$310 ;
   wire \$311 ;
-  wire [7:0] \$312 ;
-  wire \$313 ;
-  wire \$314 ;
-  wire [31:0] \$315 ;
-  wire \$316 ;
-  wire [7:0] \$317 ;
-  wire \$318 ;
-  wire \$319 ;
-  wire [13:0] \$32 ;
-  wire [31:0] \$320 ;
-  wire \$321 ;
-  wire [7:0] \$322 ;
-  wire \$323 ;
+  wire \$312 ;
+  wire [31:0] \$313 ;
+  wire [31:0] \$314 ;
+  wire [46:0] \$315 ;
+  wire [13:0] \$316 ;
+  wire \$317 ;
+  wire [9:0] \$318 ;
+  wire [32:0] \$319 ;
+  wire [14:0] \$32 ;
+  wire \$320 ;
+  wire [13:0] \$321 ;
+  wire \$322 ;
+  wire [31:0] \$323 ;
   wire \$324 ;
-  wire [31:0] \$325 ;
+  wire [7:0] \$325 ;
   wire \$326 ;
-  wire [7:0] \$327 ;
-  wire \$328 ;
+  wire \$327 ;
+  wire [31:0] \$328 ;
   wire \$329 ;
-  wire [14:0] \$33 ;
-  wire [31:0] \$330 ;
+  wire \$33 ;
+  wire [7:0] \$330 ;
   wire \$331 ;
-  wire [7:0] \$332 ;
-  wire \$333 ;
+  wire \$332 ;
+  wire [31:0] \$333 ;
   wire \$334 ;
-  wire [31:0] \$335 ;
+  wire [7:0] \$335 ;
   wire \$336 ;
-  wire [7:0] \$337 ;
-  wire \$338 ;
+  wire \$337 ;
+  wire [31:0] \$338 ;
   wire \$339 ;
-  wire \$34 ;
-  wire [31:0] \$340 ;
+  wire [13:0] \$34 ;
+  wire [7:0] \$340 ;
   wire \$341 ;
-  wire [7:0] \$342 ;
-  wire \$343 ;
+  wire \$342 ;
+  wire [31:0] \$343 ;
   wire \$344 ;
-  wire [31:0] \$345 ;
+  wire [7:0] \$345 ;
   wire \$346 ;
-  wire [7:0] \$347 ;
-  wire \$348 ;
+  wire \$347 ;
+  wire [31:0] \$348 ;
   wire \$349 ;
-  wire \$35 ;
-  wire [31:0] \$350 ;
+  wire [14:0] \$35 ;
+  wire [7:0] \$350 ;
   wire \$351 ;
-  wire [7:0] \$352 ;
-  wire \$353 ;
+  wire \$352 ;
+  wire [31:0] \$353 ;
   wire \$354 ;
-  wire [31:0] \$355 ;
+  wire [7:0] \$355 ;
   wire \$356 ;
-  wire [7:0] \$357 ;
-  wire \$358 ;
+  wire \$357 ;
+  wire [31:0] \$358 ;
   wire \$359 ;
-  wire [13:0] \$36 ;
-  wire [31:0] \$360 ;
+  wire \$36 ;
+  wire [7:0] \$360 ;
   wire \$361 ;
-  wire [7:0] \$362 ;
-  wire \$363 ;
+  wire \$362 ;
+  wire [31:0] \$363 ;
   wire \$364 ;
-  wire [31:0] \$365 ;
+  wire [7:0] \$365 ;
   wire \$366 ;
-  wire [7:0] \$367 ;
-  wire \$368 ;
+  wire \$367 ;
+  wire [31:0] \$368 ;
   wire \$369 ;
-  wire [14:0] \$37 ;
-  wire [31:0] \$370 ;
+  wire \$37 ;
+  wire [7:0] \$370 ;
   wire \$371 ;
-  wire [7:0] \$372 ;
-  wire \$373 ;
+  wire \$372 ;
+  wire [31:0] \$373 ;
   wire \$374 ;
-  wire [31:0] \$375 ;
+  wire [7:0] \$375 ;
   wire \$376 ;
-  wire [7:0] \$377 ;
-  wire \$378 ;
+  wire \$377 ;
+  wire [31:0] \$378 ;
   wire \$379 ;
-  wire \$38 ;
-  wire [31:0] \$380 ;
+  wire [13:0] \$38 ;
+  wire [7:0] \$380 ;
   wire \$381 ;
-  wire [7:0] \$382 ;
-  wire \$383 ;
+  wire \$382 ;
+  wire [31:0] \$383 ;
   wire \$384 ;
-  wire [31:0] \$385 ;
+  wire [7:0] \$385 ;
   wire \$386 ;
-  wire [7:0] \$387 ;
-  wire \$388 ;
+  wire \$387 ;
+  wire [31:0] \$388 ;
   wire \$389 ;
-  wire [13:0] \$39 ;
-  wire [31:0] \$390 ;
+  wire [14:0] \$39 ;
+  wire [7:0] \$390 ;
   wire \$391 ;
-  wire [7:0] \$392 ;
-  wire \$393 ;
+  wire \$392 ;
+  wire [31:0] \$393 ;
   wire \$394 ;
-  wire [31:0] \$395 ;
+  wire [7:0] \$395 ;
   wire \$396 ;
-  wire [7:0] \$397 ;
-  wire \$398 ;
+  wire \$397 ;
+  wire [31:0] \$398 ;
   wire \$399 ;
-  wire [10:0] \$4 ;
-  wire [14:0] \$40 ;
-  wire [31:0] \$400 ;
+  wire [14:0] \$4 ;
+  wire \$40 ;
+  wire [7:0] \$400 ;
   wire \$401 ;
-  wire [7:0] \$402 ;
-  wire \$403 ;
+  wire \$402 ;
+  wire [31:0] \$403 ;
   wire \$404 ;
-  wire [31:0] \$405 ;
+  wire [7:0] \$405 ;
   wire \$406 ;
-  wire [7:0] \$407 ;
-  wire \$408 ;
+  wire \$407 ;
+  wire [31:0] \$408 ;
   wire \$409 ;
-  wire \$41 ;
-  wire [31:0] \$410 ;
+  wire [13:0] \$41 ;
+  wire [7:0] \$410 ;
   wire \$411 ;
-  wire [7:0] \$412 ;
-  wire \$413 ;
+  wire \$412 ;
+  wire [31:0] \$413 ;
   wire \$414 ;
-  wire [31:0] \$415 ;
+  wire [7:0] \$415 ;
   wire \$416 ;
-  wire [7:0] \$417 ;
-  wire \$418 ;
+  wire \$417 ;
+  wire [31:0] \$418 ;
   wire \$419 ;
-  wire \$42 ;
-  wire [31:0] \$420 ;
+  wire [14:0] \$42 ;
+  wire [7:0] \$420 ;
   wire \$421 ;
-  wire [7:0] \$422 ;
-  wire \$423 ;
+  wire \$422 ;
+  wire [31:0] \$423 ;
   wire \$424 ;
-  wire [31:0] \$425 ;
+  wire [7:0] \$425 ;
   wire \$426 ;
-  wire [7:0] \$427 ;
-  wire \$428 ;
+  wire \$427 ;
+  wire [31:0] \$428 ;
   wire \$429 ;
-  wire [13:0] \$43 ;
-  wire [31:0] \$430 ;
+  wire \$43 ;
+  wire [7:0] \$430 ;
   wire \$431 ;
-  wire [7:0] \$432 ;
-  wire \$433 ;
+  wire \$432 ;
+  wire [31:0] \$433 ;
   wire \$434 ;
-  wire [31:0] \$435 ;
+  wire [7:0] \$435 ;
   wire \$436 ;
-  wire [7:0] \$437 ;
-  wire \$438 ;
+  wire \$437 ;
+  wire [31:0] \$438 ;
   wire \$439 ;
-  wire [14:0] \$44 ;
-  wire [31:0] \$440 ;
+  wire \$44 ;
+  wire [7:0] \$440 ;
   wire \$441 ;
-  wire [7:0] \$442 ;
-  wire \$443 ;
+  wire \$442 ;
+  wire [31:0] \$443 ;
   wire \$444 ;
-  wire [31:0] \$445 ;
+  wire [7:0] \$445 ;
   wire \$446 ;
-  wire [7:0] \$447 ;
-  wire \$448 ;
+  wire \$447 ;
+  wire [31:0] \$448 ;
   wire \$449 ;
-  wire \$45 ;
-  wire [31:0] \$450 ;
+  wire [13:0] \$45 ;
+  wire [7:0] \$450 ;
   wire \$451 ;
-  wire [7:0] \$452 ;
-  wire \$453 ;
+  wire \$452 ;
+  wire [31:0] \$453 ;
   wire \$454 ;
-  wire [31:0] \$455 ;
+  wire [7:0] \$455 ;
   wire \$456 ;
-  wire [7:0] \$457 ;
-  wire \$458 ;
+  wire \$457 ;
+  wire [31:0] \$458 ;
   wire \$459 ;
-  wire [13:0] \$46 ;
-  wire [31:0] \$460 ;
+  wire [14:0] \$46 ;
+  wire [7:0] \$460 ;
   wire \$461 ;
-  wire [7:0] \$462 ;
-  wire \$463 ;
+  wire \$462 ;
+  wire [31:0] \$463 ;
   wire \$464 ;
-  wire \$465 ;
+  wire [7:0] \$465 ;
   wire \$466 ;
   wire \$467 ;
-  wire \$468 ;
+  wire [31:0] \$468 ;
   wire \$469 ;
-  wire [14:0] \$47 ;
-  wire \$470 ;
+  wire \$47 ;
+  wire [7:0] \$470 ;
   wire \$471 ;
   wire \$472 ;
-  wire \$473 ;
-  wire [33:0] \$474 ;
-  wire \$475 ;
+  wire [31:0] \$473 ;
+  wire \$474 ;
+  wire [7:0] \$475 ;
   wire \$476 ;
   wire \$477 ;
-  wire \$478 ;
+  wire [31:0] \$478 ;
   wire \$479 ;
-  wire \$48 ;
-  wire \$480 ;
-  wire [31:0] \$481 ;
+  wire [13:0] \$48 ;
+  wire [7:0] \$480 ;
+  wire \$481 ;
   wire \$482 ;
-  wire [7:0] \$483 ;
+  wire \$483 ;
   wire \$484 ;
   wire \$485 ;
-  wire [31:0] \$486 ;
+  wire \$486 ;
   wire \$487 ;
-  wire [7:0] \$488 ;
+  wire \$488 ;
   wire \$489 ;
-  wire \$49 ;
+  wire [14:0] \$49 ;
   wire \$490 ;
-  wire [31:0] \$491 ;
-  wire \$492 ;
-  wire [7:0] \$493 ;
+  wire \$491 ;
+  wire [33:0] \$492 ;
+  wire \$493 ;
   wire \$494 ;
   wire \$495 ;
-  wire [31:0] \$496 ;
+  wire \$496 ;
   wire \$497 ;
-  wire [7:0] \$498 ;
-  wire \$499 ;
-  wire \$5 ;
-  wire [13:0] \$50 ;
+  wire \$498 ;
+  wire [31:0] \$499 ;
+  wire [14:0] \$5 ;
+  wire \$50 ;
   wire \$500 ;
-  wire [31:0] \$501 ;
+  wire [7:0] \$501 ;
   wire \$502 ;
-  wire [7:0] \$503 ;
-  wire \$504 ;
+  wire \$503 ;
+  wire [31:0] \$504 ;
   wire \$505 ;
-  wire [31:0] \$506 ;
+  wire [7:0] \$506 ;
   wire \$507 ;
-  wire [7:0] \$508 ;
-  wire \$509 ;
-  wire [14:0] \$51 ;
+  wire \$508 ;
+  wire [31:0] \$509 ;
+  wire \$51 ;
   wire \$510 ;
-  wire [31:0] \$511 ;
+  wire [7:0] \$511 ;
   wire \$512 ;
-  wire [7:0] \$513 ;
-  wire \$514 ;
+  wire \$513 ;
+  wire [31:0] \$514 ;
   wire \$515 ;
-  wire [31:0] \$516 ;
+  wire [7:0] \$516 ;
   wire \$517 ;
-  wire [7:0] \$518 ;
-  wire \$519 ;
-  wire \$52 ;
+  wire \$518 ;
+  wire [31:0] \$519 ;
+  wire [13:0] \$52 ;
   wire \$520 ;
-  wire [31:0] \$521 ;
+  wire [7:0] \$521 ;
   wire \$522 ;
-  wire [7:0] \$523 ;
-  wire \$524 ;
+  wire \$523 ;
+  wire [31:0] \$524 ;
   wire \$525 ;
-  wire [31:0] \$526 ;
+  wire [7:0] \$526 ;
   wire \$527 ;
-  wire [7:0] \$528 ;
-  wire \$529 ;
-  wire [13:0] \$53 ;
+  wire \$528 ;
+  wire [31:0] \$529 ;
+  wire [14:0] \$53 ;
   wire \$530 ;
-  wire [31:0] \$531 ;
+  wire [7:0] \$531 ;
   wire \$532 ;
-  wire [7:0] \$533 ;
-  wire \$534 ;
+  wire \$533 ;
+  wire [31:0] \$534 ;
   wire \$535 ;
-  wire [31:0] \$536 ;
+  wire [7:0] \$536 ;
   wire \$537 ;
-  wire [7:0] \$538 ;
-  wire \$539 ;
-  wire [14:0] \$54 ;
+  wire \$538 ;
+  wire [31:0] \$539 ;
+  wire \$54 ;
   wire \$540 ;
-  wire [31:0] \$541 ;
+  wire [7:0] \$541 ;
   wire \$542 ;
-  wire [7:0] \$543 ;
-  wire \$544 ;
+  wire \$543 ;
+  wire [31:0] \$544 ;
   wire \$545 ;
-  wire [31:0] \$546 ;
+  wire [7:0] \$546 ;
   wire \$547 ;
-  wire [7:0] \$548 ;
-  wire \$549 ;
-  wire \$55 ;
+  wire \$548 ;
+  wire [31:0] \$549 ;
+  wire [13:0] \$55 ;
   wire \$550 ;
-  wire [31:0] \$551 ;
+  wire [7:0] \$551 ;
   wire \$552 ;
-  wire [7:0] \$553 ;
-  wire \$554 ;
+  wire \$553 ;
+  wire [31:0] \$554 ;
   wire \$555 ;
-  wire [31:0] \$556 ;
+  wire [7:0] \$556 ;
   wire \$557 ;
-  wire [7:0] \$558 ;
-  wire \$559 ;
-  wire \$56 ;
+  wire \$558 ;
+  wire [31:0] \$559 ;
+  wire [14:0] \$56 ;
   wire \$560 ;
-  wire [31:0] \$561 ;
+  wire [7:0] \$561 ;
   wire \$562 ;
-  wire [7:0] \$563 ;
-  wire \$564 ;
+  wire \$563 ;
+  wire [31:0] \$564 ;
   wire \$565 ;
-  wire [31:0] \$566 ;
+  wire [7:0] \$566 ;
   wire \$567 ;
-  wire [7:0] \$568 ;
-  wire \$569 ;
-  wire [13:0] \$57 ;
+  wire \$568 ;
+  wire [31:0] \$569 ;
+  wire \$57 ;
   wire \$570 ;
-  wire [31:0] \$571 ;
+  wire [7:0] \$571 ;
   wire \$572 ;
-  wire [7:0] \$573 ;
-  wire \$574 ;
+  wire \$573 ;
+  wire [31:0] \$574 ;
   wire \$575 ;
-  wire [31:0] \$576 ;
+  wire [7:0] \$576 ;
   wire \$577 ;
-  wire [7:0] \$578 ;
-  wire \$579 ;
-  wire [14:0] \$58 ;
+  wire \$578 ;
+  wire [31:0] \$579 ;
+  wire \$58 ;
   wire \$580 ;
-  wire [31:0] \$581 ;
+  wire [7:0] \$581 ;
   wire \$582 ;
-  wire [7:0] \$583 ;
-  wire \$584 ;
+  wire \$583 ;
+  wire [31:0] \$584 ;
   wire \$585 ;
-  wire [31:0] \$586 ;
+  wire [7:0] \$586 ;
   wire \$587 ;
-  wire [7:0] \$588 ;
-  wire \$589 ;
-  wire \$59 ;
+  wire \$588 ;
+  wire [31:0] \$589 ;
+  wire [13:0] \$59 ;
   wire \$590 ;
-  wire [31:0] \$591 ;
+  wire [7:0] \$591 ;
   wire \$592 ;
-  wire [7:0] \$593 ;
-  wire \$594 ;
+  wire \$593 ;
+  wire [31:0] \$594 ;
   wire \$595 ;
-  wire [31:0] \$596 ;
+  wire [7:0] \$596 ;
   wire \$597 ;
-  wire [7:0] \$598 ;
-  wire \$599 ;
-  wire \$6 ;
-  wire [13:0] \$60 ;
+  wire \$598 ;
+  wire [31:0] \$599 ;
+  wire [10:0] \$6 ;
+  wire [14:0] \$60 ;
   wire \$600 ;
-  wire [31:0] \$601 ;
+  wire [7:0] \$601 ;
   wire \$602 ;
-  wire [7:0] \$603 ;
-  wire \$604 ;
+  wire \$603 ;
+  wire [31:0] \$604 ;
   wire \$605 ;
-  wire [31:0] \$606 ;
+  wire [7:0] \$606 ;
   wire \$607 ;
-  wire [7:0] \$608 ;
-  wire \$609 ;
-  wire [14:0] \$61 ;
+  wire \$608 ;
+  wire [31:0] \$609 ;
+  wire \$61 ;
   wire \$610 ;
-  wire [31:0] \$611 ;
+  wire [7:0] \$611 ;
   wire \$612 ;
-  wire [7:0] \$613 ;
-  wire \$614 ;
+  wire \$613 ;
+  wire [31:0] \$614 ;
   wire \$615 ;
-  wire [31:0] \$616 ;
+  wire [7:0] \$616 ;
   wire \$617 ;
-  wire [7:0] \$618 ;
-  wire \$619 ;
-  wire \$62 ;
+  wire \$618 ;
+  wire [31:0] \$619 ;
+  wire [13:0] \$62 ;
   wire \$620 ;
-  wire [31:0] \$621 ;
+  wire [7:0] \$621 ;
   wire \$622 ;
-  wire [7:0] \$623 ;
-  wire \$624 ;
+  wire \$623 ;
+  wire [31:0] \$624 ;
   wire \$625 ;
-  wire [31:0] \$626 ;
+  wire [7:0] \$626 ;
   wire \$627 ;
-  wire [7:0] \$628 ;
-  wire \$629 ;
-  wire \$63 ;
+  wire \$628 ;
+  wire [31:0] \$629 ;
+  wire [14:0] \$63 ;
   wire \$630 ;
-  wire [31:0] \$631 ;
+  wire [7:0] \$631 ;
   wire \$632 ;
-  wire [7:0] \$633 ;
-  wire \$634 ;
+  wire \$633 ;
+  wire [31:0] \$634 ;
   wire \$635 ;
-  wire [31:0] \$636 ;
+  wire [7:0] \$636 ;
   wire \$637 ;
-  wire [7:0] \$638 ;
-  wire \$639 ;
-  wire [12:0] \$64 ;
+  wire \$638 ;
+  wire [31:0] \$639 ;
+  wire \$64 ;
   wire \$640 ;
-  wire [13:0] \$641 ;
-  wire [13:0] \$642 ;
-  wire [13:0] \$643 ;
-  wire \$644 ;
-  wire [13:0] \$645 ;
-  wire \$646 ;
+  wire [7:0] \$641 ;
+  wire \$642 ;
+  wire \$643 ;
+  wire [31:0] \$644 ;
+  wire \$645 ;
+  wire [7:0] \$646 ;
   wire \$647 ;
   wire \$648 ;
-  wire \$649 ;
-  wire [12:0] \$65 ;
+  wire [31:0] \$649 ;
+  wire \$65 ;
   wire \$650 ;
-  wire [9:0] \$651 ;
-  wire [11:0] \$652 ;
-  wire [31:0] \$653 ;
-  wire [10:0] \$654 ;
-  wire [9:0] \$655 ;
-  wire [10:0] \$656 ;
-  wire [9:0] \$657 ;
+  wire [7:0] \$651 ;
+  wire \$652 ;
+  wire \$653 ;
+  wire [31:0] \$654 ;
+  wire \$655 ;
+  wire [7:0] \$656 ;
+  wire \$657 ;
   wire \$658 ;
-  wire \$659 ;
-  wire \$66 ;
-  wire \$660 ;
-  wire \$661 ;
-  wire [1:0] \$662 ;
-  wire [9:0] \$663 ;
-  wire [11:0] \$664 ;
-  wire [31:0] \$665 ;
-  wire [10:0] \$666 ;
+  wire [13:0] \$659 ;
+  wire [12:0] \$66 ;
+  wire [13:0] \$660 ;
+  wire [13:0] \$661 ;
+  wire \$662 ;
+  wire [13:0] \$663 ;
+  wire \$664 ;
+  wire \$665 ;
+  wire \$666 ;
   wire \$667 ;
-  wire [10:0] \$668 ;
-  wire \$669 ;
-  wire \$67 ;
-  wire \$670 ;
-  wire \$671 ;
-  wire \$672 ;
-  wire [31:0] \$673 ;
-  wire \$674 ;
-  wire [7:0] \$675 ;
+  wire \$668 ;
+  wire [9:0] \$669 ;
+  wire [12:0] \$67 ;
+  wire [11:0] \$670 ;
+  wire [31:0] \$671 ;
+  wire [10:0] \$672 ;
+  wire [9:0] \$673 ;
+  wire [10:0] \$674 ;
+  wire [9:0] \$675 ;
   wire \$676 ;
   wire \$677 ;
-  wire [31:0] \$678 ;
+  wire \$678 ;
   wire \$679 ;
   wire \$68 ;
-  wire [7:0] \$680 ;
-  wire \$681 ;
-  wire \$682 ;
+  wire [1:0] \$680 ;
+  wire [9:0] \$681 ;
+  wire [11:0] \$682 ;
   wire [31:0] \$683 ;
-  wire \$684 ;
-  wire [7:0] \$685 ;
-  wire \$686 ;
+  wire [10:0] \$684 ;
+  wire \$685 ;
+  wire [10:0] \$686 ;
   wire \$687 ;
-  wire [31:0] \$688 ;
-  wire \$689 ;
+  wire [13:0] \$688 ;
+  wire [31:0] \$689 ;
   wire \$69 ;
-  wire [7:0] \$690 ;
-  wire \$691 ;
+  wire \$690 ;
+  wire [7:0] \$691 ;
   wire \$692 ;
-  wire [31:0] \$693 ;
-  wire \$694 ;
-  wire [7:0] \$695 ;
-  wire \$696 ;
+  wire \$693 ;
+  wire [31:0] \$694 ;
+  wire \$695 ;
+  wire [7:0] \$696 ;
   wire \$697 ;
-  wire [31:0] \$698 ;
-  wire \$699 ;
-  wire [9:0] \$7 ;
+  wire \$698 ;
+  wire [31:0] \$699 ;
+  wire \$7 ;
   wire \$70 ;
-  wire [7:0] \$700 ;
-  wire \$701 ;
+  wire \$700 ;
+  wire [7:0] \$701 ;
   wire \$702 ;
-  wire [31:0] \$703 ;
-  wire \$704 ;
-  wire [7:0] \$705 ;
-  wire \$706 ;
+  wire \$703 ;
+  wire [31:0] \$704 ;
+  wire \$705 ;
+  wire [7:0] \$706 ;
   wire \$707 ;
-  wire [31:0] \$708 ;
-  wire \$709 ;
+  wire \$708 ;
+  wire [31:0] \$709 ;
   wire \$71 ;
-  wire [7:0] \$710 ;
-  wire \$711 ;
+  wire \$710 ;
+  wire [7:0] \$711 ;
   wire \$712 ;
-  wire [31:0] \$713 ;
-  wire \$714 ;
-  wire [7:0] \$715 ;
-  wire \$716 ;
+  wire \$713 ;
+  wire [31:0] \$714 ;
+  wire \$715 ;
+  wire [7:0] \$716 ;
   wire \$717 ;
-  wire [31:0] \$718 ;
-  wire \$719 ;
+  wire \$718 ;
+  wire [31:0] \$719 ;
   wire \$72 ;
-  wire [7:0] \$720 ;
-  wire \$721 ;
+  wire \$720 ;
+  wire [7:0] \$721 ;
   wire \$722 ;
-  wire [31:0] \$723 ;
-  wire \$724 ;
-  wire [7:0] \$725 ;
-  wire \$726 ;
+  wire \$723 ;
+  wire [31:0] \$724 ;
+  wire \$725 ;
+  wire [7:0] \$726 ;
   wire \$727 ;
-  wire [31:0] \$728 ;
-  wire \$729 ;
+  wire \$728 ;
+  wire [31:0] \$729 ;
   wire \$73 ;
-  wire [7:0] \$730 ;
-  wire \$731 ;
+  wire \$730 ;
+  wire [7:0] \$731 ;
   wire \$732 ;
-  wire [31:0] \$733 ;
-  wire \$734 ;
-  wire [7:0] \$735 ;
-  wire \$736 ;
+  wire \$733 ;
+  wire [31:0] \$734 ;
+  wire \$735 ;
+  wire [7:0] \$736 ;
   wire \$737 ;
-  wire [31:0] \$738 ;
-  wire \$739 ;
-  wire [12:0] \$74 ;
-  wire [7:0] \$740 ;
-  wire \$741 ;
+  wire \$738 ;
+  wire [31:0] \$739 ;
+  wire \$74 ;
+  wire \$740 ;
+  wire [7:0] \$741 ;
   wire \$742 ;
-  wire [31:0] \$743 ;
-  wire \$744 ;
-  wire [7:0] \$745 ;
-  wire \$746 ;
+  wire \$743 ;
+  wire [31:0] \$744 ;
+  wire \$745 ;
+  wire [7:0] \$746 ;
   wire \$747 ;
-  wire [31:0] \$748 ;
-  wire \$749 ;
-  wire [14:0] \$75 ;
-  wire [7:0] \$750 ;
-  wire \$751 ;
+  wire \$748 ;
+  wire [31:0] \$749 ;
+  wire \$75 ;
+  wire \$750 ;
+  wire [7:0] \$751 ;
   wire \$752 ;
-  wire [31:0] \$753 ;
-  wire \$754 ;
-  wire [7:0] \$755 ;
-  wire \$756 ;
+  wire \$753 ;
+  wire [31:0] \$754 ;
+  wire \$755 ;
+  wire [7:0] \$756 ;
   wire \$757 ;
-  wire [31:0] \$758 ;
-  wire \$759 ;
-  wire \$76 ;
-  wire [7:0] \$760 ;
-  wire \$761 ;
+  wire \$758 ;
+  wire [31:0] \$759 ;
+  wire [12:0] \$76 ;
+  wire \$760 ;
+  wire [7:0] \$761 ;
   wire \$762 ;
-  wire [31:0] \$763 ;
-  wire \$764 ;
-  wire [7:0] \$765 ;
-  wire \$766 ;
+  wire \$763 ;
+  wire [31:0] \$764 ;
+  wire \$765 ;
+  wire [7:0] \$766 ;
   wire \$767 ;
-  wire [31:0] \$768 ;
-  wire \$769 ;
-  wire \$77 ;
-  wire [7:0] \$770 ;
-  wire \$771 ;
+  wire \$768 ;
+  wire [31:0] \$769 ;
+  wire [14:0] \$77 ;
+  wire \$770 ;
+  wire [7:0] \$771 ;
   wire \$772 ;
-  wire [31:0] \$773 ;
-  wire \$774 ;
-  wire [7:0] \$775 ;
-  wire \$776 ;
+  wire \$773 ;
+  wire [31:0] \$774 ;
+  wire \$775 ;
+  wire [7:0] \$776 ;
   wire \$777 ;
-  wire [31:0] \$778 ;
-  wire \$779 ;
+  wire \$778 ;
+  wire [31:0] \$779 ;
   wire \$78 ;
-  wire [7:0] \$780 ;
-  wire \$781 ;
+  wire \$780 ;
+  wire [7:0] \$781 ;
   wire \$782 ;
-  wire [31:0] \$783 ;
-  wire \$784 ;
-  wire [7:0] \$785 ;
-  wire \$786 ;
+  wire \$783 ;
+  wire [31:0] \$784 ;
+  wire \$785 ;
+  wire [7:0] \$786 ;
   wire \$787 ;
-  wire [31:0] \$788 ;
-  wire \$789 ;
+  wire \$788 ;
+  wire [31:0] \$789 ;
   wire \$79 ;
-  wire [7:0] \$790 ;
-  wire \$791 ;
+  wire \$790 ;
+  wire [7:0] \$791 ;
   wire \$792 ;
-  wire [31:0] \$793 ;
-  wire \$794 ;
-  wire [7:0] \$795 ;
-  wire \$796 ;
+  wire \$793 ;
+  wire [31:0] \$794 ;
+  wire \$795 ;
+  wire [7:0] \$796 ;
   wire \$797 ;
-  wire [31:0] \$798 ;
-  wire \$799 ;
-  wire [13:0] \$8 ;
-  wire [31:0] \$80 ;
-  wire [7:0] \$800 ;
-  wire \$801 ;
+  wire \$798 ;
+  wire [31:0] \$799 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire \$800 ;
+  wire [7:0] \$801 ;
   wire \$802 ;
-  wire [31:0] \$803 ;
-  wire \$804 ;
-  wire [7:0] \$805 ;
-  wire \$806 ;
+  wire \$803 ;
+  wire [31:0] \$804 ;
+  wire \$805 ;
+  wire [7:0] \$806 ;
   wire \$807 ;
-  wire [31:0] \$808 ;
-  wire \$809 ;
+  wire \$808 ;
+  wire [31:0] \$809 ;
   wire \$81 ;
-  wire [7:0] \$810 ;
-  wire \$811 ;
+  wire \$810 ;
+  wire [7:0] \$811 ;
   wire \$812 ;
-  wire [31:0] \$813 ;
-  wire \$814 ;
-  wire [7:0] \$815 ;
-  wire \$816 ;
+  wire \$813 ;
+  wire [31:0] \$814 ;
+  wire \$815 ;
+  wire [7:0] \$816 ;
   wire \$817 ;
-  wire [31:0] \$818 ;
-  wire \$819 ;
+  wire \$818 ;
+  wire [31:0] \$819 ;
   wire \$82 ;
-  wire [7:0] \$820 ;
-  wire \$821 ;
+  wire \$820 ;
+  wire [7:0] \$821 ;
   wire \$822 ;
-  wire [31:0] \$823 ;
-  wire \$824 ;
-  wire [7:0] \$825 ;
-  wire \$826 ;
+  wire \$823 ;
+  wire [31:0] \$824 ;
+  wire \$825 ;
+  wire [7:0] \$826 ;
   wire \$827 ;
-  wire [31:0] \$828 ;
-  wire \$829 ;
+  wire \$828 ;
+  wire [31:0] \$829 ;
   wire \$83 ;
-  wire [7:0] \$830 ;
-  wire \$831 ;
+  wire \$830 ;
+  wire [7:0] \$831 ;
   wire \$832 ;
-  wire [13:0] \$833 ;
-  wire [13:0] \$834 ;
-  wire [13:0] \$835 ;
-  wire \$836 ;
-  wire [46:0] \$837 ;
-  wire [46:0] \$838 ;
-  wire [13:0] \$839 ;
+  wire \$833 ;
+  wire [31:0] \$834 ;
+  wire \$835 ;
+  wire [7:0] \$836 ;
+  wire \$837 ;
+  wire \$838 ;
+  wire [31:0] \$839 ;
   wire \$84 ;
   wire \$840 ;
-  reg \$841 ;
-  reg [12:0] \$842 ;
-  reg \$843 ;
-  reg \$844 ;
-  reg \$845 ;
-  reg \$846 ;
-  reg \$847 ;
-  reg \$848 ;
-  reg \$849 ;
+  wire [7:0] \$841 ;
+  wire \$842 ;
+  wire \$843 ;
+  wire [31:0] \$844 ;
+  wire \$845 ;
+  wire [7:0] \$846 ;
+  wire \$847 ;
+  wire \$848 ;
+  wire \$849 ;
   wire \$85 ;
-  reg [12:0] \$850 ;
-  reg [31:0] \$851 ;
-  reg \$852 ;
-  reg [7:0] \$853 ;
-  reg \$854 ;
-  reg [4:0] \$855 ;
-  reg [8:0] \$856 ;
-  reg [31:0] \$857 ;
-  reg [31:0] \$858 ;
-  reg [31:0] \$859 ;
+  wire \$850 ;
+  wire [10:0] \$851 ;
+  wire \$852 ;
+  wire \$853 ;
+  wire \$854 ;
+  wire \$855 ;
+  wire \$856 ;
+  wire \$857 ;
+  wire \$858 ;
+  wire \$859 ;
   wire \$86 ;
-  reg [15:0] \$860 ;
-  reg [31:0] \$861 ;
-  reg [31:0] \$862 ;
-  reg [7:0] \$863 ;
-  reg [63:0] \$864 ;
-  reg [7:0] \$865 ;
-  reg [15:0] \$866 ;
-  reg [31:0] \$867 ;
-  reg [7:0] \$868 ;
-  reg [31:0] \$869 ;
+  wire [16:0] \$860 ;
+  wire \$861 ;
+  wire \$862 ;
+  wire \$863 ;
+  wire [13:0] \$864 ;
+  wire [32:0] \$865 ;
+  wire [13:0] \$866 ;
+  wire [13:0] \$867 ;
+  wire \$868 ;
+  wire [13:0] \$869 ;
   wire \$87 ;
-  reg [31:0] \$870 ;
-  reg [7:0] \$871 ;
-  reg [2:0] \$872 ;
-  reg [12:0] \$873 ;
-  reg [30:0] \$874 ;
-  reg [9:0] \$875 ;
-  reg [9:0] \$876 ;
-  reg [8:0] \$877 ;
+  wire \$870 ;
+  wire \$871 ;
+  wire [1:0] \$872 ;
+  wire \$873 ;
+  wire [13:0] \$874 ;
+  wire [32:0] \$875 ;
+  wire \$876 ;
+  wire [13:0] \$877 ;
+  wire \$878 ;
+  wire \$879 ;
   wire \$88 ;
-  wire \$89 ;
-  wire [14:0] \$9 ;
-  wire \$90 ;
-  wire \$91 ;
+  wire [1:0] \$880 ;
+  wire \$881 ;
+  wire \$882 ;
+  wire \$883 ;
+  wire [31:0] \$884 ;
+  wire \$885 ;
+  wire [7:0] \$886 ;
+  wire \$887 ;
+  wire \$888 ;
+  wire [31:0] \$889 ;
+  wire [12:0] \$89 ;
+  wire \$890 ;
+  wire [7:0] \$891 ;
+  wire \$892 ;
+  wire \$893 ;
+  wire [31:0] \$894 ;
+  wire \$895 ;
+  wire [7:0] \$896 ;
+  wire \$897 ;
+  wire \$898 ;
+  wire [31:0] \$899 ;
+  wire [9:0] \$9 ;
+  wire [7:0] \$90 ;
+  wire \$900 ;
+  wire [7:0] \$901 ;
+  wire \$902 ;
+  wire \$903 ;
+  wire [31:0] \$904 ;
+  wire \$905 ;
+  wire [7:0] \$906 ;
+  wire \$907 ;
+  wire \$908 ;
+  wire [31:0] \$909 ;
+  wire [31:0] \$91 ;
+  wire \$910 ;
+  wire [7:0] \$911 ;
+  wire \$912 ;
+  wire \$913 ;
+  wire [31:0] \$914 ;
+  wire \$915 ;
+  wire [7:0] \$916 ;
+  wire \$917 ;
+  wire \$918 ;
+  wire [31:0] \$919 ;
   wire \$92 ;
+  wire \$920 ;
+  wire [7:0] \$921 ;
+  wire \$922 ;
+  wire \$923 ;
+  wire [31:0] \$924 ;
+  wire \$925 ;
+  wire [7:0] \$926 ;
+  wire \$927 ;
+  wire \$928 ;
+  wire [31:0] \$929 ;
   wire \$93 ;
+  wire \$930 ;
+  wire [7:0] \$931 ;
+  wire \$932 ;
+  wire \$933 ;
+  wire [31:0] \$934 ;
+  wire \$935 ;
+  wire [7:0] \$936 ;
+  wire \$937 ;
+  wire \$938 ;
+  wire [31:0] \$939 ;
   wire \$94 ;
+  wire \$940 ;
+  wire [7:0] \$941 ;
+  wire \$942 ;
+  wire \$943 ;
+  wire [31:0] \$944 ;
+  wire \$945 ;
+  wire [7:0] \$946 ;
+  wire \$947 ;
+  wire \$948 ;
+  wire [31:0] \$949 ;
   wire \$95 ;
+  wire \$950 ;
+  wire [7:0] \$951 ;
+  wire \$952 ;
+  wire \$953 ;
+  wire [31:0] \$954 ;
+  wire \$955 ;
+  wire [7:0] \$956 ;
+  wire \$957 ;
+  wire \$958 ;
+  wire [31:0] \$959 ;
   wire \$96 ;
+  wire \$960 ;
+  wire [7:0] \$961 ;
+  wire \$962 ;
+  wire \$963 ;
+  wire [31:0] \$964 ;
+  wire \$965 ;
+  wire [7:0] \$966 ;
+  wire \$967 ;
+  wire \$968 ;
+  wire [31:0] \$969 ;
   wire \$97 ;
+  wire \$970 ;
+  wire [7:0] \$971 ;
+  wire \$972 ;
+  wire \$973 ;
+  wire [31:0] \$974 ;
+  wire \$975 ;
+  wire [7:0] \$976 ;
+  wire \$977 ;
+  wire \$978 ;
+  wire [31:0] \$979 ;
   wire \$98 ;
+  wire \$980 ;
+  wire [7:0] \$981 ;
+  wire \$982 ;
+  wire \$983 ;
+  wire [31:0] \$984 ;
+  wire \$985 ;
+  wire [7:0] \$986 ;
+  wire \$987 ;
+  wire \$988 ;
+  wire [31:0] \$989 ;
   wire \$99 ;
+  wire \$990 ;
+  wire [7:0] \$991 ;
+  wire \$992 ;
+  wire \$993 ;
+  wire [31:0] \$994 ;
+  wire \$995 ;
+  wire [7:0] \$996 ;
+  wire \$997 ;
+  wire \$998 ;
+  wire [31:0] \$999 ;
   wire \$auto$rtlil.cc:2739:Not$10 ;
   wire \$auto$rtlil.cc:2739:Not$12 ;
   wire \$auto$rtlil.cc:2739:Not$14 ;
@@ -1154,7 +1366,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   reg [31:0] baddr = 32'd0;
   reg [9:0] beat = 10'h000;
   reg [31:0] blen = 32'd0;
-  reg [4:0] bridge_fsm_state = 5'h00;
+  reg [5:0] bridge_fsm_state = 6'h00;
   reg bus_err = 1'h0;
   wire [31:0] byte_addr;
   wire [9:0] capped;
@@ -1239,6 +1451,10 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   reg r_en;
   wire r_rdy;
   reg rd_ok = 1'h0;
+  reg reg_err;
+  wire reg_frame;
+  wire [31:0] reg_half;
+  wire [31:0] reg_word;
   output [15:0] regs__araddr;
   reg [15:0] regs__araddr = 16'h0000;
   input regs__arready;
@@ -1253,6 +1469,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   reg regs__awvalid = 1'h0;
   output regs__bready;
   reg regs__bready;
+  input [1:0] regs__bresp;
+  wire [1:0] regs__bresp;
   input regs__bvalid;
   wire regs__bvalid;
   input [31:0] regs__rdata;
@@ -1326,616 +1544,762 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   reg [63:0] _0_;
   always @(posedge clk) begin
-    _0_ <= \buf [\$65 [9:0]];
+    _0_ <= \buf [\$67 [9:0]];
   end
   assign rp__data = _0_;
-  assign \$116  = mem__awvalid & mem__awready;
-  assign \$117  = mem__arvalid & mem__arready;
-  assign \$121  = ^ \$120 ;
-  assign \$126  = ^ \$125 ;
-  assign \$131  = ^ \$130 ;
-  assign \$136  = ^ \$135 ;
-  assign \$141  = ^ \$140 ;
-  assign \$146  = ^ \$145 ;
-  assign \$151  = ^ \$150 ;
-  assign \$156  = ^ \$155 ;
-  assign \$161  = ^ \$160 ;
-  assign \$166  = ^ \$165 ;
-  assign \$171  = ^ \$170 ;
-  assign \$176  = ^ \$175 ;
-  assign \$181  = ^ \$180 ;
-  assign \$186  = ^ \$185 ;
-  assign \$191  = ^ \$190 ;
-  assign \$196  = ^ \$195 ;
-  assign \$201  = ^ \$200 ;
-  assign \$206  = ^ \$205 ;
-  assign \$211  = ^ \$210 ;
-  assign \$216  = ^ \$215 ;
-  assign \$221  = ^ \$220 ;
-  assign \$226  = ^ \$225 ;
-  assign \$231  = ^ \$230 ;
-  assign \$236  = ^ \$235 ;
-  assign \$241  = ^ \$240 ;
-  assign \$246  = ^ \$245 ;
-  assign \$251  = ^ \$250 ;
-  assign \$256  = ^ \$255 ;
-  assign \$261  = ^ \$260 ;
-  assign \$266  = ^ \$265 ;
-  assign \$271  = ^ \$270 ;
-  assign \$276  = ^ \$275 ;
-  assign \$278  = r_data[1] ^ r_data[0];
-  assign \$279  = ! r_data;
-  assign \$280  = \$279  ? 9'h100 : { 1'h0, r_data };
-  assign \$281  = count + 1'h1;
-  assign \$282  = count == 2'h3;
-  assign \$283  = count + 1'h1;
-  assign \$284  = count == 2'h3;
-  assign \$286  = waddr[0] ? 8'hf0 : 8'h0f;
-  assign \$288  = regs__bvalid & regs__bready;
-  assign \$289  = mem__bvalid & mem__bready;
-  assign \$290  = regs__rvalid & regs__rready;
-  assign \$291  = ! regs__rresp;
-  assign \$292  = \$291  ? regs__rdata : 32'd4294967295;
-  assign \$293  = mem__rvalid & mem__rready;
-  assign \$294  = ! mem__rresp;
-  assign \$295  = waddr[0] ? mem__rdata[63:32] : mem__rdata[31:0];
-  assign \$296  = \$294  ? \$295  : 32'd4294967295;
-  assign \$298  = count + 1'h1;
-  assign \$299  = count == 2'h3;
-  assign \$300  = words - 1'h1;
-  assign \$301  = waddr + incr;
-  assign \$302  = words == 1'h1;
-  assign \$303  = count + 1'h1;
-  assign \$304  = count < 4'h8;
-  assign \$306  = ^ \$305 ;
-  assign \$308  = ^ \$307 ;
-  assign \$309  = \$306  ^ \$308 ;
-  assign \$311  = ^ \$310 ;
-  assign \$313  = ^ \$312 ;
-  assign \$314  = \$311  ^ \$313 ;
-  assign \$316  = ^ \$315 ;
-  assign \$318  = ^ \$317 ;
-  assign \$319  = \$316  ^ \$318 ;
-  assign \$321  = ^ \$320 ;
-  assign \$323  = ^ \$322 ;
-  assign \$324  = \$321  ^ \$323 ;
-  assign \$326  = ^ \$325 ;
-  assign \$328  = ^ \$327 ;
-  assign \$329  = \$326  ^ \$328 ;
-  assign \$331  = ^ \$330 ;
-  assign \$333  = ^ \$332 ;
-  assign \$334  = \$331  ^ \$333 ;
-  assign \$336  = ^ \$335 ;
-  assign \$338  = ^ \$337 ;
-  assign \$339  = \$336  ^ \$338 ;
-  assign \$341  = ^ \$340 ;
-  assign \$343  = ^ \$342 ;
-  assign \$344  = \$341  ^ \$343 ;
-  assign \$346  = ^ \$345 ;
-  assign \$348  = ^ \$347 ;
-  assign \$349  = \$346  ^ \$348 ;
-  assign \$351  = ^ \$350 ;
-  assign \$353  = ^ \$352 ;
-  assign \$354  = \$351  ^ \$353 ;
-  assign \$356  = ^ \$355 ;
-  assign \$358  = ^ \$357 ;
-  assign \$359  = \$356  ^ \$358 ;
-  assign \$361  = ^ \$360 ;
-  assign \$363  = ^ \$362 ;
-  assign \$364  = \$361  ^ \$363 ;
-  assign \$366  = ^ \$365 ;
-  assign \$368  = ^ \$367 ;
-  assign \$369  = \$366  ^ \$368 ;
-  assign \$371  = ^ \$370 ;
-  assign \$373  = ^ \$372 ;
-  assign \$374  = \$371  ^ \$373 ;
-  assign \$376  = ^ \$375 ;
-  assign \$378  = ^ \$377 ;
-  assign \$379  = \$376  ^ \$378 ;
-  assign \$381  = ^ \$380 ;
-  assign \$383  = ^ \$382 ;
-  assign \$384  = \$381  ^ \$383 ;
-  assign \$386  = ^ \$385 ;
-  assign \$388  = ^ \$387 ;
-  assign \$389  = \$386  ^ \$388 ;
-  assign \$391  = ^ \$390 ;
-  assign \$393  = ^ \$392 ;
-  assign \$394  = \$391  ^ \$393 ;
-  assign \$396  = ^ \$395 ;
-  assign \$398  = ^ \$397 ;
-  assign \$399  = \$396  ^ \$398 ;
-  assign \$401  = ^ \$400 ;
-  assign \$403  = ^ \$402 ;
-  assign \$404  = \$401  ^ \$403 ;
-  assign \$406  = ^ \$405 ;
-  assign \$408  = ^ \$407 ;
-  assign \$409  = \$406  ^ \$408 ;
-  assign \$411  = ^ \$410 ;
-  assign \$413  = ^ \$412 ;
-  assign \$414  = \$411  ^ \$413 ;
-  assign \$416  = ^ \$415 ;
-  assign \$418  = ^ \$417 ;
-  assign \$419  = \$416  ^ \$418 ;
-  assign \$421  = ^ \$420 ;
-  assign \$423  = ^ \$422 ;
-  assign \$424  = \$421  ^ \$423 ;
-  assign \$426  = ^ \$425 ;
-  assign \$428  = ^ \$427 ;
-  assign \$429  = \$426  ^ \$428 ;
-  assign \$431  = ^ \$430 ;
-  assign \$433  = ^ \$432 ;
-  assign \$434  = \$431  ^ \$433 ;
-  assign \$436  = ^ \$435 ;
-  assign \$438  = ^ \$437 ;
-  assign \$439  = \$436  ^ \$438 ;
-  assign \$441  = ^ \$440 ;
-  assign \$443  = ^ \$442 ;
-  assign \$444  = \$441  ^ \$443 ;
-  assign \$446  = ^ \$445 ;
-  assign \$448  = ^ \$447 ;
-  assign \$449  = \$446  ^ \$448 ;
-  assign \$451  = ^ \$450 ;
-  assign \$453  = ^ \$452 ;
-  assign \$454  = \$451  ^ \$453 ;
-  assign \$456  = ^ \$455 ;
-  assign \$458  = ^ \$457 ;
-  assign \$459  = \$456  ^ \$458 ;
-  assign \$461  = ^ \$460 ;
-  assign \$463  = ^ \$462 ;
-  assign \$464  = \$461  ^ \$463 ;
-  assign \$465  = count == 2'h3;
-  assign \$466  = count == 3'h7;
-  assign \$467  = count == 4'hb;
-  assign \$468  = ~ rx_crc_ok;
-  assign \$469  = ~ baddr[31];
-  assign \$470  = ! blen;
-  assign \$471  = \$469  | \$470 ;
-  assign \$472  = blen > 13'h1000;
-  assign \$473  = \$471  | \$472 ;
-  assign \$474  = baddr + blen;
-  assign \$475  = \$474  > 33'h100000000;
-  assign \$476  = \$473  | \$475 ;
-  assign \$477  = | status;
-  assign \$478  = status == 2'h2;
-  assign \$479  = ~ cmd[0];
-  assign \$480  = \$478  & \$479 ;
-  assign \$482  = ^ \$481 ;
-  assign \$484  = ^ \$483 ;
-  assign \$485  = \$482  ^ \$484 ;
-  assign \$487  = ^ \$486 ;
-  assign \$489  = ^ \$488 ;
-  assign \$490  = \$487  ^ \$489 ;
-  assign \$492  = ^ \$491 ;
-  assign \$494  = ^ \$493 ;
-  assign \$495  = \$492  ^ \$494 ;
-  assign \$497  = ^ \$496 ;
-  assign \$499  = ^ \$498 ;
-  assign \$500  = \$497  ^ \$499 ;
-  assign \$502  = ^ \$501 ;
-  assign \$504  = ^ \$503 ;
-  assign \$505  = \$502  ^ \$504 ;
-  assign \$507  = ^ \$506 ;
-  assign \$509  = ^ \$508 ;
-  assign \$510  = \$507  ^ \$509 ;
-  assign \$512  = ^ \$511 ;
-  assign \$514  = ^ \$513 ;
-  assign \$515  = \$512  ^ \$514 ;
-  assign \$517  = ^ \$516 ;
-  assign \$519  = ^ \$518 ;
-  assign \$520  = \$517  ^ \$519 ;
-  assign \$522  = ^ \$521 ;
-  assign \$524  = ^ \$523 ;
-  assign \$525  = \$522  ^ \$524 ;
-  assign \$527  = ^ \$526 ;
-  assign \$529  = ^ \$528 ;
-  assign \$530  = \$527  ^ \$529 ;
-  assign \$532  = ^ \$531 ;
-  assign \$534  = ^ \$533 ;
-  assign \$535  = \$532  ^ \$534 ;
-  assign \$537  = ^ \$536 ;
-  assign \$539  = ^ \$538 ;
-  assign \$540  = \$537  ^ \$539 ;
-  assign \$542  = ^ \$541 ;
-  assign \$544  = ^ \$543 ;
-  assign \$545  = \$542  ^ \$544 ;
-  assign \$547  = ^ \$546 ;
-  assign \$549  = ^ \$548 ;
-  assign \$550  = \$547  ^ \$549 ;
-  assign \$552  = ^ \$551 ;
-  assign \$554  = ^ \$553 ;
-  assign \$555  = \$552  ^ \$554 ;
-  assign \$557  = ^ \$556 ;
-  assign \$559  = ^ \$558 ;
-  assign \$560  = \$557  ^ \$559 ;
-  assign \$562  = ^ \$561 ;
-  assign \$564  = ^ \$563 ;
-  assign \$565  = \$562  ^ \$564 ;
-  assign \$567  = ^ \$566 ;
-  assign \$569  = ^ \$568 ;
-  assign \$570  = \$567  ^ \$569 ;
-  assign \$572  = ^ \$571 ;
-  assign \$574  = ^ \$573 ;
-  assign \$575  = \$572  ^ \$574 ;
-  assign \$577  = ^ \$576 ;
-  assign \$579  = ^ \$578 ;
-  assign \$580  = \$577  ^ \$579 ;
-  assign \$582  = ^ \$581 ;
-  assign \$584  = ^ \$583 ;
-  assign \$585  = \$582  ^ \$584 ;
-  assign \$587  = ^ \$586 ;
-  assign \$589  = ^ \$588 ;
-  assign \$590  = \$587  ^ \$589 ;
-  assign \$592  = ^ \$591 ;
-  assign \$594  = ^ \$593 ;
-  assign \$595  = \$592  ^ \$594 ;
-  assign \$597  = ^ \$596 ;
-  assign \$599  = ^ \$598 ;
-  assign \$600  = \$597  ^ \$599 ;
-  assign \$602  = ^ \$601 ;
-  assign \$604  = ^ \$603 ;
-  assign \$605  = \$602  ^ \$604 ;
-  assign \$607  = ^ \$606 ;
-  assign \$609  = ^ \$608 ;
-  assign \$610  = \$607  ^ \$609 ;
-  assign \$612  = ^ \$611 ;
-  assign \$614  = ^ \$613 ;
-  assign \$615  = \$612  ^ \$614 ;
-  assign \$617  = ^ \$616 ;
-  assign \$619  = ^ \$618 ;
-  assign \$620  = \$617  ^ \$619 ;
-  assign \$622  = ^ \$621 ;
-  assign \$624  = ^ \$623 ;
-  assign \$625  = \$622  ^ \$624 ;
-  assign \$627  = ^ \$626 ;
-  assign \$629  = ^ \$628 ;
-  assign \$630  = \$627  ^ \$629 ;
-  assign \$632  = ^ \$631 ;
-  assign \$634  = ^ \$633 ;
-  assign \$635  = \$632  ^ \$634 ;
-  assign \$637  = ^ \$636 ;
-  assign \$639  = ^ \$638 ;
-  assign \$640  = \$637  ^ \$639 ;
-  assign \$641  = idx + 1'h1;
-  assign \$642  = count + 1'h1;
-  assign \$643  = count + 1'h1;
-  assign \$644  = \$643  == blen;
-  assign \$645  = count + 1'h1;
-  assign \$646  = count == 2'h3;
-  assign \$647  = rx_crc_ok ? 1'h0 : 1'h1;
-  assign \$648  = | status;
-  assign \$649  = ! left;
-  assign \$650  = \$648  | \$649 ;
-  assign \$651  = \$7 [8:0] - 1'h1;
-  assign \$653  = cur + \$652 ;
-  assign \$654  = left - \$7 [8:0];
-  assign \$655  = \$7 [8:0] - 1'h1;
-  assign \$656  = beat + 1'h1;
-  assign \$657  = in_burst - 1'h1;
-  assign \$658  = ! in_burst;
-  assign \$659  = mem__bvalid & mem__bready;
-  assign \$660  = | mem__bresp;
-  assign \$661  = ! left;
-  assign \$662  = bus_err ? 2'h3 : 2'h0;
-  assign \$663  = \$7 [8:0] - 1'h1;
-  assign \$665  = cur + \$664 ;
-  assign \$666  = left - \$7 [8:0];
-  assign \$667  = mem__rvalid & mem__rready;
-  assign \$668  = beat + 1'h1;
-  assign \$669  = | mem__rresp;
-  assign \$670  = ! status;
-  assign \$671  = ~ cmd[0];
-  assign \$672  = \$670  & \$671 ;
-  assign \$674  = ^ \$673 ;
-  assign \$676  = ^ \$675 ;
-  assign \$677  = \$674  ^ \$676 ;
-  assign \$679  = ^ \$678 ;
-  assign \$681  = ^ \$680 ;
-  assign \$682  = \$679  ^ \$681 ;
-  assign \$684  = ^ \$683 ;
-  assign \$686  = ^ \$685 ;
-  assign \$687  = \$684  ^ \$686 ;
-  assign \$689  = ^ \$688 ;
-  assign \$691  = ^ \$690 ;
-  assign \$692  = \$689  ^ \$691 ;
-  assign \$694  = ^ \$693 ;
-  assign \$696  = ^ \$695 ;
-  assign \$697  = \$694  ^ \$696 ;
-  assign \$699  = ^ \$698 ;
-  assign \$701  = ^ \$700 ;
-  assign \$702  = \$699  ^ \$701 ;
-  assign \$704  = ^ \$703 ;
-  assign \$706  = ^ \$705 ;
-  assign \$707  = \$704  ^ \$706 ;
-  assign \$709  = ^ \$708 ;
-  assign \$711  = ^ \$710 ;
-  assign \$712  = \$709  ^ \$711 ;
-  assign \$714  = ^ \$713 ;
-  assign \$716  = ^ \$715 ;
-  assign \$717  = \$714  ^ \$716 ;
-  assign \$719  = ^ \$718 ;
-  assign \$721  = ^ \$720 ;
-  assign \$722  = \$719  ^ \$721 ;
-  assign \$724  = ^ \$723 ;
-  assign \$726  = ^ \$725 ;
-  assign \$727  = \$724  ^ \$726 ;
-  assign \$729  = ^ \$728 ;
-  assign \$731  = ^ \$730 ;
-  assign \$732  = \$729  ^ \$731 ;
-  assign \$734  = ^ \$733 ;
-  assign \$736  = ^ \$735 ;
-  assign \$737  = \$734  ^ \$736 ;
-  assign \$739  = ^ \$738 ;
-  assign \$741  = ^ \$740 ;
-  assign \$742  = \$739  ^ \$741 ;
-  assign \$744  = ^ \$743 ;
-  assign \$746  = ^ \$745 ;
-  assign \$747  = \$744  ^ \$746 ;
-  assign \$749  = ^ \$748 ;
-  assign \$751  = ^ \$750 ;
-  assign \$752  = \$749  ^ \$751 ;
-  assign \$754  = ^ \$753 ;
-  assign \$756  = ^ \$755 ;
-  assign \$757  = \$754  ^ \$756 ;
-  assign \$759  = ^ \$758 ;
-  assign \$761  = ^ \$760 ;
-  assign \$762  = \$759  ^ \$761 ;
-  assign \$764  = ^ \$763 ;
-  assign \$766  = ^ \$765 ;
-  assign \$767  = \$764  ^ \$766 ;
-  assign \$769  = ^ \$768 ;
-  assign \$771  = ^ \$770 ;
-  assign \$772  = \$769  ^ \$771 ;
-  assign \$774  = ^ \$773 ;
-  assign \$776  = ^ \$775 ;
-  assign \$777  = \$774  ^ \$776 ;
-  assign \$779  = ^ \$778 ;
-  assign \$781  = ^ \$780 ;
-  assign \$782  = \$779  ^ \$781 ;
-  assign \$784  = ^ \$783 ;
-  assign \$786  = ^ \$785 ;
-  assign \$787  = \$784  ^ \$786 ;
-  assign \$789  = ^ \$788 ;
-  assign \$791  = ^ \$790 ;
-  assign \$792  = \$789  ^ \$791 ;
-  assign \$794  = ^ \$793 ;
-  assign \$796  = ^ \$795 ;
-  assign \$797  = \$794  ^ \$796 ;
-  assign \$799  = ^ \$798 ;
-  assign \$801  = ^ \$800 ;
-  assign \$802  = \$799  ^ \$801 ;
-  assign \$804  = ^ \$803 ;
-  assign \$806  = ^ \$805 ;
-  assign \$807  = \$804  ^ \$806 ;
-  assign \$809  = ^ \$808 ;
-  assign \$811  = ^ \$810 ;
-  assign \$812  = \$809  ^ \$811 ;
-  assign \$814  = ^ \$813 ;
-  assign \$816  = ^ \$815 ;
-  assign \$817  = \$814  ^ \$816 ;
-  assign \$819  = ^ \$818 ;
-  assign \$821  = ^ \$820 ;
-  assign \$822  = \$819  ^ \$821 ;
-  assign \$824  = ^ \$823 ;
-  assign \$826  = ^ \$825 ;
-  assign \$827  = \$824  ^ \$826 ;
-  assign \$829  = ^ \$828 ;
-  assign \$831  = ^ \$830 ;
-  assign \$832  = \$829  ^ \$831 ;
-  assign \$833  = idx + 1'h1;
-  assign \$834  = count + 1'h1;
-  assign \$835  = count + 1'h1;
-  assign \$836  = \$835  == blen;
-  assign \$839  = count + 1'h1;
-  assign \$840  = count == 2'h3;
-  always @(posedge clk)
-    rx_err <= \$841 ;
-  always @(posedge clk)
-    quiet <= \$842 ;
-  always @(posedge clk)
-    mw_valid <= \$843 ;
-  always @(posedge clk)
-    regs__wvalid <= \$844 ;
-  always @(posedge clk)
-    regs__awvalid <= \$845 ;
-  always @(posedge clk)
-    regs__arvalid <= \$846 ;
-  always @(posedge clk)
-    mem__awvalid <= \$847 ;
-  always @(posedge clk)
-    mem__arvalid <= \$848 ;
-  always @(posedge clk)
-    rd_ok <= \$849 ;
-  always @(posedge clk)
-    count <= \$850 ;
-  always @(posedge clk)
-    crc <= \$851 ;
-  always @(posedge clk)
-    bus_err <= \$852 ;
-  always @(posedge clk)
-    cmd <= \$853 ;
-  always @(posedge clk)
-    incr <= \$854 ;
-  always @(posedge clk)
-    bridge_fsm_state <= \$855 ;
-  always @(posedge clk)
-    words <= \$856 ;
-  always @(posedge clk)
-    shreg <= \$857 ;
-  always @(posedge clk)
-    waddr <= \$858 ;
-  always @(posedge clk)
-    word <= \$859 ;
-  always @(posedge clk)
-    regs__awaddr <= \$860 ;
-  always @(posedge clk)
-    regs__wdata <= \$861 ;
-  always @(posedge clk)
-    mem__awaddr <= \$862 ;
-  always @(posedge clk)
-    mem__awlen <= \$863 ;
-  always @(posedge clk)
-    mw_data <= \$864 ;
-  always @(posedge clk)
-    mw_strb <= \$865 ;
-  always @(posedge clk)
-    regs__araddr <= \$866 ;
-  always @(posedge clk)
-    mem__araddr <= \$867 ;
-  always @(posedge clk)
-    mem__arlen <= \$868 ;
-  always @(posedge clk)
-    baddr <= \$869 ;
-  always @(posedge clk)
-    blen <= \$870 ;
-  always @(posedge clk)
-    status <= \$871 ;
-  always @(posedge clk)
-    lo <= \$872 ;
-  always @(posedge clk)
-    idx <= \$873 ;
-  always @(posedge clk)
-    cur <= \$874 ;
-  always @(posedge clk)
-    beat <= \$875 ;
-  always @(posedge clk)
-    left <= \$876 ;
-  always @(posedge clk)
-    in_burst <= \$877 ;
   assign got = r_rdy & r_en;
   assign sent = \data__tvalid$13  & \data__tready$18 ;
   assign timed_out = quiet == 13'h1f40;
   assign \$1  = ~ crc;
   assign rx_crc_ok = { shreg[23:0], r_data } == \$1 ;
+  assign \$2  = cmd == 8'h83;
+  assign \$3  = cmd == 8'h84;
+  assign reg_frame = \$2  | \$3 ;
   assign in_regs = ! waddr[29:14];
   assign hi = lo + blen[12:0];
-  assign \$2  = hi + 3'h7;
-  assign \$4  = 10'h200 - cur[11:3];
-  assign \$5  = left < 9'h100;
-  assign capped = \$5  ? left : 10'h100;
-  assign \$6  = \$4 [9:0] < capped;
-  assign \$7  = \$6  ? \$4 [9:0] : capped;
-  assign \$8  = beat * 4'h8;
-  assign \$9  = \$8  + 1'h0;
-  assign \$10  = \$9  >= lo;
-  assign \$11  = beat * 4'h8;
-  assign \$12  = \$11  + 1'h0;
-  assign \$13  = \$12  < hi;
-  assign \$14  = \$10  & \$13 ;
-  assign \$15  = beat * 4'h8;
-  assign \$16  = \$15  + 1'h1;
-  assign \$17  = \$16  >= lo;
-  assign \$18  = beat * 4'h8;
-  assign \$19  = \$18  + 1'h1;
-  assign \$20  = \$19  < hi;
-  assign \$21  = \$17  & \$20 ;
-  assign \$22  = beat * 4'h8;
-  assign \$23  = \$22  + 2'h2;
-  assign \$24  = \$23  >= lo;
-  assign \$25  = beat * 4'h8;
-  assign \$26  = \$25  + 2'h2;
-  assign \$27  = \$26  < hi;
-  assign \$28  = \$24  & \$27 ;
-  assign \$29  = beat * 4'h8;
-  assign \$30  = \$29  + 2'h3;
-  assign \$31  = \$30  >= lo;
-  assign \$32  = beat * 4'h8;
-  assign \$33  = \$32  + 2'h3;
-  assign \$34  = \$33  < hi;
-  assign \$35  = \$31  & \$34 ;
-  assign \$36  = beat * 4'h8;
-  assign \$37  = \$36  + 3'h4;
-  assign \$38  = \$37  >= lo;
-  assign \$39  = beat * 4'h8;
-  assign \$40  = \$39  + 3'h4;
-  assign \$41  = \$40  < hi;
-  assign \$42  = \$38  & \$41 ;
-  assign \$43  = beat * 4'h8;
-  assign \$44  = \$43  + 3'h5;
-  assign \$45  = \$44  >= lo;
-  assign \$46  = beat * 4'h8;
-  assign \$47  = \$46  + 3'h5;
-  assign \$48  = \$47  < hi;
-  assign \$49  = \$45  & \$48 ;
-  assign \$50  = beat * 4'h8;
-  assign \$51  = \$50  + 3'h6;
-  assign \$52  = \$51  >= lo;
-  assign \$53  = beat * 4'h8;
-  assign \$54  = \$53  + 3'h6;
-  assign \$55  = \$54  < hi;
-  assign \$56  = \$52  & \$55 ;
-  assign \$57  = beat * 4'h8;
-  assign \$58  = \$57  + 3'h7;
-  assign \$59  = \$58  >= lo;
-  assign \$60  = beat * 4'h8;
-  assign \$61  = \$60  + 3'h7;
-  assign \$62  = \$61  < hi;
-  assign \$63  = \$59  & \$62 ;
-  assign \$65  = send_idx ? \$64  : { 3'h0, beat };
-  assign \$66  = ~ regs__awvalid;
-  assign \$67  = ~ regs__wvalid;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ mem__awvalid;
-  assign \$70  = ~ mem__wvalid;
-  assign \$71  = \$69  & \$70 ;
-  assign \$72  = ~ regs__arvalid;
-  assign \$73  = ~ mem__arvalid;
-  assign \$75  = 1'h1 << idx[2:0];
-  assign \$76  = ! in_burst;
-  assign \$77  = ~ mem__awvalid;
-  assign \$78  = ~ mem__arvalid;
-  assign \$79  = mem__rvalid & mem__rready;
-  assign \$80  = ~ crc;
-  assign \$81  = ! bridge_fsm_state;
-  assign \$82  = bridge_fsm_state == 1'h1;
-  assign \$83  = bridge_fsm_state == 2'h2;
-  assign \$84  = bridge_fsm_state == 2'h3;
-  assign \$85  = bridge_fsm_state == 3'h4;
-  assign \$86  = bridge_fsm_state == 3'h5;
-  assign \$87  = bridge_fsm_state == 3'h6;
-  assign \$88  = bridge_fsm_state == 3'h7;
-  assign \$89  = bridge_fsm_state == 4'h8;
-  assign \$90  = bridge_fsm_state == 4'h9;
-  assign \$91  = bridge_fsm_state == 4'ha;
-  assign \$92  = bridge_fsm_state == 4'hb;
-  assign \$93  = bridge_fsm_state == 4'hc;
-  assign \$94  = bridge_fsm_state == 4'hd;
-  assign \$95  = bridge_fsm_state == 4'he;
-  assign \$96  = bridge_fsm_state == 4'hf;
-  assign \$97  = bridge_fsm_state == 5'h10;
-  assign \$98  = bridge_fsm_state == 5'h11;
-  assign \$99  = bridge_fsm_state == 5'h12;
-  assign \$100  = bridge_fsm_state == 5'h13;
-  assign \$101  = bridge_fsm_state == 5'h14;
-  assign \$102  = bridge_fsm_state == 5'h15;
-  assign \$103  = bridge_fsm_state == 5'h16;
-  assign \$104  = bridge_fsm_state == 5'h17;
-  assign \$105  = bridge_fsm_state == 5'h18;
-  assign \$106  = bridge_fsm_state == 5'h19;
-  assign \$107  = bridge_fsm_state == 5'h1a;
-  assign \$108  = ~ waiting;
-  assign \$109  = \$108  | got;
-  assign \$110  = ~ timed_out;
-  assign \$111  = quiet + 1'h1;
-  assign \$112  = mem__wvalid & mem__wready;
-  assign \$113  = regs__wvalid & regs__wready;
-  assign \$114  = regs__awvalid & regs__awready;
-  assign \$115  = regs__arvalid & regs__arready;
-  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$126 ;
-  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$201 ;
-  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$211 ;
-  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$216 ;
-  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$221 ;
-  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$226 ;
-  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$231 ;
-  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$236 ;
-  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$241 ;
-  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$251 ;
-  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$256 ;
-  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$141 ;
-  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$266 ;
-  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$146 ;
-  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$151 ;
-  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$181 ;
+  assign \$4  = hi + 3'h7;
+  assign reg_half = count[0] ? rp__data[63:32] : rp__data[31:0];
+  assign \$6  = 10'h200 - cur[11:3];
+  assign \$7  = left < 9'h100;
+  assign capped = \$7  ? left : 10'h100;
+  assign \$8  = \$6 [9:0] < capped;
+  assign \$9  = \$8  ? \$6 [9:0] : capped;
+  assign \$10  = beat * 4'h8;
+  assign \$11  = \$10  + 1'h0;
+  assign \$12  = \$11  >= lo;
+  assign \$13  = beat * 4'h8;
+  assign \$14  = \$13  + 1'h0;
+  assign \$15  = \$14  < hi;
+  assign \$16  = \$12  & \$15 ;
+  assign \$17  = beat * 4'h8;
+  assign \$18  = \$17  + 1'h1;
+  assign \$19  = \$18  >= lo;
+  assign \$20  = beat * 4'h8;
+  assign \$21  = \$20  + 1'h1;
+  assign \$22  = \$21  < hi;
+  assign \$23  = \$19  & \$22 ;
+  assign \$24  = beat * 4'h8;
+  assign \$25  = \$24  + 2'h2;
+  assign \$26  = \$25  >= lo;
+  assign \$27  = beat * 4'h8;
+  assign \$28  = \$27  + 2'h2;
+  assign \$29  = \$28  < hi;
+  assign \$30  = \$26  & \$29 ;
+  assign \$31  = beat * 4'h8;
+  assign \$32  = \$31  + 2'h3;
+  assign \$33  = \$32  >= lo;
+  assign \$34  = beat * 4'h8;
+  assign \$35  = \$34  + 2'h3;
+  assign \$36  = \$35  < hi;
+  assign \$37  = \$33  & \$36 ;
+  assign \$38  = beat * 4'h8;
+  assign \$39  = \$38  + 3'h4;
+  assign \$40  = \$39  >= lo;
+  assign \$41  = beat * 4'h8;
+  assign \$42  = \$41  + 3'h4;
+  assign \$43  = \$42  < hi;
+  assign \$44  = \$40  & \$43 ;
+  assign \$45  = beat * 4'h8;
+  assign \$46  = \$45  + 3'h5;
+  assign \$47  = \$46  >= lo;
+  assign \$48  = beat * 4'h8;
+  assign \$49  = \$48  + 3'h5;
+  assign \$50  = \$49  < hi;
+  assign \$51  = \$47  & \$50 ;
+  assign \$52  = beat * 4'h8;
+  assign \$53  = \$52  + 3'h6;
+  assign \$54  = \$53  >= lo;
+  assign \$55  = beat * 4'h8;
+  assign \$56  = \$55  + 3'h6;
+  assign \$57  = \$56  < hi;
+  assign \$58  = \$54  & \$57 ;
+  assign \$59  = beat * 4'h8;
+  assign \$60  = \$59  + 3'h7;
+  assign \$61  = \$60  >= lo;
+  assign \$62  = beat * 4'h8;
+  assign \$63  = \$62  + 3'h7;
+  assign \$64  = \$63  < hi;
+  assign \$65  = \$61  & \$64 ;
+  assign \$67  = send_idx ? \$66  : { 3'h0, beat };
+  assign \$68  = ~ regs__awvalid;
+  assign \$69  = ~ regs__wvalid;
+  assign \$70  = \$68  & \$69 ;
+  assign \$71  = ~ mem__awvalid;
+  assign \$72  = ~ mem__wvalid;
+  assign \$73  = \$71  & \$72 ;
+  assign \$74  = ~ regs__arvalid;
+  assign \$75  = ~ mem__arvalid;
+  assign \$77  = 1'h1 << idx[2:0];
+  assign \$78  = ! in_burst;
+  assign \$79  = ~ mem__awvalid;
+  assign \$80  = ~ mem__arvalid;
+  assign \$81  = mem__rvalid & mem__rready;
+  assign \$82  = ~ regs__awvalid;
+  assign \$83  = ~ regs__wvalid;
+  assign \$84  = \$82  & \$83 ;
+  assign \$85  = | regs__bresp;
+  assign \$86  = ~ regs__arvalid;
+  assign \$87  = | regs__rresp;
+  assign \$88  = regs__rvalid & regs__rready;
+  assign \$90  = count[0] ? 8'hf0 : 8'h0f;
+  assign \$91  = ~ crc;
+  assign \$92  = ! bridge_fsm_state;
+  assign \$93  = bridge_fsm_state == 1'h1;
+  assign \$94  = bridge_fsm_state == 2'h2;
+  assign \$95  = bridge_fsm_state == 2'h3;
+  assign \$96  = bridge_fsm_state == 3'h4;
+  assign \$97  = bridge_fsm_state == 3'h5;
+  assign \$98  = bridge_fsm_state == 3'h6;
+  assign \$99  = bridge_fsm_state == 3'h7;
+  assign \$100  = bridge_fsm_state == 4'h8;
+  assign \$101  = bridge_fsm_state == 4'h9;
+  assign \$102  = bridge_fsm_state == 4'ha;
+  assign \$103  = bridge_fsm_state == 4'hb;
+  assign \$104  = bridge_fsm_state == 4'hc;
+  assign \$105  = bridge_fsm_state == 4'hd;
+  assign \$106  = bridge_fsm_state == 4'he;
+  assign \$107  = bridge_fsm_state == 4'hf;
+  assign \$108  = bridge_fsm_state == 5'h10;
+  assign \$109  = bridge_fsm_state == 5'h11;
+  assign \$110  = bridge_fsm_state == 5'h12;
+  assign \$111  = bridge_fsm_state == 5'h13;
+  assign \$112  = bridge_fsm_state == 5'h14;
+  assign \$113  = bridge_fsm_state == 5'h15;
+  assign \$114  = bridge_fsm_state == 5'h16;
+  assign \$115  = bridge_fsm_state == 5'h17;
+  assign \$116  = bridge_fsm_state == 5'h18;
+  assign \$117  = bridge_fsm_state == 5'h19;
+  assign \$118  = bridge_fsm_state == 5'h1a;
+  assign \$119  = bridge_fsm_state == 5'h1b;
+  assign \$120  = bridge_fsm_state == 5'h1c;
+  assign \$121  = bridge_fsm_state == 5'h1d;
+  assign \$122  = bridge_fsm_state == 5'h1e;
+  assign \$123  = bridge_fsm_state == 5'h1f;
+  assign \$124  = bridge_fsm_state == 6'h20;
+  assign \$125  = bridge_fsm_state == 6'h21;
+  assign \$126  = ~ waiting;
+  assign \$127  = \$126  | got;
+  assign \$128  = ~ timed_out;
+  assign \$129  = quiet + 1'h1;
+  assign \$130  = mem__wvalid & mem__wready;
+  assign \$131  = regs__wvalid & regs__wready;
+  assign \$132  = regs__awvalid & regs__awready;
+  assign \$133  = regs__arvalid & regs__arready;
+  assign \$134  = mem__awvalid & mem__awready;
+  assign \$135  = mem__arvalid & mem__arready;
+  assign \$139  = ^ \$138 ;
+  assign \$144  = ^ \$143 ;
+  assign \$149  = ^ \$148 ;
+  assign \$154  = ^ \$153 ;
+  assign \$159  = ^ \$158 ;
+  assign \$164  = ^ \$163 ;
+  assign \$169  = ^ \$168 ;
+  assign \$174  = ^ \$173 ;
+  assign \$179  = ^ \$178 ;
+  assign \$184  = ^ \$183 ;
+  assign \$189  = ^ \$188 ;
+  assign \$194  = ^ \$193 ;
+  assign \$199  = ^ \$198 ;
+  assign \$204  = ^ \$203 ;
+  assign \$209  = ^ \$208 ;
+  assign \$214  = ^ \$213 ;
+  assign \$219  = ^ \$218 ;
+  assign \$224  = ^ \$223 ;
+  assign \$229  = ^ \$228 ;
+  assign \$234  = ^ \$233 ;
+  assign \$239  = ^ \$238 ;
+  assign \$244  = ^ \$243 ;
+  assign \$249  = ^ \$248 ;
+  assign \$254  = ^ \$253 ;
+  assign \$259  = ^ \$258 ;
+  assign \$264  = ^ \$263 ;
+  assign \$269  = ^ \$268 ;
+  assign \$274  = ^ \$273 ;
+  assign \$279  = ^ \$278 ;
+  assign \$284  = ^ \$283 ;
+  assign \$289  = ^ \$288 ;
+  assign \$294  = ^ \$293 ;
+  assign \$296  = r_data[1] ^ r_data[0];
+  assign \$297  = ! r_data;
+  assign \$298  = \$297  ? 9'h100 : { 1'h0, r_data };
+  assign \$299  = count + 1'h1;
+  assign \$300  = count == 2'h3;
+  assign \$301  = count + 1'h1;
+  assign \$302  = count == 2'h3;
+  assign \$304  = waddr[0] ? 8'hf0 : 8'h0f;
+  assign \$306  = regs__bvalid & regs__bready;
+  assign \$307  = mem__bvalid & mem__bready;
+  assign \$308  = regs__rvalid & regs__rready;
+  assign \$309  = ! regs__rresp;
+  assign \$310  = \$309  ? regs__rdata : 32'd4294967295;
+  assign \$311  = mem__rvalid & mem__rready;
+  assign \$312  = ! mem__rresp;
+  assign \$313  = waddr[0] ? mem__rdata[63:32] : mem__rdata[31:0];
+  assign \$314  = \$312  ? \$313  : 32'd4294967295;
+  assign \$316  = count + 1'h1;
+  assign \$317  = count == 2'h3;
+  assign \$318  = words - 1'h1;
+  assign \$319  = waddr + incr;
+  assign \$320  = words == 1'h1;
+  assign \$321  = count + 1'h1;
+  assign \$322  = count < 4'h8;
+  assign \$324  = ^ \$323 ;
+  assign \$326  = ^ \$325 ;
+  assign \$327  = \$324  ^ \$326 ;
+  assign \$329  = ^ \$328 ;
+  assign \$331  = ^ \$330 ;
+  assign \$332  = \$329  ^ \$331 ;
+  assign \$334  = ^ \$333 ;
+  assign \$336  = ^ \$335 ;
+  assign \$337  = \$334  ^ \$336 ;
+  assign \$339  = ^ \$338 ;
+  assign \$341  = ^ \$340 ;
+  assign \$342  = \$339  ^ \$341 ;
+  assign \$344  = ^ \$343 ;
+  assign \$346  = ^ \$345 ;
+  assign \$347  = \$344  ^ \$346 ;
+  assign \$349  = ^ \$348 ;
+  assign \$351  = ^ \$350 ;
+  assign \$352  = \$349  ^ \$351 ;
+  assign \$354  = ^ \$353 ;
+  assign \$356  = ^ \$355 ;
+  assign \$357  = \$354  ^ \$356 ;
+  assign \$359  = ^ \$358 ;
+  assign \$361  = ^ \$360 ;
+  assign \$362  = \$359  ^ \$361 ;
+  assign \$364  = ^ \$363 ;
+  assign \$366  = ^ \$365 ;
+  assign \$367  = \$364  ^ \$366 ;
+  assign \$369  = ^ \$368 ;
+  assign \$371  = ^ \$370 ;
+  assign \$372  = \$369  ^ \$371 ;
+  assign \$374  = ^ \$373 ;
+  assign \$376  = ^ \$375 ;
+  assign \$377  = \$374  ^ \$376 ;
+  assign \$379  = ^ \$378 ;
+  assign \$381  = ^ \$380 ;
+  assign \$382  = \$379  ^ \$381 ;
+  assign \$384  = ^ \$383 ;
+  assign \$386  = ^ \$385 ;
+  assign \$387  = \$384  ^ \$386 ;
+  assign \$389  = ^ \$388 ;
+  assign \$391  = ^ \$390 ;
+  assign \$392  = \$389  ^ \$391 ;
+  assign \$394  = ^ \$393 ;
+  assign \$396  = ^ \$395 ;
+  assign \$397  = \$394  ^ \$396 ;
+  assign \$399  = ^ \$398 ;
+  assign \$401  = ^ \$400 ;
+  assign \$402  = \$399  ^ \$401 ;
+  assign \$404  = ^ \$403 ;
+  assign \$406  = ^ \$405 ;
+  assign \$407  = \$404  ^ \$406 ;
+  assign \$409  = ^ \$408 ;
+  assign \$411  = ^ \$410 ;
+  assign \$412  = \$409  ^ \$411 ;
+  assign \$414  = ^ \$413 ;
+  assign \$416  = ^ \$415 ;
+  assign \$417  = \$414  ^ \$416 ;
+  assign \$419  = ^ \$418 ;
+  assign \$421  = ^ \$420 ;
+  assign \$422  = \$419  ^ \$421 ;
+  assign \$424  = ^ \$423 ;
+  assign \$426  = ^ \$425 ;
+  assign \$427  = \$424  ^ \$426 ;
+  assign \$429  = ^ \$428 ;
+  assign \$431  = ^ \$430 ;
+  assign \$432  = \$429  ^ \$431 ;
+  assign \$434  = ^ \$433 ;
+  assign \$436  = ^ \$435 ;
+  assign \$437  = \$434  ^ \$436 ;
+  assign \$439  = ^ \$438 ;
+  assign \$441  = ^ \$440 ;
+  assign \$442  = \$439  ^ \$441 ;
+  assign \$444  = ^ \$443 ;
+  assign \$446  = ^ \$445 ;
+  assign \$447  = \$444  ^ \$446 ;
+  assign \$449  = ^ \$448 ;
+  assign \$451  = ^ \$450 ;
+  assign \$452  = \$449  ^ \$451 ;
+  assign \$454  = ^ \$453 ;
+  assign \$456  = ^ \$455 ;
+  assign \$457  = \$454  ^ \$456 ;
+  assign \$459  = ^ \$458 ;
+  assign \$461  = ^ \$460 ;
+  assign \$462  = \$459  ^ \$461 ;
+  assign \$464  = ^ \$463 ;
+  assign \$466  = ^ \$465 ;
+  assign \$467  = \$464  ^ \$466 ;
+  assign \$469  = ^ \$468 ;
+  assign \$471  = ^ \$470 ;
+  assign \$472  = \$469  ^ \$471 ;
+  assign \$474  = ^ \$473 ;
+  assign \$476  = ^ \$475 ;
+  assign \$477  = \$474  ^ \$476 ;
+  assign \$479  = ^ \$478 ;
+  assign \$481  = ^ \$480 ;
+  assign \$482  = \$479  ^ \$481 ;
+  assign \$483  = count == 2'h3;
+  assign \$484  = count == 3'h7;
+  assign \$485  = count == 4'hb;
+  assign \$486  = ~ rx_crc_ok;
+  assign \$487  = ~ baddr[31];
+  assign \$488  = ! blen;
+  assign \$489  = \$487  | \$488 ;
+  assign \$490  = blen > 13'h1000;
+  assign \$491  = \$489  | \$490 ;
+  assign \$492  = baddr + blen;
+  assign \$493  = \$492  > 33'h100000000;
+  assign \$494  = \$491  | \$493 ;
+  assign \$495  = | status;
+  assign \$496  = status == 2'h2;
+  assign \$497  = ~ cmd[0];
+  assign \$498  = \$496  & \$497 ;
+  assign \$500  = ^ \$499 ;
+  assign \$502  = ^ \$501 ;
+  assign \$503  = \$500  ^ \$502 ;
+  assign \$505  = ^ \$504 ;
+  assign \$507  = ^ \$506 ;
+  assign \$508  = \$505  ^ \$507 ;
+  assign \$510  = ^ \$509 ;
+  assign \$512  = ^ \$511 ;
+  assign \$513  = \$510  ^ \$512 ;
+  assign \$515  = ^ \$514 ;
+  assign \$517  = ^ \$516 ;
+  assign \$518  = \$515  ^ \$517 ;
+  assign \$520  = ^ \$519 ;
+  assign \$522  = ^ \$521 ;
+  assign \$523  = \$520  ^ \$522 ;
+  assign \$525  = ^ \$524 ;
+  assign \$527  = ^ \$526 ;
+  assign \$528  = \$525  ^ \$527 ;
+  assign \$530  = ^ \$529 ;
+  assign \$532  = ^ \$531 ;
+  assign \$533  = \$530  ^ \$532 ;
+  assign \$535  = ^ \$534 ;
+  assign \$537  = ^ \$536 ;
+  assign \$538  = \$535  ^ \$537 ;
+  assign \$540  = ^ \$539 ;
+  assign \$542  = ^ \$541 ;
+  assign \$543  = \$540  ^ \$542 ;
+  assign \$545  = ^ \$544 ;
+  assign \$547  = ^ \$546 ;
+  assign \$548  = \$545  ^ \$547 ;
+  assign \$550  = ^ \$549 ;
+  assign \$552  = ^ \$551 ;
+  assign \$553  = \$550  ^ \$552 ;
+  assign \$555  = ^ \$554 ;
+  assign \$557  = ^ \$556 ;
+  assign \$558  = \$555  ^ \$557 ;
+  assign \$560  = ^ \$559 ;
+  assign \$562  = ^ \$561 ;
+  assign \$563  = \$560  ^ \$562 ;
+  assign \$565  = ^ \$564 ;
+  assign \$567  = ^ \$566 ;
+  assign \$568  = \$565  ^ \$567 ;
+  assign \$570  = ^ \$569 ;
+  assign \$572  = ^ \$571 ;
+  assign \$573  = \$570  ^ \$572 ;
+  assign \$575  = ^ \$574 ;
+  assign \$577  = ^ \$576 ;
+  assign \$578  = \$575  ^ \$577 ;
+  assign \$580  = ^ \$579 ;
+  assign \$582  = ^ \$581 ;
+  assign \$583  = \$580  ^ \$582 ;
+  assign \$585  = ^ \$584 ;
+  assign \$587  = ^ \$586 ;
+  assign \$588  = \$585  ^ \$587 ;
+  assign \$590  = ^ \$589 ;
+  assign \$592  = ^ \$591 ;
+  assign \$593  = \$590  ^ \$592 ;
+  assign \$595  = ^ \$594 ;
+  assign \$597  = ^ \$596 ;
+  assign \$598  = \$595  ^ \$597 ;
+  assign \$600  = ^ \$599 ;
+  assign \$602  = ^ \$601 ;
+  assign \$603  = \$600  ^ \$602 ;
+  assign \$605  = ^ \$604 ;
+  assign \$607  = ^ \$606 ;
+  assign \$608  = \$605  ^ \$607 ;
+  assign \$610  = ^ \$609 ;
+  assign \$612  = ^ \$611 ;
+  assign \$613  = \$610  ^ \$612 ;
+  assign \$615  = ^ \$614 ;
+  assign \$617  = ^ \$616 ;
+  assign \$618  = \$615  ^ \$617 ;
+  assign \$620  = ^ \$619 ;
+  assign \$622  = ^ \$621 ;
+  assign \$623  = \$620  ^ \$622 ;
+  assign \$625  = ^ \$624 ;
+  assign \$627  = ^ \$626 ;
+  assign \$628  = \$625  ^ \$627 ;
+  assign \$630  = ^ \$629 ;
+  assign \$632  = ^ \$631 ;
+  assign \$633  = \$630  ^ \$632 ;
+  assign \$635  = ^ \$634 ;
+  assign \$637  = ^ \$636 ;
+  assign \$638  = \$635  ^ \$637 ;
+  assign \$640  = ^ \$639 ;
+  assign \$642  = ^ \$641 ;
+  assign \$643  = \$640  ^ \$642 ;
+  assign \$645  = ^ \$644 ;
+  assign \$647  = ^ \$646 ;
+  assign \$648  = \$645  ^ \$647 ;
+  assign \$650  = ^ \$649 ;
+  assign \$652  = ^ \$651 ;
+  assign \$653  = \$650  ^ \$652 ;
+  assign \$655  = ^ \$654 ;
+  assign \$657  = ^ \$656 ;
+  assign \$658  = \$655  ^ \$657 ;
+  assign \$659  = idx + 1'h1;
+  assign \$660  = count + 1'h1;
+  assign \$661  = count + 1'h1;
+  assign \$662  = \$661  == blen;
+  assign \$663  = count + 1'h1;
+  assign \$664  = count == 2'h3;
+  assign \$665  = rx_crc_ok ? 1'h0 : 1'h1;
+  assign \$666  = | status;
+  assign \$667  = ! left;
+  assign \$668  = \$666  | \$667 ;
+  assign \$669  = \$9 [8:0] - 1'h1;
+  assign \$671  = cur + \$670 ;
+  assign \$672  = left - \$9 [8:0];
+  assign \$673  = \$9 [8:0] - 1'h1;
+  assign \$674  = beat + 1'h1;
+  assign \$675  = in_burst - 1'h1;
+  assign \$676  = ! in_burst;
+  assign \$677  = mem__bvalid & mem__bready;
+  assign \$678  = | mem__bresp;
+  assign \$679  = ! left;
+  assign \$680  = bus_err ? 2'h3 : 2'h0;
+  assign \$681  = \$9 [8:0] - 1'h1;
+  assign \$683  = cur + \$682 ;
+  assign \$684  = left - \$9 [8:0];
+  assign \$685  = mem__rvalid & mem__rready;
+  assign \$686  = beat + 1'h1;
+  assign \$687  = | mem__rresp;
+  assign \$688  = count + 1'h1;
+  assign \$690  = ^ \$689 ;
+  assign \$692  = ^ \$691 ;
+  assign \$693  = \$690  ^ \$692 ;
+  assign \$695  = ^ \$694 ;
+  assign \$697  = ^ \$696 ;
+  assign \$698  = \$695  ^ \$697 ;
+  assign \$700  = ^ \$699 ;
+  assign \$702  = ^ \$701 ;
+  assign \$703  = \$700  ^ \$702 ;
+  assign \$705  = ^ \$704 ;
+  assign \$707  = ^ \$706 ;
+  assign \$708  = \$705  ^ \$707 ;
+  assign \$710  = ^ \$709 ;
+  assign \$712  = ^ \$711 ;
+  assign \$713  = \$710  ^ \$712 ;
+  assign \$715  = ^ \$714 ;
+  assign \$717  = ^ \$716 ;
+  assign \$718  = \$715  ^ \$717 ;
+  assign \$720  = ^ \$719 ;
+  assign \$722  = ^ \$721 ;
+  assign \$723  = \$720  ^ \$722 ;
+  assign \$725  = ^ \$724 ;
+  assign \$727  = ^ \$726 ;
+  assign \$728  = \$725  ^ \$727 ;
+  assign \$730  = ^ \$729 ;
+  assign \$732  = ^ \$731 ;
+  assign \$733  = \$730  ^ \$732 ;
+  assign \$735  = ^ \$734 ;
+  assign \$737  = ^ \$736 ;
+  assign \$738  = \$735  ^ \$737 ;
+  assign \$740  = ^ \$739 ;
+  assign \$742  = ^ \$741 ;
+  assign \$743  = \$740  ^ \$742 ;
+  assign \$745  = ^ \$744 ;
+  assign \$747  = ^ \$746 ;
+  assign \$748  = \$745  ^ \$747 ;
+  assign \$750  = ^ \$749 ;
+  assign \$752  = ^ \$751 ;
+  assign \$753  = \$750  ^ \$752 ;
+  assign \$755  = ^ \$754 ;
+  assign \$757  = ^ \$756 ;
+  assign \$758  = \$755  ^ \$757 ;
+  assign \$760  = ^ \$759 ;
+  assign \$762  = ^ \$761 ;
+  assign \$763  = \$760  ^ \$762 ;
+  assign \$765  = ^ \$764 ;
+  assign \$767  = ^ \$766 ;
+  assign \$768  = \$765  ^ \$767 ;
+  assign \$770  = ^ \$769 ;
+  assign \$772  = ^ \$771 ;
+  assign \$773  = \$770  ^ \$772 ;
+  assign \$775  = ^ \$774 ;
+  assign \$777  = ^ \$776 ;
+  assign \$778  = \$775  ^ \$777 ;
+  assign \$780  = ^ \$779 ;
+  assign \$782  = ^ \$781 ;
+  assign \$783  = \$780  ^ \$782 ;
+  assign \$785  = ^ \$784 ;
+  assign \$787  = ^ \$786 ;
+  assign \$788  = \$785  ^ \$787 ;
+  assign \$790  = ^ \$789 ;
+  assign \$792  = ^ \$791 ;
+  assign \$793  = \$790  ^ \$792 ;
+  assign \$795  = ^ \$794 ;
+  assign \$797  = ^ \$796 ;
+  assign \$798  = \$795  ^ \$797 ;
+  assign \$800  = ^ \$799 ;
+  assign \$802  = ^ \$801 ;
+  assign \$803  = \$800  ^ \$802 ;
+  assign \$805  = ^ \$804 ;
+  assign \$807  = ^ \$806 ;
+  assign \$808  = \$805  ^ \$807 ;
+  assign \$810  = ^ \$809 ;
+  assign \$812  = ^ \$811 ;
+  assign \$813  = \$810  ^ \$812 ;
+  assign \$815  = ^ \$814 ;
+  assign \$817  = ^ \$816 ;
+  assign \$818  = \$815  ^ \$817 ;
+  assign \$820  = ^ \$819 ;
+  assign \$822  = ^ \$821 ;
+  assign \$823  = \$820  ^ \$822 ;
+  assign \$825  = ^ \$824 ;
+  assign \$827  = ^ \$826 ;
+  assign \$828  = \$825  ^ \$827 ;
+  assign \$830  = ^ \$829 ;
+  assign \$832  = ^ \$831 ;
+  assign \$833  = \$830  ^ \$832 ;
+  assign \$835  = ^ \$834 ;
+  assign \$837  = ^ \$836 ;
+  assign \$838  = \$835  ^ \$837 ;
+  assign \$840  = ^ \$839 ;
+  assign \$842  = ^ \$841 ;
+  assign \$843  = \$840  ^ \$842 ;
+  assign \$845  = ^ \$844 ;
+  assign \$847  = ^ \$846 ;
+  assign \$848  = \$845  ^ \$847 ;
+  assign \$849  = count == 2'h3;
+  assign \$850  = count == 3'h4;
+  assign \$852  = | r_data;
+  assign \$853  = cmd[0] & \$852 ;
+  assign \$854  = | status;
+  assign \$855  = ! words;
+  assign \$856  = | baddr[31:16];
+  assign \$857  = \$855  | \$856 ;
+  assign \$858  = | baddr[1:0];
+  assign \$859  = \$857  | \$858 ;
+  assign \$860  = baddr[15:0] + blen[10:0];
+  assign \$861  = \$860  > 17'h10000;
+  assign \$862  = \$859  | \$861 ;
+  assign \$863  = regs__bvalid & regs__bready;
+  assign \$864  = count + 1'h1;
+  assign \$865  = baddr + 3'h4;
+  assign \$866  = count + 1'h1;
+  assign \$868  = bus_err | reg_err;
+  assign \$869  = count + 1'h1;
+  assign \$870  = \$869  == words;
+  assign \$871  = bus_err | reg_err;
+  assign \$872  = \$871  ? 2'h3 : 2'h0;
+  assign \$873  = regs__rvalid & regs__rready;
+  assign \$874  = count + 1'h1;
+  assign \$875  = baddr + 3'h4;
+  assign \$876  = bus_err | reg_err;
+  assign \$877  = count + 1'h1;
+  assign \$878  = \$877  == words;
+  assign \$879  = bus_err | reg_err;
+  assign \$880  = \$879  ? 2'h3 : 2'h0;
+  assign \$881  = ! status;
+  assign \$882  = ~ cmd[0];
+  assign \$883  = \$881  & \$882 ;
+  assign \$885  = ^ \$884 ;
+  assign \$887  = ^ \$886 ;
+  assign \$888  = \$885  ^ \$887 ;
+  assign \$890  = ^ \$889 ;
+  assign \$892  = ^ \$891 ;
+  assign \$893  = \$890  ^ \$892 ;
+  assign \$895  = ^ \$894 ;
+  assign \$897  = ^ \$896 ;
+  assign \$898  = \$895  ^ \$897 ;
+  assign \$900  = ^ \$899 ;
+  assign \$902  = ^ \$901 ;
+  assign \$903  = \$900  ^ \$902 ;
+  assign \$905  = ^ \$904 ;
+  assign \$907  = ^ \$906 ;
+  assign \$908  = \$905  ^ \$907 ;
+  assign \$910  = ^ \$909 ;
+  assign \$912  = ^ \$911 ;
+  assign \$913  = \$910  ^ \$912 ;
+  assign \$915  = ^ \$914 ;
+  assign \$917  = ^ \$916 ;
+  assign \$918  = \$915  ^ \$917 ;
+  assign \$920  = ^ \$919 ;
+  assign \$922  = ^ \$921 ;
+  assign \$923  = \$920  ^ \$922 ;
+  assign \$925  = ^ \$924 ;
+  assign \$927  = ^ \$926 ;
+  assign \$928  = \$925  ^ \$927 ;
+  assign \$930  = ^ \$929 ;
+  assign \$932  = ^ \$931 ;
+  assign \$933  = \$930  ^ \$932 ;
+  assign \$935  = ^ \$934 ;
+  assign \$937  = ^ \$936 ;
+  assign \$938  = \$935  ^ \$937 ;
+  assign \$940  = ^ \$939 ;
+  assign \$942  = ^ \$941 ;
+  assign \$943  = \$940  ^ \$942 ;
+  assign \$945  = ^ \$944 ;
+  assign \$947  = ^ \$946 ;
+  assign \$948  = \$945  ^ \$947 ;
+  assign \$950  = ^ \$949 ;
+  assign \$952  = ^ \$951 ;
+  assign \$953  = \$950  ^ \$952 ;
+  assign \$955  = ^ \$954 ;
+  assign \$957  = ^ \$956 ;
+  assign \$958  = \$955  ^ \$957 ;
+  assign \$960  = ^ \$959 ;
+  assign \$962  = ^ \$961 ;
+  assign \$963  = \$960  ^ \$962 ;
+  assign \$965  = ^ \$964 ;
+  assign \$967  = ^ \$966 ;
+  assign \$968  = \$965  ^ \$967 ;
+  assign \$970  = ^ \$969 ;
+  assign \$972  = ^ \$971 ;
+  assign \$973  = \$970  ^ \$972 ;
+  assign \$975  = ^ \$974 ;
+  assign \$977  = ^ \$976 ;
+  assign \$978  = \$975  ^ \$977 ;
+  assign \$980  = ^ \$979 ;
+  assign \$982  = ^ \$981 ;
+  assign \$983  = \$980  ^ \$982 ;
+  assign \$985  = ^ \$984 ;
+  assign \$987  = ^ \$986 ;
+  assign \$988  = \$985  ^ \$987 ;
+  assign \$990  = ^ \$989 ;
+  assign \$992  = ^ \$991 ;
+  assign \$993  = \$990  ^ \$992 ;
+  assign \$995  = ^ \$994 ;
+  assign \$997  = ^ \$996 ;
+  assign \$998  = \$995  ^ \$997 ;
+  assign \$1000  = ^ \$999 ;
+  assign \$1002  = ^ \$1001 ;
+  assign \$1003  = \$1000  ^ \$1002 ;
+  assign \$1005  = ^ \$1004 ;
+  assign \$1007  = ^ \$1006 ;
+  assign \$1008  = \$1005  ^ \$1007 ;
+  assign \$1010  = ^ \$1009 ;
+  assign \$1012  = ^ \$1011 ;
+  assign \$1013  = \$1010  ^ \$1012 ;
+  assign \$1015  = ^ \$1014 ;
+  assign \$1017  = ^ \$1016 ;
+  assign \$1018  = \$1015  ^ \$1017 ;
+  assign \$1020  = ^ \$1019 ;
+  assign \$1022  = ^ \$1021 ;
+  assign \$1023  = \$1020  ^ \$1022 ;
+  assign \$1025  = ^ \$1024 ;
+  assign \$1027  = ^ \$1026 ;
+  assign \$1028  = \$1025  ^ \$1027 ;
+  assign \$1030  = ^ \$1029 ;
+  assign \$1032  = ^ \$1031 ;
+  assign \$1033  = \$1030  ^ \$1032 ;
+  assign \$1035  = ^ \$1034 ;
+  assign \$1037  = ^ \$1036 ;
+  assign \$1038  = \$1035  ^ \$1037 ;
+  assign \$1040  = ^ \$1039 ;
+  assign \$1042  = ^ \$1041 ;
+  assign \$1043  = \$1040  ^ \$1042 ;
+  assign \$1044  = idx + 1'h1;
+  assign \$1045  = count + 1'h1;
+  assign \$1046  = count + 1'h1;
+  assign \$1047  = \$1046  == blen;
+  assign \$1050  = count + 1'h1;
+  assign \$1051  = count == 2'h3;
+  always @(posedge clk)
+    rx_err <= \$1052 ;
+  always @(posedge clk)
+    quiet <= \$1053 ;
+  always @(posedge clk)
+    mw_valid <= \$1054 ;
+  always @(posedge clk)
+    regs__wvalid <= \$1055 ;
+  always @(posedge clk)
+    regs__awvalid <= \$1056 ;
+  always @(posedge clk)
+    regs__arvalid <= \$1057 ;
+  always @(posedge clk)
+    mem__awvalid <= \$1058 ;
+  always @(posedge clk)
+    mem__arvalid <= \$1059 ;
+  always @(posedge clk)
+    rd_ok <= \$1060 ;
+  always @(posedge clk)
+    count <= \$1061 ;
+  always @(posedge clk)
+    crc <= \$1062 ;
+  always @(posedge clk)
+    bus_err <= \$1063 ;
+  always @(posedge clk)
+    cmd <= \$1064 ;
+  always @(posedge clk)
+    incr <= \$1065 ;
+  always @(posedge clk)
+    bridge_fsm_state <= \$1066 ;
+  always @(posedge clk)
+    words <= \$1067 ;
+  always @(posedge clk)
+    shreg <= \$1068 ;
+  always @(posedge clk)
+    waddr <= \$1069 ;
+  always @(posedge clk)
+    word <= \$1070 ;
+  always @(posedge clk)
+    regs__awaddr <= \$1071 ;
+  always @(posedge clk)
+    regs__wdata <= \$1072 ;
+  always @(posedge clk)
+    mem__awaddr <= \$1073 ;
+  always @(posedge clk)
+    mem__awlen <= \$1074 ;
+  always @(posedge clk)
+    mw_data <= \$1075 ;
+  always @(posedge clk)
+    mw_strb <= \$1076 ;
+  always @(posedge clk)
+    regs__araddr <= \$1077 ;
+  always @(posedge clk)
+    mem__araddr <= \$1078 ;
+  always @(posedge clk)
+    mem__arlen <= \$1079 ;
+  always @(posedge clk)
+    baddr <= \$1080 ;
+  always @(posedge clk)
+    blen <= \$1081 ;
+  always @(posedge clk)
+    status <= \$1082 ;
+  always @(posedge clk)
+    lo <= \$1083 ;
+  always @(posedge clk)
+    idx <= \$1084 ;
+  always @(posedge clk)
+    cur <= \$1085 ;
+  always @(posedge clk)
+    beat <= \$1086 ;
+  always @(posedge clk)
+    left <= \$1087 ;
+  always @(posedge clk)
+    in_burst <= \$1088 ;
+  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$144 ;
+  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$219 ;
+  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$229 ;
+  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$234 ;
+  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$239 ;
+  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$244 ;
+  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$249 ;
+  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$254 ;
+  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$259 ;
+  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$269 ;
+  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$274 ;
+  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$159 ;
+  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$284 ;
+  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$164 ;
+  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$169 ;
+  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$199 ;
   \dx1_board.bridge.rx_fifo  rx_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -1965,45 +2329,45 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__wvalid = mw_valid;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           mem__wvalid = 1'h1;
     endcase
   end
@@ -2011,45 +2375,45 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__wdata = mw_data;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           mem__wdata = rp__data;
     endcase
   end
@@ -2057,92 +2421,92 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__wstrb = mw_strb;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
-          mem__wstrb = { \$63 , \$56 , \$49 , \$42 , \$35 , \$28 , \$21 , \$14  };
+      6'h17:
+          mem__wstrb = { \$65 , \$58 , \$51 , \$44 , \$37 , \$30 , \$23 , \$16  };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__wlast = 1'h1;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
-          mem__wlast = \$76 ;
+      6'h17:
+          mem__wlast = \$78 ;
     endcase
   end
   always @* begin
@@ -2171,64 +2535,85 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     r_en = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           r_en = 1'h1;
-      5'h01:
+      6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             r_en = 1'h1;
           end
-      5'h04:
+      6'h05:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             r_en = 1'h1;
           end
-      5'h05:
+      6'h06:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             r_en = 1'h1;
           end
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             r_en = 1'h1;
           end
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           r_en = 1'h1;
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             r_en = 1'h1;
           end
-      5'h11:
+      6'h12:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            r_en = 1'h1;
+          end
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
@@ -2241,39 +2626,55 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     waiting = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           waiting = 1'h1;
-      5'h04:
+      6'h05:
           waiting = 1'h1;
-      5'h05:
+      6'h06:
           waiting = 1'h1;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           waiting = 1'h1;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           waiting = 1'h1;
-      5'h0f:
+      6'h10:
           waiting = 1'h1;
-      5'h11:
+      6'h12:
+          waiting = 1'h1;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
           waiting = 1'h1;
     endcase
   end
@@ -2281,201 +2682,307 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     regs__bready = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
-          regs__bready = \$68 ;
+      6'h08:
+          regs__bready = \$70 ;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          regs__bready = \$84 ;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__bready = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
-          mem__bready = \$71 ;
-      5'h0a:
+      6'h09:
+          mem__bready = \$73 ;
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
-          mem__bready = \$77 ;
+      6'h18:
+          mem__bready = \$79 ;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     regs__rready = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
-          regs__rready = \$72 ;
+      6'h0b:
+          regs__rready = \$74 ;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          regs__rready = \$86 ;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     mem__rready = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
-          mem__rready = \$73 ;
-      5'h0c:
+      6'h0c:
+          mem__rready = \$75 ;
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
-          mem__rready = \$78 ;
+      6'h1a:
+          mem__rready = \$80 ;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     \data__tvalid$13  = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           \data__tvalid$13  = 1'h1;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           \data__tvalid$13  = 1'h1;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
+      6'h1a:
           /* empty */;
-      5'h13:
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
           \data__tvalid$13  = 1'h1;
-      5'h19:
+      6'h20:
           \data__tvalid$13  = rd_ok;
-      5'h1a:
+      6'h21:
           \data__tvalid$13  = 1'h1;
     endcase
   end
@@ -2483,122 +2990,152 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     \data__tdata$15  = 8'h00;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           \data__tdata$15  = word[31:24];
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           \data__tdata$15  = status;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
+      6'h1a:
           /* empty */;
-      5'h13:
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
           \data__tdata$15  = status;
-      5'h19:
+      6'h20:
           \data__tdata$15  = lane_byte;
-      5'h1a:
-          \data__tdata$15  = \$80 [31:24];
+      6'h21:
+          \data__tdata$15  = \$91 [31:24];
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     wp__addr = 10'h000;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              wp__addr = \$74 [9:0];
+              wp__addr = \$76 [9:0];
             end
           end
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
-          if (\$79 ) begin
+      6'h1a:
+          if (\$81 ) begin
             wp__addr = beat;
+          end
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$88 ) begin
+            wp__addr = \$89 [9:0];
           end
     endcase
   end
@@ -2606,37 +3143,37 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     wp__data = 64'h0000000000000000;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
@@ -2645,23 +3182,39 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
               wp__data = { r_data, r_data, r_data, r_data, r_data, r_data, r_data, r_data };
             end
           end
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
-          if (\$79 ) begin
+      6'h1a:
+          if (\$81 ) begin
             wp__data = mem__rdata;
+          end
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$88 ) begin
+            wp__data = { regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24], regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24] };
           end
     endcase
   end
@@ -2669,487 +3222,741 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     wp__en = 8'h00;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              wp__en = \$75 [7:0];
+              wp__en = \$77 [7:0];
             end
           end
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
-          if (\$79 ) begin
+      6'h1a:
+          if (\$81 ) begin
             wp__en = 8'hff;
           end
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$88 ) begin
+            wp__en = \$90 ;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    reg_err = 1'h0;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          reg_err = \$85 ;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          reg_err = \$87 ;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     send_idx = 1'h0;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
+      6'h1a:
           /* empty */;
-      5'h13:
+      6'h03:
           /* empty */;
-      5'h19:
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
+          /* empty */;
+      6'h20:
           send_idx = 1'h1;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$841  = rx_err;
+    \$1052  = rx_err;
     if (frame_error) begin
-      \$841  = 1'h1;
+      \$1052  = 1'h1;
     end
     casez (bridge_fsm_state)
-      5'h00:
-          \$841  = 1'h0;
+      6'h00:
+          \$1052  = 1'h0;
     endcase
     if (rst) begin
-      \$841  = 1'h0;
+      \$1052  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$842  = quiet;
-    if (\$109 ) begin
-      \$842  = 13'h0000;
-    end else if (\$110 ) begin
-      \$842  = \$111 [12:0];
+    \$1053  = quiet;
+    if (\$127 ) begin
+      \$1053  = 13'h0000;
+    end else if (\$128 ) begin
+      \$1053  = \$129 [12:0];
     end
     if (rst) begin
-      \$842  = 13'h0000;
+      \$1053  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$843  = mw_valid;
-    if (\$112 ) begin
-      \$843  = 1'h0;
+    \$1054  = mw_valid;
+    if (\$130 ) begin
+      \$1054  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$843  = 1'h1;
+              \$1054  = 1'h1;
             end
           end
     endcase
     if (rst) begin
-      \$843  = 1'h0;
+      \$1054  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$844  = regs__wvalid;
-    if (\$113 ) begin
-      \$844  = 1'h0;
+    \$1055  = regs__wvalid;
+    if (\$131 ) begin
+      \$1055  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
-              \$844  = 1'h1;
+              \$1055  = 1'h1;
             end
           end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          \$1055  = 1'h1;
     endcase
     if (rst) begin
-      \$844  = 1'h0;
+      \$1055  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$845  = regs__awvalid;
-    if (\$114 ) begin
-      \$845  = 1'h0;
+    \$1056  = regs__awvalid;
+    if (\$132 ) begin
+      \$1056  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
-              \$845  = 1'h1;
+              \$1056  = 1'h1;
             end
           end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          \$1056  = 1'h1;
     endcase
     if (rst) begin
-      \$845  = 1'h0;
+      \$1056  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$846  = regs__arvalid;
-    if (\$115 ) begin
-      \$846  = 1'h0;
+    \$1057  = regs__arvalid;
+    if (\$133 ) begin
+      \$1057  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           (* full_case = 32'd1 *)
           if (cmd[0]) begin
           end else begin
             if (in_regs) begin
-              \$846  = 1'h1;
+              \$1057  = 1'h1;
             end
           end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          \$1057  = 1'h1;
     endcase
     if (rst) begin
-      \$846  = 1'h0;
+      \$1057  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$847  = mem__awvalid;
-    if (\$116 ) begin
-      \$847  = 1'h0;
+    \$1058  = mem__awvalid;
+    if (\$134 ) begin
+      \$1058  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$847  = 1'h1;
+              \$1058  = 1'h1;
             end
           end
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           (* full_case = 32'd1 *)
-          if (\$650 ) begin
+          if (\$668 ) begin
           end else begin
-            \$847  = 1'h1;
+            \$1058  = 1'h1;
           end
     endcase
     if (rst) begin
-      \$847  = 1'h0;
+      \$1058  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$848  = mem__arvalid;
-    if (\$117 ) begin
-      \$848  = 1'h0;
+    \$1059  = mem__arvalid;
+    if (\$135 ) begin
+      \$1059  = 1'h0;
     end
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           (* full_case = 32'd1 *)
           if (cmd[0]) begin
           end else begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$848  = 1'h1;
+              \$1059  = 1'h1;
             end
           end
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           (* full_case = 32'd1 *)
-          if (\$661 ) begin
+          if (\$679 ) begin
           end else begin
-            \$848  = 1'h1;
+            \$1059  = 1'h1;
           end
     endcase
     if (rst) begin
-      \$848  = 1'h0;
+      \$1059  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$849  = 1'h1;
+    \$1060  = 1'h1;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
+      6'h1a:
           /* empty */;
-      5'h13:
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
           if (sent) begin
-            \$849  = 1'h0;
+            \$1060  = 1'h0;
           end
-      5'h19:
+      6'h20:
           if (sent) begin
-            \$849  = 1'h0;
+            \$1060  = 1'h0;
           end
     endcase
     if (rst) begin
-      \$849  = 1'h0;
+      \$1060  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$850  = count;
+    \$1061  = count;
     casez (bridge_fsm_state)
-      5'h00:
-          \$850  = 13'h0000;
-      5'h01:
+      6'h00:
+          \$1061  = 13'h0000;
+      6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = 13'h0000;
+              \$1061  = 13'h0000;
             end
           end
-      5'h04:
+      6'h05:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = \$281 [12:0];
-              if (\$282 ) begin
-                \$850  = 13'h0000;
+              \$1061  = \$299 [12:0];
+              if (\$300 ) begin
+                \$1061  = 13'h0000;
               end
             end
           end
-      5'h05:
+      6'h06:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = \$283 [12:0];
-              if (\$284 ) begin
-                \$850  = 13'h0000;
+              \$1061  = \$301 [12:0];
+              if (\$302 ) begin
+                \$1061  = 13'h0000;
               end
             end
           end
-      5'h06:
+      6'h07:
           (* full_case = 32'd1 *)
           if (cmd[0]) begin
           end else begin
@@ -3157,1594 +3964,2107 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
             if (in_regs) begin
             end else if (waddr[29]) begin
             end else begin
-              \$850  = 13'h0000;
+              \$1061  = 13'h0000;
             end
           end
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
-          if (\$290 ) begin
-            \$850  = 13'h0000;
+      6'h0b:
+          if (\$308 ) begin
+            \$1061  = 13'h0000;
           end
-      5'h0b:
-          if (\$293 ) begin
-            \$850  = 13'h0000;
+      6'h0c:
+          if (\$311 ) begin
+            \$1061  = 13'h0000;
           end
-      5'h0c:
+      6'h0d:
           if (sent) begin
-            \$850  = \$298 [12:0];
+            \$1061  = \$316 [12:0];
           end
-      5'h09:
-          \$850  = 13'h0000;
-      5'h02:
+      6'h0a:
+          \$1061  = 13'h0000;
+      6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = \$303 [12:0];
+              \$1061  = \$321 [12:0];
             end
           end
-      5'h0d:
-          \$850  = 13'h0000;
-      5'h0e:
+      6'h0e:
+          \$1061  = 13'h0000;
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = \$642 [12:0];
-              if (\$644 ) begin
-                \$850  = 13'h0000;
+              \$1061  = \$660 [12:0];
+              if (\$662 ) begin
+                \$1061  = 13'h0000;
               end
             end
           end
-      5'h11:
+      6'h12:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$850  = \$645 [12:0];
+              \$1061  = \$663 [12:0];
             end
           end
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
+      6'h18:
           /* empty */;
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
-          if (\$661 ) begin
-            \$850  = 13'h0000;
+      6'h19:
+          if (\$679 ) begin
+            \$1061  = 13'h0000;
           end
-      5'h18:
+      6'h1a:
           /* empty */;
-      5'h13:
-          if (sent) begin
-            \$850  = 13'h0000;
-          end
-      5'h19:
-          if (sent) begin
-            \$850  = \$834 [12:0];
-            if (\$836 ) begin
-              \$850  = 13'h0000;
-            end
-          end
-      5'h1a:
-          if (sent) begin
-            \$850  = \$839 [12:0];
-          end
-    endcase
-    if (rst) begin
-      \$850  = 13'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$851  = crc;
-    casez (bridge_fsm_state)
-      5'h00:
-          \$851  = { \$277 , \$272 , \$267 , \$262 , \$257 , \$252 , \$247 , \$242 , \$237 , \$232 , \$227 , \$222 , \$217 , \$212 , \$207 , \$202 , \$197 , \$192 , \$187 , \$182 , \$177 , \$172 , \$167 , \$162 , \$157 , \$152 , \$147 , \$142 , \$137 , \$132 , \$127 , \$122  };
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
+      6'h03:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$304 ) begin
-                \$851  = { \$464 , \$459 , \$454 , \$449 , \$444 , \$439 , \$434 , \$429 , \$424 , \$419 , \$414 , \$409 , \$404 , \$399 , \$394 , \$389 , \$384 , \$379 , \$374 , \$369 , \$364 , \$359 , \$354 , \$349 , \$344 , \$339 , \$334 , \$329 , \$324 , \$319 , \$314 , \$309  };
+              \$1061  = \$688 [12:0];
+              if (\$850 ) begin
+                \$1061  = 13'h0000;
               end
             end
           end
-      5'h0d:
-          \$851  = 32'd4294967295;
-      5'h0e:
+      6'h13:
+          \$1061  = 13'h0000;
+      6'h1b:
           /* empty */;
-      5'h03:
+      6'h1d:
           /* empty */;
-      5'h0f:
+      6'h1e:
+          if (\$863 ) begin
+            \$1061  = \$864 [12:0];
+          end
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$873 ) begin
+            \$1061  = \$874 [12:0];
+            if (\$878 ) begin
+              \$1061  = 13'h0000;
+            end
+          end
+      6'h15:
+          if (sent) begin
+            \$1061  = 13'h0000;
+          end
+      6'h20:
+          if (sent) begin
+            \$1061  = \$1045 [12:0];
+            if (\$1047 ) begin
+              \$1061  = 13'h0000;
+            end
+          end
+      6'h21:
+          if (sent) begin
+            \$1061  = \$1050 [12:0];
+          end
+    endcase
+    if (rst) begin
+      \$1061  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1062  = crc;
+    casez (bridge_fsm_state)
+      6'h00:
+          \$1062  = { \$295 , \$290 , \$285 , \$280 , \$275 , \$270 , \$265 , \$260 , \$255 , \$250 , \$245 , \$240 , \$235 , \$230 , \$225 , \$220 , \$215 , \$210 , \$205 , \$200 , \$195 , \$190 , \$185 , \$180 , \$175 , \$170 , \$165 , \$160 , \$155 , \$150 , \$145 , \$140  };
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$851  = { \$640 , \$635 , \$630 , \$625 , \$620 , \$615 , \$610 , \$605 , \$600 , \$595 , \$590 , \$585 , \$580 , \$575 , \$570 , \$565 , \$560 , \$555 , \$550 , \$545 , \$540 , \$535 , \$530 , \$525 , \$520 , \$515 , \$510 , \$505 , \$500 , \$495 , \$490 , \$485  };
+              if (\$322 ) begin
+                \$1062  = { \$482 , \$477 , \$472 , \$467 , \$462 , \$457 , \$452 , \$447 , \$442 , \$437 , \$432 , \$427 , \$422 , \$417 , \$412 , \$407 , \$402 , \$397 , \$392 , \$387 , \$382 , \$377 , \$372 , \$367 , \$362 , \$357 , \$352 , \$347 , \$342 , \$337 , \$332 , \$327  };
+              end
             end
           end
-      5'h11:
+      6'h0e:
+          \$1062  = 32'd4294967295;
+      6'h0f:
           /* empty */;
-      5'h12:
+      6'h04:
           /* empty */;
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          /* empty */;
-      5'h18:
-          /* empty */;
-      5'h13:
-          if (sent) begin
-            \$851  = 32'd4294967295;
+      6'h10:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1062  = { \$658 , \$653 , \$648 , \$643 , \$638 , \$633 , \$628 , \$623 , \$618 , \$613 , \$608 , \$603 , \$598 , \$593 , \$588 , \$583 , \$578 , \$573 , \$568 , \$563 , \$558 , \$553 , \$548 , \$543 , \$538 , \$533 , \$528 , \$523 , \$518 , \$513 , \$508 , \$503  };
+            end
           end
-      5'h19:
-          if (sent) begin
-            \$851  = { \$832 , \$827 , \$822 , \$817 , \$812 , \$807 , \$802 , \$797 , \$792 , \$787 , \$782 , \$777 , \$772 , \$767 , \$762 , \$757 , \$752 , \$747 , \$742 , \$737 , \$732 , \$727 , \$722 , \$717 , \$712 , \$707 , \$702 , \$697 , \$692 , \$687 , \$682 , \$677  };
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1062  = { \$848 , \$843 , \$838 , \$833 , \$828 , \$823 , \$818 , \$813 , \$808 , \$803 , \$798 , \$793 , \$788 , \$783 , \$778 , \$773 , \$768 , \$763 , \$758 , \$753 , \$748 , \$743 , \$738 , \$733 , \$728 , \$723 , \$718 , \$713 , \$708 , \$703 , \$698 , \$693  };
+            end
           end
-      5'h1a:
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
           if (sent) begin
-            \$851  = \$838 [31:0];
+            \$1062  = 32'd4294967295;
+          end
+      6'h20:
+          if (sent) begin
+            \$1062  = { \$1043 , \$1038 , \$1033 , \$1028 , \$1023 , \$1018 , \$1013 , \$1008 , \$1003 , \$998 , \$993 , \$988 , \$983 , \$978 , \$973 , \$968 , \$963 , \$958 , \$953 , \$948 , \$943 , \$938 , \$933 , \$928 , \$923 , \$918 , \$913 , \$908 , \$903 , \$898 , \$893 , \$888  };
+          end
+      6'h21:
+          if (sent) begin
+            \$1062  = \$1049 [31:0];
           end
     endcase
     if (rst) begin
-      \$851  = 32'd4294967295;
+      \$1062  = 32'd4294967295;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$852  = bus_err;
+    \$1063  = bus_err;
     casez (bridge_fsm_state)
-      5'h00:
-          \$852  = 1'h0;
-      5'h01:
+      6'h00:
+          \$1063  = 1'h0;
+      6'h01:
           /* empty */;
-      5'h04:
+      6'h05:
           /* empty */;
-      5'h05:
+      6'h06:
           /* empty */;
-      5'h06:
+      6'h07:
           /* empty */;
-      5'h07:
+      6'h08:
           /* empty */;
-      5'h08:
+      6'h09:
           /* empty */;
-      5'h0a:
+      6'h0b:
           /* empty */;
-      5'h0b:
+      6'h0c:
           /* empty */;
-      5'h0c:
+      6'h0d:
           /* empty */;
-      5'h09:
+      6'h0a:
           /* empty */;
-      5'h02:
+      6'h02:
           /* empty */;
-      5'h0d:
+      6'h0e:
           /* empty */;
-      5'h0e:
+      6'h0f:
           /* empty */;
-      5'h03:
+      6'h04:
           /* empty */;
-      5'h0f:
+      6'h10:
           /* empty */;
-      5'h11:
+      6'h12:
           /* empty */;
-      5'h12:
+      6'h14:
           /* empty */;
-      5'h14:
+      6'h16:
           /* empty */;
-      5'h15:
+      6'h17:
           /* empty */;
-      5'h16:
-          if (\$659 ) begin
-            if (\$660 ) begin
-              \$852  = 1'h1;
+      6'h18:
+          if (\$677 ) begin
+            if (\$678 ) begin
+              \$1063  = 1'h1;
             end
           end
-      5'h10:
+      6'h11:
           /* empty */;
-      5'h17:
+      6'h19:
           /* empty */;
-      5'h18:
-          if (\$667 ) begin
-            if (\$669 ) begin
-              \$852  = 1'h1;
+      6'h1a:
+          if (\$685 ) begin
+            if (\$687 ) begin
+              \$1063  = 1'h1;
             end
+          end
+      6'h03:
+          /* empty */;
+      6'h13:
+          \$1063  = 1'h0;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          if (\$863 ) begin
+            \$1063  = \$868 ;
+          end
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$873 ) begin
+            \$1063  = \$876 ;
           end
     endcase
     if (rst) begin
-      \$852  = 1'h0;
+      \$1063  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$853  = cmd;
+    \$1064  = cmd;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           if (r_rdy) begin
-            \$853  = r_data;
+            \$1064  = r_data;
           end
     endcase
     if (rst) begin
-      \$853  = 8'h00;
+      \$1064  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$854  = incr;
+    \$1065  = incr;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           if (r_rdy) begin
             casez (r_data)
               8'h01, 8'h02, 8'h03, 8'h04:
-                  \$854  = \$278 ;
+                  \$1065  = \$296 ;
             endcase
           end
     endcase
     if (rst) begin
-      \$854  = 1'h0;
+      \$1065  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$855  = bridge_fsm_state;
+    \$1066  = bridge_fsm_state;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           if (r_rdy) begin
             casez (r_data)
               8'h01, 8'h02, 8'h03, 8'h04:
-                  \$855  = 5'h01;
+                  \$1066  = 6'h01;
               8'h81, 8'h82:
-                  \$855  = 5'h02;
+                  \$1066  = 6'h02;
+              8'h83, 8'h84:
+                  \$1066  = 6'h03;
             endcase
           end
-      5'h01:
+      6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              \$855  = 5'h04;
+              \$1066  = 6'h05;
             end
           end
-      5'h04:
+      6'h05:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$282 ) begin
+              if (\$300 ) begin
                 (* full_case = 32'd1 *)
                 if (cmd[0]) begin
-                  \$855  = 5'h05;
+                  \$1066  = 6'h06;
                 end else begin
-                  \$855  = 5'h06;
+                  \$1066  = 6'h07;
                 end
               end
             end
           end
-      5'h05:
+      6'h06:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$284 ) begin
-                \$855  = 5'h06;
+              if (\$302 ) begin
+                \$1066  = 6'h07;
               end
             end
           end
-      5'h06:
+      6'h07:
           (* full_case = 32'd1 *)
           if (cmd[0]) begin
             (* full_case = 32'd1 *)
             if (in_regs) begin
-              \$855  = 5'h07;
+              \$1066  = 6'h08;
             end else if (waddr[29]) begin
-              \$855  = 5'h08;
+              \$1066  = 6'h09;
             end else begin
-              \$855  = 5'h09;
+              \$1066  = 6'h0a;
             end
           end else begin
             (* full_case = 32'd1 *)
             if (in_regs) begin
-              \$855  = 5'h0a;
+              \$1066  = 6'h0b;
             end else if (waddr[29]) begin
-              \$855  = 5'h0b;
+              \$1066  = 6'h0c;
             end else begin
-              \$855  = 5'h0c;
+              \$1066  = 6'h0d;
             end
           end
-      5'h07:
-          if (\$288 ) begin
-            \$855  = 5'h09;
+      6'h08:
+          if (\$306 ) begin
+            \$1066  = 6'h0a;
           end
-      5'h08:
-          if (\$289 ) begin
-            \$855  = 5'h09;
+      6'h09:
+          if (\$307 ) begin
+            \$1066  = 6'h0a;
           end
-      5'h0a:
-          if (\$290 ) begin
-            \$855  = 5'h0c;
+      6'h0b:
+          if (\$308 ) begin
+            \$1066  = 6'h0d;
           end
-      5'h0b:
-          if (\$293 ) begin
-            \$855  = 5'h0c;
+      6'h0c:
+          if (\$311 ) begin
+            \$1066  = 6'h0d;
           end
-      5'h0c:
+      6'h0d:
           if (sent) begin
-            if (\$299 ) begin
-              \$855  = 5'h09;
+            if (\$317 ) begin
+              \$1066  = 6'h0a;
             end
           end
-      5'h09:
+      6'h0a:
           (* full_case = 32'd1 *)
-          if (\$302 ) begin
-            \$855  = 5'h00;
+          if (\$320 ) begin
+            \$1066  = 6'h00;
           end else if (cmd[0]) begin
-            \$855  = 5'h05;
+            \$1066  = 6'h06;
           end else begin
-            \$855  = 5'h06;
+            \$1066  = 6'h07;
           end
-      5'h02:
+      6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$467 ) begin
-                \$855  = 5'h0d;
+              if (\$485 ) begin
+                \$1066  = 6'h0e;
               end
             end
           end
-      5'h0d:
+      6'h0e:
           (* full_case = 32'd1 *)
-          if (\$477 ) begin
-            \$855  = 5'h0e;
+          if (\$495 ) begin
+            \$1066  = 6'h0f;
           end else if (cmd[0]) begin
-            \$855  = 5'h0f;
+            \$1066  = 6'h10;
           end else begin
-            \$855  = 5'h10;
+            \$1066  = 6'h11;
           end
-      5'h0e:
+      6'h0f:
           if (sent) begin
             (* full_case = 32'd1 *)
-            if (\$480 ) begin
-              \$855  = 5'h00;
+            if (\$498 ) begin
+              \$1066  = 6'h00;
             end else begin
-              \$855  = 5'h03;
+              \$1066  = 6'h04;
             end
           end
-      5'h03:
+      6'h04:
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end
-      5'h0f:
+      6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$644 ) begin
-                \$855  = 5'h11;
+              if (\$662 ) begin
+                \$1066  = 6'h12;
               end
             end
           end
-      5'h11:
+      6'h12:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$855  = 5'h00;
+            \$1066  = 6'h00;
           end else if (rx_err) begin
-            \$855  = 5'h03;
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$646 ) begin
-                \$855  = 5'h12;
-              end
-            end
-          end
-      5'h12:
-          (* full_case = 32'd1 *)
-          if (\$650 ) begin
-            \$855  = 5'h13;
-          end else begin
-            \$855  = 5'h14;
-          end
-      5'h14:
-          \$855  = 5'h15;
-      5'h15:
-          if (mem__wready) begin
-            (* full_case = 32'd1 *)
-            if (\$658 ) begin
-              \$855  = 5'h16;
-            end else begin
-              \$855  = 5'h14;
-            end
-          end
-      5'h16:
-          if (\$659 ) begin
-            \$855  = 5'h12;
-          end
-      5'h10:
-          \$855  = 5'h17;
-      5'h17:
-          (* full_case = 32'd1 *)
-          if (\$661 ) begin
-            \$855  = 5'h13;
-          end else begin
-            \$855  = 5'h18;
-          end
-      5'h18:
-          if (\$667 ) begin
-            if (mem__rlast) begin
-              \$855  = 5'h17;
-            end
-          end
-      5'h13:
-          if (sent) begin
-            (* full_case = 32'd1 *)
-            if (\$672 ) begin
-              \$855  = 5'h19;
-            end else begin
-              \$855  = 5'h00;
-            end
-          end
-      5'h19:
-          if (sent) begin
-            if (\$836 ) begin
-              \$855  = 5'h1a;
-            end
-          end
-      5'h1a:
-          if (sent) begin
-            if (\$840 ) begin
-              \$855  = 5'h00;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$855  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$856  = words;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$856  = \$280 ;
-            end
-          end
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          \$856  = \$300 [8:0];
-    endcase
-    if (rst) begin
-      \$856  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$857  = shreg;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$857  = { shreg[23:0], r_data };
-            end
-          end
-      5'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$857  = { shreg[23:0], r_data };
-            end
-          end
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$857  = { shreg[23:0], r_data };
-            end
-          end
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$857  = { shreg[23:0], r_data };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$857  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$858  = waddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$282 ) begin
-                \$858  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          \$858  = \$301 [31:0];
-    endcase
-    if (rst) begin
-      \$858  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$859  = word;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$284 ) begin
-                \$859  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      5'h06:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            (* full_case = 32'd1 *)
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-            end else begin
-              \$859  = 32'd4294967295;
-            end
-          end
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          if (\$290 ) begin
-            \$859  = \$292 ;
-          end
-      5'h0b:
-          if (\$293 ) begin
-            \$859  = \$296 ;
-          end
-      5'h0c:
-          if (sent) begin
-            \$859  = \$297 [31:0];
-          end
-    endcase
-    if (rst) begin
-      \$859  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$860  = regs__awaddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$860  = { waddr[13:0], 2'h0 };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$860  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$861  = regs__wdata;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$861  = word;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$861  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$862  = mem__awaddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$862  = { 1'h0, \$285  };
-            end
-          end
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          (* full_case = 32'd1 *)
-          if (\$650 ) begin
-          end else begin
-            \$862  = { 1'h0, cur };
-          end
-    endcase
-    if (rst) begin
-      \$862  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$863  = mem__awlen;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$863  = 8'h00;
-            end
-          end
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          (* full_case = 32'd1 *)
-          if (\$650 ) begin
-          end else begin
-            \$863  = \$651 [7:0];
-          end
-    endcase
-    if (rst) begin
-      \$863  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$864  = mw_data;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$864  = { word, word };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$864  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$865  = mw_strb;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$865  = \$286 ;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$865  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$866  = regs__araddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-              \$866  = { waddr[13:0], 2'h0 };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$866  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$867  = mem__araddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$867  = { 1'h0, \$287  };
-            end
-          end
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          /* empty */;
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          (* full_case = 32'd1 *)
-          if (\$661 ) begin
-          end else begin
-            \$867  = { 1'h0, cur };
-          end
-    endcase
-    if (rst) begin
-      \$867  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$868  = mem__arlen;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$868  = 8'h00;
-            end
-          end
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          /* empty */;
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          (* full_case = 32'd1 *)
-          if (\$661 ) begin
-          end else begin
-            \$868  = \$663 [7:0];
-          end
-    endcase
-    if (rst) begin
-      \$868  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$869  = baddr;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$465 ) begin
-                \$869  = { shreg[23:0], r_data };
-              end
-            end
-          end
-    endcase
-    if (rst) begin
-      \$869  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$870  = blen;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$466 ) begin
-                \$870  = { shreg[23:0], r_data };
-              end
-            end
-          end
-    endcase
-    if (rst) begin
-      \$870  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$871  = status;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$467 ) begin
+              if (\$664 ) begin
                 (* full_case = 32'd1 *)
-                if (\$468 ) begin
-                  \$871  = 8'h01;
-                end else if (\$476 ) begin
-                  \$871  = 8'h02;
+                if (reg_frame) begin
+                  \$1066  = 6'h13;
                 end else begin
-                  \$871  = 8'h00;
+                  \$1066  = 6'h14;
                 end
               end
             end
           end
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+            \$1066  = 6'h15;
+          end else begin
+            \$1066  = 6'h16;
+          end
+      6'h16:
+          \$1066  = 6'h17;
+      6'h17:
+          if (mem__wready) begin
+            (* full_case = 32'd1 *)
+            if (\$676 ) begin
+              \$1066  = 6'h18;
+            end else begin
+              \$1066  = 6'h16;
+            end
+          end
+      6'h18:
+          if (\$677 ) begin
+            \$1066  = 6'h14;
+          end
+      6'h11:
+          \$1066  = 6'h19;
+      6'h19:
+          (* full_case = 32'd1 *)
+          if (\$679 ) begin
+            \$1066  = 6'h15;
+          end else begin
+            \$1066  = 6'h1a;
+          end
+      6'h1a:
+          if (\$685 ) begin
+            if (mem__rlast) begin
+              \$1066  = 6'h19;
+            end
+          end
+      6'h03:
           (* full_case = 32'd1 *)
           if (timed_out) begin
+            \$1066  = 6'h00;
           end else if (rx_err) begin
+            \$1066  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$646 ) begin
-                \$871  = { 7'h00, \$647  };
+              if (\$850 ) begin
+                (* full_case = 32'd1 *)
+                if (\$853 ) begin
+                  \$1066  = 6'h10;
+                end else begin
+                  \$1066  = 6'h12;
+                end
               end
             end
           end
-      5'h12:
-          if (\$650 ) begin
-            if (bus_err) begin
-              \$871  = 8'h03;
-            end
-          end
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          if (\$661 ) begin
-            \$871  = { 6'h00, \$662  };
-          end
-    endcase
-    if (rst) begin
-      \$871  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$872  = lo;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          \$872  = baddr[2:0];
-    endcase
-    if (rst) begin
-      \$872  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$873  = idx;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          \$873  = { 10'h000, baddr[2:0] };
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
+      6'h13:
           (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
+          if (\$854 ) begin
+            \$1066  = 6'h0f;
+          end else if (\$862 ) begin
+            \$1066  = 6'h15;
+          end else if (cmd[0]) begin
+            \$1066  = 6'h1b;
           end else begin
-            if (r_rdy) begin
-              \$873  = \$641 [12:0];
+            \$1066  = 6'h1c;
+          end
+      6'h1b:
+          \$1066  = 6'h1d;
+      6'h1d:
+          \$1066  = 6'h1e;
+      6'h1e:
+          if (\$863 ) begin
+            (* full_case = 32'd1 *)
+            if (\$870 ) begin
+              \$1066  = 6'h15;
+            end else begin
+              \$1066  = 6'h1b;
             end
           end
-      5'h11:
-          /* empty */;
-      5'h12:
-          /* empty */;
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          /* empty */;
-      5'h18:
-          /* empty */;
-      5'h13:
-          /* empty */;
-      5'h19:
+      6'h1c:
+          \$1066  = 6'h1f;
+      6'h1f:
+          if (\$873 ) begin
+            (* full_case = 32'd1 *)
+            if (\$878 ) begin
+              \$1066  = 6'h15;
+            end else begin
+              \$1066  = 6'h1c;
+            end
+          end
+      6'h15:
           if (sent) begin
-            \$873  = \$833 [12:0];
+            (* full_case = 32'd1 *)
+            if (\$883 ) begin
+              \$1066  = 6'h20;
+            end else begin
+              \$1066  = 6'h00;
+            end
+          end
+      6'h20:
+          if (sent) begin
+            if (\$1047 ) begin
+              \$1066  = 6'h21;
+            end
+          end
+      6'h21:
+          if (sent) begin
+            if (\$1051 ) begin
+              \$1066  = 6'h00;
+            end
           end
     endcase
     if (rst) begin
-      \$873  = 13'h0000;
+      \$1066  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$874  = cur;
+    \$1067  = words;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          \$874  = { baddr[30:3], 3'h0 };
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          (* full_case = 32'd1 *)
-          if (\$650 ) begin
-          end else begin
-            \$874  = \$653 [30:0];
-          end
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          (* full_case = 32'd1 *)
-          if (\$661 ) begin
-          end else begin
-            \$874  = \$665 [30:0];
-          end
-    endcase
-    if (rst) begin
-      \$874  = 31'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$875  = beat;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          \$875  = 10'h000;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
-          /* empty */;
-      5'h14:
-          /* empty */;
-      5'h15:
-          if (mem__wready) begin
-            \$875  = \$656 [9:0];
-          end
-      5'h16:
-          /* empty */;
-      5'h10:
-          /* empty */;
-      5'h17:
-          /* empty */;
-      5'h18:
-          if (\$667 ) begin
-            \$875  = \$668 [9:0];
-          end
-    endcase
-    if (rst) begin
-      \$875  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$876  = left;
-    casez (bridge_fsm_state)
-      5'h00:
-          /* empty */;
-      5'h01:
-          /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
+      6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$646 ) begin
-                \$876  = \$3 [9:0];
+              \$1067  = \$298 ;
+            end
+          end
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          \$1067  = \$318 [8:0];
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$850 ) begin
+                \$1067  = { 1'h0, r_data };
               end
             end
           end
-      5'h12:
-          (* full_case = 32'd1 *)
-          if (\$650 ) begin
-          end else begin
-            \$876  = \$654 [9:0];
-          end
-      5'h14:
-          /* empty */;
-      5'h15:
-          /* empty */;
-      5'h16:
-          /* empty */;
-      5'h10:
-          \$876  = \$3 [9:0];
-      5'h17:
-          (* full_case = 32'd1 *)
-          if (\$661 ) begin
-          end else begin
-            \$876  = \$666 [9:0];
-          end
     endcase
     if (rst) begin
-      \$876  = 10'h000;
+      \$1067  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$877  = in_burst;
+    \$1068  = shreg;
     casez (bridge_fsm_state)
-      5'h00:
+      6'h00:
           /* empty */;
-      5'h01:
+      6'h01:
           /* empty */;
-      5'h04:
-          /* empty */;
-      5'h05:
-          /* empty */;
-      5'h06:
-          /* empty */;
-      5'h07:
-          /* empty */;
-      5'h08:
-          /* empty */;
-      5'h0a:
-          /* empty */;
-      5'h0b:
-          /* empty */;
-      5'h0c:
-          /* empty */;
-      5'h09:
-          /* empty */;
-      5'h02:
-          /* empty */;
-      5'h0d:
-          /* empty */;
-      5'h0e:
-          /* empty */;
-      5'h03:
-          /* empty */;
-      5'h0f:
-          /* empty */;
-      5'h11:
-          /* empty */;
-      5'h12:
+      6'h05:
           (* full_case = 32'd1 *)
-          if (\$650 ) begin
+          if (timed_out) begin
+          end else if (rx_err) begin
           end else begin
-            \$877  = \$655 [8:0];
+            if (r_rdy) begin
+              \$1068  = { shreg[23:0], r_data };
+            end
           end
-      5'h14:
+      6'h06:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1068  = { shreg[23:0], r_data };
+            end
+          end
+      6'h07:
           /* empty */;
-      5'h15:
-          if (mem__wready) begin
-            \$877  = \$657 [8:0];
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1068  = { shreg[23:0], r_data };
+            end
+          end
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1068  = { shreg[23:0], r_data };
+            end
+          end
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1068  = { shreg[23:0], r_data };
+            end
           end
     endcase
     if (rst) begin
-      \$877  = 9'h000;
+      \$1068  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1069  = waddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$300 ) begin
+                \$1069  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          \$1069  = \$319 [31:0];
+    endcase
+    if (rst) begin
+      \$1069  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1070  = word;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$302 ) begin
+                \$1070  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h07:
+          (* full_case = 32'd1 *)
+          if (cmd[0]) begin
+          end else begin
+            (* full_case = 32'd1 *)
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+            end else begin
+              \$1070  = 32'd4294967295;
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          if (\$308 ) begin
+            \$1070  = \$310 ;
+          end
+      6'h0c:
+          if (\$311 ) begin
+            \$1070  = \$314 ;
+          end
+      6'h0d:
+          if (sent) begin
+            \$1070  = \$315 [31:0];
+          end
+    endcase
+    if (rst) begin
+      \$1070  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1071  = regs__awaddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+              \$1071  = { waddr[13:0], 2'h0 };
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          \$1071  = baddr[15:0];
+    endcase
+    if (rst) begin
+      \$1071  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1072  = regs__wdata;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+              \$1072  = word;
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          \$1072  = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
+    endcase
+    if (rst) begin
+      \$1072  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1073  = mem__awaddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1073  = { 1'h0, \$303  };
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+          end else begin
+            \$1073  = { 1'h0, cur };
+          end
+    endcase
+    if (rst) begin
+      \$1073  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1074  = mem__awlen;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1074  = 8'h00;
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+          end else begin
+            \$1074  = \$669 [7:0];
+          end
+    endcase
+    if (rst) begin
+      \$1074  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1075  = mw_data;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1075  = { word, word };
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1075  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1076  = mw_strb;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1076  = \$304 ;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1076  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1077  = regs__araddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          (* full_case = 32'd1 *)
+          if (cmd[0]) begin
+          end else begin
+            if (in_regs) begin
+              \$1077  = { waddr[13:0], 2'h0 };
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          \$1077  = baddr[15:0];
+    endcase
+    if (rst) begin
+      \$1077  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1078  = mem__araddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          (* full_case = 32'd1 *)
+          if (cmd[0]) begin
+          end else begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1078  = { 1'h0, \$305  };
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          (* full_case = 32'd1 *)
+          if (\$679 ) begin
+          end else begin
+            \$1078  = { 1'h0, cur };
+          end
+    endcase
+    if (rst) begin
+      \$1078  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1079  = mem__arlen;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          (* full_case = 32'd1 *)
+          if (cmd[0]) begin
+          end else begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1079  = 8'h00;
+            end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          (* full_case = 32'd1 *)
+          if (\$679 ) begin
+          end else begin
+            \$1079  = \$681 [7:0];
+          end
+    endcase
+    if (rst) begin
+      \$1079  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1080  = baddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$483 ) begin
+                \$1080  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$849 ) begin
+                \$1080  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          if (\$863 ) begin
+            \$1080  = \$865 [31:0];
+          end
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$873 ) begin
+            \$1080  = \$875 [31:0];
+          end
+    endcase
+    if (rst) begin
+      \$1080  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1081  = blen;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$484 ) begin
+                \$1081  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$850 ) begin
+                \$1081  = { 21'h000000, \$851  };
+              end
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1081  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1082  = status;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$485 ) begin
+                (* full_case = 32'd1 *)
+                if (\$486 ) begin
+                  \$1082  = 8'h01;
+                end else if (\$494 ) begin
+                  \$1082  = 8'h02;
+                end else begin
+                  \$1082  = 8'h00;
+                end
+              end
+            end
+          end
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$664 ) begin
+                \$1082  = { 7'h00, \$665  };
+              end
+            end
+          end
+      6'h14:
+          if (\$668 ) begin
+            if (bus_err) begin
+              \$1082  = 8'h03;
+            end
+          end
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          if (\$679 ) begin
+            \$1082  = { 6'h00, \$680  };
+          end
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          if (\$854 ) begin
+          end else if (\$862 ) begin
+            \$1082  = 8'h02;
+          end
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          if (\$863 ) begin
+            if (\$870 ) begin
+              \$1082  = { 6'h00, \$872  };
+            end
+          end
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$873 ) begin
+            if (\$878 ) begin
+              \$1082  = { 6'h00, \$880  };
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1082  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1083  = lo;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          \$1083  = baddr[2:0];
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$850 ) begin
+                \$1083  = 3'h0;
+              end
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1083  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1084  = idx;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          \$1084  = { 10'h000, baddr[2:0] };
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              \$1084  = \$659 [12:0];
+            end
+          end
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$850 ) begin
+                \$1084  = 13'h0000;
+              end
+            end
+          end
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
+          /* empty */;
+      6'h20:
+          if (sent) begin
+            \$1084  = \$1044 [12:0];
+          end
+    endcase
+    if (rst) begin
+      \$1084  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1085  = cur;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          \$1085  = { baddr[30:3], 3'h0 };
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+          end else begin
+            \$1085  = \$671 [30:0];
+          end
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          (* full_case = 32'd1 *)
+          if (\$679 ) begin
+          end else begin
+            \$1085  = \$683 [30:0];
+          end
+    endcase
+    if (rst) begin
+      \$1085  = 31'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1086  = beat;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          \$1086  = 10'h000;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          if (mem__wready) begin
+            \$1086  = \$674 [9:0];
+          end
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          if (\$685 ) begin
+            \$1086  = \$686 [9:0];
+          end
+      6'h03:
+          /* empty */;
+      6'h13:
+          \$1086  = 10'h000;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          if (\$863 ) begin
+            \$1086  = \$867 [9:0];
+          end
+    endcase
+    if (rst) begin
+      \$1086  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1087  = left;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$664 ) begin
+                \$1087  = \$5 [9:0];
+              end
+            end
+          end
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+          end else begin
+            \$1087  = \$672 [9:0];
+          end
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          \$1087  = \$5 [9:0];
+      6'h19:
+          (* full_case = 32'd1 *)
+          if (\$679 ) begin
+          end else begin
+            \$1087  = \$684 [9:0];
+          end
+    endcase
+    if (rst) begin
+      \$1087  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1088  = in_burst;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$668 ) begin
+          end else begin
+            \$1088  = \$673 [8:0];
+          end
+      6'h16:
+          /* empty */;
+      6'h17:
+          if (mem__wready) begin
+            \$1088  = \$675 [8:0];
+          end
+    endcase
+    if (rst) begin
+      \$1088  = 9'h000;
     end
   end
   assign \rx$1  = rx;
@@ -4758,10 +6078,11 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   assign shreg_next = { shreg[23:0], r_data };
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
-  assign nbeats = \$3 [9:0];
-  assign to_page = \$4 [9:0];
-  assign cut = \$7 [8:0];
-  assign strb = { \$63 , \$56 , \$49 , \$42 , \$35 , \$28 , \$21 , \$14  };
+  assign nbeats = \$5 [9:0];
+  assign reg_word = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
+  assign to_page = \$6 [9:0];
+  assign cut = \$9 [8:0];
+  assign strb = { \$65 , \$58 , \$51 , \$44 , \$37 , \$30 , \$23 , \$16  };
   assign mem__awid = 4'h0;
   assign mem__arid = 4'h0;
   assign mem__awsize = 3'h3;
@@ -4769,562 +6090,693 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   assign mem__awburst = 2'h1;
   assign mem__arburst = 2'h1;
   assign regs__wstrb = 4'hf;
-  assign rp__addr = \$65 [9:0];
-  assign \$3  = { 3'h0, \$2 [14:3] };
-  assign \$64  = { 3'h0, idx[12:3] };
-  assign \$74  = { 3'h0, idx[12:3] };
-  assign \$118  = 32'd260;
-  assign \$119  = 1'h0;
-  assign { \$120 [7:3], \$120 [1:0] } = 7'h00;
-  assign \$120 [2] = r_data[2];
-  assign \$122  = \$121 ;
-  assign \$123  = 32'd521;
-  assign \$124  = 1'h1;
-  assign { \$125 [7:4], \$125 [2:1] } = 6'h00;
-  assign { \$125 [3], \$125 [0] } = { r_data[3], r_data[0] };
-  assign \$127  = \$auto$rtlil.cc:2739:Not$2 ;
-  assign \$128  = 32'd1043;
-  assign \$129  = 1'h0;
-  assign { \$130 [7:5], \$130 [3:2] } = 5'h00;
-  assign { \$130 [4], \$130 [1:0] } = { r_data[4], r_data[1:0] };
-  assign \$132  = \$131 ;
-  assign \$133  = 32'd2086;
-  assign \$134  = 1'h0;
-  assign { \$135 [7:6], \$135 [4:3], \$135 [0] } = 5'h00;
-  assign { \$135 [5], \$135 [2:1] } = { r_data[5], r_data[2:1] };
-  assign \$137  = \$136 ;
-  assign \$138  = 32'd4173;
-  assign \$139  = 1'h1;
-  assign { \$140 [7], \$140 [5:4], \$140 [1] } = 4'h0;
-  assign { \$140 [6], \$140 [3:2], \$140 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign \$142  = \$auto$rtlil.cc:2739:Not$4 ;
-  assign \$143  = 32'd8346;
-  assign \$144  = 1'h1;
-  assign { \$145 [6:5], \$145 [2], \$145 [0] } = 4'h0;
-  assign { \$145 [7], \$145 [4:3], \$145 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign \$147  = \$auto$rtlil.cc:2739:Not$6 ;
-  assign \$148  = 32'd16432;
-  assign \$149  = 1'h1;
-  assign { \$150 [7:6], \$150 [3:0] } = 6'h00;
-  assign \$150 [5:4] = r_data[5:4];
-  assign \$152  = \$auto$rtlil.cc:2739:Not$8 ;
-  assign \$153  = 32'd32865;
-  assign \$154  = 1'h0;
-  assign { \$155 [7], \$155 [4:1] } = 5'h00;
-  assign { \$155 [6:5], \$155 [0] } = { r_data[6:5], r_data[0] };
-  assign \$157  = \$156 ;
-  assign \$158  = 32'd65730;
-  assign \$159  = 1'h0;
-  assign { \$160 [5:2], \$160 [0] } = 5'h00;
-  assign { \$160 [7:6], \$160 [1] } = { r_data[7:6], r_data[1] };
-  assign \$162  = \$161 ;
-  assign \$163  = 32'd131200;
-  assign \$164  = 1'h0;
-  assign \$165 [6:0] = 7'h00;
-  assign \$165 [7] = r_data[7];
-  assign \$167  = \$166 ;
-  assign \$168  = 32'd262148;
-  assign \$169  = 1'h0;
-  assign { \$170 [7:3], \$170 [1:0] } = 7'h00;
-  assign \$170 [2] = r_data[2];
-  assign \$172  = \$171 ;
-  assign \$173  = 32'd524296;
-  assign \$174  = 1'h0;
-  assign { \$175 [7:4], \$175 [2:0] } = 7'h00;
-  assign \$175 [3] = r_data[3];
-  assign \$177  = \$176 ;
-  assign \$178  = 32'd1048593;
-  assign \$179  = 1'h1;
-  assign { \$180 [7:5], \$180 [3:1] } = 6'h00;
-  assign { \$180 [4], \$180 [0] } = { r_data[4], r_data[0] };
-  assign \$182  = \$auto$rtlil.cc:2739:Not$10 ;
-  assign \$183  = 32'd2097187;
-  assign \$184  = 1'h0;
-  assign { \$185 [7:6], \$185 [4:2] } = 5'h00;
-  assign { \$185 [5], \$185 [1:0] } = { r_data[5], r_data[1:0] };
-  assign \$187  = \$186 ;
-  assign \$188  = 32'd4194374;
-  assign \$189  = 1'h0;
-  assign { \$190 [7], \$190 [5:3], \$190 [0] } = 5'h00;
-  assign { \$190 [6], \$190 [2:1] } = { r_data[6], r_data[2:1] };
-  assign \$192  = \$191 ;
-  assign \$193  = 32'd8388748;
-  assign \$194  = 1'h0;
-  assign { \$195 [6:4], \$195 [1:0] } = 5'h00;
-  assign { \$195 [7], \$195 [3:2] } = { r_data[7], r_data[3:2] };
-  assign \$197  = \$196 ;
-  assign \$198  = 32'd16777245;
-  assign \$199  = 1'h1;
-  assign { \$200 [7:5], \$200 [1] } = 4'h0;
-  assign { \$200 [4:2], \$200 [0] } = { r_data[4:2], r_data[0] };
-  assign \$202  = \$auto$rtlil.cc:2739:Not$12 ;
-  assign \$203  = 32'd33554491;
-  assign \$204  = 1'h0;
-  assign { \$205 [7:6], \$205 [2] } = 3'h0;
-  assign { \$205 [5:3], \$205 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign \$207  = \$206 ;
-  assign \$208  = 32'd67108983;
-  assign \$209  = 1'h1;
-  assign { \$210 [7], \$210 [3] } = 2'h0;
-  assign { \$210 [6:4], \$210 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign \$212  = \$auto$rtlil.cc:2739:Not$14 ;
-  assign \$213  = 32'd134217966;
-  assign \$214  = 1'h1;
-  assign { \$215 [4], \$215 [0] } = 2'h0;
-  assign { \$215 [7:5], \$215 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign \$217  = \$auto$rtlil.cc:2739:Not$16 ;
-  assign \$218  = 32'd268435672;
-  assign \$219  = 1'h1;
-  assign { \$220 [5], \$220 [2:0] } = 4'h0;
-  assign { \$220 [7:6], \$220 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$222  = \$auto$rtlil.cc:2739:Not$18 ;
-  assign \$223  = 32'd536871092;
-  assign \$224  = 1'h1;
-  assign { \$225 [6], \$225 [3], \$225 [1:0] } = 4'h0;
-  assign { \$225 [7], \$225 [5:4], \$225 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign \$227  = \$auto$rtlil.cc:2739:Not$20 ;
-  assign \$228  = 32'd1073741932;
-  assign \$229  = 1'h1;
-  assign { \$230 [7], \$230 [4], \$230 [1:0] } = 4'h0;
-  assign { \$230 [6:5], \$230 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign \$232  = \$auto$rtlil.cc:2739:Not$22 ;
-  assign \$233  = 32'd2147483864;
-  assign \$234  = 1'h1;
-  assign { \$235 [5], \$235 [2:0] } = 4'h0;
-  assign { \$235 [7:6], \$235 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$237  = \$auto$rtlil.cc:2739:Not$24 ;
-  assign \$238  = 32'd181;
-  assign \$239  = 1'h1;
-  assign { \$240 [6], \$240 [3], \$240 [1] } = 3'h0;
-  assign { \$240 [7], \$240 [5:4], \$240 [2], \$240 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign \$242  = \$auto$rtlil.cc:2739:Not$26 ;
-  assign \$243  = 32'd111;
-  assign \$244  = 1'h0;
-  assign { \$245 [7], \$245 [4] } = 2'h0;
-  assign { \$245 [6:5], \$245 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign \$247  = \$246 ;
-  assign \$248  = 32'd223;
-  assign \$249  = 1'h1;
-  assign \$250 [5] = 1'h0;
-  assign { \$250 [7:6], \$250 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign \$252  = \$auto$rtlil.cc:2739:Not$28 ;
-  assign \$253  = 32'd186;
-  assign \$254  = 1'h1;
-  assign { \$255 [6], \$255 [2], \$255 [0] } = 3'h0;
-  assign { \$255 [7], \$255 [5:3], \$255 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign \$257  = \$auto$rtlil.cc:2739:Not$30 ;
-  assign \$258  = 32'd113;
-  assign \$259  = 1'h0;
-  assign { \$260 [7], \$260 [3:1] } = 4'h0;
-  assign { \$260 [6:4], \$260 [0] } = { r_data[6:4], r_data[0] };
-  assign \$262  = \$261 ;
-  assign \$263  = 32'd227;
-  assign \$264  = 1'h1;
-  assign \$265 [4:2] = 3'h0;
-  assign { \$265 [7:5], \$265 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign \$267  = \$auto$rtlil.cc:2739:Not$32 ;
-  assign \$268  = 32'd195;
-  assign \$269  = 1'h0;
-  assign \$270 [5:2] = 4'h0;
-  assign { \$270 [7:6], \$270 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign \$272  = \$271 ;
-  assign \$273  = 32'd130;
-  assign \$274  = 1'h0;
-  assign { \$275 [6:2], \$275 [0] } = 6'h00;
-  assign { \$275 [7], \$275 [1] } = { r_data[7], r_data[1] };
-  assign \$277  = \$276 ;
-  assign \$285  = { waddr[28:1], 3'h0 };
-  assign \$287  = { waddr[28:1], 3'h0 };
-  assign \$297  = { 7'h00, word, 8'h00 };
-  assign { \$305 [31:9], \$305 [7:3], \$305 [1:0] } = 30'h00000000;
-  assign { \$305 [8], \$305 [2] } = { crc[8], crc[2] };
-  assign { \$307 [7:3], \$307 [1:0] } = 7'h00;
-  assign \$307 [2] = r_data[2];
-  assign { \$310 [31:10], \$310 [8:4], \$310 [2:1] } = 29'h00000000;
-  assign { \$310 [9], \$310 [3], \$310 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$312 [7:4], \$312 [2:1] } = 6'h00;
-  assign { \$312 [3], \$312 [0] } = { r_data[3], r_data[0] };
-  assign { \$315 [31:11], \$315 [9:5], \$315 [3:2] } = 28'h0000000;
-  assign { \$315 [10], \$315 [4], \$315 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$317 [7:5], \$317 [3:2] } = 5'h00;
-  assign { \$317 [4], \$317 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$320 [31:12], \$320 [10:6], \$320 [4:3], \$320 [0] } = 28'h0000000;
-  assign { \$320 [11], \$320 [5], \$320 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$322 [7:6], \$322 [4:3], \$322 [0] } = 5'h00;
-  assign { \$322 [5], \$322 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$325 [31:13], \$325 [11:7], \$325 [5:4], \$325 [1] } = 27'h0000000;
-  assign { \$325 [12], \$325 [6], \$325 [3:2], \$325 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$327 [7], \$327 [5:4], \$327 [1] } = 4'h0;
-  assign { \$327 [6], \$327 [3:2], \$327 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$330 [31:14], \$330 [12:8], \$330 [6:5], \$330 [2], \$330 [0] } = 27'h0000000;
-  assign { \$330 [13], \$330 [7], \$330 [4:3], \$330 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$332 [6:5], \$332 [2], \$332 [0] } = 4'h0;
-  assign { \$332 [7], \$332 [4:3], \$332 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$335 [31:15], \$335 [13:6], \$335 [3:0] } = 29'h00000000;
-  assign { \$335 [14], \$335 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$337 [7:6], \$337 [3:0] } = 6'h00;
-  assign \$337 [5:4] = r_data[5:4];
-  assign { \$340 [31:16], \$340 [14:7], \$340 [4:1] } = 28'h0000000;
-  assign { \$340 [15], \$340 [6:5], \$340 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$342 [7], \$342 [4:1] } = 5'h00;
-  assign { \$342 [6:5], \$342 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$345 [31:17], \$345 [15:8], \$345 [5:2], \$345 [0] } = 28'h0000000;
-  assign { \$345 [16], \$345 [7:6], \$345 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$347 [5:2], \$347 [0] } = 5'h00;
-  assign { \$347 [7:6], \$347 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$350 [31:18], \$350 [16:8], \$350 [6:0] } = 30'h00000000;
-  assign { \$350 [17], \$350 [7] } = { crc[17], crc[7] };
-  assign \$352 [6:0] = 7'h00;
-  assign \$352 [7] = r_data[7];
-  assign { \$355 [31:19], \$355 [17:3], \$355 [1:0] } = 30'h00000000;
-  assign { \$355 [18], \$355 [2] } = { crc[18], crc[2] };
-  assign { \$357 [7:3], \$357 [1:0] } = 7'h00;
-  assign \$357 [2] = r_data[2];
-  assign { \$360 [31:20], \$360 [18:4], \$360 [2:0] } = 30'h00000000;
-  assign { \$360 [19], \$360 [3] } = { crc[19], crc[3] };
-  assign { \$362 [7:4], \$362 [2:0] } = 7'h00;
-  assign \$362 [3] = r_data[3];
-  assign { \$365 [31:21], \$365 [19:5], \$365 [3:1] } = 29'h00000000;
-  assign { \$365 [20], \$365 [4], \$365 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$367 [7:5], \$367 [3:1] } = 6'h00;
-  assign { \$367 [4], \$367 [0] } = { r_data[4], r_data[0] };
-  assign { \$370 [31:22], \$370 [20:6], \$370 [4:2] } = 28'h0000000;
-  assign { \$370 [21], \$370 [5], \$370 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$372 [7:6], \$372 [4:2] } = 5'h00;
-  assign { \$372 [5], \$372 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$375 [31:23], \$375 [21:7], \$375 [5:3], \$375 [0] } = 28'h0000000;
-  assign { \$375 [22], \$375 [6], \$375 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$377 [7], \$377 [5:3], \$377 [0] } = 5'h00;
-  assign { \$377 [6], \$377 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$380 [31:24], \$380 [22:8], \$380 [6:4], \$380 [1:0] } = 28'h0000000;
-  assign { \$380 [23], \$380 [7], \$380 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$382 [6:4], \$382 [1:0] } = 5'h00;
-  assign { \$382 [7], \$382 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$385 [31:25], \$385 [23:5], \$385 [1] } = 27'h0000000;
-  assign { \$385 [24], \$385 [4:2], \$385 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$387 [7:5], \$387 [1] } = 4'h0;
-  assign { \$387 [4:2], \$387 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$390 [31:26], \$390 [24:6], \$390 [2] } = 26'h0000000;
-  assign { \$390 [25], \$390 [5:3], \$390 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$392 [7:6], \$392 [2] } = 3'h0;
-  assign { \$392 [5:3], \$392 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$395 [31:27], \$395 [25:7], \$395 [3] } = 25'h0000000;
-  assign { \$395 [26], \$395 [6:4], \$395 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$397 [7], \$397 [3] } = 2'h0;
-  assign { \$397 [6:4], \$397 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$400 [31:28], \$400 [26:8], \$400 [4], \$400 [0] } = 25'h0000000;
-  assign { \$400 [27], \$400 [7:5], \$400 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$402 [4], \$402 [0] } = 2'h0;
-  assign { \$402 [7:5], \$402 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$405 [31:29], \$405 [27:8], \$405 [5], \$405 [2:0] } = 27'h0000000;
-  assign { \$405 [28], \$405 [7:6], \$405 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$407 [5], \$407 [2:0] } = 4'h0;
-  assign { \$407 [7:6], \$407 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$410 [31:30], \$410 [28:8], \$410 [6], \$410 [3], \$410 [1:0] } = 27'h0000000;
-  assign { \$410 [29], \$410 [7], \$410 [5:4], \$410 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$412 [6], \$412 [3], \$412 [1:0] } = 4'h0;
-  assign { \$412 [7], \$412 [5:4], \$412 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$415 [31], \$415 [29:7], \$415 [4], \$415 [1:0] } = 27'h0000000;
-  assign { \$415 [30], \$415 [6:5], \$415 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$417 [7], \$417 [4], \$417 [1:0] } = 4'h0;
-  assign { \$417 [6:5], \$417 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$420 [30:8], \$420 [5], \$420 [2:0] } = 27'h0000000;
-  assign { \$420 [31], \$420 [7:6], \$420 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$422 [5], \$422 [2:0] } = 4'h0;
-  assign { \$422 [7:6], \$422 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$425 [31:8], \$425 [6], \$425 [3], \$425 [1] } = 27'h0000000;
-  assign { \$425 [7], \$425 [5:4], \$425 [2], \$425 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$427 [6], \$427 [3], \$427 [1] } = 3'h0;
-  assign { \$427 [7], \$427 [5:4], \$427 [2], \$427 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$430 [31:7], \$430 [4] } = 26'h0000000;
-  assign { \$430 [6:5], \$430 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$432 [7], \$432 [4] } = 2'h0;
-  assign { \$432 [6:5], \$432 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$435 [31:8], \$435 [5] } = 25'h0000000;
-  assign { \$435 [7:6], \$435 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$437 [5] = 1'h0;
-  assign { \$437 [7:6], \$437 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$440 [31:8], \$440 [6], \$440 [2], \$440 [0] } = 27'h0000000;
-  assign { \$440 [7], \$440 [5:3], \$440 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$442 [6], \$442 [2], \$442 [0] } = 3'h0;
-  assign { \$442 [7], \$442 [5:3], \$442 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$445 [31:7], \$445 [3:1] } = 28'h0000000;
-  assign { \$445 [6:4], \$445 [0] } = { crc[6:4], crc[0] };
-  assign { \$447 [7], \$447 [3:1] } = 4'h0;
-  assign { \$447 [6:4], \$447 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$450 [31:8], \$450 [4:2] } = 27'h0000000;
-  assign { \$450 [7:5], \$450 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$452 [4:2] = 3'h0;
-  assign { \$452 [7:5], \$452 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$455 [31:8], \$455 [5:2] } = 28'h0000000;
-  assign { \$455 [7:6], \$455 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$457 [5:2] = 4'h0;
-  assign { \$457 [7:6], \$457 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$460 [31:8], \$460 [6:2], \$460 [0] } = 30'h00000000;
-  assign { \$460 [7], \$460 [1] } = { crc[7], crc[1] };
-  assign { \$462 [6:2], \$462 [0] } = 6'h00;
-  assign { \$462 [7], \$462 [1] } = { r_data[7], r_data[1] };
-  assign { \$481 [31:9], \$481 [7:3], \$481 [1:0] } = 30'h00000000;
-  assign { \$481 [8], \$481 [2] } = { crc[8], crc[2] };
-  assign { \$483 [7:3], \$483 [1:0] } = 7'h00;
-  assign \$483 [2] = r_data[2];
-  assign { \$486 [31:10], \$486 [8:4], \$486 [2:1] } = 29'h00000000;
-  assign { \$486 [9], \$486 [3], \$486 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$488 [7:4], \$488 [2:1] } = 6'h00;
-  assign { \$488 [3], \$488 [0] } = { r_data[3], r_data[0] };
-  assign { \$491 [31:11], \$491 [9:5], \$491 [3:2] } = 28'h0000000;
-  assign { \$491 [10], \$491 [4], \$491 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$493 [7:5], \$493 [3:2] } = 5'h00;
-  assign { \$493 [4], \$493 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$496 [31:12], \$496 [10:6], \$496 [4:3], \$496 [0] } = 28'h0000000;
-  assign { \$496 [11], \$496 [5], \$496 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$498 [7:6], \$498 [4:3], \$498 [0] } = 5'h00;
-  assign { \$498 [5], \$498 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$501 [31:13], \$501 [11:7], \$501 [5:4], \$501 [1] } = 27'h0000000;
-  assign { \$501 [12], \$501 [6], \$501 [3:2], \$501 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$503 [7], \$503 [5:4], \$503 [1] } = 4'h0;
-  assign { \$503 [6], \$503 [3:2], \$503 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$506 [31:14], \$506 [12:8], \$506 [6:5], \$506 [2], \$506 [0] } = 27'h0000000;
-  assign { \$506 [13], \$506 [7], \$506 [4:3], \$506 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$508 [6:5], \$508 [2], \$508 [0] } = 4'h0;
-  assign { \$508 [7], \$508 [4:3], \$508 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$511 [31:15], \$511 [13:6], \$511 [3:0] } = 29'h00000000;
-  assign { \$511 [14], \$511 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$513 [7:6], \$513 [3:0] } = 6'h00;
-  assign \$513 [5:4] = r_data[5:4];
-  assign { \$516 [31:16], \$516 [14:7], \$516 [4:1] } = 28'h0000000;
-  assign { \$516 [15], \$516 [6:5], \$516 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$518 [7], \$518 [4:1] } = 5'h00;
-  assign { \$518 [6:5], \$518 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$521 [31:17], \$521 [15:8], \$521 [5:2], \$521 [0] } = 28'h0000000;
-  assign { \$521 [16], \$521 [7:6], \$521 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$523 [5:2], \$523 [0] } = 5'h00;
-  assign { \$523 [7:6], \$523 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$526 [31:18], \$526 [16:8], \$526 [6:0] } = 30'h00000000;
-  assign { \$526 [17], \$526 [7] } = { crc[17], crc[7] };
-  assign \$528 [6:0] = 7'h00;
-  assign \$528 [7] = r_data[7];
-  assign { \$531 [31:19], \$531 [17:3], \$531 [1:0] } = 30'h00000000;
-  assign { \$531 [18], \$531 [2] } = { crc[18], crc[2] };
-  assign { \$533 [7:3], \$533 [1:0] } = 7'h00;
-  assign \$533 [2] = r_data[2];
-  assign { \$536 [31:20], \$536 [18:4], \$536 [2:0] } = 30'h00000000;
-  assign { \$536 [19], \$536 [3] } = { crc[19], crc[3] };
-  assign { \$538 [7:4], \$538 [2:0] } = 7'h00;
-  assign \$538 [3] = r_data[3];
-  assign { \$541 [31:21], \$541 [19:5], \$541 [3:1] } = 29'h00000000;
-  assign { \$541 [20], \$541 [4], \$541 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$543 [7:5], \$543 [3:1] } = 6'h00;
-  assign { \$543 [4], \$543 [0] } = { r_data[4], r_data[0] };
-  assign { \$546 [31:22], \$546 [20:6], \$546 [4:2] } = 28'h0000000;
-  assign { \$546 [21], \$546 [5], \$546 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$548 [7:6], \$548 [4:2] } = 5'h00;
-  assign { \$548 [5], \$548 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$551 [31:23], \$551 [21:7], \$551 [5:3], \$551 [0] } = 28'h0000000;
-  assign { \$551 [22], \$551 [6], \$551 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$553 [7], \$553 [5:3], \$553 [0] } = 5'h00;
-  assign { \$553 [6], \$553 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$556 [31:24], \$556 [22:8], \$556 [6:4], \$556 [1:0] } = 28'h0000000;
-  assign { \$556 [23], \$556 [7], \$556 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$558 [6:4], \$558 [1:0] } = 5'h00;
-  assign { \$558 [7], \$558 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$561 [31:25], \$561 [23:5], \$561 [1] } = 27'h0000000;
-  assign { \$561 [24], \$561 [4:2], \$561 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$563 [7:5], \$563 [1] } = 4'h0;
-  assign { \$563 [4:2], \$563 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$566 [31:26], \$566 [24:6], \$566 [2] } = 26'h0000000;
-  assign { \$566 [25], \$566 [5:3], \$566 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$568 [7:6], \$568 [2] } = 3'h0;
-  assign { \$568 [5:3], \$568 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$571 [31:27], \$571 [25:7], \$571 [3] } = 25'h0000000;
-  assign { \$571 [26], \$571 [6:4], \$571 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$573 [7], \$573 [3] } = 2'h0;
-  assign { \$573 [6:4], \$573 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$576 [31:28], \$576 [26:8], \$576 [4], \$576 [0] } = 25'h0000000;
-  assign { \$576 [27], \$576 [7:5], \$576 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$578 [4], \$578 [0] } = 2'h0;
-  assign { \$578 [7:5], \$578 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$581 [31:29], \$581 [27:8], \$581 [5], \$581 [2:0] } = 27'h0000000;
-  assign { \$581 [28], \$581 [7:6], \$581 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$583 [5], \$583 [2:0] } = 4'h0;
-  assign { \$583 [7:6], \$583 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$586 [31:30], \$586 [28:8], \$586 [6], \$586 [3], \$586 [1:0] } = 27'h0000000;
-  assign { \$586 [29], \$586 [7], \$586 [5:4], \$586 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$588 [6], \$588 [3], \$588 [1:0] } = 4'h0;
-  assign { \$588 [7], \$588 [5:4], \$588 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$591 [31], \$591 [29:7], \$591 [4], \$591 [1:0] } = 27'h0000000;
-  assign { \$591 [30], \$591 [6:5], \$591 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$593 [7], \$593 [4], \$593 [1:0] } = 4'h0;
-  assign { \$593 [6:5], \$593 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$596 [30:8], \$596 [5], \$596 [2:0] } = 27'h0000000;
-  assign { \$596 [31], \$596 [7:6], \$596 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$598 [5], \$598 [2:0] } = 4'h0;
-  assign { \$598 [7:6], \$598 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$601 [31:8], \$601 [6], \$601 [3], \$601 [1] } = 27'h0000000;
-  assign { \$601 [7], \$601 [5:4], \$601 [2], \$601 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$603 [6], \$603 [3], \$603 [1] } = 3'h0;
-  assign { \$603 [7], \$603 [5:4], \$603 [2], \$603 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$606 [31:7], \$606 [4] } = 26'h0000000;
-  assign { \$606 [6:5], \$606 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$608 [7], \$608 [4] } = 2'h0;
-  assign { \$608 [6:5], \$608 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$611 [31:8], \$611 [5] } = 25'h0000000;
-  assign { \$611 [7:6], \$611 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$613 [5] = 1'h0;
-  assign { \$613 [7:6], \$613 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$616 [31:8], \$616 [6], \$616 [2], \$616 [0] } = 27'h0000000;
-  assign { \$616 [7], \$616 [5:3], \$616 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$618 [6], \$618 [2], \$618 [0] } = 3'h0;
-  assign { \$618 [7], \$618 [5:3], \$618 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$621 [31:7], \$621 [3:1] } = 28'h0000000;
-  assign { \$621 [6:4], \$621 [0] } = { crc[6:4], crc[0] };
-  assign { \$623 [7], \$623 [3:1] } = 4'h0;
-  assign { \$623 [6:4], \$623 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$626 [31:8], \$626 [4:2] } = 27'h0000000;
-  assign { \$626 [7:5], \$626 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$628 [4:2] = 3'h0;
-  assign { \$628 [7:5], \$628 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$631 [31:8], \$631 [5:2] } = 28'h0000000;
-  assign { \$631 [7:6], \$631 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$633 [5:2] = 4'h0;
-  assign { \$633 [7:6], \$633 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$636 [31:8], \$636 [6:2], \$636 [0] } = 30'h00000000;
-  assign { \$636 [7], \$636 [1] } = { crc[7], crc[1] };
-  assign { \$638 [6:2], \$638 [0] } = 6'h00;
-  assign { \$638 [7], \$638 [1] } = { r_data[7], r_data[1] };
-  assign \$652  = { \$7 [8:0], 3'h0 };
-  assign \$664  = { \$7 [8:0], 3'h0 };
-  assign { \$673 [31:9], \$673 [7:3], \$673 [1:0] } = 30'h00000000;
-  assign { \$673 [8], \$673 [2] } = { crc[8], crc[2] };
-  assign { \$675 [7:3], \$675 [1:0] } = 7'h00;
-  assign \$675 [2] = lane_byte[2];
-  assign { \$678 [31:10], \$678 [8:4], \$678 [2:1] } = 29'h00000000;
-  assign { \$678 [9], \$678 [3], \$678 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$680 [7:4], \$680 [2:1] } = 6'h00;
-  assign { \$680 [3], \$680 [0] } = { lane_byte[3], lane_byte[0] };
-  assign { \$683 [31:11], \$683 [9:5], \$683 [3:2] } = 28'h0000000;
-  assign { \$683 [10], \$683 [4], \$683 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$685 [7:5], \$685 [3:2] } = 5'h00;
-  assign { \$685 [4], \$685 [1:0] } = { lane_byte[4], lane_byte[1:0] };
-  assign { \$688 [31:12], \$688 [10:6], \$688 [4:3], \$688 [0] } = 28'h0000000;
-  assign { \$688 [11], \$688 [5], \$688 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$690 [7:6], \$690 [4:3], \$690 [0] } = 5'h00;
-  assign { \$690 [5], \$690 [2:1] } = { lane_byte[5], lane_byte[2:1] };
-  assign { \$693 [31:13], \$693 [11:7], \$693 [5:4], \$693 [1] } = 27'h0000000;
-  assign { \$693 [12], \$693 [6], \$693 [3:2], \$693 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$695 [7], \$695 [5:4], \$695 [1] } = 4'h0;
-  assign { \$695 [6], \$695 [3:2], \$695 [0] } = { lane_byte[6], lane_byte[3:2], lane_byte[0] };
-  assign { \$698 [31:14], \$698 [12:8], \$698 [6:5], \$698 [2], \$698 [0] } = 27'h0000000;
-  assign { \$698 [13], \$698 [7], \$698 [4:3], \$698 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$700 [6:5], \$700 [2], \$700 [0] } = 4'h0;
-  assign { \$700 [7], \$700 [4:3], \$700 [1] } = { lane_byte[7], lane_byte[4:3], lane_byte[1] };
-  assign { \$703 [31:15], \$703 [13:6], \$703 [3:0] } = 29'h00000000;
-  assign { \$703 [14], \$703 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$705 [7:6], \$705 [3:0] } = 6'h00;
-  assign \$705 [5:4] = lane_byte[5:4];
-  assign { \$708 [31:16], \$708 [14:7], \$708 [4:1] } = 28'h0000000;
-  assign { \$708 [15], \$708 [6:5], \$708 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$710 [7], \$710 [4:1] } = 5'h00;
-  assign { \$710 [6:5], \$710 [0] } = { lane_byte[6:5], lane_byte[0] };
-  assign { \$713 [31:17], \$713 [15:8], \$713 [5:2], \$713 [0] } = 28'h0000000;
-  assign { \$713 [16], \$713 [7:6], \$713 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$715 [5:2], \$715 [0] } = 5'h00;
-  assign { \$715 [7:6], \$715 [1] } = { lane_byte[7:6], lane_byte[1] };
-  assign { \$718 [31:18], \$718 [16:8], \$718 [6:0] } = 30'h00000000;
-  assign { \$718 [17], \$718 [7] } = { crc[17], crc[7] };
-  assign \$720 [6:0] = 7'h00;
-  assign \$720 [7] = lane_byte[7];
-  assign { \$723 [31:19], \$723 [17:3], \$723 [1:0] } = 30'h00000000;
-  assign { \$723 [18], \$723 [2] } = { crc[18], crc[2] };
-  assign { \$725 [7:3], \$725 [1:0] } = 7'h00;
-  assign \$725 [2] = lane_byte[2];
-  assign { \$728 [31:20], \$728 [18:4], \$728 [2:0] } = 30'h00000000;
-  assign { \$728 [19], \$728 [3] } = { crc[19], crc[3] };
-  assign { \$730 [7:4], \$730 [2:0] } = 7'h00;
-  assign \$730 [3] = lane_byte[3];
-  assign { \$733 [31:21], \$733 [19:5], \$733 [3:1] } = 29'h00000000;
-  assign { \$733 [20], \$733 [4], \$733 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$735 [7:5], \$735 [3:1] } = 6'h00;
-  assign { \$735 [4], \$735 [0] } = { lane_byte[4], lane_byte[0] };
-  assign { \$738 [31:22], \$738 [20:6], \$738 [4:2] } = 28'h0000000;
-  assign { \$738 [21], \$738 [5], \$738 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$740 [7:6], \$740 [4:2] } = 5'h00;
-  assign { \$740 [5], \$740 [1:0] } = { lane_byte[5], lane_byte[1:0] };
-  assign { \$743 [31:23], \$743 [21:7], \$743 [5:3], \$743 [0] } = 28'h0000000;
-  assign { \$743 [22], \$743 [6], \$743 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$745 [7], \$745 [5:3], \$745 [0] } = 5'h00;
-  assign { \$745 [6], \$745 [2:1] } = { lane_byte[6], lane_byte[2:1] };
-  assign { \$748 [31:24], \$748 [22:8], \$748 [6:4], \$748 [1:0] } = 28'h0000000;
-  assign { \$748 [23], \$748 [7], \$748 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$750 [6:4], \$750 [1:0] } = 5'h00;
-  assign { \$750 [7], \$750 [3:2] } = { lane_byte[7], lane_byte[3:2] };
-  assign { \$753 [31:25], \$753 [23:5], \$753 [1] } = 27'h0000000;
-  assign { \$753 [24], \$753 [4:2], \$753 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$755 [7:5], \$755 [1] } = 4'h0;
-  assign { \$755 [4:2], \$755 [0] } = { lane_byte[4:2], lane_byte[0] };
-  assign { \$758 [31:26], \$758 [24:6], \$758 [2] } = 26'h0000000;
-  assign { \$758 [25], \$758 [5:3], \$758 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$760 [7:6], \$760 [2] } = 3'h0;
-  assign { \$760 [5:3], \$760 [1:0] } = { lane_byte[5:3], lane_byte[1:0] };
-  assign { \$763 [31:27], \$763 [25:7], \$763 [3] } = 25'h0000000;
-  assign { \$763 [26], \$763 [6:4], \$763 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$765 [7], \$765 [3] } = 2'h0;
-  assign { \$765 [6:4], \$765 [2:0] } = { lane_byte[6:4], lane_byte[2:0] };
-  assign { \$768 [31:28], \$768 [26:8], \$768 [4], \$768 [0] } = 25'h0000000;
-  assign { \$768 [27], \$768 [7:5], \$768 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$770 [4], \$770 [0] } = 2'h0;
-  assign { \$770 [7:5], \$770 [3:1] } = { lane_byte[7:5], lane_byte[3:1] };
-  assign { \$773 [31:29], \$773 [27:8], \$773 [5], \$773 [2:0] } = 27'h0000000;
-  assign { \$773 [28], \$773 [7:6], \$773 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$775 [5], \$775 [2:0] } = 4'h0;
-  assign { \$775 [7:6], \$775 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$778 [31:30], \$778 [28:8], \$778 [6], \$778 [3], \$778 [1:0] } = 27'h0000000;
-  assign { \$778 [29], \$778 [7], \$778 [5:4], \$778 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$780 [6], \$780 [3], \$780 [1:0] } = 4'h0;
-  assign { \$780 [7], \$780 [5:4], \$780 [2] } = { lane_byte[7], lane_byte[5:4], lane_byte[2] };
-  assign { \$783 [31], \$783 [29:7], \$783 [4], \$783 [1:0] } = 27'h0000000;
-  assign { \$783 [30], \$783 [6:5], \$783 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$785 [7], \$785 [4], \$785 [1:0] } = 4'h0;
-  assign { \$785 [6:5], \$785 [3:2] } = { lane_byte[6:5], lane_byte[3:2] };
-  assign { \$788 [30:8], \$788 [5], \$788 [2:0] } = 27'h0000000;
-  assign { \$788 [31], \$788 [7:6], \$788 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$790 [5], \$790 [2:0] } = 4'h0;
-  assign { \$790 [7:6], \$790 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$793 [31:8], \$793 [6], \$793 [3], \$793 [1] } = 27'h0000000;
-  assign { \$793 [7], \$793 [5:4], \$793 [2], \$793 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$795 [6], \$795 [3], \$795 [1] } = 3'h0;
-  assign { \$795 [7], \$795 [5:4], \$795 [2], \$795 [0] } = { lane_byte[7], lane_byte[5:4], lane_byte[2], lane_byte[0] };
-  assign { \$798 [31:7], \$798 [4] } = 26'h0000000;
-  assign { \$798 [6:5], \$798 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$800 [7], \$800 [4] } = 2'h0;
-  assign { \$800 [6:5], \$800 [3:0] } = { lane_byte[6:5], lane_byte[3:0] };
-  assign { \$803 [31:8], \$803 [5] } = 25'h0000000;
-  assign { \$803 [7:6], \$803 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$805 [5] = 1'h0;
-  assign { \$805 [7:6], \$805 [4:0] } = { lane_byte[7:6], lane_byte[4:0] };
-  assign { \$808 [31:8], \$808 [6], \$808 [2], \$808 [0] } = 27'h0000000;
-  assign { \$808 [7], \$808 [5:3], \$808 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$810 [6], \$810 [2], \$810 [0] } = 3'h0;
-  assign { \$810 [7], \$810 [5:3], \$810 [1] } = { lane_byte[7], lane_byte[5:3], lane_byte[1] };
-  assign { \$813 [31:7], \$813 [3:1] } = 28'h0000000;
-  assign { \$813 [6:4], \$813 [0] } = { crc[6:4], crc[0] };
-  assign { \$815 [7], \$815 [3:1] } = 4'h0;
-  assign { \$815 [6:4], \$815 [0] } = { lane_byte[6:4], lane_byte[0] };
-  assign { \$818 [31:8], \$818 [4:2] } = 27'h0000000;
-  assign { \$818 [7:5], \$818 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$820 [4:2] = 3'h0;
-  assign { \$820 [7:5], \$820 [1:0] } = { lane_byte[7:5], lane_byte[1:0] };
-  assign { \$823 [31:8], \$823 [5:2] } = 28'h0000000;
-  assign { \$823 [7:6], \$823 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$825 [5:2] = 4'h0;
-  assign { \$825 [7:6], \$825 [1:0] } = { lane_byte[7:6], lane_byte[1:0] };
-  assign { \$828 [31:8], \$828 [6:2], \$828 [0] } = 30'h00000000;
-  assign { \$828 [7], \$828 [1] } = { crc[7], crc[1] };
-  assign { \$830 [6:2], \$830 [0] } = 6'h00;
-  assign { \$830 [7], \$830 [1] } = { lane_byte[7], lane_byte[1] };
-  assign \$837  = { 7'h00, crc, 8'h00 };
-  assign \$838 [46:8] = \$837 [46:8];
-  assign \$838 [7:0] = 8'hff;
+  assign rp__addr = \$67 [9:0];
+  assign \$5  = { 3'h0, \$4 [14:3] };
+  assign \$66  = { 3'h0, idx[12:3] };
+  assign \$76  = { 3'h0, idx[12:3] };
+  assign \$89  = { 1'h0, count[12:1] };
+  assign \$136  = 32'd260;
+  assign \$137  = 1'h0;
+  assign { \$138 [7:3], \$138 [1:0] } = 7'h00;
+  assign \$138 [2] = r_data[2];
+  assign \$140  = \$139 ;
+  assign \$141  = 32'd521;
+  assign \$142  = 1'h1;
+  assign { \$143 [7:4], \$143 [2:1] } = 6'h00;
+  assign { \$143 [3], \$143 [0] } = { r_data[3], r_data[0] };
+  assign \$145  = \$auto$rtlil.cc:2739:Not$2 ;
+  assign \$146  = 32'd1043;
+  assign \$147  = 1'h0;
+  assign { \$148 [7:5], \$148 [3:2] } = 5'h00;
+  assign { \$148 [4], \$148 [1:0] } = { r_data[4], r_data[1:0] };
+  assign \$150  = \$149 ;
+  assign \$151  = 32'd2086;
+  assign \$152  = 1'h0;
+  assign { \$153 [7:6], \$153 [4:3], \$153 [0] } = 5'h00;
+  assign { \$153 [5], \$153 [2:1] } = { r_data[5], r_data[2:1] };
+  assign \$155  = \$154 ;
+  assign \$156  = 32'd4173;
+  assign \$157  = 1'h1;
+  assign { \$158 [7], \$158 [5:4], \$158 [1] } = 4'h0;
+  assign { \$158 [6], \$158 [3:2], \$158 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign \$160  = \$auto$rtlil.cc:2739:Not$4 ;
+  assign \$161  = 32'd8346;
+  assign \$162  = 1'h1;
+  assign { \$163 [6:5], \$163 [2], \$163 [0] } = 4'h0;
+  assign { \$163 [7], \$163 [4:3], \$163 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign \$165  = \$auto$rtlil.cc:2739:Not$6 ;
+  assign \$166  = 32'd16432;
+  assign \$167  = 1'h1;
+  assign { \$168 [7:6], \$168 [3:0] } = 6'h00;
+  assign \$168 [5:4] = r_data[5:4];
+  assign \$170  = \$auto$rtlil.cc:2739:Not$8 ;
+  assign \$171  = 32'd32865;
+  assign \$172  = 1'h0;
+  assign { \$173 [7], \$173 [4:1] } = 5'h00;
+  assign { \$173 [6:5], \$173 [0] } = { r_data[6:5], r_data[0] };
+  assign \$175  = \$174 ;
+  assign \$176  = 32'd65730;
+  assign \$177  = 1'h0;
+  assign { \$178 [5:2], \$178 [0] } = 5'h00;
+  assign { \$178 [7:6], \$178 [1] } = { r_data[7:6], r_data[1] };
+  assign \$180  = \$179 ;
+  assign \$181  = 32'd131200;
+  assign \$182  = 1'h0;
+  assign \$183 [6:0] = 7'h00;
+  assign \$183 [7] = r_data[7];
+  assign \$185  = \$184 ;
+  assign \$186  = 32'd262148;
+  assign \$187  = 1'h0;
+  assign { \$188 [7:3], \$188 [1:0] } = 7'h00;
+  assign \$188 [2] = r_data[2];
+  assign \$190  = \$189 ;
+  assign \$191  = 32'd524296;
+  assign \$192  = 1'h0;
+  assign { \$193 [7:4], \$193 [2:0] } = 7'h00;
+  assign \$193 [3] = r_data[3];
+  assign \$195  = \$194 ;
+  assign \$196  = 32'd1048593;
+  assign \$197  = 1'h1;
+  assign { \$198 [7:5], \$198 [3:1] } = 6'h00;
+  assign { \$198 [4], \$198 [0] } = { r_data[4], r_data[0] };
+  assign \$200  = \$auto$rtlil.cc:2739:Not$10 ;
+  assign \$201  = 32'd2097187;
+  assign \$202  = 1'h0;
+  assign { \$203 [7:6], \$203 [4:2] } = 5'h00;
+  assign { \$203 [5], \$203 [1:0] } = { r_data[5], r_data[1:0] };
+  assign \$205  = \$204 ;
+  assign \$206  = 32'd4194374;
+  assign \$207  = 1'h0;
+  assign { \$208 [7], \$208 [5:3], \$208 [0] } = 5'h00;
+  assign { \$208 [6], \$208 [2:1] } = { r_data[6], r_data[2:1] };
+  assign \$210  = \$209 ;
+  assign \$211  = 32'd8388748;
+  assign \$212  = 1'h0;
+  assign { \$213 [6:4], \$213 [1:0] } = 5'h00;
+  assign { \$213 [7], \$213 [3:2] } = { r_data[7], r_data[3:2] };
+  assign \$215  = \$214 ;
+  assign \$216  = 32'd16777245;
+  assign \$217  = 1'h1;
+  assign { \$218 [7:5], \$218 [1] } = 4'h0;
+  assign { \$218 [4:2], \$218 [0] } = { r_data[4:2], r_data[0] };
+  assign \$220  = \$auto$rtlil.cc:2739:Not$12 ;
+  assign \$221  = 32'd33554491;
+  assign \$222  = 1'h0;
+  assign { \$223 [7:6], \$223 [2] } = 3'h0;
+  assign { \$223 [5:3], \$223 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign \$225  = \$224 ;
+  assign \$226  = 32'd67108983;
+  assign \$227  = 1'h1;
+  assign { \$228 [7], \$228 [3] } = 2'h0;
+  assign { \$228 [6:4], \$228 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign \$230  = \$auto$rtlil.cc:2739:Not$14 ;
+  assign \$231  = 32'd134217966;
+  assign \$232  = 1'h1;
+  assign { \$233 [4], \$233 [0] } = 2'h0;
+  assign { \$233 [7:5], \$233 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign \$235  = \$auto$rtlil.cc:2739:Not$16 ;
+  assign \$236  = 32'd268435672;
+  assign \$237  = 1'h1;
+  assign { \$238 [5], \$238 [2:0] } = 4'h0;
+  assign { \$238 [7:6], \$238 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign \$240  = \$auto$rtlil.cc:2739:Not$18 ;
+  assign \$241  = 32'd536871092;
+  assign \$242  = 1'h1;
+  assign { \$243 [6], \$243 [3], \$243 [1:0] } = 4'h0;
+  assign { \$243 [7], \$243 [5:4], \$243 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign \$245  = \$auto$rtlil.cc:2739:Not$20 ;
+  assign \$246  = 32'd1073741932;
+  assign \$247  = 1'h1;
+  assign { \$248 [7], \$248 [4], \$248 [1:0] } = 4'h0;
+  assign { \$248 [6:5], \$248 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign \$250  = \$auto$rtlil.cc:2739:Not$22 ;
+  assign \$251  = 32'd2147483864;
+  assign \$252  = 1'h1;
+  assign { \$253 [5], \$253 [2:0] } = 4'h0;
+  assign { \$253 [7:6], \$253 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign \$255  = \$auto$rtlil.cc:2739:Not$24 ;
+  assign \$256  = 32'd181;
+  assign \$257  = 1'h1;
+  assign { \$258 [6], \$258 [3], \$258 [1] } = 3'h0;
+  assign { \$258 [7], \$258 [5:4], \$258 [2], \$258 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign \$260  = \$auto$rtlil.cc:2739:Not$26 ;
+  assign \$261  = 32'd111;
+  assign \$262  = 1'h0;
+  assign { \$263 [7], \$263 [4] } = 2'h0;
+  assign { \$263 [6:5], \$263 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign \$265  = \$264 ;
+  assign \$266  = 32'd223;
+  assign \$267  = 1'h1;
+  assign \$268 [5] = 1'h0;
+  assign { \$268 [7:6], \$268 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign \$270  = \$auto$rtlil.cc:2739:Not$28 ;
+  assign \$271  = 32'd186;
+  assign \$272  = 1'h1;
+  assign { \$273 [6], \$273 [2], \$273 [0] } = 3'h0;
+  assign { \$273 [7], \$273 [5:3], \$273 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign \$275  = \$auto$rtlil.cc:2739:Not$30 ;
+  assign \$276  = 32'd113;
+  assign \$277  = 1'h0;
+  assign { \$278 [7], \$278 [3:1] } = 4'h0;
+  assign { \$278 [6:4], \$278 [0] } = { r_data[6:4], r_data[0] };
+  assign \$280  = \$279 ;
+  assign \$281  = 32'd227;
+  assign \$282  = 1'h1;
+  assign \$283 [4:2] = 3'h0;
+  assign { \$283 [7:5], \$283 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign \$285  = \$auto$rtlil.cc:2739:Not$32 ;
+  assign \$286  = 32'd195;
+  assign \$287  = 1'h0;
+  assign \$288 [5:2] = 4'h0;
+  assign { \$288 [7:6], \$288 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign \$290  = \$289 ;
+  assign \$291  = 32'd130;
+  assign \$292  = 1'h0;
+  assign { \$293 [6:2], \$293 [0] } = 6'h00;
+  assign { \$293 [7], \$293 [1] } = { r_data[7], r_data[1] };
+  assign \$295  = \$294 ;
+  assign \$303  = { waddr[28:1], 3'h0 };
+  assign \$305  = { waddr[28:1], 3'h0 };
+  assign \$315  = { 7'h00, word, 8'h00 };
+  assign { \$323 [31:9], \$323 [7:3], \$323 [1:0] } = 30'h00000000;
+  assign { \$323 [8], \$323 [2] } = { crc[8], crc[2] };
+  assign { \$325 [7:3], \$325 [1:0] } = 7'h00;
+  assign \$325 [2] = r_data[2];
+  assign { \$328 [31:10], \$328 [8:4], \$328 [2:1] } = 29'h00000000;
+  assign { \$328 [9], \$328 [3], \$328 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$330 [7:4], \$330 [2:1] } = 6'h00;
+  assign { \$330 [3], \$330 [0] } = { r_data[3], r_data[0] };
+  assign { \$333 [31:11], \$333 [9:5], \$333 [3:2] } = 28'h0000000;
+  assign { \$333 [10], \$333 [4], \$333 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$335 [7:5], \$335 [3:2] } = 5'h00;
+  assign { \$335 [4], \$335 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$338 [31:12], \$338 [10:6], \$338 [4:3], \$338 [0] } = 28'h0000000;
+  assign { \$338 [11], \$338 [5], \$338 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$340 [7:6], \$340 [4:3], \$340 [0] } = 5'h00;
+  assign { \$340 [5], \$340 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$343 [31:13], \$343 [11:7], \$343 [5:4], \$343 [1] } = 27'h0000000;
+  assign { \$343 [12], \$343 [6], \$343 [3:2], \$343 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$345 [7], \$345 [5:4], \$345 [1] } = 4'h0;
+  assign { \$345 [6], \$345 [3:2], \$345 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$348 [31:14], \$348 [12:8], \$348 [6:5], \$348 [2], \$348 [0] } = 27'h0000000;
+  assign { \$348 [13], \$348 [7], \$348 [4:3], \$348 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$350 [6:5], \$350 [2], \$350 [0] } = 4'h0;
+  assign { \$350 [7], \$350 [4:3], \$350 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$353 [31:15], \$353 [13:6], \$353 [3:0] } = 29'h00000000;
+  assign { \$353 [14], \$353 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$355 [7:6], \$355 [3:0] } = 6'h00;
+  assign \$355 [5:4] = r_data[5:4];
+  assign { \$358 [31:16], \$358 [14:7], \$358 [4:1] } = 28'h0000000;
+  assign { \$358 [15], \$358 [6:5], \$358 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$360 [7], \$360 [4:1] } = 5'h00;
+  assign { \$360 [6:5], \$360 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$363 [31:17], \$363 [15:8], \$363 [5:2], \$363 [0] } = 28'h0000000;
+  assign { \$363 [16], \$363 [7:6], \$363 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$365 [5:2], \$365 [0] } = 5'h00;
+  assign { \$365 [7:6], \$365 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$368 [31:18], \$368 [16:8], \$368 [6:0] } = 30'h00000000;
+  assign { \$368 [17], \$368 [7] } = { crc[17], crc[7] };
+  assign \$370 [6:0] = 7'h00;
+  assign \$370 [7] = r_data[7];
+  assign { \$373 [31:19], \$373 [17:3], \$373 [1:0] } = 30'h00000000;
+  assign { \$373 [18], \$373 [2] } = { crc[18], crc[2] };
+  assign { \$375 [7:3], \$375 [1:0] } = 7'h00;
+  assign \$375 [2] = r_data[2];
+  assign { \$378 [31:20], \$378 [18:4], \$378 [2:0] } = 30'h00000000;
+  assign { \$378 [19], \$378 [3] } = { crc[19], crc[3] };
+  assign { \$380 [7:4], \$380 [2:0] } = 7'h00;
+  assign \$380 [3] = r_data[3];
+  assign { \$383 [31:21], \$383 [19:5], \$383 [3:1] } = 29'h00000000;
+  assign { \$383 [20], \$383 [4], \$383 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$385 [7:5], \$385 [3:1] } = 6'h00;
+  assign { \$385 [4], \$385 [0] } = { r_data[4], r_data[0] };
+  assign { \$388 [31:22], \$388 [20:6], \$388 [4:2] } = 28'h0000000;
+  assign { \$388 [21], \$388 [5], \$388 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$390 [7:6], \$390 [4:2] } = 5'h00;
+  assign { \$390 [5], \$390 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$393 [31:23], \$393 [21:7], \$393 [5:3], \$393 [0] } = 28'h0000000;
+  assign { \$393 [22], \$393 [6], \$393 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$395 [7], \$395 [5:3], \$395 [0] } = 5'h00;
+  assign { \$395 [6], \$395 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$398 [31:24], \$398 [22:8], \$398 [6:4], \$398 [1:0] } = 28'h0000000;
+  assign { \$398 [23], \$398 [7], \$398 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$400 [6:4], \$400 [1:0] } = 5'h00;
+  assign { \$400 [7], \$400 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$403 [31:25], \$403 [23:5], \$403 [1] } = 27'h0000000;
+  assign { \$403 [24], \$403 [4:2], \$403 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$405 [7:5], \$405 [1] } = 4'h0;
+  assign { \$405 [4:2], \$405 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$408 [31:26], \$408 [24:6], \$408 [2] } = 26'h0000000;
+  assign { \$408 [25], \$408 [5:3], \$408 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$410 [7:6], \$410 [2] } = 3'h0;
+  assign { \$410 [5:3], \$410 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$413 [31:27], \$413 [25:7], \$413 [3] } = 25'h0000000;
+  assign { \$413 [26], \$413 [6:4], \$413 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$415 [7], \$415 [3] } = 2'h0;
+  assign { \$415 [6:4], \$415 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$418 [31:28], \$418 [26:8], \$418 [4], \$418 [0] } = 25'h0000000;
+  assign { \$418 [27], \$418 [7:5], \$418 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$420 [4], \$420 [0] } = 2'h0;
+  assign { \$420 [7:5], \$420 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$423 [31:29], \$423 [27:8], \$423 [5], \$423 [2:0] } = 27'h0000000;
+  assign { \$423 [28], \$423 [7:6], \$423 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$425 [5], \$425 [2:0] } = 4'h0;
+  assign { \$425 [7:6], \$425 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$428 [31:30], \$428 [28:8], \$428 [6], \$428 [3], \$428 [1:0] } = 27'h0000000;
+  assign { \$428 [29], \$428 [7], \$428 [5:4], \$428 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$430 [6], \$430 [3], \$430 [1:0] } = 4'h0;
+  assign { \$430 [7], \$430 [5:4], \$430 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$433 [31], \$433 [29:7], \$433 [4], \$433 [1:0] } = 27'h0000000;
+  assign { \$433 [30], \$433 [6:5], \$433 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$435 [7], \$435 [4], \$435 [1:0] } = 4'h0;
+  assign { \$435 [6:5], \$435 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$438 [30:8], \$438 [5], \$438 [2:0] } = 27'h0000000;
+  assign { \$438 [31], \$438 [7:6], \$438 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$440 [5], \$440 [2:0] } = 4'h0;
+  assign { \$440 [7:6], \$440 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$443 [31:8], \$443 [6], \$443 [3], \$443 [1] } = 27'h0000000;
+  assign { \$443 [7], \$443 [5:4], \$443 [2], \$443 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$445 [6], \$445 [3], \$445 [1] } = 3'h0;
+  assign { \$445 [7], \$445 [5:4], \$445 [2], \$445 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$448 [31:7], \$448 [4] } = 26'h0000000;
+  assign { \$448 [6:5], \$448 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$450 [7], \$450 [4] } = 2'h0;
+  assign { \$450 [6:5], \$450 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$453 [31:8], \$453 [5] } = 25'h0000000;
+  assign { \$453 [7:6], \$453 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$455 [5] = 1'h0;
+  assign { \$455 [7:6], \$455 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$458 [31:8], \$458 [6], \$458 [2], \$458 [0] } = 27'h0000000;
+  assign { \$458 [7], \$458 [5:3], \$458 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$460 [6], \$460 [2], \$460 [0] } = 3'h0;
+  assign { \$460 [7], \$460 [5:3], \$460 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$463 [31:7], \$463 [3:1] } = 28'h0000000;
+  assign { \$463 [6:4], \$463 [0] } = { crc[6:4], crc[0] };
+  assign { \$465 [7], \$465 [3:1] } = 4'h0;
+  assign { \$465 [6:4], \$465 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$468 [31:8], \$468 [4:2] } = 27'h0000000;
+  assign { \$468 [7:5], \$468 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$470 [4:2] = 3'h0;
+  assign { \$470 [7:5], \$470 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$473 [31:8], \$473 [5:2] } = 28'h0000000;
+  assign { \$473 [7:6], \$473 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$475 [5:2] = 4'h0;
+  assign { \$475 [7:6], \$475 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$478 [31:8], \$478 [6:2], \$478 [0] } = 30'h00000000;
+  assign { \$478 [7], \$478 [1] } = { crc[7], crc[1] };
+  assign { \$480 [6:2], \$480 [0] } = 6'h00;
+  assign { \$480 [7], \$480 [1] } = { r_data[7], r_data[1] };
+  assign { \$499 [31:9], \$499 [7:3], \$499 [1:0] } = 30'h00000000;
+  assign { \$499 [8], \$499 [2] } = { crc[8], crc[2] };
+  assign { \$501 [7:3], \$501 [1:0] } = 7'h00;
+  assign \$501 [2] = r_data[2];
+  assign { \$504 [31:10], \$504 [8:4], \$504 [2:1] } = 29'h00000000;
+  assign { \$504 [9], \$504 [3], \$504 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$506 [7:4], \$506 [2:1] } = 6'h00;
+  assign { \$506 [3], \$506 [0] } = { r_data[3], r_data[0] };
+  assign { \$509 [31:11], \$509 [9:5], \$509 [3:2] } = 28'h0000000;
+  assign { \$509 [10], \$509 [4], \$509 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$511 [7:5], \$511 [3:2] } = 5'h00;
+  assign { \$511 [4], \$511 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$514 [31:12], \$514 [10:6], \$514 [4:3], \$514 [0] } = 28'h0000000;
+  assign { \$514 [11], \$514 [5], \$514 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$516 [7:6], \$516 [4:3], \$516 [0] } = 5'h00;
+  assign { \$516 [5], \$516 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$519 [31:13], \$519 [11:7], \$519 [5:4], \$519 [1] } = 27'h0000000;
+  assign { \$519 [12], \$519 [6], \$519 [3:2], \$519 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$521 [7], \$521 [5:4], \$521 [1] } = 4'h0;
+  assign { \$521 [6], \$521 [3:2], \$521 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$524 [31:14], \$524 [12:8], \$524 [6:5], \$524 [2], \$524 [0] } = 27'h0000000;
+  assign { \$524 [13], \$524 [7], \$524 [4:3], \$524 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$526 [6:5], \$526 [2], \$526 [0] } = 4'h0;
+  assign { \$526 [7], \$526 [4:3], \$526 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$529 [31:15], \$529 [13:6], \$529 [3:0] } = 29'h00000000;
+  assign { \$529 [14], \$529 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$531 [7:6], \$531 [3:0] } = 6'h00;
+  assign \$531 [5:4] = r_data[5:4];
+  assign { \$534 [31:16], \$534 [14:7], \$534 [4:1] } = 28'h0000000;
+  assign { \$534 [15], \$534 [6:5], \$534 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$536 [7], \$536 [4:1] } = 5'h00;
+  assign { \$536 [6:5], \$536 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$539 [31:17], \$539 [15:8], \$539 [5:2], \$539 [0] } = 28'h0000000;
+  assign { \$539 [16], \$539 [7:6], \$539 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$541 [5:2], \$541 [0] } = 5'h00;
+  assign { \$541 [7:6], \$541 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$544 [31:18], \$544 [16:8], \$544 [6:0] } = 30'h00000000;
+  assign { \$544 [17], \$544 [7] } = { crc[17], crc[7] };
+  assign \$546 [6:0] = 7'h00;
+  assign \$546 [7] = r_data[7];
+  assign { \$549 [31:19], \$549 [17:3], \$549 [1:0] } = 30'h00000000;
+  assign { \$549 [18], \$549 [2] } = { crc[18], crc[2] };
+  assign { \$551 [7:3], \$551 [1:0] } = 7'h00;
+  assign \$551 [2] = r_data[2];
+  assign { \$554 [31:20], \$554 [18:4], \$554 [2:0] } = 30'h00000000;
+  assign { \$554 [19], \$554 [3] } = { crc[19], crc[3] };
+  assign { \$556 [7:4], \$556 [2:0] } = 7'h00;
+  assign \$556 [3] = r_data[3];
+  assign { \$559 [31:21], \$559 [19:5], \$559 [3:1] } = 29'h00000000;
+  assign { \$559 [20], \$559 [4], \$559 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$561 [7:5], \$561 [3:1] } = 6'h00;
+  assign { \$561 [4], \$561 [0] } = { r_data[4], r_data[0] };
+  assign { \$564 [31:22], \$564 [20:6], \$564 [4:2] } = 28'h0000000;
+  assign { \$564 [21], \$564 [5], \$564 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$566 [7:6], \$566 [4:2] } = 5'h00;
+  assign { \$566 [5], \$566 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$569 [31:23], \$569 [21:7], \$569 [5:3], \$569 [0] } = 28'h0000000;
+  assign { \$569 [22], \$569 [6], \$569 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$571 [7], \$571 [5:3], \$571 [0] } = 5'h00;
+  assign { \$571 [6], \$571 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$574 [31:24], \$574 [22:8], \$574 [6:4], \$574 [1:0] } = 28'h0000000;
+  assign { \$574 [23], \$574 [7], \$574 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$576 [6:4], \$576 [1:0] } = 5'h00;
+  assign { \$576 [7], \$576 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$579 [31:25], \$579 [23:5], \$579 [1] } = 27'h0000000;
+  assign { \$579 [24], \$579 [4:2], \$579 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$581 [7:5], \$581 [1] } = 4'h0;
+  assign { \$581 [4:2], \$581 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$584 [31:26], \$584 [24:6], \$584 [2] } = 26'h0000000;
+  assign { \$584 [25], \$584 [5:3], \$584 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$586 [7:6], \$586 [2] } = 3'h0;
+  assign { \$586 [5:3], \$586 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$589 [31:27], \$589 [25:7], \$589 [3] } = 25'h0000000;
+  assign { \$589 [26], \$589 [6:4], \$589 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$591 [7], \$591 [3] } = 2'h0;
+  assign { \$591 [6:4], \$591 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$594 [31:28], \$594 [26:8], \$594 [4], \$594 [0] } = 25'h0000000;
+  assign { \$594 [27], \$594 [7:5], \$594 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$596 [4], \$596 [0] } = 2'h0;
+  assign { \$596 [7:5], \$596 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$599 [31:29], \$599 [27:8], \$599 [5], \$599 [2:0] } = 27'h0000000;
+  assign { \$599 [28], \$599 [7:6], \$599 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$601 [5], \$601 [2:0] } = 4'h0;
+  assign { \$601 [7:6], \$601 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$604 [31:30], \$604 [28:8], \$604 [6], \$604 [3], \$604 [1:0] } = 27'h0000000;
+  assign { \$604 [29], \$604 [7], \$604 [5:4], \$604 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$606 [6], \$606 [3], \$606 [1:0] } = 4'h0;
+  assign { \$606 [7], \$606 [5:4], \$606 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$609 [31], \$609 [29:7], \$609 [4], \$609 [1:0] } = 27'h0000000;
+  assign { \$609 [30], \$609 [6:5], \$609 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$611 [7], \$611 [4], \$611 [1:0] } = 4'h0;
+  assign { \$611 [6:5], \$611 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$614 [30:8], \$614 [5], \$614 [2:0] } = 27'h0000000;
+  assign { \$614 [31], \$614 [7:6], \$614 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$616 [5], \$616 [2:0] } = 4'h0;
+  assign { \$616 [7:6], \$616 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$619 [31:8], \$619 [6], \$619 [3], \$619 [1] } = 27'h0000000;
+  assign { \$619 [7], \$619 [5:4], \$619 [2], \$619 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$621 [6], \$621 [3], \$621 [1] } = 3'h0;
+  assign { \$621 [7], \$621 [5:4], \$621 [2], \$621 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$624 [31:7], \$624 [4] } = 26'h0000000;
+  assign { \$624 [6:5], \$624 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$626 [7], \$626 [4] } = 2'h0;
+  assign { \$626 [6:5], \$626 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$629 [31:8], \$629 [5] } = 25'h0000000;
+  assign { \$629 [7:6], \$629 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$631 [5] = 1'h0;
+  assign { \$631 [7:6], \$631 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$634 [31:8], \$634 [6], \$634 [2], \$634 [0] } = 27'h0000000;
+  assign { \$634 [7], \$634 [5:3], \$634 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$636 [6], \$636 [2], \$636 [0] } = 3'h0;
+  assign { \$636 [7], \$636 [5:3], \$636 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$639 [31:7], \$639 [3:1] } = 28'h0000000;
+  assign { \$639 [6:4], \$639 [0] } = { crc[6:4], crc[0] };
+  assign { \$641 [7], \$641 [3:1] } = 4'h0;
+  assign { \$641 [6:4], \$641 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$644 [31:8], \$644 [4:2] } = 27'h0000000;
+  assign { \$644 [7:5], \$644 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$646 [4:2] = 3'h0;
+  assign { \$646 [7:5], \$646 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$649 [31:8], \$649 [5:2] } = 28'h0000000;
+  assign { \$649 [7:6], \$649 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$651 [5:2] = 4'h0;
+  assign { \$651 [7:6], \$651 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$654 [31:8], \$654 [6:2], \$654 [0] } = 30'h00000000;
+  assign { \$654 [7], \$654 [1] } = { crc[7], crc[1] };
+  assign { \$656 [6:2], \$656 [0] } = 6'h00;
+  assign { \$656 [7], \$656 [1] } = { r_data[7], r_data[1] };
+  assign \$670  = { \$9 [8:0], 3'h0 };
+  assign \$682  = { \$9 [8:0], 3'h0 };
+  assign { \$689 [31:9], \$689 [7:3], \$689 [1:0] } = 30'h00000000;
+  assign { \$689 [8], \$689 [2] } = { crc[8], crc[2] };
+  assign { \$691 [7:3], \$691 [1:0] } = 7'h00;
+  assign \$691 [2] = r_data[2];
+  assign { \$694 [31:10], \$694 [8:4], \$694 [2:1] } = 29'h00000000;
+  assign { \$694 [9], \$694 [3], \$694 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$696 [7:4], \$696 [2:1] } = 6'h00;
+  assign { \$696 [3], \$696 [0] } = { r_data[3], r_data[0] };
+  assign { \$699 [31:11], \$699 [9:5], \$699 [3:2] } = 28'h0000000;
+  assign { \$699 [10], \$699 [4], \$699 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$701 [7:5], \$701 [3:2] } = 5'h00;
+  assign { \$701 [4], \$701 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$704 [31:12], \$704 [10:6], \$704 [4:3], \$704 [0] } = 28'h0000000;
+  assign { \$704 [11], \$704 [5], \$704 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$706 [7:6], \$706 [4:3], \$706 [0] } = 5'h00;
+  assign { \$706 [5], \$706 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$709 [31:13], \$709 [11:7], \$709 [5:4], \$709 [1] } = 27'h0000000;
+  assign { \$709 [12], \$709 [6], \$709 [3:2], \$709 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$711 [7], \$711 [5:4], \$711 [1] } = 4'h0;
+  assign { \$711 [6], \$711 [3:2], \$711 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$714 [31:14], \$714 [12:8], \$714 [6:5], \$714 [2], \$714 [0] } = 27'h0000000;
+  assign { \$714 [13], \$714 [7], \$714 [4:3], \$714 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$716 [6:5], \$716 [2], \$716 [0] } = 4'h0;
+  assign { \$716 [7], \$716 [4:3], \$716 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$719 [31:15], \$719 [13:6], \$719 [3:0] } = 29'h00000000;
+  assign { \$719 [14], \$719 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$721 [7:6], \$721 [3:0] } = 6'h00;
+  assign \$721 [5:4] = r_data[5:4];
+  assign { \$724 [31:16], \$724 [14:7], \$724 [4:1] } = 28'h0000000;
+  assign { \$724 [15], \$724 [6:5], \$724 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$726 [7], \$726 [4:1] } = 5'h00;
+  assign { \$726 [6:5], \$726 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$729 [31:17], \$729 [15:8], \$729 [5:2], \$729 [0] } = 28'h0000000;
+  assign { \$729 [16], \$729 [7:6], \$729 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$731 [5:2], \$731 [0] } = 5'h00;
+  assign { \$731 [7:6], \$731 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$734 [31:18], \$734 [16:8], \$734 [6:0] } = 30'h00000000;
+  assign { \$734 [17], \$734 [7] } = { crc[17], crc[7] };
+  assign \$736 [6:0] = 7'h00;
+  assign \$736 [7] = r_data[7];
+  assign { \$739 [31:19], \$739 [17:3], \$739 [1:0] } = 30'h00000000;
+  assign { \$739 [18], \$739 [2] } = { crc[18], crc[2] };
+  assign { \$741 [7:3], \$741 [1:0] } = 7'h00;
+  assign \$741 [2] = r_data[2];
+  assign { \$744 [31:20], \$744 [18:4], \$744 [2:0] } = 30'h00000000;
+  assign { \$744 [19], \$744 [3] } = { crc[19], crc[3] };
+  assign { \$746 [7:4], \$746 [2:0] } = 7'h00;
+  assign \$746 [3] = r_data[3];
+  assign { \$749 [31:21], \$749 [19:5], \$749 [3:1] } = 29'h00000000;
+  assign { \$749 [20], \$749 [4], \$749 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$751 [7:5], \$751 [3:1] } = 6'h00;
+  assign { \$751 [4], \$751 [0] } = { r_data[4], r_data[0] };
+  assign { \$754 [31:22], \$754 [20:6], \$754 [4:2] } = 28'h0000000;
+  assign { \$754 [21], \$754 [5], \$754 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$756 [7:6], \$756 [4:2] } = 5'h00;
+  assign { \$756 [5], \$756 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$759 [31:23], \$759 [21:7], \$759 [5:3], \$759 [0] } = 28'h0000000;
+  assign { \$759 [22], \$759 [6], \$759 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$761 [7], \$761 [5:3], \$761 [0] } = 5'h00;
+  assign { \$761 [6], \$761 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$764 [31:24], \$764 [22:8], \$764 [6:4], \$764 [1:0] } = 28'h0000000;
+  assign { \$764 [23], \$764 [7], \$764 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$766 [6:4], \$766 [1:0] } = 5'h00;
+  assign { \$766 [7], \$766 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$769 [31:25], \$769 [23:5], \$769 [1] } = 27'h0000000;
+  assign { \$769 [24], \$769 [4:2], \$769 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$771 [7:5], \$771 [1] } = 4'h0;
+  assign { \$771 [4:2], \$771 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$774 [31:26], \$774 [24:6], \$774 [2] } = 26'h0000000;
+  assign { \$774 [25], \$774 [5:3], \$774 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$776 [7:6], \$776 [2] } = 3'h0;
+  assign { \$776 [5:3], \$776 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$779 [31:27], \$779 [25:7], \$779 [3] } = 25'h0000000;
+  assign { \$779 [26], \$779 [6:4], \$779 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$781 [7], \$781 [3] } = 2'h0;
+  assign { \$781 [6:4], \$781 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$784 [31:28], \$784 [26:8], \$784 [4], \$784 [0] } = 25'h0000000;
+  assign { \$784 [27], \$784 [7:5], \$784 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$786 [4], \$786 [0] } = 2'h0;
+  assign { \$786 [7:5], \$786 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$789 [31:29], \$789 [27:8], \$789 [5], \$789 [2:0] } = 27'h0000000;
+  assign { \$789 [28], \$789 [7:6], \$789 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$791 [5], \$791 [2:0] } = 4'h0;
+  assign { \$791 [7:6], \$791 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$794 [31:30], \$794 [28:8], \$794 [6], \$794 [3], \$794 [1:0] } = 27'h0000000;
+  assign { \$794 [29], \$794 [7], \$794 [5:4], \$794 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$796 [6], \$796 [3], \$796 [1:0] } = 4'h0;
+  assign { \$796 [7], \$796 [5:4], \$796 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$799 [31], \$799 [29:7], \$799 [4], \$799 [1:0] } = 27'h0000000;
+  assign { \$799 [30], \$799 [6:5], \$799 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$801 [7], \$801 [4], \$801 [1:0] } = 4'h0;
+  assign { \$801 [6:5], \$801 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$804 [30:8], \$804 [5], \$804 [2:0] } = 27'h0000000;
+  assign { \$804 [31], \$804 [7:6], \$804 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$806 [5], \$806 [2:0] } = 4'h0;
+  assign { \$806 [7:6], \$806 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$809 [31:8], \$809 [6], \$809 [3], \$809 [1] } = 27'h0000000;
+  assign { \$809 [7], \$809 [5:4], \$809 [2], \$809 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$811 [6], \$811 [3], \$811 [1] } = 3'h0;
+  assign { \$811 [7], \$811 [5:4], \$811 [2], \$811 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$814 [31:7], \$814 [4] } = 26'h0000000;
+  assign { \$814 [6:5], \$814 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$816 [7], \$816 [4] } = 2'h0;
+  assign { \$816 [6:5], \$816 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$819 [31:8], \$819 [5] } = 25'h0000000;
+  assign { \$819 [7:6], \$819 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$821 [5] = 1'h0;
+  assign { \$821 [7:6], \$821 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$824 [31:8], \$824 [6], \$824 [2], \$824 [0] } = 27'h0000000;
+  assign { \$824 [7], \$824 [5:3], \$824 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$826 [6], \$826 [2], \$826 [0] } = 3'h0;
+  assign { \$826 [7], \$826 [5:3], \$826 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$829 [31:7], \$829 [3:1] } = 28'h0000000;
+  assign { \$829 [6:4], \$829 [0] } = { crc[6:4], crc[0] };
+  assign { \$831 [7], \$831 [3:1] } = 4'h0;
+  assign { \$831 [6:4], \$831 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$834 [31:8], \$834 [4:2] } = 27'h0000000;
+  assign { \$834 [7:5], \$834 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$836 [4:2] = 3'h0;
+  assign { \$836 [7:5], \$836 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$839 [31:8], \$839 [5:2] } = 28'h0000000;
+  assign { \$839 [7:6], \$839 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$841 [5:2] = 4'h0;
+  assign { \$841 [7:6], \$841 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$844 [31:8], \$844 [6:2], \$844 [0] } = 30'h00000000;
+  assign { \$844 [7], \$844 [1] } = { crc[7], crc[1] };
+  assign { \$846 [6:2], \$846 [0] } = 6'h00;
+  assign { \$846 [7], \$846 [1] } = { r_data[7], r_data[1] };
+  assign \$851  = { 1'h0, r_data, 2'h0 };
+  assign \$867  = { 1'h0, \$866 [13:1] };
+  assign { \$884 [31:9], \$884 [7:3], \$884 [1:0] } = 30'h00000000;
+  assign { \$884 [8], \$884 [2] } = { crc[8], crc[2] };
+  assign { \$886 [7:3], \$886 [1:0] } = 7'h00;
+  assign \$886 [2] = lane_byte[2];
+  assign { \$889 [31:10], \$889 [8:4], \$889 [2:1] } = 29'h00000000;
+  assign { \$889 [9], \$889 [3], \$889 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$891 [7:4], \$891 [2:1] } = 6'h00;
+  assign { \$891 [3], \$891 [0] } = { lane_byte[3], lane_byte[0] };
+  assign { \$894 [31:11], \$894 [9:5], \$894 [3:2] } = 28'h0000000;
+  assign { \$894 [10], \$894 [4], \$894 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$896 [7:5], \$896 [3:2] } = 5'h00;
+  assign { \$896 [4], \$896 [1:0] } = { lane_byte[4], lane_byte[1:0] };
+  assign { \$899 [31:12], \$899 [10:6], \$899 [4:3], \$899 [0] } = 28'h0000000;
+  assign { \$899 [11], \$899 [5], \$899 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$901 [7:6], \$901 [4:3], \$901 [0] } = 5'h00;
+  assign { \$901 [5], \$901 [2:1] } = { lane_byte[5], lane_byte[2:1] };
+  assign { \$904 [31:13], \$904 [11:7], \$904 [5:4], \$904 [1] } = 27'h0000000;
+  assign { \$904 [12], \$904 [6], \$904 [3:2], \$904 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$906 [7], \$906 [5:4], \$906 [1] } = 4'h0;
+  assign { \$906 [6], \$906 [3:2], \$906 [0] } = { lane_byte[6], lane_byte[3:2], lane_byte[0] };
+  assign { \$909 [31:14], \$909 [12:8], \$909 [6:5], \$909 [2], \$909 [0] } = 27'h0000000;
+  assign { \$909 [13], \$909 [7], \$909 [4:3], \$909 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$911 [6:5], \$911 [2], \$911 [0] } = 4'h0;
+  assign { \$911 [7], \$911 [4:3], \$911 [1] } = { lane_byte[7], lane_byte[4:3], lane_byte[1] };
+  assign { \$914 [31:15], \$914 [13:6], \$914 [3:0] } = 29'h00000000;
+  assign { \$914 [14], \$914 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$916 [7:6], \$916 [3:0] } = 6'h00;
+  assign \$916 [5:4] = lane_byte[5:4];
+  assign { \$919 [31:16], \$919 [14:7], \$919 [4:1] } = 28'h0000000;
+  assign { \$919 [15], \$919 [6:5], \$919 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$921 [7], \$921 [4:1] } = 5'h00;
+  assign { \$921 [6:5], \$921 [0] } = { lane_byte[6:5], lane_byte[0] };
+  assign { \$924 [31:17], \$924 [15:8], \$924 [5:2], \$924 [0] } = 28'h0000000;
+  assign { \$924 [16], \$924 [7:6], \$924 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$926 [5:2], \$926 [0] } = 5'h00;
+  assign { \$926 [7:6], \$926 [1] } = { lane_byte[7:6], lane_byte[1] };
+  assign { \$929 [31:18], \$929 [16:8], \$929 [6:0] } = 30'h00000000;
+  assign { \$929 [17], \$929 [7] } = { crc[17], crc[7] };
+  assign \$931 [6:0] = 7'h00;
+  assign \$931 [7] = lane_byte[7];
+  assign { \$934 [31:19], \$934 [17:3], \$934 [1:0] } = 30'h00000000;
+  assign { \$934 [18], \$934 [2] } = { crc[18], crc[2] };
+  assign { \$936 [7:3], \$936 [1:0] } = 7'h00;
+  assign \$936 [2] = lane_byte[2];
+  assign { \$939 [31:20], \$939 [18:4], \$939 [2:0] } = 30'h00000000;
+  assign { \$939 [19], \$939 [3] } = { crc[19], crc[3] };
+  assign { \$941 [7:4], \$941 [2:0] } = 7'h00;
+  assign \$941 [3] = lane_byte[3];
+  assign { \$944 [31:21], \$944 [19:5], \$944 [3:1] } = 29'h00000000;
+  assign { \$944 [20], \$944 [4], \$944 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$946 [7:5], \$946 [3:1] } = 6'h00;
+  assign { \$946 [4], \$946 [0] } = { lane_byte[4], lane_byte[0] };
+  assign { \$949 [31:22], \$949 [20:6], \$949 [4:2] } = 28'h0000000;
+  assign { \$949 [21], \$949 [5], \$949 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$951 [7:6], \$951 [4:2] } = 5'h00;
+  assign { \$951 [5], \$951 [1:0] } = { lane_byte[5], lane_byte[1:0] };
+  assign { \$954 [31:23], \$954 [21:7], \$954 [5:3], \$954 [0] } = 28'h0000000;
+  assign { \$954 [22], \$954 [6], \$954 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$956 [7], \$956 [5:3], \$956 [0] } = 5'h00;
+  assign { \$956 [6], \$956 [2:1] } = { lane_byte[6], lane_byte[2:1] };
+  assign { \$959 [31:24], \$959 [22:8], \$959 [6:4], \$959 [1:0] } = 28'h0000000;
+  assign { \$959 [23], \$959 [7], \$959 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$961 [6:4], \$961 [1:0] } = 5'h00;
+  assign { \$961 [7], \$961 [3:2] } = { lane_byte[7], lane_byte[3:2] };
+  assign { \$964 [31:25], \$964 [23:5], \$964 [1] } = 27'h0000000;
+  assign { \$964 [24], \$964 [4:2], \$964 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$966 [7:5], \$966 [1] } = 4'h0;
+  assign { \$966 [4:2], \$966 [0] } = { lane_byte[4:2], lane_byte[0] };
+  assign { \$969 [31:26], \$969 [24:6], \$969 [2] } = 26'h0000000;
+  assign { \$969 [25], \$969 [5:3], \$969 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$971 [7:6], \$971 [2] } = 3'h0;
+  assign { \$971 [5:3], \$971 [1:0] } = { lane_byte[5:3], lane_byte[1:0] };
+  assign { \$974 [31:27], \$974 [25:7], \$974 [3] } = 25'h0000000;
+  assign { \$974 [26], \$974 [6:4], \$974 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$976 [7], \$976 [3] } = 2'h0;
+  assign { \$976 [6:4], \$976 [2:0] } = { lane_byte[6:4], lane_byte[2:0] };
+  assign { \$979 [31:28], \$979 [26:8], \$979 [4], \$979 [0] } = 25'h0000000;
+  assign { \$979 [27], \$979 [7:5], \$979 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$981 [4], \$981 [0] } = 2'h0;
+  assign { \$981 [7:5], \$981 [3:1] } = { lane_byte[7:5], lane_byte[3:1] };
+  assign { \$984 [31:29], \$984 [27:8], \$984 [5], \$984 [2:0] } = 27'h0000000;
+  assign { \$984 [28], \$984 [7:6], \$984 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$986 [5], \$986 [2:0] } = 4'h0;
+  assign { \$986 [7:6], \$986 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
+  assign { \$989 [31:30], \$989 [28:8], \$989 [6], \$989 [3], \$989 [1:0] } = 27'h0000000;
+  assign { \$989 [29], \$989 [7], \$989 [5:4], \$989 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$991 [6], \$991 [3], \$991 [1:0] } = 4'h0;
+  assign { \$991 [7], \$991 [5:4], \$991 [2] } = { lane_byte[7], lane_byte[5:4], lane_byte[2] };
+  assign { \$994 [31], \$994 [29:7], \$994 [4], \$994 [1:0] } = 27'h0000000;
+  assign { \$994 [30], \$994 [6:5], \$994 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$996 [7], \$996 [4], \$996 [1:0] } = 4'h0;
+  assign { \$996 [6:5], \$996 [3:2] } = { lane_byte[6:5], lane_byte[3:2] };
+  assign { \$999 [30:8], \$999 [5], \$999 [2:0] } = 27'h0000000;
+  assign { \$999 [31], \$999 [7:6], \$999 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$1001 [5], \$1001 [2:0] } = 4'h0;
+  assign { \$1001 [7:6], \$1001 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
+  assign { \$1004 [31:8], \$1004 [6], \$1004 [3], \$1004 [1] } = 27'h0000000;
+  assign { \$1004 [7], \$1004 [5:4], \$1004 [2], \$1004 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$1006 [6], \$1006 [3], \$1006 [1] } = 3'h0;
+  assign { \$1006 [7], \$1006 [5:4], \$1006 [2], \$1006 [0] } = { lane_byte[7], lane_byte[5:4], lane_byte[2], lane_byte[0] };
+  assign { \$1009 [31:7], \$1009 [4] } = 26'h0000000;
+  assign { \$1009 [6:5], \$1009 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$1011 [7], \$1011 [4] } = 2'h0;
+  assign { \$1011 [6:5], \$1011 [3:0] } = { lane_byte[6:5], lane_byte[3:0] };
+  assign { \$1014 [31:8], \$1014 [5] } = 25'h0000000;
+  assign { \$1014 [7:6], \$1014 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$1016 [5] = 1'h0;
+  assign { \$1016 [7:6], \$1016 [4:0] } = { lane_byte[7:6], lane_byte[4:0] };
+  assign { \$1019 [31:8], \$1019 [6], \$1019 [2], \$1019 [0] } = 27'h0000000;
+  assign { \$1019 [7], \$1019 [5:3], \$1019 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$1021 [6], \$1021 [2], \$1021 [0] } = 3'h0;
+  assign { \$1021 [7], \$1021 [5:3], \$1021 [1] } = { lane_byte[7], lane_byte[5:3], lane_byte[1] };
+  assign { \$1024 [31:7], \$1024 [3:1] } = 28'h0000000;
+  assign { \$1024 [6:4], \$1024 [0] } = { crc[6:4], crc[0] };
+  assign { \$1026 [7], \$1026 [3:1] } = 4'h0;
+  assign { \$1026 [6:4], \$1026 [0] } = { lane_byte[6:4], lane_byte[0] };
+  assign { \$1029 [31:8], \$1029 [4:2] } = 27'h0000000;
+  assign { \$1029 [7:5], \$1029 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$1031 [4:2] = 3'h0;
+  assign { \$1031 [7:5], \$1031 [1:0] } = { lane_byte[7:5], lane_byte[1:0] };
+  assign { \$1034 [31:8], \$1034 [5:2] } = 28'h0000000;
+  assign { \$1034 [7:6], \$1034 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$1036 [5:2] = 4'h0;
+  assign { \$1036 [7:6], \$1036 [1:0] } = { lane_byte[7:6], lane_byte[1:0] };
+  assign { \$1039 [31:8], \$1039 [6:2], \$1039 [0] } = 30'h00000000;
+  assign { \$1039 [7], \$1039 [1] } = { crc[7], crc[1] };
+  assign { \$1041 [6:2], \$1041 [0] } = 6'h00;
+  assign { \$1041 [7], \$1041 [1] } = { lane_byte[7], lane_byte[1] };
+  assign \$1048  = { 7'h00, crc, 8'h00 };
+  assign \$1049 [46:8] = \$1048 [46:8];
+  assign \$1049 [7:0] = 8'hff;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -7189,8 +8641,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(tile_done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$7950$0 (\$205 ),
-    .\port$7952$0 (\$206 ),
+    .\port$8195$0 (\$205 ),
+    .\port$8197$0 (\$206 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -7219,8 +8671,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(\tile_done__tvalid$407 ),
     .perf_busy(\perf_busy$626 ),
     .perf_macs(\perf_macs$635 ),
-    .\port$9386$0 (\$207 ),
-    .\port$9388$0 (\$208 ),
+    .\port$9631$0 (\$207 ),
+    .\port$9633$0 (\$208 ),
     .r_en(\done__tready$405 ),
     .\r_en$122 (\spm_rresp__tready$447 ),
     .\r_en$135 (\acc_rresp__tready$453 ),
@@ -7273,22 +8725,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$6578$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6580$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6582$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6584$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6586$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6588$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6590$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6592$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6594$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6596$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6598$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6600$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6602$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6604$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6606$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6608$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$6823$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6825$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6827$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6829$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6831$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6833$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6835$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6837$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6839$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6841$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6843$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6845$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6847$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6849$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6851$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6853$0 (GLOBAL_SEM15__value[15:0]),
     .resume(resume),
     .ring_base(ring_base),
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
@@ -7349,22 +8801,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$595 ),
     .irq_completion(\irq_completion$605 ),
     .irq_error(\irq_error$606 ),
-    .\port$6578$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6580$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6582$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6584$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6586$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6588$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6590$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6592$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6594$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6596$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6598$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6600$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6602$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6604$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6606$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6608$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$6823$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6825$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6827$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6829$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6831$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6833$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6835$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6837$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6839$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6841$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6843$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6845$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6847$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6849$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6851$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6853$0 (GLOBAL_SEM15__value[15:0]),
     .resume(\resume$585 ),
     .ring_base(\ring_base$573 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
@@ -7718,20 +9170,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\port$3241$0 (level),
     .\port$4906$0 (\busy$599 ),
     .\port$5251$0 (\level$652 ),
-    .\port$8005$0 (irq_error),
-    .\port$8027$0 (irq_completion),
-    .\port$8032$0 (halted),
-    .\port$8034$0 (head),
-    .\port$8036$0 (tail),
-    .\port$8040$0 (error_code),
-    .\port$8042$0 (error_index),
-    .\port$9441$0 (\irq_error$606 ),
-    .\port$9463$0 (\irq_completion$605 ),
-    .\port$9468$0 (\halted$600 ),
-    .\port$9470$0 (\head$595 ),
-    .\port$9472$0 (\tail$597 ),
-    .\port$9476$0 (\error_code$602 ),
-    .\port$9478$0 (\error_index$603 ),
+    .\port$8250$0 (irq_error),
+    .\port$8272$0 (irq_completion),
+    .\port$8277$0 (halted),
+    .\port$8279$0 (head),
+    .\port$8281$0 (tail),
+    .\port$8285$0 (error_code),
+    .\port$8287$0 (error_index),
+    .\port$9686$0 (\irq_error$606 ),
+    .\port$9708$0 (\irq_completion$605 ),
+    .\port$9713$0 (\halted$600 ),
+    .\port$9715$0 (\head$595 ),
+    .\port$9717$0 (\tail$597 ),
+    .\port$9721$0 (\error_code$602 ),
+    .\port$9723$0 (\error_index$603 ),
     .rst(rst)
   );
   \dx1_board.soc.trace0  trace0 (
@@ -9171,7 +10623,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$7950$0 , \port$7952$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$8195$0 , \port$8197$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -9536,10 +10988,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$7950$0 ;
-  wire [255:0] \port$7950$0 ;
-  input [15:0] \port$7952$0 ;
-  wire [15:0] \port$7952$0 ;
+  input [255:0] \port$8195$0 ;
+  wire [255:0] \port$8195$0 ;
+  input [15:0] \port$8197$0 ;
+  wire [15:0] \port$8197$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -10041,8 +11493,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$6754$128 (cmd[143:128]),
-    .\port$6754$80 (cmd[91:80]),
+    .\port$6999$128 (cmd[143:128]),
+    .\port$6999$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -10079,11 +11531,11 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$6754$112 (cmd[143:112]),
-    .\port$6754$16 (cmd[31:16]),
-    .\port$6754$64 (cmd[75:64]),
-    .\port$6754$8 (cmd[8]),
-    .\port$6754$96 (cmd[105:96]),
+    .\port$6999$112 (cmd[143:112]),
+    .\port$6999$16 (cmd[31:16]),
+    .\port$6999$64 (cmd[75:64]),
+    .\port$6999$8 (cmd[8]),
+    .\port$6999$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -10279,7 +11731,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$7952$0 [9:0];
+      acc_w__addr = \port$8197$0 [9:0];
     end
   end
   always @* begin
@@ -10289,7 +11741,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$7950$0 ;
+      acc_w__data = \port$8195$0 ;
     end
   end
   always @* begin
@@ -10357,7 +11809,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$7952$0 [11:0];
+      spm_w__addr = \port$8197$0 [11:0];
     end
   end
   always @* begin
@@ -10367,7 +11819,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$7950$0 [63:0];
+      spm_w__data = \port$8195$0 [63:0];
     end
   end
   always @* begin
@@ -11178,8 +12630,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$7952$0 , \port$7950$0 [63:0] };
-  assign acc_wr__tdata = { \port$7952$0 , \port$7950$0  };
+  assign spm_wr__tdata = { \port$8197$0 , \port$8195$0 [63:0] };
+  assign acc_wr__tdata = { \port$8197$0 , \port$8195$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -19114,7 +20566,7 @@ module \dx1_board.soc.core0.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6754$80 , \port$6754$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6999$80 , \port$6999$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -19138,10 +20590,10 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$6754$128 ;
-  wire [15:0] \port$6754$128 ;
-  input [11:0] \port$6754$80 ;
-  wire [11:0] \port$6754$80 ;
+  input [15:0] \port$6999$128 ;
+  wire [15:0] \port$6999$128 ;
+  input [11:0] \port$6999$80 ;
+  wire [11:0] \port$6999$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -19177,7 +20629,7 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6754$128 , \port$6754$80  };
+      storage[w_port__addr] <= { \port$6999$128 , \port$6999$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -19248,8 +20700,8 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6754$128 , \port$6754$80  };
-  assign w_data = { \port$6754$128 , \port$6754$80  };
+  assign w_port__data = { \port$6999$128 , \port$6999$80  };
+  assign w_data = { \port$6999$128 , \port$6999$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -20405,7 +21857,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6754$8 , \port$6754$16 , \port$6754$64 , \port$6754$96 , \port$6754$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$6999$8 , \port$6999$16 , \port$6999$64 , \port$6999$96 , \port$6999$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -20429,16 +21881,16 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$6754$112 ;
-  wire [31:0] \port$6754$112 ;
-  input [15:0] \port$6754$16 ;
-  wire [15:0] \port$6754$16 ;
-  input [11:0] \port$6754$64 ;
-  wire [11:0] \port$6754$64 ;
-  input \port$6754$8 ;
-  wire \port$6754$8 ;
-  input [9:0] \port$6754$96 ;
-  wire [9:0] \port$6754$96 ;
+  input [31:0] \port$6999$112 ;
+  wire [31:0] \port$6999$112 ;
+  input [15:0] \port$6999$16 ;
+  wire [15:0] \port$6999$16 ;
+  input [11:0] \port$6999$64 ;
+  wire [11:0] \port$6999$64 ;
+  input \port$6999$8 ;
+  wire \port$6999$8 ;
+  input [9:0] \port$6999$96 ;
+  wire [9:0] \port$6999$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -20474,7 +21926,7 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6754$16 , \port$6754$8 , \port$6754$112 , \port$6754$96 , \port$6754$64  };
+      storage[w_port__addr] <= { \port$6999$16 , \port$6999$8 , \port$6999$112 , \port$6999$96 , \port$6999$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -20545,15 +21997,15 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6754$16 , \port$6754$8 , \port$6754$112 , \port$6754$96 , \port$6754$64  };
-  assign w_data = { \port$6754$16 , \port$6754$8 , \port$6754$112 , \port$6754$96 , \port$6754$64  };
+  assign w_port__data = { \port$6999$16 , \port$6999$8 , \port$6999$112 , \port$6999$96 , \port$6999$64  };
+  assign w_data = { \port$6999$16 , \port$6999$8 , \port$6999$112 , \port$6999$96 , \port$6999$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$9386$0 , \port$9388$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$9631$0 , \port$9633$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -20918,10 +22370,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$9386$0 ;
-  wire [255:0] \port$9386$0 ;
-  input [15:0] \port$9388$0 ;
-  wire [15:0] \port$9388$0 ;
+  input [255:0] \port$9631$0 ;
+  wire [255:0] \port$9631$0 ;
+  input [15:0] \port$9633$0 ;
+  wire [15:0] \port$9633$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -21423,8 +22875,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$8190$128 (cmd[143:128]),
-    .\port$8190$80 (cmd[91:80]),
+    .\port$8435$128 (cmd[143:128]),
+    .\port$8435$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -21461,11 +22913,11 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$8190$112 (cmd[143:112]),
-    .\port$8190$16 (cmd[31:16]),
-    .\port$8190$64 (cmd[75:64]),
-    .\port$8190$8 (cmd[8]),
-    .\port$8190$96 (cmd[105:96]),
+    .\port$8435$112 (cmd[143:112]),
+    .\port$8435$16 (cmd[31:16]),
+    .\port$8435$64 (cmd[75:64]),
+    .\port$8435$8 (cmd[8]),
+    .\port$8435$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -21661,7 +23113,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$9388$0 [9:0];
+      acc_w__addr = \port$9633$0 [9:0];
     end
   end
   always @* begin
@@ -21671,7 +23123,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$9386$0 ;
+      acc_w__data = \port$9631$0 ;
     end
   end
   always @* begin
@@ -21739,7 +23191,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$9388$0 [11:0];
+      spm_w__addr = \port$9633$0 [11:0];
     end
   end
   always @* begin
@@ -21749,7 +23201,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$9386$0 [63:0];
+      spm_w__data = \port$9631$0 [63:0];
     end
   end
   always @* begin
@@ -22560,8 +24012,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$9388$0 , \port$9386$0 [63:0] };
-  assign acc_wr__tdata = { \port$9388$0 , \port$9386$0  };
+  assign spm_wr__tdata = { \port$9633$0 , \port$9631$0 [63:0] };
+  assign acc_wr__tdata = { \port$9633$0 , \port$9631$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -30496,7 +31948,7 @@ module \dx1_board.soc.core1.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8190$80 , \port$8190$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8435$80 , \port$8435$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -30520,10 +31972,10 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$8190$128 ;
-  wire [15:0] \port$8190$128 ;
-  input [11:0] \port$8190$80 ;
-  wire [11:0] \port$8190$80 ;
+  input [15:0] \port$8435$128 ;
+  wire [15:0] \port$8435$128 ;
+  input [11:0] \port$8435$80 ;
+  wire [11:0] \port$8435$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -30559,7 +32011,7 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8190$128 , \port$8190$80  };
+      storage[w_port__addr] <= { \port$8435$128 , \port$8435$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -30630,8 +32082,8 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8190$128 , \port$8190$80  };
-  assign w_data = { \port$8190$128 , \port$8190$80  };
+  assign w_port__data = { \port$8435$128 , \port$8435$80  };
+  assign w_data = { \port$8435$128 , \port$8435$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -31787,7 +33239,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8190$8 , \port$8190$16 , \port$8190$64 , \port$8190$96 , \port$8190$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8435$8 , \port$8435$16 , \port$8435$64 , \port$8435$96 , \port$8435$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31811,16 +33263,16 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$8190$112 ;
-  wire [31:0] \port$8190$112 ;
-  input [15:0] \port$8190$16 ;
-  wire [15:0] \port$8190$16 ;
-  input [11:0] \port$8190$64 ;
-  wire [11:0] \port$8190$64 ;
-  input \port$8190$8 ;
-  wire \port$8190$8 ;
-  input [9:0] \port$8190$96 ;
-  wire [9:0] \port$8190$96 ;
+  input [31:0] \port$8435$112 ;
+  wire [31:0] \port$8435$112 ;
+  input [15:0] \port$8435$16 ;
+  wire [15:0] \port$8435$16 ;
+  input [11:0] \port$8435$64 ;
+  wire [11:0] \port$8435$64 ;
+  input \port$8435$8 ;
+  wire \port$8435$8 ;
+  input [9:0] \port$8435$96 ;
+  wire [9:0] \port$8435$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -31856,7 +33308,7 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8190$16 , \port$8190$8 , \port$8190$112 , \port$8190$96 , \port$8190$64  };
+      storage[w_port__addr] <= { \port$8435$16 , \port$8435$8 , \port$8435$112 , \port$8435$96 , \port$8435$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -31927,15 +33379,15 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8190$16 , \port$8190$8 , \port$8190$112 , \port$8190$96 , \port$8190$64  };
-  assign w_data = { \port$8190$16 , \port$8190$8 , \port$8190$112 , \port$8190$96 , \port$8190$64  };
+  assign w_port__data = { \port$8435$16 , \port$8435$8 , \port$8435$112 , \port$8435$96 , \port$8435$64  };
+  assign w_data = { \port$8435$16 , \port$8435$8 , \port$8435$112 , \port$8435$96 , \port$8435$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$6578$0 , \port$6580$0 , \port$6582$0 , \port$6584$0 , \port$6586$0 , \port$6588$0 , \port$6590$0 , \port$6592$0 , \port$6594$0 , \port$6596$0 , \port$6598$0 , \port$6600$0 , \port$6602$0 , \port$6604$0 , \port$6606$0 , \port$6608$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$6823$0 , \port$6825$0 , \port$6827$0 , \port$6829$0 , \port$6831$0 , \port$6833$0 , \port$6835$0 , \port$6837$0 , \port$6839$0 , \port$6841$0 , \port$6843$0 , \port$6845$0 , \port$6847$0 , \port$6849$0 , \port$6851$0 , \port$6853$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
@@ -32605,38 +34057,38 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6578$0 ;
-  wire [15:0] \port$6578$0 ;
-  input [15:0] \port$6580$0 ;
-  wire [15:0] \port$6580$0 ;
-  input [15:0] \port$6582$0 ;
-  wire [15:0] \port$6582$0 ;
-  input [15:0] \port$6584$0 ;
-  wire [15:0] \port$6584$0 ;
-  input [15:0] \port$6586$0 ;
-  wire [15:0] \port$6586$0 ;
-  input [15:0] \port$6588$0 ;
-  wire [15:0] \port$6588$0 ;
-  input [15:0] \port$6590$0 ;
-  wire [15:0] \port$6590$0 ;
-  input [15:0] \port$6592$0 ;
-  wire [15:0] \port$6592$0 ;
-  input [15:0] \port$6594$0 ;
-  wire [15:0] \port$6594$0 ;
-  input [15:0] \port$6596$0 ;
-  wire [15:0] \port$6596$0 ;
-  input [15:0] \port$6598$0 ;
-  wire [15:0] \port$6598$0 ;
-  input [15:0] \port$6600$0 ;
-  wire [15:0] \port$6600$0 ;
-  input [15:0] \port$6602$0 ;
-  wire [15:0] \port$6602$0 ;
-  input [15:0] \port$6604$0 ;
-  wire [15:0] \port$6604$0 ;
-  input [15:0] \port$6606$0 ;
-  wire [15:0] \port$6606$0 ;
-  input [15:0] \port$6608$0 ;
-  wire [15:0] \port$6608$0 ;
+  input [15:0] \port$6823$0 ;
+  wire [15:0] \port$6823$0 ;
+  input [15:0] \port$6825$0 ;
+  wire [15:0] \port$6825$0 ;
+  input [15:0] \port$6827$0 ;
+  wire [15:0] \port$6827$0 ;
+  input [15:0] \port$6829$0 ;
+  wire [15:0] \port$6829$0 ;
+  input [15:0] \port$6831$0 ;
+  wire [15:0] \port$6831$0 ;
+  input [15:0] \port$6833$0 ;
+  wire [15:0] \port$6833$0 ;
+  input [15:0] \port$6835$0 ;
+  wire [15:0] \port$6835$0 ;
+  input [15:0] \port$6837$0 ;
+  wire [15:0] \port$6837$0 ;
+  input [15:0] \port$6839$0 ;
+  wire [15:0] \port$6839$0 ;
+  input [15:0] \port$6841$0 ;
+  wire [15:0] \port$6841$0 ;
+  input [15:0] \port$6843$0 ;
+  wire [15:0] \port$6843$0 ;
+  input [15:0] \port$6845$0 ;
+  wire [15:0] \port$6845$0 ;
+  input [15:0] \port$6847$0 ;
+  wire [15:0] \port$6847$0 ;
+  input [15:0] \port$6849$0 ;
+  wire [15:0] \port$6849$0 ;
+  input [15:0] \port$6851$0 ;
+  wire [15:0] \port$6851$0 ;
+  input [15:0] \port$6853$0 ;
+  wire [15:0] \port$6853$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -33627,37 +35079,37 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$6578$0 ;
+          \$150  = \port$6823$0 ;
       8'h01:
-          \$150  = \port$6580$0 ;
+          \$150  = \port$6825$0 ;
       8'h02:
-          \$150  = \port$6582$0 ;
+          \$150  = \port$6827$0 ;
       8'h03:
-          \$150  = \port$6584$0 ;
+          \$150  = \port$6829$0 ;
       8'h04:
-          \$150  = \port$6586$0 ;
+          \$150  = \port$6831$0 ;
       8'h05:
-          \$150  = \port$6588$0 ;
+          \$150  = \port$6833$0 ;
       8'h06:
-          \$150  = \port$6590$0 ;
+          \$150  = \port$6835$0 ;
       8'h07:
-          \$150  = \port$6592$0 ;
+          \$150  = \port$6837$0 ;
       8'h08:
-          \$150  = \port$6594$0 ;
+          \$150  = \port$6839$0 ;
       8'h09:
-          \$150  = \port$6596$0 ;
+          \$150  = \port$6841$0 ;
       8'h0a:
-          \$150  = \port$6598$0 ;
+          \$150  = \port$6843$0 ;
       8'h0b:
-          \$150  = \port$6600$0 ;
+          \$150  = \port$6845$0 ;
       8'h0c:
-          \$150  = \port$6602$0 ;
+          \$150  = \port$6847$0 ;
       8'h0d:
-          \$150  = \port$6604$0 ;
+          \$150  = \port$6849$0 ;
       8'h0e:
-          \$150  = \port$6606$0 ;
+          \$150  = \port$6851$0 ;
       8'h0f:
-          \$150  = \port$6608$0 ;
+          \$150  = \port$6853$0 ;
     endcase
   end
   always @* begin
@@ -35012,7 +36464,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6608$0 , \port$6606$0 , \port$6604$0 , \port$6602$0 , \port$6600$0 , \port$6598$0 , \port$6596$0 , \port$6594$0 , \port$6592$0 , \port$6590$0 , \port$6588$0 , \port$6586$0 , \port$6584$0 , \port$6582$0 , \port$6580$0 , \port$6578$0  };
+  assign sem_values = { \port$6853$0 , \port$6851$0 , \port$6849$0 , \port$6847$0 , \port$6845$0 , \port$6843$0 , \port$6841$0 , \port$6839$0 , \port$6837$0 , \port$6835$0 , \port$6833$0 , \port$6831$0 , \port$6829$0 , \port$6827$0 , \port$6825$0 , \port$6823$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -35058,22 +36510,22 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$6578$0 ;
-  assign \sem_values[1]  = \port$6580$0 ;
-  assign \sem_values[2]  = \port$6582$0 ;
-  assign \sem_values[3]  = \port$6584$0 ;
-  assign \sem_values[4]  = \port$6586$0 ;
-  assign \sem_values[5]  = \port$6588$0 ;
-  assign \sem_values[6]  = \port$6590$0 ;
-  assign \sem_values[7]  = \port$6592$0 ;
-  assign \sem_values[8]  = \port$6594$0 ;
-  assign \sem_values[9]  = \port$6596$0 ;
-  assign \sem_values[10]  = \port$6598$0 ;
-  assign \sem_values[11]  = \port$6600$0 ;
-  assign \sem_values[12]  = \port$6602$0 ;
-  assign \sem_values[13]  = \port$6604$0 ;
-  assign \sem_values[14]  = \port$6606$0 ;
-  assign \sem_values[15]  = \port$6608$0 ;
+  assign \sem_values[0]  = \port$6823$0 ;
+  assign \sem_values[1]  = \port$6825$0 ;
+  assign \sem_values[2]  = \port$6827$0 ;
+  assign \sem_values[3]  = \port$6829$0 ;
+  assign \sem_values[4]  = \port$6831$0 ;
+  assign \sem_values[5]  = \port$6833$0 ;
+  assign \sem_values[6]  = \port$6835$0 ;
+  assign \sem_values[7]  = \port$6837$0 ;
+  assign \sem_values[8]  = \port$6839$0 ;
+  assign \sem_values[9]  = \port$6841$0 ;
+  assign \sem_values[10]  = \port$6843$0 ;
+  assign \sem_values[11]  = \port$6845$0 ;
+  assign \sem_values[12]  = \port$6847$0 ;
+  assign \sem_values[13]  = \port$6849$0 ;
+  assign \sem_values[14]  = \port$6851$0 ;
+  assign \sem_values[15]  = \port$6853$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -35196,7 +36648,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$6578$0 , \port$6580$0 , \port$6582$0 , \port$6584$0 , \port$6586$0 , \port$6588$0 , \port$6590$0 , \port$6592$0 , \port$6594$0 , \port$6596$0 , \port$6598$0 , \port$6600$0 , \port$6602$0 , \port$6604$0 , \port$6606$0 , \port$6608$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$6823$0 , \port$6825$0 , \port$6827$0 , \port$6829$0 , \port$6831$0 , \port$6833$0 , \port$6835$0 , \port$6837$0 , \port$6839$0 , \port$6841$0 , \port$6843$0 , \port$6845$0 , \port$6847$0 , \port$6849$0 , \port$6851$0 , \port$6853$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
@@ -35866,38 +37318,38 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6578$0 ;
-  wire [15:0] \port$6578$0 ;
-  input [15:0] \port$6580$0 ;
-  wire [15:0] \port$6580$0 ;
-  input [15:0] \port$6582$0 ;
-  wire [15:0] \port$6582$0 ;
-  input [15:0] \port$6584$0 ;
-  wire [15:0] \port$6584$0 ;
-  input [15:0] \port$6586$0 ;
-  wire [15:0] \port$6586$0 ;
-  input [15:0] \port$6588$0 ;
-  wire [15:0] \port$6588$0 ;
-  input [15:0] \port$6590$0 ;
-  wire [15:0] \port$6590$0 ;
-  input [15:0] \port$6592$0 ;
-  wire [15:0] \port$6592$0 ;
-  input [15:0] \port$6594$0 ;
-  wire [15:0] \port$6594$0 ;
-  input [15:0] \port$6596$0 ;
-  wire [15:0] \port$6596$0 ;
-  input [15:0] \port$6598$0 ;
-  wire [15:0] \port$6598$0 ;
-  input [15:0] \port$6600$0 ;
-  wire [15:0] \port$6600$0 ;
-  input [15:0] \port$6602$0 ;
-  wire [15:0] \port$6602$0 ;
-  input [15:0] \port$6604$0 ;
-  wire [15:0] \port$6604$0 ;
-  input [15:0] \port$6606$0 ;
-  wire [15:0] \port$6606$0 ;
-  input [15:0] \port$6608$0 ;
-  wire [15:0] \port$6608$0 ;
+  input [15:0] \port$6823$0 ;
+  wire [15:0] \port$6823$0 ;
+  input [15:0] \port$6825$0 ;
+  wire [15:0] \port$6825$0 ;
+  input [15:0] \port$6827$0 ;
+  wire [15:0] \port$6827$0 ;
+  input [15:0] \port$6829$0 ;
+  wire [15:0] \port$6829$0 ;
+  input [15:0] \port$6831$0 ;
+  wire [15:0] \port$6831$0 ;
+  input [15:0] \port$6833$0 ;
+  wire [15:0] \port$6833$0 ;
+  input [15:0] \port$6835$0 ;
+  wire [15:0] \port$6835$0 ;
+  input [15:0] \port$6837$0 ;
+  wire [15:0] \port$6837$0 ;
+  input [15:0] \port$6839$0 ;
+  wire [15:0] \port$6839$0 ;
+  input [15:0] \port$6841$0 ;
+  wire [15:0] \port$6841$0 ;
+  input [15:0] \port$6843$0 ;
+  wire [15:0] \port$6843$0 ;
+  input [15:0] \port$6845$0 ;
+  wire [15:0] \port$6845$0 ;
+  input [15:0] \port$6847$0 ;
+  wire [15:0] \port$6847$0 ;
+  input [15:0] \port$6849$0 ;
+  wire [15:0] \port$6849$0 ;
+  input [15:0] \port$6851$0 ;
+  wire [15:0] \port$6851$0 ;
+  input [15:0] \port$6853$0 ;
+  wire [15:0] \port$6853$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -36888,37 +38340,37 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$6578$0 ;
+          \$150  = \port$6823$0 ;
       8'h01:
-          \$150  = \port$6580$0 ;
+          \$150  = \port$6825$0 ;
       8'h02:
-          \$150  = \port$6582$0 ;
+          \$150  = \port$6827$0 ;
       8'h03:
-          \$150  = \port$6584$0 ;
+          \$150  = \port$6829$0 ;
       8'h04:
-          \$150  = \port$6586$0 ;
+          \$150  = \port$6831$0 ;
       8'h05:
-          \$150  = \port$6588$0 ;
+          \$150  = \port$6833$0 ;
       8'h06:
-          \$150  = \port$6590$0 ;
+          \$150  = \port$6835$0 ;
       8'h07:
-          \$150  = \port$6592$0 ;
+          \$150  = \port$6837$0 ;
       8'h08:
-          \$150  = \port$6594$0 ;
+          \$150  = \port$6839$0 ;
       8'h09:
-          \$150  = \port$6596$0 ;
+          \$150  = \port$6841$0 ;
       8'h0a:
-          \$150  = \port$6598$0 ;
+          \$150  = \port$6843$0 ;
       8'h0b:
-          \$150  = \port$6600$0 ;
+          \$150  = \port$6845$0 ;
       8'h0c:
-          \$150  = \port$6602$0 ;
+          \$150  = \port$6847$0 ;
       8'h0d:
-          \$150  = \port$6604$0 ;
+          \$150  = \port$6849$0 ;
       8'h0e:
-          \$150  = \port$6606$0 ;
+          \$150  = \port$6851$0 ;
       8'h0f:
-          \$150  = \port$6608$0 ;
+          \$150  = \port$6853$0 ;
     endcase
   end
   always @* begin
@@ -38273,7 +39725,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6608$0 , \port$6606$0 , \port$6604$0 , \port$6602$0 , \port$6600$0 , \port$6598$0 , \port$6596$0 , \port$6594$0 , \port$6592$0 , \port$6590$0 , \port$6588$0 , \port$6586$0 , \port$6584$0 , \port$6582$0 , \port$6580$0 , \port$6578$0  };
+  assign sem_values = { \port$6853$0 , \port$6851$0 , \port$6849$0 , \port$6847$0 , \port$6845$0 , \port$6843$0 , \port$6841$0 , \port$6839$0 , \port$6837$0 , \port$6835$0 , \port$6833$0 , \port$6831$0 , \port$6829$0 , \port$6827$0 , \port$6825$0 , \port$6823$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -38319,22 +39771,22 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$6578$0 ;
-  assign \sem_values[1]  = \port$6580$0 ;
-  assign \sem_values[2]  = \port$6582$0 ;
-  assign \sem_values[3]  = \port$6584$0 ;
-  assign \sem_values[4]  = \port$6586$0 ;
-  assign \sem_values[5]  = \port$6588$0 ;
-  assign \sem_values[6]  = \port$6590$0 ;
-  assign \sem_values[7]  = \port$6592$0 ;
-  assign \sem_values[8]  = \port$6594$0 ;
-  assign \sem_values[9]  = \port$6596$0 ;
-  assign \sem_values[10]  = \port$6598$0 ;
-  assign \sem_values[11]  = \port$6600$0 ;
-  assign \sem_values[12]  = \port$6602$0 ;
-  assign \sem_values[13]  = \port$6604$0 ;
-  assign \sem_values[14]  = \port$6606$0 ;
-  assign \sem_values[15]  = \port$6608$0 ;
+  assign \sem_values[0]  = \port$6823$0 ;
+  assign \sem_values[1]  = \port$6825$0 ;
+  assign \sem_values[2]  = \port$6827$0 ;
+  assign \sem_values[3]  = \port$6829$0 ;
+  assign \sem_values[4]  = \port$6831$0 ;
+  assign \sem_values[5]  = \port$6833$0 ;
+  assign \sem_values[6]  = \port$6835$0 ;
+  assign \sem_values[7]  = \port$6837$0 ;
+  assign \sem_values[8]  = \port$6839$0 ;
+  assign \sem_values[9]  = \port$6841$0 ;
+  assign \sem_values[10]  = \port$6843$0 ;
+  assign \sem_values[11]  = \port$6845$0 ;
+  assign \sem_values[12]  = \port$6847$0 ;
+  assign \sem_values[13]  = \port$6849$0 ;
+  assign \sem_values[14]  = \port$6851$0 ;
+  assign \sem_values[15]  = \port$6853$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -44503,7 +45955,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
 , GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value
 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value
 , GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value
-, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8005$0 , \port$8027$0 , \port$8032$0 , \port$8034$0 , \port$8036$0 , \port$8040$0 , \port$8042$0 , \port$9441$0 , \port$9463$0 , \port$9468$0 , \port$9470$0 , \port$9472$0 , \port$9476$0 , \port$9478$0 , bus__bready, bus__rready, bus__wvalid
+, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8250$0 , \port$8272$0 , \port$8277$0 , \port$8279$0 , \port$8281$0 , \port$8285$0 , \port$8287$0 , \port$9686$0 , \port$9708$0 , \port$9713$0 , \port$9715$0 , \port$9717$0 , \port$9721$0 , \port$9723$0 , bus__bready, bus__rready, bus__wvalid
 , bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
@@ -45579,34 +47031,34 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire \port$4906$0 ;
   input [8:0] \port$5251$0 ;
   wire [8:0] \port$5251$0 ;
-  input \port$8005$0 ;
-  wire \port$8005$0 ;
-  input \port$8027$0 ;
-  wire \port$8027$0 ;
-  input \port$8032$0 ;
-  wire \port$8032$0 ;
-  input [15:0] \port$8034$0 ;
-  wire [15:0] \port$8034$0 ;
-  input [15:0] \port$8036$0 ;
-  wire [15:0] \port$8036$0 ;
-  input [7:0] \port$8040$0 ;
-  wire [7:0] \port$8040$0 ;
-  input [15:0] \port$8042$0 ;
-  wire [15:0] \port$8042$0 ;
-  input \port$9441$0 ;
-  wire \port$9441$0 ;
-  input \port$9463$0 ;
-  wire \port$9463$0 ;
-  input \port$9468$0 ;
-  wire \port$9468$0 ;
-  input [15:0] \port$9470$0 ;
-  wire [15:0] \port$9470$0 ;
-  input [15:0] \port$9472$0 ;
-  wire [15:0] \port$9472$0 ;
-  input [7:0] \port$9476$0 ;
-  wire [7:0] \port$9476$0 ;
-  input [15:0] \port$9478$0 ;
-  wire [15:0] \port$9478$0 ;
+  input \port$8250$0 ;
+  wire \port$8250$0 ;
+  input \port$8272$0 ;
+  wire \port$8272$0 ;
+  input \port$8277$0 ;
+  wire \port$8277$0 ;
+  input [15:0] \port$8279$0 ;
+  wire [15:0] \port$8279$0 ;
+  input [15:0] \port$8281$0 ;
+  wire [15:0] \port$8281$0 ;
+  input [7:0] \port$8285$0 ;
+  wire [7:0] \port$8285$0 ;
+  input [15:0] \port$8287$0 ;
+  wire [15:0] \port$8287$0 ;
+  input \port$9686$0 ;
+  wire \port$9686$0 ;
+  input \port$9708$0 ;
+  wire \port$9708$0 ;
+  input \port$9713$0 ;
+  wire \port$9713$0 ;
+  input [15:0] \port$9715$0 ;
+  wire [15:0] \port$9715$0 ;
+  input [15:0] \port$9717$0 ;
+  wire [15:0] \port$9717$0 ;
+  input [7:0] \port$9721$0 ;
+  wire [7:0] \port$9721$0 ;
+  input [15:0] \port$9723$0 ;
+  wire [15:0] \port$9723$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -46069,11 +47521,11 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$290  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$291  = ~ \$290 ;
   assign \$292  = QUEUE0_IRQ_STATUS__value & \$291 ;
-  assign \$293  = \$292  | { 30'h00000000, \port$8005$0 , \port$8027$0  };
+  assign \$293  = \$292  | { 30'h00000000, \port$8250$0 , \port$8272$0  };
   assign \$309  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$310  = ~ \$309 ;
   assign \$311  = QUEUE1_IRQ_STATUS__value & \$310 ;
-  assign \$312  = \$311  | { 30'h00000000, \port$9441$0 , \port$9463$0  };
+  assign \$312  = \$311  | { 30'h00000000, \port$9686$0 , \port$9708$0  };
   always @(posedge clk)
     aw_full <= \$324 ;
   always @(posedge clk)
@@ -46673,14 +48125,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$364  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$8034$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$8036$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8032$0 , \port$2896$0  };
-  assign QUEUE0_ERROR__value = { \port$8042$0 , 8'h00, \port$8040$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$9470$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$9472$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9468$0 , \port$4906$0  };
-  assign QUEUE1_ERROR__value = { \port$9478$0 , 8'h00, \port$9476$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$8279$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$8281$0  };
+  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8277$0 , \port$2896$0  };
+  assign QUEUE0_ERROR__value = { \port$8287$0 , 8'h00, \port$8285$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$9715$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$9717$0  };
+  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9713$0 , \port$4906$0  };
+  assign QUEUE1_ERROR__value = { \port$9723$0 , 8'h00, \port$9721$0  };
   assign TRACE0_COUNT__value = { 23'h000000, \port$3241$0  };
   assign TRACE1_COUNT__value = { 23'h000000, \port$5251$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
@@ -46803,7 +48255,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE0_RING_LOG2__set_value = 32'd0;
   assign QUEUE0_CQ_BASE__set = 1'h0;
   assign QUEUE0_CQ_BASE__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8005$0 , \port$8027$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8250$0 , \port$8272$0  };
   assign QUEUE0_IRQ_MASK__set = 1'h0;
   assign QUEUE0_IRQ_MASK__set_value = 32'd0;
   assign QUEUE0_DMA_BASE__set = 1'h0;
@@ -46816,7 +48268,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE1_RING_LOG2__set_value = 32'd0;
   assign QUEUE1_CQ_BASE__set = 1'h0;
   assign QUEUE1_CQ_BASE__set_value = 32'd0;
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9441$0 , \port$9463$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9686$0 , \port$9708$0  };
   assign QUEUE1_IRQ_MASK__set = 1'h0;
   assign QUEUE1_IRQ_MASK__set_value = 32'd0;
   assign QUEUE1_DMA_BASE__set = 1'h0;
@@ -46826,21 +48278,21 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$8034$0 ;
+  assign \$74 [15:0] = \port$8279$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$8036$0 ;
+  assign \$78 [15:0] = \port$8281$0 ;
   assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$8032$0 , \port$2896$0  };
+  assign \$82 [1:0] = { \port$8277$0 , \port$2896$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$8042$0 , \port$8040$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$8287$0 , \port$8285$0  };
   assign \$108 [31:16] = 16'h0000;
-  assign \$108 [15:0] = \port$9470$0 ;
+  assign \$108 [15:0] = \port$9715$0 ;
   assign \$110 [31:16] = 16'h0000;
-  assign \$110 [15:0] = \port$9472$0 ;
+  assign \$110 [15:0] = \port$9717$0 ;
   assign \$115 [31:2] = 30'h00000000;
-  assign \$115 [1:0] = { \port$9468$0 , \port$4906$0  };
+  assign \$115 [1:0] = { \port$9713$0 , \port$4906$0  };
   assign \$118 [15:8] = 8'h00;
-  assign { \$118 [31:16], \$118 [7:0] } = { \port$9478$0 , \port$9476$0  };
+  assign { \$118 [31:16], \$118 [7:0] } = { \port$9723$0 , \port$9721$0  };
   assign \$134  = PERF0_CYCLES__value;
   assign \$136  = PERF0_BUSY_LOAD__value;
   assign \$144  = PERF0_BUSY_COMPUTE__value;

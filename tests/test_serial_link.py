@@ -40,10 +40,24 @@ def test_constants_are_the_documented_ones():
                         ("AXI_ERROR_WORD", "0xFFFFFFFF"), ("REG_BASE", "0x0"), ("REG_BYTES", "0x10000"),
                         ("MEM_BASE", "0x80000000"), ("BURST_WRITE", "0x81"), ("BURST_READ", "0x82"),
                         ("BURST_MAX_PAYLOAD", "4096"), ("STATUS_ACK", "0x00"), ("STATUS_NAK_CRC", "0x01"),
-                        ("STATUS_NAK_RANGE", "0x02"), ("STATUS_BUS_ERROR", "0x03")]:
+                        ("STATUS_NAK_RANGE", "0x02"), ("STATUS_BUS_ERROR", "0x03"), ("REG_WRITE", "0x83"),
+                        ("REG_READ", "0x84"), ("REG_MAX_WORDS", "255")]:
         assert f"``{name}``" in doc and f"``{value}``" in doc
         assert getattr(sl, name) == int(value, 0), name
     assert struct.calcsize(sl.BURST_HEADER) == 9
+
+
+def test_constants_match_the_gateware():
+    """The bridge gateware and the driver must agree on every command, status and limit."""
+    from dx1_bringup.gateware import bridge
+
+    assert (bridge.CMD_WRITE, bridge.CMD_READ) == (sl.UARTBONE_WRITE, sl.UARTBONE_READ)
+    assert (bridge.CMD_BURST_WRITE, bridge.CMD_BURST_READ) == (sl.BURST_WRITE, sl.BURST_READ)
+    assert (bridge.CMD_REG_WRITE, bridge.CMD_REG_READ) == (sl.REG_WRITE, sl.REG_READ)
+    assert (bridge.ACK, bridge.NAK_CRC, bridge.NAK_RANGE, bridge.NAK_BUS) == (
+        sl.STATUS_ACK, sl.STATUS_NAK_CRC, sl.STATUS_NAK_RANGE, sl.STATUS_BUS_ERROR)
+    assert (bridge.MEM_BASE, bridge.REGS_SIZE) == (sl.MEM_BASE, sl.REG_BYTES)
+    assert (bridge.MAX_BURST_BYTES, bridge.MAX_REG_WORDS) == (sl.BURST_MAX_PAYLOAD, sl.REG_MAX_WORDS)
 
 
 def test_burst_header_layout():
@@ -72,7 +86,9 @@ def test_parse_serial_spec_errors(spec):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("serial:/dev/ttyUSB0", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5)),
+    ("serial:/dev/ttyUSB0", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5, "crc")),
+    ("serial:/dev/ttyUSB0,regs=uartbone", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5, "uartbone")),
+    ("serial:/dev/ttyUSB0@9600,regs=crc,retries=1", sl.SerialSpec("/dev/ttyUSB0", 9600, 1.0, 1, "crc")),
     ("serial:socket://127.0.0.1:5555@6250000,timeout=60", sl.SerialSpec("socket://127.0.0.1:5555", 6_250_000, 60.0)),
     ("serial:/dev/ttyUSB0,retries=0,timeout=0.5", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 0.5, 0)),
     ("serial:rfc2217://host:4000@115200,retries=12", sl.SerialSpec("rfc2217://host:4000", 115200, 1.0, 12)),
@@ -91,8 +107,10 @@ def test_parse_serial_device_options(spec, expected):
     ("serial:/dev/ttyUSB0,retries=-1", "retries must be a non-negative integer, not '-1'"),
     ("serial:/dev/ttyUSB0,timeout=1,timeout=2", "option 'timeout' given twice"),
     ("serial:/dev/ttyUSB0,baud=9600", "unknown option 'baud=9600'; expected serial:URL[@BAUD][,timeout=SECONDS]"
-                                      "[,retries=N], for example serial:/dev/ttyUSB0@115200 or "
+                                      "[,retries=N][,regs=crc|uartbone], for example serial:/dev/ttyUSB0@115200 or "
                                       "serial:socket://127.0.0.1:5555@6250000,timeout=60"),
+    ("serial:/dev/ttyUSB0,regs=litex", "regs must be 'crc' or 'uartbone', not 'litex'"),
+    ("serial:/dev/ttyUSB0,regs=crc,regs=crc", "option 'regs' given twice"),
     ("serial:/dev/ttyUSB0,timeout", "unknown option 'timeout'; expected serial:URL[@BAUD]"),
 ])
 def test_parse_serial_device_option_errors(spec, message):
@@ -106,6 +124,11 @@ def test_timeout_must_be_positive():
         sl.SerialTransport("loop://", timeout=0)
 
 
+def test_register_framing_must_be_known():
+    with pytest.raises(ValueError, match=r"^regs must be 'crc' or 'uartbone', not 'wishbone'$"):
+        sl.SerialTransport("loop://", regs="wishbone")
+
+
 def test_open_transport_dispatches_serial_urls():
     model = DeviceModel()
     bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
@@ -113,9 +136,9 @@ def test_open_transport_dispatches_serial_urls():
         with open_transport(f"serial:{bridge.url}@115200") as t:
             assert isinstance(t, sl.SerialTransport) and t.mem_bytes == model.config.mem_bytes
             assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
-            assert (t.timeout, t.retries) == (sl.DEFAULT_TIMEOUT, 5)
-        with open_transport(f"serial:{bridge.url}@115200,timeout=7.5,retries=2") as t:
-            assert (t.timeout, t.retries) == (7.5, 2)
+            assert (t.timeout, t.retries, t.regs) == (sl.DEFAULT_TIMEOUT, 5, "crc")
+        with open_transport(f"serial:{bridge.url}@115200,timeout=7.5,retries=2,regs=uartbone") as t:
+            assert (t.timeout, t.retries, t.regs) == (7.5, 2, "uartbone")
             assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
     finally:
         bridge.close()
@@ -136,10 +159,111 @@ def test_register_read_write(link):
     link.write32(GLOBAL + regs.Global.SCRATCH, 0x1234_5678)
     assert link.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
     assert link.bridge.target.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
-    # A refused access is an AXI error: the read answers all ones and the write is lost, without a word.
-    assert link.read32(GLOBAL + regs.Global.RESET) == sl.AXI_ERROR_WORD
+    # A refused access is an AXI error: a CRC register frame reports it, and the transport raises once the
+    # bridge has said so twice in a row.
+    resets = link.stats.resyncs
+    with pytest.raises(TransportError, match=r"^serial link to '.*': register read at 0x34: the bridge answered "
+                                             r"a bus error, twice in a row$"):
+        link.read32(GLOBAL + regs.Global.RESET)
     link.write32(GLOBAL + regs.Global.ID, 5)
+    with pytest.raises(TransportError, match=r"^serial link to '.*': register write at 0x0: the bridge answered "
+                                             r"a bus error, twice in a row \(found by the register read at 0x28\)$"):
+        link.read32(GLOBAL + regs.Global.SCRATCH)
+    assert link.stats.resyncs > resets
+    # the link goes on
     assert link.read32(GLOBAL + regs.Global.ID) == regs.BlockType.GLOBAL
+    link.write32(GLOBAL + regs.Global.SCRATCH, 9)
+    assert link.read32(GLOBAL + regs.Global.SCRATCH) == 9
+
+
+def test_uartbone_register_read_write():
+    with sl.loopback_model_transport(regs="uartbone") as link:
+        link.write32(GLOBAL + regs.Global.SCRATCH, 0x1234_5678)
+        assert link.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
+        # A refused access is an AXI error: the read answers all ones and the write is lost, without a word.
+        assert link.read32(GLOBAL + regs.Global.RESET) == sl.AXI_ERROR_WORD
+        link.write32(GLOBAL + regs.Global.ID, 5)
+        assert link.read32(GLOBAL + regs.Global.ID) == regs.BlockType.GLOBAL
+        assert link.stats.round_trips == 2 + 3, "MEM_BYTES is read twice at open, then one frame per read"
+        assert link.stats.write_flushes == 0
+
+
+def test_register_writes_are_confirmed_by_the_next_exchange(link):
+    """CRC register writes go out at once; their statuses come back ahead of the next answer, in one round trip."""
+    q = regs.BLOCK_BASES["QUEUE0"]
+    before = link.stats.round_trips
+    for i in range(5):
+        link.write32(q + regs.Queue.IRQ_MASK, i & 3)
+        link.write32(GLOBAL + regs.Global.SCRATCH, i)
+    assert link.stats.round_trips == before, "writes do not wait"
+    assert link.read_u32s(GLOBAL + regs.Global.SCRATCH, 1) == [4]
+    assert link.stats.round_trips == before + 1 and link.stats.write_flushes == 0
+    # more than MAX_POSTED_WRITES writes in a row: one round trip collects the statuses
+    for i in range(sl.MAX_POSTED_WRITES + 1):
+        link.write32(GLOBAL + regs.Global.SCRATCH, 100 + i)
+    assert link.stats.write_flushes == 1 and link.stats.round_trips == before + 2
+    # a memory access collects them too
+    link.write32(GLOBAL + regs.Global.SCRATCH, 7)
+    assert link.read_block(0, 4) == link.bridge.target.mem_read(0, 4)
+    assert link.stats.round_trips == before + 3 and link.stats.write_flushes == 1
+    link.write32(GLOBAL + regs.Global.SCRATCH, 8)
+    link.flush()
+    assert link.stats.write_flushes == 2
+    link.flush()
+    assert link.stats.write_flushes == 2, "nothing to flush"
+    assert link.bridge.target.read32(GLOBAL + regs.Global.SCRATCH) == 8
+
+
+def test_a_write_that_fails_is_reported_by_close():
+    t = sl.loopback_model_transport()
+    t.write32(GLOBAL + regs.Global.VERSION, 1)  # read-only: a bus error
+    with pytest.raises(TransportError, match=r"register write at 0x4: the bridge answered a bus error"):
+        t.close()
+    assert t.closed
+
+
+def test_model_bridge_answers_register_frames_as_the_gateware_does():
+    """The Python bridge answers as the RTL does (testbenches/bridge checks the same cases on the gateware)."""
+    model = DeviceModel()
+    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,), idle_timeout=0.02)
+    scratch = GLOBAL + regs.Global.SCRATCH
+    try:
+        with socket.create_connection(("127.0.0.1", bridge.port)) as s:
+            s.settimeout(1)
+
+            def exchange(frame: bytes, n: int) -> bytes:
+                s.sendall(frame)
+                got = b""
+                while len(got) < n:
+                    got += s.recv(n - len(got))
+                return got
+
+            ack, nak_crc, nak_range, bus = (bytes([v]) for v in (sl.STATUS_ACK, sl.STATUS_NAK_CRC,
+                                                                 sl.STATUS_NAK_RANGE, sl.STATUS_BUS_ERROR))
+            assert exchange(sl.reg_write_frame(scratch, [0xCAFE]), 1) == ack
+            assert model.read32(scratch) == 0xCAFE
+            answer = exchange(sl.reg_read_frame(GLOBAL, 3), 1 + 12 + 4)
+            words = [model.read32(GLOBAL + 4 * i) for i in range(3)]
+            assert answer == ack + struct.pack(">3I", *words) + struct.pack(">I", zlib.crc32(answer[1:13]))
+            # SCRATCH + 4 is CYCLES_LO, read-only: every word is tried, the refused one is not written
+            assert exchange(sl.reg_write_frame(scratch, [0xBEEF, 1]), 1) == bus
+            assert model.read32(scratch) == 0xBEEF
+            assert exchange(sl.reg_read_frame(GLOBAL + regs.Global.RESET, 1), 1) == bus  # write-only
+            for addr, n in ((scratch + 2, 1), (sl.REG_BYTES - 4, 2), (scratch, 0), (sl.MEM_BASE, 1)):
+                assert exchange(sl.reg_write_frame(addr, list(range(n))), 1) == nak_range, (addr, n)
+                assert exchange(sl.reg_read_frame(addr, n), 1) == nak_range, (addr, n)
+            assert model.read32(scratch) == 0xBEEF
+            # a bad CRC: NAK, and the line is ignored until it goes quiet, so the next frame is dropped
+            frame = bytearray(sl.reg_write_frame(scratch, [1]))
+            frame[7] ^= 0x10
+            assert exchange(bytes(frame) + sl.reg_write_frame(scratch, [2]), 1) == nak_crc
+            s.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                s.recv(1)
+            assert model.read32(scratch) == 0xBEEF
+            assert exchange(sl.reg_write_frame(scratch, [3]), 1) == ack and model.read32(scratch) == 3
+    finally:
+        bridge.close()
 
 
 def test_read_u32s_is_one_frame_per_255_registers(link):
@@ -148,12 +272,30 @@ def test_read_u32s_is_one_frame_per_255_registers(link):
     values = link.read_u32s(GLOBAL, 13)
     assert link.round_trips - before == 1
     assert values == [model.read32(GLOBAL + 4 * i) for i in range(13)]
-    before = link.round_trips
-    assert len(link.read_u32s(0, 16)) == 16 and link.round_trips - before == 1
-    before = link.round_trips
-    assert len(link.read_u32s(0, 300)) == 300 and link.round_trips - before == 2
     with pytest.raises(ValueError, match="outside the register space"):
         link.read_u32s(sl.REG_BYTES - 8, 3)
+    # A register space where every word reads: 300 words are two frames, in either framing.
+    for framing in sl.REG_FRAMINGS:
+        bridge = sl.ModelBridge(_EveryWordReads(), 4096, (BusError,))
+        with sl.SerialTransport(bridge.url, regs=framing, timeout=0.5, quiet=0.05) as t:
+            before = t.round_trips
+            assert t.read_u32s(0x100, 300) == [_EveryWordReads.value(0x100 + 4 * i) for i in range(300)], framing
+            assert t.round_trips - before == 2, framing
+        bridge.close()
+
+
+class _EveryWordReads:
+    """A register target that answers every read with a value made from its address."""
+
+    @staticmethod
+    def value(addr: int) -> int:
+        return addr ^ 0x5A5A_0000
+
+    def read32(self, addr: int) -> int:
+        return self.value(addr)
+
+    def write32(self, addr: int, value: int) -> None:
+        pass
 
 
 # -- memory ------------------------------------------------------------------------------------------
@@ -193,21 +335,29 @@ def test_bulk_transfers_are_windowed_as_the_bridge_allows(link):
         assert t.read_block(0, len(data)) == data
 
 
-def test_link_stats_count_the_line(link):
-    stats = link.stats
-    assert stats.round_trips == link.round_trips == 2, "MEM_BYTES is read twice at open"
-    sent, received = stats.bytes_sent, stats.bytes_received
-    link.write32(GLOBAL + regs.Global.SCRATCH, 7)
-    assert (stats.posted_writes, stats.bytes_sent - sent) == (1, 10)
-    assert link.read_u32s(GLOBAL, 3)[0] == regs.BlockType.GLOBAL
-    assert (stats.round_trips, stats.bytes_sent - sent, stats.bytes_received - received) == (3, 16, 12)
-    link.write_block(0, bytes(100))
-    # header, payload and CRC, then the read-back's header; status, then status, payload and CRC back
-    assert stats.bytes_sent - sent == 16 + 13 + 100 + 4 + 13
-    assert stats.bytes_received - received == 12 + 1 + 1 + 100 + 4
-    assert (stats.retries, stats.resyncs) == (0, 0)
-    assert stats.summary() == (f"4 round trips, 1 posted register writes, 0 retries, 0 resyncs, "
-                               f"{stats.bytes_sent} bytes sent, {stats.bytes_received} received")
+@pytest.mark.parametrize("framing", sl.REG_FRAMINGS)
+def test_link_stats_count_the_line(framing):
+    crc = framing == "crc"
+    with sl.loopback_model_transport(regs=framing) as link:
+        stats = link.stats
+        # MEM_BYTES is read once at open in a CRC frame, twice (no CRC) in UARTBone frames
+        assert stats.round_trips == link.round_trips == (1 if crc else 2)
+        sent, received, trips = stats.bytes_sent, stats.bytes_received, stats.round_trips
+        link.write32(GLOBAL + regs.Global.SCRATCH, 7)
+        assert (stats.posted_writes, stats.bytes_sent - sent) == (1, 14 if crc else 10)
+        assert link.read_u32s(GLOBAL, 3)[0] == regs.BlockType.GLOBAL
+        # the write's status comes back ahead of the read's status, words and CRC
+        assert (stats.round_trips - trips, stats.bytes_sent - sent, stats.bytes_received - received) == (
+            (1, 24, 1 + 1 + 12 + 4) if crc else (1, 16, 12))
+        sent, received = stats.bytes_sent, stats.bytes_received
+        link.write_block(0, bytes(100))
+        # header, payload and CRC, then the read-back's header; status, then status, payload and CRC back
+        assert stats.bytes_sent - sent == 13 + 100 + 4 + 13
+        assert stats.bytes_received - received == 1 + 1 + 100 + 4
+        assert (stats.retries, stats.resyncs, stats.write_flushes) == (0, 0, 0)
+        assert stats.summary() == (f"{stats.round_trips} round trips (0 for write statuses), 1 posted register "
+                                   f"writes, 0 retries, 0 resyncs, {stats.bytes_sent} bytes sent, "
+                                   f"{stats.bytes_received} received")
 
 
 def test_frame_builders_are_the_wire_format():
@@ -229,7 +379,7 @@ def test_dx1_gemm_prints_the_link_statistics(capsys):
         bridge.close()
     out = capsys.readouterr().out
     link = [line for line in out.splitlines() if line.startswith("  link ")]
-    assert len(link) == 1 and " round trips, " in link[0] and " 0 retries, " in link[0], out
+    assert len(link) == 1 and " round trips (" in link[0] and " 0 retries, " in link[0], out
     assert int(link[0].split()[1]) > 5, "discovery and the GEMM take several round trips"
     assert "dx1 gemm: PASS" in out
 
@@ -291,9 +441,21 @@ def test_gemms_under_faults_on_the_bulk_traffic(rate):
         assert faults.flipped > 0 and t.retries_done > 0
 
 
-def test_gemms_under_faults_everywhere_fail_loudly_or_not_at_all():
-    """At 1e-4 on every byte, register traffic is hit too: a GEMM is right or raises a DriverError."""
+def test_gemms_under_faults_everywhere_come_out_right():
+    """At 1e-4 on every byte, register traffic is hit too: CRC register frames retry it, so every GEMM is right."""
     with sl.loopback_model_transport(retries=10) as t:
+        dev = Device(t)
+        faults = _inject(t, 1e-4, seed=5, scope="all")
+        for seed in range(6):
+            a, b, bias = _gemm_operands(seed, 16, 24, 16)
+            out, _ = run_gemm(dev, a, b, bias)
+            np.testing.assert_array_equal(out, reference_gemm(a, b, bias))
+        assert faults.flipped + faults.dropped + faults.duplicated > 0 and t.retries_done > 0
+
+
+def test_uartbone_gemms_under_faults_everywhere_fail_loudly_or_not_at_all():
+    """At 1e-4 on every byte, UARTBone register traffic is hit too: a GEMM is right or raises a DriverError."""
+    with sl.loopback_model_transport(retries=10, regs="uartbone") as t:
         dev = Device(t)
         _inject(t, 1e-4, seed=5, scope="all")
         outcomes = []
@@ -331,10 +493,23 @@ def test_lost_bytes_are_a_timeout_then_a_retry():
         assert t.bridge.faults.dropped > 0 and t.retries_done > 0
 
 
-def test_register_reads_are_unprotected():
+def test_uartbone_register_reads_are_unprotected():
     """The documented limitation: a corrupted UARTBone answer of the right length is returned as it is."""
-    with sl.loopback_model_transport() as t:
+    with sl.loopback_model_transport(regs="uartbone") as t:
         t.write32(GLOBAL + regs.Global.SCRATCH, 0)
         t.bridge.faults = sl.LineFaults(bit_error_rate=0.01, seed=3, scope="all")
         values = [t.read32(GLOBAL + regs.Global.SCRATCH) for _ in range(100)]
         assert any(v != 0 for v in values)
+
+
+def test_crc_register_frames_never_return_or_write_wrong_values():
+    """The same noisy line with CRC register frames: every read is right, every write lands, after retries."""
+    with sl.loopback_model_transport(retries=20) as t:
+        model = t.bridge.target
+        faults = t.bridge.faults = sl.LineFaults(bit_error_rate=0.003, seed=3, scope="all")
+        for i in range(60):
+            value = (i * 0x9E37_79B9) & 0xFFFF_FFFF
+            t.write32(GLOBAL + regs.Global.SCRATCH, value)
+            assert t.read32(GLOBAL + regs.Global.SCRATCH) == value, i
+            assert model.read32(GLOBAL + regs.Global.SCRATCH) == value, i
+        assert faults.flipped > 0 and t.retries_done > 0

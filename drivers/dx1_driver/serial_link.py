@@ -23,26 +23,77 @@ Constant                        Value       Meaning
 ``BURST_READ``                  ``0x82``    header; answered by a status byte, then if ACK payload and its CRC
 ``BURST_HEADER``                ``">BII"``  ``[cmd, byte_addr(4), length(4)]``, followed by ``crc32`` of those 9 bytes
 ``BURST_MAX_PAYLOAD``           ``4096``    largest ``length`` of one burst
+``REG_WRITE``                   ``0x83``    ``[0x83, byte_addr(4), n, n words(4 each), crc32]``; one status byte back
+``REG_READ``                    ``0x84``    ``[0x84, byte_addr(4), n, crc32]``; status, then if ACK n words and CRC
+``REG_MAX_WORDS``               ``255``     largest ``n`` of one register frame (``n`` is one byte, 0 is refused)
 ``STATUS_ACK``                  ``0x00``    done
 ``STATUS_NAK_CRC``              ``0x01``    header or payload CRC wrong; nothing written
 ``STATUS_NAK_RANGE``            ``0x02``    address or length refused
 ``STATUS_BUS_ERROR``            ``0x03``    the AXI bus answered an error
 ==============================  ==========  ===============================================================
 
-CRC-32 is :func:`zlib.crc32` (IEEE 802.3, reflected, initial and final XOR ``0xFFFFFFFF``).
+CRC-32 is :func:`zlib.crc32` (IEEE 802.3, reflected, initial and final XOR ``0xFFFFFFFF``).  A register
+frame's CRC covers every byte before it, command byte included; a burst's header CRC covers the header's
+first 9 bytes and its payload CRC the payload alone.
 
-Register traffic is not protected
----------------------------------
-UARTBone frames carry no CRC, as in LiteX: a flipped bit in a register read's
-answer returns a wrong value, and a register write has no answer at all, so a
-corrupted or lost write goes unseen.  The transport detects what the framing
-allows: a read whose answer is short (lost bytes: timeout) or followed by extra
-bytes (duplicated bytes, or a desynchronised bridge) is retried after a
-resynchronisation, and ``MEM_BYTES`` is read twice at open.  Retrying a read
-repeats its side effects (``CYCLES_LO`` latches ``CYCLES_HI``; a TRACE data read
-takes an event).  A register read of ``0xFFFFFFFF`` is ambiguous: it is either
-the value or an AXI error; no register of the map reads all ones in normal
-operation except perhaps ``GLOBAL.SCRATCH``.
+Register traffic: CRC register frames (the default) or UARTBone
+---------------------------------------------------------------
+By default (``regs="crc"``) registers move in CRC register frames: the
+bridge writes nothing unless the frame's CRC checks, answers every write with
+a status byte, and answers a read with a status byte and the words with their
+own CRC, so a corrupted register access is retried like a burst and a read
+never returns a wrong value.  Words are at consecutive addresses, 1 to
+``REG_MAX_WORDS`` a frame, inside the register space, word-aligned; anything
+else is ``STATUS_NAK_RANGE``.  After ``STATUS_NAK_CRC`` the bridge ignores the
+line until it has been quiet (the frame's bytes may have shifted).
+
+Register writes keep most of the speed of posted UARTBone writes: a write is
+sent at once and the transport goes on without waiting; its status is read,
+and checked, by the next exchange that waits for an answer anyway (a register
+read, a memory access), whose answers follow the statuses on the line.  The
+bridge answers a write with a single byte and never stalls on it, so any number
+of write frames can go ahead of a read; the transport waits for the statuses on
+its own (a round trip counted in ``LinkStats.write_flushes``) only after
+``MAX_POSTED_WRITES`` writes in a row, in :meth:`SerialTransport.flush` and on
+close.  If any answer of such an exchange is wrong or missing, the exchange is
+retried after a resynchronisation, the unconfirmed writes first, in their
+order.  So a write's failure is reported by the exchange that collects its
+status (as :class:`TransportError`, after the retries).  The bridge runs frames
+in the order they arrive (after a bad CRC it drops the rest of the window), so
+a read or memory access runs after the writes issued ahead of it, and its
+answer is accepted only if all their statuses are ACKs.
+
+A retried write is written again: a lost status may mean that the write was
+done.  Every register the driver writes takes that: values are absolute
+(``DOORBELL`` takes the absolute ring index, ``RING_BASE``, ``CONTROL`` and the
+masks are plain values) and ``IRQ_STATUS`` is write-one-to-clear, so a second
+write changes nothing.  A retried read is read again, with its side effects:
+``CYCLES_LO`` latches ``CYCLES_HI`` again (read both in one frame, with
+:meth:`~SerialTransport.read_u32s`, to get a consistent pair), and a TRACE
+``DATA_HI`` read whose answer was lost pops a second event, so the event whose
+answer was lost is gone (the value returned is always one the device gave,
+never a corrupted one).  An AXI error is ``STATUS_BUS_ERROR``; the transport
+raises :class:`TransportError` once the same exchange has drawn it twice in a
+row (a single one may be a NAK_CRC with a flipped bit).
+
+Residual risks: the status byte has no check, so a flipped bit can turn a
+``STATUS_NAK_CRC`` into ``STATUS_ACK`` and a doubled ACK can stand in for a
+frame whose command byte was lost (each needs two faults, about 1e-7 a frame
+at 1e-4); unconfirmed writes sent back to back can reach the registers out of
+order when a frame's command byte is lost and a later frame is still taken
+(the retry then writes them again in order); and a lost command byte makes the
+bridge read the frame's address bytes as commands (see the last section).
+
+With ``regs="uartbone"`` registers move in LiteX's UARTBone frames, for a
+bridge that speaks only those.  They carry no CRC: a flipped bit in a register
+read's answer returns a wrong value, and a register write has no answer at all,
+so a corrupted or lost write goes unseen.  The transport detects what the
+framing allows: a read whose answer is short (lost bytes: timeout) or followed
+by extra bytes (duplicated bytes, or a desynchronised bridge) is retried after
+a resynchronisation, and ``MEM_BYTES`` is read twice at open.  Retrying a read
+repeats its side effects as above.  A register read of ``0xFFFFFFFF`` is
+ambiguous: it is either the value or an AXI error; no register of the map
+reads all ones in normal operation except perhaps ``GLOBAL.SCRATCH``.
 
 Memory traffic is protected
 ---------------------------
@@ -79,7 +130,7 @@ bridge is not: while it sends an answer it takes no byte, so the next write
 burst must wait for the read-back, and a verified write moves at about half
 the line rate (49% at 6.25 Mbaud in `make bench`, against 99% unverified).
 
-Residual risks, all of them from the framing: the burst commands differ from
+Residual risks of the bursts, all of them from the framing: the burst commands differ from
 the UARTBone ones only in bit 7 (0x81/0x01, 0x82/0x02), so one flipped bit makes
 a burst header a UARTBone frame whose address is built from the burst's
 address and length bytes (``byte_addr[23:0] << 10``: inside the register space
@@ -89,13 +140,14 @@ detectable from the host.
 
 Device strings
 --------------
-``serial:URL[@BAUD][,timeout=SECONDS][,retries=N]``, where URL is anything
-:func:`serial.serial_for_url` opens: ``serial:/dev/ttyUSB0@115200``,
+``serial:URL[@BAUD][,timeout=SECONDS][,retries=N][,regs=crc|uartbone]``, where
+URL is anything :func:`serial.serial_for_url` opens: ``serial:/dev/ttyUSB0@115200``,
 ``serial:socket://127.0.0.1:5555@3000000``, ``serial:rfc2217://host:4000``.
 The default baud rate is 3 000 000.  ``timeout`` (default 1 s) is how late an
 answer may be on top of its transmission time, ``retries`` (default 5) how
 often one exchange is retried; the simulated board, which moves about a
-kilobyte per wall-clock second, needs ``timeout=60`` or so.
+kilobyte per wall-clock second, needs ``timeout=60`` or so.  ``regs`` (default
+``crc``) picks the register framing; ``uartbone`` for a LiteX-style bridge.
 """
 
 from __future__ import annotations
@@ -111,15 +163,16 @@ from typing import Any
 
 import serial
 
-from . import regs
+from . import regs as regmap
 from .errors import TransportError
 from .transport import Transport
 
 __all__ = [
     "UARTBONE_WRITE", "UARTBONE_READ", "UARTBONE_MAX_WORDS", "AXI_ERROR_WORD", "REG_BASE", "REG_BYTES", "MEM_BASE",
     "BURST_WRITE", "BURST_READ", "BURST_HEADER", "BURST_MAX_PAYLOAD", "STATUS_ACK", "STATUS_NAK_CRC",
-    "STATUS_NAK_RANGE", "STATUS_BUS_ERROR", "MAX_WINDOW", "BRIDGE_RX_FIFO", "READ_WINDOW_BURSTS", "DEFAULT_BAUD",
-    "DEFAULT_TIMEOUT", "burst_header",
+    "STATUS_NAK_RANGE", "STATUS_BUS_ERROR", "REG_WRITE", "REG_READ", "REG_MAX_WORDS", "MAX_POSTED_WRITES",
+    "REG_FRAMINGS", "reg_write_frame", "reg_read_frame", "MAX_WINDOW", "BRIDGE_RX_FIFO", "READ_WINDOW_BURSTS",
+    "DEFAULT_BAUD", "DEFAULT_TIMEOUT", "burst_header",
     "burst_write_frame", "burst_read_frame", "uartbone_read_frame", "uartbone_write_frame", "LinkStats",
     "SerialSpec", "SerialTransport", "parse_serial_device", "parse_serial_spec", "LineFaults", "ModelBridge",
     "loopback_model_transport",
@@ -140,10 +193,14 @@ STATUS_ACK = 0x00
 STATUS_NAK_CRC = 0x01
 STATUS_NAK_RANGE = 0x02
 STATUS_BUS_ERROR = 0x03
+REG_WRITE = 0x83
+REG_READ = 0x84
+REG_MAX_WORDS = 255
 
 _HEADER = struct.Struct(BURST_HEADER)
 _CRC = struct.Struct(">I")
 _UARTBONE = struct.Struct(">BBI")
+_REG_HEADER = struct.Struct(">BIB")
 _STATUS_TEXT = {STATUS_NAK_CRC: "NAK: bad CRC", STATUS_NAK_RANGE: "NAK: bad address or length",
                 STATUS_BUS_ERROR: "bus error"}
 #: Smallest window the transport shrinks to on a noisy line: a 16-byte burst is 34 bytes on the wire.
@@ -155,6 +212,10 @@ BRIDGE_RX_FIFO = 16
 #: Read bursts of one window: the bridge takes the first header at once, and only one more 13-byte header
 #: fits its receive FIFO while it sends the first answer; a third would overflow it and be lost.
 READ_WINDOW_BURSTS = 2
+#: Register writes sent before the transport waits for their statuses (see the module docstring).
+MAX_POSTED_WRITES = 16
+#: Register framings of :class:`SerialTransport`: CRC register frames (the default) or LiteX's UARTBone.
+REG_FRAMINGS = ("crc", "uartbone")
 #: Default baud rate of the board's UART.
 DEFAULT_BAUD = 3_000_000
 #: Default seconds an answer may be late, on top of its transmission time.
@@ -177,6 +238,18 @@ def burst_read_frame(byte_addr: int, length: int) -> bytes:
     return burst_header(BURST_READ, byte_addr, length)
 
 
+def reg_write_frame(byte_addr: int, words: list[int]) -> bytes:
+    """A CRC register write of 1..255 words to ``byte_addr`` (answered by one status byte)."""
+    frame = _REG_HEADER.pack(REG_WRITE, byte_addr, len(words)) + struct.pack(f">{len(words)}I", *words)
+    return frame + _CRC.pack(zlib.crc32(frame))
+
+
+def reg_read_frame(byte_addr: int, n: int) -> bytes:
+    """A CRC register read of ``n`` (1..255) words (answered by a status byte, then on ACK the words and their CRC)."""
+    frame = _REG_HEADER.pack(REG_READ, byte_addr, n)
+    return frame + _CRC.pack(zlib.crc32(frame))
+
+
 def uartbone_read_frame(byte_addr: int, n: int) -> bytes:
     """A UARTBone read of ``n`` (1..255) words from ``byte_addr`` (answered by ``4 * n`` bytes)."""
     return _UARTBONE.pack(UARTBONE_READ, n, byte_addr >> 2)
@@ -195,20 +268,22 @@ class SerialSpec:
     baud: int = DEFAULT_BAUD
     timeout: float = DEFAULT_TIMEOUT
     retries: int = 5
+    regs: str = "crc"
 
 
-_SPEC_HELP = ("expected serial:URL[@BAUD][,timeout=SECONDS][,retries=N], for example serial:/dev/ttyUSB0@115200 "
-              "or serial:socket://127.0.0.1:5555@6250000,timeout=60")
+_SPEC_HELP = ("expected serial:URL[@BAUD][,timeout=SECONDS][,retries=N][,regs=crc|uartbone], for example "
+              "serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555@6250000,timeout=60")
 _URL_HELP = ("expected serial:URL or serial:URL@BAUD, for example serial:/dev/ttyUSB0@115200 or "
              "serial:socket://127.0.0.1:5555")
 
 
 def parse_serial_device(spec: str) -> SerialSpec:
-    """Parse ``serial:URL[@BAUD][,timeout=SECONDS][,retries=N]``.
+    """Parse ``serial:URL[@BAUD][,timeout=SECONDS][,retries=N][,regs=crc|uartbone]``.
 
     ``BAUD`` defaults to :data:`DEFAULT_BAUD`; ``timeout`` (seconds an answer may be
-    late on top of its transmission time, default :data:`DEFAULT_TIMEOUT`) and
-    ``retries`` (default 5) are :class:`SerialTransport`'s parameters.  A slow
+    late on top of its transmission time, default :data:`DEFAULT_TIMEOUT`),
+    ``retries`` (default 5) and ``regs`` (the register framing, default ``crc``;
+    ``uartbone`` for a LiteX-style bridge) are :class:`SerialTransport`'s parameters.  A slow
     line, such as the simulated board, which moves about a kilobyte per
     wall-clock second, needs a longer timeout: ``serial:socket://127.0.0.1:PORT@6250000,timeout=60``.
 
@@ -227,10 +302,15 @@ def parse_serial_device(spec: str) -> SerialSpec:
     values: dict[str, Any] = {}
     for option in options:
         key, eq, text = option.partition("=")
-        if key not in ("timeout", "retries") or not eq:
+        if key not in ("timeout", "retries", "regs") or not eq:
             raise ValueError(f"device {spec!r}: unknown option {option!r}; {_SPEC_HELP}")
         if key in values:
             raise ValueError(f"device {spec!r}: option {key!r} given twice")
+        if key == "regs":
+            if text not in REG_FRAMINGS:
+                raise ValueError(f"device {spec!r}: regs must be 'crc' or 'uartbone', not {text!r}")
+            values[key] = text
+            continue
         try:
             value: Any = float(text) if key == "timeout" else int(text)
         except ValueError:
@@ -263,7 +343,10 @@ class LinkStats:
     round_trips:
         Exchanges that waited for an answer: one per register read frame, one per burst window (retries included).
     posted_writes:
-        Register writes sent without an answer (UARTBone writes have none).
+        Register writes sent without waiting for an answer (UARTBone writes have none; a CRC register write's
+        status is read by a later exchange).
+    write_flushes:
+        Round trips (counted in ``round_trips`` too) that only collected the statuses of CRC register writes.
     retries:
         Exchanges retried after a failure.
     resyncs:
@@ -274,6 +357,7 @@ class LinkStats:
 
     round_trips: int = 0
     posted_writes: int = 0
+    write_flushes: int = 0
     retries: int = 0
     resyncs: int = 0
     bytes_sent: int = 0
@@ -281,13 +365,18 @@ class LinkStats:
 
     def summary(self) -> str:
         """One line for people."""
-        return (f"{self.round_trips} round trips, {self.posted_writes} posted register writes, "
+        return (f"{self.round_trips} round trips ({self.write_flushes} for write statuses), "
+                f"{self.posted_writes} posted register writes, "
                 f"{self.retries} retries, {self.resyncs} resyncs, {self.bytes_sent} bytes sent, "
                 f"{self.bytes_received} received")
 
 
 class _Failure(Exception):
     """One failed exchange on the line, retried after a resynchronisation."""
+
+
+class _BusError(_Failure):
+    """The bridge answered a register frame with STATUS_BUS_ERROR: retried once, then raised."""
 
 
 class SerialTransport(Transport):
@@ -309,6 +398,9 @@ class SerialTransport(Transport):
         inter-byte timeout.
     verify_writes:
         Follow every write burst by a read burst of the same bytes and compare (see the module docstring).
+    regs:
+        Register framing: ``"crc"`` (CRC register frames, writes confirmed) or ``"uartbone"`` (LiteX's frames,
+        for a bridge that speaks only those).
 
     Attributes
     ----------
@@ -319,7 +411,9 @@ class SerialTransport(Transport):
     """
 
     def __init__(self, url: str, baud: int = DEFAULT_BAUD, timeout: float = DEFAULT_TIMEOUT, retries: int = 5, *,
-                 quiet: float = 0.2, verify_writes: bool = True):
+                 quiet: float = 0.2, verify_writes: bool = True, regs: str = "crc"):
+        if regs not in REG_FRAMINGS:
+            raise ValueError(f"regs must be 'crc' or 'uartbone', not {regs!r}")
         if retries < 0:
             raise ValueError(f"retries must not be negative, not {retries!r}")
         if not timeout > 0:
@@ -329,7 +423,12 @@ class SerialTransport(Transport):
         self.retries = retries
         self.quiet = quiet
         self.verify_writes = verify_writes
+        self.regs = regs
         self.stats = LinkStats()
+        # CRC register writes whose status is not yet checked, as (byte address, frame), in the order sent.
+        self._posted: list[tuple[int, bytes]] = []
+        # Whether those frames are on the line (a resynchronisation throws their statuses away: send them again).
+        self._posted_sent = False
         # 10 bit times per byte: start, 8 data bits, stop.
         self._byte_time = 10.0 / baud
         self._window = MAX_WINDOW
@@ -344,7 +443,10 @@ class SerialTransport(Transport):
         if isinstance(sock, socket.socket):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            mem_bytes = self._read_stable(REG_BASE + regs.Global.MEM_BYTES)
+            if self.regs == "crc":
+                mem_bytes = self._read_regs(REG_BASE + regmap.Global.MEM_BYTES, 1)[0]
+            else:
+                mem_bytes = self._read_stable(REG_BASE + regmap.Global.MEM_BYTES)
             super().__init__(REG_BYTES, mem_bytes)
         except BaseException:
             self.port.close()
@@ -387,6 +489,7 @@ class SerialTransport(Transport):
     def _resync(self) -> None:
         """Drop whatever is in flight and wait until the line stays quiet for ``quiet`` seconds."""
         self.stats.resyncs += 1
+        self._posted_sent = False
         while True:
             try:
                 self.port.reset_input_buffer()
@@ -403,7 +506,8 @@ class SerialTransport(Transport):
         by ``retries`` in total, only per piece.
         """
         failures = 0
-        if self._pending():
+        bus_error = False
+        if self._pending() and not self._posted:
             # Bytes nobody asked for: an earlier exchange went wrong after it was accepted.
             self._resync()
         while True:
@@ -411,20 +515,98 @@ class SerialTransport(Transport):
                 if attempt():
                     return
                 failures = 0
+                bus_error = False
             except _Failure as e:
                 self._last_failure = str(e)
                 failures += 1
+                if isinstance(e, _BusError) and bus_error:
+                    # The same answer twice: a real AXI error, not a corrupted status.  The unconfirmed
+                    # writes were all sent again by this attempt; none of them is sent a third time.
+                    self._posted.clear()
+                    self._resync()
+                    found = "" if str(e).startswith(what) else f" (found by the {what})"
+                    raise TransportError(f"serial link to {self.url!r}: {e}, twice in a row{found}") from None
+                bus_error = isinstance(e, _BusError)
                 if failures > self.retries:
+                    self._posted.clear()
                     raise TransportError(f"serial link to {self.url!r}: {what} failed after {self.retries} "
                                          f"retries; last failure: {e}") from None
                 self.stats.retries += 1
                 self._window = max(_MIN_WINDOW, self._window // 4)
                 self._resync()
 
-    # -- registers (UARTBone) -----------------------------------------------------------------------
+    # -- windows: the unconfirmed register writes go first ------------------------------------------------
+
+    def _send_window(self, frames: bytes, answer_bytes: int) -> float:
+        """Send ``frames`` as one window and return how long to wait for each of its answers.
+
+        The unconfirmed CRC register writes go first (again, after a resynchronisation
+        threw their statuses away), and their statuses, which come first, are read and
+        checked here; :meth:`_committed` forgets them once the whole window succeeded.
+        """
+        prefix = b"" if self._posted_sent else b"".join(frame for _, frame in self._posted)
+        self._send(prefix + frames)
+        self._posted_sent = True
+        self.stats.round_trips += 1
+        line = sum(len(frame) + 1 for _, frame in self._posted) + len(frames) + answer_bytes
+        wait = self.timeout + line * self._byte_time
+        for at, _ in self._posted:
+            self._reg_status(f"register write at 0x{at:x}", wait)
+        return wait
+
+    def _reg_status(self, what: str, wait: float) -> None:
+        status = self._recv(1, wait)
+        if not status:
+            raise _Failure(f"{what}: no status byte")
+        if status[0] == STATUS_BUS_ERROR:
+            raise _BusError(f"{what}: the bridge answered a bus error")
+        if status[0] != STATUS_ACK:
+            raise _Failure(f"{what}: {_STATUS_TEXT.get(status[0], f'unknown status 0x{status[0]:02x}')}")
+
+    def flush(self) -> None:
+        """Wait for the statuses of the register writes sent so far (one round trip if there are any).
+
+        Raises
+        ------
+        TransportError
+            A write failed after the retries, or drew a bus error.
+        """
+        self._check_open()
+        self._flush()
+
+    def _flush(self) -> None:
+        if not self._posted:
+            return
+
+        def attempt() -> bool:
+            self._send_window(b"", 0)
+            self.stats.write_flushes += 1
+            return self._committed()
+
+        self._exchange(f"{len(self._posted)} register writes from 0x{self._posted[0][0]:x} on", attempt)
+
+    # -- registers ----------------------------------------------------------------------------------
 
     def _read_regs(self, addr: int, count: int) -> list[int]:
         words: list[int] = []
+
+        if self.regs == "crc":
+            def attempt() -> bool:
+                n = min(REG_MAX_WORDS, count - len(words))
+                at = addr + 4 * len(words)
+                wait = self._send_window(reg_read_frame(at, n), 4 * n + 5)
+                self._reg_status(f"register read at 0x{at:x}", wait)
+                body = self._recv(4 * n + 4, wait)
+                if len(body) != 4 * n + 4:
+                    raise _Failure(f"register read at 0x{at:x}: {len(body)} of {4 * n + 4} answer bytes arrived")
+                if zlib.crc32(body[:-4]) != _CRC.unpack(body[-4:])[0]:
+                    raise _Failure(f"register read at 0x{at:x}: CRC mismatch")
+                self._committed()
+                words.extend(struct.unpack(f">{n}I", body[:-4]))
+                return len(words) == count
+
+            self._exchange(f"register read at 0x{addr:x}", attempt)
+            return words
 
         def attempt() -> bool:
             n = min(UARTBONE_MAX_WORDS, count - len(words))
@@ -461,7 +643,7 @@ class SerialTransport(Transport):
         return self._read_regs(addr, 1)[0]
 
     def read_u32s(self, addr: int, count: int) -> list[int]:
-        """Read ``count`` consecutive registers in UARTBone frames of up to 255 words (one round trip each)."""
+        """Read ``count`` consecutive registers in frames of up to 255 words (one round trip each)."""
         if count < 0:
             raise ValueError(f"register count must not be negative, not {count}")
         if not count:
@@ -471,6 +653,19 @@ class SerialTransport(Transport):
         return self._read_regs(addr, count)
 
     def _write32(self, addr: int, value: int) -> None:
+        if self.regs == "crc":
+            if len(self._posted) >= MAX_POSTED_WRITES:
+                self._flush()
+            frame = reg_write_frame(addr, [value])
+            if not self._posted and self._pending():
+                self._resync()  # bytes nobody asked for: they would be taken for this write's status
+            if self._posted_sent or not self._posted:
+                self._send(frame)
+                self._posted_sent = True
+            # else the earlier writes wait to be sent again by the next window: this one goes with them, in order
+            self._posted.append((addr, frame))
+            self.stats.posted_writes += 1
+            return
         if self._pending():
             self._resync()
         self._send(uartbone_write_frame(addr, [value]))
@@ -503,6 +698,7 @@ class SerialTransport(Transport):
     def _committed(self) -> bool:
         if self._pending():
             raise _Failure("more bytes than the answers of the window arrived")
+        self._posted.clear()
         self._window = min(MAX_WINDOW, self._window * 2)
         return True
 
@@ -511,9 +707,8 @@ class SerialTransport(Transport):
 
         def attempt() -> bool:
             pieces = self._pieces(len(out), n, READ_WINDOW_BURSTS)
-            self._send(b"".join(burst_read_frame(MEM_BASE + addr + p, k) for p, k in pieces))
-            self.stats.round_trips += 1
-            wait = self.timeout + sum(k + 18 for _, k in pieces) * self._byte_time
+            wait = self._send_window(b"".join(burst_read_frame(MEM_BASE + addr + p, k) for p, k in pieces),
+                                     sum(k + 5 for _, k in pieces))
             got = bytearray()
             for p, k in pieces:
                 got += self._payload(addr + p, k, wait)
@@ -537,9 +732,8 @@ class SerialTransport(Transport):
                 frames.append(burst_write_frame(MEM_BASE + addr + p, chunk))
                 if self.verify_writes:
                     frames.append(burst_read_frame(MEM_BASE + addr + p, k))
-            self._send(b"".join(frames))
-            self.stats.round_trips += 1
-            wait = self.timeout + sum(2 * k + 36 for _, k in pieces) * self._byte_time
+            answers = sum(k + 6 if self.verify_writes else 1 for _, k in pieces)
+            wait = self._send_window(b"".join(frames), answers)
             for p, k in pieces:
                 self._status(addr + p, wait)
                 if self.verify_writes and self._payload(addr + p, k, wait) != data[p:p + k]:
@@ -551,7 +745,10 @@ class SerialTransport(Transport):
         self._exchange(f"memory write of {len(data)} bytes at 0x{addr:x}", attempt)
 
     def _close(self) -> None:
-        self.port.close()
+        try:
+            self._flush()  # the last writes' statuses: a failed write must not go unseen
+        finally:
+            self.port.close()
 
 
 # -- the bridge side, in Python -------------------------------------------------------------------------
@@ -570,8 +767,8 @@ class LineFaults:
     seed:
         Seed of the fault sequence.
     scope:
-        ``"all"``: every byte in both directions; ``"bursts"``: only the bytes of CRC burst frames after
-        their command byte, and the answers to bursts, as if register traffic were protected.
+        ``"all"``: every byte in both directions; ``"bursts"``: only the bytes of CRC-checked frames (bursts
+        and CRC register frames) after their command byte, and their answers: everything but UARTBone.
 
     Attributes
     ----------
@@ -644,7 +841,10 @@ class ModelBridge:
     input is discarded until the line goes idle: a framing error means that the
     following bytes are not where frames start, and read as frames they would
     run payload bytes as UARTBone commands.  The host resynchronises by waiting
-    for that idle line, so the board's bridge must behave the same way.
+    for that idle line, so the board's bridge must behave the same way.  A CRC
+    register frame is answered as the gateware answers it: after a bad CRC the
+    input is discarded until idle; a refused range (the frame was whole and its
+    CRC good) and a bus error are answered and the next frame is taken at once.
     """
 
     def __init__(self, target: Any, mem_bytes: int, bus_errors: tuple[type[BaseException], ...], *,
@@ -770,6 +970,8 @@ class ModelBridge:
                 self._bus_write(((addr_word + i) << 2) & 0xFFFF_FFFF, int.from_bytes(word, "big"))
         elif cmd in (BURST_WRITE, BURST_READ):
             self._burst(cmd)
+        elif cmd in (REG_WRITE, REG_READ):
+            self._reg_frame(cmd)
         else:
             self._discard_until_idle()
 
@@ -810,6 +1012,44 @@ class ModelBridge:
             return
         self._answer(bytes((STATUS_ACK,)), True)
 
+    def _reg_frame(self, cmd: int) -> None:
+        head = self._take(5, True)
+        if head is None:
+            return
+        addr, n = struct.unpack(">IB", head)
+        # A write's words come before the CRC; the count is only trusted once the CRC checks.
+        body = self._take(4 * n + 4 if cmd == REG_WRITE else 4, True)
+        if body is None:
+            return
+        if zlib.crc32(bytes((cmd,)) + head + body[:-4]) != _CRC.unpack(body[-4:])[0]:
+            self._answer(bytes((STATUS_NAK_CRC,)), True)
+            self._discard_until_idle()
+            return
+        if not (0 < n <= REG_MAX_WORDS and addr % 4 == 0 and REG_BASE <= addr and addr + 4 * n <= REG_BASE + REG_BYTES):
+            self._answer(bytes((STATUS_NAK_RANGE,)), True)
+            return
+        ok = True
+        if cmd == REG_WRITE:
+            # Every word is tried, as on the board; the refused ones are not written.
+            for i, value in enumerate(struct.unpack(f">{n}I", body[:-4])):
+                try:
+                    self.target.write32(addr - REG_BASE + 4 * i, value)
+                except (*self.bus_errors, ValueError):
+                    ok = False
+            self._answer(bytes((STATUS_ACK if ok else STATUS_BUS_ERROR,)), True)
+            return
+        values = []
+        for i in range(n):
+            try:
+                values.append(self.target.read32(addr - REG_BASE + 4 * i))
+            except (*self.bus_errors, ValueError):
+                ok = False
+        if not ok:
+            self._answer(bytes((STATUS_BUS_ERROR,)), True)
+            return
+        payload = struct.pack(f">{n}I", *values)
+        self._answer(bytes((STATUS_ACK,)) + payload + _CRC.pack(zlib.crc32(payload)), True)
+
     def _bus_read(self, byte_addr: int) -> int:
         try:
             if REG_BASE <= byte_addr < REG_BASE + REG_BYTES:
@@ -841,8 +1081,10 @@ class _LoopbackTransport(SerialTransport):
             raise
 
     def _close(self) -> None:
-        super()._close()
-        self.bridge.close()
+        try:
+            super()._close()
+        finally:
+            self.bridge.close()
 
 
 def loopback_model_transport(fault_rate: float = 0.0, seed: int = 0, *, scope: str = "all",

@@ -356,9 +356,10 @@ def open_transport(spec: str) -> Transport:
         ``"model"`` (the in-process golden model); ``"model:FAULTS"`` (the same with broken
         device memory, for example ``model:stuck-bit=5`` or ``model:alias-bit=12``); ``"sim"``
         (a private simulator of the SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
-        ``dx1 sim serve``); ``"serial:URL[@BAUD][,timeout=SECONDS][,retries=N]"`` (a board's UART
-        bridge at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
-        ``serial:socket://127.0.0.1:5555,timeout=60``; 3 000 000 baud, 1 s and 5 retries by default);
+        ``dx1 sim serve``); ``"serial:URL[@BAUD][,timeout=SECONDS][,retries=N][,regs=crc|uartbone]"`` (a
+        board's UART bridge at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
+        ``serial:socket://127.0.0.1:5555,timeout=60``; 3 000 000 baud, 1 s, 5 retries and CRC register
+        frames by default; ``regs=uartbone`` for a LiteX-style bridge);
         ``"pcie:BDF"`` (a card's BARs through sysfs, for example ``pcie:0000:01:00.0``).
 
     Raises
@@ -389,7 +390,7 @@ def open_transport(spec: str) -> Transport:
         from .serial_link import SerialTransport, parse_serial_device
 
         parsed = parse_serial_device(spec)
-        return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries)
+        return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries, regs=parsed.regs)
     if spec.startswith("pcie:"):
         from .pcie import PcieTransport, parse_bdf
 

@@ -1,4 +1,4 @@
-"""The host bridge: a UART that speaks LiteX's UARTBone framing, plus a CRC-checked burst mode, onto AXI."""
+"""The host bridge: a UART speaking LiteX's UARTBone framing, plus CRC-checked bursts and register frames, onto AXI."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from .axi import BURST_INCR, RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from .uart import UartRx, UartTx, check_baud
 
 __all__ = ["UartBridge", "crc32_update", "CMD_WRITE", "CMD_READ", "CMD_WRITE_FIXED", "CMD_READ_FIXED",
-           "CMD_BURST_WRITE", "CMD_BURST_READ", "ACK", "NAK_CRC", "NAK_RANGE", "NAK_BUS",
-           "MEM_BASE", "REGS_SIZE", "MAX_BURST_BYTES", "TIMEOUT_BITS"]
+           "CMD_BURST_WRITE", "CMD_BURST_READ", "CMD_REG_WRITE", "CMD_REG_READ", "ACK", "NAK_CRC", "NAK_RANGE",
+           "NAK_BUS", "MEM_BASE", "REGS_SIZE", "MAX_BURST_BYTES", "MAX_REG_WORDS", "TIMEOUT_BITS"]
 
 CMD_WRITE = 0x01        # UARTBone: write n words, address incrementing
 CMD_READ = 0x02         # UARTBone: read n words, address incrementing
@@ -21,8 +21,10 @@ CMD_WRITE_FIXED = 0x03  # UARTBone: write n words to one address
 CMD_READ_FIXED = 0x04   # UARTBone: read n words from one address
 CMD_BURST_WRITE = 0x81  # CRC burst write to device memory
 CMD_BURST_READ = 0x82   # CRC burst read from device memory
+CMD_REG_WRITE = 0x83    # CRC-checked register write, answered by a status byte
+CMD_REG_READ = 0x84     # CRC-checked register read, answered by a status byte and the words with their CRC
 
-ACK = 0x00              # burst status: done
+ACK = 0x00              # burst and register frame status: done
 NAK_CRC = 0x01          # a CRC did not match: nothing was written
 NAK_RANGE = 0x02        # address or length out of range: nothing was done
 NAK_BUS = 0x03          # an AXI error response
@@ -30,6 +32,7 @@ NAK_BUS = 0x03          # an AXI error response
 MEM_BASE = 0x8000_0000  # byte address of device memory offset 0
 REGS_SIZE = 0x1_0000    # register space: byte addresses 0 .. 0xFFFF
 MAX_BURST_BYTES = 4096  # largest burst payload (the block-RAM buffer)
+MAX_REG_WORDS = 255     # largest word count of a CRC register frame (n is one byte; the words sit in the same buffer)
 TIMEOUT_BITS = 1000     # bit times without a byte that end a frame
 
 CRC_POLY = 0xEDB88320   # CRC-32 (IEEE 802.3, zlib.crc32), reflected
@@ -77,7 +80,7 @@ def crc32_update(crc, byte):
 class UartBridge(wiring.Component):
     """A UART host bridge onto the SoC's register port (AXI4-Lite) and device-memory port (AXI4).
 
-    The UART is 8N1 at ``baud``.  Two framings share the line; every multi-byte
+    The UART is 8N1 at ``baud``.  Three framings share the line; every multi-byte
     field is big-endian.
 
     *UARTBone* (wire-compatible with LiteX's ``UARTBone``, so ``litex_server --uart``
@@ -107,12 +110,31 @@ class UartBridge(wiring.Component):
     the line has been quiet for the timeout, so a host must wait that long
     before its next frame.
 
+    *Register frame* (register space only, CRC-checked): ``cmd, byte_addr[4],
+    n, ...`` with one CRC-32 (zlib.crc32) over every preceding byte of the
+    frame, command byte included.  A write (0x83) is ``cmd, byte_addr[4], n,
+    words[4n], crc[4]``: the words are buffered and only written to the
+    registers once the CRC checks, and the bridge answers one status byte:
+    0x00 done, 0x01 bad CRC (nothing written), 0x02 bad address or count
+    (nothing written), 0x03 an AXI error response (every word was tried; the
+    refused ones were not written).  A read (0x84) is ``cmd, byte_addr[4], n,
+    crc[4]``, answered by a status byte and, only when it is 0x00, ``4n`` bytes
+    (the words, each big-endian) and their CRC-32; 0x03 means a word got an
+    AXI error response (every word was read).  ``n`` is 1 to
+    :data:`MAX_REG_WORDS` (255) words at consecutive addresses, ``byte_addr``
+    is word-aligned and the range must lie inside 0x0000_0000 .. 0x0000_FFFF.
+    Since the count is not checked before the CRC, a write frame is received
+    whole before any answer.  After a bad CRC (a lost or doubled byte may have
+    shifted everything after it) the bridge discards everything until the line
+    has been quiet for the timeout, as after a burst header NAK; after 0x02
+    (good CRC) and 0x03 it takes the next frame at once.
+
     Address map (byte addresses): 0x0000_0000 .. 0x0000_FFFF the registers
     (32-bit accesses on ``regs``), 0x8000_0000 + offset device memory (``mem``
     at address ``offset``).  A UARTBone write anywhere else is dropped and a
     read answers 0xFFFF_FFFF per word; a read that gets an AXI error response
     also answers 0xFFFF_FFFF for that word (write errors are not reported:
-    UARTBone has no write answer).
+    UARTBone has no write answer; register frames report both).
 
     Robustness: a frame that stops for :data:`TIMEOUT_BITS` bit times is
     dropped and the bridge waits for a command byte again; bytes that are not
@@ -196,6 +218,9 @@ class UartBridge(wiring.Component):
         bus_err = Signal()
         rx_crc_ok = Signal()
         m.d.comb += rx_crc_ok.eq(shreg_next == ~crc)
+        reg_frame = Signal()        # a CRC register frame (0x83, 0x84) rather than a burst
+        m.d.comb += reg_frame.eq((cmd == CMD_REG_WRITE) | (cmd == CMD_REG_READ))
+        reg_err = Signal()          # register frame: the response of the current word is an error
 
         # UARTBone decode of the current word
         byte_addr = Signal(32)
@@ -216,6 +241,11 @@ class UartBridge(wiring.Component):
         hi = Signal(14)             # lo + length
         nbeats = Signal(10)
         m.d.comb += [hi.eq(lo + blen[:13]), nbeats.eq((hi + 7) >> 3)]
+        # A register frame keeps word i in buffer bytes 4i .. 4i+3 as on the wire (most significant first).
+        reg_half = Signal(32)
+        m.d.comb += reg_half.eq(Mux(count[0], rp.data[32:], rp.data[:32]))
+        reg_word = Signal(32)       # register frame: word ``count`` from the buffer, as a value
+        m.d.comb += reg_word.eq(Cat(reg_half[24:], reg_half[16:24], reg_half[8:16], reg_half[:8]))
 
         # ---- burst cutting ---------------------------------------------------------------------
         cur = Signal(31)            # AXI address of the next burst (beat aligned)
@@ -313,6 +343,8 @@ class UartBridge(wiring.Component):
                             m.next = "BONE_LEN"
                         with m.Case(CMD_BURST_WRITE, CMD_BURST_READ):
                             m.next = "HDR"
+                        with m.Case(CMD_REG_WRITE, CMD_REG_READ):
+                            m.next = "REG_HDR"
 
             # ---- UARTBone ----------------------------------------------------------------------
             with m.State("BONE_LEN"):
@@ -431,7 +463,10 @@ class UartBridge(wiring.Component):
                     m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
                     with m.If(count == 3):
                         m.d.sync += [left.eq(nbeats), status.eq(Mux(rx_crc_ok, ACK, NAK_CRC))]
-                        m.next = "WR_SETUP"
+                        with m.If(reg_frame):
+                            m.next = "REG_CHECK"
+                        with m.Else():
+                            m.next = "WR_SETUP"
                 recv_state(on_pcrc)
             with m.State("WR_SETUP"):
                 with m.If((status != ACK) | (left == 0)):
@@ -481,6 +516,64 @@ class UartBridge(wiring.Component):
                         m.d.sync += bus_err.eq(1)
                     with m.If(mem.rlast):
                         m.next = "RD_ADDR"
+
+            # ---- register frames: header, then (write) the words into the buffer, then the frame's CRC --
+            with m.State("REG_HDR"):
+                def on_reg_hdr():
+                    m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1), crc.eq(crc32_update(crc, byte))]
+                    with m.If(count == 3):
+                        m.d.sync += baddr.eq(shreg_next)
+                    with m.If(count == 4):
+                        m.d.sync += [words.eq(byte), blen.eq(byte << 2), lo.eq(0), idx.eq(0), count.eq(0)]
+                        with m.If(cmd[0] & (byte != 0)):
+                            m.next = "PAYLOAD"      # the words, into the buffer; the CRC runs on
+                        with m.Else():
+                            m.next = "PAYLOAD_CRC"
+                recv_state(on_reg_hdr)
+            with m.State("REG_CHECK"):
+                m.d.sync += [count.eq(0), beat.eq(0), bus_err.eq(0)]
+                with m.If(status != ACK):
+                    m.next = "NAK_HEADER"           # a bad CRC: discard until the line is quiet
+                with m.Elif((words == 0) | (baddr[16:] != 0) | (baddr[:2] != 0) |
+                            (baddr[:16] + blen[:11] > REGS_SIZE)):
+                    m.d.sync += status.eq(NAK_RANGE)
+                    m.next = "STATUS"               # the frame was whole: the next one may follow at once
+                with m.Elif(cmd[0]):
+                    m.next = "REG_FETCH"
+                with m.Else():
+                    m.next = "REG_READ"
+            with m.State("REG_FETCH"):
+                m.next = "REG_WRITE"                # rp.data follows beat one cycle later
+            with m.State("REG_WRITE"):
+                m.d.sync += [regs.awvalid.eq(1), regs.wvalid.eq(1), regs.awaddr.eq(baddr[:16]),
+                             regs.wdata.eq(reg_word)]
+                m.next = "REG_WRESP"
+            with m.State("REG_WRESP"):
+                m.d.comb += [regs.bready.eq(~regs.awvalid & ~regs.wvalid), reg_err.eq(regs.bresp != RESP_OKAY)]
+                with m.If(regs.bvalid & regs.bready):
+                    m.d.sync += [count.eq(count + 1), baddr.eq(baddr + 4), beat.eq((count + 1) >> 1),
+                                 bus_err.eq(bus_err | reg_err)]
+                    with m.If(count + 1 == words):
+                        m.d.sync += status.eq(Mux(bus_err | reg_err, NAK_BUS, ACK))
+                        m.next = "STATUS"
+                    with m.Else():
+                        m.next = "REG_FETCH"
+            with m.State("REG_READ"):
+                m.d.sync += [regs.arvalid.eq(1), regs.araddr.eq(baddr[:16])]
+                m.next = "REG_RRESP"
+            with m.State("REG_RRESP"):
+                m.d.comb += [regs.rready.eq(~regs.arvalid), reg_err.eq(regs.rresp != RESP_OKAY)]
+                with m.If(regs.rvalid & regs.rready):
+                    value = regs.rdata
+                    be = Cat(value[24:], value[16:24], value[8:16], value[:8])
+                    m.d.comb += [wp.addr.eq(count >> 1), wp.data.eq(Cat(be, be)),
+                                 wp.en.eq(Mux(count[0], 0xF0, 0x0F))]
+                    m.d.sync += [count.eq(count + 1), baddr.eq(baddr + 4), bus_err.eq(bus_err | reg_err)]
+                    with m.If(count + 1 == words):
+                        m.d.sync += [status.eq(Mux(bus_err | reg_err, NAK_BUS, ACK)), count.eq(0)]
+                        m.next = "STATUS"           # then, on ACK, the 4n bytes from the buffer and their CRC
+                    with m.Else():
+                        m.next = "REG_READ"
 
             # ---- status and read payload -----------------------------------------------------------
             with m.State("STATUS"):

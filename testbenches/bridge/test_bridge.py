@@ -1,8 +1,9 @@
-"""The UART host bridge against a Python host: UARTBone frames as LiteX sends them, CRC bursts, robustness, speed.
+"""The UART host bridge against a Python host: UARTBone frames as LiteX sends them, CRC bursts, CRC register
+frames, robustness, speed.
 
 The pins are driven by cocotbext-uart; the register port is an AxiLiteRam and
 the device-memory port an AxiRam, both compared with what the host wrote.
-Bus errors come from an address range the AxiRam is made to refuse.
+Bus errors come from an address range each RAM model is made to refuse.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ TIMEOUT_NS = 1000 * BIT_NS          # the bridge's inter-byte timeout
 MEM_BASE = 0x8000_0000
 MEM_SIZE = 1 << 20
 BAD = (0xF0000, 0x100000)           # device-memory offsets the AxiRam answers with an error
+BAD_REGS = (0xF000, 0xF100)         # register offsets the AxiLiteRam answers with an error
 ACK, NAK_CRC, NAK_RANGE, NAK_BUS = 0, 1, 2, 3
 
 
@@ -61,29 +63,28 @@ class Host:
     def burst_read(cls, addr: int, length: int) -> bytes:
         return cls.burst_header(0x82, addr, length)
 
+    @staticmethod
+    def reg_write(addr: int, words: list[int], n: int | None = None) -> bytes:
+        frame = struct.pack(">BIB", 0x83, addr, len(words) if n is None else n) + struct.pack(f">{len(words)}I", *words)
+        return frame + crc32(frame)
 
-class BridgeTB:
-    def __init__(self, dut):
+    @staticmethod
+    def reg_read(addr: int, n: int) -> bytes:
+        frame = struct.pack(">BIB", 0x84, addr, n)
+        return frame + crc32(frame)
+
+
+class UartHostTB:
+    """The host's end of a UART: bytes out on ``rx`` through a UartSource, answers from ``tx`` through a UartSink."""
+
+    def __init__(self, dut, rx, tx, baud: int):
         self.dut = dut
         Clock(dut.clk, 20, unit="ns").start()
-        self.source = UartSource(dut.rx, baud=BAUD, bits=8)
-        self.sink = UartSink(dut.tx, baud=BAUD, bits=8)
-        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
-        for model in (self.source, self.sink, self.ram.read_if, self.ram.write_if,
-                      self.regs.read_if, self.regs.write_if):
+        self.source = UartSource(rx, baud=baud, bits=8)
+        self.sink = UartSink(tx, baud=baud, bits=8)
+        for model in (self.source, self.sink):
             model.log.setLevel(logging.WARNING)
-        self.bad_enabled = False
         self.pending = bytearray()          # bytes received and not yet asked for
-        refuse_accesses(self.ram, lambda address, length:
-                        self.bad_enabled and address + length > BAD[0] and address < BAD[1])
-
-    async def reset(self):
-        self.dut.rx.value = 1
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 10)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 10)
 
     async def send(self, data: bytes) -> None:
         await self.source.write(data)
@@ -101,6 +102,40 @@ class BridgeTB:
         await Timer(int(ns), "ns")
         extra = bytes(self.pending) + bytes(self.sink.read_nowait())
         assert not extra, f"unexpected bytes from the bridge: {extra.hex()}"
+
+    async def reg_write(self, addr: int, words: list[int]) -> int:
+        await self.send(Host.reg_write(addr, words))
+        return (await self.recv(1))[0]
+
+    async def reg_read(self, addr: int, n: int) -> tuple[int, list[int]]:
+        await self.send(Host.reg_read(addr, n))
+        status = (await self.recv(1))[0]
+        if status != ACK:
+            return status, []
+        payload = await self.recv(4 * n + 4)
+        assert payload[-4:] == crc32(payload[:-4]), f"register read CRC wrong ({seed_note()})"
+        return status, list(struct.unpack(f">{n}I", payload[:-4]))
+
+
+class BridgeTB(UartHostTB):
+    def __init__(self, dut):
+        super().__init__(dut, dut.rx, dut.tx, BAUD)
+        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
+        for model in (self.ram.read_if, self.ram.write_if, self.regs.read_if, self.regs.write_if):
+            model.log.setLevel(logging.WARNING)
+        self.bad_enabled = False
+        refuse_accesses(self.ram, lambda address, length:
+                        self.bad_enabled and address + length > BAD[0] and address < BAD[1])
+        refuse_accesses(self.regs, lambda address, length:
+                        self.bad_enabled and address + length > BAD_REGS[0] and address < BAD_REGS[1])
+
+    async def reset(self):
+        self.dut.rx.value = 1
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 10)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 10)
 
     # ---- host operations ------------------------------------------------------------------------
     async def bone_write(self, addr: int, words: list[int]) -> None:
@@ -194,6 +229,71 @@ async def bursts(dut):
 
 
 @cocotb.test()
+async def register_frames(dut):
+    """CRC register frames: writes and reads of 1..255 words, and every refusal (bad CRC, range, bus error)."""
+    tb, rng = await setup(dut)
+    regs = tb.regs
+    for n in (1, 2, 3, 8, 17, 255):
+        off = rng.randrange(0, (1 << 16) - 4 * n, 4)
+        words = [rng.getrandbits(32) for _ in range(n)]
+        assert await tb.reg_write(off, words) == ACK, f"register write of {n} at {off:#x} ({seed_note()})"
+        got = [regs.read_dword(off + 4 * i) for i in range(n)]
+        assert got == words, f"register write of {n} at {off:#x}: {got} != {words} ({seed_note()})"
+        assert await tb.reg_read(off, n) == (ACK, words), f"register read of {n} at {off:#x} ({seed_note()})"
+    # the top of the register space is still inside
+    assert await tb.reg_write(0xFFF8, [5, 6]) == ACK
+    assert await tb.reg_read(0xFFF8, 2) == (ACK, [5, 6]), f"read at the top ({seed_note()})"
+    regs.write_dword(0x40, 0x1111_1111)
+    before = regs.read(0, 1 << 16)
+    # range: unaligned, past the register space, count 0, device memory: NAK_RANGE, nothing written, and
+    # the frame was whole, so the next frame is taken at once
+    for addr, words in ((0x42, [1]), (0xFFFC, [1, 2]), (0x40, []), (MEM_BASE + 0x40, [1]), (0x1_0000, [1])):
+        assert await tb.reg_write(addr, words) == NAK_RANGE, f"write {addr:#x} x{len(words)} ({seed_note()})"
+        assert await tb.reg_read(addr, len(words)) == (NAK_RANGE, []), f"read {addr:#x} ({seed_note()})"
+    assert regs.read(0, 1 << 16) == before, f"a refused register frame wrote ({seed_note()})"
+    # bad CRC: a flipped word bit, a flipped CRC bit, a flipped count (the frame then ends early or late)
+    for k in (8, -1, 5):
+        frame = bytearray(Host.reg_write(0x40, [0x2222_2222, 0x3333_3333]))
+        frame[k] ^= 0x01
+        await tb.send(bytes(frame))
+        if k != 5:
+            assert (await tb.recv(1))[0] == NAK_CRC, f"bad CRC (byte {k}) not refused ({seed_note()})"
+        await tb.quiet(1.2 * TIMEOUT_NS)   # discard until quiet, then nothing more
+        assert regs.read(0, 1 << 16) == before, f"a register frame with a bad CRC wrote ({seed_note()})"
+    frame = bytearray(Host.reg_read(0x40, 1))
+    frame[4] ^= 0x04
+    await tb.send(bytes(frame))
+    assert (await tb.recv(1))[0] == NAK_CRC, f"read with a bad CRC not refused ({seed_note()})"
+    await tb.quiet(1.2 * TIMEOUT_NS)
+    # after a bad CRC the bridge ignores the line until it is quiet: a frame sent right after is dropped
+    frame = bytearray(Host.reg_write(0x40, [7]))
+    frame[6] ^= 0x80
+    await tb.send(bytes(frame) + Host.reg_write(0x40, [8]))
+    assert (await tb.recv(1))[0] == NAK_CRC, f"bad CRC before a good frame ({seed_note()})"
+    await tb.quiet(1.2 * TIMEOUT_NS)
+    assert regs.read_dword(0x40) == 0x1111_1111, f"a frame after a bad CRC was taken ({seed_note()})"
+    # bus errors: every word is tried, the refused ones are not written
+    tb.bad_enabled = True
+    words = [0xA0, 0xA1, 0xA2]
+    assert await tb.reg_write(BAD_REGS[0] - 4, words) == NAK_BUS, f"write bus error ({seed_note()})"
+    assert regs.read_dword(BAD_REGS[0] - 4) == 0xA0, f"the word before the refused ones ({seed_note()})"
+    assert await tb.reg_read(BAD_REGS[0] - 8, 3) == (NAK_BUS, []), f"read bus error ({seed_note()})"
+    tb.bad_enabled = False
+    assert await tb.reg_read(BAD_REGS[0] - 4, 1) == (ACK, [0xA0]), f"read after bus errors ({seed_note()})"
+    # back to back: several writes then a read, answered in order without waiting in between
+    await tb.send(b"".join(Host.reg_write(0x100 + 4 * i, [i, ~i & 0xFFFF_FFFF]) for i in range(6))
+                  + Host.reg_read(0x100, 7))
+    assert await tb.recv(6) == bytes(6), f"write statuses of a window ({seed_note()})"
+    assert (await tb.recv(1))[0] == ACK
+    payload = await tb.recv(7 * 4 + 4)
+    assert payload[-4:] == crc32(payload[:-4])
+    assert list(struct.unpack(">7I", payload[:-4])) == [0, 1, 2, 3, 4, 5, 0xFFFF_FFFA], f"window ({seed_note()})"
+    # UARTBone and bursts still work after all this
+    assert await tb.bone_read(0x100, 2) == [0, 1]
+    assert await tb.burst_write(MEM_BASE + 0x40, b"xyz") == ACK
+
+
+@cocotb.test()
 async def robustness(dut):
     """Bad CRCs, cut-off frames and garbage are dropped, and the next good frame works."""
     tb, rng = await setup(dut)
@@ -231,7 +331,7 @@ async def robustness(dut):
         await tb.bone_write(0x40, words)
         assert await tb.bone_read(0x40, 2) == words, f"UARTBone after a cut-off frame ({seed_note()})"
     # garbage with no command byte is ignored at once
-    garbage = bytes(b for b in rng.randbytes(200) if b not in (1, 2, 3, 4, 0x81, 0x82))
+    garbage = bytes(b for b in rng.randbytes(200) if b not in (1, 2, 3, 4, 0x81, 0x82, 0x83, 0x84))
     await tb.send(garbage)
     status, back = await tb.burst_read(MEM_BASE + off, 64)
     assert status == ACK and back == data, f"burst after garbage ({seed_note()})"
@@ -270,7 +370,7 @@ async def throughput(dut):
     assert wr >= 0.9 and rd >= 0.9, f"throughput write {wr:.3f}, read {rd:.3f} of line rate"
 
 
-TESTCASES = ["uartbone", "bursts", "robustness", "throughput"]
+TESTCASES = ["uartbone", "bursts", "register_frames", "robustness", "throughput"]
 
 
 def test_bridge(testcase, seed):
