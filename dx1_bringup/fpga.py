@@ -39,10 +39,11 @@ __all__ = [
     "mmcm_params", "summarize_report",
 ]
 
-#: ULX3S (LFE5U-85F: 208 DP16KD = 3.7 Mbit, 156 MULT18X18D).  One tile: a tile takes 85 MULT18X18D (64 for
+#: ULX3S (LFE5U-85F: 208 DP16KD = 3.7 Mbit, 156 MULT18X18D).  One tile: a tile takes 86 MULT18X18D (64 for
 #: the array, 16 for the post-op's 32x16-bit requantise multipliers, 5 for the command processor's
-#: multiplications), so two (170) do not fit.  The tile is the default one (32 KiB scratchpad and 32 KiB
-#: of accumulators, each held twice for its two read ports: 64 DP16KD); 128 KiB of device memory (64 DP16KD).
+#: multiplications, 1 for the tile core's), so two (172) do not fit.  The tile is the default one (32 KiB
+#: scratchpad and 32 KiB of accumulators, each held twice for its two read ports: 64 DP16KD); 128 KiB of
+#: device memory (64 DP16KD).
 ULX3S_85F_CONFIG = SocConfig(tiles=1, tile=TileConfig(), mem_bytes=128 << 10)
 #: Arty A7-35T (50 RAMB36 = 1.8 Mbit, 90 DSP48E1).  One tile (64 multipliers), 64 KiB of device memory.
 ARTY_A7_35_CONFIG = SocConfig(tiles=1, tile=TileConfig(array=8, spm_rows=1024, acc_rows=256), mem_bytes=64 << 10)

@@ -77,8 +77,9 @@ def test_top_checks_its_arguments():
 
 
 #: MULT18X18D per default tile, as Yosys 0.70 maps it: 64 for the array, 16 for the post-op's 32x16-bit
-#: multipliers (two a lane), 5 in the command processor (test_ulx3s_full_build checks the real count).
-DSP_PER_TILE = 85
+#: multipliers (two a lane), 5 in the command processor's decode, 1 in the tile core's (test_ulx3s_full_build
+#: checks the real count).
+DSP_PER_TILE = 86
 
 
 def test_ulx3s_config_fits_the_ecp5_85f():
