@@ -260,11 +260,11 @@ def print_serial(serial: dict) -> None:
         extra = ""
         if "link" in run:
             link = run["link"]
-            extra = (f" ({run.get('regs', 'uartbone')} registers) + {link['posted_writes']} posted writes, "
-                     f"{link.get('write_flushes', 0)} status-only round trips, {link['retries']} retries, "
+            extra = (f" ({run['regs']} registers) + {link['posted_writes']} posted writes, "
+                     f"{link['write_flushes']} status-only round trips, {link['retries']} retries, "
                      f"{link['bytes_sent']} bytes sent, {link['bytes_received']} received"
                      + (f" (fault rate {run['fault_rate']:g}, GEMM attempts {run['attempts']}, first attempt "
-                        f"{'right' if run.get('first_attempt') else 'FAILED'})" if run["fault_rate"] else ""))
+                        f"{'right' if run['first_attempt'] else 'FAILED'})" if run["fault_rate"] else ""))
         print(f"  {'x'.join(map(str, run['shape'])):<9} over {name.replace('_', ' '):<14} {run['wall_s']:7.1f} s  "
               f"{run['round_trips']:>5} round trips{extra}  correct {run['correct']}")
 

@@ -596,13 +596,9 @@ class SerialTransport(Transport):
                 at = addr + 4 * len(words)
                 wait = self._send_window(reg_read_frame(at, n), 4 * n + 5)
                 self._reg_status(f"register read at 0x{at:x}", wait)
-                body = self._recv(4 * n + 4, wait)
-                if len(body) != 4 * n + 4:
-                    raise _Failure(f"register read at 0x{at:x}: {len(body)} of {4 * n + 4} answer bytes arrived")
-                if zlib.crc32(body[:-4]) != _CRC.unpack(body[-4:])[0]:
-                    raise _Failure(f"register read at 0x{at:x}: CRC mismatch")
+                body = self._checked(f"register read at 0x{at:x}", 4 * n, wait)
                 self._committed()
-                words.extend(struct.unpack(f">{n}I", body[:-4]))
+                words.extend(struct.unpack(f">{n}I", body))
                 return len(words) == count
 
             self._exchange(f"register read at 0x{addr:x}", attempt)
@@ -688,11 +684,15 @@ class SerialTransport(Transport):
     def _payload(self, at: int, k: int, wait: float) -> bytes:
         """The answer to a read burst of ``k`` bytes: status, payload and its CRC, checked."""
         self._status(at, wait)
+        return self._checked(f"burst read at 0x{at:x}", k, wait)
+
+    def _checked(self, what: str, k: int, wait: float) -> bytes:
+        """``k`` answer bytes followed by their CRC-32, checked; the ``k`` bytes."""
         body = self._recv(k + 4, wait)
         if len(body) != k + 4:
-            raise _Failure(f"burst read at 0x{at:x}: {len(body)} of {k + 4} bytes arrived")
+            raise _Failure(f"{what}: {len(body)} of {k + 4} bytes arrived")
         if zlib.crc32(body[:k]) != _CRC.unpack(body[k:])[0]:
-            raise _Failure(f"burst read at 0x{at:x}: payload CRC mismatch")
+            raise _Failure(f"{what}: payload CRC mismatch")
         return body[:k]
 
     def _committed(self) -> bool:
