@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from dx1_driver import Capabilities, Device, DriverError, regs
 
-from ..golden import requantize
+from ..model.tile import requantize
 
 __all__ = ["ACC_LANE_BYTES", "BUS_BYTES", "GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "PERF_COUNTERS",
            "compile_gemm", "padded", "read_perf", "reference_gemm", "run_gemm"]
@@ -645,7 +645,7 @@ def reference_gemm(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
                    post: dict[str, int] | None = None) -> np.ndarray:
     """The device's answer in plain numpy.
 
-    int64 matmul wrapped to int32; with ``post``, :func:`~dx1_bringup.golden.requantize`
+    int64 matmul wrapped to int32; with ``post``, :func:`~dx1_bringup.model.tile.requantize`
     (saturating bias add, ReLU, rounding shift, int8); without, the bias is
     added wrapping, as the accumulators do.
     """

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..golden import requantize
+from ..model.tile import requantize
 from ..spec import Opcode, TileConfig, pack_command
 
 __all__ = ["LinearPlan", "plan_linear", "reference_linear"]

@@ -13,7 +13,7 @@ import time
 import cocotb
 import numpy as np
 
-from ..golden import TileModel
+from ..model.tile import TileModel
 from ..runtime.tile_plan import plan_linear, reference_linear
 from .tile_tb import TileTB
 

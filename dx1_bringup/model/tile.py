@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, TileConfig, unpack_command
+from ..spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, TileConfig, unpack_command
 
 __all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "TileModel", "requantize", "check_command"]
 
