@@ -94,7 +94,6 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .tile import COMPUTE_OPCODES, TileModel
 from ..spec import (
     COMMAND_BYTES,
     COMMANDS,
@@ -114,6 +113,7 @@ from ..spec import (
     register_map,
     unpack_command,
 )
+from .tile import COMPUTE_OPCODES, TileModel
 
 __all__ = ["BusError", "DeviceModel", "MemoryFaults"]
 
