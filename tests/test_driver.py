@@ -221,6 +221,12 @@ def test_wrong_magic_and_version():
         Device(FakeTransport())
 
 
+def test_every_tile_needs_its_blocks():
+    with pytest.raises(DriverError, match=r"^CAPS reports 1 tiles but the register space has 0 QUEUE blocks "
+                                          r"\(expected one a tile\)$"):
+        Device(_fake_device(CAPS=regs.set_field(0, regs.Global.CAPS_TILES, 1)))
+
+
 def test_block_chain_loop_and_escape():
     t = _fake_device(NEXT=0x100)
     t.registers.update({0x100: regs.BlockType.QUEUE, 0x108: 0x100})

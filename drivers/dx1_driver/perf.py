@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import regs
-
-if TYPE_CHECKING:
-    from .device import Device
+from .tile_block import TileBlock
 
 __all__ = ["Perf", "PerfCounters"]
 
@@ -54,23 +51,8 @@ def _width(name: str) -> int:
 _FIRST, _LAST = regs.Perf.CYCLES, regs.Perf.BYTES_WRITTEN
 
 
-class Perf:
-    """The PERF block of one tile, found by :class:`~dx1_driver.Device` while it walks the register blocks.
-
-    Parameters
-    ----------
-    device:
-        The open device.
-    tile:
-        The tile the block counts for (the n-th PERF block is tile n's).
-    base:
-        The block's register address.
-    """
-
-    def __init__(self, device: Device, tile: int, base: int):
-        self.device = device
-        self.tile = tile
-        self.base = base
+class Perf(TileBlock):
+    """The PERF block of one tile: its counters."""
 
     def read(self) -> PerfCounters:
         """Every counter, read in one burst of consecutive registers in address order.

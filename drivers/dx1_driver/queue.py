@@ -321,6 +321,6 @@ class CommandQueue:
         """Leave the halted state; republish commands a halted queue may have dropped."""
         self._check_live()
         q = regs.Queue
-        self._set(q.CONTROL, (1 << q.CONTROL_ENABLE[0]) | (1 << q.CONTROL_RESUME[0]))
+        self._set(q.CONTROL, regs.set_field(regs.set_field(0, q.CONTROL_ENABLE, 1), q.CONTROL_RESUME, 1))
         if self._reg(q.TAIL) != self._tail:
             self._set(q.DOORBELL, self._tail)

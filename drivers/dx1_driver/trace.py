@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import regs
-
-if TYPE_CHECKING:
-    from .device import Device
+from .tile_block import TileBlock
 
 __all__ = ["Trace", "TraceEvent", "TraceKind"]
 
@@ -57,23 +54,8 @@ def _known(kind: type[enum.IntEnum], value: int) -> enum.IntEnum | int:
         return value
 
 
-class Trace:
-    """The TRACE block of one tile, found by :class:`~dx1_driver.Device` while it walks the register blocks.
-
-    Parameters
-    ----------
-    device:
-        The open device.
-    tile:
-        The tile whose commands the block records (the n-th TRACE block is tile n's).
-    base:
-        The block's register address.
-    """
-
-    def __init__(self, device: Device, tile: int, base: int):
-        self.device = device
-        self.tile = tile
-        self.base = base
+class Trace(TileBlock):
+    """The TRACE block of one tile: the start and end events of its commands."""
 
     def _control(self, *, enable: bool, clear: bool) -> None:
         t = regs.Trace

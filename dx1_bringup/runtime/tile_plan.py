@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.tile import PostOpParams
+from ..model.tile import PostOpParams, TileModel
 from ..spec import TileConfig
 from .commands import CommandStream
 from .operands import pad_operand
@@ -56,6 +56,22 @@ class LinearPlan:
     @property
     def useful_macs(self) -> int:
         return self.m * self.k * self.n
+
+    def run_on_model(self, model: TileModel | None = None) -> tuple[np.ndarray, list[int]]:
+        """Load the memory images into a golden tile model (default: a fresh one) and execute every command.
+
+        Returns
+        -------
+        (ndarray, list of int)
+            The (M, N) int8 result, as :meth:`gather` reads it, and each command's status.
+        """
+        model = model or TileModel(self.config)
+        for row, values in self.spm_writes:
+            model.spm[row:row + len(values)] = values
+        for row, values in self.acc_writes:
+            model.acc[row:row + len(values)] = values
+        statuses = [int(model.execute(c)) for c in self.commands]
+        return self.gather(model.spm[self.out_base:self.out_base + self.out_rows]), statuses
 
 
 def plan_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, post: PostOpParams,

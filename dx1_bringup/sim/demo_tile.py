@@ -13,7 +13,7 @@ import time
 import cocotb
 import numpy as np
 
-from ..model.tile import PostOpParams, TileModel
+from ..model.tile import PostOpParams
 from ..runtime.reference import reference_gemm
 from ..runtime.tile_plan import plan_linear
 from .tile_tb import TileTB
@@ -50,13 +50,7 @@ async def linear_layer(dut):
     got = plan.gather(await tb.read_spm(plan.out_base, plan.out_rows))
 
     reference = reference_gemm(a, b, bias, post)
-    model = TileModel(tb.config)
-    for row, values in plan.spm_writes:
-        model.spm[row:row + len(values)] = values
-    for row, values in plan.acc_writes:
-        model.acc[row:row + len(values)] = values
-    statuses = [int(model.execute(c)) for c in plan.commands]
-    golden = plan.gather(model.spm[plan.out_base:plan.out_base + plan.out_rows])
+    golden, statuses = plan.run_on_model()
     peak = tb.config.array ** 2
     result = {
         "shape": [plan.m, plan.k, plan.n], "array": tb.config.array, "seed": params["seed"],
