@@ -89,7 +89,8 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     and on the golden model (its speed in MAC/s)."""
     from dx1_driver import Device, open_transport
 
-    from .runtime.gemm import reference_gemm, run_gemm
+    from .runtime.gemm import run_gemm
+    from .runtime.reference import reference_gemm
 
     runs = []
     transport = open_transport("sim")
@@ -159,7 +160,8 @@ def _gemm_over(transport, problem, attempts: int = 1) -> dict:
     """
     from dx1_driver import Device, DriverError
 
-    from .runtime.gemm import reference_gemm, run_gemm
+    from .runtime.gemm import run_gemm
+    from .runtime.reference import reference_gemm
 
     a, b, bias, post = problem
     device = Device(transport)

@@ -62,7 +62,10 @@ from dx1_driver import (
     regs,
 )
 
-from .runtime.gemm import ACC_LANE_BYTES, compile_gemm, padded, read_perf, reference_gemm
+from .model.tile import PostOpParams
+from .runtime.gemm import compile_gemm
+from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from .runtime.reference import reference_gemm
 from .spec import Access, BlockType, SocConfig, register_map
 
 __all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "run_bringup"]
@@ -102,10 +105,8 @@ _RING_LOG2 = 4
 _DMA_SPM_ROWS = 16
 _DMA_ACC_ROWS = 4
 _GEMM_SHAPE = (16, 16, 8)
-_GEMM_POST = {"mult": 147, "shift": 16, "relu": False}
+_GEMM_POST = PostOpParams(mult=147, shift=16)
 _IRQ_SETTLE = 0.01  # seconds the interrupt line is watched where it must stay low
-_BOTH_IRQS = (1 << regs.Queue.IRQ_STATUS_COMPLETION[0]) | (1 << regs.Queue.IRQ_STATUS_ERROR[0])
-_COMPLETION_IRQ = 1 << regs.Queue.IRQ_STATUS_COMPLETION[0]
 
 
 @dataclass
@@ -469,10 +470,10 @@ class _Run:
                         commands += [regs.load(tag=tag, dram_addr=src + offset, **common),
                                      regs.store(tag=tag, dram_addr=dst + offset, **common)]
                     offset += n
-                self._clear_perf(tile)
+                dev.perf(tile).clear()
                 q.submit(commands, timeout=self.timeout)
                 q.wait(timeout=self.timeout)
-                self.perf.setdefault("dma", {})[tile] = {"perf": read_perf(dev, tile), "bytes_read": total,
+                self.perf.setdefault("dma", {})[tile] = {"perf": dev.perf(tile).read().as_dict(), "bytes_read": total,
                                                          "bytes_written": total}
                 got = np.frombuffer(dev.read_mem(dst, total), np.uint8)
             finally:
@@ -492,16 +493,12 @@ class _Run:
         return (f"{caps.tiles} tiles: LOAD/STORE of the first and last scratchpad and accumulator rows"
                 f"{', COPY' if caps.copy else ''}; {2 * total * caps.tiles} bytes compared")
 
-    def _clear_perf(self, tile: int) -> None:
-        base = [b.base for b in self.dev.blocks if b.type is regs.BlockType.PERF][tile]
-        self.dev.write_reg(base, regs.Perf.CONTROL, 1 << regs.Perf.CONTROL_CLEAR[0])
-
     # -- 6. GEMM ----------------------------------------------------------------------------------
 
     def gemm(self) -> str:
         dev = self.dev
         m, k, n = _GEMM_SHAPE
-        self.perf["cycles_before"] = self._global_cycles()
+        self.perf["cycles_before"] = self.dev.cycles()
         for tile in range(dev.caps.tiles):
             for post in (_GEMM_POST, None):
                 a = self.rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -517,11 +514,11 @@ class _Run:
                                f"{int(c[tuple(bad[0])])}" if len(bad) else ""),
                            f"tile {tile} computes wrongly while its DMA passed step 5: check its systolic array, "
                            f"accumulator buffer{' and post-op' if post else ''}", ok=not len(bad))
-        self.perf["cycles_after"] = self._global_cycles()
+        self.perf["cycles_after"] = self.dev.cycles()
         return f"{dev.caps.tiles} tiles x 2 GEMMs of {m}x{k}x{n} equal reference_gemm bit for bit"
 
     def _gemm_on_tile(self, tile: int, a: np.ndarray, b: np.ndarray, bias: np.ndarray,
-                      post: dict[str, int] | None) -> tuple[np.ndarray, Any]:
+                      post: PostOpParams | None) -> tuple[np.ndarray, Any]:
         """Run one GEMM planned for one tile on queue ``tile``; record its PERF counters."""
         dev = self.dev
         caps = dev.caps
@@ -529,12 +526,7 @@ class _Run:
         n = b.shape[1]
         kp, np_ = padded(k, caps.array), padded(n, caps.array)
         lane = 1 if post else ACC_LANE_BYTES
-        a_pad = np.zeros((m, kp), np.int8)
-        a_pad[:, :k] = a
-        b_pad = np.zeros((kp, np_), np.int8)
-        b_pad[:k, :n] = b
-        bias_pad = np.zeros(np_, np.int32)
-        bias_pad[:n] = bias
+        a_pad, b_pad, bias_pad = pad_operand(a, (m, kp)), pad_operand(b, (kp, np_)), pad_operand(bias, (np_,))
         addrs = [dev.alloc(size) for size in (a_pad.nbytes, b_pad.nbytes, m * np_ * lane, bias_pad.nbytes)]
         try:
             for addr, data in zip(addrs, (a_pad, b_pad, None, bias_pad), strict=True):
@@ -543,10 +535,10 @@ class _Run:
             plan = compile_gemm(m, k, n, caps, a_addr=addrs[0], b_addr=addrs[1], c_addr=addrs[2],
                                 bias_addr=addrs[3], post=post, tiles=1)
             q = dev.queue(tile)
-            self._clear_perf(tile)
+            dev.perf(tile).clear()
             q.submit(plan.commands[0], timeout=self.timeout)
             q.wait(timeout=self.timeout)
-            self.perf.setdefault("gemm", []).append({"tile": tile, "perf": read_perf(dev, tile),
+            self.perf.setdefault("gemm", []).append({"tile": tile, "perf": dev.perf(tile).read().as_dict(),
                                                      "macs": plan.array_macs, "bytes_read": plan.load_bytes,
                                                      "bytes_written": plan.store_bytes})
             c = dev.read_array(addrs[2], (m, np_), plan.c_dtype)[:, :n]
@@ -554,10 +546,6 @@ class _Run:
             for addr in addrs:
                 dev.free(addr)
         return c, plan
-
-    def _global_cycles(self) -> int:
-        lo = self.read_global(regs.Global.CYCLES_LO)
-        return lo | self.read_global(regs.Global.CYCLES_HI) << 32
 
     # -- 7. perf ----------------------------------------------------------------------------------
 
@@ -595,54 +583,52 @@ class _Run:
     def irq(self) -> str:
         dev = self.dev
         line = self.transport.has_irq_line
-        q_regs = regs.Queue
-        sem = regs.Global.SEM
         queues = [dev.queue(tile) for tile in range(dev.caps.tiles)]
         # The line is the OR of every queue's unmasked causes: clear them all before watching it.
         for q in queues:
-            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
+            q.clear_irq()
         for tile, q in enumerate(queues):
-            self.check(f"queue {tile}: IRQ_STATUS after clearing", 0, dev.read_reg(q.base, q_regs.IRQ_STATUS),
+            self.check(f"queue {tile}: IRQ_STATUS after clearing", 0, q.irq_status(),
                        "IRQ_STATUS does not clear on a write of 1s (W1C): check its write logic")
             if line:
                 self.check(f"queue {tile}: interrupt line low with nothing pending", False,
                            self.transport.wait_irq(_IRQ_SETTLE),
                            "the interrupt line is high with IRQ_STATUS clear: check the IRQ output logic")
-            before = self.read_global(sem)
+            before = dev.semaphore(0)
             q.submit([regs.signal(tag=0x5160, sem=0, count=1)], timeout=self.timeout)
             if line:
                 self.check(f"queue {tile}: SIGNAL's completion raises the interrupt line", True,
                            self.transport.wait_irq(self.timeout),
                            "the completion did not raise the interrupt line: check IRQ_MASK/IRQ_STATUS to the pin")
             self._poll_completion(q)
-            self.check(f"queue {tile}: IRQ_STATUS.completion after SIGNAL", _COMPLETION_IRQ,
-                       dev.read_reg(q.base, q_regs.IRQ_STATUS) & _COMPLETION_IRQ,
+            self.check(f"queue {tile}: IRQ_STATUS.completion after SIGNAL", q.IRQ_COMPLETION,
+                       q.irq_status() & q.IRQ_COMPLETION,
                        "a completion was written but IRQ_STATUS.completion is not set")
-            self.check(f"queue {tile}: SEM0 after SIGNAL +1", before + 1, self.read_global(sem),
+            self.check(f"queue {tile}: SEM0 after SIGNAL +1", before + 1, dev.semaphore(0),
                        "SIGNAL completed without adding to the semaphore")
             q.wait(1, timeout=self.timeout)
-            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
-            self.check(f"queue {tile}: IRQ_STATUS after W1C", 0, dev.read_reg(q.base, q_regs.IRQ_STATUS),
+            q.clear_irq()
+            self.check(f"queue {tile}: IRQ_STATUS after W1C", 0, q.irq_status(),
                        "IRQ_STATUS does not clear on a write of 1s (W1C)")
             if line:
                 self.check(f"queue {tile}: interrupt line low after clearing", False,
                            self.transport.wait_irq(_IRQ_SETTLE),
                            "the interrupt line stays high after IRQ_STATUS is cleared")
-            mask = dev.read_reg(q.base, q_regs.IRQ_MASK)
-            dev.write_reg(q.base, q_regs.IRQ_MASK, 0)
+            mask = q.irq_mask()
+            q.set_irq_mask(0)
             q.submit([regs.nop(tag=0x0B0B)], timeout=self.timeout)
             self._poll_completion(q)
-            self.check(f"queue {tile}: IRQ_STATUS.completion with the IRQ masked", _COMPLETION_IRQ,
-                       dev.read_reg(q.base, q_regs.IRQ_STATUS) & _COMPLETION_IRQ,
+            self.check(f"queue {tile}: IRQ_STATUS.completion with the IRQ masked", q.IRQ_COMPLETION,
+                       q.irq_status() & q.IRQ_COMPLETION,
                        "IRQ_STATUS must record a completion even while IRQ_MASK hides it")
             if line:
                 self.check(f"queue {tile}: interrupt line low while masked", False,
                            self.transport.wait_irq(_IRQ_SETTLE),
                            "a masked completion raised the interrupt line: IRQ_MASK is not applied")
             q.wait(1, timeout=self.timeout)
-            dev.write_reg(q.base, q_regs.IRQ_MASK, mask)
-            dev.write_reg(q.base, q_regs.IRQ_STATUS, _BOTH_IRQS)
-            self.write_global(sem, before)
+            q.set_irq_mask(mask)
+            q.clear_irq()
+            dev.set_semaphore(0, before)
         self.step.data["interrupt_line"] = line
         how = "the interrupt line seen by wait_irq" if line else \
             f"IRQ_STATUS by polling ({type(self.transport).__name__} has no interrupt line)"

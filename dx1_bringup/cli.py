@@ -75,13 +75,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     import numpy as np
 
+    from .model.tile import PostOpParams
     from .runtime.tile_plan import plan_linear
     from .spec import TileConfig
 
     module = "dx1_tile_core_a8"
     m, k, n = args.m, args.k, args.n
     try:  # refuse a shape that does not fit before starting the simulator
-        plan_linear(np.zeros((m, k), np.int8), np.zeros((k, n), np.int8), None, mult=1, shift=0, relu=False,
+        plan_linear(np.zeros((m, k), np.int8), np.zeros((k, n), np.int8), None, PostOpParams(1, 0),
                     config=TileConfig())
     except ValueError as exc:
         print(f"dx1 demo: {exc}", file=sys.stderr)
@@ -135,7 +136,8 @@ def gemm_problem(m: int, k: int, n: int, seed: int, post: bool = True):
     -------
     (a, b, bias, post)
     """
-    from .runtime import gemm
+    from .model.tile import PostOpParams
+    from .runtime import reference
 
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -146,19 +148,19 @@ def gemm_problem(m: int, k: int, n: int, seed: int, post: bool = True):
     bias = rng.integers(-bias_span, bias_span + 1, n).astype(np.int32)
     if not post:
         return a, b, bias, None
-    mult, shift = _calibrate(gemm.reference_gemm(a, b, bias))
-    return a, b, bias, {"mult": mult, "shift": shift, "relu": 1}
+    mult, shift = _calibrate(reference.reference_gemm(a, b, bias))
+    return a, b, bias, PostOpParams(mult, shift, relu=True)
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
     from dx1_driver import DriverError
 
-    from .runtime import gemm
+    from .runtime import gemm, reference
 
     m, k, n = args.m, args.k, args.n
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
-        f"int8 (bias, ReLU, requantise x{post['mult']} >> {post['shift']})"
+        f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
     device = _open_device(args.device, "dx1 gemm")
     if device is None:
@@ -176,11 +178,11 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - start
         arr = device.caps.array
         link = getattr(device.transport, "stats", None)
-    expected = gemm.reference_gemm(a, b, bias, post)
+    expected = reference.reference_gemm(a, b, bias, post)
     commands = ", ".join(f"tile {t}: {c}" for t, c in stats.commands.items())
     print(f"  shape        M={m} K={k} N={n}: {m * k * n} useful MACs, {stats.macs} issued (padding to {arr})")
     print(f"  commands     {sum(stats.commands.values())} ({commands})")
-    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t, 'CYCLES')}" for t in stats.tiles))
+    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t).cycles}" for t in stats.tiles))
     print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tiles)} x {arr}x{arr} MAC/cycle "
           f"(MACs / (cycles x {arr}^2 x tiles); per tile "
           + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")

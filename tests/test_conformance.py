@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dx1_driver import CommandError, Device, DriverError, QueueError, open_transport, regs
+from dx1_driver import CommandError, Device, DriverError, QueueError, TraceKind, open_transport, regs
 from dx1_driver.serial_link import SerialTransport
 from dx1_driver.transport import start_simulator
 
-from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
+from dx1_bringup.model.tile import PostOpParams
+from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS
 
@@ -36,10 +38,6 @@ def device(request):
     yield dev
     if request.param == "model":
         dev.close()
-
-
-def _queue_reg(dev: Device, tile: int, offset: int) -> int:
-    return dev.read_reg(regs.BLOCK_BASES[f"QUEUE{tile}"], offset)
 
 
 def test_discovery(device):
@@ -63,7 +61,7 @@ def test_memory_round_trip(device, size):
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (8, 8, 8), (9, 17, 23), (64, 64, 64)])
-@pytest.mark.parametrize("post", [None, {"mult": 181, "shift": 17, "relu": True}], ids=["int32", "postop"])
+@pytest.mark.parametrize("post", [None, PostOpParams(mult=181, shift=17, relu=True)], ids=["int32", "postop"])
 def test_gemm_shapes(device, shape, post):
     m, k, n = shape
     rng = np.random.default_rng(m * 10000 + k * 100 + n)
@@ -80,8 +78,7 @@ def test_postop_edges(device):
     a[1::2] = 127
     b = np.full((16, 9), -128, dtype=np.int8)
     bias = np.array([2**31 - 1, -2**31, 0, 1, -1, 5, -5, 100, -100], dtype=np.int32)
-    for post in ({"mult": 65535, "shift": 0, "relu": False}, {"mult": 1, "shift": 47, "relu": False},
-                 {"mult": 0, "shift": 3, "relu": True}, {"mult": 3, "shift": 1, "relu": False}):
+    for post in (PostOpParams(65535, 0), PostOpParams(1, 47), PostOpParams(0, 3, relu=True), PostOpParams(3, 1)):
         out, _ = run_gemm(device, a, b, bias, post, timeout=TIMEOUT)
         np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
 
@@ -103,7 +100,7 @@ def test_semaphores_across_queues(device):
     done1 = q1.wait(2, timeout=TIMEOUT)
     done0 = q0.wait(2, timeout=TIMEOUT)
     assert [c.tag for c in done1] == [7, 8] and [c.tag for c in done0] == [1, 2]
-    assert device.read_reg(regs.BLOCK_BASES["GLOBAL"], regs.Global.sem(3)) == 0
+    assert device.semaphore(3) == 0
 
 
 def _bad_commands(dev: Device, base: int) -> list[tuple[bytes, regs.ErrorCode]]:
@@ -151,18 +148,18 @@ def test_errors_complete_and_the_queue_goes_on(device):
 
 def test_doorbell_past_ring_and_overflow_halt_then_resume(device):
     q = device.queue(1)
-    qb = regs.BLOCK_BASES["QUEUE1"]
-    device.write_reg(qb, regs.Queue.DOORBELL, q.entries + 3)
+    # Doorbells no driver call would ring: written to the discovered QUEUE block directly.
+    device.write_reg(q.base, regs.Queue.DOORBELL, q.entries + 3)
     with pytest.raises(QueueError) as info:
         q.check()
     assert info.value.code == regs.ErrorCode.DOORBELL_RANGE
     q.resume()
     q.submit([regs.nop(tag=5)])
     assert [c.tag for c in q.wait(1, timeout=TIMEOUT)] == [5]
-    head = _queue_reg(device, 1, regs.Queue.HEAD)
-    device.write_reg(qb, regs.Queue.CONTROL, 0)  # stop fetching so that the ring really fills
-    device.write_reg(qb, regs.Queue.DOORBELL, (head + q.entries - 1) % q.entries)  # fills the ring: legal
-    device.write_reg(qb, regs.Queue.DOORBELL, (head + 1) % q.entries)  # moves the tail past the head
+    head = device.read_reg(q.base, regs.Queue.HEAD)
+    q.set_enabled(False)  # stop fetching so that the ring really fills
+    device.write_reg(q.base, regs.Queue.DOORBELL, (head + q.entries - 1) % q.entries)  # fills the ring: legal
+    device.write_reg(q.base, regs.Queue.DOORBELL, (head + 1) % q.entries)  # moves the tail past the head
     with pytest.raises(QueueError) as info:
         q.check()
     assert info.value.code == regs.ErrorCode.RING_OVERFLOW
@@ -176,28 +173,58 @@ def test_perf_counters_count_the_work(device):
     out, stats = run_gemm(device, a, b, tiles=1, timeout=TIMEOUT)
     np.testing.assert_array_equal(out, reference_gemm(a, b))
     assert stats.macs == 24 * 24 * 16  # K and N padded to 24 and 16
-    assert stats.delta(0, "BYTES_READ") >= a.size + b.size and stats.delta(0, "BYTES_WRITTEN") >= out.nbytes
-    assert stats.delta(0, "CYCLES") > 0 and stats.delta(0, "BUSY_COMPUTE") > 0
+    assert stats.delta(0).bytes_read >= a.size + b.size and stats.delta(0).bytes_written >= out.nbytes
+    assert stats.delta(0).cycles > 0 and stats.delta(0).busy_compute > 0
+
+
+def test_perf_clear_zeroes_the_counters(device):
+    perf = device.perf(1)
+    q = device.queue(1)
+    q.submit([regs.gemm(tag=1, a_addr=0, b_addr=0, c_addr=0, m=8, k_chunks=1)])
+    q.wait(1, timeout=TIMEOUT)
+    assert perf.read().macs == 8 * 8 * 8
+    perf.clear()
+    cleared = perf.read()
+    assert (cleared.macs, cleared.busy_compute, cleared.bytes_read, cleared.bytes_written) == (0, 0, 0, 0)
+
+
+def test_dma_window_refuses_moves_outside_it(device):
+    """A STORE past DMA_LIMIT and a LOAD below DMA_BASE complete with DMA_WINDOW and move nothing."""
+    q = device.queue(0)
+    base = device.alloc(4096)
+    guard = bytes(range(256)) * 16
+    device.write_mem(base, guard)
+    q.set_dma_window(base + 1024, base + 2048)
+    assert q.dma_window() == (base + 1024, base + 2048)
+    moves = [regs.store(tag=1, dram_addr=base + 2048 - 8, dram_stride=8, local_addr=0, rows=2, cols=1,
+                        local_row_stride=1, local_col_stride=0),
+             regs.load(tag=2, dram_addr=base + 1016, dram_stride=8, local_addr=0, rows=1, cols=1,
+                       local_row_stride=0, local_col_stride=0),
+             regs.store(tag=3, dram_addr=base + 1024, dram_stride=8, local_addr=0, rows=2, cols=1,
+                        local_row_stride=1, local_col_stride=0)]
+    q.submit(moves)
+    statuses = [c.status for c in q.wait(3, timeout=TIMEOUT, check=False)]
+    assert statuses == [regs.ErrorCode.DMA_WINDOW, regs.ErrorCode.DMA_WINDOW, regs.ErrorCode.OK]
+    got = device.read_mem(base, len(guard))
+    assert got[:1024] == guard[:1024] and got[1040:] == guard[1040:], "a refused move changed device memory"
+    q.set_dma_window(0, device.caps.mem_bytes)
 
 
 def test_trace_records_start_and_end_events(device):
     """With tracing on, every command leaves a start event and an end event carrying its tag and status."""
-    base = regs.BLOCK_BASES["TRACE0"]
-    device.write_reg(base, regs.Trace.CONTROL, 0b11)  # clear, then record
+    trace = device.trace(0)
+    trace.start(clear=True)
     q = device.queue(0)
     q.submit([regs.nop(tag=21), regs.gemm(tag=22, a_addr=0, b_addr=0, c_addr=0, m=0, k_chunks=1)])
     q.wait(2, timeout=TIMEOUT, check=False)
-    events = []
-    while device.read_reg(base, regs.Trace.COUNT):
-        lo = device.read_reg(base, regs.Trace.DATA_LO)
-        hi = device.read_reg(base, regs.Trace.DATA_HI)  # pops
-        events.append((lo, hi & 0xFFFF, hi >> 16 & 0xFF, hi >> 24 & 0x7F, hi >> 31))
-    starts = [(tag, op) for _, tag, _, op, end in events if not end]
-    ends = [(tag, op, status) for _, tag, status, op, end in events if end]
+    events = trace.drain()
+    starts = [(e.tag, e.opcode) for e in events if e.kind is TraceKind.START]
+    ends = [(e.tag, e.opcode, e.status) for e in events if e.kind is TraceKind.END]
     assert starts == [(21, regs.Opcode.NOP), (22, regs.Opcode.GEMM)]
-    assert ends == [(21, regs.Opcode.NOP, 0), (22, regs.Opcode.GEMM, regs.ErrorCode.BAD_DIMENSION)]
-    stamps = [e[0] for e in events]
+    assert ends == [(21, regs.Opcode.NOP, regs.ErrorCode.OK), (22, regs.Opcode.GEMM, regs.ErrorCode.BAD_DIMENSION)]
+    stamps = [e.timestamp for e in events]
     assert stamps == sorted(stamps), "events must come out in time order"
+    assert trace.count == 0
 
 
 def test_gemm_over_a_faulty_serial_line():
@@ -222,7 +249,7 @@ def test_gemm_over_a_faulty_serial_line():
         a = rng.integers(-128, 128, (24, 32), dtype=np.int8)
         b = rng.integers(-128, 128, (32, 16), dtype=np.int8)
         bias = rng.integers(-1000, 1000, 16, dtype=np.int32)
-        post = {"mult": 181, "shift": 17, "relu": True}
+        post = PostOpParams(mult=181, shift=17, relu=True)
         failures = []
         while True:
             try:

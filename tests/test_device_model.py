@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dx1_bringup.model import BusError, DeviceModel
-from dx1_bringup.runtime.tile_plan import reference_linear
+from dx1_bringup.model.tile import PostOpParams
+from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import (
     COMMAND_BYTES,
     COMPLETION_BYTES,
@@ -197,7 +198,7 @@ def test_linear_layer_round_trip_with_phase_wrap():
     assert dev.irq_pending()
     assert rd(dev, "QUEUE0", "HEAD") == rd(dev, "QUEUE0", "TAIL") == 6
     got = np.frombuffer(dev.mem_read(out_dram, m_rows * n), dtype=np.int8).reshape(m_rows, n)
-    np.testing.assert_array_equal(got, reference_linear(a, b, bias, mult=mult, shift=shift, relu=True))
+    np.testing.assert_array_equal(got, reference_gemm(a, b, bias, PostOpParams(mult, shift, relu=True)))
 
     stamps = []
     for i in range(6):

@@ -221,6 +221,12 @@ def test_wrong_magic_and_version():
         Device(FakeTransport())
 
 
+def test_every_tile_needs_its_blocks():
+    with pytest.raises(DriverError, match=r"^CAPS reports 1 tiles but the register space has 0 QUEUE blocks "
+                                          r"\(expected one a tile\)$"):
+        Device(_fake_device(CAPS=regs.set_field(0, regs.Global.CAPS_TILES, 1)))
+
+
 def test_block_chain_loop_and_escape():
     t = _fake_device(NEXT=0x100)
     t.registers.update({0x100: regs.BlockType.QUEUE, 0x108: 0x100})
@@ -414,3 +420,134 @@ def test_reset_releases_queues(dev):
     q = dev.queue(0)
     q.submit([regs.nop(tag=2)])
     assert q.wait()[0].tag == 2
+
+
+# -- DMA window, interrupts, PERF and TRACE ------------------------------------------------------------------
+
+
+def test_dma_window_is_set_read_back_and_enforced(dev):
+    q = dev.queue(0)
+    assert q.dma_window() == (0, dev.caps.mem_bytes)
+    dev.write_mem(0x8000, bytes(range(64)))
+    q.set_dma_window(0x8000, 0x8040)
+    assert q.dma_window() == (0x8000, 0x8040)
+    q.submit([regs.copy(tag=1, src_addr=0x8000, dst_addr=0x8020, length=64)])  # destination leaves the window
+    with pytest.raises(CommandError) as info:
+        q.wait(1)
+    assert info.value.code == regs.ErrorCode.DMA_WINDOW
+    assert dev.read_mem(0x8000, 64) == bytes(range(64)), "a refused COPY moved data"
+    q.set_dma_window(0x8000, 0x9000)
+    q.submit([regs.copy(tag=2, src_addr=0x8000, dst_addr=0x8800, length=64)])
+    assert q.wait(1)[0].ok and dev.read_mem(0x8800, 64) == bytes(range(64))
+
+
+@pytest.mark.parametrize(("base", "limit", "error", "message"), [
+    (0x100, 0x80, ValueError, r"^queue 0: DMA window \[0x100, 0x80\) must satisfy 0 <= base <= limit <= 0x100000 "
+                              r"\(the device memory\)$"),
+    (-8, 0x80, ValueError, r"^queue 0: DMA window \[0x-8, 0x80\) must satisfy"),
+    (0, (1 << 20) + 8, ValueError, r"^queue 0: DMA window \[0x0, 0x100008\) must satisfy"),
+    (0, 1.5, TypeError, r"^queue 0: DMA window limit must be an integer, not 1.5$"),
+])
+def test_dma_window_range_checks(dev, base, limit, error, message):
+    q = dev.queue(0)
+    with pytest.raises(error, match=message):
+        q.set_dma_window(base, limit)
+    assert q.dma_window() == (0, dev.caps.mem_bytes), "a refused window changed the registers"
+
+
+def test_irq_status_clear_and_mask(dev):
+    q = dev.queue(1)
+    q.clear_irq()
+    assert q.irq_status() == 0 and q.irq_mask() == q.IRQ_COMPLETION | q.IRQ_ERROR
+    q.submit([regs.nop(tag=3)])
+    while not q.poll():
+        pass
+    assert q.irq_status() == q.IRQ_COMPLETION
+    q.clear_irq(q.IRQ_COMPLETION)
+    assert q.irq_status() == 0
+    q.set_irq_mask(q.IRQ_ERROR)
+    assert q.irq_mask() == q.IRQ_ERROR
+    with pytest.raises(ValueError, match=r"^queue 1: interrupt causes must be a combination of IRQ_COMPLETION "
+                                         r"\(0x1\) and IRQ_ERROR \(0x2\), not 4$"):
+        q.set_irq_mask(4)
+    q.wait(1)
+
+
+def test_perf_counts_a_gemm_and_clears(dev):
+    perf = dev.perf(0)
+    perf.clear()
+    zero = perf.read()
+    assert zero.macs == zero.bytes_read == zero.bytes_written == 0
+    q = dev.queue(0)
+    q.submit([regs.gemm(tag=1, a_addr=0, b_addr=64, c_addr=0, m=16, k_chunks=2),
+              regs.store(tag=2, dram_addr=0x8000, dram_stride=8, local_addr=0, rows=4, cols=1,
+                         local_row_stride=1, local_col_stride=0)])
+    q.wait()
+    after = perf.read()
+    assert after.macs == 2 * 16 * 8 * 8 and after.bytes_written == 4 * 8 and after.busy_compute > 0
+    assert after.since(zero) == after
+    assert after.as_dict()["MACS"] == after.macs and set(after.as_dict()) >= {"CYCLES", "BYTES_READ"}
+    assert dev.perf(1).read().macs == 0, "tile 1's counters saw tile 0's work"
+    perf.clear()
+    assert perf.read().macs == 0
+
+
+def test_perf_since_wraps_at_the_counter_width():
+    from dx1_driver import PerfCounters
+    before = PerfCounters(0xFFFF_FFF0, 0, 0, 0, (1 << 64) - 2, 0, 0, 0, 0)
+    after = PerfCounters(0x10, 0, 0, 0, 3, 0, 0, 0, 0)
+    delta = after.since(before)
+    assert (delta.cycles, delta.macs) == (0x20, 5)
+
+
+def test_trace_drains_decoded_events(dev):
+    from dx1_driver import TraceKind
+    trace = dev.trace(0)
+    trace.start()
+    assert trace.enabled and trace.count == 0
+    q = dev.queue(0)
+    q.submit([regs.nop(tag=21), regs.gemm(tag=22, a_addr=0, b_addr=0, c_addr=0, m=0, k_chunks=1)])
+    q.wait(2, check=False)
+    events = trace.drain()
+    assert [(e.kind, e.tag, e.opcode) for e in events if e.kind is TraceKind.START] == [
+        (TraceKind.START, 21, regs.Opcode.NOP), (TraceKind.START, 22, regs.Opcode.GEMM)]
+    assert [(e.tag, e.status) for e in events if e.kind is TraceKind.END] == [
+        (21, regs.ErrorCode.OK), (22, regs.ErrorCode.BAD_DIMENSION)]
+    assert [e.timestamp for e in events] == sorted(e.timestamp for e in events)
+    assert trace.count == 0 and trace.drain() == []
+    q.submit([regs.nop(tag=23)])
+    q.wait(1)
+    trace.clear()
+    assert trace.enabled and trace.count == 0
+    trace.stop()
+    q.submit([regs.nop(tag=24)])
+    q.wait(1)
+    assert not trace.enabled and trace.count == 0
+
+
+def test_trace_event_decode_uses_the_generated_fields():
+    from dx1_driver import TraceEvent, TraceKind
+    hi = regs.set_field(regs.set_field(regs.set_field(regs.set_field(
+        0, regs.Trace.DATA_HI_TAG, 0xBEEF), regs.Trace.DATA_HI_STATUS, regs.ErrorCode.SPM_RANGE),
+        regs.Trace.DATA_HI_OPCODE, 0x7E), regs.Trace.DATA_HI_END, 1)
+    assert TraceEvent.decode(1234, hi) == TraceEvent(1234, TraceKind.END, 0xBEEF, 0x7E, regs.ErrorCode.SPM_RANGE)
+
+
+def test_block_objects_check_the_tile(dev):
+    for get in (dev.queue, dev.perf, dev.trace):
+        with pytest.raises(ValueError, match=r"^tile must be 0 to 1, not 2$"):
+            get(2)
+    assert [dev.perf(t).base for t in range(2)] == [b.base for b in dev.blocks if b.type is regs.BlockType.PERF]
+    assert [dev.trace(t).base for t in range(2)] == [b.base for b in dev.blocks if b.type is regs.BlockType.TRACE]
+
+
+def test_semaphores_and_cycles(dev):
+    dev.set_semaphore(3, 7)
+    assert dev.semaphore(3) == 7
+    with pytest.raises(ValueError, match=r"^field value must fit in 16 bits unsigned, not 65536$"):
+        dev.set_semaphore(3, 1 << 16)
+    before = dev.cycles()
+    q = dev.queue(0)
+    q.submit([regs.gemm(tag=1, a_addr=0, b_addr=64, c_addr=0, m=16, k_chunks=1)])
+    q.wait()
+    assert dev.cycles() > before

@@ -18,7 +18,7 @@ from amaranth.sim import Simulator
 
 from dx1_bringup.gateware import PostOp, SystolicArray, TileCore
 from dx1_bringup.gateware.stream import AXIStreamSignature
-from dx1_bringup.golden import MAX_SHIFT, requantize
+from dx1_bringup.model.tile import MAX_SHIFT, PostOpParams, requantize
 from dx1_bringup.sim.stimulus import random_int8, random_int32
 from dx1_bringup.spec import TileConfig
 
@@ -138,7 +138,8 @@ def test_postop_matches_golden_requantize(lanes: int) -> None:
                 ctx.set(dut.row_valid, 1)
                 ctl = cycle & 0xFF
                 ctx.set(dut.ctl, ctl)
-                expected = requantize(row, settings["bias"], settings["mult"], settings["shift"], settings["relu"])
+                post = PostOpParams(settings["mult"], settings["shift"], settings["relu"])
+                expected = requantize(row, settings["bias"], post)
                 schedule.push(cycle, expected.tolist(), ctl)
                 await step()
             ctx.set(dut.row_valid, 0)
@@ -178,7 +179,8 @@ def test_postop_saturation_corners() -> None:
             await ctx.tick()
 
     _run(dut, bench)
-    expected = [requantize(np.array(row, dtype=np.int32), np.array(bias, dtype=np.int32), mult, shift, relu).tolist()
+    expected = [requantize(np.array(row, dtype=np.int32), np.array(bias, dtype=np.int32),
+                           PostOpParams(mult, shift, bool(relu))).tolist()
                 for row, bias, mult, shift, relu in cases]
     assert expected[0] == [1, -1, 0, 0] and expected[4] == [0, -1, -1, -2]
     assert results == expected

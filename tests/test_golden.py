@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from dx1_bringup.golden import COMPUTE_OPCODES, MAX_SHIFT, TileModel, check_command, requantize
+from dx1_bringup.model.tile import COMPUTE_OPCODES, MAX_SHIFT, PostOpParams, TileModel, check_command, requantize
 from dx1_bringup.sim.stimulus import BAD_KINDS, bad_command, random_gemm, random_int8, random_int32, random_postop
 from dx1_bringup.spec import (
     CHECK_ORDER,
@@ -194,7 +194,7 @@ def test_macs_count() -> None:
 ])
 def test_requantize_worked_examples(p: int, shift: int, expected: int) -> None:
     """Hand-worked roundings (half away from zero) and int8 saturations, with mult 1 and no bias."""
-    out = requantize(np.array([p], dtype=np.int32), 0, 1, shift, False)
+    out = requantize(np.array([p], dtype=np.int32), 0, PostOpParams(1, shift, False))
     assert out.dtype == np.int8
     assert out.tolist() == [expected]
 
@@ -204,12 +204,12 @@ def test_requantize_saturates_after_bias_before_multiply() -> None:
     acc = np.array([INT32_MAX, INT32_MIN, INT32_MIN, INT32_MAX], dtype=np.int32)
     bias = np.array([INT32_MAX, -1, -1, 0], dtype=np.int32)
     # Lane 0: sat(2**32 - 2) = 2**31 - 1, >> 31 rounds to 1 (2 without saturation, -1 if wrapped).
-    assert requantize(acc[:1], bias[:1], 1, 31, False).tolist() == [1]
-    assert requantize(acc[1:2], bias[1:2], 1, 31, False).tolist() == [-1]
-    assert requantize(acc, bias, 1, 31, True).tolist() == [1, 0, 0, 1]
+    assert requantize(acc[:1], bias[:1], PostOpParams(1, 31, False)).tolist() == [1]
+    assert requantize(acc[1:2], bias[1:2], PostOpParams(1, 31, False)).tolist() == [-1]
+    assert requantize(acc, bias, PostOpParams(1, 31, True)).tolist() == [1, 0, 0, 1]
     # Largest product: (2**31 - 1) * 65535 >> 47 is 0.99998 -> 1; INT32_MIN * 65535 >> 47 is -0.99998 -> -1.
-    assert requantize(acc, 0, 65535, 47, False).tolist() == [1, -1, -1, 1]
-    assert requantize(acc, 0, 65535, 46, False).tolist() == [2, -2, -2, 2]
+    assert requantize(acc, 0, PostOpParams(65535, 47, False)).tolist() == [1, -1, -1, 1]
+    assert requantize(acc, 0, PostOpParams(65535, 46, False)).tolist() == [2, -2, -2, 2]
 
 
 def test_requantize_matches_scalar_reference() -> None:
@@ -224,14 +224,14 @@ def test_requantize_matches_scalar_reference() -> None:
         # Exact halves of the rounding step (only reachable when mult is 1).
         if 0 < shift <= 28:
             acc[0] = [(2 * j + 1) * (1 << (shift - 1)) * (1 if j % 2 else -1) for j in range(lanes)]
-        out = requantize(acc, bias, mult, shift, relu)
+        out = requantize(acc, bias, PostOpParams(mult, shift, relu))
         expected = [[ref_requant(a, b, mult, shift, relu) for a, b in zip(row, bias.tolist(), strict=True)]
                     for row in acc.tolist()]
         assert out.dtype == np.int8 and out.shape == acc.shape
         assert out.tolist() == expected, (mult, shift, relu)
         scalar_bias = int(bias[0])
         expected_scalar = [[ref_requant(a, scalar_bias, mult, shift, relu) for a in row] for row in acc.tolist()]
-        assert requantize(acc, scalar_bias, mult, shift, relu).tolist() == expected_scalar
+        assert requantize(acc, scalar_bias, PostOpParams(mult, shift, relu)).tolist() == expected_scalar
 
 
 def test_requantize_exact_halves() -> None:
@@ -244,7 +244,7 @@ def test_requantize_exact_halves() -> None:
             values += [half, -half, half - 1, -half + 1, half + 1, -half - 1]
         acc = np.array([v for v in values if INT32_MIN <= v <= INT32_MAX], dtype=np.int32)
         expected = [ref_requant(a, 0, 1, shift, False) for a in acc.tolist()]
-        assert requantize(acc, 0, 1, shift, False).tolist() == expected, shift
+        assert requantize(acc, 0, PostOpParams(1, shift, False)).tolist() == expected, shift
 
 
 def test_requantize_extreme_random_products() -> None:
@@ -254,21 +254,47 @@ def test_requantize_extreme_random_products() -> None:
         mult, shift, relu = rng.randrange(1 << 16), rng.randrange(MAX_SHIFT + 1), rng.random() < 0.5
         acc = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(100)]
         bias = [rng.choice([0, INT32_MIN, INT32_MAX, rng.randint(INT32_MIN, INT32_MAX)]) for _ in range(100)]
-        out = requantize(np.array(acc, dtype=np.int32), np.array(bias, dtype=np.int32), mult, shift, relu)
+        out = requantize(np.array(acc, dtype=np.int32), np.array(bias, dtype=np.int32),
+                         PostOpParams(mult, shift, relu))
         assert out.tolist() == [ref_requant(a, b, mult, shift, relu) for a, b in zip(acc, bias, strict=True)]
 
 
 @pytest.mark.parametrize(("mult", "shift", "message"), [
-    (1, 48, "shift must be from 0 to 47, not 48"),
-    (1, -1, "shift must be from 0 to 47, not -1"),
-    (65536, 0, "mult must fit in 16 bits unsigned, not 65536"),
-    (-1, 0, "mult must fit in 16 bits unsigned, not -1"),
+    (1, 48, "post-op shift must be from 0 to 47, not 48"),
+    (1, -1, "post-op shift must be from 0 to 47, not -1"),
+    (65536, 0, "post-op mult must fit in 16 bits unsigned, not 65536"),
+    (-1, 0, "post-op mult must fit in 16 bits unsigned, not -1"),
 ])
-def test_requantize_rejects_bad_parameters(mult: int, shift: int, message: str) -> None:
-    """requantize refuses a shift outside 0..47 or a mult outside 16 bits unsigned, with the exact message."""
+def test_postop_params_reject_bad_values(mult: int, shift: int, message: str) -> None:
+    """PostOpParams refuses a shift outside 0..47 or a mult outside POSTOP's 16-bit field, with the exact message."""
     assert MAX_SHIFT == POSTOP_MAX_SHIFT == 47
+    assert COMMANDS[Opcode.POSTOP].field("mult").width == 16
     with pytest.raises(ValueError, match=f"^{message}$"):
-        requantize(np.zeros(4, dtype=np.int32), 0, mult, shift, False)
+        PostOpParams(mult, shift, False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((1.5, 0, False), r"post-op mult must be an integer, not 1.5"),
+    ((1, True, False), r"post-op shift must be an integer, not True"),
+    ((1, 0, 1), r"post-op relu must be a bool, not 1"),
+])
+def test_postop_params_reject_wrong_types(args: tuple, message: str) -> None:
+    with pytest.raises(TypeError, match=f"^{message}$"):
+        PostOpParams(*args)
+
+
+def test_postop_params_are_one_frozen_value() -> None:
+    """Equal parameters are equal (and hashable), numpy integers become ints, and a POSTOP decodes to them."""
+    post = PostOpParams(np.int64(181), np.uint8(17), np.bool_(True))
+    assert post == PostOpParams(181, 17, True) and hash(post) == hash(PostOpParams(181, 17, True))
+    assert type(post.mult) is int and type(post.relu) is bool
+    with pytest.raises(AttributeError):
+        post.mult = 3  # type: ignore[misc]
+    _, fields = unpack_command(pack_command(Opcode.POSTOP, flags={"relu": True}, src_addr=0, dst_addr=0, rows=1,
+                                            bias_addr=0, mult=181, shift=17))
+    assert PostOpParams.from_command(fields) == post
+    with pytest.raises(TypeError, match=r"^post must be a PostOpParams, not \{'mult': 1\}$"):
+        requantize(np.zeros(4, dtype=np.int32), 0, {"mult": 1})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -11,7 +11,8 @@ from dx1_driver import Device, TransportError, open_transport, regs
 from dx1_driver.pcie import MmapBar, ModelBar, PcieTransport, model_pcie_transport, parse_bdf
 
 from dx1_bringup.model.device import BusError, DeviceModel
-from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
+from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.reference import reference_gemm
 
 GLOBAL = regs.BLOCK_BASES["GLOBAL"]
 

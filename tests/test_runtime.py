@@ -9,11 +9,14 @@ import pytest
 from dx1_driver import CommandError, Device, ModelTransport, regs
 
 from dx1_bringup.cli import main
-from dx1_bringup.runtime import gemm
-from dx1_bringup.runtime.gemm import compile_gemm, reference_gemm, run_gemm
+from dx1_bringup.model.tile import PostOpParams
+from dx1_bringup.runtime import gemm, reference
+from dx1_bringup.runtime.gemm import compile_gemm, run_gemm
+from dx1_bringup.runtime.operands import padded
+from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import Opcode, SocConfig, TileConfig, unpack_command
 
-POST = {"mult": 3000, "shift": 20, "relu": 1}
+POST = PostOpParams(mult=3000, shift=20, relu=True)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,7 @@ def test_bit_exact(dev, m, k, n, post, with_bias, tiles):
     assert c.dtype == expected.dtype == (np.int8 if post else np.int32)
     assert c.shape == (m, n)
     np.testing.assert_array_equal(c, expected)
-    kp, np_ = gemm.padded(k, dev.caps.array), gemm.padded(n, dev.caps.array)
+    kp, np_ = padded(k, dev.caps.array), padded(n, dev.caps.array)
     assert stats.macs == m * kp * np_  # every padded MAC issued once
     assert len(stats.tiles) <= tiles
     assert dev.allocator.used == used_before
@@ -77,12 +80,12 @@ def test_saturation_and_wrapping_match_reference(dev):
     a = np.full((4, 8), 127, np.int8)
     b = np.full((8, 3), 127, np.int8)
     bias = np.array([2**31 - 1, -(2**31), 5], np.int32)
-    for post in (None, {"mult": 1, "shift": 0, "relu": 0}):
+    for post in (None, PostOpParams(1, 0)):
         c, _ = run_gemm(dev, a, b, bias, post)
         np.testing.assert_array_equal(c, reference_gemm(a, b, bias, post))
     wrapped, _ = run_gemm(dev, a, b, bias)
     assert wrapped[0, 0] < 0  # int32 max + 129032 wraps
-    saturated, _ = run_gemm(dev, a, b, bias, {"mult": 1, "shift": 0, "relu": 0})
+    saturated, _ = run_gemm(dev, a, b, bias, PostOpParams(1, 0))
     assert saturated[0, 0] == 127 and saturated[0, 1] == -128
 
 
@@ -104,8 +107,8 @@ def test_stats(dev):
     c, stats = run_gemm(dev, a, b, bias, POST)
     assert stats.tiles == [0, 1]
     assert all(stats.commands[t] > 0 for t in stats.tiles)
-    assert all(stats.delta(t, "CYCLES") > 0 for t in stats.tiles)
-    assert stats.cycles == max(stats.delta(t, "CYCLES") for t in stats.tiles)
+    assert all(stats.delta(t).cycles > 0 for t in stats.tiles)
+    assert stats.cycles == max(stats.delta(t).cycles for t in stats.tiles)
     assert 0 < stats.utilisation() <= 1 and all(0 < stats.utilisation(t) <= 1 for t in stats.tiles)
     plan = _plan(dev.caps, 64, 64, 64, bias_addr=0xC0000, post=POST)
     assert stats.dma_bytes == plan.load_bytes + plan.store_bytes
@@ -199,10 +202,8 @@ def test_compile_rejects_bad_arguments(dev):
     with pytest.raises(ValueError, match="^c_addr 0xffff8 \\+ 256 bytes runs past the 1048576 bytes of device "
                                          "memory$"):
         compile_gemm(8, 8, 8, caps, a_addr=0, b_addr=0x40, c_addr=0xFFFF8)
-    with pytest.raises(ValueError, match=r"^post must have keys mult, shift and optionally relu, not \['mult'\]$"):
-        _plan(caps, 8, 8, 8, post={"mult": 1})
-    with pytest.raises(ValueError, match="^post shift must be from 0 to 47, not 48$"):
-        _plan(caps, 8, 8, 8, post={"mult": 1, "shift": 48})
+    with pytest.raises(TypeError, match=r"^post must be a PostOpParams or None, not \{'mult': 1, 'shift': 0\}$"):
+        _plan(caps, 8, 8, 8, post={"mult": 1, "shift": 0})
 
 
 def test_compile_rejects_device_too_small_for_one_block(dev):
@@ -266,14 +267,14 @@ def test_cli_gemm_passes(capsys):
 
 
 def test_cli_gemm_reports_first_mismatch(capsys, monkeypatch):
-    real = gemm.reference_gemm
+    real = reference.reference_gemm
 
     def off_by_one(a, b, bias=None, post=None):
         expected = real(a, b, bias, post)
         expected[1, 2] += 1
         return expected
 
-    monkeypatch.setattr(gemm, "reference_gemm", off_by_one)
+    monkeypatch.setattr(reference, "reference_gemm", off_by_one)
     assert main(["gemm", "4", "4", "4", "--no-post"]) == 1
     err = capsys.readouterr().err
     assert "1 of 16 elements differ; first at C[1, 2]" in err
@@ -290,3 +291,84 @@ def test_cli_info_with_and_without_device(capsys):
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
     assert "device model: hw 1.0, tiles 2, array 8x8" in out and "PERF" in out
+
+
+# -- the command-stream builder, padding and the single-tile layer ---------------------------------------------
+
+
+def test_command_stream_encodes_through_the_spec_and_counts():
+    from dx1_bringup.runtime.commands import CommandStream
+    from dx1_bringup.spec import pack_command
+
+    s = CommandStream(array=8, spm_rows=64, acc_rows=16, mem_bytes=4096, tile=1, what="test plan")
+    s.load(dram_addr=0, dram_stride=64, local_addr=0, rows=4, cols=2, local_row_stride=1, local_col_stride=4)
+    s.gemm(a_addr=0, b_addr=8, c_addr=0, m=4, k_chunks=2, accumulate=True)
+    s.postop(src_addr=0, dst_addr=32, rows=4, post=PostOpParams(5, 3, relu=True), bias_addr=8)
+    s.store(dram_addr=1024, dram_stride=8, local_addr=32, rows=4, cols=1, local_row_stride=1, local_col_stride=0)
+    assert s.commands == [
+        pack_command(Opcode.LOAD, tag=0, dram_addr=0, dram_stride=64, local_addr=0, rows=4, cols=2,
+                     local_row_stride=1, local_col_stride=4),
+        pack_command(Opcode.GEMM, tag=1, flags={"accumulate": True}, a_addr=0, b_addr=8, c_addr=0, m=4, k_chunks=2),
+        pack_command(Opcode.POSTOP, tag=2, flags={"relu": True, "bias": True}, src_addr=0, dst_addr=32, rows=4,
+                     bias_addr=8, mult=5, shift=3),
+        pack_command(Opcode.STORE, tag=3, dram_addr=1024, dram_stride=8, local_addr=32, rows=4, cols=1,
+                     local_row_stride=1),
+    ]
+    assert (s.load_bytes, s.store_bytes, s.array_macs) == (4 * 2 * 8, 4 * 8, 4 * 2 * 64)
+    with pytest.raises(ValueError, match=r"^test plan: tile 1 command 4 \(GEMM output\) touches accumulator rows "
+                                         r"14..17, outside the 16 rows the device has$"):
+        s.gemm(a_addr=0, b_addr=8, c_addr=14, m=4, k_chunks=1)
+    with pytest.raises(ValueError, match=r"^test plan: tile 1 command 4 \(STORE\) moves device memory "
+                                         r"0xff8..0x1008 with stride 8: not 8-byte aligned or past the 4096 bytes"):
+        s.store(dram_addr=4088, dram_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1, local_col_stride=0)
+    with pytest.raises(TypeError, match=r"^post must be a PostOpParams, not \{'mult': 1\}$"):
+        s.postop(src_addr=0, dst_addr=0, rows=1, post={"mult": 1}, bias_addr=None)
+    assert len(s.commands) == 4, "a refused command was kept"
+
+
+def test_command_stream_tags_wrap_at_the_tag_field():
+    from dx1_bringup.runtime.commands import CommandStream
+
+    s = CommandStream(array=8, spm_rows=64, acc_rows=16)
+    s.commands = [b""] * 0xFFFF
+    s.gemm(a_addr=0, b_addr=0, c_addr=0, m=1, k_chunks=1)
+    s.gemm(a_addr=0, b_addr=0, c_addr=0, m=1, k_chunks=1)
+    assert [unpack_command(c)[1]["tag"] for c in s.commands[-2:]] == [0xFFFF, 0]
+    with pytest.raises(ValueError, match=r"moves device memory 0x0..0x8 with stride 8: not 8-byte aligned or past "
+                                         r"the 0 bytes of device memory$"):
+        s.load(dram_addr=0, dram_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0, local_col_stride=0)
+
+
+def test_pad_operand():
+    from dx1_bringup.runtime.operands import pad_operand
+
+    x = np.arange(6, dtype=np.int8).reshape(2, 3)
+    out = pad_operand(x, (3, 8))
+    assert out.dtype == np.int8 and out.shape == (3, 8)
+    np.testing.assert_array_equal(out[:2, :3], x)
+    assert not out[2:].any() and not out[:, 3:].any()
+    np.testing.assert_array_equal(pad_operand(np.array([1, 2], np.int32), (4,)), [1, 2, 0, 0])
+    with pytest.raises(ValueError, match=r"^an operand of shape \(2, 3\) cannot be padded to \(2, 2\): the padded "
+                                         r"shape must have as many dimensions and be at least as large in each$"):
+        pad_operand(x, (2, 2))
+    with pytest.raises(ValueError, match=r"cannot be padded to \(8,\)"):
+        pad_operand(x, (8,))
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_plan_on_the_tile_model_equals_the_reference(with_bias):
+    """The single-tile plan, run on the golden tile model, gives reference_gemm bit for bit."""
+    from dx1_bringup.runtime.tile_plan import plan_linear
+
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, (11, 20), dtype=np.int8)
+    b = rng.integers(-128, 128, (20, 13), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, 13, dtype=np.int32) if with_bias else None
+    post = PostOpParams(181, 17, relu=True)
+    plan = plan_linear(a, b, bias, post)
+    got, statuses = plan.run_on_model()
+    assert statuses == [0] * len(plan.commands) == [0] * (2 * 2)  # a GEMM and a POSTOP per output chunk
+    np.testing.assert_array_equal(got, reference_gemm(a, b, bias, post))
+    with pytest.raises(TypeError, match=r"^post must be a PostOpParams \(a linear layer's output is requantised to "
+                                        r"int8\), not None$"):
+        plan_linear(a, b, bias, None)

@@ -12,7 +12,9 @@ from dx1_driver import Device, DriverError, TransportError, open_transport, regs
 from dx1_driver import serial_link as sl
 
 from dx1_bringup.model.device import BusError, DeviceModel
-from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
+from dx1_bringup.model.tile import PostOpParams
+from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.reference import reference_gemm
 
 GLOBAL = regs.BLOCK_BASES["GLOBAL"]
 
@@ -388,7 +390,7 @@ def test_device_and_gemm(link):
     with Device(link) as dev:
         assert [b.type.name for b in dev.blocks] == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
         a, b, bias = _gemm_operands(1, 33, 40, 17)
-        post = {"mult": 181, "shift": 17, "relu": True}
+        post = PostOpParams(mult=181, shift=17, relu=True)
         out, _ = run_gemm(dev, a, b, bias, post)
         np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
 

@@ -7,7 +7,7 @@ lazily).
 
 from . import regs
 from .allocator import Allocator
-from .device import Block, Capabilities, Completion, Device, Queue
+from .device import Block, Capabilities, Device
 from .errors import (
     CommandError,
     DeviceTimeout,
@@ -17,10 +17,14 @@ from .errors import (
     QueueError,
     TransportError,
 )
+from .perf import Perf, PerfCounters
+from .queue import CommandQueue, Completion
+from .trace import Trace, TraceEvent, TraceKind
 from .transport import DEVICE_SPECS, ModelTransport, Transport, open_transport
 
 __all__ = [
-    "regs", "Allocator", "Block", "Capabilities", "Completion", "Device", "Queue", "CommandError",
+    "regs", "Allocator", "Block", "Capabilities", "CommandQueue", "Completion", "Device", "Perf", "PerfCounters",
+    "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
     "DEVICE_SPECS", "ModelTransport", "Transport", "open_transport",
 ]

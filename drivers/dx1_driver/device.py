@@ -1,10 +1,16 @@
-"""The device: discovery, device memory and command queues."""
+"""The device: discovery of its register blocks, device memory, and the objects of each tile's blocks.
+
+Walking the NEXT chain from register address 0 finds every block; the n-th
+QUEUE, PERF and TRACE block belong to tile n.  :meth:`Device.queue`,
+:meth:`Device.perf` and :meth:`Device.trace` hand out the objects that drive
+them (:class:`CommandQueue`, :class:`Perf`, :class:`Trace`), so no caller needs
+a block address.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -13,13 +19,13 @@ from numpy.typing import DTypeLike
 
 from . import regs
 from .allocator import Allocator
-from .errors import CommandError, DeviceTimeout, DriverError, NotADx1Device, QueueError
+from .errors import DeviceTimeout, DriverError, NotADx1Device
+from .perf import Perf
+from .queue import POLL_SLICE, CommandQueue
+from .trace import Trace
 from .transport import Transport, open_transport
 
-__all__ = ["Block", "Capabilities", "Completion", "Device", "Queue"]
-
-#: Longest single sleep between completion polls, so a transport without an interrupt line stays responsive.
-_POLL_SLICE = 0.001
+__all__ = ["Block", "Capabilities", "Device"]
 
 
 def _version(v: int) -> str:
@@ -52,21 +58,6 @@ class Capabilities:
     trace: bool
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One completion entry, with the ring index it was written at."""
-
-    index: int
-    tag: int
-    opcode: int
-    status: int
-    timestamp: int
-
-    @property
-    def ok(self) -> bool:
-        return self.status == regs.ErrorCode.OK
-
-
 class Device:
     """An open DX-1.
 
@@ -94,15 +85,14 @@ class Device:
         self.blocks = self._walk()
         self.global_base = self._bases(regs.BlockType.GLOBAL)[0]
         self.caps = self._identify()
-        self.queue_bases = self._bases(regs.BlockType.QUEUE)
-        if len(self.queue_bases) != self.caps.tiles:
-            raise DriverError(f"CAPS reports {self.caps.tiles} tiles but the register space has "
-                              f"{len(self.queue_bases)} QUEUE blocks")
+        self.queue_bases = self._tile_bases(regs.BlockType.QUEUE)
+        self.perf_bases = self._tile_bases(regs.BlockType.PERF)
+        self.trace_bases = self._tile_bases(regs.BlockType.TRACE) if self.caps.trace else []
         if self.caps.mem_bytes > transport.mem_bytes:
             raise DriverError(f"MEM_BYTES reports {self.caps.mem_bytes} bytes but the transport reaches only "
                               f"{transport.mem_bytes}")
         self.allocator = Allocator(0, self.caps.mem_bytes)
-        self._queues: dict[int, Queue] = {}
+        self._queues: dict[int, CommandQueue] = {}
         if reset:
             self.reset()
 
@@ -150,6 +140,14 @@ class Device:
     def _bases(self, kind: regs.BlockType) -> list[int]:
         return [b.base for b in self.blocks if b.type is kind]
 
+    def _tile_bases(self, kind: regs.BlockType) -> list[int]:
+        """The bases of the ``kind`` blocks, one a tile, in tile order."""
+        bases = self._bases(kind)
+        if len(bases) != self.caps.tiles:
+            raise DriverError(f"CAPS reports {self.caps.tiles} tiles but the register space has {len(bases)} "
+                              f"{kind.name} blocks (expected one a tile)")
+        return bases
+
     def _identify(self) -> Capabilities:
         g = regs.Global
         magic, hw, caps, spm_rows, acc_rows, mem_bytes, features = self.transport.read_u32s(
@@ -175,10 +173,26 @@ class Device:
     # -- registers and memory ---------------------------------------------------------------------
 
     def read_reg(self, base: int, offset: int) -> int:
+        """Read the register at ``offset`` (from ``regs``) of the block at ``base``."""
         return self.transport.read32(base + offset)
 
     def write_reg(self, base: int, offset: int, value: int) -> None:
+        """Write the register at ``offset`` (from ``regs``) of the block at ``base``; for what no object covers."""
         self.transport.write32(base + offset, value)
+
+    def cycles(self) -> int:
+        """GLOBAL's 64-bit cycle counter; CYCLES_LO is read first, which latches CYCLES_HI."""
+        g = regs.Global
+        lo = self.read_reg(self.global_base, g.CYCLES_LO)
+        return lo | self.read_reg(self.global_base, g.CYCLES_HI) << 32
+
+    def semaphore(self, index: int) -> int:
+        """The value of semaphore ``index`` (GLOBAL SEM<index>)."""
+        return regs.get_field(self.read_reg(self.global_base, regs.Global.sem(index)), regs.Global.SEM_VALUE)
+
+    def set_semaphore(self, index: int, value: int) -> None:
+        """Set semaphore ``index`` to ``value`` (which must fit the semaphore's 16 bits)."""
+        self.write_reg(self.global_base, regs.Global.sem(index), regs.set_field(0, regs.Global.SEM_VALUE, value))
 
     def read_mem(self, addr: int, n: int) -> bytes:
         """Read ``n`` bytes of device memory at ``addr``."""
@@ -206,13 +220,13 @@ class Device:
     # -- control --------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Reset every queue, counter and semaphore; open :class:`Queue` objects become unusable."""
+        """Reset every queue, counter and semaphore; open :class:`CommandQueue` objects become unusable."""
         self.write_reg(self.global_base, regs.Global.RESET, 1 << regs.Global.RESET_ALL[0])
         for q in self._queues.values():
             q._release()
         self._queues.clear()
 
-    def wait_any(self, queues: Sequence[Queue], *, at_least: int = 1, timeout: float = 1.0) -> None:
+    def wait_any(self, queues: Sequence[CommandQueue], *, at_least: int = 1, timeout: float = 1.0) -> None:
         """Wait until one of ``queues`` has ``at_least`` completions ready (or all it has outstanding).
 
         For feeding several queues at once: wait here, then take what each has
@@ -227,22 +241,43 @@ class Device:
         while not ready():
             for q in queues:
                 q.check()
-                q._set(regs.Queue.IRQ_STATUS, 1 << regs.Queue.IRQ_STATUS_COMPLETION[0])
+                q.clear_irq(q.IRQ_COMPLETION)
             if ready():
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise DeviceTimeout(f"no completion on queues {[q.tile for q in queues]} within {timeout} s")
-            self.transport.wait_irq(min(remaining, _POLL_SLICE))
+            self.transport.wait_irq(min(remaining, POLL_SLICE))
 
-    def queue(self, tile: int, *, ring_log2: int | None = None) -> Queue:
-        """The command queue of ``tile``, set up on first use (``ring_log2`` applies only then)."""
-        if not 0 <= tile < self.caps.tiles:
+    def _check_tile(self, tile: int) -> None:
+        if isinstance(tile, bool) or not isinstance(tile, int) or not 0 <= tile < self.caps.tiles:
             raise ValueError(f"tile must be 0 to {self.caps.tiles - 1}, not {tile!r}")
+
+    def queue(self, tile: int, *, ring_log2: int | None = None) -> CommandQueue:
+        """The command queue of ``tile``, set up on first use (``ring_log2`` applies only then)."""
+        self._check_tile(tile)
         if tile not in self._queues:
-            self._queues[tile] = Queue(self, tile, self.queue_bases[tile],
-                                       self.ring_log2 if ring_log2 is None else ring_log2)
+            self._queues[tile] = CommandQueue(self, tile, self.queue_bases[tile],
+                                              self.ring_log2 if ring_log2 is None else ring_log2)
         return self._queues[tile]
+
+    def perf(self, tile: int) -> Perf:
+        """The performance counters of ``tile`` (its PERF block)."""
+        self._check_tile(tile)
+        return Perf(self, tile, self.perf_bases[tile])
+
+    def trace(self, tile: int) -> Trace:
+        """The trace buffer of ``tile`` (its TRACE block).
+
+        Raises
+        ------
+        DriverError
+            FEATURES says the device has no trace buffer.
+        """
+        self._check_tile(tile)
+        if not self.caps.trace:
+            raise DriverError("the device has no trace buffer (GLOBAL FEATURES.trace reads 0)")
+        return Trace(self, tile, self.trace_bases[tile])
 
     def close(self) -> None:
         self.transport.close()
@@ -253,227 +288,3 @@ class Device:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-class Queue:
-    """The command queue of one tile: a command ring and a completion ring in device memory.
-
-    Contract: :meth:`submit` never overflows the ring; :meth:`wait` delivers
-    every completion exactly once, in ring order, and checks that each carries
-    the tag of the command at its ring index.  Completions collected while
-    :meth:`submit` waits for ring space are kept until a :meth:`wait` asks.
-    """
-
-    def __init__(self, device: Device, tile: int, base: int, ring_log2: int):
-        if not 1 <= ring_log2 <= 16:
-            raise ValueError(f"ring_log2 must be 1 to 16, not {ring_log2!r}")
-        self.device = device
-        self.tile = tile
-        self.base = base
-        self.entries = 1 << ring_log2
-        q = regs.Queue
-        head, tail = self._reg(q.HEAD), self._reg(q.TAIL)
-        if head or tail:
-            raise DriverError(f"queue {tile} is not at ring index 0 (HEAD={head}, TAIL={tail}); reset the device")
-        self.ring = device.alloc(self.entries * regs.COMMAND_BYTES)
-        self.cq = device.alloc(self.entries * regs.COMPLETION_BYTES)
-        # Phase starts at 1, so stale memory with bit 63 set would read as a
-        # completion: clear the completion ring before the device may write it.
-        device.write_mem(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
-        self._set(q.CONTROL, 0)
-        self._set(q.RING_BASE, self.ring)
-        self._set(q.RING_LOG2, ring_log2)
-        self._set(q.CQ_BASE, self.cq)
-        self._set(q.DMA_BASE, 0)
-        self._set(q.DMA_LIMIT, device.caps.mem_bytes)
-        self._set(q.IRQ_STATUS, 0b11)
-        self._set(q.IRQ_MASK, (1 << q.IRQ_MASK_COMPLETION[0]) | (1 << q.IRQ_MASK_ERROR[0]))
-        self._set(q.CONTROL, 1 << q.CONTROL_ENABLE[0])
-        self._tail = 0  # next ring index the host writes
-        self._head = 0  # next ring index whose completion the host reads
-        self._phase = 1  # phase bit of a fresh completion at _head
-        self._inflight: deque[tuple[int, int]] = deque()  # (tag, opcode) of published commands from _head on
-        self._backlog: deque[Completion] = deque()  # read from the ring, not yet delivered
-        self._live = True
-
-    # -- registers ------------------------------------------------------------------------------
-
-    def _reg(self, offset: int) -> int:
-        return self.device.read_reg(self.base, offset)
-
-    def _set(self, offset: int, value: int) -> None:
-        self.device.write_reg(self.base, offset, value)
-
-    def _release(self) -> None:
-        self._live = False
-        self.device.free(self.ring)
-        self.device.free(self.cq)
-
-    def _check_live(self) -> None:
-        if not self._live:
-            raise DriverError(f"queue {self.tile} was reset; get a new one from Device.queue")
-
-    @property
-    def outstanding(self) -> int:
-        """Completions not yet delivered: commands in flight plus collected ones."""
-        return len(self._inflight) + len(self._backlog)
-
-    def check(self) -> None:
-        """Raise :class:`QueueError` if the queue is halted."""
-        q = regs.Queue
-        if regs.get_field(self._reg(q.STATUS), q.STATUS_HALTED):
-            error = self._reg(q.ERROR)
-            raise QueueError(regs.get_field(error, q.ERROR_CODE), regs.get_field(error, q.ERROR_INDEX),
-                             tile=self.tile)
-
-    # -- submission -----------------------------------------------------------------------------
-
-    def submit(self, commands: Sequence[bytes], *, timeout: float = 1.0) -> list[int]:
-        """Publish ``commands`` (built with ``regs``; each carries its tag) and return their tags.
-
-        Waits (up to ``timeout`` seconds per wait) for ring slots when the ring is
-        full; completions collected meanwhile are kept for :meth:`wait`.
-        """
-        self._check_live()
-        for i, cmd in enumerate(commands):
-            if len(cmd) != regs.COMMAND_BYTES:
-                raise ValueError(f"command {i} is {len(cmd)} bytes, not {regs.COMMAND_BYTES}")
-        tags = [int.from_bytes(cmd[2:4], "little") for cmd in commands]
-        todo = list(commands)
-        while todo:
-            # One slot stays empty: the doorbell carries only the tail, so a full
-            # ring would look the same as an empty one to the device.
-            room = self.entries - 1 - len(self._inflight)
-            if room == 0:
-                self._collect(len(self._backlog) + 1, timeout)
-                continue
-            batch, todo = todo[:room], todo[room:]
-            first = min(len(batch), self.entries - self._tail)
-            for run_start, run in ((self._tail, batch[:first]), (0, batch[first:])):
-                if run:
-                    self.device.write_mem(self.ring + run_start * regs.COMMAND_BYTES, b"".join(run))
-            self._inflight.extend((int.from_bytes(c[2:4], "little"), c[0]) for c in batch)
-            self._tail = (self._tail + len(batch)) % self.entries
-            self._set(regs.Queue.DOORBELL, self._tail)
-        return tags
-
-    # -- completion -----------------------------------------------------------------------------
-
-    def _poll(self) -> int:
-        """Move every fresh completion from the ring to the backlog; return how many."""
-        if not self._inflight:
-            return 0
-        n = min(len(self._inflight), self.entries - self._head)
-        raw = self.device.read_mem(self.cq + self._head * regs.COMPLETION_BYTES, n * regs.COMPLETION_BYTES)
-        got = 0
-        for k in range(n):
-            entry = regs.unpack_completion(raw[k * 8:(k + 1) * 8])
-            if entry["phase"] != self._phase:
-                break
-            tag, opcode = self._inflight[0]
-            if entry["tag"] != tag or entry["opcode"] != opcode:
-                raise DriverError(
-                    f"queue {self.tile}: completion at ring index {self._head} has tag {entry['tag']} opcode "
-                    f"0x{entry['opcode']:02x}, but the command there has tag {tag} opcode 0x{opcode:02x} "
-                    f"(lost or duplicated completion)")
-            self._inflight.popleft()
-            self._backlog.append(Completion(self._head, entry["tag"], entry["opcode"], entry["status"],
-                                            entry["timestamp"]))
-            self._head += 1
-            got += 1
-        if self._head == self.entries:
-            self._head = 0
-            self._phase ^= 1
-        return got
-
-    def poll(self) -> int:
-        """Collect what has arrived without waiting; return how many completions are ready."""
-        self._check_live()
-        self._poll()
-        return len(self._backlog)
-
-    def _collect(self, need: int, timeout: float) -> None:
-        """Poll until the backlog holds at least ``need`` completions."""
-        deadline = time.monotonic() + timeout
-        irq_clear = 1 << regs.Queue.IRQ_STATUS_COMPLETION[0]
-        while len(self._backlog) < need:
-            if self._poll():
-                continue
-            self.check()
-            # Clear the interrupt before the last look at the ring, so a
-            # completion landing in between still raises it for wait_irq.
-            self._set(regs.Queue.IRQ_STATUS, irq_clear)
-            if self._poll():
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                tag, opcode = self._inflight[0]
-                raise DeviceTimeout(
-                    f"queue {self.tile}: no completion for ring index {self._head} (tag {tag}, opcode "
-                    f"0x{opcode:02x}) within {timeout} s; HEAD={self._reg(regs.Queue.HEAD)}, "
-                    f"TAIL={self._reg(regs.Queue.TAIL)}, STATUS=0x{self._reg(regs.Queue.STATUS):x}")
-            self.device.transport.wait_irq(min(remaining, _POLL_SLICE))
-
-    def wait(self, what: int | Iterable[int] | None = None, *, timeout: float = 1.0,
-             check: bool = True) -> list[Completion]:
-        """Collect completions, in ring order.
-
-        Parameters
-        ----------
-        what:
-            ``None``: every outstanding completion; an ``int``: that many of the
-            oldest; an iterable of tags: the oldest outstanding completion of each
-            tag (others collected on the way stay for a later call).
-        timeout:
-            Seconds to wait without progress before :class:`DeviceTimeout`.
-        check:
-            Raise :class:`CommandError` for the first error completion, after
-            every asked-for completion is collected (they ride on the exception's
-            ``completions``); ``False`` returns them unchecked.
-
-        Raises
-        ------
-        ValueError
-            More completions, or tags, than are outstanding.
-        QueueError
-            The queue halted on a ring error.
-        """
-        self._check_live()
-        if what is None:
-            what = self.outstanding
-        if isinstance(what, int):
-            if not 0 <= what <= self.outstanding:
-                raise ValueError(f"cannot wait for {what} completions: {self.outstanding} outstanding")
-            self._collect(what, timeout)
-            done = [self._backlog.popleft() for _ in range(what)]
-        else:
-            done = self._wait_tags(list(what), timeout)
-        if check:
-            for c in done:
-                if not c.ok:
-                    raise CommandError(c.tag, c.opcode, c.status, completions=done)
-        return done
-
-    def _wait_tags(self, wanted: list[int], timeout: float) -> list[Completion]:
-        pending = [tag for tag, _ in self._inflight]
-        available = [c.tag for c in self._backlog] + pending
-        positions: list[int] = []
-        for tag in wanted:
-            # Each asked tag takes the oldest outstanding completion with that tag not yet taken.
-            pos = next((i for i, t in enumerate(available) if t == tag and i not in positions), None)
-            if pos is None:
-                raise ValueError(f"tag {tag} is not outstanding on queue {self.tile} (or asked for twice)")
-            positions.append(pos)
-        self._collect(max(positions) + 1, timeout)
-        chosen = set(positions)
-        done = [c for i, c in enumerate(self._backlog) if i in chosen]
-        self._backlog = deque(c for i, c in enumerate(self._backlog) if i not in chosen)
-        return done
-
-    def resume(self) -> None:
-        """Leave the halted state; republish commands a halted queue may have dropped."""
-        self._check_live()
-        q = regs.Queue
-        self._set(q.CONTROL, (1 << q.CONTROL_ENABLE[0]) | (1 << q.CONTROL_RESUME[0]))
-        if self._reg(q.TAIL) != self._tail:
-            self._set(q.DOORBELL, self._tail)

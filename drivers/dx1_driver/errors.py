@@ -75,7 +75,7 @@ class CommandError(DriverError):
 
 
 class QueueError(DriverError):
-    """A queue halted on a ring error (``QUEUE.ERROR``); ``Queue.resume`` restarts it.
+    """A queue halted on a ring error (``QUEUE.ERROR``); ``CommandQueue.resume`` restarts it.
 
     Parameters
     ----------

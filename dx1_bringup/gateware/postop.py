@@ -23,7 +23,7 @@ def _saturate(m: Module, value, width: int, name: str) -> Signal:
 class PostOp(wiring.Component):
     """Requantises one accumulator row a cycle, in a five-stage pipeline.
 
-    Per lane, as the spec (and :func:`dx1_bringup.golden.requantize`) defines it:
+    Per lane, as the spec (and :func:`dx1_bringup.model.tile.requantize`) defines it:
     ``x = sat32(acc + bias)``; ``x = max(x, 0)`` when ``relu``; ``p = x * mult``;
     ``y = (p + 2**(shift-1) - (p < 0)) >> shift`` for ``shift > 0`` (half away
     from zero), ``y = p`` for ``shift == 0``; ``out = sat8(y)``.  Each stage

@@ -1,5 +1,11 @@
-"""Golden model of the whole dx1-mini device as the host sees it (the driver's ``model`` backend)."""
+"""The golden model: bit-exact numpy models written from the spec, the reference for every test.
+
+* :mod:`.tile`: one tile's compute core (``TileModel``, ``check_command``, ``requantize`` and its ``PostOpParams``).
+* :mod:`.device`: the whole device as the host sees it (``DeviceModel``, the driver's ``model`` backend).
+"""
 
 from .device import BusError, DeviceModel
+from .tile import COMPUTE_OPCODES, MAX_SHIFT, PostOpParams, TileModel, check_command, requantize
 
-__all__ = ["BusError", "DeviceModel"]
+__all__ = ["BusError", "DeviceModel", "COMPUTE_OPCODES", "MAX_SHIFT", "PostOpParams", "TileModel", "check_command",
+           "requantize"]

@@ -5,7 +5,7 @@ and a device-memory host port, and executes the command rings of every queue
 synchronously: a register write that publishes work (DOORBELL, CONTROL.enable,
 CONTROL.resume, a semaphore write) returns only once every queue has run as far
 as it can.  Compute commands (NOP, GEMM, POSTOP) go to the golden
-:class:`~dx1_bringup.golden.TileModel` of the queue's tile; this module adds the
+:class:`~dx1_bringup.model.tile.TileModel` of the queue's tile; this module adds the
 command processor: DMA (LOAD, STORE, COPY), ordering (FENCE), semaphores
 (SIGNAL, WAIT), completions, interrupts, counters and the trace buffer.
 
@@ -94,7 +94,6 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ..golden import COMPUTE_OPCODES, TileModel
 from ..spec import (
     COMMAND_BYTES,
     COMMANDS,
@@ -114,6 +113,7 @@ from ..spec import (
     register_map,
     unpack_command,
 )
+from .tile import COMPUTE_OPCODES, TileModel
 
 __all__ = ["BusError", "DeviceModel", "MemoryFaults"]
 

@@ -39,17 +39,13 @@ import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
-from dx1_driver import Capabilities, Device, DriverError, regs
+from dx1_driver import Capabilities, Device, DriverError, PerfCounters
 
-from ..golden import requantize
+from ..model.tile import PostOpParams
+from .commands import CommandStream
+from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
-__all__ = ["ACC_LANE_BYTES", "BUS_BYTES", "GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "PERF_COUNTERS",
-           "compile_gemm", "padded", "read_perf", "reference_gemm", "run_gemm"]
-
-#: Device-memory bus width in bytes: DMA addresses and strides must be multiples of it.
-BUS_BYTES = 8
-#: Bytes per accumulator lane.
-ACC_LANE_BYTES = 4
+__all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "check_post", "compile_gemm", "run_gemm"]
 #: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
 #: cycles of streaming for thousands of tiny commands.
 _COMMAND_OVERHEAD = 4
@@ -61,10 +57,6 @@ _STREAM_ROWS = 3
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
 _MIN_ROWS = 4
-
-#: PERF registers read before and after a run, by name.
-PERF_COUNTERS = ("CYCLES", "BUSY_LOAD", "BUSY_COMPUTE", "BUSY_STORE", "MACS", "STALL_DEP", "STALL_MEM",
-                 "BYTES_READ", "BYTES_WRITTEN")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -122,7 +114,7 @@ class GemmPlan:
     a_addr, b_addr, c_addr, bias_addr:
         Device-memory operands (``bias_addr`` is ``None`` without a bias).
     post:
-        The requantisation (``mult``, ``shift``, ``relu``), or ``None`` for an int32 result.
+        The requantisation, or ``None`` for an int32 result.
     mt, nct, kct:
         Largest block: rows, output chunks and reduction chunks.
     blocks, steps:
@@ -141,7 +133,7 @@ class GemmPlan:
     b_addr: int
     c_addr: int
     bias_addr: int | None
-    post: dict[str, int] | None
+    post: PostOpParams | None
     mt: int
     nct: int
     kct: int
@@ -161,24 +153,11 @@ class GemmPlan:
         return self.m * self.k * self.n
 
 
-def _check_post(post: dict[str, int] | None) -> dict[str, int] | None:
-    if post is None:
-        return None
-    unknown = set(post) - {"mult", "shift", "relu"}
-    if unknown or not {"mult", "shift"} <= set(post):
-        raise ValueError(f"post must have keys mult, shift and optionally relu, not {sorted(post)}")
-    mult, shift, relu = int(post["mult"]), int(post["shift"]), int(bool(post.get("relu", False)))
-    if not 0 <= mult < 1 << 16:
-        raise ValueError(f"post mult must fit in 16 bits unsigned, not {mult}")
-    if not 0 <= shift <= 47:
-        raise ValueError(f"post shift must be from 0 to 47, not {shift}")
-    return {"mult": mult, "shift": shift, "relu": relu}
-
-
-def padded(size: int, array: int) -> int:
-    """``size`` rounded up to a multiple of the array size and of the bus width."""
-    step = max(array, BUS_BYTES)
-    return _ceil_div(size, step) * step
+def check_post(post: PostOpParams | None) -> PostOpParams | None:
+    """``post`` itself, after checking that it is a :class:`PostOpParams` or ``None``."""
+    if post is not None and not isinstance(post, PostOpParams):
+        raise TypeError(f"post must be a PostOpParams or None, not {post!r}")
+    return post
 
 
 def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half_acc: int, post: bool,
@@ -230,64 +209,6 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
         f"buffer half; the device has {half_spm} and {half_acc} (half of {2 * half_spm} and {2 * half_acc})")
 
 
-class _Stream:
-    """One tile's commands, each checked against the device's sizes before it is kept."""
-
-    def __init__(self, tile: int, caps: Capabilities, plan: GemmPlan):
-        self.tile = tile
-        self.caps = caps
-        self.plan = plan
-        self.commands: list[bytes] = []
-
-    def _tag(self) -> int:
-        return len(self.commands) & 0xFFFF
-
-    def _local(self, what: str, acc: bool, first: int, last: int) -> None:
-        depth, name = (self.caps.acc_rows, "accumulator") if acc else (self.caps.spm_rows, "scratchpad")
-        if not 0 <= first <= last < depth:
-            raise ValueError(f"GEMM plan: tile {self.tile} command {len(self.commands)} ({what}) touches "
-                             f"{name} rows {first}..{last}, outside the {depth} rows the device has")
-
-    def move(self, load: bool, *, dram_addr: int, dram_stride: int, local_addr: int, rows: int, cols: int,
-             local_row_stride: int, local_col_stride: int, acc: bool = False) -> None:
-        what = "LOAD" if load else "STORE"
-        self._local(what, acc, local_addr, local_addr + (rows - 1) * local_row_stride
-                    + (cols - 1) * local_col_stride)
-        row_bytes = self.caps.array * (ACC_LANE_BYTES if acc else 1)
-        end = dram_addr + (rows - 1) * dram_stride + cols * row_bytes
-        if dram_addr % BUS_BYTES or dram_stride % BUS_BYTES or end > self.caps.mem_bytes:
-            raise ValueError(f"GEMM plan: tile {self.tile} command {len(self.commands)} ({what}) moves device "
-                             f"memory 0x{dram_addr:x}..0x{end:x} with stride {dram_stride}: not {BUS_BYTES}-byte "
-                             f"aligned or past the {self.caps.mem_bytes} bytes of device memory")
-        build = regs.load if load else regs.store
-        self.commands.append(build(tag=self._tag(), dram_addr=dram_addr, dram_stride=dram_stride,
-                                   local_addr=local_addr, rows=rows, cols=cols, local_row_stride=local_row_stride,
-                                   local_col_stride=local_col_stride, acc=acc))
-        if load:
-            self.plan.load_bytes += rows * cols * row_bytes
-        else:
-            self.plan.store_bytes += rows * cols * row_bytes
-
-    def gemm(self, *, a_addr: int, b_addr: int, c_addr: int, m: int, k_chunks: int, accumulate: bool) -> None:
-        n = self.caps.array
-        self._local("GEMM activations", False, a_addr, a_addr + k_chunks * m - 1)
-        self._local("GEMM weights", False, b_addr, b_addr + k_chunks * n - 1)
-        self._local("GEMM output", True, c_addr, c_addr + m - 1)
-        self.commands.append(regs.gemm(tag=self._tag(), a_addr=a_addr, b_addr=b_addr, c_addr=c_addr, m=m,
-                                       k_chunks=k_chunks, accumulate=accumulate))
-        self.plan.array_macs += m * k_chunks * n * n
-
-    def postop(self, *, src_addr: int, dst_addr: int, rows: int, bias_addr: int | None,
-               post: dict[str, int]) -> None:
-        self._local("POSTOP source", True, src_addr, src_addr + rows - 1)
-        self._local("POSTOP destination", False, dst_addr, dst_addr + rows - 1)
-        if bias_addr is not None:
-            self._local("POSTOP bias", True, bias_addr, bias_addr)
-        self.commands.append(regs.postop(tag=self._tag(), src_addr=src_addr, dst_addr=dst_addr, rows=rows,
-                                         bias_addr=bias_addr or 0, mult=post["mult"], shift=post["shift"],
-                                         relu=bool(post["relu"]), bias=bias_addr is not None))
-
-
 def _check_regions(caps: Capabilities, regions: dict[str, tuple[int | None, int]]) -> None:
     """Every operand aligned, inside device memory and disjoint from the others."""
     placed = []
@@ -316,7 +237,7 @@ def _check_tiles(tiles: int | None, caps: Capabilities) -> int:
 
 
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
-                 bias_addr: int | None = None, post: dict[str, int] | None = None,
+                 bias_addr: int | None = None, post: PostOpParams | None = None,
                  tiles: int | None = None) -> GemmPlan:
     """Plan ``C = A @ B (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
 
@@ -329,7 +250,7 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     a_addr, b_addr, c_addr, bias_addr:
         Device-memory addresses of the padded operands (see the module docstring).
     post:
-        ``dict(mult, shift, relu)``: requantise to int8; ``None``: an int32 result.
+        Requantise to int8 with these parameters; ``None``: an int32 result.
     tiles:
         How many tiles (0 .. tiles-1) share the output blocks.
 
@@ -339,6 +260,8 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
 
     Raises
     ------
+    TypeError
+        ``post`` is not a :class:`PostOpParams` or ``None``.
     ValueError
         A shape below 1, an operand that is misaligned, overlaps another or
         leaves device memory, or a device too small for even one block.
@@ -346,7 +269,7 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     for name, value in (("m", m), ("k", k), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"GEMM dimension {name} must be an integer >= 1, not {value!r}")
-    post = _check_post(post)
+    post = check_post(post)
     tiles = _check_tiles(tiles, caps)
     arr = caps.array
     kp, np_ = padded(k, arr), padded(n, arr)
@@ -368,7 +291,8 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     order = [(m0, rows, n0, cols) for m0, rows in row_blocks for n0, cols in col_blocks]
     for tile, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
         plan.blocks.extend(GemmBlock(tile, *order[i]) for i in range(first, first + count))
-    streams = [_Stream(t, caps, plan) for t in range(tiles)]
+    streams = [CommandStream(array=arr, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows, mem_bytes=caps.mem_bytes,
+                             tile=t, what="GEMM plan") for t in range(tiles)]
     plan.steps = [[] for _ in range(tiles)]
     for index, block in enumerate(plan.blocks):
         acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
@@ -378,10 +302,13 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     for tile, stream in enumerate(streams):
         _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc)
     plan.commands = [s.commands for s in streams]
+    plan.load_bytes = sum(s.load_bytes for s in streams)
+    plan.store_bytes = sum(s.store_bytes for s in streams)
+    plan.array_macs = sum(s.array_macs for s in streams)
     return plan
 
 
-def _emit_tile(s: _Stream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
+def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
     """The software-pipelined stream of one tile: LOADs of step i+1 between the GEMMs and POSTOPs of step i."""
     if not steps:
         return
@@ -405,30 +332,30 @@ def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tup
     return a, b, out, c, c + nct * block.rows
 
 
-def _emit_loads(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
     block = plan.blocks[step.block]
     arr = plan.array
     kct, nct = step.depth // arr, block.cols // arr
     a, b, _out, c, bias_row = _layout(plan, step, half_spm, half_acc)
-    s.move(True, dram_addr=plan.a_addr + block.m0 * plan.k_padded + step.k0, dram_stride=plan.k_padded,
+    s.load(dram_addr=plan.a_addr + block.m0 * plan.k_padded + step.k0, dram_stride=plan.k_padded,
            local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
-    s.move(True, dram_addr=plan.b_addr + step.k0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+    s.load(dram_addr=plan.b_addr + step.k0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
     if plan.bias_addr is None or step.k0:
         return
     bias_at = plan.bias_addr + block.n0 * ACC_LANE_BYTES
     if plan.post is not None:
         # One bias row per output chunk, which POSTOP adds with saturation.
-        s.move(True, dram_addr=bias_at, dram_stride=0, local_addr=bias_row, rows=1, cols=nct,
+        s.load(dram_addr=bias_at, dram_stride=0, local_addr=bias_row, rows=1, cols=nct,
                local_row_stride=1, local_col_stride=1, acc=True)
     else:
         # Without a post-op the bias is the accumulators' starting value: stride 0 repeats it in every row,
         # and every GEMM then accumulates onto it (wrapping, like the int32 reference).
-        s.move(True, dram_addr=bias_at, dram_stride=0, local_addr=c, rows=block.rows, cols=nct,
+        s.load(dram_addr=bias_at, dram_stride=0, local_addr=c, rows=block.rows, cols=nct,
                local_row_stride=1, local_col_stride=block.rows, acc=True)
 
 
-def _emit_gemms(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
     block = plan.blocks[step.block]
     arr = plan.array
     kct = step.depth // arr
@@ -439,20 +366,20 @@ def _emit_gemms(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_
                accumulate=accumulate)
 
 
-def _emit_finish(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_finish(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
     block = plan.blocks[step.block]
     arr = plan.array
     _a, _b, out, c, bias_row = _layout(plan, step, half_spm, half_acc)
     nct = block.cols // arr
     if plan.post is None:
-        s.move(False, dram_addr=plan.c_addr + (block.m0 * plan.n_padded + block.n0) * ACC_LANE_BYTES,
+        s.store(dram_addr=plan.c_addr + (block.m0 * plan.n_padded + block.n0) * ACC_LANE_BYTES,
                dram_stride=plan.n_padded * ACC_LANE_BYTES, local_addr=c, rows=block.rows, cols=nct,
                local_row_stride=1, local_col_stride=block.rows, acc=True)
         return
     for j in range(nct):
         s.postop(src_addr=c + j * block.rows, dst_addr=out + j * block.rows, rows=block.rows,
                  bias_addr=None if plan.bias_addr is None else bias_row + j, post=plan.post)
-    s.move(False, dram_addr=plan.c_addr + block.m0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+    s.store(dram_addr=plan.c_addr + block.m0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
            local_addr=out, rows=block.rows, cols=nct, local_row_stride=1, local_col_stride=block.rows)
 
 
@@ -461,22 +388,18 @@ def _emit_finish(s: _Stream, plan: GemmPlan, step: GemmStep, half_spm: int, half
 
 @dataclass
 class GemmStats:
-    """What a run did: commands per tile, PERF counters before and after, host traffic.
-
-    ``perf_before``/``perf_after`` map tile -> counter name (:data:`PERF_COUNTERS`) -> raw value.
-    """
+    """What a run did: commands per tile, PERF counters before and after, host traffic."""
 
     array: int
     commands: dict[int, int]
-    perf_before: dict[int, dict[str, int]]
-    perf_after: dict[int, dict[str, int]]
+    perf_before: dict[int, PerfCounters]
+    perf_after: dict[int, PerfCounters]
     host_bytes_written: int
     host_bytes_read: int
 
-    def delta(self, tile: int, name: str) -> int:
-        """Counter increase over the run, modulo the counter's width (MACS is 64-bit, the rest 32)."""
-        bits = 64 if name == "MACS" else 32
-        return (self.perf_after[tile][name] - self.perf_before[tile][name]) % (1 << bits)
+    def delta(self, tile: int) -> PerfCounters:
+        """What ``tile``'s counters counted over the run (modulo each counter's width)."""
+        return self.perf_after[tile].since(self.perf_before[tile])
 
     @property
     def tiles(self) -> list[int]:
@@ -484,37 +407,24 @@ class GemmStats:
 
     @property
     def macs(self) -> int:
-        return sum(self.delta(t, "MACS") for t in self.tiles)
+        return sum(self.delta(t).macs for t in self.tiles)
 
     @property
     def cycles(self) -> int:
         """Device cycles of the run: the slowest tile's CYCLES increase."""
-        return max(self.delta(t, "CYCLES") for t in self.tiles)
+        return max(self.delta(t).cycles for t in self.tiles)
 
     @property
     def dma_bytes(self) -> int:
         """Bytes the tiles' DMA moved (LOAD reads plus STORE writes)."""
-        return sum(self.delta(t, "BYTES_READ") + self.delta(t, "BYTES_WRITTEN") for t in self.tiles)
+        return sum(self.delta(t).bytes_read + self.delta(t).bytes_written for t in self.tiles)
 
     def utilisation(self, tile: int | None = None) -> float:
         """MACs / (cycles * array**2), of one tile or of every tile used together."""
         tiles = self.tiles if tile is None else [tile]
-        cycles = max(self.delta(t, "CYCLES") for t in tiles)
-        macs = sum(self.delta(t, "MACS") for t in tiles)
+        cycles = max(self.delta(t).cycles for t in tiles)
+        macs = sum(self.delta(t).macs for t in tiles)
         return macs / (cycles * self.array ** 2 * len(tiles)) if cycles else 0.0
-
-
-def _perf_bases(device: Device) -> list[int]:
-    return [b.base for b in device.blocks if b.type is regs.BlockType.PERF]
-
-
-def read_perf(device: Device, tile: int) -> dict[str, int]:
-    """The PERF counters of ``tile``; MACS_LO is read first because that latches MACS_HI."""
-    base = _perf_bases(device)[tile]
-    values = {name: device.read_reg(base, getattr(regs.Perf, name)) for name in PERF_COUNTERS if name != "MACS"}
-    lo = device.read_reg(base, regs.Perf.MACS_LO)
-    values["MACS"] = lo | device.read_reg(base, regs.Perf.MACS_HI) << 32
-    return values
 
 
 def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> None:
@@ -554,7 +464,7 @@ def _drive(device: Device, plan: GemmPlan, timeout: float) -> None:
 
 
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-             post: dict[str, int] | None = None, tiles: int | None = None, *,
+             post: PostOpParams | None = None, tiles: int | None = None, *,
              timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
     """Compute ``a @ b (+ bias)`` on the device, requantised by ``post`` if given.
 
@@ -567,7 +477,7 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     bias:
         int32 (N,), or ``None``.
     post:
-        ``dict(mult, shift, relu)`` for an int8 result; ``None`` for the int32 accumulator.
+        The requantisation for an int8 result; ``None`` for the int32 accumulator.
     tiles:
         How many tiles to use (default: all).
     timeout:
@@ -581,14 +491,14 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     Raises
     ------
     TypeError, ValueError
-        Bad operands, or operands that can never fit in the device's memory.
+        Bad operands or ``post``, or operands that can never fit in the device's memory.
     dx1_driver.CommandError
         A command completed with an error.
     dx1_driver.OutOfDeviceMemory
         The operands fit the device but not its free memory now.
     """
     _check_operands(a, b, bias)
-    post = _check_post(post)
+    post = check_post(post)
     caps = device.caps
     m, k = a.shape
     n = b.shape[1]
@@ -610,20 +520,16 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     try:
         plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
                             bias_addr=addr.get("bias"), post=post, tiles=tiles)
-        a_pad = np.zeros((m, kp), np.int8)
-        a_pad[:, :k] = a
-        b_pad = np.zeros((kp, np_), np.int8)
-        b_pad[:k, :n] = b
+        a_pad, b_pad = pad_operand(a, (m, kp)), pad_operand(b, (kp, np_))
         device.write_mem(addr["a"], a_pad)
         device.write_mem(addr["b"], b_pad)
         written = a_pad.nbytes + b_pad.nbytes
         if bias is not None:
-            bias_pad = np.zeros(np_, np.int32)
-            bias_pad[:n] = bias
+            bias_pad = pad_operand(bias, (np_,))
             device.write_mem(addr["bias"], bias_pad)
             written += bias_pad.nbytes
         used = [t for t, cmds in enumerate(plan.commands) if cmds]
-        before = {t: read_perf(device, t) for t in used}
+        before = {t: device.perf(t).read() for t in used}
         try:
             _drive(device, plan, timeout)
         finally:
@@ -633,28 +539,9 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
                 if q.outstanding:
                     with contextlib.suppress(DriverError):
                         q.wait(check=False, timeout=timeout)
-        after = {t: read_perf(device, t) for t in used}
+        after = {t: device.perf(t).read() for t in used}
         c = device.read_array(addr["c"], (m, np_), plan.c_dtype)[:, :n].astype(plan.c_dtype)
     finally:
         device.free(base)
     stats = GemmStats(caps.array, {t: len(plan.commands[t]) for t in used}, before, after, written, c.nbytes)
     return c, stats
-
-
-def reference_gemm(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-                   post: dict[str, int] | None = None) -> np.ndarray:
-    """The device's answer in plain numpy.
-
-    int64 matmul wrapped to int32; with ``post``, :func:`~dx1_bringup.golden.requantize`
-    (saturating bias add, ReLU, rounding shift, int8); without, the bias is
-    added wrapping, as the accumulators do.
-    """
-    acc = a.astype(np.int64) @ b.astype(np.int64)
-    if post is None:
-        if bias is not None:
-            acc = acc + bias.astype(np.int64)
-        return acc.astype(np.uint32).view(np.int32)
-    post = _check_post(post)
-    wrapped = acc.astype(np.uint32).view(np.int32)
-    return requantize(wrapped, 0 if bias is None else bias, post["mult"], post["shift"], bool(post["relu"]))
-

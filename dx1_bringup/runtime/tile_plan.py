@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..golden import requantize
-from ..spec import Opcode, TileConfig, pack_command
+from ..model.tile import PostOpParams, TileModel
+from ..spec import TileConfig
+from .commands import CommandStream
+from .operands import pad_operand
 
-__all__ = ["LinearPlan", "plan_linear", "reference_linear"]
+__all__ = ["LinearPlan", "plan_linear"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -55,10 +57,32 @@ class LinearPlan:
     def useful_macs(self) -> int:
         return self.m * self.k * self.n
 
+    def run_on_model(self, model: TileModel | None = None) -> tuple[np.ndarray, list[int]]:
+        """Load the memory images into a golden tile model (default: a fresh one) and execute every command.
 
-def plan_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, *, mult: int, shift: int, relu: bool,
+        Returns
+        -------
+        (ndarray, list of int)
+            The (M, N) int8 result, as :meth:`gather` reads it, and each command's status.
+        """
+        model = model or TileModel(self.config)
+        for row, values in self.spm_writes:
+            model.spm[row:row + len(values)] = values
+        for row, values in self.acc_writes:
+            model.acc[row:row + len(values)] = values
+        statuses = [int(model.execute(c)) for c in self.commands]
+        return self.gather(model.spm[self.out_base:self.out_base + self.out_rows]), statuses
+
+
+def plan_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, post: PostOpParams,
                 config: TileConfig | None = None) -> LinearPlan:
-    """Plan ``requant(a @ b + bias)`` for int8 ``a`` (M, K), int8 ``b`` (K, N) and int32 ``bias`` (N,)."""
+    """Plan ``requantize(a @ b + bias, post)`` for int8 ``a`` (M, K), int8 ``b`` (K, N) and int32 ``bias`` (N,).
+
+    :func:`~dx1_bringup.runtime.reference.reference_gemm` with the same arguments gives the answer.
+    """
+    if not isinstance(post, PostOpParams):
+        raise TypeError(f"post must be a PostOpParams (a linear layer's output is requantised to int8), "
+                        f"not {post!r}")
     config = config or TileConfig()
     a = np.asarray(a)
     b = np.asarray(b)
@@ -81,34 +105,20 @@ def plan_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, *, mult: 
             f"a {m}x{k}x{n_out} linear layer needs {spm_needed} scratchpad rows and {acc_needed} accumulator "
             f"rows; the tile has {config.spm_rows} and {config.acc_rows} (split it with the tiling compiler)")
 
-    a_pad = np.zeros((m, kc * lanes), dtype=np.int8)
-    a_pad[:, :k] = a
-    b_pad = np.zeros((kc * lanes, nc * lanes), dtype=np.int8)
-    b_pad[:k, :n_out] = b
+    a_pad = pad_operand(a, (m, kc * lanes))
+    b_pad = pad_operand(b, (kc * lanes, nc * lanes))
     plan = LinearPlan(m, k, n_out, config, out_base=out_base)
     # A chunk k: rows k*M .. k*M+M-1, each the k-th group of `lanes` reduction values.
     plan.spm_writes.append((0, a_pad.reshape(m, kc, lanes).transpose(1, 0, 2).reshape(kc * m, lanes)))
     # B for output chunk j: kc*lanes rows of `lanes` output columns.
     plan.spm_writes.append((b_base, np.concatenate([b_pad[:, j * lanes:(j + 1) * lanes] for j in range(nc)])))
-    bias_pad = np.zeros(nc * lanes, dtype=np.int32)
     if bias is not None:
-        bias_pad[:n_out] = bias
-        plan.acc_writes.append((nc * m, bias_pad.reshape(nc, lanes)))
-    tag = 0
+        plan.acc_writes.append((nc * m, pad_operand(np.asarray(bias, np.int32), (nc * lanes,)).reshape(nc, lanes)))
+    stream = CommandStream.for_tile(config, what="linear plan")
     for j in range(nc):
-        plan.commands.append(pack_command(Opcode.GEMM, tag=tag, a_addr=0, b_addr=b_base + j * kc * lanes,
-                                          c_addr=j * m, m=m, k_chunks=kc))
-        tag += 1
+        stream.gemm(a_addr=0, b_addr=b_base + j * kc * lanes, c_addr=j * m, m=m, k_chunks=kc)
     for j in range(nc):
-        plan.commands.append(pack_command(
-            Opcode.POSTOP, tag=tag, flags={"relu": relu, "bias": bias is not None}, src_addr=j * m,
-            dst_addr=out_base + j * m, rows=m, bias_addr=nc * m + j, mult=mult, shift=shift))
-        tag += 1
+        stream.postop(src_addr=j * m, dst_addr=out_base + j * m, rows=m, post=post,
+                      bias_addr=None if bias is None else nc * m + j)
+    plan.commands = stream.commands
     return plan
-
-
-def reference_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, *, mult: int, shift: int,
-                     relu: bool) -> np.ndarray:
-    """The same layer in plain numpy (int64 matmul wrapped to int32, then the spec's post-op)."""
-    acc = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).view(np.int32)
-    return requantize(acc, 0 if bias is None else bias, mult, shift, relu)

@@ -15,7 +15,7 @@ import time
 import cocotb
 import numpy as np
 
-from ..golden import TileModel
+from ..model.tile import TileModel
 from ..spec import Opcode, pack_command
 from .stimulus import random_int8
 from .tile_tb import TileTB

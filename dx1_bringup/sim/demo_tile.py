@@ -13,19 +13,20 @@ import time
 import cocotb
 import numpy as np
 
-from ..golden import TileModel
-from ..runtime.tile_plan import plan_linear, reference_linear
+from ..model.tile import PostOpParams
+from ..runtime.reference import reference_gemm
+from ..runtime.tile_plan import plan_linear
 from .tile_tb import TileTB
 
 
-def _operands(params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def _operands(params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, PostOpParams]:
     rng = np.random.default_rng(params["seed"])
     m, k, n = params["m"], params["k"], params["n"]
     a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
     b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
     bias = rng.integers(-(1 << 15), 1 << 15, size=n, dtype=np.int32)
     # A sum of k int8 products has a spread of about sqrt(k) * 5461: scale that to about 40.
-    post = {"mult": 181, "shift": 15 + round(0.5 * np.log2(k)), "relu": True}
+    post = PostOpParams(mult=181, shift=15 + round(0.5 * np.log2(k)), relu=True)
     return a, b, bias, post
 
 
@@ -35,7 +36,7 @@ async def linear_layer(dut):
     a, b, bias, post = _operands(params)
     tb = TileTB(dut)
     await tb.reset()
-    plan = plan_linear(a, b, bias, config=tb.config, **post)
+    plan = plan_linear(a, b, bias, post, config=tb.config)
     for row, values in plan.spm_writes:
         await tb.write_spm(row, values)
     for row, values in plan.acc_writes:
@@ -48,14 +49,8 @@ async def linear_layer(dut):
     array_macs = int(dut.perf_macs.value) - macs_before
     got = plan.gather(await tb.read_spm(plan.out_base, plan.out_rows))
 
-    reference = reference_linear(a, b, bias, **post)
-    model = TileModel(tb.config)
-    for row, values in plan.spm_writes:
-        model.spm[row:row + len(values)] = values
-    for row, values in plan.acc_writes:
-        model.acc[row:row + len(values)] = values
-    statuses = [int(model.execute(c)) for c in plan.commands]
-    golden = plan.gather(model.spm[plan.out_base:plan.out_base + plan.out_rows])
+    reference = reference_gemm(a, b, bias, post)
+    golden, statuses = plan.run_on_model()
     peak = tb.config.array ** 2
     result = {
         "shape": [plan.m, plan.k, plan.n], "array": tb.config.array, "seed": params["seed"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..golden import MAX_SHIFT
+from ..model.tile import MAX_SHIFT
 from ..spec import COMMANDS, ErrorCode, Opcode, TileConfig, pack_command
 
 __all__ = ["random_int8", "random_int32", "random_gemm", "random_postop", "bad_command", "random_stream",

@@ -18,7 +18,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
-from dx1_bringup.golden import TileModel
+from dx1_bringup.model.tile import TileModel
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.bus import refuse_accesses
 from dx1_bringup.sim.stimulus import random_gemm

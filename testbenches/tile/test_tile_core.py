@@ -6,7 +6,7 @@ import cocotb
 import numpy as np
 import pytest
 
-from dx1_bringup.golden import MAX_SHIFT, TileModel
+from dx1_bringup.model.tile import MAX_SHIFT, TileModel
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.stimulus import (
     BAD_KINDS,

@@ -6,7 +6,7 @@ import cocotb
 import numpy as np
 from pyuvm import ConfigDB, uvm_sequence
 
-from dx1_bringup.golden import MAX_SHIFT
+from dx1_bringup.model.tile import MAX_SHIFT
 from dx1_bringup.sim.stimulus import bad_command, random_gemm, random_postop
 from dx1_bringup.spec import COMMANDS, Access, ErrorCode, Opcode, pack_command
 

@@ -7,35 +7,82 @@ is compared with it bit for bit.
 
 from __future__ import annotations
 
+import operator
+from dataclasses import dataclass
+
 import numpy as np
 
-from .spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, TileConfig, unpack_command
+from ..spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, TileConfig, unpack_command
 
-__all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "TileModel", "requantize", "check_command"]
+__all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "PostOpParams", "TileModel", "requantize", "check_command"]
 
 #: Opcodes the tile's compute core executes; the command processor routes the others.
 COMPUTE_OPCODES = (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)
 
 MAX_SHIFT = POSTOP_MAX_SHIFT
+_MULT_BITS = COMMANDS[Opcode.POSTOP].field("mult").width
 
 
-def requantize(acc: np.ndarray, bias: np.ndarray | int, mult: int, shift: int, relu: bool) -> np.ndarray:
+@dataclass(frozen=True)
+class PostOpParams:
+    """The requantisation a POSTOP applies: ``mult``, ``shift`` and ``relu``, checked against the spec.
+
+    ``mult`` must fit POSTOP's unsigned ``mult`` field and ``shift`` be 0 to
+    :data:`MAX_SHIFT` (the spec's limit, below what its 6-bit field holds).  The
+    bias is not a parameter but an operand (an accumulator row, or the bias
+    vector of a GEMM), so it travels beside this value.
+
+    Raises
+    ------
+    TypeError
+        ``mult`` or ``shift`` is not an integer, or ``relu`` not a bool.
+    ValueError
+        ``mult`` or ``shift`` is outside its range.
+    """
+
+    mult: int
+    shift: int
+    relu: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("mult", "shift"):
+            value = getattr(self, name)
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                object.__setattr__(self, name, operator.index(value))
+            except TypeError:
+                raise TypeError(f"post-op {name} must be an integer, not {value!r}") from None
+        if not isinstance(self.relu, (bool, np.bool_)):
+            raise TypeError(f"post-op relu must be a bool, not {self.relu!r}")
+        object.__setattr__(self, "relu", bool(self.relu))
+        if not 0 <= self.mult < 1 << _MULT_BITS:
+            raise ValueError(f"post-op mult must fit in {_MULT_BITS} bits unsigned, not {self.mult!r}")
+        if not 0 <= self.shift <= MAX_SHIFT:
+            raise ValueError(f"post-op shift must be from 0 to {MAX_SHIFT}, not {self.shift!r}")
+
+    @classmethod
+    def from_command(cls, fields: dict[str, int]) -> PostOpParams:
+        """The parameters of a decoded POSTOP command (its ``mult``, ``shift`` and relu flag)."""
+        relu = fields["flags"] >> COMMANDS[Opcode.POSTOP].flag_bit("relu") & 1
+        return cls(fields["mult"], fields["shift"], bool(relu))
+
+
+def requantize(acc: np.ndarray, bias: np.ndarray | int, post: PostOpParams) -> np.ndarray:
     """The post-op, lane by lane: saturating bias add, ReLU, multiply, rounding shift, int8 saturation.
 
     Rounding is half away from zero: ``(p + 2**(shift-1) - (p < 0)) >> shift`` for
     ``shift > 0`` (an arithmetic shift), ``p`` for ``shift == 0``.
     """
-    if not 0 <= shift <= MAX_SHIFT:
-        raise ValueError(f"shift must be from 0 to {MAX_SHIFT}, not {shift!r}")
-    if not 0 <= mult < 1 << 16:
-        raise ValueError(f"mult must fit in 16 bits unsigned, not {mult!r}")
+    if not isinstance(post, PostOpParams):
+        raise TypeError(f"post must be a PostOpParams, not {post!r}")
     x = acc.astype(np.int64) + np.asarray(bias, dtype=np.int64)
     x = np.clip(x, -(1 << 31), (1 << 31) - 1)
-    if relu:
+    if post.relu:
         x = np.maximum(x, 0)
-    p = x * mult  # |p| < 2**47: exact in int64
-    if shift:
-        p = (p + (1 << (shift - 1)) - (p < 0)) >> shift
+    p = x * post.mult  # |p| < 2**47: exact in int64
+    if post.shift:
+        p = (p + (1 << (post.shift - 1)) - (p < 0)) >> post.shift
     return np.clip(p, -128, 127).astype(np.int8)
 
 
@@ -61,7 +108,7 @@ def check_command(cmd: bytes, config: TileConfig) -> ErrorCode:
         bias = f["flags"] >> spec.flag_bit("bias") & 1
         if f["rows"] == 0:
             return ErrorCode.BAD_DIMENSION
-        if f["shift"] > MAX_SHIFT:
+        if f["shift"] > MAX_SHIFT:  # the one POSTOP field its width does not bound
             return ErrorCode.BAD_FIELD
         if f["dst_addr"] + f["rows"] > config.spm_rows:
             return ErrorCode.SPM_RANGE
@@ -118,8 +165,6 @@ class TileModel:
         self.macs += kc * m * n * n
 
     def _postop(self, f: dict[str, int]) -> None:
-        spec = COMMANDS[Opcode.POSTOP]
-        bias = self.acc[f["bias_addr"]] if f["flags"] >> spec.flag_bit("bias") & 1 else 0
-        relu = bool(f["flags"] >> spec.flag_bit("relu") & 1)
+        bias = self.acc[f["bias_addr"]] if f["flags"] >> COMMANDS[Opcode.POSTOP].flag_bit("bias") & 1 else 0
         src = self.acc[f["src_addr"]:f["src_addr"] + f["rows"]]
-        self.spm[f["dst_addr"]:f["dst_addr"] + f["rows"]] = requantize(src, bias, f["mult"], f["shift"], relu)
+        self.spm[f["dst_addr"]:f["dst_addr"] + f["rows"]] = requantize(src, bias, PostOpParams.from_command(f))
