@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from dx1_driver import open_transport
 from dx1_driver.serial_link import SerialTransport
-from dx1_driver.transport import start_simulator
 
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
+from dx1_bringup.sim.launch import start_simulator
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from dx1_driver import CommandError, Device, DriverError, QueueError, open_transport, regs
 from dx1_driver.serial_link import SerialTransport
-from dx1_driver.transport import start_simulator
 
 from dx1_bringup.runtime.gemm import reference_gemm, run_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS
+from dx1_bringup.sim.launch import start_simulator
 
 BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.

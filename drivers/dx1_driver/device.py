@@ -14,7 +14,8 @@ from numpy.typing import DTypeLike
 from . import regs
 from .allocator import Allocator
 from .errors import CommandError, DeviceTimeout, DriverError, NotADx1Device, QueueError
-from .transport import Transport, open_transport
+from .registry import open_transport
+from .transport import Transport
 
 __all__ = ["Block", "Capabilities", "Completion", "Device", "Queue"]
 
