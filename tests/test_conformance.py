@@ -200,6 +200,7 @@ def test_trace_records_start_and_end_events(device):
     assert stamps == sorted(stamps), "events must come out in time order"
 
 
+@pytest.mark.verilator
 def test_gemm_over_a_faulty_serial_line():
     """The simulated board with line faults (1e-4 per bit, and per byte dropped or repeated, both directions):
     bursts and CRC register frames are retried until they check, so the GEMM comes out bit for bit on the

@@ -108,14 +108,14 @@ def test_own_backends_open_without_the_framework(standalone):
     assert standalone["framework_imported"] == []
 
 
-@pytest.mark.parametrize("device, what", [
+@pytest.mark.parametrize("refused, what", [
     ("model", "the golden model"),
     ("model:stuck-bit=5", "the golden model with broken device memory"),
     ("sim", "a private simulator of the SoC"),
 ])
-def test_framework_devices_say_they_need_the_framework(standalone, device, what):
-    message = standalone[f"refused {device}"]
-    assert message.startswith(FRAMEWORK_MESSAGE.format(device=device, what=what))
+def test_framework_devices_say_they_need_the_framework(standalone, refused, what):
+    message = standalone[f"refused {refused}"]
+    assert message.startswith(FRAMEWORK_MESSAGE.format(device=refused, what=what))
     # The framework's entry point is still in the metadata here; why it failed is part of the message.
     assert message.endswith("(its backend could not be imported: dx1_bringup.backends:register: No module named "
                             "'dx1_bringup' (refused by the test))")
