@@ -189,10 +189,11 @@ def serial_bench(sizes: list[int]) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
     from dx1_driver.serial_link import SerialTransport
-    from dx1_driver.transport import SimTransport, start_simulator
+    from dx1_driver.transport import SimTransport
 
     from .cli import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
+    from .sim.launch import start_simulator
 
     verified = [s for s in sizes if s <= SERIAL_VERIFIED_MAX]
     jobs = {"crc": [{"mode": "crc", "sizes": sizes, "ops": ["write", "read"]}],

@@ -23,15 +23,15 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open_device(spec: str, prog: str):
+def _open_device(device: str, prog: str):
     """Open a device for a command, or print why not and return None."""
     from dx1_driver import Device, DriverError
 
-    if spec == "sim":
+    if device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
     try:
-        return Device.open(spec)
+        return Device.open(device)
     except (ValueError, DriverError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None

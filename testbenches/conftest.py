@@ -1,13 +1,20 @@
 """Every test here runs generated RTL in Verilator through cocotb; without Verilator they are skipped."""
 
+from pathlib import Path
+
 import pytest
 
 from dx1_bringup.sim import verilator_missing
 
+HERE = Path(__file__).parent
+
 
 def pytest_collection_modifyitems(config, items):
+    # The hook sees every item of the session, tests/ too when both folders run: mark only this folder's.
     reason = verilator_missing()
     for item in items:
+        if not item.path.is_relative_to(HERE):
+            continue
         item.add_marker(pytest.mark.verilator)
         # One build folder per RTL module: keep its tests on one xdist worker.  Files that test one
         # module have no `module` parameter; their folder names the group.

@@ -2,7 +2,8 @@
 
 The first use builds the Verilator model, which takes minutes; later sessions reuse the build.
 Every test that uses one opens a fresh, reset device on it.  Without Verilator they are skipped
-with the reason.
+with the reason.  Every test that uses one carries the ``verilator`` marker (added at collection), so
+``pytest -m "not verilator"`` runs no simulator.
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ from __future__ import annotations
 import pytest
 from dx1_driver import open_transport
 from dx1_driver.serial_link import SerialTransport
-from dx1_driver.transport import start_simulator
 
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD
+from dx1_bringup.sim.launch import start_simulator
+
+#: The fixtures below that start a simulator, by the device name that a test's ``device`` parameter gives
+#: them (the conformance suite's ``device`` fixture asks for ``f"{name}_transport"``).
+SIMULATOR_FIXTURES = {"sim": "sim_transport", "serial": "serial_transport"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``verilator`` every test that uses a simulator fixture, directly or through its ``device`` parameter."""
+    for item in items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        if (set(SIMULATOR_FIXTURES.values()) & set(item.fixturenames)
+                or params.get("device") in SIMULATOR_FIXTURES):
+            item.add_marker(pytest.mark.verilator)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from dx1_driver import Device, open_transport, regs
 from dx1_driver import serial_link as sl
-from dx1_driver.pcie import PcieTransport, model_pcie_transport
+from dx1_driver.pcie import PcieTransport
 
+from dx1_bringup.backends import model_pcie_transport
 from dx1_bringup.bringup import (
     STEPS,
     _address_diagnosis,
@@ -184,17 +185,17 @@ def test_bad_arguments(kwargs, message):
     assert str(info.value) == message
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize("device, message", [
     ("model:stuck-bit=64", "stuck_bit must be a data bit 0 to 63, not 64"),
     ("model:bits=3", "memory fault 'bits=3' is not KEY=N with KEY one of stuck-bit, stuck-at, alias-bit"),
     ("model:alias-bit=2", "alias_bit must be an address bit of 3 or more (bits 0-2 select a byte lane), not 2"),
     ("model:alias-bit=20", "alias_bit 20 is not an address line of a device memory of 1048576 bytes"),
     ("model:stuck-bit=1,stuck-bit=2", "memory fault 'stuck-bit' is given twice"),
 ])
-def test_bad_fault_specs(spec, message):
+def test_bad_fault_devices(device, message):
     with pytest.raises(ValueError) as info:
-        open_transport(spec)
-    assert str(info.value) == f"device {spec!r}: {message}"
+        open_transport(device)
+    assert str(info.value) == f"device {device!r}: {message}"
 
 
 def test_bytes_diagnosis_names_the_stuck_bit():

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from dx1_driver import CommandError, Device, DriverError, QueueError, TraceKind, open_transport, regs
 from dx1_driver.serial_link import SerialTransport
-from dx1_driver.transport import start_simulator
 
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS
+from dx1_bringup.sim.launch import start_simulator
 
 BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.
@@ -227,6 +227,7 @@ def test_trace_records_start_and_end_events(device):
     assert trace.count == 0
 
 
+@pytest.mark.verilator
 def test_gemm_over_a_faulty_serial_line():
     """The simulated board with line faults (1e-4 per bit, and per byte dropped or repeated, both directions):
     bursts and CRC register frames are retried until they check, so the GEMM comes out bit for bit on the

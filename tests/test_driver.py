@@ -13,7 +13,6 @@ from dx1_driver import (
     Device,
     DeviceTimeout,
     DriverError,
-    ModelTransport,
     NotADx1Device,
     OutOfDeviceMemory,
     QueueError,
@@ -23,6 +22,7 @@ from dx1_driver import (
     regs,
 )
 
+from dx1_bringup.backends import ModelTransport
 from dx1_bringup.spec import SocConfig
 
 # -- allocator ------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def test_transport_context_manager_closes():
         t.read32(0)
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize("device, message", [
     ("sim://localhost", "device 'sim://localhost': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
     ("sim://:4000", "device 'sim://:4000': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
     ("serial:/dev/ttyUSB0@fast", "device 'serial:/dev/ttyUSB0@fast': expected serial:URL or serial:URL@BAUD, "
@@ -160,9 +160,9 @@ def test_transport_context_manager_closes():
                    "for example 0000:01:00.0"),
     ("xyz", "unknown device 'xyz'; expected one of model, model:FAULTS, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
 ])
-def test_open_transport_errors(spec, message):
+def test_open_transport_errors(device, message):
     with pytest.raises(ValueError) as info:
-        open_transport(spec)
+        open_transport(device)
     assert str(info.value) == message
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dx1_driver import Device, TransportError, open_transport, regs
-from dx1_driver.pcie import MmapBar, ModelBar, PcieTransport, model_pcie_transport, parse_bdf
+from dx1_driver.pcie import MmapBar, PcieTransport, parse_bdf
 
+from dx1_bringup.backends import ModelBar, model_pcie_transport
 from dx1_bringup.model.device import BusError, DeviceModel
 from dx1_bringup.runtime.gemm import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm

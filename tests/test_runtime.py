@@ -6,8 +6,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-from dx1_driver import CommandError, Device, ModelTransport, regs
+from dx1_driver import CommandError, Device, regs
 
+from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime import gemm, reference

@@ -23,6 +23,7 @@ from dx1_bringup.sim import (
     BuildVariant,
     fst_missing,
     run_cocotb,
+    tool_path,
     verilator_missing,
 )
 from dx1_bringup.sim.report import (
@@ -59,6 +60,19 @@ def test_build_variants_from_the_environment() -> None:
         BuildVariant.from_env({"DX1_SIM_COVERAGE": "yes"})
     with pytest.raises(ValueError, match=r"DX1_SIM_WAVES must be 0, 1 \(FST\), fst or vcd, not 'ghw'"):
         BuildVariant.from_env({"DX1_SIM_WAVES": "ghw"})
+
+
+def test_the_environments_own_verilator_comes_first_on_path() -> None:
+    """`.venv/bin/dx1` from a shell without the venv on PATH still finds the Verilator of its environment."""
+    own = tool_path("")
+    if not own:
+        pytest.skip("this Python's environment has no Verilator of its own")
+    assert (Path(own) / "verilator").exists()
+    assert tool_path(os.pathsep.join(["/usr/bin", own, "/bin"])) == os.pathsep.join([own, "/usr/bin", "/bin"])
+    probe = "from dx1_bringup.sim import verilator_missing; print(verilator_missing())"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env={**os.environ, "PATH": os.pathsep.join(["/usr/bin", "/bin"])})
+    assert (result.returncode, result.stdout) == (0, "None\n"), result.stderr
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
 """dx1_driver: the user-space driver of DX-1.
 
-Imports only the standard library, numpy and the generated :mod:`regs`, so it
-installs without the bring-up framework (the model transport imports that
-lazily).
+Imports only the standard library, numpy, pyserial (for ``serial:`` devices) and the
+generated :mod:`regs`, never the dx1-bringup framework, so it installs and runs without it.
+Backends register in :mod:`.registry`: the driver's own (``sim://``, ``serial:``, ``pcie:``),
+and the framework's (``model``, ``model:FAULTS``, ``sim``) through the ``dx1_driver.backends``
+entry points when the framework is installed.
 """
 
 from . import regs
@@ -20,11 +22,12 @@ from .errors import (
 from .perf import Perf, PerfCounters
 from .queue import CommandQueue, Completion
 from .trace import Trace, TraceEvent, TraceKind
-from .transport import DEVICE_SPECS, ModelTransport, Transport, open_transport
+from .registry import device_strings, open_transport, register_backend
+from .transport import Transport
 
 __all__ = [
     "regs", "Allocator", "Block", "Capabilities", "CommandQueue", "Completion", "Device", "Perf", "PerfCounters",
     "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
-    "DEVICE_SPECS", "ModelTransport", "Transport", "open_transport",
+    "Transport", "device_strings", "open_transport", "register_backend",
 ]

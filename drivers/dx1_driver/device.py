@@ -23,7 +23,8 @@ from .errors import DeviceTimeout, DriverError, NotADx1Device
 from .perf import Perf
 from .queue import POLL_SLICE, CommandQueue
 from .trace import Trace
-from .transport import Transport, open_transport
+from .registry import open_transport
+from .transport import Transport
 
 __all__ = ["Block", "Capabilities", "Device"]
 

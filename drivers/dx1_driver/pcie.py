@@ -12,8 +12,8 @@ differs.  Without VFIO there is no interrupt: :meth:`PcieTransport.wait_irq`
 sleeps and the driver polls.
 
 Nothing here has run on hardware: the tests run the access layer over BARs
-served by the golden model (:class:`ModelBar`) and over regular files mapped
-like sysfs resources.
+served by the golden model (the framework's ``dx1_bringup.backends.ModelBar``)
+and over regular files mapped like sysfs resources.
 
 Access rules
 ------------
@@ -39,14 +39,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from . import regs
 from .errors import TransportError
 from .transport import Transport
 
-__all__ = ["SYSFS_PCI_DEVICES", "BarMapping", "MmapBar", "ModelBar", "PcieTransport", "parse_bdf",
-           "model_pcie_transport"]
+__all__ = ["SYSFS_PCI_DEVICES", "BarMapping", "MmapBar", "PcieTransport", "parse_bdf"]
 
 #: Where Linux lists PCI devices.
 SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
@@ -168,63 +166,6 @@ class MmapBar(BarMapping):
         self._mm.close()
 
 
-class ModelBar(BarMapping):
-    """A BAR served by the golden model: its registers (BAR0) or its device memory (BAR2).
-
-    Parameters
-    ----------
-    model:
-        A ``dx1_bringup.model.DeviceModel``.
-    kind:
-        ``"registers"`` or ``"memory"``.
-    bus_errors:
-        The model's exceptions that mean a bus error; they become :class:`TransportError`.
-
-    Attributes
-    ----------
-    accesses:
-        Every access that reached the model, as ``(op, offset, length)``, so tests can
-        see that a refused access never did.
-    """
-
-    def __init__(self, model: Any, kind: str, bus_errors: tuple[type[BaseException], ...]):
-        if kind not in ("registers", "memory"):
-            raise ValueError(f"BAR kind must be 'registers' or 'memory', not {kind!r}")
-        self.model = model
-        self.kind = kind
-        self.bus_errors = bus_errors
-        self.accesses: list[tuple[str, int, int]] = []
-        super().__init__(model.regmap.size if kind == "registers" else model.config.mem_bytes)
-
-    def _call(self, op: str, offset: int, n: int, fn: Any, *args: Any) -> Any:
-        self.accesses.append((op, offset, n))
-        try:
-            return fn(*args)
-        except self.bus_errors as e:
-            raise TransportError(f"bus error on {op} at BAR offset 0x{offset:x}: {e}") from e
-
-    def _read32(self, offset: int) -> int:
-        if self.kind == "registers":
-            return self._call("read32", offset, 4, self.model.read32, offset)
-        return int.from_bytes(self._call("read32", offset, 4, self.model.mem_read, offset, 4), "little")
-
-    def _write32(self, offset: int, value: int) -> None:
-        if self.kind == "registers":
-            self._call("write32", offset, 4, self.model.write32, offset, value)
-        else:
-            self._call("write32", offset, 4, self.model.mem_write, offset, value.to_bytes(4, "little"))
-
-    def _read(self, offset: int, n: int) -> bytes:
-        if self.kind == "registers":
-            raise ValueError("the register BAR takes only 32-bit accesses")
-        return self._call("read", offset, n, self.model.mem_read, offset, n)
-
-    def _write(self, offset: int, data: bytes) -> None:
-        if self.kind == "registers":
-            raise ValueError("the register BAR takes only 32-bit accesses")
-        self._call("write", offset, len(data), self.model.mem_write, offset, data)
-
-
 class PcieTransport(Transport):
     """A transport to a DX-1 card over PCIe: BAR0 registers, BAR2 device memory.
 
@@ -305,12 +246,3 @@ class PcieTransport(Transport):
         finally:
             self.bar0.close()
             self.bar2.close()
-
-
-def model_pcie_transport(config: Any = None) -> PcieTransport:
-    """A :class:`PcieTransport` over BARs served by a fresh golden model (``config``: a ``SocConfig``)."""
-    from dx1_bringup.model.device import BusError, DeviceModel
-
-    model = DeviceModel(config)
-    bars = (ModelBar(model, "registers", (BusError,)), ModelBar(model, "memory", (BusError,)))
-    return PcieTransport("model", bars=bars)

