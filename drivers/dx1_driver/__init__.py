@@ -21,8 +21,8 @@ from .errors import (
 )
 from .perf import Perf, PerfCounters
 from .queue import CommandQueue, Completion
-from .trace import Trace, TraceEvent, TraceKind
 from .registry import device_strings, open_transport, register_backend
+from .trace import Trace, TraceEvent, TraceKind
 from .transport import Transport
 
 __all__ = [

@@ -22,8 +22,8 @@ from .allocator import Allocator
 from .errors import DeviceTimeout, DriverError, NotADx1Device
 from .perf import Perf
 from .queue import POLL_SLICE, CommandQueue
-from .trace import Trace
 from .registry import open_transport
+from .trace import Trace
 from .transport import Transport
 
 __all__ = ["Block", "Capabilities", "Device"]
