@@ -246,8 +246,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .cmd__tvalid(tile_cmd__tvalid),
     .done__tdata(tile_done__tdata),
     .done__tvalid(tile_done__tvalid),
-    .\port$1436$0 (\$1 ),
-    .\port$1438$0 (\$2 ),
+    .\port$1451$0 (\$1 ),
+    .\port$1453$0 (\$2 ),
     .r_en(tile_done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -342,170 +342,181 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire [18:0] \$1 ;
   wire \$10 ;
-  wire [9:0] \$100 ;
-  wire [11:0] \$101 ;
-  wire [32:0] \$102 ;
-  wire [30:0] \$103 ;
+  wire [3:0] \$100 ;
+  wire \$101 ;
+  wire [4:0] \$102 ;
+  wire [32:0] \$103 ;
   wire \$104 ;
-  wire \$105 ;
-  wire [32:0] \$106 ;
+  wire [9:0] \$105 ;
+  wire [11:0] \$106 ;
   wire [32:0] \$107 ;
-  wire [16:0] \$108 ;
+  wire [30:0] \$108 ;
   wire \$109 ;
   wire \$11 ;
   wire \$110 ;
-  wire \$111 ;
-  wire [31:0] \$112 ;
-  wire [31:0] \$113 ;
-  wire [31:0] \$114 ;
-  wire [31:0] \$115 ;
-  wire [31:0] \$116 ;
+  wire [32:0] \$111 ;
+  wire [32:0] \$112 ;
+  wire [16:0] \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
   wire [31:0] \$117 ;
   wire [31:0] \$118 ;
-  wire [15:0] \$119 ;
+  wire [31:0] \$119 ;
   wire \$12 ;
-  wire [16:0] \$120 ;
-  wire [17:0] \$121 ;
-  wire \$122 ;
-  wire \$123 ;
-  wire [8:0] \$124 ;
+  wire [31:0] \$120 ;
+  wire [31:0] \$121 ;
+  wire [31:0] \$122 ;
+  wire [31:0] \$123 ;
+  wire [15:0] \$124 ;
   wire \$125 ;
-  wire [32:0] \$126 ;
+  wire [6:0] \$126 ;
   wire \$127 ;
-  wire \$128 ;
-  wire \$129 ;
+  wire [8:0] \$128 ;
+  wire [9:0] \$129 ;
   wire [10:0] \$13 ;
-  wire \$130 ;
-  wire \$131 ;
+  wire [16:0] \$130 ;
+  wire [17:0] \$131 ;
   wire \$132 ;
   wire \$133 ;
-  wire [16:0] \$134 ;
+  wire [8:0] \$134 ;
   wire \$135 ;
-  wire [16:0] \$136 ;
-  wire [16:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire [16:0] \$139 ;
-  wire \$14 ;
-  wire [16:0] \$140 ;
-  wire [2:0] \$141 ;
+  wire [32:0] \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire [8:0] \$14 ;
+  wire \$140 ;
+  wire \$141 ;
   wire \$142 ;
   wire \$143 ;
-  wire \$144 ;
+  wire [16:0] \$144 ;
   wire \$145 ;
   wire [16:0] \$146 ;
-  wire \$147 ;
+  wire [16:0] \$147 ;
   wire [16:0] \$148 ;
   wire [16:0] \$149 ;
-  wire [29:0] \$15 ;
+  wire \$15 ;
   wire [16:0] \$150 ;
-  wire [16:0] \$151 ;
-  wire [16:0] \$152 ;
-  wire [255:0] \$153 ;
-  wire [3:0] \$154 ;
+  wire [2:0] \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
   wire \$155 ;
-  wire [2:0] \$156 ;
+  wire [16:0] \$156 ;
   wire \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire \$16 ;
-  wire \$160 ;
-  wire [3:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  reg [1:0] \$164 ;
-  reg \$165 ;
-  reg \$166 ;
-  reg \$167 ;
-  reg \$168 ;
-  reg [15:0] \$169 ;
-  wire [9:0] \$17 ;
-  reg [15:0] \$170 ;
-  reg [15:0] \$171 ;
-  reg [15:0] \$172 ;
-  reg \$173 ;
-  reg \$174 ;
+  wire [16:0] \$158 ;
+  wire [16:0] \$159 ;
+  wire [8:0] \$16 ;
+  wire [16:0] \$160 ;
+  wire [16:0] \$161 ;
+  wire [16:0] \$162 ;
+  wire [255:0] \$163 ;
+  wire [3:0] \$164 ;
+  wire \$165 ;
+  wire [2:0] \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire [29:0] \$17 ;
+  wire \$170 ;
+  wire [3:0] \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  reg [1:0] \$174 ;
   reg \$175 ;
-  reg [31:0] \$176 ;
-  reg [7:0] \$177 ;
-  reg [31:0] \$178 ;
-  reg [29:0] \$179 ;
+  reg \$176 ;
+  reg \$177 ;
+  reg \$178 ;
+  reg [15:0] \$179 ;
   wire \$18 ;
-  reg \$180 ;
-  reg [31:0] \$181 ;
+  reg [15:0] \$180 ;
+  reg [15:0] \$181 ;
   reg [15:0] \$182 ;
-  reg [31:0] \$183 ;
-  reg [29:0] \$184 ;
-  reg [2:0] \$185 ;
+  reg \$183 ;
+  reg \$184 ;
+  reg \$185 ;
   reg [31:0] \$186 ;
-  reg \$187 ;
+  reg [7:0] \$187 ;
   reg [31:0] \$188 ;
-  reg [7:0] \$189 ;
-  wire \$19 ;
-  reg [31:0] \$190 ;
-  reg [29:0] \$191 ;
-  reg \$192 ;
+  reg [29:0] \$189 ;
+  wire [9:0] \$19 ;
+  reg \$190 ;
+  reg [31:0] \$191 ;
+  reg [15:0] \$192 ;
   reg [31:0] \$193 ;
-  reg [15:0] \$194 ;
-  reg [31:0] \$195 ;
-  reg [29:0] \$196 ;
-  reg [15:0] \$197 ;
-  reg [7:0] \$198 ;
-  reg [31:0] \$199 ;
+  reg [29:0] \$194 ;
+  reg [2:0] \$195 ;
+  reg [31:0] \$196 ;
+  reg \$197 ;
+  reg [31:0] \$198 ;
+  reg [7:0] \$199 ;
   wire [16:0] \$2 ;
   wire \$20 ;
-  reg \$200 ;
-  reg [7:0] \$201 ;
+  reg [31:0] \$200 ;
+  reg [29:0] \$201 ;
   reg \$202 ;
-  reg [1:0] \$203 ;
-  reg [255:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
+  reg [31:0] \$203 ;
+  reg [15:0] \$204 ;
+  reg [31:0] \$205 ;
+  reg [29:0] \$206 ;
+  reg [5:0] \$207 ;
   reg [15:0] \$208 ;
-  reg [15:0] \$209 ;
-  wire [9:0] \$21 ;
-  reg \$210 ;
-  reg [255:0] \$211 ;
-  reg \$212 ;
-  reg [15:0] \$213 ;
-  reg [15:0] \$214 ;
-  reg [15:0] \$215 ;
+  reg [7:0] \$209 ;
+  wire \$21 ;
+  reg [31:0] \$210 ;
+  reg \$211 ;
+  reg [7:0] \$212 ;
+  reg \$213 ;
+  reg [1:0] \$214 ;
+  reg [255:0] \$215 ;
   reg [15:0] \$216 ;
   reg [15:0] \$217 ;
-  reg \$218 ;
-  reg [255:0] \$219 ;
+  reg [15:0] \$218 ;
+  reg [15:0] \$219 ;
   wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [7:0] \$221 ;
+  reg [15:0] \$220 ;
+  reg \$221 ;
+  reg [255:0] \$222 ;
+  reg \$223 ;
+  reg [15:0] \$224 ;
+  reg [15:0] \$225 ;
+  reg [15:0] \$226 ;
+  reg [15:0] \$227 ;
+  reg [15:0] \$228 ;
+  reg \$229 ;
   wire \$23 ;
+  reg [255:0] \$230 ;
+  reg [2:0] \$231 ;
+  reg [7:0] \$232 ;
   wire \$24 ;
   wire \$25 ;
-  wire \$26 ;
+  wire [9:0] \$26 ;
   wire \$27 ;
-  wire [16:0] \$28 ;
+  wire \$28 ;
   wire \$29 ;
   wire [18:0] \$3 ;
-  wire [16:0] \$30 ;
+  wire \$30 ;
   wire \$31 ;
-  wire [1:0] \$32 ;
-  wire \$33 ;
+  wire \$32 ;
+  wire [16:0] \$33 ;
   wire \$34 ;
-  wire \$35 ;
+  wire [16:0] \$35 ;
   wire \$36 ;
-  wire \$37 ;
+  wire [1:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [10:0] \$4 ;
   wire \$40 ;
   wire \$41 ;
-  wire [16:0] \$42 ;
+  wire \$42 ;
   wire \$43 ;
-  wire [16:0] \$44 ;
+  wire \$44 ;
   wire \$45 ;
   wire \$46 ;
-  wire \$47 ;
+  wire [16:0] \$47 ;
   wire \$48 ;
-  wire \$49 ;
+  wire [16:0] \$49 ;
   wire \$5 ;
   wire \$50 ;
   wire \$51 ;
@@ -534,33 +545,33 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire \$72 ;
   wire \$73 ;
   wire \$74 ;
-  wire [9:0] \$75 ;
-  wire [11:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [30:0] \$78 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
   wire \$79 ;
   wire [9:0] \$8 ;
-  wire \$80 ;
-  wire [32:0] \$81 ;
+  wire [9:0] \$80 ;
+  wire [11:0] \$81 ;
   wire [32:0] \$82 ;
-  wire [16:0] \$83 ;
+  wire [30:0] \$83 ;
   wire \$84 ;
   wire \$85 ;
-  wire \$86 ;
-  wire [31:0] \$87 ;
-  wire [31:0] \$88 ;
-  wire [31:0] \$89 ;
+  wire [32:0] \$86 ;
+  wire [32:0] \$87 ;
+  wire [16:0] \$88 ;
+  wire \$89 ;
   wire \$9 ;
-  wire [31:0] \$90 ;
-  wire [31:0] \$91 ;
+  wire \$90 ;
+  wire \$91 ;
   wire [31:0] \$92 ;
   wire [31:0] \$93 ;
-  wire [15:0] \$94 ;
-  wire [3:0] \$95 ;
-  wire \$96 ;
-  wire [4:0] \$97 ;
-  wire [32:0] \$98 ;
-  wire \$99 ;
+  wire [31:0] \$94 ;
+  wire [31:0] \$95 ;
+  wire [31:0] \$96 ;
+  wire [31:0] \$97 ;
+  wire [31:0] \$98 ;
+  wire [15:0] \$99 ;
   reg [1:0] a_cnt = 2'h0;
   wire a_last;
   reg acc = 1'h0;
@@ -597,6 +608,7 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   reg [255:0] assembled;
   reg aw_active = 1'h0;
   reg [31:0] aw_addr = 32'd0;
+  wire aw_allow;
   wire [8:0] aw_beats;
   wire [8:0] aw_capped;
   wire aw_hs;
@@ -690,12 +702,12 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire [29:0] move_beats;
   wire pop;
   wire [64:0] r_data;
-  wire [7:0] \r_data$140 ;
+  wire [7:0] \r_data$142 ;
   reg r_en;
-  reg \r_en$59 ;
+  reg \r_en$62 ;
   wire r_hs;
   wire r_rdy;
-  wire \r_rdy$115 ;
+  wire \r_rdy$118 ;
   reg rd_err = 1'h0;
   wire reads_done;
   reg [2:0] reads_out = 3'h0;
@@ -739,17 +751,18 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire start;
   wire start_copy;
   reg [1:0] state = 2'h0;
+  reg [5:0] unclaimed = 6'h00;
   wire w_bad;
   reg [7:0] w_cnt = 8'h00;
   reg w_cur = 1'h0;
   wire [7:0] w_data;
-  reg [64:0] \w_data$107 ;
+  reg [64:0] \w_data$110 ;
   wire w_en;
-  reg \w_en$109 ;
+  reg \w_en$112 ;
   wire w_hs;
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
-  wire \w_rdy$102 ;
+  wire \w_rdy$105 ;
   output [15:0] wr_addr;
   reg [15:0] wr_addr = 16'h0000;
   output [255:0] wr_data;
@@ -777,309 +790,322 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   assign ar_hs = axi__arvalid & axi__arready;
   assign r_hs = axi__rvalid & axi__rready;
   assign \$13  = 10'h200 - aw_addr[11:3];
-  assign \$14  = aw_seg_left < 9'h100;
-  assign \$15  = \$14  ? aw_seg_left : 30'h00000100;
-  assign \$16  = \$13 [9:0] < \$15 [8:0];
-  assign \$17  = \$16  ? \$13 [9:0] : { 1'h0, \$15 [8:0] };
-  assign \$18  = ~ axi__awvalid;
-  assign \$19  = \$18  | axi__awready;
-  assign \$20  = aw_active & \$19 ;
-  assign aw_issue = \$20  & w_rdy;
-  assign \$21  = \$17 [8:0] - 1'h1;
+  assign \$14  = is_copy ? 9'h010 : 9'h100;
+  assign \$15  = aw_seg_left < \$14 ;
+  assign \$16  = is_copy ? 9'h010 : 9'h100;
+  assign \$17  = \$15  ? aw_seg_left : { 21'h000000, \$16  };
+  assign \$18  = \$13 [9:0] < \$17 [8:0];
+  assign \$19  = \$18  ? \$13 [9:0] : { 1'h0, \$17 [8:0] };
+  assign \$20  = ~ axi__awvalid;
+  assign \$21  = \$20  | axi__awready;
+  assign \$22  = aw_active & \$21 ;
+  assign aw_issue = \$22  & aw_allow;
+  assign \$23  = ~ is_copy;
+  assign \$24  = unclaimed >= \$19 [8:0];
+  assign \$25  = \$23  | \$24 ;
+  assign aw_allow = w_rdy & \$25 ;
+  assign \$26  = \$19 [8:0] - 1'h1;
   assign aw_hs = axi__awvalid & axi__awready;
-  assign \$22  = w_cur & r_rdy;
-  assign \$23  = ~ is_load;
-  assign axi__wvalid = \$22  & \$23 ;
+  assign \$27  = w_cur & r_rdy;
+  assign \$28  = ~ is_load;
+  assign axi__wvalid = \$27  & \$28 ;
   assign w_bad = r_data[64] | rd_err;
   assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
   assign axi__wlast = w_cnt == w_len;
   assign w_hs = axi__wvalid & axi__wready;
-  assign \$24  = ~ w_cur;
-  assign \$25  = w_hs & axi__wlast;
-  assign \$26  = \$24  | \$25 ;
+  assign \$29  = ~ w_cur;
+  assign \$30  = w_hs & axi__wlast;
+  assign \$31  = \$29  | \$30 ;
   assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$27  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$27 ;
+  assign \$32  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$32 ;
   assign acc_wr__tvalid = wr_valid & acc;
-  assign \$28  = ldw_r + 1'h1;
-  assign \$29  = \$28  == rows;
-  assign \$30  = ldw_c + 1'h1;
-  assign \$31  = \$30  == cols;
-  assign ldw_last = \$29  & \$31 ;
-  assign \$32  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$32 ;
-  assign \$33  = state == 1'h1;
-  assign \$34  = \$33  & is_load;
-  assign \$35  = ~ lw_done;
-  assign \$36  = \$34  & \$35 ;
-  assign \$37  = \$36  & r_rdy;
-  assign \$38  = ~ a_last;
-  assign \$39  = ~ wr_valid;
-  assign \$40  = \$38  | \$39 ;
-  assign \$41  = \$40  | wr_ready;
-  assign pop = \$37  & \$41 ;
-  assign \$42  = rqw_r + 1'h1;
-  assign \$43  = \$42  == rows;
-  assign \$44  = rqw_c + 1'h1;
-  assign \$45  = \$44  == cols;
-  assign rqw_last = \$43  & \$45 ;
+  assign \$33  = ldw_r + 1'h1;
+  assign \$34  = \$33  == rows;
+  assign \$35  = ldw_c + 1'h1;
+  assign \$36  = \$35  == cols;
+  assign ldw_last = \$34  & \$36 ;
+  assign \$37  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$37 ;
+  assign \$38  = state == 1'h1;
+  assign \$39  = \$38  & is_load;
+  assign \$40  = ~ lw_done;
+  assign \$41  = \$39  & \$40 ;
+  assign \$42  = \$41  & r_rdy;
+  assign \$43  = ~ a_last;
+  assign \$44  = ~ wr_valid;
+  assign \$45  = \$43  | \$44 ;
+  assign \$46  = \$45  | wr_ready;
+  assign pop = \$42  & \$46 ;
+  assign \$47  = rqw_r + 1'h1;
+  assign \$48  = \$47  == rows;
+  assign \$49  = rqw_c + 1'h1;
+  assign \$50  = \$49  == cols;
+  assign rqw_last = \$48  & \$50 ;
   assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$46  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$46 ;
+  assign \$51  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$51 ;
   assign acc_rreq__tvalid = rq_valid & acc;
   assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
   assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$47  = | sp_cnt;
-  assign sp_push = \$47  & \w_rdy$102 ;
-  assign \$48  = ! sp_cnt;
-  assign \$49  = sp_cnt == 1'h1;
-  assign \$50  = \$49  & sp_push;
-  assign \$51  = \$48  | \$50 ;
-  assign sp_take = is_store & \$51 ;
+  assign \$52  = | sp_cnt;
+  assign sp_push = \$52  & \w_rdy$105 ;
+  assign \$53  = ! sp_cnt;
+  assign \$54  = sp_cnt == 1'h1;
+  assign \$55  = \$54  & sp_push;
+  assign \$56  = \$53  | \$55 ;
+  assign sp_take = is_store & \$56 ;
   assign acc_rresp__tready = sp_take & acc;
-  assign \$52  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$52 ;
-  assign \$53  = ~ is_store;
-  assign axi__rready = \w_rdy$102  & \$53 ;
-  assign \$54  = | axi__rresp;
-  assign \$55  = ~ ar_active;
-  assign \$56  = ~ axi__arvalid;
-  assign \$57  = \$55  & \$56 ;
-  assign \$58  = ! reads_out;
-  assign reads_done = \$57  & \$58 ;
-  assign \$59  = ~ aw_active;
-  assign \$60  = ~ axi__awvalid;
-  assign \$61  = \$59  & \$60 ;
-  assign \$62  = ! writes_out;
-  assign \$63  = \$61  & \$62 ;
-  assign \$64  = ~ w_cur;
-  assign \$65  = \$63  & \$64 ;
-  assign \$66  = ~ \r_rdy$115 ;
-  assign writes_done = \$65  & \$66 ;
-  assign \$67  = ~ wr_valid;
-  assign \$68  = lw_done & \$67 ;
-  assign \$69  = \$68  & reads_done;
-  assign \$70  = writes_done & reads_done;
-  assign finished = is_load ? \$69  : \$70 ;
+  assign \$57  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$57 ;
+  assign \$58  = ~ is_store;
+  assign axi__rready = \w_rdy$105  & \$58 ;
+  assign \$59  = | axi__rresp;
+  assign \$60  = ~ ar_active;
+  assign \$61  = ~ axi__arvalid;
+  assign \$62  = \$60  & \$61 ;
+  assign \$63  = ! reads_out;
+  assign reads_done = \$62  & \$63 ;
+  assign \$64  = ~ aw_active;
+  assign \$65  = ~ axi__awvalid;
+  assign \$66  = \$64  & \$65 ;
+  assign \$67  = ! writes_out;
+  assign \$68  = \$66  & \$67 ;
+  assign \$69  = ~ w_cur;
+  assign \$70  = \$68  & \$69 ;
+  assign \$71  = ~ \r_rdy$118 ;
+  assign writes_done = \$70  & \$71 ;
+  assign \$72  = ~ wr_valid;
+  assign \$73  = lw_done & \$72 ;
+  assign \$74  = \$73  & reads_done;
+  assign \$75  = writes_done & reads_done;
+  assign finished = is_load ? \$74  : \$75 ;
   assign done__tvalid = state == 2'h2;
-  assign \$71  = cmd__tdata[7:0] == 1'h1;
-  assign \$72  = cmd__tdata[7:0] == 2'h2;
-  assign \$73  = cmd__tdata[7:0] == 4'h8;
-  assign \$74  = axi__arvalid & axi__arready;
-  assign \$75  = \$8 [8:0] - 1'h1;
-  assign \$77  = ar_addr + \$76 ;
-  assign \$78  = ar_seg_left - \$8 [8:0];
-  assign \$79  = ar_seg_left == \$8 [8:0];
-  assign \$80  = ar_segs_left == 1'h1;
-  assign \$81  = ar_seg_base + ar_stride;
-  assign \$82  = ar_seg_base + ar_stride;
-  assign \$83  = ar_segs_left - 1'h1;
-  assign \$84  = cmd__tdata[7:0] == 1'h1;
-  assign \$85  = \$84  | start_copy;
-  assign \$86  = start & \$85 ;
-  assign \$89  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$91  = start_copy ? \$90  : { 13'h0000, \$3  };
-  assign \$93  = start_copy ? \$92  : { 13'h0000, \$3  };
-  assign \$94  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$95  = reads_out + ar_hs;
-  assign \$96  = r_hs & axi__rlast;
-  assign \$97  = \$95  - \$96 ;
-  assign \$98  = bytes_read + 4'h8;
-  assign \$99  = axi__awvalid & axi__awready;
-  assign \$100  = \$17 [8:0] - 1'h1;
-  assign \$102  = aw_addr + \$101 ;
-  assign \$103  = aw_seg_left - \$17 [8:0];
-  assign \$104  = aw_seg_left == \$17 [8:0];
-  assign \$105  = aw_segs_left == 1'h1;
-  assign \$106  = aw_seg_base + aw_stride;
-  assign \$107  = aw_seg_base + aw_stride;
-  assign \$108  = aw_segs_left - 1'h1;
-  assign \$109  = cmd__tdata[7:0] == 2'h2;
-  assign \$110  = \$109  | start_copy;
-  assign \$111  = start & \$110 ;
-  assign \$112  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$113  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$114  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$116  = start_copy ? \$115  : { 13'h0000, \$3  };
-  assign \$118  = start_copy ? \$117  : { 13'h0000, \$3  };
-  assign \$119  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$120  = writes_out + aw_hs;
-  assign \$121  = \$120  - b_hs;
-  assign \$122  = | axi__bresp;
-  assign \$123  = b_hs & \$122 ;
-  assign \$124  = w_cnt + 1'h1;
-  assign \$125  = ~ w_bad;
-  assign \$126  = bytes_written + 4'h8;
-  assign \$127  = ~ w_cur;
-  assign \$128  = w_hs & axi__wlast;
-  assign \$129  = \$127  | \$128 ;
-  assign \$130  = wr_valid & wr_ready;
-  assign \$131  = ~ r_data[64];
-  assign \$132  = ~ rd_err;
-  assign \$133  = \$131  & \$132 ;
-  assign \$134  = ldw_c + 1'h1;
-  assign \$135  = \$134  == cols;
-  assign \$136  = ldw_r + 1'h1;
-  assign \$137  = ldw_base + row_stride;
-  assign \$138  = ldw_base + row_stride;
-  assign \$139  = ldw_c + 1'h1;
-  assign \$140  = ldw_addr + col_stride;
-  assign \$141  = a_cnt + 1'h1;
-  assign \$142  = rq_valid & rq_ready;
-  assign \$143  = ~ rq_valid;
-  assign \$144  = \$143  | rq_ready;
-  assign \$145  = rq_active & \$144 ;
-  assign \$146  = rqw_c + 1'h1;
-  assign \$147  = \$146  == cols;
-  assign \$148  = rqw_r + 1'h1;
-  assign \$149  = rqw_base + row_stride;
-  assign \$150  = rqw_base + row_stride;
-  assign \$151  = rqw_c + 1'h1;
-  assign \$152  = rqw_addr + col_stride;
-  assign \$154  = sp_cnt - 1'h1;
-  assign \$155  = sp_take & resp_valid;
-  assign \$156  = acc ? 3'h4 : 3'h1;
-  assign \$157  = cmd__tdata[7:0] == 2'h2;
-  assign \$158  = state == 1'h1;
-  assign \$159  = \$158  & finished;
-  assign \$160  = rd_err | wr_err;
-  assign \$161  = \$160  ? 4'h9 : 4'h0;
-  assign \$162  = state == 2'h2;
-  assign \$163  = \$162  & done__tready;
+  assign \$76  = cmd__tdata[7:0] == 1'h1;
+  assign \$77  = cmd__tdata[7:0] == 2'h2;
+  assign \$78  = cmd__tdata[7:0] == 4'h8;
+  assign \$79  = axi__arvalid & axi__arready;
+  assign \$80  = \$8 [8:0] - 1'h1;
+  assign \$82  = ar_addr + \$81 ;
+  assign \$83  = ar_seg_left - \$8 [8:0];
+  assign \$84  = ar_seg_left == \$8 [8:0];
+  assign \$85  = ar_segs_left == 1'h1;
+  assign \$86  = ar_seg_base + ar_stride;
+  assign \$87  = ar_seg_base + ar_stride;
+  assign \$88  = ar_segs_left - 1'h1;
+  assign \$89  = cmd__tdata[7:0] == 1'h1;
+  assign \$90  = \$89  | start_copy;
+  assign \$91  = start & \$90 ;
+  assign \$94  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \$96  = start_copy ? \$95  : { 13'h0000, \$3  };
+  assign \$98  = start_copy ? \$97  : { 13'h0000, \$3  };
+  assign \$99  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$100  = reads_out + ar_hs;
+  assign \$101  = r_hs & axi__rlast;
+  assign \$102  = \$100  - \$101 ;
+  assign \$103  = bytes_read + 4'h8;
+  assign \$104  = axi__awvalid & axi__awready;
+  assign \$105  = \$19 [8:0] - 1'h1;
+  assign \$107  = aw_addr + \$106 ;
+  assign \$108  = aw_seg_left - \$19 [8:0];
+  assign \$109  = aw_seg_left == \$19 [8:0];
+  assign \$110  = aw_segs_left == 1'h1;
+  assign \$111  = aw_seg_base + aw_stride;
+  assign \$112  = aw_seg_base + aw_stride;
+  assign \$113  = aw_segs_left - 1'h1;
+  assign \$114  = cmd__tdata[7:0] == 2'h2;
+  assign \$115  = \$114  | start_copy;
+  assign \$116  = start & \$115 ;
+  assign \$117  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \$118  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
+  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
+  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$125  = is_copy & r_hs;
+  assign \$126  = unclaimed + \$125 ;
+  assign \$127  = is_copy & aw_issue;
+  assign \$128  = \$127  ? \$19 [8:0] : 9'h000;
+  assign \$129  = \$126  - \$128 ;
+  assign \$130  = writes_out + aw_hs;
+  assign \$131  = \$130  - b_hs;
+  assign \$132  = | axi__bresp;
+  assign \$133  = b_hs & \$132 ;
+  assign \$134  = w_cnt + 1'h1;
+  assign \$135  = ~ w_bad;
+  assign \$136  = bytes_written + 4'h8;
+  assign \$137  = ~ w_cur;
+  assign \$138  = w_hs & axi__wlast;
+  assign \$139  = \$137  | \$138 ;
+  assign \$140  = wr_valid & wr_ready;
+  assign \$141  = ~ r_data[64];
+  assign \$142  = ~ rd_err;
+  assign \$143  = \$141  & \$142 ;
+  assign \$144  = ldw_c + 1'h1;
+  assign \$145  = \$144  == cols;
+  assign \$146  = ldw_r + 1'h1;
+  assign \$147  = ldw_base + row_stride;
+  assign \$148  = ldw_base + row_stride;
+  assign \$149  = ldw_c + 1'h1;
+  assign \$150  = ldw_addr + col_stride;
+  assign \$151  = a_cnt + 1'h1;
+  assign \$152  = rq_valid & rq_ready;
+  assign \$153  = ~ rq_valid;
+  assign \$154  = \$153  | rq_ready;
+  assign \$155  = rq_active & \$154 ;
+  assign \$156  = rqw_c + 1'h1;
+  assign \$157  = \$156  == cols;
+  assign \$158  = rqw_r + 1'h1;
+  assign \$159  = rqw_base + row_stride;
+  assign \$160  = rqw_base + row_stride;
+  assign \$161  = rqw_c + 1'h1;
+  assign \$162  = rqw_addr + col_stride;
+  assign \$164  = sp_cnt - 1'h1;
+  assign \$165  = sp_take & resp_valid;
+  assign \$166  = acc ? 3'h4 : 3'h1;
+  assign \$167  = cmd__tdata[7:0] == 2'h2;
+  assign \$168  = state == 1'h1;
+  assign \$169  = \$168  & finished;
+  assign \$170  = rd_err | wr_err;
+  assign \$171  = \$170  ? 4'h9 : 4'h0;
+  assign \$172  = state == 2'h2;
+  assign \$173  = \$172  & done__tready;
   always @(posedge clk)
-    state <= \$164 ;
+    state <= \$174 ;
   always @(posedge clk)
-    is_load <= \$165 ;
+    is_load <= \$175 ;
   always @(posedge clk)
-    is_store <= \$166 ;
+    is_store <= \$176 ;
   always @(posedge clk)
-    is_copy <= \$167 ;
+    is_copy <= \$177 ;
   always @(posedge clk)
-    acc <= \$168 ;
+    acc <= \$178 ;
   always @(posedge clk)
-    rows <= \$169 ;
+    rows <= \$179 ;
   always @(posedge clk)
-    cols <= \$170 ;
+    cols <= \$180 ;
   always @(posedge clk)
-    row_stride <= \$171 ;
+    row_stride <= \$181 ;
   always @(posedge clk)
-    col_stride <= \$172 ;
+    col_stride <= \$182 ;
   always @(posedge clk)
-    rd_err <= \$173 ;
+    rd_err <= \$183 ;
   always @(posedge clk)
-    wr_err <= \$174 ;
+    wr_err <= \$184 ;
   always @(posedge clk)
-    axi__arvalid <= \$175 ;
+    axi__arvalid <= \$185 ;
   always @(posedge clk)
-    axi__araddr <= \$176 ;
+    axi__araddr <= \$186 ;
   always @(posedge clk)
-    axi__arlen <= \$177 ;
+    axi__arlen <= \$187 ;
   always @(posedge clk)
-    ar_addr <= \$178 ;
+    ar_addr <= \$188 ;
   always @(posedge clk)
-    ar_seg_left <= \$179 ;
+    ar_seg_left <= \$189 ;
   always @(posedge clk)
-    ar_active <= \$180 ;
+    ar_active <= \$190 ;
   always @(posedge clk)
-    ar_seg_base <= \$181 ;
+    ar_seg_base <= \$191 ;
   always @(posedge clk)
-    ar_segs_left <= \$182 ;
+    ar_segs_left <= \$192 ;
   always @(posedge clk)
-    ar_stride <= \$183 ;
+    ar_stride <= \$193 ;
   always @(posedge clk)
-    ar_seg_beats <= \$184 ;
+    ar_seg_beats <= \$194 ;
   always @(posedge clk)
-    reads_out <= \$185 ;
+    reads_out <= \$195 ;
   always @(posedge clk)
-    bytes_read <= \$186 ;
+    bytes_read <= \$196 ;
   always @(posedge clk)
-    axi__awvalid <= \$187 ;
+    axi__awvalid <= \$197 ;
   always @(posedge clk)
-    axi__awaddr <= \$188 ;
+    axi__awaddr <= \$198 ;
   always @(posedge clk)
-    axi__awlen <= \$189 ;
+    axi__awlen <= \$199 ;
   always @(posedge clk)
-    aw_addr <= \$190 ;
+    aw_addr <= \$200 ;
   always @(posedge clk)
-    aw_seg_left <= \$191 ;
+    aw_seg_left <= \$201 ;
   always @(posedge clk)
-    aw_active <= \$192 ;
+    aw_active <= \$202 ;
   always @(posedge clk)
-    aw_seg_base <= \$193 ;
+    aw_seg_base <= \$203 ;
   always @(posedge clk)
-    aw_segs_left <= \$194 ;
+    aw_segs_left <= \$204 ;
   always @(posedge clk)
-    aw_stride <= \$195 ;
+    aw_stride <= \$205 ;
   always @(posedge clk)
-    aw_seg_beats <= \$196 ;
+    aw_seg_beats <= \$206 ;
   always @(posedge clk)
-    writes_out <= \$197 ;
+    unclaimed <= \$207 ;
   always @(posedge clk)
-    w_cnt <= \$198 ;
+    writes_out <= \$208 ;
   always @(posedge clk)
-    bytes_written <= \$199 ;
+    w_cnt <= \$209 ;
   always @(posedge clk)
-    w_cur <= \$200 ;
+    bytes_written <= \$210 ;
   always @(posedge clk)
-    w_len <= \$201 ;
+    w_cur <= \$211 ;
   always @(posedge clk)
-    wr_valid <= \$202 ;
+    w_len <= \$212 ;
   always @(posedge clk)
-    a_cnt <= \$203 ;
+    wr_valid <= \$213 ;
   always @(posedge clk)
-    wr_data <= \$204 ;
+    a_cnt <= \$214 ;
   always @(posedge clk)
-    wr_addr <= \$205 ;
+    wr_data <= \$215 ;
   always @(posedge clk)
-    ldw_c <= \$206 ;
+    wr_addr <= \$216 ;
   always @(posedge clk)
-    ldw_r <= \$207 ;
+    ldw_c <= \$217 ;
   always @(posedge clk)
-    ldw_base <= \$208 ;
+    ldw_r <= \$218 ;
   always @(posedge clk)
-    ldw_addr <= \$209 ;
+    ldw_base <= \$219 ;
   always @(posedge clk)
-    lw_done <= \$210 ;
+    ldw_addr <= \$220 ;
   always @(posedge clk)
-    asm <= \$211 ;
+    lw_done <= \$221 ;
   always @(posedge clk)
-    rq_valid <= \$212 ;
+    asm <= \$222 ;
   always @(posedge clk)
-    spm_rreq__tdata <= \$213 ;
+    rq_valid <= \$223 ;
   always @(posedge clk)
-    rqw_c <= \$214 ;
+    spm_rreq__tdata <= \$224 ;
   always @(posedge clk)
-    rqw_r <= \$215 ;
+    rqw_c <= \$225 ;
   always @(posedge clk)
-    rqw_base <= \$216 ;
+    rqw_r <= \$226 ;
   always @(posedge clk)
-    rqw_addr <= \$217 ;
+    rqw_base <= \$227 ;
   always @(posedge clk)
-    rq_active <= \$218 ;
+    rqw_addr <= \$228 ;
   always @(posedge clk)
-    sp_buf <= \$219 ;
+    rq_active <= \$229 ;
   always @(posedge clk)
-    sp_cnt <= \$220 ;
+    sp_buf <= \$230 ;
   always @(posedge clk)
-    done__tdata <= \$221 ;
+    sp_cnt <= \$231 ;
+  always @(posedge clk)
+    done__tdata <= \$232 ;
   \dx1_dma_tile.dma.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
     .r_en(r_en),
     .r_rdy(r_rdy),
     .rst(rst),
-    .w_en(\w_en$109 ),
-    .w_port__data(\w_data$107 ),
-    .w_rdy(\w_rdy$102 )
+    .w_en(\w_en$112 ),
+    .w_port__data(\w_data$110 ),
+    .w_rdy(\w_rdy$105 )
   );
   \dx1_dma_tile.dma.wlen_fifo  wlen_fifo (
     .clk(clk),
-    .r_data(\r_data$140 ),
-    .r_en(\r_en$59 ),
-    .r_rdy(\r_rdy$115 ),
+    .r_data(\r_data$142 ),
+    .r_en(\r_en$62 ),
+    .r_rdy(\r_rdy$118 ),
     .rst(rst),
     .w_en(aw_issue),
-    .w_port__data(\$21 [7:0]),
+    .w_port__data(\$26 [7:0]),
     .w_rdy(w_rdy)
   );
   always @* begin
@@ -1094,9 +1120,9 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$59  = 1'h0;
-    if (\$26 ) begin
-      \r_en$59  = 1'h1;
+    \r_en$62  = 1'h0;
+    if (\$31 ) begin
+      \r_en$62  = 1'h1;
     end
   end
   always @* begin
@@ -1118,157 +1144,41 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_data$107  = { 1'h0, sp_buf[63:0] };
+      \w_data$110  = { 1'h0, sp_buf[63:0] };
     end else begin
-      \w_data$107  = { \$54 , axi__rdata };
+      \w_data$110  = { \$59 , axi__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_en$109  = sp_push;
+      \w_en$112  = sp_push;
     end else begin
-      \w_en$109  = r_hs;
+      \w_en$112  = r_hs;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$164  = state;
+    \$174  = state;
     if (start) begin
-      \$164  = 2'h1;
+      \$174  = 2'h1;
     end
-    if (\$159 ) begin
-      \$164  = 2'h2;
+    if (\$169 ) begin
+      \$174  = 2'h2;
     end
-    if (\$163 ) begin
-      \$164  = 2'h0;
+    if (\$173 ) begin
+      \$174  = 2'h0;
     end
     if (rst) begin
-      \$164  = 2'h0;
+      \$174  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$165  = is_load;
+    \$175  = is_load;
     if (start) begin
-      \$165  = \$71 ;
-    end
-    if (rst) begin
-      \$165  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$166  = is_store;
-    if (start) begin
-      \$166  = \$72 ;
-    end
-    if (rst) begin
-      \$166  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$167  = is_copy;
-    if (start) begin
-      \$167  = \$73 ;
-    end
-    if (rst) begin
-      \$167  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$168  = acc;
-    if (start) begin
-      \$168  = cmd__tdata[8];
-    end
-    if (rst) begin
-      \$168  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$169  = rows;
-    if (start) begin
-      \$169  = cmd__tdata[159:144];
-    end
-    if (rst) begin
-      \$169  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$170  = cols;
-    if (start) begin
-      \$170  = cmd__tdata[175:160];
-    end
-    if (rst) begin
-      \$170  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$171  = row_stride;
-    if (start) begin
-      \$171  = cmd__tdata[191:176];
-    end
-    if (rst) begin
-      \$171  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$172  = col_stride;
-    if (start) begin
-      \$172  = cmd__tdata[207:192];
-    end
-    if (rst) begin
-      \$172  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$173  = rd_err;
-    if (start) begin
-      \$173  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$173  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$173  = 1'h1;
-      end
-    end
-    if (rst) begin
-      \$173  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$174  = wr_err;
-    if (start) begin
-      \$174  = 1'h0;
-    end
-    if (\$123 ) begin
-      \$174  = 1'h1;
-    end
-    if (rst) begin
-      \$174  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$175  = axi__arvalid;
-    if (\$74 ) begin
-      \$175  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$175  = 1'h1;
+      \$175  = \$76 ;
     end
     if (rst) begin
       \$175  = 1'h0;
@@ -1276,114 +1186,69 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$176  = axi__araddr;
-    if (ar_issue) begin
-      \$176  = ar_addr;
+    \$176  = is_store;
+    if (start) begin
+      \$176  = \$77 ;
     end
     if (rst) begin
-      \$176  = 32'd0;
+      \$176  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = axi__arlen;
-    if (ar_issue) begin
-      \$177  = \$75 [7:0];
+    \$177  = is_copy;
+    if (start) begin
+      \$177  = \$78 ;
     end
     if (rst) begin
-      \$177  = 8'h00;
+      \$177  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = ar_addr;
-    if (ar_issue) begin
-      \$178  = \$77 [31:0];
-      if (\$79 ) begin
-        (* full_case = 32'd1 *)
-        if (\$80 ) begin
-        end else begin
-          \$178  = \$82 [31:0];
-        end
-      end
-    end
-    if (\$86 ) begin
-      \$178  = \$87 ;
+    \$178  = acc;
+    if (start) begin
+      \$178  = cmd__tdata[8];
     end
     if (rst) begin
-      \$178  = 32'd0;
+      \$178  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = ar_seg_left;
-    if (ar_issue) begin
-      \$179  = \$78 [29:0];
-      if (\$79 ) begin
-        (* full_case = 32'd1 *)
-        if (\$80 ) begin
-        end else begin
-          \$179  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$86 ) begin
-      \$179  = \$91 [29:0];
+    \$179  = rows;
+    if (start) begin
+      \$179  = cmd__tdata[159:144];
     end
     if (rst) begin
-      \$179  = 30'h00000000;
+      \$179  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = ar_active;
-    if (ar_issue) begin
-      if (\$79 ) begin
-        if (\$80 ) begin
-          \$180  = 1'h0;
-        end
-      end
-    end
-    if (\$86 ) begin
-      \$180  = 1'h1;
+    \$180  = cols;
+    if (start) begin
+      \$180  = cmd__tdata[175:160];
     end
     if (rst) begin
-      \$180  = 1'h0;
+      \$180  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$79 ) begin
-        (* full_case = 32'd1 *)
-        if (\$80 ) begin
-        end else begin
-          \$181  = \$81 [31:0];
-        end
-      end
-    end
-    if (\$86 ) begin
-      \$181  = \$88 ;
+    \$181  = row_stride;
+    if (start) begin
+      \$181  = cmd__tdata[191:176];
     end
     if (rst) begin
-      \$181  = 32'd0;
+      \$181  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$79 ) begin
-        (* full_case = 32'd1 *)
-        if (\$80 ) begin
-        end else begin
-          \$182  = \$83 [15:0];
-        end
-      end
-    end
-    if (\$86 ) begin
-      \$182  = \$94 ;
+    \$182  = col_stride;
+    if (start) begin
+      \$182  = cmd__tdata[207:192];
     end
     if (rst) begin
       \$182  = 16'h0000;
@@ -1391,36 +1256,55 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = ar_stride;
-    if (\$86 ) begin
-      \$183  = \$89 ;
+    \$183  = rd_err;
+    if (start) begin
+      \$183  = 1'h0;
+    end
+    if (w_hs) begin
+      if (r_data[64]) begin
+        \$183  = 1'h1;
+      end
+    end
+    if (pop) begin
+      if (r_data[64]) begin
+        \$183  = 1'h1;
+      end
     end
     if (rst) begin
-      \$183  = 32'd0;
+      \$183  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = ar_seg_beats;
-    if (\$86 ) begin
-      \$184  = \$93 [29:0];
+    \$184  = wr_err;
+    if (start) begin
+      \$184  = 1'h0;
+    end
+    if (\$133 ) begin
+      \$184  = 1'h1;
     end
     if (rst) begin
-      \$184  = 30'h00000000;
+      \$184  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = \$97 [2:0];
+    \$185  = axi__arvalid;
+    if (\$79 ) begin
+      \$185  = 1'h0;
+    end
+    if (ar_issue) begin
+      \$185  = 1'h1;
+    end
     if (rst) begin
-      \$185  = 3'h0;
+      \$185  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = bytes_read;
-    if (r_hs) begin
-      \$186  = \$98 [31:0];
+    \$186  = axi__araddr;
+    if (ar_issue) begin
+      \$186  = ar_addr;
     end
     if (rst) begin
       \$186  = 32'd0;
@@ -1428,22 +1312,29 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = axi__awvalid;
-    if (\$99 ) begin
-      \$187  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$187  = 1'h1;
+    \$187  = axi__arlen;
+    if (ar_issue) begin
+      \$187  = \$80 [7:0];
     end
     if (rst) begin
-      \$187  = 1'h0;
+      \$187  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = axi__awaddr;
-    if (aw_issue) begin
-      \$188  = aw_addr;
+    \$188  = ar_addr;
+    if (ar_issue) begin
+      \$188  = \$82 [31:0];
+      if (\$84 ) begin
+        (* full_case = 32'd1 *)
+        if (\$85 ) begin
+        end else begin
+          \$188  = \$87 [31:0];
+        end
+      end
+    end
+    if (\$91 ) begin
+      \$188  = \$92 ;
     end
     if (rst) begin
       \$188  = 32'd0;
@@ -1451,85 +1342,84 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189  = axi__awlen;
-    if (aw_issue) begin
-      \$189  = \$100 [7:0];
-    end
-    if (rst) begin
-      \$189  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = aw_addr;
-    if (aw_issue) begin
-      \$190  = \$102 [31:0];
-      if (\$104 ) begin
+    \$189  = ar_seg_left;
+    if (ar_issue) begin
+      \$189  = \$83 [29:0];
+      if (\$84 ) begin
         (* full_case = 32'd1 *)
-        if (\$105 ) begin
+        if (\$85 ) begin
         end else begin
-          \$190  = \$107 [31:0];
+          \$189  = ar_seg_beats;
         end
       end
     end
-    if (\$111 ) begin
-      \$190  = \$112 ;
+    if (\$91 ) begin
+      \$189  = \$96 [29:0];
     end
     if (rst) begin
-      \$190  = 32'd0;
+      \$189  = 30'h00000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = aw_seg_left;
-    if (aw_issue) begin
-      \$191  = \$103 [29:0];
-      if (\$104 ) begin
+    \$190  = ar_active;
+    if (ar_issue) begin
+      if (\$84 ) begin
+        if (\$85 ) begin
+          \$190  = 1'h0;
+        end
+      end
+    end
+    if (\$91 ) begin
+      \$190  = 1'h1;
+    end
+    if (rst) begin
+      \$190  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$191  = ar_seg_base;
+    if (ar_issue) begin
+      if (\$84 ) begin
         (* full_case = 32'd1 *)
-        if (\$105 ) begin
+        if (\$85 ) begin
         end else begin
-          \$191  = aw_seg_beats;
+          \$191  = \$86 [31:0];
         end
       end
     end
-    if (\$111 ) begin
-      \$191  = \$116 [29:0];
+    if (\$91 ) begin
+      \$191  = \$93 ;
     end
     if (rst) begin
-      \$191  = 30'h00000000;
+      \$191  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = aw_active;
-    if (aw_issue) begin
-      if (\$104 ) begin
-        if (\$105 ) begin
-          \$192  = 1'h0;
-        end
-      end
-    end
-    if (\$111 ) begin
-      \$192  = 1'h1;
-    end
-    if (rst) begin
-      \$192  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$104 ) begin
+    \$192  = ar_segs_left;
+    if (ar_issue) begin
+      if (\$84 ) begin
         (* full_case = 32'd1 *)
-        if (\$105 ) begin
+        if (\$85 ) begin
         end else begin
-          \$193  = \$106 [31:0];
+          \$192  = \$88 [15:0];
         end
       end
     end
-    if (\$111 ) begin
-      \$193  = \$113 ;
+    if (\$91 ) begin
+      \$192  = \$99 ;
+    end
+    if (rst) begin
+      \$192  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$193  = ar_stride;
+    if (\$91 ) begin
+      \$193  = \$94 ;
     end
     if (rst) begin
       \$193  = 32'd0;
@@ -1537,107 +1427,116 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = aw_segs_left;
+    \$194  = ar_seg_beats;
+    if (\$91 ) begin
+      \$194  = \$98 [29:0];
+    end
+    if (rst) begin
+      \$194  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$195  = \$102 [2:0];
+    if (rst) begin
+      \$195  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$196  = bytes_read;
+    if (r_hs) begin
+      \$196  = \$103 [31:0];
+    end
+    if (rst) begin
+      \$196  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$197  = axi__awvalid;
+    if (\$104 ) begin
+      \$197  = 1'h0;
+    end
     if (aw_issue) begin
-      if (\$104 ) begin
+      \$197  = 1'h1;
+    end
+    if (rst) begin
+      \$197  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$198  = axi__awaddr;
+    if (aw_issue) begin
+      \$198  = aw_addr;
+    end
+    if (rst) begin
+      \$198  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$199  = axi__awlen;
+    if (aw_issue) begin
+      \$199  = \$105 [7:0];
+    end
+    if (rst) begin
+      \$199  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$200  = aw_addr;
+    if (aw_issue) begin
+      \$200  = \$107 [31:0];
+      if (\$109 ) begin
         (* full_case = 32'd1 *)
-        if (\$105 ) begin
+        if (\$110 ) begin
         end else begin
-          \$194  = \$108 [15:0];
+          \$200  = \$112 [31:0];
         end
       end
     end
-    if (\$111 ) begin
-      \$194  = \$119 ;
+    if (\$116 ) begin
+      \$200  = \$117 ;
     end
     if (rst) begin
-      \$194  = 16'h0000;
+      \$200  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = aw_stride;
-    if (\$111 ) begin
-      \$195  = \$114 ;
-    end
-    if (rst) begin
-      \$195  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = aw_seg_beats;
-    if (\$111 ) begin
-      \$196  = \$118 [29:0];
-    end
-    if (rst) begin
-      \$196  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = \$121 [15:0];
-    if (rst) begin
-      \$197  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = w_cnt;
-    if (w_hs) begin
-      \$198  = \$124 [7:0];
-    end
-    if (\$129 ) begin
-      \$198  = 8'h00;
-    end
-    if (rst) begin
-      \$198  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = bytes_written;
-    if (w_hs) begin
-      if (\$125 ) begin
-        \$199  = \$126 [31:0];
-      end
-    end
-    if (rst) begin
-      \$199  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = w_cur;
-    if (\$129 ) begin
-      \$200  = \r_rdy$115 ;
-    end
-    if (rst) begin
-      \$200  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = w_len;
-    if (\$129 ) begin
-      \$201  = \r_data$140 ;
-    end
-    if (rst) begin
-      \$201  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = wr_valid;
-    if (\$130 ) begin
-      \$202  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$133 ) begin
-          \$202  = 1'h1;
+    \$201  = aw_seg_left;
+    if (aw_issue) begin
+      \$201  = \$108 [29:0];
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$201  = aw_seg_beats;
         end
       end
+    end
+    if (\$116 ) begin
+      \$201  = \$121 [29:0];
+    end
+    if (rst) begin
+      \$201  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$202  = aw_active;
+    if (aw_issue) begin
+      if (\$109 ) begin
+        if (\$110 ) begin
+          \$202  = 1'h0;
+        end
+      end
+    end
+    if (\$116 ) begin
+      \$202  = 1'h1;
     end
     if (rst) begin
       \$202  = 1'h0;
@@ -1645,221 +1544,182 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$203  = 2'h0;
-      end else begin
-        \$203  = \$141 [1:0];
-      end
-    end
-    if (start) begin
-      \$203  = 2'h0;
-    end
-    if (rst) begin
-      \$203  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$133 ) begin
-          \$204  = assembled;
-        end
-      end
-    end
-    if (rst) begin
-      \$204  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$133 ) begin
-          \$205  = ldw_addr;
-        end
-      end
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
+    \$203  = aw_seg_base;
+    if (aw_issue) begin
+      if (\$109 ) begin
         (* full_case = 32'd1 *)
-        if (\$135 ) begin
-          \$206  = 16'h0000;
+        if (\$110 ) begin
         end else begin
-          \$206  = \$139 [15:0];
+          \$203  = \$111 [31:0];
         end
       end
     end
-    if (start) begin
-      \$206  = 16'h0000;
+    if (\$116 ) begin
+      \$203  = \$118 ;
     end
     if (rst) begin
-      \$206  = 16'h0000;
+      \$203  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$135 ) begin
-          \$207  = \$136 [15:0];
+    \$204  = aw_segs_left;
+    if (aw_issue) begin
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$204  = \$113 [15:0];
         end
       end
     end
-    if (start) begin
-      \$207  = 16'h0000;
+    if (\$116 ) begin
+      \$204  = \$124 ;
     end
     if (rst) begin
-      \$207  = 16'h0000;
+      \$204  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$135 ) begin
-          \$208  = \$137 [15:0];
-        end
-      end
+    \$205  = aw_stride;
+    if (\$116 ) begin
+      \$205  = \$119 ;
     end
+    if (rst) begin
+      \$205  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$206  = aw_seg_beats;
+    if (\$116 ) begin
+      \$206  = \$123 [29:0];
+    end
+    if (rst) begin
+      \$206  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$207  = \$129 [5:0];
     if (start) begin
-      \$208  = cmd__tdata[143:128];
+      \$207  = 6'h00;
     end
+    if (rst) begin
+      \$207  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$208  = \$131 [15:0];
     if (rst) begin
       \$208  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = ldw_addr;
+    \$209  = w_cnt;
+    if (w_hs) begin
+      \$209  = \$134 [7:0];
+    end
+    if (\$139 ) begin
+      \$209  = 8'h00;
+    end
+    if (rst) begin
+      \$209  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$210  = bytes_written;
+    if (w_hs) begin
+      if (\$135 ) begin
+        \$210  = \$136 [31:0];
+      end
+    end
+    if (rst) begin
+      \$210  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$211  = w_cur;
+    if (\$139 ) begin
+      \$211  = \r_rdy$118 ;
+    end
+    if (rst) begin
+      \$211  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$212  = w_len;
+    if (\$139 ) begin
+      \$212  = \r_data$142 ;
+    end
+    if (rst) begin
+      \$212  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$213  = wr_valid;
+    if (\$140 ) begin
+      \$213  = 1'h0;
+    end
     if (pop) begin
       if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-          \$209  = \$138 [15:0];
-        end else begin
-          \$209  = \$140 [15:0];
+        if (\$143 ) begin
+          \$213  = 1'h1;
         end
       end
     end
-    if (start) begin
-      \$209  = cmd__tdata[143:128];
-    end
     if (rst) begin
-      \$209  = 16'h0000;
+      \$213  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = lw_done;
+    \$214  = a_cnt;
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$214  = 2'h0;
+      end else begin
+        \$214  = \$151 [1:0];
+      end
+    end
+    if (start) begin
+      \$214  = 2'h0;
+    end
+    if (rst) begin
+      \$214  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$215  = wr_data;
     if (pop) begin
       if (a_last) begin
-        if (ldw_last) begin
-          \$210  = 1'h1;
+        if (\$143 ) begin
+          \$215  = assembled;
         end
       end
     end
-    if (start) begin
-      \$210  = 1'h0;
-    end
     if (rst) begin
-      \$210  = 1'h0;
+      \$215  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = asm;
+    \$216  = wr_addr;
     if (pop) begin
-      (* full_case = 32'd1 *)
       if (a_last) begin
-      end else begin
-        \$211  = assembled;
+        if (\$143 ) begin
+          \$216  = ldw_addr;
+        end
       end
-    end
-    if (rst) begin
-      \$211  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = rq_valid;
-    if (\$142 ) begin
-      \$212  = 1'h0;
-    end
-    if (\$145 ) begin
-      \$212  = 1'h1;
-    end
-    if (rst) begin
-      \$212  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = spm_rreq__tdata;
-    if (\$145 ) begin
-      \$213  = rqw_addr;
-    end
-    if (rst) begin
-      \$213  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = rqw_c;
-    if (\$145 ) begin
-      (* full_case = 32'd1 *)
-      if (\$147 ) begin
-        \$214  = 16'h0000;
-      end else begin
-        \$214  = \$151 [15:0];
-      end
-    end
-    if (start) begin
-      \$214  = 16'h0000;
-    end
-    if (rst) begin
-      \$214  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = rqw_r;
-    if (\$145 ) begin
-      if (\$147 ) begin
-        \$215  = \$148 [15:0];
-      end
-    end
-    if (start) begin
-      \$215  = 16'h0000;
-    end
-    if (rst) begin
-      \$215  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = rqw_base;
-    if (\$145 ) begin
-      if (\$147 ) begin
-        \$216  = \$149 [15:0];
-      end
-    end
-    if (start) begin
-      \$216  = cmd__tdata[143:128];
     end
     if (rst) begin
       \$216  = 16'h0000;
@@ -1867,17 +1727,19 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = rqw_addr;
-    if (\$145 ) begin
-      (* full_case = 32'd1 *)
-      if (\$147 ) begin
-        \$217  = \$150 [15:0];
-      end else begin
-        \$217  = \$152 [15:0];
+    \$217  = ldw_c;
+    if (pop) begin
+      if (a_last) begin
+        (* full_case = 32'd1 *)
+        if (\$145 ) begin
+          \$217  = 16'h0000;
+        end else begin
+          \$217  = \$149 [15:0];
+        end
       end
     end
     if (start) begin
-      \$217  = cmd__tdata[143:128];
+      \$217  = 16'h0000;
     end
     if (rst) begin
       \$217  = 16'h0000;
@@ -1885,56 +1747,230 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = rq_active;
-    if (\$145 ) begin
-      if (rqw_last) begin
-        \$218  = 1'h0;
+    \$218  = ldw_r;
+    if (pop) begin
+      if (a_last) begin
+        if (\$145 ) begin
+          \$218  = \$146 [15:0];
+        end
       end
     end
     if (start) begin
-      \$218  = \$157 ;
+      \$218  = 16'h0000;
     end
     if (rst) begin
-      \$218  = 1'h0;
+      \$218  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = sp_buf;
-    if (sp_push) begin
-      \$219  = \$153 ;
-    end
-    if (\$155 ) begin
-      \$219  = resp_data;
-    end
-    if (rst) begin
-      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = sp_cnt;
-    if (sp_push) begin
-      \$220  = \$154 [2:0];
-    end
-    if (\$155 ) begin
-      \$220  = \$156 ;
+    \$219  = ldw_base;
+    if (pop) begin
+      if (a_last) begin
+        if (\$145 ) begin
+          \$219  = \$147 [15:0];
+        end
+      end
     end
     if (start) begin
-      \$220  = 3'h0;
+      \$219  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$220  = 3'h0;
+      \$219  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = done__tdata;
-    if (\$159 ) begin
-      \$221  = { 4'h0, \$161  };
+    \$220  = ldw_addr;
+    if (pop) begin
+      if (a_last) begin
+        (* full_case = 32'd1 *)
+        if (\$145 ) begin
+          \$220  = \$148 [15:0];
+        end else begin
+          \$220  = \$150 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$220  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$221  = 8'h00;
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$221  = lw_done;
+    if (pop) begin
+      if (a_last) begin
+        if (ldw_last) begin
+          \$221  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$221  = 1'h0;
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$222  = asm;
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$222  = assembled;
+      end
+    end
+    if (rst) begin
+      \$222  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$223  = rq_valid;
+    if (\$152 ) begin
+      \$223  = 1'h0;
+    end
+    if (\$155 ) begin
+      \$223  = 1'h1;
+    end
+    if (rst) begin
+      \$223  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$224  = spm_rreq__tdata;
+    if (\$155 ) begin
+      \$224  = rqw_addr;
+    end
+    if (rst) begin
+      \$224  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$225  = rqw_c;
+    if (\$155 ) begin
+      (* full_case = 32'd1 *)
+      if (\$157 ) begin
+        \$225  = 16'h0000;
+      end else begin
+        \$225  = \$161 [15:0];
+      end
+    end
+    if (start) begin
+      \$225  = 16'h0000;
+    end
+    if (rst) begin
+      \$225  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$226  = rqw_r;
+    if (\$155 ) begin
+      if (\$157 ) begin
+        \$226  = \$158 [15:0];
+      end
+    end
+    if (start) begin
+      \$226  = 16'h0000;
+    end
+    if (rst) begin
+      \$226  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$227  = rqw_base;
+    if (\$155 ) begin
+      if (\$157 ) begin
+        \$227  = \$159 [15:0];
+      end
+    end
+    if (start) begin
+      \$227  = cmd__tdata[143:128];
+    end
+    if (rst) begin
+      \$227  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$228  = rqw_addr;
+    if (\$155 ) begin
+      (* full_case = 32'd1 *)
+      if (\$157 ) begin
+        \$228  = \$160 [15:0];
+      end else begin
+        \$228  = \$162 [15:0];
+      end
+    end
+    if (start) begin
+      \$228  = cmd__tdata[143:128];
+    end
+    if (rst) begin
+      \$228  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$229  = rq_active;
+    if (\$155 ) begin
+      if (rqw_last) begin
+        \$229  = 1'h0;
+      end
+    end
+    if (start) begin
+      \$229  = \$167 ;
+    end
+    if (rst) begin
+      \$229  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$230  = sp_buf;
+    if (sp_push) begin
+      \$230  = \$163 ;
+    end
+    if (\$165 ) begin
+      \$230  = resp_data;
+    end
+    if (rst) begin
+      \$230  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$231  = sp_cnt;
+    if (sp_push) begin
+      \$231  = \$164 [2:0];
+    end
+    if (\$165 ) begin
+      \$231  = \$166 ;
+    end
+    if (start) begin
+      \$231  = 3'h0;
+    end
+    if (rst) begin
+      \$231  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$232  = done__tdata;
+    if (\$169 ) begin
+      \$232  = { 4'h0, \$171  };
+    end
+    if (rst) begin
+      \$232  = 8'h00;
     end
   end
   assign move_beats = { 11'h000, \$3  };
@@ -1945,13 +1981,13 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   assign axi__arsize = 3'h3;
   assign axi__arburst = 2'h1;
   assign aw_to_page = \$13 [9:0];
-  assign aw_capped = \$15 [8:0];
-  assign aw_beats = \$17 [8:0];
+  assign aw_capped = \$17 [8:0];
+  assign aw_beats = \$19 [8:0];
   assign axi__awid = 4'h0;
   assign axi__awsize = 3'h3;
   assign axi__awburst = 2'h1;
   assign w_en = aw_issue;
-  assign w_data = \$21 [7:0];
+  assign w_data = \$26 [7:0];
   assign axi__bready = 1'h1;
   assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
   assign acc_wr__tdata = { wr_addr, wr_data };
@@ -1961,15 +1997,15 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign b_hs = axi__bvalid;
-  assign \$76  = { \$8 [8:0], 3'h0 };
-  assign \$87  = cmd__tdata[95:64];
-  assign \$88  = cmd__tdata[95:64];
-  assign \$90  = { 3'h0, cmd__tdata[159:131] };
-  assign \$92  = { 3'h0, cmd__tdata[159:131] };
-  assign \$101  = { \$17 [8:0], 3'h0 };
-  assign \$115  = { 3'h0, cmd__tdata[159:131] };
-  assign \$117  = { 3'h0, cmd__tdata[159:131] };
-  assign \$153  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign \$81  = { \$8 [8:0], 3'h0 };
+  assign \$92  = cmd__tdata[95:64];
+  assign \$93  = cmd__tdata[95:64];
+  assign \$95  = { 3'h0, cmd__tdata[159:131] };
+  assign \$97  = { 3'h0, cmd__tdata[159:131] };
+  assign \$106  = { \$19 [8:0], 3'h0 };
+  assign \$120  = { 3'h0, cmd__tdata[159:131] };
+  assign \$122  = { 3'h0, cmd__tdata[159:131] };
+  assign \$163  = { 64'h0000000000000000, sp_buf[255:64] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -2330,7 +2366,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , cmd__tready, busy, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata
-, \port$1436$0 , \port$1438$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
+, \port$1451$0 , \port$1453$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -2694,10 +2730,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$1436$0 ;
-  wire [255:0] \port$1436$0 ;
-  input [15:0] \port$1438$0 ;
-  wire [15:0] \port$1438$0 ;
+  input [255:0] \port$1451$0 ;
+  wire [255:0] \port$1451$0 ;
+  input [15:0] \port$1453$0 ;
+  wire [15:0] \port$1453$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -3194,8 +3230,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.load_q  load_q (
     .clk(clk),
-    .\port$1518$128 (cmd[143:128]),
-    .\port$1518$80 (cmd[91:80]),
+    .\port$1533$128 (cmd[143:128]),
+    .\port$1533$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -3229,11 +3265,11 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.stream_q  stream_q (
     .clk(clk),
-    .\port$1518$112 (cmd[143:112]),
-    .\port$1518$16 (cmd[31:16]),
-    .\port$1518$64 (cmd[75:64]),
-    .\port$1518$8 (cmd[8]),
-    .\port$1518$96 (cmd[105:96]),
+    .\port$1533$112 (cmd[143:112]),
+    .\port$1533$16 (cmd[31:16]),
+    .\port$1533$64 (cmd[75:64]),
+    .\port$1533$8 (cmd[8]),
+    .\port$1533$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -3428,7 +3464,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$1438$0 [9:0];
+      acc_w__addr = \port$1453$0 [9:0];
     end
   end
   always @* begin
@@ -3438,7 +3474,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$1436$0 ;
+      acc_w__data = \port$1451$0 ;
     end
   end
   always @* begin
@@ -3506,7 +3542,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$1438$0 [11:0];
+      spm_w__addr = \port$1453$0 [11:0];
     end
   end
   always @* begin
@@ -3516,7 +3552,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$1436$0 [63:0];
+      spm_w__data = \port$1451$0 [63:0];
     end
   end
   always @* begin
@@ -4168,8 +4204,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$1438$0 , \port$1436$0 [63:0] };
-  assign acc_wr__tdata = { \port$1438$0 , \port$1436$0  };
+  assign spm_wr__tdata = { \port$1453$0 , \port$1451$0 [63:0] };
+  assign acc_wr__tdata = { \port$1453$0 , \port$1451$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -10775,7 +10811,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1518$80 , \port$1518$128 , clk);
+module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1533$80 , \port$1533$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -10799,10 +10835,10 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1518$128 ;
-  wire [15:0] \port$1518$128 ;
-  input [11:0] \port$1518$80 ;
-  wire [11:0] \port$1518$80 ;
+  input [15:0] \port$1533$128 ;
+  wire [15:0] \port$1533$128 ;
+  input [11:0] \port$1533$80 ;
+  wire [11:0] \port$1533$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -10836,7 +10872,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1518$128 , \port$1518$80  };
+      storage[w_port__addr] <= { \port$1533$128 , \port$1533$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -10898,8 +10934,8 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1518$128 , \port$1518$80  };
-  assign w_data = { \port$1518$128 , \port$1518$80  };
+  assign w_port__data = { \port$1533$128 , \port$1533$80  };
+  assign w_data = { \port$1533$128 , \port$1533$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -11910,7 +11946,7 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1518$8 , \port$1518$16 , \port$1518$64 , \port$1518$96 , \port$1518$112 , clk);
+module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1533$8 , \port$1533$16 , \port$1533$64 , \port$1533$96 , \port$1533$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11934,16 +11970,16 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1518$112 ;
-  wire [31:0] \port$1518$112 ;
-  input [15:0] \port$1518$16 ;
-  wire [15:0] \port$1518$16 ;
-  input [11:0] \port$1518$64 ;
-  wire [11:0] \port$1518$64 ;
-  input \port$1518$8 ;
-  wire \port$1518$8 ;
-  input [9:0] \port$1518$96 ;
-  wire [9:0] \port$1518$96 ;
+  input [31:0] \port$1533$112 ;
+  wire [31:0] \port$1533$112 ;
+  input [15:0] \port$1533$16 ;
+  wire [15:0] \port$1533$16 ;
+  input [11:0] \port$1533$64 ;
+  wire [11:0] \port$1533$64 ;
+  input \port$1533$8 ;
+  wire \port$1533$8 ;
+  input [9:0] \port$1533$96 ;
+  wire [9:0] \port$1533$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -11977,7 +12013,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1518$16 , \port$1518$8 , \port$1518$112 , \port$1518$96 , \port$1518$64  };
+      storage[w_port__addr] <= { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -12039,8 +12075,8 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1518$16 , \port$1518$8 , \port$1518$112 , \port$1518$96 , \port$1518$64  };
-  assign w_data = { \port$1518$16 , \port$1518$8 , \port$1518$112 , \port$1518$96 , \port$1518$64  };
+  assign w_port__data = { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
+  assign w_data = { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

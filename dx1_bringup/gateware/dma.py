@@ -22,6 +22,9 @@ MAX_BURST = 256         # AXI4 INCR limit, in beats
 PAGE_BYTES = 4096       # bursts never cross this boundary
 MAX_READS = 4           # read bursts in flight
 DATA_DEPTH = 32         # beats between the read side and the write side
+#: Longest write burst of a COPY.  Its address goes out only once all its beats are in the data FIFO;
+#: half the FIFO, so the next burst's data arrives while this one is written.
+COPY_BURST = DATA_DEPTH // 2
 WLEN_DEPTH = 4          # write bursts whose address is out and whose data is not finished
 
 # LOAD and STORE share one encoding of their fields, so one view decodes both.
@@ -30,10 +33,10 @@ assert COMMANDS[Opcode.LOAD].flags == COMMANDS[Opcode.STORE].flags
 
 
 def _burst_generator(m: Module, name: str, addr_width: int, *, start, base, stride, segments, seg_beats,
-                     valid, addr_o, len_o, ready, allow):
+                     valid, addr_o, len_o, ready, allow, max_beats=MAX_BURST):
     """Cut ``segments`` runs of ``seg_beats`` beats, ``stride`` bytes apart, into legal AXI bursts.
 
-    A burst is at most 256 beats and never crosses a 4 KiB page.  ``valid``,
+    A burst is at most ``max_beats`` (at most 256) beats and never crosses a 4 KiB page.  ``valid``,
     ``addr_o`` and ``len_o`` are registers (the address channel's outputs):
     the next burst is loaded when the slot is empty or being taken, and
     ``allow`` is high.  Returns ``(active, issue, beats)``: still cutting,
@@ -54,7 +57,7 @@ def _burst_generator(m: Module, name: str, addr_width: int, *, start, base, stri
     beat_bits = exact_log2(BEAT_BYTES)
     m.d.comb += [
         to_page.eq(PAGE_BYTES // BEAT_BYTES - addr[beat_bits:page_bits]),
-        capped.eq(Mux(seg_left < MAX_BURST, seg_left, MAX_BURST)),
+        capped.eq(Mux(seg_left < max_beats, seg_left, max_beats)),
         beats.eq(Mux(to_page < capped, to_page, capped)),
         issue.eq(active & (~valid | ready) & allow),
     ]
@@ -121,7 +124,13 @@ class Dma(wiring.Component):
 
     Device memory is reached through ``axi`` with 64-bit INCR bursts of at most
     256 beats that never cross a 4 KiB page; up to four read bursts are in
-    flight, and write beats stream back to back.  Every AXI output comes from a
+    flight, and write beats stream back to back.  Once a write burst's address
+    is out, its data never waits for the bus: a STORE's comes from the tile
+    core, and a COPY sends a write burst (at most :data:`COPY_BURST` beats)
+    only when all its data has been read into the data FIFO.  A memory that
+    serves a write burst from its address to its last beat (:class:`~.memory.AxiMemory`)
+    therefore never waits on this DMA's reads, and two COPYs sharing one
+    memory cannot deadlock.  Every AXI output comes from a
     register or a FIFO, so no ready reaches a valid combinationally.  One ID (0)
     is used, so responses come back in order.
 
@@ -234,15 +243,28 @@ class Dma(wiring.Component):
             m.d.sync += self.bytes_read.eq(self.bytes_read + BEAT_BYTES)
 
         # ---- write address channel -------------------------------------------------------------
+        # The memory's write channel serves a burst from its address to its last beat.  A COPY's data
+        # comes from the memory's read channel, so a COPY burst whose address went out before its data
+        # was read would hold the write channel while it waits for the read channel, which another
+        # master may hold while it waits for the write channel (the other tile's COPY, its data FIFO
+        # full): a deadlock.  So a COPY burst's address waits until all its beats are in the data FIFO
+        # and claimed by no earlier burst; then its write beats depend on nothing but this FIFO.  A
+        # STORE's data comes from the tile core, which never waits for the bus.
         m.submodules.wlen_fifo = wlen_fifo = SyncFIFOBuffered(width=8, depth=WLEN_DEPTH)
         writes_out = Signal(16)
+        unclaimed = Signal(range(DATA_DEPTH + 1))  # COPY beats in the data FIFO that no issued burst claims
+        aw_allow = Signal()
         aw_active, aw_issue, aw_beats = _burst_generator(
             m, "aw", self.addr_width,
             start=start & ((hdr.opcode == Opcode.STORE) | start_copy),
             base=Mux(start_copy, cp.dst_addr, mv.dram_addr), stride=Mux(start_copy, 0, mv.dram_stride),
             segments=Mux(start_copy, 1, mv.rows), seg_beats=Mux(start_copy, copy_beats, move_beats),
             valid=axi.awvalid, addr_o=axi.awaddr, len_o=axi.awlen, ready=axi.awready,
-            allow=wlen_fifo.w_rdy)
+            allow=aw_allow, max_beats=Mux(is_copy, COPY_BURST, MAX_BURST))
+        m.d.comb += aw_allow.eq(wlen_fifo.w_rdy & (~is_copy | (unclaimed >= aw_beats)))
+        m.d.sync += unclaimed.eq(unclaimed + (is_copy & r_hs) - Mux(is_copy & aw_issue, aw_beats, 0))
+        with m.If(start):
+            m.d.sync += unclaimed.eq(0)
         aw_hs = Signal()
         b_hs = Signal()
         m.d.comb += [

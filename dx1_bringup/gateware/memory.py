@@ -72,6 +72,12 @@ class AxiMemory(wiring.Component):
     A read and a write of the same word in the same cycle read the old contents.  There is no
     ordering between a port's reads and writes beyond AXI's: wait for the write response.
 
+    The write direction is held from a burst's address to its last data beat, and the read
+    direction by a burst whose beats wait in the skid buffer for a master that is not ready.  So a
+    master must not send a write address whose data waits for this memory's read data: two such
+    masters can each hold one direction while waiting for the other, forever.  The DMA's COPY
+    sends a write burst's address only once all its data is in its FIFO (:class:`~.dma.Dma`).
+
     Parameters
     ----------
     size:
