@@ -45,7 +45,7 @@ from ..model.tile import PostOpParams
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
-__all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "check_post", "compile_gemm", "run_gemm"]
+__all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "check_post", "compile_gemm", "drive", "run_gemm"]
 #: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
 #: cycles of streaming for thousands of tiny commands.
 _COMMAND_OVERHEAD = 4
@@ -442,10 +442,14 @@ def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> No
             raise ValueError(f"bias must have shape ({b.shape[1]},), not {bias.shape}")
 
 
-def _drive(device: Device, plan: GemmPlan, timeout: float) -> None:
-    """Feed every tile's queue and collect every completion, keeping all rings busy at once."""
-    queues = {t: device.queue(t) for t, cmds in enumerate(plan.commands) if cmds}
-    todo = {t: list(plan.commands[t]) for t in queues}
+def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
+    """Run one command stream per tile (``commands[t]`` on tile ``t``'s queue) to the last completion.
+
+    Every queue is fed at once and topped up as it drains, so no tile idles while another is served; a
+    stream may wait on another's semaphores (SIGNAL/WAIT), since every stream keeps being fed.
+    """
+    queues = {t: device.queue(t) for t, cmds in enumerate(commands) if cmds}
+    todo = {t: list(commands[t]) for t in queues}
     while any(todo.values()) or any(q.outstanding for q in queues.values()):
         # Top up every ring before waiting on any, so no tile idles while another is drained.
         for t, q in queues.items():
@@ -531,7 +535,7 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         used = [t for t, cmds in enumerate(plan.commands) if cmds]
         before = {t: device.perf(t).read() for t in used}
         try:
-            _drive(device, plan, timeout)
+            drive(device, plan.commands, timeout)
         finally:
             # Never free memory the device may still write: drain whatever an error left in flight.
             for t in used:
