@@ -1,0 +1,59 @@
+"""`dx1 run WORKLOAD`: a real network on DX-1, with its accuracy beside the references and what it cost."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+__all__ = ["add_parser", "cmd_run"]
+
+WORKLOADS = ("digits",)
+
+
+def _print_stats(name: str, stats) -> None:
+    trips = "not counted by this transport" if stats.round_trips is None else str(stats.round_trips)
+    print(f"  {name}: {stats.device_segments} device segment(s), {stats.host_ops} host op(s), {stats.commands} "
+          f"commands on {stats.tiles} tile(s)")
+    print(f"    cycles {stats.cycles}, utilisation {stats.utilisation:.1%} of {stats.tiles} x {stats.array}x"
+          f"{stats.array} MAC/cycle, {stats.macs} MACs")
+    print(f"    host transfers {stats.transfers} ({stats.host_bytes_written} B written, {stats.host_bytes_read} B "
+          f"read), transport round trips {trips}, wall time {stats.wall_seconds:.2f} s")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dx1_driver import DriverError
+
+    from .digits import run_digits
+
+    devices = args.device or ["model"]
+    started = time.perf_counter()
+    print(f"dx1 run {args.workload}: on {', '.join(devices)} (seed {args.seed})", flush=True)
+    try:
+        result, _model = run_digits(devices, seed=args.seed, tiles=args.tiles,
+                                    progress=lambda text: print(f"  {text} ...", flush=True))
+    except (ValueError, DriverError) as exc:
+        print(f"dx1 run: {exc}", file=sys.stderr)
+        return 2
+    print(result.plan)
+    print("  accuracy on the held-out digits:")
+    print(f"    {'float (PyTorch)':<28} {result.float_accuracy:7.2%}")
+    print(f"    {'int8 (PyTorch reference)':<28} {result.int_accuracy:7.2%}")
+    for name, acc in result.device_accuracy.items():
+        exact = "logits == int reference bit for bit" if result.bit_exact[name] else "LOGITS DIFFER from the reference"
+        print(f"    {'DX-1 on ' + name:<28} {acc:7.2%}  ({exact})")
+    for name, stats in result.stats.items():
+        _print_stats(name, stats)
+    ok = all(result.bit_exact.values())
+    print(f"dx1 run {args.workload}: {'PASS' if ok else 'FAIL'} in {time.perf_counter() - started:.1f} s")
+    return 0 if ok else 1
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser("run", help="run a real network on DX-1 and compare it with float and int references")
+    run.add_argument("workload", choices=WORKLOADS, help="digits: an MLP classifier of scikit-learn's digits")
+    run.add_argument("--device", action="append",
+                     help="device to run on (repeat to compare several; default model)")
+    run.add_argument("--seed", type=int, default=0, help="data split, training and quantisation seed (default 0)")
+    run.add_argument("--tiles", type=int, default=None, help="tiles to use (default: all)")
+    run.set_defaults(func=cmd_run)
