@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
 
 import dx1_bringup.torch as dxt  # noqa: E402  (after the importorskip)
-from dx1_bringup.model.device import DeviceModel  # noqa: E402,F401  (the model backend must import)
-from dx1_bringup.runtime.gemm import reference_gemm  # noqa: E402
+from dx1_bringup.model.tile import PostOpParams  # noqa: E402
+from dx1_bringup.runtime.reference import reference_gemm  # noqa: E402
 from dx1_bringup.torch.backend import compiled  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def test_torch_reference_equals_the_numpy_postop_at_the_extremes(relu, shift):
     b[0], b[1] = (1 << 31) - 1, -(1 << 31)
     mult = 65535 if shift > 16 else 3
     got = dxt.qlinear_reference(x, w, b, mult, shift, relu).numpy()
-    want = reference_gemm(x.numpy(), w.numpy().T.copy(), b.numpy(), {"mult": mult, "shift": shift, "relu": relu})
+    want = reference_gemm(x.numpy(), w.numpy().T.copy(), b.numpy(), PostOpParams(mult, shift, relu))
     assert np.array_equal(got, want)
 
 
@@ -58,7 +58,7 @@ def test_qlinear_runs_on_the_model_and_passes_opcheck(with_bias):
     (lambda x, w, b: (x[0], w, b, 1, 0), ValueError, "takes a 2-D x"),
     (lambda x, w, b: (x, w, b.to(torch.int64), 1, 0), TypeError, "int32 bias, not torch.int64"),
     (lambda x, w, b: (x, w, b[:3], 1, 0), ValueError, r"bias must have shape \[12\]"),
-    (lambda x, w, b: (x, w, b, 1 << 16, 0), ValueError, "mult must be from 0 to 65535"),
+    (lambda x, w, b: (x, w, b, 1 << 16, 0), ValueError, "mult must fit in 16 bits unsigned"),
     (lambda x, w, b: (x, w, b, 1, 48), ValueError, "shift must be from 0 to 47"),
 ])
 def test_qlinear_says_what_dx1_cannot_take(change, error, message):

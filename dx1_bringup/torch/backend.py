@@ -21,9 +21,8 @@ from torch._dynamo.backends.registry import register_backend
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..runtime.graph import Graph, GraphSession, PostOp, QLinear, Value
-from ..runtime.quant import MULT_BITS
-from ..spec import POSTOP_MAX_SHIFT
+from ..model.tile import PostOpParams
+from ..runtime.graph import Graph, GraphSession, QLinear, Value
 from .context import _on_close, current_device
 from .reference import qlinear_reference
 
@@ -62,9 +61,10 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
     for name, value in (("mult", mult), ("shift", shift), ("relu", relu)):
         if isinstance(value, torch.fx.Node):
             return f"{name} is computed at run time; DX-1 takes it as a constant in the POSTOP command"
-    if not (isinstance(mult, int) and 0 <= mult < 1 << MULT_BITS and isinstance(shift, int)
-            and 0 <= shift <= POSTOP_MAX_SHIFT):
-        return f"POSTOP parameters mult={mult!r} shift={shift!r} are outside the command's fields"
+    try:
+        PostOpParams(mult, shift, bool(relu))
+    except (TypeError, ValueError) as exc:
+        return f"the POSTOP cannot take these parameters: {exc}"
     for name, arg, dtype in (("x", x, torch.int8), ("w", w, torch.int8), ("bias", bias, torch.int32)):
         if arg is None and name == "bias":
             continue
@@ -123,8 +123,8 @@ class Dx1Subgraph(torch.nn.Module):
             weight = env[w].contiguous().numpy()
             names[node] = node.name
             g.add_value(Value(node.name, env[x].shape[0], weight.shape[0], "int8"))
-            g.add(QLinear(node.name, names[x], node.name, weight,
-                          None if bias is None else env[bias].contiguous().numpy(), PostOp(mult, shift, bool(relu))))
+            bias_q = None if bias is None else env[bias].contiguous().numpy()
+            g.add(QLinear(node.name, names[x], node.name, weight, bias_q, PostOpParams(mult, shift, bool(relu))))
             env[node] = torch.empty((env[x].shape[0], weight.shape[0]), dtype=torch.int8)
         (outs,) = [n.args[0] for n in self.gm.graph.nodes if n.op == "output"]
         is_tuple = isinstance(outs, (tuple, list))

@@ -10,16 +10,16 @@ inputs are integers).  Anything DX-1 cannot take is refused with a message that 
 # No `from __future__ import annotations`: custom_op reads the signature's annotations at run time.
 import torch
 
+from ..model.tile import PostOpParams
 from ..runtime.gemm import run_gemm
-from ..runtime.quant import MULT_BITS
-from ..spec import POSTOP_MAX_SHIFT
 from .context import current_device
 
 __all__ = ["qlinear", "check_qlinear"]
 
 
-def check_qlinear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, mult: int, shift: int) -> None:
-    """Raise ``TypeError``/``ValueError`` saying what DX-1 cannot take in these ``qlinear`` arguments."""
+def check_qlinear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, mult: int, shift: int,
+                  relu: bool) -> PostOpParams:
+    """The POSTOP parameters of a ``qlinear`` call; ``TypeError``/``ValueError`` saying what DX-1 cannot take."""
     if x.dtype != torch.int8 or w.dtype != torch.int8:
         raise TypeError(f"dx1::qlinear takes int8 x and w, not {x.dtype} and {w.dtype} (quantise first)")
     if x.dim() != 2 or w.dim() != 2:
@@ -32,30 +32,30 @@ def check_qlinear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, m
             raise TypeError(f"dx1::qlinear takes an int32 bias, not {bias.dtype}")
         if bias.dim() != 1 or bias.shape[0] != w.shape[0]:
             raise ValueError(f"dx1::qlinear: bias must have shape [{w.shape[0]}], not {tuple(bias.shape)}")
-    if not 0 <= mult < 1 << MULT_BITS:
-        raise ValueError(f"dx1::qlinear: mult must be from 0 to {(1 << MULT_BITS) - 1} (16 bits unsigned), not {mult}")
-    if not 0 <= shift <= POSTOP_MAX_SHIFT:
-        raise ValueError(f"dx1::qlinear: shift must be from 0 to {POSTOP_MAX_SHIFT}, not {shift}")
     for t, name in ((x, "x"), (w, "w")):
         if t.device.type != "cpu":
             raise ValueError(f"dx1::qlinear takes {name} in host memory (a CPU tensor), not on {t.device}")
+    try:
+        return PostOpParams(mult, shift, relu)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"dx1::qlinear: {exc}") from None
 
 
 @torch.library.custom_op("dx1::qlinear", mutates_args=())
 def qlinear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, mult: int, shift: int,
             relu: bool) -> torch.Tensor:
     """``requant(x @ w.T + bias)`` on the current DX-1 device; int8 [M, N]."""
-    check_qlinear(x, w, bias, mult, shift)
+    post = check_qlinear(x, w, bias, mult, shift, relu)
     if x.shape[0] == 0 or w.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros((x.shape[0], w.shape[0]), dtype=torch.int8)
     out, _stats = run_gemm(current_device(), x.contiguous().numpy(), w.t().contiguous().numpy(),
                            None if bias is None else bias.contiguous().numpy(),
-                           post={"mult": mult, "shift": shift, "relu": int(relu)})
+                           post=post)
     return torch.from_numpy(out)
 
 
 @qlinear.register_fake
 def _qlinear_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, mult: int, shift: int,
                   relu: bool) -> torch.Tensor:
-    check_qlinear(x, w, bias, mult, shift)
+    check_qlinear(x, w, bias, mult, shift, relu)
     return x.new_empty((x.shape[0], w.shape[0]), dtype=torch.int8)
