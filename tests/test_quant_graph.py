@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dx1_driver import Device, ModelTransport
+from dx1_driver import Device
 
 from dx1_bringup.model.tile import PostOpParams as PostOp
 from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, QLinear, Value, plan_arena
@@ -83,7 +83,7 @@ def _mlp_with_host_op(rng, m=20, k=30, h=40, n=10):
 @pytest.mark.parametrize("tiles", [1, 2])
 def test_graph_runs_device_segments_as_whole_streams(tiles):
     g, x, expect = _mlp_with_host_op(np.random.default_rng(tiles))
-    with Device(ModelTransport()) as dev, GraphSession(dev, g, tiles=tiles) as session:
+    with Device.open("model") as dev, GraphSession(dev, g, tiles=tiles) as session:
         assert [s.device for s in session.segments] == [True, False, True]
         assert session.segments[0].uploads == ["x"] and session.segments[0].downloads == ["y"]
         assert g.placement() == [("fc1", "device"), ("fc2", "device"), ("negate", "host"), ("fc3", "device")]
@@ -96,7 +96,7 @@ def test_graph_runs_device_segments_as_whole_streams(tiles):
 
 def test_graph_session_says_what_is_wrong_with_its_inputs():
     g, x, _ = _mlp_with_host_op(np.random.default_rng(0))
-    with Device(ModelTransport()) as dev, GraphSession(dev, g) as session:
+    with Device.open("model") as dev, GraphSession(dev, g) as session:
         with pytest.raises(ValueError, match="missing"):
             session.run({})
         with pytest.raises(ValueError, match="must be a int8 array of shape"):
@@ -114,7 +114,7 @@ def test_graph_validation_and_memory_errors():
     big.add_input(Value("x", 4096, 512, "int8"))
     big.add_value(Value("y", 4096, 512, "int8"))
     big.add(QLinear("fc", "x", "y", np.zeros((512, 512), np.int8), None, PostOp(1, 0)))
-    with Device(ModelTransport()) as dev, pytest.raises(ValueError, match="bytes of device memory"):
+    with Device.open("model") as dev, pytest.raises(ValueError, match="bytes of device memory"):
         GraphSession(dev, big)
     with pytest.raises(ValueError, match="shift must be"):
         PostOp(1, 48)
