@@ -7,7 +7,7 @@ import pytest
 from dx1_driver import Device
 
 from dx1_bringup.model.tile import PostOpParams as PostOp
-from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, QLinear, Value, plan_arena
+from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, Value, plan_arena
 from dx1_bringup.runtime.quant import quantize, quantize_bias, requant_multiplier
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import POSTOP_MAX_SHIFT
@@ -69,10 +69,10 @@ def _mlp_with_host_op(rng, m=20, k=30, h=40, n=10):
     w2 = rng.integers(-128, 128, (n, h), dtype=np.int8)
     w3 = rng.integers(-128, 128, (n, n), dtype=np.int8)
     p1, p2 = PostOp(3000, 20, True), PostOp(5000, 19, False)
-    g.add(QLinear("fc1", "x", "h", w1, b1, p1))
-    g.add(QLinear("fc2", "h", "y", w2, None, p2))
+    g.linear("fc1", "x", "h", w1, b1, p1)
+    g.linear("fc2", "h", "y", w2, None, p2)
     g.add(HostOp("negate", ("y",), "z", lambda y: (-y.astype(np.int16)).clip(-128, 127).astype(np.int8)))
-    g.add(QLinear("fc3", "z", "u", w3, None, p2))
+    g.linear("fc3", "z", "u", w3, None, p2)
     g.outputs = ["u", "y"]
     x = rng.integers(-128, 128, (m, k), dtype=np.int8)
     y = reference_gemm(reference_gemm(x, w1.T.copy(), b1, p1), w2.T.copy(), None, p2)
@@ -107,13 +107,13 @@ def test_graph_validation_and_memory_errors():
     g = Graph()
     g.add_input(Value("x", 4, 8, "int8"))
     g.add_value(Value("y", 4, 9, "int8"))
-    g.add(QLinear("fc", "x", "y", np.zeros((8, 8), np.int8), None, PostOp(1, 0)))
-    with pytest.raises(ValueError, match="cannot give 4x9"):
+    g.linear("fc", "x", "y", np.zeros((8, 8), np.int8), None, PostOp(1, 0))
+    with pytest.raises(ValueError, match=r"cannot give y \(4x9\)"):
         g.validate()
     big = Graph()
     big.add_input(Value("x", 4096, 512, "int8"))
     big.add_value(Value("y", 4096, 512, "int8"))
-    big.add(QLinear("fc", "x", "y", np.zeros((512, 512), np.int8), None, PostOp(1, 0)))
+    big.linear("fc", "x", "y", np.zeros((512, 512), np.int8), None, PostOp(1, 0))
     with Device.open("model") as dev, pytest.raises(ValueError, match="bytes of device memory"):
         GraphSession(dev, big)
     with pytest.raises(ValueError, match="shift must be"):

@@ -22,7 +22,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..model.tile import PostOpParams
-from ..runtime.graph import Graph, GraphSession, QLinear, Value
+from ..runtime.graph import Graph, GraphSession, Value
 from .context import _on_close, current_device
 from .reference import qlinear_reference
 
@@ -65,6 +65,8 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
         PostOpParams(mult, shift, bool(relu))
     except (TypeError, ValueError) as exc:
         return f"the POSTOP cannot take these parameters: {exc}"
+    if isinstance(w, torch.fx.Node) and _is_qlinear(w):
+        return "w is computed by another dx1::qlinear; DX-1 would need it transposed in device memory"
     for name, arg, dtype in (("x", x, torch.int8), ("w", w, torch.int8), ("bias", bias, torch.int32)):
         if arg is None and name == "bias":
             continue
@@ -124,7 +126,7 @@ class Dx1Subgraph(torch.nn.Module):
             names[node] = node.name
             g.add_value(Value(node.name, env[x].shape[0], weight.shape[0], "int8"))
             bias_q = None if bias is None else env[bias].contiguous().numpy()
-            g.add(QLinear(node.name, names[x], node.name, weight, bias_q, PostOpParams(mult, shift, bool(relu))))
+            g.linear(node.name, names[x], node.name, weight, bias_q, PostOpParams(mult, shift, bool(relu)))
             env[node] = torch.empty((env[x].shape[0], weight.shape[0]), dtype=torch.int8)
         (outs,) = [n.args[0] for n in self.gm.graph.nodes if n.op == "output"]
         is_tuple = isinstance(outs, (tuple, list))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.tile import PostOpParams
-from ..runtime.graph import Graph, QLinear, Value
+from ..runtime.graph import Graph, Value
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
 from .reference import qlinear_reference
 
@@ -94,8 +94,8 @@ class QuantizedMLP(torch.nn.Module):
         for i, (w, b, layer) in enumerate(self._params()):
             out = "logits" if i == len(self.layers) - 1 else f"h{i}"
             g.add_value(Value(out, batch, w.shape[0], "int8", layer.out_scale))
-            g.add(QLinear(f"fc{i}", prev, out, w.numpy(), None if b is None else b.numpy(),
-                          PostOpParams(layer.mult, layer.shift, layer.relu)))
+            g.linear(f"fc{i}", prev, out, w.numpy(), None if b is None else b.numpy(),
+                     PostOpParams(layer.mult, layer.shift, layer.relu))
             prev = out
         g.outputs = ["logits"]
         return g

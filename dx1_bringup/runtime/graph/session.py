@@ -2,16 +2,18 @@
 
 :class:`GraphSession` lowers a :class:`~.ir.Graph` once for a device:
 
-* every :class:`~.ir.QLinear`'s weight (as the padded ``(Kp, Np)`` B operand, ``weight.T``) and bias are
-  uploaded once, into a region that stays allocated while the session is open;
-* every int8 value a device operator reads or writes gets a place in one activation arena planned by
-  liveness (:mod:`.memory`), in the padded row-major layout the tiling compiler reads and writes
+* every constant (weights) is uploaded once, zero-padded to whole array chunks, into a region that
+  stays allocated while the session is open;
+* every activation a device operator reads or writes gets a place in one arena planned by liveness
+  (:mod:`.memory`), in the padded row-major layout the tiling compiler reads and writes
   (``rows x padded(cols)``, the padding columns zero), so a layer's output *is* the next layer's input
-  and consecutive device operators never round-trip through the host;
-* consecutive device operators form a *segment*: one command stream per tile, a barrier between
-  operators where the next reads what the previous wrote (SIGNAL/WAIT semaphores between tiles, a FENCE
-  on one tile), driven as a whole; a :class:`~.ir.HostOp` between segments runs in numpy, with its
-  inputs downloaded and its output uploaded.
+  and consecutive device operators never round-trip through the host; views address blocks of it in
+  place with the value's row stride;
+* consecutive device operators form a *segment*: one command stream per tile, driven as a whole.  A
+  barrier (SIGNAL/WAIT semaphores between tiles, a FENCE on one tile) goes between two operators only
+  where the later one reads memory an earlier one writes, or writes memory an earlier one touches, since
+  the last barrier; a :class:`~.ir.HostOp` between segments runs in numpy, its inputs downloaded and its
+  output uploaded.
 
 :meth:`GraphSession.run` executes one forward pass and returns the outputs with :class:`RunStats`.
 """
@@ -25,14 +27,15 @@ import numpy as np
 from dx1_driver import Device, DriverError
 
 from ...spec import Opcode, pack_command
-from ..gemm import GemmStats, compile_gemm, drive
-from ..operands import ACC_LANE_BYTES, padded
-from .ir import Graph, HostOp, QLinear
+from ..gemm import GemmStats, GemmTerm, compile_gemm, drive
+from ..operands import padded
+from .ir import Graph, HostOp, QMatmul, View
 from .memory import ArenaPlan, Lifetime, plan_arena
 
 __all__ = ["GraphSession", "RunStats", "Segment"]
 
-_NUMPY = {"int8": np.int8, "int32": np.int32, "float32": np.float32}
+#: Tag of the barrier commands between operators (the tiling compiler's tags count up from 0).
+BARRIER_TAG = 0xFFFF
 
 
 @dataclass
@@ -46,8 +49,7 @@ class Segment:
     #: Values the host writes before the segment and reads after it.
     uploads: list[str] = field(default_factory=list)
     downloads: list[str] = field(default_factory=list)
-    #: Useful and issued MACs of the segment's GEMMs.
-    macs: int = 0
+    barriers: int = 0
 
 
 @dataclass
@@ -77,13 +79,12 @@ class RunStats:
 def _round_trips(device: Device) -> int | None:
     counter = getattr(device.transport, "round_trips", None)
     if counter is None:
-        stats = getattr(device.transport, "stats", None)
-        counter = getattr(stats, "round_trips", None)
+        counter = getattr(getattr(device.transport, "stats", None), "round_trips", None)
     return counter
 
 
 class GraphSession:
-    """A graph lowered for one device, its weights resident until :meth:`close`.
+    """A graph lowered for one device, its constants resident until :meth:`close`.
 
     Parameters
     ----------
@@ -99,7 +100,7 @@ class GraphSession:
     Raises
     ------
     ValueError
-        The graph is malformed, or its weights and activations do not fit in device memory.
+        The graph is malformed, or its constants and activations do not fit in device memory.
     """
 
     def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0):
@@ -109,10 +110,24 @@ class GraphSession:
         self.tiles = caps.tiles if tiles is None else tiles
         if isinstance(self.tiles, bool) or not isinstance(self.tiles, int) or not 1 <= self.tiles <= caps.tiles:
             raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
+        if self.tiles > caps.semaphores:
+            raise ValueError(f"a barrier over {self.tiles} tiles needs as many semaphores; the device has "
+                             f"{caps.semaphores}")
         self.array = caps.array
+        self._align = device.allocator.alignment
         self.segments = self._segments()
-        self.arena: ArenaPlan = plan_arena(self._lifetimes(), device.allocator.alignment)
-        self.weight_bytes = sum(self._weight_size(op) for op in self._device_ops())
+        self.arena: ArenaPlan = plan_arena(self._lifetimes(), self._align)
+        self._const_offsets, self.weight_bytes = {}, 0
+        for name in graph.consts:
+            self._const_offsets[name] = self.weight_bytes
+            self.weight_bytes += self._aligned(self._bytes(name))
+        self._biases: dict[str, tuple[int, np.ndarray]] = {}
+        for op in graph.ops:
+            if isinstance(op, QMatmul) and op.bias is not None:
+                bias = np.zeros(padded(op.bias.shape[0], self.array), np.int32)
+                bias[:op.bias.shape[0]] = op.bias
+                self._biases[op.name] = (self.weight_bytes, bias)
+                self.weight_bytes += self._aligned(bias.nbytes)
         need = self.weight_bytes + self.arena.size
         if need > caps.mem_bytes:
             raise ValueError(f"the graph needs {need} bytes of device memory ({self.weight_bytes} of weights, "
@@ -124,16 +139,56 @@ class GraphSession:
             device.free(self._weights_base)
             raise
         self._closed = False
-        self._weight_addr: dict[str, tuple[int, int | None]] = {}
-        self._upload_weights()
+        for name, data in graph.consts.items():
+            self._write(name, data)
+        for offset, bias in self._biases.values():
+            device.write_mem(self._weights_base + offset, bias)
         for seg in self.segments:
             if seg.device:
                 self._lower(seg)
 
+    # -- layout ----------------------------------------------------------------------------------
+
+    def _aligned(self, n: int) -> int:
+        return -(-n // self._align) * self._align
+
+    def _stride(self, name: str) -> int:
+        v = self.graph.values[name]
+        return padded(v.cols, self.array) * np.dtype(v.numpy_dtype).itemsize
+
+    def _bytes(self, name: str) -> int:
+        """A value's size on the device; constants get whole zero rows of padding too (they may be B)."""
+        v = self.graph.values[name]
+        rows = padded(v.rows, self.array) if name in self.graph.consts else v.rows
+        return rows * self._stride(name)
+
+    def address(self, name: str) -> int:
+        """Device-memory address of a value (padded row-major layout)."""
+        if name in self._const_offsets:
+            return self._weights_base + self._const_offsets[name]
+        return self._arena_base + self.arena.offsets[name]
+
+    def _view_address(self, view: View) -> int:
+        v = self.graph.values[view.value]
+        return self.address(view.value) + view.row0 * self._stride(view.value) + view.col0 * np.dtype(
+            v.numpy_dtype).itemsize
+
+    def _span(self, view: View) -> tuple[str, int, int, int, int, int, int]:
+        """(value, first byte, end byte, row0, row end, col0, col end) of a view, for hazard checks."""
+        rows, cols = view.shape(self.graph)
+        base = self.address(view.value)
+        return (view.value, base, base + self._bytes(view.value), view.row0, view.row0 + rows, view.col0,
+                view.col0 + cols)
+
     # -- planning --------------------------------------------------------------------------------
 
-    def _device_ops(self) -> list[QLinear]:
-        return [op for op in self.graph.ops if isinstance(op, QLinear)]
+    def _device_values(self) -> set[str]:
+        names: set[str] = set()
+        for op in self.graph.ops:
+            if op.on_device:
+                names.update(op.inputs)
+                names.add(op.writes)
+        return names - set(self.graph.consts)
 
     def _segments(self) -> list[Segment]:
         segments: list[Segment] = []
@@ -142,43 +197,29 @@ class GraphSession:
                 segments[-1].ops.append(i)
             else:
                 segments.append(Segment(op.on_device, [i]))
+        ops = self.graph.ops
         for seg in segments:
             if not seg.device:
                 continue
-            written = {self.graph.ops[i].out for i in seg.ops}
-            read = [name for i in seg.ops for name in self.graph.ops[i].inputs]
-            seg.uploads = sorted({n for n in read if n not in written and not self._produced_on_device(n, seg)})
-            later = {n for other in segments if other is not seg and other.ops[0] > seg.ops[-1] and not other.device
-                     for i in other.ops for n in self.graph.ops[i].inputs}
-            seg.downloads = sorted(n for n in written if n in later or n in self.graph.outputs)
+            start, end = seg.ops[0], seg.ops[-1]
+            read = {n for i in seg.ops for n in ops[i].inputs} - set(self.graph.consts)
+            on_device_before = {ops[i].writes for i in range(start) if ops[i].on_device}
+            written_here = {ops[i].writes for i in seg.ops}
+            # A value read here that no device operator wrote earlier comes from the host.  (Written here
+            # too, it is read before this segment writes it only if the graph says so: validate() checks.)
+            seg.uploads = sorted(n for n in read if n not in on_device_before and n not in written_here)
+            later_host = {n for i in range(end + 1, len(ops)) if not ops[i].on_device for n in ops[i].inputs}
+            seg.downloads = sorted(n for n in written_here if n in later_host or n in self.graph.outputs)
         return segments
-
-    def _produced_on_device(self, name: str, seg: Segment) -> bool:
-        """Whether an earlier device segment wrote ``name`` (so it is already in the arena)."""
-        for i, op in enumerate(self.graph.ops):
-            if op.out == name:
-                return op.on_device and i < seg.ops[0]
-        return False
-
-    def _device_values(self) -> set[str]:
-        names: set[str] = set()
-        for op in self._device_ops():
-            names.update(op.inputs)
-            names.add(op.out)
-        return names
-
-    def _value_bytes(self, name: str) -> int:
-        v = self.graph.values[name]
-        return v.rows * padded(v.cols, self.array) * np.dtype(_NUMPY[v.dtype]).itemsize
 
     def _lifetimes(self) -> list[Lifetime]:
         ops, end = self.graph.ops, len(self.graph.ops)
         out = []
         for name in sorted(self._device_values()):
-            producer = next((i for i, op in enumerate(ops) if op.out == name), None)
-            readers = [i for i, op in enumerate(ops) if name in op.inputs and op.on_device]
-            first = producer if producer is not None and ops[producer].on_device else min(readers)
-            last = end if name in self.graph.outputs else max(readers + [first])
+            touched = [i for i, op in enumerate(ops) if op.on_device and (name in op.inputs or op.writes == name)]
+            first, last = min(touched), max(touched)
+            if name in self.graph.outputs:
+                last = end
             # An uploaded value is written before its segment's first operator runs, and a downloaded one
             # is read after its last: keep each alive over the whole segment.
             for seg in self.segments:
@@ -186,67 +227,57 @@ class GraphSession:
                     first = min(first, seg.ops[0])
                 if name in seg.downloads:
                     last = max(last, seg.ops[-1])
-            out.append(Lifetime(name, self._value_bytes(name), first, last))
+            out.append(Lifetime(name, self._bytes(name), first, last))
         return out
 
-    def _weight_size(self, op: QLinear) -> int:
-        n, k = op.weight.shape
-        kp, np_ = padded(k, self.array), padded(n, self.array)
-        size = -(-kp * np_ // self.device.allocator.alignment) * self.device.allocator.alignment
-        return size + (np_ * ACC_LANE_BYTES if op.bias is not None else 0)
+    def _barrier(self) -> list[list[bytes]]:
+        """Per tile: commands after which every tile's earlier commands have completed."""
+        if self.tiles == 1:
+            return [[pack_command(Opcode.FENCE, tag=BARRIER_TAG)]]
+        return [[pack_command(Opcode.SIGNAL, tag=BARRIER_TAG, sem=t, count=self.tiles - 1)]
+                + [pack_command(Opcode.WAIT, tag=BARRIER_TAG, sem=u, count=1) for u in range(self.tiles) if u != t]
+                for t in range(self.tiles)]
 
-    def _upload_weights(self) -> None:
-        addr = self._weights_base
-        for op in self._device_ops():
-            n, k = op.weight.shape
-            kp, np_ = padded(k, self.array), padded(n, self.array)
-            b = np.zeros((kp, np_), np.int8)
-            b[:k, :n] = op.weight.T
-            self.device.write_mem(addr, b)
-            bias_addr = None
-            if op.bias is not None:
-                bias_addr = addr + -(-b.nbytes // self.device.allocator.alignment) * self.device.allocator.alignment
-                bias = np.zeros(np_, np.int32)
-                bias[:n] = op.bias
-                self.device.write_mem(bias_addr, bias)
-            self._weight_addr[op.name] = (addr, bias_addr)
-            addr += self._weight_size(op)
-
-    def address(self, name: str) -> int:
-        """Device-memory address of an activation value (padded row-major layout)."""
-        return self._arena_base + self.arena.offsets[name]
-
-    def _barrier(self, tiles: list[int]) -> list[list[bytes]]:
-        """Per tile of ``tiles``: commands after which every tile's earlier commands have completed."""
-        if len(tiles) == 1:
-            return [[pack_command(Opcode.FENCE, tag=0xFFFF)]]
-        count = len(tiles) - 1
-        return [[pack_command(Opcode.SIGNAL, tag=0xFFFF, sem=t, count=count)]
-                + [pack_command(Opcode.WAIT, tag=0xFFFF, sem=u, count=1) for u in tiles if u != t]
-                for t in tiles]
+    @staticmethod
+    def _conflict(a: tuple, b: tuple) -> bool:
+        """Whether two spans touch the same bytes (rectangles within one value, address ranges across values)."""
+        if a[1] >= b[2] or b[1] >= a[2]:
+            return False
+        if a[0] != b[0]:
+            return True
+        return a[3] < b[4] and b[3] < a[4] and a[5] < b[6] and b[5] < a[6]
 
     def _lower(self, seg: Segment) -> None:
         caps = self.device.caps
-        if self.tiles > caps.semaphores:
-            raise ValueError(f"a barrier over {self.tiles} tiles needs as many semaphores; the device has "
-                             f"{caps.semaphores}")
         streams: list[list[bytes]] = [[] for _ in range(self.tiles)]
-        tiles = list(range(self.tiles))
-        for pos, i in enumerate(seg.ops):
+        pending_reads: list[tuple] = []
+        pending_writes: list[tuple] = []
+        for i in seg.ops:
             op = self.graph.ops[i]
-            assert isinstance(op, QLinear)
-            x = self.graph.values[op.x]
-            n, k = op.weight.shape
-            b_addr, bias_addr = self._weight_addr[op.name]
-            plan = compile_gemm(x.rows, k, n, caps, a_addr=self.address(op.x), b_addr=b_addr,
-                                c_addr=self.address(op.out), bias_addr=bias_addr, post=op.post,
-                                tiles=self.tiles)
+            assert isinstance(op, QMatmul)
+            reads = [self._span(v) for term in op.terms for v in term]
+            write = self._span(op.out)
+            hazard = (any(self._conflict(r, w) for r in reads for w in pending_writes)
+                      or any(self._conflict(write, x) for x in pending_reads + pending_writes))
+            if hazard:
+                for t, cmds in enumerate(self._barrier()):
+                    streams[t].extend(cmds)
+                seg.barriers += 1
+                pending_reads, pending_writes = [], []
+            pending_reads += reads
+            pending_writes.append(write)
+            (a, b), *more = op.terms
+            m, k = a.shape(self.graph)
+            n = b.shape(self.graph)[1]
+            bias_addr = None if op.bias is None else self._weights_base + self._biases[op.name][0]
+            plan = compile_gemm(
+                m, k, n, caps, a_addr=self._view_address(a), b_addr=self._view_address(b),
+                c_addr=self._view_address(op.out), bias_addr=bias_addr, post=op.post, tiles=self.tiles,
+                a_stride=self._stride(a.value), b_stride=self._stride(b.value), c_stride=self._stride(op.out.value),
+                more=tuple(GemmTerm(ta.shape(self.graph)[1], self._view_address(ta), self._view_address(tb),
+                                    self._stride(ta.value), self._stride(tb.value)) for ta, tb in more))
             for t, cmds in enumerate(plan.commands):
                 streams[t].extend(cmds)
-            seg.macs += plan.useful_macs
-            if pos + 1 < len(seg.ops):
-                for t, cmds in zip(tiles, self._barrier(tiles), strict=True):
-                    streams[t].extend(cmds)
         seg.commands = streams
 
     # -- running ---------------------------------------------------------------------------------
@@ -259,12 +290,16 @@ class GraphSession:
                              f"unknown {sorted(extra)}")
         for name in self.graph.inputs:
             v, a = self.graph.values[name], inputs[name]
-            if not isinstance(a, np.ndarray) or a.dtype != _NUMPY[v.dtype] or a.shape != v.shape:
+            if not isinstance(a, np.ndarray) or a.dtype != v.numpy_dtype or a.shape != v.shape:
                 raise ValueError(f"input {name!r} must be a {v.dtype} array of shape {v.shape}, not "
                                  f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
 
-    def run(self, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RunStats]:
+    def run(self, inputs: dict[str, np.ndarray], *,
+            keep: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], RunStats]:
         """One forward pass: ``inputs`` by name -> ``(outputs by name, RunStats)``.
+
+        ``keep`` names further values to return (each downloaded after the segment that writes it), for
+        checking intermediate results.
 
         Raises
         ------
@@ -286,13 +321,13 @@ class GraphSession:
                 assert isinstance(op, HostOp)
                 out = op.fn(*(env[n] for n in op.inputs))
                 v = self.graph.values[op.out]
-                if not isinstance(out, np.ndarray) or out.shape != v.shape or out.dtype != _NUMPY[v.dtype]:
+                if not isinstance(out, np.ndarray) or out.shape != v.shape or out.dtype != v.numpy_dtype:
                     raise ValueError(f"host operator {op.name} must return a {v.dtype} array of shape {v.shape}, "
                                      f"not {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
                 env[op.out] = out
                 continue
             for name in seg.uploads:
-                written += self._upload(name, env[name])
+                written += self._write(name, env[name])
                 transfers += 1
             before = {t: self.device.perf(t).read() for t in used}
             drive(self.device, seg.commands, self.timeout)
@@ -301,8 +336,9 @@ class GraphSession:
             cycles += stats.cycles
             macs += stats.macs
             commands += sum(len(c) for c in seg.commands)
-            for name in seg.downloads:
-                env[name] = self._download(name)
+            wanted = set(seg.downloads) | ({self.graph.ops[i].writes for i in seg.ops} & set(keep))
+            for name in sorted(wanted):
+                env[name] = self._read(name)
                 read += env[name].nbytes
                 transfers += 1
         trips1 = _round_trips(self.device)
@@ -312,18 +348,19 @@ class GraphSession:
             host_bytes_written=written, host_bytes_read=read, transfers=transfers,
             wall_seconds=time.perf_counter() - start,
             round_trips=None if trips0 is None else trips1 - trips0)
-        return {name: env[name] for name in self.graph.outputs}, stats
+        return {name: env[name] for name in (*self.graph.outputs, *keep)}, stats
 
-    def _upload(self, name: str, value: np.ndarray) -> int:
+    def _write(self, name: str, value: np.ndarray) -> int:
         v = self.graph.values[name]
-        buf = np.zeros((v.rows, padded(v.cols, self.array)), _NUMPY[v.dtype])
-        buf[:, :v.cols] = value
+        stride = self._stride(name)
+        buf = np.zeros((self._bytes(name) // stride, stride // np.dtype(v.numpy_dtype).itemsize), v.numpy_dtype)
+        buf[:v.rows, :v.cols] = value
         self.device.write_mem(self.address(name), buf)
         return buf.nbytes
 
-    def _download(self, name: str) -> np.ndarray:
+    def _read(self, name: str) -> np.ndarray:
         v = self.graph.values[name]
-        full = self.device.read_array(self.address(name), (v.rows, padded(v.cols, self.array)), _NUMPY[v.dtype])
+        full = self.device.read_array(self.address(name), (v.rows, padded(v.cols, self.array)), v.numpy_dtype)
         return np.ascontiguousarray(full[:, :v.cols])
 
     def plan_text(self) -> str:
@@ -332,13 +369,17 @@ class GraphSession:
                  f"weights {self.weight_bytes} B resident, activations {self.arena.size} B "
                  f"({self.arena.unshared} B without sharing)"]
         for n, seg in enumerate(self.segments):
-            where = "device" if seg.device else "host  "
-            names = ", ".join(self.graph.ops[i].name for i in seg.ops)
-            extra = ""
             if seg.device:
-                extra = (f"  [{sum(len(c) for c in seg.commands)} commands; upload {', '.join(seg.uploads) or '-'}; "
-                         f"download {', '.join(seg.downloads) or '-'}]")
-            lines.append(f"  {n}: {where} {names}{extra}")
+                lines.append(f"  {n}: device  {sum(len(c) for c in seg.commands)} commands, {seg.barriers} barrier(s); "
+                             f"upload {', '.join(seg.uploads) or '-'}; download {', '.join(seg.downloads) or '-'}")
+                for i in seg.ops:
+                    op = self.graph.ops[i]
+                    terms = " + ".join(f"{a} @ {b}" for a, b in op.terms)
+                    extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post.relu else "")
+                    lines.append(f"       {op.name}: {op.out} = requant({terms}{extra})")
+            else:
+                op = self.graph.ops[seg.ops[0]]
+                lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")
         return "\n".join(lines)
 
     def close(self) -> None:
@@ -353,4 +394,3 @@ class GraphSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
