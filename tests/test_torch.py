@@ -159,3 +159,42 @@ def test_digits_on_the_rtl_match_the_int_reference_bit_for_bit(sim_transport):
     result, _ = run_digits([Device(sim_transport)])
     assert result.bit_exact == {"device": True}
     assert result.stats["device"].cycles > 0 and result.stats["device"].round_trips > 0
+
+
+def test_encoder_block_on_the_model_is_bit_exact_per_device_op():
+    from dx1_bringup.workloads.encoder import run_encoder
+
+    result = run_encoder(["model"])
+    assert result.mismatches == {"model": []}
+    assert result.int_error == 0.0 and result.float_error < 0.06
+    placement = dict(result.placement)
+    for op in ("q_proj", "k_proj", "v_proj", "scores0", "scores1", "attend0", "attend1", "out_proj", "ffn1", "ffn2"):
+        assert placement[op] == "device"
+    for op in ("layer_norm1", "softmax", "layer_norm2"):
+        assert placement[op] == "host"
+    stats = result.stats["model"]
+    assert stats.device_segments == 3 and stats.host_ops == 6
+    assert "x1 @ residual2.identity" in result.plan  # the second residual reads x1 where out_proj wrote it
+
+
+def test_graph_views_are_checked_where_the_device_would_read_past_them():
+    from dx1_bringup.runtime.graph import Graph, QMatmul, Value, View
+
+    g = Graph()
+    g.add_input(Value("a", 8, 20, "int8"))
+    g.add_const("b", np.zeros((4, 8), np.int8))
+    g.add_value(Value("c", 8, 8, "int8"))
+    g.add(QMatmul("mm", ((View("a", col0=8, cols=4), View("b")),), View("c"), None, PostOpParams(1, 0)))
+    with pytest.raises(ValueError, match="must have a multiple of 8 columns or end at a's last column"):
+        g.validate()
+
+
+@pytest.mark.verilator
+def test_encoder_block_on_the_rtl_is_bit_exact_per_device_op(sim_transport):
+    from dx1_driver import Device
+
+    from dx1_bringup.workloads.encoder import run_encoder
+
+    result = run_encoder([Device(sim_transport)])
+    assert result.mismatches == {"device": []}
+    assert result.stats["device"].round_trips > 0

@@ -8,7 +8,7 @@ import time
 
 __all__ = ["add_parser", "cmd_run"]
 
-WORKLOADS = ("digits",)
+WORKLOADS = ("digits", "encoder")
 
 
 def _print_stats(name: str, stats) -> None:
@@ -21,20 +21,11 @@ def _print_stats(name: str, stats) -> None:
           f"read), transport round trips {trips}, wall time {stats.wall_seconds:.2f} s")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from dx1_driver import DriverError
-
+def _digits(args: argparse.Namespace, devices: list[str]) -> bool:
     from .digits import run_digits
 
-    devices = args.device or ["model"]
-    started = time.perf_counter()
-    print(f"dx1 run {args.workload}: on {', '.join(devices)} (seed {args.seed})", flush=True)
-    try:
-        result, _model = run_digits(devices, seed=args.seed, tiles=args.tiles,
-                                    progress=lambda text: print(f"  {text} ...", flush=True))
-    except (ValueError, DriverError) as exc:
-        print(f"dx1 run: {exc}", file=sys.stderr)
-        return 2
+    result, _model = run_digits(devices, seed=args.seed, tiles=args.tiles,
+                                progress=lambda text: print(f"  {text} ...", flush=True))
     print(result.plan)
     print("  accuracy on the held-out digits:")
     print(f"    {'float (PyTorch)':<28} {result.float_accuracy:7.2%}")
@@ -44,16 +35,54 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"    {'DX-1 on ' + name:<28} {acc:7.2%}  ({exact})")
     for name, stats in result.stats.items():
         _print_stats(name, stats)
-    ok = all(result.bit_exact.values())
+    return all(result.bit_exact.values())
+
+
+def _encoder(args: argparse.Namespace, devices: list[str]) -> bool:
+    from .encoder import FFN, HEADS, MODEL, SEQ, run_encoder
+
+    print(f"  block: nn.TransformerEncoderLayer(d_model={MODEL}, nhead={HEADS}, dim_feedforward={FFN}, "
+          f"norm_first=True), sequence {SEQ}", flush=True)
+    result = run_encoder(devices, seed=args.seed, tiles=args.tiles,
+                         progress=lambda text: print(f"  {text} ...", flush=True))
+    print(result.plan)
+    device = [name for name, where in result.placement if where == "device"]
+    host = [name for name, where in result.placement if where == "host"]
+    print(f"  on DX-1 ({len(device)}): {', '.join(device)}")
+    print(f"  on the host ({len(host)}): {', '.join(host)}")
+    print(f"  residuals as accumulating GEMM terms, multipliers {result.residual[0]} and {result.residual[1]}")
+    for name, wrong in result.mismatches.items():
+        verdict = (f"all {len(device)} on-device results == int reference bit for bit" if not wrong
+                   else f"DIFFER from the int reference: {', '.join(wrong)}")
+        print(f"  {name}: {verdict}")
+    print(f"  error against the float block: {result.float_error:.2%} (relative, L2) for the int8 block; "
+          f"DX-1 against the int reference {result.int_error:.2%}")
+    for name, stats in result.stats.items():
+        _print_stats(name, stats)
+    return not any(result.mismatches.values())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dx1_driver import DriverError
+
+    devices = args.device or ["model"]
+    started = time.perf_counter()
+    print(f"dx1 run {args.workload}: on {', '.join(devices)} (seed {args.seed})", flush=True)
+    try:
+        ok = (_digits if args.workload == "digits" else _encoder)(args, devices)
+    except (ValueError, DriverError) as exc:
+        print(f"dx1 run: {exc}", file=sys.stderr)
+        return 2
     print(f"dx1 run {args.workload}: {'PASS' if ok else 'FAIL'} in {time.perf_counter() - started:.1f} s")
     return 0 if ok else 1
 
 
 def add_parser(sub) -> None:
     run = sub.add_parser("run", help="run a real network on DX-1 and compare it with float and int references")
-    run.add_argument("workload", choices=WORKLOADS, help="digits: an MLP classifier of scikit-learn's digits")
+    run.add_argument("workload", choices=WORKLOADS,
+                     help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block")
     run.add_argument("--device", action="append",
                      help="device to run on (repeat to compare several; default model)")
-    run.add_argument("--seed", type=int, default=0, help="data split, training and quantisation seed (default 0)")
+    run.add_argument("--seed", type=int, default=0, help="data, weight and quantisation seed (default 0)")
     run.add_argument("--tiles", type=int, default=None, help="tiles to use (default: all)")
     run.set_defaults(func=cmd_run)
