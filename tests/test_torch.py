@@ -136,6 +136,11 @@ def test_digits_on_the_model_match_the_int_reference_bit_for_bit(digits_on_model
     assert abs(result.int_accuracy - result.float_accuracy) < 0.03
     assert result.device_accuracy["model"] == result.int_accuracy
     assert result.stats["model"].device_segments == 1 and result.stats["model"].transfers == 2
+    # torch.compile of the MLP and a LogSoftmax: the three qlinears on DX-1 as one subgraph, the rest on the CPU.
+    assert result.compiled_matches_eager
+    where = {p.target: (p.where, p.subgraph) for p in result.compiled_placement}
+    assert where["dx1::qlinear"] == ("dx1", "dx1_subgraph_0") and where["log_softmax"][0] == "cpu"
+    assert sum(p.target == "dx1::qlinear" for p in result.compiled_placement) == 3
 
 
 def test_digits_through_torch_compile_equal_the_graph_runtime(digits_on_model):

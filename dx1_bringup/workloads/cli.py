@@ -35,7 +35,12 @@ def _digits(args: argparse.Namespace, devices: list[str]) -> bool:
         print(f"    {'DX-1 on ' + name:<28} {acc:7.2%}  ({exact})")
     for name, stats in result.stats.items():
         _print_stats(name, stats)
-    return all(result.bit_exact.values())
+    print("  torch.compile(nn.Sequential(quantised MLP, nn.LogSoftmax(1)), backend='dx1'):")
+    for p in result.compiled_placement:
+        where = f"DX-1 ({p.subgraph})" if p.where == "dx1" else "CPU"
+        print(f"    {p.node:<24} {p.target:<22} {where}{'' if p.where == 'dx1' else ': ' + p.reason}")
+    print(f"    compiled output {'==' if result.compiled_matches_eager else 'DIFFERS from'} eager PyTorch")
+    return all(result.bit_exact.values()) and bool(result.compiled_matches_eager)
 
 
 def _encoder(args: argparse.Namespace, devices: list[str]) -> bool:

@@ -18,6 +18,8 @@ import torch
 from dx1_driver import Device
 
 from ..runtime.graph import GraphSession, RunStats
+from ..torch import backend as dx1_backend
+from ..torch.context import device as dx1_device
 from ..torch.quantize import QuantizedMLP, quantize_input, quantize_mlp
 
 __all__ = ["DigitsData", "DigitsResult", "load_data", "train_mlp", "run_digits", "HIDDEN"]
@@ -46,6 +48,10 @@ class DigitsResult:
     stats: dict[str, RunStats] = field(default_factory=dict)
     bit_exact: dict[str, bool] = field(default_factory=dict)
     plan: str = ""
+    #: ``torch.compile(..., backend="dx1")`` of the quantised MLP followed by a LogSoftmax DX-1 has no
+    #: command for: where each FX node ran, and whether it equals eager PyTorch.
+    compiled_placement: list = field(default_factory=list)
+    compiled_matches_eager: bool | None = None
 
 
 def load_data(seed: int = 0, test_fraction: float = 0.2) -> DigitsData:
@@ -84,6 +90,17 @@ def _accuracy(logits: torch.Tensor | np.ndarray, labels: torch.Tensor) -> float:
     return float((pred == labels).float().mean())
 
 
+def _compiled(qmodel: QuantizedMLP, x: torch.Tensor, dev: Device, result: DigitsResult) -> None:
+    """The quantised MLP and a LogSoftmax through ``torch.compile(backend="dx1")``: placement and check."""
+    model = torch.nn.Sequential(qmodel, torch.nn.LogSoftmax(dim=1))
+    torch._dynamo.reset()
+    with dx1_device(dev):
+        compiled_out = torch.compile(model, backend="dx1")(x)
+        eager = model(x)
+    result.compiled_matches_eager = bool(torch.equal(compiled_out, eager))
+    result.compiled_placement = list(dx1_backend.compiled[-1].dx1_placement)
+
+
 def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int | None = None,
                progress: Callable[[str], None] = lambda _: None) -> tuple[DigitsResult, QuantizedMLP]:
     """Train, quantise and classify the test set on every device; see the module docstring."""
@@ -105,6 +122,9 @@ def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int |
             with GraphSession(dev, graph, tiles=tiles) as session:
                 result.plan = session.plan_text()
                 outputs, stats = session.run({"x": q_in.numpy()})
+            if result.compiled_matches_eager is None:
+                progress(f"torch.compile(backend='dx1') of the MLP and a LogSoftmax on {name}")
+                _compiled(qmodel, data.x_test, dev, result)
         finally:
             if isinstance(target, str):
                 dev.close()
