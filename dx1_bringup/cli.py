@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
+from .workloads.cli import add_parser as add_run_parser
 
 __all__ = ["main"]
 
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     serve.set_defaults(func=cmd_sim_serve)
     add_bringup_parser(sub)
+    add_run_parser(sub)
     return parser
 
 

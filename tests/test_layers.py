@@ -35,7 +35,9 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "bench": (("dx1_bringup.bench",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
                                                  "cli"})),
     "cli": (("dx1_bringup.cli",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
-                                             "bringup"})),
+                                             "bringup", "workloads"})),
+    "torch": (("dx1_bringup.torch",), frozenset({"spec", "model", "driver", "runtime"})),
+    "workloads": (("dx1_bringup.workloads",), frozenset({"spec", "model", "driver", "runtime", "torch"})),
     "package": (("dx1_bringup",), frozenset()),
 }
 

@@ -13,6 +13,11 @@ the 8-byte bus width, so that every row start and block offset is aligned:
 * A: (M, Kp) int8, row-major; B: (Kp, Np) int8, row-major;
 * bias: (Np,) int32; C: (M, Np), int8 with the post-op, else int32.
 
+Any operand may instead be a view with its own row stride (a column slice of a wider matrix, for
+example one attention head), and the product may be a sum ``A_0 @ B_0 + A_1 @ B_1 + ...`` of terms
+with their own reduction lengths (:class:`GemmTerm`), accumulated into the same accumulator rows before
+one POSTOP: a residual connection or a concatenation along K costs no round trip and no extra pass.
+
 Local layout
 ------------
 The output is cut into blocks of ``mt`` rows x ``nct`` array-wide chunks, and
@@ -45,7 +50,9 @@ from ..model.tile import PostOpParams
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
-__all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "check_post", "compile_gemm", "run_gemm"]
+__all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "GemmTerm", "check_post", "compile_gemm", "drive",
+           "run_gemm"]
+
 #: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
 #: cycles of streaming for thousands of tiny commands.
 _COMMAND_OVERHEAD = 4
@@ -91,14 +98,33 @@ class GemmBlock:
 
 
 @dataclass(frozen=True)
+class GemmTerm:
+    """One product ``A @ B`` of a GEMM's sum: A (M, k) at ``a_addr``, B (k, N) at ``b_addr``.
+
+    ``a_stride`` and ``b_stride`` are the bytes between rows (default: the padded K and N, i.e. the
+    matrices are stored whole).
+    """
+
+    k: int
+    a_addr: int
+    b_addr: int
+    a_stride: int | None = None
+    b_stride: int | None = None
+
+
+@dataclass(frozen=True)
 class GemmStep:
-    """One reduction step of a block: padded reduction ``[k0, k0 + depth)``, in the given buffer halves."""
+    """One reduction step of a block: rows ``[k0, k0 + depth)`` of term ``term``'s padded reduction."""
 
     block: int
     k0: int
     depth: int
     spm_half: int
     acc_half: int
+    term: int = 0
+    #: The block's first step (its GEMMs overwrite) and last step (then POSTOP and STORE).
+    first: bool = True
+    last: bool = True
 
 
 @dataclass
@@ -113,6 +139,10 @@ class GemmPlan:
         The array size the plan was made for.
     a_addr, b_addr, c_addr, bias_addr:
         Device-memory operands (``bias_addr`` is ``None`` without a bias).
+    terms:
+        Every product of the sum, the first one ``a_addr @ b_addr``, each with its padded K and strides.
+    c_stride:
+        Bytes between the rows of C.
     post:
         The requantisation, or ``None`` for an int32 result.
     mt, nct, kct:
@@ -137,6 +167,8 @@ class GemmPlan:
     mt: int
     nct: int
     kct: int
+    terms: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    c_stride: int = 0
     blocks: list[GemmBlock] = field(default_factory=list)
     steps: list[list[GemmStep]] = field(default_factory=list)
     commands: list[list[bytes]] = field(default_factory=list)
@@ -209,23 +241,48 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
         f"buffer half; the device has {half_spm} and {half_acc} (half of {2 * half_spm} and {2 * half_acc})")
 
 
-def _check_regions(caps: Capabilities, regions: dict[str, tuple[int | None, int]]) -> None:
-    """Every operand aligned, inside device memory and disjoint from the others."""
-    placed = []
+def _check_terms(terms: tuple[GemmTerm, ...], m: int, np_: int,
+                 arr: int) -> list[tuple[int, int, int, int, int]]:
+    """Each term as (padded K, A address, A stride, B address, B stride), strides checked."""
+    out = []
+    for i, t in enumerate(terms):
+        what = "" if i == 0 else f" of term {i}"
+        if isinstance(t.k, bool) or not isinstance(t.k, int) or t.k < 1:
+            raise ValueError(f"GEMM dimension k{what} must be an integer >= 1, not {t.k!r}")
+        kp = padded(t.k, arr)
+        a_stride = kp if t.a_stride is None else t.a_stride
+        b_stride = np_ if t.b_stride is None else t.b_stride
+        for name, stride, least in (("a_stride", a_stride, kp), ("b_stride", b_stride, np_)):
+            if stride % BUS_BYTES or stride < least:
+                raise ValueError(f"{name}{what} must be a multiple of {BUS_BYTES} of at least {least} (a row's "
+                                 f"padded length), not {stride}")
+        out.append((kp, t.a_addr, a_stride, t.b_addr, b_stride))
+    return out
+
+
+def _check_regions(caps: Capabilities, inputs: dict[str, tuple[int, int]],
+                   output: tuple[str, int, int, int], bias: tuple[str, int | None, int]) -> None:
+    """Every operand aligned and inside device memory; what the GEMM writes overlaps nothing it reads.
+
+    Inputs may overlap each other (two views of one matrix); ranges are first to last byte touched.
+    """
+    c_name, c_addr, c_size, c_stride = output
+    if c_stride % BUS_BYTES:
+        raise ValueError(f"c_stride must be a multiple of {BUS_BYTES}, not {c_stride}")
+    regions = dict(inputs)
+    regions[c_name] = (c_addr, c_size)
+    if bias[1] is not None:
+        regions[bias[0]] = (bias[1], bias[2])
     for name, (addr, size) in regions.items():
-        if addr is None:
-            continue
         if addr < 0 or addr % BUS_BYTES:
             raise ValueError(f"{name} must be a non-negative multiple of {BUS_BYTES}, not {addr}")
         if addr + size > caps.mem_bytes:
             raise ValueError(f"{name} 0x{addr:x} + {size} bytes runs past the {caps.mem_bytes} bytes of device "
                              f"memory")
-        placed.append((name, addr, size))
-    for i, (name, addr, size) in enumerate(placed):
-        for other, o_addr, o_size in placed[i + 1:]:
-            if addr < o_addr + o_size and o_addr < addr + size:
-                raise ValueError(f"{name} (0x{addr:x}, {size} bytes) overlaps {other} (0x{o_addr:x}, "
-                                 f"{o_size} bytes)")
+    for name, (addr, size) in regions.items():
+        if name != c_name and addr < c_addr + c_size and c_addr < addr + size:
+            raise ValueError(f"{name} (0x{addr:x}, {size} bytes) overlaps {c_name} (0x{c_addr:x}, "
+                             f"{c_size} bytes)")
 
 
 def _check_tiles(tiles: int | None, caps: Capabilities) -> int:
@@ -238,8 +295,9 @@ def _check_tiles(tiles: int | None, caps: Capabilities) -> int:
 
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
                  bias_addr: int | None = None, post: PostOpParams | None = None,
-                 tiles: int | None = None) -> GemmPlan:
-    """Plan ``C = A @ B (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
+                 tiles: int | None = None, a_stride: int | None = None, b_stride: int | None = None,
+                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = ()) -> GemmPlan:
+    """Plan ``C = A @ B (+ more terms) (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
 
     Parameters
     ----------
@@ -253,6 +311,10 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         Requantise to int8 with these parameters; ``None``: an int32 result.
     tiles:
         How many tiles (0 .. tiles-1) share the output blocks.
+    a_stride, b_stride, c_stride:
+        Bytes between rows of A, B and C when they are views of wider matrices (default: padded K, N).
+    more:
+        Further products added into the same accumulators, each with its own A, B and K.
 
     Returns
     -------
@@ -272,22 +334,33 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     post = check_post(post)
     tiles = _check_tiles(tiles, caps)
     arr = caps.array
-    kp, np_ = padded(k, arr), padded(n, arr)
+    np_ = padded(n, arr)
     c_lane = 1 if post is not None else ACC_LANE_BYTES
-    _check_regions(caps, {"a_addr": (a_addr, m * kp), "b_addr": (b_addr, kp * np_),
-                          "c_addr": (c_addr, m * np_ * c_lane), "bias_addr": (bias_addr, np_ * ACC_LANE_BYTES)})
+    c_stride = np_ * c_lane if c_stride is None else c_stride
+    terms = _check_terms((GemmTerm(k, a_addr, b_addr, a_stride, b_stride), *more), m, np_, arr)
+    kp = sum(t[0] for t in terms)
+    regions = {}
+    for i, (tkp, ta, ta_stride, tb, tb_stride) in enumerate(terms):
+        suffix = "" if i == 0 else f" (term {i})"
+        regions["a_addr" + suffix] = (ta, (m - 1) * ta_stride + tkp)
+        regions["b_addr" + suffix] = (tb, (tkp - 1) * tb_stride + np_)
+    _check_regions(caps, regions, ("c_addr", c_addr, (m - 1) * c_stride + np_ * c_lane, c_stride),
+                   ("bias_addr", bias_addr, np_ * ACC_LANE_BYTES))
     g = max(1, BUS_BYTES // arr)  # chunks per bus-aligned column step
     half_spm, half_acc = caps.spm_rows // 2, caps.acc_rows // 2
     has_bias = bias_addr is not None
-    mt, nct, kct = _choose_blocks(m, kp // arr, np_ // arr, g, arr, half_spm, half_acc, post is not None,
-                                  has_bias, tiles)
-    plan = GemmPlan(m, k, n, kp, np_, arr, a_addr, b_addr, c_addr, bias_addr, post, mt, nct, kct)
+    mt, nct, kct = _choose_blocks(m, min(t[0] for t in terms) // arr if len(terms) > 1 else kp // arr,
+                                  np_ // arr, g, arr, half_spm, half_acc, post is not None, has_bias, tiles)
+    plan = GemmPlan(m, k + sum(t.k for t in more), n, kp, np_, arr, a_addr, b_addr, c_addr, bias_addr, post, mt,
+                    nct, kct, terms=terms, c_stride=c_stride)
 
     row_blocks = _split(m, _ceil_div(m, mt))
     col_units = np_ // arr // g
     col_blocks = [(s * g * arr, c * g * arr) for s, c in _split(col_units, _ceil_div(col_units, nct // g))]
-    k_units = kp // arr // g
-    k_steps = [(s * g * arr, c * g * arr) for s, c in _split(k_units, _ceil_div(k_units, kct // g))]
+    k_steps = []
+    for i, (tkp, *_rest) in enumerate(terms):
+        k_units = tkp // arr // g
+        k_steps += [(i, s * g * arr, c * g * arr) for s, c in _split(k_units, _ceil_div(k_units, kct // g))]
     order = [(m0, rows, n0, cols) for m0, rows in row_blocks for n0, cols in col_blocks]
     for tile, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
         plan.blocks.extend(GemmBlock(tile, *order[i]) for i in range(first, first + count))
@@ -296,9 +369,10 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     plan.steps = [[] for _ in range(tiles)]
     for index, block in enumerate(plan.blocks):
         acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
-        for k0, depth in k_steps:
+        for j, (term, k0, depth) in enumerate(k_steps):
             spm_half = len(plan.steps[block.tile]) % 2
-            plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half))
+            plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,
+                                                   j == len(k_steps) - 1))
     for tile, stream in enumerate(streams):
         _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc)
     plan.commands = [s.commands for s in streams]
@@ -317,7 +391,7 @@ def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm
         _emit_gemms(s, plan, step, half_spm, half_acc)
         if i + 1 < len(steps):
             _emit_loads(s, plan, steps[i + 1], half_spm, half_acc)
-        if step.k0 + step.depth == plan.k_padded:
+        if step.last:
             _emit_finish(s, plan, step, half_spm, half_acc)
 
 
@@ -337,11 +411,12 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
     arr = plan.array
     kct, nct = step.depth // arr, block.cols // arr
     a, b, _out, c, bias_row = _layout(plan, step, half_spm, half_acc)
-    s.load(dram_addr=plan.a_addr + block.m0 * plan.k_padded + step.k0, dram_stride=plan.k_padded,
+    _kp, a_addr, a_stride, b_addr, b_stride = plan.terms[step.term]
+    s.load(dram_addr=a_addr + block.m0 * a_stride + step.k0, dram_stride=a_stride,
            local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
-    s.load(dram_addr=plan.b_addr + step.k0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+    s.load(dram_addr=b_addr + step.k0 * b_stride + block.n0, dram_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
-    if plan.bias_addr is None or step.k0:
+    if plan.bias_addr is None or not step.first:
         return
     bias_at = plan.bias_addr + block.n0 * ACC_LANE_BYTES
     if plan.post is not None:
@@ -360,7 +435,7 @@ def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
     arr = plan.array
     kct = step.depth // arr
     a, b, _out, c, _bias = _layout(plan, step, half_spm, half_acc)
-    accumulate = step.k0 > 0 or (plan.bias_addr is not None and plan.post is None)
+    accumulate = not step.first or (plan.bias_addr is not None and plan.post is None)
     for j in range(block.cols // arr):
         s.gemm(a_addr=a, b_addr=b + j * step.depth, c_addr=c + j * block.rows, m=block.rows, k_chunks=kct,
                accumulate=accumulate)
@@ -372,14 +447,14 @@ def _emit_finish(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int
     _a, _b, out, c, bias_row = _layout(plan, step, half_spm, half_acc)
     nct = block.cols // arr
     if plan.post is None:
-        s.store(dram_addr=plan.c_addr + (block.m0 * plan.n_padded + block.n0) * ACC_LANE_BYTES,
-               dram_stride=plan.n_padded * ACC_LANE_BYTES, local_addr=c, rows=block.rows, cols=nct,
+        s.store(dram_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0 * ACC_LANE_BYTES,
+               dram_stride=plan.c_stride, local_addr=c, rows=block.rows, cols=nct,
                local_row_stride=1, local_col_stride=block.rows, acc=True)
         return
     for j in range(nct):
         s.postop(src_addr=c + j * block.rows, dst_addr=out + j * block.rows, rows=block.rows,
                  bias_addr=None if plan.bias_addr is None else bias_row + j, post=plan.post)
-    s.store(dram_addr=plan.c_addr + block.m0 * plan.n_padded + block.n0, dram_stride=plan.n_padded,
+    s.store(dram_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0, dram_stride=plan.c_stride,
            local_addr=out, rows=block.rows, cols=nct, local_row_stride=1, local_col_stride=block.rows)
 
 
@@ -442,10 +517,14 @@ def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> No
             raise ValueError(f"bias must have shape ({b.shape[1]},), not {bias.shape}")
 
 
-def _drive(device: Device, plan: GemmPlan, timeout: float) -> None:
-    """Feed every tile's queue and collect every completion, keeping all rings busy at once."""
-    queues = {t: device.queue(t) for t, cmds in enumerate(plan.commands) if cmds}
-    todo = {t: list(plan.commands[t]) for t in queues}
+def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
+    """Run one command stream per tile (``commands[t]`` on tile ``t``'s queue) to the last completion.
+
+    Every queue is fed at once and topped up as it drains, so no tile idles while another is served; a
+    stream may wait on another's semaphores (SIGNAL/WAIT), since every stream keeps being fed.
+    """
+    queues = {t: device.queue(t) for t, cmds in enumerate(commands) if cmds}
+    todo = {t: list(commands[t]) for t in queues}
     while any(todo.values()) or any(q.outstanding for q in queues.values()):
         # Top up every ring before waiting on any, so no tile idles while another is drained.
         for t, q in queues.items():
@@ -531,7 +610,7 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         used = [t for t, cmds in enumerate(plan.commands) if cmds]
         before = {t: device.perf(t).read() for t in used}
         try:
-            _drive(device, plan, timeout)
+            drive(device, plan.commands, timeout)
         finally:
             # Never free memory the device may still write: drain whatever an error left in flight.
             for t in used:

@@ -1,0 +1,194 @@
+"""The ``"dx1"`` torch.compile backend: DX-1 runs the subgraphs it can, as whole command streams.
+
+``torch.compile(model, backend="dx1")`` hands the backend each FX graph Dynamo captures.  The backend
+partitions it with torch.fx's ``CapabilityBasedPartitioner``: connected ``dx1::qlinear`` nodes that DX-1
+can take (int8 operands of static shape, constant POSTOP parameters) become one submodule, which runs as
+one graph-runtime session on the current device (:func:`~dx1_bringup.torch.context.device`): weights
+uploaded once and kept resident, activations planned in device memory, one command stream per tile.
+Everything else runs on the CPU as PyTorch ops; a ``dx1::qlinear`` node DX-1 cannot take runs the PyTorch
+integer reference on the CPU instead.  Where every node ran, and why, is in the compiled module's
+``dx1_placement`` (also logged on the ``dx1_bringup.torch`` logger).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch._dynamo.backends.registry import register_backend
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ..model.tile import PostOpParams
+from ..runtime.graph import Graph, GraphSession, Value
+from .context import _on_close, current_device
+from .reference import qlinear_reference
+
+__all__ = ["dx1_backend", "Placement", "Dx1Subgraph", "compiled"]
+
+log = logging.getLogger("dx1_bringup.torch")
+
+#: Every graph module the backend returned, newest last; each has ``dx1_placement`` and ``dx1_subgraphs``.
+compiled: list[torch.fx.GraphModule] = []
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one FX node runs: ``"dx1"`` (inside subgraph ``subgraph``) or ``"cpu"``, with the reason."""
+
+    node: str
+    target: str
+    where: str
+    subgraph: str | None
+    reason: str
+
+
+def _is_qlinear(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (torch.ops.dx1.qlinear.default, torch.ops.dx1.qlinear)
+
+
+def _meta(node) -> torch.Tensor | None:
+    if not isinstance(node, torch.fx.Node):
+        return None
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def unsupported_reason(node: torch.fx.Node) -> str | None:
+    """Why DX-1 cannot run this ``dx1::qlinear`` node; ``None`` when it can."""
+    x, w, bias, mult, shift, relu = (list(node.args) + [None] * 6)[:6]
+    for name, value in (("mult", mult), ("shift", shift), ("relu", relu)):
+        if isinstance(value, torch.fx.Node):
+            return f"{name} is computed at run time; DX-1 takes it as a constant in the POSTOP command"
+    try:
+        PostOpParams(mult, shift, bool(relu))
+    except (TypeError, ValueError) as exc:
+        return f"the POSTOP cannot take these parameters: {exc}"
+    if isinstance(w, torch.fx.Node) and _is_qlinear(w):
+        return "w is computed by another dx1::qlinear; DX-1 would need it transposed in device memory"
+    for name, arg, dtype in (("x", x, torch.int8), ("w", w, torch.int8), ("bias", bias, torch.int32)):
+        if arg is None and name == "bias":
+            continue
+        val = _meta(arg)
+        if val is None:
+            return f"{name} has no tensor metadata"
+        if val.dtype != dtype or val.dim() != (1 if name == "bias" else 2):
+            return f"{name} is {val.dtype} with {val.dim()} dimensions"
+        if not all(isinstance(s, int) for s in val.shape):
+            return f"{name} has a dynamic shape {tuple(val.shape)}; DX-1 command streams are planned for static shapes"
+    return None
+
+
+class _Support(OperatorSupportBase):
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return _is_qlinear(node) and unsupported_reason(node) is None
+
+
+class Dx1Subgraph(torch.nn.Module):
+    """A partition of connected ``dx1::qlinear`` nodes, run as one graph-runtime session per call.
+
+    The session (weights resident, arena planned) is kept while the device and the weight tensors stay
+    the same, so repeated calls upload only the activations.
+    """
+
+    def __init__(self, name: str, gm: torch.fx.GraphModule):
+        super().__init__()
+        self.name, self.gm = name, gm
+        self._session: GraphSession | None = None
+        self._key: tuple | None = None
+        self.calls = 0
+        _on_close.append(self._device_closed)
+
+    def _device_closed(self, dev) -> None:
+        if self._session is not None and self._session.device is dev:
+            self._session = None
+            self._key = None
+
+    def _build(self, args: tuple[torch.Tensor, ...]) -> tuple[Graph, list[str], bool]:
+        """The partition as a graph-runtime graph, its activation inputs, and whether it returns a tuple."""
+        env: dict[torch.fx.Node, torch.Tensor] = {}
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for node, value in zip(placeholders, args, strict=True):
+            env[node] = value
+        g = Graph()
+        names: dict[torch.fx.Node, str] = {}
+        inputs: list[str] = []
+        for node in self.gm.graph.nodes:
+            if not _is_qlinear(node):
+                continue
+            x, w, bias, mult, shift, relu = node.args
+            if x not in names:
+                names[x] = x.name
+                g.add_input(Value(x.name, *env[x].shape, "int8"))
+                inputs.append(x.name)
+            weight = env[w].contiguous().numpy()
+            names[node] = node.name
+            g.add_value(Value(node.name, env[x].shape[0], weight.shape[0], "int8"))
+            bias_q = None if bias is None else env[bias].contiguous().numpy()
+            g.linear(node.name, names[x], node.name, weight, bias_q, PostOpParams(mult, shift, bool(relu)))
+            env[node] = torch.empty((env[x].shape[0], weight.shape[0]), dtype=torch.int8)
+        (outs,) = [n.args[0] for n in self.gm.graph.nodes if n.op == "output"]
+        is_tuple = isinstance(outs, (tuple, list))
+        g.outputs = [names[n] for n in (outs if is_tuple else [outs])]
+        return g, inputs, is_tuple
+
+    def _key_of(self, args: tuple[torch.Tensor, ...]) -> tuple:
+        return (id(current_device()),) + tuple((a.data_ptr(), a._version, tuple(a.shape), a.dtype) for a in args)
+
+    def forward(self, *args: torch.Tensor):
+        self.calls += 1
+        graph, inputs, is_tuple = self._build(args)
+        key = self._key_of(args)
+        if key != self._key:
+            if self._session is not None:
+                self._session.close()
+            self._session = GraphSession(current_device(), graph)
+            self._key = key
+        by_name = {n.name: a for n, a in zip((n for n in self.gm.graph.nodes if n.op == "placeholder"), args,
+                                             strict=True)}
+        results, self.last_stats = self._session.run({name: by_name[name].contiguous().numpy() for name in inputs})
+        tensors = [torch.from_numpy(results[name]) for name in graph.outputs]
+        return tuple(tensors) if is_tuple else tensors[0]
+
+
+def _placement(gm: torch.fx.GraphModule, subgraphs: dict[str, Dx1Subgraph],
+               fallbacks: dict[str, str]) -> list[Placement]:
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target in subgraphs:
+            for inner in subgraphs[node.target].gm.graph.nodes:
+                if _is_qlinear(inner):
+                    out.append(Placement(inner.name, "dx1::qlinear", "dx1", node.target,
+                                         "int8 qlinear with static shapes and constant POSTOP parameters"))
+        elif node.op in ("call_function", "call_method", "call_module") and node.target is not operator.getitem:
+            target = getattr(node.target, "__name__", str(node.target))
+            reason = fallbacks.get(node.name, "DX-1's commands have no such operator")
+            out.append(Placement(node.name, target, "cpu", None, reason))
+    return out
+
+
+@register_backend(name="dx1")
+def dx1_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+    """Partition ``gm``: supported ``dx1::qlinear`` subgraphs on DX-1, everything else on the CPU."""
+    fallbacks: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if _is_qlinear(node):
+            reason = unsupported_reason(node)
+            if reason is not None:
+                fallbacks[node.name] = f"CPU integer reference: {reason}"
+                node.target = qlinear_reference
+    gm.recompile()
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="dx1_subgraph_")
+    subgraphs: dict[str, Dx1Subgraph] = {}
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("dx1_subgraph_"):
+            subgraphs[node.target] = Dx1Subgraph(node.target, getattr(fused, node.target))
+            setattr(fused, node.target, subgraphs[node.target])
+    fused.dx1_placement = _placement(fused, subgraphs, fallbacks)
+    fused.dx1_subgraphs = subgraphs
+    compiled.append(fused)
+    for p in fused.dx1_placement:
+        log.info("%-4s %-28s %s%s", p.where, p.node, p.target, f" ({p.reason})" if p.where == "cpu" else "")
+    return fused

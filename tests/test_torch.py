@@ -1,0 +1,205 @@
+"""PyTorch integration: the int reference, dx1::qlinear (opcheck, errors), the "dx1" compile backend, digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
+
+import dx1_bringup.torch as dxt  # noqa: E402  (after the importorskip)
+from dx1_bringup.model.tile import PostOpParams  # noqa: E402
+from dx1_bringup.runtime.reference import reference_gemm  # noqa: E402
+from dx1_bringup.torch.backend import compiled  # noqa: E402
+
+
+def _operands(seed, m=5, k=20, n=12):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    b = torch.randint(-5000, 5000, (n,), dtype=torch.int32, generator=g)
+    return x, w, b
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("shift", [0, 1, 13, 31, 47])
+def test_torch_reference_equals_the_numpy_postop_at_the_extremes(relu, shift):
+    x, w, b = _operands(shift)
+    x[0] = -128
+    w[:, :] = torch.where(w > 0, 127, -128).to(torch.int8)
+    b[0], b[1] = (1 << 31) - 1, -(1 << 31)
+    mult = 65535 if shift > 16 else 3
+    got = dxt.qlinear_reference(x, w, b, mult, shift, relu).numpy()
+    want = reference_gemm(x.numpy(), w.numpy().T.copy(), b.numpy(), PostOpParams(mult, shift, relu))
+    assert np.array_equal(got, want)
+
+
+def test_rounding_rules_differ_exactly_at_ties():
+    p = torch.tensor([-5, -3, -1, 1, 3, 5, 4, -4])
+    rules = dxt.rounding_rules(p, 1)
+    assert rules["half_away_from_zero"].tolist() == [-3, -2, -1, 1, 2, 3, 2, -2]
+    assert rules["torch_round_half_even"].tolist() == [-2, -2, 0, 0, 2, 2, 2, -2]
+    assert rules["tosa_half_up"].tolist() == [-2, -1, 0, 1, 2, 3, 2, -2]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_qlinear_runs_on_the_model_and_passes_opcheck(with_bias):
+    x, w, b = _operands(7)
+    bias = b if with_bias else None
+    got = torch.ops.dx1.qlinear(x, w, bias, 30000, 20, True)
+    assert got.dtype == torch.int8 and got.shape == (5, 12)
+    assert torch.equal(got, dxt.qlinear_reference(x, w, bias, 30000, 20, True))
+    torch.library.opcheck(torch.ops.dx1.qlinear.default, (x, w, bias, 30000, 20, True))
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda x, w, b: (x.float(), w, b, 1, 0), TypeError, "takes int8 x and w, not torch.float32"),
+    (lambda x, w, b: (x, w[:, :3], b, 1, 0), ValueError, "must agree on K"),
+    (lambda x, w, b: (x[0], w, b, 1, 0), ValueError, "takes a 2-D x"),
+    (lambda x, w, b: (x, w, b.to(torch.int64), 1, 0), TypeError, "int32 bias, not torch.int64"),
+    (lambda x, w, b: (x, w, b[:3], 1, 0), ValueError, r"bias must have shape \[12\]"),
+    (lambda x, w, b: (x, w, b, 1 << 16, 0), ValueError, "mult must fit in 16 bits unsigned"),
+    (lambda x, w, b: (x, w, b, 1, 48), ValueError, "shift must be from 0 to 47"),
+])
+def test_qlinear_says_what_dx1_cannot_take(change, error, message):
+    args = change(*_operands(1))
+    with pytest.raises(error, match=message):
+        torch.ops.dx1.qlinear(*args, False)
+
+
+class _TwoLayers(torch.nn.Module):
+    """Two qlinears DX-1 runs, then a softmax it has no command for."""
+
+    def __init__(self):
+        super().__init__()
+        _, self.w1, self.b1 = _operands(3)
+        self.w2 = torch.randint(-128, 128, (7, 12), dtype=torch.int8, generator=torch.Generator().manual_seed(4))
+
+    def forward(self, x):
+        h = torch.ops.dx1.qlinear(x, self.w1, self.b1, 30000, 20, True)
+        y = torch.ops.dx1.qlinear(h, self.w2, None, 20000, 18, False)
+        return torch.nn.functional.softmax(y.float(), -1)
+
+
+def test_compile_backend_runs_the_qlinear_chain_on_dx1_and_the_rest_on_the_cpu():
+    torch._dynamo.reset()
+    model, (x, _, _) = _TwoLayers(), _operands(9)
+    want = model(x)
+    fast = torch.compile(model, backend="dx1")
+    assert torch.equal(fast(x), want) and torch.equal(fast(x), want)
+    gm = compiled[-1]
+    where = {p.node: (p.where, p.subgraph) for p in gm.dx1_placement}
+    assert where["h"] == where["y"] == ("dx1", "dx1_subgraph_0")
+    assert where["softmax"][0] == "cpu"
+    sub = gm.dx1_subgraphs["dx1_subgraph_0"]
+    assert sub.calls == 2 and sub.last_stats.device_segments == 1 and sub.last_stats.transfers == 2
+
+
+def test_compile_backend_falls_back_to_the_cpu_for_dynamic_shapes():
+    torch._dynamo.reset()
+    model = _TwoLayers()
+    fast = torch.compile(model, backend="dx1", dynamic=True)
+    for m in (3, 6):
+        x = _operands(m, m=m)[0]
+        assert torch.equal(fast(x), model(x))
+    reasons = [p.reason for p in compiled[-1].dx1_placement if p.target == "qlinear_reference"]
+    assert reasons and all("dynamic shape" in r for r in reasons)
+
+
+def test_device_context_chooses_the_device():
+    x, w, b = _operands(2)
+    with dxt.device("model") as dev:
+        assert dxt.current_device() is dev
+        torch.ops.dx1.qlinear(x, w, b, 1, 0, False)
+    assert dxt.current_device() is not dev
+    with pytest.raises(TypeError, match="device string or a dx1_driver.Device"):
+        with dxt.device(3):
+            pass
+
+
+def test_quantize_mlp_refuses_layers_it_cannot_map():
+    with pytest.raises(ValueError, match="not Sigmoid"):
+        dxt.quantize_mlp(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sigmoid()), torch.rand(8, 4))
+
+
+@pytest.fixture(scope="module")
+def digits_on_model():
+    from dx1_bringup.workloads.digits import run_digits
+
+    return run_digits(["model"])
+
+
+def test_digits_on_the_model_match_the_int_reference_bit_for_bit(digits_on_model):
+    result, qmodel = digits_on_model
+    assert result.bit_exact == {"model": True}
+    assert result.float_accuracy > 0.9 and result.int_accuracy > 0.9
+    assert abs(result.int_accuracy - result.float_accuracy) < 0.03
+    assert result.device_accuracy["model"] == result.int_accuracy
+    assert result.stats["model"].device_segments == 1 and result.stats["model"].transfers == 2
+    # torch.compile of the MLP and a LogSoftmax: the three qlinears on DX-1 as one subgraph, the rest on the CPU.
+    assert result.compiled_matches_eager
+    where = {p.target: (p.where, p.subgraph) for p in result.compiled_placement}
+    assert where["dx1::qlinear"] == ("dx1", "dx1_subgraph_0") and where["log_softmax"][0] == "cpu"
+    assert sum(p.target == "dx1::qlinear" for p in result.compiled_placement) == 3
+
+
+def test_digits_through_torch_compile_equal_the_graph_runtime(digits_on_model):
+    from dx1_bringup.workloads.digits import load_data
+
+    _, qmodel = digits_on_model
+    torch._dynamo.reset()
+    x = load_data().x_test[:40]
+    eager = qmodel(x)
+    assert torch.equal(torch.compile(qmodel, backend="dx1")(x), eager)
+    q = dxt.quantize.quantize_input(x, qmodel.in_scale)
+    assert torch.equal(qmodel.forward_int(q), qmodel.reference_int(q))
+
+
+@pytest.mark.verilator
+def test_digits_on_the_rtl_match_the_int_reference_bit_for_bit(sim_transport):
+    from dx1_driver import Device
+
+    from dx1_bringup.workloads.digits import run_digits
+
+    result, _ = run_digits([Device(sim_transport)])
+    assert result.bit_exact == {"device": True}
+    assert result.stats["device"].cycles > 0 and result.stats["device"].round_trips > 0
+
+
+def test_encoder_block_on_the_model_is_bit_exact_per_device_op():
+    from dx1_bringup.workloads.encoder import run_encoder
+
+    result = run_encoder(["model"])
+    assert result.mismatches == {"model": []}
+    assert result.int_error == 0.0 and result.float_error < 0.06
+    placement = dict(result.placement)
+    for op in ("q_proj", "k_proj", "v_proj", "scores0", "scores1", "attend0", "attend1", "out_proj", "ffn1", "ffn2"):
+        assert placement[op] == "device"
+    for op in ("layer_norm1", "softmax", "layer_norm2"):
+        assert placement[op] == "host"
+    stats = result.stats["model"]
+    assert stats.device_segments == 3 and stats.host_ops == 6
+    assert "x1 @ residual2.identity" in result.plan  # the second residual reads x1 where out_proj wrote it
+
+
+def test_graph_views_are_checked_where_the_device_would_read_past_them():
+    from dx1_bringup.runtime.graph import Graph, QMatmul, Value, View
+
+    g = Graph()
+    g.add_input(Value("a", 8, 20, "int8"))
+    g.add_const("b", np.zeros((4, 8), np.int8))
+    g.add_value(Value("c", 8, 8, "int8"))
+    g.add(QMatmul("mm", ((View("a", col0=8, cols=4), View("b")),), View("c"), None, PostOpParams(1, 0)))
+    with pytest.raises(ValueError, match="must have a multiple of 8 columns or end at a's last column"):
+        g.validate()
+
+
+@pytest.mark.verilator
+def test_encoder_block_on_the_rtl_is_bit_exact_per_device_op(sim_transport):
+    from dx1_driver import Device
+
+    from dx1_bringup.workloads.encoder import run_encoder
+
+    result = run_encoder([Device(sim_transport)])
+    assert result.mismatches == {"device": []}
+    assert result.stats["device"].round_trips > 0
