@@ -42,12 +42,11 @@ import numpy as np
 from dx1_driver import Capabilities, Device, DriverError, regs
 
 from ..golden import requantize
+from ..spec import BUS_BYTES
 
-__all__ = ["ACC_LANE_BYTES", "BUS_BYTES", "GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "PERF_COUNTERS",
+__all__ = ["ACC_LANE_BYTES", "GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "PERF_COUNTERS",
            "compile_gemm", "padded", "read_perf", "reference_gemm", "run_gemm"]
 
-#: Device-memory bus width in bytes: DMA addresses and strides must be multiples of it.
-BUS_BYTES = 8
 #: Bytes per accumulator lane.
 ACC_LANE_BYTES = 4
 #: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
