@@ -8,6 +8,7 @@ import importlib.util
 import json
 import random
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -313,6 +314,7 @@ def _c_checks(config: SocConfig, rng: random.Random) -> tuple[str, dict[str, str
         value(f"DX1_ERR_{code.name}", code.value)
     value("DX1_MAGIC", MAGIC)
     value("DX1_TILES", config.tiles)
+    value("DX1_BUS_BYTES", spec.BUS_BYTES)
 
     for opcode, cmd in COMMANDS.items():
         tag, fields, flags = _random_command(rng, cmd)
@@ -372,6 +374,29 @@ def test_c_header_compiles_and_encodes_like_the_spec(generated: Path, config_nam
     assert run.returncode == 0, "a field value did not fit where the spec says it does"
     got = dict(line.rsplit(" ", 1) for line in run.stdout.splitlines())
     assert got == expected
+
+
+def test_link_header_compiles_with_the_spec_values(default_root: Path, tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) on PATH to compile drivers/include/dx1_link.h with")
+    expected = {f"DX1_FRAME_{c.name}": c.value for c in FrameCommand}
+    expected |= {f"DX1_FRAME_{s.name}": s.value for s in FrameStatus}
+    expected |= {f"DX1_SIM_{o.name}": o.value for o in SimOp} | {f"DX1_SIM_{s.name}": s.value for s in SimStatus}
+    expected |= {f"DX1_{name}": value for name, (value, _style) in py_link.LIMITS.items()}
+    expected |= {f"DX1_{name}_BYTES": struct.calcsize(struct_format(order, fields))
+                 for name, (order, fields, _doc) in py_link.LAYOUTS.items()}
+    lines = [f'    printf("{name} %llu\\n", (unsigned long long)({name}));' for name in expected]
+    source = tmp_path / "link.c"
+    source.write_text("\n".join(["#include <stdio.h>", '#include "dx1_link.h"', "int main(void)", "{", *lines,
+                                  "    return 0;", "}", ""]))
+    binary = tmp_path / "link"
+    build = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I",
+                            str(default_root / "drivers/include"), str(source), "-o", str(binary)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    assert {k: int(v) for k, v in (line.split() for line in run.stdout.splitlines())} == expected
 
 
 def test_c_header_refuses_a_field_across_64_bit_words(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ __all__ = ["OUTPUTS", "write_all"]
 #: Every generated file, relative to the repository root, and how it is rendered.
 OUTPUTS: dict[str, Callable[[SocConfig], str]] = {
     "drivers/include/dx1_regs.h": c_header.render,
+    "drivers/include/dx1_link.h": c_header.render_link,
     "drivers/dx1_driver/regs.py": py_accessors.render,
     "docs/dx1.json": json_desc.render,
     "docs/registers.md": markdown.render_registers,

@@ -17,6 +17,7 @@ import re
 
 from ..spec import (
     BLOCK_ALIGN,
+    BUS_BYTES,
     CHECK_ORDER,
     COMMAND_BYTES,
     COMMANDS,
@@ -257,7 +258,9 @@ def render(config: SocConfig) -> str:
            "k_chunks=1)``, which checks that every value fits its field and leaves reserved bits zero.\n")
     out = [f"# {NOTICE}", f'"""{doc}"""', "", "import enum", "import operator", ""]
     out += [f"MAGIC = 0x{MAGIC:08x}", f"SPEC_VERSION = 0x{SPEC_VERSION:08x}", f"BLOCK_ALIGN = 0x{BLOCK_ALIGN:x}",
-            f"COMMAND_BYTES = {COMMAND_BYTES}", f"COMPLETION_BYTES = {COMPLETION_BYTES}", ""]
+            f"COMMAND_BYTES = {COMMAND_BYTES}", f"COMPLETION_BYTES = {COMPLETION_BYTES}",
+            "#: Bytes of one beat of the device-memory bus: DMA addresses and strides are multiples of it.",
+            f"BUS_BYTES = {BUS_BYTES}", ""]
     out += ["#: The configuration this module was generated for."]
     out += _dict("CONFIG", "dict[str, object]",
                  [(_str(name), _value(value)) for name, value in dataclasses.asdict(config).items()])

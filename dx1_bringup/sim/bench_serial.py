@@ -67,7 +67,7 @@ class Host:
         if not board:
             from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
 
-            regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+            regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=link.REG_BYTES)
             ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=1 << 20)
             models += [regs.read_if, regs.write_if, ram.read_if, ram.write_if]
         for model in models:

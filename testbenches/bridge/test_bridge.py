@@ -135,7 +135,7 @@ async def uartbone(dut):
     """UARTBone writes and reads of registers and memory, n = 1..8, against the RAM models."""
     tb, rng = await setup(dut)
     for n in range(1, 9):
-        for base, model, span in ((0, tb.regs, 1 << 16), (MEM_BASE, tb.ram, MEM_SIZE)):
+        for base, model, span in ((0, tb.regs, REG_BYTES), (MEM_BASE, tb.ram, MEM_SIZE)):
             off = rng.randrange(0, span - 4 * n, 4)
             words = [rng.getrandbits(32) for _ in range(n)]
             await tb.bone_write(base + off, words)
@@ -197,7 +197,7 @@ async def register_frames(dut):
     tb, rng = await setup(dut)
     regs = tb.regs
     for n in (1, 2, 3, 8, 17, 255):
-        off = rng.randrange(0, (1 << 16) - 4 * n, 4)
+        off = rng.randrange(0, REG_BYTES - 4 * n, 4)
         words = [rng.getrandbits(32) for _ in range(n)]
         assert await tb.reg_write(off, words) == ACK, f"register write of {n} at {off:#x} ({seed_note()})"
         got = [regs.read_dword(off + 4 * i) for i in range(n)]
@@ -207,13 +207,13 @@ async def register_frames(dut):
     assert await tb.reg_write(0xFFF8, [5, 6]) == ACK
     assert await tb.reg_read(0xFFF8, 2) == (ACK, [5, 6]), f"read at the top ({seed_note()})"
     regs.write_dword(0x40, 0x1111_1111)
-    before = regs.read(0, 1 << 16)
+    before = regs.read(0, REG_BYTES)
     # range: unaligned, past the register space, count 0, device memory: NAK_RANGE, nothing written, and
     # the frame was whole, so the next frame is taken at once
-    for addr, words in ((0x42, [1]), (0xFFFC, [1, 2]), (0x40, []), (MEM_BASE + 0x40, [1]), (0x1_0000, [1])):
+    for addr, words in ((0x42, [1]), (0xFFFC, [1, 2]), (0x40, []), (MEM_BASE + 0x40, [1]), (REG_BYTES, [1])):
         assert await tb.reg_write(addr, words) == NAK_RANGE, f"write {addr:#x} x{len(words)} ({seed_note()})"
         assert await tb.reg_read(addr, len(words)) == (NAK_RANGE, []), f"read {addr:#x} ({seed_note()})"
-    assert regs.read(0, 1 << 16) == before, f"a refused register frame wrote ({seed_note()})"
+    assert regs.read(0, REG_BYTES) == before, f"a refused register frame wrote ({seed_note()})"
     # bad CRC: a flipped word bit, a flipped CRC bit, a flipped count (the frame then ends early or late)
     for k in (8, -1, 5):
         frame = bytearray(frames.reg_write_frame(0x40, [0x2222_2222, 0x3333_3333]))
@@ -222,7 +222,7 @@ async def register_frames(dut):
         if k != 5:
             assert (await tb.recv(1))[0] == NAK_CRC, f"bad CRC (byte {k}) not refused ({seed_note()})"
         await tb.quiet(1.2 * TIMEOUT_NS)   # discard until quiet, then nothing more
-        assert regs.read(0, 1 << 16) == before, f"a register frame with a bad CRC wrote ({seed_note()})"
+        assert regs.read(0, REG_BYTES) == before, f"a register frame with a bad CRC wrote ({seed_note()})"
     frame = bytearray(frames.reg_read_frame(0x40, 1))
     frame[4] ^= 0x04
     await tb.send(bytes(frame))
