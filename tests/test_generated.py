@@ -184,12 +184,13 @@ def test_field_helpers(regs: ModuleType) -> None:
         regs.Global.sem(16)
 
 
-def test_regs_module_passes_the_project_lint(default_root: Path) -> None:
+@pytest.mark.parametrize("module", ["regs", "link"])
+def test_driver_modules_pass_the_project_lint(default_root: Path, module: str) -> None:
     ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
     if ruff is None:
         pytest.skip("ruff is not installed")
     result = subprocess.run([ruff, "check", "--config", str(REPO / "pyproject.toml"), "--no-cache",
-                             str(default_root / "drivers/dx1_driver/regs.py")], capture_output=True, text=True)
+                             str(default_root / f"drivers/dx1_driver/{module}.py")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -223,15 +224,6 @@ def test_driver_modules_are_standalone(default_root: Path, module: str) -> None:
                  if isinstance(node, ast.ImportFrom) and node.module and not node.level}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
     assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
-
-
-def test_link_module_passes_the_project_lint(default_root: Path) -> None:
-    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
-    if ruff is None:
-        pytest.skip("ruff is not installed")
-    result = subprocess.run([ruff, "check", "--config", str(REPO / "pyproject.toml"), "--no-cache",
-                             str(default_root / "drivers/dx1_driver/link.py")], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_link_reference_lists_every_frame_and_op(default_root: Path) -> None:

@@ -42,6 +42,14 @@ _LINE = 120  # the project's ruff line length
 _DOC_WIDTH = 100
 
 
+def module_text(out: list[str]) -> str:
+    """The lines of a generated module joined into its source; ``ValueError`` if a line is over the ruff limit."""
+    too_long = [line for chunk in out for line in chunk.splitlines() if len(line) > _LINE]
+    if too_long:
+        raise ValueError(f"a spec doc or name gives a line over {_LINE} characters: {too_long[0]!r}")
+    return "\n".join(out) + "\n"
+
+
 def _str(text: str) -> str:
     # A JSON string literal is also a valid Python one, always double-quoted.
     return json.dumps(text)
@@ -297,7 +305,4 @@ def render(config: SocConfig) -> str:
     out += _PACKING.splitlines()
     for cmd in COMMANDS.values():
         out += _builder(cmd)
-    too_long = [line for chunk in out for line in chunk.splitlines() if len(line) > _LINE]
-    if too_long:
-        raise ValueError(f"a spec doc or name gives a line over {_LINE} characters: {too_long[0]!r}")
-    return "\n".join(out) + "\n"
+    return module_text(out)

@@ -47,7 +47,7 @@ from ..spec import (
     struct_format,
 )
 from .common import NOTICE, version_text, wrap
-from .py_accessors import _LINE, _dict, _enum, _str
+from .py_accessors import _LINE, _dict, _enum, _str, module_text
 
 __all__ = ["render", "LIMITS", "LAYOUTS"]
 
@@ -132,7 +132,4 @@ def render(_config: SocConfig) -> str:
     out.append("")
     for name, (value, style) in LIMITS.items():
         out += [*(f"#: {line}" for line in wrap(_LIMIT_DOCS[name], _LINE - 3)), f"{name} = {_literal(value, style)}"]
-    too_long = [line for chunk in out for line in chunk.splitlines() if len(line) > _LINE]
-    if too_long:
-        raise ValueError(f"a spec doc or name gives a line over {_LINE} characters: {too_long[0]!r}")
-    return "\n".join(out) + "\n"
+    return module_text(out)
