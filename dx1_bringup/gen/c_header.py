@@ -32,6 +32,7 @@ from ..spec import (
     register_map,
 )
 from .common import NOTICE, BlockLayout, block_layouts, check_unique, version_text, wrap
+from .py_link import LAYOUTS, LIMITS
 
 __all__ = ["render", "render_link", "check_word_fields"]
 
@@ -288,8 +289,6 @@ def render_link(_config: SocConfig) -> str:
         The header text: frame commands, status bytes, header sizes and limits of the bridge; op codes,
         status codes, request and response sizes and limits of the simulator socket.
     """
-    from .py_link import LAYOUTS, LIMITS
-
     def size(fields) -> int:
         return sum({"B": 1, "I": 4}[f.code] for f in fields)
 

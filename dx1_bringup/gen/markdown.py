@@ -36,6 +36,7 @@ from ..spec import (
     register_map,
 )
 from .common import BLOCK_WALK, NOTICE, BlockLayout, bit_range, block_layouts, version_text
+from .py_link import LAYOUTS, LIMITS
 
 __all__ = ["render_registers", "render_commands", "render_link"]
 
@@ -232,8 +233,6 @@ def render_link() -> str:
     str
         The Markdown text.
     """
-    from .py_link import LAYOUTS, LIMITS
-
     def limits(docs: dict[str, str]) -> list[str]:
         return _table(("Name", "Value", "Meaning"),
                       [(f"`{name}`", f"`0x{LIMITS[name][0]:x}`" if LIMITS[name][1] == "x" else str(LIMITS[name][0]),
