@@ -54,7 +54,8 @@ sim: $(STAMP)
 rtl: $(STAMP)
 	$(PY) -m dx1_bringup.generate
 
-GENERATED := rtl drivers/include drivers/dx1_driver/regs.py docs/dx1.json docs/registers.md docs/commands.md
+GENERATED := rtl drivers/include drivers/dx1_driver/regs.py drivers/dx1_driver/link.py docs/dx1.json docs/registers.md \
+  docs/commands.md docs/link.md
 
 # Fails when `make rtl` changes any tracked generated file (generated files drifted from their source).
 check-rtl: rtl

@@ -11,7 +11,9 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   :class:`~dx1_driver.transport.SimTransport` that stops it on close.
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
-model, so the PCIe access layer is tested without a card.
+model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
+device model behind the Python bridge model (:class:`~dx1_bringup.model.bridge.ModelBridge`) on a local
+socket, so the serial transport is tested without a board.
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ from typing import Any
 
 from dx1_driver import TransportError, register_backend
 from dx1_driver.pcie import BarMapping, PcieTransport
+from dx1_driver.serial_transport import SerialTransport
 from dx1_driver.transport import SimTransport, Transport
 
-from .model.device import BusError, DeviceModel, MemoryFaults
+from .faults import LineFaults, MemoryFaults
+from .model.bridge import ModelBridge
+from .model.device import BusError, DeviceModel
 from .sim.launch import start_simulator
 from .spec import SocConfig
 
-__all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "open_model", "open_sim", "register"]
+__all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model", "open_sim",
+           "register"]
 
 
 class ModelTransport(Transport):
@@ -166,3 +172,51 @@ def register() -> None:
     register_backend("model", open_model, "model")
     register_backend("model:", open_model, "model:FAULTS")
     register_backend("sim", open_sim, "sim")
+
+
+class _LoopbackTransport(SerialTransport):
+    """A :class:`SerialTransport` that owns its :class:`ModelBridge` and stops it on close."""
+
+    def __init__(self, bridge: ModelBridge, **kwargs: Any):
+        self.bridge = bridge
+        try:
+            super().__init__(bridge.url, **kwargs)
+        except BaseException:
+            bridge.close()
+            raise
+
+    def _close(self) -> None:
+        try:
+            super()._close()
+        finally:
+            self.bridge.close()
+
+
+def loopback_model_transport(fault_rate: float = 0.0, seed: int = 0, *, scope: str = "all",
+                             config: SocConfig | None = None, **kwargs: Any) -> SerialTransport:
+    """A :class:`SerialTransport` to a fresh golden model behind a :class:`ModelBridge` on 127.0.0.1.
+
+    Parameters
+    ----------
+    fault_rate:
+        Bit error rate of the line; bytes are also dropped and duplicated at this rate each.
+    seed:
+        Seed of the faults.
+    scope:
+        Which traffic the faults hit (see :class:`LineFaults`).
+    config:
+        The device's configuration; ``None`` for the default device.
+    kwargs:
+        Passed to :class:`SerialTransport`; the defaults here suit a local socket (short timeouts).
+
+    Returns
+    -------
+    SerialTransport
+        With attribute ``bridge``; closing it stops the bridge.
+    """
+    faults = LineFaults.uniform(fault_rate, seed=seed, scope=scope)
+    model = DeviceModel(config)
+    bridge = ModelBridge(model, model.config.mem_bytes, (BusError,), faults=faults, idle_timeout=0.02)
+    options: dict[str, Any] = {"timeout": 0.1, "quiet": 0.04}
+    options.update(kwargs)
+    return _LoopbackTransport(bridge, **options)

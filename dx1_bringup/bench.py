@@ -128,7 +128,7 @@ SERIAL_SIZES = [4, 16, 64, 256, 1024, 4096, 16384, 65536]
 SERIAL_VERIFIED_MAX = 16384
 #: The `dx1 gemm M K N` problem run over serial beside the sim transport.
 SERIAL_GEMM = (64, 64, 64)
-#: Line fault rate of the faulty-line GEMM (per bit and per byte, as the board server's FaultInjector applies it).
+#: Line fault rate of the faulty-line GEMM (per bit and per byte: the board server's ``LineFaults.uniform``).
 SERIAL_FAULT_RATE = 1e-4
 #: The `dx1 gemm` problem run over the faulty line (smaller: every retry costs a resynchronisation in wall time).
 SERIAL_FAULT_GEMM = (32, 32, 32)
@@ -188,7 +188,7 @@ def serial_bench(sizes: list[int]) -> dict:
     """
     from concurrent.futures import ProcessPoolExecutor
 
-    from dx1_driver.serial_link import SerialTransport
+    from dx1_driver.serial_transport import SerialTransport
     from dx1_driver.transport import SimTransport
 
     from .cli import gemm_problem

@@ -66,7 +66,7 @@ from .model.tile import PostOpParams
 from .runtime.gemm import compile_gemm
 from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
 from .runtime.reference import reference_gemm
-from .spec import Access, BlockType, SocConfig, register_map
+from .spec import BUS_BYTES, Access, BlockType, SocConfig, register_map
 
 __all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "run_bringup"]
 
@@ -98,7 +98,7 @@ _HINTS = {
 
 _LINK_READS = 4
 _SCRATCH_PATTERNS = (0xA5A5_5A5A, 0x5A5A_A5A5, 0xFFFF_FFFF, 0x0000_0000)
-_WORD = 8  # the device-memory bus width in bytes
+_WORD = BUS_BYTES  # the device-memory bus width in bytes
 _WORD_BITS = 8 * _WORD
 _ADDR_MARK = 0xA5 << 56  # marks values of the address-line test, so a stray value names its address
 _RING_LOG2 = 4

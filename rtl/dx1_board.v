@@ -260,68 +260,68 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 , mem__wstrb, mem__wlast, regs__bready, mem__bready, regs__rready, mem__rready, regs__wvalid, regs__awvalid, regs__arvalid, mem__awvalid, mem__arvalid, regs__awaddr, regs__wdata, mem__awaddr, mem__awlen, regs__araddr, mem__araddr, mem__arlen, tx, rx);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [31:0] \$1 ;
-  wire [13:0] \$10 ;
+  wire [9:0] \$10 ;
   wire \$100 ;
-  wire \$1000 ;
-  wire [7:0] \$1001 ;
-  wire \$1002 ;
+  wire [31:0] \$1000 ;
+  wire \$1001 ;
+  wire [7:0] \$1002 ;
   wire \$1003 ;
-  wire [31:0] \$1004 ;
-  wire \$1005 ;
-  wire [7:0] \$1006 ;
-  wire \$1007 ;
+  wire \$1004 ;
+  wire [31:0] \$1005 ;
+  wire \$1006 ;
+  wire [7:0] \$1007 ;
   wire \$1008 ;
-  wire [31:0] \$1009 ;
+  wire \$1009 ;
   wire \$101 ;
-  wire \$1010 ;
-  wire [7:0] \$1011 ;
-  wire \$1012 ;
+  wire [31:0] \$1010 ;
+  wire \$1011 ;
+  wire [7:0] \$1012 ;
   wire \$1013 ;
-  wire [31:0] \$1014 ;
-  wire \$1015 ;
-  wire [7:0] \$1016 ;
-  wire \$1017 ;
+  wire \$1014 ;
+  wire [31:0] \$1015 ;
+  wire \$1016 ;
+  wire [7:0] \$1017 ;
   wire \$1018 ;
-  wire [31:0] \$1019 ;
+  wire \$1019 ;
   wire \$102 ;
-  wire \$1020 ;
-  wire [7:0] \$1021 ;
-  wire \$1022 ;
+  wire [31:0] \$1020 ;
+  wire \$1021 ;
+  wire [7:0] \$1022 ;
   wire \$1023 ;
-  wire [31:0] \$1024 ;
-  wire \$1025 ;
-  wire [7:0] \$1026 ;
-  wire \$1027 ;
+  wire \$1024 ;
+  wire [31:0] \$1025 ;
+  wire \$1026 ;
+  wire [7:0] \$1027 ;
   wire \$1028 ;
-  wire [31:0] \$1029 ;
+  wire \$1029 ;
   wire \$103 ;
-  wire \$1030 ;
-  wire [7:0] \$1031 ;
-  wire \$1032 ;
+  wire [31:0] \$1030 ;
+  wire \$1031 ;
+  wire [7:0] \$1032 ;
   wire \$1033 ;
-  wire [31:0] \$1034 ;
-  wire \$1035 ;
-  wire [7:0] \$1036 ;
-  wire \$1037 ;
+  wire \$1034 ;
+  wire [31:0] \$1035 ;
+  wire \$1036 ;
+  wire [7:0] \$1037 ;
   wire \$1038 ;
-  wire [31:0] \$1039 ;
+  wire \$1039 ;
   wire \$104 ;
-  wire \$1040 ;
-  wire [7:0] \$1041 ;
-  wire \$1042 ;
+  wire [31:0] \$1040 ;
+  wire \$1041 ;
+  wire [7:0] \$1042 ;
   wire \$1043 ;
-  wire [13:0] \$1044 ;
+  wire \$1044 ;
   wire [13:0] \$1045 ;
   wire [13:0] \$1046 ;
-  wire \$1047 ;
-  wire [46:0] \$1048 ;
+  wire [13:0] \$1047 ;
+  wire \$1048 ;
   wire [46:0] \$1049 ;
   wire \$105 ;
-  wire [13:0] \$1050 ;
-  wire \$1051 ;
-  reg \$1052 ;
-  reg [12:0] \$1053 ;
-  reg \$1054 ;
+  wire [46:0] \$1050 ;
+  wire [13:0] \$1051 ;
+  wire \$1052 ;
+  reg \$1053 ;
+  reg [12:0] \$1054 ;
   reg \$1055 ;
   reg \$1056 ;
   reg \$1057 ;
@@ -329,38 +329,39 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   reg \$1059 ;
   wire \$106 ;
   reg \$1060 ;
-  reg [12:0] \$1061 ;
-  reg [31:0] \$1062 ;
-  reg \$1063 ;
-  reg [7:0] \$1064 ;
-  reg \$1065 ;
-  reg [5:0] \$1066 ;
-  reg [8:0] \$1067 ;
-  reg [31:0] \$1068 ;
+  reg \$1061 ;
+  reg [12:0] \$1062 ;
+  reg [31:0] \$1063 ;
+  reg \$1064 ;
+  reg [7:0] \$1065 ;
+  reg \$1066 ;
+  reg [5:0] \$1067 ;
+  reg [8:0] \$1068 ;
   reg [31:0] \$1069 ;
   wire \$107 ;
   reg [31:0] \$1070 ;
-  reg [15:0] \$1071 ;
-  reg [31:0] \$1072 ;
+  reg [31:0] \$1071 ;
+  reg [15:0] \$1072 ;
   reg [31:0] \$1073 ;
-  reg [7:0] \$1074 ;
-  reg [63:0] \$1075 ;
-  reg [7:0] \$1076 ;
-  reg [15:0] \$1077 ;
-  reg [31:0] \$1078 ;
-  reg [7:0] \$1079 ;
+  reg [31:0] \$1074 ;
+  reg [7:0] \$1075 ;
+  reg [63:0] \$1076 ;
+  reg [7:0] \$1077 ;
+  reg [15:0] \$1078 ;
+  reg [31:0] \$1079 ;
   wire \$108 ;
-  reg [31:0] \$1080 ;
+  reg [7:0] \$1080 ;
   reg [31:0] \$1081 ;
-  reg [7:0] \$1082 ;
-  reg [2:0] \$1083 ;
-  reg [12:0] \$1084 ;
-  reg [30:0] \$1085 ;
-  reg [9:0] \$1086 ;
+  reg [31:0] \$1082 ;
+  reg [7:0] \$1083 ;
+  reg [2:0] \$1084 ;
+  reg [12:0] \$1085 ;
+  reg [30:0] \$1086 ;
   reg [9:0] \$1087 ;
-  reg [8:0] \$1088 ;
+  reg [9:0] \$1088 ;
+  reg [8:0] \$1089 ;
   wire \$109 ;
-  wire [14:0] \$11 ;
+  wire [13:0] \$11 ;
   wire \$110 ;
   wire \$111 ;
   wire \$112 ;
@@ -371,7 +372,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   wire \$117 ;
   wire \$118 ;
   wire \$119 ;
-  wire \$12 ;
+  wire [14:0] \$12 ;
   wire \$120 ;
   wire \$121 ;
   wire \$122 ;
@@ -381,398 +382,398 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   wire \$126 ;
   wire \$127 ;
   wire \$128 ;
-  wire [13:0] \$129 ;
-  wire [13:0] \$13 ;
-  wire \$130 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire [13:0] \$130 ;
   wire \$131 ;
   wire \$132 ;
   wire \$133 ;
   wire \$134 ;
   wire \$135 ;
-  wire [31:0] \$136 ;
-  wire \$137 ;
-  wire [7:0] \$138 ;
-  wire \$139 ;
-  wire [14:0] \$14 ;
+  wire \$136 ;
+  wire [31:0] \$137 ;
+  wire \$138 ;
+  wire [7:0] \$139 ;
+  wire [13:0] \$14 ;
   wire \$140 ;
-  wire [31:0] \$141 ;
-  wire \$142 ;
-  wire [7:0] \$143 ;
-  wire \$144 ;
+  wire \$141 ;
+  wire [31:0] \$142 ;
+  wire \$143 ;
+  wire [7:0] \$144 ;
   wire \$145 ;
-  wire [31:0] \$146 ;
-  wire \$147 ;
-  wire [7:0] \$148 ;
-  wire \$149 ;
-  wire \$15 ;
+  wire \$146 ;
+  wire [31:0] \$147 ;
+  wire \$148 ;
+  wire [7:0] \$149 ;
+  wire [14:0] \$15 ;
   wire \$150 ;
-  wire [31:0] \$151 ;
-  wire \$152 ;
-  wire [7:0] \$153 ;
-  wire \$154 ;
+  wire \$151 ;
+  wire [31:0] \$152 ;
+  wire \$153 ;
+  wire [7:0] \$154 ;
   wire \$155 ;
-  wire [31:0] \$156 ;
-  wire \$157 ;
-  wire [7:0] \$158 ;
-  wire \$159 ;
+  wire \$156 ;
+  wire [31:0] \$157 ;
+  wire \$158 ;
+  wire [7:0] \$159 ;
   wire \$16 ;
   wire \$160 ;
-  wire [31:0] \$161 ;
-  wire \$162 ;
-  wire [7:0] \$163 ;
-  wire \$164 ;
+  wire \$161 ;
+  wire [31:0] \$162 ;
+  wire \$163 ;
+  wire [7:0] \$164 ;
   wire \$165 ;
-  wire [31:0] \$166 ;
-  wire \$167 ;
-  wire [7:0] \$168 ;
-  wire \$169 ;
-  wire [13:0] \$17 ;
+  wire \$166 ;
+  wire [31:0] \$167 ;
+  wire \$168 ;
+  wire [7:0] \$169 ;
+  wire \$17 ;
   wire \$170 ;
-  wire [31:0] \$171 ;
-  wire \$172 ;
-  wire [7:0] \$173 ;
-  wire \$174 ;
+  wire \$171 ;
+  wire [31:0] \$172 ;
+  wire \$173 ;
+  wire [7:0] \$174 ;
   wire \$175 ;
-  wire [31:0] \$176 ;
-  wire \$177 ;
-  wire [7:0] \$178 ;
-  wire \$179 ;
-  wire [14:0] \$18 ;
+  wire \$176 ;
+  wire [31:0] \$177 ;
+  wire \$178 ;
+  wire [7:0] \$179 ;
+  wire [13:0] \$18 ;
   wire \$180 ;
-  wire [31:0] \$181 ;
-  wire \$182 ;
-  wire [7:0] \$183 ;
-  wire \$184 ;
+  wire \$181 ;
+  wire [31:0] \$182 ;
+  wire \$183 ;
+  wire [7:0] \$184 ;
   wire \$185 ;
-  wire [31:0] \$186 ;
-  wire \$187 ;
-  wire [7:0] \$188 ;
-  wire \$189 ;
-  wire \$19 ;
+  wire \$186 ;
+  wire [31:0] \$187 ;
+  wire \$188 ;
+  wire [7:0] \$189 ;
+  wire [14:0] \$19 ;
   wire \$190 ;
-  wire [31:0] \$191 ;
-  wire \$192 ;
-  wire [7:0] \$193 ;
-  wire \$194 ;
+  wire \$191 ;
+  wire [31:0] \$192 ;
+  wire \$193 ;
+  wire [7:0] \$194 ;
   wire \$195 ;
-  wire [31:0] \$196 ;
-  wire \$197 ;
-  wire [7:0] \$198 ;
-  wire \$199 ;
+  wire \$196 ;
+  wire [31:0] \$197 ;
+  wire \$198 ;
+  wire [7:0] \$199 ;
   wire \$2 ;
-  wire [13:0] \$20 ;
+  wire \$20 ;
   wire \$200 ;
-  wire [31:0] \$201 ;
-  wire \$202 ;
-  wire [7:0] \$203 ;
-  wire \$204 ;
+  wire \$201 ;
+  wire [31:0] \$202 ;
+  wire \$203 ;
+  wire [7:0] \$204 ;
   wire \$205 ;
-  wire [31:0] \$206 ;
-  wire \$207 ;
-  wire [7:0] \$208 ;
-  wire \$209 ;
-  wire [14:0] \$21 ;
+  wire \$206 ;
+  wire [31:0] \$207 ;
+  wire \$208 ;
+  wire [7:0] \$209 ;
+  wire [13:0] \$21 ;
   wire \$210 ;
-  wire [31:0] \$211 ;
-  wire \$212 ;
-  wire [7:0] \$213 ;
-  wire \$214 ;
+  wire \$211 ;
+  wire [31:0] \$212 ;
+  wire \$213 ;
+  wire [7:0] \$214 ;
   wire \$215 ;
-  wire [31:0] \$216 ;
-  wire \$217 ;
-  wire [7:0] \$218 ;
-  wire \$219 ;
-  wire \$22 ;
+  wire \$216 ;
+  wire [31:0] \$217 ;
+  wire \$218 ;
+  wire [7:0] \$219 ;
+  wire [14:0] \$22 ;
   wire \$220 ;
-  wire [31:0] \$221 ;
-  wire \$222 ;
-  wire [7:0] \$223 ;
-  wire \$224 ;
+  wire \$221 ;
+  wire [31:0] \$222 ;
+  wire \$223 ;
+  wire [7:0] \$224 ;
   wire \$225 ;
-  wire [31:0] \$226 ;
-  wire \$227 ;
-  wire [7:0] \$228 ;
-  wire \$229 ;
+  wire \$226 ;
+  wire [31:0] \$227 ;
+  wire \$228 ;
+  wire [7:0] \$229 ;
   wire \$23 ;
   wire \$230 ;
-  wire [31:0] \$231 ;
-  wire \$232 ;
-  wire [7:0] \$233 ;
-  wire \$234 ;
+  wire \$231 ;
+  wire [31:0] \$232 ;
+  wire \$233 ;
+  wire [7:0] \$234 ;
   wire \$235 ;
-  wire [31:0] \$236 ;
-  wire \$237 ;
-  wire [7:0] \$238 ;
-  wire \$239 ;
-  wire [13:0] \$24 ;
+  wire \$236 ;
+  wire [31:0] \$237 ;
+  wire \$238 ;
+  wire [7:0] \$239 ;
+  wire \$24 ;
   wire \$240 ;
-  wire [31:0] \$241 ;
-  wire \$242 ;
-  wire [7:0] \$243 ;
-  wire \$244 ;
+  wire \$241 ;
+  wire [31:0] \$242 ;
+  wire \$243 ;
+  wire [7:0] \$244 ;
   wire \$245 ;
-  wire [31:0] \$246 ;
-  wire \$247 ;
-  wire [7:0] \$248 ;
-  wire \$249 ;
-  wire [14:0] \$25 ;
+  wire \$246 ;
+  wire [31:0] \$247 ;
+  wire \$248 ;
+  wire [7:0] \$249 ;
+  wire [13:0] \$25 ;
   wire \$250 ;
-  wire [31:0] \$251 ;
-  wire \$252 ;
-  wire [7:0] \$253 ;
-  wire \$254 ;
+  wire \$251 ;
+  wire [31:0] \$252 ;
+  wire \$253 ;
+  wire [7:0] \$254 ;
   wire \$255 ;
-  wire [31:0] \$256 ;
-  wire \$257 ;
-  wire [7:0] \$258 ;
-  wire \$259 ;
-  wire \$26 ;
+  wire \$256 ;
+  wire [31:0] \$257 ;
+  wire \$258 ;
+  wire [7:0] \$259 ;
+  wire [14:0] \$26 ;
   wire \$260 ;
-  wire [31:0] \$261 ;
-  wire \$262 ;
-  wire [7:0] \$263 ;
-  wire \$264 ;
+  wire \$261 ;
+  wire [31:0] \$262 ;
+  wire \$263 ;
+  wire [7:0] \$264 ;
   wire \$265 ;
-  wire [31:0] \$266 ;
-  wire \$267 ;
-  wire [7:0] \$268 ;
-  wire \$269 ;
-  wire [13:0] \$27 ;
+  wire \$266 ;
+  wire [31:0] \$267 ;
+  wire \$268 ;
+  wire [7:0] \$269 ;
+  wire \$27 ;
   wire \$270 ;
-  wire [31:0] \$271 ;
-  wire \$272 ;
-  wire [7:0] \$273 ;
-  wire \$274 ;
+  wire \$271 ;
+  wire [31:0] \$272 ;
+  wire \$273 ;
+  wire [7:0] \$274 ;
   wire \$275 ;
-  wire [31:0] \$276 ;
-  wire \$277 ;
-  wire [7:0] \$278 ;
-  wire \$279 ;
-  wire [14:0] \$28 ;
+  wire \$276 ;
+  wire [31:0] \$277 ;
+  wire \$278 ;
+  wire [7:0] \$279 ;
+  wire [13:0] \$28 ;
   wire \$280 ;
-  wire [31:0] \$281 ;
-  wire \$282 ;
-  wire [7:0] \$283 ;
-  wire \$284 ;
+  wire \$281 ;
+  wire [31:0] \$282 ;
+  wire \$283 ;
+  wire [7:0] \$284 ;
   wire \$285 ;
-  wire [31:0] \$286 ;
-  wire \$287 ;
-  wire [7:0] \$288 ;
-  wire \$289 ;
-  wire \$29 ;
+  wire \$286 ;
+  wire [31:0] \$287 ;
+  wire \$288 ;
+  wire [7:0] \$289 ;
+  wire [14:0] \$29 ;
   wire \$290 ;
-  wire [31:0] \$291 ;
-  wire \$292 ;
-  wire [7:0] \$293 ;
-  wire \$294 ;
+  wire \$291 ;
+  wire [31:0] \$292 ;
+  wire \$293 ;
+  wire [7:0] \$294 ;
   wire \$295 ;
   wire \$296 ;
   wire \$297 ;
-  wire [8:0] \$298 ;
-  wire [13:0] \$299 ;
+  wire \$298 ;
+  wire [8:0] \$299 ;
   wire \$3 ;
   wire \$30 ;
-  wire \$300 ;
-  wire [13:0] \$301 ;
-  wire \$302 ;
-  wire [30:0] \$303 ;
-  wire [7:0] \$304 ;
-  wire [30:0] \$305 ;
-  wire \$306 ;
+  wire [13:0] \$300 ;
+  wire \$301 ;
+  wire [13:0] \$302 ;
+  wire \$303 ;
+  wire [30:0] \$304 ;
+  wire [7:0] \$305 ;
+  wire [30:0] \$306 ;
   wire \$307 ;
   wire \$308 ;
   wire \$309 ;
-  wire [13:0] \$31 ;
-  wire [31:0] \$310 ;
-  wire \$311 ;
+  wire \$31 ;
+  wire \$310 ;
+  wire [31:0] \$311 ;
   wire \$312 ;
-  wire [31:0] \$313 ;
+  wire \$313 ;
   wire [31:0] \$314 ;
-  wire [46:0] \$315 ;
-  wire [13:0] \$316 ;
-  wire \$317 ;
-  wire [9:0] \$318 ;
-  wire [32:0] \$319 ;
-  wire [14:0] \$32 ;
-  wire \$320 ;
-  wire [13:0] \$321 ;
-  wire \$322 ;
-  wire [31:0] \$323 ;
-  wire \$324 ;
-  wire [7:0] \$325 ;
-  wire \$326 ;
+  wire [31:0] \$315 ;
+  wire [46:0] \$316 ;
+  wire [13:0] \$317 ;
+  wire \$318 ;
+  wire [9:0] \$319 ;
+  wire [13:0] \$32 ;
+  wire [32:0] \$320 ;
+  wire \$321 ;
+  wire [13:0] \$322 ;
+  wire \$323 ;
+  wire [31:0] \$324 ;
+  wire \$325 ;
+  wire [7:0] \$326 ;
   wire \$327 ;
-  wire [31:0] \$328 ;
-  wire \$329 ;
-  wire \$33 ;
-  wire [7:0] \$330 ;
-  wire \$331 ;
+  wire \$328 ;
+  wire [31:0] \$329 ;
+  wire [14:0] \$33 ;
+  wire \$330 ;
+  wire [7:0] \$331 ;
   wire \$332 ;
-  wire [31:0] \$333 ;
-  wire \$334 ;
-  wire [7:0] \$335 ;
-  wire \$336 ;
+  wire \$333 ;
+  wire [31:0] \$334 ;
+  wire \$335 ;
+  wire [7:0] \$336 ;
   wire \$337 ;
-  wire [31:0] \$338 ;
-  wire \$339 ;
-  wire [13:0] \$34 ;
-  wire [7:0] \$340 ;
-  wire \$341 ;
+  wire \$338 ;
+  wire [31:0] \$339 ;
+  wire \$34 ;
+  wire \$340 ;
+  wire [7:0] \$341 ;
   wire \$342 ;
-  wire [31:0] \$343 ;
-  wire \$344 ;
-  wire [7:0] \$345 ;
-  wire \$346 ;
+  wire \$343 ;
+  wire [31:0] \$344 ;
+  wire \$345 ;
+  wire [7:0] \$346 ;
   wire \$347 ;
-  wire [31:0] \$348 ;
-  wire \$349 ;
-  wire [14:0] \$35 ;
-  wire [7:0] \$350 ;
-  wire \$351 ;
+  wire \$348 ;
+  wire [31:0] \$349 ;
+  wire [13:0] \$35 ;
+  wire \$350 ;
+  wire [7:0] \$351 ;
   wire \$352 ;
-  wire [31:0] \$353 ;
-  wire \$354 ;
-  wire [7:0] \$355 ;
-  wire \$356 ;
+  wire \$353 ;
+  wire [31:0] \$354 ;
+  wire \$355 ;
+  wire [7:0] \$356 ;
   wire \$357 ;
-  wire [31:0] \$358 ;
-  wire \$359 ;
-  wire \$36 ;
-  wire [7:0] \$360 ;
-  wire \$361 ;
+  wire \$358 ;
+  wire [31:0] \$359 ;
+  wire [14:0] \$36 ;
+  wire \$360 ;
+  wire [7:0] \$361 ;
   wire \$362 ;
-  wire [31:0] \$363 ;
-  wire \$364 ;
-  wire [7:0] \$365 ;
-  wire \$366 ;
+  wire \$363 ;
+  wire [31:0] \$364 ;
+  wire \$365 ;
+  wire [7:0] \$366 ;
   wire \$367 ;
-  wire [31:0] \$368 ;
-  wire \$369 ;
+  wire \$368 ;
+  wire [31:0] \$369 ;
   wire \$37 ;
-  wire [7:0] \$370 ;
-  wire \$371 ;
+  wire \$370 ;
+  wire [7:0] \$371 ;
   wire \$372 ;
-  wire [31:0] \$373 ;
-  wire \$374 ;
-  wire [7:0] \$375 ;
-  wire \$376 ;
+  wire \$373 ;
+  wire [31:0] \$374 ;
+  wire \$375 ;
+  wire [7:0] \$376 ;
   wire \$377 ;
-  wire [31:0] \$378 ;
-  wire \$379 ;
-  wire [13:0] \$38 ;
-  wire [7:0] \$380 ;
-  wire \$381 ;
+  wire \$378 ;
+  wire [31:0] \$379 ;
+  wire \$38 ;
+  wire \$380 ;
+  wire [7:0] \$381 ;
   wire \$382 ;
-  wire [31:0] \$383 ;
-  wire \$384 ;
-  wire [7:0] \$385 ;
-  wire \$386 ;
+  wire \$383 ;
+  wire [31:0] \$384 ;
+  wire \$385 ;
+  wire [7:0] \$386 ;
   wire \$387 ;
-  wire [31:0] \$388 ;
-  wire \$389 ;
-  wire [14:0] \$39 ;
-  wire [7:0] \$390 ;
-  wire \$391 ;
+  wire \$388 ;
+  wire [31:0] \$389 ;
+  wire [13:0] \$39 ;
+  wire \$390 ;
+  wire [7:0] \$391 ;
   wire \$392 ;
-  wire [31:0] \$393 ;
-  wire \$394 ;
-  wire [7:0] \$395 ;
-  wire \$396 ;
+  wire \$393 ;
+  wire [31:0] \$394 ;
+  wire \$395 ;
+  wire [7:0] \$396 ;
   wire \$397 ;
-  wire [31:0] \$398 ;
-  wire \$399 ;
+  wire \$398 ;
+  wire [31:0] \$399 ;
   wire [14:0] \$4 ;
-  wire \$40 ;
-  wire [7:0] \$400 ;
-  wire \$401 ;
+  wire [14:0] \$40 ;
+  wire \$400 ;
+  wire [7:0] \$401 ;
   wire \$402 ;
-  wire [31:0] \$403 ;
-  wire \$404 ;
-  wire [7:0] \$405 ;
-  wire \$406 ;
+  wire \$403 ;
+  wire [31:0] \$404 ;
+  wire \$405 ;
+  wire [7:0] \$406 ;
   wire \$407 ;
-  wire [31:0] \$408 ;
-  wire \$409 ;
-  wire [13:0] \$41 ;
-  wire [7:0] \$410 ;
-  wire \$411 ;
+  wire \$408 ;
+  wire [31:0] \$409 ;
+  wire \$41 ;
+  wire \$410 ;
+  wire [7:0] \$411 ;
   wire \$412 ;
-  wire [31:0] \$413 ;
-  wire \$414 ;
-  wire [7:0] \$415 ;
-  wire \$416 ;
+  wire \$413 ;
+  wire [31:0] \$414 ;
+  wire \$415 ;
+  wire [7:0] \$416 ;
   wire \$417 ;
-  wire [31:0] \$418 ;
-  wire \$419 ;
-  wire [14:0] \$42 ;
-  wire [7:0] \$420 ;
-  wire \$421 ;
+  wire \$418 ;
+  wire [31:0] \$419 ;
+  wire [13:0] \$42 ;
+  wire \$420 ;
+  wire [7:0] \$421 ;
   wire \$422 ;
-  wire [31:0] \$423 ;
-  wire \$424 ;
-  wire [7:0] \$425 ;
-  wire \$426 ;
+  wire \$423 ;
+  wire [31:0] \$424 ;
+  wire \$425 ;
+  wire [7:0] \$426 ;
   wire \$427 ;
-  wire [31:0] \$428 ;
-  wire \$429 ;
-  wire \$43 ;
-  wire [7:0] \$430 ;
-  wire \$431 ;
+  wire \$428 ;
+  wire [31:0] \$429 ;
+  wire [14:0] \$43 ;
+  wire \$430 ;
+  wire [7:0] \$431 ;
   wire \$432 ;
-  wire [31:0] \$433 ;
-  wire \$434 ;
-  wire [7:0] \$435 ;
-  wire \$436 ;
+  wire \$433 ;
+  wire [31:0] \$434 ;
+  wire \$435 ;
+  wire [7:0] \$436 ;
   wire \$437 ;
-  wire [31:0] \$438 ;
-  wire \$439 ;
+  wire \$438 ;
+  wire [31:0] \$439 ;
   wire \$44 ;
-  wire [7:0] \$440 ;
-  wire \$441 ;
+  wire \$440 ;
+  wire [7:0] \$441 ;
   wire \$442 ;
-  wire [31:0] \$443 ;
-  wire \$444 ;
-  wire [7:0] \$445 ;
-  wire \$446 ;
+  wire \$443 ;
+  wire [31:0] \$444 ;
+  wire \$445 ;
+  wire [7:0] \$446 ;
   wire \$447 ;
-  wire [31:0] \$448 ;
-  wire \$449 ;
-  wire [13:0] \$45 ;
-  wire [7:0] \$450 ;
-  wire \$451 ;
+  wire \$448 ;
+  wire [31:0] \$449 ;
+  wire \$45 ;
+  wire \$450 ;
+  wire [7:0] \$451 ;
   wire \$452 ;
-  wire [31:0] \$453 ;
-  wire \$454 ;
-  wire [7:0] \$455 ;
-  wire \$456 ;
+  wire \$453 ;
+  wire [31:0] \$454 ;
+  wire \$455 ;
+  wire [7:0] \$456 ;
   wire \$457 ;
-  wire [31:0] \$458 ;
-  wire \$459 ;
-  wire [14:0] \$46 ;
-  wire [7:0] \$460 ;
-  wire \$461 ;
+  wire \$458 ;
+  wire [31:0] \$459 ;
+  wire [13:0] \$46 ;
+  wire \$460 ;
+  wire [7:0] \$461 ;
   wire \$462 ;
-  wire [31:0] \$463 ;
-  wire \$464 ;
-  wire [7:0] \$465 ;
-  wire \$466 ;
+  wire \$463 ;
+  wire [31:0] \$464 ;
+  wire \$465 ;
+  wire [7:0] \$466 ;
   wire \$467 ;
-  wire [31:0] \$468 ;
-  wire \$469 ;
-  wire \$47 ;
-  wire [7:0] \$470 ;
-  wire \$471 ;
+  wire \$468 ;
+  wire [31:0] \$469 ;
+  wire [14:0] \$47 ;
+  wire \$470 ;
+  wire [7:0] \$471 ;
   wire \$472 ;
-  wire [31:0] \$473 ;
-  wire \$474 ;
-  wire [7:0] \$475 ;
-  wire \$476 ;
+  wire \$473 ;
+  wire [31:0] \$474 ;
+  wire \$475 ;
+  wire [7:0] \$476 ;
   wire \$477 ;
-  wire [31:0] \$478 ;
-  wire \$479 ;
-  wire [13:0] \$48 ;
-  wire [7:0] \$480 ;
-  wire \$481 ;
+  wire \$478 ;
+  wire [31:0] \$479 ;
+  wire \$48 ;
+  wire \$480 ;
+  wire [7:0] \$481 ;
   wire \$482 ;
   wire \$483 ;
   wire \$484 ;
@@ -781,410 +782,410 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   wire \$487 ;
   wire \$488 ;
   wire \$489 ;
-  wire [14:0] \$49 ;
+  wire [13:0] \$49 ;
   wire \$490 ;
   wire \$491 ;
-  wire [33:0] \$492 ;
-  wire \$493 ;
+  wire \$492 ;
+  wire [33:0] \$493 ;
   wire \$494 ;
   wire \$495 ;
   wire \$496 ;
   wire \$497 ;
   wire \$498 ;
-  wire [31:0] \$499 ;
-  wire [14:0] \$5 ;
-  wire \$50 ;
-  wire \$500 ;
-  wire [7:0] \$501 ;
-  wire \$502 ;
+  wire \$499 ;
+  wire [15:0] \$5 ;
+  wire [14:0] \$50 ;
+  wire [31:0] \$500 ;
+  wire \$501 ;
+  wire [7:0] \$502 ;
   wire \$503 ;
-  wire [31:0] \$504 ;
-  wire \$505 ;
-  wire [7:0] \$506 ;
-  wire \$507 ;
+  wire \$504 ;
+  wire [31:0] \$505 ;
+  wire \$506 ;
+  wire [7:0] \$507 ;
   wire \$508 ;
-  wire [31:0] \$509 ;
+  wire \$509 ;
   wire \$51 ;
-  wire \$510 ;
-  wire [7:0] \$511 ;
-  wire \$512 ;
+  wire [31:0] \$510 ;
+  wire \$511 ;
+  wire [7:0] \$512 ;
   wire \$513 ;
-  wire [31:0] \$514 ;
-  wire \$515 ;
-  wire [7:0] \$516 ;
-  wire \$517 ;
+  wire \$514 ;
+  wire [31:0] \$515 ;
+  wire \$516 ;
+  wire [7:0] \$517 ;
   wire \$518 ;
-  wire [31:0] \$519 ;
-  wire [13:0] \$52 ;
-  wire \$520 ;
-  wire [7:0] \$521 ;
-  wire \$522 ;
+  wire \$519 ;
+  wire \$52 ;
+  wire [31:0] \$520 ;
+  wire \$521 ;
+  wire [7:0] \$522 ;
   wire \$523 ;
-  wire [31:0] \$524 ;
-  wire \$525 ;
-  wire [7:0] \$526 ;
-  wire \$527 ;
+  wire \$524 ;
+  wire [31:0] \$525 ;
+  wire \$526 ;
+  wire [7:0] \$527 ;
   wire \$528 ;
-  wire [31:0] \$529 ;
-  wire [14:0] \$53 ;
-  wire \$530 ;
-  wire [7:0] \$531 ;
-  wire \$532 ;
+  wire \$529 ;
+  wire [13:0] \$53 ;
+  wire [31:0] \$530 ;
+  wire \$531 ;
+  wire [7:0] \$532 ;
   wire \$533 ;
-  wire [31:0] \$534 ;
-  wire \$535 ;
-  wire [7:0] \$536 ;
-  wire \$537 ;
+  wire \$534 ;
+  wire [31:0] \$535 ;
+  wire \$536 ;
+  wire [7:0] \$537 ;
   wire \$538 ;
-  wire [31:0] \$539 ;
-  wire \$54 ;
-  wire \$540 ;
-  wire [7:0] \$541 ;
-  wire \$542 ;
+  wire \$539 ;
+  wire [14:0] \$54 ;
+  wire [31:0] \$540 ;
+  wire \$541 ;
+  wire [7:0] \$542 ;
   wire \$543 ;
-  wire [31:0] \$544 ;
-  wire \$545 ;
-  wire [7:0] \$546 ;
-  wire \$547 ;
+  wire \$544 ;
+  wire [31:0] \$545 ;
+  wire \$546 ;
+  wire [7:0] \$547 ;
   wire \$548 ;
-  wire [31:0] \$549 ;
-  wire [13:0] \$55 ;
-  wire \$550 ;
-  wire [7:0] \$551 ;
-  wire \$552 ;
+  wire \$549 ;
+  wire \$55 ;
+  wire [31:0] \$550 ;
+  wire \$551 ;
+  wire [7:0] \$552 ;
   wire \$553 ;
-  wire [31:0] \$554 ;
-  wire \$555 ;
-  wire [7:0] \$556 ;
-  wire \$557 ;
+  wire \$554 ;
+  wire [31:0] \$555 ;
+  wire \$556 ;
+  wire [7:0] \$557 ;
   wire \$558 ;
-  wire [31:0] \$559 ;
-  wire [14:0] \$56 ;
-  wire \$560 ;
-  wire [7:0] \$561 ;
-  wire \$562 ;
+  wire \$559 ;
+  wire [13:0] \$56 ;
+  wire [31:0] \$560 ;
+  wire \$561 ;
+  wire [7:0] \$562 ;
   wire \$563 ;
-  wire [31:0] \$564 ;
-  wire \$565 ;
-  wire [7:0] \$566 ;
-  wire \$567 ;
+  wire \$564 ;
+  wire [31:0] \$565 ;
+  wire \$566 ;
+  wire [7:0] \$567 ;
   wire \$568 ;
-  wire [31:0] \$569 ;
-  wire \$57 ;
-  wire \$570 ;
-  wire [7:0] \$571 ;
-  wire \$572 ;
+  wire \$569 ;
+  wire [14:0] \$57 ;
+  wire [31:0] \$570 ;
+  wire \$571 ;
+  wire [7:0] \$572 ;
   wire \$573 ;
-  wire [31:0] \$574 ;
-  wire \$575 ;
-  wire [7:0] \$576 ;
-  wire \$577 ;
+  wire \$574 ;
+  wire [31:0] \$575 ;
+  wire \$576 ;
+  wire [7:0] \$577 ;
   wire \$578 ;
-  wire [31:0] \$579 ;
+  wire \$579 ;
   wire \$58 ;
-  wire \$580 ;
-  wire [7:0] \$581 ;
-  wire \$582 ;
+  wire [31:0] \$580 ;
+  wire \$581 ;
+  wire [7:0] \$582 ;
   wire \$583 ;
-  wire [31:0] \$584 ;
-  wire \$585 ;
-  wire [7:0] \$586 ;
-  wire \$587 ;
+  wire \$584 ;
+  wire [31:0] \$585 ;
+  wire \$586 ;
+  wire [7:0] \$587 ;
   wire \$588 ;
-  wire [31:0] \$589 ;
-  wire [13:0] \$59 ;
-  wire \$590 ;
-  wire [7:0] \$591 ;
-  wire \$592 ;
+  wire \$589 ;
+  wire \$59 ;
+  wire [31:0] \$590 ;
+  wire \$591 ;
+  wire [7:0] \$592 ;
   wire \$593 ;
-  wire [31:0] \$594 ;
-  wire \$595 ;
-  wire [7:0] \$596 ;
-  wire \$597 ;
+  wire \$594 ;
+  wire [31:0] \$595 ;
+  wire \$596 ;
+  wire [7:0] \$597 ;
   wire \$598 ;
-  wire [31:0] \$599 ;
-  wire [10:0] \$6 ;
-  wire [14:0] \$60 ;
-  wire \$600 ;
-  wire [7:0] \$601 ;
-  wire \$602 ;
+  wire \$599 ;
+  wire [15:0] \$6 ;
+  wire [13:0] \$60 ;
+  wire [31:0] \$600 ;
+  wire \$601 ;
+  wire [7:0] \$602 ;
   wire \$603 ;
-  wire [31:0] \$604 ;
-  wire \$605 ;
-  wire [7:0] \$606 ;
-  wire \$607 ;
+  wire \$604 ;
+  wire [31:0] \$605 ;
+  wire \$606 ;
+  wire [7:0] \$607 ;
   wire \$608 ;
-  wire [31:0] \$609 ;
-  wire \$61 ;
-  wire \$610 ;
-  wire [7:0] \$611 ;
-  wire \$612 ;
+  wire \$609 ;
+  wire [14:0] \$61 ;
+  wire [31:0] \$610 ;
+  wire \$611 ;
+  wire [7:0] \$612 ;
   wire \$613 ;
-  wire [31:0] \$614 ;
-  wire \$615 ;
-  wire [7:0] \$616 ;
-  wire \$617 ;
+  wire \$614 ;
+  wire [31:0] \$615 ;
+  wire \$616 ;
+  wire [7:0] \$617 ;
   wire \$618 ;
-  wire [31:0] \$619 ;
-  wire [13:0] \$62 ;
-  wire \$620 ;
-  wire [7:0] \$621 ;
-  wire \$622 ;
+  wire \$619 ;
+  wire \$62 ;
+  wire [31:0] \$620 ;
+  wire \$621 ;
+  wire [7:0] \$622 ;
   wire \$623 ;
-  wire [31:0] \$624 ;
-  wire \$625 ;
-  wire [7:0] \$626 ;
-  wire \$627 ;
+  wire \$624 ;
+  wire [31:0] \$625 ;
+  wire \$626 ;
+  wire [7:0] \$627 ;
   wire \$628 ;
-  wire [31:0] \$629 ;
-  wire [14:0] \$63 ;
-  wire \$630 ;
-  wire [7:0] \$631 ;
-  wire \$632 ;
+  wire \$629 ;
+  wire [13:0] \$63 ;
+  wire [31:0] \$630 ;
+  wire \$631 ;
+  wire [7:0] \$632 ;
   wire \$633 ;
-  wire [31:0] \$634 ;
-  wire \$635 ;
-  wire [7:0] \$636 ;
-  wire \$637 ;
+  wire \$634 ;
+  wire [31:0] \$635 ;
+  wire \$636 ;
+  wire [7:0] \$637 ;
   wire \$638 ;
-  wire [31:0] \$639 ;
-  wire \$64 ;
-  wire \$640 ;
-  wire [7:0] \$641 ;
-  wire \$642 ;
+  wire \$639 ;
+  wire [14:0] \$64 ;
+  wire [31:0] \$640 ;
+  wire \$641 ;
+  wire [7:0] \$642 ;
   wire \$643 ;
-  wire [31:0] \$644 ;
-  wire \$645 ;
-  wire [7:0] \$646 ;
-  wire \$647 ;
+  wire \$644 ;
+  wire [31:0] \$645 ;
+  wire \$646 ;
+  wire [7:0] \$647 ;
   wire \$648 ;
-  wire [31:0] \$649 ;
+  wire \$649 ;
   wire \$65 ;
-  wire \$650 ;
-  wire [7:0] \$651 ;
-  wire \$652 ;
+  wire [31:0] \$650 ;
+  wire \$651 ;
+  wire [7:0] \$652 ;
   wire \$653 ;
-  wire [31:0] \$654 ;
-  wire \$655 ;
-  wire [7:0] \$656 ;
-  wire \$657 ;
+  wire \$654 ;
+  wire [31:0] \$655 ;
+  wire \$656 ;
+  wire [7:0] \$657 ;
   wire \$658 ;
-  wire [13:0] \$659 ;
-  wire [12:0] \$66 ;
+  wire \$659 ;
+  wire \$66 ;
   wire [13:0] \$660 ;
   wire [13:0] \$661 ;
-  wire \$662 ;
-  wire [13:0] \$663 ;
-  wire \$664 ;
+  wire [13:0] \$662 ;
+  wire \$663 ;
+  wire [13:0] \$664 ;
   wire \$665 ;
-  wire \$666 ;
+  wire [1:0] \$666 ;
   wire \$667 ;
   wire \$668 ;
-  wire [9:0] \$669 ;
+  wire \$669 ;
   wire [12:0] \$67 ;
-  wire [11:0] \$670 ;
-  wire [31:0] \$671 ;
-  wire [10:0] \$672 ;
-  wire [9:0] \$673 ;
-  wire [10:0] \$674 ;
-  wire [9:0] \$675 ;
-  wire \$676 ;
+  wire [9:0] \$670 ;
+  wire [11:0] \$671 ;
+  wire [31:0] \$672 ;
+  wire [10:0] \$673 ;
+  wire [9:0] \$674 ;
+  wire [10:0] \$675 ;
+  wire [9:0] \$676 ;
   wire \$677 ;
   wire \$678 ;
   wire \$679 ;
-  wire \$68 ;
-  wire [1:0] \$680 ;
-  wire [9:0] \$681 ;
-  wire [11:0] \$682 ;
-  wire [31:0] \$683 ;
-  wire [10:0] \$684 ;
-  wire \$685 ;
-  wire [10:0] \$686 ;
-  wire \$687 ;
-  wire [13:0] \$688 ;
-  wire [31:0] \$689 ;
+  wire [12:0] \$68 ;
+  wire \$680 ;
+  wire [1:0] \$681 ;
+  wire [9:0] \$682 ;
+  wire [11:0] \$683 ;
+  wire [31:0] \$684 ;
+  wire [10:0] \$685 ;
+  wire \$686 ;
+  wire [10:0] \$687 ;
+  wire \$688 ;
+  wire [13:0] \$689 ;
   wire \$69 ;
-  wire \$690 ;
-  wire [7:0] \$691 ;
-  wire \$692 ;
+  wire [31:0] \$690 ;
+  wire \$691 ;
+  wire [7:0] \$692 ;
   wire \$693 ;
-  wire [31:0] \$694 ;
-  wire \$695 ;
-  wire [7:0] \$696 ;
-  wire \$697 ;
+  wire \$694 ;
+  wire [31:0] \$695 ;
+  wire \$696 ;
+  wire [7:0] \$697 ;
   wire \$698 ;
-  wire [31:0] \$699 ;
-  wire \$7 ;
+  wire \$699 ;
+  wire [10:0] \$7 ;
   wire \$70 ;
-  wire \$700 ;
-  wire [7:0] \$701 ;
-  wire \$702 ;
+  wire [31:0] \$700 ;
+  wire \$701 ;
+  wire [7:0] \$702 ;
   wire \$703 ;
-  wire [31:0] \$704 ;
-  wire \$705 ;
-  wire [7:0] \$706 ;
-  wire \$707 ;
+  wire \$704 ;
+  wire [31:0] \$705 ;
+  wire \$706 ;
+  wire [7:0] \$707 ;
   wire \$708 ;
-  wire [31:0] \$709 ;
+  wire \$709 ;
   wire \$71 ;
-  wire \$710 ;
-  wire [7:0] \$711 ;
-  wire \$712 ;
+  wire [31:0] \$710 ;
+  wire \$711 ;
+  wire [7:0] \$712 ;
   wire \$713 ;
-  wire [31:0] \$714 ;
-  wire \$715 ;
-  wire [7:0] \$716 ;
-  wire \$717 ;
+  wire \$714 ;
+  wire [31:0] \$715 ;
+  wire \$716 ;
+  wire [7:0] \$717 ;
   wire \$718 ;
-  wire [31:0] \$719 ;
+  wire \$719 ;
   wire \$72 ;
-  wire \$720 ;
-  wire [7:0] \$721 ;
-  wire \$722 ;
+  wire [31:0] \$720 ;
+  wire \$721 ;
+  wire [7:0] \$722 ;
   wire \$723 ;
-  wire [31:0] \$724 ;
-  wire \$725 ;
-  wire [7:0] \$726 ;
-  wire \$727 ;
+  wire \$724 ;
+  wire [31:0] \$725 ;
+  wire \$726 ;
+  wire [7:0] \$727 ;
   wire \$728 ;
-  wire [31:0] \$729 ;
+  wire \$729 ;
   wire \$73 ;
-  wire \$730 ;
-  wire [7:0] \$731 ;
-  wire \$732 ;
+  wire [31:0] \$730 ;
+  wire \$731 ;
+  wire [7:0] \$732 ;
   wire \$733 ;
-  wire [31:0] \$734 ;
-  wire \$735 ;
-  wire [7:0] \$736 ;
-  wire \$737 ;
+  wire \$734 ;
+  wire [31:0] \$735 ;
+  wire \$736 ;
+  wire [7:0] \$737 ;
   wire \$738 ;
-  wire [31:0] \$739 ;
+  wire \$739 ;
   wire \$74 ;
-  wire \$740 ;
-  wire [7:0] \$741 ;
-  wire \$742 ;
+  wire [31:0] \$740 ;
+  wire \$741 ;
+  wire [7:0] \$742 ;
   wire \$743 ;
-  wire [31:0] \$744 ;
-  wire \$745 ;
-  wire [7:0] \$746 ;
-  wire \$747 ;
+  wire \$744 ;
+  wire [31:0] \$745 ;
+  wire \$746 ;
+  wire [7:0] \$747 ;
   wire \$748 ;
-  wire [31:0] \$749 ;
+  wire \$749 ;
   wire \$75 ;
-  wire \$750 ;
-  wire [7:0] \$751 ;
-  wire \$752 ;
+  wire [31:0] \$750 ;
+  wire \$751 ;
+  wire [7:0] \$752 ;
   wire \$753 ;
-  wire [31:0] \$754 ;
-  wire \$755 ;
-  wire [7:0] \$756 ;
-  wire \$757 ;
+  wire \$754 ;
+  wire [31:0] \$755 ;
+  wire \$756 ;
+  wire [7:0] \$757 ;
   wire \$758 ;
-  wire [31:0] \$759 ;
-  wire [12:0] \$76 ;
-  wire \$760 ;
-  wire [7:0] \$761 ;
-  wire \$762 ;
+  wire \$759 ;
+  wire \$76 ;
+  wire [31:0] \$760 ;
+  wire \$761 ;
+  wire [7:0] \$762 ;
   wire \$763 ;
-  wire [31:0] \$764 ;
-  wire \$765 ;
-  wire [7:0] \$766 ;
-  wire \$767 ;
+  wire \$764 ;
+  wire [31:0] \$765 ;
+  wire \$766 ;
+  wire [7:0] \$767 ;
   wire \$768 ;
-  wire [31:0] \$769 ;
-  wire [14:0] \$77 ;
-  wire \$770 ;
-  wire [7:0] \$771 ;
-  wire \$772 ;
+  wire \$769 ;
+  wire [12:0] \$77 ;
+  wire [31:0] \$770 ;
+  wire \$771 ;
+  wire [7:0] \$772 ;
   wire \$773 ;
-  wire [31:0] \$774 ;
-  wire \$775 ;
-  wire [7:0] \$776 ;
-  wire \$777 ;
+  wire \$774 ;
+  wire [31:0] \$775 ;
+  wire \$776 ;
+  wire [7:0] \$777 ;
   wire \$778 ;
-  wire [31:0] \$779 ;
-  wire \$78 ;
-  wire \$780 ;
-  wire [7:0] \$781 ;
-  wire \$782 ;
+  wire \$779 ;
+  wire [14:0] \$78 ;
+  wire [31:0] \$780 ;
+  wire \$781 ;
+  wire [7:0] \$782 ;
   wire \$783 ;
-  wire [31:0] \$784 ;
-  wire \$785 ;
-  wire [7:0] \$786 ;
-  wire \$787 ;
+  wire \$784 ;
+  wire [31:0] \$785 ;
+  wire \$786 ;
+  wire [7:0] \$787 ;
   wire \$788 ;
-  wire [31:0] \$789 ;
+  wire \$789 ;
   wire \$79 ;
-  wire \$790 ;
-  wire [7:0] \$791 ;
-  wire \$792 ;
+  wire [31:0] \$790 ;
+  wire \$791 ;
+  wire [7:0] \$792 ;
   wire \$793 ;
-  wire [31:0] \$794 ;
-  wire \$795 ;
-  wire [7:0] \$796 ;
-  wire \$797 ;
+  wire \$794 ;
+  wire [31:0] \$795 ;
+  wire \$796 ;
+  wire [7:0] \$797 ;
   wire \$798 ;
-  wire [31:0] \$799 ;
+  wire \$799 ;
   wire \$8 ;
   wire \$80 ;
-  wire \$800 ;
-  wire [7:0] \$801 ;
-  wire \$802 ;
+  wire [31:0] \$800 ;
+  wire \$801 ;
+  wire [7:0] \$802 ;
   wire \$803 ;
-  wire [31:0] \$804 ;
-  wire \$805 ;
-  wire [7:0] \$806 ;
-  wire \$807 ;
+  wire \$804 ;
+  wire [31:0] \$805 ;
+  wire \$806 ;
+  wire [7:0] \$807 ;
   wire \$808 ;
-  wire [31:0] \$809 ;
+  wire \$809 ;
   wire \$81 ;
-  wire \$810 ;
-  wire [7:0] \$811 ;
-  wire \$812 ;
+  wire [31:0] \$810 ;
+  wire \$811 ;
+  wire [7:0] \$812 ;
   wire \$813 ;
-  wire [31:0] \$814 ;
-  wire \$815 ;
-  wire [7:0] \$816 ;
-  wire \$817 ;
+  wire \$814 ;
+  wire [31:0] \$815 ;
+  wire \$816 ;
+  wire [7:0] \$817 ;
   wire \$818 ;
-  wire [31:0] \$819 ;
+  wire \$819 ;
   wire \$82 ;
-  wire \$820 ;
-  wire [7:0] \$821 ;
-  wire \$822 ;
+  wire [31:0] \$820 ;
+  wire \$821 ;
+  wire [7:0] \$822 ;
   wire \$823 ;
-  wire [31:0] \$824 ;
-  wire \$825 ;
-  wire [7:0] \$826 ;
-  wire \$827 ;
+  wire \$824 ;
+  wire [31:0] \$825 ;
+  wire \$826 ;
+  wire [7:0] \$827 ;
   wire \$828 ;
-  wire [31:0] \$829 ;
+  wire \$829 ;
   wire \$83 ;
-  wire \$830 ;
-  wire [7:0] \$831 ;
-  wire \$832 ;
+  wire [31:0] \$830 ;
+  wire \$831 ;
+  wire [7:0] \$832 ;
   wire \$833 ;
-  wire [31:0] \$834 ;
-  wire \$835 ;
-  wire [7:0] \$836 ;
-  wire \$837 ;
+  wire \$834 ;
+  wire [31:0] \$835 ;
+  wire \$836 ;
+  wire [7:0] \$837 ;
   wire \$838 ;
-  wire [31:0] \$839 ;
+  wire \$839 ;
   wire \$84 ;
-  wire \$840 ;
-  wire [7:0] \$841 ;
-  wire \$842 ;
+  wire [31:0] \$840 ;
+  wire \$841 ;
+  wire [7:0] \$842 ;
   wire \$843 ;
-  wire [31:0] \$844 ;
-  wire \$845 ;
-  wire [7:0] \$846 ;
-  wire \$847 ;
+  wire \$844 ;
+  wire [31:0] \$845 ;
+  wire \$846 ;
+  wire [7:0] \$847 ;
   wire \$848 ;
   wire \$849 ;
   wire \$85 ;
   wire \$850 ;
-  wire [10:0] \$851 ;
-  wire \$852 ;
+  wire \$851 ;
+  wire [10:0] \$852 ;
   wire \$853 ;
   wire \$854 ;
   wire \$855 ;
@@ -1193,160 +1194,160 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   wire \$858 ;
   wire \$859 ;
   wire \$86 ;
-  wire [16:0] \$860 ;
-  wire \$861 ;
+  wire \$860 ;
+  wire [16:0] \$861 ;
   wire \$862 ;
   wire \$863 ;
-  wire [13:0] \$864 ;
-  wire [32:0] \$865 ;
-  wire [13:0] \$866 ;
+  wire \$864 ;
+  wire [13:0] \$865 ;
+  wire [32:0] \$866 ;
   wire [13:0] \$867 ;
-  wire \$868 ;
-  wire [13:0] \$869 ;
+  wire [13:0] \$868 ;
+  wire \$869 ;
   wire \$87 ;
-  wire \$870 ;
+  wire [13:0] \$870 ;
   wire \$871 ;
-  wire [1:0] \$872 ;
-  wire \$873 ;
-  wire [13:0] \$874 ;
-  wire [32:0] \$875 ;
-  wire \$876 ;
-  wire [13:0] \$877 ;
-  wire \$878 ;
+  wire \$872 ;
+  wire [1:0] \$873 ;
+  wire \$874 ;
+  wire [13:0] \$875 ;
+  wire [32:0] \$876 ;
+  wire \$877 ;
+  wire [13:0] \$878 ;
   wire \$879 ;
   wire \$88 ;
-  wire [1:0] \$880 ;
-  wire \$881 ;
+  wire \$880 ;
+  wire [1:0] \$881 ;
   wire \$882 ;
   wire \$883 ;
-  wire [31:0] \$884 ;
-  wire \$885 ;
-  wire [7:0] \$886 ;
-  wire \$887 ;
+  wire \$884 ;
+  wire [31:0] \$885 ;
+  wire \$886 ;
+  wire [7:0] \$887 ;
   wire \$888 ;
-  wire [31:0] \$889 ;
-  wire [12:0] \$89 ;
-  wire \$890 ;
-  wire [7:0] \$891 ;
-  wire \$892 ;
+  wire \$889 ;
+  wire \$89 ;
+  wire [31:0] \$890 ;
+  wire \$891 ;
+  wire [7:0] \$892 ;
   wire \$893 ;
-  wire [31:0] \$894 ;
-  wire \$895 ;
-  wire [7:0] \$896 ;
-  wire \$897 ;
+  wire \$894 ;
+  wire [31:0] \$895 ;
+  wire \$896 ;
+  wire [7:0] \$897 ;
   wire \$898 ;
-  wire [31:0] \$899 ;
-  wire [9:0] \$9 ;
-  wire [7:0] \$90 ;
-  wire \$900 ;
-  wire [7:0] \$901 ;
-  wire \$902 ;
+  wire \$899 ;
+  wire \$9 ;
+  wire [12:0] \$90 ;
+  wire [31:0] \$900 ;
+  wire \$901 ;
+  wire [7:0] \$902 ;
   wire \$903 ;
-  wire [31:0] \$904 ;
-  wire \$905 ;
-  wire [7:0] \$906 ;
-  wire \$907 ;
+  wire \$904 ;
+  wire [31:0] \$905 ;
+  wire \$906 ;
+  wire [7:0] \$907 ;
   wire \$908 ;
-  wire [31:0] \$909 ;
-  wire [31:0] \$91 ;
-  wire \$910 ;
-  wire [7:0] \$911 ;
-  wire \$912 ;
+  wire \$909 ;
+  wire [7:0] \$91 ;
+  wire [31:0] \$910 ;
+  wire \$911 ;
+  wire [7:0] \$912 ;
   wire \$913 ;
-  wire [31:0] \$914 ;
-  wire \$915 ;
-  wire [7:0] \$916 ;
-  wire \$917 ;
+  wire \$914 ;
+  wire [31:0] \$915 ;
+  wire \$916 ;
+  wire [7:0] \$917 ;
   wire \$918 ;
-  wire [31:0] \$919 ;
-  wire \$92 ;
-  wire \$920 ;
-  wire [7:0] \$921 ;
-  wire \$922 ;
+  wire \$919 ;
+  wire [31:0] \$92 ;
+  wire [31:0] \$920 ;
+  wire \$921 ;
+  wire [7:0] \$922 ;
   wire \$923 ;
-  wire [31:0] \$924 ;
-  wire \$925 ;
-  wire [7:0] \$926 ;
-  wire \$927 ;
+  wire \$924 ;
+  wire [31:0] \$925 ;
+  wire \$926 ;
+  wire [7:0] \$927 ;
   wire \$928 ;
-  wire [31:0] \$929 ;
+  wire \$929 ;
   wire \$93 ;
-  wire \$930 ;
-  wire [7:0] \$931 ;
-  wire \$932 ;
+  wire [31:0] \$930 ;
+  wire \$931 ;
+  wire [7:0] \$932 ;
   wire \$933 ;
-  wire [31:0] \$934 ;
-  wire \$935 ;
-  wire [7:0] \$936 ;
-  wire \$937 ;
+  wire \$934 ;
+  wire [31:0] \$935 ;
+  wire \$936 ;
+  wire [7:0] \$937 ;
   wire \$938 ;
-  wire [31:0] \$939 ;
+  wire \$939 ;
   wire \$94 ;
-  wire \$940 ;
-  wire [7:0] \$941 ;
-  wire \$942 ;
+  wire [31:0] \$940 ;
+  wire \$941 ;
+  wire [7:0] \$942 ;
   wire \$943 ;
-  wire [31:0] \$944 ;
-  wire \$945 ;
-  wire [7:0] \$946 ;
-  wire \$947 ;
+  wire \$944 ;
+  wire [31:0] \$945 ;
+  wire \$946 ;
+  wire [7:0] \$947 ;
   wire \$948 ;
-  wire [31:0] \$949 ;
+  wire \$949 ;
   wire \$95 ;
-  wire \$950 ;
-  wire [7:0] \$951 ;
-  wire \$952 ;
+  wire [31:0] \$950 ;
+  wire \$951 ;
+  wire [7:0] \$952 ;
   wire \$953 ;
-  wire [31:0] \$954 ;
-  wire \$955 ;
-  wire [7:0] \$956 ;
-  wire \$957 ;
+  wire \$954 ;
+  wire [31:0] \$955 ;
+  wire \$956 ;
+  wire [7:0] \$957 ;
   wire \$958 ;
-  wire [31:0] \$959 ;
+  wire \$959 ;
   wire \$96 ;
-  wire \$960 ;
-  wire [7:0] \$961 ;
-  wire \$962 ;
+  wire [31:0] \$960 ;
+  wire \$961 ;
+  wire [7:0] \$962 ;
   wire \$963 ;
-  wire [31:0] \$964 ;
-  wire \$965 ;
-  wire [7:0] \$966 ;
-  wire \$967 ;
+  wire \$964 ;
+  wire [31:0] \$965 ;
+  wire \$966 ;
+  wire [7:0] \$967 ;
   wire \$968 ;
-  wire [31:0] \$969 ;
+  wire \$969 ;
   wire \$97 ;
-  wire \$970 ;
-  wire [7:0] \$971 ;
-  wire \$972 ;
+  wire [31:0] \$970 ;
+  wire \$971 ;
+  wire [7:0] \$972 ;
   wire \$973 ;
-  wire [31:0] \$974 ;
-  wire \$975 ;
-  wire [7:0] \$976 ;
-  wire \$977 ;
+  wire \$974 ;
+  wire [31:0] \$975 ;
+  wire \$976 ;
+  wire [7:0] \$977 ;
   wire \$978 ;
-  wire [31:0] \$979 ;
+  wire \$979 ;
   wire \$98 ;
-  wire \$980 ;
-  wire [7:0] \$981 ;
-  wire \$982 ;
+  wire [31:0] \$980 ;
+  wire \$981 ;
+  wire [7:0] \$982 ;
   wire \$983 ;
-  wire [31:0] \$984 ;
-  wire \$985 ;
-  wire [7:0] \$986 ;
-  wire \$987 ;
+  wire \$984 ;
+  wire [31:0] \$985 ;
+  wire \$986 ;
+  wire [7:0] \$987 ;
   wire \$988 ;
-  wire [31:0] \$989 ;
+  wire \$989 ;
   wire \$99 ;
-  wire \$990 ;
-  wire [7:0] \$991 ;
-  wire \$992 ;
+  wire [31:0] \$990 ;
+  wire \$991 ;
+  wire [7:0] \$992 ;
   wire \$993 ;
-  wire [31:0] \$994 ;
-  wire \$995 ;
-  wire [7:0] \$996 ;
-  wire \$997 ;
+  wire \$994 ;
+  wire [31:0] \$995 ;
+  wire \$996 ;
+  wire [7:0] \$997 ;
   wire \$998 ;
-  wire [31:0] \$999 ;
+  wire \$999 ;
   wire \$auto$rtlil.cc:2739:Not$10 ;
   wire \$auto$rtlil.cc:2739:Not$12 ;
   wire \$auto$rtlil.cc:2739:Not$14 ;
@@ -1544,7 +1545,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   reg [63:0] _0_;
   always @(posedge clk) begin
-    _0_ <= \buf [\$67 [9:0]];
+    _0_ <= \buf [\$68 [9:0]];
   end
   assign rp__data = _0_;
   assign got = r_rdy & r_en;
@@ -1557,749 +1558,750 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   assign reg_frame = \$2  | \$3 ;
   assign in_regs = ! waddr[29:14];
   assign hi = lo + blen[12:0];
-  assign \$4  = hi + 3'h7;
+  assign \$4  = hi + 4'h8;
+  assign \$5  = \$4  - 1'h1;
   assign reg_half = count[0] ? rp__data[63:32] : rp__data[31:0];
-  assign \$6  = 10'h200 - cur[11:3];
-  assign \$7  = left < 9'h100;
-  assign capped = \$7  ? left : 10'h100;
-  assign \$8  = \$6 [9:0] < capped;
-  assign \$9  = \$8  ? \$6 [9:0] : capped;
-  assign \$10  = beat * 4'h8;
-  assign \$11  = \$10  + 1'h0;
-  assign \$12  = \$11  >= lo;
-  assign \$13  = beat * 4'h8;
-  assign \$14  = \$13  + 1'h0;
-  assign \$15  = \$14  < hi;
-  assign \$16  = \$12  & \$15 ;
-  assign \$17  = beat * 4'h8;
-  assign \$18  = \$17  + 1'h1;
-  assign \$19  = \$18  >= lo;
-  assign \$20  = beat * 4'h8;
-  assign \$21  = \$20  + 1'h1;
-  assign \$22  = \$21  < hi;
-  assign \$23  = \$19  & \$22 ;
-  assign \$24  = beat * 4'h8;
-  assign \$25  = \$24  + 2'h2;
-  assign \$26  = \$25  >= lo;
-  assign \$27  = beat * 4'h8;
-  assign \$28  = \$27  + 2'h2;
-  assign \$29  = \$28  < hi;
-  assign \$30  = \$26  & \$29 ;
-  assign \$31  = beat * 4'h8;
-  assign \$32  = \$31  + 2'h3;
-  assign \$33  = \$32  >= lo;
-  assign \$34  = beat * 4'h8;
-  assign \$35  = \$34  + 2'h3;
-  assign \$36  = \$35  < hi;
-  assign \$37  = \$33  & \$36 ;
-  assign \$38  = beat * 4'h8;
-  assign \$39  = \$38  + 3'h4;
-  assign \$40  = \$39  >= lo;
-  assign \$41  = beat * 4'h8;
-  assign \$42  = \$41  + 3'h4;
-  assign \$43  = \$42  < hi;
-  assign \$44  = \$40  & \$43 ;
-  assign \$45  = beat * 4'h8;
-  assign \$46  = \$45  + 3'h5;
-  assign \$47  = \$46  >= lo;
-  assign \$48  = beat * 4'h8;
-  assign \$49  = \$48  + 3'h5;
-  assign \$50  = \$49  < hi;
-  assign \$51  = \$47  & \$50 ;
-  assign \$52  = beat * 4'h8;
-  assign \$53  = \$52  + 3'h6;
-  assign \$54  = \$53  >= lo;
-  assign \$55  = beat * 4'h8;
-  assign \$56  = \$55  + 3'h6;
-  assign \$57  = \$56  < hi;
-  assign \$58  = \$54  & \$57 ;
-  assign \$59  = beat * 4'h8;
-  assign \$60  = \$59  + 3'h7;
-  assign \$61  = \$60  >= lo;
-  assign \$62  = beat * 4'h8;
-  assign \$63  = \$62  + 3'h7;
-  assign \$64  = \$63  < hi;
-  assign \$65  = \$61  & \$64 ;
-  assign \$67  = send_idx ? \$66  : { 3'h0, beat };
-  assign \$68  = ~ regs__awvalid;
-  assign \$69  = ~ regs__wvalid;
-  assign \$70  = \$68  & \$69 ;
-  assign \$71  = ~ mem__awvalid;
-  assign \$72  = ~ mem__wvalid;
-  assign \$73  = \$71  & \$72 ;
-  assign \$74  = ~ regs__arvalid;
-  assign \$75  = ~ mem__arvalid;
-  assign \$77  = 1'h1 << idx[2:0];
-  assign \$78  = ! in_burst;
-  assign \$79  = ~ mem__awvalid;
-  assign \$80  = ~ mem__arvalid;
-  assign \$81  = mem__rvalid & mem__rready;
-  assign \$82  = ~ regs__awvalid;
-  assign \$83  = ~ regs__wvalid;
-  assign \$84  = \$82  & \$83 ;
-  assign \$85  = | regs__bresp;
-  assign \$86  = ~ regs__arvalid;
-  assign \$87  = | regs__rresp;
-  assign \$88  = regs__rvalid & regs__rready;
-  assign \$90  = count[0] ? 8'hf0 : 8'h0f;
-  assign \$91  = ~ crc;
-  assign \$92  = ! bridge_fsm_state;
-  assign \$93  = bridge_fsm_state == 1'h1;
-  assign \$94  = bridge_fsm_state == 2'h2;
-  assign \$95  = bridge_fsm_state == 2'h3;
-  assign \$96  = bridge_fsm_state == 3'h4;
-  assign \$97  = bridge_fsm_state == 3'h5;
-  assign \$98  = bridge_fsm_state == 3'h6;
-  assign \$99  = bridge_fsm_state == 3'h7;
-  assign \$100  = bridge_fsm_state == 4'h8;
-  assign \$101  = bridge_fsm_state == 4'h9;
-  assign \$102  = bridge_fsm_state == 4'ha;
-  assign \$103  = bridge_fsm_state == 4'hb;
-  assign \$104  = bridge_fsm_state == 4'hc;
-  assign \$105  = bridge_fsm_state == 4'hd;
-  assign \$106  = bridge_fsm_state == 4'he;
-  assign \$107  = bridge_fsm_state == 4'hf;
-  assign \$108  = bridge_fsm_state == 5'h10;
-  assign \$109  = bridge_fsm_state == 5'h11;
-  assign \$110  = bridge_fsm_state == 5'h12;
-  assign \$111  = bridge_fsm_state == 5'h13;
-  assign \$112  = bridge_fsm_state == 5'h14;
-  assign \$113  = bridge_fsm_state == 5'h15;
-  assign \$114  = bridge_fsm_state == 5'h16;
-  assign \$115  = bridge_fsm_state == 5'h17;
-  assign \$116  = bridge_fsm_state == 5'h18;
-  assign \$117  = bridge_fsm_state == 5'h19;
-  assign \$118  = bridge_fsm_state == 5'h1a;
-  assign \$119  = bridge_fsm_state == 5'h1b;
-  assign \$120  = bridge_fsm_state == 5'h1c;
-  assign \$121  = bridge_fsm_state == 5'h1d;
-  assign \$122  = bridge_fsm_state == 5'h1e;
-  assign \$123  = bridge_fsm_state == 5'h1f;
-  assign \$124  = bridge_fsm_state == 6'h20;
-  assign \$125  = bridge_fsm_state == 6'h21;
-  assign \$126  = ~ waiting;
-  assign \$127  = \$126  | got;
-  assign \$128  = ~ timed_out;
-  assign \$129  = quiet + 1'h1;
-  assign \$130  = mem__wvalid & mem__wready;
-  assign \$131  = regs__wvalid & regs__wready;
-  assign \$132  = regs__awvalid & regs__awready;
-  assign \$133  = regs__arvalid & regs__arready;
-  assign \$134  = mem__awvalid & mem__awready;
-  assign \$135  = mem__arvalid & mem__arready;
-  assign \$139  = ^ \$138 ;
-  assign \$144  = ^ \$143 ;
-  assign \$149  = ^ \$148 ;
-  assign \$154  = ^ \$153 ;
-  assign \$159  = ^ \$158 ;
-  assign \$164  = ^ \$163 ;
-  assign \$169  = ^ \$168 ;
-  assign \$174  = ^ \$173 ;
-  assign \$179  = ^ \$178 ;
-  assign \$184  = ^ \$183 ;
-  assign \$189  = ^ \$188 ;
-  assign \$194  = ^ \$193 ;
-  assign \$199  = ^ \$198 ;
-  assign \$204  = ^ \$203 ;
-  assign \$209  = ^ \$208 ;
-  assign \$214  = ^ \$213 ;
-  assign \$219  = ^ \$218 ;
-  assign \$224  = ^ \$223 ;
-  assign \$229  = ^ \$228 ;
-  assign \$234  = ^ \$233 ;
-  assign \$239  = ^ \$238 ;
-  assign \$244  = ^ \$243 ;
-  assign \$249  = ^ \$248 ;
-  assign \$254  = ^ \$253 ;
-  assign \$259  = ^ \$258 ;
-  assign \$264  = ^ \$263 ;
-  assign \$269  = ^ \$268 ;
-  assign \$274  = ^ \$273 ;
-  assign \$279  = ^ \$278 ;
-  assign \$284  = ^ \$283 ;
-  assign \$289  = ^ \$288 ;
-  assign \$294  = ^ \$293 ;
-  assign \$296  = r_data[1] ^ r_data[0];
-  assign \$297  = ! r_data;
-  assign \$298  = \$297  ? 9'h100 : { 1'h0, r_data };
-  assign \$299  = count + 1'h1;
-  assign \$300  = count == 2'h3;
-  assign \$301  = count + 1'h1;
-  assign \$302  = count == 2'h3;
-  assign \$304  = waddr[0] ? 8'hf0 : 8'h0f;
-  assign \$306  = regs__bvalid & regs__bready;
-  assign \$307  = mem__bvalid & mem__bready;
-  assign \$308  = regs__rvalid & regs__rready;
-  assign \$309  = ! regs__rresp;
-  assign \$310  = \$309  ? regs__rdata : 32'd4294967295;
-  assign \$311  = mem__rvalid & mem__rready;
-  assign \$312  = ! mem__rresp;
-  assign \$313  = waddr[0] ? mem__rdata[63:32] : mem__rdata[31:0];
-  assign \$314  = \$312  ? \$313  : 32'd4294967295;
-  assign \$316  = count + 1'h1;
-  assign \$317  = count == 2'h3;
-  assign \$318  = words - 1'h1;
-  assign \$319  = waddr + incr;
-  assign \$320  = words == 1'h1;
-  assign \$321  = count + 1'h1;
-  assign \$322  = count < 4'h8;
-  assign \$324  = ^ \$323 ;
-  assign \$326  = ^ \$325 ;
-  assign \$327  = \$324  ^ \$326 ;
-  assign \$329  = ^ \$328 ;
-  assign \$331  = ^ \$330 ;
-  assign \$332  = \$329  ^ \$331 ;
-  assign \$334  = ^ \$333 ;
-  assign \$336  = ^ \$335 ;
-  assign \$337  = \$334  ^ \$336 ;
-  assign \$339  = ^ \$338 ;
-  assign \$341  = ^ \$340 ;
-  assign \$342  = \$339  ^ \$341 ;
-  assign \$344  = ^ \$343 ;
-  assign \$346  = ^ \$345 ;
-  assign \$347  = \$344  ^ \$346 ;
-  assign \$349  = ^ \$348 ;
-  assign \$351  = ^ \$350 ;
-  assign \$352  = \$349  ^ \$351 ;
-  assign \$354  = ^ \$353 ;
-  assign \$356  = ^ \$355 ;
-  assign \$357  = \$354  ^ \$356 ;
-  assign \$359  = ^ \$358 ;
-  assign \$361  = ^ \$360 ;
-  assign \$362  = \$359  ^ \$361 ;
-  assign \$364  = ^ \$363 ;
-  assign \$366  = ^ \$365 ;
-  assign \$367  = \$364  ^ \$366 ;
-  assign \$369  = ^ \$368 ;
-  assign \$371  = ^ \$370 ;
-  assign \$372  = \$369  ^ \$371 ;
-  assign \$374  = ^ \$373 ;
-  assign \$376  = ^ \$375 ;
-  assign \$377  = \$374  ^ \$376 ;
-  assign \$379  = ^ \$378 ;
-  assign \$381  = ^ \$380 ;
-  assign \$382  = \$379  ^ \$381 ;
-  assign \$384  = ^ \$383 ;
-  assign \$386  = ^ \$385 ;
-  assign \$387  = \$384  ^ \$386 ;
-  assign \$389  = ^ \$388 ;
-  assign \$391  = ^ \$390 ;
-  assign \$392  = \$389  ^ \$391 ;
-  assign \$394  = ^ \$393 ;
-  assign \$396  = ^ \$395 ;
-  assign \$397  = \$394  ^ \$396 ;
-  assign \$399  = ^ \$398 ;
-  assign \$401  = ^ \$400 ;
-  assign \$402  = \$399  ^ \$401 ;
-  assign \$404  = ^ \$403 ;
-  assign \$406  = ^ \$405 ;
-  assign \$407  = \$404  ^ \$406 ;
-  assign \$409  = ^ \$408 ;
-  assign \$411  = ^ \$410 ;
-  assign \$412  = \$409  ^ \$411 ;
-  assign \$414  = ^ \$413 ;
-  assign \$416  = ^ \$415 ;
-  assign \$417  = \$414  ^ \$416 ;
-  assign \$419  = ^ \$418 ;
-  assign \$421  = ^ \$420 ;
-  assign \$422  = \$419  ^ \$421 ;
-  assign \$424  = ^ \$423 ;
-  assign \$426  = ^ \$425 ;
-  assign \$427  = \$424  ^ \$426 ;
-  assign \$429  = ^ \$428 ;
-  assign \$431  = ^ \$430 ;
-  assign \$432  = \$429  ^ \$431 ;
-  assign \$434  = ^ \$433 ;
-  assign \$436  = ^ \$435 ;
-  assign \$437  = \$434  ^ \$436 ;
-  assign \$439  = ^ \$438 ;
-  assign \$441  = ^ \$440 ;
-  assign \$442  = \$439  ^ \$441 ;
-  assign \$444  = ^ \$443 ;
-  assign \$446  = ^ \$445 ;
-  assign \$447  = \$444  ^ \$446 ;
-  assign \$449  = ^ \$448 ;
-  assign \$451  = ^ \$450 ;
-  assign \$452  = \$449  ^ \$451 ;
-  assign \$454  = ^ \$453 ;
-  assign \$456  = ^ \$455 ;
-  assign \$457  = \$454  ^ \$456 ;
-  assign \$459  = ^ \$458 ;
-  assign \$461  = ^ \$460 ;
-  assign \$462  = \$459  ^ \$461 ;
-  assign \$464  = ^ \$463 ;
-  assign \$466  = ^ \$465 ;
-  assign \$467  = \$464  ^ \$466 ;
-  assign \$469  = ^ \$468 ;
-  assign \$471  = ^ \$470 ;
-  assign \$472  = \$469  ^ \$471 ;
-  assign \$474  = ^ \$473 ;
-  assign \$476  = ^ \$475 ;
-  assign \$477  = \$474  ^ \$476 ;
-  assign \$479  = ^ \$478 ;
-  assign \$481  = ^ \$480 ;
-  assign \$482  = \$479  ^ \$481 ;
-  assign \$483  = count == 2'h3;
-  assign \$484  = count == 3'h7;
-  assign \$485  = count == 4'hb;
-  assign \$486  = ~ rx_crc_ok;
-  assign \$487  = ~ baddr[31];
-  assign \$488  = ! blen;
-  assign \$489  = \$487  | \$488 ;
-  assign \$490  = blen > 13'h1000;
-  assign \$491  = \$489  | \$490 ;
-  assign \$492  = baddr + blen;
-  assign \$493  = \$492  > 33'h100000000;
-  assign \$494  = \$491  | \$493 ;
-  assign \$495  = | status;
-  assign \$496  = status == 2'h2;
-  assign \$497  = ~ cmd[0];
-  assign \$498  = \$496  & \$497 ;
-  assign \$500  = ^ \$499 ;
-  assign \$502  = ^ \$501 ;
-  assign \$503  = \$500  ^ \$502 ;
-  assign \$505  = ^ \$504 ;
-  assign \$507  = ^ \$506 ;
-  assign \$508  = \$505  ^ \$507 ;
-  assign \$510  = ^ \$509 ;
-  assign \$512  = ^ \$511 ;
-  assign \$513  = \$510  ^ \$512 ;
-  assign \$515  = ^ \$514 ;
-  assign \$517  = ^ \$516 ;
-  assign \$518  = \$515  ^ \$517 ;
-  assign \$520  = ^ \$519 ;
-  assign \$522  = ^ \$521 ;
-  assign \$523  = \$520  ^ \$522 ;
-  assign \$525  = ^ \$524 ;
-  assign \$527  = ^ \$526 ;
-  assign \$528  = \$525  ^ \$527 ;
-  assign \$530  = ^ \$529 ;
-  assign \$532  = ^ \$531 ;
-  assign \$533  = \$530  ^ \$532 ;
-  assign \$535  = ^ \$534 ;
-  assign \$537  = ^ \$536 ;
-  assign \$538  = \$535  ^ \$537 ;
-  assign \$540  = ^ \$539 ;
-  assign \$542  = ^ \$541 ;
-  assign \$543  = \$540  ^ \$542 ;
-  assign \$545  = ^ \$544 ;
-  assign \$547  = ^ \$546 ;
-  assign \$548  = \$545  ^ \$547 ;
-  assign \$550  = ^ \$549 ;
-  assign \$552  = ^ \$551 ;
-  assign \$553  = \$550  ^ \$552 ;
-  assign \$555  = ^ \$554 ;
-  assign \$557  = ^ \$556 ;
-  assign \$558  = \$555  ^ \$557 ;
-  assign \$560  = ^ \$559 ;
-  assign \$562  = ^ \$561 ;
-  assign \$563  = \$560  ^ \$562 ;
-  assign \$565  = ^ \$564 ;
-  assign \$567  = ^ \$566 ;
-  assign \$568  = \$565  ^ \$567 ;
-  assign \$570  = ^ \$569 ;
-  assign \$572  = ^ \$571 ;
-  assign \$573  = \$570  ^ \$572 ;
-  assign \$575  = ^ \$574 ;
-  assign \$577  = ^ \$576 ;
-  assign \$578  = \$575  ^ \$577 ;
-  assign \$580  = ^ \$579 ;
-  assign \$582  = ^ \$581 ;
-  assign \$583  = \$580  ^ \$582 ;
-  assign \$585  = ^ \$584 ;
-  assign \$587  = ^ \$586 ;
-  assign \$588  = \$585  ^ \$587 ;
-  assign \$590  = ^ \$589 ;
-  assign \$592  = ^ \$591 ;
-  assign \$593  = \$590  ^ \$592 ;
-  assign \$595  = ^ \$594 ;
-  assign \$597  = ^ \$596 ;
-  assign \$598  = \$595  ^ \$597 ;
-  assign \$600  = ^ \$599 ;
-  assign \$602  = ^ \$601 ;
-  assign \$603  = \$600  ^ \$602 ;
-  assign \$605  = ^ \$604 ;
-  assign \$607  = ^ \$606 ;
-  assign \$608  = \$605  ^ \$607 ;
-  assign \$610  = ^ \$609 ;
-  assign \$612  = ^ \$611 ;
-  assign \$613  = \$610  ^ \$612 ;
-  assign \$615  = ^ \$614 ;
-  assign \$617  = ^ \$616 ;
-  assign \$618  = \$615  ^ \$617 ;
-  assign \$620  = ^ \$619 ;
-  assign \$622  = ^ \$621 ;
-  assign \$623  = \$620  ^ \$622 ;
-  assign \$625  = ^ \$624 ;
-  assign \$627  = ^ \$626 ;
-  assign \$628  = \$625  ^ \$627 ;
-  assign \$630  = ^ \$629 ;
-  assign \$632  = ^ \$631 ;
-  assign \$633  = \$630  ^ \$632 ;
-  assign \$635  = ^ \$634 ;
-  assign \$637  = ^ \$636 ;
-  assign \$638  = \$635  ^ \$637 ;
-  assign \$640  = ^ \$639 ;
-  assign \$642  = ^ \$641 ;
-  assign \$643  = \$640  ^ \$642 ;
-  assign \$645  = ^ \$644 ;
-  assign \$647  = ^ \$646 ;
-  assign \$648  = \$645  ^ \$647 ;
-  assign \$650  = ^ \$649 ;
-  assign \$652  = ^ \$651 ;
-  assign \$653  = \$650  ^ \$652 ;
-  assign \$655  = ^ \$654 ;
-  assign \$657  = ^ \$656 ;
-  assign \$658  = \$655  ^ \$657 ;
-  assign \$659  = idx + 1'h1;
-  assign \$660  = count + 1'h1;
+  assign \$7  = 10'h200 - cur[11:3];
+  assign \$8  = left < 9'h100;
+  assign capped = \$8  ? left : 10'h100;
+  assign \$9  = \$7 [9:0] < capped;
+  assign \$10  = \$9  ? \$7 [9:0] : capped;
+  assign \$11  = beat * 4'h8;
+  assign \$12  = \$11  + 1'h0;
+  assign \$13  = \$12  >= lo;
+  assign \$14  = beat * 4'h8;
+  assign \$15  = \$14  + 1'h0;
+  assign \$16  = \$15  < hi;
+  assign \$17  = \$13  & \$16 ;
+  assign \$18  = beat * 4'h8;
+  assign \$19  = \$18  + 1'h1;
+  assign \$20  = \$19  >= lo;
+  assign \$21  = beat * 4'h8;
+  assign \$22  = \$21  + 1'h1;
+  assign \$23  = \$22  < hi;
+  assign \$24  = \$20  & \$23 ;
+  assign \$25  = beat * 4'h8;
+  assign \$26  = \$25  + 2'h2;
+  assign \$27  = \$26  >= lo;
+  assign \$28  = beat * 4'h8;
+  assign \$29  = \$28  + 2'h2;
+  assign \$30  = \$29  < hi;
+  assign \$31  = \$27  & \$30 ;
+  assign \$32  = beat * 4'h8;
+  assign \$33  = \$32  + 2'h3;
+  assign \$34  = \$33  >= lo;
+  assign \$35  = beat * 4'h8;
+  assign \$36  = \$35  + 2'h3;
+  assign \$37  = \$36  < hi;
+  assign \$38  = \$34  & \$37 ;
+  assign \$39  = beat * 4'h8;
+  assign \$40  = \$39  + 3'h4;
+  assign \$41  = \$40  >= lo;
+  assign \$42  = beat * 4'h8;
+  assign \$43  = \$42  + 3'h4;
+  assign \$44  = \$43  < hi;
+  assign \$45  = \$41  & \$44 ;
+  assign \$46  = beat * 4'h8;
+  assign \$47  = \$46  + 3'h5;
+  assign \$48  = \$47  >= lo;
+  assign \$49  = beat * 4'h8;
+  assign \$50  = \$49  + 3'h5;
+  assign \$51  = \$50  < hi;
+  assign \$52  = \$48  & \$51 ;
+  assign \$53  = beat * 4'h8;
+  assign \$54  = \$53  + 3'h6;
+  assign \$55  = \$54  >= lo;
+  assign \$56  = beat * 4'h8;
+  assign \$57  = \$56  + 3'h6;
+  assign \$58  = \$57  < hi;
+  assign \$59  = \$55  & \$58 ;
+  assign \$60  = beat * 4'h8;
+  assign \$61  = \$60  + 3'h7;
+  assign \$62  = \$61  >= lo;
+  assign \$63  = beat * 4'h8;
+  assign \$64  = \$63  + 3'h7;
+  assign \$65  = \$64  < hi;
+  assign \$66  = \$62  & \$65 ;
+  assign \$68  = send_idx ? \$67  : { 3'h0, beat };
+  assign \$69  = ~ regs__awvalid;
+  assign \$70  = ~ regs__wvalid;
+  assign \$71  = \$69  & \$70 ;
+  assign \$72  = ~ mem__awvalid;
+  assign \$73  = ~ mem__wvalid;
+  assign \$74  = \$72  & \$73 ;
+  assign \$75  = ~ regs__arvalid;
+  assign \$76  = ~ mem__arvalid;
+  assign \$78  = 1'h1 << idx[2:0];
+  assign \$79  = ! in_burst;
+  assign \$80  = ~ mem__awvalid;
+  assign \$81  = ~ mem__arvalid;
+  assign \$82  = mem__rvalid & mem__rready;
+  assign \$83  = ~ regs__awvalid;
+  assign \$84  = ~ regs__wvalid;
+  assign \$85  = \$83  & \$84 ;
+  assign \$86  = | regs__bresp;
+  assign \$87  = ~ regs__arvalid;
+  assign \$88  = | regs__rresp;
+  assign \$89  = regs__rvalid & regs__rready;
+  assign \$91  = count[0] ? 8'hf0 : 8'h0f;
+  assign \$92  = ~ crc;
+  assign \$93  = ! bridge_fsm_state;
+  assign \$94  = bridge_fsm_state == 1'h1;
+  assign \$95  = bridge_fsm_state == 2'h2;
+  assign \$96  = bridge_fsm_state == 2'h3;
+  assign \$97  = bridge_fsm_state == 3'h4;
+  assign \$98  = bridge_fsm_state == 3'h5;
+  assign \$99  = bridge_fsm_state == 3'h6;
+  assign \$100  = bridge_fsm_state == 3'h7;
+  assign \$101  = bridge_fsm_state == 4'h8;
+  assign \$102  = bridge_fsm_state == 4'h9;
+  assign \$103  = bridge_fsm_state == 4'ha;
+  assign \$104  = bridge_fsm_state == 4'hb;
+  assign \$105  = bridge_fsm_state == 4'hc;
+  assign \$106  = bridge_fsm_state == 4'hd;
+  assign \$107  = bridge_fsm_state == 4'he;
+  assign \$108  = bridge_fsm_state == 4'hf;
+  assign \$109  = bridge_fsm_state == 5'h10;
+  assign \$110  = bridge_fsm_state == 5'h11;
+  assign \$111  = bridge_fsm_state == 5'h12;
+  assign \$112  = bridge_fsm_state == 5'h13;
+  assign \$113  = bridge_fsm_state == 5'h14;
+  assign \$114  = bridge_fsm_state == 5'h15;
+  assign \$115  = bridge_fsm_state == 5'h16;
+  assign \$116  = bridge_fsm_state == 5'h17;
+  assign \$117  = bridge_fsm_state == 5'h18;
+  assign \$118  = bridge_fsm_state == 5'h19;
+  assign \$119  = bridge_fsm_state == 5'h1a;
+  assign \$120  = bridge_fsm_state == 5'h1b;
+  assign \$121  = bridge_fsm_state == 5'h1c;
+  assign \$122  = bridge_fsm_state == 5'h1d;
+  assign \$123  = bridge_fsm_state == 5'h1e;
+  assign \$124  = bridge_fsm_state == 5'h1f;
+  assign \$125  = bridge_fsm_state == 6'h20;
+  assign \$126  = bridge_fsm_state == 6'h21;
+  assign \$127  = ~ waiting;
+  assign \$128  = \$127  | got;
+  assign \$129  = ~ timed_out;
+  assign \$130  = quiet + 1'h1;
+  assign \$131  = mem__wvalid & mem__wready;
+  assign \$132  = regs__wvalid & regs__wready;
+  assign \$133  = regs__awvalid & regs__awready;
+  assign \$134  = regs__arvalid & regs__arready;
+  assign \$135  = mem__awvalid & mem__awready;
+  assign \$136  = mem__arvalid & mem__arready;
+  assign \$140  = ^ \$139 ;
+  assign \$145  = ^ \$144 ;
+  assign \$150  = ^ \$149 ;
+  assign \$155  = ^ \$154 ;
+  assign \$160  = ^ \$159 ;
+  assign \$165  = ^ \$164 ;
+  assign \$170  = ^ \$169 ;
+  assign \$175  = ^ \$174 ;
+  assign \$180  = ^ \$179 ;
+  assign \$185  = ^ \$184 ;
+  assign \$190  = ^ \$189 ;
+  assign \$195  = ^ \$194 ;
+  assign \$200  = ^ \$199 ;
+  assign \$205  = ^ \$204 ;
+  assign \$210  = ^ \$209 ;
+  assign \$215  = ^ \$214 ;
+  assign \$220  = ^ \$219 ;
+  assign \$225  = ^ \$224 ;
+  assign \$230  = ^ \$229 ;
+  assign \$235  = ^ \$234 ;
+  assign \$240  = ^ \$239 ;
+  assign \$245  = ^ \$244 ;
+  assign \$250  = ^ \$249 ;
+  assign \$255  = ^ \$254 ;
+  assign \$260  = ^ \$259 ;
+  assign \$265  = ^ \$264 ;
+  assign \$270  = ^ \$269 ;
+  assign \$275  = ^ \$274 ;
+  assign \$280  = ^ \$279 ;
+  assign \$285  = ^ \$284 ;
+  assign \$290  = ^ \$289 ;
+  assign \$295  = ^ \$294 ;
+  assign \$297  = r_data[1] ^ r_data[0];
+  assign \$298  = ! r_data;
+  assign \$299  = \$298  ? 9'h100 : { 1'h0, r_data };
+  assign \$300  = count + 1'h1;
+  assign \$301  = count == 2'h3;
+  assign \$302  = count + 1'h1;
+  assign \$303  = count == 2'h3;
+  assign \$305  = waddr[0] ? 8'hf0 : 8'h0f;
+  assign \$307  = regs__bvalid & regs__bready;
+  assign \$308  = mem__bvalid & mem__bready;
+  assign \$309  = regs__rvalid & regs__rready;
+  assign \$310  = ! regs__rresp;
+  assign \$311  = \$310  ? regs__rdata : 32'd4294967295;
+  assign \$312  = mem__rvalid & mem__rready;
+  assign \$313  = ! mem__rresp;
+  assign \$314  = waddr[0] ? mem__rdata[63:32] : mem__rdata[31:0];
+  assign \$315  = \$313  ? \$314  : 32'd4294967295;
+  assign \$317  = count + 1'h1;
+  assign \$318  = count == 2'h3;
+  assign \$319  = words - 1'h1;
+  assign \$320  = waddr + incr;
+  assign \$321  = words == 1'h1;
+  assign \$322  = count + 1'h1;
+  assign \$323  = count < 4'h8;
+  assign \$325  = ^ \$324 ;
+  assign \$327  = ^ \$326 ;
+  assign \$328  = \$325  ^ \$327 ;
+  assign \$330  = ^ \$329 ;
+  assign \$332  = ^ \$331 ;
+  assign \$333  = \$330  ^ \$332 ;
+  assign \$335  = ^ \$334 ;
+  assign \$337  = ^ \$336 ;
+  assign \$338  = \$335  ^ \$337 ;
+  assign \$340  = ^ \$339 ;
+  assign \$342  = ^ \$341 ;
+  assign \$343  = \$340  ^ \$342 ;
+  assign \$345  = ^ \$344 ;
+  assign \$347  = ^ \$346 ;
+  assign \$348  = \$345  ^ \$347 ;
+  assign \$350  = ^ \$349 ;
+  assign \$352  = ^ \$351 ;
+  assign \$353  = \$350  ^ \$352 ;
+  assign \$355  = ^ \$354 ;
+  assign \$357  = ^ \$356 ;
+  assign \$358  = \$355  ^ \$357 ;
+  assign \$360  = ^ \$359 ;
+  assign \$362  = ^ \$361 ;
+  assign \$363  = \$360  ^ \$362 ;
+  assign \$365  = ^ \$364 ;
+  assign \$367  = ^ \$366 ;
+  assign \$368  = \$365  ^ \$367 ;
+  assign \$370  = ^ \$369 ;
+  assign \$372  = ^ \$371 ;
+  assign \$373  = \$370  ^ \$372 ;
+  assign \$375  = ^ \$374 ;
+  assign \$377  = ^ \$376 ;
+  assign \$378  = \$375  ^ \$377 ;
+  assign \$380  = ^ \$379 ;
+  assign \$382  = ^ \$381 ;
+  assign \$383  = \$380  ^ \$382 ;
+  assign \$385  = ^ \$384 ;
+  assign \$387  = ^ \$386 ;
+  assign \$388  = \$385  ^ \$387 ;
+  assign \$390  = ^ \$389 ;
+  assign \$392  = ^ \$391 ;
+  assign \$393  = \$390  ^ \$392 ;
+  assign \$395  = ^ \$394 ;
+  assign \$397  = ^ \$396 ;
+  assign \$398  = \$395  ^ \$397 ;
+  assign \$400  = ^ \$399 ;
+  assign \$402  = ^ \$401 ;
+  assign \$403  = \$400  ^ \$402 ;
+  assign \$405  = ^ \$404 ;
+  assign \$407  = ^ \$406 ;
+  assign \$408  = \$405  ^ \$407 ;
+  assign \$410  = ^ \$409 ;
+  assign \$412  = ^ \$411 ;
+  assign \$413  = \$410  ^ \$412 ;
+  assign \$415  = ^ \$414 ;
+  assign \$417  = ^ \$416 ;
+  assign \$418  = \$415  ^ \$417 ;
+  assign \$420  = ^ \$419 ;
+  assign \$422  = ^ \$421 ;
+  assign \$423  = \$420  ^ \$422 ;
+  assign \$425  = ^ \$424 ;
+  assign \$427  = ^ \$426 ;
+  assign \$428  = \$425  ^ \$427 ;
+  assign \$430  = ^ \$429 ;
+  assign \$432  = ^ \$431 ;
+  assign \$433  = \$430  ^ \$432 ;
+  assign \$435  = ^ \$434 ;
+  assign \$437  = ^ \$436 ;
+  assign \$438  = \$435  ^ \$437 ;
+  assign \$440  = ^ \$439 ;
+  assign \$442  = ^ \$441 ;
+  assign \$443  = \$440  ^ \$442 ;
+  assign \$445  = ^ \$444 ;
+  assign \$447  = ^ \$446 ;
+  assign \$448  = \$445  ^ \$447 ;
+  assign \$450  = ^ \$449 ;
+  assign \$452  = ^ \$451 ;
+  assign \$453  = \$450  ^ \$452 ;
+  assign \$455  = ^ \$454 ;
+  assign \$457  = ^ \$456 ;
+  assign \$458  = \$455  ^ \$457 ;
+  assign \$460  = ^ \$459 ;
+  assign \$462  = ^ \$461 ;
+  assign \$463  = \$460  ^ \$462 ;
+  assign \$465  = ^ \$464 ;
+  assign \$467  = ^ \$466 ;
+  assign \$468  = \$465  ^ \$467 ;
+  assign \$470  = ^ \$469 ;
+  assign \$472  = ^ \$471 ;
+  assign \$473  = \$470  ^ \$472 ;
+  assign \$475  = ^ \$474 ;
+  assign \$477  = ^ \$476 ;
+  assign \$478  = \$475  ^ \$477 ;
+  assign \$480  = ^ \$479 ;
+  assign \$482  = ^ \$481 ;
+  assign \$483  = \$480  ^ \$482 ;
+  assign \$484  = count == 2'h3;
+  assign \$485  = count == 3'h7;
+  assign \$486  = count == 4'hb;
+  assign \$487  = ~ rx_crc_ok;
+  assign \$488  = ~ baddr[31];
+  assign \$489  = ! blen;
+  assign \$490  = \$488  | \$489 ;
+  assign \$491  = blen > 13'h1000;
+  assign \$492  = \$490  | \$491 ;
+  assign \$493  = baddr + blen;
+  assign \$494  = \$493  > 33'h100000000;
+  assign \$495  = \$492  | \$494 ;
+  assign \$496  = | status;
+  assign \$497  = status == 2'h2;
+  assign \$498  = ~ cmd[0];
+  assign \$499  = \$497  & \$498 ;
+  assign \$501  = ^ \$500 ;
+  assign \$503  = ^ \$502 ;
+  assign \$504  = \$501  ^ \$503 ;
+  assign \$506  = ^ \$505 ;
+  assign \$508  = ^ \$507 ;
+  assign \$509  = \$506  ^ \$508 ;
+  assign \$511  = ^ \$510 ;
+  assign \$513  = ^ \$512 ;
+  assign \$514  = \$511  ^ \$513 ;
+  assign \$516  = ^ \$515 ;
+  assign \$518  = ^ \$517 ;
+  assign \$519  = \$516  ^ \$518 ;
+  assign \$521  = ^ \$520 ;
+  assign \$523  = ^ \$522 ;
+  assign \$524  = \$521  ^ \$523 ;
+  assign \$526  = ^ \$525 ;
+  assign \$528  = ^ \$527 ;
+  assign \$529  = \$526  ^ \$528 ;
+  assign \$531  = ^ \$530 ;
+  assign \$533  = ^ \$532 ;
+  assign \$534  = \$531  ^ \$533 ;
+  assign \$536  = ^ \$535 ;
+  assign \$538  = ^ \$537 ;
+  assign \$539  = \$536  ^ \$538 ;
+  assign \$541  = ^ \$540 ;
+  assign \$543  = ^ \$542 ;
+  assign \$544  = \$541  ^ \$543 ;
+  assign \$546  = ^ \$545 ;
+  assign \$548  = ^ \$547 ;
+  assign \$549  = \$546  ^ \$548 ;
+  assign \$551  = ^ \$550 ;
+  assign \$553  = ^ \$552 ;
+  assign \$554  = \$551  ^ \$553 ;
+  assign \$556  = ^ \$555 ;
+  assign \$558  = ^ \$557 ;
+  assign \$559  = \$556  ^ \$558 ;
+  assign \$561  = ^ \$560 ;
+  assign \$563  = ^ \$562 ;
+  assign \$564  = \$561  ^ \$563 ;
+  assign \$566  = ^ \$565 ;
+  assign \$568  = ^ \$567 ;
+  assign \$569  = \$566  ^ \$568 ;
+  assign \$571  = ^ \$570 ;
+  assign \$573  = ^ \$572 ;
+  assign \$574  = \$571  ^ \$573 ;
+  assign \$576  = ^ \$575 ;
+  assign \$578  = ^ \$577 ;
+  assign \$579  = \$576  ^ \$578 ;
+  assign \$581  = ^ \$580 ;
+  assign \$583  = ^ \$582 ;
+  assign \$584  = \$581  ^ \$583 ;
+  assign \$586  = ^ \$585 ;
+  assign \$588  = ^ \$587 ;
+  assign \$589  = \$586  ^ \$588 ;
+  assign \$591  = ^ \$590 ;
+  assign \$593  = ^ \$592 ;
+  assign \$594  = \$591  ^ \$593 ;
+  assign \$596  = ^ \$595 ;
+  assign \$598  = ^ \$597 ;
+  assign \$599  = \$596  ^ \$598 ;
+  assign \$601  = ^ \$600 ;
+  assign \$603  = ^ \$602 ;
+  assign \$604  = \$601  ^ \$603 ;
+  assign \$606  = ^ \$605 ;
+  assign \$608  = ^ \$607 ;
+  assign \$609  = \$606  ^ \$608 ;
+  assign \$611  = ^ \$610 ;
+  assign \$613  = ^ \$612 ;
+  assign \$614  = \$611  ^ \$613 ;
+  assign \$616  = ^ \$615 ;
+  assign \$618  = ^ \$617 ;
+  assign \$619  = \$616  ^ \$618 ;
+  assign \$621  = ^ \$620 ;
+  assign \$623  = ^ \$622 ;
+  assign \$624  = \$621  ^ \$623 ;
+  assign \$626  = ^ \$625 ;
+  assign \$628  = ^ \$627 ;
+  assign \$629  = \$626  ^ \$628 ;
+  assign \$631  = ^ \$630 ;
+  assign \$633  = ^ \$632 ;
+  assign \$634  = \$631  ^ \$633 ;
+  assign \$636  = ^ \$635 ;
+  assign \$638  = ^ \$637 ;
+  assign \$639  = \$636  ^ \$638 ;
+  assign \$641  = ^ \$640 ;
+  assign \$643  = ^ \$642 ;
+  assign \$644  = \$641  ^ \$643 ;
+  assign \$646  = ^ \$645 ;
+  assign \$648  = ^ \$647 ;
+  assign \$649  = \$646  ^ \$648 ;
+  assign \$651  = ^ \$650 ;
+  assign \$653  = ^ \$652 ;
+  assign \$654  = \$651  ^ \$653 ;
+  assign \$656  = ^ \$655 ;
+  assign \$658  = ^ \$657 ;
+  assign \$659  = \$656  ^ \$658 ;
+  assign \$660  = idx + 1'h1;
   assign \$661  = count + 1'h1;
-  assign \$662  = \$661  == blen;
-  assign \$663  = count + 1'h1;
-  assign \$664  = count == 2'h3;
-  assign \$665  = rx_crc_ok ? 1'h0 : 1'h1;
-  assign \$666  = | status;
-  assign \$667  = ! left;
-  assign \$668  = \$666  | \$667 ;
-  assign \$669  = \$9 [8:0] - 1'h1;
-  assign \$671  = cur + \$670 ;
-  assign \$672  = left - \$9 [8:0];
-  assign \$673  = \$9 [8:0] - 1'h1;
-  assign \$674  = beat + 1'h1;
-  assign \$675  = in_burst - 1'h1;
-  assign \$676  = ! in_burst;
-  assign \$677  = mem__bvalid & mem__bready;
-  assign \$678  = | mem__bresp;
-  assign \$679  = ! left;
-  assign \$680  = bus_err ? 2'h3 : 2'h0;
-  assign \$681  = \$9 [8:0] - 1'h1;
-  assign \$683  = cur + \$682 ;
-  assign \$684  = left - \$9 [8:0];
-  assign \$685  = mem__rvalid & mem__rready;
-  assign \$686  = beat + 1'h1;
-  assign \$687  = | mem__rresp;
-  assign \$688  = count + 1'h1;
-  assign \$690  = ^ \$689 ;
-  assign \$692  = ^ \$691 ;
-  assign \$693  = \$690  ^ \$692 ;
-  assign \$695  = ^ \$694 ;
-  assign \$697  = ^ \$696 ;
-  assign \$698  = \$695  ^ \$697 ;
-  assign \$700  = ^ \$699 ;
-  assign \$702  = ^ \$701 ;
-  assign \$703  = \$700  ^ \$702 ;
-  assign \$705  = ^ \$704 ;
-  assign \$707  = ^ \$706 ;
-  assign \$708  = \$705  ^ \$707 ;
-  assign \$710  = ^ \$709 ;
-  assign \$712  = ^ \$711 ;
-  assign \$713  = \$710  ^ \$712 ;
-  assign \$715  = ^ \$714 ;
-  assign \$717  = ^ \$716 ;
-  assign \$718  = \$715  ^ \$717 ;
-  assign \$720  = ^ \$719 ;
-  assign \$722  = ^ \$721 ;
-  assign \$723  = \$720  ^ \$722 ;
-  assign \$725  = ^ \$724 ;
-  assign \$727  = ^ \$726 ;
-  assign \$728  = \$725  ^ \$727 ;
-  assign \$730  = ^ \$729 ;
-  assign \$732  = ^ \$731 ;
-  assign \$733  = \$730  ^ \$732 ;
-  assign \$735  = ^ \$734 ;
-  assign \$737  = ^ \$736 ;
-  assign \$738  = \$735  ^ \$737 ;
-  assign \$740  = ^ \$739 ;
-  assign \$742  = ^ \$741 ;
-  assign \$743  = \$740  ^ \$742 ;
-  assign \$745  = ^ \$744 ;
-  assign \$747  = ^ \$746 ;
-  assign \$748  = \$745  ^ \$747 ;
-  assign \$750  = ^ \$749 ;
-  assign \$752  = ^ \$751 ;
-  assign \$753  = \$750  ^ \$752 ;
-  assign \$755  = ^ \$754 ;
-  assign \$757  = ^ \$756 ;
-  assign \$758  = \$755  ^ \$757 ;
-  assign \$760  = ^ \$759 ;
-  assign \$762  = ^ \$761 ;
-  assign \$763  = \$760  ^ \$762 ;
-  assign \$765  = ^ \$764 ;
-  assign \$767  = ^ \$766 ;
-  assign \$768  = \$765  ^ \$767 ;
-  assign \$770  = ^ \$769 ;
-  assign \$772  = ^ \$771 ;
-  assign \$773  = \$770  ^ \$772 ;
-  assign \$775  = ^ \$774 ;
-  assign \$777  = ^ \$776 ;
-  assign \$778  = \$775  ^ \$777 ;
-  assign \$780  = ^ \$779 ;
-  assign \$782  = ^ \$781 ;
-  assign \$783  = \$780  ^ \$782 ;
-  assign \$785  = ^ \$784 ;
-  assign \$787  = ^ \$786 ;
-  assign \$788  = \$785  ^ \$787 ;
-  assign \$790  = ^ \$789 ;
-  assign \$792  = ^ \$791 ;
-  assign \$793  = \$790  ^ \$792 ;
-  assign \$795  = ^ \$794 ;
-  assign \$797  = ^ \$796 ;
-  assign \$798  = \$795  ^ \$797 ;
-  assign \$800  = ^ \$799 ;
-  assign \$802  = ^ \$801 ;
-  assign \$803  = \$800  ^ \$802 ;
-  assign \$805  = ^ \$804 ;
-  assign \$807  = ^ \$806 ;
-  assign \$808  = \$805  ^ \$807 ;
-  assign \$810  = ^ \$809 ;
-  assign \$812  = ^ \$811 ;
-  assign \$813  = \$810  ^ \$812 ;
-  assign \$815  = ^ \$814 ;
-  assign \$817  = ^ \$816 ;
-  assign \$818  = \$815  ^ \$817 ;
-  assign \$820  = ^ \$819 ;
-  assign \$822  = ^ \$821 ;
-  assign \$823  = \$820  ^ \$822 ;
-  assign \$825  = ^ \$824 ;
-  assign \$827  = ^ \$826 ;
-  assign \$828  = \$825  ^ \$827 ;
-  assign \$830  = ^ \$829 ;
-  assign \$832  = ^ \$831 ;
-  assign \$833  = \$830  ^ \$832 ;
-  assign \$835  = ^ \$834 ;
-  assign \$837  = ^ \$836 ;
-  assign \$838  = \$835  ^ \$837 ;
-  assign \$840  = ^ \$839 ;
-  assign \$842  = ^ \$841 ;
-  assign \$843  = \$840  ^ \$842 ;
-  assign \$845  = ^ \$844 ;
-  assign \$847  = ^ \$846 ;
-  assign \$848  = \$845  ^ \$847 ;
-  assign \$849  = count == 2'h3;
-  assign \$850  = count == 3'h4;
-  assign \$852  = | r_data;
-  assign \$853  = cmd[0] & \$852 ;
-  assign \$854  = | status;
-  assign \$855  = ! words;
-  assign \$856  = | baddr[31:16];
-  assign \$857  = \$855  | \$856 ;
-  assign \$858  = | baddr[1:0];
-  assign \$859  = \$857  | \$858 ;
-  assign \$860  = baddr[15:0] + blen[10:0];
-  assign \$861  = \$860  > 17'h10000;
-  assign \$862  = \$859  | \$861 ;
-  assign \$863  = regs__bvalid & regs__bready;
-  assign \$864  = count + 1'h1;
-  assign \$865  = baddr + 3'h4;
-  assign \$866  = count + 1'h1;
-  assign \$868  = bus_err | reg_err;
-  assign \$869  = count + 1'h1;
-  assign \$870  = \$869  == words;
-  assign \$871  = bus_err | reg_err;
-  assign \$872  = \$871  ? 2'h3 : 2'h0;
-  assign \$873  = regs__rvalid & regs__rready;
-  assign \$874  = count + 1'h1;
-  assign \$875  = baddr + 3'h4;
-  assign \$876  = bus_err | reg_err;
-  assign \$877  = count + 1'h1;
-  assign \$878  = \$877  == words;
-  assign \$879  = bus_err | reg_err;
-  assign \$880  = \$879  ? 2'h3 : 2'h0;
-  assign \$881  = ! status;
-  assign \$882  = ~ cmd[0];
-  assign \$883  = \$881  & \$882 ;
-  assign \$885  = ^ \$884 ;
-  assign \$887  = ^ \$886 ;
-  assign \$888  = \$885  ^ \$887 ;
-  assign \$890  = ^ \$889 ;
-  assign \$892  = ^ \$891 ;
-  assign \$893  = \$890  ^ \$892 ;
-  assign \$895  = ^ \$894 ;
-  assign \$897  = ^ \$896 ;
-  assign \$898  = \$895  ^ \$897 ;
-  assign \$900  = ^ \$899 ;
-  assign \$902  = ^ \$901 ;
-  assign \$903  = \$900  ^ \$902 ;
-  assign \$905  = ^ \$904 ;
-  assign \$907  = ^ \$906 ;
-  assign \$908  = \$905  ^ \$907 ;
-  assign \$910  = ^ \$909 ;
-  assign \$912  = ^ \$911 ;
-  assign \$913  = \$910  ^ \$912 ;
-  assign \$915  = ^ \$914 ;
-  assign \$917  = ^ \$916 ;
-  assign \$918  = \$915  ^ \$917 ;
-  assign \$920  = ^ \$919 ;
-  assign \$922  = ^ \$921 ;
-  assign \$923  = \$920  ^ \$922 ;
-  assign \$925  = ^ \$924 ;
-  assign \$927  = ^ \$926 ;
-  assign \$928  = \$925  ^ \$927 ;
-  assign \$930  = ^ \$929 ;
-  assign \$932  = ^ \$931 ;
-  assign \$933  = \$930  ^ \$932 ;
-  assign \$935  = ^ \$934 ;
-  assign \$937  = ^ \$936 ;
-  assign \$938  = \$935  ^ \$937 ;
-  assign \$940  = ^ \$939 ;
-  assign \$942  = ^ \$941 ;
-  assign \$943  = \$940  ^ \$942 ;
-  assign \$945  = ^ \$944 ;
-  assign \$947  = ^ \$946 ;
-  assign \$948  = \$945  ^ \$947 ;
-  assign \$950  = ^ \$949 ;
-  assign \$952  = ^ \$951 ;
-  assign \$953  = \$950  ^ \$952 ;
-  assign \$955  = ^ \$954 ;
-  assign \$957  = ^ \$956 ;
-  assign \$958  = \$955  ^ \$957 ;
-  assign \$960  = ^ \$959 ;
-  assign \$962  = ^ \$961 ;
-  assign \$963  = \$960  ^ \$962 ;
-  assign \$965  = ^ \$964 ;
-  assign \$967  = ^ \$966 ;
-  assign \$968  = \$965  ^ \$967 ;
-  assign \$970  = ^ \$969 ;
-  assign \$972  = ^ \$971 ;
-  assign \$973  = \$970  ^ \$972 ;
-  assign \$975  = ^ \$974 ;
-  assign \$977  = ^ \$976 ;
-  assign \$978  = \$975  ^ \$977 ;
-  assign \$980  = ^ \$979 ;
-  assign \$982  = ^ \$981 ;
-  assign \$983  = \$980  ^ \$982 ;
-  assign \$985  = ^ \$984 ;
-  assign \$987  = ^ \$986 ;
-  assign \$988  = \$985  ^ \$987 ;
-  assign \$990  = ^ \$989 ;
-  assign \$992  = ^ \$991 ;
-  assign \$993  = \$990  ^ \$992 ;
-  assign \$995  = ^ \$994 ;
-  assign \$997  = ^ \$996 ;
-  assign \$998  = \$995  ^ \$997 ;
-  assign \$1000  = ^ \$999 ;
-  assign \$1002  = ^ \$1001 ;
-  assign \$1003  = \$1000  ^ \$1002 ;
-  assign \$1005  = ^ \$1004 ;
-  assign \$1007  = ^ \$1006 ;
-  assign \$1008  = \$1005  ^ \$1007 ;
-  assign \$1010  = ^ \$1009 ;
-  assign \$1012  = ^ \$1011 ;
-  assign \$1013  = \$1010  ^ \$1012 ;
-  assign \$1015  = ^ \$1014 ;
-  assign \$1017  = ^ \$1016 ;
-  assign \$1018  = \$1015  ^ \$1017 ;
-  assign \$1020  = ^ \$1019 ;
-  assign \$1022  = ^ \$1021 ;
-  assign \$1023  = \$1020  ^ \$1022 ;
-  assign \$1025  = ^ \$1024 ;
-  assign \$1027  = ^ \$1026 ;
-  assign \$1028  = \$1025  ^ \$1027 ;
-  assign \$1030  = ^ \$1029 ;
-  assign \$1032  = ^ \$1031 ;
-  assign \$1033  = \$1030  ^ \$1032 ;
-  assign \$1035  = ^ \$1034 ;
-  assign \$1037  = ^ \$1036 ;
-  assign \$1038  = \$1035  ^ \$1037 ;
-  assign \$1040  = ^ \$1039 ;
-  assign \$1042  = ^ \$1041 ;
-  assign \$1043  = \$1040  ^ \$1042 ;
-  assign \$1044  = idx + 1'h1;
-  assign \$1045  = count + 1'h1;
+  assign \$662  = count + 1'h1;
+  assign \$663  = \$662  == blen;
+  assign \$664  = count + 1'h1;
+  assign \$665  = count == 2'h3;
+  assign \$666  = rx_crc_ok ? 2'h0 : 2'h1;
+  assign \$667  = | status;
+  assign \$668  = ! left;
+  assign \$669  = \$667  | \$668 ;
+  assign \$670  = \$10 [8:0] - 1'h1;
+  assign \$672  = cur + \$671 ;
+  assign \$673  = left - \$10 [8:0];
+  assign \$674  = \$10 [8:0] - 1'h1;
+  assign \$675  = beat + 1'h1;
+  assign \$676  = in_burst - 1'h1;
+  assign \$677  = ! in_burst;
+  assign \$678  = mem__bvalid & mem__bready;
+  assign \$679  = | mem__bresp;
+  assign \$680  = ! left;
+  assign \$681  = bus_err ? 2'h3 : 2'h0;
+  assign \$682  = \$10 [8:0] - 1'h1;
+  assign \$684  = cur + \$683 ;
+  assign \$685  = left - \$10 [8:0];
+  assign \$686  = mem__rvalid & mem__rready;
+  assign \$687  = beat + 1'h1;
+  assign \$688  = | mem__rresp;
+  assign \$689  = count + 1'h1;
+  assign \$691  = ^ \$690 ;
+  assign \$693  = ^ \$692 ;
+  assign \$694  = \$691  ^ \$693 ;
+  assign \$696  = ^ \$695 ;
+  assign \$698  = ^ \$697 ;
+  assign \$699  = \$696  ^ \$698 ;
+  assign \$701  = ^ \$700 ;
+  assign \$703  = ^ \$702 ;
+  assign \$704  = \$701  ^ \$703 ;
+  assign \$706  = ^ \$705 ;
+  assign \$708  = ^ \$707 ;
+  assign \$709  = \$706  ^ \$708 ;
+  assign \$711  = ^ \$710 ;
+  assign \$713  = ^ \$712 ;
+  assign \$714  = \$711  ^ \$713 ;
+  assign \$716  = ^ \$715 ;
+  assign \$718  = ^ \$717 ;
+  assign \$719  = \$716  ^ \$718 ;
+  assign \$721  = ^ \$720 ;
+  assign \$723  = ^ \$722 ;
+  assign \$724  = \$721  ^ \$723 ;
+  assign \$726  = ^ \$725 ;
+  assign \$728  = ^ \$727 ;
+  assign \$729  = \$726  ^ \$728 ;
+  assign \$731  = ^ \$730 ;
+  assign \$733  = ^ \$732 ;
+  assign \$734  = \$731  ^ \$733 ;
+  assign \$736  = ^ \$735 ;
+  assign \$738  = ^ \$737 ;
+  assign \$739  = \$736  ^ \$738 ;
+  assign \$741  = ^ \$740 ;
+  assign \$743  = ^ \$742 ;
+  assign \$744  = \$741  ^ \$743 ;
+  assign \$746  = ^ \$745 ;
+  assign \$748  = ^ \$747 ;
+  assign \$749  = \$746  ^ \$748 ;
+  assign \$751  = ^ \$750 ;
+  assign \$753  = ^ \$752 ;
+  assign \$754  = \$751  ^ \$753 ;
+  assign \$756  = ^ \$755 ;
+  assign \$758  = ^ \$757 ;
+  assign \$759  = \$756  ^ \$758 ;
+  assign \$761  = ^ \$760 ;
+  assign \$763  = ^ \$762 ;
+  assign \$764  = \$761  ^ \$763 ;
+  assign \$766  = ^ \$765 ;
+  assign \$768  = ^ \$767 ;
+  assign \$769  = \$766  ^ \$768 ;
+  assign \$771  = ^ \$770 ;
+  assign \$773  = ^ \$772 ;
+  assign \$774  = \$771  ^ \$773 ;
+  assign \$776  = ^ \$775 ;
+  assign \$778  = ^ \$777 ;
+  assign \$779  = \$776  ^ \$778 ;
+  assign \$781  = ^ \$780 ;
+  assign \$783  = ^ \$782 ;
+  assign \$784  = \$781  ^ \$783 ;
+  assign \$786  = ^ \$785 ;
+  assign \$788  = ^ \$787 ;
+  assign \$789  = \$786  ^ \$788 ;
+  assign \$791  = ^ \$790 ;
+  assign \$793  = ^ \$792 ;
+  assign \$794  = \$791  ^ \$793 ;
+  assign \$796  = ^ \$795 ;
+  assign \$798  = ^ \$797 ;
+  assign \$799  = \$796  ^ \$798 ;
+  assign \$801  = ^ \$800 ;
+  assign \$803  = ^ \$802 ;
+  assign \$804  = \$801  ^ \$803 ;
+  assign \$806  = ^ \$805 ;
+  assign \$808  = ^ \$807 ;
+  assign \$809  = \$806  ^ \$808 ;
+  assign \$811  = ^ \$810 ;
+  assign \$813  = ^ \$812 ;
+  assign \$814  = \$811  ^ \$813 ;
+  assign \$816  = ^ \$815 ;
+  assign \$818  = ^ \$817 ;
+  assign \$819  = \$816  ^ \$818 ;
+  assign \$821  = ^ \$820 ;
+  assign \$823  = ^ \$822 ;
+  assign \$824  = \$821  ^ \$823 ;
+  assign \$826  = ^ \$825 ;
+  assign \$828  = ^ \$827 ;
+  assign \$829  = \$826  ^ \$828 ;
+  assign \$831  = ^ \$830 ;
+  assign \$833  = ^ \$832 ;
+  assign \$834  = \$831  ^ \$833 ;
+  assign \$836  = ^ \$835 ;
+  assign \$838  = ^ \$837 ;
+  assign \$839  = \$836  ^ \$838 ;
+  assign \$841  = ^ \$840 ;
+  assign \$843  = ^ \$842 ;
+  assign \$844  = \$841  ^ \$843 ;
+  assign \$846  = ^ \$845 ;
+  assign \$848  = ^ \$847 ;
+  assign \$849  = \$846  ^ \$848 ;
+  assign \$850  = count == 2'h3;
+  assign \$851  = count == 3'h4;
+  assign \$853  = | r_data;
+  assign \$854  = cmd[0] & \$853 ;
+  assign \$855  = | status;
+  assign \$856  = ! words;
+  assign \$857  = | baddr[31:16];
+  assign \$858  = \$856  | \$857 ;
+  assign \$859  = | baddr[1:0];
+  assign \$860  = \$858  | \$859 ;
+  assign \$861  = baddr[15:0] + blen[10:0];
+  assign \$862  = \$861  > 17'h10000;
+  assign \$863  = \$860  | \$862 ;
+  assign \$864  = regs__bvalid & regs__bready;
+  assign \$865  = count + 1'h1;
+  assign \$866  = baddr + 3'h4;
+  assign \$867  = count + 1'h1;
+  assign \$869  = bus_err | reg_err;
+  assign \$870  = count + 1'h1;
+  assign \$871  = \$870  == words;
+  assign \$872  = bus_err | reg_err;
+  assign \$873  = \$872  ? 2'h3 : 2'h0;
+  assign \$874  = regs__rvalid & regs__rready;
+  assign \$875  = count + 1'h1;
+  assign \$876  = baddr + 3'h4;
+  assign \$877  = bus_err | reg_err;
+  assign \$878  = count + 1'h1;
+  assign \$879  = \$878  == words;
+  assign \$880  = bus_err | reg_err;
+  assign \$881  = \$880  ? 2'h3 : 2'h0;
+  assign \$882  = ! status;
+  assign \$883  = ~ cmd[0];
+  assign \$884  = \$882  & \$883 ;
+  assign \$886  = ^ \$885 ;
+  assign \$888  = ^ \$887 ;
+  assign \$889  = \$886  ^ \$888 ;
+  assign \$891  = ^ \$890 ;
+  assign \$893  = ^ \$892 ;
+  assign \$894  = \$891  ^ \$893 ;
+  assign \$896  = ^ \$895 ;
+  assign \$898  = ^ \$897 ;
+  assign \$899  = \$896  ^ \$898 ;
+  assign \$901  = ^ \$900 ;
+  assign \$903  = ^ \$902 ;
+  assign \$904  = \$901  ^ \$903 ;
+  assign \$906  = ^ \$905 ;
+  assign \$908  = ^ \$907 ;
+  assign \$909  = \$906  ^ \$908 ;
+  assign \$911  = ^ \$910 ;
+  assign \$913  = ^ \$912 ;
+  assign \$914  = \$911  ^ \$913 ;
+  assign \$916  = ^ \$915 ;
+  assign \$918  = ^ \$917 ;
+  assign \$919  = \$916  ^ \$918 ;
+  assign \$921  = ^ \$920 ;
+  assign \$923  = ^ \$922 ;
+  assign \$924  = \$921  ^ \$923 ;
+  assign \$926  = ^ \$925 ;
+  assign \$928  = ^ \$927 ;
+  assign \$929  = \$926  ^ \$928 ;
+  assign \$931  = ^ \$930 ;
+  assign \$933  = ^ \$932 ;
+  assign \$934  = \$931  ^ \$933 ;
+  assign \$936  = ^ \$935 ;
+  assign \$938  = ^ \$937 ;
+  assign \$939  = \$936  ^ \$938 ;
+  assign \$941  = ^ \$940 ;
+  assign \$943  = ^ \$942 ;
+  assign \$944  = \$941  ^ \$943 ;
+  assign \$946  = ^ \$945 ;
+  assign \$948  = ^ \$947 ;
+  assign \$949  = \$946  ^ \$948 ;
+  assign \$951  = ^ \$950 ;
+  assign \$953  = ^ \$952 ;
+  assign \$954  = \$951  ^ \$953 ;
+  assign \$956  = ^ \$955 ;
+  assign \$958  = ^ \$957 ;
+  assign \$959  = \$956  ^ \$958 ;
+  assign \$961  = ^ \$960 ;
+  assign \$963  = ^ \$962 ;
+  assign \$964  = \$961  ^ \$963 ;
+  assign \$966  = ^ \$965 ;
+  assign \$968  = ^ \$967 ;
+  assign \$969  = \$966  ^ \$968 ;
+  assign \$971  = ^ \$970 ;
+  assign \$973  = ^ \$972 ;
+  assign \$974  = \$971  ^ \$973 ;
+  assign \$976  = ^ \$975 ;
+  assign \$978  = ^ \$977 ;
+  assign \$979  = \$976  ^ \$978 ;
+  assign \$981  = ^ \$980 ;
+  assign \$983  = ^ \$982 ;
+  assign \$984  = \$981  ^ \$983 ;
+  assign \$986  = ^ \$985 ;
+  assign \$988  = ^ \$987 ;
+  assign \$989  = \$986  ^ \$988 ;
+  assign \$991  = ^ \$990 ;
+  assign \$993  = ^ \$992 ;
+  assign \$994  = \$991  ^ \$993 ;
+  assign \$996  = ^ \$995 ;
+  assign \$998  = ^ \$997 ;
+  assign \$999  = \$996  ^ \$998 ;
+  assign \$1001  = ^ \$1000 ;
+  assign \$1003  = ^ \$1002 ;
+  assign \$1004  = \$1001  ^ \$1003 ;
+  assign \$1006  = ^ \$1005 ;
+  assign \$1008  = ^ \$1007 ;
+  assign \$1009  = \$1006  ^ \$1008 ;
+  assign \$1011  = ^ \$1010 ;
+  assign \$1013  = ^ \$1012 ;
+  assign \$1014  = \$1011  ^ \$1013 ;
+  assign \$1016  = ^ \$1015 ;
+  assign \$1018  = ^ \$1017 ;
+  assign \$1019  = \$1016  ^ \$1018 ;
+  assign \$1021  = ^ \$1020 ;
+  assign \$1023  = ^ \$1022 ;
+  assign \$1024  = \$1021  ^ \$1023 ;
+  assign \$1026  = ^ \$1025 ;
+  assign \$1028  = ^ \$1027 ;
+  assign \$1029  = \$1026  ^ \$1028 ;
+  assign \$1031  = ^ \$1030 ;
+  assign \$1033  = ^ \$1032 ;
+  assign \$1034  = \$1031  ^ \$1033 ;
+  assign \$1036  = ^ \$1035 ;
+  assign \$1038  = ^ \$1037 ;
+  assign \$1039  = \$1036  ^ \$1038 ;
+  assign \$1041  = ^ \$1040 ;
+  assign \$1043  = ^ \$1042 ;
+  assign \$1044  = \$1041  ^ \$1043 ;
+  assign \$1045  = idx + 1'h1;
   assign \$1046  = count + 1'h1;
-  assign \$1047  = \$1046  == blen;
-  assign \$1050  = count + 1'h1;
-  assign \$1051  = count == 2'h3;
+  assign \$1047  = count + 1'h1;
+  assign \$1048  = \$1047  == blen;
+  assign \$1051  = count + 1'h1;
+  assign \$1052  = count == 2'h3;
   always @(posedge clk)
-    rx_err <= \$1052 ;
+    rx_err <= \$1053 ;
   always @(posedge clk)
-    quiet <= \$1053 ;
+    quiet <= \$1054 ;
   always @(posedge clk)
-    mw_valid <= \$1054 ;
+    mw_valid <= \$1055 ;
   always @(posedge clk)
-    regs__wvalid <= \$1055 ;
+    regs__wvalid <= \$1056 ;
   always @(posedge clk)
-    regs__awvalid <= \$1056 ;
+    regs__awvalid <= \$1057 ;
   always @(posedge clk)
-    regs__arvalid <= \$1057 ;
+    regs__arvalid <= \$1058 ;
   always @(posedge clk)
-    mem__awvalid <= \$1058 ;
+    mem__awvalid <= \$1059 ;
   always @(posedge clk)
-    mem__arvalid <= \$1059 ;
+    mem__arvalid <= \$1060 ;
   always @(posedge clk)
-    rd_ok <= \$1060 ;
+    rd_ok <= \$1061 ;
   always @(posedge clk)
-    count <= \$1061 ;
+    count <= \$1062 ;
   always @(posedge clk)
-    crc <= \$1062 ;
+    crc <= \$1063 ;
   always @(posedge clk)
-    bus_err <= \$1063 ;
+    bus_err <= \$1064 ;
   always @(posedge clk)
-    cmd <= \$1064 ;
+    cmd <= \$1065 ;
   always @(posedge clk)
-    incr <= \$1065 ;
+    incr <= \$1066 ;
   always @(posedge clk)
-    bridge_fsm_state <= \$1066 ;
+    bridge_fsm_state <= \$1067 ;
   always @(posedge clk)
-    words <= \$1067 ;
+    words <= \$1068 ;
   always @(posedge clk)
-    shreg <= \$1068 ;
+    shreg <= \$1069 ;
   always @(posedge clk)
-    waddr <= \$1069 ;
+    waddr <= \$1070 ;
   always @(posedge clk)
-    word <= \$1070 ;
+    word <= \$1071 ;
   always @(posedge clk)
-    regs__awaddr <= \$1071 ;
+    regs__awaddr <= \$1072 ;
   always @(posedge clk)
-    regs__wdata <= \$1072 ;
+    regs__wdata <= \$1073 ;
   always @(posedge clk)
-    mem__awaddr <= \$1073 ;
+    mem__awaddr <= \$1074 ;
   always @(posedge clk)
-    mem__awlen <= \$1074 ;
+    mem__awlen <= \$1075 ;
   always @(posedge clk)
-    mw_data <= \$1075 ;
+    mw_data <= \$1076 ;
   always @(posedge clk)
-    mw_strb <= \$1076 ;
+    mw_strb <= \$1077 ;
   always @(posedge clk)
-    regs__araddr <= \$1077 ;
+    regs__araddr <= \$1078 ;
   always @(posedge clk)
-    mem__araddr <= \$1078 ;
+    mem__araddr <= \$1079 ;
   always @(posedge clk)
-    mem__arlen <= \$1079 ;
+    mem__arlen <= \$1080 ;
   always @(posedge clk)
-    baddr <= \$1080 ;
+    baddr <= \$1081 ;
   always @(posedge clk)
-    blen <= \$1081 ;
+    blen <= \$1082 ;
   always @(posedge clk)
-    status <= \$1082 ;
+    status <= \$1083 ;
   always @(posedge clk)
-    lo <= \$1083 ;
+    lo <= \$1084 ;
   always @(posedge clk)
-    idx <= \$1084 ;
+    idx <= \$1085 ;
   always @(posedge clk)
-    cur <= \$1085 ;
+    cur <= \$1086 ;
   always @(posedge clk)
-    beat <= \$1086 ;
+    beat <= \$1087 ;
   always @(posedge clk)
-    left <= \$1087 ;
+    left <= \$1088 ;
   always @(posedge clk)
-    in_burst <= \$1088 ;
-  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$144 ;
-  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$219 ;
-  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$229 ;
-  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$234 ;
-  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$239 ;
-  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$244 ;
-  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$249 ;
-  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$254 ;
-  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$259 ;
-  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$269 ;
-  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$274 ;
-  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$159 ;
-  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$284 ;
-  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$164 ;
-  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$169 ;
-  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$199 ;
+    in_burst <= \$1089 ;
+  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$145 ;
+  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$220 ;
+  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$230 ;
+  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$235 ;
+  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$240 ;
+  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$245 ;
+  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$250 ;
+  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$255 ;
+  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$260 ;
+  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$270 ;
+  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$275 ;
+  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$160 ;
+  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$285 ;
+  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$165 ;
+  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$170 ;
+  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$200 ;
   \dx1_board.bridge.rx_fifo  rx_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -2460,7 +2462,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h16:
           /* empty */;
       6'h17:
-          mem__wstrb = { \$65 , \$58 , \$51 , \$44 , \$37 , \$30 , \$23 , \$16  };
+          mem__wstrb = { \$66 , \$59 , \$52 , \$45 , \$38 , \$31 , \$24 , \$17  };
     endcase
   end
   always @* begin
@@ -2506,7 +2508,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h16:
           /* empty */;
       6'h17:
-          mem__wlast = \$78 ;
+          mem__wlast = \$79 ;
     endcase
   end
   always @* begin
@@ -2693,7 +2695,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h07:
           /* empty */;
       6'h08:
-          regs__bready = \$70 ;
+          regs__bready = \$71 ;
       6'h09:
           /* empty */;
       6'h0b:
@@ -2739,7 +2741,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1d:
           /* empty */;
       6'h1e:
-          regs__bready = \$84 ;
+          regs__bready = \$85 ;
     endcase
   end
   always @* begin
@@ -2759,7 +2761,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h08:
           /* empty */;
       6'h09:
-          mem__bready = \$73 ;
+          mem__bready = \$74 ;
       6'h0b:
           /* empty */;
       6'h0c:
@@ -2787,7 +2789,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h17:
           /* empty */;
       6'h18:
-          mem__bready = \$79 ;
+          mem__bready = \$80 ;
     endcase
   end
   always @* begin
@@ -2809,7 +2811,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h09:
           /* empty */;
       6'h0b:
-          regs__rready = \$74 ;
+          regs__rready = \$75 ;
       6'h0c:
           /* empty */;
       6'h0d:
@@ -2855,7 +2857,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1c:
           /* empty */;
       6'h1f:
-          regs__rready = \$86 ;
+          regs__rready = \$87 ;
     endcase
   end
   always @* begin
@@ -2879,7 +2881,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h0b:
           /* empty */;
       6'h0c:
-          mem__rready = \$75 ;
+          mem__rready = \$76 ;
       6'h0d:
           /* empty */;
       6'h0a:
@@ -2909,7 +2911,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          mem__rready = \$80 ;
+          mem__rready = \$81 ;
     endcase
   end
   always @* begin
@@ -3057,7 +3059,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h20:
           \data__tdata$15  = lane_byte;
       6'h21:
-          \data__tdata$15  = \$91 [31:24];
+          \data__tdata$15  = \$92 [31:24];
     endcase
   end
   always @* begin
@@ -3100,7 +3102,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              wp__addr = \$76 [9:0];
+              wp__addr = \$77 [9:0];
             end
           end
       6'h12:
@@ -3118,7 +3120,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          if (\$81 ) begin
+          if (\$82 ) begin
             wp__addr = beat;
           end
       6'h03:
@@ -3134,8 +3136,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$88 ) begin
-            wp__addr = \$89 [9:0];
+          if (\$89 ) begin
+            wp__addr = \$90 [9:0];
           end
     endcase
   end
@@ -3197,7 +3199,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          if (\$81 ) begin
+          if (\$82 ) begin
             wp__data = mem__rdata;
           end
       6'h03:
@@ -3213,7 +3215,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$88 ) begin
+          if (\$89 ) begin
             wp__data = { regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24], regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24] };
           end
     endcase
@@ -3258,7 +3260,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              wp__en = \$77 [7:0];
+              wp__en = \$78 [7:0];
             end
           end
       6'h12:
@@ -3276,7 +3278,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          if (\$81 ) begin
+          if (\$82 ) begin
             wp__en = 8'hff;
           end
       6'h03:
@@ -3292,8 +3294,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$88 ) begin
-            wp__en = \$90 ;
+          if (\$89 ) begin
+            wp__en = \$91 ;
           end
     endcase
   end
@@ -3358,11 +3360,11 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1d:
           /* empty */;
       6'h1e:
-          reg_err = \$85 ;
+          reg_err = \$86 ;
       6'h1c:
           /* empty */;
       6'h1f:
-          reg_err = \$87 ;
+          reg_err = \$88 ;
     endcase
   end
   always @* begin
@@ -3439,60 +3441,33 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1052  = rx_err;
+    \$1053  = rx_err;
     if (frame_error) begin
-      \$1052  = 1'h1;
+      \$1053  = 1'h1;
     end
     casez (bridge_fsm_state)
       6'h00:
-          \$1052  = 1'h0;
+          \$1053  = 1'h0;
     endcase
     if (rst) begin
-      \$1052  = 1'h0;
+      \$1053  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1053  = quiet;
-    if (\$127 ) begin
-      \$1053  = 13'h0000;
-    end else if (\$128 ) begin
-      \$1053  = \$129 [12:0];
+    \$1054  = quiet;
+    if (\$128 ) begin
+      \$1054  = 13'h0000;
+    end else if (\$129 ) begin
+      \$1054  = \$130 [12:0];
     end
     if (rst) begin
-      \$1053  = 13'h0000;
+      \$1054  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1054  = mw_valid;
-    if (\$130 ) begin
-      \$1054  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1054  = 1'h1;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1054  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1055  = regs__wvalid;
+    \$1055  = mw_valid;
     if (\$131 ) begin
       \$1055  = 1'h0;
     end
@@ -3508,55 +3483,10 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
+            end else if (waddr[29]) begin
               \$1055  = 1'h1;
             end
           end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          \$1055  = 1'h1;
     endcase
     if (rst) begin
       \$1055  = 1'h0;
@@ -3564,7 +3494,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1056  = regs__awvalid;
+    \$1056  = regs__wvalid;
     if (\$132 ) begin
       \$1056  = 1'h0;
     end
@@ -3636,7 +3566,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1057  = regs__arvalid;
+    \$1057  = regs__awvalid;
     if (\$133 ) begin
       \$1057  = 1'h0;
     end
@@ -3650,9 +3580,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h06:
           /* empty */;
       6'h07:
-          (* full_case = 32'd1 *)
           if (cmd[0]) begin
-          end else begin
             if (in_regs) begin
               \$1057  = 1'h1;
             end
@@ -3702,10 +3630,6 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1b:
           /* empty */;
       6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
           \$1057  = 1'h1;
     endcase
     if (rst) begin
@@ -3714,7 +3638,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1058  = mem__awvalid;
+    \$1058  = regs__arvalid;
     if (\$134 ) begin
       \$1058  = 1'h0;
     end
@@ -3728,9 +3652,10 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h06:
           /* empty */;
       6'h07:
+          (* full_case = 32'd1 *)
           if (cmd[0]) begin
+          end else begin
             if (in_regs) begin
-            end else if (waddr[29]) begin
               \$1058  = 1'h1;
             end
           end
@@ -3759,11 +3684,31 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h12:
           /* empty */;
       6'h14:
-          (* full_case = 32'd1 *)
-          if (\$668 ) begin
-          end else begin
-            \$1058  = 1'h1;
-          end
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          \$1058  = 1'h1;
     endcase
     if (rst) begin
       \$1058  = 1'h0;
@@ -3771,7 +3716,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1059  = mem__arvalid;
+    \$1059  = mem__awvalid;
     if (\$135 ) begin
       \$1059  = 1'h0;
     end
@@ -3785,9 +3730,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h06:
           /* empty */;
       6'h07:
-          (* full_case = 32'd1 *)
           if (cmd[0]) begin
-          end else begin
             if (in_regs) begin
             end else if (waddr[29]) begin
               \$1059  = 1'h1;
@@ -3818,18 +3761,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h12:
           /* empty */;
       6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
+          if (\$669 ) begin
           end else begin
             \$1059  = 1'h1;
           end
@@ -3840,7 +3773,10 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1060  = 1'h1;
+    \$1060  = mem__arvalid;
+    if (\$136 ) begin
+      \$1060  = 1'h0;
+    end
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -3851,7 +3787,14 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h06:
           /* empty */;
       6'h07:
-          /* empty */;
+          (* full_case = 32'd1 *)
+          if (cmd[0]) begin
+          end else begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1060  = 1'h1;
+            end
+          end
       6'h08:
           /* empty */;
       6'h09:
@@ -3887,30 +3830,10 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h11:
           /* empty */;
       6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          if (sent) begin
-            \$1060  = 1'h0;
-          end
-      6'h20:
-          if (sent) begin
-            \$1060  = 1'h0;
+          (* full_case = 32'd1 *)
+          if (\$680 ) begin
+          end else begin
+            \$1060  = 1'h1;
           end
     endcase
     if (rst) begin
@@ -3919,17 +3842,96 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1061  = count;
+    \$1061  = 1'h1;
     casez (bridge_fsm_state)
       6'h00:
-          \$1061  = 13'h0000;
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          /* empty */;
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          /* empty */;
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          /* empty */;
+      6'h15:
+          if (sent) begin
+            \$1061  = 1'h0;
+          end
+      6'h20:
+          if (sent) begin
+            \$1061  = 1'h0;
+          end
+    endcase
+    if (rst) begin
+      \$1061  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1062  = count;
+    casez (bridge_fsm_state)
+      6'h00:
+          \$1062  = 13'h0000;
       6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = 13'h0000;
+              \$1062  = 13'h0000;
             end
           end
       6'h05:
@@ -3938,9 +3940,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$299 [12:0];
-              if (\$300 ) begin
-                \$1061  = 13'h0000;
+              \$1062  = \$300 [12:0];
+              if (\$301 ) begin
+                \$1062  = 13'h0000;
               end
             end
           end
@@ -3950,9 +3952,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$301 [12:0];
-              if (\$302 ) begin
-                \$1061  = 13'h0000;
+              \$1062  = \$302 [12:0];
+              if (\$303 ) begin
+                \$1062  = 13'h0000;
               end
             end
           end
@@ -3964,7 +3966,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
             if (in_regs) begin
             end else if (waddr[29]) begin
             end else begin
-              \$1061  = 13'h0000;
+              \$1062  = 13'h0000;
             end
           end
       6'h08:
@@ -3972,30 +3974,30 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h09:
           /* empty */;
       6'h0b:
-          if (\$308 ) begin
-            \$1061  = 13'h0000;
+          if (\$309 ) begin
+            \$1062  = 13'h0000;
           end
       6'h0c:
-          if (\$311 ) begin
-            \$1061  = 13'h0000;
+          if (\$312 ) begin
+            \$1062  = 13'h0000;
           end
       6'h0d:
           if (sent) begin
-            \$1061  = \$316 [12:0];
+            \$1062  = \$317 [12:0];
           end
       6'h0a:
-          \$1061  = 13'h0000;
+          \$1062  = 13'h0000;
       6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$321 [12:0];
+              \$1062  = \$322 [12:0];
             end
           end
       6'h0e:
-          \$1061  = 13'h0000;
+          \$1062  = 13'h0000;
       6'h0f:
           /* empty */;
       6'h04:
@@ -4006,9 +4008,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$660 [12:0];
-              if (\$662 ) begin
-                \$1061  = 13'h0000;
+              \$1062  = \$661 [12:0];
+              if (\$663 ) begin
+                \$1062  = 13'h0000;
               end
             end
           end
@@ -4018,7 +4020,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$663 [12:0];
+              \$1062  = \$664 [12:0];
             end
           end
       6'h14:
@@ -4032,8 +4034,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h11:
           /* empty */;
       6'h19:
-          if (\$679 ) begin
-            \$1061  = 13'h0000;
+          if (\$680 ) begin
+            \$1062  = 13'h0000;
           end
       6'h1a:
           /* empty */;
@@ -4043,57 +4045,57 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1061  = \$688 [12:0];
-              if (\$850 ) begin
-                \$1061  = 13'h0000;
+              \$1062  = \$689 [12:0];
+              if (\$851 ) begin
+                \$1062  = 13'h0000;
               end
             end
           end
       6'h13:
-          \$1061  = 13'h0000;
+          \$1062  = 13'h0000;
       6'h1b:
           /* empty */;
       6'h1d:
           /* empty */;
       6'h1e:
-          if (\$863 ) begin
-            \$1061  = \$864 [12:0];
+          if (\$864 ) begin
+            \$1062  = \$865 [12:0];
           end
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$873 ) begin
-            \$1061  = \$874 [12:0];
-            if (\$878 ) begin
-              \$1061  = 13'h0000;
+          if (\$874 ) begin
+            \$1062  = \$875 [12:0];
+            if (\$879 ) begin
+              \$1062  = 13'h0000;
             end
           end
       6'h15:
           if (sent) begin
-            \$1061  = 13'h0000;
+            \$1062  = 13'h0000;
           end
       6'h20:
           if (sent) begin
-            \$1061  = \$1045 [12:0];
-            if (\$1047 ) begin
-              \$1061  = 13'h0000;
+            \$1062  = \$1046 [12:0];
+            if (\$1048 ) begin
+              \$1062  = 13'h0000;
             end
           end
       6'h21:
           if (sent) begin
-            \$1061  = \$1050 [12:0];
+            \$1062  = \$1051 [12:0];
           end
     endcase
     if (rst) begin
-      \$1061  = 13'h0000;
+      \$1062  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1062  = crc;
+    \$1063  = crc;
     casez (bridge_fsm_state)
       6'h00:
-          \$1062  = { \$295 , \$290 , \$285 , \$280 , \$275 , \$270 , \$265 , \$260 , \$255 , \$250 , \$245 , \$240 , \$235 , \$230 , \$225 , \$220 , \$215 , \$210 , \$205 , \$200 , \$195 , \$190 , \$185 , \$180 , \$175 , \$170 , \$165 , \$160 , \$155 , \$150 , \$145 , \$140  };
+          \$1063  = { \$296 , \$291 , \$286 , \$281 , \$276 , \$271 , \$266 , \$261 , \$256 , \$251 , \$246 , \$241 , \$236 , \$231 , \$226 , \$221 , \$216 , \$211 , \$206 , \$201 , \$196 , \$191 , \$186 , \$181 , \$176 , \$171 , \$166 , \$161 , \$156 , \$151 , \$146 , \$141  };
       6'h01:
           /* empty */;
       6'h05:
@@ -4120,13 +4122,13 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$322 ) begin
-                \$1062  = { \$482 , \$477 , \$472 , \$467 , \$462 , \$457 , \$452 , \$447 , \$442 , \$437 , \$432 , \$427 , \$422 , \$417 , \$412 , \$407 , \$402 , \$397 , \$392 , \$387 , \$382 , \$377 , \$372 , \$367 , \$362 , \$357 , \$352 , \$347 , \$342 , \$337 , \$332 , \$327  };
+              if (\$323 ) begin
+                \$1063  = { \$483 , \$478 , \$473 , \$468 , \$463 , \$458 , \$453 , \$448 , \$443 , \$438 , \$433 , \$428 , \$423 , \$418 , \$413 , \$408 , \$403 , \$398 , \$393 , \$388 , \$383 , \$378 , \$373 , \$368 , \$363 , \$358 , \$353 , \$348 , \$343 , \$338 , \$333 , \$328  };
               end
             end
           end
       6'h0e:
-          \$1062  = 32'd4294967295;
+          \$1063  = 32'd4294967295;
       6'h0f:
           /* empty */;
       6'h04:
@@ -4137,7 +4139,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1062  = { \$658 , \$653 , \$648 , \$643 , \$638 , \$633 , \$628 , \$623 , \$618 , \$613 , \$608 , \$603 , \$598 , \$593 , \$588 , \$583 , \$578 , \$573 , \$568 , \$563 , \$558 , \$553 , \$548 , \$543 , \$538 , \$533 , \$528 , \$523 , \$518 , \$513 , \$508 , \$503  };
+              \$1063  = { \$659 , \$654 , \$649 , \$644 , \$639 , \$634 , \$629 , \$624 , \$619 , \$614 , \$609 , \$604 , \$599 , \$594 , \$589 , \$584 , \$579 , \$574 , \$569 , \$564 , \$559 , \$554 , \$549 , \$544 , \$539 , \$534 , \$529 , \$524 , \$519 , \$514 , \$509 , \$504  };
             end
           end
       6'h12:
@@ -4162,7 +4164,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1062  = { \$848 , \$843 , \$838 , \$833 , \$828 , \$823 , \$818 , \$813 , \$808 , \$803 , \$798 , \$793 , \$788 , \$783 , \$778 , \$773 , \$768 , \$763 , \$758 , \$753 , \$748 , \$743 , \$738 , \$733 , \$728 , \$723 , \$718 , \$713 , \$708 , \$703 , \$698 , \$693  };
+              \$1063  = { \$849 , \$844 , \$839 , \$834 , \$829 , \$824 , \$819 , \$814 , \$809 , \$804 , \$799 , \$794 , \$789 , \$784 , \$779 , \$774 , \$769 , \$764 , \$759 , \$754 , \$749 , \$744 , \$739 , \$734 , \$729 , \$724 , \$719 , \$714 , \$709 , \$704 , \$699 , \$694  };
             end
           end
       6'h13:
@@ -4179,27 +4181,27 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h15:
           if (sent) begin
-            \$1062  = 32'd4294967295;
+            \$1063  = 32'd4294967295;
           end
       6'h20:
           if (sent) begin
-            \$1062  = { \$1043 , \$1038 , \$1033 , \$1028 , \$1023 , \$1018 , \$1013 , \$1008 , \$1003 , \$998 , \$993 , \$988 , \$983 , \$978 , \$973 , \$968 , \$963 , \$958 , \$953 , \$948 , \$943 , \$938 , \$933 , \$928 , \$923 , \$918 , \$913 , \$908 , \$903 , \$898 , \$893 , \$888  };
+            \$1063  = { \$1044 , \$1039 , \$1034 , \$1029 , \$1024 , \$1019 , \$1014 , \$1009 , \$1004 , \$999 , \$994 , \$989 , \$984 , \$979 , \$974 , \$969 , \$964 , \$959 , \$954 , \$949 , \$944 , \$939 , \$934 , \$929 , \$924 , \$919 , \$914 , \$909 , \$904 , \$899 , \$894 , \$889  };
           end
       6'h21:
           if (sent) begin
-            \$1062  = \$1049 [31:0];
+            \$1063  = \$1050 [31:0];
           end
     endcase
     if (rst) begin
-      \$1062  = 32'd4294967295;
+      \$1063  = 32'd4294967295;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1063  = bus_err;
+    \$1064  = bus_err;
     casez (bridge_fsm_state)
       6'h00:
-          \$1063  = 1'h0;
+          \$1064  = 1'h0;
       6'h01:
           /* empty */;
       6'h05:
@@ -4239,9 +4241,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h17:
           /* empty */;
       6'h18:
-          if (\$677 ) begin
-            if (\$678 ) begin
-              \$1063  = 1'h1;
+          if (\$678 ) begin
+            if (\$679 ) begin
+              \$1064  = 1'h1;
             end
           end
       6'h11:
@@ -4249,103 +4251,103 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          if (\$685 ) begin
-            if (\$687 ) begin
-              \$1063  = 1'h1;
+          if (\$686 ) begin
+            if (\$688 ) begin
+              \$1064  = 1'h1;
             end
           end
       6'h03:
           /* empty */;
       6'h13:
-          \$1063  = 1'h0;
+          \$1064  = 1'h0;
       6'h1b:
           /* empty */;
       6'h1d:
           /* empty */;
       6'h1e:
-          if (\$863 ) begin
-            \$1063  = \$868 ;
+          if (\$864 ) begin
+            \$1064  = \$869 ;
           end
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$873 ) begin
-            \$1063  = \$876 ;
+          if (\$874 ) begin
+            \$1064  = \$877 ;
           end
     endcase
     if (rst) begin
-      \$1063  = 1'h0;
+      \$1064  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1064  = cmd;
+    \$1065  = cmd;
     casez (bridge_fsm_state)
       6'h00:
           if (r_rdy) begin
-            \$1064  = r_data;
+            \$1065  = r_data;
           end
     endcase
     if (rst) begin
-      \$1064  = 8'h00;
+      \$1065  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1065  = incr;
+    \$1066  = incr;
     casez (bridge_fsm_state)
       6'h00:
           if (r_rdy) begin
             casez (r_data)
               8'h01, 8'h02, 8'h03, 8'h04:
-                  \$1065  = \$296 ;
+                  \$1066  = \$297 ;
             endcase
           end
     endcase
     if (rst) begin
-      \$1065  = 1'h0;
+      \$1066  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1066  = bridge_fsm_state;
+    \$1067  = bridge_fsm_state;
     casez (bridge_fsm_state)
       6'h00:
           if (r_rdy) begin
             casez (r_data)
               8'h01, 8'h02, 8'h03, 8'h04:
-                  \$1066  = 6'h01;
+                  \$1067  = 6'h01;
               8'h81, 8'h82:
-                  \$1066  = 6'h02;
+                  \$1067  = 6'h02;
               8'h83, 8'h84:
-                  \$1066  = 6'h03;
+                  \$1067  = 6'h03;
             endcase
           end
       6'h01:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              \$1066  = 6'h05;
+              \$1067  = 6'h05;
             end
           end
       6'h05:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$300 ) begin
+              if (\$301 ) begin
                 (* full_case = 32'd1 *)
                 if (cmd[0]) begin
-                  \$1066  = 6'h06;
+                  \$1067  = 6'h06;
                 end else begin
-                  \$1066  = 6'h07;
+                  \$1067  = 6'h07;
                 end
               end
             end
@@ -4353,13 +4355,13 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h06:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$302 ) begin
-                \$1066  = 6'h07;
+              if (\$303 ) begin
+                \$1067  = 6'h07;
               end
             end
           end
@@ -4368,238 +4370,238 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           if (cmd[0]) begin
             (* full_case = 32'd1 *)
             if (in_regs) begin
-              \$1066  = 6'h08;
+              \$1067  = 6'h08;
             end else if (waddr[29]) begin
-              \$1066  = 6'h09;
+              \$1067  = 6'h09;
             end else begin
-              \$1066  = 6'h0a;
+              \$1067  = 6'h0a;
             end
           end else begin
             (* full_case = 32'd1 *)
             if (in_regs) begin
-              \$1066  = 6'h0b;
+              \$1067  = 6'h0b;
             end else if (waddr[29]) begin
-              \$1066  = 6'h0c;
+              \$1067  = 6'h0c;
             end else begin
-              \$1066  = 6'h0d;
+              \$1067  = 6'h0d;
             end
           end
       6'h08:
-          if (\$306 ) begin
-            \$1066  = 6'h0a;
+          if (\$307 ) begin
+            \$1067  = 6'h0a;
           end
       6'h09:
-          if (\$307 ) begin
-            \$1066  = 6'h0a;
+          if (\$308 ) begin
+            \$1067  = 6'h0a;
           end
       6'h0b:
-          if (\$308 ) begin
-            \$1066  = 6'h0d;
+          if (\$309 ) begin
+            \$1067  = 6'h0d;
           end
       6'h0c:
-          if (\$311 ) begin
-            \$1066  = 6'h0d;
+          if (\$312 ) begin
+            \$1067  = 6'h0d;
           end
       6'h0d:
           if (sent) begin
-            if (\$317 ) begin
-              \$1066  = 6'h0a;
+            if (\$318 ) begin
+              \$1067  = 6'h0a;
             end
           end
       6'h0a:
           (* full_case = 32'd1 *)
-          if (\$320 ) begin
-            \$1066  = 6'h00;
+          if (\$321 ) begin
+            \$1067  = 6'h00;
           end else if (cmd[0]) begin
-            \$1066  = 6'h06;
+            \$1067  = 6'h06;
           end else begin
-            \$1066  = 6'h07;
+            \$1067  = 6'h07;
           end
       6'h02:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$485 ) begin
-                \$1066  = 6'h0e;
+              if (\$486 ) begin
+                \$1067  = 6'h0e;
               end
             end
           end
       6'h0e:
           (* full_case = 32'd1 *)
-          if (\$495 ) begin
-            \$1066  = 6'h0f;
+          if (\$496 ) begin
+            \$1067  = 6'h0f;
           end else if (cmd[0]) begin
-            \$1066  = 6'h10;
+            \$1067  = 6'h10;
           end else begin
-            \$1066  = 6'h11;
+            \$1067  = 6'h11;
           end
       6'h0f:
           if (sent) begin
             (* full_case = 32'd1 *)
-            if (\$498 ) begin
-              \$1066  = 6'h00;
+            if (\$499 ) begin
+              \$1067  = 6'h00;
             end else begin
-              \$1066  = 6'h04;
+              \$1067  = 6'h04;
             end
           end
       6'h04:
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end
       6'h10:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$662 ) begin
-                \$1066  = 6'h12;
+              if (\$663 ) begin
+                \$1067  = 6'h12;
               end
             end
           end
       6'h12:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$664 ) begin
+              if (\$665 ) begin
                 (* full_case = 32'd1 *)
                 if (reg_frame) begin
-                  \$1066  = 6'h13;
+                  \$1067  = 6'h13;
                 end else begin
-                  \$1066  = 6'h14;
+                  \$1067  = 6'h14;
                 end
               end
             end
           end
       6'h14:
           (* full_case = 32'd1 *)
-          if (\$668 ) begin
-            \$1066  = 6'h15;
+          if (\$669 ) begin
+            \$1067  = 6'h15;
           end else begin
-            \$1066  = 6'h16;
+            \$1067  = 6'h16;
           end
       6'h16:
-          \$1066  = 6'h17;
+          \$1067  = 6'h17;
       6'h17:
           if (mem__wready) begin
             (* full_case = 32'd1 *)
-            if (\$676 ) begin
-              \$1066  = 6'h18;
+            if (\$677 ) begin
+              \$1067  = 6'h18;
             end else begin
-              \$1066  = 6'h16;
+              \$1067  = 6'h16;
             end
           end
       6'h18:
-          if (\$677 ) begin
-            \$1066  = 6'h14;
+          if (\$678 ) begin
+            \$1067  = 6'h14;
           end
       6'h11:
-          \$1066  = 6'h19;
+          \$1067  = 6'h19;
       6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
-            \$1066  = 6'h15;
+          if (\$680 ) begin
+            \$1067  = 6'h15;
           end else begin
-            \$1066  = 6'h1a;
+            \$1067  = 6'h1a;
           end
       6'h1a:
-          if (\$685 ) begin
+          if (\$686 ) begin
             if (mem__rlast) begin
-              \$1066  = 6'h19;
+              \$1067  = 6'h19;
             end
           end
       6'h03:
           (* full_case = 32'd1 *)
           if (timed_out) begin
-            \$1066  = 6'h00;
+            \$1067  = 6'h00;
           end else if (rx_err) begin
-            \$1066  = 6'h04;
+            \$1067  = 6'h04;
           end else begin
             if (r_rdy) begin
-              if (\$850 ) begin
+              if (\$851 ) begin
                 (* full_case = 32'd1 *)
-                if (\$853 ) begin
-                  \$1066  = 6'h10;
+                if (\$854 ) begin
+                  \$1067  = 6'h10;
                 end else begin
-                  \$1066  = 6'h12;
+                  \$1067  = 6'h12;
                 end
               end
             end
           end
       6'h13:
           (* full_case = 32'd1 *)
-          if (\$854 ) begin
-            \$1066  = 6'h0f;
-          end else if (\$862 ) begin
-            \$1066  = 6'h15;
+          if (\$855 ) begin
+            \$1067  = 6'h0f;
+          end else if (\$863 ) begin
+            \$1067  = 6'h15;
           end else if (cmd[0]) begin
-            \$1066  = 6'h1b;
+            \$1067  = 6'h1b;
           end else begin
-            \$1066  = 6'h1c;
+            \$1067  = 6'h1c;
           end
       6'h1b:
-          \$1066  = 6'h1d;
+          \$1067  = 6'h1d;
       6'h1d:
-          \$1066  = 6'h1e;
+          \$1067  = 6'h1e;
       6'h1e:
-          if (\$863 ) begin
+          if (\$864 ) begin
             (* full_case = 32'd1 *)
-            if (\$870 ) begin
-              \$1066  = 6'h15;
+            if (\$871 ) begin
+              \$1067  = 6'h15;
             end else begin
-              \$1066  = 6'h1b;
+              \$1067  = 6'h1b;
             end
           end
       6'h1c:
-          \$1066  = 6'h1f;
+          \$1067  = 6'h1f;
       6'h1f:
-          if (\$873 ) begin
+          if (\$874 ) begin
             (* full_case = 32'd1 *)
-            if (\$878 ) begin
-              \$1066  = 6'h15;
+            if (\$879 ) begin
+              \$1067  = 6'h15;
             end else begin
-              \$1066  = 6'h1c;
+              \$1067  = 6'h1c;
             end
           end
       6'h15:
           if (sent) begin
             (* full_case = 32'd1 *)
-            if (\$883 ) begin
-              \$1066  = 6'h20;
+            if (\$884 ) begin
+              \$1067  = 6'h20;
             end else begin
-              \$1066  = 6'h00;
+              \$1067  = 6'h00;
             end
           end
       6'h20:
           if (sent) begin
-            if (\$1047 ) begin
-              \$1066  = 6'h21;
+            if (\$1048 ) begin
+              \$1067  = 6'h21;
             end
           end
       6'h21:
           if (sent) begin
-            if (\$1051 ) begin
-              \$1066  = 6'h00;
+            if (\$1052 ) begin
+              \$1067  = 6'h00;
             end
           end
     endcase
     if (rst) begin
-      \$1066  = 6'h00;
+      \$1067  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1067  = words;
+    \$1068  = words;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -4609,7 +4611,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1067  = \$298 ;
+              \$1068  = \$299 ;
             end
           end
       6'h05:
@@ -4629,7 +4631,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h0d:
           /* empty */;
       6'h0a:
-          \$1067  = \$318 [8:0];
+          \$1068  = \$319 [8:0];
       6'h02:
           /* empty */;
       6'h0e:
@@ -4662,19 +4664,19 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$850 ) begin
-                \$1067  = { 1'h0, r_data };
+              if (\$851 ) begin
+                \$1068  = { 1'h0, r_data };
               end
             end
           end
     endcase
     if (rst) begin
-      \$1067  = 9'h000;
+      \$1068  = 9'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1068  = shreg;
+    \$1069  = shreg;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -4686,7 +4688,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1068  = { shreg[23:0], r_data };
+              \$1069  = { shreg[23:0], r_data };
             end
           end
       6'h06:
@@ -4695,7 +4697,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1068  = { shreg[23:0], r_data };
+              \$1069  = { shreg[23:0], r_data };
             end
           end
       6'h07:
@@ -4718,7 +4720,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1068  = { shreg[23:0], r_data };
+              \$1069  = { shreg[23:0], r_data };
             end
           end
       6'h0e:
@@ -4735,7 +4737,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1068  = { shreg[23:0], r_data };
+              \$1069  = { shreg[23:0], r_data };
             end
           end
       6'h14:
@@ -4758,49 +4760,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1068  = { shreg[23:0], r_data };
+              \$1069  = { shreg[23:0], r_data };
             end
           end
-    endcase
-    if (rst) begin
-      \$1068  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1069  = waddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$300 ) begin
-                \$1069  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          \$1069  = \$319 [31:0];
     endcase
     if (rst) begin
       \$1069  = 32'd0;
@@ -4808,7 +4770,47 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1070  = word;
+    \$1070  = waddr;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$301 ) begin
+                \$1070  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          \$1070  = \$320 [31:0];
+    endcase
+    if (rst) begin
+      \$1070  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1071  = word;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -4822,8 +4824,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$302 ) begin
-                \$1070  = { shreg[23:0], r_data };
+              if (\$303 ) begin
+                \$1071  = { shreg[23:0], r_data };
               end
             end
           end
@@ -4835,7 +4837,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
             if (in_regs) begin
             end else if (waddr[29]) begin
             end else begin
-              \$1070  = 32'd4294967295;
+              \$1071  = 32'd4294967295;
             end
           end
       6'h08:
@@ -4843,25 +4845,25 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h09:
           /* empty */;
       6'h0b:
-          if (\$308 ) begin
-            \$1070  = \$310 ;
+          if (\$309 ) begin
+            \$1071  = \$311 ;
           end
       6'h0c:
-          if (\$311 ) begin
-            \$1070  = \$314 ;
+          if (\$312 ) begin
+            \$1071  = \$315 ;
           end
       6'h0d:
           if (sent) begin
-            \$1070  = \$315 [31:0];
+            \$1071  = \$316 [31:0];
           end
     endcase
     if (rst) begin
-      \$1070  = 32'd0;
+      \$1071  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1071  = regs__awaddr;
+    \$1072  = regs__awaddr;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -4874,7 +4876,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
-              \$1071  = { waddr[13:0], 2'h0 };
+              \$1072  = { waddr[13:0], 2'h0 };
             end
           end
       6'h08:
@@ -4922,15 +4924,15 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1b:
           /* empty */;
       6'h1d:
-          \$1071  = baddr[15:0];
+          \$1072  = baddr[15:0];
     endcase
     if (rst) begin
-      \$1071  = 16'h0000;
+      \$1072  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1072  = regs__wdata;
+    \$1073  = regs__wdata;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -4943,7 +4945,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h07:
           if (cmd[0]) begin
             if (in_regs) begin
-              \$1072  = word;
+              \$1073  = word;
             end
           end
       6'h08:
@@ -4991,61 +4993,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1b:
           /* empty */;
       6'h1d:
-          \$1072  = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
-    endcase
-    if (rst) begin
-      \$1072  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1073  = mem__awaddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1073  = { 1'h0, \$303  };
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$668 ) begin
-          end else begin
-            \$1073  = { 1'h0, cur };
-          end
+          \$1073  = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
     endcase
     if (rst) begin
       \$1073  = 32'd0;
@@ -5053,7 +5001,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1074  = mem__awlen;
+    \$1074  = mem__awaddr;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5067,7 +5015,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           if (cmd[0]) begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$1074  = 8'h00;
+              \$1074  = { 1'h0, \$304  };
             end
           end
       6'h08:
@@ -5096,18 +5044,18 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h14:
           (* full_case = 32'd1 *)
-          if (\$668 ) begin
+          if (\$669 ) begin
           end else begin
-            \$1074  = \$669 [7:0];
+            \$1074  = { 1'h0, cur };
           end
     endcase
     if (rst) begin
-      \$1074  = 8'h00;
+      \$1074  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1075  = mw_data;
+    \$1075  = mem__awlen;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5121,17 +5069,47 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           if (cmd[0]) begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$1075  = { word, word };
+              \$1075  = 8'h00;
             end
+          end
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          /* empty */;
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          (* full_case = 32'd1 *)
+          if (\$669 ) begin
+          end else begin
+            \$1075  = \$670 [7:0];
           end
     endcase
     if (rst) begin
-      \$1075  = 64'h0000000000000000;
+      \$1075  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1076  = mw_strb;
+    \$1076  = mw_data;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5145,17 +5123,41 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           if (cmd[0]) begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$1076  = \$304 ;
+              \$1076  = { word, word };
             end
           end
     endcase
     if (rst) begin
-      \$1076  = 8'h00;
+      \$1076  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1077  = regs__araddr;
+    \$1077  = mw_strb;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          if (cmd[0]) begin
+            if (in_regs) begin
+            end else if (waddr[29]) begin
+              \$1077  = \$305 ;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1077  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1078  = regs__araddr;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5170,7 +5172,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           if (cmd[0]) begin
           end else begin
             if (in_regs) begin
-              \$1077  = { waddr[13:0], 2'h0 };
+              \$1078  = { waddr[13:0], 2'h0 };
             end
           end
       6'h08:
@@ -5222,15 +5224,15 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h1e:
           /* empty */;
       6'h1c:
-          \$1077  = baddr[15:0];
+          \$1078  = baddr[15:0];
     endcase
     if (rst) begin
-      \$1077  = 16'h0000;
+      \$1078  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1078  = mem__araddr;
+    \$1079  = mem__araddr;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5246,7 +5248,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$1078  = { 1'h0, \$305  };
+              \$1079  = { 1'h0, \$306  };
             end
           end
       6'h08:
@@ -5285,18 +5287,18 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
+          if (\$680 ) begin
           end else begin
-            \$1078  = { 1'h0, cur };
+            \$1079  = { 1'h0, cur };
           end
     endcase
     if (rst) begin
-      \$1078  = 32'd0;
+      \$1079  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1079  = mem__arlen;
+    \$1080  = mem__arlen;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5312,7 +5314,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else begin
             if (in_regs) begin
             end else if (waddr[29]) begin
-              \$1079  = 8'h00;
+              \$1080  = 8'h00;
             end
           end
       6'h08:
@@ -5351,111 +5353,18 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
+          if (\$680 ) begin
           end else begin
-            \$1079  = \$681 [7:0];
+            \$1080  = \$682 [7:0];
           end
     endcase
     if (rst) begin
-      \$1079  = 8'h00;
+      \$1080  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1080  = baddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$483 ) begin
-                \$1080  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$849 ) begin
-                \$1080  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$863 ) begin
-            \$1080  = \$865 [31:0];
-          end
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$873 ) begin
-            \$1080  = \$875 [31:0];
-          end
-    endcase
-    if (rst) begin
-      \$1080  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1081  = blen;
+    \$1081  = baddr;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5521,9 +5430,25 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else begin
             if (r_rdy) begin
               if (\$850 ) begin
-                \$1081  = { 21'h000000, \$851  };
+                \$1081  = { shreg[23:0], r_data };
               end
             end
+          end
+      6'h13:
+          /* empty */;
+      6'h1b:
+          /* empty */;
+      6'h1d:
+          /* empty */;
+      6'h1e:
+          if (\$864 ) begin
+            \$1081  = \$866 [31:0];
+          end
+      6'h1c:
+          /* empty */;
+      6'h1f:
+          if (\$874 ) begin
+            \$1081  = \$876 [31:0];
           end
     endcase
     if (rst) begin
@@ -5532,7 +5457,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1082  = status;
+    \$1082  = blen;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5563,13 +5488,90 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else begin
             if (r_rdy) begin
               if (\$485 ) begin
+                \$1082  = { shreg[23:0], r_data };
+              end
+            end
+          end
+      6'h0e:
+          /* empty */;
+      6'h0f:
+          /* empty */;
+      6'h04:
+          /* empty */;
+      6'h10:
+          /* empty */;
+      6'h12:
+          /* empty */;
+      6'h14:
+          /* empty */;
+      6'h16:
+          /* empty */;
+      6'h17:
+          /* empty */;
+      6'h18:
+          /* empty */;
+      6'h11:
+          /* empty */;
+      6'h19:
+          /* empty */;
+      6'h1a:
+          /* empty */;
+      6'h03:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$851 ) begin
+                \$1082  = { 21'h000000, \$852  };
+              end
+            end
+          end
+    endcase
+    if (rst) begin
+      \$1082  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1083  = status;
+    casez (bridge_fsm_state)
+      6'h00:
+          /* empty */;
+      6'h01:
+          /* empty */;
+      6'h05:
+          /* empty */;
+      6'h06:
+          /* empty */;
+      6'h07:
+          /* empty */;
+      6'h08:
+          /* empty */;
+      6'h09:
+          /* empty */;
+      6'h0b:
+          /* empty */;
+      6'h0c:
+          /* empty */;
+      6'h0d:
+          /* empty */;
+      6'h0a:
+          /* empty */;
+      6'h02:
+          (* full_case = 32'd1 *)
+          if (timed_out) begin
+          end else if (rx_err) begin
+          end else begin
+            if (r_rdy) begin
+              if (\$486 ) begin
                 (* full_case = 32'd1 *)
-                if (\$486 ) begin
-                  \$1082  = 8'h01;
-                end else if (\$494 ) begin
-                  \$1082  = 8'h02;
+                if (\$487 ) begin
+                  \$1083  = 8'h01;
+                end else if (\$495 ) begin
+                  \$1083  = 8'h02;
                 end else begin
-                  \$1082  = 8'h00;
+                  \$1083  = 8'h00;
                 end
               end
             end
@@ -5588,15 +5590,15 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$664 ) begin
-                \$1082  = { 7'h00, \$665  };
+              if (\$665 ) begin
+                \$1083  = { 6'h00, \$666  };
               end
             end
           end
       6'h14:
-          if (\$668 ) begin
+          if (\$669 ) begin
             if (bus_err) begin
-              \$1082  = 8'h03;
+              \$1083  = 8'h03;
             end
           end
       6'h16:
@@ -5608,44 +5610,44 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h11:
           /* empty */;
       6'h19:
-          if (\$679 ) begin
-            \$1082  = { 6'h00, \$680  };
+          if (\$680 ) begin
+            \$1083  = { 6'h00, \$681  };
           end
       6'h1a:
           /* empty */;
       6'h03:
           /* empty */;
       6'h13:
-          if (\$854 ) begin
-          end else if (\$862 ) begin
-            \$1082  = 8'h02;
+          if (\$855 ) begin
+          end else if (\$863 ) begin
+            \$1083  = 8'h02;
           end
       6'h1b:
           /* empty */;
       6'h1d:
           /* empty */;
       6'h1e:
-          if (\$863 ) begin
-            if (\$870 ) begin
-              \$1082  = { 6'h00, \$872  };
+          if (\$864 ) begin
+            if (\$871 ) begin
+              \$1083  = { 6'h00, \$873  };
             end
           end
       6'h1c:
           /* empty */;
       6'h1f:
-          if (\$873 ) begin
-            if (\$878 ) begin
-              \$1082  = { 6'h00, \$880  };
+          if (\$874 ) begin
+            if (\$879 ) begin
+              \$1083  = { 6'h00, \$881  };
             end
           end
     endcase
     if (rst) begin
-      \$1082  = 8'h00;
+      \$1083  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1083  = lo;
+    \$1084  = lo;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5672,7 +5674,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h02:
           /* empty */;
       6'h0e:
-          \$1083  = baddr[2:0];
+          \$1084  = baddr[2:0];
       6'h0f:
           /* empty */;
       6'h04:
@@ -5701,19 +5703,19 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$850 ) begin
-                \$1083  = 3'h0;
+              if (\$851 ) begin
+                \$1084  = 3'h0;
               end
             end
           end
     endcase
     if (rst) begin
-      \$1083  = 3'h0;
+      \$1084  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1084  = idx;
+    \$1085  = idx;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5740,7 +5742,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h02:
           /* empty */;
       6'h0e:
-          \$1084  = { 10'h000, baddr[2:0] };
+          \$1085  = { 10'h000, baddr[2:0] };
       6'h0f:
           /* empty */;
       6'h04:
@@ -5751,7 +5753,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              \$1084  = \$659 [12:0];
+              \$1085  = \$660 [12:0];
             end
           end
       6'h12:
@@ -5776,8 +5778,8 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$850 ) begin
-                \$1084  = 13'h0000;
+              if (\$851 ) begin
+                \$1085  = 13'h0000;
               end
             end
           end
@@ -5797,16 +5799,16 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h20:
           if (sent) begin
-            \$1084  = \$1044 [12:0];
+            \$1085  = \$1045 [12:0];
           end
     endcase
     if (rst) begin
-      \$1084  = 13'h0000;
+      \$1085  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1085  = cur;
+    \$1086  = cur;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5833,7 +5835,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h02:
           /* empty */;
       6'h0e:
-          \$1085  = { baddr[30:3], 3'h0 };
+          \$1086  = { baddr[30:3], 3'h0 };
       6'h0f:
           /* empty */;
       6'h04:
@@ -5844,9 +5846,9 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h14:
           (* full_case = 32'd1 *)
-          if (\$668 ) begin
+          if (\$669 ) begin
           end else begin
-            \$1085  = \$671 [30:0];
+            \$1086  = \$672 [30:0];
           end
       6'h16:
           /* empty */;
@@ -5858,18 +5860,18 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
+          if (\$680 ) begin
           end else begin
-            \$1085  = \$683 [30:0];
+            \$1086  = \$684 [30:0];
           end
     endcase
     if (rst) begin
-      \$1085  = 31'h00000000;
+      \$1086  = 31'h00000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1086  = beat;
+    \$1087  = beat;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5896,7 +5898,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h02:
           /* empty */;
       6'h0e:
-          \$1086  = 10'h000;
+          \$1087  = 10'h000;
       6'h0f:
           /* empty */;
       6'h04:
@@ -5911,7 +5913,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h17:
           if (mem__wready) begin
-            \$1086  = \$674 [9:0];
+            \$1087  = \$675 [9:0];
           end
       6'h18:
           /* empty */;
@@ -5920,29 +5922,29 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h19:
           /* empty */;
       6'h1a:
-          if (\$685 ) begin
-            \$1086  = \$686 [9:0];
+          if (\$686 ) begin
+            \$1087  = \$687 [9:0];
           end
       6'h03:
           /* empty */;
       6'h13:
-          \$1086  = 10'h000;
+          \$1087  = 10'h000;
       6'h1b:
           /* empty */;
       6'h1d:
           /* empty */;
       6'h1e:
-          if (\$863 ) begin
-            \$1086  = \$867 [9:0];
+          if (\$864 ) begin
+            \$1087  = \$868 [9:0];
           end
     endcase
     if (rst) begin
-      \$1086  = 10'h000;
+      \$1087  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1087  = left;
+    \$1088  = left;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -5982,16 +5984,16 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           end else if (rx_err) begin
           end else begin
             if (r_rdy) begin
-              if (\$664 ) begin
-                \$1087  = \$5 [9:0];
+              if (\$665 ) begin
+                \$1088  = \$6 [9:0];
               end
             end
           end
       6'h14:
           (* full_case = 32'd1 *)
-          if (\$668 ) begin
+          if (\$669 ) begin
           end else begin
-            \$1087  = \$672 [9:0];
+            \$1088  = \$673 [9:0];
           end
       6'h16:
           /* empty */;
@@ -6000,21 +6002,21 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
       6'h18:
           /* empty */;
       6'h11:
-          \$1087  = \$5 [9:0];
+          \$1088  = \$6 [9:0];
       6'h19:
           (* full_case = 32'd1 *)
-          if (\$679 ) begin
+          if (\$680 ) begin
           end else begin
-            \$1087  = \$684 [9:0];
+            \$1088  = \$685 [9:0];
           end
     endcase
     if (rst) begin
-      \$1087  = 10'h000;
+      \$1088  = 10'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1088  = in_burst;
+    \$1089  = in_burst;
     casez (bridge_fsm_state)
       6'h00:
           /* empty */;
@@ -6052,19 +6054,19 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
           /* empty */;
       6'h14:
           (* full_case = 32'd1 *)
-          if (\$668 ) begin
+          if (\$669 ) begin
           end else begin
-            \$1088  = \$673 [8:0];
+            \$1089  = \$674 [8:0];
           end
       6'h16:
           /* empty */;
       6'h17:
           if (mem__wready) begin
-            \$1088  = \$675 [8:0];
+            \$1089  = \$676 [8:0];
           end
     endcase
     if (rst) begin
-      \$1088  = 9'h000;
+      \$1089  = 9'h000;
     end
   end
   assign \rx$1  = rx;
@@ -6078,11 +6080,11 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   assign shreg_next = { shreg[23:0], r_data };
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
-  assign nbeats = \$5 [9:0];
+  assign nbeats = \$6 [9:0];
   assign reg_word = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
-  assign to_page = \$6 [9:0];
-  assign cut = \$9 [8:0];
-  assign strb = { \$65 , \$58 , \$51 , \$44 , \$37 , \$30 , \$23 , \$16  };
+  assign to_page = \$7 [9:0];
+  assign cut = \$10 [8:0];
+  assign strb = { \$66 , \$59 , \$52 , \$45 , \$38 , \$31 , \$24 , \$17  };
   assign mem__awid = 4'h0;
   assign mem__arid = 4'h0;
   assign mem__awsize = 3'h3;
@@ -6090,693 +6092,693 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
   assign mem__awburst = 2'h1;
   assign mem__arburst = 2'h1;
   assign regs__wstrb = 4'hf;
-  assign rp__addr = \$67 [9:0];
-  assign \$5  = { 3'h0, \$4 [14:3] };
-  assign \$66  = { 3'h0, idx[12:3] };
-  assign \$76  = { 3'h0, idx[12:3] };
-  assign \$89  = { 1'h0, count[12:1] };
-  assign \$136  = 32'd260;
-  assign \$137  = 1'h0;
-  assign { \$138 [7:3], \$138 [1:0] } = 7'h00;
-  assign \$138 [2] = r_data[2];
-  assign \$140  = \$139 ;
-  assign \$141  = 32'd521;
-  assign \$142  = 1'h1;
-  assign { \$143 [7:4], \$143 [2:1] } = 6'h00;
-  assign { \$143 [3], \$143 [0] } = { r_data[3], r_data[0] };
-  assign \$145  = \$auto$rtlil.cc:2739:Not$2 ;
-  assign \$146  = 32'd1043;
-  assign \$147  = 1'h0;
-  assign { \$148 [7:5], \$148 [3:2] } = 5'h00;
-  assign { \$148 [4], \$148 [1:0] } = { r_data[4], r_data[1:0] };
-  assign \$150  = \$149 ;
-  assign \$151  = 32'd2086;
-  assign \$152  = 1'h0;
-  assign { \$153 [7:6], \$153 [4:3], \$153 [0] } = 5'h00;
-  assign { \$153 [5], \$153 [2:1] } = { r_data[5], r_data[2:1] };
-  assign \$155  = \$154 ;
-  assign \$156  = 32'd4173;
-  assign \$157  = 1'h1;
-  assign { \$158 [7], \$158 [5:4], \$158 [1] } = 4'h0;
-  assign { \$158 [6], \$158 [3:2], \$158 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign \$160  = \$auto$rtlil.cc:2739:Not$4 ;
-  assign \$161  = 32'd8346;
-  assign \$162  = 1'h1;
-  assign { \$163 [6:5], \$163 [2], \$163 [0] } = 4'h0;
-  assign { \$163 [7], \$163 [4:3], \$163 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign \$165  = \$auto$rtlil.cc:2739:Not$6 ;
-  assign \$166  = 32'd16432;
-  assign \$167  = 1'h1;
-  assign { \$168 [7:6], \$168 [3:0] } = 6'h00;
-  assign \$168 [5:4] = r_data[5:4];
-  assign \$170  = \$auto$rtlil.cc:2739:Not$8 ;
-  assign \$171  = 32'd32865;
-  assign \$172  = 1'h0;
-  assign { \$173 [7], \$173 [4:1] } = 5'h00;
-  assign { \$173 [6:5], \$173 [0] } = { r_data[6:5], r_data[0] };
-  assign \$175  = \$174 ;
-  assign \$176  = 32'd65730;
-  assign \$177  = 1'h0;
-  assign { \$178 [5:2], \$178 [0] } = 5'h00;
-  assign { \$178 [7:6], \$178 [1] } = { r_data[7:6], r_data[1] };
-  assign \$180  = \$179 ;
-  assign \$181  = 32'd131200;
-  assign \$182  = 1'h0;
-  assign \$183 [6:0] = 7'h00;
-  assign \$183 [7] = r_data[7];
-  assign \$185  = \$184 ;
-  assign \$186  = 32'd262148;
-  assign \$187  = 1'h0;
-  assign { \$188 [7:3], \$188 [1:0] } = 7'h00;
-  assign \$188 [2] = r_data[2];
-  assign \$190  = \$189 ;
-  assign \$191  = 32'd524296;
-  assign \$192  = 1'h0;
-  assign { \$193 [7:4], \$193 [2:0] } = 7'h00;
-  assign \$193 [3] = r_data[3];
-  assign \$195  = \$194 ;
-  assign \$196  = 32'd1048593;
-  assign \$197  = 1'h1;
-  assign { \$198 [7:5], \$198 [3:1] } = 6'h00;
-  assign { \$198 [4], \$198 [0] } = { r_data[4], r_data[0] };
-  assign \$200  = \$auto$rtlil.cc:2739:Not$10 ;
-  assign \$201  = 32'd2097187;
-  assign \$202  = 1'h0;
-  assign { \$203 [7:6], \$203 [4:2] } = 5'h00;
-  assign { \$203 [5], \$203 [1:0] } = { r_data[5], r_data[1:0] };
-  assign \$205  = \$204 ;
-  assign \$206  = 32'd4194374;
-  assign \$207  = 1'h0;
-  assign { \$208 [7], \$208 [5:3], \$208 [0] } = 5'h00;
-  assign { \$208 [6], \$208 [2:1] } = { r_data[6], r_data[2:1] };
-  assign \$210  = \$209 ;
-  assign \$211  = 32'd8388748;
-  assign \$212  = 1'h0;
-  assign { \$213 [6:4], \$213 [1:0] } = 5'h00;
-  assign { \$213 [7], \$213 [3:2] } = { r_data[7], r_data[3:2] };
-  assign \$215  = \$214 ;
-  assign \$216  = 32'd16777245;
-  assign \$217  = 1'h1;
-  assign { \$218 [7:5], \$218 [1] } = 4'h0;
-  assign { \$218 [4:2], \$218 [0] } = { r_data[4:2], r_data[0] };
-  assign \$220  = \$auto$rtlil.cc:2739:Not$12 ;
-  assign \$221  = 32'd33554491;
-  assign \$222  = 1'h0;
-  assign { \$223 [7:6], \$223 [2] } = 3'h0;
-  assign { \$223 [5:3], \$223 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign \$225  = \$224 ;
-  assign \$226  = 32'd67108983;
-  assign \$227  = 1'h1;
-  assign { \$228 [7], \$228 [3] } = 2'h0;
-  assign { \$228 [6:4], \$228 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign \$230  = \$auto$rtlil.cc:2739:Not$14 ;
-  assign \$231  = 32'd134217966;
-  assign \$232  = 1'h1;
-  assign { \$233 [4], \$233 [0] } = 2'h0;
-  assign { \$233 [7:5], \$233 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign \$235  = \$auto$rtlil.cc:2739:Not$16 ;
-  assign \$236  = 32'd268435672;
-  assign \$237  = 1'h1;
-  assign { \$238 [5], \$238 [2:0] } = 4'h0;
-  assign { \$238 [7:6], \$238 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$240  = \$auto$rtlil.cc:2739:Not$18 ;
-  assign \$241  = 32'd536871092;
-  assign \$242  = 1'h1;
-  assign { \$243 [6], \$243 [3], \$243 [1:0] } = 4'h0;
-  assign { \$243 [7], \$243 [5:4], \$243 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign \$245  = \$auto$rtlil.cc:2739:Not$20 ;
-  assign \$246  = 32'd1073741932;
-  assign \$247  = 1'h1;
-  assign { \$248 [7], \$248 [4], \$248 [1:0] } = 4'h0;
-  assign { \$248 [6:5], \$248 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign \$250  = \$auto$rtlil.cc:2739:Not$22 ;
-  assign \$251  = 32'd2147483864;
-  assign \$252  = 1'h1;
-  assign { \$253 [5], \$253 [2:0] } = 4'h0;
-  assign { \$253 [7:6], \$253 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$255  = \$auto$rtlil.cc:2739:Not$24 ;
-  assign \$256  = 32'd181;
-  assign \$257  = 1'h1;
-  assign { \$258 [6], \$258 [3], \$258 [1] } = 3'h0;
-  assign { \$258 [7], \$258 [5:4], \$258 [2], \$258 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign \$260  = \$auto$rtlil.cc:2739:Not$26 ;
-  assign \$261  = 32'd111;
-  assign \$262  = 1'h0;
-  assign { \$263 [7], \$263 [4] } = 2'h0;
-  assign { \$263 [6:5], \$263 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign \$265  = \$264 ;
-  assign \$266  = 32'd223;
-  assign \$267  = 1'h1;
-  assign \$268 [5] = 1'h0;
-  assign { \$268 [7:6], \$268 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign \$270  = \$auto$rtlil.cc:2739:Not$28 ;
-  assign \$271  = 32'd186;
-  assign \$272  = 1'h1;
-  assign { \$273 [6], \$273 [2], \$273 [0] } = 3'h0;
-  assign { \$273 [7], \$273 [5:3], \$273 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign \$275  = \$auto$rtlil.cc:2739:Not$30 ;
-  assign \$276  = 32'd113;
-  assign \$277  = 1'h0;
-  assign { \$278 [7], \$278 [3:1] } = 4'h0;
-  assign { \$278 [6:4], \$278 [0] } = { r_data[6:4], r_data[0] };
-  assign \$280  = \$279 ;
-  assign \$281  = 32'd227;
-  assign \$282  = 1'h1;
-  assign \$283 [4:2] = 3'h0;
-  assign { \$283 [7:5], \$283 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign \$285  = \$auto$rtlil.cc:2739:Not$32 ;
-  assign \$286  = 32'd195;
-  assign \$287  = 1'h0;
-  assign \$288 [5:2] = 4'h0;
-  assign { \$288 [7:6], \$288 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign \$290  = \$289 ;
-  assign \$291  = 32'd130;
-  assign \$292  = 1'h0;
-  assign { \$293 [6:2], \$293 [0] } = 6'h00;
-  assign { \$293 [7], \$293 [1] } = { r_data[7], r_data[1] };
-  assign \$295  = \$294 ;
-  assign \$303  = { waddr[28:1], 3'h0 };
-  assign \$305  = { waddr[28:1], 3'h0 };
-  assign \$315  = { 7'h00, word, 8'h00 };
-  assign { \$323 [31:9], \$323 [7:3], \$323 [1:0] } = 30'h00000000;
-  assign { \$323 [8], \$323 [2] } = { crc[8], crc[2] };
-  assign { \$325 [7:3], \$325 [1:0] } = 7'h00;
-  assign \$325 [2] = r_data[2];
-  assign { \$328 [31:10], \$328 [8:4], \$328 [2:1] } = 29'h00000000;
-  assign { \$328 [9], \$328 [3], \$328 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$330 [7:4], \$330 [2:1] } = 6'h00;
-  assign { \$330 [3], \$330 [0] } = { r_data[3], r_data[0] };
-  assign { \$333 [31:11], \$333 [9:5], \$333 [3:2] } = 28'h0000000;
-  assign { \$333 [10], \$333 [4], \$333 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$335 [7:5], \$335 [3:2] } = 5'h00;
-  assign { \$335 [4], \$335 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$338 [31:12], \$338 [10:6], \$338 [4:3], \$338 [0] } = 28'h0000000;
-  assign { \$338 [11], \$338 [5], \$338 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$340 [7:6], \$340 [4:3], \$340 [0] } = 5'h00;
-  assign { \$340 [5], \$340 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$343 [31:13], \$343 [11:7], \$343 [5:4], \$343 [1] } = 27'h0000000;
-  assign { \$343 [12], \$343 [6], \$343 [3:2], \$343 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$345 [7], \$345 [5:4], \$345 [1] } = 4'h0;
-  assign { \$345 [6], \$345 [3:2], \$345 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$348 [31:14], \$348 [12:8], \$348 [6:5], \$348 [2], \$348 [0] } = 27'h0000000;
-  assign { \$348 [13], \$348 [7], \$348 [4:3], \$348 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$350 [6:5], \$350 [2], \$350 [0] } = 4'h0;
-  assign { \$350 [7], \$350 [4:3], \$350 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$353 [31:15], \$353 [13:6], \$353 [3:0] } = 29'h00000000;
-  assign { \$353 [14], \$353 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$355 [7:6], \$355 [3:0] } = 6'h00;
-  assign \$355 [5:4] = r_data[5:4];
-  assign { \$358 [31:16], \$358 [14:7], \$358 [4:1] } = 28'h0000000;
-  assign { \$358 [15], \$358 [6:5], \$358 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$360 [7], \$360 [4:1] } = 5'h00;
-  assign { \$360 [6:5], \$360 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$363 [31:17], \$363 [15:8], \$363 [5:2], \$363 [0] } = 28'h0000000;
-  assign { \$363 [16], \$363 [7:6], \$363 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$365 [5:2], \$365 [0] } = 5'h00;
-  assign { \$365 [7:6], \$365 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$368 [31:18], \$368 [16:8], \$368 [6:0] } = 30'h00000000;
-  assign { \$368 [17], \$368 [7] } = { crc[17], crc[7] };
-  assign \$370 [6:0] = 7'h00;
-  assign \$370 [7] = r_data[7];
-  assign { \$373 [31:19], \$373 [17:3], \$373 [1:0] } = 30'h00000000;
-  assign { \$373 [18], \$373 [2] } = { crc[18], crc[2] };
-  assign { \$375 [7:3], \$375 [1:0] } = 7'h00;
-  assign \$375 [2] = r_data[2];
-  assign { \$378 [31:20], \$378 [18:4], \$378 [2:0] } = 30'h00000000;
-  assign { \$378 [19], \$378 [3] } = { crc[19], crc[3] };
-  assign { \$380 [7:4], \$380 [2:0] } = 7'h00;
-  assign \$380 [3] = r_data[3];
-  assign { \$383 [31:21], \$383 [19:5], \$383 [3:1] } = 29'h00000000;
-  assign { \$383 [20], \$383 [4], \$383 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$385 [7:5], \$385 [3:1] } = 6'h00;
-  assign { \$385 [4], \$385 [0] } = { r_data[4], r_data[0] };
-  assign { \$388 [31:22], \$388 [20:6], \$388 [4:2] } = 28'h0000000;
-  assign { \$388 [21], \$388 [5], \$388 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$390 [7:6], \$390 [4:2] } = 5'h00;
-  assign { \$390 [5], \$390 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$393 [31:23], \$393 [21:7], \$393 [5:3], \$393 [0] } = 28'h0000000;
-  assign { \$393 [22], \$393 [6], \$393 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$395 [7], \$395 [5:3], \$395 [0] } = 5'h00;
-  assign { \$395 [6], \$395 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$398 [31:24], \$398 [22:8], \$398 [6:4], \$398 [1:0] } = 28'h0000000;
-  assign { \$398 [23], \$398 [7], \$398 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$400 [6:4], \$400 [1:0] } = 5'h00;
-  assign { \$400 [7], \$400 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$403 [31:25], \$403 [23:5], \$403 [1] } = 27'h0000000;
-  assign { \$403 [24], \$403 [4:2], \$403 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$405 [7:5], \$405 [1] } = 4'h0;
-  assign { \$405 [4:2], \$405 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$408 [31:26], \$408 [24:6], \$408 [2] } = 26'h0000000;
-  assign { \$408 [25], \$408 [5:3], \$408 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$410 [7:6], \$410 [2] } = 3'h0;
-  assign { \$410 [5:3], \$410 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$413 [31:27], \$413 [25:7], \$413 [3] } = 25'h0000000;
-  assign { \$413 [26], \$413 [6:4], \$413 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$415 [7], \$415 [3] } = 2'h0;
-  assign { \$415 [6:4], \$415 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$418 [31:28], \$418 [26:8], \$418 [4], \$418 [0] } = 25'h0000000;
-  assign { \$418 [27], \$418 [7:5], \$418 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$420 [4], \$420 [0] } = 2'h0;
-  assign { \$420 [7:5], \$420 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$423 [31:29], \$423 [27:8], \$423 [5], \$423 [2:0] } = 27'h0000000;
-  assign { \$423 [28], \$423 [7:6], \$423 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$425 [5], \$425 [2:0] } = 4'h0;
-  assign { \$425 [7:6], \$425 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$428 [31:30], \$428 [28:8], \$428 [6], \$428 [3], \$428 [1:0] } = 27'h0000000;
-  assign { \$428 [29], \$428 [7], \$428 [5:4], \$428 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$430 [6], \$430 [3], \$430 [1:0] } = 4'h0;
-  assign { \$430 [7], \$430 [5:4], \$430 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$433 [31], \$433 [29:7], \$433 [4], \$433 [1:0] } = 27'h0000000;
-  assign { \$433 [30], \$433 [6:5], \$433 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$435 [7], \$435 [4], \$435 [1:0] } = 4'h0;
-  assign { \$435 [6:5], \$435 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$438 [30:8], \$438 [5], \$438 [2:0] } = 27'h0000000;
-  assign { \$438 [31], \$438 [7:6], \$438 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$440 [5], \$440 [2:0] } = 4'h0;
-  assign { \$440 [7:6], \$440 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$443 [31:8], \$443 [6], \$443 [3], \$443 [1] } = 27'h0000000;
-  assign { \$443 [7], \$443 [5:4], \$443 [2], \$443 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$445 [6], \$445 [3], \$445 [1] } = 3'h0;
-  assign { \$445 [7], \$445 [5:4], \$445 [2], \$445 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$448 [31:7], \$448 [4] } = 26'h0000000;
-  assign { \$448 [6:5], \$448 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$450 [7], \$450 [4] } = 2'h0;
-  assign { \$450 [6:5], \$450 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$453 [31:8], \$453 [5] } = 25'h0000000;
-  assign { \$453 [7:6], \$453 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$455 [5] = 1'h0;
-  assign { \$455 [7:6], \$455 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$458 [31:8], \$458 [6], \$458 [2], \$458 [0] } = 27'h0000000;
-  assign { \$458 [7], \$458 [5:3], \$458 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$460 [6], \$460 [2], \$460 [0] } = 3'h0;
-  assign { \$460 [7], \$460 [5:3], \$460 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$463 [31:7], \$463 [3:1] } = 28'h0000000;
-  assign { \$463 [6:4], \$463 [0] } = { crc[6:4], crc[0] };
-  assign { \$465 [7], \$465 [3:1] } = 4'h0;
-  assign { \$465 [6:4], \$465 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$468 [31:8], \$468 [4:2] } = 27'h0000000;
-  assign { \$468 [7:5], \$468 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$470 [4:2] = 3'h0;
-  assign { \$470 [7:5], \$470 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$473 [31:8], \$473 [5:2] } = 28'h0000000;
-  assign { \$473 [7:6], \$473 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$475 [5:2] = 4'h0;
-  assign { \$475 [7:6], \$475 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$478 [31:8], \$478 [6:2], \$478 [0] } = 30'h00000000;
-  assign { \$478 [7], \$478 [1] } = { crc[7], crc[1] };
-  assign { \$480 [6:2], \$480 [0] } = 6'h00;
-  assign { \$480 [7], \$480 [1] } = { r_data[7], r_data[1] };
-  assign { \$499 [31:9], \$499 [7:3], \$499 [1:0] } = 30'h00000000;
-  assign { \$499 [8], \$499 [2] } = { crc[8], crc[2] };
-  assign { \$501 [7:3], \$501 [1:0] } = 7'h00;
-  assign \$501 [2] = r_data[2];
-  assign { \$504 [31:10], \$504 [8:4], \$504 [2:1] } = 29'h00000000;
-  assign { \$504 [9], \$504 [3], \$504 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$506 [7:4], \$506 [2:1] } = 6'h00;
-  assign { \$506 [3], \$506 [0] } = { r_data[3], r_data[0] };
-  assign { \$509 [31:11], \$509 [9:5], \$509 [3:2] } = 28'h0000000;
-  assign { \$509 [10], \$509 [4], \$509 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$511 [7:5], \$511 [3:2] } = 5'h00;
-  assign { \$511 [4], \$511 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$514 [31:12], \$514 [10:6], \$514 [4:3], \$514 [0] } = 28'h0000000;
-  assign { \$514 [11], \$514 [5], \$514 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$516 [7:6], \$516 [4:3], \$516 [0] } = 5'h00;
-  assign { \$516 [5], \$516 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$519 [31:13], \$519 [11:7], \$519 [5:4], \$519 [1] } = 27'h0000000;
-  assign { \$519 [12], \$519 [6], \$519 [3:2], \$519 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$521 [7], \$521 [5:4], \$521 [1] } = 4'h0;
-  assign { \$521 [6], \$521 [3:2], \$521 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$524 [31:14], \$524 [12:8], \$524 [6:5], \$524 [2], \$524 [0] } = 27'h0000000;
-  assign { \$524 [13], \$524 [7], \$524 [4:3], \$524 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$526 [6:5], \$526 [2], \$526 [0] } = 4'h0;
-  assign { \$526 [7], \$526 [4:3], \$526 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$529 [31:15], \$529 [13:6], \$529 [3:0] } = 29'h00000000;
-  assign { \$529 [14], \$529 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$531 [7:6], \$531 [3:0] } = 6'h00;
-  assign \$531 [5:4] = r_data[5:4];
-  assign { \$534 [31:16], \$534 [14:7], \$534 [4:1] } = 28'h0000000;
-  assign { \$534 [15], \$534 [6:5], \$534 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$536 [7], \$536 [4:1] } = 5'h00;
-  assign { \$536 [6:5], \$536 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$539 [31:17], \$539 [15:8], \$539 [5:2], \$539 [0] } = 28'h0000000;
-  assign { \$539 [16], \$539 [7:6], \$539 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$541 [5:2], \$541 [0] } = 5'h00;
-  assign { \$541 [7:6], \$541 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$544 [31:18], \$544 [16:8], \$544 [6:0] } = 30'h00000000;
-  assign { \$544 [17], \$544 [7] } = { crc[17], crc[7] };
-  assign \$546 [6:0] = 7'h00;
-  assign \$546 [7] = r_data[7];
-  assign { \$549 [31:19], \$549 [17:3], \$549 [1:0] } = 30'h00000000;
-  assign { \$549 [18], \$549 [2] } = { crc[18], crc[2] };
-  assign { \$551 [7:3], \$551 [1:0] } = 7'h00;
-  assign \$551 [2] = r_data[2];
-  assign { \$554 [31:20], \$554 [18:4], \$554 [2:0] } = 30'h00000000;
-  assign { \$554 [19], \$554 [3] } = { crc[19], crc[3] };
-  assign { \$556 [7:4], \$556 [2:0] } = 7'h00;
-  assign \$556 [3] = r_data[3];
-  assign { \$559 [31:21], \$559 [19:5], \$559 [3:1] } = 29'h00000000;
-  assign { \$559 [20], \$559 [4], \$559 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$561 [7:5], \$561 [3:1] } = 6'h00;
-  assign { \$561 [4], \$561 [0] } = { r_data[4], r_data[0] };
-  assign { \$564 [31:22], \$564 [20:6], \$564 [4:2] } = 28'h0000000;
-  assign { \$564 [21], \$564 [5], \$564 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$566 [7:6], \$566 [4:2] } = 5'h00;
-  assign { \$566 [5], \$566 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$569 [31:23], \$569 [21:7], \$569 [5:3], \$569 [0] } = 28'h0000000;
-  assign { \$569 [22], \$569 [6], \$569 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$571 [7], \$571 [5:3], \$571 [0] } = 5'h00;
-  assign { \$571 [6], \$571 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$574 [31:24], \$574 [22:8], \$574 [6:4], \$574 [1:0] } = 28'h0000000;
-  assign { \$574 [23], \$574 [7], \$574 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$576 [6:4], \$576 [1:0] } = 5'h00;
-  assign { \$576 [7], \$576 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$579 [31:25], \$579 [23:5], \$579 [1] } = 27'h0000000;
-  assign { \$579 [24], \$579 [4:2], \$579 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$581 [7:5], \$581 [1] } = 4'h0;
-  assign { \$581 [4:2], \$581 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$584 [31:26], \$584 [24:6], \$584 [2] } = 26'h0000000;
-  assign { \$584 [25], \$584 [5:3], \$584 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$586 [7:6], \$586 [2] } = 3'h0;
-  assign { \$586 [5:3], \$586 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$589 [31:27], \$589 [25:7], \$589 [3] } = 25'h0000000;
-  assign { \$589 [26], \$589 [6:4], \$589 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$591 [7], \$591 [3] } = 2'h0;
-  assign { \$591 [6:4], \$591 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$594 [31:28], \$594 [26:8], \$594 [4], \$594 [0] } = 25'h0000000;
-  assign { \$594 [27], \$594 [7:5], \$594 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$596 [4], \$596 [0] } = 2'h0;
-  assign { \$596 [7:5], \$596 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$599 [31:29], \$599 [27:8], \$599 [5], \$599 [2:0] } = 27'h0000000;
-  assign { \$599 [28], \$599 [7:6], \$599 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$601 [5], \$601 [2:0] } = 4'h0;
-  assign { \$601 [7:6], \$601 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$604 [31:30], \$604 [28:8], \$604 [6], \$604 [3], \$604 [1:0] } = 27'h0000000;
-  assign { \$604 [29], \$604 [7], \$604 [5:4], \$604 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$606 [6], \$606 [3], \$606 [1:0] } = 4'h0;
-  assign { \$606 [7], \$606 [5:4], \$606 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$609 [31], \$609 [29:7], \$609 [4], \$609 [1:0] } = 27'h0000000;
-  assign { \$609 [30], \$609 [6:5], \$609 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$611 [7], \$611 [4], \$611 [1:0] } = 4'h0;
-  assign { \$611 [6:5], \$611 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$614 [30:8], \$614 [5], \$614 [2:0] } = 27'h0000000;
-  assign { \$614 [31], \$614 [7:6], \$614 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$616 [5], \$616 [2:0] } = 4'h0;
-  assign { \$616 [7:6], \$616 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$619 [31:8], \$619 [6], \$619 [3], \$619 [1] } = 27'h0000000;
-  assign { \$619 [7], \$619 [5:4], \$619 [2], \$619 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$621 [6], \$621 [3], \$621 [1] } = 3'h0;
-  assign { \$621 [7], \$621 [5:4], \$621 [2], \$621 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$624 [31:7], \$624 [4] } = 26'h0000000;
-  assign { \$624 [6:5], \$624 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$626 [7], \$626 [4] } = 2'h0;
-  assign { \$626 [6:5], \$626 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$629 [31:8], \$629 [5] } = 25'h0000000;
-  assign { \$629 [7:6], \$629 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$631 [5] = 1'h0;
-  assign { \$631 [7:6], \$631 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$634 [31:8], \$634 [6], \$634 [2], \$634 [0] } = 27'h0000000;
-  assign { \$634 [7], \$634 [5:3], \$634 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$636 [6], \$636 [2], \$636 [0] } = 3'h0;
-  assign { \$636 [7], \$636 [5:3], \$636 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$639 [31:7], \$639 [3:1] } = 28'h0000000;
-  assign { \$639 [6:4], \$639 [0] } = { crc[6:4], crc[0] };
-  assign { \$641 [7], \$641 [3:1] } = 4'h0;
-  assign { \$641 [6:4], \$641 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$644 [31:8], \$644 [4:2] } = 27'h0000000;
-  assign { \$644 [7:5], \$644 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$646 [4:2] = 3'h0;
-  assign { \$646 [7:5], \$646 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$649 [31:8], \$649 [5:2] } = 28'h0000000;
-  assign { \$649 [7:6], \$649 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$651 [5:2] = 4'h0;
-  assign { \$651 [7:6], \$651 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$654 [31:8], \$654 [6:2], \$654 [0] } = 30'h00000000;
-  assign { \$654 [7], \$654 [1] } = { crc[7], crc[1] };
-  assign { \$656 [6:2], \$656 [0] } = 6'h00;
-  assign { \$656 [7], \$656 [1] } = { r_data[7], r_data[1] };
-  assign \$670  = { \$9 [8:0], 3'h0 };
-  assign \$682  = { \$9 [8:0], 3'h0 };
-  assign { \$689 [31:9], \$689 [7:3], \$689 [1:0] } = 30'h00000000;
-  assign { \$689 [8], \$689 [2] } = { crc[8], crc[2] };
-  assign { \$691 [7:3], \$691 [1:0] } = 7'h00;
-  assign \$691 [2] = r_data[2];
-  assign { \$694 [31:10], \$694 [8:4], \$694 [2:1] } = 29'h00000000;
-  assign { \$694 [9], \$694 [3], \$694 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$696 [7:4], \$696 [2:1] } = 6'h00;
-  assign { \$696 [3], \$696 [0] } = { r_data[3], r_data[0] };
-  assign { \$699 [31:11], \$699 [9:5], \$699 [3:2] } = 28'h0000000;
-  assign { \$699 [10], \$699 [4], \$699 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$701 [7:5], \$701 [3:2] } = 5'h00;
-  assign { \$701 [4], \$701 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$704 [31:12], \$704 [10:6], \$704 [4:3], \$704 [0] } = 28'h0000000;
-  assign { \$704 [11], \$704 [5], \$704 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$706 [7:6], \$706 [4:3], \$706 [0] } = 5'h00;
-  assign { \$706 [5], \$706 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$709 [31:13], \$709 [11:7], \$709 [5:4], \$709 [1] } = 27'h0000000;
-  assign { \$709 [12], \$709 [6], \$709 [3:2], \$709 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$711 [7], \$711 [5:4], \$711 [1] } = 4'h0;
-  assign { \$711 [6], \$711 [3:2], \$711 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$714 [31:14], \$714 [12:8], \$714 [6:5], \$714 [2], \$714 [0] } = 27'h0000000;
-  assign { \$714 [13], \$714 [7], \$714 [4:3], \$714 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$716 [6:5], \$716 [2], \$716 [0] } = 4'h0;
-  assign { \$716 [7], \$716 [4:3], \$716 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$719 [31:15], \$719 [13:6], \$719 [3:0] } = 29'h00000000;
-  assign { \$719 [14], \$719 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$721 [7:6], \$721 [3:0] } = 6'h00;
-  assign \$721 [5:4] = r_data[5:4];
-  assign { \$724 [31:16], \$724 [14:7], \$724 [4:1] } = 28'h0000000;
-  assign { \$724 [15], \$724 [6:5], \$724 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$726 [7], \$726 [4:1] } = 5'h00;
-  assign { \$726 [6:5], \$726 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$729 [31:17], \$729 [15:8], \$729 [5:2], \$729 [0] } = 28'h0000000;
-  assign { \$729 [16], \$729 [7:6], \$729 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$731 [5:2], \$731 [0] } = 5'h00;
-  assign { \$731 [7:6], \$731 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$734 [31:18], \$734 [16:8], \$734 [6:0] } = 30'h00000000;
-  assign { \$734 [17], \$734 [7] } = { crc[17], crc[7] };
-  assign \$736 [6:0] = 7'h00;
-  assign \$736 [7] = r_data[7];
-  assign { \$739 [31:19], \$739 [17:3], \$739 [1:0] } = 30'h00000000;
-  assign { \$739 [18], \$739 [2] } = { crc[18], crc[2] };
-  assign { \$741 [7:3], \$741 [1:0] } = 7'h00;
-  assign \$741 [2] = r_data[2];
-  assign { \$744 [31:20], \$744 [18:4], \$744 [2:0] } = 30'h00000000;
-  assign { \$744 [19], \$744 [3] } = { crc[19], crc[3] };
-  assign { \$746 [7:4], \$746 [2:0] } = 7'h00;
-  assign \$746 [3] = r_data[3];
-  assign { \$749 [31:21], \$749 [19:5], \$749 [3:1] } = 29'h00000000;
-  assign { \$749 [20], \$749 [4], \$749 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$751 [7:5], \$751 [3:1] } = 6'h00;
-  assign { \$751 [4], \$751 [0] } = { r_data[4], r_data[0] };
-  assign { \$754 [31:22], \$754 [20:6], \$754 [4:2] } = 28'h0000000;
-  assign { \$754 [21], \$754 [5], \$754 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$756 [7:6], \$756 [4:2] } = 5'h00;
-  assign { \$756 [5], \$756 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$759 [31:23], \$759 [21:7], \$759 [5:3], \$759 [0] } = 28'h0000000;
-  assign { \$759 [22], \$759 [6], \$759 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$761 [7], \$761 [5:3], \$761 [0] } = 5'h00;
-  assign { \$761 [6], \$761 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$764 [31:24], \$764 [22:8], \$764 [6:4], \$764 [1:0] } = 28'h0000000;
-  assign { \$764 [23], \$764 [7], \$764 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$766 [6:4], \$766 [1:0] } = 5'h00;
-  assign { \$766 [7], \$766 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$769 [31:25], \$769 [23:5], \$769 [1] } = 27'h0000000;
-  assign { \$769 [24], \$769 [4:2], \$769 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$771 [7:5], \$771 [1] } = 4'h0;
-  assign { \$771 [4:2], \$771 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$774 [31:26], \$774 [24:6], \$774 [2] } = 26'h0000000;
-  assign { \$774 [25], \$774 [5:3], \$774 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$776 [7:6], \$776 [2] } = 3'h0;
-  assign { \$776 [5:3], \$776 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$779 [31:27], \$779 [25:7], \$779 [3] } = 25'h0000000;
-  assign { \$779 [26], \$779 [6:4], \$779 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$781 [7], \$781 [3] } = 2'h0;
-  assign { \$781 [6:4], \$781 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$784 [31:28], \$784 [26:8], \$784 [4], \$784 [0] } = 25'h0000000;
-  assign { \$784 [27], \$784 [7:5], \$784 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$786 [4], \$786 [0] } = 2'h0;
-  assign { \$786 [7:5], \$786 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$789 [31:29], \$789 [27:8], \$789 [5], \$789 [2:0] } = 27'h0000000;
-  assign { \$789 [28], \$789 [7:6], \$789 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$791 [5], \$791 [2:0] } = 4'h0;
-  assign { \$791 [7:6], \$791 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$794 [31:30], \$794 [28:8], \$794 [6], \$794 [3], \$794 [1:0] } = 27'h0000000;
-  assign { \$794 [29], \$794 [7], \$794 [5:4], \$794 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$796 [6], \$796 [3], \$796 [1:0] } = 4'h0;
-  assign { \$796 [7], \$796 [5:4], \$796 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$799 [31], \$799 [29:7], \$799 [4], \$799 [1:0] } = 27'h0000000;
-  assign { \$799 [30], \$799 [6:5], \$799 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$801 [7], \$801 [4], \$801 [1:0] } = 4'h0;
-  assign { \$801 [6:5], \$801 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$804 [30:8], \$804 [5], \$804 [2:0] } = 27'h0000000;
-  assign { \$804 [31], \$804 [7:6], \$804 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$806 [5], \$806 [2:0] } = 4'h0;
-  assign { \$806 [7:6], \$806 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$809 [31:8], \$809 [6], \$809 [3], \$809 [1] } = 27'h0000000;
-  assign { \$809 [7], \$809 [5:4], \$809 [2], \$809 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$811 [6], \$811 [3], \$811 [1] } = 3'h0;
-  assign { \$811 [7], \$811 [5:4], \$811 [2], \$811 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$814 [31:7], \$814 [4] } = 26'h0000000;
-  assign { \$814 [6:5], \$814 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$816 [7], \$816 [4] } = 2'h0;
-  assign { \$816 [6:5], \$816 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$819 [31:8], \$819 [5] } = 25'h0000000;
-  assign { \$819 [7:6], \$819 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$821 [5] = 1'h0;
-  assign { \$821 [7:6], \$821 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$824 [31:8], \$824 [6], \$824 [2], \$824 [0] } = 27'h0000000;
-  assign { \$824 [7], \$824 [5:3], \$824 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$826 [6], \$826 [2], \$826 [0] } = 3'h0;
-  assign { \$826 [7], \$826 [5:3], \$826 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$829 [31:7], \$829 [3:1] } = 28'h0000000;
-  assign { \$829 [6:4], \$829 [0] } = { crc[6:4], crc[0] };
-  assign { \$831 [7], \$831 [3:1] } = 4'h0;
-  assign { \$831 [6:4], \$831 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$834 [31:8], \$834 [4:2] } = 27'h0000000;
-  assign { \$834 [7:5], \$834 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$836 [4:2] = 3'h0;
-  assign { \$836 [7:5], \$836 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$839 [31:8], \$839 [5:2] } = 28'h0000000;
-  assign { \$839 [7:6], \$839 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$841 [5:2] = 4'h0;
-  assign { \$841 [7:6], \$841 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$844 [31:8], \$844 [6:2], \$844 [0] } = 30'h00000000;
-  assign { \$844 [7], \$844 [1] } = { crc[7], crc[1] };
-  assign { \$846 [6:2], \$846 [0] } = 6'h00;
-  assign { \$846 [7], \$846 [1] } = { r_data[7], r_data[1] };
-  assign \$851  = { 1'h0, r_data, 2'h0 };
-  assign \$867  = { 1'h0, \$866 [13:1] };
-  assign { \$884 [31:9], \$884 [7:3], \$884 [1:0] } = 30'h00000000;
-  assign { \$884 [8], \$884 [2] } = { crc[8], crc[2] };
-  assign { \$886 [7:3], \$886 [1:0] } = 7'h00;
-  assign \$886 [2] = lane_byte[2];
-  assign { \$889 [31:10], \$889 [8:4], \$889 [2:1] } = 29'h00000000;
-  assign { \$889 [9], \$889 [3], \$889 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$891 [7:4], \$891 [2:1] } = 6'h00;
-  assign { \$891 [3], \$891 [0] } = { lane_byte[3], lane_byte[0] };
-  assign { \$894 [31:11], \$894 [9:5], \$894 [3:2] } = 28'h0000000;
-  assign { \$894 [10], \$894 [4], \$894 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$896 [7:5], \$896 [3:2] } = 5'h00;
-  assign { \$896 [4], \$896 [1:0] } = { lane_byte[4], lane_byte[1:0] };
-  assign { \$899 [31:12], \$899 [10:6], \$899 [4:3], \$899 [0] } = 28'h0000000;
-  assign { \$899 [11], \$899 [5], \$899 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$901 [7:6], \$901 [4:3], \$901 [0] } = 5'h00;
-  assign { \$901 [5], \$901 [2:1] } = { lane_byte[5], lane_byte[2:1] };
-  assign { \$904 [31:13], \$904 [11:7], \$904 [5:4], \$904 [1] } = 27'h0000000;
-  assign { \$904 [12], \$904 [6], \$904 [3:2], \$904 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$906 [7], \$906 [5:4], \$906 [1] } = 4'h0;
-  assign { \$906 [6], \$906 [3:2], \$906 [0] } = { lane_byte[6], lane_byte[3:2], lane_byte[0] };
-  assign { \$909 [31:14], \$909 [12:8], \$909 [6:5], \$909 [2], \$909 [0] } = 27'h0000000;
-  assign { \$909 [13], \$909 [7], \$909 [4:3], \$909 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$911 [6:5], \$911 [2], \$911 [0] } = 4'h0;
-  assign { \$911 [7], \$911 [4:3], \$911 [1] } = { lane_byte[7], lane_byte[4:3], lane_byte[1] };
-  assign { \$914 [31:15], \$914 [13:6], \$914 [3:0] } = 29'h00000000;
-  assign { \$914 [14], \$914 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$916 [7:6], \$916 [3:0] } = 6'h00;
-  assign \$916 [5:4] = lane_byte[5:4];
-  assign { \$919 [31:16], \$919 [14:7], \$919 [4:1] } = 28'h0000000;
-  assign { \$919 [15], \$919 [6:5], \$919 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$921 [7], \$921 [4:1] } = 5'h00;
-  assign { \$921 [6:5], \$921 [0] } = { lane_byte[6:5], lane_byte[0] };
-  assign { \$924 [31:17], \$924 [15:8], \$924 [5:2], \$924 [0] } = 28'h0000000;
-  assign { \$924 [16], \$924 [7:6], \$924 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$926 [5:2], \$926 [0] } = 5'h00;
-  assign { \$926 [7:6], \$926 [1] } = { lane_byte[7:6], lane_byte[1] };
-  assign { \$929 [31:18], \$929 [16:8], \$929 [6:0] } = 30'h00000000;
-  assign { \$929 [17], \$929 [7] } = { crc[17], crc[7] };
-  assign \$931 [6:0] = 7'h00;
-  assign \$931 [7] = lane_byte[7];
-  assign { \$934 [31:19], \$934 [17:3], \$934 [1:0] } = 30'h00000000;
-  assign { \$934 [18], \$934 [2] } = { crc[18], crc[2] };
-  assign { \$936 [7:3], \$936 [1:0] } = 7'h00;
-  assign \$936 [2] = lane_byte[2];
-  assign { \$939 [31:20], \$939 [18:4], \$939 [2:0] } = 30'h00000000;
-  assign { \$939 [19], \$939 [3] } = { crc[19], crc[3] };
-  assign { \$941 [7:4], \$941 [2:0] } = 7'h00;
-  assign \$941 [3] = lane_byte[3];
-  assign { \$944 [31:21], \$944 [19:5], \$944 [3:1] } = 29'h00000000;
-  assign { \$944 [20], \$944 [4], \$944 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$946 [7:5], \$946 [3:1] } = 6'h00;
-  assign { \$946 [4], \$946 [0] } = { lane_byte[4], lane_byte[0] };
-  assign { \$949 [31:22], \$949 [20:6], \$949 [4:2] } = 28'h0000000;
-  assign { \$949 [21], \$949 [5], \$949 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$951 [7:6], \$951 [4:2] } = 5'h00;
-  assign { \$951 [5], \$951 [1:0] } = { lane_byte[5], lane_byte[1:0] };
-  assign { \$954 [31:23], \$954 [21:7], \$954 [5:3], \$954 [0] } = 28'h0000000;
-  assign { \$954 [22], \$954 [6], \$954 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$956 [7], \$956 [5:3], \$956 [0] } = 5'h00;
-  assign { \$956 [6], \$956 [2:1] } = { lane_byte[6], lane_byte[2:1] };
-  assign { \$959 [31:24], \$959 [22:8], \$959 [6:4], \$959 [1:0] } = 28'h0000000;
-  assign { \$959 [23], \$959 [7], \$959 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$961 [6:4], \$961 [1:0] } = 5'h00;
-  assign { \$961 [7], \$961 [3:2] } = { lane_byte[7], lane_byte[3:2] };
-  assign { \$964 [31:25], \$964 [23:5], \$964 [1] } = 27'h0000000;
-  assign { \$964 [24], \$964 [4:2], \$964 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$966 [7:5], \$966 [1] } = 4'h0;
-  assign { \$966 [4:2], \$966 [0] } = { lane_byte[4:2], lane_byte[0] };
-  assign { \$969 [31:26], \$969 [24:6], \$969 [2] } = 26'h0000000;
-  assign { \$969 [25], \$969 [5:3], \$969 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$971 [7:6], \$971 [2] } = 3'h0;
-  assign { \$971 [5:3], \$971 [1:0] } = { lane_byte[5:3], lane_byte[1:0] };
-  assign { \$974 [31:27], \$974 [25:7], \$974 [3] } = 25'h0000000;
-  assign { \$974 [26], \$974 [6:4], \$974 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$976 [7], \$976 [3] } = 2'h0;
-  assign { \$976 [6:4], \$976 [2:0] } = { lane_byte[6:4], lane_byte[2:0] };
-  assign { \$979 [31:28], \$979 [26:8], \$979 [4], \$979 [0] } = 25'h0000000;
-  assign { \$979 [27], \$979 [7:5], \$979 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$981 [4], \$981 [0] } = 2'h0;
-  assign { \$981 [7:5], \$981 [3:1] } = { lane_byte[7:5], lane_byte[3:1] };
-  assign { \$984 [31:29], \$984 [27:8], \$984 [5], \$984 [2:0] } = 27'h0000000;
-  assign { \$984 [28], \$984 [7:6], \$984 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$986 [5], \$986 [2:0] } = 4'h0;
-  assign { \$986 [7:6], \$986 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$989 [31:30], \$989 [28:8], \$989 [6], \$989 [3], \$989 [1:0] } = 27'h0000000;
-  assign { \$989 [29], \$989 [7], \$989 [5:4], \$989 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$991 [6], \$991 [3], \$991 [1:0] } = 4'h0;
-  assign { \$991 [7], \$991 [5:4], \$991 [2] } = { lane_byte[7], lane_byte[5:4], lane_byte[2] };
-  assign { \$994 [31], \$994 [29:7], \$994 [4], \$994 [1:0] } = 27'h0000000;
-  assign { \$994 [30], \$994 [6:5], \$994 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$996 [7], \$996 [4], \$996 [1:0] } = 4'h0;
-  assign { \$996 [6:5], \$996 [3:2] } = { lane_byte[6:5], lane_byte[3:2] };
-  assign { \$999 [30:8], \$999 [5], \$999 [2:0] } = 27'h0000000;
-  assign { \$999 [31], \$999 [7:6], \$999 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$1001 [5], \$1001 [2:0] } = 4'h0;
-  assign { \$1001 [7:6], \$1001 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$1004 [31:8], \$1004 [6], \$1004 [3], \$1004 [1] } = 27'h0000000;
-  assign { \$1004 [7], \$1004 [5:4], \$1004 [2], \$1004 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$1006 [6], \$1006 [3], \$1006 [1] } = 3'h0;
-  assign { \$1006 [7], \$1006 [5:4], \$1006 [2], \$1006 [0] } = { lane_byte[7], lane_byte[5:4], lane_byte[2], lane_byte[0] };
-  assign { \$1009 [31:7], \$1009 [4] } = 26'h0000000;
-  assign { \$1009 [6:5], \$1009 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$1011 [7], \$1011 [4] } = 2'h0;
-  assign { \$1011 [6:5], \$1011 [3:0] } = { lane_byte[6:5], lane_byte[3:0] };
-  assign { \$1014 [31:8], \$1014 [5] } = 25'h0000000;
-  assign { \$1014 [7:6], \$1014 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$1016 [5] = 1'h0;
-  assign { \$1016 [7:6], \$1016 [4:0] } = { lane_byte[7:6], lane_byte[4:0] };
-  assign { \$1019 [31:8], \$1019 [6], \$1019 [2], \$1019 [0] } = 27'h0000000;
-  assign { \$1019 [7], \$1019 [5:3], \$1019 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$1021 [6], \$1021 [2], \$1021 [0] } = 3'h0;
-  assign { \$1021 [7], \$1021 [5:3], \$1021 [1] } = { lane_byte[7], lane_byte[5:3], lane_byte[1] };
-  assign { \$1024 [31:7], \$1024 [3:1] } = 28'h0000000;
-  assign { \$1024 [6:4], \$1024 [0] } = { crc[6:4], crc[0] };
-  assign { \$1026 [7], \$1026 [3:1] } = 4'h0;
-  assign { \$1026 [6:4], \$1026 [0] } = { lane_byte[6:4], lane_byte[0] };
-  assign { \$1029 [31:8], \$1029 [4:2] } = 27'h0000000;
-  assign { \$1029 [7:5], \$1029 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$1031 [4:2] = 3'h0;
-  assign { \$1031 [7:5], \$1031 [1:0] } = { lane_byte[7:5], lane_byte[1:0] };
-  assign { \$1034 [31:8], \$1034 [5:2] } = 28'h0000000;
-  assign { \$1034 [7:6], \$1034 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$1036 [5:2] = 4'h0;
-  assign { \$1036 [7:6], \$1036 [1:0] } = { lane_byte[7:6], lane_byte[1:0] };
-  assign { \$1039 [31:8], \$1039 [6:2], \$1039 [0] } = 30'h00000000;
-  assign { \$1039 [7], \$1039 [1] } = { crc[7], crc[1] };
-  assign { \$1041 [6:2], \$1041 [0] } = 6'h00;
-  assign { \$1041 [7], \$1041 [1] } = { lane_byte[7], lane_byte[1] };
-  assign \$1048  = { 7'h00, crc, 8'h00 };
-  assign \$1049 [46:8] = \$1048 [46:8];
-  assign \$1049 [7:0] = 8'hff;
+  assign rp__addr = \$68 [9:0];
+  assign \$6  = { \$5 [15], \$5 [15], \$5 [15], \$5 [15:3] };
+  assign \$67  = { 3'h0, idx[12:3] };
+  assign \$77  = { 3'h0, idx[12:3] };
+  assign \$90  = { 1'h0, count[12:1] };
+  assign \$137  = 32'd260;
+  assign \$138  = 1'h0;
+  assign { \$139 [7:3], \$139 [1:0] } = 7'h00;
+  assign \$139 [2] = r_data[2];
+  assign \$141  = \$140 ;
+  assign \$142  = 32'd521;
+  assign \$143  = 1'h1;
+  assign { \$144 [7:4], \$144 [2:1] } = 6'h00;
+  assign { \$144 [3], \$144 [0] } = { r_data[3], r_data[0] };
+  assign \$146  = \$auto$rtlil.cc:2739:Not$2 ;
+  assign \$147  = 32'd1043;
+  assign \$148  = 1'h0;
+  assign { \$149 [7:5], \$149 [3:2] } = 5'h00;
+  assign { \$149 [4], \$149 [1:0] } = { r_data[4], r_data[1:0] };
+  assign \$151  = \$150 ;
+  assign \$152  = 32'd2086;
+  assign \$153  = 1'h0;
+  assign { \$154 [7:6], \$154 [4:3], \$154 [0] } = 5'h00;
+  assign { \$154 [5], \$154 [2:1] } = { r_data[5], r_data[2:1] };
+  assign \$156  = \$155 ;
+  assign \$157  = 32'd4173;
+  assign \$158  = 1'h1;
+  assign { \$159 [7], \$159 [5:4], \$159 [1] } = 4'h0;
+  assign { \$159 [6], \$159 [3:2], \$159 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign \$161  = \$auto$rtlil.cc:2739:Not$4 ;
+  assign \$162  = 32'd8346;
+  assign \$163  = 1'h1;
+  assign { \$164 [6:5], \$164 [2], \$164 [0] } = 4'h0;
+  assign { \$164 [7], \$164 [4:3], \$164 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign \$166  = \$auto$rtlil.cc:2739:Not$6 ;
+  assign \$167  = 32'd16432;
+  assign \$168  = 1'h1;
+  assign { \$169 [7:6], \$169 [3:0] } = 6'h00;
+  assign \$169 [5:4] = r_data[5:4];
+  assign \$171  = \$auto$rtlil.cc:2739:Not$8 ;
+  assign \$172  = 32'd32865;
+  assign \$173  = 1'h0;
+  assign { \$174 [7], \$174 [4:1] } = 5'h00;
+  assign { \$174 [6:5], \$174 [0] } = { r_data[6:5], r_data[0] };
+  assign \$176  = \$175 ;
+  assign \$177  = 32'd65730;
+  assign \$178  = 1'h0;
+  assign { \$179 [5:2], \$179 [0] } = 5'h00;
+  assign { \$179 [7:6], \$179 [1] } = { r_data[7:6], r_data[1] };
+  assign \$181  = \$180 ;
+  assign \$182  = 32'd131200;
+  assign \$183  = 1'h0;
+  assign \$184 [6:0] = 7'h00;
+  assign \$184 [7] = r_data[7];
+  assign \$186  = \$185 ;
+  assign \$187  = 32'd262148;
+  assign \$188  = 1'h0;
+  assign { \$189 [7:3], \$189 [1:0] } = 7'h00;
+  assign \$189 [2] = r_data[2];
+  assign \$191  = \$190 ;
+  assign \$192  = 32'd524296;
+  assign \$193  = 1'h0;
+  assign { \$194 [7:4], \$194 [2:0] } = 7'h00;
+  assign \$194 [3] = r_data[3];
+  assign \$196  = \$195 ;
+  assign \$197  = 32'd1048593;
+  assign \$198  = 1'h1;
+  assign { \$199 [7:5], \$199 [3:1] } = 6'h00;
+  assign { \$199 [4], \$199 [0] } = { r_data[4], r_data[0] };
+  assign \$201  = \$auto$rtlil.cc:2739:Not$10 ;
+  assign \$202  = 32'd2097187;
+  assign \$203  = 1'h0;
+  assign { \$204 [7:6], \$204 [4:2] } = 5'h00;
+  assign { \$204 [5], \$204 [1:0] } = { r_data[5], r_data[1:0] };
+  assign \$206  = \$205 ;
+  assign \$207  = 32'd4194374;
+  assign \$208  = 1'h0;
+  assign { \$209 [7], \$209 [5:3], \$209 [0] } = 5'h00;
+  assign { \$209 [6], \$209 [2:1] } = { r_data[6], r_data[2:1] };
+  assign \$211  = \$210 ;
+  assign \$212  = 32'd8388748;
+  assign \$213  = 1'h0;
+  assign { \$214 [6:4], \$214 [1:0] } = 5'h00;
+  assign { \$214 [7], \$214 [3:2] } = { r_data[7], r_data[3:2] };
+  assign \$216  = \$215 ;
+  assign \$217  = 32'd16777245;
+  assign \$218  = 1'h1;
+  assign { \$219 [7:5], \$219 [1] } = 4'h0;
+  assign { \$219 [4:2], \$219 [0] } = { r_data[4:2], r_data[0] };
+  assign \$221  = \$auto$rtlil.cc:2739:Not$12 ;
+  assign \$222  = 32'd33554491;
+  assign \$223  = 1'h0;
+  assign { \$224 [7:6], \$224 [2] } = 3'h0;
+  assign { \$224 [5:3], \$224 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign \$226  = \$225 ;
+  assign \$227  = 32'd67108983;
+  assign \$228  = 1'h1;
+  assign { \$229 [7], \$229 [3] } = 2'h0;
+  assign { \$229 [6:4], \$229 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign \$231  = \$auto$rtlil.cc:2739:Not$14 ;
+  assign \$232  = 32'd134217966;
+  assign \$233  = 1'h1;
+  assign { \$234 [4], \$234 [0] } = 2'h0;
+  assign { \$234 [7:5], \$234 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign \$236  = \$auto$rtlil.cc:2739:Not$16 ;
+  assign \$237  = 32'd268435672;
+  assign \$238  = 1'h1;
+  assign { \$239 [5], \$239 [2:0] } = 4'h0;
+  assign { \$239 [7:6], \$239 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign \$241  = \$auto$rtlil.cc:2739:Not$18 ;
+  assign \$242  = 32'd536871092;
+  assign \$243  = 1'h1;
+  assign { \$244 [6], \$244 [3], \$244 [1:0] } = 4'h0;
+  assign { \$244 [7], \$244 [5:4], \$244 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign \$246  = \$auto$rtlil.cc:2739:Not$20 ;
+  assign \$247  = 32'd1073741932;
+  assign \$248  = 1'h1;
+  assign { \$249 [7], \$249 [4], \$249 [1:0] } = 4'h0;
+  assign { \$249 [6:5], \$249 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign \$251  = \$auto$rtlil.cc:2739:Not$22 ;
+  assign \$252  = 32'd2147483864;
+  assign \$253  = 1'h1;
+  assign { \$254 [5], \$254 [2:0] } = 4'h0;
+  assign { \$254 [7:6], \$254 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign \$256  = \$auto$rtlil.cc:2739:Not$24 ;
+  assign \$257  = 32'd181;
+  assign \$258  = 1'h1;
+  assign { \$259 [6], \$259 [3], \$259 [1] } = 3'h0;
+  assign { \$259 [7], \$259 [5:4], \$259 [2], \$259 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign \$261  = \$auto$rtlil.cc:2739:Not$26 ;
+  assign \$262  = 32'd111;
+  assign \$263  = 1'h0;
+  assign { \$264 [7], \$264 [4] } = 2'h0;
+  assign { \$264 [6:5], \$264 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign \$266  = \$265 ;
+  assign \$267  = 32'd223;
+  assign \$268  = 1'h1;
+  assign \$269 [5] = 1'h0;
+  assign { \$269 [7:6], \$269 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign \$271  = \$auto$rtlil.cc:2739:Not$28 ;
+  assign \$272  = 32'd186;
+  assign \$273  = 1'h1;
+  assign { \$274 [6], \$274 [2], \$274 [0] } = 3'h0;
+  assign { \$274 [7], \$274 [5:3], \$274 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign \$276  = \$auto$rtlil.cc:2739:Not$30 ;
+  assign \$277  = 32'd113;
+  assign \$278  = 1'h0;
+  assign { \$279 [7], \$279 [3:1] } = 4'h0;
+  assign { \$279 [6:4], \$279 [0] } = { r_data[6:4], r_data[0] };
+  assign \$281  = \$280 ;
+  assign \$282  = 32'd227;
+  assign \$283  = 1'h1;
+  assign \$284 [4:2] = 3'h0;
+  assign { \$284 [7:5], \$284 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign \$286  = \$auto$rtlil.cc:2739:Not$32 ;
+  assign \$287  = 32'd195;
+  assign \$288  = 1'h0;
+  assign \$289 [5:2] = 4'h0;
+  assign { \$289 [7:6], \$289 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign \$291  = \$290 ;
+  assign \$292  = 32'd130;
+  assign \$293  = 1'h0;
+  assign { \$294 [6:2], \$294 [0] } = 6'h00;
+  assign { \$294 [7], \$294 [1] } = { r_data[7], r_data[1] };
+  assign \$296  = \$295 ;
+  assign \$304  = { waddr[28:1], 3'h0 };
+  assign \$306  = { waddr[28:1], 3'h0 };
+  assign \$316  = { 7'h00, word, 8'h00 };
+  assign { \$324 [31:9], \$324 [7:3], \$324 [1:0] } = 30'h00000000;
+  assign { \$324 [8], \$324 [2] } = { crc[8], crc[2] };
+  assign { \$326 [7:3], \$326 [1:0] } = 7'h00;
+  assign \$326 [2] = r_data[2];
+  assign { \$329 [31:10], \$329 [8:4], \$329 [2:1] } = 29'h00000000;
+  assign { \$329 [9], \$329 [3], \$329 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$331 [7:4], \$331 [2:1] } = 6'h00;
+  assign { \$331 [3], \$331 [0] } = { r_data[3], r_data[0] };
+  assign { \$334 [31:11], \$334 [9:5], \$334 [3:2] } = 28'h0000000;
+  assign { \$334 [10], \$334 [4], \$334 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$336 [7:5], \$336 [3:2] } = 5'h00;
+  assign { \$336 [4], \$336 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$339 [31:12], \$339 [10:6], \$339 [4:3], \$339 [0] } = 28'h0000000;
+  assign { \$339 [11], \$339 [5], \$339 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$341 [7:6], \$341 [4:3], \$341 [0] } = 5'h00;
+  assign { \$341 [5], \$341 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$344 [31:13], \$344 [11:7], \$344 [5:4], \$344 [1] } = 27'h0000000;
+  assign { \$344 [12], \$344 [6], \$344 [3:2], \$344 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$346 [7], \$346 [5:4], \$346 [1] } = 4'h0;
+  assign { \$346 [6], \$346 [3:2], \$346 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$349 [31:14], \$349 [12:8], \$349 [6:5], \$349 [2], \$349 [0] } = 27'h0000000;
+  assign { \$349 [13], \$349 [7], \$349 [4:3], \$349 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$351 [6:5], \$351 [2], \$351 [0] } = 4'h0;
+  assign { \$351 [7], \$351 [4:3], \$351 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$354 [31:15], \$354 [13:6], \$354 [3:0] } = 29'h00000000;
+  assign { \$354 [14], \$354 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$356 [7:6], \$356 [3:0] } = 6'h00;
+  assign \$356 [5:4] = r_data[5:4];
+  assign { \$359 [31:16], \$359 [14:7], \$359 [4:1] } = 28'h0000000;
+  assign { \$359 [15], \$359 [6:5], \$359 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$361 [7], \$361 [4:1] } = 5'h00;
+  assign { \$361 [6:5], \$361 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$364 [31:17], \$364 [15:8], \$364 [5:2], \$364 [0] } = 28'h0000000;
+  assign { \$364 [16], \$364 [7:6], \$364 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$366 [5:2], \$366 [0] } = 5'h00;
+  assign { \$366 [7:6], \$366 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$369 [31:18], \$369 [16:8], \$369 [6:0] } = 30'h00000000;
+  assign { \$369 [17], \$369 [7] } = { crc[17], crc[7] };
+  assign \$371 [6:0] = 7'h00;
+  assign \$371 [7] = r_data[7];
+  assign { \$374 [31:19], \$374 [17:3], \$374 [1:0] } = 30'h00000000;
+  assign { \$374 [18], \$374 [2] } = { crc[18], crc[2] };
+  assign { \$376 [7:3], \$376 [1:0] } = 7'h00;
+  assign \$376 [2] = r_data[2];
+  assign { \$379 [31:20], \$379 [18:4], \$379 [2:0] } = 30'h00000000;
+  assign { \$379 [19], \$379 [3] } = { crc[19], crc[3] };
+  assign { \$381 [7:4], \$381 [2:0] } = 7'h00;
+  assign \$381 [3] = r_data[3];
+  assign { \$384 [31:21], \$384 [19:5], \$384 [3:1] } = 29'h00000000;
+  assign { \$384 [20], \$384 [4], \$384 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$386 [7:5], \$386 [3:1] } = 6'h00;
+  assign { \$386 [4], \$386 [0] } = { r_data[4], r_data[0] };
+  assign { \$389 [31:22], \$389 [20:6], \$389 [4:2] } = 28'h0000000;
+  assign { \$389 [21], \$389 [5], \$389 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$391 [7:6], \$391 [4:2] } = 5'h00;
+  assign { \$391 [5], \$391 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$394 [31:23], \$394 [21:7], \$394 [5:3], \$394 [0] } = 28'h0000000;
+  assign { \$394 [22], \$394 [6], \$394 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$396 [7], \$396 [5:3], \$396 [0] } = 5'h00;
+  assign { \$396 [6], \$396 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$399 [31:24], \$399 [22:8], \$399 [6:4], \$399 [1:0] } = 28'h0000000;
+  assign { \$399 [23], \$399 [7], \$399 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$401 [6:4], \$401 [1:0] } = 5'h00;
+  assign { \$401 [7], \$401 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$404 [31:25], \$404 [23:5], \$404 [1] } = 27'h0000000;
+  assign { \$404 [24], \$404 [4:2], \$404 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$406 [7:5], \$406 [1] } = 4'h0;
+  assign { \$406 [4:2], \$406 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$409 [31:26], \$409 [24:6], \$409 [2] } = 26'h0000000;
+  assign { \$409 [25], \$409 [5:3], \$409 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$411 [7:6], \$411 [2] } = 3'h0;
+  assign { \$411 [5:3], \$411 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$414 [31:27], \$414 [25:7], \$414 [3] } = 25'h0000000;
+  assign { \$414 [26], \$414 [6:4], \$414 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$416 [7], \$416 [3] } = 2'h0;
+  assign { \$416 [6:4], \$416 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$419 [31:28], \$419 [26:8], \$419 [4], \$419 [0] } = 25'h0000000;
+  assign { \$419 [27], \$419 [7:5], \$419 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$421 [4], \$421 [0] } = 2'h0;
+  assign { \$421 [7:5], \$421 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$424 [31:29], \$424 [27:8], \$424 [5], \$424 [2:0] } = 27'h0000000;
+  assign { \$424 [28], \$424 [7:6], \$424 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$426 [5], \$426 [2:0] } = 4'h0;
+  assign { \$426 [7:6], \$426 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$429 [31:30], \$429 [28:8], \$429 [6], \$429 [3], \$429 [1:0] } = 27'h0000000;
+  assign { \$429 [29], \$429 [7], \$429 [5:4], \$429 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$431 [6], \$431 [3], \$431 [1:0] } = 4'h0;
+  assign { \$431 [7], \$431 [5:4], \$431 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$434 [31], \$434 [29:7], \$434 [4], \$434 [1:0] } = 27'h0000000;
+  assign { \$434 [30], \$434 [6:5], \$434 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$436 [7], \$436 [4], \$436 [1:0] } = 4'h0;
+  assign { \$436 [6:5], \$436 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$439 [30:8], \$439 [5], \$439 [2:0] } = 27'h0000000;
+  assign { \$439 [31], \$439 [7:6], \$439 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$441 [5], \$441 [2:0] } = 4'h0;
+  assign { \$441 [7:6], \$441 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$444 [31:8], \$444 [6], \$444 [3], \$444 [1] } = 27'h0000000;
+  assign { \$444 [7], \$444 [5:4], \$444 [2], \$444 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$446 [6], \$446 [3], \$446 [1] } = 3'h0;
+  assign { \$446 [7], \$446 [5:4], \$446 [2], \$446 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$449 [31:7], \$449 [4] } = 26'h0000000;
+  assign { \$449 [6:5], \$449 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$451 [7], \$451 [4] } = 2'h0;
+  assign { \$451 [6:5], \$451 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$454 [31:8], \$454 [5] } = 25'h0000000;
+  assign { \$454 [7:6], \$454 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$456 [5] = 1'h0;
+  assign { \$456 [7:6], \$456 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$459 [31:8], \$459 [6], \$459 [2], \$459 [0] } = 27'h0000000;
+  assign { \$459 [7], \$459 [5:3], \$459 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$461 [6], \$461 [2], \$461 [0] } = 3'h0;
+  assign { \$461 [7], \$461 [5:3], \$461 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$464 [31:7], \$464 [3:1] } = 28'h0000000;
+  assign { \$464 [6:4], \$464 [0] } = { crc[6:4], crc[0] };
+  assign { \$466 [7], \$466 [3:1] } = 4'h0;
+  assign { \$466 [6:4], \$466 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$469 [31:8], \$469 [4:2] } = 27'h0000000;
+  assign { \$469 [7:5], \$469 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$471 [4:2] = 3'h0;
+  assign { \$471 [7:5], \$471 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$474 [31:8], \$474 [5:2] } = 28'h0000000;
+  assign { \$474 [7:6], \$474 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$476 [5:2] = 4'h0;
+  assign { \$476 [7:6], \$476 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$479 [31:8], \$479 [6:2], \$479 [0] } = 30'h00000000;
+  assign { \$479 [7], \$479 [1] } = { crc[7], crc[1] };
+  assign { \$481 [6:2], \$481 [0] } = 6'h00;
+  assign { \$481 [7], \$481 [1] } = { r_data[7], r_data[1] };
+  assign { \$500 [31:9], \$500 [7:3], \$500 [1:0] } = 30'h00000000;
+  assign { \$500 [8], \$500 [2] } = { crc[8], crc[2] };
+  assign { \$502 [7:3], \$502 [1:0] } = 7'h00;
+  assign \$502 [2] = r_data[2];
+  assign { \$505 [31:10], \$505 [8:4], \$505 [2:1] } = 29'h00000000;
+  assign { \$505 [9], \$505 [3], \$505 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$507 [7:4], \$507 [2:1] } = 6'h00;
+  assign { \$507 [3], \$507 [0] } = { r_data[3], r_data[0] };
+  assign { \$510 [31:11], \$510 [9:5], \$510 [3:2] } = 28'h0000000;
+  assign { \$510 [10], \$510 [4], \$510 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$512 [7:5], \$512 [3:2] } = 5'h00;
+  assign { \$512 [4], \$512 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$515 [31:12], \$515 [10:6], \$515 [4:3], \$515 [0] } = 28'h0000000;
+  assign { \$515 [11], \$515 [5], \$515 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$517 [7:6], \$517 [4:3], \$517 [0] } = 5'h00;
+  assign { \$517 [5], \$517 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$520 [31:13], \$520 [11:7], \$520 [5:4], \$520 [1] } = 27'h0000000;
+  assign { \$520 [12], \$520 [6], \$520 [3:2], \$520 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$522 [7], \$522 [5:4], \$522 [1] } = 4'h0;
+  assign { \$522 [6], \$522 [3:2], \$522 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$525 [31:14], \$525 [12:8], \$525 [6:5], \$525 [2], \$525 [0] } = 27'h0000000;
+  assign { \$525 [13], \$525 [7], \$525 [4:3], \$525 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$527 [6:5], \$527 [2], \$527 [0] } = 4'h0;
+  assign { \$527 [7], \$527 [4:3], \$527 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$530 [31:15], \$530 [13:6], \$530 [3:0] } = 29'h00000000;
+  assign { \$530 [14], \$530 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$532 [7:6], \$532 [3:0] } = 6'h00;
+  assign \$532 [5:4] = r_data[5:4];
+  assign { \$535 [31:16], \$535 [14:7], \$535 [4:1] } = 28'h0000000;
+  assign { \$535 [15], \$535 [6:5], \$535 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$537 [7], \$537 [4:1] } = 5'h00;
+  assign { \$537 [6:5], \$537 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$540 [31:17], \$540 [15:8], \$540 [5:2], \$540 [0] } = 28'h0000000;
+  assign { \$540 [16], \$540 [7:6], \$540 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$542 [5:2], \$542 [0] } = 5'h00;
+  assign { \$542 [7:6], \$542 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$545 [31:18], \$545 [16:8], \$545 [6:0] } = 30'h00000000;
+  assign { \$545 [17], \$545 [7] } = { crc[17], crc[7] };
+  assign \$547 [6:0] = 7'h00;
+  assign \$547 [7] = r_data[7];
+  assign { \$550 [31:19], \$550 [17:3], \$550 [1:0] } = 30'h00000000;
+  assign { \$550 [18], \$550 [2] } = { crc[18], crc[2] };
+  assign { \$552 [7:3], \$552 [1:0] } = 7'h00;
+  assign \$552 [2] = r_data[2];
+  assign { \$555 [31:20], \$555 [18:4], \$555 [2:0] } = 30'h00000000;
+  assign { \$555 [19], \$555 [3] } = { crc[19], crc[3] };
+  assign { \$557 [7:4], \$557 [2:0] } = 7'h00;
+  assign \$557 [3] = r_data[3];
+  assign { \$560 [31:21], \$560 [19:5], \$560 [3:1] } = 29'h00000000;
+  assign { \$560 [20], \$560 [4], \$560 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$562 [7:5], \$562 [3:1] } = 6'h00;
+  assign { \$562 [4], \$562 [0] } = { r_data[4], r_data[0] };
+  assign { \$565 [31:22], \$565 [20:6], \$565 [4:2] } = 28'h0000000;
+  assign { \$565 [21], \$565 [5], \$565 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$567 [7:6], \$567 [4:2] } = 5'h00;
+  assign { \$567 [5], \$567 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$570 [31:23], \$570 [21:7], \$570 [5:3], \$570 [0] } = 28'h0000000;
+  assign { \$570 [22], \$570 [6], \$570 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$572 [7], \$572 [5:3], \$572 [0] } = 5'h00;
+  assign { \$572 [6], \$572 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$575 [31:24], \$575 [22:8], \$575 [6:4], \$575 [1:0] } = 28'h0000000;
+  assign { \$575 [23], \$575 [7], \$575 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$577 [6:4], \$577 [1:0] } = 5'h00;
+  assign { \$577 [7], \$577 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$580 [31:25], \$580 [23:5], \$580 [1] } = 27'h0000000;
+  assign { \$580 [24], \$580 [4:2], \$580 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$582 [7:5], \$582 [1] } = 4'h0;
+  assign { \$582 [4:2], \$582 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$585 [31:26], \$585 [24:6], \$585 [2] } = 26'h0000000;
+  assign { \$585 [25], \$585 [5:3], \$585 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$587 [7:6], \$587 [2] } = 3'h0;
+  assign { \$587 [5:3], \$587 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$590 [31:27], \$590 [25:7], \$590 [3] } = 25'h0000000;
+  assign { \$590 [26], \$590 [6:4], \$590 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$592 [7], \$592 [3] } = 2'h0;
+  assign { \$592 [6:4], \$592 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$595 [31:28], \$595 [26:8], \$595 [4], \$595 [0] } = 25'h0000000;
+  assign { \$595 [27], \$595 [7:5], \$595 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$597 [4], \$597 [0] } = 2'h0;
+  assign { \$597 [7:5], \$597 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$600 [31:29], \$600 [27:8], \$600 [5], \$600 [2:0] } = 27'h0000000;
+  assign { \$600 [28], \$600 [7:6], \$600 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$602 [5], \$602 [2:0] } = 4'h0;
+  assign { \$602 [7:6], \$602 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$605 [31:30], \$605 [28:8], \$605 [6], \$605 [3], \$605 [1:0] } = 27'h0000000;
+  assign { \$605 [29], \$605 [7], \$605 [5:4], \$605 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$607 [6], \$607 [3], \$607 [1:0] } = 4'h0;
+  assign { \$607 [7], \$607 [5:4], \$607 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$610 [31], \$610 [29:7], \$610 [4], \$610 [1:0] } = 27'h0000000;
+  assign { \$610 [30], \$610 [6:5], \$610 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$612 [7], \$612 [4], \$612 [1:0] } = 4'h0;
+  assign { \$612 [6:5], \$612 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$615 [30:8], \$615 [5], \$615 [2:0] } = 27'h0000000;
+  assign { \$615 [31], \$615 [7:6], \$615 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$617 [5], \$617 [2:0] } = 4'h0;
+  assign { \$617 [7:6], \$617 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$620 [31:8], \$620 [6], \$620 [3], \$620 [1] } = 27'h0000000;
+  assign { \$620 [7], \$620 [5:4], \$620 [2], \$620 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$622 [6], \$622 [3], \$622 [1] } = 3'h0;
+  assign { \$622 [7], \$622 [5:4], \$622 [2], \$622 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$625 [31:7], \$625 [4] } = 26'h0000000;
+  assign { \$625 [6:5], \$625 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$627 [7], \$627 [4] } = 2'h0;
+  assign { \$627 [6:5], \$627 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$630 [31:8], \$630 [5] } = 25'h0000000;
+  assign { \$630 [7:6], \$630 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$632 [5] = 1'h0;
+  assign { \$632 [7:6], \$632 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$635 [31:8], \$635 [6], \$635 [2], \$635 [0] } = 27'h0000000;
+  assign { \$635 [7], \$635 [5:3], \$635 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$637 [6], \$637 [2], \$637 [0] } = 3'h0;
+  assign { \$637 [7], \$637 [5:3], \$637 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$640 [31:7], \$640 [3:1] } = 28'h0000000;
+  assign { \$640 [6:4], \$640 [0] } = { crc[6:4], crc[0] };
+  assign { \$642 [7], \$642 [3:1] } = 4'h0;
+  assign { \$642 [6:4], \$642 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$645 [31:8], \$645 [4:2] } = 27'h0000000;
+  assign { \$645 [7:5], \$645 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$647 [4:2] = 3'h0;
+  assign { \$647 [7:5], \$647 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$650 [31:8], \$650 [5:2] } = 28'h0000000;
+  assign { \$650 [7:6], \$650 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$652 [5:2] = 4'h0;
+  assign { \$652 [7:6], \$652 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$655 [31:8], \$655 [6:2], \$655 [0] } = 30'h00000000;
+  assign { \$655 [7], \$655 [1] } = { crc[7], crc[1] };
+  assign { \$657 [6:2], \$657 [0] } = 6'h00;
+  assign { \$657 [7], \$657 [1] } = { r_data[7], r_data[1] };
+  assign \$671  = { \$10 [8:0], 3'h0 };
+  assign \$683  = { \$10 [8:0], 3'h0 };
+  assign { \$690 [31:9], \$690 [7:3], \$690 [1:0] } = 30'h00000000;
+  assign { \$690 [8], \$690 [2] } = { crc[8], crc[2] };
+  assign { \$692 [7:3], \$692 [1:0] } = 7'h00;
+  assign \$692 [2] = r_data[2];
+  assign { \$695 [31:10], \$695 [8:4], \$695 [2:1] } = 29'h00000000;
+  assign { \$695 [9], \$695 [3], \$695 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$697 [7:4], \$697 [2:1] } = 6'h00;
+  assign { \$697 [3], \$697 [0] } = { r_data[3], r_data[0] };
+  assign { \$700 [31:11], \$700 [9:5], \$700 [3:2] } = 28'h0000000;
+  assign { \$700 [10], \$700 [4], \$700 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$702 [7:5], \$702 [3:2] } = 5'h00;
+  assign { \$702 [4], \$702 [1:0] } = { r_data[4], r_data[1:0] };
+  assign { \$705 [31:12], \$705 [10:6], \$705 [4:3], \$705 [0] } = 28'h0000000;
+  assign { \$705 [11], \$705 [5], \$705 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$707 [7:6], \$707 [4:3], \$707 [0] } = 5'h00;
+  assign { \$707 [5], \$707 [2:1] } = { r_data[5], r_data[2:1] };
+  assign { \$710 [31:13], \$710 [11:7], \$710 [5:4], \$710 [1] } = 27'h0000000;
+  assign { \$710 [12], \$710 [6], \$710 [3:2], \$710 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$712 [7], \$712 [5:4], \$712 [1] } = 4'h0;
+  assign { \$712 [6], \$712 [3:2], \$712 [0] } = { r_data[6], r_data[3:2], r_data[0] };
+  assign { \$715 [31:14], \$715 [12:8], \$715 [6:5], \$715 [2], \$715 [0] } = 27'h0000000;
+  assign { \$715 [13], \$715 [7], \$715 [4:3], \$715 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$717 [6:5], \$717 [2], \$717 [0] } = 4'h0;
+  assign { \$717 [7], \$717 [4:3], \$717 [1] } = { r_data[7], r_data[4:3], r_data[1] };
+  assign { \$720 [31:15], \$720 [13:6], \$720 [3:0] } = 29'h00000000;
+  assign { \$720 [14], \$720 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$722 [7:6], \$722 [3:0] } = 6'h00;
+  assign \$722 [5:4] = r_data[5:4];
+  assign { \$725 [31:16], \$725 [14:7], \$725 [4:1] } = 28'h0000000;
+  assign { \$725 [15], \$725 [6:5], \$725 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$727 [7], \$727 [4:1] } = 5'h00;
+  assign { \$727 [6:5], \$727 [0] } = { r_data[6:5], r_data[0] };
+  assign { \$730 [31:17], \$730 [15:8], \$730 [5:2], \$730 [0] } = 28'h0000000;
+  assign { \$730 [16], \$730 [7:6], \$730 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$732 [5:2], \$732 [0] } = 5'h00;
+  assign { \$732 [7:6], \$732 [1] } = { r_data[7:6], r_data[1] };
+  assign { \$735 [31:18], \$735 [16:8], \$735 [6:0] } = 30'h00000000;
+  assign { \$735 [17], \$735 [7] } = { crc[17], crc[7] };
+  assign \$737 [6:0] = 7'h00;
+  assign \$737 [7] = r_data[7];
+  assign { \$740 [31:19], \$740 [17:3], \$740 [1:0] } = 30'h00000000;
+  assign { \$740 [18], \$740 [2] } = { crc[18], crc[2] };
+  assign { \$742 [7:3], \$742 [1:0] } = 7'h00;
+  assign \$742 [2] = r_data[2];
+  assign { \$745 [31:20], \$745 [18:4], \$745 [2:0] } = 30'h00000000;
+  assign { \$745 [19], \$745 [3] } = { crc[19], crc[3] };
+  assign { \$747 [7:4], \$747 [2:0] } = 7'h00;
+  assign \$747 [3] = r_data[3];
+  assign { \$750 [31:21], \$750 [19:5], \$750 [3:1] } = 29'h00000000;
+  assign { \$750 [20], \$750 [4], \$750 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$752 [7:5], \$752 [3:1] } = 6'h00;
+  assign { \$752 [4], \$752 [0] } = { r_data[4], r_data[0] };
+  assign { \$755 [31:22], \$755 [20:6], \$755 [4:2] } = 28'h0000000;
+  assign { \$755 [21], \$755 [5], \$755 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$757 [7:6], \$757 [4:2] } = 5'h00;
+  assign { \$757 [5], \$757 [1:0] } = { r_data[5], r_data[1:0] };
+  assign { \$760 [31:23], \$760 [21:7], \$760 [5:3], \$760 [0] } = 28'h0000000;
+  assign { \$760 [22], \$760 [6], \$760 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$762 [7], \$762 [5:3], \$762 [0] } = 5'h00;
+  assign { \$762 [6], \$762 [2:1] } = { r_data[6], r_data[2:1] };
+  assign { \$765 [31:24], \$765 [22:8], \$765 [6:4], \$765 [1:0] } = 28'h0000000;
+  assign { \$765 [23], \$765 [7], \$765 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$767 [6:4], \$767 [1:0] } = 5'h00;
+  assign { \$767 [7], \$767 [3:2] } = { r_data[7], r_data[3:2] };
+  assign { \$770 [31:25], \$770 [23:5], \$770 [1] } = 27'h0000000;
+  assign { \$770 [24], \$770 [4:2], \$770 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$772 [7:5], \$772 [1] } = 4'h0;
+  assign { \$772 [4:2], \$772 [0] } = { r_data[4:2], r_data[0] };
+  assign { \$775 [31:26], \$775 [24:6], \$775 [2] } = 26'h0000000;
+  assign { \$775 [25], \$775 [5:3], \$775 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$777 [7:6], \$777 [2] } = 3'h0;
+  assign { \$777 [5:3], \$777 [1:0] } = { r_data[5:3], r_data[1:0] };
+  assign { \$780 [31:27], \$780 [25:7], \$780 [3] } = 25'h0000000;
+  assign { \$780 [26], \$780 [6:4], \$780 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$782 [7], \$782 [3] } = 2'h0;
+  assign { \$782 [6:4], \$782 [2:0] } = { r_data[6:4], r_data[2:0] };
+  assign { \$785 [31:28], \$785 [26:8], \$785 [4], \$785 [0] } = 25'h0000000;
+  assign { \$785 [27], \$785 [7:5], \$785 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$787 [4], \$787 [0] } = 2'h0;
+  assign { \$787 [7:5], \$787 [3:1] } = { r_data[7:5], r_data[3:1] };
+  assign { \$790 [31:29], \$790 [27:8], \$790 [5], \$790 [2:0] } = 27'h0000000;
+  assign { \$790 [28], \$790 [7:6], \$790 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$792 [5], \$792 [2:0] } = 4'h0;
+  assign { \$792 [7:6], \$792 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$795 [31:30], \$795 [28:8], \$795 [6], \$795 [3], \$795 [1:0] } = 27'h0000000;
+  assign { \$795 [29], \$795 [7], \$795 [5:4], \$795 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$797 [6], \$797 [3], \$797 [1:0] } = 4'h0;
+  assign { \$797 [7], \$797 [5:4], \$797 [2] } = { r_data[7], r_data[5:4], r_data[2] };
+  assign { \$800 [31], \$800 [29:7], \$800 [4], \$800 [1:0] } = 27'h0000000;
+  assign { \$800 [30], \$800 [6:5], \$800 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$802 [7], \$802 [4], \$802 [1:0] } = 4'h0;
+  assign { \$802 [6:5], \$802 [3:2] } = { r_data[6:5], r_data[3:2] };
+  assign { \$805 [30:8], \$805 [5], \$805 [2:0] } = 27'h0000000;
+  assign { \$805 [31], \$805 [7:6], \$805 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$807 [5], \$807 [2:0] } = 4'h0;
+  assign { \$807 [7:6], \$807 [4:3] } = { r_data[7:6], r_data[4:3] };
+  assign { \$810 [31:8], \$810 [6], \$810 [3], \$810 [1] } = 27'h0000000;
+  assign { \$810 [7], \$810 [5:4], \$810 [2], \$810 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$812 [6], \$812 [3], \$812 [1] } = 3'h0;
+  assign { \$812 [7], \$812 [5:4], \$812 [2], \$812 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
+  assign { \$815 [31:7], \$815 [4] } = 26'h0000000;
+  assign { \$815 [6:5], \$815 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$817 [7], \$817 [4] } = 2'h0;
+  assign { \$817 [6:5], \$817 [3:0] } = { r_data[6:5], r_data[3:0] };
+  assign { \$820 [31:8], \$820 [5] } = 25'h0000000;
+  assign { \$820 [7:6], \$820 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$822 [5] = 1'h0;
+  assign { \$822 [7:6], \$822 [4:0] } = { r_data[7:6], r_data[4:0] };
+  assign { \$825 [31:8], \$825 [6], \$825 [2], \$825 [0] } = 27'h0000000;
+  assign { \$825 [7], \$825 [5:3], \$825 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$827 [6], \$827 [2], \$827 [0] } = 3'h0;
+  assign { \$827 [7], \$827 [5:3], \$827 [1] } = { r_data[7], r_data[5:3], r_data[1] };
+  assign { \$830 [31:7], \$830 [3:1] } = 28'h0000000;
+  assign { \$830 [6:4], \$830 [0] } = { crc[6:4], crc[0] };
+  assign { \$832 [7], \$832 [3:1] } = 4'h0;
+  assign { \$832 [6:4], \$832 [0] } = { r_data[6:4], r_data[0] };
+  assign { \$835 [31:8], \$835 [4:2] } = 27'h0000000;
+  assign { \$835 [7:5], \$835 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$837 [4:2] = 3'h0;
+  assign { \$837 [7:5], \$837 [1:0] } = { r_data[7:5], r_data[1:0] };
+  assign { \$840 [31:8], \$840 [5:2] } = 28'h0000000;
+  assign { \$840 [7:6], \$840 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$842 [5:2] = 4'h0;
+  assign { \$842 [7:6], \$842 [1:0] } = { r_data[7:6], r_data[1:0] };
+  assign { \$845 [31:8], \$845 [6:2], \$845 [0] } = 30'h00000000;
+  assign { \$845 [7], \$845 [1] } = { crc[7], crc[1] };
+  assign { \$847 [6:2], \$847 [0] } = 6'h00;
+  assign { \$847 [7], \$847 [1] } = { r_data[7], r_data[1] };
+  assign \$852  = { 1'h0, r_data, 2'h0 };
+  assign \$868  = { 1'h0, \$867 [13:1] };
+  assign { \$885 [31:9], \$885 [7:3], \$885 [1:0] } = 30'h00000000;
+  assign { \$885 [8], \$885 [2] } = { crc[8], crc[2] };
+  assign { \$887 [7:3], \$887 [1:0] } = 7'h00;
+  assign \$887 [2] = lane_byte[2];
+  assign { \$890 [31:10], \$890 [8:4], \$890 [2:1] } = 29'h00000000;
+  assign { \$890 [9], \$890 [3], \$890 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$892 [7:4], \$892 [2:1] } = 6'h00;
+  assign { \$892 [3], \$892 [0] } = { lane_byte[3], lane_byte[0] };
+  assign { \$895 [31:11], \$895 [9:5], \$895 [3:2] } = 28'h0000000;
+  assign { \$895 [10], \$895 [4], \$895 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$897 [7:5], \$897 [3:2] } = 5'h00;
+  assign { \$897 [4], \$897 [1:0] } = { lane_byte[4], lane_byte[1:0] };
+  assign { \$900 [31:12], \$900 [10:6], \$900 [4:3], \$900 [0] } = 28'h0000000;
+  assign { \$900 [11], \$900 [5], \$900 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$902 [7:6], \$902 [4:3], \$902 [0] } = 5'h00;
+  assign { \$902 [5], \$902 [2:1] } = { lane_byte[5], lane_byte[2:1] };
+  assign { \$905 [31:13], \$905 [11:7], \$905 [5:4], \$905 [1] } = 27'h0000000;
+  assign { \$905 [12], \$905 [6], \$905 [3:2], \$905 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$907 [7], \$907 [5:4], \$907 [1] } = 4'h0;
+  assign { \$907 [6], \$907 [3:2], \$907 [0] } = { lane_byte[6], lane_byte[3:2], lane_byte[0] };
+  assign { \$910 [31:14], \$910 [12:8], \$910 [6:5], \$910 [2], \$910 [0] } = 27'h0000000;
+  assign { \$910 [13], \$910 [7], \$910 [4:3], \$910 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$912 [6:5], \$912 [2], \$912 [0] } = 4'h0;
+  assign { \$912 [7], \$912 [4:3], \$912 [1] } = { lane_byte[7], lane_byte[4:3], lane_byte[1] };
+  assign { \$915 [31:15], \$915 [13:6], \$915 [3:0] } = 29'h00000000;
+  assign { \$915 [14], \$915 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$917 [7:6], \$917 [3:0] } = 6'h00;
+  assign \$917 [5:4] = lane_byte[5:4];
+  assign { \$920 [31:16], \$920 [14:7], \$920 [4:1] } = 28'h0000000;
+  assign { \$920 [15], \$920 [6:5], \$920 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$922 [7], \$922 [4:1] } = 5'h00;
+  assign { \$922 [6:5], \$922 [0] } = { lane_byte[6:5], lane_byte[0] };
+  assign { \$925 [31:17], \$925 [15:8], \$925 [5:2], \$925 [0] } = 28'h0000000;
+  assign { \$925 [16], \$925 [7:6], \$925 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$927 [5:2], \$927 [0] } = 5'h00;
+  assign { \$927 [7:6], \$927 [1] } = { lane_byte[7:6], lane_byte[1] };
+  assign { \$930 [31:18], \$930 [16:8], \$930 [6:0] } = 30'h00000000;
+  assign { \$930 [17], \$930 [7] } = { crc[17], crc[7] };
+  assign \$932 [6:0] = 7'h00;
+  assign \$932 [7] = lane_byte[7];
+  assign { \$935 [31:19], \$935 [17:3], \$935 [1:0] } = 30'h00000000;
+  assign { \$935 [18], \$935 [2] } = { crc[18], crc[2] };
+  assign { \$937 [7:3], \$937 [1:0] } = 7'h00;
+  assign \$937 [2] = lane_byte[2];
+  assign { \$940 [31:20], \$940 [18:4], \$940 [2:0] } = 30'h00000000;
+  assign { \$940 [19], \$940 [3] } = { crc[19], crc[3] };
+  assign { \$942 [7:4], \$942 [2:0] } = 7'h00;
+  assign \$942 [3] = lane_byte[3];
+  assign { \$945 [31:21], \$945 [19:5], \$945 [3:1] } = 29'h00000000;
+  assign { \$945 [20], \$945 [4], \$945 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$947 [7:5], \$947 [3:1] } = 6'h00;
+  assign { \$947 [4], \$947 [0] } = { lane_byte[4], lane_byte[0] };
+  assign { \$950 [31:22], \$950 [20:6], \$950 [4:2] } = 28'h0000000;
+  assign { \$950 [21], \$950 [5], \$950 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$952 [7:6], \$952 [4:2] } = 5'h00;
+  assign { \$952 [5], \$952 [1:0] } = { lane_byte[5], lane_byte[1:0] };
+  assign { \$955 [31:23], \$955 [21:7], \$955 [5:3], \$955 [0] } = 28'h0000000;
+  assign { \$955 [22], \$955 [6], \$955 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$957 [7], \$957 [5:3], \$957 [0] } = 5'h00;
+  assign { \$957 [6], \$957 [2:1] } = { lane_byte[6], lane_byte[2:1] };
+  assign { \$960 [31:24], \$960 [22:8], \$960 [6:4], \$960 [1:0] } = 28'h0000000;
+  assign { \$960 [23], \$960 [7], \$960 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$962 [6:4], \$962 [1:0] } = 5'h00;
+  assign { \$962 [7], \$962 [3:2] } = { lane_byte[7], lane_byte[3:2] };
+  assign { \$965 [31:25], \$965 [23:5], \$965 [1] } = 27'h0000000;
+  assign { \$965 [24], \$965 [4:2], \$965 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$967 [7:5], \$967 [1] } = 4'h0;
+  assign { \$967 [4:2], \$967 [0] } = { lane_byte[4:2], lane_byte[0] };
+  assign { \$970 [31:26], \$970 [24:6], \$970 [2] } = 26'h0000000;
+  assign { \$970 [25], \$970 [5:3], \$970 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$972 [7:6], \$972 [2] } = 3'h0;
+  assign { \$972 [5:3], \$972 [1:0] } = { lane_byte[5:3], lane_byte[1:0] };
+  assign { \$975 [31:27], \$975 [25:7], \$975 [3] } = 25'h0000000;
+  assign { \$975 [26], \$975 [6:4], \$975 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$977 [7], \$977 [3] } = 2'h0;
+  assign { \$977 [6:4], \$977 [2:0] } = { lane_byte[6:4], lane_byte[2:0] };
+  assign { \$980 [31:28], \$980 [26:8], \$980 [4], \$980 [0] } = 25'h0000000;
+  assign { \$980 [27], \$980 [7:5], \$980 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$982 [4], \$982 [0] } = 2'h0;
+  assign { \$982 [7:5], \$982 [3:1] } = { lane_byte[7:5], lane_byte[3:1] };
+  assign { \$985 [31:29], \$985 [27:8], \$985 [5], \$985 [2:0] } = 27'h0000000;
+  assign { \$985 [28], \$985 [7:6], \$985 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$987 [5], \$987 [2:0] } = 4'h0;
+  assign { \$987 [7:6], \$987 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
+  assign { \$990 [31:30], \$990 [28:8], \$990 [6], \$990 [3], \$990 [1:0] } = 27'h0000000;
+  assign { \$990 [29], \$990 [7], \$990 [5:4], \$990 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$992 [6], \$992 [3], \$992 [1:0] } = 4'h0;
+  assign { \$992 [7], \$992 [5:4], \$992 [2] } = { lane_byte[7], lane_byte[5:4], lane_byte[2] };
+  assign { \$995 [31], \$995 [29:7], \$995 [4], \$995 [1:0] } = 27'h0000000;
+  assign { \$995 [30], \$995 [6:5], \$995 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$997 [7], \$997 [4], \$997 [1:0] } = 4'h0;
+  assign { \$997 [6:5], \$997 [3:2] } = { lane_byte[6:5], lane_byte[3:2] };
+  assign { \$1000 [30:8], \$1000 [5], \$1000 [2:0] } = 27'h0000000;
+  assign { \$1000 [31], \$1000 [7:6], \$1000 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$1002 [5], \$1002 [2:0] } = 4'h0;
+  assign { \$1002 [7:6], \$1002 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
+  assign { \$1005 [31:8], \$1005 [6], \$1005 [3], \$1005 [1] } = 27'h0000000;
+  assign { \$1005 [7], \$1005 [5:4], \$1005 [2], \$1005 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$1007 [6], \$1007 [3], \$1007 [1] } = 3'h0;
+  assign { \$1007 [7], \$1007 [5:4], \$1007 [2], \$1007 [0] } = { lane_byte[7], lane_byte[5:4], lane_byte[2], lane_byte[0] };
+  assign { \$1010 [31:7], \$1010 [4] } = 26'h0000000;
+  assign { \$1010 [6:5], \$1010 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$1012 [7], \$1012 [4] } = 2'h0;
+  assign { \$1012 [6:5], \$1012 [3:0] } = { lane_byte[6:5], lane_byte[3:0] };
+  assign { \$1015 [31:8], \$1015 [5] } = 25'h0000000;
+  assign { \$1015 [7:6], \$1015 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$1017 [5] = 1'h0;
+  assign { \$1017 [7:6], \$1017 [4:0] } = { lane_byte[7:6], lane_byte[4:0] };
+  assign { \$1020 [31:8], \$1020 [6], \$1020 [2], \$1020 [0] } = 27'h0000000;
+  assign { \$1020 [7], \$1020 [5:3], \$1020 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$1022 [6], \$1022 [2], \$1022 [0] } = 3'h0;
+  assign { \$1022 [7], \$1022 [5:3], \$1022 [1] } = { lane_byte[7], lane_byte[5:3], lane_byte[1] };
+  assign { \$1025 [31:7], \$1025 [3:1] } = 28'h0000000;
+  assign { \$1025 [6:4], \$1025 [0] } = { crc[6:4], crc[0] };
+  assign { \$1027 [7], \$1027 [3:1] } = 4'h0;
+  assign { \$1027 [6:4], \$1027 [0] } = { lane_byte[6:4], lane_byte[0] };
+  assign { \$1030 [31:8], \$1030 [4:2] } = 27'h0000000;
+  assign { \$1030 [7:5], \$1030 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$1032 [4:2] = 3'h0;
+  assign { \$1032 [7:5], \$1032 [1:0] } = { lane_byte[7:5], lane_byte[1:0] };
+  assign { \$1035 [31:8], \$1035 [5:2] } = 28'h0000000;
+  assign { \$1035 [7:6], \$1035 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$1037 [5:2] = 4'h0;
+  assign { \$1037 [7:6], \$1037 [1:0] } = { lane_byte[7:6], lane_byte[1:0] };
+  assign { \$1040 [31:8], \$1040 [6:2], \$1040 [0] } = 30'h00000000;
+  assign { \$1040 [7], \$1040 [1] } = { crc[7], crc[1] };
+  assign { \$1042 [6:2], \$1042 [0] } = 6'h00;
+  assign { \$1042 [7], \$1042 [1] } = { lane_byte[7], lane_byte[1] };
+  assign \$1049  = { 7'h00, crc, 8'h00 };
+  assign \$1050 [46:8] = \$1049 [46:8];
+  assign \$1050 [7:0] = 8'hff;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -8641,8 +8643,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(tile_done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$8223$0 (\$205 ),
-    .\port$8225$0 (\$206 ),
+    .\port$8224$0 (\$205 ),
+    .\port$8226$0 (\$206 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -8671,8 +8673,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(\tile_done__tvalid$407 ),
     .perf_busy(\perf_busy$626 ),
     .perf_macs(\perf_macs$635 ),
-    .\port$9661$0 (\$207 ),
-    .\port$9663$0 (\$208 ),
+    .\port$9662$0 (\$207 ),
+    .\port$9664$0 (\$208 ),
     .r_en(\done__tready$405 ),
     .\r_en$122 (\spm_rresp__tready$447 ),
     .\r_en$135 (\acc_rresp__tready$453 ),
@@ -8725,22 +8727,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$6849$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6851$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6853$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6855$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6857$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6859$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6861$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6863$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6865$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6867$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6869$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6871$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6873$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6875$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6877$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6879$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$6850$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6852$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6854$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6856$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6858$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6860$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6862$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6864$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6866$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6868$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6870$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6872$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6874$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6876$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6878$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6880$0 (GLOBAL_SEM15__value[15:0]),
     .resume(resume),
     .ring_base(ring_base),
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
@@ -8801,22 +8803,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$595 ),
     .irq_completion(\irq_completion$605 ),
     .irq_error(\irq_error$606 ),
-    .\port$6849$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$6851$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$6853$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$6855$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$6857$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$6859$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$6861$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$6863$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$6865$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$6867$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$6869$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$6871$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$6873$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$6875$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$6877$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$6879$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$6850$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$6852$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$6854$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$6856$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$6858$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$6860$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$6862$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$6864$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$6866$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$6868$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$6870$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$6872$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$6874$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$6876$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$6878$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$6880$0 (GLOBAL_SEM15__value[15:0]),
     .resume(\resume$585 ),
     .ring_base(\ring_base$573 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
@@ -9170,20 +9172,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\port$3254$0 (level),
     .\port$4932$0 (\busy$599 ),
     .\port$5277$0 (\level$652 ),
-    .\port$8278$0 (irq_error),
-    .\port$8300$0 (irq_completion),
-    .\port$8305$0 (halted),
-    .\port$8307$0 (head),
-    .\port$8309$0 (tail),
-    .\port$8313$0 (error_code),
-    .\port$8315$0 (error_index),
-    .\port$9716$0 (\irq_error$606 ),
-    .\port$9738$0 (\irq_completion$605 ),
-    .\port$9743$0 (\halted$600 ),
-    .\port$9745$0 (\head$595 ),
-    .\port$9747$0 (\tail$597 ),
-    .\port$9751$0 (\error_code$602 ),
-    .\port$9753$0 (\error_index$603 ),
+    .\port$8279$0 (irq_error),
+    .\port$8301$0 (irq_completion),
+    .\port$8306$0 (halted),
+    .\port$8308$0 (head),
+    .\port$8310$0 (tail),
+    .\port$8314$0 (error_code),
+    .\port$8316$0 (error_index),
+    .\port$9717$0 (\irq_error$606 ),
+    .\port$9739$0 (\irq_completion$605 ),
+    .\port$9744$0 (\halted$600 ),
+    .\port$9746$0 (\head$595 ),
+    .\port$9748$0 (\tail$597 ),
+    .\port$9752$0 (\error_code$602 ),
+    .\port$9754$0 (\error_index$603 ),
     .rst(rst)
   );
   \dx1_board.soc.trace0  trace0 (
@@ -10623,7 +10625,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$8223$0 , \port$8225$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$8224$0 , \port$8226$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -10988,10 +10990,10 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$8223$0 ;
-  wire [255:0] \port$8223$0 ;
-  input [15:0] \port$8225$0 ;
-  wire [15:0] \port$8225$0 ;
+  input [255:0] \port$8224$0 ;
+  wire [255:0] \port$8224$0 ;
+  input [15:0] \port$8226$0 ;
+  wire [15:0] \port$8226$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -11493,8 +11495,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$7025$128 (cmd[143:128]),
-    .\port$7025$80 (cmd[91:80]),
+    .\port$7026$128 (cmd[143:128]),
+    .\port$7026$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -11531,11 +11533,11 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$7025$112 (cmd[143:112]),
-    .\port$7025$16 (cmd[31:16]),
-    .\port$7025$64 (cmd[75:64]),
-    .\port$7025$8 (cmd[8]),
-    .\port$7025$96 (cmd[105:96]),
+    .\port$7026$112 (cmd[143:112]),
+    .\port$7026$16 (cmd[31:16]),
+    .\port$7026$64 (cmd[75:64]),
+    .\port$7026$8 (cmd[8]),
+    .\port$7026$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -11731,7 +11733,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$8225$0 [9:0];
+      acc_w__addr = \port$8226$0 [9:0];
     end
   end
   always @* begin
@@ -11741,7 +11743,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$8223$0 ;
+      acc_w__data = \port$8224$0 ;
     end
   end
   always @* begin
@@ -11809,7 +11811,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$8225$0 [11:0];
+      spm_w__addr = \port$8226$0 [11:0];
     end
   end
   always @* begin
@@ -11819,7 +11821,7 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$8223$0 [63:0];
+      spm_w__data = \port$8224$0 [63:0];
     end
   end
   always @* begin
@@ -12630,8 +12632,8 @@ module \dx1_board.soc.core0 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$8225$0 , \port$8223$0 [63:0] };
-  assign acc_wr__tdata = { \port$8225$0 , \port$8223$0  };
+  assign spm_wr__tdata = { \port$8226$0 , \port$8224$0 [63:0] };
+  assign acc_wr__tdata = { \port$8226$0 , \port$8224$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -20566,7 +20568,7 @@ module \dx1_board.soc.core0.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7025$80 , \port$7025$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7026$80 , \port$7026$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -20590,10 +20592,10 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7025$128 ;
-  wire [15:0] \port$7025$128 ;
-  input [11:0] \port$7025$80 ;
-  wire [11:0] \port$7025$80 ;
+  input [15:0] \port$7026$128 ;
+  wire [15:0] \port$7026$128 ;
+  input [11:0] \port$7026$80 ;
+  wire [11:0] \port$7026$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -20629,7 +20631,7 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7025$128 , \port$7025$80  };
+      storage[w_port__addr] <= { \port$7026$128 , \port$7026$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -20700,8 +20702,8 @@ module \dx1_board.soc.core0.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7025$128 , \port$7025$80  };
-  assign w_data = { \port$7025$128 , \port$7025$80  };
+  assign w_port__data = { \port$7026$128 , \port$7026$80  };
+  assign w_data = { \port$7026$128 , \port$7026$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -21857,7 +21859,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7025$8 , \port$7025$16 , \port$7025$64 , \port$7025$96 , \port$7025$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$7026$8 , \port$7026$16 , \port$7026$64 , \port$7026$96 , \port$7026$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21881,16 +21883,16 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7025$112 ;
-  wire [31:0] \port$7025$112 ;
-  input [15:0] \port$7025$16 ;
-  wire [15:0] \port$7025$16 ;
-  input [11:0] \port$7025$64 ;
-  wire [11:0] \port$7025$64 ;
-  input \port$7025$8 ;
-  wire \port$7025$8 ;
-  input [9:0] \port$7025$96 ;
-  wire [9:0] \port$7025$96 ;
+  input [31:0] \port$7026$112 ;
+  wire [31:0] \port$7026$112 ;
+  input [15:0] \port$7026$16 ;
+  wire [15:0] \port$7026$16 ;
+  input [11:0] \port$7026$64 ;
+  wire [11:0] \port$7026$64 ;
+  input \port$7026$8 ;
+  wire \port$7026$8 ;
+  input [9:0] \port$7026$96 ;
+  wire [9:0] \port$7026$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -21926,7 +21928,7 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7025$16 , \port$7025$8 , \port$7025$112 , \port$7025$96 , \port$7025$64  };
+      storage[w_port__addr] <= { \port$7026$16 , \port$7026$8 , \port$7026$112 , \port$7026$96 , \port$7026$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -21997,15 +21999,15 @@ module \dx1_board.soc.core0.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7025$16 , \port$7025$8 , \port$7025$112 , \port$7025$96 , \port$7025$64  };
-  assign w_data = { \port$7025$16 , \port$7025$8 , \port$7025$112 , \port$7025$96 , \port$7025$64  };
+  assign w_port__data = { \port$7026$16 , \port$7026$8 , \port$7026$112 , \port$7026$96 , \port$7026$64  };
+  assign w_data = { \port$7026$16 , \port$7026$8 , \port$7026$112 , \port$7026$96 , \port$7026$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , perf_macs, perf_busy, done__tvalid
-, \port$9661$0 , \port$9663$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
+, \port$9662$0 , \port$9664$0 , spm_rreq__tdata, cmd__tvalid, r_en, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22370,10 +22372,10 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$9661$0 ;
-  wire [255:0] \port$9661$0 ;
-  input [15:0] \port$9663$0 ;
-  wire [15:0] \port$9663$0 ;
+  input [255:0] \port$9662$0 ;
+  wire [255:0] \port$9662$0 ;
+  input [15:0] \port$9664$0 ;
+  wire [15:0] \port$9664$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   reg [27:0] r_ctl = 28'h0000000;
@@ -22875,8 +22877,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$8463$128 (cmd[143:128]),
-    .\port$8463$80 (cmd[91:80]),
+    .\port$8464$128 (cmd[143:128]),
+    .\port$8464$80 (cmd[91:80]),
     .r_data(\r_data$143 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -22913,11 +22915,11 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$8463$112 (cmd[143:112]),
-    .\port$8463$16 (cmd[31:16]),
-    .\port$8463$64 (cmd[75:64]),
-    .\port$8463$8 (cmd[8]),
-    .\port$8463$96 (cmd[105:96]),
+    .\port$8464$112 (cmd[143:112]),
+    .\port$8464$16 (cmd[31:16]),
+    .\port$8464$64 (cmd[75:64]),
+    .\port$8464$8 (cmd[8]),
+    .\port$8464$96 (cmd[105:96]),
     .r_data(\r_data$146 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -23113,7 +23115,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$9663$0 [9:0];
+      acc_w__addr = \port$9664$0 [9:0];
     end
   end
   always @* begin
@@ -23123,7 +23125,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$9661$0 ;
+      acc_w__data = \port$9662$0 ;
     end
   end
   always @* begin
@@ -23191,7 +23193,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$9663$0 [11:0];
+      spm_w__addr = \port$9664$0 [11:0];
     end
   end
   always @* begin
@@ -23201,7 +23203,7 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$9661$0 [63:0];
+      spm_w__data = \port$9662$0 [63:0];
     end
   end
   always @* begin
@@ -24012,8 +24014,8 @@ module \dx1_board.soc.core1 (rst, soft_reset, cmd__tready, spm_wr__tready, acc_w
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$9663$0 , \port$9661$0 [63:0] };
-  assign acc_wr__tdata = { \port$9663$0 , \port$9661$0  };
+  assign spm_wr__tdata = { \port$9664$0 , \port$9662$0 [63:0] };
+  assign acc_wr__tdata = { \port$9664$0 , \port$9662$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -31948,7 +31950,7 @@ module \dx1_board.soc.core1.done_fifo (rst, soft_reset, r_data, w_en, w_port__da
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8463$80 , \port$8463$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8464$80 , \port$8464$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31972,10 +31974,10 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$8463$128 ;
-  wire [15:0] \port$8463$128 ;
-  input [11:0] \port$8463$80 ;
-  wire [11:0] \port$8463$80 ;
+  input [15:0] \port$8464$128 ;
+  wire [15:0] \port$8464$128 ;
+  input [11:0] \port$8464$80 ;
+  wire [11:0] \port$8464$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -32011,7 +32013,7 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8463$128 , \port$8463$80  };
+      storage[w_port__addr] <= { \port$8464$128 , \port$8464$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -32082,8 +32084,8 @@ module \dx1_board.soc.core1.load_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en,
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8463$128 , \port$8463$80  };
-  assign w_data = { \port$8463$128 , \port$8463$80  };
+  assign w_port__data = { \port$8464$128 , \port$8464$80  };
+  assign w_data = { \port$8464$128 , \port$8464$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -33239,7 +33241,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, soft_reset, w_port__data, r_rdy, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8463$8 , \port$8463$16 , \port$8463$64 , \port$8463$96 , \port$8463$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_en, r_en, \port$8464$8 , \port$8464$16 , \port$8464$64 , \port$8464$96 , \port$8464$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -33263,16 +33265,16 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$8463$112 ;
-  wire [31:0] \port$8463$112 ;
-  input [15:0] \port$8463$16 ;
-  wire [15:0] \port$8463$16 ;
-  input [11:0] \port$8463$64 ;
-  wire [11:0] \port$8463$64 ;
-  input \port$8463$8 ;
-  wire \port$8463$8 ;
-  input [9:0] \port$8463$96 ;
-  wire [9:0] \port$8463$96 ;
+  input [31:0] \port$8464$112 ;
+  wire [31:0] \port$8464$112 ;
+  input [15:0] \port$8464$16 ;
+  wire [15:0] \port$8464$16 ;
+  input [11:0] \port$8464$64 ;
+  wire [11:0] \port$8464$64 ;
+  input \port$8464$8 ;
+  wire \port$8464$8 ;
+  input [9:0] \port$8464$96 ;
+  wire [9:0] \port$8464$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -33308,7 +33310,7 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8463$16 , \port$8463$8 , \port$8463$112 , \port$8463$96 , \port$8463$64  };
+      storage[w_port__addr] <= { \port$8464$16 , \port$8464$8 , \port$8464$112 , \port$8464$96 , \port$8464$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -33379,15 +33381,15 @@ module \dx1_board.soc.core1.stream_q (rst, soft_reset, w_rdy, r_rdy, r_data, w_e
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8463$16 , \port$8463$8 , \port$8463$112 , \port$8463$96 , \port$8463$64  };
-  assign w_data = { \port$8463$16 , \port$8463$8 , \port$8463$112 , \port$8463$96 , \port$8463$64  };
+  assign w_port__data = { \port$8464$16 , \port$8464$8 , \port$8464$112 , \port$8464$96 , \port$8464$64  };
+  assign w_data = { \port$8464$16 , \port$8464$8 , \port$8464$112 , \port$8464$96 , \port$8464$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$6849$0 , \port$6851$0 , \port$6853$0 , \port$6855$0 , \port$6857$0 , \port$6859$0 , \port$6861$0 , \port$6863$0 , \port$6865$0 , \port$6867$0 , \port$6869$0 , \port$6871$0 , \port$6873$0 , \port$6875$0 , \port$6877$0 , \port$6879$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$6850$0 , \port$6852$0 , \port$6854$0 , \port$6856$0 , \port$6858$0 , \port$6860$0 , \port$6862$0 , \port$6864$0 , \port$6866$0 , \port$6868$0 , \port$6870$0 , \port$6872$0 , \port$6874$0 , \port$6876$0 , \port$6878$0 , \port$6880$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
@@ -34057,38 +34059,38 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6849$0 ;
-  wire [15:0] \port$6849$0 ;
-  input [15:0] \port$6851$0 ;
-  wire [15:0] \port$6851$0 ;
-  input [15:0] \port$6853$0 ;
-  wire [15:0] \port$6853$0 ;
-  input [15:0] \port$6855$0 ;
-  wire [15:0] \port$6855$0 ;
-  input [15:0] \port$6857$0 ;
-  wire [15:0] \port$6857$0 ;
-  input [15:0] \port$6859$0 ;
-  wire [15:0] \port$6859$0 ;
-  input [15:0] \port$6861$0 ;
-  wire [15:0] \port$6861$0 ;
-  input [15:0] \port$6863$0 ;
-  wire [15:0] \port$6863$0 ;
-  input [15:0] \port$6865$0 ;
-  wire [15:0] \port$6865$0 ;
-  input [15:0] \port$6867$0 ;
-  wire [15:0] \port$6867$0 ;
-  input [15:0] \port$6869$0 ;
-  wire [15:0] \port$6869$0 ;
-  input [15:0] \port$6871$0 ;
-  wire [15:0] \port$6871$0 ;
-  input [15:0] \port$6873$0 ;
-  wire [15:0] \port$6873$0 ;
-  input [15:0] \port$6875$0 ;
-  wire [15:0] \port$6875$0 ;
-  input [15:0] \port$6877$0 ;
-  wire [15:0] \port$6877$0 ;
-  input [15:0] \port$6879$0 ;
-  wire [15:0] \port$6879$0 ;
+  input [15:0] \port$6850$0 ;
+  wire [15:0] \port$6850$0 ;
+  input [15:0] \port$6852$0 ;
+  wire [15:0] \port$6852$0 ;
+  input [15:0] \port$6854$0 ;
+  wire [15:0] \port$6854$0 ;
+  input [15:0] \port$6856$0 ;
+  wire [15:0] \port$6856$0 ;
+  input [15:0] \port$6858$0 ;
+  wire [15:0] \port$6858$0 ;
+  input [15:0] \port$6860$0 ;
+  wire [15:0] \port$6860$0 ;
+  input [15:0] \port$6862$0 ;
+  wire [15:0] \port$6862$0 ;
+  input [15:0] \port$6864$0 ;
+  wire [15:0] \port$6864$0 ;
+  input [15:0] \port$6866$0 ;
+  wire [15:0] \port$6866$0 ;
+  input [15:0] \port$6868$0 ;
+  wire [15:0] \port$6868$0 ;
+  input [15:0] \port$6870$0 ;
+  wire [15:0] \port$6870$0 ;
+  input [15:0] \port$6872$0 ;
+  wire [15:0] \port$6872$0 ;
+  input [15:0] \port$6874$0 ;
+  wire [15:0] \port$6874$0 ;
+  input [15:0] \port$6876$0 ;
+  wire [15:0] \port$6876$0 ;
+  input [15:0] \port$6878$0 ;
+  wire [15:0] \port$6878$0 ;
+  input [15:0] \port$6880$0 ;
+  wire [15:0] \port$6880$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -35079,37 +35081,37 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$6849$0 ;
+          \$150  = \port$6850$0 ;
       8'h01:
-          \$150  = \port$6851$0 ;
+          \$150  = \port$6852$0 ;
       8'h02:
-          \$150  = \port$6853$0 ;
+          \$150  = \port$6854$0 ;
       8'h03:
-          \$150  = \port$6855$0 ;
+          \$150  = \port$6856$0 ;
       8'h04:
-          \$150  = \port$6857$0 ;
+          \$150  = \port$6858$0 ;
       8'h05:
-          \$150  = \port$6859$0 ;
+          \$150  = \port$6860$0 ;
       8'h06:
-          \$150  = \port$6861$0 ;
+          \$150  = \port$6862$0 ;
       8'h07:
-          \$150  = \port$6863$0 ;
+          \$150  = \port$6864$0 ;
       8'h08:
-          \$150  = \port$6865$0 ;
+          \$150  = \port$6866$0 ;
       8'h09:
-          \$150  = \port$6867$0 ;
+          \$150  = \port$6868$0 ;
       8'h0a:
-          \$150  = \port$6869$0 ;
+          \$150  = \port$6870$0 ;
       8'h0b:
-          \$150  = \port$6871$0 ;
+          \$150  = \port$6872$0 ;
       8'h0c:
-          \$150  = \port$6873$0 ;
+          \$150  = \port$6874$0 ;
       8'h0d:
-          \$150  = \port$6875$0 ;
+          \$150  = \port$6876$0 ;
       8'h0e:
-          \$150  = \port$6877$0 ;
+          \$150  = \port$6878$0 ;
       8'h0f:
-          \$150  = \port$6879$0 ;
+          \$150  = \port$6880$0 ;
     endcase
   end
   always @* begin
@@ -36464,7 +36466,7 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6879$0 , \port$6877$0 , \port$6875$0 , \port$6873$0 , \port$6871$0 , \port$6869$0 , \port$6867$0 , \port$6865$0 , \port$6863$0 , \port$6861$0 , \port$6859$0 , \port$6857$0 , \port$6855$0 , \port$6853$0 , \port$6851$0 , \port$6849$0  };
+  assign sem_values = { \port$6880$0 , \port$6878$0 , \port$6876$0 , \port$6874$0 , \port$6872$0 , \port$6870$0 , \port$6868$0 , \port$6866$0 , \port$6864$0 , \port$6862$0 , \port$6860$0 , \port$6858$0 , \port$6856$0 , \port$6854$0 , \port$6852$0 , \port$6850$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -36510,22 +36512,22 @@ module \dx1_board.soc.cp0 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$6849$0 ;
-  assign \sem_values[1]  = \port$6851$0 ;
-  assign \sem_values[2]  = \port$6853$0 ;
-  assign \sem_values[3]  = \port$6855$0 ;
-  assign \sem_values[4]  = \port$6857$0 ;
-  assign \sem_values[5]  = \port$6859$0 ;
-  assign \sem_values[6]  = \port$6861$0 ;
-  assign \sem_values[7]  = \port$6863$0 ;
-  assign \sem_values[8]  = \port$6865$0 ;
-  assign \sem_values[9]  = \port$6867$0 ;
-  assign \sem_values[10]  = \port$6869$0 ;
-  assign \sem_values[11]  = \port$6871$0 ;
-  assign \sem_values[12]  = \port$6873$0 ;
-  assign \sem_values[13]  = \port$6875$0 ;
-  assign \sem_values[14]  = \port$6877$0 ;
-  assign \sem_values[15]  = \port$6879$0 ;
+  assign \sem_values[0]  = \port$6850$0 ;
+  assign \sem_values[1]  = \port$6852$0 ;
+  assign \sem_values[2]  = \port$6854$0 ;
+  assign \sem_values[3]  = \port$6856$0 ;
+  assign \sem_values[4]  = \port$6858$0 ;
+  assign \sem_values[5]  = \port$6860$0 ;
+  assign \sem_values[6]  = \port$6862$0 ;
+  assign \sem_values[7]  = \port$6864$0 ;
+  assign \sem_values[8]  = \port$6866$0 ;
+  assign \sem_values[9]  = \port$6868$0 ;
+  assign \sem_values[10]  = \port$6870$0 ;
+  assign \sem_values[11]  = \port$6872$0 ;
+  assign \sem_values[12]  = \port$6874$0 ;
+  assign \sem_values[13]  = \port$6876$0 ;
+  assign \sem_values[14]  = \port$6878$0 ;
+  assign \sem_values[15]  = \port$6880$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -36648,7 +36650,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_cmd__tready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, busy, sem_grant, timestamp
-, doorbell_index, \port$6849$0 , \port$6851$0 , \port$6853$0 , \port$6855$0 , \port$6857$0 , \port$6859$0 , \port$6861$0 , \port$6863$0 , \port$6865$0 , \port$6867$0 , \port$6869$0 , \port$6871$0 , \port$6873$0 , \port$6875$0 , \port$6877$0 , \port$6879$0 , ring_base, ring_log2, cq_base, enable
+, doorbell_index, \port$6850$0 , \port$6852$0 , \port$6854$0 , \port$6856$0 , \port$6858$0 , \port$6860$0 , \port$6862$0 , \port$6864$0 , \port$6866$0 , \port$6868$0 , \port$6870$0 , \port$6872$0 , \port$6874$0 , \port$6876$0 , \port$6878$0 , \port$6880$0 , ring_base, ring_log2, cq_base, enable
 , dma_base, dma_limit, axi__bvalid, axi__bresp, tile_done__tvalid, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end
 , halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
@@ -37318,38 +37320,38 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$6849$0 ;
-  wire [15:0] \port$6849$0 ;
-  input [15:0] \port$6851$0 ;
-  wire [15:0] \port$6851$0 ;
-  input [15:0] \port$6853$0 ;
-  wire [15:0] \port$6853$0 ;
-  input [15:0] \port$6855$0 ;
-  wire [15:0] \port$6855$0 ;
-  input [15:0] \port$6857$0 ;
-  wire [15:0] \port$6857$0 ;
-  input [15:0] \port$6859$0 ;
-  wire [15:0] \port$6859$0 ;
-  input [15:0] \port$6861$0 ;
-  wire [15:0] \port$6861$0 ;
-  input [15:0] \port$6863$0 ;
-  wire [15:0] \port$6863$0 ;
-  input [15:0] \port$6865$0 ;
-  wire [15:0] \port$6865$0 ;
-  input [15:0] \port$6867$0 ;
-  wire [15:0] \port$6867$0 ;
-  input [15:0] \port$6869$0 ;
-  wire [15:0] \port$6869$0 ;
-  input [15:0] \port$6871$0 ;
-  wire [15:0] \port$6871$0 ;
-  input [15:0] \port$6873$0 ;
-  wire [15:0] \port$6873$0 ;
-  input [15:0] \port$6875$0 ;
-  wire [15:0] \port$6875$0 ;
-  input [15:0] \port$6877$0 ;
-  wire [15:0] \port$6877$0 ;
-  input [15:0] \port$6879$0 ;
-  wire [15:0] \port$6879$0 ;
+  input [15:0] \port$6850$0 ;
+  wire [15:0] \port$6850$0 ;
+  input [15:0] \port$6852$0 ;
+  wire [15:0] \port$6852$0 ;
+  input [15:0] \port$6854$0 ;
+  wire [15:0] \port$6854$0 ;
+  input [15:0] \port$6856$0 ;
+  wire [15:0] \port$6856$0 ;
+  input [15:0] \port$6858$0 ;
+  wire [15:0] \port$6858$0 ;
+  input [15:0] \port$6860$0 ;
+  wire [15:0] \port$6860$0 ;
+  input [15:0] \port$6862$0 ;
+  wire [15:0] \port$6862$0 ;
+  input [15:0] \port$6864$0 ;
+  wire [15:0] \port$6864$0 ;
+  input [15:0] \port$6866$0 ;
+  wire [15:0] \port$6866$0 ;
+  input [15:0] \port$6868$0 ;
+  wire [15:0] \port$6868$0 ;
+  input [15:0] \port$6870$0 ;
+  wire [15:0] \port$6870$0 ;
+  input [15:0] \port$6872$0 ;
+  wire [15:0] \port$6872$0 ;
+  input [15:0] \port$6874$0 ;
+  wire [15:0] \port$6874$0 ;
+  input [15:0] \port$6876$0 ;
+  wire [15:0] \port$6876$0 ;
+  input [15:0] \port$6878$0 ;
+  wire [15:0] \port$6878$0 ;
+  input [15:0] \port$6880$0 ;
+  wire [15:0] \port$6880$0 ;
   input resume;
   wire resume;
   input [31:0] ring_base;
@@ -38340,37 +38342,37 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
     \$150  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$150  = \port$6849$0 ;
+          \$150  = \port$6850$0 ;
       8'h01:
-          \$150  = \port$6851$0 ;
+          \$150  = \port$6852$0 ;
       8'h02:
-          \$150  = \port$6853$0 ;
+          \$150  = \port$6854$0 ;
       8'h03:
-          \$150  = \port$6855$0 ;
+          \$150  = \port$6856$0 ;
       8'h04:
-          \$150  = \port$6857$0 ;
+          \$150  = \port$6858$0 ;
       8'h05:
-          \$150  = \port$6859$0 ;
+          \$150  = \port$6860$0 ;
       8'h06:
-          \$150  = \port$6861$0 ;
+          \$150  = \port$6862$0 ;
       8'h07:
-          \$150  = \port$6863$0 ;
+          \$150  = \port$6864$0 ;
       8'h08:
-          \$150  = \port$6865$0 ;
+          \$150  = \port$6866$0 ;
       8'h09:
-          \$150  = \port$6867$0 ;
+          \$150  = \port$6868$0 ;
       8'h0a:
-          \$150  = \port$6869$0 ;
+          \$150  = \port$6870$0 ;
       8'h0b:
-          \$150  = \port$6871$0 ;
+          \$150  = \port$6872$0 ;
       8'h0c:
-          \$150  = \port$6873$0 ;
+          \$150  = \port$6874$0 ;
       8'h0d:
-          \$150  = \port$6875$0 ;
+          \$150  = \port$6876$0 ;
       8'h0e:
-          \$150  = \port$6877$0 ;
+          \$150  = \port$6878$0 ;
       8'h0f:
-          \$150  = \port$6879$0 ;
+          \$150  = \port$6880$0 ;
     endcase
   end
   always @* begin
@@ -39725,7 +39727,7 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$6879$0 , \port$6877$0 , \port$6875$0 , \port$6873$0 , \port$6871$0 , \port$6869$0 , \port$6867$0 , \port$6865$0 , \port$6863$0 , \port$6861$0 , \port$6859$0 , \port$6857$0 , \port$6855$0 , \port$6853$0 , \port$6851$0 , \port$6849$0  };
+  assign sem_values = { \port$6880$0 , \port$6878$0 , \port$6876$0 , \port$6874$0 , \port$6872$0 , \port$6870$0 , \port$6868$0 , \port$6866$0 , \port$6864$0 , \port$6862$0 , \port$6860$0 , \port$6858$0 , \port$6856$0 , \port$6854$0 , \port$6852$0 , \port$6850$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -39771,22 +39773,22 @@ module \dx1_board.soc.cp1 (rst, soft_reset, resume, ring_reset, doorbell, axi__a
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$6849$0 ;
-  assign \sem_values[1]  = \port$6851$0 ;
-  assign \sem_values[2]  = \port$6853$0 ;
-  assign \sem_values[3]  = \port$6855$0 ;
-  assign \sem_values[4]  = \port$6857$0 ;
-  assign \sem_values[5]  = \port$6859$0 ;
-  assign \sem_values[6]  = \port$6861$0 ;
-  assign \sem_values[7]  = \port$6863$0 ;
-  assign \sem_values[8]  = \port$6865$0 ;
-  assign \sem_values[9]  = \port$6867$0 ;
-  assign \sem_values[10]  = \port$6869$0 ;
-  assign \sem_values[11]  = \port$6871$0 ;
-  assign \sem_values[12]  = \port$6873$0 ;
-  assign \sem_values[13]  = \port$6875$0 ;
-  assign \sem_values[14]  = \port$6877$0 ;
-  assign \sem_values[15]  = \port$6879$0 ;
+  assign \sem_values[0]  = \port$6850$0 ;
+  assign \sem_values[1]  = \port$6852$0 ;
+  assign \sem_values[2]  = \port$6854$0 ;
+  assign \sem_values[3]  = \port$6856$0 ;
+  assign \sem_values[4]  = \port$6858$0 ;
+  assign \sem_values[5]  = \port$6860$0 ;
+  assign \sem_values[6]  = \port$6862$0 ;
+  assign \sem_values[7]  = \port$6864$0 ;
+  assign \sem_values[8]  = \port$6866$0 ;
+  assign \sem_values[9]  = \port$6868$0 ;
+  assign \sem_values[10]  = \port$6870$0 ;
+  assign \sem_values[11]  = \port$6872$0 ;
+  assign \sem_values[12]  = \port$6874$0 ;
+  assign \sem_values[13]  = \port$6876$0 ;
+  assign \sem_values[14]  = \port$6878$0 ;
+  assign \sem_values[15]  = \port$6880$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -46033,7 +46035,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
 , GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value
 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value
 , GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value
-, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8278$0 , \port$8300$0 , \port$8305$0 , \port$8307$0 , \port$8309$0 , \port$8313$0 , \port$8315$0 , \port$9716$0 , \port$9738$0 , \port$9743$0 , \port$9745$0 , \port$9747$0 , \port$9751$0 , \port$9753$0 , bus__bready, bus__rready, bus__wvalid
+, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8279$0 , \port$8301$0 , \port$8306$0 , \port$8308$0 , \port$8310$0 , \port$8314$0 , \port$8316$0 , \port$9717$0 , \port$9739$0 , \port$9744$0 , \port$9746$0 , \port$9748$0 , \port$9752$0 , \port$9754$0 , bus__bready, bus__rready, bus__wvalid
 , bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
@@ -47109,34 +47111,34 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire \port$4932$0 ;
   input [8:0] \port$5277$0 ;
   wire [8:0] \port$5277$0 ;
-  input \port$8278$0 ;
-  wire \port$8278$0 ;
-  input \port$8300$0 ;
-  wire \port$8300$0 ;
-  input \port$8305$0 ;
-  wire \port$8305$0 ;
-  input [15:0] \port$8307$0 ;
-  wire [15:0] \port$8307$0 ;
-  input [15:0] \port$8309$0 ;
-  wire [15:0] \port$8309$0 ;
-  input [7:0] \port$8313$0 ;
-  wire [7:0] \port$8313$0 ;
-  input [15:0] \port$8315$0 ;
-  wire [15:0] \port$8315$0 ;
-  input \port$9716$0 ;
-  wire \port$9716$0 ;
-  input \port$9738$0 ;
-  wire \port$9738$0 ;
-  input \port$9743$0 ;
-  wire \port$9743$0 ;
-  input [15:0] \port$9745$0 ;
-  wire [15:0] \port$9745$0 ;
-  input [15:0] \port$9747$0 ;
-  wire [15:0] \port$9747$0 ;
-  input [7:0] \port$9751$0 ;
-  wire [7:0] \port$9751$0 ;
-  input [15:0] \port$9753$0 ;
-  wire [15:0] \port$9753$0 ;
+  input \port$8279$0 ;
+  wire \port$8279$0 ;
+  input \port$8301$0 ;
+  wire \port$8301$0 ;
+  input \port$8306$0 ;
+  wire \port$8306$0 ;
+  input [15:0] \port$8308$0 ;
+  wire [15:0] \port$8308$0 ;
+  input [15:0] \port$8310$0 ;
+  wire [15:0] \port$8310$0 ;
+  input [7:0] \port$8314$0 ;
+  wire [7:0] \port$8314$0 ;
+  input [15:0] \port$8316$0 ;
+  wire [15:0] \port$8316$0 ;
+  input \port$9717$0 ;
+  wire \port$9717$0 ;
+  input \port$9739$0 ;
+  wire \port$9739$0 ;
+  input \port$9744$0 ;
+  wire \port$9744$0 ;
+  input [15:0] \port$9746$0 ;
+  wire [15:0] \port$9746$0 ;
+  input [15:0] \port$9748$0 ;
+  wire [15:0] \port$9748$0 ;
+  input [7:0] \port$9752$0 ;
+  wire [7:0] \port$9752$0 ;
+  input [15:0] \port$9754$0 ;
+  wire [15:0] \port$9754$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -47599,11 +47601,11 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$290  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$291  = ~ \$290 ;
   assign \$292  = QUEUE0_IRQ_STATUS__value & \$291 ;
-  assign \$293  = \$292  | { 30'h00000000, \port$8278$0 , \port$8300$0  };
+  assign \$293  = \$292  | { 30'h00000000, \port$8279$0 , \port$8301$0  };
   assign \$309  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$310  = ~ \$309 ;
   assign \$311  = QUEUE1_IRQ_STATUS__value & \$310 ;
-  assign \$312  = \$311  | { 30'h00000000, \port$9716$0 , \port$9738$0  };
+  assign \$312  = \$311  | { 30'h00000000, \port$9717$0 , \port$9739$0  };
   always @(posedge clk)
     aw_full <= \$324 ;
   always @(posedge clk)
@@ -48203,14 +48205,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$364  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$8307$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$8309$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8305$0 , \port$2909$0  };
-  assign QUEUE0_ERROR__value = { \port$8315$0 , 8'h00, \port$8313$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$9745$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$9747$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9743$0 , \port$4932$0  };
-  assign QUEUE1_ERROR__value = { \port$9753$0 , 8'h00, \port$9751$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$8308$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$8310$0  };
+  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8306$0 , \port$2909$0  };
+  assign QUEUE0_ERROR__value = { \port$8316$0 , 8'h00, \port$8314$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$9746$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$9748$0  };
+  assign QUEUE1_STATUS__value = { 30'h00000000, \port$9744$0 , \port$4932$0  };
+  assign QUEUE1_ERROR__value = { \port$9754$0 , 8'h00, \port$9752$0  };
   assign TRACE0_COUNT__value = { 23'h000000, \port$3254$0  };
   assign TRACE1_COUNT__value = { 23'h000000, \port$5277$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
@@ -48333,7 +48335,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE0_RING_LOG2__set_value = 32'd0;
   assign QUEUE0_CQ_BASE__set = 1'h0;
   assign QUEUE0_CQ_BASE__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8278$0 , \port$8300$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8279$0 , \port$8301$0  };
   assign QUEUE0_IRQ_MASK__set = 1'h0;
   assign QUEUE0_IRQ_MASK__set_value = 32'd0;
   assign QUEUE0_DMA_BASE__set = 1'h0;
@@ -48346,7 +48348,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign QUEUE1_RING_LOG2__set_value = 32'd0;
   assign QUEUE1_CQ_BASE__set = 1'h0;
   assign QUEUE1_CQ_BASE__set_value = 32'd0;
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9716$0 , \port$9738$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$9717$0 , \port$9739$0  };
   assign QUEUE1_IRQ_MASK__set = 1'h0;
   assign QUEUE1_IRQ_MASK__set_value = 32'd0;
   assign QUEUE1_DMA_BASE__set = 1'h0;
@@ -48356,21 +48358,21 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$8307$0 ;
+  assign \$74 [15:0] = \port$8308$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$8309$0 ;
+  assign \$78 [15:0] = \port$8310$0 ;
   assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$8305$0 , \port$2909$0  };
+  assign \$82 [1:0] = { \port$8306$0 , \port$2909$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$8315$0 , \port$8313$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$8316$0 , \port$8314$0  };
   assign \$108 [31:16] = 16'h0000;
-  assign \$108 [15:0] = \port$9745$0 ;
+  assign \$108 [15:0] = \port$9746$0 ;
   assign \$110 [31:16] = 16'h0000;
-  assign \$110 [15:0] = \port$9747$0 ;
+  assign \$110 [15:0] = \port$9748$0 ;
   assign \$115 [31:2] = 30'h00000000;
-  assign \$115 [1:0] = { \port$9743$0 , \port$4932$0  };
+  assign \$115 [1:0] = { \port$9744$0 , \port$4932$0  };
   assign \$118 [15:8] = 8'h00;
-  assign { \$118 [31:16], \$118 [7:0] } = { \port$9753$0 , \port$9751$0  };
+  assign { \$118 [31:16], \$118 [7:0] } = { \port$9754$0 , \port$9752$0  };
   assign \$134  = PERF0_CYCLES__value;
   assign \$136  = PERF0_BUSY_LOAD__value;
   assign \$144  = PERF0_BUSY_COMPUTE__value;

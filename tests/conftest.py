@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from dx1_driver import open_transport
-from dx1_driver.serial_link import SerialTransport
+from dx1_driver.serial_transport import SerialTransport
 
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import BAUD as BOARD_BAUD

@@ -15,7 +15,6 @@ import socket
 import numpy as np
 import pytest
 from dx1_driver import Device, open_transport, regs
-from dx1_driver import serial_link as sl
 from dx1_driver.pcie import PcieTransport
 
 from dx1_bringup.backends import model_pcie_transport
@@ -26,7 +25,9 @@ from dx1_bringup.bringup import (
     main,
     run_bringup,
 )
-from dx1_bringup.model.device import BusError, DeviceModel, MemoryFaults
+from dx1_bringup.faults import MemoryFaults
+from dx1_bringup.model.bridge import ModelBridge
+from dx1_bringup.model.device import BusError, DeviceModel
 
 NAMES = [name for name, _ in STEPS]
 #: Wall-clock budget for one queue wait on a simulator.
@@ -107,7 +108,7 @@ def test_broken_memory_stops_at_memory_test(faults, diagnosis, got):
 def test_serial_link_to_the_model(faults, diagnosis):
     """Over the serial transport (which verifies its writes) a bad memory cell is still a memory failure."""
     model = DeviceModel(faults=MemoryFaults.parse(faults) if faults else None)
-    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
+    bridge = ModelBridge(model, model.config.mem_bytes, (BusError,))
     try:
         with open_transport(f"serial:{bridge.url}@3000000") as transport:
             report = run_bringup(transport, seed=6, mem_bytes=1024, quiet=True)

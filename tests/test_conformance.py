@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dx1_driver import CommandError, Device, DriverError, QueueError, TraceKind, open_transport, regs
-from dx1_driver.serial_link import SerialTransport
+from dx1_driver.serial_transport import SerialTransport
 
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm import run_gemm
@@ -233,7 +233,7 @@ def test_gemm_over_a_faulty_serial_line():
     bursts and CRC register frames are retried until they check, so the GEMM comes out bit for bit on the
     first attempt, after some retries.
 
-    Should a GEMM still fail (a residual risk of the framing, see ``dx1_driver.serial_link``), it must fail
+    Should a GEMM still fail (a residual risk of the framing, see ``dx1_driver.serial_transport``), it must fail
     loudly (a DriverError); it is then run again after a device reset, so that the failures are reported
     together, and the test fails.
     """

@@ -18,6 +18,7 @@ from dx1_bringup.spec import (
     Opcode,
     SocConfig,
     pack_command,
+    register_map,
     unpack_completion,
 )
 
@@ -34,6 +35,18 @@ def rd(dev: DeviceModel, block: str, name: str) -> int:
 
 def wr(dev: DeviceModel, block: str, name: str, value: int) -> None:
     dev.write32(dev.regmap.address(block, name), value)
+
+
+def fields(block: str, name: str, **values: int) -> int:
+    """A value of register ``name`` of ``block`` with the named fields set, placed by the spec."""
+    return register_map().block(block).reg(name).register.pack(**values)
+
+
+IRQ_BOTH = fields("QUEUE0", "IRQ_STATUS", completion=1, error=1)
+IRQ_ERROR = fields("QUEUE0", "IRQ_STATUS", error=1)
+IRQ_COMPLETION = fields("QUEUE0", "IRQ_STATUS", completion=1)
+HALTED = fields("QUEUE0", "STATUS", halted=1)
+ENABLE_AND_RESUME = fields("QUEUE0", "CONTROL", enable=1, resume=1)
 
 
 def open_queue(dev: DeviceModel, q: int = 0, *, ring: int = RING, cq: int = CQ, enable: bool = True) -> None:
@@ -85,11 +98,11 @@ def test_identity_and_caps_follow_the_config():
     dev = DeviceModel(cfg)
     assert rd(dev, "GLOBAL", "MAGIC") == MAGIC
     assert rd(dev, "GLOBAL", "HW_VERSION") == SPEC_VERSION
-    assert rd(dev, "GLOBAL", "CAPS") == 3 | cfg.tile.array << 4 | 4 << 16
+    assert rd(dev, "GLOBAL", "CAPS") == fields("GLOBAL", "CAPS", tiles=3, array=cfg.tile.array, semaphores=4)
     assert rd(dev, "GLOBAL", "SPM_ROWS") == cfg.tile.spm_rows
     assert rd(dev, "GLOBAL", "ACC_ROWS") == cfg.tile.acc_rows
     assert rd(dev, "GLOBAL", "MEM_BYTES") == 1 << 16
-    assert rd(dev, "GLOBAL", "FEATURES") == 0b111
+    assert rd(dev, "GLOBAL", "FEATURES") == fields("GLOBAL", "FEATURES", postop=1, copy=1, trace=1)
     assert len(dev.mem) == 1 << 16 and len(dev.tiles) == 3
 
 
@@ -123,7 +136,7 @@ def test_ring_registers_keep_their_fields_and_bad_ring_size_halts():
     wr(dev, "QUEUE0", "RING_LOG2", 17)
     wr(dev, "QUEUE0", "DOORBELL", 1)
     status, error = rd(dev, "QUEUE0", "STATUS"), rd(dev, "QUEUE0", "ERROR")
-    assert status & 2 and error == int(ErrorCode.BAD_FIELD) | 1 << 16
+    assert status == HALTED and error == fields("QUEUE0", "ERROR", code=ErrorCode.BAD_FIELD, index=1)
     assert rd(dev, "QUEUE0", "TAIL") == 0
 
 
@@ -134,22 +147,22 @@ def test_rw_keeps_field_bits_and_w1c_clears_written_ones():
     wr(dev, "GLOBAL", "SEM3", 0x1_2345)
     assert rd(dev, "GLOBAL", "SEM3") == 0x2345
     wr(dev, "QUEUE0", "IRQ_MASK", 0xFFFF_FFFF)
-    assert rd(dev, "QUEUE0", "IRQ_MASK") == 0b11
+    assert rd(dev, "QUEUE0", "IRQ_MASK") == IRQ_BOTH
     assert rd(dev, "QUEUE0", "RING_LOG2") == 4 and rd(dev, "QUEUE0", "DMA_LIMIT") == 0
 
     open_queue(dev)
     submit(dev, [nop(1)])
     wr(dev, "QUEUE0", "DOORBELL", ENTRIES)  # a queue error: sets the error bit too
-    assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0b11
+    assert rd(dev, "QUEUE0", "IRQ_STATUS") == IRQ_BOTH
     assert dev.irq_pending()
     wr(dev, "QUEUE0", "IRQ_STATUS", 0)
-    assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0b11
-    wr(dev, "QUEUE0", "IRQ_STATUS", 0b01)
-    assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0b10
-    wr(dev, "QUEUE0", "IRQ_MASK", 0b01)
+    assert rd(dev, "QUEUE0", "IRQ_STATUS") == IRQ_BOTH
+    wr(dev, "QUEUE0", "IRQ_STATUS", IRQ_COMPLETION)
+    assert rd(dev, "QUEUE0", "IRQ_STATUS") == IRQ_ERROR
+    wr(dev, "QUEUE0", "IRQ_MASK", IRQ_COMPLETION)
     assert not dev.irq_pending()
-    wr(dev, "QUEUE0", "IRQ_MASK", 0b11)
-    wr(dev, "QUEUE0", "IRQ_STATUS", 0b10)
+    wr(dev, "QUEUE0", "IRQ_MASK", IRQ_BOTH)
+    wr(dev, "QUEUE0", "IRQ_STATUS", IRQ_ERROR)
     assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0 and not dev.irq_pending()
 
 
@@ -326,17 +339,17 @@ def test_reset_window_is_empty():
 def test_doorbell_range_halts_and_resume_continues():
     dev = DeviceModel()
     open_queue(dev)
-    wr(dev, "QUEUE0", "IRQ_MASK", 0b10)
+    wr(dev, "QUEUE0", "IRQ_MASK", IRQ_ERROR)
     dev.mem_write(RING, nop(1) + nop(2))
     wr(dev, "QUEUE0", "DOORBELL", ENTRIES)
-    assert rd(dev, "QUEUE0", "STATUS") == 0b10
-    assert rd(dev, "QUEUE0", "ERROR") == ErrorCode.DOORBELL_RANGE | ENTRIES << 16
-    assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0b10 and dev.irq_pending()
+    assert rd(dev, "QUEUE0", "STATUS") == HALTED
+    assert rd(dev, "QUEUE0", "ERROR") == fields("QUEUE0", "ERROR", code=ErrorCode.DOORBELL_RANGE, index=ENTRIES)
+    assert rd(dev, "QUEUE0", "IRQ_STATUS") == IRQ_ERROR and dev.irq_pending()
     assert rd(dev, "QUEUE0", "TAIL") == 0 and rd(dev, "QUEUE0", "HEAD") == 0
     wr(dev, "QUEUE0", "DOORBELL", 2)  # published while halted: nothing runs yet
     assert rd(dev, "QUEUE0", "HEAD") == 0 and rd(dev, "QUEUE0", "TAIL") == 2
-    wr(dev, "QUEUE0", "CONTROL", 0b11)
-    assert rd(dev, "QUEUE0", "CONTROL") == 1 and rd(dev, "QUEUE0", "STATUS") == 0
+    wr(dev, "QUEUE0", "CONTROL", ENABLE_AND_RESUME)
+    assert rd(dev, "QUEUE0", "CONTROL") == fields("QUEUE0", "CONTROL", enable=1) and rd(dev, "QUEUE0", "STATUS") == 0
     assert rd(dev, "QUEUE0", "HEAD") == 2
     assert [completion(dev, i)["tag"] for i in range(2)] == [1, 2]
 
@@ -347,10 +360,10 @@ def test_ring_overflow_halts_and_resume_continues():
     submit(dev, [nop(i) for i in range(5)])
     assert rd(dev, "QUEUE0", "HEAD") == 0 and rd(dev, "QUEUE0", "TAIL") == 5
     wr(dev, "QUEUE0", "DOORBELL", 2)  # 5 pending would become 2: the tail overtook the head
-    assert rd(dev, "QUEUE0", "STATUS") == 0b10
-    assert rd(dev, "QUEUE0", "ERROR") == ErrorCode.RING_OVERFLOW | 2 << 16
-    assert rd(dev, "QUEUE0", "IRQ_STATUS") == 0b10 and rd(dev, "QUEUE0", "TAIL") == 5
-    wr(dev, "QUEUE0", "CONTROL", 0b11)
+    assert rd(dev, "QUEUE0", "STATUS") == HALTED
+    assert rd(dev, "QUEUE0", "ERROR") == fields("QUEUE0", "ERROR", code=ErrorCode.RING_OVERFLOW, index=2)
+    assert rd(dev, "QUEUE0", "IRQ_STATUS") == IRQ_ERROR and rd(dev, "QUEUE0", "TAIL") == 5
+    wr(dev, "QUEUE0", "CONTROL", ENABLE_AND_RESUME)
     assert rd(dev, "QUEUE0", "HEAD") == 5 and rd(dev, "QUEUE0", "STATUS") == 0
     assert [completion(dev, i)["tag"] for i in range(5)] == list(range(5))
 
@@ -441,9 +454,12 @@ def test_trace_records_start_and_end_events():
         stamp = rd(dev, "TRACE0", "DATA_LO")
         events.append((stamp, rd(dev, "TRACE0", "DATA_HI")))
     assert rd(dev, "TRACE0", "COUNT") == 0 and rd(dev, "TRACE0", "DATA_HI") == 0
+    def event(**values: int) -> int:
+        return fields("TRACE0", "DATA_HI", **values)
+
     signal, sem_range = int(Opcode.SIGNAL), int(ErrorCode.SEM_RANGE)
-    assert events == [(0, 5), (1, 5 | 1 << 31), (1, 6 | signal << 24),
-                      (2, 6 | sem_range << 16 | signal << 24 | 1 << 31)]
+    assert events == [(0, event(tag=5)), (1, event(tag=5, end=1)), (1, event(tag=6, opcode=signal)),
+                      (2, event(tag=6, status=sem_range, opcode=signal, end=1))]
     submit(dev, [nop(1)])
-    wr(dev, "TRACE0", "CONTROL", 0b11)
+    wr(dev, "TRACE0", "CONTROL", fields("TRACE0", "CONTROL", enable=1, clear=1))
     assert rd(dev, "TRACE0", "COUNT") == 0 and rd(dev, "TRACE0", "CONTROL") == 1

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import random
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +16,31 @@ from types import ModuleType
 
 import pytest
 
-from dx1_bringup import gen
-from dx1_bringup.gen import c_header
+from dx1_bringup import gen, spec
+from dx1_bringup.gen import c_header, py_link
 from dx1_bringup.gen.common import NOTICE
 from dx1_bringup.spec import (
     CHECK_ORDER,
     COMMANDS,
     COMPLETION,
     ERROR_DOCS,
+    FRAME_DOCS,
     MAGIC,
     SPEC_VERSION,
     BlockType,
     Command,
     ErrorCode,
     Field,
+    FrameCommand,
+    FrameStatus,
     Opcode,
+    SimOp,
+    SimStatus,
     SocConfig,
     pack_command,
     pack_completion,
     register_map,
+    struct_format,
     unpack_completion,
 )
 
@@ -177,8 +184,40 @@ def test_field_helpers(regs: ModuleType) -> None:
         regs.Global.sem(16)
 
 
-def test_regs_module_is_standalone(default_root: Path) -> None:
-    tree = ast.parse((default_root / "drivers/dx1_driver/regs.py").read_text())
+@pytest.mark.parametrize("module", ["regs", "link"])
+def test_driver_modules_pass_the_project_lint(default_root: Path, module: str) -> None:
+    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        pytest.skip("ruff is not installed")
+    result = subprocess.run([ruff, "check", "--config", str(REPO / "pyproject.toml"), "--no-cache",
+                             str(default_root / f"drivers/dx1_driver/{module}.py")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- drivers/dx1_driver/link.py -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def link(default_root: Path) -> ModuleType:
+    return _load(default_root / "drivers/dx1_driver/link.py", "dx1_link_under_test")
+
+
+def test_link_module_matches_the_spec(link: ModuleType) -> None:
+    for generated, spec_enum in ((link.FrameCommand, FrameCommand), (link.FrameStatus, FrameStatus),
+                                 (link.SimOp, SimOp), (link.SimStatus, SimStatus)):
+        assert [(m.name, m.value) for m in generated] == [(m.name, m.value) for m in spec_enum]
+    assert {k.name: v for k, v in link.FRAME_DOCS.items()} == {k.name: v for k, v in FRAME_DOCS.items()}
+    for name, (order, fields, _doc) in py_link.LAYOUTS.items():
+        assert getattr(link, name) == struct_format(order, fields), name
+        assert getattr(link, f"{name}_FIELDS") == tuple(f.name for f in fields), name
+    for name, (value, _style) in py_link.LIMITS.items():
+        assert getattr(link, name) == value == getattr(spec, name), name
+    assert (link.LINK_BYTE_ORDER, link.SIM_BYTE_ORDER) == (spec.LINK_BYTE_ORDER, spec.SIM_BYTE_ORDER)
+
+
+@pytest.mark.parametrize("module", ["regs", "link"])
+def test_driver_modules_are_standalone(default_root: Path, module: str) -> None:
+    tree = ast.parse((default_root / f"drivers/dx1_driver/{module}.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -187,13 +226,14 @@ def test_regs_module_is_standalone(default_root: Path) -> None:
     assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
 
 
-def test_regs_module_passes_the_project_lint(default_root: Path) -> None:
-    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
-    if ruff is None:
-        pytest.skip("ruff is not installed")
-    result = subprocess.run([ruff, "check", "--config", str(REPO / "pyproject.toml"), "--no-cache",
-                             str(default_root / "drivers/dx1_driver/regs.py")], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_link_reference_lists_every_frame_and_op(default_root: Path) -> None:
+    text = (default_root / "docs/link.md").read_text()
+    for cmd in FrameCommand:
+        assert f"| `0x{cmd.value:02x}` | `{cmd.name}` |" in text, cmd.name
+    for op in SimOp:
+        assert f"| {op.value} | `{op.name}` |" in text, op.name
+    for name in py_link.LIMITS:
+        assert f"`{name}`" in text, name
 
 
 # --- docs/dx1.json ---------------------------------------------------------------------------------------------
@@ -266,6 +306,7 @@ def _c_checks(config: SocConfig, rng: random.Random) -> tuple[str, dict[str, str
         value(f"DX1_ERR_{code.name}", code.value)
     value("DX1_MAGIC", MAGIC)
     value("DX1_TILES", config.tiles)
+    value("DX1_BUS_BYTES", spec.BUS_BYTES)
 
     for opcode, cmd in COMMANDS.items():
         tag, fields, flags = _random_command(rng, cmd)
@@ -325,6 +366,29 @@ def test_c_header_compiles_and_encodes_like_the_spec(generated: Path, config_nam
     assert run.returncode == 0, "a field value did not fit where the spec says it does"
     got = dict(line.rsplit(" ", 1) for line in run.stdout.splitlines())
     assert got == expected
+
+
+def test_link_header_compiles_with_the_spec_values(default_root: Path, tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) on PATH to compile drivers/include/dx1_link.h with")
+    expected = {f"DX1_FRAME_{c.name}": c.value for c in FrameCommand}
+    expected |= {f"DX1_FRAME_{s.name}": s.value for s in FrameStatus}
+    expected |= {f"DX1_SIM_{o.name}": o.value for o in SimOp} | {f"DX1_SIM_{s.name}": s.value for s in SimStatus}
+    expected |= {f"DX1_{name}": value for name, (value, _style) in py_link.LIMITS.items()}
+    expected |= {f"DX1_{name}_BYTES": struct.calcsize(struct_format(order, fields))
+                 for name, (order, fields, _doc) in py_link.LAYOUTS.items()}
+    lines = [f'    printf("{name} %llu\\n", (unsigned long long)({name}));' for name in expected]
+    source = tmp_path / "link.c"
+    source.write_text("\n".join(["#include <stdio.h>", '#include "dx1_link.h"', "int main(void)", "{", *lines,
+                                  "    return 0;", "}", ""]))
+    binary = tmp_path / "link"
+    build = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I",
+                            str(default_root / "drivers/include"), str(source), "-o", str(binary)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    assert {k: int(v) for k, v in (line.split() for line in run.stdout.splitlines())} == expected
 
 
 def test_c_header_refuses_a_field_across_64_bit_words(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,9 +8,14 @@ import zlib
 
 import numpy as np
 import pytest
-from dx1_driver import Device, DriverError, TransportError, open_transport, regs
-from dx1_driver import serial_link as sl
+from dx1_driver import Device, DriverError, TransportError, frames, open_transport, regs
+from dx1_driver.link import AXI_ERROR_WORD, BRIDGE_RX_FIFO, MEM_BASE, REG_BYTES, FrameCommand, FrameStatus
+from dx1_driver.serial_device import DEFAULT_TIMEOUT, REG_FRAMINGS, SerialDeviceString, parse_serial_device
+from dx1_driver.serial_transport import MAX_POSTED_WRITES, SerialTransport
 
+from dx1_bringup.backends import loopback_model_transport
+from dx1_bringup.faults import LineFaults
+from dx1_bringup.model.bridge import ModelBridge
 from dx1_bringup.model.device import BusError, DeviceModel
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm import run_gemm
@@ -21,7 +26,7 @@ GLOBAL = regs.BLOCK_BASES["GLOBAL"]
 
 @pytest.fixture
 def link():
-    t = sl.loopback_model_transport()
+    t = loopback_model_transport()
     yield t
     t.close()
 
@@ -35,36 +40,9 @@ def _gemm_operands(seed: int, m: int, k: int, n: int) -> tuple[np.ndarray, np.nd
 # -- framing ----------------------------------------------------------------------------------------
 
 
-def test_constants_are_the_documented_ones():
-    """The docstring table and the constants must not drift apart: the gateware is built from the table."""
-    doc = sl.__doc__
-    for name, value in [("UARTBONE_WRITE", "0x01"), ("UARTBONE_READ", "0x02"), ("UARTBONE_MAX_WORDS", "255"),
-                        ("AXI_ERROR_WORD", "0xFFFFFFFF"), ("REG_BASE", "0x0"), ("REG_BYTES", "0x10000"),
-                        ("MEM_BASE", "0x80000000"), ("BURST_WRITE", "0x81"), ("BURST_READ", "0x82"),
-                        ("BURST_MAX_PAYLOAD", "4096"), ("STATUS_ACK", "0x00"), ("STATUS_NAK_CRC", "0x01"),
-                        ("STATUS_NAK_RANGE", "0x02"), ("STATUS_BUS_ERROR", "0x03"), ("REG_WRITE", "0x83"),
-                        ("REG_READ", "0x84"), ("REG_MAX_WORDS", "255")]:
-        assert f"``{name}``" in doc and f"``{value}``" in doc
-        assert getattr(sl, name) == int(value, 0), name
-    assert struct.calcsize(sl.BURST_HEADER) == 9
-
-
-def test_constants_match_the_gateware():
-    """The bridge gateware and the driver must agree on every command, status and limit."""
-    from dx1_bringup.gateware import bridge
-
-    assert (bridge.CMD_WRITE, bridge.CMD_READ) == (sl.UARTBONE_WRITE, sl.UARTBONE_READ)
-    assert (bridge.CMD_BURST_WRITE, bridge.CMD_BURST_READ) == (sl.BURST_WRITE, sl.BURST_READ)
-    assert (bridge.CMD_REG_WRITE, bridge.CMD_REG_READ) == (sl.REG_WRITE, sl.REG_READ)
-    assert (bridge.ACK, bridge.NAK_CRC, bridge.NAK_RANGE, bridge.NAK_BUS) == (
-        sl.STATUS_ACK, sl.STATUS_NAK_CRC, sl.STATUS_NAK_RANGE, sl.STATUS_BUS_ERROR)
-    assert (bridge.MEM_BASE, bridge.REGS_SIZE) == (sl.MEM_BASE, sl.REG_BYTES)
-    assert (bridge.MAX_BURST_BYTES, bridge.MAX_REG_WORDS) == (sl.BURST_MAX_PAYLOAD, sl.REG_MAX_WORDS)
-
-
 def test_burst_header_layout():
-    h = sl.burst_header(sl.BURST_READ, 0x8000_1234, 4096)
-    assert h[:9] == bytes([0x82, 0x80, 0x00, 0x12, 0x34, 0x00, 0x00, 0x10, 0x00])
+    h = frames.burst_header(FrameCommand.BURST_READ, 0x8000_1234, 4096)
+    assert h[:9] == bytes([FrameCommand.BURST_READ, 0x80, 0x00, 0x12, 0x34, 0x00, 0x00, 0x10, 0x00])
     assert h[9:] == zlib.crc32(h[:9]).to_bytes(4, "big") and len(h) == 13
 
 
@@ -74,30 +52,31 @@ def test_burst_header_layout():
     ("serial:socket://127.0.0.1:5555@3000000", "socket://127.0.0.1:5555", 3_000_000),
     ("serial:rfc2217://host:4000", "rfc2217://host:4000", 3_000_000),
 ])
-def test_parse_serial_spec(spec, url, baud):
-    assert sl.parse_serial_spec(spec) == (url, baud)
+def test_parse_serial_device_url_and_baud(spec, url, baud):
+    parsed = parse_serial_device(spec)
+    assert (parsed.url, parsed.baud) == (url, baud)
 
 
 @pytest.mark.parametrize("spec", ["serial:", "serial:@9600", "serial:/dev/ttyUSB0@0", "serial:/dev/ttyUSB0@",
                                   "serial:,timeout=5", "serial:/dev/ttyUSB0@x,timeout=5"])
-def test_parse_serial_spec_errors(spec):
+def test_parse_serial_device_url_errors(spec):
     with pytest.raises(ValueError) as info:
-        sl.parse_serial_spec(spec)
+        parse_serial_device(spec)
     assert str(info.value) == (f"device {spec!r}: expected serial:URL or serial:URL@BAUD, for example "
                                f"serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555")
 
 
 @pytest.mark.parametrize("spec, expected", [
-    ("serial:/dev/ttyUSB0", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5, "crc")),
-    ("serial:/dev/ttyUSB0,regs=uartbone", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 1.0, 5, "uartbone")),
-    ("serial:/dev/ttyUSB0@9600,regs=crc,retries=1", sl.SerialSpec("/dev/ttyUSB0", 9600, 1.0, 1, "crc")),
-    ("serial:socket://127.0.0.1:5555@6250000,timeout=60", sl.SerialSpec("socket://127.0.0.1:5555", 6_250_000, 60.0)),
-    ("serial:/dev/ttyUSB0,retries=0,timeout=0.5", sl.SerialSpec("/dev/ttyUSB0", 3_000_000, 0.5, 0)),
-    ("serial:rfc2217://host:4000@115200,retries=12", sl.SerialSpec("rfc2217://host:4000", 115200, 1.0, 12)),
+    ("serial:/dev/ttyUSB0", SerialDeviceString("/dev/ttyUSB0", 3_000_000, 1.0, 5, "crc")),
+    ("serial:/dev/ttyUSB0,regs=uartbone", SerialDeviceString("/dev/ttyUSB0", 3_000_000, 1.0, 5, "uartbone")),
+    ("serial:/dev/ttyUSB0@9600,regs=crc,retries=1", SerialDeviceString("/dev/ttyUSB0", 9600, 1.0, 1, "crc")),
+    ("serial:socket://127.0.0.1:5555@6250000,timeout=60",
+     SerialDeviceString("socket://127.0.0.1:5555", 6_250_000, 60.0)),
+    ("serial:/dev/ttyUSB0,retries=0,timeout=0.5", SerialDeviceString("/dev/ttyUSB0", 3_000_000, 0.5, 0)),
+    ("serial:rfc2217://host:4000@115200,retries=12", SerialDeviceString("rfc2217://host:4000", 115200, 1.0, 12)),
 ])
 def test_parse_serial_device_options(spec, expected):
-    assert sl.parse_serial_device(spec) == expected
-    assert sl.parse_serial_spec(spec) == (expected.url, expected.baud)
+    assert parse_serial_device(spec) == expected
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -117,28 +96,28 @@ def test_parse_serial_device_options(spec, expected):
 ])
 def test_parse_serial_device_option_errors(spec, message):
     with pytest.raises(ValueError) as info:
-        sl.parse_serial_device(spec)
+        parse_serial_device(spec)
     assert str(info.value).startswith(f"device {spec!r}: {message}")
 
 
 def test_timeout_must_be_positive():
     with pytest.raises(ValueError, match=r"^timeout must be a positive number of seconds, not 0$"):
-        sl.SerialTransport("loop://", timeout=0)
+        SerialTransport("loop://", timeout=0)
 
 
 def test_register_framing_must_be_known():
     with pytest.raises(ValueError, match=r"^regs must be 'crc' or 'uartbone', not 'wishbone'$"):
-        sl.SerialTransport("loop://", regs="wishbone")
+        SerialTransport("loop://", regs="wishbone")
 
 
 def test_open_transport_dispatches_serial_urls():
     model = DeviceModel()
-    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
+    bridge = ModelBridge(model, model.config.mem_bytes, (BusError,))
     try:
         with open_transport(f"serial:{bridge.url}@115200") as t:
-            assert isinstance(t, sl.SerialTransport) and t.mem_bytes == model.config.mem_bytes
+            assert isinstance(t, SerialTransport) and t.mem_bytes == model.config.mem_bytes
             assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
-            assert (t.timeout, t.retries, t.regs) == (sl.DEFAULT_TIMEOUT, 5, "crc")
+            assert (t.timeout, t.retries, t.regs) == (DEFAULT_TIMEOUT, 5, "crc")
         with open_transport(f"serial:{bridge.url}@115200,timeout=7.5,retries=2,regs=uartbone") as t:
             assert (t.timeout, t.retries, t.regs) == (7.5, 2, "uartbone")
             assert t.read32(GLOBAL + regs.Global.MAGIC) == regs.MAGIC
@@ -179,11 +158,11 @@ def test_register_read_write(link):
 
 
 def test_uartbone_register_read_write():
-    with sl.loopback_model_transport(regs="uartbone") as link:
+    with loopback_model_transport(regs="uartbone") as link:
         link.write32(GLOBAL + regs.Global.SCRATCH, 0x1234_5678)
         assert link.read32(GLOBAL + regs.Global.SCRATCH) == 0x1234_5678
         # A refused access is an AXI error: the read answers all ones and the write is lost, without a word.
-        assert link.read32(GLOBAL + regs.Global.RESET) == sl.AXI_ERROR_WORD
+        assert link.read32(GLOBAL + regs.Global.RESET) == AXI_ERROR_WORD
         link.write32(GLOBAL + regs.Global.ID, 5)
         assert link.read32(GLOBAL + regs.Global.ID) == regs.BlockType.GLOBAL
         assert link.stats.round_trips == 2 + 3, "MEM_BYTES is read twice at open, then one frame per read"
@@ -201,7 +180,7 @@ def test_register_writes_are_confirmed_by_the_next_exchange(link):
     assert link.read_u32s(GLOBAL + regs.Global.SCRATCH, 1) == [4]
     assert link.stats.round_trips == before + 1 and link.stats.write_flushes == 0
     # more than MAX_POSTED_WRITES writes in a row: one round trip collects the statuses
-    for i in range(sl.MAX_POSTED_WRITES + 1):
+    for i in range(MAX_POSTED_WRITES + 1):
         link.write32(GLOBAL + regs.Global.SCRATCH, 100 + i)
     assert link.stats.write_flushes == 1 and link.stats.round_trips == before + 2
     # a memory access collects them too
@@ -217,7 +196,7 @@ def test_register_writes_are_confirmed_by_the_next_exchange(link):
 
 
 def test_a_write_that_fails_is_reported_by_close():
-    t = sl.loopback_model_transport()
+    t = loopback_model_transport()
     t.write32(GLOBAL + regs.Global.VERSION, 1)  # read-only: a bus error
     with pytest.raises(TransportError, match=r"register write at 0x4: the bridge answered a bus error"):
         t.close()
@@ -227,7 +206,7 @@ def test_a_write_that_fails_is_reported_by_close():
 def test_model_bridge_answers_register_frames_as_the_gateware_does():
     """The Python bridge answers as the RTL does (testbenches/bridge checks the same cases on the gateware)."""
     model = DeviceModel()
-    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,), idle_timeout=0.02)
+    bridge = ModelBridge(model, model.config.mem_bytes, (BusError,), idle_timeout=0.02)
     scratch = GLOBAL + regs.Global.SCRATCH
     try:
         with socket.create_connection(("127.0.0.1", bridge.port)) as s:
@@ -240,30 +219,30 @@ def test_model_bridge_answers_register_frames_as_the_gateware_does():
                     got += s.recv(n - len(got))
                 return got
 
-            ack, nak_crc, nak_range, bus = (bytes([v]) for v in (sl.STATUS_ACK, sl.STATUS_NAK_CRC,
-                                                                 sl.STATUS_NAK_RANGE, sl.STATUS_BUS_ERROR))
-            assert exchange(sl.reg_write_frame(scratch, [0xCAFE]), 1) == ack
+            ack, nak_crc, nak_range, bus = (bytes([v]) for v in (FrameStatus.ACK, FrameStatus.NAK_CRC,
+                                                                 FrameStatus.NAK_RANGE, FrameStatus.BUS_ERROR))
+            assert exchange(frames.reg_write_frame(scratch, [0xCAFE]), 1) == ack
             assert model.read32(scratch) == 0xCAFE
-            answer = exchange(sl.reg_read_frame(GLOBAL, 3), 1 + 12 + 4)
+            answer = exchange(frames.reg_read_frame(GLOBAL, 3), 1 + 12 + 4)
             words = [model.read32(GLOBAL + 4 * i) for i in range(3)]
             assert answer == ack + struct.pack(">3I", *words) + struct.pack(">I", zlib.crc32(answer[1:13]))
             # SCRATCH + 4 is CYCLES_LO, read-only: every word is tried, the refused one is not written
-            assert exchange(sl.reg_write_frame(scratch, [0xBEEF, 1]), 1) == bus
+            assert exchange(frames.reg_write_frame(scratch, [0xBEEF, 1]), 1) == bus
             assert model.read32(scratch) == 0xBEEF
-            assert exchange(sl.reg_read_frame(GLOBAL + regs.Global.RESET, 1), 1) == bus  # write-only
-            for addr, n in ((scratch + 2, 1), (sl.REG_BYTES - 4, 2), (scratch, 0), (sl.MEM_BASE, 1)):
-                assert exchange(sl.reg_write_frame(addr, list(range(n))), 1) == nak_range, (addr, n)
-                assert exchange(sl.reg_read_frame(addr, n), 1) == nak_range, (addr, n)
+            assert exchange(frames.reg_read_frame(GLOBAL + regs.Global.RESET, 1), 1) == bus  # write-only
+            for addr, n in ((scratch + 2, 1), (REG_BYTES - 4, 2), (scratch, 0), (MEM_BASE, 1)):
+                assert exchange(frames.reg_write_frame(addr, list(range(n))), 1) == nak_range, (addr, n)
+                assert exchange(frames.reg_read_frame(addr, n), 1) == nak_range, (addr, n)
             assert model.read32(scratch) == 0xBEEF
             # a bad CRC: NAK, and the line is ignored until it goes quiet, so the next frame is dropped
-            frame = bytearray(sl.reg_write_frame(scratch, [1]))
+            frame = bytearray(frames.reg_write_frame(scratch, [1]))
             frame[7] ^= 0x10
-            assert exchange(bytes(frame) + sl.reg_write_frame(scratch, [2]), 1) == nak_crc
+            assert exchange(bytes(frame) + frames.reg_write_frame(scratch, [2]), 1) == nak_crc
             s.settimeout(0.2)
             with pytest.raises(TimeoutError):
                 s.recv(1)
             assert model.read32(scratch) == 0xBEEF
-            assert exchange(sl.reg_write_frame(scratch, [3]), 1) == ack and model.read32(scratch) == 3
+            assert exchange(frames.reg_write_frame(scratch, [3]), 1) == ack and model.read32(scratch) == 3
     finally:
         bridge.close()
 
@@ -275,11 +254,11 @@ def test_read_u32s_is_one_frame_per_255_registers(link):
     assert link.round_trips - before == 1
     assert values == [model.read32(GLOBAL + 4 * i) for i in range(13)]
     with pytest.raises(ValueError, match="outside the register space"):
-        link.read_u32s(sl.REG_BYTES - 8, 3)
+        link.read_u32s(REG_BYTES - 8, 3)
     # A register space where every word reads: 300 words are two frames, in either framing.
-    for framing in sl.REG_FRAMINGS:
-        bridge = sl.ModelBridge(_EveryWordReads(), 4096, (BusError,))
-        with sl.SerialTransport(bridge.url, regs=framing, timeout=0.5, quiet=0.05) as t:
+    for framing in REG_FRAMINGS:
+        bridge = ModelBridge(_EveryWordReads(), 4096, (BusError,))
+        with SerialTransport(bridge.url, regs=framing, timeout=0.5, quiet=0.05) as t:
             before = t.round_trips
             assert t.read_u32s(0x100, 300) == [_EveryWordReads.value(0x100 + 4 * i) for i in range(300)], framing
             assert t.round_trips - before == 2, framing
@@ -329,18 +308,18 @@ def test_bulk_transfers_are_windowed_as_the_bridge_allows(link):
     before = link.round_trips
     assert link.read_block(0, len(data)) == data
     assert link.round_trips - before == 8, "2 read bursts of 4 KiB per window"
-    assert 2 * sl.burst_read_frame(0, 1).__len__() > sl.BRIDGE_RX_FIFO >= len(sl.burst_read_frame(0, 1))
-    with sl.loopback_model_transport(verify_writes=False) as t:
+    assert 2 * frames.burst_read_frame(0, 1).__len__() > BRIDGE_RX_FIFO >= len(frames.burst_read_frame(0, 1))
+    with loopback_model_transport(verify_writes=False) as t:
         before = t.round_trips
         t.write_block(0, data)
         assert t.round_trips - before == 2, "8 plain write bursts of 4 KiB per window"
         assert t.read_block(0, len(data)) == data
 
 
-@pytest.mark.parametrize("framing", sl.REG_FRAMINGS)
+@pytest.mark.parametrize("framing", REG_FRAMINGS)
 def test_link_stats_count_the_line(framing):
     crc = framing == "crc"
-    with sl.loopback_model_transport(regs=framing) as link:
+    with loopback_model_transport(regs=framing) as link:
         stats = link.stats
         # MEM_BYTES is read once at open in a CRC frame, twice (no CRC) in UARTBone frames
         assert stats.round_trips == link.round_trips == (1 if crc else 2)
@@ -363,18 +342,21 @@ def test_link_stats_count_the_line(framing):
 
 
 def test_frame_builders_are_the_wire_format():
-    assert sl.uartbone_read_frame(0x8000_0010, 3) == bytes([0x02, 3]) + (0x8000_0010 >> 2).to_bytes(4, "big")
-    assert sl.uartbone_write_frame(0x40, [0x01020304, 5]) == bytes([0x01, 2, 0, 0, 0, 0x10, 1, 2, 3, 4, 0, 0, 0, 5])
-    frame = sl.burst_write_frame(0x8000_0001, b"abc")
-    assert frame == sl.burst_header(sl.BURST_WRITE, 0x8000_0001, 3) + b"abc" + struct.pack(">I", zlib.crc32(b"abc"))
-    assert sl.burst_read_frame(0x8000_0001, 9) == sl.burst_header(sl.BURST_READ, 0x8000_0001, 9)
+    assert frames.uartbone_read_frame(0x8000_0010, 3) == bytes([FrameCommand.UARTBONE_READ, 3]) + (
+        0x8000_0010 >> 2).to_bytes(4, "big")
+    assert frames.uartbone_write_frame(0x40, [0x01020304, 5]) == bytes(
+        [FrameCommand.UARTBONE_WRITE, 2, 0, 0, 0, 0x10, 1, 2, 3, 4, 0, 0, 0, 5])
+    frame = frames.burst_write_frame(0x8000_0001, b"abc")
+    header = frames.burst_header(FrameCommand.BURST_WRITE, 0x8000_0001, 3)
+    assert frame == header + b"abc" + struct.pack(">I", zlib.crc32(b"abc"))
+    assert frames.burst_read_frame(0x8000_0001, 9) == frames.burst_header(FrameCommand.BURST_READ, 0x8000_0001, 9)
 
 
 def test_dx1_gemm_prints_the_link_statistics(capsys):
     from dx1_bringup.cli import main
 
     model = DeviceModel()
-    bridge = sl.ModelBridge(model, model.config.mem_bytes, (BusError,))
+    bridge = ModelBridge(model, model.config.mem_bytes, (BusError,))
     try:
         assert main(["gemm", "16", "8", "8", "--device", f"serial:{bridge.url},timeout=5"]) == 0
     finally:
@@ -398,9 +380,9 @@ def test_device_and_gemm(link):
 # -- faults ------------------------------------------------------------------------------------------
 
 
-def _inject(t: sl.SerialTransport, rate: float, seed: int, scope: str) -> sl.LineFaults:
+def _inject(t: SerialTransport, rate: float, seed: int, scope: str) -> LineFaults:
     """Turn faults on after a clean open, so that the size read at open is right."""
-    faults = sl.LineFaults(rate, rate, rate, seed=seed, scope=scope)
+    faults = LineFaults(rate, rate, rate, seed=seed, scope=scope)
     t.bridge.faults = faults
     return faults
 
@@ -408,7 +390,7 @@ def _inject(t: sl.SerialTransport, rate: float, seed: int, scope: str) -> sl.Lin
 @pytest.mark.parametrize("rate", [1e-4, 1e-3])
 def test_memory_never_returns_wrong_data_under_faults(rate):
     """Faults on every byte in both directions: each round trip is right or a TransportError, never wrong."""
-    with sl.loopback_model_transport(retries=12) as t:
+    with loopback_model_transport(retries=12) as t:
         faults = _inject(t, rate, seed=7, scope="all")
         rng = np.random.default_rng(3)
         good = errors = 0
@@ -433,7 +415,7 @@ def test_memory_never_returns_wrong_data_under_faults(rate):
 @pytest.mark.parametrize("rate", [1e-4, 1e-3])
 def test_gemms_under_faults_on_the_bulk_traffic(rate):
     """Faults on the CRC-protected traffic (bursts and their answers): every GEMM comes out right."""
-    with sl.loopback_model_transport(retries=30) as t:
+    with loopback_model_transport(retries=30) as t:
         faults = _inject(t, rate, seed=11, scope="bursts")
         dev = Device(t)
         for seed in range(4 if rate < 1e-3 else 1):
@@ -445,7 +427,7 @@ def test_gemms_under_faults_on_the_bulk_traffic(rate):
 
 def test_gemms_under_faults_everywhere_come_out_right():
     """At 1e-4 on every byte, register traffic is hit too: CRC register frames retry it, so every GEMM is right."""
-    with sl.loopback_model_transport(retries=10) as t:
+    with loopback_model_transport(retries=10) as t:
         dev = Device(t)
         faults = _inject(t, 1e-4, seed=5, scope="all")
         for seed in range(6):
@@ -457,7 +439,7 @@ def test_gemms_under_faults_everywhere_come_out_right():
 
 def test_uartbone_gemms_under_faults_everywhere_fail_loudly_or_not_at_all():
     """At 1e-4 on every byte, UARTBone register traffic is hit too: a GEMM is right or raises a DriverError."""
-    with sl.loopback_model_transport(retries=10, regs="uartbone") as t:
+    with loopback_model_transport(retries=10, regs="uartbone") as t:
         dev = Device(t)
         _inject(t, 1e-4, seed=5, scope="all")
         outcomes = []
@@ -475,20 +457,20 @@ def test_uartbone_gemms_under_faults_everywhere_fail_loudly_or_not_at_all():
 
 
 def test_gives_up_with_a_clear_error():
-    with sl.loopback_model_transport(retries=2) as t:
+    with loopback_model_transport(retries=2) as t:
         _inject(t, 0.05, seed=1, scope="bursts")
         with pytest.raises(TransportError, match=r"^serial link to 'socket://127\.0\.0\.1:\d+': memory read of "
                                                  r"4096 bytes at 0x0 failed after 2 retries; last failure: burst"):
             t.read_block(0, 4096)
         assert t.retries_done == 2
-        t.bridge.faults = sl.LineFaults()
+        t.bridge.faults = LineFaults()
         t.write_block(0, b"still works")
         assert t.read_block(0, 11) == b"still works"
 
 
 def test_lost_bytes_are_a_timeout_then_a_retry():
-    with sl.loopback_model_transport(retries=20) as t:
-        t.bridge.faults = sl.LineFaults(drop_rate=0.005, seed=2, scope="bursts")
+    with loopback_model_transport(retries=20) as t:
+        t.bridge.faults = LineFaults(drop_rate=0.005, seed=2, scope="bursts")
         data = bytes(range(256)) * 2
         t.write_block(100, data)
         assert t.read_block(100, len(data)) == data
@@ -497,18 +479,18 @@ def test_lost_bytes_are_a_timeout_then_a_retry():
 
 def test_uartbone_register_reads_are_unprotected():
     """The documented limitation: a corrupted UARTBone answer of the right length is returned as it is."""
-    with sl.loopback_model_transport(regs="uartbone") as t:
+    with loopback_model_transport(regs="uartbone") as t:
         t.write32(GLOBAL + regs.Global.SCRATCH, 0)
-        t.bridge.faults = sl.LineFaults(bit_error_rate=0.01, seed=3, scope="all")
+        t.bridge.faults = LineFaults(bit_error_rate=0.01, seed=3, scope="all")
         values = [t.read32(GLOBAL + regs.Global.SCRATCH) for _ in range(100)]
         assert any(v != 0 for v in values)
 
 
 def test_crc_register_frames_never_return_or_write_wrong_values():
     """The same noisy line with CRC register frames: every read is right, every write lands, after retries."""
-    with sl.loopback_model_transport(retries=20) as t:
+    with loopback_model_transport(retries=20) as t:
         model = t.bridge.target
-        faults = t.bridge.faults = sl.LineFaults(bit_error_rate=0.003, seed=3, scope="all")
+        faults = t.bridge.faults = LineFaults(bit_error_rate=0.003, seed=3, scope="all")
         for i in range(60):
             value = (i * 0x9E37_79B9) & 0xFFFF_FFFF
             t.write32(GLOBAL + regs.Global.SCRATCH, value)

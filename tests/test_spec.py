@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 
 import pytest
 
 from dx1_bringup.spec import (
     BLOCK_ALIGN,
+    BURST_HEADER,
+    BURST_MAX_PAYLOAD,
+    BUS_BYTES,
     CHECK_ORDER,
     COMMAND_BITS,
     COMMAND_BYTES,
@@ -16,17 +20,37 @@ from dx1_bringup.spec import (
     COMPLETION,
     COMPLETION_BYTES,
     ERROR_DOCS,
+    FRAME_DOCS,
+    FRAME_STATUS_DOCS,
     HEADER,
+    LINK_BYTE_ORDER,
+    MEM_BASE,
+    REG_BASE,
+    REG_BYTES,
+    REG_HEADER,
+    REG_MAX_WORDS,
+    SIM_BYTE_ORDER,
+    SIM_MAX_BLOCK,
+    SIM_OP_DOCS,
+    SIM_REQUEST,
+    SIM_STATUS_DOCS,
+    UARTBONE_HEADER,
+    UARTBONE_MAX_WORDS,
     BlockType,
     Command,
     ErrorCode,
     Field,
+    FrameCommand,
+    FrameStatus,
     Opcode,
+    SimOp,
+    SimStatus,
     SocConfig,
     TileConfig,
     pack_command,
     pack_completion,
     register_map,
+    struct_format,
     unpack_command,
     unpack_completion,
 )
@@ -362,3 +386,47 @@ def test_soc_config_extremes_accepted() -> None:
         rmap = register_map(config)
         assert len(rmap.blocks) == 1 + 3 * config.tiles
         assert rmap.blocks[-1].next == 0
+
+
+# --- host links ---------------------------------------------------------------------------------------------
+
+
+def test_frame_commands_keep_the_bridge_decodable() -> None:
+    """The gateware tells writes from reads by bit 0 and incrementing UARTBone frames by bits [1:0]."""
+    writes = {FrameCommand.UARTBONE_WRITE, FrameCommand.UARTBONE_WRITE_FIXED, FrameCommand.BURST_WRITE,
+              FrameCommand.REG_WRITE}
+    for cmd in FrameCommand:
+        assert bool(cmd & 1) == (cmd in writes), cmd.name
+    uartbone = [c for c in FrameCommand if c.name.startswith("UARTBONE_")]
+    assert all(c < 0x80 for c in uartbone) and all(c >= 0x80 for c in FrameCommand if c not in uartbone)
+    assert [c.name for c in uartbone if (c & 1) ^ (c >> 1 & 1)] == ["UARTBONE_WRITE", "UARTBONE_READ"]
+    assert set(FRAME_DOCS) == set(FrameCommand) and set(FRAME_STATUS_DOCS) == set(FrameStatus)
+
+
+def test_link_layouts_are_the_documented_sizes() -> None:
+    assert struct.calcsize(struct_format(LINK_BYTE_ORDER, BURST_HEADER)) == 9
+    assert struct.calcsize(struct_format(LINK_BYTE_ORDER, REG_HEADER)) == 6
+    assert struct.calcsize(struct_format(LINK_BYTE_ORDER, UARTBONE_HEADER)) == 6
+    assert struct_format(SIM_BYTE_ORDER, SIM_REQUEST).startswith("<")
+    assert struct_format(LINK_BYTE_ORDER, BURST_HEADER).startswith(">")
+    # A register frame's words wait in the bridge's burst buffer, and n is one byte.
+    assert REG_MAX_WORDS * 4 <= BURST_MAX_PAYLOAD and REG_MAX_WORDS < 256 and UARTBONE_MAX_WORDS < 256
+    # The windows are aligned: the gateware decodes them from address bits.
+    assert REG_BYTES & (REG_BYTES - 1) == 0 and REG_BASE % REG_BYTES == 0 and MEM_BASE == 1 << 31
+    assert set(SIM_OP_DOCS) == set(SimOp) and set(SIM_STATUS_DOCS) == set(SimStatus)
+    assert SIM_MAX_BLOCK % BUS_BYTES == 0
+
+
+def test_wire_field_format_refuses_an_unknown_byte_order() -> None:
+    with pytest.raises(KeyError):
+        struct_format("middle", BURST_HEADER)
+
+
+def test_register_field_lookup_and_pack() -> None:
+    error = register_map().block("QUEUE0").reg("ERROR").register
+    assert error.pack(code=7, index=0x2A) == 0x2A_0007
+    assert error.field("index").extract(0x2A_0007) == 0x2A
+    with pytest.raises(KeyError, match="register ERROR has no field 'cause'"):
+        error.field("cause")
+    with pytest.raises(ValueError, match=r"^code = 256 does not fit ERROR.code \(8 bits\)$"):
+        error.pack(code=256)

@@ -184,7 +184,8 @@ def _open_sim_socket(device: str) -> Transport:
 
 def _open_serial(device: str) -> Transport:
     # Imported here: pyserial loads only for a serial device.
-    from .serial_link import SerialTransport, parse_serial_device
+    from .serial_device import parse_serial_device
+    from .serial_transport import SerialTransport
 
     parsed = parse_serial_device(device)
     return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries, regs=parsed.regs)

@@ -20,6 +20,8 @@ SPEC_VERSION = 0x00010000
 BLOCK_ALIGN = 0x100
 COMMAND_BYTES = 32
 COMPLETION_BYTES = 8
+#: Bytes of one beat of the device-memory bus: DMA addresses and strides are multiples of it.
+BUS_BYTES = 8
 
 #: The configuration this module was generated for.
 CONFIG: dict[str, object] = {

@@ -7,7 +7,7 @@ port.  Subclasses implement the raw accesses (``_read32``, ``_write32``,
 checks every address before a subclass sees it, so backends never need to.
 
 :class:`SimTransport`, the socket to a simulator of the SoC, lives here too; the other transports
-(:mod:`.serial_link`, :mod:`.pcie`) each import only the base class, and :mod:`.registry` maps device
+(:mod:`.serial_transport`, :mod:`.pcie`) each import only the base class, and :mod:`.registry` maps device
 strings to them.
 """
 
@@ -19,7 +19,7 @@ import subprocess
 import time
 from types import TracebackType
 
-from . import regs
+from . import link, regs
 from .errors import TransportError
 
 __all__ = ["Transport", "SimTransport"]
@@ -170,20 +170,14 @@ class SimTransport(Transport):
     -----
     One request crosses the socket per register access or memory block, and one
     per interrupt wait, which runs the simulation until the interrupt line rises
-    or ``IRQ_WAIT_CYCLES`` pass.  The protocol is in ``dx1_bringup.sim.soc_server``.
+    or ``link.SIM_IRQ_WAIT_CYCLES`` pass.  The protocol is the simulator socket of
+    ``docs/link.md`` (the generated :mod:`.link`).
     """
 
     has_irq_line = True
 
-    REQUEST = struct.Struct("<BII")
-    RESPONSE = struct.Struct("<BI")
-    OPS = {"close": 0, "read32": 1, "write32": 2, "read_block": 3, "write_block": 4, "wait_irq": 5, "cycles": 6}
-    #: Simulated cycles one interrupt wait may run before the driver looks again.
-    IRQ_WAIT_CYCLES = 20_000
-    #: Register space served on the AXI4-Lite port (16 address bits).
-    REG_BYTES = 1 << 16
-    #: Largest memory block in one request.
-    MAX_BLOCK = 1 << 20
+    REQUEST = struct.Struct(link.SIM_REQUEST)
+    RESPONSE = struct.Struct(link.SIM_RESPONSE)
 
     def __init__(self, host: str, port: int, process: subprocess.Popen | None = None, timeout: float = 600.0):
         self.process = process
@@ -194,8 +188,8 @@ class SimTransport(Transport):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(timeout)
         self.round_trips = 0
-        mem_bytes = int.from_bytes(self._request("read32", regs.Global.MEM_BYTES), "little")
-        super().__init__(self.REG_BYTES, mem_bytes)
+        mem_bytes = int.from_bytes(self._request(link.SimOp.READ32, regs.Global.MEM_BYTES), link.SIM_BYTE_ORDER)
+        super().__init__(link.REG_BYTES, mem_bytes)
 
     def _recv(self, n: int) -> bytes:
         data = bytearray()
@@ -209,47 +203,47 @@ class SimTransport(Transport):
             data += chunk
         return bytes(data)
 
-    def _request(self, op: str, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
+    def _request(self, op: link.SimOp, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
         try:
-            self.sock.sendall(self.REQUEST.pack(self.OPS[op], addr, n) + payload)
+            self.sock.sendall(self.REQUEST.pack(op, addr, n) + payload)
         except OSError as e:
             raise TransportError(f"simulator connection failed: {e}") from e
         self.round_trips += 1
         status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size))
         data = self._recv(length)
-        if status == 1:
-            raise TransportError(f"bus error response to {op} at 0x{addr:x}")
-        if status != 0:
-            raise TransportError(f"the simulator refused {op}: {data.decode(errors='replace')}")
+        if status == link.SimStatus.BUS_ERROR:
+            raise TransportError(f"bus error response to {op.name.lower()} at 0x{addr:x}")
+        if status != link.SimStatus.OK:
+            raise TransportError(f"the simulator refused {op.name.lower()}: {data.decode(errors='replace')}")
         return data
 
     def _read32(self, addr: int) -> int:
-        return int.from_bytes(self._request("read32", addr), "little")
+        return int.from_bytes(self._request(link.SimOp.READ32, addr), link.SIM_BYTE_ORDER)
 
     def _write32(self, addr: int, value: int) -> None:
-        self._request("write32", addr, value)
+        self._request(link.SimOp.WRITE32, addr, value)
 
     def _read_block(self, addr: int, n: int) -> bytes:
         out = bytearray()
-        for offset in range(0, n, self.MAX_BLOCK):
-            out += self._request("read_block", addr + offset, min(self.MAX_BLOCK, n - offset))
+        for offset in range(0, n, link.SIM_MAX_BLOCK):
+            out += self._request(link.SimOp.READ_BLOCK, addr + offset, min(link.SIM_MAX_BLOCK, n - offset))
         return bytes(out)
 
     def _write_block(self, addr: int, data: bytes) -> None:
-        for offset in range(0, len(data), self.MAX_BLOCK):
-            chunk = data[offset:offset + self.MAX_BLOCK]
-            self._request("write_block", addr + offset, len(chunk), chunk)
+        for offset in range(0, len(data), link.SIM_MAX_BLOCK):
+            chunk = data[offset:offset + link.SIM_MAX_BLOCK]
+            self._request(link.SimOp.WRITE_BLOCK, addr + offset, len(chunk), chunk)
 
     def _wait_irq(self, timeout: float) -> bool:
-        return self._request("wait_irq", 0, self.IRQ_WAIT_CYCLES) == b"\x01"
+        return self._request(link.SimOp.WAIT_IRQ, 0, link.SIM_IRQ_WAIT_CYCLES) == b"\x01"
 
     def cycles(self) -> int:
         """Simulated cycles since the simulator started."""
-        return int.from_bytes(self._request("cycles"), "little")
+        return int.from_bytes(self._request(link.SimOp.CYCLES), link.SIM_BYTE_ORDER)
 
     def _close(self) -> None:
         try:
-            self._request("close", 0, 1 if self.process is not None else 0)
+            self._request(link.SimOp.CLOSE, 0, 1 if self.process is not None else 0)
         except TransportError:
             pass  # already gone: nothing left to stop
         self.sock.close()

@@ -35,6 +35,7 @@
 #define DX1_MEM_BYTES   0x00100000u
 #define DX1_SEMAPHORES  16
 #define DX1_TRACE_DEPTH 256
+#define DX1_BUS_BYTES   8
 
 /* Block types (read from each block's ID register) and block versions */
 #define DX1_BLOCK_GLOBAL_ID      0x44580001u

@@ -11,6 +11,8 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..spec import BUS_BYTES
+
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "RESP_OKAY", "RESP_SLVERR", "RESP_DECERR"]
 
 BURST_INCR = 0b01
@@ -30,10 +32,10 @@ class AXI4Signature(wiring.Signature):
     Parameters
     ----------
     addr_width, data_width, id_width:
-        Address, data and ID widths in bits.
+        Address, data and ID widths in bits; the data width defaults to the SoC's bus width.
     """
 
-    def __init__(self, *, addr_width: int = 32, data_width: int = 64, id_width: int = 4):
+    def __init__(self, *, addr_width: int = 32, data_width: int = 8 * BUS_BYTES, id_width: int = 4):
         _check("AXI4", "address width", addr_width, range(12, 65))
         _check("AXI4", "data width", data_width, (32, 64, 128, 256))
         _check("AXI4", "id width", id_width, range(1, 17))

@@ -1,4 +1,7 @@
-"""The host bridge: a UART speaking LiteX's UARTBone framing, plus CRC-checked bursts and register frames, onto AXI."""
+"""The host bridge: a UART speaking LiteX's UARTBone framing, plus CRC-checked bursts and register frames, onto AXI.
+
+The wire format is :mod:`dx1_bringup.spec.link`'s; this module is the gateware that serves it.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +10,31 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
+from ..spec import (
+    AXI_ERROR_WORD,
+    BURST_MAX_PAYLOAD,
+    BUS_BYTES,
+    CRC_POLY,
+    MEM_BASE,
+    REG_BASE,
+    REG_BYTES,
+    TIMEOUT_BITS,
+    FrameCommand,
+    FrameStatus,
+)
 from .axi import BURST_INCR, RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from .uart import UartRx, UartTx, check_baud
 
-__all__ = ["UartBridge", "crc32_update", "CMD_WRITE", "CMD_READ", "CMD_WRITE_FIXED", "CMD_READ_FIXED",
-           "CMD_BURST_WRITE", "CMD_BURST_READ", "CMD_REG_WRITE", "CMD_REG_READ", "ACK", "NAK_CRC", "NAK_RANGE",
-           "NAK_BUS", "MEM_BASE", "REGS_SIZE", "MAX_BURST_BYTES", "MAX_REG_WORDS", "TIMEOUT_BITS"]
+__all__ = ["UartBridge", "crc32_update"]
 
-CMD_WRITE = 0x01        # UARTBone: write n words, address incrementing
-CMD_READ = 0x02         # UARTBone: read n words, address incrementing
-CMD_WRITE_FIXED = 0x03  # UARTBone: write n words to one address
-CMD_READ_FIXED = 0x04   # UARTBone: read n words from one address
-CMD_BURST_WRITE = 0x81  # CRC burst write to device memory
-CMD_BURST_READ = 0x82   # CRC burst read from device memory
-CMD_REG_WRITE = 0x83    # CRC-checked register write, answered by a status byte
-CMD_REG_READ = 0x84     # CRC-checked register read, answered by a status byte and the words with their CRC
-
-ACK = 0x00              # burst and register frame status: done
-NAK_CRC = 0x01          # a CRC did not match: nothing was written
-NAK_RANGE = 0x02        # address or length out of range: nothing was done
-NAK_BUS = 0x03          # an AXI error response
-
-MEM_BASE = 0x8000_0000  # byte address of device memory offset 0
-REGS_SIZE = 0x1_0000    # register space: byte addresses 0 .. 0xFFFF
-MAX_BURST_BYTES = 4096  # largest burst payload (the block-RAM buffer)
-MAX_REG_WORDS = 255     # largest word count of a CRC register frame (n is one byte; the words sit in the same buffer)
-TIMEOUT_BITS = 1000     # bit times without a byte that end a frame
-
-CRC_POLY = 0xEDB88320   # CRC-32 (IEEE 802.3, zlib.crc32), reflected
-BEAT_BYTES = 8
 MAX_BEATS = 256
 PAGE_BYTES = 4096
-BUF_WORDS = (MAX_BURST_BYTES + BEAT_BYTES) // BEAT_BYTES   # room for an unaligned start
+BUF_WORDS = (BURST_MAX_PAYLOAD + BUS_BYTES) // BUS_BYTES   # room for an unaligned start
+BEAT_BITS = exact_log2(BUS_BYTES)   # byte-lane bits of a device-memory address
+REG_BITS = exact_log2(REG_BYTES)    # address bits of the register port
+MEM_BIT = exact_log2(MEM_BASE)      # device memory is the top half of the address space: this bit decodes it
 
 
 def _crc32_matrix() -> list[tuple[int, int]]:
@@ -80,67 +75,51 @@ def crc32_update(crc, byte):
 class UartBridge(wiring.Component):
     """A UART host bridge onto the SoC's register port (AXI4-Lite) and device-memory port (AXI4).
 
-    The UART is 8N1 at ``baud``.  Three framings share the line; every multi-byte
-    field is big-endian.
+    The UART is 8N1 at ``baud``.  The frames, status bytes, header layouts,
+    limits and address windows are those of :mod:`dx1_bringup.spec.link`
+    (``docs/link.md``); this is how the bridge serves them.
 
-    *UARTBone* (wire-compatible with LiteX's ``UARTBone``, so ``litex_server --uart``
-    can drive it): ``cmd, n, word_addr[4], data`` where ``cmd`` is 0x01 write /
-    0x02 read (0x03 / 0x04: the same at one fixed address), ``n`` is the number
-    of 32-bit words (0 means 256: LiteX's own gateware never ends such a frame,
-    and its host never sends one), ``word_addr`` is the byte address divided by
-    4.  A write carries ``n`` 32-bit words and gets no answer; a read is
-    answered by ``n`` words and nothing else.  Consecutive words go to
-    consecutive addresses.  A word's value is stored little-endian on the bus
+    *UARTBone* (``FrameCommand.UARTBONE_*``, wire-compatible with LiteX's
+    ``UARTBone``, so ``litex_server --uart`` can drive it): ``n`` 0 means 256
+    (LiteX's own gateware never ends such a frame, and its host never sends
+    one).  Consecutive words go to consecutive addresses (the ``_FIXED``
+    commands: all to one).  A word's value is stored little-endian on the bus
     (the value's low byte at the lowest byte address), as a CPU would.
 
-    *Burst* (device memory only, byte-exact, CRC-checked): header ``cmd,
-    byte_addr[4], length[4], crc[4]`` with ``cmd`` 0x81 write / 0x82 read and
-    ``crc`` the CRC-32 (zlib.crc32) of the header's first 9 bytes.  A write then
-    sends ``length`` payload bytes and the CRC-32 of the payload; the payload is
-    buffered and only written to memory once its CRC checks, and the bridge
-    answers one status byte: 0x00 done, 0x01 bad CRC (nothing written), 0x02
-    bad address or length (nothing written), 0x03 an AXI error response
-    (possibly partly written).  A read answers a status byte and, only when it
-    is 0x00, ``length`` bytes and their CRC-32.  ``length`` is 1 to
-    :data:`MAX_BURST_BYTES` (4096, the size of the block-RAM buffer) and the
-    range must lie inside 0x8000_0000 .. 0xFFFF_FFFF.  Memory is reached with
-    64-bit INCR bursts (at most 256 beats, never across a 4 KiB page), with
-    byte strobes for unaligned ends.  A NAK for the header (0x01 or 0x02, sent
-    right after the header's CRC) makes the bridge discard everything until
-    the line has been quiet for the timeout, so a host must wait that long
-    before its next frame.
+    *Burst* (``BURST_WRITE``, ``BURST_READ``; device memory only, byte-exact):
+    a write's payload is buffered and only written to memory once its CRC
+    checks; ``BUS_ERROR`` after a write means possibly partly written.  The
+    range must lie inside the memory window.  Memory is reached with INCR
+    bursts of whole bus beats (at most 256 beats, never across a 4 KiB page),
+    with byte strobes for unaligned ends.  A NAK for the header (``NAK_CRC``
+    or ``NAK_RANGE``, sent right after the header's CRC) makes the bridge
+    discard everything until the line has been quiet for the timeout, so a
+    host must wait that long before its next frame (a read header with a good
+    CRC and a refused range is the exception: nothing follows it).
 
-    *Register frame* (register space only, CRC-checked): ``cmd, byte_addr[4],
-    n, ...`` with one CRC-32 (zlib.crc32) over every preceding byte of the
-    frame, command byte included.  A write (0x83) is ``cmd, byte_addr[4], n,
-    words[4n], crc[4]``: the words are buffered and only written to the
-    registers once the CRC checks, and the bridge answers one status byte:
-    0x00 done, 0x01 bad CRC (nothing written), 0x02 bad address or count
-    (nothing written), 0x03 an AXI error response (every word was tried; the
-    refused ones were not written).  A read (0x84) is ``cmd, byte_addr[4], n,
-    crc[4]``, answered by a status byte and, only when it is 0x00, ``4n`` bytes
-    (the words, each big-endian) and their CRC-32; 0x03 means a word got an
-    AXI error response (every word was read).  ``n`` is 1 to
-    :data:`MAX_REG_WORDS` (255) words at consecutive addresses, ``byte_addr``
-    is word-aligned and the range must lie inside 0x0000_0000 .. 0x0000_FFFF.
+    *Register frame* (``REG_WRITE``, ``REG_READ``; register space only): the
+    words of a write are buffered and only written to the registers once the
+    frame's CRC checks; every word is tried, the refused ones are not written.
+    A read reads every word, and answers ``BUS_ERROR`` if any got an AXI error.
+    ``byte_addr`` is word-aligned and the range inside the register window.
     Since the count is not checked before the CRC, a write frame is received
     whole before any answer.  After a bad CRC (a lost or doubled byte may have
     shifted everything after it) the bridge discards everything until the line
-    has been quiet for the timeout, as after a burst header NAK; after 0x02
-    (good CRC) and 0x03 it takes the next frame at once.
+    has been quiet for the timeout, as after a burst header NAK; after
+    ``NAK_RANGE`` (good CRC) and ``BUS_ERROR`` it takes the next frame at once.
 
-    Address map (byte addresses): 0x0000_0000 .. 0x0000_FFFF the registers
-    (32-bit accesses on ``regs``), 0x8000_0000 + offset device memory (``mem``
-    at address ``offset``).  A UARTBone write anywhere else is dropped and a
-    read answers 0xFFFF_FFFF per word; a read that gets an AXI error response
-    also answers 0xFFFF_FFFF for that word (write errors are not reported:
-    UARTBone has no write answer; register frames report both).
+    Address map: the register window (32-bit accesses on ``regs``) and the
+    memory window (``mem`` at the offset from ``MEM_BASE``).  A UARTBone write
+    anywhere else is dropped and a read answers ``AXI_ERROR_WORD`` per word; a
+    read that gets an AXI error response also answers ``AXI_ERROR_WORD`` for
+    that word (write errors are not reported: UARTBone has no write answer;
+    register frames report both).
 
-    Robustness: a frame that stops for :data:`TIMEOUT_BITS` bit times is
-    dropped and the bridge waits for a command byte again; bytes that are not
-    a command are ignored; a receive framing error drops the frame.  The
-    bridge waits for every AXI response it asks for, so a slave that never
-    answers stops it (AXI has no way to abandon a transaction).
+    Robustness: a frame that stops for ``TIMEOUT_BITS`` bit times is dropped
+    and the bridge waits for a command byte again; bytes that are not a
+    command are ignored; a receive framing error drops the frame.  The bridge
+    waits for every AXI response it asks for, so a slave that never answers
+    stops it (AXI has no way to abandon a transaction).
 
     Parameters
     ----------
@@ -157,8 +136,8 @@ class UartBridge(wiring.Component):
         super().__init__({
             "rx": In(1, init=1),
             "tx": Out(1, init=1),
-            "regs": Out(AXI4LiteSignature(addr_width=16)),
-            "mem": Out(AXI4Signature(id_width=4)),
+            "regs": Out(AXI4LiteSignature(addr_width=REG_BITS)),
+            "mem": Out(AXI4Signature(data_width=8 * BUS_BYTES, id_width=4)),
         })
 
     def elaborate(self, platform):
@@ -218,8 +197,8 @@ class UartBridge(wiring.Component):
         bus_err = Signal()
         rx_crc_ok = Signal()
         m.d.comb += rx_crc_ok.eq(shreg_next == ~crc)
-        reg_frame = Signal()        # a CRC register frame (0x83, 0x84) rather than a burst
-        m.d.comb += reg_frame.eq((cmd == CMD_REG_WRITE) | (cmd == CMD_REG_READ))
+        reg_frame = Signal()        # a CRC register frame rather than a burst
+        m.d.comb += reg_frame.eq((cmd == FrameCommand.REG_WRITE) | (cmd == FrameCommand.REG_READ))
         reg_err = Signal()          # register frame: the response of the current word is an error
 
         # UARTBone decode of the current word
@@ -228,19 +207,19 @@ class UartBridge(wiring.Component):
         in_mem = Signal()
         m.d.comb += [
             byte_addr.eq(Cat(Const(0, 2), waddr[:30])),
-            in_regs.eq(byte_addr[16:] == 0),
-            in_mem.eq(byte_addr[31]),
+            in_regs.eq(byte_addr[REG_BITS:] == REG_BASE >> REG_BITS),
+            in_mem.eq(byte_addr[MEM_BIT]),
         ]
 
-        # ---- burst buffer: 64-bit words, byte-writable, beat-aligned -------------------------------
-        m.submodules.buf = buf = Memory(shape=64, depth=BUF_WORDS, init=[])
+        # ---- burst buffer: one beat a word, byte-writable, beat-aligned -------------------------------
+        m.submodules.buf = buf = Memory(shape=8 * BUS_BYTES, depth=BUF_WORDS, init=[])
         wp = buf.write_port(granularity=8)
         rp = buf.read_port()
-        lo = Signal(3)              # offset of the first payload byte in the first beat
+        lo = Signal(BEAT_BITS)      # offset of the first payload byte in the first beat
         idx = Signal(13)            # buffer byte index (lo + payload byte)
         hi = Signal(14)             # lo + length
         nbeats = Signal(10)
-        m.d.comb += [hi.eq(lo + blen[:13]), nbeats.eq((hi + 7) >> 3)]
+        m.d.comb += [hi.eq(lo + blen[:13]), nbeats.eq((hi + BUS_BYTES - 1) >> BEAT_BITS)]
         # A register frame keeps word i in buffer bytes 4i .. 4i+3 as on the wire (most significant first).
         reg_half = Signal(32)
         m.d.comb += reg_half.eq(Mux(count[0], rp.data[32:], rp.data[:32]))
@@ -256,23 +235,24 @@ class UartBridge(wiring.Component):
         capped = Signal(10)
         in_burst = Signal(9)        # W beats sent in this burst
         m.d.comb += [
-            to_page.eq(PAGE_BYTES // BEAT_BYTES - cur[3:12]),
+            to_page.eq(PAGE_BYTES // BUS_BYTES - cur[BEAT_BITS:exact_log2(PAGE_BYTES)]),
             capped.eq(Mux(left < MAX_BEATS, left, MAX_BEATS)),
             cut.eq(Mux(to_page < capped, to_page, capped)),
         ]
-        strb = Signal(8)
-        m.d.comb += strb.eq(Cat(*[((beat * 8 + j) >= lo) & ((beat * 8 + j) < hi) for j in range(8)]))
+        strb = Signal(BUS_BYTES)
+        m.d.comb += strb.eq(Cat(*[((beat * BUS_BYTES + j) >= lo) & ((beat * BUS_BYTES + j) < hi)
+                                  for j in range(BUS_BYTES)]))
 
         # ---- AXI outputs (registers) -----------------------------------------------------------
         m.d.comb += [
-            mem.awid.eq(0), mem.arid.eq(0), mem.awsize.eq(3), mem.arsize.eq(3),
+            mem.awid.eq(0), mem.arid.eq(0), mem.awsize.eq(BEAT_BITS), mem.arsize.eq(BEAT_BITS),
             mem.awburst.eq(BURST_INCR), mem.arburst.eq(BURST_INCR),
             regs.wstrb.eq(0xF),
         ]
         # UARTBone's single memory beat comes from registers; burst beats come from the buffer
         mw_valid = Signal()
-        mw_data = Signal(64)
-        mw_strb = Signal(8)
+        mw_data = Signal(8 * BUS_BYTES)
+        mw_strb = Signal(BUS_BYTES)
         m.d.comb += [mem.wvalid.eq(mw_valid), mem.wdata.eq(mw_data), mem.wstrb.eq(mw_strb), mem.wlast.eq(1)]
         with m.If(mem.wvalid & mem.wready):
             m.d.sync += mw_valid.eq(0)
@@ -286,11 +266,11 @@ class UartBridge(wiring.Component):
 
         send_idx = Signal()         # the read port follows idx (sending) rather than beat (writing)
         rd_ok = Signal()            # rp.data matches its address
-        m.d.comb += rp.addr.eq(Mux(send_idx, idx >> 3, beat))
+        m.d.comb += rp.addr.eq(Mux(send_idx, idx >> BEAT_BITS, beat))
         m.d.sync += rd_ok.eq(1)
         lane_byte = Signal(8)
-        with m.Switch(idx[:3]):
-            for k in range(8):
+        with m.Switch(idx[:BEAT_BITS]):
+            for k in range(BUS_BYTES):
                 with m.Case(k):
                     m.d.comb += lane_byte.eq(rp.data[8 * k:8 * k + 8])
 
@@ -313,7 +293,7 @@ class UartBridge(wiring.Component):
                                  regs.wdata.eq(word)]
                     m.next = "BONE_WRESP_REGS"
                 with m.Elif(in_mem):
-                    m.d.sync += [mem.awvalid.eq(1), mw_valid.eq(1), mem.awaddr.eq(byte_addr[3:31] << 3),
+                    m.d.sync += [mem.awvalid.eq(1), mw_valid.eq(1), mem.awaddr.eq(byte_addr[BEAT_BITS:31] << BEAT_BITS),
                                  mem.awlen.eq(0), mw_data.eq(Cat(word, word)),
                                  mw_strb.eq(Mux(byte_addr[2], 0xF0, 0x0F))]
                     m.next = "BONE_WRESP_MEM"
@@ -324,10 +304,11 @@ class UartBridge(wiring.Component):
                     m.d.sync += [regs.arvalid.eq(1), regs.araddr.eq(byte_addr[:16])]
                     m.next = "BONE_RRESP_REGS"
                 with m.Elif(in_mem):
-                    m.d.sync += [mem.arvalid.eq(1), mem.araddr.eq(byte_addr[3:31] << 3), mem.arlen.eq(0)]
+                    m.d.sync += [mem.arvalid.eq(1), mem.araddr.eq(byte_addr[BEAT_BITS:31] << BEAT_BITS),
+                                 mem.arlen.eq(0)]
                     m.next = "BONE_RRESP_MEM"
                 with m.Else():
-                    m.d.sync += [word.eq(0xFFFF_FFFF), count.eq(0)]
+                    m.d.sync += [word.eq(AXI_ERROR_WORD), count.eq(0)]
                     m.next = "BONE_SEND"
 
         with m.FSM(name="bridge_fsm"):
@@ -338,12 +319,14 @@ class UartBridge(wiring.Component):
                 with m.If(have):
                     m.d.sync += cmd.eq(byte)
                     with m.Switch(byte):
-                        with m.Case(CMD_WRITE, CMD_READ, CMD_WRITE_FIXED, CMD_READ_FIXED):
-                            m.d.sync += incr.eq(byte[1] ^ byte[0])   # 0x01, 0x02 increment
+                        with m.Case(FrameCommand.UARTBONE_WRITE, FrameCommand.UARTBONE_READ,
+                                    FrameCommand.UARTBONE_WRITE_FIXED, FrameCommand.UARTBONE_READ_FIXED):
+                            # bits [1:0] 01 or 10: UARTBONE_WRITE, UARTBONE_READ increment; the _FIXED ones do not
+                            m.d.sync += incr.eq(byte[1] ^ byte[0])
                             m.next = "BONE_LEN"
-                        with m.Case(CMD_BURST_WRITE, CMD_BURST_READ):
+                        with m.Case(FrameCommand.BURST_WRITE, FrameCommand.BURST_READ):
                             m.next = "HDR"
-                        with m.Case(CMD_REG_WRITE, CMD_REG_READ):
+                        with m.Case(FrameCommand.REG_WRITE, FrameCommand.REG_READ):
                             m.next = "REG_HDR"
 
             # ---- UARTBone ----------------------------------------------------------------------
@@ -382,13 +365,13 @@ class UartBridge(wiring.Component):
             with m.State("BONE_RRESP_REGS"):
                 m.d.comb += regs.rready.eq(~regs.arvalid)
                 with m.If(regs.rvalid & regs.rready):
-                    m.d.sync += [word.eq(Mux(regs.rresp == RESP_OKAY, regs.rdata, 0xFFFF_FFFF)), count.eq(0)]
+                    m.d.sync += [word.eq(Mux(regs.rresp == RESP_OKAY, regs.rdata, AXI_ERROR_WORD)), count.eq(0)]
                     m.next = "BONE_SEND"
             with m.State("BONE_RRESP_MEM"):
                 m.d.comb += mem.rready.eq(~mem.arvalid)
                 with m.If(mem.rvalid & mem.rready):
                     half = Mux(byte_addr[2], mem.rdata[32:], mem.rdata[:32])
-                    m.d.sync += [word.eq(Mux(mem.rresp == RESP_OKAY, half, 0xFFFF_FFFF)), count.eq(0)]
+                    m.d.sync += [word.eq(Mux(mem.rresp == RESP_OKAY, half, AXI_ERROR_WORD)), count.eq(0)]
                     m.next = "BONE_SEND"
             with m.State("BONE_SEND"):
                 m.d.comb += [tx_valid.eq(1), tx_data.eq(word[24:])]
@@ -418,19 +401,19 @@ class UartBridge(wiring.Component):
                     with m.If(count == 11):
                         m.next = "HDR_CHECK"
                         with m.If(~rx_crc_ok):
-                            m.d.sync += status.eq(NAK_CRC)
-                        with m.Elif(~baddr[31] | (blen == 0) | (blen > MAX_BURST_BYTES) |
+                            m.d.sync += status.eq(FrameStatus.NAK_CRC)
+                        with m.Elif(~baddr[MEM_BIT] | (blen == 0) | (blen > BURST_MAX_PAYLOAD) |
                                     (Cat(baddr, Const(0, 1)) + blen > (1 << 32))):
-                            m.d.sync += status.eq(NAK_RANGE)
+                            m.d.sync += status.eq(FrameStatus.NAK_RANGE)
                         with m.Else():
-                            m.d.sync += status.eq(ACK)
+                            m.d.sync += status.eq(FrameStatus.ACK)
                 recv_state(on_hdr)
             with m.State("HDR_CHECK"):
                 m.d.sync += [
-                    lo.eq(baddr[:3]), idx.eq(baddr[:3]), count.eq(0), crc.eq(0xFFFF_FFFF),
-                    cur.eq(Cat(Const(0, 3), baddr[3:31])), beat.eq(0),
+                    lo.eq(baddr[:BEAT_BITS]), idx.eq(baddr[:BEAT_BITS]), count.eq(0), crc.eq(0xFFFF_FFFF),
+                    cur.eq(Cat(Const(0, BEAT_BITS), baddr[BEAT_BITS:31])), beat.eq(0),
                 ]
-                with m.If(status != ACK):
+                with m.If(status != FrameStatus.ACK):
                     m.next = "NAK_HEADER"
                 with m.Elif(cmd[0]):
                     m.next = "PAYLOAD"
@@ -439,7 +422,7 @@ class UartBridge(wiring.Component):
             with m.State("NAK_HEADER"):
                 m.d.comb += [tx_valid.eq(1), tx_data.eq(status)]
                 with m.If(sent):
-                    with m.If((status == NAK_RANGE) & ~cmd[0]):
+                    with m.If((status == FrameStatus.NAK_RANGE) & ~cmd[0]):
                         m.next = "IDLE"         # a read header with a good CRC: nothing more follows
                     with m.Else():
                         m.next = "DISCARD"
@@ -451,8 +434,8 @@ class UartBridge(wiring.Component):
             # ---- burst write ---------------------------------------------------------------------
             with m.State("PAYLOAD"):
                 def on_payload():
-                    m.d.comb += [wp.addr.eq(idx >> 3), wp.data.eq(Cat(*([byte] * 8))),
-                                 wp.en.eq(Const(1, 8) << idx[:3])]
+                    m.d.comb += [wp.addr.eq(idx >> BEAT_BITS), wp.data.eq(Cat(*([byte] * BUS_BYTES))),
+                                 wp.en.eq(Const(1, BUS_BYTES) << idx[:BEAT_BITS])]
                     m.d.sync += [crc.eq(crc32_update(crc, byte)), idx.eq(idx + 1), count.eq(count + 1)]
                     with m.If(count + 1 == blen):
                         m.d.sync += count.eq(0)
@@ -462,20 +445,21 @@ class UartBridge(wiring.Component):
                 def on_pcrc():
                     m.d.sync += [shreg.eq(shreg_next), count.eq(count + 1)]
                     with m.If(count == 3):
-                        m.d.sync += [left.eq(nbeats), status.eq(Mux(rx_crc_ok, ACK, NAK_CRC))]
+                        m.d.sync += [left.eq(nbeats),
+                                     status.eq(Mux(rx_crc_ok, FrameStatus.ACK, FrameStatus.NAK_CRC))]
                         with m.If(reg_frame):
                             m.next = "REG_CHECK"
                         with m.Else():
                             m.next = "WR_SETUP"
                 recv_state(on_pcrc)
             with m.State("WR_SETUP"):
-                with m.If((status != ACK) | (left == 0)):
+                with m.If((status != FrameStatus.ACK) | (left == 0)):
                     m.next = "STATUS"
                     with m.If(bus_err):
-                        m.d.sync += status.eq(NAK_BUS)
+                        m.d.sync += status.eq(FrameStatus.BUS_ERROR)
                 with m.Else():
                     m.d.sync += [mem.awvalid.eq(1), mem.awaddr.eq(cur), mem.awlen.eq(cut - 1),
-                                 cur.eq(cur + (cut << 3)), left.eq(left - cut), in_burst.eq(cut - 1)]
+                                 cur.eq(cur + (cut << BEAT_BITS)), left.eq(left - cut), in_burst.eq(cut - 1)]
                     m.next = "WR_FETCH"
             with m.State("WR_FETCH"):
                 m.next = "WR_BEAT"      # rp.data follows beat one cycle later
@@ -501,11 +485,11 @@ class UartBridge(wiring.Component):
                 m.next = "RD_ADDR"
             with m.State("RD_ADDR"):
                 with m.If(left == 0):
-                    m.d.sync += [status.eq(Mux(bus_err, NAK_BUS, ACK)), count.eq(0)]
+                    m.d.sync += [status.eq(Mux(bus_err, FrameStatus.BUS_ERROR, FrameStatus.ACK)), count.eq(0)]
                     m.next = "STATUS"
                 with m.Else():
                     m.d.sync += [mem.arvalid.eq(1), mem.araddr.eq(cur), mem.arlen.eq(cut - 1),
-                                 cur.eq(cur + (cut << 3)), left.eq(left - cut)]
+                                 cur.eq(cur + (cut << BEAT_BITS)), left.eq(left - cut)]
                     m.next = "RD_DATA"
             with m.State("RD_DATA"):
                 m.d.comb += mem.rready.eq(~mem.arvalid)
@@ -532,11 +516,11 @@ class UartBridge(wiring.Component):
                 recv_state(on_reg_hdr)
             with m.State("REG_CHECK"):
                 m.d.sync += [count.eq(0), beat.eq(0), bus_err.eq(0)]
-                with m.If(status != ACK):
+                with m.If(status != FrameStatus.ACK):
                     m.next = "NAK_HEADER"           # a bad CRC: discard until the line is quiet
-                with m.Elif((words == 0) | (baddr[16:] != 0) | (baddr[:2] != 0) |
-                            (baddr[:16] + blen[:11] > REGS_SIZE)):
-                    m.d.sync += status.eq(NAK_RANGE)
+                with m.Elif((words == 0) | (baddr[REG_BITS:] != REG_BASE >> REG_BITS) | (baddr[:2] != 0) |
+                            (baddr[:REG_BITS] + blen[:11] > REG_BYTES)):
+                    m.d.sync += status.eq(FrameStatus.NAK_RANGE)
                     m.next = "STATUS"               # the frame was whole: the next one may follow at once
                 with m.Elif(cmd[0]):
                     m.next = "REG_FETCH"
@@ -554,7 +538,7 @@ class UartBridge(wiring.Component):
                     m.d.sync += [count.eq(count + 1), baddr.eq(baddr + 4), beat.eq((count + 1) >> 1),
                                  bus_err.eq(bus_err | reg_err)]
                     with m.If(count + 1 == words):
-                        m.d.sync += status.eq(Mux(bus_err | reg_err, NAK_BUS, ACK))
+                        m.d.sync += status.eq(Mux(bus_err | reg_err, FrameStatus.BUS_ERROR, FrameStatus.ACK))
                         m.next = "STATUS"
                     with m.Else():
                         m.next = "REG_FETCH"
@@ -570,7 +554,8 @@ class UartBridge(wiring.Component):
                                  wp.en.eq(Mux(count[0], 0xF0, 0x0F))]
                     m.d.sync += [count.eq(count + 1), baddr.eq(baddr + 4), bus_err.eq(bus_err | reg_err)]
                     with m.If(count + 1 == words):
-                        m.d.sync += [status.eq(Mux(bus_err | reg_err, NAK_BUS, ACK)), count.eq(0)]
+                        m.d.sync += [status.eq(Mux(bus_err | reg_err, FrameStatus.BUS_ERROR, FrameStatus.ACK)),
+                                     count.eq(0)]
                         m.next = "STATUS"           # then, on ACK, the 4n bytes from the buffer and their CRC
                     with m.Else():
                         m.next = "REG_READ"
@@ -580,7 +565,7 @@ class UartBridge(wiring.Component):
                 m.d.comb += [tx_valid.eq(1), tx_data.eq(status)]
                 with m.If(sent):
                     m.d.sync += [count.eq(0), crc.eq(0xFFFF_FFFF), rd_ok.eq(0)]
-                    with m.If((status == ACK) & ~cmd[0]):
+                    with m.If((status == FrameStatus.ACK) & ~cmd[0]):
                         m.next = "SEND_PAYLOAD"
                     with m.Else():
                         m.next = "IDLE"

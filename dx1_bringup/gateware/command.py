@@ -5,8 +5,9 @@ from __future__ import annotations
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
-from ..spec import COMMAND_BYTES, COMMANDS, COMPLETION_BYTES, ErrorCode, Opcode, SocConfig
+from ..spec import BUS_BYTES, COMMAND_BYTES, COMMANDS, COMPLETION_BYTES, ErrorCode, Opcode, SocConfig
 from .axi import BURST_INCR, RESP_OKAY, AXI4Signature
 from .layouts import HEADER_LAYOUT, command_layout
 from .stream import AXIStreamSignature
@@ -145,10 +146,10 @@ class CommandProcessor(wiring.Component):
         cmd_index = Signal(16)
         cmd_phase = Signal()
         have = Signal()  # a fetched command waits in `cmd`
-        beat = Signal(2)
+        beat = Signal(range(COMMAND_BYTES // BUS_BYTES))
         fetch_error = Signal()
         dispatched = Signal()
-        m.d.comb += [axi.arid.eq(0), axi.arlen.eq(COMMAND_BYTES // 8 - 1), axi.arsize.eq(3),
+        m.d.comb += [axi.arid.eq(0), axi.arlen.eq(COMMAND_BYTES // BUS_BYTES - 1), axi.arsize.eq(exact_log2(BUS_BYTES)),
                      axi.arburst.eq(BURST_INCR), axi.araddr.eq(self.ring_base + (head << 5))]
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
@@ -162,7 +163,7 @@ class CommandProcessor(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += axi.rready.eq(1)
                 with m.If(axi.rvalid):
-                    m.d.sync += [beat.eq(beat + 1), cmd.word_select(beat, 64).eq(axi.rdata)]
+                    m.d.sync += [beat.eq(beat + 1), cmd.word_select(beat, 8 * BUS_BYTES).eq(axi.rdata)]
                     bad = fetch_error | (axi.rresp != RESP_OKAY)
                     m.d.sync += fetch_error.eq(bad)
                     with m.If(axi.rlast):
@@ -410,7 +411,7 @@ class CommandProcessor(wiring.Component):
                     cpl_tag.eq(tag), cpl_opcode.eq(opcode)]
 
         done_word = data.View(data.StructLayout({"tag": 16, "status": 8, "opcode": 8}), self.tile_done.tdata)
-        m.d.comb += [axi.awid.eq(0), axi.awlen.eq(0), axi.awsize.eq(3), axi.awburst.eq(BURST_INCR),
+        m.d.comb += [axi.awid.eq(0), axi.awlen.eq(0), axi.awsize.eq(exact_log2(BUS_BYTES)), axi.awburst.eq(BURST_INCR),
                      axi.awaddr.eq(cpl_addr), axi.wdata.eq(cpl_data), axi.wstrb.eq((1 << COMPLETION_BYTES) - 1),
                      axi.wlast.eq(1)]
         aw_done = Signal()

@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out, connect, flipped
 from amaranth.utils import exact_log2
 
-from ..spec import COMMAND_BITS, COMMANDS, ErrorCode, Opcode, TileConfig
+from ..spec import BUS_BYTES, COMMAND_BITS, COMMANDS, ErrorCode, Opcode, TileConfig
 from .axi import BURST_INCR, RESP_OKAY, AXI4Signature
 from .layouts import HEADER_LAYOUT, command_layout
 from .stream import AXIStreamSignature
@@ -17,7 +17,7 @@ from .tile import TileCore
 __all__ = ["Dma", "DmaTile"]
 
 ADDR_BITS = 16          # width of a local row address (the tile core's stream words)
-BEAT_BYTES = 8          # 64-bit AXI data
+BEAT_BYTES = BUS_BYTES  # one AXI data beat
 MAX_BURST = 256         # AXI4 INCR limit, in beats
 PAGE_BYTES = 4096       # bursts never cross this boundary
 MAX_READS = 4           # read bursts in flight
@@ -149,9 +149,9 @@ class Dma(wiring.Component):
     def __init__(self, config: TileConfig, addr_width: int = 32, id_width: int = 4):
         if not isinstance(config, TileConfig):
             raise TypeError(f"DMA config must be a TileConfig, not {config!r}")
-        if config.array % 8:
-            raise ValueError(f"The DMA needs an array size that is a multiple of 8 (a scratchpad row of whole "
-                             f"64-bit beats), not {config.array}")
+        if config.array % BEAT_BYTES:
+            raise ValueError(f"The DMA needs an array size that is a multiple of {BEAT_BYTES} (a scratchpad row of "
+                             f"whole {8 * BEAT_BYTES}-bit beats), not {config.array}")
         self.config = config
         self.addr_width = addr_width
         self.id_width = id_width
@@ -159,7 +159,7 @@ class Dma(wiring.Component):
         super().__init__({
             "cmd": In(AXIStreamSignature(COMMAND_BITS)),
             "done": Out(AXIStreamSignature(8)),
-            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=64, id_width=id_width)),
+            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=8 * BEAT_BYTES, id_width=id_width)),
             "spm_wr": Out(AXIStreamSignature(ADDR_BITS + 8 * n)),
             "spm_rreq": Out(AXIStreamSignature(ADDR_BITS)),
             "spm_rresp": In(AXIStreamSignature(8 * n)),
@@ -423,7 +423,7 @@ class DmaTile(wiring.Component):
         self.config = config
         self.dma = Dma(config, addr_width=addr_width, id_width=id_width)
         super().__init__({
-            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=64, id_width=id_width)),
+            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=8 * BEAT_BYTES, id_width=id_width)),
             "dma_cmd": In(AXIStreamSignature(COMMAND_BITS)),
             "dma_done": Out(AXIStreamSignature(8)),
             "tile_cmd": In(AXIStreamSignature(COMMAND_BITS)),

@@ -9,6 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 from amaranth.utils import bits_for, exact_log2
 
+from ..spec import BUS_BYTES
 from .axi import BURST_INCR, RESP_OKAY, RESP_SLVERR, AXI4Signature
 
 __all__ = ["AxiMemory", "MAX_PORTS", "MIN_SIZE", "READ_BUFFER_DEPTH"]
@@ -88,7 +89,7 @@ class AxiMemory(wiring.Component):
         As :class:`~.axi.AXI4Signature`; the address space must hold ``size`` bytes.
     """
 
-    def __init__(self, size: int, ports: int, data_width: int = 64, id_width: int = 4, addr_width: int = 32):
+    def __init__(self, size: int, ports: int, data_width: int = 8 * BUS_BYTES, id_width: int = 4, addr_width: int = 32):
         if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size & (size - 1):
             raise ValueError(f"Memory size must be a power of two of at least {MIN_SIZE} bytes, not {size!r}")
         if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:

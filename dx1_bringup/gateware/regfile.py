@@ -6,17 +6,29 @@ interface are all built from :func:`~dx1_bringup.spec.register_map`.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
-from ..spec import MAGIC, SPEC_VERSION, Access, PlacedBlock, PlacedRegister, Register, SocConfig, register_map
+from ..spec import (
+    MAGIC,
+    REG_BYTES,
+    SPEC_VERSION,
+    Access,
+    PlacedBlock,
+    PlacedRegister,
+    Register,
+    SocConfig,
+    register_map,
+)
 from .axi import RESP_OKAY, RESP_SLVERR, AXI4LiteSignature
 
-__all__ = ["RegisterFile", "ADDR_WIDTH", "HEADER_NAMES", "identity_values", "defined_mask", "port_signature"]
+__all__ = ["RegisterFile", "ADDR_WIDTH", "HEADER_NAMES", "identity_values", "defined_mask", "port_signature",
+           "field_bits", "field_word"]
 
 #: Address bits of the register space's AXI4-Lite port.
-ADDR_WIDTH = 16
+ADDR_WIDTH = exact_log2(REG_BYTES)
 #: The header registers every block starts with; the register file answers them itself.
 HEADER_NAMES = ("ID", "VERSION", "NEXT")
 #: Every feature FEATURES can announce is implemented.
@@ -28,15 +40,28 @@ def defined_mask(register: Register) -> int:
     return sum(f.mask for f in register.fields) if register.fields else 0xFFFF_FFFF
 
 
-def _pack(register: Register, **values: int) -> int:
-    by_name = {f.name: f for f in register.fields}
-    word = 0
-    for name, value in values.items():
-        f = by_name[name]
-        if not 0 <= value < 1 << f.width:
-            raise ValueError(f"{name} = {value} does not fit {register.name}.{name} ({f.width} bits)")
-        word |= value << f.lsb
-    return word
+def field_bits(value: Value, register: Register, name: str) -> Value:
+    """The bits of field ``name`` of ``register`` in ``value`` (a register value, or a port's write data)."""
+    f = register.field(name)
+    return value[f.lsb:f.lsb + f.width]
+
+
+def field_word(register: Register, **values: Value | int) -> Value:
+    """A 32-bit value of ``register`` with the named fields set from ``values`` and every other bit 0.
+
+    Raises
+    ------
+    ValueError
+        A value wider than its field.
+    """
+    placed = sorted(((register.field(name), Value.cast(v)) for name, v in values.items()), key=lambda p: p[0].lsb)
+    pieces, at = [], 0
+    for f, v in placed:
+        if len(v) > f.width:
+            raise ValueError(f"a {len(v)}-bit value does not fit {register.name}.{f.name} ({f.width} bits)")
+        pieces += [Const(0, f.lsb - at), v, Const(0, f.width - len(v))]
+        at = f.lsb + f.width
+    return Cat(*pieces, Const(0, 32 - at))
 
 
 def identity_values(config: SocConfig) -> dict[str, int]:
@@ -45,11 +70,11 @@ def identity_values(config: SocConfig) -> dict[str, int]:
     return {
         "MAGIC": MAGIC,
         "HW_VERSION": SPEC_VERSION,
-        "CAPS": _pack(glob["CAPS"], tiles=config.tiles, array=config.tile.array, semaphores=config.semaphores),
+        "CAPS": glob["CAPS"].pack(tiles=config.tiles, array=config.tile.array, semaphores=config.semaphores),
         "SPM_ROWS": config.tile.spm_rows,
         "ACC_ROWS": config.tile.acc_rows,
         "MEM_BYTES": config.mem_bytes,
-        "FEATURES": _pack(glob["FEATURES"], **dict.fromkeys(FEATURES_IMPLEMENTED, 1)),
+        "FEATURES": glob["FEATURES"].pack(**dict.fromkeys(FEATURES_IMPLEMENTED, 1)),
     }
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, ResetInserter, Signal
+from amaranth import Cat, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..spec import SocConfig
+from ..spec import BUS_BYTES, SocConfig
 from .axi import AXI4LiteSignature, AXI4Signature
 from .command import CommandProcessor
 from .dma import Dma
 from .memory import AxiMemory
-from .regfile import ADDR_WIDTH, RegisterFile
+from .regfile import ADDR_WIDTH, RegisterFile, field_bits, field_word
 from .tile import TileCore
 
 __all__ = ["Dx1Soc"]
@@ -36,13 +36,13 @@ class Dx1Soc(wiring.Component):
         config = config or SocConfig()
         if not isinstance(config, SocConfig):
             raise TypeError(f"SoC config must be a SocConfig, not {config!r}")
-        if config.tile.array % 8:
-            raise ValueError(f"SoC array size must be a multiple of 8 (a scratchpad row is whole 64-bit beats), "
-                             f"not {config.tile.array}")
+        if config.tile.array % BUS_BYTES:
+            raise ValueError(f"SoC array size must be a multiple of {BUS_BYTES} (a scratchpad row is whole "
+                             f"{8 * BUS_BYTES}-bit beats), not {config.tile.array}")
         self.config = config
         super().__init__({
             "regs": In(AXI4LiteSignature(addr_width=ADDR_WIDTH)),
-            "mem": In(AXI4Signature(id_width=4)),
+            "mem": In(AXI4Signature(data_width=8 * BUS_BYTES, id_width=4)),
             "irq": Out(1),
         })
 
@@ -57,6 +57,10 @@ class Dx1Soc(wiring.Component):
         def reg(block, name):
             return getattr(rf, f"{block}_{name}")
 
+        def spec_reg(block, name):
+            """The spec's register ``name`` of ``block``: its fields place the bits below."""
+            return rf.regmap.block(block).reg(name).register
+
         # ---- GLOBAL ---------------------------------------------------------------------------
         cycles = Signal(64)
         cycles_hi = Signal(32)
@@ -65,10 +69,12 @@ class Dx1Soc(wiring.Component):
             m.d.sync += cycles_hi.eq(cycles[32:])
         m.d.comb += [reg("GLOBAL", "CYCLES_LO").value.eq(cycles[:32]), reg("GLOBAL", "CYCLES_HI").value.eq(cycles_hi)]
         soft_reset = Signal()
-        m.d.comb += soft_reset.eq(reg("GLOBAL", "RESET").write & reg("GLOBAL", "RESET").wdata[0])
+        reset = reg("GLOBAL", "RESET")
+        m.d.comb += soft_reset.eq(reset.write & field_bits(reset.wdata, spec_reg("GLOBAL", "RESET"), "all"))
         with m.If(soft_reset):
             m.d.sync += [cycles.eq(0), cycles_hi.eq(0)]
         sems = [reg("GLOBAL", f"SEM{i}") for i in range(cfg.semaphores)]
+        sem_bits = spec_reg("GLOBAL", "SEM0").field("value").width
         with m.If(soft_reset):
             m.d.comb += [s.set.eq(1) for s in sems]  # set_value defaults to 0
 
@@ -92,31 +98,37 @@ class Dx1Soc(wiring.Component):
             wiring.connect(m, dma.axi, getattr(memory, f"s{2 + 2 * t}"))
 
             # Queue registers.
-            control = reg(q, "CONTROL")
+            control, control_spec = reg(q, "CONTROL"), spec_reg(q, "CONTROL")
+            resume = control.write & field_bits(control.wdata, control_spec, "resume")
             m.d.comb += [
                 cp.ring_base.eq(reg(q, "RING_BASE").value), cp.ring_log2.eq(reg(q, "RING_LOG2").value),
                 cp.cq_base.eq(reg(q, "CQ_BASE").value), cp.dma_base.eq(reg(q, "DMA_BASE").value),
-                cp.dma_limit.eq(reg(q, "DMA_LIMIT").value), cp.enable.eq(control.value[0]),
-                cp.resume.eq(control.write & control.wdata[1]), cp.ring_reset.eq(reg(q, "RING_LOG2").write),
-                cp.doorbell.eq(reg(q, "DOORBELL").write), cp.doorbell_index.eq(reg(q, "DOORBELL").wdata[:16]),
+                cp.dma_limit.eq(reg(q, "DMA_LIMIT").value),
+                cp.enable.eq(field_bits(control.value, control_spec, "enable")),
+                cp.resume.eq(resume), cp.ring_reset.eq(reg(q, "RING_LOG2").write),
+                cp.doorbell.eq(reg(q, "DOORBELL").write),
+                cp.doorbell_index.eq(field_bits(reg(q, "DOORBELL").wdata, spec_reg(q, "DOORBELL"), "index")),
                 reg(q, "HEAD").value.eq(cp.head), reg(q, "TAIL").value.eq(cp.tail),
-                reg(q, "STATUS").value.eq(Cat(cp.busy, cp.halted)),
-                reg(q, "ERROR").value.eq(Cat(cp.error_code, Const(0, 8), cp.error_index)),
-                reg(q, "IRQ_STATUS").set.eq(Cat(cp.irq_completion, cp.irq_error)),
+                reg(q, "STATUS").value.eq(field_word(spec_reg(q, "STATUS"), busy=cp.busy, halted=cp.halted)),
+                reg(q, "ERROR").value.eq(field_word(spec_reg(q, "ERROR"), code=cp.error_code, index=cp.error_index)),
+                reg(q, "IRQ_STATUS").set.eq(field_word(spec_reg(q, "IRQ_STATUS"), completion=cp.irq_completion,
+                                                       error=cp.irq_error)),
                 cp.timestamp.eq(cycles[:32]),
-                cp.sem_values.eq(Cat(s.value[:16] for s in sems)),
+                cp.sem_values.eq(Cat(field_bits(s.value, spec_reg("GLOBAL", "SEM0"), "value") for s in sems)),
             ]
             # CONTROL.resume reads back 0: clear it the cycle after the write.
             resume_written = Signal(name=f"resume_written{t}")
-            m.d.sync += resume_written.eq(control.write & control.wdata[1])
+            m.d.sync += resume_written.eq(resume)
             with m.If(resume_written):
-                m.d.comb += [control.set.eq(1), control.set_value.eq(control.value & ~0b10)]
+                m.d.comb += [control.set.eq(1),
+                             control.set_value.eq(control.value & ~control_spec.field("resume").mask)]
             irq_lines.append((reg(q, "IRQ_STATUS").value & reg(q, "IRQ_MASK").value) != 0)
             sem_requests.append(cp)
 
             # Performance counters.
             clear = Signal(name=f"perf_clear{t}")
-            m.d.comb += clear.eq(soft_reset | (reg(perf, "CONTROL").write & reg(perf, "CONTROL").wdata[0]))
+            pctl = reg(perf, "CONTROL")
+            m.d.comb += clear.eq(soft_reset | (pctl.write & field_bits(pctl.wdata, spec_reg(perf, "CONTROL"), "clear")))
             reads_open = Signal(9, name=f"reads_open{t}")
             writes_open = Signal(9, name=f"writes_open{t}")
             ax = dma.axi
@@ -155,9 +167,11 @@ class Dx1Soc(wiring.Component):
             m.d.comb += [reg(perf, "MACS_LO").value.eq(macs[:32]), reg(perf, "MACS_HI").value.eq(macs_hi)]
 
             # Trace buffer: start events at dispatch, end events when the completion is written.
-            tctl = reg(trace, "CONTROL")
+            tctl, tctl_spec, data_hi = reg(trace, "CONTROL"), spec_reg(trace, "CONTROL"), spec_reg(trace, "DATA_HI")
+            tclear = tctl.write & field_bits(tctl.wdata, tctl_spec, "clear")
+            tenable = field_bits(tctl.value, tctl_spec, "enable")
             trace_clear = Signal(name=f"trace{t}_clear")
-            m.d.comb += trace_clear.eq(soft_reset | (tctl.write & tctl.wdata[1]))
+            m.d.comb += trace_clear.eq(soft_reset | tclear)
             fifo = ResetInserter(trace_clear)(SyncFIFOBuffered(width=64, depth=cfg.trace_depth))
             m.submodules[f"trace{t}"] = fifo
             # Events are registered with their timestamp first, so the dispatch logic does not reach
@@ -167,10 +181,11 @@ class Dx1Soc(wiring.Component):
             start_valid = Signal(name=f"trace{t}_start_valid")
             end_valid = Signal(name=f"trace{t}_end_valid")
             m.d.sync += [
-                start.eq(Cat(cycles[:32], cp.trace_tag, Const(0, 8), cp.trace_opcode[:7], Const(0, 1))),
-                end.eq(Cat(cycles[:32], cp.trace_end_tag, cp.trace_status, cp.trace_end_opcode[:7], Const(1, 1))),
-                start_valid.eq(cp.trace_start & tctl.value[0] & ~trace_clear),
-                end_valid.eq(cp.trace_end & tctl.value[0] & ~trace_clear),
+                start.eq(Cat(cycles[:32], field_word(data_hi, tag=cp.trace_tag, opcode=cp.trace_opcode[:7], end=0))),
+                end.eq(Cat(cycles[:32], field_word(data_hi, tag=cp.trace_end_tag, status=cp.trace_status,
+                                                   opcode=cp.trace_end_opcode[:7], end=1))),
+                start_valid.eq(cp.trace_start & tenable & ~trace_clear),
+                end_valid.eq(cp.trace_end & tenable & ~trace_clear),
             ]
             held = Signal(64, name=f"trace{t}_held")
             held_valid = Signal(name=f"trace{t}_held_valid")
@@ -194,9 +209,9 @@ class Dx1Soc(wiring.Component):
             ]
             # CONTROL.clear reads back 0.
             clear_written = Signal(name=f"trace{t}_clear_written")
-            m.d.sync += clear_written.eq(tctl.write & tctl.wdata[1])
+            m.d.sync += clear_written.eq(tclear)
             with m.If(clear_written):
-                m.d.comb += [tctl.set.eq(1), tctl.set_value.eq(tctl.value & ~0b10)]
+                m.d.comb += [tctl.set.eq(1), tctl.set_value.eq(tctl.value & ~tctl_spec.field("clear").mask)]
 
         # ---- semaphores: one SIGNAL/WAIT a cycle, lowest tile first ---------------------------
         granted = Signal()
@@ -205,7 +220,7 @@ class Dx1Soc(wiring.Component):
                 m.d.comb += cp.sem_grant.eq(1)
                 for i, s in enumerate(sems):
                     with m.If(cp.sem_index == i):
-                        m.d.comb += [s.set.eq(1), s.set_value.eq((s.value + cp.sem_delta)[:16])]
+                        m.d.comb += [s.set.eq(1), s.set_value.eq((s.value + cp.sem_delta)[:sem_bits])]
             granted_next = Signal()
             m.d.comb += granted_next.eq(granted | cp.sem_valid)
             granted = granted_next

@@ -1,9 +1,10 @@
 """Generators that turn :mod:`dx1_bringup.spec` into the files a driver, a C host and a reader need.
 
 :func:`write_all` (run by ``make rtl``) writes every output; each module here
-renders one format: :mod:`.c_header`, :mod:`.json_desc`, :mod:`.markdown` and
-:mod:`.py_accessors`.  The outputs are committed, and the test suite checks
-that regenerating them changes nothing.
+renders one format: :mod:`.c_header`, :mod:`.json_desc`, :mod:`.markdown`,
+:mod:`.py_accessors` (the register map) and :mod:`.py_link` (the links).  The
+outputs are committed, and the test suite checks that regenerating them
+changes nothing.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..spec import SocConfig
-from . import c_header, json_desc, markdown, py_accessors
+from . import c_header, json_desc, markdown, py_accessors, py_link
 
 __all__ = ["OUTPUTS", "write_all"]
 
 #: Every generated file, relative to the repository root, and how it is rendered.
 OUTPUTS: dict[str, Callable[[SocConfig], str]] = {
     "drivers/include/dx1_regs.h": c_header.render,
+    "drivers/include/dx1_link.h": c_header.render_link,
     "drivers/dx1_driver/regs.py": py_accessors.render,
     "docs/dx1.json": json_desc.render,
     "docs/registers.md": markdown.render_registers,
     "docs/commands.md": lambda _config: markdown.render_commands(),
+    "drivers/dx1_driver/link.py": py_link.render,
+    "docs/link.md": lambda _config: markdown.render_link(),
 }
 
 

@@ -1,4 +1,5 @@
-"""C header for a host program: register offsets and fields, block bases, command and completion layouts.
+"""C headers for a host program: register offsets and fields, block bases, command and completion layouts
+(``dx1_regs.h``), and the host links (``dx1_link.h``).
 
 The header is self-contained C11 (only ``<stdint.h>``).  Commands are built in a
 ``uint64_t cmd[DX1_CMD_WORDS]`` buffer with :c:func:`dx1_cmd_set`, which can only
@@ -10,23 +11,30 @@ from __future__ import annotations
 
 from ..spec import (
     BLOCK_ALIGN,
+    BUS_BYTES,
     COMMAND_BYTES,
     COMMANDS,
     COMPLETION,
     COMPLETION_BYTES,
     ERROR_DOCS,
+    FRAME_STATUS_DOCS,
     HEADER,
     MAGIC,
     SPEC_VERSION,
     ErrorCode,
     Field,
+    FrameCommand,
+    FrameStatus,
     Opcode,
+    SimOp,
+    SimStatus,
     SocConfig,
     register_map,
 )
 from .common import NOTICE, BlockLayout, block_layouts, check_unique, version_text, wrap
+from .py_link import LAYOUTS, LIMITS
 
-__all__ = ["render", "check_word_fields"]
+__all__ = ["render", "render_link", "check_word_fields"]
 
 _WORD_BITS = 64
 _COMMAND_WORDS = COMMAND_BYTES * 8 // _WORD_BITS
@@ -235,6 +243,7 @@ def render(config: SocConfig) -> str:
         ("DX1_TILES", str(config.tiles)), ("DX1_ARRAY", str(tile.array)), ("DX1_SPM_ROWS", str(tile.spm_rows)),
         ("DX1_ACC_ROWS", str(tile.acc_rows)), ("DX1_MEM_BYTES", _hex(config.mem_bytes, 8)),
         ("DX1_SEMAPHORES", str(config.semaphores)), ("DX1_TRACE_DEPTH", str(config.trace_depth)),
+        ("DX1_BUS_BYTES", str(BUS_BYTES)),
     ])
     section("Block types (read from each block's ID register) and block versions", [
         row for layout in layouts for row in (
@@ -268,4 +277,36 @@ def render(config: SocConfig) -> str:
     helpers = ["DX1_CMD_SET", "DX1_CMD_GET", "DX1_COMPLETION_GET"]
     check_unique([d.split("(")[0] for d in defines] + helpers, "C identifiers")
     out.append(_HELPERS)
+    return "\n".join(out)
+
+
+def render_link(_config: SocConfig) -> str:
+    """Render ``drivers/include/dx1_link.h``: the UART bridge's frames and the simulator socket, as C constants.
+
+    Returns
+    -------
+    str
+        The header text: frame commands, status bytes, header sizes and limits of the bridge; op codes,
+        status codes, request and response sizes and limits of the simulator socket.
+    """
+    def size(fields) -> int:
+        return sum({"B": 1, "I": 4}[f.code] for f in fields)
+
+    out = [f"/* {NOTICE} */", "/*", f" * dx1-mini host links, spec version {version_text(SPEC_VERSION)}: the UART "
+           "bridge's frames", " * and the simulator socket (docs/link.md).  Bridge fields are big-endian, simulator",
+           " * fields little-endian; CRC-32 is zlib's crc32 (IEEE 802.3, reflected).", " */",
+           "#ifndef DX1_LINK_H", "#define DX1_LINK_H"]
+    out += ["", *_comment("UART bridge: the first byte of every frame"),
+            *_enum("dx1_frame", {f"DX1_FRAME_{c.name}": (c.value, None) for c in FrameCommand})]
+    out += ["", *_comment("UART bridge: the status byte that answers a burst or a CRC register frame"),
+            *_enum("dx1_frame_status", {f"DX1_FRAME_{s.name}": (s.value, FRAME_STATUS_DOCS[s]) for s in FrameStatus})]
+    out += ["", *_comment("Simulator socket: request op codes"),
+            *_enum("dx1_sim_op", {f"DX1_SIM_{o.name}": (o.value, None) for o in SimOp})]
+    out += ["", *_comment("Simulator socket: response status codes"),
+            *_enum("dx1_sim_status", {f"DX1_SIM_{s.name}": (s.value, None) for s in SimStatus})]
+    rows = [(f"DX1_{name}_BYTES", str(size(fields))) for name, (_order, fields, _doc) in LAYOUTS.items()]
+    rows += [(f"DX1_{name}", _hex(value, 8) if style == "x" else f"{value}u")
+             for name, (value, style) in LIMITS.items()]
+    out += ["", *_comment("Header sizes (a burst header is followed by its CRC) and limits"), *_defines(rows)]
+    out += ["", "#endif /* DX1_LINK_H */", ""]
     return "\n".join(out)

@@ -17,8 +17,14 @@ from ..spec import (
     COMPLETION,
     COMPLETION_BYTES,
     ERROR_DOCS,
+    FRAME_DOCS,
+    FRAME_STATUS_DOCS,
     HEADER,
+    LINK_LIMIT_DOCS,
     MAGIC,
+    SIM_LIMIT_DOCS,
+    SIM_OP_DOCS,
+    SIM_STATUS_DOCS,
     SPEC_VERSION,
     Access,
     Command,
@@ -26,11 +32,13 @@ from ..spec import (
     Field,
     Register,
     SocConfig,
+    WireField,
     register_map,
 )
 from .common import BLOCK_WALK, NOTICE, BlockLayout, bit_range, block_layouts, version_text
+from .py_link import LAYOUTS, LIMITS
 
-__all__ = ["render_registers", "render_commands"]
+__all__ = ["render_registers", "render_commands", "render_link"]
 
 _ACCESS = {
     Access.RO: "read only; writes get SLVERR",
@@ -205,4 +213,64 @@ def render_commands() -> str:
     if others:
         listed = ", ".join(others[:-1]) + " or " + others[-1] if len(others) > 1 else others[0]
         out += ["", f"The check order does not place {listed}; see [the error codes](registers.md#error-codes)."]
+    return "\n".join(out) + "\n"
+
+
+def _layout_table(fields: tuple[WireField, ...]) -> list[str]:
+    rows, at = [], 0
+    for f in fields:
+        size = {"B": 1, "I": 4}[f.code]
+        rows.append((str(at) if size == 1 else f"{at}..{at + size - 1}", f"`{f.name}`", _md(f.doc)))
+        at += size
+    return _table(("Bytes", "Field", "Description"), rows)
+
+
+def render_link() -> str:
+    """Render ``docs/link.md``: the UART bridge's frames and the simulator socket, from :mod:`dx1_bringup.spec.link`.
+
+    Returns
+    -------
+    str
+        The Markdown text.
+    """
+    def limits(docs: dict[str, str]) -> list[str]:
+        return _table(("Name", "Value", "Meaning"),
+                      [(f"`{name}`", f"`0x{LIMITS[name][0]:x}`" if LIMITS[name][1] == "x" else str(LIMITS[name][0]),
+                        _md(doc)) for name, doc in docs.items()])
+
+    def layout(name: str) -> list[str]:
+        order, fields, doc = LAYOUTS[name]
+        endian = f"{order}-endian"
+        return ["", f"### `{name}`", "", f"{_md(doc)} Fields are {endian}.", "", *_layout_table(fields)]
+
+    out = [f"<!-- {NOTICE} -->", "", "# dx1-mini host links", "",
+           "Two wire formats reach the SoC's host ports (AXI4-Lite registers, AXI4 device memory): the UART "
+           "bridge of a board and the socket of the simulator. Both are defined in `dx1_bringup/spec/link.py`; "
+           "the driver's `dx1_driver/link.py` is generated from it.", "",
+           "## UART bridge", "",
+           "8N1. Every multi-byte field is big-endian. CRC-32 is `zlib.crc32` (IEEE 802.3, reflected, initial "
+           "value and final XOR `0xFFFFFFFF`): a burst header's CRC covers the header's 9 bytes, a payload's CRC "
+           "the payload, a register frame's CRC every byte before it, command byte included.", "",
+           "### Frames", ""]
+    out += _table(("Command", "Name", "Frame"),
+                  [(f"`0x{c.value:02x}`", f"`{c.name}`", _md(doc)) for c, doc in FRAME_DOCS.items()])
+    out += ["", "### Status byte", ""]
+    out += _table(("Status", "Name", "Meaning"),
+                  [(f"`0x{s.value:02x}`", f"`{s.name}`", _md(doc)) for s, doc in FRAME_STATUS_DOCS.items()])
+    for name in ("UARTBONE_HEADER", "BURST_HEADER", "REG_HEADER"):
+        out += layout(name)
+    out += ["", "### Limits and address windows", ""]
+    out += limits(LINK_LIMIT_DOCS)
+    out += ["", "## Simulator socket", "",
+            "One request at a time on a loopback TCP socket; the simulation advances only inside requests.", "",
+            "### Ops", ""]
+    out += _table(("Op", "Name", "Meaning"),
+                  [(str(o.value), f"`{o.name}`", _md(doc)) for o, doc in SIM_OP_DOCS.items()])
+    out += ["", "### Status", ""]
+    out += _table(("Status", "Name", "Meaning"),
+                  [(str(s.value), f"`{s.name}`", _md(doc)) for s, doc in SIM_STATUS_DOCS.items()])
+    for name in ("SIM_REQUEST", "SIM_RESPONSE"):
+        out += layout(name)
+    out += ["", "### Limits", ""]
+    out += limits(SIM_LIMIT_DOCS)
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ import re
 
 from ..spec import (
     BLOCK_ALIGN,
+    BUS_BYTES,
     CHECK_ORDER,
     COMMAND_BYTES,
     COMMANDS,
@@ -39,6 +40,14 @@ __all__ = ["render"]
 
 _LINE = 120  # the project's ruff line length
 _DOC_WIDTH = 100
+
+
+def module_text(out: list[str]) -> str:
+    """The lines of a generated module joined into its source; ``ValueError`` if a line is over the ruff limit."""
+    too_long = [line for chunk in out for line in chunk.splitlines() if len(line) > _LINE]
+    if too_long:
+        raise ValueError(f"a spec doc or name gives a line over {_LINE} characters: {too_long[0]!r}")
+    return "\n".join(out) + "\n"
 
 
 def _str(text: str) -> str:
@@ -257,7 +266,9 @@ def render(config: SocConfig) -> str:
            "k_chunks=1)``, which checks that every value fits its field and leaves reserved bits zero.\n")
     out = [f"# {NOTICE}", f'"""{doc}"""', "", "import enum", "import operator", ""]
     out += [f"MAGIC = 0x{MAGIC:08x}", f"SPEC_VERSION = 0x{SPEC_VERSION:08x}", f"BLOCK_ALIGN = 0x{BLOCK_ALIGN:x}",
-            f"COMMAND_BYTES = {COMMAND_BYTES}", f"COMPLETION_BYTES = {COMPLETION_BYTES}", ""]
+            f"COMMAND_BYTES = {COMMAND_BYTES}", f"COMPLETION_BYTES = {COMPLETION_BYTES}",
+            "#: Bytes of one beat of the device-memory bus: DMA addresses and strides are multiples of it.",
+            f"BUS_BYTES = {BUS_BYTES}", ""]
     out += ["#: The configuration this module was generated for."]
     out += _dict("CONFIG", "dict[str, object]",
                  [(_str(name), _value(value)) for name, value in dataclasses.asdict(config).items()])
@@ -294,7 +305,4 @@ def render(config: SocConfig) -> str:
     out += _PACKING.splitlines()
     for cmd in COMMANDS.values():
         out += _builder(cmd)
-    too_long = [line for chunk in out for line in chunk.splitlines() if len(line) > _LINE]
-    if too_long:
-        raise ValueError(f"a spec doc or name gives a line over {_LINE} characters: {too_long[0]!r}")
-    return "\n".join(out) + "\n"
+    return module_text(out)

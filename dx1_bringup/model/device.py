@@ -79,8 +79,8 @@ it is empty.
 
 Faults
 ------
-``DeviceModel(config, faults=MemoryFaults(...))`` breaks device memory the way a
-bad board does, for bring-up tests: a data bit of the 64-bit memory bus stuck at
+``DeviceModel(config, faults=MemoryFaults(...))`` (from :mod:`dx1_bringup.faults`)
+breaks device memory the way a bad board does, for bring-up tests: a data bit of the memory bus stuck at
 0 or 1, and an address line stuck at 0 (every address with that bit set reaches
 the memory at the address with it clear).  Faults act on the memory itself, so
 every reader sees them: the host port, the DMA, command fetches and completion
@@ -90,11 +90,14 @@ writes.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..faults import MemoryFaults
 from ..spec import (
+    BLOCKS,
+    BUS_BYTES,
     COMMAND_BYTES,
     COMMANDS,
     COMPLETION_BYTES,
@@ -115,18 +118,29 @@ from ..spec import (
 )
 from .tile import COMPUTE_OPCODES, TileModel
 
-__all__ = ["BusError", "DeviceModel", "MemoryFaults"]
+__all__ = ["BusError", "DeviceModel"]
 
 _MASK32 = 0xFFFF_FFFF
-_RING_ALIGN = 32
-_CQ_ALIGN = 8
-_BUS_BYTES = 8
 _MAX_RING_LOG2 = 16
-_RESET_RING_LOG2 = 4
 _HEADER_NAMES = ("ID", "VERSION", "NEXT")
-_IRQ_COMPLETION = 1 << 0
-_IRQ_ERROR = 1 << 1
-_BUS_BITS = 8 * _BUS_BYTES
+
+
+def _registers(kind: BlockType) -> dict[str, Register]:
+    """The spec's registers of a block type, by name: their fields place every bit the model reads or builds."""
+    return {r.name: r for spec in BLOCKS if spec.type is kind for r in spec.registers}
+
+
+_GLOBAL = _registers(BlockType.GLOBAL)
+_QUEUE = _registers(BlockType.QUEUE)
+_PERF = _registers(BlockType.PERF)
+_TRACE = _registers(BlockType.TRACE)
+_IRQ_COMPLETION = _QUEUE["IRQ_STATUS"].field("completion").mask
+_IRQ_ERROR = _QUEUE["IRQ_STATUS"].field("error").mask
+
+
+def _low_bits(value: int, register: dict[str, Register], name: str, field_name: str) -> int:
+    """The low bits of ``value`` that the field holds (a trace event keeps the opcode's low 7 bits)."""
+    return value & ((1 << register[name].field(field_name).width) - 1)
 
 
 class BusError(Exception):
@@ -145,75 +159,12 @@ class BusError(Exception):
         self.addr = addr
 
 
-def _pack_fields(register: Register, **values: int) -> int:
-    """Place named field values of ``register`` into a 32-bit word."""
-    by_name = {f.name: f for f in register.fields}
-    word = 0
-    for name, value in values.items():
-        f = by_name[name]
-        word |= (value & ((1 << f.width) - 1)) << f.lsb
-    return word
-
-
-@dataclass(frozen=True)
-class MemoryFaults:
-    """Faults of device memory (see the module docstring).
-
-    Parameters
-    ----------
-    stuck_bit:
-        Data bit of the 64-bit memory bus (0..63) that reads ``stuck_value`` whatever
-        was written: bit ``stuck_bit % 8`` of every byte at an address ``a`` with
-        ``a % 8 == stuck_bit // 8``.  ``None``: no stuck bit.
-    stuck_value:
-        0 or 1.
-    alias_bit:
-        Address bit (3 or more: bits 0-2 pick a byte lane of the bus, not an address
-        line) whose line is stuck at 0.  ``None``: no alias.
-    """
-
-    stuck_bit: int | None = None
-    stuck_value: int = 1
-    alias_bit: int | None = None
-
-    #: Device-string keys of :meth:`parse`, by field.
-    KEYS = {"stuck-bit": "stuck_bit", "stuck-at": "stuck_value", "alias-bit": "alias_bit"}
-
-    def __post_init__(self) -> None:
-        if self.stuck_bit is not None and not (isinstance(self.stuck_bit, int) and 0 <= self.stuck_bit < _BUS_BITS):
-            raise ValueError(f"stuck_bit must be a data bit 0 to {_BUS_BITS - 1}, not {self.stuck_bit!r}")
-        if self.stuck_value not in (0, 1):
-            raise ValueError(f"stuck_value must be 0 or 1, not {self.stuck_value!r}")
-        if self.alias_bit is not None and not (isinstance(self.alias_bit, int) and self.alias_bit >= 3):
-            raise ValueError(f"alias_bit must be an address bit of 3 or more (bits 0-2 select a byte lane), "
-                             f"not {self.alias_bit!r}")
-
-    @classmethod
-    def parse(cls, text: str) -> MemoryFaults:
-        """Faults from a device-string suffix such as ``"stuck-bit=5"`` or ``"stuck-bit=5,stuck-at=0,alias-bit=12"``."""
-        values: dict[str, int] = {}
-        for item in text.split(","):
-            key, sep, value = item.partition("=")
-            if not sep or key not in cls.KEYS or not value.isdigit():
-                raise ValueError(f"memory fault {item!r} is not KEY=N with KEY one of {', '.join(cls.KEYS)}")
-            if cls.KEYS[key] in values:
-                raise ValueError(f"memory fault {key!r} is given twice")
-            values[cls.KEYS[key]] = int(value)
-        return cls(**values)
-
-    def __str__(self) -> str:
-        keys = {name: key for key, name in self.KEYS.items()}
-        return ",".join(f"{keys[f.name]}={getattr(self, f.name)}" for f in fields(self)
-                        if getattr(self, f.name) is not None and not (f.name == "stuck_value"
-                                                                      and self.stuck_bit is None))
-
-
 @dataclass
 class _Queue:
     """Register state and ring position of one queue."""
 
     ring_base: int = 0
-    ring_log2: int = _RESET_RING_LOG2
+    ring_log2: int = _QUEUE["RING_LOG2"].reset
     cq_base: int = 0
     head: int = 0
     tail: int = 0
@@ -286,9 +237,7 @@ class DeviceModel:
         if faults is not None:
             if not isinstance(faults, MemoryFaults):
                 raise TypeError(f"faults must be a MemoryFaults, not {faults!r}")
-            if faults.alias_bit is not None and 1 << faults.alias_bit >= self.config.mem_bytes:
-                raise ValueError(f"alias_bit {faults.alias_bit} is not an address line of a device memory of "
-                                 f"{self.config.mem_bytes} bytes")
+            faults.check_size(self.config.mem_bytes)
         self.faults = faults
         self.regmap: RegisterMap = register_map(self.config)
         self.mem = bytearray(self.config.mem_bytes)
@@ -301,12 +250,11 @@ class DeviceModel:
         self._identity = {
             "MAGIC": MAGIC,
             "HW_VERSION": SPEC_VERSION,
-            "CAPS": _pack_fields(glob.reg("CAPS").register, tiles=cfg.tiles, array=cfg.tile.array,
-                                 semaphores=cfg.semaphores),
+            "CAPS": glob.reg("CAPS").register.pack(tiles=cfg.tiles, array=cfg.tile.array, semaphores=cfg.semaphores),
             "SPM_ROWS": cfg.tile.spm_rows,
             "ACC_ROWS": cfg.tile.acc_rows,
             "MEM_BYTES": cfg.mem_bytes,
-            "FEATURES": _pack_fields(glob.reg("FEATURES").register, postop=1, copy=1, trace=1),
+            "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1),
         }
         self._scratch = 0
         self._reset()
@@ -362,13 +310,13 @@ class DeviceModel:
             self._write_queue(addr, self._queues[block.tile], reg.name, value)
         elif kind is BlockType.PERF:
             # CONTROL is the only writable PERF register.
-            if value & 1:
+            if _PERF["CONTROL"].field("clear").extract(value):
                 self._perf[block.tile] = _Perf(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[block.tile].macs)
         else:
             # CONTROL is the only writable TRACE register.
             trace = self._trace[block.tile]
-            trace.enable = bool(value & 1)
-            if value & 2:
+            trace.enable = bool(_TRACE["CONTROL"].field("enable").extract(value))
+            if _TRACE["CONTROL"].field("clear").extract(value):
                 trace.events.clear()
 
     def _check_mem(self, addr: int, length: int) -> None:
@@ -387,31 +335,18 @@ class DeviceModel:
         self._check_mem(addr, len(data))
         self._store(addr, data)
 
-    def _cells(self, addr: int, length: int) -> np.ndarray:
-        """Where bytes ``addr .. addr + length - 1`` are stored, through a stuck address line."""
-        where = np.arange(addr, addr + length, dtype=np.int64)
-        return where & ~(1 << self.faults.alias_bit) if self.faults.alias_bit is not None else where
-
     def _load(self, addr: int, length: int) -> bytes:
         """Device memory as every reader sees it (host, DMA, command fetch), faults included."""
         if self.faults is None:
             return bytes(self.mem[addr:addr + length])
-        data = np.frombuffer(self.mem, np.uint8)[self._cells(addr, length)]
-        bit = self.faults.stuck_bit
-        if bit is not None:
-            lane = (np.arange(addr, addr + length) % _BUS_BYTES) == bit // 8
-            if self.faults.stuck_value:
-                data[lane] |= np.uint8(1 << bit % 8)
-            else:
-                data[lane] &= np.uint8(~(1 << bit % 8) & 0xFF)
-        return data.tobytes()
+        return self.faults.read(self.mem, addr, length)
 
     def _store(self, addr: int, data: bytes) -> None:
         """Write device memory as every writer does (host, DMA, completions), through a stuck address line."""
-        if self.faults is None or self.faults.alias_bit is None:
+        if self.faults is None:
             self.mem[addr:addr + len(data)] = data
         else:
-            np.frombuffer(self.mem, np.uint8)[self._cells(addr, len(data))] = np.frombuffer(data, np.uint8)
+            self.faults.write(self.mem, addr, data)
 
     def irq_pending(self) -> bool:
         """True when any queue has an IRQ_STATUS bit whose IRQ_MASK bit is set."""
@@ -437,7 +372,7 @@ class DeviceModel:
         elif name == "SEM":
             self._sems[reg.index] = value
             self._run()
-        elif value & 1:  # RESET
+        elif _GLOBAL["RESET"].field("all").extract(value):
             self._reset()
 
     @staticmethod
@@ -449,7 +384,8 @@ class DeviceModel:
             "HEAD": q.head,
             "TAIL": q.tail,
             "CONTROL": int(q.enable),
-            "STATUS": int(q.enable and not q.halted and q.head != q.tail) | int(q.halted) << 1,
+            "STATUS": _QUEUE["STATUS"].pack(busy=int(q.enable and not q.halted and q.head != q.tail),
+                                            halted=int(q.halted)),
             "ERROR": q.error,
             "IRQ_STATUS": q.irq_status,
             "IRQ_MASK": q.irq_mask,
@@ -459,16 +395,17 @@ class DeviceModel:
 
     def _write_queue(self, addr: int, q: _Queue, name: str, value: int) -> None:
         if name == "RING_BASE":
-            q.ring_base = value & ~(_RING_ALIGN - 1)
+            q.ring_base = value  # the write kept only the address field: rings are aligned
         elif name == "RING_LOG2":
-            q.ring_log2, q.head, q.tail, q.phase, q.head_started = value & 0x1F, 0, 0, 1, False
+            log2 = _QUEUE["RING_LOG2"].field("log2").extract(value)
+            q.ring_log2, q.head, q.tail, q.phase, q.head_started = log2, 0, 0, 1, False
         elif name == "CQ_BASE":
-            q.cq_base = value & ~(_CQ_ALIGN - 1)
+            q.cq_base = value  # the write kept only the address field: entries are aligned
         elif name == "DOORBELL":
             self._doorbell(q, value)
         elif name == "CONTROL":
-            q.enable = bool(value & 1)
-            if value & 2:
+            q.enable = bool(_QUEUE["CONTROL"].field("enable").extract(value))
+            if _QUEUE["CONTROL"].field("resume").extract(value):
                 q.halted = False
             self._run()
         elif name == "IRQ_STATUS":
@@ -515,7 +452,7 @@ class DeviceModel:
 
     def _queue_error(self, q: _Queue, code: ErrorCode, index: int) -> None:
         q.halted = True
-        q.error = int(code) | (index & 0xFFFF) << 16
+        q.error = _QUEUE["ERROR"].pack(code=int(code), index=_low_bits(index, _QUEUE, "ERROR", "index"))
         q.irq_status |= _IRQ_ERROR
 
     def _doorbell(self, q: _Queue, new_tail: int) -> None:
@@ -573,7 +510,9 @@ class DeviceModel:
 
     def _trace_event(self, trace: _Trace, stamp: int, tag: int, status: int, opcode: int, *, end: bool) -> None:
         if trace.enable and len(trace.events) < self.config.trace_depth:
-            trace.events.append((stamp, tag | int(status) << 16 | (opcode & 0x7F) << 24 | int(end) << 31))
+            word = _TRACE["DATA_HI"].pack(tag=tag, status=int(status), end=int(end),
+                                          opcode=_low_bits(opcode, _TRACE, "DATA_HI", "opcode"))
+            trace.events.append((stamp, word))
 
     # -- commands --------------------------------------------------------------------------------------------
 
@@ -629,7 +568,7 @@ class DeviceModel:
         last_local = f["local_addr"] + (rows - 1) * f["local_row_stride"] + (cols - 1) * f["local_col_stride"]
         if last_local >= depth:
             return (ErrorCode.ACC_RANGE if acc else ErrorCode.SPM_RANGE), 1
-        if f["dram_addr"] % _BUS_BYTES or f["dram_stride"] % _BUS_BYTES:
+        if f["dram_addr"] % BUS_BYTES or f["dram_stride"] % BUS_BYTES:
             return ErrorCode.MISALIGNED, 1
         row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
         outer_bytes = cols * row_bytes
@@ -648,7 +587,7 @@ class DeviceModel:
                 else:
                     self._store(at, local[row].astype(lane).tobytes())
         moved = rows * outer_bytes
-        cost = -(-moved // _BUS_BYTES)
+        cost = -(-moved // BUS_BYTES)
         perf = self._perf[tile]
         if opcode == Opcode.LOAD:
             perf.bytes_read = (perf.bytes_read + moved) & _MASK32
@@ -663,7 +602,7 @@ class DeviceModel:
         src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
         if length == 0:
             return ErrorCode.BAD_DIMENSION, 1
-        if src % _BUS_BYTES or dst % _BUS_BYTES or length % _BUS_BYTES:
+        if src % BUS_BYTES or dst % BUS_BYTES or length % BUS_BYTES:
             return ErrorCode.MISALIGNED, 1
         if not (self._in_window(q, src, src + length) and self._in_window(q, dst, dst + length)):
             return ErrorCode.DMA_WINDOW, 1
@@ -671,4 +610,4 @@ class DeviceModel:
         perf = self._perf[tile]
         perf.bytes_read = (perf.bytes_read + length) & _MASK32
         perf.bytes_written = (perf.bytes_written + length) & _MASK32
-        return ErrorCode.OK, length // _BUS_BYTES
+        return ErrorCode.OK, length // BUS_BYTES

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..spec import BUS_BYTES
+
 __all__ = ["ACC_LANE_BYTES", "BUS_BYTES", "pad_operand", "padded"]
 
-#: Device-memory bus width in bytes: DMA addresses and strides must be multiples of it.
-BUS_BYTES = 8
 #: Bytes per accumulator lane.
 ACC_LANE_BYTES = 4
 

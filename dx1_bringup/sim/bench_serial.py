@@ -1,7 +1,7 @@
 """cocotb module behind `make bench`: bulk payload throughput of the UART bridge, in simulated time.
 
-The host side is the driver's own framing (``dx1_driver.serial_link``'s frame
-builders, bursts split and windowed as :class:`~dx1_driver.serial_link.SerialTransport`
+The host side is the driver's own framing (:mod:`dx1_driver.frames`' frame
+builders, bursts split and windowed as :class:`~dx1_driver.serial_transport.SerialTransport`
 does) driving the pins bit by bit with cocotbext-uart.  The host answers at
 once (no cable or USB latency), so the figures are what the bridge and the
 protocol allow: payload bytes over the time from the first bit sent to the
@@ -40,14 +40,15 @@ import os
 import random
 import struct
 import time
-import zlib
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.uart import UartSink, UartSource
-from dx1_driver import serial_link as sl
+from dx1_driver import frames, link
+from dx1_driver.link import FrameStatus
+from dx1_driver.serial_transport import MAX_WINDOW, READ_WINDOW_BURSTS
 
 CLOCK_NS = 20
 MODES = ("crc", "crc-verified", "uartbone")
@@ -66,7 +67,7 @@ class Host:
         if not board:
             from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
 
-            regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+            regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=link.REG_BYTES)
             ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=1 << 20)
             models += [regs.read_if, regs.write_if, ram.read_if, ram.write_if]
         for model in models:
@@ -96,36 +97,37 @@ class Host:
     @staticmethod
     def _windows(n: int, bursts: int) -> list[list[tuple[int, int]]]:
         """(offset, length) bursts of at most BURST_MAX_PAYLOAD, grouped in windows as the driver groups them."""
-        span = min(sl.MAX_WINDOW, bursts * sl.BURST_MAX_PAYLOAD)
-        return [[(p, min(sl.BURST_MAX_PAYLOAD, n - p)) for p in range(w, min(n, w + span), sl.BURST_MAX_PAYLOAD)]
+        span = min(MAX_WINDOW, bursts * link.BURST_MAX_PAYLOAD)
+        return [[(p, min(link.BURST_MAX_PAYLOAD, n - p)) for p in range(w, min(n, w + span), link.BURST_MAX_PAYLOAD)]
                 for w in range(0, n, span)]
 
     async def _status(self, what: str) -> None:
         status = (await self.recv(1))[0]
-        assert status == sl.STATUS_ACK, f"{what}: status 0x{status:02x}"
+        assert status == FrameStatus.ACK, f"{what}: status 0x{status:02x}"
 
     async def _payload(self, what: str, k: int) -> bytes:
         await self._status(what)
-        body = await self.recv(k + 4)
-        assert zlib.crc32(body[:k]) == struct.unpack(">I", body[k:])[0], f"{what}: payload CRC mismatch"
+        body = await self.recv(k + link.CRC_BYTES)
+        assert frames.crc_ok(body), f"{what}: payload CRC mismatch"
         return body[:k]
 
     async def write(self, mode: str, addr: int, data: bytes) -> None:
         if mode == "uartbone":
             words = list(struct.unpack(f"<{len(data) // 4}I", data))
-            for i in range(0, len(words), sl.UARTBONE_MAX_WORDS):
-                self.send(sl.uartbone_write_frame(sl.MEM_BASE + addr + 4 * i, words[i:i + sl.UARTBONE_MAX_WORDS]))
-            self.send(sl.uartbone_read_frame(sl.MEM_BASE + addr, 1))
+            step = link.UARTBONE_MAX_WORDS
+            for i in range(0, len(words), step):
+                self.send(frames.uartbone_write_frame(link.MEM_BASE + addr + 4 * i, words[i:i + step]))
+            self.send(frames.uartbone_read_frame(link.MEM_BASE + addr, 1))
             self.round_trips += 1
-            await self.recv(4)
+            await self.recv(link.WORD_BYTES)
             return
         verify = mode == "crc-verified"
         # As SerialTransport._write_block: one burst a window with its read-back, else MAX_WINDOW bytes.
-        for window in self._windows(len(data), 1 if verify else sl.MAX_WINDOW // sl.BURST_MAX_PAYLOAD):
+        for window in self._windows(len(data), 1 if verify else MAX_WINDOW // link.BURST_MAX_PAYLOAD):
             for p, k in window:
-                self.send(sl.burst_write_frame(sl.MEM_BASE + addr + p, data[p:p + k]))
+                self.send(frames.burst_write_frame(link.MEM_BASE + addr + p, data[p:p + k]))
                 if verify:
-                    self.send(sl.burst_read_frame(sl.MEM_BASE + addr + p, k))
+                    self.send(frames.burst_read_frame(link.MEM_BASE + addr + p, k))
             self.round_trips += 1
             for p, k in window:
                 await self._status(f"burst write at 0x{addr + p:x}")
@@ -136,14 +138,15 @@ class Host:
     async def read(self, mode: str, addr: int, n: int) -> bytes:
         out = bytearray()
         if mode == "uartbone":
-            for i in range(0, n // 4, sl.UARTBONE_MAX_WORDS):
-                count = min(sl.UARTBONE_MAX_WORDS, n // 4 - i)
-                self.send(sl.uartbone_read_frame(sl.MEM_BASE + addr + 4 * i, count))
+            for i in range(0, n // 4, link.UARTBONE_MAX_WORDS):
+                count = min(link.UARTBONE_MAX_WORDS, n // 4 - i)
+                self.send(frames.uartbone_read_frame(link.MEM_BASE + addr + 4 * i, count))
                 self.round_trips += 1
-                out += struct.pack(f"<{count}I", *struct.unpack(f">{count}I", await self.recv(4 * count)))
+                words = frames.unpack_words(await self.recv(link.WORD_BYTES * count))
+                out += b"".join(w.to_bytes(link.WORD_BYTES, "little") for w in words)  # as a CPU stores them
             return bytes(out)
-        for window in self._windows(n, sl.READ_WINDOW_BURSTS):
-            self.send(b"".join(sl.burst_read_frame(sl.MEM_BASE + addr + p, k) for p, k in window))
+        for window in self._windows(n, READ_WINDOW_BURSTS):
+            self.send(b"".join(frames.burst_read_frame(link.MEM_BASE + addr + p, k) for p, k in window))
             self.round_trips += 1
             for p, k in window:
                 out += await self._payload(f"burst read at 0x{addr + p:x}", k)

@@ -11,9 +11,9 @@ connected, as hardware does: Python looks at the socket once per
 waits on the socket in wall-clock time instead, so an idle server does not spin.
 
 Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE, DX1_SIM_ONCE
-(1: stop after the first client), DX1_FAULT_RATE (bit error rate injected on
-both directions: each bit flips, and each byte is dropped or duplicated, with
-that probability) and DX1_FAULT_SEED.
+(1: stop after the first client), DX1_FAULT_RATE (line faults on both
+directions, :meth:`dx1_bringup.faults.LineFaults.uniform`: bits flip, and bytes
+are dropped or duplicated, each with that probability) and DX1_FAULT_SEED.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import select
 import socket
 
 import cocotb
-import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer
 from cocotbext.uart import UartSink, UartSource
 
+from ..faults import LineFaults
 from .soc_server import open_listener
 
 CLOCK_NS = 20  # the board's 50 MHz clock
@@ -44,34 +44,6 @@ IDLE_CHUNKS = 2000
 CLIENT_OPTIONS = {"baud": 1000, "timeout": 5.0, "quiet": 1.0}
 
 
-class FaultInjector:
-    """Flips bits, drops and duplicates bytes at a given rate (seeded, so a failure can be replayed)."""
-
-    def __init__(self, rate: float, seed: int):
-        self.rate = rate
-        self.rng = np.random.default_rng(seed)
-        self.flipped = self.dropped = self.duplicated = 0
-
-    def __call__(self, data: bytes) -> bytes:
-        if not self.rate or not data:
-            return data
-        buf = np.frombuffer(data, dtype=np.uint8).copy()
-        flips = self.rng.random((len(buf), 8)) < self.rate
-        if flips.any():
-            buf ^= np.packbits(flips, axis=1, bitorder="little")[:, 0]
-            self.flipped += int(flips.sum())
-        out = bytearray()
-        for byte, fate in zip(buf.tobytes(), self.rng.random(len(buf)), strict=True):
-            if fate < self.rate:
-                self.dropped += 1
-            elif fate < 2 * self.rate:
-                out += bytes([byte, byte])
-                self.duplicated += 1
-            else:
-                out.append(byte)
-        return bytes(out)
-
-
 @cocotb.test()
 async def serve(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
@@ -86,7 +58,7 @@ async def serve(dut):
 
     rate = float(os.environ.get("DX1_FAULT_RATE", "0"))
     seed = int(os.environ.get("DX1_FAULT_SEED", "1"))
-    to_board, to_host = FaultInjector(rate, seed), FaultInjector(rate, seed + 1)
+    to_board, to_host = LineFaults.uniform(rate, seed=seed), LineFaults.uniform(rate, seed=seed + 1)
     listener, port = open_listener()
     dut._log.info("dx1 simulated board: UART at %d baud on 127.0.0.1:%d (fault rate %g); reach it with "
                   "--device serial:socket://127.0.0.1:%d@%d,timeout=60 (the simulated line is slow in wall-clock "
@@ -107,11 +79,11 @@ async def serve(dut):
                     if data == b"":
                         break  # the client closed the connection
                     if data:
-                        source.write_nowait(to_board(data))
+                        source.write_nowait(to_board.apply(data))
                     out = bytes(sink.read_nowait())
                     if out:
                         conn.setblocking(True)
-                        conn.sendall(to_host(out))
+                        conn.sendall(to_host.apply(out))
                         conn.setblocking(False)
                     quiet = 0 if (data or out or not source.empty()) else quiet + 1
                     if quiet > IDLE_CHUNKS:

@@ -7,10 +7,8 @@ so the device only sees time pass inside transactions; that is what a host
 sees too, only faster.  cocotbext-axi's AXI4-Lite and AXI4 masters make the
 bus transactions, so the ports are also checked against an independent model.
 
-Protocol (little-endian), one request at a time:
-
-* request: ``op:u8, addr:u32, n:u32`` then, for WRITE_BLOCK, ``n`` bytes;
-* response: ``status:u8, length:u32`` then ``length`` bytes.
+The protocol is the simulator socket of :mod:`dx1_bringup.spec.link` (``docs/link.md``):
+one request at a time, its op codes, status codes and layouts all from there.
 
 Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE (where the
 chosen port is written once the server listens), DX1_SIM_ONCE (1: stop after
@@ -19,7 +17,6 @@ the first client disconnects).
 
 from __future__ import annotations
 
-import enum
 import os
 import socket
 import struct
@@ -29,27 +26,15 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
-__all__ = ["Op", "Status", "REQUEST", "RESPONSE", "open_listener"]
+from ..spec import SIM_BYTE_ORDER, SIM_REQUEST, SIM_RESPONSE, SimOp, SimStatus, struct_format
 
-REQUEST = struct.Struct("<BII")
-RESPONSE = struct.Struct("<BI")
+__all__ = ["REQUEST", "RESPONSE", "open_listener"]
+
+REQUEST = struct.Struct(struct_format(SIM_BYTE_ORDER, SIM_REQUEST))
+RESPONSE = struct.Struct(struct_format(SIM_BYTE_ORDER, SIM_RESPONSE))
 CLOCK_NS = 10
-
-
-class Op(enum.IntEnum):
-    CLOSE = 0
-    READ32 = 1
-    WRITE32 = 2
-    READ_BLOCK = 3
-    WRITE_BLOCK = 4
-    WAIT_IRQ = 5  # n: cycle budget; answers one byte: 1 if the line is high
-    CYCLES = 6    # answers the simulated cycle count as u64
-
-
-class Status(enum.IntEnum):
-    OK = 0
-    BUS_ERROR = 1
-    BAD_REQUEST = 2
+#: Bytes of the cycle count a CYCLES request answers.
+CYCLE_COUNT_BYTES = 8
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
@@ -88,28 +73,28 @@ class SocServer:
             master.read_if.log.setLevel("WARNING")
 
     async def handle(self, op: int, addr: int, n: int, payload: bytes) -> tuple[int, bytes]:
-        if op == Op.READ32:
+        if op == SimOp.READ32:
             resp = await self.regs.read(addr, 4)
-            return (Status.OK, resp.data) if resp.resp == 0 else (Status.BUS_ERROR, b"")
-        if op == Op.WRITE32:
-            resp = await self.regs.write(addr, n.to_bytes(4, "little"))
-            return Status.OK if resp.resp == 0 else Status.BUS_ERROR, b""
-        if op == Op.READ_BLOCK:
+            return (SimStatus.OK, resp.data) if resp.resp == 0 else (SimStatus.BUS_ERROR, b"")
+        if op == SimOp.WRITE32:
+            resp = await self.regs.write(addr, n.to_bytes(4, SIM_BYTE_ORDER))
+            return SimStatus.OK if resp.resp == 0 else SimStatus.BUS_ERROR, b""
+        if op == SimOp.READ_BLOCK:
             resp = await self.mem.read(addr, n)
-            return (Status.OK, bytes(resp.data)) if resp.resp == 0 else (Status.BUS_ERROR, b"")
-        if op == Op.WRITE_BLOCK:
+            return (SimStatus.OK, bytes(resp.data)) if resp.resp == 0 else (SimStatus.BUS_ERROR, b"")
+        if op == SimOp.WRITE_BLOCK:
             resp = await self.mem.write(addr, payload)
-            return Status.OK if resp.resp == 0 else Status.BUS_ERROR, b""
-        if op == Op.WAIT_IRQ:
+            return SimStatus.OK if resp.resp == 0 else SimStatus.BUS_ERROR, b""
+        if op == SimOp.WAIT_IRQ:
             if not self.dut.irq.value:
                 # One timer, not a per-cycle count: Python stays off the clock while the device runs.
                 await First(RisingEdge(self.dut.irq), Timer(max(1, n) * CLOCK_NS, "ns"))
-            return Status.OK, bytes([int(self.dut.irq.value)])
-        if op == Op.CYCLES:
+            return SimStatus.OK, bytes([int(self.dut.irq.value)])
+        if op == SimOp.CYCLES:
             from cocotb.utils import get_sim_time
 
-            return Status.OK, (int(get_sim_time(unit="ns")) // CLOCK_NS).to_bytes(8, "little")
-        return Status.BAD_REQUEST, f"unknown op {op}".encode()
+            return SimStatus.OK, (int(get_sim_time(unit="ns")) // CLOCK_NS).to_bytes(CYCLE_COUNT_BYTES, SIM_BYTE_ORDER)
+        return SimStatus.BAD_REQUEST, f"unknown op {op}".encode()
 
     async def serve(self, conn: socket.socket) -> bool:
         """Serve one client; False when it asked the server to stop."""
@@ -118,11 +103,11 @@ class SocServer:
             if header is None:
                 return True
             op, addr, n = REQUEST.unpack(header)
-            if op == Op.CLOSE:
-                conn.sendall(RESPONSE.pack(Status.OK, 0))
+            if op == SimOp.CLOSE:
+                conn.sendall(RESPONSE.pack(SimStatus.OK, 0))
                 return n == 0  # CLOSE with n=1 stops the server
             payload = b""
-            if op == Op.WRITE_BLOCK:
+            if op == SimOp.WRITE_BLOCK:
                 payload = _recv_exact(conn, n)
                 if payload is None:
                     return True

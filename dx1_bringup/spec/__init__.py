@@ -8,7 +8,9 @@ from .commands import *  # noqa: F403
 from .commands import __all__ as _commands_all
 from .config import *  # noqa: F403
 from .config import __all__ as _config_all
+from .link import *  # noqa: F403
+from .link import __all__ as _link_all
 from .registers import *  # noqa: F403
 from .registers import __all__ as _registers_all
 
-__all__ = [*_commands_all, *_config_all, *_registers_all]
+__all__ = [*_commands_all, *_config_all, *_link_all, *_registers_all]

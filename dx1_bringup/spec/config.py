@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TileConfig", "SocConfig"]
+__all__ = ["BUS_BYTES", "TileConfig", "SocConfig"]
+
+#: Bytes of one beat of the SoC's AXI4 device-memory bus (64-bit data): the DMA's, the memory's, the host
+#: port's and the UART bridge's; device-memory addresses and strides of LOAD, STORE and COPY are multiples of it.
+BUS_BYTES = 8
 
 
 def _check_int(owner: str, name: str, value, low: int, high: int, *, power_of_two: bool = False) -> None:

@@ -44,6 +44,10 @@ class RegField:
     def mask(self) -> int:
         return ((1 << self.width) - 1) << self.lsb
 
+    def extract(self, word: int) -> int:
+        """The field's value in register value ``word``."""
+        return (word >> self.lsb) & ((1 << self.width) - 1)
+
 
 @dataclass(frozen=True)
 class Register:
@@ -57,6 +61,23 @@ class Register:
     @property
     def reset(self) -> int:
         return sum(f.reset << f.lsb for f in self.fields)
+
+    def field(self, name: str) -> RegField:
+        """The field called ``name``; ``KeyError`` if the register has none."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}")
+
+    def pack(self, **values: int) -> int:
+        """A register value with the named fields set; ``ValueError`` if a value does not fit its field."""
+        word = 0
+        for name, value in values.items():
+            f = self.field(name)
+            if not 0 <= value < 1 << f.width:
+                raise ValueError(f"{name} = {value} does not fit {self.name}.{name} ({f.width} bits)")
+            word |= value << f.lsb
+        return word
 
     @property
     def writable_mask(self) -> int:

@@ -1,27 +1,23 @@
 """CRC register frames on the simulated board's RTL (SoC + UART bridge): the SoC's real register file answers.
 
-The frames come from the bridge testbench's host (built from the frame format, not
-from the driver), sent on the board's UART pins by cocotbext-uart.  The register file answers SLVERR for a
-write to a read-only register and a read of a write-only one, which the bridge
-must turn into ``STATUS_BUS_ERROR``; range and CRC refusals never reach the bus.
+The frames are the driver's (:mod:`dx1_driver.frames`), sent on the board's UART pins by cocotbext-uart.
+The register file answers SLVERR for a write to a read-only register and a read of a write-only one, which
+the bridge must turn into ``BUS_ERROR``; range and CRC refusals never reach the bus.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
-
 import cocotb
 from cocotb.triggers import ClockCycles
-from dx1_driver import regs
-from dx1_driver import serial_link as sl
+from dx1_driver import frames, regs
+from dx1_driver.link import MEM_BASE, REG_BYTES, TIMEOUT_BITS, FrameStatus
 
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.board_server import BAUD
 
-from .test_bridge import Host, UartHostTB
+from .test_bridge import UartHostTB
 
-QUIET_NS = 1.2 * 1000 * 1e9 / BAUD     # past the bridge's inter-byte timeout (1000 bit times)
+QUIET_NS = 1.2 * TIMEOUT_BITS * 1e9 / BAUD     # past the bridge's inter-byte timeout
 GLOBAL = regs.BLOCK_BASES["GLOBAL"]
 SCRATCH = GLOBAL + regs.Global.SCRATCH
 
@@ -43,33 +39,33 @@ async def register_frames_on_the_soc(dut):
     tb = BoardTB(dut)
     await tb.reset()
     status, words = await tb.reg_read(GLOBAL, 6)
-    assert status == sl.STATUS_ACK, status
+    assert status == FrameStatus.ACK, status
     assert words[regs.Global.ID // 4] == regs.BlockType.GLOBAL and words[regs.Global.MAGIC // 4] == regs.MAGIC, words
-    assert await tb.reg_write(SCRATCH, [0x1234_5678]) == sl.STATUS_ACK
-    assert await tb.reg_read(SCRATCH, 1) == (sl.STATUS_ACK, [0x1234_5678])
+    assert await tb.reg_write(SCRATCH, [0x1234_5678]) == FrameStatus.ACK
+    assert await tb.reg_read(SCRATCH, 1) == (FrameStatus.ACK, [0x1234_5678])
     # CYCLES_LO follows SCRATCH and is read-only: SLVERR for it, SCRATCH still written
-    assert await tb.reg_write(SCRATCH, [0xA5A5_0001, 7]) == sl.STATUS_BUS_ERROR
-    assert await tb.reg_read(SCRATCH, 1) == (sl.STATUS_ACK, [0xA5A5_0001])
+    assert await tb.reg_write(SCRATCH, [0xA5A5_0001, 7]) == FrameStatus.BUS_ERROR
+    assert await tb.reg_read(SCRATCH, 1) == (FrameStatus.ACK, [0xA5A5_0001])
     # RESET is write-only: a read of it is a bus error, and no word is answered
-    assert await tb.reg_read(GLOBAL + regs.Global.RESET, 1) == (sl.STATUS_BUS_ERROR, [])
+    assert await tb.reg_read(GLOBAL + regs.Global.RESET, 1) == (FrameStatus.BUS_ERROR, [])
     # range refusals: nothing reaches the bus, and the next frame is taken at once
-    for addr, n in ((SCRATCH + 1, 1), (sl.REG_BYTES - 4, 2), (SCRATCH, 0), (sl.MEM_BASE, 1)):
-        assert await tb.reg_write(addr, [0xDEAD_BEEF] * n) == sl.STATUS_NAK_RANGE, (addr, n)
-        assert await tb.reg_read(addr, n) == (sl.STATUS_NAK_RANGE, []), (addr, n)
-    assert await tb.reg_read(SCRATCH, 1) == (sl.STATUS_ACK, [0xA5A5_0001])
+    for addr, n in ((SCRATCH + 1, 1), (REG_BYTES - 4, 2), (SCRATCH, 0), (MEM_BASE, 1)):
+        assert await tb.reg_write(addr, [0xDEAD_BEEF] * n) == FrameStatus.NAK_RANGE, (addr, n)
+        assert await tb.reg_read(addr, n) == (FrameStatus.NAK_RANGE, []), (addr, n)
+    assert await tb.reg_read(SCRATCH, 1) == (FrameStatus.ACK, [0xA5A5_0001])
     # a bad CRC: NAK, nothing written, and the frame sent right behind it is dropped with the rest of the line
-    frame = bytearray(Host.reg_write(SCRATCH, [1]))
+    frame = bytearray(frames.reg_write_frame(SCRATCH, [1]))
     frame[8] ^= 0x02
-    await tb.send(bytes(frame) + Host.reg_write(SCRATCH, [2]))
-    assert (await tb.recv(1))[0] == sl.STATUS_NAK_CRC
+    await tb.send(bytes(frame) + frames.reg_write_frame(SCRATCH, [2]))
+    assert (await tb.recv(1))[0] == FrameStatus.NAK_CRC
     await tb.quiet(QUIET_NS)
-    assert await tb.reg_read(SCRATCH, 1) == (sl.STATUS_ACK, [0xA5A5_0001]), "a frame with a bad CRC was written"
+    assert await tb.reg_read(SCRATCH, 1) == (FrameStatus.ACK, [0xA5A5_0001]), "a frame with a bad CRC was written"
     # the driver's window: writes back to back, then a read; statuses first, then the read's answer
-    await tb.send(b"".join(Host.reg_write(SCRATCH, [i]) for i in range(5)) + Host.reg_read(SCRATCH, 1))
+    await tb.send(b"".join(frames.reg_write_frame(SCRATCH, [i]) for i in range(5)) + frames.reg_read_frame(SCRATCH, 1))
     assert await tb.recv(5) == bytes(5)
-    assert (await tb.recv(1))[0] == sl.STATUS_ACK
+    assert (await tb.recv(1))[0] == FrameStatus.ACK
     body = await tb.recv(8)
-    assert body == struct.pack(">I", 4) + struct.pack(">I", zlib.crc32(struct.pack(">I", 4)))
+    assert body == frames.pack_words([4]) + frames.crc_bytes(frames.pack_words([4]))
 
 
 def test_register_frames_on_the_board(seed):

@@ -1,6 +1,9 @@
 """The UART host bridge against a Python host: UARTBone frames as LiteX sends them, CRC bursts, CRC register
 frames, robustness, speed.
 
+The frames are the driver's (:mod:`dx1_driver.frames`, from the spec's link definition), so the gateware is
+checked against the one definition of the wire format.
+
 The pins are driven by cocotbext-uart; the register port is an AxiLiteRam and
 the device-memory port an AxiRam, both compared with what the host wrote.
 Bus errors come from an address range each RAM model is made to refuse.
@@ -11,7 +14,6 @@ from __future__ import annotations
 import logging
 import random
 import struct
-import zlib
 
 import cocotb
 from cocotb.clock import Clock
@@ -19,6 +21,8 @@ from cocotb.triggers import ClockCycles, Timer, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
 from cocotbext.uart import UartSink, UartSource
+from dx1_driver import frames
+from dx1_driver.link import MEM_BASE, REG_BYTES, TIMEOUT_BITS, FrameCommand, FrameStatus
 
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.bus import refuse_accesses
@@ -26,52 +30,11 @@ from dx1_bringup.sim.tile_tb import seed_note
 
 BAUD = 3_000_000
 BIT_NS = 1e9 / BAUD
-TIMEOUT_NS = 1000 * BIT_NS          # the bridge's inter-byte timeout
-MEM_BASE = 0x8000_0000
+TIMEOUT_NS = TIMEOUT_BITS * BIT_NS  # the bridge's inter-byte timeout
 MEM_SIZE = 1 << 20
 BAD = (0xF0000, 0x100000)           # device-memory offsets the AxiRam answers with an error
 BAD_REGS = (0xF000, 0xF100)         # register offsets the AxiLiteRam answers with an error
-ACK, NAK_CRC, NAK_RANGE, NAK_BUS = 0, 1, 2, 3
-
-
-def crc32(data: bytes) -> bytes:
-    return struct.pack(">I", zlib.crc32(data))
-
-
-class Host:
-    """Builds the frames a host sends (UARTBone as LiteX's comm_uart does, and CRC bursts)."""
-
-    @staticmethod
-    def bone_write(addr: int, words: list[int]) -> bytes:
-        return bytes([0x01, len(words) & 0xFF]) + struct.pack(">I", addr // 4) + b"".join(
-            struct.pack(">I", w) for w in words)
-
-    @staticmethod
-    def bone_read(addr: int, n: int) -> bytes:
-        return bytes([0x02, n & 0xFF]) + struct.pack(">I", addr // 4)
-
-    @staticmethod
-    def burst_header(cmd: int, addr: int, length: int) -> bytes:
-        head = struct.pack(">BII", cmd, addr, length)
-        return head + crc32(head)
-
-    @classmethod
-    def burst_write(cls, addr: int, data: bytes) -> bytes:
-        return cls.burst_header(0x81, addr, len(data)) + data + crc32(data)
-
-    @classmethod
-    def burst_read(cls, addr: int, length: int) -> bytes:
-        return cls.burst_header(0x82, addr, length)
-
-    @staticmethod
-    def reg_write(addr: int, words: list[int], n: int | None = None) -> bytes:
-        frame = struct.pack(">BIB", 0x83, addr, len(words) if n is None else n) + struct.pack(f">{len(words)}I", *words)
-        return frame + crc32(frame)
-
-    @staticmethod
-    def reg_read(addr: int, n: int) -> bytes:
-        frame = struct.pack(">BIB", 0x84, addr, n)
-        return frame + crc32(frame)
+ACK, NAK_CRC, NAK_RANGE, NAK_BUS = FrameStatus.ACK, FrameStatus.NAK_CRC, FrameStatus.NAK_RANGE, FrameStatus.BUS_ERROR
 
 
 class UartHostTB:
@@ -104,23 +67,23 @@ class UartHostTB:
         assert not extra, f"unexpected bytes from the bridge: {extra.hex()}"
 
     async def reg_write(self, addr: int, words: list[int]) -> int:
-        await self.send(Host.reg_write(addr, words))
+        await self.send(frames.reg_write_frame(addr, words))
         return (await self.recv(1))[0]
 
     async def reg_read(self, addr: int, n: int) -> tuple[int, list[int]]:
-        await self.send(Host.reg_read(addr, n))
+        await self.send(frames.reg_read_frame(addr, n))
         status = (await self.recv(1))[0]
         if status != ACK:
             return status, []
         payload = await self.recv(4 * n + 4)
-        assert payload[-4:] == crc32(payload[:-4]), f"register read CRC wrong ({seed_note()})"
-        return status, list(struct.unpack(f">{n}I", payload[:-4]))
+        assert frames.crc_ok(payload), f"register read CRC wrong ({seed_note()})"
+        return status, frames.unpack_words(payload[:-4])
 
 
 class BridgeTB(UartHostTB):
     def __init__(self, dut):
         super().__init__(dut, dut.rx, dut.tx, BAUD)
-        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=1 << 16)
+        self.regs = AxiLiteRam(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst, size=REG_BYTES)
         self.ram = AxiRam(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst, size=MEM_SIZE)
         for model in (self.ram.read_if, self.ram.write_if, self.regs.read_if, self.regs.write_if):
             model.log.setLevel(logging.WARNING)
@@ -139,25 +102,25 @@ class BridgeTB(UartHostTB):
 
     # ---- host operations ------------------------------------------------------------------------
     async def bone_write(self, addr: int, words: list[int]) -> None:
-        await self.send(Host.bone_write(addr, words))
+        await self.send(frames.uartbone_write_frame(addr, words))
         await ClockCycles(self.dut.clk, 100)     # the last word's bus write
 
     async def bone_read(self, addr: int, n: int) -> list[int]:
-        await self.send(Host.bone_read(addr, n))
+        await self.send(frames.uartbone_read_frame(addr, n))
         data = await self.recv(4 * n)
-        return list(struct.unpack(f">{n}I", data))
+        return frames.unpack_words(data)
 
     async def burst_write(self, addr: int, data: bytes) -> int:
-        await self.send(Host.burst_write(addr, data))
+        await self.send(frames.burst_write_frame(addr, data))
         return (await self.recv(1))[0]
 
     async def burst_read(self, addr: int, length: int) -> tuple[int, bytes]:
-        await self.send(Host.burst_read(addr, length))
+        await self.send(frames.burst_read_frame(addr, length))
         status = (await self.recv(1))[0]
         if status != ACK:
             return status, b""
         payload = await self.recv(length + 4)
-        assert payload[-4:] == crc32(payload[:-4]), f"read burst CRC wrong ({seed_note()})"
+        assert frames.crc_ok(payload), f"read burst CRC wrong ({seed_note()})"
         return status, payload[:-4]
 
 
@@ -172,7 +135,7 @@ async def uartbone(dut):
     """UARTBone writes and reads of registers and memory, n = 1..8, against the RAM models."""
     tb, rng = await setup(dut)
     for n in range(1, 9):
-        for base, model, span in ((0, tb.regs, 1 << 16), (MEM_BASE, tb.ram, MEM_SIZE)):
+        for base, model, span in ((0, tb.regs, REG_BYTES), (MEM_BASE, tb.ram, MEM_SIZE)):
             off = rng.randrange(0, span - 4 * n, 4)
             words = [rng.getrandbits(32) for _ in range(n)]
             await tb.bone_write(base + off, words)
@@ -216,7 +179,7 @@ async def bursts(dut):
     for addr, length in ((0x1000, 8), (MEM_BASE, 0), (MEM_BASE, 4097), (0xFFFF_FFF0, 32)):
         status, _ = await tb.burst_read(addr, length)
         assert status == NAK_RANGE, f"read {addr:#x}+{length}: status {status} ({seed_note()})"
-    await tb.send(Host.burst_write(0x100, b"abc"))
+    await tb.send(frames.burst_write_frame(0x100, b"abc"))
     assert (await tb.recv(1))[0] == NAK_RANGE, f"write below device memory not refused ({seed_note()})"
     await tb.quiet(1.2 * TIMEOUT_NS)   # a NAK after a write header: the bridge discards until quiet
     # bus errors
@@ -234,7 +197,7 @@ async def register_frames(dut):
     tb, rng = await setup(dut)
     regs = tb.regs
     for n in (1, 2, 3, 8, 17, 255):
-        off = rng.randrange(0, (1 << 16) - 4 * n, 4)
+        off = rng.randrange(0, REG_BYTES - 4 * n, 4)
         words = [rng.getrandbits(32) for _ in range(n)]
         assert await tb.reg_write(off, words) == ACK, f"register write of {n} at {off:#x} ({seed_note()})"
         got = [regs.read_dword(off + 4 * i) for i in range(n)]
@@ -244,31 +207,31 @@ async def register_frames(dut):
     assert await tb.reg_write(0xFFF8, [5, 6]) == ACK
     assert await tb.reg_read(0xFFF8, 2) == (ACK, [5, 6]), f"read at the top ({seed_note()})"
     regs.write_dword(0x40, 0x1111_1111)
-    before = regs.read(0, 1 << 16)
+    before = regs.read(0, REG_BYTES)
     # range: unaligned, past the register space, count 0, device memory: NAK_RANGE, nothing written, and
     # the frame was whole, so the next frame is taken at once
-    for addr, words in ((0x42, [1]), (0xFFFC, [1, 2]), (0x40, []), (MEM_BASE + 0x40, [1]), (0x1_0000, [1])):
+    for addr, words in ((0x42, [1]), (0xFFFC, [1, 2]), (0x40, []), (MEM_BASE + 0x40, [1]), (REG_BYTES, [1])):
         assert await tb.reg_write(addr, words) == NAK_RANGE, f"write {addr:#x} x{len(words)} ({seed_note()})"
         assert await tb.reg_read(addr, len(words)) == (NAK_RANGE, []), f"read {addr:#x} ({seed_note()})"
-    assert regs.read(0, 1 << 16) == before, f"a refused register frame wrote ({seed_note()})"
+    assert regs.read(0, REG_BYTES) == before, f"a refused register frame wrote ({seed_note()})"
     # bad CRC: a flipped word bit, a flipped CRC bit, a flipped count (the frame then ends early or late)
     for k in (8, -1, 5):
-        frame = bytearray(Host.reg_write(0x40, [0x2222_2222, 0x3333_3333]))
+        frame = bytearray(frames.reg_write_frame(0x40, [0x2222_2222, 0x3333_3333]))
         frame[k] ^= 0x01
         await tb.send(bytes(frame))
         if k != 5:
             assert (await tb.recv(1))[0] == NAK_CRC, f"bad CRC (byte {k}) not refused ({seed_note()})"
         await tb.quiet(1.2 * TIMEOUT_NS)   # discard until quiet, then nothing more
-        assert regs.read(0, 1 << 16) == before, f"a register frame with a bad CRC wrote ({seed_note()})"
-    frame = bytearray(Host.reg_read(0x40, 1))
+        assert regs.read(0, REG_BYTES) == before, f"a register frame with a bad CRC wrote ({seed_note()})"
+    frame = bytearray(frames.reg_read_frame(0x40, 1))
     frame[4] ^= 0x04
     await tb.send(bytes(frame))
     assert (await tb.recv(1))[0] == NAK_CRC, f"read with a bad CRC not refused ({seed_note()})"
     await tb.quiet(1.2 * TIMEOUT_NS)
     # after a bad CRC the bridge ignores the line until it is quiet: a frame sent right after is dropped
-    frame = bytearray(Host.reg_write(0x40, [7]))
+    frame = bytearray(frames.reg_write_frame(0x40, [7]))
     frame[6] ^= 0x80
-    await tb.send(bytes(frame) + Host.reg_write(0x40, [8]))
+    await tb.send(bytes(frame) + frames.reg_write_frame(0x40, [8]))
     assert (await tb.recv(1))[0] == NAK_CRC, f"bad CRC before a good frame ({seed_note()})"
     await tb.quiet(1.2 * TIMEOUT_NS)
     assert regs.read_dword(0x40) == 0x1111_1111, f"a frame after a bad CRC was taken ({seed_note()})"
@@ -281,12 +244,12 @@ async def register_frames(dut):
     tb.bad_enabled = False
     assert await tb.reg_read(BAD_REGS[0] - 4, 1) == (ACK, [0xA0]), f"read after bus errors ({seed_note()})"
     # back to back: several writes then a read, answered in order without waiting in between
-    await tb.send(b"".join(Host.reg_write(0x100 + 4 * i, [i, ~i & 0xFFFF_FFFF]) for i in range(6))
-                  + Host.reg_read(0x100, 7))
+    await tb.send(b"".join(frames.reg_write_frame(0x100 + 4 * i, [i, ~i & 0xFFFF_FFFF]) for i in range(6))
+                  + frames.reg_read_frame(0x100, 7))
     assert await tb.recv(6) == bytes(6), f"write statuses of a window ({seed_note()})"
     assert (await tb.recv(1))[0] == ACK
     payload = await tb.recv(7 * 4 + 4)
-    assert payload[-4:] == crc32(payload[:-4])
+    assert frames.crc_ok(payload)
     assert list(struct.unpack(">7I", payload[:-4])) == [0, 1, 2, 3, 4, 5, 0xFFFF_FFFA], f"window ({seed_note()})"
     # UARTBone and bursts still work after all this
     assert await tb.bone_read(0x100, 2) == [0, 1]
@@ -301,19 +264,19 @@ async def robustness(dut):
     before = tb.ram.read(off, 64)
     data = rng.randbytes(64)
     # bad payload CRC: NAK, nothing written, back to idle at once
-    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame = bytearray(frames.burst_write_frame(MEM_BASE + off, data))
     frame[-1] ^= 0x40
     await tb.send(bytes(frame))
     assert (await tb.recv(1))[0] == NAK_CRC, f"bad payload CRC not refused ({seed_note()})"
     assert tb.ram.read(off, 64) == before, f"a payload with a bad CRC was written ({seed_note()})"
     # a flipped payload bit, good CRC field
-    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame = bytearray(frames.burst_write_frame(MEM_BASE + off, data))
     frame[20] ^= 1
     await tb.send(bytes(frame))
     assert (await tb.recv(1))[0] == NAK_CRC, f"corrupted payload not refused ({seed_note()})"
     assert tb.ram.read(off, 64) == before, f"a corrupted payload was written ({seed_note()})"
     # bad header CRC: NAK right after the header, the rest discarded until the line is quiet
-    frame = bytearray(Host.burst_write(MEM_BASE + off, data))
+    frame = bytearray(frames.burst_write_frame(MEM_BASE + off, data))
     frame[3] ^= 0x10
     await tb.send(bytes(frame))
     assert (await tb.recv(1))[0] == NAK_CRC, f"bad header CRC not refused ({seed_note()})"
@@ -322,8 +285,9 @@ async def robustness(dut):
     assert await tb.burst_write(MEM_BASE + off, data) == ACK, f"good frame after bad header ({seed_note()})"
     assert tb.ram.read(off, 64) == data
     # cut-off frames: stop mid-frame, wait past the timeout, then a good frame
-    for cut in (Host.burst_write(MEM_BASE + off, bytes(64))[:40], Host.burst_write(MEM_BASE + off, bytes(64))[:7],
-                Host.bone_write(MEM_BASE + off, [0, 0, 0])[:9], Host.bone_read(off, 2)[:3]):
+    burst = frames.burst_write_frame(MEM_BASE + off, bytes(64))
+    for cut in (burst[:40], burst[:7], frames.uartbone_write_frame(MEM_BASE + off, [0, 0, 0])[:9],
+                frames.uartbone_read_frame(off, 2)[:3]):
         await tb.send(cut)
         await tb.quiet(1.2 * TIMEOUT_NS)
         assert tb.ram.read(off, 64) == data, f"a cut-off frame wrote memory ({seed_note()})"
@@ -331,7 +295,7 @@ async def robustness(dut):
         await tb.bone_write(0x40, words)
         assert await tb.bone_read(0x40, 2) == words, f"UARTBone after a cut-off frame ({seed_note()})"
     # garbage with no command byte is ignored at once
-    garbage = bytes(b for b in rng.randbytes(200) if b not in (1, 2, 3, 4, 0x81, 0x82, 0x83, 0x84))
+    garbage = bytes(b for b in rng.randbytes(200) if b not in set(FrameCommand))
     await tb.send(garbage)
     status, back = await tb.burst_read(MEM_BASE + off, 64)
     assert status == ACK and back == data, f"burst after garbage ({seed_note()})"
@@ -343,7 +307,7 @@ async def robustness(dut):
     status, back = await tb.burst_read(MEM_BASE + off, 64)
     assert status == ACK and back == data, f"burst after random garbage ({seed_note()})"
     # a framing error (a break) mid-frame drops the frame
-    await tb.send(Host.burst_write(MEM_BASE + off, bytes(64))[:30])
+    await tb.send(frames.burst_write_frame(MEM_BASE + off, bytes(64))[:30])
     tb.dut.rx.value = 0
     await Timer(int(20 * BIT_NS), "ns")
     tb.dut.rx.value = 1
