@@ -816,14 +816,24 @@ def _exception_diagnosis(step: str, e: Exception) -> str:
 
 
 def _mem_bytes(text: str) -> int:
-    value = int(text, 0)
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of bytes (decimal or 0x hex), not {text!r}") from None
     if value < _WORD or value % _WORD:
         raise argparse.ArgumentTypeError(f"must be a positive multiple of {_WORD}, not {value}")
     return value
 
 
 def cmd_bringup(args: argparse.Namespace) -> int:
-    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad device string."""
+    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad argument."""
+    path = Path(args.report)
+    try:  # refuse a report path that cannot be written before bringing anything up
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as e:
+        print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
@@ -832,8 +842,6 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
-    path = Path(args.report)
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
     return 0 if report.passed else 1

@@ -16,10 +16,24 @@ from .bringup import add_parser as add_bringup_parser
 __all__ = ["main"]
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
     return value
 
 
@@ -222,13 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-m", type=_positive, default=128, help="rows of A (default 128)")
     demo.add_argument("-k", type=_positive, default=128, help="reduction length (default 128)")
     demo.add_argument("-n", type=_positive, default=48, help="output columns (default 48)")
-    demo.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
+    demo.add_argument("--seed", type=_seed, default=1, help="operand seed (default 1)")
     demo.set_defaults(func=cmd_demo)
     gemm = sub.add_parser("gemm", help="run a random int8 GEMM through the driver and verify it bit for bit")
     gemm.add_argument("m", type=_positive, help="rows of A")
     gemm.add_argument("k", type=_positive, help="reduction length")
     gemm.add_argument("n", type=_positive, help="columns of B")
-    gemm.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
+    gemm.add_argument("--seed", type=_seed, default=1, help="operand seed (default 1)")
     gemm.add_argument("--device", default="model",
                       help="model, sim (a private simulator of the RTL), sim://HOST:PORT, "
                            "serial:URL[@BAUD][,timeout=SECONDS][,retries=N] or pcie:BDF (default model)")

@@ -30,6 +30,8 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "runtime": (("dx1_bringup.runtime",), frozenset({"spec", "model", "driver"})),
     "sim": (("dx1_bringup.sim",), frozenset({"spec", "gateware", "faults", "model", "driver", "runtime"})),
     "backends": (("dx1_bringup.backends",), frozenset({"spec", "faults", "model", "driver", "sim"})),
+    "replay": (("dx1_bringup.replay",), frozenset({"spec", "driver"})),
+    "fuzz": (("dx1_bringup.fuzz",), frozenset({"spec", "model", "driver", "sim", "replay"})),
     "bringup": (("dx1_bringup.bringup",), frozenset({"spec", "faults", "model", "driver", "runtime"})),
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "bench": (("dx1_bringup.bench",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",

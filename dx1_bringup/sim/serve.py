@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import SimulationFailed, run_cocotb, verilator_missing
 
@@ -41,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
     parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
+    if args.port_file:
+        try:  # before building or starting anything
+            Path(args.port_file).open("a").close()
+        except OSError as e:
+            parser.error(f"--port-file {args.port_file} cannot be written: {e.strerror or e}")
     if not 0 <= args.fault_rate < 0.5:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
