@@ -135,4 +135,5 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     status, err = run(["bringup", "--report", str(missing)], capsys)
     assert status == 2 and "cannot write the report to" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
-    assert status == 2 and f"--port-file {missing} cannot be written" in err
+    assert status == 2 and f"--port-file {missing} cannot be written (it must be a file in a writable folder)" in err
+    assert not missing.exists()

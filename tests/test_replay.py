@@ -29,6 +29,7 @@ from dx1_bringup.replay import (
     record,
     replay,
 )
+from dx1_bringup.replay.__main__ import main as replay_main
 from dx1_bringup.replay.convert import convert_two_tile, two_tile_events
 from dx1_bringup.spec import SPEC_VERSION, Opcode, SocConfig, pack_command
 
@@ -172,6 +173,20 @@ def test_replay_reports_a_completion_that_never_comes(recorded: Capture) -> None
     events = [*recorded.events[:4], more]
     with pytest.raises(ValueError, match="cannot wait for 4 completions: 3 outstanding"):
         replay(dataclasses.replace(recorded, events=events), model())
+
+
+def test_replay_command_line_exit_status(tmp_path: Path, recorded: Capture,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path, lines = _saved(tmp_path, recorded)
+    assert replay_main([str(path), "--device", "model"]) == 0
+    assert "every completion and downloaded byte agrees" in capsys.readouterr().out
+    assert replay_main([str(path), "--device", "model:stuck-bit=0"]) == 1
+    assert "mismatch on model:stuck-bit=0 at event" in capsys.readouterr().out
+    assert replay_main([str(path), "--device", "bogus"]) == 2
+    assert "unknown device 'bogus'" in capsys.readouterr().err
+    path.write_bytes(b"".join(lines[:-1]))
+    assert replay_main([str(path)]) == 2
+    assert "truncated" in capsys.readouterr().err
 
 
 def test_describe_command_decodes_every_field() -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dx1_driver import Device, DeviceTimeout, DriverError
+from dx1_driver import CommandQueue, Device, DeviceTimeout, DriverError
 
 from ..spec import COMMANDS, Opcode, unpack_command
 from .capture import Capture, DmaWindow, Doorbell, Download, Event, Seen, Submit, Upload, Wait
 
-__all__ = ["describe_command", "Session", "Mismatch", "ReplayResult", "record", "replay", "first_difference"]
+__all__ = ["describe_command", "first_difference", "Session", "Mismatch", "ReplayResult", "compare", "stuck", "record",
+           "replay"]
 
 #: Seconds a wait may go without a completion before the replay calls the command stuck.
 WAIT_TIMEOUT = 60.0
@@ -78,7 +79,8 @@ class Session:
         self.commands: dict[int, list[bytes]] = {}
         self.completed: dict[int, int] = {}
 
-    def queue(self, tile: int):
+    def queue(self, tile: int) -> CommandQueue:
+        """Tile ``tile``'s queue, opened with the session's ring size on first use."""
         self.commands.setdefault(tile, [])
         self.completed.setdefault(tile, 0)
         return self.device.queue(tile, ring_log2=self.ring_log2)

@@ -8,6 +8,7 @@ the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -45,10 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
     if args.port_file:
-        try:  # before building or starting anything
-            Path(args.port_file).open("a").close()
-        except OSError as e:
-            parser.error(f"--port-file {args.port_file} cannot be written: {e.strerror or e}")
+        # Checked before building or starting anything, without creating the file: whoever waits for
+        # the port (sim.launch) takes the file's existence to mean the port is in it.
+        folder = Path(args.port_file).parent
+        if Path(args.port_file).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            parser.error(f"--port-file {args.port_file} cannot be written (it must be a file in a writable folder)")
     if not 0 <= args.fault_rate < 0.5:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
