@@ -109,6 +109,10 @@ _GEMM_POST = PostOpParams(mult=147, shift=16)
 _IRQ_SETTLE = 0.01  # seconds the interrupt line is watched where it must stay low
 
 
+#: The memory step's check of ``--mem-bytes`` against the device: failing it is a bad argument (exit 2).
+REGION_CHECK = "tested region inside device memory"
+
+
 @dataclass
 class Check:
     """One comparison: what was checked, what was expected, what the device gave."""
@@ -353,7 +357,7 @@ class _Run:
         dev = self.dev
         total = dev.caps.mem_bytes
         region = total if self.mem_bytes is None else self.mem_bytes
-        self.check("tested region inside device memory", f"<= {total}", region,
+        self.check(REGION_CHECK, f"<= {total}", region,
                    f"asked to test {region} bytes, but the device has {total}: give a smaller --mem-bytes",
                    ok=region <= total)
         self.step.data.update(region_bytes=region, seed=self.seed)
@@ -844,6 +848,9 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         return 2
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
+    if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
+        print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
+        return 2
     return 0 if report.passed else 1
 
 

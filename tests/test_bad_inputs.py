@@ -115,6 +115,8 @@ BAD_ARGUMENTS = [
     (["sim", "serve", "--fault-rate", "0.9", "--uart"], "--fault-rate must be from 0 to 0.5, not 0.9"),
     (["sim", "serve", "--fault-rate", "0.1"], "--fault-rate needs --uart (faults are injected on the serial line)"),
     (["sim", "serve", "--fault-seed", "x"], "argument --fault-seed: invalid int value: 'x'"),
+    (["sim", "serve", "--uart", "--fault-seed", "-1"], "--fault-seed must be 0 or more, not -1"),
+    (["bringup", "--mem-bytes", "0x200000"], "--mem-bytes 2097152 is more than the device memory"),
 ]
 
 

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.port_file).parent
         if Path(args.port_file).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
             parser.error(f"--port-file {args.port_file} cannot be written (it must be a file in a writable folder)")
+    if args.fault_seed < 0:
+        parser.error(f"--fault-seed must be 0 or more, not {args.fault_seed}")
     if not 0 <= args.fault_rate < 0.5:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
