@@ -80,6 +80,36 @@ def test_a_planted_bug_is_found_and_its_reproducer_replays(tmp_path: Path) -> No
     assert not again.ok and str(again.mismatch) in report.mismatch
 
 
+class LostDoorbells(ModelTransport):
+    """The golden model, deaf to queue 1's doorbell after its first ``after`` rings: queue 1 stops completing."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        block = self.model.regmap.block("QUEUE1")
+        self.doorbell = block.base + block.reg("DOORBELL").offset
+        self.left = after
+
+    def _write32(self, addr: int, value: int) -> None:
+        if addr == self.doorbell:
+            if not self.left:
+                return
+            self.left -= 1
+        super()._write32(addr, value)
+
+
+def test_a_device_that_stops_completing_is_reported_and_reproduced(tmp_path: Path) -> None:
+    report = fuzz([model(), Device(LostDoorbells(5))], ["model", "deaf"], commands=2000, seed=4, timeout=0.2,
+                  repro_dir=tmp_path)
+    # Queue 0 stops at a WAIT for a SIGNAL that queue 1 never runs.
+    assert not report.ok and "DeviceTimeout: queue 0: no completion for ring index" in report.mismatch
+    assert "opcode 0x07) within 0.2 s" in report.mismatch
+    assert "the oldest command without its completion is WAIT" in report.mismatch
+    again = replay(load_capture(report.repro), Device(LostDoorbells(5)), timeout=0.2)
+    assert not again.ok and again.mismatch.message.startswith("DeviceTimeout: queue 0: no completion")
+    assert again.mismatch.command[0] == Op.WAIT
+    assert replay(load_capture(report.repro), model()).ok
+
+
 def test_differing_configurations_are_refused() -> None:
     small = Device(ModelTransport(SocConfig(mem_bytes=1 << 19)))
     with pytest.raises(ValueError, match="differs in configuration from the reference model"):

@@ -103,8 +103,9 @@ class Session:
             self.pending.setdefault(event.queue, []).extend(event.commands)
         elif isinstance(event, Doorbell):
             todo = self.pending.pop(event.queue, [])
-            self.queue(event.queue).submit(todo, timeout=self.timeout)
+            q = self.queue(event.queue)
             self.commands[event.queue].extend(todo)
+            q.submit(todo, timeout=self.timeout)
         elif isinstance(event, Wait):
             q = self.queue(event.queue)
             done = q.wait(None if event.completions is None else len(event.completions), timeout=self.timeout,
@@ -190,8 +191,11 @@ def stuck(session: Session, position: int, event: Event, error: Exception) -> Mi
     cmd = None
     if isinstance(event, Wait | Doorbell):
         q = event.queue
-        index = session.completed.get(q, 0)
-        if index < len(session.commands.get(q, [])):
+        try:  # completions arrive in order: the first one not collected yet belongs to the oldest stuck command
+            index = session.completed.get(q, 0) + session.queue(q).poll()
+        except DriverError:
+            index = None
+        if index is not None and index < len(session.commands.get(q, [])):
             cmd = session.commands[q][index]
     what = f"; the oldest command without its completion is {describe_command(cmd)}" if cmd is not None else ""
     return Mismatch(position, event.kind, f"{type(error).__name__}: {error}{what}", cmd)
