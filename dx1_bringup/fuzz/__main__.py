@@ -71,22 +71,22 @@ def main(argv: list[str] | None = None) -> int:
         report = fuzz(opened, args.devices, commands=args.commands, seed=args.seed, params=params,
                       segment_commands=args.segment, repro_dir=args.repro_dir,
                       progress=lambda line: print(line, flush=True))
+        # Reported before the devices close: closing one that stopped answering can take its link's timeout.
+        write_report(report, args.out)
+        print(report.summary())
+        for d, seconds in sorted(report.device_seconds.items()):
+            print(f"  device {d}: {seconds:.1f} s running events")
+        if not report.ok:
+            print(f"reproducer: {report.repro}\nreplay it: {report.replay_command}", flush=True)
+            return 1
+        print(f"report: {args.out}")
+        return 0
     except (ValueError, DriverError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     finally:
         for dev in opened:
             dev.close()
-    write_report(report, args.out)
-    print(report.summary())
-    for d, seconds in sorted(report.device_seconds.items()):
-        print(f"  device {d}: {seconds:.1f} s running events")
-    if not report.ok:
-        print(f"reproducer: {report.repro}\nreplay it: {report.replay_command}")
-        return 1
-    print(f"report: {args.out}")
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -191,10 +191,14 @@ def stuck(session: Session, position: int, event: Event, error: Exception) -> Mi
     cmd = None
     if isinstance(event, Wait | Doorbell):
         q = event.queue
-        try:  # completions arrive in order: the first one not collected yet belongs to the oldest stuck command
-            index = session.completed.get(q, 0) + session.queue(q).poll()
-        except DriverError:
-            index = None
+        index = session.completed.get(q, 0)
+        # Completions arrive in order: the first one not collected yet belongs to the oldest stuck command.
+        # Only a device that still answers is asked (after a link error, the next request may hang as well).
+        if isinstance(error, DeviceTimeout):
+            try:
+                index += session.queue(q).poll()
+            except DriverError:
+                index = None
         if index is not None and index < len(session.commands.get(q, [])):
             cmd = session.commands[q][index]
     what = f"; the oldest command without its completion is {describe_command(cmd)}" if cmd is not None else ""
