@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -175,10 +176,20 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
+    if args.record is not None:
+        folder = Path(args.record).parent
+        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            print(f"dx1 gemm: cannot write the capture to {args.record} (it must be a file in a writable folder)",
+                  file=sys.stderr)
+            return 2
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
     device = _open_device(args.device, "dx1 gemm")
     if device is None:
         return 2
+    if args.record is not None:
+        from .replay import Recorder
+
+        device = Recorder(device, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
     with device:
         start = time.perf_counter()
         try:
@@ -249,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
+    gemm.add_argument("--record", metavar="FILE", default=None,
+                      help="write what the run does to the device to this capture file "
+                           "(replay it with python -m dx1_bringup.replay FILE --device D)")
     gemm.set_defaults(func=cmd_gemm)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)

@@ -136,6 +136,8 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     (tmp_path / "missing").write_text("a file, so no folder can be made here")
     status, err = run(["bringup", "--report", str(missing)], capsys)
     assert status == 2 and "cannot write the report to" in err
+    status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
+    assert status == 2 and f"cannot write the capture to {missing} (it must be a file in a writable folder)" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
     assert status == 2 and f"--port-file {missing} cannot be written (it must be a file in a writable folder)" in err
     assert not missing.exists()

@@ -37,7 +37,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "bench": (("dx1_bringup.bench",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
                                                  "cli"})),
     "cli": (("dx1_bringup.cli",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
-                                             "bringup"})),
+                                             "bringup", "replay"})),
     "package": (("dx1_bringup",), frozenset()),
 }
 

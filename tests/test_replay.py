@@ -7,10 +7,12 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
-from dx1_driver import Device
+from dx1_driver import Device, DriverError
 
 from dx1_bringup.backends import ModelTransport
+from dx1_bringup.model.device import MemoryFaults
 from dx1_bringup.replay import (
     FORMAT_VERSION,
     Capture,
@@ -19,6 +21,7 @@ from dx1_bringup.replay import (
     DmaWindow,
     Doorbell,
     Download,
+    Recorder,
     Seen,
     Submit,
     Upload,
@@ -31,6 +34,8 @@ from dx1_bringup.replay import (
 )
 from dx1_bringup.replay.__main__ import main as replay_main
 from dx1_bringup.replay.convert import convert_two_tile, two_tile_events
+from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import SPEC_VERSION, Opcode, SocConfig, pack_command
 
 TWO_TILE = Path(__file__).parent / "data" / "two-tile-hang.json"
@@ -197,6 +202,45 @@ def test_describe_command_decodes_every_field() -> None:
         "NOP flags=0x0 tag=1 reserved_bits=0x100000000000000000000000000000000000000000000000000")
     assert describe_command(bytes([0x5A]) + bytes(31)) == "opcode 0x5a (undefined) flags=0x0 tag=0"
     assert first_difference(b"abc", b"abc") == "no difference"
+
+
+def test_recorder_captures_a_gemm_that_replays(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (37, 29), dtype=np.int8)
+    b = rng.integers(-128, 128, (29, 19), dtype=np.int8)
+    path = tmp_path / "gemm.capture"
+    with Recorder(model(), path, note="a 37x29x19 GEMM") as rec:
+        c, _stats = run_gemm(rec, a, b)
+    assert np.array_equal(c, reference_gemm(a, b))
+    capture = load_capture(path)
+    kinds = {e.kind for e in capture.events}
+    assert kinds == {"upload", "submit", "doorbell", "wait", "download"} and capture.note == "a 37x29x19 GEMM"
+    assert replay(capture, model()).ok
+    broken = replay(capture, Device(ModelTransport(faults=MemoryFaults(stuck_bit=3))))
+    assert not broken.ok
+
+
+def test_recorder_records_windows_and_waits_by_tag(tmp_path: Path) -> None:
+    path = tmp_path / "tags.capture"
+    with Recorder(model(), path) as rec:
+        q = rec.queue(1)
+        q.set_dma_window(0x4000, 0x8000)
+        q.submit([pack_command(Opcode.NOP, tag=t) for t in (5, 6, 5, 7)])
+        assert [c.index for c in q.wait([7, 5])] == [0, 3]
+        assert [c.tag for c in q.wait(check=False)] == [6, 5]
+        rec.write_mem(0x4000, np.arange(4, dtype=np.uint16))
+        assert rec.read_mem(0x4000, 8) == np.arange(4, dtype="<u2").tobytes()
+    capture = load_capture(path)
+    assert capture.events[0] == DmaWindow(1, 0x4000, 0x8000)
+    assert capture.events[3] == Wait(1, (Seen(0, 5, 0, 0), Seen(3, 7, 0, 0)), by_tag=True)
+    assert replay(capture, model()).ok
+
+
+def test_recorder_needs_a_device_with_nothing_allocated(tmp_path: Path) -> None:
+    dev = model()
+    dev.alloc(64)
+    with pytest.raises(DriverError, match="a recorder needs a device with nothing allocated yet"):
+        Recorder(dev, tmp_path / "x.capture")
 
 
 def test_two_tile_stream_converts_as_its_script_runs_it(tmp_path: Path) -> None:

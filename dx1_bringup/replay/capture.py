@@ -6,7 +6,8 @@ A capture is a header and a list of events in the order the host did them:
 * :class:`DmaWindow`: a queue's DMA window set to ``[base, limit)``;
 * :class:`Submit`: 32-byte commands written into a queue's ring (not yet visible to the device);
 * :class:`Doorbell`: the commands submitted since the last doorbell are published;
-* :class:`Wait`: the host waited for completions of a queue and saw these (index, tag, opcode, status);
+* :class:`Wait`: the host waited for completions of a queue (the oldest ones, or by tag) and saw these
+  (index, tag, opcode, status);
 * :class:`Download`: bytes read from device memory, with the bytes seen.
 
 The header names the format and its version, the spec version (:data:`dx1_bringup.spec.SPEC_VERSION`),
@@ -106,10 +107,13 @@ class Wait:
     """The host waited for queue ``queue``'s completions and saw ``completions``, in ring order.
 
     ``completions`` is ``None`` in a stream not yet run (the fuzzer's): wait for everything outstanding.
+    ``by_tag``: the host asked for these completions' tags (the oldest outstanding completion of each),
+    not for the oldest ``len(completions)``.
     """
 
     queue: int
     completions: tuple[Seen, ...] | None
+    by_tag: bool = False
     kind = "wait"
 
 
@@ -137,7 +141,8 @@ def _encode(event: Event) -> dict[str, Any]:
             raise CaptureError(f"a wait on queue {event.queue} without the completions seen cannot be written; "
                                f"run the stream first (replay.execute)")
         return {"kind": event.kind, "queue": event.queue,
-                "completions": [[c.index, c.tag, c.opcode, c.status] for c in event.completions]}
+                "completions": [[c.index, c.tag, c.opcode, c.status] for c in event.completions],
+                **({"by_tag": True} if event.by_tag else {})}
     if isinstance(event, Download):
         if event.data is None:
             raise CaptureError(f"a download of {event.length} bytes at 0x{event.addr:x} without the bytes seen "
@@ -153,7 +158,7 @@ def _decode(obj: dict[str, Any]) -> Event:
     if kind == "submit":
         return Submit(obj["queue"], tuple(bytes.fromhex(c) for c in obj["commands"]))
     if kind == "wait":
-        return Wait(obj["queue"], tuple(Seen(*c) for c in obj["completions"]))
+        return Wait(obj["queue"], tuple(Seen(*c) for c in obj["completions"]), bool(obj.get("by_tag", False)))
     if kind == "download":
         data = bytes.fromhex(obj["data"])
         if len(data) != obj["length"]:

@@ -78,6 +78,9 @@ class Session:
         self.pending: dict[int, list[bytes]] = {}
         self.commands: dict[int, list[bytes]] = {}
         self.completed: dict[int, int] = {}
+        # Every queue opened now, in tile order, as the Recorder does: the rings land at the same addresses.
+        for tile in range(device.caps.tiles):
+            self.queue(tile)
 
     def queue(self, tile: int) -> CommandQueue:
         """Tile ``tile``'s queue, opened with the session's ring size on first use."""
@@ -108,10 +111,15 @@ class Session:
             q.submit(todo, timeout=self.timeout)
         elif isinstance(event, Wait):
             q = self.queue(event.queue)
-            done = q.wait(None if event.completions is None else len(event.completions), timeout=self.timeout,
-                          check=False)
+            if event.completions is None:
+                what: int | list[int] | None = None
+            elif event.by_tag:
+                what = [c.tag for c in event.completions]
+            else:
+                what = len(event.completions)
+            done = q.wait(what, timeout=self.timeout, check=False)
             self.completed[event.queue] += len(done)
-            return Wait(event.queue, tuple(Seen(c.index, c.tag, c.opcode, c.status) for c in done))
+            return Wait(event.queue, tuple(Seen(c.index, c.tag, c.opcode, c.status) for c in done), event.by_tag)
         elif isinstance(event, Download):
             return Download(event.addr, event.length, dev.read_mem(event.addr, event.length))
         else:
