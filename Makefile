@@ -17,7 +17,14 @@ SIM_COVERAGE ?= $(or $(DX1_SIM_COVERAGE),0)
 # `make sim SIM_WAVES=1`: FST waveforms (needs liblz4-dev); SIM_WAVES=vcd: VCD; dump.fst/.vcd in each run folder.
 SIM_WAVES ?= $(or $(DX1_SIM_WAVES),0)
 
-.PHONY: all demo test sim rtl check-rtl lint bench fpga clean venv
+# `make fuzz`: random commands (budget), seed, and the devices compared (the reference first).
+FUZZ_COMMANDS ?= 10000
+FUZZ_SEED ?= 1
+FUZZ_DEVICES ?= model,sim
+# Commands per queue and batch; both tiles run a batch at once.
+FUZZ_BATCH ?= 16
+
+.PHONY: all demo test sim rtl check-rtl lint bench fpga fuzz clean venv
 
 all: test
 
@@ -71,6 +78,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m dx1_bringup.bench --out build/bench.json
+
+# Differential fuzzing (progress lines, a summary with commands/s, build/fuzz.json); a mismatch writes a
+# reproducer capture and prints the command that replays it.
+fuzz: $(STAMP)
+	$(PY) -m dx1_bringup.fuzz --commands $(FUZZ_COMMANDS) --seed $(FUZZ_SEED) --devices $(FUZZ_DEVICES) \
+	  --batch $(FUZZ_BATCH) --out build/fuzz.json
 
 # FPGA build for BOARD: ulx3s makes a bitstream with YoWASP's Yosys and nextpnr (installed here on first use;
 # most of an hour on two cores) and ends with utilisation and Fmax; arty_a7 writes the Vivado plan only.

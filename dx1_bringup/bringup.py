@@ -109,6 +109,10 @@ _GEMM_POST = PostOpParams(mult=147, shift=16)
 _IRQ_SETTLE = 0.01  # seconds the interrupt line is watched where it must stay low
 
 
+#: The memory step's check of ``--mem-bytes`` against the device: failing it is a bad argument (exit 2).
+REGION_CHECK = "tested region inside device memory"
+
+
 @dataclass
 class Check:
     """One comparison: what was checked, what was expected, what the device gave."""
@@ -353,7 +357,7 @@ class _Run:
         dev = self.dev
         total = dev.caps.mem_bytes
         region = total if self.mem_bytes is None else self.mem_bytes
-        self.check("tested region inside device memory", f"<= {total}", region,
+        self.check(REGION_CHECK, f"<= {total}", region,
                    f"asked to test {region} bytes, but the device has {total}: give a smaller --mem-bytes",
                    ok=region <= total)
         self.step.data.update(region_bytes=region, seed=self.seed)
@@ -816,14 +820,24 @@ def _exception_diagnosis(step: str, e: Exception) -> str:
 
 
 def _mem_bytes(text: str) -> int:
-    value = int(text, 0)
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of bytes (decimal or 0x hex), not {text!r}") from None
     if value < _WORD or value % _WORD:
         raise argparse.ArgumentTypeError(f"must be a positive multiple of {_WORD}, not {value}")
     return value
 
 
 def cmd_bringup(args: argparse.Namespace) -> int:
-    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad device string."""
+    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad argument."""
+    path = Path(args.report)
+    try:  # refuse a report path that cannot be written before bringing anything up
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as e:
+        print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
@@ -832,10 +846,11 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
-    path = Path(args.report)
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
+    if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
+        print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
+        return 2
     return 0 if report.passed else 1
 
 

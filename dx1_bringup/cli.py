@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -17,10 +18,24 @@ from .workloads.cli import add_parser as add_run_parser
 __all__ = ["main"]
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
     return value
 
 
@@ -162,10 +177,20 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
+    if args.record is not None:
+        folder = Path(args.record).parent
+        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            print(f"dx1 gemm: cannot write the capture to {args.record} (it must be a file in a writable folder)",
+                  file=sys.stderr)
+            return 2
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
     device = _open_device(args.device, "dx1 gemm")
     if device is None:
         return 2
+    if args.record is not None:
+        from .replay import Recorder
+
+        device = Recorder(device, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
     with device:
         start = time.perf_counter()
         try:
@@ -223,19 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-m", type=_positive, default=128, help="rows of A (default 128)")
     demo.add_argument("-k", type=_positive, default=128, help="reduction length (default 128)")
     demo.add_argument("-n", type=_positive, default=48, help="output columns (default 48)")
-    demo.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
+    demo.add_argument("--seed", type=_seed, default=1, help="operand seed (default 1)")
     demo.set_defaults(func=cmd_demo)
     gemm = sub.add_parser("gemm", help="run a random int8 GEMM through the driver and verify it bit for bit")
     gemm.add_argument("m", type=_positive, help="rows of A")
     gemm.add_argument("k", type=_positive, help="reduction length")
     gemm.add_argument("n", type=_positive, help="columns of B")
-    gemm.add_argument("--seed", type=int, default=1, help="operand seed (default 1)")
+    gemm.add_argument("--seed", type=_seed, default=1, help="operand seed (default 1)")
     gemm.add_argument("--device", default="model",
                       help="model, sim (a private simulator of the RTL), sim://HOST:PORT, "
                            "serial:URL[@BAUD][,timeout=SECONDS][,retries=N] or pcie:BDF (default model)")
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
+    gemm.add_argument("--record", metavar="FILE", default=None,
+                      help="write what the run does to the device to this capture file "
+                           "(replay it with python -m dx1_bringup.replay FILE --device D)")
     gemm.set_defaults(func=cmd_gemm)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)

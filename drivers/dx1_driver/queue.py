@@ -297,6 +297,8 @@ class CommandQueue:
         return done
 
     def _wait_tags(self, wanted: list[int], timeout: float) -> list[Completion]:
+        if not wanted:
+            return []
         pending = [tag for tag, _ in self._inflight]
         available = [c.tag for c in self._backlog] + pending
         positions: list[int] = []

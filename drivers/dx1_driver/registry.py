@@ -179,6 +179,8 @@ def _open_sim_socket(device: str) -> Transport:
     host, sep, port = device[len("sim://"):].rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"device {device!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"device {device!r}: the port must be 1 to 65535, not {int(port)}")
     return SimTransport(host, int(port))
 
 

@@ -8,7 +8,9 @@ the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from . import SimulationFailed, run_cocotb, verilator_missing
 
@@ -41,6 +43,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
     parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
+    if args.port_file:
+        # Checked before building or starting anything, without creating the file: whoever waits for
+        # the port (sim.launch) takes the file's existence to mean the port is in it.
+        folder = Path(args.port_file).parent
+        if Path(args.port_file).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            parser.error(f"--port-file {args.port_file} cannot be written (it must be a file in a writable folder)")
+    if args.fault_seed < 0:
+        parser.error(f"--fault-seed must be 0 or more, not {args.fault_seed}")
     if not 0 <= args.fault_rate < 0.5:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:

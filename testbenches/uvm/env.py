@@ -42,10 +42,9 @@ from pyuvm import (
     uvm_subscriber,
 )
 
+from dx1_bringup.fuzz.layout import LAYOUT, Layout
 from dx1_bringup.model.device import BusError, DeviceModel
 from dx1_bringup.spec import Access, ErrorCode, Opcode, register_map, unpack_completion
-
-from .layout import LAYOUT, Layout
 
 CLOCK_NS = 10
 REGMAP = register_map(LAYOUT.config)

@@ -1,0 +1,6 @@
+"""Differential fuzzing: seeded random command streams for both tiles, run on two devices and compared.
+
+:mod:`.layout` places the streams in device memory, :mod:`.streams` draws commands (the pyuvm
+environment uses it too), :mod:`.generate` turns them into capture events, :mod:`.runner` runs and
+compares them; ``python -m dx1_bringup.fuzz`` (``make fuzz``) is the command.
+"""

@@ -1,0 +1,143 @@
+"""Bad input, refused clearly: every form of device string and every ``dx1`` argument.
+
+Each case names what was wrong in the message and exits with status 2 (argparse's errors, or the
+command's own), before anything is built or started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dx1_driver import open_transport
+
+from dx1_bringup.cli import main
+
+#: Device strings no backend opens, and what the message must say.
+BAD_DEVICES = [
+    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
+    ("bogus", "unknown device 'bogus'; expected one of model"),
+    ("sim:", "unknown device 'sim:'"),
+    ("model:", "device 'model:': memory fault '' is not KEY=N with KEY one of stuck-bit, stuck-at, alias-bit"),
+    ("model:foo", "memory fault 'foo' is not KEY=N"),
+    ("model:stuck-bit=x", "memory fault 'stuck-bit=x' is not KEY=N"),
+    ("model:stuck-bit=99", "device 'model:stuck-bit=99': stuck_bit must be a data bit 0 to 63, not 99"),
+    ("model:stuck-at=2", "stuck_value must be 0 or 1, not 2"),
+    ("model:alias-bit=2", "alias_bit must be an address bit of 3 or more"),
+    ("model:alias-bit=40", "alias_bit 40 is not an address line of a device memory of 1048576 bytes"),
+    ("model:stuck-bit=5,stuck-bit=6", "memory fault 'stuck-bit' is given twice"),
+    ("sim://", "device 'sim://': expected sim://HOST:PORT, for example sim://127.0.0.1:5555"),
+    ("sim://host", "expected sim://HOST:PORT"),
+    ("sim://:5555", "expected sim://HOST:PORT"),
+    ("sim://127.0.0.1:port", "expected sim://HOST:PORT"),
+    ("sim://127.0.0.1:0", "device 'sim://127.0.0.1:0': the port must be 1 to 65535, not 0"),
+    ("sim://127.0.0.1:99999", "the port must be 1 to 65535, not 99999"),
+    ("serial:", "device 'serial:': expected serial:URL or serial:URL@BAUD"),
+    ("serial:loop://@x", "expected serial:URL or serial:URL@BAUD"),
+    ("serial:loop://@0", "expected serial:URL or serial:URL@BAUD"),
+    ("serial:loop://,timeout=-1", "timeout must be a positive number of seconds, not '-1'"),
+    ("serial:loop://,timeout=inf", "timeout must be a positive number of seconds, not 'inf'"),
+    ("serial:loop://,retries=x", "retries must be a non-negative integer, not 'x'"),
+    ("serial:loop://,regs=foo", "regs must be 'crc' or 'uartbone', not 'foo'"),
+    ("serial:loop://,bogus=1", "unknown option 'bogus=1'"),
+    ("serial:loop://,retries=1,retries=2", "option 'retries' given twice"),
+    ("pcie:", "device 'pcie:': PCI address '' is not [DOMAIN:]BUS:DEVICE.FUNCTION, for example 0000:01:00.0"),
+    ("pcie:zz", "PCI address 'zz' is not [DOMAIN:]BUS:DEVICE.FUNCTION"),
+    ("pcie:0000:01:00.9", "PCI address '0000:01:00.9' is not"),
+    ("pcie:0000:01:20.0", "PCI address '0000:01:20.0' is not"),
+]
+
+
+@pytest.mark.parametrize(("device", "message"), BAD_DEVICES)
+def test_bad_device_string_is_refused(device: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        open_transport(device)
+    assert message in str(info.value)
+
+
+def test_device_must_be_a_string() -> None:
+    with pytest.raises(TypeError, match="device must be a device string such as 'sim://127.0.0.1:5555', not 5"):
+        open_transport(5)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``dx1 argv`` in this process: its exit status and what it wrote to standard error."""
+    try:
+        status = main(argv)
+    except SystemExit as e:
+        status = e.code
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("device", "message"), BAD_DEVICES[::3])
+@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["info"], ["bringup"]])
+def test_every_command_refuses_a_bad_device(command: list[str], device: str, message: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--report", str(tmp_path / "r.json")] if command == ["bringup"] else []
+    status, err = run([*command, "--device", device, *extra], capsys)
+    assert status == 2 and message in err, err
+
+
+def test_unreachable_devices_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for device, message in (("serial:/dev/nonexistent-dx1", "cannot open serial port '/dev/nonexistent-dx1'"),
+                            ("pcie:0000:7f:1f.7", "no PCI device 0000:7f:1f.7")):
+        status, err = run(["gemm", "4", "4", "4", "--device", device], capsys)
+        assert status == 2 and message in err, err
+
+
+BAD_ARGUMENTS = [
+    ([], "the following arguments are required: command"),
+    (["nonsense"], "argument command: invalid choice: 'nonsense'"),
+    (["gemm", "4", "4"], "the following arguments are required: n"),
+    (["gemm", "0", "4", "4"], "argument m: must be at least 1, not 0"),
+    (["gemm", "x", "4", "4"], "argument m: must be a whole number, not 'x'"),
+    (["gemm", "4", "-2", "4"], "argument k: must be at least 1, not -2"),
+    (["gemm", "4", "4", "1.5"], "argument n: must be a whole number, not '1.5'"),
+    (["gemm", "4", "4", "4", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
+    (["gemm", "4", "4", "4", "--tiles", "two"], "argument --tiles: must be a whole number, not 'two'"),
+    (["gemm", "4", "4", "4", "--tiles", "3"], "tiles must be an integer from 1 to 2, not 3"),
+    (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
+    (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
+    (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
+    (["demo", "-m", "0"], "argument -m: must be at least 1, not 0"),
+    (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
+    (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
+    (["bringup", "--mem-bytes", "x"], "argument --mem-bytes: must be a number of bytes (decimal or 0x hex), not 'x'"),
+    (["bringup", "--timeout", "x"], "argument --timeout: invalid float value: 'x'"),
+    (["bringup", "--timeout", "0"], "timeout must be positive, not 0.0"),
+    (["bringup", "--timeout", "-1"], "timeout must be positive, not -1.0"),
+    (["bringup", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["bringup", "--seed", "-1"], "seed must be a non-negative integer, not -1"),
+    (["sim"], "the following arguments are required: sim_command"),
+    (["sim", "serve", "--port", "x"], "argument --port: invalid int value: 'x'"),
+    (["sim", "serve", "--port", "70000"], "--port must be 0 (any free port) to 65535, not 70000"),
+    (["sim", "serve", "--port", "-1"], "--port must be 0 (any free port) to 65535, not -1"),
+    (["sim", "serve", "--fault-rate", "0.9", "--uart"], "--fault-rate must be from 0 to 0.5, not 0.9"),
+    (["sim", "serve", "--fault-rate", "0.1"], "--fault-rate needs --uart (faults are injected on the serial line)"),
+    (["sim", "serve", "--fault-seed", "x"], "argument --fault-seed: invalid int value: 'x'"),
+    (["sim", "serve", "--uart", "--fault-seed", "-1"], "--fault-seed must be 0 or more, not -1"),
+    (["bringup", "--mem-bytes", "0x200000"], "--mem-bytes 2097152 is more than the device memory"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_ARGUMENTS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_bad_argument_is_refused(argv: list[str], message: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--report", str(tmp_path / "r.json")] if argv[:1] == ["bringup"] else []
+    status, err = run([*argv, *extra], capsys)
+    assert status == 2 and message in err, err
+
+
+def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = run(["bringup", "--report", str(tmp_path)], capsys)
+    assert status == 2 and f"cannot write the report to {tmp_path}: Is a directory" in err
+    missing = tmp_path / "missing" / "port"
+    (tmp_path / "missing").write_text("a file, so no folder can be made here")
+    status, err = run(["bringup", "--report", str(missing)], capsys)
+    assert status == 2 and "cannot write the report to" in err
+    status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
+    assert status == 2 and f"cannot write the capture to {missing} (it must be a file in a writable folder)" in err
+    status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
+    assert status == 2 and f"--port-file {missing} cannot be written (it must be a file in a writable folder)" in err
+    assert not missing.exists()
