@@ -28,7 +28,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from ..spec import SIM_BYTE_ORDER, SIM_REQUEST, SIM_RESPONSE, SimOp, SimStatus, struct_format
 
-__all__ = ["REQUEST", "RESPONSE", "open_listener"]
+__all__ = ["REQUEST", "RESPONSE", "host_masters", "open_listener"]
 
 REQUEST = struct.Struct(struct_format(SIM_BYTE_ORDER, SIM_REQUEST))
 RESPONSE = struct.Struct(struct_format(SIM_BYTE_ORDER, SIM_RESPONSE))
@@ -63,14 +63,20 @@ def open_listener() -> tuple[socket.socket, int]:
     return listener, port
 
 
+def host_masters(dut) -> tuple[AxiLiteMaster, AxiMaster]:
+    """cocotbext-axi masters on the SoC's host ports: AXI4-Lite registers (``regs_``), AXI4 memory (``mem_``)."""
+    regs = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst)
+    mem = AxiMaster(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst)
+    for master in (regs, mem):
+        master.write_if.log.setLevel("WARNING")
+        master.read_if.log.setLevel("WARNING")
+    return regs, mem
+
+
 class SocServer:
     def __init__(self, dut):
         self.dut = dut
-        self.regs = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst)
-        self.mem = AxiMaster(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst)
-        for master in (self.regs, self.mem):
-            master.write_if.log.setLevel("WARNING")
-            master.read_if.log.setLevel("WARNING")
+        self.regs, self.mem = host_masters(dut)
 
     async def handle(self, op: int, addr: int, n: int, payload: bytes) -> tuple[int, bytes]:
         if op == SimOp.READ32:

@@ -17,9 +17,9 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.soc_server import host_masters
 from dx1_bringup.sim.tile_tb import seed_note
 from dx1_bringup.spec import (
     COMMAND_BYTES,
@@ -59,11 +59,7 @@ class SocTB:
 
     def __init__(self, dut):
         self.dut = dut
-        self.regs = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst)
-        self.mem = AxiMaster(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst)
-        for master in (self.regs, self.mem):
-            master.write_if.log.setLevel("WARNING")
-            master.read_if.log.setLevel("WARNING")
+        self.regs, self.mem = host_masters(dut)
         self.tail = [0] * CONFIG.tiles
 
     @property
