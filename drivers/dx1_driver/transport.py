@@ -177,7 +177,8 @@ class SimTransport(Transport):
 
     REQUEST = struct.Struct("<BII")
     RESPONSE = struct.Struct("<BI")
-    OPS = {"close": 0, "read32": 1, "write32": 2, "read_block": 3, "write_block": 4, "wait_irq": 5, "cycles": 6}
+    OPS = {"close": 0, "read32": 1, "write32": 2, "read_block": 3, "write_block": 4, "wait_irq": 5, "cycles": 6,
+           "stall": 7}
     #: Simulated cycles one interrupt wait may run before the driver looks again.
     IRQ_WAIT_CYCLES = 20_000
     #: Register space served on the AXI4-Lite port (16 address bits).

@@ -44,6 +44,7 @@ class Op(enum.IntEnum):
     WRITE_BLOCK = 4
     WAIT_IRQ = 5  # n: cycle budget; answers one byte: 1 if the line is high
     CYCLES = 6    # answers the simulated cycle count as u64
+    STALL = 7     # n: the SoC's test-only stall_units input (dx1_bringup.spec.stall), held until the next STALL
 
 
 class Status(enum.IntEnum):
@@ -109,6 +110,9 @@ class SocServer:
             from cocotb.utils import get_sim_time
 
             return Status.OK, (int(get_sim_time(unit="ns")) // CLOCK_NS).to_bytes(8, "little")
+        if op == Op.STALL:
+            self.dut.stall_units.value = n
+            return Status.OK, b""
         return Status.BAD_REQUEST, f"unknown op {op}".encode()
 
     async def serve(self, conn: socket.socket) -> bool:
@@ -135,6 +139,7 @@ async def serve(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
     server = SocServer(dut)
     dut.rst.value = 1
+    dut.stall_units.value = 0
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)

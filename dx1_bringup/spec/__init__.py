@@ -10,5 +10,7 @@ from .config import *  # noqa: F403
 from .config import __all__ as _config_all
 from .registers import *  # noqa: F403
 from .registers import __all__ as _registers_all
+from .stall import *  # noqa: F403
+from .stall import __all__ as _stall_all
 
-__all__ = [*_commands_all, *_config_all, *_registers_all]
+__all__ = [*_commands_all, *_config_all, *_registers_all, *_stall_all]
