@@ -22,6 +22,7 @@ from dx1_driver import (
 )
 
 from dx1_bringup.backends import ModelTransport, open_model, set_stalls
+from dx1_bringup.bringup import run_bringup
 from dx1_bringup.model.device import UnitStalls
 from dx1_bringup.runtime.gemm import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
@@ -195,3 +196,31 @@ def test_model_stall_fault_strings():
     for bad in ("model:stall=dma", "model:stall=gpu0", "model:stall=dma7"):
         with pytest.raises(ValueError, match="stall"):
             open_model(bad)
+
+
+def test_a_tile_that_fails_its_self_test_is_fenced():
+    transport = ModelTransport()
+    transport.model.tiles[1]._gemm = lambda fields: None  # tile 1's array computes nothing
+    with Device(transport) as dev:
+        report = run_bringup(dev, seed=5, mem_bytes=4096, quiet=True)
+        assert report.failed_step.name == "gemm", report.failed_step
+        assert list(dev.fenced) == [1] and "self-test" in dev.fenced[1]
+        rng = np.random.default_rng(5)
+        a = rng.integers(-128, 128, (20, 16), dtype=np.int8)
+        b = rng.integers(-128, 128, (16, 16), dtype=np.int8)
+        out, stats = run_gemm(dev, a, b)
+        np.testing.assert_array_equal(out, reference_gemm(a, b))
+        assert stats.tiles == [0]
+
+
+def test_runtime_moves_work_off_a_tile_that_keeps_timing_out(device):
+    """Tile 1's DMA is stuck for good: the runtime recovers it until it is fenced, then finishes on tile 0."""
+    device.queue(1).set_watchdog(WATCHDOG)
+    set_stalls(device.transport, [("dma", 1)])
+    rng = np.random.default_rng(6)
+    a = rng.integers(-128, 128, (96, 40), dtype=np.int8)
+    b = rng.integers(-128, 128, (40, 24), dtype=np.int8)
+    out, stats = run_gemm(device, a, b, timeout=TIMEOUT)
+    np.testing.assert_array_equal(out, reference_gemm(a, b))
+    assert list(device.fenced) == [1] and device.strikes[1] == device.fence_after
+    assert stats.tiles == [0]
