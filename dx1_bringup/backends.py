@@ -6,7 +6,8 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
 
 * ``model``: :class:`ModelTransport`, the device model in this process;
 * ``model:FAULTS``: the same with broken device memory (:meth:`MemoryFaults.parse`), for example
-  ``model:stuck-bit=5`` or ``model:alias-bit=12``;
+  ``model:stuck-bit=5`` or ``model:alias-bit=12``, or stalled units (:meth:`UnitStalls.parse`),
+  ``model:stall=dma0+core1``;
 * ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
   :class:`~dx1_driver.transport.SimTransport` that stops it on close.
 
@@ -19,7 +20,7 @@ socket, so the serial transport is tested without a board.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dx1_driver import TransportError, register_backend
@@ -27,14 +28,14 @@ from dx1_driver.pcie import BarMapping, PcieTransport
 from dx1_driver.serial_transport import SerialTransport
 from dx1_driver.transport import SimTransport, Transport
 
-from .faults import LineFaults, MemoryFaults
+from .faults import LineFaults, MemoryFaults, UnitStalls, parse_faults
 from .model.bridge import ModelBridge
 from .model.device import BusError, DeviceModel
 from .sim.launch import start_simulator
-from .spec import SocConfig
+from .spec import SimOp, SocConfig, stall_bit
 
 __all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model", "open_sim",
-           "register"]
+           "register", "set_stalls"]
 
 
 class ModelTransport(Transport):
@@ -46,12 +47,15 @@ class ModelTransport(Transport):
         The device's configuration; ``None`` for the default device.
     faults:
         Breaks the model's device memory (for bring-up scripts to find); ``None`` for a working device.
+    stalls:
+        Units stalled from the start (:class:`UnitStalls`); ``None`` for none.
     """
 
     has_irq_line = True
 
-    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None):
-        self.model = DeviceModel(config, faults=faults)
+    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None,
+                 stalls: UnitStalls | None = None):
+        self.model = DeviceModel(config, faults=faults, stalls=stalls)
         super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -151,12 +155,13 @@ def open_model(device: str) -> ModelTransport:
     Raises
     ------
     ValueError
-        ``FAULTS`` is not a memory fault description (the message names the device string).
+        ``FAULTS`` is not a description of memory faults and unit stalls (the message names the device string).
     """
     if device == "model":
         return ModelTransport()
     try:
-        return ModelTransport(faults=MemoryFaults.parse(device[len("model:"):]))
+        kinds = parse_faults(device[len("model:"):], (MemoryFaults, UnitStalls))
+        return ModelTransport(faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls))
     except ValueError as e:
         raise ValueError(f"device {device!r}: {e}") from None
 
@@ -165,6 +170,29 @@ def open_sim(device: str) -> SimTransport:
     """Open ``sim``: start a private simulator of the SoC (minutes, the first time) and connect to it."""
     process, port = start_simulator()
     return SimTransport("127.0.0.1", port, process=process)
+
+
+def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
+    """Stall exactly ``units`` (``(unit, tile)`` pairs, see :mod:`dx1_bringup.spec.stall`) from now on.
+
+    A test hook with the same meaning on both backends: the golden model's :meth:`DeviceModel.set_stalls`,
+    or the simulator's ``stall_units`` input (the sim server's STALL request).
+
+    Raises
+    ------
+    TypeError
+        ``transport`` reaches neither the model nor a simulator.
+    """
+    units = frozenset(units)
+    if isinstance(transport, ModelTransport):
+        transport.model.set_stalls(units)
+    elif isinstance(transport, SimTransport):
+        mask = 0
+        for unit, tile in units:
+            mask |= stall_bit(unit, tile)
+        transport._request(SimOp.STALL, 0, mask)
+    else:
+        raise TypeError(f"units can be stalled on the model or the simulator, not through {type(transport).__name__}")
 
 
 def register() -> None:

@@ -512,6 +512,9 @@ class _Run:
                 want = reference_gemm(a, b, bias, post)
                 bad = np.argwhere(c != want)
                 kind = "int8 (bias, requantise)" if post else "int32 (bias)"
+                if len(bad):
+                    # Fenced before the step stops, so a caller keeping the device schedules around it.
+                    dev.fence(tile, f"failed bring-up's {m}x{k}x{n} {kind} GEMM self-test")
                 self.check(f"tile {tile}: {m}x{k}x{n} GEMM, {kind}", "== reference_gemm",
                            f"{len(bad)} of {c.size} differ" + (
                                f", first [{bad[0][0]}, {bad[0][1]}]: expected {int(want[tuple(bad[0])])} got "

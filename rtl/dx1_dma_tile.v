@@ -246,8 +246,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .cmd__tvalid(tile_cmd__tvalid),
     .done__tdata(tile_done__tdata),
     .done__tvalid(tile_done__tvalid),
-    .\port$1451$0 (\$1 ),
-    .\port$1453$0 (\$2 ),
+    .\port$1478$0 (\$1 ),
+    .\port$1480$0 (\$2 ),
     .r_en(tile_done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -342,10 +342,10 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire [18:0] \$1 ;
   wire \$10 ;
-  wire [3:0] \$100 ;
+  wire \$100 ;
   wire \$101 ;
-  wire [4:0] \$102 ;
-  wire [32:0] \$103 ;
+  wire \$102 ;
+  wire \$103 ;
   wire \$104 ;
   wire [9:0] \$105 ;
   wire [11:0] \$106 ;
@@ -369,129 +369,154 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire [31:0] \$122 ;
   wire [31:0] \$123 ;
   wire [15:0] \$124 ;
-  wire \$125 ;
-  wire [6:0] \$126 ;
-  wire \$127 ;
-  wire [8:0] \$128 ;
-  wire [9:0] \$129 ;
-  wire [10:0] \$13 ;
-  wire [16:0] \$130 ;
-  wire [17:0] \$131 ;
-  wire \$132 ;
-  wire \$133 ;
-  wire [8:0] \$134 ;
+  wire [3:0] \$125 ;
+  wire \$126 ;
+  wire [4:0] \$127 ;
+  wire [32:0] \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire [9:0] \$130 ;
+  wire [11:0] \$131 ;
+  wire [32:0] \$132 ;
+  wire [30:0] \$133 ;
+  wire \$134 ;
   wire \$135 ;
   wire [32:0] \$136 ;
-  wire \$137 ;
-  wire \$138 ;
+  wire [32:0] \$137 ;
+  wire [16:0] \$138 ;
   wire \$139 ;
-  wire [8:0] \$14 ;
+  wire \$14 ;
   wire \$140 ;
   wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire [16:0] \$144 ;
-  wire \$145 ;
-  wire [16:0] \$146 ;
-  wire [16:0] \$147 ;
-  wire [16:0] \$148 ;
-  wire [16:0] \$149 ;
+  wire [31:0] \$142 ;
+  wire [31:0] \$143 ;
+  wire [31:0] \$144 ;
+  wire [31:0] \$145 ;
+  wire [31:0] \$146 ;
+  wire [31:0] \$147 ;
+  wire [31:0] \$148 ;
+  wire [15:0] \$149 ;
   wire \$15 ;
-  wire [16:0] \$150 ;
-  wire [2:0] \$151 ;
+  wire \$150 ;
+  wire [6:0] \$151 ;
   wire \$152 ;
-  wire \$153 ;
-  wire \$154 ;
-  wire \$155 ;
-  wire [16:0] \$156 ;
+  wire [8:0] \$153 ;
+  wire [9:0] \$154 ;
+  wire [16:0] \$155 ;
+  wire [17:0] \$156 ;
   wire \$157 ;
-  wire [16:0] \$158 ;
-  wire [16:0] \$159 ;
-  wire [8:0] \$16 ;
-  wire [16:0] \$160 ;
-  wire [16:0] \$161 ;
-  wire [16:0] \$162 ;
-  wire [255:0] \$163 ;
-  wire [3:0] \$164 ;
+  wire \$158 ;
+  wire [8:0] \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire [32:0] \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
   wire \$165 ;
-  wire [2:0] \$166 ;
+  wire \$166 ;
   wire \$167 ;
   wire \$168 ;
-  wire \$169 ;
-  wire [29:0] \$17 ;
+  wire [16:0] \$169 ;
+  wire [10:0] \$17 ;
   wire \$170 ;
-  wire [3:0] \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  reg [1:0] \$174 ;
-  reg \$175 ;
-  reg \$176 ;
-  reg \$177 ;
-  reg \$178 ;
-  reg [15:0] \$179 ;
-  wire \$18 ;
-  reg [15:0] \$180 ;
-  reg [15:0] \$181 ;
-  reg [15:0] \$182 ;
-  reg \$183 ;
-  reg \$184 ;
-  reg \$185 ;
-  reg [31:0] \$186 ;
-  reg [7:0] \$187 ;
-  reg [31:0] \$188 ;
-  reg [29:0] \$189 ;
-  wire [9:0] \$19 ;
-  reg \$190 ;
-  reg [31:0] \$191 ;
-  reg [15:0] \$192 ;
-  reg [31:0] \$193 ;
-  reg [29:0] \$194 ;
-  reg [2:0] \$195 ;
-  reg [31:0] \$196 ;
-  reg \$197 ;
-  reg [31:0] \$198 ;
-  reg [7:0] \$199 ;
+  wire [16:0] \$171 ;
+  wire [16:0] \$172 ;
+  wire [16:0] \$173 ;
+  wire [16:0] \$174 ;
+  wire [16:0] \$175 ;
+  wire [2:0] \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire [8:0] \$18 ;
+  wire \$180 ;
+  wire [16:0] \$181 ;
+  wire \$182 ;
+  wire [16:0] \$183 ;
+  wire [16:0] \$184 ;
+  wire [16:0] \$185 ;
+  wire [16:0] \$186 ;
+  wire [16:0] \$187 ;
+  wire [255:0] \$188 ;
+  wire [3:0] \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [2:0] \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [3:0] \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  reg [1:0] \$199 ;
   wire [16:0] \$2 ;
-  wire \$20 ;
-  reg [31:0] \$200 ;
-  reg [29:0] \$201 ;
+  wire [8:0] \$20 ;
+  reg \$200 ;
+  reg \$201 ;
   reg \$202 ;
-  reg [31:0] \$203 ;
+  reg \$203 ;
   reg [15:0] \$204 ;
-  reg [31:0] \$205 ;
-  reg [29:0] \$206 ;
-  reg [5:0] \$207 ;
-  reg [15:0] \$208 ;
-  reg [7:0] \$209 ;
-  wire \$21 ;
-  reg [31:0] \$210 ;
-  reg \$211 ;
+  reg [15:0] \$205 ;
+  reg [15:0] \$206 ;
+  reg [15:0] \$207 ;
+  reg \$208 ;
+  reg \$209 ;
+  wire [29:0] \$21 ;
+  reg \$210 ;
+  reg [31:0] \$211 ;
   reg [7:0] \$212 ;
-  reg \$213 ;
-  reg [1:0] \$214 ;
-  reg [255:0] \$215 ;
-  reg [15:0] \$216 ;
+  reg [31:0] \$213 ;
+  reg [29:0] \$214 ;
+  reg \$215 ;
+  reg [31:0] \$216 ;
   reg [15:0] \$217 ;
-  reg [15:0] \$218 ;
-  reg [15:0] \$219 ;
+  reg [31:0] \$218 ;
+  reg [29:0] \$219 ;
   wire \$22 ;
-  reg [15:0] \$220 ;
-  reg \$221 ;
-  reg [255:0] \$222 ;
-  reg \$223 ;
-  reg [15:0] \$224 ;
-  reg [15:0] \$225 ;
-  reg [15:0] \$226 ;
-  reg [15:0] \$227 ;
-  reg [15:0] \$228 ;
-  reg \$229 ;
-  wire \$23 ;
-  reg [255:0] \$230 ;
-  reg [2:0] \$231 ;
-  reg [7:0] \$232 ;
+  reg [2:0] \$220 ;
+  reg [31:0] \$221 ;
+  reg \$222 ;
+  reg [31:0] \$223 ;
+  reg [7:0] \$224 ;
+  reg [31:0] \$225 ;
+  reg [29:0] \$226 ;
+  reg \$227 ;
+  reg [31:0] \$228 ;
+  reg [15:0] \$229 ;
+  wire [9:0] \$23 ;
+  reg [31:0] \$230 ;
+  reg [29:0] \$231 ;
+  reg [5:0] \$232 ;
+  reg [15:0] \$233 ;
+  reg [7:0] \$234 ;
+  reg [31:0] \$235 ;
+  reg \$236 ;
+  reg [7:0] \$237 ;
+  reg \$238 ;
+  reg [1:0] \$239 ;
   wire \$24 ;
+  reg [255:0] \$240 ;
+  reg [15:0] \$241 ;
+  reg [15:0] \$242 ;
+  reg [15:0] \$243 ;
+  reg [15:0] \$244 ;
+  reg [15:0] \$245 ;
+  reg \$246 ;
+  reg [255:0] \$247 ;
+  reg \$248 ;
+  reg [15:0] \$249 ;
   wire \$25 ;
-  wire [9:0] \$26 ;
+  reg [15:0] \$250 ;
+  reg [15:0] \$251 ;
+  reg [15:0] \$252 ;
+  reg [15:0] \$253 ;
+  reg \$254 ;
+  reg [255:0] \$255 ;
+  reg [2:0] \$256 ;
+  reg [7:0] \$257 ;
+  wire \$26 ;
   wire \$27 ;
   wire \$28 ;
   wire \$29 ;
@@ -499,24 +524,24 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire \$30 ;
   wire \$31 ;
   wire \$32 ;
-  wire [16:0] \$33 ;
-  wire \$34 ;
-  wire [16:0] \$35 ;
+  wire \$33 ;
+  wire [9:0] \$34 ;
+  wire \$35 ;
   wire \$36 ;
-  wire [1:0] \$37 ;
+  wire \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [10:0] \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire \$42 ;
-  wire \$43 ;
+  wire [16:0] \$43 ;
   wire \$44 ;
-  wire \$45 ;
+  wire [16:0] \$45 ;
   wire \$46 ;
-  wire [16:0] \$47 ;
+  wire [1:0] \$47 ;
   wire \$48 ;
-  wire [16:0] \$49 ;
+  wire \$49 ;
   wire \$5 ;
   wire \$50 ;
   wire \$51 ;
@@ -525,9 +550,9 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire \$54 ;
   wire \$55 ;
   wire \$56 ;
-  wire \$57 ;
+  wire [16:0] \$57 ;
   wire \$58 ;
-  wire \$59 ;
+  wire [16:0] \$59 ;
   wire [29:0] \$6 ;
   wire \$60 ;
   wire \$61 ;
@@ -551,29 +576,30 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   wire \$78 ;
   wire \$79 ;
   wire [9:0] \$8 ;
-  wire [9:0] \$80 ;
-  wire [11:0] \$81 ;
-  wire [32:0] \$82 ;
-  wire [30:0] \$83 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
   wire \$84 ;
   wire \$85 ;
-  wire [32:0] \$86 ;
-  wire [32:0] \$87 ;
-  wire [16:0] \$88 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
   wire \$89 ;
   wire \$9 ;
   wire \$90 ;
   wire \$91 ;
-  wire [31:0] \$92 ;
-  wire [31:0] \$93 ;
-  wire [31:0] \$94 ;
-  wire [31:0] \$95 ;
-  wire [31:0] \$96 ;
-  wire [31:0] \$97 ;
-  wire [31:0] \$98 ;
-  wire [15:0] \$99 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
   reg [1:0] a_cnt = 2'h0;
   wire a_last;
+  wire abort;
   reg acc = 1'h0;
   (* init = 16'h0000 *)
   wire [15:0] acc_rreq__tdata;
@@ -690,6 +716,7 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   output done__tvalid;
   wire done__tvalid;
   wire finished;
+  wire hold;
   reg is_copy = 1'h0;
   reg is_load = 1'h0;
   reg is_store = 1'h0;
@@ -701,13 +728,14 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   reg lw_done = 1'h0;
   wire [29:0] move_beats;
   wire pop;
+  wire quiet;
   wire [64:0] r_data;
-  wire [7:0] \r_data$142 ;
+  wire [7:0] \r_data$145 ;
   reg r_en;
-  reg \r_en$62 ;
+  reg \r_en$64 ;
   wire r_hs;
   wire r_rdy;
-  wire \r_rdy$118 ;
+  wire \r_rdy$120 ;
   reg rd_err = 1'h0;
   wire reads_done;
   reg [2:0] reads_out = 3'h0;
@@ -756,13 +784,13 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   reg [7:0] w_cnt = 8'h00;
   reg w_cur = 1'h0;
   wire [7:0] w_data;
-  reg [64:0] \w_data$110 ;
+  reg [64:0] \w_data$112 ;
   wire w_en;
-  reg \w_en$112 ;
+  reg \w_en$114 ;
   wire w_hs;
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
-  wire \w_rdy$105 ;
+  wire \w_rdy$107 ;
   output [15:0] wr_addr;
   reg [15:0] wr_addr = 16'h0000;
   output [255:0] wr_data;
@@ -786,326 +814,337 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   assign \$10  = \$9  | axi__arready;
   assign \$11  = ar_active & \$10 ;
   assign \$12  = reads_out < 3'h4;
-  assign ar_issue = \$11  & \$12 ;
+  assign ar_issue = \$11  & \$16 ;
   assign ar_hs = axi__arvalid & axi__arready;
   assign r_hs = axi__rvalid & axi__rready;
-  assign \$13  = 10'h200 - aw_addr[11:3];
-  assign \$14  = is_copy ? 9'h010 : 9'h100;
-  assign \$15  = aw_seg_left < \$14 ;
-  assign \$16  = is_copy ? 9'h010 : 9'h100;
-  assign \$17  = \$15  ? aw_seg_left : { 21'h000000, \$16  };
-  assign \$18  = \$13 [9:0] < \$17 [8:0];
-  assign \$19  = \$18  ? \$13 [9:0] : { 1'h0, \$17 [8:0] };
-  assign \$20  = ~ axi__awvalid;
-  assign \$21  = \$20  | axi__awready;
-  assign \$22  = aw_active & \$21 ;
-  assign aw_issue = \$22  & aw_allow;
-  assign \$23  = ~ is_copy;
-  assign \$24  = unclaimed >= \$19 [8:0];
-  assign \$25  = \$23  | \$24 ;
-  assign aw_allow = w_rdy & \$25 ;
-  assign \$26  = \$19 [8:0] - 1'h1;
+  assign \$17  = 10'h200 - aw_addr[11:3];
+  assign \$18  = is_copy ? 9'h010 : 9'h100;
+  assign \$19  = aw_seg_left < \$18 ;
+  assign \$20  = is_copy ? 9'h010 : 9'h100;
+  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
+  assign \$22  = \$17 [9:0] < \$21 [8:0];
+  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
+  assign \$24  = ~ axi__awvalid;
+  assign \$25  = \$24  | axi__awready;
+  assign \$26  = aw_active & \$25 ;
+  assign aw_issue = \$26  & \$30 ;
+  assign \$31  = ~ is_copy;
+  assign \$32  = unclaimed >= \$23 [8:0];
+  assign \$33  = \$31  | \$32 ;
+  assign aw_allow = w_rdy & \$33 ;
+  assign \$34  = \$23 [8:0] - 1'h1;
   assign aw_hs = axi__awvalid & axi__awready;
-  assign \$27  = w_cur & r_rdy;
-  assign \$28  = ~ is_load;
-  assign axi__wvalid = \$27  & \$28 ;
-  assign w_bad = r_data[64] | rd_err;
+  assign \$36  = w_cur & \$35 ;
+  assign \$37  = ~ is_load;
+  assign axi__wvalid = \$36  & \$37 ;
+  assign \$38  = r_data[64] | rd_err;
   assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
   assign axi__wlast = w_cnt == w_len;
   assign w_hs = axi__wvalid & axi__wready;
-  assign \$29  = ~ w_cur;
-  assign \$30  = w_hs & axi__wlast;
-  assign \$31  = \$29  | \$30 ;
+  assign \$39  = ~ w_cur;
+  assign \$40  = w_hs & axi__wlast;
+  assign \$41  = \$39  | \$40 ;
   assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$32  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$32 ;
+  assign \$42  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$42 ;
   assign acc_wr__tvalid = wr_valid & acc;
-  assign \$33  = ldw_r + 1'h1;
-  assign \$34  = \$33  == rows;
-  assign \$35  = ldw_c + 1'h1;
-  assign \$36  = \$35  == cols;
-  assign ldw_last = \$34  & \$36 ;
-  assign \$37  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$37 ;
-  assign \$38  = state == 1'h1;
-  assign \$39  = \$38  & is_load;
-  assign \$40  = ~ lw_done;
-  assign \$41  = \$39  & \$40 ;
-  assign \$42  = \$41  & r_rdy;
-  assign \$43  = ~ a_last;
-  assign \$44  = ~ wr_valid;
-  assign \$45  = \$43  | \$44 ;
-  assign \$46  = \$45  | wr_ready;
-  assign pop = \$42  & \$46 ;
-  assign \$47  = rqw_r + 1'h1;
-  assign \$48  = \$47  == rows;
-  assign \$49  = rqw_c + 1'h1;
-  assign \$50  = \$49  == cols;
-  assign rqw_last = \$48  & \$50 ;
+  assign \$43  = ldw_r + 1'h1;
+  assign \$44  = \$43  == rows;
+  assign \$45  = ldw_c + 1'h1;
+  assign \$46  = \$45  == cols;
+  assign ldw_last = \$44  & \$46 ;
+  assign \$47  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$47 ;
+  assign \$48  = state == 1'h1;
+  assign \$49  = \$48  & is_load;
+  assign \$50  = ~ lw_done;
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = \$51  & r_rdy;
+  assign \$53  = ~ a_last;
+  assign \$54  = ~ wr_valid;
+  assign \$55  = \$53  | \$54 ;
+  assign \$56  = \$55  | wr_ready;
+  assign pop = \$52  & \$56 ;
+  assign \$57  = rqw_r + 1'h1;
+  assign \$58  = \$57  == rows;
+  assign \$59  = rqw_c + 1'h1;
+  assign \$60  = \$59  == cols;
+  assign rqw_last = \$58  & \$60 ;
   assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$51  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$51 ;
+  assign \$61  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$61 ;
   assign acc_rreq__tvalid = rq_valid & acc;
   assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
   assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$52  = | sp_cnt;
-  assign sp_push = \$52  & \w_rdy$105 ;
-  assign \$53  = ! sp_cnt;
-  assign \$54  = sp_cnt == 1'h1;
-  assign \$55  = \$54  & sp_push;
-  assign \$56  = \$53  | \$55 ;
-  assign sp_take = is_store & \$56 ;
+  assign \$62  = | sp_cnt;
+  assign sp_push = \$62  & \w_rdy$107 ;
+  assign \$63  = ! sp_cnt;
+  assign \$64  = sp_cnt == 1'h1;
+  assign \$65  = \$64  & sp_push;
+  assign \$66  = \$63  | \$65 ;
+  assign sp_take = is_store & \$66 ;
   assign acc_rresp__tready = sp_take & acc;
-  assign \$57  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$57 ;
-  assign \$58  = ~ is_store;
-  assign axi__rready = \w_rdy$105  & \$58 ;
-  assign \$59  = | axi__rresp;
-  assign \$60  = ~ ar_active;
-  assign \$61  = ~ axi__arvalid;
-  assign \$62  = \$60  & \$61 ;
-  assign \$63  = ! reads_out;
-  assign reads_done = \$62  & \$63 ;
-  assign \$64  = ~ aw_active;
-  assign \$65  = ~ axi__awvalid;
-  assign \$66  = \$64  & \$65 ;
-  assign \$67  = ! writes_out;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ w_cur;
-  assign \$70  = \$68  & \$69 ;
-  assign \$71  = ~ \r_rdy$118 ;
-  assign writes_done = \$70  & \$71 ;
-  assign \$72  = ~ wr_valid;
-  assign \$73  = lw_done & \$72 ;
-  assign \$74  = \$73  & reads_done;
-  assign \$75  = writes_done & reads_done;
-  assign finished = is_load ? \$74  : \$75 ;
+  assign \$67  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$67 ;
+  assign \$68  = ~ is_store;
+  assign \$69  = \w_rdy$107  & \$68 ;
+  assign \$72  = | axi__rresp;
+  assign \$75  = ~ ar_active;
+  assign \$76  = ~ axi__arvalid;
+  assign \$77  = \$75  & \$76 ;
+  assign \$78  = ! reads_out;
+  assign reads_done = \$77  & \$78 ;
+  assign \$79  = ~ aw_active;
+  assign \$80  = ~ axi__awvalid;
+  assign \$81  = \$79  & \$80 ;
+  assign \$82  = ! writes_out;
+  assign \$83  = \$81  & \$82 ;
+  assign \$84  = ~ w_cur;
+  assign \$85  = \$83  & \$84 ;
+  assign \$86  = ~ \r_rdy$120 ;
+  assign writes_done = \$85  & \$86 ;
+  assign \$87  = ~ wr_valid;
+  assign \$88  = lw_done & \$87 ;
+  assign \$89  = \$88  & reads_done;
+  assign \$90  = writes_done & reads_done;
+  assign finished = is_load ? \$89  : \$90 ;
   assign done__tvalid = state == 2'h2;
-  assign \$76  = cmd__tdata[7:0] == 1'h1;
-  assign \$77  = cmd__tdata[7:0] == 2'h2;
-  assign \$78  = cmd__tdata[7:0] == 4'h8;
-  assign \$79  = axi__arvalid & axi__arready;
-  assign \$80  = \$8 [8:0] - 1'h1;
-  assign \$82  = ar_addr + \$81 ;
-  assign \$83  = ar_seg_left - \$8 [8:0];
-  assign \$84  = ar_seg_left == \$8 [8:0];
-  assign \$85  = ar_segs_left == 1'h1;
-  assign \$86  = ar_seg_base + ar_stride;
-  assign \$87  = ar_seg_base + ar_stride;
-  assign \$88  = ar_segs_left - 1'h1;
-  assign \$89  = cmd__tdata[7:0] == 1'h1;
-  assign \$90  = \$89  | start_copy;
-  assign \$91  = start & \$90 ;
-  assign \$94  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$96  = start_copy ? \$95  : { 13'h0000, \$3  };
-  assign \$98  = start_copy ? \$97  : { 13'h0000, \$3  };
-  assign \$99  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$100  = reads_out + ar_hs;
-  assign \$101  = r_hs & axi__rlast;
-  assign \$102  = \$100  - \$101 ;
-  assign \$103  = bytes_read + 4'h8;
-  assign \$104  = axi__awvalid & axi__awready;
-  assign \$105  = \$19 [8:0] - 1'h1;
-  assign \$107  = aw_addr + \$106 ;
-  assign \$108  = aw_seg_left - \$19 [8:0];
-  assign \$109  = aw_seg_left == \$19 [8:0];
-  assign \$110  = aw_segs_left == 1'h1;
-  assign \$111  = aw_seg_base + aw_stride;
-  assign \$112  = aw_seg_base + aw_stride;
-  assign \$113  = aw_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 2'h2;
+  assign \$91  = ~ axi__arvalid;
+  assign \$92  = ! reads_out;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = ~ axi__awvalid;
+  assign \$95  = \$93  & \$94 ;
+  assign \$96  = ! writes_out;
+  assign \$97  = \$95  & \$96 ;
+  assign \$98  = ~ w_cur;
+  assign \$99  = \$97  & \$98 ;
+  assign \$100  = ~ \r_rdy$120 ;
+  assign quiet = \$99  & \$100 ;
+  assign \$101  = cmd__tdata[7:0] == 1'h1;
+  assign \$102  = cmd__tdata[7:0] == 2'h2;
+  assign \$103  = cmd__tdata[7:0] == 4'h8;
+  assign \$104  = axi__arvalid & axi__arready;
+  assign \$105  = \$8 [8:0] - 1'h1;
+  assign \$107  = ar_addr + \$106 ;
+  assign \$108  = ar_seg_left - \$8 [8:0];
+  assign \$109  = ar_seg_left == \$8 [8:0];
+  assign \$110  = ar_segs_left == 1'h1;
+  assign \$111  = ar_seg_base + ar_stride;
+  assign \$112  = ar_seg_base + ar_stride;
+  assign \$113  = ar_segs_left - 1'h1;
+  assign \$114  = cmd__tdata[7:0] == 1'h1;
   assign \$115  = \$114  | start_copy;
   assign \$116  = start & \$115 ;
-  assign \$117  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$118  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
   assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
   assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
   assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
   assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = is_copy & r_hs;
-  assign \$126  = unclaimed + \$125 ;
-  assign \$127  = is_copy & aw_issue;
-  assign \$128  = \$127  ? \$19 [8:0] : 9'h000;
-  assign \$129  = \$126  - \$128 ;
-  assign \$130  = writes_out + aw_hs;
-  assign \$131  = \$130  - b_hs;
-  assign \$132  = | axi__bresp;
-  assign \$133  = b_hs & \$132 ;
-  assign \$134  = w_cnt + 1'h1;
-  assign \$135  = ~ w_bad;
-  assign \$136  = bytes_written + 4'h8;
-  assign \$137  = ~ w_cur;
-  assign \$138  = w_hs & axi__wlast;
-  assign \$139  = \$137  | \$138 ;
-  assign \$140  = wr_valid & wr_ready;
-  assign \$141  = ~ r_data[64];
-  assign \$142  = ~ rd_err;
-  assign \$143  = \$141  & \$142 ;
-  assign \$144  = ldw_c + 1'h1;
-  assign \$145  = \$144  == cols;
-  assign \$146  = ldw_r + 1'h1;
-  assign \$147  = ldw_base + row_stride;
-  assign \$148  = ldw_base + row_stride;
-  assign \$149  = ldw_c + 1'h1;
-  assign \$150  = ldw_addr + col_stride;
-  assign \$151  = a_cnt + 1'h1;
-  assign \$152  = rq_valid & rq_ready;
-  assign \$153  = ~ rq_valid;
-  assign \$154  = \$153  | rq_ready;
-  assign \$155  = rq_active & \$154 ;
-  assign \$156  = rqw_c + 1'h1;
-  assign \$157  = \$156  == cols;
-  assign \$158  = rqw_r + 1'h1;
-  assign \$159  = rqw_base + row_stride;
-  assign \$160  = rqw_base + row_stride;
-  assign \$161  = rqw_c + 1'h1;
-  assign \$162  = rqw_addr + col_stride;
-  assign \$164  = sp_cnt - 1'h1;
-  assign \$165  = sp_take & resp_valid;
-  assign \$166  = acc ? 3'h4 : 3'h1;
-  assign \$167  = cmd__tdata[7:0] == 2'h2;
-  assign \$168  = state == 1'h1;
-  assign \$169  = \$168  & finished;
-  assign \$170  = rd_err | wr_err;
-  assign \$171  = \$170  ? 4'h9 : 4'h0;
-  assign \$172  = state == 2'h2;
-  assign \$173  = \$172  & done__tready;
+  assign \$125  = reads_out + ar_hs;
+  assign \$126  = r_hs & axi__rlast;
+  assign \$127  = \$125  - \$126 ;
+  assign \$128  = bytes_read + 4'h8;
+  assign \$129  = axi__awvalid & axi__awready;
+  assign \$130  = \$23 [8:0] - 1'h1;
+  assign \$132  = aw_addr + \$131 ;
+  assign \$133  = aw_seg_left - \$23 [8:0];
+  assign \$134  = aw_seg_left == \$23 [8:0];
+  assign \$135  = aw_segs_left == 1'h1;
+  assign \$136  = aw_seg_base + aw_stride;
+  assign \$137  = aw_seg_base + aw_stride;
+  assign \$138  = aw_segs_left - 1'h1;
+  assign \$139  = cmd__tdata[7:0] == 2'h2;
+  assign \$140  = \$139  | start_copy;
+  assign \$141  = start & \$140 ;
+  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
+  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
+  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$150  = is_copy & r_hs;
+  assign \$151  = unclaimed + \$150 ;
+  assign \$152  = is_copy & aw_issue;
+  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
+  assign \$154  = \$151  - \$153 ;
+  assign \$155  = writes_out + aw_hs;
+  assign \$156  = \$155  - b_hs;
+  assign \$157  = | axi__bresp;
+  assign \$158  = b_hs & \$157 ;
+  assign \$159  = w_cnt + 1'h1;
+  assign \$160  = ~ w_bad;
+  assign \$161  = bytes_written + 4'h8;
+  assign \$162  = ~ w_cur;
+  assign \$163  = w_hs & axi__wlast;
+  assign \$164  = \$162  | \$163 ;
+  assign \$165  = wr_valid & wr_ready;
+  assign \$166  = ~ r_data[64];
+  assign \$167  = ~ rd_err;
+  assign \$168  = \$166  & \$167 ;
+  assign \$169  = ldw_c + 1'h1;
+  assign \$170  = \$169  == cols;
+  assign \$171  = ldw_r + 1'h1;
+  assign \$172  = ldw_base + row_stride;
+  assign \$173  = ldw_base + row_stride;
+  assign \$174  = ldw_c + 1'h1;
+  assign \$175  = ldw_addr + col_stride;
+  assign \$176  = a_cnt + 1'h1;
+  assign \$177  = rq_valid & rq_ready;
+  assign \$178  = ~ rq_valid;
+  assign \$179  = \$178  | rq_ready;
+  assign \$180  = rq_active & \$179 ;
+  assign \$181  = rqw_c + 1'h1;
+  assign \$182  = \$181  == cols;
+  assign \$183  = rqw_r + 1'h1;
+  assign \$184  = rqw_base + row_stride;
+  assign \$185  = rqw_base + row_stride;
+  assign \$186  = rqw_c + 1'h1;
+  assign \$187  = rqw_addr + col_stride;
+  assign \$189  = sp_cnt - 1'h1;
+  assign \$190  = sp_take & resp_valid;
+  assign \$191  = acc ? 3'h4 : 3'h1;
+  assign \$192  = cmd__tdata[7:0] == 2'h2;
+  assign \$193  = state == 1'h1;
+  assign \$194  = \$193  & finished;
+  assign \$195  = rd_err | wr_err;
+  assign \$196  = \$195  ? 4'h9 : 4'h0;
+  assign \$197  = state == 2'h2;
+  assign \$198  = \$197  & done__tready;
   always @(posedge clk)
-    state <= \$174 ;
+    state <= \$199 ;
   always @(posedge clk)
-    is_load <= \$175 ;
+    is_load <= \$200 ;
   always @(posedge clk)
-    is_store <= \$176 ;
+    is_store <= \$201 ;
   always @(posedge clk)
-    is_copy <= \$177 ;
+    is_copy <= \$202 ;
   always @(posedge clk)
-    acc <= \$178 ;
+    acc <= \$203 ;
   always @(posedge clk)
-    rows <= \$179 ;
+    rows <= \$204 ;
   always @(posedge clk)
-    cols <= \$180 ;
+    cols <= \$205 ;
   always @(posedge clk)
-    row_stride <= \$181 ;
+    row_stride <= \$206 ;
   always @(posedge clk)
-    col_stride <= \$182 ;
+    col_stride <= \$207 ;
   always @(posedge clk)
-    rd_err <= \$183 ;
+    rd_err <= \$208 ;
   always @(posedge clk)
-    wr_err <= \$184 ;
+    wr_err <= \$209 ;
   always @(posedge clk)
-    axi__arvalid <= \$185 ;
+    axi__arvalid <= \$210 ;
   always @(posedge clk)
-    axi__araddr <= \$186 ;
+    axi__araddr <= \$211 ;
   always @(posedge clk)
-    axi__arlen <= \$187 ;
+    axi__arlen <= \$212 ;
   always @(posedge clk)
-    ar_addr <= \$188 ;
+    ar_addr <= \$213 ;
   always @(posedge clk)
-    ar_seg_left <= \$189 ;
+    ar_seg_left <= \$214 ;
   always @(posedge clk)
-    ar_active <= \$190 ;
+    ar_active <= \$215 ;
   always @(posedge clk)
-    ar_seg_base <= \$191 ;
+    ar_seg_base <= \$216 ;
   always @(posedge clk)
-    ar_segs_left <= \$192 ;
+    ar_segs_left <= \$217 ;
   always @(posedge clk)
-    ar_stride <= \$193 ;
+    ar_stride <= \$218 ;
   always @(posedge clk)
-    ar_seg_beats <= \$194 ;
+    ar_seg_beats <= \$219 ;
   always @(posedge clk)
-    reads_out <= \$195 ;
+    reads_out <= \$220 ;
   always @(posedge clk)
-    bytes_read <= \$196 ;
+    bytes_read <= \$221 ;
   always @(posedge clk)
-    axi__awvalid <= \$197 ;
+    axi__awvalid <= \$222 ;
   always @(posedge clk)
-    axi__awaddr <= \$198 ;
+    axi__awaddr <= \$223 ;
   always @(posedge clk)
-    axi__awlen <= \$199 ;
+    axi__awlen <= \$224 ;
   always @(posedge clk)
-    aw_addr <= \$200 ;
+    aw_addr <= \$225 ;
   always @(posedge clk)
-    aw_seg_left <= \$201 ;
+    aw_seg_left <= \$226 ;
   always @(posedge clk)
-    aw_active <= \$202 ;
+    aw_active <= \$227 ;
   always @(posedge clk)
-    aw_seg_base <= \$203 ;
+    aw_seg_base <= \$228 ;
   always @(posedge clk)
-    aw_segs_left <= \$204 ;
+    aw_segs_left <= \$229 ;
   always @(posedge clk)
-    aw_stride <= \$205 ;
+    aw_stride <= \$230 ;
   always @(posedge clk)
-    aw_seg_beats <= \$206 ;
+    aw_seg_beats <= \$231 ;
   always @(posedge clk)
-    unclaimed <= \$207 ;
+    unclaimed <= \$232 ;
   always @(posedge clk)
-    writes_out <= \$208 ;
+    writes_out <= \$233 ;
   always @(posedge clk)
-    w_cnt <= \$209 ;
+    w_cnt <= \$234 ;
   always @(posedge clk)
-    bytes_written <= \$210 ;
+    bytes_written <= \$235 ;
   always @(posedge clk)
-    w_cur <= \$211 ;
+    w_cur <= \$236 ;
   always @(posedge clk)
-    w_len <= \$212 ;
+    w_len <= \$237 ;
   always @(posedge clk)
-    wr_valid <= \$213 ;
+    wr_valid <= \$238 ;
   always @(posedge clk)
-    a_cnt <= \$214 ;
+    a_cnt <= \$239 ;
   always @(posedge clk)
-    wr_data <= \$215 ;
+    wr_data <= \$240 ;
   always @(posedge clk)
-    wr_addr <= \$216 ;
+    wr_addr <= \$241 ;
   always @(posedge clk)
-    ldw_c <= \$217 ;
+    ldw_c <= \$242 ;
   always @(posedge clk)
-    ldw_r <= \$218 ;
+    ldw_r <= \$243 ;
   always @(posedge clk)
-    ldw_base <= \$219 ;
+    ldw_base <= \$244 ;
   always @(posedge clk)
-    ldw_addr <= \$220 ;
+    ldw_addr <= \$245 ;
   always @(posedge clk)
-    lw_done <= \$221 ;
+    lw_done <= \$246 ;
   always @(posedge clk)
-    asm <= \$222 ;
+    asm <= \$247 ;
   always @(posedge clk)
-    rq_valid <= \$223 ;
+    rq_valid <= \$248 ;
   always @(posedge clk)
-    spm_rreq__tdata <= \$224 ;
+    spm_rreq__tdata <= \$249 ;
   always @(posedge clk)
-    rqw_c <= \$225 ;
+    rqw_c <= \$250 ;
   always @(posedge clk)
-    rqw_r <= \$226 ;
+    rqw_r <= \$251 ;
   always @(posedge clk)
-    rqw_base <= \$227 ;
+    rqw_base <= \$252 ;
   always @(posedge clk)
-    rqw_addr <= \$228 ;
+    rqw_addr <= \$253 ;
   always @(posedge clk)
-    rq_active <= \$229 ;
+    rq_active <= \$254 ;
   always @(posedge clk)
-    sp_buf <= \$230 ;
+    sp_buf <= \$255 ;
   always @(posedge clk)
-    sp_cnt <= \$231 ;
+    sp_cnt <= \$256 ;
   always @(posedge clk)
-    done__tdata <= \$232 ;
+    done__tdata <= \$257 ;
   \dx1_dma_tile.dma.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
     .r_en(r_en),
     .r_rdy(r_rdy),
     .rst(rst),
-    .w_en(\w_en$112 ),
-    .w_port__data(\w_data$110 ),
-    .w_rdy(\w_rdy$105 )
+    .w_en(\w_en$114 ),
+    .w_port__data(\w_data$112 ),
+    .w_rdy(\w_rdy$107 )
   );
   \dx1_dma_tile.dma.wlen_fifo  wlen_fifo (
     .clk(clk),
-    .r_data(\r_data$142 ),
-    .r_en(\r_en$62 ),
-    .r_rdy(\r_rdy$118 ),
+    .r_data(\r_data$145 ),
+    .r_en(\r_en$64 ),
+    .r_rdy(\r_rdy$120 ),
     .rst(rst),
     .w_en(aw_issue),
-    .w_port__data(\$26 [7:0]),
+    .w_port__data(\$34 [7:0]),
     .w_rdy(w_rdy)
   );
   always @* begin
@@ -1120,9 +1159,9 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$62  = 1'h0;
-    if (\$31 ) begin
-      \r_en$62  = 1'h1;
+    \r_en$64  = 1'h0;
+    if (\$41 ) begin
+      \r_en$64  = 1'h1;
     end
   end
   always @* begin
@@ -1144,399 +1183,61 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_data$110  = { 1'h0, sp_buf[63:0] };
+      \w_data$112  = { 1'h0, sp_buf[63:0] };
     end else begin
-      \w_data$110  = { \$59 , axi__rdata };
+      \w_data$112  = { \$72 , axi__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_en$112  = sp_push;
+      \w_en$114  = \$71 ;
     end else begin
-      \w_en$112  = r_hs;
+      \w_en$114  = \$74 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$174  = state;
+    \$199  = state;
     if (start) begin
-      \$174  = 2'h1;
+      \$199  = 2'h1;
     end
-    if (\$169 ) begin
-      \$174  = 2'h2;
+    if (\$194 ) begin
+      \$199  = 2'h2;
     end
-    if (\$173 ) begin
-      \$174  = 2'h0;
+    if (\$198 ) begin
+      \$199  = 2'h0;
     end
     if (rst) begin
-      \$174  = 2'h0;
+      \$199  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$175  = is_load;
+    \$200  = is_load;
     if (start) begin
-      \$175  = \$76 ;
+      \$200  = \$101 ;
     end
     if (rst) begin
-      \$175  = 1'h0;
+      \$200  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$176  = is_store;
+    \$201  = is_store;
     if (start) begin
-      \$176  = \$77 ;
+      \$201  = \$102 ;
     end
     if (rst) begin
-      \$176  = 1'h0;
+      \$201  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = is_copy;
+    \$202  = is_copy;
     if (start) begin
-      \$177  = \$78 ;
-    end
-    if (rst) begin
-      \$177  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = acc;
-    if (start) begin
-      \$178  = cmd__tdata[8];
-    end
-    if (rst) begin
-      \$178  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = rows;
-    if (start) begin
-      \$179  = cmd__tdata[159:144];
-    end
-    if (rst) begin
-      \$179  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = cols;
-    if (start) begin
-      \$180  = cmd__tdata[175:160];
-    end
-    if (rst) begin
-      \$180  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = row_stride;
-    if (start) begin
-      \$181  = cmd__tdata[191:176];
-    end
-    if (rst) begin
-      \$181  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = col_stride;
-    if (start) begin
-      \$182  = cmd__tdata[207:192];
-    end
-    if (rst) begin
-      \$182  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = rd_err;
-    if (start) begin
-      \$183  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$183  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$183  = 1'h1;
-      end
-    end
-    if (rst) begin
-      \$183  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = wr_err;
-    if (start) begin
-      \$184  = 1'h0;
-    end
-    if (\$133 ) begin
-      \$184  = 1'h1;
-    end
-    if (rst) begin
-      \$184  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = axi__arvalid;
-    if (\$79 ) begin
-      \$185  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$185  = 1'h1;
-    end
-    if (rst) begin
-      \$185  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = axi__araddr;
-    if (ar_issue) begin
-      \$186  = ar_addr;
-    end
-    if (rst) begin
-      \$186  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = axi__arlen;
-    if (ar_issue) begin
-      \$187  = \$80 [7:0];
-    end
-    if (rst) begin
-      \$187  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = ar_addr;
-    if (ar_issue) begin
-      \$188  = \$82 [31:0];
-      if (\$84 ) begin
-        (* full_case = 32'd1 *)
-        if (\$85 ) begin
-        end else begin
-          \$188  = \$87 [31:0];
-        end
-      end
-    end
-    if (\$91 ) begin
-      \$188  = \$92 ;
-    end
-    if (rst) begin
-      \$188  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189  = ar_seg_left;
-    if (ar_issue) begin
-      \$189  = \$83 [29:0];
-      if (\$84 ) begin
-        (* full_case = 32'd1 *)
-        if (\$85 ) begin
-        end else begin
-          \$189  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$91 ) begin
-      \$189  = \$96 [29:0];
-    end
-    if (rst) begin
-      \$189  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = ar_active;
-    if (ar_issue) begin
-      if (\$84 ) begin
-        if (\$85 ) begin
-          \$190  = 1'h0;
-        end
-      end
-    end
-    if (\$91 ) begin
-      \$190  = 1'h1;
-    end
-    if (rst) begin
-      \$190  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$84 ) begin
-        (* full_case = 32'd1 *)
-        if (\$85 ) begin
-        end else begin
-          \$191  = \$86 [31:0];
-        end
-      end
-    end
-    if (\$91 ) begin
-      \$191  = \$93 ;
-    end
-    if (rst) begin
-      \$191  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$84 ) begin
-        (* full_case = 32'd1 *)
-        if (\$85 ) begin
-        end else begin
-          \$192  = \$88 [15:0];
-        end
-      end
-    end
-    if (\$91 ) begin
-      \$192  = \$99 ;
-    end
-    if (rst) begin
-      \$192  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = ar_stride;
-    if (\$91 ) begin
-      \$193  = \$94 ;
-    end
-    if (rst) begin
-      \$193  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = ar_seg_beats;
-    if (\$91 ) begin
-      \$194  = \$98 [29:0];
-    end
-    if (rst) begin
-      \$194  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = \$102 [2:0];
-    if (rst) begin
-      \$195  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = bytes_read;
-    if (r_hs) begin
-      \$196  = \$103 [31:0];
-    end
-    if (rst) begin
-      \$196  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = axi__awvalid;
-    if (\$104 ) begin
-      \$197  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$197  = 1'h1;
-    end
-    if (rst) begin
-      \$197  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = axi__awaddr;
-    if (aw_issue) begin
-      \$198  = aw_addr;
-    end
-    if (rst) begin
-      \$198  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = axi__awlen;
-    if (aw_issue) begin
-      \$199  = \$105 [7:0];
-    end
-    if (rst) begin
-      \$199  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = aw_addr;
-    if (aw_issue) begin
-      \$200  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$200  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$200  = \$117 ;
-    end
-    if (rst) begin
-      \$200  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = aw_seg_left;
-    if (aw_issue) begin
-      \$201  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$201  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$201  = \$121 [29:0];
-    end
-    if (rst) begin
-      \$201  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = aw_active;
-    if (aw_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$202  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$202  = 1'h1;
+      \$202  = \$103 ;
     end
     if (rst) begin
       \$202  = 1'h0;
@@ -1544,37 +1245,19 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$203  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$203  = \$118 ;
+    \$203  = acc;
+    if (start) begin
+      \$203  = cmd__tdata[8];
     end
     if (rst) begin
-      \$203  = 32'd0;
+      \$203  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$204  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$204  = \$124 ;
+    \$204  = rows;
+    if (start) begin
+      \$204  = cmd__tdata[159:144];
     end
     if (rst) begin
       \$204  = 16'h0000;
@@ -1582,81 +1265,95 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = aw_stride;
-    if (\$116 ) begin
-      \$205  = \$119 ;
-    end
-    if (rst) begin
-      \$205  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = aw_seg_beats;
-    if (\$116 ) begin
-      \$206  = \$123 [29:0];
-    end
-    if (rst) begin
-      \$206  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = \$129 [5:0];
+    \$205  = cols;
     if (start) begin
-      \$207  = 6'h00;
+      \$205  = cmd__tdata[175:160];
     end
     if (rst) begin
-      \$207  = 6'h00;
+      \$205  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = \$131 [15:0];
+    \$206  = row_stride;
+    if (start) begin
+      \$206  = cmd__tdata[191:176];
+    end
     if (rst) begin
-      \$208  = 16'h0000;
+      \$206  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = w_cnt;
+    \$207  = col_stride;
+    if (start) begin
+      \$207  = cmd__tdata[207:192];
+    end
+    if (rst) begin
+      \$207  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$208  = rd_err;
+    if (start) begin
+      \$208  = 1'h0;
+    end
     if (w_hs) begin
-      \$209  = \$134 [7:0];
+      if (r_data[64]) begin
+        \$208  = 1'h1;
+      end
     end
-    if (\$139 ) begin
-      \$209  = 8'h00;
-    end
-    if (rst) begin
-      \$209  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = bytes_written;
-    if (w_hs) begin
-      if (\$135 ) begin
-        \$210  = \$136 [31:0];
+    if (pop) begin
+      if (r_data[64]) begin
+        \$208  = 1'h1;
       end
     end
     if (rst) begin
-      \$210  = 32'd0;
+      \$208  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = w_cur;
-    if (\$139 ) begin
-      \$211  = \r_rdy$118 ;
+    \$209  = wr_err;
+    if (start) begin
+      \$209  = 1'h0;
+    end
+    if (\$158 ) begin
+      \$209  = 1'h1;
     end
     if (rst) begin
-      \$211  = 1'h0;
+      \$209  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = w_len;
-    if (\$139 ) begin
-      \$212  = \r_data$142 ;
+    \$210  = axi__arvalid;
+    if (\$104 ) begin
+      \$210  = 1'h0;
+    end
+    if (ar_issue) begin
+      \$210  = 1'h1;
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$211  = axi__araddr;
+    if (ar_issue) begin
+      \$211  = ar_addr;
+    end
+    if (rst) begin
+      \$211  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$212  = axi__arlen;
+    if (ar_issue) begin
+      \$212  = \$105 [7:0];
     end
     if (rst) begin
       \$212  = 8'h00;
@@ -1664,330 +1361,674 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = wr_valid;
-    if (\$140 ) begin
-      \$213  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$143 ) begin
-          \$213  = 1'h1;
+    \$213  = ar_addr;
+    if (ar_issue) begin
+      \$213  = \$107 [31:0];
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$213  = \$112 [31:0];
         end
       end
     end
+    if (\$116 ) begin
+      \$213  = \$117 ;
+    end
     if (rst) begin
-      \$213  = 1'h0;
+      \$213  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = a_cnt;
+    \$214  = ar_seg_left;
+    if (ar_issue) begin
+      \$214  = \$108 [29:0];
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$214  = ar_seg_beats;
+        end
+      end
+    end
+    if (\$116 ) begin
+      \$214  = \$121 [29:0];
+    end
+    if (rst) begin
+      \$214  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$215  = ar_active;
+    if (ar_issue) begin
+      if (\$109 ) begin
+        if (\$110 ) begin
+          \$215  = 1'h0;
+        end
+      end
+    end
+    if (\$116 ) begin
+      \$215  = 1'h1;
+    end
+    if (rst) begin
+      \$215  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$216  = ar_seg_base;
+    if (ar_issue) begin
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$216  = \$111 [31:0];
+        end
+      end
+    end
+    if (\$116 ) begin
+      \$216  = \$118 ;
+    end
+    if (rst) begin
+      \$216  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$217  = ar_segs_left;
+    if (ar_issue) begin
+      if (\$109 ) begin
+        (* full_case = 32'd1 *)
+        if (\$110 ) begin
+        end else begin
+          \$217  = \$113 [15:0];
+        end
+      end
+    end
+    if (\$116 ) begin
+      \$217  = \$124 ;
+    end
+    if (rst) begin
+      \$217  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$218  = ar_stride;
+    if (\$116 ) begin
+      \$218  = \$119 ;
+    end
+    if (rst) begin
+      \$218  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$219  = ar_seg_beats;
+    if (\$116 ) begin
+      \$219  = \$123 [29:0];
+    end
+    if (rst) begin
+      \$219  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$220  = \$127 [2:0];
+    if (rst) begin
+      \$220  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$221  = bytes_read;
+    if (r_hs) begin
+      \$221  = \$128 [31:0];
+    end
+    if (rst) begin
+      \$221  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$222  = axi__awvalid;
+    if (\$129 ) begin
+      \$222  = 1'h0;
+    end
+    if (aw_issue) begin
+      \$222  = 1'h1;
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$223  = axi__awaddr;
+    if (aw_issue) begin
+      \$223  = aw_addr;
+    end
+    if (rst) begin
+      \$223  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$224  = axi__awlen;
+    if (aw_issue) begin
+      \$224  = \$130 [7:0];
+    end
+    if (rst) begin
+      \$224  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$225  = aw_addr;
+    if (aw_issue) begin
+      \$225  = \$132 [31:0];
+      if (\$134 ) begin
+        (* full_case = 32'd1 *)
+        if (\$135 ) begin
+        end else begin
+          \$225  = \$137 [31:0];
+        end
+      end
+    end
+    if (\$141 ) begin
+      \$225  = \$142 ;
+    end
+    if (rst) begin
+      \$225  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$226  = aw_seg_left;
+    if (aw_issue) begin
+      \$226  = \$133 [29:0];
+      if (\$134 ) begin
+        (* full_case = 32'd1 *)
+        if (\$135 ) begin
+        end else begin
+          \$226  = aw_seg_beats;
+        end
+      end
+    end
+    if (\$141 ) begin
+      \$226  = \$146 [29:0];
+    end
+    if (rst) begin
+      \$226  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$227  = aw_active;
+    if (aw_issue) begin
+      if (\$134 ) begin
+        if (\$135 ) begin
+          \$227  = 1'h0;
+        end
+      end
+    end
+    if (\$141 ) begin
+      \$227  = 1'h1;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$228  = aw_seg_base;
+    if (aw_issue) begin
+      if (\$134 ) begin
+        (* full_case = 32'd1 *)
+        if (\$135 ) begin
+        end else begin
+          \$228  = \$136 [31:0];
+        end
+      end
+    end
+    if (\$141 ) begin
+      \$228  = \$143 ;
+    end
+    if (rst) begin
+      \$228  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$229  = aw_segs_left;
+    if (aw_issue) begin
+      if (\$134 ) begin
+        (* full_case = 32'd1 *)
+        if (\$135 ) begin
+        end else begin
+          \$229  = \$138 [15:0];
+        end
+      end
+    end
+    if (\$141 ) begin
+      \$229  = \$149 ;
+    end
+    if (rst) begin
+      \$229  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$230  = aw_stride;
+    if (\$141 ) begin
+      \$230  = \$144 ;
+    end
+    if (rst) begin
+      \$230  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$231  = aw_seg_beats;
+    if (\$141 ) begin
+      \$231  = \$148 [29:0];
+    end
+    if (rst) begin
+      \$231  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$232  = \$154 [5:0];
+    if (start) begin
+      \$232  = 6'h00;
+    end
+    if (rst) begin
+      \$232  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$233  = \$156 [15:0];
+    if (rst) begin
+      \$233  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$234  = w_cnt;
+    if (w_hs) begin
+      \$234  = \$159 [7:0];
+    end
+    if (\$164 ) begin
+      \$234  = 8'h00;
+    end
+    if (rst) begin
+      \$234  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$235  = bytes_written;
+    if (w_hs) begin
+      if (\$160 ) begin
+        \$235  = \$161 [31:0];
+      end
+    end
+    if (rst) begin
+      \$235  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$236  = w_cur;
+    if (\$164 ) begin
+      \$236  = \r_rdy$120 ;
+    end
+    if (rst) begin
+      \$236  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$237  = w_len;
+    if (\$164 ) begin
+      \$237  = \r_data$145 ;
+    end
+    if (rst) begin
+      \$237  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$238  = wr_valid;
+    if (\$165 ) begin
+      \$238  = 1'h0;
+    end
+    if (pop) begin
+      if (a_last) begin
+        if (\$168 ) begin
+          \$238  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$238  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$239  = a_cnt;
     if (pop) begin
       (* full_case = 32'd1 *)
       if (a_last) begin
-        \$214  = 2'h0;
+        \$239  = 2'h0;
       end else begin
-        \$214  = \$151 [1:0];
+        \$239  = \$176 [1:0];
       end
     end
     if (start) begin
-      \$214  = 2'h0;
+      \$239  = 2'h0;
     end
     if (rst) begin
-      \$214  = 2'h0;
+      \$239  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = wr_data;
+    \$240  = wr_data;
     if (pop) begin
       if (a_last) begin
-        if (\$143 ) begin
-          \$215  = assembled;
+        if (\$168 ) begin
+          \$240  = assembled;
         end
       end
     end
     if (rst) begin
-      \$215  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = wr_addr;
+    \$241  = wr_addr;
     if (pop) begin
       if (a_last) begin
-        if (\$143 ) begin
-          \$216  = ldw_addr;
+        if (\$168 ) begin
+          \$241  = ldw_addr;
         end
       end
     end
     if (rst) begin
-      \$216  = 16'h0000;
+      \$241  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = ldw_c;
+    \$242  = ldw_c;
     if (pop) begin
       if (a_last) begin
         (* full_case = 32'd1 *)
-        if (\$145 ) begin
-          \$217  = 16'h0000;
+        if (\$170 ) begin
+          \$242  = 16'h0000;
         end else begin
-          \$217  = \$149 [15:0];
+          \$242  = \$174 [15:0];
         end
       end
     end
     if (start) begin
-      \$217  = 16'h0000;
+      \$242  = 16'h0000;
     end
     if (rst) begin
-      \$217  = 16'h0000;
+      \$242  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = ldw_r;
+    \$243  = ldw_r;
     if (pop) begin
       if (a_last) begin
-        if (\$145 ) begin
-          \$218  = \$146 [15:0];
+        if (\$170 ) begin
+          \$243  = \$171 [15:0];
         end
       end
     end
     if (start) begin
-      \$218  = 16'h0000;
+      \$243  = 16'h0000;
     end
     if (rst) begin
-      \$218  = 16'h0000;
+      \$243  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = ldw_base;
+    \$244  = ldw_base;
     if (pop) begin
       if (a_last) begin
-        if (\$145 ) begin
-          \$219  = \$147 [15:0];
+        if (\$170 ) begin
+          \$244  = \$172 [15:0];
         end
       end
     end
     if (start) begin
-      \$219  = cmd__tdata[143:128];
+      \$244  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$219  = 16'h0000;
+      \$244  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = ldw_addr;
+    \$245  = ldw_addr;
     if (pop) begin
       if (a_last) begin
         (* full_case = 32'd1 *)
-        if (\$145 ) begin
-          \$220  = \$148 [15:0];
+        if (\$170 ) begin
+          \$245  = \$173 [15:0];
         end else begin
-          \$220  = \$150 [15:0];
+          \$245  = \$175 [15:0];
         end
       end
     end
     if (start) begin
-      \$220  = cmd__tdata[143:128];
+      \$245  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$220  = 16'h0000;
+      \$245  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = lw_done;
+    \$246  = lw_done;
     if (pop) begin
       if (a_last) begin
         if (ldw_last) begin
-          \$221  = 1'h1;
+          \$246  = 1'h1;
         end
       end
     end
     if (start) begin
-      \$221  = 1'h0;
+      \$246  = 1'h0;
     end
     if (rst) begin
-      \$221  = 1'h0;
+      \$246  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$222  = asm;
+    \$247  = asm;
     if (pop) begin
       (* full_case = 32'd1 *)
       if (a_last) begin
       end else begin
-        \$222  = assembled;
+        \$247  = assembled;
       end
     end
     if (rst) begin
-      \$222  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$223  = rq_valid;
-    if (\$152 ) begin
-      \$223  = 1'h0;
+    \$248  = rq_valid;
+    if (\$177 ) begin
+      \$248  = 1'h0;
     end
-    if (\$155 ) begin
-      \$223  = 1'h1;
+    if (\$180 ) begin
+      \$248  = 1'h1;
     end
     if (rst) begin
-      \$223  = 1'h0;
+      \$248  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$224  = spm_rreq__tdata;
-    if (\$155 ) begin
-      \$224  = rqw_addr;
+    \$249  = spm_rreq__tdata;
+    if (\$180 ) begin
+      \$249  = rqw_addr;
     end
     if (rst) begin
-      \$224  = 16'h0000;
+      \$249  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$225  = rqw_c;
-    if (\$155 ) begin
+    \$250  = rqw_c;
+    if (\$180 ) begin
       (* full_case = 32'd1 *)
-      if (\$157 ) begin
-        \$225  = 16'h0000;
+      if (\$182 ) begin
+        \$250  = 16'h0000;
       end else begin
-        \$225  = \$161 [15:0];
+        \$250  = \$186 [15:0];
       end
     end
     if (start) begin
-      \$225  = 16'h0000;
+      \$250  = 16'h0000;
     end
     if (rst) begin
-      \$225  = 16'h0000;
+      \$250  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$226  = rqw_r;
-    if (\$155 ) begin
-      if (\$157 ) begin
-        \$226  = \$158 [15:0];
+    \$251  = rqw_r;
+    if (\$180 ) begin
+      if (\$182 ) begin
+        \$251  = \$183 [15:0];
       end
     end
     if (start) begin
-      \$226  = 16'h0000;
+      \$251  = 16'h0000;
     end
     if (rst) begin
-      \$226  = 16'h0000;
+      \$251  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$227  = rqw_base;
-    if (\$155 ) begin
-      if (\$157 ) begin
-        \$227  = \$159 [15:0];
+    \$252  = rqw_base;
+    if (\$180 ) begin
+      if (\$182 ) begin
+        \$252  = \$184 [15:0];
       end
     end
     if (start) begin
-      \$227  = cmd__tdata[143:128];
+      \$252  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$227  = 16'h0000;
+      \$252  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$228  = rqw_addr;
-    if (\$155 ) begin
+    \$253  = rqw_addr;
+    if (\$180 ) begin
       (* full_case = 32'd1 *)
-      if (\$157 ) begin
-        \$228  = \$160 [15:0];
+      if (\$182 ) begin
+        \$253  = \$185 [15:0];
       end else begin
-        \$228  = \$162 [15:0];
+        \$253  = \$187 [15:0];
       end
     end
     if (start) begin
-      \$228  = cmd__tdata[143:128];
+      \$253  = cmd__tdata[143:128];
     end
     if (rst) begin
-      \$228  = 16'h0000;
+      \$253  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$229  = rq_active;
-    if (\$155 ) begin
+    \$254  = rq_active;
+    if (\$180 ) begin
       if (rqw_last) begin
-        \$229  = 1'h0;
+        \$254  = 1'h0;
       end
     end
     if (start) begin
-      \$229  = \$167 ;
+      \$254  = \$192 ;
     end
     if (rst) begin
-      \$229  = 1'h0;
+      \$254  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$230  = sp_buf;
+    \$255  = sp_buf;
     if (sp_push) begin
-      \$230  = \$163 ;
+      \$255  = \$188 ;
     end
-    if (\$165 ) begin
-      \$230  = resp_data;
+    if (\$190 ) begin
+      \$255  = resp_data;
     end
     if (rst) begin
-      \$230  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$231  = sp_cnt;
+    \$256  = sp_cnt;
     if (sp_push) begin
-      \$231  = \$164 [2:0];
+      \$256  = \$189 [2:0];
     end
-    if (\$165 ) begin
-      \$231  = \$166 ;
+    if (\$190 ) begin
+      \$256  = \$191 ;
     end
     if (start) begin
-      \$231  = 3'h0;
+      \$256  = 3'h0;
     end
     if (rst) begin
-      \$231  = 3'h0;
+      \$256  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$232  = done__tdata;
-    if (\$169 ) begin
-      \$232  = { 4'h0, \$171  };
+    \$257  = done__tdata;
+    if (\$194 ) begin
+      \$257  = { 4'h0, \$196  };
     end
     if (rst) begin
-      \$232  = 8'h00;
+      \$257  = 8'h00;
     end
   end
   assign move_beats = { 11'h000, \$3  };
   assign ar_to_page = \$4 [9:0];
   assign ar_capped = \$6 [8:0];
   assign ar_beats = \$8 [8:0];
+  assign hold = 1'h0;
+  assign abort = 1'h0;
   assign axi__arid = 4'h0;
   assign axi__arsize = 3'h3;
   assign axi__arburst = 2'h1;
-  assign aw_to_page = \$13 [9:0];
-  assign aw_capped = \$17 [8:0];
-  assign aw_beats = \$19 [8:0];
+  assign aw_to_page = \$17 [9:0];
+  assign aw_capped = \$21 [8:0];
+  assign aw_beats = \$23 [8:0];
   assign axi__awid = 4'h0;
   assign axi__awsize = 3'h3;
   assign axi__awburst = 2'h1;
   assign w_en = aw_issue;
-  assign w_data = \$26 [7:0];
+  assign w_data = \$34 [7:0];
   assign axi__bready = 1'h1;
   assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
   assign acc_wr__tdata = { wr_addr, wr_data };
@@ -1996,16 +2037,31 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   assign axi__wdata = r_data[63:0];
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
+  assign \$13  = 1'h1;
+  assign \$14  = \$12 ;
+  assign \$15  = 1'h1;
+  assign \$16  = \$12 ;
+  assign axi__rready = \$69 ;
+  assign \$27  = 1'h1;
+  assign \$28  = aw_allow;
+  assign \$29  = 1'h1;
+  assign \$30  = aw_allow;
   assign b_hs = axi__bvalid;
-  assign \$81  = { \$8 [8:0], 3'h0 };
-  assign \$92  = cmd__tdata[95:64];
-  assign \$93  = cmd__tdata[95:64];
-  assign \$95  = { 3'h0, cmd__tdata[159:131] };
-  assign \$97  = { 3'h0, cmd__tdata[159:131] };
-  assign \$106  = { \$19 [8:0], 3'h0 };
+  assign \$35  = r_rdy;
+  assign w_bad = \$38 ;
+  assign \$70  = 1'h1;
+  assign \$71  = sp_push;
+  assign \$73  = 1'h1;
+  assign \$74  = r_hs;
+  assign \$106  = { \$8 [8:0], 3'h0 };
+  assign \$117  = cmd__tdata[95:64];
+  assign \$118  = cmd__tdata[95:64];
   assign \$120  = { 3'h0, cmd__tdata[159:131] };
   assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$163  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign \$131  = { \$23 [8:0], 3'h0 };
+  assign \$145  = { 3'h0, cmd__tdata[159:131] };
+  assign \$147  = { 3'h0, cmd__tdata[159:131] };
+  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -2366,7 +2422,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , cmd__tready, busy, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata
-, \port$1451$0 , \port$1453$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
+, \port$1478$0 , \port$1480$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -2698,15 +2754,15 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   wire [2:0] \level$125 ;
   reg [15:0] mult = 16'h0000;
   wire [63:0] out;
-  wire [255:0] \out$151 ;
-  wire [31:0] \out$151[0] ;
-  wire [31:0] \out$151[1] ;
-  wire [31:0] \out$151[2] ;
-  wire [31:0] \out$151[3] ;
-  wire [31:0] \out$151[4] ;
-  wire [31:0] \out$151[5] ;
-  wire [31:0] \out$151[6] ;
-  wire [31:0] \out$151[7] ;
+  wire [255:0] \out$152 ;
+  wire [31:0] \out$152[0] ;
+  wire [31:0] \out$152[1] ;
+  wire [31:0] \out$152[2] ;
+  wire [31:0] \out$152[3] ;
+  wire [31:0] \out$152[4] ;
+  wire [31:0] \out$152[5] ;
+  wire [31:0] \out$152[6] ;
+  wire [31:0] \out$152[7] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
@@ -2718,7 +2774,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   wire [27:0] out_ctl;
   wire [12:0] \out_ctl$100 ;
   wire out_valid;
-  wire \out_valid$150 ;
+  wire \out_valid$151 ;
   reg [3:0] outstanding = 4'h0;
   reg [31:0] perf_busy = 32'd0;
   reg [47:0] perf_macs = 48'h000000000000;
@@ -2730,12 +2786,13 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$1451$0 ;
-  wire [255:0] \port$1451$0 ;
-  input [15:0] \port$1453$0 ;
-  wire [15:0] \port$1453$0 ;
+  input [255:0] \port$1478$0 ;
+  wire [255:0] \port$1478$0 ;
+  input [15:0] \port$1480$0 ;
+  wire [15:0] \port$1480$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
+  wire progress;
   reg [27:0] r_ctl = 28'h0000000;
   wire [9:0] \r_ctl.acc_addr ;
   wire \r_ctl.accumulate ;
@@ -2744,8 +2801,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   wire [31:0] r_data;
   wire [63:0] \r_data$119 ;
   wire [255:0] \r_data$132 ;
-  wire [27:0] \r_data$143 ;
-  wire [70:0] \r_data$146 ;
+  wire [27:0] \r_data$144 ;
+  wire [70:0] \r_data$147 ;
   input r_en;
   wire r_en;
   input \r_en$122 ;
@@ -3021,6 +3078,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   assign \$103  = \$102  < 3'h4;
   assign acc_rreq__tready = \$101  & \$103 ;
   assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
+  assign progress = a_valid | out_valid;
   assign \$105  = cmd__tvalid & cmd__tready;
   assign \$106  = stage != 2'h2;
   assign \$107  = cmd_valid & \$106 ;
@@ -3212,9 +3270,9 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$151 ),
+    .out(\out$152 ),
     .rst(rst),
-    .valid_d14(\out_valid$150 ),
+    .valid_d14(\out_valid$151 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -3230,9 +3288,9 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.load_q  load_q (
     .clk(clk),
-    .\port$1533$128 (cmd[143:128]),
-    .\port$1533$80 (cmd[91:80]),
-    .r_data(\r_data$143 ),
+    .\port$1560$128 (cmd[143:128]),
+    .\port$1560$80 (cmd[91:80]),
+    .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
     .rst(rst),
@@ -3265,12 +3323,12 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.stream_q  stream_q (
     .clk(clk),
-    .\port$1533$112 (cmd[143:112]),
-    .\port$1533$16 (cmd[31:16]),
-    .\port$1533$64 (cmd[75:64]),
-    .\port$1533$8 (cmd[8]),
-    .\port$1533$96 (cmd[105:96]),
-    .r_data(\r_data$146 ),
+    .\port$1560$112 (cmd[143:112]),
+    .\port$1560$16 (cmd[31:16]),
+    .\port$1560$64 (cmd[75:64]),
+    .\port$1560$8 (cmd[8]),
+    .\port$1560$96 (cmd[105:96]),
+    .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
     .rst(rst),
@@ -3464,7 +3522,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$1453$0 [9:0];
+      acc_w__addr = \port$1480$0 [9:0];
     end
   end
   always @* begin
@@ -3474,7 +3532,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$1451$0 ;
+      acc_w__data = \port$1478$0 ;
     end
   end
   always @* begin
@@ -3542,7 +3600,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$1453$0 [11:0];
+      spm_w__addr = \port$1480$0 [11:0];
     end
   end
   always @* begin
@@ -3552,7 +3610,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$1451$0 [63:0];
+      spm_w__data = \port$1478$0 [63:0];
     end
   end
   always @* begin
@@ -3776,7 +3834,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       end
     end
     if (\$136 ) begin
-      \$191  = \r_data$143 [11:0];
+      \$191  = \r_data$144 [11:0];
     end
     if (rst) begin
       \$191  = 12'h000;
@@ -3791,7 +3849,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       end
     end
     if (\$136 ) begin
-      \$192  = \r_data$143 [27:12];
+      \$192  = \r_data$144 [27:12];
     end
     if (rst) begin
       \$192  = 16'h0000;
@@ -3842,7 +3900,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       \$197  = \$142 [11:0];
     end
     if (\$156 ) begin
-      \$197  = \r_data$146 [11:0];
+      \$197  = \r_data$147 [11:0];
     end
     if (rst) begin
       \$197  = 12'h000;
@@ -3885,7 +3943,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
       end
     end
     if (\$156 ) begin
-      \$200  = \r_data$146 [53:38];
+      \$200  = \r_data$147 [53:38];
     end
     if (rst) begin
       \$200  = 16'h0000;
@@ -3927,7 +3985,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
     \$203  = s_c;
     if (\$156 ) begin
-      \$203  = \r_data$146 [21:12];
+      \$203  = \r_data$147 [21:12];
     end
     if (rst) begin
       \$203  = 10'h000;
@@ -3937,7 +3995,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
     \$204  = s_m;
     if (\$156 ) begin
-      \$204  = \r_data$146 [37:22];
+      \$204  = \r_data$147 [37:22];
     end
     if (rst) begin
       \$204  = 16'h0000;
@@ -3947,7 +4005,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
     \$205  = s_acc;
     if (\$156 ) begin
-      \$205  = \r_data$146 [54];
+      \$205  = \r_data$147 [54];
     end
     if (rst) begin
       \$205  = 1'h0;
@@ -3957,7 +4015,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
     \$206  = s_tag;
     if (\$156 ) begin
-      \$206  = \r_data$146 [70:55];
+      \$206  = \r_data$147 [70:55];
     end
     if (rst) begin
       \$206  = 16'h0000;
@@ -3989,7 +4047,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
-    \$210  = \out_valid$150 ;
+    \$210  = \out_valid$151 ;
     if (rst) begin
       \$210  = 1'h0;
     end
@@ -4003,7 +4061,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
-    \$212  = \out$151 ;
+    \$212  = \out$152 ;
     if (rst) begin
       \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
@@ -4204,8 +4262,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$1453$0 , \port$1451$0 [63:0] };
-  assign acc_wr__tdata = { \port$1453$0 , \port$1451$0  };
+  assign spm_wr__tdata = { \port$1480$0 , \port$1478$0 [63:0] };
+  assign acc_wr__tdata = { \port$1480$0 , \port$1478$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -4283,14 +4341,14 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   assign \out[5]  = out[47:40];
   assign \out[6]  = out[55:48];
   assign \out[7]  = out[63:56];
-  assign \out$151[0]  = \out$151 [31:0];
-  assign \out$151[1]  = \out$151 [63:32];
-  assign \out$151[2]  = \out$151 [95:64];
-  assign \out$151[3]  = \out$151 [127:96];
-  assign \out$151[4]  = \out$151 [159:128];
-  assign \out$151[5]  = \out$151 [191:160];
-  assign \out$151[6]  = \out$151 [223:192];
-  assign \out$151[7]  = \out$151 [255:224];
+  assign \out$152[0]  = \out$152 [31:0];
+  assign \out$152[1]  = \out$152 [63:32];
+  assign \out$152[2]  = \out$152 [95:64];
+  assign \out$152[3]  = \out$152 [127:96];
+  assign \out$152[4]  = \out$152 [159:128];
+  assign \out$152[5]  = \out$152 [191:160];
+  assign \out$152[6]  = \out$152 [223:192];
+  assign \out$152[7]  = \out$152 [255:224];
   assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
   assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
   assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
@@ -10811,7 +10869,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1533$80 , \port$1533$128 , clk);
+module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1560$80 , \port$1560$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -10835,10 +10893,10 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1533$128 ;
-  wire [15:0] \port$1533$128 ;
-  input [11:0] \port$1533$80 ;
-  wire [11:0] \port$1533$80 ;
+  input [15:0] \port$1560$128 ;
+  wire [15:0] \port$1560$128 ;
+  input [11:0] \port$1560$80 ;
+  wire [11:0] \port$1560$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -10872,7 +10930,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1533$128 , \port$1533$80  };
+      storage[w_port__addr] <= { \port$1560$128 , \port$1560$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -10934,8 +10992,8 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1533$128 , \port$1533$80  };
-  assign w_data = { \port$1533$128 , \port$1533$80  };
+  assign w_port__data = { \port$1560$128 , \port$1560$80  };
+  assign w_data = { \port$1560$128 , \port$1560$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -11946,7 +12004,7 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1533$8 , \port$1533$16 , \port$1533$64 , \port$1533$96 , \port$1533$112 , clk);
+module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1560$8 , \port$1560$16 , \port$1560$64 , \port$1560$96 , \port$1560$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11970,16 +12028,16 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1533$112 ;
-  wire [31:0] \port$1533$112 ;
-  input [15:0] \port$1533$16 ;
-  wire [15:0] \port$1533$16 ;
-  input [11:0] \port$1533$64 ;
-  wire [11:0] \port$1533$64 ;
-  input \port$1533$8 ;
-  wire \port$1533$8 ;
-  input [9:0] \port$1533$96 ;
-  wire [9:0] \port$1533$96 ;
+  input [31:0] \port$1560$112 ;
+  wire [31:0] \port$1560$112 ;
+  input [15:0] \port$1560$16 ;
+  wire [15:0] \port$1560$16 ;
+  input [11:0] \port$1560$64 ;
+  wire [11:0] \port$1560$64 ;
+  input \port$1560$8 ;
+  wire \port$1560$8 ;
+  input [9:0] \port$1560$96 ;
+  wire [9:0] \port$1560$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -12013,7 +12071,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
+      storage[w_port__addr] <= { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -12075,8 +12133,8 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
-  assign w_data = { \port$1533$16 , \port$1533$8 , \port$1533$112 , \port$1533$96 , \port$1533$64  };
+  assign w_port__data = { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
+  assign w_data = { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -5,16 +5,17 @@
 module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, GLOBAL_SCRATCH__set, GLOBAL_SCRATCH__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SEM0__set, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set
 , GLOBAL_SEM4__set_value, GLOBAL_SEM5__set, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set, GLOBAL_SEM15__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_HEAD__value, QUEUE0_TAIL__value, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_STATUS__value, QUEUE0_ERROR__value, QUEUE0_IRQ_STATUS__set, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value
-, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value
-, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value
-, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read
-, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata
-, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata
-, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write
-, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write
-, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value
-, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read
-, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
+, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value
+, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value
+, PERF1_BYTES_WRITTEN__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid
+, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write
+, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write
+, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write
+, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value
+, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read
+, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read
+, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write
+, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -169,23 +170,23 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$234 ;
   wire [31:0] \$235 ;
   wire [31:0] \$236 ;
-  wire \$237 ;
-  wire \$238 ;
-  wire \$239 ;
+  wire [31:0] \$237 ;
+  wire [31:0] \$238 ;
+  wire [31:0] \$239 ;
   wire [31:0] \$24 ;
-  wire \$240 ;
-  wire [1:0] \$241 ;
+  wire [31:0] \$240 ;
+  wire \$241 ;
   wire \$242 ;
   wire \$243 ;
   wire \$244 ;
-  wire [31:0] \$245 ;
-  wire [1:0] \$246 ;
+  wire [1:0] \$245 ;
+  wire \$246 ;
   wire \$247 ;
-  wire [31:0] \$248 ;
+  wire \$248 ;
   wire [31:0] \$249 ;
   wire [31:0] \$25 ;
-  wire [31:0] \$250 ;
-  wire [31:0] \$251 ;
+  wire [1:0] \$250 ;
+  wire \$251 ;
   wire [31:0] \$252 ;
   wire [31:0] \$253 ;
   wire [31:0] \$254 ;
@@ -266,28 +267,28 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$321 ;
   wire [31:0] \$322 ;
   wire [31:0] \$323 ;
-  reg \$324 ;
-  reg [15:0] \$325 ;
-  reg \$326 ;
-  reg [31:0] \$327 ;
-  reg [3:0] \$328 ;
-  reg \$329 ;
+  wire [31:0] \$324 ;
+  wire [31:0] \$325 ;
+  wire [31:0] \$326 ;
+  wire [31:0] \$327 ;
+  wire [31:0] \$328 ;
+  wire [31:0] \$329 ;
   wire [31:0] \$33 ;
-  reg [1:0] \$330 ;
-  reg \$331 ;
-  reg [15:0] \$332 ;
-  reg \$333 ;
-  reg [31:0] \$334 ;
-  reg [1:0] \$335 ;
-  reg [31:0] \$336 ;
-  reg [31:0] \$337 ;
-  reg [31:0] \$338 ;
-  reg [31:0] \$339 ;
+  wire [31:0] \$330 ;
+  wire [31:0] \$331 ;
+  reg \$332 ;
+  reg [15:0] \$333 ;
+  reg \$334 ;
+  reg [31:0] \$335 ;
+  reg [3:0] \$336 ;
+  reg \$337 ;
+  reg [1:0] \$338 ;
+  reg \$339 ;
   wire [31:0] \$34 ;
-  reg [31:0] \$340 ;
-  reg [31:0] \$341 ;
+  reg [15:0] \$340 ;
+  reg \$341 ;
   reg [31:0] \$342 ;
-  reg [31:0] \$343 ;
+  reg [1:0] \$343 ;
   reg [31:0] \$344 ;
   reg [31:0] \$345 ;
   reg [31:0] \$346 ;
@@ -318,7 +319,17 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   reg [31:0] \$369 ;
   wire [31:0] \$37 ;
   reg [31:0] \$370 ;
+  reg [31:0] \$371 ;
+  reg [31:0] \$372 ;
+  reg [31:0] \$373 ;
+  reg [31:0] \$374 ;
+  reg [31:0] \$375 ;
+  reg [31:0] \$376 ;
+  reg [31:0] \$377 ;
+  reg [31:0] \$378 ;
+  reg [31:0] \$379 ;
   wire [31:0] \$38 ;
+  reg [31:0] \$380 ;
   wire [31:0] \$39 ;
   wire \$4 ;
   wire [31:0] \$40 ;
@@ -912,6 +923,13 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire QUEUE0_IRQ_STATUS_write;
   wire QUEUE0_IRQ_STATUS_wsel;
   wire QUEUE0_NEXT_rsel;
+  (* init = 32'd0 *)
+  output [31:0] QUEUE0_RESET__wdata;
+  wire [31:0] QUEUE0_RESET__wdata;
+  output QUEUE0_RESET__write;
+  wire QUEUE0_RESET__write;
+  wire QUEUE0_RESET_write;
+  wire QUEUE0_RESET_wsel;
   input QUEUE0_RING_BASE__set;
   wire QUEUE0_RING_BASE__set;
   input [31:0] QUEUE0_RING_BASE__set_value;
@@ -955,6 +973,22 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] QUEUE0_TAIL__value;
   wire QUEUE0_TAIL_rsel;
   wire QUEUE0_VERSION_rsel;
+  input QUEUE0_WATCHDOG__set;
+  wire QUEUE0_WATCHDOG__set;
+  input [31:0] QUEUE0_WATCHDOG__set_value;
+  wire [31:0] QUEUE0_WATCHDOG__set_value;
+  output [31:0] QUEUE0_WATCHDOG__value;
+  reg [31:0] QUEUE0_WATCHDOG__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] QUEUE0_WATCHDOG__wdata;
+  wire [31:0] QUEUE0_WATCHDOG__wdata;
+  output QUEUE0_WATCHDOG__write;
+  wire QUEUE0_WATCHDOG__write;
+  (* init = 32'd0 *)
+  wire [31:0] QUEUE0_WATCHDOG_reg;
+  wire QUEUE0_WATCHDOG_rsel;
+  wire QUEUE0_WATCHDOG_write;
+  wire QUEUE0_WATCHDOG_wsel;
   input QUEUE1_CONTROL__set;
   wire QUEUE1_CONTROL__set;
   input [31:0] QUEUE1_CONTROL__set_value;
@@ -1063,6 +1097,13 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire QUEUE1_IRQ_STATUS_write;
   wire QUEUE1_IRQ_STATUS_wsel;
   wire QUEUE1_NEXT_rsel;
+  (* init = 32'd0 *)
+  output [31:0] QUEUE1_RESET__wdata;
+  wire [31:0] QUEUE1_RESET__wdata;
+  output QUEUE1_RESET__write;
+  wire QUEUE1_RESET__write;
+  wire QUEUE1_RESET_write;
+  wire QUEUE1_RESET_wsel;
   input QUEUE1_RING_BASE__set;
   wire QUEUE1_RING_BASE__set;
   input [31:0] QUEUE1_RING_BASE__set_value;
@@ -1106,6 +1147,22 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] QUEUE1_TAIL__value;
   wire QUEUE1_TAIL_rsel;
   wire QUEUE1_VERSION_rsel;
+  input QUEUE1_WATCHDOG__set;
+  wire QUEUE1_WATCHDOG__set;
+  input [31:0] QUEUE1_WATCHDOG__set_value;
+  wire [31:0] QUEUE1_WATCHDOG__set_value;
+  output [31:0] QUEUE1_WATCHDOG__value;
+  reg [31:0] QUEUE1_WATCHDOG__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] QUEUE1_WATCHDOG__wdata;
+  wire [31:0] QUEUE1_WATCHDOG__wdata;
+  output QUEUE1_WATCHDOG__write;
+  wire QUEUE1_WATCHDOG__write;
+  (* init = 32'd0 *)
+  wire [31:0] QUEUE1_WATCHDOG_reg;
+  wire QUEUE1_WATCHDOG_rsel;
+  wire QUEUE1_WATCHDOG_write;
+  wire QUEUE1_WATCHDOG_wsel;
   input TRACE0_CONTROL__set;
   wire TRACE0_CONTROL__set;
   input [31:0] TRACE0_CONTROL__set_value;
@@ -1228,19 +1285,51 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire wr_ok;
   wire writing;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$364 ;
+    GLOBAL_SEM13__value <= \$358 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$365 ;
+    GLOBAL_SEM14__value <= \$359 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$366 ;
+    GLOBAL_SEM15__value <= \$360 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$367 ;
+    QUEUE0_RING_BASE__value <= \$361 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$368 ;
+    QUEUE0_RING_LOG2__value <= \$362 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$369 ;
+    QUEUE0_CQ_BASE__value <= \$363 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$370 ;
+    QUEUE0_CONTROL__value <= \$364 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_STATUS__value <= \$365 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_MASK__value <= \$366 ;
+  always @(posedge clk)
+    QUEUE0_DMA_BASE__value <= \$367 ;
+  always @(posedge clk)
+    QUEUE0_DMA_LIMIT__value <= \$368 ;
+  always @(posedge clk)
+    QUEUE0_WATCHDOG__value <= \$369 ;
+  always @(posedge clk)
+    QUEUE1_RING_BASE__value <= \$370 ;
+  always @(posedge clk)
+    QUEUE1_RING_LOG2__value <= \$371 ;
+  always @(posedge clk)
+    QUEUE1_CQ_BASE__value <= \$372 ;
+  always @(posedge clk)
+    QUEUE1_CONTROL__value <= \$373 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_STATUS__value <= \$374 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_MASK__value <= \$375 ;
+  always @(posedge clk)
+    QUEUE1_DMA_BASE__value <= \$376 ;
+  always @(posedge clk)
+    QUEUE1_DMA_LIMIT__value <= \$377 ;
+  always @(posedge clk)
+    QUEUE1_WATCHDOG__value <= \$378 ;
+  always @(posedge clk)
+    TRACE0_CONTROL__value <= \$379 ;
+  always @(posedge clk)
+    TRACE1_CONTROL__value <= \$380 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -1323,6 +1412,9 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE0_DMA_BASE_wsel = aw_addr == 9'h138;
   assign QUEUE0_DMA_LIMIT_rsel = ar_addr == 9'h13c;
   assign QUEUE0_DMA_LIMIT_wsel = aw_addr == 9'h13c;
+  assign QUEUE0_WATCHDOG_rsel = ar_addr == 9'h140;
+  assign QUEUE0_WATCHDOG_wsel = aw_addr == 9'h140;
+  assign QUEUE0_RESET_wsel = aw_addr == 9'h144;
   assign QUEUE1_ID_rsel = ar_addr == 10'h200;
   assign QUEUE1_VERSION_rsel = ar_addr == 10'h204;
   assign QUEUE1_NEXT_rsel = ar_addr == 10'h208;
@@ -1347,6 +1439,9 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE1_DMA_BASE_wsel = aw_addr == 10'h238;
   assign QUEUE1_DMA_LIMIT_rsel = ar_addr == 10'h23c;
   assign QUEUE1_DMA_LIMIT_wsel = aw_addr == 10'h23c;
+  assign QUEUE1_WATCHDOG_rsel = ar_addr == 10'h240;
+  assign QUEUE1_WATCHDOG_wsel = aw_addr == 10'h240;
+  assign QUEUE1_RESET_wsel = aw_addr == 10'h244;
   assign PERF0_ID_rsel = ar_addr == 10'h300;
   assign PERF0_VERSION_rsel = ar_addr == 10'h304;
   assign PERF0_NEXT_rsel = ar_addr == 10'h308;
@@ -1391,8 +1486,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE1_COUNT_rsel = ar_addr == 11'h610;
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
-  assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
+  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -1478,116 +1573,120 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$93  = QUEUE0_DMA_LIMIT_rsel ? QUEUE0_DMA_LIMIT__value : 32'd0;
   assign \$94  = \$92  | \$93 ;
   assign \$95  = \$91  | \$94 ;
-  assign \$96  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
-  assign \$97  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$96  = QUEUE0_WATCHDOG_rsel ? QUEUE0_WATCHDOG__value : 32'd0;
+  assign \$97  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
   assign \$98  = \$96  | \$97 ;
-  assign \$99  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
-  assign \$100  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
+  assign \$99  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$100  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
   assign \$101  = \$99  | \$100 ;
   assign \$102  = \$98  | \$101 ;
   assign \$103  = \$95  | \$102 ;
   assign \$104  = \$88  | \$103 ;
-  assign \$105  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
-  assign \$106  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
+  assign \$105  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
+  assign \$106  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
   assign \$107  = \$105  | \$106 ;
-  assign \$109  = QUEUE1_HEAD_rsel ? \$108  : 32'd0;
-  assign \$111  = QUEUE1_TAIL_rsel ? \$110  : 32'd0;
-  assign \$112  = \$109  | \$111 ;
-  assign \$113  = \$107  | \$112 ;
-  assign \$114  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
-  assign \$116  = QUEUE1_STATUS_rsel ? \$115  : 32'd0;
-  assign \$117  = \$114  | \$116 ;
-  assign \$119  = QUEUE1_ERROR_rsel ? \$118  : 32'd0;
-  assign \$120  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
-  assign \$121  = \$119  | \$120 ;
-  assign \$122  = \$117  | \$121 ;
-  assign \$123  = \$113  | \$122 ;
-  assign \$124  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
-  assign \$125  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
+  assign \$108  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
+  assign \$110  = QUEUE1_HEAD_rsel ? \$109  : 32'd0;
+  assign \$111  = \$108  | \$110 ;
+  assign \$112  = \$107  | \$111 ;
+  assign \$114  = QUEUE1_TAIL_rsel ? \$113  : 32'd0;
+  assign \$115  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
+  assign \$116  = \$114  | \$115 ;
+  assign \$118  = QUEUE1_STATUS_rsel ? \$117  : 32'd0;
+  assign \$120  = QUEUE1_ERROR_rsel ? \$119  : 32'd0;
+  assign \$121  = \$118  | \$120 ;
+  assign \$122  = \$116  | \$121 ;
+  assign \$123  = \$112  | \$122 ;
+  assign \$124  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
+  assign \$125  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
   assign \$126  = \$124  | \$125 ;
-  assign \$127  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
-  assign \$128  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$127  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
+  assign \$128  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
   assign \$129  = \$127  | \$128 ;
   assign \$130  = \$126  | \$129 ;
-  assign \$131  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$132  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$131  = QUEUE1_WATCHDOG_rsel ? QUEUE1_WATCHDOG__value : 32'd0;
+  assign \$132  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
   assign \$133  = \$131  | \$132 ;
-  assign \$135  = PERF0_CYCLES_rsel ? \$134  : 32'd0;
-  assign \$137  = PERF0_BUSY_LOAD_rsel ? \$136  : 32'd0;
-  assign \$138  = \$135  | \$137 ;
-  assign \$139  = \$133  | \$138 ;
-  assign \$140  = \$130  | \$139 ;
-  assign \$141  = \$123  | \$140 ;
-  assign \$142  = \$104  | \$141 ;
-  assign \$143  = \$69  | \$142 ;
-  assign \$145  = PERF0_BUSY_COMPUTE_rsel ? \$144  : 32'd0;
-  assign \$147  = PERF0_BUSY_STORE_rsel ? \$146  : 32'd0;
-  assign \$148  = \$145  | \$147 ;
-  assign \$150  = PERF0_MACS_LO_rsel ? \$149  : 32'd0;
-  assign \$152  = PERF0_MACS_HI_rsel ? \$151  : 32'd0;
-  assign \$153  = \$150  | \$152 ;
-  assign \$154  = \$148  | \$153 ;
-  assign \$156  = PERF0_STALL_DEP_rsel ? \$155  : 32'd0;
-  assign \$158  = PERF0_STALL_MEM_rsel ? \$157  : 32'd0;
-  assign \$159  = \$156  | \$158 ;
-  assign \$161  = PERF0_BYTES_READ_rsel ? \$160  : 32'd0;
-  assign \$163  = PERF0_BYTES_WRITTEN_rsel ? \$162  : 32'd0;
-  assign \$164  = \$161  | \$163 ;
-  assign \$165  = \$159  | \$164 ;
-  assign \$166  = \$154  | \$165 ;
-  assign \$167  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$168  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$169  = \$167  | \$168 ;
-  assign \$170  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$172  = PERF1_CYCLES_rsel ? \$171  : 32'd0;
-  assign \$173  = \$170  | \$172 ;
-  assign \$174  = \$169  | \$173 ;
-  assign \$176  = PERF1_BUSY_LOAD_rsel ? \$175  : 32'd0;
-  assign \$178  = PERF1_BUSY_COMPUTE_rsel ? \$177  : 32'd0;
-  assign \$179  = \$176  | \$178 ;
-  assign \$181  = PERF1_BUSY_STORE_rsel ? \$180  : 32'd0;
-  assign \$183  = PERF1_MACS_LO_rsel ? \$182  : 32'd0;
-  assign \$184  = \$181  | \$183 ;
-  assign \$185  = \$179  | \$184 ;
-  assign \$186  = \$174  | \$185 ;
-  assign \$187  = \$166  | \$186 ;
-  assign \$189  = PERF1_MACS_HI_rsel ? \$188  : 32'd0;
-  assign \$191  = PERF1_STALL_DEP_rsel ? \$190  : 32'd0;
-  assign \$192  = \$189  | \$191 ;
-  assign \$194  = PERF1_STALL_MEM_rsel ? \$193  : 32'd0;
-  assign \$196  = PERF1_BYTES_READ_rsel ? \$195  : 32'd0;
-  assign \$197  = \$194  | \$196 ;
-  assign \$198  = \$192  | \$197 ;
-  assign \$200  = PERF1_BYTES_WRITTEN_rsel ? \$199  : 32'd0;
-  assign \$201  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$202  = \$200  | \$201 ;
-  assign \$203  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$204  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$134  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$135  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$136  = \$134  | \$135 ;
+  assign \$137  = \$133  | \$136 ;
+  assign \$138  = \$130  | \$137 ;
+  assign \$139  = \$123  | \$138 ;
+  assign \$140  = \$104  | \$139 ;
+  assign \$141  = \$69  | \$140 ;
+  assign \$143  = PERF0_CYCLES_rsel ? \$142  : 32'd0;
+  assign \$145  = PERF0_BUSY_LOAD_rsel ? \$144  : 32'd0;
+  assign \$146  = \$143  | \$145 ;
+  assign \$148  = PERF0_BUSY_COMPUTE_rsel ? \$147  : 32'd0;
+  assign \$150  = PERF0_BUSY_STORE_rsel ? \$149  : 32'd0;
+  assign \$151  = \$148  | \$150 ;
+  assign \$152  = \$146  | \$151 ;
+  assign \$154  = PERF0_MACS_LO_rsel ? \$153  : 32'd0;
+  assign \$156  = PERF0_MACS_HI_rsel ? \$155  : 32'd0;
+  assign \$157  = \$154  | \$156 ;
+  assign \$159  = PERF0_STALL_DEP_rsel ? \$158  : 32'd0;
+  assign \$161  = PERF0_STALL_MEM_rsel ? \$160  : 32'd0;
+  assign \$162  = \$159  | \$161 ;
+  assign \$163  = \$157  | \$162 ;
+  assign \$164  = \$152  | \$163 ;
+  assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
+  assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
+  assign \$169  = \$166  | \$168 ;
+  assign \$170  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$171  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$172  = \$170  | \$171 ;
+  assign \$173  = \$169  | \$172 ;
+  assign \$174  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$176  = PERF1_CYCLES_rsel ? \$175  : 32'd0;
+  assign \$177  = \$174  | \$176 ;
+  assign \$179  = PERF1_BUSY_LOAD_rsel ? \$178  : 32'd0;
+  assign \$181  = PERF1_BUSY_COMPUTE_rsel ? \$180  : 32'd0;
+  assign \$182  = \$179  | \$181 ;
+  assign \$183  = \$177  | \$182 ;
+  assign \$184  = \$173  | \$183 ;
+  assign \$185  = \$164  | \$184 ;
+  assign \$187  = PERF1_BUSY_STORE_rsel ? \$186  : 32'd0;
+  assign \$189  = PERF1_MACS_LO_rsel ? \$188  : 32'd0;
+  assign \$190  = \$187  | \$189 ;
+  assign \$192  = PERF1_MACS_HI_rsel ? \$191  : 32'd0;
+  assign \$194  = PERF1_STALL_DEP_rsel ? \$193  : 32'd0;
+  assign \$195  = \$192  | \$194 ;
+  assign \$196  = \$190  | \$195 ;
+  assign \$198  = PERF1_STALL_MEM_rsel ? \$197  : 32'd0;
+  assign \$200  = PERF1_BYTES_READ_rsel ? \$199  : 32'd0;
+  assign \$201  = \$198  | \$200 ;
+  assign \$203  = PERF1_BYTES_WRITTEN_rsel ? \$202  : 32'd0;
+  assign \$204  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
   assign \$205  = \$203  | \$204 ;
-  assign \$206  = \$202  | \$205 ;
-  assign \$207  = \$198  | \$206 ;
-  assign \$208  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$210  = TRACE0_COUNT_rsel ? \$209  : 32'd0;
-  assign \$211  = \$208  | \$210 ;
-  assign \$213  = TRACE0_DATA_LO_rsel ? \$212  : 32'd0;
-  assign \$215  = TRACE0_DATA_HI_rsel ? \$214  : 32'd0;
-  assign \$216  = \$213  | \$215 ;
-  assign \$217  = \$211  | \$216 ;
-  assign \$218  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$219  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$220  = \$218  | \$219 ;
-  assign \$222  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$206  = \$201  | \$205 ;
+  assign \$207  = \$196  | \$206 ;
+  assign \$208  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$209  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$210  = \$208  | \$209 ;
+  assign \$211  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$213  = TRACE0_COUNT_rsel ? \$212  : 32'd0;
+  assign \$214  = \$211  | \$213 ;
+  assign \$215  = \$210  | \$214 ;
+  assign \$217  = TRACE0_DATA_LO_rsel ? \$216  : 32'd0;
+  assign \$219  = TRACE0_DATA_HI_rsel ? \$218  : 32'd0;
+  assign \$220  = \$217  | \$219 ;
+  assign \$221  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$222  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$223  = \$221  | \$222 ;
   assign \$224  = \$220  | \$223 ;
-  assign \$225  = \$217  | \$224 ;
+  assign \$225  = \$215  | \$224 ;
   assign \$226  = \$207  | \$225 ;
-  assign \$227  = \$187  | \$226 ;
-  assign \$229  = TRACE1_COUNT_rsel ? \$228  : 32'd0;
-  assign \$231  = TRACE1_DATA_LO_rsel ? \$230  : 32'd0;
-  assign \$232  = \$229  | \$231 ;
-  assign \$234  = TRACE1_DATA_HI_rsel ? \$233  : 32'd0;
+  assign \$227  = \$185  | \$226 ;
+  assign \$229  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$232  = TRACE1_COUNT_rsel ? \$231  : 32'd0;
+  assign \$234  = TRACE1_DATA_LO_rsel ? \$233  : 32'd0;
   assign \$235  = \$232  | \$234 ;
-  assign \$236  = \$227  | \$235 ;
-  assign rd_data = \$143  | \$236 ;
+  assign \$236  = \$230  | \$235 ;
+  assign \$238  = TRACE1_DATA_HI_rsel ? \$237  : 32'd0;
+  assign \$239  = \$236  | \$238 ;
+  assign \$240  = \$227  | \$239 ;
+  assign rd_data = \$141  | \$240 ;
   assign GLOBAL_SCRATCH__write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -1621,6 +1720,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE0_IRQ_MASK__write = writing & QUEUE0_IRQ_MASK_wsel;
   assign QUEUE0_DMA_BASE__write = writing & QUEUE0_DMA_BASE_wsel;
   assign QUEUE0_DMA_LIMIT__write = writing & QUEUE0_DMA_LIMIT_wsel;
+  assign QUEUE0_WATCHDOG__write = writing & QUEUE0_WATCHDOG_wsel;
+  assign QUEUE0_RESET__write = writing & QUEUE0_RESET_wsel;
   assign QUEUE1_RING_BASE__write = writing & QUEUE1_RING_BASE_wsel;
   assign QUEUE1_RING_LOG2__write = writing & QUEUE1_RING_LOG2_wsel;
   assign QUEUE1_CQ_BASE__write = writing & QUEUE1_CQ_BASE_wsel;
@@ -1634,6 +1735,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE1_IRQ_MASK__write = writing & QUEUE1_IRQ_MASK_wsel;
   assign QUEUE1_DMA_BASE__write = writing & QUEUE1_DMA_BASE_wsel;
   assign QUEUE1_DMA_LIMIT__write = writing & QUEUE1_DMA_LIMIT_wsel;
+  assign QUEUE1_WATCHDOG__write = writing & QUEUE1_WATCHDOG_wsel;
+  assign QUEUE1_RESET__write = writing & QUEUE1_RESET_wsel;
   assign PERF0_CONTROL__write = writing & PERF0_CONTROL_wsel;
   assign PERF0_CYCLES__read = do_read & PERF0_CYCLES_rsel;
   assign PERF0_BUSY_LOAD__read = do_read & PERF0_BUSY_LOAD_rsel;
@@ -1664,585 +1767,84 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
   assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
   assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$237  = ~ aw_full;
-  assign \$238  = bus__awvalid & \$237 ;
-  assign \$239  = ~ w_full;
-  assign \$240  = bus__wvalid & \$239 ;
-  assign \$241  = wr_ok ? 2'h0 : 2'h2;
-  assign \$242  = bus__bvalid & bus__bready;
-  assign \$243  = ~ ar_full;
-  assign \$244  = bus__arvalid & \$243 ;
-  assign \$245  = rd_hit ? rd_data : 32'd0;
-  assign \$246  = rd_hit ? 2'h0 : 2'h2;
-  assign \$247  = bus__rvalid & bus__rready;
-  assign \$290  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$291  = ~ \$290 ;
-  assign \$292  = QUEUE0_IRQ_STATUS__value & \$291 ;
-  assign \$293  = \$292  | QUEUE0_IRQ_STATUS__set;
-  assign \$309  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$310  = ~ \$309 ;
-  assign \$311  = QUEUE1_IRQ_STATUS__value & \$310 ;
-  assign \$312  = \$311  | QUEUE1_IRQ_STATUS__set;
+  assign \$241  = ~ aw_full;
+  assign \$242  = bus__awvalid & \$241 ;
+  assign \$243  = ~ w_full;
+  assign \$244  = bus__wvalid & \$243 ;
+  assign \$245  = wr_ok ? 2'h0 : 2'h2;
+  assign \$246  = bus__bvalid & bus__bready;
+  assign \$247  = ~ ar_full;
+  assign \$248  = bus__arvalid & \$247 ;
+  assign \$249  = rd_hit ? rd_data : 32'd0;
+  assign \$250  = rd_hit ? 2'h0 : 2'h2;
+  assign \$251  = bus__rvalid & bus__rready;
+  assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$295  = ~ \$294 ;
+  assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
+  assign \$297  = \$296  | QUEUE0_IRQ_STATUS__set;
+  assign \$315  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$316  = ~ \$315 ;
+  assign \$317  = QUEUE1_IRQ_STATUS__value & \$316 ;
+  assign \$318  = \$317  | QUEUE1_IRQ_STATUS__set;
   always @(posedge clk)
-    aw_full <= \$324 ;
+    aw_full <= \$332 ;
   always @(posedge clk)
-    aw_addr <= \$325 ;
+    aw_addr <= \$333 ;
   always @(posedge clk)
-    w_full <= \$326 ;
+    w_full <= \$334 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$327 ;
+    GLOBAL_SCRATCH__wdata <= \$335 ;
   always @(posedge clk)
-    w_strb <= \$328 ;
+    w_strb <= \$336 ;
   always @(posedge clk)
-    bus__bvalid <= \$329 ;
+    bus__bvalid <= \$337 ;
   always @(posedge clk)
-    bus__bresp <= \$330 ;
+    bus__bresp <= \$338 ;
   always @(posedge clk)
-    ar_full <= \$331 ;
+    ar_full <= \$339 ;
   always @(posedge clk)
-    ar_addr <= \$332 ;
+    ar_addr <= \$340 ;
   always @(posedge clk)
-    bus__rvalid <= \$333 ;
+    bus__rvalid <= \$341 ;
   always @(posedge clk)
-    bus__rdata <= \$334 ;
+    bus__rdata <= \$342 ;
   always @(posedge clk)
-    bus__rresp <= \$335 ;
+    bus__rresp <= \$343 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$336 ;
+    GLOBAL_SCRATCH__value <= \$344 ;
   always @(posedge clk)
-    GLOBAL_SEM0__value <= \$337 ;
+    GLOBAL_SEM0__value <= \$345 ;
   always @(posedge clk)
-    GLOBAL_SEM1__value <= \$338 ;
+    GLOBAL_SEM1__value <= \$346 ;
   always @(posedge clk)
-    GLOBAL_SEM2__value <= \$339 ;
+    GLOBAL_SEM2__value <= \$347 ;
   always @(posedge clk)
-    GLOBAL_SEM3__value <= \$340 ;
+    GLOBAL_SEM3__value <= \$348 ;
   always @(posedge clk)
-    GLOBAL_SEM4__value <= \$341 ;
+    GLOBAL_SEM4__value <= \$349 ;
   always @(posedge clk)
-    GLOBAL_SEM5__value <= \$342 ;
+    GLOBAL_SEM5__value <= \$350 ;
   always @(posedge clk)
-    GLOBAL_SEM6__value <= \$343 ;
+    GLOBAL_SEM6__value <= \$351 ;
   always @(posedge clk)
-    GLOBAL_SEM7__value <= \$344 ;
+    GLOBAL_SEM7__value <= \$352 ;
   always @(posedge clk)
-    GLOBAL_SEM8__value <= \$345 ;
+    GLOBAL_SEM8__value <= \$353 ;
   always @(posedge clk)
-    GLOBAL_SEM9__value <= \$346 ;
+    GLOBAL_SEM9__value <= \$354 ;
   always @(posedge clk)
-    GLOBAL_SEM10__value <= \$347 ;
+    GLOBAL_SEM10__value <= \$355 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$348 ;
+    GLOBAL_SEM11__value <= \$356 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$349 ;
-  always @(posedge clk)
-    GLOBAL_SEM13__value <= \$350 ;
-  always @(posedge clk)
-    GLOBAL_SEM14__value <= \$351 ;
-  always @(posedge clk)
-    GLOBAL_SEM15__value <= \$352 ;
-  always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$353 ;
-  always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$354 ;
-  always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$355 ;
-  always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$356 ;
-  always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$357 ;
-  always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$358 ;
-  always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$359 ;
-  always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$360 ;
-  always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$361 ;
-  always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$362 ;
-  always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$363 ;
+    GLOBAL_SEM12__value <= \$357 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$365  = \$313 ;
-    if (rst) begin
-      \$365  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$366  = QUEUE1_IRQ_MASK__value;
-    if (QUEUE1_IRQ_MASK__write) begin
-      \$366  = \$314 ;
-    end else if (QUEUE1_IRQ_MASK__set) begin
-      \$366  = \$315 ;
-    end
-    if (rst) begin
-      \$366  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$367  = QUEUE1_DMA_BASE__value;
-    if (QUEUE1_DMA_BASE__write) begin
-      \$367  = \$316 ;
-    end else if (QUEUE1_DMA_BASE__set) begin
-      \$367  = \$317 ;
-    end
-    if (rst) begin
-      \$367  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$368  = QUEUE1_DMA_LIMIT__value;
-    if (QUEUE1_DMA_LIMIT__write) begin
-      \$368  = \$318 ;
-    end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$368  = \$319 ;
-    end
-    if (rst) begin
-      \$368  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$369  = TRACE0_CONTROL__value;
-    if (TRACE0_CONTROL__write) begin
-      \$369  = \$320 ;
-    end else if (TRACE0_CONTROL__set) begin
-      \$369  = \$321 ;
-    end
-    if (rst) begin
-      \$369  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$370  = TRACE1_CONTROL__value;
-    if (TRACE1_CONTROL__write) begin
-      \$370  = \$322 ;
-    end else if (TRACE1_CONTROL__set) begin
-      \$370  = \$323 ;
-    end
-    if (rst) begin
-      \$370  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$324  = aw_full;
-    if (\$238 ) begin
-      \$324  = 1'h1;
-    end
-    if (do_write) begin
-      \$324  = 1'h0;
-    end
-    if (rst) begin
-      \$324  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$325  = aw_addr;
-    if (\$238 ) begin
-      \$325  = bus__awaddr;
-    end
-    if (rst) begin
-      \$325  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$326  = w_full;
-    if (\$240 ) begin
-      \$326  = 1'h1;
-    end
-    if (do_write) begin
-      \$326  = 1'h0;
-    end
-    if (rst) begin
-      \$326  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$327  = GLOBAL_SCRATCH__wdata;
-    if (\$240 ) begin
-      \$327  = bus__wdata;
-    end
-    if (rst) begin
-      \$327  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$328  = w_strb;
-    if (\$240 ) begin
-      \$328  = bus__wstrb;
-    end
-    if (rst) begin
-      \$328  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$329  = bus__bvalid;
-    if (do_write) begin
-      \$329  = 1'h1;
-    end
-    if (\$242 ) begin
-      \$329  = 1'h0;
-    end
-    if (rst) begin
-      \$329  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$330  = bus__bresp;
-    if (do_write) begin
-      \$330  = \$241 ;
-    end
-    if (rst) begin
-      \$330  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$331  = ar_full;
-    if (\$244 ) begin
-      \$331  = 1'h1;
-    end
-    if (do_read) begin
-      \$331  = 1'h0;
-    end
-    if (rst) begin
-      \$331  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$332  = ar_addr;
-    if (\$244 ) begin
-      \$332  = bus__araddr;
-    end
-    if (rst) begin
-      \$332  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$333  = bus__rvalid;
-    if (do_read) begin
-      \$333  = 1'h1;
-    end
-    if (\$247 ) begin
-      \$333  = 1'h0;
-    end
-    if (rst) begin
-      \$333  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$334  = bus__rdata;
-    if (do_read) begin
-      \$334  = \$245 ;
-    end
-    if (rst) begin
-      \$334  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$335  = bus__rresp;
-    if (do_read) begin
-      \$335  = \$246 ;
-    end
-    if (rst) begin
-      \$335  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$336  = GLOBAL_SCRATCH__value;
-    if (GLOBAL_SCRATCH__write) begin
-      \$336  = \$248 ;
-    end else if (GLOBAL_SCRATCH__set) begin
-      \$336  = \$249 ;
-    end
-    if (rst) begin
-      \$336  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$337  = GLOBAL_SEM0__value;
-    if (GLOBAL_SEM0__write) begin
-      \$337  = \$250 ;
-    end else if (GLOBAL_SEM0__set) begin
-      \$337  = \$251 ;
-    end
-    if (rst) begin
-      \$337  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$338  = GLOBAL_SEM1__value;
-    if (GLOBAL_SEM1__write) begin
-      \$338  = \$252 ;
-    end else if (GLOBAL_SEM1__set) begin
-      \$338  = \$253 ;
-    end
-    if (rst) begin
-      \$338  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$339  = GLOBAL_SEM2__value;
-    if (GLOBAL_SEM2__write) begin
-      \$339  = \$254 ;
-    end else if (GLOBAL_SEM2__set) begin
-      \$339  = \$255 ;
-    end
-    if (rst) begin
-      \$339  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$340  = GLOBAL_SEM3__value;
-    if (GLOBAL_SEM3__write) begin
-      \$340  = \$256 ;
-    end else if (GLOBAL_SEM3__set) begin
-      \$340  = \$257 ;
-    end
-    if (rst) begin
-      \$340  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$341  = GLOBAL_SEM4__value;
-    if (GLOBAL_SEM4__write) begin
-      \$341  = \$258 ;
-    end else if (GLOBAL_SEM4__set) begin
-      \$341  = \$259 ;
-    end
-    if (rst) begin
-      \$341  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$342  = GLOBAL_SEM5__value;
-    if (GLOBAL_SEM5__write) begin
-      \$342  = \$260 ;
-    end else if (GLOBAL_SEM5__set) begin
-      \$342  = \$261 ;
-    end
-    if (rst) begin
-      \$342  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$343  = GLOBAL_SEM6__value;
-    if (GLOBAL_SEM6__write) begin
-      \$343  = \$262 ;
-    end else if (GLOBAL_SEM6__set) begin
-      \$343  = \$263 ;
-    end
-    if (rst) begin
-      \$343  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$344  = GLOBAL_SEM7__value;
-    if (GLOBAL_SEM7__write) begin
-      \$344  = \$264 ;
-    end else if (GLOBAL_SEM7__set) begin
-      \$344  = \$265 ;
-    end
-    if (rst) begin
-      \$344  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$345  = GLOBAL_SEM8__value;
-    if (GLOBAL_SEM8__write) begin
-      \$345  = \$266 ;
-    end else if (GLOBAL_SEM8__set) begin
-      \$345  = \$267 ;
-    end
-    if (rst) begin
-      \$345  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$346  = GLOBAL_SEM9__value;
-    if (GLOBAL_SEM9__write) begin
-      \$346  = \$268 ;
-    end else if (GLOBAL_SEM9__set) begin
-      \$346  = \$269 ;
-    end
-    if (rst) begin
-      \$346  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$347  = GLOBAL_SEM10__value;
-    if (GLOBAL_SEM10__write) begin
-      \$347  = \$270 ;
-    end else if (GLOBAL_SEM10__set) begin
-      \$347  = \$271 ;
-    end
-    if (rst) begin
-      \$347  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$348  = GLOBAL_SEM11__value;
-    if (GLOBAL_SEM11__write) begin
-      \$348  = \$272 ;
-    end else if (GLOBAL_SEM11__set) begin
-      \$348  = \$273 ;
-    end
-    if (rst) begin
-      \$348  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$349  = GLOBAL_SEM12__value;
-    if (GLOBAL_SEM12__write) begin
-      \$349  = \$274 ;
-    end else if (GLOBAL_SEM12__set) begin
-      \$349  = \$275 ;
-    end
-    if (rst) begin
-      \$349  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$350  = GLOBAL_SEM13__value;
-    if (GLOBAL_SEM13__write) begin
-      \$350  = \$276 ;
-    end else if (GLOBAL_SEM13__set) begin
-      \$350  = \$277 ;
-    end
-    if (rst) begin
-      \$350  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$351  = GLOBAL_SEM14__value;
+    \$359  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14__write) begin
-      \$351  = \$278 ;
+      \$359  = \$282 ;
     end else if (GLOBAL_SEM14__set) begin
-      \$351  = \$279 ;
-    end
-    if (rst) begin
-      \$351  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$352  = GLOBAL_SEM15__value;
-    if (GLOBAL_SEM15__write) begin
-      \$352  = \$280 ;
-    end else if (GLOBAL_SEM15__set) begin
-      \$352  = \$281 ;
-    end
-    if (rst) begin
-      \$352  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$353  = QUEUE0_RING_BASE__value;
-    if (QUEUE0_RING_BASE__write) begin
-      \$353  = \$282 ;
-    end else if (QUEUE0_RING_BASE__set) begin
-      \$353  = \$283 ;
-    end
-    if (rst) begin
-      \$353  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$354  = QUEUE0_RING_LOG2__value;
-    if (QUEUE0_RING_LOG2__write) begin
-      \$354  = \$284 ;
-    end else if (QUEUE0_RING_LOG2__set) begin
-      \$354  = \$285 ;
-    end
-    if (rst) begin
-      \$354  = 32'd4;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$355  = QUEUE0_CQ_BASE__value;
-    if (QUEUE0_CQ_BASE__write) begin
-      \$355  = \$286 ;
-    end else if (QUEUE0_CQ_BASE__set) begin
-      \$355  = \$287 ;
-    end
-    if (rst) begin
-      \$355  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$356  = QUEUE0_CONTROL__value;
-    if (QUEUE0_CONTROL__write) begin
-      \$356  = \$288 ;
-    end else if (QUEUE0_CONTROL__set) begin
-      \$356  = \$289 ;
-    end
-    if (rst) begin
-      \$356  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$357  = \$294 ;
-    if (rst) begin
-      \$357  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$358  = QUEUE0_IRQ_MASK__value;
-    if (QUEUE0_IRQ_MASK__write) begin
-      \$358  = \$295 ;
-    end else if (QUEUE0_IRQ_MASK__set) begin
-      \$358  = \$296 ;
-    end
-    if (rst) begin
-      \$358  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$359  = QUEUE0_DMA_BASE__value;
-    if (QUEUE0_DMA_BASE__write) begin
-      \$359  = \$297 ;
-    end else if (QUEUE0_DMA_BASE__set) begin
-      \$359  = \$298 ;
+      \$359  = \$283 ;
     end
     if (rst) begin
       \$359  = 32'd0;
@@ -2250,11 +1852,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$360  = QUEUE0_DMA_LIMIT__value;
-    if (QUEUE0_DMA_LIMIT__write) begin
-      \$360  = \$299 ;
-    end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$360  = \$300 ;
+    \$360  = GLOBAL_SEM15__value;
+    if (GLOBAL_SEM15__write) begin
+      \$360  = \$284 ;
+    end else if (GLOBAL_SEM15__set) begin
+      \$360  = \$285 ;
     end
     if (rst) begin
       \$360  = 32'd0;
@@ -2262,11 +1864,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$361  = QUEUE1_RING_BASE__value;
-    if (QUEUE1_RING_BASE__write) begin
-      \$361  = \$301 ;
-    end else if (QUEUE1_RING_BASE__set) begin
-      \$361  = \$302 ;
+    \$361  = QUEUE0_RING_BASE__value;
+    if (QUEUE0_RING_BASE__write) begin
+      \$361  = \$286 ;
+    end else if (QUEUE0_RING_BASE__set) begin
+      \$361  = \$287 ;
     end
     if (rst) begin
       \$361  = 32'd0;
@@ -2274,11 +1876,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$362  = QUEUE1_RING_LOG2__value;
-    if (QUEUE1_RING_LOG2__write) begin
-      \$362  = \$303 ;
-    end else if (QUEUE1_RING_LOG2__set) begin
-      \$362  = \$304 ;
+    \$362  = QUEUE0_RING_LOG2__value;
+    if (QUEUE0_RING_LOG2__write) begin
+      \$362  = \$288 ;
+    end else if (QUEUE0_RING_LOG2__set) begin
+      \$362  = \$289 ;
     end
     if (rst) begin
       \$362  = 32'd4;
@@ -2286,11 +1888,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$363  = QUEUE1_CQ_BASE__value;
-    if (QUEUE1_CQ_BASE__write) begin
-      \$363  = \$305 ;
-    end else if (QUEUE1_CQ_BASE__set) begin
-      \$363  = \$306 ;
+    \$363  = QUEUE0_CQ_BASE__value;
+    if (QUEUE0_CQ_BASE__write) begin
+      \$363  = \$290 ;
+    end else if (QUEUE0_CQ_BASE__set) begin
+      \$363  = \$291 ;
     end
     if (rst) begin
       \$363  = 32'd0;
@@ -2298,14 +1900,511 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$364  = QUEUE1_CONTROL__value;
-    if (QUEUE1_CONTROL__write) begin
-      \$364  = \$307 ;
-    end else if (QUEUE1_CONTROL__set) begin
-      \$364  = \$308 ;
+    \$364  = QUEUE0_CONTROL__value;
+    if (QUEUE0_CONTROL__write) begin
+      \$364  = \$292 ;
+    end else if (QUEUE0_CONTROL__set) begin
+      \$364  = \$293 ;
     end
     if (rst) begin
       \$364  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$365  = \$298 ;
+    if (rst) begin
+      \$365  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$366  = QUEUE0_IRQ_MASK__value;
+    if (QUEUE0_IRQ_MASK__write) begin
+      \$366  = \$299 ;
+    end else if (QUEUE0_IRQ_MASK__set) begin
+      \$366  = \$300 ;
+    end
+    if (rst) begin
+      \$366  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$367  = QUEUE0_DMA_BASE__value;
+    if (QUEUE0_DMA_BASE__write) begin
+      \$367  = \$301 ;
+    end else if (QUEUE0_DMA_BASE__set) begin
+      \$367  = \$302 ;
+    end
+    if (rst) begin
+      \$367  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$368  = QUEUE0_DMA_LIMIT__value;
+    if (QUEUE0_DMA_LIMIT__write) begin
+      \$368  = \$303 ;
+    end else if (QUEUE0_DMA_LIMIT__set) begin
+      \$368  = \$304 ;
+    end
+    if (rst) begin
+      \$368  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$369  = QUEUE0_WATCHDOG__value;
+    if (QUEUE0_WATCHDOG__write) begin
+      \$369  = \$305 ;
+    end else if (QUEUE0_WATCHDOG__set) begin
+      \$369  = \$306 ;
+    end
+    if (rst) begin
+      \$369  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$370  = QUEUE1_RING_BASE__value;
+    if (QUEUE1_RING_BASE__write) begin
+      \$370  = \$307 ;
+    end else if (QUEUE1_RING_BASE__set) begin
+      \$370  = \$308 ;
+    end
+    if (rst) begin
+      \$370  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$371  = QUEUE1_RING_LOG2__value;
+    if (QUEUE1_RING_LOG2__write) begin
+      \$371  = \$309 ;
+    end else if (QUEUE1_RING_LOG2__set) begin
+      \$371  = \$310 ;
+    end
+    if (rst) begin
+      \$371  = 32'd4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$372  = QUEUE1_CQ_BASE__value;
+    if (QUEUE1_CQ_BASE__write) begin
+      \$372  = \$311 ;
+    end else if (QUEUE1_CQ_BASE__set) begin
+      \$372  = \$312 ;
+    end
+    if (rst) begin
+      \$372  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$373  = QUEUE1_CONTROL__value;
+    if (QUEUE1_CONTROL__write) begin
+      \$373  = \$313 ;
+    end else if (QUEUE1_CONTROL__set) begin
+      \$373  = \$314 ;
+    end
+    if (rst) begin
+      \$373  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$374  = \$319 ;
+    if (rst) begin
+      \$374  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$375  = QUEUE1_IRQ_MASK__value;
+    if (QUEUE1_IRQ_MASK__write) begin
+      \$375  = \$320 ;
+    end else if (QUEUE1_IRQ_MASK__set) begin
+      \$375  = \$321 ;
+    end
+    if (rst) begin
+      \$375  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$376  = QUEUE1_DMA_BASE__value;
+    if (QUEUE1_DMA_BASE__write) begin
+      \$376  = \$322 ;
+    end else if (QUEUE1_DMA_BASE__set) begin
+      \$376  = \$323 ;
+    end
+    if (rst) begin
+      \$376  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$377  = QUEUE1_DMA_LIMIT__value;
+    if (QUEUE1_DMA_LIMIT__write) begin
+      \$377  = \$324 ;
+    end else if (QUEUE1_DMA_LIMIT__set) begin
+      \$377  = \$325 ;
+    end
+    if (rst) begin
+      \$377  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$378  = QUEUE1_WATCHDOG__value;
+    if (QUEUE1_WATCHDOG__write) begin
+      \$378  = \$326 ;
+    end else if (QUEUE1_WATCHDOG__set) begin
+      \$378  = \$327 ;
+    end
+    if (rst) begin
+      \$378  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$379  = TRACE0_CONTROL__value;
+    if (TRACE0_CONTROL__write) begin
+      \$379  = \$328 ;
+    end else if (TRACE0_CONTROL__set) begin
+      \$379  = \$329 ;
+    end
+    if (rst) begin
+      \$379  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$380  = TRACE1_CONTROL__value;
+    if (TRACE1_CONTROL__write) begin
+      \$380  = \$330 ;
+    end else if (TRACE1_CONTROL__set) begin
+      \$380  = \$331 ;
+    end
+    if (rst) begin
+      \$380  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$332  = aw_full;
+    if (\$242 ) begin
+      \$332  = 1'h1;
+    end
+    if (do_write) begin
+      \$332  = 1'h0;
+    end
+    if (rst) begin
+      \$332  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$333  = aw_addr;
+    if (\$242 ) begin
+      \$333  = bus__awaddr;
+    end
+    if (rst) begin
+      \$333  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$334  = w_full;
+    if (\$244 ) begin
+      \$334  = 1'h1;
+    end
+    if (do_write) begin
+      \$334  = 1'h0;
+    end
+    if (rst) begin
+      \$334  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$335  = GLOBAL_SCRATCH__wdata;
+    if (\$244 ) begin
+      \$335  = bus__wdata;
+    end
+    if (rst) begin
+      \$335  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$336  = w_strb;
+    if (\$244 ) begin
+      \$336  = bus__wstrb;
+    end
+    if (rst) begin
+      \$336  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$337  = bus__bvalid;
+    if (do_write) begin
+      \$337  = 1'h1;
+    end
+    if (\$246 ) begin
+      \$337  = 1'h0;
+    end
+    if (rst) begin
+      \$337  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$338  = bus__bresp;
+    if (do_write) begin
+      \$338  = \$245 ;
+    end
+    if (rst) begin
+      \$338  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$339  = ar_full;
+    if (\$248 ) begin
+      \$339  = 1'h1;
+    end
+    if (do_read) begin
+      \$339  = 1'h0;
+    end
+    if (rst) begin
+      \$339  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$340  = ar_addr;
+    if (\$248 ) begin
+      \$340  = bus__araddr;
+    end
+    if (rst) begin
+      \$340  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$341  = bus__rvalid;
+    if (do_read) begin
+      \$341  = 1'h1;
+    end
+    if (\$251 ) begin
+      \$341  = 1'h0;
+    end
+    if (rst) begin
+      \$341  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$342  = bus__rdata;
+    if (do_read) begin
+      \$342  = \$249 ;
+    end
+    if (rst) begin
+      \$342  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$343  = bus__rresp;
+    if (do_read) begin
+      \$343  = \$250 ;
+    end
+    if (rst) begin
+      \$343  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$344  = GLOBAL_SCRATCH__value;
+    if (GLOBAL_SCRATCH__write) begin
+      \$344  = \$252 ;
+    end else if (GLOBAL_SCRATCH__set) begin
+      \$344  = \$253 ;
+    end
+    if (rst) begin
+      \$344  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$345  = GLOBAL_SEM0__value;
+    if (GLOBAL_SEM0__write) begin
+      \$345  = \$254 ;
+    end else if (GLOBAL_SEM0__set) begin
+      \$345  = \$255 ;
+    end
+    if (rst) begin
+      \$345  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$346  = GLOBAL_SEM1__value;
+    if (GLOBAL_SEM1__write) begin
+      \$346  = \$256 ;
+    end else if (GLOBAL_SEM1__set) begin
+      \$346  = \$257 ;
+    end
+    if (rst) begin
+      \$346  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$347  = GLOBAL_SEM2__value;
+    if (GLOBAL_SEM2__write) begin
+      \$347  = \$258 ;
+    end else if (GLOBAL_SEM2__set) begin
+      \$347  = \$259 ;
+    end
+    if (rst) begin
+      \$347  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$348  = GLOBAL_SEM3__value;
+    if (GLOBAL_SEM3__write) begin
+      \$348  = \$260 ;
+    end else if (GLOBAL_SEM3__set) begin
+      \$348  = \$261 ;
+    end
+    if (rst) begin
+      \$348  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$349  = GLOBAL_SEM4__value;
+    if (GLOBAL_SEM4__write) begin
+      \$349  = \$262 ;
+    end else if (GLOBAL_SEM4__set) begin
+      \$349  = \$263 ;
+    end
+    if (rst) begin
+      \$349  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$350  = GLOBAL_SEM5__value;
+    if (GLOBAL_SEM5__write) begin
+      \$350  = \$264 ;
+    end else if (GLOBAL_SEM5__set) begin
+      \$350  = \$265 ;
+    end
+    if (rst) begin
+      \$350  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$351  = GLOBAL_SEM6__value;
+    if (GLOBAL_SEM6__write) begin
+      \$351  = \$266 ;
+    end else if (GLOBAL_SEM6__set) begin
+      \$351  = \$267 ;
+    end
+    if (rst) begin
+      \$351  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$352  = GLOBAL_SEM7__value;
+    if (GLOBAL_SEM7__write) begin
+      \$352  = \$268 ;
+    end else if (GLOBAL_SEM7__set) begin
+      \$352  = \$269 ;
+    end
+    if (rst) begin
+      \$352  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$353  = GLOBAL_SEM8__value;
+    if (GLOBAL_SEM8__write) begin
+      \$353  = \$270 ;
+    end else if (GLOBAL_SEM8__set) begin
+      \$353  = \$271 ;
+    end
+    if (rst) begin
+      \$353  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$354  = GLOBAL_SEM9__value;
+    if (GLOBAL_SEM9__write) begin
+      \$354  = \$272 ;
+    end else if (GLOBAL_SEM9__set) begin
+      \$354  = \$273 ;
+    end
+    if (rst) begin
+      \$354  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$355  = GLOBAL_SEM10__value;
+    if (GLOBAL_SEM10__write) begin
+      \$355  = \$274 ;
+    end else if (GLOBAL_SEM10__set) begin
+      \$355  = \$275 ;
+    end
+    if (rst) begin
+      \$355  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$356  = GLOBAL_SEM11__value;
+    if (GLOBAL_SEM11__write) begin
+      \$356  = \$276 ;
+    end else if (GLOBAL_SEM11__set) begin
+      \$356  = \$277 ;
+    end
+    if (rst) begin
+      \$356  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$357  = GLOBAL_SEM12__value;
+    if (GLOBAL_SEM12__write) begin
+      \$357  = \$278 ;
+    end else if (GLOBAL_SEM12__set) begin
+      \$357  = \$279 ;
+    end
+    if (rst) begin
+      \$357  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$358  = GLOBAL_SEM13__value;
+    if (GLOBAL_SEM13__write) begin
+      \$358  = \$280 ;
+    end else if (GLOBAL_SEM13__set) begin
+      \$358  = \$281 ;
+    end
+    if (rst) begin
+      \$358  = 32'd0;
     end
   end
   assign GLOBAL_SCRATCH_write = GLOBAL_SCRATCH__write;
@@ -2360,6 +2459,9 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE0_DMA_BASE_reg = QUEUE0_DMA_BASE__value;
   assign QUEUE0_DMA_LIMIT_write = QUEUE0_DMA_LIMIT__write;
   assign QUEUE0_DMA_LIMIT_reg = QUEUE0_DMA_LIMIT__value;
+  assign QUEUE0_WATCHDOG_write = QUEUE0_WATCHDOG__write;
+  assign QUEUE0_WATCHDOG_reg = QUEUE0_WATCHDOG__value;
+  assign QUEUE0_RESET_write = QUEUE0_RESET__write;
   assign QUEUE1_RING_BASE_write = QUEUE1_RING_BASE__write;
   assign QUEUE1_RING_BASE_reg = QUEUE1_RING_BASE__value;
   assign QUEUE1_RING_LOG2_write = QUEUE1_RING_LOG2__write;
@@ -2376,6 +2478,9 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE1_DMA_BASE_reg = QUEUE1_DMA_BASE__value;
   assign QUEUE1_DMA_LIMIT_write = QUEUE1_DMA_LIMIT__write;
   assign QUEUE1_DMA_LIMIT_reg = QUEUE1_DMA_LIMIT__value;
+  assign QUEUE1_WATCHDOG_write = QUEUE1_WATCHDOG__write;
+  assign QUEUE1_WATCHDOG_reg = QUEUE1_WATCHDOG__value;
+  assign QUEUE1_RESET_write = QUEUE1_RESET__write;
   assign PERF0_CONTROL_write = PERF0_CONTROL__write;
   assign PERF1_CONTROL_write = PERF1_CONTROL__write;
   assign TRACE0_CONTROL_write = TRACE0_CONTROL__write;
@@ -2407,6 +2512,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE0_IRQ_MASK__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE0_DMA_BASE__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE0_DMA_LIMIT__wdata = GLOBAL_SCRATCH__wdata;
+  assign QUEUE0_WATCHDOG__wdata = GLOBAL_SCRATCH__wdata;
+  assign QUEUE0_RESET__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE1_RING_BASE__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE1_RING_LOG2__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE1_CQ_BASE__wdata = GLOBAL_SCRATCH__wdata;
@@ -2415,6 +2522,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign QUEUE1_IRQ_MASK__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE1_DMA_BASE__wdata = GLOBAL_SCRATCH__wdata;
   assign QUEUE1_DMA_LIMIT__wdata = GLOBAL_SCRATCH__wdata;
+  assign QUEUE1_WATCHDOG__wdata = GLOBAL_SCRATCH__wdata;
+  assign QUEUE1_RESET__wdata = GLOBAL_SCRATCH__wdata;
   assign PERF0_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
   assign PERF1_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
   assign TRACE0_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
@@ -2429,166 +2538,170 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$82 [1:0] = QUEUE0_STATUS__value[1:0];
   assign \$84 [15:8] = 8'h00;
   assign { \$84 [31:16], \$84 [7:0] } = { QUEUE0_ERROR__value[31:16], QUEUE0_ERROR__value[7:0] };
-  assign \$108 [31:16] = 16'h0000;
-  assign \$108 [15:0] = QUEUE1_HEAD__value[15:0];
-  assign \$110 [31:16] = 16'h0000;
-  assign \$110 [15:0] = QUEUE1_TAIL__value[15:0];
-  assign \$115 [31:2] = 30'h00000000;
-  assign \$115 [1:0] = QUEUE1_STATUS__value[1:0];
-  assign \$118 [15:8] = 8'h00;
-  assign { \$118 [31:16], \$118 [7:0] } = { QUEUE1_ERROR__value[31:16], QUEUE1_ERROR__value[7:0] };
-  assign \$134  = PERF0_CYCLES__value;
-  assign \$136  = PERF0_BUSY_LOAD__value;
-  assign \$144  = PERF0_BUSY_COMPUTE__value;
-  assign \$146  = PERF0_BUSY_STORE__value;
-  assign \$149  = PERF0_MACS_LO__value;
-  assign \$151  = PERF0_MACS_HI__value;
-  assign \$155  = PERF0_STALL_DEP__value;
-  assign \$157  = PERF0_STALL_MEM__value;
-  assign \$160  = PERF0_BYTES_READ__value;
-  assign \$162  = PERF0_BYTES_WRITTEN__value;
-  assign \$171  = PERF1_CYCLES__value;
-  assign \$175  = PERF1_BUSY_LOAD__value;
-  assign \$177  = PERF1_BUSY_COMPUTE__value;
-  assign \$180  = PERF1_BUSY_STORE__value;
-  assign \$182  = PERF1_MACS_LO__value;
-  assign \$188  = PERF1_MACS_HI__value;
-  assign \$190  = PERF1_STALL_DEP__value;
-  assign \$193  = PERF1_STALL_MEM__value;
-  assign \$195  = PERF1_BYTES_READ__value;
-  assign \$199  = PERF1_BYTES_WRITTEN__value;
-  assign \$209  = TRACE0_COUNT__value;
-  assign \$212  = TRACE0_DATA_LO__value;
-  assign \$214  = TRACE0_DATA_HI__value;
-  assign \$221  = 32'd0;
-  assign \$223  = \$222 ;
-  assign \$228  = TRACE1_COUNT__value;
-  assign \$230  = TRACE1_DATA_LO__value;
-  assign \$233  = TRACE1_DATA_HI__value;
-  assign \$248  = GLOBAL_SCRATCH__wdata;
-  assign \$249  = GLOBAL_SCRATCH__set_value;
-  assign \$250 [31:16] = 16'h0000;
-  assign \$250 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$251 [31:16] = 16'h0000;
-  assign \$251 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$252 [31:16] = 16'h0000;
-  assign \$252 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$253 [31:16] = 16'h0000;
-  assign \$253 [15:0] = GLOBAL_SEM1__set_value[15:0];
+  assign \$109 [31:16] = 16'h0000;
+  assign \$109 [15:0] = QUEUE1_HEAD__value[15:0];
+  assign \$113 [31:16] = 16'h0000;
+  assign \$113 [15:0] = QUEUE1_TAIL__value[15:0];
+  assign \$117 [31:2] = 30'h00000000;
+  assign \$117 [1:0] = QUEUE1_STATUS__value[1:0];
+  assign \$119 [15:8] = 8'h00;
+  assign { \$119 [31:16], \$119 [7:0] } = { QUEUE1_ERROR__value[31:16], QUEUE1_ERROR__value[7:0] };
+  assign \$142  = PERF0_CYCLES__value;
+  assign \$144  = PERF0_BUSY_LOAD__value;
+  assign \$147  = PERF0_BUSY_COMPUTE__value;
+  assign \$149  = PERF0_BUSY_STORE__value;
+  assign \$153  = PERF0_MACS_LO__value;
+  assign \$155  = PERF0_MACS_HI__value;
+  assign \$158  = PERF0_STALL_DEP__value;
+  assign \$160  = PERF0_STALL_MEM__value;
+  assign \$165  = PERF0_BYTES_READ__value;
+  assign \$167  = PERF0_BYTES_WRITTEN__value;
+  assign \$175  = PERF1_CYCLES__value;
+  assign \$178  = PERF1_BUSY_LOAD__value;
+  assign \$180  = PERF1_BUSY_COMPUTE__value;
+  assign \$186  = PERF1_BUSY_STORE__value;
+  assign \$188  = PERF1_MACS_LO__value;
+  assign \$191  = PERF1_MACS_HI__value;
+  assign \$193  = PERF1_STALL_DEP__value;
+  assign \$197  = PERF1_STALL_MEM__value;
+  assign \$199  = PERF1_BYTES_READ__value;
+  assign \$202  = PERF1_BYTES_WRITTEN__value;
+  assign \$212  = TRACE0_COUNT__value;
+  assign \$216  = TRACE0_DATA_LO__value;
+  assign \$218  = TRACE0_DATA_HI__value;
+  assign \$228  = 32'd0;
+  assign \$230  = \$229 ;
+  assign \$231  = TRACE1_COUNT__value;
+  assign \$233  = TRACE1_DATA_LO__value;
+  assign \$237  = TRACE1_DATA_HI__value;
+  assign \$252  = GLOBAL_SCRATCH__wdata;
+  assign \$253  = GLOBAL_SCRATCH__set_value;
   assign \$254 [31:16] = 16'h0000;
   assign \$254 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$255 [31:16] = 16'h0000;
-  assign \$255 [15:0] = GLOBAL_SEM2__set_value[15:0];
+  assign \$255 [15:0] = GLOBAL_SEM0__set_value[15:0];
   assign \$256 [31:16] = 16'h0000;
   assign \$256 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$257 [31:16] = 16'h0000;
-  assign \$257 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$257 [15:0] = GLOBAL_SEM1__set_value[15:0];
   assign \$258 [31:16] = 16'h0000;
   assign \$258 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$259 [31:16] = 16'h0000;
-  assign \$259 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$259 [15:0] = GLOBAL_SEM2__set_value[15:0];
   assign \$260 [31:16] = 16'h0000;
   assign \$260 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$261 [31:16] = 16'h0000;
-  assign \$261 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$261 [15:0] = GLOBAL_SEM3__set_value[15:0];
   assign \$262 [31:16] = 16'h0000;
   assign \$262 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$263 [31:16] = 16'h0000;
-  assign \$263 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$263 [15:0] = GLOBAL_SEM4__set_value[15:0];
   assign \$264 [31:16] = 16'h0000;
   assign \$264 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$265 [31:16] = 16'h0000;
-  assign \$265 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$265 [15:0] = GLOBAL_SEM5__set_value[15:0];
   assign \$266 [31:16] = 16'h0000;
   assign \$266 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$267 [31:16] = 16'h0000;
-  assign \$267 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$267 [15:0] = GLOBAL_SEM6__set_value[15:0];
   assign \$268 [31:16] = 16'h0000;
   assign \$268 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$269 [31:16] = 16'h0000;
-  assign \$269 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$269 [15:0] = GLOBAL_SEM7__set_value[15:0];
   assign \$270 [31:16] = 16'h0000;
   assign \$270 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$271 [31:16] = 16'h0000;
-  assign \$271 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$271 [15:0] = GLOBAL_SEM8__set_value[15:0];
   assign \$272 [31:16] = 16'h0000;
   assign \$272 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$273 [31:16] = 16'h0000;
-  assign \$273 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$273 [15:0] = GLOBAL_SEM9__set_value[15:0];
   assign \$274 [31:16] = 16'h0000;
   assign \$274 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$275 [31:16] = 16'h0000;
-  assign \$275 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$275 [15:0] = GLOBAL_SEM10__set_value[15:0];
   assign \$276 [31:16] = 16'h0000;
   assign \$276 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$277 [31:16] = 16'h0000;
-  assign \$277 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$277 [15:0] = GLOBAL_SEM11__set_value[15:0];
   assign \$278 [31:16] = 16'h0000;
   assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$279 [15:0] = GLOBAL_SEM12__set_value[15:0];
   assign \$280 [31:16] = 16'h0000;
   assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$282 [4:0] = 5'h00;
-  assign \$282 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$283 [4:0] = 5'h00;
-  assign \$283 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$284 [31:5] = 27'h0000000;
-  assign \$284 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$285 [31:5] = 27'h0000000;
-  assign \$285 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$286 [2:0] = 3'h0;
-  assign \$286 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$287 [2:0] = 3'h0;
-  assign \$287 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$288 [31:2] = 30'h00000000;
-  assign \$288 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$289 [31:2] = 30'h00000000;
-  assign \$289 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$294 [31:2] = 30'h00000000;
-  assign \$294 [1:0] = \$293 [1:0];
-  assign \$295 [31:2] = 30'h00000000;
-  assign \$295 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$296 [31:2] = 30'h00000000;
-  assign \$296 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$297  = GLOBAL_SCRATCH__wdata;
-  assign \$298  = QUEUE0_DMA_BASE__set_value;
-  assign \$299  = GLOBAL_SCRATCH__wdata;
-  assign \$300  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$301 [4:0] = 5'h00;
-  assign \$301 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$302 [4:0] = 5'h00;
-  assign \$302 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$303 [31:5] = 27'h0000000;
-  assign \$303 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$304 [31:5] = 27'h0000000;
-  assign \$304 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$305 [2:0] = 3'h0;
-  assign \$305 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$306 [2:0] = 3'h0;
-  assign \$306 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$307 [31:2] = 30'h00000000;
-  assign \$307 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$308 [31:2] = 30'h00000000;
-  assign \$308 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$281 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$282 [31:16] = 16'h0000;
+  assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$283 [31:16] = 16'h0000;
+  assign \$283 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$284 [31:16] = 16'h0000;
+  assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$285 [31:16] = 16'h0000;
+  assign \$285 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$286 [4:0] = 5'h00;
+  assign \$286 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$287 [4:0] = 5'h00;
+  assign \$287 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$288 [31:5] = 27'h0000000;
+  assign \$288 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$289 [31:5] = 27'h0000000;
+  assign \$289 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$290 [2:0] = 3'h0;
+  assign \$290 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$291 [2:0] = 3'h0;
+  assign \$291 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$292 [31:2] = 30'h00000000;
+  assign \$292 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$293 [31:2] = 30'h00000000;
+  assign \$293 [1:0] = QUEUE0_CONTROL__set_value[1:0];
+  assign \$298 [31:2] = 30'h00000000;
+  assign \$298 [1:0] = \$297 [1:0];
+  assign \$299 [31:2] = 30'h00000000;
+  assign \$299 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$300 [31:2] = 30'h00000000;
+  assign \$300 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
+  assign \$301  = GLOBAL_SCRATCH__wdata;
+  assign \$302  = QUEUE0_DMA_BASE__set_value;
+  assign \$303  = GLOBAL_SCRATCH__wdata;
+  assign \$304  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$305  = GLOBAL_SCRATCH__wdata;
+  assign \$306  = QUEUE0_WATCHDOG__set_value;
+  assign \$307 [4:0] = 5'h00;
+  assign \$307 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$308 [4:0] = 5'h00;
+  assign \$308 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$309 [31:5] = 27'h0000000;
+  assign \$309 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$310 [31:5] = 27'h0000000;
+  assign \$310 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$311 [2:0] = 3'h0;
+  assign \$311 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$312 [2:0] = 3'h0;
+  assign \$312 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
   assign \$313 [31:2] = 30'h00000000;
-  assign \$313 [1:0] = \$312 [1:0];
+  assign \$313 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
   assign \$314 [31:2] = 30'h00000000;
-  assign \$314 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$315 [31:2] = 30'h00000000;
-  assign \$315 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$316  = GLOBAL_SCRATCH__wdata;
-  assign \$317  = QUEUE1_DMA_BASE__set_value;
-  assign \$318  = GLOBAL_SCRATCH__wdata;
-  assign \$319  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$314 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$319 [31:2] = 30'h00000000;
+  assign \$319 [1:0] = \$318 [1:0];
   assign \$320 [31:2] = 30'h00000000;
   assign \$320 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
   assign \$321 [31:2] = 30'h00000000;
-  assign \$321 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$323 [31:2] = 30'h00000000;
-  assign \$323 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$321 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$322  = GLOBAL_SCRATCH__wdata;
+  assign \$323  = QUEUE1_DMA_BASE__set_value;
+  assign \$324  = GLOBAL_SCRATCH__wdata;
+  assign \$325  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$326  = GLOBAL_SCRATCH__wdata;
+  assign \$327  = QUEUE1_WATCHDOG__set_value;
+  assign \$328 [31:2] = 30'h00000000;
+  assign \$328 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$329 [31:2] = 30'h00000000;
+  assign \$329 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$330 [31:2] = 30'h00000000;
+  assign \$330 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$331 [31:2] = 30'h00000000;
+  assign \$331 [1:0] = TRACE1_CONTROL__set_value[1:0];
 endmodule

@@ -3,7 +3,7 @@
 (* top =  1  *)
 (* generator = "Amaranth" *)
 module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
-, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, cmd__tdata);
+, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, progress, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -233,11 +233,11 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[3] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$94 ;
+  wire \a_bank$95 ;
   reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$92 ;
+  wire \a_valid$93 ;
   reg acc_ext_pending = 1'h0;
   wire [7:0] acc_rc__addr;
   wire [127:0] acc_rc__data;
@@ -273,11 +273,11 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [2:0] bank1_state = 3'h0;
   reg [127:0] bias = 128'h00000000000000000000000000000000;
   (* init = 128'h00000000000000000000000000000000 *)
-  wire [127:0] \bias$116 ;
-  wire [31:0] \bias$116[0] ;
-  wire [31:0] \bias$116[1] ;
-  wire [31:0] \bias$116[2] ;
-  wire [31:0] \bias$116[3] ;
+  wire [127:0] \bias$117 ;
+  wire [31:0] \bias$117[0] ;
+  wire [31:0] \bias$117[1] ;
+  wire [31:0] \bias$117[2] ;
+  wire [31:0] \bias$117[3] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -296,7 +296,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg cmd_valid = 1'h0;
   wire credit;
   reg [25:0] ctl = 26'h0000000;
-  reg [10:0] \ctl$121  = 11'h000;
+  reg [10:0] \ctl$122  = 11'h000;
   wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
@@ -316,22 +316,22 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [15:0] l_left = 16'h0000;
   reg [1:0] l_row = 2'h0;
   wire [2:0] level;
-  wire [2:0] \level$137 ;
+  wire [2:0] \level$138 ;
   reg [15:0] mult = 16'h0000;
   wire [31:0] out;
-  wire [127:0] \out$154 ;
-  wire [31:0] \out$154[0] ;
-  wire [31:0] \out$154[1] ;
-  wire [31:0] \out$154[2] ;
-  wire [31:0] \out$154[3] ;
+  wire [127:0] \out$155 ;
+  wire [31:0] \out$155[0] ;
+  wire [31:0] \out$155[1] ;
+  wire [31:0] \out$155[2] ;
+  wire [31:0] \out$155[3] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
   wire [7:0] \out[3] ;
   wire [25:0] out_ctl;
-  wire [10:0] \out_ctl$125 ;
+  wire [10:0] \out_ctl$126 ;
   wire out_valid;
-  wire \out_valid$153 ;
+  wire \out_valid$154 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -348,31 +348,33 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire popped;
   reg post_start;
   reg postop_busy = 1'h0;
+  output progress;
+  wire progress;
   reg [25:0] r_ctl = 26'h0000000;
   wire [7:0] \r_ctl.acc_addr ;
   wire \r_ctl.accumulate ;
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [31:0] \r_data$134 ;
-  wire [127:0] \r_data$141 ;
-  wire [25:0] \r_data$146 ;
-  wire [66:0] \r_data$149 ;
+  wire [31:0] \r_data$135 ;
+  wire [127:0] \r_data$142 ;
+  wire [25:0] \r_data$147 ;
+  wire [66:0] \r_data$150 ;
   wire r_en;
-  wire \r_en$136 ;
-  wire \r_en$143 ;
-  reg \r_en$70 ;
-  reg \r_en$88 ;
+  wire \r_en$137 ;
+  wire \r_en$144 ;
+  reg \r_en$71 ;
+  reg \r_en$89 ;
   reg [127:0] r_psum = 128'h00000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
   wire [31:0] \r_psum[2] ;
   wire [31:0] \r_psum[3] ;
   wire r_rdy;
-  wire \r_rdy$135 ;
-  wire \r_rdy$142 ;
-  wire \r_rdy$69 ;
-  wire \r_rdy$87 ;
+  wire \r_rdy$136 ;
+  wire \r_rdy$143 ;
+  wire \r_rdy$70 ;
+  wire \r_rdy$88 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [127:0] row;
@@ -386,7 +388,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$120 ;
+  wire \row_valid$121 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -443,23 +445,23 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$74 ;
+  wire \w_bank$75 ;
   wire [25:0] w_data;
-  wire [31:0] \w_data$132 ;
-  wire [127:0] \w_data$139 ;
-  wire [66:0] \w_data$44 ;
-  reg [31:0] \w_data$51 ;
+  wire [31:0] \w_data$133 ;
+  wire [127:0] \w_data$140 ;
+  wire [66:0] \w_data$45 ;
+  reg [31:0] \w_data$52 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$133 ;
+  wire \w_en$134 ;
   (* init = 1'h0 *)
-  wire \w_en$140 ;
-  reg \w_en$54 ;
+  wire \w_en$141 ;
   reg \w_en$55 ;
+  reg \w_en$56 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$53 ;
+  wire \w_rdy$54 ;
   wire [31:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -1577,7 +1579,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$53 ;
+  assign \$47  = \$46  & \w_rdy$54 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -1592,7 +1594,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$69  & \$59 ;
+  assign \$60  = \r_rdy$70  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -1606,7 +1608,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$87  & \$71 ;
+  assign \$72  = \r_rdy$88  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[8] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -1631,10 +1633,11 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$91  = post_start | po_bias_pending;
   assign \$92  = \$91  | po_reading;
   assign \$93  = ~ \$92 ;
-  assign \$94  = \level$137  + acc_ext_pending;
+  assign \$94  = \level$138  + acc_ext_pending;
   assign \$95  = \$94  < 3'h4;
   assign acc_rreq__tready = \$93  & \$95 ;
   assign \$96  = acc_rreq__tvalid & acc_rreq__tready;
+  assign progress = a_valid | out_valid;
   assign \$97  = cmd__tvalid & cmd__tready;
   assign \$98  = stage != 2'h2;
   assign \$99  = cmd_valid & \$98 ;
@@ -1665,7 +1668,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$125  = l_left == 1'h1;
   assign \$126  = ~ l_active;
   assign \$127  = \$126  | l_finishing;
-  assign \$128  = \r_rdy$69  & \$127 ;
+  assign \$128  = \r_rdy$70  & \$127 ;
   assign \$129  = l_row == 2'h3;
   assign \$130  = l_issue & \$129 ;
   assign \$131  = w_load & w_last;
@@ -1682,7 +1685,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$145  = s_left == 1'h1;
   assign \$146  = ~ s_active;
   assign \$147  = \$146  | s_finishing;
-  assign \$148  = \r_rdy$87  & \$147 ;
+  assign \$148  = \r_rdy$88  & \$147 ;
   assign \$149  = s_c + s_row;
   assign \$150  = ~ s_first;
   assign \$151  = s_acc | \$150 ;
@@ -1798,7 +1801,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   always @(posedge clk)
     row_valid <= \$215 ;
   always @(posedge clk)
-    \ctl$121  <= \$216 ;
+    \ctl$122  <= \$216 ;
   always @(posedge clk)
     spm_ext_pending <= \$217 ;
   always @(posedge clk)
@@ -1811,7 +1814,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     perf_stall <= \$221 ;
   \dx1_tile_core_a4.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$137 ),
+    .level(\level$138 ),
     .r_data(acc_rresp__tdata),
     .r_en(acc_rresp__tready),
     .r_rdy(acc_rresp__tvalid),
@@ -1826,9 +1829,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .clk(clk),
     .ctl(ctl),
     .ctl_d6(out_ctl),
-    .out(\out$154 ),
+    .out(\out$155 ),
     .rst(rst),
-    .valid_d6(\out_valid$153 ),
+    .valid_d6(\out_valid$154 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -1840,24 +1843,24 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .r_rdy(done__tvalid),
     .rst(rst),
     .w_en(w_en),
-    .w_port__data(\w_data$51 )
+    .w_port__data(\w_data$52 )
   );
   \dx1_tile_core_a4.load_q  load_q (
     .clk(clk),
-    .\port$645$128 (cmd[143:128]),
-    .\port$645$80 (cmd[89:80]),
-    .r_data(\r_data$146 ),
-    .r_en(\r_en$70 ),
-    .r_rdy(\r_rdy$69 ),
+    .\port$646$128 (cmd[143:128]),
+    .\port$646$80 (cmd[89:80]),
+    .r_data(\r_data$147 ),
+    .r_en(\r_en$71 ),
+    .r_rdy(\r_rdy$70 ),
     .rst(rst),
-    .w_en(\w_en$54 ),
+    .w_en(\w_en$55 ),
     .w_rdy(w_rdy)
   );
   \dx1_tile_core_a4.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$121 ),
-    .ctl_s4(\out_ctl$125 ),
+    .ctl(\ctl$122 ),
+    .ctl_s4(\out_ctl$126 ),
     .mult(mult),
     .out(out),
     .relu(relu),
@@ -1879,17 +1882,17 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.stream_q  stream_q (
     .clk(clk),
-    .\port$645$112 (cmd[143:112]),
-    .\port$645$16 (cmd[31:16]),
-    .\port$645$64 (cmd[73:64]),
-    .\port$645$8 (cmd[8]),
-    .\port$645$96 (cmd[103:96]),
-    .r_data(\r_data$149 ),
-    .r_en(\r_en$88 ),
-    .r_rdy(\r_rdy$87 ),
+    .\port$646$112 (cmd[143:112]),
+    .\port$646$16 (cmd[31:16]),
+    .\port$646$64 (cmd[73:64]),
+    .\port$646$8 (cmd[8]),
+    .\port$646$96 (cmd[103:96]),
+    .r_data(\r_data$150 ),
+    .r_en(\r_en$89 ),
+    .r_rdy(\r_rdy$88 ),
     .rst(rst),
-    .w_en(\w_en$55 ),
-    .w_rdy(\w_rdy$53 )
+    .w_en(\w_en$56 ),
+    .w_rdy(\w_rdy$54 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
@@ -1941,47 +1944,35 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (out_valid) begin
-      if (\out_ctl$125 [10]) begin
+      if (\out_ctl$126 [10]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$51  = 32'd0;
+    \w_data$52  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$51 [15:0] = cmd[31:16];
-          \w_data$51 [23:16] = status;
-          \w_data$51 [31:24] = cmd[7:0];
+          \w_data$52 [15:0] = cmd[31:16];
+          \w_data$52 [23:16] = status;
+          \w_data$52 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[9]) begin
-        \w_data$51 [15:0] = r_ctl[25:10];
-        \w_data$51 [23:16] = 8'h00;
-        \w_data$51 [31:24] = 8'h03;
+        \w_data$52 [15:0] = r_ctl[25:10];
+        \w_data$52 [23:16] = 8'h00;
+        \w_data$52 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$125 [10]) begin
-        \w_data$51 [15:0] = po_tag;
-        \w_data$51 [23:16] = 8'h00;
-        \w_data$51 [31:24] = 8'h04;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$54  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$54  = 1'h1;
-        end
+      if (\out_ctl$126 [10]) begin
+        \w_data$52 [15:0] = po_tag;
+        \w_data$52 [23:16] = 8'h00;
+        \w_data$52 [31:24] = 8'h04;
       end
     end
   end
@@ -1993,6 +1984,18 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end else if (\$44 ) begin
         if (\$47 ) begin
           \w_en$55  = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \w_en$56  = 1'h0;
+    if (\$40 ) begin
+      if (\$43 ) begin
+      end else if (\$44 ) begin
+        if (\$47 ) begin
+          \w_en$56  = 1'h1;
         end
       end
     end
@@ -2045,9 +2048,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$70  = 1'h0;
+    \r_en$71  = 1'h0;
     if (\$60 ) begin
-      \r_en$70  = 1'h1;
+      \r_en$71  = 1'h1;
     end
   end
   always @* begin
@@ -2066,9 +2069,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$88  = 1'h0;
+    \r_en$89  = 1'h0;
     if (\$72 ) begin
-      \r_en$88  = 1'h1;
+      \r_en$89  = 1'h1;
     end
   end
   always @* begin
@@ -2153,7 +2156,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     spm_w__addr = 10'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$125 [9:0];
+      spm_w__addr = \out_ctl$126 [9:0];
     end
     if (\$84 ) begin
       spm_w__addr = spm_wr__tdata[41:32];
@@ -2390,7 +2393,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$128 ) begin
-      \$183  = \r_data$146 [9:0];
+      \$183  = \r_data$147 [9:0];
     end
     if (rst) begin
       \$183  = 10'h000;
@@ -2405,7 +2408,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$128 ) begin
-      \$184  = \r_data$146 [25:10];
+      \$184  = \r_data$147 [25:10];
     end
     if (rst) begin
       \$184  = 16'h0000;
@@ -2456,7 +2459,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       \$189  = \$134 [9:0];
     end
     if (\$148 ) begin
-      \$189  = \r_data$149 [9:0];
+      \$189  = \r_data$150 [9:0];
     end
     if (rst) begin
       \$189  = 10'h000;
@@ -2499,7 +2502,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$148 ) begin
-      \$192  = \r_data$149 [49:34];
+      \$192  = \r_data$150 [49:34];
     end
     if (rst) begin
       \$192  = 16'h0000;
@@ -2541,7 +2544,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$195  = s_c;
     if (\$148 ) begin
-      \$195  = \r_data$149 [17:10];
+      \$195  = \r_data$150 [17:10];
     end
     if (rst) begin
       \$195  = 8'h00;
@@ -2551,7 +2554,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$196  = s_m;
     if (\$148 ) begin
-      \$196  = \r_data$149 [33:18];
+      \$196  = \r_data$150 [33:18];
     end
     if (rst) begin
       \$196  = 16'h0000;
@@ -2561,7 +2564,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$197  = s_acc;
     if (\$148 ) begin
-      \$197  = \r_data$149 [50];
+      \$197  = \r_data$150 [50];
     end
     if (rst) begin
       \$197  = 1'h0;
@@ -2571,7 +2574,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$198  = s_tag;
     if (\$148 ) begin
-      \$198  = \r_data$149 [66:51];
+      \$198  = \r_data$150 [66:51];
     end
     if (rst) begin
       \$198  = 16'h0000;
@@ -2603,7 +2606,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = \out_valid$153 ;
+    \$202  = \out_valid$154 ;
     if (rst) begin
       \$202  = 1'h0;
     end
@@ -2617,7 +2620,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = \out$154 ;
+    \$204  = \out$155 ;
     if (rst) begin
       \$204  = 128'h00000000000000000000000000000000;
     end
@@ -2629,7 +2632,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       \$205  = 1'h1;
     end
     if (out_valid) begin
-      if (\out_ctl$125 [10]) begin
+      if (\out_ctl$126 [10]) begin
         \$205  = 1'h0;
       end
     end
@@ -2803,31 +2806,31 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign r_rdy = done__tvalid;
   assign r_en = done__tready;
   assign w_data = { cmd[143:128], cmd[89:80] };
-  assign \w_data$44  = { cmd[31:16], cmd[8], cmd[143:112], cmd[103:96], cmd[73:64] };
+  assign \w_data$45  = { cmd[31:16], cmd[8], cmd[143:112], cmd[103:96], cmd[73:64] };
   assign w_valid = w_load;
-  assign \w_bank$74  = w_bank;
+  assign \w_bank$75  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$92  = a_valid;
-  assign \a_bank$94  = a_bank;
+  assign \a_valid$93  = a_valid;
+  assign \a_bank$95  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[7:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$116  = bias;
+  assign \bias$117  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$120  = row_valid;
-  assign row_ctl_p = \ctl$121 ;
-  assign \w_data$132  = w_row;
-  assign \w_en$133  = spm_ext_pending;
-  assign \r_data$134  = spm_rresp__tdata;
-  assign \r_rdy$135  = spm_rresp__tvalid;
-  assign \r_en$136  = spm_rresp__tready;
-  assign \w_data$139  = row;
-  assign \w_en$140  = acc_ext_pending;
-  assign \r_data$141  = acc_rresp__tdata;
-  assign \r_rdy$142  = acc_rresp__tvalid;
-  assign \r_en$143  = acc_rresp__tready;
+  assign \row_valid$121  = row_valid;
+  assign row_ctl_p = \ctl$122 ;
+  assign \w_data$133  = w_row;
+  assign \w_en$134  = spm_ext_pending;
+  assign \r_data$135  = spm_rresp__tdata;
+  assign \r_rdy$136  = spm_rresp__tvalid;
+  assign \r_en$137  = spm_rresp__tready;
+  assign \w_data$140  = row;
+  assign \w_en$141  = acc_ext_pending;
+  assign \r_data$142  = acc_rresp__tdata;
+  assign \r_rdy$143  = acc_rresp__tvalid;
+  assign \r_en$144  = acc_rresp__tready;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -2852,24 +2855,24 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \bias[1]  = bias[63:32];
   assign \bias[2]  = bias[95:64];
   assign \bias[3]  = bias[127:96];
-  assign \bias$116[0]  = bias[31:0];
-  assign \bias$116[1]  = bias[63:32];
-  assign \bias$116[2]  = bias[95:64];
-  assign \bias$116[3]  = bias[127:96];
+  assign \bias$117[0]  = bias[31:0];
+  assign \bias$117[1]  = bias[63:32];
+  assign \bias$117[2]  = bias[95:64];
+  assign \bias$117[3]  = bias[127:96];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
   assign \row[3]  = row[127:96];
-  assign \row_ctl_p.dst  = \ctl$121 [9:0];
-  assign \row_ctl_p.last  = \ctl$121 [10];
+  assign \row_ctl_p.dst  = \ctl$122 [9:0];
+  assign \row_ctl_p.last  = \ctl$122 [10];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
   assign \out[3]  = out[31:24];
-  assign \out$154[0]  = \out$154 [31:0];
-  assign \out$154[1]  = \out$154 [63:32];
-  assign \out$154[2]  = \out$154 [95:64];
-  assign \out$154[3]  = \out$154 [127:96];
+  assign \out$155[0]  = \out$155 [31:0];
+  assign \out$155[1]  = \out$155 [63:32];
+  assign \out$155[2]  = \out$155 [95:64];
+  assign \out$155[3]  = \out$155 [127:96];
   assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
   assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
   assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
@@ -4820,7 +4823,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$645$80 , \port$645$128 , clk);
+module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$646$80 , \port$646$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4844,10 +4847,10 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$645$128 ;
-  wire [15:0] \port$645$128 ;
-  input [9:0] \port$645$80 ;
-  wire [9:0] \port$645$80 ;
+  input [15:0] \port$646$128 ;
+  wire [15:0] \port$646$128 ;
+  input [9:0] \port$646$80 ;
+  wire [9:0] \port$646$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [25:0] r_data;
@@ -4881,7 +4884,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$645$128 , \port$645$80  };
+      storage[w_port__addr] <= { \port$646$128 , \port$646$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -4943,8 +4946,8 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$645$128 , \port$645$80  };
-  assign w_data = { \port$645$128 , \port$645$80  };
+  assign w_port__data = { \port$646$128 , \port$646$80  };
+  assign w_data = { \port$646$128 , \port$646$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -5599,7 +5602,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$645$8 , \port$645$16 , \port$645$64 , \port$645$96 , \port$645$112 , clk);
+module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$646$8 , \port$646$16 , \port$646$64 , \port$646$96 , \port$646$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -5623,16 +5626,16 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$645$112 ;
-  wire [31:0] \port$645$112 ;
-  input [15:0] \port$645$16 ;
-  wire [15:0] \port$645$16 ;
-  input [9:0] \port$645$64 ;
-  wire [9:0] \port$645$64 ;
-  input \port$645$8 ;
-  wire \port$645$8 ;
-  input [7:0] \port$645$96 ;
-  wire [7:0] \port$645$96 ;
+  input [31:0] \port$646$112 ;
+  wire [31:0] \port$646$112 ;
+  input [15:0] \port$646$16 ;
+  wire [15:0] \port$646$16 ;
+  input [9:0] \port$646$64 ;
+  wire [9:0] \port$646$64 ;
+  input \port$646$8 ;
+  wire \port$646$8 ;
+  input [7:0] \port$646$96 ;
+  wire [7:0] \port$646$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [66:0] r_data;
@@ -5666,7 +5669,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
+      storage[w_port__addr] <= { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -5728,8 +5731,8 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
-  assign w_data = { \port$645$16 , \port$645$8 , \port$645$112 , \port$645$96 , \port$645$64  };
+  assign w_port__data = { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
+  assign w_data = { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

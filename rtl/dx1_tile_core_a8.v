@@ -3,7 +3,7 @@
 (* top =  1  *)
 (* generator = "Amaranth" *)
 module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
-, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, cmd__tdata);
+, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, progress, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -245,11 +245,11 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[7] ;
   reg a_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \a_bank$94 ;
+  wire \a_bank$95 ;
   reg [31:0] a_rows = 32'd0;
   reg a_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \a_valid$92 ;
+  wire \a_valid$93 ;
   reg acc_ext_pending = 1'h0;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
@@ -285,15 +285,15 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [2:0] bank1_state = 3'h0;
   reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] \bias$116 ;
-  wire [31:0] \bias$116[0] ;
-  wire [31:0] \bias$116[1] ;
-  wire [31:0] \bias$116[2] ;
-  wire [31:0] \bias$116[3] ;
-  wire [31:0] \bias$116[4] ;
-  wire [31:0] \bias$116[5] ;
-  wire [31:0] \bias$116[6] ;
-  wire [31:0] \bias$116[7] ;
+  wire [255:0] \bias$117 ;
+  wire [31:0] \bias$117[0] ;
+  wire [31:0] \bias$117[1] ;
+  wire [31:0] \bias$117[2] ;
+  wire [31:0] \bias$117[3] ;
+  wire [31:0] \bias$117[4] ;
+  wire [31:0] \bias$117[5] ;
+  wire [31:0] \bias$117[6] ;
+  wire [31:0] \bias$117[7] ;
   wire [31:0] \bias[0] ;
   wire [31:0] \bias[1] ;
   wire [31:0] \bias[2] ;
@@ -316,7 +316,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg cmd_valid = 1'h0;
   wire credit;
   reg [27:0] ctl = 28'h0000000;
-  reg [12:0] \ctl$121  = 13'h0000;
+  reg [12:0] \ctl$122  = 13'h0000;
   wire decoded;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
@@ -336,18 +336,18 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [15:0] l_left = 16'h0000;
   reg [2:0] l_row = 3'h0;
   wire [2:0] level;
-  wire [2:0] \level$137 ;
+  wire [2:0] \level$138 ;
   reg [15:0] mult = 16'h0000;
   wire [63:0] out;
-  wire [255:0] \out$154 ;
-  wire [31:0] \out$154[0] ;
-  wire [31:0] \out$154[1] ;
-  wire [31:0] \out$154[2] ;
-  wire [31:0] \out$154[3] ;
-  wire [31:0] \out$154[4] ;
-  wire [31:0] \out$154[5] ;
-  wire [31:0] \out$154[6] ;
-  wire [31:0] \out$154[7] ;
+  wire [255:0] \out$155 ;
+  wire [31:0] \out$155[0] ;
+  wire [31:0] \out$155[1] ;
+  wire [31:0] \out$155[2] ;
+  wire [31:0] \out$155[3] ;
+  wire [31:0] \out$155[4] ;
+  wire [31:0] \out$155[5] ;
+  wire [31:0] \out$155[6] ;
+  wire [31:0] \out$155[7] ;
   wire [7:0] \out[0] ;
   wire [7:0] \out[1] ;
   wire [7:0] \out[2] ;
@@ -357,9 +357,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \out[6] ;
   wire [7:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [12:0] \out_ctl$125 ;
+  wire [12:0] \out_ctl$126 ;
   wire out_valid;
-  wire \out_valid$153 ;
+  wire \out_valid$154 ;
   reg [3:0] outstanding = 4'h0;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -376,21 +376,23 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire popped;
   reg post_start;
   reg postop_busy = 1'h0;
+  output progress;
+  wire progress;
   reg [27:0] r_ctl = 28'h0000000;
   wire [9:0] \r_ctl.acc_addr ;
   wire \r_ctl.accumulate ;
   wire \r_ctl.last ;
   wire [15:0] \r_ctl.tag ;
   wire [31:0] r_data;
-  wire [63:0] \r_data$134 ;
-  wire [255:0] \r_data$141 ;
-  wire [27:0] \r_data$146 ;
-  wire [70:0] \r_data$149 ;
+  wire [63:0] \r_data$135 ;
+  wire [255:0] \r_data$142 ;
+  wire [27:0] \r_data$147 ;
+  wire [70:0] \r_data$150 ;
   wire r_en;
-  wire \r_en$136 ;
-  wire \r_en$143 ;
-  reg \r_en$70 ;
-  reg \r_en$88 ;
+  wire \r_en$137 ;
+  wire \r_en$144 ;
+  reg \r_en$71 ;
+  reg \r_en$89 ;
   reg [255:0] r_psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \r_psum[0] ;
   wire [31:0] \r_psum[1] ;
@@ -401,10 +403,10 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [31:0] \r_psum[6] ;
   wire [31:0] \r_psum[7] ;
   wire r_rdy;
-  wire \r_rdy$135 ;
-  wire \r_rdy$142 ;
-  wire \r_rdy$69 ;
-  wire \r_rdy$87 ;
+  wire \r_rdy$136 ;
+  wire \r_rdy$143 ;
+  wire \r_rdy$70 ;
+  wire \r_rdy$88 ;
   reg r_valid = 1'h0;
   reg relu = 1'h0;
   wire [255:0] row;
@@ -422,7 +424,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \row_ctl_p.last ;
   reg row_valid = 1'h0;
   (* init = 1'h0 *)
-  wire \row_valid$120 ;
+  wire \row_valid$121 ;
   input rst;
   wire rst;
   reg s_acc = 1'h0;
@@ -479,23 +481,23 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg take;
   reg w_bank = 1'h0;
   (* init = 1'h0 *)
-  wire \w_bank$74 ;
+  wire \w_bank$75 ;
   wire [27:0] w_data;
-  wire [63:0] \w_data$132 ;
-  wire [255:0] \w_data$139 ;
-  wire [70:0] \w_data$44 ;
-  reg [31:0] \w_data$51 ;
+  wire [63:0] \w_data$133 ;
+  wire [255:0] \w_data$140 ;
+  wire [70:0] \w_data$45 ;
+  reg [31:0] \w_data$52 ;
   reg w_en;
   (* init = 1'h0 *)
-  wire \w_en$133 ;
+  wire \w_en$134 ;
   (* init = 1'h0 *)
-  wire \w_en$140 ;
-  reg \w_en$54 ;
+  wire \w_en$141 ;
   reg \w_en$55 ;
+  reg \w_en$56 ;
   reg w_last = 1'h0;
   reg w_load = 1'h0;
   wire w_rdy;
-  wire \w_rdy$53 ;
+  wire \w_rdy$54 ;
   wire [63:0] w_row;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
@@ -594,7 +596,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$44  = cmd[7:0] == 2'h3;
   assign \$45  = ~ postop_busy;
   assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$53 ;
+  assign \$47  = \$46  & \w_rdy$54 ;
   assign \$48  = | l_row;
   assign \$49  = ! bank1_state;
   assign \$50  = ! bank0_state;
@@ -609,7 +611,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign l_finishing = \$56  & \$57 ;
   assign \$58  = ~ l_active;
   assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$69  & \$59 ;
+  assign \$60  = \r_rdy$70  & \$59 ;
   assign \$61  = | s_row;
   assign \$62  = bank1_state == 2'h2;
   assign \$63  = bank0_state == 2'h2;
@@ -623,7 +625,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign s_finishing = \$68  & \$69 ;
   assign \$70  = ~ s_active;
   assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$87  & \$71 ;
+  assign \$72  = \r_rdy$88  & \$71 ;
   assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
   assign \$74  = r_ctl[10] ? \$73  : { 1'h0, r_psum[31:0] };
   assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
@@ -656,10 +658,11 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$99  = post_start | po_bias_pending;
   assign \$100  = \$99  | po_reading;
   assign \$101  = ~ \$100 ;
-  assign \$102  = \level$137  + acc_ext_pending;
+  assign \$102  = \level$138  + acc_ext_pending;
   assign \$103  = \$102  < 3'h4;
   assign acc_rreq__tready = \$101  & \$103 ;
   assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
+  assign progress = a_valid | out_valid;
   assign \$105  = cmd__tvalid & cmd__tready;
   assign \$106  = stage != 2'h2;
   assign \$107  = cmd_valid & \$106 ;
@@ -690,7 +693,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$133  = l_left == 1'h1;
   assign \$134  = ~ l_active;
   assign \$135  = \$134  | l_finishing;
-  assign \$136  = \r_rdy$69  & \$135 ;
+  assign \$136  = \r_rdy$70  & \$135 ;
   assign \$137  = l_row == 3'h7;
   assign \$138  = l_issue & \$137 ;
   assign \$139  = w_load & w_last;
@@ -707,7 +710,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \$153  = s_left == 1'h1;
   assign \$154  = ~ s_active;
   assign \$155  = \$154  | s_finishing;
-  assign \$156  = \r_rdy$87  & \$155 ;
+  assign \$156  = \r_rdy$88  & \$155 ;
   assign \$157  = s_c + s_row;
   assign \$158  = ~ s_first;
   assign \$159  = s_acc | \$158 ;
@@ -823,7 +826,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   always @(posedge clk)
     row_valid <= \$223 ;
   always @(posedge clk)
-    \ctl$121  <= \$224 ;
+    \ctl$122  <= \$224 ;
   always @(posedge clk)
     spm_ext_pending <= \$225 ;
   always @(posedge clk)
@@ -836,7 +839,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     perf_stall <= \$229 ;
   \dx1_tile_core_a8.acc_ext_fifo  acc_ext_fifo (
     .clk(clk),
-    .level(\level$137 ),
+    .level(\level$138 ),
     .r_data(acc_rresp__tdata),
     .r_en(acc_rresp__tready),
     .r_rdy(acc_rresp__tvalid),
@@ -851,9 +854,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$154 ),
+    .out(\out$155 ),
     .rst(rst),
-    .valid_d14(\out_valid$153 ),
+    .valid_d14(\out_valid$154 ),
     .w_bank(w_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -865,24 +868,24 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .r_rdy(done__tvalid),
     .rst(rst),
     .w_en(w_en),
-    .w_port__data(\w_data$51 )
+    .w_port__data(\w_data$52 )
   );
   \dx1_tile_core_a8.load_q  load_q (
     .clk(clk),
-    .\port$1005$128 (cmd[143:128]),
-    .\port$1005$80 (cmd[91:80]),
-    .r_data(\r_data$146 ),
-    .r_en(\r_en$70 ),
-    .r_rdy(\r_rdy$69 ),
+    .\port$1006$128 (cmd[143:128]),
+    .\port$1006$80 (cmd[91:80]),
+    .r_data(\r_data$147 ),
+    .r_en(\r_en$71 ),
+    .r_rdy(\r_rdy$70 ),
     .rst(rst),
-    .w_en(\w_en$54 ),
+    .w_en(\w_en$55 ),
     .w_rdy(w_rdy)
   );
   \dx1_tile_core_a8.postop  postop (
     .bias(bias),
     .clk(clk),
-    .ctl(\ctl$121 ),
-    .ctl_s4(\out_ctl$125 ),
+    .ctl(\ctl$122 ),
+    .ctl_s4(\out_ctl$126 ),
     .mult(mult),
     .out(out),
     .relu(relu),
@@ -904,17 +907,17 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a8.stream_q  stream_q (
     .clk(clk),
-    .\port$1005$112 (cmd[143:112]),
-    .\port$1005$16 (cmd[31:16]),
-    .\port$1005$64 (cmd[75:64]),
-    .\port$1005$8 (cmd[8]),
-    .\port$1005$96 (cmd[105:96]),
-    .r_data(\r_data$149 ),
-    .r_en(\r_en$88 ),
-    .r_rdy(\r_rdy$87 ),
+    .\port$1006$112 (cmd[143:112]),
+    .\port$1006$16 (cmd[31:16]),
+    .\port$1006$64 (cmd[75:64]),
+    .\port$1006$8 (cmd[8]),
+    .\port$1006$96 (cmd[105:96]),
+    .r_data(\r_data$150 ),
+    .r_en(\r_en$89 ),
+    .r_rdy(\r_rdy$88 ),
     .rst(rst),
-    .w_en(\w_en$55 ),
-    .w_rdy(\w_rdy$53 )
+    .w_en(\w_en$56 ),
+    .w_rdy(\w_rdy$54 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
@@ -966,47 +969,35 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (out_valid) begin
-      if (\out_ctl$125 [12]) begin
+      if (\out_ctl$126 [12]) begin
         w_en = 1'h1;
       end
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$51  = 32'd0;
+    \w_data$52  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
         if (idle) begin
-          \w_data$51 [15:0] = cmd[31:16];
-          \w_data$51 [23:16] = status;
-          \w_data$51 [31:24] = cmd[7:0];
+          \w_data$52 [15:0] = cmd[31:16];
+          \w_data$52 [23:16] = status;
+          \w_data$52 [31:24] = cmd[7:0];
         end
       end
     end
     if (r_valid) begin
       if (r_ctl[11]) begin
-        \w_data$51 [15:0] = r_ctl[27:12];
-        \w_data$51 [23:16] = 8'h00;
-        \w_data$51 [31:24] = 8'h03;
+        \w_data$52 [15:0] = r_ctl[27:12];
+        \w_data$52 [23:16] = 8'h00;
+        \w_data$52 [31:24] = 8'h03;
       end
     end
     if (out_valid) begin
-      if (\out_ctl$125 [12]) begin
-        \w_data$51 [15:0] = po_tag;
-        \w_data$51 [23:16] = 8'h00;
-        \w_data$51 [31:24] = 8'h04;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$54  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$54  = 1'h1;
-        end
+      if (\out_ctl$126 [12]) begin
+        \w_data$52 [15:0] = po_tag;
+        \w_data$52 [23:16] = 8'h00;
+        \w_data$52 [31:24] = 8'h04;
       end
     end
   end
@@ -1018,6 +1009,18 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end else if (\$44 ) begin
         if (\$47 ) begin
           \w_en$55  = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \w_en$56  = 1'h0;
+    if (\$40 ) begin
+      if (\$43 ) begin
+      end else if (\$44 ) begin
+        if (\$47 ) begin
+          \w_en$56  = 1'h1;
         end
       end
     end
@@ -1070,9 +1073,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$70  = 1'h0;
+    \r_en$71  = 1'h0;
     if (\$60 ) begin
-      \r_en$70  = 1'h1;
+      \r_en$71  = 1'h1;
     end
   end
   always @* begin
@@ -1091,9 +1094,9 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$88  = 1'h0;
+    \r_en$89  = 1'h0;
     if (\$72 ) begin
-      \r_en$88  = 1'h1;
+      \r_en$89  = 1'h1;
     end
   end
   always @* begin
@@ -1178,7 +1181,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     spm_w__addr = 12'h000;
     if (out_valid) begin
-      spm_w__addr = \out_ctl$125 [11:0];
+      spm_w__addr = \out_ctl$126 [11:0];
     end
     if (\$92 ) begin
       spm_w__addr = spm_wr__tdata[75:64];
@@ -1415,7 +1418,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$136 ) begin
-      \$191  = \r_data$146 [11:0];
+      \$191  = \r_data$147 [11:0];
     end
     if (rst) begin
       \$191  = 12'h000;
@@ -1430,7 +1433,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$136 ) begin
-      \$192  = \r_data$146 [27:12];
+      \$192  = \r_data$147 [27:12];
     end
     if (rst) begin
       \$192  = 16'h0000;
@@ -1481,7 +1484,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       \$197  = \$142 [11:0];
     end
     if (\$156 ) begin
-      \$197  = \r_data$149 [11:0];
+      \$197  = \r_data$150 [11:0];
     end
     if (rst) begin
       \$197  = 12'h000;
@@ -1524,7 +1527,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       end
     end
     if (\$156 ) begin
-      \$200  = \r_data$149 [53:38];
+      \$200  = \r_data$150 [53:38];
     end
     if (rst) begin
       \$200  = 16'h0000;
@@ -1566,7 +1569,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$203  = s_c;
     if (\$156 ) begin
-      \$203  = \r_data$149 [21:12];
+      \$203  = \r_data$150 [21:12];
     end
     if (rst) begin
       \$203  = 10'h000;
@@ -1576,7 +1579,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$204  = s_m;
     if (\$156 ) begin
-      \$204  = \r_data$149 [37:22];
+      \$204  = \r_data$150 [37:22];
     end
     if (rst) begin
       \$204  = 16'h0000;
@@ -1586,7 +1589,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$205  = s_acc;
     if (\$156 ) begin
-      \$205  = \r_data$149 [54];
+      \$205  = \r_data$150 [54];
     end
     if (rst) begin
       \$205  = 1'h0;
@@ -1596,7 +1599,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$206  = s_tag;
     if (\$156 ) begin
-      \$206  = \r_data$149 [70:55];
+      \$206  = \r_data$150 [70:55];
     end
     if (rst) begin
       \$206  = 16'h0000;
@@ -1628,7 +1631,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = \out_valid$153 ;
+    \$210  = \out_valid$154 ;
     if (rst) begin
       \$210  = 1'h0;
     end
@@ -1642,7 +1645,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = \out$154 ;
+    \$212  = \out$155 ;
     if (rst) begin
       \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
@@ -1654,7 +1657,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
       \$213  = 1'h1;
     end
     if (out_valid) begin
-      if (\out_ctl$125 [12]) begin
+      if (\out_ctl$126 [12]) begin
         \$213  = 1'h0;
       end
     end
@@ -1828,31 +1831,31 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign r_rdy = done__tvalid;
   assign r_en = done__tready;
   assign w_data = { cmd[143:128], cmd[91:80] };
-  assign \w_data$44  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
+  assign \w_data$45  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
   assign w_valid = w_load;
-  assign \w_bank$74  = w_bank;
+  assign \w_bank$75  = w_bank;
   assign spm_rb__data = w_row;
   assign spm_ra__data = a;
-  assign \a_valid$92  = a_valid;
-  assign \a_bank$94  = a_bank;
+  assign \a_valid$93  = a_valid;
+  assign \a_bank$95  = a_bank;
   assign s_ctl = ctl;
   assign acc_rc__addr = out_ctl[9:0];
   assign acc_rc__en = 1'h1;
   assign summed = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$116  = bias;
+  assign \bias$117  = bias;
   assign acc_rp__data = row;
-  assign \row_valid$120  = row_valid;
-  assign row_ctl_p = \ctl$121 ;
-  assign \w_data$132  = w_row;
-  assign \w_en$133  = spm_ext_pending;
-  assign \r_data$134  = spm_rresp__tdata;
-  assign \r_rdy$135  = spm_rresp__tvalid;
-  assign \r_en$136  = spm_rresp__tready;
-  assign \w_data$139  = row;
-  assign \w_en$140  = acc_ext_pending;
-  assign \r_data$141  = acc_rresp__tdata;
-  assign \r_rdy$142  = acc_rresp__tvalid;
-  assign \r_en$143  = acc_rresp__tready;
+  assign \row_valid$121  = row_valid;
+  assign row_ctl_p = \ctl$122 ;
+  assign \w_data$133  = w_row;
+  assign \w_en$134  = spm_ext_pending;
+  assign \r_data$135  = spm_rresp__tdata;
+  assign \r_rdy$136  = spm_rresp__tvalid;
+  assign \r_en$137  = spm_rresp__tready;
+  assign \w_data$140  = row;
+  assign \w_en$141  = acc_ext_pending;
+  assign \r_data$142  = acc_rresp__tdata;
+  assign \r_rdy$143  = acc_rresp__tvalid;
+  assign \r_en$144  = acc_rresp__tready;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -1893,14 +1896,14 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \bias[5]  = bias[191:160];
   assign \bias[6]  = bias[223:192];
   assign \bias[7]  = bias[255:224];
-  assign \bias$116[0]  = bias[31:0];
-  assign \bias$116[1]  = bias[63:32];
-  assign \bias$116[2]  = bias[95:64];
-  assign \bias$116[3]  = bias[127:96];
-  assign \bias$116[4]  = bias[159:128];
-  assign \bias$116[5]  = bias[191:160];
-  assign \bias$116[6]  = bias[223:192];
-  assign \bias$116[7]  = bias[255:224];
+  assign \bias$117[0]  = bias[31:0];
+  assign \bias$117[1]  = bias[63:32];
+  assign \bias$117[2]  = bias[95:64];
+  assign \bias$117[3]  = bias[127:96];
+  assign \bias$117[4]  = bias[159:128];
+  assign \bias$117[5]  = bias[191:160];
+  assign \bias$117[6]  = bias[223:192];
+  assign \bias$117[7]  = bias[255:224];
   assign \row[0]  = row[31:0];
   assign \row[1]  = row[63:32];
   assign \row[2]  = row[95:64];
@@ -1909,8 +1912,8 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \row[5]  = row[191:160];
   assign \row[6]  = row[223:192];
   assign \row[7]  = row[255:224];
-  assign \row_ctl_p.dst  = \ctl$121 [11:0];
-  assign \row_ctl_p.last  = \ctl$121 [12];
+  assign \row_ctl_p.dst  = \ctl$122 [11:0];
+  assign \row_ctl_p.last  = \ctl$122 [12];
   assign \out[0]  = out[7:0];
   assign \out[1]  = out[15:8];
   assign \out[2]  = out[23:16];
@@ -1919,14 +1922,14 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \out[5]  = out[47:40];
   assign \out[6]  = out[55:48];
   assign \out[7]  = out[63:56];
-  assign \out$154[0]  = \out$154 [31:0];
-  assign \out$154[1]  = \out$154 [63:32];
-  assign \out$154[2]  = \out$154 [95:64];
-  assign \out$154[3]  = \out$154 [127:96];
-  assign \out$154[4]  = \out$154 [159:128];
-  assign \out$154[5]  = \out$154 [191:160];
-  assign \out$154[6]  = \out$154 [223:192];
-  assign \out$154[7]  = \out$154 [255:224];
+  assign \out$155[0]  = \out$155 [31:0];
+  assign \out$155[1]  = \out$155 [63:32];
+  assign \out$155[2]  = \out$155 [95:64];
+  assign \out$155[3]  = \out$155 [127:96];
+  assign \out$155[4]  = \out$155 [159:128];
+  assign \out$155[5]  = \out$155 [191:160];
+  assign \out$155[6]  = \out$155 [223:192];
+  assign \out$155[7]  = \out$155 [255:224];
   assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
   assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
   assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
@@ -8447,7 +8450,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1005$80 , \port$1005$128 , clk);
+module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1006$80 , \port$1006$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -8471,10 +8474,10 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1005$128 ;
-  wire [15:0] \port$1005$128 ;
-  input [11:0] \port$1005$80 ;
-  wire [11:0] \port$1005$80 ;
+  input [15:0] \port$1006$128 ;
+  wire [15:0] \port$1006$128 ;
+  input [11:0] \port$1006$80 ;
+  wire [11:0] \port$1006$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -8508,7 +8511,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1005$128 , \port$1005$80  };
+      storage[w_port__addr] <= { \port$1006$128 , \port$1006$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -8570,8 +8573,8 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1005$128 , \port$1005$80  };
-  assign w_data = { \port$1005$128 , \port$1005$80  };
+  assign w_port__data = { \port$1006$128 , \port$1006$80  };
+  assign w_data = { \port$1006$128 , \port$1006$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -9582,7 +9585,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1005$8 , \port$1005$16 , \port$1005$64 , \port$1005$96 , \port$1005$112 , clk);
+module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1006$8 , \port$1006$16 , \port$1006$64 , \port$1006$96 , \port$1006$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -9606,16 +9609,16 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1005$112 ;
-  wire [31:0] \port$1005$112 ;
-  input [15:0] \port$1005$16 ;
-  wire [15:0] \port$1005$16 ;
-  input [11:0] \port$1005$64 ;
-  wire [11:0] \port$1005$64 ;
-  input \port$1005$8 ;
-  wire \port$1005$8 ;
-  input [9:0] \port$1005$96 ;
-  wire [9:0] \port$1005$96 ;
+  input [31:0] \port$1006$112 ;
+  wire [31:0] \port$1006$112 ;
+  input [15:0] \port$1006$16 ;
+  wire [15:0] \port$1006$16 ;
+  input [11:0] \port$1006$64 ;
+  wire [11:0] \port$1006$64 ;
+  input \port$1006$8 ;
+  wire \port$1006$8 ;
+  input [9:0] \port$1006$96 ;
+  wire [9:0] \port$1006$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -9649,7 +9652,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
+      storage[w_port__addr] <= { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -9711,8 +9714,8 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
-  assign w_data = { \port$1005$16 , \port$1005$8 , \port$1005$112 , \port$1005$96 , \port$1005$64  };
+  assign w_port__data = { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
+  assign w_data = { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -17,10 +17,13 @@ from .errors import (
     NotADx1Device,
     OutOfDeviceMemory,
     QueueError,
+    ReplayRefused,
+    TileFenced,
     TransportError,
 )
 from .perf import Perf, PerfCounters
 from .queue import CommandQueue, Completion
+from .recovery import Recovery, replay_safe
 from .registry import device_strings, open_transport, register_backend
 from .trace import Trace, TraceEvent, TraceKind
 from .transport import Transport
@@ -29,5 +32,6 @@ __all__ = [
     "regs", "Allocator", "Block", "Capabilities", "CommandQueue", "Completion", "Device", "Perf", "PerfCounters",
     "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
-    "Transport", "device_strings", "open_transport", "register_backend",
+    "Transport", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
+    "Recovery", "replay_safe",
 ]

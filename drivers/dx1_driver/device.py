@@ -19,7 +19,7 @@ from numpy.typing import DTypeLike
 
 from . import regs
 from .allocator import Allocator
-from .errors import DeviceTimeout, DriverError, NotADx1Device
+from .errors import DeviceTimeout, DriverError, NotADx1Device, TileFenced
 from .perf import Perf
 from .queue import POLL_SLICE, CommandQueue
 from .registry import open_transport
@@ -94,6 +94,11 @@ class Device:
                               f"{transport.mem_bytes}")
         self.allocator = Allocator(0, self.caps.mem_bytes)
         self._queues: dict[int, CommandQueue] = {}
+        #: Fenced tiles and why (see :meth:`fence`).
+        self.fenced: dict[int, str] = {}
+        #: Recoveries per tile (``CommandQueue.recover``); at ``fence_after`` the tile is fenced.
+        self.strikes = [0] * self.caps.tiles
+        self.fence_after = 3
         if reset:
             self.reset()
 
@@ -254,9 +259,35 @@ class Device:
         if isinstance(tile, bool) or not isinstance(tile, int) or not 0 <= tile < self.caps.tiles:
             raise ValueError(f"tile must be 0 to {self.caps.tiles - 1}, not {tile!r}")
 
-    def queue(self, tile: int, *, ring_log2: int | None = None) -> CommandQueue:
-        """The command queue of ``tile``, set up on first use (``ring_log2`` applies only then)."""
+    def fence(self, tile: int, reason: str) -> None:
+        """Fence ``tile`` off: :meth:`queue` refuses it and :attr:`usable_tiles` leaves it out."""
         self._check_tile(tile)
+        self.fenced[tile] = reason
+
+    @property
+    def usable_tiles(self) -> list[int]:
+        """The tiles that are not fenced, in order."""
+        return [t for t in range(self.caps.tiles) if t not in self.fenced]
+
+    def strike(self, tile: int) -> int:
+        """Count one recovery of ``tile``; fence it at :attr:`fence_after`.  Returns its count."""
+        self._check_tile(tile)
+        self.strikes[tile] += 1
+        if self.strikes[tile] >= self.fence_after:
+            self.fence(tile, f"{self.strikes[tile]} recoveries (timeouts or halts)")
+        return self.strikes[tile]
+
+    def queue(self, tile: int, *, ring_log2: int | None = None) -> CommandQueue:
+        """The command queue of ``tile``, set up on first use (``ring_log2`` applies only then).
+
+        Raises
+        ------
+        TileFenced
+            The tile is fenced off (:meth:`fence`).
+        """
+        self._check_tile(tile)
+        if tile in self.fenced:
+            raise TileFenced(tile, self.fenced[tile])
         if tile not in self._queues:
             self._queues[tile] = CommandQueue(self, tile, self.queue_bases[tile],
                                               self.ring_log2 if ring_log2 is None else ring_log2)

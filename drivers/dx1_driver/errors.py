@@ -14,7 +14,7 @@ from .regs import ERROR_DOCS, ErrorCode, Opcode
 
 __all__ = [
     "DriverError", "TransportError", "DeviceTimeout", "NotADx1Device", "CommandError", "QueueError",
-    "OutOfDeviceMemory", "describe_code",
+    "OutOfDeviceMemory", "ReplayRefused", "TileFenced", "describe_code",
 ]
 
 
@@ -91,3 +91,43 @@ class QueueError(DriverError):
         self.tile = tile
         where = "queue" if tile is None else f"queue {tile}"
         super().__init__(f"{where} halted at ring index {index} with {describe_code(code)}")
+
+
+class TileFenced(DriverError):
+    """A tile is fenced off (it failed its self-test or kept timing out): no work goes to it.
+
+    Parameters
+    ----------
+    tile:
+        The fenced tile.
+    reason:
+        Why it was fenced.
+    """
+
+    def __init__(self, tile: int, reason: str):
+        self.tile = tile
+        self.reason = reason
+        super().__init__(f"tile {tile} is fenced off ({reason}); use the remaining tiles (Device.usable_tiles)")
+
+
+class ReplayRefused(DriverError):
+    """Recovery reset a tile but did not resubmit: a started command that lost its completion is not safe to rerun.
+
+    Parameters
+    ----------
+    tile:
+        The recovered tile; its queue is empty and usable.
+    unsafe:
+        ``(tag, opcode)`` of the commands that may have run partly and cannot run twice.
+    lost:
+        ``(tag, opcode, command)`` of every command that lost its completion, in order: none was resubmitted.
+    """
+
+    def __init__(self, tile: int, unsafe: Sequence[tuple[int, int]], lost: Sequence[tuple[int, int, bytes]]):
+        self.tile = tile
+        self.unsafe = list(unsafe)
+        self.lost = list(lost)
+        names = ", ".join(f"tag {tag} ({_describe_opcode(op)})" for tag, op in self.unsafe)
+        super().__init__(f"queue {tile}: reset, but {names} may have run partly and are not safe to run again "
+                         f"(accumulate, semaphores or an overlapping COPY); none of the {len(self.lost)} commands "
+                         f"without a completion was resubmitted: rebuild their inputs and submit them again")

@@ -47,6 +47,7 @@ class SimOp(enum.IntEnum):
     WRITE_BLOCK = 0x04
     WAIT_IRQ = 0x05
     CYCLES = 0x06
+    STALL = 0x07
 
 
 class SimStatus(enum.IntEnum):
@@ -104,6 +105,10 @@ SIM_OP_DOCS: dict[SimOp, str] = {
     SimOp.WRITE_BLOCK: "Write the n bytes that follow the request to device memory at addr; answers no data.",
     SimOp.WAIT_IRQ: "Run until the interrupt line is high or n cycles pass; answers one byte, 1 if it is high.",
     SimOp.CYCLES: "Answers the simulated cycle count as 8 bytes, little-endian.",
+    SimOp.STALL: (
+        "Drive the SoC's test-only stall_units input with n (bits from dx1_bringup.spec.stall) until the next STALL; "
+        "answers no data."
+    ),
 }
 
 SIM_STATUS_DOCS: dict[SimStatus, str] = {

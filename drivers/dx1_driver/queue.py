@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import regs
 from .errors import CommandError, DeviceTimeout, DriverError, QueueError
+from .recovery import Recovery, recover
 
 if TYPE_CHECKING:
     from .device import Device
@@ -29,6 +30,8 @@ class Completion:
     opcode: int
     status: int
     timestamp: int
+    #: The command this completes, as it was submitted.
+    command: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -74,8 +77,10 @@ class CommandQueue:
         self._tail = 0  # next ring index the host writes
         self._head = 0  # next ring index whose completion the host reads
         self._phase = 1  # phase bit of a fresh completion at _head
-        self._inflight: deque[tuple[int, int]] = deque()  # (tag, opcode) of published commands from _head on
+        # (tag, opcode, command) of published commands from _head on
+        self._inflight: deque[tuple[int, int, bytes]] = deque()
         self._backlog: deque[Completion] = deque()  # read from the ring, not yet delivered
+        self._aborted: list[Completion] = []  # TIMEOUT completions: never delivered, replayed by recover()
         self._live = True
 
     # -- registers ------------------------------------------------------------------------------
@@ -158,8 +163,8 @@ class CommandQueue:
 
     @property
     def outstanding(self) -> int:
-        """Completions not yet delivered: commands in flight plus collected ones."""
-        return len(self._inflight) + len(self._backlog)
+        """Completions not yet delivered: in flight, collected, and aborted ones awaiting :meth:`recover`."""
+        return len(self._inflight) + len(self._backlog) + len(self._aborted)
 
     def check(self) -> None:
         """Raise :class:`QueueError` if the queue is halted."""
@@ -195,7 +200,7 @@ class CommandQueue:
             for run_start, run in ((self._tail, batch[:first]), (0, batch[first:])):
                 if run:
                     self.device.write_mem(self.ring + run_start * regs.COMMAND_BYTES, b"".join(run))
-            self._inflight.extend((int.from_bytes(c[2:4], "little"), c[0]) for c in batch)
+            self._inflight.extend((int.from_bytes(c[2:4], "little"), c[0], bytes(c)) for c in batch)
             self._tail = (self._tail + len(batch)) % self.entries
             self._set(regs.Queue.DOORBELL, self._tail)
         return tags
@@ -213,15 +218,15 @@ class CommandQueue:
             entry = regs.unpack_completion(raw[k * 8:(k + 1) * 8])
             if entry["phase"] != self._phase:
                 break
-            tag, opcode = self._inflight[0]
+            tag, opcode, command = self._inflight[0]
             if entry["tag"] != tag or entry["opcode"] != opcode:
                 raise DriverError(
                     f"queue {self.tile}: completion at ring index {self._head} has tag {entry['tag']} opcode "
                     f"0x{entry['opcode']:02x}, but the command there has tag {tag} opcode 0x{opcode:02x} "
                     f"(lost or duplicated completion)")
             self._inflight.popleft()
-            self._backlog.append(Completion(self._head, entry["tag"], entry["opcode"], entry["status"],
-                                            entry["timestamp"]))
+            done = Completion(self._head, entry["tag"], entry["opcode"], entry["status"], entry["timestamp"], command)
+            (self._aborted if done.status == regs.ErrorCode.TIMEOUT else self._backlog).append(done)
             self._head += 1
             got += 1
         if self._head == self.entries:
@@ -239,6 +244,8 @@ class CommandQueue:
         """Poll until the backlog holds at least ``need`` completions."""
         deadline = time.monotonic() + timeout
         while len(self._backlog) < need:
+            if self._aborted:
+                raise QueueError(regs.ErrorCode.TIMEOUT, self._aborted[0].index, tile=self.tile)
             if self._poll():
                 continue
             self.check()
@@ -249,7 +256,7 @@ class CommandQueue:
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                tag, opcode = self._inflight[0]
+                tag, opcode, _ = self._inflight[0]
                 raise DeviceTimeout(
                     f"queue {self.tile}: no completion for ring index {self._head} (tag {tag}, opcode "
                     f"0x{opcode:02x}) within {timeout} s; HEAD={self._reg(regs.Queue.HEAD)}, "
@@ -278,7 +285,9 @@ class CommandQueue:
         ValueError
             More completions, or tags, than are outstanding.
         QueueError
-            The queue halted on a ring error.
+            The queue halted on a ring error, or the watchdog aborted a command (code ``TIMEOUT``: a
+            TIMEOUT completion is never delivered; :meth:`recover` resubmits the command, and the
+            completion of that run is).
         """
         self._check_live()
         if what is None:
@@ -299,7 +308,7 @@ class CommandQueue:
     def _wait_tags(self, wanted: list[int], timeout: float) -> list[Completion]:
         if not wanted:
             return []
-        pending = [tag for tag, _ in self._inflight]
+        pending = [tag for tag, _, _ in self._inflight]
         available = [c.tag for c in self._backlog] + pending
         positions: list[int] = []
         for tag in wanted:
@@ -318,6 +327,46 @@ class CommandQueue:
         """Let the queue fetch and execute commands (CONTROL.enable), or stop it after what is in flight."""
         self._check_live()
         self._set(regs.Queue.CONTROL, regs.set_field(0, regs.Queue.CONTROL_ENABLE, int(bool(on))))
+
+    # -- watchdog, per-tile reset and recovery --------------------------------------------------------
+
+    def set_watchdog(self, cycles: int) -> None:
+        """Abort a command whose unit makes no progress for ``cycles`` cycles (QUEUE.WATCHDOG; 0: off).
+
+        An aborted command completes with ``TIMEOUT`` and the queue halts; :meth:`recover` gets it going.
+        """
+        self._check_live()
+        if isinstance(cycles, bool) or not isinstance(cycles, int) or not 0 <= cycles <= 0xFFFF_FFFF:
+            raise ValueError(f"queue {self.tile}: watchdog must be 0 (off) to 2**32-1 cycles, not {cycles!r}")
+        self._set(regs.Queue.WATCHDOG, cycles)
+
+    def watchdog(self) -> int:
+        """QUEUE.WATCHDOG: cycles without progress before a command is aborted (0: off)."""
+        return self._reg(regs.Queue.WATCHDOG)
+
+    def reset_tile(self) -> list[tuple[int, int, bytes]]:
+        """Reset this tile alone (QUEUE.RESET) and return the commands that lost their completion.
+
+        The tile's command processor, DMA and tile core are reset; its memories, device memory,
+        semaphores and the other tiles are kept.  The ring starts again at index 0 (the completion
+        ring is cleared first).  Completions already collected stay for :meth:`wait`; the commands
+        returned, ``(tag, opcode, command)`` in submission order (aborted with TIMEOUT, then in
+        flight), will never complete.
+        """
+        self._check_live()
+        self._poll()
+        lost = [(c.tag, c.opcode, c.command) for c in self._aborted] + list(self._inflight)
+        self._aborted.clear()
+        self._set(regs.Queue.RESET, regs.set_field(0, regs.Queue.RESET_TILE, 1))
+        self.device.write_mem(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
+        self._inflight.clear()
+        self._tail = self._head = 0
+        self._phase = 1
+        return lost
+
+    def recover(self, *, timeout: float = 1.0) -> Recovery:
+        """Reset a stuck or halted tile and resubmit what did not complete (see :mod:`.recovery`)."""
+        return recover(self, timeout=timeout)
 
     def resume(self) -> None:
         """Leave the halted state; republish commands a halted queue may have dropped."""

@@ -83,6 +83,7 @@ class ErrorCode(enum.IntEnum):
     SEM_RANGE = 0x0a
     RING_OVERFLOW = 0x0b
     DOORBELL_RANGE = 0x0c
+    TIMEOUT = 0x0d
 
 
 ERROR_DOCS: dict[ErrorCode, str] = {
@@ -99,6 +100,10 @@ ERROR_DOCS: dict[ErrorCode, str] = {
     ErrorCode.SEM_RANGE: "A semaphore index is past the last semaphore.",
     ErrorCode.RING_OVERFLOW: "The host moved the tail past the head (queue error status, not a completion).",
     ErrorCode.DOORBELL_RANGE: "The doorbell named an entry past the ring (queue error status, not a completion).",
+    ErrorCode.TIMEOUT: (
+        "The queue's watchdog aborted the command: the unit running it made no progress for QUEUE.WATCHDOG cycles.  "
+        "Its effect may be partial; the queue halts with this code."
+    ),
 }
 
 #: The order in which the device checks a command; the first failing check gives the status.
@@ -213,6 +218,10 @@ class Queue:
     DMA_BASE = 0x38
     DMA_LIMIT = 0x3c
     DMA_LIMIT_LIMIT = (0, 32)
+    WATCHDOG = 0x40
+    WATCHDOG_CYCLES = (0, 32)
+    RESET = 0x44
+    RESET_TILE = (0, 1)
 
 
 class Perf:

@@ -36,6 +36,7 @@ enum dx1_sim_op {
     DX1_SIM_WRITE_BLOCK = 0x04,
     DX1_SIM_WAIT_IRQ    = 0x05,
     DX1_SIM_CYCLES      = 0x06,
+    DX1_SIM_STALL       = 0x07,
 };
 
 /* Simulator socket: response status codes */

@@ -145,6 +145,12 @@
 #define DX1_QUEUE_DMA_LIMIT                   0x3cu
 #define DX1_QUEUE_DMA_LIMIT_LIMIT_SHIFT       0
 #define DX1_QUEUE_DMA_LIMIT_LIMIT_MASK        0xffffffffu
+#define DX1_QUEUE_WATCHDOG                    0x40u
+#define DX1_QUEUE_WATCHDOG_CYCLES_SHIFT       0
+#define DX1_QUEUE_WATCHDOG_CYCLES_MASK        0xffffffffu
+#define DX1_QUEUE_RESET                       0x44u
+#define DX1_QUEUE_RESET_TILE_SHIFT            0
+#define DX1_QUEUE_RESET_TILE_MASK             0x00000001u
 
 /*
  * PERF block (one per tile): Performance counters of one tile (32-bit, wrapping). Offsets within
@@ -219,6 +225,7 @@ enum dx1_error {
     DX1_ERR_SEM_RANGE      = 0x0a,  /* A semaphore index is past the last semaphore. */
     DX1_ERR_RING_OVERFLOW  = 0x0b,  /* The host moved the tail past the head (queue error status, not a completion). */
     DX1_ERR_DOORBELL_RANGE = 0x0c,  /* The doorbell named an entry past the ring (queue error status, not a completion). */
+    DX1_ERR_TIMEOUT        = 0x0d,  /* The queue's watchdog aborted the command: the unit running it made no progress for QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code. */
 };
 
 /* Command size and the common header of every command */

@@ -13,16 +13,20 @@ transient faults, :func:`force_bit` for stuck-at faults).
 * :class:`LineFaults` (:mod:`.line`): bits flipped, bytes dropped or repeated on
   a serial line.
 
-A bus-fault kind (AXI error responses at chosen addresses) or a unit stall is
-one more module with its dataclass and ``KEYS``, added to :data:`FAULT_KINDS`.
+* :class:`UnitStalls` (:mod:`.stall`): units (a tile's DMA or core) that make
+  no progress, on the golden model and the simulated SoC alike.
+
+Another kind is one more module with its dataclass and ``KEYS``, added to
+:data:`FAULT_KINDS`.
 """
 
 from .base import FaultKey, FaultRng, flip_bit, force_bit, natural, parse_faults, probability
 from .line import LINE_SCOPES, LineFaults
 from .memory import MemoryFaults
+from .stall import UnitStalls
 
 __all__ = ["FaultKey", "FaultRng", "flip_bit", "force_bit", "natural", "probability", "parse_faults",
-           "LINE_SCOPES", "LineFaults", "MemoryFaults", "FAULT_KINDS"]
+           "LINE_SCOPES", "LineFaults", "MemoryFaults", "UnitStalls", "FAULT_KINDS"]
 
 #: Every fault kind, for a fault string that may name any of them.
-FAULT_KINDS = (MemoryFaults, LineFaults)
+FAULT_KINDS = (MemoryFaults, LineFaults, UnitStalls)

@@ -79,6 +79,19 @@ class CommandProcessor(wiring.Component):
     * Queue errors (doorbell past the ring, tail overtaking head, RING_LOG2 out
       of 1..16, a bus error on a fetch or completion write) halt the queue with
       ERROR set until ``resume``.
+    * Watchdog: while a command is in flight in the tile core or the DMA, a
+      counter counts the cycles in which ``progress`` (a unit of this tile moved
+      a bus beat or a local row, streamed or wrote a row) was low and no unit
+      completion was taken; any of those clears it, and so does an empty
+      pipeline.  When it reaches ``watchdog`` (0: off) the queue halts with
+      TIMEOUT at the oldest in-flight command's index, raises ``abort_req``
+      until ``abort_done`` (the SoC has drained and reset the DMA and the tile
+      core), then completes every command still in flight with TIMEOUT.
+      Completions the units finished meanwhile are not taken (they are lost
+      with the units' state), so every command still gets exactly one.
+    * ``quiesce`` starts no new fetch and no new completion write; ``axi_quiet``
+      is high while neither is in progress, so the processor can then be reset
+      without breaking the bus protocol (the per-tile reset).
     """
 
     def __init__(self, config: SocConfig):
@@ -105,6 +118,8 @@ class CommandProcessor(wiring.Component):
             "trace_start": Out(1), "trace_end": Out(1),
             "trace_tag": Out(16), "trace_opcode": Out(8), "trace_status": Out(8),
             "trace_end_tag": Out(16), "trace_end_opcode": Out(8),
+            "watchdog": In(32), "progress": In(1), "abort_req": Out(1), "abort_done": In(1),
+            "quiesce": In(1), "axi_quiet": Out(1),
         })
 
     def elaborate(self, platform):
@@ -149,11 +164,14 @@ class CommandProcessor(wiring.Component):
         beat = Signal(range(COMMAND_BYTES // BUS_BYTES))
         fetch_error = Signal()
         dispatched = Signal()
+        fetch_idle = Signal()
         m.d.comb += [axi.arid.eq(0), axi.arlen.eq(COMMAND_BYTES // BUS_BYTES - 1), axi.arsize.eq(exact_log2(BUS_BYTES)),
                      axi.arburst.eq(BURST_INCR), axi.araddr.eq(self.ring_base + (head << 5))]
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
-                with m.If(self.enable & ~halted & entries_ok & (head != tail) & ~have & ~self.doorbell):
+                m.d.comb += fetch_idle.eq(1)
+                with m.If(self.enable & ~halted & entries_ok & (head != tail) & ~have & ~self.doorbell
+                          & ~self.quiesce):
                     m.next = "ADDR"
             with m.State("ADDR"):
                 m.d.comb += axi.arvalid.eq(1)
@@ -336,6 +354,8 @@ class CommandProcessor(wiring.Component):
 
         # ---- completions -----------------------------------------------------------------------
         local_valid = Signal()
+        aborting = Signal()
+        flushing = Signal()
         local = Signal(_Slot)
         local_status = Signal(8)
         writer_busy = Signal()
@@ -349,7 +369,7 @@ class CommandProcessor(wiring.Component):
         m.d.comb += [self.tile_cmd.tdata.eq(cmd), self.dma_cmd.tdata.eq(cmd)]
         t_push = Signal()
         d_push = Signal()
-        with m.If(decoded & ~halted):
+        with m.If(decoded & ~halted & ~aborting):
             with m.Switch(route):
                 with m.Case(1):
                     with m.If((t_count < TILE_SLOTS) & ~tile_hazard):
@@ -377,7 +397,7 @@ class CommandProcessor(wiring.Component):
         m.d.comb += self.sem_index.eq(sg.sem)
         with m.If(dispatched & (route == 0)):
             m.d.sync += [local_valid.eq(1), local.eq(slot_in), local_status.eq(status)]
-        m.d.comb += [self.stall.eq(decoded & ~halted & ~dispatched),
+        m.d.comb += [self.stall.eq(decoded & ~halted & ~aborting & ~dispatched),
                      self.trace_start.eq(dispatched), self.trace_tag.eq(hdr.tag),
                      self.trace_opcode.eq(hdr.opcode)]
 
@@ -416,18 +436,30 @@ class CommandProcessor(wiring.Component):
                      axi.wlast.eq(1)]
         aw_done = Signal()
         w_done = Signal()
+        writer_idle = Signal()
         with m.FSM(name="complete"):
             with m.State("IDLE"):
-                with m.If(local_valid):
+                m.d.comb += writer_idle.eq(1)
+                with m.If(local_valid & ~self.quiesce):
                     m.d.sync += entry(local, local.tag, local.opcode, local_status)
                     m.d.sync += local_valid.eq(0)
                     m.next = "WRITE"
-                with m.Elif(self.dma_done.tvalid):
+                with m.Elif(flushing & (d_count != 0) & ~self.quiesce):
+                    slot = d_slots[d_rd]
+                    m.d.sync += entry(slot, slot.tag, slot.opcode, Const(ErrorCode.TIMEOUT, 8))
+                    m.d.comb += d_pop.eq(1)
+                    m.next = "WRITE"
+                with m.Elif(flushing & (t_count != 0) & ~self.quiesce):
+                    slot = t_slots[t_rd]
+                    m.d.sync += entry(slot, slot.tag, slot.opcode, Const(ErrorCode.TIMEOUT, 8))
+                    m.d.comb += t_pop.eq(1)
+                    m.next = "WRITE"
+                with m.Elif(self.dma_done.tvalid & ~aborting & ~self.quiesce):
                     slot = d_slots[d_rd]
                     m.d.sync += entry(slot, slot.tag, slot.opcode, self.dma_done.tdata)
                     m.d.comb += [self.dma_done.tready.eq(1), d_pop.eq(1)]
                     m.next = "WRITE"
-                with m.Elif(self.tile_done.tvalid):
+                with m.Elif(self.tile_done.tvalid & ~aborting & ~self.quiesce):
                     slot = t_slots[t_rd]
                     m.d.sync += entry(slot, done_word.tag, done_word.opcode, done_word.status)
                     m.d.comb += [self.tile_done.tready.eq(1), t_pop.eq(1)]
@@ -452,6 +484,37 @@ class CommandProcessor(wiring.Component):
                     m.next = "IDLE"
         m.d.comb += [self.trace_end_tag.eq(cpl_tag), self.trace_end_opcode.eq(cpl_opcode),
                      self.trace_status.eq(cpl_data[16:24])]
+
+        m.d.comb += self.axi_quiet.eq(fetch_idle & writer_idle)
+
+        # ---- watchdog ----------------------------------------------------------------------------
+        # aborting: from the watchdog firing until the last TIMEOUT completion is taken; flushing: the
+        # units have been reset, and the writer completes what they held with TIMEOUT.
+        watched = Signal()
+        idle_cycles = Signal(32)
+        fire = Signal()
+        m.d.comb += [
+            watched.eq((t_count != 0) | (d_count != 0)),
+            fire.eq(watched & (self.watchdog != 0) & (idle_cycles >= self.watchdog) & ~aborting),
+            self.abort_req.eq(aborting & ~flushing),
+        ]
+        with m.If(~watched | self.progress | t_pop | d_pop | (self.watchdog == 0) | aborting):
+            m.d.sync += idle_cycles.eq(0)
+        with m.Else():
+            m.d.sync += idle_cycles.eq(idle_cycles + 1)
+        # The oldest command in flight: the one furthest behind HEAD in ring order.
+        t_oldest = t_slots[t_rd].ring_index
+        d_oldest = d_slots[d_rd].ring_index
+        t_age = (head - t_oldest) & mask
+        d_age = (head - d_oldest) & mask
+        oldest = Mux((d_count == 0) | ((t_count != 0) & (t_age > d_age)), t_oldest, d_oldest)
+        with m.If(fire):
+            queue_error(ErrorCode.TIMEOUT, oldest)
+            m.d.sync += aborting.eq(1)
+        with m.If(self.abort_done):
+            m.d.sync += flushing.eq(1)
+        with m.If(flushing & ~watched & writer_idle):
+            m.d.sync += [aborting.eq(0), flushing.eq(0)]
 
         m.d.comb += self.busy.eq(self.enable & ~halted & ((head != tail) | have | in_flight))
         return m

@@ -137,6 +137,14 @@ class Dma(wiring.Component):
     The ``spm_*`` and ``acc_*`` streams are the master side of a
     :class:`~.tile.TileCore`'s memory ports.
 
+    ``hold`` (a test input: the SoC's ``stall_units``) stops the DMA from
+    issuing new bursts; bursts already issued finish.  ``abort`` cancels the
+    command legally: no new burst is issued, the read beats of open read
+    bursts are taken and dropped, open write bursts get their remaining beats
+    with null strobes, and ``quiet`` rises once no burst is open or waiting
+    for its address handshake; then the DMA may be reset without breaking the
+    bus protocol (the command's state itself is not cleaned up: reset it).
+
     Parameters
     ----------
     config:
@@ -169,6 +177,9 @@ class Dma(wiring.Component):
             "bytes_read": Out(32),
             "bytes_written": Out(32),
             "busy": Out(1),
+            "hold": In(1),
+            "abort": In(1),
+            "quiet": Out(1),
         })
 
     def elaborate(self, platform):
@@ -230,7 +241,7 @@ class Dma(wiring.Component):
             base=Mux(start_copy, cp.src_addr, mv.dram_addr), stride=Mux(start_copy, 0, mv.dram_stride),
             segments=Mux(start_copy, 1, mv.rows), seg_beats=Mux(start_copy, copy_beats, move_beats),
             valid=axi.arvalid, addr_o=axi.araddr, len_o=axi.arlen, ready=axi.arready,
-            allow=reads_out < MAX_READS)
+            allow=(reads_out < MAX_READS) & ~self.hold & ~self.abort)
         r_hs = Signal()
         ar_hs = Signal()
         m.d.comb += [
@@ -260,7 +271,7 @@ class Dma(wiring.Component):
             base=Mux(start_copy, cp.dst_addr, mv.dram_addr), stride=Mux(start_copy, 0, mv.dram_stride),
             segments=Mux(start_copy, 1, mv.rows), seg_beats=Mux(start_copy, copy_beats, move_beats),
             valid=axi.awvalid, addr_o=axi.awaddr, len_o=axi.awlen, ready=axi.awready,
-            allow=aw_allow, max_beats=Mux(is_copy, COPY_BURST, MAX_BURST))
+            allow=aw_allow & ~self.hold & ~self.abort, max_beats=Mux(is_copy, COPY_BURST, MAX_BURST))
         m.d.comb += aw_allow.eq(wlen_fifo.w_rdy & (~is_copy | (unclaimed >= aw_beats)))
         m.d.sync += unclaimed.eq(unclaimed + (is_copy & r_hs) - Mux(is_copy & aw_issue, aw_beats, 0))
         with m.If(start):
@@ -285,9 +296,9 @@ class Dma(wiring.Component):
         w_hs = Signal()
         w_bad = Signal()
         m.d.comb += [
-            axi.wvalid.eq(w_cur & dfifo.r_rdy & ~is_load),
+            axi.wvalid.eq(w_cur & (dfifo.r_rdy | self.abort) & ~is_load),
             axi.wdata.eq(d_beat),
-            w_bad.eq(d_err | rd_err),
+            w_bad.eq(d_err | rd_err | self.abort),
             axi.wstrb.eq(Mux(w_bad, 0, 0xFF)),
             axi.wlast.eq(w_cnt == w_len),
             w_hs.eq(axi.wvalid & axi.wready),
@@ -382,11 +393,11 @@ class Dma(wiring.Component):
             m.d.sync += [sp_buf.eq(resp_data), sp_cnt.eq(Mux(acc, acc_beats, spm_beats))]
 
         # ---- data FIFO input -------------------------------------------------------------------
-        m.d.comb += axi.rready.eq(dfifo.w_rdy & ~is_store)
+        m.d.comb += axi.rready.eq((dfifo.w_rdy & ~is_store) | self.abort)
         with m.If(is_store):
-            m.d.comb += [dfifo.w_data.eq(Cat(sp_buf[:64], 0)), dfifo.w_en.eq(sp_push)]
+            m.d.comb += [dfifo.w_data.eq(Cat(sp_buf[:64], 0)), dfifo.w_en.eq(sp_push & ~self.abort)]
         with m.Else():
-            m.d.comb += [dfifo.w_data.eq(Cat(axi.rdata, axi.rresp != RESP_OKAY)), dfifo.w_en.eq(r_hs)]
+            m.d.comb += [dfifo.w_data.eq(Cat(axi.rdata, axi.rresp != RESP_OKAY)), dfifo.w_en.eq(r_hs & ~self.abort)]
 
         # ---- start and completion --------------------------------------------------------------
         with m.If(start):
@@ -402,6 +413,8 @@ class Dma(wiring.Component):
             writes_done.eq(~aw_active & ~axi.awvalid & (writes_out == 0) & ~w_cur & ~wlen_fifo.r_rdy),
             finished.eq(Mux(is_load, lw_done & ~wr_valid & reads_done, writes_done & reads_done)),
             self.done.tvalid.eq(state == _State.DONE),
+            self.quiet.eq(~axi.arvalid & (reads_out == 0) & ~axi.awvalid & (writes_out == 0) & ~w_cur
+                          & ~wlen_fifo.r_rdy),
         ]
         with m.If((state == _State.RUN) & finished):
             m.d.sync += [state.eq(_State.DONE),

@@ -7,15 +7,21 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..spec import BUS_BYTES, SocConfig
+from ..spec import BUS_BYTES, STALL_UNITS, SocConfig, stall_bit
 from .axi import AXI4LiteSignature, AXI4Signature
 from .command import CommandProcessor
 from .dma import Dma
 from .memory import AxiMemory
 from .regfile import ADDR_WIDTH, RegisterFile, field_bits, field_word
 from .tile import TileCore
+from .tile_reset import TileReset
 
 __all__ = ["Dx1Soc"]
+
+
+def _connect_gated(m: Module, src, dst, stop) -> None:
+    """Connect two streams; while ``stop`` is high neither side sees a handshake."""
+    m.d.comb += [dst.tdata.eq(src.tdata), dst.tvalid.eq(src.tvalid & ~stop), src.tready.eq(dst.tready & ~stop)]
 
 
 class Dx1Soc(wiring.Component):
@@ -29,10 +35,16 @@ class Dx1Soc(wiring.Component):
     the command processors and DMAs are AXI4 masters on :class:`AxiMemory`, which
     arbitrates them with the host's port.  GLOBAL.RESET resets every queue, DMA,
     tile pipeline, counter and semaphore (not memories); disable the queues and
-    let them go idle first.
+    let them go idle first.  QUEUEn.RESET resets tile n alone (:class:`TileReset`),
+    and QUEUEn.WATCHDOG aborts a command of tile n that makes no progress.
+
+    ``stall_port`` adds the test-only input ``stall_units``
+    (:mod:`dx1_bringup.spec.stall`): a DMA bit holds that DMA's new bursts, a core
+    bit stops the tile core's command and completion handshakes.  Only the
+    simulation build has it; board and FPGA tops build the SoC without it.
     """
 
-    def __init__(self, config: SocConfig | None = None):
+    def __init__(self, config: SocConfig | None = None, *, stall_port: bool = False):
         config = config or SocConfig()
         if not isinstance(config, SocConfig):
             raise TypeError(f"SoC config must be a SocConfig, not {config!r}")
@@ -40,11 +52,15 @@ class Dx1Soc(wiring.Component):
             raise ValueError(f"SoC array size must be a multiple of {BUS_BYTES} (a scratchpad row is whole "
                              f"{8 * BUS_BYTES}-bit beats), not {config.tile.array}")
         self.config = config
-        super().__init__({
+        self.stall_port = stall_port
+        ports = {
             "regs": In(AXI4LiteSignature(addr_width=ADDR_WIDTH)),
             "mem": In(AXI4Signature(data_width=8 * BUS_BYTES, id_width=4)),
             "irq": Out(1),
-        })
+        }
+        if stall_port:
+            ports["stall_units"] = In(len(STALL_UNITS) * config.tiles)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -82,12 +98,17 @@ class Dx1Soc(wiring.Component):
         sem_requests = []
         for t in range(cfg.tiles):
             q, perf, trace = f"QUEUE{t}", f"PERF{t}", f"TRACE{t}"
-            core = ResetInserter(soft_reset)(TileCore(cfg.tile))
-            dma = ResetInserter(soft_reset)(Dma(cfg.tile))
-            cp = ResetInserter(soft_reset)(CommandProcessor(cfg))
+            m.submodules[f"reset{t}"] = seq = TileReset()
+            core = ResetInserter(soft_reset | seq.reset_units)(TileCore(cfg.tile))
+            dma = ResetInserter(soft_reset | seq.reset_units)(Dma(cfg.tile))
+            cp = ResetInserter(soft_reset | seq.reset_cp)(CommandProcessor(cfg))
             m.submodules[f"core{t}"], m.submodules[f"dma{t}"], m.submodules[f"cp{t}"] = core, dma, cp
-            wiring.connect(m, cp.tile_cmd, core.cmd)
-            wiring.connect(m, core.done, cp.tile_done)
+            core_stalled = Signal(name=f"core{t}_stalled")
+            if self.stall_port:
+                m.d.comb += [core_stalled.eq((self.stall_units & stall_bit("core", t)) != 0),
+                             dma.hold.eq((self.stall_units & stall_bit("dma", t)) != 0)]
+            _connect_gated(m, cp.tile_cmd, core.cmd, core_stalled)
+            _connect_gated(m, core.done, cp.tile_done, core_stalled)
             wiring.connect(m, cp.dma_cmd, dma.cmd)
             wiring.connect(m, dma.done, cp.dma_done)
             for port in ("spm_wr", "spm_rreq", "acc_wr", "acc_rreq"):
@@ -96,6 +117,18 @@ class Dx1Soc(wiring.Component):
                 wiring.connect(m, getattr(core, port), getattr(dma, port))
             wiring.connect(m, cp.axi, getattr(memory, f"s{1 + 2 * t}"))
             wiring.connect(m, dma.axi, getattr(memory, f"s{2 + 2 * t}"))
+
+            # Watchdog progress, and the per-tile reset.
+            streams = [getattr(dma, p) for p in ("spm_wr", "spm_rreq", "spm_rresp", "acc_wr", "acc_rreq", "acc_rresp")]
+            moved = Cat((dma.axi.rvalid & dma.axi.rready), (dma.axi.wvalid & dma.axi.wready),
+                        *(s.tvalid & s.tready for s in streams))
+            tile_reset = reg(q, "RESET")
+            m.d.comb += [
+                cp.watchdog.eq(reg(q, "WATCHDOG").value), cp.progress.eq((moved != 0) | core.progress),
+                seq.host_reset.eq(tile_reset.write & field_bits(tile_reset.wdata, spec_reg(q, "RESET"), "tile")),
+                seq.abort_req.eq(cp.abort_req), seq.cp_quiet.eq(cp.axi_quiet), seq.dma_quiet.eq(dma.quiet),
+                cp.quiesce.eq(seq.cp_quiesce), dma.abort.eq(seq.dma_abort), cp.abort_done.eq(seq.abort_done),
+            ]
 
             # Queue registers.
             control, control_spec = reg(q, "CONTROL"), spec_reg(q, "CONTROL")
@@ -128,7 +161,8 @@ class Dx1Soc(wiring.Component):
             # Performance counters.
             clear = Signal(name=f"perf_clear{t}")
             pctl = reg(perf, "CONTROL")
-            m.d.comb += clear.eq(soft_reset | (pctl.write & field_bits(pctl.wdata, spec_reg(perf, "CONTROL"), "clear")))
+            m.d.comb += clear.eq(soft_reset | seq.reset_units
+                                 | (pctl.write & field_bits(pctl.wdata, spec_reg(perf, "CONTROL"), "clear")))
             reads_open = Signal(9, name=f"reads_open{t}")
             writes_open = Signal(9, name=f"writes_open{t}")
             ax = dma.axi
@@ -155,6 +189,8 @@ class Dx1Soc(wiring.Component):
                 base = Signal(32, name=f"perf{t}_{name.lower()}_base")
                 with m.If(clear):
                     m.d.sync += base.eq(source)
+                with m.If(seq.reset_units):  # the unit's own counter restarts from 0
+                    m.d.sync += base.eq(0)
                 m.d.comb += reg(perf, name).value.eq(source - base)
             macs_base = Signal(48, name=f"perf{t}_macs_base")
             macs_hi = Signal(32, name=f"perf{t}_macs_hi")
@@ -162,6 +198,8 @@ class Dx1Soc(wiring.Component):
             m.d.comb += macs.eq(core.perf_macs - macs_base)
             with m.If(clear):
                 m.d.sync += [macs_base.eq(core.perf_macs), macs_hi.eq(0)]
+            with m.If(seq.reset_units):
+                m.d.sync += macs_base.eq(0)
             with m.If(reg(perf, "MACS_LO").read):
                 m.d.sync += macs_hi.eq(macs[32:])
             m.d.comb += [reg(perf, "MACS_LO").value.eq(macs[:32]), reg(perf, "MACS_HI").value.eq(macs_hi)]

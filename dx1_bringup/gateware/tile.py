@@ -112,6 +112,7 @@ class TileCore(wiring.Component):
             "perf_macs": Out(48),
             "perf_busy": Out(32),
             "perf_stall": Out(32),
+            "progress": Out(1),
         })
 
     def elaborate(self, platform):
@@ -413,6 +414,8 @@ class TileCore(wiring.Component):
         # ---- counters ------------------------------------------------------------------------
         with m.If(a_valid):
             m.d.sync += [self.perf_macs.eq(self.perf_macs + n * n), self.perf_busy.eq(self.perf_busy + 1)]
+        # For the queue's watchdog: a row entered the array, or the post-op wrote one.
+        m.d.comb += self.progress.eq(a_valid | postop.out_valid)
         with m.If(s_active & ~s_issue):
             m.d.sync += self.perf_stall.eq(self.perf_stall + 1)
         return m

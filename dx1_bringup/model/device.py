@@ -77,6 +77,25 @@ event (timestamp after, status) per command, up to ``trace_depth`` events;
 events arriving while it is full are dropped.  DATA_LO and DATA_HI read 0 when
 it is empty.
 
+Watchdog and per-tile reset
+---------------------------
+* A command that passes its checks runs in a unit: LOAD, STORE and COPY in the
+  DMA, GEMM and POSTOP in the tile core (NOP, FENCE, SIGNAL, WAIT and refused
+  commands complete in the command processor).  A stalled unit
+  (:class:`UnitStalls`, :meth:`DeviceModel.set_stalls`) takes the command and
+  makes no progress: HEAD moves past it, STATUS.busy stays 1, no completion
+  comes and the queue runs nothing after it (this model runs one command at a
+  time).  When the stall is lifted the command runs and completes.
+* With QUEUE.WATCHDOG = N != 0 such a command is aborted: it completes with
+  ``TIMEOUT`` (timestamp N cycles later, nothing of it done), and the queue
+  halts with ERROR = TIMEOUT and its ring index until CONTROL.resume.  Writing
+  WATCHDOG != 0 while a command is stuck aborts it at once.  A WAIT waiting for
+  its semaphore runs in no unit and is not watched.
+* QUEUE.RESET bit 0 resets that queue alone: HEAD = TAIL = 0, phase 1, not
+  halted, ERROR 0, a stuck command forgotten (it never completes), and the
+  tile's PERF counters cleared.  The other registers of the block, the tile's
+  memories, device memory, semaphores, trace and the other queues are kept.
+
 Faults
 ------
 ``DeviceModel(config, faults=MemoryFaults(...))`` (from :mod:`dx1_bringup.faults`)
@@ -85,6 +104,10 @@ breaks device memory the way a bad board does, for bring-up tests: a data bit of
 the memory at the address with it clear).  Faults act on the memory itself, so
 every reader sees them: the host port, the DMA, command fetches and completion
 writes.
+
+``UnitStalls`` (from :mod:`dx1_bringup.faults`; device string ``model:stall=dma0`` or ``model:stall=dma0+core1``)
+stalls units from the start; the SoC simulation's ``stall_units`` input is its RTL
+counterpart (:mod:`dx1_bringup.spec.stall`).
 """
 
 from __future__ import annotations
@@ -94,7 +117,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..faults import MemoryFaults
+from ..faults import MemoryFaults, UnitStalls
 from ..spec import (
     BLOCKS,
     BUS_BYTES,
@@ -116,7 +139,7 @@ from ..spec import (
     register_map,
     unpack_command,
 )
-from .tile import COMPUTE_OPCODES, TileModel
+from .tile import COMPUTE_OPCODES, TileModel, check_command
 
 __all__ = ["BusError", "DeviceModel"]
 
@@ -159,6 +182,18 @@ class BusError(Exception):
         self.addr = addr
 
 
+@dataclass(frozen=True)
+class _Stuck:
+    """A command taken by a stalled unit: where its completion goes."""
+
+    index: int
+    phase: int
+    tag: int
+    opcode: int
+    unit: str
+    cmd: bytes
+
+
 @dataclass
 class _Queue:
     """Register state and ring position of one queue."""
@@ -176,6 +211,8 @@ class _Queue:
     irq_mask: int = 0
     dma_base: int = 0
     dma_limit: int = 0
+    watchdog: int = 0
+    stuck: _Stuck | None = None
     # A WAIT may be tried several times; its start event is traced only the first time.
     head_started: bool = False
 
@@ -215,6 +252,8 @@ class DeviceModel:
         Generator parameters; the default :class:`SocConfig` when omitted.
     faults:
         Broken device memory (see :class:`MemoryFaults`); ``None`` for a good device.
+    stalls:
+        Units stalled from the start (see :class:`UnitStalls`); ``None`` for none.
 
     Attributes
     ----------
@@ -230,15 +269,23 @@ class DeviceModel:
         One golden :class:`TileModel` per tile (queue *i* feeds tile *i*).
     cycles:
         Notional cycle counter: CYCLES_LO/HI and completion timestamps.
+    stalled:
+        The ``(unit, tile)`` pairs stalled now (:meth:`set_stalls` changes them).
     """
 
-    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None):
+    def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None,
+                 stalls: UnitStalls | None = None):
         self.config = config or SocConfig()
         if faults is not None:
             if not isinstance(faults, MemoryFaults):
                 raise TypeError(f"faults must be a MemoryFaults, not {faults!r}")
             faults.check_size(self.config.mem_bytes)
         self.faults = faults
+        if stalls is not None and not isinstance(stalls, UnitStalls):
+            raise TypeError(f"stalls must be a UnitStalls, not {stalls!r}")
+        self.stalled: frozenset[tuple[str, int]] = frozenset()
+        self._check_stalls(stalls.units if stalls is not None else frozenset())
+        self.stalled = stalls.units if stalls is not None else frozenset()
         self.regmap: RegisterMap = register_map(self.config)
         self.mem = bytearray(self.config.mem_bytes)
         self.tiles = [TileModel(self.config.tile) for _ in range(self.config.tiles)]
@@ -348,6 +395,18 @@ class DeviceModel:
         else:
             self.faults.write(self.mem, addr, data)
 
+    def _check_stalls(self, units: frozenset[tuple[str, int]]) -> None:
+        for unit, tile in units:
+            if tile >= self.config.tiles:
+                raise ValueError(f"cannot stall {unit}{tile}: the device has tiles 0 to {self.config.tiles - 1}")
+
+    def set_stalls(self, units) -> None:
+        """Stall exactly ``units`` (``(unit, tile)`` pairs) from now on; lifted stalls let stuck commands run."""
+        units = UnitStalls(frozenset(units)).units
+        self._check_stalls(units)
+        self.stalled = units
+        self._run()
+
     def irq_pending(self) -> bool:
         """True when any queue has an IRQ_STATUS bit whose IRQ_MASK bit is set."""
         return any(q.irq_status & q.irq_mask for q in self._queues)
@@ -377,6 +436,7 @@ class DeviceModel:
 
     @staticmethod
     def _read_queue(q: _Queue, name: str) -> int:
+        busy = q.enable and not q.halted and (q.head != q.tail or q.stuck is not None)
         return {
             "RING_BASE": q.ring_base,
             "RING_LOG2": q.ring_log2,
@@ -384,13 +444,13 @@ class DeviceModel:
             "HEAD": q.head,
             "TAIL": q.tail,
             "CONTROL": int(q.enable),
-            "STATUS": _QUEUE["STATUS"].pack(busy=int(q.enable and not q.halted and q.head != q.tail),
-                                            halted=int(q.halted)),
+            "STATUS": _QUEUE["STATUS"].pack(busy=int(busy), halted=int(q.halted)),
             "ERROR": q.error,
             "IRQ_STATUS": q.irq_status,
             "IRQ_MASK": q.irq_mask,
             "DMA_BASE": q.dma_base,
             "DMA_LIMIT": q.dma_limit,
+            "WATCHDOG": q.watchdog,
         }[name]
 
     def _write_queue(self, addr: int, q: _Queue, name: str, value: int) -> None:
@@ -414,8 +474,16 @@ class DeviceModel:
             q.irq_mask = value
         elif name == "DMA_BASE":
             q.dma_base = value
-        else:  # DMA_LIMIT
+        elif name == "DMA_LIMIT":
             q.dma_limit = value
+        elif name == "WATCHDOG":
+            q.watchdog = value
+            if value and q.stuck is not None:
+                self._timeout(next(t for t, other in enumerate(self._queues) if other is q), q)
+        elif value & 1:  # RESET: this queue and its tile's counters alone
+            q.head, q.tail, q.phase, q.halted, q.error, q.stuck, q.head_started = 0, 0, 1, False, 0, None, False
+            tile = next(t for t, other in enumerate(self._queues) if other is q)
+            self._perf[tile] = _Perf(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[tile].macs)
 
     def _read_perf(self, tile: int, name: str) -> int:
         p = self._perf[tile]
@@ -479,8 +547,12 @@ class DeviceModel:
                     progress = True
 
     def _step(self, tile: int, q: _Queue) -> bool:
-        """Execute the command at HEAD; False when the queue is idle, disabled, halted or waiting."""
-        if not q.enable or q.halted or q.head == q.tail or not 1 <= q.ring_log2 <= _MAX_RING_LOG2:
+        """Execute the command at HEAD; False when the queue is idle, disabled, halted, stuck or waiting."""
+        if not q.enable or q.halted:
+            return False
+        if q.stuck is not None:
+            return self._unstick(tile, q)
+        if q.head == q.tail or not 1 <= q.ring_log2 <= _MAX_RING_LOG2:
             return False
         fetch = q.ring_base + COMMAND_BYTES * q.head
         slot = q.cq_base + COMPLETION_BYTES * q.head
@@ -493,20 +565,68 @@ class DeviceModel:
         if not q.head_started:
             q.head_started = True
             self._trace_event(trace, self.cycles, f["tag"], 0, opcode, end=False)
+        unit = self._unit(q, cmd)
+        if unit is not None and (unit, tile) in self.stalled:
+            q.stuck = _Stuck(q.head, q.phase, f["tag"], opcode, unit, cmd)
+            self._advance(q)
+            if q.watchdog:
+                self._timeout(tile, q)
+            return False
         result = self._execute(tile, q, cmd)
         if result is None:  # a WAIT that cannot proceed yet
             return False
         status, cost = result
         self.cycles += cost
-        self._trace_event(trace, self.cycles, f["tag"], status, opcode, end=True)
+        self._complete(tile, q, slot, f["tag"], opcode, status, q.phase)
+        self._advance(q)
+        return True
+
+    def _complete(self, tile: int, q: _Queue, slot: int, tag: int, opcode: int, status: ErrorCode,
+                  phase: int) -> None:
+        """Write one completion at ``slot``, trace its end and raise IRQ_STATUS.completion."""
+        self._trace_event(self._trace[tile], self.cycles, tag, status, opcode, end=True)
         self._store(slot, pack_completion(
-            tag=f["tag"], status=int(status), opcode=opcode, timestamp=self.cycles & 0x7FFF_FFFF, phase=q.phase))
+            tag=tag, status=int(status), opcode=opcode, timestamp=self.cycles & 0x7FFF_FFFF, phase=phase))
+        q.irq_status |= _IRQ_COMPLETION
+
+    @staticmethod
+    def _advance(q: _Queue) -> None:
         q.head = (q.head + 1) % q.entries
         if q.head == 0:
             q.phase ^= 1
         q.head_started = False
-        q.irq_status |= _IRQ_COMPLETION
+
+    def _unit(self, q: _Queue, cmd: bytes) -> str | None:
+        """The unit that runs ``cmd`` ("dma" or "core"), or None when it completes in the command processor."""
+        word = int.from_bytes(cmd, "little")
+        opcode, f = unpack_command(word)
+        if opcode in (Opcode.GEMM, Opcode.POSTOP):
+            return "core" if check_command(cmd, self.config.tile) == ErrorCode.OK else None
+        if opcode not in (Opcode.LOAD, Opcode.STORE, Opcode.COPY) or word & COMMANDS[Opcode(opcode)].reserved_mask:
+            return None
+        status = self._copy_status(q, f) if opcode == Opcode.COPY else self._move_status(q, Opcode(opcode), f)
+        return "dma" if status == ErrorCode.OK else None
+
+    def _unstick(self, tile: int, q: _Queue) -> bool:
+        """Run the stuck command if its unit is no longer stalled; False while it still is."""
+        stuck = q.stuck
+        if (stuck.unit, tile) in self.stalled:
+            return False
+        q.stuck = None
+        status, cost = self._execute(tile, q, stuck.cmd)
+        self.cycles += cost
+        self._complete(tile, q, q.cq_base + COMPLETION_BYTES * stuck.index, stuck.tag, stuck.opcode, status,
+                       stuck.phase)
         return True
+
+    def _timeout(self, tile: int, q: _Queue) -> None:
+        """The watchdog aborts the stuck command: TIMEOUT completion, the queue halts."""
+        stuck = q.stuck
+        q.stuck = None
+        self.cycles += q.watchdog
+        self._complete(tile, q, q.cq_base + COMPLETION_BYTES * stuck.index, stuck.tag, stuck.opcode,
+                       ErrorCode.TIMEOUT, stuck.phase)
+        self._queue_error(q, ErrorCode.TIMEOUT, stuck.index)
 
     def _trace_event(self, trace: _Trace, stamp: int, tag: int, status: int, opcode: int, *, end: bool) -> None:
         if trace.enable and len(trace.events) < self.config.trace_depth:
@@ -556,25 +676,36 @@ class DeviceModel:
         """True when bytes [start, end) lie in the queue's DMA window and in device memory."""
         return q.dma_base <= start and end <= q.dma_limit and end <= len(self.mem)
 
-    def _move(self, tile: int, q: _Queue, opcode: Opcode, f: dict[str, int]) -> tuple[ErrorCode, int]:
-        """LOAD or STORE: checks in CHECK_ORDER, then the 2-D move."""
+    def _move_status(self, q: _Queue, opcode: Opcode, f: dict[str, int]) -> ErrorCode:
+        """LOAD or STORE field checks after the reserved bits, in CHECK_ORDER."""
         acc = bool(f["flags"] >> COMMANDS[opcode].flag_bit("acc") & 1)
         rows, cols = f["rows"], f["cols"]
         if rows == 0 or cols == 0:
-            return ErrorCode.BAD_DIMENSION, 1
+            return ErrorCode.BAD_DIMENSION
         cfg = self.config.tile
         depth = cfg.acc_rows if acc else cfg.spm_rows
         # Strides are unsigned, so the last local row touched is the far corner.
         last_local = f["local_addr"] + (rows - 1) * f["local_row_stride"] + (cols - 1) * f["local_col_stride"]
         if last_local >= depth:
-            return (ErrorCode.ACC_RANGE if acc else ErrorCode.SPM_RANGE), 1
+            return ErrorCode.ACC_RANGE if acc else ErrorCode.SPM_RANGE
         if f["dram_addr"] % BUS_BYTES or f["dram_stride"] % BUS_BYTES:
-            return ErrorCode.MISALIGNED, 1
-        row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
-        outer_bytes = cols * row_bytes
+            return ErrorCode.MISALIGNED
+        outer_bytes = cols * (cfg.acc_row_bytes if acc else cfg.spm_row_bytes)
         # The window is one interval, so the first and the last outer row bound every byte touched.
         if not self._in_window(q, f["dram_addr"], f["dram_addr"] + (rows - 1) * f["dram_stride"] + outer_bytes):
-            return ErrorCode.DMA_WINDOW, 1
+            return ErrorCode.DMA_WINDOW
+        return ErrorCode.OK
+
+    def _move(self, tile: int, q: _Queue, opcode: Opcode, f: dict[str, int]) -> tuple[ErrorCode, int]:
+        """LOAD or STORE: checks in CHECK_ORDER, then the 2-D move."""
+        status = self._move_status(q, opcode, f)
+        if status != ErrorCode.OK:
+            return status, 1
+        acc = bool(f["flags"] >> COMMANDS[opcode].flag_bit("acc") & 1)
+        rows, cols = f["rows"], f["cols"]
+        cfg = self.config.tile
+        row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
+        outer_bytes = cols * row_bytes
         local = self.tiles[tile].acc if acc else self.tiles[tile].spm
         lane = np.dtype("<i4") if acc else np.dtype(np.int8)
         for r in range(rows):
@@ -597,15 +728,23 @@ class DeviceModel:
             perf.busy_store += cost
         return ErrorCode.OK, cost
 
-    def _copy(self, tile: int, q: _Queue, f: dict[str, int]) -> tuple[ErrorCode, int]:
-        """COPY: checks in CHECK_ORDER, then a memmove inside device memory."""
+    def _copy_status(self, q: _Queue, f: dict[str, int]) -> ErrorCode:
+        """COPY field checks after the reserved bits, in CHECK_ORDER."""
         src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
         if length == 0:
-            return ErrorCode.BAD_DIMENSION, 1
+            return ErrorCode.BAD_DIMENSION
         if src % BUS_BYTES or dst % BUS_BYTES or length % BUS_BYTES:
-            return ErrorCode.MISALIGNED, 1
+            return ErrorCode.MISALIGNED
         if not (self._in_window(q, src, src + length) and self._in_window(q, dst, dst + length)):
-            return ErrorCode.DMA_WINDOW, 1
+            return ErrorCode.DMA_WINDOW
+        return ErrorCode.OK
+
+    def _copy(self, tile: int, q: _Queue, f: dict[str, int]) -> tuple[ErrorCode, int]:
+        """COPY: checks in CHECK_ORDER, then a memmove inside device memory."""
+        status = self._copy_status(q, f)
+        if status != ErrorCode.OK:
+            return status, 1
+        src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
         self._store(dst, self._load(src, length))
         perf = self._perf[tile]
         perf.bytes_read = (perf.bytes_read + length) & _MASK32

@@ -41,10 +41,20 @@ after the GEMMs of step s and before its POSTOPs and STORE.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from dx1_driver import Capabilities, Device, DriverError, PerfCounters
+from dx1_driver import (
+    Capabilities,
+    Device,
+    DeviceTimeout,
+    DriverError,
+    PerfCounters,
+    QueueError,
+    ReplayRefused,
+    TileFenced,
+)
 
 from ..model.tile import PostOpParams
 from .commands import CommandStream
@@ -285,12 +295,20 @@ def _check_regions(caps: Capabilities, inputs: dict[str, tuple[int, int]],
                              f"{c_size} bytes)")
 
 
-def _check_tiles(tiles: int | None, caps: Capabilities) -> int:
+def _check_tiles(tiles: int | Sequence[int] | None, caps: Capabilities) -> list[int]:
+    """The tile indices to use: all, the first ``tiles``, or exactly the listed ones."""
     if tiles is None:
-        return caps.tiles
-    if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= caps.tiles:
-        raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
-    return tiles
+        return list(range(caps.tiles))
+    if isinstance(tiles, int) and not isinstance(tiles, bool):
+        if not 1 <= tiles <= caps.tiles:
+            raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
+        return list(range(tiles))
+    ids = list(tiles) if isinstance(tiles, (list, tuple, range)) else None
+    if (not ids or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < caps.tiles for t in ids)
+            or len(set(ids)) != len(ids)):
+        raise ValueError(f"tiles must be a count from 1 to {caps.tiles} or a non-empty list of distinct tile "
+                         f"indices 0 to {caps.tiles - 1}, not {tiles!r}")
+    return sorted(ids)
 
 
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
@@ -332,7 +350,8 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"GEMM dimension {name} must be an integer >= 1, not {value!r}")
     post = check_post(post)
-    tiles = _check_tiles(tiles, caps)
+    tile_ids = _check_tiles(tiles, caps)
+    tiles = len(tile_ids)
     arr = caps.array
     np_ = padded(n, arr)
     c_lane = 1 if post is not None else ACC_LANE_BYTES
@@ -362,11 +381,12 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         k_units = tkp // arr // g
         k_steps += [(i, s * g * arr, c * g * arr) for s, c in _split(k_units, _ceil_div(k_units, kct // g))]
     order = [(m0, rows, n0, cols) for m0, rows in row_blocks for n0, cols in col_blocks]
-    for tile, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
-        plan.blocks.extend(GemmBlock(tile, *order[i]) for i in range(first, first + count))
+    for slot, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
+        plan.blocks.extend(GemmBlock(tile_ids[slot], *order[i]) for i in range(first, first + count))
+    # One stream per tile of the device; tiles not in use keep theirs empty.
     streams = [CommandStream(array=arr, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows, mem_bytes=caps.mem_bytes,
-                             tile=t, what="GEMM plan") for t in range(tiles)]
-    plan.steps = [[] for _ in range(tiles)]
+                             tile=t, what="GEMM plan") for t in range(max(tile_ids) + 1)]
+    plan.steps = [[] for _ in streams]
     for index, block in enumerate(plan.blocks):
         acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
         for j, (term, k0, depth) in enumerate(k_steps):
@@ -535,7 +555,14 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
         # Take what any queue has finished, a quarter ring at a time, so that no tile runs dry while
         # another is drained and host polling stays light beside the DMA.
         busy = [q for q in queues.values() if q.outstanding]
-        device.wait_any(busy, at_least=max(1, min(q.entries for q in busy) // 4), timeout=timeout)
+        try:
+            device.wait_any(busy, at_least=max(1, min(q.entries for q in busy) // 4), timeout=timeout)
+        except (QueueError, DeviceTimeout) as e:
+            # A halted queue names its tile; a timeout may be any busy one.  Recovery resets the tile and
+            # resubmits what lost its completion (TileFenced or ReplayRefused end the attempt).
+            for q in busy if getattr(e, "tile", None) is None else [queues[e.tile]]:
+                q.recover(timeout=timeout)
+            continue
         for q in queues.values():
             ready = q.poll()
             if ready:
@@ -543,7 +570,7 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
 
 
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-             post: PostOpParams | None = None, tiles: int | None = None, *,
+             post: PostOpParams | None = None, tiles: int | Sequence[int] | None = None, *,
              timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
     """Compute ``a @ b (+ bias)`` on the device, requantised by ``post`` if given.
 
@@ -558,7 +585,8 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     post:
         The requantisation for an int8 result; ``None`` for the int32 accumulator.
     tiles:
-        How many tiles to use (default: all).
+        How many tiles to use (the first ones), or which (a list of tile indices); default: the device's
+        usable tiles (``Device.usable_tiles``: every tile not fenced off).
     timeout:
         Seconds without progress before the driver's ``DeviceTimeout``.
 
@@ -598,7 +626,8 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     addr = {name: base + off for name, off in offsets.items()}
     try:
         plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
-                            bias_addr=addr.get("bias"), post=post, tiles=tiles)
+                            bias_addr=addr.get("bias"), post=post,
+                            tiles=device.usable_tiles if tiles is None else tiles)
         a_pad, b_pad = pad_operand(a, (m, kp)), pad_operand(b, (kp, np_))
         device.write_mem(addr["a"], a_pad)
         device.write_mem(addr["b"], b_pad)
@@ -607,17 +636,25 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
             bias_pad = pad_operand(bias, (np_,))
             device.write_mem(addr["bias"], bias_pad)
             written += bias_pad.nbytes
-        used = [t for t, cmds in enumerate(plan.commands) if cmds]
-        before = {t: device.perf(t).read() for t in used}
-        try:
-            drive(device, plan.commands, timeout)
-        finally:
-            # Never free memory the device may still write: drain whatever an error left in flight.
-            for t in used:
-                q = device.queue(t)
-                if q.outstanding:
-                    with contextlib.suppress(DriverError):
-                        q.wait(check=False, timeout=timeout)
+        for _attempt in range(device.caps.tiles + 1):
+            used = [t for t, cmds in enumerate(plan.commands) if cmds]
+            before = {t: device.perf(t).read() for t in used}
+            try:
+                drive(device, plan.commands, timeout)
+                break
+            except (TileFenced, ReplayRefused):
+                # A tile was fenced, or lost work that cannot be replayed: A and B are unchanged in device
+                # memory and every command writes C from them, so plan again on the tiles that remain.
+                if tiles is not None and any(t in device.fenced for t in _check_tiles(tiles, caps)):
+                    raise
+                plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
+                                    bias_addr=addr.get("bias"), post=post, tiles=device.usable_tiles)
+            finally:
+                # Never free memory the device may still write: drain whatever an error left in flight.
+                for t in used:
+                    if t not in device.fenced and device.queue(t).outstanding:
+                        with contextlib.suppress(DriverError):
+                            device.queue(t).wait(check=False, timeout=timeout)
         after = {t: device.perf(t).read() for t in used}
         c = device.read_array(addr["c"], (m, np_), plan.c_dtype)[:, :n].astype(plan.c_dtype)
     finally:

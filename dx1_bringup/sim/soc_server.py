@@ -100,6 +100,9 @@ class SocServer:
             from cocotb.utils import get_sim_time
 
             return SimStatus.OK, (int(get_sim_time(unit="ns")) // CLOCK_NS).to_bytes(CYCLE_COUNT_BYTES, SIM_BYTE_ORDER)
+        if op == SimOp.STALL:
+            self.dut.stall_units.value = n
+            return SimStatus.OK, b""
         return SimStatus.BAD_REQUEST, f"unknown op {op}".encode()
 
     async def serve(self, conn: socket.socket) -> bool:
@@ -126,6 +129,7 @@ async def serve(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
     server = SocServer(dut)
     dut.rst.value = 1
+    dut.stall_units.value = 0
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)

@@ -12,5 +12,7 @@ from .link import *  # noqa: F403
 from .link import __all__ as _link_all
 from .registers import *  # noqa: F403
 from .registers import __all__ as _registers_all
+from .stall import *  # noqa: F403
+from .stall import __all__ as _stall_all
 
-__all__ = [*_commands_all, *_config_all, *_link_all, *_registers_all]
+__all__ = [*_commands_all, *_config_all, *_link_all, *_registers_all, *_stall_all]

@@ -76,6 +76,7 @@ class ErrorCode(enum.IntEnum):
     SEM_RANGE = 0x0A
     RING_OVERFLOW = 0x0B
     DOORBELL_RANGE = 0x0C
+    TIMEOUT = 0x0D
 
 
 ERROR_DOCS = {
@@ -92,10 +93,13 @@ ERROR_DOCS = {
     ErrorCode.SEM_RANGE: "A semaphore index is past the last semaphore.",
     ErrorCode.RING_OVERFLOW: "The host moved the tail past the head (queue error status, not a completion).",
     ErrorCode.DOORBELL_RANGE: "The doorbell named an entry past the ring (queue error status, not a completion).",
+    ErrorCode.TIMEOUT: "The queue's watchdog aborted the command: the unit running it made no progress for "
+                       "QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code.",
 }
 
 #: The order in which a command's fields are checked; the first failing check
-#: gives the completion's status.
+#: gives the completion's status.  BUS_ERROR and TIMEOUT are not checks: they are
+#: outcomes of a command that passed every check and started.
 CHECK_ORDER = (
     ErrorCode.BAD_OPCODE,
     ErrorCode.RESERVED_BITS,

@@ -193,6 +193,7 @@ class SimOp(enum.IntEnum):
     WRITE_BLOCK = 4
     WAIT_IRQ = 5
     CYCLES = 6
+    STALL = 7
 
 
 SIM_OP_DOCS = {
@@ -203,6 +204,8 @@ SIM_OP_DOCS = {
     SimOp.WRITE_BLOCK: "Write the n bytes that follow the request to device memory at addr; answers no data.",
     SimOp.WAIT_IRQ: "Run until the interrupt line is high or n cycles pass; answers one byte, 1 if it is high.",
     SimOp.CYCLES: "Answers the simulated cycle count as 8 bytes, little-endian.",
+    SimOp.STALL: ("Drive the SoC's test-only stall_units input with n (bits from dx1_bringup.spec.stall) until the "
+                  "next STALL; answers no data."),
 }
 
 

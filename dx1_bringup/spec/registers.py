@@ -163,6 +163,17 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("DMA_BASE", Access.RW, "First byte of device memory the queue's DMA may touch."),
             _R("DMA_LIMIT", Access.RW, "First byte past the DMA window.  It resets to 0, an empty window: "
                "no DMA runs until the host opens one.", ("limit", 0, 32, "Limit.", 0)),
+            _R("WATCHDOG", Access.RW, "Watchdog: a command in the tile core or the DMA is aborted with TIMEOUT "
+               "when neither unit of this tile made progress (a bus beat, a local row, a streamed row, a "
+               "completion) for this many cycles while a command is in flight; 0 turns it off.  The aborted "
+               "commands complete with TIMEOUT and the queue halts (ERROR = TIMEOUT and the oldest one's "
+               "ring index) until CONTROL.resume.", ("cycles", 0, 32, "Cycles without progress; 0: off.", 0)),
+            _R("RESET", Access.WO, "Write 1 to bit 0 to reset this tile alone: its command processor (the ring "
+               "becomes empty: HEAD = TAIL = 0, phase 1; not halted; ERROR cleared), its DMA (after its open "
+               "bursts are finished) and its tile core pipeline, and clears the tile's PERF counters.  Kept: "
+               "this block's other registers, the scratchpad and accumulator contents, device memory, "
+               "semaphores, TRACE, and the other tile.  Commands in flight get no completion.",
+               ("tile", 0, 1, "Reset request.")),
         )),
         BlockSpec(BlockType.PERF, 0x0001_0000, "Performance counters of one tile (32-bit, wrapping).", True, (
             _R("CONTROL", Access.WO, "Write 1 to bit 0 to clear every counter of the block.",
