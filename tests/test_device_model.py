@@ -249,6 +249,26 @@ def test_acc_store_round_trips_int32_lanes():
     assert dev.mem_read(DATA + 0x800, 16 * n) == values.astype("<i4").tobytes()
 
 
+def test_moves_where_rows_repeat_keep_the_last_one():
+    # A zero local stride loads every outer row into one local row (the last wins); a DRAM stride shorter
+    # than a row stores overlapping rows (the later row's bytes win where they overlap).
+    dev = DeviceModel()
+    n = dev.config.tile.array
+    data = np.arange(4 * n, dtype=np.uint8).astype(np.int8)
+    dev.mem_write(DATA, data.tobytes())
+    open_queue(dev)
+    submit(dev, [
+        pack_command(Opcode.LOAD, dram_addr=DATA, local_addr=3, rows=4, cols=1, dram_stride=n, local_row_stride=0),
+        pack_command(Opcode.LOAD, dram_addr=DATA, local_addr=10, rows=4, cols=1, dram_stride=n, local_row_stride=1),
+        pack_command(Opcode.STORE, dram_addr=DATA + 0x800, local_addr=10, rows=2, cols=2, dram_stride=n,
+                     local_row_stride=2, local_col_stride=1),
+    ])
+    assert all(c["status"] == ErrorCode.OK for c in (completion(dev, i) for i in range(3)))
+    np.testing.assert_array_equal(dev.tiles[0].spm[3], data[3 * n:4 * n])
+    expected = np.concatenate([data[:n], data[2 * n:4 * n]])
+    assert dev.mem_read(DATA + 0x800, 3 * n) == expected.tobytes()
+
+
 def test_copy_moves_bytes_inside_the_window():
     dev = DeviceModel()
     dev.mem_write(DATA, bytes(range(64)))

@@ -167,6 +167,22 @@ def test_gemm_random_accumulator_extremes_wrap() -> None:
         assert model.acc.tolist() == expected
 
 
+@pytest.mark.parametrize("value", [-128, 127])
+def test_gemm_is_exact_at_the_extremes_on_the_deepest_reduction(value: int) -> None:
+    # The model multiplies in float64 (BLAS); with every operand at an extreme over the longest K the
+    # scratchpad holds, each sum is exact and the int32 wrap matches the integer reference.
+    config = TileConfig(array=8, spm_rows=4096, acc_rows=64)
+    tile = TileModel(config)
+    n = config.array
+    kc = config.spm_rows // (2 * n)
+    tile.spm[:] = np.int8(value)
+    tile.spm[kc * n:, :] = np.int8(-128)
+    assert tile.execute(pack_command(Opcode.GEMM, a_addr=0, b_addr=kc * n, c_addr=0, m=n, k_chunks=kc)) == ErrorCode.OK
+    exact = value * -128 * kc * n
+    assert abs(exact) < 1 << 53
+    np.testing.assert_array_equal(tile.acc[:n], np.full((n, n), wrap32(exact), dtype=np.int32))
+
+
 def test_macs_count() -> None:
     """macs grows by m*k_chunks*n*n per executed GEMM and by nothing for NOP, POSTOP or a refused GEMM."""
     config = TileConfig(array=4, spm_rows=1024, acc_rows=256)

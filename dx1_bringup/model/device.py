@@ -706,17 +706,7 @@ class DeviceModel:
         cfg = self.config.tile
         row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
         outer_bytes = cols * row_bytes
-        local = self.tiles[tile].acc if acc else self.tiles[tile].spm
-        lane = np.dtype("<i4") if acc else np.dtype(np.int8)
-        for r in range(rows):
-            base = f["dram_addr"] + r * f["dram_stride"]
-            for c in range(cols):
-                row = f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]
-                at = base + c * row_bytes
-                if opcode == Opcode.LOAD:
-                    local[row] = np.frombuffer(self._load(at, row_bytes), dtype=lane)
-                else:
-                    self._store(at, local[row].astype(lane).tobytes())
+        self._move_rows(tile, opcode == Opcode.LOAD, acc, f)
         moved = rows * outer_bytes
         cost = -(-moved // BUS_BYTES)
         perf = self._perf[tile]
@@ -727,6 +717,38 @@ class DeviceModel:
             perf.bytes_written = (perf.bytes_written + moved) & _MASK32
             perf.busy_store += cost
         return ErrorCode.OK, cost
+
+    def _move_rows(self, tile: int, load: bool, acc: bool, f: dict[str, int]) -> None:
+        """The 2-D move of a checked LOAD or STORE: outer row ``r``, column ``c`` is one local row.
+
+        Local row ``local_addr + r*local_row_stride + c*local_col_stride`` and the bytes at
+        ``dram_addr + r*dram_stride + c*row_bytes`` move in (r, c) order, so where rows repeat the last one
+        wins.  Without faults and repeats it is one gather or scatter; otherwise row by row, through the
+        faulty memory.
+        """
+        rows, cols = f["rows"], f["cols"]
+        cfg = self.config.tile
+        row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
+        local = self.tiles[tile].acc if acc else self.tiles[tile].spm
+        lane = np.dtype("<i4") if acc else np.dtype(np.int8)
+        r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        local_rows = (f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]).ravel()
+        starts = (f["dram_addr"] + r * f["dram_stride"] + c * row_bytes).ravel()
+        unique = (np.unique(local_rows).size == local_rows.size
+                  and (rows == 1 or f["dram_stride"] >= cols * row_bytes))
+        if self.faults is None and unique:
+            cells = starts[:, None] + np.arange(row_bytes)[None, :]
+            mem = np.frombuffer(self.mem, np.uint8)
+            if load:
+                local[local_rows] = mem[cells].view(lane).reshape(len(local_rows), -1)
+            else:
+                mem[cells] = local[local_rows].astype(lane).view(np.uint8).reshape(cells.shape)
+            return
+        for row, at in zip(local_rows.tolist(), starts.tolist(), strict=True):
+            if load:
+                local[row] = np.frombuffer(self._load(at, row_bytes), dtype=lane)
+            else:
+                self._store(at, local[row].astype(lane).tobytes())
 
     def _copy_status(self, q: _Queue, f: dict[str, int]) -> ErrorCode:
         """COPY field checks after the reserved bits, in CHECK_ORDER."""
