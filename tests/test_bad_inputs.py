@@ -18,7 +18,8 @@ BAD_DEVICES = [
     ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
     ("sim:", "unknown device 'sim:'"),
-    ("model:", "device 'model:': memory or stall fault '' is not KEY=VALUE with KEY one of stuck-bit, stuck-at, alias-bit, stall"),
+    ("model:", "device 'model:': memory or stall fault '' is not KEY=VALUE with KEY one of stuck-bit, stuck-at, "
+               "alias-bit, stall"),
     ("model:foo", "memory or stall fault 'foo' is not KEY=VALUE"),
     ("model:stuck-bit=x", "memory or stall fault 'stuck-bit=x' is not KEY=VALUE"),
     ("model:stuck-bit=99", "device 'model:stuck-bit=99': stuck_bit must be a data bit 0 to 63, not 99"),
