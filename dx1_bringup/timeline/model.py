@@ -29,6 +29,8 @@ class Track:
     group: str
     name: str
     counter: bool = False
+    #: The lane of a slice track: 1 for the track itself, 2 for ``"<name> 2"``, ...
+    lane: int = 1
     slices: list[Slice] = field(default_factory=list)
     #: ``(time_ns, value)`` samples of a counter track, in time order.
     samples: list[tuple[int, int]] = field(default_factory=list)
@@ -44,10 +46,10 @@ class TimelineData:
     def __init__(self) -> None:
         self.tracks: dict[tuple[str, str], Track] = {}
 
-    def _track(self, group: str, name: str, counter: bool) -> Track:
+    def _track(self, group: str, name: str, counter: bool, lane: int = 1) -> Track:
         track = self.tracks.get((group, name))
         if track is None:
-            track = self.tracks[group, name] = Track(group, name, counter)
+            track = self.tracks[group, name] = Track(group, name, counter, lane)
         return track
 
     def add_slice(self, group: str, track: str, name: str, start_ns: int, end_ns: int,
@@ -58,7 +60,7 @@ class TimelineData:
                              f"{start_ns} ns")
         lane = 1
         while True:
-            lane_track = self._track(group, track if lane == 1 else f"{track} {lane}", False)
+            lane_track = self._track(group, track if lane == 1 else f"{track} {lane}", False, lane)
             if not lane_track.slices or lane_track.slices[-1].end_ns <= start_ns:
                 break
             lane += 1
@@ -72,8 +74,18 @@ class TimelineData:
                              f"{t.samples[-1][0]} ns")
         t.samples.append((time_ns, value))
 
+    def lanes(self, group: str, track: str) -> list[Track]:
+        """The lanes of slice track ``track`` in ``group``, in order (empty if it has none)."""
+        found = []
+        while (lane := self.tracks.get((group, track if not found else f"{track} {len(found) + 1}"))) is not None:
+            found.append(lane)
+        return found
+
+    def slice_tracks(self) -> list[tuple[str, str, int]]:
+        """``(group, track, lanes)`` of every slice track, its lanes counted once, in first-use order."""
+        return [(group, name, len(self.lanes(group, name))) for (group, name), t in self.tracks.items()
+                if not t.counter and t.lane == 1]
+
     def slice_count(self, group: str, track: str) -> int:
         """Slices on ``track`` of ``group`` over all its lanes."""
-        return sum(len(t.slices) for (g, name), t in self.tracks.items()
-                   if g == group and not t.counter and (name == track or name.startswith(f"{track} ")
-                                                         and name[len(track) + 1:].isdigit()))
+        return sum(len(lane.slices) for lane in self.lanes(group, track))

@@ -95,13 +95,14 @@ class Timeline:
         self._previous_observer = self.transport.observer
         self.snapshots: list[_Snapshot] = []
         self.perf_start = {}
+        # Listen first: the timeline's own requests (here, its drains and samples) are drawn too.
+        self.transport.observer = self._observe
+        self.finished = False
         for t in self.tiles:
             device.trace(t).start(clear=True)
             self.perf_start[t] = device.perf(t).read()
         if device is not None:
             self._snapshot()
-        self.transport.observer = self._observe
-        self.finished = False
 
     # -- host ---------------------------------------------------------------------------------------
 
@@ -110,6 +111,8 @@ class Timeline:
         return time.monotonic_ns() - self.origin_ns
 
     def _observe(self, kind: str, addr: int, nbytes: int, start_ns: int, end_ns: int) -> None:
+        if self._previous_observer is not None:  # whoever listened before still hears every request
+            self._previous_observer(kind, addr, nbytes, start_ns, end_ns)
         start, end = start_ns - self.origin_ns, end_ns - self.origin_ns
         self.requests[kind] = self.requests.get(kind, 0) + 1
         self.data.add_slice(HOST, kind, kind, start, end, {"addr": addr, "bytes": nbytes})
@@ -198,21 +201,24 @@ class Timeline:
         if self.finished:
             raise RuntimeError("this timeline is finished already")
         self.finished = True
-        self.transport.observer = self._previous_observer
         self.sample()
         for t in self.tiles:
             self.device.trace(t).stop()
+        self.transport.observer = self._previous_observer
         self._device_slices()
         writers.write(self.data, path, fmt)
         return self.summary(path)
 
     def summary(self, path: str | Path) -> str:
-        """``timeline FILE: host submit 3, ...; tile 0 load 5, ...; events lost 0; clock fit within X us``."""
+        """The one-line summary: slices per track (over its lanes), samples per counter track, events lost and
+        how far the clock snapshots lie from the fit (``timeline FILE: host: submit 3, ...; tile 0: ...``)."""
         groups: dict[str, list[str]] = {}
+        for group, name, lanes in self.data.slice_tracks():
+            groups.setdefault(group, []).append(f"{name} {self.data.slice_count(group, name)}"
+                                                + (f" ({lanes} lanes)" if lanes > 1 else ""))
         for (group, name), track in self.data.tracks.items():
-            count = len(track.samples) if track.counter else len(track.slices)
-            what = "samples" if track.counter else ""
-            groups.setdefault(group, []).append(f"{name} {count}{' ' + what if what else ''}")
+            if track.counter:
+                groups.setdefault(group, []).append(f"{name} {len(track.samples)} samples")
         line = f"timeline {path}: " + "; ".join(f"{g}: {', '.join(parts)}" for g, parts in groups.items())
         if self.device is None:
             return line + " (host tracks only)"
