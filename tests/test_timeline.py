@@ -110,6 +110,21 @@ def test_model_trace_has_every_command_request_and_counter(tmp_path: Path) -> No
     assert f"load {len(slices(*parse(path), 'tile 0', 'load'))}" in summary
 
 
+def test_counters_keep_counting_across_a_tile_reset(tmp_path: Path) -> None:
+    """A tile reset zeroes PERF; the counter tracks go on from where they were instead of wrapping."""
+    device = Device(ModelTransport())
+    path = tmp_path / "reset.pftrace"
+    a, b, bias, post = gemm_problem(64, 64, 64, 3)
+    with record(device, path) as traced:
+        _, first = gemm.run_gemm(traced, a, b, bias, post, tiles=[0])
+        traced.queue(0).reset_tile()
+        _, second = gemm.run_gemm(traced, a, b, bias, post, tiles=[0])
+    tracks, events = parse(path)
+    macs = next(uuid for uuid, track in tracks.items() if track == (tile_group(0), "MACs"))
+    values = [e.counter_value for _, e in events[macs]]
+    assert values == sorted(values) and values[-1] == first.macs + second.macs > 0
+
+
 def test_loss_is_counted_when_the_buffer_overflows(tmp_path: Path) -> None:
     """A 16-event buffer cannot hold a ring of commands between drains: the loss is counted and drawn."""
     device = Device(ModelTransport(SocConfig(trace_depth=16)))

@@ -3,12 +3,14 @@
 :func:`record` hands out a :class:`TimelineDevice`, which stands where a program expects a
 :class:`~dx1_driver.Device`:
 
-- **host** tracks: ``submit``, ``wait`` (a queue's wait or ``wait_any``), ``upload`` (``write_mem``),
-  ``download`` (``read_mem``/``read_array``) as spans of the calls, ``doorbell`` (the DOORBELL register
-  writes) and one track per transport request kind (``read32``, ``write32``, ``read_u32s``,
-  ``read_block``, ``write_block``, ``wait_irq``), seen through the transport's ``observer`` hook;
+- **host** tracks: ``submit``, ``wait`` (a queue's wait or ``wait_any``), ``reset``, ``recover``,
+  ``upload`` (``write_mem``), ``download`` (``read_mem``/``read_array``) as spans of the calls,
+  ``doorbell`` (the DOORBELL register writes) and one track per transport request kind (``read32``,
+  ``write32``, ``read_u32s``, ``read_block``, ``write_block``, ``wait_irq``), seen through the
+  transport's ``observer`` hook;
 - per tile, the TRACE block's start/end events as slices on ``load``, ``compute``, ``store`` and
-  ``control`` tracks by opcode, and counter tracks of the PERF counters (counted from the start);
+  ``control`` tracks by opcode, and counter tracks of the PERF counters (counted from the start, and on
+  across a tile or device reset made through the wrapper: ``reset_tile``, ``recover``, ``reset``);
 - ``events lost`` per tile: completions the host collected whose start or end event never arrived.
 
 After every wait the TRACE buffers are drained and the PERF counters sampled, so a run longer than the
@@ -21,6 +23,7 @@ between lie from that line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,7 +32,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dx1_driver import CommandError, CommandQueue, Completion, Device, TraceKind, Transport, regs
+from dx1_driver import (
+    CommandError,
+    CommandQueue,
+    Completion,
+    Device,
+    PerfCounters,
+    Recovery,
+    TraceKind,
+    Transport,
+    regs,
+)
 from numpy.typing import DTypeLike
 
 from . import writers
@@ -46,6 +59,8 @@ _UNITS = {regs.Opcode.LOAD: "load", regs.Opcode.GEMM: "compute", regs.Opcode.POS
 #: The PERF counters drawn as counter tracks (PerfCounters attribute, track name).
 COUNTERS = (("bytes_read", "bytes read"), ("bytes_written", "bytes written"), ("macs", "MACs"),
             ("stall_dep", "stall dep cycles"), ("stall_mem", "stall mem cycles"))
+
+_ZERO = PerfCounters(**dict.fromkeys((f.name for f in dataclasses.fields(PerfCounters)), 0))
 
 #: TRACE timestamps are the low 32 bits of GLOBAL CYCLES.
 _STAMP_BITS = 32
@@ -73,7 +88,17 @@ class Timeline:
     Parameters
     ----------
     device:
-        An open device with a trace buffer (GLOBAL FEATURES.trace).
+        An open device with a trace buffer (GLOBAL FEATURES.trace); its TRACE blocks are started
+        (cleared) here and stopped by :meth:`finish`.  ``None``: the host tracks of ``transport`` alone.
+    transport:
+        With ``device`` ``None``: the transport whose requests are drawn.
+
+    Raises
+    ------
+    ValueError
+        Neither a device nor a transport.
+    dx1_driver.DriverError
+        The device has no trace buffer.
     """
 
     def __init__(self, device: Device | None, transport: Transport | None = None):
@@ -94,13 +119,16 @@ class Timeline:
         self._doorbells = {device.queue_bases[t] + regs.Queue.DOORBELL: t for t in self.tiles}
         self._previous_observer = self.transport.observer
         self.snapshots: list[_Snapshot] = []
-        self.perf_start = {}
+        #: PERF at the start, and each counter's count since then (kept across a tile reset, see :meth:`sample`).
+        self.perf_start: dict[int, PerfCounters] = {}
+        self.perf_totals = {t: dict.fromkeys((attr for attr, _ in COUNTERS), 0) for t in self.tiles}
         # Listen first: the timeline's own requests (here, its drains and samples) are drawn too.
         self.transport.observer = self._observe
         self.finished = False
         for t in self.tiles:
             device.trace(t).start(clear=True)
             self.perf_start[t] = device.perf(t).read()
+        self._perf_last = dict(self.perf_start)
         if device is not None:
             self._snapshot()
 
@@ -154,11 +182,21 @@ class Timeline:
                 cycles = now.cycles - ((now.cycles - e.timestamp) % (1 << _STAMP_BITS))
                 self._raw.append((t, cycles, e.kind.value, e.opcode, e.tag, int(e.status)))
         for t in self.tiles:
-            delta = self.device.perf(t).read().since(self.perf_start[t])
+            raw = self.device.perf(t).read()
+            step = raw.since(self._perf_last[t])
+            self._perf_last[t] = raw
             for attr, name in COUNTERS:
-                self.data.add_sample(tile_group(t), name, now.host_ns, getattr(delta, attr))
+                self.perf_totals[t][attr] += getattr(step, attr)
+                self.data.add_sample(tile_group(t), name, now.host_ns, self.perf_totals[t][attr])
             self.lost[t] = max(0, 2 * self.completed[t] - self.events[t])
             self.data.add_sample(tile_group(t), "events lost", now.host_ns, self.lost[t])
+
+    def tile_reset(self, tile: int) -> None:
+        """Note that ``tile``'s PERF block was zeroed (a tile or device reset): count on from 0.
+
+        Sample before the reset, so only what the tile did between that sample and the reset is missed.
+        """
+        self._perf_last[tile] = _ZERO
 
     # -- the clock fit ------------------------------------------------------------------------------
 
@@ -253,6 +291,20 @@ class _TimedQueue:
         self._timeline.sample()
         return done
 
+    def reset_tile(self) -> list[tuple[int, int, bytes]]:
+        self._timeline.sample()
+        with self._timeline.span("reset", {"tile": self._queue.tile}):
+            lost = self._queue.reset_tile()
+        self._timeline.tile_reset(self._queue.tile)
+        return lost
+
+    def recover(self, *, timeout: float = 1.0) -> Recovery:
+        self._timeline.sample()
+        with self._timeline.span("recover", {"tile": self._queue.tile}):
+            recovery = self._queue.recover(timeout=timeout)
+        self._timeline.tile_reset(self._queue.tile)
+        return recovery
+
 
 class TimelineDevice:
     """A device whose use is recorded into a :class:`Timeline`; everything else passes through."""
@@ -266,6 +318,13 @@ class TimelineDevice:
 
     def queue(self, tile: int, *, ring_log2: int | None = None) -> _TimedQueue:
         return _TimedQueue(self.device.queue(tile, ring_log2=ring_log2), self.timeline)
+
+    def reset(self) -> None:
+        self.timeline.sample()
+        with self.timeline.span("reset", {}):
+            self.device.reset()
+        for t in self.timeline.tiles:
+            self.timeline.tile_reset(t)
 
     def wait_any(self, queues: Sequence[CommandQueue], *, at_least: int = 1, timeout: float = 1.0) -> None:
         with self.timeline.span("wait", {"queues": len(queues), "at_least": at_least}):
