@@ -47,14 +47,14 @@ def slices(tracks: dict[int, tuple[str, str]], events: dict[int, list], group: s
     return found
 
 
-def run_traced(device: Device, path: Path, m: int, k: int, n: int, **kwargs):
+def run_traced(device: Device, path: Path, m: int, k: int, n: int, tiles: list[int] | None = None, **kwargs):
     """A GEMM through a timeline; also counts every transport request independently of it."""
     seen: Counter[str] = Counter()
     device.transport.observer = lambda kind, *_: seen.update([kind])
     a, b, bias, post = gemm_problem(m, k, n, 3)
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
-        c, stats = gemm.run_gemm(traced, a, b, bias, post, timeout=120)
+        c, stats = gemm.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
         timeline = traced.timeline
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
@@ -196,3 +196,14 @@ def test_sim_trace_has_every_command_request_and_counter(sim_transport, tmp_path
     check_trace(device, path, stats, timeline, seen)
     assert "wait_irq" in seen
     assert all(timeline.lost[t] == 0 and timeline.events[t] == 2 * c for t, c in stats.commands.items())
+
+
+@pytest.mark.verilator
+def test_sim_trace_loses_nothing_over_more_than_the_trace_depth(sim_transport, tmp_path: Path) -> None:
+    """One tile, 292 small commands (8x8 @ 8x1040): 584 events through a 256-event buffer, drained as it runs."""
+    device = Device(sim_transport)
+    path = tmp_path / "long.pftrace"
+    stats, timeline, seen, summary = run_traced(device, path, 8, 8, 1040, tiles=[0])
+    assert 2 * stats.commands[0] > 2 * SocConfig().trace_depth
+    check_trace(device, path, stats, timeline, seen)
+    assert timeline.events[0] == 2 * stats.commands[0] and timeline.lost[0] == 0 and "events lost 0;" in summary
