@@ -38,11 +38,12 @@ for example ``model:stuck-bit=5`` or ``model:alias-bit=12``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +68,7 @@ from .runtime.gemm import compile_gemm
 from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
 from .runtime.reference import reference_gemm
 from .spec import BUS_BYTES, Access, BlockType, SocConfig, register_map
+from .timeline import add_trace_arguments, record_link
 
 __all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "run_bringup"]
 
@@ -832,6 +834,27 @@ def _mem_bytes(text: str) -> int:
     return value
 
 
+@contextlib.contextmanager
+def _traced_link(device: str, path: str | None, fmt: str | None, summary: list[str]) -> Iterator[str | Transport]:
+    """``--trace``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
+
+    A link that does not open is left to :func:`run_bringup` to diagnose (no timeline then).
+    """
+    if path is None:
+        yield device
+        return
+    try:
+        transport = open_transport(device)
+    except TransportError:
+        yield device
+        return
+    try:
+        with record_link(transport, path, fmt, summary=summary) as traced:
+            yield traced
+    finally:
+        transport.close()
+
+
 def cmd_bringup(args: argparse.Namespace) -> int:
     """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad argument."""
     path = Path(args.report)
@@ -841,14 +864,23 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
         return 2
+    trace_folder = Path(args.trace or ".").parent
+    if args.trace is not None and (Path(args.trace).is_dir() or not trace_folder.is_dir()):
+        print(f"dx1 bringup: cannot write the timeline to {args.trace} (it must be a file in an existing folder)",
+              file=sys.stderr)
+        return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
+    timeline: list[str] = []
     try:
-        report = run_bringup(args.device, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout)
+        with _traced_link(args.device, args.trace, args.trace_format, timeline) as target:
+            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout)
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
+    for line in timeline:
+        print(f"  {line}")
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
     if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
@@ -870,6 +902,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="bytes of device memory from 0 for the address-in-address and random tests "
                         "(default: all of it)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
+    add_trace_arguments(p)
     p.set_defaults(func=cmd_bringup)
     return p
 

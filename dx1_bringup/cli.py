@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
+from .timeline import add_trace_arguments
 from .workloads.cli import add_parser as add_run_parser
 
 __all__ = ["main"]
@@ -51,6 +53,21 @@ def _open_device(device: str, prog: str):
     except (ValueError, DriverError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None
+
+
+def _writable(path: str) -> bool:
+    """Whether ``path`` names a file that can be created or overwritten in an existing writable folder."""
+    folder = Path(path).parent
+    return not Path(path).is_dir() and folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def _traced(device, path: str | None, fmt: str | None, summary: list[str]):
+    """``--trace``: a timeline of what runs on ``device`` written to ``path`` (nothing without a path)."""
+    if path is None:
+        return contextlib.nullcontext(device)
+    from .timeline import record
+
+    return record(device, path, fmt, summary=summary)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -177,10 +194,9 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
-    if args.record is not None:
-        folder = Path(args.record).parent
-        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            print(f"dx1 gemm: cannot write the capture to {args.record} (it must be a file in a writable folder)",
+    for path, kind in ((args.record, "capture"), (args.trace, "timeline")):
+        if path is not None and not _writable(path):
+            print(f"dx1 gemm: cannot write the {kind} to {path} (it must be a file in a writable folder)",
                   file=sys.stderr)
             return 2
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
@@ -191,10 +207,12 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         from .replay import Recorder
 
         device = Recorder(device, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
+    timeline: list[str] = []
     with device:
         start = time.perf_counter()
         try:
-            result, stats = gemm.run_gemm(device, a, b, bias, post, tiles=args.tiles)
+            with _traced(device, args.trace, args.trace_format, timeline) as traced:
+                result, stats = gemm.run_gemm(traced, a, b, bias, post, tiles=args.tiles)
         except ValueError as exc:
             print(f"dx1 gemm: {exc}", file=sys.stderr)
             return 2
@@ -217,6 +235,8 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     print(f"  wall time    {wall:.2f} s")
     if link is not None:
         print(f"  link         {link.summary()} (since the link was opened)")
+    for line in timeline:
+        print(f"  {line}")
     mismatch = np.argwhere(result != expected)
     if len(mismatch):
         i, j = (int(x) for x in mismatch[0])
@@ -265,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("--record", metavar="FILE", default=None,
                       help="write what the run does to the device to this capture file "
                            "(replay it with python -m dx1_bringup.replay FILE --device D)")
+    add_trace_arguments(gemm)
     gemm.set_defaults(func=cmd_gemm)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)

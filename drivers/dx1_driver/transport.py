@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from . import link, regs
@@ -47,6 +48,12 @@ class Transport:
 
     #: Whether :meth:`wait_irq` watches a real interrupt line (otherwise callers poll IRQ_STATUS).
     has_irq_line: bool = False
+
+    #: Called after every public request that returns, as ``observer(kind, addr, nbytes, start_ns, end_ns)``:
+    #: ``kind`` is the method's name (``"read32"``, ``"write32"``, ``"read_u32s"``, ``"read_block"``,
+    #: ``"write_block"``, ``"wait_irq"``), ``nbytes`` the bytes moved (0 for ``wait_irq``), the times
+    #: ``time.monotonic_ns()`` around the request.  ``None``: nobody listens (a profiler or timeline sets it).
+    observer: Callable[[str, int, int, int, int], None] | None = None
 
     def __init__(self, reg_bytes: int, mem_bytes: int):
         if reg_bytes <= 0 or reg_bytes % 4:
@@ -101,17 +108,26 @@ class Transport:
             raise ValueError(f"memory range 0x{addr:x}+{n} bytes is outside device memory "
                              f"0x0..0x{self.mem_bytes - 1:x}")
 
+    def _observe(self, kind: str, addr: int, nbytes: int, start_ns: int) -> None:
+        if self.observer is not None:
+            self.observer(kind, addr, nbytes, start_ns, time.monotonic_ns())
+
     def read32(self, addr: int) -> int:
         """Read the register at byte address ``addr``."""
         self._check_reg(addr)
-        return self._read32(addr) & 0xFFFF_FFFF
+        start = time.monotonic_ns()
+        value = self._read32(addr) & 0xFFFF_FFFF
+        self._observe("read32", addr, 4, start)
+        return value
 
     def write32(self, addr: int, value: int) -> None:
         """Write ``value`` (0 .. 2**32 - 1) to the register at byte address ``addr``."""
         self._check_reg(addr)
         if not 0 <= value <= 0xFFFF_FFFF:
             raise ValueError(f"register value must fit in 32 bits unsigned, not {value!r}")
+        start = time.monotonic_ns()
         self._write32(addr, value)
+        self._observe("write32", addr, 4, start)
 
     def read_u32s(self, addr: int, count: int) -> list[int]:
         """Read ``count`` consecutive registers starting at ``addr``."""
@@ -120,26 +136,37 @@ class Transport:
         if count:
             self._check_reg(addr)
             self._check_reg(addr + 4 * (count - 1))
-        return [self._read32(addr + 4 * i) & 0xFFFF_FFFF for i in range(count)]
+        start = time.monotonic_ns()
+        values = [self._read32(addr + 4 * i) & 0xFFFF_FFFF for i in range(count)]
+        self._observe("read_u32s", addr, 4 * count, start)
+        return values
 
     def read_block(self, addr: int, n: int) -> bytes:
         """Read ``n`` bytes of device memory from ``addr``."""
         self._check_mem(addr, n)
-        return bytes(self._read_block(addr, n)) if n else b""
+        start = time.monotonic_ns()
+        data = bytes(self._read_block(addr, n)) if n else b""
+        self._observe("read_block", addr, n, start)
+        return data
 
     def write_block(self, addr: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` to device memory at ``addr``."""
         data = bytes(data)
         self._check_mem(addr, len(data))
         if data:
+            start = time.monotonic_ns()
             self._write_block(addr, data)
+            self._observe("write_block", addr, len(data), start)
 
     def wait_irq(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for an interrupt; ``False`` means none seen (poll the device)."""
         self._check_open()
         if timeout < 0:
             raise ValueError(f"timeout must not be negative, not {timeout}")
-        return self._wait_irq(timeout)
+        start = time.monotonic_ns()
+        seen = self._wait_irq(timeout)
+        self._observe("wait_irq", 0, 0, start)
+        return seen
 
     def close(self) -> None:
         """Close the transport; closing twice is harmless."""
