@@ -27,6 +27,16 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     value = _integer(text)
     if value < 1:
@@ -212,7 +222,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             with _traced(device, args.trace, args.trace_format, timeline) as traced:
-                result, stats = gemm.run_gemm(traced, a, b, bias, post, tiles=args.tiles)
+                result, stats = gemm.run_gemm(traced, a, b, bias, post, tiles=args.tiles, timeout=args.timeout)
         except ValueError as exc:
             print(f"dx1 gemm: {exc}", file=sys.stderr)
             return 2
@@ -282,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
+    gemm.add_argument("--timeout", type=_seconds, default=30.0,
+                      help="seconds a wait may go without a completion before the driver recovers the tile "
+                           "(default 30: a simulator on a busy machine is slow; the hardware watchdog catches "
+                           "a stuck unit sooner)")
     gemm.add_argument("--record", metavar="FILE", default=None,
                       help="write what the run does to the device to this capture file "
                            "(replay it with python -m dx1_bringup.replay FILE --device D)")

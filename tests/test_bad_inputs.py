@@ -97,6 +97,8 @@ BAD_ARGUMENTS = [
     (["gemm", "4", "4", "4", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
     (["gemm", "4", "4", "4", "--tiles", "two"], "argument --tiles: must be a whole number, not 'two'"),
     (["gemm", "4", "4", "4", "--tiles", "3"], "tiles must be an integer from 1 to 2, not 3"),
+    (["gemm", "4", "4", "4", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
+    (["gemm", "4", "4", "4", "--timeout", "soon"], "argument --timeout: must be a number of seconds > 0, not 'soon'"),
     (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
