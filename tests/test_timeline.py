@@ -99,7 +99,7 @@ def check_trace(device: Device, path: Path, stats, timeline, seen: Counter[str])
 def test_model_trace_has_every_command_request_and_counter(tmp_path: Path) -> None:
     device = Device(ModelTransport())
     path = tmp_path / "gemm.pftrace"
-    stats, timeline, seen, summary = run_traced(device, path, 256, 256, 256)
+    stats, timeline, seen, summary = run_traced(device, path, 256, 512, 256)
     check_trace(device, path, stats, timeline, seen)
     # Longer than the trace buffer holds, yet nothing lost: it is drained after every wait.
     depth = SocConfig().trace_depth

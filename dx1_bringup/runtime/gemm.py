@@ -71,6 +71,8 @@ _GEMM_FILL = 2
 #: Rows per chunk, in multiples of the array size, the array needs to stay busy: a shorter stream idles
 #: while the next weights load.
 _STREAM_ROWS = 3
+#: Up to this many blocks the planner costs each tile's share exactly; beyond, an even split is assumed.
+_EXACT_BLOCKS = 64
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
 _MIN_ROWS = 4
@@ -202,25 +204,38 @@ def check_post(post: PostOpParams | None) -> PostOpParams | None:
     return post
 
 
+def _block_cost(rows: float, chunks: float, depth: float, steps: int, n: int, tiles: int, post: bool,
+                bias: bool) -> tuple[float, float]:
+    """Estimated cycles of one output block of ``rows`` x ``chunks`` array-wide chunks, and of one step's LOADs."""
+    # The tiles share one device-memory port, so each sees 1/tiles of its bandwidth.
+    load = (rows * depth * n + depth * n * chunks * n) * tiles / BUS_BYTES
+    gemm = chunks * (max(rows, _STREAM_ROWS * n) * depth + _GEMM_FILL * n)
+    finish = int(post) * chunks * rows + rows * chunks * n * (1 if post else ACC_LANE_BYTES) / BUS_BYTES
+    commands = steps * (2 + chunks) + int(bias) + (chunks + 1 if post else 1)
+    return steps * max(load, gemm) + finish + commands * _COMMAND_OVERHEAD, load
+
+
 def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half_acc: int, post: bool,
                    bias: bool, tiles: int) -> tuple[int, int, int]:
     """Pick (mt, nct, kct) minimising a cycle estimate of the busiest tile.
 
     Chunk counts are multiples of ``g`` so that every block offset is bus-aligned.
-    The reduction step is the largest that fits a block of at least
-    ``min(m, _MIN_ROWS * n)`` rows (so the whole reduction whenever it does);
-    only if none does are shorter streams allowed.  Among the blocks with that
-    step, per step the double-buffered LOADs (through the device-memory port
-    all tiles share) overlap the GEMMs, so a step costs the larger of the two;
-    a block's POSTOPs and STORE come on top.
+    Blocks of at least ``min(m, _MIN_ROWS * n)`` rows are preferred; only if
+    none fits are smaller ones allowed.  Among them every reduction step is
+    tried: a shorter step leaves room for taller and wider blocks, so each A row
+    and B column is loaded fewer times (the output stays in the accumulators
+    across the steps).  Per step the double-buffered LOADs (through the
+    device-memory port all tiles share) overlap the GEMMs, so a step costs the
+    larger of the two; a block's POSTOPs and STORE come on top; the busiest
+    tile's share of the blocks sets the score.
     """
     out_bias = int(post and bias)
     mt_choices = _candidates(m)
     for min_rows in (min(m, _MIN_ROWS * n), 1):
+        best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
         for kct_units in _candidates(kc // g):
             kct = kct_units * g
             steps = _ceil_div(kc // g, kct_units)
-            best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
             for nct_units in _candidates(nc // g):
                 nct = nct_units * g
                 # Largest mt that fits this (kct, nct) in half the scratchpad and half the accumulators.
@@ -232,19 +247,22 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
                         continue
                     row_blocks, col_blocks = _ceil_div(m, mt), _ceil_div(nc // g, nct_units)
                     blocks = row_blocks * col_blocks
-                    # Blocks are split evenly, so cost the average block, not the largest.
-                    rows, chunks, depth = m / row_blocks, nc / col_blocks, kc / steps
-                    # The tiles share one device-memory port, so each sees 1/tiles of its bandwidth.
-                    load = (rows * depth * n + depth * n * chunks * n) * tiles / BUS_BYTES
-                    gemm = chunks * (max(rows, _STREAM_ROWS * n) * depth + _GEMM_FILL * n)
-                    finish = int(post) * chunks * rows + rows * chunks * n * (1 if post else ACC_LANE_BYTES) / BUS_BYTES
-                    commands = steps * (2 + chunks) + int(bias) + (chunks + 1 if post else 1)
-                    block_cost = steps * max(load, gemm) + finish + commands * _COMMAND_OVERHEAD
-                    score = (load + _ceil_div(blocks, tiles) * block_cost, blocks)
+                    depth = kc / steps
+                    if blocks <= _EXACT_BLOCKS:
+                        # Few blocks: cost the busiest tile exactly, so an uneven split shows.
+                        sizes = [(r, c * g) for _, r in _split(m, row_blocks) for _, c in _split(nc // g, col_blocks)]
+                        costs = [_block_cost(r, c, depth, steps, n, tiles, post, bias)[0] for r, c in sizes]
+                        busiest = max(sum(costs[f:f + c]) for f, c in _split(blocks, min(tiles, blocks)))
+                        load = _block_cost(*sizes[0], depth, steps, n, tiles, post, bias)[1]
+                    else:
+                        # Many blocks are split evenly, so cost the average block, not the largest.
+                        cost, load = _block_cost(m / row_blocks, nc / col_blocks, depth, steps, n, tiles, post, bias)
+                        busiest = _ceil_div(blocks, tiles) * cost
+                    score = (load + busiest, blocks)
                     if best is None or score < best[0]:
                         best = (score, (mt, nct, kct))
-            if best is not None:
-                return best[1]
+        if best is not None:
+            return best[1]
     raise ValueError(
         f"a GEMM block does not fit: even 1 row x {g * n} columns x {g * n} of the reduction needs "
         f"{g + g * n * g + g * int(post)} scratchpad rows and {g + out_bias * g} accumulator rows per "
