@@ -31,11 +31,13 @@ def test_one_string_names_faults_of_several_kinds() -> None:
                                         "stuck-at, alias-bit"),
     ("stuck-bit=x", FAULT_KINDS, "memory or line or stall or bus fault 'stuck-bit=x' is not KEY=VALUE with KEY one of "
                                  "stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, bus-error"),
-    ("line-rate=0.5", FAULT_KINDS, "memory or line or stall or bus fault 'line-rate=0.5' is not KEY=VALUE with KEY one "
-                                   "of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, bus-error"),
+    ("line-rate=0.5", FAULT_KINDS, "memory or line or stall or bus fault 'line-rate=0.5' is not KEY=VALUE with KEY "
+                                   "one of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, "
+                                   "bus-error"),
     ("line-seed=1,line-seed=2", FAULT_KINDS, "memory or line or stall or bus fault 'line-seed' is given twice"),
-    ("stall=dma0+gpu1", FAULT_KINDS, "memory or line or stall or bus fault 'stall=dma0+gpu1' is not KEY=VALUE with KEY one "
-                                     "of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, bus-error"),
+    ("stall=dma0+gpu1", FAULT_KINDS, "memory or line or stall or bus fault 'stall=dma0+gpu1' is not KEY=VALUE with "
+                                     "KEY one of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, "
+                                     "stall, bus-error"),
     ("stuck-bit=64", FAULT_KINDS, "stuck_bit must be a data bit 0 to 63, not 64"),
 ])
 def test_bad_fault_strings_say_what_was_expected(text, kinds, message) -> None:
