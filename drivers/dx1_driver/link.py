@@ -112,8 +112,8 @@ SIM_OP_DOCS: dict[SimOp, str] = {
         "answers no data."
     ),
     SimOp.BUDGET: (
-        "Set the cycle budget of every later request to n cycles plus SIM_CYCLES_PER_BYTE for each byte it moves (n = "
-        "0: back to SIM_REQUEST_CYCLES); answers no data.  A test hook: a small budget makes an ordinary request "
+        "Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to SIM_REQUEST_CYCLES "
+        "plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small budget makes an ordinary request "
         "answer STUCK."
     ),
 }

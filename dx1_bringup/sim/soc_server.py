@@ -12,7 +12,7 @@ one request at a time, its op codes, status codes and layouts all from there.
 
 No request blocks forever: each bus transaction races a timer of its cycle
 budget (``SIM_REQUEST_CYCLES`` plus ``SIM_CYCLES_PER_BYTE`` a byte moved; the
-BUDGET request changes the base).  One that loses is abandoned and answered
+BUDGET request fixes it, for tests).  One that loses is abandoned and answered
 ``STUCK`` with what the server saw: the host-port AXI channels with valid
 but no ready, and each queue's STATUS, HEAD and TAIL (read through the
 register port with a budget of their own, or "unreadable").
@@ -105,7 +105,7 @@ class SocServer:
     def __init__(self, dut):
         self.dut = dut
         self.regs, self.mem = host_masters(dut)
-        self.base_budget = SIM_REQUEST_CYCLES
+        self.fixed_budget = 0  # BUDGET's n; 0: by the request's size
         self.regmap = register_map()
 
     async def _bounded(self, transaction, cycles: int):
@@ -152,7 +152,7 @@ class SocServer:
         return f"{what} did not finish within {cycles} cycles: {waiting}; {queues}".encode()
 
     async def _transaction(self, what: str, transaction, nbytes: int) -> tuple[int, bytes]:
-        cycles = self.base_budget + SIM_CYCLES_PER_BYTE * nbytes
+        cycles = self.fixed_budget or SIM_REQUEST_CYCLES + SIM_CYCLES_PER_BYTE * nbytes
         try:
             resp = await self._bounded(transaction, cycles)
         except Stuck:
@@ -174,7 +174,7 @@ class SocServer:
             return await self._transaction(f"write_block of {len(payload)} bytes at 0x{addr:x}",
                                            self.mem.write(addr, payload), len(payload))
         if op == SimOp.BUDGET:
-            self.base_budget = n or SIM_REQUEST_CYCLES
+            self.fixed_budget = n
             return SimStatus.OK, b""
         if op == SimOp.WAIT_IRQ:
             if not self.dut.irq.value:

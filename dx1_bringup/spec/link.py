@@ -207,9 +207,9 @@ SIM_OP_DOCS = {
     SimOp.CYCLES: "Answers the simulated cycle count as 8 bytes, little-endian.",
     SimOp.STALL: ("Drive the SoC's test-only stall_units input with n (bits from dx1_bringup.spec.stall) until the "
                   "next STALL; answers no data."),
-    SimOp.BUDGET: ("Set the cycle budget of every later request to n cycles plus SIM_CYCLES_PER_BYTE for each byte "
-                   "it moves (n = 0: back to SIM_REQUEST_CYCLES); answers no data.  A test hook: a small budget "
-                   "makes an ordinary request answer STUCK."),
+    SimOp.BUDGET: ("Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to "
+                   "SIM_REQUEST_CYCLES plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small "
+                   "budget makes an ordinary request answer STUCK."),
 }
 
 
