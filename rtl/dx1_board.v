@@ -7966,9 +7966,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire busy;
   wire \busy$655 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$701 ;
+  wire [31:0] \bytes_read$686 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$704 ;
+  wire [31:0] \bytes_written$689 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
@@ -8052,7 +8052,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire irq_error;
   wire \irq_error$662 ;
   wire [8:0] level;
-  wire [8:0] \level$724 ;
+  wire [8:0] \level$709 ;
   wire [31:0] mem__araddr;
   wire [1:0] mem__arburst;
   wire [3:0] mem__arid;
@@ -8126,11 +8126,11 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   (* init = 32'd0 *)
   wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$698 ;
+  wire [31:0] \perf_busy$683 ;
   wire perf_clear0;
   wire perf_clear1;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$707 ;
+  wire [47:0] \perf_macs$692 ;
   output [67:0] \port$1352$0 ;
   wire [67:0] \port$1352$0 ;
   wire progress;
@@ -8142,11 +8142,11 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire quiet;
   wire \quiet$622 ;
   wire [63:0] r_data;
-  wire [63:0] \r_data$726 ;
+  wire [63:0] \r_data$711 ;
   wire r_en;
-  wire \r_en$729 ;
+  wire \r_en$714 ;
   wire r_rdy;
-  wire \r_rdy$727 ;
+  wire \r_rdy$712 ;
   reg [8:0] reads_open0 = 9'h000;
   reg [8:0] reads_open1 = 9'h000;
   wire [15:0] regs__araddr;
@@ -8177,7 +8177,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire reset_cp;
   wire \reset_cp$793 ;
   wire reset_units;
-  wire \reset_units$684 ;
+  wire \reset_units$669 ;
   wire resume;
   wire \resume$641 ;
   reg resume_written0 = 1'h0;
@@ -8475,9 +8475,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [15:0] trace_tag;
   wire [15:0] \trace_tag$785 ;
   reg [63:0] w_data;
-  reg [63:0] \w_data$718 ;
+  reg [63:0] \w_data$703 ;
   reg w_en;
-  reg \w_en$720 ;
+  reg \w_en$705 ;
   wire [31:0] watchdog;
   wire [31:0] \watchdog$610 ;
   reg [8:0] writes_open0 = 9'h000;
@@ -8520,17 +8520,17 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$37  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
   assign \host_reset$614  = soft_reset | \$37 ;
   assign \resume$641  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$39  = soft_reset | \reset_units$684 ;
+  assign \$39  = soft_reset | \reset_units$669 ;
   assign \$40  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
   assign perf_clear1 = \$39  | \$40 ;
-  assign \$41  = \perf_busy$698  - perf1_busy_compute_base;
-  assign \$42  = \bytes_read$701  - perf1_bytes_read_base;
-  assign \$43  = \bytes_written$704  - perf1_bytes_written_base;
-  assign \$44  = \perf_macs$707  - perf1_macs_base;
+  assign \$41  = \perf_busy$683  - perf1_busy_compute_base;
+  assign \$42  = \bytes_read$686  - perf1_bytes_read_base;
+  assign \$43  = \bytes_written$689  - perf1_bytes_written_base;
+  assign \$44  = \perf_macs$692  - perf1_macs_base;
   assign \$45  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign trace1_clear = soft_reset | \$45 ;
-  assign TRACE1_DATA_LO__value = \r_data$726 [31:0] & { \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727  };
-  assign TRACE1_DATA_HI__value = \r_data$726 [63:32] & { \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727 , \r_rdy$727  };
+  assign TRACE1_DATA_LO__value = \r_data$711 [31:0] & { \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712  };
+  assign TRACE1_DATA_HI__value = \r_data$711 [63:32] & { \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712  };
   assign \$49  = ! cmd__tdata[67:64];
   assign \$50  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
   assign \$51  = cmd__tdata[67:64] == 1'h1;
@@ -8802,15 +8802,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .cmd__tvalid(\cmd__tvalid$435 ),
     .done__tdata(\tile_done__tdata$440 ),
     .done__tvalid(\done__tvalid$443 ),
-    .perf_busy(\perf_busy$698 ),
-    .perf_macs(\perf_macs$707 ),
+    .perf_busy(\perf_busy$683 ),
+    .perf_macs(\perf_macs$692 ),
     .\port$10150$0 (\$237 ),
     .\port$10152$0 (\$238 ),
     .progress(\progress$613 ),
     .r_en(\done__tready$444 ),
     .\r_en$122 (\spm_rresp__tready$484 ),
     .\r_en$135 (\acc_rresp__tready$490 ),
-    .reset_units(\reset_units$684 ),
+    .reset_units(\reset_units$669 ),
     .rst(rst),
     .spm_rreq__tdata(\spm_rreq__tdata$464 ),
     .spm_rreq__tready(\spm_rreq__tready$466 ),
@@ -9065,8 +9065,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__wready(\axi__wready$604 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bytes_read(\bytes_read$701 ),
-    .bytes_written(\bytes_written$704 ),
+    .bytes_read(\bytes_read$686 ),
+    .bytes_written(\bytes_written$689 ),
     .clk(clk),
     .cmd__tdata(\cmd__tdata$433 ),
     .cmd__tready(\dma_cmd__tready$448 ),
@@ -9075,7 +9075,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tready(\done__tready$454 ),
     .done__tvalid(\dma_done__tvalid$456 ),
     .quiet(\dma_quiet$621 ),
-    .reset_units(\reset_units$684 ),
+    .reset_units(\reset_units$669 ),
     .rst(rst),
     .spm_rreq__tdata(\spm_rreq__tdata$464 ),
     .spm_rreq__tready(\spm_rreq__tready$466 ),
@@ -9330,7 +9330,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$729 ),
+    .TRACE1_DATA_HI__read(\r_en$714 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(bus__araddr),
@@ -9360,7 +9360,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\port$3071$0 (busy),
     .\port$3507$0 (level),
     .\port$5269$0 (\busy$655 ),
-    .\port$5705$0 (\level$724 ),
+    .\port$5705$0 (\level$709 ),
     .\port$8750$0 (irq_error),
     .\port$8774$0 (irq_completion),
     .\port$8779$0 (halted),
@@ -9393,7 +9393,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .dma_quiet(\dma_quiet$621 ),
     .host_reset(\host_reset$614 ),
     .reset_cp(\reset_cp$793 ),
-    .reset_units(\reset_units$684 ),
+    .reset_units(\reset_units$669 ),
     .rst(rst)
   );
   \dx1_board.soc.trace0  trace0 (
@@ -9409,14 +9409,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   );
   \dx1_board.soc.trace1  trace1 (
     .clk(clk),
-    .r_data(\r_data$726 ),
-    .r_en(\r_en$729 ),
-    .r_rdy(\r_rdy$727 ),
+    .r_data(\r_data$711 ),
+    .r_en(\r_en$714 ),
+    .r_rdy(\r_rdy$712 ),
     .rst(rst),
     .trace1_clear(trace1_clear),
-    .w_en(\w_en$720 ),
-    .w_level(\level$724 ),
-    .w_port__data(\w_data$718 )
+    .w_en(\w_en$705 ),
+    .w_level(\level$709 ),
+    .w_port__data(\w_data$703 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
@@ -9712,6 +9712,48 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    w_data = 64'h0000000000000000;
+    if (trace0_held_valid) begin
+      w_data = trace0_held;
+    end else if (trace0_start_valid) begin
+      w_data = trace0_start;
+    end else if (trace0_end_valid) begin
+      w_data = trace0_end;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    w_en = 1'h0;
+    if (trace0_held_valid) begin
+      w_en = 1'h1;
+    end else if (trace0_start_valid) begin
+      w_en = 1'h1;
+    end else if (trace0_end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    TRACE0_CONTROL__set = 1'h0;
+    if (trace0_clear_written) begin
+      TRACE0_CONTROL__set = 1'h1;
+    end
+    if (soft_reset) begin
+      TRACE0_CONTROL__set = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    TRACE0_CONTROL__set_value = 32'd0;
+    if (trace0_clear_written) begin
+      TRACE0_CONTROL__set_value = \$23 [31:0];
+    end
+    if (soft_reset) begin
+      TRACE0_CONTROL__set_value = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     QUEUE0_RING_BASE__set = 1'h0;
     if (soft_reset) begin
       QUEUE0_RING_BASE__set = 1'h1;
@@ -9817,42 +9859,6 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    w_data = 64'h0000000000000000;
-    if (trace0_held_valid) begin
-      w_data = trace0_held;
-    end else if (trace0_start_valid) begin
-      w_data = trace0_start;
-    end else if (trace0_end_valid) begin
-      w_data = trace0_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    w_en = 1'h0;
-    if (trace0_held_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_start_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_end_valid) begin
-      w_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    TRACE0_CONTROL__set = 1'h0;
-    if (trace0_clear_written) begin
-      TRACE0_CONTROL__set = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    TRACE0_CONTROL__set_value = 32'd0;
-    if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$23 [31:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     QUEUE1_CONTROL__set = 1'h0;
     if (resume_written1) begin
       QUEUE1_CONTROL__set = 1'h1;
@@ -9869,6 +9875,48 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \w_data$703  = 64'h0000000000000000;
+    if (trace1_held_valid) begin
+      \w_data$703  = trace1_held;
+    end else if (trace1_start_valid) begin
+      \w_data$703  = trace1_start;
+    end else if (trace1_end_valid) begin
+      \w_data$703  = trace1_end;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \w_en$705  = 1'h0;
+    if (trace1_held_valid) begin
+      \w_en$705  = 1'h1;
+    end else if (trace1_start_valid) begin
+      \w_en$705  = 1'h1;
+    end else if (trace1_end_valid) begin
+      \w_en$705  = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    TRACE1_CONTROL__set = 1'h0;
+    if (trace1_clear_written) begin
+      TRACE1_CONTROL__set = 1'h1;
+    end
+    if (soft_reset) begin
+      TRACE1_CONTROL__set = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    TRACE1_CONTROL__set_value = 32'd0;
+    if (trace1_clear_written) begin
+      TRACE1_CONTROL__set_value = \$46 [31:0];
+    end
+    if (soft_reset) begin
+      TRACE1_CONTROL__set_value = 32'd0;
     end
   end
   always @* begin
@@ -9974,42 +10022,6 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     QUEUE1_WATCHDOG__set_value = 32'd0;
     if (soft_reset) begin
       QUEUE1_WATCHDOG__set_value = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_data$718  = 64'h0000000000000000;
-    if (trace1_held_valid) begin
-      \w_data$718  = trace1_held;
-    end else if (trace1_start_valid) begin
-      \w_data$718  = trace1_start;
-    end else if (trace1_end_valid) begin
-      \w_data$718  = trace1_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_en$720  = 1'h0;
-    if (trace1_held_valid) begin
-      \w_en$720  = 1'h1;
-    end else if (trace1_start_valid) begin
-      \w_en$720  = 1'h1;
-    end else if (trace1_end_valid) begin
-      \w_en$720  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    TRACE1_CONTROL__set = 1'h0;
-    if (trace1_clear_written) begin
-      TRACE1_CONTROL__set = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    TRACE1_CONTROL__set_value = 32'd0;
-    if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$46 [31:0];
     end
   end
   always @* begin
@@ -10545,9 +10557,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$222  = perf1_busy_compute_base;
     if (perf_clear1) begin
-      \$222  = \perf_busy$698 ;
+      \$222  = \perf_busy$683 ;
     end
-    if (\reset_units$684 ) begin
+    if (\reset_units$669 ) begin
       \$222  = 32'd0;
     end
     if (rst) begin
@@ -10558,9 +10570,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$223  = perf1_bytes_read_base;
     if (perf_clear1) begin
-      \$223  = \bytes_read$701 ;
+      \$223  = \bytes_read$686 ;
     end
-    if (\reset_units$684 ) begin
+    if (\reset_units$669 ) begin
       \$223  = 32'd0;
     end
     if (rst) begin
@@ -10571,9 +10583,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$224  = perf1_bytes_written_base;
     if (perf_clear1) begin
-      \$224  = \bytes_written$704 ;
+      \$224  = \bytes_written$689 ;
     end
-    if (\reset_units$684 ) begin
+    if (\reset_units$669 ) begin
       \$224  = 32'd0;
     end
     if (rst) begin
@@ -10584,9 +10596,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$225  = perf1_macs_base;
     if (perf_clear1) begin
-      \$225  = \perf_macs$707 ;
+      \$225  = \perf_macs$692 ;
     end
-    if (\reset_units$684 ) begin
+    if (\reset_units$669 ) begin
       \$225  = 48'h000000000000;
     end
     if (rst) begin
@@ -11028,8 +11040,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign PERF1_MACS_LO__value = \$44 [31:0];
   assign perf1_macs_hi = PERF1_MACS_HI__value;
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$724  };
-  assign TRACE1_DATA_HI__read = \r_en$729 ;
+  assign TRACE1_COUNT__value = { 23'h000000, \level$709  };
+  assign TRACE1_DATA_HI__read = \r_en$714 ;
   assign granted = 1'h0;
   assign sem_index = cmd__tdata[67:64];
   assign \sem_index$759  = \cmd__tdata$433 [67:64];
@@ -47681,9 +47693,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
 , QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3071$0 , \port$3507$0 , \port$5269$0 , \port$5705$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set
-, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear
-, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value
-, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value
+, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set
+, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear
+, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value
 , GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
 , QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8750$0 , \port$8774$0 , \port$8779$0 , \port$8781$0 

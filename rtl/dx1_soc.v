@@ -605,9 +605,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire busy;
   wire \busy$661 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$707 ;
+  wire [31:0] \bytes_read$692 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$710 ;
+  wire [31:0] \bytes_written$695 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
@@ -693,7 +693,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire irq_error;
   wire \irq_error$668 ;
   wire [8:0] level;
-  wire [8:0] \level$730 ;
+  wire [8:0] \level$715 ;
   input [31:0] mem__araddr;
   wire [31:0] mem__araddr;
   input [1:0] mem__arburst;
@@ -787,11 +787,11 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   (* init = 32'd0 *)
   wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$704 ;
+  wire [31:0] \perf_busy$689 ;
   wire perf_clear0;
   wire perf_clear1;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$713 ;
+  wire [47:0] \perf_macs$698 ;
   wire progress;
   wire \progress$300 ;
   wire \progress$618 ;
@@ -801,11 +801,11 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire quiet;
   wire \quiet$628 ;
   wire [63:0] r_data;
-  wire [63:0] \r_data$732 ;
+  wire [63:0] \r_data$717 ;
   wire r_en;
-  wire \r_en$735 ;
+  wire \r_en$720 ;
   wire r_rdy;
-  wire \r_rdy$733 ;
+  wire \r_rdy$718 ;
   reg [8:0] reads_open0 = 9'h000;
   reg [8:0] reads_open1 = 9'h000;
   input [15:0] regs__araddr;
@@ -845,7 +845,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire reset_cp;
   wire \reset_cp$796 ;
   wire reset_units;
-  wire \reset_units$690 ;
+  wire \reset_units$675 ;
   wire resume;
   wire \resume$647 ;
   reg resume_written0 = 1'h0;
@@ -1133,9 +1133,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [15:0] trace_tag;
   wire [15:0] \trace_tag$788 ;
   reg [63:0] w_data;
-  reg [63:0] \w_data$724 ;
+  reg [63:0] \w_data$709 ;
   reg w_en;
-  reg \w_en$726 ;
+  reg \w_en$711 ;
   wire [31:0] watchdog;
   wire [31:0] \watchdog$616 ;
   reg [8:0] writes_open0 = 9'h000;
@@ -1194,17 +1194,17 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$41  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
   assign \host_reset$620  = soft_reset | \$41 ;
   assign \resume$647  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$43  = soft_reset | \reset_units$690 ;
+  assign \$43  = soft_reset | \reset_units$675 ;
   assign \$44  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
   assign perf_clear1 = \$43  | \$44 ;
-  assign \$45  = \perf_busy$704  - perf1_busy_compute_base;
-  assign \$46  = \bytes_read$707  - perf1_bytes_read_base;
-  assign \$47  = \bytes_written$710  - perf1_bytes_written_base;
-  assign \$48  = \perf_macs$713  - perf1_macs_base;
+  assign \$45  = \perf_busy$689  - perf1_busy_compute_base;
+  assign \$46  = \bytes_read$692  - perf1_bytes_read_base;
+  assign \$47  = \bytes_written$695  - perf1_bytes_written_base;
+  assign \$48  = \perf_macs$698  - perf1_macs_base;
   assign \$49  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign trace1_clear = soft_reset | \$49 ;
-  assign TRACE1_DATA_LO__value = \r_data$732 [31:0] & { \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733  };
-  assign TRACE1_DATA_HI__value = \r_data$732 [63:32] & { \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733 , \r_rdy$733  };
+  assign TRACE1_DATA_LO__value = \r_data$717 [31:0] & { \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718  };
+  assign TRACE1_DATA_HI__value = \r_data$717 [63:32] & { \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718  };
   assign \$53  = ! cmd__tdata[67:64];
   assign \$54  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
   assign \$55  = cmd__tdata[67:64] == 1'h1;
@@ -1476,15 +1476,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .cmd__tvalid(\cmd__tvalid$442 ),
     .done__tdata(\tile_done__tdata$446 ),
     .done__tvalid(\done__tvalid$449 ),
-    .perf_busy(\perf_busy$704 ),
-    .perf_macs(\perf_macs$713 ),
+    .perf_busy(\perf_busy$689 ),
+    .perf_macs(\perf_macs$698 ),
     .\port$8790$0 (\$241 ),
     .\port$8792$0 (\$242 ),
     .progress(\progress$619 ),
     .r_en(\done__tready$450 ),
     .\r_en$122 (\spm_rresp__tready$490 ),
     .\r_en$135 (\acc_rresp__tready$496 ),
-    .reset_units(\reset_units$690 ),
+    .reset_units(\reset_units$675 ),
     .rst(rst),
     .spm_rreq__tdata(\spm_rreq__tdata$470 ),
     .spm_rreq__tready(\spm_rreq__tready$472 ),
@@ -1740,8 +1740,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__wready(\axi__wready$610 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bytes_read(\bytes_read$707 ),
-    .bytes_written(\bytes_written$710 ),
+    .bytes_read(\bytes_read$692 ),
+    .bytes_written(\bytes_written$695 ),
     .clk(clk),
     .cmd__tdata(\cmd__tdata$440 ),
     .cmd__tready(\dma_cmd__tready$454 ),
@@ -1751,7 +1751,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(\dma_done__tvalid$462 ),
     .hold(\hold$439 ),
     .quiet(\dma_quiet$627 ),
-    .reset_units(\reset_units$690 ),
+    .reset_units(\reset_units$675 ),
     .rst(rst),
     .spm_rreq__tdata(\spm_rreq__tdata$470 ),
     .spm_rreq__tready(\spm_rreq__tready$472 ),
@@ -2012,7 +2012,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$735 ),
+    .TRACE1_DATA_HI__read(\r_en$720 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(regs__araddr),
@@ -2036,7 +2036,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\port$3079$0 (busy),
     .\port$3515$0 (level),
     .\port$5277$0 (\busy$661 ),
-    .\port$5713$0 (\level$730 ),
+    .\port$5713$0 (\level$715 ),
     .\port$7390$0 (irq_error),
     .\port$7414$0 (irq_completion),
     .\port$7419$0 (halted),
@@ -2076,7 +2076,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .dma_quiet(\dma_quiet$627 ),
     .host_reset(\host_reset$620 ),
     .reset_cp(\reset_cp$796 ),
-    .reset_units(\reset_units$690 ),
+    .reset_units(\reset_units$675 ),
     .rst(rst)
   );
   \dx1_soc.trace0  trace0 (
@@ -2092,14 +2092,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   );
   \dx1_soc.trace1  trace1 (
     .clk(clk),
-    .r_data(\r_data$732 ),
-    .r_en(\r_en$735 ),
-    .r_rdy(\r_rdy$733 ),
+    .r_data(\r_data$717 ),
+    .r_en(\r_en$720 ),
+    .r_rdy(\r_rdy$718 ),
     .rst(rst),
     .trace1_clear(trace1_clear),
-    .w_en(\w_en$726 ),
-    .w_level(\level$730 ),
-    .w_port__data(\w_data$724 )
+    .w_en(\w_en$711 ),
+    .w_level(\level$715 ),
+    .w_port__data(\w_data$709 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
@@ -2395,6 +2395,48 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    w_data = 64'h0000000000000000;
+    if (trace0_held_valid) begin
+      w_data = trace0_held;
+    end else if (trace0_start_valid) begin
+      w_data = trace0_start;
+    end else if (trace0_end_valid) begin
+      w_data = trace0_end;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    w_en = 1'h0;
+    if (trace0_held_valid) begin
+      w_en = 1'h1;
+    end else if (trace0_start_valid) begin
+      w_en = 1'h1;
+    end else if (trace0_end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    TRACE0_CONTROL__set = 1'h0;
+    if (trace0_clear_written) begin
+      TRACE0_CONTROL__set = 1'h1;
+    end
+    if (soft_reset) begin
+      TRACE0_CONTROL__set = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    TRACE0_CONTROL__set_value = 32'd0;
+    if (trace0_clear_written) begin
+      TRACE0_CONTROL__set_value = \$25 [31:0];
+    end
+    if (soft_reset) begin
+      TRACE0_CONTROL__set_value = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     QUEUE0_RING_BASE__set = 1'h0;
     if (soft_reset) begin
       QUEUE0_RING_BASE__set = 1'h1;
@@ -2500,42 +2542,6 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_data = 64'h0000000000000000;
-    if (trace0_held_valid) begin
-      w_data = trace0_held;
-    end else if (trace0_start_valid) begin
-      w_data = trace0_start;
-    end else if (trace0_end_valid) begin
-      w_data = trace0_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_en = 1'h0;
-    if (trace0_held_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_start_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_end_valid) begin
-      w_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    TRACE0_CONTROL__set = 1'h0;
-    if (trace0_clear_written) begin
-      TRACE0_CONTROL__set = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    TRACE0_CONTROL__set_value = 32'd0;
-    if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$25 [31:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     QUEUE1_CONTROL__set = 1'h0;
     if (resume_written1) begin
       QUEUE1_CONTROL__set = 1'h1;
@@ -2552,6 +2558,48 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \w_data$709  = 64'h0000000000000000;
+    if (trace1_held_valid) begin
+      \w_data$709  = trace1_held;
+    end else if (trace1_start_valid) begin
+      \w_data$709  = trace1_start;
+    end else if (trace1_end_valid) begin
+      \w_data$709  = trace1_end;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \w_en$711  = 1'h0;
+    if (trace1_held_valid) begin
+      \w_en$711  = 1'h1;
+    end else if (trace1_start_valid) begin
+      \w_en$711  = 1'h1;
+    end else if (trace1_end_valid) begin
+      \w_en$711  = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    TRACE1_CONTROL__set = 1'h0;
+    if (trace1_clear_written) begin
+      TRACE1_CONTROL__set = 1'h1;
+    end
+    if (soft_reset) begin
+      TRACE1_CONTROL__set = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    TRACE1_CONTROL__set_value = 32'd0;
+    if (trace1_clear_written) begin
+      TRACE1_CONTROL__set_value = \$50 [31:0];
+    end
+    if (soft_reset) begin
+      TRACE1_CONTROL__set_value = 32'd0;
     end
   end
   always @* begin
@@ -2657,42 +2705,6 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     QUEUE1_WATCHDOG__set_value = 32'd0;
     if (soft_reset) begin
       QUEUE1_WATCHDOG__set_value = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$724  = 64'h0000000000000000;
-    if (trace1_held_valid) begin
-      \w_data$724  = trace1_held;
-    end else if (trace1_start_valid) begin
-      \w_data$724  = trace1_start;
-    end else if (trace1_end_valid) begin
-      \w_data$724  = trace1_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$726  = 1'h0;
-    if (trace1_held_valid) begin
-      \w_en$726  = 1'h1;
-    end else if (trace1_start_valid) begin
-      \w_en$726  = 1'h1;
-    end else if (trace1_end_valid) begin
-      \w_en$726  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    TRACE1_CONTROL__set = 1'h0;
-    if (trace1_clear_written) begin
-      TRACE1_CONTROL__set = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    TRACE1_CONTROL__set_value = 32'd0;
-    if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$50 [31:0];
     end
   end
   always @* begin
@@ -3228,9 +3240,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$226  = perf1_busy_compute_base;
     if (perf_clear1) begin
-      \$226  = \perf_busy$704 ;
+      \$226  = \perf_busy$689 ;
     end
-    if (\reset_units$690 ) begin
+    if (\reset_units$675 ) begin
       \$226  = 32'd0;
     end
     if (rst) begin
@@ -3241,9 +3253,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$227  = perf1_bytes_read_base;
     if (perf_clear1) begin
-      \$227  = \bytes_read$707 ;
+      \$227  = \bytes_read$692 ;
     end
-    if (\reset_units$690 ) begin
+    if (\reset_units$675 ) begin
       \$227  = 32'd0;
     end
     if (rst) begin
@@ -3254,9 +3266,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$228  = perf1_bytes_written_base;
     if (perf_clear1) begin
-      \$228  = \bytes_written$710 ;
+      \$228  = \bytes_written$695 ;
     end
-    if (\reset_units$690 ) begin
+    if (\reset_units$675 ) begin
       \$228  = 32'd0;
     end
     if (rst) begin
@@ -3267,9 +3279,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$229  = perf1_macs_base;
     if (perf_clear1) begin
-      \$229  = \perf_macs$713 ;
+      \$229  = \perf_macs$698 ;
     end
-    if (\reset_units$690 ) begin
+    if (\reset_units$675 ) begin
       \$229  = 48'h000000000000;
     end
     if (rst) begin
@@ -3700,8 +3712,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign PERF1_MACS_LO__value = \$48 [31:0];
   assign perf1_macs_hi = PERF1_MACS_HI__value;
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$730  };
-  assign TRACE1_DATA_HI__read = \r_en$735 ;
+  assign TRACE1_COUNT__value = { 23'h000000, \level$715  };
+  assign TRACE1_DATA_HI__read = \r_en$720 ;
   assign granted = 1'h0;
   assign sem_index = cmd__tdata[67:64];
   assign \sem_index$765  = \cmd__tdata$440 [67:64];
@@ -40351,8 +40363,8 @@ endmodule
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
 , TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
 , TRACE1_DATA_HI__read, \port$3079$0 , \port$3515$0 , \port$5277$0 , \port$5713$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set
-, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value
-, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value
+, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value
+, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value
 , GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value
 , PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value
 , GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value

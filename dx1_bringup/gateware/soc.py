@@ -159,14 +159,6 @@ class Dx1Soc(wiring.Component):
             with m.If(resume_written):
                 m.d.comb += [control.set.eq(1),
                              control.set_value.eq(control.value & ~control_spec.field("resume").mask)]
-            # GLOBAL.RESET resets every queue: its registers too, to the spec's reset values (as the model does).
-            with m.If(soft_reset):
-                for placed in rf.regmap.block(q).registers:
-                    if placed.register.access == Access.RW:
-                        port = reg(q, placed.name)
-                        m.d.comb += [port.set.eq(1), port.set_value.eq(placed.register.reset)]
-                    elif placed.register.access == Access.W1C:
-                        m.d.comb += reg(q, placed.name).clear.eq(1)
             irq_lines.append((reg(q, "IRQ_STATUS").value & reg(q, "IRQ_MASK").value) != 0)
             sem_requests.append(cp)
 
@@ -262,6 +254,17 @@ class Dx1Soc(wiring.Component):
             m.d.sync += clear_written.eq(tclear)
             with m.If(clear_written):
                 m.d.comb += [tctl.set.eq(1), tctl.set_value.eq(tctl.value & ~tctl_spec.field("clear").mask)]
+
+            # GLOBAL.RESET returns the tile's QUEUE, PERF and TRACE registers to the spec's reset values, as
+            # the model does (last, so it wins over the self-clearing bits above).
+            with m.If(soft_reset):
+                for block in (q, perf, trace):
+                    for placed in rf.regmap.block(block).registers:
+                        if placed.register.access == Access.RW:
+                            port = reg(block, placed.name)
+                            m.d.comb += [port.set.eq(1), port.set_value.eq(placed.register.reset)]
+                        elif placed.register.access == Access.W1C:
+                            m.d.comb += reg(block, placed.name).clear.eq(1)
 
         # ---- semaphores: one SIGNAL/WAIT a cycle, lowest tile first ---------------------------
         granted = Signal()
