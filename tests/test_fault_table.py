@@ -267,7 +267,7 @@ def test_serial_link_drops_mid_burst():
     transport.close()
     record("serial link drops mid-burst (socket cut after 100 bytes)", "serial",
            "the burst is not written", seconds,
-           "`TransportError` after its retries; a new `SerialTransport` to the same bridge works")
+           "`TransportError` (the link closed); a new `SerialTransport` to the same bridge works")
 
 
 def _simulator_pid(process) -> int:
