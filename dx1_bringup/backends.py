@@ -7,7 +7,8 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
 * ``model``: :class:`ModelTransport`, the device model in this process;
 * ``model:FAULTS``: the same with broken device memory (:meth:`MemoryFaults.parse`), for example
   ``model:stuck-bit=5`` or ``model:alias-bit=12``, or stalled units (:meth:`UnitStalls.parse`),
-  ``model:stall=dma0+core1``;
+  ``model:stall=dma0+core1``, or a window answering bus errors (:meth:`BusErrors.parse`),
+  ``model:bus-error=0x1000+0x40``;
 * ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
   :class:`~dx1_driver.transport.SimTransport` that stops it on close.
 
@@ -28,7 +29,7 @@ from dx1_driver.pcie import BarMapping, PcieTransport
 from dx1_driver.serial_transport import SerialTransport
 from dx1_driver.transport import SimTransport, Transport
 
-from .faults import LineFaults, MemoryFaults, UnitStalls, parse_faults
+from .faults import BusErrors, LineFaults, MemoryFaults, UnitStalls, parse_faults
 from .model.bridge import ModelBridge
 from .model.device import BusError, DeviceModel
 from .sim.launch import start_simulator
@@ -49,13 +50,15 @@ class ModelTransport(Transport):
         Breaks the model's device memory (for bring-up scripts to find); ``None`` for a working device.
     stalls:
         Units stalled from the start (:class:`UnitStalls`); ``None`` for none.
+    bus_errors:
+        A window of device memory answering error responses (:class:`BusErrors`); ``None`` for none.
     """
 
     has_irq_line = True
 
     def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None,
-                 stalls: UnitStalls | None = None):
-        self.model = DeviceModel(config, faults=faults, stalls=stalls)
+                 stalls: UnitStalls | None = None, bus_errors: BusErrors | None = None):
+        self.model = DeviceModel(config, faults=faults, stalls=stalls, bus_errors=bus_errors)
         super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -155,13 +158,15 @@ def open_model(device: str) -> ModelTransport:
     Raises
     ------
     ValueError
-        ``FAULTS`` is not a description of memory faults and unit stalls (the message names the device string).
+        ``FAULTS`` is not a description of memory faults, unit stalls and a bus-error window (the message names
+        the device string).
     """
     if device == "model":
         return ModelTransport()
     try:
-        kinds = parse_faults(device[len("model:"):], (MemoryFaults, UnitStalls))
-        return ModelTransport(faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls))
+        kinds = parse_faults(device[len("model:"):], (MemoryFaults, UnitStalls, BusErrors))
+        return ModelTransport(faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls),
+                              bus_errors=kinds.get(BusErrors))
     except ValueError as e:
         raise ValueError(f"device {device!r}: {e}") from None
 

@@ -4,18 +4,18 @@
 (* generator = "Amaranth" *)
 module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, GLOBAL_SCRATCH__set, GLOBAL_SCRATCH__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SEM0__set, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set
 , GLOBAL_SEM4__set_value, GLOBAL_SEM5__set, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set, GLOBAL_SEM14__set_value
-, GLOBAL_SEM15__set, GLOBAL_SEM15__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_HEAD__value, QUEUE0_TAIL__value, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_STATUS__value, QUEUE0_ERROR__value, QUEUE0_IRQ_STATUS__set, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value
-, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value
-, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value
-, PERF1_BYTES_WRITTEN__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid
-, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write
-, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write
-, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write
-, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value
-, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read
-, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read
-, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write
-, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
+, GLOBAL_SEM15__set, GLOBAL_SEM15__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_HEAD__value, QUEUE0_TAIL__value, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_STATUS__value, QUEUE0_ERROR__value, QUEUE0_IRQ_STATUS__set, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set
+, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value
+, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value
+, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata
+, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata
+, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata
+, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata
+, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write
+, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write
+, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read
+, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read
+, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -276,21 +276,21 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$33 ;
   wire [31:0] \$330 ;
   wire [31:0] \$331 ;
-  reg \$332 ;
-  reg [15:0] \$333 ;
+  wire [31:0] \$332 ;
+  wire [31:0] \$333 ;
   reg \$334 ;
-  reg [31:0] \$335 ;
-  reg [3:0] \$336 ;
-  reg \$337 ;
-  reg [1:0] \$338 ;
+  reg [15:0] \$335 ;
+  reg \$336 ;
+  reg [31:0] \$337 ;
+  reg [3:0] \$338 ;
   reg \$339 ;
   wire [31:0] \$34 ;
-  reg [15:0] \$340 ;
+  reg [1:0] \$340 ;
   reg \$341 ;
-  reg [31:0] \$342 ;
-  reg [1:0] \$343 ;
+  reg [15:0] \$342 ;
+  reg \$343 ;
   reg [31:0] \$344 ;
-  reg [31:0] \$345 ;
+  reg [1:0] \$345 ;
   reg [31:0] \$346 ;
   reg [31:0] \$347 ;
   reg [31:0] \$348 ;
@@ -330,6 +330,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   reg [31:0] \$379 ;
   wire [31:0] \$38 ;
   reg [31:0] \$380 ;
+  reg [31:0] \$381 ;
+  reg [31:0] \$382 ;
   wire [31:0] \$39 ;
   wire \$4 ;
   wire [31:0] \$40 ;
@@ -913,6 +915,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire QUEUE0_IRQ_MASK_rsel;
   wire QUEUE0_IRQ_MASK_write;
   wire QUEUE0_IRQ_MASK_wsel;
+  input QUEUE0_IRQ_STATUS__clear;
+  wire QUEUE0_IRQ_STATUS__clear;
   input [31:0] QUEUE0_IRQ_STATUS__set;
   wire [31:0] QUEUE0_IRQ_STATUS__set;
   output [31:0] QUEUE0_IRQ_STATUS__value;
@@ -1087,6 +1091,8 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire QUEUE1_IRQ_MASK_rsel;
   wire QUEUE1_IRQ_MASK_write;
   wire QUEUE1_IRQ_MASK_wsel;
+  input QUEUE1_IRQ_STATUS__clear;
+  wire QUEUE1_IRQ_STATUS__clear;
   input [31:0] QUEUE1_IRQ_STATUS__set;
   wire [31:0] QUEUE1_IRQ_STATUS__set;
   output [31:0] QUEUE1_IRQ_STATUS__value;
@@ -1285,51 +1291,55 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire wr_ok;
   wire writing;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$358 ;
+    GLOBAL_SEM11__value <= \$358 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$359 ;
+    GLOBAL_SEM12__value <= \$359 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$360 ;
+    GLOBAL_SEM13__value <= \$360 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$361 ;
+    GLOBAL_SEM14__value <= \$361 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$362 ;
+    GLOBAL_SEM15__value <= \$362 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$363 ;
+    QUEUE0_RING_BASE__value <= \$363 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$364 ;
+    QUEUE0_RING_LOG2__value <= \$364 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$365 ;
+    QUEUE0_CQ_BASE__value <= \$365 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$366 ;
+    QUEUE0_CONTROL__value <= \$366 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$367 ;
+    QUEUE0_IRQ_STATUS__value <= \$367 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$368 ;
+    QUEUE0_IRQ_MASK__value <= \$368 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$369 ;
+    QUEUE0_DMA_BASE__value <= \$369 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$370 ;
+    QUEUE0_DMA_LIMIT__value <= \$370 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$371 ;
+    QUEUE0_WATCHDOG__value <= \$371 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$372 ;
+    QUEUE1_RING_BASE__value <= \$372 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$373 ;
+    QUEUE1_RING_LOG2__value <= \$373 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$374 ;
+    QUEUE1_CQ_BASE__value <= \$374 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$375 ;
+    QUEUE1_CONTROL__value <= \$375 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$376 ;
+    QUEUE1_IRQ_STATUS__value <= \$376 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$377 ;
+    QUEUE1_IRQ_MASK__value <= \$377 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$378 ;
+    QUEUE1_DMA_BASE__value <= \$378 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$379 ;
+    QUEUE1_DMA_LIMIT__value <= \$379 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$380 ;
+    QUEUE1_WATCHDOG__value <= \$380 ;
+  always @(posedge clk)
+    TRACE0_CONTROL__value <= \$381 ;
+  always @(posedge clk)
+    TRACE1_CONTROL__value <= \$382 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -1782,69 +1792,67 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
   assign \$297  = \$296  | QUEUE0_IRQ_STATUS__set;
-  assign \$315  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$316  = ~ \$315 ;
-  assign \$317  = QUEUE1_IRQ_STATUS__value & \$316 ;
-  assign \$318  = \$317  | QUEUE1_IRQ_STATUS__set;
+  assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
+  assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$317  = ~ \$316 ;
+  assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
+  assign \$319  = \$318  | QUEUE1_IRQ_STATUS__set;
+  assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
-    aw_full <= \$332 ;
+    aw_full <= \$334 ;
   always @(posedge clk)
-    aw_addr <= \$333 ;
+    aw_addr <= \$335 ;
   always @(posedge clk)
-    w_full <= \$334 ;
+    w_full <= \$336 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$335 ;
+    GLOBAL_SCRATCH__wdata <= \$337 ;
   always @(posedge clk)
-    w_strb <= \$336 ;
+    w_strb <= \$338 ;
   always @(posedge clk)
-    bus__bvalid <= \$337 ;
+    bus__bvalid <= \$339 ;
   always @(posedge clk)
-    bus__bresp <= \$338 ;
+    bus__bresp <= \$340 ;
   always @(posedge clk)
-    ar_full <= \$339 ;
+    ar_full <= \$341 ;
   always @(posedge clk)
-    ar_addr <= \$340 ;
+    ar_addr <= \$342 ;
   always @(posedge clk)
-    bus__rvalid <= \$341 ;
+    bus__rvalid <= \$343 ;
   always @(posedge clk)
-    bus__rdata <= \$342 ;
+    bus__rdata <= \$344 ;
   always @(posedge clk)
-    bus__rresp <= \$343 ;
+    bus__rresp <= \$345 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$344 ;
+    GLOBAL_SCRATCH__value <= \$346 ;
   always @(posedge clk)
-    GLOBAL_SEM0__value <= \$345 ;
+    GLOBAL_SEM0__value <= \$347 ;
   always @(posedge clk)
-    GLOBAL_SEM1__value <= \$346 ;
+    GLOBAL_SEM1__value <= \$348 ;
   always @(posedge clk)
-    GLOBAL_SEM2__value <= \$347 ;
+    GLOBAL_SEM2__value <= \$349 ;
   always @(posedge clk)
-    GLOBAL_SEM3__value <= \$348 ;
+    GLOBAL_SEM3__value <= \$350 ;
   always @(posedge clk)
-    GLOBAL_SEM4__value <= \$349 ;
+    GLOBAL_SEM4__value <= \$351 ;
   always @(posedge clk)
-    GLOBAL_SEM5__value <= \$350 ;
+    GLOBAL_SEM5__value <= \$352 ;
   always @(posedge clk)
-    GLOBAL_SEM6__value <= \$351 ;
+    GLOBAL_SEM6__value <= \$353 ;
   always @(posedge clk)
-    GLOBAL_SEM7__value <= \$352 ;
+    GLOBAL_SEM7__value <= \$354 ;
   always @(posedge clk)
-    GLOBAL_SEM8__value <= \$353 ;
+    GLOBAL_SEM8__value <= \$355 ;
   always @(posedge clk)
-    GLOBAL_SEM9__value <= \$354 ;
+    GLOBAL_SEM9__value <= \$356 ;
   always @(posedge clk)
-    GLOBAL_SEM10__value <= \$355 ;
-  always @(posedge clk)
-    GLOBAL_SEM11__value <= \$356 ;
-  always @(posedge clk)
-    GLOBAL_SEM12__value <= \$357 ;
+    GLOBAL_SEM10__value <= \$357 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$359  = GLOBAL_SEM14__value;
-    if (GLOBAL_SEM14__write) begin
-      \$359  = \$282 ;
-    end else if (GLOBAL_SEM14__set) begin
-      \$359  = \$283 ;
+    \$359  = GLOBAL_SEM12__value;
+    if (GLOBAL_SEM12__write) begin
+      \$359  = \$278 ;
+    end else if (GLOBAL_SEM12__set) begin
+      \$359  = \$279 ;
     end
     if (rst) begin
       \$359  = 32'd0;
@@ -1852,11 +1860,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$360  = GLOBAL_SEM15__value;
-    if (GLOBAL_SEM15__write) begin
-      \$360  = \$284 ;
-    end else if (GLOBAL_SEM15__set) begin
-      \$360  = \$285 ;
+    \$360  = GLOBAL_SEM13__value;
+    if (GLOBAL_SEM13__write) begin
+      \$360  = \$280 ;
+    end else if (GLOBAL_SEM13__set) begin
+      \$360  = \$281 ;
     end
     if (rst) begin
       \$360  = 32'd0;
@@ -1864,11 +1872,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$361  = QUEUE0_RING_BASE__value;
-    if (QUEUE0_RING_BASE__write) begin
-      \$361  = \$286 ;
-    end else if (QUEUE0_RING_BASE__set) begin
-      \$361  = \$287 ;
+    \$361  = GLOBAL_SEM14__value;
+    if (GLOBAL_SEM14__write) begin
+      \$361  = \$282 ;
+    end else if (GLOBAL_SEM14__set) begin
+      \$361  = \$283 ;
     end
     if (rst) begin
       \$361  = 32'd0;
@@ -1876,23 +1884,23 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$362  = QUEUE0_RING_LOG2__value;
-    if (QUEUE0_RING_LOG2__write) begin
-      \$362  = \$288 ;
-    end else if (QUEUE0_RING_LOG2__set) begin
-      \$362  = \$289 ;
+    \$362  = GLOBAL_SEM15__value;
+    if (GLOBAL_SEM15__write) begin
+      \$362  = \$284 ;
+    end else if (GLOBAL_SEM15__set) begin
+      \$362  = \$285 ;
     end
     if (rst) begin
-      \$362  = 32'd4;
+      \$362  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$363  = QUEUE0_CQ_BASE__value;
-    if (QUEUE0_CQ_BASE__write) begin
-      \$363  = \$290 ;
-    end else if (QUEUE0_CQ_BASE__set) begin
-      \$363  = \$291 ;
+    \$363  = QUEUE0_RING_BASE__value;
+    if (QUEUE0_RING_BASE__write) begin
+      \$363  = \$286 ;
+    end else if (QUEUE0_RING_BASE__set) begin
+      \$363  = \$287 ;
     end
     if (rst) begin
       \$363  = 32'd0;
@@ -1900,30 +1908,35 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$364  = QUEUE0_CONTROL__value;
-    if (QUEUE0_CONTROL__write) begin
-      \$364  = \$292 ;
-    end else if (QUEUE0_CONTROL__set) begin
-      \$364  = \$293 ;
+    \$364  = QUEUE0_RING_LOG2__value;
+    if (QUEUE0_RING_LOG2__write) begin
+      \$364  = \$288 ;
+    end else if (QUEUE0_RING_LOG2__set) begin
+      \$364  = \$289 ;
     end
     if (rst) begin
-      \$364  = 32'd0;
+      \$364  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$365  = \$298 ;
+    \$365  = QUEUE0_CQ_BASE__value;
+    if (QUEUE0_CQ_BASE__write) begin
+      \$365  = \$290 ;
+    end else if (QUEUE0_CQ_BASE__set) begin
+      \$365  = \$291 ;
+    end
     if (rst) begin
       \$365  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$366  = QUEUE0_IRQ_MASK__value;
-    if (QUEUE0_IRQ_MASK__write) begin
-      \$366  = \$299 ;
-    end else if (QUEUE0_IRQ_MASK__set) begin
-      \$366  = \$300 ;
+    \$366  = QUEUE0_CONTROL__value;
+    if (QUEUE0_CONTROL__write) begin
+      \$366  = \$292 ;
+    end else if (QUEUE0_CONTROL__set) begin
+      \$366  = \$293 ;
     end
     if (rst) begin
       \$366  = 32'd0;
@@ -1931,23 +1944,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$367  = QUEUE0_DMA_BASE__value;
-    if (QUEUE0_DMA_BASE__write) begin
-      \$367  = \$301 ;
-    end else if (QUEUE0_DMA_BASE__set) begin
-      \$367  = \$302 ;
-    end
+    \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$368  = QUEUE0_DMA_LIMIT__value;
-    if (QUEUE0_DMA_LIMIT__write) begin
-      \$368  = \$303 ;
-    end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$368  = \$304 ;
+    \$368  = QUEUE0_IRQ_MASK__value;
+    if (QUEUE0_IRQ_MASK__write) begin
+      \$368  = \$300 ;
+    end else if (QUEUE0_IRQ_MASK__set) begin
+      \$368  = \$301 ;
     end
     if (rst) begin
       \$368  = 32'd0;
@@ -1955,11 +1963,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$369  = QUEUE0_WATCHDOG__value;
-    if (QUEUE0_WATCHDOG__write) begin
-      \$369  = \$305 ;
-    end else if (QUEUE0_WATCHDOG__set) begin
-      \$369  = \$306 ;
+    \$369  = QUEUE0_DMA_BASE__value;
+    if (QUEUE0_DMA_BASE__write) begin
+      \$369  = \$302 ;
+    end else if (QUEUE0_DMA_BASE__set) begin
+      \$369  = \$303 ;
     end
     if (rst) begin
       \$369  = 32'd0;
@@ -1967,11 +1975,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$370  = QUEUE1_RING_BASE__value;
-    if (QUEUE1_RING_BASE__write) begin
-      \$370  = \$307 ;
-    end else if (QUEUE1_RING_BASE__set) begin
-      \$370  = \$308 ;
+    \$370  = QUEUE0_DMA_LIMIT__value;
+    if (QUEUE0_DMA_LIMIT__write) begin
+      \$370  = \$304 ;
+    end else if (QUEUE0_DMA_LIMIT__set) begin
+      \$370  = \$305 ;
     end
     if (rst) begin
       \$370  = 32'd0;
@@ -1979,23 +1987,23 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$371  = QUEUE1_RING_LOG2__value;
-    if (QUEUE1_RING_LOG2__write) begin
-      \$371  = \$309 ;
-    end else if (QUEUE1_RING_LOG2__set) begin
-      \$371  = \$310 ;
+    \$371  = QUEUE0_WATCHDOG__value;
+    if (QUEUE0_WATCHDOG__write) begin
+      \$371  = \$306 ;
+    end else if (QUEUE0_WATCHDOG__set) begin
+      \$371  = \$307 ;
     end
     if (rst) begin
-      \$371  = 32'd4;
+      \$371  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$372  = QUEUE1_CQ_BASE__value;
-    if (QUEUE1_CQ_BASE__write) begin
-      \$372  = \$311 ;
-    end else if (QUEUE1_CQ_BASE__set) begin
-      \$372  = \$312 ;
+    \$372  = QUEUE1_RING_BASE__value;
+    if (QUEUE1_RING_BASE__write) begin
+      \$372  = \$308 ;
+    end else if (QUEUE1_RING_BASE__set) begin
+      \$372  = \$309 ;
     end
     if (rst) begin
       \$372  = 32'd0;
@@ -2003,30 +2011,35 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$373  = QUEUE1_CONTROL__value;
-    if (QUEUE1_CONTROL__write) begin
-      \$373  = \$313 ;
-    end else if (QUEUE1_CONTROL__set) begin
-      \$373  = \$314 ;
+    \$373  = QUEUE1_RING_LOG2__value;
+    if (QUEUE1_RING_LOG2__write) begin
+      \$373  = \$310 ;
+    end else if (QUEUE1_RING_LOG2__set) begin
+      \$373  = \$311 ;
     end
     if (rst) begin
-      \$373  = 32'd0;
+      \$373  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$374  = \$319 ;
+    \$374  = QUEUE1_CQ_BASE__value;
+    if (QUEUE1_CQ_BASE__write) begin
+      \$374  = \$312 ;
+    end else if (QUEUE1_CQ_BASE__set) begin
+      \$374  = \$313 ;
+    end
     if (rst) begin
       \$374  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$375  = QUEUE1_IRQ_MASK__value;
-    if (QUEUE1_IRQ_MASK__write) begin
-      \$375  = \$320 ;
-    end else if (QUEUE1_IRQ_MASK__set) begin
-      \$375  = \$321 ;
+    \$375  = QUEUE1_CONTROL__value;
+    if (QUEUE1_CONTROL__write) begin
+      \$375  = \$314 ;
+    end else if (QUEUE1_CONTROL__set) begin
+      \$375  = \$315 ;
     end
     if (rst) begin
       \$375  = 32'd0;
@@ -2034,23 +2047,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$376  = QUEUE1_DMA_BASE__value;
-    if (QUEUE1_DMA_BASE__write) begin
-      \$376  = \$322 ;
-    end else if (QUEUE1_DMA_BASE__set) begin
-      \$376  = \$323 ;
-    end
+    \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$377  = QUEUE1_DMA_LIMIT__value;
-    if (QUEUE1_DMA_LIMIT__write) begin
-      \$377  = \$324 ;
-    end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$377  = \$325 ;
+    \$377  = QUEUE1_IRQ_MASK__value;
+    if (QUEUE1_IRQ_MASK__write) begin
+      \$377  = \$322 ;
+    end else if (QUEUE1_IRQ_MASK__set) begin
+      \$377  = \$323 ;
     end
     if (rst) begin
       \$377  = 32'd0;
@@ -2058,11 +2066,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$378  = QUEUE1_WATCHDOG__value;
-    if (QUEUE1_WATCHDOG__write) begin
-      \$378  = \$326 ;
-    end else if (QUEUE1_WATCHDOG__set) begin
-      \$378  = \$327 ;
+    \$378  = QUEUE1_DMA_BASE__value;
+    if (QUEUE1_DMA_BASE__write) begin
+      \$378  = \$324 ;
+    end else if (QUEUE1_DMA_BASE__set) begin
+      \$378  = \$325 ;
     end
     if (rst) begin
       \$378  = 32'd0;
@@ -2070,11 +2078,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$379  = TRACE0_CONTROL__value;
-    if (TRACE0_CONTROL__write) begin
-      \$379  = \$328 ;
-    end else if (TRACE0_CONTROL__set) begin
-      \$379  = \$329 ;
+    \$379  = QUEUE1_DMA_LIMIT__value;
+    if (QUEUE1_DMA_LIMIT__write) begin
+      \$379  = \$326 ;
+    end else if (QUEUE1_DMA_LIMIT__set) begin
+      \$379  = \$327 ;
     end
     if (rst) begin
       \$379  = 32'd0;
@@ -2082,11 +2090,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$380  = TRACE1_CONTROL__value;
-    if (TRACE1_CONTROL__write) begin
-      \$380  = \$330 ;
-    end else if (TRACE1_CONTROL__set) begin
-      \$380  = \$331 ;
+    \$380  = QUEUE1_WATCHDOG__value;
+    if (QUEUE1_WATCHDOG__write) begin
+      \$380  = \$328 ;
+    end else if (QUEUE1_WATCHDOG__set) begin
+      \$380  = \$329 ;
     end
     if (rst) begin
       \$380  = 32'd0;
@@ -2094,31 +2102,32 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$332  = aw_full;
-    if (\$242 ) begin
-      \$332  = 1'h1;
-    end
-    if (do_write) begin
-      \$332  = 1'h0;
+    \$381  = TRACE0_CONTROL__value;
+    if (TRACE0_CONTROL__write) begin
+      \$381  = \$330 ;
+    end else if (TRACE0_CONTROL__set) begin
+      \$381  = \$331 ;
     end
     if (rst) begin
-      \$332  = 1'h0;
+      \$381  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$333  = aw_addr;
-    if (\$242 ) begin
-      \$333  = bus__awaddr;
+    \$382  = TRACE1_CONTROL__value;
+    if (TRACE1_CONTROL__write) begin
+      \$382  = \$332 ;
+    end else if (TRACE1_CONTROL__set) begin
+      \$382  = \$333 ;
     end
     if (rst) begin
-      \$333  = 16'h0000;
+      \$382  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$334  = w_full;
-    if (\$244 ) begin
+    \$334  = aw_full;
+    if (\$242 ) begin
       \$334  = 1'h1;
     end
     if (do_write) begin
@@ -2130,54 +2139,54 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$335  = GLOBAL_SCRATCH__wdata;
+    \$335  = aw_addr;
+    if (\$242 ) begin
+      \$335  = bus__awaddr;
+    end
+    if (rst) begin
+      \$335  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$336  = w_full;
     if (\$244 ) begin
-      \$335  = bus__wdata;
+      \$336  = 1'h1;
+    end
+    if (do_write) begin
+      \$336  = 1'h0;
     end
     if (rst) begin
-      \$335  = 32'd0;
+      \$336  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$336  = w_strb;
+    \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
-      \$336  = bus__wstrb;
+      \$337  = bus__wdata;
     end
     if (rst) begin
-      \$336  = 4'h0;
+      \$337  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$337  = bus__bvalid;
+    \$338  = w_strb;
+    if (\$244 ) begin
+      \$338  = bus__wstrb;
+    end
+    if (rst) begin
+      \$338  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$339  = bus__bvalid;
     if (do_write) begin
-      \$337  = 1'h1;
-    end
-    if (\$246 ) begin
-      \$337  = 1'h0;
-    end
-    if (rst) begin
-      \$337  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$338  = bus__bresp;
-    if (do_write) begin
-      \$338  = \$245 ;
-    end
-    if (rst) begin
-      \$338  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$339  = ar_full;
-    if (\$248 ) begin
       \$339  = 1'h1;
     end
-    if (do_read) begin
+    if (\$246 ) begin
       \$339  = 1'h0;
     end
     if (rst) begin
@@ -2186,54 +2195,55 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$340  = ar_addr;
+    \$340  = bus__bresp;
+    if (do_write) begin
+      \$340  = \$245 ;
+    end
+    if (rst) begin
+      \$340  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$341  = ar_full;
     if (\$248 ) begin
-      \$340  = bus__araddr;
-    end
-    if (rst) begin
-      \$340  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$341  = bus__rvalid;
-    if (do_read) begin
       \$341  = 1'h1;
     end
+    if (do_read) begin
+      \$341  = 1'h0;
+    end
+    if (rst) begin
+      \$341  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$342  = ar_addr;
+    if (\$248 ) begin
+      \$342  = bus__araddr;
+    end
+    if (rst) begin
+      \$342  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$343  = bus__rvalid;
+    if (do_read) begin
+      \$343  = 1'h1;
+    end
     if (\$251 ) begin
-      \$341  = 1'h0;
+      \$343  = 1'h0;
     end
     if (rst) begin
-      \$341  = 1'h0;
+      \$343  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$342  = bus__rdata;
+    \$344  = bus__rdata;
     if (do_read) begin
-      \$342  = \$249 ;
-    end
-    if (rst) begin
-      \$342  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$343  = bus__rresp;
-    if (do_read) begin
-      \$343  = \$250 ;
-    end
-    if (rst) begin
-      \$343  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$344  = GLOBAL_SCRATCH__value;
-    if (GLOBAL_SCRATCH__write) begin
-      \$344  = \$252 ;
-    end else if (GLOBAL_SCRATCH__set) begin
-      \$344  = \$253 ;
+      \$344  = \$249 ;
     end
     if (rst) begin
       \$344  = 32'd0;
@@ -2241,23 +2251,21 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$345  = GLOBAL_SEM0__value;
-    if (GLOBAL_SEM0__write) begin
-      \$345  = \$254 ;
-    end else if (GLOBAL_SEM0__set) begin
-      \$345  = \$255 ;
+    \$345  = bus__rresp;
+    if (do_read) begin
+      \$345  = \$250 ;
     end
     if (rst) begin
-      \$345  = 32'd0;
+      \$345  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$346  = GLOBAL_SEM1__value;
-    if (GLOBAL_SEM1__write) begin
-      \$346  = \$256 ;
-    end else if (GLOBAL_SEM1__set) begin
-      \$346  = \$257 ;
+    \$346  = GLOBAL_SCRATCH__value;
+    if (GLOBAL_SCRATCH__write) begin
+      \$346  = \$252 ;
+    end else if (GLOBAL_SCRATCH__set) begin
+      \$346  = \$253 ;
     end
     if (rst) begin
       \$346  = 32'd0;
@@ -2265,11 +2273,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$347  = GLOBAL_SEM2__value;
-    if (GLOBAL_SEM2__write) begin
-      \$347  = \$258 ;
-    end else if (GLOBAL_SEM2__set) begin
-      \$347  = \$259 ;
+    \$347  = GLOBAL_SEM0__value;
+    if (GLOBAL_SEM0__write) begin
+      \$347  = \$254 ;
+    end else if (GLOBAL_SEM0__set) begin
+      \$347  = \$255 ;
     end
     if (rst) begin
       \$347  = 32'd0;
@@ -2277,11 +2285,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$348  = GLOBAL_SEM3__value;
-    if (GLOBAL_SEM3__write) begin
-      \$348  = \$260 ;
-    end else if (GLOBAL_SEM3__set) begin
-      \$348  = \$261 ;
+    \$348  = GLOBAL_SEM1__value;
+    if (GLOBAL_SEM1__write) begin
+      \$348  = \$256 ;
+    end else if (GLOBAL_SEM1__set) begin
+      \$348  = \$257 ;
     end
     if (rst) begin
       \$348  = 32'd0;
@@ -2289,11 +2297,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$349  = GLOBAL_SEM4__value;
-    if (GLOBAL_SEM4__write) begin
-      \$349  = \$262 ;
-    end else if (GLOBAL_SEM4__set) begin
-      \$349  = \$263 ;
+    \$349  = GLOBAL_SEM2__value;
+    if (GLOBAL_SEM2__write) begin
+      \$349  = \$258 ;
+    end else if (GLOBAL_SEM2__set) begin
+      \$349  = \$259 ;
     end
     if (rst) begin
       \$349  = 32'd0;
@@ -2301,11 +2309,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$350  = GLOBAL_SEM5__value;
-    if (GLOBAL_SEM5__write) begin
-      \$350  = \$264 ;
-    end else if (GLOBAL_SEM5__set) begin
-      \$350  = \$265 ;
+    \$350  = GLOBAL_SEM3__value;
+    if (GLOBAL_SEM3__write) begin
+      \$350  = \$260 ;
+    end else if (GLOBAL_SEM3__set) begin
+      \$350  = \$261 ;
     end
     if (rst) begin
       \$350  = 32'd0;
@@ -2313,11 +2321,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$351  = GLOBAL_SEM6__value;
-    if (GLOBAL_SEM6__write) begin
-      \$351  = \$266 ;
-    end else if (GLOBAL_SEM6__set) begin
-      \$351  = \$267 ;
+    \$351  = GLOBAL_SEM4__value;
+    if (GLOBAL_SEM4__write) begin
+      \$351  = \$262 ;
+    end else if (GLOBAL_SEM4__set) begin
+      \$351  = \$263 ;
     end
     if (rst) begin
       \$351  = 32'd0;
@@ -2325,11 +2333,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$352  = GLOBAL_SEM7__value;
-    if (GLOBAL_SEM7__write) begin
-      \$352  = \$268 ;
-    end else if (GLOBAL_SEM7__set) begin
-      \$352  = \$269 ;
+    \$352  = GLOBAL_SEM5__value;
+    if (GLOBAL_SEM5__write) begin
+      \$352  = \$264 ;
+    end else if (GLOBAL_SEM5__set) begin
+      \$352  = \$265 ;
     end
     if (rst) begin
       \$352  = 32'd0;
@@ -2337,11 +2345,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$353  = GLOBAL_SEM8__value;
-    if (GLOBAL_SEM8__write) begin
-      \$353  = \$270 ;
-    end else if (GLOBAL_SEM8__set) begin
-      \$353  = \$271 ;
+    \$353  = GLOBAL_SEM6__value;
+    if (GLOBAL_SEM6__write) begin
+      \$353  = \$266 ;
+    end else if (GLOBAL_SEM6__set) begin
+      \$353  = \$267 ;
     end
     if (rst) begin
       \$353  = 32'd0;
@@ -2349,11 +2357,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$354  = GLOBAL_SEM9__value;
-    if (GLOBAL_SEM9__write) begin
-      \$354  = \$272 ;
-    end else if (GLOBAL_SEM9__set) begin
-      \$354  = \$273 ;
+    \$354  = GLOBAL_SEM7__value;
+    if (GLOBAL_SEM7__write) begin
+      \$354  = \$268 ;
+    end else if (GLOBAL_SEM7__set) begin
+      \$354  = \$269 ;
     end
     if (rst) begin
       \$354  = 32'd0;
@@ -2361,11 +2369,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$355  = GLOBAL_SEM10__value;
-    if (GLOBAL_SEM10__write) begin
-      \$355  = \$274 ;
-    end else if (GLOBAL_SEM10__set) begin
-      \$355  = \$275 ;
+    \$355  = GLOBAL_SEM8__value;
+    if (GLOBAL_SEM8__write) begin
+      \$355  = \$270 ;
+    end else if (GLOBAL_SEM8__set) begin
+      \$355  = \$271 ;
     end
     if (rst) begin
       \$355  = 32'd0;
@@ -2373,11 +2381,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$356  = GLOBAL_SEM11__value;
-    if (GLOBAL_SEM11__write) begin
-      \$356  = \$276 ;
-    end else if (GLOBAL_SEM11__set) begin
-      \$356  = \$277 ;
+    \$356  = GLOBAL_SEM9__value;
+    if (GLOBAL_SEM9__write) begin
+      \$356  = \$272 ;
+    end else if (GLOBAL_SEM9__set) begin
+      \$356  = \$273 ;
     end
     if (rst) begin
       \$356  = 32'd0;
@@ -2385,11 +2393,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$357  = GLOBAL_SEM12__value;
-    if (GLOBAL_SEM12__write) begin
-      \$357  = \$278 ;
-    end else if (GLOBAL_SEM12__set) begin
-      \$357  = \$279 ;
+    \$357  = GLOBAL_SEM10__value;
+    if (GLOBAL_SEM10__write) begin
+      \$357  = \$274 ;
+    end else if (GLOBAL_SEM10__set) begin
+      \$357  = \$275 ;
     end
     if (rst) begin
       \$357  = 32'd0;
@@ -2397,11 +2405,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$358  = GLOBAL_SEM13__value;
-    if (GLOBAL_SEM13__write) begin
-      \$358  = \$280 ;
-    end else if (GLOBAL_SEM13__set) begin
-      \$358  = \$281 ;
+    \$358  = GLOBAL_SEM11__value;
+    if (GLOBAL_SEM11__write) begin
+      \$358  = \$276 ;
+    end else if (GLOBAL_SEM11__set) begin
+      \$358  = \$277 ;
     end
     if (rst) begin
       \$358  = 32'd0;
@@ -2658,50 +2666,50 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$293 [1:0] = QUEUE0_CONTROL__set_value[1:0];
   assign \$298 [31:2] = 30'h00000000;
   assign \$298 [1:0] = \$297 [1:0];
-  assign \$299 [31:2] = 30'h00000000;
-  assign \$299 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
   assign \$300 [31:2] = 30'h00000000;
-  assign \$300 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$301  = GLOBAL_SCRATCH__wdata;
-  assign \$302  = QUEUE0_DMA_BASE__set_value;
-  assign \$303  = GLOBAL_SCRATCH__wdata;
-  assign \$304  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$305  = GLOBAL_SCRATCH__wdata;
-  assign \$306  = QUEUE0_WATCHDOG__set_value;
-  assign \$307 [4:0] = 5'h00;
-  assign \$307 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$300 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$301 [31:2] = 30'h00000000;
+  assign \$301 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
+  assign \$302  = GLOBAL_SCRATCH__wdata;
+  assign \$303  = QUEUE0_DMA_BASE__set_value;
+  assign \$304  = GLOBAL_SCRATCH__wdata;
+  assign \$305  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$306  = GLOBAL_SCRATCH__wdata;
+  assign \$307  = QUEUE0_WATCHDOG__set_value;
   assign \$308 [4:0] = 5'h00;
-  assign \$308 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$309 [31:5] = 27'h0000000;
-  assign \$309 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$308 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$309 [4:0] = 5'h00;
+  assign \$309 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
   assign \$310 [31:5] = 27'h0000000;
-  assign \$310 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$311 [2:0] = 3'h0;
-  assign \$311 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$310 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$311 [31:5] = 27'h0000000;
+  assign \$311 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
   assign \$312 [2:0] = 3'h0;
-  assign \$312 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$313 [31:2] = 30'h00000000;
-  assign \$313 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$312 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$313 [2:0] = 3'h0;
+  assign \$313 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
   assign \$314 [31:2] = 30'h00000000;
-  assign \$314 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$319 [31:2] = 30'h00000000;
-  assign \$319 [1:0] = \$318 [1:0];
+  assign \$314 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$315 [31:2] = 30'h00000000;
+  assign \$315 [1:0] = QUEUE1_CONTROL__set_value[1:0];
   assign \$320 [31:2] = 30'h00000000;
-  assign \$320 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$321 [31:2] = 30'h00000000;
-  assign \$321 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$322  = GLOBAL_SCRATCH__wdata;
-  assign \$323  = QUEUE1_DMA_BASE__set_value;
+  assign \$320 [1:0] = \$319 [1:0];
+  assign \$322 [31:2] = 30'h00000000;
+  assign \$322 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$323 [31:2] = 30'h00000000;
+  assign \$323 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
   assign \$324  = GLOBAL_SCRATCH__wdata;
-  assign \$325  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$325  = QUEUE1_DMA_BASE__set_value;
   assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE1_WATCHDOG__set_value;
-  assign \$328 [31:2] = 30'h00000000;
-  assign \$328 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$329 [31:2] = 30'h00000000;
-  assign \$329 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$327  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$328  = GLOBAL_SCRATCH__wdata;
+  assign \$329  = QUEUE1_WATCHDOG__set_value;
   assign \$330 [31:2] = 30'h00000000;
   assign \$330 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
   assign \$331 [31:2] = 30'h00000000;
-  assign \$331 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$331 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$332 [31:2] = 30'h00000000;
+  assign \$332 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$333 [31:2] = 30'h00000000;
+  assign \$333 [1:0] = TRACE1_CONTROL__set_value[1:0];
 endmodule

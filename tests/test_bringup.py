@@ -188,11 +188,11 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("device, message", [
     ("model:stuck-bit=64", "stuck_bit must be a data bit 0 to 63, not 64"),
-    ("model:bits=3", "memory or stall fault 'bits=3' is not KEY=VALUE with KEY one of stuck-bit, stuck-at, "
-                     "alias-bit, stall"),
+    ("model:bits=3", "memory or stall or bus fault 'bits=3' is not KEY=VALUE with KEY one of stuck-bit, stuck-at, "
+                     "alias-bit, stall, bus-error"),
     ("model:alias-bit=2", "alias_bit must be an address bit of 3 or more (bits 0-2 select a byte lane), not 2"),
     ("model:alias-bit=20", "alias_bit 20 is not an address line of a device memory of 1048576 bytes"),
-    ("model:stuck-bit=1,stuck-bit=2", "memory or stall fault 'stuck-bit' is given twice"),
+    ("model:stuck-bit=1,stuck-bit=2", "memory or stall or bus fault 'stuck-bit' is given twice"),
 ])
 def test_bad_fault_devices(device, message):
     with pytest.raises(ValueError) as info:

@@ -29,13 +29,15 @@ def test_one_string_names_faults_of_several_kinds() -> None:
     ("bits=3", (MemoryFaults,), "memory fault 'bits=3' is not KEY=N with KEY one of stuck-bit, stuck-at, alias-bit"),
     ("line-rate=1e-4", (MemoryFaults,), "memory fault 'line-rate=1e-4' is not KEY=N with KEY one of stuck-bit, "
                                         "stuck-at, alias-bit"),
-    ("stuck-bit=x", FAULT_KINDS, "memory or line or stall fault 'stuck-bit=x' is not KEY=VALUE with KEY one of "
-                                 "stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall"),
-    ("line-rate=0.5", FAULT_KINDS, "memory or line or stall fault 'line-rate=0.5' is not KEY=VALUE with KEY one "
-                                   "of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall"),
-    ("line-seed=1,line-seed=2", FAULT_KINDS, "memory or line or stall fault 'line-seed' is given twice"),
-    ("stall=dma0+gpu1", FAULT_KINDS, "memory or line or stall fault 'stall=dma0+gpu1' is not KEY=VALUE with KEY one "
-                                     "of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall"),
+    ("stuck-bit=x", FAULT_KINDS, "memory or line or stall or bus fault 'stuck-bit=x' is not KEY=VALUE with KEY one of "
+                                 "stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, bus-error"),
+    ("line-rate=0.5", FAULT_KINDS, "memory or line or stall or bus fault 'line-rate=0.5' is not KEY=VALUE with KEY "
+                                   "one of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, stall, "
+                                   "bus-error"),
+    ("line-seed=1,line-seed=2", FAULT_KINDS, "memory or line or stall or bus fault 'line-seed' is given twice"),
+    ("stall=dma0+gpu1", FAULT_KINDS, "memory or line or stall or bus fault 'stall=dma0+gpu1' is not KEY=VALUE with "
+                                     "KEY one of stuck-bit, stuck-at, alias-bit, line-rate, line-seed, line-scope, "
+                                     "stall, bus-error"),
     ("stuck-bit=64", FAULT_KINDS, "stuck_bit must be a data bit 0 to 63, not 64"),
 ])
 def test_bad_fault_strings_say_what_was_expected(text, kinds, message) -> None:

@@ -12,8 +12,12 @@ from .allocator import Allocator
 from .device import Block, Capabilities, Device
 from .errors import (
     CommandError,
+    DeviceReset,
+    DeviceStuck,
     DeviceTimeout,
     DriverError,
+    LinkLost,
+    LinkTimeout,
     NotADx1Device,
     OutOfDeviceMemory,
     QueueError,
@@ -33,5 +37,5 @@ __all__ = [
     "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
     "Transport", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
-    "Recovery", "replay_safe",
+    "Recovery", "replay_safe", "DeviceReset", "DeviceStuck", "LinkLost", "LinkTimeout",
 ]

@@ -13,8 +13,9 @@ from typing import Any
 from .regs import ERROR_DOCS, ErrorCode, Opcode
 
 __all__ = [
-    "DriverError", "TransportError", "DeviceTimeout", "NotADx1Device", "CommandError", "QueueError",
-    "OutOfDeviceMemory", "ReplayRefused", "TileFenced", "describe_code",
+    "DriverError", "TransportError", "DeviceTimeout", "LinkTimeout", "LinkLost", "DeviceStuck", "DeviceReset",
+    "NotADx1Device",
+    "CommandError", "QueueError", "OutOfDeviceMemory", "ReplayRefused", "TileFenced", "describe_code",
 ]
 
 
@@ -44,6 +45,70 @@ class TransportError(DriverError):
 
 class DeviceTimeout(DriverError):
     """The device did not answer within the allowed time."""
+
+
+class LinkTimeout(TransportError, DeviceTimeout):
+    """A request got no answer within its deadline; the link is unusable afterwards (its framing is lost).
+
+    Parameters
+    ----------
+    op:
+        What was asked (``"read32"``, ``"read_block"``, ...).
+    addr:
+        The register or device-memory address it was about.
+    seconds:
+        How long the transport waited.
+    detail:
+        What else the transport knows, or ``""``.
+    """
+
+    def __init__(self, op: str, addr: int, seconds: float, detail: str = ""):
+        self.op = op
+        self.addr = addr
+        self.seconds = seconds
+        super().__init__(f"no answer to {op} at 0x{addr:x} within {seconds:.3g} s"
+                         + (f" ({detail})" if detail else "") + "; the link was closed, open the device again")
+
+
+class LinkLost(TransportError):
+    """The other end of the link went away (the connection closed, the simulator process died)."""
+
+
+class DeviceStuck(DeviceTimeout):
+    """The device did not finish a bus transaction within its budget; the message says what it saw.
+
+    Parameters
+    ----------
+    op, addr:
+        The request that got stuck.
+    report:
+        The device side's account: channels left waiting, queue states.
+    """
+
+    def __init__(self, op: str, addr: int, report: str):
+        self.op = op
+        self.addr = addr
+        self.report = report
+        super().__init__(f"the device is stuck on {op} at 0x{addr:x}: {report}")
+
+
+class DeviceReset(DriverError):
+    """The device was reset under a queue (GLOBAL.RESET by someone else): its commands in flight are lost.
+
+    Parameters
+    ----------
+    tile:
+        The queue's tile.
+    lost:
+        Tags of the commands that will never complete.
+    """
+
+    def __init__(self, tile: int, tail: int, published: int, lost: Sequence[int]):
+        self.tile = tile
+        self.lost = list(lost)
+        super().__init__(f"queue {tile}: the device was reset under it (TAIL reads {tail}, the driver published "
+                         f"{published}); {len(self.lost)} commands in flight will never complete; call "
+                         f"Device.reset() and open the queue again")
 
 
 class NotADx1Device(DriverError):

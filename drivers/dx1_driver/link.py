@@ -48,6 +48,7 @@ class SimOp(enum.IntEnum):
     WAIT_IRQ = 0x05
     CYCLES = 0x06
     STALL = 0x07
+    BUDGET = 0x08
 
 
 class SimStatus(enum.IntEnum):
@@ -56,6 +57,7 @@ class SimStatus(enum.IntEnum):
     OK = 0x00
     BUS_ERROR = 0x01
     BAD_REQUEST = 0x02
+    STUCK = 0x03
 
 
 FRAME_DOCS: dict[FrameCommand, str] = {
@@ -109,12 +111,22 @@ SIM_OP_DOCS: dict[SimOp, str] = {
         "Drive the SoC's test-only stall_units input with n (bits from dx1_bringup.spec.stall) until the next STALL; "
         "answers no data."
     ),
+    SimOp.BUDGET: (
+        "Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to SIM_REQUEST_CYCLES "
+        "plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small budget makes an ordinary request "
+        "answer STUCK."
+    ),
 }
 
 SIM_STATUS_DOCS: dict[SimStatus, str] = {
     SimStatus.OK: "Done; the data follows.",
     SimStatus.BUS_ERROR: "The AXI bus answered an error; no data.",
     SimStatus.BAD_REQUEST: "Unknown op; the data is a message.",
+    SimStatus.STUCK: (
+        "The bus transaction did not finish within its cycle budget (the device is stuck); the data is a message "
+        "naming the host-port AXI channels left waiting (valid without ready) and each queue's STATUS, HEAD and TAIL.  "
+        "The transaction is abandoned."
+    ),
 }
 
 #: UARTBone frame header (then, for a write, the words).
@@ -165,3 +177,8 @@ WORD_BYTES = 4
 SIM_IRQ_WAIT_CYCLES = 20000
 #: Largest memory block of one request.
 SIM_MAX_BLOCK = 0x100000
+#: Simulated cycles a register or memory request may take, plus SIM_CYCLES_PER_BYTE a byte moved, before the server
+#: answers STUCK.
+SIM_REQUEST_CYCLES = 200000
+#: Simulated cycles of a request's budget for each byte it moves.
+SIM_CYCLES_PER_BYTE = 16

@@ -30,6 +30,12 @@ Access rules
   once any later read returns.  :meth:`PcieTransport.flush` reads GLOBAL ID for
   the paths that need a write to have landed: before waiting for an interrupt
   and on close.
+* A card that is gone (surprise removal, link down) answers every read with
+  all ones.  Reads cannot time out, but a register or a memory block that
+  reads all ones is checked by reading GLOBAL ID (never all ones on a card that is there), and an
+  ID of all ones raises :class:`LinkLost`, as does every wait and
+  :meth:`PcieTransport.flush`; the waits themselves end at their deadlines
+  (:class:`DeviceTimeout`), so nothing blocks forever.
 """
 
 from __future__ import annotations
@@ -41,8 +47,11 @@ import sys
 from pathlib import Path
 
 from . import regs
-from .errors import TransportError
+from .errors import LinkLost, TransportError
 from .transport import Transport
+
+#: What a PCIe read of a device that is gone returns.
+ALL_ONES = 0xFFFF_FFFF
 
 __all__ = ["SYSFS_PCI_DEVICES", "BarMapping", "MmapBar", "PcieTransport", "parse_bdf"]
 
@@ -219,25 +228,42 @@ class PcieTransport(Transport):
             raise
 
     def flush(self) -> None:
-        """Wait until every posted write has reached the device, by reading a register (reads flush)."""
+        """Wait until every posted write has reached the device, by reading a register (reads flush).
+
+        Raises
+        ------
+        LinkLost
+            GLOBAL ID reads all ones: the card is gone (removed, or its link is down).
+        """
         self._check_open()
-        self.bar0.read32(regs.Global.ID)
+        self._read_id()
+
+    def _read_id(self) -> None:
+        if self.bar0.read32(regs.Global.ID) == ALL_ONES:
+            raise LinkLost(f"PCI device {self.bdf} reads all ones (GLOBAL ID 0x{ALL_ONES:08x}): it was removed "
+                           f"or its link is down")
 
     def _read32(self, addr: int) -> int:
-        return self.bar0.read32(addr)
+        value = self.bar0.read32(addr)
+        if value == ALL_ONES:
+            self._read_id()
+        return value
 
     def _write32(self, addr: int, value: int) -> None:
         self.bar0.write32(addr, value)
 
     def _read_block(self, addr: int, n: int) -> bytes:
-        return self.bar2.read(addr, n)
+        data = self.bar2.read(addr, n)
+        if data.count(0xFF) == len(data):
+            self._read_id()  # all ones may be a card that is gone: never hand them out as completions
+        return data
 
     def _write_block(self, addr: int, data: bytes) -> None:
         self.bar2.write(addr, data)
 
     def _wait_irq(self, timeout: float) -> bool:
-        # No interrupt without VFIO: make sure the doorbell has landed, then let the driver poll.
-        self.bar0.read32(regs.Global.ID)
+        # No interrupt without VFIO: make sure the doorbell has landed (and the card is there), then poll.
+        self._read_id()
         return super()._wait_irq(timeout)
 
     def _close(self) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import regs
-from .errors import CommandError, DeviceTimeout, DriverError, QueueError
+from .errors import CommandError, DeviceReset, DeviceTimeout, DriverError, QueueError
 from .recovery import Recovery, recover
 
 if TYPE_CHECKING:
@@ -167,12 +167,22 @@ class CommandQueue:
         return len(self._inflight) + len(self._backlog) + len(self._aborted)
 
     def check(self) -> None:
-        """Raise :class:`QueueError` if the queue is halted."""
+        """Raise :class:`QueueError` if the queue is halted, :class:`DeviceReset` if the device was reset under it.
+
+        A queue that is neither busy nor halted while commands are in flight and no completion waits in the
+        ring has either been disabled (TAIL still reads what the driver published) or been reset (it reads
+        something else): the second is raised at once rather than at the wait's deadline.
+        """
         q = regs.Queue
-        if regs.get_field(self._reg(q.STATUS), q.STATUS_HALTED):
+        status = self._reg(q.STATUS)
+        if regs.get_field(status, q.STATUS_HALTED):
             error = self._reg(q.ERROR)
             raise QueueError(regs.get_field(error, q.ERROR_CODE), regs.get_field(error, q.ERROR_INDEX),
                              tile=self.tile)
+        if self._inflight and not regs.get_field(status, q.STATUS_BUSY) and not self._poll():
+            tail = self._reg(q.TAIL)
+            if tail != self._tail:
+                raise DeviceReset(self.tile, tail, self._tail, [tag for tag, _, _ in self._inflight])
 
     # -- submission -----------------------------------------------------------------------------
 

@@ -87,7 +87,10 @@ the window shrinks to a single small burst on failures and grows back on
 success, so that a noisy line still gets data through.  Bursts are idempotent
 (writes of the same bytes to the same addresses, reads of memory), so redoing
 a window is safe.  After ``retries`` retries of one window without progress
-the transport raises :class:`TransportError` naming the last failure.  A read
+the transport raises :class:`TransportError` naming the last failure.  A line
+that never goes quiet (a babbling device) ends a resynchronisation after
+``timeout + 20 * quiet`` seconds with :class:`LinkTimeout`, so no request
+blocks forever.  A read
 whose payload CRC fails is never returned.
 
 The status byte has no check: one flipped bit turns ``NAK_CRC`` or
@@ -113,6 +116,7 @@ detectable from the host.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -120,7 +124,7 @@ import serial
 
 from . import link
 from . import regs as regmap
-from .errors import TransportError
+from .errors import LinkTimeout, TransportError
 from .frames import (
     BURST_FRAME_HEADER_BYTES,
     burst_read_frame,
@@ -310,7 +314,12 @@ class SerialTransport(Transport):
         """Drop whatever is in flight and wait until the line stays quiet for ``quiet`` seconds."""
         self.stats.resyncs += 1
         self._posted_sent = False
+        seconds = self.timeout + 20 * self.quiet
+        deadline = time.monotonic() + seconds
         while True:
+            if time.monotonic() > deadline:
+                raise LinkTimeout("resync", 0, seconds, f"the line from {self.url!r} never stayed quiet for "
+                                  f"{self.quiet} s")
             try:
                 self.port.reset_input_buffer()
             except serial.SerialException as e:

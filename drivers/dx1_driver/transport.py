@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from . import link, regs
-from .errors import TransportError
+from .errors import DeviceStuck, LinkLost, LinkTimeout, TransportError
 
 __all__ = ["Transport", "SimTransport"]
 
@@ -192,6 +192,11 @@ class SimTransport(Transport):
     process:
         A simulator process this transport owns (``open_transport("sim")``): it is
         asked to stop and waited for on :meth:`close`.
+    timeout:
+        Seconds any request may take before :class:`LinkTimeout`, plus ``per_byte`` for each byte
+        it moves: the deadline grows with the request's size.
+    per_byte:
+        Seconds of deadline per byte moved (the simulated memory port moves about 150 KiB/s).
 
     Notes
     -----
@@ -199,6 +204,12 @@ class SimTransport(Transport):
     per interrupt wait, which runs the simulation until the interrupt line rises
     or ``link.SIM_IRQ_WAIT_CYCLES`` pass.  The protocol is the simulator socket of
     ``docs/link.md`` (the generated :mod:`.link`).
+
+    No request blocks forever.  The server bounds each bus transaction by simulated cycles and
+    answers ``STUCK`` with what it saw (:class:`DeviceStuck`); a simulator that stops answering (frozen,
+    overloaded) ends the request at its wall-clock deadline (:class:`LinkTimeout`), and one that dies
+    closes the socket (:class:`LinkLost`, with the exit code of an owned process).  After a timeout
+    or a lost link the transport refuses every request: the socket's framing is gone.
     """
 
     has_irq_line = True
@@ -206,42 +217,73 @@ class SimTransport(Transport):
     REQUEST = struct.Struct(link.SIM_REQUEST)
     RESPONSE = struct.Struct(link.SIM_RESPONSE)
 
-    def __init__(self, host: str, port: int, process: subprocess.Popen | None = None, timeout: float = 600.0):
+    def __init__(self, host: str, port: int, process: subprocess.Popen | None = None, timeout: float = 60.0,
+                 per_byte: float = 50e-6):
+        if not timeout > 0 or not per_byte >= 0:
+            raise ValueError(f"timeout must be positive and per_byte not negative, not {timeout!r} and {per_byte!r}")
         self.process = process
+        self.timeout = timeout
+        self.per_byte = per_byte
+        self.broken = ""
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise TransportError(f"cannot reach the simulator at {host}:{port}: {e}") from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(timeout)
         self.round_trips = 0
         mem_bytes = int.from_bytes(self._request(link.SimOp.READ32, regs.Global.MEM_BYTES), link.SIM_BYTE_ORDER)
         super().__init__(link.REG_BYTES, mem_bytes)
 
-    def _recv(self, n: int) -> bytes:
+    def _lost(self, what: str) -> LinkLost:
+        """Mark the link broken and say why, with the exit code of an owned simulator that died."""
+        if self.process is not None and self.process.poll() is not None:
+            what += f" (the simulator process exited with code {self.process.returncode})"
+        self.broken = what
+        self.sock.close()
+        return LinkLost(what)
+
+    def _recv(self, n: int, op: str, addr: int, deadline: float, seconds: float) -> bytes:
         data = bytearray()
         while len(data) < n:
+            remaining = deadline - time.monotonic()
             try:
+                if remaining <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(remaining)
                 chunk = self.sock.recv(n - len(data))
+            except TimeoutError:
+                self.broken = f"{op} at 0x{addr:x} timed out after {seconds:.3g} s"
+                self.sock.close()
+                raise LinkTimeout(op, addr, seconds, "the simulator is frozen, or far slower than expected") from None
             except OSError as e:
-                raise TransportError(f"simulator connection failed: {e}") from e
+                raise self._lost(f"simulator connection failed during {op} at 0x{addr:x}: {e}") from e
             if not chunk:
-                raise TransportError("the simulator closed the connection")
+                raise self._lost(f"the simulator closed the connection during {op} at 0x{addr:x}")
             data += chunk
         return bytes(data)
 
     def _request(self, op: link.SimOp, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
+        name = op.name.lower()
+        if self.broken:
+            raise LinkLost(f"the simulator link is unusable after an earlier failure ({self.broken}); "
+                           f"cannot {name} at 0x{addr:x}")
+        moved = n if op in (link.SimOp.READ_BLOCK, link.SimOp.WRITE_BLOCK) else 0
+        seconds = self.timeout + self.per_byte * moved
+        deadline = time.monotonic() + seconds
         try:
+            self.sock.settimeout(seconds)
             self.sock.sendall(self.REQUEST.pack(op, addr, n) + payload)
         except OSError as e:
-            raise TransportError(f"simulator connection failed: {e}") from e
+            raise self._lost(f"simulator connection failed sending {name} at 0x{addr:x}: {e}") from e
         self.round_trips += 1
-        status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size))
-        data = self._recv(length)
+        status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size, name, addr, deadline, seconds))
+        data = self._recv(length, name, addr, deadline, seconds)
         if status == link.SimStatus.BUS_ERROR:
-            raise TransportError(f"bus error response to {op.name.lower()} at 0x{addr:x}")
+            raise TransportError(f"bus error response to {name} at 0x{addr:x}")
+        if status == link.SimStatus.STUCK:
+            raise DeviceStuck(name, addr, data.decode(errors="replace"))
         if status != link.SimStatus.OK:
-            raise TransportError(f"the simulator refused {op.name.lower()}: {data.decode(errors='replace')}")
+            raise TransportError(f"the simulator refused {name}: {data.decode(errors='replace')}")
         return data
 
     def _read32(self, addr: int) -> int:
@@ -269,14 +311,16 @@ class SimTransport(Transport):
         return int.from_bytes(self._request(link.SimOp.CYCLES), link.SIM_BYTE_ORDER)
 
     def _close(self) -> None:
-        try:
-            self._request(link.SimOp.CLOSE, 0, 1 if self.process is not None else 0)
-        except TransportError:
-            pass  # already gone: nothing left to stop
+        if not self.broken:
+            try:
+                self._request(link.SimOp.CLOSE, 0, 1 if self.process is not None else 0)
+            except TransportError:
+                pass  # already gone: nothing left to stop
         self.sock.close()
         if self.process is not None:
             try:
-                self.process.wait(timeout=60)
+                # A simulator that answered CLOSE stops at once; a broken one is not waited for long.
+                self.process.wait(timeout=5 if self.broken else 60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

@@ -37,6 +37,7 @@ enum dx1_sim_op {
     DX1_SIM_WAIT_IRQ    = 0x05,
     DX1_SIM_CYCLES      = 0x06,
     DX1_SIM_STALL       = 0x07,
+    DX1_SIM_BUDGET      = 0x08,
 };
 
 /* Simulator socket: response status codes */
@@ -44,6 +45,7 @@ enum dx1_sim_status {
     DX1_SIM_OK          = 0x00,
     DX1_SIM_BUS_ERROR   = 0x01,
     DX1_SIM_BAD_REQUEST = 0x02,
+    DX1_SIM_STUCK       = 0x03,
 };
 
 /* Header sizes (a burst header is followed by its CRC) and limits */
@@ -66,5 +68,7 @@ enum dx1_sim_status {
 #define DX1_WORD_BYTES            4u
 #define DX1_SIM_IRQ_WAIT_CYCLES   20000u
 #define DX1_SIM_MAX_BLOCK         0x00100000u
+#define DX1_SIM_REQUEST_CYCLES    200000u
+#define DX1_SIM_CYCLES_PER_BYTE   16u
 
 #endif /* DX1_LINK_H */

@@ -92,7 +92,7 @@ def port_signature(access: Access) -> wiring.Signature:
         Access.RW: {"value": Out(32), "write": Out(1), "wdata": Out(32), "set": In(1), "set_value": In(32)},
         Access.RO: {"value": In(32), "read": Out(1)},
         Access.WO: {"write": Out(1), "wdata": Out(32)},
-        Access.W1C: {"value": Out(32), "set": In(32)},
+        Access.W1C: {"value": Out(32), "set": In(32), "clear": In(1)},
     }[access])
 
 
@@ -118,7 +118,8 @@ class RegisterFile(wiring.Component):
     * WO: ``write`` and ``wdata`` as for RW; nothing is stored.
     * W1C: ``value`` (the current bits) and ``set``: hardware sets bits, OR-ed
       in every cycle.  A host write clears the bits written as 1; a bit set and
-      cleared in the same cycle stays set.
+      cleared in the same cycle stays set.  ``clear`` (a soft reset) clears
+      every bit, ahead of both.
 
     The block headers (ID, VERSION, NEXT) and the GLOBAL identity registers
     (:func:`identity_values`) are constants and get no member.
@@ -266,5 +267,5 @@ class RegisterFile(wiring.Component):
                 stored = Signal(32, init=reg.reset & mask, name=f"{name}_reg")
                 m.d.comb += port.value.eq(stored)
                 cleared = Mux(write, w_data, 0)
-                m.d.sync += stored.eq(((stored & ~cleared) | port.set) & mask)
+                m.d.sync += stored.eq(Mux(port.clear, 0, ((stored & ~cleared) | port.set) & mask))
         return m

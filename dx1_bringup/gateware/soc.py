@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..spec import BUS_BYTES, STALL_UNITS, SocConfig, stall_bit
+from ..spec import BUS_BYTES, STALL_UNITS, Access, SocConfig, stall_bit
 from .axi import AXI4LiteSignature, AXI4Signature
 from .command import CommandProcessor
 from .dma import Dma
@@ -34,8 +34,9 @@ class Dx1Soc(wiring.Component):
     Each tile has a :class:`TileCore`, a :class:`Dma` and a :class:`CommandProcessor`;
     the command processors and DMAs are AXI4 masters on :class:`AxiMemory`, which
     arbitrates them with the host's port.  GLOBAL.RESET resets every queue, DMA,
-    tile pipeline, counter and semaphore (not memories); disable the queues and
-    let them go idle first.  QUEUEn.RESET resets tile n alone (:class:`TileReset`),
+    tile pipeline, counter and semaphore (not memories); the tiles' units are reset
+    through their :class:`TileReset`, after their open bursts drain, so it is safe
+    with commands in flight (they get no completion).  QUEUEn.RESET resets tile n alone (:class:`TileReset`),
     and QUEUEn.WATCHDOG aborts a command of tile n that makes no progress.
 
     ``stall_port`` adds the test-only input ``stall_units``
@@ -99,9 +100,11 @@ class Dx1Soc(wiring.Component):
         for t in range(cfg.tiles):
             q, perf, trace = f"QUEUE{t}", f"PERF{t}", f"TRACE{t}"
             m.submodules[f"reset{t}"] = seq = TileReset()
-            core = ResetInserter(soft_reset | seq.reset_units)(TileCore(cfg.tile))
-            dma = ResetInserter(soft_reset | seq.reset_units)(Dma(cfg.tile))
-            cp = ResetInserter(soft_reset | seq.reset_cp)(CommandProcessor(cfg))
+            # GLOBAL.RESET goes through each tile's TileReset, so no bus master is reset with a burst open
+            # (a command processor reset mid-fetch would leave the memory's read side waiting for ever).
+            core = ResetInserter(seq.reset_units)(TileCore(cfg.tile))
+            dma = ResetInserter(seq.reset_units)(Dma(cfg.tile))
+            cp = ResetInserter(seq.reset_cp)(CommandProcessor(cfg))
             m.submodules[f"core{t}"], m.submodules[f"dma{t}"], m.submodules[f"cp{t}"] = core, dma, cp
             core_stalled = Signal(name=f"core{t}_stalled")
             if self.stall_port:
@@ -125,7 +128,8 @@ class Dx1Soc(wiring.Component):
             tile_reset = reg(q, "RESET")
             m.d.comb += [
                 cp.watchdog.eq(reg(q, "WATCHDOG").value), cp.progress.eq((moved != 0) | core.progress),
-                seq.host_reset.eq(tile_reset.write & field_bits(tile_reset.wdata, spec_reg(q, "RESET"), "tile")),
+                seq.host_reset.eq(soft_reset
+                                  | (tile_reset.write & field_bits(tile_reset.wdata, spec_reg(q, "RESET"), "tile"))),
                 seq.abort_req.eq(cp.abort_req), seq.cp_quiet.eq(cp.axi_quiet), seq.dma_quiet.eq(dma.quiet),
                 cp.quiesce.eq(seq.cp_quiesce), dma.abort.eq(seq.dma_abort), cp.abort_done.eq(seq.abort_done),
             ]
@@ -250,6 +254,17 @@ class Dx1Soc(wiring.Component):
             m.d.sync += clear_written.eq(tclear)
             with m.If(clear_written):
                 m.d.comb += [tctl.set.eq(1), tctl.set_value.eq(tctl.value & ~tctl_spec.field("clear").mask)]
+
+            # GLOBAL.RESET returns the tile's QUEUE, PERF and TRACE registers to the spec's reset values, as
+            # the model does (last, so it wins over the self-clearing bits above).
+            with m.If(soft_reset):
+                for block in (q, perf, trace):
+                    for placed in rf.regmap.block(block).registers:
+                        if placed.register.access == Access.RW:
+                            port = reg(block, placed.name)
+                            m.d.comb += [port.set.eq(1), port.set_value.eq(placed.register.reset)]
+                        elif placed.register.access == Access.W1C:
+                            m.d.comb += reg(block, placed.name).clear.eq(1)
 
         # ---- semaphores: one SIGNAL/WAIT a cycle, lowest tile first ---------------------------
         granted = Signal()

@@ -95,6 +95,7 @@ class ModelBridge:
         self.port = self._listener.getsockname()[1]
         self._stop = threading.Event()
         self._conn: socket.socket | None = None
+        self._drop_in: int | None = None  # received bytes until the connection is cut (drop_after)
         self._raw = bytearray()  # received, not yet through the faults
         self._inbox = bytearray()  # delivered by the faulty line, not yet parsed
         self._thread = threading.Thread(target=self._serve, name="dx1-model-bridge", daemon=True)
@@ -117,6 +118,15 @@ class ModelBridge:
             self._conn.close()
         self._thread.join(timeout=5)
 
+    def drop_after(self, n: int) -> None:
+        """Cut the client's connection once ``n`` more bytes have arrived (a cable pulled mid-frame); a test hook.
+
+        The bridge then waits for the next client, with the target's state kept, so reconnecting works.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"bytes before the drop must be an integer of 0 or more, not {n!r}")
+        self._drop_in = n
+
     # -- line -------------------------------------------------------------------------------------
 
     def _fill(self, want: int, wait: float, faulty: bool) -> bool:
@@ -134,6 +144,12 @@ class ModelBridge:
                 return False
             if not chunk:
                 raise ConnectionError("client closed the connection")
+            if self._drop_in is not None:
+                if len(chunk) >= self._drop_in:
+                    self._drop_in = None
+                    self._conn.shutdown(socket.SHUT_RDWR)
+                    raise ConnectionError("connection dropped (drop_after)")
+                self._drop_in -= len(chunk)
             self._raw += chunk
         raw = bytes(self._raw[:want])
         del self._raw[:want]

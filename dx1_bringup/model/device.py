@@ -105,6 +105,12 @@ the memory at the address with it clear).  Faults act on the memory itself, so
 every reader sees them: the host port, the DMA, command fetches and completion
 writes.
 
+``BusErrors`` (device string ``model:bus-error=0x1000+0x40``) makes a window of device memory answer
+error responses: a host access touching it raises :class:`BusError`, a command fetch or completion
+write there halts the queue with ``BUS_ERROR`` (as one past device memory does), and a LOAD, STORE or
+COPY that passed its checks and whose bytes touch it completes with ``BUS_ERROR`` having changed nothing
+(the RTL may have moved the beats before the error: only the command's own footprint may differ).
+
 ``UnitStalls`` (from :mod:`dx1_bringup.faults`; device string ``model:stall=dma0`` or ``model:stall=dma0+core1``)
 stalls units from the start; the SoC simulation's ``stall_units`` input is its RTL
 counterpart (:mod:`dx1_bringup.spec.stall`).
@@ -117,7 +123,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..faults import MemoryFaults, UnitStalls
+from ..faults import BusErrors, MemoryFaults, UnitStalls
 from ..spec import (
     BLOCKS,
     BUS_BYTES,
@@ -274,13 +280,18 @@ class DeviceModel:
     """
 
     def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None,
-                 stalls: UnitStalls | None = None):
+                 stalls: UnitStalls | None = None, bus_errors: BusErrors | None = None):
         self.config = config or SocConfig()
         if faults is not None:
             if not isinstance(faults, MemoryFaults):
                 raise TypeError(f"faults must be a MemoryFaults, not {faults!r}")
             faults.check_size(self.config.mem_bytes)
         self.faults = faults
+        if bus_errors is not None:
+            if not isinstance(bus_errors, BusErrors):
+                raise TypeError(f"bus_errors must be a BusErrors, not {bus_errors!r}")
+            bus_errors.check_size(self.config.mem_bytes)
+        self.bus_errors = bus_errors
         if stalls is not None and not isinstance(stalls, UnitStalls):
             raise TypeError(f"stalls must be a UnitStalls, not {stalls!r}")
         self.stalled: frozenset[tuple[str, int]] = frozenset()
@@ -371,6 +382,12 @@ class DeviceModel:
             raise ValueError(f"length must be >= 0, not {length!r}")
         if addr < 0 or addr + length > len(self.mem):
             raise BusError(addr, f"{length}-byte access outside device memory (0x{len(self.mem):x} bytes)")
+        if self._bus_error(addr, length):
+            raise BusError(addr, f"{length}-byte access touches the bus-error window ({self.bus_errors})")
+
+    def _bus_error(self, addr: int, length: int) -> bool:
+        """True when device-memory bytes ``addr .. addr + length - 1`` touch the injected bus-error window."""
+        return self.bus_errors is not None and self.bus_errors.hits(addr, length)
 
     def mem_read(self, addr: int, length: int) -> bytes:
         """Read ``length`` bytes of device memory at ``addr`` (any alignment)."""
@@ -556,7 +573,8 @@ class DeviceModel:
             return False
         fetch = q.ring_base + COMMAND_BYTES * q.head
         slot = q.cq_base + COMPLETION_BYTES * q.head
-        if fetch + COMMAND_BYTES > len(self.mem) or slot + COMPLETION_BYTES > len(self.mem):
+        if (fetch + COMMAND_BYTES > len(self.mem) or slot + COMPLETION_BYTES > len(self.mem)
+                or self._bus_error(fetch, COMMAND_BYTES) or self._bus_error(slot, COMPLETION_BYTES)):
             self._queue_error(q, ErrorCode.BUS_ERROR, q.head)
             return False
         cmd = self._load(fetch, COMMAND_BYTES)
@@ -706,6 +724,9 @@ class DeviceModel:
         cfg = self.config.tile
         row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
         outer_bytes = cols * row_bytes
+        if self.bus_errors is not None and any(self._bus_error(f["dram_addr"] + r * f["dram_stride"], outer_bytes)
+                                               for r in range(rows)):
+            return ErrorCode.BUS_ERROR, 1
         self._move_rows(tile, opcode == Opcode.LOAD, acc, f)
         moved = rows * outer_bytes
         cost = -(-moved // BUS_BYTES)
@@ -767,6 +788,8 @@ class DeviceModel:
         if status != ErrorCode.OK:
             return status, 1
         src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
+        if self._bus_error(src, length) or self._bus_error(dst, length):
+            return ErrorCode.BUS_ERROR, 1
         self._store(dst, self._load(src, length))
         perf = self._perf[tile]
         perf.bytes_read = (perf.bytes_read + length) & _MASK32

@@ -10,6 +10,13 @@ bus transactions, so the ports are also checked against an independent model.
 The protocol is the simulator socket of :mod:`dx1_bringup.spec.link` (``docs/link.md``):
 one request at a time, its op codes, status codes and layouts all from there.
 
+No request blocks forever: each bus transaction races a timer of its cycle
+budget (``SIM_REQUEST_CYCLES`` plus ``SIM_CYCLES_PER_BYTE`` a byte moved; the
+BUDGET request fixes it, for tests).  One that loses is abandoned and answered
+``STUCK`` with what the server saw: the host-port AXI channels with valid
+but no ready, and each queue's STATUS, HEAD and TAIL (read through the
+register port with a budget of their own, or "unreadable").
+
 Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE (where the
 chosen port is written once the server listens), DX1_SIM_ONCE (1: stop after
 the first client disconnects), DX1_SIM_HOST_PATH (``backdoor``, the default:
@@ -28,7 +35,17 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
-from ..spec import SIM_BYTE_ORDER, SIM_REQUEST, SIM_RESPONSE, SimOp, SimStatus, struct_format
+from ..spec import (
+    SIM_BYTE_ORDER,
+    SIM_CYCLES_PER_BYTE,
+    SIM_REQUEST,
+    SIM_REQUEST_CYCLES,
+    SIM_RESPONSE,
+    SimOp,
+    SimStatus,
+    register_map,
+    struct_format,
+)
 from .backdoor import HOST_PATHS, MemoryBackdoor
 
 __all__ = ["REQUEST", "RESPONSE", "host_masters", "open_listener"]
@@ -38,6 +55,15 @@ RESPONSE = struct.Struct(struct_format(SIM_BYTE_ORDER, SIM_RESPONSE))
 CLOCK_NS = 10
 #: Bytes of the cycle count a CYCLES request answers.
 CYCLE_COUNT_BYTES = 8
+#: Cycle budget of each register read the STUCK report makes.
+REPORT_READ_CYCLES = 2_000
+#: The host ports' AXI channels: (port prefix, channel); each has ``valid`` and ``ready``.
+HOST_CHANNELS = tuple(("mem", ch) for ch in ("aw", "w", "b", "ar", "r")) + tuple(
+    ("regs", ch) for ch in ("aw", "w", "b", "ar", "r"))
+
+
+class Stuck(Exception):
+    """A bus transaction did not finish within its cycle budget."""
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
@@ -77,29 +103,88 @@ def host_masters(dut) -> tuple[AxiLiteMaster, AxiMaster]:
 
 
 class SocServer:
+    """The requests of one SoC simulation, each bus transaction within its cycle budget."""
+
     def __init__(self, dut, host_path: str = "backdoor"):
         self.dut = dut
         self.regs, self.mem = host_masters(dut)
         self.backdoor = MemoryBackdoor(dut) if host_path == "backdoor" else None
+        self.fixed_budget = 0  # BUDGET's n; 0: by the request's size
+        self.regmap = register_map()
+
+    async def _bounded(self, transaction, cycles: int):
+        """Await the cocotbext-axi ``transaction``, or raise :class:`Stuck` once ``cycles`` cycles pass."""
+        task = cocotb.start_soon(transaction)
+        await First(task.complete, Timer(cycles * CLOCK_NS, "ns"))
+        if not task.done():
+            task.cancel()
+            raise Stuck(cycles)
+        return task.result()
+
+    def _waiting_channels(self) -> list[str]:
+        """Host-port AXI channels whose valid is high and ready low, as ``mem.ar`` etc."""
+        out = []
+        for port, ch in HOST_CHANNELS:
+            valid = getattr(self.dut, f"{port}__{ch}valid").value
+            ready = getattr(self.dut, f"{port}__{ch}ready").value
+            if valid and not ready:
+                out.append(f"{port}.{ch}")
+        return out
+
+    async def _queue_state(self) -> str:
+        """Each queue's STATUS, HEAD and TAIL through the register port, each read with a small budget."""
+        parts = []
+        for block in self.regmap.blocks:
+            if not block.name.startswith("QUEUE"):
+                continue
+            values = []
+            for name in ("STATUS", "HEAD", "TAIL"):
+                try:
+                    resp = await self._bounded(self.regs.read(block.base + block.reg(name).offset, 4),
+                                               REPORT_READ_CYCLES)
+                    values.append(f"{name}=0x{int.from_bytes(resp.data, SIM_BYTE_ORDER):x}")
+                except Stuck:
+                    values.append(f"{name} unreadable")
+            parts.append(f"{block.name} " + " ".join(values))
+        return "; ".join(parts)
+
+    async def _stuck_report(self, what: str, cycles: int) -> bytes:
+        channels = self._waiting_channels()
+        waiting = (", ".join(channels) + " valid without ready") if channels else (
+            "no host-port channel has valid without ready (the device owes a response)")
+        queues = await self._queue_state()
+        return f"{what} did not finish within {cycles} cycles: {waiting}; {queues}".encode()
+
+    async def _transaction(self, what: str, transaction, nbytes: int) -> tuple[int, bytes]:
+        cycles = self.fixed_budget or SIM_REQUEST_CYCLES + SIM_CYCLES_PER_BYTE * nbytes
+        try:
+            resp = await self._bounded(transaction, cycles)
+        except Stuck:
+            return SimStatus.STUCK, await self._stuck_report(what, cycles)
+        if resp.resp != 0:
+            return SimStatus.BUS_ERROR, b""
+        # Write responses carry no data.
+        return SimStatus.OK, bytes(getattr(resp, "data", b""))
 
     async def handle(self, op: int, addr: int, n: int, payload: bytes) -> tuple[int, bytes]:
         if op == SimOp.READ32:
-            resp = await self.regs.read(addr, 4)
-            return (SimStatus.OK, resp.data) if resp.resp == 0 else (SimStatus.BUS_ERROR, b"")
+            return await self._transaction(f"read32 at 0x{addr:x}", self.regs.read(addr, 4), 4)
         if op == SimOp.WRITE32:
-            resp = await self.regs.write(addr, n.to_bytes(4, SIM_BYTE_ORDER))
-            return SimStatus.OK if resp.resp == 0 else SimStatus.BUS_ERROR, b""
+            return await self._transaction(f"write32 at 0x{addr:x}",
+                                           self.regs.write(addr, n.to_bytes(4, SIM_BYTE_ORDER)), 4)
         if op == SimOp.READ_BLOCK and self.backdoor is not None:
             data = self.backdoor.read(addr, n)
             return (SimStatus.OK, data) if data is not None else (SimStatus.BUS_ERROR, b"")
         if op == SimOp.WRITE_BLOCK and self.backdoor is not None:
             return SimStatus.OK if await self.backdoor.write(addr, payload) else SimStatus.BUS_ERROR, b""
         if op == SimOp.READ_BLOCK:
-            resp = await self.mem.read(addr, n)
-            return (SimStatus.OK, bytes(resp.data)) if resp.resp == 0 else (SimStatus.BUS_ERROR, b"")
+            return await self._transaction(f"read_block of {n} bytes at 0x{addr:x}", self.mem.read(addr, n), n)
         if op == SimOp.WRITE_BLOCK:
-            resp = await self.mem.write(addr, payload)
-            return SimStatus.OK if resp.resp == 0 else SimStatus.BUS_ERROR, b""
+            return await self._transaction(f"write_block of {len(payload)} bytes at 0x{addr:x}",
+                                           self.mem.write(addr, payload), len(payload))
+        if op == SimOp.BUDGET:
+            self.fixed_budget = n
+            return SimStatus.OK, b""
         if op == SimOp.WAIT_IRQ:
             if not self.dut.irq.value:
                 # One timer, not a per-cycle count: Python stays off the clock while the device runs.

@@ -47,7 +47,7 @@ __all__ = [
     "REG_MAX_WORDS", "BURST_MAX_PAYLOAD", "AXI_ERROR_WORD", "REG_BASE", "REG_BYTES", "MEM_BASE",
     "BRIDGE_RX_FIFO", "TIMEOUT_BITS", "CRC_POLY", "LINK_LIMIT_DOCS",
     "SimOp", "SimStatus", "SIM_OP_DOCS", "SIM_STATUS_DOCS", "SIM_REQUEST", "SIM_RESPONSE", "SIM_IRQ_WAIT_CYCLES",
-    "SIM_MAX_BLOCK", "SIM_LIMIT_DOCS",
+    "SIM_MAX_BLOCK", "SIM_REQUEST_CYCLES", "SIM_CYCLES_PER_BYTE", "SIM_LIMIT_DOCS",
 ]
 
 
@@ -194,6 +194,7 @@ class SimOp(enum.IntEnum):
     WAIT_IRQ = 5
     CYCLES = 6
     STALL = 7
+    BUDGET = 8
 
 
 SIM_OP_DOCS = {
@@ -206,6 +207,9 @@ SIM_OP_DOCS = {
     SimOp.CYCLES: "Answers the simulated cycle count as 8 bytes, little-endian.",
     SimOp.STALL: ("Drive the SoC's test-only stall_units input with n (bits from dx1_bringup.spec.stall) until the "
                   "next STALL; answers no data."),
+    SimOp.BUDGET: ("Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to "
+                   "SIM_REQUEST_CYCLES plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small "
+                   "budget makes an ordinary request answer STUCK."),
 }
 
 
@@ -215,12 +219,16 @@ class SimStatus(enum.IntEnum):
     OK = 0
     BUS_ERROR = 1
     BAD_REQUEST = 2
+    STUCK = 3
 
 
 SIM_STATUS_DOCS = {
     SimStatus.OK: "Done; the data follows.",
     SimStatus.BUS_ERROR: "The AXI bus answered an error; no data.",
     SimStatus.BAD_REQUEST: "Unknown op; the data is a message.",
+    SimStatus.STUCK: ("The bus transaction did not finish within its cycle budget (the device is stuck); the data is "
+                      "a message naming the host-port AXI channels left waiting (valid without ready) and each "
+                      "queue's STATUS, HEAD and TAIL.  The transaction is abandoned."),
 }
 
 #: Simulator request, little-endian, followed by ``n`` bytes for WRITE_BLOCK.
@@ -236,8 +244,13 @@ SIM_RESPONSE = (
 )
 SIM_IRQ_WAIT_CYCLES = 20_000
 SIM_MAX_BLOCK = 1 << 20
+SIM_REQUEST_CYCLES = 200_000
+SIM_CYCLES_PER_BYTE = 16
 
 SIM_LIMIT_DOCS = {
     "SIM_IRQ_WAIT_CYCLES": "Simulated cycles one interrupt wait of the driver may run before it looks again.",
     "SIM_MAX_BLOCK": "Largest memory block of one request.",
+    "SIM_REQUEST_CYCLES": ("Simulated cycles a register or memory request may take, plus SIM_CYCLES_PER_BYTE a "
+                           "byte moved, before the server answers STUCK."),
+    "SIM_CYCLES_PER_BYTE": "Simulated cycles of a request's budget for each byte it moves.",
 }
