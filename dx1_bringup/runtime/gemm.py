@@ -57,20 +57,13 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
+from ..perf import COSTS
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
 __all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "GemmTerm", "check_post", "compile_gemm", "drive",
            "run_gemm"]
 
-#: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
-#: cycles of streaming for thousands of tiny commands.
-_COMMAND_OVERHEAD = 4
-#: GEMM pipeline fill and drain, in multiples of the array size (the model charges 2*n per GEMM).
-_GEMM_FILL = 2
-#: Rows per chunk, in multiples of the array size, the array needs to stay busy: a shorter stream idles
-#: while the next weights load.
-_STREAM_ROWS = 3
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
 _MIN_ROWS = 4
@@ -212,7 +205,7 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
     only if none does are shorter streams allowed.  Among the blocks with that
     step, per step the double-buffered LOADs (through the device-memory port
     all tiles share) overlap the GEMMs, so a step costs the larger of the two;
-    a block's POSTOPs and STORE come on top.
+    a block's POSTOPs and STORE come on top, every cost from :data:`dx1_bringup.perf.COSTS`.
     """
     out_bias = int(post and bias)
     mt_choices = _candidates(m)
@@ -234,12 +227,16 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
                     blocks = row_blocks * col_blocks
                     # Blocks are split evenly, so cost the average block, not the largest.
                     rows, chunks, depth = m / row_blocks, nc / col_blocks, kc / steps
-                    # The tiles share one device-memory port, so each sees 1/tiles of its bandwidth.
-                    load = (rows * depth * n + depth * n * chunks * n) * tiles / BUS_BYTES
-                    gemm = chunks * (max(rows, _STREAM_ROWS * n) * depth + _GEMM_FILL * n)
-                    finish = int(post) * chunks * rows + rows * chunks * n * (1 if post else ACC_LANE_BYTES) / BUS_BYTES
+                    # The tiles share one device-memory port: each other tile's DMA slows every load.
+                    share = 1 + COSTS.contention * (tiles - 1)
+                    load = share * float(COSTS.load_cycles(rows, rows * depth * n / BUS_BYTES)
+                                         + COSTS.load_cycles(depth * n, depth * n * chunks * n / BUS_BYTES))
+                    gemm = chunks * float(COSTS.gemm_period(rows, depth)) + COSTS.gemm_fill + COSTS.gemm_drain
+                    out_lane = 1 if post else ACC_LANE_BYTES
+                    finish = (int(post) * chunks * float(COSTS.postop_cycles(rows))
+                              + float(COSTS.store_cycles(rows, rows * chunks * n * out_lane / BUS_BYTES)))
                     commands = steps * (2 + chunks) + int(bias) + (chunks + 1 if post else 1)
-                    block_cost = steps * max(load, gemm) + finish + commands * _COMMAND_OVERHEAD
+                    block_cost = steps * max(load, gemm) + finish + commands * COSTS.dispatch_gap
                     score = (load + _ceil_div(blocks, tiles) * block_cost, blocks)
                     if best is None or score < best[0]:
                         best = (score, (mt, nct, kct))
