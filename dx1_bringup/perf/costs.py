@@ -8,7 +8,8 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
   costs ``store_fixed + store_burst * bursts + beats`` exactly; a LOAD, whose reads share the memory with
   command fetches and whose scratchpad writes yield to the array, ``load_fixed + load_burst * bursts +
   load_beat * beats`` on average.  While another tile's DMA runs, every beat waits for one of its beats
-  (``contention``: the tiles share the one device-memory port).
+  (``contention``: the tiles share the one device-memory port).  BUSY_LOAD and BUSY_STORE count the
+  cycles a burst is open, ``load_idle`` and ``store_idle`` cycles fewer than the command takes.
 * GEMM (``gateware/tile.py``): the array streams ``m`` scratchpad rows per reduction chunk; two weight
   banks ping-pong, so chunk ``j`` starts no earlier than ``bank_cycle`` cycles plus the rows of chunk
   ``j-2`` after chunk ``j-2`` started (a bank's load, stream and drain); the first chunk after idle
@@ -47,13 +48,15 @@ COPY_BURST = 16
 class Costs:
     """The fitted cycle costs (see the module docstring for what each one is)."""
 
-    load_fixed: float = 30.3
-    load_burst: float = 1.34
+    load_fixed: float = 20.0
+    load_burst: float = 1.7
     load_beat: float = 1.07
     store_fixed: float = 10.0
     store_burst: float = 2.0
     store_beat: float = 1.0
     contention: float = 1.0
+    load_idle: float = 19.0
+    store_idle: float = 6.0
     gemm_fill: int = 18
     gemm_drain: int = 17
     bank_cycle: int = 26

@@ -167,7 +167,10 @@ class _TileState:
             t = max(t, self.dma_free - c.dma_handover)
             end = t + d.cost + d.memory * self.dilation[i]
             self.dma_free = end
-            self.busy["load" if d.opcode != Opcode.STORE else "store"] += end - t
+            if d.opcode == Opcode.STORE:
+                self.busy["store"] += end - t - c.store_idle
+            else:
+                self.busy["load"] += end - t - c.load_idle
         else:
             t = max(t, self.core_input)
             if len(self.core_ends) >= c.core_slots:

@@ -311,7 +311,8 @@ def _check_tiles(tiles: int | Sequence[int] | None, caps: Capabilities) -> list[
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
                  bias_addr: int | None = None, post: PostOpParams | None = None,
                  tiles: int | None = None, a_stride: int | None = None, b_stride: int | None = None,
-                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = ()) -> GemmPlan:
+                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = (),
+                 emit_blocks: int | None = None) -> GemmPlan:
     """Plan ``C = A @ B (+ more terms) (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
 
     Parameters
@@ -330,6 +331,9 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         Bytes between rows of A, B and C when they are views of wider matrices (default: padded K, N).
     more:
         Further products added into the same accumulators, each with its own A, B and K.
+    emit_blocks:
+        Plan the steps and emit the commands of only the first ``emit_blocks`` output blocks of each
+        tile (every block is still listed): what the performance model needs of a GEMM too large to list.
 
     Returns
     -------
@@ -384,8 +388,12 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     streams = [CommandStream(array=arr, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows, mem_bytes=caps.mem_bytes,
                              tile=t, what="GEMM plan") for t in range(max(tile_ids) + 1)]
     plan.steps = [[] for _ in streams]
+    blocks_before = [0] * len(streams)
     for index, block in enumerate(plan.blocks):
-        acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
+        acc_half = blocks_before[block.tile] % 2
+        blocks_before[block.tile] += 1
+        if emit_blocks is not None and blocks_before[block.tile] > emit_blocks:
+            continue
         for j, (term, k0, depth) in enumerate(k_steps):
             spm_half = len(plan.steps[block.tile]) % 2
             plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,
