@@ -7,8 +7,9 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
   crosses a 4 KiB page or exceeds 256 beats of 8 bytes); one command runs at a time per tile.  A STORE
   costs ``store_fixed + store_burst * bursts + beats`` exactly; a LOAD, whose reads share the memory with
   command fetches and whose scratchpad writes yield to the array, ``load_fixed + load_burst * bursts +
-  load_beat * beats`` on average.  While another tile's DMA runs, every beat waits for one of its beats
-  (``contention``: the tiles share the one device-memory port).  BUSY_LOAD and BUSY_STORE count the
+  load_beat * beats`` on average.  While another tile's DMA reads (for a LOAD) or writes (for a STORE),
+  the command's memory time grows by ``contention`` times itself (the tiles share the one device-memory
+  port, which arbitrates each direction on its own).  BUSY_LOAD and BUSY_STORE count the
   cycles a burst is open, ``load_idle`` and ``store_idle`` cycles fewer than the command takes.
 * GEMM (``gateware/tile.py``): the array streams ``m`` scratchpad rows per reduction chunk; two weight
   banks ping-pong, so chunk ``j`` starts no earlier than ``bank_cycle`` cycles plus the rows of chunk

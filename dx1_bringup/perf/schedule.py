@@ -6,8 +6,9 @@ STORE and COPY go to the tile's DMA one at a time, GEMM and POSTOP to the tile c
 flight, POSTOP after the GEMMs before it); a command that writes local rows an in-flight command of the
 other unit reads or writes (or reads rows it writes) waits for that command's completion; FENCE and
 SIGNAL wait for every earlier command, WAIT for its semaphore (signalled by any tile).  Tiles share the
-device-memory port: a DMA beat costs ``1 + contention`` times as much while another tile's DMA is
-running (found by iterating the whole schedule until it settles).  Times are cycles from the first
+device-memory port, which arbitrates reads and writes separately: a DMA command's memory time costs
+``1 + contention`` times as much while another tile's DMA moves data the same way (found by iterating the
+whole schedule a few times).  Times are cycles from the first
 command's dispatch; :attr:`Prediction.total` adds what the host spends around the run.
 """
 
@@ -233,8 +234,14 @@ def _schedule(decoded: dict[int, list[_Decoded]], costs: Costs,
     return states
 
 
-def _dma_intervals(st: _TileState, offset: float) -> list[tuple[float, float]]:
-    return [(offset + c.start, offset + c.end) for c, d in zip(st.times, st.decoded, strict=True) if d.unit == "dma"]
+def _directions(opcode: int) -> set[str]:
+    """The memory directions a DMA command uses: the memory arbitrates reads and writes separately."""
+    return {int(Opcode.LOAD): {"read"}, int(Opcode.STORE): {"write"}}.get(opcode, {"read", "write"})
+
+
+def _dma_intervals(st: _TileState, offset: float, direction: str) -> list[tuple[float, float]]:
+    return [(offset + c.start, offset + c.end) for c, d in zip(st.times, st.decoded, strict=True)
+            if d.unit == "dma" and direction in _directions(d.opcode)]
 
 
 def _overlap_fraction(span: tuple[float, float], others: list[tuple[float, float]]) -> float:
@@ -280,11 +287,13 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
     dilation = {t: [0.0] * len(decoded[t]) for t in used}
     states = _schedule(decoded, costs, dilation)
     for _ in range(_ITERATIONS if len(used) > 1 else 0):
-        busy = {t: _dma_intervals(states[t], offsets[t]) for t in used}
+        busy = {(t, way): _dma_intervals(states[t], offsets[t], way) for t in used for way in ("read", "write")}
         for t in used:
-            others = [iv for u in used if u != t for iv in busy[u]]
-            dilation[t] = [costs.contention * _overlap_fraction((offsets[t] + c.start, offsets[t] + c.end), others)
-                           if d.unit == "dma" else 0.0 for c, d in zip(states[t].times, decoded[t], strict=True)]
+            others = {way: [iv for u in used if u != t for iv in busy[(u, way)]] for way in ("read", "write")}
+            dilation[t] = [
+                costs.contention * max(_overlap_fraction((offsets[t] + c.start, offsets[t] + c.end), others[way])
+                                       for way in _directions(d.opcode))
+                if d.unit == "dma" else 0.0 for c, d in zip(states[t].times, decoded[t], strict=True)]
         states = _schedule(decoded, costs, dilation)
     tiles = {}
     for t in used:
