@@ -262,8 +262,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if args.tiles is not None and args.tiles > caps.tiles:
         print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
         return 2
-    if args.png is not None and (Path(args.png).is_dir() or not Path(args.png).parent.is_dir()):
-        print(f"dx1 perf: cannot write the plot to {args.png} (it must be a file in an existing folder)",
+    folder = None if args.png is None else Path(args.png).parent
+    if folder is not None and (Path(args.png).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK)):
+        print(f"dx1 perf: cannot write the plot to {args.png} (it must be a file in a writable folder)",
               file=sys.stderr)
         return 2
     print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "

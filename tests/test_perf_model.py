@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from dx1_driver import Device
 
-from dx1_bringup.cli import gemm_problem
+from dx1_bringup.cli import gemm_problem, main
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.perf import COSTS, predict
 from dx1_bringup.runtime.commands import CommandStream
@@ -93,3 +93,19 @@ def test_whole_gemms_match_the_rtl_over_the_sweep(sim_transport):
         errors[(m, k, n, tiles)] = measure_gemm(device, m, k, n, a, b, bias, post, tiles)["total"]["error"]
     worst = max(errors, key=lambda s: abs(errors[s]))
     assert abs(errors[worst]) <= E2E_TOLERANCE, errors
+
+
+def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
+    assert main(["perf", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("  predicted in")[0].splitlines()[2:]
+    rows = {line.split()[0]: line.split()[1:] for line in table}
+    for term in ("load", "compute", "store", "total"):
+        assert len(rows[term]) == 4, out  # predicted, measured, residual, error
+    # The golden model streams exactly the rows the prediction counts.
+    assert rows["compute"][0] == rows["compute"][1] and rows["compute"][2] == "+0"
+    assert any(line.startswith("  total error") and line.rstrip().endswith("CYCLES)") for line in out.splitlines())
+    png = tmp_path / "sweep.png"
+    assert main(["perf", "32", "32", "32", "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot of {len(SWEEP) + 1} shapes" in capsys.readouterr().out

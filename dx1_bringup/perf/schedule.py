@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..spec import BUS_BYTES, Opcode, TileConfig, unpack_command
 from .costs import COSTS, Costs, move_bursts
 
@@ -244,12 +246,13 @@ def _dma_intervals(st: _TileState, offset: float, direction: str) -> list[tuple[
             if d.unit == "dma" and direction in _directions(d.opcode)]
 
 
-def _overlap_fraction(span: tuple[float, float], others: list[tuple[float, float]]) -> float:
+def _overlap_fraction(span: tuple[float, float], others: np.ndarray) -> float:
+    """The share of ``span`` that the intervals ``others`` (an (n, 2) array) cover, at most 1."""
     lo, hi = span
-    if hi <= lo:
+    if hi <= lo or not len(others):
         return 0.0
-    covered = sum(max(0.0, min(hi, b) - max(lo, a)) for a, b in others)
-    return min(1.0, covered / (hi - lo))
+    covered = np.clip(np.minimum(hi, others[:, 1]) - np.maximum(lo, others[:, 0]), 0.0, None).sum()
+    return min(1.0, float(covered) / (hi - lo))
 
 
 def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) -> Prediction:
@@ -289,7 +292,8 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
     for _ in range(_ITERATIONS if len(used) > 1 else 0):
         busy = {(t, way): _dma_intervals(states[t], offsets[t], way) for t in used for way in ("read", "write")}
         for t in used:
-            others = {way: [iv for u in used if u != t for iv in busy[(u, way)]] for way in ("read", "write")}
+            others = {way: np.array([iv for u in used if u != t for iv in busy[(u, way)]], dtype=float).reshape(-1, 2)
+                      for way in ("read", "write")}
             dilation[t] = [
                 costs.contention * max(_overlap_fraction((offsets[t] + c.start, offsets[t] + c.end), others[way])
                                        for way in _directions(d.opcode))
