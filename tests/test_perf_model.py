@@ -21,7 +21,7 @@ from dx1_bringup.perf import COSTS, predict
 from dx1_bringup.runtime.commands import CommandStream
 from dx1_bringup.runtime.gemm import drive
 from dx1_bringup.runtime.gemm_perf import SWEEP, combine, measure_gemm, predict_gemm
-from dx1_bringup.spec import SocConfig
+from dx1_bringup.spec import Opcode, SocConfig, pack_command
 
 #: Largest relative error of the predicted CYCLES of a single-tile GEMM-only stream.
 GEMM_TOLERANCE = 0.01
@@ -109,3 +109,17 @@ def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
     assert main(["perf", "32", "32", "32", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot of {len(SWEEP) + 1} shapes" in capsys.readouterr().out
+
+
+def test_wait_holds_a_tile_until_another_signals():
+    long_gemms = gemm_stream(CONFIG.tile, 64, 8, 2)
+    signal = pack_command(Opcode.SIGNAL, tag=9, sem=3, count=1)
+    wait = pack_command(Opcode.WAIT, tag=0, sem=3, count=1)
+    p = predict([[*long_gemms, signal], [wait, *gemm_stream(CONFIG.tile, 8, 1, 1)]], CONFIG.tile)
+    t0, t1 = p.tiles[0].commands, p.tiles[1].commands
+    # SIGNAL waits for both GEMMs of its queue; the WAIT on tile 1 ends no earlier than the SIGNAL.
+    assert t0[2].start >= t0[1].end
+    assert p.tiles[1].offset + t1[0].end >= t0[2].end
+    assert t1[1].start >= t1[0].end
+    with pytest.raises(ValueError, match="waiting on semaphores no stream signals often enough"):
+        predict([[wait]], CONFIG.tile)

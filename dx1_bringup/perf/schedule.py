@@ -126,8 +126,9 @@ def _conflict(x: _Decoded, y: _Decoded) -> bool:
 class _TileState:
     """The running state of one tile's schedule."""
 
-    def __init__(self, decoded: list[_Decoded], costs: Costs, dilation: list[float]):
+    def __init__(self, decoded: list[_Decoded], costs: Costs, dilation: list[float], offset: float):
         self.decoded = decoded
+        self.offset = offset  # semaphores are shared: their times are global (local + offset)
         self.costs = costs
         self.dilation = dilation  # per command: the share of its memory time another tile's DMA takes
         self.next = 0
@@ -155,11 +156,11 @@ class _TileState:
                 need = sem_used.get(d.f["sem"], 0) + d.f["count"]
                 if len(signals) < need:
                     return False
-                t = max(t, sorted(signals)[need - 1])
+                t = max(t, sorted(signals)[need - 1] - self.offset)
                 sem_used[d.f["sem"]] = need
             end = t + d.cost
             if d.opcode == Opcode.SIGNAL:
-                sem_times.setdefault(d.f["sem"], []).extend([end] * d.f["count"])
+                sem_times.setdefault(d.f["sem"], []).extend([end + self.offset] * d.f["count"])
             self._done(i, t, end)
             return True
         other = "core" if d.unit == "dma" else "dma"
@@ -218,9 +219,9 @@ class _TileState:
         self.next += 1
 
 
-def _schedule(decoded: dict[int, list[_Decoded]], costs: Costs,
-              dilation: dict[int, list[float]]) -> dict[int, _TileState]:
-    states = {t: _TileState(cmds, costs, dilation[t]) for t, cmds in decoded.items()}
+def _schedule(decoded: dict[int, list[_Decoded]], costs: Costs, dilation: dict[int, list[float]],
+              offsets: dict[int, float]) -> dict[int, _TileState]:
+    states = {t: _TileState(cmds, costs, dilation[t], offsets[t]) for t, cmds in decoded.items()}
     sem_times: dict[int, list[float]] = {}
     sem_used: dict[int, int] = {}
     progress = True
@@ -288,7 +289,7 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
             written += costs.host_per_command * batches[t] + costs.host_doorbell
         offsets[t] = written
     dilation = {t: [0.0] * len(decoded[t]) for t in used}
-    states = _schedule(decoded, costs, dilation)
+    states = _schedule(decoded, costs, dilation, offsets)
     for _ in range(_ITERATIONS if len(used) > 1 else 0):
         busy = {(t, way): _dma_intervals(states[t], offsets[t], way) for t in used for way in ("read", "write")}
         for t in used:
@@ -298,7 +299,7 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
                 costs.contention * max(_overlap_fraction((offsets[t] + c.start, offsets[t] + c.end), others[way])
                                        for way in _directions(d.opcode))
                 if d.unit == "dma" else 0.0 for c, d in zip(states[t].times, decoded[t], strict=True)]
-        states = _schedule(decoded, costs, dilation)
+        states = _schedule(decoded, costs, dilation, offsets)
     tiles = {}
     for t in used:
         st = states[t]
