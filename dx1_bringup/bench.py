@@ -122,6 +122,38 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     return {"runs": runs, "golden_model": {"shape": [m, k, n], "wall_s": wall, "macs_per_s": m * k * n / wall}}
 
 
+def perf_bench() -> list[dict]:
+    """The performance model against the SoC RTL over its sweep: per shape and term, predicted, measured,
+    residual and relative error (:func:`dx1_bringup.runtime.gemm_perf.measure_gemm`)."""
+    from dx1_driver import Device, open_transport
+
+    from .cli import gemm_problem
+    from .runtime.gemm_perf import SWEEP, measure_gemm
+
+    rows = []
+    transport = open_transport("sim")
+    try:
+        device = Device(transport)
+        for m, k, n, tiles in SWEEP:
+            a, b, bias, post = gemm_problem(m, k, n, 1)
+            rows.append({"shape": [m, k, n], "tiles": tiles,
+                         "terms": measure_gemm(device, m, k, n, a, b, bias, post, tiles)})
+    finally:
+        transport.close()
+    return rows
+
+
+def print_perf(rows: list[dict]) -> None:
+    """The error table of the performance model: relative error per term and shape."""
+    print("\nPerformance model against the RTL (relative error of the prediction per term)")
+    names = list(rows[0]["terms"]) if rows else []
+    print(f"  {'shape':>14} {'tiles':>5} " + " ".join(f"{n:>9}" for n in names) + "   (total cycles measured)")
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        print(f"  {shape:>14} {r['tiles']:>5} " + " ".join(f"{r['terms'][n]['error']:+9.1%}" for n in names)
+              + f"   ({r['terms']['total']['measured']:.0f})")
+
+
 #: Block sizes of the serial throughput sweep, in bytes.
 SERIAL_SIZES = [4, 16, 64, 256, 1024, 4096, 16384, 65536]
 #: Largest block of the verified-write sweep: from one 4 KiB burst on, every burst is the same exchange.
@@ -273,7 +305,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "serial")
+SECTIONS = ("tile", "soc", "serial", "perf")
 
 
 def _sections(text: str) -> list[str]:
@@ -328,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
                   "then the golden model ...", flush=True)
             report["soc"] = soc_bench()
             ok &= all(r["correct"] for r in report["soc"]["runs"])
+        elif section == "perf":
+            print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
+                  flush=True)
+            report["perf_model"] = perf_bench()
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
                   "and dx1 gemm over sim, serial (CRC and UARTBone register frames) and a faulty serial line ...",
@@ -342,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         print_soc(report["soc"])
     if "serial" in args.only:
         print_serial(report["serial"])
+    if "perf" in args.only:
+        print_perf(report["perf_model"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

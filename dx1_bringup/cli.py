@@ -257,6 +257,92 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
+    """Plot predicted (and measured, where known) total cycles per shape to a PNG file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = [r[0] for r in rows]
+    ax.plot(names, [r[1] for r in rows], "o-", label="predicted")
+    if all(r[2] is not None for r in rows):
+        ax.plot(names, [r[2] for r in rows], "s--", label="measured")
+    ax.set_yscale("log")
+    ax.set_ylabel("cycles (PERF CYCLES)")
+    ax.set_title("dx1 perf: predicted against measured cycles per GEMM shape")
+    ax.tick_params(axis="x", rotation=45)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from dx1_driver import Device, DriverError
+
+    from .model.tile import PostOpParams
+    from .runtime import gemm_perf
+
+    m, k, n = args.m, args.k, args.n
+    # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.
+    post = PostOpParams(1, 0, relu=True)
+    caps = Device.open("model").caps
+    if args.tiles is not None and args.tiles > caps.tiles:
+        print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
+        return 2
+    folder = None if args.png is None else Path(args.png).parent
+    if folder is not None and (Path(args.png).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK)):
+        print(f"dx1 perf: cannot write the plot to {args.png} (it must be a file in a writable folder)",
+              file=sys.stderr)
+        return 2
+    print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
+          f"{args.tiles or caps.tiles} tile(s), {'predicted only' if args.device is None else 'on ' + args.device}")
+    start = time.perf_counter()
+    predicted = gemm_perf.combine(gemm_perf.predict_gemm(m, k, n, caps, post=post, tiles=args.tiles).terms)
+    elapsed = time.perf_counter() - start
+    shapes = [(m, k, n, args.tiles or caps.tiles)]
+    if args.png is not None:
+        shapes += [s for s in gemm_perf.SWEEP if s != shapes[0]]
+    device = None if args.device is None else _open_device(args.device, "dx1 perf")
+    if args.device is not None and device is None:
+        return 2
+    rows = []
+    try:
+        for sm, sk, sn, st in shapes:
+            if device is None:
+                pred = gemm_perf.combine(gemm_perf.predict_gemm(sm, sk, sn, caps, post=post, tiles=st).terms)
+                rows.append((f"{sm}x{sk}x{sn}/{st}", pred["total"], None, None))
+                continue
+            sa, sb, sbias, spost = gemm_problem(sm, sk, sn, args.seed)
+            try:
+                table = gemm_perf.measure_gemm(device, sm, sk, sn, sa, sb, sbias, spost, st)
+            except DriverError as exc:
+                print(f"dx1 perf: FAILED: {exc}", file=sys.stderr)
+                return 1
+            rows.append((f"{sm}x{sk}x{sn}/{st}", table["total"]["predicted"], table["total"]["measured"], table))
+    finally:
+        if device is not None:
+            device.close()
+    table = rows[0][3]
+    print(f"  {'term':10} {'predicted':>12} {'measured':>12} {'residual':>10} {'error':>8}")
+    for name in gemm_perf.UNITS:
+        if table is None:
+            print(f"  {name:10} {predicted[name]:12.0f}")
+        else:
+            t = table[name]
+            print(f"  {name:10} {t['predicted']:12.0f} {t['measured']:12.0f} {t['residual']:+10.0f} "
+                  f"{t['error']:+8.1%}")
+    print(f"  predicted in {elapsed * 1000:.1f} ms")
+    if table is not None:
+        print(f"  total error {table['total']['error']:+.2%} (predicted against measured CYCLES)")
+    if args.png is not None:
+        _perf_png(args.png, [(name, p, meas) for name, p, meas, _t in rows])
+        print(f"  plot of {len(rows)} shapes written to {args.png}")
+    return 0
+
+
 def cmd_sim_serve(args: argparse.Namespace) -> int:
     from .sim import serve
 
@@ -301,6 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "(replay it with python -m dx1_bringup.replay FILE --device D)")
     add_trace_arguments(gemm)
     gemm.set_defaults(func=cmd_gemm)
+    perf = sub.add_parser("perf", help="predict a GEMM's cycles per unit with the performance model (and measure them)")
+    perf.add_argument("m", type=_positive, help="rows of A")
+    perf.add_argument("k", type=_positive, help="reduction length")
+    perf.add_argument("n", type=_positive, help="columns of B")
+    perf.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
+    perf.add_argument("--device", default=None,
+                      help="also run it on this device (sim, model, ...) and compare (default: predict only)")
+    perf.add_argument("--seed", type=_seed, default=1, help="operand seed (default 1)")
+    perf.add_argument("--png", metavar="FILE", default=None,
+                      help="plot predicted (and measured) cycles of this shape and the sweep of shapes")
+    perf.set_defaults(func=cmd_perf)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     serve = sim_sub.add_parser("serve", help="serve the SoC RTL in Verilator on 127.0.0.1 for --device sim://HOST:PORT")

@@ -71,7 +71,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("device", "message"), BAD_DEVICES[::3])
-@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["info"], ["bringup"]])
+@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["perf", "4", "4", "4"], ["info"], ["bringup"]])
 def test_every_command_refuses_a_bad_device(command: list[str], device: str, message: str, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     extra = ["--report", str(tmp_path / "r.json")] if command == ["bringup"] else []
@@ -102,6 +102,10 @@ BAD_ARGUMENTS = [
     (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
+    (["perf", "4", "4"], "the following arguments are required: n"),
+    (["perf", "4", "0", "4"], "argument k: must be at least 1, not 0"),
+    (["perf", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
+    (["perf", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["demo", "-m", "0"], "argument -m: must be at least 1, not 0"),
     (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
     (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
@@ -141,6 +145,8 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     assert status == 2 and "cannot write the report to" in err
     status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
     assert status == 2 and f"cannot write the capture to {missing} (it must be a file in a writable folder)" in err
+    status, err = run(["perf", "4", "4", "4", "--png", str(missing)], capsys)
+    assert status == 2 and f"cannot write the plot to {missing} (it must be a file in a writable folder)" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
     assert status == 2 and f"--port-file {missing} cannot be written (it must be a file in a writable folder)" in err
     assert not missing.exists()

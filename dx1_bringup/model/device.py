@@ -63,12 +63,17 @@ Execution
 
 Cycles and counters
 -------------------
-:attr:`DeviceModel.cycles` is notional and deterministic: it advances only by
-the cost of each executed command (GEMM ``m*k_chunks + 2*array``, POSTOP
-``rows``, LOAD/STORE/COPY ``ceil(bytes/8)``, everything else and every refused
-command 1), not by host accesses.  PERF counters are 32-bit and wrap: CYCLES
-counts device cycles since the last clear, BUSY_LOAD/COMPUTE/STORE the cost of
-the LOAD, GEMM and STORE commands, STALL_DEP and STALL_MEM stay 0 (the model has
+:attr:`DeviceModel.cycles` is deterministic: it advances only by the cost of
+each executed command, one after the other (this model overlaps nothing), from
+the one cost definition :data:`dx1_bringup.perf.COSTS` (GEMM
+``gemm_cycles(m, k_chunks)``, POSTOP ``postop_fill + postop_cycles(rows)``,
+LOAD/STORE ``load_cycles``/``store_cycles`` of its bursts and beats, COPY both,
+everything else and every refused command ``sync_cycles``), not by host
+accesses; :func:`dx1_bringup.perf.predict` gives the overlapped timing of the
+RTL.  PERF counters are 32-bit and wrap: CYCLES counts device cycles since the
+last clear, BUSY_LOAD and BUSY_STORE the cost of the LOAD and STORE commands,
+BUSY_COMPUTE the rows the array streamed (``m*k_chunks`` per GEMM, as the RTL
+counts), STALL_DEP and STALL_MEM stay 0 (the model has
 no pipeline and no bus contention), MACS from ``TileModel.macs`` (reading
 MACS_LO latches MACS_HI), BYTES_READ/WRITTEN the DMA data of LOAD, STORE and
 COPY (not ring fetches or completions).  The TRACE buffer records, while
@@ -124,6 +129,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..faults import BusErrors, MemoryFaults, UnitStalls
+from ..perf import COSTS, move_bursts
 from ..spec import (
     BLOCKS,
     BUS_BYTES,
@@ -661,34 +667,35 @@ class DeviceModel:
         if opcode in (int(o) for o in COMPUTE_OPCODES):
             status = self.tiles[tile].execute(cmd)
             if status != ErrorCode.OK:
-                return status, 1
+                return status, COSTS.sync_cycles
             if opcode == Opcode.GEMM:
-                cost = f["m"] * f["k_chunks"] + 2 * self.config.tile.array
-                self._perf[tile].busy_compute += cost
-                return status, cost
-            return status, f["rows"] if opcode == Opcode.POSTOP else 1
+                self._perf[tile].busy_compute += f["m"] * f["k_chunks"]
+                return status, int(COSTS.gemm_cycles(f["m"], f["k_chunks"]))
+            if opcode == Opcode.POSTOP:
+                return status, COSTS.postop_fill + int(COSTS.postop_cycles(f["rows"]))
+            return status, COSTS.sync_cycles
         if opcode not in (int(o) for o in Opcode):
-            return ErrorCode.BAD_OPCODE, 1
+            return ErrorCode.BAD_OPCODE, COSTS.sync_cycles
         if word & COMMANDS[Opcode(opcode)].reserved_mask:
-            return ErrorCode.RESERVED_BITS, 1
+            return ErrorCode.RESERVED_BITS, COSTS.sync_cycles
         if opcode in (Opcode.LOAD, Opcode.STORE):
             return self._move(tile, q, Opcode(opcode), f)
         if opcode == Opcode.COPY:
             return self._copy(tile, q, f)
         if opcode == Opcode.FENCE:
             # Every earlier command of the queue has completed: execution is synchronous and in order.
-            return ErrorCode.OK, 1
+            return ErrorCode.OK, COSTS.sync_cycles
         if opcode == Opcode.WAIT and f["count"] == 0:
-            return ErrorCode.BAD_DIMENSION, 1
+            return ErrorCode.BAD_DIMENSION, COSTS.sync_cycles
         if f["sem"] >= self.config.semaphores:
-            return ErrorCode.SEM_RANGE, 1
+            return ErrorCode.SEM_RANGE, COSTS.sync_cycles
         if opcode == Opcode.SIGNAL:
             self._sems[f["sem"]] = (self._sems[f["sem"]] + f["count"]) & 0xFFFF
-            return ErrorCode.OK, 1
+            return ErrorCode.OK, COSTS.sync_cycles
         if self._sems[f["sem"]] < f["count"]:  # WAIT
             return None
         self._sems[f["sem"]] -= f["count"]
-        return ErrorCode.OK, 1
+        return ErrorCode.OK, COSTS.sync_cycles
 
     def _in_window(self, q: _Queue, start: int, end: int) -> bool:
         """True when bytes [start, end) lie in the queue's DMA window and in device memory."""
@@ -718,7 +725,7 @@ class DeviceModel:
         """LOAD or STORE: checks in CHECK_ORDER, then the 2-D move."""
         status = self._move_status(q, opcode, f)
         if status != ErrorCode.OK:
-            return status, 1
+            return status, COSTS.sync_cycles
         acc = bool(f["flags"] >> COMMANDS[opcode].flag_bit("acc") & 1)
         rows, cols = f["rows"], f["cols"]
         cfg = self.config.tile
@@ -729,7 +736,10 @@ class DeviceModel:
             return ErrorCode.BUS_ERROR, 1
         self._move_rows(tile, opcode == Opcode.LOAD, acc, f)
         moved = rows * outer_bytes
-        cost = -(-moved // BUS_BYTES)
+        bursts = move_bursts(f["dram_addr"], f["dram_stride"], rows, outer_bytes)
+        beats = moved // BUS_BYTES
+        cycles = COSTS.load_cycles if opcode == Opcode.LOAD else COSTS.store_cycles
+        cost = round(float(cycles(bursts, beats)))
         perf = self._perf[tile]
         if opcode == Opcode.LOAD:
             perf.bytes_read = (perf.bytes_read + moved) & _MASK32
@@ -786,7 +796,7 @@ class DeviceModel:
         """COPY: checks in CHECK_ORDER, then a memmove inside device memory."""
         status = self._copy_status(q, f)
         if status != ErrorCode.OK:
-            return status, 1
+            return status, COSTS.sync_cycles
         src, dst, length = f["src_addr"], f["dst_addr"], f["length"]
         if self._bus_error(src, length) or self._bus_error(dst, length):
             return ErrorCode.BUS_ERROR, 1
@@ -794,4 +804,4 @@ class DeviceModel:
         perf = self._perf[tile]
         perf.bytes_read = (perf.bytes_read + length) & _MASK32
         perf.bytes_written = (perf.bytes_written + length) & _MASK32
-        return ErrorCode.OK, length // BUS_BYTES
+        return ErrorCode.OK, round(float(COSTS.copy_cycles(length // BUS_BYTES)))

@@ -57,20 +57,13 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
+from ..perf import COSTS
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
 __all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "GemmTerm", "check_post", "compile_gemm", "drive",
            "run_gemm"]
 
-#: Commands a tile issues per cycle at best: a per-command cost so the block search does not trade a few
-#: cycles of streaming for thousands of tiny commands.
-_COMMAND_OVERHEAD = 4
-#: GEMM pipeline fill and drain, in multiples of the array size (the model charges 2*n per GEMM).
-_GEMM_FILL = 2
-#: Rows per chunk, in multiples of the array size, the array needs to stay busy: a shorter stream idles
-#: while the next weights load.
-_STREAM_ROWS = 3
 #: Up to this many blocks the planner costs each tile's share exactly; beyond, an even split is assumed.
 _EXACT_BLOCKS = 64
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
@@ -206,13 +199,17 @@ def check_post(post: PostOpParams | None) -> PostOpParams | None:
 
 def _block_cost(rows: float, chunks: float, depth: float, steps: int, n: int, tiles: int, post: bool,
                 bias: bool) -> tuple[float, float]:
-    """Estimated cycles of one output block of ``rows`` x ``chunks`` array-wide chunks, and of one step's LOADs."""
-    # The tiles share one device-memory port, so each sees 1/tiles of its bandwidth.
-    load = (rows * depth * n + depth * n * chunks * n) * tiles / BUS_BYTES
-    gemm = chunks * (max(rows, _STREAM_ROWS * n) * depth + _GEMM_FILL * n)
-    finish = int(post) * chunks * rows + rows * chunks * n * (1 if post else ACC_LANE_BYTES) / BUS_BYTES
+    """Cycles of one output block of ``rows`` x ``chunks`` array-wide chunks, and of one step's LOADs."""
+    # The tiles share one device-memory port: each other tile's DMA slows every load.
+    share = 1 + COSTS.contention * (tiles - 1)
+    load = share * float(COSTS.load_cycles(rows, rows * depth * n / BUS_BYTES)
+                         + COSTS.load_cycles(depth * n, depth * n * chunks * n / BUS_BYTES))
+    gemm = chunks * float(COSTS.gemm_period(rows, depth)) + COSTS.gemm_fill + COSTS.gemm_drain
+    out_lane = 1 if post else ACC_LANE_BYTES
+    finish = (int(post) * chunks * float(COSTS.postop_cycles(rows))
+              + float(COSTS.store_cycles(rows, rows * chunks * n * out_lane / BUS_BYTES)))
     commands = steps * (2 + chunks) + int(bias) + (chunks + 1 if post else 1)
-    return steps * max(load, gemm) + finish + commands * _COMMAND_OVERHEAD, load
+    return steps * max(load, gemm) + finish + commands * COSTS.dispatch_gap, load
 
 
 def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half_acc: int, post: bool,
@@ -227,7 +224,8 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
     across the steps).  Per step the double-buffered LOADs (through the
     device-memory port all tiles share) overlap the GEMMs, so a step costs the
     larger of the two; a block's POSTOPs and STORE come on top; the busiest
-    tile's share of the blocks sets the score.
+    tile's share of the blocks sets the score.  Every cost is from
+    :data:`dx1_bringup.perf.COSTS`.
     """
     out_bias = int(post and bias)
     mt_choices = _candidates(m)
@@ -332,7 +330,8 @@ def _check_tiles(tiles: int | Sequence[int] | None, caps: Capabilities) -> list[
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
                  bias_addr: int | None = None, post: PostOpParams | None = None,
                  tiles: int | None = None, a_stride: int | None = None, b_stride: int | None = None,
-                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = ()) -> GemmPlan:
+                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = (),
+                 emit_blocks: int | None = None) -> GemmPlan:
     """Plan ``C = A @ B (+ more terms) (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
 
     Parameters
@@ -351,6 +350,9 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         Bytes between rows of A, B and C when they are views of wider matrices (default: padded K, N).
     more:
         Further products added into the same accumulators, each with its own A, B and K.
+    emit_blocks:
+        Plan the steps and emit the commands of only the first ``emit_blocks`` output blocks of each
+        tile (every block is still listed): what the performance model needs of a GEMM too large to list.
 
     Returns
     -------
@@ -405,8 +407,12 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     streams = [CommandStream(array=arr, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows, mem_bytes=caps.mem_bytes,
                              tile=t, what="GEMM plan") for t in range(max(tile_ids) + 1)]
     plan.steps = [[] for _ in streams]
+    blocks_before = [0] * len(streams)
     for index, block in enumerate(plan.blocks):
-        acc_half = sum(1 for b in plan.blocks[:index] if b.tile == block.tile) % 2
+        acc_half = blocks_before[block.tile] % 2
+        blocks_before[block.tile] += 1
+        if emit_blocks is not None and blocks_before[block.tile] > emit_blocks:
+            continue
         for j, (term, k0, depth) in enumerate(k_steps):
             spm_half = len(plan.steps[block.tile]) % 2
             plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,

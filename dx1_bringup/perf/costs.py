@@ -1,0 +1,137 @@
+"""Cycle costs of the dx1-mini units, one definition for the golden model, the planner and the predictor.
+
+Each constant was read off the RTL generator (``dx1_bringup/gateware``) and fitted to the SoC's
+TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles):
+
+* DMA (``gateware/dma.py``): a LOAD or STORE is cut into one burst per outer row (more where a row
+  crosses a 4 KiB page or exceeds 256 beats of 8 bytes); one command runs at a time per tile.  A STORE
+  costs ``store_fixed + store_burst * bursts + beats`` exactly; a LOAD, whose reads share the memory with
+  command fetches and whose scratchpad writes yield to the array, ``load_fixed + load_burst * bursts +
+  load_beat * beats`` on average.  While another tile's DMA reads (for a LOAD) or writes (for a STORE),
+  the command's memory time grows by ``contention`` times itself (the tiles share the one device-memory
+  port, which arbitrates each direction on its own).  BUSY_LOAD and BUSY_STORE count the
+  cycles a burst is open, ``load_idle`` and ``store_idle`` cycles fewer than the command takes.
+* GEMM (``gateware/tile.py``): the array streams ``m`` scratchpad rows per reduction chunk; two weight
+  banks ping-pong, so chunk ``j`` starts no earlier than ``bank_cycle`` cycles plus the rows of chunk
+  ``j-2`` after chunk ``j-2`` started (a bank's load, stream and drain); the first chunk after idle
+  starts ``gemm_fill`` cycles after dispatch and a GEMM completes ``gemm_drain`` cycles after its last
+  row entered.
+* POSTOP: waits for earlier GEMMs, starts ``postop_fill`` cycles after dispatch at the earliest and
+  takes ``rows + postop_drain`` cycles.
+* Command processor (``gateware/command.py``): consecutive dispatches are at least ``dispatch_gap``
+  cycles apart (fetch burst plus ``DECODE_STAGES``); the DMA takes its next command ``dma_handover``
+  cycles before the previous one's completion is written; the tile core holds ``core_slots`` commands;
+  FENCE, SIGNAL, WAIT and NOP take ``sync_cycles``.
+* Host (the driver's ``drive`` on the simulated SoC): a run's CYCLES also count ``host_fixed`` cycles,
+  ``host_per_command`` for every command of the first tile's first ring batch (written before its
+  doorbell) and ``host_per_tile`` for every further tile; each further tile starts after its own first
+  batch is written (``host_doorbell`` cycles after its last command).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spec import BUS_BYTES
+
+__all__ = ["COSTS", "Costs", "move_bursts"]
+
+#: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma.py).
+PAGE_BYTES = 4096
+MAX_BURST = 256
+#: Longest write burst of a COPY (half the DMA's data FIFO).
+COPY_BURST = 16
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The fitted cycle costs (see the module docstring for what each one is)."""
+
+    load_fixed: float = 20.0
+    load_burst: float = 1.7
+    load_beat: float = 1.07
+    store_fixed: float = 10.0
+    store_burst: float = 2.0
+    store_beat: float = 1.0
+    contention: float = 1.0
+    load_idle: float = 19.0
+    store_idle: float = 6.0
+    gemm_fill: int = 18
+    gemm_drain: int = 17
+    bank_cycle: int = 26
+    postop_fill: int = 7
+    postop_drain: int = 8
+    dispatch_gap: int = 13
+    dma_handover: int = 2
+    core_slots: int = 4
+    sync_cycles: int = 3
+    host_fixed: int = 64
+    host_per_command: int = 4
+    host_per_tile: int = 45
+    host_doorbell: int = 8
+    ring_batch: int = 63
+
+    def load_cycles(self, bursts, beats):
+        """Cycles of a LOAD (or a COPY's read side) of ``bursts`` bursts and ``beats`` beats; arrays work."""
+        return self.load_fixed + self.load_burst * np.asarray(bursts) + self.load_beat * np.asarray(beats)
+
+    def store_cycles(self, bursts, beats):
+        """Cycles of a STORE of ``bursts`` bursts and ``beats`` beats; arrays work."""
+        return self.store_fixed + self.store_burst * np.asarray(bursts) + self.store_beat * np.asarray(beats)
+
+    def copy_cycles(self, beats):
+        """Cycles of a COPY of ``beats`` beats: read and write bursts of ``COPY_BURST`` beats; arrays work."""
+        bursts = -(-np.asarray(beats) // COPY_BURST)
+        return self.load_cycles(bursts, beats) + self.store_cycles(bursts, beats) - self.store_fixed
+
+    def gemm_cycles(self, m, k_chunks):
+        """Cycles of one GEMM run alone: fill, ``k_chunks`` chunks of ``m`` rows (bank-bound when short), drain."""
+        m, k_chunks = np.asarray(m), np.asarray(k_chunks)
+        pair = np.maximum(2 * m, m + self.bank_cycle)  # two chunks, one per bank
+        return self.gemm_fill + self.gemm_drain + m + (k_chunks - 1) // 2 * pair + (k_chunks - 1) % 2 * m
+
+    def gemm_period(self, m, k_chunks):
+        """Cycles a GEMM adds to a run of back-to-back GEMMs (the steady state of the two banks)."""
+        m, k_chunks = np.asarray(m), np.asarray(k_chunks)
+        return k_chunks * np.maximum(m, (m + self.bank_cycle) / 2)
+
+    def postop_cycles(self, rows):
+        """Cycles of one POSTOP of ``rows`` rows once the array has drained."""
+        return np.asarray(rows) + self.postop_drain
+
+
+#: The costs every user shares.
+COSTS = Costs()
+
+
+def move_bursts(dram_addr, dram_stride, rows, seg_bytes):
+    """AXI bursts of a 2-D move: one per outer row, cut at 4 KiB pages and at 256 beats; arrays work.
+
+    Parameters
+    ----------
+    dram_addr, dram_stride, rows:
+        The move's first device-memory address, the bytes between outer rows and the outer row count.
+    seg_bytes:
+        Bytes of one outer row (``cols`` local rows).
+
+    Returns
+    -------
+    int or ndarray
+        The bursts the DMA issues.  Exact when the stride is a multiple of 4 KiB or the rows stay inside
+        pages; otherwise the page crossings are counted from the first row's offset and the stride.
+    """
+    dram_addr, dram_stride, rows, seg_bytes = (np.asarray(x, dtype=np.int64)
+                                               for x in (dram_addr, dram_stride, rows, seg_bytes))
+    max_bytes = MAX_BURST * BUS_BYTES
+    per_row = -(-seg_bytes // max_bytes)
+    # Page crossings: count, over every outer row, the pages its bytes touch beyond the first.
+    scalar = dram_addr.ndim == 0
+    addr, stride, n, seg = (np.atleast_1d(x) for x in (dram_addr, dram_stride, rows, seg_bytes))
+    crossings = np.zeros(addr.shape, dtype=np.int64)
+    for i in range(addr.size):
+        starts = addr[i] + stride[i] * np.arange(n[i])
+        crossings[i] = int(((starts + seg[i] - 1) // PAGE_BYTES - starts // PAGE_BYTES).sum())
+    total = rows * per_row + (crossings[0] if scalar else crossings)
+    return int(total) if scalar else total
