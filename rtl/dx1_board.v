@@ -7775,169 +7775,169 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$625 ;
+  wire \abort$626 ;
   wire abort_done;
   wire \abort_done$310 ;
-  wire \abort_done$627 ;
   wire \abort_done$628 ;
+  wire \abort_done$629 ;
   wire abort_req;
   wire \abort_req$300 ;
-  wire \abort_req$617 ;
   wire \abort_req$618 ;
+  wire \abort_req$619 ;
   wire [15:0] acc_rreq__tdata;
   wire [15:0] \acc_rreq__tdata$159 ;
-  wire [15:0] \acc_rreq__tdata$476 ;
   wire [15:0] \acc_rreq__tdata$477 ;
+  wire [15:0] \acc_rreq__tdata$478 ;
   wire acc_rreq__tready;
   wire \acc_rreq__tready$161 ;
-  wire \acc_rreq__tready$478 ;
   wire \acc_rreq__tready$479 ;
+  wire \acc_rreq__tready$480 ;
   wire acc_rreq__tvalid;
   wire \acc_rreq__tvalid$163 ;
-  wire \acc_rreq__tvalid$480 ;
   wire \acc_rreq__tvalid$481 ;
+  wire \acc_rreq__tvalid$482 ;
   wire [255:0] acc_rresp__tdata;
   wire [255:0] \acc_rresp__tdata$171 ;
-  wire [255:0] \acc_rresp__tdata$488 ;
   wire [255:0] \acc_rresp__tdata$489 ;
+  wire [255:0] \acc_rresp__tdata$490 ;
   wire acc_rresp__tready;
   wire \acc_rresp__tready$173 ;
-  wire \acc_rresp__tready$490 ;
   wire \acc_rresp__tready$491 ;
+  wire \acc_rresp__tready$492 ;
   wire acc_rresp__tvalid;
   wire \acc_rresp__tvalid$175 ;
-  wire \acc_rresp__tvalid$492 ;
   wire \acc_rresp__tvalid$493 ;
+  wire \acc_rresp__tvalid$494 ;
   wire [271:0] acc_wr__tdata;
   wire [271:0] \acc_wr__tdata$153 ;
-  wire [271:0] \acc_wr__tdata$470 ;
   wire [271:0] \acc_wr__tdata$471 ;
+  wire [271:0] \acc_wr__tdata$472 ;
   wire acc_wr__tready;
   wire \acc_wr__tready$155 ;
-  wire \acc_wr__tready$472 ;
   wire \acc_wr__tready$473 ;
+  wire \acc_wr__tready$474 ;
   wire acc_wr__tvalid;
   wire \acc_wr__tvalid$157 ;
-  wire \acc_wr__tvalid$474 ;
   wire \acc_wr__tvalid$475 ;
+  wire \acc_wr__tvalid$476 ;
   wire [31:0] axi__araddr;
   wire [31:0] \axi__araddr$235 ;
-  wire [31:0] \axi__araddr$495 ;
-  wire [31:0] \axi__araddr$553 ;
+  wire [31:0] \axi__araddr$496 ;
+  wire [31:0] \axi__araddr$554 ;
   wire [1:0] axi__arburst;
   wire [1:0] \axi__arburst$237 ;
-  wire [1:0] \axi__arburst$497 ;
-  wire [1:0] \axi__arburst$555 ;
+  wire [1:0] \axi__arburst$498 ;
+  wire [1:0] \axi__arburst$556 ;
   wire [3:0] axi__arid;
   wire [3:0] \axi__arid$239 ;
-  wire [3:0] \axi__arid$499 ;
-  wire [3:0] \axi__arid$557 ;
+  wire [3:0] \axi__arid$500 ;
+  wire [3:0] \axi__arid$558 ;
   wire [7:0] axi__arlen;
   wire [7:0] \axi__arlen$241 ;
-  wire [7:0] \axi__arlen$501 ;
-  wire [7:0] \axi__arlen$559 ;
+  wire [7:0] \axi__arlen$502 ;
+  wire [7:0] \axi__arlen$560 ;
   wire axi__arready;
   wire \axi__arready$242 ;
-  wire \axi__arready$502 ;
-  wire \axi__arready$560 ;
+  wire \axi__arready$503 ;
+  wire \axi__arready$561 ;
   wire [2:0] axi__arsize;
   wire [2:0] \axi__arsize$245 ;
-  wire [2:0] \axi__arsize$505 ;
-  wire [2:0] \axi__arsize$563 ;
+  wire [2:0] \axi__arsize$506 ;
+  wire [2:0] \axi__arsize$564 ;
   wire axi__arvalid;
   wire \axi__arvalid$247 ;
-  wire \axi__arvalid$507 ;
-  wire \axi__arvalid$565 ;
+  wire \axi__arvalid$508 ;
+  wire \axi__arvalid$566 ;
   wire [31:0] axi__awaddr;
   wire [31:0] \axi__awaddr$249 ;
-  wire [31:0] \axi__awaddr$509 ;
-  wire [31:0] \axi__awaddr$567 ;
+  wire [31:0] \axi__awaddr$510 ;
+  wire [31:0] \axi__awaddr$568 ;
   wire [1:0] axi__awburst;
   wire [1:0] \axi__awburst$251 ;
-  wire [1:0] \axi__awburst$511 ;
-  wire [1:0] \axi__awburst$569 ;
+  wire [1:0] \axi__awburst$512 ;
+  wire [1:0] \axi__awburst$570 ;
   wire [3:0] axi__awid;
   wire [3:0] \axi__awid$253 ;
-  wire [3:0] \axi__awid$513 ;
-  wire [3:0] \axi__awid$571 ;
+  wire [3:0] \axi__awid$514 ;
+  wire [3:0] \axi__awid$572 ;
   wire [7:0] axi__awlen;
   wire [7:0] \axi__awlen$255 ;
-  wire [7:0] \axi__awlen$515 ;
-  wire [7:0] \axi__awlen$573 ;
+  wire [7:0] \axi__awlen$516 ;
+  wire [7:0] \axi__awlen$574 ;
   wire axi__awready;
   wire \axi__awready$256 ;
-  wire \axi__awready$516 ;
-  wire \axi__awready$574 ;
+  wire \axi__awready$517 ;
+  wire \axi__awready$575 ;
   wire [2:0] axi__awsize;
   wire [2:0] \axi__awsize$259 ;
-  wire [2:0] \axi__awsize$519 ;
-  wire [2:0] \axi__awsize$577 ;
+  wire [2:0] \axi__awsize$520 ;
+  wire [2:0] \axi__awsize$578 ;
   wire axi__awvalid;
   wire \axi__awvalid$261 ;
-  wire \axi__awvalid$521 ;
-  wire \axi__awvalid$579 ;
+  wire \axi__awvalid$522 ;
+  wire \axi__awvalid$580 ;
   wire [3:0] axi__bid;
   wire [3:0] \axi__bid$262 ;
-  wire [3:0] \axi__bid$522 ;
-  wire [3:0] \axi__bid$580 ;
+  wire [3:0] \axi__bid$523 ;
+  wire [3:0] \axi__bid$581 ;
   wire axi__bready;
   wire \axi__bready$265 ;
-  wire \axi__bready$525 ;
-  wire \axi__bready$583 ;
+  wire \axi__bready$526 ;
+  wire \axi__bready$584 ;
   wire [1:0] axi__bresp;
   wire [1:0] \axi__bresp$266 ;
-  wire [1:0] \axi__bresp$526 ;
-  wire [1:0] \axi__bresp$584 ;
+  wire [1:0] \axi__bresp$527 ;
+  wire [1:0] \axi__bresp$585 ;
   wire axi__bvalid;
   wire \axi__bvalid$268 ;
-  wire \axi__bvalid$528 ;
-  wire \axi__bvalid$586 ;
+  wire \axi__bvalid$529 ;
+  wire \axi__bvalid$587 ;
   wire [63:0] axi__rdata;
   wire [63:0] \axi__rdata$270 ;
-  wire [63:0] \axi__rdata$530 ;
-  wire [63:0] \axi__rdata$588 ;
+  wire [63:0] \axi__rdata$531 ;
+  wire [63:0] \axi__rdata$589 ;
   wire [3:0] axi__rid;
   wire [3:0] \axi__rid$272 ;
-  wire [3:0] \axi__rid$532 ;
-  wire [3:0] \axi__rid$590 ;
+  wire [3:0] \axi__rid$533 ;
+  wire [3:0] \axi__rid$591 ;
   wire axi__rlast;
   wire \axi__rlast$274 ;
-  wire \axi__rlast$534 ;
-  wire \axi__rlast$592 ;
+  wire \axi__rlast$535 ;
+  wire \axi__rlast$593 ;
   wire axi__rready;
   wire \axi__rready$277 ;
-  wire \axi__rready$537 ;
-  wire \axi__rready$595 ;
+  wire \axi__rready$538 ;
+  wire \axi__rready$596 ;
   wire [1:0] axi__rresp;
   wire [1:0] \axi__rresp$278 ;
-  wire [1:0] \axi__rresp$538 ;
-  wire [1:0] \axi__rresp$596 ;
+  wire [1:0] \axi__rresp$539 ;
+  wire [1:0] \axi__rresp$597 ;
   wire axi__rvalid;
   wire \axi__rvalid$280 ;
-  wire \axi__rvalid$540 ;
-  wire \axi__rvalid$598 ;
+  wire \axi__rvalid$541 ;
+  wire \axi__rvalid$599 ;
   wire [63:0] axi__wdata;
   wire [63:0] \axi__wdata$283 ;
-  wire [63:0] \axi__wdata$543 ;
-  wire [63:0] \axi__wdata$601 ;
+  wire [63:0] \axi__wdata$544 ;
+  wire [63:0] \axi__wdata$602 ;
   wire axi__wlast;
   wire \axi__wlast$285 ;
-  wire \axi__wlast$545 ;
-  wire \axi__wlast$603 ;
+  wire \axi__wlast$546 ;
+  wire \axi__wlast$604 ;
   wire axi__wready;
   wire \axi__wready$286 ;
-  wire \axi__wready$546 ;
-  wire \axi__wready$604 ;
+  wire \axi__wready$547 ;
+  wire \axi__wready$605 ;
   wire [7:0] axi__wstrb;
   wire [7:0] \axi__wstrb$289 ;
-  wire [7:0] \axi__wstrb$549 ;
-  wire [7:0] \axi__wstrb$607 ;
+  wire [7:0] \axi__wstrb$550 ;
+  wire [7:0] \axi__wstrb$608 ;
   wire axi__wvalid;
   wire \axi__wvalid$291 ;
-  wire \axi__wvalid$551 ;
-  wire \axi__wvalid$609 ;
+  wire \axi__wvalid$552 ;
+  wire \axi__wvalid$610 ;
   wire axi_quiet;
-  wire \axi_quiet$620 ;
+  wire \axi_quiet$621 ;
   input [15:0] bus__araddr;
   wire [15:0] bus__araddr;
   wire bus__arready;
@@ -7964,95 +7964,97 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   input bus__wvalid;
   wire bus__wvalid;
   wire busy;
-  wire \busy$655 ;
+  wire \busy$339 ;
+  wire \busy$656 ;
+  wire \busy$658 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$686 ;
+  wire [31:0] \bytes_read$688 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$689 ;
+  wire [31:0] \bytes_written$691 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
   wire [255:0] \cmd__tdata$128 ;
-  wire [255:0] \cmd__tdata$433 ;
-  wire [255:0] \cmd__tdata$446 ;
+  wire [255:0] \cmd__tdata$434 ;
+  wire [255:0] \cmd__tdata$447 ;
   wire cmd__tready;
   wire \cmd__tready$131 ;
-  wire \cmd__tready$439 ;
-  wire \cmd__tready$449 ;
+  wire \cmd__tready$440 ;
+  wire \cmd__tready$450 ;
   wire cmd__tvalid;
   wire \cmd__tvalid$132 ;
-  wire \cmd__tvalid$435 ;
-  wire \cmd__tvalid$450 ;
+  wire \cmd__tvalid$436 ;
+  wire \cmd__tvalid$451 ;
   wire core0_stalled;
   wire core1_stalled;
   wire cp_quiesce;
-  wire \cp_quiesce$624 ;
+  wire \cp_quiesce$625 ;
   wire cp_quiet;
-  wire \cp_quiet$619 ;
+  wire \cp_quiet$620 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$633 ;
+  wire [31:0] \cq_base$634 ;
   reg [63:0] cycles = 64'h0000000000000000;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
   wire dma_abort;
-  wire \dma_abort$626 ;
+  wire \dma_abort$627 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$635 ;
+  wire [31:0] \dma_base$636 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$447 ;
+  wire [255:0] \dma_cmd__tdata$448 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$448 ;
+  wire \dma_cmd__tready$449 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$451 ;
+  wire \dma_cmd__tvalid$452 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$452 ;
+  wire [7:0] \dma_done__tdata$453 ;
   wire dma_done__tready;
-  wire \dma_done__tready$455 ;
+  wire \dma_done__tready$456 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$456 ;
+  wire \dma_done__tvalid$457 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$637 ;
+  wire [31:0] \dma_limit$638 ;
   wire dma_quiet;
-  wire \dma_quiet$621 ;
+  wire \dma_quiet$622 ;
   wire [31:0] done__tdata;
   wire [7:0] \done__tdata$135 ;
-  wire [31:0] \done__tdata$441 ;
-  wire [7:0] \done__tdata$453 ;
+  wire [31:0] \done__tdata$442 ;
+  wire [7:0] \done__tdata$454 ;
   wire done__tready;
   wire \done__tready$136 ;
-  wire \done__tready$444 ;
-  wire \done__tready$454 ;
+  wire \done__tready$445 ;
+  wire \done__tready$455 ;
   wire done__tvalid;
   wire \done__tvalid$139 ;
-  wire \done__tvalid$443 ;
-  wire \done__tvalid$457 ;
+  wire \done__tvalid$444 ;
+  wire \done__tvalid$458 ;
   wire doorbell;
-  wire \doorbell$646 ;
+  wire \doorbell$647 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$648 ;
+  wire [15:0] \doorbell_index$649 ;
   wire enable;
-  wire \enable$639 ;
+  wire \enable$640 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$658 ;
+  wire [7:0] \error_code$660 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$659 ;
+  wire [15:0] \error_index$661 ;
   wire granted;
   wire granted_next;
-  wire \granted_next$761 ;
+  wire \granted_next$763 ;
   wire halted;
-  wire \halted$656 ;
+  wire \halted$657 ;
   wire [15:0] head;
-  wire [15:0] \head$651 ;
+  wire [15:0] \head$652 ;
   wire host_reset;
-  wire \host_reset$614 ;
+  wire \host_reset$615 ;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$661 ;
+  wire \irq_completion$663 ;
   wire irq_error;
-  wire \irq_error$662 ;
+  wire \irq_error$664 ;
   wire [8:0] level;
-  wire [8:0] \level$709 ;
+  wire [8:0] \level$711 ;
   wire [31:0] mem__araddr;
   wire [1:0] mem__arburst;
   wire [3:0] mem__arid;
@@ -8126,27 +8128,27 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   (* init = 32'd0 *)
   wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$683 ;
+  wire [31:0] \perf_busy$685 ;
   wire perf_clear0;
   wire perf_clear1;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$692 ;
+  wire [47:0] \perf_macs$694 ;
   output [67:0] \port$1352$0 ;
   wire [67:0] \port$1352$0 ;
   wire progress;
   wire \progress$295 ;
-  wire \progress$612 ;
   wire \progress$613 ;
+  wire \progress$614 ;
   wire quiesce;
-  wire \quiesce$623 ;
+  wire \quiesce$624 ;
   wire quiet;
-  wire \quiet$622 ;
+  wire \quiet$623 ;
   wire [63:0] r_data;
-  wire [63:0] \r_data$711 ;
+  wire [63:0] \r_data$713 ;
   wire r_en;
-  wire \r_en$714 ;
+  wire \r_en$716 ;
   wire r_rdy;
-  wire \r_rdy$712 ;
+  wire \r_rdy$714 ;
   reg [8:0] reads_open0 = 9'h000;
   reg [8:0] reads_open1 = 9'h000;
   wire [15:0] regs__araddr;
@@ -8175,19 +8177,19 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [3:0] regs__wstrb;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$793 ;
+  wire \reset_cp$795 ;
   wire reset_units;
-  wire \reset_units$669 ;
+  wire \reset_units$671 ;
   wire resume;
-  wire \resume$641 ;
+  wire \resume$642 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$629 ;
+  wire [31:0] \ring_base$630 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$631 ;
+  wire [4:0] \ring_log2$632 ;
   wire ring_reset;
-  wire \ring_reset$644 ;
+  wire \ring_reset$645 ;
   input rst;
   wire rst;
   input [31:0] s0__araddr;
@@ -8348,31 +8350,31 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$760 ;
+  wire [17:0] \sem_delta$762 ;
   reg sem_grant;
-  reg \sem_grant$758 ;
+  reg \sem_grant$760 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$759 ;
+  wire [3:0] \sem_index$761 ;
   wire sem_valid;
-  wire \sem_valid$757 ;
+  wire \sem_valid$759 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$664 ;
-  wire [15:0] \sem_values$664[0] ;
-  wire [15:0] \sem_values$664[10] ;
-  wire [15:0] \sem_values$664[11] ;
-  wire [15:0] \sem_values$664[12] ;
-  wire [15:0] \sem_values$664[13] ;
-  wire [15:0] \sem_values$664[14] ;
-  wire [15:0] \sem_values$664[15] ;
-  wire [15:0] \sem_values$664[1] ;
-  wire [15:0] \sem_values$664[2] ;
-  wire [15:0] \sem_values$664[3] ;
-  wire [15:0] \sem_values$664[4] ;
-  wire [15:0] \sem_values$664[5] ;
-  wire [15:0] \sem_values$664[6] ;
-  wire [15:0] \sem_values$664[7] ;
-  wire [15:0] \sem_values$664[8] ;
-  wire [15:0] \sem_values$664[9] ;
+  wire [255:0] \sem_values$666 ;
+  wire [15:0] \sem_values$666[0] ;
+  wire [15:0] \sem_values$666[10] ;
+  wire [15:0] \sem_values$666[11] ;
+  wire [15:0] \sem_values$666[12] ;
+  wire [15:0] \sem_values$666[13] ;
+  wire [15:0] \sem_values$666[14] ;
+  wire [15:0] \sem_values$666[15] ;
+  wire [15:0] \sem_values$666[1] ;
+  wire [15:0] \sem_values$666[2] ;
+  wire [15:0] \sem_values$666[3] ;
+  wire [15:0] \sem_values$666[4] ;
+  wire [15:0] \sem_values$666[5] ;
+  wire [15:0] \sem_values$666[6] ;
+  wire [15:0] \sem_values$666[7] ;
+  wire [15:0] \sem_values$666[8] ;
+  wire [15:0] \sem_values$666[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -8392,58 +8394,58 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
   wire [15:0] \spm_rreq__tdata$147 ;
-  wire [15:0] \spm_rreq__tdata$464 ;
   wire [15:0] \spm_rreq__tdata$465 ;
+  wire [15:0] \spm_rreq__tdata$466 ;
   wire spm_rreq__tready;
   wire \spm_rreq__tready$149 ;
-  wire \spm_rreq__tready$466 ;
   wire \spm_rreq__tready$467 ;
+  wire \spm_rreq__tready$468 ;
   wire spm_rreq__tvalid;
   wire \spm_rreq__tvalid$151 ;
-  wire \spm_rreq__tvalid$468 ;
   wire \spm_rreq__tvalid$469 ;
+  wire \spm_rreq__tvalid$470 ;
   wire [63:0] spm_rresp__tdata;
   wire [63:0] \spm_rresp__tdata$165 ;
-  wire [63:0] \spm_rresp__tdata$482 ;
   wire [63:0] \spm_rresp__tdata$483 ;
+  wire [63:0] \spm_rresp__tdata$484 ;
   wire spm_rresp__tready;
   wire \spm_rresp__tready$167 ;
-  wire \spm_rresp__tready$484 ;
   wire \spm_rresp__tready$485 ;
+  wire \spm_rresp__tready$486 ;
   wire spm_rresp__tvalid;
   wire \spm_rresp__tvalid$169 ;
-  wire \spm_rresp__tvalid$486 ;
   wire \spm_rresp__tvalid$487 ;
+  wire \spm_rresp__tvalid$488 ;
   wire [79:0] spm_wr__tdata;
   wire [79:0] \spm_wr__tdata$141 ;
-  wire [79:0] \spm_wr__tdata$458 ;
   wire [79:0] \spm_wr__tdata$459 ;
+  wire [79:0] \spm_wr__tdata$460 ;
   wire spm_wr__tready;
   wire \spm_wr__tready$143 ;
-  wire \spm_wr__tready$460 ;
   wire \spm_wr__tready$461 ;
+  wire \spm_wr__tready$462 ;
   wire spm_wr__tvalid;
   wire \spm_wr__tvalid$145 ;
-  wire \spm_wr__tvalid$462 ;
   wire \spm_wr__tvalid$463 ;
+  wire \spm_wr__tvalid$464 ;
   wire stall;
-  wire \stall$783 ;
+  wire \stall$785 ;
   wire [15:0] tail;
-  wire [15:0] \tail$653 ;
+  wire [15:0] \tail$654 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$434 ;
+  wire [255:0] \tile_cmd__tdata$435 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$438 ;
+  wire \tile_cmd__tready$439 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$436 ;
+  wire \tile_cmd__tvalid$437 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$440 ;
+  wire [31:0] \tile_done__tdata$441 ;
   wire tile_done__tready;
-  wire \tile_done__tready$445 ;
+  wire \tile_done__tready$446 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$442 ;
+  wire \tile_done__tvalid$443 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$663 ;
+  wire [31:0] \timestamp$665 ;
   wire trace0_clear;
   reg trace0_clear_written = 1'h0;
   reg [63:0] trace0_end = 64'h0000000000000000;
@@ -8461,25 +8463,25 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   reg [63:0] trace1_start = 64'h0000000000000000;
   reg trace1_start_valid = 1'h0;
   wire trace_end;
-  wire \trace_end$791 ;
+  wire \trace_end$793 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$789 ;
+  wire [7:0] \trace_end_opcode$791 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$787 ;
+  wire [15:0] \trace_end_tag$789 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$786 ;
+  wire [7:0] \trace_opcode$788 ;
   wire trace_start;
-  wire \trace_start$790 ;
+  wire \trace_start$792 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$788 ;
+  wire [7:0] \trace_status$790 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$785 ;
+  wire [15:0] \trace_tag$787 ;
   reg [63:0] w_data;
-  reg [63:0] \w_data$703 ;
+  reg [63:0] \w_data$705 ;
   reg w_en;
-  reg \w_en$705 ;
+  reg \w_en$707 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$610 ;
+  wire [31:0] \watchdog$611 ;
   reg [8:0] writes_open0 = 9'h000;
   reg [8:0] writes_open1 = 9'h000;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
@@ -8507,30 +8509,30 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign trace0_clear = soft_reset | \$22 ;
   assign TRACE0_DATA_LO__value = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
   assign TRACE0_DATA_HI__value = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign \$28  = \axi__rvalid$598  & s4__rready;
-  assign \$29  = s4__wvalid & \axi__wready$604 ;
-  assign \$30  = \spm_wr__tvalid$462  & \spm_wr__tready$460 ;
-  assign \$31  = \spm_rreq__tvalid$468  & \spm_rreq__tready$466 ;
-  assign \$32  = \spm_rresp__tvalid$486  & \spm_rresp__tready$484 ;
-  assign \$33  = \acc_wr__tvalid$474  & \acc_wr__tready$472 ;
-  assign \$34  = \acc_rreq__tvalid$480  & \acc_rreq__tready$478 ;
-  assign \$35  = \acc_rresp__tvalid$492  & \acc_rresp__tready$490 ;
+  assign \$28  = \axi__rvalid$599  & s4__rready;
+  assign \$29  = s4__wvalid & \axi__wready$605 ;
+  assign \$30  = \spm_wr__tvalid$463  & \spm_wr__tready$461 ;
+  assign \$31  = \spm_rreq__tvalid$469  & \spm_rreq__tready$467 ;
+  assign \$32  = \spm_rresp__tvalid$487  & \spm_rresp__tready$485 ;
+  assign \$33  = \acc_wr__tvalid$475  & \acc_wr__tready$473 ;
+  assign \$34  = \acc_rreq__tvalid$481  & \acc_rreq__tready$479 ;
+  assign \$35  = \acc_rresp__tvalid$493  & \acc_rresp__tready$491 ;
   assign \$36  = | { \$35 , \$34 , \$33 , \$32 , \$31 , \$30 , \$29 , \$28  };
-  assign \progress$612  = \$36  | \progress$613 ;
+  assign \progress$613  = \$36  | \progress$614 ;
   assign \$37  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$614  = soft_reset | \$37 ;
-  assign \resume$641  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$39  = soft_reset | \reset_units$669 ;
+  assign \host_reset$615  = soft_reset | \$37 ;
+  assign \resume$642  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$39  = soft_reset | \reset_units$671 ;
   assign \$40  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
   assign perf_clear1 = \$39  | \$40 ;
-  assign \$41  = \perf_busy$683  - perf1_busy_compute_base;
-  assign \$42  = \bytes_read$686  - perf1_bytes_read_base;
-  assign \$43  = \bytes_written$689  - perf1_bytes_written_base;
-  assign \$44  = \perf_macs$692  - perf1_macs_base;
+  assign \$41  = \perf_busy$685  - perf1_busy_compute_base;
+  assign \$42  = \bytes_read$688  - perf1_bytes_read_base;
+  assign \$43  = \bytes_written$691  - perf1_bytes_written_base;
+  assign \$44  = \perf_macs$694  - perf1_macs_base;
   assign \$45  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign trace1_clear = soft_reset | \$45 ;
-  assign TRACE1_DATA_LO__value = \r_data$711 [31:0] & { \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712  };
-  assign TRACE1_DATA_HI__value = \r_data$711 [63:32] & { \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712 , \r_rdy$712  };
+  assign TRACE1_DATA_LO__value = \r_data$713 [31:0] & { \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714  };
+  assign TRACE1_DATA_HI__value = \r_data$713 [63:32] & { \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714  };
   assign \$49  = ! cmd__tdata[67:64];
   assign \$50  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
   assign \$51  = cmd__tdata[67:64] == 1'h1;
@@ -8564,40 +8566,40 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$79  = cmd__tdata[67:64] == 4'hf;
   assign \$80  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
   assign \$81  = ~ granted_next;
-  assign \$82  = \sem_valid$757  & \$81 ;
-  assign \$83  = ! \cmd__tdata$433 [67:64];
-  assign \$84  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$760 );
-  assign \$85  = \cmd__tdata$433 [67:64] == 1'h1;
-  assign \$86  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$760 );
-  assign \$87  = \cmd__tdata$433 [67:64] == 2'h2;
-  assign \$88  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$760 );
-  assign \$89  = \cmd__tdata$433 [67:64] == 2'h3;
-  assign \$90  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$760 );
-  assign \$91  = \cmd__tdata$433 [67:64] == 3'h4;
-  assign \$92  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$760 );
-  assign \$93  = \cmd__tdata$433 [67:64] == 3'h5;
-  assign \$94  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$760 );
-  assign \$95  = \cmd__tdata$433 [67:64] == 3'h6;
-  assign \$96  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$760 );
-  assign \$97  = \cmd__tdata$433 [67:64] == 3'h7;
-  assign \$98  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$760 );
-  assign \$99  = \cmd__tdata$433 [67:64] == 4'h8;
-  assign \$100  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$760 );
-  assign \$101  = \cmd__tdata$433 [67:64] == 4'h9;
-  assign \$102  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$760 );
-  assign \$103  = \cmd__tdata$433 [67:64] == 4'ha;
-  assign \$104  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$760 );
-  assign \$105  = \cmd__tdata$433 [67:64] == 4'hb;
-  assign \$106  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$760 );
-  assign \$107  = \cmd__tdata$433 [67:64] == 4'hc;
-  assign \$108  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$760 );
-  assign \$109  = \cmd__tdata$433 [67:64] == 4'hd;
-  assign \$110  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$760 );
-  assign \$111  = \cmd__tdata$433 [67:64] == 4'he;
-  assign \$112  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$760 );
-  assign \$113  = \cmd__tdata$433 [67:64] == 4'hf;
-  assign \$114  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$760 );
-  assign \granted_next$761  = granted_next | \sem_valid$757 ;
+  assign \$82  = \sem_valid$759  & \$81 ;
+  assign \$83  = ! \cmd__tdata$434 [67:64];
+  assign \$84  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$762 );
+  assign \$85  = \cmd__tdata$434 [67:64] == 1'h1;
+  assign \$86  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$762 );
+  assign \$87  = \cmd__tdata$434 [67:64] == 2'h2;
+  assign \$88  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$762 );
+  assign \$89  = \cmd__tdata$434 [67:64] == 2'h3;
+  assign \$90  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$762 );
+  assign \$91  = \cmd__tdata$434 [67:64] == 3'h4;
+  assign \$92  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$762 );
+  assign \$93  = \cmd__tdata$434 [67:64] == 3'h5;
+  assign \$94  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$762 );
+  assign \$95  = \cmd__tdata$434 [67:64] == 3'h6;
+  assign \$96  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$762 );
+  assign \$97  = \cmd__tdata$434 [67:64] == 3'h7;
+  assign \$98  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$762 );
+  assign \$99  = \cmd__tdata$434 [67:64] == 4'h8;
+  assign \$100  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$762 );
+  assign \$101  = \cmd__tdata$434 [67:64] == 4'h9;
+  assign \$102  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$762 );
+  assign \$103  = \cmd__tdata$434 [67:64] == 4'ha;
+  assign \$104  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$762 );
+  assign \$105  = \cmd__tdata$434 [67:64] == 4'hb;
+  assign \$106  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$762 );
+  assign \$107  = \cmd__tdata$434 [67:64] == 4'hc;
+  assign \$108  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$762 );
+  assign \$109  = \cmd__tdata$434 [67:64] == 4'hd;
+  assign \$110  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$762 );
+  assign \$111  = \cmd__tdata$434 [67:64] == 4'he;
+  assign \$112  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$762 );
+  assign \$113  = \cmd__tdata$434 [67:64] == 4'hf;
+  assign \$114  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$762 );
+  assign \granted_next$763  = granted_next | \sem_valid$759 ;
   assign \$115  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
   assign \$116  = | \$115 ;
   assign \$117  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
@@ -8640,12 +8642,12 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$154  = \$152  & \$153 ;
   assign \$155  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign \$156  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$157  = s4__arvalid & \axi__arready$560 ;
+  assign \$157  = s4__arvalid & \axi__arready$561 ;
   assign \$158  = reads_open1 + \$157 ;
-  assign \$159  = \axi__rvalid$598  & s4__rready;
+  assign \$159  = \axi__rvalid$599  & s4__rready;
   assign \$160  = \$159  & mem__rlast;
   assign \$161  = \$158  - \$160 ;
-  assign \$162  = s4__awvalid & \axi__awready$574 ;
+  assign \$162  = s4__awvalid & \axi__awready$575 ;
   assign \$163  = writes_open1 + \$162 ;
   assign \$165  = \$163  - \$164 ;
   assign \$166  = PERF1_CYCLES__value + 1'h1;
@@ -8656,21 +8658,21 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$171  = \$170  | s4__awvalid;
   assign \$172  = \$171  | s4__wvalid;
   assign \$173  = PERF1_BUSY_STORE__value + \$172 ;
-  assign \$174  = PERF1_STALL_DEP__value + \stall$783 ;
+  assign \$174  = PERF1_STALL_DEP__value + \stall$785 ;
   assign \$175  = | reads_open1;
-  assign \$176  = ~ \axi__rvalid$598 ;
+  assign \$176  = ~ \axi__rvalid$599 ;
   assign \$177  = \$175  & \$176 ;
-  assign \$178  = ~ \axi__wready$604 ;
+  assign \$178  = ~ \axi__wready$605 ;
   assign \$179  = s4__wvalid & \$178 ;
   assign \$180  = \$177  | \$179 ;
-  assign \$181  = ~ \axi__arready$560 ;
+  assign \$181  = ~ \axi__arready$561 ;
   assign \$182  = s4__arvalid & \$181 ;
   assign \$183  = \$180  | \$182 ;
   assign \$184  = PERF1_STALL_MEM__value + \$183 ;
-  assign \$185  = \trace_start$790  & TRACE1_CONTROL__value[0];
+  assign \$185  = \trace_start$792  & TRACE1_CONTROL__value[0];
   assign \$186  = ~ trace1_clear;
   assign \$187  = \$185  & \$186 ;
-  assign \$188  = \trace_end$791  & TRACE1_CONTROL__value[0];
+  assign \$188  = \trace_end$793  & TRACE1_CONTROL__value[0];
   assign \$189  = ~ trace1_clear;
   assign \$190  = \$188  & \$189 ;
   assign \$191  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
@@ -8773,8 +8775,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$8695$0 (\$235 ),
-    .\port$8697$0 (\$236 ),
+    .\port$8697$0 (\$235 ),
+    .\port$8699$0 (\$236 ),
     .progress(\progress$295 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -8790,35 +8792,35 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$478 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$480 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$488 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$492 ),
-    .acc_wr__tready(\acc_wr__tready$472 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$474 ),
+    .acc_rreq__tready(\acc_rreq__tready$479 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$481 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$489 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$493 ),
+    .acc_wr__tready(\acc_wr__tready$473 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$475 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$433 ),
-    .cmd__tready(\cmd__tready$439 ),
-    .cmd__tvalid(\cmd__tvalid$435 ),
-    .done__tdata(\tile_done__tdata$440 ),
-    .done__tvalid(\done__tvalid$443 ),
-    .perf_busy(\perf_busy$683 ),
-    .perf_macs(\perf_macs$692 ),
-    .\port$10150$0 (\$237 ),
-    .\port$10152$0 (\$238 ),
-    .progress(\progress$613 ),
-    .r_en(\done__tready$444 ),
-    .\r_en$122 (\spm_rresp__tready$484 ),
-    .\r_en$135 (\acc_rresp__tready$490 ),
-    .reset_units(\reset_units$669 ),
+    .cmd__tdata(\cmd__tdata$434 ),
+    .cmd__tready(\cmd__tready$440 ),
+    .cmd__tvalid(\cmd__tvalid$436 ),
+    .done__tdata(\tile_done__tdata$441 ),
+    .done__tvalid(\done__tvalid$444 ),
+    .perf_busy(\perf_busy$685 ),
+    .perf_macs(\perf_macs$694 ),
+    .\port$10152$0 (\$237 ),
+    .\port$10154$0 (\$238 ),
+    .progress(\progress$614 ),
+    .r_en(\done__tready$445 ),
+    .\r_en$122 (\spm_rresp__tready$485 ),
+    .\r_en$135 (\acc_rresp__tready$491 ),
+    .reset_units(\reset_units$671 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$464 ),
-    .spm_rreq__tready(\spm_rreq__tready$466 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$468 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$482 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$486 ),
-    .spm_wr__tready(\spm_wr__tready$460 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$462 )
+    .spm_rreq__tdata(\spm_rreq__tdata$465 ),
+    .spm_rreq__tready(\spm_rreq__tready$467 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$469 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$483 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$487 ),
+    .spm_wr__tready(\spm_wr__tready$461 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$463 )
   );
   \dx1_board.soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -8862,22 +8864,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$7308$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7310$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7312$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7314$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7316$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7318$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7320$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7322$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7324$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7326$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7328$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7330$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7332$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7334$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7336$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7338$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7310$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7312$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7314$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7316$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7318$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7320$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7322$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7324$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7326$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7328$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7330$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7332$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7334$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7336$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7338$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7340$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8903,86 +8905,86 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .watchdog(watchdog)
   );
   \dx1_board.soc.cp1  cp1 (
-    .abort_done(\abort_done$627 ),
-    .abort_req(\abort_req$617 ),
+    .abort_done(\abort_done$628 ),
+    .abort_req(\abort_req$618 ),
     .axi__araddr(s3__araddr),
-    .axi__arready(\axi__arready$502 ),
+    .axi__arready(\axi__arready$503 ),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
-    .axi__awready(\axi__awready$516 ),
+    .axi__awready(\axi__awready$517 ),
     .axi__awvalid(s3__awvalid),
     .axi__bready(s3__bready),
-    .axi__bresp(\axi__bresp$526 ),
-    .axi__bvalid(\axi__bvalid$528 ),
+    .axi__bresp(\axi__bresp$527 ),
+    .axi__bvalid(\axi__bvalid$529 ),
     .axi__rdata(\$234 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s3__rready),
-    .axi__rresp(\axi__rresp$538 ),
-    .axi__rvalid(\axi__rvalid$540 ),
+    .axi__rresp(\axi__rresp$539 ),
+    .axi__rvalid(\axi__rvalid$541 ),
     .axi__wdata(s3__wdata),
-    .axi__wready(\axi__wready$546 ),
+    .axi__wready(\axi__wready$547 ),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$619 ),
-    .busy(\busy$655 ),
+    .axi_quiet(\cp_quiet$620 ),
+    .busy(\busy$656 ),
     .clk(clk),
-    .cmd(\cmd__tdata$433 ),
-    .cq_base(\cq_base$633 ),
-    .dispatched(\trace_start$790 ),
-    .dma_base(\dma_base$635 ),
-    .dma_cmd__tready(\dma_cmd__tready$448 ),
-    .dma_cmd__tvalid(\cmd__tvalid$450 ),
-    .dma_done__tdata(\dma_done__tdata$452 ),
-    .dma_done__tready(\done__tready$454 ),
-    .dma_done__tvalid(\dma_done__tvalid$456 ),
-    .dma_limit(\dma_limit$637 ),
-    .doorbell(\doorbell$646 ),
+    .cmd(\cmd__tdata$434 ),
+    .cq_base(\cq_base$634 ),
+    .dispatched(\trace_start$792 ),
+    .dma_base(\dma_base$636 ),
+    .dma_cmd__tready(\dma_cmd__tready$449 ),
+    .dma_cmd__tvalid(\cmd__tvalid$451 ),
+    .dma_done__tdata(\dma_done__tdata$453 ),
+    .dma_done__tready(\done__tready$455 ),
+    .dma_done__tvalid(\dma_done__tvalid$457 ),
+    .dma_limit(\dma_limit$638 ),
+    .doorbell(\doorbell$647 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$658 ),
-    .error_index(\error_index$659 ),
-    .halted(\halted$656 ),
-    .head(\head$651 ),
-    .irq_completion(\irq_completion$661 ),
-    .irq_error(\irq_error$662 ),
-    .\port$7308$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7310$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7312$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7314$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7316$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7318$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7320$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7322$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7324$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7326$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7328$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7330$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7332$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7334$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7336$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7338$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$612 ),
-    .quiesce(\quiesce$623 ),
-    .reset_cp(\reset_cp$793 ),
-    .resume(\resume$641 ),
-    .ring_base(\ring_base$629 ),
+    .error_code(\error_code$660 ),
+    .error_index(\error_index$661 ),
+    .halted(\halted$657 ),
+    .head(\head$652 ),
+    .irq_completion(\irq_completion$663 ),
+    .irq_error(\irq_error$664 ),
+    .\port$7310$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7312$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7314$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7316$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7318$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7320$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7322$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7324$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7326$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7328$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7330$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7332$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7334$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7336$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7338$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7340$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$613 ),
+    .quiesce(\quiesce$624 ),
+    .reset_cp(\reset_cp$795 ),
+    .resume(\resume$642 ),
+    .ring_base(\ring_base$630 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$644 ),
+    .ring_reset(\ring_reset$645 ),
     .rst(rst),
-    .sem_delta(\sem_delta$760 ),
-    .sem_grant(\sem_grant$758 ),
-    .sem_valid(\sem_valid$757 ),
-    .stall(\stall$783 ),
-    .tail(\tail$653 ),
-    .tile_cmd__tready(\tile_cmd__tready$438 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$436 ),
-    .tile_done__tdata(\tile_done__tdata$440 ),
-    .tile_done__tready(\tile_done__tready$445 ),
-    .tile_done__tvalid(\tile_done__tvalid$442 ),
+    .sem_delta(\sem_delta$762 ),
+    .sem_grant(\sem_grant$760 ),
+    .sem_valid(\sem_valid$759 ),
+    .stall(\stall$785 ),
+    .tail(\tail$654 ),
+    .tile_cmd__tready(\tile_cmd__tready$439 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$437 ),
+    .tile_done__tdata(\tile_done__tdata$441 ),
+    .tile_done__tready(\tile_done__tready$446 ),
+    .tile_done__tvalid(\tile_done__tvalid$443 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\trace_end$791 ),
-    .trace_end_opcode(\trace_end_opcode$789 ),
-    .trace_end_tag(\trace_end_tag$787 ),
-    .watchdog(\watchdog$610 )
+    .trace_end(\trace_end$793 ),
+    .trace_end_opcode(\trace_end_opcode$791 ),
+    .trace_end_tag(\trace_end_tag$789 ),
+    .watchdog(\watchdog$611 )
   );
   \dx1_board.soc.dma0  dma0 (
     .abort(abort),
@@ -9037,54 +9039,54 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .wr_data(\$235 )
   );
   \dx1_board.soc.dma1  dma1 (
-    .abort(\abort$625 ),
-    .acc_rreq__tready(\acc_rreq__tready$478 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$480 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$488 ),
-    .acc_rresp__tready(\acc_rresp__tready$490 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$492 ),
-    .acc_wr__tready(\acc_wr__tready$472 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$474 ),
+    .abort(\abort$626 ),
+    .acc_rreq__tready(\acc_rreq__tready$479 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$481 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$489 ),
+    .acc_rresp__tready(\acc_rresp__tready$491 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$493 ),
+    .acc_wr__tready(\acc_wr__tready$473 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$475 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
-    .axi__arready(\axi__arready$560 ),
+    .axi__arready(\axi__arready$561 ),
     .axi__arvalid(s4__arvalid),
     .axi__awaddr(s4__awaddr),
     .axi__awlen(s4__awlen),
-    .axi__awready(\axi__awready$574 ),
+    .axi__awready(\axi__awready$575 ),
     .axi__awvalid(s4__awvalid),
-    .axi__bresp(\axi__bresp$584 ),
-    .axi__bvalid(\axi__bvalid$586 ),
+    .axi__bresp(\axi__bresp$585 ),
+    .axi__bvalid(\axi__bvalid$587 ),
     .axi__rdata(\$234 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s4__rready),
-    .axi__rresp(\axi__rresp$596 ),
-    .axi__rvalid(\axi__rvalid$598 ),
+    .axi__rresp(\axi__rresp$597 ),
+    .axi__rvalid(\axi__rvalid$599 ),
     .axi__wdata(s4__wdata),
     .axi__wlast(s4__wlast),
-    .axi__wready(\axi__wready$604 ),
+    .axi__wready(\axi__wready$605 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bytes_read(\bytes_read$686 ),
-    .bytes_written(\bytes_written$689 ),
+    .bytes_read(\bytes_read$688 ),
+    .bytes_written(\bytes_written$691 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$433 ),
-    .cmd__tready(\dma_cmd__tready$448 ),
-    .cmd__tvalid(\cmd__tvalid$450 ),
-    .done__tdata(\dma_done__tdata$452 ),
-    .done__tready(\done__tready$454 ),
-    .done__tvalid(\dma_done__tvalid$456 ),
-    .quiet(\dma_quiet$621 ),
-    .reset_units(\reset_units$669 ),
+    .cmd__tdata(\cmd__tdata$434 ),
+    .cmd__tready(\dma_cmd__tready$449 ),
+    .cmd__tvalid(\cmd__tvalid$451 ),
+    .done__tdata(\dma_done__tdata$453 ),
+    .done__tready(\done__tready$455 ),
+    .done__tvalid(\dma_done__tvalid$457 ),
+    .quiet(\dma_quiet$622 ),
+    .reset_units(\reset_units$671 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$464 ),
-    .spm_rreq__tready(\spm_rreq__tready$466 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$468 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$482 ),
-    .spm_rresp__tready(\spm_rresp__tready$484 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$486 ),
-    .spm_wr__tready(\spm_wr__tready$460 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$462 ),
+    .spm_rreq__tdata(\spm_rreq__tdata$465 ),
+    .spm_rreq__tready(\spm_rreq__tready$467 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$469 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$483 ),
+    .spm_rresp__tready(\spm_rresp__tready$485 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$487 ),
+    .spm_wr__tready(\spm_wr__tready$461 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$463 ),
     .wr_addr(\$238 ),
     .wr_data(\$237 )
   );
@@ -9092,8 +9094,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .b_valid_0(mem__bvalid),
     .b_valid_1(axi__bvalid),
     .b_valid_2(\axi__bvalid$268 ),
-    .b_valid_3(\axi__bvalid$528 ),
-    .b_valid_4(\axi__bvalid$586 ),
+    .b_valid_3(\axi__bvalid$529 ),
+    .b_valid_4(\axi__bvalid$587 ),
     .clk(clk),
     .\port$1352$0 (\$234 ),
     .rst(rst),
@@ -9149,35 +9151,35 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .s2__wstrb(s2__wstrb),
     .s2__wvalid(s2__wvalid),
     .s3__araddr(s3__araddr),
-    .s3__arready(\axi__arready$502 ),
+    .s3__arready(\axi__arready$503 ),
     .s3__arvalid(s3__arvalid),
     .s3__awaddr(s3__awaddr),
-    .s3__awready(\axi__awready$516 ),
+    .s3__awready(\axi__awready$517 ),
     .s3__awvalid(s3__awvalid),
-    .s3__bid(\axi__bid$522 ),
+    .s3__bid(\axi__bid$523 ),
     .s3__bready(s3__bready),
-    .s3__bresp(\axi__bresp$526 ),
+    .s3__bresp(\axi__bresp$527 ),
     .s3__rready(s3__rready),
-    .s3__rresp(\axi__rresp$538 ),
-    .s3__rvalid(\axi__rvalid$540 ),
+    .s3__rresp(\axi__rresp$539 ),
+    .s3__rvalid(\axi__rvalid$541 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$546 ),
+    .s3__wready(\axi__wready$547 ),
     .s3__wvalid(s3__wvalid),
     .s4__araddr(s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$560 ),
+    .s4__arready(\axi__arready$561 ),
     .s4__arvalid(s4__arvalid),
     .s4__awaddr(s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$574 ),
+    .s4__awready(\axi__awready$575 ),
     .s4__awvalid(s4__awvalid),
-    .s4__bid(\axi__bid$580 ),
-    .s4__bresp(\axi__bresp$584 ),
+    .s4__bid(\axi__bid$581 ),
+    .s4__bresp(\axi__bresp$585 ),
     .s4__rready(s4__rready),
-    .s4__rresp(\axi__rresp$596 ),
-    .s4__rvalid(\axi__rvalid$598 ),
+    .s4__rresp(\axi__rresp$597 ),
+    .s4__rvalid(\axi__rvalid$599 ),
     .s4__wdata(s4__wdata),
-    .s4__wready(\axi__wready$604 ),
+    .s4__wready(\axi__wready$605 ),
     .s4__wstrb(s4__wstrb),
     .s4__wvalid(s4__wvalid)
   );
@@ -9295,14 +9297,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$633 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$634 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$635 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$636 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$637 ),
-    .QUEUE1_DOORBELL_write(\doorbell$646 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$638 ),
+    .QUEUE1_DOORBELL_write(\doorbell$647 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -9311,14 +9313,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$629 ),
+    .QUEUE1_RING_BASE__value(\ring_base$630 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$644 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$645 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$610 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$611 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
@@ -9330,7 +9332,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$714 ),
+    .TRACE1_DATA_HI__read(\r_en$716 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(bus__araddr),
@@ -9350,29 +9352,32 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10205$0 (\irq_error$662 ),
-    .\port$10229$0 (\irq_completion$661 ),
-    .\port$10234$0 (\halted$656 ),
-    .\port$10236$0 (\head$651 ),
-    .\port$10238$0 (\tail$653 ),
-    .\port$10242$0 (\error_code$658 ),
-    .\port$10244$0 (\error_index$659 ),
-    .\port$3071$0 (busy),
-    .\port$3507$0 (level),
-    .\port$5269$0 (\busy$655 ),
-    .\port$5705$0 (\level$709 ),
-    .\port$8750$0 (irq_error),
-    .\port$8774$0 (irq_completion),
-    .\port$8779$0 (halted),
-    .\port$8781$0 (head),
-    .\port$8783$0 (tail),
-    .\port$8787$0 (error_code),
-    .\port$8789$0 (error_index),
+    .\port$10207$0 (\irq_error$664 ),
+    .\port$10231$0 (\irq_completion$663 ),
+    .\port$10236$0 (\halted$657 ),
+    .\port$10238$0 (\head$652 ),
+    .\port$10240$0 (\tail$654 ),
+    .\port$10244$0 (\error_code$660 ),
+    .\port$10246$0 (\error_index$661 ),
+    .\port$1369$0 (\busy$339 ),
+    .\port$3072$0 (busy),
+    .\port$3508$0 (level),
+    .\port$3568$0 (\busy$658 ),
+    .\port$5271$0 (\busy$656 ),
+    .\port$5707$0 (\level$711 ),
+    .\port$8752$0 (irq_error),
+    .\port$8776$0 (irq_completion),
+    .\port$8781$0 (halted),
+    .\port$8783$0 (head),
+    .\port$8785$0 (tail),
+    .\port$8789$0 (error_code),
+    .\port$8791$0 (error_index),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
+    .busy(\busy$339 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -9384,16 +9389,17 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .rst(rst)
   );
   \dx1_board.soc.reset1  reset1 (
-    .abort_done(\abort_done$627 ),
-    .abort_req(\abort_req$617 ),
+    .abort_done(\abort_done$628 ),
+    .abort_req(\abort_req$618 ),
+    .busy(\busy$658 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$623 ),
-    .cp_quiet(\cp_quiet$619 ),
-    .dma_abort(\abort$625 ),
-    .dma_quiet(\dma_quiet$621 ),
-    .host_reset(\host_reset$614 ),
-    .reset_cp(\reset_cp$793 ),
-    .reset_units(\reset_units$669 ),
+    .cp_quiesce(\quiesce$624 ),
+    .cp_quiet(\cp_quiet$620 ),
+    .dma_abort(\abort$626 ),
+    .dma_quiet(\dma_quiet$622 ),
+    .host_reset(\host_reset$615 ),
+    .reset_cp(\reset_cp$795 ),
+    .reset_units(\reset_units$671 ),
     .rst(rst)
   );
   \dx1_board.soc.trace0  trace0 (
@@ -9409,14 +9415,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   );
   \dx1_board.soc.trace1  trace1 (
     .clk(clk),
-    .r_data(\r_data$711 ),
-    .r_en(\r_en$714 ),
-    .r_rdy(\r_rdy$712 ),
+    .r_data(\r_data$713 ),
+    .r_en(\r_en$716 ),
+    .r_rdy(\r_rdy$714 ),
     .rst(rst),
     .trace1_clear(trace1_clear),
-    .w_en(\w_en$705 ),
-    .w_level(\level$709 ),
-    .w_port__data(\w_data$703 )
+    .w_en(\w_en$707 ),
+    .w_level(\level$711 ),
+    .w_port__data(\w_data$705 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
@@ -9879,24 +9885,24 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_data$703  = 64'h0000000000000000;
+    \w_data$705  = 64'h0000000000000000;
     if (trace1_held_valid) begin
-      \w_data$703  = trace1_held;
+      \w_data$705  = trace1_held;
     end else if (trace1_start_valid) begin
-      \w_data$703  = trace1_start;
+      \w_data$705  = trace1_start;
     end else if (trace1_end_valid) begin
-      \w_data$703  = trace1_end;
+      \w_data$705  = trace1_end;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_en$705  = 1'h0;
+    \w_en$707  = 1'h0;
     if (trace1_held_valid) begin
-      \w_en$705  = 1'h1;
+      \w_en$707  = 1'h1;
     end else if (trace1_start_valid) begin
-      \w_en$705  = 1'h1;
+      \w_en$707  = 1'h1;
     end else if (trace1_end_valid) begin
-      \w_en$705  = 1'h1;
+      \w_en$707  = 1'h1;
     end
   end
   always @* begin
@@ -10257,9 +10263,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \sem_grant$758  = 1'h0;
+    \sem_grant$760  = 1'h0;
     if (\$82 ) begin
-      \sem_grant$758  = 1'h1;
+      \sem_grant$760  = 1'h1;
     end
   end
   always @* begin
@@ -10557,9 +10563,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$222  = perf1_busy_compute_base;
     if (perf_clear1) begin
-      \$222  = \perf_busy$683 ;
+      \$222  = \perf_busy$685 ;
     end
-    if (\reset_units$669 ) begin
+    if (\reset_units$671 ) begin
       \$222  = 32'd0;
     end
     if (rst) begin
@@ -10570,9 +10576,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$223  = perf1_bytes_read_base;
     if (perf_clear1) begin
-      \$223  = \bytes_read$686 ;
+      \$223  = \bytes_read$688 ;
     end
-    if (\reset_units$669 ) begin
+    if (\reset_units$671 ) begin
       \$223  = 32'd0;
     end
     if (rst) begin
@@ -10583,9 +10589,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$224  = perf1_bytes_written_base;
     if (perf_clear1) begin
-      \$224  = \bytes_written$689 ;
+      \$224  = \bytes_written$691 ;
     end
-    if (\reset_units$669 ) begin
+    if (\reset_units$671 ) begin
       \$224  = 32'd0;
     end
     if (rst) begin
@@ -10596,9 +10602,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$225  = perf1_macs_base;
     if (perf_clear1) begin
-      \$225  = \perf_macs$692 ;
+      \$225  = \perf_macs$694 ;
     end
-    if (\reset_units$669 ) begin
+    if (\reset_units$671 ) begin
       \$225  = 48'h000000000000;
     end
     if (rst) begin
@@ -10620,14 +10626,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$227  = { 1'h0, \cmd__tdata$433 [6:0], 8'h00, \cmd__tdata$433 [31:16], cycles[31:0] };
+    \$227  = { 1'h0, \cmd__tdata$434 [6:0], 8'h00, \cmd__tdata$434 [31:16], cycles[31:0] };
     if (rst) begin
       \$227  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$228  = { 1'h1, \trace_end_opcode$789 [6:0], s3__wdata[23:16], \trace_end_tag$787 , cycles[31:0] };
+    \$228  = { 1'h1, \trace_end_opcode$791 [6:0], s3__wdata[23:16], \trace_end_tag$789 , cycles[31:0] };
     if (rst) begin
       \$228  = 64'h0000000000000000;
     end
@@ -10869,7 +10875,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 30'h00000000, halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$339 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
@@ -10889,144 +10895,144 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign TRACE0_COUNT__value = { 23'h000000, level };
   assign TRACE0_DATA_HI__read = r_en;
-  assign \tile_cmd__tdata$434  = \cmd__tdata$433 ;
+  assign \tile_cmd__tdata$435  = \cmd__tdata$434 ;
   assign core1_stalled = 1'h0;
-  assign \done__tdata$441  = \tile_done__tdata$440 ;
-  assign \cmd__tdata$446  = \cmd__tdata$433 ;
-  assign \dma_cmd__tdata$447  = \cmd__tdata$433 ;
-  assign \cmd__tready$449  = \dma_cmd__tready$448 ;
-  assign \dma_cmd__tvalid$451  = \cmd__tvalid$450 ;
-  assign \done__tdata$453  = \dma_done__tdata$452 ;
-  assign \dma_done__tready$455  = \done__tready$454 ;
-  assign \done__tvalid$457  = \dma_done__tvalid$456 ;
-  assign \spm_wr__tdata$458  = { \$238 , \$237 [63:0] };
+  assign \done__tdata$442  = \tile_done__tdata$441 ;
+  assign \cmd__tdata$447  = \cmd__tdata$434 ;
+  assign \dma_cmd__tdata$448  = \cmd__tdata$434 ;
+  assign \cmd__tready$450  = \dma_cmd__tready$449 ;
+  assign \dma_cmd__tvalid$452  = \cmd__tvalid$451 ;
+  assign \done__tdata$454  = \dma_done__tdata$453 ;
+  assign \dma_done__tready$456  = \done__tready$455 ;
+  assign \done__tvalid$458  = \dma_done__tvalid$457 ;
   assign \spm_wr__tdata$459  = { \$238 , \$237 [63:0] };
-  assign \spm_wr__tready$461  = \spm_wr__tready$460 ;
-  assign \spm_wr__tvalid$463  = \spm_wr__tvalid$462 ;
-  assign \spm_rreq__tdata$465  = \spm_rreq__tdata$464 ;
-  assign \spm_rreq__tready$467  = \spm_rreq__tready$466 ;
-  assign \spm_rreq__tvalid$469  = \spm_rreq__tvalid$468 ;
-  assign \acc_wr__tdata$470  = { \$238 , \$237  };
+  assign \spm_wr__tdata$460  = { \$238 , \$237 [63:0] };
+  assign \spm_wr__tready$462  = \spm_wr__tready$461 ;
+  assign \spm_wr__tvalid$464  = \spm_wr__tvalid$463 ;
+  assign \spm_rreq__tdata$466  = \spm_rreq__tdata$465 ;
+  assign \spm_rreq__tready$468  = \spm_rreq__tready$467 ;
+  assign \spm_rreq__tvalid$470  = \spm_rreq__tvalid$469 ;
   assign \acc_wr__tdata$471  = { \$238 , \$237  };
-  assign \acc_wr__tready$473  = \acc_wr__tready$472 ;
-  assign \acc_wr__tvalid$475  = \acc_wr__tvalid$474 ;
-  assign \acc_rreq__tdata$476  = \spm_rreq__tdata$464 ;
-  assign \acc_rreq__tdata$477  = \spm_rreq__tdata$464 ;
-  assign \acc_rreq__tready$479  = \acc_rreq__tready$478 ;
-  assign \acc_rreq__tvalid$481  = \acc_rreq__tvalid$480 ;
-  assign \spm_rresp__tdata$483  = \spm_rresp__tdata$482 ;
-  assign \spm_rresp__tready$485  = \spm_rresp__tready$484 ;
-  assign \spm_rresp__tvalid$487  = \spm_rresp__tvalid$486 ;
-  assign \acc_rresp__tdata$489  = \acc_rresp__tdata$488 ;
-  assign \acc_rresp__tready$491  = \acc_rresp__tready$490 ;
-  assign \acc_rresp__tvalid$493  = \acc_rresp__tvalid$492 ;
-  assign \axi__araddr$495  = s3__araddr;
+  assign \acc_wr__tdata$472  = { \$238 , \$237  };
+  assign \acc_wr__tready$474  = \acc_wr__tready$473 ;
+  assign \acc_wr__tvalid$476  = \acc_wr__tvalid$475 ;
+  assign \acc_rreq__tdata$477  = \spm_rreq__tdata$465 ;
+  assign \acc_rreq__tdata$478  = \spm_rreq__tdata$465 ;
+  assign \acc_rreq__tready$480  = \acc_rreq__tready$479 ;
+  assign \acc_rreq__tvalid$482  = \acc_rreq__tvalid$481 ;
+  assign \spm_rresp__tdata$484  = \spm_rresp__tdata$483 ;
+  assign \spm_rresp__tready$486  = \spm_rresp__tready$485 ;
+  assign \spm_rresp__tvalid$488  = \spm_rresp__tvalid$487 ;
+  assign \acc_rresp__tdata$490  = \acc_rresp__tdata$489 ;
+  assign \acc_rresp__tready$492  = \acc_rresp__tready$491 ;
+  assign \acc_rresp__tvalid$494  = \acc_rresp__tvalid$493 ;
+  assign \axi__araddr$496  = s3__araddr;
   assign s3__arburst = 2'h1;
-  assign \axi__arburst$497  = 2'h1;
+  assign \axi__arburst$498  = 2'h1;
   assign s3__arid = 4'h0;
-  assign \axi__arid$499  = 4'h0;
+  assign \axi__arid$500  = 4'h0;
   assign s3__arlen = 8'h03;
-  assign \axi__arlen$501  = 8'h03;
-  assign s3__arready = \axi__arready$502 ;
+  assign \axi__arlen$502  = 8'h03;
+  assign s3__arready = \axi__arready$503 ;
   assign s3__arsize = 3'h3;
-  assign \axi__arsize$505  = 3'h3;
-  assign \axi__arvalid$507  = s3__arvalid;
-  assign \axi__awaddr$509  = s3__awaddr;
+  assign \axi__arsize$506  = 3'h3;
+  assign \axi__arvalid$508  = s3__arvalid;
+  assign \axi__awaddr$510  = s3__awaddr;
   assign s3__awburst = 2'h1;
-  assign \axi__awburst$511  = 2'h1;
+  assign \axi__awburst$512  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \axi__awid$513  = 4'h0;
+  assign \axi__awid$514  = 4'h0;
   assign s3__awlen = 8'h00;
-  assign \axi__awlen$515  = 8'h00;
-  assign s3__awready = \axi__awready$516 ;
+  assign \axi__awlen$516  = 8'h00;
+  assign s3__awready = \axi__awready$517 ;
   assign s3__awsize = 3'h3;
-  assign \axi__awsize$519  = 3'h3;
-  assign \axi__awvalid$521  = s3__awvalid;
-  assign s3__bid = \axi__bid$522 ;
-  assign \axi__bready$525  = s3__bready;
-  assign s3__bresp = \axi__bresp$526 ;
-  assign s3__bvalid = \axi__bvalid$528 ;
-  assign \axi__rdata$530  = \$234 [63:0];
+  assign \axi__awsize$520  = 3'h3;
+  assign \axi__awvalid$522  = s3__awvalid;
+  assign s3__bid = \axi__bid$523 ;
+  assign \axi__bready$526  = s3__bready;
+  assign s3__bresp = \axi__bresp$527 ;
+  assign s3__bvalid = \axi__bvalid$529 ;
+  assign \axi__rdata$531  = \$234 [63:0];
   assign s3__rdata = \$234 [63:0];
-  assign \axi__rid$532  = \$234 [67:64];
+  assign \axi__rid$533  = \$234 [67:64];
   assign s3__rid = \$234 [67:64];
-  assign \axi__rlast$534  = mem__rlast;
+  assign \axi__rlast$535  = mem__rlast;
   assign s3__rlast = mem__rlast;
-  assign \axi__rready$537  = s3__rready;
-  assign s3__rresp = \axi__rresp$538 ;
-  assign s3__rvalid = \axi__rvalid$540 ;
-  assign \axi__wdata$543  = s3__wdata;
+  assign \axi__rready$538  = s3__rready;
+  assign s3__rresp = \axi__rresp$539 ;
+  assign s3__rvalid = \axi__rvalid$541 ;
+  assign \axi__wdata$544  = s3__wdata;
   assign s3__wlast = 1'h1;
-  assign \axi__wlast$545  = 1'h1;
-  assign s3__wready = \axi__wready$546 ;
+  assign \axi__wlast$546  = 1'h1;
+  assign s3__wready = \axi__wready$547 ;
   assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$549  = 8'hff;
-  assign \axi__wvalid$551  = s3__wvalid;
-  assign \axi__araddr$553  = s4__araddr;
+  assign \axi__wstrb$550  = 8'hff;
+  assign \axi__wvalid$552  = s3__wvalid;
+  assign \axi__araddr$554  = s4__araddr;
   assign s4__arburst = 2'h1;
-  assign \axi__arburst$555  = 2'h1;
+  assign \axi__arburst$556  = 2'h1;
   assign s4__arid = 4'h0;
-  assign \axi__arid$557  = 4'h0;
-  assign \axi__arlen$559  = s4__arlen;
-  assign s4__arready = \axi__arready$560 ;
+  assign \axi__arid$558  = 4'h0;
+  assign \axi__arlen$560  = s4__arlen;
+  assign s4__arready = \axi__arready$561 ;
   assign s4__arsize = 3'h3;
-  assign \axi__arsize$563  = 3'h3;
-  assign \axi__arvalid$565  = s4__arvalid;
-  assign \axi__awaddr$567  = s4__awaddr;
+  assign \axi__arsize$564  = 3'h3;
+  assign \axi__arvalid$566  = s4__arvalid;
+  assign \axi__awaddr$568  = s4__awaddr;
   assign s4__awburst = 2'h1;
-  assign \axi__awburst$569  = 2'h1;
+  assign \axi__awburst$570  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \axi__awid$571  = 4'h0;
-  assign \axi__awlen$573  = s4__awlen;
-  assign s4__awready = \axi__awready$574 ;
+  assign \axi__awid$572  = 4'h0;
+  assign \axi__awlen$574  = s4__awlen;
+  assign s4__awready = \axi__awready$575 ;
   assign s4__awsize = 3'h3;
-  assign \axi__awsize$577  = 3'h3;
-  assign \axi__awvalid$579  = s4__awvalid;
-  assign s4__bid = \axi__bid$580 ;
+  assign \axi__awsize$578  = 3'h3;
+  assign \axi__awvalid$580  = s4__awvalid;
+  assign s4__bid = \axi__bid$581 ;
   assign s4__bready = 1'h1;
-  assign \axi__bready$583  = 1'h1;
-  assign s4__bresp = \axi__bresp$584 ;
-  assign s4__bvalid = \axi__bvalid$586 ;
-  assign \axi__rdata$588  = \$234 [63:0];
+  assign \axi__bready$584  = 1'h1;
+  assign s4__bresp = \axi__bresp$585 ;
+  assign s4__bvalid = \axi__bvalid$587 ;
+  assign \axi__rdata$589  = \$234 [63:0];
   assign s4__rdata = \$234 [63:0];
-  assign \axi__rid$590  = \$234 [67:64];
+  assign \axi__rid$591  = \$234 [67:64];
   assign s4__rid = \$234 [67:64];
-  assign \axi__rlast$592  = mem__rlast;
+  assign \axi__rlast$593  = mem__rlast;
   assign s4__rlast = mem__rlast;
-  assign \axi__rready$595  = s4__rready;
-  assign s4__rresp = \axi__rresp$596 ;
-  assign s4__rvalid = \axi__rvalid$598 ;
-  assign \axi__wdata$601  = s4__wdata;
-  assign \axi__wlast$603  = s4__wlast;
-  assign s4__wready = \axi__wready$604 ;
-  assign \axi__wstrb$607  = s4__wstrb;
-  assign \axi__wvalid$609  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$610 ;
+  assign \axi__rready$596  = s4__rready;
+  assign s4__rresp = \axi__rresp$597 ;
+  assign s4__rvalid = \axi__rvalid$599 ;
+  assign \axi__wdata$602  = s4__wdata;
+  assign \axi__wlast$604  = s4__wlast;
+  assign s4__wready = \axi__wready$605 ;
+  assign \axi__wstrb$608  = s4__wstrb;
+  assign \axi__wvalid$610  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$611 ;
   assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$618  = \abort_req$617 ;
-  assign \axi_quiet$620  = \cp_quiet$619 ;
-  assign \quiet$622  = \dma_quiet$621 ;
-  assign \cp_quiesce$624  = \quiesce$623 ;
-  assign \dma_abort$626  = \abort$625 ;
-  assign \abort_done$628  = \abort_done$627 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$629 ;
-  assign \ring_log2$631  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$633 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$635 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$637 ;
-  assign \enable$639  = QUEUE1_CONTROL__value[0];
+  assign \abort_req$619  = \abort_req$618 ;
+  assign \axi_quiet$621  = \cp_quiet$620 ;
+  assign \quiet$623  = \dma_quiet$622 ;
+  assign \cp_quiesce$625  = \quiesce$624 ;
+  assign \dma_abort$627  = \abort$626 ;
+  assign \abort_done$629  = \abort_done$628 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$630 ;
+  assign \ring_log2$632  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$634 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$636 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$638 ;
+  assign \enable$640  = QUEUE1_CONTROL__value[0];
   assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$644 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$646 ;
-  assign \doorbell_index$648  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_RING_LOG2__write = \ring_reset$645 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$647 ;
+  assign \doorbell_index$649  = GLOBAL_RESET__wdata[15:0];
   assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$651  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$653  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \halted$656 , \busy$655  };
-  assign QUEUE1_ERROR__value = { \error_index$659 , 8'h00, \error_code$658  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$662 , \irq_completion$661  };
-  assign \timestamp$663  = cycles[31:0];
-  assign \sem_values$664  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$652  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$654  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$658 , \halted$657 , \busy$656  };
+  assign QUEUE1_ERROR__value = { \error_index$661 , 8'h00, \error_code$660  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$664 , \irq_completion$663  };
+  assign \timestamp$665  = cycles[31:0];
+  assign \sem_values$666  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
   assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign perf1_cycles = PERF1_CYCLES__value;
   assign perf1_busy_load = PERF1_BUSY_LOAD__value;
@@ -11040,17 +11046,17 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign PERF1_MACS_LO__value = \$44 [31:0];
   assign perf1_macs_hi = PERF1_MACS_HI__value;
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$709  };
-  assign TRACE1_DATA_HI__read = \r_en$714 ;
+  assign TRACE1_COUNT__value = { 23'h000000, \level$711  };
+  assign TRACE1_DATA_HI__read = \r_en$716 ;
   assign granted = 1'h0;
   assign sem_index = cmd__tdata[67:64];
-  assign \sem_index$759  = \cmd__tdata$433 [67:64];
+  assign \sem_index$761  = \cmd__tdata$434 [67:64];
   assign trace_tag = cmd__tdata[31:16];
   assign trace_opcode = cmd__tdata[7:0];
   assign trace_status = s1__wdata[23:16];
-  assign \trace_tag$785  = \cmd__tdata$433 [31:16];
-  assign \trace_opcode$786  = \cmd__tdata$433 [7:0];
-  assign \trace_status$788  = s3__wdata[23:16];
+  assign \trace_tag$787  = \cmd__tdata$434 [31:16];
+  assign \trace_opcode$788  = \cmd__tdata$434 [7:0];
+  assign \trace_status$790  = s3__wdata[23:16];
   assign \port$1352$0  = \$234 ;
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
   assign \sem_values[1]  = GLOBAL_SEM1__value[15:0];
@@ -11068,22 +11074,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$664[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$664[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$664[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$664[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$664[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$664[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$664[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$664[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$664[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$664[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$664[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$664[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$664[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$664[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$664[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$664[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$666[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$666[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$666[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$666[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$666[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$666[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$666[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$666[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$666[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$666[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$666[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$666[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$666[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$666[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$666[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$666[15]  = GLOBAL_SEM15__value[15:0];
   assign \$1  = 1'h1;
   assign cmd__tvalid = tile_cmd__tvalid;
   assign \$2  = 1'h1;
@@ -11097,13 +11103,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$23 [1] = 1'h0;
   assign { \$23 [32:2], \$23 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
   assign \$24  = 1'h1;
-  assign \cmd__tvalid$435  = \tile_cmd__tvalid$436 ;
+  assign \cmd__tvalid$436  = \tile_cmd__tvalid$437 ;
   assign \$25  = 1'h1;
-  assign \tile_cmd__tready$438  = \cmd__tready$439 ;
+  assign \tile_cmd__tready$439  = \cmd__tready$440 ;
   assign \$26  = 1'h1;
-  assign \tile_done__tvalid$442  = \done__tvalid$443 ;
+  assign \tile_done__tvalid$443  = \done__tvalid$444 ;
   assign \$27  = 1'h1;
-  assign \done__tready$444  = \tile_done__tready$445 ;
+  assign \done__tready$445  = \tile_done__tready$446 ;
   assign \$38 [1] = 1'h0;
   assign { \$38 [32:2], \$38 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
   assign \$46 [1] = 1'h0;
@@ -11112,12 +11118,12 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$48  = sem_valid;
   assign granted_next = sem_valid;
   assign \$128  = \axi__bvalid$268 ;
-  assign \$164  = \axi__bvalid$586 ;
+  assign \$164  = \axi__bvalid$587 ;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$8695$0 , \port$8697$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$8697$0 , \port$8699$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11482,10 +11488,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$8695$0 ;
-  wire [255:0] \port$8695$0 ;
-  input [15:0] \port$8697$0 ;
-  wire [15:0] \port$8697$0 ;
+  input [255:0] \port$8697$0 ;
+  wire [255:0] \port$8697$0 ;
+  input [15:0] \port$8699$0 ;
+  wire [15:0] \port$8699$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -11990,8 +11996,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$7497$128 (cmd[143:128]),
-    .\port$7497$80 (cmd[91:80]),
+    .\port$7499$128 (cmd[143:128]),
+    .\port$7499$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -12028,11 +12034,11 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$7497$112 (cmd[143:112]),
-    .\port$7497$16 (cmd[31:16]),
-    .\port$7497$64 (cmd[75:64]),
-    .\port$7497$8 (cmd[8]),
-    .\port$7497$96 (cmd[105:96]),
+    .\port$7499$112 (cmd[143:112]),
+    .\port$7499$16 (cmd[31:16]),
+    .\port$7499$64 (cmd[75:64]),
+    .\port$7499$8 (cmd[8]),
+    .\port$7499$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -12228,7 +12234,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$8697$0 [9:0];
+      acc_w__addr = \port$8699$0 [9:0];
     end
   end
   always @* begin
@@ -12238,7 +12244,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$8695$0 ;
+      acc_w__data = \port$8697$0 ;
     end
   end
   always @* begin
@@ -12306,7 +12312,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$8697$0 [11:0];
+      spm_w__addr = \port$8699$0 [11:0];
     end
   end
   always @* begin
@@ -12316,7 +12322,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$8695$0 [63:0];
+      spm_w__data = \port$8697$0 [63:0];
     end
   end
   always @* begin
@@ -13127,8 +13133,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$8697$0 , \port$8695$0 [63:0] };
-  assign acc_wr__tdata = { \port$8697$0 , \port$8695$0  };
+  assign spm_wr__tdata = { \port$8699$0 , \port$8697$0 [63:0] };
+  assign acc_wr__tdata = { \port$8699$0 , \port$8697$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -21063,7 +21069,7 @@ module \dx1_board.soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7497$80 , \port$7497$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7499$80 , \port$7499$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21087,10 +21093,10 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7497$128 ;
-  wire [15:0] \port$7497$128 ;
-  input [11:0] \port$7497$80 ;
-  wire [11:0] \port$7497$80 ;
+  input [15:0] \port$7499$128 ;
+  wire [15:0] \port$7499$128 ;
+  input [11:0] \port$7499$80 ;
+  wire [11:0] \port$7499$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -21126,7 +21132,7 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7497$128 , \port$7497$80  };
+      storage[w_port__addr] <= { \port$7499$128 , \port$7499$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -21197,8 +21203,8 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7497$128 , \port$7497$80  };
-  assign w_data = { \port$7497$128 , \port$7497$80  };
+  assign w_port__data = { \port$7499$128 , \port$7499$80  };
+  assign w_data = { \port$7499$128 , \port$7499$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -22354,7 +22360,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7497$8 , \port$7497$16 , \port$7497$64 , \port$7497$96 , \port$7497$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7499$8 , \port$7499$16 , \port$7499$64 , \port$7499$96 , \port$7499$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22378,16 +22384,16 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7497$112 ;
-  wire [31:0] \port$7497$112 ;
-  input [15:0] \port$7497$16 ;
-  wire [15:0] \port$7497$16 ;
-  input [11:0] \port$7497$64 ;
-  wire [11:0] \port$7497$64 ;
-  input \port$7497$8 ;
-  wire \port$7497$8 ;
-  input [9:0] \port$7497$96 ;
-  wire [9:0] \port$7497$96 ;
+  input [31:0] \port$7499$112 ;
+  wire [31:0] \port$7499$112 ;
+  input [15:0] \port$7499$16 ;
+  wire [15:0] \port$7499$16 ;
+  input [11:0] \port$7499$64 ;
+  wire [11:0] \port$7499$64 ;
+  input \port$7499$8 ;
+  wire \port$7499$8 ;
+  input [9:0] \port$7499$96 ;
+  wire [9:0] \port$7499$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -22423,7 +22429,7 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7497$16 , \port$7497$8 , \port$7497$112 , \port$7497$96 , \port$7497$64  };
+      storage[w_port__addr] <= { \port$7499$16 , \port$7499$8 , \port$7499$112 , \port$7499$96 , \port$7499$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -22494,15 +22500,15 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7497$16 , \port$7497$8 , \port$7497$112 , \port$7497$96 , \port$7497$64  };
-  assign w_data = { \port$7497$16 , \port$7497$8 , \port$7497$112 , \port$7497$96 , \port$7497$64  };
+  assign w_port__data = { \port$7499$16 , \port$7499$8 , \port$7499$112 , \port$7499$96 , \port$7499$64  };
+  assign w_data = { \port$7499$16 , \port$7499$8 , \port$7499$112 , \port$7499$96 , \port$7499$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10150$0 , \port$10152$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10152$0 , \port$10154$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22867,10 +22873,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$10150$0 ;
-  wire [255:0] \port$10150$0 ;
-  input [15:0] \port$10152$0 ;
-  wire [15:0] \port$10152$0 ;
+  input [255:0] \port$10152$0 ;
+  wire [255:0] \port$10152$0 ;
+  input [15:0] \port$10154$0 ;
+  wire [15:0] \port$10154$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -23375,8 +23381,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$8952$128 (cmd[143:128]),
-    .\port$8952$80 (cmd[91:80]),
+    .\port$8954$128 (cmd[143:128]),
+    .\port$8954$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -23413,11 +23419,11 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$8952$112 (cmd[143:112]),
-    .\port$8952$16 (cmd[31:16]),
-    .\port$8952$64 (cmd[75:64]),
-    .\port$8952$8 (cmd[8]),
-    .\port$8952$96 (cmd[105:96]),
+    .\port$8954$112 (cmd[143:112]),
+    .\port$8954$16 (cmd[31:16]),
+    .\port$8954$64 (cmd[75:64]),
+    .\port$8954$8 (cmd[8]),
+    .\port$8954$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -23613,7 +23619,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$10152$0 [9:0];
+      acc_w__addr = \port$10154$0 [9:0];
     end
   end
   always @* begin
@@ -23623,7 +23629,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$10150$0 ;
+      acc_w__data = \port$10152$0 ;
     end
   end
   always @* begin
@@ -23691,7 +23697,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$10152$0 [11:0];
+      spm_w__addr = \port$10154$0 [11:0];
     end
   end
   always @* begin
@@ -23701,7 +23707,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$10150$0 [63:0];
+      spm_w__data = \port$10152$0 [63:0];
     end
   end
   always @* begin
@@ -24512,8 +24518,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$10152$0 , \port$10150$0 [63:0] };
-  assign acc_wr__tdata = { \port$10152$0 , \port$10150$0  };
+  assign spm_wr__tdata = { \port$10154$0 , \port$10152$0 [63:0] };
+  assign acc_wr__tdata = { \port$10154$0 , \port$10152$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -32448,7 +32454,7 @@ module \dx1_board.soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8952$80 , \port$8952$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8954$80 , \port$8954$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -32472,10 +32478,10 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$8952$128 ;
-  wire [15:0] \port$8952$128 ;
-  input [11:0] \port$8952$80 ;
-  wire [11:0] \port$8952$80 ;
+  input [15:0] \port$8954$128 ;
+  wire [15:0] \port$8954$128 ;
+  input [11:0] \port$8954$80 ;
+  wire [11:0] \port$8954$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -32511,7 +32517,7 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8952$128 , \port$8952$80  };
+      storage[w_port__addr] <= { \port$8954$128 , \port$8954$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -32582,8 +32588,8 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8952$128 , \port$8952$80  };
-  assign w_data = { \port$8952$128 , \port$8952$80  };
+  assign w_port__data = { \port$8954$128 , \port$8954$80  };
+  assign w_data = { \port$8954$128 , \port$8954$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -33739,7 +33745,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8952$8 , \port$8952$16 , \port$8952$64 , \port$8952$96 , \port$8952$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8954$8 , \port$8954$16 , \port$8954$64 , \port$8954$96 , \port$8954$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -33763,16 +33769,16 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$8952$112 ;
-  wire [31:0] \port$8952$112 ;
-  input [15:0] \port$8952$16 ;
-  wire [15:0] \port$8952$16 ;
-  input [11:0] \port$8952$64 ;
-  wire [11:0] \port$8952$64 ;
-  input \port$8952$8 ;
-  wire \port$8952$8 ;
-  input [9:0] \port$8952$96 ;
-  wire [9:0] \port$8952$96 ;
+  input [31:0] \port$8954$112 ;
+  wire [31:0] \port$8954$112 ;
+  input [15:0] \port$8954$16 ;
+  wire [15:0] \port$8954$16 ;
+  input [11:0] \port$8954$64 ;
+  wire [11:0] \port$8954$64 ;
+  input \port$8954$8 ;
+  wire \port$8954$8 ;
+  input [9:0] \port$8954$96 ;
+  wire [9:0] \port$8954$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -33808,7 +33814,7 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8952$16 , \port$8952$8 , \port$8952$112 , \port$8952$96 , \port$8952$64  };
+      storage[w_port__addr] <= { \port$8954$16 , \port$8954$8 , \port$8954$112 , \port$8954$96 , \port$8954$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -33879,15 +33885,15 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8952$16 , \port$8952$8 , \port$8952$112 , \port$8952$96 , \port$8952$64  };
-  assign w_data = { \port$8952$16 , \port$8952$8 , \port$8952$112 , \port$8952$96 , \port$8952$64  };
+  assign w_port__data = { \port$8954$16 , \port$8954$8 , \port$8954$112 , \port$8954$96 , \port$8954$64  };
+  assign w_data = { \port$8954$16 , \port$8954$8 , \port$8954$112 , \port$8954$96 , \port$8954$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$7308$0 , \port$7310$0 , \port$7312$0 , \port$7314$0 , \port$7316$0 , \port$7318$0 , \port$7320$0 , \port$7322$0 , \port$7324$0 , \port$7326$0 , \port$7328$0 , \port$7330$0 , \port$7332$0 , \port$7334$0 , \port$7336$0 , \port$7338$0 , ring_base
+, busy, sem_grant, timestamp, doorbell_index, \port$7310$0 , \port$7312$0 , \port$7314$0 , \port$7316$0 , \port$7318$0 , \port$7320$0 , \port$7322$0 , \port$7324$0 , \port$7326$0 , \port$7328$0 , \port$7330$0 , \port$7332$0 , \port$7334$0 , \port$7336$0 , \port$7338$0 , \port$7340$0 , ring_base
 , ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
@@ -34664,8 +34670,6 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$7308$0 ;
-  wire [15:0] \port$7308$0 ;
   input [15:0] \port$7310$0 ;
   wire [15:0] \port$7310$0 ;
   input [15:0] \port$7312$0 ;
@@ -34696,6 +34700,8 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] \port$7336$0 ;
   input [15:0] \port$7338$0 ;
   wire [15:0] \port$7338$0 ;
+  input [15:0] \port$7340$0 ;
+  wire [15:0] \port$7340$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -37447,37 +37453,37 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$7308$0 ;
-      8'h01:
           \$152  = \port$7310$0 ;
-      8'h02:
+      8'h01:
           \$152  = \port$7312$0 ;
-      8'h03:
+      8'h02:
           \$152  = \port$7314$0 ;
-      8'h04:
+      8'h03:
           \$152  = \port$7316$0 ;
-      8'h05:
+      8'h04:
           \$152  = \port$7318$0 ;
-      8'h06:
+      8'h05:
           \$152  = \port$7320$0 ;
-      8'h07:
+      8'h06:
           \$152  = \port$7322$0 ;
-      8'h08:
+      8'h07:
           \$152  = \port$7324$0 ;
-      8'h09:
+      8'h08:
           \$152  = \port$7326$0 ;
-      8'h0a:
+      8'h09:
           \$152  = \port$7328$0 ;
-      8'h0b:
+      8'h0a:
           \$152  = \port$7330$0 ;
-      8'h0c:
+      8'h0b:
           \$152  = \port$7332$0 ;
-      8'h0d:
+      8'h0c:
           \$152  = \port$7334$0 ;
-      8'h0e:
+      8'h0d:
           \$152  = \port$7336$0 ;
-      8'h0f:
+      8'h0e:
           \$152  = \port$7338$0 ;
+      8'h0f:
+          \$152  = \port$7340$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -37487,7 +37493,7 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$7338$0 , \port$7336$0 , \port$7334$0 , \port$7332$0 , \port$7330$0 , \port$7328$0 , \port$7326$0 , \port$7324$0 , \port$7322$0 , \port$7320$0 , \port$7318$0 , \port$7316$0 , \port$7314$0 , \port$7312$0 , \port$7310$0 , \port$7308$0  };
+  assign sem_values = { \port$7340$0 , \port$7338$0 , \port$7336$0 , \port$7334$0 , \port$7332$0 , \port$7330$0 , \port$7328$0 , \port$7326$0 , \port$7324$0 , \port$7322$0 , \port$7320$0 , \port$7318$0 , \port$7316$0 , \port$7314$0 , \port$7312$0 , \port$7310$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -37533,22 +37539,22 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$7308$0 ;
-  assign \sem_values[1]  = \port$7310$0 ;
-  assign \sem_values[2]  = \port$7312$0 ;
-  assign \sem_values[3]  = \port$7314$0 ;
-  assign \sem_values[4]  = \port$7316$0 ;
-  assign \sem_values[5]  = \port$7318$0 ;
-  assign \sem_values[6]  = \port$7320$0 ;
-  assign \sem_values[7]  = \port$7322$0 ;
-  assign \sem_values[8]  = \port$7324$0 ;
-  assign \sem_values[9]  = \port$7326$0 ;
-  assign \sem_values[10]  = \port$7328$0 ;
-  assign \sem_values[11]  = \port$7330$0 ;
-  assign \sem_values[12]  = \port$7332$0 ;
-  assign \sem_values[13]  = \port$7334$0 ;
-  assign \sem_values[14]  = \port$7336$0 ;
-  assign \sem_values[15]  = \port$7338$0 ;
+  assign \sem_values[0]  = \port$7310$0 ;
+  assign \sem_values[1]  = \port$7312$0 ;
+  assign \sem_values[2]  = \port$7314$0 ;
+  assign \sem_values[3]  = \port$7316$0 ;
+  assign \sem_values[4]  = \port$7318$0 ;
+  assign \sem_values[5]  = \port$7320$0 ;
+  assign \sem_values[6]  = \port$7322$0 ;
+  assign \sem_values[7]  = \port$7324$0 ;
+  assign \sem_values[8]  = \port$7326$0 ;
+  assign \sem_values[9]  = \port$7328$0 ;
+  assign \sem_values[10]  = \port$7330$0 ;
+  assign \sem_values[11]  = \port$7332$0 ;
+  assign \sem_values[12]  = \port$7334$0 ;
+  assign \sem_values[13]  = \port$7336$0 ;
+  assign \sem_values[14]  = \port$7338$0 ;
+  assign \sem_values[15]  = \port$7340$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -37673,7 +37679,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$7308$0 , \port$7310$0 , \port$7312$0 , \port$7314$0 , \port$7316$0 , \port$7318$0 , \port$7320$0 , \port$7322$0 , \port$7324$0 , \port$7326$0 , \port$7328$0 , \port$7330$0 , \port$7332$0 , \port$7334$0 , \port$7336$0 , \port$7338$0 , ring_base
+, busy, sem_grant, timestamp, doorbell_index, \port$7310$0 , \port$7312$0 , \port$7314$0 , \port$7316$0 , \port$7318$0 , \port$7320$0 , \port$7322$0 , \port$7324$0 , \port$7326$0 , \port$7328$0 , \port$7330$0 , \port$7332$0 , \port$7334$0 , \port$7336$0 , \port$7338$0 , \port$7340$0 , ring_base
 , ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
@@ -38450,8 +38456,6 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$7308$0 ;
-  wire [15:0] \port$7308$0 ;
   input [15:0] \port$7310$0 ;
   wire [15:0] \port$7310$0 ;
   input [15:0] \port$7312$0 ;
@@ -38482,6 +38486,8 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] \port$7336$0 ;
   input [15:0] \port$7338$0 ;
   wire [15:0] \port$7338$0 ;
+  input [15:0] \port$7340$0 ;
+  wire [15:0] \port$7340$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -41233,37 +41239,37 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$7308$0 ;
-      8'h01:
           \$152  = \port$7310$0 ;
-      8'h02:
+      8'h01:
           \$152  = \port$7312$0 ;
-      8'h03:
+      8'h02:
           \$152  = \port$7314$0 ;
-      8'h04:
+      8'h03:
           \$152  = \port$7316$0 ;
-      8'h05:
+      8'h04:
           \$152  = \port$7318$0 ;
-      8'h06:
+      8'h05:
           \$152  = \port$7320$0 ;
-      8'h07:
+      8'h06:
           \$152  = \port$7322$0 ;
-      8'h08:
+      8'h07:
           \$152  = \port$7324$0 ;
-      8'h09:
+      8'h08:
           \$152  = \port$7326$0 ;
-      8'h0a:
+      8'h09:
           \$152  = \port$7328$0 ;
-      8'h0b:
+      8'h0a:
           \$152  = \port$7330$0 ;
-      8'h0c:
+      8'h0b:
           \$152  = \port$7332$0 ;
-      8'h0d:
+      8'h0c:
           \$152  = \port$7334$0 ;
-      8'h0e:
+      8'h0d:
           \$152  = \port$7336$0 ;
-      8'h0f:
+      8'h0e:
           \$152  = \port$7338$0 ;
+      8'h0f:
+          \$152  = \port$7340$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -41273,7 +41279,7 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$7338$0 , \port$7336$0 , \port$7334$0 , \port$7332$0 , \port$7330$0 , \port$7328$0 , \port$7326$0 , \port$7324$0 , \port$7322$0 , \port$7320$0 , \port$7318$0 , \port$7316$0 , \port$7314$0 , \port$7312$0 , \port$7310$0 , \port$7308$0  };
+  assign sem_values = { \port$7340$0 , \port$7338$0 , \port$7336$0 , \port$7334$0 , \port$7332$0 , \port$7330$0 , \port$7328$0 , \port$7326$0 , \port$7324$0 , \port$7322$0 , \port$7320$0 , \port$7318$0 , \port$7316$0 , \port$7314$0 , \port$7312$0 , \port$7310$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -41319,22 +41325,22 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$7308$0 ;
-  assign \sem_values[1]  = \port$7310$0 ;
-  assign \sem_values[2]  = \port$7312$0 ;
-  assign \sem_values[3]  = \port$7314$0 ;
-  assign \sem_values[4]  = \port$7316$0 ;
-  assign \sem_values[5]  = \port$7318$0 ;
-  assign \sem_values[6]  = \port$7320$0 ;
-  assign \sem_values[7]  = \port$7322$0 ;
-  assign \sem_values[8]  = \port$7324$0 ;
-  assign \sem_values[9]  = \port$7326$0 ;
-  assign \sem_values[10]  = \port$7328$0 ;
-  assign \sem_values[11]  = \port$7330$0 ;
-  assign \sem_values[12]  = \port$7332$0 ;
-  assign \sem_values[13]  = \port$7334$0 ;
-  assign \sem_values[14]  = \port$7336$0 ;
-  assign \sem_values[15]  = \port$7338$0 ;
+  assign \sem_values[0]  = \port$7310$0 ;
+  assign \sem_values[1]  = \port$7312$0 ;
+  assign \sem_values[2]  = \port$7314$0 ;
+  assign \sem_values[3]  = \port$7316$0 ;
+  assign \sem_values[4]  = \port$7318$0 ;
+  assign \sem_values[5]  = \port$7320$0 ;
+  assign \sem_values[6]  = \port$7322$0 ;
+  assign \sem_values[7]  = \port$7324$0 ;
+  assign \sem_values[8]  = \port$7326$0 ;
+  assign \sem_values[9]  = \port$7328$0 ;
+  assign \sem_values[10]  = \port$7330$0 ;
+  assign \sem_values[11]  = \port$7332$0 ;
+  assign \sem_values[12]  = \port$7334$0 ;
+  assign \sem_values[13]  = \port$7336$0 ;
+  assign \sem_values[14]  = \port$7338$0 ;
+  assign \sem_values[15]  = \port$7340$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -47692,14 +47698,15 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
-, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3071$0 , \port$3507$0 , \port$5269$0 , \port$5705$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set
-, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set
-, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear
-, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value
-, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
-, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8750$0 , \port$8774$0 , \port$8779$0 , \port$8781$0 
-, \port$8783$0 , \port$8787$0 , \port$8789$0 , \port$10205$0 , \port$10229$0 , \port$10234$0 , \port$10236$0 , \port$10238$0 , \port$10242$0 , \port$10244$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
+, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$1369$0 , \port$3072$0 , \port$3508$0 , \port$3568$0 , \port$5271$0 , \port$5707$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
+, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set
+, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set
+, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value
+, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid
+, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value
+, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$8752$0 , \port$8776$0 
+, \port$8781$0 , \port$8783$0 , \port$8785$0 , \port$8789$0 , \port$8791$0 , \port$10207$0 , \port$10231$0 , \port$10236$0 , \port$10238$0 , \port$10240$0 , \port$10244$0 , \port$10246$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -48846,42 +48853,46 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$10205$0 ;
-  wire \port$10205$0 ;
-  input \port$10229$0 ;
-  wire \port$10229$0 ;
-  input \port$10234$0 ;
-  wire \port$10234$0 ;
-  input [15:0] \port$10236$0 ;
-  wire [15:0] \port$10236$0 ;
+  input \port$10207$0 ;
+  wire \port$10207$0 ;
+  input \port$10231$0 ;
+  wire \port$10231$0 ;
+  input \port$10236$0 ;
+  wire \port$10236$0 ;
   input [15:0] \port$10238$0 ;
   wire [15:0] \port$10238$0 ;
-  input [7:0] \port$10242$0 ;
-  wire [7:0] \port$10242$0 ;
-  input [15:0] \port$10244$0 ;
-  wire [15:0] \port$10244$0 ;
-  input \port$3071$0 ;
-  wire \port$3071$0 ;
-  input [8:0] \port$3507$0 ;
-  wire [8:0] \port$3507$0 ;
-  input \port$5269$0 ;
-  wire \port$5269$0 ;
-  input [8:0] \port$5705$0 ;
-  wire [8:0] \port$5705$0 ;
-  input \port$8750$0 ;
-  wire \port$8750$0 ;
-  input \port$8774$0 ;
-  wire \port$8774$0 ;
-  input \port$8779$0 ;
-  wire \port$8779$0 ;
-  input [15:0] \port$8781$0 ;
-  wire [15:0] \port$8781$0 ;
+  input [15:0] \port$10240$0 ;
+  wire [15:0] \port$10240$0 ;
+  input [7:0] \port$10244$0 ;
+  wire [7:0] \port$10244$0 ;
+  input [15:0] \port$10246$0 ;
+  wire [15:0] \port$10246$0 ;
+  input \port$1369$0 ;
+  wire \port$1369$0 ;
+  input \port$3072$0 ;
+  wire \port$3072$0 ;
+  input [8:0] \port$3508$0 ;
+  wire [8:0] \port$3508$0 ;
+  input \port$3568$0 ;
+  wire \port$3568$0 ;
+  input \port$5271$0 ;
+  wire \port$5271$0 ;
+  input [8:0] \port$5707$0 ;
+  wire [8:0] \port$5707$0 ;
+  input \port$8752$0 ;
+  wire \port$8752$0 ;
+  input \port$8776$0 ;
+  wire \port$8776$0 ;
+  input \port$8781$0 ;
+  wire \port$8781$0 ;
   input [15:0] \port$8783$0 ;
   wire [15:0] \port$8783$0 ;
-  input [7:0] \port$8787$0 ;
-  wire [7:0] \port$8787$0 ;
-  input [15:0] \port$8789$0 ;
-  wire [15:0] \port$8789$0 ;
+  input [15:0] \port$8785$0 ;
+  wire [15:0] \port$8785$0 ;
+  input [7:0] \port$8789$0 ;
+  wire [7:0] \port$8789$0 ;
+  input [15:0] \port$8791$0 ;
+  wire [15:0] \port$8791$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -49394,12 +49405,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$8750$0 , \port$8774$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$8752$0 , \port$8776$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$10205$0 , \port$10229$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$10207$0 , \port$10231$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -50016,16 +50027,16 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$8781$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$8783$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$8779$0 , \port$3071$0  };
-  assign QUEUE0_ERROR__value = { \port$8789$0 , 8'h00, \port$8787$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$10236$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$10238$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$10234$0 , \port$5269$0  };
-  assign QUEUE1_ERROR__value = { \port$10244$0 , 8'h00, \port$10242$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$3507$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$5705$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$8783$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$8785$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$1369$0 , \port$8781$0 , \port$3072$0  };
+  assign QUEUE0_ERROR__value = { \port$8791$0 , 8'h00, \port$8789$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$10238$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$10240$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$3568$0 , \port$10236$0 , \port$5271$0  };
+  assign QUEUE1_ERROR__value = { \port$10246$0 , 8'h00, \port$10244$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$3508$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$5707$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -50150,26 +50161,26 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8750$0 , \port$8774$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10205$0 , \port$10229$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$8752$0 , \port$8776$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10207$0 , \port$10231$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$8781$0 ;
+  assign \$74 [15:0] = \port$8783$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$8783$0 ;
-  assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$8779$0 , \port$3071$0  };
+  assign \$78 [15:0] = \port$8785$0 ;
+  assign \$82 [31:3] = 29'h00000000;
+  assign \$82 [2:0] = { \port$1369$0 , \port$8781$0 , \port$3072$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$8789$0 , \port$8787$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$8791$0 , \port$8789$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$10236$0 ;
+  assign \$109 [15:0] = \port$10238$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$10238$0 ;
-  assign \$117 [31:2] = 30'h00000000;
-  assign \$117 [1:0] = { \port$10234$0 , \port$5269$0  };
+  assign \$113 [15:0] = \port$10240$0 ;
+  assign \$117 [31:3] = 29'h00000000;
+  assign \$117 [2:0] = { \port$3568$0 , \port$10236$0 , \port$5271$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$10244$0 , \port$10242$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$10246$0 , \port$10244$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -50190,12 +50201,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$3507$0  };
+  assign \$212  = { 23'h000000, \port$3508$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$5705$0  };
+  assign \$231  = { 23'h000000, \port$5707$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -50331,7 +50342,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
+module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
   wire \$1 ;
   wire \$2 ;
@@ -50343,6 +50354,8 @@ module \dx1_board.soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, c
   reg abort_done;
   input abort_req;
   wire abort_req;
+  output busy;
+  wire busy;
   input clk;
   wire clk;
   output cp_quiesce;
@@ -50362,13 +50375,14 @@ module \dx1_board.soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, c
   input rst;
   wire rst;
   reg [1:0] tile_reset_state = 2'h0;
+  assign \$3  = ! tile_reset_state;
   assign \$4  = tile_reset_state == 1'h1;
   assign \$5  = tile_reset_state == 2'h2;
   always @(posedge clk)
     tile_reset_state <= \$6 ;
   assign \$1  = cp_quiet & dma_quiet;
   assign \$2  = cp_quiet & dma_quiet;
-  assign \$3  = ! tile_reset_state;
+  assign busy = ~ \$3 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$6  = tile_reset_state;
@@ -50463,7 +50477,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
+module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire \$1 ;
   wire \$2 ;
@@ -50475,6 +50489,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, c
   reg abort_done;
   input abort_req;
   wire abort_req;
+  output busy;
+  wire busy;
   input clk;
   wire clk;
   output cp_quiesce;
@@ -50494,13 +50510,14 @@ module \dx1_board.soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, c
   input rst;
   wire rst;
   reg [1:0] tile_reset_state = 2'h0;
+  assign \$3  = ! tile_reset_state;
   assign \$4  = tile_reset_state == 1'h1;
   assign \$5  = tile_reset_state == 2'h2;
   always @(posedge clk)
     tile_reset_state <= \$6 ;
   assign \$1  = cp_quiet & dma_quiet;
   assign \$2  = cp_quiet & dma_quiet;
-  assign \$3  = ! tile_reset_state;
+  assign busy = ~ \$3 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     \$6  = tile_reset_state;

@@ -422,169 +422,169 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$631 ;
+  wire \abort$632 ;
   wire abort_done;
   wire \abort_done$315 ;
-  wire \abort_done$633 ;
   wire \abort_done$634 ;
+  wire \abort_done$635 ;
   wire abort_req;
   wire \abort_req$305 ;
-  wire \abort_req$623 ;
   wire \abort_req$624 ;
+  wire \abort_req$625 ;
   wire [15:0] acc_rreq__tdata;
   wire [15:0] \acc_rreq__tdata$164 ;
-  wire [15:0] \acc_rreq__tdata$482 ;
   wire [15:0] \acc_rreq__tdata$483 ;
+  wire [15:0] \acc_rreq__tdata$484 ;
   wire acc_rreq__tready;
   wire \acc_rreq__tready$166 ;
-  wire \acc_rreq__tready$484 ;
   wire \acc_rreq__tready$485 ;
+  wire \acc_rreq__tready$486 ;
   wire acc_rreq__tvalid;
   wire \acc_rreq__tvalid$168 ;
-  wire \acc_rreq__tvalid$486 ;
   wire \acc_rreq__tvalid$487 ;
+  wire \acc_rreq__tvalid$488 ;
   wire [255:0] acc_rresp__tdata;
   wire [255:0] \acc_rresp__tdata$176 ;
-  wire [255:0] \acc_rresp__tdata$494 ;
   wire [255:0] \acc_rresp__tdata$495 ;
+  wire [255:0] \acc_rresp__tdata$496 ;
   wire acc_rresp__tready;
   wire \acc_rresp__tready$178 ;
-  wire \acc_rresp__tready$496 ;
   wire \acc_rresp__tready$497 ;
+  wire \acc_rresp__tready$498 ;
   wire acc_rresp__tvalid;
   wire \acc_rresp__tvalid$180 ;
-  wire \acc_rresp__tvalid$498 ;
   wire \acc_rresp__tvalid$499 ;
+  wire \acc_rresp__tvalid$500 ;
   wire [271:0] acc_wr__tdata;
   wire [271:0] \acc_wr__tdata$158 ;
-  wire [271:0] \acc_wr__tdata$476 ;
   wire [271:0] \acc_wr__tdata$477 ;
+  wire [271:0] \acc_wr__tdata$478 ;
   wire acc_wr__tready;
   wire \acc_wr__tready$160 ;
-  wire \acc_wr__tready$478 ;
   wire \acc_wr__tready$479 ;
+  wire \acc_wr__tready$480 ;
   wire acc_wr__tvalid;
   wire \acc_wr__tvalid$162 ;
-  wire \acc_wr__tvalid$480 ;
   wire \acc_wr__tvalid$481 ;
+  wire \acc_wr__tvalid$482 ;
   wire [31:0] axi__araddr;
   wire [31:0] \axi__araddr$240 ;
-  wire [31:0] \axi__araddr$501 ;
-  wire [31:0] \axi__araddr$559 ;
+  wire [31:0] \axi__araddr$502 ;
+  wire [31:0] \axi__araddr$560 ;
   wire [1:0] axi__arburst;
   wire [1:0] \axi__arburst$242 ;
-  wire [1:0] \axi__arburst$503 ;
-  wire [1:0] \axi__arburst$561 ;
+  wire [1:0] \axi__arburst$504 ;
+  wire [1:0] \axi__arburst$562 ;
   wire [3:0] axi__arid;
   wire [3:0] \axi__arid$244 ;
-  wire [3:0] \axi__arid$505 ;
-  wire [3:0] \axi__arid$563 ;
+  wire [3:0] \axi__arid$506 ;
+  wire [3:0] \axi__arid$564 ;
   wire [7:0] axi__arlen;
   wire [7:0] \axi__arlen$246 ;
-  wire [7:0] \axi__arlen$507 ;
-  wire [7:0] \axi__arlen$565 ;
+  wire [7:0] \axi__arlen$508 ;
+  wire [7:0] \axi__arlen$566 ;
   wire axi__arready;
   wire \axi__arready$247 ;
-  wire \axi__arready$508 ;
-  wire \axi__arready$566 ;
+  wire \axi__arready$509 ;
+  wire \axi__arready$567 ;
   wire [2:0] axi__arsize;
   wire [2:0] \axi__arsize$250 ;
-  wire [2:0] \axi__arsize$511 ;
-  wire [2:0] \axi__arsize$569 ;
+  wire [2:0] \axi__arsize$512 ;
+  wire [2:0] \axi__arsize$570 ;
   wire axi__arvalid;
   wire \axi__arvalid$252 ;
-  wire \axi__arvalid$513 ;
-  wire \axi__arvalid$571 ;
+  wire \axi__arvalid$514 ;
+  wire \axi__arvalid$572 ;
   wire [31:0] axi__awaddr;
   wire [31:0] \axi__awaddr$254 ;
-  wire [31:0] \axi__awaddr$515 ;
-  wire [31:0] \axi__awaddr$573 ;
+  wire [31:0] \axi__awaddr$516 ;
+  wire [31:0] \axi__awaddr$574 ;
   wire [1:0] axi__awburst;
   wire [1:0] \axi__awburst$256 ;
-  wire [1:0] \axi__awburst$517 ;
-  wire [1:0] \axi__awburst$575 ;
+  wire [1:0] \axi__awburst$518 ;
+  wire [1:0] \axi__awburst$576 ;
   wire [3:0] axi__awid;
   wire [3:0] \axi__awid$258 ;
-  wire [3:0] \axi__awid$519 ;
-  wire [3:0] \axi__awid$577 ;
+  wire [3:0] \axi__awid$520 ;
+  wire [3:0] \axi__awid$578 ;
   wire [7:0] axi__awlen;
   wire [7:0] \axi__awlen$260 ;
-  wire [7:0] \axi__awlen$521 ;
-  wire [7:0] \axi__awlen$579 ;
+  wire [7:0] \axi__awlen$522 ;
+  wire [7:0] \axi__awlen$580 ;
   wire axi__awready;
   wire \axi__awready$261 ;
-  wire \axi__awready$522 ;
-  wire \axi__awready$580 ;
+  wire \axi__awready$523 ;
+  wire \axi__awready$581 ;
   wire [2:0] axi__awsize;
   wire [2:0] \axi__awsize$264 ;
-  wire [2:0] \axi__awsize$525 ;
-  wire [2:0] \axi__awsize$583 ;
+  wire [2:0] \axi__awsize$526 ;
+  wire [2:0] \axi__awsize$584 ;
   wire axi__awvalid;
   wire \axi__awvalid$266 ;
-  wire \axi__awvalid$527 ;
-  wire \axi__awvalid$585 ;
+  wire \axi__awvalid$528 ;
+  wire \axi__awvalid$586 ;
   wire [3:0] axi__bid;
   wire [3:0] \axi__bid$267 ;
-  wire [3:0] \axi__bid$528 ;
-  wire [3:0] \axi__bid$586 ;
+  wire [3:0] \axi__bid$529 ;
+  wire [3:0] \axi__bid$587 ;
   wire axi__bready;
   wire \axi__bready$270 ;
-  wire \axi__bready$531 ;
-  wire \axi__bready$589 ;
+  wire \axi__bready$532 ;
+  wire \axi__bready$590 ;
   wire [1:0] axi__bresp;
   wire [1:0] \axi__bresp$271 ;
-  wire [1:0] \axi__bresp$532 ;
-  wire [1:0] \axi__bresp$590 ;
+  wire [1:0] \axi__bresp$533 ;
+  wire [1:0] \axi__bresp$591 ;
   wire axi__bvalid;
   wire \axi__bvalid$273 ;
-  wire \axi__bvalid$534 ;
-  wire \axi__bvalid$592 ;
+  wire \axi__bvalid$535 ;
+  wire \axi__bvalid$593 ;
   wire [63:0] axi__rdata;
   wire [63:0] \axi__rdata$275 ;
-  wire [63:0] \axi__rdata$536 ;
-  wire [63:0] \axi__rdata$594 ;
+  wire [63:0] \axi__rdata$537 ;
+  wire [63:0] \axi__rdata$595 ;
   wire [3:0] axi__rid;
   wire [3:0] \axi__rid$277 ;
-  wire [3:0] \axi__rid$538 ;
-  wire [3:0] \axi__rid$596 ;
+  wire [3:0] \axi__rid$539 ;
+  wire [3:0] \axi__rid$597 ;
   wire axi__rlast;
   wire \axi__rlast$279 ;
-  wire \axi__rlast$540 ;
-  wire \axi__rlast$598 ;
+  wire \axi__rlast$541 ;
+  wire \axi__rlast$599 ;
   wire axi__rready;
   wire \axi__rready$282 ;
-  wire \axi__rready$543 ;
-  wire \axi__rready$601 ;
+  wire \axi__rready$544 ;
+  wire \axi__rready$602 ;
   wire [1:0] axi__rresp;
   wire [1:0] \axi__rresp$283 ;
-  wire [1:0] \axi__rresp$544 ;
-  wire [1:0] \axi__rresp$602 ;
+  wire [1:0] \axi__rresp$545 ;
+  wire [1:0] \axi__rresp$603 ;
   wire axi__rvalid;
   wire \axi__rvalid$285 ;
-  wire \axi__rvalid$546 ;
-  wire \axi__rvalid$604 ;
+  wire \axi__rvalid$547 ;
+  wire \axi__rvalid$605 ;
   wire [63:0] axi__wdata;
   wire [63:0] \axi__wdata$288 ;
-  wire [63:0] \axi__wdata$549 ;
-  wire [63:0] \axi__wdata$607 ;
+  wire [63:0] \axi__wdata$550 ;
+  wire [63:0] \axi__wdata$608 ;
   wire axi__wlast;
   wire \axi__wlast$290 ;
-  wire \axi__wlast$551 ;
-  wire \axi__wlast$609 ;
+  wire \axi__wlast$552 ;
+  wire \axi__wlast$610 ;
   wire axi__wready;
   wire \axi__wready$291 ;
-  wire \axi__wready$552 ;
-  wire \axi__wready$610 ;
+  wire \axi__wready$553 ;
+  wire \axi__wready$611 ;
   wire [7:0] axi__wstrb;
   wire [7:0] \axi__wstrb$294 ;
-  wire [7:0] \axi__wstrb$555 ;
-  wire [7:0] \axi__wstrb$613 ;
+  wire [7:0] \axi__wstrb$556 ;
+  wire [7:0] \axi__wstrb$614 ;
   wire axi__wvalid;
   wire \axi__wvalid$296 ;
-  wire \axi__wvalid$557 ;
-  wire \axi__wvalid$615 ;
+  wire \axi__wvalid$558 ;
+  wire \axi__wvalid$616 ;
   wire axi_quiet;
-  wire \axi_quiet$626 ;
+  wire \axi_quiet$627 ;
   wire [15:0] bus__araddr;
   wire bus__arready;
   wire bus__arvalid;
@@ -603,97 +603,99 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [3:0] bus__wstrb;
   wire bus__wvalid;
   wire busy;
-  wire \busy$661 ;
+  wire \busy$344 ;
+  wire \busy$662 ;
+  wire \busy$664 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$692 ;
+  wire [31:0] \bytes_read$694 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$695 ;
+  wire [31:0] \bytes_written$697 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
   wire [255:0] \cmd__tdata$133 ;
-  wire [255:0] \cmd__tdata$440 ;
-  wire [255:0] \cmd__tdata$452 ;
+  wire [255:0] \cmd__tdata$441 ;
+  wire [255:0] \cmd__tdata$453 ;
   wire cmd__tready;
   wire \cmd__tready$136 ;
-  wire \cmd__tready$445 ;
-  wire \cmd__tready$455 ;
+  wire \cmd__tready$446 ;
+  wire \cmd__tready$456 ;
   wire cmd__tvalid;
   wire \cmd__tvalid$137 ;
-  wire \cmd__tvalid$442 ;
-  wire \cmd__tvalid$456 ;
+  wire \cmd__tvalid$443 ;
+  wire \cmd__tvalid$457 ;
   wire core0_stalled;
   wire core1_stalled;
   wire cp_quiesce;
-  wire \cp_quiesce$630 ;
+  wire \cp_quiesce$631 ;
   wire cp_quiet;
-  wire \cp_quiet$625 ;
+  wire \cp_quiet$626 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$639 ;
+  wire [31:0] \cq_base$640 ;
   reg [63:0] cycles = 64'h0000000000000000;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
   wire dma_abort;
-  wire \dma_abort$632 ;
+  wire \dma_abort$633 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$641 ;
+  wire [31:0] \dma_base$642 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$453 ;
+  wire [255:0] \dma_cmd__tdata$454 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$454 ;
+  wire \dma_cmd__tready$455 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$457 ;
+  wire \dma_cmd__tvalid$458 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$458 ;
+  wire [7:0] \dma_done__tdata$459 ;
   wire dma_done__tready;
-  wire \dma_done__tready$461 ;
+  wire \dma_done__tready$462 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$462 ;
+  wire \dma_done__tvalid$463 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$643 ;
+  wire [31:0] \dma_limit$644 ;
   wire dma_quiet;
-  wire \dma_quiet$627 ;
+  wire \dma_quiet$628 ;
   wire [31:0] done__tdata;
   wire [7:0] \done__tdata$140 ;
-  wire [31:0] \done__tdata$447 ;
-  wire [7:0] \done__tdata$459 ;
+  wire [31:0] \done__tdata$448 ;
+  wire [7:0] \done__tdata$460 ;
   wire done__tready;
   wire \done__tready$141 ;
-  wire \done__tready$450 ;
-  wire \done__tready$460 ;
+  wire \done__tready$451 ;
+  wire \done__tready$461 ;
   wire done__tvalid;
   wire \done__tvalid$144 ;
-  wire \done__tvalid$449 ;
-  wire \done__tvalid$463 ;
+  wire \done__tvalid$450 ;
+  wire \done__tvalid$464 ;
   wire doorbell;
-  wire \doorbell$652 ;
+  wire \doorbell$653 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$654 ;
+  wire [15:0] \doorbell_index$655 ;
   wire enable;
-  wire \enable$645 ;
+  wire \enable$646 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$664 ;
+  wire [7:0] \error_code$666 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$665 ;
+  wire [15:0] \error_index$667 ;
   wire granted;
   wire granted_next;
-  wire \granted_next$767 ;
+  wire \granted_next$769 ;
   wire halted;
-  wire \halted$662 ;
+  wire \halted$663 ;
   wire [15:0] head;
-  wire [15:0] \head$657 ;
+  wire [15:0] \head$658 ;
   wire hold;
-  wire \hold$439 ;
+  wire \hold$440 ;
   wire host_reset;
-  wire \host_reset$620 ;
+  wire \host_reset$621 ;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$667 ;
+  wire \irq_completion$669 ;
   wire irq_error;
-  wire \irq_error$668 ;
+  wire \irq_error$670 ;
   wire [8:0] level;
-  wire [8:0] \level$715 ;
+  wire [8:0] \level$717 ;
   input [31:0] mem__araddr;
   wire [31:0] mem__araddr;
   input [1:0] mem__arburst;
@@ -787,25 +789,25 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   (* init = 32'd0 *)
   wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$689 ;
+  wire [31:0] \perf_busy$691 ;
   wire perf_clear0;
   wire perf_clear1;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$698 ;
+  wire [47:0] \perf_macs$700 ;
   wire progress;
   wire \progress$300 ;
-  wire \progress$618 ;
   wire \progress$619 ;
+  wire \progress$620 ;
   wire quiesce;
-  wire \quiesce$629 ;
+  wire \quiesce$630 ;
   wire quiet;
-  wire \quiet$628 ;
+  wire \quiet$629 ;
   wire [63:0] r_data;
-  wire [63:0] \r_data$717 ;
+  wire [63:0] \r_data$719 ;
   wire r_en;
-  wire \r_en$720 ;
+  wire \r_en$722 ;
   wire r_rdy;
-  wire \r_rdy$718 ;
+  wire \r_rdy$720 ;
   reg [8:0] reads_open0 = 9'h000;
   reg [8:0] reads_open1 = 9'h000;
   input [15:0] regs__araddr;
@@ -843,19 +845,19 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   input regs__wvalid;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$796 ;
+  wire \reset_cp$798 ;
   wire reset_units;
-  wire \reset_units$675 ;
+  wire \reset_units$677 ;
   wire resume;
-  wire \resume$647 ;
+  wire \resume$648 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$635 ;
+  wire [31:0] \ring_base$636 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$637 ;
+  wire [4:0] \ring_log2$638 ;
   wire ring_reset;
-  wire \ring_reset$650 ;
+  wire \ring_reset$651 ;
   input rst;
   wire rst;
   wire [31:0] s0__araddr;
@@ -1004,31 +1006,31 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$766 ;
+  wire [17:0] \sem_delta$768 ;
   reg sem_grant;
-  reg \sem_grant$764 ;
+  reg \sem_grant$766 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$765 ;
+  wire [3:0] \sem_index$767 ;
   wire sem_valid;
-  wire \sem_valid$763 ;
+  wire \sem_valid$765 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$670 ;
-  wire [15:0] \sem_values$670[0] ;
-  wire [15:0] \sem_values$670[10] ;
-  wire [15:0] \sem_values$670[11] ;
-  wire [15:0] \sem_values$670[12] ;
-  wire [15:0] \sem_values$670[13] ;
-  wire [15:0] \sem_values$670[14] ;
-  wire [15:0] \sem_values$670[15] ;
-  wire [15:0] \sem_values$670[1] ;
-  wire [15:0] \sem_values$670[2] ;
-  wire [15:0] \sem_values$670[3] ;
-  wire [15:0] \sem_values$670[4] ;
-  wire [15:0] \sem_values$670[5] ;
-  wire [15:0] \sem_values$670[6] ;
-  wire [15:0] \sem_values$670[7] ;
-  wire [15:0] \sem_values$670[8] ;
-  wire [15:0] \sem_values$670[9] ;
+  wire [255:0] \sem_values$672 ;
+  wire [15:0] \sem_values$672[0] ;
+  wire [15:0] \sem_values$672[10] ;
+  wire [15:0] \sem_values$672[11] ;
+  wire [15:0] \sem_values$672[12] ;
+  wire [15:0] \sem_values$672[13] ;
+  wire [15:0] \sem_values$672[14] ;
+  wire [15:0] \sem_values$672[15] ;
+  wire [15:0] \sem_values$672[1] ;
+  wire [15:0] \sem_values$672[2] ;
+  wire [15:0] \sem_values$672[3] ;
+  wire [15:0] \sem_values$672[4] ;
+  wire [15:0] \sem_values$672[5] ;
+  wire [15:0] \sem_values$672[6] ;
+  wire [15:0] \sem_values$672[7] ;
+  wire [15:0] \sem_values$672[8] ;
+  wire [15:0] \sem_values$672[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -1048,60 +1050,60 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
   wire [15:0] \spm_rreq__tdata$152 ;
-  wire [15:0] \spm_rreq__tdata$470 ;
   wire [15:0] \spm_rreq__tdata$471 ;
+  wire [15:0] \spm_rreq__tdata$472 ;
   wire spm_rreq__tready;
   wire \spm_rreq__tready$154 ;
-  wire \spm_rreq__tready$472 ;
   wire \spm_rreq__tready$473 ;
+  wire \spm_rreq__tready$474 ;
   wire spm_rreq__tvalid;
   wire \spm_rreq__tvalid$156 ;
-  wire \spm_rreq__tvalid$474 ;
   wire \spm_rreq__tvalid$475 ;
+  wire \spm_rreq__tvalid$476 ;
   wire [63:0] spm_rresp__tdata;
   wire [63:0] \spm_rresp__tdata$170 ;
-  wire [63:0] \spm_rresp__tdata$488 ;
   wire [63:0] \spm_rresp__tdata$489 ;
+  wire [63:0] \spm_rresp__tdata$490 ;
   wire spm_rresp__tready;
   wire \spm_rresp__tready$172 ;
-  wire \spm_rresp__tready$490 ;
   wire \spm_rresp__tready$491 ;
+  wire \spm_rresp__tready$492 ;
   wire spm_rresp__tvalid;
   wire \spm_rresp__tvalid$174 ;
-  wire \spm_rresp__tvalid$492 ;
   wire \spm_rresp__tvalid$493 ;
+  wire \spm_rresp__tvalid$494 ;
   wire [79:0] spm_wr__tdata;
   wire [79:0] \spm_wr__tdata$146 ;
-  wire [79:0] \spm_wr__tdata$464 ;
   wire [79:0] \spm_wr__tdata$465 ;
+  wire [79:0] \spm_wr__tdata$466 ;
   wire spm_wr__tready;
   wire \spm_wr__tready$148 ;
-  wire \spm_wr__tready$466 ;
   wire \spm_wr__tready$467 ;
+  wire \spm_wr__tready$468 ;
   wire spm_wr__tvalid;
   wire \spm_wr__tvalid$150 ;
-  wire \spm_wr__tvalid$468 ;
   wire \spm_wr__tvalid$469 ;
+  wire \spm_wr__tvalid$470 ;
   wire stall;
-  wire \stall$786 ;
+  wire \stall$788 ;
   input [3:0] stall_units;
   wire [3:0] stall_units;
   wire [15:0] tail;
-  wire [15:0] \tail$659 ;
+  wire [15:0] \tail$660 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$441 ;
+  wire [255:0] \tile_cmd__tdata$442 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$444 ;
+  wire \tile_cmd__tready$445 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$443 ;
+  wire \tile_cmd__tvalid$444 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$446 ;
+  wire [31:0] \tile_done__tdata$447 ;
   wire tile_done__tready;
-  wire \tile_done__tready$451 ;
+  wire \tile_done__tready$452 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$448 ;
+  wire \tile_done__tvalid$449 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$669 ;
+  wire [31:0] \timestamp$671 ;
   wire trace0_clear;
   reg trace0_clear_written = 1'h0;
   reg [63:0] trace0_end = 64'h0000000000000000;
@@ -1119,25 +1121,25 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   reg [63:0] trace1_start = 64'h0000000000000000;
   reg trace1_start_valid = 1'h0;
   wire trace_end;
-  wire \trace_end$794 ;
+  wire \trace_end$796 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$792 ;
+  wire [7:0] \trace_end_opcode$794 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$790 ;
+  wire [15:0] \trace_end_tag$792 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$789 ;
+  wire [7:0] \trace_opcode$791 ;
   wire trace_start;
-  wire \trace_start$793 ;
+  wire \trace_start$795 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$791 ;
+  wire [7:0] \trace_status$793 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$788 ;
+  wire [15:0] \trace_tag$790 ;
   reg [63:0] w_data;
-  reg [63:0] \w_data$709 ;
+  reg [63:0] \w_data$711 ;
   reg w_en;
-  reg \w_en$711 ;
+  reg \w_en$713 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$616 ;
+  wire [31:0] \watchdog$617 ;
   reg [8:0] writes_open0 = 9'h000;
   reg [8:0] writes_open1 = 9'h000;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
@@ -1174,37 +1176,37 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign TRACE0_DATA_LO__value = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
   assign TRACE0_DATA_HI__value = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
   assign \$28  = ~ core1_stalled;
-  assign \cmd__tvalid$442  = \tile_cmd__tvalid$443  & \$28 ;
+  assign \cmd__tvalid$443  = \tile_cmd__tvalid$444  & \$28 ;
   assign \$29  = ~ core1_stalled;
-  assign \tile_cmd__tready$444  = \cmd__tready$445  & \$29 ;
+  assign \tile_cmd__tready$445  = \cmd__tready$446  & \$29 ;
   assign \$30  = ~ core1_stalled;
-  assign \tile_done__tvalid$448  = \done__tvalid$449  & \$30 ;
+  assign \tile_done__tvalid$449  = \done__tvalid$450  & \$30 ;
   assign \$31  = ~ core1_stalled;
-  assign \done__tready$450  = \tile_done__tready$451  & \$31 ;
-  assign \$32  = \axi__rvalid$604  & s4__rready;
-  assign \$33  = s4__wvalid & \axi__wready$610 ;
-  assign \$34  = \spm_wr__tvalid$468  & \spm_wr__tready$466 ;
-  assign \$35  = \spm_rreq__tvalid$474  & \spm_rreq__tready$472 ;
-  assign \$36  = \spm_rresp__tvalid$492  & \spm_rresp__tready$490 ;
-  assign \$37  = \acc_wr__tvalid$480  & \acc_wr__tready$478 ;
-  assign \$38  = \acc_rreq__tvalid$486  & \acc_rreq__tready$484 ;
-  assign \$39  = \acc_rresp__tvalid$498  & \acc_rresp__tready$496 ;
+  assign \done__tready$451  = \tile_done__tready$452  & \$31 ;
+  assign \$32  = \axi__rvalid$605  & s4__rready;
+  assign \$33  = s4__wvalid & \axi__wready$611 ;
+  assign \$34  = \spm_wr__tvalid$469  & \spm_wr__tready$467 ;
+  assign \$35  = \spm_rreq__tvalid$475  & \spm_rreq__tready$473 ;
+  assign \$36  = \spm_rresp__tvalid$493  & \spm_rresp__tready$491 ;
+  assign \$37  = \acc_wr__tvalid$481  & \acc_wr__tready$479 ;
+  assign \$38  = \acc_rreq__tvalid$487  & \acc_rreq__tready$485 ;
+  assign \$39  = \acc_rresp__tvalid$499  & \acc_rresp__tready$497 ;
   assign \$40  = | { \$39 , \$38 , \$37 , \$36 , \$35 , \$34 , \$33 , \$32  };
-  assign \progress$618  = \$40  | \progress$619 ;
+  assign \progress$619  = \$40  | \progress$620 ;
   assign \$41  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$620  = soft_reset | \$41 ;
-  assign \resume$647  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$43  = soft_reset | \reset_units$675 ;
+  assign \host_reset$621  = soft_reset | \$41 ;
+  assign \resume$648  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$43  = soft_reset | \reset_units$677 ;
   assign \$44  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
   assign perf_clear1 = \$43  | \$44 ;
-  assign \$45  = \perf_busy$689  - perf1_busy_compute_base;
-  assign \$46  = \bytes_read$692  - perf1_bytes_read_base;
-  assign \$47  = \bytes_written$695  - perf1_bytes_written_base;
-  assign \$48  = \perf_macs$698  - perf1_macs_base;
+  assign \$45  = \perf_busy$691  - perf1_busy_compute_base;
+  assign \$46  = \bytes_read$694  - perf1_bytes_read_base;
+  assign \$47  = \bytes_written$697  - perf1_bytes_written_base;
+  assign \$48  = \perf_macs$700  - perf1_macs_base;
   assign \$49  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign trace1_clear = soft_reset | \$49 ;
-  assign TRACE1_DATA_LO__value = \r_data$717 [31:0] & { \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718  };
-  assign TRACE1_DATA_HI__value = \r_data$717 [63:32] & { \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718 , \r_rdy$718  };
+  assign TRACE1_DATA_LO__value = \r_data$719 [31:0] & { \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720  };
+  assign TRACE1_DATA_HI__value = \r_data$719 [63:32] & { \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720  };
   assign \$53  = ! cmd__tdata[67:64];
   assign \$54  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
   assign \$55  = cmd__tdata[67:64] == 1'h1;
@@ -1238,40 +1240,40 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$83  = cmd__tdata[67:64] == 4'hf;
   assign \$84  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
   assign \$85  = ~ granted_next;
-  assign \$86  = \sem_valid$763  & \$85 ;
-  assign \$87  = ! \cmd__tdata$440 [67:64];
-  assign \$88  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$766 );
-  assign \$89  = \cmd__tdata$440 [67:64] == 1'h1;
-  assign \$90  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$766 );
-  assign \$91  = \cmd__tdata$440 [67:64] == 2'h2;
-  assign \$92  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$766 );
-  assign \$93  = \cmd__tdata$440 [67:64] == 2'h3;
-  assign \$94  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$766 );
-  assign \$95  = \cmd__tdata$440 [67:64] == 3'h4;
-  assign \$96  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$766 );
-  assign \$97  = \cmd__tdata$440 [67:64] == 3'h5;
-  assign \$98  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$766 );
-  assign \$99  = \cmd__tdata$440 [67:64] == 3'h6;
-  assign \$100  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$766 );
-  assign \$101  = \cmd__tdata$440 [67:64] == 3'h7;
-  assign \$102  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$766 );
-  assign \$103  = \cmd__tdata$440 [67:64] == 4'h8;
-  assign \$104  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$766 );
-  assign \$105  = \cmd__tdata$440 [67:64] == 4'h9;
-  assign \$106  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$766 );
-  assign \$107  = \cmd__tdata$440 [67:64] == 4'ha;
-  assign \$108  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$766 );
-  assign \$109  = \cmd__tdata$440 [67:64] == 4'hb;
-  assign \$110  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$766 );
-  assign \$111  = \cmd__tdata$440 [67:64] == 4'hc;
-  assign \$112  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$766 );
-  assign \$113  = \cmd__tdata$440 [67:64] == 4'hd;
-  assign \$114  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$766 );
-  assign \$115  = \cmd__tdata$440 [67:64] == 4'he;
-  assign \$116  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$766 );
-  assign \$117  = \cmd__tdata$440 [67:64] == 4'hf;
-  assign \$118  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$766 );
-  assign \granted_next$767  = granted_next | \sem_valid$763 ;
+  assign \$86  = \sem_valid$765  & \$85 ;
+  assign \$87  = ! \cmd__tdata$441 [67:64];
+  assign \$88  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$768 );
+  assign \$89  = \cmd__tdata$441 [67:64] == 1'h1;
+  assign \$90  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$768 );
+  assign \$91  = \cmd__tdata$441 [67:64] == 2'h2;
+  assign \$92  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$768 );
+  assign \$93  = \cmd__tdata$441 [67:64] == 2'h3;
+  assign \$94  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$768 );
+  assign \$95  = \cmd__tdata$441 [67:64] == 3'h4;
+  assign \$96  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$768 );
+  assign \$97  = \cmd__tdata$441 [67:64] == 3'h5;
+  assign \$98  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$768 );
+  assign \$99  = \cmd__tdata$441 [67:64] == 3'h6;
+  assign \$100  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$768 );
+  assign \$101  = \cmd__tdata$441 [67:64] == 3'h7;
+  assign \$102  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$768 );
+  assign \$103  = \cmd__tdata$441 [67:64] == 4'h8;
+  assign \$104  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$768 );
+  assign \$105  = \cmd__tdata$441 [67:64] == 4'h9;
+  assign \$106  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$768 );
+  assign \$107  = \cmd__tdata$441 [67:64] == 4'ha;
+  assign \$108  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$768 );
+  assign \$109  = \cmd__tdata$441 [67:64] == 4'hb;
+  assign \$110  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$768 );
+  assign \$111  = \cmd__tdata$441 [67:64] == 4'hc;
+  assign \$112  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$768 );
+  assign \$113  = \cmd__tdata$441 [67:64] == 4'hd;
+  assign \$114  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$768 );
+  assign \$115  = \cmd__tdata$441 [67:64] == 4'he;
+  assign \$116  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$768 );
+  assign \$117  = \cmd__tdata$441 [67:64] == 4'hf;
+  assign \$118  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$768 );
+  assign \granted_next$769  = granted_next | \sem_valid$765 ;
   assign \$119  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
   assign \$120  = | \$119 ;
   assign \$121  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
@@ -1314,12 +1316,12 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$158  = \$156  & \$157 ;
   assign \$159  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign \$160  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$161  = s4__arvalid & \axi__arready$566 ;
+  assign \$161  = s4__arvalid & \axi__arready$567 ;
   assign \$162  = reads_open1 + \$161 ;
-  assign \$163  = \axi__rvalid$604  & s4__rready;
+  assign \$163  = \axi__rvalid$605  & s4__rready;
   assign \$164  = \$163  & mem__rlast;
   assign \$165  = \$162  - \$164 ;
-  assign \$166  = s4__awvalid & \axi__awready$580 ;
+  assign \$166  = s4__awvalid & \axi__awready$581 ;
   assign \$167  = writes_open1 + \$166 ;
   assign \$169  = \$167  - \$168 ;
   assign \$170  = PERF1_CYCLES__value + 1'h1;
@@ -1330,21 +1332,21 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$175  = \$174  | s4__awvalid;
   assign \$176  = \$175  | s4__wvalid;
   assign \$177  = PERF1_BUSY_STORE__value + \$176 ;
-  assign \$178  = PERF1_STALL_DEP__value + \stall$786 ;
+  assign \$178  = PERF1_STALL_DEP__value + \stall$788 ;
   assign \$179  = | reads_open1;
-  assign \$180  = ~ \axi__rvalid$604 ;
+  assign \$180  = ~ \axi__rvalid$605 ;
   assign \$181  = \$179  & \$180 ;
-  assign \$182  = ~ \axi__wready$610 ;
+  assign \$182  = ~ \axi__wready$611 ;
   assign \$183  = s4__wvalid & \$182 ;
   assign \$184  = \$181  | \$183 ;
-  assign \$185  = ~ \axi__arready$566 ;
+  assign \$185  = ~ \axi__arready$567 ;
   assign \$186  = s4__arvalid & \$185 ;
   assign \$187  = \$184  | \$186 ;
   assign \$188  = PERF1_STALL_MEM__value + \$187 ;
-  assign \$189  = \trace_start$793  & TRACE1_CONTROL__value[0];
+  assign \$189  = \trace_start$795  & TRACE1_CONTROL__value[0];
   assign \$190  = ~ trace1_clear;
   assign \$191  = \$189  & \$190 ;
-  assign \$192  = \trace_end$794  & TRACE1_CONTROL__value[0];
+  assign \$192  = \trace_end$796  & TRACE1_CONTROL__value[0];
   assign \$193  = ~ trace1_clear;
   assign \$194  = \$192  & \$193 ;
   assign \$195  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
@@ -1447,8 +1449,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$7335$0 (\$239 ),
-    .\port$7337$0 (\$240 ),
+    .\port$7337$0 (\$239 ),
+    .\port$7339$0 (\$240 ),
     .progress(\progress$300 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -1464,35 +1466,35 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$484 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$486 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$494 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$498 ),
-    .acc_wr__tready(\acc_wr__tready$478 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$480 ),
+    .acc_rreq__tready(\acc_rreq__tready$485 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$487 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$495 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$499 ),
+    .acc_wr__tready(\acc_wr__tready$479 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$481 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$440 ),
-    .cmd__tready(\cmd__tready$445 ),
-    .cmd__tvalid(\cmd__tvalid$442 ),
-    .done__tdata(\tile_done__tdata$446 ),
-    .done__tvalid(\done__tvalid$449 ),
-    .perf_busy(\perf_busy$689 ),
-    .perf_macs(\perf_macs$698 ),
-    .\port$8790$0 (\$241 ),
-    .\port$8792$0 (\$242 ),
-    .progress(\progress$619 ),
-    .r_en(\done__tready$450 ),
-    .\r_en$122 (\spm_rresp__tready$490 ),
-    .\r_en$135 (\acc_rresp__tready$496 ),
-    .reset_units(\reset_units$675 ),
+    .cmd__tdata(\cmd__tdata$441 ),
+    .cmd__tready(\cmd__tready$446 ),
+    .cmd__tvalid(\cmd__tvalid$443 ),
+    .done__tdata(\tile_done__tdata$447 ),
+    .done__tvalid(\done__tvalid$450 ),
+    .perf_busy(\perf_busy$691 ),
+    .perf_macs(\perf_macs$700 ),
+    .\port$8792$0 (\$241 ),
+    .\port$8794$0 (\$242 ),
+    .progress(\progress$620 ),
+    .r_en(\done__tready$451 ),
+    .\r_en$122 (\spm_rresp__tready$491 ),
+    .\r_en$135 (\acc_rresp__tready$497 ),
+    .reset_units(\reset_units$677 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$470 ),
-    .spm_rreq__tready(\spm_rreq__tready$472 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$474 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$488 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$492 ),
-    .spm_wr__tready(\spm_wr__tready$466 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$468 )
+    .spm_rreq__tdata(\spm_rreq__tdata$471 ),
+    .spm_rreq__tready(\spm_rreq__tready$473 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$475 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$489 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
+    .spm_wr__tready(\spm_wr__tready$467 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$469 )
   );
   \dx1_soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -1536,22 +1538,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$5948$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5950$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5952$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5954$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5956$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5958$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5960$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5962$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5964$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5966$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5968$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5970$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5972$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5974$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5976$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5978$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$5950$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$5952$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$5954$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$5956$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$5958$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$5960$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$5962$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$5964$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$5966$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$5968$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$5970$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$5972$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$5974$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$5976$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$5978$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$5980$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1577,86 +1579,86 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .watchdog(watchdog)
   );
   \dx1_soc.cp1  cp1 (
-    .abort_done(\abort_done$633 ),
-    .abort_req(\abort_req$623 ),
+    .abort_done(\abort_done$634 ),
+    .abort_req(\abort_req$624 ),
     .axi__araddr(s3__araddr),
-    .axi__arready(\axi__arready$508 ),
+    .axi__arready(\axi__arready$509 ),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
-    .axi__awready(\axi__awready$522 ),
+    .axi__awready(\axi__awready$523 ),
     .axi__awvalid(s3__awvalid),
     .axi__bready(s3__bready),
-    .axi__bresp(\axi__bresp$532 ),
-    .axi__bvalid(\axi__bvalid$534 ),
+    .axi__bresp(\axi__bresp$533 ),
+    .axi__bvalid(\axi__bvalid$535 ),
     .axi__rdata(\$238 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s3__rready),
-    .axi__rresp(\axi__rresp$544 ),
-    .axi__rvalid(\axi__rvalid$546 ),
+    .axi__rresp(\axi__rresp$545 ),
+    .axi__rvalid(\axi__rvalid$547 ),
     .axi__wdata(s3__wdata),
-    .axi__wready(\axi__wready$552 ),
+    .axi__wready(\axi__wready$553 ),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$625 ),
-    .busy(\busy$661 ),
+    .axi_quiet(\cp_quiet$626 ),
+    .busy(\busy$662 ),
     .clk(clk),
-    .cmd(\cmd__tdata$440 ),
-    .cq_base(\cq_base$639 ),
-    .dispatched(\trace_start$793 ),
-    .dma_base(\dma_base$641 ),
-    .dma_cmd__tready(\dma_cmd__tready$454 ),
-    .dma_cmd__tvalid(\cmd__tvalid$456 ),
-    .dma_done__tdata(\dma_done__tdata$458 ),
-    .dma_done__tready(\done__tready$460 ),
-    .dma_done__tvalid(\dma_done__tvalid$462 ),
-    .dma_limit(\dma_limit$643 ),
-    .doorbell(\doorbell$652 ),
+    .cmd(\cmd__tdata$441 ),
+    .cq_base(\cq_base$640 ),
+    .dispatched(\trace_start$795 ),
+    .dma_base(\dma_base$642 ),
+    .dma_cmd__tready(\dma_cmd__tready$455 ),
+    .dma_cmd__tvalid(\cmd__tvalid$457 ),
+    .dma_done__tdata(\dma_done__tdata$459 ),
+    .dma_done__tready(\done__tready$461 ),
+    .dma_done__tvalid(\dma_done__tvalid$463 ),
+    .dma_limit(\dma_limit$644 ),
+    .doorbell(\doorbell$653 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$664 ),
-    .error_index(\error_index$665 ),
-    .halted(\halted$662 ),
-    .head(\head$657 ),
-    .irq_completion(\irq_completion$667 ),
-    .irq_error(\irq_error$668 ),
-    .\port$5948$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5950$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5952$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5954$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5956$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5958$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5960$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5962$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5964$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5966$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5968$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5970$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5972$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5974$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5976$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5978$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$618 ),
-    .quiesce(\quiesce$629 ),
-    .reset_cp(\reset_cp$796 ),
-    .resume(\resume$647 ),
-    .ring_base(\ring_base$635 ),
+    .error_code(\error_code$666 ),
+    .error_index(\error_index$667 ),
+    .halted(\halted$663 ),
+    .head(\head$658 ),
+    .irq_completion(\irq_completion$669 ),
+    .irq_error(\irq_error$670 ),
+    .\port$5950$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$5952$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$5954$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$5956$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$5958$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$5960$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$5962$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$5964$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$5966$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$5968$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$5970$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$5972$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$5974$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$5976$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$5978$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$5980$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$619 ),
+    .quiesce(\quiesce$630 ),
+    .reset_cp(\reset_cp$798 ),
+    .resume(\resume$648 ),
+    .ring_base(\ring_base$636 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$650 ),
+    .ring_reset(\ring_reset$651 ),
     .rst(rst),
-    .sem_delta(\sem_delta$766 ),
-    .sem_grant(\sem_grant$764 ),
-    .sem_valid(\sem_valid$763 ),
-    .stall(\stall$786 ),
-    .tail(\tail$659 ),
-    .tile_cmd__tready(\tile_cmd__tready$444 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$443 ),
-    .tile_done__tdata(\tile_done__tdata$446 ),
-    .tile_done__tready(\tile_done__tready$451 ),
-    .tile_done__tvalid(\tile_done__tvalid$448 ),
+    .sem_delta(\sem_delta$768 ),
+    .sem_grant(\sem_grant$766 ),
+    .sem_valid(\sem_valid$765 ),
+    .stall(\stall$788 ),
+    .tail(\tail$660 ),
+    .tile_cmd__tready(\tile_cmd__tready$445 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$444 ),
+    .tile_done__tdata(\tile_done__tdata$447 ),
+    .tile_done__tready(\tile_done__tready$452 ),
+    .tile_done__tvalid(\tile_done__tvalid$449 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\trace_end$794 ),
-    .trace_end_opcode(\trace_end_opcode$792 ),
-    .trace_end_tag(\trace_end_tag$790 ),
-    .watchdog(\watchdog$616 )
+    .trace_end(\trace_end$796 ),
+    .trace_end_opcode(\trace_end_opcode$794 ),
+    .trace_end_tag(\trace_end_tag$792 ),
+    .watchdog(\watchdog$617 )
   );
   \dx1_soc.dma0  dma0 (
     .abort(abort),
@@ -1712,55 +1714,55 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .wr_data(\$239 )
   );
   \dx1_soc.dma1  dma1 (
-    .abort(\abort$631 ),
-    .acc_rreq__tready(\acc_rreq__tready$484 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$486 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$494 ),
-    .acc_rresp__tready(\acc_rresp__tready$496 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$498 ),
-    .acc_wr__tready(\acc_wr__tready$478 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$480 ),
+    .abort(\abort$632 ),
+    .acc_rreq__tready(\acc_rreq__tready$485 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$487 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$495 ),
+    .acc_rresp__tready(\acc_rresp__tready$497 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$499 ),
+    .acc_wr__tready(\acc_wr__tready$479 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$481 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
-    .axi__arready(\axi__arready$566 ),
+    .axi__arready(\axi__arready$567 ),
     .axi__arvalid(s4__arvalid),
     .axi__awaddr(s4__awaddr),
     .axi__awlen(s4__awlen),
-    .axi__awready(\axi__awready$580 ),
+    .axi__awready(\axi__awready$581 ),
     .axi__awvalid(s4__awvalid),
-    .axi__bresp(\axi__bresp$590 ),
-    .axi__bvalid(\axi__bvalid$592 ),
+    .axi__bresp(\axi__bresp$591 ),
+    .axi__bvalid(\axi__bvalid$593 ),
     .axi__rdata(\$238 [63:0]),
     .axi__rlast(mem__rlast),
     .axi__rready(s4__rready),
-    .axi__rresp(\axi__rresp$602 ),
-    .axi__rvalid(\axi__rvalid$604 ),
+    .axi__rresp(\axi__rresp$603 ),
+    .axi__rvalid(\axi__rvalid$605 ),
     .axi__wdata(s4__wdata),
     .axi__wlast(s4__wlast),
-    .axi__wready(\axi__wready$610 ),
+    .axi__wready(\axi__wready$611 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bytes_read(\bytes_read$692 ),
-    .bytes_written(\bytes_written$695 ),
+    .bytes_read(\bytes_read$694 ),
+    .bytes_written(\bytes_written$697 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$440 ),
-    .cmd__tready(\dma_cmd__tready$454 ),
-    .cmd__tvalid(\cmd__tvalid$456 ),
-    .done__tdata(\dma_done__tdata$458 ),
-    .done__tready(\done__tready$460 ),
-    .done__tvalid(\dma_done__tvalid$462 ),
-    .hold(\hold$439 ),
-    .quiet(\dma_quiet$627 ),
-    .reset_units(\reset_units$675 ),
+    .cmd__tdata(\cmd__tdata$441 ),
+    .cmd__tready(\dma_cmd__tready$455 ),
+    .cmd__tvalid(\cmd__tvalid$457 ),
+    .done__tdata(\dma_done__tdata$459 ),
+    .done__tready(\done__tready$461 ),
+    .done__tvalid(\dma_done__tvalid$463 ),
+    .hold(\hold$440 ),
+    .quiet(\dma_quiet$628 ),
+    .reset_units(\reset_units$677 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$470 ),
-    .spm_rreq__tready(\spm_rreq__tready$472 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$474 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$488 ),
-    .spm_rresp__tready(\spm_rresp__tready$490 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$492 ),
-    .spm_wr__tready(\spm_wr__tready$466 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$468 ),
+    .spm_rreq__tdata(\spm_rreq__tdata$471 ),
+    .spm_rreq__tready(\spm_rreq__tready$473 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$475 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$489 ),
+    .spm_rresp__tready(\spm_rresp__tready$491 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
+    .spm_wr__tready(\spm_wr__tready$467 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$469 ),
     .wr_addr(\$242 ),
     .wr_data(\$241 )
   );
@@ -1768,8 +1770,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .b_valid_0(mem__bvalid),
     .b_valid_1(axi__bvalid),
     .b_valid_2(\axi__bvalid$273 ),
-    .b_valid_3(\axi__bvalid$534 ),
-    .b_valid_4(\axi__bvalid$592 ),
+    .b_valid_3(\axi__bvalid$535 ),
+    .b_valid_4(\axi__bvalid$593 ),
     .clk(clk),
     .\port$1360$0 (\$238 ),
     .rst(rst),
@@ -1831,35 +1833,35 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s2__wstrb(s2__wstrb),
     .s2__wvalid(s2__wvalid),
     .s3__araddr(s3__araddr),
-    .s3__arready(\axi__arready$508 ),
+    .s3__arready(\axi__arready$509 ),
     .s3__arvalid(s3__arvalid),
     .s3__awaddr(s3__awaddr),
-    .s3__awready(\axi__awready$522 ),
+    .s3__awready(\axi__awready$523 ),
     .s3__awvalid(s3__awvalid),
-    .s3__bid(\axi__bid$528 ),
+    .s3__bid(\axi__bid$529 ),
     .s3__bready(s3__bready),
-    .s3__bresp(\axi__bresp$532 ),
+    .s3__bresp(\axi__bresp$533 ),
     .s3__rready(s3__rready),
-    .s3__rresp(\axi__rresp$544 ),
-    .s3__rvalid(\axi__rvalid$546 ),
+    .s3__rresp(\axi__rresp$545 ),
+    .s3__rvalid(\axi__rvalid$547 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$552 ),
+    .s3__wready(\axi__wready$553 ),
     .s3__wvalid(s3__wvalid),
     .s4__araddr(s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$566 ),
+    .s4__arready(\axi__arready$567 ),
     .s4__arvalid(s4__arvalid),
     .s4__awaddr(s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$580 ),
+    .s4__awready(\axi__awready$581 ),
     .s4__awvalid(s4__awvalid),
-    .s4__bid(\axi__bid$586 ),
-    .s4__bresp(\axi__bresp$590 ),
+    .s4__bid(\axi__bid$587 ),
+    .s4__bresp(\axi__bresp$591 ),
     .s4__rready(s4__rready),
-    .s4__rresp(\axi__rresp$602 ),
-    .s4__rvalid(\axi__rvalid$604 ),
+    .s4__rresp(\axi__rresp$603 ),
+    .s4__rvalid(\axi__rvalid$605 ),
     .s4__wdata(s4__wdata),
-    .s4__wready(\axi__wready$610 ),
+    .s4__wready(\axi__wready$611 ),
     .s4__wstrb(s4__wstrb),
     .s4__wvalid(s4__wvalid)
   );
@@ -1977,14 +1979,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$639 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$640 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$641 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$642 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$643 ),
-    .QUEUE1_DOORBELL_write(\doorbell$652 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$644 ),
+    .QUEUE1_DOORBELL_write(\doorbell$653 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -1993,14 +1995,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$635 ),
+    .QUEUE1_RING_BASE__value(\ring_base$636 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$650 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$651 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$616 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$617 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
@@ -2012,7 +2014,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$720 ),
+    .TRACE1_DATA_HI__read(\r_en$722 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(regs__araddr),
@@ -2033,29 +2035,32 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$3079$0 (busy),
-    .\port$3515$0 (level),
-    .\port$5277$0 (\busy$661 ),
-    .\port$5713$0 (\level$715 ),
-    .\port$7390$0 (irq_error),
-    .\port$7414$0 (irq_completion),
-    .\port$7419$0 (halted),
-    .\port$7421$0 (head),
-    .\port$7423$0 (tail),
-    .\port$7427$0 (error_code),
-    .\port$7429$0 (error_index),
-    .\port$8845$0 (\irq_error$668 ),
-    .\port$8869$0 (\irq_completion$667 ),
-    .\port$8874$0 (\halted$662 ),
-    .\port$8876$0 (\head$657 ),
-    .\port$8878$0 (\tail$659 ),
-    .\port$8882$0 (\error_code$664 ),
-    .\port$8884$0 (\error_index$665 ),
+    .\port$1377$0 (\busy$344 ),
+    .\port$3080$0 (busy),
+    .\port$3516$0 (level),
+    .\port$3576$0 (\busy$664 ),
+    .\port$5279$0 (\busy$662 ),
+    .\port$5715$0 (\level$717 ),
+    .\port$7392$0 (irq_error),
+    .\port$7416$0 (irq_completion),
+    .\port$7421$0 (halted),
+    .\port$7423$0 (head),
+    .\port$7425$0 (tail),
+    .\port$7429$0 (error_code),
+    .\port$7431$0 (error_index),
+    .\port$8847$0 (\irq_error$670 ),
+    .\port$8871$0 (\irq_completion$669 ),
+    .\port$8876$0 (\halted$663 ),
+    .\port$8878$0 (\head$658 ),
+    .\port$8880$0 (\tail$660 ),
+    .\port$8884$0 (\error_code$666 ),
+    .\port$8886$0 (\error_index$667 ),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
+    .busy(\busy$344 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -2067,16 +2072,17 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .rst(rst)
   );
   \dx1_soc.reset1  reset1 (
-    .abort_done(\abort_done$633 ),
-    .abort_req(\abort_req$623 ),
+    .abort_done(\abort_done$634 ),
+    .abort_req(\abort_req$624 ),
+    .busy(\busy$664 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$629 ),
-    .cp_quiet(\cp_quiet$625 ),
-    .dma_abort(\abort$631 ),
-    .dma_quiet(\dma_quiet$627 ),
-    .host_reset(\host_reset$620 ),
-    .reset_cp(\reset_cp$796 ),
-    .reset_units(\reset_units$675 ),
+    .cp_quiesce(\quiesce$630 ),
+    .cp_quiet(\cp_quiet$626 ),
+    .dma_abort(\abort$632 ),
+    .dma_quiet(\dma_quiet$628 ),
+    .host_reset(\host_reset$621 ),
+    .reset_cp(\reset_cp$798 ),
+    .reset_units(\reset_units$677 ),
     .rst(rst)
   );
   \dx1_soc.trace0  trace0 (
@@ -2092,14 +2098,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   );
   \dx1_soc.trace1  trace1 (
     .clk(clk),
-    .r_data(\r_data$717 ),
-    .r_en(\r_en$720 ),
-    .r_rdy(\r_rdy$718 ),
+    .r_data(\r_data$719 ),
+    .r_en(\r_en$722 ),
+    .r_rdy(\r_rdy$720 ),
     .rst(rst),
     .trace1_clear(trace1_clear),
-    .w_en(\w_en$711 ),
-    .w_level(\level$715 ),
-    .w_port__data(\w_data$709 )
+    .w_en(\w_en$713 ),
+    .w_level(\level$717 ),
+    .w_port__data(\w_data$711 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
@@ -2562,24 +2568,24 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$709  = 64'h0000000000000000;
+    \w_data$711  = 64'h0000000000000000;
     if (trace1_held_valid) begin
-      \w_data$709  = trace1_held;
+      \w_data$711  = trace1_held;
     end else if (trace1_start_valid) begin
-      \w_data$709  = trace1_start;
+      \w_data$711  = trace1_start;
     end else if (trace1_end_valid) begin
-      \w_data$709  = trace1_end;
+      \w_data$711  = trace1_end;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$711  = 1'h0;
+    \w_en$713  = 1'h0;
     if (trace1_held_valid) begin
-      \w_en$711  = 1'h1;
+      \w_en$713  = 1'h1;
     end else if (trace1_start_valid) begin
-      \w_en$711  = 1'h1;
+      \w_en$713  = 1'h1;
     end else if (trace1_end_valid) begin
-      \w_en$711  = 1'h1;
+      \w_en$713  = 1'h1;
     end
   end
   always @* begin
@@ -2940,9 +2946,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \sem_grant$764  = 1'h0;
+    \sem_grant$766  = 1'h0;
     if (\$86 ) begin
-      \sem_grant$764  = 1'h1;
+      \sem_grant$766  = 1'h1;
     end
   end
   always @* begin
@@ -3240,9 +3246,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$226  = perf1_busy_compute_base;
     if (perf_clear1) begin
-      \$226  = \perf_busy$689 ;
+      \$226  = \perf_busy$691 ;
     end
-    if (\reset_units$675 ) begin
+    if (\reset_units$677 ) begin
       \$226  = 32'd0;
     end
     if (rst) begin
@@ -3253,9 +3259,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$227  = perf1_bytes_read_base;
     if (perf_clear1) begin
-      \$227  = \bytes_read$692 ;
+      \$227  = \bytes_read$694 ;
     end
-    if (\reset_units$675 ) begin
+    if (\reset_units$677 ) begin
       \$227  = 32'd0;
     end
     if (rst) begin
@@ -3266,9 +3272,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$228  = perf1_bytes_written_base;
     if (perf_clear1) begin
-      \$228  = \bytes_written$695 ;
+      \$228  = \bytes_written$697 ;
     end
-    if (\reset_units$675 ) begin
+    if (\reset_units$677 ) begin
       \$228  = 32'd0;
     end
     if (rst) begin
@@ -3279,9 +3285,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     \$229  = perf1_macs_base;
     if (perf_clear1) begin
-      \$229  = \perf_macs$698 ;
+      \$229  = \perf_macs$700 ;
     end
-    if (\reset_units$675 ) begin
+    if (\reset_units$677 ) begin
       \$229  = 48'h000000000000;
     end
     if (rst) begin
@@ -3303,14 +3309,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$231  = { 1'h0, \cmd__tdata$440 [6:0], 8'h00, \cmd__tdata$440 [31:16], cycles[31:0] };
+    \$231  = { 1'h0, \cmd__tdata$441 [6:0], 8'h00, \cmd__tdata$441 [31:16], cycles[31:0] };
     if (rst) begin
       \$231  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$232  = { 1'h1, \trace_end_opcode$792 [6:0], s3__wdata[23:16], \trace_end_tag$790 , cycles[31:0] };
+    \$232  = { 1'h1, \trace_end_opcode$794 [6:0], s3__wdata[23:16], \trace_end_tag$792 , cycles[31:0] };
     if (rst) begin
       \$232  = 64'h0000000000000000;
     end
@@ -3542,7 +3548,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 30'h00000000, halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$344 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
@@ -3562,143 +3568,143 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign TRACE0_COUNT__value = { 23'h000000, level };
   assign TRACE0_DATA_HI__read = r_en;
-  assign \tile_cmd__tdata$441  = \cmd__tdata$440 ;
-  assign \done__tdata$447  = \tile_done__tdata$446 ;
-  assign \cmd__tdata$452  = \cmd__tdata$440 ;
-  assign \dma_cmd__tdata$453  = \cmd__tdata$440 ;
-  assign \cmd__tready$455  = \dma_cmd__tready$454 ;
-  assign \dma_cmd__tvalid$457  = \cmd__tvalid$456 ;
-  assign \done__tdata$459  = \dma_done__tdata$458 ;
-  assign \dma_done__tready$461  = \done__tready$460 ;
-  assign \done__tvalid$463  = \dma_done__tvalid$462 ;
-  assign \spm_wr__tdata$464  = { \$242 , \$241 [63:0] };
+  assign \tile_cmd__tdata$442  = \cmd__tdata$441 ;
+  assign \done__tdata$448  = \tile_done__tdata$447 ;
+  assign \cmd__tdata$453  = \cmd__tdata$441 ;
+  assign \dma_cmd__tdata$454  = \cmd__tdata$441 ;
+  assign \cmd__tready$456  = \dma_cmd__tready$455 ;
+  assign \dma_cmd__tvalid$458  = \cmd__tvalid$457 ;
+  assign \done__tdata$460  = \dma_done__tdata$459 ;
+  assign \dma_done__tready$462  = \done__tready$461 ;
+  assign \done__tvalid$464  = \dma_done__tvalid$463 ;
   assign \spm_wr__tdata$465  = { \$242 , \$241 [63:0] };
-  assign \spm_wr__tready$467  = \spm_wr__tready$466 ;
-  assign \spm_wr__tvalid$469  = \spm_wr__tvalid$468 ;
-  assign \spm_rreq__tdata$471  = \spm_rreq__tdata$470 ;
-  assign \spm_rreq__tready$473  = \spm_rreq__tready$472 ;
-  assign \spm_rreq__tvalid$475  = \spm_rreq__tvalid$474 ;
-  assign \acc_wr__tdata$476  = { \$242 , \$241  };
+  assign \spm_wr__tdata$466  = { \$242 , \$241 [63:0] };
+  assign \spm_wr__tready$468  = \spm_wr__tready$467 ;
+  assign \spm_wr__tvalid$470  = \spm_wr__tvalid$469 ;
+  assign \spm_rreq__tdata$472  = \spm_rreq__tdata$471 ;
+  assign \spm_rreq__tready$474  = \spm_rreq__tready$473 ;
+  assign \spm_rreq__tvalid$476  = \spm_rreq__tvalid$475 ;
   assign \acc_wr__tdata$477  = { \$242 , \$241  };
-  assign \acc_wr__tready$479  = \acc_wr__tready$478 ;
-  assign \acc_wr__tvalid$481  = \acc_wr__tvalid$480 ;
-  assign \acc_rreq__tdata$482  = \spm_rreq__tdata$470 ;
-  assign \acc_rreq__tdata$483  = \spm_rreq__tdata$470 ;
-  assign \acc_rreq__tready$485  = \acc_rreq__tready$484 ;
-  assign \acc_rreq__tvalid$487  = \acc_rreq__tvalid$486 ;
-  assign \spm_rresp__tdata$489  = \spm_rresp__tdata$488 ;
-  assign \spm_rresp__tready$491  = \spm_rresp__tready$490 ;
-  assign \spm_rresp__tvalid$493  = \spm_rresp__tvalid$492 ;
-  assign \acc_rresp__tdata$495  = \acc_rresp__tdata$494 ;
-  assign \acc_rresp__tready$497  = \acc_rresp__tready$496 ;
-  assign \acc_rresp__tvalid$499  = \acc_rresp__tvalid$498 ;
-  assign \axi__araddr$501  = s3__araddr;
+  assign \acc_wr__tdata$478  = { \$242 , \$241  };
+  assign \acc_wr__tready$480  = \acc_wr__tready$479 ;
+  assign \acc_wr__tvalid$482  = \acc_wr__tvalid$481 ;
+  assign \acc_rreq__tdata$483  = \spm_rreq__tdata$471 ;
+  assign \acc_rreq__tdata$484  = \spm_rreq__tdata$471 ;
+  assign \acc_rreq__tready$486  = \acc_rreq__tready$485 ;
+  assign \acc_rreq__tvalid$488  = \acc_rreq__tvalid$487 ;
+  assign \spm_rresp__tdata$490  = \spm_rresp__tdata$489 ;
+  assign \spm_rresp__tready$492  = \spm_rresp__tready$491 ;
+  assign \spm_rresp__tvalid$494  = \spm_rresp__tvalid$493 ;
+  assign \acc_rresp__tdata$496  = \acc_rresp__tdata$495 ;
+  assign \acc_rresp__tready$498  = \acc_rresp__tready$497 ;
+  assign \acc_rresp__tvalid$500  = \acc_rresp__tvalid$499 ;
+  assign \axi__araddr$502  = s3__araddr;
   assign s3__arburst = 2'h1;
-  assign \axi__arburst$503  = 2'h1;
+  assign \axi__arburst$504  = 2'h1;
   assign s3__arid = 4'h0;
-  assign \axi__arid$505  = 4'h0;
+  assign \axi__arid$506  = 4'h0;
   assign s3__arlen = 8'h03;
-  assign \axi__arlen$507  = 8'h03;
-  assign s3__arready = \axi__arready$508 ;
+  assign \axi__arlen$508  = 8'h03;
+  assign s3__arready = \axi__arready$509 ;
   assign s3__arsize = 3'h3;
-  assign \axi__arsize$511  = 3'h3;
-  assign \axi__arvalid$513  = s3__arvalid;
-  assign \axi__awaddr$515  = s3__awaddr;
+  assign \axi__arsize$512  = 3'h3;
+  assign \axi__arvalid$514  = s3__arvalid;
+  assign \axi__awaddr$516  = s3__awaddr;
   assign s3__awburst = 2'h1;
-  assign \axi__awburst$517  = 2'h1;
+  assign \axi__awburst$518  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \axi__awid$519  = 4'h0;
+  assign \axi__awid$520  = 4'h0;
   assign s3__awlen = 8'h00;
-  assign \axi__awlen$521  = 8'h00;
-  assign s3__awready = \axi__awready$522 ;
+  assign \axi__awlen$522  = 8'h00;
+  assign s3__awready = \axi__awready$523 ;
   assign s3__awsize = 3'h3;
-  assign \axi__awsize$525  = 3'h3;
-  assign \axi__awvalid$527  = s3__awvalid;
-  assign s3__bid = \axi__bid$528 ;
-  assign \axi__bready$531  = s3__bready;
-  assign s3__bresp = \axi__bresp$532 ;
-  assign s3__bvalid = \axi__bvalid$534 ;
-  assign \axi__rdata$536  = \$238 [63:0];
+  assign \axi__awsize$526  = 3'h3;
+  assign \axi__awvalid$528  = s3__awvalid;
+  assign s3__bid = \axi__bid$529 ;
+  assign \axi__bready$532  = s3__bready;
+  assign s3__bresp = \axi__bresp$533 ;
+  assign s3__bvalid = \axi__bvalid$535 ;
+  assign \axi__rdata$537  = \$238 [63:0];
   assign s3__rdata = \$238 [63:0];
-  assign \axi__rid$538  = \$238 [67:64];
+  assign \axi__rid$539  = \$238 [67:64];
   assign s3__rid = \$238 [67:64];
-  assign \axi__rlast$540  = mem__rlast;
+  assign \axi__rlast$541  = mem__rlast;
   assign s3__rlast = mem__rlast;
-  assign \axi__rready$543  = s3__rready;
-  assign s3__rresp = \axi__rresp$544 ;
-  assign s3__rvalid = \axi__rvalid$546 ;
-  assign \axi__wdata$549  = s3__wdata;
+  assign \axi__rready$544  = s3__rready;
+  assign s3__rresp = \axi__rresp$545 ;
+  assign s3__rvalid = \axi__rvalid$547 ;
+  assign \axi__wdata$550  = s3__wdata;
   assign s3__wlast = 1'h1;
-  assign \axi__wlast$551  = 1'h1;
-  assign s3__wready = \axi__wready$552 ;
+  assign \axi__wlast$552  = 1'h1;
+  assign s3__wready = \axi__wready$553 ;
   assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$555  = 8'hff;
-  assign \axi__wvalid$557  = s3__wvalid;
-  assign \axi__araddr$559  = s4__araddr;
+  assign \axi__wstrb$556  = 8'hff;
+  assign \axi__wvalid$558  = s3__wvalid;
+  assign \axi__araddr$560  = s4__araddr;
   assign s4__arburst = 2'h1;
-  assign \axi__arburst$561  = 2'h1;
+  assign \axi__arburst$562  = 2'h1;
   assign s4__arid = 4'h0;
-  assign \axi__arid$563  = 4'h0;
-  assign \axi__arlen$565  = s4__arlen;
-  assign s4__arready = \axi__arready$566 ;
+  assign \axi__arid$564  = 4'h0;
+  assign \axi__arlen$566  = s4__arlen;
+  assign s4__arready = \axi__arready$567 ;
   assign s4__arsize = 3'h3;
-  assign \axi__arsize$569  = 3'h3;
-  assign \axi__arvalid$571  = s4__arvalid;
-  assign \axi__awaddr$573  = s4__awaddr;
+  assign \axi__arsize$570  = 3'h3;
+  assign \axi__arvalid$572  = s4__arvalid;
+  assign \axi__awaddr$574  = s4__awaddr;
   assign s4__awburst = 2'h1;
-  assign \axi__awburst$575  = 2'h1;
+  assign \axi__awburst$576  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \axi__awid$577  = 4'h0;
-  assign \axi__awlen$579  = s4__awlen;
-  assign s4__awready = \axi__awready$580 ;
+  assign \axi__awid$578  = 4'h0;
+  assign \axi__awlen$580  = s4__awlen;
+  assign s4__awready = \axi__awready$581 ;
   assign s4__awsize = 3'h3;
-  assign \axi__awsize$583  = 3'h3;
-  assign \axi__awvalid$585  = s4__awvalid;
-  assign s4__bid = \axi__bid$586 ;
+  assign \axi__awsize$584  = 3'h3;
+  assign \axi__awvalid$586  = s4__awvalid;
+  assign s4__bid = \axi__bid$587 ;
   assign s4__bready = 1'h1;
-  assign \axi__bready$589  = 1'h1;
-  assign s4__bresp = \axi__bresp$590 ;
-  assign s4__bvalid = \axi__bvalid$592 ;
-  assign \axi__rdata$594  = \$238 [63:0];
+  assign \axi__bready$590  = 1'h1;
+  assign s4__bresp = \axi__bresp$591 ;
+  assign s4__bvalid = \axi__bvalid$593 ;
+  assign \axi__rdata$595  = \$238 [63:0];
   assign s4__rdata = \$238 [63:0];
-  assign \axi__rid$596  = \$238 [67:64];
+  assign \axi__rid$597  = \$238 [67:64];
   assign s4__rid = \$238 [67:64];
-  assign \axi__rlast$598  = mem__rlast;
+  assign \axi__rlast$599  = mem__rlast;
   assign s4__rlast = mem__rlast;
-  assign \axi__rready$601  = s4__rready;
-  assign s4__rresp = \axi__rresp$602 ;
-  assign s4__rvalid = \axi__rvalid$604 ;
-  assign \axi__wdata$607  = s4__wdata;
-  assign \axi__wlast$609  = s4__wlast;
-  assign s4__wready = \axi__wready$610 ;
-  assign \axi__wstrb$613  = s4__wstrb;
-  assign \axi__wvalid$615  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$616 ;
+  assign \axi__rready$602  = s4__rready;
+  assign s4__rresp = \axi__rresp$603 ;
+  assign s4__rvalid = \axi__rvalid$605 ;
+  assign \axi__wdata$608  = s4__wdata;
+  assign \axi__wlast$610  = s4__wlast;
+  assign s4__wready = \axi__wready$611 ;
+  assign \axi__wstrb$614  = s4__wstrb;
+  assign \axi__wvalid$616  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$617 ;
   assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$624  = \abort_req$623 ;
-  assign \axi_quiet$626  = \cp_quiet$625 ;
-  assign \quiet$628  = \dma_quiet$627 ;
-  assign \cp_quiesce$630  = \quiesce$629 ;
-  assign \dma_abort$632  = \abort$631 ;
-  assign \abort_done$634  = \abort_done$633 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$635 ;
-  assign \ring_log2$637  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$639 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$641 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$643 ;
-  assign \enable$645  = QUEUE1_CONTROL__value[0];
+  assign \abort_req$625  = \abort_req$624 ;
+  assign \axi_quiet$627  = \cp_quiet$626 ;
+  assign \quiet$629  = \dma_quiet$628 ;
+  assign \cp_quiesce$631  = \quiesce$630 ;
+  assign \dma_abort$633  = \abort$632 ;
+  assign \abort_done$635  = \abort_done$634 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$636 ;
+  assign \ring_log2$638  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$640 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$642 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$644 ;
+  assign \enable$646  = QUEUE1_CONTROL__value[0];
   assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$650 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$652 ;
-  assign \doorbell_index$654  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_RING_LOG2__write = \ring_reset$651 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$653 ;
+  assign \doorbell_index$655  = GLOBAL_RESET__wdata[15:0];
   assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$657  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$659  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \halted$662 , \busy$661  };
-  assign QUEUE1_ERROR__value = { \error_index$665 , 8'h00, \error_code$664  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$668 , \irq_completion$667  };
-  assign \timestamp$669  = cycles[31:0];
-  assign \sem_values$670  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$658  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$660  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$664 , \halted$663 , \busy$662  };
+  assign QUEUE1_ERROR__value = { \error_index$667 , 8'h00, \error_code$666  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$670 , \irq_completion$669  };
+  assign \timestamp$671  = cycles[31:0];
+  assign \sem_values$672  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
   assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign perf1_cycles = PERF1_CYCLES__value;
   assign perf1_busy_load = PERF1_BUSY_LOAD__value;
@@ -3712,17 +3718,17 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign PERF1_MACS_LO__value = \$48 [31:0];
   assign perf1_macs_hi = PERF1_MACS_HI__value;
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$715  };
-  assign TRACE1_DATA_HI__read = \r_en$720 ;
+  assign TRACE1_COUNT__value = { 23'h000000, \level$717  };
+  assign TRACE1_DATA_HI__read = \r_en$722 ;
   assign granted = 1'h0;
   assign sem_index = cmd__tdata[67:64];
-  assign \sem_index$765  = \cmd__tdata$440 [67:64];
+  assign \sem_index$767  = \cmd__tdata$441 [67:64];
   assign trace_tag = cmd__tdata[31:16];
   assign trace_opcode = cmd__tdata[7:0];
   assign trace_status = s1__wdata[23:16];
-  assign \trace_tag$788  = \cmd__tdata$440 [31:16];
-  assign \trace_opcode$789  = \cmd__tdata$440 [7:0];
-  assign \trace_status$791  = s3__wdata[23:16];
+  assign \trace_tag$790  = \cmd__tdata$441 [31:16];
+  assign \trace_opcode$791  = \cmd__tdata$441 [7:0];
+  assign \trace_status$793  = s3__wdata[23:16];
   assign mem__rid = \$238 [67:64];
   assign mem__rdata = \$238 [63:0];
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
@@ -3741,22 +3747,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$670[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$670[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$670[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$670[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$670[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$670[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$670[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$670[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$670[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$670[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$670[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$670[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$670[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$670[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$670[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$670[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$672[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$672[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$672[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$672[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$672[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$672[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$672[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$672[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$672[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$672[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$672[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$672[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$672[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$672[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$672[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$672[15]  = GLOBAL_SEM15__value[15:0];
   assign { \$1 [3:2], \$1 [0] } = 3'h0;
   assign \$1 [1] = stall_units[1];
   assign \$2 [3:1] = 3'h0;
@@ -3777,16 +3783,16 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$52  = sem_valid;
   assign granted_next = sem_valid;
   assign \$132  = \axi__bvalid$273 ;
-  assign \$168  = \axi__bvalid$592 ;
+  assign \$168  = \axi__bvalid$593 ;
   assign core0_stalled = stall_units[1];
   assign hold = stall_units[0];
   assign core1_stalled = stall_units[3];
-  assign \hold$439  = stall_units[2];
+  assign \hold$440  = stall_units[2];
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$7335$0 , \port$7337$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$7337$0 , \port$7339$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4151,10 +4157,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$7335$0 ;
-  wire [255:0] \port$7335$0 ;
-  input [15:0] \port$7337$0 ;
-  wire [15:0] \port$7337$0 ;
+  input [255:0] \port$7337$0 ;
+  wire [255:0] \port$7337$0 ;
+  input [15:0] \port$7339$0 ;
+  wire [15:0] \port$7339$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -4659,8 +4665,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$6137$128 (cmd[143:128]),
-    .\port$6137$80 (cmd[91:80]),
+    .\port$6139$128 (cmd[143:128]),
+    .\port$6139$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -4697,11 +4703,11 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$6137$112 (cmd[143:112]),
-    .\port$6137$16 (cmd[31:16]),
-    .\port$6137$64 (cmd[75:64]),
-    .\port$6137$8 (cmd[8]),
-    .\port$6137$96 (cmd[105:96]),
+    .\port$6139$112 (cmd[143:112]),
+    .\port$6139$16 (cmd[31:16]),
+    .\port$6139$64 (cmd[75:64]),
+    .\port$6139$8 (cmd[8]),
+    .\port$6139$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -4897,7 +4903,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$7337$0 [9:0];
+      acc_w__addr = \port$7339$0 [9:0];
     end
   end
   always @* begin
@@ -4907,7 +4913,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$7335$0 ;
+      acc_w__data = \port$7337$0 ;
     end
   end
   always @* begin
@@ -4975,7 +4981,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$7337$0 [11:0];
+      spm_w__addr = \port$7339$0 [11:0];
     end
   end
   always @* begin
@@ -4985,7 +4991,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$7335$0 [63:0];
+      spm_w__data = \port$7337$0 [63:0];
     end
   end
   always @* begin
@@ -5796,8 +5802,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$7337$0 , \port$7335$0 [63:0] };
-  assign acc_wr__tdata = { \port$7337$0 , \port$7335$0  };
+  assign spm_wr__tdata = { \port$7339$0 , \port$7337$0 [63:0] };
+  assign acc_wr__tdata = { \port$7339$0 , \port$7337$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -13732,7 +13738,7 @@ module \dx1_soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6137$80 , \port$6137$128 , clk);
+module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6139$80 , \port$6139$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -13756,10 +13762,10 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$6137$128 ;
-  wire [15:0] \port$6137$128 ;
-  input [11:0] \port$6137$80 ;
-  wire [11:0] \port$6137$80 ;
+  input [15:0] \port$6139$128 ;
+  wire [15:0] \port$6139$128 ;
+  input [11:0] \port$6139$80 ;
+  wire [11:0] \port$6139$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -13795,7 +13801,7 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6137$128 , \port$6137$80  };
+      storage[w_port__addr] <= { \port$6139$128 , \port$6139$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -13866,8 +13872,8 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6137$128 , \port$6137$80  };
-  assign w_data = { \port$6137$128 , \port$6137$80  };
+  assign w_port__data = { \port$6139$128 , \port$6139$80  };
+  assign w_data = { \port$6139$128 , \port$6139$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -15023,7 +15029,7 @@ module \dx1_soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6137$8 , \port$6137$16 , \port$6137$64 , \port$6137$96 , \port$6137$112 , clk);
+module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6139$8 , \port$6139$16 , \port$6139$64 , \port$6139$96 , \port$6139$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15047,16 +15053,16 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$6137$112 ;
-  wire [31:0] \port$6137$112 ;
-  input [15:0] \port$6137$16 ;
-  wire [15:0] \port$6137$16 ;
-  input [11:0] \port$6137$64 ;
-  wire [11:0] \port$6137$64 ;
-  input \port$6137$8 ;
-  wire \port$6137$8 ;
-  input [9:0] \port$6137$96 ;
-  wire [9:0] \port$6137$96 ;
+  input [31:0] \port$6139$112 ;
+  wire [31:0] \port$6139$112 ;
+  input [15:0] \port$6139$16 ;
+  wire [15:0] \port$6139$16 ;
+  input [11:0] \port$6139$64 ;
+  wire [11:0] \port$6139$64 ;
+  input \port$6139$8 ;
+  wire \port$6139$8 ;
+  input [9:0] \port$6139$96 ;
+  wire [9:0] \port$6139$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -15092,7 +15098,7 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6137$16 , \port$6137$8 , \port$6137$112 , \port$6137$96 , \port$6137$64  };
+      storage[w_port__addr] <= { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -15163,15 +15169,15 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6137$16 , \port$6137$8 , \port$6137$112 , \port$6137$96 , \port$6137$64  };
-  assign w_data = { \port$6137$16 , \port$6137$8 , \port$6137$112 , \port$6137$96 , \port$6137$64  };
+  assign w_port__data = { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
+  assign w_data = { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$8790$0 , \port$8792$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$8792$0 , \port$8794$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15536,10 +15542,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$8790$0 ;
-  wire [255:0] \port$8790$0 ;
-  input [15:0] \port$8792$0 ;
-  wire [15:0] \port$8792$0 ;
+  input [255:0] \port$8792$0 ;
+  wire [255:0] \port$8792$0 ;
+  input [15:0] \port$8794$0 ;
+  wire [15:0] \port$8794$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -16044,8 +16050,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$7592$128 (cmd[143:128]),
-    .\port$7592$80 (cmd[91:80]),
+    .\port$7594$128 (cmd[143:128]),
+    .\port$7594$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -16082,11 +16088,11 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$7592$112 (cmd[143:112]),
-    .\port$7592$16 (cmd[31:16]),
-    .\port$7592$64 (cmd[75:64]),
-    .\port$7592$8 (cmd[8]),
-    .\port$7592$96 (cmd[105:96]),
+    .\port$7594$112 (cmd[143:112]),
+    .\port$7594$16 (cmd[31:16]),
+    .\port$7594$64 (cmd[75:64]),
+    .\port$7594$8 (cmd[8]),
+    .\port$7594$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -16282,7 +16288,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$8792$0 [9:0];
+      acc_w__addr = \port$8794$0 [9:0];
     end
   end
   always @* begin
@@ -16292,7 +16298,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$8790$0 ;
+      acc_w__data = \port$8792$0 ;
     end
   end
   always @* begin
@@ -16360,7 +16366,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$8792$0 [11:0];
+      spm_w__addr = \port$8794$0 [11:0];
     end
   end
   always @* begin
@@ -16370,7 +16376,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$8790$0 [63:0];
+      spm_w__data = \port$8792$0 [63:0];
     end
   end
   always @* begin
@@ -17181,8 +17187,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$8792$0 , \port$8790$0 [63:0] };
-  assign acc_wr__tdata = { \port$8792$0 , \port$8790$0  };
+  assign spm_wr__tdata = { \port$8794$0 , \port$8792$0 [63:0] };
+  assign acc_wr__tdata = { \port$8794$0 , \port$8792$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -25117,7 +25123,7 @@ module \dx1_soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7592$80 , \port$7592$128 , clk);
+module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7594$80 , \port$7594$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -25141,10 +25147,10 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7592$128 ;
-  wire [15:0] \port$7592$128 ;
-  input [11:0] \port$7592$80 ;
-  wire [11:0] \port$7592$80 ;
+  input [15:0] \port$7594$128 ;
+  wire [15:0] \port$7594$128 ;
+  input [11:0] \port$7594$80 ;
+  wire [11:0] \port$7594$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -25180,7 +25186,7 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7592$128 , \port$7592$80  };
+      storage[w_port__addr] <= { \port$7594$128 , \port$7594$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -25251,8 +25257,8 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7592$128 , \port$7592$80  };
-  assign w_data = { \port$7592$128 , \port$7592$80  };
+  assign w_port__data = { \port$7594$128 , \port$7594$80  };
+  assign w_data = { \port$7594$128 , \port$7594$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -26408,7 +26414,7 @@ module \dx1_soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7592$8 , \port$7592$16 , \port$7592$64 , \port$7592$96 , \port$7592$112 , clk);
+module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7594$8 , \port$7594$16 , \port$7594$64 , \port$7594$96 , \port$7594$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -26432,16 +26438,16 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7592$112 ;
-  wire [31:0] \port$7592$112 ;
-  input [15:0] \port$7592$16 ;
-  wire [15:0] \port$7592$16 ;
-  input [11:0] \port$7592$64 ;
-  wire [11:0] \port$7592$64 ;
-  input \port$7592$8 ;
-  wire \port$7592$8 ;
-  input [9:0] \port$7592$96 ;
-  wire [9:0] \port$7592$96 ;
+  input [31:0] \port$7594$112 ;
+  wire [31:0] \port$7594$112 ;
+  input [15:0] \port$7594$16 ;
+  wire [15:0] \port$7594$16 ;
+  input [11:0] \port$7594$64 ;
+  wire [11:0] \port$7594$64 ;
+  input \port$7594$8 ;
+  wire \port$7594$8 ;
+  input [9:0] \port$7594$96 ;
+  wire [9:0] \port$7594$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -26477,7 +26483,7 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7592$16 , \port$7592$8 , \port$7592$112 , \port$7592$96 , \port$7592$64  };
+      storage[w_port__addr] <= { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -26548,15 +26554,15 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7592$16 , \port$7592$8 , \port$7592$112 , \port$7592$96 , \port$7592$64  };
-  assign w_data = { \port$7592$16 , \port$7592$8 , \port$7592$112 , \port$7592$96 , \port$7592$64  };
+  assign w_port__data = { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
+  assign w_data = { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$5948$0 , \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , ring_base
+, busy, sem_grant, timestamp, doorbell_index, \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , \port$5980$0 , ring_base
 , ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
@@ -27333,8 +27339,6 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5948$0 ;
-  wire [15:0] \port$5948$0 ;
   input [15:0] \port$5950$0 ;
   wire [15:0] \port$5950$0 ;
   input [15:0] \port$5952$0 ;
@@ -27365,6 +27369,8 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$5976$0 ;
   input [15:0] \port$5978$0 ;
   wire [15:0] \port$5978$0 ;
+  input [15:0] \port$5980$0 ;
+  wire [15:0] \port$5980$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -30116,37 +30122,37 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$5948$0 ;
-      8'h01:
           \$152  = \port$5950$0 ;
-      8'h02:
+      8'h01:
           \$152  = \port$5952$0 ;
-      8'h03:
+      8'h02:
           \$152  = \port$5954$0 ;
-      8'h04:
+      8'h03:
           \$152  = \port$5956$0 ;
-      8'h05:
+      8'h04:
           \$152  = \port$5958$0 ;
-      8'h06:
+      8'h05:
           \$152  = \port$5960$0 ;
-      8'h07:
+      8'h06:
           \$152  = \port$5962$0 ;
-      8'h08:
+      8'h07:
           \$152  = \port$5964$0 ;
-      8'h09:
+      8'h08:
           \$152  = \port$5966$0 ;
-      8'h0a:
+      8'h09:
           \$152  = \port$5968$0 ;
-      8'h0b:
+      8'h0a:
           \$152  = \port$5970$0 ;
-      8'h0c:
+      8'h0b:
           \$152  = \port$5972$0 ;
-      8'h0d:
+      8'h0c:
           \$152  = \port$5974$0 ;
-      8'h0e:
+      8'h0d:
           \$152  = \port$5976$0 ;
-      8'h0f:
+      8'h0e:
           \$152  = \port$5978$0 ;
+      8'h0f:
+          \$152  = \port$5980$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -30156,7 +30162,7 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0 , \port$5948$0  };
+  assign sem_values = { \port$5980$0 , \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -30202,22 +30208,22 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5948$0 ;
-  assign \sem_values[1]  = \port$5950$0 ;
-  assign \sem_values[2]  = \port$5952$0 ;
-  assign \sem_values[3]  = \port$5954$0 ;
-  assign \sem_values[4]  = \port$5956$0 ;
-  assign \sem_values[5]  = \port$5958$0 ;
-  assign \sem_values[6]  = \port$5960$0 ;
-  assign \sem_values[7]  = \port$5962$0 ;
-  assign \sem_values[8]  = \port$5964$0 ;
-  assign \sem_values[9]  = \port$5966$0 ;
-  assign \sem_values[10]  = \port$5968$0 ;
-  assign \sem_values[11]  = \port$5970$0 ;
-  assign \sem_values[12]  = \port$5972$0 ;
-  assign \sem_values[13]  = \port$5974$0 ;
-  assign \sem_values[14]  = \port$5976$0 ;
-  assign \sem_values[15]  = \port$5978$0 ;
+  assign \sem_values[0]  = \port$5950$0 ;
+  assign \sem_values[1]  = \port$5952$0 ;
+  assign \sem_values[2]  = \port$5954$0 ;
+  assign \sem_values[3]  = \port$5956$0 ;
+  assign \sem_values[4]  = \port$5958$0 ;
+  assign \sem_values[5]  = \port$5960$0 ;
+  assign \sem_values[6]  = \port$5962$0 ;
+  assign \sem_values[7]  = \port$5964$0 ;
+  assign \sem_values[8]  = \port$5966$0 ;
+  assign \sem_values[9]  = \port$5968$0 ;
+  assign \sem_values[10]  = \port$5970$0 ;
+  assign \sem_values[11]  = \port$5972$0 ;
+  assign \sem_values[12]  = \port$5974$0 ;
+  assign \sem_values[13]  = \port$5976$0 ;
+  assign \sem_values[14]  = \port$5978$0 ;
+  assign \sem_values[15]  = \port$5980$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -30342,7 +30348,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$5948$0 , \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , ring_base
+, busy, sem_grant, timestamp, doorbell_index, \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , \port$5980$0 , ring_base
 , ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
@@ -31119,8 +31125,6 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5948$0 ;
-  wire [15:0] \port$5948$0 ;
   input [15:0] \port$5950$0 ;
   wire [15:0] \port$5950$0 ;
   input [15:0] \port$5952$0 ;
@@ -31151,6 +31155,8 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$5976$0 ;
   input [15:0] \port$5978$0 ;
   wire [15:0] \port$5978$0 ;
+  input [15:0] \port$5980$0 ;
+  wire [15:0] \port$5980$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -33902,37 +33908,37 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$5948$0 ;
-      8'h01:
           \$152  = \port$5950$0 ;
-      8'h02:
+      8'h01:
           \$152  = \port$5952$0 ;
-      8'h03:
+      8'h02:
           \$152  = \port$5954$0 ;
-      8'h04:
+      8'h03:
           \$152  = \port$5956$0 ;
-      8'h05:
+      8'h04:
           \$152  = \port$5958$0 ;
-      8'h06:
+      8'h05:
           \$152  = \port$5960$0 ;
-      8'h07:
+      8'h06:
           \$152  = \port$5962$0 ;
-      8'h08:
+      8'h07:
           \$152  = \port$5964$0 ;
-      8'h09:
+      8'h08:
           \$152  = \port$5966$0 ;
-      8'h0a:
+      8'h09:
           \$152  = \port$5968$0 ;
-      8'h0b:
+      8'h0a:
           \$152  = \port$5970$0 ;
-      8'h0c:
+      8'h0b:
           \$152  = \port$5972$0 ;
-      8'h0d:
+      8'h0c:
           \$152  = \port$5974$0 ;
-      8'h0e:
+      8'h0d:
           \$152  = \port$5976$0 ;
-      8'h0f:
+      8'h0e:
           \$152  = \port$5978$0 ;
+      8'h0f:
+          \$152  = \port$5980$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -33942,7 +33948,7 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0 , \port$5948$0  };
+  assign sem_values = { \port$5980$0 , \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -33988,22 +33994,22 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5948$0 ;
-  assign \sem_values[1]  = \port$5950$0 ;
-  assign \sem_values[2]  = \port$5952$0 ;
-  assign \sem_values[3]  = \port$5954$0 ;
-  assign \sem_values[4]  = \port$5956$0 ;
-  assign \sem_values[5]  = \port$5958$0 ;
-  assign \sem_values[6]  = \port$5960$0 ;
-  assign \sem_values[7]  = \port$5962$0 ;
-  assign \sem_values[8]  = \port$5964$0 ;
-  assign \sem_values[9]  = \port$5966$0 ;
-  assign \sem_values[10]  = \port$5968$0 ;
-  assign \sem_values[11]  = \port$5970$0 ;
-  assign \sem_values[12]  = \port$5972$0 ;
-  assign \sem_values[13]  = \port$5974$0 ;
-  assign \sem_values[14]  = \port$5976$0 ;
-  assign \sem_values[15]  = \port$5978$0 ;
+  assign \sem_values[0]  = \port$5950$0 ;
+  assign \sem_values[1]  = \port$5952$0 ;
+  assign \sem_values[2]  = \port$5954$0 ;
+  assign \sem_values[3]  = \port$5956$0 ;
+  assign \sem_values[4]  = \port$5958$0 ;
+  assign \sem_values[5]  = \port$5960$0 ;
+  assign \sem_values[6]  = \port$5962$0 ;
+  assign \sem_values[7]  = \port$5964$0 ;
+  assign \sem_values[8]  = \port$5966$0 ;
+  assign \sem_values[9]  = \port$5968$0 ;
+  assign \sem_values[10]  = \port$5970$0 ;
+  assign \sem_values[11]  = \port$5972$0 ;
+  assign \sem_values[12]  = \port$5974$0 ;
+  assign \sem_values[13]  = \port$5976$0 ;
+  assign \sem_values[14]  = \port$5978$0 ;
+  assign \sem_values[15]  = \port$5980$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -40362,13 +40368,14 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
 , TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3079$0 , \port$3515$0 , \port$5277$0 , \port$5713$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set
-, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value
-, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value
-, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value
-, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value
-, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value
-, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$7390$0 , \port$7414$0 , \port$7419$0 , \port$7421$0 , \port$7423$0 , \port$7427$0 , \port$7429$0 , \port$8845$0 , \port$8869$0 , \port$8874$0 , \port$8876$0 , \port$8878$0 , \port$8882$0 , \port$8884$0 , bus__awaddr);
+, TRACE1_DATA_HI__read, \port$1377$0 , \port$3080$0 , \port$3516$0 , \port$3576$0 , \port$5279$0 , \port$5715$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
+, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
+, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
+, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value
+, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value
+, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$7392$0 , \port$7416$0 , \port$7421$0 , \port$7423$0 , \port$7425$0 , \port$7429$0 , \port$7431$0 , \port$8847$0 , \port$8871$0 , \port$8876$0 , \port$8878$0 , \port$8880$0 , \port$8884$0 , \port$8886$0 
+, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -41516,42 +41523,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$3079$0 ;
-  wire \port$3079$0 ;
-  input [8:0] \port$3515$0 ;
-  wire [8:0] \port$3515$0 ;
-  input \port$5277$0 ;
-  wire \port$5277$0 ;
-  input [8:0] \port$5713$0 ;
-  wire [8:0] \port$5713$0 ;
-  input \port$7390$0 ;
-  wire \port$7390$0 ;
-  input \port$7414$0 ;
-  wire \port$7414$0 ;
-  input \port$7419$0 ;
-  wire \port$7419$0 ;
-  input [15:0] \port$7421$0 ;
-  wire [15:0] \port$7421$0 ;
+  input \port$1377$0 ;
+  wire \port$1377$0 ;
+  input \port$3080$0 ;
+  wire \port$3080$0 ;
+  input [8:0] \port$3516$0 ;
+  wire [8:0] \port$3516$0 ;
+  input \port$3576$0 ;
+  wire \port$3576$0 ;
+  input \port$5279$0 ;
+  wire \port$5279$0 ;
+  input [8:0] \port$5715$0 ;
+  wire [8:0] \port$5715$0 ;
+  input \port$7392$0 ;
+  wire \port$7392$0 ;
+  input \port$7416$0 ;
+  wire \port$7416$0 ;
+  input \port$7421$0 ;
+  wire \port$7421$0 ;
   input [15:0] \port$7423$0 ;
   wire [15:0] \port$7423$0 ;
-  input [7:0] \port$7427$0 ;
-  wire [7:0] \port$7427$0 ;
-  input [15:0] \port$7429$0 ;
-  wire [15:0] \port$7429$0 ;
-  input \port$8845$0 ;
-  wire \port$8845$0 ;
-  input \port$8869$0 ;
-  wire \port$8869$0 ;
-  input \port$8874$0 ;
-  wire \port$8874$0 ;
-  input [15:0] \port$8876$0 ;
-  wire [15:0] \port$8876$0 ;
+  input [15:0] \port$7425$0 ;
+  wire [15:0] \port$7425$0 ;
+  input [7:0] \port$7429$0 ;
+  wire [7:0] \port$7429$0 ;
+  input [15:0] \port$7431$0 ;
+  wire [15:0] \port$7431$0 ;
+  input \port$8847$0 ;
+  wire \port$8847$0 ;
+  input \port$8871$0 ;
+  wire \port$8871$0 ;
+  input \port$8876$0 ;
+  wire \port$8876$0 ;
   input [15:0] \port$8878$0 ;
   wire [15:0] \port$8878$0 ;
-  input [7:0] \port$8882$0 ;
-  wire [7:0] \port$8882$0 ;
-  input [15:0] \port$8884$0 ;
-  wire [15:0] \port$8884$0 ;
+  input [15:0] \port$8880$0 ;
+  wire [15:0] \port$8880$0 ;
+  input [7:0] \port$8884$0 ;
+  wire [7:0] \port$8884$0 ;
+  input [15:0] \port$8886$0 ;
+  wire [15:0] \port$8886$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -42064,12 +42075,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$7390$0 , \port$7414$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$7392$0 , \port$7416$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$8845$0 , \port$8869$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$8847$0 , \port$8871$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -42686,16 +42697,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$7421$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$7423$0  };
-  assign QUEUE0_STATUS__value = { 30'h00000000, \port$7419$0 , \port$3079$0  };
-  assign QUEUE0_ERROR__value = { \port$7429$0 , 8'h00, \port$7427$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$8876$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$8878$0  };
-  assign QUEUE1_STATUS__value = { 30'h00000000, \port$8874$0 , \port$5277$0  };
-  assign QUEUE1_ERROR__value = { \port$8884$0 , 8'h00, \port$8882$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$3515$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$5713$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$7423$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$7425$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$1377$0 , \port$7421$0 , \port$3080$0  };
+  assign QUEUE0_ERROR__value = { \port$7431$0 , 8'h00, \port$7429$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$8878$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$8880$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$3576$0 , \port$8876$0 , \port$5279$0  };
+  assign QUEUE1_ERROR__value = { \port$8886$0 , 8'h00, \port$8884$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$3516$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$5715$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -42819,26 +42830,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$7390$0 , \port$7414$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$8845$0 , \port$8869$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$7392$0 , \port$7416$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$8847$0 , \port$8871$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$7421$0 ;
+  assign \$74 [15:0] = \port$7423$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$7423$0 ;
-  assign \$82 [31:2] = 30'h00000000;
-  assign \$82 [1:0] = { \port$7419$0 , \port$3079$0  };
+  assign \$78 [15:0] = \port$7425$0 ;
+  assign \$82 [31:3] = 29'h00000000;
+  assign \$82 [2:0] = { \port$1377$0 , \port$7421$0 , \port$3080$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$7429$0 , \port$7427$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$7431$0 , \port$7429$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$8876$0 ;
+  assign \$109 [15:0] = \port$8878$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$8878$0 ;
-  assign \$117 [31:2] = 30'h00000000;
-  assign \$117 [1:0] = { \port$8874$0 , \port$5277$0  };
+  assign \$113 [15:0] = \port$8880$0 ;
+  assign \$117 [31:3] = 29'h00000000;
+  assign \$117 [2:0] = { \port$3576$0 , \port$8876$0 , \port$5279$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$8884$0 , \port$8882$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$8886$0 , \port$8884$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -42859,12 +42870,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$3515$0  };
+  assign \$212  = { 23'h000000, \port$3516$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$5713$0  };
+  assign \$231  = { 23'h000000, \port$5715$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -43000,7 +43011,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
+module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
   wire \$1 ;
   wire \$2 ;
@@ -43012,6 +43023,8 @@ module \dx1_soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quie
   reg abort_done;
   input abort_req;
   wire abort_req;
+  output busy;
+  wire busy;
   input clk;
   wire clk;
   output cp_quiesce;
@@ -43031,13 +43044,14 @@ module \dx1_soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quie
   input rst;
   wire rst;
   reg [1:0] tile_reset_state = 2'h0;
+  assign \$3  = ! tile_reset_state;
   assign \$4  = tile_reset_state == 1'h1;
   assign \$5  = tile_reset_state == 2'h2;
   always @(posedge clk)
     tile_reset_state <= \$6 ;
   assign \$1  = cp_quiet & dma_quiet;
   assign \$2  = cp_quiet & dma_quiet;
-  assign \$3  = ! tile_reset_state;
+  assign busy = ~ \$3 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$6  = tile_reset_state;
@@ -43132,7 +43146,7 @@ module \dx1_soc.reset0 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quie
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
+module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$30  = 0;
   wire \$1 ;
   wire \$2 ;
@@ -43144,6 +43158,8 @@ module \dx1_soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quie
   reg abort_done;
   input abort_req;
   wire abort_req;
+  output busy;
+  wire busy;
   input clk;
   wire clk;
   output cp_quiesce;
@@ -43163,13 +43179,14 @@ module \dx1_soc.reset1 (rst, host_reset, dma_quiet, cp_quiet, abort_req, cp_quie
   input rst;
   wire rst;
   reg [1:0] tile_reset_state = 2'h0;
+  assign \$3  = ! tile_reset_state;
   assign \$4  = tile_reset_state == 1'h1;
   assign \$5  = tile_reset_state == 2'h2;
   always @(posedge clk)
     tile_reset_state <= \$6 ;
   assign \$1  = cp_quiet & dma_quiet;
   assign \$2  = cp_quiet & dma_quiet;
-  assign \$3  = ! tile_reset_state;
+  assign busy = ~ \$3 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
     \$6  = tile_reset_state;

@@ -21,7 +21,7 @@ from . import regs
 from .allocator import Allocator
 from .errors import DeviceTimeout, DriverError, NotADx1Device, TileFenced
 from .perf import Perf
-from .queue import POLL_SLICE, CommandQueue
+from .queue import POLL_SLICE, CommandQueue, wait_reset_done
 from .registry import open_transport
 from .trace import Trace
 from .transport import Transport
@@ -228,6 +228,8 @@ class Device:
     def reset(self) -> None:
         """Reset every queue, counter and semaphore; open :class:`CommandQueue` objects become unusable."""
         self.write_reg(self.global_base, regs.Global.RESET, 1 << regs.Global.RESET_ALL[0])
+        for tile, base in enumerate(self.queue_bases):
+            wait_reset_done(self, base, tile)
         for q in self._queues.values():
             q._release()
         self._queues.clear()

@@ -19,6 +19,27 @@ __all__ = ["CommandQueue", "Completion"]
 
 #: Longest single sleep between completion polls, so a transport without an interrupt line stays responsive.
 POLL_SLICE = 0.001
+#: Seconds a tile reset may take to drain its open bursts (a few cycles on hardware).
+RESET_TIMEOUT = 5.0
+
+
+def wait_reset_done(device: Device, base: int, tile: int) -> None:
+    """Wait until the queue block at ``base`` no longer reads STATUS.resetting: the tile's reset is over.
+
+    A reset (QUEUE.RESET, GLOBAL.RESET) first lets the tile's open bursts finish; registers written
+    before it is over would be reset again.
+
+    Raises
+    ------
+    DeviceTimeout
+        The reset did not finish within :data:`RESET_TIMEOUT` seconds (a bus that never answers).
+    """
+    deadline = time.monotonic() + RESET_TIMEOUT
+    while regs.get_field(device.read_reg(base, regs.Queue.STATUS), regs.Queue.STATUS_RESETTING):
+        if time.monotonic() > deadline:
+            raise DeviceTimeout(f"queue {tile}: the tile's reset did not finish within {RESET_TIMEOUT} s "
+                                f"(STATUS.resetting stays 1: an open bus burst never ends)")
+        time.sleep(POLL_SLICE)
 
 
 @dataclass(frozen=True)
@@ -368,6 +389,7 @@ class CommandQueue:
         lost = [(c.tag, c.opcode, c.command) for c in self._aborted] + list(self._inflight)
         self._aborted.clear()
         self._set(regs.Queue.RESET, regs.set_field(0, regs.Queue.RESET_TILE, 1))
+        wait_reset_done(self.device, self.base, self.tile)
         self.device.write_mem(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
         self._inflight.clear()
         self._tail = self._head = 0

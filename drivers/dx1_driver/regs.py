@@ -206,6 +206,7 @@ class Queue:
     STATUS = 0x28
     STATUS_BUSY = (0, 1)
     STATUS_HALTED = (1, 1)
+    STATUS_RESETTING = (2, 1)
     ERROR = 0x2c
     ERROR_CODE = (0, 8)
     ERROR_INDEX = (16, 16)

@@ -31,12 +31,12 @@ class TileReset(wiring.Component):
         super().__init__({
             "host_reset": In(1), "abort_req": In(1), "cp_quiet": In(1), "dma_quiet": In(1),
             "cp_quiesce": Out(1), "dma_abort": Out(1),
-            "reset_units": Out(1), "reset_cp": Out(1), "abort_done": Out(1),
+            "reset_units": Out(1), "reset_cp": Out(1), "abort_done": Out(1), "busy": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        with m.FSM(name="tile_reset"):
+        with m.FSM(name="tile_reset") as fsm:
             with m.State("IDLE"):
                 with m.If(self.host_reset):
                     m.next = "RESET_DRAIN"
@@ -54,4 +54,5 @@ class TileReset(wiring.Component):
                 with m.Elif(self.dma_quiet):
                     m.d.comb += [self.reset_units.eq(1), self.abort_done.eq(1)]
                     m.next = "IDLE"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         return m

@@ -153,7 +153,9 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
                ("enable", 0, 1, "Fetch and execute commands."),
                ("resume", 1, 1, "Write 1 to leave the halted state after an error (self-clearing).")),
             _R("STATUS", Access.RO, "Queue state.",
-               ("busy", 0, 1, "Commands are in flight."), ("halted", 1, 1, "Stopped by a queue error.")),
+               ("busy", 0, 1, "Commands are in flight."), ("halted", 1, 1, "Stopped by a queue error."),
+               ("resetting", 2, 1, "A reset of this tile (QUEUE.RESET, GLOBAL.RESET or a watchdog abort) is "
+                "still draining its open bursts; wait for 0 before writing the queue's registers again.")),
             _R("ERROR", Access.RO, "Last error: code and the ring index it happened at.",
                ("code", 0, 8, "`ErrorCode`."), ("index", 16, 16, "Ring index.")),
             _R("IRQ_STATUS", Access.W1C, "Interrupt causes.",
