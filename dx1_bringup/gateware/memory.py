@@ -233,30 +233,32 @@ class AxiMemory(wiring.Component):
     address.  Each port has at most :data:`MAX_OUTSTANDING` bursts in flight in each direction.
 
     In each bank, reads and writes are served independently: one read burst and one write burst
-    are in service at any time, each on any port.  Each direction picks the next port round-robin among those
-    with a valid address (the port it served last comes last), serves that whole burst, then
-    picks again, so no master is starved.  A write port is only picked while its previous write
+    are in service at any time, each on any port.  Each direction picks the next port
+    round-robin among those with a valid address (the port it served last comes last), serves
+    that whole burst, then picks again, so no master is starved.  A write port is only picked while its previous write
     response has been taken.
 
     Bursts are INCR of 1..256 beats of the full data width (``awsize``/``arsize`` =
-    log2(data_width/8)) within one 4 KiB page; the address may be unaligned, in which case beats start at the word it
-    falls in (the master's first ``wstrb`` selects the bytes).  Writes honour ``wstrb``.  Every
-    response carries its request's id.  A burst that starts or runs outside ``[0, size)``, crosses
-    a 4 KiB page, or has another size or burst type, is answered SLVERR: a write changes nothing (its data beats are
-    still taken) and gets one SLVERR response; a read gets SLVERR and data 0 on every beat, with
-    ``rlast`` on the last.  Beats are counted from ``awlen``; ``wlast`` is not checked.
+    log2(data_width/8)) within one 4 KiB page; the address may be unaligned, in which case beats
+    start at the word it falls in (the master's first ``wstrb`` selects the bytes).  Writes honour
+    ``wstrb``.  Every response carries its request's id.  A burst that starts or runs outside
+    ``[0, size)``, crosses a 4 KiB page, or has another size or burst type, is answered SLVERR: a
+    write changes nothing (its data beats are still taken) and gets one SLVERR response; a read
+    gets SLVERR and data 0 on every beat, with ``rlast`` on the last.  Beats are counted from
+    ``awlen``; ``wlast`` is not checked.
 
     A burst of N beats keeps its direction busy for N + 1 cycles when the master keeps up: one
     cycle to take the address, then one beat a cycle.  Read data passes through a
     :data:`READ_BUFFER_DEPTH`-entry skid buffer, so back-pressure on ``rready`` never loses a beat
     and full speed returns as soon as the master is ready again.  ``rvalid`` and ``bvalid`` come
     from registers: no master's ready reaches any master's valid.  ``awready``/``arready`` depend
-    on the ``awvalid``/``arvalid`` of all ports (the arbiter); ``wready`` depends on no input.
+    on the ``awvalid``/``arvalid`` and addresses of all ports (the bank and its arbiter);
+    ``wready`` depends on no input.
 
     A read and a write of the same word in the same cycle read the old contents.  There is no
     ordering between a port's reads and writes beyond AXI's: wait for the write response.
 
-    The write direction is held from a burst's address to its last data beat, and the read
+    A bank's write direction is held from a burst's address to its last data beat, and its read
     direction by a burst whose beats wait in the skid buffer for a master that is not ready.  So a
     master must not send a write address whose data waits for this memory's read data: two such
     masters can each hold one direction while waiting for the other, forever.  The DMA's COPY
