@@ -7,40 +7,497 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
 , s2__wstrb, s2__wlast, s2__wvalid, s2__bready, s2__arid, s2__araddr, s2__arlen, s2__arsize, s2__arburst, s2__arvalid, s2__rready, clk, rst, s0__awready, s0__wready, s0__bid, s0__bresp, s0__bvalid, s0__arready, s0__rid, s0__rdata
 , s0__rresp, s0__rlast, s0__rvalid, s1__awready, s1__wready, s1__bid, s1__bresp, s1__bvalid, s1__arready, s1__rid, s1__rdata, s1__rresp, s1__rlast, s1__rvalid, s2__awready, s2__wready, s2__bid, s2__bresp, s2__bvalid, s2__arready, s2__rid
 , s2__rdata, s2__rresp, s2__rlast, s2__rvalid, s0__awid);
+  wire [67:0] \$1 ;
+  input clk;
+  wire clk;
+  input rst;
+  wire rst;
+  input [31:0] s0__araddr;
+  wire [31:0] s0__araddr;
+  wire [31:0] \s0__araddr$89 ;
+  input [1:0] s0__arburst;
+  wire [1:0] s0__arburst;
+  wire [1:0] \s0__arburst$90 ;
+  input [3:0] s0__arid;
+  wire [3:0] s0__arid;
+  wire [3:0] \s0__arid$91 ;
+  input [7:0] s0__arlen;
+  wire [7:0] s0__arlen;
+  wire [7:0] \s0__arlen$92 ;
+  output s0__arready;
+  wire s0__arready;
+  wire \s0__arready$93 ;
+  input [2:0] s0__arsize;
+  wire [2:0] s0__arsize;
+  wire [2:0] \s0__arsize$94 ;
+  input s0__arvalid;
+  wire s0__arvalid;
+  wire \s0__arvalid$95 ;
+  input [31:0] s0__awaddr;
+  wire [31:0] s0__awaddr;
+  wire [31:0] \s0__awaddr$96 ;
+  input [1:0] s0__awburst;
+  wire [1:0] s0__awburst;
+  wire [1:0] \s0__awburst$97 ;
+  input [3:0] s0__awid;
+  wire [3:0] s0__awid;
+  wire [3:0] \s0__awid$98 ;
+  input [7:0] s0__awlen;
+  wire [7:0] s0__awlen;
+  wire [7:0] \s0__awlen$99 ;
+  output s0__awready;
+  wire s0__awready;
+  wire \s0__awready$100 ;
+  input [2:0] s0__awsize;
+  wire [2:0] s0__awsize;
+  wire [2:0] \s0__awsize$101 ;
+  input s0__awvalid;
+  wire s0__awvalid;
+  wire \s0__awvalid$102 ;
+  output [3:0] s0__bid;
+  wire [3:0] s0__bid;
+  wire [3:0] \s0__bid$103 ;
+  input s0__bready;
+  wire s0__bready;
+  wire \s0__bready$104 ;
+  output [1:0] s0__bresp;
+  wire [1:0] s0__bresp;
+  wire [1:0] \s0__bresp$105 ;
+  output s0__bvalid;
+  wire s0__bvalid;
+  wire \s0__bvalid$106 ;
+  output [63:0] s0__rdata;
+  wire [63:0] s0__rdata;
+  wire [63:0] \s0__rdata$107 ;
+  output [3:0] s0__rid;
+  wire [3:0] s0__rid;
+  wire [3:0] \s0__rid$108 ;
+  output s0__rlast;
+  wire s0__rlast;
+  wire \s0__rlast$109 ;
+  input s0__rready;
+  wire s0__rready;
+  wire \s0__rready$110 ;
+  output [1:0] s0__rresp;
+  wire [1:0] s0__rresp;
+  wire [1:0] \s0__rresp$111 ;
+  output s0__rvalid;
+  wire s0__rvalid;
+  wire \s0__rvalid$112 ;
+  input [63:0] s0__wdata;
+  wire [63:0] s0__wdata;
+  wire [63:0] \s0__wdata$113 ;
+  input s0__wlast;
+  wire s0__wlast;
+  wire \s0__wlast$114 ;
+  output s0__wready;
+  wire s0__wready;
+  wire \s0__wready$115 ;
+  input [7:0] s0__wstrb;
+  wire [7:0] s0__wstrb;
+  wire [7:0] \s0__wstrb$116 ;
+  input s0__wvalid;
+  wire s0__wvalid;
+  wire \s0__wvalid$117 ;
+  input [31:0] s1__araddr;
+  wire [31:0] s1__araddr;
+  wire [31:0] \s1__araddr$118 ;
+  input [1:0] s1__arburst;
+  wire [1:0] s1__arburst;
+  wire [1:0] \s1__arburst$119 ;
+  input [3:0] s1__arid;
+  wire [3:0] s1__arid;
+  wire [3:0] \s1__arid$120 ;
+  input [7:0] s1__arlen;
+  wire [7:0] s1__arlen;
+  wire [7:0] \s1__arlen$121 ;
+  output s1__arready;
+  wire s1__arready;
+  wire \s1__arready$122 ;
+  input [2:0] s1__arsize;
+  wire [2:0] s1__arsize;
+  wire [2:0] \s1__arsize$123 ;
+  input s1__arvalid;
+  wire s1__arvalid;
+  wire \s1__arvalid$124 ;
+  input [31:0] s1__awaddr;
+  wire [31:0] s1__awaddr;
+  wire [31:0] \s1__awaddr$125 ;
+  input [1:0] s1__awburst;
+  wire [1:0] s1__awburst;
+  wire [1:0] \s1__awburst$126 ;
+  input [3:0] s1__awid;
+  wire [3:0] s1__awid;
+  wire [3:0] \s1__awid$127 ;
+  input [7:0] s1__awlen;
+  wire [7:0] s1__awlen;
+  wire [7:0] \s1__awlen$128 ;
+  output s1__awready;
+  wire s1__awready;
+  wire \s1__awready$129 ;
+  input [2:0] s1__awsize;
+  wire [2:0] s1__awsize;
+  wire [2:0] \s1__awsize$130 ;
+  input s1__awvalid;
+  wire s1__awvalid;
+  wire \s1__awvalid$131 ;
+  output [3:0] s1__bid;
+  wire [3:0] s1__bid;
+  wire [3:0] \s1__bid$132 ;
+  input s1__bready;
+  wire s1__bready;
+  wire \s1__bready$133 ;
+  output [1:0] s1__bresp;
+  wire [1:0] s1__bresp;
+  wire [1:0] \s1__bresp$134 ;
+  output s1__bvalid;
+  wire s1__bvalid;
+  wire \s1__bvalid$135 ;
+  output [63:0] s1__rdata;
+  wire [63:0] s1__rdata;
+  wire [63:0] \s1__rdata$136 ;
+  output [3:0] s1__rid;
+  wire [3:0] s1__rid;
+  wire [3:0] \s1__rid$137 ;
+  output s1__rlast;
+  wire s1__rlast;
+  wire \s1__rlast$138 ;
+  input s1__rready;
+  wire s1__rready;
+  wire \s1__rready$139 ;
+  output [1:0] s1__rresp;
+  wire [1:0] s1__rresp;
+  wire [1:0] \s1__rresp$140 ;
+  output s1__rvalid;
+  wire s1__rvalid;
+  wire \s1__rvalid$141 ;
+  input [63:0] s1__wdata;
+  wire [63:0] s1__wdata;
+  wire [63:0] \s1__wdata$142 ;
+  input s1__wlast;
+  wire s1__wlast;
+  wire \s1__wlast$143 ;
+  output s1__wready;
+  wire s1__wready;
+  wire \s1__wready$144 ;
+  input [7:0] s1__wstrb;
+  wire [7:0] s1__wstrb;
+  wire [7:0] \s1__wstrb$145 ;
+  input s1__wvalid;
+  wire s1__wvalid;
+  wire \s1__wvalid$146 ;
+  input [31:0] s2__araddr;
+  wire [31:0] s2__araddr;
+  wire [31:0] \s2__araddr$147 ;
+  input [1:0] s2__arburst;
+  wire [1:0] s2__arburst;
+  wire [1:0] \s2__arburst$148 ;
+  input [3:0] s2__arid;
+  wire [3:0] s2__arid;
+  wire [3:0] \s2__arid$149 ;
+  input [7:0] s2__arlen;
+  wire [7:0] s2__arlen;
+  wire [7:0] \s2__arlen$150 ;
+  output s2__arready;
+  wire s2__arready;
+  wire \s2__arready$151 ;
+  input [2:0] s2__arsize;
+  wire [2:0] s2__arsize;
+  wire [2:0] \s2__arsize$152 ;
+  input s2__arvalid;
+  wire s2__arvalid;
+  wire \s2__arvalid$153 ;
+  input [31:0] s2__awaddr;
+  wire [31:0] s2__awaddr;
+  wire [31:0] \s2__awaddr$154 ;
+  input [1:0] s2__awburst;
+  wire [1:0] s2__awburst;
+  wire [1:0] \s2__awburst$155 ;
+  input [3:0] s2__awid;
+  wire [3:0] s2__awid;
+  wire [3:0] \s2__awid$156 ;
+  input [7:0] s2__awlen;
+  wire [7:0] s2__awlen;
+  wire [7:0] \s2__awlen$157 ;
+  output s2__awready;
+  wire s2__awready;
+  wire \s2__awready$158 ;
+  input [2:0] s2__awsize;
+  wire [2:0] s2__awsize;
+  wire [2:0] \s2__awsize$159 ;
+  input s2__awvalid;
+  wire s2__awvalid;
+  wire \s2__awvalid$160 ;
+  output [3:0] s2__bid;
+  wire [3:0] s2__bid;
+  wire [3:0] \s2__bid$161 ;
+  input s2__bready;
+  wire s2__bready;
+  wire \s2__bready$162 ;
+  output [1:0] s2__bresp;
+  wire [1:0] s2__bresp;
+  wire [1:0] \s2__bresp$163 ;
+  output s2__bvalid;
+  wire s2__bvalid;
+  wire \s2__bvalid$164 ;
+  output [63:0] s2__rdata;
+  wire [63:0] s2__rdata;
+  wire [63:0] \s2__rdata$165 ;
+  output [3:0] s2__rid;
+  wire [3:0] s2__rid;
+  wire [3:0] \s2__rid$166 ;
+  output s2__rlast;
+  wire s2__rlast;
+  wire \s2__rlast$167 ;
+  input s2__rready;
+  wire s2__rready;
+  wire \s2__rready$168 ;
+  output [1:0] s2__rresp;
+  wire [1:0] s2__rresp;
+  wire [1:0] \s2__rresp$169 ;
+  output s2__rvalid;
+  wire s2__rvalid;
+  wire \s2__rvalid$170 ;
+  input [63:0] s2__wdata;
+  wire [63:0] s2__wdata;
+  wire [63:0] \s2__wdata$171 ;
+  input s2__wlast;
+  wire s2__wlast;
+  wire \s2__wlast$172 ;
+  output s2__wready;
+  wire s2__wready;
+  wire \s2__wready$173 ;
+  input [7:0] s2__wstrb;
+  wire [7:0] s2__wstrb;
+  wire [7:0] \s2__wstrb$174 ;
+  input s2__wvalid;
+  wire s2__wvalid;
+  wire \s2__wvalid$175 ;
+  \dx1_axi_memory.bank0  bank0 (
+    .b_valid_0(s0__bvalid),
+    .b_valid_1(s1__bvalid),
+    .b_valid_2(s2__bvalid),
+    .clk(clk),
+    .\port$214$0 (\$1 ),
+    .rst(rst),
+    .s0__araddr(s0__araddr),
+    .s0__arburst(s0__arburst),
+    .s0__arid(s0__arid),
+    .s0__arlen(s0__arlen),
+    .s0__arready(s0__arready),
+    .s0__arsize(s0__arsize),
+    .s0__arvalid(s0__arvalid),
+    .s0__awaddr(s0__awaddr),
+    .s0__awburst(s0__awburst),
+    .s0__awid(s0__awid),
+    .s0__awlen(s0__awlen),
+    .s0__awready(s0__awready),
+    .s0__awsize(s0__awsize),
+    .s0__awvalid(s0__awvalid),
+    .s0__bid(s0__bid),
+    .s0__bready(s0__bready),
+    .s0__bresp(s0__bresp),
+    .s0__rlast(s0__rlast),
+    .s0__rready(s0__rready),
+    .s0__rresp(s0__rresp),
+    .s0__rvalid(s0__rvalid),
+    .s0__wdata(s0__wdata),
+    .s0__wready(s0__wready),
+    .s0__wstrb(s0__wstrb),
+    .s0__wvalid(s0__wvalid),
+    .s1__araddr(s1__araddr),
+    .s1__arburst(s1__arburst),
+    .s1__arid(s1__arid),
+    .s1__arlen(s1__arlen),
+    .s1__arready(s1__arready),
+    .s1__arsize(s1__arsize),
+    .s1__arvalid(s1__arvalid),
+    .s1__awaddr(s1__awaddr),
+    .s1__awburst(s1__awburst),
+    .s1__awid(s1__awid),
+    .s1__awlen(s1__awlen),
+    .s1__awready(s1__awready),
+    .s1__awsize(s1__awsize),
+    .s1__awvalid(s1__awvalid),
+    .s1__bid(s1__bid),
+    .s1__bready(s1__bready),
+    .s1__bresp(s1__bresp),
+    .s1__rready(s1__rready),
+    .s1__rresp(s1__rresp),
+    .s1__rvalid(s1__rvalid),
+    .s1__wdata(s1__wdata),
+    .s1__wready(s1__wready),
+    .s1__wstrb(s1__wstrb),
+    .s1__wvalid(s1__wvalid),
+    .s2__araddr(s2__araddr),
+    .s2__arburst(s2__arburst),
+    .s2__arid(s2__arid),
+    .s2__arlen(s2__arlen),
+    .s2__arready(s2__arready),
+    .s2__arsize(s2__arsize),
+    .s2__arvalid(s2__arvalid),
+    .s2__awaddr(s2__awaddr),
+    .s2__awburst(s2__awburst),
+    .s2__awid(s2__awid),
+    .s2__awlen(s2__awlen),
+    .s2__awready(s2__awready),
+    .s2__awsize(s2__awsize),
+    .s2__awvalid(s2__awvalid),
+    .s2__bid(s2__bid),
+    .s2__bready(s2__bready),
+    .s2__bresp(s2__bresp),
+    .s2__rready(s2__rready),
+    .s2__rresp(s2__rresp),
+    .s2__rvalid(s2__rvalid),
+    .s2__wdata(s2__wdata),
+    .s2__wready(s2__wready),
+    .s2__wstrb(s2__wstrb),
+    .s2__wvalid(s2__wvalid)
+  );
+  assign \s0__araddr$89  = s0__araddr;
+  assign \s0__arburst$90  = s0__arburst;
+  assign \s0__arid$91  = s0__arid;
+  assign \s0__arlen$92  = s0__arlen;
+  assign \s0__arready$93  = s0__arready;
+  assign \s0__arsize$94  = s0__arsize;
+  assign \s0__arvalid$95  = s0__arvalid;
+  assign \s0__awaddr$96  = s0__awaddr;
+  assign \s0__awburst$97  = s0__awburst;
+  assign \s0__awid$98  = s0__awid;
+  assign \s0__awlen$99  = s0__awlen;
+  assign \s0__awready$100  = s0__awready;
+  assign \s0__awsize$101  = s0__awsize;
+  assign \s0__awvalid$102  = s0__awvalid;
+  assign \s0__bid$103  = s0__bid;
+  assign \s0__bready$104  = s0__bready;
+  assign \s0__bresp$105  = s0__bresp;
+  assign \s0__bvalid$106  = s0__bvalid;
+  assign \s0__rdata$107  = \$1 [63:0];
+  assign \s0__rid$108  = \$1 [67:64];
+  assign \s0__rlast$109  = s0__rlast;
+  assign \s0__rready$110  = s0__rready;
+  assign \s0__rresp$111  = s0__rresp;
+  assign \s0__rvalid$112  = s0__rvalid;
+  assign \s0__wdata$113  = s0__wdata;
+  assign \s0__wlast$114  = s0__wlast;
+  assign \s0__wready$115  = s0__wready;
+  assign \s0__wstrb$116  = s0__wstrb;
+  assign \s0__wvalid$117  = s0__wvalid;
+  assign \s1__araddr$118  = s1__araddr;
+  assign \s1__arburst$119  = s1__arburst;
+  assign \s1__arid$120  = s1__arid;
+  assign \s1__arlen$121  = s1__arlen;
+  assign \s1__arready$122  = s1__arready;
+  assign \s1__arsize$123  = s1__arsize;
+  assign \s1__arvalid$124  = s1__arvalid;
+  assign \s1__awaddr$125  = s1__awaddr;
+  assign \s1__awburst$126  = s1__awburst;
+  assign \s1__awid$127  = s1__awid;
+  assign \s1__awlen$128  = s1__awlen;
+  assign \s1__awready$129  = s1__awready;
+  assign \s1__awsize$130  = s1__awsize;
+  assign \s1__awvalid$131  = s1__awvalid;
+  assign \s1__bid$132  = s1__bid;
+  assign \s1__bready$133  = s1__bready;
+  assign \s1__bresp$134  = s1__bresp;
+  assign \s1__bvalid$135  = s1__bvalid;
+  assign \s1__rdata$136  = \$1 [63:0];
+  assign \s1__rid$137  = \$1 [67:64];
+  assign \s1__rlast$138  = s0__rlast;
+  assign \s1__rready$139  = s1__rready;
+  assign \s1__rresp$140  = s1__rresp;
+  assign \s1__rvalid$141  = s1__rvalid;
+  assign \s1__wdata$142  = s1__wdata;
+  assign \s1__wlast$143  = s1__wlast;
+  assign \s1__wready$144  = s1__wready;
+  assign \s1__wstrb$145  = s1__wstrb;
+  assign \s1__wvalid$146  = s1__wvalid;
+  assign \s2__araddr$147  = s2__araddr;
+  assign \s2__arburst$148  = s2__arburst;
+  assign \s2__arid$149  = s2__arid;
+  assign \s2__arlen$150  = s2__arlen;
+  assign \s2__arready$151  = s2__arready;
+  assign \s2__arsize$152  = s2__arsize;
+  assign \s2__arvalid$153  = s2__arvalid;
+  assign \s2__awaddr$154  = s2__awaddr;
+  assign \s2__awburst$155  = s2__awburst;
+  assign \s2__awid$156  = s2__awid;
+  assign \s2__awlen$157  = s2__awlen;
+  assign \s2__awready$158  = s2__awready;
+  assign \s2__awsize$159  = s2__awsize;
+  assign \s2__awvalid$160  = s2__awvalid;
+  assign \s2__bid$161  = s2__bid;
+  assign \s2__bready$162  = s2__bready;
+  assign \s2__bresp$163  = s2__bresp;
+  assign \s2__bvalid$164  = s2__bvalid;
+  assign \s2__rdata$165  = \$1 [63:0];
+  assign \s2__rid$166  = \$1 [67:64];
+  assign \s2__rlast$167  = s0__rlast;
+  assign \s2__rready$168  = s2__rready;
+  assign \s2__rresp$169  = s2__rresp;
+  assign \s2__rvalid$170  = s2__rvalid;
+  assign \s2__wdata$171  = s2__wdata;
+  assign \s2__wlast$172  = s2__wlast;
+  assign \s2__wready$173  = s2__wready;
+  assign \s2__wstrb$174  = s2__wstrb;
+  assign \s2__wvalid$175  = s2__wvalid;
+  assign s0__rid = \$1 [67:64];
+  assign s0__rdata = \$1 [63:0];
+  assign s1__rid = \$1 [67:64];
+  assign s1__rdata = \$1 [63:0];
+  assign s1__rlast = s0__rlast;
+  assign s2__rid = \$1 [67:64];
+  assign s2__rdata = \$1 [63:0];
+  assign s2__rlast = s0__rlast;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_axi_memory.bank0 (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvalid, s0__wdata, s0__wstrb, s0__wvalid, s0__bready, s0__arid, s0__araddr, s0__arlen, s0__arsize, s0__arburst, s0__arvalid, s0__rready, s1__awid, s1__awaddr, s1__awlen, s1__awsize, s1__awburst
+, s1__awvalid, s1__wdata, s1__wstrb, s1__wvalid, s1__bready, s1__arid, s1__araddr, s1__arlen, s1__arsize, s1__arburst, s1__arvalid, s1__rready, s2__awid, s2__awaddr, s2__awlen, s2__awsize, s2__awburst, s2__awvalid, s2__wdata, s2__wstrb, s2__wvalid
+, s2__bready, s2__arid, s2__araddr, s2__arlen, s2__arsize, s2__arburst, s2__arvalid, s2__rready, clk, rst, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid
+, s1__rresp, s2__arready, s2__rvalid, s2__rresp, \port$214$0 , s0__rlast, b_valid_0, b_valid_1, b_valid_2, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [13:0] \$100 ;
-  wire [8:0] \$101 ;
+  wire [32:0] \$100 ;
+  wire \$101 ;
   wire \$102 ;
-  reg \$103 ;
-  reg [1:0] \$104 ;
-  reg [1:0] \$105 ;
-  reg [3:0] \$106 ;
-  reg [12:0] \$107 ;
-  reg [7:0] \$108 ;
-  reg \$109 ;
+  wire [31:0] \$103 ;
+  wire [9:0] \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire [13:0] \$108 ;
+  wire [8:0] \$109 ;
   wire \$11 ;
-  reg \$110 ;
+  wire \$110 ;
   reg \$111 ;
-  reg \$112 ;
-  reg [3:0] \$113 ;
-  reg [1:0] \$114 ;
-  reg [3:0] \$115 ;
-  reg [1:0] \$116 ;
-  reg [3:0] \$117 ;
-  reg [1:0] \$118 ;
+  reg [1:0] \$112 ;
+  reg [1:0] \$113 ;
+  reg [3:0] \$114 ;
+  reg [12:0] \$115 ;
+  reg [7:0] \$116 ;
+  reg \$117 ;
+  reg \$118 ;
   reg \$119 ;
   wire \$12 ;
-  reg [1:0] \$120 ;
-  reg [1:0] \$121 ;
-  reg [3:0] \$122 ;
-  reg [12:0] \$123 ;
-  reg [7:0] \$124 ;
-  reg \$125 ;
-  reg \$126 ;
-  reg [71:0] \$127 ;
+  reg \$120 ;
+  reg [3:0] \$121 ;
+  reg [1:0] \$122 ;
+  reg [3:0] \$123 ;
+  reg [1:0] \$124 ;
+  reg [3:0] \$125 ;
+  reg [1:0] \$126 ;
+  reg \$127 ;
+  reg [1:0] \$128 ;
+  reg [1:0] \$129 ;
   wire [1:0] \$13 ;
+  reg [3:0] \$130 ;
+  reg [12:0] \$131 ;
+  reg [7:0] \$132 ;
+  reg \$133 ;
+  reg \$134 ;
+  reg [71:0] \$135 ;
   wire [1:0] \$14 ;
   wire [1:0] \$15 ;
   wire \$16 ;
@@ -112,29 +569,29 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire [32:0] \$76 ;
   wire \$77 ;
   wire \$78 ;
-  wire \$79 ;
+  wire [31:0] \$79 ;
   wire \$8 ;
-  wire \$80 ;
+  wire [9:0] \$80 ;
   wire \$81 ;
-  wire [13:0] \$82 ;
-  wire [8:0] \$83 ;
+  wire \$82 ;
+  wire \$83 ;
   wire \$84 ;
   wire \$85 ;
-  wire [1:0] \$86 ;
-  wire \$87 ;
-  wire [1:0] \$88 ;
+  wire [13:0] \$86 ;
+  wire [8:0] \$87 ;
+  wire \$88 ;
   wire \$89 ;
   wire \$9 ;
   wire [1:0] \$90 ;
-  wire [31:0] \$91 ;
-  wire \$92 ;
+  wire \$91 ;
+  wire [1:0] \$92 ;
   wire \$93 ;
-  wire \$94 ;
+  wire [1:0] \$94 ;
   wire [31:0] \$95 ;
-  wire [32:0] \$96 ;
+  wire \$96 ;
   wire \$97 ;
   wire \$98 ;
-  wire \$99 ;
+  wire [31:0] \$99 ;
   wire ar_any;
   reg [1:0] ar_grant;
   reg [48:0] ar_sel;
@@ -155,12 +612,12 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire [1:0] b_resp_1;
   (* init = 2'h0 *)
   wire [1:0] b_resp_2;
-  (* init = 1'h0 *)
-  wire b_valid_0;
-  (* init = 1'h0 *)
-  wire b_valid_1;
-  (* init = 1'h0 *)
-  wire b_valid_2;
+  output b_valid_0;
+  reg b_valid_0 = 1'h0;
+  output b_valid_1;
+  reg b_valid_1 = 1'h0;
+  output b_valid_2;
+  reg b_valid_2 = 1'h0;
   input clk;
   wire clk;
   wire [71:0] into;
@@ -177,6 +634,8 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire \pending.last ;
   wire [1:0] \pending.port ;
   reg pending_valid = 1'h0;
+  output [67:0] \port$214$0 ;
+  wire [67:0] \port$214$0 ;
   (* init = 13'h0000 *)
   wire [12:0] r_addr;
   reg r_busy = 1'h0;
@@ -229,11 +688,9 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s0__bready;
   output [1:0] s0__bresp;
   reg [1:0] s0__bresp = 2'h0;
-  output s0__bvalid;
-  reg s0__bvalid = 1'h0;
-  output [63:0] s0__rdata;
+  (* init = 1'h0 *)
+  wire s0__bvalid;
   wire [63:0] s0__rdata;
-  output [3:0] s0__rid;
   wire [3:0] s0__rid;
   output s0__rlast;
   wire s0__rlast;
@@ -245,8 +702,6 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s0__rvalid;
   input [63:0] s0__wdata;
   wire [63:0] s0__wdata;
-  input s0__wlast;
-  wire s0__wlast;
   output s0__wready;
   wire s0__wready;
   input [7:0] s0__wstrb;
@@ -287,13 +742,10 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s1__bready;
   output [1:0] s1__bresp;
   reg [1:0] s1__bresp = 2'h0;
-  output s1__bvalid;
-  reg s1__bvalid = 1'h0;
-  output [63:0] s1__rdata;
+  (* init = 1'h0 *)
+  wire s1__bvalid;
   wire [63:0] s1__rdata;
-  output [3:0] s1__rid;
   wire [3:0] s1__rid;
-  output s1__rlast;
   wire s1__rlast;
   input s1__rready;
   wire s1__rready;
@@ -303,8 +755,6 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s1__rvalid;
   input [63:0] s1__wdata;
   wire [63:0] s1__wdata;
-  input s1__wlast;
-  wire s1__wlast;
   output s1__wready;
   wire s1__wready;
   input [7:0] s1__wstrb;
@@ -345,13 +795,10 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s2__bready;
   output [1:0] s2__bresp;
   reg [1:0] s2__bresp = 2'h0;
-  output s2__bvalid;
-  reg s2__bvalid = 1'h0;
-  output [63:0] s2__rdata;
+  (* init = 1'h0 *)
+  wire s2__bvalid;
   wire [63:0] s2__rdata;
-  output [3:0] s2__rid;
   wire [3:0] s2__rid;
-  output s2__rlast;
   wire s2__rlast;
   input s2__rready;
   wire s2__rready;
@@ -361,8 +808,6 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   wire s2__rvalid;
   input [63:0] s2__wdata;
   wire [63:0] s2__wdata;
-  input s2__wlast;
-  wire s2__wlast;
   output s2__wready;
   wire s2__wready;
   input [7:0] s2__wstrb;
@@ -374,7 +819,7 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   reg w_beat;
   reg w_busy = 1'h0;
   reg [63:0] w_data;
-  wire [71:0] \w_data$129 ;
+  wire [71:0] \w_data$100 ;
   (* init = 1'h0 *)
   wire w_en;
   reg w_err = 1'h0;
@@ -415,34 +860,34 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
     end
   end
   assign rd__data = _0_;
-  assign \$1  = ~ s0__bvalid;
+  assign \$1  = ~ b_valid_0;
   assign \$2  = s0__awvalid & \$1 ;
-  assign \$3  = ~ s1__bvalid;
+  assign \$3  = ~ b_valid_1;
   assign \$4  = s1__awvalid & \$3 ;
-  assign \$5  = ~ s2__bvalid;
+  assign \$5  = ~ b_valid_2;
   assign \$6  = s2__awvalid & \$5 ;
   assign aw_any = | { \$6 , \$4 , \$2  };
-  assign \$7  = ~ s1__bvalid;
+  assign \$7  = ~ b_valid_1;
   assign \$8  = s1__awvalid & \$7 ;
-  assign \$9  = ~ s2__bvalid;
+  assign \$9  = ~ b_valid_2;
   assign \$10  = s2__awvalid & \$9 ;
-  assign \$11  = ~ s0__bvalid;
+  assign \$11  = ~ b_valid_0;
   assign \$12  = s0__awvalid & \$11 ;
   assign \$14  = \$10  ? 2'h2 : 2'h0;
   assign \$15  = \$8  ? 2'h1 : \$14 ;
-  assign \$16  = ~ s2__bvalid;
+  assign \$16  = ~ b_valid_2;
   assign \$17  = s2__awvalid & \$16 ;
-  assign \$18  = ~ s0__bvalid;
+  assign \$18  = ~ b_valid_0;
   assign \$19  = s0__awvalid & \$18 ;
-  assign \$20  = ~ s1__bvalid;
+  assign \$20  = ~ b_valid_1;
   assign \$21  = s1__awvalid & \$20 ;
   assign \$23  = \$19  ? 2'h0 : 2'h1;
   assign \$24  = \$17  ? 2'h2 : \$23 ;
-  assign \$25  = ~ s0__bvalid;
+  assign \$25  = ~ b_valid_0;
   assign \$26  = s0__awvalid & \$25 ;
-  assign \$27  = ~ s1__bvalid;
+  assign \$27  = ~ b_valid_1;
   assign \$28  = s1__awvalid & \$27 ;
-  assign \$29  = ~ s2__bvalid;
+  assign \$29  = ~ b_valid_2;
   assign \$30  = s2__awvalid & \$29 ;
   assign \$32  = \$28  ? 2'h1 : 2'h2;
   assign \$33  = \$26  ? 2'h0 : \$32 ;
@@ -506,79 +951,85 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   assign \$76  = \$75  + aw_sel[39:32];
   assign \$77  = \$76  >= 14'h2000;
   assign \$78  = \$74  | \$77 ;
-  assign \$79  = s0__bvalid & s0__bready;
-  assign \$80  = s1__bvalid & s1__bready;
-  assign \$81  = s2__bvalid & s2__bready;
-  assign \$82  = wr__addr + 1'h1;
-  assign \$83  = w_left - 1'h1;
-  assign \$84  = ! w_left;
-  assign \$85  = ! w_port;
-  assign \$86  = w_err ? 2'h2 : 2'h0;
-  assign \$87  = w_port == 1'h1;
-  assign \$88  = w_err ? 2'h2 : 2'h0;
-  assign \$89  = w_port == 2'h2;
+  assign \$80  = \$79 [8:0] + aw_sel[39:32];
+  assign \$81  = \$80  >= 10'h200;
+  assign \$82  = \$78  | \$81 ;
+  assign \$83  = b_valid_0 & s0__bready;
+  assign \$84  = b_valid_1 & s1__bready;
+  assign \$85  = b_valid_2 & s2__bready;
+  assign \$86  = wr__addr + 1'h1;
+  assign \$87  = w_left - 1'h1;
+  assign \$88  = ! w_left;
+  assign \$89  = ! w_port;
   assign \$90  = w_err ? 2'h2 : 2'h0;
-  assign \$92  = ar_sel[42:40] != 2'h3;
-  assign \$93  = ar_sel[44:43] != 1'h1;
-  assign \$94  = \$92  | \$93 ;
-  assign \$96  = \$95  + ar_sel[39:32];
-  assign \$97  = \$96  >= 14'h2000;
-  assign \$98  = \$94  | \$97 ;
-  assign \$99  = ! r_left;
-  assign \$100  = rd__addr + 1'h1;
-  assign \$101  = r_left - 1'h1;
-  assign \$102  = ! r_left;
+  assign \$91  = w_port == 1'h1;
+  assign \$92  = w_err ? 2'h2 : 2'h0;
+  assign \$93  = w_port == 2'h2;
+  assign \$94  = w_err ? 2'h2 : 2'h0;
+  assign \$96  = ar_sel[42:40] != 2'h3;
+  assign \$97  = ar_sel[44:43] != 1'h1;
+  assign \$98  = \$96  | \$97 ;
+  assign \$100  = \$99  + ar_sel[39:32];
+  assign \$101  = \$100  >= 14'h2000;
+  assign \$102  = \$98  | \$101 ;
+  assign \$104  = \$103 [8:0] + ar_sel[39:32];
+  assign \$105  = \$104  >= 10'h200;
+  assign \$106  = \$102  | \$105 ;
+  assign \$107  = ! r_left;
+  assign \$108  = rd__addr + 1'h1;
+  assign \$109  = r_left - 1'h1;
+  assign \$110  = ! r_left;
   always @(posedge clk)
-    w_busy <= \$103 ;
+    w_busy <= \$111 ;
   always @(posedge clk)
-    w_port <= \$104 ;
+    w_port <= \$112 ;
   always @(posedge clk)
-    w_last_port <= \$105 ;
+    w_last_port <= \$113 ;
   always @(posedge clk)
-    w_id <= \$106 ;
+    w_id <= \$114 ;
   always @(posedge clk)
-    wr__addr <= \$107 ;
+    wr__addr <= \$115 ;
   always @(posedge clk)
-    w_left <= \$108 ;
+    w_left <= \$116 ;
   always @(posedge clk)
-    w_err <= \$109 ;
+    w_err <= \$117 ;
   always @(posedge clk)
-    s0__bvalid <= \$110 ;
+    b_valid_0 <= \$118 ;
   always @(posedge clk)
-    s1__bvalid <= \$111 ;
+    b_valid_1 <= \$119 ;
   always @(posedge clk)
-    s2__bvalid <= \$112 ;
+    b_valid_2 <= \$120 ;
   always @(posedge clk)
-    s0__bid <= \$113 ;
+    s0__bid <= \$121 ;
   always @(posedge clk)
-    s0__bresp <= \$114 ;
+    s0__bresp <= \$122 ;
   always @(posedge clk)
-    s1__bid <= \$115 ;
+    s1__bid <= \$123 ;
   always @(posedge clk)
-    s1__bresp <= \$116 ;
+    s1__bresp <= \$124 ;
   always @(posedge clk)
-    s2__bid <= \$117 ;
+    s2__bid <= \$125 ;
   always @(posedge clk)
-    s2__bresp <= \$118 ;
+    s2__bresp <= \$126 ;
   always @(posedge clk)
-    r_busy <= \$119 ;
+    r_busy <= \$127 ;
   always @(posedge clk)
-    r_port <= \$120 ;
+    r_port <= \$128 ;
   always @(posedge clk)
-    r_last_port <= \$121 ;
+    r_last_port <= \$129 ;
   always @(posedge clk)
-    r_id <= \$122 ;
+    r_id <= \$130 ;
   always @(posedge clk)
-    rd__addr <= \$123 ;
+    rd__addr <= \$131 ;
   always @(posedge clk)
-    r_left <= \$124 ;
+    r_left <= \$132 ;
   always @(posedge clk)
-    r_err <= \$125 ;
+    r_err <= \$133 ;
   always @(posedge clk)
-    pending_valid <= \$126 ;
+    pending_valid <= \$134 ;
   always @(posedge clk)
-    pending <= \$127 ;
-  \dx1_axi_memory.r_buffer  r_buffer (
+    pending <= \$135 ;
+  \dx1_axi_memory.bank0.r_buffer  r_buffer (
     .clk(clk),
     .level(level),
     .r_data(r_data),
@@ -697,113 +1148,13 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$103  = w_busy;
+    \$111  = w_busy;
     if (aw_take) begin
-      \$103  = 1'h1;
+      \$111  = 1'h1;
     end
     if (w_beat) begin
-      if (\$84 ) begin
-        \$103  = 1'h0;
-      end
-    end
-    if (rst) begin
-      \$103  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$104  = w_port;
-    if (aw_take) begin
-      \$104  = aw_grant;
-    end
-    if (rst) begin
-      \$104  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$105  = w_last_port;
-    if (aw_take) begin
-      \$105  = aw_grant;
-    end
-    if (rst) begin
-      \$105  = 2'h2;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$106  = w_id;
-    if (aw_take) begin
-      \$106  = aw_sel[48:45];
-    end
-    if (rst) begin
-      \$106  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$107  = wr__addr;
-    if (aw_take) begin
-      \$107  = \$71 [12:0];
-    end
-    if (w_beat) begin
-      \$107  = \$82 [12:0];
-    end
-    if (rst) begin
-      \$107  = 13'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$108  = w_left;
-    if (aw_take) begin
-      \$108  = aw_sel[39:32];
-    end
-    if (w_beat) begin
-      \$108  = \$83 [7:0];
-    end
-    if (rst) begin
-      \$108  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$109  = w_err;
-    if (aw_take) begin
-      \$109  = \$78 ;
-    end
-    if (rst) begin
-      \$109  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$110  = s0__bvalid;
-    if (\$79 ) begin
-      \$110  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$85 ) begin
-          \$110  = 1'h1;
-        end
-      end
-    end
-    if (rst) begin
-      \$110  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$111  = s1__bvalid;
-    if (\$80 ) begin
-      \$111  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$87 ) begin
-          \$111  = 1'h1;
-        end
+      if (\$88 ) begin
+        \$111  = 1'h0;
       end
     end
     if (rst) begin
@@ -812,114 +1163,98 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$112  = s2__bvalid;
-    if (\$81 ) begin
-      \$112  = 1'h0;
+    \$112  = w_port;
+    if (aw_take) begin
+      \$112  = aw_grant;
+    end
+    if (rst) begin
+      \$112  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$113  = w_last_port;
+    if (aw_take) begin
+      \$113  = aw_grant;
+    end
+    if (rst) begin
+      \$113  = 2'h2;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$114  = w_id;
+    if (aw_take) begin
+      \$114  = aw_sel[48:45];
+    end
+    if (rst) begin
+      \$114  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$115  = wr__addr;
+    if (aw_take) begin
+      \$115  = \$71 [12:0];
     end
     if (w_beat) begin
-      if (\$84 ) begin
+      \$115  = \$86 [12:0];
+    end
+    if (rst) begin
+      \$115  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$116  = w_left;
+    if (aw_take) begin
+      \$116  = aw_sel[39:32];
+    end
+    if (w_beat) begin
+      \$116  = \$87 [7:0];
+    end
+    if (rst) begin
+      \$116  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$117  = w_err;
+    if (aw_take) begin
+      \$117  = \$82 ;
+    end
+    if (rst) begin
+      \$117  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$118  = b_valid_0;
+    if (\$83 ) begin
+      \$118  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$88 ) begin
         if (\$89 ) begin
-          \$112  = 1'h1;
+          \$118  = 1'h1;
         end
       end
     end
     if (rst) begin
-      \$112  = 1'h0;
+      \$118  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$113  = s0__bid;
+    \$119  = b_valid_1;
+    if (\$84 ) begin
+      \$119  = 1'h0;
+    end
     if (w_beat) begin
-      if (\$84 ) begin
-        if (\$85 ) begin
-          \$113  = w_id;
+      if (\$88 ) begin
+        if (\$91 ) begin
+          \$119  = 1'h1;
         end
-      end
-    end
-    if (rst) begin
-      \$113  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$114  = s0__bresp;
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$85 ) begin
-          \$114  = \$86 ;
-        end
-      end
-    end
-    if (rst) begin
-      \$114  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$115  = s1__bid;
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$87 ) begin
-          \$115  = w_id;
-        end
-      end
-    end
-    if (rst) begin
-      \$115  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$116  = s1__bresp;
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$87 ) begin
-          \$116  = \$88 ;
-        end
-      end
-    end
-    if (rst) begin
-      \$116  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$117  = s2__bid;
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$89 ) begin
-          \$117  = w_id;
-        end
-      end
-    end
-    if (rst) begin
-      \$117  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$118  = s2__bresp;
-    if (w_beat) begin
-      if (\$84 ) begin
-        if (\$89 ) begin
-          \$118  = \$90 ;
-        end
-      end
-    end
-    if (rst) begin
-      \$118  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$119  = r_busy;
-    if (ar_take) begin
-      \$119  = 1'h1;
-    end
-    if (r_issue) begin
-      if (\$102 ) begin
-        \$119  = 1'h0;
       end
     end
     if (rst) begin
@@ -928,114 +1263,231 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$120  = r_port;
-    if (ar_take) begin
-      \$120  = ar_grant;
+    \$120  = b_valid_2;
+    if (\$85 ) begin
+      \$120  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$93 ) begin
+          \$120  = 1'h1;
+        end
+      end
     end
     if (rst) begin
-      \$120  = 2'h0;
+      \$120  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$121  = r_last_port;
-    if (ar_take) begin
-      \$121  = ar_grant;
+    \$121  = s0__bid;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$89 ) begin
+          \$121  = w_id;
+        end
+      end
     end
     if (rst) begin
-      \$121  = 2'h2;
+      \$121  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$122  = r_id;
-    if (ar_take) begin
-      \$122  = ar_sel[48:45];
+    \$122  = s0__bresp;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$89 ) begin
+          \$122  = \$90 ;
+        end
+      end
     end
     if (rst) begin
-      \$122  = 4'h0;
+      \$122  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$123  = rd__addr;
+    \$123  = s1__bid;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$91 ) begin
+          \$123  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$123  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$124  = s1__bresp;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$91 ) begin
+          \$124  = \$92 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$124  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$125  = s2__bid;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$93 ) begin
+          \$125  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$125  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$126  = s2__bresp;
+    if (w_beat) begin
+      if (\$88 ) begin
+        if (\$93 ) begin
+          \$126  = \$94 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$126  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$127  = r_busy;
     if (ar_take) begin
-      \$123  = \$91 [12:0];
+      \$127  = 1'h1;
     end
     if (r_issue) begin
-      \$123  = \$100 [12:0];
+      if (\$110 ) begin
+        \$127  = 1'h0;
+      end
     end
     if (rst) begin
-      \$123  = 13'h0000;
+      \$127  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$124  = r_left;
+    \$128  = r_port;
     if (ar_take) begin
-      \$124  = ar_sel[39:32];
+      \$128  = ar_grant;
+    end
+    if (rst) begin
+      \$128  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$129  = r_last_port;
+    if (ar_take) begin
+      \$129  = ar_grant;
+    end
+    if (rst) begin
+      \$129  = 2'h2;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$130  = r_id;
+    if (ar_take) begin
+      \$130  = ar_sel[48:45];
+    end
+    if (rst) begin
+      \$130  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$131  = rd__addr;
+    if (ar_take) begin
+      \$131  = \$95 [12:0];
     end
     if (r_issue) begin
-      \$124  = \$101 [7:0];
+      \$131  = \$108 [12:0];
     end
     if (rst) begin
-      \$124  = 8'h00;
+      \$131  = 13'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$125  = r_err;
+    \$132  = r_left;
     if (ar_take) begin
-      \$125  = \$98 ;
+      \$132  = ar_sel[39:32];
     end
-    if (rst) begin
-      \$125  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$126  = r_issue;
-    if (rst) begin
-      \$126  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$127  = pending;
     if (r_issue) begin
-      \$127 [67:64] = r_id;
-      \$127 [69:68] = r_port;
-      \$127 [70] = r_err;
-      \$127 [71] = \$99 ;
+      \$132  = \$109 [7:0];
     end
     if (rst) begin
-      \$127  = 72'h000000000000000000;
+      \$132  = 8'h00;
     end
   end
-  assign b_valid_0 = s0__bvalid;
-  assign b_valid_1 = s1__bvalid;
-  assign b_valid_2 = s2__bvalid;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$133  = r_err;
+    if (ar_take) begin
+      \$133  = \$106 ;
+    end
+    if (rst) begin
+      \$133  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$134  = r_issue;
+    if (rst) begin
+      \$134  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$135  = pending;
+    if (r_issue) begin
+      \$135 [67:64] = r_id;
+      \$135 [69:68] = r_port;
+      \$135 [70] = r_err;
+      \$135 [71] = \$107 ;
+    end
+    if (rst) begin
+      \$135  = 72'h000000000000000000;
+    end
+  end
+  assign s0__bvalid = b_valid_0;
   assign b_id_0 = s0__bid;
   assign b_resp_0 = s0__bresp;
+  assign s1__bvalid = b_valid_1;
   assign b_id_1 = s1__bid;
   assign b_resp_1 = s1__bresp;
+  assign s2__bvalid = b_valid_2;
   assign b_id_2 = s2__bid;
   assign b_resp_2 = s2__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign r_addr = rd__addr;
-  assign \w_data$129  = into;
+  assign \w_data$100  = into;
   assign w_en = pending_valid;
-  assign r_en = r_ready;
-  assign s0__rid = r_data[67:64];
   assign s0__rdata = r_data[63:0];
-  assign s0__rlast = r_data[71];
-  assign s1__rid = r_data[67:64];
+  assign s0__rid = r_data[67:64];
   assign s1__rdata = r_data[63:0];
+  assign s1__rid = r_data[67:64];
   assign s1__rlast = r_data[71];
-  assign s2__rid = r_data[67:64];
   assign s2__rdata = r_data[63:0];
+  assign s2__rid = r_data[67:64];
   assign s2__rlast = r_data[71];
+  assign r_en = r_ready;
+  assign \port$214$0  = r_data[67:0];
+  assign s0__rlast = r_data[71];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
   assign \into.port  = into[69:68];
@@ -1056,12 +1508,14 @@ module dx1_axi_memory(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvali
   assign \$54  = 2'h2;
   assign \$71  = { 3'h0, aw_sel[31:3] };
   assign \$75  = { 3'h0, aw_sel[31:3] };
-  assign \$91  = { 3'h0, ar_sel[31:3] };
+  assign \$79  = { 3'h0, aw_sel[31:3] };
   assign \$95  = { 3'h0, ar_sel[31:3] };
+  assign \$99  = { 3'h0, ar_sel[31:3] };
+  assign \$103  = { 3'h0, ar_sel[31:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_axi_memory.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
+module \dx1_axi_memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;

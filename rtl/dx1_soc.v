@@ -160,12 +160,11 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   reg \$235 ;
   reg [63:0] \$236 ;
   reg \$237 ;
-  wire [67:0] \$238 ;
-  wire [255:0] \$239 ;
+  wire [255:0] \$238 ;
+  wire [15:0] \$239 ;
   wire \$24 ;
-  wire [15:0] \$240 ;
-  wire [255:0] \$241 ;
-  wire [15:0] \$242 ;
+  wire [255:0] \$240 ;
+  wire [15:0] \$241 ;
   wire [32:0] \$25 ;
   wire [3:0] \$26 ;
   wire [3:0] \$27 ;
@@ -1284,7 +1283,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$125  = s2__arvalid & \axi__arready$247 ;
   assign \$126  = reads_open0 + \$125 ;
   assign \$127  = \axi__rvalid$285  & s2__rready;
-  assign \$128  = \$127  & mem__rlast;
+  assign \$128  = \$127  & \axi__rlast$279 ;
   assign \$129  = \$126  - \$128 ;
   assign \$130  = s2__awvalid & \axi__awready$261 ;
   assign \$131  = writes_open0 + \$130 ;
@@ -1319,7 +1318,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$161  = s4__arvalid & \axi__arready$567 ;
   assign \$162  = reads_open1 + \$161 ;
   assign \$163  = \axi__rvalid$605  & s4__rready;
-  assign \$164  = \$163  & mem__rlast;
+  assign \$164  = \$163  & \axi__rlast$599 ;
   assign \$165  = \$162  - \$164 ;
   assign \$166  = s4__awvalid & \axi__awready$581 ;
   assign \$167  = writes_open1 + \$166 ;
@@ -1449,8 +1448,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$7337$0 (\$239 ),
-    .\port$7339$0 (\$240 ),
+    .\port$9356$0 (\$238 ),
+    .\port$9358$0 (\$239 ),
     .progress(\progress$300 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -1480,8 +1479,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(\done__tvalid$450 ),
     .perf_busy(\perf_busy$691 ),
     .perf_macs(\perf_macs$700 ),
-    .\port$8792$0 (\$241 ),
-    .\port$8794$0 (\$242 ),
+    .\port$10811$0 (\$240 ),
+    .\port$10813$0 (\$241 ),
     .progress(\progress$620 ),
     .r_en(\done__tready$451 ),
     .\r_en$122 (\spm_rresp__tready$491 ),
@@ -1508,8 +1507,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__bready(s1__bready),
     .axi__bresp(axi__bresp),
     .axi__bvalid(axi__bvalid),
-    .axi__rdata(\$238 [63:0]),
-    .axi__rlast(mem__rlast),
+    .axi__rdata(axi__rdata),
+    .axi__rlast(axi__rlast),
     .axi__rready(s1__rready),
     .axi__rresp(axi__rresp),
     .axi__rvalid(axi__rvalid),
@@ -1538,22 +1537,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$5950$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5952$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5954$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5956$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5958$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5960$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5962$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5964$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5966$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5968$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5970$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5972$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5974$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5976$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5978$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5980$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7636$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7638$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7640$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7642$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7644$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7646$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7648$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7650$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7652$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7654$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7656$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7658$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7660$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7662$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7664$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7666$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1590,8 +1589,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__bready(s3__bready),
     .axi__bresp(\axi__bresp$533 ),
     .axi__bvalid(\axi__bvalid$535 ),
-    .axi__rdata(\$238 [63:0]),
-    .axi__rlast(mem__rlast),
+    .axi__rdata(\axi__rdata$537 ),
+    .axi__rlast(\axi__rlast$541 ),
     .axi__rready(s3__rready),
     .axi__rresp(\axi__rresp$545 ),
     .axi__rvalid(\axi__rvalid$547 ),
@@ -1620,22 +1619,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$658 ),
     .irq_completion(\irq_completion$669 ),
     .irq_error(\irq_error$670 ),
-    .\port$5950$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$5952$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$5954$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$5956$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$5958$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$5960$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$5962$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$5964$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$5966$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$5968$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$5970$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$5972$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$5974$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$5976$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$5978$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$5980$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7636$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7638$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7640$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7642$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7644$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7646$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7648$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7650$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7652$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7654$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7656$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7658$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7660$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7662$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7664$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7666$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$619 ),
     .quiesce(\quiesce$630 ),
     .reset_cp(\reset_cp$798 ),
@@ -1679,8 +1678,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__awvalid(s2__awvalid),
     .axi__bresp(\axi__bresp$271 ),
     .axi__bvalid(\axi__bvalid$273 ),
-    .axi__rdata(\$238 [63:0]),
-    .axi__rlast(mem__rlast),
+    .axi__rdata(\axi__rdata$275 ),
+    .axi__rlast(\axi__rlast$279 ),
     .axi__rready(s2__rready),
     .axi__rresp(\axi__rresp$283 ),
     .axi__rvalid(\axi__rvalid$285 ),
@@ -1710,8 +1709,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_rresp__tvalid(spm_rresp__tvalid),
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
-    .wr_addr(\$240 ),
-    .wr_data(\$239 )
+    .wr_addr(\$239 ),
+    .wr_data(\$238 )
   );
   \dx1_soc.dma1  dma1 (
     .abort(\abort$632 ),
@@ -1732,8 +1731,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__awvalid(s4__awvalid),
     .axi__bresp(\axi__bresp$591 ),
     .axi__bvalid(\axi__bvalid$593 ),
-    .axi__rdata(\$238 [63:0]),
-    .axi__rlast(mem__rlast),
+    .axi__rdata(\axi__rdata$595 ),
+    .axi__rlast(\axi__rlast$599 ),
     .axi__rready(s4__rready),
     .axi__rresp(\axi__rresp$603 ),
     .axi__rvalid(\axi__rvalid$605 ),
@@ -1763,107 +1762,123 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
     .spm_wr__tready(\spm_wr__tready$467 ),
     .spm_wr__tvalid(\spm_wr__tvalid$469 ),
-    .wr_addr(\$242 ),
-    .wr_data(\$241 )
+    .wr_addr(\$241 ),
+    .wr_data(\$240 )
   );
   \dx1_soc.memory  memory (
-    .b_valid_0(mem__bvalid),
-    .b_valid_1(axi__bvalid),
-    .b_valid_2(\axi__bvalid$273 ),
-    .b_valid_3(\axi__bvalid$535 ),
-    .b_valid_4(\axi__bvalid$593 ),
     .clk(clk),
-    .\port$1360$0 (\$238 ),
     .rst(rst),
-    .s0__araddr(mem__araddr),
+    .\s0__araddr$1 (mem__araddr),
     .s0__arburst(mem__arburst),
     .s0__arid(mem__arid),
     .s0__arlen(mem__arlen),
     .s0__arready(mem__arready),
     .s0__arsize(mem__arsize),
-    .s0__arvalid(mem__arvalid),
-    .s0__awaddr(mem__awaddr),
+    .\s0__arvalid$11 (mem__arvalid),
+    .\s0__awaddr$17 (mem__awaddr),
     .s0__awburst(mem__awburst),
     .s0__awid(mem__awid),
     .s0__awlen(mem__awlen),
     .s0__awready(mem__awready),
     .s0__awsize(mem__awsize),
-    .s0__awvalid(mem__awvalid),
+    .\s0__awvalid$27 (mem__awvalid),
     .s0__bid(mem__bid),
-    .s0__bready(mem__bready),
+    .\s0__bready$39 (mem__bready),
     .s0__bresp(mem__bresp),
+    .s0__bvalid(mem__bvalid),
+    .s0__rdata(mem__rdata),
+    .s0__rid(mem__rid),
     .s0__rlast(mem__rlast),
-    .s0__rready(mem__rready),
+    .\s0__rready$15 (mem__rready),
     .s0__rresp(mem__rresp),
     .s0__rvalid(mem__rvalid),
     .s0__wdata(mem__wdata),
+    .s0__wlast(mem__wlast),
     .s0__wready(mem__wready),
     .s0__wstrb(mem__wstrb),
-    .s0__wvalid(mem__wvalid),
-    .s1__araddr(s1__araddr),
+    .\s0__wvalid$37 (mem__wvalid),
+    .\s1__araddr$150 (s1__araddr),
     .s1__arready(axi__arready),
-    .s1__arvalid(s1__arvalid),
-    .s1__awaddr(s1__awaddr),
+    .\s1__arvalid$160 (s1__arvalid),
+    .\s1__awaddr$166 (s1__awaddr),
     .s1__awready(axi__awready),
-    .s1__awvalid(s1__awvalid),
+    .\s1__awvalid$176 (s1__awvalid),
     .s1__bid(axi__bid),
-    .s1__bready(s1__bready),
+    .\s1__bready$188 (s1__bready),
     .s1__bresp(axi__bresp),
-    .s1__rready(s1__rready),
+    .s1__bvalid(axi__bvalid),
+    .s1__rdata(axi__rdata),
+    .s1__rid(axi__rid),
+    .s1__rlast(axi__rlast),
+    .\s1__rready$164 (s1__rready),
     .s1__rresp(axi__rresp),
     .s1__rvalid(axi__rvalid),
     .s1__wdata(s1__wdata),
     .s1__wready(axi__wready),
-    .s1__wvalid(s1__wvalid),
-    .s2__araddr(s2__araddr),
+    .\s1__wvalid$186 (s1__wvalid),
+    .\s2__araddr$299 (s2__araddr),
     .s2__arlen(s2__arlen),
     .s2__arready(\axi__arready$247 ),
-    .s2__arvalid(s2__arvalid),
-    .s2__awaddr(s2__awaddr),
+    .\s2__arvalid$309 (s2__arvalid),
+    .\s2__awaddr$315 (s2__awaddr),
     .s2__awlen(s2__awlen),
     .s2__awready(\axi__awready$261 ),
-    .s2__awvalid(s2__awvalid),
+    .\s2__awvalid$325 (s2__awvalid),
     .s2__bid(\axi__bid$267 ),
     .s2__bresp(\axi__bresp$271 ),
-    .s2__rready(s2__rready),
+    .s2__bvalid(\axi__bvalid$273 ),
+    .s2__rdata(\axi__rdata$275 ),
+    .s2__rid(\axi__rid$277 ),
+    .s2__rlast(\axi__rlast$279 ),
+    .\s2__rready$313 (s2__rready),
     .s2__rresp(\axi__rresp$283 ),
     .s2__rvalid(\axi__rvalid$285 ),
     .s2__wdata(s2__wdata),
+    .s2__wlast(s2__wlast),
     .s2__wready(\axi__wready$291 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(s2__wvalid),
-    .s3__araddr(s3__araddr),
+    .\s2__wvalid$335 (s2__wvalid),
+    .\s3__araddr$448 (s3__araddr),
     .s3__arready(\axi__arready$509 ),
-    .s3__arvalid(s3__arvalid),
-    .s3__awaddr(s3__awaddr),
+    .\s3__arvalid$458 (s3__arvalid),
+    .\s3__awaddr$464 (s3__awaddr),
     .s3__awready(\axi__awready$523 ),
-    .s3__awvalid(s3__awvalid),
+    .\s3__awvalid$474 (s3__awvalid),
     .s3__bid(\axi__bid$529 ),
-    .s3__bready(s3__bready),
+    .\s3__bready$486 (s3__bready),
     .s3__bresp(\axi__bresp$533 ),
-    .s3__rready(s3__rready),
+    .s3__bvalid(\axi__bvalid$535 ),
+    .s3__rdata(\axi__rdata$537 ),
+    .s3__rid(\axi__rid$539 ),
+    .s3__rlast(\axi__rlast$541 ),
+    .\s3__rready$462 (s3__rready),
     .s3__rresp(\axi__rresp$545 ),
     .s3__rvalid(\axi__rvalid$547 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\axi__wready$553 ),
-    .s3__wvalid(s3__wvalid),
-    .s4__araddr(s4__araddr),
+    .\s3__wvalid$484 (s3__wvalid),
+    .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
     .s4__arready(\axi__arready$567 ),
-    .s4__arvalid(s4__arvalid),
-    .s4__awaddr(s4__awaddr),
+    .\s4__arvalid$607 (s4__arvalid),
+    .\s4__awaddr$613 (s4__awaddr),
     .s4__awlen(s4__awlen),
     .s4__awready(\axi__awready$581 ),
-    .s4__awvalid(s4__awvalid),
+    .\s4__awvalid$623 (s4__awvalid),
     .s4__bid(\axi__bid$587 ),
     .s4__bresp(\axi__bresp$591 ),
-    .s4__rready(s4__rready),
+    .s4__bvalid(\axi__bvalid$593 ),
+    .s4__rdata(\axi__rdata$595 ),
+    .s4__rid(\axi__rid$597 ),
+    .s4__rlast(\axi__rlast$599 ),
+    .\s4__rready$611 (s4__rready),
     .s4__rresp(\axi__rresp$603 ),
     .s4__rvalid(\axi__rvalid$605 ),
     .s4__wdata(s4__wdata),
+    .s4__wlast(s4__wlast),
     .s4__wready(\axi__wready$611 ),
     .s4__wstrb(s4__wstrb),
-    .s4__wvalid(s4__wvalid)
+    .\s4__wvalid$633 (s4__wvalid)
   );
   \dx1_soc.regfile  regfile (
     .GLOBAL_CYCLES_HI__value(GLOBAL_CYCLES_HI__value),
@@ -2035,26 +2050,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$1377$0 (\busy$344 ),
-    .\port$3080$0 (busy),
-    .\port$3516$0 (level),
-    .\port$3576$0 (\busy$664 ),
-    .\port$5279$0 (\busy$662 ),
-    .\port$5715$0 (\level$717 ),
-    .\port$7392$0 (irq_error),
-    .\port$7416$0 (irq_completion),
-    .\port$7421$0 (halted),
-    .\port$7423$0 (head),
-    .\port$7425$0 (tail),
-    .\port$7429$0 (error_code),
-    .\port$7431$0 (error_index),
-    .\port$8847$0 (\irq_error$670 ),
-    .\port$8871$0 (\irq_completion$669 ),
-    .\port$8876$0 (\halted$663 ),
-    .\port$8878$0 (\head$658 ),
-    .\port$8880$0 (\tail$660 ),
-    .\port$8884$0 (\error_code$666 ),
-    .\port$8886$0 (\error_index$667 ),
+    .\port$10866$0 (\irq_error$670 ),
+    .\port$10890$0 (\irq_completion$669 ),
+    .\port$10895$0 (\halted$663 ),
+    .\port$10897$0 (\head$658 ),
+    .\port$10899$0 (\tail$660 ),
+    .\port$10903$0 (\error_code$666 ),
+    .\port$10905$0 (\error_index$667 ),
+    .\port$3063$0 (\busy$344 ),
+    .\port$4766$0 (busy),
+    .\port$5202$0 (level),
+    .\port$5262$0 (\busy$664 ),
+    .\port$6965$0 (\busy$662 ),
+    .\port$7401$0 (\level$717 ),
+    .\port$9411$0 (irq_error),
+    .\port$9435$0 (irq_completion),
+    .\port$9440$0 (halted),
+    .\port$9442$0 (head),
+    .\port$9444$0 (tail),
+    .\port$9448$0 (error_code),
+    .\port$9450$0 (error_index),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -3403,8 +3418,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign s0__bready = mem__bready;
   assign s0__bresp = mem__bresp;
   assign s0__bvalid = mem__bvalid;
-  assign s0__rdata = \$238 [63:0];
-  assign s0__rid = \$238 [67:64];
+  assign s0__rdata = mem__rdata;
+  assign s0__rid = mem__rid;
   assign s0__rlast = mem__rlast;
   assign s0__rready = mem__rready;
   assign s0__rresp = mem__rresp;
@@ -3425,15 +3440,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \done__tdata$140  = dma_done__tdata;
   assign dma_done__tready = \done__tready$141 ;
   assign \done__tvalid$144  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$240 , \$239 [63:0] };
-  assign \spm_wr__tdata$146  = { \$240 , \$239 [63:0] };
+  assign spm_wr__tdata = { \$239 , \$238 [63:0] };
+  assign \spm_wr__tdata$146  = { \$239 , \$238 [63:0] };
   assign \spm_wr__tready$148  = spm_wr__tready;
   assign \spm_wr__tvalid$150  = spm_wr__tvalid;
   assign \spm_rreq__tdata$152  = spm_rreq__tdata;
   assign \spm_rreq__tready$154  = spm_rreq__tready;
   assign \spm_rreq__tvalid$156  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$240 , \$239  };
-  assign \acc_wr__tdata$158  = { \$240 , \$239  };
+  assign acc_wr__tdata = { \$239 , \$238  };
+  assign \acc_wr__tdata$158  = { \$239 , \$238  };
   assign \acc_wr__tready$160  = acc_wr__tready;
   assign \acc_wr__tvalid$162  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
@@ -3472,12 +3487,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign axi__bready = s1__bready;
   assign s1__bresp = axi__bresp;
   assign s1__bvalid = axi__bvalid;
-  assign axi__rdata = \$238 [63:0];
-  assign s1__rdata = \$238 [63:0];
-  assign axi__rid = \$238 [67:64];
-  assign s1__rid = \$238 [67:64];
-  assign axi__rlast = mem__rlast;
-  assign s1__rlast = mem__rlast;
+  assign s1__rdata = axi__rdata;
+  assign s1__rid = axi__rid;
+  assign s1__rlast = axi__rlast;
   assign axi__rready = s1__rready;
   assign s1__rresp = axi__rresp;
   assign s1__rvalid = axi__rvalid;
@@ -3513,12 +3525,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \axi__bready$270  = 1'h1;
   assign s2__bresp = \axi__bresp$271 ;
   assign s2__bvalid = \axi__bvalid$273 ;
-  assign \axi__rdata$275  = \$238 [63:0];
-  assign s2__rdata = \$238 [63:0];
-  assign \axi__rid$277  = \$238 [67:64];
-  assign s2__rid = \$238 [67:64];
-  assign \axi__rlast$279  = mem__rlast;
-  assign s2__rlast = mem__rlast;
+  assign s2__rdata = \axi__rdata$275 ;
+  assign s2__rid = \axi__rid$277 ;
+  assign s2__rlast = \axi__rlast$279 ;
   assign \axi__rready$282  = s2__rready;
   assign s2__rresp = \axi__rresp$283 ;
   assign s2__rvalid = \axi__rvalid$285 ;
@@ -3577,15 +3586,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \done__tdata$460  = \dma_done__tdata$459 ;
   assign \dma_done__tready$462  = \done__tready$461 ;
   assign \done__tvalid$464  = \dma_done__tvalid$463 ;
-  assign \spm_wr__tdata$465  = { \$242 , \$241 [63:0] };
-  assign \spm_wr__tdata$466  = { \$242 , \$241 [63:0] };
+  assign \spm_wr__tdata$465  = { \$241 , \$240 [63:0] };
+  assign \spm_wr__tdata$466  = { \$241 , \$240 [63:0] };
   assign \spm_wr__tready$468  = \spm_wr__tready$467 ;
   assign \spm_wr__tvalid$470  = \spm_wr__tvalid$469 ;
   assign \spm_rreq__tdata$472  = \spm_rreq__tdata$471 ;
   assign \spm_rreq__tready$474  = \spm_rreq__tready$473 ;
   assign \spm_rreq__tvalid$476  = \spm_rreq__tvalid$475 ;
-  assign \acc_wr__tdata$477  = { \$242 , \$241  };
-  assign \acc_wr__tdata$478  = { \$242 , \$241  };
+  assign \acc_wr__tdata$477  = { \$241 , \$240  };
+  assign \acc_wr__tdata$478  = { \$241 , \$240  };
   assign \acc_wr__tready$480  = \acc_wr__tready$479 ;
   assign \acc_wr__tvalid$482  = \acc_wr__tvalid$481 ;
   assign \acc_rreq__tdata$483  = \spm_rreq__tdata$471 ;
@@ -3624,12 +3633,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \axi__bready$532  = s3__bready;
   assign s3__bresp = \axi__bresp$533 ;
   assign s3__bvalid = \axi__bvalid$535 ;
-  assign \axi__rdata$537  = \$238 [63:0];
-  assign s3__rdata = \$238 [63:0];
-  assign \axi__rid$539  = \$238 [67:64];
-  assign s3__rid = \$238 [67:64];
-  assign \axi__rlast$541  = mem__rlast;
-  assign s3__rlast = mem__rlast;
+  assign s3__rdata = \axi__rdata$537 ;
+  assign s3__rid = \axi__rid$539 ;
+  assign s3__rlast = \axi__rlast$541 ;
   assign \axi__rready$544  = s3__rready;
   assign s3__rresp = \axi__rresp$545 ;
   assign s3__rvalid = \axi__rvalid$547 ;
@@ -3665,12 +3671,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \axi__bready$590  = 1'h1;
   assign s4__bresp = \axi__bresp$591 ;
   assign s4__bvalid = \axi__bvalid$593 ;
-  assign \axi__rdata$595  = \$238 [63:0];
-  assign s4__rdata = \$238 [63:0];
-  assign \axi__rid$597  = \$238 [67:64];
-  assign s4__rid = \$238 [67:64];
-  assign \axi__rlast$599  = mem__rlast;
-  assign s4__rlast = mem__rlast;
+  assign s4__rdata = \axi__rdata$595 ;
+  assign s4__rid = \axi__rid$597 ;
+  assign s4__rlast = \axi__rlast$599 ;
   assign \axi__rready$602  = s4__rready;
   assign s4__rresp = \axi__rresp$603 ;
   assign s4__rvalid = \axi__rvalid$605 ;
@@ -3729,8 +3732,6 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \trace_tag$790  = \cmd__tdata$441 [31:16];
   assign \trace_opcode$791  = \cmd__tdata$441 [7:0];
   assign \trace_status$793  = s3__wdata[23:16];
-  assign mem__rid = \$238 [67:64];
-  assign mem__rdata = \$238 [63:0];
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
   assign \sem_values[1]  = GLOBAL_SEM1__value[15:0];
   assign \sem_values[2]  = GLOBAL_SEM2__value[15:0];
@@ -3792,7 +3793,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$7337$0 , \port$7339$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9356$0 , \port$9358$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4157,10 +4158,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$7337$0 ;
-  wire [255:0] \port$7337$0 ;
-  input [15:0] \port$7339$0 ;
-  wire [15:0] \port$7339$0 ;
+  input [255:0] \port$9356$0 ;
+  wire [255:0] \port$9356$0 ;
+  input [15:0] \port$9358$0 ;
+  wire [15:0] \port$9358$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -4665,8 +4666,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$6139$128 (cmd[143:128]),
-    .\port$6139$80 (cmd[91:80]),
+    .\port$8158$128 (cmd[143:128]),
+    .\port$8158$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -4703,11 +4704,11 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$6139$112 (cmd[143:112]),
-    .\port$6139$16 (cmd[31:16]),
-    .\port$6139$64 (cmd[75:64]),
-    .\port$6139$8 (cmd[8]),
-    .\port$6139$96 (cmd[105:96]),
+    .\port$8158$112 (cmd[143:112]),
+    .\port$8158$16 (cmd[31:16]),
+    .\port$8158$64 (cmd[75:64]),
+    .\port$8158$8 (cmd[8]),
+    .\port$8158$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -4903,7 +4904,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$7339$0 [9:0];
+      acc_w__addr = \port$9358$0 [9:0];
     end
   end
   always @* begin
@@ -4913,7 +4914,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$7337$0 ;
+      acc_w__data = \port$9356$0 ;
     end
   end
   always @* begin
@@ -4981,7 +4982,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$7339$0 [11:0];
+      spm_w__addr = \port$9358$0 [11:0];
     end
   end
   always @* begin
@@ -4991,7 +4992,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$7337$0 [63:0];
+      spm_w__data = \port$9356$0 [63:0];
     end
   end
   always @* begin
@@ -5802,8 +5803,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$7339$0 , \port$7337$0 [63:0] };
-  assign acc_wr__tdata = { \port$7339$0 , \port$7337$0  };
+  assign spm_wr__tdata = { \port$9358$0 , \port$9356$0 [63:0] };
+  assign acc_wr__tdata = { \port$9358$0 , \port$9356$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -13738,7 +13739,7 @@ module \dx1_soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6139$80 , \port$6139$128 , clk);
+module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8158$80 , \port$8158$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -13762,10 +13763,10 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$6139$128 ;
-  wire [15:0] \port$6139$128 ;
-  input [11:0] \port$6139$80 ;
-  wire [11:0] \port$6139$80 ;
+  input [15:0] \port$8158$128 ;
+  wire [15:0] \port$8158$128 ;
+  input [11:0] \port$8158$80 ;
+  wire [11:0] \port$8158$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -13801,7 +13802,7 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6139$128 , \port$6139$80  };
+      storage[w_port__addr] <= { \port$8158$128 , \port$8158$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -13872,8 +13873,8 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6139$128 , \port$6139$80  };
-  assign w_data = { \port$6139$128 , \port$6139$80  };
+  assign w_port__data = { \port$8158$128 , \port$8158$80  };
+  assign w_data = { \port$8158$128 , \port$8158$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -15029,7 +15030,7 @@ module \dx1_soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$6139$8 , \port$6139$16 , \port$6139$64 , \port$6139$96 , \port$6139$112 , clk);
+module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8158$8 , \port$8158$16 , \port$8158$64 , \port$8158$96 , \port$8158$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15053,16 +15054,16 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$6139$112 ;
-  wire [31:0] \port$6139$112 ;
-  input [15:0] \port$6139$16 ;
-  wire [15:0] \port$6139$16 ;
-  input [11:0] \port$6139$64 ;
-  wire [11:0] \port$6139$64 ;
-  input \port$6139$8 ;
-  wire \port$6139$8 ;
-  input [9:0] \port$6139$96 ;
-  wire [9:0] \port$6139$96 ;
+  input [31:0] \port$8158$112 ;
+  wire [31:0] \port$8158$112 ;
+  input [15:0] \port$8158$16 ;
+  wire [15:0] \port$8158$16 ;
+  input [11:0] \port$8158$64 ;
+  wire [11:0] \port$8158$64 ;
+  input \port$8158$8 ;
+  wire \port$8158$8 ;
+  input [9:0] \port$8158$96 ;
+  wire [9:0] \port$8158$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -15098,7 +15099,7 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
+      storage[w_port__addr] <= { \port$8158$16 , \port$8158$8 , \port$8158$112 , \port$8158$96 , \port$8158$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -15169,15 +15170,15 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
-  assign w_data = { \port$6139$16 , \port$6139$8 , \port$6139$112 , \port$6139$96 , \port$6139$64  };
+  assign w_port__data = { \port$8158$16 , \port$8158$8 , \port$8158$112 , \port$8158$96 , \port$8158$64  };
+  assign w_data = { \port$8158$16 , \port$8158$8 , \port$8158$112 , \port$8158$96 , \port$8158$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$8792$0 , \port$8794$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10811$0 , \port$10813$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15542,10 +15543,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$8792$0 ;
-  wire [255:0] \port$8792$0 ;
-  input [15:0] \port$8794$0 ;
-  wire [15:0] \port$8794$0 ;
+  input [255:0] \port$10811$0 ;
+  wire [255:0] \port$10811$0 ;
+  input [15:0] \port$10813$0 ;
+  wire [15:0] \port$10813$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -16050,8 +16051,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$7594$128 (cmd[143:128]),
-    .\port$7594$80 (cmd[91:80]),
+    .\port$9613$128 (cmd[143:128]),
+    .\port$9613$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -16088,11 +16089,11 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$7594$112 (cmd[143:112]),
-    .\port$7594$16 (cmd[31:16]),
-    .\port$7594$64 (cmd[75:64]),
-    .\port$7594$8 (cmd[8]),
-    .\port$7594$96 (cmd[105:96]),
+    .\port$9613$112 (cmd[143:112]),
+    .\port$9613$16 (cmd[31:16]),
+    .\port$9613$64 (cmd[75:64]),
+    .\port$9613$8 (cmd[8]),
+    .\port$9613$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -16288,7 +16289,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$8794$0 [9:0];
+      acc_w__addr = \port$10813$0 [9:0];
     end
   end
   always @* begin
@@ -16298,7 +16299,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$8792$0 ;
+      acc_w__data = \port$10811$0 ;
     end
   end
   always @* begin
@@ -16366,7 +16367,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$8794$0 [11:0];
+      spm_w__addr = \port$10813$0 [11:0];
     end
   end
   always @* begin
@@ -16376,7 +16377,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$8792$0 [63:0];
+      spm_w__data = \port$10811$0 [63:0];
     end
   end
   always @* begin
@@ -17187,8 +17188,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$8794$0 , \port$8792$0 [63:0] };
-  assign acc_wr__tdata = { \port$8794$0 , \port$8792$0  };
+  assign spm_wr__tdata = { \port$10813$0 , \port$10811$0 [63:0] };
+  assign acc_wr__tdata = { \port$10813$0 , \port$10811$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -25123,7 +25124,7 @@ module \dx1_soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7594$80 , \port$7594$128 , clk);
+module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9613$80 , \port$9613$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -25147,10 +25148,10 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$7594$128 ;
-  wire [15:0] \port$7594$128 ;
-  input [11:0] \port$7594$80 ;
-  wire [11:0] \port$7594$80 ;
+  input [15:0] \port$9613$128 ;
+  wire [15:0] \port$9613$128 ;
+  input [11:0] \port$9613$80 ;
+  wire [11:0] \port$9613$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -25186,7 +25187,7 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7594$128 , \port$7594$80  };
+      storage[w_port__addr] <= { \port$9613$128 , \port$9613$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -25257,8 +25258,8 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7594$128 , \port$7594$80  };
-  assign w_data = { \port$7594$128 , \port$7594$80  };
+  assign w_port__data = { \port$9613$128 , \port$9613$80  };
+  assign w_data = { \port$9613$128 , \port$9613$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -26414,7 +26415,7 @@ module \dx1_soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$7594$8 , \port$7594$16 , \port$7594$64 , \port$7594$96 , \port$7594$112 , clk);
+module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9613$8 , \port$9613$16 , \port$9613$64 , \port$9613$96 , \port$9613$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -26438,16 +26439,16 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$7594$112 ;
-  wire [31:0] \port$7594$112 ;
-  input [15:0] \port$7594$16 ;
-  wire [15:0] \port$7594$16 ;
-  input [11:0] \port$7594$64 ;
-  wire [11:0] \port$7594$64 ;
-  input \port$7594$8 ;
-  wire \port$7594$8 ;
-  input [9:0] \port$7594$96 ;
-  wire [9:0] \port$7594$96 ;
+  input [31:0] \port$9613$112 ;
+  wire [31:0] \port$9613$112 ;
+  input [15:0] \port$9613$16 ;
+  wire [15:0] \port$9613$16 ;
+  input [11:0] \port$9613$64 ;
+  wire [11:0] \port$9613$64 ;
+  input \port$9613$8 ;
+  wire \port$9613$8 ;
+  input [9:0] \port$9613$96 ;
+  wire [9:0] \port$9613$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -26483,7 +26484,7 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
+      storage[w_port__addr] <= { \port$9613$16 , \port$9613$8 , \port$9613$112 , \port$9613$96 , \port$9613$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -26554,16 +26555,16 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
-  assign w_data = { \port$7594$16 , \port$7594$8 , \port$7594$112 , \port$7594$96 , \port$7594$64  };
+  assign w_port__data = { \port$9613$16 , \port$9613$8 , \port$9613$112 , \port$9613$96 , \port$9613$64  };
+  assign w_data = { \port$9613$16 , \port$9613$8 , \port$9613$112 , \port$9613$96 , \port$9613$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , \port$5980$0 , ring_base
-, ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
+module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__arready, axi__awready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req, busy, sem_grant, timestamp, doorbell_index, \port$7636$0 
+, \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+, watchdog, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
   wire \$1 ;
@@ -27339,38 +27340,38 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5950$0 ;
-  wire [15:0] \port$5950$0 ;
-  input [15:0] \port$5952$0 ;
-  wire [15:0] \port$5952$0 ;
-  input [15:0] \port$5954$0 ;
-  wire [15:0] \port$5954$0 ;
-  input [15:0] \port$5956$0 ;
-  wire [15:0] \port$5956$0 ;
-  input [15:0] \port$5958$0 ;
-  wire [15:0] \port$5958$0 ;
-  input [15:0] \port$5960$0 ;
-  wire [15:0] \port$5960$0 ;
-  input [15:0] \port$5962$0 ;
-  wire [15:0] \port$5962$0 ;
-  input [15:0] \port$5964$0 ;
-  wire [15:0] \port$5964$0 ;
-  input [15:0] \port$5966$0 ;
-  wire [15:0] \port$5966$0 ;
-  input [15:0] \port$5968$0 ;
-  wire [15:0] \port$5968$0 ;
-  input [15:0] \port$5970$0 ;
-  wire [15:0] \port$5970$0 ;
-  input [15:0] \port$5972$0 ;
-  wire [15:0] \port$5972$0 ;
-  input [15:0] \port$5974$0 ;
-  wire [15:0] \port$5974$0 ;
-  input [15:0] \port$5976$0 ;
-  wire [15:0] \port$5976$0 ;
-  input [15:0] \port$5978$0 ;
-  wire [15:0] \port$5978$0 ;
-  input [15:0] \port$5980$0 ;
-  wire [15:0] \port$5980$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
+  input [15:0] \port$7640$0 ;
+  wire [15:0] \port$7640$0 ;
+  input [15:0] \port$7642$0 ;
+  wire [15:0] \port$7642$0 ;
+  input [15:0] \port$7644$0 ;
+  wire [15:0] \port$7644$0 ;
+  input [15:0] \port$7646$0 ;
+  wire [15:0] \port$7646$0 ;
+  input [15:0] \port$7648$0 ;
+  wire [15:0] \port$7648$0 ;
+  input [15:0] \port$7650$0 ;
+  wire [15:0] \port$7650$0 ;
+  input [15:0] \port$7652$0 ;
+  wire [15:0] \port$7652$0 ;
+  input [15:0] \port$7654$0 ;
+  wire [15:0] \port$7654$0 ;
+  input [15:0] \port$7656$0 ;
+  wire [15:0] \port$7656$0 ;
+  input [15:0] \port$7658$0 ;
+  wire [15:0] \port$7658$0 ;
+  input [15:0] \port$7660$0 ;
+  wire [15:0] \port$7660$0 ;
+  input [15:0] \port$7662$0 ;
+  wire [15:0] \port$7662$0 ;
+  input [15:0] \port$7664$0 ;
+  wire [15:0] \port$7664$0 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -30122,37 +30123,37 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$5950$0 ;
+          \$152  = \port$7636$0 ;
       8'h01:
-          \$152  = \port$5952$0 ;
+          \$152  = \port$7638$0 ;
       8'h02:
-          \$152  = \port$5954$0 ;
+          \$152  = \port$7640$0 ;
       8'h03:
-          \$152  = \port$5956$0 ;
+          \$152  = \port$7642$0 ;
       8'h04:
-          \$152  = \port$5958$0 ;
+          \$152  = \port$7644$0 ;
       8'h05:
-          \$152  = \port$5960$0 ;
+          \$152  = \port$7646$0 ;
       8'h06:
-          \$152  = \port$5962$0 ;
+          \$152  = \port$7648$0 ;
       8'h07:
-          \$152  = \port$5964$0 ;
+          \$152  = \port$7650$0 ;
       8'h08:
-          \$152  = \port$5966$0 ;
+          \$152  = \port$7652$0 ;
       8'h09:
-          \$152  = \port$5968$0 ;
+          \$152  = \port$7654$0 ;
       8'h0a:
-          \$152  = \port$5970$0 ;
+          \$152  = \port$7656$0 ;
       8'h0b:
-          \$152  = \port$5972$0 ;
+          \$152  = \port$7658$0 ;
       8'h0c:
-          \$152  = \port$5974$0 ;
+          \$152  = \port$7660$0 ;
       8'h0d:
-          \$152  = \port$5976$0 ;
+          \$152  = \port$7662$0 ;
       8'h0e:
-          \$152  = \port$5978$0 ;
+          \$152  = \port$7664$0 ;
       8'h0f:
-          \$152  = \port$5980$0 ;
+          \$152  = \port$7666$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -30162,7 +30163,7 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5980$0 , \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0  };
+  assign sem_values = { \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -30208,22 +30209,22 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5950$0 ;
-  assign \sem_values[1]  = \port$5952$0 ;
-  assign \sem_values[2]  = \port$5954$0 ;
-  assign \sem_values[3]  = \port$5956$0 ;
-  assign \sem_values[4]  = \port$5958$0 ;
-  assign \sem_values[5]  = \port$5960$0 ;
-  assign \sem_values[6]  = \port$5962$0 ;
-  assign \sem_values[7]  = \port$5964$0 ;
-  assign \sem_values[8]  = \port$5966$0 ;
-  assign \sem_values[9]  = \port$5968$0 ;
-  assign \sem_values[10]  = \port$5970$0 ;
-  assign \sem_values[11]  = \port$5972$0 ;
-  assign \sem_values[12]  = \port$5974$0 ;
-  assign \sem_values[13]  = \port$5976$0 ;
-  assign \sem_values[14]  = \port$5978$0 ;
-  assign \sem_values[15]  = \port$5980$0 ;
+  assign \sem_values[0]  = \port$7636$0 ;
+  assign \sem_values[1]  = \port$7638$0 ;
+  assign \sem_values[2]  = \port$7640$0 ;
+  assign \sem_values[3]  = \port$7642$0 ;
+  assign \sem_values[4]  = \port$7644$0 ;
+  assign \sem_values[5]  = \port$7646$0 ;
+  assign \sem_values[6]  = \port$7648$0 ;
+  assign \sem_values[7]  = \port$7650$0 ;
+  assign \sem_values[8]  = \port$7652$0 ;
+  assign \sem_values[9]  = \port$7654$0 ;
+  assign \sem_values[10]  = \port$7656$0 ;
+  assign \sem_values[11]  = \port$7658$0 ;
+  assign \sem_values[12]  = \port$7660$0 ;
+  assign \sem_values[13]  = \port$7662$0 ;
+  assign \sem_values[14]  = \port$7664$0 ;
+  assign \sem_values[15]  = \port$7666$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -30347,9 +30348,9 @@ module \dx1_soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req
-, busy, sem_grant, timestamp, doorbell_index, \port$5950$0 , \port$5952$0 , \port$5954$0 , \port$5956$0 , \port$5958$0 , \port$5960$0 , \port$5962$0 , \port$5964$0 , \port$5966$0 , \port$5968$0 , \port$5970$0 , \port$5972$0 , \port$5974$0 , \port$5976$0 , \port$5978$0 , \port$5980$0 , ring_base
-, ring_log2, cq_base, enable, dma_base, dma_limit, watchdog, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
+module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__arready, axi__awready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req, busy, sem_grant, timestamp, doorbell_index, \port$7636$0 
+, \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+, watchdog, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
 , tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
@@ -31125,38 +31126,38 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
-  input [15:0] \port$5950$0 ;
-  wire [15:0] \port$5950$0 ;
-  input [15:0] \port$5952$0 ;
-  wire [15:0] \port$5952$0 ;
-  input [15:0] \port$5954$0 ;
-  wire [15:0] \port$5954$0 ;
-  input [15:0] \port$5956$0 ;
-  wire [15:0] \port$5956$0 ;
-  input [15:0] \port$5958$0 ;
-  wire [15:0] \port$5958$0 ;
-  input [15:0] \port$5960$0 ;
-  wire [15:0] \port$5960$0 ;
-  input [15:0] \port$5962$0 ;
-  wire [15:0] \port$5962$0 ;
-  input [15:0] \port$5964$0 ;
-  wire [15:0] \port$5964$0 ;
-  input [15:0] \port$5966$0 ;
-  wire [15:0] \port$5966$0 ;
-  input [15:0] \port$5968$0 ;
-  wire [15:0] \port$5968$0 ;
-  input [15:0] \port$5970$0 ;
-  wire [15:0] \port$5970$0 ;
-  input [15:0] \port$5972$0 ;
-  wire [15:0] \port$5972$0 ;
-  input [15:0] \port$5974$0 ;
-  wire [15:0] \port$5974$0 ;
-  input [15:0] \port$5976$0 ;
-  wire [15:0] \port$5976$0 ;
-  input [15:0] \port$5978$0 ;
-  wire [15:0] \port$5978$0 ;
-  input [15:0] \port$5980$0 ;
-  wire [15:0] \port$5980$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
+  input [15:0] \port$7640$0 ;
+  wire [15:0] \port$7640$0 ;
+  input [15:0] \port$7642$0 ;
+  wire [15:0] \port$7642$0 ;
+  input [15:0] \port$7644$0 ;
+  wire [15:0] \port$7644$0 ;
+  input [15:0] \port$7646$0 ;
+  wire [15:0] \port$7646$0 ;
+  input [15:0] \port$7648$0 ;
+  wire [15:0] \port$7648$0 ;
+  input [15:0] \port$7650$0 ;
+  wire [15:0] \port$7650$0 ;
+  input [15:0] \port$7652$0 ;
+  wire [15:0] \port$7652$0 ;
+  input [15:0] \port$7654$0 ;
+  wire [15:0] \port$7654$0 ;
+  input [15:0] \port$7656$0 ;
+  wire [15:0] \port$7656$0 ;
+  input [15:0] \port$7658$0 ;
+  wire [15:0] \port$7658$0 ;
+  input [15:0] \port$7660$0 ;
+  wire [15:0] \port$7660$0 ;
+  input [15:0] \port$7662$0 ;
+  wire [15:0] \port$7662$0 ;
+  input [15:0] \port$7664$0 ;
+  wire [15:0] \port$7664$0 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
   input progress;
   wire progress;
   input quiesce;
@@ -33908,37 +33909,37 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
     \$152  = 16'h0000;
     casez (cmd[71:64])
       8'h00:
-          \$152  = \port$5950$0 ;
+          \$152  = \port$7636$0 ;
       8'h01:
-          \$152  = \port$5952$0 ;
+          \$152  = \port$7638$0 ;
       8'h02:
-          \$152  = \port$5954$0 ;
+          \$152  = \port$7640$0 ;
       8'h03:
-          \$152  = \port$5956$0 ;
+          \$152  = \port$7642$0 ;
       8'h04:
-          \$152  = \port$5958$0 ;
+          \$152  = \port$7644$0 ;
       8'h05:
-          \$152  = \port$5960$0 ;
+          \$152  = \port$7646$0 ;
       8'h06:
-          \$152  = \port$5962$0 ;
+          \$152  = \port$7648$0 ;
       8'h07:
-          \$152  = \port$5964$0 ;
+          \$152  = \port$7650$0 ;
       8'h08:
-          \$152  = \port$5966$0 ;
+          \$152  = \port$7652$0 ;
       8'h09:
-          \$152  = \port$5968$0 ;
+          \$152  = \port$7654$0 ;
       8'h0a:
-          \$152  = \port$5970$0 ;
+          \$152  = \port$7656$0 ;
       8'h0b:
-          \$152  = \port$5972$0 ;
+          \$152  = \port$7658$0 ;
       8'h0c:
-          \$152  = \port$5974$0 ;
+          \$152  = \port$7660$0 ;
       8'h0d:
-          \$152  = \port$5976$0 ;
+          \$152  = \port$7662$0 ;
       8'h0e:
-          \$152  = \port$5978$0 ;
+          \$152  = \port$7664$0 ;
       8'h0f:
-          \$152  = \port$5980$0 ;
+          \$152  = \port$7666$0 ;
     endcase
   end
   assign mask = \$4 [15:0];
@@ -33948,7 +33949,7 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign axi__arburst = 2'h1;
   assign tile_cmd__tdata = cmd;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$5980$0 , \port$5978$0 , \port$5976$0 , \port$5974$0 , \port$5972$0 , \port$5970$0 , \port$5968$0 , \port$5966$0 , \port$5964$0 , \port$5962$0 , \port$5960$0 , \port$5958$0 , \port$5956$0 , \port$5954$0 , \port$5952$0 , \port$5950$0  };
+  assign sem_values = { \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0  };
   assign sem_index = cmd[67:64];
   assign trace_start = dispatched;
   assign trace_tag = cmd[31:16];
@@ -33994,22 +33995,22 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
   assign \fp.acc_r_hi  = fp[203:170];
   assign \fp.acc_w_lo  = fp[237:204];
   assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$5950$0 ;
-  assign \sem_values[1]  = \port$5952$0 ;
-  assign \sem_values[2]  = \port$5954$0 ;
-  assign \sem_values[3]  = \port$5956$0 ;
-  assign \sem_values[4]  = \port$5958$0 ;
-  assign \sem_values[5]  = \port$5960$0 ;
-  assign \sem_values[6]  = \port$5962$0 ;
-  assign \sem_values[7]  = \port$5964$0 ;
-  assign \sem_values[8]  = \port$5966$0 ;
-  assign \sem_values[9]  = \port$5968$0 ;
-  assign \sem_values[10]  = \port$5970$0 ;
-  assign \sem_values[11]  = \port$5972$0 ;
-  assign \sem_values[12]  = \port$5974$0 ;
-  assign \sem_values[13]  = \port$5976$0 ;
-  assign \sem_values[14]  = \port$5978$0 ;
-  assign \sem_values[15]  = \port$5980$0 ;
+  assign \sem_values[0]  = \port$7636$0 ;
+  assign \sem_values[1]  = \port$7638$0 ;
+  assign \sem_values[2]  = \port$7640$0 ;
+  assign \sem_values[3]  = \port$7642$0 ;
+  assign \sem_values[4]  = \port$7644$0 ;
+  assign \sem_values[5]  = \port$7646$0 ;
+  assign \sem_values[6]  = \port$7648$0 ;
+  assign \sem_values[7]  = \port$7650$0 ;
+  assign \sem_values[8]  = \port$7652$0 ;
+  assign \sem_values[9]  = \port$7654$0 ;
+  assign \sem_values[10]  = \port$7656$0 ;
+  assign \sem_values[11]  = \port$7658$0 ;
+  assign \sem_values[12]  = \port$7660$0 ;
+  assign \sem_values[13]  = \port$7662$0 ;
+  assign \sem_values[14]  = \port$7664$0 ;
+  assign \sem_values[15]  = \port$7666$0 ;
   assign \dma_slot0.ring_index  = dma_slot0[15:0];
   assign \dma_slot0.phase  = dma_slot0[16];
   assign \dma_slot0.tag  = dma_slot0[32:17];
@@ -34133,8 +34134,8 @@ module \dx1_soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0 (rst, hold, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast
-, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
+module \dx1_soc.dma0 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready
+, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
 , bytes_written, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tvalid, done__tready, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire [18:0] \$1 ;
@@ -36427,8 +36428,8 @@ module \dx1_soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1 (rst, hold, axi__awready, axi__wready, axi__arready, axi__rvalid, axi__rresp, axi__rdata, axi__rlast, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast
-, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
+module \dx1_soc.dma1 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready
+, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
 , bytes_written, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tvalid, done__tready, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
   wire [18:0] \$1 ;
@@ -38721,12 +38722,3621 @@ module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awvalid, s0__wdata, s0__wstrb, s0__wvalid, s0__bready, s0__arid, s0__araddr, s0__arlen, s0__arsize, s0__arburst, s0__arvalid, s0__rready, clk, rst, s0__awready, s0__wready, s1__awready
-, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid
-, s4__rresp, \port$1360$0 , s0__rlast, s2__wvalid, s2__wstrb, s2__rready, s2__wdata, s1__araddr, s4__wvalid, s4__wstrb, s4__rready, s4__wdata, s3__araddr, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid
-, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, s2__arvalid, s2__araddr, s2__arlen, s2__awvalid, s2__awaddr, s2__awlen, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s1__awaddr, s1__wdata, s4__arvalid
-, s4__araddr, s4__arlen, s4__awvalid, s4__awaddr, s4__awlen, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s3__awaddr, s3__wdata, s0__awid);
+module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0__awvalid$27 , s0__wdata, s0__wstrb, s0__wlast, \s0__wvalid$37 , \s0__bready$39 , s0__arid, \s0__araddr$1 , s0__arlen, s0__arsize, s0__arburst, \s0__arvalid$11 , \s0__rready$15 , clk, rst, s0__arready, s0__awready
+, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s2__rready$313 , s2__wdata, \s1__araddr$150 , \s4__wvalid$633 , s4__wstrb, s4__wlast, \s4__rready$611 , s4__wdata, \s3__araddr$448 , s0__rvalid
+, s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid, s2__rdata, s2__rid, s2__rresp
+, s2__rlast, s2__wready, s2__bvalid, s2__bid, s2__bresp, s3__rvalid, s3__rdata, s3__rid, s3__rresp, s3__rlast, s3__wready, s3__bvalid, s3__bid, s3__bresp, s4__rvalid, s4__rdata, s4__rid, s4__rresp, s4__rlast, s4__wready, s4__bvalid
+, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s1__awaddr$166 , s1__wdata, \s4__arvalid$607 , \s4__araddr$597 , s4__arlen, \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen
+, \s3__arvalid$458 , \s3__rready$462 , \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , \s3__awaddr$464 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$26  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  wire \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire \$201 ;
+  wire \$202 ;
+  wire \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire \$214 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
+  wire \$22 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
+  wire \$23 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
+  wire \$25 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire \$258 ;
+  wire \$259 ;
+  wire \$26 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire \$262 ;
+  wire \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire \$269 ;
+  wire \$27 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire \$279 ;
+  wire \$28 ;
+  wire \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire \$284 ;
+  wire \$285 ;
+  wire \$286 ;
+  wire \$287 ;
+  wire \$288 ;
+  wire \$289 ;
+  wire \$29 ;
+  wire \$290 ;
+  wire \$291 ;
+  wire \$292 ;
+  wire \$293 ;
+  wire \$294 ;
+  wire \$295 ;
+  wire \$296 ;
+  wire \$297 ;
+  wire \$298 ;
+  wire \$299 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$300 ;
+  wire \$301 ;
+  wire \$302 ;
+  wire \$303 ;
+  wire \$304 ;
+  wire \$305 ;
+  wire \$306 ;
+  wire \$307 ;
+  wire \$308 ;
+  wire \$309 ;
+  wire \$31 ;
+  wire \$310 ;
+  wire \$311 ;
+  wire \$312 ;
+  wire \$313 ;
+  wire \$314 ;
+  wire \$315 ;
+  wire \$316 ;
+  wire \$317 ;
+  wire \$318 ;
+  wire \$319 ;
+  wire \$32 ;
+  wire \$320 ;
+  wire \$321 ;
+  wire \$322 ;
+  wire \$323 ;
+  wire \$324 ;
+  wire \$325 ;
+  wire \$326 ;
+  wire \$327 ;
+  wire \$328 ;
+  wire \$329 ;
+  wire \$33 ;
+  wire \$330 ;
+  wire \$331 ;
+  wire \$332 ;
+  wire \$333 ;
+  wire \$334 ;
+  wire \$335 ;
+  wire \$336 ;
+  wire \$337 ;
+  wire \$338 ;
+  wire \$339 ;
+  wire \$34 ;
+  wire \$340 ;
+  wire \$341 ;
+  wire \$342 ;
+  wire \$343 ;
+  wire \$344 ;
+  wire \$345 ;
+  wire \$346 ;
+  wire \$347 ;
+  wire \$348 ;
+  wire \$349 ;
+  wire \$35 ;
+  wire \$350 ;
+  wire \$351 ;
+  wire [8:0] \$352 ;
+  wire [8:0] \$353 ;
+  wire \$354 ;
+  wire \$355 ;
+  wire \$356 ;
+  wire \$357 ;
+  wire \$358 ;
+  wire \$359 ;
+  wire \$36 ;
+  wire \$360 ;
+  wire \$361 ;
+  wire \$362 ;
+  wire [8:0] \$363 ;
+  wire [8:0] \$364 ;
+  wire \$365 ;
+  wire \$366 ;
+  wire \$367 ;
+  wire \$368 ;
+  wire \$369 ;
+  wire \$37 ;
+  wire \$370 ;
+  wire \$371 ;
+  wire \$372 ;
+  wire \$373 ;
+  wire \$374 ;
+  wire \$375 ;
+  wire [8:0] \$376 ;
+  wire [8:0] \$377 ;
+  wire \$378 ;
+  wire \$379 ;
+  wire \$38 ;
+  wire \$380 ;
+  wire \$381 ;
+  wire \$382 ;
+  wire \$383 ;
+  wire \$384 ;
+  wire \$385 ;
+  wire \$386 ;
+  wire [8:0] \$387 ;
+  wire [8:0] \$388 ;
+  wire \$389 ;
+  wire \$39 ;
+  wire \$390 ;
+  wire \$391 ;
+  wire \$392 ;
+  wire \$393 ;
+  wire \$394 ;
+  wire \$395 ;
+  wire \$396 ;
+  wire \$397 ;
+  wire \$398 ;
+  wire \$399 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire [8:0] \$400 ;
+  wire [8:0] \$401 ;
+  wire \$402 ;
+  wire \$403 ;
+  wire \$404 ;
+  wire \$405 ;
+  wire \$406 ;
+  wire \$407 ;
+  wire \$408 ;
+  wire \$409 ;
+  wire \$41 ;
+  wire \$410 ;
+  wire [8:0] \$411 ;
+  wire [8:0] \$412 ;
+  wire \$413 ;
+  wire \$414 ;
+  wire \$415 ;
+  wire \$416 ;
+  wire \$417 ;
+  wire \$418 ;
+  wire \$419 ;
+  wire \$42 ;
+  wire \$420 ;
+  wire \$421 ;
+  wire \$422 ;
+  wire \$423 ;
+  wire [8:0] \$424 ;
+  wire [8:0] \$425 ;
+  wire \$426 ;
+  wire \$427 ;
+  wire \$428 ;
+  wire \$429 ;
+  wire \$43 ;
+  wire \$430 ;
+  wire \$431 ;
+  wire \$432 ;
+  wire \$433 ;
+  wire \$434 ;
+  wire [8:0] \$435 ;
+  wire [8:0] \$436 ;
+  wire \$437 ;
+  wire \$438 ;
+  wire \$439 ;
+  wire \$44 ;
+  wire \$440 ;
+  wire \$441 ;
+  wire \$442 ;
+  wire \$443 ;
+  wire \$444 ;
+  wire \$445 ;
+  wire \$446 ;
+  wire \$447 ;
+  wire [8:0] \$448 ;
+  wire [8:0] \$449 ;
+  wire \$45 ;
+  wire \$450 ;
+  wire \$451 ;
+  wire \$452 ;
+  wire \$453 ;
+  wire \$454 ;
+  wire \$455 ;
+  wire \$456 ;
+  wire \$457 ;
+  wire \$458 ;
+  wire [8:0] \$459 ;
+  wire \$46 ;
+  wire [8:0] \$460 ;
+  reg [1:0] \$461 ;
+  reg [7:0] \$462 ;
+  reg [1:0] \$463 ;
+  reg [7:0] \$464 ;
+  reg [1:0] \$465 ;
+  reg [7:0] \$466 ;
+  reg [1:0] \$467 ;
+  reg [7:0] \$468 ;
+  reg [1:0] \$469 ;
+  wire \$47 ;
+  reg [7:0] \$470 ;
+  reg [1:0] \$471 ;
+  reg [7:0] \$472 ;
+  reg [1:0] \$473 ;
+  reg [7:0] \$474 ;
+  reg [1:0] \$475 ;
+  reg [7:0] \$476 ;
+  reg [1:0] \$477 ;
+  reg [7:0] \$478 ;
+  reg [1:0] \$479 ;
+  wire \$48 ;
+  reg [7:0] \$480 ;
+  wire [67:0] \$481 ;
+  wire [67:0] \$482 ;
+  wire [67:0] \$483 ;
+  wire [67:0] \$484 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  input clk;
+  wire clk;
+  reg [1:0] r_bank_0 = 2'h0;
+  reg [1:0] r_bank_1 = 2'h0;
+  reg [1:0] r_bank_2 = 2'h0;
+  reg [1:0] r_bank_3 = 2'h0;
+  reg [1:0] r_bank_4 = 2'h0;
+  reg [7:0] r_out_0 = 8'h00;
+  reg [7:0] r_out_1 = 8'h00;
+  reg [7:0] r_out_2 = 8'h00;
+  reg [7:0] r_out_3 = 8'h00;
+  reg [7:0] r_out_4 = 8'h00;
+  input rst;
+  wire rst;
+  wire [31:0] s0__araddr;
+  input [31:0] \s0__araddr$1 ;
+  wire [31:0] \s0__araddr$1 ;
+  wire [31:0] \s0__araddr$40 ;
+  wire [31:0] \s0__araddr$58 ;
+  wire [31:0] \s0__araddr$76 ;
+  input [1:0] s0__arburst;
+  wire [1:0] s0__arburst;
+  wire [1:0] \s0__arburst$43 ;
+  wire [1:0] \s0__arburst$61 ;
+  wire [1:0] \s0__arburst$7 ;
+  wire [1:0] \s0__arburst$79 ;
+  input [3:0] s0__arid;
+  wire [3:0] s0__arid;
+  wire [3:0] \s0__arid$44 ;
+  wire [3:0] \s0__arid$62 ;
+  wire [3:0] \s0__arid$80 ;
+  wire [3:0] \s0__arid$9 ;
+  input [7:0] s0__arlen;
+  wire [7:0] s0__arlen;
+  wire [7:0] \s0__arlen$3 ;
+  wire [7:0] \s0__arlen$41 ;
+  wire [7:0] \s0__arlen$59 ;
+  wire [7:0] \s0__arlen$77 ;
+  output s0__arready;
+  wire s0__arready;
+  wire \s0__arready$95 ;
+  wire \s0__arready$96 ;
+  wire \s0__arready$97 ;
+  wire \s0__arready$98 ;
+  input [2:0] s0__arsize;
+  wire [2:0] s0__arsize;
+  wire [2:0] \s0__arsize$42 ;
+  wire [2:0] \s0__arsize$5 ;
+  wire [2:0] \s0__arsize$60 ;
+  wire [2:0] \s0__arsize$78 ;
+  wire s0__arvalid;
+  input \s0__arvalid$11 ;
+  wire \s0__arvalid$11 ;
+  wire \s0__arvalid$45 ;
+  wire \s0__arvalid$63 ;
+  wire \s0__arvalid$81 ;
+  wire [31:0] s0__awaddr;
+  input [31:0] \s0__awaddr$17 ;
+  wire [31:0] \s0__awaddr$17 ;
+  wire [31:0] \s0__awaddr$47 ;
+  wire [31:0] \s0__awaddr$65 ;
+  wire [31:0] \s0__awaddr$83 ;
+  input [1:0] s0__awburst;
+  wire [1:0] s0__awburst;
+  wire [1:0] \s0__awburst$23 ;
+  wire [1:0] \s0__awburst$50 ;
+  wire [1:0] \s0__awburst$68 ;
+  wire [1:0] \s0__awburst$86 ;
+  input [3:0] s0__awid;
+  wire [3:0] s0__awid;
+  wire [3:0] \s0__awid$25 ;
+  wire [3:0] \s0__awid$51 ;
+  wire [3:0] \s0__awid$69 ;
+  wire [3:0] \s0__awid$87 ;
+  input [7:0] s0__awlen;
+  wire [7:0] s0__awlen;
+  wire [7:0] \s0__awlen$19 ;
+  wire [7:0] \s0__awlen$48 ;
+  wire [7:0] \s0__awlen$66 ;
+  wire [7:0] \s0__awlen$84 ;
+  output s0__awready;
+  wire s0__awready;
+  wire \s0__awready$100 ;
+  wire \s0__awready$101 ;
+  wire \s0__awready$102 ;
+  wire \s0__awready$103 ;
+  input [2:0] s0__awsize;
+  wire [2:0] s0__awsize;
+  wire [2:0] \s0__awsize$21 ;
+  wire [2:0] \s0__awsize$49 ;
+  wire [2:0] \s0__awsize$67 ;
+  wire [2:0] \s0__awsize$85 ;
+  wire s0__awvalid;
+  input \s0__awvalid$27 ;
+  wire \s0__awvalid$27 ;
+  wire \s0__awvalid$52 ;
+  wire \s0__awvalid$70 ;
+  wire \s0__awvalid$88 ;
+  output [3:0] s0__bid;
+  reg [3:0] s0__bid;
+  wire [3:0] \s0__bid$134 ;
+  wire [3:0] \s0__bid$139 ;
+  wire [3:0] \s0__bid$143 ;
+  wire [3:0] \s0__bid$147 ;
+  wire s0__bready;
+  input \s0__bready$39 ;
+  wire \s0__bready$39 ;
+  wire \s0__bready$57 ;
+  wire \s0__bready$75 ;
+  wire \s0__bready$93 ;
+  output [1:0] s0__bresp;
+  reg [1:0] s0__bresp;
+  wire [1:0] \s0__bresp$136 ;
+  wire [1:0] \s0__bresp$140 ;
+  wire [1:0] \s0__bresp$144 ;
+  wire [1:0] \s0__bresp$148 ;
+  output s0__bvalid;
+  reg s0__bvalid;
+  wire \s0__bvalid$132 ;
+  wire \s0__bvalid$138 ;
+  wire \s0__bvalid$142 ;
+  wire \s0__bvalid$146 ;
+  output [63:0] s0__rdata;
+  reg [63:0] s0__rdata;
+  wire [63:0] \s0__rdata$107 ;
+  wire [63:0] \s0__rdata$115 ;
+  wire [63:0] \s0__rdata$120 ;
+  wire [63:0] \s0__rdata$125 ;
+  output [3:0] s0__rid;
+  reg [3:0] s0__rid;
+  wire [3:0] \s0__rid$109 ;
+  wire [3:0] \s0__rid$116 ;
+  wire [3:0] \s0__rid$121 ;
+  wire [3:0] \s0__rid$126 ;
+  output s0__rlast;
+  reg s0__rlast;
+  wire \s0__rlast$113 ;
+  wire \s0__rlast$118 ;
+  wire \s0__rlast$123 ;
+  wire \s0__rlast$128 ;
+  wire s0__rready;
+  input \s0__rready$15 ;
+  wire \s0__rready$15 ;
+  wire \s0__rready$46 ;
+  wire \s0__rready$64 ;
+  wire \s0__rready$82 ;
+  output [1:0] s0__rresp;
+  reg [1:0] s0__rresp;
+  wire [1:0] \s0__rresp$111 ;
+  wire [1:0] \s0__rresp$117 ;
+  wire [1:0] \s0__rresp$122 ;
+  wire [1:0] \s0__rresp$127 ;
+  output s0__rvalid;
+  reg s0__rvalid;
+  wire \s0__rvalid$105 ;
+  wire \s0__rvalid$114 ;
+  wire \s0__rvalid$119 ;
+  wire \s0__rvalid$124 ;
+  input [63:0] s0__wdata;
+  wire [63:0] s0__wdata;
+  wire [63:0] \s0__wdata$31 ;
+  wire [63:0] \s0__wdata$53 ;
+  wire [63:0] \s0__wdata$71 ;
+  wire [63:0] \s0__wdata$89 ;
+  input s0__wlast;
+  wire s0__wlast;
+  wire \s0__wlast$35 ;
+  wire \s0__wlast$55 ;
+  wire \s0__wlast$73 ;
+  wire \s0__wlast$91 ;
+  output s0__wready;
+  reg s0__wready;
+  wire \s0__wready$130 ;
+  wire \s0__wready$137 ;
+  wire \s0__wready$141 ;
+  wire \s0__wready$145 ;
+  input [7:0] s0__wstrb;
+  wire [7:0] s0__wstrb;
+  wire [7:0] \s0__wstrb$33 ;
+  wire [7:0] \s0__wstrb$54 ;
+  wire [7:0] \s0__wstrb$72 ;
+  wire [7:0] \s0__wstrb$90 ;
+  wire s0__wvalid;
+  input \s0__wvalid$37 ;
+  wire \s0__wvalid$37 ;
+  wire \s0__wvalid$56 ;
+  wire \s0__wvalid$74 ;
+  wire \s0__wvalid$92 ;
+  wire [31:0] s1__araddr;
+  input [31:0] \s1__araddr$150 ;
+  wire [31:0] \s1__araddr$150 ;
+  wire [31:0] \s1__araddr$189 ;
+  wire [31:0] \s1__araddr$207 ;
+  wire [31:0] \s1__araddr$225 ;
+  wire [1:0] s1__arburst;
+  wire [1:0] \s1__arburst$156 ;
+  wire [1:0] \s1__arburst$192 ;
+  wire [1:0] \s1__arburst$210 ;
+  wire [1:0] \s1__arburst$228 ;
+  wire [3:0] s1__arid;
+  wire [3:0] \s1__arid$158 ;
+  wire [3:0] \s1__arid$193 ;
+  wire [3:0] \s1__arid$211 ;
+  wire [3:0] \s1__arid$229 ;
+  wire [7:0] s1__arlen;
+  wire [7:0] \s1__arlen$152 ;
+  wire [7:0] \s1__arlen$190 ;
+  wire [7:0] \s1__arlen$208 ;
+  wire [7:0] \s1__arlen$226 ;
+  output s1__arready;
+  wire s1__arready;
+  wire \s1__arready$244 ;
+  wire \s1__arready$245 ;
+  wire \s1__arready$246 ;
+  wire \s1__arready$247 ;
+  wire [2:0] s1__arsize;
+  wire [2:0] \s1__arsize$154 ;
+  wire [2:0] \s1__arsize$191 ;
+  wire [2:0] \s1__arsize$209 ;
+  wire [2:0] \s1__arsize$227 ;
+  wire s1__arvalid;
+  input \s1__arvalid$160 ;
+  wire \s1__arvalid$160 ;
+  wire \s1__arvalid$194 ;
+  wire \s1__arvalid$212 ;
+  wire \s1__arvalid$230 ;
+  wire [31:0] s1__awaddr;
+  input [31:0] \s1__awaddr$166 ;
+  wire [31:0] \s1__awaddr$166 ;
+  wire [31:0] \s1__awaddr$196 ;
+  wire [31:0] \s1__awaddr$214 ;
+  wire [31:0] \s1__awaddr$232 ;
+  wire [1:0] s1__awburst;
+  wire [1:0] \s1__awburst$172 ;
+  wire [1:0] \s1__awburst$199 ;
+  wire [1:0] \s1__awburst$217 ;
+  wire [1:0] \s1__awburst$235 ;
+  wire [3:0] s1__awid;
+  wire [3:0] \s1__awid$174 ;
+  wire [3:0] \s1__awid$200 ;
+  wire [3:0] \s1__awid$218 ;
+  wire [3:0] \s1__awid$236 ;
+  wire [7:0] s1__awlen;
+  wire [7:0] \s1__awlen$168 ;
+  wire [7:0] \s1__awlen$197 ;
+  wire [7:0] \s1__awlen$215 ;
+  wire [7:0] \s1__awlen$233 ;
+  output s1__awready;
+  wire s1__awready;
+  wire \s1__awready$249 ;
+  wire \s1__awready$250 ;
+  wire \s1__awready$251 ;
+  wire \s1__awready$252 ;
+  wire [2:0] s1__awsize;
+  wire [2:0] \s1__awsize$170 ;
+  wire [2:0] \s1__awsize$198 ;
+  wire [2:0] \s1__awsize$216 ;
+  wire [2:0] \s1__awsize$234 ;
+  wire s1__awvalid;
+  input \s1__awvalid$176 ;
+  wire \s1__awvalid$176 ;
+  wire \s1__awvalid$201 ;
+  wire \s1__awvalid$219 ;
+  wire \s1__awvalid$237 ;
+  output [3:0] s1__bid;
+  reg [3:0] s1__bid;
+  wire [3:0] \s1__bid$283 ;
+  wire [3:0] \s1__bid$288 ;
+  wire [3:0] \s1__bid$292 ;
+  wire [3:0] \s1__bid$296 ;
+  wire s1__bready;
+  input \s1__bready$188 ;
+  wire \s1__bready$188 ;
+  wire \s1__bready$206 ;
+  wire \s1__bready$224 ;
+  wire \s1__bready$242 ;
+  output [1:0] s1__bresp;
+  reg [1:0] s1__bresp;
+  wire [1:0] \s1__bresp$285 ;
+  wire [1:0] \s1__bresp$289 ;
+  wire [1:0] \s1__bresp$293 ;
+  wire [1:0] \s1__bresp$297 ;
+  output s1__bvalid;
+  reg s1__bvalid;
+  wire \s1__bvalid$281 ;
+  wire \s1__bvalid$287 ;
+  wire \s1__bvalid$291 ;
+  wire \s1__bvalid$295 ;
+  output [63:0] s1__rdata;
+  reg [63:0] s1__rdata;
+  wire [63:0] \s1__rdata$256 ;
+  wire [63:0] \s1__rdata$264 ;
+  wire [63:0] \s1__rdata$269 ;
+  wire [63:0] \s1__rdata$274 ;
+  output [3:0] s1__rid;
+  reg [3:0] s1__rid;
+  wire [3:0] \s1__rid$258 ;
+  wire [3:0] \s1__rid$265 ;
+  wire [3:0] \s1__rid$270 ;
+  wire [3:0] \s1__rid$275 ;
+  output s1__rlast;
+  reg s1__rlast;
+  wire \s1__rlast$262 ;
+  wire \s1__rlast$267 ;
+  wire \s1__rlast$272 ;
+  wire \s1__rlast$277 ;
+  wire s1__rready;
+  input \s1__rready$164 ;
+  wire \s1__rready$164 ;
+  wire \s1__rready$195 ;
+  wire \s1__rready$213 ;
+  wire \s1__rready$231 ;
+  output [1:0] s1__rresp;
+  reg [1:0] s1__rresp;
+  wire [1:0] \s1__rresp$260 ;
+  wire [1:0] \s1__rresp$266 ;
+  wire [1:0] \s1__rresp$271 ;
+  wire [1:0] \s1__rresp$276 ;
+  output s1__rvalid;
+  reg s1__rvalid;
+  wire \s1__rvalid$254 ;
+  wire \s1__rvalid$263 ;
+  wire \s1__rvalid$268 ;
+  wire \s1__rvalid$273 ;
+  input [63:0] s1__wdata;
+  wire [63:0] s1__wdata;
+  wire [63:0] \s1__wdata$180 ;
+  wire [63:0] \s1__wdata$202 ;
+  wire [63:0] \s1__wdata$220 ;
+  wire [63:0] \s1__wdata$238 ;
+  wire s1__wlast;
+  wire \s1__wlast$184 ;
+  wire \s1__wlast$204 ;
+  wire \s1__wlast$222 ;
+  wire \s1__wlast$240 ;
+  output s1__wready;
+  reg s1__wready;
+  wire \s1__wready$279 ;
+  wire \s1__wready$286 ;
+  wire \s1__wready$290 ;
+  wire \s1__wready$294 ;
+  wire [7:0] s1__wstrb;
+  wire [7:0] \s1__wstrb$182 ;
+  wire [7:0] \s1__wstrb$203 ;
+  wire [7:0] \s1__wstrb$221 ;
+  wire [7:0] \s1__wstrb$239 ;
+  wire s1__wvalid;
+  input \s1__wvalid$186 ;
+  wire \s1__wvalid$186 ;
+  wire \s1__wvalid$205 ;
+  wire \s1__wvalid$223 ;
+  wire \s1__wvalid$241 ;
+  wire [31:0] s2__araddr;
+  input [31:0] \s2__araddr$299 ;
+  wire [31:0] \s2__araddr$299 ;
+  wire [31:0] \s2__araddr$338 ;
+  wire [31:0] \s2__araddr$356 ;
+  wire [31:0] \s2__araddr$374 ;
+  wire [1:0] s2__arburst;
+  wire [1:0] \s2__arburst$305 ;
+  wire [1:0] \s2__arburst$341 ;
+  wire [1:0] \s2__arburst$359 ;
+  wire [1:0] \s2__arburst$377 ;
+  wire [3:0] s2__arid;
+  wire [3:0] \s2__arid$307 ;
+  wire [3:0] \s2__arid$342 ;
+  wire [3:0] \s2__arid$360 ;
+  wire [3:0] \s2__arid$378 ;
+  input [7:0] s2__arlen;
+  wire [7:0] s2__arlen;
+  wire [7:0] \s2__arlen$301 ;
+  wire [7:0] \s2__arlen$339 ;
+  wire [7:0] \s2__arlen$357 ;
+  wire [7:0] \s2__arlen$375 ;
+  output s2__arready;
+  wire s2__arready;
+  wire \s2__arready$393 ;
+  wire \s2__arready$394 ;
+  wire \s2__arready$395 ;
+  wire \s2__arready$396 ;
+  wire [2:0] s2__arsize;
+  wire [2:0] \s2__arsize$303 ;
+  wire [2:0] \s2__arsize$340 ;
+  wire [2:0] \s2__arsize$358 ;
+  wire [2:0] \s2__arsize$376 ;
+  wire s2__arvalid;
+  input \s2__arvalid$309 ;
+  wire \s2__arvalid$309 ;
+  wire \s2__arvalid$343 ;
+  wire \s2__arvalid$361 ;
+  wire \s2__arvalid$379 ;
+  wire [31:0] s2__awaddr;
+  input [31:0] \s2__awaddr$315 ;
+  wire [31:0] \s2__awaddr$315 ;
+  wire [31:0] \s2__awaddr$345 ;
+  wire [31:0] \s2__awaddr$363 ;
+  wire [31:0] \s2__awaddr$381 ;
+  wire [1:0] s2__awburst;
+  wire [1:0] \s2__awburst$321 ;
+  wire [1:0] \s2__awburst$348 ;
+  wire [1:0] \s2__awburst$366 ;
+  wire [1:0] \s2__awburst$384 ;
+  wire [3:0] s2__awid;
+  wire [3:0] \s2__awid$323 ;
+  wire [3:0] \s2__awid$349 ;
+  wire [3:0] \s2__awid$367 ;
+  wire [3:0] \s2__awid$385 ;
+  input [7:0] s2__awlen;
+  wire [7:0] s2__awlen;
+  wire [7:0] \s2__awlen$317 ;
+  wire [7:0] \s2__awlen$346 ;
+  wire [7:0] \s2__awlen$364 ;
+  wire [7:0] \s2__awlen$382 ;
+  output s2__awready;
+  wire s2__awready;
+  wire \s2__awready$398 ;
+  wire \s2__awready$399 ;
+  wire \s2__awready$400 ;
+  wire \s2__awready$401 ;
+  wire [2:0] s2__awsize;
+  wire [2:0] \s2__awsize$319 ;
+  wire [2:0] \s2__awsize$347 ;
+  wire [2:0] \s2__awsize$365 ;
+  wire [2:0] \s2__awsize$383 ;
+  wire s2__awvalid;
+  input \s2__awvalid$325 ;
+  wire \s2__awvalid$325 ;
+  wire \s2__awvalid$350 ;
+  wire \s2__awvalid$368 ;
+  wire \s2__awvalid$386 ;
+  output [3:0] s2__bid;
+  reg [3:0] s2__bid;
+  wire [3:0] \s2__bid$432 ;
+  wire [3:0] \s2__bid$437 ;
+  wire [3:0] \s2__bid$441 ;
+  wire [3:0] \s2__bid$445 ;
+  wire s2__bready;
+  wire \s2__bready$337 ;
+  wire \s2__bready$355 ;
+  wire \s2__bready$373 ;
+  wire \s2__bready$391 ;
+  output [1:0] s2__bresp;
+  reg [1:0] s2__bresp;
+  wire [1:0] \s2__bresp$434 ;
+  wire [1:0] \s2__bresp$438 ;
+  wire [1:0] \s2__bresp$442 ;
+  wire [1:0] \s2__bresp$446 ;
+  output s2__bvalid;
+  reg s2__bvalid;
+  wire \s2__bvalid$430 ;
+  wire \s2__bvalid$436 ;
+  wire \s2__bvalid$440 ;
+  wire \s2__bvalid$444 ;
+  output [63:0] s2__rdata;
+  reg [63:0] s2__rdata;
+  wire [63:0] \s2__rdata$405 ;
+  wire [63:0] \s2__rdata$413 ;
+  wire [63:0] \s2__rdata$418 ;
+  wire [63:0] \s2__rdata$423 ;
+  output [3:0] s2__rid;
+  reg [3:0] s2__rid;
+  wire [3:0] \s2__rid$407 ;
+  wire [3:0] \s2__rid$414 ;
+  wire [3:0] \s2__rid$419 ;
+  wire [3:0] \s2__rid$424 ;
+  output s2__rlast;
+  reg s2__rlast;
+  wire \s2__rlast$411 ;
+  wire \s2__rlast$416 ;
+  wire \s2__rlast$421 ;
+  wire \s2__rlast$426 ;
+  wire s2__rready;
+  input \s2__rready$313 ;
+  wire \s2__rready$313 ;
+  wire \s2__rready$344 ;
+  wire \s2__rready$362 ;
+  wire \s2__rready$380 ;
+  output [1:0] s2__rresp;
+  reg [1:0] s2__rresp;
+  wire [1:0] \s2__rresp$409 ;
+  wire [1:0] \s2__rresp$415 ;
+  wire [1:0] \s2__rresp$420 ;
+  wire [1:0] \s2__rresp$425 ;
+  output s2__rvalid;
+  reg s2__rvalid;
+  wire \s2__rvalid$403 ;
+  wire \s2__rvalid$412 ;
+  wire \s2__rvalid$417 ;
+  wire \s2__rvalid$422 ;
+  input [63:0] s2__wdata;
+  wire [63:0] s2__wdata;
+  wire [63:0] \s2__wdata$329 ;
+  wire [63:0] \s2__wdata$351 ;
+  wire [63:0] \s2__wdata$369 ;
+  wire [63:0] \s2__wdata$387 ;
+  input s2__wlast;
+  wire s2__wlast;
+  wire \s2__wlast$333 ;
+  wire \s2__wlast$353 ;
+  wire \s2__wlast$371 ;
+  wire \s2__wlast$389 ;
+  output s2__wready;
+  reg s2__wready;
+  wire \s2__wready$428 ;
+  wire \s2__wready$435 ;
+  wire \s2__wready$439 ;
+  wire \s2__wready$443 ;
+  input [7:0] s2__wstrb;
+  wire [7:0] s2__wstrb;
+  wire [7:0] \s2__wstrb$331 ;
+  wire [7:0] \s2__wstrb$352 ;
+  wire [7:0] \s2__wstrb$370 ;
+  wire [7:0] \s2__wstrb$388 ;
+  wire s2__wvalid;
+  input \s2__wvalid$335 ;
+  wire \s2__wvalid$335 ;
+  wire \s2__wvalid$354 ;
+  wire \s2__wvalid$372 ;
+  wire \s2__wvalid$390 ;
+  wire [31:0] s3__araddr;
+  input [31:0] \s3__araddr$448 ;
+  wire [31:0] \s3__araddr$448 ;
+  wire [31:0] \s3__araddr$487 ;
+  wire [31:0] \s3__araddr$505 ;
+  wire [31:0] \s3__araddr$523 ;
+  wire [1:0] s3__arburst;
+  wire [1:0] \s3__arburst$454 ;
+  wire [1:0] \s3__arburst$490 ;
+  wire [1:0] \s3__arburst$508 ;
+  wire [1:0] \s3__arburst$526 ;
+  wire [3:0] s3__arid;
+  wire [3:0] \s3__arid$456 ;
+  wire [3:0] \s3__arid$491 ;
+  wire [3:0] \s3__arid$509 ;
+  wire [3:0] \s3__arid$527 ;
+  wire [7:0] s3__arlen;
+  wire [7:0] \s3__arlen$450 ;
+  wire [7:0] \s3__arlen$488 ;
+  wire [7:0] \s3__arlen$506 ;
+  wire [7:0] \s3__arlen$524 ;
+  output s3__arready;
+  wire s3__arready;
+  wire \s3__arready$542 ;
+  wire \s3__arready$543 ;
+  wire \s3__arready$544 ;
+  wire \s3__arready$545 ;
+  wire [2:0] s3__arsize;
+  wire [2:0] \s3__arsize$452 ;
+  wire [2:0] \s3__arsize$489 ;
+  wire [2:0] \s3__arsize$507 ;
+  wire [2:0] \s3__arsize$525 ;
+  wire s3__arvalid;
+  input \s3__arvalid$458 ;
+  wire \s3__arvalid$458 ;
+  wire \s3__arvalid$492 ;
+  wire \s3__arvalid$510 ;
+  wire \s3__arvalid$528 ;
+  wire [31:0] s3__awaddr;
+  input [31:0] \s3__awaddr$464 ;
+  wire [31:0] \s3__awaddr$464 ;
+  wire [31:0] \s3__awaddr$494 ;
+  wire [31:0] \s3__awaddr$512 ;
+  wire [31:0] \s3__awaddr$530 ;
+  wire [1:0] s3__awburst;
+  wire [1:0] \s3__awburst$470 ;
+  wire [1:0] \s3__awburst$497 ;
+  wire [1:0] \s3__awburst$515 ;
+  wire [1:0] \s3__awburst$533 ;
+  wire [3:0] s3__awid;
+  wire [3:0] \s3__awid$472 ;
+  wire [3:0] \s3__awid$498 ;
+  wire [3:0] \s3__awid$516 ;
+  wire [3:0] \s3__awid$534 ;
+  wire [7:0] s3__awlen;
+  wire [7:0] \s3__awlen$466 ;
+  wire [7:0] \s3__awlen$495 ;
+  wire [7:0] \s3__awlen$513 ;
+  wire [7:0] \s3__awlen$531 ;
+  output s3__awready;
+  wire s3__awready;
+  wire \s3__awready$547 ;
+  wire \s3__awready$548 ;
+  wire \s3__awready$549 ;
+  wire \s3__awready$550 ;
+  wire [2:0] s3__awsize;
+  wire [2:0] \s3__awsize$468 ;
+  wire [2:0] \s3__awsize$496 ;
+  wire [2:0] \s3__awsize$514 ;
+  wire [2:0] \s3__awsize$532 ;
+  wire s3__awvalid;
+  input \s3__awvalid$474 ;
+  wire \s3__awvalid$474 ;
+  wire \s3__awvalid$499 ;
+  wire \s3__awvalid$517 ;
+  wire \s3__awvalid$535 ;
+  output [3:0] s3__bid;
+  reg [3:0] s3__bid;
+  wire [3:0] \s3__bid$581 ;
+  wire [3:0] \s3__bid$586 ;
+  wire [3:0] \s3__bid$590 ;
+  wire [3:0] \s3__bid$594 ;
+  wire s3__bready;
+  input \s3__bready$486 ;
+  wire \s3__bready$486 ;
+  wire \s3__bready$504 ;
+  wire \s3__bready$522 ;
+  wire \s3__bready$540 ;
+  output [1:0] s3__bresp;
+  reg [1:0] s3__bresp;
+  wire [1:0] \s3__bresp$583 ;
+  wire [1:0] \s3__bresp$587 ;
+  wire [1:0] \s3__bresp$591 ;
+  wire [1:0] \s3__bresp$595 ;
+  output s3__bvalid;
+  reg s3__bvalid;
+  wire \s3__bvalid$579 ;
+  wire \s3__bvalid$585 ;
+  wire \s3__bvalid$589 ;
+  wire \s3__bvalid$593 ;
+  output [63:0] s3__rdata;
+  reg [63:0] s3__rdata;
+  wire [63:0] \s3__rdata$554 ;
+  wire [63:0] \s3__rdata$562 ;
+  wire [63:0] \s3__rdata$567 ;
+  wire [63:0] \s3__rdata$572 ;
+  output [3:0] s3__rid;
+  reg [3:0] s3__rid;
+  wire [3:0] \s3__rid$556 ;
+  wire [3:0] \s3__rid$563 ;
+  wire [3:0] \s3__rid$568 ;
+  wire [3:0] \s3__rid$573 ;
+  output s3__rlast;
+  reg s3__rlast;
+  wire \s3__rlast$560 ;
+  wire \s3__rlast$565 ;
+  wire \s3__rlast$570 ;
+  wire \s3__rlast$575 ;
+  wire s3__rready;
+  input \s3__rready$462 ;
+  wire \s3__rready$462 ;
+  wire \s3__rready$493 ;
+  wire \s3__rready$511 ;
+  wire \s3__rready$529 ;
+  output [1:0] s3__rresp;
+  reg [1:0] s3__rresp;
+  wire [1:0] \s3__rresp$558 ;
+  wire [1:0] \s3__rresp$564 ;
+  wire [1:0] \s3__rresp$569 ;
+  wire [1:0] \s3__rresp$574 ;
+  output s3__rvalid;
+  reg s3__rvalid;
+  wire \s3__rvalid$552 ;
+  wire \s3__rvalid$561 ;
+  wire \s3__rvalid$566 ;
+  wire \s3__rvalid$571 ;
+  input [63:0] s3__wdata;
+  wire [63:0] s3__wdata;
+  wire [63:0] \s3__wdata$478 ;
+  wire [63:0] \s3__wdata$500 ;
+  wire [63:0] \s3__wdata$518 ;
+  wire [63:0] \s3__wdata$536 ;
+  wire s3__wlast;
+  wire \s3__wlast$482 ;
+  wire \s3__wlast$502 ;
+  wire \s3__wlast$520 ;
+  wire \s3__wlast$538 ;
+  output s3__wready;
+  reg s3__wready;
+  wire \s3__wready$577 ;
+  wire \s3__wready$584 ;
+  wire \s3__wready$588 ;
+  wire \s3__wready$592 ;
+  wire [7:0] s3__wstrb;
+  wire [7:0] \s3__wstrb$480 ;
+  wire [7:0] \s3__wstrb$501 ;
+  wire [7:0] \s3__wstrb$519 ;
+  wire [7:0] \s3__wstrb$537 ;
+  wire s3__wvalid;
+  input \s3__wvalid$484 ;
+  wire \s3__wvalid$484 ;
+  wire \s3__wvalid$503 ;
+  wire \s3__wvalid$521 ;
+  wire \s3__wvalid$539 ;
+  wire [31:0] s4__araddr;
+  input [31:0] \s4__araddr$597 ;
+  wire [31:0] \s4__araddr$597 ;
+  wire [31:0] \s4__araddr$636 ;
+  wire [31:0] \s4__araddr$654 ;
+  wire [31:0] \s4__araddr$672 ;
+  wire [1:0] s4__arburst;
+  wire [1:0] \s4__arburst$603 ;
+  wire [1:0] \s4__arburst$639 ;
+  wire [1:0] \s4__arburst$657 ;
+  wire [1:0] \s4__arburst$675 ;
+  wire [3:0] s4__arid;
+  wire [3:0] \s4__arid$605 ;
+  wire [3:0] \s4__arid$640 ;
+  wire [3:0] \s4__arid$658 ;
+  wire [3:0] \s4__arid$676 ;
+  input [7:0] s4__arlen;
+  wire [7:0] s4__arlen;
+  wire [7:0] \s4__arlen$599 ;
+  wire [7:0] \s4__arlen$637 ;
+  wire [7:0] \s4__arlen$655 ;
+  wire [7:0] \s4__arlen$673 ;
+  output s4__arready;
+  wire s4__arready;
+  wire \s4__arready$691 ;
+  wire \s4__arready$692 ;
+  wire \s4__arready$693 ;
+  wire \s4__arready$694 ;
+  wire [2:0] s4__arsize;
+  wire [2:0] \s4__arsize$601 ;
+  wire [2:0] \s4__arsize$638 ;
+  wire [2:0] \s4__arsize$656 ;
+  wire [2:0] \s4__arsize$674 ;
+  wire s4__arvalid;
+  input \s4__arvalid$607 ;
+  wire \s4__arvalid$607 ;
+  wire \s4__arvalid$641 ;
+  wire \s4__arvalid$659 ;
+  wire \s4__arvalid$677 ;
+  wire [31:0] s4__awaddr;
+  input [31:0] \s4__awaddr$613 ;
+  wire [31:0] \s4__awaddr$613 ;
+  wire [31:0] \s4__awaddr$643 ;
+  wire [31:0] \s4__awaddr$661 ;
+  wire [31:0] \s4__awaddr$679 ;
+  wire [1:0] s4__awburst;
+  wire [1:0] \s4__awburst$619 ;
+  wire [1:0] \s4__awburst$646 ;
+  wire [1:0] \s4__awburst$664 ;
+  wire [1:0] \s4__awburst$682 ;
+  wire [3:0] s4__awid;
+  wire [3:0] \s4__awid$621 ;
+  wire [3:0] \s4__awid$647 ;
+  wire [3:0] \s4__awid$665 ;
+  wire [3:0] \s4__awid$683 ;
+  input [7:0] s4__awlen;
+  wire [7:0] s4__awlen;
+  wire [7:0] \s4__awlen$615 ;
+  wire [7:0] \s4__awlen$644 ;
+  wire [7:0] \s4__awlen$662 ;
+  wire [7:0] \s4__awlen$680 ;
+  output s4__awready;
+  wire s4__awready;
+  wire \s4__awready$696 ;
+  wire \s4__awready$697 ;
+  wire \s4__awready$698 ;
+  wire \s4__awready$699 ;
+  wire [2:0] s4__awsize;
+  wire [2:0] \s4__awsize$617 ;
+  wire [2:0] \s4__awsize$645 ;
+  wire [2:0] \s4__awsize$663 ;
+  wire [2:0] \s4__awsize$681 ;
+  wire s4__awvalid;
+  input \s4__awvalid$623 ;
+  wire \s4__awvalid$623 ;
+  wire \s4__awvalid$648 ;
+  wire \s4__awvalid$666 ;
+  wire \s4__awvalid$684 ;
+  output [3:0] s4__bid;
+  reg [3:0] s4__bid;
+  wire [3:0] \s4__bid$730 ;
+  wire [3:0] \s4__bid$735 ;
+  wire [3:0] \s4__bid$739 ;
+  wire [3:0] \s4__bid$743 ;
+  wire s4__bready;
+  wire \s4__bready$635 ;
+  wire \s4__bready$653 ;
+  wire \s4__bready$671 ;
+  wire \s4__bready$689 ;
+  output [1:0] s4__bresp;
+  reg [1:0] s4__bresp;
+  wire [1:0] \s4__bresp$732 ;
+  wire [1:0] \s4__bresp$736 ;
+  wire [1:0] \s4__bresp$740 ;
+  wire [1:0] \s4__bresp$744 ;
+  output s4__bvalid;
+  reg s4__bvalid;
+  wire \s4__bvalid$728 ;
+  wire \s4__bvalid$734 ;
+  wire \s4__bvalid$738 ;
+  wire \s4__bvalid$742 ;
+  output [63:0] s4__rdata;
+  reg [63:0] s4__rdata;
+  wire [63:0] \s4__rdata$703 ;
+  wire [63:0] \s4__rdata$711 ;
+  wire [63:0] \s4__rdata$716 ;
+  wire [63:0] \s4__rdata$721 ;
+  output [3:0] s4__rid;
+  reg [3:0] s4__rid;
+  wire [3:0] \s4__rid$705 ;
+  wire [3:0] \s4__rid$712 ;
+  wire [3:0] \s4__rid$717 ;
+  wire [3:0] \s4__rid$722 ;
+  output s4__rlast;
+  reg s4__rlast;
+  wire \s4__rlast$709 ;
+  wire \s4__rlast$714 ;
+  wire \s4__rlast$719 ;
+  wire \s4__rlast$724 ;
+  wire s4__rready;
+  input \s4__rready$611 ;
+  wire \s4__rready$611 ;
+  wire \s4__rready$642 ;
+  wire \s4__rready$660 ;
+  wire \s4__rready$678 ;
+  output [1:0] s4__rresp;
+  reg [1:0] s4__rresp;
+  wire [1:0] \s4__rresp$707 ;
+  wire [1:0] \s4__rresp$713 ;
+  wire [1:0] \s4__rresp$718 ;
+  wire [1:0] \s4__rresp$723 ;
+  output s4__rvalid;
+  reg s4__rvalid;
+  wire \s4__rvalid$701 ;
+  wire \s4__rvalid$710 ;
+  wire \s4__rvalid$715 ;
+  wire \s4__rvalid$720 ;
+  input [63:0] s4__wdata;
+  wire [63:0] s4__wdata;
+  wire [63:0] \s4__wdata$627 ;
+  wire [63:0] \s4__wdata$649 ;
+  wire [63:0] \s4__wdata$667 ;
+  wire [63:0] \s4__wdata$685 ;
+  input s4__wlast;
+  wire s4__wlast;
+  wire \s4__wlast$631 ;
+  wire \s4__wlast$651 ;
+  wire \s4__wlast$669 ;
+  wire \s4__wlast$687 ;
+  output s4__wready;
+  reg s4__wready;
+  wire \s4__wready$726 ;
+  wire \s4__wready$733 ;
+  wire \s4__wready$737 ;
+  wire \s4__wready$741 ;
+  input [7:0] s4__wstrb;
+  wire [7:0] s4__wstrb;
+  wire [7:0] \s4__wstrb$629 ;
+  wire [7:0] \s4__wstrb$650 ;
+  wire [7:0] \s4__wstrb$668 ;
+  wire [7:0] \s4__wstrb$686 ;
+  wire s4__wvalid;
+  input \s4__wvalid$633 ;
+  wire \s4__wvalid$633 ;
+  wire \s4__wvalid$652 ;
+  wire \s4__wvalid$670 ;
+  wire \s4__wvalid$688 ;
+  reg [1:0] w_bank_0 = 2'h0;
+  reg [1:0] w_bank_1 = 2'h0;
+  reg [1:0] w_bank_2 = 2'h0;
+  reg [1:0] w_bank_3 = 2'h0;
+  reg [1:0] w_bank_4 = 2'h0;
+  reg [7:0] w_out_0 = 8'h00;
+  reg [7:0] w_out_1 = 8'h00;
+  reg [7:0] w_out_2 = 8'h00;
+  reg [7:0] w_out_3 = 8'h00;
+  reg [7:0] w_out_4 = 8'h00;
+  assign \$406  = \$403  & \$405 ;
+  assign \$408  = \s2__awvalid$325  & s2__awready;
+  assign \$409  = ~ \$408 ;
+  assign \$410  = \$407  & \$409 ;
+  assign \$411  = w_out_2 + 1'h1;
+  assign \$412  = w_out_2 - 1'h1;
+  assign \$413  = \s3__arvalid$458  & s3__arready;
+  assign \$414  = \s3__arvalid$458  & s3__arready;
+  assign \$415  = s3__rvalid & \s3__rready$462 ;
+  assign \$416  = \$415  & s3__rlast;
+  assign \$417  = ~ \$416 ;
+  assign \$418  = \$414  & \$417 ;
+  assign \$419  = s3__rvalid & \s3__rready$462 ;
+  assign \$420  = \$419  & s3__rlast;
+  assign \$421  = \s3__arvalid$458  & s3__arready;
+  assign \$422  = ~ \$421 ;
+  assign \$423  = \$420  & \$422 ;
+  assign \$424  = r_out_3 + 1'h1;
+  assign \$425  = r_out_3 - 1'h1;
+  assign \$426  = \s3__awvalid$474  & s3__awready;
+  assign \$427  = \s3__awvalid$474  & s3__awready;
+  assign \$428  = s3__bvalid & \s3__bready$486 ;
+  assign \$429  = ~ \$428 ;
+  assign \$430  = \$427  & \$429 ;
+  assign \$431  = s3__bvalid & \s3__bready$486 ;
+  assign \$432  = \s3__awvalid$474  & s3__awready;
+  assign \$433  = ~ \$432 ;
+  assign \$434  = \$431  & \$433 ;
+  assign \$435  = w_out_3 + 1'h1;
+  assign \$436  = w_out_3 - 1'h1;
+  assign \$437  = \s4__arvalid$607  & s4__arready;
+  assign \$438  = \s4__arvalid$607  & s4__arready;
+  assign \$439  = s4__rvalid & \s4__rready$611 ;
+  assign \$440  = \$439  & s4__rlast;
+  assign \$441  = ~ \$440 ;
+  assign \$442  = \$438  & \$441 ;
+  assign \$443  = s4__rvalid & \s4__rready$611 ;
+  assign \$444  = \$443  & s4__rlast;
+  assign \$445  = \s4__arvalid$607  & s4__arready;
+  assign \$446  = ~ \$445 ;
+  assign \$447  = \$444  & \$446 ;
+  assign \$448  = r_out_4 + 1'h1;
+  assign \$449  = r_out_4 - 1'h1;
+  assign \$450  = \s4__awvalid$623  & s4__awready;
+  assign \$451  = \s4__awvalid$623  & s4__awready;
+  assign \$453  = ~ \$452 ;
+  assign \$454  = \$451  & \$453 ;
+  assign \$456  = \s4__awvalid$623  & s4__awready;
+  assign \$457  = ~ \$456 ;
+  assign \$458  = \$455  & \$457 ;
+  assign \$459  = w_out_4 + 1'h1;
+  assign \$460  = w_out_4 - 1'h1;
+  always @(posedge clk)
+    r_bank_0 <= \$461 ;
+  always @(posedge clk)
+    r_out_0 <= \$462 ;
+  always @(posedge clk)
+    w_bank_0 <= \$463 ;
+  always @(posedge clk)
+    w_out_0 <= \$464 ;
+  always @(posedge clk)
+    r_bank_1 <= \$465 ;
+  always @(posedge clk)
+    r_out_1 <= \$466 ;
+  always @(posedge clk)
+    w_bank_1 <= \$467 ;
+  always @(posedge clk)
+    w_out_1 <= \$468 ;
+  always @(posedge clk)
+    r_bank_2 <= \$469 ;
+  always @(posedge clk)
+    r_out_2 <= \$470 ;
+  always @(posedge clk)
+    w_bank_2 <= \$471 ;
+  always @(posedge clk)
+    w_out_2 <= \$472 ;
+  always @(posedge clk)
+    r_bank_3 <= \$473 ;
+  always @(posedge clk)
+    r_out_3 <= \$474 ;
+  always @(posedge clk)
+    w_bank_3 <= \$475 ;
+  always @(posedge clk)
+    w_out_3 <= \$476 ;
+  always @(posedge clk)
+    r_bank_4 <= \$477 ;
+  always @(posedge clk)
+    r_out_4 <= \$478 ;
+  always @(posedge clk)
+    w_bank_4 <= \$479 ;
+  always @(posedge clk)
+    w_out_4 <= \$480 ;
+  assign \$1  = ! r_out_0;
+  assign \$2  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = r_out_0 != 8'hff;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = \s0__arvalid$11  & \$5 ;
+  assign \$7  = ! \s0__araddr$1 [13:12];
+  assign s0__arvalid = \$6  & \$7 ;
+  assign \$8  = ! r_bank_0;
+  assign s0__rready = \s0__rready$15  & \$8 ;
+  assign \$9  = ! w_out_0;
+  assign \$10  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$11  = \$9  | \$10 ;
+  assign \$12  = w_out_0 != 8'hff;
+  assign \$13  = \$11  & \$12 ;
+  assign \$14  = \s0__awvalid$27  & \$13 ;
+  assign \$15  = ! \s0__awaddr$17 [13:12];
+  assign s0__awvalid = \$14  & \$15 ;
+  assign \$16  = ! w_bank_0;
+  assign s0__wvalid = \s0__wvalid$37  & \$16 ;
+  assign \$17  = ! w_bank_0;
+  assign s0__bready = \s0__bready$39  & \$17 ;
+  assign \$18  = ! r_out_0;
+  assign \$19  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$20  = \$18  | \$19 ;
+  assign \$21  = r_out_0 != 8'hff;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = \s0__arvalid$11  & \$22 ;
+  assign \$24  = \s0__araddr$1 [13:12] == 1'h1;
+  assign \s0__arvalid$45  = \$23  & \$24 ;
+  assign \$25  = r_bank_0 == 1'h1;
+  assign \s0__rready$46  = \s0__rready$15  & \$25 ;
+  assign \$26  = ! w_out_0;
+  assign \$27  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$28  = \$26  | \$27 ;
+  assign \$29  = w_out_0 != 8'hff;
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = \s0__awvalid$27  & \$30 ;
+  assign \$32  = \s0__awaddr$17 [13:12] == 1'h1;
+  assign \s0__awvalid$52  = \$31  & \$32 ;
+  assign \$33  = w_bank_0 == 1'h1;
+  assign \s0__wvalid$56  = \s0__wvalid$37  & \$33 ;
+  assign \$34  = w_bank_0 == 1'h1;
+  assign \s0__bready$57  = \s0__bready$39  & \$34 ;
+  assign \$35  = ! r_out_0;
+  assign \$36  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$37  = \$35  | \$36 ;
+  assign \$38  = r_out_0 != 8'hff;
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \s0__arvalid$11  & \$39 ;
+  assign \$41  = \s0__araddr$1 [13:12] == 2'h2;
+  assign \s0__arvalid$63  = \$40  & \$41 ;
+  assign \$42  = r_bank_0 == 2'h2;
+  assign \s0__rready$64  = \s0__rready$15  & \$42 ;
+  assign \$43  = ! w_out_0;
+  assign \$44  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$45  = \$43  | \$44 ;
+  assign \$46  = w_out_0 != 8'hff;
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = \s0__awvalid$27  & \$47 ;
+  assign \$49  = \s0__awaddr$17 [13:12] == 2'h2;
+  assign \s0__awvalid$70  = \$48  & \$49 ;
+  assign \$50  = w_bank_0 == 2'h2;
+  assign \s0__wvalid$74  = \s0__wvalid$37  & \$50 ;
+  assign \$51  = w_bank_0 == 2'h2;
+  assign \s0__bready$75  = \s0__bready$39  & \$51 ;
+  assign \$52  = ! r_out_0;
+  assign \$53  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$54  = \$52  | \$53 ;
+  assign \$55  = r_out_0 != 8'hff;
+  assign \$56  = \$54  & \$55 ;
+  assign \$57  = \s0__arvalid$11  & \$56 ;
+  assign \$58  = \s0__araddr$1 [13:12] == 2'h3;
+  assign \s0__arvalid$81  = \$57  & \$58 ;
+  assign \$59  = r_bank_0 == 2'h3;
+  assign \s0__rready$82  = \s0__rready$15  & \$59 ;
+  assign \$60  = ! w_out_0;
+  assign \$61  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$62  = \$60  | \$61 ;
+  assign \$63  = w_out_0 != 8'hff;
+  assign \$64  = \$62  & \$63 ;
+  assign \$65  = \s0__awvalid$27  & \$64 ;
+  assign \$66  = \s0__awaddr$17 [13:12] == 2'h3;
+  assign \s0__awvalid$88  = \$65  & \$66 ;
+  assign \$67  = w_bank_0 == 2'h3;
+  assign \s0__wvalid$92  = \s0__wvalid$37  & \$67 ;
+  assign \$68  = w_bank_0 == 2'h3;
+  assign \s0__bready$93  = \s0__bready$39  & \$68 ;
+  assign s0__arready = | { \s0__arready$98 , \s0__arready$97 , \s0__arready$96 , \s0__arready$95  };
+  assign s0__awready = | { \s0__awready$103 , \s0__awready$102 , \s0__awready$101 , \s0__awready$100  };
+  assign \$69  = ! r_out_1;
+  assign \$70  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$71  = \$69  | \$70 ;
+  assign \$72  = r_out_1 != 8'hff;
+  assign \$73  = \$71  & \$72 ;
+  assign \$74  = \s1__arvalid$160  & \$73 ;
+  assign \$75  = ! \s1__araddr$150 [13:12];
+  assign s1__arvalid = \$74  & \$75 ;
+  assign \$76  = ! r_bank_1;
+  assign s1__rready = \s1__rready$164  & \$76 ;
+  assign \$77  = ! w_out_1;
+  assign \$78  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$79  = \$77  | \$78 ;
+  assign \$80  = w_out_1 != 8'hff;
+  assign \$81  = \$79  & \$80 ;
+  assign \$82  = \s1__awvalid$176  & \$81 ;
+  assign \$83  = ! \s1__awaddr$166 [13:12];
+  assign s1__awvalid = \$82  & \$83 ;
+  assign \$84  = ! w_bank_1;
+  assign s1__wvalid = \s1__wvalid$186  & \$84 ;
+  assign \$85  = ! w_bank_1;
+  assign s1__bready = \s1__bready$188  & \$85 ;
+  assign \$86  = ! r_out_1;
+  assign \$87  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$88  = \$86  | \$87 ;
+  assign \$89  = r_out_1 != 8'hff;
+  assign \$90  = \$88  & \$89 ;
+  assign \$91  = \s1__arvalid$160  & \$90 ;
+  assign \$92  = \s1__araddr$150 [13:12] == 1'h1;
+  assign \s1__arvalid$194  = \$91  & \$92 ;
+  assign \$93  = r_bank_1 == 1'h1;
+  assign \s1__rready$195  = \s1__rready$164  & \$93 ;
+  assign \$94  = ! w_out_1;
+  assign \$95  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$96  = \$94  | \$95 ;
+  assign \$97  = w_out_1 != 8'hff;
+  assign \$98  = \$96  & \$97 ;
+  assign \$99  = \s1__awvalid$176  & \$98 ;
+  assign \$100  = \s1__awaddr$166 [13:12] == 1'h1;
+  assign \s1__awvalid$201  = \$99  & \$100 ;
+  assign \$101  = w_bank_1 == 1'h1;
+  assign \s1__wvalid$205  = \s1__wvalid$186  & \$101 ;
+  assign \$102  = w_bank_1 == 1'h1;
+  assign \s1__bready$206  = \s1__bready$188  & \$102 ;
+  assign \$103  = ! r_out_1;
+  assign \$104  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$105  = \$103  | \$104 ;
+  assign \$106  = r_out_1 != 8'hff;
+  assign \$107  = \$105  & \$106 ;
+  assign \$108  = \s1__arvalid$160  & \$107 ;
+  assign \$109  = \s1__araddr$150 [13:12] == 2'h2;
+  assign \s1__arvalid$212  = \$108  & \$109 ;
+  assign \$110  = r_bank_1 == 2'h2;
+  assign \s1__rready$213  = \s1__rready$164  & \$110 ;
+  assign \$111  = ! w_out_1;
+  assign \$112  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$113  = \$111  | \$112 ;
+  assign \$114  = w_out_1 != 8'hff;
+  assign \$115  = \$113  & \$114 ;
+  assign \$116  = \s1__awvalid$176  & \$115 ;
+  assign \$117  = \s1__awaddr$166 [13:12] == 2'h2;
+  assign \s1__awvalid$219  = \$116  & \$117 ;
+  assign \$118  = w_bank_1 == 2'h2;
+  assign \s1__wvalid$223  = \s1__wvalid$186  & \$118 ;
+  assign \$119  = w_bank_1 == 2'h2;
+  assign \s1__bready$224  = \s1__bready$188  & \$119 ;
+  assign \$120  = ! r_out_1;
+  assign \$121  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$122  = \$120  | \$121 ;
+  assign \$123  = r_out_1 != 8'hff;
+  assign \$124  = \$122  & \$123 ;
+  assign \$125  = \s1__arvalid$160  & \$124 ;
+  assign \$126  = \s1__araddr$150 [13:12] == 2'h3;
+  assign \s1__arvalid$230  = \$125  & \$126 ;
+  assign \$127  = r_bank_1 == 2'h3;
+  assign \s1__rready$231  = \s1__rready$164  & \$127 ;
+  assign \$128  = ! w_out_1;
+  assign \$129  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$130  = \$128  | \$129 ;
+  assign \$131  = w_out_1 != 8'hff;
+  assign \$132  = \$130  & \$131 ;
+  assign \$133  = \s1__awvalid$176  & \$132 ;
+  assign \$134  = \s1__awaddr$166 [13:12] == 2'h3;
+  assign \s1__awvalid$237  = \$133  & \$134 ;
+  assign \$135  = w_bank_1 == 2'h3;
+  assign \s1__wvalid$241  = \s1__wvalid$186  & \$135 ;
+  assign \$136  = w_bank_1 == 2'h3;
+  assign \s1__bready$242  = \s1__bready$188  & \$136 ;
+  assign s1__arready = | { \s1__arready$247 , \s1__arready$246 , \s1__arready$245 , \s1__arready$244  };
+  assign s1__awready = | { \s1__awready$252 , \s1__awready$251 , \s1__awready$250 , \s1__awready$249  };
+  assign \$137  = ! r_out_2;
+  assign \$138  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$139  = \$137  | \$138 ;
+  assign \$140  = r_out_2 != 8'hff;
+  assign \$141  = \$139  & \$140 ;
+  assign \$142  = \s2__arvalid$309  & \$141 ;
+  assign \$143  = ! \s2__araddr$299 [13:12];
+  assign s2__arvalid = \$142  & \$143 ;
+  assign \$144  = ! r_bank_2;
+  assign s2__rready = \s2__rready$313  & \$144 ;
+  assign \$145  = ! w_out_2;
+  assign \$146  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$147  = \$145  | \$146 ;
+  assign \$148  = w_out_2 != 8'hff;
+  assign \$149  = \$147  & \$148 ;
+  assign \$150  = \s2__awvalid$325  & \$149 ;
+  assign \$151  = ! \s2__awaddr$315 [13:12];
+  assign s2__awvalid = \$150  & \$151 ;
+  assign \$152  = ! w_bank_2;
+  assign s2__wvalid = \s2__wvalid$335  & \$152 ;
+  assign \$153  = ! w_bank_2;
+  assign \$154  = ! r_out_2;
+  assign \$155  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$156  = \$154  | \$155 ;
+  assign \$157  = r_out_2 != 8'hff;
+  assign \$158  = \$156  & \$157 ;
+  assign \$159  = \s2__arvalid$309  & \$158 ;
+  assign \$160  = \s2__araddr$299 [13:12] == 1'h1;
+  assign \s2__arvalid$343  = \$159  & \$160 ;
+  assign \$161  = r_bank_2 == 1'h1;
+  assign \s2__rready$344  = \s2__rready$313  & \$161 ;
+  assign \$162  = ! w_out_2;
+  assign \$163  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$164  = \$162  | \$163 ;
+  assign \$165  = w_out_2 != 8'hff;
+  assign \$166  = \$164  & \$165 ;
+  assign \$167  = \s2__awvalid$325  & \$166 ;
+  assign \$168  = \s2__awaddr$315 [13:12] == 1'h1;
+  assign \s2__awvalid$350  = \$167  & \$168 ;
+  assign \$169  = w_bank_2 == 1'h1;
+  assign \s2__wvalid$354  = \s2__wvalid$335  & \$169 ;
+  assign \$170  = w_bank_2 == 1'h1;
+  assign \$171  = ! r_out_2;
+  assign \$172  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$173  = \$171  | \$172 ;
+  assign \$174  = r_out_2 != 8'hff;
+  assign \$175  = \$173  & \$174 ;
+  assign \$176  = \s2__arvalid$309  & \$175 ;
+  assign \$177  = \s2__araddr$299 [13:12] == 2'h2;
+  assign \s2__arvalid$361  = \$176  & \$177 ;
+  assign \$178  = r_bank_2 == 2'h2;
+  assign \s2__rready$362  = \s2__rready$313  & \$178 ;
+  assign \$179  = ! w_out_2;
+  assign \$180  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$181  = \$179  | \$180 ;
+  assign \$182  = w_out_2 != 8'hff;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = \s2__awvalid$325  & \$183 ;
+  assign \$185  = \s2__awaddr$315 [13:12] == 2'h2;
+  assign \s2__awvalid$368  = \$184  & \$185 ;
+  assign \$186  = w_bank_2 == 2'h2;
+  assign \s2__wvalid$372  = \s2__wvalid$335  & \$186 ;
+  assign \$187  = w_bank_2 == 2'h2;
+  assign \$188  = ! r_out_2;
+  assign \$189  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$190  = \$188  | \$189 ;
+  assign \$191  = r_out_2 != 8'hff;
+  assign \$192  = \$190  & \$191 ;
+  assign \$193  = \s2__arvalid$309  & \$192 ;
+  assign \$194  = \s2__araddr$299 [13:12] == 2'h3;
+  assign \s2__arvalid$379  = \$193  & \$194 ;
+  assign \$195  = r_bank_2 == 2'h3;
+  assign \s2__rready$380  = \s2__rready$313  & \$195 ;
+  assign \$196  = ! w_out_2;
+  assign \$197  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$198  = \$196  | \$197 ;
+  assign \$199  = w_out_2 != 8'hff;
+  assign \$200  = \$198  & \$199 ;
+  assign \$201  = \s2__awvalid$325  & \$200 ;
+  assign \$202  = \s2__awaddr$315 [13:12] == 2'h3;
+  assign \s2__awvalid$386  = \$201  & \$202 ;
+  assign \$203  = w_bank_2 == 2'h3;
+  assign \s2__wvalid$390  = \s2__wvalid$335  & \$203 ;
+  assign \$204  = w_bank_2 == 2'h3;
+  assign s2__arready = | { \s2__arready$396 , \s2__arready$395 , \s2__arready$394 , \s2__arready$393  };
+  assign s2__awready = | { \s2__awready$401 , \s2__awready$400 , \s2__awready$399 , \s2__awready$398  };
+  assign \$205  = ! r_out_3;
+  assign \$206  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$207  = \$205  | \$206 ;
+  assign \$208  = r_out_3 != 8'hff;
+  assign \$209  = \$207  & \$208 ;
+  assign \$210  = \s3__arvalid$458  & \$209 ;
+  assign \$211  = ! \s3__araddr$448 [13:12];
+  assign s3__arvalid = \$210  & \$211 ;
+  assign \$212  = ! r_bank_3;
+  assign s3__rready = \s3__rready$462  & \$212 ;
+  assign \$213  = ! w_out_3;
+  assign \$214  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$215  = \$213  | \$214 ;
+  assign \$216  = w_out_3 != 8'hff;
+  assign \$217  = \$215  & \$216 ;
+  assign \$218  = \s3__awvalid$474  & \$217 ;
+  assign \$219  = ! \s3__awaddr$464 [13:12];
+  assign s3__awvalid = \$218  & \$219 ;
+  assign \$220  = ! w_bank_3;
+  assign s3__wvalid = \s3__wvalid$484  & \$220 ;
+  assign \$221  = ! w_bank_3;
+  assign s3__bready = \s3__bready$486  & \$221 ;
+  assign \$222  = ! r_out_3;
+  assign \$223  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$224  = \$222  | \$223 ;
+  assign \$225  = r_out_3 != 8'hff;
+  assign \$226  = \$224  & \$225 ;
+  assign \$227  = \s3__arvalid$458  & \$226 ;
+  assign \$228  = \s3__araddr$448 [13:12] == 1'h1;
+  assign \s3__arvalid$492  = \$227  & \$228 ;
+  assign \$229  = r_bank_3 == 1'h1;
+  assign \s3__rready$493  = \s3__rready$462  & \$229 ;
+  assign \$230  = ! w_out_3;
+  assign \$231  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$232  = \$230  | \$231 ;
+  assign \$233  = w_out_3 != 8'hff;
+  assign \$234  = \$232  & \$233 ;
+  assign \$235  = \s3__awvalid$474  & \$234 ;
+  assign \$236  = \s3__awaddr$464 [13:12] == 1'h1;
+  assign \s3__awvalid$499  = \$235  & \$236 ;
+  assign \$237  = w_bank_3 == 1'h1;
+  assign \s3__wvalid$503  = \s3__wvalid$484  & \$237 ;
+  assign \$238  = w_bank_3 == 1'h1;
+  assign \s3__bready$504  = \s3__bready$486  & \$238 ;
+  assign \$239  = ! r_out_3;
+  assign \$240  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$241  = \$239  | \$240 ;
+  assign \$242  = r_out_3 != 8'hff;
+  assign \$243  = \$241  & \$242 ;
+  assign \$244  = \s3__arvalid$458  & \$243 ;
+  assign \$245  = \s3__araddr$448 [13:12] == 2'h2;
+  assign \s3__arvalid$510  = \$244  & \$245 ;
+  assign \$246  = r_bank_3 == 2'h2;
+  assign \s3__rready$511  = \s3__rready$462  & \$246 ;
+  assign \$247  = ! w_out_3;
+  assign \$248  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$249  = \$247  | \$248 ;
+  assign \$250  = w_out_3 != 8'hff;
+  assign \$251  = \$249  & \$250 ;
+  assign \$252  = \s3__awvalid$474  & \$251 ;
+  assign \$253  = \s3__awaddr$464 [13:12] == 2'h2;
+  assign \s3__awvalid$517  = \$252  & \$253 ;
+  assign \$254  = w_bank_3 == 2'h2;
+  assign \s3__wvalid$521  = \s3__wvalid$484  & \$254 ;
+  assign \$255  = w_bank_3 == 2'h2;
+  assign \s3__bready$522  = \s3__bready$486  & \$255 ;
+  assign \$256  = ! r_out_3;
+  assign \$257  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$258  = \$256  | \$257 ;
+  assign \$259  = r_out_3 != 8'hff;
+  assign \$260  = \$258  & \$259 ;
+  assign \$261  = \s3__arvalid$458  & \$260 ;
+  assign \$262  = \s3__araddr$448 [13:12] == 2'h3;
+  assign \s3__arvalid$528  = \$261  & \$262 ;
+  assign \$263  = r_bank_3 == 2'h3;
+  assign \s3__rready$529  = \s3__rready$462  & \$263 ;
+  assign \$264  = ! w_out_3;
+  assign \$265  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$266  = \$264  | \$265 ;
+  assign \$267  = w_out_3 != 8'hff;
+  assign \$268  = \$266  & \$267 ;
+  assign \$269  = \s3__awvalid$474  & \$268 ;
+  assign \$270  = \s3__awaddr$464 [13:12] == 2'h3;
+  assign \s3__awvalid$535  = \$269  & \$270 ;
+  assign \$271  = w_bank_3 == 2'h3;
+  assign \s3__wvalid$539  = \s3__wvalid$484  & \$271 ;
+  assign \$272  = w_bank_3 == 2'h3;
+  assign \s3__bready$540  = \s3__bready$486  & \$272 ;
+  assign s3__arready = | { \s3__arready$545 , \s3__arready$544 , \s3__arready$543 , \s3__arready$542  };
+  assign s3__awready = | { \s3__awready$550 , \s3__awready$549 , \s3__awready$548 , \s3__awready$547  };
+  assign \$273  = ! r_out_4;
+  assign \$274  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$275  = \$273  | \$274 ;
+  assign \$276  = r_out_4 != 8'hff;
+  assign \$277  = \$275  & \$276 ;
+  assign \$278  = \s4__arvalid$607  & \$277 ;
+  assign \$279  = ! \s4__araddr$597 [13:12];
+  assign s4__arvalid = \$278  & \$279 ;
+  assign \$280  = ! r_bank_4;
+  assign s4__rready = \s4__rready$611  & \$280 ;
+  assign \$281  = ! w_out_4;
+  assign \$282  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$283  = \$281  | \$282 ;
+  assign \$284  = w_out_4 != 8'hff;
+  assign \$285  = \$283  & \$284 ;
+  assign \$286  = \s4__awvalid$623  & \$285 ;
+  assign \$287  = ! \s4__awaddr$613 [13:12];
+  assign s4__awvalid = \$286  & \$287 ;
+  assign \$288  = ! w_bank_4;
+  assign s4__wvalid = \s4__wvalid$633  & \$288 ;
+  assign \$289  = ! w_bank_4;
+  assign \$290  = ! r_out_4;
+  assign \$291  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$292  = \$290  | \$291 ;
+  assign \$293  = r_out_4 != 8'hff;
+  assign \$294  = \$292  & \$293 ;
+  assign \$295  = \s4__arvalid$607  & \$294 ;
+  assign \$296  = \s4__araddr$597 [13:12] == 1'h1;
+  assign \s4__arvalid$641  = \$295  & \$296 ;
+  assign \$297  = r_bank_4 == 1'h1;
+  assign \s4__rready$642  = \s4__rready$611  & \$297 ;
+  assign \$298  = ! w_out_4;
+  assign \$299  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$300  = \$298  | \$299 ;
+  assign \$301  = w_out_4 != 8'hff;
+  assign \$302  = \$300  & \$301 ;
+  assign \$303  = \s4__awvalid$623  & \$302 ;
+  assign \$304  = \s4__awaddr$613 [13:12] == 1'h1;
+  assign \s4__awvalid$648  = \$303  & \$304 ;
+  assign \$305  = w_bank_4 == 1'h1;
+  assign \s4__wvalid$652  = \s4__wvalid$633  & \$305 ;
+  assign \$306  = w_bank_4 == 1'h1;
+  assign \$307  = ! r_out_4;
+  assign \$308  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$309  = \$307  | \$308 ;
+  assign \$310  = r_out_4 != 8'hff;
+  assign \$311  = \$309  & \$310 ;
+  assign \$312  = \s4__arvalid$607  & \$311 ;
+  assign \$313  = \s4__araddr$597 [13:12] == 2'h2;
+  assign \s4__arvalid$659  = \$312  & \$313 ;
+  assign \$314  = r_bank_4 == 2'h2;
+  assign \s4__rready$660  = \s4__rready$611  & \$314 ;
+  assign \$315  = ! w_out_4;
+  assign \$316  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$317  = \$315  | \$316 ;
+  assign \$318  = w_out_4 != 8'hff;
+  assign \$319  = \$317  & \$318 ;
+  assign \$320  = \s4__awvalid$623  & \$319 ;
+  assign \$321  = \s4__awaddr$613 [13:12] == 2'h2;
+  assign \s4__awvalid$666  = \$320  & \$321 ;
+  assign \$322  = w_bank_4 == 2'h2;
+  assign \s4__wvalid$670  = \s4__wvalid$633  & \$322 ;
+  assign \$323  = w_bank_4 == 2'h2;
+  assign \$324  = ! r_out_4;
+  assign \$325  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$326  = \$324  | \$325 ;
+  assign \$327  = r_out_4 != 8'hff;
+  assign \$328  = \$326  & \$327 ;
+  assign \$329  = \s4__arvalid$607  & \$328 ;
+  assign \$330  = \s4__araddr$597 [13:12] == 2'h3;
+  assign \s4__arvalid$677  = \$329  & \$330 ;
+  assign \$331  = r_bank_4 == 2'h3;
+  assign \s4__rready$678  = \s4__rready$611  & \$331 ;
+  assign \$332  = ! w_out_4;
+  assign \$333  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$334  = \$332  | \$333 ;
+  assign \$335  = w_out_4 != 8'hff;
+  assign \$336  = \$334  & \$335 ;
+  assign \$337  = \s4__awvalid$623  & \$336 ;
+  assign \$338  = \s4__awaddr$613 [13:12] == 2'h3;
+  assign \s4__awvalid$684  = \$337  & \$338 ;
+  assign \$339  = w_bank_4 == 2'h3;
+  assign \s4__wvalid$688  = \s4__wvalid$633  & \$339 ;
+  assign \$340  = w_bank_4 == 2'h3;
+  assign s4__arready = | { \s4__arready$694 , \s4__arready$693 , \s4__arready$692 , \s4__arready$691  };
+  assign s4__awready = | { \s4__awready$699 , \s4__awready$698 , \s4__awready$697 , \s4__awready$696  };
+  assign \$341  = \s0__arvalid$11  & s0__arready;
+  assign \$342  = \s0__arvalid$11  & s0__arready;
+  assign \$343  = s0__rvalid & \s0__rready$15 ;
+  assign \$344  = \$343  & s0__rlast;
+  assign \$345  = ~ \$344 ;
+  assign \$346  = \$342  & \$345 ;
+  assign \$347  = s0__rvalid & \s0__rready$15 ;
+  assign \$348  = \$347  & s0__rlast;
+  assign \$349  = \s0__arvalid$11  & s0__arready;
+  assign \$350  = ~ \$349 ;
+  assign \$351  = \$348  & \$350 ;
+  assign \$352  = r_out_0 + 1'h1;
+  assign \$353  = r_out_0 - 1'h1;
+  assign \$354  = \s0__awvalid$27  & s0__awready;
+  assign \$355  = \s0__awvalid$27  & s0__awready;
+  assign \$356  = s0__bvalid & \s0__bready$39 ;
+  assign \$357  = ~ \$356 ;
+  assign \$358  = \$355  & \$357 ;
+  assign \$359  = s0__bvalid & \s0__bready$39 ;
+  assign \$360  = \s0__awvalid$27  & s0__awready;
+  assign \$361  = ~ \$360 ;
+  assign \$362  = \$359  & \$361 ;
+  assign \$363  = w_out_0 + 1'h1;
+  assign \$364  = w_out_0 - 1'h1;
+  assign \$365  = \s1__arvalid$160  & s1__arready;
+  assign \$366  = \s1__arvalid$160  & s1__arready;
+  assign \$367  = s1__rvalid & \s1__rready$164 ;
+  assign \$368  = \$367  & s1__rlast;
+  assign \$369  = ~ \$368 ;
+  assign \$370  = \$366  & \$369 ;
+  assign \$371  = s1__rvalid & \s1__rready$164 ;
+  assign \$372  = \$371  & s1__rlast;
+  assign \$373  = \s1__arvalid$160  & s1__arready;
+  assign \$374  = ~ \$373 ;
+  assign \$375  = \$372  & \$374 ;
+  assign \$376  = r_out_1 + 1'h1;
+  assign \$377  = r_out_1 - 1'h1;
+  assign \$378  = \s1__awvalid$176  & s1__awready;
+  assign \$379  = \s1__awvalid$176  & s1__awready;
+  assign \$380  = s1__bvalid & \s1__bready$188 ;
+  assign \$381  = ~ \$380 ;
+  assign \$382  = \$379  & \$381 ;
+  assign \$383  = s1__bvalid & \s1__bready$188 ;
+  assign \$384  = \s1__awvalid$176  & s1__awready;
+  assign \$385  = ~ \$384 ;
+  assign \$386  = \$383  & \$385 ;
+  assign \$387  = w_out_1 + 1'h1;
+  assign \$388  = w_out_1 - 1'h1;
+  assign \$389  = \s2__arvalid$309  & s2__arready;
+  assign \$390  = \s2__arvalid$309  & s2__arready;
+  assign \$391  = s2__rvalid & \s2__rready$313 ;
+  assign \$392  = \$391  & s2__rlast;
+  assign \$393  = ~ \$392 ;
+  assign \$394  = \$390  & \$393 ;
+  assign \$395  = s2__rvalid & \s2__rready$313 ;
+  assign \$396  = \$395  & s2__rlast;
+  assign \$397  = \s2__arvalid$309  & s2__arready;
+  assign \$398  = ~ \$397 ;
+  assign \$399  = \$396  & \$398 ;
+  assign \$400  = r_out_2 + 1'h1;
+  assign \$401  = r_out_2 - 1'h1;
+  assign \$402  = \s2__awvalid$325  & s2__awready;
+  assign \$403  = \s2__awvalid$325  & s2__awready;
+  assign \$405  = ~ \$404 ;
+  \dx1_soc.memory.bank0  bank0 (
+    .b_valid_0(\s0__bvalid$132 ),
+    .b_valid_1(\s1__bvalid$281 ),
+    .b_valid_2(\s2__bvalid$430 ),
+    .b_valid_3(\s3__bvalid$579 ),
+    .b_valid_4(\s4__bvalid$728 ),
+    .clk(clk),
+    .\port$0$204 (\s0__araddr$1 [11:0]),
+    .\port$0$218 (\s0__araddr$1 [31:14]),
+    .\port$0$79 (\s0__awaddr$17 [11:0]),
+    .\port$0$93 (\s0__awaddr$17 [31:14]),
+    .\port$10753$0 (\s4__araddr$597 [11:0]),
+    .\port$10753$14 (\s4__araddr$597 [31:14]),
+    .\port$10777$0 (\s4__awaddr$613 [11:0]),
+    .\port$10777$14 (\s4__awaddr$613 [31:14]),
+    .\port$11001$0 (\s3__awaddr$464 [11:0]),
+    .\port$11001$14 (\s3__awaddr$464 [31:14]),
+    .\port$2038$0 (\$481 ),
+    .\port$4495$0 (\s1__araddr$150 [11:0]),
+    .\port$4495$14 (\s1__araddr$150 [31:14]),
+    .\port$6694$0 (\s3__araddr$448 [11:0]),
+    .\port$6694$14 (\s3__araddr$448 [31:14]),
+    .\port$9298$0 (\s2__araddr$299 [11:0]),
+    .\port$9298$14 (\s2__araddr$299 [31:14]),
+    .\port$9322$0 (\s2__awaddr$315 [11:0]),
+    .\port$9322$14 (\s2__awaddr$315 [31:14]),
+    .\port$9546$0 (\s1__awaddr$166 [11:0]),
+    .\port$9546$14 (\s1__awaddr$166 [31:14]),
+    .rst(rst),
+    .s0__arburst(s0__arburst),
+    .s0__arid(s0__arid),
+    .s0__arlen(s0__arlen),
+    .s0__arready(\s0__arready$95 ),
+    .s0__arsize(s0__arsize),
+    .s0__arvalid(s0__arvalid),
+    .s0__awburst(s0__awburst),
+    .s0__awid(s0__awid),
+    .s0__awlen(s0__awlen),
+    .s0__awready(\s0__awready$100 ),
+    .s0__awsize(s0__awsize),
+    .s0__awvalid(s0__awvalid),
+    .s0__bid(\s0__bid$134 ),
+    .s0__bready(s0__bready),
+    .s0__bresp(\s0__bresp$136 ),
+    .s0__rlast(\s0__rlast$113 ),
+    .s0__rready(s0__rready),
+    .s0__rresp(\s0__rresp$111 ),
+    .s0__rvalid(\s0__rvalid$105 ),
+    .s0__wdata(s0__wdata),
+    .s0__wready(\s0__wready$130 ),
+    .s0__wstrb(s0__wstrb),
+    .s0__wvalid(s0__wvalid),
+    .s1__arready(\s1__arready$244 ),
+    .s1__arvalid(s1__arvalid),
+    .s1__awready(\s1__awready$249 ),
+    .s1__awvalid(s1__awvalid),
+    .s1__bid(\s1__bid$283 ),
+    .s1__bready(s1__bready),
+    .s1__bresp(\s1__bresp$285 ),
+    .s1__rready(s1__rready),
+    .s1__rresp(\s1__rresp$260 ),
+    .s1__rvalid(\s1__rvalid$254 ),
+    .s1__wdata(s1__wdata),
+    .s1__wready(\s1__wready$279 ),
+    .s1__wvalid(s1__wvalid),
+    .s2__arlen(s2__arlen),
+    .s2__arready(\s2__arready$393 ),
+    .s2__arvalid(s2__arvalid),
+    .s2__awlen(s2__awlen),
+    .s2__awready(\s2__awready$398 ),
+    .s2__awvalid(s2__awvalid),
+    .s2__bid(\s2__bid$432 ),
+    .s2__bready(s2__bready),
+    .s2__bresp(\s2__bresp$434 ),
+    .s2__rready(s2__rready),
+    .s2__rresp(\s2__rresp$409 ),
+    .s2__rvalid(\s2__rvalid$403 ),
+    .s2__wdata(s2__wdata),
+    .s2__wready(\s2__wready$428 ),
+    .s2__wstrb(s2__wstrb),
+    .s2__wvalid(s2__wvalid),
+    .s3__arready(\s3__arready$542 ),
+    .s3__arvalid(s3__arvalid),
+    .s3__awready(\s3__awready$547 ),
+    .s3__awvalid(s3__awvalid),
+    .s3__bid(\s3__bid$581 ),
+    .s3__bready(s3__bready),
+    .s3__bresp(\s3__bresp$583 ),
+    .s3__rready(s3__rready),
+    .s3__rresp(\s3__rresp$558 ),
+    .s3__rvalid(\s3__rvalid$552 ),
+    .s3__wdata(s3__wdata),
+    .s3__wready(\s3__wready$577 ),
+    .s3__wvalid(s3__wvalid),
+    .s4__arlen(s4__arlen),
+    .s4__arready(\s4__arready$691 ),
+    .s4__arvalid(s4__arvalid),
+    .s4__awlen(s4__awlen),
+    .s4__awready(\s4__awready$696 ),
+    .s4__awvalid(s4__awvalid),
+    .s4__bid(\s4__bid$730 ),
+    .s4__bready(s4__bready),
+    .s4__bresp(\s4__bresp$732 ),
+    .s4__rready(s4__rready),
+    .s4__rresp(\s4__rresp$707 ),
+    .s4__rvalid(\s4__rvalid$701 ),
+    .s4__wdata(s4__wdata),
+    .s4__wready(\s4__wready$726 ),
+    .s4__wstrb(s4__wstrb),
+    .s4__wvalid(s4__wvalid)
+  );
+  \dx1_soc.memory.bank1  bank1 (
+    .b_valid_0(\s0__bvalid$138 ),
+    .b_valid_1(\s1__bvalid$287 ),
+    .b_valid_2(\s2__bvalid$436 ),
+    .b_valid_3(\s3__bvalid$585 ),
+    .b_valid_4(\s4__bvalid$734 ),
+    .clk(clk),
+    .\port$0$204 (\s0__araddr$1 [11:0]),
+    .\port$0$218 (\s0__araddr$1 [31:14]),
+    .\port$0$79 (\s0__awaddr$17 [11:0]),
+    .\port$0$93 (\s0__awaddr$17 [31:14]),
+    .\port$10753$0 (\s4__araddr$597 [11:0]),
+    .\port$10753$14 (\s4__araddr$597 [31:14]),
+    .\port$10777$0 (\s4__awaddr$613 [11:0]),
+    .\port$10777$14 (\s4__awaddr$613 [31:14]),
+    .\port$11001$0 (\s3__awaddr$464 [11:0]),
+    .\port$11001$14 (\s3__awaddr$464 [31:14]),
+    .\port$2374$0 (\$482 ),
+    .\port$4495$0 (\s1__araddr$150 [11:0]),
+    .\port$4495$14 (\s1__araddr$150 [31:14]),
+    .\port$6694$0 (\s3__araddr$448 [11:0]),
+    .\port$6694$14 (\s3__araddr$448 [31:14]),
+    .\port$9298$0 (\s2__araddr$299 [11:0]),
+    .\port$9298$14 (\s2__araddr$299 [31:14]),
+    .\port$9322$0 (\s2__awaddr$315 [11:0]),
+    .\port$9322$14 (\s2__awaddr$315 [31:14]),
+    .\port$9546$0 (\s1__awaddr$166 [11:0]),
+    .\port$9546$14 (\s1__awaddr$166 [31:14]),
+    .rst(rst),
+    .s0__arburst(s0__arburst),
+    .s0__arid(s0__arid),
+    .s0__arlen(s0__arlen),
+    .s0__arready(\s0__arready$96 ),
+    .s0__arsize(s0__arsize),
+    .s0__arvalid(\s0__arvalid$45 ),
+    .s0__awburst(s0__awburst),
+    .s0__awid(s0__awid),
+    .s0__awlen(s0__awlen),
+    .s0__awready(\s0__awready$101 ),
+    .s0__awsize(s0__awsize),
+    .s0__awvalid(\s0__awvalid$52 ),
+    .s0__bid(\s0__bid$139 ),
+    .s0__bready(\s0__bready$57 ),
+    .s0__bresp(\s0__bresp$140 ),
+    .s0__rlast(\s0__rlast$118 ),
+    .s0__rready(\s0__rready$46 ),
+    .s0__rresp(\s0__rresp$117 ),
+    .s0__rvalid(\s0__rvalid$114 ),
+    .s0__wdata(s0__wdata),
+    .s0__wready(\s0__wready$137 ),
+    .s0__wstrb(s0__wstrb),
+    .s0__wvalid(\s0__wvalid$56 ),
+    .s1__arready(\s1__arready$245 ),
+    .s1__arvalid(\s1__arvalid$194 ),
+    .s1__awready(\s1__awready$250 ),
+    .s1__awvalid(\s1__awvalid$201 ),
+    .s1__bid(\s1__bid$288 ),
+    .s1__bready(\s1__bready$206 ),
+    .s1__bresp(\s1__bresp$289 ),
+    .s1__rready(\s1__rready$195 ),
+    .s1__rresp(\s1__rresp$266 ),
+    .s1__rvalid(\s1__rvalid$263 ),
+    .s1__wdata(s1__wdata),
+    .s1__wready(\s1__wready$286 ),
+    .s1__wvalid(\s1__wvalid$205 ),
+    .s2__arlen(s2__arlen),
+    .s2__arready(\s2__arready$394 ),
+    .s2__arvalid(\s2__arvalid$343 ),
+    .s2__awlen(s2__awlen),
+    .s2__awready(\s2__awready$399 ),
+    .s2__awvalid(\s2__awvalid$350 ),
+    .s2__bid(\s2__bid$437 ),
+    .s2__bready(\s2__bready$355 ),
+    .s2__bresp(\s2__bresp$438 ),
+    .s2__rready(\s2__rready$344 ),
+    .s2__rresp(\s2__rresp$415 ),
+    .s2__rvalid(\s2__rvalid$412 ),
+    .s2__wdata(s2__wdata),
+    .s2__wready(\s2__wready$435 ),
+    .s2__wstrb(s2__wstrb),
+    .s2__wvalid(\s2__wvalid$354 ),
+    .s3__arready(\s3__arready$543 ),
+    .s3__arvalid(\s3__arvalid$492 ),
+    .s3__awready(\s3__awready$548 ),
+    .s3__awvalid(\s3__awvalid$499 ),
+    .s3__bid(\s3__bid$586 ),
+    .s3__bready(\s3__bready$504 ),
+    .s3__bresp(\s3__bresp$587 ),
+    .s3__rready(\s3__rready$493 ),
+    .s3__rresp(\s3__rresp$564 ),
+    .s3__rvalid(\s3__rvalid$561 ),
+    .s3__wdata(s3__wdata),
+    .s3__wready(\s3__wready$584 ),
+    .s3__wvalid(\s3__wvalid$503 ),
+    .s4__arlen(s4__arlen),
+    .s4__arready(\s4__arready$692 ),
+    .s4__arvalid(\s4__arvalid$641 ),
+    .s4__awlen(s4__awlen),
+    .s4__awready(\s4__awready$697 ),
+    .s4__awvalid(\s4__awvalid$648 ),
+    .s4__bid(\s4__bid$735 ),
+    .s4__bready(\s4__bready$653 ),
+    .s4__bresp(\s4__bresp$736 ),
+    .s4__rready(\s4__rready$642 ),
+    .s4__rresp(\s4__rresp$713 ),
+    .s4__rvalid(\s4__rvalid$710 ),
+    .s4__wdata(s4__wdata),
+    .s4__wready(\s4__wready$733 ),
+    .s4__wstrb(s4__wstrb),
+    .s4__wvalid(\s4__wvalid$652 )
+  );
+  \dx1_soc.memory.bank2  bank2 (
+    .b_valid_0(\s0__bvalid$142 ),
+    .b_valid_1(\s1__bvalid$291 ),
+    .b_valid_2(\s2__bvalid$440 ),
+    .b_valid_3(\s3__bvalid$589 ),
+    .b_valid_4(\s4__bvalid$738 ),
+    .clk(clk),
+    .\port$0$204 (\s0__araddr$1 [11:0]),
+    .\port$0$218 (\s0__araddr$1 [31:14]),
+    .\port$0$79 (\s0__awaddr$17 [11:0]),
+    .\port$0$93 (\s0__awaddr$17 [31:14]),
+    .\port$10753$0 (\s4__araddr$597 [11:0]),
+    .\port$10753$14 (\s4__araddr$597 [31:14]),
+    .\port$10777$0 (\s4__awaddr$613 [11:0]),
+    .\port$10777$14 (\s4__awaddr$613 [31:14]),
+    .\port$11001$0 (\s3__awaddr$464 [11:0]),
+    .\port$11001$14 (\s3__awaddr$464 [31:14]),
+    .\port$2710$0 (\$483 ),
+    .\port$4495$0 (\s1__araddr$150 [11:0]),
+    .\port$4495$14 (\s1__araddr$150 [31:14]),
+    .\port$6694$0 (\s3__araddr$448 [11:0]),
+    .\port$6694$14 (\s3__araddr$448 [31:14]),
+    .\port$9298$0 (\s2__araddr$299 [11:0]),
+    .\port$9298$14 (\s2__araddr$299 [31:14]),
+    .\port$9322$0 (\s2__awaddr$315 [11:0]),
+    .\port$9322$14 (\s2__awaddr$315 [31:14]),
+    .\port$9546$0 (\s1__awaddr$166 [11:0]),
+    .\port$9546$14 (\s1__awaddr$166 [31:14]),
+    .rst(rst),
+    .s0__arburst(s0__arburst),
+    .s0__arid(s0__arid),
+    .s0__arlen(s0__arlen),
+    .s0__arready(\s0__arready$97 ),
+    .s0__arsize(s0__arsize),
+    .s0__arvalid(\s0__arvalid$63 ),
+    .s0__awburst(s0__awburst),
+    .s0__awid(s0__awid),
+    .s0__awlen(s0__awlen),
+    .s0__awready(\s0__awready$102 ),
+    .s0__awsize(s0__awsize),
+    .s0__awvalid(\s0__awvalid$70 ),
+    .s0__bid(\s0__bid$143 ),
+    .s0__bready(\s0__bready$75 ),
+    .s0__bresp(\s0__bresp$144 ),
+    .s0__rlast(\s0__rlast$123 ),
+    .s0__rready(\s0__rready$64 ),
+    .s0__rresp(\s0__rresp$122 ),
+    .s0__rvalid(\s0__rvalid$119 ),
+    .s0__wdata(s0__wdata),
+    .s0__wready(\s0__wready$141 ),
+    .s0__wstrb(s0__wstrb),
+    .s0__wvalid(\s0__wvalid$74 ),
+    .s1__arready(\s1__arready$246 ),
+    .s1__arvalid(\s1__arvalid$212 ),
+    .s1__awready(\s1__awready$251 ),
+    .s1__awvalid(\s1__awvalid$219 ),
+    .s1__bid(\s1__bid$292 ),
+    .s1__bready(\s1__bready$224 ),
+    .s1__bresp(\s1__bresp$293 ),
+    .s1__rready(\s1__rready$213 ),
+    .s1__rresp(\s1__rresp$271 ),
+    .s1__rvalid(\s1__rvalid$268 ),
+    .s1__wdata(s1__wdata),
+    .s1__wready(\s1__wready$290 ),
+    .s1__wvalid(\s1__wvalid$223 ),
+    .s2__arlen(s2__arlen),
+    .s2__arready(\s2__arready$395 ),
+    .s2__arvalid(\s2__arvalid$361 ),
+    .s2__awlen(s2__awlen),
+    .s2__awready(\s2__awready$400 ),
+    .s2__awvalid(\s2__awvalid$368 ),
+    .s2__bid(\s2__bid$441 ),
+    .s2__bready(\s2__bready$373 ),
+    .s2__bresp(\s2__bresp$442 ),
+    .s2__rready(\s2__rready$362 ),
+    .s2__rresp(\s2__rresp$420 ),
+    .s2__rvalid(\s2__rvalid$417 ),
+    .s2__wdata(s2__wdata),
+    .s2__wready(\s2__wready$439 ),
+    .s2__wstrb(s2__wstrb),
+    .s2__wvalid(\s2__wvalid$372 ),
+    .s3__arready(\s3__arready$544 ),
+    .s3__arvalid(\s3__arvalid$510 ),
+    .s3__awready(\s3__awready$549 ),
+    .s3__awvalid(\s3__awvalid$517 ),
+    .s3__bid(\s3__bid$590 ),
+    .s3__bready(\s3__bready$522 ),
+    .s3__bresp(\s3__bresp$591 ),
+    .s3__rready(\s3__rready$511 ),
+    .s3__rresp(\s3__rresp$569 ),
+    .s3__rvalid(\s3__rvalid$566 ),
+    .s3__wdata(s3__wdata),
+    .s3__wready(\s3__wready$588 ),
+    .s3__wvalid(\s3__wvalid$521 ),
+    .s4__arlen(s4__arlen),
+    .s4__arready(\s4__arready$693 ),
+    .s4__arvalid(\s4__arvalid$659 ),
+    .s4__awlen(s4__awlen),
+    .s4__awready(\s4__awready$698 ),
+    .s4__awvalid(\s4__awvalid$666 ),
+    .s4__bid(\s4__bid$739 ),
+    .s4__bready(\s4__bready$671 ),
+    .s4__bresp(\s4__bresp$740 ),
+    .s4__rready(\s4__rready$660 ),
+    .s4__rresp(\s4__rresp$718 ),
+    .s4__rvalid(\s4__rvalid$715 ),
+    .s4__wdata(s4__wdata),
+    .s4__wready(\s4__wready$737 ),
+    .s4__wstrb(s4__wstrb),
+    .s4__wvalid(\s4__wvalid$670 )
+  );
+  \dx1_soc.memory.bank3  bank3 (
+    .b_valid_0(\s0__bvalid$146 ),
+    .b_valid_1(\s1__bvalid$295 ),
+    .b_valid_2(\s2__bvalid$444 ),
+    .b_valid_3(\s3__bvalid$593 ),
+    .b_valid_4(\s4__bvalid$742 ),
+    .clk(clk),
+    .\port$0$204 (\s0__araddr$1 [11:0]),
+    .\port$0$218 (\s0__araddr$1 [31:14]),
+    .\port$0$79 (\s0__awaddr$17 [11:0]),
+    .\port$0$93 (\s0__awaddr$17 [31:14]),
+    .\port$10753$0 (\s4__araddr$597 [11:0]),
+    .\port$10753$14 (\s4__araddr$597 [31:14]),
+    .\port$10777$0 (\s4__awaddr$613 [11:0]),
+    .\port$10777$14 (\s4__awaddr$613 [31:14]),
+    .\port$11001$0 (\s3__awaddr$464 [11:0]),
+    .\port$11001$14 (\s3__awaddr$464 [31:14]),
+    .\port$3046$0 (\$484 ),
+    .\port$4495$0 (\s1__araddr$150 [11:0]),
+    .\port$4495$14 (\s1__araddr$150 [31:14]),
+    .\port$6694$0 (\s3__araddr$448 [11:0]),
+    .\port$6694$14 (\s3__araddr$448 [31:14]),
+    .\port$9298$0 (\s2__araddr$299 [11:0]),
+    .\port$9298$14 (\s2__araddr$299 [31:14]),
+    .\port$9322$0 (\s2__awaddr$315 [11:0]),
+    .\port$9322$14 (\s2__awaddr$315 [31:14]),
+    .\port$9546$0 (\s1__awaddr$166 [11:0]),
+    .\port$9546$14 (\s1__awaddr$166 [31:14]),
+    .rst(rst),
+    .s0__arburst(s0__arburst),
+    .s0__arid(s0__arid),
+    .s0__arlen(s0__arlen),
+    .s0__arready(\s0__arready$98 ),
+    .s0__arsize(s0__arsize),
+    .s0__arvalid(\s0__arvalid$81 ),
+    .s0__awburst(s0__awburst),
+    .s0__awid(s0__awid),
+    .s0__awlen(s0__awlen),
+    .s0__awready(\s0__awready$103 ),
+    .s0__awsize(s0__awsize),
+    .s0__awvalid(\s0__awvalid$88 ),
+    .s0__bid(\s0__bid$147 ),
+    .s0__bready(\s0__bready$93 ),
+    .s0__bresp(\s0__bresp$148 ),
+    .s0__rlast(\s0__rlast$128 ),
+    .s0__rready(\s0__rready$82 ),
+    .s0__rresp(\s0__rresp$127 ),
+    .s0__rvalid(\s0__rvalid$124 ),
+    .s0__wdata(s0__wdata),
+    .s0__wready(\s0__wready$145 ),
+    .s0__wstrb(s0__wstrb),
+    .s0__wvalid(\s0__wvalid$92 ),
+    .s1__arready(\s1__arready$247 ),
+    .s1__arvalid(\s1__arvalid$230 ),
+    .s1__awready(\s1__awready$252 ),
+    .s1__awvalid(\s1__awvalid$237 ),
+    .s1__bid(\s1__bid$296 ),
+    .s1__bready(\s1__bready$242 ),
+    .s1__bresp(\s1__bresp$297 ),
+    .s1__rready(\s1__rready$231 ),
+    .s1__rresp(\s1__rresp$276 ),
+    .s1__rvalid(\s1__rvalid$273 ),
+    .s1__wdata(s1__wdata),
+    .s1__wready(\s1__wready$294 ),
+    .s1__wvalid(\s1__wvalid$241 ),
+    .s2__arlen(s2__arlen),
+    .s2__arready(\s2__arready$396 ),
+    .s2__arvalid(\s2__arvalid$379 ),
+    .s2__awlen(s2__awlen),
+    .s2__awready(\s2__awready$401 ),
+    .s2__awvalid(\s2__awvalid$386 ),
+    .s2__bid(\s2__bid$445 ),
+    .s2__bready(\s2__bready$391 ),
+    .s2__bresp(\s2__bresp$446 ),
+    .s2__rready(\s2__rready$380 ),
+    .s2__rresp(\s2__rresp$425 ),
+    .s2__rvalid(\s2__rvalid$422 ),
+    .s2__wdata(s2__wdata),
+    .s2__wready(\s2__wready$443 ),
+    .s2__wstrb(s2__wstrb),
+    .s2__wvalid(\s2__wvalid$390 ),
+    .s3__arready(\s3__arready$545 ),
+    .s3__arvalid(\s3__arvalid$528 ),
+    .s3__awready(\s3__awready$550 ),
+    .s3__awvalid(\s3__awvalid$535 ),
+    .s3__bid(\s3__bid$594 ),
+    .s3__bready(\s3__bready$540 ),
+    .s3__bresp(\s3__bresp$595 ),
+    .s3__rready(\s3__rready$529 ),
+    .s3__rresp(\s3__rresp$574 ),
+    .s3__rvalid(\s3__rvalid$571 ),
+    .s3__wdata(s3__wdata),
+    .s3__wready(\s3__wready$592 ),
+    .s3__wvalid(\s3__wvalid$539 ),
+    .s4__arlen(s4__arlen),
+    .s4__arready(\s4__arready$694 ),
+    .s4__arvalid(\s4__arvalid$677 ),
+    .s4__awlen(s4__awlen),
+    .s4__awready(\s4__awready$699 ),
+    .s4__awvalid(\s4__awvalid$684 ),
+    .s4__bid(\s4__bid$743 ),
+    .s4__bready(\s4__bready$689 ),
+    .s4__bresp(\s4__bresp$744 ),
+    .s4__rready(\s4__rready$678 ),
+    .s4__rresp(\s4__rresp$723 ),
+    .s4__rvalid(\s4__rvalid$720 ),
+    .s4__wdata(s4__wdata),
+    .s4__wready(\s4__wready$741 ),
+    .s4__wstrb(s4__wstrb),
+    .s4__wvalid(\s4__wvalid$688 )
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_0)
+      2'h0:
+          s0__rvalid = \s0__rvalid$105 ;
+      2'h1:
+          s0__rvalid = \s0__rvalid$114 ;
+      2'h2:
+          s0__rvalid = \s0__rvalid$119 ;
+      2'h3:
+          s0__rvalid = \s0__rvalid$124 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_0)
+      2'h0:
+          s0__rdata = \$481 [63:0];
+      2'h1:
+          s0__rdata = \$482 [63:0];
+      2'h2:
+          s0__rdata = \$483 [63:0];
+      2'h3:
+          s0__rdata = \$484 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_0)
+      2'h0:
+          s0__rid = \$481 [67:64];
+      2'h1:
+          s0__rid = \$482 [67:64];
+      2'h2:
+          s0__rid = \$483 [67:64];
+      2'h3:
+          s0__rid = \$484 [67:64];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_0)
+      2'h0:
+          s0__rresp = \s0__rresp$111 ;
+      2'h1:
+          s0__rresp = \s0__rresp$117 ;
+      2'h2:
+          s0__rresp = \s0__rresp$122 ;
+      2'h3:
+          s0__rresp = \s0__rresp$127 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_0)
+      2'h0:
+          s0__rlast = \s0__rlast$113 ;
+      2'h1:
+          s0__rlast = \s0__rlast$118 ;
+      2'h2:
+          s0__rlast = \s0__rlast$123 ;
+      2'h3:
+          s0__rlast = \s0__rlast$128 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_0)
+      2'h0:
+          s0__wready = \s0__wready$130 ;
+      2'h1:
+          s0__wready = \s0__wready$137 ;
+      2'h2:
+          s0__wready = \s0__wready$141 ;
+      2'h3:
+          s0__wready = \s0__wready$145 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_0)
+      2'h0:
+          s0__bvalid = \s0__bvalid$132 ;
+      2'h1:
+          s0__bvalid = \s0__bvalid$138 ;
+      2'h2:
+          s0__bvalid = \s0__bvalid$142 ;
+      2'h3:
+          s0__bvalid = \s0__bvalid$146 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_0)
+      2'h0:
+          s0__bid = \s0__bid$134 ;
+      2'h1:
+          s0__bid = \s0__bid$139 ;
+      2'h2:
+          s0__bid = \s0__bid$143 ;
+      2'h3:
+          s0__bid = \s0__bid$147 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_0)
+      2'h0:
+          s0__bresp = \s0__bresp$136 ;
+      2'h1:
+          s0__bresp = \s0__bresp$140 ;
+      2'h2:
+          s0__bresp = \s0__bresp$144 ;
+      2'h3:
+          s0__bresp = \s0__bresp$148 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_1)
+      2'h0:
+          s1__rvalid = \s1__rvalid$254 ;
+      2'h1:
+          s1__rvalid = \s1__rvalid$263 ;
+      2'h2:
+          s1__rvalid = \s1__rvalid$268 ;
+      2'h3:
+          s1__rvalid = \s1__rvalid$273 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_1)
+      2'h0:
+          s1__rdata = \$481 [63:0];
+      2'h1:
+          s1__rdata = \$482 [63:0];
+      2'h2:
+          s1__rdata = \$483 [63:0];
+      2'h3:
+          s1__rdata = \$484 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_1)
+      2'h0:
+          s1__rid = \$481 [67:64];
+      2'h1:
+          s1__rid = \$482 [67:64];
+      2'h2:
+          s1__rid = \$483 [67:64];
+      2'h3:
+          s1__rid = \$484 [67:64];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_1)
+      2'h0:
+          s1__rresp = \s1__rresp$260 ;
+      2'h1:
+          s1__rresp = \s1__rresp$266 ;
+      2'h2:
+          s1__rresp = \s1__rresp$271 ;
+      2'h3:
+          s1__rresp = \s1__rresp$276 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_1)
+      2'h0:
+          s1__rlast = \s0__rlast$113 ;
+      2'h1:
+          s1__rlast = \s0__rlast$118 ;
+      2'h2:
+          s1__rlast = \s0__rlast$123 ;
+      2'h3:
+          s1__rlast = \s0__rlast$128 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_1)
+      2'h0:
+          s1__wready = \s1__wready$279 ;
+      2'h1:
+          s1__wready = \s1__wready$286 ;
+      2'h2:
+          s1__wready = \s1__wready$290 ;
+      2'h3:
+          s1__wready = \s1__wready$294 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_1)
+      2'h0:
+          s1__bvalid = \s1__bvalid$281 ;
+      2'h1:
+          s1__bvalid = \s1__bvalid$287 ;
+      2'h2:
+          s1__bvalid = \s1__bvalid$291 ;
+      2'h3:
+          s1__bvalid = \s1__bvalid$295 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_1)
+      2'h0:
+          s1__bid = \s1__bid$283 ;
+      2'h1:
+          s1__bid = \s1__bid$288 ;
+      2'h2:
+          s1__bid = \s1__bid$292 ;
+      2'h3:
+          s1__bid = \s1__bid$296 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_1)
+      2'h0:
+          s1__bresp = \s1__bresp$285 ;
+      2'h1:
+          s1__bresp = \s1__bresp$289 ;
+      2'h2:
+          s1__bresp = \s1__bresp$293 ;
+      2'h3:
+          s1__bresp = \s1__bresp$297 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_2)
+      2'h0:
+          s2__rvalid = \s2__rvalid$403 ;
+      2'h1:
+          s2__rvalid = \s2__rvalid$412 ;
+      2'h2:
+          s2__rvalid = \s2__rvalid$417 ;
+      2'h3:
+          s2__rvalid = \s2__rvalid$422 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_2)
+      2'h0:
+          s2__rdata = \$481 [63:0];
+      2'h1:
+          s2__rdata = \$482 [63:0];
+      2'h2:
+          s2__rdata = \$483 [63:0];
+      2'h3:
+          s2__rdata = \$484 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_2)
+      2'h0:
+          s2__rid = \$481 [67:64];
+      2'h1:
+          s2__rid = \$482 [67:64];
+      2'h2:
+          s2__rid = \$483 [67:64];
+      2'h3:
+          s2__rid = \$484 [67:64];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_2)
+      2'h0:
+          s2__rresp = \s2__rresp$409 ;
+      2'h1:
+          s2__rresp = \s2__rresp$415 ;
+      2'h2:
+          s2__rresp = \s2__rresp$420 ;
+      2'h3:
+          s2__rresp = \s2__rresp$425 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_2)
+      2'h0:
+          s2__rlast = \s0__rlast$113 ;
+      2'h1:
+          s2__rlast = \s0__rlast$118 ;
+      2'h2:
+          s2__rlast = \s0__rlast$123 ;
+      2'h3:
+          s2__rlast = \s0__rlast$128 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_2)
+      2'h0:
+          s2__wready = \s2__wready$428 ;
+      2'h1:
+          s2__wready = \s2__wready$435 ;
+      2'h2:
+          s2__wready = \s2__wready$439 ;
+      2'h3:
+          s2__wready = \s2__wready$443 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_2)
+      2'h0:
+          s2__bvalid = \s2__bvalid$430 ;
+      2'h1:
+          s2__bvalid = \s2__bvalid$436 ;
+      2'h2:
+          s2__bvalid = \s2__bvalid$440 ;
+      2'h3:
+          s2__bvalid = \s2__bvalid$444 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_2)
+      2'h0:
+          s2__bid = \s2__bid$432 ;
+      2'h1:
+          s2__bid = \s2__bid$437 ;
+      2'h2:
+          s2__bid = \s2__bid$441 ;
+      2'h3:
+          s2__bid = \s2__bid$445 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_2)
+      2'h0:
+          s2__bresp = \s2__bresp$434 ;
+      2'h1:
+          s2__bresp = \s2__bresp$438 ;
+      2'h2:
+          s2__bresp = \s2__bresp$442 ;
+      2'h3:
+          s2__bresp = \s2__bresp$446 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_3)
+      2'h0:
+          s3__rvalid = \s3__rvalid$552 ;
+      2'h1:
+          s3__rvalid = \s3__rvalid$561 ;
+      2'h2:
+          s3__rvalid = \s3__rvalid$566 ;
+      2'h3:
+          s3__rvalid = \s3__rvalid$571 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_3)
+      2'h0:
+          s3__rdata = \$481 [63:0];
+      2'h1:
+          s3__rdata = \$482 [63:0];
+      2'h2:
+          s3__rdata = \$483 [63:0];
+      2'h3:
+          s3__rdata = \$484 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_3)
+      2'h0:
+          s3__rid = \$481 [67:64];
+      2'h1:
+          s3__rid = \$482 [67:64];
+      2'h2:
+          s3__rid = \$483 [67:64];
+      2'h3:
+          s3__rid = \$484 [67:64];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_3)
+      2'h0:
+          s3__rresp = \s3__rresp$558 ;
+      2'h1:
+          s3__rresp = \s3__rresp$564 ;
+      2'h2:
+          s3__rresp = \s3__rresp$569 ;
+      2'h3:
+          s3__rresp = \s3__rresp$574 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_3)
+      2'h0:
+          s3__rlast = \s0__rlast$113 ;
+      2'h1:
+          s3__rlast = \s0__rlast$118 ;
+      2'h2:
+          s3__rlast = \s0__rlast$123 ;
+      2'h3:
+          s3__rlast = \s0__rlast$128 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_3)
+      2'h0:
+          s3__wready = \s3__wready$577 ;
+      2'h1:
+          s3__wready = \s3__wready$584 ;
+      2'h2:
+          s3__wready = \s3__wready$588 ;
+      2'h3:
+          s3__wready = \s3__wready$592 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_3)
+      2'h0:
+          s3__bvalid = \s3__bvalid$579 ;
+      2'h1:
+          s3__bvalid = \s3__bvalid$585 ;
+      2'h2:
+          s3__bvalid = \s3__bvalid$589 ;
+      2'h3:
+          s3__bvalid = \s3__bvalid$593 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_3)
+      2'h0:
+          s3__bid = \s3__bid$581 ;
+      2'h1:
+          s3__bid = \s3__bid$586 ;
+      2'h2:
+          s3__bid = \s3__bid$590 ;
+      2'h3:
+          s3__bid = \s3__bid$594 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_3)
+      2'h0:
+          s3__bresp = \s3__bresp$583 ;
+      2'h1:
+          s3__bresp = \s3__bresp$587 ;
+      2'h2:
+          s3__bresp = \s3__bresp$591 ;
+      2'h3:
+          s3__bresp = \s3__bresp$595 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_4)
+      2'h0:
+          s4__rvalid = \s4__rvalid$701 ;
+      2'h1:
+          s4__rvalid = \s4__rvalid$710 ;
+      2'h2:
+          s4__rvalid = \s4__rvalid$715 ;
+      2'h3:
+          s4__rvalid = \s4__rvalid$720 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_4)
+      2'h0:
+          s4__rdata = \$481 [63:0];
+      2'h1:
+          s4__rdata = \$482 [63:0];
+      2'h2:
+          s4__rdata = \$483 [63:0];
+      2'h3:
+          s4__rdata = \$484 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_4)
+      2'h0:
+          s4__rid = \$481 [67:64];
+      2'h1:
+          s4__rid = \$482 [67:64];
+      2'h2:
+          s4__rid = \$483 [67:64];
+      2'h3:
+          s4__rid = \$484 [67:64];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_4)
+      2'h0:
+          s4__rresp = \s4__rresp$707 ;
+      2'h1:
+          s4__rresp = \s4__rresp$713 ;
+      2'h2:
+          s4__rresp = \s4__rresp$718 ;
+      2'h3:
+          s4__rresp = \s4__rresp$723 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_bank_4)
+      2'h0:
+          s4__rlast = \s0__rlast$113 ;
+      2'h1:
+          s4__rlast = \s0__rlast$118 ;
+      2'h2:
+          s4__rlast = \s0__rlast$123 ;
+      2'h3:
+          s4__rlast = \s0__rlast$128 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_4)
+      2'h0:
+          s4__wready = \s4__wready$726 ;
+      2'h1:
+          s4__wready = \s4__wready$733 ;
+      2'h2:
+          s4__wready = \s4__wready$737 ;
+      2'h3:
+          s4__wready = \s4__wready$741 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_4)
+      2'h0:
+          s4__bvalid = \s4__bvalid$728 ;
+      2'h1:
+          s4__bvalid = \s4__bvalid$734 ;
+      2'h2:
+          s4__bvalid = \s4__bvalid$738 ;
+      2'h3:
+          s4__bvalid = \s4__bvalid$742 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_4)
+      2'h0:
+          s4__bid = \s4__bid$730 ;
+      2'h1:
+          s4__bid = \s4__bid$735 ;
+      2'h2:
+          s4__bid = \s4__bid$739 ;
+      2'h3:
+          s4__bid = \s4__bid$743 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_bank_4)
+      2'h0:
+          s4__bresp = \s4__bresp$732 ;
+      2'h1:
+          s4__bresp = \s4__bresp$736 ;
+      2'h2:
+          s4__bresp = \s4__bresp$740 ;
+      2'h3:
+          s4__bresp = \s4__bresp$744 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$461  = r_bank_0;
+    if (\$341 ) begin
+      \$461  = \s0__araddr$1 [13:12];
+    end
+    if (rst) begin
+      \$461  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$462  = r_out_0;
+    if (\$346 ) begin
+      \$462  = \$352 [7:0];
+    end else if (\$351 ) begin
+      \$462  = \$353 [7:0];
+    end
+    if (rst) begin
+      \$462  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$463  = w_bank_0;
+    if (\$354 ) begin
+      \$463  = \s0__awaddr$17 [13:12];
+    end
+    if (rst) begin
+      \$463  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$464  = w_out_0;
+    if (\$358 ) begin
+      \$464  = \$363 [7:0];
+    end else if (\$362 ) begin
+      \$464  = \$364 [7:0];
+    end
+    if (rst) begin
+      \$464  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$465  = r_bank_1;
+    if (\$365 ) begin
+      \$465  = \s1__araddr$150 [13:12];
+    end
+    if (rst) begin
+      \$465  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$466  = r_out_1;
+    if (\$370 ) begin
+      \$466  = \$376 [7:0];
+    end else if (\$375 ) begin
+      \$466  = \$377 [7:0];
+    end
+    if (rst) begin
+      \$466  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$467  = w_bank_1;
+    if (\$378 ) begin
+      \$467  = \s1__awaddr$166 [13:12];
+    end
+    if (rst) begin
+      \$467  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$468  = w_out_1;
+    if (\$382 ) begin
+      \$468  = \$387 [7:0];
+    end else if (\$386 ) begin
+      \$468  = \$388 [7:0];
+    end
+    if (rst) begin
+      \$468  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$469  = r_bank_2;
+    if (\$389 ) begin
+      \$469  = \s2__araddr$299 [13:12];
+    end
+    if (rst) begin
+      \$469  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$470  = r_out_2;
+    if (\$394 ) begin
+      \$470  = \$400 [7:0];
+    end else if (\$399 ) begin
+      \$470  = \$401 [7:0];
+    end
+    if (rst) begin
+      \$470  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$471  = w_bank_2;
+    if (\$402 ) begin
+      \$471  = \s2__awaddr$315 [13:12];
+    end
+    if (rst) begin
+      \$471  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$472  = w_out_2;
+    if (\$406 ) begin
+      \$472  = \$411 [7:0];
+    end else if (\$410 ) begin
+      \$472  = \$412 [7:0];
+    end
+    if (rst) begin
+      \$472  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$473  = r_bank_3;
+    if (\$413 ) begin
+      \$473  = \s3__araddr$448 [13:12];
+    end
+    if (rst) begin
+      \$473  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$474  = r_out_3;
+    if (\$418 ) begin
+      \$474  = \$424 [7:0];
+    end else if (\$423 ) begin
+      \$474  = \$425 [7:0];
+    end
+    if (rst) begin
+      \$474  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$475  = w_bank_3;
+    if (\$426 ) begin
+      \$475  = \s3__awaddr$464 [13:12];
+    end
+    if (rst) begin
+      \$475  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$476  = w_out_3;
+    if (\$430 ) begin
+      \$476  = \$435 [7:0];
+    end else if (\$434 ) begin
+      \$476  = \$436 [7:0];
+    end
+    if (rst) begin
+      \$476  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$477  = r_bank_4;
+    if (\$437 ) begin
+      \$477  = \s4__araddr$597 [13:12];
+    end
+    if (rst) begin
+      \$477  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$478  = r_out_4;
+    if (\$442 ) begin
+      \$478  = \$448 [7:0];
+    end else if (\$447 ) begin
+      \$478  = \$449 [7:0];
+    end
+    if (rst) begin
+      \$478  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$479  = w_bank_4;
+    if (\$450 ) begin
+      \$479  = \s4__awaddr$613 [13:12];
+    end
+    if (rst) begin
+      \$479  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$480  = w_out_4;
+    if (\$454 ) begin
+      \$480  = \$459 [7:0];
+    end else if (\$458 ) begin
+      \$480  = \$460 [7:0];
+    end
+    if (rst) begin
+      \$480  = 8'h00;
+    end
+  end
+  assign s0__araddr = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$3  = s0__arlen;
+  assign \s0__arsize$5  = s0__arsize;
+  assign \s0__arburst$7  = s0__arburst;
+  assign \s0__arid$9  = s0__arid;
+  assign s0__awaddr = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
+  assign \s0__awlen$19  = s0__awlen;
+  assign \s0__awsize$21  = s0__awsize;
+  assign \s0__awburst$23  = s0__awburst;
+  assign \s0__awid$25  = s0__awid;
+  assign \s0__wdata$31  = s0__wdata;
+  assign \s0__wstrb$33  = s0__wstrb;
+  assign \s0__wlast$35  = s0__wlast;
+  assign \s0__araddr$40  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$41  = s0__arlen;
+  assign \s0__arsize$42  = s0__arsize;
+  assign \s0__arburst$43  = s0__arburst;
+  assign \s0__arid$44  = s0__arid;
+  assign \s0__awaddr$47  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
+  assign \s0__awlen$48  = s0__awlen;
+  assign \s0__awsize$49  = s0__awsize;
+  assign \s0__awburst$50  = s0__awburst;
+  assign \s0__awid$51  = s0__awid;
+  assign \s0__wdata$53  = s0__wdata;
+  assign \s0__wstrb$54  = s0__wstrb;
+  assign \s0__wlast$55  = s0__wlast;
+  assign \s0__araddr$58  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$59  = s0__arlen;
+  assign \s0__arsize$60  = s0__arsize;
+  assign \s0__arburst$61  = s0__arburst;
+  assign \s0__arid$62  = s0__arid;
+  assign \s0__awaddr$65  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
+  assign \s0__awlen$66  = s0__awlen;
+  assign \s0__awsize$67  = s0__awsize;
+  assign \s0__awburst$68  = s0__awburst;
+  assign \s0__awid$69  = s0__awid;
+  assign \s0__wdata$71  = s0__wdata;
+  assign \s0__wstrb$72  = s0__wstrb;
+  assign \s0__wlast$73  = s0__wlast;
+  assign \s0__araddr$76  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$77  = s0__arlen;
+  assign \s0__arsize$78  = s0__arsize;
+  assign \s0__arburst$79  = s0__arburst;
+  assign \s0__arid$80  = s0__arid;
+  assign \s0__awaddr$83  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
+  assign \s0__awlen$84  = s0__awlen;
+  assign \s0__awsize$85  = s0__awsize;
+  assign \s0__awburst$86  = s0__awburst;
+  assign \s0__awid$87  = s0__awid;
+  assign \s0__wdata$89  = s0__wdata;
+  assign \s0__wstrb$90  = s0__wstrb;
+  assign \s0__wlast$91  = s0__wlast;
+  assign \s0__rdata$107  = \$481 [63:0];
+  assign \s0__rid$109  = \$481 [67:64];
+  assign \s0__rdata$115  = \$482 [63:0];
+  assign \s0__rid$116  = \$482 [67:64];
+  assign \s0__rdata$120  = \$483 [63:0];
+  assign \s0__rid$121  = \$483 [67:64];
+  assign \s0__rdata$125  = \$484 [63:0];
+  assign \s0__rid$126  = \$484 [67:64];
+  assign s1__araddr = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign s1__arlen = 8'h03;
+  assign \s1__arlen$152  = 8'h03;
+  assign s1__arsize = 3'h3;
+  assign \s1__arsize$154  = 3'h3;
+  assign s1__arburst = 2'h1;
+  assign \s1__arburst$156  = 2'h1;
+  assign s1__arid = 4'h0;
+  assign \s1__arid$158  = 4'h0;
+  assign s1__awaddr = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
+  assign s1__awlen = 8'h00;
+  assign \s1__awlen$168  = 8'h00;
+  assign s1__awsize = 3'h3;
+  assign \s1__awsize$170  = 3'h3;
+  assign s1__awburst = 2'h1;
+  assign \s1__awburst$172  = 2'h1;
+  assign s1__awid = 4'h0;
+  assign \s1__awid$174  = 4'h0;
+  assign \s1__wdata$180  = s1__wdata;
+  assign s1__wstrb = 8'hff;
+  assign \s1__wstrb$182  = 8'hff;
+  assign s1__wlast = 1'h1;
+  assign \s1__wlast$184  = 1'h1;
+  assign \s1__araddr$189  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$190  = 8'h03;
+  assign \s1__arsize$191  = 3'h3;
+  assign \s1__arburst$192  = 2'h1;
+  assign \s1__arid$193  = 4'h0;
+  assign \s1__awaddr$196  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
+  assign \s1__awlen$197  = 8'h00;
+  assign \s1__awsize$198  = 3'h3;
+  assign \s1__awburst$199  = 2'h1;
+  assign \s1__awid$200  = 4'h0;
+  assign \s1__wdata$202  = s1__wdata;
+  assign \s1__wstrb$203  = 8'hff;
+  assign \s1__wlast$204  = 1'h1;
+  assign \s1__araddr$207  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$208  = 8'h03;
+  assign \s1__arsize$209  = 3'h3;
+  assign \s1__arburst$210  = 2'h1;
+  assign \s1__arid$211  = 4'h0;
+  assign \s1__awaddr$214  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
+  assign \s1__awlen$215  = 8'h00;
+  assign \s1__awsize$216  = 3'h3;
+  assign \s1__awburst$217  = 2'h1;
+  assign \s1__awid$218  = 4'h0;
+  assign \s1__wdata$220  = s1__wdata;
+  assign \s1__wstrb$221  = 8'hff;
+  assign \s1__wlast$222  = 1'h1;
+  assign \s1__araddr$225  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$226  = 8'h03;
+  assign \s1__arsize$227  = 3'h3;
+  assign \s1__arburst$228  = 2'h1;
+  assign \s1__arid$229  = 4'h0;
+  assign \s1__awaddr$232  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
+  assign \s1__awlen$233  = 8'h00;
+  assign \s1__awsize$234  = 3'h3;
+  assign \s1__awburst$235  = 2'h1;
+  assign \s1__awid$236  = 4'h0;
+  assign \s1__wdata$238  = s1__wdata;
+  assign \s1__wstrb$239  = 8'hff;
+  assign \s1__wlast$240  = 1'h1;
+  assign \s1__rdata$256  = \$481 [63:0];
+  assign \s1__rid$258  = \$481 [67:64];
+  assign \s1__rlast$262  = \s0__rlast$113 ;
+  assign \s1__rdata$264  = \$482 [63:0];
+  assign \s1__rid$265  = \$482 [67:64];
+  assign \s1__rlast$267  = \s0__rlast$118 ;
+  assign \s1__rdata$269  = \$483 [63:0];
+  assign \s1__rid$270  = \$483 [67:64];
+  assign \s1__rlast$272  = \s0__rlast$123 ;
+  assign \s1__rdata$274  = \$484 [63:0];
+  assign \s1__rid$275  = \$484 [67:64];
+  assign \s1__rlast$277  = \s0__rlast$128 ;
+  assign s2__araddr = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$301  = s2__arlen;
+  assign s2__arsize = 3'h3;
+  assign \s2__arsize$303  = 3'h3;
+  assign s2__arburst = 2'h1;
+  assign \s2__arburst$305  = 2'h1;
+  assign s2__arid = 4'h0;
+  assign \s2__arid$307  = 4'h0;
+  assign s2__awaddr = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
+  assign \s2__awlen$317  = s2__awlen;
+  assign s2__awsize = 3'h3;
+  assign \s2__awsize$319  = 3'h3;
+  assign s2__awburst = 2'h1;
+  assign \s2__awburst$321  = 2'h1;
+  assign s2__awid = 4'h0;
+  assign \s2__awid$323  = 4'h0;
+  assign \s2__wdata$329  = s2__wdata;
+  assign \s2__wstrb$331  = s2__wstrb;
+  assign \s2__wlast$333  = s2__wlast;
+  assign \s2__bready$337  = 1'h1;
+  assign \s2__araddr$338  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$339  = s2__arlen;
+  assign \s2__arsize$340  = 3'h3;
+  assign \s2__arburst$341  = 2'h1;
+  assign \s2__arid$342  = 4'h0;
+  assign \s2__awaddr$345  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
+  assign \s2__awlen$346  = s2__awlen;
+  assign \s2__awsize$347  = 3'h3;
+  assign \s2__awburst$348  = 2'h1;
+  assign \s2__awid$349  = 4'h0;
+  assign \s2__wdata$351  = s2__wdata;
+  assign \s2__wstrb$352  = s2__wstrb;
+  assign \s2__wlast$353  = s2__wlast;
+  assign \s2__araddr$356  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$357  = s2__arlen;
+  assign \s2__arsize$358  = 3'h3;
+  assign \s2__arburst$359  = 2'h1;
+  assign \s2__arid$360  = 4'h0;
+  assign \s2__awaddr$363  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
+  assign \s2__awlen$364  = s2__awlen;
+  assign \s2__awsize$365  = 3'h3;
+  assign \s2__awburst$366  = 2'h1;
+  assign \s2__awid$367  = 4'h0;
+  assign \s2__wdata$369  = s2__wdata;
+  assign \s2__wstrb$370  = s2__wstrb;
+  assign \s2__wlast$371  = s2__wlast;
+  assign \s2__araddr$374  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$375  = s2__arlen;
+  assign \s2__arsize$376  = 3'h3;
+  assign \s2__arburst$377  = 2'h1;
+  assign \s2__arid$378  = 4'h0;
+  assign \s2__awaddr$381  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
+  assign \s2__awlen$382  = s2__awlen;
+  assign \s2__awsize$383  = 3'h3;
+  assign \s2__awburst$384  = 2'h1;
+  assign \s2__awid$385  = 4'h0;
+  assign \s2__wdata$387  = s2__wdata;
+  assign \s2__wstrb$388  = s2__wstrb;
+  assign \s2__wlast$389  = s2__wlast;
+  assign \s2__rdata$405  = \$481 [63:0];
+  assign \s2__rid$407  = \$481 [67:64];
+  assign \s2__rlast$411  = \s0__rlast$113 ;
+  assign \s2__rdata$413  = \$482 [63:0];
+  assign \s2__rid$414  = \$482 [67:64];
+  assign \s2__rlast$416  = \s0__rlast$118 ;
+  assign \s2__rdata$418  = \$483 [63:0];
+  assign \s2__rid$419  = \$483 [67:64];
+  assign \s2__rlast$421  = \s0__rlast$123 ;
+  assign \s2__rdata$423  = \$484 [63:0];
+  assign \s2__rid$424  = \$484 [67:64];
+  assign \s2__rlast$426  = \s0__rlast$128 ;
+  assign s3__araddr = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign s3__arlen = 8'h03;
+  assign \s3__arlen$450  = 8'h03;
+  assign s3__arsize = 3'h3;
+  assign \s3__arsize$452  = 3'h3;
+  assign s3__arburst = 2'h1;
+  assign \s3__arburst$454  = 2'h1;
+  assign s3__arid = 4'h0;
+  assign \s3__arid$456  = 4'h0;
+  assign s3__awaddr = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
+  assign s3__awlen = 8'h00;
+  assign \s3__awlen$466  = 8'h00;
+  assign s3__awsize = 3'h3;
+  assign \s3__awsize$468  = 3'h3;
+  assign s3__awburst = 2'h1;
+  assign \s3__awburst$470  = 2'h1;
+  assign s3__awid = 4'h0;
+  assign \s3__awid$472  = 4'h0;
+  assign \s3__wdata$478  = s3__wdata;
+  assign s3__wstrb = 8'hff;
+  assign \s3__wstrb$480  = 8'hff;
+  assign s3__wlast = 1'h1;
+  assign \s3__wlast$482  = 1'h1;
+  assign \s3__araddr$487  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$488  = 8'h03;
+  assign \s3__arsize$489  = 3'h3;
+  assign \s3__arburst$490  = 2'h1;
+  assign \s3__arid$491  = 4'h0;
+  assign \s3__awaddr$494  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
+  assign \s3__awlen$495  = 8'h00;
+  assign \s3__awsize$496  = 3'h3;
+  assign \s3__awburst$497  = 2'h1;
+  assign \s3__awid$498  = 4'h0;
+  assign \s3__wdata$500  = s3__wdata;
+  assign \s3__wstrb$501  = 8'hff;
+  assign \s3__wlast$502  = 1'h1;
+  assign \s3__araddr$505  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$506  = 8'h03;
+  assign \s3__arsize$507  = 3'h3;
+  assign \s3__arburst$508  = 2'h1;
+  assign \s3__arid$509  = 4'h0;
+  assign \s3__awaddr$512  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
+  assign \s3__awlen$513  = 8'h00;
+  assign \s3__awsize$514  = 3'h3;
+  assign \s3__awburst$515  = 2'h1;
+  assign \s3__awid$516  = 4'h0;
+  assign \s3__wdata$518  = s3__wdata;
+  assign \s3__wstrb$519  = 8'hff;
+  assign \s3__wlast$520  = 1'h1;
+  assign \s3__araddr$523  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$524  = 8'h03;
+  assign \s3__arsize$525  = 3'h3;
+  assign \s3__arburst$526  = 2'h1;
+  assign \s3__arid$527  = 4'h0;
+  assign \s3__awaddr$530  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
+  assign \s3__awlen$531  = 8'h00;
+  assign \s3__awsize$532  = 3'h3;
+  assign \s3__awburst$533  = 2'h1;
+  assign \s3__awid$534  = 4'h0;
+  assign \s3__wdata$536  = s3__wdata;
+  assign \s3__wstrb$537  = 8'hff;
+  assign \s3__wlast$538  = 1'h1;
+  assign \s3__rdata$554  = \$481 [63:0];
+  assign \s3__rid$556  = \$481 [67:64];
+  assign \s3__rlast$560  = \s0__rlast$113 ;
+  assign \s3__rdata$562  = \$482 [63:0];
+  assign \s3__rid$563  = \$482 [67:64];
+  assign \s3__rlast$565  = \s0__rlast$118 ;
+  assign \s3__rdata$567  = \$483 [63:0];
+  assign \s3__rid$568  = \$483 [67:64];
+  assign \s3__rlast$570  = \s0__rlast$123 ;
+  assign \s3__rdata$572  = \$484 [63:0];
+  assign \s3__rid$573  = \$484 [67:64];
+  assign \s3__rlast$575  = \s0__rlast$128 ;
+  assign s4__araddr = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$599  = s4__arlen;
+  assign s4__arsize = 3'h3;
+  assign \s4__arsize$601  = 3'h3;
+  assign s4__arburst = 2'h1;
+  assign \s4__arburst$603  = 2'h1;
+  assign s4__arid = 4'h0;
+  assign \s4__arid$605  = 4'h0;
+  assign s4__awaddr = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
+  assign \s4__awlen$615  = s4__awlen;
+  assign s4__awsize = 3'h3;
+  assign \s4__awsize$617  = 3'h3;
+  assign s4__awburst = 2'h1;
+  assign \s4__awburst$619  = 2'h1;
+  assign s4__awid = 4'h0;
+  assign \s4__awid$621  = 4'h0;
+  assign \s4__wdata$627  = s4__wdata;
+  assign \s4__wstrb$629  = s4__wstrb;
+  assign \s4__wlast$631  = s4__wlast;
+  assign \s4__bready$635  = 1'h1;
+  assign \s4__araddr$636  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$637  = s4__arlen;
+  assign \s4__arsize$638  = 3'h3;
+  assign \s4__arburst$639  = 2'h1;
+  assign \s4__arid$640  = 4'h0;
+  assign \s4__awaddr$643  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
+  assign \s4__awlen$644  = s4__awlen;
+  assign \s4__awsize$645  = 3'h3;
+  assign \s4__awburst$646  = 2'h1;
+  assign \s4__awid$647  = 4'h0;
+  assign \s4__wdata$649  = s4__wdata;
+  assign \s4__wstrb$650  = s4__wstrb;
+  assign \s4__wlast$651  = s4__wlast;
+  assign \s4__araddr$654  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$655  = s4__arlen;
+  assign \s4__arsize$656  = 3'h3;
+  assign \s4__arburst$657  = 2'h1;
+  assign \s4__arid$658  = 4'h0;
+  assign \s4__awaddr$661  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
+  assign \s4__awlen$662  = s4__awlen;
+  assign \s4__awsize$663  = 3'h3;
+  assign \s4__awburst$664  = 2'h1;
+  assign \s4__awid$665  = 4'h0;
+  assign \s4__wdata$667  = s4__wdata;
+  assign \s4__wstrb$668  = s4__wstrb;
+  assign \s4__wlast$669  = s4__wlast;
+  assign \s4__araddr$672  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$673  = s4__arlen;
+  assign \s4__arsize$674  = 3'h3;
+  assign \s4__arburst$675  = 2'h1;
+  assign \s4__arid$676  = 4'h0;
+  assign \s4__awaddr$679  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
+  assign \s4__awlen$680  = s4__awlen;
+  assign \s4__awsize$681  = 3'h3;
+  assign \s4__awburst$682  = 2'h1;
+  assign \s4__awid$683  = 4'h0;
+  assign \s4__wdata$685  = s4__wdata;
+  assign \s4__wstrb$686  = s4__wstrb;
+  assign \s4__wlast$687  = s4__wlast;
+  assign \s4__rdata$703  = \$481 [63:0];
+  assign \s4__rid$705  = \$481 [67:64];
+  assign \s4__rlast$709  = \s0__rlast$113 ;
+  assign \s4__rdata$711  = \$482 [63:0];
+  assign \s4__rid$712  = \$482 [67:64];
+  assign \s4__rlast$714  = \s0__rlast$118 ;
+  assign \s4__rdata$716  = \$483 [63:0];
+  assign \s4__rid$717  = \$483 [67:64];
+  assign \s4__rlast$719  = \s0__rlast$123 ;
+  assign \s4__rdata$721  = \$484 [63:0];
+  assign \s4__rid$722  = \$484 [67:64];
+  assign \s4__rlast$724  = \s0__rlast$128 ;
+  assign s2__bready = \$153 ;
+  assign \s2__bready$355  = \$170 ;
+  assign \s2__bready$373  = \$187 ;
+  assign \s2__bready$391  = \$204 ;
+  assign s4__bready = \$289 ;
+  assign \s4__bready$653  = \$306 ;
+  assign \s4__bready$671  = \$323 ;
+  assign \s4__bready$689  = \$340 ;
+  assign \$404  = s2__bvalid;
+  assign \$407  = s2__bvalid;
+  assign \$452  = s4__bvalid;
+  assign \$455  = s4__bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
+, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
+, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
+, s4__rvalid, s4__rresp, \port$2038$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4495$0 , \port$4495$14 , s4__wstrb, s4__wdata, \port$6694$0 , \port$6694$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9298$0 , \port$9298$14 , s2__arlen, \port$9322$0 , \port$9322$14 , s2__awlen, \port$9546$0 , \port$9546$14 , s1__wdata, \port$10753$0 , \port$10753$14 , s4__arlen, \port$10777$0 , \port$10777$14 , s4__awlen
+, \port$11001$0 , \port$11001$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -38796,74 +42406,82 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire \$159 ;
   wire \$16 ;
   wire \$160 ;
-  wire \$161 ;
-  wire \$162 ;
+  wire [31:0] \$161 ;
+  wire [9:0] \$162 ;
   wire \$163 ;
   wire \$164 ;
   wire \$165 ;
-  wire [17:0] \$166 ;
-  wire [8:0] \$167 ;
+  wire \$166 ;
+  wire \$167 ;
   wire \$168 ;
   wire \$169 ;
   wire \$17 ;
-  wire [1:0] \$170 ;
-  wire \$171 ;
-  wire [1:0] \$172 ;
+  wire [15:0] \$170 ;
+  wire [8:0] \$171 ;
+  wire \$172 ;
   wire \$173 ;
   wire [1:0] \$174 ;
   wire \$175 ;
   wire [1:0] \$176 ;
   wire \$177 ;
   wire [1:0] \$178 ;
-  wire [31:0] \$179 ;
+  wire \$179 ;
   wire \$18 ;
-  wire \$180 ;
+  wire [1:0] \$180 ;
   wire \$181 ;
-  wire \$182 ;
+  wire [1:0] \$182 ;
   wire [31:0] \$183 ;
-  wire [32:0] \$184 ;
+  wire \$184 ;
   wire \$185 ;
   wire \$186 ;
-  wire \$187 ;
-  wire [17:0] \$188 ;
-  wire [8:0] \$189 ;
+  wire [31:0] \$187 ;
+  wire [32:0] \$188 ;
+  wire \$189 ;
   wire \$19 ;
   wire \$190 ;
-  reg \$191 ;
-  reg [2:0] \$192 ;
-  reg [2:0] \$193 ;
-  reg [3:0] \$194 ;
-  reg [16:0] \$195 ;
-  reg [7:0] \$196 ;
-  reg \$197 ;
-  reg \$198 ;
+  wire [31:0] \$191 ;
+  wire [9:0] \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [15:0] \$196 ;
+  wire [8:0] \$197 ;
+  wire \$198 ;
   reg \$199 ;
   wire \$2 ;
   wire \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg [3:0] \$203 ;
-  reg [1:0] \$204 ;
-  reg [3:0] \$205 ;
-  reg [1:0] \$206 ;
-  reg [3:0] \$207 ;
-  reg [1:0] \$208 ;
-  reg [3:0] \$209 ;
+  reg [2:0] \$200 ;
+  reg [2:0] \$201 ;
+  reg [3:0] \$202 ;
+  reg [14:0] \$203 ;
+  reg [7:0] \$204 ;
+  reg \$205 ;
+  reg \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg \$209 ;
   wire [2:0] \$21 ;
-  reg [1:0] \$210 ;
+  reg \$210 ;
   reg [3:0] \$211 ;
   reg [1:0] \$212 ;
-  reg \$213 ;
-  reg [2:0] \$214 ;
-  reg [2:0] \$215 ;
-  reg [3:0] \$216 ;
-  reg [16:0] \$217 ;
-  reg [7:0] \$218 ;
-  reg \$219 ;
+  reg [3:0] \$213 ;
+  reg [1:0] \$214 ;
+  reg [3:0] \$215 ;
+  reg [1:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg [1:0] \$218 ;
+  reg [3:0] \$219 ;
   wire [2:0] \$22 ;
-  reg \$220 ;
-  reg [72:0] \$221 ;
+  reg [1:0] \$220 ;
+  reg \$221 ;
+  reg [2:0] \$222 ;
+  reg [2:0] \$223 ;
+  reg [3:0] \$224 ;
+  reg [14:0] \$225 ;
+  reg [7:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [72:0] \$229 ;
   wire [2:0] \$23 ;
   wire [2:0] \$24 ;
   wire [2:0] \$25 ;
@@ -39002,10 +42620,50 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  output [67:0] \port$1360$0 ;
-  wire [67:0] \port$1360$0 ;
-  (* init = 17'h00000 *)
-  wire [16:0] r_addr;
+  input [11:0] \port$0$204 ;
+  wire [11:0] \port$0$204 ;
+  input [17:0] \port$0$218 ;
+  wire [17:0] \port$0$218 ;
+  input [11:0] \port$0$79 ;
+  wire [11:0] \port$0$79 ;
+  input [17:0] \port$0$93 ;
+  wire [17:0] \port$0$93 ;
+  input [11:0] \port$10753$0 ;
+  wire [11:0] \port$10753$0 ;
+  input [17:0] \port$10753$14 ;
+  wire [17:0] \port$10753$14 ;
+  input [11:0] \port$10777$0 ;
+  wire [11:0] \port$10777$0 ;
+  input [17:0] \port$10777$14 ;
+  wire [17:0] \port$10777$14 ;
+  input [11:0] \port$11001$0 ;
+  wire [11:0] \port$11001$0 ;
+  input [17:0] \port$11001$14 ;
+  wire [17:0] \port$11001$14 ;
+  output [67:0] \port$2038$0 ;
+  wire [67:0] \port$2038$0 ;
+  input [11:0] \port$4495$0 ;
+  wire [11:0] \port$4495$0 ;
+  input [17:0] \port$4495$14 ;
+  wire [17:0] \port$4495$14 ;
+  input [11:0] \port$6694$0 ;
+  wire [11:0] \port$6694$0 ;
+  input [17:0] \port$6694$14 ;
+  wire [17:0] \port$6694$14 ;
+  input [11:0] \port$9298$0 ;
+  wire [11:0] \port$9298$0 ;
+  input [17:0] \port$9298$14 ;
+  wire [17:0] \port$9298$14 ;
+  input [11:0] \port$9322$0 ;
+  wire [11:0] \port$9322$0 ;
+  input [17:0] \port$9322$14 ;
+  wire [17:0] \port$9322$14 ;
+  input [11:0] \port$9546$0 ;
+  wire [11:0] \port$9546$0 ;
+  input [17:0] \port$9546$14 ;
+  wire [17:0] \port$9546$14 ;
+  (* init = 15'h0000 *)
+  wire [14:0] r_addr;
   reg r_busy = 1'h0;
   wire [72:0] r_data;
   wire r_en;
@@ -39017,12 +42675,11 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   reg [2:0] r_port = 3'h0;
   wire r_rdy;
   reg r_ready;
-  reg [16:0] rd__addr = 17'h00000;
+  reg [14:0] rd__addr = 15'h0000;
   wire [63:0] rd__data;
   wire rd__en;
   input rst;
   wire rst;
-  input [31:0] s0__araddr;
   wire [31:0] s0__araddr;
   input [1:0] s0__arburst;
   wire [1:0] s0__arburst;
@@ -39036,7 +42693,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [2:0] s0__arsize;
   input s0__arvalid;
   wire s0__arvalid;
-  input [31:0] s0__awaddr;
   wire [31:0] s0__awaddr;
   input [1:0] s0__awburst;
   wire [1:0] s0__awburst;
@@ -39076,7 +42732,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [7:0] s0__wstrb;
   input s0__wvalid;
   wire s0__wvalid;
-  input [31:0] s1__araddr;
   wire [31:0] s1__araddr;
   wire [1:0] s1__arburst;
   wire [3:0] s1__arid;
@@ -39086,7 +42741,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [2:0] s1__arsize;
   input s1__arvalid;
   wire s1__arvalid;
-  input [31:0] s1__awaddr;
   wire [31:0] s1__awaddr;
   wire [1:0] s1__awburst;
   wire [3:0] s1__awid;
@@ -39120,7 +42774,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [7:0] s1__wstrb;
   input s1__wvalid;
   wire s1__wvalid;
-  input [31:0] s2__araddr;
   wire [31:0] s2__araddr;
   wire [1:0] s2__arburst;
   wire [3:0] s2__arid;
@@ -39131,7 +42784,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [2:0] s2__arsize;
   input s2__arvalid;
   wire s2__arvalid;
-  input [31:0] s2__awaddr;
   wire [31:0] s2__awaddr;
   wire [1:0] s2__awburst;
   wire [3:0] s2__awid;
@@ -39144,6 +42796,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire s2__awvalid;
   output [3:0] s2__bid;
   reg [3:0] s2__bid = 4'h0;
+  input s2__bready;
   wire s2__bready;
   output [1:0] s2__bresp;
   reg [1:0] s2__bresp = 2'h0;
@@ -39166,7 +42819,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [7:0] s2__wstrb;
   input s2__wvalid;
   wire s2__wvalid;
-  input [31:0] s3__araddr;
   wire [31:0] s3__araddr;
   wire [1:0] s3__arburst;
   wire [3:0] s3__arid;
@@ -39176,7 +42828,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [2:0] s3__arsize;
   input s3__arvalid;
   wire s3__arvalid;
-  input [31:0] s3__awaddr;
   wire [31:0] s3__awaddr;
   wire [1:0] s3__awburst;
   wire [3:0] s3__awid;
@@ -39210,7 +42861,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [7:0] s3__wstrb;
   input s3__wvalid;
   wire s3__wvalid;
-  input [31:0] s4__araddr;
   wire [31:0] s4__araddr;
   wire [1:0] s4__arburst;
   wire [3:0] s4__arid;
@@ -39221,7 +42871,6 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [2:0] s4__arsize;
   input s4__arvalid;
   wire s4__arvalid;
-  input [31:0] s4__awaddr;
   wire [31:0] s4__awaddr;
   wire [1:0] s4__awburst;
   wire [3:0] s4__awid;
@@ -39234,6 +42883,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire s4__awvalid;
   output [3:0] s4__bid;
   reg [3:0] s4__bid = 4'h0;
+  input s4__bready;
   wire s4__bready;
   output [1:0] s4__bresp;
   reg [1:0] s4__bresp = 2'h0;
@@ -39256,8 +42906,8 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   wire [7:0] s4__wstrb;
   input s4__wvalid;
   wire s4__wvalid;
-  (* init = 17'h00000 *)
-  wire [16:0] w_addr;
+  (* init = 15'h0000 *)
+  wire [14:0] w_addr;
   reg w_beat;
   reg w_busy = 1'h0;
   reg [63:0] w_data;
@@ -39270,12 +42920,12 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   reg [7:0] w_left = 8'h00;
   reg [2:0] w_port = 3'h0;
   reg [7:0] w_strb;
-  reg [16:0] wr__addr = 17'h00000;
+  reg [14:0] wr__addr = 15'h0000;
   wire [63:0] wr__data;
   reg [7:0] wr__en;
-  reg [63:0] mem [131071:0];
+  reg [63:0] mem [32767:0];
   initial begin
-    for (int i = 0; i < 131072; i = i + 1) mem[i] = 64'h0;
+    for (int i = 0; i < 32768; i = i + 1) mem[i] = 64'h0;
   end
   always @(posedge clk) begin
     if (wr__en[0])
@@ -39479,97 +43129,105 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   assign \$155  = aw_sel[44:43] != 1'h1;
   assign \$156  = \$154  | \$155 ;
   assign \$158  = \$157  + aw_sel[39:32];
-  assign \$159  = \$158  >= 18'h20000;
+  assign \$159  = \$158  >= 16'h8000;
   assign \$160  = \$156  | \$159 ;
-  assign \$161  = b_valid_0 & s0__bready;
-  assign \$162  = b_valid_1 & s1__bready;
-  assign \$164  = b_valid_3 & s3__bready;
-  assign \$166  = wr__addr + 1'h1;
-  assign \$167  = w_left - 1'h1;
-  assign \$168  = ! w_left;
-  assign \$169  = ! w_port;
-  assign \$170  = w_err ? 2'h2 : 2'h0;
-  assign \$171  = w_port == 1'h1;
-  assign \$172  = w_err ? 2'h2 : 2'h0;
-  assign \$173  = w_port == 2'h2;
+  assign \$162  = \$161 [8:0] + aw_sel[39:32];
+  assign \$163  = \$162  >= 10'h200;
+  assign \$164  = \$160  | \$163 ;
+  assign \$165  = b_valid_0 & s0__bready;
+  assign \$166  = b_valid_1 & s1__bready;
+  assign \$167  = b_valid_2 & s2__bready;
+  assign \$168  = b_valid_3 & s3__bready;
+  assign \$169  = b_valid_4 & s4__bready;
+  assign \$170  = wr__addr + 1'h1;
+  assign \$171  = w_left - 1'h1;
+  assign \$172  = ! w_left;
+  assign \$173  = ! w_port;
   assign \$174  = w_err ? 2'h2 : 2'h0;
-  assign \$175  = w_port == 2'h3;
+  assign \$175  = w_port == 1'h1;
   assign \$176  = w_err ? 2'h2 : 2'h0;
-  assign \$177  = w_port == 3'h4;
+  assign \$177  = w_port == 2'h2;
   assign \$178  = w_err ? 2'h2 : 2'h0;
-  assign \$180  = ar_sel[42:40] != 2'h3;
-  assign \$181  = ar_sel[44:43] != 1'h1;
-  assign \$182  = \$180  | \$181 ;
-  assign \$184  = \$183  + ar_sel[39:32];
-  assign \$185  = \$184  >= 18'h20000;
-  assign \$186  = \$182  | \$185 ;
-  assign \$187  = ! r_left;
-  assign \$188  = rd__addr + 1'h1;
-  assign \$189  = r_left - 1'h1;
-  assign \$190  = ! r_left;
+  assign \$179  = w_port == 2'h3;
+  assign \$180  = w_err ? 2'h2 : 2'h0;
+  assign \$181  = w_port == 3'h4;
+  assign \$182  = w_err ? 2'h2 : 2'h0;
+  assign \$184  = ar_sel[42:40] != 2'h3;
+  assign \$185  = ar_sel[44:43] != 1'h1;
+  assign \$186  = \$184  | \$185 ;
+  assign \$188  = \$187  + ar_sel[39:32];
+  assign \$189  = \$188  >= 16'h8000;
+  assign \$190  = \$186  | \$189 ;
+  assign \$192  = \$191 [8:0] + ar_sel[39:32];
+  assign \$193  = \$192  >= 10'h200;
+  assign \$194  = \$190  | \$193 ;
+  assign \$195  = ! r_left;
+  assign \$196  = rd__addr + 1'h1;
+  assign \$197  = r_left - 1'h1;
+  assign \$198  = ! r_left;
   always @(posedge clk)
-    w_busy <= \$191 ;
+    w_busy <= \$199 ;
   always @(posedge clk)
-    w_port <= \$192 ;
+    w_port <= \$200 ;
   always @(posedge clk)
-    w_last_port <= \$193 ;
+    w_last_port <= \$201 ;
   always @(posedge clk)
-    w_id <= \$194 ;
+    w_id <= \$202 ;
   always @(posedge clk)
-    wr__addr <= \$195 ;
+    wr__addr <= \$203 ;
   always @(posedge clk)
-    w_left <= \$196 ;
+    w_left <= \$204 ;
   always @(posedge clk)
-    w_err <= \$197 ;
+    w_err <= \$205 ;
   always @(posedge clk)
-    b_valid_0 <= \$198 ;
+    b_valid_0 <= \$206 ;
   always @(posedge clk)
-    b_valid_1 <= \$199 ;
+    b_valid_1 <= \$207 ;
   always @(posedge clk)
-    b_valid_2 <= \$200 ;
+    b_valid_2 <= \$208 ;
   always @(posedge clk)
-    b_valid_3 <= \$201 ;
+    b_valid_3 <= \$209 ;
   always @(posedge clk)
-    b_valid_4 <= \$202 ;
+    b_valid_4 <= \$210 ;
   always @(posedge clk)
-    s0__bid <= \$203 ;
+    s0__bid <= \$211 ;
   always @(posedge clk)
-    s0__bresp <= \$204 ;
+    s0__bresp <= \$212 ;
   always @(posedge clk)
-    s1__bid <= \$205 ;
+    s1__bid <= \$213 ;
   always @(posedge clk)
-    s1__bresp <= \$206 ;
+    s1__bresp <= \$214 ;
   always @(posedge clk)
-    s2__bid <= \$207 ;
+    s2__bid <= \$215 ;
   always @(posedge clk)
-    s2__bresp <= \$208 ;
+    s2__bresp <= \$216 ;
   always @(posedge clk)
-    s3__bid <= \$209 ;
+    s3__bid <= \$217 ;
   always @(posedge clk)
-    s3__bresp <= \$210 ;
+    s3__bresp <= \$218 ;
   always @(posedge clk)
-    s4__bid <= \$211 ;
+    s4__bid <= \$219 ;
   always @(posedge clk)
-    s4__bresp <= \$212 ;
+    s4__bresp <= \$220 ;
   always @(posedge clk)
-    r_busy <= \$213 ;
+    r_busy <= \$221 ;
   always @(posedge clk)
-    r_port <= \$214 ;
+    r_port <= \$222 ;
   always @(posedge clk)
-    r_last_port <= \$215 ;
+    r_last_port <= \$223 ;
   always @(posedge clk)
-    r_id <= \$216 ;
+    r_id <= \$224 ;
   always @(posedge clk)
-    rd__addr <= \$217 ;
+    rd__addr <= \$225 ;
   always @(posedge clk)
-    r_left <= \$218 ;
+    r_left <= \$226 ;
   always @(posedge clk)
-    r_err <= \$219 ;
+    r_err <= \$227 ;
   always @(posedge clk)
-    pending_valid <= \$220 ;
+    pending_valid <= \$228 ;
   always @(posedge clk)
-    pending <= \$221 ;
-  \dx1_soc.memory.r_buffer  r_buffer (
+    pending <= \$229 ;
+  \dx1_soc.memory.bank0.r_buffer  r_buffer (
     .clk(clk),
     .level(level),
     .r_data(r_data),
@@ -39580,7 +43238,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -39596,23 +43254,23 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, s0__awaddr };
+          aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 17'h00b00, s1__awaddr };
+          aw_sel = { 19'h02c00, \port$9546$14 , \port$9546$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, s2__awaddr };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9322$14 , \port$9322$0  };
       3'h3:
-          aw_sel = { 17'h00b00, s3__awaddr };
+          aw_sel = { 19'h02c00, \port$11001$14 , \port$11001$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, s4__awaddr };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10777$14 , \port$10777$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -39631,7 +43289,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -39650,7 +43308,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -39669,14 +43327,14 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -39692,23 +43350,23 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, s0__araddr };
+          ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 17'h00b03, s1__araddr };
+          ar_sel = { 19'h02c0c, \port$4495$14 , \port$4495$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, s2__araddr };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9298$14 , \port$9298$0  };
       3'h3:
-          ar_sel = { 17'h00b03, s3__araddr };
+          ar_sel = { 19'h02c0c, \port$6694$14 , \port$6694$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, s4__araddr };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10753$14 , \port$10753$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -39727,114 +43385,14 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$191  = w_busy;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$199  = w_busy;
     if (aw_take) begin
-      \$191  = 1'h1;
+      \$199  = 1'h1;
     end
     if (w_beat) begin
-      if (\$168 ) begin
-        \$191  = 1'h0;
-      end
-    end
-    if (rst) begin
-      \$191  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$192  = w_port;
-    if (aw_take) begin
-      \$192  = aw_grant;
-    end
-    if (rst) begin
-      \$192  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$193  = w_last_port;
-    if (aw_take) begin
-      \$193  = aw_grant;
-    end
-    if (rst) begin
-      \$193  = 3'h4;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$194  = w_id;
-    if (aw_take) begin
-      \$194  = aw_sel[48:45];
-    end
-    if (rst) begin
-      \$194  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$195  = wr__addr;
-    if (aw_take) begin
-      \$195  = \$153 [16:0];
-    end
-    if (w_beat) begin
-      \$195  = \$166 [16:0];
-    end
-    if (rst) begin
-      \$195  = 17'h00000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$196  = w_left;
-    if (aw_take) begin
-      \$196  = aw_sel[39:32];
-    end
-    if (w_beat) begin
-      \$196  = \$167 [7:0];
-    end
-    if (rst) begin
-      \$196  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$197  = w_err;
-    if (aw_take) begin
-      \$197  = \$160 ;
-    end
-    if (rst) begin
-      \$197  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$198  = b_valid_0;
-    if (\$161 ) begin
-      \$198  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$169 ) begin
-          \$198  = 1'h1;
-        end
-      end
-    end
-    if (rst) begin
-      \$198  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$199  = b_valid_1;
-    if (\$162 ) begin
-      \$199  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$171 ) begin
-          \$199  = 1'h1;
-        end
+      if (\$172 ) begin
+        \$199  = 1'h0;
       end
     end
     if (rst) begin
@@ -39842,174 +43400,162 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$200  = b_valid_2;
-    if (\$163 ) begin
-      \$200  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$173 ) begin
-          \$200  = 1'h1;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$200  = w_port;
+    if (aw_take) begin
+      \$200  = aw_grant;
     end
     if (rst) begin
-      \$200  = 1'h0;
+      \$200  = 3'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$201  = b_valid_3;
-    if (\$164 ) begin
-      \$201  = 1'h0;
-    end
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$175 ) begin
-          \$201  = 1'h1;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$201  = w_last_port;
+    if (aw_take) begin
+      \$201  = aw_grant;
     end
     if (rst) begin
-      \$201  = 1'h0;
+      \$201  = 3'h4;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$202  = b_valid_4;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$202  = w_id;
+    if (aw_take) begin
+      \$202  = aw_sel[48:45];
+    end
+    if (rst) begin
+      \$202  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$203  = wr__addr;
+    if (aw_take) begin
+      \$203  = \$153 [14:0];
+    end
+    if (w_beat) begin
+      \$203  = \$170 [14:0];
+    end
+    if (rst) begin
+      \$203  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$204  = w_left;
+    if (aw_take) begin
+      \$204  = aw_sel[39:32];
+    end
+    if (w_beat) begin
+      \$204  = \$171 [7:0];
+    end
+    if (rst) begin
+      \$204  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$205  = w_err;
+    if (aw_take) begin
+      \$205  = \$164 ;
+    end
+    if (rst) begin
+      \$205  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$206  = b_valid_0;
     if (\$165 ) begin
-      \$202  = 1'h0;
+      \$206  = 1'h0;
     end
     if (w_beat) begin
-      if (\$168 ) begin
-        if (\$177 ) begin
-          \$202  = 1'h1;
-        end
-      end
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$203  = s0__bid;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$169 ) begin
-          \$203  = w_id;
-        end
-      end
-    end
-    if (rst) begin
-      \$203  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$204  = s0__bresp;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$169 ) begin
-          \$204  = \$170 ;
-        end
-      end
-    end
-    if (rst) begin
-      \$204  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$205  = s1__bid;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$171 ) begin
-          \$205  = w_id;
-        end
-      end
-    end
-    if (rst) begin
-      \$205  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$206  = s1__bresp;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$171 ) begin
-          \$206  = \$172 ;
-        end
-      end
-    end
-    if (rst) begin
-      \$206  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$207  = s2__bid;
-    if (w_beat) begin
-      if (\$168 ) begin
+      if (\$172 ) begin
         if (\$173 ) begin
-          \$207  = w_id;
+          \$206  = 1'h1;
         end
       end
     end
     if (rst) begin
-      \$207  = 4'h0;
+      \$206  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$208  = s2__bresp;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$173 ) begin
-          \$208  = \$174 ;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$207  = b_valid_1;
+    if (\$166 ) begin
+      \$207  = 1'h0;
     end
-    if (rst) begin
-      \$208  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$209  = s3__bid;
     if (w_beat) begin
-      if (\$168 ) begin
+      if (\$172 ) begin
         if (\$175 ) begin
-          \$209  = w_id;
+          \$207  = 1'h1;
         end
       end
     end
     if (rst) begin
-      \$209  = 4'h0;
+      \$207  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$210  = s3__bresp;
-    if (w_beat) begin
-      if (\$168 ) begin
-        if (\$175 ) begin
-          \$210  = \$176 ;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$208  = b_valid_2;
+    if (\$167 ) begin
+      \$208  = 1'h0;
     end
-    if (rst) begin
-      \$210  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$211  = s4__bid;
     if (w_beat) begin
-      if (\$168 ) begin
+      if (\$172 ) begin
         if (\$177 ) begin
+          \$208  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$208  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$209  = b_valid_3;
+    if (\$168 ) begin
+      \$209  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$209  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$209  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$210  = b_valid_4;
+    if (\$169 ) begin
+      \$210  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$210  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$211  = s0__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
           \$211  = w_id;
         end
       end
@@ -40019,12 +43565,12 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$212  = s4__bresp;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$212  = s0__bresp;
     if (w_beat) begin
-      if (\$168 ) begin
-        if (\$177 ) begin
-          \$212  = \$178 ;
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$212  = \$174 ;
         end
       end
     end
@@ -40033,117 +43579,234 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$213  = r_busy;
-    if (ar_take) begin
-      \$213  = 1'h1;
-    end
-    if (r_issue) begin
-      if (\$190 ) begin
-        \$213  = 1'h0;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$213  = s1__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$213  = w_id;
+        end
       end
     end
     if (rst) begin
-      \$213  = 1'h0;
+      \$213  = 4'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$214  = r_port;
-    if (ar_take) begin
-      \$214  = ar_grant;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$214  = s1__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$214  = \$176 ;
+        end
+      end
     end
     if (rst) begin
-      \$214  = 3'h0;
+      \$214  = 2'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$215  = r_last_port;
-    if (ar_take) begin
-      \$215  = ar_grant;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$215  = s2__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$215  = w_id;
+        end
+      end
     end
     if (rst) begin
-      \$215  = 3'h4;
+      \$215  = 4'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$216  = r_id;
-    if (ar_take) begin
-      \$216  = ar_sel[48:45];
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$216  = s2__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$216  = \$178 ;
+        end
+      end
     end
     if (rst) begin
-      \$216  = 4'h0;
+      \$216  = 2'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$217  = rd__addr;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$217  = s3__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$217  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$218  = s3__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$218  = \$180 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$218  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$219  = s4__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$219  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$219  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$220  = s4__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$220  = \$182 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$220  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$221  = r_busy;
     if (ar_take) begin
-      \$217  = \$179 [16:0];
+      \$221  = 1'h1;
     end
     if (r_issue) begin
-      \$217  = \$188 [16:0];
+      if (\$198 ) begin
+        \$221  = 1'h0;
+      end
     end
     if (rst) begin
-      \$217  = 17'h00000;
+      \$221  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$218  = r_left;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$222  = r_port;
     if (ar_take) begin
-      \$218  = ar_sel[39:32];
+      \$222  = ar_grant;
+    end
+    if (rst) begin
+      \$222  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$223  = r_last_port;
+    if (ar_take) begin
+      \$223  = ar_grant;
+    end
+    if (rst) begin
+      \$223  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$224  = r_id;
+    if (ar_take) begin
+      \$224  = ar_sel[48:45];
+    end
+    if (rst) begin
+      \$224  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$225  = rd__addr;
+    if (ar_take) begin
+      \$225  = \$183 [14:0];
     end
     if (r_issue) begin
-      \$218  = \$189 [7:0];
+      \$225  = \$196 [14:0];
     end
     if (rst) begin
-      \$218  = 8'h00;
+      \$225  = 15'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$219  = r_err;
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$226  = r_left;
     if (ar_take) begin
-      \$219  = \$186 ;
+      \$226  = ar_sel[39:32];
     end
-    if (rst) begin
-      \$219  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$220  = r_issue;
-    if (rst) begin
-      \$220  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$221  = pending;
     if (r_issue) begin
-      \$221 [67:64] = r_id;
-      \$221 [70:68] = r_port;
-      \$221 [71] = r_err;
-      \$221 [72] = \$187 ;
+      \$226  = \$197 [7:0];
     end
     if (rst) begin
-      \$221  = 73'h0000000000000000000;
+      \$226  = 8'h00;
     end
   end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$227  = r_err;
+    if (ar_take) begin
+      \$227  = \$194 ;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$228  = r_issue;
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$229  = pending;
+    if (r_issue) begin
+      \$229 [67:64] = r_id;
+      \$229 [70:68] = r_port;
+      \$229 [71] = r_err;
+      \$229 [72] = \$195 ;
+    end
+    if (rst) begin
+      \$229  = 73'h0000000000000000000;
+    end
+  end
+  assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
+  assign s1__awaddr = { 2'h0, \port$9546$14 , \port$9546$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
+  assign s2__awaddr = { 2'h0, \port$9322$14 , \port$9322$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
+  assign s3__awaddr = { 2'h0, \port$11001$14 , \port$11001$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
+  assign s4__awaddr = { 2'h0, \port$10777$14 , \port$10777$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -40166,17 +43829,22 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
+  assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
+  assign s1__araddr = { 2'h0, \port$4495$14 , \port$4495$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
+  assign s2__araddr = { 2'h0, \port$9298$14 , \port$9298$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
+  assign s3__araddr = { 2'h0, \port$6694$14 , \port$6694$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
+  assign s4__araddr = { 2'h0, \port$10753$14 , \port$10753$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -40198,9 +43866,7 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign s2__bready = 1'h1;
-  assign s4__bready = 1'h1;
-  assign \port$1360$0  = r_data[67:0];
+  assign \port$2038$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -40226,15 +43892,15 @@ module \dx1_soc.memory (s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awva
   assign \$128  = 3'h4;
   assign \$153  = { 3'h0, aw_sel[31:3] };
   assign \$157  = { 3'h0, aw_sel[31:3] };
-  assign \$163  = b_valid_2;
-  assign \$165  = b_valid_4;
-  assign \$179  = { 3'h0, ar_sel[31:3] };
+  assign \$161  = { 3'h0, aw_sel[31:3] };
   assign \$183  = { 3'h0, ar_sel[31:3] };
+  assign \$187  = { 3'h0, ar_sel[31:3] };
+  assign \$191  = { 3'h0, ar_sel[31:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.memory.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
+module \dx1_soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -40325,7 +43991,7 @@ module \dx1_soc.memory.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, l
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -40335,7 +44001,7 @@ module \dx1_soc.memory.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, l
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -40345,7 +44011,5113 @@ module \dx1_soc.memory.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, l
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$21  = level;
+    if (\$12 ) begin
+      \$21  = \$13 [1:0];
+    end
+    if (\$17 ) begin
+      \$21  = \$18 [1:0];
+    end
+    if (rst) begin
+      \$21  = 2'h0;
+    end
+  end
+  assign w_level = level;
+  assign r_level = level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
+, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
+, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
+, s4__rvalid, s4__rresp, \port$2374$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4495$0 , \port$4495$14 , s4__wstrb, s4__wdata, \port$6694$0 , \port$6694$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9298$0 , \port$9298$14 , s2__arlen, \port$9322$0 , \port$9322$14 , s2__awlen, \port$9546$0 , \port$9546$14 , s1__wdata, \port$10753$0 , \port$10753$14 , s4__arlen, \port$10777$0 , \port$10777$14 , s4__awlen
+, \port$11001$0 , \port$11001$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire [7:0] \$107 ;
+  wire [2:0] \$108 ;
+  wire [2:0] \$109 ;
+  wire \$11 ;
+  wire [2:0] \$110 ;
+  wire [2:0] \$111 ;
+  wire [2:0] \$112 ;
+  wire [2:0] \$113 ;
+  wire [2:0] \$114 ;
+  wire [2:0] \$115 ;
+  wire [2:0] \$116 ;
+  wire [2:0] \$117 ;
+  wire [2:0] \$118 ;
+  wire [2:0] \$119 ;
+  wire \$12 ;
+  wire [2:0] \$120 ;
+  wire [2:0] \$121 ;
+  wire [2:0] \$122 ;
+  wire [2:0] \$123 ;
+  wire [2:0] \$124 ;
+  wire [2:0] \$125 ;
+  wire [2:0] \$126 ;
+  wire [2:0] \$127 ;
+  wire [2:0] \$128 ;
+  wire [2:0] \$129 ;
+  wire \$13 ;
+  wire [2:0] \$130 ;
+  wire [2:0] \$131 ;
+  wire [2:0] \$132 ;
+  wire \$133 ;
+  wire [2:0] \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire [63:0] \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire [31:0] \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire [31:0] \$157 ;
+  wire [32:0] \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire [31:0] \$161 ;
+  wire [9:0] \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire [15:0] \$170 ;
+  wire [8:0] \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire [1:0] \$174 ;
+  wire \$175 ;
+  wire [1:0] \$176 ;
+  wire \$177 ;
+  wire [1:0] \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire [1:0] \$180 ;
+  wire \$181 ;
+  wire [1:0] \$182 ;
+  wire [31:0] \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire [31:0] \$187 ;
+  wire [32:0] \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
+  wire [9:0] \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [15:0] \$196 ;
+  wire [8:0] \$197 ;
+  wire \$198 ;
+  reg \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  reg [2:0] \$200 ;
+  reg [2:0] \$201 ;
+  reg [3:0] \$202 ;
+  reg [14:0] \$203 ;
+  reg [7:0] \$204 ;
+  reg \$205 ;
+  reg \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg \$209 ;
+  wire [2:0] \$21 ;
+  reg \$210 ;
+  reg [3:0] \$211 ;
+  reg [1:0] \$212 ;
+  reg [3:0] \$213 ;
+  reg [1:0] \$214 ;
+  reg [3:0] \$215 ;
+  reg [1:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg [1:0] \$218 ;
+  reg [3:0] \$219 ;
+  wire [2:0] \$22 ;
+  reg [1:0] \$220 ;
+  reg \$221 ;
+  reg [2:0] \$222 ;
+  reg [2:0] \$223 ;
+  reg [3:0] \$224 ;
+  reg [14:0] \$225 ;
+  reg [7:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [72:0] \$229 ;
+  wire [2:0] \$23 ;
+  wire [2:0] \$24 ;
+  wire [2:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [2:0] \$36 ;
+  wire [2:0] \$37 ;
+  wire [2:0] \$38 ;
+  wire [2:0] \$39 ;
+  wire \$4 ;
+  wire [2:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire [2:0] \$51 ;
+  wire [2:0] \$52 ;
+  wire [2:0] \$53 ;
+  wire [2:0] \$54 ;
+  wire [2:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [2:0] \$66 ;
+  wire [2:0] \$67 ;
+  wire [2:0] \$68 ;
+  wire [2:0] \$69 ;
+  wire \$7 ;
+  wire [2:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [2:0] \$81 ;
+  wire [2:0] \$82 ;
+  wire [2:0] \$83 ;
+  wire [2:0] \$84 ;
+  wire [2:0] \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  wire ar_any;
+  reg [2:0] ar_grant;
+  reg [48:0] ar_sel;
+  wire ar_take;
+  wire aw_any;
+  reg [2:0] aw_grant;
+  reg [48:0] aw_sel;
+  wire aw_take;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_0;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_1;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_2;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_3;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_4;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_0;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_1;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_2;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_3;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_4;
+  output b_valid_0;
+  reg b_valid_0 = 1'h0;
+  output b_valid_1;
+  reg b_valid_1 = 1'h0;
+  output b_valid_2;
+  reg b_valid_2 = 1'h0;
+  output b_valid_3;
+  reg b_valid_3 = 1'h0;
+  output b_valid_4;
+  reg b_valid_4 = 1'h0;
+  input clk;
+  wire clk;
+  wire [72:0] into;
+  wire [63:0] \into.data ;
+  wire \into.err ;
+  wire [3:0] \into.id ;
+  wire \into.last ;
+  wire [2:0] \into.port ;
+  wire [1:0] level;
+  reg [72:0] pending = 73'h0000000000000000000;
+  wire [63:0] \pending.data ;
+  wire \pending.err ;
+  wire [3:0] \pending.id ;
+  wire \pending.last ;
+  wire [2:0] \pending.port ;
+  reg pending_valid = 1'h0;
+  input [11:0] \port$0$204 ;
+  wire [11:0] \port$0$204 ;
+  input [17:0] \port$0$218 ;
+  wire [17:0] \port$0$218 ;
+  input [11:0] \port$0$79 ;
+  wire [11:0] \port$0$79 ;
+  input [17:0] \port$0$93 ;
+  wire [17:0] \port$0$93 ;
+  input [11:0] \port$10753$0 ;
+  wire [11:0] \port$10753$0 ;
+  input [17:0] \port$10753$14 ;
+  wire [17:0] \port$10753$14 ;
+  input [11:0] \port$10777$0 ;
+  wire [11:0] \port$10777$0 ;
+  input [17:0] \port$10777$14 ;
+  wire [17:0] \port$10777$14 ;
+  input [11:0] \port$11001$0 ;
+  wire [11:0] \port$11001$0 ;
+  input [17:0] \port$11001$14 ;
+  wire [17:0] \port$11001$14 ;
+  output [67:0] \port$2374$0 ;
+  wire [67:0] \port$2374$0 ;
+  input [11:0] \port$4495$0 ;
+  wire [11:0] \port$4495$0 ;
+  input [17:0] \port$4495$14 ;
+  wire [17:0] \port$4495$14 ;
+  input [11:0] \port$6694$0 ;
+  wire [11:0] \port$6694$0 ;
+  input [17:0] \port$6694$14 ;
+  wire [17:0] \port$6694$14 ;
+  input [11:0] \port$9298$0 ;
+  wire [11:0] \port$9298$0 ;
+  input [17:0] \port$9298$14 ;
+  wire [17:0] \port$9298$14 ;
+  input [11:0] \port$9322$0 ;
+  wire [11:0] \port$9322$0 ;
+  input [17:0] \port$9322$14 ;
+  wire [17:0] \port$9322$14 ;
+  input [11:0] \port$9546$0 ;
+  wire [11:0] \port$9546$0 ;
+  input [17:0] \port$9546$14 ;
+  wire [17:0] \port$9546$14 ;
+  (* init = 15'h0000 *)
+  wire [14:0] r_addr;
+  reg r_busy = 1'h0;
+  wire [72:0] r_data;
+  wire r_en;
+  reg r_err = 1'h0;
+  reg [3:0] r_id = 4'h0;
+  wire r_issue;
+  reg [2:0] r_last_port = 3'h4;
+  reg [7:0] r_left = 8'h00;
+  reg [2:0] r_port = 3'h0;
+  wire r_rdy;
+  reg r_ready;
+  reg [14:0] rd__addr = 15'h0000;
+  wire [63:0] rd__data;
+  wire rd__en;
+  input rst;
+  wire rst;
+  wire [31:0] s0__araddr;
+  input [1:0] s0__arburst;
+  wire [1:0] s0__arburst;
+  input [3:0] s0__arid;
+  wire [3:0] s0__arid;
+  input [7:0] s0__arlen;
+  wire [7:0] s0__arlen;
+  output s0__arready;
+  wire s0__arready;
+  input [2:0] s0__arsize;
+  wire [2:0] s0__arsize;
+  input s0__arvalid;
+  wire s0__arvalid;
+  wire [31:0] s0__awaddr;
+  input [1:0] s0__awburst;
+  wire [1:0] s0__awburst;
+  input [3:0] s0__awid;
+  wire [3:0] s0__awid;
+  input [7:0] s0__awlen;
+  wire [7:0] s0__awlen;
+  output s0__awready;
+  wire s0__awready;
+  input [2:0] s0__awsize;
+  wire [2:0] s0__awsize;
+  input s0__awvalid;
+  wire s0__awvalid;
+  output [3:0] s0__bid;
+  reg [3:0] s0__bid = 4'h0;
+  input s0__bready;
+  wire s0__bready;
+  output [1:0] s0__bresp;
+  reg [1:0] s0__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s0__bvalid;
+  wire [63:0] s0__rdata;
+  wire [3:0] s0__rid;
+  output s0__rlast;
+  wire s0__rlast;
+  input s0__rready;
+  wire s0__rready;
+  output [1:0] s0__rresp;
+  wire [1:0] s0__rresp;
+  output s0__rvalid;
+  wire s0__rvalid;
+  input [63:0] s0__wdata;
+  wire [63:0] s0__wdata;
+  output s0__wready;
+  wire s0__wready;
+  input [7:0] s0__wstrb;
+  wire [7:0] s0__wstrb;
+  input s0__wvalid;
+  wire s0__wvalid;
+  wire [31:0] s1__araddr;
+  wire [1:0] s1__arburst;
+  wire [3:0] s1__arid;
+  wire [7:0] s1__arlen;
+  output s1__arready;
+  wire s1__arready;
+  wire [2:0] s1__arsize;
+  input s1__arvalid;
+  wire s1__arvalid;
+  wire [31:0] s1__awaddr;
+  wire [1:0] s1__awburst;
+  wire [3:0] s1__awid;
+  wire [7:0] s1__awlen;
+  output s1__awready;
+  wire s1__awready;
+  wire [2:0] s1__awsize;
+  input s1__awvalid;
+  wire s1__awvalid;
+  output [3:0] s1__bid;
+  reg [3:0] s1__bid = 4'h0;
+  input s1__bready;
+  wire s1__bready;
+  output [1:0] s1__bresp;
+  reg [1:0] s1__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s1__bvalid;
+  wire [63:0] s1__rdata;
+  wire [3:0] s1__rid;
+  wire s1__rlast;
+  input s1__rready;
+  wire s1__rready;
+  output [1:0] s1__rresp;
+  wire [1:0] s1__rresp;
+  output s1__rvalid;
+  wire s1__rvalid;
+  input [63:0] s1__wdata;
+  wire [63:0] s1__wdata;
+  output s1__wready;
+  wire s1__wready;
+  wire [7:0] s1__wstrb;
+  input s1__wvalid;
+  wire s1__wvalid;
+  wire [31:0] s2__araddr;
+  wire [1:0] s2__arburst;
+  wire [3:0] s2__arid;
+  input [7:0] s2__arlen;
+  wire [7:0] s2__arlen;
+  output s2__arready;
+  wire s2__arready;
+  wire [2:0] s2__arsize;
+  input s2__arvalid;
+  wire s2__arvalid;
+  wire [31:0] s2__awaddr;
+  wire [1:0] s2__awburst;
+  wire [3:0] s2__awid;
+  input [7:0] s2__awlen;
+  wire [7:0] s2__awlen;
+  output s2__awready;
+  wire s2__awready;
+  wire [2:0] s2__awsize;
+  input s2__awvalid;
+  wire s2__awvalid;
+  output [3:0] s2__bid;
+  reg [3:0] s2__bid = 4'h0;
+  input s2__bready;
+  wire s2__bready;
+  output [1:0] s2__bresp;
+  reg [1:0] s2__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s2__bvalid;
+  wire [63:0] s2__rdata;
+  wire [3:0] s2__rid;
+  wire s2__rlast;
+  input s2__rready;
+  wire s2__rready;
+  output [1:0] s2__rresp;
+  wire [1:0] s2__rresp;
+  output s2__rvalid;
+  wire s2__rvalid;
+  input [63:0] s2__wdata;
+  wire [63:0] s2__wdata;
+  output s2__wready;
+  wire s2__wready;
+  input [7:0] s2__wstrb;
+  wire [7:0] s2__wstrb;
+  input s2__wvalid;
+  wire s2__wvalid;
+  wire [31:0] s3__araddr;
+  wire [1:0] s3__arburst;
+  wire [3:0] s3__arid;
+  wire [7:0] s3__arlen;
+  output s3__arready;
+  wire s3__arready;
+  wire [2:0] s3__arsize;
+  input s3__arvalid;
+  wire s3__arvalid;
+  wire [31:0] s3__awaddr;
+  wire [1:0] s3__awburst;
+  wire [3:0] s3__awid;
+  wire [7:0] s3__awlen;
+  output s3__awready;
+  wire s3__awready;
+  wire [2:0] s3__awsize;
+  input s3__awvalid;
+  wire s3__awvalid;
+  output [3:0] s3__bid;
+  reg [3:0] s3__bid = 4'h0;
+  input s3__bready;
+  wire s3__bready;
+  output [1:0] s3__bresp;
+  reg [1:0] s3__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s3__bvalid;
+  wire [63:0] s3__rdata;
+  wire [3:0] s3__rid;
+  wire s3__rlast;
+  input s3__rready;
+  wire s3__rready;
+  output [1:0] s3__rresp;
+  wire [1:0] s3__rresp;
+  output s3__rvalid;
+  wire s3__rvalid;
+  input [63:0] s3__wdata;
+  wire [63:0] s3__wdata;
+  output s3__wready;
+  wire s3__wready;
+  wire [7:0] s3__wstrb;
+  input s3__wvalid;
+  wire s3__wvalid;
+  wire [31:0] s4__araddr;
+  wire [1:0] s4__arburst;
+  wire [3:0] s4__arid;
+  input [7:0] s4__arlen;
+  wire [7:0] s4__arlen;
+  output s4__arready;
+  wire s4__arready;
+  wire [2:0] s4__arsize;
+  input s4__arvalid;
+  wire s4__arvalid;
+  wire [31:0] s4__awaddr;
+  wire [1:0] s4__awburst;
+  wire [3:0] s4__awid;
+  input [7:0] s4__awlen;
+  wire [7:0] s4__awlen;
+  output s4__awready;
+  wire s4__awready;
+  wire [2:0] s4__awsize;
+  input s4__awvalid;
+  wire s4__awvalid;
+  output [3:0] s4__bid;
+  reg [3:0] s4__bid = 4'h0;
+  input s4__bready;
+  wire s4__bready;
+  output [1:0] s4__bresp;
+  reg [1:0] s4__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s4__bvalid;
+  wire [63:0] s4__rdata;
+  wire [3:0] s4__rid;
+  wire s4__rlast;
+  input s4__rready;
+  wire s4__rready;
+  output [1:0] s4__rresp;
+  wire [1:0] s4__rresp;
+  output s4__rvalid;
+  wire s4__rvalid;
+  input [63:0] s4__wdata;
+  wire [63:0] s4__wdata;
+  output s4__wready;
+  wire s4__wready;
+  input [7:0] s4__wstrb;
+  wire [7:0] s4__wstrb;
+  input s4__wvalid;
+  wire s4__wvalid;
+  (* init = 15'h0000 *)
+  wire [14:0] w_addr;
+  reg w_beat;
+  reg w_busy = 1'h0;
+  reg [63:0] w_data;
+  wire [72:0] \w_data$146 ;
+  (* init = 1'h0 *)
+  wire w_en;
+  reg w_err = 1'h0;
+  reg [3:0] w_id = 4'h0;
+  reg [2:0] w_last_port = 3'h4;
+  reg [7:0] w_left = 8'h00;
+  reg [2:0] w_port = 3'h0;
+  reg [7:0] w_strb;
+  reg [14:0] wr__addr = 15'h0000;
+  wire [63:0] wr__data;
+  reg [7:0] wr__en;
+  reg [63:0] mem [32767:0];
+  initial begin
+    for (int i = 0; i < 32768; i = i + 1) mem[i] = 64'h0;
+  end
+  always @(posedge clk) begin
+    if (wr__en[0])
+      mem[wr__addr][7:0] <= w_data[7:0];
+    if (wr__en[1])
+      mem[wr__addr][15:8] <= w_data[15:8];
+    if (wr__en[2])
+      mem[wr__addr][23:16] <= w_data[23:16];
+    if (wr__en[3])
+      mem[wr__addr][31:24] <= w_data[31:24];
+    if (wr__en[4])
+      mem[wr__addr][39:32] <= w_data[39:32];
+    if (wr__en[5])
+      mem[wr__addr][47:40] <= w_data[47:40];
+    if (wr__en[6])
+      mem[wr__addr][55:48] <= w_data[55:48];
+    if (wr__en[7])
+      mem[wr__addr][63:56] <= w_data[63:56];
+  end
+  reg [63:0] _0_;
+  always @(posedge clk) begin
+    if (rd__en) begin
+      _0_ <= mem[rd__addr];
+    end
+  end
+  assign rd__data = _0_;
+  assign \$1  = ~ b_valid_0;
+  assign \$2  = s0__awvalid & \$1 ;
+  assign \$3  = ~ b_valid_1;
+  assign \$4  = s1__awvalid & \$3 ;
+  assign \$5  = ~ b_valid_2;
+  assign \$6  = s2__awvalid & \$5 ;
+  assign \$7  = ~ b_valid_3;
+  assign \$8  = s3__awvalid & \$7 ;
+  assign \$9  = ~ b_valid_4;
+  assign \$10  = s4__awvalid & \$9 ;
+  assign aw_any = | { \$10 , \$8 , \$6 , \$4 , \$2  };
+  assign \$11  = ~ b_valid_1;
+  assign \$12  = s1__awvalid & \$11 ;
+  assign \$13  = ~ b_valid_2;
+  assign \$14  = s2__awvalid & \$13 ;
+  assign \$15  = ~ b_valid_3;
+  assign \$16  = s3__awvalid & \$15 ;
+  assign \$17  = ~ b_valid_4;
+  assign \$18  = s4__awvalid & \$17 ;
+  assign \$19  = ~ b_valid_0;
+  assign \$20  = s0__awvalid & \$19 ;
+  assign \$22  = \$18  ? 3'h4 : 3'h0;
+  assign \$23  = \$16  ? 3'h3 : \$22 ;
+  assign \$24  = \$14  ? 3'h2 : \$23 ;
+  assign \$25  = \$12  ? 3'h1 : \$24 ;
+  assign \$26  = ~ b_valid_2;
+  assign \$27  = s2__awvalid & \$26 ;
+  assign \$28  = ~ b_valid_3;
+  assign \$29  = s3__awvalid & \$28 ;
+  assign \$30  = ~ b_valid_4;
+  assign \$31  = s4__awvalid & \$30 ;
+  assign \$32  = ~ b_valid_0;
+  assign \$33  = s0__awvalid & \$32 ;
+  assign \$34  = ~ b_valid_1;
+  assign \$35  = s1__awvalid & \$34 ;
+  assign \$37  = \$33  ? 3'h0 : 3'h1;
+  assign \$38  = \$31  ? 3'h4 : \$37 ;
+  assign \$39  = \$29  ? 3'h3 : \$38 ;
+  assign \$40  = \$27  ? 3'h2 : \$39 ;
+  assign \$41  = ~ b_valid_3;
+  assign \$42  = s3__awvalid & \$41 ;
+  assign \$43  = ~ b_valid_4;
+  assign \$44  = s4__awvalid & \$43 ;
+  assign \$45  = ~ b_valid_0;
+  assign \$46  = s0__awvalid & \$45 ;
+  assign \$47  = ~ b_valid_1;
+  assign \$48  = s1__awvalid & \$47 ;
+  assign \$49  = ~ b_valid_2;
+  assign \$50  = s2__awvalid & \$49 ;
+  assign \$52  = \$48  ? 3'h1 : 3'h2;
+  assign \$53  = \$46  ? 3'h0 : \$52 ;
+  assign \$54  = \$44  ? 3'h4 : \$53 ;
+  assign \$55  = \$42  ? 3'h3 : \$54 ;
+  assign \$56  = ~ b_valid_4;
+  assign \$57  = s4__awvalid & \$56 ;
+  assign \$58  = ~ b_valid_0;
+  assign \$59  = s0__awvalid & \$58 ;
+  assign \$60  = ~ b_valid_1;
+  assign \$61  = s1__awvalid & \$60 ;
+  assign \$62  = ~ b_valid_2;
+  assign \$63  = s2__awvalid & \$62 ;
+  assign \$64  = ~ b_valid_3;
+  assign \$65  = s3__awvalid & \$64 ;
+  assign \$67  = \$63  ? 3'h2 : 3'h3;
+  assign \$68  = \$61  ? 3'h1 : \$67 ;
+  assign \$69  = \$59  ? 3'h0 : \$68 ;
+  assign \$70  = \$57  ? 3'h4 : \$69 ;
+  assign \$71  = ~ b_valid_0;
+  assign \$72  = s0__awvalid & \$71 ;
+  assign \$73  = ~ b_valid_1;
+  assign \$74  = s1__awvalid & \$73 ;
+  assign \$75  = ~ b_valid_2;
+  assign \$76  = s2__awvalid & \$75 ;
+  assign \$77  = ~ b_valid_3;
+  assign \$78  = s3__awvalid & \$77 ;
+  assign \$79  = ~ b_valid_4;
+  assign \$80  = s4__awvalid & \$79 ;
+  assign \$82  = \$78  ? 3'h3 : 3'h4;
+  assign \$83  = \$76  ? 3'h2 : \$82 ;
+  assign \$84  = \$74  ? 3'h1 : \$83 ;
+  assign \$85  = \$72  ? 3'h0 : \$84 ;
+  assign \$86  = ~ w_busy;
+  assign aw_take = \$86  & aw_any;
+  assign \$87  = ! aw_grant;
+  assign s0__awready = aw_take & \$87 ;
+  assign \$88  = ! w_port;
+  assign s0__wready = w_busy & \$88 ;
+  assign \$89  = ! w_port;
+  assign \$90  = w_busy & s0__wvalid;
+  assign \$91  = aw_grant == 1'h1;
+  assign s1__awready = aw_take & \$91 ;
+  assign \$92  = w_port == 1'h1;
+  assign s1__wready = w_busy & \$92 ;
+  assign \$93  = w_port == 1'h1;
+  assign \$94  = w_busy & s1__wvalid;
+  assign \$95  = aw_grant == 2'h2;
+  assign s2__awready = aw_take & \$95 ;
+  assign \$96  = w_port == 2'h2;
+  assign s2__wready = w_busy & \$96 ;
+  assign \$97  = w_port == 2'h2;
+  assign \$98  = w_busy & s2__wvalid;
+  assign \$99  = aw_grant == 2'h3;
+  assign s3__awready = aw_take & \$99 ;
+  assign \$100  = w_port == 2'h3;
+  assign s3__wready = w_busy & \$100 ;
+  assign \$101  = w_port == 2'h3;
+  assign \$102  = w_busy & s3__wvalid;
+  assign \$103  = aw_grant == 3'h4;
+  assign s4__awready = aw_take & \$103 ;
+  assign \$104  = w_port == 3'h4;
+  assign s4__wready = w_busy & \$104 ;
+  assign \$105  = w_port == 3'h4;
+  assign \$106  = w_busy & s4__wvalid;
+  assign \$107  = w_err ? 8'h00 : w_strb;
+  assign ar_any = | { s4__arvalid, s3__arvalid, s2__arvalid, s1__arvalid, s0__arvalid };
+  assign \$109  = s4__arvalid ? 3'h4 : 3'h0;
+  assign \$110  = s3__arvalid ? 3'h3 : \$109 ;
+  assign \$111  = s2__arvalid ? 3'h2 : \$110 ;
+  assign \$112  = s1__arvalid ? 3'h1 : \$111 ;
+  assign \$114  = s0__arvalid ? 3'h0 : 3'h1;
+  assign \$115  = s4__arvalid ? 3'h4 : \$114 ;
+  assign \$116  = s3__arvalid ? 3'h3 : \$115 ;
+  assign \$117  = s2__arvalid ? 3'h2 : \$116 ;
+  assign \$119  = s1__arvalid ? 3'h1 : 3'h2;
+  assign \$120  = s0__arvalid ? 3'h0 : \$119 ;
+  assign \$121  = s4__arvalid ? 3'h4 : \$120 ;
+  assign \$122  = s3__arvalid ? 3'h3 : \$121 ;
+  assign \$124  = s2__arvalid ? 3'h2 : 3'h3;
+  assign \$125  = s1__arvalid ? 3'h1 : \$124 ;
+  assign \$126  = s0__arvalid ? 3'h0 : \$125 ;
+  assign \$127  = s4__arvalid ? 3'h4 : \$126 ;
+  assign \$129  = s3__arvalid ? 3'h3 : 3'h4;
+  assign \$130  = s2__arvalid ? 3'h2 : \$129 ;
+  assign \$131  = s1__arvalid ? 3'h1 : \$130 ;
+  assign \$132  = s0__arvalid ? 3'h0 : \$131 ;
+  assign \$133  = ~ r_busy;
+  assign ar_take = \$133  & ar_any;
+  assign \$134  = level + pending_valid;
+  assign \$135  = \$134  < 2'h3;
+  assign r_issue = r_busy & \$135 ;
+  assign \$136  = ~ r_err;
+  assign rd__en = r_issue & \$136 ;
+  assign \$137  = pending[71] ? 64'h0000000000000000 : rd__data;
+  assign \$138  = ! ar_grant;
+  assign s0__arready = ar_take & \$138 ;
+  assign \$139  = ! r_data[70:68];
+  assign s0__rvalid = r_rdy & \$139 ;
+  assign s0__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$140  = ! r_data[70:68];
+  assign \$141  = ar_grant == 1'h1;
+  assign s1__arready = ar_take & \$141 ;
+  assign \$142  = r_data[70:68] == 1'h1;
+  assign s1__rvalid = r_rdy & \$142 ;
+  assign s1__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$143  = r_data[70:68] == 1'h1;
+  assign \$144  = ar_grant == 2'h2;
+  assign s2__arready = ar_take & \$144 ;
+  assign \$145  = r_data[70:68] == 2'h2;
+  assign s2__rvalid = r_rdy & \$145 ;
+  assign s2__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$146  = r_data[70:68] == 2'h2;
+  assign \$147  = ar_grant == 2'h3;
+  assign s3__arready = ar_take & \$147 ;
+  assign \$148  = r_data[70:68] == 2'h3;
+  assign s3__rvalid = r_rdy & \$148 ;
+  assign s3__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$149  = r_data[70:68] == 2'h3;
+  assign \$150  = ar_grant == 3'h4;
+  assign s4__arready = ar_take & \$150 ;
+  assign \$151  = r_data[70:68] == 3'h4;
+  assign s4__rvalid = r_rdy & \$151 ;
+  assign s4__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$152  = r_data[70:68] == 3'h4;
+  assign \$154  = aw_sel[42:40] != 2'h3;
+  assign \$155  = aw_sel[44:43] != 1'h1;
+  assign \$156  = \$154  | \$155 ;
+  assign \$158  = \$157  + aw_sel[39:32];
+  assign \$159  = \$158  >= 16'h8000;
+  assign \$160  = \$156  | \$159 ;
+  assign \$162  = \$161 [8:0] + aw_sel[39:32];
+  assign \$163  = \$162  >= 10'h200;
+  assign \$164  = \$160  | \$163 ;
+  assign \$165  = b_valid_0 & s0__bready;
+  assign \$166  = b_valid_1 & s1__bready;
+  assign \$167  = b_valid_2 & s2__bready;
+  assign \$168  = b_valid_3 & s3__bready;
+  assign \$169  = b_valid_4 & s4__bready;
+  assign \$170  = wr__addr + 1'h1;
+  assign \$171  = w_left - 1'h1;
+  assign \$172  = ! w_left;
+  assign \$173  = ! w_port;
+  assign \$174  = w_err ? 2'h2 : 2'h0;
+  assign \$175  = w_port == 1'h1;
+  assign \$176  = w_err ? 2'h2 : 2'h0;
+  assign \$177  = w_port == 2'h2;
+  assign \$178  = w_err ? 2'h2 : 2'h0;
+  assign \$179  = w_port == 2'h3;
+  assign \$180  = w_err ? 2'h2 : 2'h0;
+  assign \$181  = w_port == 3'h4;
+  assign \$182  = w_err ? 2'h2 : 2'h0;
+  assign \$184  = ar_sel[42:40] != 2'h3;
+  assign \$185  = ar_sel[44:43] != 1'h1;
+  assign \$186  = \$184  | \$185 ;
+  assign \$188  = \$187  + ar_sel[39:32];
+  assign \$189  = \$188  >= 16'h8000;
+  assign \$190  = \$186  | \$189 ;
+  assign \$192  = \$191 [8:0] + ar_sel[39:32];
+  assign \$193  = \$192  >= 10'h200;
+  assign \$194  = \$190  | \$193 ;
+  assign \$195  = ! r_left;
+  assign \$196  = rd__addr + 1'h1;
+  assign \$197  = r_left - 1'h1;
+  assign \$198  = ! r_left;
+  always @(posedge clk)
+    w_busy <= \$199 ;
+  always @(posedge clk)
+    w_port <= \$200 ;
+  always @(posedge clk)
+    w_last_port <= \$201 ;
+  always @(posedge clk)
+    w_id <= \$202 ;
+  always @(posedge clk)
+    wr__addr <= \$203 ;
+  always @(posedge clk)
+    w_left <= \$204 ;
+  always @(posedge clk)
+    w_err <= \$205 ;
+  always @(posedge clk)
+    b_valid_0 <= \$206 ;
+  always @(posedge clk)
+    b_valid_1 <= \$207 ;
+  always @(posedge clk)
+    b_valid_2 <= \$208 ;
+  always @(posedge clk)
+    b_valid_3 <= \$209 ;
+  always @(posedge clk)
+    b_valid_4 <= \$210 ;
+  always @(posedge clk)
+    s0__bid <= \$211 ;
+  always @(posedge clk)
+    s0__bresp <= \$212 ;
+  always @(posedge clk)
+    s1__bid <= \$213 ;
+  always @(posedge clk)
+    s1__bresp <= \$214 ;
+  always @(posedge clk)
+    s2__bid <= \$215 ;
+  always @(posedge clk)
+    s2__bresp <= \$216 ;
+  always @(posedge clk)
+    s3__bid <= \$217 ;
+  always @(posedge clk)
+    s3__bresp <= \$218 ;
+  always @(posedge clk)
+    s4__bid <= \$219 ;
+  always @(posedge clk)
+    s4__bresp <= \$220 ;
+  always @(posedge clk)
+    r_busy <= \$221 ;
+  always @(posedge clk)
+    r_port <= \$222 ;
+  always @(posedge clk)
+    r_last_port <= \$223 ;
+  always @(posedge clk)
+    r_id <= \$224 ;
+  always @(posedge clk)
+    rd__addr <= \$225 ;
+  always @(posedge clk)
+    r_left <= \$226 ;
+  always @(posedge clk)
+    r_err <= \$227 ;
+  always @(posedge clk)
+    pending_valid <= \$228 ;
+  always @(posedge clk)
+    pending <= \$229 ;
+  \dx1_soc.memory.bank1.r_buffer  r_buffer (
+    .clk(clk),
+    .level(level),
+    .r_data(r_data),
+    .r_en(r_ready),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(pending_valid),
+    .w_port__data(into)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_last_port)
+      3'h0:
+          aw_grant = \$25 ;
+      3'h1:
+          aw_grant = \$40 ;
+      3'h2:
+          aw_grant = \$55 ;
+      3'h3:
+          aw_grant = \$70 ;
+      default:
+          aw_grant = \$85 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    (* full_case = 32'd1 *)
+    casez (aw_grant)
+      3'h0:
+          aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
+      3'h1:
+          aw_sel = { 19'h02c00, \port$9546$14 , \port$9546$0  };
+      3'h2:
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9322$14 , \port$9322$0  };
+      3'h3:
+          aw_sel = { 19'h02c00, \port$11001$14 , \port$11001$0  };
+      default:
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10777$14 , \port$10777$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    w_beat = 1'h0;
+    if (\$89 ) begin
+      w_beat = \$90 ;
+    end
+    if (\$93 ) begin
+      w_beat = \$94 ;
+    end
+    if (\$97 ) begin
+      w_beat = \$98 ;
+    end
+    if (\$101 ) begin
+      w_beat = \$102 ;
+    end
+    if (\$105 ) begin
+      w_beat = \$106 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    w_data = 64'h0000000000000000;
+    if (\$89 ) begin
+      w_data = s0__wdata;
+    end
+    if (\$93 ) begin
+      w_data = s1__wdata;
+    end
+    if (\$97 ) begin
+      w_data = s2__wdata;
+    end
+    if (\$101 ) begin
+      w_data = s3__wdata;
+    end
+    if (\$105 ) begin
+      w_data = s4__wdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    w_strb = 8'h00;
+    if (\$89 ) begin
+      w_strb = s0__wstrb;
+    end
+    if (\$93 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$97 ) begin
+      w_strb = s2__wstrb;
+    end
+    if (\$101 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$105 ) begin
+      w_strb = s4__wstrb;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    wr__en = 8'h00;
+    if (w_beat) begin
+      wr__en = \$107 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_last_port)
+      3'h0:
+          ar_grant = \$112 ;
+      3'h1:
+          ar_grant = \$117 ;
+      3'h2:
+          ar_grant = \$122 ;
+      3'h3:
+          ar_grant = \$127 ;
+      default:
+          ar_grant = \$132 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    (* full_case = 32'd1 *)
+    casez (ar_grant)
+      3'h0:
+          ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
+      3'h1:
+          ar_sel = { 19'h02c0c, \port$4495$14 , \port$4495$0  };
+      3'h2:
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9298$14 , \port$9298$0  };
+      3'h3:
+          ar_sel = { 19'h02c0c, \port$6694$14 , \port$6694$0  };
+      default:
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10753$14 , \port$10753$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    r_ready = 1'h0;
+    if (\$140 ) begin
+      r_ready = s0__rready;
+    end
+    if (\$143 ) begin
+      r_ready = s1__rready;
+    end
+    if (\$146 ) begin
+      r_ready = s2__rready;
+    end
+    if (\$149 ) begin
+      r_ready = s3__rready;
+    end
+    if (\$152 ) begin
+      r_ready = s4__rready;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$199  = w_busy;
+    if (aw_take) begin
+      \$199  = 1'h1;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        \$199  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$199  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$200  = w_port;
+    if (aw_take) begin
+      \$200  = aw_grant;
+    end
+    if (rst) begin
+      \$200  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$201  = w_last_port;
+    if (aw_take) begin
+      \$201  = aw_grant;
+    end
+    if (rst) begin
+      \$201  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$202  = w_id;
+    if (aw_take) begin
+      \$202  = aw_sel[48:45];
+    end
+    if (rst) begin
+      \$202  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$203  = wr__addr;
+    if (aw_take) begin
+      \$203  = \$153 [14:0];
+    end
+    if (w_beat) begin
+      \$203  = \$170 [14:0];
+    end
+    if (rst) begin
+      \$203  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$204  = w_left;
+    if (aw_take) begin
+      \$204  = aw_sel[39:32];
+    end
+    if (w_beat) begin
+      \$204  = \$171 [7:0];
+    end
+    if (rst) begin
+      \$204  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$205  = w_err;
+    if (aw_take) begin
+      \$205  = \$164 ;
+    end
+    if (rst) begin
+      \$205  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$206  = b_valid_0;
+    if (\$165 ) begin
+      \$206  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$206  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$206  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$207  = b_valid_1;
+    if (\$166 ) begin
+      \$207  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$207  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$207  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$208  = b_valid_2;
+    if (\$167 ) begin
+      \$208  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$208  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$208  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$209  = b_valid_3;
+    if (\$168 ) begin
+      \$209  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$209  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$209  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$210  = b_valid_4;
+    if (\$169 ) begin
+      \$210  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$210  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$211  = s0__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$211  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$211  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$212  = s0__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$212  = \$174 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$212  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$213  = s1__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$213  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$213  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$214  = s1__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$214  = \$176 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$214  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$215  = s2__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$215  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$215  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$216  = s2__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$216  = \$178 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$216  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$217  = s3__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$217  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$218  = s3__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$218  = \$180 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$218  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$219  = s4__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$219  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$219  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$220  = s4__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$220  = \$182 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$220  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$221  = r_busy;
+    if (ar_take) begin
+      \$221  = 1'h1;
+    end
+    if (r_issue) begin
+      if (\$198 ) begin
+        \$221  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$222  = r_port;
+    if (ar_take) begin
+      \$222  = ar_grant;
+    end
+    if (rst) begin
+      \$222  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$223  = r_last_port;
+    if (ar_take) begin
+      \$223  = ar_grant;
+    end
+    if (rst) begin
+      \$223  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$224  = r_id;
+    if (ar_take) begin
+      \$224  = ar_sel[48:45];
+    end
+    if (rst) begin
+      \$224  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$225  = rd__addr;
+    if (ar_take) begin
+      \$225  = \$183 [14:0];
+    end
+    if (r_issue) begin
+      \$225  = \$196 [14:0];
+    end
+    if (rst) begin
+      \$225  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$226  = r_left;
+    if (ar_take) begin
+      \$226  = ar_sel[39:32];
+    end
+    if (r_issue) begin
+      \$226  = \$197 [7:0];
+    end
+    if (rst) begin
+      \$226  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$227  = r_err;
+    if (ar_take) begin
+      \$227  = \$194 ;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$228  = r_issue;
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$229  = pending;
+    if (r_issue) begin
+      \$229 [67:64] = r_id;
+      \$229 [70:68] = r_port;
+      \$229 [71] = r_err;
+      \$229 [72] = \$195 ;
+    end
+    if (rst) begin
+      \$229  = 73'h0000000000000000000;
+    end
+  end
+  assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
+  assign s1__awaddr = { 2'h0, \port$9546$14 , \port$9546$0  };
+  assign s1__awlen = 8'h00;
+  assign s1__awsize = 3'h3;
+  assign s1__awburst = 2'h1;
+  assign s1__awid = 4'h0;
+  assign s2__awaddr = { 2'h0, \port$9322$14 , \port$9322$0  };
+  assign s2__awsize = 3'h3;
+  assign s2__awburst = 2'h1;
+  assign s2__awid = 4'h0;
+  assign s3__awaddr = { 2'h0, \port$11001$14 , \port$11001$0  };
+  assign s3__awlen = 8'h00;
+  assign s3__awsize = 3'h3;
+  assign s3__awburst = 2'h1;
+  assign s3__awid = 4'h0;
+  assign s4__awaddr = { 2'h0, \port$10777$14 , \port$10777$0  };
+  assign s4__awsize = 3'h3;
+  assign s4__awburst = 2'h1;
+  assign s4__awid = 4'h0;
+  assign s0__bvalid = b_valid_0;
+  assign b_id_0 = s0__bid;
+  assign b_resp_0 = s0__bresp;
+  assign s1__bvalid = b_valid_1;
+  assign b_id_1 = s1__bid;
+  assign b_resp_1 = s1__bresp;
+  assign s1__wstrb = 8'hff;
+  assign s2__bvalid = b_valid_2;
+  assign b_id_2 = s2__bid;
+  assign b_resp_2 = s2__bresp;
+  assign s3__bvalid = b_valid_3;
+  assign b_id_3 = s3__bid;
+  assign b_resp_3 = s3__bresp;
+  assign s3__wstrb = 8'hff;
+  assign s4__bvalid = b_valid_4;
+  assign b_id_4 = s4__bid;
+  assign b_resp_4 = s4__bresp;
+  assign w_addr = wr__addr;
+  assign wr__data = w_data;
+  assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
+  assign s1__araddr = { 2'h0, \port$4495$14 , \port$4495$0  };
+  assign s1__arlen = 8'h03;
+  assign s1__arsize = 3'h3;
+  assign s1__arburst = 2'h1;
+  assign s1__arid = 4'h0;
+  assign s2__araddr = { 2'h0, \port$9298$14 , \port$9298$0  };
+  assign s2__arsize = 3'h3;
+  assign s2__arburst = 2'h1;
+  assign s2__arid = 4'h0;
+  assign s3__araddr = { 2'h0, \port$6694$14 , \port$6694$0  };
+  assign s3__arlen = 8'h03;
+  assign s3__arsize = 3'h3;
+  assign s3__arburst = 2'h1;
+  assign s3__arid = 4'h0;
+  assign s4__araddr = { 2'h0, \port$10753$14 , \port$10753$0  };
+  assign s4__arsize = 3'h3;
+  assign s4__arburst = 2'h1;
+  assign s4__arid = 4'h0;
+  assign r_addr = rd__addr;
+  assign \w_data$146  = into;
+  assign w_en = pending_valid;
+  assign s0__rdata = r_data[63:0];
+  assign s0__rid = r_data[67:64];
+  assign s1__rdata = r_data[63:0];
+  assign s1__rid = r_data[67:64];
+  assign s1__rlast = r_data[72];
+  assign s2__rdata = r_data[63:0];
+  assign s2__rid = r_data[67:64];
+  assign s2__rlast = r_data[72];
+  assign s3__rdata = r_data[63:0];
+  assign s3__rid = r_data[67:64];
+  assign s3__rlast = r_data[72];
+  assign s4__rdata = r_data[63:0];
+  assign s4__rid = r_data[67:64];
+  assign s4__rlast = r_data[72];
+  assign r_en = r_ready;
+  assign \port$2374$0  = r_data[67:0];
+  assign s0__rlast = r_data[72];
+  assign \into.data  = into[63:0];
+  assign \into.id  = into[67:64];
+  assign \into.port  = into[70:68];
+  assign \into.err  = into[71];
+  assign \into.last  = into[72];
+  assign \pending.data  = pending[63:0];
+  assign \pending.id  = pending[67:64];
+  assign \pending.port  = pending[70:68];
+  assign \pending.err  = pending[71];
+  assign \pending.last  = pending[72];
+  assign into[63:0] = \$137 ;
+  assign into[72:64] = pending[72:64];
+  assign \$21  = 3'h0;
+  assign \$36  = 3'h1;
+  assign \$51  = 3'h2;
+  assign \$66  = 3'h3;
+  assign \$81  = 3'h4;
+  assign \$108  = 3'h0;
+  assign \$113  = 3'h1;
+  assign \$118  = 3'h2;
+  assign \$123  = 3'h3;
+  assign \$128  = 3'h4;
+  assign \$153  = { 3'h0, aw_sel[31:3] };
+  assign \$157  = { 3'h0, aw_sel[31:3] };
+  assign \$161  = { 3'h0, aw_sel[31:3] };
+  assign \$183  = { 3'h0, ar_sel[31:3] };
+  assign \$187  = { 3'h0, ar_sel[31:3] };
+  assign \$191  = { 3'h0, ar_sel[31:3] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$30  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [2:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire [2:0] \$18 ;
+  reg [1:0] \$19 ;
+  wire \$2 ;
+  reg [1:0] \$20 ;
+  reg [1:0] \$21 ;
+  wire [2:0] \$3 ;
+  wire [2:0] \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire [2:0] \$7 ;
+  wire [2:0] \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 2'h0 *)
+  wire [1:0] consume;
+  output [1:0] level;
+  reg [1:0] level = 2'h0;
+  (* init = 2'h0 *)
+  wire [1:0] produce;
+  output [72:0] r_data;
+  wire [72:0] r_data;
+  input r_en;
+  wire r_en;
+  (* init = 2'h0 *)
+  wire [1:0] r_level;
+  reg [1:0] r_port__addr = 2'h0;
+  wire [72:0] r_port__data;
+  output r_rdy;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  wire [72:0] w_data;
+  input w_en;
+  wire w_en;
+  (* init = 2'h0 *)
+  wire [1:0] w_level;
+  reg [1:0] w_port__addr = 2'h0;
+  input [72:0] w_port__data;
+  wire [72:0] w_port__data;
+  wire w_port__en;
+  wire w_rdy;
+  reg [72:0] storage [2:0];
+  initial begin
+    storage[0] = 73'h0000000000000000000;
+    storage[1] = 73'h0000000000000000000;
+    storage[2] = 73'h0000000000000000000;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  assign r_data = storage[r_port__addr];
+  assign w_rdy = level != 2'h3;
+  assign r_rdy = | level;
+  assign w_port__en = w_en & w_rdy;
+  assign \$1  = w_rdy & w_en;
+  assign \$2  = w_port__addr == 2'h2;
+  assign \$3  = w_port__addr + 1'h1;
+  assign \$4  = \$2  ? 3'h0 : \$3 ;
+  assign \$5  = r_rdy & r_en;
+  assign \$6  = r_port__addr == 2'h2;
+  assign \$7  = r_port__addr + 1'h1;
+  assign \$8  = \$6  ? 3'h0 : \$7 ;
+  assign \$9  = w_rdy & w_en;
+  assign \$10  = r_rdy & r_en;
+  assign \$11  = ~ \$10 ;
+  assign \$12  = \$9  & \$11 ;
+  assign \$13  = level + 1'h1;
+  assign \$14  = r_rdy & r_en;
+  assign \$15  = w_rdy & w_en;
+  assign \$16  = ~ \$15 ;
+  assign \$17  = \$14  & \$16 ;
+  assign \$18  = level - 1'h1;
+  always @(posedge clk)
+    w_port__addr <= \$19 ;
+  always @(posedge clk)
+    r_port__addr <= \$20 ;
+  always @(posedge clk)
+    level <= \$21 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$19  = w_port__addr;
+    if (\$1 ) begin
+      \$19  = \$4 [1:0];
+    end
+    if (rst) begin
+      \$19  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$20  = r_port__addr;
+    if (\$5 ) begin
+      \$20  = \$8 [1:0];
+    end
+    if (rst) begin
+      \$20  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$21  = level;
+    if (\$12 ) begin
+      \$21  = \$13 [1:0];
+    end
+    if (\$17 ) begin
+      \$21  = \$18 [1:0];
+    end
+    if (rst) begin
+      \$21  = 2'h0;
+    end
+  end
+  assign w_level = level;
+  assign r_level = level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
+, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
+, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
+, s4__rvalid, s4__rresp, \port$2710$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4495$0 , \port$4495$14 , s4__wstrb, s4__wdata, \port$6694$0 , \port$6694$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9298$0 , \port$9298$14 , s2__arlen, \port$9322$0 , \port$9322$14 , s2__awlen, \port$9546$0 , \port$9546$14 , s1__wdata, \port$10753$0 , \port$10753$14 , s4__arlen, \port$10777$0 , \port$10777$14 , s4__awlen
+, \port$11001$0 , \port$11001$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire [7:0] \$107 ;
+  wire [2:0] \$108 ;
+  wire [2:0] \$109 ;
+  wire \$11 ;
+  wire [2:0] \$110 ;
+  wire [2:0] \$111 ;
+  wire [2:0] \$112 ;
+  wire [2:0] \$113 ;
+  wire [2:0] \$114 ;
+  wire [2:0] \$115 ;
+  wire [2:0] \$116 ;
+  wire [2:0] \$117 ;
+  wire [2:0] \$118 ;
+  wire [2:0] \$119 ;
+  wire \$12 ;
+  wire [2:0] \$120 ;
+  wire [2:0] \$121 ;
+  wire [2:0] \$122 ;
+  wire [2:0] \$123 ;
+  wire [2:0] \$124 ;
+  wire [2:0] \$125 ;
+  wire [2:0] \$126 ;
+  wire [2:0] \$127 ;
+  wire [2:0] \$128 ;
+  wire [2:0] \$129 ;
+  wire \$13 ;
+  wire [2:0] \$130 ;
+  wire [2:0] \$131 ;
+  wire [2:0] \$132 ;
+  wire \$133 ;
+  wire [2:0] \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire [63:0] \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire [31:0] \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire [31:0] \$157 ;
+  wire [32:0] \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire [31:0] \$161 ;
+  wire [9:0] \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire [15:0] \$170 ;
+  wire [8:0] \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire [1:0] \$174 ;
+  wire \$175 ;
+  wire [1:0] \$176 ;
+  wire \$177 ;
+  wire [1:0] \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire [1:0] \$180 ;
+  wire \$181 ;
+  wire [1:0] \$182 ;
+  wire [31:0] \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire [31:0] \$187 ;
+  wire [32:0] \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
+  wire [9:0] \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [15:0] \$196 ;
+  wire [8:0] \$197 ;
+  wire \$198 ;
+  reg \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  reg [2:0] \$200 ;
+  reg [2:0] \$201 ;
+  reg [3:0] \$202 ;
+  reg [14:0] \$203 ;
+  reg [7:0] \$204 ;
+  reg \$205 ;
+  reg \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg \$209 ;
+  wire [2:0] \$21 ;
+  reg \$210 ;
+  reg [3:0] \$211 ;
+  reg [1:0] \$212 ;
+  reg [3:0] \$213 ;
+  reg [1:0] \$214 ;
+  reg [3:0] \$215 ;
+  reg [1:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg [1:0] \$218 ;
+  reg [3:0] \$219 ;
+  wire [2:0] \$22 ;
+  reg [1:0] \$220 ;
+  reg \$221 ;
+  reg [2:0] \$222 ;
+  reg [2:0] \$223 ;
+  reg [3:0] \$224 ;
+  reg [14:0] \$225 ;
+  reg [7:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [72:0] \$229 ;
+  wire [2:0] \$23 ;
+  wire [2:0] \$24 ;
+  wire [2:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [2:0] \$36 ;
+  wire [2:0] \$37 ;
+  wire [2:0] \$38 ;
+  wire [2:0] \$39 ;
+  wire \$4 ;
+  wire [2:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire [2:0] \$51 ;
+  wire [2:0] \$52 ;
+  wire [2:0] \$53 ;
+  wire [2:0] \$54 ;
+  wire [2:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [2:0] \$66 ;
+  wire [2:0] \$67 ;
+  wire [2:0] \$68 ;
+  wire [2:0] \$69 ;
+  wire \$7 ;
+  wire [2:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [2:0] \$81 ;
+  wire [2:0] \$82 ;
+  wire [2:0] \$83 ;
+  wire [2:0] \$84 ;
+  wire [2:0] \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  wire ar_any;
+  reg [2:0] ar_grant;
+  reg [48:0] ar_sel;
+  wire ar_take;
+  wire aw_any;
+  reg [2:0] aw_grant;
+  reg [48:0] aw_sel;
+  wire aw_take;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_0;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_1;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_2;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_3;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_4;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_0;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_1;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_2;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_3;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_4;
+  output b_valid_0;
+  reg b_valid_0 = 1'h0;
+  output b_valid_1;
+  reg b_valid_1 = 1'h0;
+  output b_valid_2;
+  reg b_valid_2 = 1'h0;
+  output b_valid_3;
+  reg b_valid_3 = 1'h0;
+  output b_valid_4;
+  reg b_valid_4 = 1'h0;
+  input clk;
+  wire clk;
+  wire [72:0] into;
+  wire [63:0] \into.data ;
+  wire \into.err ;
+  wire [3:0] \into.id ;
+  wire \into.last ;
+  wire [2:0] \into.port ;
+  wire [1:0] level;
+  reg [72:0] pending = 73'h0000000000000000000;
+  wire [63:0] \pending.data ;
+  wire \pending.err ;
+  wire [3:0] \pending.id ;
+  wire \pending.last ;
+  wire [2:0] \pending.port ;
+  reg pending_valid = 1'h0;
+  input [11:0] \port$0$204 ;
+  wire [11:0] \port$0$204 ;
+  input [17:0] \port$0$218 ;
+  wire [17:0] \port$0$218 ;
+  input [11:0] \port$0$79 ;
+  wire [11:0] \port$0$79 ;
+  input [17:0] \port$0$93 ;
+  wire [17:0] \port$0$93 ;
+  input [11:0] \port$10753$0 ;
+  wire [11:0] \port$10753$0 ;
+  input [17:0] \port$10753$14 ;
+  wire [17:0] \port$10753$14 ;
+  input [11:0] \port$10777$0 ;
+  wire [11:0] \port$10777$0 ;
+  input [17:0] \port$10777$14 ;
+  wire [17:0] \port$10777$14 ;
+  input [11:0] \port$11001$0 ;
+  wire [11:0] \port$11001$0 ;
+  input [17:0] \port$11001$14 ;
+  wire [17:0] \port$11001$14 ;
+  output [67:0] \port$2710$0 ;
+  wire [67:0] \port$2710$0 ;
+  input [11:0] \port$4495$0 ;
+  wire [11:0] \port$4495$0 ;
+  input [17:0] \port$4495$14 ;
+  wire [17:0] \port$4495$14 ;
+  input [11:0] \port$6694$0 ;
+  wire [11:0] \port$6694$0 ;
+  input [17:0] \port$6694$14 ;
+  wire [17:0] \port$6694$14 ;
+  input [11:0] \port$9298$0 ;
+  wire [11:0] \port$9298$0 ;
+  input [17:0] \port$9298$14 ;
+  wire [17:0] \port$9298$14 ;
+  input [11:0] \port$9322$0 ;
+  wire [11:0] \port$9322$0 ;
+  input [17:0] \port$9322$14 ;
+  wire [17:0] \port$9322$14 ;
+  input [11:0] \port$9546$0 ;
+  wire [11:0] \port$9546$0 ;
+  input [17:0] \port$9546$14 ;
+  wire [17:0] \port$9546$14 ;
+  (* init = 15'h0000 *)
+  wire [14:0] r_addr;
+  reg r_busy = 1'h0;
+  wire [72:0] r_data;
+  wire r_en;
+  reg r_err = 1'h0;
+  reg [3:0] r_id = 4'h0;
+  wire r_issue;
+  reg [2:0] r_last_port = 3'h4;
+  reg [7:0] r_left = 8'h00;
+  reg [2:0] r_port = 3'h0;
+  wire r_rdy;
+  reg r_ready;
+  reg [14:0] rd__addr = 15'h0000;
+  wire [63:0] rd__data;
+  wire rd__en;
+  input rst;
+  wire rst;
+  wire [31:0] s0__araddr;
+  input [1:0] s0__arburst;
+  wire [1:0] s0__arburst;
+  input [3:0] s0__arid;
+  wire [3:0] s0__arid;
+  input [7:0] s0__arlen;
+  wire [7:0] s0__arlen;
+  output s0__arready;
+  wire s0__arready;
+  input [2:0] s0__arsize;
+  wire [2:0] s0__arsize;
+  input s0__arvalid;
+  wire s0__arvalid;
+  wire [31:0] s0__awaddr;
+  input [1:0] s0__awburst;
+  wire [1:0] s0__awburst;
+  input [3:0] s0__awid;
+  wire [3:0] s0__awid;
+  input [7:0] s0__awlen;
+  wire [7:0] s0__awlen;
+  output s0__awready;
+  wire s0__awready;
+  input [2:0] s0__awsize;
+  wire [2:0] s0__awsize;
+  input s0__awvalid;
+  wire s0__awvalid;
+  output [3:0] s0__bid;
+  reg [3:0] s0__bid = 4'h0;
+  input s0__bready;
+  wire s0__bready;
+  output [1:0] s0__bresp;
+  reg [1:0] s0__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s0__bvalid;
+  wire [63:0] s0__rdata;
+  wire [3:0] s0__rid;
+  output s0__rlast;
+  wire s0__rlast;
+  input s0__rready;
+  wire s0__rready;
+  output [1:0] s0__rresp;
+  wire [1:0] s0__rresp;
+  output s0__rvalid;
+  wire s0__rvalid;
+  input [63:0] s0__wdata;
+  wire [63:0] s0__wdata;
+  output s0__wready;
+  wire s0__wready;
+  input [7:0] s0__wstrb;
+  wire [7:0] s0__wstrb;
+  input s0__wvalid;
+  wire s0__wvalid;
+  wire [31:0] s1__araddr;
+  wire [1:0] s1__arburst;
+  wire [3:0] s1__arid;
+  wire [7:0] s1__arlen;
+  output s1__arready;
+  wire s1__arready;
+  wire [2:0] s1__arsize;
+  input s1__arvalid;
+  wire s1__arvalid;
+  wire [31:0] s1__awaddr;
+  wire [1:0] s1__awburst;
+  wire [3:0] s1__awid;
+  wire [7:0] s1__awlen;
+  output s1__awready;
+  wire s1__awready;
+  wire [2:0] s1__awsize;
+  input s1__awvalid;
+  wire s1__awvalid;
+  output [3:0] s1__bid;
+  reg [3:0] s1__bid = 4'h0;
+  input s1__bready;
+  wire s1__bready;
+  output [1:0] s1__bresp;
+  reg [1:0] s1__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s1__bvalid;
+  wire [63:0] s1__rdata;
+  wire [3:0] s1__rid;
+  wire s1__rlast;
+  input s1__rready;
+  wire s1__rready;
+  output [1:0] s1__rresp;
+  wire [1:0] s1__rresp;
+  output s1__rvalid;
+  wire s1__rvalid;
+  input [63:0] s1__wdata;
+  wire [63:0] s1__wdata;
+  output s1__wready;
+  wire s1__wready;
+  wire [7:0] s1__wstrb;
+  input s1__wvalid;
+  wire s1__wvalid;
+  wire [31:0] s2__araddr;
+  wire [1:0] s2__arburst;
+  wire [3:0] s2__arid;
+  input [7:0] s2__arlen;
+  wire [7:0] s2__arlen;
+  output s2__arready;
+  wire s2__arready;
+  wire [2:0] s2__arsize;
+  input s2__arvalid;
+  wire s2__arvalid;
+  wire [31:0] s2__awaddr;
+  wire [1:0] s2__awburst;
+  wire [3:0] s2__awid;
+  input [7:0] s2__awlen;
+  wire [7:0] s2__awlen;
+  output s2__awready;
+  wire s2__awready;
+  wire [2:0] s2__awsize;
+  input s2__awvalid;
+  wire s2__awvalid;
+  output [3:0] s2__bid;
+  reg [3:0] s2__bid = 4'h0;
+  input s2__bready;
+  wire s2__bready;
+  output [1:0] s2__bresp;
+  reg [1:0] s2__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s2__bvalid;
+  wire [63:0] s2__rdata;
+  wire [3:0] s2__rid;
+  wire s2__rlast;
+  input s2__rready;
+  wire s2__rready;
+  output [1:0] s2__rresp;
+  wire [1:0] s2__rresp;
+  output s2__rvalid;
+  wire s2__rvalid;
+  input [63:0] s2__wdata;
+  wire [63:0] s2__wdata;
+  output s2__wready;
+  wire s2__wready;
+  input [7:0] s2__wstrb;
+  wire [7:0] s2__wstrb;
+  input s2__wvalid;
+  wire s2__wvalid;
+  wire [31:0] s3__araddr;
+  wire [1:0] s3__arburst;
+  wire [3:0] s3__arid;
+  wire [7:0] s3__arlen;
+  output s3__arready;
+  wire s3__arready;
+  wire [2:0] s3__arsize;
+  input s3__arvalid;
+  wire s3__arvalid;
+  wire [31:0] s3__awaddr;
+  wire [1:0] s3__awburst;
+  wire [3:0] s3__awid;
+  wire [7:0] s3__awlen;
+  output s3__awready;
+  wire s3__awready;
+  wire [2:0] s3__awsize;
+  input s3__awvalid;
+  wire s3__awvalid;
+  output [3:0] s3__bid;
+  reg [3:0] s3__bid = 4'h0;
+  input s3__bready;
+  wire s3__bready;
+  output [1:0] s3__bresp;
+  reg [1:0] s3__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s3__bvalid;
+  wire [63:0] s3__rdata;
+  wire [3:0] s3__rid;
+  wire s3__rlast;
+  input s3__rready;
+  wire s3__rready;
+  output [1:0] s3__rresp;
+  wire [1:0] s3__rresp;
+  output s3__rvalid;
+  wire s3__rvalid;
+  input [63:0] s3__wdata;
+  wire [63:0] s3__wdata;
+  output s3__wready;
+  wire s3__wready;
+  wire [7:0] s3__wstrb;
+  input s3__wvalid;
+  wire s3__wvalid;
+  wire [31:0] s4__araddr;
+  wire [1:0] s4__arburst;
+  wire [3:0] s4__arid;
+  input [7:0] s4__arlen;
+  wire [7:0] s4__arlen;
+  output s4__arready;
+  wire s4__arready;
+  wire [2:0] s4__arsize;
+  input s4__arvalid;
+  wire s4__arvalid;
+  wire [31:0] s4__awaddr;
+  wire [1:0] s4__awburst;
+  wire [3:0] s4__awid;
+  input [7:0] s4__awlen;
+  wire [7:0] s4__awlen;
+  output s4__awready;
+  wire s4__awready;
+  wire [2:0] s4__awsize;
+  input s4__awvalid;
+  wire s4__awvalid;
+  output [3:0] s4__bid;
+  reg [3:0] s4__bid = 4'h0;
+  input s4__bready;
+  wire s4__bready;
+  output [1:0] s4__bresp;
+  reg [1:0] s4__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s4__bvalid;
+  wire [63:0] s4__rdata;
+  wire [3:0] s4__rid;
+  wire s4__rlast;
+  input s4__rready;
+  wire s4__rready;
+  output [1:0] s4__rresp;
+  wire [1:0] s4__rresp;
+  output s4__rvalid;
+  wire s4__rvalid;
+  input [63:0] s4__wdata;
+  wire [63:0] s4__wdata;
+  output s4__wready;
+  wire s4__wready;
+  input [7:0] s4__wstrb;
+  wire [7:0] s4__wstrb;
+  input s4__wvalid;
+  wire s4__wvalid;
+  (* init = 15'h0000 *)
+  wire [14:0] w_addr;
+  reg w_beat;
+  reg w_busy = 1'h0;
+  reg [63:0] w_data;
+  wire [72:0] \w_data$146 ;
+  (* init = 1'h0 *)
+  wire w_en;
+  reg w_err = 1'h0;
+  reg [3:0] w_id = 4'h0;
+  reg [2:0] w_last_port = 3'h4;
+  reg [7:0] w_left = 8'h00;
+  reg [2:0] w_port = 3'h0;
+  reg [7:0] w_strb;
+  reg [14:0] wr__addr = 15'h0000;
+  wire [63:0] wr__data;
+  reg [7:0] wr__en;
+  reg [63:0] mem [32767:0];
+  initial begin
+    for (int i = 0; i < 32768; i = i + 1) mem[i] = 64'h0;
+  end
+  always @(posedge clk) begin
+    if (wr__en[0])
+      mem[wr__addr][7:0] <= w_data[7:0];
+    if (wr__en[1])
+      mem[wr__addr][15:8] <= w_data[15:8];
+    if (wr__en[2])
+      mem[wr__addr][23:16] <= w_data[23:16];
+    if (wr__en[3])
+      mem[wr__addr][31:24] <= w_data[31:24];
+    if (wr__en[4])
+      mem[wr__addr][39:32] <= w_data[39:32];
+    if (wr__en[5])
+      mem[wr__addr][47:40] <= w_data[47:40];
+    if (wr__en[6])
+      mem[wr__addr][55:48] <= w_data[55:48];
+    if (wr__en[7])
+      mem[wr__addr][63:56] <= w_data[63:56];
+  end
+  reg [63:0] _0_;
+  always @(posedge clk) begin
+    if (rd__en) begin
+      _0_ <= mem[rd__addr];
+    end
+  end
+  assign rd__data = _0_;
+  assign \$1  = ~ b_valid_0;
+  assign \$2  = s0__awvalid & \$1 ;
+  assign \$3  = ~ b_valid_1;
+  assign \$4  = s1__awvalid & \$3 ;
+  assign \$5  = ~ b_valid_2;
+  assign \$6  = s2__awvalid & \$5 ;
+  assign \$7  = ~ b_valid_3;
+  assign \$8  = s3__awvalid & \$7 ;
+  assign \$9  = ~ b_valid_4;
+  assign \$10  = s4__awvalid & \$9 ;
+  assign aw_any = | { \$10 , \$8 , \$6 , \$4 , \$2  };
+  assign \$11  = ~ b_valid_1;
+  assign \$12  = s1__awvalid & \$11 ;
+  assign \$13  = ~ b_valid_2;
+  assign \$14  = s2__awvalid & \$13 ;
+  assign \$15  = ~ b_valid_3;
+  assign \$16  = s3__awvalid & \$15 ;
+  assign \$17  = ~ b_valid_4;
+  assign \$18  = s4__awvalid & \$17 ;
+  assign \$19  = ~ b_valid_0;
+  assign \$20  = s0__awvalid & \$19 ;
+  assign \$22  = \$18  ? 3'h4 : 3'h0;
+  assign \$23  = \$16  ? 3'h3 : \$22 ;
+  assign \$24  = \$14  ? 3'h2 : \$23 ;
+  assign \$25  = \$12  ? 3'h1 : \$24 ;
+  assign \$26  = ~ b_valid_2;
+  assign \$27  = s2__awvalid & \$26 ;
+  assign \$28  = ~ b_valid_3;
+  assign \$29  = s3__awvalid & \$28 ;
+  assign \$30  = ~ b_valid_4;
+  assign \$31  = s4__awvalid & \$30 ;
+  assign \$32  = ~ b_valid_0;
+  assign \$33  = s0__awvalid & \$32 ;
+  assign \$34  = ~ b_valid_1;
+  assign \$35  = s1__awvalid & \$34 ;
+  assign \$37  = \$33  ? 3'h0 : 3'h1;
+  assign \$38  = \$31  ? 3'h4 : \$37 ;
+  assign \$39  = \$29  ? 3'h3 : \$38 ;
+  assign \$40  = \$27  ? 3'h2 : \$39 ;
+  assign \$41  = ~ b_valid_3;
+  assign \$42  = s3__awvalid & \$41 ;
+  assign \$43  = ~ b_valid_4;
+  assign \$44  = s4__awvalid & \$43 ;
+  assign \$45  = ~ b_valid_0;
+  assign \$46  = s0__awvalid & \$45 ;
+  assign \$47  = ~ b_valid_1;
+  assign \$48  = s1__awvalid & \$47 ;
+  assign \$49  = ~ b_valid_2;
+  assign \$50  = s2__awvalid & \$49 ;
+  assign \$52  = \$48  ? 3'h1 : 3'h2;
+  assign \$53  = \$46  ? 3'h0 : \$52 ;
+  assign \$54  = \$44  ? 3'h4 : \$53 ;
+  assign \$55  = \$42  ? 3'h3 : \$54 ;
+  assign \$56  = ~ b_valid_4;
+  assign \$57  = s4__awvalid & \$56 ;
+  assign \$58  = ~ b_valid_0;
+  assign \$59  = s0__awvalid & \$58 ;
+  assign \$60  = ~ b_valid_1;
+  assign \$61  = s1__awvalid & \$60 ;
+  assign \$62  = ~ b_valid_2;
+  assign \$63  = s2__awvalid & \$62 ;
+  assign \$64  = ~ b_valid_3;
+  assign \$65  = s3__awvalid & \$64 ;
+  assign \$67  = \$63  ? 3'h2 : 3'h3;
+  assign \$68  = \$61  ? 3'h1 : \$67 ;
+  assign \$69  = \$59  ? 3'h0 : \$68 ;
+  assign \$70  = \$57  ? 3'h4 : \$69 ;
+  assign \$71  = ~ b_valid_0;
+  assign \$72  = s0__awvalid & \$71 ;
+  assign \$73  = ~ b_valid_1;
+  assign \$74  = s1__awvalid & \$73 ;
+  assign \$75  = ~ b_valid_2;
+  assign \$76  = s2__awvalid & \$75 ;
+  assign \$77  = ~ b_valid_3;
+  assign \$78  = s3__awvalid & \$77 ;
+  assign \$79  = ~ b_valid_4;
+  assign \$80  = s4__awvalid & \$79 ;
+  assign \$82  = \$78  ? 3'h3 : 3'h4;
+  assign \$83  = \$76  ? 3'h2 : \$82 ;
+  assign \$84  = \$74  ? 3'h1 : \$83 ;
+  assign \$85  = \$72  ? 3'h0 : \$84 ;
+  assign \$86  = ~ w_busy;
+  assign aw_take = \$86  & aw_any;
+  assign \$87  = ! aw_grant;
+  assign s0__awready = aw_take & \$87 ;
+  assign \$88  = ! w_port;
+  assign s0__wready = w_busy & \$88 ;
+  assign \$89  = ! w_port;
+  assign \$90  = w_busy & s0__wvalid;
+  assign \$91  = aw_grant == 1'h1;
+  assign s1__awready = aw_take & \$91 ;
+  assign \$92  = w_port == 1'h1;
+  assign s1__wready = w_busy & \$92 ;
+  assign \$93  = w_port == 1'h1;
+  assign \$94  = w_busy & s1__wvalid;
+  assign \$95  = aw_grant == 2'h2;
+  assign s2__awready = aw_take & \$95 ;
+  assign \$96  = w_port == 2'h2;
+  assign s2__wready = w_busy & \$96 ;
+  assign \$97  = w_port == 2'h2;
+  assign \$98  = w_busy & s2__wvalid;
+  assign \$99  = aw_grant == 2'h3;
+  assign s3__awready = aw_take & \$99 ;
+  assign \$100  = w_port == 2'h3;
+  assign s3__wready = w_busy & \$100 ;
+  assign \$101  = w_port == 2'h3;
+  assign \$102  = w_busy & s3__wvalid;
+  assign \$103  = aw_grant == 3'h4;
+  assign s4__awready = aw_take & \$103 ;
+  assign \$104  = w_port == 3'h4;
+  assign s4__wready = w_busy & \$104 ;
+  assign \$105  = w_port == 3'h4;
+  assign \$106  = w_busy & s4__wvalid;
+  assign \$107  = w_err ? 8'h00 : w_strb;
+  assign ar_any = | { s4__arvalid, s3__arvalid, s2__arvalid, s1__arvalid, s0__arvalid };
+  assign \$109  = s4__arvalid ? 3'h4 : 3'h0;
+  assign \$110  = s3__arvalid ? 3'h3 : \$109 ;
+  assign \$111  = s2__arvalid ? 3'h2 : \$110 ;
+  assign \$112  = s1__arvalid ? 3'h1 : \$111 ;
+  assign \$114  = s0__arvalid ? 3'h0 : 3'h1;
+  assign \$115  = s4__arvalid ? 3'h4 : \$114 ;
+  assign \$116  = s3__arvalid ? 3'h3 : \$115 ;
+  assign \$117  = s2__arvalid ? 3'h2 : \$116 ;
+  assign \$119  = s1__arvalid ? 3'h1 : 3'h2;
+  assign \$120  = s0__arvalid ? 3'h0 : \$119 ;
+  assign \$121  = s4__arvalid ? 3'h4 : \$120 ;
+  assign \$122  = s3__arvalid ? 3'h3 : \$121 ;
+  assign \$124  = s2__arvalid ? 3'h2 : 3'h3;
+  assign \$125  = s1__arvalid ? 3'h1 : \$124 ;
+  assign \$126  = s0__arvalid ? 3'h0 : \$125 ;
+  assign \$127  = s4__arvalid ? 3'h4 : \$126 ;
+  assign \$129  = s3__arvalid ? 3'h3 : 3'h4;
+  assign \$130  = s2__arvalid ? 3'h2 : \$129 ;
+  assign \$131  = s1__arvalid ? 3'h1 : \$130 ;
+  assign \$132  = s0__arvalid ? 3'h0 : \$131 ;
+  assign \$133  = ~ r_busy;
+  assign ar_take = \$133  & ar_any;
+  assign \$134  = level + pending_valid;
+  assign \$135  = \$134  < 2'h3;
+  assign r_issue = r_busy & \$135 ;
+  assign \$136  = ~ r_err;
+  assign rd__en = r_issue & \$136 ;
+  assign \$137  = pending[71] ? 64'h0000000000000000 : rd__data;
+  assign \$138  = ! ar_grant;
+  assign s0__arready = ar_take & \$138 ;
+  assign \$139  = ! r_data[70:68];
+  assign s0__rvalid = r_rdy & \$139 ;
+  assign s0__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$140  = ! r_data[70:68];
+  assign \$141  = ar_grant == 1'h1;
+  assign s1__arready = ar_take & \$141 ;
+  assign \$142  = r_data[70:68] == 1'h1;
+  assign s1__rvalid = r_rdy & \$142 ;
+  assign s1__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$143  = r_data[70:68] == 1'h1;
+  assign \$144  = ar_grant == 2'h2;
+  assign s2__arready = ar_take & \$144 ;
+  assign \$145  = r_data[70:68] == 2'h2;
+  assign s2__rvalid = r_rdy & \$145 ;
+  assign s2__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$146  = r_data[70:68] == 2'h2;
+  assign \$147  = ar_grant == 2'h3;
+  assign s3__arready = ar_take & \$147 ;
+  assign \$148  = r_data[70:68] == 2'h3;
+  assign s3__rvalid = r_rdy & \$148 ;
+  assign s3__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$149  = r_data[70:68] == 2'h3;
+  assign \$150  = ar_grant == 3'h4;
+  assign s4__arready = ar_take & \$150 ;
+  assign \$151  = r_data[70:68] == 3'h4;
+  assign s4__rvalid = r_rdy & \$151 ;
+  assign s4__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$152  = r_data[70:68] == 3'h4;
+  assign \$154  = aw_sel[42:40] != 2'h3;
+  assign \$155  = aw_sel[44:43] != 1'h1;
+  assign \$156  = \$154  | \$155 ;
+  assign \$158  = \$157  + aw_sel[39:32];
+  assign \$159  = \$158  >= 16'h8000;
+  assign \$160  = \$156  | \$159 ;
+  assign \$162  = \$161 [8:0] + aw_sel[39:32];
+  assign \$163  = \$162  >= 10'h200;
+  assign \$164  = \$160  | \$163 ;
+  assign \$165  = b_valid_0 & s0__bready;
+  assign \$166  = b_valid_1 & s1__bready;
+  assign \$167  = b_valid_2 & s2__bready;
+  assign \$168  = b_valid_3 & s3__bready;
+  assign \$169  = b_valid_4 & s4__bready;
+  assign \$170  = wr__addr + 1'h1;
+  assign \$171  = w_left - 1'h1;
+  assign \$172  = ! w_left;
+  assign \$173  = ! w_port;
+  assign \$174  = w_err ? 2'h2 : 2'h0;
+  assign \$175  = w_port == 1'h1;
+  assign \$176  = w_err ? 2'h2 : 2'h0;
+  assign \$177  = w_port == 2'h2;
+  assign \$178  = w_err ? 2'h2 : 2'h0;
+  assign \$179  = w_port == 2'h3;
+  assign \$180  = w_err ? 2'h2 : 2'h0;
+  assign \$181  = w_port == 3'h4;
+  assign \$182  = w_err ? 2'h2 : 2'h0;
+  assign \$184  = ar_sel[42:40] != 2'h3;
+  assign \$185  = ar_sel[44:43] != 1'h1;
+  assign \$186  = \$184  | \$185 ;
+  assign \$188  = \$187  + ar_sel[39:32];
+  assign \$189  = \$188  >= 16'h8000;
+  assign \$190  = \$186  | \$189 ;
+  assign \$192  = \$191 [8:0] + ar_sel[39:32];
+  assign \$193  = \$192  >= 10'h200;
+  assign \$194  = \$190  | \$193 ;
+  assign \$195  = ! r_left;
+  assign \$196  = rd__addr + 1'h1;
+  assign \$197  = r_left - 1'h1;
+  assign \$198  = ! r_left;
+  always @(posedge clk)
+    w_busy <= \$199 ;
+  always @(posedge clk)
+    w_port <= \$200 ;
+  always @(posedge clk)
+    w_last_port <= \$201 ;
+  always @(posedge clk)
+    w_id <= \$202 ;
+  always @(posedge clk)
+    wr__addr <= \$203 ;
+  always @(posedge clk)
+    w_left <= \$204 ;
+  always @(posedge clk)
+    w_err <= \$205 ;
+  always @(posedge clk)
+    b_valid_0 <= \$206 ;
+  always @(posedge clk)
+    b_valid_1 <= \$207 ;
+  always @(posedge clk)
+    b_valid_2 <= \$208 ;
+  always @(posedge clk)
+    b_valid_3 <= \$209 ;
+  always @(posedge clk)
+    b_valid_4 <= \$210 ;
+  always @(posedge clk)
+    s0__bid <= \$211 ;
+  always @(posedge clk)
+    s0__bresp <= \$212 ;
+  always @(posedge clk)
+    s1__bid <= \$213 ;
+  always @(posedge clk)
+    s1__bresp <= \$214 ;
+  always @(posedge clk)
+    s2__bid <= \$215 ;
+  always @(posedge clk)
+    s2__bresp <= \$216 ;
+  always @(posedge clk)
+    s3__bid <= \$217 ;
+  always @(posedge clk)
+    s3__bresp <= \$218 ;
+  always @(posedge clk)
+    s4__bid <= \$219 ;
+  always @(posedge clk)
+    s4__bresp <= \$220 ;
+  always @(posedge clk)
+    r_busy <= \$221 ;
+  always @(posedge clk)
+    r_port <= \$222 ;
+  always @(posedge clk)
+    r_last_port <= \$223 ;
+  always @(posedge clk)
+    r_id <= \$224 ;
+  always @(posedge clk)
+    rd__addr <= \$225 ;
+  always @(posedge clk)
+    r_left <= \$226 ;
+  always @(posedge clk)
+    r_err <= \$227 ;
+  always @(posedge clk)
+    pending_valid <= \$228 ;
+  always @(posedge clk)
+    pending <= \$229 ;
+  \dx1_soc.memory.bank2.r_buffer  r_buffer (
+    .clk(clk),
+    .level(level),
+    .r_data(r_data),
+    .r_en(r_ready),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(pending_valid),
+    .w_port__data(into)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_last_port)
+      3'h0:
+          aw_grant = \$25 ;
+      3'h1:
+          aw_grant = \$40 ;
+      3'h2:
+          aw_grant = \$55 ;
+      3'h3:
+          aw_grant = \$70 ;
+      default:
+          aw_grant = \$85 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    (* full_case = 32'd1 *)
+    casez (aw_grant)
+      3'h0:
+          aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
+      3'h1:
+          aw_sel = { 19'h02c00, \port$9546$14 , \port$9546$0  };
+      3'h2:
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9322$14 , \port$9322$0  };
+      3'h3:
+          aw_sel = { 19'h02c00, \port$11001$14 , \port$11001$0  };
+      default:
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10777$14 , \port$10777$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    w_beat = 1'h0;
+    if (\$89 ) begin
+      w_beat = \$90 ;
+    end
+    if (\$93 ) begin
+      w_beat = \$94 ;
+    end
+    if (\$97 ) begin
+      w_beat = \$98 ;
+    end
+    if (\$101 ) begin
+      w_beat = \$102 ;
+    end
+    if (\$105 ) begin
+      w_beat = \$106 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    w_data = 64'h0000000000000000;
+    if (\$89 ) begin
+      w_data = s0__wdata;
+    end
+    if (\$93 ) begin
+      w_data = s1__wdata;
+    end
+    if (\$97 ) begin
+      w_data = s2__wdata;
+    end
+    if (\$101 ) begin
+      w_data = s3__wdata;
+    end
+    if (\$105 ) begin
+      w_data = s4__wdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    w_strb = 8'h00;
+    if (\$89 ) begin
+      w_strb = s0__wstrb;
+    end
+    if (\$93 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$97 ) begin
+      w_strb = s2__wstrb;
+    end
+    if (\$101 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$105 ) begin
+      w_strb = s4__wstrb;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    wr__en = 8'h00;
+    if (w_beat) begin
+      wr__en = \$107 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_last_port)
+      3'h0:
+          ar_grant = \$112 ;
+      3'h1:
+          ar_grant = \$117 ;
+      3'h2:
+          ar_grant = \$122 ;
+      3'h3:
+          ar_grant = \$127 ;
+      default:
+          ar_grant = \$132 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    (* full_case = 32'd1 *)
+    casez (ar_grant)
+      3'h0:
+          ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
+      3'h1:
+          ar_sel = { 19'h02c0c, \port$4495$14 , \port$4495$0  };
+      3'h2:
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9298$14 , \port$9298$0  };
+      3'h3:
+          ar_sel = { 19'h02c0c, \port$6694$14 , \port$6694$0  };
+      default:
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10753$14 , \port$10753$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    r_ready = 1'h0;
+    if (\$140 ) begin
+      r_ready = s0__rready;
+    end
+    if (\$143 ) begin
+      r_ready = s1__rready;
+    end
+    if (\$146 ) begin
+      r_ready = s2__rready;
+    end
+    if (\$149 ) begin
+      r_ready = s3__rready;
+    end
+    if (\$152 ) begin
+      r_ready = s4__rready;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$199  = w_busy;
+    if (aw_take) begin
+      \$199  = 1'h1;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        \$199  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$199  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$200  = w_port;
+    if (aw_take) begin
+      \$200  = aw_grant;
+    end
+    if (rst) begin
+      \$200  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$201  = w_last_port;
+    if (aw_take) begin
+      \$201  = aw_grant;
+    end
+    if (rst) begin
+      \$201  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$202  = w_id;
+    if (aw_take) begin
+      \$202  = aw_sel[48:45];
+    end
+    if (rst) begin
+      \$202  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$203  = wr__addr;
+    if (aw_take) begin
+      \$203  = \$153 [14:0];
+    end
+    if (w_beat) begin
+      \$203  = \$170 [14:0];
+    end
+    if (rst) begin
+      \$203  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$204  = w_left;
+    if (aw_take) begin
+      \$204  = aw_sel[39:32];
+    end
+    if (w_beat) begin
+      \$204  = \$171 [7:0];
+    end
+    if (rst) begin
+      \$204  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$205  = w_err;
+    if (aw_take) begin
+      \$205  = \$164 ;
+    end
+    if (rst) begin
+      \$205  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$206  = b_valid_0;
+    if (\$165 ) begin
+      \$206  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$206  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$206  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$207  = b_valid_1;
+    if (\$166 ) begin
+      \$207  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$207  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$207  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$208  = b_valid_2;
+    if (\$167 ) begin
+      \$208  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$208  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$208  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$209  = b_valid_3;
+    if (\$168 ) begin
+      \$209  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$209  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$209  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$210  = b_valid_4;
+    if (\$169 ) begin
+      \$210  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$210  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$211  = s0__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$211  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$211  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$212  = s0__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$212  = \$174 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$212  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$213  = s1__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$213  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$213  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$214  = s1__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$214  = \$176 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$214  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$215  = s2__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$215  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$215  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$216  = s2__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$216  = \$178 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$216  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$217  = s3__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$217  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$218  = s3__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$218  = \$180 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$218  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$219  = s4__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$219  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$219  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$220  = s4__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$220  = \$182 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$220  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$221  = r_busy;
+    if (ar_take) begin
+      \$221  = 1'h1;
+    end
+    if (r_issue) begin
+      if (\$198 ) begin
+        \$221  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$222  = r_port;
+    if (ar_take) begin
+      \$222  = ar_grant;
+    end
+    if (rst) begin
+      \$222  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$223  = r_last_port;
+    if (ar_take) begin
+      \$223  = ar_grant;
+    end
+    if (rst) begin
+      \$223  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$224  = r_id;
+    if (ar_take) begin
+      \$224  = ar_sel[48:45];
+    end
+    if (rst) begin
+      \$224  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$225  = rd__addr;
+    if (ar_take) begin
+      \$225  = \$183 [14:0];
+    end
+    if (r_issue) begin
+      \$225  = \$196 [14:0];
+    end
+    if (rst) begin
+      \$225  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$226  = r_left;
+    if (ar_take) begin
+      \$226  = ar_sel[39:32];
+    end
+    if (r_issue) begin
+      \$226  = \$197 [7:0];
+    end
+    if (rst) begin
+      \$226  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$227  = r_err;
+    if (ar_take) begin
+      \$227  = \$194 ;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$228  = r_issue;
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    \$229  = pending;
+    if (r_issue) begin
+      \$229 [67:64] = r_id;
+      \$229 [70:68] = r_port;
+      \$229 [71] = r_err;
+      \$229 [72] = \$195 ;
+    end
+    if (rst) begin
+      \$229  = 73'h0000000000000000000;
+    end
+  end
+  assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
+  assign s1__awaddr = { 2'h0, \port$9546$14 , \port$9546$0  };
+  assign s1__awlen = 8'h00;
+  assign s1__awsize = 3'h3;
+  assign s1__awburst = 2'h1;
+  assign s1__awid = 4'h0;
+  assign s2__awaddr = { 2'h0, \port$9322$14 , \port$9322$0  };
+  assign s2__awsize = 3'h3;
+  assign s2__awburst = 2'h1;
+  assign s2__awid = 4'h0;
+  assign s3__awaddr = { 2'h0, \port$11001$14 , \port$11001$0  };
+  assign s3__awlen = 8'h00;
+  assign s3__awsize = 3'h3;
+  assign s3__awburst = 2'h1;
+  assign s3__awid = 4'h0;
+  assign s4__awaddr = { 2'h0, \port$10777$14 , \port$10777$0  };
+  assign s4__awsize = 3'h3;
+  assign s4__awburst = 2'h1;
+  assign s4__awid = 4'h0;
+  assign s0__bvalid = b_valid_0;
+  assign b_id_0 = s0__bid;
+  assign b_resp_0 = s0__bresp;
+  assign s1__bvalid = b_valid_1;
+  assign b_id_1 = s1__bid;
+  assign b_resp_1 = s1__bresp;
+  assign s1__wstrb = 8'hff;
+  assign s2__bvalid = b_valid_2;
+  assign b_id_2 = s2__bid;
+  assign b_resp_2 = s2__bresp;
+  assign s3__bvalid = b_valid_3;
+  assign b_id_3 = s3__bid;
+  assign b_resp_3 = s3__bresp;
+  assign s3__wstrb = 8'hff;
+  assign s4__bvalid = b_valid_4;
+  assign b_id_4 = s4__bid;
+  assign b_resp_4 = s4__bresp;
+  assign w_addr = wr__addr;
+  assign wr__data = w_data;
+  assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
+  assign s1__araddr = { 2'h0, \port$4495$14 , \port$4495$0  };
+  assign s1__arlen = 8'h03;
+  assign s1__arsize = 3'h3;
+  assign s1__arburst = 2'h1;
+  assign s1__arid = 4'h0;
+  assign s2__araddr = { 2'h0, \port$9298$14 , \port$9298$0  };
+  assign s2__arsize = 3'h3;
+  assign s2__arburst = 2'h1;
+  assign s2__arid = 4'h0;
+  assign s3__araddr = { 2'h0, \port$6694$14 , \port$6694$0  };
+  assign s3__arlen = 8'h03;
+  assign s3__arsize = 3'h3;
+  assign s3__arburst = 2'h1;
+  assign s3__arid = 4'h0;
+  assign s4__araddr = { 2'h0, \port$10753$14 , \port$10753$0  };
+  assign s4__arsize = 3'h3;
+  assign s4__arburst = 2'h1;
+  assign s4__arid = 4'h0;
+  assign r_addr = rd__addr;
+  assign \w_data$146  = into;
+  assign w_en = pending_valid;
+  assign s0__rdata = r_data[63:0];
+  assign s0__rid = r_data[67:64];
+  assign s1__rdata = r_data[63:0];
+  assign s1__rid = r_data[67:64];
+  assign s1__rlast = r_data[72];
+  assign s2__rdata = r_data[63:0];
+  assign s2__rid = r_data[67:64];
+  assign s2__rlast = r_data[72];
+  assign s3__rdata = r_data[63:0];
+  assign s3__rid = r_data[67:64];
+  assign s3__rlast = r_data[72];
+  assign s4__rdata = r_data[63:0];
+  assign s4__rid = r_data[67:64];
+  assign s4__rlast = r_data[72];
+  assign r_en = r_ready;
+  assign \port$2710$0  = r_data[67:0];
+  assign s0__rlast = r_data[72];
+  assign \into.data  = into[63:0];
+  assign \into.id  = into[67:64];
+  assign \into.port  = into[70:68];
+  assign \into.err  = into[71];
+  assign \into.last  = into[72];
+  assign \pending.data  = pending[63:0];
+  assign \pending.id  = pending[67:64];
+  assign \pending.port  = pending[70:68];
+  assign \pending.err  = pending[71];
+  assign \pending.last  = pending[72];
+  assign into[63:0] = \$137 ;
+  assign into[72:64] = pending[72:64];
+  assign \$21  = 3'h0;
+  assign \$36  = 3'h1;
+  assign \$51  = 3'h2;
+  assign \$66  = 3'h3;
+  assign \$81  = 3'h4;
+  assign \$108  = 3'h0;
+  assign \$113  = 3'h1;
+  assign \$118  = 3'h2;
+  assign \$123  = 3'h3;
+  assign \$128  = 3'h4;
+  assign \$153  = { 3'h0, aw_sel[31:3] };
+  assign \$157  = { 3'h0, aw_sel[31:3] };
+  assign \$161  = { 3'h0, aw_sel[31:3] };
+  assign \$183  = { 3'h0, ar_sel[31:3] };
+  assign \$187  = { 3'h0, ar_sel[31:3] };
+  assign \$191  = { 3'h0, ar_sel[31:3] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$32  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [2:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire [2:0] \$18 ;
+  reg [1:0] \$19 ;
+  wire \$2 ;
+  reg [1:0] \$20 ;
+  reg [1:0] \$21 ;
+  wire [2:0] \$3 ;
+  wire [2:0] \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire [2:0] \$7 ;
+  wire [2:0] \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 2'h0 *)
+  wire [1:0] consume;
+  output [1:0] level;
+  reg [1:0] level = 2'h0;
+  (* init = 2'h0 *)
+  wire [1:0] produce;
+  output [72:0] r_data;
+  wire [72:0] r_data;
+  input r_en;
+  wire r_en;
+  (* init = 2'h0 *)
+  wire [1:0] r_level;
+  reg [1:0] r_port__addr = 2'h0;
+  wire [72:0] r_port__data;
+  output r_rdy;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  wire [72:0] w_data;
+  input w_en;
+  wire w_en;
+  (* init = 2'h0 *)
+  wire [1:0] w_level;
+  reg [1:0] w_port__addr = 2'h0;
+  input [72:0] w_port__data;
+  wire [72:0] w_port__data;
+  wire w_port__en;
+  wire w_rdy;
+  reg [72:0] storage [2:0];
+  initial begin
+    storage[0] = 73'h0000000000000000000;
+    storage[1] = 73'h0000000000000000000;
+    storage[2] = 73'h0000000000000000000;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  assign r_data = storage[r_port__addr];
+  assign w_rdy = level != 2'h3;
+  assign r_rdy = | level;
+  assign w_port__en = w_en & w_rdy;
+  assign \$1  = w_rdy & w_en;
+  assign \$2  = w_port__addr == 2'h2;
+  assign \$3  = w_port__addr + 1'h1;
+  assign \$4  = \$2  ? 3'h0 : \$3 ;
+  assign \$5  = r_rdy & r_en;
+  assign \$6  = r_port__addr == 2'h2;
+  assign \$7  = r_port__addr + 1'h1;
+  assign \$8  = \$6  ? 3'h0 : \$7 ;
+  assign \$9  = w_rdy & w_en;
+  assign \$10  = r_rdy & r_en;
+  assign \$11  = ~ \$10 ;
+  assign \$12  = \$9  & \$11 ;
+  assign \$13  = level + 1'h1;
+  assign \$14  = r_rdy & r_en;
+  assign \$15  = w_rdy & w_en;
+  assign \$16  = ~ \$15 ;
+  assign \$17  = \$14  & \$16 ;
+  assign \$18  = level - 1'h1;
+  always @(posedge clk)
+    w_port__addr <= \$19 ;
+  always @(posedge clk)
+    r_port__addr <= \$20 ;
+  always @(posedge clk)
+    level <= \$21 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$19  = w_port__addr;
+    if (\$1 ) begin
+      \$19  = \$4 [1:0];
+    end
+    if (rst) begin
+      \$19  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$20  = r_port__addr;
+    if (\$5 ) begin
+      \$20  = \$8 [1:0];
+    end
+    if (rst) begin
+      \$20  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$21  = level;
+    if (\$12 ) begin
+      \$21  = \$13 [1:0];
+    end
+    if (\$17 ) begin
+      \$21  = \$18 [1:0];
+    end
+    if (rst) begin
+      \$21  = 2'h0;
+    end
+  end
+  assign w_level = level;
+  assign r_level = level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
+, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
+, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
+, s4__rvalid, s4__rresp, \port$3046$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4495$0 , \port$4495$14 , s4__wstrb, s4__wdata, \port$6694$0 , \port$6694$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9298$0 , \port$9298$14 , s2__arlen, \port$9322$0 , \port$9322$14 , s2__awlen, \port$9546$0 , \port$9546$14 , s1__wdata, \port$10753$0 , \port$10753$14 , s4__arlen, \port$10777$0 , \port$10777$14 , s4__awlen
+, \port$11001$0 , \port$11001$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire [7:0] \$107 ;
+  wire [2:0] \$108 ;
+  wire [2:0] \$109 ;
+  wire \$11 ;
+  wire [2:0] \$110 ;
+  wire [2:0] \$111 ;
+  wire [2:0] \$112 ;
+  wire [2:0] \$113 ;
+  wire [2:0] \$114 ;
+  wire [2:0] \$115 ;
+  wire [2:0] \$116 ;
+  wire [2:0] \$117 ;
+  wire [2:0] \$118 ;
+  wire [2:0] \$119 ;
+  wire \$12 ;
+  wire [2:0] \$120 ;
+  wire [2:0] \$121 ;
+  wire [2:0] \$122 ;
+  wire [2:0] \$123 ;
+  wire [2:0] \$124 ;
+  wire [2:0] \$125 ;
+  wire [2:0] \$126 ;
+  wire [2:0] \$127 ;
+  wire [2:0] \$128 ;
+  wire [2:0] \$129 ;
+  wire \$13 ;
+  wire [2:0] \$130 ;
+  wire [2:0] \$131 ;
+  wire [2:0] \$132 ;
+  wire \$133 ;
+  wire [2:0] \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire [63:0] \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire [31:0] \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire [31:0] \$157 ;
+  wire [32:0] \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire [31:0] \$161 ;
+  wire [9:0] \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire [15:0] \$170 ;
+  wire [8:0] \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire [1:0] \$174 ;
+  wire \$175 ;
+  wire [1:0] \$176 ;
+  wire \$177 ;
+  wire [1:0] \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire [1:0] \$180 ;
+  wire \$181 ;
+  wire [1:0] \$182 ;
+  wire [31:0] \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire [31:0] \$187 ;
+  wire [32:0] \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
+  wire [9:0] \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [15:0] \$196 ;
+  wire [8:0] \$197 ;
+  wire \$198 ;
+  reg \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  reg [2:0] \$200 ;
+  reg [2:0] \$201 ;
+  reg [3:0] \$202 ;
+  reg [14:0] \$203 ;
+  reg [7:0] \$204 ;
+  reg \$205 ;
+  reg \$206 ;
+  reg \$207 ;
+  reg \$208 ;
+  reg \$209 ;
+  wire [2:0] \$21 ;
+  reg \$210 ;
+  reg [3:0] \$211 ;
+  reg [1:0] \$212 ;
+  reg [3:0] \$213 ;
+  reg [1:0] \$214 ;
+  reg [3:0] \$215 ;
+  reg [1:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg [1:0] \$218 ;
+  reg [3:0] \$219 ;
+  wire [2:0] \$22 ;
+  reg [1:0] \$220 ;
+  reg \$221 ;
+  reg [2:0] \$222 ;
+  reg [2:0] \$223 ;
+  reg [3:0] \$224 ;
+  reg [14:0] \$225 ;
+  reg [7:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [72:0] \$229 ;
+  wire [2:0] \$23 ;
+  wire [2:0] \$24 ;
+  wire [2:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [2:0] \$36 ;
+  wire [2:0] \$37 ;
+  wire [2:0] \$38 ;
+  wire [2:0] \$39 ;
+  wire \$4 ;
+  wire [2:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire [2:0] \$51 ;
+  wire [2:0] \$52 ;
+  wire [2:0] \$53 ;
+  wire [2:0] \$54 ;
+  wire [2:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [2:0] \$66 ;
+  wire [2:0] \$67 ;
+  wire [2:0] \$68 ;
+  wire [2:0] \$69 ;
+  wire \$7 ;
+  wire [2:0] \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire [2:0] \$81 ;
+  wire [2:0] \$82 ;
+  wire [2:0] \$83 ;
+  wire [2:0] \$84 ;
+  wire [2:0] \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  wire ar_any;
+  reg [2:0] ar_grant;
+  reg [48:0] ar_sel;
+  wire ar_take;
+  wire aw_any;
+  reg [2:0] aw_grant;
+  reg [48:0] aw_sel;
+  wire aw_take;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_0;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_1;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_2;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_3;
+  (* init = 4'h0 *)
+  wire [3:0] b_id_4;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_0;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_1;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_2;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_3;
+  (* init = 2'h0 *)
+  wire [1:0] b_resp_4;
+  output b_valid_0;
+  reg b_valid_0 = 1'h0;
+  output b_valid_1;
+  reg b_valid_1 = 1'h0;
+  output b_valid_2;
+  reg b_valid_2 = 1'h0;
+  output b_valid_3;
+  reg b_valid_3 = 1'h0;
+  output b_valid_4;
+  reg b_valid_4 = 1'h0;
+  input clk;
+  wire clk;
+  wire [72:0] into;
+  wire [63:0] \into.data ;
+  wire \into.err ;
+  wire [3:0] \into.id ;
+  wire \into.last ;
+  wire [2:0] \into.port ;
+  wire [1:0] level;
+  reg [72:0] pending = 73'h0000000000000000000;
+  wire [63:0] \pending.data ;
+  wire \pending.err ;
+  wire [3:0] \pending.id ;
+  wire \pending.last ;
+  wire [2:0] \pending.port ;
+  reg pending_valid = 1'h0;
+  input [11:0] \port$0$204 ;
+  wire [11:0] \port$0$204 ;
+  input [17:0] \port$0$218 ;
+  wire [17:0] \port$0$218 ;
+  input [11:0] \port$0$79 ;
+  wire [11:0] \port$0$79 ;
+  input [17:0] \port$0$93 ;
+  wire [17:0] \port$0$93 ;
+  input [11:0] \port$10753$0 ;
+  wire [11:0] \port$10753$0 ;
+  input [17:0] \port$10753$14 ;
+  wire [17:0] \port$10753$14 ;
+  input [11:0] \port$10777$0 ;
+  wire [11:0] \port$10777$0 ;
+  input [17:0] \port$10777$14 ;
+  wire [17:0] \port$10777$14 ;
+  input [11:0] \port$11001$0 ;
+  wire [11:0] \port$11001$0 ;
+  input [17:0] \port$11001$14 ;
+  wire [17:0] \port$11001$14 ;
+  output [67:0] \port$3046$0 ;
+  wire [67:0] \port$3046$0 ;
+  input [11:0] \port$4495$0 ;
+  wire [11:0] \port$4495$0 ;
+  input [17:0] \port$4495$14 ;
+  wire [17:0] \port$4495$14 ;
+  input [11:0] \port$6694$0 ;
+  wire [11:0] \port$6694$0 ;
+  input [17:0] \port$6694$14 ;
+  wire [17:0] \port$6694$14 ;
+  input [11:0] \port$9298$0 ;
+  wire [11:0] \port$9298$0 ;
+  input [17:0] \port$9298$14 ;
+  wire [17:0] \port$9298$14 ;
+  input [11:0] \port$9322$0 ;
+  wire [11:0] \port$9322$0 ;
+  input [17:0] \port$9322$14 ;
+  wire [17:0] \port$9322$14 ;
+  input [11:0] \port$9546$0 ;
+  wire [11:0] \port$9546$0 ;
+  input [17:0] \port$9546$14 ;
+  wire [17:0] \port$9546$14 ;
+  (* init = 15'h0000 *)
+  wire [14:0] r_addr;
+  reg r_busy = 1'h0;
+  wire [72:0] r_data;
+  wire r_en;
+  reg r_err = 1'h0;
+  reg [3:0] r_id = 4'h0;
+  wire r_issue;
+  reg [2:0] r_last_port = 3'h4;
+  reg [7:0] r_left = 8'h00;
+  reg [2:0] r_port = 3'h0;
+  wire r_rdy;
+  reg r_ready;
+  reg [14:0] rd__addr = 15'h0000;
+  wire [63:0] rd__data;
+  wire rd__en;
+  input rst;
+  wire rst;
+  wire [31:0] s0__araddr;
+  input [1:0] s0__arburst;
+  wire [1:0] s0__arburst;
+  input [3:0] s0__arid;
+  wire [3:0] s0__arid;
+  input [7:0] s0__arlen;
+  wire [7:0] s0__arlen;
+  output s0__arready;
+  wire s0__arready;
+  input [2:0] s0__arsize;
+  wire [2:0] s0__arsize;
+  input s0__arvalid;
+  wire s0__arvalid;
+  wire [31:0] s0__awaddr;
+  input [1:0] s0__awburst;
+  wire [1:0] s0__awburst;
+  input [3:0] s0__awid;
+  wire [3:0] s0__awid;
+  input [7:0] s0__awlen;
+  wire [7:0] s0__awlen;
+  output s0__awready;
+  wire s0__awready;
+  input [2:0] s0__awsize;
+  wire [2:0] s0__awsize;
+  input s0__awvalid;
+  wire s0__awvalid;
+  output [3:0] s0__bid;
+  reg [3:0] s0__bid = 4'h0;
+  input s0__bready;
+  wire s0__bready;
+  output [1:0] s0__bresp;
+  reg [1:0] s0__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s0__bvalid;
+  wire [63:0] s0__rdata;
+  wire [3:0] s0__rid;
+  output s0__rlast;
+  wire s0__rlast;
+  input s0__rready;
+  wire s0__rready;
+  output [1:0] s0__rresp;
+  wire [1:0] s0__rresp;
+  output s0__rvalid;
+  wire s0__rvalid;
+  input [63:0] s0__wdata;
+  wire [63:0] s0__wdata;
+  output s0__wready;
+  wire s0__wready;
+  input [7:0] s0__wstrb;
+  wire [7:0] s0__wstrb;
+  input s0__wvalid;
+  wire s0__wvalid;
+  wire [31:0] s1__araddr;
+  wire [1:0] s1__arburst;
+  wire [3:0] s1__arid;
+  wire [7:0] s1__arlen;
+  output s1__arready;
+  wire s1__arready;
+  wire [2:0] s1__arsize;
+  input s1__arvalid;
+  wire s1__arvalid;
+  wire [31:0] s1__awaddr;
+  wire [1:0] s1__awburst;
+  wire [3:0] s1__awid;
+  wire [7:0] s1__awlen;
+  output s1__awready;
+  wire s1__awready;
+  wire [2:0] s1__awsize;
+  input s1__awvalid;
+  wire s1__awvalid;
+  output [3:0] s1__bid;
+  reg [3:0] s1__bid = 4'h0;
+  input s1__bready;
+  wire s1__bready;
+  output [1:0] s1__bresp;
+  reg [1:0] s1__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s1__bvalid;
+  wire [63:0] s1__rdata;
+  wire [3:0] s1__rid;
+  wire s1__rlast;
+  input s1__rready;
+  wire s1__rready;
+  output [1:0] s1__rresp;
+  wire [1:0] s1__rresp;
+  output s1__rvalid;
+  wire s1__rvalid;
+  input [63:0] s1__wdata;
+  wire [63:0] s1__wdata;
+  output s1__wready;
+  wire s1__wready;
+  wire [7:0] s1__wstrb;
+  input s1__wvalid;
+  wire s1__wvalid;
+  wire [31:0] s2__araddr;
+  wire [1:0] s2__arburst;
+  wire [3:0] s2__arid;
+  input [7:0] s2__arlen;
+  wire [7:0] s2__arlen;
+  output s2__arready;
+  wire s2__arready;
+  wire [2:0] s2__arsize;
+  input s2__arvalid;
+  wire s2__arvalid;
+  wire [31:0] s2__awaddr;
+  wire [1:0] s2__awburst;
+  wire [3:0] s2__awid;
+  input [7:0] s2__awlen;
+  wire [7:0] s2__awlen;
+  output s2__awready;
+  wire s2__awready;
+  wire [2:0] s2__awsize;
+  input s2__awvalid;
+  wire s2__awvalid;
+  output [3:0] s2__bid;
+  reg [3:0] s2__bid = 4'h0;
+  input s2__bready;
+  wire s2__bready;
+  output [1:0] s2__bresp;
+  reg [1:0] s2__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s2__bvalid;
+  wire [63:0] s2__rdata;
+  wire [3:0] s2__rid;
+  wire s2__rlast;
+  input s2__rready;
+  wire s2__rready;
+  output [1:0] s2__rresp;
+  wire [1:0] s2__rresp;
+  output s2__rvalid;
+  wire s2__rvalid;
+  input [63:0] s2__wdata;
+  wire [63:0] s2__wdata;
+  output s2__wready;
+  wire s2__wready;
+  input [7:0] s2__wstrb;
+  wire [7:0] s2__wstrb;
+  input s2__wvalid;
+  wire s2__wvalid;
+  wire [31:0] s3__araddr;
+  wire [1:0] s3__arburst;
+  wire [3:0] s3__arid;
+  wire [7:0] s3__arlen;
+  output s3__arready;
+  wire s3__arready;
+  wire [2:0] s3__arsize;
+  input s3__arvalid;
+  wire s3__arvalid;
+  wire [31:0] s3__awaddr;
+  wire [1:0] s3__awburst;
+  wire [3:0] s3__awid;
+  wire [7:0] s3__awlen;
+  output s3__awready;
+  wire s3__awready;
+  wire [2:0] s3__awsize;
+  input s3__awvalid;
+  wire s3__awvalid;
+  output [3:0] s3__bid;
+  reg [3:0] s3__bid = 4'h0;
+  input s3__bready;
+  wire s3__bready;
+  output [1:0] s3__bresp;
+  reg [1:0] s3__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s3__bvalid;
+  wire [63:0] s3__rdata;
+  wire [3:0] s3__rid;
+  wire s3__rlast;
+  input s3__rready;
+  wire s3__rready;
+  output [1:0] s3__rresp;
+  wire [1:0] s3__rresp;
+  output s3__rvalid;
+  wire s3__rvalid;
+  input [63:0] s3__wdata;
+  wire [63:0] s3__wdata;
+  output s3__wready;
+  wire s3__wready;
+  wire [7:0] s3__wstrb;
+  input s3__wvalid;
+  wire s3__wvalid;
+  wire [31:0] s4__araddr;
+  wire [1:0] s4__arburst;
+  wire [3:0] s4__arid;
+  input [7:0] s4__arlen;
+  wire [7:0] s4__arlen;
+  output s4__arready;
+  wire s4__arready;
+  wire [2:0] s4__arsize;
+  input s4__arvalid;
+  wire s4__arvalid;
+  wire [31:0] s4__awaddr;
+  wire [1:0] s4__awburst;
+  wire [3:0] s4__awid;
+  input [7:0] s4__awlen;
+  wire [7:0] s4__awlen;
+  output s4__awready;
+  wire s4__awready;
+  wire [2:0] s4__awsize;
+  input s4__awvalid;
+  wire s4__awvalid;
+  output [3:0] s4__bid;
+  reg [3:0] s4__bid = 4'h0;
+  input s4__bready;
+  wire s4__bready;
+  output [1:0] s4__bresp;
+  reg [1:0] s4__bresp = 2'h0;
+  (* init = 1'h0 *)
+  wire s4__bvalid;
+  wire [63:0] s4__rdata;
+  wire [3:0] s4__rid;
+  wire s4__rlast;
+  input s4__rready;
+  wire s4__rready;
+  output [1:0] s4__rresp;
+  wire [1:0] s4__rresp;
+  output s4__rvalid;
+  wire s4__rvalid;
+  input [63:0] s4__wdata;
+  wire [63:0] s4__wdata;
+  output s4__wready;
+  wire s4__wready;
+  input [7:0] s4__wstrb;
+  wire [7:0] s4__wstrb;
+  input s4__wvalid;
+  wire s4__wvalid;
+  (* init = 15'h0000 *)
+  wire [14:0] w_addr;
+  reg w_beat;
+  reg w_busy = 1'h0;
+  reg [63:0] w_data;
+  wire [72:0] \w_data$146 ;
+  (* init = 1'h0 *)
+  wire w_en;
+  reg w_err = 1'h0;
+  reg [3:0] w_id = 4'h0;
+  reg [2:0] w_last_port = 3'h4;
+  reg [7:0] w_left = 8'h00;
+  reg [2:0] w_port = 3'h0;
+  reg [7:0] w_strb;
+  reg [14:0] wr__addr = 15'h0000;
+  wire [63:0] wr__data;
+  reg [7:0] wr__en;
+  reg [63:0] mem [32767:0];
+  initial begin
+    for (int i = 0; i < 32768; i = i + 1) mem[i] = 64'h0;
+  end
+  always @(posedge clk) begin
+    if (wr__en[0])
+      mem[wr__addr][7:0] <= w_data[7:0];
+    if (wr__en[1])
+      mem[wr__addr][15:8] <= w_data[15:8];
+    if (wr__en[2])
+      mem[wr__addr][23:16] <= w_data[23:16];
+    if (wr__en[3])
+      mem[wr__addr][31:24] <= w_data[31:24];
+    if (wr__en[4])
+      mem[wr__addr][39:32] <= w_data[39:32];
+    if (wr__en[5])
+      mem[wr__addr][47:40] <= w_data[47:40];
+    if (wr__en[6])
+      mem[wr__addr][55:48] <= w_data[55:48];
+    if (wr__en[7])
+      mem[wr__addr][63:56] <= w_data[63:56];
+  end
+  reg [63:0] _0_;
+  always @(posedge clk) begin
+    if (rd__en) begin
+      _0_ <= mem[rd__addr];
+    end
+  end
+  assign rd__data = _0_;
+  assign \$1  = ~ b_valid_0;
+  assign \$2  = s0__awvalid & \$1 ;
+  assign \$3  = ~ b_valid_1;
+  assign \$4  = s1__awvalid & \$3 ;
+  assign \$5  = ~ b_valid_2;
+  assign \$6  = s2__awvalid & \$5 ;
+  assign \$7  = ~ b_valid_3;
+  assign \$8  = s3__awvalid & \$7 ;
+  assign \$9  = ~ b_valid_4;
+  assign \$10  = s4__awvalid & \$9 ;
+  assign aw_any = | { \$10 , \$8 , \$6 , \$4 , \$2  };
+  assign \$11  = ~ b_valid_1;
+  assign \$12  = s1__awvalid & \$11 ;
+  assign \$13  = ~ b_valid_2;
+  assign \$14  = s2__awvalid & \$13 ;
+  assign \$15  = ~ b_valid_3;
+  assign \$16  = s3__awvalid & \$15 ;
+  assign \$17  = ~ b_valid_4;
+  assign \$18  = s4__awvalid & \$17 ;
+  assign \$19  = ~ b_valid_0;
+  assign \$20  = s0__awvalid & \$19 ;
+  assign \$22  = \$18  ? 3'h4 : 3'h0;
+  assign \$23  = \$16  ? 3'h3 : \$22 ;
+  assign \$24  = \$14  ? 3'h2 : \$23 ;
+  assign \$25  = \$12  ? 3'h1 : \$24 ;
+  assign \$26  = ~ b_valid_2;
+  assign \$27  = s2__awvalid & \$26 ;
+  assign \$28  = ~ b_valid_3;
+  assign \$29  = s3__awvalid & \$28 ;
+  assign \$30  = ~ b_valid_4;
+  assign \$31  = s4__awvalid & \$30 ;
+  assign \$32  = ~ b_valid_0;
+  assign \$33  = s0__awvalid & \$32 ;
+  assign \$34  = ~ b_valid_1;
+  assign \$35  = s1__awvalid & \$34 ;
+  assign \$37  = \$33  ? 3'h0 : 3'h1;
+  assign \$38  = \$31  ? 3'h4 : \$37 ;
+  assign \$39  = \$29  ? 3'h3 : \$38 ;
+  assign \$40  = \$27  ? 3'h2 : \$39 ;
+  assign \$41  = ~ b_valid_3;
+  assign \$42  = s3__awvalid & \$41 ;
+  assign \$43  = ~ b_valid_4;
+  assign \$44  = s4__awvalid & \$43 ;
+  assign \$45  = ~ b_valid_0;
+  assign \$46  = s0__awvalid & \$45 ;
+  assign \$47  = ~ b_valid_1;
+  assign \$48  = s1__awvalid & \$47 ;
+  assign \$49  = ~ b_valid_2;
+  assign \$50  = s2__awvalid & \$49 ;
+  assign \$52  = \$48  ? 3'h1 : 3'h2;
+  assign \$53  = \$46  ? 3'h0 : \$52 ;
+  assign \$54  = \$44  ? 3'h4 : \$53 ;
+  assign \$55  = \$42  ? 3'h3 : \$54 ;
+  assign \$56  = ~ b_valid_4;
+  assign \$57  = s4__awvalid & \$56 ;
+  assign \$58  = ~ b_valid_0;
+  assign \$59  = s0__awvalid & \$58 ;
+  assign \$60  = ~ b_valid_1;
+  assign \$61  = s1__awvalid & \$60 ;
+  assign \$62  = ~ b_valid_2;
+  assign \$63  = s2__awvalid & \$62 ;
+  assign \$64  = ~ b_valid_3;
+  assign \$65  = s3__awvalid & \$64 ;
+  assign \$67  = \$63  ? 3'h2 : 3'h3;
+  assign \$68  = \$61  ? 3'h1 : \$67 ;
+  assign \$69  = \$59  ? 3'h0 : \$68 ;
+  assign \$70  = \$57  ? 3'h4 : \$69 ;
+  assign \$71  = ~ b_valid_0;
+  assign \$72  = s0__awvalid & \$71 ;
+  assign \$73  = ~ b_valid_1;
+  assign \$74  = s1__awvalid & \$73 ;
+  assign \$75  = ~ b_valid_2;
+  assign \$76  = s2__awvalid & \$75 ;
+  assign \$77  = ~ b_valid_3;
+  assign \$78  = s3__awvalid & \$77 ;
+  assign \$79  = ~ b_valid_4;
+  assign \$80  = s4__awvalid & \$79 ;
+  assign \$82  = \$78  ? 3'h3 : 3'h4;
+  assign \$83  = \$76  ? 3'h2 : \$82 ;
+  assign \$84  = \$74  ? 3'h1 : \$83 ;
+  assign \$85  = \$72  ? 3'h0 : \$84 ;
+  assign \$86  = ~ w_busy;
+  assign aw_take = \$86  & aw_any;
+  assign \$87  = ! aw_grant;
+  assign s0__awready = aw_take & \$87 ;
+  assign \$88  = ! w_port;
+  assign s0__wready = w_busy & \$88 ;
+  assign \$89  = ! w_port;
+  assign \$90  = w_busy & s0__wvalid;
+  assign \$91  = aw_grant == 1'h1;
+  assign s1__awready = aw_take & \$91 ;
+  assign \$92  = w_port == 1'h1;
+  assign s1__wready = w_busy & \$92 ;
+  assign \$93  = w_port == 1'h1;
+  assign \$94  = w_busy & s1__wvalid;
+  assign \$95  = aw_grant == 2'h2;
+  assign s2__awready = aw_take & \$95 ;
+  assign \$96  = w_port == 2'h2;
+  assign s2__wready = w_busy & \$96 ;
+  assign \$97  = w_port == 2'h2;
+  assign \$98  = w_busy & s2__wvalid;
+  assign \$99  = aw_grant == 2'h3;
+  assign s3__awready = aw_take & \$99 ;
+  assign \$100  = w_port == 2'h3;
+  assign s3__wready = w_busy & \$100 ;
+  assign \$101  = w_port == 2'h3;
+  assign \$102  = w_busy & s3__wvalid;
+  assign \$103  = aw_grant == 3'h4;
+  assign s4__awready = aw_take & \$103 ;
+  assign \$104  = w_port == 3'h4;
+  assign s4__wready = w_busy & \$104 ;
+  assign \$105  = w_port == 3'h4;
+  assign \$106  = w_busy & s4__wvalid;
+  assign \$107  = w_err ? 8'h00 : w_strb;
+  assign ar_any = | { s4__arvalid, s3__arvalid, s2__arvalid, s1__arvalid, s0__arvalid };
+  assign \$109  = s4__arvalid ? 3'h4 : 3'h0;
+  assign \$110  = s3__arvalid ? 3'h3 : \$109 ;
+  assign \$111  = s2__arvalid ? 3'h2 : \$110 ;
+  assign \$112  = s1__arvalid ? 3'h1 : \$111 ;
+  assign \$114  = s0__arvalid ? 3'h0 : 3'h1;
+  assign \$115  = s4__arvalid ? 3'h4 : \$114 ;
+  assign \$116  = s3__arvalid ? 3'h3 : \$115 ;
+  assign \$117  = s2__arvalid ? 3'h2 : \$116 ;
+  assign \$119  = s1__arvalid ? 3'h1 : 3'h2;
+  assign \$120  = s0__arvalid ? 3'h0 : \$119 ;
+  assign \$121  = s4__arvalid ? 3'h4 : \$120 ;
+  assign \$122  = s3__arvalid ? 3'h3 : \$121 ;
+  assign \$124  = s2__arvalid ? 3'h2 : 3'h3;
+  assign \$125  = s1__arvalid ? 3'h1 : \$124 ;
+  assign \$126  = s0__arvalid ? 3'h0 : \$125 ;
+  assign \$127  = s4__arvalid ? 3'h4 : \$126 ;
+  assign \$129  = s3__arvalid ? 3'h3 : 3'h4;
+  assign \$130  = s2__arvalid ? 3'h2 : \$129 ;
+  assign \$131  = s1__arvalid ? 3'h1 : \$130 ;
+  assign \$132  = s0__arvalid ? 3'h0 : \$131 ;
+  assign \$133  = ~ r_busy;
+  assign ar_take = \$133  & ar_any;
+  assign \$134  = level + pending_valid;
+  assign \$135  = \$134  < 2'h3;
+  assign r_issue = r_busy & \$135 ;
+  assign \$136  = ~ r_err;
+  assign rd__en = r_issue & \$136 ;
+  assign \$137  = pending[71] ? 64'h0000000000000000 : rd__data;
+  assign \$138  = ! ar_grant;
+  assign s0__arready = ar_take & \$138 ;
+  assign \$139  = ! r_data[70:68];
+  assign s0__rvalid = r_rdy & \$139 ;
+  assign s0__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$140  = ! r_data[70:68];
+  assign \$141  = ar_grant == 1'h1;
+  assign s1__arready = ar_take & \$141 ;
+  assign \$142  = r_data[70:68] == 1'h1;
+  assign s1__rvalid = r_rdy & \$142 ;
+  assign s1__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$143  = r_data[70:68] == 1'h1;
+  assign \$144  = ar_grant == 2'h2;
+  assign s2__arready = ar_take & \$144 ;
+  assign \$145  = r_data[70:68] == 2'h2;
+  assign s2__rvalid = r_rdy & \$145 ;
+  assign s2__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$146  = r_data[70:68] == 2'h2;
+  assign \$147  = ar_grant == 2'h3;
+  assign s3__arready = ar_take & \$147 ;
+  assign \$148  = r_data[70:68] == 2'h3;
+  assign s3__rvalid = r_rdy & \$148 ;
+  assign s3__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$149  = r_data[70:68] == 2'h3;
+  assign \$150  = ar_grant == 3'h4;
+  assign s4__arready = ar_take & \$150 ;
+  assign \$151  = r_data[70:68] == 3'h4;
+  assign s4__rvalid = r_rdy & \$151 ;
+  assign s4__rresp = r_data[71] ? 2'h2 : 2'h0;
+  assign \$152  = r_data[70:68] == 3'h4;
+  assign \$154  = aw_sel[42:40] != 2'h3;
+  assign \$155  = aw_sel[44:43] != 1'h1;
+  assign \$156  = \$154  | \$155 ;
+  assign \$158  = \$157  + aw_sel[39:32];
+  assign \$159  = \$158  >= 16'h8000;
+  assign \$160  = \$156  | \$159 ;
+  assign \$162  = \$161 [8:0] + aw_sel[39:32];
+  assign \$163  = \$162  >= 10'h200;
+  assign \$164  = \$160  | \$163 ;
+  assign \$165  = b_valid_0 & s0__bready;
+  assign \$166  = b_valid_1 & s1__bready;
+  assign \$167  = b_valid_2 & s2__bready;
+  assign \$168  = b_valid_3 & s3__bready;
+  assign \$169  = b_valid_4 & s4__bready;
+  assign \$170  = wr__addr + 1'h1;
+  assign \$171  = w_left - 1'h1;
+  assign \$172  = ! w_left;
+  assign \$173  = ! w_port;
+  assign \$174  = w_err ? 2'h2 : 2'h0;
+  assign \$175  = w_port == 1'h1;
+  assign \$176  = w_err ? 2'h2 : 2'h0;
+  assign \$177  = w_port == 2'h2;
+  assign \$178  = w_err ? 2'h2 : 2'h0;
+  assign \$179  = w_port == 2'h3;
+  assign \$180  = w_err ? 2'h2 : 2'h0;
+  assign \$181  = w_port == 3'h4;
+  assign \$182  = w_err ? 2'h2 : 2'h0;
+  assign \$184  = ar_sel[42:40] != 2'h3;
+  assign \$185  = ar_sel[44:43] != 1'h1;
+  assign \$186  = \$184  | \$185 ;
+  assign \$188  = \$187  + ar_sel[39:32];
+  assign \$189  = \$188  >= 16'h8000;
+  assign \$190  = \$186  | \$189 ;
+  assign \$192  = \$191 [8:0] + ar_sel[39:32];
+  assign \$193  = \$192  >= 10'h200;
+  assign \$194  = \$190  | \$193 ;
+  assign \$195  = ! r_left;
+  assign \$196  = rd__addr + 1'h1;
+  assign \$197  = r_left - 1'h1;
+  assign \$198  = ! r_left;
+  always @(posedge clk)
+    w_busy <= \$199 ;
+  always @(posedge clk)
+    w_port <= \$200 ;
+  always @(posedge clk)
+    w_last_port <= \$201 ;
+  always @(posedge clk)
+    w_id <= \$202 ;
+  always @(posedge clk)
+    wr__addr <= \$203 ;
+  always @(posedge clk)
+    w_left <= \$204 ;
+  always @(posedge clk)
+    w_err <= \$205 ;
+  always @(posedge clk)
+    b_valid_0 <= \$206 ;
+  always @(posedge clk)
+    b_valid_1 <= \$207 ;
+  always @(posedge clk)
+    b_valid_2 <= \$208 ;
+  always @(posedge clk)
+    b_valid_3 <= \$209 ;
+  always @(posedge clk)
+    b_valid_4 <= \$210 ;
+  always @(posedge clk)
+    s0__bid <= \$211 ;
+  always @(posedge clk)
+    s0__bresp <= \$212 ;
+  always @(posedge clk)
+    s1__bid <= \$213 ;
+  always @(posedge clk)
+    s1__bresp <= \$214 ;
+  always @(posedge clk)
+    s2__bid <= \$215 ;
+  always @(posedge clk)
+    s2__bresp <= \$216 ;
+  always @(posedge clk)
+    s3__bid <= \$217 ;
+  always @(posedge clk)
+    s3__bresp <= \$218 ;
+  always @(posedge clk)
+    s4__bid <= \$219 ;
+  always @(posedge clk)
+    s4__bresp <= \$220 ;
+  always @(posedge clk)
+    r_busy <= \$221 ;
+  always @(posedge clk)
+    r_port <= \$222 ;
+  always @(posedge clk)
+    r_last_port <= \$223 ;
+  always @(posedge clk)
+    r_id <= \$224 ;
+  always @(posedge clk)
+    rd__addr <= \$225 ;
+  always @(posedge clk)
+    r_left <= \$226 ;
+  always @(posedge clk)
+    r_err <= \$227 ;
+  always @(posedge clk)
+    pending_valid <= \$228 ;
+  always @(posedge clk)
+    pending <= \$229 ;
+  \dx1_soc.memory.bank3.r_buffer  r_buffer (
+    .clk(clk),
+    .level(level),
+    .r_data(r_data),
+    .r_en(r_ready),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(pending_valid),
+    .w_port__data(into)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    (* full_case = 32'd1 *)
+    casez (w_last_port)
+      3'h0:
+          aw_grant = \$25 ;
+      3'h1:
+          aw_grant = \$40 ;
+      3'h2:
+          aw_grant = \$55 ;
+      3'h3:
+          aw_grant = \$70 ;
+      default:
+          aw_grant = \$85 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    (* full_case = 32'd1 *)
+    casez (aw_grant)
+      3'h0:
+          aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
+      3'h1:
+          aw_sel = { 19'h02c00, \port$9546$14 , \port$9546$0  };
+      3'h2:
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9322$14 , \port$9322$0  };
+      3'h3:
+          aw_sel = { 19'h02c00, \port$11001$14 , \port$11001$0  };
+      default:
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10777$14 , \port$10777$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    w_beat = 1'h0;
+    if (\$89 ) begin
+      w_beat = \$90 ;
+    end
+    if (\$93 ) begin
+      w_beat = \$94 ;
+    end
+    if (\$97 ) begin
+      w_beat = \$98 ;
+    end
+    if (\$101 ) begin
+      w_beat = \$102 ;
+    end
+    if (\$105 ) begin
+      w_beat = \$106 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    w_data = 64'h0000000000000000;
+    if (\$89 ) begin
+      w_data = s0__wdata;
+    end
+    if (\$93 ) begin
+      w_data = s1__wdata;
+    end
+    if (\$97 ) begin
+      w_data = s2__wdata;
+    end
+    if (\$101 ) begin
+      w_data = s3__wdata;
+    end
+    if (\$105 ) begin
+      w_data = s4__wdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    w_strb = 8'h00;
+    if (\$89 ) begin
+      w_strb = s0__wstrb;
+    end
+    if (\$93 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$97 ) begin
+      w_strb = s2__wstrb;
+    end
+    if (\$101 ) begin
+      w_strb = 8'hff;
+    end
+    if (\$105 ) begin
+      w_strb = s4__wstrb;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    wr__en = 8'h00;
+    if (w_beat) begin
+      wr__en = \$107 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    (* full_case = 32'd1 *)
+    casez (r_last_port)
+      3'h0:
+          ar_grant = \$112 ;
+      3'h1:
+          ar_grant = \$117 ;
+      3'h2:
+          ar_grant = \$122 ;
+      3'h3:
+          ar_grant = \$127 ;
+      default:
+          ar_grant = \$132 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    (* full_case = 32'd1 *)
+    casez (ar_grant)
+      3'h0:
+          ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
+      3'h1:
+          ar_sel = { 19'h02c0c, \port$4495$14 , \port$4495$0  };
+      3'h2:
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9298$14 , \port$9298$0  };
+      3'h3:
+          ar_sel = { 19'h02c0c, \port$6694$14 , \port$6694$0  };
+      default:
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10753$14 , \port$10753$0  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    r_ready = 1'h0;
+    if (\$140 ) begin
+      r_ready = s0__rready;
+    end
+    if (\$143 ) begin
+      r_ready = s1__rready;
+    end
+    if (\$146 ) begin
+      r_ready = s2__rready;
+    end
+    if (\$149 ) begin
+      r_ready = s3__rready;
+    end
+    if (\$152 ) begin
+      r_ready = s4__rready;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$199  = w_busy;
+    if (aw_take) begin
+      \$199  = 1'h1;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        \$199  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$199  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$200  = w_port;
+    if (aw_take) begin
+      \$200  = aw_grant;
+    end
+    if (rst) begin
+      \$200  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$201  = w_last_port;
+    if (aw_take) begin
+      \$201  = aw_grant;
+    end
+    if (rst) begin
+      \$201  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$202  = w_id;
+    if (aw_take) begin
+      \$202  = aw_sel[48:45];
+    end
+    if (rst) begin
+      \$202  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$203  = wr__addr;
+    if (aw_take) begin
+      \$203  = \$153 [14:0];
+    end
+    if (w_beat) begin
+      \$203  = \$170 [14:0];
+    end
+    if (rst) begin
+      \$203  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$204  = w_left;
+    if (aw_take) begin
+      \$204  = aw_sel[39:32];
+    end
+    if (w_beat) begin
+      \$204  = \$171 [7:0];
+    end
+    if (rst) begin
+      \$204  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$205  = w_err;
+    if (aw_take) begin
+      \$205  = \$164 ;
+    end
+    if (rst) begin
+      \$205  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$206  = b_valid_0;
+    if (\$165 ) begin
+      \$206  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$206  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$206  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$207  = b_valid_1;
+    if (\$166 ) begin
+      \$207  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$207  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$207  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$208  = b_valid_2;
+    if (\$167 ) begin
+      \$208  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$208  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$208  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$209  = b_valid_3;
+    if (\$168 ) begin
+      \$209  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$209  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$209  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$210  = b_valid_4;
+    if (\$169 ) begin
+      \$210  = 1'h0;
+    end
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$210  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$210  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$211  = s0__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$211  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$211  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$212  = s0__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$173 ) begin
+          \$212  = \$174 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$212  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$213  = s1__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$213  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$213  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$214  = s1__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$175 ) begin
+          \$214  = \$176 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$214  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$215  = s2__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$215  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$215  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$216  = s2__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$177 ) begin
+          \$216  = \$178 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$216  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$217  = s3__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$217  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$218  = s3__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$179 ) begin
+          \$218  = \$180 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$218  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$219  = s4__bid;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$219  = w_id;
+        end
+      end
+    end
+    if (rst) begin
+      \$219  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$220  = s4__bresp;
+    if (w_beat) begin
+      if (\$172 ) begin
+        if (\$181 ) begin
+          \$220  = \$182 ;
+        end
+      end
+    end
+    if (rst) begin
+      \$220  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$221  = r_busy;
+    if (ar_take) begin
+      \$221  = 1'h1;
+    end
+    if (r_issue) begin
+      if (\$198 ) begin
+        \$221  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$222  = r_port;
+    if (ar_take) begin
+      \$222  = ar_grant;
+    end
+    if (rst) begin
+      \$222  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$223  = r_last_port;
+    if (ar_take) begin
+      \$223  = ar_grant;
+    end
+    if (rst) begin
+      \$223  = 3'h4;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$224  = r_id;
+    if (ar_take) begin
+      \$224  = ar_sel[48:45];
+    end
+    if (rst) begin
+      \$224  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$225  = rd__addr;
+    if (ar_take) begin
+      \$225  = \$183 [14:0];
+    end
+    if (r_issue) begin
+      \$225  = \$196 [14:0];
+    end
+    if (rst) begin
+      \$225  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$226  = r_left;
+    if (ar_take) begin
+      \$226  = ar_sel[39:32];
+    end
+    if (r_issue) begin
+      \$226  = \$197 [7:0];
+    end
+    if (rst) begin
+      \$226  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$227  = r_err;
+    if (ar_take) begin
+      \$227  = \$194 ;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$228  = r_issue;
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$229  = pending;
+    if (r_issue) begin
+      \$229 [67:64] = r_id;
+      \$229 [70:68] = r_port;
+      \$229 [71] = r_err;
+      \$229 [72] = \$195 ;
+    end
+    if (rst) begin
+      \$229  = 73'h0000000000000000000;
+    end
+  end
+  assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
+  assign s1__awaddr = { 2'h0, \port$9546$14 , \port$9546$0  };
+  assign s1__awlen = 8'h00;
+  assign s1__awsize = 3'h3;
+  assign s1__awburst = 2'h1;
+  assign s1__awid = 4'h0;
+  assign s2__awaddr = { 2'h0, \port$9322$14 , \port$9322$0  };
+  assign s2__awsize = 3'h3;
+  assign s2__awburst = 2'h1;
+  assign s2__awid = 4'h0;
+  assign s3__awaddr = { 2'h0, \port$11001$14 , \port$11001$0  };
+  assign s3__awlen = 8'h00;
+  assign s3__awsize = 3'h3;
+  assign s3__awburst = 2'h1;
+  assign s3__awid = 4'h0;
+  assign s4__awaddr = { 2'h0, \port$10777$14 , \port$10777$0  };
+  assign s4__awsize = 3'h3;
+  assign s4__awburst = 2'h1;
+  assign s4__awid = 4'h0;
+  assign s0__bvalid = b_valid_0;
+  assign b_id_0 = s0__bid;
+  assign b_resp_0 = s0__bresp;
+  assign s1__bvalid = b_valid_1;
+  assign b_id_1 = s1__bid;
+  assign b_resp_1 = s1__bresp;
+  assign s1__wstrb = 8'hff;
+  assign s2__bvalid = b_valid_2;
+  assign b_id_2 = s2__bid;
+  assign b_resp_2 = s2__bresp;
+  assign s3__bvalid = b_valid_3;
+  assign b_id_3 = s3__bid;
+  assign b_resp_3 = s3__bresp;
+  assign s3__wstrb = 8'hff;
+  assign s4__bvalid = b_valid_4;
+  assign b_id_4 = s4__bid;
+  assign b_resp_4 = s4__bresp;
+  assign w_addr = wr__addr;
+  assign wr__data = w_data;
+  assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
+  assign s1__araddr = { 2'h0, \port$4495$14 , \port$4495$0  };
+  assign s1__arlen = 8'h03;
+  assign s1__arsize = 3'h3;
+  assign s1__arburst = 2'h1;
+  assign s1__arid = 4'h0;
+  assign s2__araddr = { 2'h0, \port$9298$14 , \port$9298$0  };
+  assign s2__arsize = 3'h3;
+  assign s2__arburst = 2'h1;
+  assign s2__arid = 4'h0;
+  assign s3__araddr = { 2'h0, \port$6694$14 , \port$6694$0  };
+  assign s3__arlen = 8'h03;
+  assign s3__arsize = 3'h3;
+  assign s3__arburst = 2'h1;
+  assign s3__arid = 4'h0;
+  assign s4__araddr = { 2'h0, \port$10753$14 , \port$10753$0  };
+  assign s4__arsize = 3'h3;
+  assign s4__arburst = 2'h1;
+  assign s4__arid = 4'h0;
+  assign r_addr = rd__addr;
+  assign \w_data$146  = into;
+  assign w_en = pending_valid;
+  assign s0__rdata = r_data[63:0];
+  assign s0__rid = r_data[67:64];
+  assign s1__rdata = r_data[63:0];
+  assign s1__rid = r_data[67:64];
+  assign s1__rlast = r_data[72];
+  assign s2__rdata = r_data[63:0];
+  assign s2__rid = r_data[67:64];
+  assign s2__rlast = r_data[72];
+  assign s3__rdata = r_data[63:0];
+  assign s3__rid = r_data[67:64];
+  assign s3__rlast = r_data[72];
+  assign s4__rdata = r_data[63:0];
+  assign s4__rid = r_data[67:64];
+  assign s4__rlast = r_data[72];
+  assign r_en = r_ready;
+  assign \port$3046$0  = r_data[67:0];
+  assign s0__rlast = r_data[72];
+  assign \into.data  = into[63:0];
+  assign \into.id  = into[67:64];
+  assign \into.port  = into[70:68];
+  assign \into.err  = into[71];
+  assign \into.last  = into[72];
+  assign \pending.data  = pending[63:0];
+  assign \pending.id  = pending[67:64];
+  assign \pending.port  = pending[70:68];
+  assign \pending.err  = pending[71];
+  assign \pending.last  = pending[72];
+  assign into[63:0] = \$137 ;
+  assign into[72:64] = pending[72:64];
+  assign \$21  = 3'h0;
+  assign \$36  = 3'h1;
+  assign \$51  = 3'h2;
+  assign \$66  = 3'h3;
+  assign \$81  = 3'h4;
+  assign \$108  = 3'h0;
+  assign \$113  = 3'h1;
+  assign \$118  = 3'h2;
+  assign \$123  = 3'h3;
+  assign \$128  = 3'h4;
+  assign \$153  = { 3'h0, aw_sel[31:3] };
+  assign \$157  = { 3'h0, aw_sel[31:3] };
+  assign \$161  = { 3'h0, aw_sel[31:3] };
+  assign \$183  = { 3'h0, ar_sel[31:3] };
+  assign \$187  = { 3'h0, ar_sel[31:3] };
+  assign \$191  = { 3'h0, ar_sel[31:3] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [2:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire [2:0] \$18 ;
+  reg [1:0] \$19 ;
+  wire \$2 ;
+  reg [1:0] \$20 ;
+  reg [1:0] \$21 ;
+  wire [2:0] \$3 ;
+  wire [2:0] \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire [2:0] \$7 ;
+  wire [2:0] \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 2'h0 *)
+  wire [1:0] consume;
+  output [1:0] level;
+  reg [1:0] level = 2'h0;
+  (* init = 2'h0 *)
+  wire [1:0] produce;
+  output [72:0] r_data;
+  wire [72:0] r_data;
+  input r_en;
+  wire r_en;
+  (* init = 2'h0 *)
+  wire [1:0] r_level;
+  reg [1:0] r_port__addr = 2'h0;
+  wire [72:0] r_port__data;
+  output r_rdy;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  wire [72:0] w_data;
+  input w_en;
+  wire w_en;
+  (* init = 2'h0 *)
+  wire [1:0] w_level;
+  reg [1:0] w_port__addr = 2'h0;
+  input [72:0] w_port__data;
+  wire [72:0] w_port__data;
+  wire w_port__en;
+  wire w_rdy;
+  reg [72:0] storage [2:0];
+  initial begin
+    storage[0] = 73'h0000000000000000000;
+    storage[1] = 73'h0000000000000000000;
+    storage[2] = 73'h0000000000000000000;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  assign r_data = storage[r_port__addr];
+  assign w_rdy = level != 2'h3;
+  assign r_rdy = | level;
+  assign w_port__en = w_en & w_rdy;
+  assign \$1  = w_rdy & w_en;
+  assign \$2  = w_port__addr == 2'h2;
+  assign \$3  = w_port__addr + 1'h1;
+  assign \$4  = \$2  ? 3'h0 : \$3 ;
+  assign \$5  = r_rdy & r_en;
+  assign \$6  = r_port__addr == 2'h2;
+  assign \$7  = r_port__addr + 1'h1;
+  assign \$8  = \$6  ? 3'h0 : \$7 ;
+  assign \$9  = w_rdy & w_en;
+  assign \$10  = r_rdy & r_en;
+  assign \$11  = ~ \$10 ;
+  assign \$12  = \$9  & \$11 ;
+  assign \$13  = level + 1'h1;
+  assign \$14  = r_rdy & r_en;
+  assign \$15  = w_rdy & w_en;
+  assign \$16  = ~ \$15 ;
+  assign \$17  = \$14  & \$16 ;
+  assign \$18  = level - 1'h1;
+  always @(posedge clk)
+    w_port__addr <= \$19 ;
+  always @(posedge clk)
+    r_port__addr <= \$20 ;
+  always @(posedge clk)
+    level <= \$21 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$19  = w_port__addr;
+    if (\$1 ) begin
+      \$19  = \$4 [1:0];
+    end
+    if (rst) begin
+      \$19  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$20  = r_port__addr;
+    if (\$5 ) begin
+      \$20  = \$8 [1:0];
+    end
+    if (rst) begin
+      \$20  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -40368,15 +49140,15 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
 , TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$1377$0 , \port$3080$0 , \port$3516$0 , \port$3576$0 , \port$5279$0 , \port$5715$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+, TRACE1_DATA_HI__read, \port$3063$0 , \port$4766$0 , \port$5202$0 , \port$5262$0 , \port$6965$0 , \port$7401$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
 , GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
 , GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
 , PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value
 , GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value
-, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$7392$0 , \port$7416$0 , \port$7421$0 , \port$7423$0 , \port$7425$0 , \port$7429$0 , \port$7431$0 , \port$8847$0 , \port$8871$0 , \port$8876$0 , \port$8878$0 , \port$8880$0 , \port$8884$0 , \port$8886$0 
+, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9411$0 , \port$9435$0 , \port$9440$0 , \port$9442$0 , \port$9444$0 , \port$9448$0 , \port$9450$0 , \port$10866$0 , \port$10890$0 , \port$10895$0 , \port$10897$0 , \port$10899$0 , \port$10903$0 , \port$10905$0 
 , bus__awaddr);
-  reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -41523,46 +50295,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$1377$0 ;
-  wire \port$1377$0 ;
-  input \port$3080$0 ;
-  wire \port$3080$0 ;
-  input [8:0] \port$3516$0 ;
-  wire [8:0] \port$3516$0 ;
-  input \port$3576$0 ;
-  wire \port$3576$0 ;
-  input \port$5279$0 ;
-  wire \port$5279$0 ;
-  input [8:0] \port$5715$0 ;
-  wire [8:0] \port$5715$0 ;
-  input \port$7392$0 ;
-  wire \port$7392$0 ;
-  input \port$7416$0 ;
-  wire \port$7416$0 ;
-  input \port$7421$0 ;
-  wire \port$7421$0 ;
-  input [15:0] \port$7423$0 ;
-  wire [15:0] \port$7423$0 ;
-  input [15:0] \port$7425$0 ;
-  wire [15:0] \port$7425$0 ;
-  input [7:0] \port$7429$0 ;
-  wire [7:0] \port$7429$0 ;
-  input [15:0] \port$7431$0 ;
-  wire [15:0] \port$7431$0 ;
-  input \port$8847$0 ;
-  wire \port$8847$0 ;
-  input \port$8871$0 ;
-  wire \port$8871$0 ;
-  input \port$8876$0 ;
-  wire \port$8876$0 ;
-  input [15:0] \port$8878$0 ;
-  wire [15:0] \port$8878$0 ;
-  input [15:0] \port$8880$0 ;
-  wire [15:0] \port$8880$0 ;
-  input [7:0] \port$8884$0 ;
-  wire [7:0] \port$8884$0 ;
-  input [15:0] \port$8886$0 ;
-  wire [15:0] \port$8886$0 ;
+  input \port$10866$0 ;
+  wire \port$10866$0 ;
+  input \port$10890$0 ;
+  wire \port$10890$0 ;
+  input \port$10895$0 ;
+  wire \port$10895$0 ;
+  input [15:0] \port$10897$0 ;
+  wire [15:0] \port$10897$0 ;
+  input [15:0] \port$10899$0 ;
+  wire [15:0] \port$10899$0 ;
+  input [7:0] \port$10903$0 ;
+  wire [7:0] \port$10903$0 ;
+  input [15:0] \port$10905$0 ;
+  wire [15:0] \port$10905$0 ;
+  input \port$3063$0 ;
+  wire \port$3063$0 ;
+  input \port$4766$0 ;
+  wire \port$4766$0 ;
+  input [8:0] \port$5202$0 ;
+  wire [8:0] \port$5202$0 ;
+  input \port$5262$0 ;
+  wire \port$5262$0 ;
+  input \port$6965$0 ;
+  wire \port$6965$0 ;
+  input [8:0] \port$7401$0 ;
+  wire [8:0] \port$7401$0 ;
+  input \port$9411$0 ;
+  wire \port$9411$0 ;
+  input \port$9435$0 ;
+  wire \port$9435$0 ;
+  input \port$9440$0 ;
+  wire \port$9440$0 ;
+  input [15:0] \port$9442$0 ;
+  wire [15:0] \port$9442$0 ;
+  input [15:0] \port$9444$0 ;
+  wire [15:0] \port$9444$0 ;
+  input [7:0] \port$9448$0 ;
+  wire [7:0] \port$9448$0 ;
+  input [15:0] \port$9450$0 ;
+  wire [15:0] \port$9450$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -41789,8 +50561,8 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$13  = GLOBAL_CAPS_rsel ? 32'd1048706 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65537 : 32'd0;
+  assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
   assign \$16  = GLOBAL_ACC_ROWS_rsel ? 32'd1024 : 32'd0;
@@ -42075,12 +50847,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$7392$0 , \port$7416$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$9411$0 , \port$9435$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$8847$0 , \port$8871$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$10866$0 , \port$10890$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -42131,7 +50903,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -42143,7 +50915,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -42155,7 +50927,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -42167,7 +50939,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -42179,7 +50951,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -42191,7 +50963,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -42203,7 +50975,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -42215,7 +50987,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -42227,14 +50999,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -42246,7 +51018,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -42258,7 +51030,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -42270,7 +51042,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -42282,7 +51054,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -42294,7 +51066,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -42306,7 +51078,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -42318,7 +51090,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -42330,14 +51102,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -42349,7 +51121,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -42361,7 +51133,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -42373,7 +51145,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -42385,7 +51157,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -42397,7 +51169,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -42409,7 +51181,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -42422,7 +51194,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -42432,7 +51204,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -42445,7 +51217,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -42455,7 +51227,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = bus__wstrb;
@@ -42465,7 +51237,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -42478,7 +51250,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -42488,7 +51260,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -42501,7 +51273,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -42511,7 +51283,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -42524,7 +51296,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -42534,7 +51306,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -42544,7 +51316,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -42554,7 +51326,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -42566,7 +51338,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -42578,7 +51350,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -42590,7 +51362,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -42602,7 +51374,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -42614,7 +51386,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -42626,7 +51398,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -42638,7 +51410,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -42650,7 +51422,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -42662,7 +51434,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -42674,7 +51446,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -42686,7 +51458,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -42697,16 +51469,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$7423$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$7425$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$1377$0 , \port$7421$0 , \port$3080$0  };
-  assign QUEUE0_ERROR__value = { \port$7431$0 , 8'h00, \port$7429$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$8878$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$8880$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$3576$0 , \port$8876$0 , \port$5279$0  };
-  assign QUEUE1_ERROR__value = { \port$8886$0 , 8'h00, \port$8884$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$3516$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$5715$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9442$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9444$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3063$0 , \port$9440$0 , \port$4766$0  };
+  assign QUEUE0_ERROR__value = { \port$9450$0 , 8'h00, \port$9448$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$10897$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$10899$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5262$0 , \port$10895$0 , \port$6965$0  };
+  assign QUEUE1_ERROR__value = { \port$10905$0 , 8'h00, \port$10903$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5202$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7401$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -42830,26 +51602,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$7392$0 , \port$7416$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$8847$0 , \port$8871$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9411$0 , \port$9435$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10866$0 , \port$10890$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$7423$0 ;
+  assign \$74 [15:0] = \port$9442$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$7425$0 ;
+  assign \$78 [15:0] = \port$9444$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$1377$0 , \port$7421$0 , \port$3080$0  };
+  assign \$82 [2:0] = { \port$3063$0 , \port$9440$0 , \port$4766$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$7431$0 , \port$7429$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9450$0 , \port$9448$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$8878$0 ;
+  assign \$109 [15:0] = \port$10897$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$8880$0 ;
+  assign \$113 [15:0] = \port$10899$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$3576$0 , \port$8876$0 , \port$5279$0  };
+  assign \$117 [2:0] = { \port$5262$0 , \port$10895$0 , \port$6965$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$8886$0 , \port$8884$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$10905$0 , \port$10903$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -42870,12 +51642,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$3516$0  };
+  assign \$212  = { 23'h000000, \port$5202$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$5715$0  };
+  assign \$231  = { 23'h000000, \port$7401$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -43012,7 +51784,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -43053,7 +51825,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -43078,7 +51850,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43088,7 +51860,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43100,7 +51872,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43117,7 +51889,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43129,7 +51901,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43147,7 +51919,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$30  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -43188,7 +51960,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -43213,7 +51985,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43223,7 +51995,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43235,7 +52007,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43252,7 +52024,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43264,7 +52036,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -43282,7 +52054,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -43407,7 +52179,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -43420,7 +52192,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -43433,7 +52205,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -43449,7 +52221,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -43473,7 +52245,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$32  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -43598,7 +52370,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -43611,7 +52383,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -43624,7 +52396,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -43640,7 +52412,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;

@@ -95,11 +95,12 @@ def test_walk_next_finds_every_block():
 
 
 def test_identity_and_caps_follow_the_config():
-    cfg = SocConfig(tiles=3, semaphores=4, mem_bytes=1 << 16)
+    cfg = SocConfig(tiles=3, semaphores=4, mem_bytes=1 << 16, mem_banks=2)
     dev = DeviceModel(cfg)
     assert rd(dev, "GLOBAL", "MAGIC") == MAGIC
     assert rd(dev, "GLOBAL", "HW_VERSION") == SPEC_VERSION
-    assert rd(dev, "GLOBAL", "CAPS") == fields("GLOBAL", "CAPS", tiles=3, array=cfg.tile.array, semaphores=4)
+    assert rd(dev, "GLOBAL", "CAPS") == fields("GLOBAL", "CAPS", tiles=3, array=cfg.tile.array, mem_banks=2,
+                                                     semaphores=4)
     assert rd(dev, "GLOBAL", "SPM_ROWS") == cfg.tile.spm_rows
     assert rd(dev, "GLOBAL", "ACC_ROWS") == cfg.tile.acc_rows
     assert rd(dev, "GLOBAL", "MEM_BYTES") == 1 << 16

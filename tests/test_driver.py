@@ -200,22 +200,22 @@ def test_discovery_on_model():
         assert kinds == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
         assert [b.base for b in d.blocks] == list(regs.BLOCK_BASES.values())
         c = d.caps
-        assert (c.tiles, c.array, c.semaphores, c.spm_rows, c.acc_rows, c.mem_bytes) == (
-            2, 8, 16, 4096, 1024, 1 << 20)
+        assert (c.tiles, c.array, c.mem_banks, c.semaphores, c.spm_rows, c.acc_rows, c.mem_bytes) == (
+            2, 8, 4, 16, 4096, 1024, 1 << 20)
         assert c.hw_version == regs.SPEC_VERSION
 
 
 def test_capabilities_follow_config():
-    config = SocConfig(tiles=3, mem_bytes=1 << 16)
+    config = SocConfig(tiles=3, mem_bytes=1 << 16, mem_banks=16)
     with Device(ModelTransport(config)) as d:
-        assert (d.caps.tiles, d.caps.mem_bytes) == (3, 1 << 16)
+        assert (d.caps.tiles, d.caps.mem_bytes, d.caps.mem_banks) == (3, 1 << 16, 16)
         assert len(d.queue_bases) == 3
 
 
 def test_wrong_magic_and_version():
     with pytest.raises(NotADx1Device, match=r'^GLOBAL MAGIC reads 0x12345678, expected 0x44583131 \("DX11"\)$'):
         Device(_fake_device(MAGIC=0x12345678))
-    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.0"):
+    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.1"):
         Device(_fake_device(HW_VERSION=0x20000))
     with pytest.raises(NotADx1Device, match=r"^block 0 ID reads 0x00000000, expected GLOBAL 0x44580001$"):
         Device(FakeTransport())

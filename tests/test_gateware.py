@@ -62,6 +62,20 @@ def test_constructors_accept_legal_parameters() -> None:
     Fragment.get(core, None)
 
 
+@pytest.mark.parametrize(("tiles", "banks"), [(4, 2), (8, 8)])
+def test_soc_scales_to_more_tiles_and_banks(tiles: int, banks: int) -> None:
+    """4- and 8-tile SoCs elaborate, with one memory port for the host and two a tile, in the given banks."""
+    from dx1_bringup.gateware.soc import Dx1Soc
+    from dx1_bringup.spec import SocConfig
+
+    soc = Dx1Soc(SocConfig(tiles=tiles, mem_banks=banks, mem_bytes=1 << 16,
+                           tile=TileConfig(array=8, spm_rows=256, acc_rows=64)))
+    fragment = Fragment.get(soc, None)
+    memory = next(sub for sub, name, _ in fragment.subfragments if name == "memory")
+    bank_names = sorted(name for _, name, _ in memory.subfragments if name.startswith("bank"))
+    assert bank_names == sorted(f"bank{b}" for b in range(banks))
+
+
 # --- simulation helpers -----------------------------------------------------------------------------------------
 
 

@@ -367,6 +367,10 @@ def test_tile_config_type_errors(kwargs: dict, message: str) -> None:
                                       "not 5000"),
     ({"mem_bytes": 2048}, ValueError, "SoC device memory bytes must be a power of two from 4096 to 2147483648, "
                                       "not 2048"),
+    ({"mem_banks": 3}, ValueError, "SoC device memory bank count must be a power of two from 1 to 16, not 3"),
+    ({"mem_banks": 32}, ValueError, "SoC device memory bank count must be a power of two from 1 to 16, not 32"),
+    ({"mem_bytes": 8192, "mem_banks": 4}, ValueError,
+     "SoC device memory of 8192 bytes cannot hold 4 banks of at least 4096 bytes each"),
     ({"semaphores": 0}, ValueError, "SoC semaphore count must be an integer from 1 to 256, not 0"),
     ({"semaphores": 257}, ValueError, "SoC semaphore count must be an integer from 1 to 256, not 257"),
     ({"trace_depth": 100}, ValueError, "SoC trace depth must be a power of two from 16 to 4096, not 100"),
@@ -380,8 +384,8 @@ def test_soc_config_errors(kwargs: dict, exc: type[Exception], message: str) -> 
 
 def test_soc_config_extremes_accepted() -> None:
     """The ends of every legal range construct, and their register maps are consistent."""
-    for config in (SocConfig(tiles=8, mem_bytes=1 << 31, semaphores=256, trace_depth=4096),
-                   SocConfig(tiles=1, mem_bytes=4096, semaphores=1, trace_depth=16,
+    for config in (SocConfig(tiles=8, mem_bytes=1 << 31, mem_banks=16, semaphores=256, trace_depth=4096),
+                   SocConfig(tiles=1, mem_bytes=4096, mem_banks=1, semaphores=1, trace_depth=16,
                              tile=TileConfig(array=2, spm_rows=8, acc_rows=4))):
         rmap = register_map(config)
         assert len(rmap.blocks) == 1 + 3 * config.tiles

@@ -50,6 +50,7 @@ class Capabilities:
     hw_version: int
     tiles: int
     array: int
+    mem_banks: int
     semaphores: int
     spm_rows: int
     acc_rows: int
@@ -167,6 +168,7 @@ class Device:
             hw_version=hw,
             tiles=regs.get_field(caps, g.CAPS_TILES),
             array=regs.get_field(caps, g.CAPS_ARRAY),
+            mem_banks=regs.get_field(caps, g.CAPS_MEM_BANKS),
             semaphores=regs.get_field(caps, g.CAPS_SEMAPHORES),
             spm_rows=spm_rows,
             acc_rows=acc_rows,

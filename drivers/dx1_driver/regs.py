@@ -1,5 +1,5 @@
 # generated from dx1_bringup/spec by `make rtl`; do not edit
-"""DX-1 register map and command encoding, spec version 1.0.
+"""DX-1 register map and command encoding, spec version 1.1.
 
 Standalone (standard library only), so that the driver installs without the generator.
 Registers are 32 bits wide.  Every register block starts with ID, VERSION and NEXT (byte offset of
@@ -16,7 +16,7 @@ import enum
 import operator
 
 MAGIC = 0x44583131
-SPEC_VERSION = 0x00010000
+SPEC_VERSION = 0x00010001
 BLOCK_ALIGN = 0x100
 COMMAND_BYTES = 32
 COMPLETION_BYTES = 8
@@ -28,6 +28,7 @@ CONFIG: dict[str, object] = {
     "tiles": 2,
     "tile": {"array": 8, "spm_rows": 4096, "acc_rows": 1024},
     "mem_bytes": 1048576,
+    "mem_banks": 4,
     "semaphores": 16,
     "trace_depth": 256,
 }
@@ -151,6 +152,7 @@ class Global:
     CAPS = 0x14
     CAPS_TILES = (0, 4)
     CAPS_ARRAY = (4, 5)
+    CAPS_MEM_BANKS = (9, 5)
     CAPS_SEMAPHORES = (16, 9)
     SPM_ROWS = 0x18
     ACC_ROWS = 0x1c

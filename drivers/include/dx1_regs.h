@@ -1,6 +1,6 @@
 /* generated from dx1_bringup/spec by `make rtl`; do not edit */
 /*
- * dx1-mini register map and command encoding, spec version 1.0.
+ * dx1-mini register map and command encoding, spec version 1.1.
  *
  * Registers are 32 bits wide.  Every register block starts with ID, VERSION and
  * NEXT (byte offset of the next block, 0 after the last); a driver finds the
@@ -24,7 +24,7 @@
 
 /* Identity */
 #define DX1_MAGIC        0x44583131u
-#define DX1_SPEC_VERSION 0x00010000u
+#define DX1_SPEC_VERSION 0x00010001u
 #define DX1_BLOCK_ALIGN  0x0100u
 
 /* The configuration this header was generated for */
@@ -71,6 +71,8 @@
 #define DX1_GLOBAL_CAPS_TILES_MASK       0x0000000fu
 #define DX1_GLOBAL_CAPS_ARRAY_SHIFT      4
 #define DX1_GLOBAL_CAPS_ARRAY_MASK       0x000001f0u
+#define DX1_GLOBAL_CAPS_MEM_BANKS_SHIFT  9
+#define DX1_GLOBAL_CAPS_MEM_BANKS_MASK   0x00003e00u
 #define DX1_GLOBAL_CAPS_SEMAPHORES_SHIFT 16
 #define DX1_GLOBAL_CAPS_SEMAPHORES_MASK  0x01ff0000u
 #define DX1_GLOBAL_SPM_ROWS              0x18u

@@ -79,6 +79,8 @@ RTL_MODULES = (
     RtlModule("dx1_regfile", "register file of the default SoC", "regfile:RegisterFile", (SocConfig(),)),
     RtlModule("dx1_axi_memory", "device memory, 64 KiB, 3 AXI4 ports", "memory:AxiMemory", (),
               (("size", 65536), ("ports", 3))),
+    RtlModule("dx1_axi_memory_b4", "device memory, 64 KiB in 4 banks, 3 AXI4 ports", "memory:AxiMemory", (),
+              (("size", 65536), ("ports", 3), ("banks", 4))),
     RtlModule("dx1_soc", "the whole SoC, default configuration, with the test-only stall port", "soc:Dx1Soc",
               (SocConfig(),), (("stall_port", True),)),
     RtlModule("dx1_board", "the simulated board: SoC + UART bridge, 50 MHz, 6.25 Mbaud", "board:Dx1Board",

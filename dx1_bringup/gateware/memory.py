@@ -1,4 +1,4 @@
-"""Device memory: one block of RAM behind several AXI4 slave ports, which is also the interconnect."""
+"""Device memory: banks of RAM behind several AXI4 slave ports, which is also the interconnect."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ from amaranth.utils import bits_for, exact_log2
 from ..spec import BUS_BYTES
 from .axi import BURST_INCR, RESP_OKAY, RESP_SLVERR, AXI4Signature
 
-__all__ = ["AxiMemory", "MAX_PORTS", "MIN_SIZE", "READ_BUFFER_DEPTH"]
+__all__ = ["AxiMemory", "MAX_BANKS", "MAX_OUTSTANDING", "MAX_PORTS", "MIN_SIZE", "PAGE_BYTES", "READ_BUFFER_DEPTH"]
 
-#: Most masters one memory serves.
-MAX_PORTS = 8
-#: Smallest memory, in bytes (one AXI 4 KiB page).
-MIN_SIZE = 4096
+#: Most masters one memory serves (the host port and a command processor and a DMA for each of 8 tiles).
+MAX_PORTS = 17
+#: Most banks of one memory.
+MAX_BANKS = 16
+#: Bytes of one AXI page: no burst crosses it, and banks interleave in whole pages.
+PAGE_BYTES = 4096
+#: Smallest memory, in bytes (one page).
+MIN_SIZE = PAGE_BYTES
+#: Bursts one port may have in flight in each direction (address taken, last response not yet taken).
+MAX_OUTSTANDING = 255
 #: Beats of read data the memory holds for a master that is not ready (the skid buffer).  With one
 #: beat always in the memory's read pipeline, three entries let a master that is ready every cycle
 #: get a beat every cycle, without the master's ``rready`` reaching back into the memory port.
@@ -46,59 +52,17 @@ def _round_robin(m: Module, name: str, requests: list, last: Signal):
     return any_, grant
 
 
-class AxiMemory(wiring.Component):
-    """``size`` bytes of device memory shared by ``ports`` AXI4 slave ports ``s0``, ``s1``, ...
+class _AxiBank(wiring.Component):
+    """One bank of :class:`AxiMemory`: ``size`` bytes of RAM behind ``ports`` AXI4 slave ports.
 
-    Reads and writes are served independently: one read burst and one write burst are in service
-    at any time, each on any port.  Each direction picks the next port round-robin among those
-    with a valid address (the port it served last comes last), serves that whole burst, then
-    picks again, so no master is starved.  A write port is only picked while its previous write
-    response has been taken.
-
-    Bursts are INCR of 1..256 beats of the full data width (``awsize``/``arsize`` =
-    log2(data_width/8)); the address may be unaligned, in which case beats start at the word it
-    falls in (the master's first ``wstrb`` selects the bytes).  Writes honour ``wstrb``.  Every
-    response carries its request's id.  A burst that starts or runs outside ``[0, size)``, or has
-    another size or burst type, is answered SLVERR: a write changes nothing (its data beats are
-    still taken) and gets one SLVERR response; a read gets SLVERR and data 0 on every beat, with
-    ``rlast`` on the last.  Beats are counted from ``awlen``; ``wlast`` is not checked.
-
-    A burst of N beats keeps its direction busy for N + 1 cycles when the master keeps up: one
-    cycle to take the address, then one beat a cycle.  Read data passes through a
-    :data:`READ_BUFFER_DEPTH`-entry skid buffer, so back-pressure on ``rready`` never loses a beat
-    and full speed returns as soon as the master is ready again.  ``rvalid`` and ``bvalid`` come
-    from registers: no master's ready reaches any master's valid.  ``awready``/``arready`` depend
-    on the ``awvalid``/``arvalid`` of all ports (the arbiter); ``wready`` depends on no input.
-
-    A read and a write of the same word in the same cycle read the old contents.  There is no
-    ordering between a port's reads and writes beyond AXI's: wait for the write response.
-
-    The write direction is held from a burst's address to its last data beat, and the read
-    direction by a burst whose beats wait in the skid buffer for a master that is not ready.  So a
-    master must not send a write address whose data waits for this memory's read data: two such
-    masters can each hold one direction while waiting for the other, forever.  The DMA's COPY
-    sends a write burst's address only once all its data is in its FIFO (:class:`~.dma.Dma`).
-
-    Parameters
-    ----------
-    size:
-        Bytes of memory, a power of two, at least 4096.
-    ports:
-        Number of AXI4 slave ports, 1..8.
-    data_width, id_width, addr_width:
-        As :class:`~.axi.AXI4Signature`; the address space must hold ``size`` bytes.
+    It serves whole bursts, one read and one write at a time, as :class:`AxiMemory` describes for
+    one bank; addresses are the bank's own, from 0.
     """
 
-    def __init__(self, size: int, ports: int, data_width: int = 8 * BUS_BYTES, id_width: int = 4, addr_width: int = 32):
-        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size & (size - 1):
-            raise ValueError(f"Memory size must be a power of two of at least {MIN_SIZE} bytes, not {size!r}")
-        if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
-            raise ValueError(f"Memory port count must be an integer in 1..{MAX_PORTS}, not {ports!r}")
-        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
-        if size > 1 << addr_width:
-            raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
+    def __init__(self, size: int, ports: int, data_width: int, id_width: int, addr_width: int):
         self.size, self.ports = size, ports
         self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
+        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
         super().__init__({f"s{i}": In(sig) for i in range(ports)})
 
     @property
@@ -122,8 +86,10 @@ class AxiMemory(wiring.Component):
 
         def bad_burst(addr, length, size, burst):
             """The request is not a legal burst of this memory (answered SLVERR)."""
+            page_words = PAGE_BYTES // lanes
             return ((size != beat_size) | (burst != BURST_INCR)
-                    | ((addr >> beat_size) + length >= depth))
+                    | ((addr >> beat_size) + length >= depth)
+                    | ((addr >> beat_size)[:exact_log2(page_words)] + length >= page_words))
 
         # ---- writes: address, data beats, then the port's response register ---------------------
         w_busy = Signal()                      # a write burst is taking data
@@ -248,4 +214,164 @@ class AxiMemory(wiring.Component):
             with m.If(head.port == i):
                 m.d.comb += r_ready.eq(p.rready)
         m.d.comb += r_buffer.r_en.eq(r_ready)
+        return m
+
+
+class AxiMemory(wiring.Component):
+    """``size`` bytes of device memory in ``banks`` banks, shared by ``ports`` AXI4 slave ports ``s0``, ``s1``, ...
+
+    Banks interleave in 4 KiB pages: byte ``a`` is in bank ``(a // 4096) % banks``.  No AXI burst
+    crosses a page, so every burst is served by one bank, and each bank serves its bursts as
+    described below for the whole memory, independently of the other banks: with ``banks`` banks,
+    up to ``banks`` read bursts and ``banks`` write bursts are in service at once, on different
+    ports, each at one beat a cycle.  (Word interleaving would spread every burst over all banks,
+    so that concurrent bursts collide beat by beat and need reordering; pages keep a bank's
+    service, its ordering and its deadlock argument those of one memory.)  A port's bursts in one
+    direction go to one bank at a time: a burst to another bank than the port's bursts in flight
+    waits (``arready``/``awready`` low) until their last response is taken, so responses keep
+    AXI's order per id, and a port's write data always belongs to the one bank that took its
+    address.  Each port has at most :data:`MAX_OUTSTANDING` bursts in flight in each direction.
+
+    In each bank, reads and writes are served independently: one read burst and one write burst
+    are in service at any time, each on any port.  Each direction picks the next port
+    round-robin among those with a valid address (the port it served last comes last), serves
+    that whole burst, then picks again, so no master is starved.  A write port is only picked while its previous write
+    response has been taken.
+
+    Bursts are INCR of 1..256 beats of the full data width (``awsize``/``arsize`` =
+    log2(data_width/8)) within one 4 KiB page; the address may be unaligned, in which case beats
+    start at the word it falls in (the master's first ``wstrb`` selects the bytes).  Writes honour
+    ``wstrb``.  Every response carries its request's id.  A burst that starts or runs outside
+    ``[0, size)``, crosses a 4 KiB page, or has another size or burst type, is answered SLVERR: a
+    write changes nothing (its data beats are still taken) and gets one SLVERR response; a read
+    gets SLVERR and data 0 on every beat, with ``rlast`` on the last.  Beats are counted from
+    ``awlen``; ``wlast`` is not checked.
+
+    A burst of N beats keeps its direction busy for N + 1 cycles when the master keeps up: one
+    cycle to take the address, then one beat a cycle.  Read data passes through a
+    :data:`READ_BUFFER_DEPTH`-entry skid buffer, so back-pressure on ``rready`` never loses a beat
+    and full speed returns as soon as the master is ready again.  ``rvalid`` and ``bvalid`` come
+    from registers: no master's ready reaches any master's valid.  ``awready``/``arready`` depend
+    on the ``awvalid``/``arvalid`` and addresses of all ports (the bank and its arbiter);
+    ``wready`` depends on no input.
+
+    A read and a write of the same word in the same cycle read the old contents.  There is no
+    ordering between a port's reads and writes beyond AXI's: wait for the write response.
+
+    A bank's write direction is held from a burst's address to its last data beat, and its read
+    direction by a burst whose beats wait in the skid buffer for a master that is not ready.  So a
+    master must not send a write address whose data waits for this memory's read data: two such
+    masters can each hold one direction while waiting for the other, forever.  The DMA's COPY
+    sends a write burst's address only once all its data is in its FIFO (:class:`~.dma.Dma`).
+
+    Parameters
+    ----------
+    size:
+        Bytes of memory, a power of two, at least 4096.
+    ports:
+        Number of AXI4 slave ports, 1 to :data:`MAX_PORTS`.
+    banks:
+        Number of banks, a power of two from 1 to :data:`MAX_BANKS`, with ``size // banks`` at least
+        4096 bytes.
+    data_width, id_width, addr_width:
+        As :class:`~.axi.AXI4Signature`; the address space must hold ``size`` bytes.
+    """
+
+    def __init__(self, size: int, ports: int, banks: int = 1, data_width: int = 8 * BUS_BYTES, id_width: int = 4,
+                 addr_width: int = 32):
+        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size & (size - 1):
+            raise ValueError(f"Memory size must be a power of two of at least {MIN_SIZE} bytes, not {size!r}")
+        if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
+            raise ValueError(f"Memory port count must be an integer in 1..{MAX_PORTS}, not {ports!r}")
+        if (not isinstance(banks, int) or isinstance(banks, bool) or not 1 <= banks <= MAX_BANKS
+                or banks & (banks - 1)):
+            raise ValueError(f"Memory bank count must be a power of two in 1..{MAX_BANKS}, not {banks!r}")
+        if size // banks < PAGE_BYTES:
+            raise ValueError(f"Memory of {size} bytes cannot hold {banks} banks of at least {PAGE_BYTES} bytes each")
+        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
+        if size > 1 << addr_width:
+            raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
+        self.size, self.ports, self.banks = size, ports, banks
+        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
+        super().__init__({f"s{i}": In(sig) for i in range(ports)})
+
+    @property
+    def port_list(self) -> list:
+        """The slave ports, ``s0`` first."""
+        return [getattr(self, f"s{i}") for i in range(self.ports)]
+
+    def elaborate(self, platform):
+        m = Module()
+        banks = []
+        for b in range(self.banks):
+            bank = _AxiBank(self.size // self.banks, self.ports, self.data_width, self.id_width, self.addr_width)
+            m.submodules[f"bank{b}"] = bank
+            banks.append(bank.port_list)
+        if self.banks == 1:
+            for p, q in zip(self.port_list, banks[0], strict=True):
+                wiring.connect(m, wiring.flipped(p), q)
+            return m
+
+        page_bits = exact_log2(PAGE_BYTES)
+        bank_bits = exact_log2(self.banks)
+
+        def bank_of(addr):
+            return addr[page_bits:page_bits + bank_bits]
+
+        def local(addr):
+            """The address within its bank: the bank bits taken out."""
+            return Cat(addr[:page_bits], addr[page_bits + bank_bits:])
+
+        for i, p in enumerate(self.port_list):
+            qs = [bank_ports[i] for bank_ports in banks]
+            r_out = Signal(range(MAX_OUTSTANDING + 1), name=f"r_out_{i}")
+            r_bank = Signal(bank_bits, name=f"r_bank_{i}")
+            w_out = Signal(range(MAX_OUTSTANDING + 1), name=f"w_out_{i}")
+            w_bank = Signal(bank_bits, name=f"w_bank_{i}")
+            ar_bank, aw_bank = bank_of(p.araddr), bank_of(p.awaddr)
+            ar_open = ((r_out == 0) | (r_bank == ar_bank)) & (r_out != MAX_OUTSTANDING)
+            aw_open = ((w_out == 0) | (w_bank == aw_bank)) & (w_out != MAX_OUTSTANDING)
+            for b, q in enumerate(qs):
+                m.d.comb += [
+                    q.araddr.eq(local(p.araddr)), q.arlen.eq(p.arlen), q.arsize.eq(p.arsize),
+                    q.arburst.eq(p.arburst), q.arid.eq(p.arid),
+                    q.arvalid.eq(p.arvalid & ar_open & (ar_bank == b)),
+                    q.rready.eq(p.rready & (r_bank == b)),
+                    q.awaddr.eq(local(p.awaddr)), q.awlen.eq(p.awlen), q.awsize.eq(p.awsize),
+                    q.awburst.eq(p.awburst), q.awid.eq(p.awid),
+                    q.awvalid.eq(p.awvalid & aw_open & (aw_bank == b)),
+                    q.wdata.eq(p.wdata), q.wstrb.eq(p.wstrb), q.wlast.eq(p.wlast),
+                    q.wvalid.eq(p.wvalid & (w_bank == b)),
+                    q.bready.eq(p.bready & (w_bank == b)),
+                ]
+            m.d.comb += [
+                p.arready.eq(Cat(q.arready for q in qs).any()),
+                p.awready.eq(Cat(q.awready for q in qs).any()),
+            ]
+            with m.Switch(r_bank):
+                for b, q in enumerate(qs):
+                    with m.Case(b):
+                        m.d.comb += [p.rvalid.eq(q.rvalid), p.rdata.eq(q.rdata), p.rid.eq(q.rid),
+                                     p.rresp.eq(q.rresp), p.rlast.eq(q.rlast)]
+            with m.Switch(w_bank):
+                for b, q in enumerate(qs):
+                    with m.Case(b):
+                        m.d.comb += [p.wready.eq(q.wready), p.bvalid.eq(q.bvalid), p.bid.eq(q.bid),
+                                     p.bresp.eq(q.bresp)]
+            ar_take = p.arvalid & p.arready
+            r_done = p.rvalid & p.rready & p.rlast
+            with m.If(ar_take):
+                m.d.sync += r_bank.eq(ar_bank)
+            with m.If(ar_take & ~r_done):
+                m.d.sync += r_out.eq(r_out + 1)
+            with m.Elif(r_done & ~ar_take):
+                m.d.sync += r_out.eq(r_out - 1)
+            aw_take = p.awvalid & p.awready
+            b_done = p.bvalid & p.bready
+            with m.If(aw_take):
+                m.d.sync += w_bank.eq(aw_bank)
+            with m.If(aw_take & ~b_done):
+                m.d.sync += w_out.eq(w_out + 1)
+            with m.Elif(b_done & ~aw_take):
+                m.d.sync += w_out.eq(w_out - 1)
         return m

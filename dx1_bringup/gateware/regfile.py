@@ -70,7 +70,8 @@ def identity_values(config: SocConfig) -> dict[str, int]:
     return {
         "MAGIC": MAGIC,
         "HW_VERSION": SPEC_VERSION,
-        "CAPS": glob["CAPS"].pack(tiles=config.tiles, array=config.tile.array, semaphores=config.semaphores),
+        "CAPS": glob["CAPS"].pack(tiles=config.tiles, array=config.tile.array, mem_banks=config.mem_banks,
+                                     semaphores=config.semaphores),
         "SPM_ROWS": config.tile.spm_rows,
         "ACC_ROWS": config.tile.acc_rows,
         "MEM_BYTES": config.mem_bytes,

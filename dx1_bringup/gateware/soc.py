@@ -67,7 +67,7 @@ class Dx1Soc(wiring.Component):
         m = Module()
         cfg = self.config
         m.submodules.regfile = rf = RegisterFile(cfg)
-        m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles)
+        m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles, banks=cfg.mem_banks)
         wiring.connect(m, wiring.flipped(self.regs), rf.bus)
         wiring.connect(m, wiring.flipped(self.mem), memory.s0)
 

@@ -314,7 +314,8 @@ class DeviceModel:
         self._identity = {
             "MAGIC": MAGIC,
             "HW_VERSION": SPEC_VERSION,
-            "CAPS": glob.reg("CAPS").register.pack(tiles=cfg.tiles, array=cfg.tile.array, semaphores=cfg.semaphores),
+            "CAPS": glob.reg("CAPS").register.pack(tiles=cfg.tiles, array=cfg.tile.array,
+                                                          mem_banks=cfg.mem_banks, semaphores=cfg.semaphores),
             "SPM_ROWS": cfg.tile.spm_rows,
             "ACC_ROWS": cfg.tile.acc_rows,
             "MEM_BYTES": cfg.mem_bytes,

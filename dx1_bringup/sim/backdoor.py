@@ -2,10 +2,10 @@
 
 The SoC simulation serves the host's memory requests (``READ_BLOCK``, ``WRITE_BLOCK``) either on its
 AXI4 memory port, beat by beat through a cocotbext-axi master (``bus``), or straight into the memory
-array (``backdoor``, the default of ``dx1 sim serve``): the array is the one signal below the top level
-that the build makes public (``backdoor.vlt``).  The backdoor exists only in simulation; hardware has
-the bus path alone, and the bus path stays tested (the SoC testbenches drive the port, and
-``dx1 sim serve --host-path bus`` serves the driver through it).
+arrays (``backdoor``, the default of ``dx1 sim serve``): the arrays of the memory's banks are the only
+signals below the top level that the build makes public (``backdoor.vlt``).  The backdoor exists only
+in simulation; hardware has the bus path alone, and the bus path stays tested (the SoC testbenches
+drive the port, and ``dx1 sim serve --host-path bus`` serves the driver through it).
 
 Backdoor accesses happen between clock edges: a write is in the array before the next edge, so the
 device's next read sees it; partial words at either end are read, merged and written back.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from cocotb.triggers import ReadWrite
 
+from ..gateware.memory import MAX_BANKS, PAGE_BYTES
 from ..spec import BUS_BYTES, SIM_BYTE_ORDER
 
 __all__ = ["HOST_PATHS", "MemoryBackdoor"]
@@ -24,11 +25,27 @@ HOST_PATHS = ("backdoor", "bus")
 
 
 class MemoryBackdoor:
-    """Direct access to the SoC's device memory array (``dut.memory.mem``, one word of BUS_BYTES a row)."""
+    """Direct access to the SoC's device memory arrays (``dut.memory.bank<b>.mem``, one word of BUS_BYTES a row).
+
+    The banks interleave in pages of :data:`~..gateware.memory.PAGE_BYTES`, as :class:`~..gateware.memory.AxiMemory`
+    maps them.
+    """
 
     def __init__(self, dut):
-        self.words = dut.memory.mem
-        self.size = len(self.words) * BUS_BYTES
+        self.banks = []
+        for b in range(MAX_BANKS):
+            try:
+                self.banks.append(getattr(dut.memory, f"bank{b}").mem)
+            except AttributeError:
+                break
+        self.size = len(self.banks) * len(self.banks[0]) * BUS_BYTES
+
+    def _word(self, i: int):
+        """The handle of word ``i`` of device memory."""
+        page_words = PAGE_BYTES // BUS_BYTES
+        page, offset = divmod(i, page_words)
+        bank, row = page % len(self.banks), page // len(self.banks)
+        return self.banks[bank][row * page_words + offset]
 
     def _check(self, addr: int, n: int) -> bool:
         return 0 <= addr and addr + n <= self.size
@@ -38,7 +55,7 @@ class MemoryBackdoor:
         if not self._check(addr, n):
             return None
         first, last = addr // BUS_BYTES, (addr + n - 1) // BUS_BYTES
-        raw = b"".join(int(self.words[i].value).to_bytes(BUS_BYTES, SIM_BYTE_ORDER) for i in range(first, last + 1))
+        raw = b"".join(int(self._word(i).value).to_bytes(BUS_BYTES, SIM_BYTE_ORDER) for i in range(first, last + 1))
         offset = addr - first * BUS_BYTES
         return raw[offset:offset + n]
 
@@ -55,7 +72,7 @@ class MemoryBackdoor:
             merged[offset:offset + len(data)] = data
             data = bytes(merged)
         for k, i in enumerate(range(first, last + 1)):
-            self.words[i].value = int.from_bytes(data[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER)
+            self._word(i).value = int.from_bytes(data[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER)
         # cocotb applies writes in the ReadWrite phase: wait for it, so a read that follows sees them.
         await ReadWrite()
         return True

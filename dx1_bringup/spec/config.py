@@ -56,11 +56,16 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class SocConfig:
-    """The whole device: tiles, device memory and the sizes the host can discover."""
+    """The whole device: tiles, device memory and the sizes the host can discover.
+
+    ``mem_banks`` is the number of banks of device memory, interleaved in 4 KiB pages (a power of
+    two from 1 to 16, each bank at least 4 KiB): bursts to different banks are served at once.
+    """
 
     tiles: int = 2
     tile: TileConfig = field(default_factory=TileConfig)
     mem_bytes: int = 1 << 20
+    mem_banks: int = 4
     semaphores: int = 16
     trace_depth: int = 256
 
@@ -69,5 +74,9 @@ class SocConfig:
             raise TypeError(f"SoC tile must be a TileConfig, not {self.tile!r}")
         _check_int("SoC", "tile count", self.tiles, 1, 8)
         _check_int("SoC", "device memory bytes", self.mem_bytes, 4096, 1 << 31, power_of_two=True)
+        _check_int("SoC", "device memory bank count", self.mem_banks, 1, 16, power_of_two=True)
+        if self.mem_bytes // self.mem_banks < 4096:
+            raise ValueError(f"SoC device memory of {self.mem_bytes} bytes cannot hold {self.mem_banks} banks of "
+                             f"at least 4096 bytes each")
         _check_int("SoC", "semaphore count", self.semaphores, 1, 256)
         _check_int("SoC", "trace depth", self.trace_depth, 16, 4096, power_of_two=True)

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
-SPEC_VERSION = 0x0001_0000  # major.minor in 16.16
+SPEC_VERSION = 0x0001_0001  # major.minor in 16.16
 BLOCK_ALIGN = 0x100
 
 
@@ -122,6 +122,7 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("HW_VERSION", Access.RO, "Spec version the gateware was generated from (16.16)."),
             _R("CAPS", Access.RO, "Capabilities.",
                ("tiles", 0, 4, "Number of tiles."), ("array", 4, 5, "Systolic array size."),
+               ("mem_banks", 9, 5, "Device memory banks (4 KiB pages interleaved)."),
                ("semaphores", 16, 9, "Number of semaphores.")),
             _R("SPM_ROWS", Access.RO, "Scratchpad rows per tile."),
             _R("ACC_ROWS", Access.RO, "Accumulator rows per tile."),

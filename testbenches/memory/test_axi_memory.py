@@ -1,5 +1,7 @@
 """The shared device memory: every port at once against a bytearray model, errors, fairness and speed.
 
+Every test runs on one bank (``dx1_axi_memory``) and on four banks (``dx1_axi_memory_b4``).
+
 One cocotbext-axi ``AxiMaster`` drives each slave port ``s0``, ``s1``, ...  Error bursts that a
 well-behaved master never makes (a burst running off the end of memory) are driven straight onto
 the master's channels, with the master's own bookkeeping told to expect the response, so its
@@ -25,7 +27,7 @@ from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.tile_tb import seed_note
 
 CLOCK_NS = 10
-MODULE = "dx1_axi_memory"
+MODULES = ("dx1_axi_memory", "dx1_axi_memory_b4")
 
 # test_axi_memory_parameters builds components that refuse their parameters and are never elaborated;
 # Amaranth warns about them whenever they are collected, which may be during a later test.
@@ -56,7 +58,7 @@ class MemoryTB:
 
         self.dut = dut
         mem = rtl_module(dut._name).build()
-        self.size, self.ports = mem.size, mem.ports
+        self.size, self.ports, self.banks = mem.size, mem.ports, mem.banks
         self.lanes = mem.data_width // 8
         Clock(dut.clk, CLOCK_NS, unit="ns").start()
         self.masters = [AxiMaster(AxiBus.from_prefix(dut, f"s{i}_"), dut.clk, dut.rst) for i in range(self.ports)]
@@ -244,6 +246,15 @@ async def errors_then_good(dut):
         resp, data = await tb.raw_read(port, addr, beats, arid=i + 8)
         assert resp == AxiResp.SLVERR, f"read of {beats} beats from {addr:#x} gave {resp!r} ({seed_note()})"
         assert data == bytes(beats * lanes), f"an overrunning read returned data other than 0 ({seed_note()})"
+    # Bursts crossing a 4 KiB page inside memory (AXI forbids them) get SLVERR and write nothing.
+    for i, (before, beats) in enumerate([(1, 2), (3, 16), (100, 256)]):
+        port = i % tb.ports
+        addr = 0x2000 - before * lanes
+        resp = await tb.raw_write(port, addr, junk[:beats], awid=i + 1)
+        assert resp == AxiResp.SLVERR, f"write of {beats} beats across the page at 0x2000 gave {resp!r} ({seed_note()})"
+        resp, data = await tb.raw_read(port, addr, beats, arid=i + 2)
+        assert resp == AxiResp.SLVERR and data == bytes(beats * lanes), (
+            f"read of {beats} beats across the page at 0x2000 gave {resp!r} or data other than 0 ({seed_note()})")
     # The largest legal burst ending exactly at the end is fine.
     resp = await tb.raw_write(0, end - 256 * lanes, junk, awid=15)
     assert resp == AxiResp.OKAY, f"a 256-beat write ending at the end of memory gave {resp!r}"
@@ -340,6 +351,43 @@ async def throughput(dut):
 
 
 @cocotb.test()
+async def banked_throughput(dut):
+    """Bursts to different banks on different ports are served at once, each at one beat a cycle."""
+    tb, rng = await setup(dut, backpressure=False)
+    length = 256 * tb.lanes
+    limit = 256 + 16
+    m = tb.masters
+    data = rng.randbytes(length)
+    # Ports 0 and 1 read pages 0 and 1 while port 2 writes page 2, then again with the pages rotated.
+    for turn in range(3):
+        pages = [(turn + k) % 3 for k in range(3)]
+        await RisingEdge(dut.clk)
+        start = tb.cycle
+        finished = {}
+
+        async def run(name, coro, start=start, finished=finished):
+            result = await coro
+            finished[name] = tb.cycle - start
+            return result
+
+        tasks = [cocotb.start_soon(run(f"read on port {p % tb.ports}", m[p % tb.ports].read(0x1000 * pages[p], length,
+                                                                                             arid=p)))
+                 for p in range(2)]
+        tasks.append(cocotb.start_soon(run(f"write on port {2 % tb.ports}",
+                                           m[2 % tb.ports].write(0x1000 * pages[2], data, awid=2))))
+        for t in tasks:
+            await t
+        total = tb.cycle - start
+        dut._log.info("banks %d, pages %s: %s, all %d cycles", tb.banks, pages, finished, total)
+        # One bank serves the two reads one after the other; separate banks serve them at once.
+        bound = limit if tb.banks >= 3 else 2 * limit
+        assert total <= bound, (f"two 256-beat reads and a write to pages {pages} took {total} cycles with "
+                                f"{tb.banks} banks, more than {bound}")
+        if tb.banks == 1:
+            assert total > 2 * 256, f"two 256-beat reads from one bank took only {total} cycles, less than 512"
+
+
+@cocotb.test()
 async def fairness(dut):
     """Every port asking all the time: bursts are served round-robin, each port in turn."""
     tb, rng = await setup(dut, backpressure=False)
@@ -371,17 +419,22 @@ async def fairness(dut):
             assert max(counts) - min(counts) <= 1, f"{kind} bursts were not served round-robin: {seen}"
 
 
-@pytest.mark.parametrize("testcase", ["random_traffic", "errors_then_good", "throughput", "fairness"])
-def test_axi_memory(testcase, seed):
-    run_cocotb(MODULE, "memory.test_axi_memory", testcase=testcase, seed=seed, quiet=True)
+@pytest.mark.parametrize("testcase", ["random_traffic", "errors_then_good", "throughput", "banked_throughput",
+                                      "fairness"])
+@pytest.mark.parametrize("module", MODULES)
+def test_axi_memory(module, testcase, seed):
+    run_cocotb(module, "memory.test_axi_memory", testcase=testcase, seed=seed, quiet=True)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"size": 2048, "ports": 2}, "Memory size must be a power of two of at least 4096 bytes, not 2048"),
     ({"size": 65536 + 4096, "ports": 2}, "Memory size must be a power of two"),
     ({"size": 65536.0, "ports": 2}, "Memory size must be"),
-    ({"size": 65536, "ports": 0}, "Memory port count must be an integer in 1..8, not 0"),
-    ({"size": 65536, "ports": 9}, "Memory port count must be an integer in 1..8, not 9"),
+    ({"size": 65536, "ports": 0}, "Memory port count must be an integer in 1..17, not 0"),
+    ({"size": 65536, "ports": 18}, "Memory port count must be an integer in 1..17, not 18"),
+    ({"size": 65536, "ports": 2, "banks": 3}, "Memory bank count must be a power of two in 1..16, not 3"),
+    ({"size": 65536, "ports": 2, "banks": 32}, "Memory bank count must be a power of two in 1..16, not 32"),
+    ({"size": 8192, "ports": 2, "banks": 4}, "Memory of 8192 bytes cannot hold 4 banks of at least 4096 bytes each"),
     ({"size": 65536, "ports": True}, "Memory port count must be"),
     ({"size": 1 << 13, "ports": 1, "addr_width": 12}, "Memory size must fit in the 12-bit address space"),
     ({"size": 65536, "ports": 2, "data_width": 48}, "AXI4 data width must be one of"),
@@ -393,14 +446,14 @@ def test_axi_memory_parameters(kwargs, message):
         AxiMemory(**kwargs)
 
 
-@pytest.mark.parametrize("ports", [1, 2, 8])
+@pytest.mark.parametrize(("ports", "banks"), [(1, 1), (2, 2), (8, 1), (17, 8)])
 @pytest.mark.parametrize("data_width", [32, 64, 256])
-def test_axi_memory_elaborates(ports, data_width):
-    """Other sizes than the generated one convert to Verilog (1 port has a 1-bit port index, 8 a full one)."""
+def test_axi_memory_elaborates(ports, banks, data_width):
+    """Other sizes than the generated ones convert to Verilog (1 port has a 1-bit port index, 8 a full one)."""
     from amaranth.back import rtlil
 
     from dx1_bringup.gateware.memory import AxiMemory
 
-    mem = AxiMemory(4096, ports, data_width=data_width, id_width=2)
+    mem = AxiMemory(4096 * banks, ports, banks=banks, data_width=data_width, id_width=2)
     assert [name for name in mem.signature.members] == [f"s{i}" for i in range(ports)]
     rtlil.convert(mem, name="mem")
