@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -63,6 +64,7 @@ from dx1_driver import (
 )
 
 from .model.tile import PostOpParams
+from .replay import Recorder
 from .runtime.gemm import compile_gemm
 from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
 from .runtime.reference import reference_gemm
@@ -710,7 +712,8 @@ def _bytes_diagnosis(expected: np.ndarray, got: np.ndarray) -> str:
 
 
 def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
-                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False) -> BringupReport:
+                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False,
+                record: str | Path | None = None) -> BringupReport:
     """Bring a device up step by step (see the module docstring), stopping at the first failure.
 
     Parameters
@@ -731,6 +734,10 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
         Where the step lines go (``None``: standard output).
     quiet:
         Print nothing.
+    record:
+        Write what the steps from the DMA loopback on do to the device to this capture file (a
+        :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
+        whole memory through the host, which a replay need not repeat); ``None``: no capture.
 
     Returns
     -------
@@ -782,6 +789,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
                 if run is None:
                     run = _Run(transport, device, seed, mem_bytes, timeout)
                 report.transport = type(transport).__name__
+                if record is not None and step.name == "dma" and not isinstance(run.device, Recorder):
+                    run.device = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
                 run.step = step
                 step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
                 step.status = "pass"
@@ -802,6 +811,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             say(f"      probably: {step.diagnosis}")
             break
     finally:
+        if run is not None and isinstance(run.device, Recorder):
+            run.device.writer.close()
         if owned and transport is not None:
             (run.device if run and run.device else transport).close()
     report.seconds = time.monotonic() - start
@@ -841,16 +852,25 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
         return 2
+    if args.record is not None:
+        folder = Path(args.record).parent
+        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            print(f"dx1 bringup: cannot write the capture to {args.record} (it must be a file in a writable folder)",
+                  file=sys.stderr)
+            return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
     try:
-        report = run_bringup(args.device, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout)
+        report = run_bringup(args.device, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
+                             record=args.record)
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
+    if args.record is not None and Path(args.record).exists():
+        print(f"  capture: {args.record} (replay it with dx1 replay {args.record} --device D)")
     if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
         print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
         return 2
@@ -870,6 +890,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="bytes of device memory from 0 for the address-in-address and random tests "
                         "(default: all of it)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
+    p.add_argument("--record", metavar="FILE", default=None,
+                   help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
+from .replay.cli import add_parser as add_replay_parser
 from .workloads.cli import add_parser as add_run_parser
 
 __all__ = ["main"]
@@ -263,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("--tiles", type=_positive, default=None, help="tiles to use (default: all)")
     gemm.add_argument("--record", metavar="FILE", default=None,
                       help="write what the run does to the device to this capture file "
-                           "(replay it with python -m dx1_bringup.replay FILE --device D)")
+                           "(replay it with dx1 replay FILE --device D)")
     gemm.set_defaults(func=cmd_gemm)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
@@ -278,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_sim_serve)
     add_bringup_parser(sub)
     add_run_parser(sub)
+    add_replay_parser(sub)
     return parser
 
 

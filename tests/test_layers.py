@@ -32,7 +32,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "backends": (("dx1_bringup.backends",), frozenset({"spec", "faults", "model", "driver", "sim"})),
     "replay": (("dx1_bringup.replay",), frozenset({"spec", "driver"})),
     "fuzz": (("dx1_bringup.fuzz",), frozenset({"spec", "model", "driver", "sim", "replay"})),
-    "bringup": (("dx1_bringup.bringup",), frozenset({"spec", "faults", "model", "driver", "runtime"})),
+    "bringup": (("dx1_bringup.bringup",), frozenset({"spec", "faults", "model", "driver", "runtime", "replay"})),
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "bench": (("dx1_bringup.bench",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
                                                  "cli"})),
