@@ -23,7 +23,7 @@ from .diff import TIMEOUT, DiffResult, bisect, prefix_events
 from .replay import WAIT_TIMEOUT, replay
 from .shrink import shrink
 
-__all__ = ["add_parser", "cmd_replay", "cmd_diff", "replay_main"]
+__all__ = ["add_parser", "cmd_replay", "cmd_diff", "replay_main", "diff_main"]
 
 
 def _positive_float(text: str) -> float:
@@ -232,3 +232,12 @@ def replay_main(argv: list[str] | None = None) -> int:
     add_parser(sub)
     args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
     return cmd_replay(args, parser.prog)
+
+
+def diff_main(argv: list[str]) -> int:
+    """``dx1 diff ARGV...`` (``argv`` without ``diff``), for scripts that run it after preparing a capture."""
+    parser = argparse.ArgumentParser(prog="dx1")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["diff", *argv])
+    return cmd_diff(args)

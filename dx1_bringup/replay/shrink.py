@@ -87,7 +87,7 @@ def ddmin(units: list[Unit], fails: Callable[[list[Unit]], bool], budget: int) -
             if fails(part):
                 units, n, reduced = part, 2, True
                 break
-            if len(parts) == 2:
+            if len(parts) == 2 or tests >= budget:
                 continue
             rest = [u for j, p in enumerate(parts) if j != i for u in p]
             tests += 1

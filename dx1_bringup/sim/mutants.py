@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..gateware import rtl_module
+from . import BUILD_ROOT
 
-__all__ = ["Mutant", "MUTANTS", "write_mutant"]
+__all__ = ["MUTANT_ROOT", "Mutant", "MUTANTS", "write_mutant"]
+
+#: Where mutants are written by default (``build/mutants/<name>/``, each built in a folder beside it).
+MUTANT_ROOT = BUILD_ROOT.parent / "mutants"
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ MUTANTS = {m.name: m for m in (
 )}
 
 
-def write_mutant(name: str, root: str | Path) -> Path:
+def write_mutant(name: str, root: str | Path = MUTANT_ROOT) -> Path:
     """Write mutant ``name`` of the generated SoC to ``root/name/dx1_soc.v`` and return that path.
 
     Raises
