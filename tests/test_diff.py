@@ -13,8 +13,11 @@ from dx1_bringup.cli import main
 from dx1_bringup.fuzz.runner import record_stream
 from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.replay import Capture, Doorbell, Submit, Upload, Wait, load_capture, replay
+from dx1_bringup.replay.cli import diff_main
 from dx1_bringup.replay.diff import bisect, commands_in_order, prefix_events
 from dx1_bringup.replay.shrink import ddmin, shrink
+from dx1_bringup.sim import verilator_missing
+from dx1_bringup.sim.mutants import write_mutant
 from dx1_bringup.spec import COMMANDS, Opcode, pack_command, unpack_command
 
 POSTOP_BIAS = 1 << COMMANDS[Opcode.POSTOP].flag_bit("bias")
@@ -231,3 +234,38 @@ def test_bringup_record_writes_a_capture_that_replays(tmp_path: Path) -> None:
     assert replay(capture, model()).ok
     assert not replay(capture, Device.open("model:stuck-bit=5")).ok
     assert main(["bringup", "--record", str(tmp_path), "--report", str(tmp_path / "r.json")]) == 2
+
+
+def rtl_mutant_named(commands: int, tmp_path: Path, *, shrunk: bool) -> None:
+    """``dx1 diff`` between the model and the ``postop-round`` RTL mutant names the command the mirror says."""
+    reason = verilator_missing()
+    if reason:
+        pytest.skip(reason)
+    capture = record_stream(model(), commands, seed=1)
+    hit = first_hit(capture, MirroredRoundingMutant())
+    path = tmp_path / "stream.capture"
+    capture.save(path)
+    out = tmp_path / "shrunk.capture"
+    args = ["--shrink", str(out), "--budget", "60"] if shrunk else []
+    verilog = write_mutant("postop-round")
+    with Device.open(f"sim:verilog={verilog}") as rtl:
+        result = bisect(capture, [model(), rtl], ["model", "mutant"])
+        assert named(result, 1)["tag"] == hit["tag"] and result.first.command[0] == Opcode.POSTOP
+        assert " byte 3:" in result.difference
+    if shrunk:
+        assert diff_main([str(path), "--device", "model", "--device", f"sim:verilog={verilog}", *args]) == 1
+        small = load_capture(out)
+        assert small.commands < 20 and replay(small, model()).ok
+
+
+@pytest.mark.verilator
+def test_the_rtl_mutant_is_named(tmp_path: Path) -> None:
+    """CI: 300 random commands (about a minute on two cores)."""
+    rtl_mutant_named(300, tmp_path, shrunk=False)
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_the_rtl_mutant_is_named_in_1000_commands_and_shrunk(tmp_path: Path) -> None:
+    """1,000 random commands, then the shrinker against the RTL (minutes); `make diff-demo` runs 10,000."""
+    rtl_mutant_named(1000, tmp_path, shrunk=True)

@@ -158,7 +158,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if devices is None:
         return 2
     try:
-        result = bisect(capture, devices, args.device, timeout=args.timeout)
+        result = bisect(capture, devices, args.device, timeout=args.timeout,
+                        progress=lambda line: print(f"  {line}", flush=True))
         _report(args.capture, args.device, result)
         if result.difference is None:
             return 0

@@ -243,13 +243,17 @@ def local_bytes(caps: Capabilities) -> int:
 def effect_events(caps: Capabilities, events: Sequence[Event], regions: Sequence[tuple[int, int]]) -> list[Event]:
     """``events`` on a cleared device with their effect read back at the end (see the module docstring).
 
-    Before them: ``regions`` and every tile's local memories zeroed (loaded from a zeroed scratch area at
+    Before them: ``regions`` (less what ``events`` upload before their first command) and every tile's
+    local memories zeroed (loaded from a zeroed scratch area at
     the top of device memory).  After them: ``regions`` downloaded, then the local memories stored to the
     scratch area and it downloaded (the last event).
     """
     scratch = caps.mem_bytes - local_bytes(caps)
+    # Bytes that events upload before their first command need no zeroing: nothing can read them first.
+    first = next((i for i, e in enumerate(events) if isinstance(e, Submit)), len(events))
+    zero = _without(regions, [(e.addr, e.addr + len(e.data)) for e in events[:first] if isinstance(e, Upload)])
     return [Upload(scratch, bytes(local_bytes(caps))), *_locals(caps, Opcode.LOAD, scratch),
-            *(Upload(start, bytes(end - start)) for start, end in regions), *events,
+            *(Upload(start, bytes(end - start)) for start, end in zero), *events,
             *(Download(start, end - start, None) for start, end in regions), *_locals(caps, Opcode.STORE, scratch),
             Download(scratch, local_bytes(caps), None)]
 
