@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"commands per queue and batch (default {StreamParams.length})")
     ap.add_argument("--mutant", choices=sorted(MUTANTS), default="postop-round", help="the planted bug")
     ap.add_argument("--out", default="build/diff-demo", help="folder for the captures")
+    ap.add_argument("--budget", type=int, default=100, help="most shrink tests (default 100)")
     args = ap.parse_args(argv)
     if args.commands < 1 or args.seed < 0:
         ap.error(f"--commands must be at least 1 and --seed 0 or more, not {args.commands} and {args.seed}")
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stream: {capture.commands} commands ({args.commands} random, seed {args.seed}) recorded on model in "
           f"{time.monotonic() - start:.1f} s: {path}")
     return diff_main([str(path), "--device", "model", "--device", f"sim:verilog={verilog}",
-                      "--shrink", str(out / "shrunk.capture")])
+                      "--shrink", str(out / "shrunk.capture"), "--budget", str(args.budget)])
 
 
 if __name__ == "__main__":
