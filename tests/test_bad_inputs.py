@@ -15,7 +15,8 @@ from dx1_bringup.cli import main
 
 #: Device strings no backend opens, and what the message must say.
 BAD_DEVICES = [
-    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim:verilog=PATH, sim://HOST:PORT, serial:URL, pcie:BDF"),
+    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim:verilog=PATH, sim://HOST:PORT, "
+         "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
     ("sim:", "device 'sim:': expected sim or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:verilog=/nonexistent.v", "expected sim or sim:verilog=PATH with PATH an existing Verilog file"),
