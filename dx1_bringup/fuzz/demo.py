@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"argument --batch: {e}")
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     verilog = write_mutant(args.mutant)
     print(f"mutant {args.mutant}: {MUTANTS[args.mutant].description}\n  written to {verilog}")
     start = time.monotonic()
