@@ -236,12 +236,12 @@ def test_bringup_record_writes_a_capture_that_replays(tmp_path: Path) -> None:
     assert main(["bringup", "--record", str(tmp_path), "--report", str(tmp_path / "r.json")]) == 2
 
 
-def rtl_mutant_named(commands: int, tmp_path: Path, *, shrunk: bool) -> None:
+def rtl_mutant_named(commands: int, seed: int, tmp_path: Path, *, shrunk: bool) -> None:
     """``dx1 diff`` between the model and the ``postop-round`` RTL mutant names the command the mirror says."""
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
-    capture = record_stream(model(), commands, seed=1)
+    capture = record_stream(model(), commands, seed=seed)
     hit = first_hit(capture, MirroredRoundingMutant())
     path = tmp_path / "stream.capture"
     capture.save(path)
@@ -260,12 +260,12 @@ def rtl_mutant_named(commands: int, tmp_path: Path, *, shrunk: bool) -> None:
 
 @pytest.mark.verilator
 def test_the_rtl_mutant_is_named(tmp_path: Path) -> None:
-    """CI: 300 random commands (about a minute on two cores)."""
-    rtl_mutant_named(300, tmp_path, shrunk=False)
+    """CI: 60 random commands of seed 18, whose first POSTOP the mutant changes is command 13."""
+    rtl_mutant_named(60, 18, tmp_path, shrunk=False)
 
 
 @pytest.mark.verilator
 @pytest.mark.slow
 def test_the_rtl_mutant_is_named_in_1000_commands_and_shrunk(tmp_path: Path) -> None:
     """1,000 random commands, then the shrinker against the RTL (minutes); `make diff-demo` runs 10,000."""
-    rtl_mutant_named(1000, tmp_path, shrunk=True)
+    rtl_mutant_named(1000, 1, tmp_path, shrunk=True)

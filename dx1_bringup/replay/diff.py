@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dx1_driver import Capabilities, Device, DeviceTimeout, DriverError
 
-from ..spec import COMMAND_BYTES, COMPLETION_BYTES, Opcode, pack_command, unpack_command
+from ..spec import COMMAND_BYTES, COMMANDS, COMPLETION_BYTES, Opcode, TileConfig, pack_command, unpack_command
 from .capture import Capture, DmaWindow, Doorbell, Download, Event, Seen, Submit, Upload, Wait
 from .replay import Session
 
 __all__ = ["CommandRef", "commands_in_order", "release_waits", "prefix_events", "touched_regions", "Effect",
-           "run_prefix", "effect_difference", "effect_events", "local_bytes", "DiffResult", "bisect"]
+           "run_prefix", "effect_difference", "effect_events", "local_bytes", "tile_config", "DiffResult", "bisect"]
 
 #: Written ranges closer than this are zeroed and read back as one (a request costs more than a few bytes).
 MERGE_GAP = 0x100
@@ -155,10 +156,17 @@ def prefix_events(capture: Capture, k: int, semaphores: int) -> list[Event]:
     return out + [Wait(q, None) for q in range(capture.config["tiles"])]
 
 
-def _written(cmd: bytes, spm_row_bytes: int, acc_row_bytes: int) -> tuple[int, int] | None:
+def tile_config(caps: Capabilities | dict[str, Any]) -> TileConfig:
+    """The spec's tile configuration of a device's capabilities (or a capture header's ``config``)."""
+    c = caps if isinstance(caps, dict) else asdict(caps)
+    return TileConfig(c["array"], c["spm_rows"], c["acc_rows"])
+
+
+def _written(cmd: bytes, tile: TileConfig) -> tuple[int, int] | None:
     opcode, f = unpack_command(cmd)
     if opcode == Opcode.STORE:
-        row_bytes = acc_row_bytes if f["flags"] & 1 else spm_row_bytes
+        row_bytes = tile.acc_row_bytes if f["flags"] >> COMMANDS[Opcode.STORE].flag_bit("acc") & 1 else \
+            tile.spm_row_bytes
         start = f["dram_addr"]
         return start, start + max(f["rows"] - 1, 0) * f["dram_stride"] + f["cols"] * row_bytes
     if opcode == Opcode.COPY:
@@ -172,8 +180,7 @@ def touched_regions(capture: Capture, events: Sequence[Event] | None = None) -> 
     Merged, sorted and clipped to the device memory.
     """
     cfg = capture.config
-    lane = cfg["array"]
-    spm_row, acc_row = lane, 4 * lane
+    tile = tile_config(cfg)
     ranges = []
     for event in capture.events if events is None else events:
         if isinstance(event, Upload):
@@ -181,7 +188,7 @@ def touched_regions(capture: Capture, events: Sequence[Event] | None = None) -> 
         elif isinstance(event, Download):
             ranges.append((event.addr, event.addr + event.length))
         elif isinstance(event, Submit):
-            ranges += [r for r in (_written(c, spm_row, acc_row) for c in event.commands) if r is not None]
+            ranges += [r for r in (_written(c, tile) for c in event.commands) if r is not None]
     merged: list[tuple[int, int]] = []
     for start, end in sorted((max(s, 0), min(e, cfg["mem_bytes"])) for s, e in ranges):
         if end <= start:
@@ -224,7 +231,8 @@ def _whole_local(opcode: Opcode, dram: int, acc: bool, rows: int) -> bytes:
 
 def _locals(caps: Capabilities, opcode: Opcode, scratch: int) -> list[Event]:
     """Every tile's scratchpad and accumulator buffer loaded from (or stored to) ``scratch`` onwards, waited for."""
-    spm_bytes, acc_bytes = caps.spm_rows * caps.array, caps.acc_rows * 4 * caps.array
+    tile = tile_config(caps)
+    spm_bytes, acc_bytes = tile.spm_rows * tile.spm_row_bytes, tile.acc_rows * tile.acc_row_bytes
     events: list[Event] = []
     for t in range(caps.tiles):
         base = scratch + t * (spm_bytes + acc_bytes)
@@ -237,7 +245,8 @@ def _locals(caps: Capabilities, opcode: Opcode, scratch: int) -> list[Event]:
 
 def local_bytes(caps: Capabilities) -> int:
     """Bytes of every tile's scratchpad and accumulator buffer together."""
-    return caps.tiles * (caps.spm_rows * caps.array + caps.acc_rows * 4 * caps.array)
+    tile = tile_config(caps)
+    return caps.tiles * (tile.spm_rows * tile.spm_row_bytes + tile.acc_rows * tile.acc_row_bytes)
 
 
 def effect_events(caps: Capabilities, events: Sequence[Event], regions: Sequence[tuple[int, int]]) -> list[Event]:
@@ -316,11 +325,11 @@ def _bytes_difference(what: str, addr: int, a: bytes, b: bytes, names: tuple[str
 
 
 def effect_difference(a: Effect, b: Effect, names: tuple[str, str] = ("A", "B"), *,
-                      array: int = 0, spm_rows: int = 0) -> str | None:
+                      tile: TileConfig | None = None) -> str | None:
     """The first difference between two effects, in a sentence, or ``None`` when they are the same.
 
-    Completions are compared first, then device memory, then local memories (``array`` and
-    ``spm_rows`` turn an offset into a row; 0 leaves offsets as they are).
+    Completions are compared first, then device memory, then local memories (``tile`` turns an
+    offset into a row; ``None`` leaves offsets as they are).
     """
     if (a.stuck is None) != (b.stuck is None):
         which, why = (names[0], a.stuck) if a.stuck is not None else (names[1], b.stuck)
@@ -342,10 +351,13 @@ def effect_difference(a: Effect, b: Effect, names: tuple[str, str] = ("A", "B"),
         if x == y:
             continue
         i = next(k for k in range(len(x)) if x[k] != y[k])
-        spm = spm_rows * array
-        where = (f"scratchpad row {i // array} byte {i % array}" if array and i < spm else
-                 f"accumulator row {(i - spm) // (4 * array)} byte {(i - spm) % (4 * array)}" if array else
-                 f"local byte {i}")
+        if tile is None:
+            where = f"local byte {i}"
+        elif i < tile.spm_rows * tile.spm_row_bytes:
+            where = f"scratchpad row {i // tile.spm_row_bytes} byte {i % tile.spm_row_bytes}"
+        else:
+            j = i - tile.spm_rows * tile.spm_row_bytes
+            where = f"accumulator row {j // tile.acc_row_bytes} byte {j % tile.acc_row_bytes}"
         return (f"tile {t} {where}: {names[0]} {x[i:i + 8].hex(' ')}, {names[1]} {y[i:i + 8].hex(' ')} "
                 f"({sum(p != q for p, q in zip(x, y, strict=True))} bytes differ)")
     if a.stuck != b.stuck:
@@ -407,7 +419,7 @@ def bisect(capture: Capture, devices: Sequence[Device], names: Sequence[str] = (
             events = prefix_events(capture, k, caps.semaphores)
             effects = [run_prefix(capture, dev, events, regions, timeout=timeout) for dev in devices]
             result.replays += 2
-            cache[k] = effect_difference(*effects, (names[0], names[1]), array=caps.array, spm_rows=caps.spm_rows)
+            cache[k] = effect_difference(*effects, (names[0], names[1]), tile=tile_config(caps))
             if progress is not None:
                 progress(f"prefix of {k} commands: {'differs: ' + cache[k] if cache[k] else 'same effects'}")
         return cache[k]

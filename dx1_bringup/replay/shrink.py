@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from dx1_driver import Device
 
 from .capture import Capture, Doorbell, Download, Event, Submit, Upload, Wait
-from .diff import TIMEOUT, effect_difference, effect_events, release_waits, run_prefix, touched_regions
+from .diff import TIMEOUT, effect_difference, effect_events, release_waits, run_prefix, tile_config, touched_regions
 from .replay import record
 
 __all__ = ["Unit", "units_of", "candidate_events", "ddmin", "ShrinkResult", "shrink"]
@@ -135,7 +135,7 @@ def shrink(capture: Capture, devices: Sequence[Device], names: Sequence[str] = (
         regions = touched_regions(capture, chosen)
         effects = [run_prefix(capture, dev, chosen, regions, timeout=timeout) for dev in devices]
         stuck = any(e.stuck is not None for e in effects)
-        return effect_difference(*effects, (names[0], names[1]), array=caps.array, spm_rows=caps.spm_rows), stuck
+        return effect_difference(*effects, (names[0], names[1]), tile=tile_config(caps)), stuck
 
     everything = units_of(events)
     found, stops = difference(everything)
