@@ -12,7 +12,7 @@ from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
 from dx1_bringup.fuzz.runner import record_stream
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.replay import Capture, Doorbell, Submit, Upload, Wait, load_capture, replay
+from dx1_bringup.replay import Capture, Doorbell, Submit, Upload, Wait, load_capture, record, replay
 from dx1_bringup.replay.cli import diff_main
 from dx1_bringup.replay.diff import bisect, commands_in_order, prefix_events
 from dx1_bringup.replay.shrink import ddmin, shrink
@@ -258,14 +258,41 @@ def rtl_mutant_named(commands: int, seed: int, tmp_path: Path, *, shrunk: bool) 
         assert small.commands < 20 and replay(small, model()).ok
 
 
+def rounding_capture() -> Capture:
+    """Both tiles load the same accumulators and requantise them (shift 4); only rows 4 to 7 round in lane 3
+    with a remainder from 8 to 11, where the ``postop-round`` mutant rounds down instead of up."""
+    caps = model().caps
+    acc = np.zeros((caps.acc_rows, caps.array), np.int32)
+    acc[0:4] = 16 * np.arange(1, 33).reshape(4, 8) + 3      # remainder 3: both round down
+    acc[4:8] = 16 * np.arange(1, 33).reshape(4, 8) + 9      # remainder 9: the model rounds up, the mutant down
+    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, dram_addr=0x40000, dram_stride=0, local_addr=0,
+                        rows=1, cols=caps.acc_rows, local_row_stride=0, local_col_stride=1)
+
+    def postop(tag: int, src: int) -> bytes:
+        return pack_command(Opcode.POSTOP, tag=tag, src_addr=src, dst_addr=16 + src, rows=4, mult=1, shift=4)
+
+    events = [Upload(0x40000, acc.tobytes()), Submit(1, (load,)), Submit(0, (load, postop(2, 4))),
+              Doorbell(0), Submit(1, (postop(2, 0), postop(3, 4))), Doorbell(1), Wait(0, None), Wait(1, None)]
+    return record(events, model(), 6, note="two tiles requantise the same rows; tile 1 command 2 hits the mutant")
+
+
 @pytest.mark.verilator
 def test_the_rtl_mutant_is_named(tmp_path: Path) -> None:
-    """CI: 60 random commands of seed 18, whose first POSTOP the mutant changes is command 13."""
-    rtl_mutant_named(60, 18, tmp_path, shrunk=False)
+    """CI: five commands on two tiles (interleaved in submission order) against the mutant RTL."""
+    reason = verilator_missing()
+    if reason:
+        pytest.skip(reason)
+    capture = rounding_capture()
+    hit = first_hit(capture, MirroredRoundingMutant())
+    assert hit["tag"] == 3
+    with Device.open(f"sim:verilog={write_mutant('postop-round')}") as rtl:
+        result = bisect(capture, [model(), rtl], ["model", "mutant"])
+    assert (result.first.number, result.first.queue, result.first.index) == (4, 1, 2)
+    assert named(result, 1)["tag"] == 3 and "tile 1 scratchpad row 20 byte 3" in result.difference
 
 
 @pytest.mark.verilator
 @pytest.mark.slow
 def test_the_rtl_mutant_is_named_in_1000_commands_and_shrunk(tmp_path: Path) -> None:
-    """1,000 random commands, then the shrinker against the RTL (minutes); `make diff-demo` runs 10,000."""
+    """1,000 random fuzz commands, then the shrinker against the RTL (minutes); `make diff-demo` runs 10,000."""
     rtl_mutant_named(1000, 1, tmp_path, shrunk=True)

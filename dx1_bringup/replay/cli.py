@@ -181,7 +181,8 @@ def _shrink(args: argparse.Namespace, capture: Capture, devices: list[Device], r
     prefix = Capture(capture.config, capture.ring_log2, prefix_events(capture, k, devices[0].caps.semaphores),
                      note=capture.note)
     start = time.monotonic()
-    shrunk = shrink(prefix, devices, args.device, budget=args.budget, timeout=args.timeout)
+    shrunk = shrink(prefix, devices, args.device, budget=args.budget, timeout=args.timeout,
+                    progress=lambda line: print(f"  shrink: {line}", flush=True))
     shrunk.capture.save(out)
     print(f"  shrunk (ddmin over commands and uploads, {shrunk.tests} tests, {time.monotonic() - start:.2f} s): "
           f"{capture.commands} commands and {sum(1 for e in capture.events if e.kind == 'upload')} uploads in "

@@ -11,10 +11,10 @@ prefix cannot satisfy) become FENCEs with the same tag.
 
 The *effect* of a prefix on a device (:func:`run_prefix`, a :class:`Effect`) is what it leaves: every
 completion, in order per queue; the device memory the capture touches (every byte it uploads or
-downloads and every byte its STOREs and COPYs may write); each tile's whole scratchpad and accumulator
-buffer, read back by STOREs to a scratch area at the top of device memory after the memory was read.
-Each prefix runs on a fresh device: reset, then that memory and both local memories of every tile
-zeroed, so nothing an earlier replay left behind is compared.
+downloads, that its LOADs and COPYs may read, that its STOREs and COPYs may write); each tile's whole
+scratchpad and accumulator buffer, read back by STOREs to a scratch area at the top of device memory
+after the memory was read.  Each prefix runs on a fresh device: reset, then that memory and both
+local memories of every tile zeroed, so nothing an earlier replay left behind is compared.
 
 :func:`bisect` finds the smallest ``k`` whose effects differ between the devices by bisection, in about
 ``log2(commands)`` prefix replays on each device.  It assumes that effects are *monotone in the prefix*:
@@ -162,20 +162,21 @@ def tile_config(caps: Capabilities | dict[str, Any]) -> TileConfig:
     return TileConfig(c["array"], c["spm_rows"], c["acc_rows"])
 
 
-def _written(cmd: bytes, tile: TileConfig) -> tuple[int, int] | None:
+def _touched(cmd: bytes, tile: TileConfig) -> list[tuple[int, int]]:
+    """The device memory a LOAD or COPY may read and a STORE or COPY may write."""
     opcode, f = unpack_command(cmd)
-    if opcode == Opcode.STORE:
-        row_bytes = tile.acc_row_bytes if f["flags"] >> COMMANDS[Opcode.STORE].flag_bit("acc") & 1 else \
+    if opcode in (Opcode.LOAD, Opcode.STORE):
+        row_bytes = tile.acc_row_bytes if f["flags"] >> COMMANDS[Opcode(opcode)].flag_bit("acc") & 1 else \
             tile.spm_row_bytes
         start = f["dram_addr"]
-        return start, start + max(f["rows"] - 1, 0) * f["dram_stride"] + f["cols"] * row_bytes
+        return [(start, start + max(f["rows"] - 1, 0) * f["dram_stride"] + f["cols"] * row_bytes)]
     if opcode == Opcode.COPY:
-        return f["dst_addr"], f["dst_addr"] + f["length"]
-    return None
+        return [(f["src_addr"], f["src_addr"] + f["length"]), (f["dst_addr"], f["dst_addr"] + f["length"])]
+    return []
 
 
 def touched_regions(capture: Capture, events: Sequence[Event] | None = None) -> list[tuple[int, int]]:
-    """``[start, end)`` of device memory ``events`` (default: the capture's) upload, download, or may write.
+    """``[start, end)`` of device memory ``events`` (default: the capture's) upload, download, or may read or write.
 
     Merged, sorted and clipped to the device memory.
     """
@@ -188,7 +189,7 @@ def touched_regions(capture: Capture, events: Sequence[Event] | None = None) -> 
         elif isinstance(event, Download):
             ranges.append((event.addr, event.addr + event.length))
         elif isinstance(event, Submit):
-            ranges += [r for r in (_written(c, tile) for c in event.commands) if r is not None]
+            ranges += [r for c in event.commands for r in _touched(c, tile)]
     merged: list[tuple[int, int]] = []
     for start, end in sorted((max(s, 0), min(e, cfg["mem_bytes"])) for s, e in ranges):
         if end <= start:

@@ -46,7 +46,7 @@ class Mutant:
 MUTANTS = {m.name: m for m in (
     Mutant("postop-round",
            "tile 1's requantiser adds half of its rounding constant in lane 3: with a shift, values whose "
-           "remainder is a quarter to a half of 2**shift round down instead of up",
+           "remainder is a half to three quarters of 2**shift round down instead of up",
            r"\dx1_soc.core1.postop",
            "assign \\$31  = $signed(p3) + $signed({ 1'h0, half });",
            "assign \\$31  = $signed(p3) + $signed({ 1'h0, half >> 1 });"),
