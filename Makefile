@@ -24,7 +24,7 @@ FUZZ_DEVICES ?= model,sim
 # Commands per queue and batch; both tiles run a batch at once.
 FUZZ_BATCH ?= 16
 
-.PHONY: all demo test sim rtl check-rtl lint bench fpga fuzz clean venv
+.PHONY: all demo test sim rtl check-rtl lint bench fpga fuzz diff-demo clean venv
 
 all: test
 
@@ -84,6 +84,12 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m dx1_bringup.fuzz --commands $(FUZZ_COMMANDS) --seed $(FUZZ_SEED) --devices $(FUZZ_DEVICES) \
 	  --batch $(FUZZ_BATCH) --out build/fuzz.json
+
+# dx1 diff on a planted RTL bug: a fuzz stream of DIFF_COMMANDS commands recorded on the model, bisected
+# between the model and a mutant of the SoC Verilog, then shrunk (build/diff-demo/).
+DIFF_COMMANDS ?= 10000
+diff-demo: $(STAMP)
+	$(PY) -m dx1_bringup.fuzz.demo --commands $(DIFF_COMMANDS) --out build/diff-demo; test $$? -eq 1
 
 # FPGA build for BOARD: ulx3s makes a bitstream with YoWASP's Yosys and nextpnr (installed here on first use;
 # most of an hour on two cores) and ends with utilisation and Fmax; arty_a7 writes the Vivado plan only.

@@ -10,7 +10,8 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   ``model:stall=dma0+core1``, or a window answering bus errors (:meth:`BusErrors.parse`),
   ``model:bus-error=0x1000+0x40``;
 * ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
-  :class:`~dx1_driver.transport.SimTransport` that stops it on close.
+  :class:`~dx1_driver.transport.SimTransport` that stops it on close; ``sim:verilog=PATH`` the same
+  for another Verilog file of the SoC (a mutant of ``rtl/dx1_soc.v``, built beside it).
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from dx1_driver import TransportError, register_backend
@@ -172,8 +174,21 @@ def open_model(device: str) -> ModelTransport:
 
 
 def open_sim(device: str) -> SimTransport:
-    """Open ``sim``: start a private simulator of the SoC (minutes, the first time) and connect to it."""
-    process, port = start_simulator()
+    """Open ``sim`` or ``sim:verilog=PATH``: start a private simulator of the SoC (minutes, the first time).
+
+    Raises
+    ------
+    ValueError
+        After ``sim:`` comes something other than ``verilog=`` and the path of an existing file.
+    """
+    verilog = None
+    if device != "sim":
+        key, _, path = device[len("sim:"):].partition("=")
+        if key != "verilog" or not Path(path).is_file():
+            raise ValueError(f"device {device!r}: expected sim or sim:verilog=PATH with PATH an existing Verilog "
+                             f"file of the SoC")
+        verilog = Path(path)
+    process, port = start_simulator(verilog=verilog)
     return SimTransport("127.0.0.1", port, process=process)
 
 
@@ -201,10 +216,11 @@ def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
 
 
 def register() -> None:
-    """Register ``model``, ``model:FAULTS`` and ``sim`` with the driver (the entry point's function)."""
+    """Register ``model``, ``model:FAULTS``, ``sim`` and ``sim:verilog=PATH`` with the driver (the entry point)."""
     register_backend("model", open_model, "model")
     register_backend("model:", open_model, "model:FAULTS")
     register_backend("sim", open_sim, "sim")
+    register_backend("sim:", open_sim, "sim:verilog=PATH")
 
 
 class _LoopbackTransport(SerialTransport):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -64,6 +65,7 @@ from dx1_driver import (
 )
 
 from .model.tile import PostOpParams
+from .replay import Recorder
 from .runtime.gemm import compile_gemm
 from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
 from .runtime.reference import reference_gemm
@@ -712,7 +714,8 @@ def _bytes_diagnosis(expected: np.ndarray, got: np.ndarray) -> str:
 
 
 def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
-                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False) -> BringupReport:
+                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False,
+                record: str | Path | None = None) -> BringupReport:
     """Bring a device up step by step (see the module docstring), stopping at the first failure.
 
     Parameters
@@ -733,6 +736,10 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
         Where the step lines go (``None``: standard output).
     quiet:
         Print nothing.
+    record:
+        Write what the steps from the DMA loopback on do to the device to this capture file (a
+        :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
+        whole memory through the host, which a replay need not repeat); ``None``: no capture.
 
     Returns
     -------
@@ -784,6 +791,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
                 if run is None:
                     run = _Run(transport, device, seed, mem_bytes, timeout)
                 report.transport = type(transport).__name__
+                if record is not None and step.name == "dma" and not isinstance(run.device, Recorder):
+                    run.device = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
                 run.step = step
                 step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
                 step.status = "pass"
@@ -804,6 +813,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             say(f"      probably: {step.diagnosis}")
             break
     finally:
+        if run is not None and isinstance(run.device, Recorder):
+            run.device.writer.close()
         if owned and transport is not None:
             (run.device if run and run.device else transport).close()
     report.seconds = time.monotonic() - start
@@ -869,13 +880,20 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         print(f"dx1 bringup: cannot write the timeline to {args.trace} (it must be a file in an existing folder)",
               file=sys.stderr)
         return 2
+    if args.record is not None:
+        folder = Path(args.record).parent
+        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            print(f"dx1 bringup: cannot write the capture to {args.record} (it must be a file in a writable folder)",
+                  file=sys.stderr)
+            return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
     timeline: list[str] = []
     try:
         with _traced_link(args.device, args.trace, args.trace_format, timeline) as target:
-            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout)
+            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
+                                  record=args.record)
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
@@ -883,6 +901,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         print(f"  {line}")
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
+    if args.record is not None and Path(args.record).exists():
+        print(f"  capture: {args.record} (replay it with dx1 replay {args.record} --device D)")
     if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
         print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
         return 2
@@ -903,6 +923,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: all of it)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
     add_trace_arguments(p)
+    p.add_argument("--record", metavar="FILE", default=None,
+                   help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p
 

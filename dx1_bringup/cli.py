@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
+from .replay.cli import add_parser as add_replay_parser
 from .timeline import add_trace_arguments
 from .workloads.cli import add_parser as add_run_parser
 
@@ -384,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "a stuck unit sooner)")
     gemm.add_argument("--record", metavar="FILE", default=None,
                       help="write what the run does to the device to this capture file "
-                           "(replay it with python -m dx1_bringup.replay FILE --device D)")
+                           "(replay it with dx1 replay FILE --device D)")
     add_trace_arguments(gemm)
     gemm.set_defaults(func=cmd_gemm)
     perf = sub.add_parser("perf", help="predict a GEMM's cycles per unit with the performance model (and measure them)")
@@ -414,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_sim_serve)
     add_bringup_parser(sub)
     add_run_parser(sub)
+    add_replay_parser(sub)
     return parser
 
 

@@ -15,9 +15,11 @@ from dx1_bringup.cli import main
 
 #: Device strings no backend opens, and what the message must say.
 BAD_DEVICES = [
-    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim://HOST:PORT, serial:URL, pcie:BDF"),
+    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim:verilog=PATH, sim://HOST:PORT, "
+         "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
-    ("sim:", "unknown device 'sim:'"),
+    ("sim:", "device 'sim:': expected sim or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
+    ("sim:verilog=/nonexistent.v", "expected sim or sim:verilog=PATH with PATH an existing Verilog file"),
     ("model:", "device 'model:': memory or stall or bus fault '' is not KEY=VALUE with KEY one of stuck-bit, "
                "stuck-at, alias-bit, stall, bus-error"),
     ("model:foo", "memory or stall or bus fault 'foo' is not KEY=VALUE"),

@@ -22,12 +22,12 @@ import numpy as np
 from dx1_driver import Capabilities, Device, DeviceTimeout, DriverError
 
 from ..replay.capture import Capture, Download, Event, Wait
-from ..replay.replay import Mismatch, Session, compare, stuck
+from ..replay.replay import Mismatch, Session, compare, record, stuck
 from ..spec import ErrorCode, Opcode, SocConfig, TileConfig
 from .generate import StreamParams, batch_events, dump_events, setup_events
 from .layout import Layout
 
-__all__ = ["FuzzReport", "layout_for", "fuzz", "write_report"]
+__all__ = ["FuzzReport", "layout_for", "fuzz", "record_stream", "write_report"]
 
 #: Log2 of the ring entries of the fuzzer's queues (a batch has at most 63 commands a queue).
 RING_LOG2 = 6
@@ -237,6 +237,36 @@ def fuzz(devices: Sequence[Device], names: Sequence[str], *, commands: int, seed
         report.repro = str(path)
         report.replay_command = f"python -m dx1_bringup.replay {path} --device {names[-1]}"
     return report
+
+
+def record_stream(device: Device, commands: int, *, seed: int, params: StreamParams | None = None,
+                  timeout: float = 60.0) -> Capture:
+    """Segment 0 of seed ``seed``'s stream, with batches until it holds ``commands`` random commands, as a capture.
+
+    The segment (setup, batches, dump; :mod:`dx1_bringup.fuzz.generate`) is recorded on ``device`` (reset
+    here), so its waits and downloads hold what that device did; no other device runs it.
+
+    Raises
+    ------
+    ValueError
+        ``commands`` is below 1, or the fuzzer cannot drive the device.
+    """
+    if commands < 1:
+        raise ValueError(f"a recorded stream needs at least 1 random command, not {commands}")
+    params = StreamParams() if params is None else params
+    lay = layout_for(device.caps)
+    rng = np.random.default_rng([seed, 0])
+    tags = [0, 0x8000]
+    events = setup_events(lay, rng, tags)
+    drawn = 0
+    while drawn < commands:
+        batch = batch_events(lay, rng, params, tags)
+        drawn += sum(len(getattr(e, "commands", ())) for e in batch)
+        events += batch
+    events += dump_events(lay, tags)
+    device.reset()
+    return record(events, device, RING_LOG2, timeout=timeout,
+                  note=f"fuzz seed {seed} segment 0: {drawn} random commands recorded on one device")
 
 
 def write_report(report: FuzzReport, path: str | Path) -> None:

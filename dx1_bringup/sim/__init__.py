@@ -157,7 +157,7 @@ def fst_missing() -> str | None:
 
 def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, seed: int | None = None,
                env: dict[str, str] | None = None, name: str | None = None,
-               quiet: bool = False) -> Path:
+               quiet: bool = False, verilog: Path | None = None) -> Path:
     """Build the generated RTL module ``module`` and run cocotb ``test_module`` on it.
 
     The build variant (public signals, coverage, waveforms) comes from the ``DX1_SIM_*``
@@ -179,6 +179,9 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         Run folder name under the build folder (default: test module, test case and seed).
     quiet:
         Send the build and simulator output to log files in the run folder.
+    verilog:
+        Build this Verilog file (with the top level ``module``, for example a mutant of the generated
+        SoC) instead of the generated one, in the folder ``sim-<module>[variant]`` beside it.
 
     Returns
     -------
@@ -200,12 +203,15 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     from ..gateware import rtl_module
 
     mod = rtl_module(module)
-    if not mod.path.exists():
-        raise FileNotFoundError(f"{mod.path} is missing: run `make rtl`")
+    source = mod.path if verilog is None else Path(verilog).resolve()
+    if not source.exists():
+        raise FileNotFoundError(f"{source} is missing: " + ("run `make rtl`" if verilog is None else
+                                                            "expected a Verilog file to build"))
     variant = BuildVariant.from_env()
     if variant.waves == "fst" and (reason := fst_missing()):
         raise RuntimeError(reason)
-    build_dir = BUILD_ROOT / (module + variant.suffix)
+    build_dir = (BUILD_ROOT / (module + variant.suffix) if verilog is None
+                 else source.parent / f"sim-{module}{variant.suffix}")
     run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # The runner looks for `verilator` on PATH and hands PATH to its build and the simulation.
@@ -225,7 +231,7 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     try:
         with open(build_dir / ".build-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            runner.build(sources=[mod.path], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
+            runner.build(sources=[source], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
                          waves=variant.waves is not None, log_file=log if quiet else None)
     finally:
         if saved is None:

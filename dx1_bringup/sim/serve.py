@@ -22,11 +22,13 @@ BOARD_MODULE = "dx1_board"
 
 
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
-          uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor") -> None:
+          uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
+          verilog: str | None = None) -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
-    :mod:`dx1_bringup.sim.backdoor`).
+    :mod:`dx1_bringup.sim.backdoor`).  ``verilog``: serve this Verilog file of the SoC (a mutant, say)
+    instead of the generated ``rtl/dx1_soc.v``.
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
@@ -36,7 +38,7 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
         env["DX1_SIM_PORTFILE"] = port_file
     module, server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
     run_cocotb(module, f"dx1_bringup.sim.{server}", env=env, quiet=quiet,
-               name=f"serve-{port}" if port else "serve")
+               name=f"serve-{port}" if port else "serve", verilog=None if verilog is None else Path(verilog))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
+    parser.add_argument("--verilog",
+                        help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
@@ -67,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
         parser.error("--fault-rate needs --uart (faults are injected on the serial line)")
+    if args.verilog and args.uart:
+        parser.error("--verilog replaces the SoC's Verilog and cannot be used with --uart (the board)")
+    if args.verilog and not Path(args.verilog).is_file():
+        parser.error(f"--verilog {args.verilog} is not a file; expected the Verilog of the SoC to serve")
     reason = verilator_missing()
     if reason:
         print(f"dx1 sim serve: {reason}", file=sys.stderr)
@@ -76,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
           f"127.0.0.1:{args.port or '(the port is in the log line below and --port-file)'}", flush=True)
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
-              fault_seed=args.fault_seed, host_path=args.host_path)
+              fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog)
     except SimulationFailed as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,245 @@
+"""`dx1 replay`, `dx1 diff` and `dx1 shrink`: a capture replayed, bisected between two devices, shrunk.
+
+Exit status: 0 the capture agrees (replay) or the devices' effects agree (diff, shrink); 1 a mismatch
+(diff and shrink: the devices differ, and what was found is printed); 2 a capture that cannot be used
+(truncated, corrupted, another spec version or configuration), a device that cannot be opened, or an
+output that cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dx1_driver import Device, DriverError
+
+from ..spec import COMMANDS, Opcode, unpack_command
+from .capture import Capture, CaptureError, load_capture
+from .diff import TIMEOUT, DiffResult, bisect, prefix_events
+from .replay import WAIT_TIMEOUT, replay
+from .shrink import shrink
+
+__all__ = ["add_parser", "cmd_replay", "cmd_diff", "replay_main", "diff_main"]
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
+    return value
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of tests, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _load(path: str, prog: str) -> Capture | None:
+    try:
+        return load_capture(path)
+    except (OSError, CaptureError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+
+
+def _open(names: list[str], prog: str) -> list[Device] | None:
+    opened: list[Device] = []
+    for name in names:
+        if name.startswith("sim") and not name.startswith("sim://"):
+            print(f"  starting a private simulator ({name}; the first run builds it: minutes) ...", flush=True)
+        try:
+            opened.append(Device.open(name))
+        except (ValueError, DriverError) as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            for dev in opened:
+                dev.close()
+            return None
+    return opened
+
+
+def _writable(path: str | None, prog: str) -> bool:
+    if path is None:
+        return True
+    folder = Path(path).parent
+    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        print(f"{prog}: cannot write the shrunk capture to {path} (it must be a file in a writable folder)",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def cmd_replay(args: argparse.Namespace, prog: str = "dx1 replay") -> int:
+    """Replay a capture on one device; exit 0 if every completion and downloaded byte agrees, 1 if not."""
+    capture = _load(args.capture, prog)
+    if capture is None:
+        return 2
+    devices = _open([args.device], prog)
+    if devices is None:
+        return 2
+    start = time.monotonic()
+    with devices[0] as device:
+        try:
+            result = replay(capture, device, timeout=args.timeout)
+        except CaptureError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 2
+    took = time.monotonic() - start
+    if result.ok:
+        print(f"{args.capture}: {result.events} events, {result.commands} commands replayed on {args.device} in "
+              f"{took:.2f} s: every completion and downloaded byte agrees")
+        return 0
+    print(f"{args.capture}: mismatch on {args.device} at {result.mismatch}")
+    return 1
+
+
+def _decoded(cmd: bytes) -> list[str]:
+    """A command's fields, one a line, through the spec's COMMANDS and unpack_command."""
+    opcode, fields = unpack_command(cmd)
+    try:
+        name = Opcode(opcode).name
+    except ValueError:
+        name = f"undefined opcode 0x{opcode:02x}"
+    spec = COMMANDS.get(opcode)
+    lines = [f"{name}"]
+    lines += [f"  {k:<18} {v} (0x{v:x})" for k, v in fields.items() if k != "opcode"]
+    reserved = int.from_bytes(cmd, "little") & spec.reserved_mask if spec is not None else 0
+    if reserved:
+        lines.append(f"  {'reserved bits':<18} 0x{reserved:x} (must be 0)")
+    lines.append(f"  {'bytes':<18} {cmd.hex(' ')}")
+    return lines
+
+
+def _report(path: str, names: list[str], result: DiffResult) -> None:
+    print(f"dx1 diff {path}: {names[0]} vs {names[1]}, {result.commands} commands")
+    if result.difference is None:
+        print(f"  the effects of all {result.commands} commands agree (completions, the memory the capture "
+              f"touches, every scratchpad and accumulator buffer)")
+    elif result.before_commands:
+        print("  the effects differ before the first command of the capture: on a cleared device, its uploads and "
+              "DMA windows alone (and the clearing and read-back commands) leave different effects")
+        print(f"  first difference: {result.difference}")
+    else:
+        ref = result.first
+        print(f"  first command whose effect differs: command {ref.number} (submission order, from 0) of "
+              f"{result.commands}: queue {ref.queue} (tile {ref.queue}), its command {ref.index}, in capture "
+              f"event {ref.event}")
+        for line in _decoded(ref.command):
+            print(f"    {line}")
+        print(f"  prefix of {ref.number} commands: same effects; prefix of {ref.number + 1}: {result.difference}")
+    print(f"  search: {result.replays} prefix replays ({result.replays // 2} prefixes on each device), "
+          f"{result.seconds:.2f} s")
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Bisect a capture between two devices; with ``--shrink`` (or as ``dx1 shrink``) shrink what differs."""
+    prog = f"dx1 {args.command}"
+    if len(args.device) != 2:
+        print(f"{prog}: give exactly two devices (--device A --device B), not {len(args.device)}", file=sys.stderr)
+        return 2
+    out = getattr(args, "output", None) or getattr(args, "shrink", None)
+    if not _writable(out, prog):
+        return 2
+    capture = _load(args.capture, prog)
+    if capture is None:
+        return 2
+    devices = _open(args.device, prog)
+    if devices is None:
+        return 2
+    try:
+        result = bisect(capture, devices, args.device, timeout=args.timeout,
+                        progress=lambda line: print(f"  {line}", flush=True))
+        _report(args.capture, args.device, result)
+        if result.difference is None:
+            return 0
+        if out is not None:
+            _shrink(args, capture, devices, result, out)
+        return 1
+    except (CaptureError, ValueError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        for dev in devices:
+            dev.close()
+
+
+def _shrink(args: argparse.Namespace, capture: Capture, devices: list[Device], result: DiffResult,
+            out: str) -> None:
+    """Shrink the prefix that ends at the first differing command (the whole capture if it differs before one)."""
+    k = capture.commands if result.first is None else result.first.number + 1
+    prefix = Capture(capture.config, capture.ring_log2, prefix_events(capture, k, devices[0].caps.semaphores),
+                     note=capture.note)
+    start = time.monotonic()
+    shrunk = shrink(prefix, devices, args.device, budget=args.budget, timeout=args.timeout,
+                    progress=lambda line: print(f"  shrink: {line}", flush=True))
+    shrunk.capture.save(out)
+    print(f"  shrunk (ddmin over commands and uploads, {shrunk.tests} tests, {time.monotonic() - start:.2f} s): "
+          f"{capture.commands} commands and {sum(1 for e in capture.events if e.kind == 'upload')} uploads in "
+          f"{args.capture} ({Path(args.capture).stat().st_size} bytes); {shrunk.commands_before} commands and "
+          f"{shrunk.uploads_before} uploads up to the first differing one; kept {shrunk.commands_after} commands "
+          f"and {shrunk.uploads_after} uploads")
+    print(f"  wrote {out} ({Path(out).stat().st_size} bytes, {shrunk.capture.commands} commands with the clearing "
+          f"and read-back ones; recorded on {args.device[0]}): {shrunk.difference}")
+    print(f"  replay it: dx1 replay {out} --device {args.device[1]}")
+
+
+def _common(p: argparse.ArgumentParser, timeout: float) -> None:
+    p.add_argument("capture", help="capture file (dx1-capture JSON lines)")
+    p.add_argument("--timeout", type=_positive_float, default=timeout,
+                   help=f"seconds a queue may go without a completion (default {timeout:g})")
+
+
+def _two_devices(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", action="append", default=[], required=True,
+                   help="a device string; give it twice, A then B (model, model:FAULTS, sim, sim:verilog=PATH, ...)")
+    p.add_argument("--budget", type=_budget, default=400, help="most shrink tests (default 400)")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``replay``, ``diff`` and ``shrink`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
+    p = subparsers.add_parser("replay", help="replay a capture on a device and check its completions and bytes")
+    _common(p, WAIT_TIMEOUT)
+    p.add_argument("--device", default="model", help="device string to replay on (default: model)")
+    p.set_defaults(func=cmd_replay)
+    p = subparsers.add_parser("diff", help="find the first command of a capture whose effect differs between two "
+                                           "devices (bisection over prefixes)")
+    _common(p, TIMEOUT)
+    _two_devices(p)
+    p.add_argument("--shrink", metavar="OUT", default=None,
+                   help="also shrink the capture up to that command (ddmin) and write it to OUT")
+    p.set_defaults(func=cmd_diff)
+    p = subparsers.add_parser("shrink", help="shrink a capture (ddmin over commands and uploads) while two devices "
+                                             "still differ on it; bisects first")
+    _common(p, TIMEOUT)
+    _two_devices(p)
+    p.add_argument("-o", "--output", required=True, help="the shrunk capture")
+    p.set_defaults(func=cmd_diff)
+
+
+def replay_main(argv: list[str] | None = None) -> int:
+    """``python -m dx1_bringup.replay FILE [--device D]``: the same as ``dx1 replay``."""
+    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.replay", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
+    return cmd_replay(args, parser.prog)
+
+
+def diff_main(argv: list[str]) -> int:
+    """``dx1 diff ARGV...`` (``argv`` without ``diff``), for scripts that run it after preparing a capture."""
+    parser = argparse.ArgumentParser(prog="dx1")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["diff", *argv])
+    return cmd_diff(args)
