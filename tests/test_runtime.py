@@ -293,7 +293,7 @@ def test_cli_info_with_and_without_device(capsys):
     assert "device model" not in capsys.readouterr().out
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert "device model: hw 1.0, tiles 2, array 8x8" in out and "PERF" in out
+    assert "device model: hw 1.1, tiles 2, array 8x8" in out and "PERF" in out
 
 
 # -- the command-stream builder, padding and the single-tile layer ---------------------------------------------
