@@ -55,7 +55,7 @@ class Costs:
     store_fixed: float = 10.0
     store_burst: float = 2.0
     store_beat: float = 1.0
-    contention: float = 1.0
+    contention: float = 0.25
     load_idle: float = 19.0
     store_idle: float = 6.0
     gemm_fill: int = 18
@@ -67,9 +67,9 @@ class Costs:
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
-    host_fixed: int = 64
-    host_per_command: int = 4
-    host_per_tile: int = 45
+    host_fixed: int = 48
+    host_per_command: int = 1
+    host_per_tile: int = 60
     host_doorbell: int = 8
     ring_batch: int = 63
 

@@ -42,7 +42,7 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
             + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart
-               else [f"--host-path={host_path}"]),
+               else [f"--host-path={host_path}"])
             + (["--verilog", str(verilog)] if verilog is not None else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
