@@ -241,8 +241,8 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tiles)} x {arr}x{arr} MAC/cycle "
           f"(MACs / (cycles x {arr}^2 x tiles); per tile "
           + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")
-    print(f"  traffic      {stats.dma_bytes} bytes of DMA, {stats.host_bytes_written} written and "
-          f"{stats.host_bytes_read} read by the host")
+    print(f"  traffic      {stats.dma_bytes} bytes of DMA (the plan: {stats.planned_dma_bytes}), "
+          f"{stats.host_bytes_written} written and {stats.host_bytes_read} read by the host")
     print(f"  wall time    {wall:.2f} s")
     if link is not None:
         print(f"  link         {link.summary()} (since the link was opened)")

@@ -112,7 +112,7 @@ def test_stats(dev):
     assert stats.cycles == max(stats.delta(t).cycles for t in stats.tiles)
     assert 0 < stats.utilisation() <= 1 and all(0 < stats.utilisation(t) <= 1 for t in stats.tiles)
     plan = _plan(dev.caps, 64, 64, 64, bias_addr=0xC0000, post=POST)
-    assert stats.dma_bytes == plan.load_bytes + plan.store_bytes
+    assert stats.dma_bytes == plan.load_bytes + plan.store_bytes == stats.planned_dma_bytes
     assert stats.host_bytes_written == 64 * 64 * 2 + 64 * 4 and stats.host_bytes_read == c.nbytes
 
 

@@ -507,7 +507,7 @@ def _emit_finish(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int
 
 @dataclass
 class GemmStats:
-    """What a run did: commands per tile, PERF counters before and after, host traffic."""
+    """What a run did: commands per tile, PERF counters before and after, host traffic, the plan's DMA bytes."""
 
     array: int
     commands: dict[int, int]
@@ -515,6 +515,7 @@ class GemmStats:
     perf_after: dict[int, PerfCounters]
     host_bytes_written: int
     host_bytes_read: int
+    planned_dma_bytes: int = 0
 
     def delta(self, tile: int) -> PerfCounters:
         """What ``tile``'s counters counted over the run (modulo each counter's width)."""
@@ -683,5 +684,6 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         c = device.read_array(addr["c"], (m, np_), plan.c_dtype)[:, :n].astype(plan.c_dtype)
     finally:
         device.free(base)
-    stats = GemmStats(caps.array, {t: len(plan.commands[t]) for t in used}, before, after, written, c.nbytes)
+    stats = GemmStats(caps.array, {t: len(plan.commands[t]) for t in used}, before, after, written, c.nbytes,
+                      plan.load_bytes + plan.store_bytes)
     return c, stats
