@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from dx1_driver import Device, register_backend
+from dx1_driver import Device, register_backend, registry
 
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
@@ -174,9 +175,11 @@ def test_shrunk_capture_still_fails_and_replays(stream: Capture, tmp_path: Path)
 
 
 @pytest.fixture(scope="module")
-def planted_backend() -> str:
+def planted_backend() -> Iterator[str]:
     register_backend("test-planted-gemm", lambda _device: PlantedGemmBug(), "test-planted-gemm")
-    return "test-planted-gemm"
+    yield "test-planted-gemm"
+    # Gone again, so later tests see only the real device strings (the registry has no public removal).
+    registry._backends.pop("test-planted-gemm")
 
 
 def test_command_lines(stream: Capture, tmp_path: Path, planted_backend: str,

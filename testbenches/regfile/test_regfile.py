@@ -202,7 +202,7 @@ def expected_caps(tb: RegfileTB) -> int:
     cfg = tb.config
     caps = {f.name: f for f in tb.regmap.block("GLOBAL").reg("CAPS").register.fields}
     return (cfg.tiles << caps["tiles"].lsb | cfg.tile.array << caps["array"].lsb
-            | cfg.semaphores << caps["semaphores"].lsb)
+            | cfg.mem_banks << caps["mem_banks"].lsb | cfg.semaphores << caps["semaphores"].lsb)
 
 
 # ---- (1) reset values and the block walk -------------------------------------------------------------
@@ -231,7 +231,7 @@ async def reset_and_walk(dut):
         got = await tb.read_ok(tb.reg("GLOBAL", str(name)))
         assert got == identity[name], f"GLOBAL.{name} reads {got:#x}, expected {identity[name]:#x}"
     if tb.config == type(tb.config)():
-        assert identity["CAPS"] == 2 | 8 << 4 | 16 << 16  # the default config, spelled out once
+        assert identity["CAPS"] == 2 | 8 << 4 | 4 << 9 | 16 << 16  # the default config, spelled out once
     tb.expect_events([], "reads of constants")
     for reg in tb.shuffled(tb.of(Access.RW, Access.W1C)):
         got = await tb.read_ok(reg)
