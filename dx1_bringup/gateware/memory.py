@@ -52,7 +52,25 @@ def _round_robin(m: Module, name: str, requests: list, last: Signal):
     return any_, grant
 
 
-class _AxiBank(wiring.Component):
+class _AxiSlaves(wiring.Component):
+    """A component with ``ports`` AXI4 slave ports ``s0``, ``s1``, ... of one signature ``sig``.
+
+    The base of :class:`AxiMemory` and of its banks: both keep the port count and the signature's
+    widths, and hand their ports out in order through :attr:`port_list`.
+    """
+
+    def __init__(self, ports: int, sig: AXI4Signature):
+        self.ports = ports
+        self.data_width, self.id_width, self.addr_width = sig.data_width, sig.id_width, sig.addr_width
+        super().__init__({f"s{i}": In(sig) for i in range(ports)})
+
+    @property
+    def port_list(self) -> list:
+        """The slave ports, ``s0`` first."""
+        return [getattr(self, f"s{i}") for i in range(self.ports)]
+
+
+class _AxiBank(_AxiSlaves):
     """One bank of :class:`AxiMemory`: ``size`` bytes of RAM behind ``ports`` AXI4 slave ports.
 
     It serves whole bursts, one read and one write at a time, as :class:`AxiMemory` describes for
@@ -60,15 +78,8 @@ class _AxiBank(wiring.Component):
     """
 
     def __init__(self, size: int, ports: int, data_width: int, id_width: int, addr_width: int):
-        self.size, self.ports = size, ports
-        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
-        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
-        super().__init__({f"s{i}": In(sig) for i in range(ports)})
-
-    @property
-    def port_list(self) -> list:
-        """The slave ports, ``s0`` first."""
-        return [getattr(self, f"s{i}") for i in range(self.ports)]
+        self.size = size
+        super().__init__(ports, AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -217,7 +228,7 @@ class _AxiBank(wiring.Component):
         return m
 
 
-class AxiMemory(wiring.Component):
+class AxiMemory(_AxiSlaves):
     """``size`` bytes of device memory in ``banks`` banks, shared by ``ports`` AXI4 slave ports ``s0``, ``s1``, ...
 
     Banks interleave in 4 KiB pages: byte ``a`` is in bank ``(a // 4096) % banks``.  No AXI burst
@@ -291,14 +302,8 @@ class AxiMemory(wiring.Component):
         sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
         if size > 1 << addr_width:
             raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
-        self.size, self.ports, self.banks = size, ports, banks
-        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
-        super().__init__({f"s{i}": In(sig) for i in range(ports)})
-
-    @property
-    def port_list(self) -> list:
-        """The slave ports, ``s0`` first."""
-        return [getattr(self, f"s{i}") for i in range(self.ports)]
+        self.size, self.banks = size, banks
+        super().__init__(ports, sig)
 
     def elaborate(self, platform):
         m = Module()

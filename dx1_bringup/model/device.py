@@ -732,8 +732,8 @@ class DeviceModel:
         cfg = self.config.tile
         row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
         outer_bytes = cols * row_bytes
-        if self.bus_errors is not None and any(self._bus_error(f["dram_addr"] + r * f["dram_stride"], outer_bytes)
-                                               for r in range(rows)):
+        if self.bus_errors is not None and self.bus_errors.hits_rows(f["dram_addr"], f["dram_stride"], rows,
+                                                                     outer_bytes):
             return ErrorCode.BUS_ERROR, 1
         self._move_rows(tile, opcode == Opcode.LOAD, acc, f)
         moved = rows * outer_bytes
