@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In
 from amaranth.utils import bits_for, exact_log2
 
 from ..spec import BUS_BYTES
-from .axi import BURST_INCR, RESP_OKAY, RESP_SLVERR, AXI4Signature
+from .axi import BURST_INCR, PAGE_BYTES, RESP_OKAY, RESP_SLVERR, AXI4Signature
 
 __all__ = ["AxiMemory", "MAX_BANKS", "MAX_OUTSTANDING", "MAX_PORTS", "MIN_SIZE", "PAGE_BYTES", "READ_BUFFER_DEPTH"]
 
@@ -18,8 +18,6 @@ __all__ = ["AxiMemory", "MAX_BANKS", "MAX_OUTSTANDING", "MAX_PORTS", "MIN_SIZE",
 MAX_PORTS = 17
 #: Most banks of one memory.
 MAX_BANKS = 16
-#: Bytes of one AXI page: no burst crosses it, and banks interleave in whole pages.
-PAGE_BYTES = 4096
 #: Smallest memory, in bytes (one page).
 MIN_SIZE = PAGE_BYTES
 #: Bursts one port may have in flight in each direction (address taken, last response not yet taken).
