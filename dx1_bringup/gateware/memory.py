@@ -50,6 +50,20 @@ def _round_robin(m: Module, name: str, requests: list, last: Signal):
     return any_, grant
 
 
+def _in_flight(m: Module, take, done, to_bank, count: Signal, bank: Signal) -> None:
+    """Count one port's bursts in flight in one direction, and the bank they go to.
+
+    ``take`` is high when a burst's address is taken (for bank ``to_bank``), ``done`` when its last
+    response is; ``count`` and ``bank`` are the registers kept.
+    """
+    with m.If(take):
+        m.d.sync += bank.eq(to_bank)
+    with m.If(take & ~done):
+        m.d.sync += count.eq(count + 1)
+    with m.Elif(done & ~take):
+        m.d.sync += count.eq(count - 1)
+
+
 class _Burst:
     """The burst one direction of a bank serves, and the start of the next from its address channel.
 
@@ -358,20 +372,6 @@ class AxiMemory(_AxiSlaves):
                     with m.Case(b):
                         m.d.comb += [p.wready.eq(q.wready), p.bvalid.eq(q.bvalid), p.bid.eq(q.bid),
                                      p.bresp.eq(q.bresp)]
-            ar_take = p.arvalid & p.arready
-            r_done = p.rvalid & p.rready & p.rlast
-            with m.If(ar_take):
-                m.d.sync += r_bank.eq(ar_bank)
-            with m.If(ar_take & ~r_done):
-                m.d.sync += r_out.eq(r_out + 1)
-            with m.Elif(r_done & ~ar_take):
-                m.d.sync += r_out.eq(r_out - 1)
-            aw_take = p.awvalid & p.awready
-            b_done = p.bvalid & p.bready
-            with m.If(aw_take):
-                m.d.sync += w_bank.eq(aw_bank)
-            with m.If(aw_take & ~b_done):
-                m.d.sync += w_out.eq(w_out + 1)
-            with m.Elif(b_done & ~aw_take):
-                m.d.sync += w_out.eq(w_out - 1)
+            _in_flight(m, p.arvalid & p.arready, p.rvalid & p.rready & p.rlast, ar_bank, r_out, r_bank)
+            _in_flight(m, p.awvalid & p.awready, p.bvalid & p.bready, aw_bank, w_out, w_bank)
         return m
