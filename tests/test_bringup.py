@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -144,6 +146,17 @@ def test_cli_writes_report(tmp_path, capsys):
     assert "probably: data bit 5 stuck at 1" in out and f"report: {path}" in out
     assert main(["--device", "model", "--report", str(path), "--mem-bytes", "2048"]) == 0
     assert json.loads(path.read_text())["passed"] is True
+
+
+def test_module_runs_as_a_command(tmp_path):
+    """``python -m dx1_bringup.bringup`` is ``dx1 bringup``: a failing model exits 1 and writes the report."""
+    path = tmp_path / "bringup.json"
+    done = subprocess.run([sys.executable, "-m", "dx1_bringup.bringup", "--device", "model:stuck-bit=5", "--report",
+                           str(path), "--seed", "7", "--mem-bytes", "2048"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "probably: data bit 5 stuck at 1" in done.stdout
+    assert json.loads(path.read_text())["failed_step"] == "memory"
 
 
 def test_region_larger_than_memory():

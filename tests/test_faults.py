@@ -7,6 +7,7 @@ import pytest
 
 from dx1_bringup.faults import (
     FAULT_KINDS,
+    BusErrors,
     FaultRng,
     LineFaults,
     MemoryFaults,
@@ -82,3 +83,20 @@ def test_bit_operations() -> None:
     a, b = FaultRng(1), FaultRng(1)
     draws = [a.bit(8) for _ in range(200)]
     assert set(draws) == set(range(8)) and draws == [b.bit(8) for _ in range(200)]
+
+
+def test_bus_error_rows_agree_with_testing_every_row() -> None:
+    """``BusErrors.hits_rows``' one interval test gives what testing each row with ``hits`` gives."""
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(3000):
+        window = BusErrors((int(rng.integers(0, 512)), int(rng.integers(1, 64))))
+        addr, stride, rows, length = (int(rng.integers(0, 512)), int(rng.integers(0, 96)), int(rng.integers(0, 9)),
+                                      int(rng.integers(0, 80)))
+        every_row = any(window.hits(addr + r * stride, length) for r in range(rows))
+        assert window.hits_rows(addr, stride, rows, length) == every_row, (window, addr, stride, rows, length)
+        seen.add(every_row)
+    assert seen == {False, True}
+    # Rows that step over the window touch nothing, although the span from the first to the last row covers it.
+    assert not BusErrors((0x100, 0x10)).hits_rows(0xC0, 0x80, 2, 0x40)
+    assert BusErrors((0x100, 0x10)).hits_rows(0xC0, 0x80, 2, 0x41)

@@ -77,6 +77,18 @@ class BusErrors:
         """True when bytes ``addr .. addr + length - 1`` touch the window (``length`` 0 touches nothing)."""
         return length > 0 and addr < self.start + self.length and self.start < addr + length
 
+    def hits_rows(self, addr: int, stride: int, rows: int, length: int) -> bool:
+        """True when any of ``rows`` rows of ``length`` bytes, row ``r`` at ``addr + r*stride``, touches the window.
+
+        One interval test, not one a row: row ``r`` touches the window exactly when its start lies in
+        ``(start - length, start + window length)``, so only the first row past the low end (the row range's
+        earliest candidate, strides being 0 or more) needs testing.
+        """
+        if rows < 1 or length < 1:
+            return False
+        first = 0 if stride == 0 else max(0, (self.start - length - addr) // stride + 1)
+        return first < rows and self.hits(addr + first * stride, length)
+
     def check_size(self, mem_bytes: int) -> None:
         """Raise ``ValueError`` unless the window lies inside a device memory of ``mem_bytes`` bytes."""
         if self.start + self.length > mem_bytes:

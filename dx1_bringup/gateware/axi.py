@@ -13,9 +13,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..spec import BUS_BYTES
 
-__all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "RESP_OKAY", "RESP_SLVERR", "RESP_DECERR"]
+__all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "MAX_BURST", "PAGE_BYTES", "RESP_OKAY", "RESP_SLVERR",
+           "RESP_DECERR"]
 
 BURST_INCR = 0b01
+#: Most beats of one INCR burst (AXI4).
+MAX_BURST = 256
+#: No burst crosses a boundary of this many bytes (AXI's 4 KiB page).
+PAGE_BYTES = 4096
 RESP_OKAY = 0b00
 RESP_SLVERR = 0b10
 RESP_DECERR = 0b11

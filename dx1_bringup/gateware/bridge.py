@@ -24,13 +24,11 @@ from ..spec import (
     FrameCommand,
     FrameStatus,
 )
-from .axi import BURST_INCR, RESP_OKAY, AXI4LiteSignature, AXI4Signature
+from .axi import BURST_INCR, MAX_BURST, PAGE_BYTES, RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from .uart import UartRx, UartTx, check_baud
 
 __all__ = ["UartBridge", "crc32_update"]
 
-MAX_BEATS = 256
-PAGE_BYTES = 4096
 BUF_WORDS = (BURST_MAX_PAYLOAD + BUS_BYTES) // BUS_BYTES   # room for an unaligned start
 BEAT_BITS = exact_log2(BUS_BYTES)   # byte-lane bits of a device-memory address
 REG_BITS = exact_log2(REG_BYTES)    # address bits of the register port
@@ -236,7 +234,7 @@ class UartBridge(wiring.Component):
         in_burst = Signal(9)        # W beats sent in this burst
         m.d.comb += [
             to_page.eq(PAGE_BYTES // BUS_BYTES - cur[BEAT_BITS:exact_log2(PAGE_BYTES)]),
-            capped.eq(Mux(left < MAX_BEATS, left, MAX_BEATS)),
+            capped.eq(Mux(left < MAX_BURST, left, MAX_BURST)),
             cut.eq(Mux(to_page < capped, to_page, capped)),
         ]
         strb = Signal(BUS_BYTES)

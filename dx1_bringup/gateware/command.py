@@ -404,18 +404,15 @@ class CommandProcessor(wiring.Component):
         # Slot bookkeeping: push at dispatch, pop when the completion is taken.
         t_pop = Signal()
         d_pop = Signal()
-        with m.If(t_push):
-            m.d.sync += [t_slots[t_wr].eq(slot_in), t_valid[t_wr].eq(1),
-                         t_wr.eq(Mux(t_wr == TILE_SLOTS - 1, 0, t_wr + 1))]
-        with m.If(t_pop):
-            m.d.sync += [t_valid[t_rd].eq(0), t_rd.eq(Mux(t_rd == TILE_SLOTS - 1, 0, t_rd + 1))]
-        m.d.sync += t_count.eq(t_count + t_push - t_pop)
-        with m.If(d_push):
-            m.d.sync += [d_slots[d_wr].eq(slot_in), d_valid[d_wr].eq(1),
-                         d_wr.eq(Mux(d_wr == DMA_SLOTS - 1, 0, d_wr + 1))]
-        with m.If(d_pop):
-            m.d.sync += [d_valid[d_rd].eq(0), d_rd.eq(Mux(d_rd == DMA_SLOTS - 1, 0, d_rd + 1))]
-        m.d.sync += d_count.eq(d_count + d_push - d_pop)
+        def keep_slots(slots, valid, wr, rd, count, depth, push, pop):
+            with m.If(push):
+                m.d.sync += [slots[wr].eq(slot_in), valid[wr].eq(1), wr.eq(Mux(wr == depth - 1, 0, wr + 1))]
+            with m.If(pop):
+                m.d.sync += [valid[rd].eq(0), rd.eq(Mux(rd == depth - 1, 0, rd + 1))]
+            m.d.sync += count.eq(count + push - pop)
+
+        keep_slots(t_slots, t_valid, t_wr, t_rd, t_count, TILE_SLOTS, t_push, t_pop)
+        keep_slots(d_slots, d_valid, d_wr, d_rd, d_count, DMA_SLOTS, d_push, d_pop)
 
         # ---- completion writer ---------------------------------------------------------------
         cpl_addr = Signal(32)

@@ -9,17 +9,14 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from amaranth.utils import exact_log2
 
 from ..spec import BUS_BYTES, COMMAND_BITS, COMMANDS, ErrorCode, Opcode, TileConfig
-from .axi import BURST_INCR, RESP_OKAY, AXI4Signature
+from .axi import BURST_INCR, MAX_BURST, PAGE_BYTES, RESP_OKAY, AXI4Signature
 from .layouts import HEADER_LAYOUT, command_layout
 from .stream import AXIStreamSignature
-from .tile import TileCore
+from .tile import ADDR_BITS, LOCAL_PORTS, TileCore, local_ports
 
 __all__ = ["Dma", "DmaTile"]
 
-ADDR_BITS = 16          # width of a local row address (the tile core's stream words)
 BEAT_BYTES = BUS_BYTES  # one AXI data beat
-MAX_BURST = 256         # AXI4 INCR limit, in beats
-PAGE_BYTES = 4096       # bursts never cross this boundary
 MAX_READS = 4           # read bursts in flight
 DATA_DEPTH = 32         # beats between the read side and the write side
 #: Longest write burst of a COPY.  Its address goes out only once all its beats are in the data FIFO;
@@ -168,12 +165,7 @@ class Dma(wiring.Component):
             "cmd": In(AXIStreamSignature(COMMAND_BITS)),
             "done": Out(AXIStreamSignature(8)),
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=8 * BEAT_BYTES, id_width=id_width)),
-            "spm_wr": Out(AXIStreamSignature(ADDR_BITS + 8 * n)),
-            "spm_rreq": Out(AXIStreamSignature(ADDR_BITS)),
-            "spm_rresp": In(AXIStreamSignature(8 * n)),
-            "acc_wr": Out(AXIStreamSignature(ADDR_BITS + 32 * n)),
-            "acc_rreq": Out(AXIStreamSignature(ADDR_BITS)),
-            "acc_rresp": In(AXIStreamSignature(32 * n)),
+            **{name: member.flip() for name, member in local_ports(n).items()},
             "bytes_read": Out(32),
             "bytes_written": Out(32),
             "busy": Out(1),
@@ -456,7 +448,7 @@ class DmaTile(wiring.Component):
         connect(m, flipped(self.dma_done), dma.done)
         connect(m, flipped(self.tile_cmd), tile.cmd)
         connect(m, flipped(self.tile_done), tile.done)
-        for name in ("spm_wr", "spm_rreq", "spm_rresp", "acc_wr", "acc_rreq", "acc_rresp"):
+        for name in LOCAL_PORTS:
             connect(m, getattr(dma, name), getattr(tile, name))
         m.d.comb += [
             self.dma_busy.eq(dma.busy), self.dma_bytes_read.eq(dma.bytes_read),

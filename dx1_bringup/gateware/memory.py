@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In
 from amaranth.utils import bits_for, exact_log2
 
 from ..spec import BUS_BYTES
-from .axi import BURST_INCR, RESP_OKAY, RESP_SLVERR, AXI4Signature
+from .axi import BURST_INCR, PAGE_BYTES, RESP_OKAY, RESP_SLVERR, AXI4Signature
 
 __all__ = ["AxiMemory", "MAX_BANKS", "MAX_OUTSTANDING", "MAX_PORTS", "MIN_SIZE", "PAGE_BYTES", "READ_BUFFER_DEPTH"]
 
@@ -18,8 +18,6 @@ __all__ = ["AxiMemory", "MAX_BANKS", "MAX_OUTSTANDING", "MAX_PORTS", "MIN_SIZE",
 MAX_PORTS = 17
 #: Most banks of one memory.
 MAX_BANKS = 16
-#: Bytes of one AXI page: no burst crosses it, and banks interleave in whole pages.
-PAGE_BYTES = 4096
 #: Smallest memory, in bytes (one page).
 MIN_SIZE = PAGE_BYTES
 #: Bursts one port may have in flight in each direction (address taken, last response not yet taken).
@@ -52,7 +50,86 @@ def _round_robin(m: Module, name: str, requests: list, last: Signal):
     return any_, grant
 
 
-class _AxiBank(wiring.Component):
+def _in_flight(m: Module, take, done, to_bank, count: Signal, bank: Signal) -> None:
+    """Count one port's bursts in flight in one direction, and the bank they go to.
+
+    ``take`` is high when a burst's address is taken (for bank ``to_bank``), ``done`` when its last
+    response is; ``count`` and ``bank`` are the registers kept.
+    """
+    with m.If(take):
+        m.d.sync += bank.eq(to_bank)
+    with m.If(take & ~done):
+        m.d.sync += count.eq(count + 1)
+    with m.Elif(done & ~take):
+        m.d.sync += count.eq(count - 1)
+
+
+class _Burst:
+    """The burst one direction of a bank serves, and the start of the next from its address channel.
+
+    ``busy`` while the burst's beats go on, ``port`` the port it serves and ``last_port`` the port
+    served last (where the round-robin starts), ``addr`` the word of the current beat, ``left`` the
+    beats after it, ``err`` whether it is answered SLVERR, ``id`` its AXI id.  Signals are named
+    ``{d}_busy``, ``{d}_port`` and so on.
+    """
+
+    def __init__(self, d: str, ports: int, word_bits: int, id_width: int):
+        port_bits = max(1, bits_for(ports - 1))
+        self.busy = Signal(name=f"{d}_busy")
+        self.port = Signal(port_bits, name=f"{d}_port")
+        self.last_port = Signal(port_bits, init=ports - 1, name=f"{d}_last_port")
+        self.addr = Signal(word_bits, name=f"{d}_addr")
+        self.left = Signal(8, name=f"{d}_left")
+        self.err = Signal(name=f"{d}_err")
+        self.id = Signal(id_width, name=f"{d}_id")
+
+    def take(self, m: Module, ch: str, ports: list, requests: list, beat_size: int, bad_burst) -> tuple:
+        """Arbitrate address channel ``ch`` (``"aw"`` or ``"ar"``) and start the granted port's burst.
+
+        While no burst is busy, the first requesting port in round-robin order has its address taken:
+        the burst's registers load its address (as a word), length, id and whether ``bad_burst(addr,
+        len, size, burst)`` refuses it.  Returns ``(take, grant)``: high in the cycle an address is
+        taken, and the port granted.
+        """
+        any_, grant = _round_robin(m, ch, requests, self.last_port)
+        names = [f"{ch}{f}" for f in ("addr", "len", "size", "burst", "id")]
+        sel = Signal(sum(len(getattr(ports[0], f)) for f in names), name=f"{ch}_sel")
+        with m.Switch(grant):
+            for i, p in enumerate(ports):
+                with (m.Case(i) if i < len(ports) - 1 else m.Default()):
+                    m.d.comb += sel.eq(Cat(*(getattr(p, f) for f in names)))
+        a = len(getattr(ports[0], f"{ch}addr"))
+        addr, length, size, burst, id_ = sel[:a], sel[a:][:8], sel[a + 8:][:3], sel[a + 11:][:2], sel[a + 13:]
+        take = Signal(name=f"{ch}_take")
+        m.d.comb += take.eq(~self.busy & any_)
+        with m.If(take):
+            m.d.sync += [
+                self.busy.eq(1), self.port.eq(grant), self.last_port.eq(grant), self.id.eq(id_),
+                self.addr.eq(addr >> beat_size), self.left.eq(length),
+                self.err.eq(bad_burst(addr, length, size, burst)),
+            ]
+        return take, grant
+
+
+class _AxiSlaves(wiring.Component):
+    """A component with ``ports`` AXI4 slave ports ``s0``, ``s1``, ... of one signature ``sig``.
+
+    The base of :class:`AxiMemory` and of its banks: both keep the port count and the signature's
+    widths, and hand their ports out in order through :attr:`port_list`.
+    """
+
+    def __init__(self, ports: int, sig: AXI4Signature):
+        self.ports = ports
+        self.data_width, self.id_width, self.addr_width = sig.data_width, sig.id_width, sig.addr_width
+        super().__init__({f"s{i}": In(sig) for i in range(ports)})
+
+    @property
+    def port_list(self) -> list:
+        """The slave ports, ``s0`` first."""
+        return [getattr(self, f"s{i}") for i in range(self.ports)]
+
+
+class _AxiBank(_AxiSlaves):
     """One bank of :class:`AxiMemory`: ``size`` bytes of RAM behind ``ports`` AXI4 slave ports.
 
     It serves whole bursts, one read and one write at a time, as :class:`AxiMemory` describes for
@@ -60,15 +137,8 @@ class _AxiBank(wiring.Component):
     """
 
     def __init__(self, size: int, ports: int, data_width: int, id_width: int, addr_width: int):
-        self.size, self.ports = size, ports
-        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
-        sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
-        super().__init__({f"s{i}": In(sig) for i in range(ports)})
-
-    @property
-    def port_list(self) -> list:
-        """The slave ports, ``s0`` first."""
-        return [getattr(self, f"s{i}") for i in range(self.ports)]
+        self.size = size
+        super().__init__(ports, AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width))
 
     def elaborate(self, platform):
         m = Module()
@@ -92,37 +162,12 @@ class _AxiBank(wiring.Component):
                     | ((addr >> beat_size)[:exact_log2(page_words)] + length >= page_words))
 
         # ---- writes: address, data beats, then the port's response register ---------------------
-        w_busy = Signal()                      # a write burst is taking data
-        w_port = Signal(port_bits)
-        w_last_port = Signal(port_bits, init=n - 1)
-        w_addr = Signal(word_bits)
-        w_left = Signal(8)                     # beats after the current one
-        w_err = Signal()
-        w_id = Signal(self.id_width)
+        w = _Burst("w", n, word_bits, self.id_width)  # the write burst taking data
         b_valid = [Signal(name=f"b_valid_{i}") for i in range(n)]
         b_id = [Signal(self.id_width, name=f"b_id_{i}") for i in range(n)]
         b_resp = [Signal(2, name=f"b_resp_{i}") for i in range(n)]
-
-        aw_any, aw_grant = _round_robin(m, "aw", [p.awvalid & ~b_valid[i] for i, p in enumerate(ports)],
-                                        w_last_port)
-        aw_sel = Signal(len(ports[0].awaddr) + 8 + 3 + 2 + self.id_width)
-        with m.Switch(aw_grant):
-            for i, p in enumerate(ports):
-                with (m.Case(i) if i < n - 1 else m.Default()):
-                    m.d.comb += aw_sel.eq(Cat(p.awaddr, p.awlen, p.awsize, p.awburst, p.awid))
-        aw_addr = aw_sel[:self.addr_width]
-        aw_len = aw_sel[self.addr_width:][:8]
-        aw_size = aw_sel[self.addr_width + 8:][:3]
-        aw_burst = aw_sel[self.addr_width + 11:][:2]
-        aw_id = aw_sel[self.addr_width + 13:]
-        aw_take = Signal()
-        m.d.comb += aw_take.eq(~w_busy & aw_any)
-        with m.If(aw_take):
-            m.d.sync += [
-                w_busy.eq(1), w_port.eq(aw_grant), w_last_port.eq(aw_grant), w_id.eq(aw_id),
-                w_addr.eq(aw_addr >> beat_size), w_left.eq(aw_len),
-                w_err.eq(bad_burst(aw_addr, aw_len, aw_size, aw_burst)),
-            ]
+        aw_take, aw_grant = w.take(m, "aw", ports, [p.awvalid & ~b_valid[i] for i, p in enumerate(ports)],
+                                   beat_size, bad_burst)
 
         w_beat = Signal()
         w_data = Signal(self.data_width)
@@ -130,72 +175,47 @@ class _AxiBank(wiring.Component):
         for i, p in enumerate(ports):
             m.d.comb += [
                 p.awready.eq(aw_take & (aw_grant == i)),
-                p.wready.eq(w_busy & (w_port == i)),
+                p.wready.eq(w.busy & (w.port == i)),
                 p.bvalid.eq(b_valid[i]), p.bid.eq(b_id[i]), p.bresp.eq(b_resp[i]),
             ]
-            with m.If(w_port == i):
-                m.d.comb += [w_beat.eq(w_busy & p.wvalid), w_data.eq(p.wdata), w_strb.eq(p.wstrb)]
+            with m.If(w.port == i):
+                m.d.comb += [w_beat.eq(w.busy & p.wvalid), w_data.eq(p.wdata), w_strb.eq(p.wstrb)]
             with m.If(p.bvalid & p.bready):
                 m.d.sync += b_valid[i].eq(0)
-        m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_data)]
+        m.d.comb += [wr.addr.eq(w.addr), wr.data.eq(w_data)]
         with m.If(w_beat):
-            m.d.comb += wr.en.eq(Mux(w_err, 0, w_strb))
-            m.d.sync += [w_addr.eq(w_addr + 1), w_left.eq(w_left - 1)]
-            with m.If(w_left == 0):
-                m.d.sync += w_busy.eq(0)
+            m.d.comb += wr.en.eq(Mux(w.err, 0, w_strb))
+            m.d.sync += [w.addr.eq(w.addr + 1), w.left.eq(w.left - 1)]
+            with m.If(w.left == 0):
+                m.d.sync += w.busy.eq(0)
                 for i in range(n):
-                    with m.If(w_port == i):
-                        m.d.sync += [b_valid[i].eq(1), b_id[i].eq(w_id),
-                                     b_resp[i].eq(Mux(w_err, RESP_SLVERR, RESP_OKAY))]
+                    with m.If(w.port == i):
+                        m.d.sync += [b_valid[i].eq(1), b_id[i].eq(w.id),
+                                     b_resp[i].eq(Mux(w.err, RESP_SLVERR, RESP_OKAY))]
 
         # ---- reads: address, one beat a cycle into the memory, then the skid buffer -------------
         beat = data.StructLayout({
             "data": unsigned(self.data_width), "id": unsigned(self.id_width), "port": unsigned(port_bits),
             "err": 1, "last": 1,
         })
-        r_busy = Signal()                      # a read burst is issuing beats
-        r_port = Signal(port_bits)
-        r_last_port = Signal(port_bits, init=n - 1)
-        r_addr = Signal(word_bits)
-        r_left = Signal(8)
-        r_err = Signal()
-        r_id = Signal(self.id_width)
-
-        ar_any, ar_grant = _round_robin(m, "ar", [p.arvalid for p in ports], r_last_port)
-        ar_sel = Signal(len(ports[0].araddr) + 8 + 3 + 2 + self.id_width)
-        with m.Switch(ar_grant):
-            for i, p in enumerate(ports):
-                with (m.Case(i) if i < n - 1 else m.Default()):
-                    m.d.comb += ar_sel.eq(Cat(p.araddr, p.arlen, p.arsize, p.arburst, p.arid))
-        ar_addr = ar_sel[:self.addr_width]
-        ar_len = ar_sel[self.addr_width:][:8]
-        ar_size = ar_sel[self.addr_width + 8:][:3]
-        ar_burst = ar_sel[self.addr_width + 11:][:2]
-        ar_id = ar_sel[self.addr_width + 13:]
-        ar_take = Signal()
-        m.d.comb += ar_take.eq(~r_busy & ar_any)
-        with m.If(ar_take):
-            m.d.sync += [
-                r_busy.eq(1), r_port.eq(ar_grant), r_last_port.eq(ar_grant), r_id.eq(ar_id),
-                r_addr.eq(ar_addr >> beat_size), r_left.eq(ar_len),
-                r_err.eq(bad_burst(ar_addr, ar_len, ar_size, ar_burst)),
-            ]
+        r = _Burst("r", n, word_bits, self.id_width)  # the read burst issuing beats
+        ar_take, ar_grant = r.take(m, "ar", ports, [p.arvalid for p in ports], beat_size, bad_burst)
 
         m.submodules.r_buffer = r_buffer = SyncFIFO(width=beat.size, depth=READ_BUFFER_DEPTH)
         pending = Signal(beat)                 # the beat the memory is reading this cycle
         pending_valid = Signal()
         r_issue = Signal()
-        m.d.comb += r_issue.eq(r_busy & (r_buffer.level + pending_valid < READ_BUFFER_DEPTH))
-        m.d.comb += [rd.addr.eq(r_addr), rd.en.eq(r_issue & ~r_err)]
+        m.d.comb += r_issue.eq(r.busy & (r_buffer.level + pending_valid < READ_BUFFER_DEPTH))
+        m.d.comb += [rd.addr.eq(r.addr), rd.en.eq(r_issue & ~r.err)]
         m.d.sync += pending_valid.eq(r_issue)
         with m.If(r_issue):
             m.d.sync += [
-                pending.id.eq(r_id), pending.port.eq(r_port), pending.err.eq(r_err),
-                pending.last.eq(r_left == 0),
-                r_addr.eq(r_addr + 1), r_left.eq(r_left - 1),
+                pending.id.eq(r.id), pending.port.eq(r.port), pending.err.eq(r.err),
+                pending.last.eq(r.left == 0),
+                r.addr.eq(r.addr + 1), r.left.eq(r.left - 1),
             ]
-            with m.If(r_left == 0):
-                m.d.sync += r_busy.eq(0)
+            with m.If(r.left == 0):
+                m.d.sync += r.busy.eq(0)
         into = Signal(beat)
         m.d.comb += [
             into.eq(pending), into.data.eq(Mux(pending.err, 0, rd.data)),
@@ -217,7 +237,7 @@ class _AxiBank(wiring.Component):
         return m
 
 
-class AxiMemory(wiring.Component):
+class AxiMemory(_AxiSlaves):
     """``size`` bytes of device memory in ``banks`` banks, shared by ``ports`` AXI4 slave ports ``s0``, ``s1``, ...
 
     Banks interleave in 4 KiB pages: byte ``a`` is in bank ``(a // 4096) % banks``.  No AXI burst
@@ -291,14 +311,8 @@ class AxiMemory(wiring.Component):
         sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
         if size > 1 << addr_width:
             raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
-        self.size, self.ports, self.banks = size, ports, banks
-        self.data_width, self.id_width, self.addr_width = data_width, id_width, addr_width
-        super().__init__({f"s{i}": In(sig) for i in range(ports)})
-
-    @property
-    def port_list(self) -> list:
-        """The slave ports, ``s0`` first."""
-        return [getattr(self, f"s{i}") for i in range(self.ports)]
+        self.size, self.banks = size, banks
+        super().__init__(ports, sig)
 
     def elaborate(self, platform):
         m = Module()
@@ -358,20 +372,6 @@ class AxiMemory(wiring.Component):
                     with m.Case(b):
                         m.d.comb += [p.wready.eq(q.wready), p.bvalid.eq(q.bvalid), p.bid.eq(q.bid),
                                      p.bresp.eq(q.bresp)]
-            ar_take = p.arvalid & p.arready
-            r_done = p.rvalid & p.rready & p.rlast
-            with m.If(ar_take):
-                m.d.sync += r_bank.eq(ar_bank)
-            with m.If(ar_take & ~r_done):
-                m.d.sync += r_out.eq(r_out + 1)
-            with m.Elif(r_done & ~ar_take):
-                m.d.sync += r_out.eq(r_out - 1)
-            aw_take = p.awvalid & p.awready
-            b_done = p.bvalid & p.bready
-            with m.If(aw_take):
-                m.d.sync += w_bank.eq(aw_bank)
-            with m.If(aw_take & ~b_done):
-                m.d.sync += w_out.eq(w_out + 1)
-            with m.Elif(b_done & ~aw_take):
-                m.d.sync += w_out.eq(w_out - 1)
+            _in_flight(m, p.arvalid & p.arready, p.rvalid & p.rready & p.rlast, ar_bank, r_out, r_bank)
+            _in_flight(m, p.awvalid & p.awready, p.bvalid & p.bready, aw_bank, w_out, w_bank)
         return m

@@ -7,6 +7,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..spec import POSTOP_MAX_SHIFT
+from .pipeline import delay_valid_ctl
 
 __all__ = ["PostOp"]
 
@@ -82,11 +83,6 @@ class PostOp(wiring.Component):
             out = _saturate(m, y, 8, f"sat{lane}")
             m.d.sync += self.out[lane].eq(out)
 
-        valid, ctl = self.row_valid, self.ctl
-        for stage in range(self.LATENCY):
-            valid_d = Signal(name=f"valid_s{stage}")
-            ctl_d = Signal(len(self.ctl), name=f"ctl_s{stage}")
-            m.d.sync += [valid_d.eq(valid), ctl_d.eq(ctl)]
-            valid, ctl = valid_d, ctl_d
+        valid, ctl = delay_valid_ctl(m, self.row_valid, self.ctl, self.LATENCY, "s")
         m.d.comb += [self.out_valid.eq(valid), self.out_ctl.eq(ctl)]
         return m

@@ -13,7 +13,7 @@ from .command import CommandProcessor
 from .dma import Dma
 from .memory import AxiMemory
 from .regfile import ADDR_WIDTH, RegisterFile, field_bits, field_word
-from .tile import TileCore
+from .tile import LOCAL_PORTS, TileCore
 from .tile_reset import TileReset
 
 __all__ = ["Dx1Soc"]
@@ -122,7 +122,7 @@ class Dx1Soc(wiring.Component):
             wiring.connect(m, dma.axi, getattr(memory, f"s{2 + 2 * t}"))
 
             # Watchdog progress, and the per-tile reset.
-            streams = [getattr(dma, p) for p in ("spm_wr", "spm_rreq", "spm_rresp", "acc_wr", "acc_rreq", "acc_rresp")]
+            streams = [getattr(dma, p) for p in LOCAL_PORTS]
             moved = Cat((dma.axi.rvalid & dma.axi.rready), (dma.axi.wvalid & dma.axi.wready),
                         *(s.tvalid & s.tready for s in streams))
             tile_reset = reg(q, "RESET")

@@ -6,6 +6,8 @@ from amaranth import Array, Module, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .pipeline import delay_valid_ctl
+
 __all__ = ["SystolicArray"]
 
 
@@ -109,11 +111,6 @@ class SystolicArray(wiring.Component):
             psum_bottom.append(psum)
         m.d.comb += [self.out[c].eq(psum_bottom[c]) for c in range(n)]
 
-        valid, ctl = self.a_valid, self.ctl
-        for d in range(self.LATENCY):
-            valid_d = Signal(name=f"valid_d{d}")
-            ctl_d = Signal(len(self.ctl), name=f"ctl_d{d}")
-            m.d.sync += [valid_d.eq(valid), ctl_d.eq(ctl)]
-            valid, ctl = valid_d, ctl_d
+        valid, ctl = delay_valid_ctl(m, self.a_valid, self.ctl, self.LATENCY, "d")
         m.d.comb += [self.out_valid.eq(valid), self.out_ctl.eq(ctl)]
         return m

@@ -15,7 +15,7 @@ from .postop import MAX_SHIFT, PostOp
 from .stream import AXIStreamSignature
 from .systolic import SystolicArray
 
-__all__ = ["TileCore"]
+__all__ = ["ADDR_BITS", "LOCAL_PORTS", "TileCore", "local_ports"]
 
 #: Completions the core can hold; it accepts no command that would not have room for its own.
 DONE_DEPTH = 8
@@ -27,6 +27,27 @@ READ_QUEUE_DEPTH = 4
 ADDR_BITS = 16  # width of every row-address field in the spec
 #: Registered decode steps between taking a command and dispatching it: products, then the checks.
 DECODE_STAGES = 2
+
+
+def local_ports(array: int) -> dict[str, wiring.Member]:
+    """The tile core's local-memory ports for an ``array``-wide tile, as the core (their slave) has them.
+
+    Scratchpad and accumulator buffer each have a write stream (row address, then the row), a read
+    request stream (row address) and a read response stream (the row); a master (the DMA) has each
+    member flipped.
+    """
+    return {
+        "spm_wr": In(AXIStreamSignature(ADDR_BITS + 8 * array)),
+        "spm_rreq": In(AXIStreamSignature(ADDR_BITS)),
+        "spm_rresp": Out(AXIStreamSignature(8 * array)),
+        "acc_wr": In(AXIStreamSignature(ADDR_BITS + 32 * array)),
+        "acc_rreq": In(AXIStreamSignature(ADDR_BITS)),
+        "acc_rresp": Out(AXIStreamSignature(32 * array)),
+    }
+
+
+#: The names of :func:`local_ports`, in order.
+LOCAL_PORTS = tuple(local_ports(1))
 
 
 class _Bank:
@@ -102,12 +123,7 @@ class TileCore(wiring.Component):
         super().__init__({
             "cmd": In(AXIStreamSignature(COMMAND_BITS)),
             "done": Out(AXIStreamSignature(32)),
-            "spm_wr": In(AXIStreamSignature(ADDR_BITS + 8 * n)),
-            "spm_rreq": In(AXIStreamSignature(ADDR_BITS)),
-            "spm_rresp": Out(AXIStreamSignature(8 * n)),
-            "acc_wr": In(AXIStreamSignature(ADDR_BITS + 32 * n)),
-            "acc_rreq": In(AXIStreamSignature(ADDR_BITS)),
-            "acc_rresp": Out(AXIStreamSignature(32 * n)),
+            **local_ports(n),
             "busy": Out(1),
             "perf_macs": Out(48),
             "perf_busy": Out(32),

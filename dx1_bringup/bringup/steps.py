@@ -1,109 +1,31 @@
-"""Board bring-up: from "is anything alive" to "GEMM verified on every tile".
+"""The eight bring-up steps (see :mod:`dx1_bringup.bringup`), run through the driver only.
 
-:func:`run_bringup` runs eight steps in order, through the driver only, and stops
-at the first one that fails, saying what it saw, what it expected, what is
-probably broken and what to check next:
-
-1. ``link``: a few reads of GLOBAL.ID and MAGIC give the same answer; SCRATCH
-   holds what is written (and is restored).
-2. ``identity``: discovery, MAGIC, HW_VERSION and capabilities against the spec
-   (tiles, array, semaphores, memories >= 1; one QUEUE, PERF and TRACE block a tile).
-3. ``registers``: every discovered block where the spec places it, its ID,
-   VERSION and NEXT; read-only constants read again; after the reset, every
-   register with a defined reset value has it.  Nothing is written that starts
-   work; write-only registers are not read.
-4. ``memory``: data bus (walking ones on one word), address lines (one
-   word at 0 and at every power of two of the whole memory), address-in-address
-   and a seeded random pattern over the tested region.  This step overwrites
-   device memory.
-5. ``dma``: on every tile, LOAD into the low and high scratchpad rows and the
-   accumulator buffer and STORE back, and a COPY, compared byte for byte.
-6. ``gemm``: on every tile, a small GEMM with bias and requantisation and one
-   with int32 output, planned by the runtime's compiler, against
-   :func:`~dx1_bringup.runtime.gemm.reference_gemm` bit for bit.
-7. ``perf``: the counters read in steps 5 and 6: cycles advance, MACS equals the
-   MACs the GEMMs issued, BYTES_READ/WRITTEN equal the bytes the DMA moved.
-8. ``irq``: on every queue a SIGNAL's completion sets IRQ_STATUS and raises the
-   interrupt line, W1C clears it, a masked completion leaves the line low.
-   Transports without an interrupt line (serial, PCIe without VFIO) check
-   IRQ_STATUS by polling and say so.
-
-The whole run is a :class:`BringupReport`, written as JSON by the command line.
-``python -m dx1_bringup.bringup --device D`` runs it (``dx1 bringup`` once wired
-in).  Besides the driver's device strings, ``model:FAULTS`` opens the golden
-model with broken memory (:meth:`~dx1_bringup.model.device.MemoryFaults.parse`),
-for example ``model:stuck-bit=5`` or ``model:alias-bit=12``.
+:class:`_Run` holds the state the steps share; each step is one of its methods, returns its summary
+line and records every comparison as a :class:`~.report.Check`, failing with :class:`_StepFailed`
+(what the mismatch probably means) at the first wrong one.  Internal to the package: its entry point is
+:func:`~dx1_bringup.bringup.run.run_bringup`.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
-import random
-import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
-from dx1_driver import (
-    CommandError,
-    Device,
-    DeviceTimeout,
-    DriverError,
-    NotADx1Device,
-    QueueError,
-    Transport,
-    TransportError,
-    open_transport,
-    regs,
-)
+from dx1_driver import Device, DeviceTimeout, DriverError, NotADx1Device, Transport, regs
 
-from .model.tile import PostOpParams
-from .replay import Recorder
-from .runtime.gemm import compile_gemm
-from .runtime.operands import ACC_LANE_BYTES, pad_operand, padded
-from .runtime.reference import reference_gemm
-from .spec import BUS_BYTES, Access, BlockType, SocConfig, register_map
-from .timeline import add_trace_arguments, record_link
-
-__all__ = ["STEPS", "BringupReport", "Check", "StepResult", "add_parser", "main", "run_bringup"]
-
-#: The steps, in order: name and title.
-STEPS: tuple[tuple[str, str], ...] = (
-    ("link", "link check"),
-    ("identity", "magic, version, capabilities"),
-    ("registers", "register walk"),
-    ("memory", "device memory"),
-    ("dma", "DMA loopback"),
-    ("gemm", "GEMM self-test"),
-    ("perf", "perf counters"),
-    ("irq", "interrupts"),
-)
-
-#: What to suspect when a step ends on a driver exception rather than a wrong value.
-_HINTS = {
-    "link": "nothing sensible comes back: check power, the cable or socket, the port name, that both ends use "
-            "the same baud rate, and that the FPGA is programmed with the dx1 bitstream",
-    "identity": "the device answers but is not the expected dx1: check the bitstream and its version",
-    "registers": "the register space does not match the spec: check that the bitstream was generated from the "
-                 "same spec as this driver (make rtl)",
-    "memory": "device memory or its bus fails: check the memory controller, its clock and its pins",
-    "dma": "the DMA or the command processor fails: check the DMA's AXI master and the scratchpad ports",
-    "gemm": "the tile's compute core fails: check the systolic array, accumulator buffer and post-op",
-    "perf": "the PERF block counts wrongly: check its counter inputs",
-    "irq": "the interrupt path fails: check IRQ_STATUS/IRQ_MASK logic and the interrupt pin",
-}
+from ..model.tile import PostOpParams
+from ..runtime.gemm import compile_gemm
+from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from ..runtime.reference import reference_gemm
+from ..spec import Access, BlockType, SocConfig, register_map
+from .diagnosis import _WORD, _WORD_BITS, _address_diagnosis, _bytes_diagnosis, _data_bits_diagnosis, _hex
+from .report import REGION_CHECK, Check, StepResult
 
 _LINK_READS = 4
 _SCRATCH_PATTERNS = (0xA5A5_5A5A, 0x5A5A_A5A5, 0xFFFF_FFFF, 0x0000_0000)
-_WORD = BUS_BYTES  # the device-memory bus width in bytes
-_WORD_BITS = 8 * _WORD
 _ADDR_MARK = 0xA5 << 56  # marks values of the address-line test, so a stray value names its address
 _RING_LOG2 = 4
 _DMA_SPM_ROWS = 16
@@ -113,69 +35,13 @@ _GEMM_POST = PostOpParams(mult=147, shift=16)
 _IRQ_SETTLE = 0.01  # seconds the interrupt line is watched where it must stay low
 
 
-#: The memory step's check of ``--mem-bytes`` against the device: failing it is a bad argument (exit 2).
-REGION_CHECK = "tested region inside device memory"
-
-
-@dataclass
-class Check:
-    """One comparison: what was checked, what was expected, what the device gave."""
-
-    what: str
-    expected: Any
-    got: Any
-    ok: bool
-
-
-@dataclass
-class StepResult:
-    """One step: ``status`` is ``"pass"``, ``"fail"`` or ``"not run"`` (after an earlier failure)."""
-
-    name: str
-    title: str
-    status: str = "not run"
-    seconds: float = 0.0
-    summary: str = ""
-    checks: list[Check] = field(default_factory=list)
-    diagnosis: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class BringupReport:
-    """A whole bring-up run; :meth:`to_json` is what ``--report`` writes."""
-
-    device: str
-    transport: str
-    started: str
-    seed: int
-    mem_bytes: int | None
-    steps: list[StepResult]
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return all(s.status == "pass" for s in self.steps)
-
-    @property
-    def failed_step(self) -> StepResult | None:
-        return next((s for s in self.steps if s.status == "fail"), None)
-
-    def to_json(self) -> dict[str, Any]:
-        failed = self.failed_step
-        return {"device": self.device, "transport": self.transport, "started": self.started, "seed": self.seed,
-                "mem_bytes": self.mem_bytes, "seconds": round(self.seconds, 3), "passed": self.passed,
-                "failed_step": failed.name if failed else None, "steps": [asdict(s) for s in self.steps]}
-
-
 class _StepFailed(Exception):
+    """A step's check failed: ``diagnosis`` says what is probably broken and what to check next."""
+
     def __init__(self, diagnosis: str):
         super().__init__(diagnosis)
         self.diagnosis = diagnosis
 
-
-def _hex(value: int, width: int = 8) -> str:
-    return f"0x{value:0{width}x}"
 
 
 class _Run:
@@ -654,288 +520,3 @@ class _Run:
                 raise DeviceTimeout(f"queue {q.tile}: no completion within {self.timeout} s")
 
 
-def _bit_list(bits: list[int]) -> str:
-    return ", ".join(str(b) for b in bits)
-
-
-def _data_bits_diagnosis(patterns: list[int], got: list[int]) -> str:
-    """Name data bits that read stuck at 0 or 1, or that follow other bits, from walking-bit patterns."""
-    stuck = {0: [], 1: []}
-    other = []
-    for bit in range(_WORD_BITS):
-        seen = {g >> bit & 1 for g in got}
-        wrong = any((p ^ g) >> bit & 1 for p, g in zip(patterns, got, strict=True))
-        if not wrong:
-            continue
-        if len(seen) == 1:
-            stuck[seen.pop()].append(bit)
-        else:
-            other.append(bit)
-    parts = [f"data bit{'s' if len(bits) > 1 else ''} {_bit_list(bits)} stuck at {value}"
-             for value, bits in stuck.items() if bits]
-    if other:
-        parts.append(f"data bit{'s' if len(other) > 1 else ''} {_bit_list(other)} read wrong in some patterns "
-                     "(shorted to a neighbour or coupled)")
-    where = ", ".join(parts)
-    return (f"{where}: check the memory data lines (bit b is byte b // 8, bit b % 8 of each 64-bit word): solder, "
-            "the memory chip's DQ pins, the controller's data path")
-
-
-def _address_diagnosis(expected_addr: int, got_addr: int, valid: set[int] | None, marked: bool) -> str:
-    """Explain a word that holds another address's value: which address bits alias."""
-    if not marked or (valid is not None and got_addr not in valid):
-        return (f"the word at {_hex(expected_addr)} holds neither its own value nor another tested address's: "
-                "the memory or its data path corrupts values (the data bus test passed, so suspect the memory "
-                "cells or refresh)")
-    bits = [b for b in range(32) if (expected_addr ^ got_addr) >> b & 1]
-    if len(bits) == 1:
-        return (f"address bit {bits[0]} aliases: {_hex(expected_addr)} and {_hex(got_addr)} reach the same memory "
-                f"(address line {bits[0]} stuck or open): check that line between controller and memory")
-    return (f"address bits {_bit_list(bits)} are shorted or decoded wrongly: {_hex(expected_addr)} and "
-            f"{_hex(got_addr)} reach the same memory: check those address lines")
-
-
-def _bytes_diagnosis(expected: np.ndarray, got: np.ndarray) -> str:
-    """Explain byte mismatches over a region: a data bit that reads stuck, or scattered errors."""
-    n = len(expected) - len(expected) % _WORD
-    diff = (expected[:n] ^ got[:n]).reshape(-1, _WORD)
-    got_w = got[:n].reshape(-1, _WORD)
-    wrong = [(lane, bit) for lane in range(_WORD) for bit in range(8) if (diff[:, lane] >> bit & 1).any()]
-    if len(wrong) == 1:
-        lane, bit = wrong[0]
-        values = set((got_w[:, lane] >> bit & 1).tolist())
-        if len(values) == 1:
-            return (f"data bit {8 * lane + bit} stuck at {values.pop()}: check that memory data line "
-                    f"(byte lane {lane}, bit {bit})")
-        return f"data bit {8 * lane + bit} flips in some words: check that memory data line for noise or a weak cell"
-    count = int((diff != 0).sum())
-    return (f"{count} bytes differ over {len(wrong)} data bits: the memory loses data (timing, refresh, or "
-            "bad cells); the data bus and address line tests passed")
-
-
-def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
-                timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False,
-                record: str | Path | None = None) -> BringupReport:
-    """Bring a device up step by step (see the module docstring), stopping at the first failure.
-
-    Parameters
-    ----------
-    target:
-        A device string (:func:`~dx1_driver.open_transport`; opened and closed here), an open
-        transport, or an open device (reset here; its queues become unusable).
-    seed:
-        Seed of the random memory pattern and of the DMA and GEMM data; a random one
-        (reported) when ``None``.
-    mem_bytes:
-        Bytes of device memory, from address 0, for the address-in-address and random
-        tests (a multiple of 8); ``None``: the whole memory.  The data bus and address
-        line tests always run (one word at each power of two).
-    timeout:
-        Seconds a queue may go without progress.
-    out:
-        Where the step lines go (``None``: standard output).
-    quiet:
-        Print nothing.
-    record:
-        Write what the steps from the DMA loopback on do to the device to this capture file (a
-        :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
-        whole memory through the host, which a replay need not repeat); ``None``: no capture.
-
-    Returns
-    -------
-    BringupReport
-        Every step, those after a failure as ``"not run"``.
-
-    Raises
-    ------
-    ValueError
-        A bad argument or device string.
-    """
-    if mem_bytes is not None and (isinstance(mem_bytes, bool) or not isinstance(mem_bytes, int) or mem_bytes < _WORD
-                                  or mem_bytes % _WORD):
-        raise ValueError(f"mem_bytes must be a positive multiple of {_WORD}, not {mem_bytes!r}")
-    if seed is None:
-        seed = random.SystemRandom().randrange(1 << 32)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be positive, not {timeout!r}")
-
-    def say(text: str, end: str = "\n") -> None:
-        if not quiet:
-            print(text, end=end, file=out or sys.stdout, flush=True)
-
-    steps = [StepResult(name, title) for name, title in STEPS]
-    device = target if isinstance(target, Device) else None
-    transport = device.transport if device else target if isinstance(target, Transport) else None
-    name = target if isinstance(target, str) else type(transport).__name__
-    report = BringupReport(name, "", datetime.now(UTC).isoformat(timespec="seconds"), seed, mem_bytes,
-                           steps)
-    say(f"dx1 bringup on {name} (seed {seed}, memory test over "
-        f"{'the whole memory' if mem_bytes is None else f'{mem_bytes} bytes'})")
-    start = time.monotonic()
-    owned = isinstance(target, str)
-    run = None
-    try:
-        for index, step in enumerate(steps):
-            say(f"  {index + 1} {step.title:<30}", end="")
-            t0 = time.monotonic()
-            step.status = "fail"
-            try:
-                if transport is None:
-                    try:
-                        transport = open_transport(target)
-                    except TransportError as e:
-                        step.checks.append(Check(f"open {target}", "a working link", str(e), False))
-                        raise _StepFailed(_HINTS["link"]) from None
-                if run is None:
-                    run = _Run(transport, device, seed, mem_bytes, timeout)
-                report.transport = type(transport).__name__
-                if record is not None and step.name == "dma" and not isinstance(run.device, Recorder):
-                    run.device = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
-                run.step = step
-                step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
-                step.status = "pass"
-            except _StepFailed as e:
-                step.diagnosis = e.diagnosis
-            except (TransportError, DeviceTimeout, CommandError, QueueError, DriverError) as e:
-                step.checks.append(Check(f"{type(e).__name__} during {step.title}", "no error", str(e), False))
-                step.diagnosis = _exception_diagnosis(step.name, e)
-            step.seconds = time.monotonic() - t0
-            if step.status == "pass":
-                say(f"PASS {step.seconds:8.3f} s  {step.summary}")
-                continue
-            say(f"FAIL {step.seconds:8.3f} s")
-            bad = next(c for c in reversed(step.checks) if not c.ok)
-            say(f"      check:    {bad.what}")
-            say(f"      expected: {bad.expected}")
-            say(f"      got:      {bad.got}")
-            say(f"      probably: {step.diagnosis}")
-            break
-    finally:
-        if run is not None and isinstance(run.device, Recorder):
-            run.device.writer.close()
-        if owned and transport is not None:
-            (run.device if run and run.device else transport).close()
-    report.seconds = time.monotonic() - start
-    failed = report.failed_step
-    say(f"dx1 bringup: {'PASS' if failed is None else f'FAIL at step {failed.name}'} in {report.seconds:.2f} s")
-    return report
-
-
-def _exception_diagnosis(step: str, e: Exception) -> str:
-    if isinstance(e, TransportError):
-        return f"the link failed during this step after earlier steps passed: {_HINTS['link']}"
-    if isinstance(e, DeviceTimeout):
-        return f"a queue made no progress (the command processor or a unit hangs): {_HINTS[step]}"
-    if isinstance(e, CommandError):
-        return f"a command that is valid completed with an error code: {_HINTS[step]}"
-    if isinstance(e, QueueError):
-        return f"a queue halted on a ring error (fetch or completion write failed): {_HINTS[step]}"
-    return _HINTS[step]
-
-
-def _mem_bytes(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of bytes (decimal or 0x hex), not {text!r}") from None
-    if value < _WORD or value % _WORD:
-        raise argparse.ArgumentTypeError(f"must be a positive multiple of {_WORD}, not {value}")
-    return value
-
-
-@contextlib.contextmanager
-def _traced_link(device: str, path: str | None, fmt: str | None, summary: list[str]) -> Iterator[str | Transport]:
-    """``--trace``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
-
-    A link that does not open is left to :func:`run_bringup` to diagnose (no timeline then).
-    """
-    if path is None:
-        yield device
-        return
-    try:
-        transport = open_transport(device)
-    except TransportError:
-        yield device
-        return
-    try:
-        with record_link(transport, path, fmt, summary=summary) as traced:
-            yield traced
-    finally:
-        transport.close()
-
-
-def cmd_bringup(args: argparse.Namespace) -> int:
-    """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad argument."""
-    path = Path(args.report)
-    try:  # refuse a report path that cannot be written before bringing anything up
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.open("a").close()
-    except OSError as e:
-        print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    trace_folder = Path(args.trace or ".").parent
-    if args.trace is not None and (Path(args.trace).is_dir() or not trace_folder.is_dir()):
-        print(f"dx1 bringup: cannot write the timeline to {args.trace} (it must be a file in an existing folder)",
-              file=sys.stderr)
-        return 2
-    if args.record is not None:
-        folder = Path(args.record).parent
-        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            print(f"dx1 bringup: cannot write the capture to {args.record} (it must be a file in a writable folder)",
-                  file=sys.stderr)
-            return 2
-    if args.device == "sim":
-        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
-              flush=True)
-    timeline: list[str] = []
-    try:
-        with _traced_link(args.device, args.trace, args.trace_format, timeline) as target:
-            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
-                                  record=args.record)
-    except ValueError as e:
-        print(f"dx1 bringup: {e}", file=sys.stderr)
-        return 2
-    for line in timeline:
-        print(f"  {line}")
-    path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
-    print(f"  report: {path}")
-    if args.record is not None and Path(args.record).exists():
-        print(f"  capture: {args.record} (replay it with dx1 replay {args.record} --device D)")
-    if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
-        print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
-        return 2
-    return 0 if report.passed else 1
-
-
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``bringup`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("bringup", help="bring a device up step by step: link, identity, registers, memory, "
-                                              "DMA, GEMM, counters, interrupts; stop at the first failure")
-    p.add_argument("--device", default="model",
-                   help="model, model:FAULTS (e.g. model:stuck-bit=5, model:alias-bit=12), sim, sim://HOST:PORT, "
-                        "serial:URL[@BAUD], pcie:BDF (default model)")
-    p.add_argument("--report", default="build/bringup.json", help="JSON report path (default build/bringup.json)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the random patterns (default: random, printed)")
-    p.add_argument("--mem-bytes", type=_mem_bytes, default=None,
-                   help="bytes of device memory from 0 for the address-in-address and random tests "
-                        "(default: all of it)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
-    add_trace_arguments(p)
-    p.add_argument("--record", metavar="FILE", default=None,
-                   help="write what the steps from the DMA loopback on do to the device to this capture file")
-    p.set_defaults(func=cmd_bringup)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bringup", description="dx1 board bring-up")
-    sub = parser.add_subparsers(dest="command")
-    p = add_parser(sub)
-    args = p.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
