@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .bench_simspeed import print_simspeed, simspeed_bench
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -305,7 +306,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "serial", "perf")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perf")
 
 
 def _sections(text: str) -> list[str]:
@@ -360,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
                   "then the golden model ...", flush=True)
             report["soc"] = soc_bench()
             ok &= all(r["correct"] for r in report["soc"]["runs"])
+        elif section == "simspeed":
+            print(f"[{step}/{len(steps)}] Simulated SoC cycles per second over a whole GEMM, per way of serving "
+                  "the SoC (clock, host memory path), interleaved ...", flush=True)
+            report["simspeed"] = simspeed_bench()
+            ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs)
         elif section == "perf":
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
@@ -376,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         print_tile(report)
     if "soc" in args.only:
         print_soc(report["soc"])
+    if "simspeed" in args.only:
+        print_simspeed(report["simspeed"])
     if "serial" in args.only:
         print_serial(report["serial"])
     if "perf" in args.only:

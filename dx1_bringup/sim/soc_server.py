@@ -21,7 +21,8 @@ Environment: DX1_SIM_PORT (0 picks a free port), DX1_SIM_PORTFILE (where the
 chosen port is written once the server listens), DX1_SIM_ONCE (1: stop after
 the first client disconnects), DX1_SIM_HOST_PATH (``backdoor``, the default:
 memory blocks go straight into the memory array, :mod:`.backdoor`; ``bus``: through
-the AXI4 memory port).
+the AXI4 memory port), DX1_SIM_CLOCK (``verilator``, the default: the SoC inside the clocked top of
+:mod:`.clocked_top`, its clock in Verilator; ``cocotb``: the bare SoC with cocotb's clock).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from ..spec import (
     struct_format,
 )
 from .backdoor import HOST_PATHS, MemoryBackdoor
+from .clocked_top import CLOCKS
 
 __all__ = ["REQUEST", "RESPONSE", "host_masters", "open_listener"]
 
@@ -105,10 +107,10 @@ def host_masters(dut) -> tuple[AxiLiteMaster, AxiMaster]:
 class SocServer:
     """The requests of one SoC simulation, each bus transaction within its cycle budget."""
 
-    def __init__(self, dut, host_path: str = "backdoor"):
+    def __init__(self, dut, host_path: str = "backdoor", soc=None):
         self.dut = dut
         self.regs, self.mem = host_masters(dut)
-        self.backdoor = MemoryBackdoor(dut) if host_path == "backdoor" else None
+        self.backdoor = MemoryBackdoor(dut if soc is None else soc) if host_path == "backdoor" else None
         self.fixed_budget = 0  # BUDGET's n; 0: by the request's size
         self.regmap = register_map()
 
@@ -220,11 +222,17 @@ class SocServer:
 
 @cocotb.test()
 async def serve(dut):
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
     host_path = os.environ.get("DX1_SIM_HOST_PATH", "backdoor")
     if host_path not in HOST_PATHS:
         raise ValueError(f"DX1_SIM_HOST_PATH must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
-    server = SocServer(dut, host_path)
+    clock = os.environ.get("DX1_SIM_CLOCK", "verilator")
+    if clock not in CLOCKS:
+        raise ValueError(f"DX1_SIM_CLOCK must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    if clock == "cocotb":
+        # The bare SoC: cocotb's clock drives its clk input.
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    # Else the clocked top (dx1_bringup.sim.clocked_top): its clock runs in Verilator, the SoC is dut.soc.
+    server = SocServer(dut, host_path, soc=None if clock == "cocotb" else dut.soc)
     dut.rst.value = 1
     dut.stall_units.value = 0
     await ClockCycles(dut.clk, 4)
