@@ -47,10 +47,11 @@ def wait_until(device: Device, queues: Sequence[CommandQueue], ready: Callable[[
     """Return once ``ready()`` (which polls the completion rings of ``queues``) is true: the driver's completion wait.
 
     A wait costs one ring poll per look, one IRQ_STATUS write per queue each time completions were
-    collected since its last clear, and one interrupt wait; STATUS is read (:meth:`CommandQueue.check`) only
-    when an interrupt wait ends without an interrupt (a lost interrupt, a reset device, a transport with no
-    interrupt line: the wait falls back to polling) or with the line up but no completion in the rings (a
-    queue error's IRQ_STATUS.error, or another queue's completion).
+    collected since its last clear, and one interrupt wait; STATUS is read (:meth:`CommandQueue.check`) once
+    a call when the first look finds too little, and after that only when an interrupt wait ends without
+    an interrupt (a lost interrupt, a reset device, a transport with no interrupt line: the wait falls back
+    to polling) or with the line up but no completion in the rings (a queue error's IRQ_STATUS.error, or
+    another queue's completion).
 
     Raises
     ------
@@ -62,7 +63,14 @@ def wait_until(device: Device, queues: Sequence[CommandQueue], ready: Callable[[
     deadline = time.monotonic() + timeout
     line = device.transport.has_irq_line
     woke = False  # the last interrupt wait saw the line up
+    first = True
     while not ready():
+        if first:
+            # Once a call: a queue halted or reset before the wait is found at once, not after an
+            # interrupt wait's timeout.
+            for q in queues:
+                q.check()
+            first = False
         if woke and all(q._quiet for q in queues):
             # The line was up, yet the look after it collected nothing: every cause is cleared once the
             # queues are known not to be halted, so an old IRQ_STATUS.error (or an idle queue's
