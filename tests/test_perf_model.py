@@ -25,12 +25,11 @@ from dx1_bringup.spec import Opcode, SocConfig, pack_command
 
 #: Largest relative error of the predicted CYCLES of a single-tile GEMM-only stream.
 GEMM_TOLERANCE = 0.01
-#: Largest relative error of the predicted CYCLES of a whole run_gemm.  The model's DMA LOAD cost is an
-#: average over the fitted runs (a LOAD's reads share the memory with command fetches and the host's ring
-#: traffic, which the model does not schedule), and its host share is one fit for the whole sweep, which
-#: leaves up to about 8.3% on the sweep (the smallest shapes, a few hundred cycles) since the banked memory
-#: and the host-memory backdoor.
-E2E_TOLERANCE = 0.09
+#: Largest relative error of the predicted CYCLES of a whole run_gemm.  One-tile runs are within 3.2%
+#: (the host share per request type, the LOAD cost fitted to first LOADs); the contention between two
+#: tiles is one factor for access patterns that contend differently, which leaves up to 6.8% on the
+#: two-tile shapes of the sweep (docs/architecture.md, "Performance model").
+E2E_TOLERANCE = 0.07
 #: GEMM-only streams: (m, k_chunks, commands).
 GEMM_STREAMS = ((64, 8, 4), (24, 5, 6), (100, 3, 5), (16, 2, 10), (12, 16, 3), (8, 4, 6))
 

@@ -224,3 +224,30 @@ def test_runtime_moves_work_off_a_tile_that_keeps_timing_out(device):
     np.testing.assert_array_equal(out, reference_gemm(a, b))
     assert list(device.fenced) == [1] and device.strikes[1] == device.fence_after
     assert stats.tiles == [0]
+
+
+def test_gemm_stats_count_the_commands_a_recovery_resubmits(device):
+    """Tile 0's DMA stalls until its first recovery: the run's commands include what was resubmitted."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, (40, 24), dtype=np.int8)
+    b = rng.integers(-128, 128, (24, 24), dtype=np.int8)
+    _out, clean = run_gemm(device, a, b, tiles=1, timeout=TIMEOUT)
+    assert clean.resubmitted == {0: 0}
+    q = device.queue(0)
+    q.set_watchdog(WATCHDOG)
+    set_stalls(device.transport, [("dma", 0)])
+    recover = q.recover
+    replayed = []
+
+    def recover_unstalled(**kwargs):
+        set_stalls(device.transport, ())  # the fault goes away: the resubmitted commands run
+        r = recover(**kwargs)
+        replayed.append(len(r.replayed))
+        return r
+
+    q.recover = recover_unstalled
+    out, stats = run_gemm(device, a, b, tiles=1, timeout=TIMEOUT)
+    np.testing.assert_array_equal(out, reference_gemm(a, b))
+    assert len(replayed) == 1 and replayed[0] > 0
+    assert stats.resubmitted == {0: replayed[0]}
+    assert stats.commands == {0: clean.commands[0] + replayed[0]}

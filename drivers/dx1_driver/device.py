@@ -9,7 +9,6 @@ a block address.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,7 +20,7 @@ from . import regs
 from .allocator import Allocator
 from .errors import DeviceTimeout, DriverError, NotADx1Device, TileFenced
 from .perf import Perf
-from .queue import POLL_SLICE, CommandQueue, wait_reset_done
+from .queue import CommandQueue, wait_reset_done, wait_until
 from .registry import open_transport
 from .trace import Trace
 from .transport import Transport
@@ -243,21 +242,15 @@ class Device:
         ready, so that no queue runs dry while another is drained.  Larger
         batches mean fewer host round trips competing with the device's DMA.
         """
-        deadline = time.monotonic() + timeout
-
         def ready() -> bool:
             return any(q.poll() >= min(at_least, q.outstanding) for q in queues)
 
-        while not ready():
-            for q in queues:
-                q.check()
-                q.clear_irq(q.IRQ_COMPLETION)
-            if ready():
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DeviceTimeout(f"no completion on queues {[q.tile for q in queues]} within {timeout} s")
-            self.transport.wait_irq(min(remaining, POLL_SLICE))
+        wait_until(self, queues, ready, timeout,
+                   lambda: DeviceTimeout(f"no completion on queues {[q.tile for q in queues]} within {timeout} s"))
+
+    def open_queues(self) -> list[CommandQueue]:
+        """The queues set up by :meth:`queue` since the last :meth:`reset`, in tile order."""
+        return [self._queues[t] for t in sorted(self._queues)]
 
     def _check_tile(self, tile: int) -> None:
         if isinstance(tile, bool) or not isinstance(tile, int) or not 0 <= tile < self.caps.tiles:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,62 @@ def wait_reset_done(device: Device, base: int, tile: int) -> None:
             raise DeviceTimeout(f"queue {tile}: the tile's reset did not finish within {RESET_TIMEOUT} s "
                                 f"(STATUS.resetting stays 1: an open bus burst never ends)")
         time.sleep(POLL_SLICE)
+
+
+def wait_until(device: Device, queues: Sequence[CommandQueue], ready: Callable[[], bool], timeout: float,
+               expired: Callable[[], DeviceTimeout]) -> None:
+    """Return once ``ready()`` (which polls the completion rings of ``queues``) is true: the driver's completion wait.
+
+    A wait costs one ring poll per look, one IRQ_STATUS write per queue each time completions were
+    collected since its last clear, and one interrupt wait; STATUS is read (:meth:`CommandQueue.check`) once
+    a call when the first look finds too little, and after that only when an interrupt wait ends without
+    an interrupt (a lost interrupt, a reset device, a transport with no interrupt line: the wait falls back
+    to polling) or with the line up but no completion in the rings (a queue error's IRQ_STATUS.error, or
+    another queue's completion).
+
+    Raises
+    ------
+    QueueError, DeviceReset
+        From :meth:`CommandQueue.check` of one of ``queues``, or from ``ready``.
+    DeviceTimeout
+        ``expired()``, when ``ready()`` stayed false for ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    line = device.transport.has_irq_line
+    woke = False  # the last interrupt wait saw the line up
+    first = True
+    while not ready():
+        if first:
+            # Once a call: a queue halted or reset before the wait is found at once, not after an
+            # interrupt wait's timeout.
+            for q in queues:
+                q.check()
+            first = False
+        if woke and all(q._quiet for q in queues):
+            # The line was up, yet the look after it collected nothing: every cause is cleared once the
+            # queues are known not to be halted, so an old IRQ_STATUS.error (or an idle queue's
+            # completion) cannot keep the line up and turn the wait into a busy loop.
+            for q in queues:
+                q.check()
+            for q in device.open_queues():
+                q.clear_irq()
+        woke = False
+        loud = [q for q in device.open_queues() if not q._quiet] if line else []
+        if loud:
+            # Clear the completion interrupts, then look at the rings once more: a completion written
+            # before the clear raises nothing, one written after it raises the line for wait_irq.
+            for q in loud:
+                q.clear_irq(q.IRQ_COMPLETION)
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            for q in queues:
+                q.check()
+            raise expired()
+        woke = device.transport.wait_irq(min(remaining, POLL_SLICE))
+        if not woke:
+            for q in queues:
+                q.check()
 
 
 @dataclass(frozen=True)
@@ -102,6 +158,9 @@ class CommandQueue:
         self._inflight: deque[tuple[int, int, bytes]] = deque()
         self._backlog: deque[Completion] = deque()  # read from the ring, not yet delivered
         self._aborted: list[Completion] = []  # TIMEOUT completions: never delivered, replayed by recover()
+        # IRQ_STATUS.completion was cleared and no completion was collected since: a completion that
+        # arrives now raises the interrupt line (see wait_until).
+        self._quiet = False
         self._live = True
 
     # -- registers ------------------------------------------------------------------------------
@@ -155,8 +214,10 @@ class CommandQueue:
 
     def clear_irq(self, causes: int | None = None) -> None:
         """Clear the pending causes ``causes`` (default: both); IRQ_STATUS is write-one-to-clear."""
-        self._set(regs.Queue.IRQ_STATUS, self._irq_bits(self.IRQ_COMPLETION | self.IRQ_ERROR if causes is None
-                                                        else causes))
+        bits = self._irq_bits(self.IRQ_COMPLETION | self.IRQ_ERROR if causes is None else causes)
+        self._set(regs.Queue.IRQ_STATUS, bits)
+        if bits & self.IRQ_COMPLETION:
+            self._quiet = True
 
     def irq_mask(self) -> int:
         """The causes that raise the interrupt line (IRQ_MASK)."""
@@ -260,6 +321,8 @@ class CommandQueue:
             (self._aborted if done.status == regs.ErrorCode.TIMEOUT else self._backlog).append(done)
             self._head += 1
             got += 1
+        if got:
+            self._quiet = False  # IRQ_STATUS.completion is set again, by what was just collected
         if self._head == self.entries:
             self._head = 0
             self._phase ^= 1
@@ -272,27 +335,23 @@ class CommandQueue:
         return len(self._backlog)
 
     def _collect(self, need: int, timeout: float) -> None:
-        """Poll until the backlog holds at least ``need`` completions."""
-        deadline = time.monotonic() + timeout
-        while len(self._backlog) < need:
-            if self._aborted:
+        """Poll until the backlog holds at least ``need`` completions (see :func:`wait_until`)."""
+
+        def ready() -> bool:
+            if len(self._backlog) < need and not self._aborted:
+                self._poll()
+            if len(self._backlog) < need and self._aborted:
                 raise QueueError(regs.ErrorCode.TIMEOUT, self._aborted[0].index, tile=self.tile)
-            if self._poll():
-                continue
-            self.check()
-            # Clear the interrupt before the last look at the ring, so a
-            # completion landing in between still raises it for wait_irq.
-            self.clear_irq(self.IRQ_COMPLETION)
-            if self._poll():
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                tag, opcode, _ = self._inflight[0]
-                raise DeviceTimeout(
-                    f"queue {self.tile}: no completion for ring index {self._head} (tag {tag}, opcode "
-                    f"0x{opcode:02x}) within {timeout} s; HEAD={self._reg(regs.Queue.HEAD)}, "
-                    f"TAIL={self._reg(regs.Queue.TAIL)}, STATUS=0x{self._reg(regs.Queue.STATUS):x}")
-            self.device.transport.wait_irq(min(remaining, POLL_SLICE))
+            return len(self._backlog) >= need
+
+        def expired() -> DeviceTimeout:
+            tag, opcode, _ = self._inflight[0]
+            return DeviceTimeout(
+                f"queue {self.tile}: no completion for ring index {self._head} (tag {tag}, opcode "
+                f"0x{opcode:02x}) within {timeout} s; HEAD={self._reg(regs.Queue.HEAD)}, "
+                f"TAIL={self._reg(regs.Queue.TAIL)}, STATUS=0x{self._reg(regs.Queue.STATUS):x}")
+
+        wait_until(self.device, [self], ready, timeout, expired)
 
     def wait(self, what: int | Iterable[int] | None = None, *, timeout: float = 1.0,
              check: bool = True) -> list[Completion]:
@@ -394,6 +453,7 @@ class CommandQueue:
         self._inflight.clear()
         self._tail = self._head = 0
         self._phase = 1
+        self._quiet = False
         return lost
 
     def recover(self, *, timeout: float = 1.0) -> Recovery:
@@ -401,9 +461,10 @@ class CommandQueue:
         return recover(self, timeout=timeout)
 
     def resume(self) -> None:
-        """Leave the halted state; republish commands a halted queue may have dropped."""
+        """Leave the halted state and clear its IRQ_STATUS.error; republish commands a halted queue may have dropped."""
         self._check_live()
         q = regs.Queue
         self._set(q.CONTROL, regs.set_field(regs.set_field(0, q.CONTROL_ENABLE, 1), q.CONTROL_RESUME, 1))
+        self.clear_irq(self.IRQ_ERROR)
         if self._reg(q.TAIL) != self._tail:
             self._set(q.DOORBELL, self._tail)

@@ -22,10 +22,14 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
   cycles apart (fetch burst plus ``DECODE_STAGES``); the DMA takes its next command ``dma_handover``
   cycles before the previous one's completion is written; the tile core holds ``core_slots`` commands;
   FENCE, SIGNAL, WAIT and NOP take ``sync_cycles``.
-* Host (the driver's ``drive`` on the simulated SoC): a run's CYCLES also count ``host_fixed`` cycles,
-  ``host_per_command`` for every command of the first tile's first ring batch (written before its
-  doorbell) and ``host_per_tile`` for every further tile; each further tile starts after its own first
-  batch is written (``host_doorbell`` cycles after its last command).
+* Host (``run_gemm`` through the driver on the simulated SoC, whose memory requests take the backdoor and
+  cost no cycles): every register access on the AXI4-Lite port costs ``host_register`` cycles, during
+  which the device runs on.  A run's CYCLES (tile 0's counter, read first) span the PERF snapshots of
+  every tile used (:data:`PERF_SNAPSHOT_WORDS` register reads each; the other tiles read theirs at the
+  same offsets), tile 0's doorbell (one register write; each further tile's doorbell follows one write
+  later, which is when that tile starts) and ``host_fixed`` cycles from a doorbell to the first dispatch
+  and from the last completion to the interrupt wait that sees it.  The completion wait's own register
+  writes (one IRQ_STATUS clear per wake-up) overlap the running device.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import BUS_BYTES
+from ..spec import BUS_BYTES, register_map
 
-__all__ = ["COSTS", "Costs", "move_bursts"]
+__all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bursts"]
 
 #: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma.py).
 PAGE_BYTES = 4096
@@ -45,18 +49,27 @@ MAX_BURST = 256
 COPY_BURST = 16
 
 
+def _perf_snapshot_words() -> int:
+    perf = next(b for b in register_map().blocks if b.name == "PERF0")
+    return (perf.reg("BYTES_WRITTEN").offset - perf.reg("CYCLES").offset) // 4 + 1
+
+
+#: Registers one PERF snapshot reads (CYCLES to BYTES_WRITTEN, as ``dx1_driver.Perf.read`` does).
+PERF_SNAPSHOT_WORDS = _perf_snapshot_words()
+
+
 @dataclass(frozen=True)
 class Costs:
     """The fitted cycle costs (see the module docstring for what each one is)."""
 
-    load_fixed: float = 20.0
+    load_fixed: float = 10.0
     load_burst: float = 1.7
     load_beat: float = 1.07
     store_fixed: float = 10.0
     store_burst: float = 2.0
     store_beat: float = 1.0
-    contention: float = 0.25
-    load_idle: float = 19.0
+    contention: float = 0.35
+    load_idle: float = 9.0
     store_idle: float = 6.0
     gemm_fill: int = 18
     gemm_drain: int = 17
@@ -67,11 +80,12 @@ class Costs:
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
-    host_fixed: int = 48
-    host_per_command: int = 1
-    host_per_tile: int = 60
-    host_doorbell: int = 8
-    ring_batch: int = 63
+    host_register: int = 4
+    host_fixed: int = 12
+
+    def host_cycles(self, tiles: int) -> int:
+        """The host's part of the CYCLES of a run on ``tiles`` tiles: snapshots, tile 0's doorbell, latencies."""
+        return self.host_fixed + self.host_register * (PERF_SNAPSHOT_WORDS * tiles + 1) if tiles else 0
 
     def load_cycles(self, bursts, beats):
         """Cycles of a LOAD (or a COPY's read side) of ``bursts`` bursts and ``beats`` beats; arrays work."""

@@ -281,13 +281,8 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
     """
     used = [t for t, s in enumerate(streams) if s]
     decoded = {t: [_decode(c, tile, costs) for c in streams[t]] for t in used}
-    batches = {t: min(len(streams[t]), costs.ring_batch) for t in used}
-    # Tile 0 starts at its doorbell; each further tile once its own first batch is written after it.
-    offsets, written = {}, 0.0
-    for t in used:
-        if t != used[0]:
-            written += costs.host_per_command * batches[t] + costs.host_doorbell
-        offsets[t] = written
+    # Tile 0 starts at its doorbell; each further tile one doorbell (a register write) later.
+    offsets = {t: float(costs.host_register * k) for k, t in enumerate(used)}
     dilation = {t: [0.0] * len(decoded[t]) for t in used}
     states = _schedule(decoded, costs, dilation, offsets)
     for _ in range(_ITERATIONS if len(used) > 1 else 0):
@@ -305,6 +300,5 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS) 
         st = states[t]
         tiles[t] = TilePrediction(st.times, st.busy["load"], st.busy["compute"], st.busy["store"], st.busy["postop"],
                                   offsets[t])
-    host = (costs.host_fixed + costs.host_per_command * batches[used[0]] + costs.host_per_tile * (len(used) - 1)
-            if used else 0.0)
+    host = costs.host_cycles(len(used))
     return Prediction(tiles, float(host))

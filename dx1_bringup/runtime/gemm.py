@@ -41,7 +41,8 @@ after the GEMMs of step s and before its POSTOPs and STORE.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,8 +65,6 @@ from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 __all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "GemmTerm", "check_post", "compile_gemm", "drive",
            "run_gemm"]
 
-#: Up to this many blocks the planner costs each tile's share exactly; beyond, an even split is assumed.
-_EXACT_BLOCKS = 64
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
 _MIN_ROWS = 4
@@ -212,6 +211,53 @@ def _block_cost(rows: float, chunks: float, depth: float, steps: int, n: int, ti
     return steps * max(load, gemm) + finish + commands * COSTS.dispatch_gap, load
 
 
+def _size_classes(first: int, count: int, rows: int, cols: int, row_blocks: int,
+                  col_blocks: int) -> dict[tuple[int, int], int]:
+    """How many blocks of each size, ``(rows, cols)``, blocks ``[first, first + count)`` of the plan have.
+
+    The plan cuts ``rows`` into ``row_blocks`` and ``cols`` into ``col_blocks`` pieces with :func:`_split`
+    (the first pieces one larger) and numbers the blocks row by row; at most four sizes occur.
+    """
+    big_r, big_c = rows % row_blocks, cols % col_blocks
+    small_r, small_c = rows // row_blocks, cols // col_blocks
+
+    def before(x: int, r: int, c: int) -> int:
+        """Blocks numbered below ``x`` in the first ``r`` block rows and the first ``c`` block columns."""
+        full = x // col_blocks
+        return min(full, r) * c + (min(x % col_blocks, c) if full < r else 0)
+
+    def within(r: int, c: int) -> int:
+        return before(first + count, r, c) - before(first, r, c)
+
+    both, big_rows, big_cols = (within(big_r, big_c), within(big_r, col_blocks), within(row_blocks, big_c))
+    counts = {(small_r + 1, small_c + 1): both, (small_r + 1, small_c): big_rows - both,
+              (small_r, small_c + 1): big_cols - both, (small_r, small_c): count - big_rows - big_cols + both}
+    return {size: n for size, n in counts.items() if n}
+
+
+def _busiest_tile(rows: int, cols: int, row_blocks: int, col_blocks: int, tiles: int, g: int,
+                  cost: Callable[[int, int], tuple[float, float]]) -> tuple[float, float]:
+    """Cycles of the busiest tile's blocks, and the first block's un-overlapped LOADs, for a plan's block grid.
+
+    ``cols`` is in units of ``g`` chunks; ``cost(rows, chunks)`` gives a block's cycles and its step's
+    LOADs (:func:`_block_cost`).  The blocks are split over the tiles as :func:`compile_gemm` splits them;
+    each tile's blocks are counted by size, so any number of blocks costs a few calls.
+    """
+    blocks = row_blocks * col_blocks
+    costs: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def of(size: tuple[int, int]) -> tuple[float, float]:
+        if size not in costs:
+            costs[size] = cost(size[0], size[1] * g)
+        return costs[size]
+
+    busiest = max(sum(n * of(size)[0] for size, n in
+                      _size_classes(first, count, rows, cols, row_blocks, col_blocks).items())
+                  for first, count in _split(blocks, min(tiles, blocks)))
+    largest = (_ceil_div(rows, row_blocks), _ceil_div(cols, col_blocks))
+    return busiest, of(largest)[1]
+
+
 def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half_acc: int, post: bool,
                    bias: bool, tiles: int) -> tuple[int, int, int]:
     """Pick (mt, nct, kct) minimising a cycle estimate of the busiest tile.
@@ -245,17 +291,9 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
                         continue
                     row_blocks, col_blocks = _ceil_div(m, mt), _ceil_div(nc // g, nct_units)
                     blocks = row_blocks * col_blocks
-                    depth = kc / steps
-                    if blocks <= _EXACT_BLOCKS:
-                        # Few blocks: cost the busiest tile exactly, so an uneven split shows.
-                        sizes = [(r, c * g) for _, r in _split(m, row_blocks) for _, c in _split(nc // g, col_blocks)]
-                        costs = [_block_cost(r, c, depth, steps, n, tiles, post, bias)[0] for r, c in sizes]
-                        busiest = max(sum(costs[f:f + c]) for f, c in _split(blocks, min(tiles, blocks)))
-                        load = _block_cost(*sizes[0], depth, steps, n, tiles, post, bias)[1]
-                    else:
-                        # Many blocks are split evenly, so cost the average block, not the largest.
-                        cost, load = _block_cost(m / row_blocks, nc / col_blocks, depth, steps, n, tiles, post, bias)
-                        busiest = _ceil_div(blocks, tiles) * cost
+                    cost = functools.partial(_block_cost, depth=kc / steps, steps=steps, n=n, tiles=tiles,
+                                             post=post, bias=bias)
+                    busiest, load = _busiest_tile(m, nc // g, row_blocks, col_blocks, tiles, g, cost)
                     score = (load + busiest, blocks)
                     if best is None or score < best[0]:
                         best = (score, (mt, nct, kct))
@@ -507,7 +545,11 @@ def _emit_finish(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int
 
 @dataclass
 class GemmStats:
-    """What a run did: commands per tile, PERF counters before and after, host traffic, the plan's DMA bytes."""
+    """What a run did: commands per tile, PERF counters before and after, host traffic, the plan's DMA bytes.
+
+    ``commands[t]`` counts every command tile ``t`` was given in the run its counters cover: the plan's,
+    plus the ones a recovery resubmitted (``resubmitted[t]`` of them).
+    """
 
     array: int
     commands: dict[int, int]
@@ -516,6 +558,7 @@ class GemmStats:
     host_bytes_written: int
     host_bytes_read: int
     planned_dma_bytes: int = 0
+    resubmitted: dict[int, int] = field(default_factory=dict)
 
     def delta(self, tile: int) -> PerfCounters:
         """What ``tile``'s counters counted over the run (modulo each counter's width)."""
@@ -562,14 +605,16 @@ def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> No
             raise ValueError(f"bias must have shape ({b.shape[1]},), not {bias.shape}")
 
 
-def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
+def drive(device: Device, commands: list[list[bytes]], timeout: float) -> dict[int, int]:
     """Run one command stream per tile (``commands[t]`` on tile ``t``'s queue) to the last completion.
 
     Every queue is fed at once and topped up as it drains, so no tile idles while another is served; a
-    stream may wait on another's semaphores (SIGNAL/WAIT), since every stream keeps being fed.
+    stream may wait on another's semaphores (SIGNAL/WAIT), since every stream keeps being fed.  Returns,
+    per tile used, how many commands recoveries resubmitted (each ran, or started, once more).
     """
     queues = {t: device.queue(t) for t, cmds in enumerate(commands) if cmds}
     todo = {t: list(commands[t]) for t in queues}
+    resubmitted = dict.fromkeys(queues, 0)
     while any(todo.values()) or any(q.outstanding for q in queues.values()):
         # Top up every ring before waiting on any, so no tile idles while another is drained.
         for t, q in queues.items():
@@ -586,12 +631,13 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> None:
             # A halted queue names its tile; a timeout may be any busy one.  Recovery resets the tile and
             # resubmits what lost its completion (TileFenced or ReplayRefused end the attempt).
             for q in busy if getattr(e, "tile", None) is None else [queues[e.tile]]:
-                q.recover(timeout=timeout)
+                resubmitted[q.tile] += len(q.recover(timeout=timeout).replayed)
             continue
         for q in queues.values():
             ready = q.poll()
             if ready:
                 q.wait(ready, timeout=timeout)
+    return resubmitted
 
 
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
@@ -664,8 +710,9 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         for _attempt in range(device.caps.tiles + 1):
             used = [t for t, cmds in enumerate(plan.commands) if cmds]
             before = {t: device.perf(t).read() for t in used}
+            resubmitted = {}
             try:
-                drive(device, plan.commands, timeout)
+                resubmitted = drive(device, plan.commands, timeout)
                 break
             except (TileFenced, ReplayRefused):
                 # A tile was fenced, or lost work that cannot be replayed: A and B are unchanged in device
@@ -684,6 +731,6 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         c = device.read_array(addr["c"], (m, np_), plan.c_dtype)[:, :n].astype(plan.c_dtype)
     finally:
         device.free(base)
-    stats = GemmStats(caps.array, {t: len(plan.commands[t]) for t in used}, before, after, written, c.nbytes,
-                      plan.load_bytes + plan.store_bytes)
+    stats = GemmStats(caps.array, {t: len(plan.commands[t]) + resubmitted.get(t, 0) for t in used}, before, after,
+                      written, c.nbytes, plan.load_bytes + plan.store_bytes, resubmitted)
     return c, stats
