@@ -365,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{step}/{len(steps)}] Simulated SoC cycles per second over a whole GEMM, per way of serving "
                   "the SoC (clock, host memory path), interleaved ...", flush=True)
             report["simspeed"] = simspeed_bench()
-            ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs)
+            ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs) and \
+                all(r["correct"] for r in report["simspeed"]["versus_amaranth"]["runs"].values())
         elif section == "perf":
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)

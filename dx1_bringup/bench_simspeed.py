@@ -8,6 +8,9 @@ differ only in how they are served, in one run and interleaved, so the ratios ho
 - ``cocotb clock, backdoor``: the same with host memory blocks straight into the memory arrays;
 - ``Verilator clock, backdoor``: the SoC inside the clocked top (:mod:`.sim.clocked_top`), the default.
 
+Then a small GEMM runs on the default setup and on the same SoC in Amaranth's Python simulator
+(:class:`.sim.amaranth_transport.AmaranthTransport`, the same memory backdoor, so the same cycles).
+
 Cycles are the simulator's own count (the sim socket's CYCLES request) from before the first upload to
 after the last download, so host transfers and the driver's waits are included; wall time is the
 same span on the host.
@@ -23,6 +26,7 @@ from dx1_driver.transport import SimTransport
 
 from .runtime.gemm import run_gemm
 from .runtime.reference import reference_gemm
+from .sim.amaranth_transport import AmaranthTransport
 from .sim.launch import start_simulator
 
 __all__ = ["SETUPS", "simspeed_bench", "print_simspeed"]
@@ -43,17 +47,21 @@ def _one_gemm(transport: SimTransport, a: np.ndarray, b: np.ndarray, tiles: int)
             "correct": bool(np.array_equal(out, reference_gemm(a, b)))}
 
 
-def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2, rounds: int = 2) -> dict:
+def _operands(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    m, k, n = shape
+    rng = np.random.default_rng(1)
+    return rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+
+
+def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2, rounds: int = 2,
+                   small: tuple[int, int, int] = (32, 32, 32)) -> dict:
     """Run the GEMM ``rounds`` times on each setup of :data:`SETUPS`, the setups taking turns.
 
     Each setup's simulator is started (and built, the first time) before any GEMM is timed, and kept
     for all its rounds.  Returns the runs per setup and, per setup, the best round (the least disturbed
     by other work on the machine).
     """
-    m, k, n = shape
-    rng = np.random.default_rng(1)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    a, b = _operands(shape)
     transports = {}
     try:
         for label, clock, host_path in SETUPS:
@@ -67,11 +75,17 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
                 last = runs[label][-1]
                 print(f"  round {r + 1}/{rounds}, {label}: {last['sim_cycles']:,} cycles in {last['wall_s']:.2f} s "
                       f"= {last['cycles_per_s']:,.0f} cycles/s, correct {last['correct']}", flush=True)
+        sa, sb = _operands(small)
+        print(f"  {'x'.join(map(str, small))} on one tile: {SETUPS[-1][0]}, then Amaranth's simulator ...", flush=True)
+        versus = {"Verilator": _one_gemm(transports[SETUPS[-1][0]], sa, sb, 1)}
+        with AmaranthTransport() as amaranth:
+            versus["Amaranth"] = _one_gemm(amaranth, sa, sb, 1)
     finally:
         for transport in transports.values():
             transport.close()
     best = {label: max(rs, key=lambda r: r["cycles_per_s"]) for label, rs in runs.items()}
-    return {"shape": list(shape), "tiles": tiles, "runs": runs, "best": best}
+    return {"shape": list(shape), "tiles": tiles, "runs": runs, "best": best,
+            "versus_amaranth": {"shape": list(small), "tiles": 1, "runs": versus}}
 
 
 def print_simspeed(report: dict) -> None:
@@ -84,3 +98,11 @@ def print_simspeed(report: dict) -> None:
         base = base or r["cycles_per_s"]
         print(f"  {label:<26} {r['sim_cycles']:>9,} cycles {r['wall_s']:7.2f} s {r['cycles_per_s']:>10,.0f} cycles/s "
               f"({r['cycles_per_s'] / base:.2f}x)  {r['round_trips']} round trips  correct {r['correct']}")
+    versus = report["versus_amaranth"]
+    print(f"\nThe same SoC on a {'x'.join(map(str, versus['shape']))} GEMM on one tile, same cycles on both "
+          f"(host transfers and waits included):")
+    for label, r in versus["runs"].items():
+        print(f"  {label:<10} {r['sim_cycles']:>7,} cycles {r['wall_s']:8.2f} s {r['cycles_per_s']:>10,.0f} cycles/s  "
+              f"correct {r['correct']}")
+    v, am = versus["runs"]["Verilator"], versus["runs"]["Amaranth"]
+    print(f"  Verilator is {v['cycles_per_s'] / am['cycles_per_s']:,.0f}x faster")

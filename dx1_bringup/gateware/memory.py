@@ -151,6 +151,7 @@ class _AxiBank(_AxiSlaves):
         port_bits = max(1, bits_for(n - 1))
 
         m.submodules.mem = mem = Memory(shape=unsigned(self.data_width), depth=depth, init=[])
+        self.array = mem  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         wr = mem.write_port(granularity=8)
         rd = mem.read_port()
 
@@ -317,9 +318,11 @@ class AxiMemory(_AxiSlaves):
     def elaborate(self, platform):
         m = Module()
         banks = []
+        self.bank_modules = []  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         for b in range(self.banks):
             bank = _AxiBank(self.size // self.banks, self.ports, self.data_width, self.id_width, self.addr_width)
             m.submodules[f"bank{b}"] = bank
+            self.bank_modules.append(bank)
             banks.append(bank.port_list)
         if self.banks == 1:
             for p, q in zip(self.port_list, banks[0], strict=True):

@@ -68,6 +68,7 @@ class Dx1Soc(wiring.Component):
         cfg = self.config
         m.submodules.regfile = rf = RegisterFile(cfg)
         m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles, banks=cfg.mem_banks)
+        self.memory = memory  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         wiring.connect(m, wiring.flipped(self.regs), rf.bus)
         wiring.connect(m, wiring.flipped(self.mem), memory.s0)
 

@@ -18,10 +18,17 @@ from cocotb.triggers import ReadWrite
 from ..gateware.memory import MAX_BANKS, PAGE_BYTES
 from ..spec import BUS_BYTES, SIM_BYTE_ORDER
 
-__all__ = ["HOST_PATHS", "MemoryBackdoor"]
+__all__ = ["HOST_PATHS", "MemoryBackdoor", "word_location"]
 
 #: How the simulation serves host memory requests.
 HOST_PATHS = ("backdoor", "bus")
+
+
+def word_location(i: int, banks: int) -> tuple[int, int]:
+    """``(bank, row)`` of word ``i`` of device memory: pages of PAGE_BYTES go round the ``banks`` in turn."""
+    page_words = PAGE_BYTES // BUS_BYTES
+    page, offset = divmod(i, page_words)
+    return page % banks, page // banks * page_words + offset
 
 
 class MemoryBackdoor:
@@ -42,10 +49,8 @@ class MemoryBackdoor:
 
     def _word(self, i: int):
         """The handle of word ``i`` of device memory."""
-        page_words = PAGE_BYTES // BUS_BYTES
-        page, offset = divmod(i, page_words)
-        bank, row = page % len(self.banks), page // len(self.banks)
-        return self.banks[bank][row * page_words + offset]
+        bank, row = word_location(i, len(self.banks))
+        return self.banks[bank][row]
 
     def _check(self, addr: int, n: int) -> bool:
         return 0 <= addr and addr + n <= self.size
