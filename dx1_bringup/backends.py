@@ -205,7 +205,7 @@ def open_model(device: str) -> ModelTransport:
     if device == "model":
         return ModelTransport()
     config, rest = _split_sizes(device, device[len("model:"):])
-    if not rest:
+    if config is not None and not rest:
         return ModelTransport(config)
     try:
         kinds = parse_faults(",".join(rest), (MemoryFaults, UnitStalls, BusErrors))
@@ -273,9 +273,9 @@ def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
 def register() -> None:
     """Register ``model``, ``model:ITEMS``, ``sim`` and ``sim:ITEMS`` with the driver (the entry point)."""
     register_backend("model", open_model, "model")
-    register_backend("model:", open_model, "model:[tiles=T,][banks=B,][mem_mib=M,]FAULTS")
+    register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS")
     register_backend("sim", open_sim, "sim")
-    register_backend("sim:", open_sim, "sim:tiles=T,banks=B,mem_mib=M or sim:verilog=PATH")
+    register_backend("sim:", open_sim, "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH")
 
 
 class _LoopbackTransport(SerialTransport):
