@@ -21,10 +21,11 @@ from dx1_bringup.sim.configs import config_folder, soc_config, soc_verilog
 from dx1_bringup.sim.launch import start_simulator
 from dx1_bringup.spec import SocConfig
 
-#: The CI slice: a 4-tile SoC with 2 banks (its Verilator build takes a few minutes the first time).
+#: The CI slice: a 4-tile SoC with 2 banks (generating and building it took 8 minutes on two busy cores).
 CI_TILES, CI_BANKS = 4, 2
-#: Its GEMM, and the least utilisation it must reach on four tiles (measured: see the test).
-CI_SIZE, CI_FLOOR = 128, 0.30
+#: Its GEMM, and the least utilisation it must reach on four tiles (measured 52.8%; one tile working at a
+#: time would give under 25%).
+CI_SIZE, CI_FLOOR = 128, 0.40
 
 
 def test_model_takes_tiles_banks_and_memory_and_faults_beside_them():
@@ -106,10 +107,12 @@ def test_points_merge_by_size_tiles_and_banks_and_the_plot_shows_the_correct_one
 
 
 @pytest.mark.verilator
+@pytest.mark.slow
 def test_a_four_tile_soc_runs_a_gemm_on_all_its_tiles():
     """The generated 4-tile, 2-bank SoC in Verilator: CAPS says so, a 128^3 GEMM on four tiles is bit-exact
     against numpy and the golden model of the same configuration, every tile works, and the aggregate
-    utilisation is above the floor (measured 2026-12: see docs/architecture.md, Scaling)."""
+    utilisation is above the floor.  ``slow``: the first run generates and builds the SoC (about 8 minutes
+    on two busy cores); later runs take well under a minute."""
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
