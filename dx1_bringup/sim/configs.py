@@ -9,6 +9,7 @@ simulator servers, the backdoor and :func:`~dx1_bringup.sim.run_cocotb` (``veril
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -61,7 +62,7 @@ def soc_verilog(config: SocConfig) -> Path:
     A generated file is written again only when the gateware or spec sources changed since it was
     generated (a digest of them and of ``config`` is kept beside it, in ``dx1_soc.v.inputs``), and its
     file is replaced only when the Verilog differs, so an unchanged SoC keeps its Verilator build.
-    Generating an 8-tile SoC takes about a minute.
+    Generating an 8-tile SoC takes about two minutes of CPU (5 to 15 minutes on two busy cores).
     """
     soc = rtl_module("dx1_soc")
     if config == soc.args[0]:
@@ -69,16 +70,20 @@ def soc_verilog(config: SocConfig) -> Path:
     folder = config_folder(config)
     path, stamp = folder / f"{soc.name}.v", folder / f"{soc.name}.v.inputs"
     digest = _inputs_digest(config)
-    if path.exists() and stamp.exists() and stamp.read_text() == digest:
-        return path
     folder.mkdir(parents=True, exist_ok=True)
-    module = type(soc)(soc.name, f"the whole SoC, {config.tiles} tiles, {config.mem_banks} banks", soc.component,
-                       (config,), soc.kwargs)
-    text = module.verilog()
-    if not path.exists() or path.read_text() != text:
-        # Written whole under another name and renamed, so a server starting beside never reads half a file.
-        partial = folder / f".{soc.name}.v.{os.getpid()}"
-        partial.write_text(text)
-        os.replace(partial, path)
-    stamp.write_text(digest)
+    # Two processes asking for the same SoC at once (a bench beside a test) generate it once: the second
+    # waits here and then finds the digest written.
+    with open(folder / ".generate-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists() and stamp.exists() and stamp.read_text() == digest:
+            return path
+        module = type(soc)(soc.name, f"the whole SoC, {config.tiles} tiles, {config.mem_banks} banks",
+                           soc.component, (config,), soc.kwargs)
+        text = module.verilog()
+        if not path.exists() or path.read_text() != text:
+            # Written whole under another name and renamed, so a reader never sees half a file.
+            partial = folder / f".{soc.name}.v.{os.getpid()}"
+            partial.write_text(text)
+            os.replace(partial, path)
+        stamp.write_text(digest)
     return path
