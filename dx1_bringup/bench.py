@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                          default=list(bench_scaling.BANKS), help="memory bank counts (default: all of "
                                                                  + ",".join(map(str, bench_scaling.BANKS)) + ")")
     scaling.add_argument("--scaling-socs", choices=bench_scaling.SOCS, default="shared",
-                         help="shared: every tile count on the SoC with the most tiles of its bank count (one "
-                              "build per bank count, the default); each: a SoC per tile and bank count")
+                         help="shared: every tile count on the 8-tile SoC of its bank count (one build per bank "
+                              "count, the default); each: a SoC per tile and bank count")
     scaling.add_argument("--scaling-json", type=Path, default=Path("build/bench_scaling.json"),
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),

@@ -6,8 +6,8 @@ Every point is one square int8 GEMM (``dx1 gemm S S S --seed 1``: bias and requa
 against the numpy reference.  Utilisation is PERF MACs / (PERF cycles x array^2 x tiles), the cycles being
 the longest of the tiles used.
 
-By default all tile counts of one bank count run on one SoC with the most tiles asked for (``socs="shared"``:
-one build per bank count); ``socs="each"`` builds a SoC per tile and bank count instead.  Idle tiles do not
+By default all tile counts of one bank count run on one 8-tile SoC (``socs="shared"``: one build per bank
+count); ``socs="each"`` builds a SoC per tile and bank count instead.  Idle tiles do not
 change a GEMM's cycles (the memory's arbiters serve only the ports that ask), so the two give the same
 figures; they differ in build and simulation time, which the results record.
 
@@ -131,8 +131,9 @@ def scaling_bench(path: Path, sizes: Sequence[int] = SIZES, tiles: Sequence[int]
     sizes, tiles, banks:
         The GEMM sizes, tile counts and memory bank counts to run.
     socs:
-        ``"shared"``: one SoC per bank count, with ``max(tiles)`` tiles; ``"each"``: one SoC per tile and
-        bank count.
+        ``"shared"``: one SoC per bank count, with the most tiles of :data:`TILES` (8), whichever ``tiles``
+        are run on it, so runs of some tile counts share the build; ``"each"``: one SoC per tile and bank
+        count.
     progress:
         Called with a line of text before and after each build and point.
 
@@ -150,7 +151,7 @@ def scaling_bench(path: Path, sizes: Sequence[int] = SIZES, tiles: Sequence[int]
 
     if socs not in SOCS:
         raise ValueError(f"socs must be one of {', '.join(SOCS)}, not {socs!r}")
-    groups = [(b, [max(tiles)], list(tiles)) for b in banks] if socs == "shared" else \
+    groups = [(b, [max(TILES)], list(tiles)) for b in banks] if socs == "shared" else \
         [(b, [t], [t]) for b in banks for t in tiles]
     total, done = len(sizes) * len(tiles) * len(banks), 0
     data = merge_points(path)
