@@ -56,8 +56,9 @@ def _locked(path: Path):
 
 
 def merge_points(path: Path, points: Sequence[dict] = (), socs: Sequence[dict] = ()) -> dict:
-    """Merge ``points`` (keyed by size, tiles and banks) and ``socs`` (keyed by their folder) into the
-    JSON file at ``path`` and return its whole content, ``{"points": [...], "socs": [...]}``.
+    """Merge ``points`` (keyed by size, tiles and banks) and ``socs`` (keyed by their folder; a SoC's record
+    is replaced only by one of a new build) into the JSON file at ``path`` and return its whole content,
+    ``{"points": [...], "socs": [...]}``.
 
     The file is locked while it is read and written, so two bench runs can add to it at once.
     """
@@ -69,7 +70,8 @@ def merge_points(path: Path, points: Sequence[dict] = (), socs: Sequence[dict] =
         old = {_key(p): p for p in data.get("points", [])}
         old.update({_key(p): p for p in points})
         builds = {s["soc"]: s for s in data.get("socs", [])}
-        builds.update({s["soc"]: s for s in socs})
+        # A start of a SoC built before says nothing about its build: the record of its build stays.
+        builds.update({s["soc"]: s for s in socs if not (s["built_before"] and s["soc"] in builds)})
         data = {"points": sorted(old.values(), key=_key), "socs": sorted(builds.values(), key=lambda s: s["soc"])}
         partial = path.with_name(path.name + ".partial")
         partial.write_text(json.dumps(data, indent=2) + "\n")

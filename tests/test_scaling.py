@@ -93,12 +93,15 @@ def _point(size, tiles, banks, utilisation, correct=True):
 
 def test_points_merge_by_size_tiles_and_banks_and_the_plot_shows_the_correct_ones(tmp_path):
     path = tmp_path / "scaling.json"
-    bench_scaling.merge_points(path, [_point(64, 1, 1, 0.5), _point(64, 2, 1, 0.4)],
-                               [{"soc": "t8-b1-m4", "generate_s": 1.0}])
-    data = bench_scaling.merge_points(path, [_point(64, 2, 1, 0.45), _point(128, 1, 1, 0.9, correct=False)])
+    built = {"soc": "t8-b1-m4", "build_and_start_s": 600.0, "built_before": False}
+    bench_scaling.merge_points(path, [_point(64, 1, 1, 0.5), _point(64, 2, 1, 0.4)], [built])
+    data = bench_scaling.merge_points(path, [_point(64, 2, 1, 0.45), _point(128, 1, 1, 0.9, correct=False)],
+                                      [{"soc": "t8-b1-m4", "build_and_start_s": 5.0, "built_before": True}])
     assert [(p["size"], p["tiles"], p["utilisation"]) for p in data["points"]] == \
         [(64, 1, 0.5), (64, 2, 0.45), (128, 1, 0.9)]
-    assert json.loads(path.read_text()) == data and data["socs"] == [{"soc": "t8-b1-m4", "generate_s": 1.0}]
+    assert json.loads(path.read_text()) == data and data["socs"] == [built]
+    rebuilt = {**built, "build_and_start_s": 700.0}
+    assert bench_scaling.merge_points(path, socs=[rebuilt])["socs"] == [rebuilt]
     png = tmp_path / "scaling.png"
     bench_scaling.plot(data, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
