@@ -7,9 +7,10 @@ against the numpy reference.  Utilisation is PERF MACs / (PERF cycles x array^2 
 the longest of the tiles used.
 
 By default all tile counts of one bank count run on one 8-tile SoC (``socs="shared"``: one build per bank
-count); ``socs="each"`` builds a SoC per tile and bank count instead.  Idle tiles do not
-change a GEMM's cycles (the memory's arbiters serve only the ports that ask), so the two give the same
-figures; they differ in build and simulation time, which the results record.
+count); ``socs="each"`` builds a SoC per tile and bank count instead.  The two need not give the same
+cycles (measured: 128^3 on 4 tiles and 2 banks, 15,522 cycles on a 4-tile SoC with 1 MiB, 18,288 on the
+8-tile one with 4 MiB; not yet explained: the 8-tile memory arbitrates more ports, and the operands may
+fall in other banks).  Every point records the SoC it ran on.
 
 Results are merged point by point into a JSON file (a later run replaces the points it runs again and keeps
 the others), written after every point, and plotted from it: points not run are absent from the plot.
