@@ -8,10 +8,14 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
 * ``model:FAULTS``: the same with broken device memory (:meth:`MemoryFaults.parse`), for example
   ``model:stuck-bit=5`` or ``model:alias-bit=12``, or stalled units (:meth:`UnitStalls.parse`),
   ``model:stall=dma0+core1``, or a window answering bus errors (:meth:`BusErrors.parse`),
-  ``model:bus-error=0x1000+0x40``;
+  ``model:bus-error=0x1000+0x40``; ``model:tiles=T,banks=B,mem_mib=M`` (any of the three, with faults or
+  not) a SoC of that many tiles, memory banks and MiB of device memory;
 * ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
   :class:`~dx1_driver.transport.SimTransport` that stops it on close; ``sim:verilog=PATH`` the same
-  for another Verilog file of the SoC (a mutant of ``rtl/dx1_soc.v``, built beside it).
+  for another Verilog file of the SoC (a mutant of ``rtl/dx1_soc.v``, built beside it);
+  ``sim:tiles=T,banks=B,mem_mib=M`` (any of the three) the SoC generated with that many tiles, memory
+  banks and MiB of device memory (:mod:`dx1_bringup.sim.configs`), the same device as
+  ``model:tiles=T,banks=B,mem_mib=M``.
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -154,41 +158,92 @@ def model_pcie_transport(config: SocConfig | None = None) -> PcieTransport:
     return PcieTransport("model", bars=(ModelBar(model, "registers"), ModelBar(model, "memory")))
 
 
+#: The device-string keys that choose a SoC configuration, on ``model:`` and ``sim:`` alike.
+SIZE_KEYS = ("tiles", "banks", "mem_mib")
+
+
+def _split_sizes(device: str, text: str) -> tuple[SocConfig | None, list[str]]:
+    """The SoC configuration that ``tiles=T``, ``banks=B`` and ``mem_mib=M`` items of ``text`` choose, and the
+    other items.
+
+    Returns ``None`` for the configuration when neither key is there (the default device).
+    """
+    sizes: dict[str, int] = {}
+    rest = []
+    for item in text.split(",") if text else []:
+        key, sep, value = item.partition("=")
+        if key not in SIZE_KEYS:
+            rest.append(item)
+            continue
+        if key in sizes:
+            raise ValueError(f"device {device!r}: {key}= is given twice; expected it once")
+        try:
+            sizes[key] = int(value, 10)
+        except ValueError:
+            raise ValueError(f"device {device!r}: {key}= must be a whole number, not {value!r}") from None
+    if not sizes:
+        return None, rest
+    from .sim.configs import soc_config
+
+    try:
+        return soc_config(sizes.get("tiles"), sizes.get("banks"), sizes.get("mem_mib")), rest
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"device {device!r}: {e}") from None
+
+
 def open_model(device: str) -> ModelTransport:
-    """Open ``model`` or ``model:FAULTS``.
+    """Open ``model`` or ``model:ITEMS``: ``tiles=T``, ``banks=B``, ``mem_mib=M`` (the SoC's tiles, memory banks
+    and MiB of device memory, as ``sim:tiles=T,banks=B,mem_mib=M`` has them) and FAULTS, comma-separated, in
+    any order.
 
     Raises
     ------
     ValueError
-        ``FAULTS`` is not a description of memory faults, unit stalls and a bus-error window (the message names
-        the device string).
+        An item is neither ``tiles=``/``banks=``/``mem_mib=`` with a count the SoC takes nor a description of
+        memory faults, unit stalls and a bus-error window (the message names the device string).
     """
     if device == "model":
         return ModelTransport()
+    config, rest = _split_sizes(device, device[len("model:"):])
+    if config is not None and not rest:
+        return ModelTransport(config)
     try:
-        kinds = parse_faults(device[len("model:"):], (MemoryFaults, UnitStalls, BusErrors))
-        return ModelTransport(faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls),
+        kinds = parse_faults(",".join(rest), (MemoryFaults, UnitStalls, BusErrors))
+        return ModelTransport(config, faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls),
                               bus_errors=kinds.get(BusErrors))
     except ValueError as e:
         raise ValueError(f"device {device!r}: {e}") from None
 
 
 def open_sim(device: str) -> SimTransport:
-    """Open ``sim`` or ``sim:verilog=PATH``: start a private simulator of the SoC (minutes, the first time).
+    """Open ``sim``, ``sim:verilog=PATH`` or ``sim:tiles=T,banks=B,mem_mib=M`` (any of the three keys, in any
+    order): start a private simulator of the SoC, of ``rtl/dx1_soc.v``, another Verilog file of it, or the SoC
+    generated with that many tiles, memory banks and MiB of device memory (minutes, the first time of each).
 
     Raises
     ------
     ValueError
-        After ``sim:`` comes something other than ``verilog=`` and the path of an existing file.
+        After ``sim:`` comes something other than ``verilog=`` and the path of an existing file, or ``tiles=``,
+        ``banks=`` and ``mem_mib=`` with counts the SoC takes.
     """
-    verilog = None
+    verilog, config = None, None
     if device != "sim":
-        key, _, path = device[len("sim:"):].partition("=")
-        if key != "verilog" or not Path(path).is_file():
-            raise ValueError(f"device {device!r}: expected sim or sim:verilog=PATH with PATH an existing Verilog "
-                             f"file of the SoC")
-        verilog = Path(path)
-    process, port = start_simulator(verilog=verilog)
+        text = device[len("sim:"):]
+        config, rest = _split_sizes(device, text)
+        if config is None:
+            key, _, path = text.partition("=")
+            if key != "verilog" or "," in path or not Path(path).is_file():
+                raise ValueError(f"device {device!r}: expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 "
+                                 f"tiles, a power of two of banks from 1 to 16 and of MiB) or sim:verilog=PATH with "
+                                 f"PATH an existing Verilog file of the SoC")
+            verilog = Path(path)
+        elif rest:
+            raise ValueError(f"device {device!r}: after tiles=, banks= and mem_mib= expected nothing else, not "
+                             f"{','.join(rest)!r} (sim:verilog=PATH serves a given Verilog file alone)")
+    if config is None:
+        process, port = start_simulator(verilog=verilog)
+    else:
+        process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
     return SimTransport("127.0.0.1", port, process=process)
 
 
@@ -216,11 +271,11 @@ def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
 
 
 def register() -> None:
-    """Register ``model``, ``model:FAULTS``, ``sim`` and ``sim:verilog=PATH`` with the driver (the entry point)."""
+    """Register ``model``, ``model:ITEMS``, ``sim`` and ``sim:ITEMS`` with the driver (the entry point)."""
     register_backend("model", open_model, "model")
-    register_backend("model:", open_model, "model:FAULTS")
+    register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS")
     register_backend("sim", open_sim, "sim")
-    register_backend("sim:", open_sim, "sim:verilog=PATH")
+    register_backend("sim:", open_sim, "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH")
 
 
 class _LoopbackTransport(SerialTransport):

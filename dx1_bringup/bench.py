@@ -14,11 +14,13 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
@@ -306,7 +308,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perf")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling")
 
 
 def _sections(text: str) -> list[str]:
@@ -328,6 +330,20 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _counts(allowed: tuple[int, ...]) -> Callable[[str], list[int]]:
+    """An argparse type: a comma-separated list of some of ``allowed``."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = sorted({int(t) for t in text.split(",")})
+        except ValueError:
+            values = []
+        if not values or any(v not in allowed for v in values):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of some of "
+                                             f"{', '.join(map(str, allowed))}, not {text!r}")
+        return values
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
@@ -337,6 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serial-sizes", type=_sizes, default=SERIAL_SIZES, metavar="BYTES",
                         help="block sizes of the serial throughput sweep, comma-separated (default: "
                              + ",".join(map(str, SERIAL_SIZES)) + ")")
+    scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
+    scaling.add_argument("--scaling-sizes", type=_counts(bench_scaling.SIZES), metavar="S,...",
+                         default=list(bench_scaling.DEFAULT_SIZES),
+                         help="square GEMM sizes, some of " + ",".join(map(str, bench_scaling.SIZES)) + " (default "
+                              + ",".join(map(str, bench_scaling.DEFAULT_SIZES)) + ": the larger take hours)")
+    scaling.add_argument("--scaling-tiles", type=_counts(bench_scaling.TILES), metavar="T,...",
+                         default=list(bench_scaling.TILES), help="tile counts (default: all of "
+                                                                 + ",".join(map(str, bench_scaling.TILES)) + ")")
+    scaling.add_argument("--scaling-banks", type=_counts(bench_scaling.BANKS), metavar="B,...",
+                         default=list(bench_scaling.BANKS), help="memory bank counts (default: all of "
+                                                                 + ",".join(map(str, bench_scaling.BANKS)) + ")")
+    scaling.add_argument("--scaling-socs", choices=bench_scaling.SOCS, default="shared",
+                         help="shared: every tile count on the 8-tile SoC of its bank count (one build per bank "
+                              "count, the default); each: a SoC per tile and bank count")
+    scaling.add_argument("--scaling-json", type=Path, default=Path("build/bench_scaling.json"),
+                         help="the scaling points, merged point by point (default build/bench_scaling.json)")
+    scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
+                         help="the plot of every correct point in --scaling-json (default build/scaling.png)")
     args = parser.parse_args(argv)
     reason = verilator_missing()
     if reason:
@@ -367,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
             report["simspeed"] = simspeed_bench()
             ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs) and \
                 all(r["correct"] for r in report["simspeed"]["versus_amaranth"]["runs"].values())
+        elif section == "scaling":
+            print(f"[{step}/{len(steps)}] Scaling: GEMMs of {','.join(map(str, args.scaling_sizes))} cubed on "
+                  f"{','.join(map(str, args.scaling_tiles))} tiles of SoCs with "
+                  f"{','.join(map(str, args.scaling_banks))} memory banks ({args.scaling_socs} SoCs) ...", flush=True)
+            report["scaling"] = bench_scaling.scaling_bench(args.scaling_json, args.scaling_sizes, args.scaling_tiles,
+                                                            args.scaling_banks, args.scaling_socs)
+            bench_scaling.plot(report["scaling"], args.scaling_png)
+            ok &= all(p["correct"] for p in report["scaling"]["points"])
         elif section == "perf":
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
@@ -389,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         print_serial(report["serial"])
     if "perf" in args.only:
         print_perf(report["perf_model"])
+    if "scaling" in args.only:
+        bench_scaling.print_table(report["scaling"])
+        print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

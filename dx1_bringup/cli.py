@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
 from .replay.cli import add_parser as add_replay_parser
+from .sim import serve
 from .timeline import add_trace_arguments
 from .workloads.cli import add_parser as add_run_parser
 
@@ -344,17 +346,6 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sim_serve(args: argparse.Namespace) -> int:
-    from .sim import serve
-
-    argv = [f"--port={args.port}", f"--fault-rate={args.fault_rate}", f"--fault-seed={args.fault_seed}"]
-    argv += [f"--port-file={args.port_file}"] if args.port_file else []
-    argv += ["--once"] if args.once else []
-    argv += ["--uart"] if args.uart else []
-    argv += [f"--host-path={args.host_path}"]
-    return serve.main(argv)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dx1", description="dx1-mini bring-up and co-simulation")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -401,18 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     perf.set_defaults(func=cmd_perf)
     sim = sub.add_parser("sim", help="the simulated device")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
-    serve = sim_sub.add_parser("serve", help="serve the SoC RTL in Verilator on 127.0.0.1 for --device sim://HOST:PORT")
-    serve.add_argument("--port", type=int, default=0, help="TCP port (default: any free port, printed)")
-    serve.add_argument("--port-file", help="write the port here once listening")
-    serve.add_argument("--once", action="store_true", help="stop when the first client disconnects")
-    serve.add_argument("--uart", action="store_true",
-                       help="serve the simulated board's UART pins (for --device serial:socket://HOST:PORT)")
-    serve.add_argument("--fault-rate", type=float, default=0.0, help="with --uart: injected bit error rate")
-    serve.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
-    serve.add_argument("--host-path", choices=("backdoor", "bus"), default="backdoor",
-                       help="host memory blocks straight into the memory array (backdoor, the default) or "
-                            "through the AXI4 memory port (bus)")
-    serve.set_defaults(func=cmd_sim_serve)
+    serve_parser = sim_sub.add_parser("serve", help="serve the SoC RTL in Verilator on 127.0.0.1 for --device "
+                                                    "sim://HOST:PORT (or the board's UART with --uart)")
+    serve.add_arguments(serve_parser)
+    serve_parser.set_defaults(func=functools.partial(serve.run, serve_parser))
     add_bringup_parser(sub)
     add_run_parser(sub)
     add_replay_parser(sub)

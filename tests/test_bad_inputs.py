@@ -15,11 +15,12 @@ from dx1_bringup.cli import main
 
 #: Device strings no backend opens, and what the message must say.
 BAD_DEVICES = [
-    ("", "unknown device ''; expected one of model, model:FAULTS, sim, sim:verilog=PATH, sim://HOST:PORT, "
-         "serial:URL, pcie:BDF"),
+    ("", "unknown device ''; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, sim, "
+         "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim://HOST:PORT, serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
-    ("sim:", "device 'sim:': expected sim or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
-    ("sim:verilog=/nonexistent.v", "expected sim or sim:verilog=PATH with PATH an existing Verilog file"),
+    ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two "
+             "of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
+    ("sim:verilog=/nonexistent.v", "or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("model:", "device 'model:': memory or stall or bus fault '' is not KEY=VALUE with KEY one of stuck-bit, "
                "stuck-at, alias-bit, stall, bus-error"),
     ("model:foo", "memory or stall or bus fault 'foo' is not KEY=VALUE"),

@@ -202,7 +202,8 @@ def _common(p: argparse.ArgumentParser, timeout: float) -> None:
 
 def _two_devices(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", action="append", default=[], required=True,
-                   help="a device string; give it twice, A then B (model, model:FAULTS, sim, sim:verilog=PATH, ...)")
+                   help="a device string; give it twice, A then B (model, model:FAULTS, sim, sim:tiles=T, "
+                        "sim:verilog=PATH, ...)")
     p.add_argument("--budget", type=_budget, default=400, help="most shrink tests (default 400)")
 
 

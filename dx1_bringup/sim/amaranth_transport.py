@@ -45,6 +45,7 @@ class AmaranthTransport(Transport):
         self._requests: queue.Queue = queue.Queue()
         self._answers: queue.Queue = queue.Queue()
         self._cycles = 0
+        self.round_trips = 0  # requests answered, as SimTransport counts them
         sim = Simulator(self.soc)
         sim.add_clock(_PERIOD)
         sim.add_testbench(self._host)
@@ -151,6 +152,7 @@ class AmaranthTransport(Transport):
         if self._failure is not None or not self._thread.is_alive():
             raise TransportError(f"the Amaranth simulation has stopped: {self._failure!r}")
         self._requests.put((op, args))
+        self.round_trips += 1
         try:
             answer = self._answers.get(timeout=self.timeout)
         except queue.Empty:

@@ -15,7 +15,8 @@ __all__ = ["start_simulator"]
 
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
                     fault_seed: int = 1, host_path: str = "backdoor",
-                    verilog: str | Path | None = None, clock: str = "verilator") -> tuple[subprocess.Popen, int]:
+                    verilog: str | Path | None = None, tiles: int | None = None, banks: int | None = None,
+                    mem_mib: int | None = None, clock: str = "verilator") -> tuple[subprocess.Popen, int]:
     """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
 
     With ``uart``, the simulated board's UART is served (for a ``SerialTransport`` on
@@ -24,13 +25,17 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
     does.  ``host_path`` (SoC only) is how host memory blocks are served: ``"backdoor"`` straight into the
     memory array, ``"bus"`` through the AXI4 memory port (:mod:`dx1_bringup.sim.backdoor`).  ``verilog``
     (not with ``uart``) serves that Verilog file of the SoC instead of the generated one
-    (``dx1 sim serve --verilog``).  ``clock`` (SoC only) is what drives its clock, as ``dx1 sim serve --clock``
-    takes it.  The server stops when its client disconnects.
+    (``dx1 sim serve --verilog``).  ``tiles``, ``banks`` and ``mem_mib`` (not with ``uart`` nor ``verilog``)
+    serve the default SoC with that many tiles, memory banks and MiB of device memory
+    (``dx1 sim serve --tiles T --banks B --mem-mib M``: generated into
+    ``build/sim/configs/`` and built there, minutes the first time).  ``clock`` (SoC only) is what drives
+    its clock, as ``dx1 sim serve --clock`` takes it.  The server stops when its client disconnects.
 
     Raises
     ------
     ValueError
-        ``fault_rate`` is outside 0 to 0.5, or given without ``uart``.
+        ``fault_rate`` is outside 0 to 0.5, or given without ``uart``; ``tiles``, ``banks`` or ``mem_mib`` is given with
+        ``uart`` or ``verilog``.
     TransportError
         The simulator exited before it listened, or did not listen within ``timeout`` seconds.
     """
@@ -38,13 +43,18 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
         raise ValueError(f"fault_rate needs uart=True (faults are injected on the serial line), not {fault_rate!r}")
     if not 0 <= fault_rate < 0.5:
         raise ValueError(f"fault_rate must be from 0 to 0.5, not {fault_rate!r}")
+    sizes = {"tiles": tiles, "banks": banks, "mem-mib": mem_mib}
+    if any(v is not None for v in sizes.values()) and (uart or verilog is not None):
+        raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
+                         "verilog")
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
             + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart
                else [f"--host-path={host_path}", f"--clock={clock}"])
-            + (["--verilog", str(verilog)] if verilog is not None else []),
+            + (["--verilog", str(verilog)] if verilog is not None else [])
+            + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         while not port_file.exists():

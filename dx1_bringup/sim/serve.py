@@ -12,11 +12,12 @@ import os
 import sys
 from pathlib import Path
 
+from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
 from .clocked_top import CLOCKS
 
-__all__ = ["serve", "main", "SOC_MODULE", "BOARD_MODULE"]
+__all__ = ["serve", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
 
 SOC_MODULE = "dx1_soc"
 BOARD_MODULE = "dx1_board"
@@ -24,18 +25,31 @@ BOARD_MODULE = "dx1_board"
 
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
-          verilog: str | None = None, clock: str = "verilator") -> None:
+          verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
+          mem_mib: int | None = None, clock: str = "verilator") -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
     :mod:`dx1_bringup.sim.backdoor`).  ``verilog``: serve this Verilog file of the SoC (a mutant, say)
-    instead of the generated ``rtl/dx1_soc.v``.  ``clock`` (SoC only): ``"verilator"``, the SoC inside the
-    clocked top of :mod:`dx1_bringup.sim.clocked_top`, or ``"cocotb"``, the bare SoC on cocotb's clock.
+    instead of the generated ``rtl/dx1_soc.v``.  ``tiles``, ``banks``, ``mem_mib`` (SoC only, not with
+    ``verilog``): serve the default SoC with this many tiles, memory banks and MiB of device memory (``None``:
+    the default's), generated and built in ``build/sim/configs/``
+    (:func:`~dx1_bringup.sim.configs.soc_verilog`; minutes, the first time).  ``clock`` (SoC only):
+    ``"verilator"``, the SoC inside the clocked top of :mod:`dx1_bringup.sim.clocked_top`, or ``"cocotb"``,
+    the bare SoC on cocotb's clock.
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    sized = (tiles, banks, mem_mib) != (None, None, None)
+    if sized and (uart or verilog is not None):
+        raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
+                         "verilog")
+    if sized:
+        from .configs import soc_config, soc_verilog
+
+        verilog = str(soc_verilog(soc_config(tiles, banks, mem_mib)))
     env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0", "DX1_SIM_HOST_PATH": host_path,
            "DX1_SIM_CLOCK": clock,
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
@@ -47,13 +61,14 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
                clocked=not uart and clock == "verilator")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dx1 sim serve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``dx1 sim serve``, defined here only (``dx1`` and ``python -m`` both take them from here)."""
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: any free port)")
     parser.add_argument("--port-file", help="write the port here once listening")
     parser.add_argument("--once", action="store_true", help="stop when the first client disconnects")
-    parser.add_argument("--uart", action="store_true", help="serve the board's UART instead of the register bus")
+    parser.add_argument("--uart", action="store_true",
+                        help="serve the board's UART (for --device serial:socket://HOST:PORT) instead of the "
+                             "register bus (for --device sim://HOST:PORT)")
     parser.add_argument("--fault-rate", type=float, default=0.0,
                         help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
     parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
@@ -66,7 +81,19 @@ def main(argv: list[str] | None = None) -> int:
                              "always runs on cocotb's")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--tiles", type=int, default=None,
+                        help=f"serve a SoC with this many tiles, 1 to 8 (default {SocConfig().tiles}), generated into "
+                             "build/sim/configs/ (not with --uart or --verilog)")
+    parser.add_argument("--banks", type=int, default=None,
+                        help=f"serve a SoC with this many device memory banks, a power of two from 1 to 16 "
+                             f"(default {SocConfig().mem_banks}; not with --uart or --verilog)")
+    parser.add_argument("--mem-mib", type=int, default=None,
+                        help=f"serve a SoC with this many MiB of device memory, a power of two (default "
+                             f"{SocConfig().mem_bytes >> 20}; not with --uart or --verilog)")
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Check the options :func:`add_arguments` defined (``parser.error`` on a bad one) and serve."""
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
     if args.port_file:
@@ -85,6 +112,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--verilog replaces the SoC's Verilog and cannot be used with --uart (the board)")
     if args.verilog and not Path(args.verilog).is_file():
         parser.error(f"--verilog {args.verilog} is not a file; expected the Verilog of the SoC to serve")
+    sized = (args.tiles, args.banks, args.mem_mib) != (None, None, None)
+    if sized and (args.uart or args.verilog):
+        parser.error("--tiles, --banks and --mem-mib configure the generated SoC and cannot be used with --uart or "
+                     "--verilog")
+    if sized:
+        from .configs import soc_config
+
+        try:
+            soc_config(args.tiles, args.banks, args.mem_mib)
+        except (TypeError, ValueError) as e:
+            parser.error(f"--tiles/--banks/--mem-mib: {e}")
     reason = verilator_missing()
     if reason:
         print(f"dx1 sim serve: {reason}", file=sys.stderr)
@@ -94,11 +132,19 @@ def main(argv: list[str] | None = None) -> int:
           f"127.0.0.1:{args.port or '(the port is in the log line below and --port-file)'}", flush=True)
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
-              fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, clock=args.clock)
+              fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, tiles=args.tiles,
+              banks=args.banks, mem_mib=args.mem_mib, clock=args.clock)
     except SimulationFailed as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dx1 sim serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

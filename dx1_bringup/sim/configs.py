@@ -1,0 +1,89 @@
+"""The SoC's Verilog for any number of tiles, memory banks and MiB of memory, generated into the build folder.
+
+``rtl/dx1_soc.v`` is the default SoC (:class:`~dx1_bringup.spec.SocConfig`, two tiles, four banks), checked in
+and drift-checked.  Other configurations are generated on demand by :func:`soc_verilog` into
+``build/sim/configs/t<T>-b<B>-m<MiB>/dx1_soc.v`` (never checked in), with the same top-level module name, so the
+simulator servers, the backdoor and :func:`~dx1_bringup.sim.run_cocotb` (``verilog=``, built in the folder
+``sim-dx1_soc`` beside the file) treat it as they treat the default one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+from ..gateware import rtl_module
+from ..spec import SocConfig
+from . import BUILD_ROOT
+
+__all__ = ["CONFIG_ROOT", "config_folder", "soc_config", "soc_verilog"]
+
+#: Where generated SoC configurations go, one folder each.
+CONFIG_ROOT = BUILD_ROOT / "configs"
+#: The sources the SoC's Verilog is generated from: a change in any of them regenerates it.
+_SOURCES = tuple(Path(__file__).resolve().parents[1] / part for part in ("gateware", "spec"))
+
+
+def soc_config(tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None) -> SocConfig:
+    """The default SoC with ``tiles`` tiles, ``banks`` memory banks and ``mem_mib`` MiB of device memory
+    (``None``: the default's).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`SocConfig` does for a count it does not take (1 to 8 tiles; a power of two from 1 to 16
+        banks; a power of two of MiB up to 2048).
+    """
+    default = SocConfig()
+    return SocConfig(tiles=default.tiles if tiles is None else tiles,
+                     mem_banks=default.mem_banks if banks is None else banks,
+                     mem_bytes=default.mem_bytes if mem_mib is None else mem_mib << 20)
+
+
+def config_folder(config: SocConfig) -> Path:
+    """The folder of ``config``'s generated Verilog (and, beside it, its Verilator build)."""
+    return CONFIG_ROOT / f"t{config.tiles}-b{config.mem_banks}-m{config.mem_bytes >> 20}"
+
+
+def _inputs_digest(config: SocConfig) -> str:
+    digest = hashlib.sha256(repr(config).encode())
+    for root in _SOURCES:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def soc_verilog(config: SocConfig) -> Path:
+    """The path of the SoC's Verilog for ``config``: ``rtl/dx1_soc.v`` for the default, else generated.
+
+    A generated file is written again only when the gateware or spec sources changed since it was
+    generated (a digest of them and of ``config`` is kept beside it, in ``dx1_soc.v.inputs``), and its
+    file is replaced only when the Verilog differs, so an unchanged SoC keeps its Verilator build.
+    Generating an 8-tile SoC takes about two minutes of CPU (5 to 15 minutes on two busy cores).
+    """
+    soc = rtl_module("dx1_soc")
+    if config == soc.args[0]:
+        return soc.path
+    folder = config_folder(config)
+    path, stamp = folder / f"{soc.name}.v", folder / f"{soc.name}.v.inputs"
+    digest = _inputs_digest(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Two processes asking for the same SoC at once (a bench beside a test) generate it once: the second
+    # waits here and then finds the digest written.
+    with open(folder / ".generate-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists() and stamp.exists() and stamp.read_text() == digest:
+            return path
+        module = type(soc)(soc.name, f"the whole SoC, {config.tiles} tiles, {config.mem_banks} banks",
+                           soc.component, (config,), soc.kwargs)
+        text = module.verilog()
+        if not path.exists() or path.read_text() != text:
+            # Written whole under another name and renamed, so a reader never sees half a file.
+            partial = folder / f".{soc.name}.v.{os.getpid()}"
+            partial.write_text(text)
+            os.replace(partial, path)
+        stamp.write_text(digest)
+    return path
