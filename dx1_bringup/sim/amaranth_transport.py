@@ -35,6 +35,8 @@ class AmaranthTransport(Transport):
     :class:`~dx1_driver.errors.LinkTimeout`.
     """
 
+    has_irq_line = True  # wait_irq simulates until the SoC's irq output is high
+
     def __init__(self, config: SocConfig | None = None, timeout: float = 600.0):
         from amaranth.sim import Simulator
 
