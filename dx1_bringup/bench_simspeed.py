@@ -6,7 +6,7 @@ differ only in how they are served, in one run and interleaved, so the ratios ho
 - ``cocotb clock, bus``: the bare SoC on cocotb's clock, host memory blocks through the AXI4 memory
   port beat by beat (how the server ran before the host-memory backdoor);
 - ``cocotb clock, backdoor``: the same with host memory blocks straight into the memory arrays;
-- ``Verilator clock, backdoor``: the SoC inside the clocked top (:mod:`.sim.clocked_top`), the default.
+- ``Verilator clock, backdoor``: the SoC inside the clocked top (:mod:`.sim.clocked_top`, ``--clock verilator``).
 
 Then a small GEMM runs on the default setup and on the same SoC in Amaranth's Python simulator
 (:class:`.sim.amaranth_transport.AmaranthTransport`, the same memory backdoor, so the same cycles).

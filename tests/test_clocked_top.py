@@ -47,3 +47,10 @@ def test_bad_inputs_say_what_was_wrong(tmp_path):
         soc_ports("module m(a);\n  input a;\nendmodule\n", "m")
     with pytest.raises(ValueError, match="even number"):
         write_clocked_top(SOC.path, SOC.name, tmp_path / "t.v", 7)
+
+
+def test_the_clocked_top_refuses_the_bus_host_path():
+    from dx1_bringup.sim.serve import serve
+
+    with pytest.raises(ValueError, match="backdoor only"):
+        serve(clock="verilator", host_path="bus")

@@ -16,7 +16,7 @@ __all__ = ["start_simulator"]
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
                     fault_seed: int = 1, host_path: str = "backdoor",
                     verilog: str | Path | None = None, tiles: int | None = None, banks: int | None = None,
-                    mem_mib: int | None = None, clock: str = "verilator") -> tuple[subprocess.Popen, int]:
+                    mem_mib: int | None = None, clock: str = "cocotb") -> tuple[subprocess.Popen, int]:
     """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
 
     With ``uart``, the simulated board's UART is served (for a ``SerialTransport`` on

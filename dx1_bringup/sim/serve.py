@@ -15,7 +15,7 @@ from pathlib import Path
 from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
-from .clocked_top import CLOCKS
+from .clocked_top import CLOCKED_BUS, CLOCKS
 
 __all__ = ["serve", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
 
@@ -26,7 +26,7 @@ BOARD_MODULE = "dx1_board"
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
           verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
-          mem_mib: int | None = None, clock: str = "verilator") -> None:
+          mem_mib: int | None = None, clock: str = "cocotb") -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
@@ -35,13 +35,15 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     ``verilog``): serve the default SoC with this many tiles, memory banks and MiB of device memory (``None``:
     the default's), generated and built in ``build/sim/configs/``
     (:func:`~dx1_bringup.sim.configs.soc_verilog`; minutes, the first time).  ``clock`` (SoC only):
-    ``"verilator"``, the SoC inside the clocked top of :mod:`dx1_bringup.sim.clocked_top`, or ``"cocotb"``,
-    the bare SoC on cocotb's clock.
+    ``"cocotb"``, the bare SoC on cocotb's clock, or ``"verilator"``, the SoC inside the clocked top
+    of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    if clock == "verilator" and host_path == "bus" and not uart:
+        raise ValueError(CLOCKED_BUS)
     sized = (tiles, banks, mem_mib) != (None, None, None)
     if sized and (uart or verilog is not None):
         raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
@@ -75,10 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
-    parser.add_argument("--clock", choices=CLOCKS, default="verilator",
-                        help="what drives the SoC's clock: Verilator, inside a simulation top that also registers "
-                             "the reset (the default, faster), or cocotb on the bare SoC; the board (--uart) "
-                             "always runs on cocotb's")
+    parser.add_argument("--clock", choices=CLOCKS, default="cocotb",
+                        help="what drives the SoC's clock: cocotb on the bare SoC (the default), or Verilator, "
+                             "inside a simulation top that also registers the reset (faster; with the backdoor "
+                             "host path only); the board (--uart) always runs on cocotb's")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
     parser.add_argument("--tiles", type=int, default=None,
@@ -108,6 +110,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
         parser.error("--fault-rate needs --uart (faults are injected on the serial line)")
+    if args.clock == "verilator" and args.host_path == "bus" and not args.uart:
+        parser.error(CLOCKED_BUS)
     if args.verilog and args.uart:
         parser.error("--verilog replaces the SoC's Verilog and cannot be used with --uart (the board)")
     if args.verilog and not Path(args.verilog).is_file():
