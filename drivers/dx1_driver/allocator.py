@@ -6,7 +6,10 @@ import bisect
 
 from .errors import OutOfDeviceMemory
 
-__all__ = ["Allocator"]
+__all__ = ["DEFAULT_ALIGNMENT", "Allocator"]
+
+#: The alignment a :class:`Allocator` gives by default (bytes).
+DEFAULT_ALIGNMENT = 64
 
 
 def _check_alignment(align: int) -> None:
@@ -33,7 +36,7 @@ class Allocator:
     ``size`` bytes whatever the order.
     """
 
-    def __init__(self, base: int, size: int, alignment: int = 64):
+    def __init__(self, base: int, size: int, alignment: int = DEFAULT_ALIGNMENT):
         _check_alignment(alignment)
         if base < 0 or size <= 0:
             raise ValueError(f"allocator range must have base >= 0 and size > 0, not base={base}, size={size}")

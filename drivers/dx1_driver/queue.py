@@ -244,6 +244,11 @@ class CommandQueue:
             raise DriverError(f"queue {self.tile} was reset; get a new one from Device.queue")
 
     @property
+    def next_index(self) -> int:
+        """The ring index the next submitted command goes to: its slot is ``index % entries`` commands past ``ring``."""
+        return self._tail
+
+    @property
     def outstanding(self) -> int:
         """Completions not yet delivered: in flight, collected, and aborted ones awaiting :meth:`recover`."""
         return len(self._inflight) + len(self._backlog) + len(self._aborted)
