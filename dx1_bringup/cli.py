@@ -291,7 +291,15 @@ def cmd_perf(args: argparse.Namespace) -> int:
     m, k, n = args.m, args.k, args.n
     # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.
     post = PostOpParams(1, 0, relu=True)
-    caps = Device.open("model").caps
+    # A fresh golden model stands in for the device: its caps, and where run_gemm would put the operands.
+    fresh = Device.open("model")
+    caps = fresh.caps
+
+    def predicted_terms(sm: int, sk: int, sn: int, st: int | None) -> dict[str, float]:
+        base, rings = gemm_perf.fresh_layout(fresh, st)
+        return gemm_perf.combine(gemm_perf.predict_gemm(sm, sk, sn, caps, post=post, tiles=st, base=base,
+                                                        rings=rings).terms)
+
     if args.tiles is not None and args.tiles > caps.tiles:
         print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
         return 2
@@ -303,7 +311,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
           f"{args.tiles or caps.tiles} tile(s), {'predicted only' if args.device is None else 'on ' + args.device}")
     start = time.perf_counter()
-    predicted = gemm_perf.combine(gemm_perf.predict_gemm(m, k, n, caps, post=post, tiles=args.tiles).terms)
+    predicted = predicted_terms(m, k, n, args.tiles)
     elapsed = time.perf_counter() - start
     shapes = [(m, k, n, args.tiles or caps.tiles)]
     if args.png is not None:
@@ -315,7 +323,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     try:
         for sm, sk, sn, st in shapes:
             if device is None:
-                pred = gemm_perf.combine(gemm_perf.predict_gemm(sm, sk, sn, caps, post=post, tiles=st).terms)
+                pred = predicted_terms(sm, sk, sn, st)
                 rows.append((f"{sm}x{sk}x{sn}/{st}", pred["total"], None, None))
                 continue
             sa, sb, sbias, spost = gemm_problem(sm, sk, sn, args.seed)

@@ -5,6 +5,6 @@ predicts the TRACE events and PERF totals of per-tile command streams from them.
 """
 
 from .costs import COSTS, Costs, move_bursts
-from .schedule import CommandTime, Prediction, TilePrediction, predict
+from .schedule import CommandTime, Prediction, Ring, TilePrediction, predict
 
-__all__ = ["COSTS", "CommandTime", "Costs", "Prediction", "TilePrediction", "move_bursts", "predict"]
+__all__ = ["COSTS", "CommandTime", "Costs", "Prediction", "Ring", "TilePrediction", "move_bursts", "predict"]

@@ -5,12 +5,14 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
 
 * DMA (``gateware/dma.py``): a LOAD or STORE is cut into one burst per outer row (more where a row
   crosses a 4 KiB page or exceeds 256 beats of 8 bytes); one command runs at a time per tile.  A STORE
-  costs ``store_fixed + store_burst * bursts + beats`` exactly; a LOAD, whose reads share the memory with
-  command fetches and whose scratchpad writes yield to the array, ``load_fixed + load_burst * bursts +
-  load_beat * beats`` on average.  While another tile's DMA reads (for a LOAD) or writes (for a STORE),
-  the command's memory time grows by ``contention`` times itself (the tiles share the one device-memory
-  port, which arbitrates each direction on its own).  BUSY_LOAD and BUSY_STORE count the
-  cycles a burst is open, ``load_idle`` and ``store_idle`` cycles fewer than the command takes.
+  costs ``store_fixed + store_burst * bursts + beats`` exactly, a LOAD ``load_fixed + load_burst * bursts
+  + load_beat * beats`` (least squares over the TRACE of single-tile LOADs), each when it has its memory
+  banks to itself.  The memory's banks (4 KiB pages interleaved) serve one burst per direction at a time,
+  holding the bank for a cycle plus one per beat (:func:`move_bank_runs`); what other bursts in the same
+  bank (other tiles' DMA, command fetches) add is the schedule's business (:mod:`.schedule`).  BUSY_LOAD
+  and BUSY_STORE count the cycles a burst is open, ``load_idle`` and ``store_idle`` cycles fewer than the
+  command takes.  ``contention`` is the planner's average: how much longer a LOAD takes per other tile
+  loading at the same time.
 * GEMM (``gateware/tile.py``): the array streams ``m`` scratchpad rows per reduction chunk; two weight
   banks ping-pong, so chunk ``j`` starts no earlier than ``bank_cycle`` cycles plus the rows of chunk
   ``j-2`` after chunk ``j-2`` started (a bank's load, stream and drain); the first chunk after idle
@@ -19,9 +21,10 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
 * POSTOP: waits for earlier GEMMs, starts ``postop_fill`` cycles after dispatch at the earliest and
   takes ``rows + postop_drain`` cycles.
 * Command processor (``gateware/command.py``): consecutive dispatches are at least ``dispatch_gap``
-  cycles apart (fetch burst plus ``DECODE_STAGES``); the DMA takes its next command ``dma_handover``
-  cycles before the previous one's completion is written; the tile core holds ``core_slots`` commands;
-  FENCE, SIGNAL, WAIT and NOP take ``sync_cycles``.
+  cycles apart (fetch burst plus ``DECODE_STAGES``); a command's fetch, one read burst of its beats from
+  the command ring, asks for the memory ``fetch_lead`` cycles after the command before it dispatched; the
+  DMA takes its next command ``dma_handover`` cycles before the previous one's completion is written; the
+  tile core holds ``core_slots`` commands; FENCE, SIGNAL, WAIT and NOP take ``sync_cycles``.
 * Host (``run_gemm`` through the driver on the simulated SoC, whose memory requests take the backdoor and
   cost no cycles): every register access on the AXI4-Lite port costs ``host_register`` cycles, during
   which the device runs on.  A run's CYCLES (tile 0's counter, read first) span the PERF snapshots of
@@ -40,7 +43,7 @@ import numpy as np
 
 from ..spec import BUS_BYTES, register_map
 
-__all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bursts"]
+__all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
 #: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma.py).
 PAGE_BYTES = 4096
@@ -62,9 +65,9 @@ PERF_SNAPSHOT_WORDS = _perf_snapshot_words()
 class Costs:
     """The fitted cycle costs (see the module docstring for what each one is)."""
 
-    load_fixed: float = 10.0
-    load_burst: float = 1.7
-    load_beat: float = 1.07
+    load_fixed: float = 12.26
+    load_burst: float = 1.08
+    load_beat: float = 0.994
     store_fixed: float = 10.0
     store_burst: float = 2.0
     store_beat: float = 1.0
@@ -77,6 +80,7 @@ class Costs:
     postop_fill: int = 7
     postop_drain: int = 8
     dispatch_gap: int = 13
+    fetch_lead: int = 2
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
@@ -149,3 +153,41 @@ def move_bursts(dram_addr, dram_stride, rows, seg_bytes):
         crossings[i] = int(((starts + seg[i] - 1) // PAGE_BYTES - starts // PAGE_BYTES).sum())
     total = rows * per_row + (crossings[0] if scalar else crossings)
     return int(total) if scalar else total
+
+
+def move_bank_runs(dram_addr: int, dram_stride: int, rows: int, seg_bytes: int, banks: int,
+                   max_beats: int = MAX_BURST) -> tuple[np.ndarray, np.ndarray]:
+    """The banks a 2-D move's bursts go to, in the order it issues them, and the cycles each holds its bank.
+
+    The memory (``gateware/memory.py``) interleaves its ``banks`` banks by 4 KiB page and serves one
+    burst per direction and bank at a time, taking a cycle for the address and then one beat a cycle.
+    The move's bursts are cut as :func:`move_bursts` counts them (``max_beats`` at most: 256 for LOAD and
+    STORE, :data:`COPY_BURST` for a COPY).
+
+    Returns
+    -------
+    (ndarray, ndarray, ndarray)
+        Runs of consecutive bursts to one bank: each run's bank, the cycles its bursts hold that bank
+        (their beats plus one per burst) and how many bursts it has.
+    """
+    starts = dram_addr + dram_stride * np.arange(rows, dtype=np.int64)
+    left = np.full(rows, seg_bytes, dtype=np.int64)
+    order = np.arange(rows, dtype=np.int64) * (seg_bytes // PAGE_BYTES + 2)  # pieces of a row stay together
+    max_bytes = max_beats * BUS_BYTES
+    keys, bank_ids, cycles, bursts = [], [], [], []
+    while len(starts):
+        piece = np.minimum(left, (starts // PAGE_BYTES + 1) * PAGE_BYTES - starts)
+        keys.append(order)
+        bank_ids.append((starts // PAGE_BYTES) % banks)
+        bursts.append(-(-piece // max_bytes))
+        cycles.append(-(-piece // BUS_BYTES) + bursts[-1])
+        starts, left, order = starts + piece, left - piece, order + 1
+        keep = left > 0
+        starts, left, order = starts[keep], left[keep], order[keep]
+    if not keys:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    sequence = np.argsort(np.concatenate(keys), kind="stable")
+    bank_ids = np.concatenate(bank_ids)[sequence]
+    first = np.flatnonzero(np.r_[True, bank_ids[1:] != bank_ids[:-1]])
+    return (bank_ids[first], np.add.reduceat(np.concatenate(cycles)[sequence].astype(float), first),
+            np.add.reduceat(np.concatenate(bursts)[sequence].astype(float), first))

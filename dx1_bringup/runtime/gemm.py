@@ -58,12 +58,12 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
-from ..perf import COSTS
+from ..perf import COSTS, Ring
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, pad_operand, padded
 
 __all__ = ["GemmBlock", "GemmPlan", "GemmStats", "GemmStep", "GemmTerm", "check_post", "compile_gemm", "drive",
-           "run_gemm"]
+           "operand_layout", "run_gemm"]
 
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
@@ -468,7 +468,7 @@ def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm
     """The software-pipelined stream of one tile: LOADs of step i+1 between the GEMMs and POSTOPs of step i."""
     if not steps:
         return
-    _emit_loads(s, plan, steps[0], half_spm, half_acc)
+    _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True)
     for i, step in enumerate(steps):
         _emit_gemms(s, plan, step, half_spm, half_acc)
         if i + 1 < len(steps):
@@ -488,18 +488,36 @@ def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tup
     return a, b, out, c, c + nct * block.rows
 
 
-def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int, *,
+                bias_first: bool = False) -> None:
+    """The LOADs of one step: A and B, and the block's bias with its first step.
+
+    ``bias_first`` puts the bias before A and B, for a tile's first step: the array's results have the
+    accumulator's write port first, so a bias LOAD still writing when the first GEMM's results start waits
+    for every GEMM after it.  Later steps load it after A and B, which then need not wait for it while
+    the GEMMs before them run.
+    """
     block = plan.blocks[step.block]
     arr = plan.array
     kct, nct = step.depth // arr, block.cols // arr
     a, b, _out, c, bias_row = _layout(plan, step, half_spm, half_acc)
     _kp, a_addr, a_stride, b_addr, b_stride = plan.terms[step.term]
+    if bias_first:
+        _emit_bias_load(s, plan, step, c, bias_row)
     s.load(dram_addr=a_addr + block.m0 * a_stride + step.k0, dram_stride=a_stride,
            local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
     s.load(dram_addr=b_addr + step.k0 * b_stride + block.n0, dram_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
+    if not bias_first:
+        _emit_bias_load(s, plan, step, c, bias_row)
+
+
+def _emit_bias_load(s: CommandStream, plan: GemmPlan, step: GemmStep, c: int, bias_row: int) -> None:
+    """The bias LOAD of a block's first step (nothing without a bias or on a later step)."""
     if plan.bias_addr is None or not step.first:
         return
+    block = plan.blocks[step.block]
+    nct = block.cols // plan.array
     bias_at = plan.bias_addr + block.n0 * ACC_LANE_BYTES
     if plan.post is not None:
         # One bias row per output chunk, which POSTOP adds with saturation.
@@ -548,7 +566,9 @@ class GemmStats:
     """What a run did: commands per tile, PERF counters before and after, host traffic, the plan's DMA bytes.
 
     ``commands[t]`` counts every command tile ``t`` was given in the run its counters cover: the plan's,
-    plus the ones a recovery resubmitted (``resubmitted[t]`` of them).
+    plus the ones a recovery resubmitted (``resubmitted[t]`` of them).  ``base`` is the device address of
+    the operands' allocation (laid out by :func:`operand_layout`); ``rings[t]`` where tile ``t``'s command
+    processor fetched the run's commands from.
     """
 
     array: int
@@ -559,6 +579,8 @@ class GemmStats:
     host_bytes_read: int
     planned_dma_bytes: int = 0
     resubmitted: dict[int, int] = field(default_factory=dict)
+    base: int = 0
+    rings: dict[int, Ring] = field(default_factory=dict)
 
     def delta(self, tile: int) -> PerfCounters:
         """What ``tile``'s counters counted over the run (modulo each counter's width)."""
@@ -640,6 +662,24 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> dict[i
     return resubmitted
 
 
+def operand_layout(m: int, k: int, n: int, array: int, post: bool, bias: bool,
+                   align: int) -> tuple[dict[str, int], int]:
+    """Where :func:`run_gemm` puts a GEMM's padded operands in its one allocation, and the bytes it takes.
+
+    Returns ``(offsets, total)``: the byte offset of ``"a"``, ``"b"``, ``"c"`` (and ``"bias"``) from the
+    allocation's start, each rounded up to ``align``, and the allocation's size.
+    """
+    kp, np_ = padded(k, array), padded(n, array)
+    sizes = {"a": m * kp, "b": kp * np_, "c": m * np_ * (1 if post else ACC_LANE_BYTES)}
+    if bias:
+        sizes["bias"] = np_ * ACC_LANE_BYTES
+    offsets, total = {}, 0
+    for name, size in sizes.items():
+        offsets[name] = total
+        total += _ceil_div(size, align) * align
+    return offsets, total
+
+
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
              post: PostOpParams | None = None, tiles: int | Sequence[int] | None = None, *,
              timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
@@ -681,15 +721,8 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     m, k = a.shape
     n = b.shape[1]
     kp, np_ = padded(k, caps.array), padded(n, caps.array)
-    c_lane = 1 if post is not None else ACC_LANE_BYTES
-    sizes = {"a": m * kp, "b": kp * np_, "c": m * np_ * c_lane}
-    if bias is not None:
-        sizes["bias"] = np_ * ACC_LANE_BYTES
-    align = device.allocator.alignment
-    offsets, total = {}, 0
-    for name, size in sizes.items():
-        offsets[name] = total
-        total += _ceil_div(size, align) * align
+    offsets, total = operand_layout(m, k, n, caps.array, post is not None, bias is not None,
+                                    device.allocator.alignment)
     if total > caps.mem_bytes:
         raise ValueError(f"a {m}x{k}x{n} GEMM needs {total} bytes of device memory for its padded operands; the "
                          f"device has {caps.mem_bytes}")
@@ -710,6 +743,7 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
         for _attempt in range(device.caps.tiles + 1):
             used = [t for t, cmds in enumerate(plan.commands) if cmds]
             before = {t: device.perf(t).read() for t in used}
+            rings = {t: Ring.of(device.queue(t)) for t in used}
             resubmitted = {}
             try:
                 resubmitted = drive(device, plan.commands, timeout)
@@ -732,5 +766,5 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     finally:
         device.free(base)
     stats = GemmStats(caps.array, {t: len(plan.commands[t]) + resubmitted.get(t, 0) for t in used}, before, after,
-                      written, c.nbytes, plan.load_bytes + plan.store_bytes, resubmitted)
+                      written, c.nbytes, plan.load_bytes + plan.store_bytes, resubmitted, base, rings)
     return c, stats
