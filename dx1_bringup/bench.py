@@ -125,36 +125,57 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     return {"runs": runs, "golden_model": {"shape": [m, k, n], "wall_s": wall, "macs_per_s": m * k * n / wall}}
 
 
-def perf_bench() -> list[dict]:
-    """The performance model against the SoC RTL over its sweep: per shape and term, predicted, measured,
-    residual and relative error (:func:`dx1_bringup.runtime.gemm_perf.measure_gemm`)."""
+def perf_bench() -> dict:
+    """The performance model against the SoC RTL over its bench sweep: per shape and term, predicted,
+    measured, residual and relative error (:func:`dx1_bringup.runtime.gemm_perf.measure_gemm`); and how long
+    a 4096^3 GEMM, far too large to simulate, takes to predict."""
     from dx1_driver import Device, open_transport
 
     from .cli import gemm_problem
-    from .runtime.gemm_perf import SWEEP, measure_gemm
+    from .model.tile import PostOpParams
+    from .runtime.gemm_perf import BENCH_SWEEP, combine, fresh_layout, measure_gemm, predict_gemm
 
+    fresh = Device.open("model")
+    base, rings = fresh_layout(fresh, None)
+    start = time.perf_counter()
+    big = predict_gemm(4096, 4096, 4096, fresh.caps, post=PostOpParams(1, 0, relu=True), base=base, rings=rings)
+    large = {"shape": [4096, 4096, 4096], "tiles": fresh.caps.tiles, "seconds": time.perf_counter() - start,
+             "terms": combine(big.terms)}
     rows = []
     transport = open_transport("sim")
     try:
         device = Device(transport)
-        for m, k, n, tiles in SWEEP:
+        for i, (m, k, n, tiles) in enumerate(BENCH_SWEEP, 1):
+            print(f"  [{i}/{len(BENCH_SWEEP)}] {m}x{k}x{n} on {tiles} tile(s)", flush=True)
             a, b, bias, post = gemm_problem(m, k, n, 1)
             rows.append({"shape": [m, k, n], "tiles": tiles,
                          "terms": measure_gemm(device, m, k, n, a, b, bias, post, tiles)})
     finally:
         transport.close()
-    return rows
+    return {"sweep": rows, "large": large}
 
 
-def print_perf(rows: list[dict]) -> None:
-    """The error table of the performance model: relative error per term and shape."""
-    print("\nPerformance model against the RTL (relative error of the prediction per term)")
+def print_perf(perf: dict) -> None:
+    """The error table of the performance model: relative error per term and shape, and the worst total."""
+    from .runtime.gemm_perf import SWEEP
+
+    rows, large = perf["sweep"], perf["large"]
+    print("\nPerformance model against the RTL (relative error of the prediction per term; * in CI's sweep)")
     names = list(rows[0]["terms"]) if rows else []
-    print(f"  {'shape':>14} {'tiles':>5} " + " ".join(f"{n:>9}" for n in names) + "   (total cycles measured)")
+    print(f"  {'shape':>14} {'tiles':>5} " + " ".join(f"{n:>9}" for n in names)
+          + "   total cycles predicted / measured")
     for r in rows:
-        shape = "x".join(map(str, r["shape"]))
+        shape = "x".join(map(str, r["shape"])) + ("*" if (*r["shape"], r["tiles"]) in SWEEP else " ")
+        total = r["terms"]["total"]
         print(f"  {shape:>14} {r['tiles']:>5} " + " ".join(f"{r['terms'][n]['error']:+9.1%}" for n in names)
-              + f"   ({r['terms']['total']['measured']:.0f})")
+              + f"   {total['predicted']:.0f} / {total['measured']:.0f}")
+    for label, rs in (("CI's sweep", [r for r in rows if (*r["shape"], r["tiles"]) in SWEEP]), ("all", rows)):
+        if rs:
+            worst = max(rs, key=lambda r: abs(r["terms"]["total"]["error"]))
+            print(f"  worst total error, {label}: {worst['terms']['total']['error']:+.2%} "
+                  f"({'x'.join(map(str, worst['shape']))} on {worst['tiles']} tile(s))")
+    print(f"  {'x'.join(map(str, large['shape']))} on {large['tiles']} tiles predicted in {large['seconds']:.2f} s: "
+          f"{large['terms']['total']:.4g} cycles")
 
 
 #: Block sizes of the serial throughput sweep, in bytes.
