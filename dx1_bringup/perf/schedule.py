@@ -153,6 +153,11 @@ class _Decoded:
     reads: tuple[tuple[str, int, int], ...]
     writes: tuple[tuple[str, int, int], ...]
 
+    def moving(self, costs: Costs, wait: float) -> float:
+        """A DMA command's cycles when other bursts keep it waiting ``wait`` cycles for its banks."""
+        fixed = costs.store_fixed if self.opcode == Opcode.STORE else costs.load_fixed
+        return max(self.cost, fixed + max(runs.total for runs in self.banks.values()) + wait)
+
 
 def _decode(cmd: bytes, tile: TileConfig, costs: Costs, banks: int) -> _Decoded:
     opcode, f = unpack_command(cmd)
@@ -243,9 +248,7 @@ class _TileState:
                 t = max(t, self.ends[j] - 1)
         if d.unit == "dma":
             t = max(t, self.dma_free - c.dma_handover)
-            held = max(runs.total for runs in d.banks.values())
-            fixed = c.store_fixed if d.opcode == Opcode.STORE else c.load_fixed
-            moving = max(d.cost, fixed + held + self.waits[i])
+            moving = d.moving(c, self.waits[i])
             end = t + moving
             if d.opcode == Opcode.LOAD and d.writes[0][0] == "acc":
                 for results, last in self.results:  # GEMMs already writing their results
