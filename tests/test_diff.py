@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.replay import Capture, Doorbell, Submit, Upload, Wait, load_capture, record, replay
 from dx1_bringup.replay.cli import diff_main
 from dx1_bringup.replay.diff import bisect, commands_in_order, prefix_events
-from dx1_bringup.replay.shrink import ddmin, shrink
+from dx1_bringup.replay.shrink import ddmin, shrink, trim_uploads
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.mutants import write_mutant
 from dx1_bringup.spec import COMMANDS, Opcode, pack_command, unpack_command
@@ -301,3 +302,32 @@ def test_the_rtl_mutant_is_named(tmp_path: Path) -> None:
 def test_the_rtl_mutant_is_named_in_1000_commands_and_shrunk(tmp_path: Path) -> None:
     """1,000 random fuzz commands, then the shrinker against the RTL (minutes); `make diff-demo` runs 10,000."""
     rtl_mutant_named(1000, 1, tmp_path, shrunk=True)
+
+
+def test_trimmed_uploads_keep_only_what_the_kept_commands_reach() -> None:
+    caps = model().caps
+    load = pack_command(Opcode.LOAD, tag=1, dram_addr=0x1000, dram_stride=0, local_addr=0, rows=1, cols=2,
+                        local_row_stride=0, local_col_stride=1)
+    events = [Upload(0, bytes(range(256)) * 64), Upload(0x8000, b"\x01" * 64), Submit(0, (load,)), Doorbell(0),
+              Wait(0, None)]
+    capture = Capture(asdict(caps), 6, events)
+    trimmed, kept = trim_uploads(capture, events, [(0, -1), (1, -1), (2, 0)], caps.semaphores, caps.tiles)
+    # The LOAD reads two 8-byte rows at 0x1000: the first upload shrinks to them, the second goes.
+    assert trimmed[0] == Upload(0x1000, (bytes(range(256)) * 64)[0x1000:0x1010])
+    assert kept == [(0, -1), (1, 0)] and isinstance(trimmed[1], Submit)
+
+
+def test_the_shrinker_cuts_uploads_to_the_bytes_the_failure_needs() -> None:
+    caps = model().caps
+    acc = np.zeros((caps.acc_rows, caps.array), np.int32)
+    acc[4:8] = 16 * np.arange(1, 33).reshape(4, 8) + 9      # remainder 9: the mutant rounds lane 3 down
+    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, dram_addr=0x40000, dram_stride=0, local_addr=0,
+                        rows=1, cols=8, local_row_stride=0, local_col_stride=1)
+    postop = pack_command(Opcode.POSTOP, tag=2, src_addr=4, dst_addr=20, rows=4, mult=1, shift=4)
+    events = [Upload(0x40000, acc.tobytes()), Submit(1, (load, postop)), Doorbell(1), Wait(1, None)]
+    capture = record(events, model(), 6, note="tile 1 requantises 4 of 1024 uploaded accumulator rows")
+    shrunk = shrink(capture, [model(), Device(MirroredRoundingMutant())], ["model", "mutant"])
+    # Both commands stay; of the 32 KiB upload only the 8 accumulator rows the LOAD reads.
+    assert (shrunk.commands_after, shrunk.uploads_after, shrunk.upload_bytes) == (2, 1, 8 * 4 * caps.array)
+    assert replay(shrunk.capture, model()).ok
+    assert not replay(shrunk.capture, Device(MirroredRoundingMutant())).ok

@@ -184,11 +184,12 @@ def _shrink(args: argparse.Namespace, capture: Capture, devices: list[Device], r
     shrunk = shrink(prefix, devices, args.device, budget=args.budget, timeout=args.timeout,
                     progress=lambda line: print(f"  shrink: {line}", flush=True))
     shrunk.capture.save(out)
-    print(f"  shrunk (ddmin over commands and uploads, {shrunk.tests} tests, {time.monotonic() - start:.2f} s): "
+    print(f"  shrunk (ddmin over commands and uploads, then the uploads cut to what the commands reach; "
+          f"{shrunk.tests} tests, {time.monotonic() - start:.2f} s): "
           f"{capture.commands} commands and {sum(1 for e in capture.events if e.kind == 'upload')} uploads in "
           f"{args.capture} ({Path(args.capture).stat().st_size} bytes); {shrunk.commands_before} commands and "
           f"{shrunk.uploads_before} uploads up to the first differing one; kept {shrunk.commands_after} commands "
-          f"and {shrunk.uploads_after} uploads")
+          f"and {shrunk.uploads_after} uploads ({shrunk.upload_bytes} bytes)")
     print(f"  wrote {out} ({Path(out).stat().st_size} bytes, {shrunk.capture.commands} commands with the clearing "
           f"and read-back ones; recorded on {args.device[0]}): {shrunk.difference}")
     print(f"  replay it: dx1 replay {out} --device {args.device[1]}")

@@ -9,10 +9,11 @@ two devices, and a replay stopped on neither (or on one, when the capture's own 
 stops).  :func:`ddmin` is Zeller's minimising delta debugging: the result fails and removing any one
 of its units (at the finest granularity it reached) makes it pass, unless the test budget ran out.
 
-:func:`shrink` writes the result as a standalone capture: the memory it touches and every tile's local
-memories zeroed, the candidate's events, and the effect read back (downloads of that memory and of
-the local memories); it is recorded on the first device, so replaying it on the second reports the
-difference.
+After ddmin, :func:`trim_uploads` cuts each kept upload down to the memory the kept commands can reach,
+kept if the candidate still fails.  :func:`shrink` writes the result as a standalone capture: the memory it
+touches and every tile's local memories zeroed, the candidate's events, and the effect read back
+(downloads of that memory and of the local memories); it is recorded on the first device, so replaying it
+on the second reports the difference.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .capture import Capture, Doorbell, Download, Event, Submit, Upload, Wait
 from .diff import TIMEOUT, effect_difference, effect_events, release_waits, run_prefix, tile_config, touched_regions
 from .replay import record
 
-__all__ = ["Unit", "units_of", "candidate_events", "ddmin", "ShrinkResult", "shrink"]
+__all__ = ["Unit", "units_of", "candidate_events", "trim_uploads", "ddmin", "ShrinkResult", "shrink"]
 
 #: A unit: ``(event, command)``, a command of a submit event; ``(event, -1)``, an upload event.
 Unit = tuple[int, int]
@@ -69,6 +70,30 @@ def candidate_events(events: Sequence[Event], keep: Sequence[Unit], semaphores: 
     return release_waits(out, semaphores) + [Wait(q, None) for q in range(tiles)]
 
 
+def trim_uploads(capture: Capture, events: Sequence[Event], keep: Sequence[Unit], semaphores: int,
+                 tiles: int) -> tuple[list[Event], list[Unit]]:
+    """``events`` with each upload of ``keep`` cut down to the device memory the kept commands may read or
+    write (an upload they touch nowhere goes), and ``keep`` numbered for the new events."""
+    chosen = set(keep)
+    used = touched_regions(capture, [e for e in candidate_events(events, keep, semaphores, tiles)
+                                     if not isinstance(e, Upload)])
+    out: list[Event] = []
+    kept: list[Unit] = []
+    for e, event in enumerate(events):
+        if isinstance(event, Upload) and (e, -1) in chosen:
+            end = event.addr + len(event.data)
+            for lo, hi in used:
+                a, b = max(lo, event.addr), min(hi, end)
+                if a < b:
+                    kept.append((len(out), -1))
+                    out.append(Upload(a, event.data[a - event.addr:b - event.addr]))
+            continue
+        if isinstance(event, Submit):
+            kept += [(len(out), c) for c in range(len(event.commands)) if (e, c) in chosen]
+        out.append(event)
+    return out, kept
+
+
 def ddmin(units: list[Unit], fails: Callable[[list[Unit]], bool], budget: int) -> tuple[list[Unit], int]:
     """The smallest failing subset of ``units`` ddmin reaches within ``budget`` tests, and the tests it ran.
 
@@ -103,7 +128,8 @@ def ddmin(units: list[Unit], fails: Callable[[list[Unit]], bool], budget: int) -
 
 @dataclass
 class ShrinkResult:
-    """What :func:`shrink` did: the capture written, sizes before and after, tests run."""
+    """What :func:`shrink` did: the capture written, sizes before and after (``upload_bytes``: of the uploads
+    kept), tests run."""
 
     capture: Capture
     commands_before: int
@@ -112,6 +138,7 @@ class ShrinkResult:
     uploads_after: int
     tests: int
     difference: str
+    upload_bytes: int
 
 
 def shrink(capture: Capture, devices: Sequence[Device], names: Sequence[str] = ("A", "B"), *, budget: int = 400,
@@ -150,6 +177,14 @@ def shrink(capture: Capture, devices: Sequence[Device], names: Sequence[str] = (
         return ok
 
     kept, tests = ddmin(everything, fails, budget)
+    # Then the uploads: only the bytes the kept commands can reach, if that still differs.
+    whole = events
+    events, trimmed = trim_uploads(capture, whole, kept, caps.semaphores, caps.tiles)
+    tests += 1
+    if fails(trimmed):
+        kept = trimmed
+    else:
+        events = whole
     chosen = candidate_events(events, kept, caps.semaphores, caps.tiles)
     regions = touched_regions(capture, chosen)
     devices[0].reset()
@@ -159,4 +194,4 @@ def shrink(capture: Capture, devices: Sequence[Device], names: Sequence[str] = (
     final, _stuck = difference(kept)
     return ShrinkResult(shrunk, len([u for u in everything if u[1] >= 0]), len([u for u in everything if u[1] < 0]),
                         len([u for u in kept if u[1] >= 0]), len([u for u in kept if u[1] < 0]), tests,
-                        final or found)
+                        final or found, sum(len(events[e].data) for e, c in kept if c < 0))
