@@ -15,15 +15,21 @@
 
 After every wait the TRACE buffers are drained and the PERF counters sampled, so a run longer than the
 trace depth loses nothing while at most a ring of commands is in flight.  Device cycles (GLOBAL
-CYCLES, which also stamps the TRACE events) are put on host time by a linear fit through the clock
-snapshots at the start and at the end; :attr:`Timeline.clock_error_ns` is how far the snapshots in
-between lie from that line.
+CYCLES, which also stamps the TRACE events) are put on host time through the clock snapshots taken with
+each sample: piecewise linearly between two snapshots, on the line through the first and the last
+outside them (and everywhere, if the clock went back: a device reset).  A simulator's clock only moves
+while it serves a request, and a board's runs steadily: the snapshots follow either.  Each snapshot is
+only as sure as the read that took it (the device's count is from somewhere inside the round trip):
+:attr:`Timeline.clock_error_ns` is the largest half round trip, :attr:`Timeline.line_error_ns` how far the
+snapshots lie from the straight line alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
+import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -78,8 +84,9 @@ def tile_group(tile: int) -> str:
 
 @dataclass(frozen=True)
 class _Snapshot:
-    host_ns: int  # midpoint of the reads
+    host_ns: int  # midpoint of the read
     cycles: int
+    spread_ns: int  # half the read's round trip: the count is from within host_ns +- spread_ns
 
 
 class Timeline:
@@ -119,6 +126,8 @@ class Timeline:
         self._doorbells = {device.queue_bases[t] + regs.Queue.DOORBELL: t for t in self.tiles}
         self._previous_observer = self.transport.observer
         self.snapshots: list[_Snapshot] = []
+        self._counts: list[int] = []  # the snapshots' cycles, and whether they never fall (see host_ns)
+        self._rising = False
         #: PERF at the start, and each counter's count since then (kept across a tile reset, see :meth:`sample`).
         self.perf_start: dict[int, PerfCounters] = {}
         self.perf_totals = {t: dict.fromkeys((attr for attr, _ in COUNTERS), 0) for t in self.tiles}
@@ -162,7 +171,7 @@ class Timeline:
         before = time.monotonic_ns()
         cycles = self.device.cycles()
         after = time.monotonic_ns()
-        self.snapshots.append(_Snapshot((before + after) // 2 - self.origin_ns, cycles))
+        self.snapshots.append(_Snapshot((before + after) // 2 - self.origin_ns, cycles, (after - before) // 2))
 
     def completions(self, tile: int, done: Iterable[Completion]) -> None:
         """Count completions the host collected from ``tile`` (for the loss count)."""
@@ -202,21 +211,39 @@ class Timeline:
 
     @property
     def ns_per_cycle(self) -> float:
-        """Slope of the fit through the first and last clock snapshots (1.0 if the clock did not move)."""
+        """Slope of the line through the first and last clock snapshots (1.0 if the clock did not move)."""
         if not self.snapshots:
             return 1.0
         first, last = self.snapshots[0], self.snapshots[-1]
         return (last.host_ns - first.host_ns) / (last.cycles - first.cycles) if last.cycles > first.cycles else 1.0
 
-    def host_ns(self, cycles: int) -> int:
-        """Host time (ns from the origin) of device cycle ``cycles``, on the fit."""
+    def _line_ns(self, cycles: int) -> int:
         first = self.snapshots[0]
         return first.host_ns + round((cycles - first.cycles) * self.ns_per_cycle)
 
+    def host_ns(self, cycles: int) -> int:
+        """Host time (ns from the origin) of device cycle ``cycles`` (see the module docstring)."""
+        if len(self._counts) != len(self.snapshots):
+            self._counts = [s.cycles for s in self.snapshots]
+            self._rising = all(a <= b for a, b in itertools.pairwise(self._counts))
+        counts = self._counts
+        if not (self._rising and counts[0] <= cycles <= counts[-1]):
+            return self._line_ns(cycles)
+        i = bisect.bisect_left(counts, cycles)
+        if counts[i] == cycles:
+            return self.snapshots[i].host_ns  # the first snapshot that saw this count
+        a, b = self.snapshots[i - 1], self.snapshots[i]
+        return a.host_ns + round((cycles - a.cycles) * (b.host_ns - a.host_ns) / (b.cycles - a.cycles))
+
     @property
     def clock_error_ns(self) -> int:
-        """Largest distance of any clock snapshot from the fit, in host nanoseconds (0 without a device)."""
-        return max(abs(self.host_ns(s.cycles) - s.host_ns) for s in self.snapshots) if self.snapshots else 0
+        """How sure the device's place on host time is: the largest half round trip of a clock snapshot."""
+        return max(s.spread_ns for s in self.snapshots) if self.snapshots else 0
+
+    @property
+    def line_error_ns(self) -> int:
+        """How far the clock snapshots lie from the straight line through the first and the last (host ns)."""
+        return max(abs(self._line_ns(s.cycles) - s.host_ns) for s in self.snapshots) if self.snapshots else 0
 
     def _device_slices(self) -> None:
         """Pair start and end events by tile, opcode and tag into slices on the tile's unit tracks."""
@@ -249,7 +276,7 @@ class Timeline:
 
     def summary(self, path: str | Path) -> str:
         """The one-line summary: slices per track (over its lanes), samples per counter track, events lost and
-        how far the clock snapshots lie from the fit (``timeline FILE: host: submit 3, ...; tile 0: ...``)."""
+        how well the device clock lines up with host time (``timeline FILE: host: submit 3, ...; tile 0: ...``)."""
         groups: dict[str, list[str]] = {}
         for group, name, lanes in self.data.slice_tracks():
             groups.setdefault(group, []).append(f"{name} {self.data.slice_count(group, name)}"
@@ -260,8 +287,9 @@ class Timeline:
         line = f"timeline {path}: " + "; ".join(f"{g}: {', '.join(parts)}" for g, parts in groups.items())
         if self.device is None:
             return line + " (host tracks only)"
-        return (line + f"; events lost {sum(self.lost.values())}; device clock on host time within "
-                f"{self.clock_error_ns / 1000:.0f} us ({self.ns_per_cycle:.1f} ns/cycle)")
+        return (line + f"; events lost {sum(self.lost.values())}; device clock on host time through "
+                f"{len(self.snapshots)} snapshots, each within {self.clock_error_ns / 1000:.0f} us (a straight line at "
+                f"{self.ns_per_cycle:.1f} ns/cycle would be off by up to {self.line_error_ns / 1000:.0f} us)")
 
 
 class _TimedQueue:
