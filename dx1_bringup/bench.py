@@ -92,7 +92,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     and on the golden model (its speed in MAC/s)."""
     from dx1_driver import Device, open_transport
 
-    from .runtime.gemm import run_gemm
+    from .runtime.gemm_run import run_gemm
     from .runtime.reference import reference_gemm
 
     runs = []
@@ -216,7 +216,7 @@ def _gemm_over(transport, problem, attempts: int = 1) -> dict:
     """
     from dx1_driver import Device, DriverError
 
-    from .runtime.gemm import run_gemm
+    from .runtime.gemm_run import run_gemm
     from .runtime.reference import reference_gemm
 
     a, b, bias, post = problem

@@ -1,7 +1,7 @@
 """`make bench`'s scaling section: aggregate MAC utilisation of the SoC RTL against tiles and memory banks.
 
 Every point is one square int8 GEMM (``dx1 gemm S S S --seed 1``: bias and requantisation included) run with
-:func:`~dx1_bringup.runtime.gemm.run_gemm` on a SoC generated with that many memory banks
+:func:`~dx1_bringup.runtime.gemm_run.run_gemm` on a SoC generated with that many memory banks
 (:mod:`dx1_bringup.sim.configs`, served by Verilator), on its first ``tiles`` tiles, and checked bit for bit
 against the numpy reference.  Utilisation is PERF MACs / (PERF cycles x array^2 x tiles), the cycles being
 the longest of the tiles used.
@@ -107,7 +107,7 @@ def _open_soc(tiles: int, banks: int, progress: Callable[[str], None]):
 
 def _run_point(device, transport, size: int, tiles: int, banks: int, soc_tiles: int) -> dict:
     from .cli import gemm_problem
-    from .runtime.gemm import run_gemm
+    from .runtime.gemm_run import run_gemm
     from .runtime.reference import reference_gemm
 
     a, b, bias, post = gemm_problem(size, size, size, seed=1)

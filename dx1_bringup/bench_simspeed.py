@@ -24,7 +24,7 @@ import numpy as np
 from dx1_driver import Device
 from dx1_driver.transport import SimTransport
 
-from .runtime.gemm import run_gemm
+from .runtime.gemm_run import run_gemm
 from .runtime.reference import reference_gemm
 from .sim.amaranth_transport import AmaranthTransport
 from .sim.launch import start_simulator

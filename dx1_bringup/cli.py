@@ -201,7 +201,7 @@ def gemm_problem(m: int, k: int, n: int, seed: int, post: bool = True):
 def cmd_gemm(args: argparse.Namespace) -> int:
     from dx1_driver import DriverError
 
-    from .runtime import gemm, reference
+    from .runtime import gemm_run, reference
 
     m, k, n = args.m, args.k, args.n
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
@@ -225,7 +225,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             with _traced(device, args.trace, args.trace_format, timeline) as traced:
-                result, stats = gemm.run_gemm(traced, a, b, bias, post, tiles=args.tiles, timeout=args.timeout)
+                result, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles=args.tiles, timeout=args.timeout)
         except ValueError as exc:
             print(f"dx1 gemm: {exc}", file=sys.stderr)
             return 2

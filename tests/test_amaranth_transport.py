@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dx1_driver import Device, TransportError
 
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim.amaranth_transport import AmaranthTransport
 

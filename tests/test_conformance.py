@@ -17,7 +17,7 @@ from dx1_driver import CommandError, Device, DriverError, QueueError, TraceKind,
 from dx1_driver.serial_transport import SerialTransport
 
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS

@@ -7,7 +7,8 @@ import pytest
 from dx1_driver import Device
 
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.runtime.gemm import GemmTerm, compile_gemm, drive
+from dx1_bringup.runtime.gemm import GemmTerm, compile_gemm
+from dx1_bringup.runtime.gemm_run import drive
 from dx1_bringup.runtime.reference import reference_gemm
 
 

@@ -12,7 +12,7 @@ from dx1_driver.pcie import MmapBar, PcieTransport, parse_bdf
 
 from dx1_bringup.backends import ModelBar, model_pcie_transport
 from dx1_bringup.model.device import BusError, DeviceModel
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 
 GLOBAL = regs.BLOCK_BASES["GLOBAL"]

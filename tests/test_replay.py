@@ -33,7 +33,7 @@ from dx1_bringup.replay import (
 )
 from dx1_bringup.replay.__main__ import main as replay_main
 from dx1_bringup.replay.convert import convert_two_tile, two_tile_events
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import SPEC_VERSION, Opcode, SocConfig, pack_command
 

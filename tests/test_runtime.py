@@ -11,8 +11,9 @@ from dx1_driver import CommandError, Device, regs
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.runtime import gemm, reference
-from dx1_bringup.runtime.gemm import compile_gemm, run_gemm
+from dx1_bringup.runtime import gemm, gemm_run, reference
+from dx1_bringup.runtime.gemm import compile_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.operands import padded
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import Opcode, SocConfig, TileConfig, unpack_command
@@ -247,7 +248,7 @@ def test_command_error_propagates_and_memory_is_freed(dev, monkeypatch):
         plan.commands[0].insert(1, regs.gemm(tag=999, a_addr=0, b_addr=0, c_addr=0, m=0, k_chunks=1))
         return plan
 
-    monkeypatch.setattr(gemm, "compile_gemm", broken)
+    monkeypatch.setattr(gemm_run, "compile_gemm", broken)
     for t in range(dev.caps.tiles):
         dev.queue(t)
     used = dev.allocator.used

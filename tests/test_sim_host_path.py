@@ -15,7 +15,7 @@ import pytest
 from dx1_driver import Device
 from dx1_driver.transport import SimTransport
 
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.backdoor import HOST_PATHS

@@ -13,7 +13,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import gemm_problem, main
-from dx1_bringup.runtime import gemm, reference
+from dx1_bringup.runtime import gemm_run, reference
 from dx1_bringup.spec import SocConfig
 from dx1_bringup.timeline import COUNTERS, HOST, record, tile_group, unit_of
 
@@ -54,7 +54,7 @@ def run_traced(device: Device, path: Path, m: int, k: int, n: int, tiles: list[i
     a, b, bias, post = gemm_problem(m, k, n, 3)
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
-        c, stats = gemm.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
+        c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
         timeline = traced.timeline
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
@@ -116,9 +116,9 @@ def test_counters_keep_counting_across_a_tile_reset(tmp_path: Path) -> None:
     path = tmp_path / "reset.pftrace"
     a, b, bias, post = gemm_problem(64, 64, 64, 3)
     with record(device, path) as traced:
-        _, first = gemm.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, first = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
         traced.queue(0).reset_tile()
-        _, second = gemm.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, second = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
     tracks, events = parse(path)
     macs = next(uuid for uuid, track in tracks.items() if track == (tile_group(0), "MACs"))
     values = [e.counter_value for _, e in events[macs]]

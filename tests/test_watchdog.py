@@ -24,7 +24,7 @@ from dx1_driver import (
 from dx1_bringup.backends import ModelTransport, open_model, set_stalls
 from dx1_bringup.bringup import run_bringup
 from dx1_bringup.faults import UnitStalls
-from dx1_bringup.runtime.gemm import run_gemm
+from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 
 #: Cycles without progress before the watchdog aborts a command.

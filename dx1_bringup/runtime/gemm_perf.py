@@ -1,6 +1,6 @@
 """Predicted cycles of a whole tiled GEMM, from the plan and the analytical performance model.
 
-:func:`predict_gemm` plans ``M x K x N`` like :func:`~dx1_bringup.runtime.gemm.run_gemm` does (same
+:func:`predict_gemm` plans ``M x K x N`` like :func:`~dx1_bringup.runtime.gemm_run.run_gemm` does (same
 operand layout and tiles) and predicts what the PERF counters of the run will show.  A tile's output
 blocks repeat one command pattern, so only the first :data:`WINDOW` blocks of every tile are emitted and
 scheduled (all tiles together, sharing the memory port); the blocks after them each add the steady-state
@@ -20,7 +20,8 @@ from dx1_driver.allocator import DEFAULT_ALIGNMENT
 from ..model.tile import PostOpParams
 from ..perf import Prediction, Ring, TilePrediction, predict
 from ..spec import Opcode, TileConfig
-from .gemm import GemmBlock, GemmPlan, GemmStats, compile_gemm, operand_layout, run_gemm
+from .gemm import GemmBlock, GemmPlan, compile_gemm
+from .gemm_run import GemmStats, operand_layout, run_gemm
 
 __all__ = ["BENCH_SWEEP", "SWEEP", "UNITS", "WINDOW", "GemmPrediction", "combine", "error_table", "fresh_layout",
            "measure_gemm", "measured_terms", "predict_gemm"]

@@ -11,7 +11,7 @@ inputs are integers).  Anything DX-1 cannot take is refused with a message that 
 import torch
 
 from ..model.tile import PostOpParams
-from ..runtime.gemm import run_gemm
+from ..runtime.gemm_run import run_gemm
 from .context import current_device
 
 __all__ = ["qlinear", "check_qlinear"]

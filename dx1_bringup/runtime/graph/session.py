@@ -27,7 +27,8 @@ import numpy as np
 from dx1_driver import Device, DriverError
 
 from ...spec import Opcode, pack_command
-from ..gemm import GemmStats, GemmTerm, compile_gemm, drive
+from ..gemm import GemmTerm, compile_gemm
+from ..gemm_run import GemmStats, drive
 from ..operands import padded
 from .ir import Graph, HostOp, QMatmul, View
 from .memory import ArenaPlan, Lifetime, plan_arena
