@@ -92,12 +92,12 @@ class Costs:
         return self.host_fixed + self.host_register * (PERF_SNAPSHOT_WORDS * tiles + 1) if tiles else 0
 
     def load_cycles(self, bursts, beats):
-        """Cycles of a LOAD (or a COPY's read side) of ``bursts`` bursts and ``beats`` beats; arrays work."""
-        return self.load_fixed + self.load_burst * np.asarray(bursts) + self.load_beat * np.asarray(beats)
+        """Cycles of a LOAD (or a COPY's read side) of ``bursts`` bursts and ``beats`` beats; numbers or arrays."""
+        return self.load_fixed + self.load_burst * bursts + self.load_beat * beats
 
     def store_cycles(self, bursts, beats):
-        """Cycles of a STORE of ``bursts`` bursts and ``beats`` beats; arrays work."""
-        return self.store_fixed + self.store_burst * np.asarray(bursts) + self.store_beat * np.asarray(beats)
+        """Cycles of a STORE of ``bursts`` bursts and ``beats`` beats; numbers or arrays."""
+        return self.store_fixed + self.store_burst * bursts + self.store_beat * beats
 
     def copy_cycles(self, beats):
         """Cycles of a COPY of ``beats`` beats: read and write bursts of ``COPY_BURST`` beats; arrays work."""
@@ -111,13 +111,12 @@ class Costs:
         return self.gemm_fill + self.gemm_drain + m + (k_chunks - 1) // 2 * pair + (k_chunks - 1) % 2 * m
 
     def gemm_period(self, m, k_chunks):
-        """Cycles a GEMM adds to a run of back-to-back GEMMs (the steady state of the two banks)."""
-        m, k_chunks = np.asarray(m), np.asarray(k_chunks)
+        """Cycles a GEMM adds to a run of back-to-back GEMMs (the steady state of the two banks); numbers or arrays."""
         return k_chunks * np.maximum(m, (m + self.bank_cycle) / 2)
 
     def postop_cycles(self, rows):
-        """Cycles of one POSTOP of ``rows`` rows once the array has drained."""
-        return np.asarray(rows) + self.postop_drain
+        """Cycles of one POSTOP of ``rows`` rows once the array has drained; numbers or arrays."""
+        return rows + self.postop_drain
 
 
 #: The costs every user shares.
