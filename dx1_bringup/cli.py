@@ -261,22 +261,32 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 
 
 def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
-    """Plot predicted (and measured, where known) total cycles per shape to a PNG file."""
+    """Plot predicted (and measured, where known) total cycles per shape to a PNG file; with measurements, the
+    relative error per shape below, against the 3% the sweep is held to."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+    measured = all(r[2] is not None for r in rows)
+    fig, axes = plt.subplots(2 if measured else 1, 1, figsize=(9, 6 if measured else 4), sharex=True, squeeze=False)
     names = [r[0] for r in rows]
-    ax.plot(names, [r[1] for r in rows], "o-", label="predicted")
-    if all(r[2] is not None for r in rows):
-        ax.plot(names, [r[2] for r in rows], "s--", label="measured")
+    ax = axes[0][0]
+    ax.plot(names, [r[1] for r in rows], "o", label="predicted")
+    if measured:
+        ax.plot(names, [r[2] for r in rows], "s", mfc="none", label="measured")
     ax.set_yscale("log")
     ax.set_ylabel("cycles (PERF CYCLES)")
-    ax.set_title("dx1 perf: predicted against measured cycles per GEMM shape")
-    ax.tick_params(axis="x", rotation=45)
+    ax.set_title("dx1 perf: predicted against measured cycles per GEMM shape (M x K x N / tiles)")
     ax.legend()
+    if measured:
+        err = axes[1][0]
+        errors = [100 * (r[1] - r[2]) / r[2] for r in rows]
+        err.bar(names, errors, color=["tab:red" if abs(e) > 3 else "tab:blue" for e in errors])
+        for bound in (-3, 3):
+            err.axhline(bound, color="grey", linestyle=":", linewidth=1)
+        err.set_ylabel("error of the total (%)")
+    axes[-1][0].tick_params(axis="x", rotation=60)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
