@@ -3,9 +3,9 @@
 :func:`predict_gemm` plans ``M x K x N`` like :func:`~dx1_bringup.runtime.gemm_run.run_gemm` does (same
 operand layout and tiles) and predicts what the PERF counters of the run will show.  A tile's output
 blocks repeat one command pattern, so only the first :data:`WINDOW` blocks of every tile are emitted and
-scheduled (all tiles together, sharing the memory port); the blocks after them each add the steady-state
+scheduled (all tiles together, sharing the memory banks); the blocks after them each add the steady-state
 period measured between the window's last blocks.  Up to ``WINDOW`` blocks per tile the prediction is the
-schedule of the whole stream; a 4096 x 4096 x 4096 GEMM predicts in milliseconds.
+schedule of the whole stream; a 4096 x 4096 x 4096 GEMM predicts in about a second.
 """
 
 from __future__ import annotations
