@@ -489,8 +489,9 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
 
     ``bias_first`` puts the bias before A and B, for a tile's first step: the array's results have the
     accumulator's write port first, so a bias LOAD still writing when the first GEMM's results start waits
-    for every GEMM after it.  Later steps load it after A and B, which then need not wait for it while
-    the GEMMs before them run.
+    for every GEMM after it.  A later block's first step loads it after A and B, which then need not wait
+    for it while the previous block's GEMMs run (the bias LOAD itself waits for them, holding back only
+    that block's STORE, which waits for its POSTOPs anyway).
     """
     block = plan.blocks[step.block]
     arr = plan.array
