@@ -34663,9 +34663,9 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] mask;
   reg [21:0] mv_bytes = 22'h000000;
   reg [32:0] mv_col_off = 33'h000000000;
-  reg [48:0] mv_dram_off = 49'h0000000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
@@ -34944,7 +34944,7 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   always @(posedge clk)
     mv_col_off <= \$521 ;
   always @(posedge clk)
-    mv_dram_off <= \$522 ;
+    mv_mem_off <= \$522 ;
   always @(posedge clk)
     mv_bytes <= \$523 ;
   always @(posedge clk)
@@ -35284,7 +35284,7 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \$243  = cmd[143:128] * 4'h8;
   assign \$244  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
   assign \$245  = $signed(\$244 ) + $signed(mv_col_off);
-  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_dram_off);
+  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
   assign \$247  = $signed(\$246 ) + $signed({ 1'h0, mv_bytes });
   assign \$248  = cmd[95:64] + cmd[159:128];
   assign \$249  = cmd[127:96] + cmd[159:128];
@@ -38449,9 +38449,9 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] mask;
   reg [21:0] mv_bytes = 22'h000000;
   reg [32:0] mv_col_off = 33'h000000000;
-  reg [48:0] mv_dram_off = 49'h0000000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
   reg phase = 1'h1;
@@ -38730,7 +38730,7 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   always @(posedge clk)
     mv_col_off <= \$521 ;
   always @(posedge clk)
-    mv_dram_off <= \$522 ;
+    mv_mem_off <= \$522 ;
   always @(posedge clk)
     mv_bytes <= \$523 ;
   always @(posedge clk)
@@ -39070,7 +39070,7 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \$243  = cmd[143:128] * 4'h8;
   assign \$244  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
   assign \$245  = $signed(\$244 ) + $signed(mv_col_off);
-  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_dram_off);
+  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
   assign \$247  = $signed(\$246 ) + $signed({ 1'h0, mv_bytes });
   assign \$248  = cmd[95:64] + cmd[159:128];
   assign \$249  = cmd[127:96] + cmd[159:128];
@@ -57861,7 +57861,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65537 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65538 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;

@@ -1505,7 +1505,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65537 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65538 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;

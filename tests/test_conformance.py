@@ -114,9 +114,9 @@ def _bad_commands(dev: Device, base: int) -> list[tuple[bytes, regs.ErrorCode]]:
          regs.ErrorCode.BAD_FIELD),
         (regs.gemm(tag=0, a_addr=spm - 2, b_addr=0, c_addr=0, m=4, k_chunks=1), regs.ErrorCode.SPM_RANGE),
         (regs.gemm(tag=0, a_addr=0, b_addr=0, c_addr=acc - 1, m=4, k_chunks=1), regs.ErrorCode.ACC_RANGE),
-        (regs.load(tag=0, dram_addr=base + 4, dram_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0,
+        (regs.load(tag=0, mem_addr=base + 4, mem_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0,
                    local_col_stride=0), regs.ErrorCode.MISALIGNED),
-        (regs.store(tag=0, dram_addr=mem - 8, dram_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1,
+        (regs.store(tag=0, mem_addr=mem - 8, mem_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1,
                     local_col_stride=0), regs.ErrorCode.DMA_WINDOW),
         (regs.signal(tag=0, sem=200, count=1), regs.ErrorCode.SEM_RANGE),
         (regs.copy(tag=0, src_addr=base, dst_addr=base + 64, length=0), regs.ErrorCode.BAD_DIMENSION),
@@ -196,11 +196,11 @@ def test_dma_window_refuses_moves_outside_it(device):
     device.write_mem(base, guard)
     q.set_dma_window(base + 1024, base + 2048)
     assert q.dma_window() == (base + 1024, base + 2048)
-    moves = [regs.store(tag=1, dram_addr=base + 2048 - 8, dram_stride=8, local_addr=0, rows=2, cols=1,
+    moves = [regs.store(tag=1, mem_addr=base + 2048 - 8, mem_stride=8, local_addr=0, rows=2, cols=1,
                         local_row_stride=1, local_col_stride=0),
-             regs.load(tag=2, dram_addr=base + 1016, dram_stride=8, local_addr=0, rows=1, cols=1,
+             regs.load(tag=2, mem_addr=base + 1016, mem_stride=8, local_addr=0, rows=1, cols=1,
                        local_row_stride=0, local_col_stride=0),
-             regs.store(tag=3, dram_addr=base + 1024, dram_stride=8, local_addr=0, rows=2, cols=1,
+             regs.store(tag=3, mem_addr=base + 1024, mem_stride=8, local_addr=0, rows=2, cols=1,
                         local_row_stride=1, local_col_stride=0)]
     q.submit(moves)
     statuses = [c.status for c in q.wait(3, timeout=TIMEOUT, check=False)]

@@ -188,31 +188,31 @@ def test_linear_layer_round_trip_with_phase_wrap():
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     bias = rng.integers(-5000, 5000, n, dtype=np.int32)
     mult, shift = 300, 14
-    a_dram, b_dram, bias_dram, out_dram = DATA, DATA + 0x1000, DATA + 0x2000, DATA + 0x3000
-    dev.mem_write(a_dram, a.tobytes())
-    dev.mem_write(b_dram, b.tobytes())
-    dev.mem_write(bias_dram, bias.astype("<i4").tobytes())
+    a_mem, b_mem, bias_mem, out_mem = DATA, DATA + 0x1000, DATA + 0x2000, DATA + 0x3000
+    dev.mem_write(a_mem, a.tobytes())
+    dev.mem_write(b_mem, b.tobytes())
+    dev.mem_write(bias_mem, bias.astype("<i4").tobytes())
     a_row, b_row, out_row, bias_acc = 0, 256, 512, 100
     kc = k // n
     open_queue(dev)
     wr(dev, "QUEUE0", "IRQ_MASK", 0b01)
     layer = [
         # Row i of A, chunk c goes to spm row a_row + c*m + i: GEMM's chunk-major activation layout.
-        pack_command(Opcode.LOAD, tag=1, dram_addr=a_dram, dram_stride=k, local_addr=a_row, rows=m_rows, cols=kc,
+        pack_command(Opcode.LOAD, tag=1, mem_addr=a_mem, mem_stride=k, local_addr=a_row, rows=m_rows, cols=kc,
                      local_row_stride=1, local_col_stride=m_rows),
-        pack_command(Opcode.LOAD, tag=2, dram_addr=b_dram, local_addr=b_row, rows=1, cols=k, local_col_stride=1),
-        pack_command(Opcode.LOAD, tag=3, flags={"acc": True}, dram_addr=bias_dram, local_addr=bias_acc,
+        pack_command(Opcode.LOAD, tag=2, mem_addr=b_mem, local_addr=b_row, rows=1, cols=k, local_col_stride=1),
+        pack_command(Opcode.LOAD, tag=3, flags={"acc": True}, mem_addr=bias_mem, local_addr=bias_acc,
                      rows=1, cols=1),
         pack_command(Opcode.GEMM, tag=4, a_addr=a_row, b_addr=b_row, c_addr=0, m=m_rows, k_chunks=kc),
         pack_command(Opcode.POSTOP, tag=5, flags={"relu": True, "bias": True}, src_addr=0, dst_addr=out_row,
                      rows=m_rows, bias_addr=bias_acc, mult=mult, shift=shift),
-        pack_command(Opcode.STORE, tag=6, dram_addr=out_dram, dram_stride=n, local_addr=out_row, rows=m_rows,
+        pack_command(Opcode.STORE, tag=6, mem_addr=out_mem, mem_stride=n, local_addr=out_row, rows=m_rows,
                      cols=1, local_row_stride=1),
     ]
     submit(dev, layer)
     assert dev.irq_pending()
     assert rd(dev, "QUEUE0", "HEAD") == rd(dev, "QUEUE0", "TAIL") == 6
-    got = np.frombuffer(dev.mem_read(out_dram, m_rows * n), dtype=np.int8).reshape(m_rows, n)
+    got = np.frombuffer(dev.mem_read(out_mem, m_rows * n), dtype=np.int8).reshape(m_rows, n)
     np.testing.assert_array_equal(got, reference_gemm(a, b, bias, PostOpParams(mult, shift, relu=True)))
 
     stamps = []
@@ -243,9 +243,9 @@ def test_acc_store_round_trips_int32_lanes():
     dev.mem_write(DATA, values.astype("<i4").tobytes())
     open_queue(dev)
     submit(dev, [
-        pack_command(Opcode.LOAD, flags={"acc": True}, dram_addr=DATA, local_addr=7, rows=4, cols=1,
-                     dram_stride=4 * n, local_row_stride=2),
-        pack_command(Opcode.STORE, flags={"acc": True}, dram_addr=DATA + 0x800, local_addr=7, rows=1, cols=4,
+        pack_command(Opcode.LOAD, flags={"acc": True}, mem_addr=DATA, local_addr=7, rows=4, cols=1,
+                     mem_stride=4 * n, local_row_stride=2),
+        pack_command(Opcode.STORE, flags={"acc": True}, mem_addr=DATA + 0x800, local_addr=7, rows=1, cols=4,
                      local_col_stride=2),
     ])
     np.testing.assert_array_equal(dev.tiles[0].acc[7:15:2].ravel(), values)
@@ -253,7 +253,7 @@ def test_acc_store_round_trips_int32_lanes():
 
 
 def test_moves_where_rows_repeat_keep_the_last_one():
-    # A zero local stride loads every outer row into one local row (the last wins); a DRAM stride shorter
+    # A zero local stride loads every outer row into one local row (the last wins); a device-memory stride shorter
     # than a row stores overlapping rows (the later row's bytes win where they overlap).
     dev = DeviceModel()
     n = dev.config.tile.array
@@ -261,9 +261,9 @@ def test_moves_where_rows_repeat_keep_the_last_one():
     dev.mem_write(DATA, data.tobytes())
     open_queue(dev)
     submit(dev, [
-        pack_command(Opcode.LOAD, dram_addr=DATA, local_addr=3, rows=4, cols=1, dram_stride=n, local_row_stride=0),
-        pack_command(Opcode.LOAD, dram_addr=DATA, local_addr=10, rows=4, cols=1, dram_stride=n, local_row_stride=1),
-        pack_command(Opcode.STORE, dram_addr=DATA + 0x800, local_addr=10, rows=2, cols=2, dram_stride=n,
+        pack_command(Opcode.LOAD, mem_addr=DATA, local_addr=3, rows=4, cols=1, mem_stride=n, local_row_stride=0),
+        pack_command(Opcode.LOAD, mem_addr=DATA, local_addr=10, rows=4, cols=1, mem_stride=n, local_row_stride=1),
+        pack_command(Opcode.STORE, mem_addr=DATA + 0x800, local_addr=10, rows=2, cols=2, mem_stride=n,
                      local_row_stride=2, local_col_stride=1),
     ])
     assert all(c["status"] == ErrorCode.OK for c in (completion(dev, i) for i in range(3)))
@@ -289,25 +289,25 @@ BAD_COMMANDS = [
     ((0x7F | 9 << 16).to_bytes(COMMAND_BYTES, "little"), ErrorCode.BAD_OPCODE),
     (pack_command(Opcode.NOP, tag=9, raw=1 << 100), ErrorCode.RESERVED_BITS),
     (pack_command(Opcode.FENCE, tag=9, raw=1 << 8), ErrorCode.RESERVED_BITS),
-    (pack_command(Opcode.LOAD, tag=9, dram_addr=DATA, rows=0, cols=1), ErrorCode.BAD_DIMENSION),
-    (pack_command(Opcode.STORE, tag=9, dram_addr=DATA + 4, rows=1, cols=0), ErrorCode.BAD_DIMENSION),
+    (pack_command(Opcode.LOAD, tag=9, mem_addr=DATA, rows=0, cols=1), ErrorCode.BAD_DIMENSION),
+    (pack_command(Opcode.STORE, tag=9, mem_addr=DATA + 4, rows=1, cols=0), ErrorCode.BAD_DIMENSION),
     (pack_command(Opcode.COPY, tag=9, src_addr=DATA, dst_addr=DATA, length=0), ErrorCode.BAD_DIMENSION),
     (pack_command(Opcode.WAIT, tag=9, sem=200, count=0), ErrorCode.BAD_DIMENSION),
     (pack_command(Opcode.GEMM, tag=9, m=0, k_chunks=1), ErrorCode.BAD_DIMENSION),
     (pack_command(Opcode.POSTOP, tag=9, rows=1, shift=48), ErrorCode.BAD_FIELD),
     (pack_command(Opcode.SIGNAL, tag=9, sem=16, count=1), ErrorCode.SEM_RANGE),
     (pack_command(Opcode.WAIT, tag=9, sem=16, count=1), ErrorCode.SEM_RANGE),
-    (pack_command(Opcode.LOAD, tag=9, dram_addr=DATA + 4, local_addr=_SPM - 1, rows=2, cols=1,
+    (pack_command(Opcode.LOAD, tag=9, mem_addr=DATA + 4, local_addr=_SPM - 1, rows=2, cols=1,
                   local_row_stride=1), ErrorCode.SPM_RANGE),
-    (pack_command(Opcode.LOAD, tag=9, flags={"acc": True}, dram_addr=DATA, local_addr=_ACC - 2, rows=1, cols=2,
+    (pack_command(Opcode.LOAD, tag=9, flags={"acc": True}, mem_addr=DATA, local_addr=_ACC - 2, rows=1, cols=2,
                   local_col_stride=2), ErrorCode.ACC_RANGE),
     (pack_command(Opcode.GEMM, tag=9, c_addr=_ACC - 1, m=2, k_chunks=1), ErrorCode.ACC_RANGE),
-    (pack_command(Opcode.LOAD, tag=9, dram_addr=DATA + 4, rows=1, cols=1), ErrorCode.MISALIGNED),
-    (pack_command(Opcode.STORE, tag=9, dram_addr=DATA, dram_stride=12, rows=2, cols=1), ErrorCode.MISALIGNED),
+    (pack_command(Opcode.LOAD, tag=9, mem_addr=DATA + 4, rows=1, cols=1), ErrorCode.MISALIGNED),
+    (pack_command(Opcode.STORE, tag=9, mem_addr=DATA, mem_stride=12, rows=2, cols=1), ErrorCode.MISALIGNED),
     (pack_command(Opcode.COPY, tag=9, src_addr=DATA, dst_addr=DATA + 8, length=12), ErrorCode.MISALIGNED),
-    (pack_command(Opcode.LOAD, tag=9, dram_addr=0x4_0000 - _N, dram_stride=_N, rows=2, cols=1),
+    (pack_command(Opcode.LOAD, tag=9, mem_addr=0x4_0000 - _N, mem_stride=_N, rows=2, cols=1),
      ErrorCode.DMA_WINDOW),
-    (pack_command(Opcode.STORE, tag=9, dram_addr=DATA - 8, rows=1, cols=1), ErrorCode.DMA_WINDOW),
+    (pack_command(Opcode.STORE, tag=9, mem_addr=DATA - 8, rows=1, cols=1), ErrorCode.DMA_WINDOW),
     (pack_command(Opcode.COPY, tag=9, src_addr=DATA, dst_addr=0x4_0000 - 8, length=16), ErrorCode.DMA_WINDOW),
 ]
 
@@ -340,10 +340,10 @@ def test_dma_outside_the_window_moves_nothing():
     wr(dev, "QUEUE0", "DMA_BASE", DATA)
     wr(dev, "QUEUE0", "DMA_LIMIT", DATA + 3 * n)
     # Three rows fit, the fourth crosses DMA_LIMIT: the whole STORE is refused.
-    submit(dev, [pack_command(Opcode.STORE, dram_addr=DATA, dram_stride=n, rows=4, cols=1, local_row_stride=1)])
+    submit(dev, [pack_command(Opcode.STORE, mem_addr=DATA, mem_stride=n, rows=4, cols=1, local_row_stride=1)])
     assert completion(dev, 0)["status"] == ErrorCode.DMA_WINDOW
     assert dev.mem_read(DATA, 4 * n) == bytes(4 * n)
-    submit(dev, [pack_command(Opcode.STORE, dram_addr=DATA, dram_stride=n, rows=3, cols=1, local_row_stride=1)])
+    submit(dev, [pack_command(Opcode.STORE, mem_addr=DATA, mem_stride=n, rows=3, cols=1, local_row_stride=1)])
     assert completion(dev, 1)["status"] == ErrorCode.OK
     assert dev.mem_read(DATA, 4 * n) == bytes([7]) * (3 * n) + bytes(n)
 
@@ -352,7 +352,7 @@ def test_reset_window_is_empty():
     dev = DeviceModel()
     open_queue(dev)
     wr(dev, "QUEUE0", "DMA_LIMIT", 0)
-    submit(dev, [pack_command(Opcode.LOAD, dram_addr=DATA, rows=1, cols=1)])
+    submit(dev, [pack_command(Opcode.LOAD, mem_addr=DATA, rows=1, cols=1)])
     assert completion(dev, 0)["status"] == ErrorCode.DMA_WINDOW
 
 

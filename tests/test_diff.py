@@ -271,7 +271,7 @@ def rounding_capture() -> Capture:
     acc = np.zeros((caps.acc_rows, caps.array), np.int32)
     acc[0:4] = 16 * np.arange(1, 33).reshape(4, 8) + 3      # remainder 3: both round down
     acc[4:8] = 16 * np.arange(1, 33).reshape(4, 8) + 9      # remainder 9: the model rounds up, the mutant down
-    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, dram_addr=0x40000, dram_stride=0, local_addr=0,
+    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, mem_addr=0x40000, mem_stride=0, local_addr=0,
                         rows=1, cols=caps.acc_rows, local_row_stride=0, local_col_stride=1)
 
     def postop(tag: int, src: int) -> bytes:
@@ -306,7 +306,7 @@ def test_the_rtl_mutant_is_named_in_1000_commands_and_shrunk(tmp_path: Path) -> 
 
 def test_trimmed_uploads_keep_only_what_the_kept_commands_reach() -> None:
     caps = model().caps
-    load = pack_command(Opcode.LOAD, tag=1, dram_addr=0x1000, dram_stride=0, local_addr=0, rows=1, cols=2,
+    load = pack_command(Opcode.LOAD, tag=1, mem_addr=0x1000, mem_stride=0, local_addr=0, rows=1, cols=2,
                         local_row_stride=0, local_col_stride=1)
     events = [Upload(0, bytes(range(256)) * 64), Upload(0x8000, b"\x01" * 64), Submit(0, (load,)), Doorbell(0),
               Wait(0, None)]
@@ -321,7 +321,7 @@ def test_the_shrinker_cuts_uploads_to_the_bytes_the_failure_needs() -> None:
     caps = model().caps
     acc = np.zeros((caps.acc_rows, caps.array), np.int32)
     acc[4:8] = 16 * np.arange(1, 33).reshape(4, 8) + 9      # remainder 9: the mutant rounds lane 3 down
-    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, dram_addr=0x40000, dram_stride=0, local_addr=0,
+    load = pack_command(Opcode.LOAD, tag=1, flags={"acc": True}, mem_addr=0x40000, mem_stride=0, local_addr=0,
                         rows=1, cols=8, local_row_stride=0, local_col_stride=1)
     postop = pack_command(Opcode.POSTOP, tag=2, src_addr=4, dst_addr=20, rows=4, mult=1, shift=4)
     events = [Upload(0x40000, acc.tobytes()), Submit(1, (load, postop)), Doorbell(1), Wait(1, None)]

@@ -216,7 +216,7 @@ def test_capabilities_follow_config():
 def test_wrong_magic_and_version():
     with pytest.raises(NotADx1Device, match=r'^GLOBAL MAGIC reads 0x12345678, expected 0x44583131 \("DX11"\)$'):
         Device(_fake_device(MAGIC=0x12345678))
-    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.1"):
+    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.2"):
         Device(_fake_device(HW_VERSION=0x20000))
     with pytest.raises(NotADx1Device, match=r"^block 0 ID reads 0x00000000, expected GLOBAL 0x44580001$"):
         Device(FakeTransport())
@@ -274,9 +274,9 @@ def _requant(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
     return np.clip(p, -128, 127).astype(np.int8)
 
 
-def _move(op, *, tag, dram_addr, local_addr, rows, row_bytes, acc=False):
+def _move(op, *, tag, mem_addr, local_addr, rows, row_bytes, acc=False):
     """A LOAD or STORE of ``rows`` consecutive local rows from or to contiguous device memory."""
-    return op(tag=tag, dram_addr=dram_addr, dram_stride=row_bytes, local_addr=local_addr, rows=rows, cols=1,
+    return op(tag=tag, mem_addr=mem_addr, mem_stride=row_bytes, local_addr=local_addr, rows=rows, cols=1,
               local_row_stride=1, local_col_stride=0, acc=acc)
 
 
@@ -297,14 +297,14 @@ def test_gemm_postop_end_to_end(dev):
     a_spm, b_spm, y_spm, bias_acc = 0, 1024, 2048, 512
     q = dev.queue(0)
     tags = q.submit([
-        _move(regs.load, tag=1, dram_addr=a_dev, local_addr=a_spm, rows=kc * m, row_bytes=n),
-        _move(regs.load, tag=2, dram_addr=b_dev, local_addr=b_spm, rows=kc * n, row_bytes=n),
-        _move(regs.load, tag=3, dram_addr=bias_dev, local_addr=bias_acc, rows=1, row_bytes=4 * n, acc=True),
+        _move(regs.load, tag=1, mem_addr=a_dev, local_addr=a_spm, rows=kc * m, row_bytes=n),
+        _move(regs.load, tag=2, mem_addr=b_dev, local_addr=b_spm, rows=kc * n, row_bytes=n),
+        _move(regs.load, tag=3, mem_addr=bias_dev, local_addr=bias_acc, rows=1, row_bytes=4 * n, acc=True),
         regs.gemm(tag=4, a_addr=a_spm, b_addr=b_spm, c_addr=0, m=m, k_chunks=kc),
         regs.postop(tag=5, src_addr=0, dst_addr=y_spm, rows=m, bias_addr=bias_acc, mult=mult, shift=shift,
                     relu=True, bias=True),
-        _move(regs.store, tag=6, dram_addr=out_dev, local_addr=y_spm, rows=m, row_bytes=n),
-        _move(regs.store, tag=7, dram_addr=acc_dev, local_addr=0, rows=m, row_bytes=4 * n, acc=True),
+        _move(regs.store, tag=6, mem_addr=out_dev, local_addr=y_spm, rows=m, row_bytes=n),
+        _move(regs.store, tag=7, mem_addr=acc_dev, local_addr=0, rows=m, row_bytes=4 * n, acc=True),
     ])
     done = q.wait(tags)
     assert [c.tag for c in done] == [1, 2, 3, 4, 5, 6, 7] and all(c.ok for c in done)
@@ -481,7 +481,7 @@ def test_perf_counts_a_gemm_and_clears(dev):
     assert zero.macs == zero.bytes_read == zero.bytes_written == 0
     q = dev.queue(0)
     q.submit([regs.gemm(tag=1, a_addr=0, b_addr=64, c_addr=0, m=16, k_chunks=2),
-              regs.store(tag=2, dram_addr=0x8000, dram_stride=8, local_addr=0, rows=4, cols=1,
+              regs.store(tag=2, mem_addr=0x8000, mem_stride=8, local_addr=0, rows=4, cols=1,
                          local_row_stride=1, local_col_stride=0)])
     q.wait()
     after = perf.read()

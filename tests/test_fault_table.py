@@ -93,13 +93,13 @@ def device(request):
         dev.close()
 
 
-def _load(dev: Device, tag: int, dram: int) -> bytes:
-    return regs.load(tag=tag, dram_addr=dram, dram_stride=dev.caps.array, local_addr=0, rows=ROWS, cols=1,
+def _load(dev: Device, tag: int, mem: int) -> bytes:
+    return regs.load(tag=tag, mem_addr=mem, mem_stride=dev.caps.array, local_addr=0, rows=ROWS, cols=1,
                      local_row_stride=1, local_col_stride=0)
 
 
-def _store(dev: Device, tag: int, dram: int) -> bytes:
-    return regs.store(tag=tag, dram_addr=dram, dram_stride=dev.caps.array, local_addr=0, rows=ROWS, cols=1,
+def _store(dev: Device, tag: int, mem: int) -> bytes:
+    return regs.store(tag=tag, mem_addr=mem, mem_stride=dev.caps.array, local_addr=0, rows=ROWS, cols=1,
                       local_row_stride=1, local_col_stride=0)
 
 

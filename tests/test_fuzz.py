@@ -44,10 +44,10 @@ def test_streams_are_seeded() -> None:
 
 
 def test_written_ranges_cover_stores_and_copies() -> None:
-    cmds = [pack_command(Op.STORE, dram_addr=0x1000, dram_stride=0x100, rows=3, cols=2),
-            pack_command(Op.STORE, flags={"acc": True}, dram_addr=0x1200, rows=1, cols=1),
+    cmds = [pack_command(Op.STORE, mem_addr=0x1000, mem_stride=0x100, rows=3, cols=2),
+            pack_command(Op.STORE, flags={"acc": True}, mem_addr=0x1200, rows=1, cols=1),
             pack_command(Op.COPY, src_addr=0, dst_addr=0x8000, length=64),
-            pack_command(Op.LOAD, dram_addr=0x9000, rows=1, cols=1)]
+            pack_command(Op.LOAD, mem_addr=0x9000, rows=1, cols=1)]
     # STORE 1 ends at 0x1210 (two 8-byte rows after 0x1200), STORE 2 at 0x1220: merged; the LOAD writes nothing.
     assert written_ranges(LAYOUT, cmds) == [(0x1000, 0x1220), (0x8000, 0x8040)]
 

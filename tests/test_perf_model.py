@@ -46,7 +46,7 @@ def load_stream(*loads: tuple[int, int]) -> list[bytes]:
     s = CommandStream(array=CONFIG.tile.array, spm_rows=CONFIG.tile.spm_rows, acc_rows=CONFIG.tile.acc_rows,
                       mem_bytes=CONFIG.mem_bytes)
     for i, (addr, rows) in enumerate(loads):
-        s.load(dram_addr=addr, dram_stride=32, local_addr=i * 4 * rows, rows=rows, cols=4, local_row_stride=1,
+        s.load(mem_addr=addr, mem_stride=32, local_addr=i * 4 * rows, rows=rows, cols=4, local_row_stride=1,
                local_col_stride=rows)
     return s.commands
 

@@ -49,9 +49,9 @@ def small_events() -> list:
     return [
         DmaWindow(0, 0x4000, 0x8000),
         Upload(0x4000, bytes(range(256)) * 2),
-        Submit(0, (pack_command(Opcode.LOAD, tag=1, dram_addr=0x4000, rows=1, cols=8, local_col_stride=1),
-                   pack_command(Opcode.STORE, tag=2, dram_addr=0x6000, rows=1, cols=8, local_col_stride=1),
-                   pack_command(Opcode.STORE, tag=3, dram_addr=0x8000, rows=1, cols=1))),
+        Submit(0, (pack_command(Opcode.LOAD, tag=1, mem_addr=0x4000, rows=1, cols=8, local_col_stride=1),
+                   pack_command(Opcode.STORE, tag=2, mem_addr=0x6000, rows=1, cols=8, local_col_stride=1),
+                   pack_command(Opcode.STORE, tag=3, mem_addr=0x8000, rows=1, cols=1))),
         Doorbell(0),
         Wait(0, None),
         Download(0x6000, 64, None),
@@ -157,7 +157,7 @@ def test_replay_names_the_command_of_a_wrong_completion(recorded: Capture) -> No
     assert result.mismatch.command == recorded.events[2].commands[2]
     assert str(result.mismatch) == (
         "event 4 (wait): queue 0 completion 2 (status 0 expected, 7 seen) of command STORE flags=0x0 tag=3 "
-        "dram_addr=0x8000 dram_stride=0x0 local_addr=0x0 rows=1 cols=1 local_row_stride=0x0 local_col_stride=0x0")
+        "mem_addr=0x8000 mem_stride=0x0 local_addr=0x0 rows=1 cols=1 local_row_stride=0x0 local_col_stride=0x0")
 
 
 def test_replay_names_the_first_differing_byte(recorded: Capture) -> None:

@@ -294,7 +294,7 @@ def test_cli_info_with_and_without_device(capsys):
     assert "device model" not in capsys.readouterr().out
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert "device model: hw 1.1, tiles 2, array 8x8" in out and "PERF" in out
+    assert "device model: hw 1.2, tiles 2, array 8x8" in out and "PERF" in out
 
 
 # -- the command-stream builder, padding and the single-tile layer ---------------------------------------------
@@ -305,17 +305,17 @@ def test_command_stream_encodes_through_the_spec_and_counts():
     from dx1_bringup.spec import pack_command
 
     s = CommandStream(array=8, spm_rows=64, acc_rows=16, mem_bytes=4096, tile=1, what="test plan")
-    s.load(dram_addr=0, dram_stride=64, local_addr=0, rows=4, cols=2, local_row_stride=1, local_col_stride=4)
+    s.load(mem_addr=0, mem_stride=64, local_addr=0, rows=4, cols=2, local_row_stride=1, local_col_stride=4)
     s.gemm(a_addr=0, b_addr=8, c_addr=0, m=4, k_chunks=2, accumulate=True)
     s.postop(src_addr=0, dst_addr=32, rows=4, post=PostOpParams(5, 3, relu=True), bias_addr=8)
-    s.store(dram_addr=1024, dram_stride=8, local_addr=32, rows=4, cols=1, local_row_stride=1, local_col_stride=0)
+    s.store(mem_addr=1024, mem_stride=8, local_addr=32, rows=4, cols=1, local_row_stride=1, local_col_stride=0)
     assert s.commands == [
-        pack_command(Opcode.LOAD, tag=0, dram_addr=0, dram_stride=64, local_addr=0, rows=4, cols=2,
+        pack_command(Opcode.LOAD, tag=0, mem_addr=0, mem_stride=64, local_addr=0, rows=4, cols=2,
                      local_row_stride=1, local_col_stride=4),
         pack_command(Opcode.GEMM, tag=1, flags={"accumulate": True}, a_addr=0, b_addr=8, c_addr=0, m=4, k_chunks=2),
         pack_command(Opcode.POSTOP, tag=2, flags={"relu": True, "bias": True}, src_addr=0, dst_addr=32, rows=4,
                      bias_addr=8, mult=5, shift=3),
-        pack_command(Opcode.STORE, tag=3, dram_addr=1024, dram_stride=8, local_addr=32, rows=4, cols=1,
+        pack_command(Opcode.STORE, tag=3, mem_addr=1024, mem_stride=8, local_addr=32, rows=4, cols=1,
                      local_row_stride=1),
     ]
     assert (s.load_bytes, s.store_bytes, s.array_macs) == (4 * 2 * 8, 4 * 8, 4 * 2 * 64)
@@ -324,7 +324,7 @@ def test_command_stream_encodes_through_the_spec_and_counts():
         s.gemm(a_addr=0, b_addr=8, c_addr=14, m=4, k_chunks=1)
     with pytest.raises(ValueError, match=r"^test plan: tile 1 command 4 \(STORE\) moves device memory "
                                          r"0xff8..0x1008 with stride 8: not 8-byte aligned or past the 4096 bytes"):
-        s.store(dram_addr=4088, dram_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1, local_col_stride=0)
+        s.store(mem_addr=4088, mem_stride=8, local_addr=0, rows=2, cols=1, local_row_stride=1, local_col_stride=0)
     with pytest.raises(TypeError, match=r"^post must be a PostOpParams, not \{'mult': 1\}$"):
         s.postop(src_addr=0, dst_addr=0, rows=1, post={"mult": 1}, bias_addr=None)
     assert len(s.commands) == 4, "a refused command was kept"
@@ -340,7 +340,7 @@ def test_command_stream_tags_wrap_at_the_tag_field():
     assert [unpack_command(c)[1]["tag"] for c in s.commands[-2:]] == [0xFFFF, 0]
     with pytest.raises(ValueError, match=r"moves device memory 0x0..0x8 with stride 8: not 8-byte aligned or past "
                                          r"the 0 bytes of device memory$"):
-        s.load(dram_addr=0, dram_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0, local_col_stride=0)
+        s.load(mem_addr=0, mem_stride=8, local_addr=0, rows=1, cols=1, local_row_stride=0, local_col_stride=0)
 
 
 def test_pad_operand():

@@ -49,13 +49,13 @@ def _row(dev: Device) -> int:
     return dev.caps.array
 
 
-def load(dev: Device, tag: int, dram: int, local: int = 0) -> bytes:
-    return regs.load(tag=tag, dram_addr=dram, dram_stride=_row(dev), local_addr=local, rows=ROWS, cols=1,
+def load(dev: Device, tag: int, mem: int, local: int = 0) -> bytes:
+    return regs.load(tag=tag, mem_addr=mem, mem_stride=_row(dev), local_addr=local, rows=ROWS, cols=1,
                      local_row_stride=1, local_col_stride=0)
 
 
-def store(dev: Device, tag: int, dram: int, local: int = 0) -> bytes:
-    return regs.store(tag=tag, dram_addr=dram, dram_stride=_row(dev), local_addr=local, rows=ROWS, cols=1,
+def store(dev: Device, tag: int, mem: int, local: int = 0) -> bytes:
+    return regs.store(tag=tag, mem_addr=mem, mem_stride=_row(dev), local_addr=local, rows=ROWS, cols=1,
                       local_row_stride=1, local_col_stride=0)
 
 

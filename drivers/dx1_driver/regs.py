@@ -1,5 +1,5 @@
 # generated from dx1_bringup/spec by `make rtl`; do not edit
-"""DX-1 register map and command encoding, spec version 1.1.
+"""DX-1 register map and command encoding, spec version 1.2.
 
 Standalone (standard library only), so that the driver installs without the generator.
 Registers are 32 bits wide.  Every register block starts with ID, VERSION and NEXT (byte offset of
@@ -16,7 +16,7 @@ import enum
 import operator
 
 MAGIC = 0x44583131
-SPEC_VERSION = 0x00010001
+SPEC_VERSION = 0x00010002
 BLOCK_ALIGN = 0x100
 COMMAND_BYTES = 32
 COMPLETION_BYTES = 8
@@ -292,8 +292,8 @@ COMMAND_FIELDS: dict[Opcode, dict[str, tuple[int, int]]] = {
         "opcode": (0, 8),
         "flags": (8, 8),
         "tag": (16, 16),
-        "dram_addr": (64, 32),
-        "dram_stride": (96, 32),
+        "mem_addr": (64, 32),
+        "mem_stride": (96, 32),
         "local_addr": (128, 16),
         "rows": (144, 16),
         "cols": (160, 16),
@@ -304,8 +304,8 @@ COMMAND_FIELDS: dict[Opcode, dict[str, tuple[int, int]]] = {
         "opcode": (0, 8),
         "flags": (8, 8),
         "tag": (16, 16),
-        "dram_addr": (64, 32),
-        "dram_stride": (96, 32),
+        "mem_addr": (64, 32),
+        "mem_stride": (96, 32),
         "local_addr": (128, 16),
         "rows": (144, 16),
         "cols": (160, 16),
@@ -428,8 +428,8 @@ def nop(*, tag: int) -> bytes:
 def load(
     *,
     tag: int,
-    dram_addr: int,
-    dram_stride: int,
+    mem_addr: int,
+    mem_stride: int,
     local_addr: int,
     rows: int,
     cols: int,
@@ -440,17 +440,17 @@ def load(
     """Build a LOAD command (opcode 0x01).
 
     2-D strided move from device memory into the scratchpad or accumulator buffer. Outer row r,
-    column c: device memory `dram_addr + r*dram_stride + c*row_bytes` goes to local row `local_addr
-    + r*local_row_stride + c*local_col_stride`, where `row_bytes` is one local row (array size bytes
+    column c: device memory `mem_addr + r*mem_stride + c*row_bytes` goes to local row `local_addr +
+    r*local_row_stride + c*local_col_stride`, where `row_bytes` is one local row (array size bytes
     in the scratchpad, 4x that in the accumulator buffer).
 
     Parameters
     ----------
     tag : int
         Host-chosen tag, returned in the completion.
-    dram_addr : int
+    mem_addr : int
         Device-memory byte address of the first element; a multiple of 8.
-    dram_stride : int
+    mem_stride : int
         Bytes between the starts of consecutive outer rows in device memory; a multiple of 8.
     local_addr : int
         First scratchpad or accumulator row.
@@ -473,8 +473,8 @@ def load(
     """
     fields = {
         "tag": tag,
-        "dram_addr": dram_addr,
-        "dram_stride": dram_stride,
+        "mem_addr": mem_addr,
+        "mem_stride": mem_stride,
         "local_addr": local_addr,
         "rows": rows,
         "cols": cols,
@@ -487,8 +487,8 @@ def load(
 def store(
     *,
     tag: int,
-    dram_addr: int,
-    dram_stride: int,
+    mem_addr: int,
+    mem_stride: int,
     local_addr: int,
     rows: int,
     cols: int,
@@ -504,9 +504,9 @@ def store(
     ----------
     tag : int
         Host-chosen tag, returned in the completion.
-    dram_addr : int
+    mem_addr : int
         Device-memory byte address of the first element; a multiple of 8.
-    dram_stride : int
+    mem_stride : int
         Bytes between the starts of consecutive outer rows in device memory; a multiple of 8.
     local_addr : int
         First scratchpad or accumulator row.
@@ -529,8 +529,8 @@ def store(
     """
     fields = {
         "tag": tag,
-        "dram_addr": dram_addr,
-        "dram_stride": dram_stride,
+        "mem_addr": mem_addr,
+        "mem_stride": mem_stride,
         "local_addr": local_addr,
         "rows": rows,
         "cols": cols,

@@ -1,6 +1,6 @@
 /* generated from dx1_bringup/spec by `make rtl`; do not edit */
 /*
- * dx1-mini register map and command encoding, spec version 1.1.
+ * dx1-mini register map and command encoding, spec version 1.2.
  *
  * Registers are 32 bits wide.  Every register block starts with ID, VERSION and
  * NEXT (byte offset of the next block, 0 after the last); a driver finds the
@@ -24,7 +24,7 @@
 
 /* Identity */
 #define DX1_MAGIC        0x44583131u
-#define DX1_SPEC_VERSION 0x00010001u
+#define DX1_SPEC_VERSION 0x00010002u
 #define DX1_BLOCK_ALIGN  0x0100u
 
 /* The configuration this header was generated for */
@@ -244,14 +244,14 @@ enum dx1_error {
 
 /*
  * LOAD: 2-D strided move from device memory into the scratchpad or accumulator buffer. Outer row r,
- * column c: device memory `dram_addr + r*dram_stride + c*row_bytes` goes to local row `local_addr +
+ * column c: device memory `mem_addr + r*mem_stride + c*row_bytes` goes to local row `local_addr +
  * r*local_row_stride + c*local_col_stride`, where `row_bytes` is one local row (array size bytes in
  * the scratchpad, 4x that in the accumulator buffer).
  */
-#define DX1_CMD_LOAD_DRAM_ADDR_LSB          64
-#define DX1_CMD_LOAD_DRAM_ADDR_WIDTH        32
-#define DX1_CMD_LOAD_DRAM_STRIDE_LSB        96
-#define DX1_CMD_LOAD_DRAM_STRIDE_WIDTH      32
+#define DX1_CMD_LOAD_MEM_ADDR_LSB           64
+#define DX1_CMD_LOAD_MEM_ADDR_WIDTH         32
+#define DX1_CMD_LOAD_MEM_STRIDE_LSB         96
+#define DX1_CMD_LOAD_MEM_STRIDE_WIDTH       32
 #define DX1_CMD_LOAD_LOCAL_ADDR_LSB         128
 #define DX1_CMD_LOAD_LOCAL_ADDR_WIDTH       16
 #define DX1_CMD_LOAD_ROWS_LSB               144
@@ -268,10 +268,10 @@ enum dx1_error {
  * STORE: 2-D strided move from the scratchpad or accumulator buffer to device memory; the mirror of
  * LOAD.
  */
-#define DX1_CMD_STORE_DRAM_ADDR_LSB          64
-#define DX1_CMD_STORE_DRAM_ADDR_WIDTH        32
-#define DX1_CMD_STORE_DRAM_STRIDE_LSB        96
-#define DX1_CMD_STORE_DRAM_STRIDE_WIDTH      32
+#define DX1_CMD_STORE_MEM_ADDR_LSB           64
+#define DX1_CMD_STORE_MEM_ADDR_WIDTH         32
+#define DX1_CMD_STORE_MEM_STRIDE_LSB         96
+#define DX1_CMD_STORE_MEM_STRIDE_WIDTH       32
 #define DX1_CMD_STORE_LOCAL_ADDR_LSB         128
 #define DX1_CMD_STORE_LOCAL_ADDR_WIDTH       16
 #define DX1_CMD_STORE_ROWS_LSB               144

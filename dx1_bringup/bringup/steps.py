@@ -339,10 +339,10 @@ class _Run:
                     if local is None:
                         commands.append(regs.copy(tag=tag, src_addr=src + offset, dst_addr=dst + offset, length=n))
                     else:
-                        common = dict(dram_stride=n, local_addr=local, rows=1, cols=n // (acc_row if acc else spm_row),
+                        common = dict(mem_stride=n, local_addr=local, rows=1, cols=n // (acc_row if acc else spm_row),
                                       local_row_stride=0, local_col_stride=1, acc=acc)
-                        commands += [regs.load(tag=tag, dram_addr=src + offset, **common),
-                                     regs.store(tag=tag, dram_addr=dst + offset, **common)]
+                        commands += [regs.load(tag=tag, mem_addr=src + offset, **common),
+                                     regs.store(tag=tag, mem_addr=dst + offset, **common)]
                     offset += n
                 dev.perf(tile).clear()
                 q.submit(commands, timeout=self.timeout)

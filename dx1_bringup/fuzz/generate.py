@@ -79,11 +79,11 @@ def _queues(lay: Layout) -> range:
     return range(lay.config.tiles)
 
 
-def _whole_local(lay: Layout, opcode: Opcode, tag: int, dram: int, acc: bool) -> bytes:
+def _whole_local(lay: Layout, opcode: Opcode, tag: int, mem: int, acc: bool) -> bytes:
     """A LOAD or STORE of a tile's whole scratchpad (or accumulator buffer) from or to contiguous memory."""
     tile = lay.config.tile
     rows = tile.acc_rows if acc else tile.spm_rows
-    return pack_command(opcode, tag=tag, flags={"acc": acc}, dram_addr=dram, dram_stride=0, local_addr=0,
+    return pack_command(opcode, tag=tag, flags={"acc": acc}, mem_addr=mem, mem_stride=0, local_addr=0,
                         rows=1, cols=rows, local_row_stride=0, local_col_stride=1)
 
 
@@ -95,8 +95,8 @@ def written_ranges(lay: Layout, commands: Iterable[bytes]) -> list[tuple[int, in
         opcode, f = unpack_command(cmd)
         if opcode == Opcode.STORE:
             row_bytes = tile.acc_row_bytes if f["flags"] & 1 else tile.spm_row_bytes
-            start = f["dram_addr"]
-            end = start + max(f["rows"] - 1, 0) * f["dram_stride"] + f["cols"] * row_bytes
+            start = f["mem_addr"]
+            end = start + max(f["rows"] - 1, 0) * f["mem_stride"] + f["cols"] * row_bytes
         elif opcode == Opcode.COPY:
             start, end = f["dst_addr"], f["dst_addr"] + f["length"]
         else:

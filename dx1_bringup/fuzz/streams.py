@@ -51,11 +51,11 @@ def random_move(r: np.random.Generator, lay: Layout, q: int, opcode: Opcode, tag
     span = (rows - 1) * row_stride + (cols - 1) * col_stride + 1
     local = int(r.integers(0, depth - span + 1))
     outer = cols * row_bytes
-    dram_stride = outer + 8 * int(r.integers(0, 3))
+    mem_stride = outer + 8 * int(r.integers(0, 3))
     area, size = (lay.in_base(q), lay.in_bytes) if opcode == Opcode.LOAD else (lay.out_base(q), lay.out_bytes)
-    extent = (rows - 1) * dram_stride + outer
-    dram = area + 8 * int(r.integers(0, (size - extent) // 8 + 1))
-    cmd = pack_command(opcode, tag=tag, flags={"acc": acc}, dram_addr=dram, dram_stride=dram_stride,
+    extent = (rows - 1) * mem_stride + outer
+    mem = area + 8 * int(r.integers(0, (size - extent) // 8 + 1))
+    cmd = pack_command(opcode, tag=tag, flags={"acc": acc}, mem_addr=mem, mem_stride=mem_stride,
                        local_addr=local, rows=rows, cols=cols, local_row_stride=row_stride,
                        local_col_stride=col_stride)
     return cmd, meta(opcode.name, rows * cols)
@@ -105,7 +105,7 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
             return pack_command(Opcode.COPY, tag=tag, src_addr=lay.in_base(q), dst_addr=lay.out_base(q),
                                 length=0), meta("COPY", error_kind="dimension")
         op = Opcode.LOAD if choice == 2 else Opcode.STORE
-        return pack_command(op, tag=tag, dram_addr=lay.in_base(q), rows=int(r.integers(0, 2)), cols=0), \
+        return pack_command(op, tag=tag, mem_addr=lay.in_base(q), rows=int(r.integers(0, 2)), cols=0), \
             meta(op.name, error_kind="dimension")
     if kind == "sem_range":
         op = Opcode.SIGNAL if r.integers(0, 2) else Opcode.WAIT
@@ -115,7 +115,7 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
         acc = kind == "acc_range"
         depth = cfg.acc_rows if acc else cfg.spm_rows
         op = Opcode.LOAD if r.integers(0, 2) else Opcode.STORE
-        return pack_command(op, tag=tag, flags={"acc": acc}, dram_addr=lay.in_base(q), rows=2, cols=1,
+        return pack_command(op, tag=tag, flags={"acc": acc}, mem_addr=lay.in_base(q), rows=2, cols=1,
                             local_addr=depth - 1, local_row_stride=1), meta(op.name, 2, kind)
     if kind == "misaligned":
         which = int(r.integers(0, 3))
@@ -124,18 +124,18 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
                                 length=16), meta("COPY", 2, kind)
         op = Opcode.LOAD if which == 0 else Opcode.STORE
         odd = int(r.integers(1, 8))
-        return pack_command(op, tag=tag, dram_addr=lay.out_base(q) + odd, rows=1, cols=1), meta(op.name, 1, kind)
+        return pack_command(op, tag=tag, mem_addr=lay.out_base(q) + odd, rows=1, cols=1), meta(op.name, 1, kind)
     if kind == "dma_window":
         # Just below the window or across its end (8 bytes in, 16 moved): the guard regions show that
         # nothing moved.
         below = bool(r.integers(0, 2))
-        dram = lay.win_base(q) - 8 if below else lay.win_limit(q) - 8
+        mem = lay.win_base(q) - 8 if below else lay.win_limit(q) - 8
         which = int(r.integers(0, 3))
         if which == 2:
-            return pack_command(Opcode.COPY, tag=tag, src_addr=lay.in_base(q), dst_addr=dram, length=64), \
+            return pack_command(Opcode.COPY, tag=tag, src_addr=lay.in_base(q), dst_addr=mem, length=64), \
                 meta("COPY", 8, kind)
         op = Opcode.LOAD if which == 0 else Opcode.STORE
-        return pack_command(op, tag=tag, dram_addr=dram, rows=1, cols=2, local_col_stride=1), \
+        return pack_command(op, tag=tag, mem_addr=mem, rows=1, cols=2, local_col_stride=1), \
             meta(op.name, 2, kind)
     raise ValueError(f"unknown error kind {kind!r}")
 
@@ -156,7 +156,7 @@ def directed_error(r: np.random.Generator, lay: Layout, q: int, tag: int, opcode
     kind = {"BAD_DIMENSION": "dimension", "BAD_FIELD": "field", "SEM_RANGE": "sem_range", "SPM_RANGE": "spm_range",
             "ACC_RANGE": "acc_range", "MISALIGNED": "misaligned", "DMA_WINDOW": "dma_window"}[status]
     if op in (Opcode.LOAD, Opcode.STORE):
-        move = {"dram_addr": lay.in_base(q), "rows": 1, "cols": 1}
+        move = {"mem_addr": lay.in_base(q), "rows": 1, "cols": 1}
         if status == "BAD_DIMENSION":
             move["cols"] = 0
         elif status in ("SPM_RANGE", "ACC_RANGE"):
@@ -164,9 +164,9 @@ def directed_error(r: np.random.Generator, lay: Layout, q: int, tag: int, opcode
             move.update(flags={"acc": acc}, rows=2, local_row_stride=1,
                         local_addr=(cfg.acc_rows if acc else cfg.spm_rows) - 1)
         elif status == "MISALIGNED":
-            move["dram_addr"] = lay.out_base(q) + 4
+            move["mem_addr"] = lay.out_base(q) + 4
         else:   # DMA_WINDOW: the first row starts 8 bytes below the window
-            move.update(dram_addr=lay.win_base(q) - 8, cols=2, local_col_stride=1)
+            move.update(mem_addr=lay.win_base(q) - 8, cols=2, local_col_stride=1)
         return pack_command(op, tag=tag, **move), meta(opcode, move["rows"] * move["cols"] or None, kind)
     n = cfg.array
     built = {

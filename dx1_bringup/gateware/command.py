@@ -235,14 +235,14 @@ class CommandProcessor(wiring.Component):
         mv_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
         mv_row_off = registered((mv.rows - 1) * mv.local_row_stride, "mv_row_off")
         mv_col_off = registered((mv.cols - 1) * mv.local_col_stride, "mv_col_off")
-        mv_dram_off = registered((mv.rows - 1) * mv.dram_stride, "mv_dram_off")
+        mv_mem_off = registered((mv.rows - 1) * mv.mem_stride, "mv_mem_off")
         mv_bytes = registered(Mux(mv_acc, mv.cols * tile.acc_row_bytes, mv.cols * tile.spm_row_bytes), "mv_bytes")
         g_a_rows = registered(g.k_chunks * g.m, "g_a_rows")
         g_b_rows = registered(g.k_chunks * tile.array, "g_b_rows")
 
         # Step 2: sums.
         mv_last = registered(mv.local_addr + mv_row_off + mv_col_off, "mv_last", RANGE_BITS)
-        mv_end = registered(mv.dram_addr + mv_dram_off + mv_bytes, "mv_end", 50)
+        mv_end = registered(mv.mem_addr + mv_mem_off + mv_bytes, "mv_end", 50)
         cp_src_end = registered(cp.src_addr + cp.length, "cp_src_end")
         cp_dst_end = registered(cp.dst_addr + cp.length, "cp_dst_end")
         a_end = registered(g.a_addr + g_a_rows, "g_a_end")
@@ -258,8 +258,8 @@ class CommandProcessor(wiring.Component):
             ((mv.rows == 0) | (mv.cols == 0), ErrorCode.BAD_DIMENSION),
             (~mv_acc & (mv_last >= tile.spm_rows), ErrorCode.SPM_RANGE),
             (mv_acc & (mv_last >= tile.acc_rows), ErrorCode.ACC_RANGE),
-            ((mv.dram_addr[:3] != 0) | (mv.dram_stride[:3] != 0), ErrorCode.MISALIGNED),
-            (~in_window(mv.dram_addr, mv_end), ErrorCode.DMA_WINDOW),
+            ((mv.mem_addr[:3] != 0) | (mv.mem_stride[:3] != 0), ErrorCode.MISALIGNED),
+            (~in_window(mv.mem_addr, mv_end), ErrorCode.DMA_WINDOW),
         ]
         status_next = Signal(8)
         route_next = Signal(2)  # 0 local, 1 tile core, 2 DMA

@@ -230,7 +230,7 @@ class Dma(wiring.Component):
         ar_active, _, _ = _burst_generator(
             m, "ar", self.addr_width,
             start=start & ((hdr.opcode == Opcode.LOAD) | start_copy),
-            base=Mux(start_copy, cp.src_addr, mv.dram_addr), stride=Mux(start_copy, 0, mv.dram_stride),
+            base=Mux(start_copy, cp.src_addr, mv.mem_addr), stride=Mux(start_copy, 0, mv.mem_stride),
             segments=Mux(start_copy, 1, mv.rows), seg_beats=Mux(start_copy, copy_beats, move_beats),
             valid=axi.arvalid, addr_o=axi.araddr, len_o=axi.arlen, ready=axi.arready,
             allow=(reads_out < MAX_READS) & ~self.hold & ~self.abort)
@@ -260,7 +260,7 @@ class Dma(wiring.Component):
         aw_active, aw_issue, aw_beats = _burst_generator(
             m, "aw", self.addr_width,
             start=start & ((hdr.opcode == Opcode.STORE) | start_copy),
-            base=Mux(start_copy, cp.dst_addr, mv.dram_addr), stride=Mux(start_copy, 0, mv.dram_stride),
+            base=Mux(start_copy, cp.dst_addr, mv.mem_addr), stride=Mux(start_copy, 0, mv.mem_stride),
             segments=Mux(start_copy, 1, mv.rows), seg_beats=Mux(start_copy, copy_beats, move_beats),
             valid=axi.awvalid, addr_o=axi.awaddr, len_o=axi.awlen, ready=axi.awready,
             allow=aw_allow & ~self.hold & ~self.abort, max_beats=Mux(is_copy, COPY_BURST, MAX_BURST))

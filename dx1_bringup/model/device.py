@@ -34,7 +34,7 @@ Execution
   completes with that code, changes nothing and the queue goes on.
 * LOAD/STORE move, for outer row r and column c, ``row_bytes`` (array bytes for
   the scratchpad, 4*array for the accumulator buffer, int32 little-endian lanes)
-  between device memory ``dram_addr + r*dram_stride + c*row_bytes`` and local
+  between device memory ``mem_addr + r*mem_stride + c*row_bytes`` and local
   row ``local_addr + r*local_row_stride + c*local_col_stride``, r outer and c
   inner, so when rows overlap the later one wins.  COPY behaves like memmove.
 * WAIT on a semaphore below ``count`` leaves the queue at that command; it runs
@@ -324,11 +324,11 @@ class DeviceModel(RegisterSpace):
         last_local = f["local_addr"] + (rows - 1) * f["local_row_stride"] + (cols - 1) * f["local_col_stride"]
         if last_local >= depth:
             return ErrorCode.ACC_RANGE if acc else ErrorCode.SPM_RANGE
-        if f["dram_addr"] % BUS_BYTES or f["dram_stride"] % BUS_BYTES:
+        if f["mem_addr"] % BUS_BYTES or f["mem_stride"] % BUS_BYTES:
             return ErrorCode.MISALIGNED
         outer_bytes = cols * (cfg.acc_row_bytes if acc else cfg.spm_row_bytes)
         # The window is one interval, so the first and the last outer row bound every byte touched.
-        if not self._in_window(q, f["dram_addr"], f["dram_addr"] + (rows - 1) * f["dram_stride"] + outer_bytes):
+        if not self._in_window(q, f["mem_addr"], f["mem_addr"] + (rows - 1) * f["mem_stride"] + outer_bytes):
             return ErrorCode.DMA_WINDOW
         return ErrorCode.OK
 
@@ -342,12 +342,12 @@ class DeviceModel(RegisterSpace):
         cfg = self.config.tile
         row_bytes = cfg.acc_row_bytes if acc else cfg.spm_row_bytes
         outer_bytes = cols * row_bytes
-        if self.bus_errors is not None and self.bus_errors.hits_rows(f["dram_addr"], f["dram_stride"], rows,
+        if self.bus_errors is not None and self.bus_errors.hits_rows(f["mem_addr"], f["mem_stride"], rows,
                                                                      outer_bytes):
             return ErrorCode.BUS_ERROR, 1
         self._move_rows(tile, opcode == Opcode.LOAD, acc, f)
         moved = rows * outer_bytes
-        bursts = move_bursts(f["dram_addr"], f["dram_stride"], rows, outer_bytes)
+        bursts = move_bursts(f["mem_addr"], f["mem_stride"], rows, outer_bytes)
         beats = moved // BUS_BYTES
         cycles = COSTS.load_cycles if opcode == Opcode.LOAD else COSTS.store_cycles
         cost = round(float(cycles(bursts, beats)))
@@ -364,7 +364,7 @@ class DeviceModel(RegisterSpace):
         """The 2-D move of a checked LOAD or STORE: outer row ``r``, column ``c`` is one local row.
 
         Local row ``local_addr + r*local_row_stride + c*local_col_stride`` and the bytes at
-        ``dram_addr + r*dram_stride + c*row_bytes`` move in (r, c) order, so where rows repeat the last one
+        ``mem_addr + r*mem_stride + c*row_bytes`` move in (r, c) order, so where rows repeat the last one
         wins.  Without faults and repeats it is one gather or scatter; otherwise row by row, through the
         faulty memory.
         """
@@ -375,9 +375,9 @@ class DeviceModel(RegisterSpace):
         lane = np.dtype("<i4") if acc else np.dtype(np.int8)
         r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
         local_rows = (f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]).ravel()
-        starts = (f["dram_addr"] + r * f["dram_stride"] + c * row_bytes).ravel()
+        starts = (f["mem_addr"] + r * f["mem_stride"] + c * row_bytes).ravel()
         unique = (np.unique(local_rows).size == local_rows.size
-                  and (rows == 1 or f["dram_stride"] >= cols * row_bytes))
+                  and (rows == 1 or f["mem_stride"] >= cols * row_bytes))
         if self.faults is None and unique:
             cells = starts[:, None] + np.arange(row_bytes)[None, :]
             mem = np.frombuffer(self.mem, np.uint8)

@@ -123,12 +123,12 @@ class Costs:
 COSTS = Costs()
 
 
-def move_bursts(dram_addr, dram_stride, rows, seg_bytes):
+def move_bursts(mem_addr, mem_stride, rows, seg_bytes):
     """AXI bursts of a 2-D move: one per outer row, cut at 4 KiB pages and at 256 beats; arrays work.
 
     Parameters
     ----------
-    dram_addr, dram_stride, rows:
+    mem_addr, mem_stride, rows:
         The move's first device-memory address, the bytes between outer rows and the outer row count.
     seg_bytes:
         Bytes of one outer row (``cols`` local rows).
@@ -139,13 +139,13 @@ def move_bursts(dram_addr, dram_stride, rows, seg_bytes):
         The bursts the DMA issues.  Exact when the stride is a multiple of 4 KiB or the rows stay inside
         pages; otherwise the page crossings are counted from the first row's offset and the stride.
     """
-    dram_addr, dram_stride, rows, seg_bytes = (np.asarray(x, dtype=np.int64)
-                                               for x in (dram_addr, dram_stride, rows, seg_bytes))
+    mem_addr, mem_stride, rows, seg_bytes = (np.asarray(x, dtype=np.int64)
+                                               for x in (mem_addr, mem_stride, rows, seg_bytes))
     max_bytes = MAX_BURST * BUS_BYTES
     per_row = -(-seg_bytes // max_bytes)
     # Page crossings: count, over every outer row, the pages its bytes touch beyond the first.
-    scalar = dram_addr.ndim == 0
-    addr, stride, n, seg = (np.atleast_1d(x) for x in (dram_addr, dram_stride, rows, seg_bytes))
+    scalar = mem_addr.ndim == 0
+    addr, stride, n, seg = (np.atleast_1d(x) for x in (mem_addr, mem_stride, rows, seg_bytes))
     crossings = np.zeros(addr.shape, dtype=np.int64)
     for i in range(addr.size):
         starts = addr[i] + stride[i] * np.arange(n[i])
@@ -154,7 +154,7 @@ def move_bursts(dram_addr, dram_stride, rows, seg_bytes):
     return int(total) if scalar else total
 
 
-def move_bank_runs(dram_addr: int, dram_stride: int, rows: int, seg_bytes: int, banks: int,
+def move_bank_runs(mem_addr: int, mem_stride: int, rows: int, seg_bytes: int, banks: int,
                    max_beats: int = MAX_BURST) -> tuple[np.ndarray, np.ndarray]:
     """The banks a 2-D move's bursts go to, in the order it issues them, and the cycles each holds its bank.
 
@@ -169,7 +169,7 @@ def move_bank_runs(dram_addr: int, dram_stride: int, rows: int, seg_bytes: int, 
         Runs of consecutive bursts to one bank: each run's bank, the cycles its bursts hold that bank
         (their beats plus one per burst) and how many bursts it has.
     """
-    starts = dram_addr + dram_stride * np.arange(rows, dtype=np.int64)
+    starts = mem_addr + mem_stride * np.arange(rows, dtype=np.int64)
     left = np.full(rows, seg_bytes, dtype=np.int64)
     order = np.arange(rows, dtype=np.int64) * (seg_bytes // PAGE_BYTES + 2)  # pieces of a row stay together
     max_bytes = max_beats * BUS_BYTES

@@ -166,11 +166,11 @@ def _decode(cmd: bytes, tile: TileConfig, costs: Costs, banks: int) -> _Decoded:
         acc = bool(f["flags"] & 1)
         mem = "acc" if acc else "spm"
         seg = f["cols"] * (tile.acc_row_bytes if acc else tile.spm_row_bytes)
-        bursts = move_bursts(f["dram_addr"], f["dram_stride"], f["rows"], seg)
+        bursts = move_bursts(f["mem_addr"], f["mem_stride"], f["rows"], seg)
         beats = f["rows"] * seg // BUS_BYTES
         last = f["local_addr"] + (f["rows"] - 1) * f["local_row_stride"] + (f["cols"] - 1) * f["local_col_stride"]
         rows = ((mem, f["local_addr"], last + 1),)
-        held = _Runs(*move_bank_runs(f["dram_addr"], f["dram_stride"], f["rows"], seg, banks))
+        held = _Runs(*move_bank_runs(f["mem_addr"], f["mem_stride"], f["rows"], seg, banks))
         if opcode == Opcode.LOAD:
             return _Decoded(opcode, f, "dma", float(costs.load_cycles(bursts, beats)), {"read": held}, (), rows)
         return _Decoded(opcode, f, "dma", float(costs.store_cycles(bursts, beats)), {"write": held}, rows, ())

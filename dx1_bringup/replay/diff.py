@@ -168,8 +168,8 @@ def _touched(cmd: bytes, tile: TileConfig) -> list[tuple[int, int]]:
     if opcode in (Opcode.LOAD, Opcode.STORE):
         row_bytes = tile.acc_row_bytes if f["flags"] >> COMMANDS[Opcode(opcode)].flag_bit("acc") & 1 else \
             tile.spm_row_bytes
-        start = f["dram_addr"]
-        return [(start, start + max(f["rows"] - 1, 0) * f["dram_stride"] + f["cols"] * row_bytes)]
+        start = f["mem_addr"]
+        return [(start, start + max(f["rows"] - 1, 0) * f["mem_stride"] + f["cols"] * row_bytes)]
     if opcode == Opcode.COPY:
         return [(f["src_addr"], f["src_addr"] + f["length"]), (f["dst_addr"], f["dst_addr"] + f["length"])]
     return []
@@ -224,9 +224,9 @@ class Effect:
     stuck: str | None = None
 
 
-def _whole_local(opcode: Opcode, dram: int, acc: bool, rows: int) -> bytes:
+def _whole_local(opcode: Opcode, mem: int, acc: bool, rows: int) -> bytes:
     """A LOAD or STORE of a tile's whole scratchpad (or accumulator buffer) from or to contiguous memory."""
-    return pack_command(opcode, tag=READBACK_TAG, flags={"acc": acc}, dram_addr=dram, dram_stride=0, local_addr=0,
+    return pack_command(opcode, tag=READBACK_TAG, flags={"acc": acc}, mem_addr=mem, mem_stride=0, local_addr=0,
                         rows=1, cols=rows, local_row_stride=0, local_col_stride=1)
 
 

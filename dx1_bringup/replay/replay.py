@@ -24,7 +24,7 @@ WAIT_TIMEOUT = 60.0
 
 
 def describe_command(cmd: bytes) -> str:
-    """A command decoded field by field through the spec, for example ``LOAD tag=3 flags=0x1 dram_addr=0x12000 ...``."""
+    """A command decoded field by field through the spec, for example ``LOAD tag=3 flags=0x1 mem_addr=0x12000 ...``."""
     opcode, fields = unpack_command(cmd)
     try:
         name = Opcode(opcode).name

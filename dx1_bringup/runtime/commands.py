@@ -65,20 +65,20 @@ class CommandStream:
             raise ValueError(f"{self.what}: tile {self.tile} command {len(self.commands)} ({what}) touches "
                              f"{name} rows {first}..{last}, outside the {depth} rows the device has")
 
-    def _move(self, opcode: Opcode, *, dram_addr: int, dram_stride: int, local_addr: int, rows: int, cols: int,
+    def _move(self, opcode: Opcode, *, mem_addr: int, mem_stride: int, local_addr: int, rows: int, cols: int,
               local_row_stride: int, local_col_stride: int, acc: bool) -> None:
         what = opcode.name
         self._local(what, acc, local_addr, local_addr + (rows - 1) * local_row_stride
                     + (cols - 1) * local_col_stride)
         row_bytes = self.array * (ACC_LANE_BYTES if acc else 1)
-        end = dram_addr + (rows - 1) * dram_stride + cols * row_bytes
+        end = mem_addr + (rows - 1) * mem_stride + cols * row_bytes
         mem = 0 if self.mem_bytes is None else self.mem_bytes
-        if dram_addr % BUS_BYTES or dram_stride % BUS_BYTES or end > mem:
+        if mem_addr % BUS_BYTES or mem_stride % BUS_BYTES or end > mem:
             raise ValueError(f"{self.what}: tile {self.tile} command {len(self.commands)} ({what}) moves device "
-                             f"memory 0x{dram_addr:x}..0x{end:x} with stride {dram_stride}: not {BUS_BYTES}-byte "
+                             f"memory 0x{mem_addr:x}..0x{end:x} with stride {mem_stride}: not {BUS_BYTES}-byte "
                              f"aligned or past the {mem} bytes of device memory")
         self.commands.append(pack_command(
-            opcode, tag=self._tag(), flags={"acc": acc}, dram_addr=dram_addr, dram_stride=dram_stride,
+            opcode, tag=self._tag(), flags={"acc": acc}, mem_addr=mem_addr, mem_stride=mem_stride,
             local_addr=local_addr, rows=rows, cols=cols, local_row_stride=local_row_stride,
             local_col_stride=local_col_stride))
         if opcode is Opcode.LOAD:
@@ -86,16 +86,16 @@ class CommandStream:
         else:
             self.store_bytes += rows * cols * row_bytes
 
-    def load(self, *, dram_addr: int, dram_stride: int, local_addr: int, rows: int, cols: int,
+    def load(self, *, mem_addr: int, mem_stride: int, local_addr: int, rows: int, cols: int,
              local_row_stride: int, local_col_stride: int, acc: bool = False) -> None:
         """A 2-D LOAD into the scratchpad (or, with ``acc``, the accumulator buffer); fields as the spec's."""
-        self._move(Opcode.LOAD, dram_addr=dram_addr, dram_stride=dram_stride, local_addr=local_addr, rows=rows,
+        self._move(Opcode.LOAD, mem_addr=mem_addr, mem_stride=mem_stride, local_addr=local_addr, rows=rows,
                    cols=cols, local_row_stride=local_row_stride, local_col_stride=local_col_stride, acc=acc)
 
-    def store(self, *, dram_addr: int, dram_stride: int, local_addr: int, rows: int, cols: int,
+    def store(self, *, mem_addr: int, mem_stride: int, local_addr: int, rows: int, cols: int,
               local_row_stride: int, local_col_stride: int, acc: bool = False) -> None:
         """A 2-D STORE from the scratchpad (or, with ``acc``, the accumulator buffer); fields as the spec's."""
-        self._move(Opcode.STORE, dram_addr=dram_addr, dram_stride=dram_stride, local_addr=local_addr, rows=rows,
+        self._move(Opcode.STORE, mem_addr=mem_addr, mem_stride=mem_stride, local_addr=local_addr, rows=rows,
                    cols=cols, local_row_stride=local_row_stride, local_col_stride=local_col_stride, acc=acc)
 
     def gemm(self, *, a_addr: int, b_addr: int, c_addr: int, m: int, k_chunks: int, accumulate: bool = False) -> None:

@@ -500,9 +500,9 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
     _kp, a_addr, a_stride, b_addr, b_stride = plan.terms[step.term]
     if bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
-    s.load(dram_addr=a_addr + block.m0 * a_stride + step.k0, dram_stride=a_stride,
+    s.load(mem_addr=a_addr + block.m0 * a_stride + step.k0, mem_stride=a_stride,
            local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
-    s.load(dram_addr=b_addr + step.k0 * b_stride + block.n0, dram_stride=b_stride,
+    s.load(mem_addr=b_addr + step.k0 * b_stride + block.n0, mem_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
     if not bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
@@ -517,12 +517,12 @@ def _emit_bias_load(s: CommandStream, plan: GemmPlan, step: GemmStep, c: int, bi
     bias_at = plan.bias_addr + block.n0 * ACC_LANE_BYTES
     if plan.post is not None:
         # One bias row per output chunk, which POSTOP adds with saturation.
-        s.load(dram_addr=bias_at, dram_stride=0, local_addr=bias_row, rows=1, cols=nct,
+        s.load(mem_addr=bias_at, mem_stride=0, local_addr=bias_row, rows=1, cols=nct,
                local_row_stride=1, local_col_stride=1, acc=True)
     else:
         # Without a post-op the bias is the accumulators' starting value: stride 0 repeats it in every row,
         # and every GEMM then accumulates onto it (wrapping, like the int32 reference).
-        s.load(dram_addr=bias_at, dram_stride=0, local_addr=c, rows=block.rows, cols=nct,
+        s.load(mem_addr=bias_at, mem_stride=0, local_addr=c, rows=block.rows, cols=nct,
                local_row_stride=1, local_col_stride=block.rows, acc=True)
 
 
@@ -543,12 +543,12 @@ def _emit_finish(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int
     _a, _b, out, c, bias_row = _layout(plan, step, half_spm, half_acc)
     nct = block.cols // arr
     if plan.post is None:
-        s.store(dram_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0 * ACC_LANE_BYTES,
-               dram_stride=plan.c_stride, local_addr=c, rows=block.rows, cols=nct,
+        s.store(mem_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0 * ACC_LANE_BYTES,
+               mem_stride=plan.c_stride, local_addr=c, rows=block.rows, cols=nct,
                local_row_stride=1, local_col_stride=block.rows, acc=True)
         return
     for j in range(nct):
         s.postop(src_addr=c + j * block.rows, dst_addr=out + j * block.rows, rows=block.rows,
                  bias_addr=None if plan.bias_addr is None else bias_row + j, post=plan.post)
-    s.store(dram_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0, dram_stride=plan.c_stride,
+    s.store(mem_addr=plan.c_addr + block.m0 * plan.c_stride + block.n0, mem_stride=plan.c_stride,
            local_addr=out, rows=block.rows, cols=nct, local_row_stride=1, local_col_stride=block.rows)

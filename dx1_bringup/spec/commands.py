@@ -168,8 +168,8 @@ def _F(name: str, lsb: int, width: int, doc: str) -> Field:
 
 
 _MOVE_FIELDS = (
-    _F("dram_addr", 64, 32, "Device-memory byte address of the first element; a multiple of 8."),
-    _F("dram_stride", 96, 32, "Bytes between the starts of consecutive outer rows in device memory; a multiple of 8."),
+    _F("mem_addr", 64, 32, "Device-memory byte address of the first element; a multiple of 8."),
+    _F("mem_stride", 96, 32, "Bytes between the starts of consecutive outer rows in device memory; a multiple of 8."),
     _F("local_addr", 128, 16, "First scratchpad or accumulator row."),
     _F("rows", 144, 16, "Outer count (>= 1)."),
     _F("cols", 160, 16, "Local rows per outer row, contiguous in device memory (>= 1)."),
@@ -185,7 +185,7 @@ COMMANDS: dict[Opcode, Command] = {c.opcode: c for c in (
     Command(
         Opcode.LOAD,
         "2-D strided move from device memory into the scratchpad or accumulator buffer. "
-        "Outer row r, column c: device memory `dram_addr + r*dram_stride + c*row_bytes` goes to local row "
+        "Outer row r, column c: device memory `mem_addr + r*mem_stride + c*row_bytes` goes to local row "
         "`local_addr + r*local_row_stride + c*local_col_stride`, where `row_bytes` is one local row "
         "(array size bytes in the scratchpad, 4x that in the accumulator buffer).",
         _MOVE_FIELDS, _MOVE_FLAGS,

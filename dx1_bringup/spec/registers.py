@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
-SPEC_VERSION = 0x0001_0001  # major.minor in 16.16
+SPEC_VERSION = 0x0001_0002  # major.minor in 16.16
 BLOCK_ALIGN = 0x100
 
 

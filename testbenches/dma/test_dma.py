@@ -43,11 +43,11 @@ def _pauses(rng: np.random.Generator, probability: float):
 class Ref:
     """numpy reference of the tile's memories and device memory."""
 
-    def __init__(self, config, dram: np.ndarray):
+    def __init__(self, config, mem: np.ndarray):
         self.n = config.array
         self.spm = np.zeros((config.spm_rows, self.n), dtype=np.int8)
         self.acc = np.zeros((config.acc_rows, self.n), dtype=np.int32)
-        self.dram = dram
+        self.mem = mem
 
     def local(self, acc: bool) -> np.ndarray:
         """Local rows as bytes (lanes little-endian, lane 0 first)."""
@@ -61,33 +61,33 @@ class Ref:
         for r in range(f["rows"]):
             for c in range(f["cols"]):
                 yield ((f["local_addr"] + r * f["local_row_stride"] + c * f["local_col_stride"]) & 0xFFFF) % depth, \
-                    f["dram_addr"] + r * f["dram_stride"] + c * rb, rb
+                    f["mem_addr"] + r * f["mem_stride"] + c * rb, rb
 
     def load(self, f: dict, bad=None) -> None:
         local = self.local(f["acc"])
         for row, addr, rb in self.pairs(f):
             if bad and addr + rb > bad[0] and addr < bad[1]:
                 return  # nothing more of the command is written after a read error
-            local[row] = self.dram[addr:addr + rb]
+            local[row] = self.mem[addr:addr + rb]
 
     def store(self, f: dict, bad=None) -> None:
         local = self.local(f["acc"])
         for row, addr, rb in self.pairs(f):
-            self.dram[addr:addr + rb] = local[row]
+            self.mem[addr:addr + rb] = local[row]
             if bad:
                 lo, hi = max(addr, bad[0]), min(addr + rb, bad[1])
                 if lo < hi:
-                    self.dram[lo:hi] = 0  # never compared: the RAM does not hold the bad range
+                    self.mem[lo:hi] = 0  # never compared: the RAM does not hold the bad range
 
     def copy(self, src: int, dst: int, length: int, bad=None) -> None:
         if bad and src + length > bad[0] and src < bad[1]:
             length = max(0, bad[0] - src)  # beats from the first bad one on are written with null strobes
-        self.dram[dst:dst + length] = self.dram[src:src + length].copy()
+        self.mem[dst:dst + length] = self.mem[src:src + length].copy()
 
 
 def move(opcode: Opcode, tag: int = 0, **f) -> tuple[bytes, dict]:
     acc = f.pop("acc")
-    fields = dict(rows=1, cols=1, dram_stride=0, local_row_stride=0, local_col_stride=0, local_addr=0) | f
+    fields = dict(rows=1, cols=1, mem_stride=0, local_row_stride=0, local_col_stride=0, local_addr=0) | f
     return pack_command(opcode, tag=tag, flags={"acc": acc}, **fields), dict(fields, acc=acc)
 
 
@@ -204,9 +204,9 @@ class DmaTB:
     async def dump(self) -> tuple[np.ndarray, np.ndarray]:
         """Both local memories, read back through the DMA (STORE of every row)."""
         cfg = self.config
-        spm_cmd, _ = move(Opcode.STORE, acc=False, dram_addr=DUMP_SPM, cols=cfg.spm_rows,
+        spm_cmd, _ = move(Opcode.STORE, acc=False, mem_addr=DUMP_SPM, cols=cfg.spm_rows,
                           local_col_stride=1)
-        acc_cmd, _ = move(Opcode.STORE, acc=True, dram_addr=DUMP_ACC, cols=cfg.acc_rows,
+        acc_cmd, _ = move(Opcode.STORE, acc=True, mem_addr=DUMP_ACC, cols=cfg.acc_rows,
                           local_col_stride=1)
         assert await self.dma([spm_cmd, acc_cmd]) == [ErrorCode.OK] * 2, f"dump STORE failed ({seed_note()})"
         spm = np.frombuffer(self.ram.read(DUMP_SPM, cfg.spm_rows * self.n), dtype=np.int8).reshape(-1, self.n)
@@ -224,14 +224,14 @@ async def setup(dut, *, pauses: bool = True) -> tuple[DmaTB, Ref, np.random.Gene
     """Random device memory, and both local memories loaded from it (so every row is known)."""
     rng = np.random.default_rng(cocotb.RANDOM_SEED)
     tb = DmaTB(dut, rng if pauses else None)
-    dram = rng.integers(0, 256, size=MEM, dtype=np.uint8)
-    dram[BAD[0]:BAD[1]] = 0
-    tb.ram.write(0, dram.tobytes())
+    image = rng.integers(0, 256, size=MEM, dtype=np.uint8)
+    image[BAD[0]:BAD[1]] = 0
+    tb.ram.write(0, image.tobytes())
     await tb.reset()
-    ref = Ref(tb.config, dram)
+    ref = Ref(tb.config, image)
     cmds = []
     for acc, addr, rows in ((False, 0x0, tb.config.spm_rows), (True, 0x10000, tb.config.acc_rows)):
-        cmd, f = move(Opcode.LOAD, acc=acc, dram_addr=addr, cols=rows, local_col_stride=1)
+        cmd, f = move(Opcode.LOAD, acc=acc, mem_addr=addr, cols=rows, local_col_stride=1)
         ref.load(f)
         cmds.append(cmd)
     assert await tb.dma(cmds) == [ErrorCode.OK] * 2, f"initial LOADs failed ({seed_note()})"
@@ -264,8 +264,8 @@ def random_move(rng: np.random.Generator, tb: DmaTB, opcode: Opcode, tag: int, r
         if span >= depth or dspan > region[1] - region[0]:
             continue
         local = int(rng.integers(0, depth - span))
-        dram = region[0] + 8 * int(rng.integers(0, (region[1] - region[0] - dspan) // 8 + 1))
-        return move(opcode, tag, acc=acc, dram_addr=dram, dram_stride=stride, local_addr=local, rows=rows,
+        image = region[0] + 8 * int(rng.integers(0, (region[1] - region[0] - dspan) // 8 + 1))
+        return move(opcode, tag, acc=acc, mem_addr=image, mem_stride=stride, local_addr=local, rows=rows,
                     cols=cols, local_row_stride=lrs, local_col_stride=lcs)
 
 
@@ -307,7 +307,7 @@ async def random_stores(dut):
         cmds.append(cmd)
     assert await tb.dma(cmds) == [ErrorCode.OK] * len(cmds), f"a STORE failed ({seed_note()})"
     got = np.frombuffer(tb.ram.read(STORE_REGION[0], STORE_REGION[1] - STORE_REGION[0]), dtype=np.uint8)
-    _compare("device memory", got, ref.dram[STORE_REGION[0]:STORE_REGION[1]])
+    _compare("device memory", got, ref.mem[STORE_REGION[0]:STORE_REGION[1]])
     tb.check_bus()
 
 
@@ -329,7 +329,7 @@ async def copies(dut):
         dst += length + 8 * int(rng.integers(0, 64))
     assert await tb.dma(cmds) == [ErrorCode.OK] * len(cmds), f"a COPY failed ({seed_note()})"
     got = np.frombuffer(tb.ram.read(COPY_DST[0], COPY_DST[1] - COPY_DST[0]), dtype=np.uint8)
-    _compare("device memory", got, ref.dram[COPY_DST[0]:COPY_DST[1]])
+    _compare("device memory", got, ref.mem[COPY_DST[0]:COPY_DST[1]])
     tb.check_bus()
 
 
@@ -339,10 +339,10 @@ async def burst_rules(dut):
     tb, ref, rng = await setup(dut)
     tb.bursts.clear()
     tb.w_bursts.clear()
-    load, fl = move(Opcode.LOAD, acc=False, dram_addr=0x0FF8, cols=1000, local_addr=7, local_col_stride=1)
-    acc_load, fa = move(Opcode.LOAD, acc=True, dram_addr=0x20FE0, rows=3, dram_stride=0x2008, cols=200,
+    load, fl = move(Opcode.LOAD, acc=False, mem_addr=0x0FF8, cols=1000, local_addr=7, local_col_stride=1)
+    acc_load, fa = move(Opcode.LOAD, acc=True, mem_addr=0x20FE0, rows=3, mem_stride=0x2008, cols=200,
                         local_addr=3, local_row_stride=200, local_col_stride=1)
-    store, fs = move(Opcode.STORE, acc=True, dram_addr=STORE_REGION[0] + 0xFF8, cols=300, local_addr=5,
+    store, fs = move(Opcode.STORE, acc=True, mem_addr=STORE_REGION[0] + 0xFF8, cols=300, local_addr=5,
                      local_col_stride=1)
     copy = pack_command(Opcode.COPY, src_addr=0x3FF8, dst_addr=COPY_DST[0] + 0x7F0, length=8 * 1500)
     ref.load(fl)
@@ -358,7 +358,7 @@ async def burst_rules(dut):
     assert max(lengths) <= 256
     for lo, hi in (STORE_REGION, COPY_DST):
         got = np.frombuffer(tb.ram.read(lo, hi - lo), dtype=np.uint8)
-        _compare("device memory", got, ref.dram[lo:hi])
+        _compare("device memory", got, ref.mem[lo:hi])
     await check_local(tb, ref)
     tb.check_bus()
 
@@ -372,23 +372,23 @@ async def bus_errors(dut):
     n = tb.n
     cases = [
         # read error in the second outer row: the first row's local rows are written, nothing after
-        move(Opcode.LOAD, acc=False, dram_addr=BAD[0] - 40, dram_stride=32, rows=3, cols=4, local_addr=100,
+        move(Opcode.LOAD, acc=False, mem_addr=BAD[0] - 40, mem_stride=32, rows=3, cols=4, local_addr=100,
              local_row_stride=4, local_col_stride=1),
-        move(Opcode.LOAD, acc=True, dram_addr=BAD[0] - 4 * n, rows=2, cols=3, dram_stride=0x100,
+        move(Opcode.LOAD, acc=True, mem_addr=BAD[0] - 4 * n, rows=2, cols=3, mem_stride=0x100,
              local_addr=50, local_row_stride=3, local_col_stride=1),
-        move(Opcode.LOAD, acc=True, dram_addr=BAD[0] + 0x1000, cols=20, local_addr=200, local_col_stride=1),
+        move(Opcode.LOAD, acc=True, mem_addr=BAD[0] + 0x1000, cols=20, local_addr=200, local_col_stride=1),
     ]
     statuses = await tb.dma([c for c, _ in cases])
     for _, f in cases:
         ref.load(f, BAD)
     assert statuses == [ErrorCode.BUS_ERROR] * 3, f"LOAD statuses {statuses} ({seed_note()})"
-    store, fs = move(Opcode.STORE, acc=False, dram_addr=BAD[0] - 64, cols=40, local_addr=9, local_col_stride=1)
+    store, fs = move(Opcode.STORE, acc=False, mem_addr=BAD[0] - 64, cols=40, local_addr=9, local_col_stride=1)
     ref.store(fs, BAD)
     src = BAD[0] - 8 * 37
     copy_bad_src = pack_command(Opcode.COPY, src_addr=src, dst_addr=COPY_DST[0] + 0x100, length=8 * 300)
     ref.copy(src, COPY_DST[0] + 0x100, 8 * 300, BAD)
     copy_bad_dst = pack_command(Opcode.COPY, src_addr=0x2000, dst_addr=BAD[0] + 0x800, length=8 * 600)
-    good, fg = move(Opcode.LOAD, acc=True, dram_addr=0x5008, rows=2, dram_stride=0x1000, cols=30, local_addr=400,
+    good, fg = move(Opcode.LOAD, acc=True, mem_addr=0x5008, rows=2, mem_stride=0x1000, cols=30, local_addr=400,
                     local_row_stride=30, local_col_stride=1)
     ref.load(fg)
     statuses = await tb.dma([store, copy_bad_src, copy_bad_dst, good])
@@ -397,7 +397,7 @@ async def bus_errors(dut):
     tb.null_strobes_ok = False
     for lo, hi in (STORE_REGION, COPY_DST, (BAD[0] - 0x1000, BAD[0])):
         got = np.frombuffer(tb.ram.read(lo, hi - lo), dtype=np.uint8)
-        _compare("device memory", got, ref.dram[lo:hi])
+        _compare("device memory", got, ref.mem[lo:hi])
     await check_local(tb, ref)
     tb.check_bus()
 
@@ -409,10 +409,10 @@ async def throughput(dut):
     beats = 32768 // 8
     results = {}
     for name, cmd in (
-        ("LOAD", move(Opcode.LOAD, acc=False, dram_addr=0x0, cols=32768 // tb.n)[0]),
-        ("LOAD acc", move(Opcode.LOAD, acc=True, dram_addr=0x8000, cols=32768 // (4 * tb.n))[0]),
-        ("STORE", move(Opcode.STORE, acc=False, dram_addr=STORE_REGION[0], cols=32768 // tb.n)[0]),
-        ("STORE acc", move(Opcode.STORE, acc=True, dram_addr=STORE_REGION[0] + 0x8000, cols=32768 // (4 * tb.n))[0]),
+        ("LOAD", move(Opcode.LOAD, acc=False, mem_addr=0x0, cols=32768 // tb.n)[0]),
+        ("LOAD acc", move(Opcode.LOAD, acc=True, mem_addr=0x8000, cols=32768 // (4 * tb.n))[0]),
+        ("STORE", move(Opcode.STORE, acc=False, mem_addr=STORE_REGION[0], cols=32768 // tb.n)[0]),
+        ("STORE acc", move(Opcode.STORE, acc=True, mem_addr=STORE_REGION[0] + 0x8000, cols=32768 // (4 * tb.n))[0]),
         ("COPY", pack_command(Opcode.COPY, src_addr=0x10000, dst_addr=COPY_DST[0], length=32768)),
     ):
         read0, written0 = int(dut.dma_bytes_read.value), int(dut.dma_bytes_written.value)

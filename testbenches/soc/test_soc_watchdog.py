@@ -51,13 +51,13 @@ async def wait_for(tb: SocTB, what: str, predicate, budget: int) -> int:
     return tb.cycle - start
 
 
-def load(tag: int, dram: int, rows: int, local: int = 0) -> bytes:
-    return pack_command(Opcode.LOAD, tag=tag, dram_addr=dram, dram_stride=ROW, local_addr=local, rows=rows,
+def load(tag: int, mem: int, rows: int, local: int = 0) -> bytes:
+    return pack_command(Opcode.LOAD, tag=tag, mem_addr=mem, mem_stride=ROW, local_addr=local, rows=rows,
                         cols=1, local_row_stride=1, local_col_stride=0)
 
 
-def store(tag: int, dram: int, rows: int, local: int = 0) -> bytes:
-    return pack_command(Opcode.STORE, tag=tag, dram_addr=dram, dram_stride=ROW, local_addr=local, rows=rows,
+def store(tag: int, mem: int, rows: int, local: int = 0) -> bytes:
+    return pack_command(Opcode.STORE, tag=tag, mem_addr=mem, mem_stride=ROW, local_addr=local, rows=rows,
                         cols=1, local_row_stride=1, local_col_stride=0)
 
 
