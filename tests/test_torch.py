@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -10,7 +13,6 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed (p
 import dx1_bringup.torch as dxt  # noqa: E402  (after the importorskip)
 from dx1_bringup.model.tile import PostOpParams  # noqa: E402
 from dx1_bringup.runtime.reference import reference_gemm  # noqa: E402
-from dx1_bringup.torch.backend import compiled  # noqa: E402
 
 
 def _operands(seed, m=5, k=20, n=12):
@@ -85,9 +87,10 @@ def test_compile_backend_runs_the_qlinear_chain_on_dx1_and_the_rest_on_the_cpu()
     torch._dynamo.reset()
     model, (x, _, _) = _TwoLayers(), _operands(9)
     want = model(x)
-    fast = torch.compile(model, backend="dx1")
+    backend = dxt.Dx1Backend()
+    fast = torch.compile(model, backend=backend)
     assert torch.equal(fast(x), want) and torch.equal(fast(x), want)
-    gm = compiled[-1]
+    gm = backend.compiled[-1]
     where = {p.node: (p.where, p.subgraph) for p in gm.dx1_placement}
     assert where["h"] == where["y"] == ("dx1", "dx1_subgraph_0")
     assert where["softmax"][0] == "cpu"
@@ -95,15 +98,75 @@ def test_compile_backend_runs_the_qlinear_chain_on_dx1_and_the_rest_on_the_cpu()
     assert sub.calls == 2 and sub.last_stats.device_segments == 1 and sub.last_stats.transfers == 2
 
 
-def test_compile_backend_falls_back_to_the_cpu_for_dynamic_shapes():
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_compile_backend_keeps_a_dynamic_batch_on_dx1(dynamic):
+    """``dynamic=None`` is torch.compile's default: the second batch size recompiles with a dynamic batch."""
+    torch._dynamo.reset()
+    model, backend = _TwoLayers(), dxt.Dx1Backend()
+    fast = torch.compile(model, backend=backend, dynamic=dynamic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dxt.Dx1FallbackWarning)
+        for m in (3, 6, 9, 6):
+            x = _operands(m, m=m)[0]
+            assert torch.equal(fast(x), model(x))
+    gm = backend.compiled[-1]
+    assert {p.node: p.where for p in gm.dx1_placement if p.target == "dx1::qlinear"} == {"h": "dx1", "y": "dx1"}
+    assert not any(p.target == "qlinear_reference" for g in backend.compiled for p in g.dx1_placement)
+    assert sum(sub.calls for g in backend.compiled for sub in g.dx1_subgraphs.values()) == 4
+
+
+class _RuntimeShift(torch.nn.Module):
+    """A qlinear whose shift is computed from the input: DX-1 takes the POSTOP parameters as constants."""
+
+    def __init__(self):
+        super().__init__()
+        _, self.w, self.b = _operands(3)
+
+    def forward(self, x):
+        return torch.ops.dx1.qlinear(x, self.w, self.b, 30000, x.shape[1], True)
+
+
+def test_compile_backend_warns_why_a_qlinear_falls_back_to_the_cpu():
+    torch._dynamo.reset()
+    model, backend = _RuntimeShift(), dxt.Dx1Backend()
+    x = _operands(5, m=4)[0]
+    with pytest.warns(dxt.Dx1FallbackWarning, match=r"runs on the CPU, not on DX-1: CPU integer reference: shift is "
+                                                    r"computed at run time"):
+        assert torch.equal(torch.compile(model, backend=backend, dynamic=True)(x), model(x))
+    (p,) = [p for p in backend.compiled[-1].dx1_placement if p.target == "qlinear_reference"]
+    assert p.where == "cpu" and "POSTOP" in p.reason
+
+
+def test_compile_backend_says_a_float_linear_must_be_quantised_first():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    backend = dxt.Dx1Backend()
+    with pytest.warns(dxt.Dx1FallbackWarning, match=r"input_1 \(linear\), input_3 \(linear\) run on the CPU, not "
+                                                    r"on DX-1: a float linear: DX-1 multiplies int8 only; quantise "
+                                                    r"first: dx1_bringup.torch.quantize_mlp\(model, calibration\)"):
+        torch.compile(model, backend=backend)(torch.randn(3, 16))
+    assert not any(p.where == "dx1" for p in backend.compiled[-1].dx1_placement)
+    quantised = dxt.quantize_mlp(model, torch.randn(32, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dxt.Dx1FallbackWarning)
+        torch.compile(quantised, backend=backend)(torch.randn(3, 16))
+    assert sum(p.where == "dx1" for p in backend.compiled[-1].dx1_placement) == 2
+
+
+def test_compile_backend_keeps_no_compiled_graph_alive():
+    import gc
+    import weakref
+
     torch._dynamo.reset()
     model = _TwoLayers()
-    fast = torch.compile(model, backend="dx1", dynamic=True)
-    for m in (3, 6):
-        x = _operands(m, m=m)[0]
-        assert torch.equal(fast(x), model(x))
-    reasons = [p.reason for p in compiled[-1].dx1_placement if p.target == "qlinear_reference"]
-    assert reasons and all("dynamic shape" in r for r in reasons)
+    torch.compile(model, backend="dx1")(_operands(9)[0])
+    from dx1_bringup.torch import context
+
+    subgraphs = [weakref.ref(h) for h in context._holders]
+    assert subgraphs
+    torch._dynamo.reset()
+    gc.collect()
+    assert all(ref() is None for ref in subgraphs)
 
 
 def test_device_context_chooses_the_device():
@@ -120,6 +183,49 @@ def test_device_context_chooses_the_device():
 def test_quantize_mlp_refuses_layers_it_cannot_map():
     with pytest.raises(ValueError, match="not Sigmoid"):
         dxt.quantize_mlp(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sigmoid()), torch.rand(8, 4))
+
+
+def _small_mlp(*extra):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.ReLU(), *extra,
+                               torch.nn.Linear(8, 4)).eval()
+
+
+def test_quantized_mlp_takes_one_sample_as_torch_nn_linear_does():
+    q = dxt.quantize_mlp(_small_mlp(), torch.randn(64, 16))
+    x = torch.randn(16)
+    assert q(x).shape == (4,) and torch.equal(q(x), q(x[None])[0])
+    for bad in (torch.randn(15), torch.tensor(1.0), torch.randn(2, 3, 4)):
+        with pytest.raises(ValueError, match=r"QuantizedMLP takes a float input of shape \[batch, 16\] .* or one "
+                                             rf"sample \[16\]\), not {re.escape(str(tuple(bad.shape)))}"):
+            q(bad)
+
+
+def test_quantized_mlp_repr_shows_its_layers():
+    text = repr(dxt.quantize_mlp(_small_mlp(), torch.randn(64, 16)))
+    assert "16 -> 8 ReLU -> 4, int8 on DX-1 (dx1::qlinear)" in text
+    assert re.search(r"\(fc0\): qlinear 16 -> 8, int32 bias, ReLU, requantise x\d+ >> \d+", text)
+    assert re.search(r"\(fc1\): qlinear 8 -> 4, int32 bias, requantise x\d+ >> \d+", text)
+
+
+def test_quantize_mlp_leaves_out_dropout_in_eval_mode_and_refuses_it_in_training():
+    model = _small_mlp(torch.nn.Dropout(0.5), torch.nn.Identity())
+    q = dxt.quantize_mlp(model, torch.randn(64, 16))
+    assert [layer.relu for layer in q.layers] == [True, False]
+    x = torch.randn(10, 16)
+    assert (q(x) - model(x)).abs().max() < 0.1
+    with pytest.raises(ValueError, match=r"the Dropout at index 3 is in training mode .* call model.eval\(\) first"):
+        dxt.quantize_mlp(model.train(), torch.randn(64, 16))
+    with pytest.raises(ValueError, match=r"calibration must be a float tensor of sample inputs \[samples, 16\] .* "
+                                         r"not \(16,\)"):
+        dxt.quantize_mlp(model.eval(), torch.randn(16))
+
+
+def test_quantize_mlp_docstring_lists_what_it_accepts():
+    doc = dxt.quantize_mlp.__doc__
+    for name in ("torch.nn.Sequential", "torch.nn.Linear", "torch.nn.ReLU", "Flatten", "Identity", "Dropout",
+                 "eval mode", "[samples, features]", "Raises"):
+        assert name in doc
 
 
 @pytest.fixture(scope="module")

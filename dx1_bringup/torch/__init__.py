@@ -4,11 +4,12 @@ Importing this package registers ``torch.ops.dx1.qlinear`` and the ``"dx1"`` bac
 with ``with dx1_bringup.torch.device("sim"): ...`` (default: the golden model, ``"model"``).
 """
 
-from .backend import dx1_backend
+from .backend import Dx1Backend, Dx1FallbackWarning, dx1_backend
 from .context import DEFAULT_DEVICE, current_device, device
 from .ops import check_qlinear, qlinear
 from .quantize import QuantizedMLP, quantize_mlp
 from .reference import qlinear_reference, requantize, rounding_rules
 
-__all__ = ["dx1_backend", "DEFAULT_DEVICE", "current_device", "device", "check_qlinear", "qlinear", "QuantizedMLP",
-           "quantize_mlp", "qlinear_reference", "requantize", "rounding_rules"]
+__all__ = ["dx1_backend", "Dx1Backend", "Dx1FallbackWarning", "DEFAULT_DEVICE", "current_device", "device",
+           "check_qlinear", "qlinear", "QuantizedMLP", "quantize_mlp", "qlinear_reference", "requantize",
+           "rounding_rules"]

@@ -2,18 +2,26 @@
 
 ``torch.compile(model, backend="dx1")`` hands the backend each FX graph Dynamo captures.  The backend
 partitions it with torch.fx's ``CapabilityBasedPartitioner``: connected ``dx1::qlinear`` nodes that DX-1
-can take (int8 operands of static shape, constant POSTOP parameters) become one submodule, which runs as
-one graph-runtime session on the current device (:func:`~dx1_bringup.torch.context.device`): weights
-uploaded once and kept resident, activations planned in device memory, one command stream per tile.
+can take (int8 operands, constant POSTOP parameters) become one submodule, which runs as one graph-runtime
+session on the current device (:func:`~dx1_bringup.torch.context.device`): weights uploaded once and kept
+resident, activations planned in device memory, one command stream per tile.  Dynamic shapes (Dynamo makes
+the batch dimension dynamic when a second batch size arrives; ``dynamic=True`` makes every size dynamic)
+stay on DX-1: a subgraph plans its session for each call's shapes and keeps it while they repeat, so a
+new batch size plans a new session.
+
 Everything else runs on the CPU as PyTorch ops; a ``dx1::qlinear`` node DX-1 cannot take runs the PyTorch
-integer reference on the CPU instead.  Where every node ran, and why, is in the compiled module's
-``dx1_placement`` (also logged on the ``dx1_bringup.torch`` logger).
+integer reference on the CPU instead, with a :class:`Dx1FallbackWarning` that says why, and so does a
+graph that has float ``linear``/matmul nodes but nothing for DX-1 (they must be quantised first:
+:func:`~dx1_bringup.torch.quantize.quantize_mlp`).  Where every node ran, and why, is in the compiled
+module's ``dx1_placement`` (also logged on the ``dx1_bringup.torch`` logger); to keep the compiled modules,
+compile with a :class:`Dx1Backend` instance (``backend=Dx1Backend()``) and read its ``compiled``.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -26,12 +34,13 @@ from ..runtime.graph import Graph, GraphSession, Value
 from .context import _on_close, current_device
 from .reference import qlinear_reference
 
-__all__ = ["dx1_backend", "Placement", "Dx1Subgraph", "compiled"]
+__all__ = ["dx1_backend", "Dx1Backend", "Dx1FallbackWarning", "Placement", "Dx1Subgraph"]
 
 log = logging.getLogger("dx1_bringup.torch")
 
-#: Every graph module the backend returned, newest last; each has ``dx1_placement`` and ``dx1_subgraphs``.
-compiled: list[torch.fx.GraphModule] = []
+
+class Dx1FallbackWarning(UserWarning):
+    """Work that could run on DX-1 runs on the CPU instead; the message says which node and why."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +84,15 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
             return f"{name} has no tensor metadata"
         if val.dtype != dtype or val.dim() != (1 if name == "bias" else 2):
             return f"{name} is {val.dtype} with {val.dim()} dimensions"
-        if not all(isinstance(s, int) for s in val.shape):
-            return f"{name} has a dynamic shape {tuple(val.shape)}; DX-1 command streams are planned for static shapes"
+    # Dynamic sizes are fine: a subgraph plans its command streams for each call's shapes.
     return None
+
+
+#: Float operators that DX-1 could run once quantised, and what to do about them.
+_FLOAT_MATMULS = {"linear", "matmul", "mm", "addmm", "bmm"}
+_QUANTISE_FIRST = ("a float {op}: DX-1 multiplies int8 only; quantise first: dx1_bringup.torch.quantize_mlp(model, "
+                   "calibration) turns an nn.Sequential of Linear (+ ReLU) layers into a QuantizedMLP whose layers "
+                   "are dx1::qlinear, or call torch.ops.dx1.qlinear on int8 tensors")
 
 
 class _Support(OperatorSupportBase):
@@ -88,8 +103,9 @@ class _Support(OperatorSupportBase):
 class Dx1Subgraph(torch.nn.Module):
     """A partition of connected ``dx1::qlinear`` nodes, run as one graph-runtime session per call.
 
-    The session (weights resident, arena planned) is kept while the device and the weight tensors stay
-    the same, so repeated calls upload only the activations.
+    The session (weights resident, arena planned) is kept while the device, the weight tensors and the
+    activations' shapes stay the same, so repeated calls upload only the activations; a new batch size
+    plans a new session (and uploads the weights again).
     """
 
     def __init__(self, name: str, gm: torch.fx.GraphModule):
@@ -98,9 +114,10 @@ class Dx1Subgraph(torch.nn.Module):
         self._session: GraphSession | None = None
         self._key: tuple | None = None
         self.calls = 0
-        _on_close.append(self._device_closed)
+        _on_close(self)
 
-    def _device_closed(self, dev) -> None:
+    def device_closed(self, dev) -> None:
+        """Drop the session if it lives on ``dev``, which a :func:`~dx1_bringup.torch.context.device` closed."""
         if self._session is not None and self._session.device is dev:
             self._session = None
             self._key = None
@@ -133,13 +150,19 @@ class Dx1Subgraph(torch.nn.Module):
         g.outputs = [names[n] for n in (outs if is_tuple else [outs])]
         return g, inputs, is_tuple
 
-    def _key_of(self, args: tuple[torch.Tensor, ...]) -> tuple:
-        return (id(current_device()),) + tuple((a.data_ptr(), a._version, tuple(a.shape), a.dtype) for a in args)
+    def _key_of(self, args: tuple, inputs: list[str]) -> tuple:
+        """What the session depends on: the device, the weights' storage and contents, the inputs' shapes."""
+        key: list = [id(current_device())]
+        for node, a in zip((n for n in self.gm.graph.nodes if n.op == "placeholder"), args, strict=True):
+            if not isinstance(a, torch.Tensor):
+                continue  # a symbolic size of a dynamic batch: the inputs' shapes carry it
+            key.append(tuple(a.shape) if node.name in inputs else (a.data_ptr(), a._version, tuple(a.shape), a.dtype))
+        return tuple(key)
 
     def forward(self, *args: torch.Tensor):
         self.calls += 1
         graph, inputs, is_tuple = self._build(args)
-        key = self._key_of(args)
+        key = self._key_of(args, inputs)
         if key != self._key:
             if self._session is not None:
                 self._session.close()
@@ -160,17 +183,41 @@ def _placement(gm: torch.fx.GraphModule, subgraphs: dict[str, Dx1Subgraph],
             for inner in subgraphs[node.target].gm.graph.nodes:
                 if _is_qlinear(inner):
                     out.append(Placement(inner.name, "dx1::qlinear", "dx1", node.target,
-                                         "int8 qlinear with static shapes and constant POSTOP parameters"))
+                                         "int8 qlinear with constant POSTOP parameters"))
         elif node.op in ("call_function", "call_method", "call_module") and node.target is not operator.getitem:
             target = getattr(node.target, "__name__", str(node.target))
-            reason = fallbacks.get(node.name, "DX-1's commands have no such operator")
-            out.append(Placement(node.name, target, "cpu", None, reason))
+            default = _QUANTISE_FIRST.format(op=target) if target in _FLOAT_MATMULS else \
+                "DX-1's commands have no such operator"
+            out.append(Placement(node.name, target, "cpu", None, fallbacks.get(node.name, default)))
     return out
 
 
-@register_backend(name="dx1")
+def _warn_fallbacks(placement: list[Placement], fallbacks: dict[str, str]) -> None:
+    """One :class:`Dx1FallbackWarning` for what could have run on DX-1 but runs on the CPU, saying why."""
+    cpu = [p for p in placement if p.node in fallbacks]
+    if not any(p.where == "dx1" for p in placement):
+        cpu += [p for p in placement if p.target in _FLOAT_MATMULS]
+    by_reason: dict[str, list[Placement]] = {}
+    for p in cpu:
+        by_reason.setdefault(p.reason, []).append(p)
+    if by_reason:
+        warnings.warn("torch.compile(backend='dx1'): " + "; ".join(
+            f"{', '.join(f'{p.node} ({p.target})' for p in ps)} run{'s' if len(ps) == 1 else ''} on the CPU, not on "
+            f"DX-1: {reason}" for reason, ps in by_reason.items()), Dx1FallbackWarning, stacklevel=2)
+
+
 def dx1_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-    """Partition ``gm``: supported ``dx1::qlinear`` subgraphs on DX-1, everything else on the CPU."""
+    """Partition ``gm``: supported ``dx1::qlinear`` subgraphs on DX-1, everything else on the CPU.
+
+    The backend registered as ``"dx1"``.  It keeps nothing: the returned module (with ``dx1_placement``
+    and ``dx1_subgraphs``) lives as long as Dynamo's cache holds it; :class:`Dx1Backend` keeps them.
+
+    Warns
+    -----
+    Dx1FallbackWarning
+        A ``dx1::qlinear`` runs on the CPU integer reference (the message says why), or nothing runs on
+        DX-1 while float ``linear``/matmul nodes are there (they need quantising first).
+    """
     fallbacks: dict[str, str] = {}
     for node in gm.graph.nodes:
         if _is_qlinear(node):
@@ -188,7 +235,32 @@ def dx1_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
             setattr(fused, node.target, subgraphs[node.target])
     fused.dx1_placement = _placement(fused, subgraphs, fallbacks)
     fused.dx1_subgraphs = subgraphs
-    compiled.append(fused)
     for p in fused.dx1_placement:
         log.info("%-4s %-28s %s%s", p.where, p.node, p.target, f" ({p.reason})" if p.where == "cpu" else "")
+    _warn_fallbacks(fused.dx1_placement, fallbacks)
     return fused
+
+
+register_backend(name="dx1")(dx1_backend)
+
+
+class Dx1Backend:
+    """The ``"dx1"`` backend that keeps what it compiled: ``torch.compile(model, backend=Dx1Backend())``.
+
+    Attributes
+    ----------
+    compiled:
+        Every graph module this instance returned, newest last; each has ``dx1_placement`` (a
+        :class:`Placement` a node) and ``dx1_subgraphs``.  It lives as long as the instance.
+    """
+
+    def __init__(self) -> None:
+        self.compiled: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
+        fused = dx1_backend(gm, example_inputs)
+        self.compiled.append(fused)
+        return fused
+
+    def __repr__(self) -> str:
+        return f"Dx1Backend({len(self.compiled)} graphs compiled)"

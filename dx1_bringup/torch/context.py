@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import weakref
 from collections.abc import Iterator
 
 from dx1_driver import Device
@@ -53,10 +54,16 @@ def current_device() -> Device:
     return _default
 
 
-#: Callbacks run when a device opened by a context closes (sessions holding its memory drop it).
-_on_close: list = []
+#: What holds device memory of a context's device (the backend's subgraphs): told when such a device closes.
+#: Weak, so a compiled graph that is gone (``torch._dynamo.reset()``) is not kept alive by it.
+_holders: weakref.WeakSet = weakref.WeakSet()
+
+
+def _on_close(holder) -> None:
+    """Call ``holder.device_closed(dev)`` whenever a device opened by a :func:`device` context closes."""
+    _holders.add(holder)
 
 
 def _forget(dev: Device) -> None:
-    for callback in _on_close:
-        callback(dev)
+    for holder in list(_holders):
+        holder.device_closed(dev)

@@ -1,7 +1,8 @@
 """Post-training quantisation of a float MLP for DX-1: int8 weights and activations, int32 bias.
 
 :func:`quantize_mlp` takes a float ``torch.nn.Sequential`` of ``Linear`` layers, each optionally followed by
-a ``ReLU`` (fused into the layer's POSTOP), and calibration inputs.  Scales are symmetric and per tensor
+a ``ReLU`` (fused into the layer's POSTOP), with ``Flatten``, ``Identity`` and eval-mode ``Dropout`` left
+out, and calibration inputs.  Scales are symmetric and per tensor
 (zero point 0): the input's and every layer output's scale cover the largest magnitude seen in
 calibration, each weight's covers its largest weight.  A layer with input scale ``s_x``, weight scale
 ``s_w`` and output scale ``s_y`` gets ``bias_q = round(bias / (s_x s_w))`` and the POSTOP pair
@@ -77,9 +78,33 @@ class QuantizedMLP(torch.nn.Module):
             q = qlinear_reference(q, w, b, layer.mult, layer.shift, layer.relu)
         return q
 
+    @property
+    def in_features(self) -> int:
+        """Features of one input sample (the first layer's K)."""
+        return self.layers[0].weight.shape[1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = quantize_input(x.flatten(1), self.in_scale)
-        return self.forward_int(q).to(torch.float32) * self.out_scale
+        """Float ``[batch, ...]`` (flattened to ``[batch, in_features]``) or one sample ``[in_features]`` in;
+        float logits ``[batch, classes]`` (``[classes]`` for one sample) out, as ``torch.nn.Linear`` does."""
+        one = x.dim() == 1
+        if x.dim() == 0 or (x.reshape(1, -1) if one else x.flatten(1)).shape[1] != self.in_features:
+            raise ValueError(f"QuantizedMLP takes a float input of shape [batch, {self.in_features}] (or one that "
+                             f"flattens to it from the second dimension on, or one sample [{self.in_features}]), "
+                             f"not {tuple(x.shape)}")
+        rows = x.reshape(1, -1) if one else x.flatten(1)
+        out = self.forward_int(quantize_input(rows, self.in_scale)).to(torch.float32) * self.out_scale
+        return out[0] if one else out
+
+    def extra_repr(self) -> str:
+        sizes = f"{self.in_features} -> " + " -> ".join(
+            f"{layer.weight.shape[0]}{' ReLU' if layer.relu else ''}" for layer in self.layers)
+        lines = [f"{sizes}, int8 on DX-1 (dx1::qlinear), input scale {self.in_scale:.4g}, output scale "
+                 f"{self.out_scale:.4g}"]
+        for i, layer in enumerate(self.layers):
+            n, k = layer.weight.shape
+            lines.append(f"(fc{i}): qlinear {k} -> {n}, {'int32 bias' if layer.bias is not None else 'no bias'}, "
+                         f"{'ReLU, ' if layer.relu else ''}requantise x{layer.mult} >> {layer.shift}")
+        return "\n".join(lines)
 
     def to_graph(self, batch: int) -> Graph:
         """The network as a graph-runtime :class:`~dx1_bringup.runtime.graph.Graph` for ``batch`` rows.
@@ -101,17 +126,25 @@ class QuantizedMLP(torch.nn.Module):
         return g
 
 
+#: Modules that pass their input through at inference, left out of the quantised network.
+_PASS_THROUGH = (torch.nn.Flatten, torch.nn.Identity, torch.nn.Dropout)
+
+
 def _fused_layers(model: torch.nn.Sequential) -> list[tuple[torch.nn.Linear, bool]]:
-    modules = [m for m in model if not isinstance(m, torch.nn.Flatten)]
     layers: list[tuple[torch.nn.Linear, bool]] = []
-    for m in modules:
+    for i, m in enumerate(model):
+        if isinstance(m, torch.nn.Dropout) and m.training:
+            raise ValueError(f"quantize_mlp: the Dropout at index {i} is in training mode (it zeroes inputs at "
+                             f"random); call model.eval() first, then it passes its input through and is left out")
+        if isinstance(m, _PASS_THROUGH):
+            continue
         if isinstance(m, torch.nn.Linear):
             layers.append((m, False))
         elif isinstance(m, torch.nn.ReLU) and layers and not layers[-1][1]:
             layers[-1] = (layers[-1][0], True)
         else:
-            raise ValueError(f"quantize_mlp takes Linear layers, each optionally followed by one ReLU (and Flatten), "
-                             f"not {type(m).__name__} here")
+            raise ValueError(f"quantize_mlp takes Linear layers, each optionally followed by one ReLU (and Flatten, "
+                             f"Identity or Dropout in eval mode anywhere), not {type(m).__name__} at index {i}")
     if not layers:
         raise ValueError("quantize_mlp needs at least one Linear layer")
     return layers
@@ -119,15 +152,46 @@ def _fused_layers(model: torch.nn.Sequential) -> list[tuple[torch.nn.Linear, boo
 
 @torch.no_grad()
 def quantize_mlp(model: torch.nn.Sequential, calibration: torch.Tensor) -> QuantizedMLP:
-    """Quantise a float MLP with calibration inputs (float, ``[samples, features]``)."""
+    """Quantise a float MLP for DX-1 from calibration inputs (post-training, symmetric per-tensor int8).
+
+    Parameters
+    ----------
+    model:
+        A ``torch.nn.Sequential`` of ``torch.nn.Linear`` layers, each optionally followed by one
+        ``torch.nn.ReLU`` (fused into that layer's POSTOP); ``Flatten``, ``Identity`` and ``Dropout`` (in
+        eval mode: ``model.eval()``) may stand anywhere and are left out, since they pass their input through
+        at inference.  Nothing else: no other activation, normalisation or nested module.  Left unchanged.
+    calibration:
+        Float sample inputs, ``[samples, features]`` or ``[samples, ...]`` (flattened from the second
+        dimension on, as ``Flatten`` does), at least one sample: every scale covers the largest magnitude
+        they produce.
+
+    Returns
+    -------
+    QuantizedMLP
+        Float in, float logits out; every layer ``torch.ops.dx1.qlinear`` on the current device.
+
+    Raises
+    ------
+    TypeError
+        ``model`` is not a ``torch.nn.Sequential``.
+    ValueError
+        A module the quantiser cannot map (named, with its index), a Dropout in training mode, no Linear at
+        all, or calibration that is not a float tensor of at least one sample of the first layer's features.
+    """
     if not isinstance(model, torch.nn.Sequential):
         raise TypeError(f"quantize_mlp takes a torch.nn.Sequential, not {type(model).__name__}")
-    if not torch.is_floating_point(calibration) or calibration.shape[0] == 0:
-        raise ValueError("calibration must be a non-empty float tensor of sample inputs")
+    layers = _fused_layers(model)
+    k = layers[0][0].in_features
+    if (not isinstance(calibration, torch.Tensor) or not torch.is_floating_point(calibration)
+            or calibration.dim() < 2 or calibration.shape[0] == 0 or calibration.flatten(1).shape[1] != k):
+        shape = tuple(calibration.shape) if isinstance(calibration, torch.Tensor) else type(calibration).__name__
+        raise ValueError(f"calibration must be a float tensor of sample inputs [samples, {k}] with at least one "
+                         f"sample, not {shape}")
     x = calibration.flatten(1).to(torch.float64)
     s_x = symmetric_scale(x.numpy())
     out: list[QuantizedLayer] = []
-    for linear, relu in _fused_layers(model):
+    for linear, relu in layers:
         w = linear.weight.detach().to(torch.float64)
         y = x @ w.t() + (0 if linear.bias is None else linear.bias.detach().to(torch.float64))
         if relu:

@@ -18,7 +18,7 @@ import torch
 from dx1_driver import Device
 
 from ..runtime.graph import GraphSession, RunStats
-from ..torch import backend as dx1_backend
+from ..torch.backend import Dx1Backend
 from ..torch.context import device as dx1_device
 from ..torch.quantize import QuantizedMLP, quantize_input, quantize_mlp
 
@@ -94,11 +94,12 @@ def _compiled(qmodel: QuantizedMLP, x: torch.Tensor, dev: Device, result: Digits
     """The quantised MLP and a LogSoftmax through ``torch.compile(backend="dx1")``: placement and check."""
     model = torch.nn.Sequential(qmodel, torch.nn.LogSoftmax(dim=1))
     torch._dynamo.reset()
+    backend = Dx1Backend()
     with dx1_device(dev):
-        compiled_out = torch.compile(model, backend="dx1")(x)
+        compiled_out = torch.compile(model, backend=backend)(x)
         eager = model(x)
     result.compiled_matches_eager = bool(torch.equal(compiled_out, eager))
-    result.compiled_placement = list(dx1_backend.compiled[-1].dx1_placement)
+    result.compiled_placement = list(backend.compiled[-1].dx1_placement)
 
 
 def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int | None = None,
