@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from dx1_driver import TransportError, register_backend
+from dx1_driver import BusErrorResponse, register_backend
 from dx1_driver.pcie import BarMapping, PcieTransport
 from dx1_driver.serial_transport import SerialTransport
 from dx1_driver.transport import SimTransport, Transport
@@ -71,7 +71,7 @@ class ModelTransport(Transport):
         try:
             return fn(*args)
         except BusError as e:
-            raise TransportError(f"model bus error on {what}: {e}") from e
+            raise BusErrorResponse(f"model bus error on {what}: {e}") from e
 
     def _read32(self, addr: int) -> int:
         return self._call(f"register read at 0x{addr:x}", self.model.read32, addr)
@@ -105,7 +105,7 @@ class ModelBar(BarMapping):
         ``"registers"`` or ``"memory"``.
     bus_errors:
         The model's exceptions that mean a bus error (default :class:`BusError`); they become
-        :class:`TransportError`.
+        :class:`~dx1_driver.BusErrorResponse` (a :class:`TransportError`).
 
     Attributes
     ----------
@@ -128,7 +128,7 @@ class ModelBar(BarMapping):
         try:
             return fn(*args)
         except self.bus_errors as e:
-            raise TransportError(f"bus error on {op} at BAR offset 0x{offset:x}: {e}") from e
+            raise BusErrorResponse(f"bus error on {op} at BAR offset 0x{offset:x}: {e}") from e
 
     def _read32(self, offset: int) -> int:
         if self.kind == "registers":

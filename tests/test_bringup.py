@@ -27,7 +27,7 @@ from dx1_bringup.bringup import (
     main,
     run_bringup,
 )
-from dx1_bringup.faults import MemoryFaults
+from dx1_bringup.faults import BusErrors, MemoryFaults
 from dx1_bringup.model.bridge import ModelBridge
 from dx1_bringup.model.device import BusError, DeviceModel
 
@@ -122,6 +122,26 @@ def test_serial_link_to_the_model(faults, diagnosis):
         assert report.steps[NAMES.index("irq")].data["interrupt_line"] is False
     else:
         _assert_stopped_at(report, "memory", diagnosis)
+
+
+@pytest.mark.parametrize("link", ["model", "serial"])
+def test_a_bus_error_window_is_diagnosed_as_one_not_as_a_broken_link(link):
+    """An error response proves the link works: the diagnosis names the bus-error window, not the cable."""
+    window = BusErrors.parse("bus-error=0x1000+0x40")
+    if link == "model":
+        report = run_bringup(f"model:{window}", seed=4, mem_bytes=8192, quiet=True)
+    else:
+        model = DeviceModel(bus_errors=window)
+        bridge = ModelBridge(model, model.config.mem_bytes, (BusError,))
+        try:
+            with open_transport(f"serial:{bridge.url}@3000000") as transport:
+                report = run_bringup(transport, seed=4, mem_bytes=8192, quiet=True)
+        finally:
+            bridge.close()
+    _assert_stopped_at(report, "memory", "the device answered a bus error (an error response, so the link works")
+    assert "the bus-error window of a model:bus-error=START+LENGTH device string" in report.failed_step.diagnosis
+    assert "cable" not in report.failed_step.diagnosis
+    assert report.failed_step.checks[-1].what == "BusErrorResponse during device memory"
 
 
 def test_faulty_memory_is_seen_by_the_dma():

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dx1_driver import (
+    BusErrorResponse,
     Device,
     DeviceReset,
     DeviceStuck,
@@ -134,10 +135,10 @@ def test_bus_error_window_on_dma_model():
     assert [(c.tag, c.status) for c in done] == [(1, regs.ErrorCode.OK), (2, regs.ErrorCode.BUS_ERROR),
                                                  (3, regs.ErrorCode.BUS_ERROR), (4, regs.ErrorCode.OK)]
     assert dev.read_mem(window - n, n) == before  # the failed STORE's footprint is unchanged here too
-    with pytest.raises(TransportError, match="bus-error window"):
+    with pytest.raises(BusErrorResponse, match="bus-error window"):
         dev.read_mem(window + 0x3f, 1)
     record("AXI error responses in a window (`bus-error=0x4000+0x40`)", "model",
-           "DMA commands touching it complete BUS_ERROR; later ones run; host access raises TransportError",
+           "DMA commands touching it complete BUS_ERROR; later ones run; host access raises BusErrorResponse",
            seconds, "BUS_ERROR completions (`CommandError` from a checked `wait`); nothing resubmitted")
     dev.close()
 

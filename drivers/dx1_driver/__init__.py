@@ -11,6 +11,7 @@ from . import regs
 from .allocator import Allocator
 from .device import Block, Capabilities, Device
 from .errors import (
+    BusErrorResponse,
     CommandError,
     DeviceReset,
     DeviceStuck,
@@ -37,5 +38,5 @@ __all__ = [
     "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
     "Transport", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
-    "Recovery", "replay_safe", "DeviceReset", "DeviceStuck", "LinkLost", "LinkTimeout",
+    "Recovery", "replay_safe", "DeviceReset", "DeviceStuck", "LinkLost", "LinkTimeout", "BusErrorResponse",
 ]

@@ -13,8 +13,8 @@ from typing import Any
 from .regs import ERROR_DOCS, ErrorCode, Opcode
 
 __all__ = [
-    "DriverError", "TransportError", "DeviceTimeout", "LinkTimeout", "LinkLost", "DeviceStuck", "DeviceReset",
-    "NotADx1Device",
+    "DriverError", "TransportError", "BusErrorResponse", "DeviceTimeout", "LinkTimeout", "LinkLost", "DeviceStuck",
+    "DeviceReset", "NotADx1Device",
     "CommandError", "QueueError", "OutOfDeviceMemory", "ReplayRefused", "TileFenced", "describe_code",
 ]
 
@@ -41,6 +41,14 @@ class DriverError(Exception):
 
 class TransportError(DriverError):
     """The link to the device failed, or the device answered a register or memory access with an error."""
+
+
+class BusErrorResponse(TransportError):
+    """The device answered a register or memory access with an error response (AXI SLVERR): the link works.
+
+    Not a failure of the link: the request arrived and was refused at that address (a read-only or
+    unmapped register, an address past device memory, memory whose controller answers errors there).
+    """
 
 
 class DeviceTimeout(DriverError):

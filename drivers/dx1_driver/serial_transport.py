@@ -43,8 +43,8 @@ write changes nothing.  A retried read is read again, with its side effects:
 ``DATA_HI`` read whose answer was lost pops a second event, so the event whose
 answer was lost is gone (the value returned is always one the device gave,
 never a corrupted one).  An AXI error is ``BUS_ERROR``; the transport
-raises :class:`TransportError` once the same exchange has drawn it twice in a
-row (a single one may be a NAK_CRC with a flipped bit).
+raises :class:`~.errors.BusErrorResponse` (a :class:`TransportError`) once the same
+exchange has drawn it twice in a row (a single one may be a NAK_CRC with a flipped bit).
 
 Residual risks: the status byte has no check, so a flipped bit can turn a
 ``NAK_CRC`` into ``ACK`` and a doubled ACK can stand in for a
@@ -124,7 +124,7 @@ import serial
 
 from . import link
 from . import regs as regmap
-from .errors import LinkTimeout, TransportError
+from .errors import BusErrorResponse, LinkTimeout, TransportError
 from .frames import (
     BURST_FRAME_HEADER_BYTES,
     burst_read_frame,
@@ -199,7 +199,7 @@ class _Failure(Exception):
 
 
 class _BusError(_Failure):
-    """The bridge answered a register frame with BUS_ERROR: retried once, then raised."""
+    """The bridge answered a register frame or a burst with BUS_ERROR: retried once, then raised."""
 
 
 class SerialTransport(Transport):
@@ -354,7 +354,7 @@ class SerialTransport(Transport):
                     self._posted.clear()
                     self._resync()
                     found = "" if str(e).startswith(what) else f" (found by the {what})"
-                    raise TransportError(f"serial link to {self.url!r}: {e}, twice in a row{found}") from None
+                    raise BusErrorResponse(f"serial link to {self.url!r}: {e}, twice in a row{found}") from None
                 bus_error = isinstance(e, _BusError)
                 if failures > self.retries:
                     self._posted.clear()
@@ -508,6 +508,8 @@ class SerialTransport(Transport):
         status = self._recv(1, wait)
         if not status:
             raise _Failure(f"burst at 0x{at:x}: no status byte")
+        if status[0] == FrameStatus.BUS_ERROR:
+            raise _BusError(f"burst at 0x{at:x}: the bridge answered a bus error")
         if status[0] != FrameStatus.ACK:
             raise _Failure(f"burst at 0x{at:x}: {_STATUS_TEXT.get(status[0], f'unknown status 0x{status[0]:02x}')}")
 

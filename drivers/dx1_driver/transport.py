@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from . import link, regs
-from .errors import DeviceStuck, LinkLost, LinkTimeout, TransportError
+from .errors import BusErrorResponse, DeviceStuck, LinkLost, LinkTimeout, TransportError
 
 __all__ = ["Transport", "SimTransport"]
 
@@ -279,7 +279,7 @@ class SimTransport(Transport):
         status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size, name, addr, deadline, seconds))
         data = self._recv(length, name, addr, deadline, seconds)
         if status == link.SimStatus.BUS_ERROR:
-            raise TransportError(f"bus error response to {name} at 0x{addr:x}")
+            raise BusErrorResponse(f"bus error response to {name} at 0x{addr:x}")
         if status == link.SimStatus.STUCK:
             raise DeviceStuck(name, addr, data.decode(errors="replace"))
         if status != link.SimStatus.OK:

@@ -6,7 +6,7 @@ Internal to the package: the steps (:mod:`.steps`) and the run (:mod:`.run`) wor
 from __future__ import annotations
 
 import numpy as np
-from dx1_driver import CommandError, DeviceTimeout, QueueError, TransportError
+from dx1_driver import BusErrorResponse, CommandError, DeviceTimeout, QueueError, TransportError
 
 from ..spec import BUS_BYTES
 
@@ -91,7 +91,23 @@ def _bytes_diagnosis(expected: np.ndarray, got: np.ndarray) -> str:
             "bad cells); the data bus and address line tests passed")
 
 
+#: Where a bus error response comes from, per step (the link itself works: the request was answered).
+_BUS_ERROR_SOURCES = {
+    "memory": "device memory refuses that address: the bus-error window of a model:bus-error=START+LENGTH "
+              "device string, or on a board the memory controller answering errors there (its address decode, "
+              "an unpopulated range, ECC)",
+    "registers": "a register the spec maps refuses the access: check that the bitstream was generated from the "
+                 "same spec as this driver (make rtl)",
+}
+
+
 def _exception_diagnosis(step: str, e: Exception) -> str:
+    if isinstance(e, BusErrorResponse):
+        source = _BUS_ERROR_SOURCES.get(step, "the address in the message answers errors: the bus-error window of "
+                                              "a model:bus-error=START+LENGTH device string, an address past device "
+                                              "memory, or a read-only or unmapped register")
+        return (f"the device answered a bus error (an error response, so the link works; that address does not): "
+                f"{source}")
     if isinstance(e, TransportError):
         return f"the link failed during this step after earlier steps passed: {_HINTS['link']}"
     if isinstance(e, DeviceTimeout):

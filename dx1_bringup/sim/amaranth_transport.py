@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from dx1_driver import TransportError
+from dx1_driver import BusErrorResponse, TransportError
 from dx1_driver.errors import LinkTimeout
 from dx1_driver.transport import Transport
 
@@ -163,7 +163,7 @@ class AmaranthTransport(Transport):
             raise TransportError(f"the Amaranth simulation failed during {op}: {self._failure!r}")
         status, value = answer
         if status != "ok":
-            raise TransportError(value)
+            raise BusErrorResponse(value)
         return value
 
     def _read32(self, addr: int) -> int:
