@@ -15,7 +15,9 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   for another Verilog file of the SoC (a mutant of ``rtl/dx1_soc.v``, built beside it);
   ``sim:tiles=T,banks=B,mem_mib=M`` (any of the three) the SoC generated with that many tiles, memory
   banks and MiB of device memory (:mod:`dx1_bringup.sim.configs`), the same device as
-  ``model:tiles=T,banks=B,mem_mib=M``.
+  ``model:tiles=T,banks=B,mem_mib=M``; any of them with ``stall=UNIT[+UNIT...]`` (``sim:stall=core1``)
+  stalls those units from the start, as ``model:stall=core1`` does: unit stalls are the fault kind both
+  backends inject, so both take it the same way (memory faults and bus-error windows are the model's).
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -215,36 +217,76 @@ def open_model(device: str) -> ModelTransport:
         raise ValueError(f"device {device!r}: {e}") from None
 
 
+#: What ``sim:`` takes besides the sizes, for messages.
+_SIM_FORMS = ("expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two of banks from 1 "
+              "to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC, either with "
+              "stall=UNIT[+UNIT...] or alone")
+
+
+def _sim_stalls(device: str, items: list[str], tiles: int) -> UnitStalls | None:
+    """The unit stalls of ``items`` (fault-string items of a ``sim:`` device string), checked against ``tiles``.
+
+    Stalls are the one fault kind the simulated SoC and the golden model both inject (its ``stall_units``
+    input); the others are the model's alone, and are refused here naming where they can be had.
+    """
+    if not items:
+        return None
+    stalls_only = all(item.partition("=")[0] == "stall" for item in items)
+    try:
+        kinds = parse_faults(",".join(items), (UnitStalls,) if stalls_only else (MemoryFaults, UnitStalls, BusErrors))
+    except ValueError as e:
+        raise ValueError(f"device {device!r}: {e if stalls_only else _SIM_FORMS}") from None
+    model_only = [str(fault) for kind, fault in kinds.items() if kind is not UnitStalls]
+    if model_only:
+        raise ValueError(f"device {device!r}: {', '.join(model_only)} is a fault of the golden model only "
+                         f"(model:{','.join(model_only)}); the simulated SoC injects stall=UNIT[+UNIT...]")
+    stalls = kinds[UnitStalls]
+    for unit, tile in sorted(stalls.units):
+        if tile >= tiles:
+            raise ValueError(f"device {device!r}: cannot stall {unit}{tile}: the device has tiles 0 to {tiles - 1}")
+    return stalls
+
+
 def open_sim(device: str) -> SimTransport:
     """Open ``sim``, ``sim:verilog=PATH`` or ``sim:tiles=T,banks=B,mem_mib=M`` (any of the three keys, in any
-    order): start a private simulator of the SoC, of ``rtl/dx1_soc.v``, another Verilog file of it, or the SoC
-    generated with that many tiles, memory banks and MiB of device memory (minutes, the first time of each).
+    order), each also with ``stall=UNIT[+UNIT...]``: start a private simulator of the SoC, of
+    ``rtl/dx1_soc.v``, another Verilog file of it, or the SoC generated with that many tiles, memory banks
+    and MiB of device memory (minutes, the first time of each), with those units stalled from the start
+    (the same fault as ``model:stall=...``, through the SoC's ``stall_units`` input; :func:`set_stalls`
+    changes them later).
 
     Raises
     ------
     ValueError
-        After ``sim:`` comes something other than ``verilog=`` and the path of an existing file, or ``tiles=``,
-        ``banks=`` and ``mem_mib=`` with counts the SoC takes.
+        After ``sim:`` comes something other than ``verilog=`` and the path of an existing file, ``tiles=``,
+        ``banks=`` and ``mem_mib=`` with counts the SoC takes, and ``stall=`` with units of its tiles (a
+        fault only the golden model injects is refused naming it).  Nothing is started then.
     """
-    verilog, config = None, None
+    verilog, config, stalls = None, None, None
     if device != "sim":
-        text = device[len("sim:"):]
-        config, rest = _split_sizes(device, text)
-        if config is None:
-            key, _, path = text.partition("=")
-            if key != "verilog" or "," in path or not Path(path).is_file():
-                raise ValueError(f"device {device!r}: expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 "
-                                 f"tiles, a power of two of banks from 1 to 16 and of MiB) or sim:verilog=PATH with "
-                                 f"PATH an existing Verilog file of the SoC")
-            verilog = Path(path)
-        elif rest:
-            raise ValueError(f"device {device!r}: after tiles=, banks= and mem_mib= expected nothing else, not "
-                             f"{','.join(rest)!r} (sim:verilog=PATH serves a given Verilog file alone)")
+        config, rest = _split_sizes(device, device[len("sim:"):])
+        paths = [item for item in rest if item.startswith("verilog=")]
+        faults = [item for item in rest if not item.startswith("verilog=")]
+        if paths and config is not None:
+            raise ValueError(f"device {device!r}: after tiles=, banks= and mem_mib= expected no verilog=, not "
+                             f"{','.join(paths)!r} (sim:verilog=PATH serves a given Verilog file alone)")
+        if len(paths) > 1 or (paths and not Path(paths[0][len("verilog="):]).is_file()) or (
+                config is None and not paths and not faults):
+            raise ValueError(f"device {device!r}: {_SIM_FORMS}")
+        verilog = Path(paths[0][len("verilog="):]) if paths else None
+        stalls = _sim_stalls(device, faults, (config or SocConfig()).tiles)
     if config is None:
         process, port = start_simulator(verilog=verilog)
     else:
         process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
-    return SimTransport("127.0.0.1", port, process=process)
+    transport = SimTransport("127.0.0.1", port, process=process)
+    if stalls is not None:
+        try:
+            set_stalls(transport, stalls.units)
+        except BaseException:
+            transport.close()
+            raise
+    return transport
 
 
 def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
@@ -275,7 +317,8 @@ def register() -> None:
     register_backend("model", open_model, "model")
     register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS")
     register_backend("sim", open_sim, "sim")
-    register_backend("sim:", open_sim, "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH")
+    register_backend("sim:", open_sim, ("sim:tiles=T,banks=B,mem_mib=M", "sim:verilog=PATH",
+                                        "sim:[...,]stall=UNIT[+UNIT...]"))
 
 
 class _LoopbackTransport(SerialTransport):

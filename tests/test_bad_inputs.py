@@ -16,11 +16,21 @@ from dx1_bringup.cli import main
 #: Device strings no backend opens, and what the message must say.
 BAD_DEVICES = [
     ("", "unknown device ''; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, sim, "
-         "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim://HOST:PORT, serial:URL, pcie:BDF"),
+         "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
+         "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
     ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two "
              "of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:verilog=/nonexistent.v", "or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
+    ("sim:stall=core2", "device 'sim:stall=core2': cannot stall core2: the device has tiles 0 to 1"),
+    ("sim:tiles=4,stall=dma1+dma4", "device 'sim:tiles=4,stall=dma1+dma4': cannot stall dma4: the device has tiles 0 "
+                                    "to 3"),
+    ("sim:stall=gpu0", "device 'sim:stall=gpu0': stall fault 'stall=gpu0' is not KEY=UNIT[+UNIT...] with KEY one of "
+                       "stall"),
+    ("sim:stall=dma0,stuck-bit=5", "device 'sim:stall=dma0,stuck-bit=5': stuck-bit=5,stuck-at=1 is a fault of the "
+                                   "golden model only (model:stuck-bit=5,stuck-at=1); the simulated SoC injects "
+                                   "stall=UNIT[+UNIT...]"),
+    ("sim:bus-error=0x1000+0x40", "bus-error=0x1000+0x40 is a fault of the golden model only"),
     ("model:", "device 'model:': memory or stall or bus fault '' is not KEY=VALUE with KEY one of stuck-bit, "
                "stuck-at, alias-bit, stall, bus-error"),
     ("model:foo", "memory or stall or bus fault 'foo' is not KEY=VALUE"),

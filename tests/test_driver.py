@@ -159,7 +159,8 @@ def test_transport_context_manager_closes():
     ("pcie:01:00", "device 'pcie:01:00': PCI address '01:00' is not [DOMAIN:]BUS:DEVICE.FUNCTION, "
                    "for example 0000:01:00.0"),
     ("xyz", "unknown device 'xyz'; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, sim, "
-            "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim://HOST:PORT, serial:URL, pcie:BDF"),
+            "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
+            "serial:URL, pcie:BDF"),
 ])
 def test_open_transport_errors(device, message):
     with pytest.raises(ValueError) as info:

@@ -130,8 +130,8 @@ def test_framework_backends_come_with_only_import_dx1_driver():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(" ", 2) == [
         "dx1_bringup.backends", "ModelTransport",
-        "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'sim', 'sim:tiles=T,banks=B,mem_mib=M, "
-        "sim:verilog=PATH', 'sim://HOST:PORT', 'serial:URL', 'pcie:BDF')\n"]
+        "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'sim', 'sim:tiles=T,banks=B,mem_mib=M', "
+        "'sim:verilog=PATH', 'sim:[...,]stall=UNIT[+UNIT...]', 'sim://HOST:PORT', 'serial:URL', 'pcie:BDF')\n"]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -188,6 +188,17 @@ def test_exact_keys_win_over_prefixes_and_longer_prefixes_over_shorter(own_regis
     assert open_transport("echo:exact").device == "exact echo:exact"
     assert open_transport("echo:exactly").device == "short echo:exactly"
     assert registry.device_strings()[-6:-3] == ("echo:ANY", "echo:long:ANY", "echo:exact")
+
+
+def test_device_strings_lists_each_form_once(own_registry):
+    """A backend of several forms is several entries, not one entry joining them."""
+    register_backend("echo:", lambda d: _Echo(d), ("echo:A=N", "echo:B=PATH"))
+    forms = registry.device_strings()
+    assert forms[-5:-3] == ("echo:A=N", "echo:B=PATH")
+    assert "sim:tiles=T,banks=B,mem_mib=M" in forms and "sim:verilog=PATH" in forms
+    assert not [form for form in forms if ", " in form]
+    with pytest.raises(ValueError, match=r"registered already \(for echo:A=N, echo:B=PATH, by "):
+        register_backend("echo:", lambda d: _Echo(d), "echo:A=N")
 
 
 def test_registering_a_key_twice(own_registry):

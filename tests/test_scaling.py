@@ -44,9 +44,9 @@ def test_model_takes_tiles_banks_and_memory_and_faults_beside_them():
     ("sim:tiles=0", "device 'sim:tiles=0': SoC tile count must be an integer from 1 to 8, not 0"),
     ("sim:cores=4", "device 'sim:cores=4': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, "
                     "a power of two of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing "
-                    "Verilog file of the SoC"),
-    ("sim:tiles=4,verilog=x.v", "device 'sim:tiles=4,verilog=x.v': after tiles=, banks= and mem_mib= expected "
-                                "nothing else, not 'verilog=x.v' (sim:verilog=PATH serves a given Verilog file alone)"),
+                    "Verilog file of the SoC, either with stall=UNIT[+UNIT...] or alone"),
+    ("sim:tiles=4,verilog=x.v", "device 'sim:tiles=4,verilog=x.v': after tiles=, banks= and mem_mib= expected no "
+                                "verilog=, not 'verilog=x.v' (sim:verilog=PATH serves a given Verilog file alone)"),
 ])
 def test_bad_sizes_in_device_strings_are_refused_before_anything_starts(device, message):
     with pytest.raises(ValueError) as info:

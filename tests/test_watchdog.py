@@ -198,6 +198,29 @@ def test_model_stall_fault_strings():
             open_model(bad)
 
 
+@pytest.mark.parametrize("backend", ["model", pytest.param("sim", marks=pytest.mark.verilator)])
+def test_a_stall_in_the_device_string_stalls_the_unit_on_both_backends(backend):
+    """``model:stall=dma0`` and ``sim:stall=dma0`` are one fault: tile 0's DMA stalls from the start, tile 1 runs."""
+    if backend == "sim":
+        from dx1_bringup.sim import verilator_missing
+
+        if verilator_missing():
+            pytest.skip(verilator_missing())
+    with Device.open(f"{backend}:stall=dma0") as dev:
+        rng = np.random.default_rng(7)
+        src, data = _region(dev, rng, ROWS * _row(dev))
+        dst, _ = _region(dev, rng, ROWS * _row(dev))
+        q0, q1 = dev.queue(0), dev.queue(1)
+        q0.set_watchdog(WATCHDOG)
+        q1.submit([load(dev, 20, src), store(dev, 21, dst)])
+        assert [(c.tag, c.status) for c in q1.wait(timeout=TIMEOUT)] == [(20, 0), (21, 0)]
+        assert dev.read_mem(dst, len(data)) == data
+        q0.submit([load(dev, 1, src)])
+        with pytest.raises(QueueError) as info:
+            q0.wait(timeout=TIMEOUT)
+        assert info.value.code == regs.ErrorCode.TIMEOUT
+
+
 def test_a_tile_that_fails_its_self_test_is_fenced():
     transport = ModelTransport()
     transport.model.tiles[1]._gemm = lambda fields: None  # tile 1's array computes nothing

@@ -15,7 +15,7 @@ imports the framework.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -45,13 +45,14 @@ class Backend:
     opener:
         Called with the whole device string; returns an open transport, raises ``ValueError`` for a
         malformed device string and :class:`~dx1_driver.errors.TransportError` for a device it cannot reach.
-    usage:
-        The device string's form for messages and ``--help`` texts, for example ``serial:URL``.
+    usages:
+        The device string's forms for messages and ``--help`` texts, one form each, for example
+        ``("serial:URL",)``.
     """
 
     key: str
     opener: Callable[[str], Transport]
-    usage: str
+    usages: tuple[str, ...]
 
     @property
     def builtin(self) -> bool:
@@ -74,9 +75,11 @@ _discovered = False
 _discovery_failures: list[str] = []
 
 
-def register_backend(key: str, opener: Callable[[str], Transport], usage: str) -> None:
+def register_backend(key: str, opener: Callable[[str], Transport], usage: str | Sequence[str]) -> None:
     """Register ``opener`` for the device strings ``key`` names (see :class:`Backend`).
 
+    ``usage`` is the device string's form (``"serial:URL"``), or its forms when the backend takes several
+    (``("sim:tiles=T", "sim:verilog=PATH")``): :func:`device_strings` lists each as one entry.
     Registering the same key with the same opener and usage again is harmless.
 
     Raises
@@ -84,12 +87,13 @@ def register_backend(key: str, opener: Callable[[str], Transport], usage: str) -
     ValueError
         ``key`` or ``usage`` is empty, or ``key`` is registered already with another opener or usage.
     """
-    if not key or not usage:
+    usages = (usage,) if isinstance(usage, str) else tuple(usage)
+    if not key or not usages or not all(isinstance(u, str) and u for u in usages):
         raise ValueError(f"a backend needs a key and a usage text, not key={key!r} and usage={usage!r}")
-    backend = Backend(key, opener, usage)
+    backend = Backend(key, opener, usages)
     known = _backends.get(key)
-    if known is not None and (known.opener, known.usage) != (opener, usage):
-        raise ValueError(f"device key {key!r} is registered already (for {known.usage}, by "
+    if known is not None and (known.opener, known.usages) != (opener, usages):
+        raise ValueError(f"device key {key!r} is registered already (for {', '.join(known.usages)}, by "
                          f"{known.opener.__module__}.{known.opener.__qualname__})")
     _backends[key] = backend
 
@@ -127,10 +131,11 @@ def find_backend(device: str) -> Backend | None:
 
 
 def device_strings() -> tuple[str, ...]:
-    """The forms of device string :func:`open_transport` takes here: other packages' backends, then the driver's."""
+    """The forms of device string :func:`open_transport` takes here, one a form: other packages' backends, then
+    the driver's."""
     _discover()
     ordered = sorted(_backends.values(), key=lambda b: b.builtin)
-    return tuple(b.usage for b in ordered)
+    return tuple(usage for b in ordered for usage in b.usages)
 
 
 def _no_backend(device: str) -> ValueError:
