@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from dx1_driver import (
     Allocator,
+    Capabilities,
     CommandError,
     Device,
     DeviceTimeout,
@@ -553,3 +554,26 @@ def test_semaphores_and_cycles(dev):
     q.submit([regs.gemm(tag=1, a_addr=0, b_addr=64, c_addr=0, m=16, k_chunks=1)])
     q.wait()
     assert dev.cycles() > before
+
+
+def test_device_repr_says_what_is_open():
+    with Device.open("model:tiles=4") as dev:
+        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.2, 4 tiles (4 usable) of 8x8, 1024 KiB device memory, "
+                             "over ModelTransport>")
+        dev.fence(2, "a test")
+        assert "4 tiles (3 usable)" in repr(dev)
+    assert "4 tiles (closed)" in repr(dev)
+    assert repr(Device(ModelTransport())).startswith("<Device 'ModelTransport': dx1 1.2, 2 tiles (2 usable)")
+
+
+def test_help_device_shows_caps_and_its_fields():
+    import pydoc
+
+    text = pydoc.render_doc(Device, renderer=pydoc.plaintext)
+    assert "caps\n |      What the GLOBAL block reports" in text
+    assert "Device.open(\"model\") as dev" in text
+    fields = pydoc.render_doc(Capabilities, renderer=pydoc.plaintext)
+    for name in ("hw_version", "tiles, array", "mem_banks, mem_bytes", "spm_rows, acc_rows", "postop, copy, trace"):
+        assert name in fields
+    with Device.open("model") as dev, pytest.raises(AttributeError):
+        dev.caps = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ import pytest
 from dx1_driver import open_transport, register_backend, registry
 from dx1_driver.transport import Transport
 
-DRIVER = Path(__file__).resolve().parents[1] / "drivers" / "dx1_driver"
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "drivers" / "dx1_driver"
 
 FRAMEWORK_MESSAGE = ("device {device!r} is {what}, which comes with the dx1-bringup framework; install dx1-bringup "
                      "(pip install -e .) or use sim://, serial: or pcie:")
@@ -132,6 +134,16 @@ def test_framework_backends_come_with_only_import_dx1_driver():
         "dx1_bringup.backends", "ModelTransport",
         "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'sim', 'sim:tiles=T,banks=B,mem_mib=M', "
         "'sim:verilog=PATH', 'sim:[...,]stall=UNIT[+UNIT...]', 'sim://HOST:PORT', 'serial:URL', 'pcie:BDF')\n"]
+
+
+def test_the_readme_snippet_runs_and_prints_what_it_says():
+    """README.md's "The driver as a library" snippet, run as a program of its own: each print shows its comment."""
+    section = (ROOT / "README.md").read_text().split("## The driver as a library\n", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    said = [line.split("  # ", 1)[1] for line in code.splitlines() if line.lstrip().startswith("print(")]
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == said and len(said) == 2
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -44,7 +44,23 @@ class Block:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What the GLOBAL block reports about the device."""
+    """What the GLOBAL block reports about the device (``dev.caps``).
+
+    Attributes
+    ----------
+    hw_version:
+        HW_VERSION: the spec version the hardware implements, major in the high 16 bits.
+    tiles, array:
+        Tiles, and the side of each tile's systolic array (``array x array`` MACs a cycle).
+    mem_banks, mem_bytes:
+        Banks and bytes of device memory.
+    semaphores:
+        GLOBAL's semaphores (SIGNAL/WAIT).
+    spm_rows, acc_rows:
+        Rows of each tile's scratchpad and accumulator buffer.
+    postop, copy, trace:
+        FEATURES: the POSTOP and COPY commands, and the TRACE blocks.
+    """
 
     hw_version: int
     tiles: int
@@ -60,7 +76,7 @@ class Capabilities:
 
 
 class Device:
-    """An open DX-1.
+    """An open DX-1: ``with Device.open("model") as dev: ...`` (or ``Device(transport)``).
 
     Parameters
     ----------
@@ -71,6 +87,21 @@ class Device:
         so that queues start from ring index 0.  Device memory is kept.
     ring_log2:
         Default log2 of the ring entries of each queue.
+
+    Attributes
+    ----------
+    caps:
+        What the GLOBAL block reports (:class:`Capabilities`: tiles, array size, device memory, ...).
+    blocks:
+        Every register block discovery found, in chain order (:class:`Block`).
+    transport:
+        The transport the device was opened on.
+    name:
+        The device string :meth:`open` opened, else the transport's class name.
+    allocator:
+        The device-memory allocator behind :meth:`alloc` and :meth:`free`.
+    fenced:
+        Fenced tiles and why (:meth:`fence`); :attr:`usable_tiles` are the others.
 
     Raises
     ------
@@ -83,9 +114,10 @@ class Device:
     def __init__(self, transport: Transport, *, reset: bool = True, ring_log2: int = 6):
         self.transport = transport
         self.ring_log2 = ring_log2
+        self.name = type(transport).__name__
         self.blocks = self._walk()
         self.global_base = self._bases(regs.BlockType.GLOBAL)[0]
-        self.caps = self._identify()
+        self._caps = self._identify()
         self.queue_bases = self._tile_bases(regs.BlockType.QUEUE)
         self.perf_bases = self._tile_bases(regs.BlockType.PERF)
         self.trace_bases = self._tile_bases(regs.BlockType.TRACE) if self.caps.trace else []
@@ -103,14 +135,31 @@ class Device:
             self.reset()
 
     @classmethod
-    def open(cls, spec: str, **kwargs) -> Device:
-        """Open the device named by ``spec`` (see :func:`open_transport`)."""
-        transport = open_transport(spec)
+    def open(cls, device: str, **kwargs) -> Device:
+        """Open the device that the device string ``device`` names (see :func:`open_transport`).
+
+        ``kwargs`` go to the constructor (``reset``, ``ring_log2``).
+        """
+        transport = open_transport(device)
         try:
-            return cls(transport, **kwargs)
+            dev = cls(transport, **kwargs)
         except BaseException:
             transport.close()
             raise
+        dev.name = device
+        return dev
+
+    @property
+    def caps(self) -> Capabilities:
+        """What the GLOBAL block reports: hardware version, tiles, array size, memory banks, semaphores,
+        scratchpad and accumulator rows, device memory bytes and the optional features (read at discovery)."""
+        return self._caps
+
+    def __repr__(self) -> str:
+        c = self.caps
+        state = "closed" if self.transport.closed else f"{len(self.usable_tiles)} usable"
+        return (f"<Device {self.name!r}: dx1 {_version(c.hw_version)}, {c.tiles} tiles ({state}) of "
+                f"{c.array}x{c.array}, {c.mem_bytes // 1024} KiB device memory, over {type(self.transport).__name__}>")
 
     # -- discovery ------------------------------------------------------------------------------
 
