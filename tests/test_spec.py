@@ -434,3 +434,18 @@ def test_register_field_lookup_and_pack() -> None:
         error.field("cause")
     with pytest.raises(ValueError, match=r"^code = 256 does not fit ERROR.code \(8 bits\)$"):
         error.pack(code=256)
+
+
+def test_spec_history_ends_at_the_spec_version_and_explains_the_block_versions() -> None:
+    from dx1_bringup import spec
+
+    versions = [v for v, _ in spec.SPEC_HISTORY]
+    assert versions == sorted(set(versions)) and versions[-1] == spec.SPEC_VERSION
+    assert all(text for _, text in spec.SPEC_HISTORY)
+    block_versions = {b.version for b in spec.BLOCKS}
+    # The sentence names the block version and the spec version as they are: a change of either fails here.
+    assert len(block_versions) == 1
+    (block_version,) = block_versions
+    text = f"every block reads {block_version >> 16}.{block_version & 0xFFFF} under spec " \
+           f"{spec.SPEC_VERSION >> 16}.{spec.SPEC_VERSION & 0xFFFF}"
+    assert text in spec.VERSIONS_EXPLAINED

@@ -25,7 +25,9 @@ from ..spec import (
     SIM_LIMIT_DOCS,
     SIM_OP_DOCS,
     SIM_STATUS_DOCS,
+    SPEC_HISTORY,
     SPEC_VERSION,
+    VERSIONS_EXPLAINED,
     Access,
     Command,
     ErrorCode,
@@ -123,12 +125,14 @@ def render_registers(config: SocConfig) -> str:
     rmap = register_map(config)
     out = [f"<!-- {NOTICE} -->", "", "# dx1-mini register reference", "",
            f"Spec version {version_text(SPEC_VERSION)} (`0x{SPEC_VERSION:08x}`). The GLOBAL block's MAGIC register "
-           f"reads `0x{MAGIC:08x}` (\"DX11\").", "", "## Finding the blocks", "", _md(BLOCK_WALK), "",
-           "Access types:", "", *(f"- `{a.value}`: {text}." for a, text in _ACCESS.items()), "",
-           "Reset is the value after reset. Read-only registers show \"—\": they read what the hardware supplies "
-           "(identity, capabilities, state, counters), as their descriptions say.", "", "## Placed blocks", "",
-           f"For this configuration (register space `{rmap.size:#x}` bytes, blocks aligned to `{BLOCK_ALIGN:#x}`):",
-           ""]
+           f"reads `0x{MAGIC:08x}` (\"DX11\").", "", _md(VERSIONS_EXPLAINED), ""]
+    out += _table(("Spec version", "What changed"), [(version_text(v), _md(text)) for v, text in SPEC_HISTORY])
+    out += ["", "## Finding the blocks", "", _md(BLOCK_WALK), "",
+            "Access types:", "", *(f"- `{a.value}`: {text}." for a, text in _ACCESS.items()), "",
+            "Reset is the value after reset. Read-only registers show \"—\": they read what the hardware supplies "
+            "(identity, capabilities, state, counters), as their descriptions say.", "", "## Placed blocks", "",
+            f"For this configuration (register space `{rmap.size:#x}` bytes, blocks aligned to `{BLOCK_ALIGN:#x}`):",
+            ""]
     out += _table(("Parameter", "Value"), _flat("", dataclasses.asdict(config)))
     out.append("")
     out += _table(("Block", "Base", "NEXT", "ID"),

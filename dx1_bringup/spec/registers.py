@@ -17,11 +17,29 @@ from .config import SocConfig
 
 __all__ = [
     "Access", "RegField", "Register", "BlockType", "BlockSpec", "PlacedRegister", "PlacedBlock",
-    "RegisterMap", "BLOCKS", "MAGIC", "SPEC_VERSION", "BLOCK_ALIGN", "register_map",
+    "RegisterMap", "BLOCKS", "MAGIC", "SPEC_VERSION", "SPEC_HISTORY", "VERSIONS_EXPLAINED", "BLOCK_ALIGN",
+    "register_map",
 ]
 
 MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
 SPEC_VERSION = 0x0001_0002  # major.minor in 16.16
+
+#: What each spec version changed, oldest first: ``(version, change)``, the last one :data:`SPEC_VERSION`.
+SPEC_HISTORY: tuple[tuple[int, str], ...] = (
+    (0x0001_0000, "the first spec"),
+    (0x0001_0001, "CAPS.mem_banks (banked device memory) in bits 9-13 of CAPS, which read 0 before; a burst "
+                  "crossing a 4 KiB page answers SLVERR"),
+    (0x0001_0002, "the LOAD/STORE address and stride fields are named mem_addr/mem_stride (device memory, not "
+                  "DRAM), in the same bits; captures of 1.1 are refused by their spec version"),
+)
+
+#: Why the blocks' VERSION registers can read less than the spec version (``dx1 info`` and the register reference).
+VERSIONS_EXPLAINED = (
+    "The spec version (GLOBAL HW_VERSION) covers the whole interface: command encoding, error codes, register "
+    "map and host links; a driver needs the same major version. A block's VERSION register counts changes to "
+    "that block's own registers that a driver must know about; no block has had one, so every block reads 1.0 "
+    "under spec 1.2: 1.1 only filled CAPS bits that read 0 before, 1.2 only renamed command fields."
+)
 BLOCK_ALIGN = 0x100
 
 
