@@ -14,7 +14,6 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
+from .cli import args as types
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -131,7 +131,7 @@ def perf_bench() -> dict:
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
     from dx1_driver import Device, open_transport
 
-    from .cli import gemm_problem
+    from .cli.operands import gemm_problem
     from .model.tile import PostOpParams
     from .runtime.gemm_perf import BENCH_SWEEP, combine, fresh_layout, measure_gemm, predict_gemm
 
@@ -247,7 +247,7 @@ def serial_bench(sizes: list[int]) -> dict:
     from dx1_driver.serial_transport import SerialTransport
     from dx1_driver.transport import SimTransport
 
-    from .cli import gemm_problem
+    from .cli.operands import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
     from .sim.launch import start_simulator
 
@@ -332,57 +332,31 @@ def print_serial(serial: dict) -> None:
 SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling")
 
 
-def _sections(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in SECTIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(SECTIONS)}, not {text!r}")
-    return names
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(t) for t in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or any(not (0 < v <= 1 << 20 and v % 4 == 0) for v in sizes):
-        raise argparse.ArgumentTypeError(f"expected comma-separated block sizes, multiples of 4 from 4 to 1048576, "
-                                         f"not {text!r}")
-    return sizes
-
-
-def _counts(allowed: tuple[int, ...]) -> Callable[[str], list[int]]:
-    """An argparse type: a comma-separated list of some of ``allowed``."""
-    def parse(text: str) -> list[int]:
-        try:
-            values = sorted({int(t) for t in text.split(",")})
-        except ValueError:
-            values = []
-        if not values or any(v not in allowed for v in values):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of some of "
-                                             f"{', '.join(map(str, allowed))}, not {text!r}")
-        return values
-    return parse
+def _some_of(allowed: tuple[int, ...]):
+    """An argument type: a comma-separated list of some of ``allowed``, sorted, without repeats."""
+    return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
                         help="where to write the figures (sections not run keep their earlier figures)")
-    parser.add_argument("--only", type=_sections, default=list(SECTIONS), metavar="SECTIONS",
+    parser.add_argument("--only", type=types.names(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
                         help=f"run only these sections, comma-separated: {', '.join(SECTIONS)} (default: all)")
-    parser.add_argument("--serial-sizes", type=_sizes, default=SERIAL_SIZES, metavar="BYTES",
+    parser.add_argument("--serial-sizes", type=types.integers("block sizes, multiples of 4 from 4 to 1048576",
+                                                              lambda v: 0 < v <= 1 << 20 and v % 4 == 0),
+                        default=SERIAL_SIZES, metavar="BYTES",
                         help="block sizes of the serial throughput sweep, comma-separated (default: "
                              + ",".join(map(str, SERIAL_SIZES)) + ")")
     scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
-    scaling.add_argument("--scaling-sizes", type=_counts(bench_scaling.SIZES), metavar="S,...",
+    scaling.add_argument("--scaling-sizes", type=_some_of(bench_scaling.SIZES), metavar="S,...",
                          default=list(bench_scaling.DEFAULT_SIZES),
                          help="square GEMM sizes, some of " + ",".join(map(str, bench_scaling.SIZES)) + " (default "
                               + ",".join(map(str, bench_scaling.DEFAULT_SIZES)) + ": the larger take hours)")
-    scaling.add_argument("--scaling-tiles", type=_counts(bench_scaling.TILES), metavar="T,...",
+    scaling.add_argument("--scaling-tiles", type=_some_of(bench_scaling.TILES), metavar="T,...",
                          default=list(bench_scaling.TILES), help="tile counts (default: all of "
                                                                  + ",".join(map(str, bench_scaling.TILES)) + ")")
-    scaling.add_argument("--scaling-banks", type=_counts(bench_scaling.BANKS), metavar="B,...",
+    scaling.add_argument("--scaling-banks", type=_some_of(bench_scaling.BANKS), metavar="B,...",
                          default=list(bench_scaling.BANKS), help="memory bank counts (default: all of "
                                                                  + ",".join(map(str, bench_scaling.BANKS)) + ")")
     scaling.add_argument("--scaling-socs", choices=bench_scaling.SOCS, default="shared",

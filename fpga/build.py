@@ -17,15 +17,16 @@ import json
 import sys
 from pathlib import Path
 
+from dx1_bringup.cli import args as types
 from dx1_bringup.fpga import BOARDS, EXIT_TIMING_FAILED, BuildError, build, format_summary
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--board", required=True, choices=sorted(BOARDS), help="the board to build for")
-    parser.add_argument("--baud", type=int, default=3_000_000,
+    parser.add_argument("--baud", type=types.positive, default=3_000_000,
                         help="UART line rate (default 3000000; the ULX3S FTDI also does 115200 etc.)")
-    parser.add_argument("--clock", type=int, metavar="HZ",
+    parser.add_argument("--clock", type=types.positive, metavar="HZ",
                         help="system clock in Hz instead of the board's target (the PLL must make it exactly)")
     parser.add_argument("--out", type=Path, help="build folder (default build/fpga/<board>)")
     parser.add_argument("--plan-only", action="store_true", help="write the design and scripts, run no tool")

@@ -11,48 +11,21 @@ import sys
 
 from dx1_driver import Device, DriverError
 
+from ..cli import args as types
 from .generate import StreamParams
 from .runner import fuzz, write_report
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
-
-
-def _devices(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",")]
-    if len(names) < 2 or not all(names):
-        raise argparse.ArgumentTypeError(f"must name at least two devices separated by commas (for example "
-                                         f"model,sim), not {text!r}")
-    return names
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dx1_bringup.fuzz", description=__doc__.splitlines()[0])
-    ap.add_argument("--commands", type=_count, default=10_000, help="command budget (default 10000)")
-    ap.add_argument("--seed", type=_seed, default=1, help="seed of the whole run (default 1)")
-    ap.add_argument("--devices", type=_devices, default=["model", "sim"],
+    ap.add_argument("--commands", type=types.positive, default=10_000, help="command budget (default 10000)")
+    ap.add_argument("--seed", type=types.seed, default=1, help="seed of the whole run (default 1)")
+    ap.add_argument("--devices", type=types.devices, default=["model", "sim"],
                     help="devices to compare, the reference first (default model,sim)")
-    ap.add_argument("--batch", type=_count, default=StreamParams.length,
+    ap.add_argument("--batch", type=types.positive, default=StreamParams.length,
                     help=f"commands per queue and batch, 1 to 62 (default {StreamParams.length}); both tiles run "
                          f"a batch at once")
-    ap.add_argument("--segment", type=_count, default=5000,
+    ap.add_argument("--segment", type=types.positive, default=5000,
                     help="random commands per segment; each starts from a reset device (default 5000)")
     ap.add_argument("--out", default="build/fuzz.json", help="report file (default build/fuzz.json)")
     ap.add_argument("--repro-dir", default="build", help="where a reproducer capture goes (default build)")

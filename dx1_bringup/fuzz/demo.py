@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dx1_driver import Device
 
+from ..cli import args as types
 from ..replay.cli import diff_main
 from ..sim.mutants import MUTANTS, write_mutant
 from .generate import StreamParams
@@ -25,16 +26,15 @@ from .runner import record_stream
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dx1_bringup.fuzz.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--commands", type=int, default=10_000, help="random commands in the stream (default 10000)")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the stream (default 1)")
-    ap.add_argument("--batch", type=int, default=StreamParams.length,
+    ap.add_argument("--commands", type=types.positive, default=10_000,
+                    help="random commands in the stream (default 10000)")
+    ap.add_argument("--seed", type=types.seed, default=1, help="seed of the stream (default 1)")
+    ap.add_argument("--batch", type=types.positive, default=StreamParams.length,
                     help=f"commands per queue and batch (default {StreamParams.length})")
     ap.add_argument("--mutant", choices=sorted(MUTANTS), default="postop-round", help="the planted bug")
     ap.add_argument("--out", default="build/diff-demo", help="folder for the captures")
-    ap.add_argument("--budget", type=int, default=100, help="most shrink tests (default 100)")
+    ap.add_argument("--budget", type=types.positive, default=100, help="most shrink tests (default 100)")
     args = ap.parse_args(argv)
-    if args.commands < 1 or args.seed < 0:
-        ap.error(f"--commands must be at least 1 and --seed 0 or more, not {args.commands} and {args.seed}")
     try:
         params = StreamParams(length=args.batch)
     except ValueError as e:
