@@ -196,3 +196,29 @@ def test_every_command_takes_integers_the_same_way(capsys: pytest.CaptureFixture
         assert info.value.code == 2 and "1__0'" in capsys.readouterr().err
     status, err = run(["gemm", "1__0", "4", "4"], capsys)
     assert status == 2 and "argument M: must be a whole number, not '1__0'" in err
+
+
+def test_a_gemm_that_cannot_fit_is_refused_before_any_work(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """No operands, reference or header before the fit check: 100000^3 once ran 64 s into a MemoryError."""
+    import dx1_bringup.cli.gemm as gemm
+
+    def made(*args):
+        raise AssertionError("the operands were made before the device-memory check")
+
+    monkeypatch.setattr(gemm, "gemm_problem", made)
+    for shape, device, need, has in ((("100000",) * 3, "model", 30000400000, 1048576),
+                                     (("2000",) * 3, "model:mem_mib=4", 12008000, 4194304)):
+        status, err = run(["gemm", *shape, "--device", device], capsys)
+        assert status == 2, err
+        assert (f"dx1 gemm: a {'x'.join(shape)} GEMM needs {need} bytes of device memory for its padded operands "
+                f"(a ") in err and f"the device has {has}" in err
+    status, err = run(["perf", "2000", "2000", "2000", "--device", "model"], capsys)
+    assert status == 2 and "GEMM needs 12008000 bytes of device memory" in err and "the device has 1048576" in err
+
+
+def test_predict_refuses_a_gemm_no_device_can_address(capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = run(["perf", "100000", "100000", "100000"], capsys)
+    assert status == 2
+    assert err == ("dx1 perf: a 100000x100000x100000 GEMM needs 30000400000 bytes of device memory for its padded "
+                   "operands; LOAD and STORE address device memory in 32 bits (4 GiB), so no DX-1 can hold them\n")

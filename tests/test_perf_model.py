@@ -111,8 +111,12 @@ def test_4096_cubed_predicts_from_a_window_of_blocks():
     # About 1 s, 0.3 s of it the planner's block search (`make bench` prints it).
     assert time.perf_counter() - start < 10.0
     # Every MAC is issued once: the array streams M * N/8 * K/8 rows over the tiles.
-    assert combine(p.terms)["compute"] == 4096 * 512 * 512
+    assert sum(t["compute"] for t in p.terms.values()) == 4096 * 512 * 512
     assert p.total > 4096 ** 3 / (64 * caps.tiles)
+    # Every combined term is cycles of one tile: the units' mean over the tiles, the slowest tile's total.
+    terms = combine(p.terms)
+    assert terms["compute"] == 4096 * 512 * 512 / caps.tiles
+    assert max(terms["load"], terms["compute"], terms["store"]) <= terms["total"] == p.total
 
 
 def test_back_to_back_gemms_stream_every_row_once():
@@ -162,7 +166,7 @@ def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
     assert main(["perf", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
     out = capsys.readouterr().out
     table = out.split("  predicted in")[0].splitlines()[2:]
-    rows = {line.split()[0]: line.split()[1:] for line in table}
+    rows = {line.split()[0]: line.split()[1:5] for line in table}
     for term in ("load", "compute", "store", "total"):
         assert len(rows[term]) == 4, out  # predicted, measured, residual, error
     # The golden model streams exactly the rows the prediction counts.
@@ -172,6 +176,20 @@ def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
     assert main(["perf", "48", "48", "48", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot of {len(SWEEP) + 1} shapes" in capsys.readouterr().out
+
+
+def test_dx1_perf_rows_are_cycles_of_one_tile_and_say_so(capsys):
+    """Once compute (summed over 2 tiles) read 32768 above a total of 19413 (the slowest tile's), unlabelled."""
+    assert main(["perf", "128", "128", "128"]) == 0
+    lines = capsys.readouterr().out.split("  predicted in")[0].splitlines()
+    assert lines[1].split() == ["term", "predicted", "(per", "tile)"]
+    rows = {line.split()[0]: line for line in lines[2:]}
+    value = {term: float(line.split()[1]) for term, line in rows.items()}
+    assert value["compute"] == 128 * 16 * 16 / 2  # every row streamed once, half of them on each tile
+    assert max(value["load"], value["compute"], value["store"]) <= value["total"]
+    for unit in ("load", "compute", "store"):
+        assert rows[unit].endswith(f"BUSY_{unit.upper()} cycles, mean over the 2 tiles")
+    assert rows["total"].endswith("CYCLES of the slowest tile")
 
 
 def test_wait_holds_a_tile_until_another_signals():

@@ -37,13 +37,20 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     from ..runtime import gemm_run, reference
 
     m, k, n = args.m, args.k, args.n
+    # The device first, then whether the shape fits it: before any operand, reference or header.
+    dev = open_device(args.device, "dx1 gemm")
+    if dev is None:
+        return 2
+    try:
+        gemm_run.check_fits(m, k, n, dev.caps, post=not args.no_post, bias=True, align=dev.allocator.alignment)
+    except ValueError as exc:
+        dev.close()
+        print(f"dx1 gemm: {exc}", file=sys.stderr)
+        return 2
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
     print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
-    dev = open_device(args.device, "dx1 gemm")
-    if dev is None:
-        return 2
     if args.record is not None:
         from ..replay import Recorder
 

@@ -50,7 +50,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     from dx1_driver import Device, DriverError
 
     from ..model.tile import PostOpParams
-    from ..runtime import gemm_perf
+    from ..runtime import gemm_perf, gemm_run
 
     m, k, n = args.m, args.k, args.n
     # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.
@@ -67,17 +67,26 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if args.tiles is not None and args.tiles > caps.tiles:
         print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
         return 2
-    print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
-          f"{args.tiles or caps.tiles} tile(s), {'predicted only' if args.device is None else 'on ' + args.device}")
-    start = time.perf_counter()
-    predicted = predicted_terms(m, k, n, args.tiles)
-    elapsed = time.perf_counter() - start
-    shapes = [(m, k, n, args.tiles or caps.tiles)]
-    if args.png is not None:
-        shapes += [s for s in gemm_perf.SWEEP if s != shapes[0]]
     dev = None if args.device is None else open_device(args.device, "dx1 perf")
     if args.device is not None and dev is None:
         return 2
+    start = time.perf_counter()
+    try:  # a shape no device can hold is refused before anything is printed or run
+        predicted = predicted_terms(m, k, n, args.tiles)
+        if dev is not None:
+            gemm_run.check_fits(m, k, n, dev.caps, post=True, bias=True, align=dev.allocator.alignment)
+    except ValueError as exc:
+        print(f"dx1 perf: {exc}", file=sys.stderr)
+        if dev is not None:
+            dev.close()
+        return 2
+    elapsed = time.perf_counter() - start
+    tiles = args.tiles or caps.tiles
+    print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on {tiles} tile(s), "
+          f"{'predicted only' if args.device is None else 'on ' + args.device}")
+    shapes = [(m, k, n, tiles)]
+    if args.png is not None:
+        shapes += [s for s in gemm_perf.SWEEP if s != shapes[0]]
     rows = []
     try:
         for sm, sk, sn, st in shapes:
@@ -96,14 +105,17 @@ def cmd_perf(args: argparse.Namespace) -> int:
         if dev is not None:
             dev.close()
     table = rows[0][3]
-    print(f"  {'term':10} {'predicted':>12} {'measured':>12} {'residual':>10} {'error':>8}")
+    # Every row is cycles of one tile (gemm_perf.combine), and says which.
+    print(f"  {'term':10} {'predicted':>12}" + ("" if table is None else
+                                                f" {'measured':>12} {'residual':>10} {'error':>8}") + "  (per tile)")
     for name in gemm_perf.UNITS:
+        what = gemm_perf.TERM_MEANING[name].replace("the tiles", f"the {tiles} tiles" if tiles > 1 else "1 tile")
         if table is None:
-            print(f"  {name:10} {predicted[name]:12.0f}")
+            print(f"  {name:10} {predicted[name]:12.0f}  {what}")
         else:
             t = table[name]
             print(f"  {name:10} {t['predicted']:12.0f} {t['measured']:12.0f} {t['residual']:+10.0f} "
-                  f"{t['error']:+8.1%}")
+                  f"{t['error']:+8.1%}  {what}")
     print(f"  predicted in {elapsed * 1000:.1f} ms")
     if table is not None:
         print(f"  total error {table['total']['error']:+.2%} (predicted against measured CYCLES)")

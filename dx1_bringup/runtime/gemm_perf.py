@@ -19,12 +19,12 @@ from dx1_driver.allocator import DEFAULT_ALIGNMENT
 
 from ..model.tile import PostOpParams
 from ..perf import Prediction, Ring, TilePrediction, predict
-from ..spec import Opcode, TileConfig
+from ..spec import COMMANDS, Opcode, TileConfig
 from .gemm import GemmBlock, GemmPlan, compile_gemm
 from .gemm_run import GemmStats, operand_layout, run_gemm
 
-__all__ = ["BENCH_SWEEP", "SWEEP", "UNITS", "WINDOW", "GemmPrediction", "combine", "error_table", "fresh_layout",
-           "measure_gemm", "measured_terms", "predict_gemm"]
+__all__ = ["BENCH_SWEEP", "SWEEP", "TERM_MEANING", "UNITS", "WINDOW", "GemmPrediction", "combine", "error_table",
+           "fresh_layout", "measure_gemm", "measured_terms", "predict_gemm"]
 
 #: Output blocks per tile scheduled command by command; later ones repeat the last period.
 WINDOW = 6
@@ -82,9 +82,15 @@ def predict_gemm(m: int, k: int, n: int, caps: Capabilities, *, post: PostOpPara
     Raises
     ------
     ValueError
-        A bad shape or tile count (the planner's messages).
+        A bad shape or tile count (the planner's messages), or operands past what a command can address
+        (the 32-bit ``mem_addr`` of LOAD and STORE: 4 GiB), which no device can hold.
     """
     offsets, size = operand_layout(m, k, n, caps.array, post is not None, bias, DEFAULT_ALIGNMENT)
+    addressable = 1 << COMMANDS[Opcode.LOAD].field("mem_addr").width
+    if base + size > addressable:
+        raise ValueError(f"a {m}x{k}x{n} GEMM needs {size} bytes of device memory for its padded operands; LOAD "
+                         f"and STORE address device memory in {addressable.bit_length() - 1} bits "
+                         f"({addressable >> 30} GiB), so no DX-1 can hold them")
     addr = {name: base + offset for name, offset in offsets.items()}
     roomy = dataclasses.replace(caps, mem_bytes=max(caps.mem_bytes, base + size))
     plan = compile_gemm(m, k, n, roomy, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
@@ -175,9 +181,19 @@ def measured_terms(stats: GemmStats) -> dict[int, dict[str, float]]:
     return out
 
 
+#: What each combined term (:func:`combine`) is, for tables: every one is cycles of one tile.
+TERM_MEANING = {"load": "BUSY_LOAD cycles, mean over the tiles", "compute": "BUSY_COMPUTE cycles, mean over the tiles",
+                "store": "BUSY_STORE cycles, mean over the tiles", "total": "CYCLES of the slowest tile"}
+
+
 def combine(terms: dict[int, dict[str, float]]) -> dict[str, float]:
-    """One value per term over the tiles: unit cycles summed, the total the slowest tile's."""
-    out = {name: sum(t[name] for t in terms.values()) for name in UNITS if name != "total"}
+    """One value per term over the tiles, each in cycles of one tile (:data:`TERM_MEANING`).
+
+    A unit's busy cycles are averaged over the tiles used, the total is the slowest tile's CYCLES: so no
+    unit's term exceeds the total (each tile's busy cycles are within its own run), and a unit's relative
+    error is that of its sum over the tiles.
+    """
+    out = {name: sum(t[name] for t in terms.values()) / len(terms) for name in UNITS if name != "total"}
     out["total"] = max(t["total"] for t in terms.values())
     return out
 

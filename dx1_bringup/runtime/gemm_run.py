@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from dx1_driver import (
+    Capabilities,
     Device,
     DeviceTimeout,
     DriverError,
@@ -28,7 +29,7 @@ from ..perf import Ring
 from .gemm import check_post, check_tiles, compile_gemm
 from .operands import ACC_LANE_BYTES, pad_operand, padded
 
-__all__ = ["GemmStats", "drive", "operand_layout", "run_gemm"]
+__all__ = ["GemmStats", "check_fits", "drive", "operand_layout", "run_gemm"]
 
 
 @dataclass
@@ -150,6 +151,27 @@ def operand_layout(m: int, k: int, n: int, array: int, post: bool, bias: bool,
     return offsets, total
 
 
+def check_fits(m: int, k: int, n: int, caps: Capabilities, *, post: bool, bias: bool, align: int) -> int:
+    """The bytes :func:`run_gemm` allocates for an ``m x k x n`` GEMM; ``ValueError`` if the device cannot hold them.
+
+    Arithmetic only, so a command can refuse a shape before it makes operands or a reference (a
+    100000^3 GEMM's would take 75 GiB of host memory) or starts anything.
+
+    Raises
+    ------
+    ValueError
+        The padded operands (A, B, C and the bias, each rounded up to ``align``) are more than the
+        device memory ``caps.mem_bytes``; the message says how much each takes.
+    """
+    offsets, total = operand_layout(m, k, n, caps.array, post, bias, align)
+    if total > caps.mem_bytes:
+        sizes = dict(zip(offsets, [*list(offsets.values())[1:], total], strict=True))
+        parts = ", ".join(f"{name} {end - offsets[name]}" for name, end in sizes.items())
+        raise ValueError(f"a {m}x{k}x{n} GEMM needs {total} bytes of device memory for its padded operands "
+                         f"({parts}); the device has {caps.mem_bytes}")
+    return total
+
+
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
              post: PostOpParams | None = None, tiles: int | Sequence[int] | None = None, *,
              timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
@@ -191,11 +213,9 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     m, k = a.shape
     n = b.shape[1]
     kp, np_ = padded(k, caps.array), padded(n, caps.array)
+    check_fits(m, k, n, caps, post=post is not None, bias=bias is not None, align=device.allocator.alignment)
     offsets, total = operand_layout(m, k, n, caps.array, post is not None, bias is not None,
                                     device.allocator.alignment)
-    if total > caps.mem_bytes:
-        raise ValueError(f"a {m}x{k}x{n} GEMM needs {total} bytes of device memory for its padded operands; the "
-                         f"device has {caps.mem_bytes}")
     base = device.alloc(total)
     addr = {name: base + off for name, off in offsets.items()}
     try:
