@@ -262,6 +262,26 @@ def open_sim(device: str) -> SimTransport:
         ``banks=`` and ``mem_mib=`` with counts the SoC takes, and ``stall=`` with units of its tiles (a
         fault only the golden model injects is refused naming it).  Nothing is started then.
     """
+    verilog, config, stalls = _parse_sim(device)
+    if config is None:
+        process, port = start_simulator(verilog=verilog)
+    else:
+        process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
+    transport = SimTransport("127.0.0.1", port, process=process)
+    if stalls is not None:
+        try:
+            set_stalls(transport, stalls.units)
+        except BaseException:
+            transport.close()
+            raise
+    return transport
+
+
+def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls | None]:
+    """What a ``sim`` device string asks for: another Verilog file, a SoC configuration, unit stalls.
+
+    Raises ``ValueError`` as :func:`open_sim` does; starts nothing.
+    """
     verilog, config, stalls = None, None, None
     if device != "sim":
         config, rest = _split_sizes(device, device[len("sim:"):])
@@ -275,18 +295,16 @@ def open_sim(device: str) -> SimTransport:
             raise ValueError(f"device {device!r}: {_SIM_FORMS}")
         verilog = Path(paths[0][len("verilog="):]) if paths else None
         stalls = _sim_stalls(device, faults, (config or SocConfig()).tiles)
-    if config is None:
-        process, port = start_simulator(verilog=verilog)
-    else:
-        process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
-    transport = SimTransport("127.0.0.1", port, process=process)
-    if stalls is not None:
-        try:
-            set_stalls(transport, stalls.units)
-        except BaseException:
-            transport.close()
-            raise
-    return transport
+    return verilog, config, stalls
+
+
+def _check_model(device: str) -> None:
+    # Opening the model is the whole check: it is in this process, and at most 16 MiB of numpy memory.
+    open_model(device).close()
+
+
+def _check_sim(device: str) -> None:
+    _parse_sim(device)
 
 
 def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
@@ -315,10 +333,10 @@ def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
 def register() -> None:
     """Register ``model``, ``model:ITEMS``, ``sim`` and ``sim:ITEMS`` with the driver (the entry point)."""
     register_backend("model", open_model, "model")
-    register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS")
+    register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS", check=_check_model)
     register_backend("sim", open_sim, "sim")
     register_backend("sim:", open_sim, ("sim:tiles=T,banks=B,mem_mib=M", "sim:verilog=PATH",
-                                        "sim:[...,]stall=UNIT[+UNIT...]"))
+                                        "sim:[...,]stall=UNIT[+UNIT...]"), check=_check_sim)
 
 
 class _LoopbackTransport(SerialTransport):

@@ -222,3 +222,39 @@ def test_predict_refuses_a_gemm_no_device_can_address(capsys: pytest.CaptureFixt
     assert status == 2
     assert err == ("dx1 perf: a 100000x100000x100000 GEMM needs 30000400000 bytes of device memory for its padded "
                    "operands; LOAD and STORE address device memory in 32 bits (4 GiB), so no DX-1 can hold them\n")
+
+
+@pytest.mark.parametrize("device, message", [
+    ("model:bogus", "device 'model:bogus': memory or stall or bus fault 'bogus' is not KEY=VALUE"),
+    ("model:stall=core7", "device 'model:stall=core7': cannot stall core7: the device has tiles 0 to 1"),
+    ("sim:stall=dma9", "device 'sim:stall=dma9': cannot stall dma9: the device has tiles 0 to 1"),
+    ("serial:loop://,bogus=1", "device 'serial:loop://,bogus=1': unknown option 'bogus=1'"),
+])
+def test_device_strings_are_checked_before_any_work(device: str, message: str, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No training, no spec printed, no header, no simulator: once ``run digits`` trained 6.7 s before refusing."""
+    import dx1_bringup.workloads.digits as digits
+    from dx1_bringup import backends
+
+    def work(*args, **kwargs):
+        raise AssertionError("work began before the device string was checked")
+
+    monkeypatch.setattr(digits, "train_mlp", work)
+    monkeypatch.setattr(backends, "start_simulator", work)
+    for command in (["run", "digits"], ["info"], ["gemm", "8", "8", "8"], ["perf", "8", "8", "8"],
+                    ["bringup", "--report", str(tmp_path / "r.json")]):
+        assert main([*command, "--device", device]) == 2
+        out, err = capsys.readouterr()
+        assert message in err and out == "", (command, out, err)
+    with pytest.raises(ValueError, match=message.split(": ", 1)[1]):
+        digits.run_digits([device])
+
+
+def test_dx1_info_explains_the_spec_and_block_versions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--device", "model"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dx1-mini spec 1.2, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
+                          "whole interface")
+    assert "every block reads 1.0 under\n  spec 1.2" in out or "every block reads 1.0 under spec 1.2" in out
+    assert "    1.1: CAPS.mem_banks" in out and "    1.2: the LOAD/STORE address and stride fields" in out
+    assert "  0x0000 GLOBAL    30 registers  version 1.0  next 0x0100" in out

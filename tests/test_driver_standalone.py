@@ -213,6 +213,22 @@ def test_device_strings_lists_each_form_once(own_registry):
         register_backend("echo:", lambda d: _Echo(d), "echo:A=N")
 
 
+def test_check_device_refuses_what_open_transport_would_without_opening_anything(own_registry):
+    from dx1_driver import check_device
+
+    opened = []
+    register_backend("echo:", lambda d: opened.append(d), "echo:N", check=lambda d: int(d[len("echo:"):]) and None)
+    check_device("echo:5")
+    check_device("serial:/dev/nonexistent-dx1")  # well formed; only opening it would fail
+    check_device("pcie:0000:7f:1f.7")
+    assert opened == []
+    for bad, message in (("echo:x", "invalid literal"), ("sim://host", "expected sim://HOST:PORT"),
+                         ("pcie:zz", "is not [DOMAIN:]BUS:DEVICE.FUNCTION"), ("nothing", "unknown device 'nothing'"),
+                         ("serial:loop://,bogus=1", "unknown option 'bogus=1'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_device(bad)
+
+
 def test_registering_a_key_twice(own_registry):
     def opener(device: str) -> Transport:
         return _Echo(device)

@@ -29,7 +29,7 @@ from .errors import (
 from .perf import Perf, PerfCounters
 from .queue import CommandQueue, Completion
 from .recovery import Recovery, replay_safe
-from .registry import device_strings, open_transport, register_backend
+from .registry import check_device, device_strings, open_transport, register_backend
 from .trace import Trace, TraceEvent, TraceKind
 from .transport import Transport
 
@@ -37,6 +37,6 @@ __all__ = [
     "regs", "Allocator", "Block", "Capabilities", "CommandQueue", "Completion", "Device", "Perf", "PerfCounters",
     "Trace", "TraceEvent", "TraceKind", "CommandError",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
-    "Transport", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
+    "Transport", "check_device", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
     "Recovery", "replay_safe", "DeviceReset", "DeviceStuck", "LinkLost", "LinkTimeout", "BusErrorResponse",
 ]

@@ -21,7 +21,8 @@ from importlib import metadata
 
 from .transport import SimTransport, Transport
 
-__all__ = ["ENTRY_POINT_GROUP", "Backend", "register_backend", "find_backend", "device_strings", "open_transport"]
+__all__ = ["ENTRY_POINT_GROUP", "Backend", "register_backend", "find_backend", "device_strings", "check_device",
+           "open_transport"]
 
 #: The entry-point group whose functions register backends (each is called once, with no arguments).
 ENTRY_POINT_GROUP = "dx1_driver.backends"
@@ -48,11 +49,15 @@ class Backend:
     usages:
         The device string's forms for messages and ``--help`` texts, one form each, for example
         ``("serial:URL",)``.
+    check:
+        Called with the whole device string; raises ``ValueError`` (the message :attr:`opener` would
+        give) for a malformed one without reaching or starting anything; ``None``: no check before opening.
     """
 
     key: str
     opener: Callable[[str], Transport]
     usages: tuple[str, ...]
+    check: Callable[[str], None] | None = None
 
     @property
     def builtin(self) -> bool:
@@ -75,11 +80,13 @@ _discovered = False
 _discovery_failures: list[str] = []
 
 
-def register_backend(key: str, opener: Callable[[str], Transport], usage: str | Sequence[str]) -> None:
+def register_backend(key: str, opener: Callable[[str], Transport], usage: str | Sequence[str], *,
+                     check: Callable[[str], None] | None = None) -> None:
     """Register ``opener`` for the device strings ``key`` names (see :class:`Backend`).
 
     ``usage`` is the device string's form (``"serial:URL"``), or its forms when the backend takes several
-    (``("sim:tiles=T", "sim:verilog=PATH")``): :func:`device_strings` lists each as one entry.
+    (``("sim:tiles=T", "sim:verilog=PATH")``): :func:`device_strings` lists each as one entry.  ``check``
+    refuses a malformed device string without opening anything (:func:`check_device`).
     Registering the same key with the same opener and usage again is harmless.
 
     Raises
@@ -90,7 +97,7 @@ def register_backend(key: str, opener: Callable[[str], Transport], usage: str | 
     usages = (usage,) if isinstance(usage, str) else tuple(usage)
     if not key or not usages or not all(isinstance(u, str) and u for u in usages):
         raise ValueError(f"a backend needs a key and a usage text, not key={key!r} and usage={usage!r}")
-    backend = Backend(key, opener, usages)
+    backend = Backend(key, opener, usages, check)
     known = _backends.get(key)
     if known is not None and (known.opener, known.usages) != (opener, usages):
         raise ValueError(f"device key {key!r} is registered already (for {', '.join(known.usages)}, by "
@@ -150,6 +157,30 @@ def _no_backend(device: str) -> ValueError:
                       f"dx1-bringup (pip install -e .) or use {alternatives}{failures}")
 
 
+def check_device(device: str) -> None:
+    """Refuse a device string that :func:`open_transport` would refuse as malformed, without opening it.
+
+    For a command to check its device strings before any work: nothing is reached or started (a ``sim``
+    is not built, a serial port not opened).  A well-formed string may still fail to open (an absent
+    board: :class:`~dx1_driver.errors.TransportError`).
+
+    Raises
+    ------
+    TypeError
+        ``device`` is not a string.
+    ValueError
+        The message :func:`open_transport` would give: an unknown device string, one whose backend is not
+        installed, or a malformed one (as far as its backend checks before opening).
+    """
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a device string such as 'sim://127.0.0.1:5555', not {device!r}")
+    backend = find_backend(device)
+    if backend is None:
+        raise _no_backend(device)
+    if backend.check is not None:
+        backend.check(device)
+
+
 def open_transport(device: str) -> Transport:
     """Open the transport named by a device string.
 
@@ -180,13 +211,23 @@ def open_transport(device: str) -> Transport:
     return backend.opener(device)
 
 
-def _open_sim_socket(device: str) -> Transport:
+def _sim_address(device: str) -> tuple[str, int]:
     host, sep, port = device[len("sim://"):].rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"device {device!r}: expected sim://HOST:PORT, for example sim://127.0.0.1:5555")
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"device {device!r}: the port must be 1 to 65535, not {int(port)}")
-    return SimTransport(host, int(port))
+    return host, int(port)
+
+
+def _open_sim_socket(device: str) -> Transport:
+    return SimTransport(*_sim_address(device))
+
+
+def _check_serial(device: str) -> None:
+    from .serial_device import parse_serial_device
+
+    parse_serial_device(device)
 
 
 def _open_serial(device: str) -> Transport:
@@ -198,16 +239,21 @@ def _open_serial(device: str) -> Transport:
     return SerialTransport(parsed.url, parsed.baud, parsed.timeout, parsed.retries, regs=parsed.regs)
 
 
-def _open_pcie(device: str) -> Transport:
-    from .pcie import PcieTransport, parse_bdf
+def _pcie_bdf(device: str) -> str:
+    from .pcie import parse_bdf
 
     try:
-        bdf = parse_bdf(device[len("pcie:"):])
+        return parse_bdf(device[len("pcie:"):])
     except ValueError as e:
         raise ValueError(f"device {device!r}: {e}") from None
-    return PcieTransport(bdf)
 
 
-register_backend("sim://", _open_sim_socket, "sim://HOST:PORT")
-register_backend("serial:", _open_serial, "serial:URL")
-register_backend("pcie:", _open_pcie, "pcie:BDF")
+def _open_pcie(device: str) -> Transport:
+    from .pcie import PcieTransport
+
+    return PcieTransport(_pcie_bdf(device))
+
+
+register_backend("sim://", _open_sim_socket, "sim://HOST:PORT", check=_sim_address)
+register_backend("serial:", _open_serial, "serial:URL", check=_check_serial)
+register_backend("pcie:", _open_pcie, "pcie:BDF", check=_pcie_bdf)

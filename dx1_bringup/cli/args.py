@@ -5,8 +5,8 @@ Each type is an argparse ``type=`` callable: it returns the parsed value or rais
 argparse prints after the option's name (``argument --seed: must be 0 or more, not -1``) and exits 2.
 Integers are decimal with optional ``_`` between digits (``10_000``), as Python writes them; counts of
 bytes also take ``0x`` hex.  A device string is checked when it is parsed, before a command does any
-work: one that no backend opens is refused then (a known backend still refuses malformed options when
-it opens the device).
+work: one that no backend opens, or with options its backend refuses, is refused then (an absent device
+still fails when the command opens it).
 """
 
 from __future__ import annotations
@@ -95,11 +95,14 @@ def byte_count(multiple: int) -> Callable[[str], int]:
 
 
 def device(text: str) -> str:
-    """A device string that a registered backend opens (``model``, ``sim:tiles=4``, ``serial:URL``, ...)."""
-    from dx1_driver.registry import device_strings, find_backend
+    """A device string that a registered backend opens (``model``, ``sim:tiles=4``, ``serial:URL``, ...), checked
+    whole by :func:`dx1_driver.check_device` (malformed options too), without opening anything."""
+    from dx1_driver import check_device
 
-    if find_backend(text) is None:
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; expected one of {', '.join(device_strings())}")
+    try:
+        check_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from dx1_driver import Device
+from dx1_driver import Device, check_device
 
 from ..runtime.graph import GraphSession, RunStats
 from ..torch.backend import Dx1Backend
@@ -105,6 +105,9 @@ def _compiled(qmodel: QuantizedMLP, x: torch.Tensor, dev: Device, result: Digits
 def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int | None = None,
                progress: Callable[[str], None] = lambda _: None) -> tuple[DigitsResult, QuantizedMLP]:
     """Train, quantise and classify the test set on every device; see the module docstring."""
+    for target in devices:  # a malformed device string is refused before any work
+        if isinstance(target, str):
+            check_device(target)
     data = load_data(seed)
     progress(f"training a {'-'.join(str(s) for s in (64, *HIDDEN, 10))} MLP on {len(data.x_train)} digits")
     model = train_mlp(data, seed)

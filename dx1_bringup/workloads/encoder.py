@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from dx1_driver import Device
+from dx1_driver import Device, check_device
 
 from ..model.tile import PostOpParams
 from ..runtime.graph import Graph, GraphSession, HostOp, QMatmul, RunStats, Value, View
@@ -221,6 +221,9 @@ def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
 def run_encoder(devices: list[str] | list[Device], *, seed: int = 0, tiles: int | None = None,
                 progress: Callable[[str], None] = lambda _: None) -> EncoderResult:
     """Quantise the block, run one forward pass on every device, compare with the references."""
+    for target in devices:  # a malformed device string is refused before any work
+        if isinstance(target, str):
+            check_device(target)
     block = make_block(seed)
     rng = np.random.default_rng(seed)
     calibration = [rng.standard_normal((SEQ, MODEL)) for _ in range(16)]
