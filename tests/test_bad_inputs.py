@@ -161,12 +161,12 @@ def test_bad_argument_is_refused(argv: list[str], message: str, tmp_path: Path,
 def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     status, err = run(["bringup", "--report", str(tmp_path)], capsys)
-    assert status == 2 and f"cannot write the report to {tmp_path}: Is a directory" in err
+    assert status == 2 and f"argument --report: cannot write {tmp_path} (it must be a file" in err
     missing = tmp_path / "missing" / "port"
     (tmp_path / "missing").write_text("a file, so no folder can be made here")
-    status, err = run(["bringup", "--report", str(missing)], capsys)
-    assert status == 2 and "cannot write the report to" in err
     writable = f"cannot write {missing} (it must be a file in an existing writable folder)"
+    status, err = run(["bringup", "--report", str(missing)], capsys)
+    assert status == 2 and f"argument --report: {writable}" in err
     status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
     assert status == 2 and f"argument --record: {writable}" in err
     status, err = run(["perf", "4", "4", "4", "--png", str(missing)], capsys)
@@ -258,3 +258,30 @@ def test_dx1_info_explains_the_spec_and_block_versions(capsys: pytest.CaptureFix
     assert "every block reads 1.0 under\n  spec 1.2" in out or "every block reads 1.0 under spec 1.2" in out
     assert "    1.1: CAPS.mem_banks" in out and "    1.2: the LOAD/STORE address and stride fields" in out
     assert "  0x0000 GLOBAL    30 registers  version 1.0  next 0x0100" in out
+
+
+def test_output_paths_follow_one_rule_and_nothing_is_written_unasked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Every output file must be named and lie in an existing folder: bringup once made ./build/ by default."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bringup", "--mem-bytes", "4096"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert "report:" not in capsys.readouterr().out
+    missing = tmp_path / "new" / "r.json"
+    for command in (["bringup", "--report"], ["bringup", "--trace"], ["bringup", "--record"],
+                    ["gemm", "4", "4", "4", "--record"], ["gemm", "4", "4", "4", "--trace"],
+                    ["perf", "4", "4", "4", "--png"]):
+        assert main([*command, str(missing)]) == 2
+        assert f"cannot write {missing} (it must be a file in an existing writable folder)" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_bringup_and_gemm_share_one_default_seed_and_say_where_the_capture_went(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capture = tmp_path / "gemm.capture"
+    assert main(["gemm", "8", "8", "8", "--record", str(capture)]) == 0
+    out = capsys.readouterr().out
+    assert "(seed 1)" in out.splitlines()[0]
+    assert f"  capture      {capture} (replay it with dx1 replay {capture} --device D)" in out
+    assert main(["bringup", "--mem-bytes", "4096"]) == 0
+    assert capsys.readouterr().out.startswith("dx1 bringup on model (seed 1,")

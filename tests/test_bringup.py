@@ -153,7 +153,7 @@ def test_faulty_memory_is_seen_by_the_dma():
 
 
 def test_cli_writes_report(tmp_path, capsys):
-    path = tmp_path / "sub" / "bringup.json"
+    path = tmp_path / "bringup.json"
     assert main(["--device", "model:stuck-bit=5", "--report", str(path), "--seed", "7", "--mem-bytes", "2048"]) == 1
     report = json.loads(path.read_text())
     assert [s["name"] for s in report["steps"]] == NAMES

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import sys
 import time
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from .steps import _Run, _StepFailed
 __all__ = ["run_bringup"]
 
 
-def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
+def run_bringup(target: str | Transport | Device, *, seed: int = 1, mem_bytes: int | None = None,
                 timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False,
                 record: str | Path | None = None) -> BringupReport:
     """Bring a device up step by step (see :mod:`dx1_bringup.bringup`), stopping at the first failure.
@@ -40,8 +39,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
         A device string (:func:`~dx1_driver.open_transport`; opened and closed here), an open
         transport, or an open device (reset here; its queues become unusable).
     seed:
-        Seed of the random memory pattern and of the DMA and GEMM data; a random one
-        (reported) when ``None``.
+        Seed of the random memory pattern and of the DMA and GEMM data (1 by default, as every ``dx1``
+        command's; pass another to vary the patterns).
     mem_bytes:
         Bytes of device memory, from address 0, for the address-in-address and random
         tests (a multiple of 8); ``None``: the whole memory.  The data bus and address
@@ -70,8 +69,6 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
     if mem_bytes is not None and (isinstance(mem_bytes, bool) or not isinstance(mem_bytes, int) or mem_bytes < BUS_BYTES
                                   or mem_bytes % BUS_BYTES):
         raise ValueError(f"mem_bytes must be a positive multiple of {BUS_BYTES}, not {mem_bytes!r}")
-    if seed is None:
-        seed = random.SystemRandom().randrange(1 << 32)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
     if not timeout > 0:

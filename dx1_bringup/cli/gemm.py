@@ -85,6 +85,8 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         print(f"  link         {link.summary()} (since the link was opened)")
     for line in timeline:
         print(f"  {line}")
+    if args.record is not None:
+        print(f"  capture      {args.record} (replay it with dx1 replay {args.record} --device D)")
     mismatch = np.argwhere(result != expected)
     if len(mismatch):
         i, j = (int(x) for x in mismatch[0])

@@ -90,6 +90,6 @@ def add_parser(sub) -> None:
                      help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block")
     run.add_argument("--device", action="append", type=types.device,
                      help="device to run on (repeat to compare several; default model)")
-    run.add_argument("--seed", type=types.seed, default=0, help="data, weight and quantisation seed (default 0)")
+    run.add_argument("--seed", type=types.seed, default=1, help="data, weight and quantisation seed (default 1)")
     run.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
     run.set_defaults(func=cmd_run)

@@ -54,7 +54,7 @@ class DigitsResult:
     compiled_matches_eager: bool | None = None
 
 
-def load_data(seed: int = 0, test_fraction: float = 0.2) -> DigitsData:
+def load_data(seed: int = 1, test_fraction: float = 0.2) -> DigitsData:
     """scikit-learn's digits, shuffled with ``seed`` and split."""
     from sklearn.datasets import load_digits
 
@@ -67,7 +67,7 @@ def load_data(seed: int = 0, test_fraction: float = 0.2) -> DigitsData:
     return DigitsData(x[train], y[train], x[test], y[test])
 
 
-def train_mlp(data: DigitsData, seed: int = 0, epochs: int = 200) -> torch.nn.Sequential:
+def train_mlp(data: DigitsData, seed: int = 1, epochs: int = 200) -> torch.nn.Sequential:
     """A float MLP trained full-batch with Adam (deterministic for a seed)."""
     torch.manual_seed(seed)
     sizes = (data.x_train.shape[1], *HIDDEN, 10)
@@ -102,7 +102,7 @@ def _compiled(qmodel: QuantizedMLP, x: torch.Tensor, dev: Device, result: Digits
     result.compiled_placement = list(backend.compiled[-1].dx1_placement)
 
 
-def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int | None = None,
+def run_digits(devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
                progress: Callable[[str], None] = lambda _: None) -> tuple[DigitsResult, QuantizedMLP]:
     """Train, quantise and classify the test set on every device; see the module docstring."""
     for target in devices:  # a malformed device string is refused before any work
