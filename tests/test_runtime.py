@@ -235,8 +235,9 @@ def test_run_rejects_bad_operands(dev):
 
 def test_run_rejects_operands_larger_than_device_memory(dev):
     a = np.zeros((1024, 1024), np.int8)
-    with pytest.raises(ValueError, match="^a 1024x1024x1024 GEMM needs 3145728 bytes of device memory for its "
-                                         "padded operands; the device has 1048576$"):
+    with pytest.raises(ValueError, match=r"^a 1024x1024x1024 GEMM needs 3145728 bytes of device memory for its "
+                                         r"padded operands \(a 1048576, b 1048576, c 1048576\); the device has "
+                                         r"1048576$"):
         run_gemm(dev, a, a, post=POST)
 
 
