@@ -1,4 +1,4 @@
-"""`make bench`: the tile's MAC utilisation and the simulators' speed, printed and written to a file.
+"""``dx1 bench`` (``make bench``): the tile's MAC utilisation and the simulators' speed, printed and written to a file.
 
 Utilisation is measured by the RTL's own MAC counter over the cycles from the
 first command to the last completion.  Simulation speed is measured on the
@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -337,8 +338,10 @@ def _some_of(allowed: tuple[int, ...]):
     return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
+def add_parser(sub: Any) -> None:
+    """Add ``bench`` to the ``dx1`` subcommands."""
+    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling (make bench)",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
                         help="where to write the figures (sections not run keep their earlier figures)")
     parser.add_argument("--only", type=types.names(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
@@ -366,10 +369,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
-    args = parser.parse_args(argv)
+    parser.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     reason = verilator_missing()
     if reason:
-        print(f"bench: cannot run: {reason}", file=sys.stderr)
+        print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
     try:
         report = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -433,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")
     if not ok:
-        print("bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
+        print("dx1 bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
     return 0 if ok else 1
 
 
@@ -473,7 +480,3 @@ def print_soc(soc: dict) -> None:
               f"{r['sim_cycles_per_s']:>8,.0f} sim cycles/s  correct {r['correct']}")
     g = soc["golden_model"]
     print(f"  golden model, {'x'.join(map(str, g['shape']))}: {g['macs_per_s']:,.0f} MAC/s ({g['wall_s']:.2f} s)")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

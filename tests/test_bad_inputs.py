@@ -90,8 +90,8 @@ def test_unreachable_devices_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 BAD_ARGUMENTS = [
-    ([], "the following arguments are required: command"),
-    (["nonsense"], "argument command: invalid choice: 'nonsense'"),
+    ([], "the following arguments are required: COMMAND"),
+    (["nonsense"], "argument COMMAND: invalid choice: 'nonsense'"),
     (["gemm", "4", "4"], "the following arguments are required: N"),
     (["gemm", "0", "4", "4"], "argument M: must be at least 1, not 0"),
     (["gemm", "x", "4", "4"], "argument M: must be a whole number, not 'x'"),
@@ -111,8 +111,18 @@ BAD_ARGUMENTS = [
     (["perf", "4", "0", "4"], "argument K: must be at least 1, not 0"),
     (["perf", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
     (["perf", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
-    (["demo", "-m", "0"], "argument -m: must be at least 1, not 0"),
+    (["demo", "0"], "argument M: must be at least 1, not 0"),
     (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
+    (["sim", "tile", "8", "0"], "argument K: must be at least 1, not 0"),
+    (["sim", "tile", "-m", "8"], "unrecognized arguments: -m"),
+    (["fuzz", "--devices", "model"], "argument --devices: must name at least two devices separated by commas"),
+    (["fuzz", "--devices", "model,foo"], "argument --devices: unknown device 'foo'"),
+    (["fuzz", "--batch", "63", "--devices", "model,model"], "argument --batch: "),
+    (["bench", "--only", "tile,nope"], "argument --only: expected a comma-separated list of some of tile, soc, "),
+    (["bench", "--scaling-tiles", "3"], "argument --scaling-tiles: expected a comma-separated list of some of 1, 2, "),
+    (["fpga", "--board", "de10"], "argument --board: must be one of arty_a7, ulx3s, not 'de10'"),
+    (["fpga"], "the following arguments are required: --board"),
+    (["sim", "report", "--junit", "/nonexistent/junit.xml"], "junit.xml is missing"),
     (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
     (["bringup", "--mem-bytes", "x"], "argument --mem-bytes: must be a number of bytes (decimal or 0x hex), not 'x'"),
     (["bringup", "--timeout", "x"], "argument --timeout: must be a number of seconds > 0, not 'x'"),
@@ -121,7 +131,7 @@ BAD_ARGUMENTS = [
     (["bringup", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["bringup", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["bringup", "--device", "bogus"], "argument --device: unknown device 'bogus'; expected one of model"),
-    (["sim"], "the following arguments are required: sim_command"),
+    (["sim"], "the following arguments are required: COMMAND"),
     (["sim", "serve", "--port", "x"], "argument --port: must be a whole number, not 'x'"),
     (["sim", "serve", "--port", "70000"], "argument --port: must be 0 (any free port) to 65535, not 70000"),
     (["sim", "serve", "--port", "-1"], "argument --port: must be 0 (any free port) to 65535, not -1"),
@@ -177,12 +187,12 @@ def test_every_command_takes_integers_the_same_way(capsys: pytest.CaptureFixture
     assert args.seed("0") == 0 and args.seconds("0.5") == 0.5
     assert args.devices("model, model:stuck-bit=5") == ["model", "model:stuck-bit=5"]
     assert args.byte_count(8)("0x100") == 256
-    from dx1_bringup import bench
-    from dx1_bringup.fuzz.__main__ import main as fuzz_main
-
-    for command, argv in ((fuzz_main, ["--commands", "1__0"]), (bench.main, ["--serial-sizes", "4,1__0"])):
-        with pytest.raises(SystemExit) as info:
-            command(argv)
-        assert info.value.code == 2 and "1__0'" in capsys.readouterr().err
-    status, err = run(["gemm", "1__0", "4", "4"], capsys)
-    assert status == 2 and "argument M: must be a whole number, not '1__0'" in err
+    for argv, message in ((["fuzz", "--commands", "1__0"], "argument --commands: must be a whole number, not '1__0'"),
+                          (["gemm", "1__0", "4", "4"], "argument M: must be a whole number, not '1__0'"),
+                          (["bench", "--serial-sizes", "4,1__0"], "argument --serial-sizes: expected a comma-separated "
+                                                                   "list of block sizes, multiples of 4 from 4 to "
+                                                                   "1048576, not '4,1__0'"),
+                          (["fpga", "--board", "ulx3s", "--baud", "1__0"], "argument --baud: must be a whole number"),
+                          (["diff-demo", "--commands", "0"], "argument --commands: must be at least 1, not 0")):
+        status, err = run(argv, capsys)
+        assert status == 2 and message in err, err

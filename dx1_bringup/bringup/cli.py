@@ -1,4 +1,4 @@
-"""``dx1 bringup`` (and ``python -m dx1_bringup.bringup``): the command line of :func:`~.run.run_bringup`."""
+"""``dx1 bringup``: the command line of :func:`~.run.run_bringup`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..timeline import add_trace_arguments, record_link
 from .report import REGION_CHECK
 from .run import run_bringup
 
-__all__ = ["add_parser", "cmd_bringup", "main"]
+__all__ = ["add_parser", "cmd_bringup"]
 
 
 @contextlib.contextmanager
@@ -76,8 +76,9 @@ def cmd_bringup(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bringup`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("bringup", help="bring a device up step by step: link, identity, registers, memory, "
-                                              "DMA, GEMM, counters, interrupts; stop at the first failure")
+    p = subparsers.add_parser("bringup", help="bring a device up step by step; stop at the first failure",
+                              description="bring a device up step by step: link, identity, registers, memory, DMA, "
+                                          "GEMM, counters, interrupts; stop at the first failure")
     p.add_argument("--device", type=types.device, default="model",
                    help="model, model:FAULTS (e.g. model:stuck-bit=5, model:alias-bit=12), sim, sim://HOST:PORT, "
                         "serial:URL[@BAUD], pcie:BDF (default model)")
@@ -94,11 +95,3 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bringup", description="dx1 board bring-up")
-    sub = parser.add_subparsers(dest="command")
-    p = add_parser(sub)
-    args = p.parse_args(argv)
-    return args.func(args)

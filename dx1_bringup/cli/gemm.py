@@ -1,4 +1,4 @@
-"""``dx1 gemm M K N``: a random int8 GEMM through the driver on a device, verified bit for bit."""
+"""``dx1 gemm M K N``: a random int8 GEMM through the driver on a device, verified bit for bit; ``dx1 demo``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from . import args as types
 from .devices import open_device
 from .operands import gemm_problem
 
-__all__ = ["add_parser", "cmd_gemm"]
+__all__ = ["DEMO_DEVICE", "DEMO_SHAPE", "add_parser", "cmd_gemm"]
 
 #: The device strings ``--device`` takes, for the help texts.
 DEVICE_HELP = ("model, sim (a private simulator of the RTL), sim://HOST:PORT, "
@@ -36,18 +36,19 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 
     from ..runtime import gemm_run, reference
 
+    prog = f"dx1 {args.command}"
     m, k, n = args.m, args.k, args.n
     a, b, bias, post = gemm_problem(m, k, n, args.seed, not args.no_post)
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
-    print(f"dx1 gemm: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
-    dev = open_device(args.device, "dx1 gemm")
+    print(f"{prog}: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
+    dev = open_device(args.device, prog)
     if dev is None:
         return 2
     if args.record is not None:
         from ..replay import Recorder
 
-        dev = Recorder(dev, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
+        dev = Recorder(dev, args.record, note=f"{prog} {m} {k} {n} --seed {args.seed} on {args.device}")
     timeline: list[str] = []
     with dev:
         start = time.perf_counter()
@@ -55,10 +56,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
             with _traced(dev, args.trace, args.trace_format, timeline) as traced:
                 result, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles=args.tiles, timeout=args.timeout)
         except ValueError as exc:
-            print(f"dx1 gemm: {exc}", file=sys.stderr)
+            print(f"{prog}: {exc}", file=sys.stderr)
             return 2
         except DriverError as exc:
-            print(f"dx1 gemm: FAILED: {exc}", file=sys.stderr)
+            print(f"{prog}: FAILED: {exc}", file=sys.stderr)
             return 1
         wall = time.perf_counter() - start
         arr = dev.caps.array
@@ -81,19 +82,23 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     mismatch = np.argwhere(result != expected)
     if len(mismatch):
         i, j = (int(x) for x in mismatch[0])
-        print(f"dx1 gemm: FAILED: {len(mismatch)} of {result.size} elements differ; first at C[{i}, {j}]: "
+        print(f"{prog}: FAILED: {len(mismatch)} of {result.size} elements differ; first at C[{i}, {j}]: "
               f"device {int(result[i, j])}, reference {int(expected[i, j])}", file=sys.stderr)
         return 1
-    print("dx1 gemm: PASS, device == reference_gemm bit for bit")
+    print(f"{prog}: PASS, device == reference_gemm bit for bit")
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    """Add ``gemm`` to the ``dx1`` subcommands."""
-    gemm = sub.add_parser("gemm", help="run a random int8 GEMM through the driver and verify it bit for bit")
-    types.add_shape(gemm)
+#: What ``dx1 demo`` runs unless told otherwise: ``dx1 gemm 128 128 128 --device sim``.
+DEMO_SHAPE = (128, 128, 128)
+DEMO_DEVICE = "sim"
+
+
+def _add(sub: Any, name: str, help: str, description: str, shape: tuple[int, int, int] | None, device: str) -> None:
+    gemm = sub.add_parser(name, help=help, description=description)
+    types.add_shape(gemm, shape)
     gemm.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
-    gemm.add_argument("--device", type=types.device, default="model", help=f"{DEVICE_HELP} (default model)")
+    gemm.add_argument("--device", type=types.device, default=device, help=f"{DEVICE_HELP} (default {device})")
     gemm.add_argument("--no-post", action="store_true",
                       help="keep the int32 accumulators (plus bias) instead of requantising to int8")
     gemm.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
@@ -106,3 +111,12 @@ def add_parser(sub: Any) -> None:
                            "(replay it with dx1 replay FILE --device D)")
     add_trace_arguments(gemm)
     gemm.set_defaults(func=cmd_gemm)
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``gemm`` and ``demo`` (the same GEMM, by default 128^3 on a private simulator of the RTL) to ``dx1``."""
+    _add(sub, "demo", "the main job (make demo): dx1 gemm 128 128 128 --device sim",
+         "the main job, what make demo runs: dx1 gemm with a 128x128x128 GEMM on a private simulator of the SoC "
+         "RTL, through the driver, verified bit for bit", DEMO_SHAPE, DEMO_DEVICE)
+    _add(sub, "gemm", "a random int8 GEMM M K N on a device, verified bit for bit",
+         "run a random int8 GEMM through the driver and verify it bit for bit", None, "model")

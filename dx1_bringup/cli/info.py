@@ -42,7 +42,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``info`` to the ``dx1`` subcommands."""
-    info = sub.add_parser("info", help="print the spec's configuration and register blocks")
+    info = sub.add_parser("info", help="the spec's configuration and register blocks (and a device's)",
+                          description="print the spec's configuration and register blocks; with --device, also "
+                                      "what discovery finds on that device")
     info.add_argument("--device", type=types.device, default=None,
                       help="also open this device and print what discovery finds (model, ...)")
     info.set_defaults(func=cmd_info)

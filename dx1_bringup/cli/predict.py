@@ -115,7 +115,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``perf`` to the ``dx1`` subcommands."""
-    perf = sub.add_parser("perf", help="predict a GEMM's cycles per unit with the performance model (and measure them)")
+    perf = sub.add_parser("perf", help="a GEMM's cycles from the performance model (--device: measured)",
+                          description="predict a GEMM's cycles per unit with the performance model (and measure "
+                                      "them on a device)")
     types.add_shape(perf)
     perf.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
     perf.add_argument("--device", type=types.device, default=None,
