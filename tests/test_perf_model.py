@@ -1,4 +1,4 @@
-"""The analytical performance model (dx1_bringup.perf) against the RTL, and its users.
+"""The analytical performance model (dx1_bringup.perfmodel) against the RTL, and its users.
 
 The simulator tests run the SoC RTL through the driver and compare the PERF CYCLES counter with the
 prediction: GEMM-only streams on one tile within :data:`GEMM_TOLERANCE`, whole ``run_gemm`` runs over
@@ -17,7 +17,7 @@ from dx1_driver import Device
 
 from dx1_bringup.cli import gemm_problem, main
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.perf import COSTS, Ring, predict
+from dx1_bringup.perfmodel import COSTS, Ring, predict
 from dx1_bringup.runtime.commands import CommandStream
 from dx1_bringup.runtime.gemm_perf import SWEEP, combine, measure_gemm, predict_gemm
 from dx1_bringup.runtime.gemm_run import drive, run_gemm
@@ -159,7 +159,7 @@ def test_whole_gemms_match_the_rtl_over_the_sweep(sim_transport):
 
 
 def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
-    assert main(["perf", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
+    assert main(["predict", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
     out = capsys.readouterr().out
     table = out.split("  predicted in")[0].splitlines()[2:]
     rows = {line.split()[0]: line.split()[1:] for line in table}
@@ -169,7 +169,7 @@ def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
     assert rows["compute"][0] == rows["compute"][1] and rows["compute"][2] == "+0"
     assert any(line.startswith("  total error") and line.rstrip().endswith("CYCLES)") for line in out.splitlines())
     png = tmp_path / "sweep.png"
-    assert main(["perf", "48", "48", "48", "--png", str(png)]) == 0
+    assert main(["predict", "48", "48", "48", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot of {len(SWEEP) + 1} shapes" in capsys.readouterr().out
 

@@ -172,7 +172,7 @@ def test_chrome_json_has_the_same_slices(tmp_path: Path) -> None:
 
 def test_gemm_cli_writes_a_trace_and_prints_its_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "t.pftrace"
-    assert main(["gemm", "32", "32", "32", "--trace", str(path)]) == 0
+    assert main(["gemm", "32", "32", "32", "--timeline", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"  timeline {path}: host: " in out and "events lost 0" in out
     tracks, _ = parse(path)
@@ -181,16 +181,16 @@ def test_gemm_cli_writes_a_trace_and_prints_its_summary(tmp_path: Path, capsys: 
 
 def test_trace_to_an_unwritable_place_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no" / "t.pftrace"
-    assert main(["gemm", "4", "4", "4", "--trace", str(missing)]) == 2
-    refused = f"argument --trace: cannot write {missing} (it must be a file in an existing writable folder)"
+    assert main(["gemm", "4", "4", "4", "--timeline", str(missing)]) == 2
+    refused = f"argument --timeline: cannot write {missing} (it must be a file in an existing writable folder)"
     assert refused in capsys.readouterr().err
-    assert main(["bringup", "--trace", str(missing)]) == 2
+    assert main(["bringup", "--timeline", str(missing)]) == 2
     assert refused in capsys.readouterr().err
 
 
 def test_bringup_trace_has_every_transport_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.json"
-    assert main(["bringup", "--trace", str(path), "--report", str(tmp_path / "r.json"), "--seed", "1",
+    assert main(["bringup", "--timeline", str(path), "--report", str(tmp_path / "r.json"), "--seed", "1",
                  "--mem-bytes", "4096"]) == 0
     assert f"timeline {path}: host: read32 " in capsys.readouterr().out
     trace = json.loads(path.read_text())["traceEvents"]

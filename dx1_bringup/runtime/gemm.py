@@ -50,7 +50,7 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
-from ..perf import COSTS
+from ..perfmodel import COSTS
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, padded
 
@@ -266,7 +266,7 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
     device-memory port all tiles share) overlap the GEMMs, so a step costs the
     larger of the two; a block's POSTOPs and STORE come on top; the busiest
     tile's share of the blocks sets the score.  Every cost is from
-    :data:`dx1_bringup.perf.COSTS`.
+    :data:`dx1_bringup.perfmodel.COSTS`.
     """
     out_bias = int(post and bias)
     mt_choices = _candidates(m)

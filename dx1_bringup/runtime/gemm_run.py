@@ -24,7 +24,7 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
-from ..perf import Ring
+from ..perfmodel import Ring
 from .gemm import check_post, check_tiles, compile_gemm
 from .operands import ACC_LANE_BYTES, pad_operand, padded
 

@@ -477,7 +477,7 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS, 
     tile:
         The tile configuration (array size, row bytes).
     costs:
-        The unit costs (default: the fitted :data:`~dx1_bringup.perf.costs.COSTS`).
+        The unit costs (default: the fitted :data:`~dx1_bringup.perfmodel.costs.COSTS`).
     banks:
         The device memory's banks (``CAPS.mem_banks``): tiles whose bursts go to different banks do
         not wait for each other.
