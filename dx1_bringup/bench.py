@@ -109,7 +109,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
             runs.append({
                 "shape": [m, k, n], "tiles": tiles, "cycles": stats.cycles, "macs": stats.macs,
                 "utilisation": stats.utilisation(), "dma_bytes": stats.dma_bytes,
-                "per_tile": {t: stats.utilisation(t) for t in stats.tiles},
+                "per_tile": {t: stats.utilisation(t) for t in stats.tile_ids},
                 "correct": bool(np.array_equal(out, reference_gemm(a, b))),
                 "round_trips": transport.round_trips, "wall_s": wall, "sim_cycles_per_s": sim_cycles / wall,
             })

@@ -47,14 +47,14 @@ def slices(tracks: dict[int, tuple[str, str]], events: dict[int, list], group: s
     return found
 
 
-def run_traced(device: Device, path: Path, m: int, k: int, n: int, tiles: list[int] | None = None, **kwargs):
+def run_traced(device: Device, path: Path, m: int, k: int, n: int, tile_ids: list[int] | None = None, **kwargs):
     """A GEMM through a timeline; also counts every transport request independently of it."""
     seen: Counter[str] = Counter()
     device.transport.observer = lambda kind, *_: seen.update([kind])
     a, b, bias, post = gemm_problem(m, k, n, 3)
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
-        c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
+        c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=tile_ids, timeout=120)
         timeline = traced.timeline
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
@@ -116,9 +116,9 @@ def test_counters_keep_counting_across_a_tile_reset(tmp_path: Path) -> None:
     path = tmp_path / "reset.pftrace"
     a, b, bias, post = gemm_problem(64, 64, 64, 3)
     with record(device, path) as traced:
-        _, first = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, first = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=[0])
         traced.queue(0).reset_tile()
-        _, second = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, second = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=[0])
     tracks, events = parse(path)
     macs = next(uuid for uuid, track in tracks.items() if track == (tile_group(0), "MACs"))
     values = [e.counter_value for _, e in events[macs]]
@@ -213,7 +213,7 @@ def test_sim_trace_loses_nothing_over_more_than_the_trace_depth(sim_transport, t
     """One tile, 292 small commands (8x8 @ 8x1040): 584 events through a 256-event buffer, drained as it runs."""
     device = Device(sim_transport)
     path = tmp_path / "long.pftrace"
-    stats, timeline, seen, summary = run_traced(device, path, 8, 8, 1040, tiles=[0])
+    stats, timeline, seen, summary = run_traced(device, path, 8, 8, 1040, tile_ids=[0])
     assert 2 * stats.commands[0] > 2 * SocConfig().trace_depth
     check_trace(device, path, stats, timeline, seen)
     assert timeline.events[0] == 2 * stats.commands[0] and timeline.lost[0] == 0 and "events lost 0;" in summary

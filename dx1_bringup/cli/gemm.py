@@ -68,10 +68,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     commands = ", ".join(f"tile {t}: {c}" for t, c in stats.commands.items())
     print(f"  shape        M={m} K={k} N={n}: {m * k * n} useful MACs, {stats.macs} issued (padding to {arr})")
     print(f"  commands     {sum(stats.commands.values())} ({commands})")
-    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t).cycles}" for t in stats.tiles))
-    print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tiles)} x {arr}x{arr} MAC/cycle "
+    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t).cycles}" for t in stats.tile_ids))
+    print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tile_ids)} x {arr}x{arr} MAC/cycle "
           f"(MACs / (cycles x {arr}^2 x tiles); per tile "
-          + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")
+          + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tile_ids) + ")")
     print(f"  traffic      {stats.dma_bytes} bytes of DMA (the plan: {stats.planned_dma_bytes}), "
           f"{stats.host_bytes_written} written and {stats.host_bytes_read} read by the host")
     print(f"  wall time    {wall:.2f} s")
