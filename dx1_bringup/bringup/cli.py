@@ -52,7 +52,7 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
         return 2
     if args.device == "sim":
-        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+        print("  starting a private simulator of the SoC RTL (the first run builds it: minutes) ...",
               flush=True)
     timeline: list[str] = []
     try:
