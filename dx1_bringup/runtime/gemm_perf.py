@@ -28,7 +28,7 @@ __all__ = ["BENCH_SWEEP", "SWEEP", "UNITS", "WINDOW", "GemmPrediction", "combine
 
 #: Output blocks per tile scheduled command by command; later ones repeat the last period.
 WINDOW = 6
-#: The per-tile terms a prediction reports, in the order ``dx1 perf`` prints them.
+#: The per-tile terms a prediction reports, in the order ``dx1 predict`` prints them.
 UNITS = ("load", "compute", "store", "total")
 
 
