@@ -1,4 +1,4 @@
-"""`make bench`: the tile's MAC utilisation and the simulators' speed, printed and written to a file.
+"""``dx1 bench`` (``make bench``): the tile's MAC utilisation and the simulators' speed, printed and written to a file.
 
 Utilisation is measured by the RTL's own MAC counter over the cycles from the
 first command to the last completion.  Simulation speed is measured on the
@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
             runs.append({
                 "shape": [m, k, n], "tiles": tiles, "cycles": stats.cycles, "macs": stats.macs,
                 "utilisation": stats.utilisation(), "dma_bytes": stats.dma_bytes,
-                "per_tile": {t: stats.utilisation(t) for t in stats.tiles},
+                "per_tile": {t: stats.utilisation(t) for t in stats.tile_ids},
                 "correct": bool(np.array_equal(out, reference_gemm(a, b))),
                 "round_trips": transport.round_trips, "wall_s": wall, "sim_cycles_per_s": sim_cycles / wall,
             })
@@ -125,7 +126,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     return {"runs": runs, "golden_model": {"shape": [m, k, n], "wall_s": wall, "macs_per_s": m * k * n / wall}}
 
 
-def perf_bench() -> dict:
+def perfmodel_bench() -> dict:
     """The performance model against the SoC RTL over its bench sweep: per shape and term, predicted,
     measured, residual and relative error (:func:`dx1_bringup.runtime.gemm_perf.measure_gemm`); and how long
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
@@ -155,7 +156,7 @@ def perf_bench() -> dict:
     return {"sweep": rows, "large": large}
 
 
-def print_perf(perf: dict) -> None:
+def print_perfmodel(perf: dict) -> None:
     """The error table of the performance model: relative error per term and shape, and the worst total."""
     from .runtime.gemm_perf import SWEEP
 
@@ -329,7 +330,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "scaling")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -337,8 +338,10 @@ def _some_of(allowed: tuple[int, ...]):
     return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
+def add_parser(sub: Any) -> None:
+    """Add ``bench`` to the ``dx1`` subcommands."""
+    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling (make bench)",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
                         help="where to write the figures (sections not run keep their earlier figures)")
     parser.add_argument("--only", type=types.names(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
@@ -366,10 +369,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
-    args = parser.parse_args(argv)
+    parser.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     reason = verilator_missing()
     if reason:
-        print(f"bench: cannot run: {reason}", file=sys.stderr)
+        print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
     try:
         report = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -404,10 +411,10 @@ def main(argv: list[str] | None = None) -> int:
                                                             args.scaling_banks, args.scaling_socs)
             bench_scaling.plot(report["scaling"], args.scaling_png)
             ok &= all(p["correct"] for p in report["scaling"]["points"])
-        elif section == "perf":
+        elif section == "perfmodel":
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
-            report["perf_model"] = perf_bench()
+            report["perf_model"] = perfmodel_bench()
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
                   "and dx1 gemm over sim, serial (CRC and UARTBone register frames) and a faulty serial line ...",
@@ -424,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         print_simspeed(report["simspeed"])
     if "serial" in args.only:
         print_serial(report["serial"])
-    if "perf" in args.only:
-        print_perf(report["perf_model"])
+    if "perfmodel" in args.only:
+        print_perfmodel(report["perf_model"])
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")
@@ -433,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")
     if not ok:
-        print("bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
+        print("dx1 bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
     return 0 if ok else 1
 
 
@@ -473,7 +480,3 @@ def print_soc(soc: dict) -> None:
               f"{r['sim_cycles_per_s']:>8,.0f} sim cycles/s  correct {r['correct']}")
     g = soc["golden_model"]
     print(f"  golden model, {'x'.join(map(str, g['shape']))}: {g['macs_per_s']:,.0f} MAC/s ({g['wall_s']:.2f} s)")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -84,7 +84,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("device", "message"), BAD_DEVICES[::3])
-@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["perf", "4", "4", "4"], ["info"], ["bringup"]])
+@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["predict", "4", "4", "4"], ["info"], ["bringup"]])
 def test_every_command_refuses_a_bad_device(command: list[str], device: str, message: str, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     extra = ["--report", str(tmp_path / "r.json")] if command == ["bringup"] else []
@@ -100,8 +100,8 @@ def test_unreachable_devices_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 BAD_ARGUMENTS = [
-    ([], "the following arguments are required: command"),
-    (["nonsense"], "argument command: invalid choice: 'nonsense'"),
+    ([], "the following arguments are required: COMMAND"),
+    (["nonsense"], "argument COMMAND: invalid choice: 'nonsense'"),
     (["gemm", "4", "4"], "the following arguments are required: N"),
     (["gemm", "0", "4", "4"], "argument M: must be at least 1, not 0"),
     (["gemm", "x", "4", "4"], "argument M: must be a whole number, not 'x'"),
@@ -117,12 +117,22 @@ BAD_ARGUMENTS = [
     (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
-    (["perf", "4", "4"], "the following arguments are required: N"),
-    (["perf", "4", "0", "4"], "argument K: must be at least 1, not 0"),
-    (["perf", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
-    (["perf", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
-    (["demo", "-m", "0"], "argument -m: must be at least 1, not 0"),
+    (["predict", "4", "4"], "the following arguments are required: N"),
+    (["predict", "4", "0", "4"], "argument K: must be at least 1, not 0"),
+    (["predict", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
+    (["predict", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
+    (["demo", "0"], "argument M: must be at least 1, not 0"),
     (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
+    (["sim", "tile", "8", "0"], "argument K: must be at least 1, not 0"),
+    (["sim", "tile", "-m", "8"], "unrecognized arguments: -m"),
+    (["fuzz", "--devices", "model"], "argument --devices: must name at least two devices separated by commas"),
+    (["fuzz", "--devices", "model,foo"], "argument --devices: unknown device 'foo'"),
+    (["fuzz", "--batch", "63", "--devices", "model,model"], "argument --batch: "),
+    (["bench", "--only", "tile,nope"], "argument --only: expected a comma-separated list of some of tile, soc, "),
+    (["bench", "--scaling-tiles", "3"], "argument --scaling-tiles: expected a comma-separated list of some of 1, 2, "),
+    (["fpga", "--board", "de10"], "argument --board: must be one of arty_a7, ulx3s, not 'de10'"),
+    (["fpga"], "the following arguments are required: --board"),
+    (["sim", "report", "--junit", "/nonexistent/junit.xml"], "junit.xml is missing"),
     (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
     (["bringup", "--mem-bytes", "x"], "argument --mem-bytes: must be a number of bytes (decimal or 0x hex), not 'x'"),
     (["bringup", "--timeout", "x"], "argument --timeout: must be a number of seconds > 0, not 'x'"),
@@ -131,7 +141,7 @@ BAD_ARGUMENTS = [
     (["bringup", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["bringup", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["bringup", "--device", "bogus"], "argument --device: unknown device 'bogus'; expected one of model"),
-    (["sim"], "the following arguments are required: sim_command"),
+    (["sim"], "the following arguments are required: COMMAND"),
     (["sim", "serve", "--port", "x"], "argument --port: must be a whole number, not 'x'"),
     (["sim", "serve", "--port", "70000"], "argument --port: must be 0 (any free port) to 65535, not 70000"),
     (["sim", "serve", "--port", "-1"], "argument --port: must be 0 (any free port) to 65535, not -1"),
@@ -167,9 +177,9 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     writable = f"cannot write {missing} (it must be a file in an existing writable folder)"
     status, err = run(["bringup", "--report", str(missing)], capsys)
     assert status == 2 and f"argument --report: {writable}" in err
-    status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
-    assert status == 2 and f"argument --record: {writable}" in err
-    status, err = run(["perf", "4", "4", "4", "--png", str(missing)], capsys)
+    status, err = run(["gemm", "4", "4", "4", "--capture", str(missing)], capsys)
+    assert status == 2 and f"argument --capture: {writable}" in err
+    status, err = run(["predict", "4", "4", "4", "--png", str(missing)], capsys)
     assert status == 2 and f"argument --png: {writable}" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
     assert status == 2 and f"argument --port-file: {writable}" in err
@@ -187,15 +197,15 @@ def test_every_command_takes_integers_the_same_way(capsys: pytest.CaptureFixture
     assert args.seed("0") == 0 and args.seconds("0.5") == 0.5
     assert args.devices("model, model:stuck-bit=5") == ["model", "model:stuck-bit=5"]
     assert args.byte_count(8)("0x100") == 256
-    from dx1_bringup import bench
-    from dx1_bringup.fuzz.__main__ import main as fuzz_main
-
-    for command, argv in ((fuzz_main, ["--commands", "1__0"]), (bench.main, ["--serial-sizes", "4,1__0"])):
-        with pytest.raises(SystemExit) as info:
-            command(argv)
-        assert info.value.code == 2 and "1__0'" in capsys.readouterr().err
-    status, err = run(["gemm", "1__0", "4", "4"], capsys)
-    assert status == 2 and "argument M: must be a whole number, not '1__0'" in err
+    for argv, message in ((["fuzz", "--commands", "1__0"], "argument --commands: must be a whole number, not '1__0'"),
+                          (["gemm", "1__0", "4", "4"], "argument M: must be a whole number, not '1__0'"),
+                          (["bench", "--serial-sizes", "4,1__0"], "argument --serial-sizes: expected a comma-separated "
+                                                                   "list of block sizes, multiples of 4 from 4 to "
+                                                                   "1048576, not '4,1__0'"),
+                          (["fpga", "--board", "ulx3s", "--baud", "1__0"], "argument --baud: must be a whole number"),
+                          (["diff-demo", "--commands", "0"], "argument --commands: must be at least 1, not 0")):
+        status, err = run(argv, capsys)
+        assert status == 2 and message in err, err
 
 
 def test_a_gemm_that_cannot_fit_is_refused_before_any_work(capsys: pytest.CaptureFixture[str],
@@ -213,14 +223,14 @@ def test_a_gemm_that_cannot_fit_is_refused_before_any_work(capsys: pytest.Captur
         assert status == 2, err
         assert (f"dx1 gemm: a {'x'.join(shape)} GEMM needs {need} bytes of device memory for its padded operands "
                 f"(a ") in err and f"the device has {has}" in err
-    status, err = run(["perf", "2000", "2000", "2000", "--device", "model"], capsys)
+    status, err = run(["predict", "2000", "2000", "2000", "--device", "model"], capsys)
     assert status == 2 and "GEMM needs 12008000 bytes of device memory" in err and "the device has 1048576" in err
 
 
 def test_predict_refuses_a_gemm_no_device_can_address(capsys: pytest.CaptureFixture[str]) -> None:
-    status, err = run(["perf", "100000", "100000", "100000"], capsys)
+    status, err = run(["predict", "100000", "100000", "100000"], capsys)
     assert status == 2
-    assert err == ("dx1 perf: a 100000x100000x100000 GEMM needs 30000400000 bytes of device memory for its padded "
+    assert err == ("dx1 predict: a 100000x100000x100000 GEMM needs 30000400000 bytes of device memory for its padded "
                    "operands; LOAD and STORE address device memory in 32 bits (4 GiB), so no DX-1 can hold them\n")
 
 
@@ -241,7 +251,7 @@ def test_device_strings_are_checked_before_any_work(device: str, message: str, c
 
     monkeypatch.setattr(digits, "train_mlp", work)
     monkeypatch.setattr(backends, "start_simulator", work)
-    for command in (["run", "digits"], ["info"], ["gemm", "8", "8", "8"], ["perf", "8", "8", "8"],
+    for command in (["run", "digits"], ["info"], ["gemm", "8", "8", "8"], ["predict", "8", "8", "8"],
                     ["bringup", "--report", str(tmp_path / "r.json")]):
         assert main([*command, "--device", device]) == 2
         out, err = capsys.readouterr()
@@ -268,9 +278,9 @@ def test_output_paths_follow_one_rule_and_nothing_is_written_unasked(tmp_path: P
     assert list(tmp_path.iterdir()) == []
     assert "report:" not in capsys.readouterr().out
     missing = tmp_path / "new" / "r.json"
-    for command in (["bringup", "--report"], ["bringup", "--trace"], ["bringup", "--record"],
-                    ["gemm", "4", "4", "4", "--record"], ["gemm", "4", "4", "4", "--trace"],
-                    ["perf", "4", "4", "4", "--png"]):
+    for command in (["bringup", "--report"], ["bringup", "--timeline"], ["bringup", "--capture"],
+                    ["gemm", "4", "4", "4", "--capture"], ["gemm", "4", "4", "4", "--timeline"],
+                    ["predict", "4", "4", "4", "--png"]):
         assert main([*command, str(missing)]) == 2
         assert f"cannot write {missing} (it must be a file in an existing writable folder)" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
@@ -279,7 +289,7 @@ def test_output_paths_follow_one_rule_and_nothing_is_written_unasked(tmp_path: P
 def test_bringup_and_gemm_share_one_default_seed_and_say_where_the_capture_went(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capture = tmp_path / "gemm.capture"
-    assert main(["gemm", "8", "8", "8", "--record", str(capture)]) == 0
+    assert main(["gemm", "8", "8", "8", "--capture", str(capture)]) == 0
     out = capsys.readouterr().out
     assert "(seed 1)" in out.splitlines()[0]
     assert f"  capture      {capture} (replay it with dx1 replay {capture} --device D)" in out

@@ -1,4 +1,4 @@
-"""``dx1 bringup`` (and ``python -m dx1_bringup.bringup``): the command line of :func:`~.run.run_bringup`."""
+"""``dx1 bringup``: the command line of :func:`~.run.run_bringup`."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from dx1_driver import Transport, TransportError, open_transport
 
 from ..cli import args as types
 from ..spec import BUS_BYTES
-from ..timeline import add_trace_arguments, record_link
+from ..timeline import add_timeline_arguments, record_link
 from .report import REGION_CHECK
 from .run import run_bringup
 
-__all__ = ["add_parser", "cmd_bringup", "main"]
+__all__ = ["add_parser", "cmd_bringup"]
 
 
 @contextlib.contextmanager
 def _traced_link(device: str, path: str | None, fmt: str | None, summary: list[str]) -> Iterator[str | Transport]:
-    """``--trace``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
+    """``--timeline``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
 
     A link that does not open is left to :func:`run_bringup` to diagnose (no timeline then).
     """
@@ -45,13 +45,13 @@ def _traced_link(device: str, path: str | None, fmt: str | None, summary: list[s
 def cmd_bringup(args: argparse.Namespace) -> int:
     """Run :func:`run_bringup` for ``dx1 bringup``; exit 0 on a pass, 1 on a failure, 2 on a bad argument."""
     if args.device == "sim":
-        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+        print("  starting a private simulator of the SoC RTL (the first run builds it: minutes) ...",
               flush=True)
     timeline: list[str] = []
     try:
-        with _traced_link(args.device, args.trace, args.trace_format, timeline) as target:
-            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
-                                  record=args.record)
+        with _traced_link(args.device, args.timeline, args.timeline_format, timeline) as link:
+            report = run_bringup(link, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
+                                  capture=args.capture)
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
@@ -60,8 +60,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     if args.report is not None:
         Path(args.report).write_text(json.dumps(report.to_json(), indent=1) + "\n")
         print(f"  report: {args.report}")
-    if args.record is not None and Path(args.record).exists():
-        print(f"  capture: {args.record} (replay it with dx1 replay {args.record} --device D)")
+    if args.capture is not None and Path(args.capture).exists():
+        print(f"  capture: {args.capture} (replay it with dx1 replay {args.capture} --device D)")
     if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
         print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
         return 2
@@ -70,8 +70,9 @@ def cmd_bringup(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bringup`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("bringup", help="bring a device up step by step: link, identity, registers, memory, "
-                                              "DMA, GEMM, counters, interrupts; stop at the first failure")
+    p = subparsers.add_parser("bringup", help="bring a device up step by step; stop at the first failure",
+                              description="bring a device up step by step: link, identity, registers, memory, DMA, "
+                                          "GEMM, counters, interrupts; stop at the first failure")
     p.add_argument("--device", type=types.device, default="model",
                    help="model, model:FAULTS (e.g. model:stuck-bit=5, model:alias-bit=12), sim, sim://HOST:PORT, "
                         "serial:URL[@BAUD], pcie:BDF (default model)")
@@ -83,16 +84,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: all of it)")
     p.add_argument("--timeout", type=types.seconds, default=10.0,
                    help="seconds a queue may make no progress (default 10)")
-    add_trace_arguments(p)
-    p.add_argument("--record", metavar="FILE", type=types.writable_file, default=None,
+    add_timeline_arguments(p)
+    p.add_argument("--capture", metavar="FILE", type=types.writable_file, default=None,
                    help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bringup", description="dx1 board bring-up")
-    sub = parser.add_subparsers(dest="command")
-    p = add_parser(sub)
-    args = p.parse_args(argv)
-    return args.func(args)

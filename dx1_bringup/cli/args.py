@@ -150,8 +150,15 @@ def writable_file(text: str) -> str:
     return text
 
 
-def add_shape(parser: argparse.ArgumentParser) -> None:
-    """The GEMM shape every command takes the same way: positionals ``M K N`` (``A`` is M x K, ``B`` K x N)."""
-    parser.add_argument("m", metavar="M", type=positive, help="rows of A and C")
-    parser.add_argument("k", metavar="K", type=positive, help="the reduction length: columns of A, rows of B")
-    parser.add_argument("n", metavar="N", type=positive, help="columns of B and C")
+def add_shape(parser: argparse.ArgumentParser, default: tuple[int, int, int] | None = None) -> None:
+    """The GEMM shape every command takes the same way: positionals ``M K N`` (``A`` is M x K, ``B`` K x N).
+
+    With a ``default`` shape the three may be left out (all of them, or the last ones).
+    """
+    what = {"m": "rows of A and C", "k": "the reduction length: columns of A, rows of B", "n": "columns of B and C"}
+    for i, (dest, text) in enumerate(what.items()):
+        if default is None:
+            parser.add_argument(dest, metavar=dest.upper(), type=positive, help=text)
+        else:
+            parser.add_argument(dest, metavar=dest.upper(), type=positive, nargs="?", default=default[i],
+                                help=f"{text} (default {default[i]})")

@@ -53,7 +53,9 @@ def _version(v: int) -> str:
 
 def add_parser(sub: Any) -> None:
     """Add ``info`` to the ``dx1`` subcommands."""
-    info = sub.add_parser("info", help="print the spec's configuration and register blocks")
+    info = sub.add_parser("info", help="the spec's configuration and register blocks (and a device's)",
+                          description="print the spec's configuration and register blocks; with --device, also "
+                                      "what discovery finds on that device")
     info.add_argument("--device", type=types.device, default=None,
                       help="also open this device and print what discovery finds (model, ...)")
     info.set_defaults(func=cmd_info)

@@ -23,7 +23,7 @@ from .diff import TIMEOUT, DiffResult, bisect, prefix_events
 from .replay import WAIT_TIMEOUT, replay
 from .shrink import shrink
 
-__all__ = ["add_parser", "cmd_replay", "cmd_diff", "replay_main", "diff_main"]
+__all__ = ["add_parser", "cmd_replay", "cmd_diff", "diff_main"]
 
 
 def _load(path: str, prog: str) -> Capture | None:
@@ -49,8 +49,9 @@ def _open(names: list[str], prog: str) -> list[Device] | None:
     return opened
 
 
-def cmd_replay(args: argparse.Namespace, prog: str = "dx1 replay") -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a capture on one device; exit 0 if every completion and downloaded byte agrees, 1 if not."""
+    prog = "dx1 replay"
     capture = _load(args.capture, prog)
     if capture is None:
         return 2
@@ -177,35 +178,26 @@ def _two_devices(p: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> None:
     """Add ``replay``, ``diff`` and ``shrink`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("replay", help="replay a capture on a device and check its completions and bytes")
+    p = subparsers.add_parser("replay", help="replay a capture on a device; check completions and bytes",
+                              description="replay a capture on a device and check its completions and bytes")
     _common(p, WAIT_TIMEOUT)
     p.add_argument("--device", type=types.device, default="model", help="device string to replay on (default: model)")
     p.set_defaults(func=cmd_replay)
-    p = subparsers.add_parser("diff", help="find the first command of a capture whose effect differs between two "
-                                           "devices (bisection over prefixes)")
+    p = subparsers.add_parser("diff", help="the first command of a capture two devices disagree on",
+                              description="find the first command of a capture whose effect differs between two "
+                                          "devices (bisection over prefixes)")
     _common(p, TIMEOUT)
     _two_devices(p)
     p.add_argument("--shrink", metavar="OUT", type=types.writable_file, default=None,
                    help="also shrink the capture up to that command (ddmin) and write it to OUT")
     p.set_defaults(func=cmd_diff)
-    p = subparsers.add_parser("shrink", help="shrink a capture (ddmin over commands and uploads) while two devices "
-                                             "still differ on it; bisects first")
+    p = subparsers.add_parser("shrink", help="shrink a capture while two devices still differ on it",
+                              description="shrink a capture (ddmin over commands and uploads) while two devices "
+                                          "still differ on it; bisects first")
     _common(p, TIMEOUT)
     _two_devices(p)
     p.add_argument("-o", "--output", type=types.writable_file, required=True, help="the shrunk capture")
     p.set_defaults(func=cmd_diff)
-
-
-def replay_main(argv: list[str] | None = None) -> int:
-    """``python -m dx1_bringup.replay FILE [--device D]``: the same as ``dx1 replay``."""
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.replay", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    try:
-        args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
-    except SystemExit as e:  # a bad argument (argparse printed why) or --help
-        return e.code if isinstance(e.code, int) else 2
-    return cmd_replay(args, parser.prog)
 
 
 def diff_main(argv: list[str]) -> int:

@@ -85,7 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    run = sub.add_parser("run", help="run a real network on DX-1 and compare it with float and int references")
+    run = sub.add_parser("run", help="a real network on DX-1 beside float and int references",
+                         description="run a real network on DX-1 and compare it with float and int references")
     run.add_argument("workload", choices=WORKLOADS,
                      help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block")
     run.add_argument("--device", action="append", type=types.device,

@@ -1,4 +1,4 @@
-"""``dx1 demo``: a random quantised linear layer on the tile core's RTL in Verilator, verified bit for bit."""
+"""``dx1 sim tile M K N``: a random quantised linear layer on the tile core's RTL in Verilator, verified bit for bit."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ import numpy as np
 
 from . import args as types
 
-__all__ = ["add_parser", "cmd_demo"]
+__all__ = ["add_parser", "cmd_tile"]
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_tile(args: argparse.Namespace) -> int:
     from ..sim import SimulationFailed, run_cocotb, verilator_missing
 
     reason = verilator_missing()
     if reason:
-        print(f"dx1 demo: cannot simulate: {reason}", file=sys.stderr)
+        print(f"dx1 sim tile: cannot simulate: {reason}", file=sys.stderr)
         return 2
 
     from ..model.tile import PostOpParams
@@ -35,11 +35,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         plan_linear(np.zeros((m, k), np.int8), np.zeros((k, n), np.int8), None, PostOpParams(1, 0),
                     config=TileConfig())
     except ValueError as exc:
-        print(f"dx1 demo: {exc}", file=sys.stderr)
+        print(f"dx1 sim tile: {exc}", file=sys.stderr)
         return 2
-    print(f"dx1 demo: int8 linear layer {m}x{k} @ {k}x{n} + bias, ReLU, requantise to int8 "
+    print(f"dx1 sim tile: int8 linear layer {m}x{k} @ {k}x{n} + bias, ReLU, requantise to int8 "
           f"on {module} in Verilator (seed {args.seed})")
-    print("  building the simulator (first run: about a minute) and running ...", flush=True)
+    print("  building the simulator (the first run builds it: under a minute) and running ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
@@ -50,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         except SimulationFailed as exc:
             if result_file.exists():
                 print(json.dumps(json.loads(result_file.read_text()), indent=2))
-            print(f"dx1 demo: FAILED: {exc}", file=sys.stderr)
+            print(f"dx1 sim tile: FAILED: {exc}", file=sys.stderr)
             return 1
         result = json.loads(result_file.read_text())
     peak = result["array"] ** 2
@@ -64,15 +64,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  result       RTL == numpy reference: {result['matches_numpy']}, "
           f"RTL == golden model: {result['matches_golden']}")
     print("  first rows   " + "; ".join(" ".join(f"{v:4d}" for v in row) for row in result["sample"]["rtl"]))
-    print("dx1 demo: PASS, verified bit for bit")
+    print("dx1 sim tile: PASS, verified bit for bit")
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    """Add ``demo`` to the ``dx1`` subcommands."""
-    demo = sub.add_parser("demo", help="run a random quantised linear layer on the tile RTL and verify it")
-    demo.add_argument("-m", type=types.positive, default=128, help="rows of A (default 128)")
-    demo.add_argument("-k", type=types.positive, default=128, help="reduction length (default 128)")
-    demo.add_argument("-n", type=types.positive, default=48, help="output columns (default 48)")
-    demo.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
-    demo.set_defaults(func=cmd_demo)
+def add_parser(sim_sub: Any) -> None:
+    """Add ``tile`` to the ``dx1 sim`` subcommands."""
+    tile = sim_sub.add_parser("tile", help="a quantised linear layer on one tile core's RTL, verified",
+                              description="run a random quantised linear layer (bias, ReLU, requantise) on one tile "
+                                          "core's RTL in Verilator, without the SoC, and verify it bit for bit")
+    types.add_shape(tile, (128, 128, 48))
+    tile.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
+    tile.set_defaults(func=cmd_tile)
