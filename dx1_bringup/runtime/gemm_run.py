@@ -166,8 +166,9 @@ def check_fits(m: int, k: int, n: int, caps: Capabilities, *, post: bool, bias: 
     """
     offsets, total = operand_layout(m, k, n, caps.array, post, bias, align)
     if total > caps.mem_bytes:
-        sizes = dict(zip(offsets, [*list(offsets.values())[1:], total], strict=True))
-        parts = ", ".join(f"{name} {end - offsets[name]}" for name, end in sizes.items())
+        # Each operand runs from its offset to the next one's (the last to the total).
+        ends = [*list(offsets.values())[1:], total]
+        parts = ", ".join(f"{name} {end - start}" for (name, start), end in zip(offsets.items(), ends, strict=True))
         raise ValueError(f"a {m}x{k}x{n} GEMM needs {total} bytes of device memory for its padded operands "
                          f"({parts}); the device has {caps.mem_bytes}")
     return total
