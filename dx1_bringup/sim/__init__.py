@@ -7,6 +7,9 @@ in one simulator, which is started once for all of them.  The cocotb-side code (
 benchmark) lives beside this file so that the regressions in testbenches/ and
 the ``dx1`` command share it.
 
+Every build folder links Verilator's run-time library compiled once (:mod:`~dx1_bringup.sim.objcache`,
+in ``build/sim/.objcache``), not again for each model.
+
 Build variants, each chosen by an environment variable and built in its own folder
 (``build/sim/<module>[-public][-cov][-fst|-vcd]``) so the default build never changes:
 
@@ -20,6 +23,7 @@ Build variants, each chosen by an environment variable and built in its own fold
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.util
 import os
 import shlex
@@ -40,6 +44,8 @@ BUILD_ROOT = REPO_ROOT / "build" / "sim"
 VERILATOR_WAIVERS = REPO_ROOT / "rtl" / "verilator.vlt"
 #: Verilator configuration that makes the device memory array public (the simulation backdoor).
 BACKDOOR_CONFIG = Path(__file__).with_name("backdoor.vlt")
+#: Verilator's run-time objects, compiled once for every build folder (see :mod:`~dx1_bringup.sim.objcache`).
+OBJCACHE_DIR = BUILD_ROOT / ".objcache"
 #: What a coverage build's run writes into its run folder.
 COVERAGE_FILE = "coverage.dat"
 PUBLIC_ENV, COVERAGE_ENV, WAVES_ENV = "DX1_SIM_PUBLIC", "DX1_SIM_COVERAGE", "DX1_SIM_WAVES"
@@ -128,6 +134,37 @@ def verilator_missing() -> str | None:
     except ImportError:
         return "cocotb is not installed (pip install -e '.[sim]')"
     return None
+
+
+@functools.cache
+def _verilator_include() -> Path | None:
+    """The ``include`` folder of the Verilator that builds run (its run-time library's sources), if it says."""
+    verilator = shutil.which("verilator", path=tool_path())
+    if verilator is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
+    result = subprocess.run([verilator, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True, env=env)
+    root = Path(result.stdout.strip()) if result.returncode == 0 and result.stdout.strip() else None
+    return root / "include" if root is not None and (root / "include").is_dir() else None
+
+
+def _objcache_wrapper() -> Path | None:
+    """The ``OBJCACHE`` command for Verilator's makefile: a script running :mod:`.objcache` on the shared cache."""
+    include = _verilator_include()
+    if include is None:
+        return None
+    script = OBJCACHE_DIR / "objcache"
+    program = Path(__file__).with_name("objcache.py")
+    text = (f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(program))} "
+            f"{shlex.quote(str(OBJCACHE_DIR))} {shlex.quote(str(include))} \"$@\"\n")
+    if not script.exists() or script.read_text() != text:
+        OBJCACHE_DIR.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=OBJCACHE_DIR)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, script)
+    return script
 
 
 def fst_missing() -> str | None:
@@ -248,6 +285,8 @@ def _simulate(module: str, test_module: str, *, testcase: str | list[str] | None
     build_args = [str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]
     sources, toplevel, makeflags = [source], mod.name, ["CFG_CXXFLAGS_PCH_I=-include"]
+    if (objcache := _objcache_wrapper()) is not None:
+        makeflags.append(f"OBJCACHE={objcache}")
     if clocked:
         wrapper = build_dir / f"{clocked_top_name(mod.name)}.v"
         toplevel = write_clocked_top(source, mod.name, wrapper, clock_ns)

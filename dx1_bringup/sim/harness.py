@@ -14,7 +14,7 @@ from typing import Protocol
 
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
-from cocotb.utils import get_sim_time
+from cocotb.utils import get_sim_steps, get_sim_time
 
 __all__ = ["CLOCK_NS", "RESET_HIGH", "RESET_LOW", "Harness", "pauses", "seed_note", "set_pauses"]
 
@@ -66,6 +66,8 @@ class Harness:
         self.dut = dut
         self.clock_ns = clock_ns
         self._clock: Clock | None = None
+        self._clock_period = get_sim_steps(clock_ns, "ns")
+        self._clock_step = 0  # simulator steps at the clock's first rising edge
         if start_clock:
             self.start_clock()
 
@@ -74,6 +76,7 @@ class Harness:
         if self._clock is None:
             self._clock = Clock(self.dut.clk, self.clock_ns, unit="ns")
             self._clock.start()
+            self._clock_step = get_sim_time(unit="step")
 
     async def reset(self, high: int = RESET_HIGH, low: int = RESET_LOW) -> None:
         """Hold ``rst`` high for ``high`` cycles, then low for ``low`` cycles before returning."""
@@ -84,5 +87,10 @@ class Harness:
 
     @property
     def cycle(self) -> int:
-        """Whole clock cycles since the simulation started (the same number after a rising and a falling edge)."""
-        return int(get_sim_time(unit="ns")) // self.clock_ns
+        """Whole clock cycles since this harness started the clock (since the simulation started when something
+        else drives it): the same number after a rising edge and after the falling edge that follows.
+
+        Counted from the clock's start, not from time 0: a test that runs after another in the same
+        simulator starts its clock whenever the one before ended, not on a multiple of the period.
+        """
+        return (get_sim_time(unit="step") - self._clock_step) // self._clock_period
