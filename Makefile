@@ -48,8 +48,10 @@ unexport VERILATOR_ROOT
 demo: $(STAMP)
 	$(DX1) demo
 
+# Every test but the `slow` ones, on JOBS workers: tests that share a simulator (one xdist group) stay on one
+# worker (see tests/conftest.py and testbenches/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow'
+	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow' -n $(JOBS) --dist loadgroup
 
 # The regression, then its one-page summary (build/sim/summary.md) whether it passed or not; the exit
 # status is the regression's.

@@ -1,9 +1,10 @@
 """Simulators shared by the tests that need them: one of each per session.
 
 The first use builds the Verilator model, which takes minutes; later sessions reuse the build.
-Every test that uses one opens a fresh, reset device on it.  Without Verilator they are skipped
-with the reason.  Every test that uses one carries the ``verilator`` marker (added at collection), so
-``pytest -m "not verilator"`` runs no simulator.
+Every test that uses one opens a fresh, reset device on it; under pytest-xdist they all run on one worker
+(one xdist group per simulator).  Without Verilator they are skipped with the reason.  Every test that
+uses one carries the ``verilator`` marker (added at collection), so ``pytest -m "not verilator"`` runs no
+simulator.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ SIMULATOR_FIXTURES = {"sim": "sim_transport", "serial": "serial_transport"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark ``verilator`` every test that uses a simulator fixture, directly or through its ``device`` parameter."""
+    """Mark ``verilator`` every test that uses a simulator fixture, directly or through its ``device`` parameter,
+    and put it in that fixture's xdist group: under ``pytest -n N --dist loadgroup`` (``make test``) all the
+    tests of one simulator run on one worker, which starts it once."""
     for item in items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
-        if (set(SIMULATOR_FIXTURES.values()) & set(item.fixturenames)
-                or params.get("device") in SIMULATOR_FIXTURES):
+        used = [fixture for name, fixture in SIMULATOR_FIXTURES.items()
+                if fixture in item.fixturenames or params.get("device") == name]
+        if used:
             item.add_marker(pytest.mark.verilator)
+            item.add_marker(pytest.mark.xdist_group(used[0]))
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -25,6 +26,9 @@ from dx1_driver import (
 
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.spec import SocConfig
+
+#: Seconds a test polls a queue for a completion before it fails (the model completes a NOP at once).
+POLL_DEADLINE = 5.0
 
 # -- allocator ------------------------------------------------------------------------------------
 
@@ -463,8 +467,12 @@ def test_irq_status_clear_and_mask(dev):
     q.clear_irq()
     assert q.irq_status() == 0 and q.irq_mask() == q.IRQ_COMPLETION | q.IRQ_ERROR
     q.submit([regs.nop(tag=3)])
+    # poll(), not wait(): wait() clears IRQ_STATUS, which is what this test reads.
+    deadline = time.monotonic() + POLL_DEADLINE
     while not q.poll():
-        pass
+        assert time.monotonic() < deadline, (
+            f"queue 1: the NOP (tag 3) did not complete within {POLL_DEADLINE} s of polling; "
+            f"IRQ_STATUS=0x{q.irq_status():x}")
     assert q.irq_status() == q.IRQ_COMPLETION
     q.clear_irq(q.IRQ_COMPLETION)
     assert q.irq_status() == 0

@@ -93,6 +93,23 @@ def test_watchdog_times_out_a_stalled_dma_and_the_queue_goes_on(device):
     assert after[len(data):] == guard[len(data):], "bytes past the STORE's footprint changed"
 
 
+def test_a_watchdog_abort_clears_the_tiles_perf_counters(device):
+    """The abort resets the tile's units, and with them its PERF counters: alike on the model and the RTL."""
+    rng = np.random.default_rng(5)
+    src, _ = _region(device, rng, ROWS * _row(device))
+    q = device.queue(0)
+    q.submit([load(device, 1, src)])
+    assert [c.status for c in q.wait(timeout=TIMEOUT)] == [0]
+    assert device.perf(0).read().bytes_read == ROWS * _row(device), "the LOAD's bytes were not counted"
+    q.set_watchdog(WATCHDOG)
+    set_stalls(device.transport, [("dma", 0)])
+    q.submit([load(device, 2, src)])
+    with pytest.raises(QueueError):
+        q.wait(timeout=TIMEOUT)
+    counters = device.perf(0).read()
+    assert (counters.bytes_read, counters.bytes_written) == (0, 0), f"PERF after the abort: {counters}"
+
+
 def test_tile_reset_spares_the_other_tile(device):
     rng = np.random.default_rng(2)
     src, data = _region(device, rng, ROWS * _row(device))

@@ -73,7 +73,8 @@ Watchdog and per-tile reset
   comes and the queue runs nothing after it (this model runs one command at a
   time).  When the stall is lifted the command runs and completes.
 * With QUEUE.WATCHDOG = N != 0 such a command is aborted: it completes with
-  ``TIMEOUT`` (timestamp N cycles later, nothing of it done), and the queue
+  ``TIMEOUT`` (timestamp N cycles later, nothing of it done), the tile's PERF
+  counters are cleared (the abort resets the tile's units), and the queue
   halts with ERROR = TIMEOUT and its ring index until CONTROL.resume.  Writing
   WATCHDOG != 0 while a command is stuck aborts it at once.  A WAIT waiting for
   its semaphore runs in no unit and is not watched.
@@ -125,6 +126,7 @@ from .registers import (
     MASK32,
     MAX_RING_LOG2,
     BusError,
+    PerfCounters,
     QueueState,
     RegisterSpace,
     StuckCommand,
@@ -268,6 +270,8 @@ class DeviceModel(RegisterSpace):
         self._complete(tile, q, q.cq_base + COMPLETION_BYTES * stuck.index, stuck.tag, stuck.opcode,
                        ErrorCode.TIMEOUT, stuck.phase)
         self._queue_error(q, ErrorCode.TIMEOUT, stuck.index)
+        # The abort resets the tile's units, and the tile's PERF counters with them (as on the RTL).
+        self._perf[tile] = PerfCounters(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[tile].macs)
 
     # -- commands --------------------------------------------------------------------------------------------
 

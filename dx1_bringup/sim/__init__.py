@@ -2,9 +2,13 @@
 
 ``run_cocotb`` builds one generated module (one build folder per module and
 build variant, reused while its Verilog is unchanged) and runs a cocotb test
-module against it.  The cocotb-side code (testbench classes, the demo and the
+module against it; ``run_cocotb_shared`` runs several test cases of a test module
+in one simulator, which is started once for all of them.  The cocotb-side code (testbench classes, the demo and the
 benchmark) lives beside this file so that the regressions in testbenches/ and
 the ``dx1`` command share it.
+
+Every build folder links Verilator's run-time library compiled once (:mod:`~dx1_bringup.sim.objcache`,
+in ``build/sim/.objcache``), not again for each model.
 
 Build variants, each chosen by an environment variable and built in its own folder
 (``build/sim/<module>[-public][-cov][-fst|-vcd]``) so the default build never changes:
@@ -19,6 +23,7 @@ Build variants, each chosen by an environment variable and built in its own fold
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.util
 import os
 import shlex
@@ -32,13 +37,15 @@ from pathlib import Path
 from .clocked_top import CLOCKED_SUFFIX, TIMING_ARGS, TIMING_MAKEFLAGS, clocked_top_name, write_clocked_top
 
 __all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path",
-           "verilator_missing", "fst_missing", "run_cocotb"]
+           "verilator_missing", "fst_missing", "run_cocotb", "run_cocotb_shared", "cocotb_outcomes"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"
 VERILATOR_WAIVERS = REPO_ROOT / "rtl" / "verilator.vlt"
 #: Verilator configuration that makes the device memory array public (the simulation backdoor).
 BACKDOOR_CONFIG = Path(__file__).with_name("backdoor.vlt")
+#: Verilator's run-time objects, compiled once for every build folder (see :mod:`~dx1_bringup.sim.objcache`).
+OBJCACHE_DIR = BUILD_ROOT / ".objcache"
 #: What a coverage build's run writes into its run folder.
 COVERAGE_FILE = "coverage.dat"
 PUBLIC_ENV, COVERAGE_ENV, WAVES_ENV = "DX1_SIM_PUBLIC", "DX1_SIM_COVERAGE", "DX1_SIM_WAVES"
@@ -129,6 +136,37 @@ def verilator_missing() -> str | None:
     return None
 
 
+@functools.cache
+def _verilator_include() -> Path | None:
+    """The ``include`` folder of the Verilator that builds run (its run-time library's sources), if it says."""
+    verilator = shutil.which("verilator", path=tool_path())
+    if verilator is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
+    result = subprocess.run([verilator, "--getenv", "VERILATOR_ROOT"], capture_output=True, text=True, env=env)
+    root = Path(result.stdout.strip()) if result.returncode == 0 and result.stdout.strip() else None
+    return root / "include" if root is not None and (root / "include").is_dir() else None
+
+
+def _objcache_wrapper() -> Path | None:
+    """The ``OBJCACHE`` command for Verilator's makefile: a script running :mod:`.objcache` on the shared cache."""
+    include = _verilator_include()
+    if include is None:
+        return None
+    script = OBJCACHE_DIR / "objcache"
+    program = Path(__file__).with_name("objcache.py")
+    text = (f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(program))} "
+            f"{shlex.quote(str(OBJCACHE_DIR))} {shlex.quote(str(include))} \"$@\"\n")
+    if not script.exists() or script.read_text() != text:
+        OBJCACHE_DIR.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=OBJCACHE_DIR)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, script)
+    return script
+
+
 def fst_missing() -> str | None:
     """Why Verilator cannot write FST waveforms here, or None when it can.
 
@@ -157,7 +195,7 @@ def fst_missing() -> str | None:
             f"(or set {WAVES_ENV}=vcd for VCD waveforms, which need neither)")
 
 
-def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, seed: int | None = None,
+def run_cocotb(module: str, test_module: str, *, testcase: str | list[str] | None = None, seed: int | None = None,
                env: dict[str, str] | None = None, name: str | None = None,
                quiet: bool = False, verilog: Path | None = None, clocked: bool = False,
                clock_ns: int = 10) -> Path:
@@ -173,7 +211,7 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     test_module:
         Importable name of the cocotb test module.
     testcase:
-        Run only this test of the module.
+        Run only this test of the module (a list: only these, in one simulator).
     seed:
         cocotb's random seed (``cocotb.RANDOM_SEED`` in the tests).
     env:
@@ -204,7 +242,27 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     RuntimeError
         When FST waveforms are asked for and this machine cannot build them.
     """
-    from cocotb_tools.check_results import get_results
+    run_dir, outcomes = _simulate(module, test_module, testcase=testcase, seed=seed, env=env, name=name, quiet=quiet,
+                                  verilog=verilog, clocked=clocked, clock_ns=clock_ns)
+    failed = [case for case, message in outcomes.items() if message is not None]
+    if failed or not outcomes:
+        notes = _failure_notes(run_dir, quiet, BuildVariant.from_env(), test_module, testcase, seed)
+        raise SimulationFailed(f"{len(failed)} of {len(outcomes)} cocotb tests failed in {test_module} on {module} "
+                               f"with seed {seed}; {notes}")
+    return run_dir
+
+
+def _simulate(module: str, test_module: str, *, testcase: str | list[str] | None, seed: int | None,
+              env: dict[str, str] | None = None, name: str | None = None, quiet: bool = False,
+              verilog: Path | None = None, clocked: bool = False, clock_ns: int = 10,
+              ) -> tuple[Path, dict[str, str | None]]:
+    """Build and run as :func:`run_cocotb` says; the run folder and each test case's outcome (:func:`cocotb_outcomes`).
+
+    Raises
+    ------
+    SimulationFailed
+        When the simulator wrote no results, or a coverage build wrote no coverage.
+    """
     from cocotb_tools.runner import get_runner
 
     from ..gateware import rtl_module
@@ -219,7 +277,7 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         raise RuntimeError(reason)
     suffix = variant.suffix + (CLOCKED_SUFFIX.replace("_", "-") if clocked else "")
     build_dir = (BUILD_ROOT / (module + suffix) if verilog is None else source.parent / f"sim-{module}{suffix}")
-    run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{testcase or 'all'}-{seed}")
+    run_dir = build_dir / (name or f"{test_module.rsplit('.', 1)[-1]}-{_cases_name(testcase)}-{seed}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # The runner looks for `verilator` on PATH and hands PATH to its build and the simulation.
     os.environ["PATH"] = tool_path()
@@ -227,6 +285,8 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
     build_args = [str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]
     sources, toplevel, makeflags = [source], mod.name, ["CFG_CXXFLAGS_PCH_I=-include"]
+    if (objcache := _objcache_wrapper()) is not None:
+        makeflags.append(f"OBJCACHE={objcache}")
     if clocked:
         wrapper = build_dir / f"{clocked_top_name(mod.name)}.v"
         toplevel = write_clocked_top(source, mod.name, wrapper, clock_ns)
@@ -272,17 +332,90 @@ def run_cocotb(module: str, test_module: str, *, testcase: str | None = None, se
         pass  # the runner exits on failing tests; the results file below says which
     if not results.exists():
         raise SimulationFailed(f"the simulation of {module} wrote no results ({run_dir})")
-    total, failed = get_results(results)
-    if failed or not total:
-        short = test_module.rsplit(".", 1)[-1]
-        select = shlex.quote(f"{short} and {testcase}" if testcase else short)
-        rerun = (f"{WAVES_ENV}=1 {sys.executable} -m pytest testbenches -k {select}"
-                 + (f" --seed-base={seed}" if seed is not None else ""))
-        notes = [f"log: {run_dir / 'sim.log'}"] if quiet else []
-        if variant.waves_file:
-            notes.append(f"waves: {run_dir / variant.waves_file}")
-        raise SimulationFailed(f"{failed} of {total} cocotb tests failed in {test_module} on {module} "
-                               f"with seed {seed}; {'; '.join(notes + [f'rerun with waves: {rerun}'])}")
     if variant.coverage and not (run_dir / COVERAGE_FILE).exists():
         raise SimulationFailed(f"the coverage build of {module} wrote no {COVERAGE_FILE} ({run_dir})")
+    return run_dir, cocotb_outcomes(results)
+
+
+def _cases_name(testcase: str | list[str] | None) -> str:
+    if testcase is None:
+        return "all"
+    return testcase if isinstance(testcase, str) else "+".join(testcase)
+
+
+def _failure_notes(run_dir: Path, quiet: bool, variant: BuildVariant, test_module: str,
+                   testcase: str | list[str] | None, seed: int | None) -> str:
+    """Where a failed run's log and waveforms are, and the command that reruns it with waveforms."""
+    short = test_module.rsplit(".", 1)[-1]
+    cases = [testcase] if isinstance(testcase, str) else testcase or []
+    select = shlex.quote(" and ".join([short, *cases[:1]]) if len(cases) <= 1 else
+                         f"{short} and ({' or '.join(cases)})")
+    rerun = (f"{WAVES_ENV}=1 {sys.executable} -m pytest testbenches -k {select}"
+             + (f" --seed-base={seed}" if seed is not None else ""))
+    notes = [f"log: {run_dir / 'sim.log'}"] if quiet else []
+    if variant.waves_file:
+        notes.append(f"waves: {run_dir / variant.waves_file}")
+    return "; ".join(notes + [f"rerun with waves: {rerun}"])
+
+
+def cocotb_outcomes(results: Path) -> dict[str, str | None]:
+    """Each test case in a cocotb results file (JUnit XML), in run order: None when it passed, else why it failed."""
+    import xml.etree.ElementTree as ET
+
+    outcomes: dict[str, str | None] = {}
+    for case in ET.parse(results).getroot().iter("testcase"):
+        bad = case.find("failure")
+        bad = case.find("error") if bad is None else bad
+        outcomes[case.get("name", "?")] = None if bad is None else (bad.get("message") or bad.text or "failed")
+    return outcomes
+
+
+#: The shared runs of this process: (module, test module, seed, test cases, variant) -> outcomes and run folder,
+#: or the error that the run ended with.
+_SHARED: dict[tuple, tuple[Path, dict[str, str | None]] | SimulationFailed] = {}
+
+
+def run_cocotb_shared(module: str, test_module: str, testcase: str, *, batch: list[str], seed: int | None = None,
+                      quiet: bool = False) -> Path:
+    """Run test case ``testcase`` of ``test_module`` on ``module`` in the simulator shared by ``batch``.
+
+    The first call for a batch runs every test case of ``batch`` (which holds ``testcase``) in one simulator,
+    in the run folder ``<test module>-shared-<seed>``; later calls for the same batch (and build variant) in
+    this process answer from that run.  Each test case starts from the state the one before left (cocotb
+    ends every task of a test, the test's own reset does the rest), and saves a simulator start: seconds
+    of imports on a small machine.
+
+    Returns
+    -------
+    The shared run folder.
+
+    Raises
+    ------
+    SimulationFailed
+        When ``testcase`` failed, did not run, or the shared simulation did not finish.
+    ValueError
+        When ``testcase`` is not in ``batch``.
+    """
+    if testcase not in batch:
+        raise ValueError(f"test case {testcase!r} must be one of the batch {batch!r}")
+    variant = BuildVariant.from_env()
+    key = (module, test_module, seed, tuple(batch), variant)
+    short = test_module.rsplit(".", 1)[-1]
+    if key not in _SHARED:
+        try:
+            _SHARED[key] = _simulate(module, test_module, testcase=list(batch), seed=seed, quiet=quiet,
+                                     name=f"{short}-shared-{seed}")
+        except SimulationFailed as error:
+            _SHARED[key] = error
+    shared = _SHARED[key]
+    if isinstance(shared, SimulationFailed):
+        raise SimulationFailed(f"{testcase}: {shared}")
+    run_dir, outcomes = shared
+    if testcase not in outcomes:
+        raise SimulationFailed(f"{testcase} did not run in the shared simulation of {test_module} on {module} with "
+                               f"seed {seed} ({run_dir})")
+    if outcomes[testcase] is not None:
+        raise SimulationFailed(f"cocotb test {testcase} failed in {test_module} on {module} with seed {seed}: "
+                               f"{outcomes[testcase]}; "
+                               f"{_failure_notes(run_dir, quiet, variant, test_module, testcase, seed)}")
     return run_dir

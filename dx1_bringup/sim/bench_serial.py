@@ -42,13 +42,14 @@ import struct
 import time
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, with_timeout
+from cocotb.triggers import with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.uart import UartSink, UartSource
 from dx1_driver import frames, link
 from dx1_driver.link import FrameStatus
 from dx1_driver.serial_transport import MAX_WINDOW, READ_WINDOW_BURSTS
+
+from .harness import Harness
 
 CLOCK_NS = 20
 MODES = ("crc", "crc-verified", "uartbone")
@@ -171,12 +172,9 @@ async def bulk_throughput(dut):
     spec = json.loads(os.environ["DX1_BENCH"])
     baud, runs = spec["baud"], spec["runs"]
     check_runs(runs)
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    harness = Harness(dut, clock_ns=CLOCK_NS)
     host = Host(dut, baud)
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 10)
+    await harness.reset(low=10)
     line = baud / 10  # bytes a second, 8N1
     rng = random.Random(1)
     results = []

@@ -23,11 +23,11 @@ import select
 import socket
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Timer
+from cocotb.triggers import Timer
 from cocotbext.uart import UartSink, UartSource
 
 from ..faults import LineFaults
+from .harness import Harness
 from .soc_server import open_listener
 
 CLOCK_NS = 20  # the board's 50 MHz clock
@@ -46,15 +46,12 @@ CLIENT_OPTIONS = {"baud": 1000, "timeout": 5.0, "quiet": 1.0}
 
 @cocotb.test()
 async def serve(dut):
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    harness = Harness(dut, clock_ns=CLOCK_NS)
     source = UartSource(dut.uart_rx, baud=BAUD, bits=8)
     sink = UartSink(dut.uart_tx, baud=BAUD, bits=8)
     for model in (source, sink):
         model.log.setLevel("WARNING")  # one INFO line per byte otherwise
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    await harness.reset()
 
     rate = float(os.environ.get("DX1_FAULT_RATE", "0"))
     seed = int(os.environ.get("DX1_FAULT_SEED", "1"))

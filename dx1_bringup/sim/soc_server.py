@@ -32,8 +32,7 @@ import socket
 import struct
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotb.triggers import First, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 
 from ..spec import (
@@ -49,6 +48,7 @@ from ..spec import (
 )
 from .backdoor import HOST_PATHS, MemoryBackdoor
 from .clocked_top import CLOCKS
+from .harness import Harness
 
 __all__ = ["REQUEST", "RESPONSE", "host_masters", "open_listener"]
 
@@ -232,16 +232,12 @@ async def serve(dut):
     clock = os.environ.get("DX1_SIM_CLOCK", "cocotb")
     if clock not in CLOCKS:
         raise ValueError(f"DX1_SIM_CLOCK must be one of {', '.join(CLOCKS)}, not {clock!r}")
-    if clock == "cocotb":
-        # The bare SoC: cocotb's clock drives its clk input.
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    # Else the clocked top (dx1_bringup.sim.clocked_top): its clock runs in Verilator, the SoC is dut.soc.
+    # The bare SoC: cocotb's clock drives its clk input.  Else the clocked top
+    # (dx1_bringup.sim.clocked_top): its clock runs in Verilator, the SoC is dut.soc.
+    harness = Harness(dut, clock_ns=CLOCK_NS, start_clock=clock == "cocotb")
     server = SocServer(dut, host_path, soc=None if clock == "cocotb" else dut.soc)
-    dut.rst.value = 1
     dut.stall_units.value = 0
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    await harness.reset()
 
     listener, port = open_listener()
     dut._log.info("dx1 sim serving on 127.0.0.1:%d", port)

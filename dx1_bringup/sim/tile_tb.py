@@ -9,22 +9,18 @@ Whole rows and whole commands cross the Python/simulator boundary.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterator
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, RisingEdge, with_timeout
-from cocotb.utils import get_sim_time
+from cocotb.triggers import Event, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
 
 from ..spec import COMMAND_BYTES, Opcode, TileConfig
 from ..spec.commands import COMPLETION
+from .harness import CLOCK_NS, Harness, set_pauses
 
-__all__ = ["TileTB", "config_of", "seed_note"]
+__all__ = ["TileTB", "config_of"]
 
-CLOCK_NS = 10
 ADDR_BITS = 16
 
 
@@ -39,21 +35,11 @@ def config_of(dut) -> TileConfig:
     raise ValueError(f"{name} is not a generated tile core")
 
 
-def _pauses(rng: np.random.Generator, probability: float) -> Iterator[bool]:
-    while True:
-        yield bool(rng.random() < probability)
-
-
 def _done_fields(word: int) -> dict[str, int]:
     return {f.name: f.extract(word) for f in COMPLETION if f.name in ("tag", "status", "opcode")}
 
 
-def seed_note() -> str:
-    """The run's seed, for failure messages: rerun with ``--seed-base`` set to it."""
-    return f"seed {os.environ.get('COCOTB_RANDOM_SEED', '?')}"
-
-
-class TileTB:
+class TileTB(Harness):
     """Clock, reset and stream models around a ``dx1_tile_core_*`` module.
 
     Parameters
@@ -68,10 +54,9 @@ class TileTB:
     """
 
     def __init__(self, dut, rng: np.random.Generator | None = None, pause: float = 0.3):
-        self.dut = dut
+        super().__init__(dut)
         self.config = config_of(dut)
         self.n = self.config.array
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
 
         def stream(kind, prefix):
             return kind(AxiStreamBus.from_prefix(dut, prefix + "_"), dut.clk, dut.rst)
@@ -85,23 +70,11 @@ class TileTB:
         self.acc_rreq = stream(AxiStreamSource, "acc_rreq")
         self.acc_rresp = stream(AxiStreamSink, "acc_rresp")
         if rng is not None:
-            for s in (self.cmd, self.done, self.spm_wr, self.spm_rreq, self.spm_rresp, self.acc_wr,
-                      self.acc_rreq, self.acc_rresp):
-                s.set_pause_generator(_pauses(rng, pause))
+            set_pauses((self.cmd, self.done, self.spm_wr, self.spm_rreq, self.spm_rresp, self.acc_wr,
+                        self.acc_rreq, self.acc_rresp), rng, pause)
         for s in (self.cmd, self.done, self.spm_wr, self.spm_rreq, self.spm_rresp, self.acc_wr, self.acc_rreq,
                   self.acc_rresp):
             s.log.setLevel(logging.WARNING)  # one INFO line per beat otherwise
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
-
-    @property
-    def cycle(self) -> int:
-        """Cycles since simulation start."""
-        return int(get_sim_time(unit="ns")) // CLOCK_NS
 
     # ---- memories ---------------------------------------------------------------------------
     async def _write_rows(self, source, row: int, values: np.ndarray, lane_bytes: int) -> None:

@@ -8,7 +8,6 @@ the bridge must turn into ``BUS_ERROR``; range and CRC refusals never reach the 
 from __future__ import annotations
 
 import cocotb
-from cocotb.triggers import ClockCycles
 from dx1_driver import frames, regs
 from dx1_driver.link import MEM_BASE, REG_BYTES, TIMEOUT_BITS, FrameStatus
 
@@ -27,10 +26,7 @@ class BoardTB(UartHostTB):
         super().__init__(dut, dut.uart_rx, dut.uart_tx, BAUD)
 
     async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 10)
+        await super().reset(low=10)
 
 
 @cocotb.test()

@@ -16,7 +16,6 @@ import random
 import struct
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteRam, AxiRam
@@ -24,12 +23,13 @@ from cocotbext.uart import UartSink, UartSource
 from dx1_driver import frames
 from dx1_driver.link import MEM_BASE, REG_BYTES, TIMEOUT_BITS, FrameCommand, FrameStatus
 
-from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim import run_cocotb, run_cocotb_shared
 from dx1_bringup.sim.bus import refuse_accesses
-from dx1_bringup.sim.tile_tb import seed_note
+from dx1_bringup.sim.harness import Harness, seed_note
 
 BAUD = 3_000_000
 BIT_NS = 1e9 / BAUD
+CLOCK_NS = 20                       # 50 MHz, as on the board
 TIMEOUT_NS = TIMEOUT_BITS * BIT_NS  # the bridge's inter-byte timeout
 MEM_SIZE = 1 << 20
 BAD = (0xF0000, 0x100000)           # device-memory offsets the AxiRam answers with an error
@@ -37,12 +37,11 @@ BAD_REGS = (0xF000, 0xF100)         # register offsets the AxiLiteRam answers wi
 ACK, NAK_CRC, NAK_RANGE, NAK_BUS = FrameStatus.ACK, FrameStatus.NAK_CRC, FrameStatus.NAK_RANGE, FrameStatus.BUS_ERROR
 
 
-class UartHostTB:
+class UartHostTB(Harness):
     """The host's end of a UART: bytes out on ``rx`` through a UartSource, answers from ``tx`` through a UartSink."""
 
     def __init__(self, dut, rx, tx, baud: int):
-        self.dut = dut
-        Clock(dut.clk, 20, unit="ns").start()
+        super().__init__(dut, clock_ns=CLOCK_NS)
         self.source = UartSource(rx, baud=baud, bits=8)
         self.sink = UartSink(tx, baud=baud, bits=8)
         for model in (self.source, self.sink):
@@ -95,10 +94,7 @@ class BridgeTB(UartHostTB):
 
     async def reset(self):
         self.dut.rx.value = 1
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 10)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 10)
+        await super().reset(high=10, low=10)
 
     # ---- host operations ------------------------------------------------------------------------
     async def bone_write(self, addr: int, words: list[int]) -> None:
@@ -337,8 +333,8 @@ async def throughput(dut):
 TESTCASES = ["uartbone", "bursts", "register_frames", "robustness", "throughput"]
 
 
-def test_bridge(testcase, seed):
-    run_cocotb("dx1_uart_bridge", "bridge.test_bridge", testcase=testcase, seed=seed, quiet=True)
+def test_bridge(testcase, seed, cocotb_batch):
+    run_cocotb_shared("dx1_uart_bridge", "bridge.test_bridge", testcase, batch=cocotb_batch, seed=seed, quiet=True)
 
 
 def test_driver_windows_on_the_board(tmp_path):

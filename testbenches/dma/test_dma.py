@@ -13,19 +13,17 @@ import logging
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
-from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
 from dx1_bringup.model.tile import TileModel
-from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim import run_cocotb_shared
 from dx1_bringup.sim.bus import refuse_accesses
+from dx1_bringup.sim.harness import CLOCK_NS, Harness, seed_note, set_pauses
 from dx1_bringup.sim.stimulus import random_gemm
-from dx1_bringup.sim.tile_tb import config_of, seed_note
+from dx1_bringup.sim.tile_tb import config_of
 from dx1_bringup.spec import COMPLETION, ErrorCode, Opcode, pack_command
 
-CLOCK_NS = 10
 MEM = 1 << 20
 SRC = (0x00000, 0x40000)     # random data, read by LOADs and COPYs
 STORE_REGION = (0x40000, 0x80000)
@@ -33,11 +31,6 @@ DUMP_SPM = 0x80000           # whole scratchpad / accumulator read back here
 DUMP_ACC = 0x90000
 COPY_DST = (0xA0000, 0xF0000)
 BAD = (0xF8000, 0x100000)    # answered with SLVERR in the error test
-
-
-def _pauses(rng: np.random.Generator, probability: float):
-    while True:
-        yield bool(rng.random() < probability)
 
 
 class Ref:
@@ -91,14 +84,13 @@ def move(opcode: Opcode, tag: int = 0, **f) -> tuple[bytes, dict]:
     return pack_command(opcode, tag=tag, flags={"acc": acc}, **fields), dict(fields, acc=acc)
 
 
-class DmaTB:
+class DmaTB(Harness):
     """Clock, reset, device memory and stream models around ``dx1_dma_tile``."""
 
     def __init__(self, dut, rng: np.random.Generator | None = None, pause: float = 0.2):
-        self.dut = dut
+        super().__init__(dut)
         self.config = config_of(dut)
         self.n = self.config.array
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         self.ram = AxiRam(AxiBus.from_prefix(dut, "axi_"), dut.clk, dut.rst, size=MEM)
         self.bad: tuple[int, int] | None = None
         self.null_strobes_ok = False
@@ -115,8 +107,7 @@ class DmaTB:
         channels = [self.ram.read_if.ar_channel, self.ram.read_if.r_channel, self.ram.write_if.aw_channel,
                     self.ram.write_if.w_channel, self.ram.write_if.b_channel]
         if rng is not None:
-            for s in streams + channels:
-                s.set_pause_generator(_pauses(rng, pause))
+            set_pauses(streams + channels, rng, pause)
         for s in streams + channels + [self.ram.read_if, self.ram.write_if]:
             s.log.setLevel(logging.ERROR)
         self.bursts: list[tuple[str, int, int]] = []
@@ -159,16 +150,6 @@ class DmaTB:
         assert not self.violations, f"AXI rule broken ({seed_note()}): {self.violations[:5]}"
         aw = [length for ch, _, length in self.bursts if ch == "aw"]
         assert aw[:len(self.w_bursts)] == self.w_bursts, f"W bursts differ from their AW lengths ({seed_note()})"
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
-
-    @property
-    def cycle(self) -> int:
-        return int(get_sim_time(unit="ns")) // CLOCK_NS
 
     async def dma(self, commands: list[bytes], timeout_cycles: int = 400_000) -> list[int]:
         """Run DMA commands; their status bytes, in order."""
@@ -434,8 +415,8 @@ async def throughput(dut):
 TESTCASES = ["random_loads", "random_stores", "copies", "burst_rules", "bus_errors", "throughput"]
 
 
-def test_dma(testcase, seed):
-    run_cocotb("dx1_dma_tile", "dma.test_dma", testcase=testcase, seed=seed, quiet=True)
+def test_dma(testcase, seed, cocotb_batch):
+    run_cocotb_shared("dx1_dma_tile", "dma.test_dma", testcase, batch=cocotb_batch, seed=seed, quiet=True)
 
 
 def pytest_generate_tests(metafunc):

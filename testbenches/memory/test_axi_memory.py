@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
 
 import cocotb
 import pytest
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, RisingEdge, with_timeout
-from cocotb.utils import get_sim_time
+from cocotb.triggers import Event, RisingEdge, with_timeout
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiProt, AxiResp
 from cocotbext.axi.axi_master import AxiReadRespCmd, AxiWriteRespCmd
 
-from dx1_bringup.sim import run_cocotb
-from dx1_bringup.sim.tile_tb import seed_note
+from dx1_bringup.sim import run_cocotb_shared
+from dx1_bringup.sim.harness import CLOCK_NS, Harness, seed_note, set_pauses
 
-CLOCK_NS = 10
 MODULES = ("dx1_axi_memory", "dx1_axi_memory_b4")
 
 # test_axi_memory_parameters builds components that refuse their parameters and are never elaborated;
@@ -34,12 +30,7 @@ MODULES = ("dx1_axi_memory", "dx1_axi_memory_b4")
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
 
-def _pauses(rng: random.Random, probability: float) -> Iterator[bool]:
-    while True:
-        yield rng.random() < probability
-
-
-class MemoryTB:
+class MemoryTB(Harness):
     """Clock, reset and one AXI master per port around a ``dx1_axi_memory`` module.
 
     Parameters
@@ -56,30 +47,17 @@ class MemoryTB:
     def __init__(self, dut, rng: random.Random | None = None, pause: float = 0.25):
         from dx1_bringup.gateware import rtl_module
 
-        self.dut = dut
+        super().__init__(dut)
         mem = rtl_module(dut._name).build()
         self.size, self.ports, self.banks = mem.size, mem.ports, mem.banks
         self.lanes = mem.data_width // 8
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         self.masters = [AxiMaster(AxiBus.from_prefix(dut, f"s{i}_"), dut.clk, dut.rst) for i in range(self.ports)]
         for m in self.masters:
             m.write_if.log.setLevel(logging.WARNING)
             m.read_if.log.setLevel(logging.WARNING)
             if rng is not None:
-                for ch in (m.write_if.aw_channel, m.write_if.w_channel, m.write_if.b_channel,
-                           m.read_if.ar_channel, m.read_if.r_channel):
-                    ch.set_pause_generator(_pauses(rng, pause))
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
-
-    @property
-    def cycle(self) -> float:
-        """Cycles since simulation start."""
-        return get_sim_time(unit="ns") / CLOCK_NS
+                set_pauses((m.write_if.aw_channel, m.write_if.w_channel, m.write_if.b_channel,
+                            m.read_if.ar_channel, m.read_if.r_channel), rng, pause)
 
     async def fill(self, model: bytearray, rng: random.Random) -> None:
         """Write random bytes over the whole memory (4 KiB bursts spread over the ports) and the model."""
@@ -422,8 +400,8 @@ async def fairness(dut):
 @pytest.mark.parametrize("testcase", ["random_traffic", "errors_then_good", "throughput", "banked_throughput",
                                       "fairness"])
 @pytest.mark.parametrize("module", MODULES)
-def test_axi_memory(module, testcase, seed):
-    run_cocotb(module, "memory.test_axi_memory", testcase=testcase, seed=seed, quiet=True)
+def test_axi_memory(module, testcase, seed, cocotb_batch):
+    run_cocotb_shared(module, "memory.test_axi_memory", testcase, batch=cocotb_batch, seed=seed, quiet=True)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

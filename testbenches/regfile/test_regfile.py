@@ -14,16 +14,14 @@ from dataclasses import dataclass
 import cocotb
 import numpy as np
 import pytest
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp
 
 from dx1_bringup.gateware.regfile import HEADER_NAMES, defined_mask
-from dx1_bringup.sim import run_cocotb
-from dx1_bringup.sim.tile_tb import seed_note
+from dx1_bringup.sim import run_cocotb_shared
+from dx1_bringup.sim.harness import Harness, seed_note, set_pauses
 from dx1_bringup.spec import MAGIC, SPEC_VERSION, Access, BlockType, register_map
 
-CLOCK_NS = 10
 OKAY, SLVERR = AxiResp.OKAY, AxiResp.SLVERR
 IDENTITY = ("MAGIC", "HW_VERSION", "CAPS", "SPM_ROWS", "ACC_ROWS", "MEM_BYTES", "FEATURES")
 
@@ -52,16 +50,11 @@ class Reg:
         return self.access != Access.RO
 
 
-def _pauses(rng: np.random.Generator, probability: float):
-    while True:
-        yield bool(rng.random() < probability)
-
-
-class RegfileTB:
+class RegfileTB(Harness):
     def __init__(self, dut, pause: float = 0.3):
         from dx1_bringup.gateware import rtl_module
 
-        self.dut = dut
+        super().__init__(dut)
         self.rng = np.random.default_rng(cocotb.RANDOM_SEED)
         self.config = rtl_module(dut._name).args[0]
         self.regmap = register_map(self.config)
@@ -73,13 +66,12 @@ class RegfileTB:
                 mask = defined_mask(r) if r.access == Access.RO else r.writable_mask
                 self.regs.append(Reg(block.name, placed.name, block.base + placed.offset, r.access, mask,
                                      r.reset, constant, block.base))
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "bus_"), dut.clk, dut.rst)
         channels = (self.axil.write_if.aw_channel, self.axil.write_if.w_channel, self.axil.write_if.b_channel,
                     self.axil.read_if.ar_channel, self.axil.read_if.r_channel)
+        if pause:
+            set_pauses(channels, self.rng, pause)
         for ch in channels:
-            if pause:
-                ch.set_pause_generator(_pauses(self.rng, pause))
             ch.log.setLevel(logging.WARNING)
         self.axil.write_if.log.setLevel(logging.WARNING)
         self.axil.read_if.log.setLevel(logging.WARNING)
@@ -116,12 +108,6 @@ class RegfileTB:
 
     def rand32(self) -> int:
         return int(self.rng.integers(0, 1 << 32))
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
 
     def start_monitor(self) -> None:
         """Record every read/write pulse, sampled mid-cycle."""
@@ -483,5 +469,5 @@ async def rw_hardware_set(dut):
 
 @pytest.mark.parametrize("testcase", ["reset_and_walk", "rw_walking_and_aliasing", "ro_values_and_read_pulses",
                                       "wo_and_w1c", "bus_errors", "rw_hardware_set"])
-def test_regfile(testcase, seed):
-    run_cocotb("dx1_regfile", "regfile.test_regfile", testcase=testcase, seed=seed, quiet=True)
+def test_regfile(testcase, seed, cocotb_batch):
+    run_cocotb_shared("dx1_regfile", "regfile.test_regfile", testcase, batch=cocotb_batch, seed=seed, quiet=True)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
-from cocotb.utils import get_sim_time
 
 from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim.harness import Harness, seed_note
 from dx1_bringup.sim.soc_server import host_masters
-from dx1_bringup.sim.tile_tb import seed_note
 from dx1_bringup.spec import (
     COMMAND_BYTES,
     COMPLETION_BYTES,
@@ -32,7 +30,6 @@ from dx1_bringup.spec import (
     unpack_completion,
 )
 
-CLOCK_NS = 10
 CONFIG = SocConfig()
 REGMAP = register_map(CONFIG)
 RING_LOG2 = 4
@@ -54,24 +51,13 @@ def _field(block: str, register: str, field: str) -> int:
     return 1 << next(f.lsb for f in reg.fields if f.name == field)
 
 
-class SocTB:
+class SocTB(Harness):
     """The SoC's host ports (cocotbext-axi masters) and the queues' rings."""
 
     def __init__(self, dut):
-        self.dut = dut
+        super().__init__(dut)
         self.regs, self.mem = host_masters(dut)
         self.tail = [0] * CONFIG.tiles
-
-    @property
-    def cycle(self) -> int:
-        return int(get_sim_time(unit="ns")) // CLOCK_NS
-
-    async def reset(self) -> None:
-        Clock(self.dut.clk, CLOCK_NS, unit="ns").start()
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
 
     async def write_reg(self, block: str, register: str, value: int) -> None:
         resp = await self.regs.write(REGMAP.address(block, register), value.to_bytes(4, "little"))

@@ -18,7 +18,7 @@ import numpy as np
 from cocotb.triggers import ClockCycles
 
 from dx1_bringup.sim import run_cocotb
-from dx1_bringup.sim.tile_tb import seed_note
+from dx1_bringup.sim.harness import seed_note
 from dx1_bringup.spec import COMPLETION_BYTES, ErrorCode, Opcode, SocConfig, pack_command, stall_bit, unpack_completion
 
 from .test_soc_copies import RING_LOG2, SocTB, _field

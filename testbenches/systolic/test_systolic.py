@@ -19,15 +19,12 @@ from dataclasses import dataclass, field
 import cocotb
 import numpy as np
 import pytest
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
-from cocotb.utils import get_sim_time
 
-from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim import run_cocotb_shared
+from dx1_bringup.sim.harness import Harness, seed_note
 from dx1_bringup.sim.stimulus import random_int8
-from dx1_bringup.sim.tile_tb import seed_note
 
-CLOCK_NS = 10
 CTL_IDS = 256
 
 
@@ -114,7 +111,7 @@ class Schedule:
             self.step(row=row, a_bank=bank, matrix=matrix)
 
 
-class SystolicTB:
+class SystolicTB(Harness):
     """Clock, reset, a driver of a prepared schedule and a monitor of the results."""
 
     def __init__(self, dut):
@@ -127,7 +124,7 @@ class SystolicTB:
         self.extra: list[tuple[int, int]] = []
         self._start = 0
         self._idle_inputs()
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
+        super().__init__(dut)
 
     def schedule(self) -> Schedule:
         return Schedule(self.n, self.rng)
@@ -141,17 +138,6 @@ class SystolicTB:
         d.ctl.value = 0
         d.w_row.value = 0
         d.w_bank.value = 0
-
-    @property
-    def cycle(self) -> int:
-        """Cycles since simulation start: the same number after a rising edge and after the falling edge."""
-        return int(get_sim_time(unit="ns")) // CLOCK_NS
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
 
     async def _monitor(self) -> None:
         d, n = self.dut, self.n
@@ -299,5 +285,5 @@ async def extremes(dut):
 
 @pytest.mark.parametrize("module", ["dx1_systolic_a4", "dx1_systolic_a8"])
 @pytest.mark.parametrize("testcase", ["single_bank", "ping_pong_banks", "extremes"])
-def test_systolic(module, testcase, seed):
-    run_cocotb(module, "systolic.test_systolic", testcase=testcase, seed=seed, quiet=True)
+def test_systolic(module, testcase, seed, cocotb_batch):
+    run_cocotb_shared(module, "systolic.test_systolic", testcase, batch=cocotb_batch, seed=seed, quiet=True)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dx1_bringup.model.tile import MAX_SHIFT, TileModel
-from dx1_bringup.sim import run_cocotb
+from dx1_bringup.sim import run_cocotb_shared
+from dx1_bringup.sim.harness import seed_note
 from dx1_bringup.sim.stimulus import (
     BAD_KINDS,
     bad_command,
@@ -16,7 +17,7 @@ from dx1_bringup.sim.stimulus import (
     random_int32,
     random_stream,
 )
-from dx1_bringup.sim.tile_tb import TileTB, seed_note
+from dx1_bringup.sim.tile_tb import TileTB
 from dx1_bringup.spec import ErrorCode, Opcode, pack_command
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -122,5 +123,5 @@ async def errors_then_good(dut):
 @pytest.mark.parametrize("module", ["dx1_tile_core_a4", "dx1_tile_core_a8"])
 @pytest.mark.parametrize("testcase", ["random_commands", "back_to_back_gemms", "postop_extremes",
                                       "errors_then_good"])
-def test_tile_core(module, testcase, seed):
-    run_cocotb(module, "tile.test_tile_core", testcase=testcase, seed=seed, quiet=True)
+def test_tile_core(module, testcase, seed, cocotb_batch):
+    run_cocotb_shared(module, "tile.test_tile_core", testcase, batch=cocotb_batch, seed=seed, quiet=True)

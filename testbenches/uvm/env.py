@@ -1,8 +1,9 @@
 """The UVM environment of the SoC: items, a bus-functional model, agents, scoreboard, coverage.
 
 * ``SocBfm`` owns the cocotbext-axi masters (AXI4-Lite on ``regs_``, AXI4 on
-  ``mem_``) and tells its listeners about every completed register access and
-  every host write into device memory.  The monitors are those listeners: they
+  ``mem_``) and the test-only ``stall_units`` input, and tells its listeners about
+  every completed register access, every host write into device memory and every
+  change of the stalled units.  The monitors are those listeners: they
   see transactions as the masters completed them, not by sampling pins.
 * Register agent: ``RegItem`` (address, read/write, data, byte count, expected
   response), ``RegDriver``, ``RegMonitor``.
@@ -16,7 +17,8 @@
   counters), every bus response, every completion (tag, status, opcode, phase)
   and, at the end, the output regions of device memory.
 * ``Coverage``: cocotb-coverage coverpoints and crosses, written as text into the
-  run folder.
+  run folder; :data:`COVERAGE_GOALS` are the bins the runs of one seed must hit
+  together (``test_uvm_coverage_goals``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, Timer
+from cocotb.triggers import Event, Timer
 from cocotb_coverage.coverage import CoverCross, CoverPoint, coverage_db
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster
 from pyuvm import (
@@ -44,9 +45,9 @@ from pyuvm import (
 
 from dx1_bringup.fuzz.layout import LAYOUT, Layout
 from dx1_bringup.model.device import BusError, DeviceModel
-from dx1_bringup.spec import Access, ErrorCode, Opcode, register_map, unpack_completion
+from dx1_bringup.sim.harness import CLOCK_NS, Harness
+from dx1_bringup.spec import Access, ErrorCode, Opcode, register_map, stall_bit, unpack_completion
 
-CLOCK_NS = 10
 REGMAP = register_map(LAYOUT.config)
 #: address -> (block, placed register)
 DECODE = {b.base + r.offset: (b, r) for b in REGMAP.blocks for r in b.registers}
@@ -103,11 +104,13 @@ class Completion:
 
 # ---- bus-functional model ------------------------------------------------------------------------------------
 
-class SocBfm:
-    """The SoC's host ports, driven by cocotbext-axi; listeners hear about every completed access."""
+class SocBfm(Harness):
+    """The SoC's host ports, driven by cocotbext-axi, and its unit stalls; listeners hear about every completed
+    access and every stall change."""
 
     def __init__(self, dut):
-        self.dut = dut
+        # The clock starts with the reset, in the environment's run phase.
+        super().__init__(dut, start_clock=False)
         self.regs = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "regs_"), dut.clk, dut.rst)
         self.mem = AxiMaster(AxiBus.from_prefix(dut, "mem_"), dut.clk, dut.rst)
         for master in (self.regs, self.mem):
@@ -115,13 +118,19 @@ class SocBfm:
             master.read_if.log.setLevel("WARNING")
         self.reg_listeners: list = []
         self.mem_listeners: list = []
+        self.stall_listeners: list = []
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+        self.start_clock()
+        self.dut.stall_units.value = 0
+        await super().reset()
+
+    def set_stalls(self, units) -> None:
+        """Stall exactly ``units`` (``(unit, tile)`` pairs, :func:`~dx1_bringup.spec.stall_bit`) from now on."""
+        units = frozenset(units)
+        self.dut.stall_units.value = sum(stall_bit(unit, tile) for unit, tile in units)
+        for listener in self.stall_listeners:
+            listener(units)
 
     async def reg_access(self, item: RegItem) -> RegItem:
         if item.write:
@@ -331,6 +340,9 @@ class Scoreboard(uvm_component):
             self.mismatch(f"{item}: the model predicts {value:#010x}")
         self.reg_ap.write(item)
 
+    def on_stalls(self, units: frozenset):
+        self.model.set_stalls(units)
+
     def on_mem(self, t):
         addr, data = t
         self.model.mem_write(addr, data)
@@ -395,18 +407,24 @@ POSTOP_FLAGS = ["none", "relu", "bias", "relu+bias"]
 STATUSES = [e.name for e in ErrorCode if e not in (ErrorCode.RING_OVERFLOW, ErrorCode.DOORBELL_RANGE,
                                                     ErrorCode.BUS_ERROR)]
 _ALL_CHECKS = {"OK", "RESERVED_BITS"}
+#: The opcodes the DMA runs: the watchdog aborts one held there with TIMEOUT (``WatchdogTimeoutSeq``).
+DMA_OPCODES = ("LOAD", "STORE", "COPY")
+#: Statuses a command gets from the unit it runs in, not from its checks (no refused command gives them).
+UNIT_STATUSES = {"TIMEOUT"}
 #: Which completion statuses each opcode can produce (the rest of opcode x status is ignored).
 LEGAL_STATUS = {
     "NOP": _ALL_CHECKS, "FENCE": _ALL_CHECKS,
-    "LOAD": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE", "ACC_RANGE", "MISALIGNED", "DMA_WINDOW"},
-    "STORE": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE", "ACC_RANGE", "MISALIGNED", "DMA_WINDOW"},
+    "LOAD": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE", "ACC_RANGE", "MISALIGNED", "DMA_WINDOW", "TIMEOUT"},
+    "STORE": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE", "ACC_RANGE", "MISALIGNED", "DMA_WINDOW", "TIMEOUT"},
     "GEMM": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE", "ACC_RANGE"},
     "POSTOP": _ALL_CHECKS | {"BAD_DIMENSION", "BAD_FIELD", "SPM_RANGE", "ACC_RANGE"},
     "SIGNAL": _ALL_CHECKS | {"SEM_RANGE"},
     "WAIT": _ALL_CHECKS | {"BAD_DIMENSION", "SEM_RANGE"},
-    "COPY": _ALL_CHECKS | {"BAD_DIMENSION", "MISALIGNED", "DMA_WINDOW"},
+    "COPY": _ALL_CHECKS | {"BAD_DIMENSION", "MISALIGNED", "DMA_WINDOW", "TIMEOUT"},
     "BAD": {"BAD_OPCODE"},
 }
+#: Queue errors, each of which halts its queue until a resume.
+QUEUE_ERRORS = ["DOORBELL_RANGE", "RING_OVERFLOW", "TIMEOUT"]
 SHAPED = ["LOAD", "STORE", "GEMM", "POSTOP", "COPY"]
 REG_KINDS = [a.name for a in Access] + ["UNMAPPED"]
 BUS_ERRORS = ["unmapped", "misaligned", "partial_strobe", "write_ro", "read_wo"]
@@ -438,7 +456,7 @@ def sample_sync(s):
     pass
 
 
-@CoverPoint("dx1.queue.error", xf=lambda e: e["code"], bins=["DOORBELL_RANGE", "RING_OVERFLOW"])
+@CoverPoint("dx1.queue.error", xf=lambda e: e["code"], bins=QUEUE_ERRORS)
 @CoverPoint("dx1.queue.error_queue", xf=lambda e: e["queue"], bins=[0, 1])
 def sample_queue_error(e):
     pass
@@ -516,6 +534,33 @@ def coverage_report() -> list[str]:
     return lines
 
 
+#: The coverage goals: every bin of each of these coverpoints and crosses (its ignored bins aside) must be hit
+#: by the runs of one seed of every test together (``test_uvm_coverage_goals``).  That is every coverpoint and
+#: cross defined above: a bin that nothing has to hit is not defined.
+COVERAGE_GOALS = (
+    "dx1.cmd.opcode", "dx1.cmd.shape", "dx1.cmd.postop_flags", "dx1.cmd.status", "dx1.cmd.error_kind", "dx1.cmd.queue",
+    "dx1.cross.opcode_shape", "dx1.cross.postop_flags_shape", "dx1.cross.opcode_status", "dx1.cross.queue_opcode",
+    "dx1.sync.direction", "dx1.sync.doorbell_order", "dx1.cross.sync",
+    "dx1.queue.error", "dx1.queue.error_queue",
+    "dx1.ring.phase",
+    "dx1.reg.kind", "dx1.reg.op", "dx1.reg.resp", "dx1.cross.reg", "dx1.reg.bus_error",
+)
+
+
+def missed_goals(items) -> list[str]:
+    """What of :data:`COVERAGE_GOALS` the merged coverage ``items`` (:class:`~dx1_bringup.sim.report.CoverItem`)
+    did not hit: one line per goal with a bin never hit (naming the bins) or never sampled at all."""
+    by_name = {item.name: item for item in items}
+    missed = []
+    for name in COVERAGE_GOALS:
+        item = by_name.get(name)
+        if item is None:
+            missed.append(f"{name}: never sampled")
+        elif item.missed or item.hit < item.size:
+            missed.append(f"{name}: {item.hit} of {item.size} bins hit; never hit: {', '.join(item.missed)}")
+    return missed
+
+
 # ---- environment ---------------------------------------------------------------------------------------------
 
 class Dx1Env(uvm_env):
@@ -528,6 +573,7 @@ class Dx1Env(uvm_env):
     def connect_phase(self):
         self.reg_agent.monitor.ap.connect(self.scoreboard.reg_export)
         bfm().mem_listeners.append(lambda addr, data: self.scoreboard.mem_export.write((addr, data)))
+        bfm().stall_listeners.append(self.scoreboard.on_stalls)
         self.cmd_agent.driver.ap.connect(self.scoreboard.cmd_export)
         self.cmd_agent.completions.ap.connect(self.scoreboard.cpl_export)
         self.scoreboard.checked_ap.connect(self.coverage.analysis_export)
@@ -535,5 +581,5 @@ class Dx1Env(uvm_env):
 
 
 __all__ = ["RegItem", "CmdItem", "Completion", "SocBfm", "Dx1Env", "Scoreboard", "Coverage", "REGMAP", "DECODE",
-           "VOLATILE", "LAYOUT", "LEGAL_STATUS", "sample_sync", "sample_queue_error",
-           "coverage_report"]
+           "VOLATILE", "LAYOUT", "LEGAL_STATUS", "DMA_OPCODES", "UNIT_STATUSES", "QUEUE_ERRORS", "COVERAGE_GOALS",
+           "sample_sync", "sample_queue_error", "coverage_report", "missed_goals"]

@@ -11,7 +11,21 @@ from dx1_bringup.fuzz.streams import directed_error, random_batch, random_comman
 from dx1_bringup.model.tile import MAX_SHIFT
 from dx1_bringup.spec import Access, ErrorCode
 
-from .env import DECODE, LEGAL_STATUS, REGMAP, CmdItem, RegItem, sample_queue_error, sample_sync
+from .env import (
+    DECODE,
+    DMA_OPCODES,
+    LEGAL_STATUS,
+    REGMAP,
+    UNIT_STATUSES,
+    CmdItem,
+    RegItem,
+    bfm,
+    sample_queue_error,
+    sample_sync,
+)
+
+#: QUEUEn.WATCHDOG in ``WatchdogTimeoutSeq``: cycles without progress before a held command is aborted.
+WATCHDOG_CYCLES = 200
 
 
 def rng() -> np.random.Generator:
@@ -25,8 +39,9 @@ def rng() -> np.random.Generator:
 
 
 def error_sweep(r: np.random.Generator, lay: Layout, tag_base: list[int]) -> list[list[tuple[bytes, dict]]]:
-    """Every (opcode, error) pair the device can give, once, spread over both queues."""
-    pairs = [(op, status) for op, statuses in LEGAL_STATUS.items() for status in sorted(statuses) if status != "OK"]
+    """Every (opcode, error) pair a refused command can give, once, spread over both queues."""
+    pairs = [(op, status) for op, statuses in LEGAL_STATUS.items() for status in sorted(statuses)
+             if status != "OK" and status not in UNIT_STATUSES]
     queues: list[list[tuple[bytes, dict]]] = [[], []]
     for i, (opcode, status) in enumerate(pairs):
         q = i % 2
@@ -154,8 +169,9 @@ class ErrorsMixedStreamSeq(StreamSeq):
 
 
 class QueueErrorStreamSeq(StreamSeq):
-    """Queue errors, each followed by a resume: a doorbell past the ring (DOORBELL_RANGE), and a doorbell that
-    moves the tail behind commands already published (RING_OVERFLOW) while the queue is disabled; then the
+    """Queue errors, each followed by a resume: a doorbell past the ring (DOORBELL_RANGE), a doorbell that
+    moves the tail behind commands already published (RING_OVERFLOW) while the queue is disabled, and the
+    watchdog aborting a LOAD, a STORE and a COPY on a held DMA (TIMEOUT, ``WatchdogTimeoutSeq``); then the
     usual random batches show both queues keep going.  The scoreboard checks ERROR, STATUS, HEAD and TAIL."""
 
     batches = 2
@@ -188,6 +204,10 @@ class QueueErrorStreamSeq(StreamSeq):
             await QueueErrorSeq("overflow", queue=q, doorbell=(head + 1) % lay.entries,
                                 code="RING_OVERFLOW").start(reg_seqr)
             await completions.wait_idle()
+        for i, opcode in enumerate(DMA_OPCODES):
+            q = i % lay.config.tiles
+            await WatchdogTimeoutSeq("timeout", queue=q, opcode=opcode, tag=tags[q] & 0xFFFF).start(self.sequencer)
+            tags[q] += 1
         await self.random_batches(lay, completions, r, [tags[0] + 0x100, tags[1] + 0x100])
         await QueueStateSeq("state").start(reg_seqr)
 
@@ -325,8 +345,9 @@ class BusErrorSeq(RegSeq):
 
 
 class QueueErrorSeq(RegSeq):
-    """Ring ``queue``'s doorbell at ``doorbell``, which must halt it with ``code``; read the queue's state
-    (the scoreboard compares it with the model), clear the interrupt, resume."""
+    """Ring ``queue``'s doorbell at ``doorbell`` (``None``: the queue has halted already), which must halt it
+    with ``code``; read the queue's state (the scoreboard compares it with the model), clear the interrupt,
+    resume."""
 
     def __init__(self, name, queue=0, doorbell=0, code="DOORBELL_RANGE"):
         super().__init__(name)
@@ -334,7 +355,8 @@ class QueueErrorSeq(RegSeq):
 
     async def body(self):
         blk = f"QUEUE{self.queue}"
-        await self.write(REGMAP.address(blk, "DOORBELL"), self.doorbell, expect_err=False)
+        if self.doorbell is not None:
+            await self.write(REGMAP.address(blk, "DOORBELL"), self.doorbell, expect_err=False)
         error = await self.read(REGMAP.address(blk, "ERROR"), expect_err=False)
         status = await self.read(REGMAP.address(blk, "STATUS"), expect_err=False)
         for name in ("HEAD", "TAIL", "IRQ_STATUS"):
@@ -345,6 +367,36 @@ class QueueErrorSeq(RegSeq):
         # Enable and resume.  STATUS is not read after this: the RTL is busy for a while with commands
         # that were pending, which the model runs at once.
         await self.write(REGMAP.address(blk, "CONTROL"), 0b11, expect_err=False)
+
+
+class WatchdogTimeoutSeq(CmdSeq):
+    """Runs on the command sequencer: with QUEUEn.WATCHDOG set and tile ``queue``'s DMA held (the test-only
+    ``stall_units`` input, and the model stalled alike), one good ``opcode`` (LOAD, STORE or COPY) makes no
+    progress; the watchdog must complete it with TIMEOUT, having done nothing of it, and halt the queue.
+    Then the DMA is released, the queue resumed (``QueueErrorSeq``) and the watchdog turned off again."""
+
+    def __init__(self, name, queue=0, opcode="LOAD", tag=0):
+        super().__init__(name)
+        self.queue, self.opcode, self.tag = queue, opcode, tag
+
+    async def body(self):
+        lay: Layout = ConfigDB().get(None, "", "LAYOUT")
+        completions = ConfigDB().get(None, "", "COMPLETIONS")
+        reg_seqr = ConfigDB().get(None, "", "REG_SEQR")
+        r, q = rng(), self.queue
+        watchdog = REGMAP.address(f"QUEUE{q}", "WATCHDOG")
+        await RegWriteSeq("watchdog on", watchdog, WATCHDOG_CYCLES).start(reg_seqr)
+        bfm().set_stalls({("dma", q)})
+        while True:   # a good command of this opcode, drawn as the random streams draw them
+            cmd, meta = random_command(r, lay, q, self.tag, 0.0)
+            if meta["opcode"] == self.opcode:
+                break
+        await self.send("cmd", queue=q, data=cmd, meta=meta)
+        await self.send("doorbell", queue=q)
+        await completions.wait_idle()
+        bfm().set_stalls(())
+        await QueueErrorSeq("halted", queue=q, doorbell=None, code="TIMEOUT").start(reg_seqr)
+        await RegWriteSeq("watchdog off", watchdog, 0).start(reg_seqr)
 
 
 class CsrSuiteSeq(RegSeq):
@@ -372,5 +424,5 @@ class QueueStateSeq(RegSeq):
 
 __all__ = ["MAX_SHIFT", "rng", "directed_error", "error_sweep", "QueueSetupSeq", "DataInitSeq", "StreamSeq",
            "ErrorsMixedStreamSeq", "QueueErrorStreamSeq", "SyncHeavyStreamSeq", "RegWriteSeq", "RegResetSeq",
-           "RegWalkSeq", "RegAliasSeq", "RegShuffledSeq", "BusErrorSeq", "QueueErrorSeq", "CsrSuiteSeq",
-           "QueueStateSeq"]
+           "RegWalkSeq", "RegAliasSeq", "RegShuffledSeq", "BusErrorSeq", "QueueErrorSeq", "WatchdogTimeoutSeq",
+           "CsrSuiteSeq", "QueueStateSeq", "WATCHDOG_CYCLES"]

@@ -4,10 +4,14 @@
   a few refused commands; every completion and the output memory checked against DeviceModel.
 * ``ErrorsMixedTest``: the same with many refused commands of every kind (``ErrorsMixedStreamSeq``).
 * ``SyncHeavyTest``: short commands and many cross-queue SIGNAL/WAIT pairs (``SyncHeavyStreamSeq``).
-* ``QueueErrorTest``: DOORBELL_RANGE and RING_OVERFLOW halt each queue, which resumes (``QueueErrorStreamSeq``).
+* ``QueueErrorTest``: DOORBELL_RANGE, RING_OVERFLOW and the watchdog's TIMEOUT halt each queue, which resumes
+  (``QueueErrorStreamSeq``).
 * ``CsrTest``: register suites from the spec: reset values, walking ones, aliasing, shuffled order.
 * ``BusErrorTest``: unmapped, misaligned, partial strobes, write to RO, read of WO: SLVERR, and the bus
   keeps serving.
+
+``test_uvm_coverage_goals`` checks that the runs of one seed hit every bin of the coverage goals
+(``env.COVERAGE_GOALS``) together.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from pathlib import Path
 import cocotb
 import pytest
 import pyuvm
+from cocotb_coverage.coverage import coverage_db
 from pyuvm import ConfigDB, uvm_factory, uvm_test
 
 from dx1_bringup.sim import run_cocotb
-from dx1_bringup.sim.report import functional_text, merge_functional
+from dx1_bringup.sim.report import CoverItem, functional_text, merge_functional
 
-from .env import LAYOUT, Dx1Env, SocBfm, bfm
+from .env import COVERAGE_GOALS, LAYOUT, Dx1Env, SocBfm, bfm, missed_goals
 from .sequences import (
     BusErrorSeq,
     CsrSuiteSeq,
@@ -62,7 +67,7 @@ class Dx1BaseTest(uvm_test):
         if getattr(main, "check_memory", False):
             await self.env.scoreboard.check_memory()
         self.logger.info(f"{type(main).__name__} done in {time.monotonic() - start:.1f} s wall, "
-                         f"{cocotb.utils.get_sim_time('ns') // 10} cycles")
+                         f"{bfm().cycle} cycles")
         self.drop_objection()
 
 
@@ -108,6 +113,8 @@ class BusErrorTest(Dx1BaseTest):
 
 TESTS = ["RandomTest", "ErrorsMixedTest", "SyncHeavyTest", "QueueErrorTest", "CsrTest", "BusErrorTest"]
 _RUN_DIRS: list[Path] = []
+#: The run folder of each (test, seed) that passed in this session.
+_PASSED: dict[tuple[str, int], Path] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -126,4 +133,39 @@ def merged_coverage():
 
 @pytest.mark.parametrize("testcase", TESTS)
 def test_uvm(testcase, seed):
-    _RUN_DIRS.append(run_cocotb("dx1_soc", "uvm.test_uvm", testcase=testcase, seed=seed, quiet=True))
+    _run(testcase, seed)
+
+
+def _run(testcase: str, seed: int) -> Path:
+    """Run one pyuvm test on the SoC; its run folder (coverage-<test>.yml there) once it has passed."""
+    run_dir = run_cocotb("dx1_soc", "uvm.test_uvm", testcase=testcase, seed=seed, quiet=True)
+    _RUN_DIRS.append(run_dir)
+    _PASSED[testcase, seed] = run_dir
+    return run_dir
+
+
+def test_uvm_coverage_goals(seed):
+    """Every UVM test at this seed (run here if this session has not passed it yet): the merged functional
+    coverage hits every bin of ``COVERAGE_GOALS``."""
+    runs = [(_PASSED.get((testcase, seed)) or _run(testcase, seed)) / f"coverage-{testcase}.yml"
+            for testcase in TESTS]
+    out = runs[0].parent.parent / f"uvm-coverage-goals-seed{seed}"
+    items = merge_functional(runs, out.with_suffix(".yml"))
+    missed = missed_goals(items)
+    assert not missed, (f"the UVM tests at seed {seed} missed {len(missed)} of {len(COVERAGE_GOALS)} coverage goals "
+                        f"(merged: {out.with_suffix('.yml')}):\n" + "\n".join(missed))
+
+
+def test_coverage_goals_are_every_coverpoint_and_cross():
+    defined = {name for name in coverage_db if name.count(".") >= 2}
+    assert set(COVERAGE_GOALS) == defined, (
+        f"COVERAGE_GOALS lacks {sorted(defined - set(COVERAGE_GOALS))} and names undefined "
+        f"{sorted(set(COVERAGE_GOALS) - defined)}")
+
+
+def test_missed_goals_names_each_bin_never_hit():
+    hit = [CoverItem(name, False, 2, 2, ()) for name in COVERAGE_GOALS]
+    assert missed_goals(hit) == []
+    short = [CoverItem("dx1.cmd.status", False, 9, 10, ("TIMEOUT",))] + [i for i in hit if i.name != "dx1.cmd.status"]
+    assert missed_goals(short) == ["dx1.cmd.status: 9 of 10 bins hit; never hit: TIMEOUT"]
+    assert missed_goals(hit[1:]) == [f"{COVERAGE_GOALS[0]}: never sampled"]
