@@ -245,11 +245,10 @@ def serial_bench(sizes: list[int]) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
     from dx1_driver.serial_transport import SerialTransport
-    from dx1_driver.transport import SimTransport
 
     from .cli import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
-    from .sim.launch import start_simulator
+    from .sim.launch import PrivateSimTransport, start_simulator
 
     verified = [s for s in sizes if s <= SERIAL_VERIFIED_MAX]
     jobs = {"crc": [{"mode": "crc", "sizes": sizes, "ops": ["write", "read"]}],
@@ -267,7 +266,7 @@ def serial_bench(sizes: list[int]) -> dict:
                 process, port = start_simulator(uart=True, fault_rate=fault_rate, fault_seed=1)
             wall = time.perf_counter()
             if fault_rate is None:
-                transport = SimTransport("127.0.0.1", port, process=process)
+                transport = PrivateSimTransport(process, port)
             else:
                 transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, regs=framing,
                                             **CLIENT_OPTIONS)

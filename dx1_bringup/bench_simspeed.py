@@ -22,12 +22,12 @@ import time
 
 import numpy as np
 from dx1_driver import Device
-from dx1_driver.transport import SimTransport
+from dx1_driver.sim_transport import SimTransport
 
 from .runtime.gemm_run import run_gemm
 from .runtime.reference import reference_gemm
 from .sim.amaranth_transport import AmaranthTransport
-from .sim.launch import start_simulator
+from .sim.launch import PrivateSimTransport, start_simulator
 
 __all__ = ["SETUPS", "simspeed_bench", "print_simspeed"]
 
@@ -67,7 +67,7 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
         for label, clock, host_path in SETUPS:
             print(f"  starting the simulator: {label} (builds it the first time) ...", flush=True)
             process, port = start_simulator(clock=clock, host_path=host_path)
-            transports[label] = SimTransport("127.0.0.1", port, process=process)
+            transports[label] = PrivateSimTransport(process, port)
         runs = {label: [] for label in transports}
         for r in range(rounds):
             for label, transport in transports.items():

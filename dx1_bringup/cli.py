@@ -216,12 +216,13 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     device = _open_device(args.device, "dx1 gemm")
     if device is None:
         return 2
+    capture: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.record is not None:
         from .replay import Recorder
 
-        device = Recorder(device, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
+        capture = Recorder(device, args.record, note=f"dx1 gemm {m} {k} {n} --seed {args.seed} on {args.device}")
     timeline: list[str] = []
-    with device:
+    with device, capture:
         start = time.perf_counter()
         try:
             with _traced(device, args.trace, args.trace_format, timeline) as traced:

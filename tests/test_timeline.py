@@ -15,7 +15,7 @@ from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import gemm_problem, main
 from dx1_bringup.runtime import gemm_run, reference
 from dx1_bringup.spec import SocConfig
-from dx1_bringup.timeline import COUNTERS, HOST, record, tile_group, unit_of
+from dx1_bringup.timeline import COUNTERS, HOST, Timeline, record, tile_group, unit_of
 
 UNITS = ("load", "compute", "store", "control")
 
@@ -55,7 +55,7 @@ def run_traced(device: Device, path: Path, m: int, k: int, n: int, tiles: list[i
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
         c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
-        timeline = traced.timeline
+        timeline = next(o for o in traced.observers if isinstance(o, Timeline))
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
     return stats, timeline, seen, summary[0]

@@ -54,7 +54,7 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
         Print nothing.
     record:
         Write what the steps from the DMA loopback on do to the device to this capture file (a
-        :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
+        :class:`~dx1_bringup.replay.Recorder` observes the device from there: the memory test before writes the
         whole memory through the host, which a replay need not repeat); ``None``: no capture.
 
     Returns
@@ -92,6 +92,7 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
     start = time.monotonic()
     owned = isinstance(target, str)
     run = None
+    recorder = None
     try:
         for index, step in enumerate(steps):
             say(f"  {index + 1} {step.title:<30}", end="")
@@ -107,8 +108,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
                 if run is None:
                     run = _Run(transport, device, seed, mem_bytes, timeout)
                 report.transport = type(transport).__name__
-                if record is not None and step.name == "dma" and not isinstance(run.device, Recorder):
-                    run.device = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
+                if record is not None and step.name == "dma" and recorder is None:
+                    recorder = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
                 run.step = step
                 step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
                 step.status = "pass"
@@ -129,8 +130,8 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             say(f"      probably: {step.diagnosis}")
             break
     finally:
-        if run is not None and isinstance(run.device, Recorder):
-            run.device.writer.close()
+        if recorder is not None:
+            recorder.close()
         if owned and transport is not None:
             (run.device if run and run.device else transport).close()
     report.seconds = time.monotonic() - start

@@ -123,7 +123,7 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> dict[i
             # A halted queue names its tile; a timeout may be any busy one.  Recovery resets the tile and
             # resubmits what lost its completion (TileFenced or ReplayRefused end the attempt).
             for q in busy if getattr(e, "tile", None) is None else [queues[e.tile]]:
-                resubmitted[q.tile] += len(q.recover(timeout=timeout).replayed)
+                resubmitted[q.tile] += len(device.recover(q.tile, timeout=timeout).replayed)
             continue
         for q in queues.values():
             ready = q.poll()
