@@ -22,6 +22,7 @@ import numpy as np
 
 from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
+from .runtime.operands import random_operands
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -84,7 +85,7 @@ SOC_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256)]
 
 def _operands(m: int, k: int, n: int, seed: int = 1):
     rng = np.random.default_rng(seed)
-    return (rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8))
+    return random_operands(rng, m, k, n)
 
 
 def soc_bench(shapes=SOC_SHAPES) -> dict:
@@ -131,9 +132,9 @@ def perf_bench() -> dict:
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
     from dx1_driver import Device, open_transport
 
-    from .cli import gemm_problem
-    from .model.tile import PostOpParams
     from .runtime.gemm_perf import BENCH_SWEEP, combine, fresh_layout, measure_gemm, predict_gemm
+    from .runtime.operands import gemm_problem
+    from .spec import PostOpParams
 
     fresh = Device.open("model")
     base, rings = fresh_layout(fresh, None)
@@ -246,7 +247,7 @@ def serial_bench(sizes: list[int]) -> dict:
 
     from dx1_driver.serial_transport import SerialTransport
 
-    from .cli import gemm_problem
+    from .runtime.operands import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
     from .sim.launch import PrivateSimTransport, start_simulator
 

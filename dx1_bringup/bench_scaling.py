@@ -104,8 +104,8 @@ def _open_soc(tiles: int, banks: int, progress: Callable[[str], None]):
 
 
 def _run_point(device, transport, size: int, tiles: int, banks: int, soc_tiles: int) -> dict:
-    from .cli import gemm_problem
     from .runtime.gemm_run import run_gemm
+    from .runtime.operands import gemm_problem
     from .runtime.reference import reference_gemm
 
     a, b, bias, post = gemm_problem(size, size, size, seed=1)

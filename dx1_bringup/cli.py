@@ -16,6 +16,7 @@ import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
 from .replay.cli import add_parser as add_replay_parser
+from .runtime.operands import gemm_problem
 from .sim import serve
 from .timeline import add_trace_arguments
 from .workloads.cli import add_parser as add_run_parser
@@ -121,9 +122,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     import numpy as np
 
-    from .model.tile import PostOpParams
     from .runtime.tile_plan import plan_linear
-    from .spec import TileConfig
+    from .spec import PostOpParams, TileConfig
 
     module = "dx1_tile_core_a8"
     m, k, n = args.m, args.k, args.n
@@ -162,40 +162,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("  first rows   " + "; ".join(" ".join(f"{v:4d}" for v in row) for row in result["sample"]["rtl"]))
     print("dx1 demo: PASS, verified bit for bit")
     return 0
-
-
-def _calibrate(acc: np.ndarray) -> tuple[int, int]:
-    """(mult, shift) scaling ``acc`` to a spread of about +-40: the int8 range is used but rarely saturated."""
-    spread = max(float(np.abs(acc).std()), 1.0)
-    scale = 40.0 / spread
-    # The largest shift whose multiplier still fits 16 bits keeps the most precision.
-    shift = 47
-    while shift and round(scale * (1 << shift)) >= 1 << 16:
-        shift -= 1
-    return max(1, min(round(scale * (1 << shift)), (1 << 16) - 1)), shift
-
-
-def gemm_problem(m: int, k: int, n: int, seed: int, post: bool = True):
-    """The operands of ``dx1 gemm M K N --seed S``: int8 A and B, int32 bias and the post-op (``None`` if not ``post``).
-
-    Returns
-    -------
-    (a, b, bias, post)
-    """
-    from .model.tile import PostOpParams
-    from .runtime import reference
-
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    # Products of uniform int8 have a standard deviation near 5500; a bias of the same order as the sums shifts
-    # the output visibly without swamping it.
-    bias_span = int(5500 * np.sqrt(k))
-    bias = rng.integers(-bias_span, bias_span + 1, n).astype(np.int32)
-    if not post:
-        return a, b, bias, None
-    mult, shift = _calibrate(reference.reference_gemm(a, b, bias))
-    return a, b, bias, PostOpParams(mult, shift, relu=True)
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
@@ -296,8 +262,8 @@ def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
 def cmd_perf(args: argparse.Namespace) -> int:
     from dx1_driver import Device, DriverError
 
-    from .model.tile import PostOpParams
     from .runtime import gemm_perf
+    from .spec import PostOpParams
 
     m, k, n = args.m, args.k, args.n
     # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.

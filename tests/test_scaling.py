@@ -11,9 +11,10 @@ import pytest
 from dx1_driver import Device
 
 from dx1_bringup import bench_scaling
-from dx1_bringup.cli import build_parser, gemm_problem
+from dx1_bringup.cli import build_parser
 from dx1_bringup.gateware import rtl_module
 from dx1_bringup.runtime.gemm_run import run_gemm
+from dx1_bringup.runtime.operands import gemm_problem
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import serve, verilator_missing
 from dx1_bringup.sim.configs import config_folder, soc_config, soc_verilog

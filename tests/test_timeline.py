@@ -12,8 +12,9 @@ from dx1_driver import Device, regs
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from dx1_bringup.backends import ModelTransport
-from dx1_bringup.cli import gemm_problem, main
+from dx1_bringup.cli import main
 from dx1_bringup.runtime import gemm_run, reference
+from dx1_bringup.runtime.operands import gemm_problem
 from dx1_bringup.spec import SocConfig
 from dx1_bringup.timeline import COUNTERS, HOST, Timeline, record, tile_group, unit_of
 

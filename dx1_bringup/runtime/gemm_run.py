@@ -23,8 +23,8 @@ from dx1_driver import (
     TileFenced,
 )
 
-from ..model.tile import PostOpParams
 from ..perf import Ring
+from ..spec import PostOpParams, align_up
 from .gemm import check_post, check_tiles, compile_gemm
 from .operands import ACC_LANE_BYTES, pad_operand, padded
 
@@ -146,7 +146,7 @@ def operand_layout(m: int, k: int, n: int, array: int, post: bool, bias: bool,
     offsets, total = {}, 0
     for name, size in sizes.items():
         offsets[name] = total
-        total += -(-size // align) * align
+        total += align_up(size, align)
     return offsets, total
 
 
