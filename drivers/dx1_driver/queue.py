@@ -66,6 +66,22 @@ class CommandQueue:
     every completion exactly once, in ring order, and checks that each carries
     the tag of the command at its ring index.  Completions collected while
     :meth:`submit` waits for ring space are kept until a :meth:`wait` asks.
+
+    Parameters
+    ----------
+    transport:
+        The device's transport: the QUEUE block's registers and the rings are reached through it.
+    tile, base:
+        The tile, and the register address of its QUEUE block.
+    ring_log2:
+        log2 of the ring entries, 1 to 16.
+    allocator:
+        The device memory allocator the rings are taken from (and given back to on a device reset);
+        its end is the device memory's size, the bound of the DMA window.
+    waits:
+        The device's completion waits, shared by its queues (:mod:`.waiting`).
+    observers:
+        The device's observers (:mod:`.observe`), which hear this queue's calls; ``None``: none.
     """
 
     def __init__(self, transport: Transport, tile: int, base: int, ring_log2: int, *, allocator: Allocator,
