@@ -11,7 +11,7 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   ``model:bus-error=0x1000+0x40``; ``model:tiles=T,banks=B,mem_mib=M`` (any of the three, with faults or
   not) a SoC of that many tiles, memory banks and MiB of device memory;
 * ``sim``: a private simulator of the SoC (:func:`~dx1_bringup.sim.launch.start_simulator`) behind a
-  :class:`~dx1_driver.transport.SimTransport` that stops it on close; ``sim:verilog=PATH`` the same
+  :class:`~dx1_bringup.sim.launch.PrivateSimTransport` that stops it on close; ``sim:verilog=PATH`` the same
   for another Verilog file of the SoC (a mutant of ``rtl/dx1_soc.v``, built beside it);
   ``sim:tiles=T,banks=B,mem_mib=M`` (any of the three) the SoC generated with that many tiles, memory
   banks and MiB of device memory (:mod:`dx1_bringup.sim.configs`), the same device as
@@ -35,12 +35,13 @@ from typing import Any
 from dx1_driver import BusErrorResponse, register_backend
 from dx1_driver.pcie import BarMapping, PcieTransport
 from dx1_driver.serial_transport import SerialTransport
-from dx1_driver.transport import SimTransport, Transport
+from dx1_driver.sim_transport import SimTransport
+from dx1_driver.transport import Transport
 
 from .faults import BusErrors, LineFaults, MemoryFaults, UnitStalls, parse_faults
 from .model.bridge import ModelBridge
 from .model.device import BusError, DeviceModel
-from .sim.launch import start_simulator
+from .sim.launch import PrivateSimTransport, start_simulator
 from .spec import SimOp, SocConfig, stall_bit
 
 __all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model", "open_sim",
@@ -267,7 +268,7 @@ def open_sim(device: str) -> SimTransport:
         process, port = start_simulator(verilog=verilog)
     else:
         process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
-    transport = SimTransport("127.0.0.1", port, process=process)
+    transport = PrivateSimTransport(process, port)
     if stalls is not None:
         try:
             set_stalls(transport, stalls.units)

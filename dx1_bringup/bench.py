@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from . import argtypes as types
 from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
-from .cli import args as types
+from .runtime.operands import random_operands
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -85,7 +86,7 @@ SOC_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256)]
 
 def _operands(m: int, k: int, n: int, seed: int = 1):
     rng = np.random.default_rng(seed)
-    return (rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8))
+    return random_operands(rng, m, k, n)
 
 
 def soc_bench(shapes=SOC_SHAPES) -> dict:
@@ -132,9 +133,9 @@ def perfmodel_bench() -> dict:
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
     from dx1_driver import Device, open_transport
 
-    from .cli.operands import gemm_problem
-    from .model.tile import PostOpParams
     from .runtime.gemm_perf import BENCH_SWEEP, combine, fresh_layout, measure_gemm, predict_gemm
+    from .runtime.operands import gemm_problem
+    from .spec import PostOpParams
 
     fresh = Device.open("model")
     base, rings = fresh_layout(fresh, None)
@@ -246,11 +247,10 @@ def serial_bench(sizes: list[int]) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
     from dx1_driver.serial_transport import SerialTransport
-    from dx1_driver.transport import SimTransport
 
-    from .cli.operands import gemm_problem
+    from .runtime.operands import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
-    from .sim.launch import start_simulator
+    from .sim.launch import PrivateSimTransport, start_simulator
 
     verified = [s for s in sizes if s <= SERIAL_VERIFIED_MAX]
     jobs = {"crc": [{"mode": "crc", "sizes": sizes, "ops": ["write", "read"]}],
@@ -268,7 +268,7 @@ def serial_bench(sizes: list[int]) -> dict:
                 process, port = start_simulator(uart=True, fault_rate=fault_rate, fault_seed=1)
             wall = time.perf_counter()
             if fault_rate is None:
-                transport = SimTransport("127.0.0.1", port, process=process)
+                transport = PrivateSimTransport(process, port)
             else:
                 transport = SerialTransport(f"socket://127.0.0.1:{port}", retries=30, regs=framing,
                                             **CLIENT_OPTIONS)

@@ -82,10 +82,8 @@ def merge_points(path: Path, points: Sequence[dict] = (), socs: Sequence[dict] =
 
 def _open_soc(tiles: int, banks: int, progress: Callable[[str], None]):
     """Generate, build (when needed) and start the SoC; return its transport and what it cost."""
-    from dx1_driver.transport import SimTransport
-
     from .sim.configs import config_folder, soc_config, soc_verilog
-    from .sim.launch import start_simulator
+    from .sim.launch import PrivateSimTransport, start_simulator
 
     config = soc_config(tiles, banks, MEM_MIB)
     folder = config_folder(config)
@@ -102,12 +100,12 @@ def _open_soc(tiles: int, banks: int, progress: Callable[[str], None]):
     progress(f"  SoC {folder.name}: serving after {start_s:.1f} s")
     soc = {"soc": folder.name, "tiles": tiles, "banks": banks, "mem_mib": MEM_MIB, "generate_s": generate_s,
            "build_and_start_s": start_s, "built_before": built}
-    return SimTransport("127.0.0.1", port, process=process), soc
+    return PrivateSimTransport(process, port), soc
 
 
 def _run_point(device, transport, size: int, tiles: int, banks: int, soc_tiles: int) -> dict:
-    from .cli.operands import gemm_problem
     from .runtime.gemm_run import run_gemm
+    from .runtime.operands import gemm_problem
     from .runtime.reference import reference_gemm
 
     a, b, bias, post = gemm_problem(size, size, size, seed=1)

@@ -22,12 +22,13 @@ import time
 
 import numpy as np
 from dx1_driver import Device
-from dx1_driver.transport import SimTransport
+from dx1_driver.sim_transport import SimTransport
 
 from .runtime.gemm_run import run_gemm
+from .runtime.operands import random_operands
 from .runtime.reference import reference_gemm
 from .sim.amaranth_transport import AmaranthTransport
-from .sim.launch import start_simulator
+from .sim.launch import PrivateSimTransport, start_simulator
 
 __all__ = ["SETUPS", "simspeed_bench", "print_simspeed"]
 
@@ -50,7 +51,7 @@ def _one_gemm(transport: SimTransport, a: np.ndarray, b: np.ndarray, tiles: int)
 def _operands(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     m, k, n = shape
     rng = np.random.default_rng(1)
-    return rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+    return random_operands(rng, m, k, n)
 
 
 def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2, rounds: int = 2,
@@ -67,7 +68,7 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
         for label, clock, host_path in SETUPS:
             print(f"  starting the simulator: {label} (builds it the first time) ...", flush=True)
             process, port = start_simulator(clock=clock, host_path=host_path)
-            transports[label] = SimTransport("127.0.0.1", port, process=process)
+            transports[label] = PrivateSimTransport(process, port)
         runs = {label: [] for label in transports}
         for r in range(rounds):
             for label, transport in transports.items():

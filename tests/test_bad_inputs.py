@@ -191,7 +191,7 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
 
 def test_every_command_takes_integers_the_same_way(capsys: pytest.CaptureFixture[str]) -> None:
     """One set of argument types: ``10_000`` is ten thousand for every command, ``1__0`` for none."""
-    from dx1_bringup.cli import args
+    from dx1_bringup import argtypes as args
 
     assert args.integer("10_000") == args.positive("10_000") == 10_000
     assert args.seed("0") == 0 and args.seconds("0.5") == 0.5

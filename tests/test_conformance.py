@@ -16,12 +16,12 @@ import pytest
 from dx1_driver import CommandError, Device, DriverError, QueueError, TraceKind, open_transport, regs
 from dx1_driver.serial_transport import SerialTransport
 
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.board_server import CLIENT_OPTIONS
 from dx1_bringup.sim.launch import start_simulator
+from dx1_bringup.spec import PostOpParams
 
 BACKENDS = ["model", "sim", "serial"]
 #: Wall-clock budget for one wait: the simulator runs about 1e5 cycles a second.

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from dx1_bringup.model import BusError, DeviceModel
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.perfmodel import COSTS
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import (
@@ -17,6 +16,7 @@ from dx1_bringup.spec import (
     BlockType,
     ErrorCode,
     Opcode,
+    PostOpParams,
     SocConfig,
     pack_command,
     register_map,

@@ -13,14 +13,13 @@ from dx1_driver import Device, register_backend, registry
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
 from dx1_bringup.fuzz.runner import record_stream
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.replay import Capture, Doorbell, Submit, Upload, Wait, load_capture, record, replay
 from dx1_bringup.replay.cli import diff_main
 from dx1_bringup.replay.diff import bisect, commands_in_order, prefix_events
 from dx1_bringup.replay.shrink import ddmin, shrink, trim_uploads
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.mutants import write_mutant
-from dx1_bringup.spec import COMMANDS, Opcode, pack_command, unpack_command
+from dx1_bringup.spec import COMMANDS, Opcode, PostOpParams, pack_command, unpack_command
 
 POSTOP_BIAS = 1 << COMMANDS[Opcode.POSTOP].flag_bit("bias")
 POSTOP_RELU = 1 << COMMANDS[Opcode.POSTOP].flag_bit("relu")
@@ -194,7 +193,7 @@ def test_command_lines(stream: Capture, tmp_path: Path, planted_backend: str,
     assert main(["diff", str(path), "--device", "model", "--device", planted_backend, "--shrink", str(out)]) == 1
     text = capsys.readouterr().out
     assert "first command whose effect differs: command " in text and "queue 1 (tile 1)" in text
-    assert "    GEMM\n" in text and "      m " in text and "      c_addr " in text
+    assert "    GEMM tag=" in text and " m=" in text and " c_addr=0x" in text and "    bytes 03 " in text
     assert "prefix replays" in text and f"{stream.commands} commands" in text
     assert "kept 1 commands and 0 uploads" in text
     assert main(["replay", str(out), "--device", planted_backend]) == 1

@@ -1,6 +1,6 @@
 """The docs cannot drift from the tree: every repository path and module they name exists.
 
-The README, fpga/README.md and docs/*.md name files in backticks (``dx1_bringup/cli/args.py``,
+The README, fpga/README.md and docs/*.md name files in backticks (``dx1_bringup/argtypes.py``,
 ``gateware/command.py``), in links (``[fpga/README.md](fpga/README.md)``) and as dotted modules
 (``dx1_bringup.perfmodel``, ``dx1_driver.perf``).  A path with a folder in it must be the end of a file's or
 folder's path in the repository (``gateware/command.py`` is ``dx1_bringup/gateware/command.py``); a bare

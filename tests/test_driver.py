@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 from dx1_driver import (
     Allocator,
+    Call,
     Capabilities,
     CommandError,
     Device,
     DeviceTimeout,
     DriverError,
     NotADx1Device,
+    Observer,
     OutOfDeviceMemory,
     QueueError,
+    QueueState,
     Transport,
     TransportError,
     open_transport,
@@ -585,3 +588,113 @@ def test_help_device_shows_caps_and_its_fields():
         assert name in fields
     with Device.open("model") as dev, pytest.raises(AttributeError):
         dev.caps = None
+
+
+# -- the observer hook ----------------------------------------------------------------------------
+
+
+class _Log(Observer):
+    """Notes every hook call as (hook, name, tile) and keeps the calls."""
+
+    def __init__(self):
+        self.heard: list[tuple[str, str, int | None]] = []
+        self.calls: list[Call] = []
+
+    def before(self, call: Call) -> None:
+        self.heard.append(("before", call.name, call.tile))
+
+    def after(self, call: Call) -> None:
+        self.heard.append(("after", call.name, call.tile))
+        self.calls.append(call)
+
+
+def test_observers_hear_each_program_call_once_with_its_arguments_and_result(dev):
+    log = _Log()
+    dev.observe(log)
+    q = dev.queue(1)
+    q.set_dma_window(0, 0x8000)
+    dev.write_mem(0x100, np.arange(4, dtype=np.uint16))
+    assert list(dev.read_array(0x100, 4, "<u2")) == [0, 1, 2, 3]
+    q.submit([regs.nop(tag=3), regs.nop(tag=4)])
+    dev.wait_any([q], at_least=2)
+    done = q.wait(iter([4, 3]))
+    assert [name for hook, name, _ in log.heard if hook == "after"] == [
+        "set_dma_window", "write_mem", "read_mem", "submit", "wait_any", "wait"]
+    assert log.heard[0] == ("before", "set_dma_window", 1) and log.heard[1] == ("after", "set_dma_window", 1)
+    window, write, read, submit, wait_any, wait = log.calls
+    assert window.args == {"base": 0, "limit": 0x8000}
+    assert write.args == {"addr": 0x100, "data": bytes([0, 0, 1, 0, 2, 0, 3, 0])} and write.tile is None
+    assert read.args == {"addr": 0x100, "n": 8} and read.result == write.args["data"]
+    assert submit.args["commands"] == (regs.nop(tag=3), regs.nop(tag=4)) and submit.result == [3, 4]
+    assert wait_any.args == {"queues": (q,), "at_least": 2}
+    assert wait.args == {"what": (4, 3), "check": True} and wait.result == done
+    assert all(c.error is None and 0 < c.start_ns <= c.end_ns for c in log.calls)
+    dev.unobserve(log)
+    dev.write_mem(0, b"x")
+    assert len(log.calls) == 6 and dev.observers == ()
+
+
+def test_observers_do_not_hear_the_driver_inside_a_call_nor_themselves(dev):
+    """recover() resets the tile and resubmits inside: only the program's own call is heard."""
+
+    class Reentrant(_Log):
+        def after(self, call: Call) -> None:
+            super().after(call)
+            dev.read_mem(0, 8)  # an observer's own call: not heard
+
+    log = Reentrant()
+    q = dev.queue(0)
+    q.set_enabled(False)
+    q.submit([regs.nop(tag=9)])
+    dev.observe(log)
+    recovery = dev.recover(0)
+    assert recovery.replayed == (9,)
+    assert log.heard == [("before", "recover", 0), ("after", "recover", 0)]
+    assert log.calls[0].result is recovery
+    q.set_enabled(True)
+    assert [c.tag for c in q.wait()] == [9]
+    assert [name for _, name, _ in log.heard[2:]] == ["wait", "wait"]
+
+
+def test_observers_hear_a_call_that_raises(dev):
+    log = _Log()
+    dev.observe(log)
+    q = dev.queue(0)
+    with pytest.raises(ValueError, match="cannot wait for 1 completions: 0 outstanding"):
+        q.wait(1)
+    assert log.heard == [("before", "wait", 0), ("after", "wait", 0)]
+    assert isinstance(log.calls[0].error, ValueError) and log.calls[0].result is None
+    with pytest.raises(ValueError, match="command 0 is 3 bytes"):
+        q.submit([b"abc"])  # refused before it is a call: nothing to hear
+    assert len(log.calls) == 1
+
+
+def test_observe_takes_observers_once():
+    with Device.open("model") as d:
+        with pytest.raises(TypeError, match="an observer must be a dx1_driver.Observer, not 'log'"):
+            d.observe("log")
+        log = _Log()
+        d.observe(log)
+        with pytest.raises(ValueError, match="observes this device already"):
+            d.observe(log)
+        d.unobserve(log)
+        d.unobserve(log)
+        assert d.observers == ()
+
+
+def test_recover_needs_an_open_queue(dev):
+    with pytest.raises(DriverError, match="tile 1 has no open queue to recover"):
+        dev.recover(1)
+    with pytest.raises(ValueError, match="tile must be 0 to 1, not 2"):
+        dev.recover(2)
+
+
+def test_queue_state_says_what_the_device_fetched(dev):
+    q = dev.queue(0)
+    assert q.state() == QueueState(halted=False, error=None, fetched=0, aborted=0)
+    q.set_enabled(False)
+    q.submit([regs.nop(tag=1), regs.nop(tag=2)])
+    assert q.state().fetched == 0  # disabled: nothing fetched
+    q.set_enabled(True)
+    q.wait()
+    assert q.state() == QueueState(halted=False, error=None, fetched=0, aborted=0)

@@ -41,7 +41,7 @@ sys.meta_path.insert(0, RefuseFramework())
 import dx1_driver
 from dx1_driver import TransportError, open_transport, regs
 from dx1_driver.pcie import PcieTransport
-from dx1_driver.transport import SimTransport
+from dx1_driver.sim_transport import SimTransport
 
 MEM_BYTES = 4096
 out = {}

@@ -34,11 +34,10 @@ from dx1_driver import (
     regs,
 )
 from dx1_driver.serial_transport import SerialTransport
-from dx1_driver.transport import SimTransport
 
 from dx1_bringup.backends import loopback_model_transport, model_pcie_transport, set_stalls
 from dx1_bringup.sim import verilator_missing
-from dx1_bringup.sim.launch import start_simulator
+from dx1_bringup.sim.launch import PrivateSimTransport, start_simulator
 from dx1_bringup.sim.serve import SOC_MODULE
 from dx1_bringup.spec import SimOp, SocConfig
 
@@ -180,11 +179,11 @@ def test_unit_stops(device):
     seconds = time.perf_counter() - start
     assert e.value.code == regs.ErrorCode.TIMEOUT
     set_stalls(dev.transport, ())
-    q.recover(timeout=TIMEOUT)
+    dev.recover(q.tile, timeout=TIMEOUT)
     assert [c.tag for c in q.wait(timeout=TIMEOUT)] == [1, 2]
     assert dev.read_mem(0x3000, n) == data
     record("a unit stops (DMA stalled, WATCHDOG = 500)", backend, "TIMEOUT, queue halted", seconds,
-           "`QueueError(TIMEOUT)`; `recover()` reset the tile and resubmitted; each completion once")
+           "`QueueError(TIMEOUT)`; `Device.recover()` reset the tile and resubmitted; each completion once")
 
 
 def test_lost_interrupt(device):
@@ -301,7 +300,7 @@ def private_sim():
     if reason:
         pytest.skip(reason)
     process, port = start_simulator()
-    transport = SimTransport("127.0.0.1", port, process=process, timeout=SIM_DEADLINE)
+    transport = PrivateSimTransport(process, port, timeout=SIM_DEADLINE)
     pid = _simulator_pid(process)
     yield transport, pid
     try:

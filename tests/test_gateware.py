@@ -18,9 +18,9 @@ from amaranth.sim import Simulator
 
 from dx1_bringup.gateware import PostOp, SystolicArray, TileCore
 from dx1_bringup.gateware.stream import AXIStreamSignature
-from dx1_bringup.model.tile import MAX_SHIFT, PostOpParams, requantize
+from dx1_bringup.model.tile import MAX_SHIFT, requantize
 from dx1_bringup.sim.stimulus import random_int8, random_int32
-from dx1_bringup.spec import TileConfig
+from dx1_bringup.spec import PostOpParams, TileConfig
 
 # --- constructor checks -----------------------------------------------------------------------------------------
 

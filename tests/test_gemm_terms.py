@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from dx1_driver import Device
 
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm import GemmTerm, compile_gemm
 from dx1_bringup.runtime.gemm_run import drive
 from dx1_bringup.runtime.reference import reference_gemm
+from dx1_bringup.spec import PostOpParams
 
 
 def _put(dev, addr, matrix, stride):

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from dx1_bringup.model.tile import COMPUTE_OPCODES, MAX_SHIFT, PostOpParams, TileModel, check_command, requantize
+from dx1_bringup.model.tile import COMPUTE_OPCODES, MAX_SHIFT, TileModel, check_command, requantize
 from dx1_bringup.sim.stimulus import BAD_KINDS, bad_command, random_gemm, random_int8, random_int32, random_postop
 from dx1_bringup.spec import (
     CHECK_ORDER,
@@ -16,6 +16,7 @@ from dx1_bringup.spec import (
     POSTOP_MAX_SHIFT,
     ErrorCode,
     Opcode,
+    PostOpParams,
     TileConfig,
     pack_command,
     unpack_command,

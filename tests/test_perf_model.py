@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from dx1_driver import Device
 
-from dx1_bringup.cli import gemm_problem, main
-from dx1_bringup.model.tile import PostOpParams
+from dx1_bringup.cli import main
 from dx1_bringup.perfmodel import COSTS, Ring, predict
 from dx1_bringup.runtime.commands import CommandStream
 from dx1_bringup.runtime.gemm_perf import SWEEP, combine, measure_gemm, predict_gemm
 from dx1_bringup.runtime.gemm_run import drive, run_gemm
-from dx1_bringup.spec import COMMAND_BYTES, Opcode, SocConfig, pack_command
+from dx1_bringup.runtime.operands import gemm_problem
+from dx1_bringup.spec import COMMAND_BYTES, Opcode, PostOpParams, SocConfig, pack_command
 
 #: Largest relative error of the predicted CYCLES of a single-tile GEMM-only stream.
 GEMM_TOLERANCE = 0.01

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from dx1_driver import Device
 
-from dx1_bringup.model.tile import PostOpParams as PostOp
 from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, Value, plan_arena
 from dx1_bringup.runtime.quant import quantize, quantize_bias, requant_multiplier
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import POSTOP_MAX_SHIFT
+from dx1_bringup.spec import PostOpParams as PostOp
 
 
 @pytest.mark.parametrize("real", [1.0, 0.5, 0.3333, 1e-3, 7.77e-6, 2.0 ** -30, 123.4, 65535.0])

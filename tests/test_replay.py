@@ -208,8 +208,9 @@ def test_recorder_captures_a_gemm_that_replays(tmp_path: Path) -> None:
     a = rng.integers(-128, 128, (37, 29), dtype=np.int8)
     b = rng.integers(-128, 128, (29, 19), dtype=np.int8)
     path = tmp_path / "gemm.capture"
-    with Recorder(model(), path, note="a 37x29x19 GEMM") as rec:
-        c, _stats = run_gemm(rec, a, b)
+    dev = model()
+    with dev, Recorder(dev, path, note="a 37x29x19 GEMM"):
+        c, _stats = run_gemm(dev, a, b)
     assert np.array_equal(c, reference_gemm(a, b))
     capture = load_capture(path)
     kinds = {e.kind for e in capture.events}
@@ -221,17 +222,39 @@ def test_recorder_captures_a_gemm_that_replays(tmp_path: Path) -> None:
 
 def test_recorder_records_windows_and_waits_by_tag(tmp_path: Path) -> None:
     path = tmp_path / "tags.capture"
-    with Recorder(model(), path) as rec:
-        q = rec.queue(1)
+    dev = model()
+    with dev, Recorder(dev, path):
+        q = dev.queue(1)
         q.set_dma_window(0x4000, 0x8000)
         q.submit([pack_command(Opcode.NOP, tag=t) for t in (5, 6, 5, 7)])
-        assert [c.index for c in q.wait([7, 5])] == [0, 3]
+        assert [c.index for c in q.wait(iter([7, 5]))] == [0, 3]
         assert [c.tag for c in q.wait(check=False)] == [6, 5]
-        rec.write_mem(0x4000, np.arange(4, dtype=np.uint16))
-        assert rec.read_mem(0x4000, 8) == np.arange(4, dtype="<u2").tobytes()
+        dev.write_mem(0x4000, np.arange(4, dtype=np.uint16))
+        assert dev.read_mem(0x4000, 8) == np.arange(4, dtype="<u2").tobytes()
     capture = load_capture(path)
     assert capture.events[0] == DmaWindow(1, 0x4000, 0x8000)
     assert capture.events[3] == Wait(1, (Seen(0, 5, 0, 0), Seen(3, 7, 0, 0)), by_tag=True)
+    assert replay(capture, model()).ok
+
+
+def test_recorder_stops_at_close_and_skips_refused_calls(tmp_path: Path) -> None:
+    """Only calls that took effect are captured, and nothing after close: the capture replays."""
+    path = tmp_path / "close.capture"
+    dev = model()
+    with dev:
+        with Recorder(dev, path) as rec:
+            q = dev.queue(0)
+            with pytest.raises(ValueError, match="outside device memory"):
+                dev.write_mem(dev.caps.mem_bytes - 4, bytes(8))
+            q.submit([pack_command(Opcode.NOP, tag=1)])
+            with pytest.raises(ValueError, match="cannot wait for 2 completions"):
+                q.wait(2)
+            assert [c.tag for c in q.wait()] == [1]
+        assert rec not in dev.observers
+        dev.write_mem(0, bytes(8))
+        rec.close()
+    capture = load_capture(path)
+    assert [e.kind for e in capture.events] == ["submit", "doorbell", "wait"]
     assert replay(capture, model()).ok
 
 

@@ -10,13 +10,12 @@ from dx1_driver import CommandError, Device, regs
 
 from dx1_bringup.backends import ModelTransport
 from dx1_bringup.cli import main
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime import gemm, gemm_run, reference
 from dx1_bringup.runtime.gemm import compile_gemm
 from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.operands import padded
 from dx1_bringup.runtime.reference import reference_gemm
-from dx1_bringup.spec import Opcode, SocConfig, TileConfig, unpack_command
+from dx1_bringup.spec import Opcode, PostOpParams, SocConfig, TileConfig, unpack_command
 
 POST = PostOpParams(mult=3000, shift=20, relu=True)
 

@@ -9,16 +9,16 @@ import json
 import numpy as np
 import pytest
 from dx1_driver import Device
-from dx1_driver.transport import SimTransport
 
 from dx1_bringup import bench_scaling
-from dx1_bringup.cli import build_parser, gemm_problem
+from dx1_bringup.cli import build_parser
 from dx1_bringup.gateware import rtl_module
 from dx1_bringup.runtime.gemm_run import run_gemm
+from dx1_bringup.runtime.operands import gemm_problem
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import serve, verilator_missing
 from dx1_bringup.sim.configs import config_folder, soc_config, soc_verilog
-from dx1_bringup.sim.launch import start_simulator
+from dx1_bringup.sim.launch import PrivateSimTransport, start_simulator
 from dx1_bringup.spec import SocConfig
 
 #: The CI slice: a 4-tile SoC with 2 banks (generating and building it took 8 minutes on two busy cores).
@@ -124,7 +124,7 @@ def test_a_four_tile_soc_runs_a_gemm_on_all_its_tiles():
         expected, _ = run_gemm(model, a, b, bias, post)
     np.testing.assert_array_equal(expected, reference_gemm(a, b, bias, post))
     process, port = start_simulator(tiles=CI_TILES, banks=CI_BANKS, timeout=1800)
-    with Device(SimTransport("127.0.0.1", port, process=process)) as dev:
+    with Device(PrivateSimTransport(process, port)) as dev:
         assert (dev.caps.tiles, dev.caps.mem_banks) == (CI_TILES, CI_BANKS)
         out, stats = run_gemm(dev, a, b, bias, post, timeout=600)
     np.testing.assert_array_equal(out, expected)

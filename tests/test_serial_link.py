@@ -17,9 +17,9 @@ from dx1_bringup.backends import loopback_model_transport
 from dx1_bringup.faults import LineFaults
 from dx1_bringup.model.bridge import ModelBridge
 from dx1_bringup.model.device import BusError, DeviceModel
-from dx1_bringup.model.tile import PostOpParams
 from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
+from dx1_bringup.spec import PostOpParams
 
 GLOBAL = regs.BLOCK_BASES["GLOBAL"]
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dx1_driver import Device
-from dx1_driver.transport import SimTransport
 
 from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.backdoor import HOST_PATHS
-from dx1_bringup.sim.launch import start_simulator
+from dx1_bringup.sim.launch import PrivateSimTransport, start_simulator
 
 pytestmark = pytest.mark.verilator
 
@@ -32,7 +31,7 @@ def device(request):
         pytest.skip(reason)
     host_path, clock = request.param
     process, port = start_simulator(host_path=host_path, clock=clock)
-    dev = Device(SimTransport("127.0.0.1", port, process=process))
+    dev = Device(PrivateSimTransport(process, port))
     yield dev
     dev.close()
 

@@ -12,10 +12,12 @@ from dx1_driver import Device, regs
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from dx1_bringup.backends import ModelTransport
-from dx1_bringup.cli import gemm_problem, main
+from dx1_bringup.cli import main
+from dx1_bringup.replay import Recorder, load_capture, replay
 from dx1_bringup.runtime import gemm_run, reference
+from dx1_bringup.runtime.operands import gemm_problem
 from dx1_bringup.spec import SocConfig
-from dx1_bringup.timeline import COUNTERS, HOST, record, tile_group, unit_of
+from dx1_bringup.timeline import COUNTERS, HOST, Timeline, record, tile_group, unit_of
 
 UNITS = ("load", "compute", "store", "control")
 
@@ -55,7 +57,7 @@ def run_traced(device: Device, path: Path, m: int, k: int, n: int, tile_ids: lis
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
         c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=tile_ids, timeout=120)
-        timeline = traced.timeline
+        timeline = next(o for o in traced.observers if isinstance(o, Timeline))
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
     return stats, timeline, seen, summary[0]
@@ -217,3 +219,20 @@ def test_sim_trace_loses_nothing_over_more_than_the_trace_depth(sim_transport, t
     assert 2 * stats.commands[0] > 2 * SocConfig().trace_depth
     check_trace(device, path, stats, timeline, seen)
     assert timeline.events[0] == 2 * stats.commands[0] and timeline.lost[0] == 0 and "events lost 0;" in summary
+
+
+def test_a_capture_and_a_timeline_observe_one_run_together(tmp_path: Path) -> None:
+    """Both listen through the device's observer hook: the capture replays and the timeline has the run."""
+    device = Device(ModelTransport())
+    a, b, bias, post = gemm_problem(40, 24, 24, 5)
+    summary: list[str] = []
+    capture, trace = tmp_path / "run.capture", tmp_path / "run.json"
+    with Recorder(device, capture), record(device, trace, summary=summary) as traced:
+        assert traced is device and len(device.observers) == 2
+        c, stats = gemm_run.run_gemm(device, a, b, bias, post)
+    assert device.observers == ()
+    np.testing.assert_array_equal(c, reference.reference_gemm(a, b, bias, post))
+    assert replay(load_capture(capture), Device(ModelTransport())).ok
+    submits = sum(e.kind == "submit" for e in load_capture(capture).events)
+    assert f"submit {submits}" in summary[0] and "events lost 0" in summary[0]
+    assert sum(stats.commands.values()) > 0

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
 
 import dx1_bringup.torch as dxt  # noqa: E402  (after the importorskip)
-from dx1_bringup.model.tile import PostOpParams  # noqa: E402
 from dx1_bringup.runtime.reference import reference_gemm  # noqa: E402
+from dx1_bringup.spec import PostOpParams  # noqa: E402
 
 
 def _operands(seed, m=5, k=20, n=12):

@@ -11,8 +11,10 @@ import time
 import numpy as np
 import pytest
 from dx1_driver import (
+    Call,
     Device,
     DeviceTimeout,
+    Observer,
     QueueError,
     ReplayRefused,
     TileFenced,
@@ -82,7 +84,7 @@ def test_watchdog_times_out_a_stalled_dma_and_the_queue_goes_on(device):
     assert info.value.code == regs.ErrorCode.TIMEOUT and info.value.index == 0, str(info.value)
     print(f"stalled DMA -> QueueError(TIMEOUT) in {detect * 1e3:.1f} ms")
     set_stalls(device.transport, ())
-    recovery = q.recover(timeout=TIMEOUT)
+    recovery = device.recover(q.tile, timeout=TIMEOUT)
     assert recovery.error == (regs.ErrorCode.TIMEOUT, 0)
     assert recovery.replayed == (1, 2)
     q.submit([store(device, 3, dst)])
@@ -147,7 +149,7 @@ def test_recovery_completes_each_command_once(device, watchdog):
     # Without a watchdog the released LOAD may finish before the reset: then nothing is lost, and
     # recovery resubmits only what has no completion; either way each command completes once.
     set_stalls(device.transport, ())
-    q.recover(timeout=TIMEOUT)
+    device.recover(q.tile, timeout=TIMEOUT)
     done = q.wait(timeout=TIMEOUT)
     assert sorted(c.tag for c in done) == [1, 2, 3] and all(c.ok for c in done), done
     assert q.outstanding == 0
@@ -167,7 +169,7 @@ def test_recovery_refuses_to_replay_an_accumulating_gemm(device):
         q.wait(timeout=0.5)
     # Recovered while the core is still stuck: its GEMM may have accumulated part of its rows.
     with pytest.raises(ReplayRefused, match="tag 5 \\(GEMM\\)") as info:
-        q.recover(timeout=TIMEOUT)
+        device.recover(q.tile, timeout=TIMEOUT)
     assert [tag for tag, _, _ in info.value.lost] == [5]
     set_stalls(device.transport, ())
     q.submit([regs.nop(tag=7)])
@@ -197,11 +199,11 @@ def test_a_tile_that_keeps_timing_out_is_fenced(device):
     q.submit([load(device, 1, src)])
     with pytest.raises(QueueError):
         q.wait(timeout=TIMEOUT)
-    q.recover(timeout=TIMEOUT)
+    device.recover(q.tile, timeout=TIMEOUT)
     with pytest.raises(QueueError):
         q.wait(timeout=TIMEOUT)
     with pytest.raises(TileFenced):
-        q.recover(timeout=TIMEOUT)
+        device.recover(q.tile, timeout=TIMEOUT)
     assert device.usable_tiles == [0]
 
 
@@ -276,16 +278,20 @@ def test_gemm_stats_count_the_commands_a_recovery_resubmits(device):
     q = device.queue(0)
     q.set_watchdog(WATCHDOG)
     set_stalls(device.transport, [("dma", 0)])
-    recover = q.recover
     replayed = []
 
-    def recover_unstalled(**kwargs):
-        set_stalls(device.transport, ())  # the fault goes away: the resubmitted commands run
-        r = recover(**kwargs)
-        replayed.append(len(r.replayed))
-        return r
+    class Unstall(Observer):
+        """The fault goes away as the recovery starts: the resubmitted commands run."""
 
-    q.recover = recover_unstalled
+        def before(self, call: Call) -> None:
+            if call.name == "recover":
+                set_stalls(device.transport, ())
+
+        def after(self, call: Call) -> None:
+            if call.name == "recover":
+                replayed.append(len(call.result.replayed))
+
+    device.observe(Unstall())
     out, stats = run_gemm(device, a, b, tiles=1, timeout=TIMEOUT)
     np.testing.assert_array_equal(out, reference_gemm(a, b))
     assert len(replayed) == 1 and replayed[0] > 0

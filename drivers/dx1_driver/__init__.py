@@ -26,16 +26,17 @@ from .errors import (
     TileFenced,
     TransportError,
 )
+from .observe import Call, Observer
 from .perf import Perf, PerfCounters
-from .queue import CommandQueue, Completion
+from .queue import CommandQueue, Completion, QueueState
 from .recovery import Recovery, replay_safe
 from .registry import check_device, device_strings, open_transport, register_backend
-from .trace import Trace, TraceEvent, TraceKind
+from .trace import TraceEvent, TraceFifo, TraceKind
 from .transport import Transport
 
 __all__ = [
     "regs", "Allocator", "Block", "Capabilities", "CommandQueue", "Completion", "Device", "Perf", "PerfCounters",
-    "Trace", "TraceEvent", "TraceKind", "CommandError",
+    "TraceFifo", "TraceEvent", "TraceKind", "CommandError", "Call", "Observer", "QueueState",
     "DeviceTimeout", "DriverError", "NotADx1Device", "OutOfDeviceMemory", "QueueError", "TransportError",
     "Transport", "check_device", "device_strings", "open_transport", "register_backend", "ReplayRefused", "TileFenced",
     "Recovery", "replay_safe", "DeviceReset", "DeviceStuck", "LinkLost", "LinkTimeout", "BusErrorResponse",

@@ -12,6 +12,11 @@ __all__ = ["DEFAULT_ALIGNMENT", "Allocator"]
 DEFAULT_ALIGNMENT = 64
 
 
+def align_up(n: int, align: int) -> int:
+    """The smallest multiple of ``align`` (> 0) that is at least ``n`` (the driver's own: it imports no framework)."""
+    return -(-n // align) * align
+
+
 def _check_alignment(align: int) -> None:
     if align <= 0 or align & (align - 1):
         raise ValueError(f"alignment must be a power of two, not {align!r}")
@@ -71,9 +76,9 @@ class Allocator:
             raise ValueError(f"allocation size must be positive, not {n!r}")
         align = self.alignment if align is None else align
         _check_alignment(align)
-        need = -(-n // self.alignment) * self.alignment
+        need = align_up(n, self.alignment)
         for i, (start, size) in enumerate(zip(self._free_starts, self._free_sizes, strict=True)):
-            addr = -(-start // align) * align
+            addr = align_up(start, align)
             if addr + need > start + size:
                 continue
             del self._free_starts[i], self._free_sizes[i]

@@ -3,8 +3,12 @@
 Walking the NEXT chain from register address 0 finds every block; the n-th
 QUEUE, PERF and TRACE block belong to tile n.  :meth:`Device.queue`,
 :meth:`Device.perf` and :meth:`Device.trace` hand out the objects that drive
-them (:class:`CommandQueue`, :class:`Perf`, :class:`Trace`), so no caller needs
+them (:class:`CommandQueue`, :class:`Perf`, :class:`TraceFifo`), so no caller needs
 a block address.
+
+The device sits on top of the driver's modules and none of them imports it: a queue gets the
+transport, the allocator, the completion waits (:mod:`.waiting`) and the observers
+(:mod:`.observe`) it needs; recovery (:mod:`.recovery`) works through a queue's public interface.
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ from numpy.typing import DTypeLike
 
 from . import regs
 from .allocator import Allocator
-from .errors import DeviceTimeout, DriverError, NotADx1Device, TileFenced
+from .errors import DriverError, NotADx1Device, TileFenced
+from .observe import Observer, Observers
 from .perf import Perf
-from .queue import CommandQueue, wait_reset_done, wait_until
+from .queue import CommandQueue
+from .recovery import Recovery, recover
 from .registry import open_transport
-from .trace import Trace
+from .trace import TraceFifo
 from .transport import Transport
+from .waiting import CompletionWaits, wait_reset_done
 
 __all__ = ["Block", "Capabilities", "Device"]
 
@@ -126,9 +133,11 @@ class Device:
                               f"{transport.mem_bytes}")
         self.allocator = Allocator(0, self.caps.mem_bytes)
         self._queues: dict[int, CommandQueue] = {}
+        self._observers = Observers()
+        self._waits = CompletionWaits(transport, self.open_queues)
         #: Fenced tiles and why (see :meth:`fence`).
         self.fenced: dict[int, str] = {}
-        #: Recoveries per tile (``CommandQueue.recover``); at ``fence_after`` the tile is fenced.
+        #: Recoveries per tile (:meth:`recover`); at ``fence_after`` the tile is fenced.
         self.strikes = [0] * self.caps.tiles
         self.fence_after = 3
         if reset:
@@ -250,9 +259,29 @@ class Device:
         """Set semaphore ``index`` to ``value`` (which must fit the semaphore's 16 bits)."""
         self.write_reg(self.global_base, regs.Global.sem(index), regs.set_field(0, regs.Global.SEM_VALUE, value))
 
+    def observe(self, observer: Observer) -> None:
+        """Let ``observer`` hear the calls made to this device and its queues from now on (see :mod:`.observe`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``observer`` is no :class:`~dx1_driver.observe.Observer`, or observes this device already.
+        """
+        self._observers.add(observer)
+
+    def unobserve(self, observer: Observer) -> None:
+        """Stop ``observer`` hearing calls (harmless if it does not)."""
+        self._observers.remove(observer)
+
+    @property
+    def observers(self) -> tuple[Observer, ...]:
+        """The observers hearing calls now, in the order they hear them."""
+        return tuple(self._observers)
+
     def read_mem(self, addr: int, n: int) -> bytes:
         """Read ``n`` bytes of device memory at ``addr``."""
-        return self.transport.read_block(addr, n)
+        return self._observers.run("read_mem", None, {"addr": addr, "n": n},
+                                   lambda: self.transport.read_block(addr, n))
 
     def read_array(self, addr: int, shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
         """Read a C-ordered array of ``shape`` and little-endian ``dtype`` from device memory."""
@@ -264,7 +293,9 @@ class Device:
         """Write bytes, or an array in C order and little-endian byte order, to device memory at ``addr``."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<")).tobytes()
-        self.transport.write_block(addr, data)
+        data = bytes(data)
+        self._observers.run("write_mem", None, {"addr": addr, "data": data},
+                            lambda: self.transport.write_block(addr, data))
 
     def alloc(self, n: int, align: int | None = None) -> int:
         """Allocate ``n`` bytes of device memory (see :meth:`Allocator.alloc`)."""
@@ -277,9 +308,12 @@ class Device:
 
     def reset(self) -> None:
         """Reset every queue, counter and semaphore; open :class:`CommandQueue` objects become unusable."""
+        self._observers.run("reset", None, {}, self._reset)
+
+    def _reset(self) -> None:
         self.write_reg(self.global_base, regs.Global.RESET, 1 << regs.Global.RESET_ALL[0])
         for tile, base in enumerate(self.queue_bases):
-            wait_reset_done(self, base, tile)
+            wait_reset_done(self.transport, base, tile)
         for q in self._queues.values():
             q._release()
         self._queues.clear()
@@ -290,12 +324,15 @@ class Device:
         For feeding several queues at once: wait here, then take what each has
         ready, so that no queue runs dry while another is drained.  Larger
         batches mean fewer host round trips competing with the device's DMA.
-        """
-        def ready() -> bool:
-            return any(q.poll() >= min(at_least, q.outstanding) for q in queues)
 
-        wait_until(self, queues, ready, timeout,
-                   lambda: DeviceTimeout(f"no completion on queues {[q.tile for q in queues]} within {timeout} s"))
+        Raises
+        ------
+        DeviceTimeout
+            None of ``queues`` had them within ``timeout`` seconds.
+        """
+        queues = tuple(queues)
+        self._observers.run("wait_any", None, {"queues": queues, "at_least": at_least},
+                            lambda: self._waits.any(queues, at_least=at_least, timeout=timeout))
 
     def open_queues(self) -> list[CommandQueue]:
         """The queues set up by :meth:`queue` since the last :meth:`reset`, in tile order."""
@@ -335,17 +372,37 @@ class Device:
         if tile in self.fenced:
             raise TileFenced(tile, self.fenced[tile])
         if tile not in self._queues:
-            self._queues[tile] = CommandQueue(self, tile, self.queue_bases[tile],
-                                              self.ring_log2 if ring_log2 is None else ring_log2)
+            self._queues[tile] = CommandQueue(self.transport, tile, self.queue_bases[tile],
+                                              self.ring_log2 if ring_log2 is None else ring_log2,
+                                              allocator=self.allocator, waits=self._waits, observers=self._observers)
         return self._queues[tile]
 
-    def perf(self, tile: int) -> Perf:
-        """The performance counters of ``tile`` (its PERF block)."""
-        self._check_tile(tile)
-        return Perf(self, tile, self.perf_bases[tile])
+    def recover(self, tile: int, *, timeout: float = 1.0) -> Recovery:
+        """Reset a stuck or halted tile and resubmit what did not complete (see :mod:`.recovery`).
 
-    def trace(self, tile: int) -> Trace:
-        """The trace buffer of ``tile`` (its TRACE block).
+        Raises
+        ------
+        ValueError
+            ``tile`` is no tile of the device.
+        DriverError
+            ``tile``'s queue is not open (no :meth:`queue` since the last :meth:`reset`).
+        ReplayRefused, TileFenced
+            See :func:`~dx1_driver.recovery.recover`.
+        """
+        self._check_tile(tile)
+        queue = self._queues.get(tile)
+        if queue is None:
+            raise DriverError(f"tile {tile} has no open queue to recover (open one with Device.queue)")
+        return self._observers.run("recover", tile, {},
+                                   lambda: recover(queue, self.strike, self.fenced, timeout=timeout))
+
+    def perf(self, tile: int) -> Perf:
+        """The PERF counters of ``tile`` (its PERF block)."""
+        self._check_tile(tile)
+        return Perf(self.transport, tile, self.perf_bases[tile])
+
+    def trace(self, tile: int) -> TraceFifo:
+        """The trace FIFO of ``tile`` (its TRACE block).
 
         Raises
         ------
@@ -355,7 +412,7 @@ class Device:
         self._check_tile(tile)
         if not self.caps.trace:
             raise DriverError("the device has no trace buffer (GLOBAL FEATURES.trace reads 0)")
-        return Trace(self, tile, self.trace_bases[tile])
+        return TraceFifo(self.transport, tile, self.trace_bases[tile])
 
     def close(self) -> None:
         self.transport.close()

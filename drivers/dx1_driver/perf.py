@@ -60,7 +60,7 @@ class Perf(TileBlock):
         MACS_LO comes before MACS_HI, and reading MACS_LO latches MACS_HI, so the two
         words of ``macs`` always belong together.
         """
-        words = self.device.transport.read_u32s(self.base + _FIRST, (_LAST - _FIRST) // 4 + 1)
+        words = self.transport.read_u32s(self.base + _FIRST, (_LAST - _FIRST) // 4 + 1)
 
         def reg(offset: int) -> int:
             return words[(offset - _FIRST) // 4]
@@ -73,4 +73,4 @@ class Perf(TileBlock):
 
     def clear(self) -> None:
         """Set every counter of the block to 0."""
-        self.device.write_reg(self.base, regs.Perf.CONTROL, regs.set_field(0, regs.Perf.CONTROL_CLEAR, 1))
+        self._set(regs.Perf.CONTROL, regs.set_field(0, regs.Perf.CONTROL_CLEAR, 1))

@@ -2,100 +2,41 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import regs
+from .allocator import Allocator
 from .errors import CommandError, DeviceReset, DeviceTimeout, DriverError, QueueError
-from .recovery import Recovery, recover
+from .observe import Observers
+from .transport import Transport
+from .waiting import CompletionWaits, wait_reset_done
 
-if TYPE_CHECKING:
-    from .device import Device
-
-__all__ = ["CommandQueue", "Completion"]
-
-#: Longest single sleep between completion polls, so a transport without an interrupt line stays responsive.
-POLL_SLICE = 0.001
-#: Seconds a tile reset may take to drain its open bursts (a few cycles on hardware).
-RESET_TIMEOUT = 5.0
+__all__ = ["CommandQueue", "Completion", "QueueState"]
 
 
-def wait_reset_done(device: Device, base: int, tile: int) -> None:
-    """Wait until the queue block at ``base`` no longer reads STATUS.resetting: the tile's reset is over.
+@dataclass(frozen=True)
+class QueueState:
+    """Where a queue stands, from its QUEUE registers and the driver's account of what is in flight.
 
-    A reset (QUEUE.RESET, GLOBAL.RESET) first lets the tile's open bursts finish; registers written
-    before it is over would be reset again.
-
-    Raises
-    ------
-    DeviceTimeout
-        The reset did not finish within :data:`RESET_TIMEOUT` seconds (a bus that never answers).
+    Attributes
+    ----------
+    halted:
+        STATUS.halted: the queue stopped on an error (a watchdog TIMEOUT or a ring error).
+    error:
+        ``(code, index)`` from QUEUE.ERROR when halted, else ``None``.
+    fetched:
+        How many of the commands in flight the device has fetched (HEAD counted from the oldest in
+        flight): only those can have started.
+    aborted:
+        Completions with TIMEOUT collected and not delivered (their commands all started).
     """
-    deadline = time.monotonic() + RESET_TIMEOUT
-    while regs.get_field(device.read_reg(base, regs.Queue.STATUS), regs.Queue.STATUS_RESETTING):
-        if time.monotonic() > deadline:
-            raise DeviceTimeout(f"queue {tile}: the tile's reset did not finish within {RESET_TIMEOUT} s "
-                                f"(STATUS.resetting stays 1: an open bus burst never ends)")
-        time.sleep(POLL_SLICE)
 
-
-def wait_until(device: Device, queues: Sequence[CommandQueue], ready: Callable[[], bool], timeout: float,
-               expired: Callable[[], DeviceTimeout]) -> None:
-    """Return once ``ready()`` (which polls the completion rings of ``queues``) is true: the driver's completion wait.
-
-    A wait costs one ring poll per look, one IRQ_STATUS write per queue each time completions were
-    collected since its last clear, and one interrupt wait; STATUS is read (:meth:`CommandQueue.check`) once
-    a call when the first look finds too little, and after that only when an interrupt wait ends without
-    an interrupt (a lost interrupt, a reset device, a transport with no interrupt line: the wait falls back
-    to polling) or with the line up but no completion in the rings (a queue error's IRQ_STATUS.error, or
-    another queue's completion).
-
-    Raises
-    ------
-    QueueError, DeviceReset
-        From :meth:`CommandQueue.check` of one of ``queues``, or from ``ready``.
-    DeviceTimeout
-        ``expired()``, when ``ready()`` stayed false for ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    line = device.transport.has_irq_line
-    woke = False  # the last interrupt wait saw the line up
-    first = True
-    while not ready():
-        if first:
-            # Once a call: a queue halted or reset before the wait is found at once, not after an
-            # interrupt wait's timeout.
-            for q in queues:
-                q.check()
-            first = False
-        if woke and all(q._quiet for q in queues):
-            # The line was up, yet the look after it collected nothing: every cause is cleared once the
-            # queues are known not to be halted, so an old IRQ_STATUS.error (or an idle queue's
-            # completion) cannot keep the line up and turn the wait into a busy loop.
-            for q in queues:
-                q.check()
-            for q in device.open_queues():
-                q.clear_irq()
-        woke = False
-        loud = [q for q in device.open_queues() if not q._quiet] if line else []
-        if loud:
-            # Clear the completion interrupts, then look at the rings once more: a completion written
-            # before the clear raises nothing, one written after it raises the line for wait_irq.
-            for q in loud:
-                q.clear_irq(q.IRQ_COMPLETION)
-            continue
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            for q in queues:
-                q.check()
-            raise expired()
-        woke = device.transport.wait_irq(min(remaining, POLL_SLICE))
-        if not woke:
-            for q in queues:
-                q.check()
+    halted: bool
+    error: tuple[int, int] | None
+    fetched: int
+    aborted: int
 
 
 @dataclass(frozen=True)
@@ -125,12 +66,34 @@ class CommandQueue:
     every completion exactly once, in ring order, and checks that each carries
     the tag of the command at its ring index.  Completions collected while
     :meth:`submit` waits for ring space are kept until a :meth:`wait` asks.
+
+    Parameters
+    ----------
+    transport:
+        The device's transport: the QUEUE block's registers and the rings are reached through it.
+    tile, base:
+        The tile, and the register address of its QUEUE block.
+    ring_log2:
+        log2 of the ring entries, 1 to 16.
+    allocator:
+        The device memory allocator the rings are taken from (and given back to on a device reset);
+        its end is the device memory's size, the bound of the DMA window.
+    waits:
+        The device's completion waits, shared by its queues (:mod:`.waiting`).
+    observers:
+        The device's observers (:mod:`.observe`), which hear this queue's calls; ``None``: none.
     """
 
-    def __init__(self, device: Device, tile: int, base: int, ring_log2: int):
+    def __init__(self, transport: Transport, tile: int, base: int, ring_log2: int, *, allocator: Allocator,
+                 waits: CompletionWaits, observers: Observers | None = None):
         if not 1 <= ring_log2 <= 16:
             raise ValueError(f"ring_log2 must be 1 to 16, not {ring_log2!r}")
-        self.device = device
+        self.transport = transport
+        self.allocator = allocator
+        #: Device memory bytes: a DMA window lies inside ``[0, mem_bytes)``.
+        self.mem_bytes = allocator.base + allocator.size
+        self._waits = waits
+        self._observers = observers if observers is not None else Observers()
         self.tile = tile
         self.base = base
         self.entries = 1 << ring_log2
@@ -138,16 +101,16 @@ class CommandQueue:
         head, tail = self._reg(q.HEAD), self._reg(q.TAIL)
         if head or tail:
             raise DriverError(f"queue {tile} is not at ring index 0 (HEAD={head}, TAIL={tail}); reset the device")
-        self.ring = device.alloc(self.entries * regs.COMMAND_BYTES)
-        self.cq = device.alloc(self.entries * regs.COMPLETION_BYTES)
+        self.ring = allocator.alloc(self.entries * regs.COMMAND_BYTES)
+        self.cq = allocator.alloc(self.entries * regs.COMPLETION_BYTES)
         # Phase starts at 1, so stale memory with bit 63 set would read as a
         # completion: clear the completion ring before the device may write it.
-        device.write_mem(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
+        transport.write_block(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
         self._set(q.CONTROL, 0)
         self._set(q.RING_BASE, self.ring)
         self._set(q.RING_LOG2, ring_log2)
         self._set(q.CQ_BASE, self.cq)
-        self.set_dma_window(0, device.caps.mem_bytes)
+        self._set_dma_window(0, self.mem_bytes)
         self.clear_irq()
         self.set_irq_mask(self.IRQ_COMPLETION | self.IRQ_ERROR)
         self._set(q.CONTROL, regs.set_field(0, q.CONTROL_ENABLE, 1))
@@ -157,19 +120,19 @@ class CommandQueue:
         # (tag, opcode, command) of published commands from _head on
         self._inflight: deque[tuple[int, int, bytes]] = deque()
         self._backlog: deque[Completion] = deque()  # read from the ring, not yet delivered
-        self._aborted: list[Completion] = []  # TIMEOUT completions: never delivered, replayed by recover()
+        self._aborted: list[Completion] = []  # TIMEOUT completions: never delivered, replayed by Device.recover
         # IRQ_STATUS.completion was cleared and no completion was collected since: a completion that
-        # arrives now raises the interrupt line (see wait_until).
+        # arrives now raises the interrupt line (see CompletionWaits.until).
         self._quiet = False
         self._live = True
 
     # -- registers ------------------------------------------------------------------------------
 
     def _reg(self, offset: int) -> int:
-        return self.device.read_reg(self.base, offset)
+        return self.transport.read32(self.base + offset)
 
     def _set(self, offset: int, value: int) -> None:
-        self.device.write_reg(self.base, offset, value)
+        self.transport.write32(self.base + offset, value)
 
     # -- DMA window -----------------------------------------------------------------------------
 
@@ -185,7 +148,11 @@ class CommandQueue:
         ValueError
             ``base`` or ``limit`` is not an integer with ``0 <= base <= limit <= MEM_BYTES``.
         """
-        mem = self.device.caps.mem_bytes
+        self._observers.run("set_dma_window", self.tile, {"base": base, "limit": limit},
+                            lambda: self._set_dma_window(base, limit))
+
+    def _set_dma_window(self, base: int, limit: int) -> None:
+        mem = self.mem_bytes
         for name, value in (("base", base), ("limit", limit)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"queue {self.tile}: DMA window {name} must be an integer, not {value!r}")
@@ -219,6 +186,11 @@ class CommandQueue:
         if bits & self.IRQ_COMPLETION:
             self._quiet = True
 
+    @property
+    def irq_quiet(self) -> bool:
+        """IRQ_STATUS.completion was cleared and no completion collected since: a new one raises the line."""
+        return self._quiet
+
     def irq_mask(self) -> int:
         """The causes that raise the interrupt line (IRQ_MASK)."""
         return self._reg(regs.Queue.IRQ_MASK)
@@ -236,8 +208,8 @@ class CommandQueue:
 
     def _release(self) -> None:
         self._live = False
-        self.device.free(self.ring)
-        self.device.free(self.cq)
+        self.allocator.free(self.ring)
+        self.allocator.free(self.cq)
 
     def _check_live(self) -> None:
         if not self._live:
@@ -250,7 +222,7 @@ class CommandQueue:
 
     @property
     def outstanding(self) -> int:
-        """Completions not yet delivered: in flight, collected, and aborted ones awaiting :meth:`recover`."""
+        """Completions not yet delivered: in flight, collected, and aborted ones awaiting ``Device.recover``."""
         return len(self._inflight) + len(self._backlog) + len(self._aborted)
 
     def check(self) -> None:
@@ -283,6 +255,11 @@ class CommandQueue:
         for i, cmd in enumerate(commands):
             if len(cmd) != regs.COMMAND_BYTES:
                 raise ValueError(f"command {i} is {len(cmd)} bytes, not {regs.COMMAND_BYTES}")
+        commands = tuple(bytes(cmd) for cmd in commands)
+        return self._observers.run("submit", self.tile, {"commands": commands},
+                                   lambda: self._submit(commands, timeout))
+
+    def _submit(self, commands: tuple[bytes, ...], timeout: float) -> list[int]:
         tags = [int.from_bytes(cmd[2:4], "little") for cmd in commands]
         todo = list(commands)
         while todo:
@@ -296,7 +273,7 @@ class CommandQueue:
             first = min(len(batch), self.entries - self._tail)
             for run_start, run in ((self._tail, batch[:first]), (0, batch[first:])):
                 if run:
-                    self.device.write_mem(self.ring + run_start * regs.COMMAND_BYTES, b"".join(run))
+                    self.transport.write_block(self.ring + run_start * regs.COMMAND_BYTES, b"".join(run))
             self._inflight.extend((int.from_bytes(c[2:4], "little"), c[0], bytes(c)) for c in batch)
             self._tail = (self._tail + len(batch)) % self.entries
             self._set(regs.Queue.DOORBELL, self._tail)
@@ -309,7 +286,7 @@ class CommandQueue:
         if not self._inflight:
             return 0
         n = min(len(self._inflight), self.entries - self._head)
-        raw = self.device.read_mem(self.cq + self._head * regs.COMPLETION_BYTES, n * regs.COMPLETION_BYTES)
+        raw = self.transport.read_block(self.cq + self._head * regs.COMPLETION_BYTES, n * regs.COMPLETION_BYTES)
         got = 0
         for k in range(n):
             entry = regs.unpack_completion(raw[k * 8:(k + 1) * 8])
@@ -340,7 +317,7 @@ class CommandQueue:
         return len(self._backlog)
 
     def _collect(self, need: int, timeout: float) -> None:
-        """Poll until the backlog holds at least ``need`` completions (see :func:`wait_until`)."""
+        """Poll until the backlog holds at least ``need`` completions (see :meth:`CompletionWaits.until`)."""
 
         def ready() -> bool:
             if len(self._backlog) < need and not self._aborted:
@@ -356,7 +333,7 @@ class CommandQueue:
                 f"0x{opcode:02x}) within {timeout} s; HEAD={self._reg(regs.Queue.HEAD)}, "
                 f"TAIL={self._reg(regs.Queue.TAIL)}, STATUS=0x{self._reg(regs.Queue.STATUS):x}")
 
-        wait_until(self.device, [self], ready, timeout, expired)
+        self._waits.until([self], ready, timeout, expired)
 
     def wait(self, what: int | Iterable[int] | None = None, *, timeout: float = 1.0,
              check: bool = True) -> list[Completion]:
@@ -381,10 +358,16 @@ class CommandQueue:
             More completions, or tags, than are outstanding.
         QueueError
             The queue halted on a ring error, or the watchdog aborted a command (code ``TIMEOUT``: a
-            TIMEOUT completion is never delivered; :meth:`recover` resubmits the command, and the
+            TIMEOUT completion is never delivered; ``Device.recover`` resubmits the command, and the
             completion of that run is).
         """
         self._check_live()
+        if what is not None and not isinstance(what, int):
+            what = tuple(what)
+        return self._observers.run("wait", self.tile, {"what": what, "check": check},
+                                   lambda: self._wait(what, timeout, check))
+
+    def _wait(self, what: int | tuple[int, ...] | None, timeout: float, check: bool) -> list[Completion]:
         if what is None:
             what = self.outstanding
         if isinstance(what, int):
@@ -428,7 +411,7 @@ class CommandQueue:
     def set_watchdog(self, cycles: int) -> None:
         """Abort a command whose unit makes no progress for ``cycles`` cycles (QUEUE.WATCHDOG; 0: off).
 
-        An aborted command completes with ``TIMEOUT`` and the queue halts; :meth:`recover` gets it going.
+        An aborted command completes with ``TIMEOUT`` and the queue halts; ``Device.recover`` gets it going.
         """
         self._check_live()
         if isinstance(cycles, bool) or not isinstance(cycles, int) or not 0 <= cycles <= 0xFFFF_FFFF:
@@ -449,21 +432,32 @@ class CommandQueue:
         flight), will never complete.
         """
         self._check_live()
+        return self._observers.run("reset_tile", self.tile, {}, self._reset_tile)
+
+    def _reset_tile(self) -> list[tuple[int, int, bytes]]:
         self._poll()
         lost = [(c.tag, c.opcode, c.command) for c in self._aborted] + list(self._inflight)
         self._aborted.clear()
         self._set(regs.Queue.RESET, regs.set_field(0, regs.Queue.RESET_TILE, 1))
-        wait_reset_done(self.device, self.base, self.tile)
-        self.device.write_mem(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
+        wait_reset_done(self.transport, self.base, self.tile)
+        self.transport.write_block(self.cq, bytes(self.entries * regs.COMPLETION_BYTES))
         self._inflight.clear()
         self._tail = self._head = 0
         self._phase = 1
         self._quiet = False
         return lost
 
-    def recover(self, *, timeout: float = 1.0) -> Recovery:
-        """Reset a stuck or halted tile and resubmit what did not complete (see :mod:`.recovery`)."""
-        return recover(self, timeout=timeout)
+    def state(self) -> QueueState:
+        """Where the queue stands (STATUS, ERROR and HEAD read now): what a recovery needs to know."""
+        self._check_live()
+        q = regs.Queue
+        halted = bool(regs.get_field(self._reg(q.STATUS), q.STATUS_HALTED))
+        error_word = self._reg(q.ERROR)
+        error = None
+        if halted:
+            error = (regs.get_field(error_word, q.ERROR_CODE), regs.get_field(error_word, q.ERROR_INDEX))
+        fetched = (self._reg(q.HEAD) - self._head) % self.entries
+        return QueueState(halted, error, fetched, len(self._aborted))
 
     def resume(self) -> None:
         """Leave the halted state and clear its IRQ_STATUS.error; republish commands a halted queue may have dropped."""

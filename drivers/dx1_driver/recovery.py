@@ -1,10 +1,11 @@
 """Recovery of a stuck or halted queue: reset the tile, resubmit what did not complete, fence bad tiles.
 
 When a queue halts (a TIMEOUT from the watchdog, or another queue error) or a wait runs into
-:class:`~dx1_driver.errors.DeviceTimeout`, :func:`recover` (``CommandQueue.recover``):
+:class:`~dx1_driver.errors.DeviceTimeout`, :func:`recover` (``Device.recover``), through the queue's
+public interface alone (``state``, ``reset_tile``, ``submit``):
 
-1. reads STATUS, ERROR and HEAD (HEAD says which commands the device had fetched: only those can
-   have started);
+1. reads STATUS, ERROR and HEAD (``CommandQueue.state``: HEAD says which commands the device had
+   fetched: only those can have started);
 2. collects the completions that did arrive: those commands are done and are never run again;
 3. resets the tile alone (QUEUE.RESET: its command processor, DMA and tile core; its memories,
    device memory, semaphores and the other tiles are kept), which empties the ring, so no command
@@ -34,14 +35,12 @@ is where the runtime takes its tiles from.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import regs
 from .errors import ReplayRefused, TileFenced
-
-if TYPE_CHECKING:
-    from .queue import CommandQueue
+from .queue import CommandQueue
 
 __all__ = ["Recovery", "recover", "replay_safe"]
 
@@ -89,8 +88,20 @@ def replay_safe(command: bytes) -> bool:
     return opcode in (op.NOP, op.LOAD, op.STORE, op.POSTOP, op.FENCE)
 
 
-def recover(queue: CommandQueue, *, timeout: float = 1.0) -> Recovery:
+def recover(queue: CommandQueue, strike: Callable[[int], int], fenced: Mapping[int, str], *,
+            timeout: float = 1.0) -> Recovery:
     """Reset ``queue``'s tile and resubmit the commands without a completion (see the module docstring).
+
+    Parameters
+    ----------
+    queue:
+        The stuck or halted queue.
+    strike:
+        Counts one recovery of a tile and returns its count (``Device.strike``), which may fence it.
+    fenced:
+        The fenced tiles (``Device.fenced``), looked at after the strike.
+    timeout:
+        Seconds the resubmission may wait for ring space.
 
     Raises
     ------
@@ -99,23 +110,15 @@ def recover(queue: CommandQueue, *, timeout: float = 1.0) -> Recovery:
     TileFenced
         This was the tile's ``Device.fence_after``-th recovery: the tile is fenced, nothing resubmitted.
     """
-    q = regs.Queue
-    device = queue.device
-    halted = regs.get_field(queue._reg(q.STATUS), q.STATUS_HALTED)
-    error_word = queue._reg(q.ERROR)
-    error = (regs.get_field(error_word, q.ERROR_CODE), regs.get_field(error_word, q.ERROR_INDEX)) if halted else None
-    head = queue._reg(q.HEAD)
-    first = queue._head  # ring index of the oldest command still in flight
-    aborted = len(queue._aborted)
-    fetched = (head - first) % queue.entries
+    state = queue.state()
     lost = queue.reset_tile()
     # Aborted commands all started; of those in flight, the first `fetched` were taken by the device.
-    started = [cmd for k, (_, _, cmd) in enumerate(lost) if k < aborted or k - aborted < fetched]
-    strikes = device.strike(queue.tile)
-    if queue.tile in device.fenced:
-        raise TileFenced(queue.tile, device.fenced[queue.tile])
+    started = [cmd for k, (_, _, cmd) in enumerate(lost) if k < state.aborted or k - state.aborted < state.fetched]
+    strikes = strike(queue.tile)
+    if queue.tile in fenced:
+        raise TileFenced(queue.tile, fenced[queue.tile])
     unsafe = [(tag, opcode) for tag, opcode, cmd in lost if cmd in started and not replay_safe(cmd)]
     if unsafe:
         raise ReplayRefused(queue.tile, unsafe, lost)
     queue.submit([cmd for _, _, cmd in lost], timeout=timeout)
-    return Recovery(queue.tile, error, tuple(tag for tag, _, _ in lost), strikes)
+    return Recovery(queue.tile, state.error, tuple(tag for tag, _, _ in lost), strikes)

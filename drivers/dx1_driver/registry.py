@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
-from .transport import SimTransport, Transport
+from .sim_transport import SimTransport
+from .transport import Transport
 
 __all__ = ["ENTRY_POINT_GROUP", "Backend", "register_backend", "find_backend", "device_strings", "check_device",
            "open_transport"]

@@ -1,11 +1,8 @@
-"""What every per-tile register block object (PERF, TRACE) holds: the device, the tile and the block's base."""
+"""What every per-tile register block object (PERF, TRACE) holds: the transport, the tile and the block's base."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .device import Device
+from .transport import Transport
 
 __all__ = ["TileBlock"]
 
@@ -15,15 +12,21 @@ class TileBlock:
 
     Parameters
     ----------
-    device:
-        The open device.
+    transport:
+        How the block's registers are reached (the device's transport).
     tile:
         The tile the block belongs to (the n-th block of a type is tile n's).
     base:
         The block's register address.
     """
 
-    def __init__(self, device: Device, tile: int, base: int):
-        self.device = device
+    def __init__(self, transport: Transport, tile: int, base: int):
+        self.transport = transport
         self.tile = tile
         self.base = base
+
+    def _reg(self, offset: int) -> int:
+        return self.transport.read32(self.base + offset)
+
+    def _set(self, offset: int, value: int) -> None:
+        self.transport.write32(self.base + offset, value)

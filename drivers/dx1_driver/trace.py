@@ -1,4 +1,4 @@
-"""A tile's TRACE block: timestamped start and end events of its commands."""
+"""A tile's trace FIFO (its TRACE block): timestamped start and end events of its commands."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from . import regs
 from .tile_block import TileBlock
 
-__all__ = ["Trace", "TraceEvent", "TraceKind"]
+__all__ = ["TraceEvent", "TraceFifo", "TraceKind"]
 
 
 class TraceKind(enum.Enum):
@@ -54,18 +54,18 @@ def _known(kind: type[enum.IntEnum], value: int) -> enum.IntEnum | int:
         return value
 
 
-class Trace(TileBlock):
-    """The TRACE block of one tile: the start and end events of its commands."""
+class TraceFifo(TileBlock):
+    """The trace FIFO of one tile (its TRACE block): the start and end events of its commands."""
 
     def _control(self, *, enable: bool, clear: bool) -> None:
         t = regs.Trace
         value = regs.set_field(regs.set_field(0, t.CONTROL_ENABLE, int(enable)), t.CONTROL_CLEAR, int(clear))
-        self.device.write_reg(self.base, t.CONTROL, value)
+        self._set(t.CONTROL, value)
 
     @property
     def enabled(self) -> bool:
         """Whether the block records events (CONTROL.enable)."""
-        return bool(regs.get_field(self.device.read_reg(self.base, regs.Trace.CONTROL), regs.Trace.CONTROL_ENABLE))
+        return bool(regs.get_field(self._reg(regs.Trace.CONTROL), regs.Trace.CONTROL_ENABLE))
 
     def start(self, *, clear: bool = True) -> None:
         """Record events from now on; ``clear`` first drops every event still in the buffer."""
@@ -82,7 +82,7 @@ class Trace(TileBlock):
     @property
     def count(self) -> int:
         """Events waiting to be read (COUNT)."""
-        return self.device.read_reg(self.base, regs.Trace.COUNT)
+        return self._reg(regs.Trace.COUNT)
 
     def drain(self) -> list[TraceEvent]:
         """Read and remove every waiting event, oldest first, until COUNT reads 0.
@@ -95,6 +95,6 @@ class Trace(TileBlock):
         events: list[TraceEvent] = []
         while waiting := self.count:
             for _ in range(waiting):
-                words = self.device.transport.read_u32s(self.base + t.DATA_LO, (t.DATA_HI - t.DATA_LO) // 4 + 1)
+                words = self.transport.read_u32s(self.base + t.DATA_LO, (t.DATA_HI - t.DATA_LO) // 4 + 1)
                 events.append(TraceEvent.decode(words[0], words[-1]))
         return events

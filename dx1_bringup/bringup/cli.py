@@ -12,7 +12,7 @@ from typing import Any
 
 from dx1_driver import Transport, TransportError, open_transport
 
-from ..cli import args as types
+from .. import argtypes as types
 from ..spec import BUS_BYTES
 from ..timeline import add_timeline_arguments, record_link
 from .report import REGION_CHECK

@@ -53,7 +53,7 @@ def run_bringup(device: str | Transport | Device, *, seed: int = 1, mem_bytes: i
         Print nothing.
     capture:
         Write what the steps from the DMA loopback on do to the device to this capture file (a
-        :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
+        :class:`~dx1_bringup.replay.Recorder` observes the device from there: the memory test before writes the
         whole memory through the host, which a replay need not repeat); ``None``: no capture.
 
     Returns
@@ -89,6 +89,7 @@ def run_bringup(device: str | Transport | Device, *, seed: int = 1, mem_bytes: i
     start = time.monotonic()
     owned = isinstance(device, str)
     run = None
+    recorder = None
     try:
         for index, step in enumerate(steps):
             say(f"  {index + 1} {step.title:<30}", end="")
@@ -104,8 +105,8 @@ def run_bringup(device: str | Transport | Device, *, seed: int = 1, mem_bytes: i
                 if run is None:
                     run = _Run(transport, dev, seed, mem_bytes, timeout)
                 report.transport = type(transport).__name__
-                if capture is not None and step.name == "dma" and not isinstance(run.device, Recorder):
-                    run.device = Recorder(run.dev, capture, note=f"dx1 bringup on {name} (seed {seed})")
+                if capture is not None and step.name == "dma" and recorder is None:
+                    recorder = Recorder(run.dev, capture, note=f"dx1 bringup on {name} (seed {seed})")
                 run.step = step
                 step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
                 step.status = "pass"
@@ -126,8 +127,8 @@ def run_bringup(device: str | Transport | Device, *, seed: int = 1, mem_bytes: i
             say(f"      probably: {step.diagnosis}")
             break
     finally:
-        if run is not None and isinstance(run.device, Recorder):
-            run.device.writer.close()
+        if recorder is not None:
+            recorder.close()
         if owned and transport is not None:
             (run.device if run and run.device else transport).close()
     report.seconds = time.monotonic() - start

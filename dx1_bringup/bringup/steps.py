@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 from dx1_driver import Device, DeviceTimeout, DriverError, NotADx1Device, Transport, regs
 
-from ..model.tile import PostOpParams
 from ..runtime.gemm import compile_gemm
-from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded, random_operands
 from ..runtime.reference import reference_gemm
-from ..spec import Access, BlockType, SocConfig, register_map
+from ..spec import Access, BlockType, PostOpParams, SocConfig, register_map
 from .diagnosis import _WORD, _WORD_BITS, _address_diagnosis, _bytes_diagnosis, _data_bits_diagnosis, _hex
 from .report import REGION_CHECK, Check, StepResult
 
@@ -375,8 +374,7 @@ class _Run:
         self.perf["cycles_before"] = self.dev.cycles()
         for tile in range(dev.caps.tiles):
             for post in (_GEMM_POST, None):
-                a = self.rng.integers(-128, 128, (m, k), dtype=np.int8)
-                b = self.rng.integers(-128, 128, (k, n), dtype=np.int8)
+                a, b = random_operands(self.rng, m, k, n)
                 bias = self.rng.integers(-1000, 1000, n, dtype=np.int32)
                 c, plan = self._gemm_on_tile(tile, a, b, bias, post)
                 want = reference_gemm(a, b, bias, post)

@@ -1,17 +1,14 @@
 """The ``dx1`` command: one entry point, a subcommand per tool.
 
-:mod:`.app` builds the parser from each tool's ``add_parser``; :mod:`.args` holds the argument types
-every command uses.  This module stays small: the tools import :mod:`.args`, so importing the package
-must not import them back.
+:mod:`.app` builds the parser from each tool's ``add_parser``; the argument types every command uses
+are :mod:`dx1_bringup.argtypes`, below the tools, so no tool imports this package.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .operands import gemm_problem
-
-__all__ = ["build_parser", "gemm_problem", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

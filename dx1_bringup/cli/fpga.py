@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import args as types
+from .. import argtypes as types
 
 __all__ = ["add_parser", "cmd_fpga"]
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import argtypes as types
+from ..runtime.operands import gemm_problem
 from ..timeline import add_timeline_arguments
-from . import args as types
 from .devices import open_device
-from .operands import gemm_problem
 
 __all__ = ["DEMO_DEVICE", "DEMO_SHAPE", "add_parser", "cmd_gemm"]
 
@@ -52,12 +52,13 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     what = "int32 (bias, no post-op)" if post is None else \
         f"int8 (bias, ReLU, requantise x{post.mult} >> {post.shift})"
     print(f"{prog}: {m}x{k} @ {k}x{n} int8 -> {what} on {args.device} (seed {args.seed})")
+    capture: contextlib.AbstractContextManager = contextlib.nullcontext()
     if args.capture is not None:
         from ..replay import Recorder
 
-        dev = Recorder(dev, args.capture, note=f"{prog} {m} {k} {n} --seed {args.seed} on {args.device}")
+        capture = Recorder(dev, args.capture, note=f"{prog} {m} {k} {n} --seed {args.seed} on {args.device}")
     timeline: list[str] = []
-    with dev:
+    with dev, capture:
         start = time.perf_counter()
         try:
             with _traced(dev, args.timeline, args.timeline_format, timeline) as traced:

@@ -6,7 +6,7 @@ import argparse
 import textwrap
 from typing import Any
 
-from . import args as types
+from .. import argtypes as types
 from .devices import open_device
 
 __all__ = ["add_parser", "cmd_info"]

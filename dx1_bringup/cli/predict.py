@@ -7,9 +7,9 @@ import sys
 import time
 from typing import Any
 
-from . import args as types
+from .. import argtypes as types
+from ..runtime.operands import gemm_problem
 from .devices import open_device
-from .operands import gemm_problem
 
 __all__ = ["add_parser", "cmd_predict"]
 
@@ -49,8 +49,8 @@ def _plot_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from dx1_driver import Device, DriverError
 
-    from ..model.tile import PostOpParams
     from ..runtime import gemm_perf, gemm_run
+    from ..spec import PostOpParams
 
     m, k, n = args.m, args.k, args.n
     # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import args as types
+from .. import argtypes as types
 
 __all__ = ["add_parser", "cmd_tile"]
 
@@ -25,9 +25,8 @@ def cmd_tile(args: argparse.Namespace) -> int:
         print(f"dx1 sim tile: cannot simulate: {reason}", file=sys.stderr)
         return 2
 
-    from ..model.tile import PostOpParams
     from ..runtime.tile_plan import plan_linear
-    from ..spec import TileConfig
+    from ..spec import PostOpParams, TileConfig
 
     module = "dx1_tile_core_a8"
     m, k, n = args.m, args.k, args.n

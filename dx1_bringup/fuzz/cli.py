@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cli import args as types
+from .. import argtypes as types
 from .generate import StreamParams
 
 __all__ = ["add_parser", "cmd_diff_demo", "cmd_fuzz"]

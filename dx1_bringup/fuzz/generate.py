@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..replay.capture import DmaWindow, Doorbell, Download, Event, Submit, Upload, Wait
+from ..replay.ranges import merge_ranges
 from ..spec import Opcode, pack_command, unpack_command
 from .layout import Layout
 from .streams import random_batch
@@ -40,8 +41,6 @@ PRIME_OFFSET = 0x10000
 UPLOAD_BYTES = 0x20000
 #: Bytes of guard on each side of a window's ends that setup uploads and every batch compares.
 GUARD = 0x100
-#: Written ranges closer than this are downloaded as one (a request costs more than a few bytes).
-MERGE_GAP = 0x100
 
 
 @dataclass(frozen=True)
@@ -104,13 +103,7 @@ def written_ranges(lay: Layout, commands: Iterable[bytes]) -> list[tuple[int, in
         start, end = max(start, 0), min(end, lay.config.mem_bytes)
         if end > start:
             ranges.append((start, end))
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1] + MERGE_GAP:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return merge_ranges(ranges)
 
 
 def compared_regions(lay: Layout, q: int, commands: Iterable[bytes]) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..spec import BLOCK_ALIGN, BlockSpec, BlockType, PlacedBlock, Register, RegisterMap
+from ..spec import BLOCK_ALIGN, BlockSpec, BlockType, PlacedBlock, Register, RegisterMap, align_up
 
 __all__ = [
     "NOTICE", "BLOCK_WALK", "BlockLayout", "block_layouts", "check_unique", "version_text", "bit_range", "wrap",
@@ -90,7 +90,7 @@ def block_layouts(rmap: RegisterMap) -> tuple[BlockLayout, ...]:
         for placed in first.registers:
             if not registers or registers[-1][0] is not placed.register:
                 registers.append((placed.register, placed.offset))
-        span = -(-4 * len(first.registers) // BLOCK_ALIGN) * BLOCK_ALIGN
+        span = align_up(4 * len(first.registers), BLOCK_ALIGN)
         bases = tuple(b.base for b in blocks)
         if any(base != bases[0] + i * span for i, base in enumerate(bases)):
             raise ValueError(f"{first.spec.type.name} blocks are not {span:#x} bytes apart: "

@@ -1,6 +1,7 @@
 """The golden model: bit-exact numpy models written from the spec, the reference for every test.
 
-* :mod:`.tile`: one tile's compute core (``TileModel``, ``check_command``, ``requantize`` and its ``PostOpParams``).
+* :mod:`.tile`: one tile's compute core (``TileModel``, ``check_command``, ``requantize``; the
+  ``PostOpParams`` it applies are the spec's).
 * :mod:`.registers`: the device's register space, device-memory host port and the state behind them
   (``RegisterSpace``, ``BusError``).
 * :mod:`.device`: the whole device as the host sees it, its command processor on that register space
@@ -9,7 +10,6 @@
 
 from .device import DeviceModel
 from .registers import BusError
-from .tile import COMPUTE_OPCODES, MAX_SHIFT, PostOpParams, TileModel, check_command, requantize
+from .tile import COMPUTE_OPCODES, MAX_SHIFT, TileModel, check_command, requantize
 
-__all__ = ["BusError", "DeviceModel", "COMPUTE_OPCODES", "MAX_SHIFT", "PostOpParams", "TileModel", "check_command",
-           "requantize"]
+__all__ = ["BusError", "DeviceModel", "COMPUTE_OPCODES", "MAX_SHIFT", "TileModel", "check_command", "requantize"]

@@ -7,65 +7,16 @@ is compared with it bit for bit.
 
 from __future__ import annotations
 
-import operator
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, TileConfig, unpack_command
+from ..spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, PostOpParams, TileConfig, unpack_command
 
-__all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "PostOpParams", "TileModel", "requantize", "check_command"]
+__all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "TileModel", "requantize", "check_command"]
 
 #: Opcodes the tile's compute core executes; the command processor routes the others.
 COMPUTE_OPCODES = (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)
 
 MAX_SHIFT = POSTOP_MAX_SHIFT
-_MULT_BITS = COMMANDS[Opcode.POSTOP].field("mult").width
-
-
-@dataclass(frozen=True)
-class PostOpParams:
-    """The requantisation a POSTOP applies: ``mult``, ``shift`` and ``relu``, checked against the spec.
-
-    ``mult`` must fit POSTOP's unsigned ``mult`` field and ``shift`` be 0 to
-    :data:`MAX_SHIFT` (the spec's limit, below what its 6-bit field holds).  The
-    bias is not a parameter but an operand (an accumulator row, or the bias
-    vector of a GEMM), so it travels beside this value.
-
-    Raises
-    ------
-    TypeError
-        ``mult`` or ``shift`` is not an integer, or ``relu`` not a bool.
-    ValueError
-        ``mult`` or ``shift`` is outside its range.
-    """
-
-    mult: int
-    shift: int
-    relu: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("mult", "shift"):
-            value = getattr(self, name)
-            try:
-                if isinstance(value, bool):
-                    raise TypeError
-                object.__setattr__(self, name, operator.index(value))
-            except TypeError:
-                raise TypeError(f"post-op {name} must be an integer, not {value!r}") from None
-        if not isinstance(self.relu, (bool, np.bool_)):
-            raise TypeError(f"post-op relu must be a bool, not {self.relu!r}")
-        object.__setattr__(self, "relu", bool(self.relu))
-        if not 0 <= self.mult < 1 << _MULT_BITS:
-            raise ValueError(f"post-op mult must fit in {_MULT_BITS} bits unsigned, not {self.mult!r}")
-        if not 0 <= self.shift <= MAX_SHIFT:
-            raise ValueError(f"post-op shift must be from 0 to {MAX_SHIFT}, not {self.shift!r}")
-
-    @classmethod
-    def from_command(cls, fields: dict[str, int]) -> PostOpParams:
-        """The parameters of a decoded POSTOP command (its ``mult``, ``shift`` and relu flag)."""
-        relu = fields["flags"] >> COMMANDS[Opcode.POSTOP].flag_bit("relu") & 1
-        return cls(fields["mult"], fields["shift"], bool(relu))
 
 
 def requantize(acc: np.ndarray, bias: np.ndarray | int, post: PostOpParams) -> np.ndarray:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import BUS_BYTES, register_map
+from ..spec import BUS_BYTES, ceil_div, register_map
 
 __all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
@@ -101,7 +101,7 @@ class Costs:
 
     def copy_cycles(self, beats):
         """Cycles of a COPY of ``beats`` beats: read and write bursts of ``COPY_BURST`` beats; arrays work."""
-        bursts = -(-np.asarray(beats) // COPY_BURST)
+        bursts = ceil_div(np.asarray(beats), COPY_BURST)
         return self.load_cycles(bursts, beats) + self.store_cycles(bursts, beats) - self.store_fixed
 
     def gemm_cycles(self, m, k_chunks):
@@ -142,7 +142,7 @@ def move_bursts(mem_addr, mem_stride, rows, seg_bytes):
     mem_addr, mem_stride, rows, seg_bytes = (np.asarray(x, dtype=np.int64)
                                                for x in (mem_addr, mem_stride, rows, seg_bytes))
     max_bytes = MAX_BURST * BUS_BYTES
-    per_row = -(-seg_bytes // max_bytes)
+    per_row = ceil_div(seg_bytes, max_bytes)
     # Page crossings: count, over every outer row, the pages its bytes touch beyond the first.
     scalar = mem_addr.ndim == 0
     addr, stride, n, seg = (np.atleast_1d(x) for x in (mem_addr, mem_stride, rows, seg_bytes))
@@ -178,8 +178,8 @@ def move_bank_runs(mem_addr: int, mem_stride: int, rows: int, seg_bytes: int, ba
         piece = np.minimum(left, (starts // PAGE_BYTES + 1) * PAGE_BYTES - starts)
         keys.append(order)
         bank_ids.append((starts // PAGE_BYTES) % banks)
-        bursts.append(-(-piece // max_bytes))
-        cycles.append(-(-piece // BUS_BYTES) + bursts[-1])
+        bursts.append(ceil_div(piece, max_bytes))
+        cycles.append(ceil_div(piece, BUS_BYTES) + bursts[-1])
         starts, left, order = starts + piece, left - piece, order + 1
         keep = left > 0
         starts, left, order = starts[keep], left[keep], order[keep]

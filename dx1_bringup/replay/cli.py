@@ -16,11 +16,10 @@ from typing import Any
 
 from dx1_driver import Device, DriverError
 
-from ..cli import args as types
-from ..spec import COMMANDS, Opcode, unpack_command
+from .. import argtypes as types
 from .capture import Capture, CaptureError, load_capture
 from .diff import TIMEOUT, DiffResult, bisect, prefix_events
-from .replay import WAIT_TIMEOUT, replay
+from .replay import WAIT_TIMEOUT, describe_command, replay
 from .shrink import shrink
 
 __all__ = ["add_parser", "cmd_replay", "cmd_diff", "diff_main"]
@@ -74,23 +73,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
-def _decoded(cmd: bytes) -> list[str]:
-    """A command's fields, one a line, through the spec's COMMANDS and unpack_command."""
-    opcode, fields = unpack_command(cmd)
-    try:
-        name = Opcode(opcode).name
-    except ValueError:
-        name = f"undefined opcode 0x{opcode:02x}"
-    spec = COMMANDS.get(opcode)
-    lines = [f"{name}"]
-    lines += [f"  {k:<18} {v} (0x{v:x})" for k, v in fields.items() if k != "opcode"]
-    reserved = int.from_bytes(cmd, "little") & spec.reserved_mask if spec is not None else 0
-    if reserved:
-        lines.append(f"  {'reserved bits':<18} 0x{reserved:x} (must be 0)")
-    lines.append(f"  {'bytes':<18} {cmd.hex(' ')}")
-    return lines
-
-
 def _report(path: str, names: list[str], result: DiffResult) -> None:
     print(f"dx1 diff {path}: {names[0]} vs {names[1]}, {result.commands} commands")
     if result.difference is None:
@@ -105,8 +87,8 @@ def _report(path: str, names: list[str], result: DiffResult) -> None:
         print(f"  first command whose effect differs: command {ref.number} (submission order, from 0) of "
               f"{result.commands}: queue {ref.queue} (tile {ref.queue}), its command {ref.index}, in capture "
               f"event {ref.event}")
-        for line in _decoded(ref.command):
-            print(f"    {line}")
+        print(f"    {describe_command(ref.command)}")
+        print(f"    bytes {ref.command.hex(' ')}")
         print(f"  prefix of {ref.number} commands: same effects; prefix of {ref.number + 1}: {result.difference}")
     print(f"  search: {result.replays} prefix replays ({result.replays // 2} prefixes on each device), "
           f"{result.seconds:.2f} s")

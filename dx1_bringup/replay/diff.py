@@ -36,13 +36,12 @@ from dx1_driver import Capabilities, Device, DeviceTimeout, DriverError
 
 from ..spec import COMMAND_BYTES, COMMANDS, COMPLETION_BYTES, Opcode, TileConfig, pack_command, unpack_command
 from .capture import Capture, DmaWindow, Doorbell, Download, Event, Seen, Submit, Upload, Wait
+from .ranges import merge_ranges
 from .replay import Session
 
 __all__ = ["CommandRef", "commands_in_order", "release_waits", "prefix_events", "touched_regions", "Effect",
            "run_prefix", "effect_difference", "effect_events", "local_bytes", "tile_config", "DiffResult", "bisect"]
 
-#: Written ranges closer than this are zeroed and read back as one (a request costs more than a few bytes).
-MERGE_GAP = 0x100
 #: Seconds a prefix replay may go without a completion before its device counts as stuck.
 TIMEOUT = 30.0
 #: Tag of the commands that clear and read back the local memories.
@@ -190,15 +189,7 @@ def touched_regions(capture: Capture, events: Sequence[Event] | None = None) -> 
             ranges.append((event.addr, event.addr + event.length))
         elif isinstance(event, Submit):
             ranges += [r for c in event.commands for r in _touched(c, tile)]
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted((max(s, 0), min(e, cfg["mem_bytes"])) for s, e in ranges):
-        if end <= start:
-            continue
-        if merged and start <= merged[-1][1] + MERGE_GAP:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return merge_ranges((max(s, 0), min(e, cfg["mem_bytes"])) for s, e in ranges)
 
 
 @dataclass

@@ -18,12 +18,12 @@ on the second reports the difference.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dx1_driver import Device
 
+from ..spec import ceil_div
 from .capture import Capture, Doorbell, Download, Event, Submit, Upload, Wait
 from .diff import TIMEOUT, effect_difference, effect_events, release_waits, run_prefix, tile_config, touched_regions
 from .replay import record
@@ -102,7 +102,7 @@ def ddmin(units: list[Unit], fails: Callable[[list[Unit]], bool], budget: int) -
     tests = 0
     n = 2
     while len(units) >= 2 and tests < budget:
-        size = math.ceil(len(units) / n)
+        size = ceil_div(len(units), n)
         parts = [units[i:i + size] for i in range(0, len(units), size)]
         reduced = False
         for i, part in enumerate(parts):

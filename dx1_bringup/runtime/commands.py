@@ -8,8 +8,7 @@ encoding (:func:`~dx1_bringup.spec.pack_command`) exist once.
 
 from __future__ import annotations
 
-from ..model.tile import PostOpParams
-from ..spec import HEADER, Opcode, TileConfig, pack_command
+from ..spec import HEADER, Opcode, PostOpParams, TileConfig, pack_command
 from .operands import ACC_LANE_BYTES, BUS_BYTES
 
 __all__ = ["CommandStream"]

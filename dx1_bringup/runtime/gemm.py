@@ -49,8 +49,8 @@ from dx1_driver import (
     Capabilities,
 )
 
-from ..model.tile import PostOpParams
 from ..perfmodel import COSTS
+from ..spec import PostOpParams, ceil_div
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, padded
 
@@ -59,10 +59,6 @@ __all__ = ["GemmBlock", "GemmPlan", "GemmStep", "GemmTerm", "check_post", "check
 #: Smallest block, in multiples of the array size, the planner accepts where M allows (3n plus margin;
 #: 32 rows on the 8x8 array).
 _MIN_ROWS = 4
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _split(total: int, parts: int) -> list[tuple[int, int]]:
@@ -78,7 +74,7 @@ def _split(total: int, parts: int) -> list[tuple[int, int]]:
 
 def _candidates(total: int) -> list[int]:
     """Every distinct largest piece size ``ceil(total / p)``, from ``total`` down to 1."""
-    return sorted({_ceil_div(total, p) for p in range(1, total + 1)}, reverse=True)
+    return sorted({ceil_div(total, p) for p in range(1, total + 1)}, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -249,7 +245,7 @@ def _busiest_tile(rows: int, cols: int, row_blocks: int, col_blocks: int, tiles:
     busiest = max(sum(n * of(size)[0] for size, n in
                       _size_classes(first, count, rows, cols, row_blocks, col_blocks).items())
                   for first, count in _split(blocks, min(tiles, blocks)))
-    largest = (_ceil_div(rows, row_blocks), _ceil_div(cols, col_blocks))
+    largest = (ceil_div(rows, row_blocks), ceil_div(cols, col_blocks))
     return busiest, of(largest)[1]
 
 
@@ -274,7 +270,7 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
         best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
         for kct_units in _candidates(kc // g):
             kct = kct_units * g
-            steps = _ceil_div(kc // g, kct_units)
+            steps = ceil_div(kc // g, kct_units)
             for nct_units in _candidates(nc // g):
                 nct = nct_units * g
                 # Largest mt that fits this (kct, nct) in half the scratchpad and half the accumulators.
@@ -284,7 +280,7 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
                 for mt in mt_choices:
                     if not min_rows <= mt <= mt_max:
                         continue
-                    row_blocks, col_blocks = _ceil_div(m, mt), _ceil_div(nc // g, nct_units)
+                    row_blocks, col_blocks = ceil_div(m, mt), ceil_div(nc // g, nct_units)
                     blocks = row_blocks * col_blocks
                     cost = functools.partial(_block_cost, depth=kc / steps, steps=steps, n=n, tiles=tiles,
                                              post=post, bias=bias)
@@ -437,13 +433,13 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     plan = GemmPlan(m, k + sum(t.k for t in more), n, kp, np_, arr, a_addr, b_addr, c_addr, bias_addr, post, mt,
                     nct, kct, terms=terms, c_stride=c_stride)
 
-    row_blocks = _split(m, _ceil_div(m, mt))
+    row_blocks = _split(m, ceil_div(m, mt))
     col_units = np_ // arr // g
-    col_blocks = [(s * g * arr, c * g * arr) for s, c in _split(col_units, _ceil_div(col_units, nct // g))]
+    col_blocks = [(s * g * arr, c * g * arr) for s, c in _split(col_units, ceil_div(col_units, nct // g))]
     k_steps = []
     for i, (tkp, *_rest) in enumerate(terms):
         k_units = tkp // arr // g
-        k_steps += [(i, s * g * arr, c * g * arr) for s, c in _split(k_units, _ceil_div(k_units, kct // g))]
+        k_steps += [(i, s * g * arr, c * g * arr) for s, c in _split(k_units, ceil_div(k_units, kct // g))]
     order = [(m0, rows, n0, cols) for m0, rows in row_blocks for n0, cols in col_blocks]
     for slot, (first, count) in enumerate(_split(len(order), min(tiles, len(order)))):
         plan.blocks.extend(GemmBlock(tile_ids[slot], *order[i]) for i in range(first, first + count))

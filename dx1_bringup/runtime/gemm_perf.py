@@ -17,9 +17,8 @@ import numpy as np
 from dx1_driver import Capabilities, Device
 from dx1_driver.allocator import DEFAULT_ALIGNMENT
 
-from ..model.tile import PostOpParams
 from ..perfmodel import Prediction, Ring, TilePrediction, predict
-from ..spec import COMMANDS, Opcode, TileConfig
+from ..spec import COMMANDS, Opcode, PostOpParams, TileConfig
 from .gemm import GemmBlock, GemmPlan, compile_gemm
 from .gemm_run import GemmStats, operand_layout, run_gemm
 

@@ -24,8 +24,8 @@ from dx1_driver import (
     TileFenced,
 )
 
-from ..model.tile import PostOpParams
 from ..perfmodel import Ring
+from ..spec import PostOpParams, align_up
 from .gemm import check_post, check_tiles, compile_gemm
 from .operands import ACC_LANE_BYTES, pad_operand, padded
 
@@ -125,7 +125,7 @@ def drive(device: Device, commands: list[list[bytes]], timeout: float) -> dict[i
             # A halted queue names its tile; a timeout may be any busy one.  Recovery resets the tile and
             # resubmits what lost its completion (TileFenced or ReplayRefused end the attempt).
             for q in busy if getattr(e, "tile", None) is None else [queues[e.tile]]:
-                resubmitted[q.tile] += len(q.recover(timeout=timeout).replayed)
+                resubmitted[q.tile] += len(device.recover(q.tile, timeout=timeout).replayed)
             continue
         for q in queues.values():
             ready = q.poll()
@@ -148,7 +148,7 @@ def operand_layout(m: int, k: int, n: int, array: int, post: bool, bias: bool,
     offsets, total = {}, 0
     for name, size in sizes.items():
         offsets[name] = total
-        total += -(-size // align) * align
+        total += align_up(size, align)
     return offsets, total
 
 

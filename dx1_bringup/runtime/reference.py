@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.tile import PostOpParams, requantize
+from ..model.tile import requantize
+from ..spec import PostOpParams
 
 __all__ = ["reference_gemm"]
 

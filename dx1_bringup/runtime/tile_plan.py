@@ -18,16 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.tile import PostOpParams, TileModel
-from ..spec import TileConfig
+from ..model.tile import TileModel
+from ..spec import PostOpParams, TileConfig, ceil_div
 from .commands import CommandStream
 from .operands import pad_operand
 
 __all__ = ["LinearPlan", "plan_linear"]
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass
@@ -45,7 +41,7 @@ class LinearPlan:
 
     @property
     def out_rows(self) -> int:
-        return _ceil_div(self.n, self.config.array) * self.m
+        return ceil_div(self.n, self.config.array) * self.m
 
     def gather(self, out: np.ndarray) -> np.ndarray:
         """The (M, N) int8 result from the ``out_rows`` scratchpad rows starting at ``out_base``."""
@@ -95,7 +91,7 @@ def plan_linear(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, post: Pos
     if bias is not None and np.asarray(bias).shape != (n_out,):
         raise ValueError(f"bias must have shape ({n_out},), not {np.asarray(bias).shape}")
     lanes = config.array
-    kc, nc = _ceil_div(k, lanes), _ceil_div(n_out, lanes)
+    kc, nc = ceil_div(k, lanes), ceil_div(n_out, lanes)
     b_base = kc * m
     out_base = b_base + nc * kc * lanes
     spm_needed = out_base + nc * m

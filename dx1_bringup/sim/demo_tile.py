@@ -13,17 +13,17 @@ import time
 import cocotb
 import numpy as np
 
-from ..model.tile import PostOpParams
+from ..runtime.operands import random_operands
 from ..runtime.reference import reference_gemm
 from ..runtime.tile_plan import plan_linear
+from ..spec import PostOpParams
 from .tile_tb import TileTB
 
 
 def _operands(params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, PostOpParams]:
     rng = np.random.default_rng(params["seed"])
     m, k, n = params["m"], params["k"], params["n"]
-    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+    a, b = random_operands(rng, m, k, n)
     bias = rng.integers(-(1 << 15), 1 << 15, size=n, dtype=np.int32)
     # A sum of k int8 products has a spread of about sqrt(k) * 5461: scale that to about 40.
     post = PostOpParams(mult=181, shift=15 + round(0.5 * np.log2(k)), relu=True)

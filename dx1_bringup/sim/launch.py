@@ -1,4 +1,9 @@
-"""Starting a private simulator process: the SoC or the whole board behind a loopback TCP socket."""
+"""Starting a private simulator process: the SoC or the whole board behind a loopback TCP socket.
+
+The framework owns the simulator process: :func:`start_simulator` starts it, and
+:class:`PrivateSimTransport` (what ``open_transport("sim")`` returns) stops it when the transport
+closes.  The driver's :class:`~dx1_driver.sim_transport.SimTransport` knows only its socket.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,54 @@ import time
 from pathlib import Path
 
 from dx1_driver import TransportError
+from dx1_driver.sim_transport import SimTransport
 
-__all__ = ["start_simulator"]
+__all__ = ["PrivateSimTransport", "start_simulator"]
+
+#: Seconds a simulator that answered CLOSE gets to exit; one whose link broke gets :data:`BROKEN_EXIT`.
+CLEAN_EXIT = 60.0
+BROKEN_EXIT = 5.0
+
+
+class PrivateSimTransport(SimTransport):
+    """A :class:`SimTransport` to a simulator started for it alone (:func:`start_simulator`), stopped on close.
+
+    Parameters
+    ----------
+    process:
+        The simulator process; this transport owns it: :meth:`close` asks the server to exit, waits for
+        it (:data:`CLEAN_EXIT` seconds, :data:`BROKEN_EXIT` after a broken link) and kills it if it does not.
+    port:
+        The port it listens on, on 127.0.0.1.
+    **kwargs:
+        ``timeout`` and ``per_byte`` of :class:`SimTransport`.
+    """
+
+    def __init__(self, process: subprocess.Popen, port: int, **kwargs: float):
+        self.process = process
+        try:
+            super().__init__("127.0.0.1", port, stop_server=True, **kwargs)
+        except BaseException:
+            self._stop(BROKEN_EXIT)
+            raise
+
+    def _lost_note(self) -> str:
+        if self.process.poll() is None:
+            return ""
+        return f" (the simulator process exited with code {self.process.returncode})"
+
+    def _stop(self, seconds: float) -> None:
+        try:
+            self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def _close(self) -> None:
+        try:
+            super()._close()
+        finally:
+            self._stop(BROKEN_EXIT if self.broken else CLEAN_EXIT)
 
 
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli import args as types
+from .. import argtypes as types
 from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS

@@ -10,9 +10,13 @@ from .config import *  # noqa: F403
 from .config import __all__ as _config_all
 from .link import *  # noqa: F403
 from .link import __all__ as _link_all
+from .postop import *  # noqa: F403
+from .postop import __all__ as _postop_all
 from .registers import *  # noqa: F403
 from .registers import __all__ as _registers_all
+from .sizes import *  # noqa: F403
+from .sizes import __all__ as _sizes_all
 from .stall import *  # noqa: F403
 from .stall import __all__ as _stall_all
 
-__all__ = [*_commands_all, *_config_all, *_link_all, *_registers_all, *_stall_all]
+__all__ = [*_commands_all, *_config_all, *_link_all, *_postop_all, *_registers_all, *_sizes_all, *_stall_all]

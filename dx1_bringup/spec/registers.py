@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass
 
 from .config import SocConfig
+from .sizes import align_up
 
 __all__ = [
     "Access", "RegField", "Register", "BlockType", "BlockSpec", "PlacedRegister", "PlacedBlock",
@@ -296,7 +297,7 @@ def register_map(config: SocConfig | None = None) -> RegisterMap:
             for idx in range(r.count):
                 regs.append(PlacedRegister(r, offset, idx if r.array else None))
                 offset += 4
-        span = -(-offset // BLOCK_ALIGN) * BLOCK_ALIGN
+        span = align_up(offset, BLOCK_ALIGN)
         nxt = base + span if i + 1 < len(order) else 0
         placed.append(PlacedBlock(spec, base, tile, nxt, tuple(regs)))
         base += span

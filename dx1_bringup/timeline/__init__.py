@@ -6,8 +6,8 @@ timeline holds.
 """
 
 from .model import Slice, TimelineData, Track
-from .record import COUNTERS, HOST, Timeline, TimelineDevice, record, record_link, tile_group, unit_of
+from .record import COUNTERS, HOST, Timeline, record, record_link, tile_group, unit_of
 from .writers import FORMATS, add_timeline_arguments, format_for, write
 
-__all__ = ["COUNTERS", "FORMATS", "HOST", "Slice", "Timeline", "TimelineData", "TimelineDevice", "Track",
+__all__ = ["COUNTERS", "FORMATS", "HOST", "Slice", "Timeline", "TimelineData", "Track",
            "add_timeline_arguments", "format_for", "record", "record_link", "tile_group", "unit_of", "write"]

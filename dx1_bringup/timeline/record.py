@@ -1,16 +1,17 @@
 """Recording a timeline of what a program does to an open device.
 
-:func:`record` hands out a :class:`TimelineDevice`, which stands where a program expects a
-:class:`~dx1_driver.Device`:
+:func:`record` attaches a :class:`Timeline` to the device as an observer
+(:meth:`~dx1_driver.Device.observe`), so the program keeps using the device itself:
 
-- **host** tracks: ``submit``, ``wait`` (a queue's wait or ``wait_any``), ``reset``, ``recover``,
-  ``upload`` (``write_mem``), ``download`` (``read_mem``/``read_array``) as spans of the calls,
+- **host** tracks: ``submit``, ``wait`` (a queue's wait or ``wait_any``), ``reset`` (the device's or a
+  tile's), ``recover``, ``upload`` (``write_mem``), ``download`` (``read_mem``/``read_array``) as spans of
+  the calls,
   ``doorbell`` (the DOORBELL register writes) and one track per transport request kind (``read32``,
   ``write32``, ``read_u32s``, ``read_block``, ``write_block``, ``wait_irq``), seen through the
   transport's ``observer`` hook;
 - per tile, the TRACE block's start/end events as slices on ``load``, ``compute``, ``store`` and
   ``control`` tracks by opcode, and counter tracks of the PERF counters (counted from the start, and on
-  across a tile or device reset made through the wrapper: ``reset_tile``, ``recover``, ``reset``);
+  across a tile or device reset: ``reset_tile``, ``recover``, ``reset``);
 - ``events lost`` per tile: completions the host collected whose start or end event never arrived.
 
 After every wait the TRACE buffers are drained and the PERF counters sampled, so a run longer than the
@@ -32,29 +33,16 @@ import dataclasses
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-from dx1_driver import (
-    CommandError,
-    CommandQueue,
-    Completion,
-    Device,
-    PerfCounters,
-    Recovery,
-    TraceKind,
-    Transport,
-    regs,
-)
-from numpy.typing import DTypeLike
+from dx1_driver import Call, CommandError, Completion, Device, Observer, PerfCounters, TraceKind, Transport, regs
 
 from . import writers
 from .model import TimelineData
 
-__all__ = ["COUNTERS", "HOST", "Timeline", "TimelineDevice", "record", "record_link", "tile_group", "unit_of"]
+__all__ = ["COUNTERS", "HOST", "Timeline", "record", "record_link", "tile_group", "unit_of"]
 
 #: The group of the host's tracks.
 HOST = "host"
@@ -70,6 +58,29 @@ _ZERO = PerfCounters(**dict.fromkeys((f.name for f in dataclasses.fields(PerfCou
 
 #: TRACE timestamps are the low 32 bits of GLOBAL CYCLES.
 _STAMP_BITS = 32
+
+#: The host track each observed call is drawn on (:data:`dx1_driver.observe.CALLS`); others are not drawn.
+_TRACKS = {"submit": "submit", "wait": "wait", "wait_any": "wait", "reset": "reset", "reset_tile": "reset",
+           "recover": "recover", "write_mem": "upload", "read_mem": "download"}
+#: Calls that zero a tile's PERF block: sampled before, counted on from 0 after.
+_RESETS = ("reset", "reset_tile", "recover")
+
+
+def _span_args(call: Call) -> dict[str, int]:
+    """The arguments drawn on a call's host slice."""
+    args = call.args
+    if call.name == "write_mem":
+        return {"addr": args["addr"], "bytes": len(args["data"])}
+    if call.name == "read_mem":
+        return {"addr": args["addr"], "bytes": args["n"]}
+    if call.name == "wait_any":
+        return {"queues": len(args["queues"]), "at_least": args["at_least"]}
+    drawn = {} if call.tile is None else {"tile": call.tile}
+    if call.name == "submit":
+        drawn["commands"] = len(args["commands"])
+    elif call.name == "wait" and call.error is None:
+        drawn["completions"] = len(call.result)
+    return drawn
 
 
 def unit_of(opcode: regs.Opcode | int) -> str:
@@ -89,14 +100,15 @@ class _Snapshot:
     spread_ns: int  # half the read's round trip: the count is from within host_ns +- spread_ns
 
 
-class Timeline:
+class Timeline(Observer):
     """The timeline of one device, filled as the program runs; :meth:`finish` writes it.
 
     Parameters
     ----------
     device:
-        An open device with a trace buffer (GLOBAL FEATURES.trace); its TRACE blocks are started
-        (cleared) here and stopped by :meth:`finish`.  ``None``: the host tracks of ``transport`` alone.
+        An open device with a trace FIFO (GLOBAL FEATURES.trace); its TRACE blocks are started
+        (cleared) here and stopped by :meth:`finish`, and the timeline observes it until then.
+        ``None``: the host tracks of ``transport`` alone.
     transport:
         With ``device`` ``None``: the transport whose requests are drawn.
 
@@ -140,6 +152,7 @@ class Timeline:
         self._perf_last = dict(self.perf_start)
         if device is not None:
             self._snapshot()
+            device.observe(self)
 
     # -- host ---------------------------------------------------------------------------------------
 
@@ -156,14 +169,29 @@ class Timeline:
         if kind == "write32" and addr in self._doorbells:
             self.data.add_slice(HOST, "doorbell", "doorbell", start, end, {"tile": self._doorbells[addr]})
 
-    @contextlib.contextmanager
-    def span(self, track: str, args: dict[str, int]) -> Iterator[dict[str, int]]:
-        """Draw the ``with`` block as a slice on the host ``track``; the block may add to ``args``."""
-        start = self.now()
-        try:
-            yield args
-        finally:
-            self.data.add_slice(HOST, track, track, start, self.now(), args)
+    def before(self, call: Call) -> None:
+        if call.name in _RESETS:
+            self.sample()  # so that only what runs between this sample and the reset is missed
+
+    def after(self, call: Call) -> None:
+        track = _TRACKS.get(call.name)
+        if track is None:
+            return
+        self.data.add_slice(HOST, track, track, call.start_ns - self.origin_ns, call.end_ns - self.origin_ns,
+                            _span_args(call))
+        if call.name == "wait":
+            done = call.error.completions if isinstance(call.error, CommandError) else call.result
+            if done is not None:
+                self.completions(call.tile, done)
+        if call.error is not None:
+            return
+        if call.name in ("wait", "wait_any"):
+            self.sample()
+        elif call.name == "reset":
+            for t in self.tiles:
+                self.tile_reset(t)
+        elif call.name in _RESETS:
+            self.tile_reset(call.tile)
 
     # -- device -------------------------------------------------------------------------------------
 
@@ -267,6 +295,8 @@ class Timeline:
             raise RuntimeError("this timeline is finished already")
         self.finished = True
         self.sample()
+        if self.device is not None:
+            self.device.unobserve(self)
         for t in self.tiles:
             self.device.trace(t).stop()
         self.transport.observer = self._previous_observer
@@ -292,105 +322,15 @@ class Timeline:
                 f"{self.ns_per_cycle:.1f} ns/cycle would be off by up to {self.line_error_ns / 1000:.0f} us)")
 
 
-class _TimedQueue:
-    """A :class:`~dx1_driver.CommandQueue` whose submits and waits are host slices; waits drain the trace."""
-
-    def __init__(self, queue: CommandQueue, timeline: Timeline):
-        self._queue = queue
-        self._timeline = timeline
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-    def submit(self, commands: Sequence[bytes], *, timeout: float = 1.0) -> list[int]:
-        with self._timeline.span("submit", {"tile": self._queue.tile, "commands": len(commands)}):
-            return self._queue.submit(commands, timeout=timeout)
-
-    def wait(self, what: int | Iterable[int] | None = None, *, timeout: float = 1.0,
-             check: bool = True) -> list[Completion]:
-        try:
-            with self._timeline.span("wait", {"tile": self._queue.tile}) as args:
-                done = self._queue.wait(what, timeout=timeout, check=check)
-                args["completions"] = len(done)
-        except CommandError as e:
-            self._timeline.completions(self._queue.tile, e.completions)
-            raise
-        self._timeline.completions(self._queue.tile, done)
-        self._timeline.sample()
-        return done
-
-    def reset_tile(self) -> list[tuple[int, int, bytes]]:
-        self._timeline.sample()
-        with self._timeline.span("reset", {"tile": self._queue.tile}):
-            lost = self._queue.reset_tile()
-        self._timeline.tile_reset(self._queue.tile)
-        return lost
-
-    def recover(self, *, timeout: float = 1.0) -> Recovery:
-        self._timeline.sample()
-        with self._timeline.span("recover", {"tile": self._queue.tile}):
-            recovery = self._queue.recover(timeout=timeout)
-        self._timeline.tile_reset(self._queue.tile)
-        return recovery
-
-
-class TimelineDevice:
-    """A device whose use is recorded into a :class:`Timeline`; everything else passes through."""
-
-    def __init__(self, device: Device, timeline: Timeline):
-        self.device = device
-        self.timeline = timeline
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.device, name)
-
-    def queue(self, tile: int, *, ring_log2: int | None = None) -> _TimedQueue:
-        return _TimedQueue(self.device.queue(tile, ring_log2=ring_log2), self.timeline)
-
-    def reset(self) -> None:
-        self.timeline.sample()
-        with self.timeline.span("reset", {}):
-            self.device.reset()
-        for t in self.timeline.tiles:
-            self.timeline.tile_reset(t)
-
-    def wait_any(self, queues: Sequence[CommandQueue], *, at_least: int = 1, timeout: float = 1.0) -> None:
-        with self.timeline.span("wait", {"queues": len(queues), "at_least": at_least}):
-            self.device.wait_any(queues, at_least=at_least, timeout=timeout)
-        self.timeline.sample()
-
-    def write_mem(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray) -> None:
-        size = data.nbytes if isinstance(data, np.ndarray) else len(data)
-        with self.timeline.span("upload", {"addr": addr, "bytes": size}):
-            self.device.write_mem(addr, data)
-
-    def read_mem(self, addr: int, n: int) -> bytes:
-        with self.timeline.span("download", {"addr": addr, "bytes": n}):
-            return self.device.read_mem(addr, n)
-
-    def read_array(self, addr: int, shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
-        with self.timeline.span("download", {"addr": addr, "bytes": int(np.prod(shape)) * np.dtype(dtype).itemsize}):
-            return self.device.read_array(addr, shape, dtype)
-
-    def close(self) -> None:
-        self.device.close()
-
-    def __enter__(self) -> TimelineDevice:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 @contextlib.contextmanager
 def record(device: Device, path: str | Path, fmt: str | None = None, *,
-           summary: list[str] | None = None) -> Iterator[TimelineDevice]:
-    """Record what the ``with`` block does through the yielded device; write the trace to ``path`` at its end.
+           summary: list[str] | None = None) -> Iterator[Device]:
+    """Record what the ``with`` block does to ``device`` (yielded); write the trace to ``path`` at its end.
 
     Parameters
     ----------
     device:
-        An open device with a trace buffer; it stays open.
+        An open device with a trace FIFO; it stays open.
     path, fmt:
         Where the trace goes and its format (``"perfetto"`` or ``"json"``; default by suffix, see
         :func:`~.writers.format_for`).
@@ -400,7 +340,7 @@ def record(device: Device, path: str | Path, fmt: str | None = None, *,
     fmt = writers.format_for(path, fmt)
     timeline = Timeline(device)
     try:
-        yield TimelineDevice(device, timeline)
+        yield device
     finally:
         line = timeline.finish(path, fmt)
         if summary is not None:

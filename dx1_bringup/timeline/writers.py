@@ -16,7 +16,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from ..cli.args import writable_file
+from ..argtypes import writable_file
 from .model import TimelineData
 
 __all__ = ["FORMATS", "add_timeline_arguments", "format_for", "write", "write_chrome", "write_perfetto"]

@@ -29,8 +29,8 @@ from torch._dynamo.backends.registry import register_backend
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..model.tile import PostOpParams
 from ..runtime.graph import Graph, GraphSession, Value
+from ..spec import PostOpParams
 from .context import _on_close, current_device
 from .reference import qlinear_reference
 

@@ -10,8 +10,8 @@ inputs are integers).  Anything DX-1 cannot take is refused with a message that 
 # No `from __future__ import annotations`: custom_op reads the signature's annotations at run time.
 import torch
 
-from ..model.tile import PostOpParams
 from ..runtime.gemm_run import run_gemm
+from ..spec import PostOpParams
 from .context import current_device
 
 __all__ = ["qlinear", "check_qlinear"]

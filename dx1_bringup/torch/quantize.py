@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.tile import PostOpParams
 from ..runtime.graph import Graph, Value
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
+from ..spec import PostOpParams
 from .reference import qlinear_reference
 
 __all__ = ["QuantizedLayer", "QuantizedMLP", "quantize_mlp", "quantize_input"]

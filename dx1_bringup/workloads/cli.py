@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ..cli import args as types
+from .. import argtypes as types
 
 __all__ = ["add_parser", "cmd_run"]
 

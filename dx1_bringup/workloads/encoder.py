@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from dx1_driver import Device, check_device
 
-from ..model.tile import PostOpParams
 from ..runtime.graph import Graph, GraphSession, HostOp, QMatmul, RunStats, Value, View
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
+from ..spec import PostOpParams
 from ..torch.graph_reference import run_reference
 
 __all__ = ["SEQ", "MODEL", "HEADS", "FFN", "make_block", "EncoderQuant", "quantize_encoder", "run_encoder",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...model.tile import PostOpParams
+from ...spec import PostOpParams
 from ..operands import BUS_BYTES
 
 __all__ = ["Value", "View", "QMatmul", "HostOp", "Graph", "Op"]

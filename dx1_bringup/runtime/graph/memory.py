@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...spec import align_up
+
 __all__ = ["Lifetime", "ArenaPlan", "plan_arena"]
 
 
@@ -37,10 +39,6 @@ class ArenaPlan:
     unshared: int
 
 
-def _align(n: int, alignment: int) -> int:
-    return -(-n // alignment) * alignment
-
-
 def plan_arena(lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
     """Offsets for every value such that values alive at the same time never overlap.
 
@@ -60,8 +58,8 @@ def plan_arena(lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
     placed: list[tuple[Lifetime, int]] = []
     offsets: dict[str, int] = {}
     for lt in sorted(lifetimes, key=lambda v: (-v.size, v.first, v.name)):
-        size = _align(lt.size, alignment)
-        busy = sorted((off, off + _align(other.size, alignment)) for other, off in placed if other.overlaps(lt))
+        size = align_up(lt.size, alignment)
+        busy = sorted((off, off + align_up(other.size, alignment)) for other, off in placed if other.overlaps(lt))
         offset = 0
         for start, end in busy:
             if offset + size <= start:
@@ -69,5 +67,5 @@ def plan_arena(lifetimes: list[Lifetime], alignment: int) -> ArenaPlan:
             offset = max(offset, end)
         placed.append((lt, offset))
         offsets[lt.name] = offset
-    size = max((off + _align(lt.size, alignment) for lt, off in placed), default=0)
-    return ArenaPlan(offsets, size, sum(_align(lt.size, alignment) for lt in lifetimes))
+    size = max((off + align_up(lt.size, alignment) for lt, off in placed), default=0)
+    return ArenaPlan(offsets, size, sum(align_up(lt.size, alignment) for lt in lifetimes))

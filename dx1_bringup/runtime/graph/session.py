@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from dx1_driver import Device, DriverError
 
-from ...spec import Opcode, pack_command
+from ...spec import Opcode, align_up, pack_command
 from ..gemm import GemmTerm, compile_gemm
 from ..gemm_run import GemmStats, drive
 from ..operands import padded
@@ -151,7 +151,7 @@ class GraphSession:
     # -- layout ----------------------------------------------------------------------------------
 
     def _aligned(self, n: int) -> int:
-        return -(-n // self._align) * self._align
+        return align_up(n, self._align)
 
     def _stride(self, name: str) -> int:
         v = self.graph.values[name]
