@@ -8773,8 +8773,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$10716$0 (\$234 ),
-    .\port$10718$0 (\$235 ),
+    .\port$10644$0 (\$234 ),
+    .\port$10646$0 (\$235 ),
     .progress(\progress$295 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -8804,8 +8804,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(\done__tvalid$444 ),
     .perf_busy(\perf_busy$685 ),
     .perf_macs(\perf_macs$694 ),
-    .\port$12171$0 (\$236 ),
-    .\port$12173$0 (\$237 ),
+    .\port$12124$0 (\$236 ),
+    .\port$12126$0 (\$237 ),
     .progress(\progress$614 ),
     .r_en(\done__tready$445 ),
     .\r_en$122 (\spm_rresp__tready$485 ),
@@ -8824,35 +8824,37 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .abort_done(abort_done),
     .abort_req(abort_req),
     .axi__araddr(s1__araddr),
-    .axi__arready(axi__arready),
     .axi__arvalid(s1__arvalid),
     .axi__awaddr(s1__awaddr),
-    .axi__awready(axi__awready),
     .axi__awvalid(s1__awvalid),
     .axi__bready(s1__bready),
-    .axi__bresp(axi__bresp),
-    .axi__bvalid(axi__bvalid),
-    .axi__rdata(axi__rdata),
-    .axi__rlast(axi__rlast),
     .axi__rready(s1__rready),
-    .axi__rresp(axi__rresp),
-    .axi__rvalid(axi__rvalid),
     .axi__wdata(s1__wdata),
-    .axi__wready(axi__wready),
     .axi__wvalid(s1__wvalid),
     .axi_quiet(cp_quiet),
-    .busy(busy),
+    .budget(watchdog),
+    .bus__arready(axi__arready),
+    .bus__awready(axi__awready),
+    .bus__bid(axi__bid),
+    .bus__bresp(axi__bresp),
+    .bus__bvalid(axi__bvalid),
+    .bus__rdata(axi__rdata),
+    .bus__rid(axi__rid),
+    .bus__rlast(axi__rlast),
+    .bus__rresp(axi__rresp),
+    .bus__rvalid(axi__rvalid),
+    .bus__wready(axi__wready),
+    .\busy$257 (busy),
     .clk(clk),
     .cmd(cmd__tdata),
     .cq_base(cq_base),
-    .dispatched(trace_start),
     .dma_base(dma_base),
-    .dma_cmd__tready(dma_cmd__tready),
     .dma_cmd__tvalid(\cmd__tvalid$132 ),
     .dma_done__tdata(dma_done__tdata),
     .dma_done__tready(\done__tready$136 ),
     .dma_done__tvalid(dma_done__tvalid),
     .dma_limit(dma_limit),
+    .dma_ready(dma_cmd__tready),
     .doorbell(doorbell),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE0_CONTROL__value[0]),
@@ -8862,22 +8864,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$8996$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8998$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$9000$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$9002$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$9004$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$9006$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$9008$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$9010$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$9012$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$9014$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$9016$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$9018$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$9020$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$9022$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$9024$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$9026$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8924$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8926$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8928$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8930$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8932$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8934$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8936$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8938$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8940$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8942$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8944$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8946$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8948$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8950$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8952$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8954$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8891,50 +8893,52 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .sem_valid(sem_valid),
     .stall(stall),
     .tail(tail),
-    .tile_cmd__tready(tile_cmd__tready),
+    .taken(trace_start),
     .tile_cmd__tvalid(tile_cmd__tvalid),
     .tile_done__tdata(tile_done__tdata),
     .tile_done__tready(tile_done__tready),
     .tile_done__tvalid(tile_done__tvalid),
+    .tile_ready(tile_cmd__tready),
     .timestamp(cycles[31:0]),
     .trace_end(trace_end),
     .trace_end_opcode(trace_end_opcode),
-    .trace_end_tag(trace_end_tag),
-    .watchdog(watchdog)
+    .trace_end_tag(trace_end_tag)
   );
   \dx1_board.soc.cp1  cp1 (
     .abort_done(\abort_done$628 ),
     .abort_req(\abort_req$618 ),
     .axi__araddr(s3__araddr),
-    .axi__arready(\axi__arready$503 ),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
-    .axi__awready(\axi__awready$517 ),
     .axi__awvalid(s3__awvalid),
     .axi__bready(s3__bready),
-    .axi__bresp(\axi__bresp$527 ),
-    .axi__bvalid(\axi__bvalid$529 ),
-    .axi__rdata(\axi__rdata$531 ),
-    .axi__rlast(\axi__rlast$535 ),
     .axi__rready(s3__rready),
-    .axi__rresp(\axi__rresp$539 ),
-    .axi__rvalid(\axi__rvalid$541 ),
     .axi__wdata(s3__wdata),
-    .axi__wready(\axi__wready$547 ),
     .axi__wvalid(s3__wvalid),
     .axi_quiet(\cp_quiet$620 ),
-    .busy(\busy$656 ),
+    .budget(\watchdog$611 ),
+    .bus__arready(\axi__arready$503 ),
+    .bus__awready(\axi__awready$517 ),
+    .bus__bid(\axi__bid$523 ),
+    .bus__bresp(\axi__bresp$527 ),
+    .bus__bvalid(\axi__bvalid$529 ),
+    .bus__rdata(\axi__rdata$531 ),
+    .bus__rid(\axi__rid$533 ),
+    .bus__rlast(\axi__rlast$535 ),
+    .bus__rresp(\axi__rresp$539 ),
+    .bus__rvalid(\axi__rvalid$541 ),
+    .bus__wready(\axi__wready$547 ),
+    .\busy$257 (\busy$656 ),
     .clk(clk),
     .cmd(\cmd__tdata$434 ),
     .cq_base(\cq_base$634 ),
-    .dispatched(\trace_start$792 ),
     .dma_base(\dma_base$636 ),
-    .dma_cmd__tready(\dma_cmd__tready$449 ),
     .dma_cmd__tvalid(\cmd__tvalid$451 ),
     .dma_done__tdata(\dma_done__tdata$453 ),
     .dma_done__tready(\done__tready$455 ),
     .dma_done__tvalid(\dma_done__tvalid$457 ),
     .dma_limit(\dma_limit$638 ),
+    .dma_ready(\dma_cmd__tready$449 ),
     .doorbell(\doorbell$647 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
@@ -8944,22 +8948,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$652 ),
     .irq_completion(\irq_completion$663 ),
     .irq_error(\irq_error$664 ),
-    .\port$8996$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8998$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$9000$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$9002$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$9004$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$9006$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$9008$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$9010$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$9012$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$9014$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$9016$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$9018$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$9020$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$9022$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$9024$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$9026$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8924$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8926$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8928$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8930$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8932$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8934$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8936$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8938$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8940$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8942$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8944$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8946$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8948$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8950$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8952$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8954$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$613 ),
     .quiesce(\quiesce$624 ),
     .reset_cp(\reset_cp$795 ),
@@ -8973,16 +8977,16 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .sem_valid(\sem_valid$759 ),
     .stall(\stall$785 ),
     .tail(\tail$654 ),
-    .tile_cmd__tready(\tile_cmd__tready$439 ),
+    .taken(\trace_start$792 ),
     .tile_cmd__tvalid(\tile_cmd__tvalid$437 ),
     .tile_done__tdata(\tile_done__tdata$441 ),
     .tile_done__tready(\tile_done__tready$446 ),
     .tile_done__tvalid(\tile_done__tvalid$443 ),
+    .tile_ready(\tile_cmd__tready$439 ),
     .timestamp(cycles[31:0]),
     .trace_end(\trace_end$793 ),
     .trace_end_opcode(\trace_end_opcode$791 ),
-    .trace_end_tag(\trace_end_tag$789 ),
-    .watchdog(\watchdog$611 )
+    .trace_end_tag(\trace_end_tag$789 )
   );
   \dx1_board.soc.dma0  dma0 (
     .abort(abort),
@@ -9366,26 +9370,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10771$0 (irq_error),
-    .\port$10795$0 (irq_completion),
-    .\port$10800$0 (halted),
-    .\port$10802$0 (head),
-    .\port$10804$0 (tail),
-    .\port$10808$0 (error_code),
-    .\port$10810$0 (error_index),
-    .\port$12226$0 (\irq_error$664 ),
-    .\port$12250$0 (\irq_completion$663 ),
-    .\port$12255$0 (\halted$657 ),
-    .\port$12257$0 (\head$652 ),
-    .\port$12259$0 (\tail$654 ),
-    .\port$12263$0 (\error_code$660 ),
-    .\port$12265$0 (\error_index$661 ),
+    .\port$10706$0 (head),
+    .\port$10708$0 (tail),
+    .\port$10714$0 (halted),
+    .\port$10716$0 (error_code),
+    .\port$10718$0 (error_index),
+    .\port$10719$0 (irq_error),
+    .\port$10870$0 (irq_completion),
+    .\port$12186$0 (\head$652 ),
+    .\port$12188$0 (\tail$654 ),
+    .\port$12194$0 (\halted$657 ),
+    .\port$12196$0 (\error_code$660 ),
+    .\port$12198$0 (\error_index$661 ),
+    .\port$12199$0 (\irq_error$664 ),
+    .\port$12350$0 (\irq_completion$663 ),
     .\port$3055$0 (\busy$339 ),
-    .\port$4758$0 (busy),
-    .\port$5194$0 (level),
-    .\port$5254$0 (\busy$658 ),
-    .\port$6957$0 (\busy$656 ),
-    .\port$7393$0 (\level$711 ),
+    .\port$4490$0 (busy),
+    .\port$5158$0 (level),
+    .\port$5218$0 (\busy$658 ),
+    .\port$6653$0 (\busy$656 ),
+    .\port$7321$0 (\level$711 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -11122,7 +11126,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10716$0 , \port$10718$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10644$0 , \port$10646$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11487,10 +11491,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$10716$0 ;
-  wire [255:0] \port$10716$0 ;
-  input [15:0] \port$10718$0 ;
-  wire [15:0] \port$10718$0 ;
+  input [255:0] \port$10644$0 ;
+  wire [255:0] \port$10644$0 ;
+  input [15:0] \port$10646$0 ;
+  wire [15:0] \port$10646$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -11995,8 +11999,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$9518$128 (cmd[143:128]),
-    .\port$9518$80 (cmd[91:80]),
+    .\port$9446$128 (cmd[143:128]),
+    .\port$9446$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -12033,11 +12037,11 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$9518$112 (cmd[143:112]),
-    .\port$9518$16 (cmd[31:16]),
-    .\port$9518$64 (cmd[75:64]),
-    .\port$9518$8 (cmd[8]),
-    .\port$9518$96 (cmd[105:96]),
+    .\port$9446$112 (cmd[143:112]),
+    .\port$9446$16 (cmd[31:16]),
+    .\port$9446$64 (cmd[75:64]),
+    .\port$9446$8 (cmd[8]),
+    .\port$9446$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -12233,7 +12237,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$10718$0 [9:0];
+      acc_w__addr = \port$10646$0 [9:0];
     end
   end
   always @* begin
@@ -12243,7 +12247,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$10716$0 ;
+      acc_w__data = \port$10644$0 ;
     end
   end
   always @* begin
@@ -12311,7 +12315,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$10718$0 [11:0];
+      spm_w__addr = \port$10646$0 [11:0];
     end
   end
   always @* begin
@@ -12321,7 +12325,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$10716$0 [63:0];
+      spm_w__data = \port$10644$0 [63:0];
     end
   end
   always @* begin
@@ -13132,8 +13136,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$10718$0 , \port$10716$0 [63:0] };
-  assign acc_wr__tdata = { \port$10718$0 , \port$10716$0  };
+  assign spm_wr__tdata = { \port$10646$0 , \port$10644$0 [63:0] };
+  assign acc_wr__tdata = { \port$10646$0 , \port$10644$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -21068,7 +21072,7 @@ module \dx1_board.soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9518$80 , \port$9518$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9446$80 , \port$9446$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21092,10 +21096,10 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$9518$128 ;
-  wire [15:0] \port$9518$128 ;
-  input [11:0] \port$9518$80 ;
-  wire [11:0] \port$9518$80 ;
+  input [15:0] \port$9446$128 ;
+  wire [15:0] \port$9446$128 ;
+  input [11:0] \port$9446$80 ;
+  wire [11:0] \port$9446$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -21131,7 +21135,7 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9518$128 , \port$9518$80  };
+      storage[w_port__addr] <= { \port$9446$128 , \port$9446$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -21202,8 +21206,8 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9518$128 , \port$9518$80  };
-  assign w_data = { \port$9518$128 , \port$9518$80  };
+  assign w_port__data = { \port$9446$128 , \port$9446$80  };
+  assign w_data = { \port$9446$128 , \port$9446$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -22359,7 +22363,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9518$8 , \port$9518$16 , \port$9518$64 , \port$9518$96 , \port$9518$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9446$8 , \port$9446$16 , \port$9446$64 , \port$9446$96 , \port$9446$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22383,16 +22387,16 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$9518$112 ;
-  wire [31:0] \port$9518$112 ;
-  input [15:0] \port$9518$16 ;
-  wire [15:0] \port$9518$16 ;
-  input [11:0] \port$9518$64 ;
-  wire [11:0] \port$9518$64 ;
-  input \port$9518$8 ;
-  wire \port$9518$8 ;
-  input [9:0] \port$9518$96 ;
-  wire [9:0] \port$9518$96 ;
+  input [31:0] \port$9446$112 ;
+  wire [31:0] \port$9446$112 ;
+  input [15:0] \port$9446$16 ;
+  wire [15:0] \port$9446$16 ;
+  input [11:0] \port$9446$64 ;
+  wire [11:0] \port$9446$64 ;
+  input \port$9446$8 ;
+  wire \port$9446$8 ;
+  input [9:0] \port$9446$96 ;
+  wire [9:0] \port$9446$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -22428,7 +22432,7 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9518$16 , \port$9518$8 , \port$9518$112 , \port$9518$96 , \port$9518$64  };
+      storage[w_port__addr] <= { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -22499,15 +22503,15 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9518$16 , \port$9518$8 , \port$9518$112 , \port$9518$96 , \port$9518$64  };
-  assign w_data = { \port$9518$16 , \port$9518$8 , \port$9518$112 , \port$9518$96 , \port$9518$64  };
+  assign w_port__data = { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
+  assign w_data = { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$12171$0 , \port$12173$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$12124$0 , \port$12126$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22872,10 +22876,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$12171$0 ;
-  wire [255:0] \port$12171$0 ;
-  input [15:0] \port$12173$0 ;
-  wire [15:0] \port$12173$0 ;
+  input [255:0] \port$12124$0 ;
+  wire [255:0] \port$12124$0 ;
+  input [15:0] \port$12126$0 ;
+  wire [15:0] \port$12126$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -23380,8 +23384,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$10973$128 (cmd[143:128]),
-    .\port$10973$80 (cmd[91:80]),
+    .\port$10926$128 (cmd[143:128]),
+    .\port$10926$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -23418,11 +23422,11 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$10973$112 (cmd[143:112]),
-    .\port$10973$16 (cmd[31:16]),
-    .\port$10973$64 (cmd[75:64]),
-    .\port$10973$8 (cmd[8]),
-    .\port$10973$96 (cmd[105:96]),
+    .\port$10926$112 (cmd[143:112]),
+    .\port$10926$16 (cmd[31:16]),
+    .\port$10926$64 (cmd[75:64]),
+    .\port$10926$8 (cmd[8]),
+    .\port$10926$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -23618,7 +23622,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$12173$0 [9:0];
+      acc_w__addr = \port$12126$0 [9:0];
     end
   end
   always @* begin
@@ -23628,7 +23632,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$12171$0 ;
+      acc_w__data = \port$12124$0 ;
     end
   end
   always @* begin
@@ -23696,7 +23700,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$12173$0 [11:0];
+      spm_w__addr = \port$12126$0 [11:0];
     end
   end
   always @* begin
@@ -23706,7 +23710,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$12171$0 [63:0];
+      spm_w__data = \port$12124$0 [63:0];
     end
   end
   always @* begin
@@ -24517,8 +24521,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$12173$0 , \port$12171$0 [63:0] };
-  assign acc_wr__tdata = { \port$12173$0 , \port$12171$0  };
+  assign spm_wr__tdata = { \port$12126$0 , \port$12124$0 [63:0] };
+  assign acc_wr__tdata = { \port$12126$0 , \port$12124$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -32453,7 +32457,7 @@ module \dx1_board.soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10973$80 , \port$10973$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10926$80 , \port$10926$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -32477,10 +32481,10 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$10973$128 ;
-  wire [15:0] \port$10973$128 ;
-  input [11:0] \port$10973$80 ;
-  wire [11:0] \port$10973$80 ;
+  input [15:0] \port$10926$128 ;
+  wire [15:0] \port$10926$128 ;
+  input [11:0] \port$10926$80 ;
+  wire [11:0] \port$10926$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -32516,7 +32520,7 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$10973$128 , \port$10973$80  };
+      storage[w_port__addr] <= { \port$10926$128 , \port$10926$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -32587,8 +32591,8 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$10973$128 , \port$10973$80  };
-  assign w_data = { \port$10973$128 , \port$10973$80  };
+  assign w_port__data = { \port$10926$128 , \port$10926$80  };
+  assign w_data = { \port$10926$128 , \port$10926$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -33744,7 +33748,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10973$8 , \port$10973$16 , \port$10973$64 , \port$10973$96 , \port$10973$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10926$8 , \port$10926$16 , \port$10926$64 , \port$10926$96 , \port$10926$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -33768,16 +33772,16 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$10973$112 ;
-  wire [31:0] \port$10973$112 ;
-  input [15:0] \port$10973$16 ;
-  wire [15:0] \port$10973$16 ;
-  input [11:0] \port$10973$64 ;
-  wire [11:0] \port$10973$64 ;
-  input \port$10973$8 ;
-  wire \port$10973$8 ;
-  input [9:0] \port$10973$96 ;
-  wire [9:0] \port$10973$96 ;
+  input [31:0] \port$10926$112 ;
+  wire [31:0] \port$10926$112 ;
+  input [15:0] \port$10926$16 ;
+  wire [15:0] \port$10926$16 ;
+  input [11:0] \port$10926$64 ;
+  wire [11:0] \port$10926$64 ;
+  input \port$10926$8 ;
+  wire \port$10926$8 ;
+  input [9:0] \port$10926$96 ;
+  wire [9:0] \port$10926$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -33813,7 +33817,7 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$10973$16 , \port$10973$8 , \port$10973$112 , \port$10973$96 , \port$10973$64  };
+      storage[w_port__addr] <= { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -33884,849 +33888,396 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$10973$16 , \port$10973$8 , \port$10973$112 , \port$10973$96 , \port$10973$64  };
-  assign w_data = { \port$10973$16 , \port$10973$8 , \port$10973$112 , \port$10973$96 , \port$10973$64  };
+  assign w_port__data = { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
+  assign w_data = { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__arready, axi__awready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req, busy, sem_grant, timestamp, doorbell_index, \port$8996$0 
-, \port$8998$0 , \port$9000$0 , \port$9002$0 , \port$9004$0 , \port$9006$0 , \port$9008$0 , \port$9010$0 , \port$9012$0 , \port$9014$0 , \port$9016$0 , \port$9018$0 , \port$9020$0 , \port$9022$0 , \port$9024$0 , \port$9026$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, watchdog, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
-, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8924$0 
+, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+, axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
-  wire [16:0] \$10 ;
-  wire \$100 ;
-  wire [7:0] \$101 ;
-  wire [7:0] \$102 ;
-  wire [7:0] \$103 ;
-  wire [255:0] \$104 ;
-  wire \$105 ;
-  wire [7:0] \$106 ;
-  wire [255:0] \$107 ;
-  wire \$108 ;
-  wire [7:0] \$109 ;
+  wire \$10 ;
   wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire [15:0] \$112 ;
-  wire \$113 ;
-  wire [32:0] \$114 ;
-  wire [16:0] \$115 ;
-  wire \$116 ;
-  wire \$117 ;
-  wire [15:0] \$118 ;
-  wire \$119 ;
-  wire [22:0] \$12 ;
-  wire \$120 ;
-  wire [16:0] \$121 ;
-  wire [16:0] \$122 ;
-  wire [16:0] \$123 ;
-  wire [34:0] \$124 ;
-  wire [34:0] \$125 ;
-  wire [34:0] \$126 ;
-  wire [34:0] \$127 ;
-  wire \$128 ;
-  wire \$129 ;
-  wire [32:0] \$13 ;
-  wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
-  wire \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
+  wire \$12 ;
+  wire \$13 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire \$147 ;
-  wire \$148 ;
-  wire \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  reg [15:0] \$152 ;
-  wire \$153 ;
-  wire [16:0] \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire \$169 ;
-  wire [255:0] \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  wire \$174 ;
-  wire \$175 ;
-  wire \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire \$18 ;
-  wire \$180 ;
-  wire \$181 ;
-  wire \$182 ;
-  wire \$183 ;
-  wire \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
-  wire \$19 ;
-  wire \$190 ;
-  wire \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  wire \$199 ;
+  wire \$17 ;
   wire \$2 ;
-  wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire [16:0] \$202 ;
-  wire [16:0] \$203 ;
-  wire [16:0] \$204 ;
-  wire [16:0] \$205 ;
-  wire \$206 ;
-  wire \$207 ;
-  wire \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire \$210 ;
-  wire \$211 ;
-  wire \$212 ;
-  wire \$213 ;
-  wire \$214 ;
-  wire \$215 ;
-  wire \$216 ;
-  wire \$217 ;
-  wire [2:0] \$218 ;
-  wire \$219 ;
-  wire \$22 ;
-  wire \$220 ;
-  wire \$221 ;
-  wire \$222 ;
-  wire [16:0] \$223 ;
-  wire [16:0] \$224 ;
-  wire [16:0] \$225 ;
-  wire [16:0] \$226 ;
-  wire \$227 ;
-  wire \$228 ;
-  wire \$229 ;
-  wire \$23 ;
-  wire \$230 ;
-  wire \$231 ;
-  wire [3:0] \$232 ;
-  wire [16:0] \$233 ;
-  wire [32:0] \$234 ;
-  wire [16:0] \$235 ;
-  wire [32:0] \$236 ;
-  wire [16:0] \$237 ;
-  wire [48:0] \$238 ;
-  wire [21:0] \$239 ;
-  wire \$24 ;
-  wire [19:0] \$240 ;
-  wire [21:0] \$241 ;
-  wire [31:0] \$242 ;
-  wire [19:0] \$243 ;
-  wire [33:0] \$244 ;
-  wire [34:0] \$245 ;
-  wire [49:0] \$246 ;
-  wire [50:0] \$247 ;
-  wire [32:0] \$248 ;
-  wire [32:0] \$249 ;
-  wire \$25 ;
-  wire [32:0] \$250 ;
-  wire [20:0] \$251 ;
-  wire [16:0] \$252 ;
-  wire \$253 ;
-  wire \$254 ;
-  wire \$255 ;
-  wire \$256 ;
-  wire \$257 ;
-  wire \$258 ;
-  wire \$259 ;
-  wire \$26 ;
-  wire \$260 ;
-  wire \$261 ;
-  wire \$262 ;
-  wire \$263 ;
-  wire \$264 ;
-  wire \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire \$268 ;
-  wire \$269 ;
-  wire \$27 ;
-  wire \$270 ;
-  wire \$271 ;
-  wire \$272 ;
-  wire \$273 ;
-  wire \$274 ;
-  wire \$275 ;
-  wire \$276 ;
-  wire \$277 ;
-  wire \$278 ;
-  wire \$279 ;
-  wire \$28 ;
-  wire \$280 ;
-  wire \$281 ;
-  wire \$282 ;
-  wire \$283 ;
-  wire \$284 ;
-  wire \$285 ;
-  wire \$286 ;
-  wire \$287 ;
-  wire \$288 ;
-  wire \$289 ;
-  wire \$29 ;
-  wire \$290 ;
-  wire \$291 ;
-  wire \$292 ;
-  wire \$293 ;
-  wire \$294 ;
-  wire \$295 ;
-  wire \$296 ;
-  wire \$297 ;
-  wire \$298 ;
-  wire \$299 ;
-  wire [47:0] \$3 ;
-  wire \$30 ;
-  wire \$300 ;
-  wire \$301 ;
-  wire \$302 ;
-  wire \$303 ;
-  wire \$304 ;
-  wire \$305 ;
-  wire \$306 ;
-  wire \$307 ;
-  wire \$308 ;
-  wire \$309 ;
-  wire \$31 ;
-  wire \$310 ;
-  wire \$311 ;
-  wire \$312 ;
-  wire \$313 ;
-  wire \$314 ;
-  wire \$315 ;
-  wire \$316 ;
-  wire \$317 ;
-  wire \$318 ;
-  wire \$319 ;
-  wire \$32 ;
-  wire \$320 ;
-  wire \$321 ;
-  wire \$322 ;
-  wire \$323 ;
-  wire \$324 ;
-  wire \$325 ;
-  wire \$326 ;
-  wire \$327 ;
-  wire \$328 ;
-  wire \$329 ;
-  wire \$33 ;
-  wire \$330 ;
-  wire \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire \$334 ;
-  wire \$335 ;
-  wire \$336 ;
-  wire \$337 ;
-  wire \$338 ;
-  wire \$339 ;
-  wire \$34 ;
-  wire \$340 ;
-  wire \$341 ;
-  wire \$342 ;
-  wire \$343 ;
-  wire \$344 ;
-  wire \$345 ;
-  wire \$346 ;
-  wire \$347 ;
-  wire \$348 ;
-  wire \$349 ;
-  wire \$35 ;
-  wire \$350 ;
-  wire \$351 ;
-  wire \$352 ;
-  wire \$353 ;
-  wire \$354 ;
-  wire \$355 ;
-  wire \$356 ;
-  wire \$357 ;
-  wire \$358 ;
-  wire \$359 ;
-  wire [7:0] \$36 ;
-  wire \$360 ;
-  wire \$361 ;
-  wire \$362 ;
-  wire \$363 ;
-  wire \$364 ;
-  wire \$365 ;
-  wire \$366 ;
-  wire \$367 ;
-  wire \$368 ;
-  wire \$369 ;
-  wire [7:0] \$37 ;
-  wire \$370 ;
-  wire \$371 ;
-  wire \$372 ;
-  wire \$373 ;
-  wire \$374 ;
-  wire \$375 ;
-  wire \$376 ;
-  wire \$377 ;
-  wire \$378 ;
-  wire \$379 ;
-  wire [7:0] \$38 ;
-  wire \$380 ;
-  wire \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire \$384 ;
-  wire \$385 ;
-  wire \$386 ;
-  wire \$387 ;
-  wire \$388 ;
-  wire \$389 ;
-  wire [7:0] \$39 ;
-  wire \$390 ;
-  wire \$391 ;
-  wire \$392 ;
-  wire \$393 ;
-  wire \$394 ;
-  wire \$395 ;
-  wire \$396 ;
-  wire \$397 ;
-  wire \$398 ;
-  wire \$399 ;
-  wire [48:0] \$4 ;
-  wire [7:0] \$40 ;
-  wire \$400 ;
-  wire \$401 ;
-  wire \$402 ;
-  wire \$403 ;
-  wire \$404 ;
-  wire \$405 ;
-  wire [2:0] \$406 ;
-  wire [2:0] \$407 ;
-  wire \$408 ;
-  wire [2:0] \$409 ;
-  wire [7:0] \$41 ;
-  wire [2:0] \$410 ;
-  wire [3:0] \$411 ;
-  wire [4:0] \$412 ;
-  wire \$413 ;
-  wire [1:0] \$414 ;
-  wire [1:0] \$415 ;
-  wire \$416 ;
-  wire [1:0] \$417 ;
-  wire [1:0] \$418 ;
-  wire [2:0] \$419 ;
-  wire [255:0] \$42 ;
-  wire [3:0] \$420 ;
-  wire \$421 ;
-  wire \$422 ;
-  wire \$423 ;
-  wire \$424 ;
-  wire \$425 ;
-  wire \$426 ;
-  wire \$427 ;
-  wire \$428 ;
-  wire \$429 ;
-  wire \$43 ;
-  wire \$430 ;
-  wire \$431 ;
-  wire \$432 ;
-  wire \$433 ;
-  wire \$434 ;
-  wire \$435 ;
-  wire \$436 ;
-  wire \$437 ;
-  wire \$438 ;
-  wire [18:0] \$439 ;
-  wire \$44 ;
-  wire [32:0] \$440 ;
-  reg [15:0] \$441 ;
-  wire [18:0] \$442 ;
-  wire [32:0] \$443 ;
-  reg [15:0] \$444 ;
-  reg [7:0] \$445 ;
-  reg \$446 ;
-  reg [15:0] \$447 ;
-  reg [15:0] \$448 ;
-  reg [7:0] \$449 ;
-  wire \$45 ;
-  reg [15:0] \$450 ;
-  wire [18:0] \$451 ;
-  wire [32:0] \$452 ;
-  reg [15:0] \$453 ;
-  reg [7:0] \$454 ;
-  reg \$455 ;
-  reg [15:0] \$456 ;
-  reg [15:0] \$457 ;
-  reg [7:0] \$458 ;
-  reg [15:0] \$459 ;
-  wire \$46 ;
-  wire [18:0] \$460 ;
-  wire [32:0] \$461 ;
-  reg [15:0] \$462 ;
-  reg [7:0] \$463 ;
-  reg \$464 ;
-  reg [15:0] \$465 ;
-  reg [15:0] \$466 ;
-  reg [7:0] \$467 ;
-  reg [15:0] \$468 ;
-  wire [18:0] \$469 ;
-  wire \$47 ;
-  wire [32:0] \$470 ;
-  reg \$471 ;
-  reg [15:0] \$472 ;
-  wire \$473 ;
-  wire \$474 ;
-  wire \$475 ;
-  wire \$476 ;
-  wire \$477 ;
-  wire \$478 ;
-  wire \$479 ;
-  wire \$48 ;
-  wire \$480 ;
-  wire \$481 ;
-  wire \$482 ;
-  wire \$483 ;
-  wire \$484 ;
-  wire \$485 ;
-  wire \$486 ;
-  wire \$487 ;
-  wire [32:0] \$488 ;
-  wire \$489 ;
-  wire \$49 ;
-  wire \$490 ;
-  reg [15:0] \$491 ;
-  wire [16:0] \$492 ;
-  wire [16:0] \$493 ;
-  reg [15:0] \$494 ;
-  wire [16:0] \$495 ;
-  wire [16:0] \$496 ;
-  wire \$497 ;
-  wire \$498 ;
-  wire \$499 ;
+  wire \$3 ;
+  wire \$4 ;
   wire \$5 ;
-  wire \$50 ;
-  reg [15:0] \$500 ;
-  reg [15:0] \$501 ;
-  wire [15:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire \$505 ;
-  reg \$506 ;
-  reg [15:0] \$507 ;
-  reg [15:0] \$508 ;
-  reg \$509 ;
-  wire \$51 ;
-  reg [7:0] \$510 ;
-  reg [15:0] \$511 ;
-  reg [1:0] \$512 ;
-  reg [1:0] \$513 ;
-  reg \$514 ;
-  reg [255:0] \$515 ;
-  reg \$516 ;
-  reg [15:0] \$517 ;
-  reg \$518 ;
-  reg [2:0] \$519 ;
-  wire \$52 ;
-  reg [32:0] \$520 ;
-  reg [32:0] \$521 ;
-  reg [48:0] \$522 ;
-  reg [21:0] \$523 ;
-  reg [31:0] \$524 ;
-  reg [19:0] \$525 ;
-  reg [33:0] \$526 ;
-  reg [49:0] \$527 ;
-  reg [32:0] \$528 ;
-  reg [32:0] \$529 ;
-  wire \$53 ;
-  reg [32:0] \$530 ;
-  reg [20:0] \$531 ;
-  reg [16:0] \$532 ;
-  reg [7:0] \$533 ;
-  reg [1:0] \$534 ;
-  reg [271:0] \$535 ;
-  reg \$536 ;
-  reg \$537 ;
-  reg \$538 ;
-  reg [312:0] \$539 ;
-  wire \$54 ;
-  reg [7:0] \$540 ;
-  reg [312:0] \$541 ;
-  reg [312:0] \$542 ;
-  reg [312:0] \$543 ;
-  reg [312:0] \$544 ;
-  reg \$545 ;
-  reg \$546 ;
-  reg \$547 ;
-  reg \$548 ;
-  reg [1:0] \$549 ;
-  wire \$55 ;
-  reg [1:0] \$550 ;
-  reg [2:0] \$551 ;
-  reg [312:0] \$552 ;
-  reg [312:0] \$553 ;
-  reg \$554 ;
-  reg \$555 ;
-  reg \$556 ;
-  reg \$557 ;
-  reg [1:0] \$558 ;
-  reg [31:0] \$559 ;
-  wire \$56 ;
-  reg [63:0] \$560 ;
-  reg [15:0] \$561 ;
-  reg [15:0] \$562 ;
-  reg [7:0] \$563 ;
-  reg [1:0] \$564 ;
-  reg \$565 ;
-  reg \$566 ;
-  reg [31:0] \$567 ;
-  reg \$568 ;
-  reg \$569 ;
-  wire \$57 ;
-  wire \$58 ;
-  wire \$59 ;
   wire \$6 ;
-  wire \$60 ;
-  wire [7:0] \$61 ;
-  wire [7:0] \$62 ;
-  wire [7:0] \$63 ;
-  wire [7:0] \$64 ;
-  wire [7:0] \$65 ;
-  wire [7:0] \$66 ;
-  wire [255:0] \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire [16:0] \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [16:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [7:0] \$88 ;
-  wire [7:0] \$89 ;
-  wire [16:0] \$9 ;
-  wire [7:0] \$90 ;
-  wire [7:0] \$91 ;
-  wire [255:0] \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire [7:0] \$95 ;
-  wire [7:0] \$96 ;
-  wire [255:0] \$97 ;
-  wire \$98 ;
-  wire \$99 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
   input abort_done;
   wire abort_done;
+  wire \abort_done$250 ;
   output abort_req;
   wire abort_req;
-  reg aborting = 1'h0;
-  reg aw_done = 1'h0;
+  wire \abort_req$254 ;
+  wire aborting;
+  wire \aborting$149 ;
+  wire \aborting$201 ;
+  wire advance;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
   wire [3:0] axi__arid;
   wire [7:0] axi__arlen;
-  input axi__arready;
   wire axi__arready;
   wire [2:0] axi__arsize;
   output axi__arvalid;
-  reg axi__arvalid;
+  wire axi__arvalid;
   output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
+  wire [31:0] axi__awaddr;
   wire [1:0] axi__awburst;
   wire [3:0] axi__awid;
   wire [7:0] axi__awlen;
-  input axi__awready;
   wire axi__awready;
   wire [2:0] axi__awsize;
   output axi__awvalid;
-  reg axi__awvalid;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
   output axi__bready;
-  reg axi__bready;
-  input [1:0] axi__bresp;
+  wire axi__bready;
   wire [1:0] axi__bresp;
-  input axi__bvalid;
   wire axi__bvalid;
-  input [63:0] axi__rdata;
   wire [63:0] axi__rdata;
-  input axi__rlast;
+  wire [3:0] axi__rid;
   wire axi__rlast;
   output axi__rready;
-  reg axi__rready;
-  input [1:0] axi__rresp;
+  wire axi__rready;
   wire [1:0] axi__rresp;
-  input axi__rvalid;
   wire axi__rvalid;
   output [63:0] axi__wdata;
-  reg [63:0] axi__wdata = 64'h0000000000000000;
+  wire [63:0] axi__wdata;
   wire axi__wlast;
-  input axi__wready;
   wire axi__wready;
   wire [7:0] axi__wstrb;
   output axi__wvalid;
-  reg axi__wvalid;
+  wire axi__wvalid;
   output axi_quiet;
   wire axi_quiet;
-  reg [1:0] beat = 2'h0;
-  output busy;
+  input [31:0] budget;
+  wire [31:0] budget;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
   wire busy;
+  output \busy$257 ;
+  wire \busy$257 ;
   input clk;
   wire clk;
   output [255:0] cmd;
-  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [15:0] cmd_index = 16'h0000;
-  reg cmd_phase = 1'h0;
-  reg [1:0] complete_state = 2'h0;
-  reg [32:0] cp_dst_end = 33'h000000000;
-  reg [32:0] cp_src_end = 33'h000000000;
-  (* init = 32'd0 *)
-  wire [31:0] cpl_addr;
-  (* init = 64'h0000000000000000 *)
-  wire [63:0] cpl_data;
-  reg [15:0] cpl_index = 16'h0000;
-  (* init = 8'h00 *)
-  wire [7:0] cpl_opcode;
-  (* init = 16'h0000 *)
-  wire [15:0] cpl_tag;
+  wire [255:0] cmd;
+  wire [255:0] \cmd$118 ;
+  wire [7:0] code;
+  wire [15:0] count;
   input [31:0] cq_base;
   wire [31:0] cq_base;
-  reg d_pop;
-  reg d_push;
+  wire [31:0] \cq_base$197 ;
   wire decoded;
-  output dispatched;
-  reg dispatched;
+  wire \decoded$146 ;
+  wire dispatched;
   input [31:0] dma_base;
   wire [31:0] dma_base;
-  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [31:0] \dma_base$123 ;
   wire [255:0] dma_cmd__tdata;
-  input dma_cmd__tready;
   wire dma_cmd__tready;
   output dma_cmd__tvalid;
-  reg dma_cmd__tvalid;
-  reg [1:0] dma_count = 2'h0;
+  wire dma_cmd__tvalid;
+  wire [1:0] dma_count;
+  wire [1:0] \dma_count$156 ;
+  wire [1:0] \dma_count$243 ;
   input [7:0] dma_done__tdata;
   wire [7:0] dma_done__tdata;
+  wire [7:0] \dma_done__tdata$231 ;
   output dma_done__tready;
-  reg dma_done__tready;
+  wire dma_done__tready;
+  wire \dma_done__tready$233 ;
   input dma_done__tvalid;
   wire dma_done__tvalid;
-  reg dma_hazard = 1'h0;
+  wire \dma_done__tvalid$235 ;
+  wire dma_hazard;
+  wire \dma_hazard$160 ;
   input [31:0] dma_limit;
   wire [31:0] dma_limit;
-  reg dma_rd = 1'h0;
-  reg [312:0] dma_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \dma_slot0.footprint ;
-  wire [33:0] \dma_slot0.footprint.acc_r_hi ;
-  wire [33:0] \dma_slot0.footprint.acc_r_lo ;
-  wire [33:0] \dma_slot0.footprint.acc_w_hi ;
-  wire [33:0] \dma_slot0.footprint.acc_w_lo ;
-  wire [33:0] \dma_slot0.footprint.spm_r_hi ;
-  wire [33:0] \dma_slot0.footprint.spm_r_lo ;
-  wire [33:0] \dma_slot0.footprint.spm_w_hi ;
-  wire [33:0] \dma_slot0.footprint.spm_w_lo ;
-  wire [7:0] \dma_slot0.opcode ;
-  wire \dma_slot0.phase ;
-  wire [15:0] \dma_slot0.ring_index ;
-  wire [15:0] \dma_slot0.tag ;
-  reg [312:0] dma_slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \dma_slot1.footprint ;
-  wire [33:0] \dma_slot1.footprint.acc_r_hi ;
-  wire [33:0] \dma_slot1.footprint.acc_r_lo ;
-  wire [33:0] \dma_slot1.footprint.acc_w_hi ;
-  wire [33:0] \dma_slot1.footprint.acc_w_lo ;
-  wire [33:0] \dma_slot1.footprint.spm_r_hi ;
-  wire [33:0] \dma_slot1.footprint.spm_r_lo ;
-  wire [33:0] \dma_slot1.footprint.spm_w_hi ;
-  wire [33:0] \dma_slot1.footprint.spm_w_lo ;
-  wire [7:0] \dma_slot1.opcode ;
-  wire \dma_slot1.phase ;
-  wire [15:0] \dma_slot1.ring_index ;
-  wire [15:0] \dma_slot1.tag ;
-  reg dma_valid0 = 1'h0;
-  reg dma_valid1 = 1'h0;
-  reg dma_wr = 1'h0;
+  wire [31:0] \dma_limit$125 ;
+  wire [312:0] dma_oldest;
+  wire [312:0] \dma_oldest$213 ;
+  wire [271:0] \dma_oldest$213.footprint ;
+  wire [33:0] \dma_oldest$213.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest$213.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest$213.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest$213.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest$213.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest$213.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest$213.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest$213.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest$213.opcode ;
+  wire \dma_oldest$213.phase ;
+  wire [15:0] \dma_oldest$213.ring_index ;
+  wire [15:0] \dma_oldest$213.tag ;
+  wire [15:0] \dma_oldest$248 ;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  wire dma_pending;
+  wire dma_pop;
+  wire \dma_pop$144 ;
+  wire \dma_pop$241 ;
+  wire dma_push;
+  wire \dma_push$140 ;
+  input dma_ready;
+  wire dma_ready;
+  wire dma_valid;
+  wire done;
   input doorbell;
   wire doorbell;
+  wire \doorbell$63 ;
   input [15:0] doorbell_index;
   wire [15:0] doorbell_index;
+  wire [15:0] \doorbell_index$65 ;
   input enable;
   wire enable;
   wire entries_ok;
+  wire [7:0] error__code;
+  wire [7:0] \error__code$101 ;
+  wire [7:0] \error__code$89 ;
+  wire [7:0] \error__code$95 ;
+  wire [15:0] error__index;
+  wire [15:0] \error__index$103 ;
+  wire [15:0] \error__index$91 ;
+  wire [15:0] \error__index$97 ;
+  wire error__valid;
+  wire \error__valid$105 ;
+  wire \error__valid$93 ;
+  wire \error__valid$99 ;
   output [7:0] error_code;
-  reg [7:0] error_code = 8'h00;
+  wire [7:0] error_code;
   output [15:0] error_index;
-  reg [15:0] error_index = 16'h0000;
-  reg fetch_error = 1'h0;
-  reg fetch_idle;
-  reg [1:0] fetch_state = 2'h0;
-  wire fire;
-  reg flushing = 1'h0;
-  reg [271:0] fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [33:0] \fp.acc_r_hi ;
-  wire [33:0] \fp.acc_r_lo ;
-  wire [33:0] \fp.acc_w_hi ;
-  wire [33:0] \fp.acc_w_lo ;
-  wire [33:0] \fp.spm_r_hi ;
-  wire [33:0] \fp.spm_r_lo ;
-  wire [33:0] \fp.spm_w_hi ;
-  wire [33:0] \fp.spm_w_lo ;
-  reg [271:0] fp_next;
-  wire [33:0] \fp_next.acc_r_hi ;
-  wire [33:0] \fp_next.acc_r_lo ;
-  wire [33:0] \fp_next.acc_w_hi ;
-  wire [33:0] \fp_next.acc_w_lo ;
-  wire [33:0] \fp_next.spm_r_hi ;
-  wire [33:0] \fp_next.spm_r_lo ;
-  wire [33:0] \fp_next.spm_w_hi ;
-  wire [33:0] \fp_next.spm_w_lo ;
-  reg [32:0] g_a_end = 33'h000000000;
-  reg [31:0] g_a_rows = 32'd0;
-  reg [20:0] g_b_end = 21'h000000;
-  reg [19:0] g_b_rows = 20'h00000;
+  wire [15:0] error_index;
+  wire fetched;
+  wire flushing;
+  wire \flushing$203 ;
+  wire [271:0] footprint;
+  wire [271:0] \footprint$135 ;
+  wire [33:0] \footprint$135.acc_r_hi ;
+  wire [33:0] \footprint$135.acc_r_lo ;
+  wire [33:0] \footprint$135.acc_w_hi ;
+  wire [33:0] \footprint$135.acc_w_lo ;
+  wire [33:0] \footprint$135.spm_r_hi ;
+  wire [33:0] \footprint$135.spm_r_lo ;
+  wire [33:0] \footprint$135.spm_w_hi ;
+  wire [33:0] \footprint$135.spm_w_lo ;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
   output halted;
-  reg halted = 1'h0;
-  reg have = 1'h0;
+  wire halted;
+  wire \halted$147 ;
+  wire \halted$75 ;
   output [15:0] head;
-  reg [15:0] head = 16'h0000;
-  reg [31:0] idle_cycles = 32'd0;
+  wire [15:0] head;
+  wire [15:0] \head$108 ;
+  wire [15:0] \head$244 ;
+  wire [15:0] \head$69 ;
+  wire idle;
+  wire \idle$256 ;
   wire in_flight;
+  wire \in_flight$162 ;
+  wire [15:0] index;
+  wire [15:0] \index$127 ;
   output irq_completion;
-  reg irq_completion;
+  wire irq_completion;
+  wire \irq_completion$215 ;
   output irq_error;
-  reg irq_error;
-  reg [312:0] \local  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \local.footprint ;
-  wire [33:0] \local.footprint.acc_r_hi ;
-  wire [33:0] \local.footprint.acc_r_lo ;
-  wire [33:0] \local.footprint.acc_w_hi ;
-  wire [33:0] \local.footprint.acc_w_lo ;
-  wire [33:0] \local.footprint.spm_r_hi ;
-  wire [33:0] \local.footprint.spm_r_lo ;
-  wire [33:0] \local.footprint.spm_w_hi ;
-  wire [33:0] \local.footprint.spm_w_lo ;
-  wire [7:0] \local.opcode ;
-  wire \local.phase ;
-  wire [15:0] \local.ring_index ;
-  wire [15:0] \local.tag ;
-  reg [7:0] local_status = 8'h00;
-  reg local_valid = 1'h0;
+  wire irq_error;
+  wire \irq_error$81 ;
+  wire local_push;
+  wire \local_push$205 ;
+  wire [312:0] local_slot;
+  wire [271:0] \local_slot.footprint ;
+  wire [33:0] \local_slot.footprint.acc_r_hi ;
+  wire [33:0] \local_slot.footprint.acc_r_lo ;
+  wire [33:0] \local_slot.footprint.acc_w_hi ;
+  wire [33:0] \local_slot.footprint.acc_w_lo ;
+  wire [33:0] \local_slot.footprint.spm_r_hi ;
+  wire [33:0] \local_slot.footprint.spm_r_lo ;
+  wire [33:0] \local_slot.footprint.spm_w_hi ;
+  wire [33:0] \local_slot.footprint.spm_w_lo ;
+  wire [7:0] \local_slot.opcode ;
+  wire \local_slot.phase ;
+  wire [15:0] \local_slot.ring_index ;
+  wire [15:0] \local_slot.tag ;
+  wire [7:0] local_status;
+  wire local_valid;
+  wire \local_valid$161 ;
   wire [15:0] mask;
-  reg [21:0] mv_bytes = 22'h000000;
-  reg [32:0] mv_col_off = 33'h000000000;
-  reg [49:0] mv_end = 50'h0000000000000;
-  reg [33:0] mv_last = 34'h000000000;
-  reg [48:0] mv_mem_off = 49'h0000000000000;
-  reg [32:0] mv_row_off = 33'h000000000;
-  reg [16:0] p_src_end = 17'h00000;
-  reg phase = 1'h1;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
-  input [15:0] \port$9000$0 ;
-  wire [15:0] \port$9000$0 ;
-  input [15:0] \port$9002$0 ;
-  wire [15:0] \port$9002$0 ;
-  input [15:0] \port$9004$0 ;
-  wire [15:0] \port$9004$0 ;
-  input [15:0] \port$9006$0 ;
-  wire [15:0] \port$9006$0 ;
-  input [15:0] \port$9008$0 ;
-  wire [15:0] \port$9008$0 ;
-  input [15:0] \port$9010$0 ;
-  wire [15:0] \port$9010$0 ;
-  input [15:0] \port$9012$0 ;
-  wire [15:0] \port$9012$0 ;
-  input [15:0] \port$9014$0 ;
-  wire [15:0] \port$9014$0 ;
-  input [15:0] \port$9016$0 ;
-  wire [15:0] \port$9016$0 ;
-  input [15:0] \port$9018$0 ;
-  wire [15:0] \port$9018$0 ;
-  input [15:0] \port$9020$0 ;
-  wire [15:0] \port$9020$0 ;
-  input [15:0] \port$9022$0 ;
-  wire [15:0] \port$9022$0 ;
-  input [15:0] \port$9024$0 ;
-  wire [15:0] \port$9024$0 ;
-  input [15:0] \port$9026$0 ;
-  wire [15:0] \port$9026$0 ;
+  wire [15:0] \mask$246 ;
+  wire [7:0] opcode;
+  wire phase;
+  wire \phase$128 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
+  input [15:0] \port$8954$0 ;
+  wire [15:0] \port$8954$0 ;
   input progress;
   wire progress;
+  wire \progress$239 ;
   input quiesce;
   wire quiesce;
+  wire \quiesce$200 ;
+  wire [7:0] report0__code;
+  wire [15:0] report0__index;
+  wire report0__valid;
+  wire [7:0] report1__code;
+  wire [15:0] report1__index;
+  wire report1__valid;
+  wire [7:0] report2__code;
+  wire [15:0] report2__index;
+  wire report2__valid;
+  wire [7:0] report3__code;
+  wire [15:0] report3__index;
+  wire report3__valid;
   input reset_cp;
   wire reset_cp;
   input resume;
   wire resume;
+  wire \resume$73 ;
   input [31:0] ring_base;
   wire [31:0] ring_base;
+  wire [31:0] \ring_base$107 ;
   input [4:0] ring_log2;
   wire [4:0] ring_log2;
+  wire [4:0] \ring_log2$59 ;
+  wire ring_phase;
   input ring_reset;
   wire ring_reset;
-  reg [1:0] route = 2'h0;
-  reg [1:0] route_next;
+  wire \ring_reset$61 ;
+  wire [1:0] route;
+  wire [1:0] \route$151 ;
   input rst;
   wire rst;
+  wire [7:0] sem;
   output [17:0] sem_delta;
-  reg [17:0] sem_delta;
+  wire [17:0] sem_delta;
+  wire [17:0] \sem_delta$190 ;
+  wire sem_done;
   input sem_grant;
   wire sem_grant;
+  wire \sem_grant$184 ;
   wire [3:0] sem_index;
+  wire [3:0] \sem_index$188 ;
+  wire sem_signal;
   output sem_valid;
-  reg sem_valid;
+  wire sem_valid;
+  wire \sem_valid$186 ;
   wire [255:0] sem_values;
+  wire [255:0] \sem_values$182 ;
+  wire [15:0] \sem_values$182[0] ;
+  wire [15:0] \sem_values$182[10] ;
+  wire [15:0] \sem_values$182[11] ;
+  wire [15:0] \sem_values$182[12] ;
+  wire [15:0] \sem_values$182[13] ;
+  wire [15:0] \sem_values$182[14] ;
+  wire [15:0] \sem_values$182[15] ;
+  wire [15:0] \sem_values$182[1] ;
+  wire [15:0] \sem_values$182[2] ;
+  wire [15:0] \sem_values$182[3] ;
+  wire [15:0] \sem_values$182[4] ;
+  wire [15:0] \sem_values$182[5] ;
+  wire [15:0] \sem_values$182[6] ;
+  wire [15:0] \sem_values$182[7] ;
+  wire [15:0] \sem_values$182[8] ;
+  wire [15:0] \sem_values$182[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -34743,6 +34294,22 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] \sem_values[7] ;
   wire [15:0] \sem_values[8] ;
   wire [15:0] \sem_values[9] ;
+  wire sem_wait;
+  wire signal;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
   wire [312:0] slot_in;
   wire [271:0] \slot_in.footprint ;
   wire [33:0] \slot_in.footprint.acc_r_hi ;
@@ -34757,2766 +34324,479 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire \slot_in.phase ;
   wire [15:0] \slot_in.ring_index ;
   wire [15:0] \slot_in.tag ;
-  reg [2:0] stage = 3'h0;
   output stall;
   wire stall;
-  reg [7:0] status = 8'h00;
-  reg [7:0] status_next;
-  reg t_pop;
-  reg t_push;
+  wire \stall$192 ;
+  wire start;
+  wire [7:0] status;
+  wire [7:0] \status$153 ;
   output [15:0] tail;
-  reg [15:0] tail = 16'h0000;
-  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [15:0] tail;
+  wire [15:0] \tail$71 ;
+  output taken;
+  wire taken;
+  wire \taken$121 ;
   wire [255:0] tile_cmd__tdata;
-  input tile_cmd__tready;
   wire tile_cmd__tready;
   output tile_cmd__tvalid;
-  reg tile_cmd__tvalid;
-  reg [2:0] tile_count = 3'h0;
+  wire tile_cmd__tvalid;
+  wire [2:0] tile_count;
+  wire [2:0] \tile_count$155 ;
+  wire [2:0] \tile_count$242 ;
   input [31:0] tile_done__tdata;
   wire [31:0] tile_done__tdata;
+  wire [31:0] \tile_done__tdata$225 ;
   output tile_done__tready;
-  reg tile_done__tready;
+  wire tile_done__tready;
+  wire \tile_done__tready$227 ;
   input tile_done__tvalid;
   wire tile_done__tvalid;
-  reg tile_hazard = 1'h0;
-  reg [1:0] tile_rd = 2'h0;
-  reg [312:0] tile_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot0.footprint ;
-  wire [33:0] \tile_slot0.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot0.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot0.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot0.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot0.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot0.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot0.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot0.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot0.opcode ;
-  wire \tile_slot0.phase ;
-  wire [15:0] \tile_slot0.ring_index ;
-  wire [15:0] \tile_slot0.tag ;
-  reg [312:0] tile_slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot1.footprint ;
-  wire [33:0] \tile_slot1.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot1.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot1.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot1.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot1.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot1.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot1.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot1.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot1.opcode ;
-  wire \tile_slot1.phase ;
-  wire [15:0] \tile_slot1.ring_index ;
-  wire [15:0] \tile_slot1.tag ;
-  reg [312:0] tile_slot2 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot2.footprint ;
-  wire [33:0] \tile_slot2.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot2.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot2.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot2.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot2.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot2.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot2.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot2.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot2.opcode ;
-  wire \tile_slot2.phase ;
-  wire [15:0] \tile_slot2.ring_index ;
-  wire [15:0] \tile_slot2.tag ;
-  reg [312:0] tile_slot3 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot3.footprint ;
-  wire [33:0] \tile_slot3.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot3.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot3.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot3.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot3.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot3.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot3.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot3.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot3.opcode ;
-  wire \tile_slot3.phase ;
-  wire [15:0] \tile_slot3.ring_index ;
-  wire [15:0] \tile_slot3.tag ;
-  reg tile_valid0 = 1'h0;
-  reg tile_valid1 = 1'h0;
-  reg tile_valid2 = 1'h0;
-  reg tile_valid3 = 1'h0;
-  reg [1:0] tile_wr = 2'h0;
+  wire \tile_done__tvalid$229 ;
+  wire tile_hazard;
+  wire \tile_hazard$158 ;
+  wire [312:0] tile_oldest;
+  wire [312:0] \tile_oldest$210 ;
+  wire [271:0] \tile_oldest$210.footprint ;
+  wire [33:0] \tile_oldest$210.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest$210.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest$210.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest$210.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest$210.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest$210.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest$210.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest$210.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest$210.opcode ;
+  wire \tile_oldest$210.phase ;
+  wire [15:0] \tile_oldest$210.ring_index ;
+  wire [15:0] \tile_oldest$210.tag ;
+  wire [15:0] \tile_oldest$247 ;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  wire tile_pending;
+  wire tile_pop;
+  wire \tile_pop$142 ;
+  wire \tile_pop$240 ;
+  wire tile_push;
+  wire \tile_push$138 ;
+  input tile_ready;
+  wire tile_ready;
+  wire tile_valid;
   input [31:0] timestamp;
   wire [31:0] timestamp;
+  wire [31:0] \timestamp$199 ;
   output trace_end;
-  reg trace_end;
+  wire trace_end;
+  wire \trace_end$217 ;
   output [7:0] trace_end_opcode;
-  reg [7:0] trace_end_opcode = 8'h00;
+  wire [7:0] trace_end_opcode;
+  wire [7:0] \trace_end_opcode$221 ;
   output [15:0] trace_end_tag;
-  reg [15:0] trace_end_tag = 16'h0000;
+  wire [15:0] trace_end_tag;
+  wire [15:0] \trace_end_tag$219 ;
   wire [7:0] trace_opcode;
   wire trace_start;
   wire [7:0] trace_status;
+  wire [7:0] \trace_status$223 ;
   wire [15:0] trace_tag;
-  reg w_done = 1'h0;
-  input [31:0] watchdog;
+  wire valid;
+  wire \valid$120 ;
+  wire \wait ;
   wire [31:0] watchdog;
-  wire watched;
-  reg writer_busy;
-  reg writer_idle;
-  assign \$422  = local_valid & \$421 ;
-  assign \$423  = | dma_count;
-  assign \$424  = flushing & \$423 ;
-  assign \$425  = ~ quiesce;
-  assign \$426  = \$424  & \$425 ;
-  assign \$427  = | tile_count;
-  assign \$428  = flushing & \$427 ;
-  assign \$429  = ~ quiesce;
-  assign \$430  = \$428  & \$429 ;
-  assign \$431  = ~ aborting;
-  assign \$432  = dma_done__tvalid & \$431 ;
-  assign \$433  = ~ quiesce;
-  assign \$434  = \$432  & \$433 ;
-  assign \$435  = ~ aborting;
-  assign \$436  = tile_done__tvalid & \$435 ;
-  assign \$437  = ~ quiesce;
-  assign \$438  = \$436  & \$437 ;
-  assign \$440  = cq_base + \$439 ;
-  assign \$443  = cq_base + \$442 ;
-  assign \$452  = cq_base + \$451 ;
-  assign \$461  = cq_base + \$460 ;
-  assign \$470  = cq_base + \$469 ;
-  assign \$473  = ~ aw_done;
-  assign \$474  = axi__awready & \$473 ;
-  assign \$475  = ~ w_done;
-  assign \$476  = axi__wready & \$475 ;
-  assign \$477  = aw_done | axi__awready;
-  assign \$478  = w_done | axi__wready;
-  assign \$479  = \$477  & \$478 ;
-  assign \$480  = | axi__bresp;
-  assign \$481  = ~ watched;
-  assign \$482  = \$481  | progress;
-  assign \$483  = \$482  | t_pop;
-  assign \$484  = \$483  | d_pop;
-  assign \$485  = ! watchdog;
-  assign \$486  = \$484  | \$485 ;
-  assign \$487  = \$486  | aborting;
-  assign \$488  = idle_cycles + 1'h1;
-  assign \$489  = ! dma_count;
-  assign \$490  = | tile_count;
-  assign \$492  = head - \$491 ;
-  assign \$493  = \$492  & { 1'h0, \$4 [15:0] };
-  assign \$495  = head - \$494 ;
-  assign \$496  = \$495  & { 1'h0, \$4 [15:0] };
-  assign \$497  = $signed(\$493 ) > $signed(\$496 );
-  assign \$498  = \$490  & \$497 ;
-  assign \$499  = \$489  | \$498 ;
-  assign \$502  = \$499  ? \$500  : \$501 ;
-  assign \$503  = ~ watched;
-  assign \$504  = flushing & \$503 ;
-  assign \$505  = \$504  & writer_idle;
-  always @(posedge clk)
-    halted <= \$506 ;
-  always @(posedge clk)
-    head <= \$507 ;
-  always @(posedge clk)
-    tail <= \$508 ;
-  always @(posedge clk)
-    phase <= \$509 ;
-  always @(posedge clk)
-    error_code <= \$510 ;
-  always @(posedge clk)
-    error_index <= \$511 ;
-  always @(posedge clk)
-    fetch_state <= \$512 ;
-  always @(posedge clk)
-    beat <= \$513 ;
-  always @(posedge clk)
-    fetch_error <= \$514 ;
-  always @(posedge clk)
-    cmd <= \$515 ;
-  always @(posedge clk)
-    have <= \$516 ;
-  always @(posedge clk)
-    cmd_index <= \$517 ;
-  always @(posedge clk)
-    cmd_phase <= \$518 ;
-  always @(posedge clk)
-    stage <= \$519 ;
-  always @(posedge clk)
-    mv_row_off <= \$520 ;
-  always @(posedge clk)
-    mv_col_off <= \$521 ;
-  always @(posedge clk)
-    mv_mem_off <= \$522 ;
-  always @(posedge clk)
-    mv_bytes <= \$523 ;
-  always @(posedge clk)
-    g_a_rows <= \$524 ;
-  always @(posedge clk)
-    g_b_rows <= \$525 ;
-  always @(posedge clk)
-    mv_last <= \$526 ;
-  always @(posedge clk)
-    mv_end <= \$527 ;
-  always @(posedge clk)
-    cp_src_end <= \$528 ;
-  always @(posedge clk)
-    cp_dst_end <= \$529 ;
-  always @(posedge clk)
-    g_a_end <= \$530 ;
-  always @(posedge clk)
-    g_b_end <= \$531 ;
-  always @(posedge clk)
-    p_src_end <= \$532 ;
-  always @(posedge clk)
-    status <= \$533 ;
-  always @(posedge clk)
-    route <= \$534 ;
-  always @(posedge clk)
-    fp <= \$535 ;
-  always @(posedge clk)
-    tile_hazard <= \$536 ;
-  always @(posedge clk)
-    dma_hazard <= \$537 ;
-  always @(posedge clk)
-    local_valid <= \$538 ;
-  always @(posedge clk)
-    \local  <= \$539 ;
-  always @(posedge clk)
-    local_status <= \$540 ;
-  always @(posedge clk)
-    tile_slot0 <= \$541 ;
-  always @(posedge clk)
-    tile_slot1 <= \$542 ;
-  always @(posedge clk)
-    tile_slot2 <= \$543 ;
-  always @(posedge clk)
-    tile_slot3 <= \$544 ;
-  always @(posedge clk)
-    tile_valid0 <= \$545 ;
-  always @(posedge clk)
-    tile_valid1 <= \$546 ;
-  always @(posedge clk)
-    tile_valid2 <= \$547 ;
-  always @(posedge clk)
-    tile_valid3 <= \$548 ;
-  always @(posedge clk)
-    tile_wr <= \$549 ;
-  always @(posedge clk)
-    tile_rd <= \$550 ;
-  always @(posedge clk)
-    tile_count <= \$551 ;
-  always @(posedge clk)
-    dma_slot0 <= \$552 ;
-  always @(posedge clk)
-    dma_slot1 <= \$553 ;
-  always @(posedge clk)
-    dma_valid0 <= \$554 ;
-  always @(posedge clk)
-    dma_valid1 <= \$555 ;
-  always @(posedge clk)
-    dma_wr <= \$556 ;
-  always @(posedge clk)
-    dma_rd <= \$557 ;
-  always @(posedge clk)
-    dma_count <= \$558 ;
-  always @(posedge clk)
-    axi__awaddr <= \$559 ;
-  always @(posedge clk)
-    axi__wdata <= \$560 ;
-  always @(posedge clk)
-    cpl_index <= \$561 ;
-  always @(posedge clk)
-    trace_end_tag <= \$562 ;
-  always @(posedge clk)
-    trace_end_opcode <= \$563 ;
-  always @(posedge clk)
-    complete_state <= \$564 ;
-  always @(posedge clk)
-    aw_done <= \$565 ;
-  always @(posedge clk)
-    w_done <= \$566 ;
-  always @(posedge clk)
-    idle_cycles <= \$567 ;
-  always @(posedge clk)
-    aborting <= \$568 ;
-  always @(posedge clk)
-    flushing <= \$569 ;
-  assign \$1  = ring_log2 >= 1'h1;
-  assign \$2  = ring_log2 <= 5'h10;
-  assign entries_ok = \$1  & \$2 ;
-  assign \$3  = 1'h1 << ring_log2;
-  assign \$4  = \$3  - 1'h1;
-  assign \$5  = ~ entries_ok;
-  assign \$6  = doorbell_index > \$4 [15:0];
-  assign \$7  = doorbell_index - head;
-  assign \$8  = \$7  & { 1'h0, \$4 [15:0] };
-  assign \$9  = tail - head;
-  assign \$10  = \$9  & { 1'h0, \$4 [15:0] };
-  assign \$11  = $signed(\$8 ) < $signed(\$10 );
-  assign \$13  = ring_base + \$12 ;
-  assign \$14  = | axi__rresp;
-  assign \$15  = fetch_error | \$14 ;
-  assign \$16  = stage == 3'h4;
-  assign decoded = have & \$16 ;
-  assign \$18  = | \$17 ;
-  assign \$19  = ! cmd[159:144];
-  assign \$20  = ! cmd[175:160];
-  assign \$21  = \$19  | \$20 ;
-  assign \$22  = ~ cmd[8];
-  assign \$23  = mv_last >= 13'h1000;
-  assign \$24  = \$22  & \$23 ;
-  assign \$25  = mv_last >= 11'h400;
-  assign \$26  = cmd[8] & \$25 ;
-  assign \$27  = | cmd[66:64];
-  assign \$28  = | cmd[98:96];
-  assign \$29  = \$27  | \$28 ;
-  assign \$30  = cmd[95:64] >= dma_base;
-  assign \$31  = mv_end <= dma_limit;
-  assign \$32  = \$30  & \$31 ;
-  assign \$33  = mv_end <= 21'h100000;
-  assign \$34  = \$32  & \$33 ;
-  assign \$35  = ~ \$34 ;
-  assign \$36  = \$34  ? 8'h00 : 8'h07;
-  assign \$37  = \$29  ? 8'h08 : \$36 ;
-  assign \$38  = \$26  ? 8'h06 : \$37 ;
-  assign \$39  = \$24  ? 8'h05 : \$38 ;
-  assign \$40  = \$21  ? 8'h03 : \$39 ;
-  assign \$41  = \$18  ? 8'h02 : \$40 ;
-  assign \$43  = | \$42 ;
-  assign \$44  = ! cmd[159:144];
-  assign \$45  = ! cmd[175:160];
-  assign \$46  = \$44  | \$45 ;
-  assign \$47  = ~ cmd[8];
-  assign \$48  = mv_last >= 13'h1000;
-  assign \$49  = \$47  & \$48 ;
-  assign \$50  = mv_last >= 11'h400;
-  assign \$51  = cmd[8] & \$50 ;
-  assign \$52  = | cmd[66:64];
-  assign \$53  = | cmd[98:96];
-  assign \$54  = \$52  | \$53 ;
-  assign \$55  = cmd[95:64] >= dma_base;
-  assign \$56  = mv_end <= dma_limit;
-  assign \$57  = \$55  & \$56 ;
-  assign \$58  = mv_end <= 21'h100000;
-  assign \$59  = \$57  & \$58 ;
-  assign \$60  = ~ \$59 ;
-  assign \$61  = \$59  ? 8'h00 : 8'h07;
-  assign \$62  = \$54  ? 8'h08 : \$61 ;
-  assign \$63  = \$51  ? 8'h06 : \$62 ;
-  assign \$64  = \$49  ? 8'h05 : \$63 ;
-  assign \$65  = \$46  ? 8'h03 : \$64 ;
-  assign \$66  = \$43  ? 8'h02 : \$65 ;
-  assign \$68  = | \$67 ;
-  assign \$69  = ! cmd[159:128];
-  assign \$70  = | cmd[66:64];
-  assign \$71  = | cmd[98:96];
-  assign \$72  = \$70  | \$71 ;
-  assign \$73  = | cmd[130:128];
-  assign \$74  = \$72  | \$73 ;
-  assign \$75  = cmd[95:64] >= dma_base;
-  assign \$76  = cp_src_end <= dma_limit;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = cp_src_end <= 21'h100000;
-  assign \$79  = \$77  & \$78 ;
-  assign \$80  = ~ \$79 ;
-  assign \$81  = cmd[127:96] >= dma_base;
-  assign \$82  = cp_dst_end <= dma_limit;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = cp_dst_end <= 21'h100000;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \$85 ;
-  assign \$87  = \$80  | \$86 ;
-  assign \$88  = \$87  ? 8'h07 : 8'h00;
-  assign \$89  = \$74  ? 8'h08 : \$88 ;
-  assign \$90  = \$69  ? 8'h03 : \$89 ;
-  assign \$91  = \$68  ? 8'h02 : \$90 ;
-  assign \$93  = | \$92 ;
-  assign \$94  = cmd[71:64] >= 5'h10;
-  assign \$95  = \$94  ? 8'h0a : 8'h00;
-  assign \$96  = \$93  ? 8'h02 : \$95 ;
-  assign \$98  = | \$97 ;
-  assign \$99  = ! cmd[87:72];
-  assign \$100  = cmd[71:64] >= 5'h10;
-  assign \$101  = \$100  ? 8'h0a : 8'h00;
-  assign \$102  = \$99  ? 8'h03 : \$101 ;
-  assign \$103  = \$98  ? 8'h02 : \$102 ;
-  assign \$105  = | \$104 ;
-  assign \$106  = \$105  ? 8'h02 : 8'h00;
-  assign \$108  = | \$107 ;
-  assign \$109  = \$108  ? 8'h02 : 8'h00;
-  assign \$110  = | status_next;
-  assign \$111  = cmd[79:64] < cmd[95:80];
-  assign \$112  = \$111  ? cmd[79:64] : cmd[95:80];
-  assign \$113  = g_a_end > g_b_end;
-  assign \$114  = \$113  ? g_a_end : { 12'h000, g_b_end };
-  assign \$115  = cmd[111:96] + cmd[127:112];
-  assign \$116  = cmd[127:112] < cmd[79:64];
-  assign \$117  = cmd[9] & \$116 ;
-  assign \$118  = \$117  ? cmd[127:112] : cmd[79:64];
-  assign \$119  = cmd[127:112] >= p_src_end;
-  assign \$120  = cmd[9] & \$119 ;
-  assign \$121  = cmd[127:112] + 1'h1;
-  assign \$122  = \$120  ? \$121  : p_src_end;
-  assign \$123  = cmd[95:80] + cmd[111:96];
-  assign \$124  = mv_last + 1'h1;
-  assign \$125  = mv_last + 1'h1;
-  assign \$126  = mv_last + 1'h1;
-  assign \$127  = mv_last + 1'h1;
-  assign \$128  = | tile_count;
-  assign \$129  = | dma_count;
-  assign \$130  = \$128  | \$129 ;
-  assign \$131  = \$130  | local_valid;
-  assign in_flight = \$131  | writer_busy;
-  assign \$132  = ~ halted;
-  assign \$133  = decoded & \$132 ;
-  assign \$134  = ~ aborting;
-  assign \$135  = \$133  & \$134 ;
-  assign \$136  = tile_count < 3'h4;
-  assign \$137  = ~ tile_hazard;
-  assign \$138  = \$136  & \$137 ;
-  assign \$139  = dma_count < 2'h2;
-  assign \$140  = ~ dma_hazard;
-  assign \$141  = \$139  & \$140 ;
-  assign \$142  = ~ local_valid;
-  assign \$143  = | status;
-  assign \$144  = cmd[7:0] == 3'h5;
-  assign \$145  = ! cmd[7:0];
-  assign \$146  = \$144  | \$145 ;
-  assign \$147  = cmd[7:0] == 3'h6;
-  assign \$148  = ! cmd[7:0];
-  assign \$149  = ~ in_flight;
-  assign \$150  = \$148  | \$149 ;
-  assign \$151  = ~ in_flight;
-  assign \$153  = \$152  >= cmd[87:72];
-  assign \$154  = - cmd[87:72];
-  assign \$155  = ~ halted;
-  assign \$156  = decoded & \$155 ;
-  assign \$157  = ~ aborting;
-  assign \$158  = \$156  & \$157 ;
-  assign \$159  = ~ dispatched;
-  assign stall = \$158  & \$159 ;
-  assign \$160  = ~ quiesce;
-  assign \$161  = local_valid & \$160 ;
-  assign \$162  = | dma_count;
-  assign \$163  = flushing & \$162 ;
-  assign \$164  = ~ quiesce;
-  assign \$165  = \$163  & \$164 ;
-  assign \$166  = | tile_count;
-  assign \$167  = flushing & \$166 ;
-  assign \$168  = ~ quiesce;
-  assign \$169  = \$167  & \$168 ;
-  assign \$170  = ~ aborting;
-  assign \$171  = dma_done__tvalid & \$170 ;
-  assign \$172  = ~ quiesce;
-  assign \$173  = \$171  & \$172 ;
-  assign \$174  = ~ aborting;
-  assign \$175  = tile_done__tvalid & \$174 ;
-  assign \$176  = ~ quiesce;
-  assign \$177  = \$175  & \$176 ;
-  assign \$178  = ~ aw_done;
-  assign \$179  = ~ w_done;
-  assign \$180  = | axi__bresp;
-  assign axi_quiet = fetch_idle & writer_idle;
-  assign \$181  = | tile_count;
-  assign \$182  = | dma_count;
-  assign watched = \$181  | \$182 ;
-  assign \$183  = | watchdog;
-  assign \$184  = watched & \$183 ;
-  assign \$185  = idle_cycles >= watchdog;
-  assign \$186  = \$184  & \$185 ;
-  assign \$187  = ~ aborting;
-  assign fire = \$186  & \$187 ;
-  assign \$188  = ~ flushing;
-  assign abort_req = aborting & \$188 ;
-  assign \$189  = ~ halted;
-  assign \$190  = enable & \$189 ;
-  assign \$191  = head != tail;
-  assign \$192  = \$191  | have;
-  assign \$193  = \$192  | in_flight;
-  assign busy = \$190  & \$193 ;
-  assign \$194  = ! fetch_state;
-  assign \$195  = fetch_state == 1'h1;
-  assign \$196  = fetch_state == 2'h2;
-  assign \$197  = ! complete_state;
-  assign \$198  = complete_state == 1'h1;
-  assign \$199  = complete_state == 2'h2;
-  assign \$200  = ~ entries_ok;
-  assign \$201  = doorbell_index > \$4 [15:0];
-  assign \$202  = doorbell_index - head;
-  assign \$203  = \$202  & { 1'h0, \$4 [15:0] };
-  assign \$204  = tail - head;
-  assign \$205  = \$204  & { 1'h0, \$4 [15:0] };
-  assign \$206  = $signed(\$203 ) < $signed(\$205 );
-  assign \$207  = ~ halted;
-  assign \$208  = enable & \$207 ;
-  assign \$209  = \$208  & entries_ok;
-  assign \$210  = head != tail;
-  assign \$211  = \$209  & \$210 ;
-  assign \$212  = ~ have;
-  assign \$213  = \$211  & \$212 ;
-  assign \$214  = ~ doorbell;
-  assign \$215  = \$213  & \$214 ;
-  assign \$216  = ~ quiesce;
-  assign \$217  = \$215  & \$216 ;
-  assign \$218  = beat + 1'h1;
-  assign \$219  = | axi__rresp;
-  assign \$220  = fetch_error | \$219 ;
-  assign \$221  = | axi__rresp;
-  assign \$222  = fetch_error | \$221 ;
-  assign \$223  = head + 1'h1;
-  assign \$224  = \$223  & { 1'h0, \$4 [15:0] };
-  assign \$225  = head + 1'h1;
-  assign \$226  = \$225  & { 1'h0, \$4 [15:0] };
-  assign \$227  = ! \$226 ;
-  assign \$228  = ~ phase;
-  assign \$229  = ~ have;
-  assign \$230  = \$229  | dispatched;
-  assign \$231  = stage != 3'h4;
-  assign \$232  = stage + 1'h1;
-  assign \$233  = cmd[159:144] - 1'h1;
-  assign \$234  = $signed(\$233 ) * $signed({ 1'h0, cmd[191:176] });
-  assign \$235  = cmd[175:160] - 1'h1;
-  assign \$236  = $signed(\$235 ) * $signed({ 1'h0, cmd[207:192] });
-  assign \$237  = cmd[159:144] - 1'h1;
-  assign \$238  = $signed(\$237 ) * $signed({ 1'h0, cmd[127:96] });
-  assign \$239  = cmd[175:160] * 6'h20;
-  assign \$240  = cmd[175:160] * 4'h8;
-  assign \$241  = cmd[8] ? \$239  : { 2'h0, \$240  };
-  assign \$242  = cmd[143:128] * cmd[127:112];
-  assign \$243  = cmd[143:128] * 4'h8;
-  assign \$244  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
-  assign \$245  = $signed(\$244 ) + $signed(mv_col_off);
-  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
-  assign \$247  = $signed(\$246 ) + $signed({ 1'h0, mv_bytes });
-  assign \$248  = cmd[95:64] + cmd[159:128];
-  assign \$249  = cmd[127:96] + cmd[159:128];
-  assign \$250  = cmd[79:64] + g_a_rows;
-  assign \$251  = cmd[95:80] + g_b_rows;
-  assign \$252  = cmd[79:64] + cmd[111:96];
-  assign \$253  = fp[101:68] < dma_slot0[176:143];
-  assign \$254  = dma_slot0[142:109] < fp[135:102];
-  assign \$255  = \$253  & \$254 ;
-  assign \$256  = fp[101:68] < dma_slot0[108:75];
-  assign \$257  = dma_slot0[74:41] < fp[135:102];
-  assign \$258  = \$256  & \$257 ;
-  assign \$259  = \$255  | \$258 ;
-  assign \$260  = fp[33:0] < dma_slot0[176:143];
-  assign \$261  = dma_slot0[142:109] < fp[67:34];
-  assign \$262  = \$260  & \$261 ;
-  assign \$263  = \$259  | \$262 ;
-  assign \$264  = fp[237:204] < dma_slot0[312:279];
-  assign \$265  = dma_slot0[278:245] < fp[271:238];
-  assign \$266  = \$264  & \$265 ;
-  assign \$267  = \$263  | \$266 ;
-  assign \$268  = fp[237:204] < dma_slot0[244:211];
-  assign \$269  = dma_slot0[210:177] < fp[271:238];
-  assign \$270  = \$268  & \$269 ;
-  assign \$271  = \$267  | \$270 ;
-  assign \$272  = fp[169:136] < dma_slot0[312:279];
-  assign \$273  = dma_slot0[278:245] < fp[203:170];
-  assign \$274  = \$272  & \$273 ;
-  assign \$275  = \$271  | \$274 ;
-  assign \$276  = dma_valid0 & \$275 ;
-  assign \$278  = fp[101:68] < dma_slot1[176:143];
-  assign \$279  = dma_slot1[142:109] < fp[135:102];
-  assign \$280  = \$278  & \$279 ;
-  assign \$281  = fp[101:68] < dma_slot1[108:75];
-  assign \$282  = dma_slot1[74:41] < fp[135:102];
-  assign \$283  = \$281  & \$282 ;
-  assign \$284  = \$280  | \$283 ;
-  assign \$285  = fp[33:0] < dma_slot1[176:143];
-  assign \$286  = dma_slot1[142:109] < fp[67:34];
-  assign \$287  = \$285  & \$286 ;
-  assign \$288  = \$284  | \$287 ;
-  assign \$289  = fp[237:204] < dma_slot1[312:279];
-  assign \$290  = dma_slot1[278:245] < fp[271:238];
-  assign \$291  = \$289  & \$290 ;
-  assign \$292  = \$288  | \$291 ;
-  assign \$293  = fp[237:204] < dma_slot1[244:211];
-  assign \$294  = dma_slot1[210:177] < fp[271:238];
-  assign \$295  = \$293  & \$294 ;
-  assign \$296  = \$292  | \$295 ;
-  assign \$297  = fp[169:136] < dma_slot1[312:279];
-  assign \$298  = dma_slot1[278:245] < fp[203:170];
-  assign \$299  = \$297  & \$298 ;
-  assign \$300  = \$296  | \$299 ;
-  assign \$301  = dma_valid1 & \$300 ;
-  assign \$302  = \$277  | \$301 ;
-  assign \$303  = fp[101:68] < tile_slot0[176:143];
-  assign \$304  = tile_slot0[142:109] < fp[135:102];
-  assign \$305  = \$303  & \$304 ;
-  assign \$306  = fp[101:68] < tile_slot0[108:75];
-  assign \$307  = tile_slot0[74:41] < fp[135:102];
-  assign \$308  = \$306  & \$307 ;
-  assign \$309  = \$305  | \$308 ;
-  assign \$310  = fp[33:0] < tile_slot0[176:143];
-  assign \$311  = tile_slot0[142:109] < fp[67:34];
-  assign \$312  = \$310  & \$311 ;
-  assign \$313  = \$309  | \$312 ;
-  assign \$314  = fp[237:204] < tile_slot0[312:279];
-  assign \$315  = tile_slot0[278:245] < fp[271:238];
-  assign \$316  = \$314  & \$315 ;
-  assign \$317  = \$313  | \$316 ;
-  assign \$318  = fp[237:204] < tile_slot0[244:211];
-  assign \$319  = tile_slot0[210:177] < fp[271:238];
-  assign \$320  = \$318  & \$319 ;
-  assign \$321  = \$317  | \$320 ;
-  assign \$322  = fp[169:136] < tile_slot0[312:279];
-  assign \$323  = tile_slot0[278:245] < fp[203:170];
-  assign \$324  = \$322  & \$323 ;
-  assign \$325  = \$321  | \$324 ;
-  assign \$326  = tile_valid0 & \$325 ;
-  assign \$328  = fp[101:68] < tile_slot1[176:143];
-  assign \$329  = tile_slot1[142:109] < fp[135:102];
-  assign \$330  = \$328  & \$329 ;
-  assign \$331  = fp[101:68] < tile_slot1[108:75];
-  assign \$332  = tile_slot1[74:41] < fp[135:102];
-  assign \$333  = \$331  & \$332 ;
-  assign \$334  = \$330  | \$333 ;
-  assign \$335  = fp[33:0] < tile_slot1[176:143];
-  assign \$336  = tile_slot1[142:109] < fp[67:34];
-  assign \$337  = \$335  & \$336 ;
-  assign \$338  = \$334  | \$337 ;
-  assign \$339  = fp[237:204] < tile_slot1[312:279];
-  assign \$340  = tile_slot1[278:245] < fp[271:238];
-  assign \$341  = \$339  & \$340 ;
-  assign \$342  = \$338  | \$341 ;
-  assign \$343  = fp[237:204] < tile_slot1[244:211];
-  assign \$344  = tile_slot1[210:177] < fp[271:238];
-  assign \$345  = \$343  & \$344 ;
-  assign \$346  = \$342  | \$345 ;
-  assign \$347  = fp[169:136] < tile_slot1[312:279];
-  assign \$348  = tile_slot1[278:245] < fp[203:170];
-  assign \$349  = \$347  & \$348 ;
-  assign \$350  = \$346  | \$349 ;
-  assign \$351  = tile_valid1 & \$350 ;
-  assign \$352  = \$327  | \$351 ;
-  assign \$353  = fp[101:68] < tile_slot2[176:143];
-  assign \$354  = tile_slot2[142:109] < fp[135:102];
-  assign \$355  = \$353  & \$354 ;
-  assign \$356  = fp[101:68] < tile_slot2[108:75];
-  assign \$357  = tile_slot2[74:41] < fp[135:102];
-  assign \$358  = \$356  & \$357 ;
-  assign \$359  = \$355  | \$358 ;
-  assign \$360  = fp[33:0] < tile_slot2[176:143];
-  assign \$361  = tile_slot2[142:109] < fp[67:34];
-  assign \$362  = \$360  & \$361 ;
-  assign \$363  = \$359  | \$362 ;
-  assign \$364  = fp[237:204] < tile_slot2[312:279];
-  assign \$365  = tile_slot2[278:245] < fp[271:238];
-  assign \$366  = \$364  & \$365 ;
-  assign \$367  = \$363  | \$366 ;
-  assign \$368  = fp[237:204] < tile_slot2[244:211];
-  assign \$369  = tile_slot2[210:177] < fp[271:238];
-  assign \$370  = \$368  & \$369 ;
-  assign \$371  = \$367  | \$370 ;
-  assign \$372  = fp[169:136] < tile_slot2[312:279];
-  assign \$373  = tile_slot2[278:245] < fp[203:170];
-  assign \$374  = \$372  & \$373 ;
-  assign \$375  = \$371  | \$374 ;
-  assign \$376  = tile_valid2 & \$375 ;
-  assign \$377  = \$352  | \$376 ;
-  assign \$378  = fp[101:68] < tile_slot3[176:143];
-  assign \$379  = tile_slot3[142:109] < fp[135:102];
-  assign \$380  = \$378  & \$379 ;
-  assign \$381  = fp[101:68] < tile_slot3[108:75];
-  assign \$382  = tile_slot3[74:41] < fp[135:102];
-  assign \$383  = \$381  & \$382 ;
-  assign \$384  = \$380  | \$383 ;
-  assign \$385  = fp[33:0] < tile_slot3[176:143];
-  assign \$386  = tile_slot3[142:109] < fp[67:34];
-  assign \$387  = \$385  & \$386 ;
-  assign \$388  = \$384  | \$387 ;
-  assign \$389  = fp[237:204] < tile_slot3[312:279];
-  assign \$390  = tile_slot3[278:245] < fp[271:238];
-  assign \$391  = \$389  & \$390 ;
-  assign \$392  = \$388  | \$391 ;
-  assign \$393  = fp[237:204] < tile_slot3[244:211];
-  assign \$394  = tile_slot3[210:177] < fp[271:238];
-  assign \$395  = \$393  & \$394 ;
-  assign \$396  = \$392  | \$395 ;
-  assign \$397  = fp[169:136] < tile_slot3[312:279];
-  assign \$398  = tile_slot3[278:245] < fp[203:170];
-  assign \$399  = \$397  & \$398 ;
-  assign \$400  = \$396  | \$399 ;
-  assign \$401  = tile_valid3 & \$400 ;
-  assign \$402  = \$377  | \$401 ;
-  assign \$403  = ! route;
-  assign \$404  = dispatched & \$403 ;
-  assign \$405  = tile_wr == 2'h3;
-  assign \$406  = tile_wr + 1'h1;
-  assign \$407  = \$405  ? 3'h0 : \$406 ;
-  assign \$408  = tile_rd == 2'h3;
-  assign \$409  = tile_rd + 1'h1;
-  assign \$410  = \$408  ? 3'h0 : \$409 ;
-  assign \$411  = tile_count + t_push;
-  assign \$412  = \$411  - t_pop;
-  assign \$414  = dma_wr + 1'h1;
-  assign \$415  = \$413  ? 2'h0 : \$414 ;
-  assign \$417  = dma_rd + 1'h1;
-  assign \$418  = \$416  ? 2'h0 : \$417 ;
-  assign \$419  = dma_count + d_push;
-  assign \$420  = \$419  - d_pop;
-  assign \$421  = ~ quiesce;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$441  = dma_slot0[15:0];
-      1'h1:
-          \$441  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$444  = dma_slot0[32:17];
-      1'h1:
-          \$444  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$445  = dma_slot0[40:33];
-      1'h1:
-          \$445  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$446  = dma_slot0[16];
-      1'h1:
-          \$446  = dma_slot1[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$447  = dma_slot0[15:0];
-      1'h1:
-          \$447  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$448  = dma_slot0[32:17];
-      1'h1:
-          \$448  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$449  = dma_slot0[40:33];
-      1'h1:
-          \$449  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$450  = tile_slot0[15:0];
-      2'h1:
-          \$450  = tile_slot1[15:0];
-      2'h2:
-          \$450  = tile_slot2[15:0];
-      2'h3:
-          \$450  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$453  = tile_slot0[32:17];
-      2'h1:
-          \$453  = tile_slot1[32:17];
-      2'h2:
-          \$453  = tile_slot2[32:17];
-      2'h3:
-          \$453  = tile_slot3[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$454  = tile_slot0[40:33];
-      2'h1:
-          \$454  = tile_slot1[40:33];
-      2'h2:
-          \$454  = tile_slot2[40:33];
-      2'h3:
-          \$454  = tile_slot3[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$455  = tile_slot0[16];
-      2'h1:
-          \$455  = tile_slot1[16];
-      2'h2:
-          \$455  = tile_slot2[16];
-      2'h3:
-          \$455  = tile_slot3[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$456  = tile_slot0[15:0];
-      2'h1:
-          \$456  = tile_slot1[15:0];
-      2'h2:
-          \$456  = tile_slot2[15:0];
-      2'h3:
-          \$456  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$457  = tile_slot0[32:17];
-      2'h1:
-          \$457  = tile_slot1[32:17];
-      2'h2:
-          \$457  = tile_slot2[32:17];
-      2'h3:
-          \$457  = tile_slot3[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$458  = tile_slot0[40:33];
-      2'h1:
-          \$458  = tile_slot1[40:33];
-      2'h2:
-          \$458  = tile_slot2[40:33];
-      2'h3:
-          \$458  = tile_slot3[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$459  = dma_slot0[15:0];
-      1'h1:
-          \$459  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$462  = dma_slot0[32:17];
-      1'h1:
-          \$462  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$463  = dma_slot0[40:33];
-      1'h1:
-          \$463  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$464  = dma_slot0[16];
-      1'h1:
-          \$464  = dma_slot1[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$465  = dma_slot0[15:0];
-      1'h1:
-          \$465  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$466  = dma_slot0[32:17];
-      1'h1:
-          \$466  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$467  = dma_slot0[40:33];
-      1'h1:
-          \$467  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$468  = tile_slot0[15:0];
-      2'h1:
-          \$468  = tile_slot1[15:0];
-      2'h2:
-          \$468  = tile_slot2[15:0];
-      2'h3:
-          \$468  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$471  = tile_slot0[16];
-      2'h1:
-          \$471  = tile_slot1[16];
-      2'h2:
-          \$471  = tile_slot2[16];
-      2'h3:
-          \$471  = tile_slot3[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$472  = tile_slot0[15:0];
-      2'h1:
-          \$472  = tile_slot1[15:0];
-      2'h2:
-          \$472  = tile_slot2[15:0];
-      2'h3:
-          \$472  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$491  = tile_slot0[15:0];
-      2'h1:
-          \$491  = tile_slot1[15:0];
-      2'h2:
-          \$491  = tile_slot2[15:0];
-      2'h3:
-          \$491  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$494  = dma_slot0[15:0];
-      1'h1:
-          \$494  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$500  = tile_slot0[15:0];
-      2'h1:
-          \$500  = tile_slot1[15:0];
-      2'h2:
-          \$500  = tile_slot2[15:0];
-      2'h3:
-          \$500  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$501  = dma_slot0[15:0];
-      1'h1:
-          \$501  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    irq_error = 1'h0;
-    if (doorbell) begin
-      if (\$5 ) begin
-        irq_error = 1'h1;
-      end else if (\$6 ) begin
-        irq_error = 1'h1;
-      end else if (\$11 ) begin
-        irq_error = 1'h1;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$15 ) begin
-                irq_error = 1'h1;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$180 ) begin
-              irq_error = 1'h1;
-            end
-          end
-    endcase
-    if (fire) begin
-      irq_error = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    fetch_idle = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          fetch_idle = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    axi__arvalid = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__arvalid = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    axi__rready = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          axi__rready = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    casez (cmd[7:0])
-      8'h03, 8'h04:
-          status_next = 8'h00;
-      8'h01:
-          status_next = \$41 ;
-      8'h02:
-          status_next = \$66 ;
-      8'h08:
-          status_next = \$91 ;
-      8'h06:
-          status_next = \$96 ;
-      8'h07:
-          status_next = \$103 ;
-      8'h00:
-          status_next = \$106 ;
-      8'h05:
-          status_next = \$109 ;
-      default:
-          status_next = 8'h01;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    route_next = 2'h0;
-    casez (cmd[7:0])
-      8'h03, 8'h04:
-          route_next = 2'h1;
-      8'h01:
-          route_next = 2'h2;
-      8'h02:
-          route_next = 2'h2;
-      8'h08:
-          route_next = 2'h2;
-    endcase
-    if (\$110 ) begin
-      route_next = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$112  };
-          fp_next[67:34] = { 1'h0, \$114  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$115  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$118  };
-          fp_next[203:170] = { 17'h00000, \$122  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$123  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$124 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$125 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$126 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$127 [33:0];
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    tile_cmd__tvalid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              tile_cmd__tvalid = 1'h1;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    t_push = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              t_push = tile_cmd__tready;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    dispatched = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              dispatched = tile_cmd__tready;
-            end
-        2'h2:
-            if (\$141 ) begin
-              dispatched = dma_cmd__tready;
-            end
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-                dispatched = 1'h1;
-              end else if (\$146 ) begin
-                dispatched = \$150 ;
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  dispatched = sem_grant;
-                end
-              end else begin
-                if (\$153 ) begin
-                  dispatched = sem_grant;
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    dma_cmd__tvalid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            if (\$141 ) begin
-              dma_cmd__tvalid = 1'h1;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    d_push = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            if (\$141 ) begin
-              d_push = dma_cmd__tready;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    sem_valid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-              end else if (\$146 ) begin
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  sem_valid = 1'h1;
-                end
-              end else begin
-                if (\$153 ) begin
-                  sem_valid = 1'h1;
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    sem_delta = 18'h00000;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-              end else if (\$146 ) begin
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  sem_delta = { 2'h0, cmd[87:72] };
-                end
-              end else begin
-                if (\$153 ) begin
-                  sem_delta = { \$154 [16], \$154  };
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    writer_idle = 1'h0;
-    casez (complete_state)
-      2'h0:
-          writer_idle = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    d_pop = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-            d_pop = 1'h1;
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-            d_pop = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    t_pop = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-            t_pop = 1'h1;
-          end else if (\$173 ) begin
-          end else if (\$177 ) begin
-            t_pop = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    dma_done__tready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-            dma_done__tready = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    tile_done__tready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-          end else if (\$177 ) begin
-            tile_done__tready = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    writer_busy = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          writer_busy = 1'h1;
-      2'h2:
-          writer_busy = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    axi__awvalid = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__awvalid = \$178 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    axi__wvalid = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__wvalid = \$179 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    axi__bready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          axi__bready = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    irq_completion = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            (* full_case = 32'd1 *)
-            if (\$180 ) begin
-            end else begin
-              irq_completion = 1'h1;
-            end
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    trace_end = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            trace_end = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$506  = halted;
-    if (resume) begin
-      \$506  = 1'h0;
-    end
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$506  = 1'h1;
-      end else if (\$201 ) begin
-        \$506  = 1'h1;
-      end else if (\$206 ) begin
-        \$506  = 1'h1;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$506  = 1'h1;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$506  = 1'h1;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$506  = 1'h1;
-    end
-    if (reset_cp) begin
-      \$506  = 1'h0;
-    end
-    if (rst) begin
-      \$506  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$507  = head;
-    if (ring_reset) begin
-      \$507  = 16'h0000;
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$507  = \$224 [15:0];
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$507  = 16'h0000;
-    end
-    if (rst) begin
-      \$507  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$508  = tail;
-    if (ring_reset) begin
-      \$508  = 16'h0000;
-    end
-    if (doorbell) begin
-      (* full_case = 32'd1 *)
-      if (\$200 ) begin
-      end else if (\$201 ) begin
-      end else if (\$206 ) begin
-      end else begin
-        \$508  = doorbell_index;
-      end
-    end
-    if (reset_cp) begin
-      \$508  = 16'h0000;
-    end
-    if (rst) begin
-      \$508  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$509  = phase;
-    if (ring_reset) begin
-      \$509  = 1'h1;
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                if (\$227 ) begin
-                  \$509  = \$228 ;
-                end
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$509  = 1'h1;
-    end
-    if (rst) begin
-      \$509  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$510  = error_code;
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$510  = 8'h04;
-      end else if (\$201 ) begin
-        \$510  = 8'h0c;
-      end else if (\$206 ) begin
-        \$510  = 8'h0b;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$510  = 8'h09;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$510  = 8'h09;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$510  = 8'h0d;
-    end
-    if (reset_cp) begin
-      \$510  = 8'h00;
-    end
-    if (rst) begin
-      \$510  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$511  = error_index;
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$511  = doorbell_index;
-      end else if (\$201 ) begin
-        \$511  = doorbell_index;
-      end else if (\$206 ) begin
-        \$511  = doorbell_index;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$511  = head;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$511  = cpl_index;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$511  = \$502 ;
-    end
-    if (reset_cp) begin
-      \$511  = 16'h0000;
-    end
-    if (rst) begin
-      \$511  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$512  = fetch_state;
-    casez (fetch_state)
-      2'h0:
-          if (\$217 ) begin
-            \$512  = 2'h1;
-          end
-      2'h1:
-          if (axi__arready) begin
-            \$512  = 2'h2;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              \$512  = 2'h0;
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$512  = 2'h0;
-    end
-    if (rst) begin
-      \$512  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$513  = beat;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$513  = 2'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$513  = \$218 [1:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$513  = 2'h0;
-    end
-    if (rst) begin
-      \$513  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$514  = fetch_error;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$514  = 1'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$514  = \$220 ;
-          end
-    endcase
-    if (reset_cp) begin
-      \$514  = 1'h0;
-    end
-    if (rst) begin
-      \$514  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$515  = cmd;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            (* full_case = 32'd1 *)
-            casez (beat)
-              2'h0:
-                  \$515 [63:0] = axi__rdata;
-              2'h1:
-                  \$515 [127:64] = axi__rdata;
-              2'h2:
-                  \$515 [191:128] = axi__rdata;
-              2'h3:
-                  \$515 [255:192] = axi__rdata;
-            endcase
-          end
-    endcase
-    if (reset_cp) begin
-      \$515  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$515  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$516  = have;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$516  = 1'h1;
-              end
-            end
-          end
-    endcase
-    if (dispatched) begin
-      \$516  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$516  = 1'h0;
-    end
-    if (rst) begin
-      \$516  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$517  = cmd_index;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$517  = head;
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$517  = 16'h0000;
-    end
-    if (rst) begin
-      \$517  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$518  = cmd_phase;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$518  = phase;
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$518  = 1'h0;
-    end
-    if (rst) begin
-      \$518  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$519  = stage;
-    if (\$230 ) begin
-      \$519  = 3'h0;
-    end else if (\$231 ) begin
-      \$519  = \$232 [2:0];
-    end
-    if (reset_cp) begin
-      \$519  = 3'h0;
-    end
-    if (rst) begin
-      \$519  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$520  = \$234 ;
-    if (reset_cp) begin
-      \$520  = 33'h000000000;
-    end
-    if (rst) begin
-      \$520  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$521  = \$236 ;
-    if (reset_cp) begin
-      \$521  = 33'h000000000;
-    end
-    if (rst) begin
-      \$521  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$522  = \$238 ;
-    if (reset_cp) begin
-      \$522  = 49'h0000000000000;
-    end
-    if (rst) begin
-      \$522  = 49'h0000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$523  = \$241 ;
-    if (reset_cp) begin
-      \$523  = 22'h000000;
-    end
-    if (rst) begin
-      \$523  = 22'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$524  = \$242 ;
-    if (reset_cp) begin
-      \$524  = 32'd0;
-    end
-    if (rst) begin
-      \$524  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$525  = \$243 ;
-    if (reset_cp) begin
-      \$525  = 20'h00000;
-    end
-    if (rst) begin
-      \$525  = 20'h00000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$526  = \$245 [33:0];
-    if (reset_cp) begin
-      \$526  = 34'h000000000;
-    end
-    if (rst) begin
-      \$526  = 34'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$527  = \$247 [49:0];
-    if (reset_cp) begin
-      \$527  = 50'h0000000000000;
-    end
-    if (rst) begin
-      \$527  = 50'h0000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$528  = \$248 ;
-    if (reset_cp) begin
-      \$528  = 33'h000000000;
-    end
-    if (rst) begin
-      \$528  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$529  = \$249 ;
-    if (reset_cp) begin
-      \$529  = 33'h000000000;
-    end
-    if (rst) begin
-      \$529  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$530  = \$250 ;
-    if (reset_cp) begin
-      \$530  = 33'h000000000;
-    end
-    if (rst) begin
-      \$530  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$531  = \$251 ;
-    if (reset_cp) begin
-      \$531  = 21'h000000;
-    end
-    if (rst) begin
-      \$531  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$532  = \$252 ;
-    if (reset_cp) begin
-      \$532  = 17'h00000;
-    end
-    if (rst) begin
-      \$532  = 17'h00000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$533  = status_next;
-    if (reset_cp) begin
-      \$533  = 8'h00;
-    end
-    if (rst) begin
-      \$533  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$534  = route_next;
-    if (reset_cp) begin
-      \$534  = 2'h0;
-    end
-    if (rst) begin
-      \$534  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$535  = fp_next;
-    if (reset_cp) begin
-      \$535  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$535  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$536  = \$302 ;
-    if (reset_cp) begin
-      \$536  = 1'h0;
-    end
-    if (rst) begin
-      \$536  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$537  = \$402 ;
-    if (reset_cp) begin
-      \$537  = 1'h0;
-    end
-    if (rst) begin
-      \$537  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$538  = local_valid;
-    if (\$404 ) begin
-      \$538  = 1'h1;
-    end
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$538  = 1'h0;
-          end
-    endcase
-    if (reset_cp) begin
-      \$538  = 1'h0;
-    end
-    if (rst) begin
-      \$538  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$539  = \local ;
-    if (\$404 ) begin
-      \$539  = slot_in;
-    end
-    if (reset_cp) begin
-      \$539  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$539  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$540  = local_status;
-    if (\$404 ) begin
-      \$540  = status;
-    end
-    if (reset_cp) begin
-      \$540  = 8'h00;
-    end
-    if (rst) begin
-      \$540  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$541  = tile_slot0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$541  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$541  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$541  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$542  = tile_slot1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$542  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$542  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$542  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$543  = tile_slot2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$543  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$543  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$543  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$544  = tile_slot3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$544  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$544  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$544  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$545  = tile_valid0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$545  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            \$545  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$545  = 1'h0;
-    end
-    if (rst) begin
-      \$545  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$546  = tile_valid1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$546  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$546  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$546  = 1'h0;
-    end
-    if (rst) begin
-      \$546  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$547  = tile_valid2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$547  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$547  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$547  = 1'h0;
-    end
-    if (rst) begin
-      \$547  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$548  = tile_valid3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$548  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      (* full_case = 32'd1 *)
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$548  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$548  = 1'h0;
-    end
-    if (rst) begin
-      \$548  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$549  = tile_wr;
-    if (t_push) begin
-      \$549  = \$407 [1:0];
-    end
-    if (reset_cp) begin
-      \$549  = 2'h0;
-    end
-    if (rst) begin
-      \$549  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$550  = tile_rd;
-    if (t_pop) begin
-      \$550  = \$410 [1:0];
-    end
-    if (reset_cp) begin
-      \$550  = 2'h0;
-    end
-    if (rst) begin
-      \$550  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$551  = \$412 [2:0];
-    if (reset_cp) begin
-      \$551  = 3'h0;
-    end
-    if (rst) begin
-      \$551  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$552  = dma_slot0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$552  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$552  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$552  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$553  = dma_slot1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$553  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$553  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$553  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$554  = dma_valid0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$554  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      casez (dma_rd)
-        1'h0:
-            \$554  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$554  = 1'h0;
-    end
-    if (rst) begin
-      \$554  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$555  = dma_valid1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$555  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      (* full_case = 32'd1 *)
-      casez (dma_rd)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$555  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$555  = 1'h0;
-    end
-    if (rst) begin
-      \$555  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$556  = dma_wr;
-    if (d_push) begin
-      \$556  = \$415 [0];
-    end
-    if (reset_cp) begin
-      \$556  = 1'h0;
-    end
-    if (rst) begin
-      \$556  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$557  = dma_rd;
-    if (d_pop) begin
-      \$557  = \$418 [0];
-    end
-    if (reset_cp) begin
-      \$557  = 1'h0;
-    end
-    if (rst) begin
-      \$557  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$558  = \$420 [1:0];
-    if (reset_cp) begin
-      \$558  = 2'h0;
-    end
-    if (rst) begin
-      \$558  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$559  = axi__awaddr;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$559  = \$440 [31:0];
-          end else if (\$426 ) begin
-            \$559  = \$443 [31:0];
-          end else if (\$430 ) begin
-            \$559  = \$452 [31:0];
-          end else if (\$434 ) begin
-            \$559  = \$461 [31:0];
-          end else if (\$438 ) begin
-            \$559  = \$470 [31:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$559  = 32'd0;
-    end
-    if (rst) begin
-      \$559  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$560  = axi__wdata;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$560  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
-          end else if (\$426 ) begin
-            \$560  = { \$446 , timestamp[30:0], \$445 , 8'h0d, \$444  };
-          end else if (\$430 ) begin
-            \$560  = { \$455 , timestamp[30:0], \$454 , 8'h0d, \$453  };
-          end else if (\$434 ) begin
-            \$560  = { \$464 , timestamp[30:0], \$463 , dma_done__tdata, \$462  };
-          end else if (\$438 ) begin
-            \$560  = { \$471 , timestamp[30:0], tile_done__tdata };
-          end
-    endcase
-    if (reset_cp) begin
-      \$560  = 64'h0000000000000000;
-    end
-    if (rst) begin
-      \$560  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$561  = cpl_index;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$561  = \local [15:0];
-          end else if (\$426 ) begin
-            \$561  = \$447 ;
-          end else if (\$430 ) begin
-            \$561  = \$456 ;
-          end else if (\$434 ) begin
-            \$561  = \$465 ;
-          end else if (\$438 ) begin
-            \$561  = \$472 ;
-          end
-    endcase
-    if (reset_cp) begin
-      \$561  = 16'h0000;
-    end
-    if (rst) begin
-      \$561  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$562  = trace_end_tag;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$562  = \local [32:17];
-          end else if (\$426 ) begin
-            \$562  = \$448 ;
-          end else if (\$430 ) begin
-            \$562  = \$457 ;
-          end else if (\$434 ) begin
-            \$562  = \$466 ;
-          end else if (\$438 ) begin
-            \$562  = tile_done__tdata[15:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$562  = 16'h0000;
-    end
-    if (rst) begin
-      \$562  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$563  = trace_end_opcode;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$563  = \local [40:33];
-          end else if (\$426 ) begin
-            \$563  = \$449 ;
-          end else if (\$430 ) begin
-            \$563  = \$458 ;
-          end else if (\$434 ) begin
-            \$563  = \$467 ;
-          end else if (\$438 ) begin
-            \$563  = tile_done__tdata[31:24];
-          end
-    endcase
-    if (reset_cp) begin
-      \$563  = 8'h00;
-    end
-    if (rst) begin
-      \$563  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$564  = complete_state;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$564  = 2'h1;
-          end else if (\$426 ) begin
-            \$564  = 2'h1;
-          end else if (\$430 ) begin
-            \$564  = 2'h1;
-          end else if (\$434 ) begin
-            \$564  = 2'h1;
-          end else if (\$438 ) begin
-            \$564  = 2'h1;
-          end
-      2'h1:
-          if (\$479 ) begin
-            \$564  = 2'h2;
-          end
-      2'h2:
-          if (axi__bvalid) begin
-            \$564  = 2'h0;
-          end
-    endcase
-    if (reset_cp) begin
-      \$564  = 2'h0;
-    end
-    if (rst) begin
-      \$564  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$565  = aw_done;
-    casez (complete_state)
-      2'h0:
-          \$565  = 1'h0;
-      2'h1:
-          if (\$474 ) begin
-            \$565  = 1'h1;
-          end
-    endcase
-    if (reset_cp) begin
-      \$565  = 1'h0;
-    end
-    if (rst) begin
-      \$565  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$566  = w_done;
-    casez (complete_state)
-      2'h0:
-          \$566  = 1'h0;
-      2'h1:
-          if (\$476 ) begin
-            \$566  = 1'h1;
-          end
-    endcase
-    if (reset_cp) begin
-      \$566  = 1'h0;
-    end
-    if (rst) begin
-      \$566  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    (* full_case = 32'd1 *)
-    if (\$487 ) begin
-      \$567  = 32'd0;
-    end else begin
-      \$567  = \$488 [31:0];
-    end
-    if (reset_cp) begin
-      \$567  = 32'd0;
-    end
-    if (rst) begin
-      \$567  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$568  = aborting;
-    if (fire) begin
-      \$568  = 1'h1;
-    end
-    if (\$505 ) begin
-      \$568  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$568  = 1'h0;
-    end
-    if (rst) begin
-      \$568  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$569  = flushing;
-    if (abort_done) begin
-      \$569  = 1'h1;
-    end
-    if (\$505 ) begin
-      \$569  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$569  = 1'h0;
-    end
-    if (rst) begin
-      \$569  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$152  = 16'h0000;
-    casez (cmd[71:64])
-      8'h00:
-          \$152  = \port$8996$0 ;
-      8'h01:
-          \$152  = \port$8998$0 ;
-      8'h02:
-          \$152  = \port$9000$0 ;
-      8'h03:
-          \$152  = \port$9002$0 ;
-      8'h04:
-          \$152  = \port$9004$0 ;
-      8'h05:
-          \$152  = \port$9006$0 ;
-      8'h06:
-          \$152  = \port$9008$0 ;
-      8'h07:
-          \$152  = \port$9010$0 ;
-      8'h08:
-          \$152  = \port$9012$0 ;
-      8'h09:
-          \$152  = \port$9014$0 ;
-      8'h0a:
-          \$152  = \port$9016$0 ;
-      8'h0b:
-          \$152  = \port$9018$0 ;
-      8'h0c:
-          \$152  = \port$9020$0 ;
-      8'h0d:
-          \$152  = \port$9022$0 ;
-      8'h0e:
-          \$152  = \port$9024$0 ;
-      8'h0f:
-          \$152  = \port$9026$0 ;
-    endcase
-  end
-  assign mask = \$4 [15:0];
+  wire writer_idle;
+  assign \$1  = ~ halted;
+  assign \$2  = enable & \$1 ;
+  assign \$3  = \$2  & entries_ok;
+  assign \$4  = head != tail;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = ~ doorbell;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ~ quiesce;
+  assign start = \$7  & \$8 ;
+  assign \$9  = | tile_count;
+  assign \$10  = | dma_count;
+  assign \$11  = \$9  | \$10 ;
+  assign \$12  = \$11  | local_valid;
+  assign in_flight = \$12  | busy;
+  assign tile_pending = | tile_count;
+  assign dma_pending = | dma_count;
+  assign axi_quiet = \idle$256  & writer_idle;
+  assign \$13  = ~ halted;
+  assign \$14  = enable & \$13 ;
+  assign \$15  = head != tail;
+  assign \$16  = \$15  | valid;
+  assign \$17  = \$16  | in_flight;
+  assign \busy$257  = \$14  & \$17 ;
+  \dx1_board.soc.cp0.decoder  decoder (
+    .clk(clk),
+    .cmd(cmd),
+    .decoded(decoded),
+    .dma_base(dma_base),
+    .dma_limit(dma_limit),
+    .footprint(footprint),
+    .reset_cp(reset_cp),
+    .route(route),
+    .rst(rst),
+    .status(status),
+    .taken(taken),
+    .valid(valid)
+  );
+  \dx1_board.soc.cp0.dispatcher  dispatcher (
+    .aborting(aborting),
+    .decoded(decoded),
+    .dispatched(taken),
+    .dma_count(dma_count),
+    .dma_hazard(dma_hazard),
+    .dma_push(dma_push),
+    .dma_ready(dma_ready),
+    .dma_valid(dma_cmd__tvalid),
+    .halted(halted),
+    .in_flight(in_flight),
+    .local_push(local_push),
+    .local_valid(local_valid),
+    .opcode(cmd[7:0]),
+    .route(route),
+    .sem_done(sem_done),
+    .sem_signal(signal),
+    .sem_wait(\wait ),
+    .stall(stall),
+    .status(status),
+    .tile_count(tile_count),
+    .tile_hazard(tile_hazard),
+    .tile_push(tile_push),
+    .tile_ready(tile_ready),
+    .tile_valid(tile_cmd__tvalid)
+  );
+  \dx1_board.soc.cp0.errors  errors (
+    .clk(clk),
+    .code(error_code),
+    .halted(halted),
+    .index(error_index),
+    .raised(irq_error),
+    .report0__code(report0__code),
+    .report0__index(report0__index),
+    .report0__valid(report0__valid),
+    .report1__index(head),
+    .report1__valid(report1__valid),
+    .report2__index(report2__index),
+    .report2__valid(report2__valid),
+    .report3__index(report3__index),
+    .report3__valid(report3__valid),
+    .reset_cp(reset_cp),
+    .resume(resume),
+    .rst(rst)
+  );
+  \dx1_board.soc.cp0.fetch  fetch (
+    .bus__araddr(axi__araddr),
+    .bus__arready(bus__arready),
+    .bus__arvalid(axi__arvalid),
+    .bus__rdata(bus__rdata),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rresp(bus__rresp),
+    .bus__rvalid(bus__rvalid),
+    .clk(clk),
+    .cmd(cmd),
+    .error__valid(report1__valid),
+    .fetched(advance),
+    .head(head),
+    .idle(\idle$256 ),
+    .index(\index$127 ),
+    .phase(\phase$128 ),
+    .reset_cp(reset_cp),
+    .ring_base(ring_base),
+    .ring_phase(ring_phase),
+    .rst(rst),
+    .start(start),
+    .taken(taken),
+    .valid(valid)
+  );
+  \dx1_board.soc.cp0.hazards  hazards (
+    .clk(clk),
+    .dma_count(dma_count),
+    .dma_hazard(dma_hazard),
+    .dma_oldest(dma_oldest),
+    .footprint(footprint),
+    .pop(tile_pop),
+    .\pop$8 (dma_pop),
+    .push(tile_push),
+    .\push$6 (dma_push),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot_in),
+    .tile_count(tile_count),
+    .tile_hazard(tile_hazard),
+    .tile_oldest(tile_oldest)
+  );
+  \dx1_board.soc.cp0.ring  ring (
+    .advance(advance),
+    .clk(clk),
+    .doorbell(doorbell),
+    .doorbell_index(doorbell_index),
+    .entries_ok(entries_ok),
+    .error__code(report0__code),
+    .error__index(report0__index),
+    .error__valid(report0__valid),
+    .head(head),
+    .mask(mask),
+    .phase(ring_phase),
+    .reset_cp(reset_cp),
+    .ring_log2(ring_log2),
+    .ring_reset(ring_reset),
+    .rst(rst),
+    .tail(tail)
+  );
+  \dx1_board.soc.cp0.semaphore  semaphore (
+    .done(sem_done),
+    .\port$10734$64 (cmd[87:64]),
+    .\port$8924$0 (\port$8924$0 ),
+    .\port$8926$0 (\port$8926$0 ),
+    .\port$8928$0 (\port$8928$0 ),
+    .\port$8930$0 (\port$8930$0 ),
+    .\port$8932$0 (\port$8932$0 ),
+    .\port$8934$0 (\port$8934$0 ),
+    .\port$8936$0 (\port$8936$0 ),
+    .\port$8938$0 (\port$8938$0 ),
+    .\port$8940$0 (\port$8940$0 ),
+    .\port$8942$0 (\port$8942$0 ),
+    .\port$8944$0 (\port$8944$0 ),
+    .\port$8946$0 (\port$8946$0 ),
+    .\port$8948$0 (\port$8948$0 ),
+    .\port$8950$0 (\port$8950$0 ),
+    .\port$8952$0 (\port$8952$0 ),
+    .\port$8954$0 (\port$8954$0 ),
+    .sem_delta(sem_delta),
+    .sem_grant(sem_grant),
+    .sem_valid(sem_valid),
+    .signal(signal),
+    .\wait (\wait )
+  );
+  \dx1_board.soc.cp0.watchdog$269  \watchdog$269  (
+    .abort_done(abort_done),
+    .abort_req(abort_req),
+    .aborting(aborting),
+    .budget(budget),
+    .clk(clk),
+    .dma_count(dma_count),
+    .dma_oldest(dma_oldest[15:0]),
+    .dma_pop(dma_pop),
+    .error__index(report3__index),
+    .fire(report3__valid),
+    .flushing(flushing),
+    .head(head),
+    .mask(mask),
+    .progress(progress),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .tile_count(tile_count),
+    .tile_oldest(tile_oldest[15:0]),
+    .tile_pop(tile_pop),
+    .writer_idle(writer_idle)
+  );
+  \dx1_board.soc.cp0.writer  writer (
+    .aborting(aborting),
+    .bus__awready(bus__awready),
+    .bus__awvalid(axi__awvalid),
+    .bus__bready(axi__bready),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wready(bus__wready),
+    .bus__wvalid(axi__wvalid),
+    .busy(busy),
+    .clk(clk),
+    .cpl_addr(axi__awaddr),
+    .cpl_data(axi__wdata),
+    .cpl_index(report2__index),
+    .cpl_opcode(trace_end_opcode),
+    .cpl_tag(trace_end_tag),
+    .cq_base(cq_base),
+    .dma_done__tdata(dma_done__tdata),
+    .dma_done__tready(dma_done__tready),
+    .dma_done__tvalid(dma_done__tvalid),
+    .dma_oldest(dma_oldest),
+    .dma_pending(dma_pending),
+    .dma_pop(dma_pop),
+    .error__valid(report2__valid),
+    .flushing(flushing),
+    .idle(writer_idle),
+    .irq_completion(irq_completion),
+    .local_push(local_push),
+    .local_slot(slot_in),
+    .\local_status$7 (status),
+    .local_valid(local_valid),
+    .quiesce(quiesce),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .tile_done__tdata(tile_done__tdata),
+    .tile_done__tready(tile_done__tready),
+    .tile_done__tvalid(tile_done__tvalid),
+    .tile_oldest(tile_oldest),
+    .tile_pending(tile_pending),
+    .tile_pop(tile_pop),
+    .timestamp(timestamp),
+    .trace_end(trace_end)
+  );
+  assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign axi__awlen = 8'h00;
+  assign bus__awlen = 8'h00;
+  assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
+  assign axi__awburst = 2'h1;
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = axi__wdata;
+  assign axi__wstrb = 8'hff;
+  assign bus__wstrb = 8'hff;
+  assign axi__wlast = 1'h1;
+  assign bus__wlast = 1'h1;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
+  assign bus__bready = axi__bready;
   assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
   assign axi__arlen = 8'h03;
+  assign bus__arlen = 8'h03;
   assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
   assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign \ring_log2$59  = ring_log2;
+  assign \ring_reset$61  = ring_reset;
+  assign \doorbell$63  = doorbell;
+  assign \doorbell_index$65  = doorbell_index;
+  assign fetched = advance;
+  assign \head$69  = head;
+  assign \tail$71  = tail;
+  assign \resume$73  = resume;
+  assign \halted$75  = halted;
+  assign code = error_code;
+  assign index = error_index;
+  assign \irq_error$81  = irq_error;
+  assign error__code = report0__code;
+  assign error__index = report0__index;
+  assign error__valid = report0__valid;
+  assign report1__code = 8'h09;
+  assign \error__code$89  = 8'h09;
+  assign report1__index = head;
+  assign \error__index$91  = head;
+  assign \error__valid$93  = report1__valid;
+  assign report2__code = 8'h09;
+  assign \error__code$95  = 8'h09;
+  assign \error__index$97  = report2__index;
+  assign \error__valid$99  = report2__valid;
+  assign report3__code = 8'h0d;
+  assign \error__code$101  = 8'h0d;
+  assign \error__index$103  = report3__index;
+  assign \error__valid$105  = report3__valid;
+  assign \ring_base$107  = ring_base;
+  assign \head$108  = head;
+  assign phase = ring_phase;
+  assign dispatched = taken;
+  assign \cmd$118  = cmd;
+  assign \valid$120  = valid;
+  assign \taken$121  = taken;
+  assign \dma_base$123  = dma_base;
+  assign \dma_limit$125  = dma_limit;
+  assign \footprint$135  = footprint;
+  assign slot = slot_in;
+  assign \tile_push$138  = tile_push;
+  assign \dma_push$140  = dma_push;
+  assign \tile_pop$142  = tile_pop;
+  assign \dma_pop$144  = dma_pop;
+  assign \decoded$146  = decoded;
+  assign \halted$147  = halted;
+  assign \aborting$149  = aborting;
+  assign \route$151  = route;
+  assign \status$153  = status;
+  assign opcode = cmd[7:0];
+  assign \tile_count$155  = tile_count;
+  assign \dma_count$156  = dma_count;
+  assign \tile_hazard$158  = tile_hazard;
+  assign \dma_hazard$160  = dma_hazard;
+  assign \local_valid$161  = local_valid;
+  assign \in_flight$162  = in_flight;
   assign tile_cmd__tdata = cmd;
+  assign tile_valid = tile_cmd__tvalid;
+  assign tile_cmd__tready = tile_ready;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$9026$0 , \port$9024$0 , \port$9022$0 , \port$9020$0 , \port$9018$0 , \port$9016$0 , \port$9014$0 , \port$9012$0 , \port$9010$0 , \port$9008$0 , \port$9006$0 , \port$9004$0 , \port$9002$0 , \port$9000$0 , \port$8998$0 , \port$8996$0  };
+  assign dma_valid = dma_cmd__tvalid;
+  assign dma_cmd__tready = dma_ready;
+  assign sem_signal = signal;
+  assign sem_wait = \wait ;
+  assign done = sem_done;
+  assign sem = cmd[71:64];
+  assign count = cmd[87:72];
+  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign \sem_values$182  = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign \sem_grant$184  = sem_grant;
+  assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
-  assign trace_start = dispatched;
+  assign \sem_index$188  = cmd[67:64];
+  assign \sem_delta$190  = sem_delta;
+  assign \stall$192  = stall;
+  assign trace_start = taken;
   assign trace_tag = cmd[31:16];
   assign trace_opcode = cmd[7:0];
-  assign axi__awid = 4'h0;
-  assign axi__awlen = 8'h00;
-  assign axi__awsize = 3'h3;
-  assign axi__awburst = 2'h1;
-  assign cpl_addr = axi__awaddr;
-  assign cpl_data = axi__wdata;
-  assign axi__wstrb = 8'hff;
-  assign axi__wlast = 1'h1;
-  assign cpl_tag = trace_end_tag;
-  assign cpl_opcode = trace_end_opcode;
+  assign \cq_base$197  = cq_base;
+  assign \timestamp$199  = timestamp;
+  assign \quiesce$200  = quiesce;
+  assign \aborting$201  = aborting;
+  assign \flushing$203  = flushing;
+  assign \local_push$205  = local_push;
+  assign local_slot = slot_in;
+  assign local_status = status;
+  assign \tile_oldest$210  = tile_oldest;
+  assign \dma_oldest$213  = dma_oldest;
+  assign \irq_completion$215  = irq_completion;
+  assign \trace_end$217  = trace_end;
+  assign \trace_end_tag$219  = trace_end_tag;
+  assign \trace_end_opcode$221  = trace_end_opcode;
   assign trace_status = axi__wdata[23:16];
-  assign axi__araddr = \$13 [31:0];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \trace_status$223  = axi__wdata[23:16];
+  assign \tile_done__tdata$225  = tile_done__tdata;
+  assign \tile_done__tready$227  = tile_done__tready;
+  assign \tile_done__tvalid$229  = tile_done__tvalid;
+  assign \dma_done__tdata$231  = dma_done__tdata;
+  assign \dma_done__tready$233  = dma_done__tready;
+  assign \dma_done__tvalid$235  = dma_done__tvalid;
+  assign watchdog = budget;
+  assign \progress$239  = progress;
+  assign \tile_pop$240  = tile_pop;
+  assign \dma_pop$241  = dma_pop;
+  assign \tile_count$242  = tile_count;
+  assign \dma_count$243  = dma_count;
+  assign \head$244  = head;
+  assign \mask$246  = mask;
+  assign \tile_oldest$247  = tile_oldest[15:0];
+  assign \dma_oldest$248  = dma_oldest[15:0];
+  assign \abort_done$250  = abort_done;
+  assign idle = writer_idle;
+  assign \abort_req$254  = abort_req;
   assign \slot_in.ring_index  = slot_in[15:0];
   assign \slot_in.phase  = slot_in[16];
   assign \slot_in.tag  = slot_in[32:17];
@@ -37530,706 +34810,274 @@ module \dx1_board.soc.cp0 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \slot_in.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot_in.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot_in.footprint.acc_w_hi  = slot_in[312:279];
-  assign \fp.spm_r_lo  = fp[33:0];
-  assign \fp.spm_r_hi  = fp[67:34];
-  assign \fp.spm_w_lo  = fp[101:68];
-  assign \fp.spm_w_hi  = fp[135:102];
-  assign \fp.acc_r_lo  = fp[169:136];
-  assign \fp.acc_r_hi  = fp[203:170];
-  assign \fp.acc_w_lo  = fp[237:204];
-  assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$8996$0 ;
-  assign \sem_values[1]  = \port$8998$0 ;
-  assign \sem_values[2]  = \port$9000$0 ;
-  assign \sem_values[3]  = \port$9002$0 ;
-  assign \sem_values[4]  = \port$9004$0 ;
-  assign \sem_values[5]  = \port$9006$0 ;
-  assign \sem_values[6]  = \port$9008$0 ;
-  assign \sem_values[7]  = \port$9010$0 ;
-  assign \sem_values[8]  = \port$9012$0 ;
-  assign \sem_values[9]  = \port$9014$0 ;
-  assign \sem_values[10]  = \port$9016$0 ;
-  assign \sem_values[11]  = \port$9018$0 ;
-  assign \sem_values[12]  = \port$9020$0 ;
-  assign \sem_values[13]  = \port$9022$0 ;
-  assign \sem_values[14]  = \port$9024$0 ;
-  assign \sem_values[15]  = \port$9026$0 ;
-  assign \dma_slot0.ring_index  = dma_slot0[15:0];
-  assign \dma_slot0.phase  = dma_slot0[16];
-  assign \dma_slot0.tag  = dma_slot0[32:17];
-  assign \dma_slot0.opcode  = dma_slot0[40:33];
-  assign \dma_slot0.footprint  = dma_slot0[312:41];
-  assign \dma_slot0.footprint.spm_r_lo  = dma_slot0[74:41];
-  assign \dma_slot0.footprint.spm_r_hi  = dma_slot0[108:75];
-  assign \dma_slot0.footprint.spm_w_lo  = dma_slot0[142:109];
-  assign \dma_slot0.footprint.spm_w_hi  = dma_slot0[176:143];
-  assign \dma_slot0.footprint.acc_r_lo  = dma_slot0[210:177];
-  assign \dma_slot0.footprint.acc_r_hi  = dma_slot0[244:211];
-  assign \dma_slot0.footprint.acc_w_lo  = dma_slot0[278:245];
-  assign \dma_slot0.footprint.acc_w_hi  = dma_slot0[312:279];
-  assign \dma_slot1.ring_index  = dma_slot1[15:0];
-  assign \dma_slot1.phase  = dma_slot1[16];
-  assign \dma_slot1.tag  = dma_slot1[32:17];
-  assign \dma_slot1.opcode  = dma_slot1[40:33];
-  assign \dma_slot1.footprint  = dma_slot1[312:41];
-  assign \dma_slot1.footprint.spm_r_lo  = dma_slot1[74:41];
-  assign \dma_slot1.footprint.spm_r_hi  = dma_slot1[108:75];
-  assign \dma_slot1.footprint.spm_w_lo  = dma_slot1[142:109];
-  assign \dma_slot1.footprint.spm_w_hi  = dma_slot1[176:143];
-  assign \dma_slot1.footprint.acc_r_lo  = dma_slot1[210:177];
-  assign \dma_slot1.footprint.acc_r_hi  = dma_slot1[244:211];
-  assign \dma_slot1.footprint.acc_w_lo  = dma_slot1[278:245];
-  assign \dma_slot1.footprint.acc_w_hi  = dma_slot1[312:279];
-  assign \tile_slot0.ring_index  = tile_slot0[15:0];
-  assign \tile_slot0.phase  = tile_slot0[16];
-  assign \tile_slot0.tag  = tile_slot0[32:17];
-  assign \tile_slot0.opcode  = tile_slot0[40:33];
-  assign \tile_slot0.footprint  = tile_slot0[312:41];
-  assign \tile_slot0.footprint.spm_r_lo  = tile_slot0[74:41];
-  assign \tile_slot0.footprint.spm_r_hi  = tile_slot0[108:75];
-  assign \tile_slot0.footprint.spm_w_lo  = tile_slot0[142:109];
-  assign \tile_slot0.footprint.spm_w_hi  = tile_slot0[176:143];
-  assign \tile_slot0.footprint.acc_r_lo  = tile_slot0[210:177];
-  assign \tile_slot0.footprint.acc_r_hi  = tile_slot0[244:211];
-  assign \tile_slot0.footprint.acc_w_lo  = tile_slot0[278:245];
-  assign \tile_slot0.footprint.acc_w_hi  = tile_slot0[312:279];
-  assign \tile_slot1.ring_index  = tile_slot1[15:0];
-  assign \tile_slot1.phase  = tile_slot1[16];
-  assign \tile_slot1.tag  = tile_slot1[32:17];
-  assign \tile_slot1.opcode  = tile_slot1[40:33];
-  assign \tile_slot1.footprint  = tile_slot1[312:41];
-  assign \tile_slot1.footprint.spm_r_lo  = tile_slot1[74:41];
-  assign \tile_slot1.footprint.spm_r_hi  = tile_slot1[108:75];
-  assign \tile_slot1.footprint.spm_w_lo  = tile_slot1[142:109];
-  assign \tile_slot1.footprint.spm_w_hi  = tile_slot1[176:143];
-  assign \tile_slot1.footprint.acc_r_lo  = tile_slot1[210:177];
-  assign \tile_slot1.footprint.acc_r_hi  = tile_slot1[244:211];
-  assign \tile_slot1.footprint.acc_w_lo  = tile_slot1[278:245];
-  assign \tile_slot1.footprint.acc_w_hi  = tile_slot1[312:279];
-  assign \tile_slot2.ring_index  = tile_slot2[15:0];
-  assign \tile_slot2.phase  = tile_slot2[16];
-  assign \tile_slot2.tag  = tile_slot2[32:17];
-  assign \tile_slot2.opcode  = tile_slot2[40:33];
-  assign \tile_slot2.footprint  = tile_slot2[312:41];
-  assign \tile_slot2.footprint.spm_r_lo  = tile_slot2[74:41];
-  assign \tile_slot2.footprint.spm_r_hi  = tile_slot2[108:75];
-  assign \tile_slot2.footprint.spm_w_lo  = tile_slot2[142:109];
-  assign \tile_slot2.footprint.spm_w_hi  = tile_slot2[176:143];
-  assign \tile_slot2.footprint.acc_r_lo  = tile_slot2[210:177];
-  assign \tile_slot2.footprint.acc_r_hi  = tile_slot2[244:211];
-  assign \tile_slot2.footprint.acc_w_lo  = tile_slot2[278:245];
-  assign \tile_slot2.footprint.acc_w_hi  = tile_slot2[312:279];
-  assign \tile_slot3.ring_index  = tile_slot3[15:0];
-  assign \tile_slot3.phase  = tile_slot3[16];
-  assign \tile_slot3.tag  = tile_slot3[32:17];
-  assign \tile_slot3.opcode  = tile_slot3[40:33];
-  assign \tile_slot3.footprint  = tile_slot3[312:41];
-  assign \tile_slot3.footprint.spm_r_lo  = tile_slot3[74:41];
-  assign \tile_slot3.footprint.spm_r_hi  = tile_slot3[108:75];
-  assign \tile_slot3.footprint.spm_w_lo  = tile_slot3[142:109];
-  assign \tile_slot3.footprint.spm_w_hi  = tile_slot3[176:143];
-  assign \tile_slot3.footprint.acc_r_lo  = tile_slot3[210:177];
-  assign \tile_slot3.footprint.acc_r_hi  = tile_slot3[244:211];
-  assign \tile_slot3.footprint.acc_w_lo  = tile_slot3[278:245];
-  assign \tile_slot3.footprint.acc_w_hi  = tile_slot3[312:279];
-  assign \local.ring_index  = \local [15:0];
-  assign \local.phase  = \local [16];
-  assign \local.tag  = \local [32:17];
-  assign \local.opcode  = \local [40:33];
-  assign \local.footprint  = \local [312:41];
-  assign \local.footprint.spm_r_lo  = \local [74:41];
-  assign \local.footprint.spm_r_hi  = \local [108:75];
-  assign \local.footprint.spm_w_lo  = \local [142:109];
-  assign \local.footprint.spm_w_hi  = \local [176:143];
-  assign \local.footprint.acc_r_lo  = \local [210:177];
-  assign \local.footprint.acc_r_hi  = \local [244:211];
-  assign \local.footprint.acc_w_lo  = \local [278:245];
-  assign \local.footprint.acc_w_hi  = \local [312:279];
-  assign slot_in[312:41] = fp;
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \footprint$135.spm_r_lo  = footprint[33:0];
+  assign \footprint$135.spm_r_hi  = footprint[67:34];
+  assign \footprint$135.spm_w_lo  = footprint[101:68];
+  assign \footprint$135.spm_w_hi  = footprint[135:102];
+  assign \footprint$135.acc_r_lo  = footprint[169:136];
+  assign \footprint$135.acc_r_hi  = footprint[203:170];
+  assign \footprint$135.acc_w_lo  = footprint[237:204];
+  assign \footprint$135.acc_w_hi  = footprint[271:238];
+  assign \slot.ring_index  = slot_in[15:0];
+  assign \slot.phase  = slot_in[16];
+  assign \slot.tag  = slot_in[32:17];
+  assign \slot.opcode  = slot_in[40:33];
+  assign \slot.footprint  = slot_in[312:41];
+  assign \slot.footprint.spm_r_lo  = slot_in[74:41];
+  assign \slot.footprint.spm_r_hi  = slot_in[108:75];
+  assign \slot.footprint.spm_w_lo  = slot_in[142:109];
+  assign \slot.footprint.spm_w_hi  = slot_in[176:143];
+  assign \slot.footprint.acc_r_lo  = slot_in[210:177];
+  assign \slot.footprint.acc_r_hi  = slot_in[244:211];
+  assign \slot.footprint.acc_w_lo  = slot_in[278:245];
+  assign \slot.footprint.acc_w_hi  = slot_in[312:279];
+  assign \sem_values[0]  = \port$8924$0 ;
+  assign \sem_values[1]  = \port$8926$0 ;
+  assign \sem_values[2]  = \port$8928$0 ;
+  assign \sem_values[3]  = \port$8930$0 ;
+  assign \sem_values[4]  = \port$8932$0 ;
+  assign \sem_values[5]  = \port$8934$0 ;
+  assign \sem_values[6]  = \port$8936$0 ;
+  assign \sem_values[7]  = \port$8938$0 ;
+  assign \sem_values[8]  = \port$8940$0 ;
+  assign \sem_values[9]  = \port$8942$0 ;
+  assign \sem_values[10]  = \port$8944$0 ;
+  assign \sem_values[11]  = \port$8946$0 ;
+  assign \sem_values[12]  = \port$8948$0 ;
+  assign \sem_values[13]  = \port$8950$0 ;
+  assign \sem_values[14]  = \port$8952$0 ;
+  assign \sem_values[15]  = \port$8954$0 ;
+  assign \sem_values$182[0]  = \port$8924$0 ;
+  assign \sem_values$182[1]  = \port$8926$0 ;
+  assign \sem_values$182[2]  = \port$8928$0 ;
+  assign \sem_values$182[3]  = \port$8930$0 ;
+  assign \sem_values$182[4]  = \port$8932$0 ;
+  assign \sem_values$182[5]  = \port$8934$0 ;
+  assign \sem_values$182[6]  = \port$8936$0 ;
+  assign \sem_values$182[7]  = \port$8938$0 ;
+  assign \sem_values$182[8]  = \port$8940$0 ;
+  assign \sem_values$182[9]  = \port$8942$0 ;
+  assign \sem_values$182[10]  = \port$8944$0 ;
+  assign \sem_values$182[11]  = \port$8946$0 ;
+  assign \sem_values$182[12]  = \port$8948$0 ;
+  assign \sem_values$182[13]  = \port$8950$0 ;
+  assign \sem_values$182[14]  = \port$8952$0 ;
+  assign \sem_values$182[15]  = \port$8954$0 ;
+  assign \local_slot.ring_index  = slot_in[15:0];
+  assign \local_slot.phase  = slot_in[16];
+  assign \local_slot.tag  = slot_in[32:17];
+  assign \local_slot.opcode  = slot_in[40:33];
+  assign \local_slot.footprint  = slot_in[312:41];
+  assign \local_slot.footprint.spm_r_lo  = slot_in[74:41];
+  assign \local_slot.footprint.spm_r_hi  = slot_in[108:75];
+  assign \local_slot.footprint.spm_w_lo  = slot_in[142:109];
+  assign \local_slot.footprint.spm_w_hi  = slot_in[176:143];
+  assign \local_slot.footprint.acc_r_lo  = slot_in[210:177];
+  assign \local_slot.footprint.acc_r_hi  = slot_in[244:211];
+  assign \local_slot.footprint.acc_w_lo  = slot_in[278:245];
+  assign \local_slot.footprint.acc_w_hi  = slot_in[312:279];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \tile_oldest$210.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest$210.phase  = tile_oldest[16];
+  assign \tile_oldest$210.tag  = tile_oldest[32:17];
+  assign \tile_oldest$210.opcode  = tile_oldest[40:33];
+  assign \tile_oldest$210.footprint  = tile_oldest[312:41];
+  assign \tile_oldest$210.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest$210.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest$210.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest$210.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest$210.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest$210.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest$210.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest$210.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \dma_oldest$213.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest$213.phase  = dma_oldest[16];
+  assign \dma_oldest$213.tag  = dma_oldest[32:17];
+  assign \dma_oldest$213.opcode  = dma_oldest[40:33];
+  assign \dma_oldest$213.footprint  = dma_oldest[312:41];
+  assign \dma_oldest$213.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest$213.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest$213.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest$213.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest$213.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest$213.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest$213.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest$213.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign slot_in[312:41] = footprint;
   assign slot_in[40:33] = cmd[7:0];
   assign slot_in[32:17] = cmd[31:16];
-  assign slot_in[16] = cmd_phase;
-  assign slot_in[15:0] = cmd_index;
-  assign \$12  = { 2'h0, head, 5'h00 };
-  assign { \$17 [207:64], \$17 [31:16], \$17 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$17 [255:208], \$17 [63:32], \$17 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$42 [207:64], \$42 [31:16], \$42 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$42 [255:208], \$42 [63:32], \$42 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$67 [159:64], \$67 [31:16], \$67 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$67 [255:160], \$67 [63:32], \$67 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$92 [87:64], \$92 [31:16], \$92 [7:0] } = 48'h000000000000;
-  assign { \$92 [255:88], \$92 [63:32], \$92 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$97 [87:64], \$97 [31:16], \$97 [7:0] } = 48'h000000000000;
-  assign { \$97 [255:88], \$97 [63:32], \$97 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$104 [31:16], \$104 [7:0] } = 24'h000000;
-  assign { \$104 [255:32], \$104 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$107 [31:16], \$107 [7:0] } = 24'h000000;
-  assign { \$107 [255:32], \$107 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign \$277  = \$276 ;
-  assign \$327  = \$326 ;
-  assign \$413  = dma_wr;
-  assign \$416  = dma_rd;
-  assign \$439  = { \local [15:0], 3'h0 };
-  assign \$442  = { \$441 , 3'h0 };
-  assign \$451  = { \$450 , 3'h0 };
-  assign \$460  = { \$459 , 3'h0 };
-  assign \$469  = { \$468 , 3'h0 };
+  assign slot_in[16] = \phase$128 ;
+  assign slot_in[15:0] = \index$127 ;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, resume, ring_reset, doorbell, axi__arready, axi__awready, tile_done__tdata, dma_cmd__tready, dma_done__tvalid, axi__araddr, stall, axi_quiet, abort_req, busy, sem_grant, timestamp, doorbell_index, \port$8996$0 
-, \port$8998$0 , \port$9000$0 , \port$9002$0 , \port$9004$0 , \port$9006$0 , \port$9008$0 , \port$9010$0 , \port$9012$0 , \port$9014$0 , \port$9016$0 , \port$9018$0 , \port$9020$0 , \port$9022$0 , \port$9024$0 , \port$9026$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, watchdog, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, irq_error, axi__arvalid, axi__rready, tile_cmd__tvalid, dispatched, dma_cmd__tvalid, sem_valid, sem_delta, dma_done__tready
-, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, halted, head, tail, error_code, error_index, cmd, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, valid, status, route, footprint, taken, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
   wire \$1 ;
-  wire [16:0] \$10 ;
-  wire \$100 ;
-  wire [7:0] \$101 ;
-  wire [7:0] \$102 ;
-  wire [7:0] \$103 ;
-  wire [255:0] \$104 ;
-  wire \$105 ;
-  wire [7:0] \$106 ;
-  wire [255:0] \$107 ;
+  wire [48:0] \$10 ;
+  wire [7:0] \$100 ;
+  wire [255:0] \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire [7:0] \$104 ;
+  wire [7:0] \$105 ;
+  wire [255:0] \$106 ;
+  wire \$107 ;
   wire \$108 ;
-  wire [7:0] \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire [15:0] \$112 ;
-  wire \$113 ;
-  wire [32:0] \$114 ;
-  wire [16:0] \$115 ;
-  wire \$116 ;
+  wire \$109 ;
+  wire [21:0] \$11 ;
+  wire [7:0] \$110 ;
+  wire [7:0] \$111 ;
+  wire [7:0] \$112 ;
+  wire [255:0] \$113 ;
+  wire \$114 ;
+  wire [7:0] \$115 ;
+  wire [255:0] \$116 ;
   wire \$117 ;
-  wire [15:0] \$118 ;
+  wire [7:0] \$118 ;
   wire \$119 ;
-  wire [22:0] \$12 ;
+  wire [19:0] \$12 ;
   wire \$120 ;
-  wire [16:0] \$121 ;
-  wire [16:0] \$122 ;
-  wire [16:0] \$123 ;
-  wire [34:0] \$124 ;
-  wire [34:0] \$125 ;
-  wire [34:0] \$126 ;
-  wire [34:0] \$127 ;
+  wire [15:0] \$121 ;
+  wire \$122 ;
+  wire [32:0] \$123 ;
+  wire [16:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire [15:0] \$127 ;
   wire \$128 ;
   wire \$129 ;
-  wire [32:0] \$13 ;
-  wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
-  wire \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire \$147 ;
-  wire \$148 ;
-  wire \$149 ;
-  wire \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  reg [15:0] \$152 ;
-  wire \$153 ;
-  wire [16:0] \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire \$16 ;
-  wire \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire \$169 ;
-  wire [255:0] \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  wire \$174 ;
-  wire \$175 ;
-  wire \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire \$18 ;
-  wire \$180 ;
-  wire \$181 ;
-  wire \$182 ;
-  wire \$183 ;
-  wire \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
-  wire \$19 ;
-  wire \$190 ;
-  wire \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  wire \$199 ;
+  wire [21:0] \$13 ;
+  wire [16:0] \$130 ;
+  wire [16:0] \$131 ;
+  wire [16:0] \$132 ;
+  wire [34:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [34:0] \$135 ;
+  wire [34:0] \$136 ;
+  reg [2:0] \$137 ;
+  reg [32:0] \$138 ;
+  reg [32:0] \$139 ;
+  wire [31:0] \$14 ;
+  reg [48:0] \$140 ;
+  reg [21:0] \$141 ;
+  reg [31:0] \$142 ;
+  reg [19:0] \$143 ;
+  reg [33:0] \$144 ;
+  reg [49:0] \$145 ;
+  reg [32:0] \$146 ;
+  reg [32:0] \$147 ;
+  reg [32:0] \$148 ;
+  reg [20:0] \$149 ;
+  wire [19:0] \$15 ;
+  reg [16:0] \$150 ;
+  reg [7:0] \$151 ;
+  reg [1:0] \$152 ;
+  reg [271:0] \$153 ;
+  wire [33:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [49:0] \$18 ;
+  wire [50:0] \$19 ;
   wire \$2 ;
-  wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire [16:0] \$202 ;
-  wire [16:0] \$203 ;
-  wire [16:0] \$204 ;
-  wire [16:0] \$205 ;
-  wire \$206 ;
-  wire \$207 ;
-  wire \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire \$210 ;
-  wire \$211 ;
-  wire \$212 ;
-  wire \$213 ;
-  wire \$214 ;
-  wire \$215 ;
-  wire \$216 ;
-  wire \$217 ;
-  wire [2:0] \$218 ;
-  wire \$219 ;
-  wire \$22 ;
-  wire \$220 ;
-  wire \$221 ;
-  wire \$222 ;
-  wire [16:0] \$223 ;
-  wire [16:0] \$224 ;
-  wire [16:0] \$225 ;
-  wire [16:0] \$226 ;
-  wire \$227 ;
-  wire \$228 ;
-  wire \$229 ;
-  wire \$23 ;
-  wire \$230 ;
-  wire \$231 ;
-  wire [3:0] \$232 ;
-  wire [16:0] \$233 ;
-  wire [32:0] \$234 ;
-  wire [16:0] \$235 ;
-  wire [32:0] \$236 ;
-  wire [16:0] \$237 ;
-  wire [48:0] \$238 ;
-  wire [21:0] \$239 ;
-  wire \$24 ;
-  wire [19:0] \$240 ;
-  wire [21:0] \$241 ;
-  wire [31:0] \$242 ;
-  wire [19:0] \$243 ;
-  wire [33:0] \$244 ;
-  wire [34:0] \$245 ;
-  wire [49:0] \$246 ;
-  wire [50:0] \$247 ;
-  wire [32:0] \$248 ;
-  wire [32:0] \$249 ;
+  wire [32:0] \$20 ;
+  wire [32:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [20:0] \$23 ;
+  wire [16:0] \$24 ;
   wire \$25 ;
-  wire [32:0] \$250 ;
-  wire [20:0] \$251 ;
-  wire [16:0] \$252 ;
-  wire \$253 ;
-  wire \$254 ;
-  wire \$255 ;
-  wire \$256 ;
-  wire \$257 ;
-  wire \$258 ;
-  wire \$259 ;
-  wire \$26 ;
-  wire \$260 ;
-  wire \$261 ;
-  wire \$262 ;
-  wire \$263 ;
-  wire \$264 ;
-  wire \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire \$268 ;
-  wire \$269 ;
+  wire [255:0] \$26 ;
   wire \$27 ;
-  wire \$270 ;
-  wire \$271 ;
-  wire \$272 ;
-  wire \$273 ;
-  wire \$274 ;
-  wire \$275 ;
-  wire \$276 ;
-  wire \$277 ;
-  wire \$278 ;
-  wire \$279 ;
   wire \$28 ;
-  wire \$280 ;
-  wire \$281 ;
-  wire \$282 ;
-  wire \$283 ;
-  wire \$284 ;
-  wire \$285 ;
-  wire \$286 ;
-  wire \$287 ;
-  wire \$288 ;
-  wire \$289 ;
   wire \$29 ;
-  wire \$290 ;
-  wire \$291 ;
-  wire \$292 ;
-  wire \$293 ;
-  wire \$294 ;
-  wire \$295 ;
-  wire \$296 ;
-  wire \$297 ;
-  wire \$298 ;
-  wire \$299 ;
-  wire [47:0] \$3 ;
+  wire \$3 ;
   wire \$30 ;
-  wire \$300 ;
-  wire \$301 ;
-  wire \$302 ;
-  wire \$303 ;
-  wire \$304 ;
-  wire \$305 ;
-  wire \$306 ;
-  wire \$307 ;
-  wire \$308 ;
-  wire \$309 ;
   wire \$31 ;
-  wire \$310 ;
-  wire \$311 ;
-  wire \$312 ;
-  wire \$313 ;
-  wire \$314 ;
-  wire \$315 ;
-  wire \$316 ;
-  wire \$317 ;
-  wire \$318 ;
-  wire \$319 ;
   wire \$32 ;
-  wire \$320 ;
-  wire \$321 ;
-  wire \$322 ;
-  wire \$323 ;
-  wire \$324 ;
-  wire \$325 ;
-  wire \$326 ;
-  wire \$327 ;
-  wire \$328 ;
-  wire \$329 ;
   wire \$33 ;
-  wire \$330 ;
-  wire \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire \$334 ;
-  wire \$335 ;
-  wire \$336 ;
-  wire \$337 ;
-  wire \$338 ;
-  wire \$339 ;
   wire \$34 ;
-  wire \$340 ;
-  wire \$341 ;
-  wire \$342 ;
-  wire \$343 ;
-  wire \$344 ;
-  wire \$345 ;
-  wire \$346 ;
-  wire \$347 ;
-  wire \$348 ;
-  wire \$349 ;
   wire \$35 ;
-  wire \$350 ;
-  wire \$351 ;
-  wire \$352 ;
-  wire \$353 ;
-  wire \$354 ;
-  wire \$355 ;
-  wire \$356 ;
-  wire \$357 ;
-  wire \$358 ;
-  wire \$359 ;
-  wire [7:0] \$36 ;
-  wire \$360 ;
-  wire \$361 ;
-  wire \$362 ;
-  wire \$363 ;
-  wire \$364 ;
-  wire \$365 ;
-  wire \$366 ;
-  wire \$367 ;
-  wire \$368 ;
-  wire \$369 ;
-  wire [7:0] \$37 ;
-  wire \$370 ;
-  wire \$371 ;
-  wire \$372 ;
-  wire \$373 ;
-  wire \$374 ;
-  wire \$375 ;
-  wire \$376 ;
-  wire \$377 ;
-  wire \$378 ;
-  wire \$379 ;
-  wire [7:0] \$38 ;
-  wire \$380 ;
-  wire \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire \$384 ;
-  wire \$385 ;
-  wire \$386 ;
-  wire \$387 ;
-  wire \$388 ;
-  wire \$389 ;
-  wire [7:0] \$39 ;
-  wire \$390 ;
-  wire \$391 ;
-  wire \$392 ;
-  wire \$393 ;
-  wire \$394 ;
-  wire \$395 ;
-  wire \$396 ;
-  wire \$397 ;
-  wire \$398 ;
-  wire \$399 ;
-  wire [48:0] \$4 ;
-  wire [7:0] \$40 ;
-  wire \$400 ;
-  wire \$401 ;
-  wire \$402 ;
-  wire \$403 ;
-  wire \$404 ;
-  wire \$405 ;
-  wire [2:0] \$406 ;
-  wire [2:0] \$407 ;
-  wire \$408 ;
-  wire [2:0] \$409 ;
-  wire [7:0] \$41 ;
-  wire [2:0] \$410 ;
-  wire [3:0] \$411 ;
-  wire [4:0] \$412 ;
-  wire \$413 ;
-  wire [1:0] \$414 ;
-  wire [1:0] \$415 ;
-  wire \$416 ;
-  wire [1:0] \$417 ;
-  wire [1:0] \$418 ;
-  wire [2:0] \$419 ;
-  wire [255:0] \$42 ;
-  wire [3:0] \$420 ;
-  wire \$421 ;
-  wire \$422 ;
-  wire \$423 ;
-  wire \$424 ;
-  wire \$425 ;
-  wire \$426 ;
-  wire \$427 ;
-  wire \$428 ;
-  wire \$429 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [3:0] \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
   wire \$43 ;
-  wire \$430 ;
-  wire \$431 ;
-  wire \$432 ;
-  wire \$433 ;
-  wire \$434 ;
-  wire \$435 ;
-  wire \$436 ;
-  wire \$437 ;
-  wire \$438 ;
-  wire [18:0] \$439 ;
   wire \$44 ;
-  wire [32:0] \$440 ;
-  reg [15:0] \$441 ;
-  wire [18:0] \$442 ;
-  wire [32:0] \$443 ;
-  reg [15:0] \$444 ;
-  reg [7:0] \$445 ;
-  reg \$446 ;
-  reg [15:0] \$447 ;
-  reg [15:0] \$448 ;
-  reg [7:0] \$449 ;
-  wire \$45 ;
-  reg [15:0] \$450 ;
-  wire [18:0] \$451 ;
-  wire [32:0] \$452 ;
-  reg [15:0] \$453 ;
-  reg [7:0] \$454 ;
-  reg \$455 ;
-  reg [15:0] \$456 ;
-  reg [15:0] \$457 ;
-  reg [7:0] \$458 ;
-  reg [15:0] \$459 ;
-  wire \$46 ;
-  wire [18:0] \$460 ;
-  wire [32:0] \$461 ;
-  reg [15:0] \$462 ;
-  reg [7:0] \$463 ;
-  reg \$464 ;
-  reg [15:0] \$465 ;
-  reg [15:0] \$466 ;
-  reg [7:0] \$467 ;
-  reg [15:0] \$468 ;
-  wire [18:0] \$469 ;
-  wire \$47 ;
-  wire [32:0] \$470 ;
-  reg \$471 ;
-  reg [15:0] \$472 ;
-  wire \$473 ;
-  wire \$474 ;
-  wire \$475 ;
-  wire \$476 ;
-  wire \$477 ;
-  wire \$478 ;
-  wire \$479 ;
-  wire \$48 ;
-  wire \$480 ;
-  wire \$481 ;
-  wire \$482 ;
-  wire \$483 ;
-  wire \$484 ;
-  wire \$485 ;
-  wire \$486 ;
-  wire \$487 ;
-  wire [32:0] \$488 ;
-  wire \$489 ;
-  wire \$49 ;
-  wire \$490 ;
-  reg [15:0] \$491 ;
-  wire [16:0] \$492 ;
-  wire [16:0] \$493 ;
-  reg [15:0] \$494 ;
-  wire [16:0] \$495 ;
-  wire [16:0] \$496 ;
-  wire \$497 ;
-  wire \$498 ;
-  wire \$499 ;
-  wire \$5 ;
-  wire \$50 ;
-  reg [15:0] \$500 ;
-  reg [15:0] \$501 ;
-  wire [15:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire \$505 ;
-  reg \$506 ;
-  reg [15:0] \$507 ;
-  reg [15:0] \$508 ;
-  reg \$509 ;
-  wire \$51 ;
-  reg [7:0] \$510 ;
-  reg [15:0] \$511 ;
-  reg [1:0] \$512 ;
-  reg [1:0] \$513 ;
-  reg \$514 ;
-  reg [255:0] \$515 ;
-  reg \$516 ;
-  reg [15:0] \$517 ;
-  reg \$518 ;
-  reg [2:0] \$519 ;
+  wire [7:0] \$45 ;
+  wire [7:0] \$46 ;
+  wire [7:0] \$47 ;
+  wire [7:0] \$48 ;
+  wire [7:0] \$49 ;
+  wire [16:0] \$5 ;
+  wire [7:0] \$50 ;
+  wire [255:0] \$51 ;
   wire \$52 ;
-  reg [32:0] \$520 ;
-  reg [32:0] \$521 ;
-  reg [48:0] \$522 ;
-  reg [21:0] \$523 ;
-  reg [31:0] \$524 ;
-  reg [19:0] \$525 ;
-  reg [33:0] \$526 ;
-  reg [49:0] \$527 ;
-  reg [32:0] \$528 ;
-  reg [32:0] \$529 ;
   wire \$53 ;
-  reg [32:0] \$530 ;
-  reg [20:0] \$531 ;
-  reg [16:0] \$532 ;
-  reg [7:0] \$533 ;
-  reg [1:0] \$534 ;
-  reg [271:0] \$535 ;
-  reg \$536 ;
-  reg \$537 ;
-  reg \$538 ;
-  reg [312:0] \$539 ;
   wire \$54 ;
-  reg [7:0] \$540 ;
-  reg [312:0] \$541 ;
-  reg [312:0] \$542 ;
-  reg [312:0] \$543 ;
-  reg [312:0] \$544 ;
-  reg \$545 ;
-  reg \$546 ;
-  reg \$547 ;
-  reg \$548 ;
-  reg [1:0] \$549 ;
   wire \$55 ;
-  reg [1:0] \$550 ;
-  reg [2:0] \$551 ;
-  reg [312:0] \$552 ;
-  reg [312:0] \$553 ;
-  reg \$554 ;
-  reg \$555 ;
-  reg \$556 ;
-  reg \$557 ;
-  reg [1:0] \$558 ;
-  reg [31:0] \$559 ;
   wire \$56 ;
-  reg [63:0] \$560 ;
-  reg [15:0] \$561 ;
-  reg [15:0] \$562 ;
-  reg [7:0] \$563 ;
-  reg [1:0] \$564 ;
-  reg \$565 ;
-  reg \$566 ;
-  reg [31:0] \$567 ;
-  reg \$568 ;
-  reg \$569 ;
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
-  wire \$6 ;
+  wire [32:0] \$6 ;
   wire \$60 ;
-  wire [7:0] \$61 ;
-  wire [7:0] \$62 ;
-  wire [7:0] \$63 ;
-  wire [7:0] \$64 ;
-  wire [7:0] \$65 ;
-  wire [7:0] \$66 ;
-  wire [255:0] \$67 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
+  wire [7:0] \$70 ;
+  wire [7:0] \$71 ;
+  wire [7:0] \$72 ;
+  wire [7:0] \$73 ;
+  wire [7:0] \$74 ;
+  wire [7:0] \$75 ;
+  wire [255:0] \$76 ;
   wire \$77 ;
   wire \$78 ;
   wire \$79 ;
-  wire [16:0] \$8 ;
+  wire [32:0] \$8 ;
   wire \$80 ;
   wire \$81 ;
   wire \$82 ;
@@ -38238,174 +35086,41 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire \$85 ;
   wire \$86 ;
   wire \$87 ;
-  wire [7:0] \$88 ;
-  wire [7:0] \$89 ;
+  wire \$88 ;
+  wire \$89 ;
   wire [16:0] \$9 ;
-  wire [7:0] \$90 ;
-  wire [7:0] \$91 ;
-  wire [255:0] \$92 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [7:0] \$95 ;
-  wire [7:0] \$96 ;
-  wire [255:0] \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  input abort_done;
-  wire abort_done;
-  output abort_req;
-  wire abort_req;
-  reg aborting = 1'h0;
-  reg aw_done = 1'h0;
-  output [31:0] axi__araddr;
-  wire [31:0] axi__araddr;
-  wire [1:0] axi__arburst;
-  wire [3:0] axi__arid;
-  wire [7:0] axi__arlen;
-  input axi__arready;
-  wire axi__arready;
-  wire [2:0] axi__arsize;
-  output axi__arvalid;
-  reg axi__arvalid;
-  output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
-  wire [1:0] axi__awburst;
-  wire [3:0] axi__awid;
-  wire [7:0] axi__awlen;
-  input axi__awready;
-  wire axi__awready;
-  wire [2:0] axi__awsize;
-  output axi__awvalid;
-  reg axi__awvalid;
-  output axi__bready;
-  reg axi__bready;
-  input [1:0] axi__bresp;
-  wire [1:0] axi__bresp;
-  input axi__bvalid;
-  wire axi__bvalid;
-  input [63:0] axi__rdata;
-  wire [63:0] axi__rdata;
-  input axi__rlast;
-  wire axi__rlast;
-  output axi__rready;
-  reg axi__rready;
-  input [1:0] axi__rresp;
-  wire [1:0] axi__rresp;
-  input axi__rvalid;
-  wire axi__rvalid;
-  output [63:0] axi__wdata;
-  reg [63:0] axi__wdata = 64'h0000000000000000;
-  wire axi__wlast;
-  input axi__wready;
-  wire axi__wready;
-  wire [7:0] axi__wstrb;
-  output axi__wvalid;
-  reg axi__wvalid;
-  output axi_quiet;
-  wire axi_quiet;
-  reg [1:0] beat = 2'h0;
-  output busy;
-  wire busy;
+  wire \$95 ;
+  wire \$96 ;
+  wire [7:0] \$97 ;
+  wire [7:0] \$98 ;
+  wire [7:0] \$99 ;
   input clk;
   wire clk;
-  output [255:0] cmd;
-  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [15:0] cmd_index = 16'h0000;
-  reg cmd_phase = 1'h0;
-  reg [1:0] complete_state = 2'h0;
+  input [255:0] cmd;
+  wire [255:0] cmd;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
-  (* init = 32'd0 *)
-  wire [31:0] cpl_addr;
-  (* init = 64'h0000000000000000 *)
-  wire [63:0] cpl_data;
-  reg [15:0] cpl_index = 16'h0000;
-  (* init = 8'h00 *)
-  wire [7:0] cpl_opcode;
-  (* init = 16'h0000 *)
-  wire [15:0] cpl_tag;
-  input [31:0] cq_base;
-  wire [31:0] cq_base;
-  reg d_pop;
-  reg d_push;
+  output decoded;
   wire decoded;
-  output dispatched;
-  reg dispatched;
   input [31:0] dma_base;
   wire [31:0] dma_base;
-  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] dma_cmd__tdata;
-  input dma_cmd__tready;
-  wire dma_cmd__tready;
-  output dma_cmd__tvalid;
-  reg dma_cmd__tvalid;
-  reg [1:0] dma_count = 2'h0;
-  input [7:0] dma_done__tdata;
-  wire [7:0] dma_done__tdata;
-  output dma_done__tready;
-  reg dma_done__tready;
-  input dma_done__tvalid;
-  wire dma_done__tvalid;
-  reg dma_hazard = 1'h0;
   input [31:0] dma_limit;
   wire [31:0] dma_limit;
-  reg dma_rd = 1'h0;
-  reg [312:0] dma_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \dma_slot0.footprint ;
-  wire [33:0] \dma_slot0.footprint.acc_r_hi ;
-  wire [33:0] \dma_slot0.footprint.acc_r_lo ;
-  wire [33:0] \dma_slot0.footprint.acc_w_hi ;
-  wire [33:0] \dma_slot0.footprint.acc_w_lo ;
-  wire [33:0] \dma_slot0.footprint.spm_r_hi ;
-  wire [33:0] \dma_slot0.footprint.spm_r_lo ;
-  wire [33:0] \dma_slot0.footprint.spm_w_hi ;
-  wire [33:0] \dma_slot0.footprint.spm_w_lo ;
-  wire [7:0] \dma_slot0.opcode ;
-  wire \dma_slot0.phase ;
-  wire [15:0] \dma_slot0.ring_index ;
-  wire [15:0] \dma_slot0.tag ;
-  reg [312:0] dma_slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \dma_slot1.footprint ;
-  wire [33:0] \dma_slot1.footprint.acc_r_hi ;
-  wire [33:0] \dma_slot1.footprint.acc_r_lo ;
-  wire [33:0] \dma_slot1.footprint.acc_w_hi ;
-  wire [33:0] \dma_slot1.footprint.acc_w_lo ;
-  wire [33:0] \dma_slot1.footprint.spm_r_hi ;
-  wire [33:0] \dma_slot1.footprint.spm_r_lo ;
-  wire [33:0] \dma_slot1.footprint.spm_w_hi ;
-  wire [33:0] \dma_slot1.footprint.spm_w_lo ;
-  wire [7:0] \dma_slot1.opcode ;
-  wire \dma_slot1.phase ;
-  wire [15:0] \dma_slot1.ring_index ;
-  wire [15:0] \dma_slot1.tag ;
-  reg dma_valid0 = 1'h0;
-  reg dma_valid1 = 1'h0;
-  reg dma_wr = 1'h0;
-  input doorbell;
-  wire doorbell;
-  input [15:0] doorbell_index;
-  wire [15:0] doorbell_index;
-  input enable;
-  wire enable;
-  wire entries_ok;
-  output [7:0] error_code;
-  reg [7:0] error_code = 8'h00;
-  output [15:0] error_index;
-  reg [15:0] error_index = 16'h0000;
-  reg fetch_error = 1'h0;
-  reg fetch_idle;
-  reg [1:0] fetch_state = 2'h0;
-  wire fire;
-  reg flushing = 1'h0;
-  reg [271:0] fp = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [33:0] \fp.acc_r_hi ;
-  wire [33:0] \fp.acc_r_lo ;
-  wire [33:0] \fp.acc_w_hi ;
-  wire [33:0] \fp.acc_w_lo ;
-  wire [33:0] \fp.spm_r_hi ;
-  wire [33:0] \fp.spm_r_lo ;
-  wire [33:0] \fp.spm_w_hi ;
-  wire [33:0] \fp.spm_w_lo ;
+  output [271:0] footprint;
+  reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
   reg [271:0] fp_next;
   wire [33:0] \fp_next.acc_r_hi ;
   wire [33:0] \fp_next.acc_r_lo ;
@@ -38419,34 +35134,6 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   reg [31:0] g_a_rows = 32'd0;
   reg [20:0] g_b_end = 21'h000000;
   reg [19:0] g_b_rows = 20'h00000;
-  output halted;
-  reg halted = 1'h0;
-  reg have = 1'h0;
-  output [15:0] head;
-  reg [15:0] head = 16'h0000;
-  reg [31:0] idle_cycles = 32'd0;
-  wire in_flight;
-  output irq_completion;
-  reg irq_completion;
-  output irq_error;
-  reg irq_error;
-  reg [312:0] \local  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \local.footprint ;
-  wire [33:0] \local.footprint.acc_r_hi ;
-  wire [33:0] \local.footprint.acc_r_lo ;
-  wire [33:0] \local.footprint.acc_w_hi ;
-  wire [33:0] \local.footprint.acc_w_lo ;
-  wire [33:0] \local.footprint.spm_r_hi ;
-  wire [33:0] \local.footprint.spm_r_lo ;
-  wire [33:0] \local.footprint.spm_w_hi ;
-  wire [33:0] \local.footprint.spm_w_lo ;
-  wire [7:0] \local.opcode ;
-  wire \local.phase ;
-  wire [15:0] \local.ring_index ;
-  wire [15:0] \local.tag ;
-  reg [7:0] local_status = 8'h00;
-  reg local_valid = 1'h0;
-  wire [15:0] mask;
   reg [21:0] mv_bytes = 22'h000000;
   reg [32:0] mv_col_off = 33'h000000000;
   reg [49:0] mv_end = 50'h0000000000000;
@@ -38454,57 +35141,2898 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
-  reg phase = 1'h1;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
-  input [15:0] \port$9000$0 ;
-  wire [15:0] \port$9000$0 ;
-  input [15:0] \port$9002$0 ;
-  wire [15:0] \port$9002$0 ;
-  input [15:0] \port$9004$0 ;
-  wire [15:0] \port$9004$0 ;
-  input [15:0] \port$9006$0 ;
-  wire [15:0] \port$9006$0 ;
-  input [15:0] \port$9008$0 ;
-  wire [15:0] \port$9008$0 ;
-  input [15:0] \port$9010$0 ;
-  wire [15:0] \port$9010$0 ;
-  input [15:0] \port$9012$0 ;
-  wire [15:0] \port$9012$0 ;
-  input [15:0] \port$9014$0 ;
-  wire [15:0] \port$9014$0 ;
-  input [15:0] \port$9016$0 ;
-  wire [15:0] \port$9016$0 ;
-  input [15:0] \port$9018$0 ;
-  wire [15:0] \port$9018$0 ;
-  input [15:0] \port$9020$0 ;
-  wire [15:0] \port$9020$0 ;
-  input [15:0] \port$9022$0 ;
-  wire [15:0] \port$9022$0 ;
-  input [15:0] \port$9024$0 ;
-  wire [15:0] \port$9024$0 ;
-  input [15:0] \port$9026$0 ;
-  wire [15:0] \port$9026$0 ;
-  input progress;
-  wire progress;
-  input quiesce;
-  wire quiesce;
   input reset_cp;
   wire reset_cp;
-  input resume;
-  wire resume;
-  input [31:0] ring_base;
-  wire [31:0] ring_base;
-  input [4:0] ring_log2;
-  wire [4:0] ring_log2;
-  input ring_reset;
-  wire ring_reset;
+  output [1:0] route;
   reg [1:0] route = 2'h0;
   reg [1:0] route_next;
   input rst;
   wire rst;
+  reg [2:0] stage = 3'h0;
+  output [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
+  input taken;
+  wire taken;
+  input valid;
+  wire valid;
+  assign \$1  = ~ valid;
+  assign \$2  = \$1  | taken;
+  assign \$3  = stage != 3'h4;
+  assign \$4  = stage + 1'h1;
+  assign \$5  = cmd[159:144] - 1'h1;
+  assign \$6  = $signed(\$5 ) * $signed({ 1'h0, cmd[191:176] });
+  assign \$7  = cmd[175:160] - 1'h1;
+  assign \$8  = $signed(\$7 ) * $signed({ 1'h0, cmd[207:192] });
+  assign \$9  = cmd[159:144] - 1'h1;
+  assign \$10  = $signed(\$9 ) * $signed({ 1'h0, cmd[127:96] });
+  assign \$11  = cmd[175:160] * 6'h20;
+  assign \$12  = cmd[175:160] * 4'h8;
+  assign \$13  = cmd[8] ? \$11  : { 2'h0, \$12  };
+  assign \$14  = cmd[143:128] * cmd[127:112];
+  assign \$15  = cmd[143:128] * 4'h8;
+  assign \$16  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
+  assign \$17  = $signed(\$16 ) + $signed(mv_col_off);
+  assign \$18  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
+  assign \$19  = $signed(\$18 ) + $signed({ 1'h0, mv_bytes });
+  assign \$20  = cmd[95:64] + cmd[159:128];
+  assign \$21  = cmd[127:96] + cmd[159:128];
+  assign \$22  = cmd[79:64] + g_a_rows;
+  assign \$23  = cmd[95:80] + g_b_rows;
+  assign \$24  = cmd[79:64] + cmd[111:96];
+  assign \$25  = stage == 3'h4;
+  assign decoded = valid & \$25 ;
+  assign \$27  = | \$26 ;
+  assign \$28  = ! cmd[159:144];
+  assign \$29  = ! cmd[175:160];
+  assign \$30  = \$28  | \$29 ;
+  assign \$31  = ~ cmd[8];
+  assign \$32  = mv_last >= 13'h1000;
+  assign \$33  = \$31  & \$32 ;
+  assign \$34  = mv_last >= 11'h400;
+  assign \$35  = cmd[8] & \$34 ;
+  assign \$36  = | cmd[66:64];
+  assign \$37  = | cmd[98:96];
+  assign \$38  = \$36  | \$37 ;
+  assign \$39  = cmd[95:64] >= dma_base;
+  assign \$40  = mv_end <= dma_limit;
+  assign \$41  = \$39  & \$40 ;
+  assign \$42  = mv_end <= 21'h100000;
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = ~ \$43 ;
+  assign \$45  = \$43  ? 8'h00 : 8'h07;
+  assign \$46  = \$38  ? 8'h08 : \$45 ;
+  assign \$47  = \$35  ? 8'h06 : \$46 ;
+  assign \$48  = \$33  ? 8'h05 : \$47 ;
+  assign \$49  = \$30  ? 8'h03 : \$48 ;
+  assign \$50  = \$27  ? 8'h02 : \$49 ;
+  assign \$52  = | \$51 ;
+  assign \$53  = ! cmd[159:144];
+  assign \$54  = ! cmd[175:160];
+  assign \$55  = \$53  | \$54 ;
+  assign \$56  = ~ cmd[8];
+  assign \$57  = mv_last >= 13'h1000;
+  assign \$58  = \$56  & \$57 ;
+  assign \$59  = mv_last >= 11'h400;
+  assign \$60  = cmd[8] & \$59 ;
+  assign \$61  = | cmd[66:64];
+  assign \$62  = | cmd[98:96];
+  assign \$63  = \$61  | \$62 ;
+  assign \$64  = cmd[95:64] >= dma_base;
+  assign \$65  = mv_end <= dma_limit;
+  assign \$66  = \$64  & \$65 ;
+  assign \$67  = mv_end <= 21'h100000;
+  assign \$68  = \$66  & \$67 ;
+  assign \$69  = ~ \$68 ;
+  assign \$70  = \$68  ? 8'h00 : 8'h07;
+  assign \$71  = \$63  ? 8'h08 : \$70 ;
+  assign \$72  = \$60  ? 8'h06 : \$71 ;
+  assign \$73  = \$58  ? 8'h05 : \$72 ;
+  assign \$74  = \$55  ? 8'h03 : \$73 ;
+  assign \$75  = \$52  ? 8'h02 : \$74 ;
+  assign \$77  = | \$76 ;
+  assign \$78  = ! cmd[159:128];
+  assign \$79  = | cmd[66:64];
+  assign \$80  = | cmd[98:96];
+  assign \$81  = \$79  | \$80 ;
+  assign \$82  = | cmd[130:128];
+  assign \$83  = \$81  | \$82 ;
+  assign \$84  = cmd[95:64] >= dma_base;
+  assign \$85  = cp_src_end <= dma_limit;
+  assign \$86  = \$84  & \$85 ;
+  assign \$87  = cp_src_end <= 21'h100000;
+  assign \$88  = \$86  & \$87 ;
+  assign \$89  = ~ \$88 ;
+  assign \$90  = cmd[127:96] >= dma_base;
+  assign \$91  = cp_dst_end <= dma_limit;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = cp_dst_end <= 21'h100000;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = ~ \$94 ;
+  assign \$96  = \$89  | \$95 ;
+  assign \$97  = \$96  ? 8'h07 : 8'h00;
+  assign \$98  = \$83  ? 8'h08 : \$97 ;
+  assign \$99  = \$78  ? 8'h03 : \$98 ;
+  assign \$100  = \$77  ? 8'h02 : \$99 ;
+  assign \$102  = | \$101 ;
+  assign \$103  = cmd[71:64] >= 5'h10;
+  assign \$104  = \$103  ? 8'h0a : 8'h00;
+  assign \$105  = \$102  ? 8'h02 : \$104 ;
+  assign \$107  = | \$106 ;
+  assign \$108  = ! cmd[87:72];
+  assign \$109  = cmd[71:64] >= 5'h10;
+  assign \$110  = \$109  ? 8'h0a : 8'h00;
+  assign \$111  = \$108  ? 8'h03 : \$110 ;
+  assign \$112  = \$107  ? 8'h02 : \$111 ;
+  assign \$114  = | \$113 ;
+  assign \$115  = \$114  ? 8'h02 : 8'h00;
+  assign \$117  = | \$116 ;
+  assign \$118  = \$117  ? 8'h02 : 8'h00;
+  assign \$119  = | status_next;
+  assign \$120  = cmd[79:64] < cmd[95:80];
+  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
+  assign \$122  = g_a_end > g_b_end;
+  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
+  assign \$124  = cmd[111:96] + cmd[127:112];
+  assign \$125  = cmd[127:112] < cmd[79:64];
+  assign \$126  = cmd[9] & \$125 ;
+  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
+  assign \$128  = cmd[127:112] >= p_src_end;
+  assign \$129  = cmd[9] & \$128 ;
+  assign \$130  = cmd[127:112] + 1'h1;
+  assign \$131  = \$129  ? \$130  : p_src_end;
+  assign \$132  = cmd[95:80] + cmd[111:96];
+  assign \$133  = mv_last + 1'h1;
+  assign \$134  = mv_last + 1'h1;
+  assign \$135  = mv_last + 1'h1;
+  assign \$136  = mv_last + 1'h1;
+  always @(posedge clk)
+    stage <= \$137 ;
+  always @(posedge clk)
+    mv_row_off <= \$138 ;
+  always @(posedge clk)
+    mv_col_off <= \$139 ;
+  always @(posedge clk)
+    mv_mem_off <= \$140 ;
+  always @(posedge clk)
+    mv_bytes <= \$141 ;
+  always @(posedge clk)
+    g_a_rows <= \$142 ;
+  always @(posedge clk)
+    g_b_rows <= \$143 ;
+  always @(posedge clk)
+    mv_last <= \$144 ;
+  always @(posedge clk)
+    mv_end <= \$145 ;
+  always @(posedge clk)
+    cp_src_end <= \$146 ;
+  always @(posedge clk)
+    cp_dst_end <= \$147 ;
+  always @(posedge clk)
+    g_a_end <= \$148 ;
+  always @(posedge clk)
+    g_b_end <= \$149 ;
+  always @(posedge clk)
+    p_src_end <= \$150 ;
+  always @(posedge clk)
+    status <= \$151 ;
+  always @(posedge clk)
+    route <= \$152 ;
+  always @(posedge clk)
+    footprint <= \$153 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$137  = stage;
+    if (\$2 ) begin
+      \$137  = 3'h0;
+    end else if (\$3 ) begin
+      \$137  = \$4 [2:0];
+    end
+    if (reset_cp) begin
+      \$137  = 3'h0;
+    end
+    if (rst) begin
+      \$137  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$138  = \$6 ;
+    if (reset_cp) begin
+      \$138  = 33'h000000000;
+    end
+    if (rst) begin
+      \$138  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$139  = \$8 ;
+    if (reset_cp) begin
+      \$139  = 33'h000000000;
+    end
+    if (rst) begin
+      \$139  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$140  = \$10 ;
+    if (reset_cp) begin
+      \$140  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$140  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$141  = \$13 ;
+    if (reset_cp) begin
+      \$141  = 22'h000000;
+    end
+    if (rst) begin
+      \$141  = 22'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$142  = \$14 ;
+    if (reset_cp) begin
+      \$142  = 32'd0;
+    end
+    if (rst) begin
+      \$142  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$143  = \$15 ;
+    if (reset_cp) begin
+      \$143  = 20'h00000;
+    end
+    if (rst) begin
+      \$143  = 20'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$144  = \$17 [33:0];
+    if (reset_cp) begin
+      \$144  = 34'h000000000;
+    end
+    if (rst) begin
+      \$144  = 34'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$145  = \$19 [49:0];
+    if (reset_cp) begin
+      \$145  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$145  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$146  = \$20 ;
+    if (reset_cp) begin
+      \$146  = 33'h000000000;
+    end
+    if (rst) begin
+      \$146  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$147  = \$21 ;
+    if (reset_cp) begin
+      \$147  = 33'h000000000;
+    end
+    if (rst) begin
+      \$147  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$148  = \$22 ;
+    if (reset_cp) begin
+      \$148  = 33'h000000000;
+    end
+    if (rst) begin
+      \$148  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$149  = \$23 ;
+    if (reset_cp) begin
+      \$149  = 21'h000000;
+    end
+    if (rst) begin
+      \$149  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$150  = \$24 ;
+    if (reset_cp) begin
+      \$150  = 17'h00000;
+    end
+    if (rst) begin
+      \$150  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$151  = status_next;
+    if (reset_cp) begin
+      \$151  = 8'h00;
+    end
+    if (rst) begin
+      \$151  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$152  = route_next;
+    if (reset_cp) begin
+      \$152  = 2'h0;
+    end
+    if (rst) begin
+      \$152  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$153  = fp_next;
+    if (reset_cp) begin
+      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    (* full_case = 32'd1 *)
+    casez (cmd[7:0])
+      8'h03, 8'h04:
+          status_next = 8'h00;
+      8'h01:
+          status_next = \$50 ;
+      8'h02:
+          status_next = \$75 ;
+      8'h08:
+          status_next = \$100 ;
+      8'h06:
+          status_next = \$105 ;
+      8'h07:
+          status_next = \$112 ;
+      8'h00:
+          status_next = \$115 ;
+      8'h05:
+          status_next = \$118 ;
+      default:
+          status_next = 8'h01;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    route_next = 2'h0;
+    casez (cmd[7:0])
+      8'h03, 8'h04:
+          route_next = 2'h1;
+      8'h01:
+          route_next = 2'h2;
+      8'h02:
+          route_next = 2'h2;
+      8'h08:
+          route_next = 2'h2;
+    endcase
+    if (\$119 ) begin
+      route_next = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          fp_next[33:0] = { 18'h00000, \$121  };
+          fp_next[67:34] = { 1'h0, \$123  };
+          fp_next[237:204] = { 18'h00000, cmd[111:96] };
+          fp_next[271:238] = { 17'h00000, \$124  };
+        end
+      8'h04:
+        begin
+          fp_next[169:136] = { 18'h00000, \$127  };
+          fp_next[203:170] = { 17'h00000, \$131  };
+          fp_next[101:68] = { 18'h00000, cmd[95:80] };
+          fp_next[135:102] = { 17'h00000, \$132  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            fp_next[237:204] = { 18'h00000, cmd[143:128] };
+            fp_next[271:238] = \$133 [33:0];
+          end else begin
+            fp_next[101:68] = { 18'h00000, cmd[143:128] };
+            fp_next[135:102] = \$134 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            fp_next[169:136] = { 18'h00000, cmd[143:128] };
+            fp_next[203:170] = \$135 [33:0];
+          end else begin
+            fp_next[33:0] = { 18'h00000, cmd[143:128] };
+            fp_next[67:34] = \$136 [33:0];
+          end
+    endcase
+  end
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \fp_next.spm_r_lo  = fp_next[33:0];
+  assign \fp_next.spm_r_hi  = fp_next[67:34];
+  assign \fp_next.spm_w_lo  = fp_next[101:68];
+  assign \fp_next.spm_w_hi  = fp_next[135:102];
+  assign \fp_next.acc_r_lo  = fp_next[169:136];
+  assign \fp_next.acc_r_hi  = fp_next[203:170];
+  assign \fp_next.acc_w_lo  = fp_next[237:204];
+  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
+  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
+  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
+  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
+  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
+, local_valid, aborting, tile_ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input aborting;
+  wire aborting;
+  input decoded;
+  wire decoded;
+  output dispatched;
+  reg dispatched;
+  input [1:0] dma_count;
+  wire [1:0] dma_count;
+  input dma_hazard;
+  wire dma_hazard;
+  output dma_push;
+  reg dma_push;
+  input dma_ready;
+  wire dma_ready;
+  output dma_valid;
+  reg dma_valid;
+  input halted;
+  wire halted;
+  input in_flight;
+  wire in_flight;
+  output local_push;
+  wire local_push;
+  input local_valid;
+  wire local_valid;
+  input [7:0] opcode;
+  wire [7:0] opcode;
+  input [1:0] route;
+  wire [1:0] route;
+  input sem_done;
+  wire sem_done;
+  output sem_signal;
+  reg sem_signal;
+  output sem_wait;
+  reg sem_wait;
+  output stall;
+  wire stall;
+  input [7:0] status;
+  wire [7:0] status;
+  input [2:0] tile_count;
+  wire [2:0] tile_count;
+  input tile_hazard;
+  wire tile_hazard;
+  output tile_push;
+  reg tile_push;
+  input tile_ready;
+  wire tile_ready;
+  output tile_valid;
+  reg tile_valid;
+  assign \$1  = ~ halted;
+  assign \$2  = decoded & \$1 ;
+  assign \$3  = ~ aborting;
+  assign \$4  = \$2  & \$3 ;
+  assign \$5  = tile_count < 3'h4;
+  assign \$6  = ~ tile_hazard;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = dma_count < 2'h2;
+  assign \$9  = ~ dma_hazard;
+  assign \$10  = \$8  & \$9 ;
+  assign \$11  = ~ local_valid;
+  assign \$12  = | status;
+  assign \$13  = opcode == 3'h5;
+  assign \$14  = ! opcode;
+  assign \$15  = \$13  | \$14 ;
+  assign \$16  = opcode == 3'h6;
+  assign \$17  = ! opcode;
+  assign \$18  = ~ in_flight;
+  assign \$19  = \$17  | \$18 ;
+  assign \$20  = ~ in_flight;
+  assign \$21  = ! route;
+  assign local_push = dispatched & \$21 ;
+  assign \$22  = ~ halted;
+  assign \$23  = decoded & \$22 ;
+  assign \$24  = ~ aborting;
+  assign \$25  = \$23  & \$24 ;
+  assign \$26  = ~ dispatched;
+  assign stall = \$25  & \$26 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    tile_valid = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              tile_valid = 1'h1;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    tile_push = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              tile_push = tile_ready;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    dispatched = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              dispatched = tile_ready;
+            end
+        2'h2:
+            if (\$10 ) begin
+              dispatched = dma_ready;
+            end
+        2'h0:
+            if (\$11 ) begin
+              (* full_case = 32'd1 *)
+              if (\$12 ) begin
+                dispatched = 1'h1;
+              end else if (\$15 ) begin
+                dispatched = \$19 ;
+              end else if (\$16 ) begin
+                if (\$20 ) begin
+                  dispatched = sem_done;
+                end
+              end else begin
+                dispatched = sem_done;
+              end
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    dma_valid = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            if (\$10 ) begin
+              dma_valid = 1'h1;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    dma_push = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            if (\$10 ) begin
+              dma_push = dma_ready;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    sem_signal = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h0:
+            if (\$11 ) begin
+              if (\$12 ) begin
+              end else if (\$15 ) begin
+              end else if (\$16 ) begin
+                if (\$20 ) begin
+                  sem_signal = 1'h1;
+                end
+              end
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    sem_wait = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h0:
+            if (\$11 ) begin
+              (* full_case = 32'd1 *)
+              if (\$12 ) begin
+              end else if (\$15 ) begin
+              end else if (\$16 ) begin
+              end else begin
+                sem_wait = 1'h1;
+              end
+            end
+      endcase
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
+  reg \$1 ;
+  reg [7:0] \$2 ;
+  reg [15:0] \$3 ;
+  input clk;
+  wire clk;
+  output [7:0] code;
+  reg [7:0] code = 8'h00;
+  output halted;
+  reg halted = 1'h0;
+  output [15:0] index;
+  reg [15:0] index = 16'h0000;
+  wire irq_error;
+  output raised;
+  reg raised;
+  input [7:0] report0__code;
+  wire [7:0] report0__code;
+  input [15:0] report0__index;
+  wire [15:0] report0__index;
+  input report0__valid;
+  wire report0__valid;
+  wire [7:0] report1__code;
+  input [15:0] report1__index;
+  wire [15:0] report1__index;
+  input report1__valid;
+  wire report1__valid;
+  wire [7:0] report2__code;
+  input [15:0] report2__index;
+  wire [15:0] report2__index;
+  input report2__valid;
+  wire report2__valid;
+  wire [7:0] report3__code;
+  input [15:0] report3__index;
+  wire [15:0] report3__index;
+  input report3__valid;
+  wire report3__valid;
+  input reset_cp;
+  wire reset_cp;
+  input resume;
+  wire resume;
+  input rst;
+  wire rst;
+  always @(posedge clk)
+    halted <= \$1 ;
+  always @(posedge clk)
+    code <= \$2 ;
+  always @(posedge clk)
+    index <= \$3 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    raised = 1'h0;
+    if (report0__valid) begin
+      raised = 1'h1;
+    end
+    if (report1__valid) begin
+      raised = 1'h1;
+    end
+    if (report2__valid) begin
+      raised = 1'h1;
+    end
+    if (report3__valid) begin
+      raised = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$1  = halted;
+    if (resume) begin
+      \$1  = 1'h0;
+    end
+    if (report0__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report1__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report2__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report3__valid) begin
+      \$1  = 1'h1;
+    end
+    if (reset_cp) begin
+      \$1  = 1'h0;
+    end
+    if (rst) begin
+      \$1  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$2  = code;
+    if (report0__valid) begin
+      \$2  = report0__code;
+    end
+    if (report1__valid) begin
+      \$2  = 8'h09;
+    end
+    if (report2__valid) begin
+      \$2  = 8'h09;
+    end
+    if (report3__valid) begin
+      \$2  = 8'h0d;
+    end
+    if (reset_cp) begin
+      \$2  = 8'h00;
+    end
+    if (rst) begin
+      \$2  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$3  = index;
+    if (report0__valid) begin
+      \$3  = report0__index;
+    end
+    if (report1__valid) begin
+      \$3  = report1__index;
+    end
+    if (report2__valid) begin
+      \$3  = report2__index;
+    end
+    if (report3__valid) begin
+      \$3  = report3__index;
+    end
+    if (reset_cp) begin
+      \$3  = 16'h0000;
+    end
+    if (rst) begin
+      \$3  = 16'h0000;
+    end
+  end
+  assign report1__code = 8'h09;
+  assign report2__code = 8'h09;
+  assign report3__code = 8'h0d;
+  assign irq_error = raised;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
+, taken, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
+  wire [22:0] \$1 ;
+  wire [2:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  reg [1:0] \$15 ;
+  reg [1:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg \$19 ;
+  wire [32:0] \$2 ;
+  reg [15:0] \$20 ;
+  reg \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg bad_so_far = 1'h0;
+  reg [1:0] beat = 2'h0;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  reg bus__arvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input bus__rlast;
+  wire bus__rlast;
+  output bus__rready;
+  reg bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  input clk;
+  wire clk;
+  output [255:0] cmd;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [7:0] error__code;
+  wire [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  reg [1:0] fetch_state = 2'h0;
+  output fetched;
+  reg fetched;
+  input [15:0] head;
+  wire [15:0] head;
+  output idle;
+  reg idle;
+  output [15:0] index;
+  reg [15:0] index = 16'h0000;
+  output phase;
+  reg phase = 1'h0;
+  input reset_cp;
+  wire reset_cp;
+  input [31:0] ring_base;
+  wire [31:0] ring_base;
+  input ring_phase;
+  wire ring_phase;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  input taken;
+  wire taken;
+  output valid;
+  reg valid = 1'h0;
+  assign \$2  = ring_base + \$1 ;
+  assign \$3  = | bus__rresp;
+  assign \$4  = bad_so_far | \$3 ;
+  assign \$5  = ! fetch_state;
+  assign \$6  = fetch_state == 1'h1;
+  assign \$7  = fetch_state == 2'h2;
+  assign \$8  = ~ valid;
+  assign \$9  = start & \$8 ;
+  assign \$10  = beat + 1'h1;
+  assign \$11  = | bus__rresp;
+  assign \$12  = bad_so_far | \$11 ;
+  assign \$13  = | bus__rresp;
+  assign \$14  = bad_so_far | \$13 ;
+  always @(posedge clk)
+    fetch_state <= \$15 ;
+  always @(posedge clk)
+    beat <= \$16 ;
+  always @(posedge clk)
+    bad_so_far <= \$17 ;
+  always @(posedge clk)
+    cmd <= \$18 ;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    index <= \$20 ;
+  always @(posedge clk)
+    phase <= \$21 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    idle = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          idle = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    bus__arvalid = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__arvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    bus__rready = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          bus__rready = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    error__valid = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              if (\$4 ) begin
+                error__valid = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    fetched = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$4 ) begin
+              end else begin
+                fetched = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$15  = fetch_state;
+    casez (fetch_state)
+      2'h0:
+          if (\$9 ) begin
+            \$15  = 2'h1;
+          end
+      2'h1:
+          if (bus__arready) begin
+            \$15  = 2'h2;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              \$15  = 2'h0;
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$15  = 2'h0;
+    end
+    if (rst) begin
+      \$15  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$16  = beat;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (bus__arready) begin
+            \$16  = 2'h0;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            \$16  = \$10 [1:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$16  = 2'h0;
+    end
+    if (rst) begin
+      \$16  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$17  = bad_so_far;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (bus__arready) begin
+            \$17  = 1'h0;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            \$17  = \$12 ;
+          end
+    endcase
+    if (reset_cp) begin
+      \$17  = 1'h0;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$18  = cmd;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            (* full_case = 32'd1 *)
+            casez (beat)
+              2'h0:
+                  \$18 [63:0] = bus__rdata;
+              2'h1:
+                  \$18 [127:64] = bus__rdata;
+              2'h2:
+                  \$18 [191:128] = bus__rdata;
+              2'h3:
+                  \$18 [255:192] = bus__rdata;
+            endcase
+          end
+    endcase
+    if (reset_cp) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$19  = valid;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$19  = 1'h1;
+              end
+            end
+          end
+    endcase
+    if (taken) begin
+      \$19  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$20  = index;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$20  = head;
+              end
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$20  = 16'h0000;
+    end
+    if (rst) begin
+      \$20  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$21  = phase;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$21  = ring_phase;
+              end
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$21  = 1'h0;
+    end
+    if (rst) begin
+      \$21  = 1'h0;
+    end
+  end
+  assign bus__arid = 4'h0;
+  assign bus__arlen = 8'h03;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign error__code = 8'h09;
+  assign error__index = head;
+  assign bus__araddr = \$2 [31:0];
+  assign \$1  = { 2'h0, head, 5'h00 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
+  reg \$1 ;
+  reg \$2 ;
+  input clk;
+  wire clk;
+  wire conflict;
+  wire \conflict$27 ;
+  wire [2:0] count;
+  wire [1:0] \count$17 ;
+  output [1:0] dma_count;
+  wire [1:0] dma_count;
+  output dma_hazard;
+  reg dma_hazard = 1'h0;
+  output [312:0] dma_oldest;
+  wire [312:0] dma_oldest;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  wire dma_pop;
+  wire dma_push;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [271:0] \footprint$12 ;
+  wire [33:0] \footprint$12.acc_r_hi ;
+  wire [33:0] \footprint$12.acc_r_lo ;
+  wire [33:0] \footprint$12.acc_w_hi ;
+  wire [33:0] \footprint$12.acc_w_lo ;
+  wire [33:0] \footprint$12.spm_r_hi ;
+  wire [33:0] \footprint$12.spm_r_lo ;
+  wire [33:0] \footprint$12.spm_w_hi ;
+  wire [33:0] \footprint$12.spm_w_lo ;
+  wire [271:0] \footprint$13 ;
+  wire [33:0] \footprint$13.acc_r_hi ;
+  wire [33:0] \footprint$13.acc_r_lo ;
+  wire [33:0] \footprint$13.acc_w_hi ;
+  wire [33:0] \footprint$13.acc_w_lo ;
+  wire [33:0] \footprint$13.spm_r_hi ;
+  wire [33:0] \footprint$13.spm_r_lo ;
+  wire [33:0] \footprint$13.spm_w_hi ;
+  wire [33:0] \footprint$13.spm_w_lo ;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  wire [312:0] oldest;
+  wire [312:0] \oldest$21 ;
+  wire [271:0] \oldest$21.footprint ;
+  wire [33:0] \oldest$21.footprint.acc_r_hi ;
+  wire [33:0] \oldest$21.footprint.acc_r_lo ;
+  wire [33:0] \oldest$21.footprint.acc_w_hi ;
+  wire [33:0] \oldest$21.footprint.acc_w_lo ;
+  wire [33:0] \oldest$21.footprint.spm_r_hi ;
+  wire [33:0] \oldest$21.footprint.spm_r_lo ;
+  wire [33:0] \oldest$21.footprint.spm_w_hi ;
+  wire [33:0] \oldest$21.footprint.spm_w_lo ;
+  wire [7:0] \oldest$21.opcode ;
+  wire \oldest$21.phase ;
+  wire [15:0] \oldest$21.ring_index ;
+  wire [15:0] \oldest$21.tag ;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input \pop$8 ;
+  wire \pop$8 ;
+  input push;
+  wire push;
+  input \push$6 ;
+  wire \push$6 ;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [312:0] \slot$10 ;
+  wire [271:0] \slot$10.footprint ;
+  wire [33:0] \slot$10.footprint.acc_r_hi ;
+  wire [33:0] \slot$10.footprint.acc_r_lo ;
+  wire [33:0] \slot$10.footprint.acc_w_hi ;
+  wire [33:0] \slot$10.footprint.acc_w_lo ;
+  wire [33:0] \slot$10.footprint.spm_r_hi ;
+  wire [33:0] \slot$10.footprint.spm_r_lo ;
+  wire [33:0] \slot$10.footprint.spm_w_hi ;
+  wire [33:0] \slot$10.footprint.spm_w_lo ;
+  wire [7:0] \slot$10.opcode ;
+  wire \slot$10.phase ;
+  wire [15:0] \slot$10.ring_index ;
+  wire [15:0] \slot$10.tag ;
+  wire [312:0] \slot$5 ;
+  wire [271:0] \slot$5.footprint ;
+  wire [33:0] \slot$5.footprint.acc_r_hi ;
+  wire [33:0] \slot$5.footprint.acc_r_lo ;
+  wire [33:0] \slot$5.footprint.acc_w_hi ;
+  wire [33:0] \slot$5.footprint.acc_w_lo ;
+  wire [33:0] \slot$5.footprint.spm_r_hi ;
+  wire [33:0] \slot$5.footprint.spm_r_lo ;
+  wire [33:0] \slot$5.footprint.spm_w_hi ;
+  wire [33:0] \slot$5.footprint.spm_w_lo ;
+  wire [7:0] \slot$5.opcode ;
+  wire \slot$5.phase ;
+  wire [15:0] \slot$5.ring_index ;
+  wire [15:0] \slot$5.tag ;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  output [2:0] tile_count;
+  wire [2:0] tile_count;
+  output tile_hazard;
+  reg tile_hazard = 1'h0;
+  output [312:0] tile_oldest;
+  wire [312:0] tile_oldest;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  wire tile_pop;
+  wire tile_push;
+  always @(posedge clk)
+    tile_hazard <= \$1 ;
+  always @(posedge clk)
+    dma_hazard <= \$2 ;
+  \dx1_board.soc.cp0.hazards.dma  dma (
+    .clk(clk),
+    .conflict(conflict),
+    .count(dma_count),
+    .footprint(footprint),
+    .oldest(dma_oldest),
+    .pop(\pop$8 ),
+    .push(\push$6 ),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot)
+  );
+  \dx1_board.soc.cp0.hazards.tile  tile (
+    .clk(clk),
+    .conflict(\conflict$27 ),
+    .count(tile_count),
+    .footprint(footprint),
+    .oldest(tile_oldest),
+    .pop(pop),
+    .push(push),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$1  = conflict;
+    if (reset_cp) begin
+      \$1  = 1'h0;
+    end
+    if (rst) begin
+      \$1  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$2  = \conflict$27 ;
+    if (reset_cp) begin
+      \$2  = 1'h0;
+    end
+    if (rst) begin
+      \$2  = 1'h0;
+    end
+  end
+  assign tile_push = push;
+  assign tile_pop = pop;
+  assign \slot$5  = slot;
+  assign dma_push = \push$6 ;
+  assign dma_pop = \pop$8 ;
+  assign \slot$10  = slot;
+  assign \footprint$12  = footprint;
+  assign \footprint$13  = footprint;
+  assign count = tile_count;
+  assign \count$17  = dma_count;
+  assign oldest = tile_oldest;
+  assign \oldest$21  = dma_oldest;
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \slot$5.ring_index  = slot[15:0];
+  assign \slot$5.phase  = slot[16];
+  assign \slot$5.tag  = slot[32:17];
+  assign \slot$5.opcode  = slot[40:33];
+  assign \slot$5.footprint  = slot[312:41];
+  assign \slot$5.footprint.spm_r_lo  = slot[74:41];
+  assign \slot$5.footprint.spm_r_hi  = slot[108:75];
+  assign \slot$5.footprint.spm_w_lo  = slot[142:109];
+  assign \slot$5.footprint.spm_w_hi  = slot[176:143];
+  assign \slot$5.footprint.acc_r_lo  = slot[210:177];
+  assign \slot$5.footprint.acc_r_hi  = slot[244:211];
+  assign \slot$5.footprint.acc_w_lo  = slot[278:245];
+  assign \slot$5.footprint.acc_w_hi  = slot[312:279];
+  assign \slot$10.ring_index  = slot[15:0];
+  assign \slot$10.phase  = slot[16];
+  assign \slot$10.tag  = slot[32:17];
+  assign \slot$10.opcode  = slot[40:33];
+  assign \slot$10.footprint  = slot[312:41];
+  assign \slot$10.footprint.spm_r_lo  = slot[74:41];
+  assign \slot$10.footprint.spm_r_hi  = slot[108:75];
+  assign \slot$10.footprint.spm_w_lo  = slot[142:109];
+  assign \slot$10.footprint.spm_w_hi  = slot[176:143];
+  assign \slot$10.footprint.acc_r_lo  = slot[210:177];
+  assign \slot$10.footprint.acc_r_hi  = slot[244:211];
+  assign \slot$10.footprint.acc_w_lo  = slot[278:245];
+  assign \slot$10.footprint.acc_w_hi  = slot[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \footprint$12.spm_r_lo  = footprint[33:0];
+  assign \footprint$12.spm_r_hi  = footprint[67:34];
+  assign \footprint$12.spm_w_lo  = footprint[101:68];
+  assign \footprint$12.spm_w_hi  = footprint[135:102];
+  assign \footprint$12.acc_r_lo  = footprint[169:136];
+  assign \footprint$12.acc_r_hi  = footprint[203:170];
+  assign \footprint$12.acc_w_lo  = footprint[237:204];
+  assign \footprint$12.acc_w_hi  = footprint[271:238];
+  assign \footprint$13.spm_r_lo  = footprint[33:0];
+  assign \footprint$13.spm_r_hi  = footprint[67:34];
+  assign \footprint$13.spm_w_lo  = footprint[101:68];
+  assign \footprint$13.spm_w_hi  = footprint[135:102];
+  assign \footprint$13.acc_r_lo  = footprint[169:136];
+  assign \footprint$13.acc_r_hi  = footprint[203:170];
+  assign \footprint$13.acc_w_lo  = footprint[237:204];
+  assign \footprint$13.acc_w_hi  = footprint[271:238];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \oldest.ring_index  = tile_oldest[15:0];
+  assign \oldest.phase  = tile_oldest[16];
+  assign \oldest.tag  = tile_oldest[32:17];
+  assign \oldest.opcode  = tile_oldest[40:33];
+  assign \oldest.footprint  = tile_oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \oldest$21.ring_index  = dma_oldest[15:0];
+  assign \oldest$21.phase  = dma_oldest[16];
+  assign \oldest$21.tag  = dma_oldest[32:17];
+  assign \oldest$21.opcode  = dma_oldest[40:33];
+  assign \oldest$21.footprint  = dma_oldest[312:41];
+  assign \oldest$21.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \oldest$21.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \oldest$21.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \oldest$21.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \oldest$21.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \oldest$21.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \oldest$21.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \oldest$21.footprint.acc_w_hi  = dma_oldest[312:279];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [1:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [1:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [1:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  reg [312:0] \$58 ;
+  reg [312:0] \$59 ;
+  wire [1:0] \$6 ;
+  reg \$60 ;
+  reg \$61 ;
+  reg \$62 ;
+  reg \$63 ;
+  reg [1:0] \$64 ;
+  wire [2:0] \$7 ;
+  wire [3:0] \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  output conflict;
+  wire conflict;
+  output [1:0] count;
+  reg [1:0] count = 2'h0;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  output [312:0] oldest;
+  reg [312:0] oldest;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  reg rd = 1'h0;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  reg [312:0] slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot0.footprint ;
+  wire [33:0] \slot0.footprint.acc_r_hi ;
+  wire [33:0] \slot0.footprint.acc_r_lo ;
+  wire [33:0] \slot0.footprint.acc_w_hi ;
+  wire [33:0] \slot0.footprint.acc_w_lo ;
+  wire [33:0] \slot0.footprint.spm_r_hi ;
+  wire [33:0] \slot0.footprint.spm_r_lo ;
+  wire [33:0] \slot0.footprint.spm_w_hi ;
+  wire [33:0] \slot0.footprint.spm_w_lo ;
+  wire [7:0] \slot0.opcode ;
+  wire \slot0.phase ;
+  wire [15:0] \slot0.ring_index ;
+  wire [15:0] \slot0.tag ;
+  reg [312:0] slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot1.footprint ;
+  wire [33:0] \slot1.footprint.acc_r_hi ;
+  wire [33:0] \slot1.footprint.acc_r_lo ;
+  wire [33:0] \slot1.footprint.acc_w_hi ;
+  wire [33:0] \slot1.footprint.acc_w_lo ;
+  wire [33:0] \slot1.footprint.spm_r_hi ;
+  wire [33:0] \slot1.footprint.spm_r_lo ;
+  wire [33:0] \slot1.footprint.spm_w_hi ;
+  wire [33:0] \slot1.footprint.spm_w_lo ;
+  wire [7:0] \slot1.opcode ;
+  wire \slot1.phase ;
+  wire [15:0] \slot1.ring_index ;
+  wire [15:0] \slot1.tag ;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg wr = 1'h0;
+  assign \$35  = slot1[142:109] < footprint[135:102];
+  assign \$36  = \$34  & \$35 ;
+  assign \$37  = footprint[101:68] < slot1[108:75];
+  assign \$38  = slot1[74:41] < footprint[135:102];
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$36  | \$39 ;
+  assign \$41  = footprint[33:0] < slot1[176:143];
+  assign \$42  = slot1[142:109] < footprint[67:34];
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$40  | \$43 ;
+  assign \$45  = footprint[237:204] < slot1[312:279];
+  assign \$46  = slot1[278:245] < footprint[271:238];
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = \$44  | \$47 ;
+  assign \$49  = footprint[237:204] < slot1[244:211];
+  assign \$50  = slot1[210:177] < footprint[271:238];
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = \$48  | \$51 ;
+  assign \$53  = footprint[169:136] < slot1[312:279];
+  assign \$54  = slot1[278:245] < footprint[203:170];
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = \$52  | \$55 ;
+  assign \$57  = valid1 & \$56 ;
+  assign conflict = \$33  | \$57 ;
+  always @(posedge clk)
+    slot0 <= \$58 ;
+  always @(posedge clk)
+    slot1 <= \$59 ;
+  always @(posedge clk)
+    valid0 <= \$60 ;
+  always @(posedge clk)
+    valid1 <= \$61 ;
+  always @(posedge clk)
+    wr <= \$62 ;
+  always @(posedge clk)
+    rd <= \$63 ;
+  always @(posedge clk)
+    count <= \$64 ;
+  assign \$2  = wr + 1'h1;
+  assign \$3  = \$1  ? 2'h0 : \$2 ;
+  assign \$5  = rd + 1'h1;
+  assign \$6  = \$4  ? 2'h0 : \$5 ;
+  assign \$7  = count + push;
+  assign \$8  = \$7  - pop;
+  assign \$9  = footprint[101:68] < slot0[176:143];
+  assign \$10  = slot0[142:109] < footprint[135:102];
+  assign \$11  = \$9  & \$10 ;
+  assign \$12  = footprint[101:68] < slot0[108:75];
+  assign \$13  = slot0[74:41] < footprint[135:102];
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$11  | \$14 ;
+  assign \$16  = footprint[33:0] < slot0[176:143];
+  assign \$17  = slot0[142:109] < footprint[67:34];
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$15  | \$18 ;
+  assign \$20  = footprint[237:204] < slot0[312:279];
+  assign \$21  = slot0[278:245] < footprint[271:238];
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = \$19  | \$22 ;
+  assign \$24  = footprint[237:204] < slot0[244:211];
+  assign \$25  = slot0[210:177] < footprint[271:238];
+  assign \$26  = \$24  & \$25 ;
+  assign \$27  = \$23  | \$26 ;
+  assign \$28  = footprint[169:136] < slot0[312:279];
+  assign \$29  = slot0[278:245] < footprint[203:170];
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = \$27  | \$30 ;
+  assign \$32  = valid0 & \$31 ;
+  assign \$34  = footprint[101:68] < slot1[176:143];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$58  = slot0;
+    if (push) begin
+      casez (wr)
+        1'h0:
+            \$58  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$58  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$58  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$59  = slot1;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$59  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$59  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$59  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$60  = valid0;
+    if (push) begin
+      casez (wr)
+        1'h0:
+            \$60  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        1'h0:
+            \$60  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$60  = 1'h0;
+    end
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$61  = valid1;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$61  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      casez (rd)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$61  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$61  = 1'h0;
+    end
+    if (rst) begin
+      \$61  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$62  = wr;
+    if (push) begin
+      \$62  = \$3 [0];
+    end
+    if (reset_cp) begin
+      \$62  = 1'h0;
+    end
+    if (rst) begin
+      \$62  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$63  = rd;
+    if (pop) begin
+      \$63  = \$6 [0];
+    end
+    if (reset_cp) begin
+      \$63  = 1'h0;
+    end
+    if (rst) begin
+      \$63  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$64  = \$8 [1:0];
+    if (reset_cp) begin
+      \$64  = 2'h0;
+    end
+    if (rst) begin
+      \$64  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    (* full_case = 32'd1 *)
+    casez (rd)
+      1'h0:
+          oldest = slot0;
+      1'h1:
+          oldest = slot1;
+    endcase
+  end
+  assign \slot0.ring_index  = slot0[15:0];
+  assign \slot0.phase  = slot0[16];
+  assign \slot0.tag  = slot0[32:17];
+  assign \slot0.opcode  = slot0[40:33];
+  assign \slot0.footprint  = slot0[312:41];
+  assign \slot0.footprint.spm_r_lo  = slot0[74:41];
+  assign \slot0.footprint.spm_r_hi  = slot0[108:75];
+  assign \slot0.footprint.spm_w_lo  = slot0[142:109];
+  assign \slot0.footprint.spm_w_hi  = slot0[176:143];
+  assign \slot0.footprint.acc_r_lo  = slot0[210:177];
+  assign \slot0.footprint.acc_r_hi  = slot0[244:211];
+  assign \slot0.footprint.acc_w_lo  = slot0[278:245];
+  assign \slot0.footprint.acc_w_hi  = slot0[312:279];
+  assign \slot1.ring_index  = slot1[15:0];
+  assign \slot1.phase  = slot1[16];
+  assign \slot1.tag  = slot1[32:17];
+  assign \slot1.opcode  = slot1[40:33];
+  assign \slot1.footprint  = slot1[312:41];
+  assign \slot1.footprint.spm_r_lo  = slot1[74:41];
+  assign \slot1.footprint.spm_r_hi  = slot1[108:75];
+  assign \slot1.footprint.spm_w_lo  = slot1[142:109];
+  assign \slot1.footprint.spm_w_hi  = slot1[176:143];
+  assign \slot1.footprint.acc_r_lo  = slot1[210:177];
+  assign \slot1.footprint.acc_r_hi  = slot1[244:211];
+  assign \slot1.footprint.acc_w_lo  = slot1[278:245];
+  assign \slot1.footprint.acc_w_hi  = slot1[312:279];
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \oldest.ring_index  = oldest[15:0];
+  assign \oldest.phase  = oldest[16];
+  assign \oldest.tag  = oldest[32:17];
+  assign \oldest.opcode  = oldest[40:33];
+  assign \oldest.footprint  = oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = oldest[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \$1  = wr;
+  assign \$4  = rd;
+  assign \$33  = \$32 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  reg [312:0] \$108 ;
+  reg [312:0] \$109 ;
+  wire \$11 ;
+  reg [312:0] \$110 ;
+  reg [312:0] \$111 ;
+  reg \$112 ;
+  reg \$113 ;
+  reg \$114 ;
+  reg \$115 ;
+  reg [1:0] \$116 ;
+  reg [1:0] \$117 ;
+  reg [2:0] \$118 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [2:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [2:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [2:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire [2:0] \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire [3:0] \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire [4:0] \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  input clk;
+  wire clk;
+  output conflict;
+  wire conflict;
+  output [2:0] count;
+  reg [2:0] count = 3'h0;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  output [312:0] oldest;
+  reg [312:0] oldest;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  reg [1:0] rd = 2'h0;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  reg [312:0] slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot0.footprint ;
+  wire [33:0] \slot0.footprint.acc_r_hi ;
+  wire [33:0] \slot0.footprint.acc_r_lo ;
+  wire [33:0] \slot0.footprint.acc_w_hi ;
+  wire [33:0] \slot0.footprint.acc_w_lo ;
+  wire [33:0] \slot0.footprint.spm_r_hi ;
+  wire [33:0] \slot0.footprint.spm_r_lo ;
+  wire [33:0] \slot0.footprint.spm_w_hi ;
+  wire [33:0] \slot0.footprint.spm_w_lo ;
+  wire [7:0] \slot0.opcode ;
+  wire \slot0.phase ;
+  wire [15:0] \slot0.ring_index ;
+  wire [15:0] \slot0.tag ;
+  reg [312:0] slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot1.footprint ;
+  wire [33:0] \slot1.footprint.acc_r_hi ;
+  wire [33:0] \slot1.footprint.acc_r_lo ;
+  wire [33:0] \slot1.footprint.acc_w_hi ;
+  wire [33:0] \slot1.footprint.acc_w_lo ;
+  wire [33:0] \slot1.footprint.spm_r_hi ;
+  wire [33:0] \slot1.footprint.spm_r_lo ;
+  wire [33:0] \slot1.footprint.spm_w_hi ;
+  wire [33:0] \slot1.footprint.spm_w_lo ;
+  wire [7:0] \slot1.opcode ;
+  wire \slot1.phase ;
+  wire [15:0] \slot1.ring_index ;
+  wire [15:0] \slot1.tag ;
+  reg [312:0] slot2 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot2.footprint ;
+  wire [33:0] \slot2.footprint.acc_r_hi ;
+  wire [33:0] \slot2.footprint.acc_r_lo ;
+  wire [33:0] \slot2.footprint.acc_w_hi ;
+  wire [33:0] \slot2.footprint.acc_w_lo ;
+  wire [33:0] \slot2.footprint.spm_r_hi ;
+  wire [33:0] \slot2.footprint.spm_r_lo ;
+  wire [33:0] \slot2.footprint.spm_w_hi ;
+  wire [33:0] \slot2.footprint.spm_w_lo ;
+  wire [7:0] \slot2.opcode ;
+  wire \slot2.phase ;
+  wire [15:0] \slot2.ring_index ;
+  wire [15:0] \slot2.tag ;
+  reg [312:0] slot3 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot3.footprint ;
+  wire [33:0] \slot3.footprint.acc_r_hi ;
+  wire [33:0] \slot3.footprint.acc_r_lo ;
+  wire [33:0] \slot3.footprint.acc_w_hi ;
+  wire [33:0] \slot3.footprint.acc_w_lo ;
+  wire [33:0] \slot3.footprint.spm_r_hi ;
+  wire [33:0] \slot3.footprint.spm_r_lo ;
+  wire [33:0] \slot3.footprint.spm_w_hi ;
+  wire [33:0] \slot3.footprint.spm_w_lo ;
+  wire [7:0] \slot3.opcode ;
+  wire \slot3.phase ;
+  wire [15:0] \slot3.ring_index ;
+  wire [15:0] \slot3.tag ;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg valid2 = 1'h0;
+  reg valid3 = 1'h0;
+  reg [1:0] wr = 2'h0;
+  assign \$1  = wr == 2'h3;
+  assign \$2  = wr + 1'h1;
+  assign \$3  = \$1  ? 3'h0 : \$2 ;
+  assign \$4  = rd == 2'h3;
+  assign \$5  = rd + 1'h1;
+  assign \$6  = \$4  ? 3'h0 : \$5 ;
+  assign \$7  = count + push;
+  assign \$8  = \$7  - pop;
+  assign \$9  = footprint[101:68] < slot0[176:143];
+  assign \$10  = slot0[142:109] < footprint[135:102];
+  assign \$11  = \$9  & \$10 ;
+  assign \$12  = footprint[101:68] < slot0[108:75];
+  assign \$13  = slot0[74:41] < footprint[135:102];
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$11  | \$14 ;
+  assign \$16  = footprint[33:0] < slot0[176:143];
+  assign \$17  = slot0[142:109] < footprint[67:34];
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$15  | \$18 ;
+  assign \$20  = footprint[237:204] < slot0[312:279];
+  assign \$21  = slot0[278:245] < footprint[271:238];
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = \$19  | \$22 ;
+  assign \$24  = footprint[237:204] < slot0[244:211];
+  assign \$25  = slot0[210:177] < footprint[271:238];
+  assign \$26  = \$24  & \$25 ;
+  assign \$27  = \$23  | \$26 ;
+  assign \$28  = footprint[169:136] < slot0[312:279];
+  assign \$29  = slot0[278:245] < footprint[203:170];
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = \$27  | \$30 ;
+  assign \$32  = valid0 & \$31 ;
+  assign \$34  = footprint[101:68] < slot1[176:143];
+  assign \$35  = slot1[142:109] < footprint[135:102];
+  assign \$36  = \$34  & \$35 ;
+  assign \$37  = footprint[101:68] < slot1[108:75];
+  assign \$38  = slot1[74:41] < footprint[135:102];
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$36  | \$39 ;
+  assign \$41  = footprint[33:0] < slot1[176:143];
+  assign \$42  = slot1[142:109] < footprint[67:34];
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$40  | \$43 ;
+  assign \$45  = footprint[237:204] < slot1[312:279];
+  assign \$46  = slot1[278:245] < footprint[271:238];
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = \$44  | \$47 ;
+  assign \$49  = footprint[237:204] < slot1[244:211];
+  assign \$50  = slot1[210:177] < footprint[271:238];
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = \$48  | \$51 ;
+  assign \$53  = footprint[169:136] < slot1[312:279];
+  assign \$54  = slot1[278:245] < footprint[203:170];
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = \$52  | \$55 ;
+  assign \$57  = valid1 & \$56 ;
+  assign \$58  = \$33  | \$57 ;
+  assign \$59  = footprint[101:68] < slot2[176:143];
+  assign \$60  = slot2[142:109] < footprint[135:102];
+  assign \$61  = \$59  & \$60 ;
+  assign \$62  = footprint[101:68] < slot2[108:75];
+  assign \$63  = slot2[74:41] < footprint[135:102];
+  assign \$64  = \$62  & \$63 ;
+  assign \$65  = \$61  | \$64 ;
+  assign \$66  = footprint[33:0] < slot2[176:143];
+  assign \$67  = slot2[142:109] < footprint[67:34];
+  assign \$68  = \$66  & \$67 ;
+  assign \$69  = \$65  | \$68 ;
+  assign \$70  = footprint[237:204] < slot2[312:279];
+  assign \$71  = slot2[278:245] < footprint[271:238];
+  assign \$72  = \$70  & \$71 ;
+  assign \$73  = \$69  | \$72 ;
+  assign \$74  = footprint[237:204] < slot2[244:211];
+  assign \$75  = slot2[210:177] < footprint[271:238];
+  assign \$76  = \$74  & \$75 ;
+  assign \$77  = \$73  | \$76 ;
+  assign \$78  = footprint[169:136] < slot2[312:279];
+  assign \$79  = slot2[278:245] < footprint[203:170];
+  assign \$80  = \$78  & \$79 ;
+  assign \$81  = \$77  | \$80 ;
+  assign \$82  = valid2 & \$81 ;
+  assign \$83  = \$58  | \$82 ;
+  assign \$84  = footprint[101:68] < slot3[176:143];
+  assign \$85  = slot3[142:109] < footprint[135:102];
+  assign \$86  = \$84  & \$85 ;
+  assign \$87  = footprint[101:68] < slot3[108:75];
+  assign \$88  = slot3[74:41] < footprint[135:102];
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$86  | \$89 ;
+  assign \$91  = footprint[33:0] < slot3[176:143];
+  assign \$92  = slot3[142:109] < footprint[67:34];
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = \$90  | \$93 ;
+  assign \$95  = footprint[237:204] < slot3[312:279];
+  assign \$96  = slot3[278:245] < footprint[271:238];
+  assign \$97  = \$95  & \$96 ;
+  assign \$98  = \$94  | \$97 ;
+  assign \$99  = footprint[237:204] < slot3[244:211];
+  assign \$100  = slot3[210:177] < footprint[271:238];
+  assign \$101  = \$99  & \$100 ;
+  assign \$102  = \$98  | \$101 ;
+  assign \$103  = footprint[169:136] < slot3[312:279];
+  assign \$104  = slot3[278:245] < footprint[203:170];
+  assign \$105  = \$103  & \$104 ;
+  assign \$106  = \$102  | \$105 ;
+  assign \$107  = valid3 & \$106 ;
+  assign conflict = \$83  | \$107 ;
+  always @(posedge clk)
+    slot0 <= \$108 ;
+  always @(posedge clk)
+    slot1 <= \$109 ;
+  always @(posedge clk)
+    slot2 <= \$110 ;
+  always @(posedge clk)
+    slot3 <= \$111 ;
+  always @(posedge clk)
+    valid0 <= \$112 ;
+  always @(posedge clk)
+    valid1 <= \$113 ;
+  always @(posedge clk)
+    valid2 <= \$114 ;
+  always @(posedge clk)
+    valid3 <= \$115 ;
+  always @(posedge clk)
+    wr <= \$116 ;
+  always @(posedge clk)
+    rd <= \$117 ;
+  always @(posedge clk)
+    count <= \$118 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    (* full_case = 32'd1 *)
+    casez (rd)
+      2'h0:
+          oldest = slot0;
+      2'h1:
+          oldest = slot1;
+      2'h2:
+          oldest = slot2;
+      2'h3:
+          oldest = slot3;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$108  = slot0;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            \$108  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$108  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$108  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$109  = slot1;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$109  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$109  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$109  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$110  = slot2;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$110  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$110  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$110  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$111  = slot3;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$111  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$111  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$111  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$112  = valid0;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            \$112  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            \$112  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$112  = 1'h0;
+    end
+    if (rst) begin
+      \$112  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$113  = valid1;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$113  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$113  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$113  = 1'h0;
+    end
+    if (rst) begin
+      \$113  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$114  = valid2;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$114  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$114  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$114  = 1'h0;
+    end
+    if (rst) begin
+      \$114  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$115  = valid3;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$115  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$115  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$115  = 1'h0;
+    end
+    if (rst) begin
+      \$115  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$116  = wr;
+    if (push) begin
+      \$116  = \$3 [1:0];
+    end
+    if (reset_cp) begin
+      \$116  = 2'h0;
+    end
+    if (rst) begin
+      \$116  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$117  = rd;
+    if (pop) begin
+      \$117  = \$6 [1:0];
+    end
+    if (reset_cp) begin
+      \$117  = 2'h0;
+    end
+    if (rst) begin
+      \$117  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$118  = \$8 [2:0];
+    if (reset_cp) begin
+      \$118  = 3'h0;
+    end
+    if (rst) begin
+      \$118  = 3'h0;
+    end
+  end
+  assign \slot0.ring_index  = slot0[15:0];
+  assign \slot0.phase  = slot0[16];
+  assign \slot0.tag  = slot0[32:17];
+  assign \slot0.opcode  = slot0[40:33];
+  assign \slot0.footprint  = slot0[312:41];
+  assign \slot0.footprint.spm_r_lo  = slot0[74:41];
+  assign \slot0.footprint.spm_r_hi  = slot0[108:75];
+  assign \slot0.footprint.spm_w_lo  = slot0[142:109];
+  assign \slot0.footprint.spm_w_hi  = slot0[176:143];
+  assign \slot0.footprint.acc_r_lo  = slot0[210:177];
+  assign \slot0.footprint.acc_r_hi  = slot0[244:211];
+  assign \slot0.footprint.acc_w_lo  = slot0[278:245];
+  assign \slot0.footprint.acc_w_hi  = slot0[312:279];
+  assign \slot1.ring_index  = slot1[15:0];
+  assign \slot1.phase  = slot1[16];
+  assign \slot1.tag  = slot1[32:17];
+  assign \slot1.opcode  = slot1[40:33];
+  assign \slot1.footprint  = slot1[312:41];
+  assign \slot1.footprint.spm_r_lo  = slot1[74:41];
+  assign \slot1.footprint.spm_r_hi  = slot1[108:75];
+  assign \slot1.footprint.spm_w_lo  = slot1[142:109];
+  assign \slot1.footprint.spm_w_hi  = slot1[176:143];
+  assign \slot1.footprint.acc_r_lo  = slot1[210:177];
+  assign \slot1.footprint.acc_r_hi  = slot1[244:211];
+  assign \slot1.footprint.acc_w_lo  = slot1[278:245];
+  assign \slot1.footprint.acc_w_hi  = slot1[312:279];
+  assign \slot2.ring_index  = slot2[15:0];
+  assign \slot2.phase  = slot2[16];
+  assign \slot2.tag  = slot2[32:17];
+  assign \slot2.opcode  = slot2[40:33];
+  assign \slot2.footprint  = slot2[312:41];
+  assign \slot2.footprint.spm_r_lo  = slot2[74:41];
+  assign \slot2.footprint.spm_r_hi  = slot2[108:75];
+  assign \slot2.footprint.spm_w_lo  = slot2[142:109];
+  assign \slot2.footprint.spm_w_hi  = slot2[176:143];
+  assign \slot2.footprint.acc_r_lo  = slot2[210:177];
+  assign \slot2.footprint.acc_r_hi  = slot2[244:211];
+  assign \slot2.footprint.acc_w_lo  = slot2[278:245];
+  assign \slot2.footprint.acc_w_hi  = slot2[312:279];
+  assign \slot3.ring_index  = slot3[15:0];
+  assign \slot3.phase  = slot3[16];
+  assign \slot3.tag  = slot3[32:17];
+  assign \slot3.opcode  = slot3[40:33];
+  assign \slot3.footprint  = slot3[312:41];
+  assign \slot3.footprint.spm_r_lo  = slot3[74:41];
+  assign \slot3.footprint.spm_r_hi  = slot3[108:75];
+  assign \slot3.footprint.spm_w_lo  = slot3[142:109];
+  assign \slot3.footprint.spm_w_hi  = slot3[176:143];
+  assign \slot3.footprint.acc_r_lo  = slot3[210:177];
+  assign \slot3.footprint.acc_r_hi  = slot3[244:211];
+  assign \slot3.footprint.acc_w_lo  = slot3[278:245];
+  assign \slot3.footprint.acc_w_hi  = slot3[312:279];
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \oldest.ring_index  = oldest[15:0];
+  assign \oldest.phase  = oldest[16];
+  assign \oldest.tag  = oldest[32:17];
+  assign \oldest.opcode  = oldest[40:33];
+  assign \oldest.footprint  = oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = oldest[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \$33  = \$32 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
+  wire \$1 ;
+  wire [16:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire [16:0] \$14 ;
+  wire [16:0] \$15 ;
+  wire [16:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire [16:0] \$19 ;
+  wire \$2 ;
+  wire [16:0] \$20 ;
+  wire [16:0] \$21 ;
+  wire [16:0] \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  reg [15:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg \$27 ;
+  wire [47:0] \$3 ;
+  wire [48:0] \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  input advance;
+  wire advance;
+  input clk;
+  wire clk;
+  input doorbell;
+  wire doorbell;
+  input [15:0] doorbell_index;
+  wire [15:0] doorbell_index;
+  output entries_ok;
+  wire entries_ok;
+  output [7:0] error__code;
+  reg [7:0] error__code;
+  output [15:0] error__index;
+  reg [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  output [15:0] head;
+  reg [15:0] head = 16'h0000;
+  output [15:0] mask;
+  wire [15:0] mask;
+  output phase;
+  reg phase = 1'h1;
+  input reset_cp;
+  wire reset_cp;
+  input [4:0] ring_log2;
+  wire [4:0] ring_log2;
+  input ring_reset;
+  wire ring_reset;
+  input rst;
+  wire rst;
+  output [15:0] tail;
+  reg [15:0] tail = 16'h0000;
+  assign \$1  = ring_log2 >= 1'h1;
+  assign \$2  = ring_log2 <= 5'h10;
+  assign entries_ok = \$1  & \$2 ;
+  assign \$3  = 1'h1 << ring_log2;
+  assign \$4  = \$3  - 1'h1;
+  assign \$5  = ~ entries_ok;
+  assign \$6  = doorbell_index > \$4 [15:0];
+  assign \$7  = doorbell_index - head;
+  assign \$8  = \$7  & { 1'h0, \$4 [15:0] };
+  assign \$9  = tail - head;
+  assign \$10  = \$9  & { 1'h0, \$4 [15:0] };
+  assign \$11  = $signed(\$8 ) < $signed(\$10 );
+  assign \$12  = ~ entries_ok;
+  assign \$13  = doorbell_index > \$4 [15:0];
+  assign \$14  = doorbell_index - head;
+  assign \$15  = \$14  & { 1'h0, \$4 [15:0] };
+  assign \$16  = tail - head;
+  assign \$17  = \$16  & { 1'h0, \$4 [15:0] };
+  assign \$18  = $signed(\$15 ) < $signed(\$17 );
+  assign \$19  = head + 1'h1;
+  assign \$20  = \$19  & { 1'h0, \$4 [15:0] };
+  assign \$21  = head + 1'h1;
+  assign \$22  = \$21  & { 1'h0, \$4 [15:0] };
+  assign \$23  = ! \$22 ;
+  assign \$24  = ~ phase;
+  always @(posedge clk)
+    head <= \$25 ;
+  always @(posedge clk)
+    tail <= \$26 ;
+  always @(posedge clk)
+    phase <= \$27 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    error__index = 16'h0000;
+    if (doorbell) begin
+      error__index = doorbell_index;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    error__valid = 1'h0;
+    if (doorbell) begin
+      if (\$5 ) begin
+        error__valid = 1'h1;
+      end else if (\$6 ) begin
+        error__valid = 1'h1;
+      end else if (\$11 ) begin
+        error__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    error__code = 8'h00;
+    if (doorbell) begin
+      if (\$5 ) begin
+        error__code = 8'h04;
+      end else if (\$6 ) begin
+        error__code = 8'h0c;
+      end else if (\$11 ) begin
+        error__code = 8'h0b;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$25  = head;
+    if (ring_reset) begin
+      \$25  = 16'h0000;
+    end
+    if (advance) begin
+      \$25  = \$20 [15:0];
+    end
+    if (reset_cp) begin
+      \$25  = 16'h0000;
+    end
+    if (rst) begin
+      \$25  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$26  = tail;
+    if (ring_reset) begin
+      \$26  = 16'h0000;
+    end
+    if (doorbell) begin
+      (* full_case = 32'd1 *)
+      if (\$12 ) begin
+      end else if (\$13 ) begin
+      end else if (\$18 ) begin
+      end else begin
+        \$26  = doorbell_index;
+      end
+    end
+    if (reset_cp) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$27  = phase;
+    if (ring_reset) begin
+      \$27  = 1'h1;
+    end
+    if (advance) begin
+      if (\$23 ) begin
+        \$27  = \$24 ;
+      end
+    end
+    if (reset_cp) begin
+      \$27  = 1'h1;
+    end
+    if (rst) begin
+      \$27  = 1'h1;
+    end
+  end
+  assign mask = \$4 [15:0];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , \port$10734$64 , signal, \wait , sem_valid, sem_delta
+, done, sem_grant);
+  reg \$auto$verilog_backend.cc:2355:dump_module$62  = 0;
+  reg [15:0] \$1 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire [15:0] count;
+  output done;
+  reg done;
+  input [23:0] \port$10734$64 ;
+  wire [23:0] \port$10734$64 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
+  input [15:0] \port$8954$0 ;
+  wire [15:0] \port$8954$0 ;
+  wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
   input sem_grant;
@@ -38529,6 +38057,1451 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire [15:0] \sem_values[7] ;
   wire [15:0] \sem_values[8] ;
   wire [15:0] \sem_values[9] ;
+  input signal;
+  wire signal;
+  input \wait ;
+  wire \wait ;
+  assign \$2  = \$1  >= \port$10734$64 [23:8];
+  assign \$3  = - \port$10734$64 [23:8];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$1  = 16'h0000;
+    casez (\port$10734$64 [7:0])
+      8'h00:
+          \$1  = \port$8924$0 ;
+      8'h01:
+          \$1  = \port$8926$0 ;
+      8'h02:
+          \$1  = \port$8928$0 ;
+      8'h03:
+          \$1  = \port$8930$0 ;
+      8'h04:
+          \$1  = \port$8932$0 ;
+      8'h05:
+          \$1  = \port$8934$0 ;
+      8'h06:
+          \$1  = \port$8936$0 ;
+      8'h07:
+          \$1  = \port$8938$0 ;
+      8'h08:
+          \$1  = \port$8940$0 ;
+      8'h09:
+          \$1  = \port$8942$0 ;
+      8'h0a:
+          \$1  = \port$8944$0 ;
+      8'h0b:
+          \$1  = \port$8946$0 ;
+      8'h0c:
+          \$1  = \port$8948$0 ;
+      8'h0d:
+          \$1  = \port$8950$0 ;
+      8'h0e:
+          \$1  = \port$8952$0 ;
+      8'h0f:
+          \$1  = \port$8954$0 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    sem_valid = 1'h0;
+    if (signal) begin
+      sem_valid = 1'h1;
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        sem_valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    sem_delta = 18'h00000;
+    if (signal) begin
+      sem_delta = { 2'h0, \port$10734$64 [23:8] };
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        sem_delta = { \$3 [16], \$3  };
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    done = 1'h0;
+    if (signal) begin
+      done = sem_grant;
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        done = sem_grant;
+      end
+    end
+  end
+  assign count = \port$10734$64 [23:8];
+  assign sem = \port$10734$64 [7:0];
+  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign sem_index = \port$10734$64 [3:0];
+  assign \sem_values[0]  = \port$8924$0 ;
+  assign \sem_values[1]  = \port$8926$0 ;
+  assign \sem_values[2]  = \port$8928$0 ;
+  assign \sem_values[3]  = \port$8930$0 ;
+  assign \sem_values[4]  = \port$8932$0 ;
+  assign \sem_values[5]  = \port$8934$0 ;
+  assign \sem_values[6]  = \port$8936$0 ;
+  assign \sem_values[7]  = \port$8938$0 ;
+  assign \sem_values[8]  = \port$8940$0 ;
+  assign \sem_values[9]  = \port$8942$0 ;
+  assign \sem_values[10]  = \port$8944$0 ;
+  assign \sem_values[11]  = \port$8946$0 ;
+  assign \sem_values[12]  = \port$8948$0 ;
+  assign \sem_values[13]  = \port$8950$0 ;
+  assign \sem_values[14]  = \port$8952$0 ;
+  assign \sem_values[15]  = \port$8954$0 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [16:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  reg [31:0] \$29 ;
+  wire \$3 ;
+  reg \$30 ;
+  reg \$31 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort_done;
+  wire abort_done;
+  output abort_req;
+  wire abort_req;
+  output aborting;
+  reg aborting = 1'h0;
+  input [31:0] budget;
+  wire [31:0] budget;
+  input clk;
+  wire clk;
+  input [1:0] dma_count;
+  wire [1:0] dma_count;
+  input [15:0] dma_oldest;
+  wire [15:0] dma_oldest;
+  input dma_pop;
+  wire dma_pop;
+  wire [7:0] error__code;
+  output [15:0] error__index;
+  wire [15:0] error__index;
+  wire error__valid;
+  output fire;
+  wire fire;
+  output flushing;
+  reg flushing = 1'h0;
+  input [15:0] head;
+  wire [15:0] head;
+  reg [31:0] idle_cycles = 32'd0;
+  input [15:0] mask;
+  wire [15:0] mask;
+  input progress;
+  wire progress;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [2:0] tile_count;
+  wire [2:0] tile_count;
+  input [15:0] tile_oldest;
+  wire [15:0] tile_oldest;
+  input tile_pop;
+  wire tile_pop;
+  wire watched;
+  input writer_idle;
+  wire writer_idle;
+  assign \$1  = | tile_count;
+  assign \$2  = | dma_count;
+  assign watched = \$1  | \$2 ;
+  assign \$3  = | budget;
+  assign \$4  = watched & \$3 ;
+  assign \$5  = idle_cycles >= budget;
+  assign \$6  = \$4  & \$5 ;
+  assign \$7  = ~ aborting;
+  assign fire = \$6  & \$7 ;
+  assign \$8  = ~ flushing;
+  assign abort_req = aborting & \$8 ;
+  assign \$9  = ! dma_count;
+  assign \$10  = | tile_count;
+  assign \$11  = head - tile_oldest;
+  assign \$12  = \$11  & { 1'h0, mask };
+  assign \$13  = head - dma_oldest;
+  assign \$14  = \$13  & { 1'h0, mask };
+  assign \$15  = $signed(\$12 ) > $signed(\$14 );
+  assign \$16  = \$10  & \$15 ;
+  assign \$17  = \$9  | \$16 ;
+  assign error__index = \$17  ? tile_oldest : dma_oldest;
+  assign \$18  = ~ watched;
+  assign \$19  = \$18  | progress;
+  assign \$20  = \$19  | tile_pop;
+  assign \$21  = \$20  | dma_pop;
+  assign \$22  = ! budget;
+  assign \$23  = \$21  | \$22 ;
+  assign \$24  = \$23  | aborting;
+  assign \$25  = idle_cycles + 1'h1;
+  assign \$26  = ~ watched;
+  assign \$27  = flushing & \$26 ;
+  assign \$28  = \$27  & writer_idle;
+  always @(posedge clk)
+    idle_cycles <= \$29 ;
+  always @(posedge clk)
+    aborting <= \$30 ;
+  always @(posedge clk)
+    flushing <= \$31 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    (* full_case = 32'd1 *)
+    if (\$24 ) begin
+      \$29  = 32'd0;
+    end else begin
+      \$29  = \$25 [31:0];
+    end
+    if (reset_cp) begin
+      \$29  = 32'd0;
+    end
+    if (rst) begin
+      \$29  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    \$30  = aborting;
+    if (fire) begin
+      \$30  = 1'h1;
+    end
+    if (\$28 ) begin
+      \$30  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$30  = 1'h0;
+    end
+    if (rst) begin
+      \$30  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    \$31  = flushing;
+    if (abort_done) begin
+      \$31  = 1'h1;
+    end
+    if (\$28 ) begin
+      \$31  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$31  = 1'h0;
+    end
+    if (rst) begin
+      \$31  = 1'h0;
+    end
+  end
+  assign error__valid = fire;
+  assign error__code = 8'h0d;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
+, cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [18:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire [18:0] \$19 ;
+  wire \$2 ;
+  wire [32:0] \$20 ;
+  wire [18:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [18:0] \$23 ;
+  wire [32:0] \$24 ;
+  wire [18:0] \$25 ;
+  wire [32:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  reg \$56 ;
+  reg [312:0] \$57 ;
+  reg [7:0] \$58 ;
+  reg [31:0] \$59 ;
+  wire \$6 ;
+  reg [63:0] \$60 ;
+  reg [15:0] \$61 ;
+  reg [15:0] \$62 ;
+  reg [7:0] \$63 ;
+  reg [1:0] \$64 ;
+  reg \$65 ;
+  reg \$66 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input aborting;
+  wire aborting;
+  reg aw_done = 1'h0;
+  (* init = 32'd0 *)
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  reg bus__awvalid;
+  output bus__bready;
+  reg bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  (* init = 64'h0000000000000000 *)
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  reg bus__wvalid;
+  output busy;
+  reg busy;
+  input clk;
+  wire clk;
+  reg [1:0] complete_state = 2'h0;
+  output [31:0] cpl_addr;
+  reg [31:0] cpl_addr = 32'd0;
+  output [63:0] cpl_data;
+  reg [63:0] cpl_data = 64'h0000000000000000;
+  output [15:0] cpl_index;
+  reg [15:0] cpl_index = 16'h0000;
+  output [7:0] cpl_opcode;
+  reg [7:0] cpl_opcode = 8'h00;
+  output [15:0] cpl_tag;
+  reg [15:0] cpl_tag = 16'h0000;
+  input [31:0] cq_base;
+  wire [31:0] cq_base;
+  input [7:0] dma_done__tdata;
+  wire [7:0] dma_done__tdata;
+  output dma_done__tready;
+  reg dma_done__tready;
+  input dma_done__tvalid;
+  wire dma_done__tvalid;
+  input [312:0] dma_oldest;
+  wire [312:0] dma_oldest;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  input dma_pending;
+  wire dma_pending;
+  output dma_pop;
+  reg dma_pop;
+  wire [7:0] error__code;
+  (* init = 16'h0000 *)
+  wire [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  input flushing;
+  wire flushing;
+  output idle;
+  reg idle;
+  output irq_completion;
+  reg irq_completion;
+  reg [312:0] \local  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \local.footprint ;
+  wire [33:0] \local.footprint.acc_r_hi ;
+  wire [33:0] \local.footprint.acc_r_lo ;
+  wire [33:0] \local.footprint.acc_w_hi ;
+  wire [33:0] \local.footprint.acc_w_lo ;
+  wire [33:0] \local.footprint.spm_r_hi ;
+  wire [33:0] \local.footprint.spm_r_lo ;
+  wire [33:0] \local.footprint.spm_w_hi ;
+  wire [33:0] \local.footprint.spm_w_lo ;
+  wire [7:0] \local.opcode ;
+  wire \local.phase ;
+  wire [15:0] \local.ring_index ;
+  wire [15:0] \local.tag ;
+  input local_push;
+  wire local_push;
+  input [312:0] local_slot;
+  wire [312:0] local_slot;
+  wire [271:0] \local_slot.footprint ;
+  wire [33:0] \local_slot.footprint.acc_r_hi ;
+  wire [33:0] \local_slot.footprint.acc_r_lo ;
+  wire [33:0] \local_slot.footprint.acc_w_hi ;
+  wire [33:0] \local_slot.footprint.acc_w_lo ;
+  wire [33:0] \local_slot.footprint.spm_r_hi ;
+  wire [33:0] \local_slot.footprint.spm_r_lo ;
+  wire [33:0] \local_slot.footprint.spm_w_hi ;
+  wire [33:0] \local_slot.footprint.spm_w_lo ;
+  wire [7:0] \local_slot.opcode ;
+  wire \local_slot.phase ;
+  wire [15:0] \local_slot.ring_index ;
+  wire [15:0] \local_slot.tag ;
+  reg [7:0] local_status = 8'h00;
+  input [7:0] \local_status$7 ;
+  wire [7:0] \local_status$7 ;
+  output local_valid;
+  reg local_valid = 1'h0;
+  input quiesce;
+  wire quiesce;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [31:0] tile_done__tdata;
+  wire [31:0] tile_done__tdata;
+  output tile_done__tready;
+  reg tile_done__tready;
+  input tile_done__tvalid;
+  wire tile_done__tvalid;
+  input [312:0] tile_oldest;
+  wire [312:0] tile_oldest;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  input tile_pending;
+  wire tile_pending;
+  output tile_pop;
+  reg tile_pop;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  output trace_end;
+  reg trace_end;
+  (* init = 8'h00 *)
+  wire [7:0] trace_end_opcode;
+  (* init = 16'h0000 *)
+  wire [15:0] trace_end_tag;
+  wire [7:0] trace_status;
+  reg w_done = 1'h0;
+  assign \$34  = ~ quiesce;
+  assign \$35  = local_valid & \$34 ;
+  assign \$36  = flushing & dma_pending;
+  assign \$37  = ~ quiesce;
+  assign \$38  = \$36  & \$37 ;
+  assign \$39  = flushing & tile_pending;
+  assign \$40  = ~ quiesce;
+  assign \$41  = \$39  & \$40 ;
+  assign \$42  = ~ aborting;
+  assign \$43  = dma_done__tvalid & \$42 ;
+  assign \$44  = ~ quiesce;
+  assign \$45  = \$43  & \$44 ;
+  assign \$46  = ~ aborting;
+  assign \$47  = tile_done__tvalid & \$46 ;
+  assign \$48  = ~ quiesce;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = ~ aw_done;
+  assign \$51  = ~ w_done;
+  assign \$52  = | bus__bresp;
+  assign \$53  = ! complete_state;
+  assign \$54  = complete_state == 1'h1;
+  assign \$55  = complete_state == 2'h2;
+  always @(posedge clk)
+    local_valid <= \$56 ;
+  always @(posedge clk)
+    \local  <= \$57 ;
+  always @(posedge clk)
+    local_status <= \$58 ;
+  always @(posedge clk)
+    cpl_addr <= \$59 ;
+  always @(posedge clk)
+    cpl_data <= \$60 ;
+  always @(posedge clk)
+    cpl_index <= \$61 ;
+  always @(posedge clk)
+    cpl_tag <= \$62 ;
+  always @(posedge clk)
+    cpl_opcode <= \$63 ;
+  always @(posedge clk)
+    complete_state <= \$64 ;
+  always @(posedge clk)
+    aw_done <= \$65 ;
+  always @(posedge clk)
+    w_done <= \$66 ;
+  assign \$1  = ~ quiesce;
+  assign \$2  = local_valid & \$1 ;
+  assign \$3  = flushing & dma_pending;
+  assign \$4  = ~ quiesce;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = flushing & tile_pending;
+  assign \$7  = ~ quiesce;
+  assign \$8  = \$6  & \$7 ;
+  assign \$9  = ~ aborting;
+  assign \$10  = dma_done__tvalid & \$9 ;
+  assign \$11  = ~ quiesce;
+  assign \$12  = \$10  & \$11 ;
+  assign \$13  = ~ aborting;
+  assign \$14  = tile_done__tvalid & \$13 ;
+  assign \$15  = ~ quiesce;
+  assign \$16  = \$14  & \$15 ;
+  assign \$18  = cq_base + \$17 ;
+  assign \$20  = cq_base + \$19 ;
+  assign \$22  = cq_base + \$21 ;
+  assign \$24  = cq_base + \$23 ;
+  assign \$26  = cq_base + \$25 ;
+  assign \$27  = ~ aw_done;
+  assign \$28  = bus__awready & \$27 ;
+  assign \$29  = ~ w_done;
+  assign \$30  = bus__wready & \$29 ;
+  assign \$31  = aw_done | bus__awready;
+  assign \$32  = w_done | bus__wready;
+  assign \$33  = \$31  & \$32 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$56  = local_valid;
+    if (local_push) begin
+      \$56  = 1'h1;
+    end
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$56  = 1'h0;
+          end
+    endcase
+    if (reset_cp) begin
+      \$56  = 1'h0;
+    end
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$57  = \local ;
+    if (local_push) begin
+      \$57  = local_slot;
+    end
+    if (reset_cp) begin
+      \$57  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$57  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$58  = local_status;
+    if (local_push) begin
+      \$58  = \local_status$7 ;
+    end
+    if (reset_cp) begin
+      \$58  = 8'h00;
+    end
+    if (rst) begin
+      \$58  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$59  = cpl_addr;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$59  = \$18 [31:0];
+          end else if (\$5 ) begin
+            \$59  = \$20 [31:0];
+          end else if (\$8 ) begin
+            \$59  = \$22 [31:0];
+          end else if (\$12 ) begin
+            \$59  = \$24 [31:0];
+          end else if (\$16 ) begin
+            \$59  = \$26 [31:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$59  = 32'd0;
+    end
+    if (rst) begin
+      \$59  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$60  = cpl_data;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$60  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
+          end else if (\$5 ) begin
+            \$60  = { dma_oldest[16], timestamp[30:0], dma_oldest[40:33], 8'h0d, dma_oldest[32:17] };
+          end else if (\$8 ) begin
+            \$60  = { tile_oldest[16], timestamp[30:0], tile_oldest[40:33], 8'h0d, tile_oldest[32:17] };
+          end else if (\$12 ) begin
+            \$60  = { dma_oldest[16], timestamp[30:0], dma_oldest[40:33], dma_done__tdata, dma_oldest[32:17] };
+          end else if (\$16 ) begin
+            \$60  = { tile_oldest[16], timestamp[30:0], tile_done__tdata };
+          end
+    endcase
+    if (reset_cp) begin
+      \$60  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$60  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$61  = cpl_index;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$61  = \local [15:0];
+          end else if (\$5 ) begin
+            \$61  = dma_oldest[15:0];
+          end else if (\$8 ) begin
+            \$61  = tile_oldest[15:0];
+          end else if (\$12 ) begin
+            \$61  = dma_oldest[15:0];
+          end else if (\$16 ) begin
+            \$61  = tile_oldest[15:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$61  = 16'h0000;
+    end
+    if (rst) begin
+      \$61  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$62  = cpl_tag;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$62  = \local [32:17];
+          end else if (\$5 ) begin
+            \$62  = dma_oldest[32:17];
+          end else if (\$8 ) begin
+            \$62  = tile_oldest[32:17];
+          end else if (\$12 ) begin
+            \$62  = dma_oldest[32:17];
+          end else if (\$16 ) begin
+            \$62  = tile_done__tdata[15:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$62  = 16'h0000;
+    end
+    if (rst) begin
+      \$62  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$63  = cpl_opcode;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$63  = \local [40:33];
+          end else if (\$5 ) begin
+            \$63  = dma_oldest[40:33];
+          end else if (\$8 ) begin
+            \$63  = tile_oldest[40:33];
+          end else if (\$12 ) begin
+            \$63  = dma_oldest[40:33];
+          end else if (\$16 ) begin
+            \$63  = tile_done__tdata[31:24];
+          end
+    endcase
+    if (reset_cp) begin
+      \$63  = 8'h00;
+    end
+    if (rst) begin
+      \$63  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$64  = complete_state;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$64  = 2'h1;
+          end else if (\$5 ) begin
+            \$64  = 2'h1;
+          end else if (\$8 ) begin
+            \$64  = 2'h1;
+          end else if (\$12 ) begin
+            \$64  = 2'h1;
+          end else if (\$16 ) begin
+            \$64  = 2'h1;
+          end
+      2'h1:
+          if (\$33 ) begin
+            \$64  = 2'h2;
+          end
+      2'h2:
+          if (bus__bvalid) begin
+            \$64  = 2'h0;
+          end
+    endcase
+    if (reset_cp) begin
+      \$64  = 2'h0;
+    end
+    if (rst) begin
+      \$64  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$65  = aw_done;
+    casez (complete_state)
+      2'h0:
+          \$65  = 1'h0;
+      2'h1:
+          if (\$28 ) begin
+            \$65  = 1'h1;
+          end
+    endcase
+    if (reset_cp) begin
+      \$65  = 1'h0;
+    end
+    if (rst) begin
+      \$65  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$66  = w_done;
+    casez (complete_state)
+      2'h0:
+          \$66  = 1'h0;
+      2'h1:
+          if (\$30 ) begin
+            \$66  = 1'h1;
+          end
+    endcase
+    if (reset_cp) begin
+      \$66  = 1'h0;
+    end
+    if (rst) begin
+      \$66  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    idle = 1'h0;
+    casez (complete_state)
+      2'h0:
+          idle = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    dma_pop = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+            dma_pop = 1'h1;
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+            dma_pop = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    tile_pop = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+            tile_pop = 1'h1;
+          end else if (\$45 ) begin
+          end else if (\$49 ) begin
+            tile_pop = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    dma_done__tready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+            dma_done__tready = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    tile_done__tready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+          end else if (\$49 ) begin
+            tile_done__tready = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    busy = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          busy = 1'h1;
+      2'h2:
+          busy = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    bus__awvalid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__awvalid = \$50 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    bus__wvalid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__wvalid = \$51 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    bus__bready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          bus__bready = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    error__valid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            if (\$52 ) begin
+              error__valid = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    irq_completion = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            (* full_case = 32'd1 *)
+            if (\$52 ) begin
+            end else begin
+              irq_completion = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    trace_end = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            trace_end = 1'h1;
+          end
+    endcase
+  end
+  assign bus__awid = 4'h0;
+  assign bus__awlen = 8'h00;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign bus__awaddr = cpl_addr;
+  assign bus__wdata = cpl_data;
+  assign bus__wstrb = 8'hff;
+  assign bus__wlast = 1'h1;
+  assign error__code = 8'h09;
+  assign error__index = cpl_index;
+  assign trace_end_tag = cpl_tag;
+  assign trace_end_opcode = cpl_opcode;
+  assign trace_status = cpl_data[23:16];
+  assign \local.ring_index  = \local [15:0];
+  assign \local.phase  = \local [16];
+  assign \local.tag  = \local [32:17];
+  assign \local.opcode  = \local [40:33];
+  assign \local.footprint  = \local [312:41];
+  assign \local.footprint.spm_r_lo  = \local [74:41];
+  assign \local.footprint.spm_r_hi  = \local [108:75];
+  assign \local.footprint.spm_w_lo  = \local [142:109];
+  assign \local.footprint.spm_w_hi  = \local [176:143];
+  assign \local.footprint.acc_r_lo  = \local [210:177];
+  assign \local.footprint.acc_r_hi  = \local [244:211];
+  assign \local.footprint.acc_w_lo  = \local [278:245];
+  assign \local.footprint.acc_w_hi  = \local [312:279];
+  assign \local_slot.ring_index  = local_slot[15:0];
+  assign \local_slot.phase  = local_slot[16];
+  assign \local_slot.tag  = local_slot[32:17];
+  assign \local_slot.opcode  = local_slot[40:33];
+  assign \local_slot.footprint  = local_slot[312:41];
+  assign \local_slot.footprint.spm_r_lo  = local_slot[74:41];
+  assign \local_slot.footprint.spm_r_hi  = local_slot[108:75];
+  assign \local_slot.footprint.spm_w_lo  = local_slot[142:109];
+  assign \local_slot.footprint.spm_w_hi  = local_slot[176:143];
+  assign \local_slot.footprint.acc_r_lo  = local_slot[210:177];
+  assign \local_slot.footprint.acc_r_hi  = local_slot[244:211];
+  assign \local_slot.footprint.acc_w_lo  = local_slot[278:245];
+  assign \local_slot.footprint.acc_w_hi  = local_slot[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \$17  = { \local [15:0], 3'h0 };
+  assign \$19  = { dma_oldest[15:0], 3'h0 };
+  assign \$21  = { tile_oldest[15:0], 3'h0 };
+  assign \$23  = { dma_oldest[15:0], 3'h0 };
+  assign \$25  = { tile_oldest[15:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8924$0 
+, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+, axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort_done;
+  wire abort_done;
+  wire \abort_done$250 ;
+  output abort_req;
+  wire abort_req;
+  wire \abort_req$254 ;
+  wire aborting;
+  wire \aborting$149 ;
+  wire \aborting$201 ;
+  wire advance;
+  output [31:0] axi__araddr;
+  wire [31:0] axi__araddr;
+  wire [1:0] axi__arburst;
+  wire [3:0] axi__arid;
+  wire [7:0] axi__arlen;
+  wire axi__arready;
+  wire [2:0] axi__arsize;
+  output axi__arvalid;
+  wire axi__arvalid;
+  output [31:0] axi__awaddr;
+  wire [31:0] axi__awaddr;
+  wire [1:0] axi__awburst;
+  wire [3:0] axi__awid;
+  wire [7:0] axi__awlen;
+  wire axi__awready;
+  wire [2:0] axi__awsize;
+  output axi__awvalid;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
+  output axi__bready;
+  wire axi__bready;
+  wire [1:0] axi__bresp;
+  wire axi__bvalid;
+  wire [63:0] axi__rdata;
+  wire [3:0] axi__rid;
+  wire axi__rlast;
+  output axi__rready;
+  wire axi__rready;
+  wire [1:0] axi__rresp;
+  wire axi__rvalid;
+  output [63:0] axi__wdata;
+  wire [63:0] axi__wdata;
+  wire axi__wlast;
+  wire axi__wready;
+  wire [7:0] axi__wstrb;
+  output axi__wvalid;
+  wire axi__wvalid;
+  output axi_quiet;
+  wire axi_quiet;
+  input [31:0] budget;
+  wire [31:0] budget;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
+  wire busy;
+  output \busy$257 ;
+  wire \busy$257 ;
+  input clk;
+  wire clk;
+  output [255:0] cmd;
+  wire [255:0] cmd;
+  wire [255:0] \cmd$118 ;
+  wire [7:0] code;
+  wire [15:0] count;
+  input [31:0] cq_base;
+  wire [31:0] cq_base;
+  wire [31:0] \cq_base$197 ;
+  wire decoded;
+  wire \decoded$146 ;
+  wire dispatched;
+  input [31:0] dma_base;
+  wire [31:0] dma_base;
+  wire [31:0] \dma_base$123 ;
+  wire [255:0] dma_cmd__tdata;
+  wire dma_cmd__tready;
+  output dma_cmd__tvalid;
+  wire dma_cmd__tvalid;
+  wire [1:0] dma_count;
+  wire [1:0] \dma_count$156 ;
+  wire [1:0] \dma_count$243 ;
+  input [7:0] dma_done__tdata;
+  wire [7:0] dma_done__tdata;
+  wire [7:0] \dma_done__tdata$231 ;
+  output dma_done__tready;
+  wire dma_done__tready;
+  wire \dma_done__tready$233 ;
+  input dma_done__tvalid;
+  wire dma_done__tvalid;
+  wire \dma_done__tvalid$235 ;
+  wire dma_hazard;
+  wire \dma_hazard$160 ;
+  input [31:0] dma_limit;
+  wire [31:0] dma_limit;
+  wire [31:0] \dma_limit$125 ;
+  wire [312:0] dma_oldest;
+  wire [312:0] \dma_oldest$213 ;
+  wire [271:0] \dma_oldest$213.footprint ;
+  wire [33:0] \dma_oldest$213.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest$213.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest$213.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest$213.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest$213.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest$213.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest$213.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest$213.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest$213.opcode ;
+  wire \dma_oldest$213.phase ;
+  wire [15:0] \dma_oldest$213.ring_index ;
+  wire [15:0] \dma_oldest$213.tag ;
+  wire [15:0] \dma_oldest$248 ;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  wire dma_pending;
+  wire dma_pop;
+  wire \dma_pop$144 ;
+  wire \dma_pop$241 ;
+  wire dma_push;
+  wire \dma_push$140 ;
+  input dma_ready;
+  wire dma_ready;
+  wire dma_valid;
+  wire done;
+  input doorbell;
+  wire doorbell;
+  wire \doorbell$63 ;
+  input [15:0] doorbell_index;
+  wire [15:0] doorbell_index;
+  wire [15:0] \doorbell_index$65 ;
+  input enable;
+  wire enable;
+  wire entries_ok;
+  wire [7:0] error__code;
+  wire [7:0] \error__code$101 ;
+  wire [7:0] \error__code$89 ;
+  wire [7:0] \error__code$95 ;
+  wire [15:0] error__index;
+  wire [15:0] \error__index$103 ;
+  wire [15:0] \error__index$91 ;
+  wire [15:0] \error__index$97 ;
+  wire error__valid;
+  wire \error__valid$105 ;
+  wire \error__valid$93 ;
+  wire \error__valid$99 ;
+  output [7:0] error_code;
+  wire [7:0] error_code;
+  output [15:0] error_index;
+  wire [15:0] error_index;
+  wire fetched;
+  wire flushing;
+  wire \flushing$203 ;
+  wire [271:0] footprint;
+  wire [271:0] \footprint$135 ;
+  wire [33:0] \footprint$135.acc_r_hi ;
+  wire [33:0] \footprint$135.acc_r_lo ;
+  wire [33:0] \footprint$135.acc_w_hi ;
+  wire [33:0] \footprint$135.acc_w_lo ;
+  wire [33:0] \footprint$135.spm_r_hi ;
+  wire [33:0] \footprint$135.spm_r_lo ;
+  wire [33:0] \footprint$135.spm_w_hi ;
+  wire [33:0] \footprint$135.spm_w_lo ;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  output halted;
+  wire halted;
+  wire \halted$147 ;
+  wire \halted$75 ;
+  output [15:0] head;
+  wire [15:0] head;
+  wire [15:0] \head$108 ;
+  wire [15:0] \head$244 ;
+  wire [15:0] \head$69 ;
+  wire idle;
+  wire \idle$256 ;
+  wire in_flight;
+  wire \in_flight$162 ;
+  wire [15:0] index;
+  wire [15:0] \index$127 ;
+  output irq_completion;
+  wire irq_completion;
+  wire \irq_completion$215 ;
+  output irq_error;
+  wire irq_error;
+  wire \irq_error$81 ;
+  wire local_push;
+  wire \local_push$205 ;
+  wire [312:0] local_slot;
+  wire [271:0] \local_slot.footprint ;
+  wire [33:0] \local_slot.footprint.acc_r_hi ;
+  wire [33:0] \local_slot.footprint.acc_r_lo ;
+  wire [33:0] \local_slot.footprint.acc_w_hi ;
+  wire [33:0] \local_slot.footprint.acc_w_lo ;
+  wire [33:0] \local_slot.footprint.spm_r_hi ;
+  wire [33:0] \local_slot.footprint.spm_r_lo ;
+  wire [33:0] \local_slot.footprint.spm_w_hi ;
+  wire [33:0] \local_slot.footprint.spm_w_lo ;
+  wire [7:0] \local_slot.opcode ;
+  wire \local_slot.phase ;
+  wire [15:0] \local_slot.ring_index ;
+  wire [15:0] \local_slot.tag ;
+  wire [7:0] local_status;
+  wire local_valid;
+  wire \local_valid$161 ;
+  wire [15:0] mask;
+  wire [15:0] \mask$246 ;
+  wire [7:0] opcode;
+  wire phase;
+  wire \phase$128 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
+  input [15:0] \port$8954$0 ;
+  wire [15:0] \port$8954$0 ;
+  input progress;
+  wire progress;
+  wire \progress$239 ;
+  input quiesce;
+  wire quiesce;
+  wire \quiesce$200 ;
+  wire [7:0] report0__code;
+  wire [15:0] report0__index;
+  wire report0__valid;
+  wire [7:0] report1__code;
+  wire [15:0] report1__index;
+  wire report1__valid;
+  wire [7:0] report2__code;
+  wire [15:0] report2__index;
+  wire report2__valid;
+  wire [7:0] report3__code;
+  wire [15:0] report3__index;
+  wire report3__valid;
+  input reset_cp;
+  wire reset_cp;
+  input resume;
+  wire resume;
+  wire \resume$73 ;
+  input [31:0] ring_base;
+  wire [31:0] ring_base;
+  wire [31:0] \ring_base$107 ;
+  input [4:0] ring_log2;
+  wire [4:0] ring_log2;
+  wire [4:0] \ring_log2$59 ;
+  wire ring_phase;
+  input ring_reset;
+  wire ring_reset;
+  wire \ring_reset$61 ;
+  wire [1:0] route;
+  wire [1:0] \route$151 ;
+  input rst;
+  wire rst;
+  wire [7:0] sem;
+  output [17:0] sem_delta;
+  wire [17:0] sem_delta;
+  wire [17:0] \sem_delta$190 ;
+  wire sem_done;
+  input sem_grant;
+  wire sem_grant;
+  wire \sem_grant$184 ;
+  wire [3:0] sem_index;
+  wire [3:0] \sem_index$188 ;
+  wire sem_signal;
+  output sem_valid;
+  wire sem_valid;
+  wire \sem_valid$186 ;
+  wire [255:0] sem_values;
+  wire [255:0] \sem_values$182 ;
+  wire [15:0] \sem_values$182[0] ;
+  wire [15:0] \sem_values$182[10] ;
+  wire [15:0] \sem_values$182[11] ;
+  wire [15:0] \sem_values$182[12] ;
+  wire [15:0] \sem_values$182[13] ;
+  wire [15:0] \sem_values$182[14] ;
+  wire [15:0] \sem_values$182[15] ;
+  wire [15:0] \sem_values$182[1] ;
+  wire [15:0] \sem_values$182[2] ;
+  wire [15:0] \sem_values$182[3] ;
+  wire [15:0] \sem_values$182[4] ;
+  wire [15:0] \sem_values$182[5] ;
+  wire [15:0] \sem_values$182[6] ;
+  wire [15:0] \sem_values$182[7] ;
+  wire [15:0] \sem_values$182[8] ;
+  wire [15:0] \sem_values$182[9] ;
+  wire [15:0] \sem_values[0] ;
+  wire [15:0] \sem_values[10] ;
+  wire [15:0] \sem_values[11] ;
+  wire [15:0] \sem_values[12] ;
+  wire [15:0] \sem_values[13] ;
+  wire [15:0] \sem_values[14] ;
+  wire [15:0] \sem_values[15] ;
+  wire [15:0] \sem_values[1] ;
+  wire [15:0] \sem_values[2] ;
+  wire [15:0] \sem_values[3] ;
+  wire [15:0] \sem_values[4] ;
+  wire [15:0] \sem_values[5] ;
+  wire [15:0] \sem_values[6] ;
+  wire [15:0] \sem_values[7] ;
+  wire [15:0] \sem_values[8] ;
+  wire [15:0] \sem_values[9] ;
+  wire sem_wait;
+  wire signal;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
   wire [312:0] slot_in;
   wire [271:0] \slot_in.footprint ;
   wire [33:0] \slot_in.footprint.acc_r_hi ;
@@ -38543,2766 +39516,479 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   wire \slot_in.phase ;
   wire [15:0] \slot_in.ring_index ;
   wire [15:0] \slot_in.tag ;
-  reg [2:0] stage = 3'h0;
   output stall;
   wire stall;
-  reg [7:0] status = 8'h00;
-  reg [7:0] status_next;
-  reg t_pop;
-  reg t_push;
+  wire \stall$192 ;
+  wire start;
+  wire [7:0] status;
+  wire [7:0] \status$153 ;
   output [15:0] tail;
-  reg [15:0] tail = 16'h0000;
-  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [15:0] tail;
+  wire [15:0] \tail$71 ;
+  output taken;
+  wire taken;
+  wire \taken$121 ;
   wire [255:0] tile_cmd__tdata;
-  input tile_cmd__tready;
   wire tile_cmd__tready;
   output tile_cmd__tvalid;
-  reg tile_cmd__tvalid;
-  reg [2:0] tile_count = 3'h0;
+  wire tile_cmd__tvalid;
+  wire [2:0] tile_count;
+  wire [2:0] \tile_count$155 ;
+  wire [2:0] \tile_count$242 ;
   input [31:0] tile_done__tdata;
   wire [31:0] tile_done__tdata;
+  wire [31:0] \tile_done__tdata$225 ;
   output tile_done__tready;
-  reg tile_done__tready;
+  wire tile_done__tready;
+  wire \tile_done__tready$227 ;
   input tile_done__tvalid;
   wire tile_done__tvalid;
-  reg tile_hazard = 1'h0;
-  reg [1:0] tile_rd = 2'h0;
-  reg [312:0] tile_slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot0.footprint ;
-  wire [33:0] \tile_slot0.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot0.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot0.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot0.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot0.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot0.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot0.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot0.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot0.opcode ;
-  wire \tile_slot0.phase ;
-  wire [15:0] \tile_slot0.ring_index ;
-  wire [15:0] \tile_slot0.tag ;
-  reg [312:0] tile_slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot1.footprint ;
-  wire [33:0] \tile_slot1.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot1.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot1.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot1.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot1.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot1.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot1.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot1.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot1.opcode ;
-  wire \tile_slot1.phase ;
-  wire [15:0] \tile_slot1.ring_index ;
-  wire [15:0] \tile_slot1.tag ;
-  reg [312:0] tile_slot2 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot2.footprint ;
-  wire [33:0] \tile_slot2.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot2.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot2.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot2.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot2.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot2.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot2.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot2.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot2.opcode ;
-  wire \tile_slot2.phase ;
-  wire [15:0] \tile_slot2.ring_index ;
-  wire [15:0] \tile_slot2.tag ;
-  reg [312:0] tile_slot3 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \tile_slot3.footprint ;
-  wire [33:0] \tile_slot3.footprint.acc_r_hi ;
-  wire [33:0] \tile_slot3.footprint.acc_r_lo ;
-  wire [33:0] \tile_slot3.footprint.acc_w_hi ;
-  wire [33:0] \tile_slot3.footprint.acc_w_lo ;
-  wire [33:0] \tile_slot3.footprint.spm_r_hi ;
-  wire [33:0] \tile_slot3.footprint.spm_r_lo ;
-  wire [33:0] \tile_slot3.footprint.spm_w_hi ;
-  wire [33:0] \tile_slot3.footprint.spm_w_lo ;
-  wire [7:0] \tile_slot3.opcode ;
-  wire \tile_slot3.phase ;
-  wire [15:0] \tile_slot3.ring_index ;
-  wire [15:0] \tile_slot3.tag ;
-  reg tile_valid0 = 1'h0;
-  reg tile_valid1 = 1'h0;
-  reg tile_valid2 = 1'h0;
-  reg tile_valid3 = 1'h0;
-  reg [1:0] tile_wr = 2'h0;
+  wire \tile_done__tvalid$229 ;
+  wire tile_hazard;
+  wire \tile_hazard$158 ;
+  wire [312:0] tile_oldest;
+  wire [312:0] \tile_oldest$210 ;
+  wire [271:0] \tile_oldest$210.footprint ;
+  wire [33:0] \tile_oldest$210.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest$210.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest$210.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest$210.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest$210.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest$210.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest$210.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest$210.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest$210.opcode ;
+  wire \tile_oldest$210.phase ;
+  wire [15:0] \tile_oldest$210.ring_index ;
+  wire [15:0] \tile_oldest$210.tag ;
+  wire [15:0] \tile_oldest$247 ;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  wire tile_pending;
+  wire tile_pop;
+  wire \tile_pop$142 ;
+  wire \tile_pop$240 ;
+  wire tile_push;
+  wire \tile_push$138 ;
+  input tile_ready;
+  wire tile_ready;
+  wire tile_valid;
   input [31:0] timestamp;
   wire [31:0] timestamp;
+  wire [31:0] \timestamp$199 ;
   output trace_end;
-  reg trace_end;
+  wire trace_end;
+  wire \trace_end$217 ;
   output [7:0] trace_end_opcode;
-  reg [7:0] trace_end_opcode = 8'h00;
+  wire [7:0] trace_end_opcode;
+  wire [7:0] \trace_end_opcode$221 ;
   output [15:0] trace_end_tag;
-  reg [15:0] trace_end_tag = 16'h0000;
+  wire [15:0] trace_end_tag;
+  wire [15:0] \trace_end_tag$219 ;
   wire [7:0] trace_opcode;
   wire trace_start;
   wire [7:0] trace_status;
+  wire [7:0] \trace_status$223 ;
   wire [15:0] trace_tag;
-  reg w_done = 1'h0;
-  input [31:0] watchdog;
+  wire valid;
+  wire \valid$120 ;
+  wire \wait ;
   wire [31:0] watchdog;
-  wire watched;
-  reg writer_busy;
-  reg writer_idle;
-  assign \$422  = local_valid & \$421 ;
-  assign \$423  = | dma_count;
-  assign \$424  = flushing & \$423 ;
-  assign \$425  = ~ quiesce;
-  assign \$426  = \$424  & \$425 ;
-  assign \$427  = | tile_count;
-  assign \$428  = flushing & \$427 ;
-  assign \$429  = ~ quiesce;
-  assign \$430  = \$428  & \$429 ;
-  assign \$431  = ~ aborting;
-  assign \$432  = dma_done__tvalid & \$431 ;
-  assign \$433  = ~ quiesce;
-  assign \$434  = \$432  & \$433 ;
-  assign \$435  = ~ aborting;
-  assign \$436  = tile_done__tvalid & \$435 ;
-  assign \$437  = ~ quiesce;
-  assign \$438  = \$436  & \$437 ;
-  assign \$440  = cq_base + \$439 ;
-  assign \$443  = cq_base + \$442 ;
-  assign \$452  = cq_base + \$451 ;
-  assign \$461  = cq_base + \$460 ;
-  assign \$470  = cq_base + \$469 ;
-  assign \$473  = ~ aw_done;
-  assign \$474  = axi__awready & \$473 ;
-  assign \$475  = ~ w_done;
-  assign \$476  = axi__wready & \$475 ;
-  assign \$477  = aw_done | axi__awready;
-  assign \$478  = w_done | axi__wready;
-  assign \$479  = \$477  & \$478 ;
-  assign \$480  = | axi__bresp;
-  assign \$481  = ~ watched;
-  assign \$482  = \$481  | progress;
-  assign \$483  = \$482  | t_pop;
-  assign \$484  = \$483  | d_pop;
-  assign \$485  = ! watchdog;
-  assign \$486  = \$484  | \$485 ;
-  assign \$487  = \$486  | aborting;
-  assign \$488  = idle_cycles + 1'h1;
-  assign \$489  = ! dma_count;
-  assign \$490  = | tile_count;
-  assign \$492  = head - \$491 ;
-  assign \$493  = \$492  & { 1'h0, \$4 [15:0] };
-  assign \$495  = head - \$494 ;
-  assign \$496  = \$495  & { 1'h0, \$4 [15:0] };
-  assign \$497  = $signed(\$493 ) > $signed(\$496 );
-  assign \$498  = \$490  & \$497 ;
-  assign \$499  = \$489  | \$498 ;
-  assign \$502  = \$499  ? \$500  : \$501 ;
-  assign \$503  = ~ watched;
-  assign \$504  = flushing & \$503 ;
-  assign \$505  = \$504  & writer_idle;
-  always @(posedge clk)
-    halted <= \$506 ;
-  always @(posedge clk)
-    head <= \$507 ;
-  always @(posedge clk)
-    tail <= \$508 ;
-  always @(posedge clk)
-    phase <= \$509 ;
-  always @(posedge clk)
-    error_code <= \$510 ;
-  always @(posedge clk)
-    error_index <= \$511 ;
-  always @(posedge clk)
-    fetch_state <= \$512 ;
-  always @(posedge clk)
-    beat <= \$513 ;
-  always @(posedge clk)
-    fetch_error <= \$514 ;
-  always @(posedge clk)
-    cmd <= \$515 ;
-  always @(posedge clk)
-    have <= \$516 ;
-  always @(posedge clk)
-    cmd_index <= \$517 ;
-  always @(posedge clk)
-    cmd_phase <= \$518 ;
-  always @(posedge clk)
-    stage <= \$519 ;
-  always @(posedge clk)
-    mv_row_off <= \$520 ;
-  always @(posedge clk)
-    mv_col_off <= \$521 ;
-  always @(posedge clk)
-    mv_mem_off <= \$522 ;
-  always @(posedge clk)
-    mv_bytes <= \$523 ;
-  always @(posedge clk)
-    g_a_rows <= \$524 ;
-  always @(posedge clk)
-    g_b_rows <= \$525 ;
-  always @(posedge clk)
-    mv_last <= \$526 ;
-  always @(posedge clk)
-    mv_end <= \$527 ;
-  always @(posedge clk)
-    cp_src_end <= \$528 ;
-  always @(posedge clk)
-    cp_dst_end <= \$529 ;
-  always @(posedge clk)
-    g_a_end <= \$530 ;
-  always @(posedge clk)
-    g_b_end <= \$531 ;
-  always @(posedge clk)
-    p_src_end <= \$532 ;
-  always @(posedge clk)
-    status <= \$533 ;
-  always @(posedge clk)
-    route <= \$534 ;
-  always @(posedge clk)
-    fp <= \$535 ;
-  always @(posedge clk)
-    tile_hazard <= \$536 ;
-  always @(posedge clk)
-    dma_hazard <= \$537 ;
-  always @(posedge clk)
-    local_valid <= \$538 ;
-  always @(posedge clk)
-    \local  <= \$539 ;
-  always @(posedge clk)
-    local_status <= \$540 ;
-  always @(posedge clk)
-    tile_slot0 <= \$541 ;
-  always @(posedge clk)
-    tile_slot1 <= \$542 ;
-  always @(posedge clk)
-    tile_slot2 <= \$543 ;
-  always @(posedge clk)
-    tile_slot3 <= \$544 ;
-  always @(posedge clk)
-    tile_valid0 <= \$545 ;
-  always @(posedge clk)
-    tile_valid1 <= \$546 ;
-  always @(posedge clk)
-    tile_valid2 <= \$547 ;
-  always @(posedge clk)
-    tile_valid3 <= \$548 ;
-  always @(posedge clk)
-    tile_wr <= \$549 ;
-  always @(posedge clk)
-    tile_rd <= \$550 ;
-  always @(posedge clk)
-    tile_count <= \$551 ;
-  always @(posedge clk)
-    dma_slot0 <= \$552 ;
-  always @(posedge clk)
-    dma_slot1 <= \$553 ;
-  always @(posedge clk)
-    dma_valid0 <= \$554 ;
-  always @(posedge clk)
-    dma_valid1 <= \$555 ;
-  always @(posedge clk)
-    dma_wr <= \$556 ;
-  always @(posedge clk)
-    dma_rd <= \$557 ;
-  always @(posedge clk)
-    dma_count <= \$558 ;
-  always @(posedge clk)
-    axi__awaddr <= \$559 ;
-  always @(posedge clk)
-    axi__wdata <= \$560 ;
-  always @(posedge clk)
-    cpl_index <= \$561 ;
-  always @(posedge clk)
-    trace_end_tag <= \$562 ;
-  always @(posedge clk)
-    trace_end_opcode <= \$563 ;
-  always @(posedge clk)
-    complete_state <= \$564 ;
-  always @(posedge clk)
-    aw_done <= \$565 ;
-  always @(posedge clk)
-    w_done <= \$566 ;
-  always @(posedge clk)
-    idle_cycles <= \$567 ;
-  always @(posedge clk)
-    aborting <= \$568 ;
-  always @(posedge clk)
-    flushing <= \$569 ;
-  assign \$1  = ring_log2 >= 1'h1;
-  assign \$2  = ring_log2 <= 5'h10;
-  assign entries_ok = \$1  & \$2 ;
-  assign \$3  = 1'h1 << ring_log2;
-  assign \$4  = \$3  - 1'h1;
-  assign \$5  = ~ entries_ok;
-  assign \$6  = doorbell_index > \$4 [15:0];
-  assign \$7  = doorbell_index - head;
-  assign \$8  = \$7  & { 1'h0, \$4 [15:0] };
-  assign \$9  = tail - head;
-  assign \$10  = \$9  & { 1'h0, \$4 [15:0] };
-  assign \$11  = $signed(\$8 ) < $signed(\$10 );
-  assign \$13  = ring_base + \$12 ;
-  assign \$14  = | axi__rresp;
-  assign \$15  = fetch_error | \$14 ;
-  assign \$16  = stage == 3'h4;
-  assign decoded = have & \$16 ;
-  assign \$18  = | \$17 ;
-  assign \$19  = ! cmd[159:144];
-  assign \$20  = ! cmd[175:160];
-  assign \$21  = \$19  | \$20 ;
-  assign \$22  = ~ cmd[8];
-  assign \$23  = mv_last >= 13'h1000;
-  assign \$24  = \$22  & \$23 ;
-  assign \$25  = mv_last >= 11'h400;
-  assign \$26  = cmd[8] & \$25 ;
-  assign \$27  = | cmd[66:64];
-  assign \$28  = | cmd[98:96];
-  assign \$29  = \$27  | \$28 ;
-  assign \$30  = cmd[95:64] >= dma_base;
-  assign \$31  = mv_end <= dma_limit;
-  assign \$32  = \$30  & \$31 ;
-  assign \$33  = mv_end <= 21'h100000;
-  assign \$34  = \$32  & \$33 ;
-  assign \$35  = ~ \$34 ;
-  assign \$36  = \$34  ? 8'h00 : 8'h07;
-  assign \$37  = \$29  ? 8'h08 : \$36 ;
-  assign \$38  = \$26  ? 8'h06 : \$37 ;
-  assign \$39  = \$24  ? 8'h05 : \$38 ;
-  assign \$40  = \$21  ? 8'h03 : \$39 ;
-  assign \$41  = \$18  ? 8'h02 : \$40 ;
-  assign \$43  = | \$42 ;
-  assign \$44  = ! cmd[159:144];
-  assign \$45  = ! cmd[175:160];
-  assign \$46  = \$44  | \$45 ;
-  assign \$47  = ~ cmd[8];
-  assign \$48  = mv_last >= 13'h1000;
-  assign \$49  = \$47  & \$48 ;
-  assign \$50  = mv_last >= 11'h400;
-  assign \$51  = cmd[8] & \$50 ;
-  assign \$52  = | cmd[66:64];
-  assign \$53  = | cmd[98:96];
-  assign \$54  = \$52  | \$53 ;
-  assign \$55  = cmd[95:64] >= dma_base;
-  assign \$56  = mv_end <= dma_limit;
-  assign \$57  = \$55  & \$56 ;
-  assign \$58  = mv_end <= 21'h100000;
-  assign \$59  = \$57  & \$58 ;
-  assign \$60  = ~ \$59 ;
-  assign \$61  = \$59  ? 8'h00 : 8'h07;
-  assign \$62  = \$54  ? 8'h08 : \$61 ;
-  assign \$63  = \$51  ? 8'h06 : \$62 ;
-  assign \$64  = \$49  ? 8'h05 : \$63 ;
-  assign \$65  = \$46  ? 8'h03 : \$64 ;
-  assign \$66  = \$43  ? 8'h02 : \$65 ;
-  assign \$68  = | \$67 ;
-  assign \$69  = ! cmd[159:128];
-  assign \$70  = | cmd[66:64];
-  assign \$71  = | cmd[98:96];
-  assign \$72  = \$70  | \$71 ;
-  assign \$73  = | cmd[130:128];
-  assign \$74  = \$72  | \$73 ;
-  assign \$75  = cmd[95:64] >= dma_base;
-  assign \$76  = cp_src_end <= dma_limit;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = cp_src_end <= 21'h100000;
-  assign \$79  = \$77  & \$78 ;
-  assign \$80  = ~ \$79 ;
-  assign \$81  = cmd[127:96] >= dma_base;
-  assign \$82  = cp_dst_end <= dma_limit;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = cp_dst_end <= 21'h100000;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \$85 ;
-  assign \$87  = \$80  | \$86 ;
-  assign \$88  = \$87  ? 8'h07 : 8'h00;
-  assign \$89  = \$74  ? 8'h08 : \$88 ;
-  assign \$90  = \$69  ? 8'h03 : \$89 ;
-  assign \$91  = \$68  ? 8'h02 : \$90 ;
-  assign \$93  = | \$92 ;
-  assign \$94  = cmd[71:64] >= 5'h10;
-  assign \$95  = \$94  ? 8'h0a : 8'h00;
-  assign \$96  = \$93  ? 8'h02 : \$95 ;
-  assign \$98  = | \$97 ;
-  assign \$99  = ! cmd[87:72];
-  assign \$100  = cmd[71:64] >= 5'h10;
-  assign \$101  = \$100  ? 8'h0a : 8'h00;
-  assign \$102  = \$99  ? 8'h03 : \$101 ;
-  assign \$103  = \$98  ? 8'h02 : \$102 ;
-  assign \$105  = | \$104 ;
-  assign \$106  = \$105  ? 8'h02 : 8'h00;
-  assign \$108  = | \$107 ;
-  assign \$109  = \$108  ? 8'h02 : 8'h00;
-  assign \$110  = | status_next;
-  assign \$111  = cmd[79:64] < cmd[95:80];
-  assign \$112  = \$111  ? cmd[79:64] : cmd[95:80];
-  assign \$113  = g_a_end > g_b_end;
-  assign \$114  = \$113  ? g_a_end : { 12'h000, g_b_end };
-  assign \$115  = cmd[111:96] + cmd[127:112];
-  assign \$116  = cmd[127:112] < cmd[79:64];
-  assign \$117  = cmd[9] & \$116 ;
-  assign \$118  = \$117  ? cmd[127:112] : cmd[79:64];
-  assign \$119  = cmd[127:112] >= p_src_end;
-  assign \$120  = cmd[9] & \$119 ;
-  assign \$121  = cmd[127:112] + 1'h1;
-  assign \$122  = \$120  ? \$121  : p_src_end;
-  assign \$123  = cmd[95:80] + cmd[111:96];
-  assign \$124  = mv_last + 1'h1;
-  assign \$125  = mv_last + 1'h1;
-  assign \$126  = mv_last + 1'h1;
-  assign \$127  = mv_last + 1'h1;
-  assign \$128  = | tile_count;
-  assign \$129  = | dma_count;
-  assign \$130  = \$128  | \$129 ;
-  assign \$131  = \$130  | local_valid;
-  assign in_flight = \$131  | writer_busy;
-  assign \$132  = ~ halted;
-  assign \$133  = decoded & \$132 ;
-  assign \$134  = ~ aborting;
-  assign \$135  = \$133  & \$134 ;
-  assign \$136  = tile_count < 3'h4;
-  assign \$137  = ~ tile_hazard;
-  assign \$138  = \$136  & \$137 ;
-  assign \$139  = dma_count < 2'h2;
-  assign \$140  = ~ dma_hazard;
-  assign \$141  = \$139  & \$140 ;
-  assign \$142  = ~ local_valid;
-  assign \$143  = | status;
-  assign \$144  = cmd[7:0] == 3'h5;
-  assign \$145  = ! cmd[7:0];
-  assign \$146  = \$144  | \$145 ;
-  assign \$147  = cmd[7:0] == 3'h6;
-  assign \$148  = ! cmd[7:0];
-  assign \$149  = ~ in_flight;
-  assign \$150  = \$148  | \$149 ;
-  assign \$151  = ~ in_flight;
-  assign \$153  = \$152  >= cmd[87:72];
-  assign \$154  = - cmd[87:72];
-  assign \$155  = ~ halted;
-  assign \$156  = decoded & \$155 ;
-  assign \$157  = ~ aborting;
-  assign \$158  = \$156  & \$157 ;
-  assign \$159  = ~ dispatched;
-  assign stall = \$158  & \$159 ;
-  assign \$160  = ~ quiesce;
-  assign \$161  = local_valid & \$160 ;
-  assign \$162  = | dma_count;
-  assign \$163  = flushing & \$162 ;
-  assign \$164  = ~ quiesce;
-  assign \$165  = \$163  & \$164 ;
-  assign \$166  = | tile_count;
-  assign \$167  = flushing & \$166 ;
-  assign \$168  = ~ quiesce;
-  assign \$169  = \$167  & \$168 ;
-  assign \$170  = ~ aborting;
-  assign \$171  = dma_done__tvalid & \$170 ;
-  assign \$172  = ~ quiesce;
-  assign \$173  = \$171  & \$172 ;
-  assign \$174  = ~ aborting;
-  assign \$175  = tile_done__tvalid & \$174 ;
-  assign \$176  = ~ quiesce;
-  assign \$177  = \$175  & \$176 ;
-  assign \$178  = ~ aw_done;
-  assign \$179  = ~ w_done;
-  assign \$180  = | axi__bresp;
-  assign axi_quiet = fetch_idle & writer_idle;
-  assign \$181  = | tile_count;
-  assign \$182  = | dma_count;
-  assign watched = \$181  | \$182 ;
-  assign \$183  = | watchdog;
-  assign \$184  = watched & \$183 ;
-  assign \$185  = idle_cycles >= watchdog;
-  assign \$186  = \$184  & \$185 ;
-  assign \$187  = ~ aborting;
-  assign fire = \$186  & \$187 ;
-  assign \$188  = ~ flushing;
-  assign abort_req = aborting & \$188 ;
-  assign \$189  = ~ halted;
-  assign \$190  = enable & \$189 ;
-  assign \$191  = head != tail;
-  assign \$192  = \$191  | have;
-  assign \$193  = \$192  | in_flight;
-  assign busy = \$190  & \$193 ;
-  assign \$194  = ! fetch_state;
-  assign \$195  = fetch_state == 1'h1;
-  assign \$196  = fetch_state == 2'h2;
-  assign \$197  = ! complete_state;
-  assign \$198  = complete_state == 1'h1;
-  assign \$199  = complete_state == 2'h2;
-  assign \$200  = ~ entries_ok;
-  assign \$201  = doorbell_index > \$4 [15:0];
-  assign \$202  = doorbell_index - head;
-  assign \$203  = \$202  & { 1'h0, \$4 [15:0] };
-  assign \$204  = tail - head;
-  assign \$205  = \$204  & { 1'h0, \$4 [15:0] };
-  assign \$206  = $signed(\$203 ) < $signed(\$205 );
-  assign \$207  = ~ halted;
-  assign \$208  = enable & \$207 ;
-  assign \$209  = \$208  & entries_ok;
-  assign \$210  = head != tail;
-  assign \$211  = \$209  & \$210 ;
-  assign \$212  = ~ have;
-  assign \$213  = \$211  & \$212 ;
-  assign \$214  = ~ doorbell;
-  assign \$215  = \$213  & \$214 ;
-  assign \$216  = ~ quiesce;
-  assign \$217  = \$215  & \$216 ;
-  assign \$218  = beat + 1'h1;
-  assign \$219  = | axi__rresp;
-  assign \$220  = fetch_error | \$219 ;
-  assign \$221  = | axi__rresp;
-  assign \$222  = fetch_error | \$221 ;
-  assign \$223  = head + 1'h1;
-  assign \$224  = \$223  & { 1'h0, \$4 [15:0] };
-  assign \$225  = head + 1'h1;
-  assign \$226  = \$225  & { 1'h0, \$4 [15:0] };
-  assign \$227  = ! \$226 ;
-  assign \$228  = ~ phase;
-  assign \$229  = ~ have;
-  assign \$230  = \$229  | dispatched;
-  assign \$231  = stage != 3'h4;
-  assign \$232  = stage + 1'h1;
-  assign \$233  = cmd[159:144] - 1'h1;
-  assign \$234  = $signed(\$233 ) * $signed({ 1'h0, cmd[191:176] });
-  assign \$235  = cmd[175:160] - 1'h1;
-  assign \$236  = $signed(\$235 ) * $signed({ 1'h0, cmd[207:192] });
-  assign \$237  = cmd[159:144] - 1'h1;
-  assign \$238  = $signed(\$237 ) * $signed({ 1'h0, cmd[127:96] });
-  assign \$239  = cmd[175:160] * 6'h20;
-  assign \$240  = cmd[175:160] * 4'h8;
-  assign \$241  = cmd[8] ? \$239  : { 2'h0, \$240  };
-  assign \$242  = cmd[143:128] * cmd[127:112];
-  assign \$243  = cmd[143:128] * 4'h8;
-  assign \$244  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
-  assign \$245  = $signed(\$244 ) + $signed(mv_col_off);
-  assign \$246  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
-  assign \$247  = $signed(\$246 ) + $signed({ 1'h0, mv_bytes });
-  assign \$248  = cmd[95:64] + cmd[159:128];
-  assign \$249  = cmd[127:96] + cmd[159:128];
-  assign \$250  = cmd[79:64] + g_a_rows;
-  assign \$251  = cmd[95:80] + g_b_rows;
-  assign \$252  = cmd[79:64] + cmd[111:96];
-  assign \$253  = fp[101:68] < dma_slot0[176:143];
-  assign \$254  = dma_slot0[142:109] < fp[135:102];
-  assign \$255  = \$253  & \$254 ;
-  assign \$256  = fp[101:68] < dma_slot0[108:75];
-  assign \$257  = dma_slot0[74:41] < fp[135:102];
-  assign \$258  = \$256  & \$257 ;
-  assign \$259  = \$255  | \$258 ;
-  assign \$260  = fp[33:0] < dma_slot0[176:143];
-  assign \$261  = dma_slot0[142:109] < fp[67:34];
-  assign \$262  = \$260  & \$261 ;
-  assign \$263  = \$259  | \$262 ;
-  assign \$264  = fp[237:204] < dma_slot0[312:279];
-  assign \$265  = dma_slot0[278:245] < fp[271:238];
-  assign \$266  = \$264  & \$265 ;
-  assign \$267  = \$263  | \$266 ;
-  assign \$268  = fp[237:204] < dma_slot0[244:211];
-  assign \$269  = dma_slot0[210:177] < fp[271:238];
-  assign \$270  = \$268  & \$269 ;
-  assign \$271  = \$267  | \$270 ;
-  assign \$272  = fp[169:136] < dma_slot0[312:279];
-  assign \$273  = dma_slot0[278:245] < fp[203:170];
-  assign \$274  = \$272  & \$273 ;
-  assign \$275  = \$271  | \$274 ;
-  assign \$276  = dma_valid0 & \$275 ;
-  assign \$278  = fp[101:68] < dma_slot1[176:143];
-  assign \$279  = dma_slot1[142:109] < fp[135:102];
-  assign \$280  = \$278  & \$279 ;
-  assign \$281  = fp[101:68] < dma_slot1[108:75];
-  assign \$282  = dma_slot1[74:41] < fp[135:102];
-  assign \$283  = \$281  & \$282 ;
-  assign \$284  = \$280  | \$283 ;
-  assign \$285  = fp[33:0] < dma_slot1[176:143];
-  assign \$286  = dma_slot1[142:109] < fp[67:34];
-  assign \$287  = \$285  & \$286 ;
-  assign \$288  = \$284  | \$287 ;
-  assign \$289  = fp[237:204] < dma_slot1[312:279];
-  assign \$290  = dma_slot1[278:245] < fp[271:238];
-  assign \$291  = \$289  & \$290 ;
-  assign \$292  = \$288  | \$291 ;
-  assign \$293  = fp[237:204] < dma_slot1[244:211];
-  assign \$294  = dma_slot1[210:177] < fp[271:238];
-  assign \$295  = \$293  & \$294 ;
-  assign \$296  = \$292  | \$295 ;
-  assign \$297  = fp[169:136] < dma_slot1[312:279];
-  assign \$298  = dma_slot1[278:245] < fp[203:170];
-  assign \$299  = \$297  & \$298 ;
-  assign \$300  = \$296  | \$299 ;
-  assign \$301  = dma_valid1 & \$300 ;
-  assign \$302  = \$277  | \$301 ;
-  assign \$303  = fp[101:68] < tile_slot0[176:143];
-  assign \$304  = tile_slot0[142:109] < fp[135:102];
-  assign \$305  = \$303  & \$304 ;
-  assign \$306  = fp[101:68] < tile_slot0[108:75];
-  assign \$307  = tile_slot0[74:41] < fp[135:102];
-  assign \$308  = \$306  & \$307 ;
-  assign \$309  = \$305  | \$308 ;
-  assign \$310  = fp[33:0] < tile_slot0[176:143];
-  assign \$311  = tile_slot0[142:109] < fp[67:34];
-  assign \$312  = \$310  & \$311 ;
-  assign \$313  = \$309  | \$312 ;
-  assign \$314  = fp[237:204] < tile_slot0[312:279];
-  assign \$315  = tile_slot0[278:245] < fp[271:238];
-  assign \$316  = \$314  & \$315 ;
-  assign \$317  = \$313  | \$316 ;
-  assign \$318  = fp[237:204] < tile_slot0[244:211];
-  assign \$319  = tile_slot0[210:177] < fp[271:238];
-  assign \$320  = \$318  & \$319 ;
-  assign \$321  = \$317  | \$320 ;
-  assign \$322  = fp[169:136] < tile_slot0[312:279];
-  assign \$323  = tile_slot0[278:245] < fp[203:170];
-  assign \$324  = \$322  & \$323 ;
-  assign \$325  = \$321  | \$324 ;
-  assign \$326  = tile_valid0 & \$325 ;
-  assign \$328  = fp[101:68] < tile_slot1[176:143];
-  assign \$329  = tile_slot1[142:109] < fp[135:102];
-  assign \$330  = \$328  & \$329 ;
-  assign \$331  = fp[101:68] < tile_slot1[108:75];
-  assign \$332  = tile_slot1[74:41] < fp[135:102];
-  assign \$333  = \$331  & \$332 ;
-  assign \$334  = \$330  | \$333 ;
-  assign \$335  = fp[33:0] < tile_slot1[176:143];
-  assign \$336  = tile_slot1[142:109] < fp[67:34];
-  assign \$337  = \$335  & \$336 ;
-  assign \$338  = \$334  | \$337 ;
-  assign \$339  = fp[237:204] < tile_slot1[312:279];
-  assign \$340  = tile_slot1[278:245] < fp[271:238];
-  assign \$341  = \$339  & \$340 ;
-  assign \$342  = \$338  | \$341 ;
-  assign \$343  = fp[237:204] < tile_slot1[244:211];
-  assign \$344  = tile_slot1[210:177] < fp[271:238];
-  assign \$345  = \$343  & \$344 ;
-  assign \$346  = \$342  | \$345 ;
-  assign \$347  = fp[169:136] < tile_slot1[312:279];
-  assign \$348  = tile_slot1[278:245] < fp[203:170];
-  assign \$349  = \$347  & \$348 ;
-  assign \$350  = \$346  | \$349 ;
-  assign \$351  = tile_valid1 & \$350 ;
-  assign \$352  = \$327  | \$351 ;
-  assign \$353  = fp[101:68] < tile_slot2[176:143];
-  assign \$354  = tile_slot2[142:109] < fp[135:102];
-  assign \$355  = \$353  & \$354 ;
-  assign \$356  = fp[101:68] < tile_slot2[108:75];
-  assign \$357  = tile_slot2[74:41] < fp[135:102];
-  assign \$358  = \$356  & \$357 ;
-  assign \$359  = \$355  | \$358 ;
-  assign \$360  = fp[33:0] < tile_slot2[176:143];
-  assign \$361  = tile_slot2[142:109] < fp[67:34];
-  assign \$362  = \$360  & \$361 ;
-  assign \$363  = \$359  | \$362 ;
-  assign \$364  = fp[237:204] < tile_slot2[312:279];
-  assign \$365  = tile_slot2[278:245] < fp[271:238];
-  assign \$366  = \$364  & \$365 ;
-  assign \$367  = \$363  | \$366 ;
-  assign \$368  = fp[237:204] < tile_slot2[244:211];
-  assign \$369  = tile_slot2[210:177] < fp[271:238];
-  assign \$370  = \$368  & \$369 ;
-  assign \$371  = \$367  | \$370 ;
-  assign \$372  = fp[169:136] < tile_slot2[312:279];
-  assign \$373  = tile_slot2[278:245] < fp[203:170];
-  assign \$374  = \$372  & \$373 ;
-  assign \$375  = \$371  | \$374 ;
-  assign \$376  = tile_valid2 & \$375 ;
-  assign \$377  = \$352  | \$376 ;
-  assign \$378  = fp[101:68] < tile_slot3[176:143];
-  assign \$379  = tile_slot3[142:109] < fp[135:102];
-  assign \$380  = \$378  & \$379 ;
-  assign \$381  = fp[101:68] < tile_slot3[108:75];
-  assign \$382  = tile_slot3[74:41] < fp[135:102];
-  assign \$383  = \$381  & \$382 ;
-  assign \$384  = \$380  | \$383 ;
-  assign \$385  = fp[33:0] < tile_slot3[176:143];
-  assign \$386  = tile_slot3[142:109] < fp[67:34];
-  assign \$387  = \$385  & \$386 ;
-  assign \$388  = \$384  | \$387 ;
-  assign \$389  = fp[237:204] < tile_slot3[312:279];
-  assign \$390  = tile_slot3[278:245] < fp[271:238];
-  assign \$391  = \$389  & \$390 ;
-  assign \$392  = \$388  | \$391 ;
-  assign \$393  = fp[237:204] < tile_slot3[244:211];
-  assign \$394  = tile_slot3[210:177] < fp[271:238];
-  assign \$395  = \$393  & \$394 ;
-  assign \$396  = \$392  | \$395 ;
-  assign \$397  = fp[169:136] < tile_slot3[312:279];
-  assign \$398  = tile_slot3[278:245] < fp[203:170];
-  assign \$399  = \$397  & \$398 ;
-  assign \$400  = \$396  | \$399 ;
-  assign \$401  = tile_valid3 & \$400 ;
-  assign \$402  = \$377  | \$401 ;
-  assign \$403  = ! route;
-  assign \$404  = dispatched & \$403 ;
-  assign \$405  = tile_wr == 2'h3;
-  assign \$406  = tile_wr + 1'h1;
-  assign \$407  = \$405  ? 3'h0 : \$406 ;
-  assign \$408  = tile_rd == 2'h3;
-  assign \$409  = tile_rd + 1'h1;
-  assign \$410  = \$408  ? 3'h0 : \$409 ;
-  assign \$411  = tile_count + t_push;
-  assign \$412  = \$411  - t_pop;
-  assign \$414  = dma_wr + 1'h1;
-  assign \$415  = \$413  ? 2'h0 : \$414 ;
-  assign \$417  = dma_rd + 1'h1;
-  assign \$418  = \$416  ? 2'h0 : \$417 ;
-  assign \$419  = dma_count + d_push;
-  assign \$420  = \$419  - d_pop;
-  assign \$421  = ~ quiesce;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$441  = dma_slot0[15:0];
-      1'h1:
-          \$441  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$444  = dma_slot0[32:17];
-      1'h1:
-          \$444  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$445  = dma_slot0[40:33];
-      1'h1:
-          \$445  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$446  = dma_slot0[16];
-      1'h1:
-          \$446  = dma_slot1[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$447  = dma_slot0[15:0];
-      1'h1:
-          \$447  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$448  = dma_slot0[32:17];
-      1'h1:
-          \$448  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$449  = dma_slot0[40:33];
-      1'h1:
-          \$449  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$450  = tile_slot0[15:0];
-      2'h1:
-          \$450  = tile_slot1[15:0];
-      2'h2:
-          \$450  = tile_slot2[15:0];
-      2'h3:
-          \$450  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$453  = tile_slot0[32:17];
-      2'h1:
-          \$453  = tile_slot1[32:17];
-      2'h2:
-          \$453  = tile_slot2[32:17];
-      2'h3:
-          \$453  = tile_slot3[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$454  = tile_slot0[40:33];
-      2'h1:
-          \$454  = tile_slot1[40:33];
-      2'h2:
-          \$454  = tile_slot2[40:33];
-      2'h3:
-          \$454  = tile_slot3[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$455  = tile_slot0[16];
-      2'h1:
-          \$455  = tile_slot1[16];
-      2'h2:
-          \$455  = tile_slot2[16];
-      2'h3:
-          \$455  = tile_slot3[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$456  = tile_slot0[15:0];
-      2'h1:
-          \$456  = tile_slot1[15:0];
-      2'h2:
-          \$456  = tile_slot2[15:0];
-      2'h3:
-          \$456  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$457  = tile_slot0[32:17];
-      2'h1:
-          \$457  = tile_slot1[32:17];
-      2'h2:
-          \$457  = tile_slot2[32:17];
-      2'h3:
-          \$457  = tile_slot3[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$458  = tile_slot0[40:33];
-      2'h1:
-          \$458  = tile_slot1[40:33];
-      2'h2:
-          \$458  = tile_slot2[40:33];
-      2'h3:
-          \$458  = tile_slot3[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$459  = dma_slot0[15:0];
-      1'h1:
-          \$459  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$462  = dma_slot0[32:17];
-      1'h1:
-          \$462  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$463  = dma_slot0[40:33];
-      1'h1:
-          \$463  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$464  = dma_slot0[16];
-      1'h1:
-          \$464  = dma_slot1[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$465  = dma_slot0[15:0];
-      1'h1:
-          \$465  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$466  = dma_slot0[32:17];
-      1'h1:
-          \$466  = dma_slot1[32:17];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$467  = dma_slot0[40:33];
-      1'h1:
-          \$467  = dma_slot1[40:33];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$468  = tile_slot0[15:0];
-      2'h1:
-          \$468  = tile_slot1[15:0];
-      2'h2:
-          \$468  = tile_slot2[15:0];
-      2'h3:
-          \$468  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$471  = tile_slot0[16];
-      2'h1:
-          \$471  = tile_slot1[16];
-      2'h2:
-          \$471  = tile_slot2[16];
-      2'h3:
-          \$471  = tile_slot3[16];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$472  = tile_slot0[15:0];
-      2'h1:
-          \$472  = tile_slot1[15:0];
-      2'h2:
-          \$472  = tile_slot2[15:0];
-      2'h3:
-          \$472  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$491  = tile_slot0[15:0];
-      2'h1:
-          \$491  = tile_slot1[15:0];
-      2'h2:
-          \$491  = tile_slot2[15:0];
-      2'h3:
-          \$491  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$494  = dma_slot0[15:0];
-      1'h1:
-          \$494  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (tile_rd)
-      2'h0:
-          \$500  = tile_slot0[15:0];
-      2'h1:
-          \$500  = tile_slot1[15:0];
-      2'h2:
-          \$500  = tile_slot2[15:0];
-      2'h3:
-          \$500  = tile_slot3[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (dma_rd)
-      1'h0:
-          \$501  = dma_slot0[15:0];
-      1'h1:
-          \$501  = dma_slot1[15:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    irq_error = 1'h0;
-    if (doorbell) begin
-      if (\$5 ) begin
-        irq_error = 1'h1;
-      end else if (\$6 ) begin
-        irq_error = 1'h1;
-      end else if (\$11 ) begin
-        irq_error = 1'h1;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$15 ) begin
-                irq_error = 1'h1;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$180 ) begin
-              irq_error = 1'h1;
-            end
-          end
-    endcase
-    if (fire) begin
-      irq_error = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    fetch_idle = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          fetch_idle = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    axi__arvalid = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__arvalid = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    axi__rready = 1'h0;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          axi__rready = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    casez (cmd[7:0])
-      8'h03, 8'h04:
-          status_next = 8'h00;
-      8'h01:
-          status_next = \$41 ;
-      8'h02:
-          status_next = \$66 ;
-      8'h08:
-          status_next = \$91 ;
-      8'h06:
-          status_next = \$96 ;
-      8'h07:
-          status_next = \$103 ;
-      8'h00:
-          status_next = \$106 ;
-      8'h05:
-          status_next = \$109 ;
-      default:
-          status_next = 8'h01;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    route_next = 2'h0;
-    casez (cmd[7:0])
-      8'h03, 8'h04:
-          route_next = 2'h1;
-      8'h01:
-          route_next = 2'h2;
-      8'h02:
-          route_next = 2'h2;
-      8'h08:
-          route_next = 2'h2;
-    endcase
-    if (\$110 ) begin
-      route_next = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$112  };
-          fp_next[67:34] = { 1'h0, \$114  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$115  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$118  };
-          fp_next[203:170] = { 17'h00000, \$122  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$123  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$124 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$125 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$126 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$127 [33:0];
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    tile_cmd__tvalid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              tile_cmd__tvalid = 1'h1;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    t_push = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              t_push = tile_cmd__tready;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    dispatched = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            if (\$138 ) begin
-              dispatched = tile_cmd__tready;
-            end
-        2'h2:
-            if (\$141 ) begin
-              dispatched = dma_cmd__tready;
-            end
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-                dispatched = 1'h1;
-              end else if (\$146 ) begin
-                dispatched = \$150 ;
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  dispatched = sem_grant;
-                end
-              end else begin
-                if (\$153 ) begin
-                  dispatched = sem_grant;
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    dma_cmd__tvalid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            if (\$141 ) begin
-              dma_cmd__tvalid = 1'h1;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    d_push = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            if (\$141 ) begin
-              d_push = dma_cmd__tready;
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    sem_valid = 1'h0;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-              end else if (\$146 ) begin
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  sem_valid = 1'h1;
-                end
-              end else begin
-                if (\$153 ) begin
-                  sem_valid = 1'h1;
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    sem_delta = 18'h00000;
-    if (\$135 ) begin
-      casez (route)
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h0:
-            if (\$142 ) begin
-              (* full_case = 32'd1 *)
-              if (\$143 ) begin
-              end else if (\$146 ) begin
-              end else if (\$147 ) begin
-                if (\$151 ) begin
-                  sem_delta = { 2'h0, cmd[87:72] };
-                end
-              end else begin
-                if (\$153 ) begin
-                  sem_delta = { \$154 [16], \$154  };
-                end
-              end
-            end
-      endcase
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    writer_idle = 1'h0;
-    casez (complete_state)
-      2'h0:
-          writer_idle = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    d_pop = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-            d_pop = 1'h1;
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-            d_pop = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    t_pop = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-            t_pop = 1'h1;
-          end else if (\$173 ) begin
-          end else if (\$177 ) begin
-            t_pop = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    dma_done__tready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-            dma_done__tready = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    tile_done__tready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          if (\$161 ) begin
-          end else if (\$165 ) begin
-          end else if (\$169 ) begin
-          end else if (\$173 ) begin
-          end else if (\$177 ) begin
-            tile_done__tready = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    writer_busy = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          writer_busy = 1'h1;
-      2'h2:
-          writer_busy = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    axi__awvalid = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__awvalid = \$178 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    axi__wvalid = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          axi__wvalid = \$179 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    axi__bready = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          axi__bready = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    irq_completion = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            (* full_case = 32'd1 *)
-            if (\$180 ) begin
-            end else begin
-              irq_completion = 1'h1;
-            end
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    trace_end = 1'h0;
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            trace_end = 1'h1;
-          end
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$506  = halted;
-    if (resume) begin
-      \$506  = 1'h0;
-    end
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$506  = 1'h1;
-      end else if (\$201 ) begin
-        \$506  = 1'h1;
-      end else if (\$206 ) begin
-        \$506  = 1'h1;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$506  = 1'h1;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$506  = 1'h1;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$506  = 1'h1;
-    end
-    if (reset_cp) begin
-      \$506  = 1'h0;
-    end
-    if (rst) begin
-      \$506  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$507  = head;
-    if (ring_reset) begin
-      \$507  = 16'h0000;
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$507  = \$224 [15:0];
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$507  = 16'h0000;
-    end
-    if (rst) begin
-      \$507  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$508  = tail;
-    if (ring_reset) begin
-      \$508  = 16'h0000;
-    end
-    if (doorbell) begin
-      (* full_case = 32'd1 *)
-      if (\$200 ) begin
-      end else if (\$201 ) begin
-      end else if (\$206 ) begin
-      end else begin
-        \$508  = doorbell_index;
-      end
-    end
-    if (reset_cp) begin
-      \$508  = 16'h0000;
-    end
-    if (rst) begin
-      \$508  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$509  = phase;
-    if (ring_reset) begin
-      \$509  = 1'h1;
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                if (\$227 ) begin
-                  \$509  = \$228 ;
-                end
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$509  = 1'h1;
-    end
-    if (rst) begin
-      \$509  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$510  = error_code;
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$510  = 8'h04;
-      end else if (\$201 ) begin
-        \$510  = 8'h0c;
-      end else if (\$206 ) begin
-        \$510  = 8'h0b;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$510  = 8'h09;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$510  = 8'h09;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$510  = 8'h0d;
-    end
-    if (reset_cp) begin
-      \$510  = 8'h00;
-    end
-    if (rst) begin
-      \$510  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$511  = error_index;
-    if (doorbell) begin
-      if (\$200 ) begin
-        \$511  = doorbell_index;
-      end else if (\$201 ) begin
-        \$511  = doorbell_index;
-      end else if (\$206 ) begin
-        \$511  = doorbell_index;
-      end
-    end
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              if (\$222 ) begin
-                \$511  = head;
-              end
-            end
-          end
-    endcase
-    casez (complete_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__bvalid) begin
-            if (\$480 ) begin
-              \$511  = cpl_index;
-            end
-          end
-    endcase
-    if (fire) begin
-      \$511  = \$502 ;
-    end
-    if (reset_cp) begin
-      \$511  = 16'h0000;
-    end
-    if (rst) begin
-      \$511  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$512  = fetch_state;
-    casez (fetch_state)
-      2'h0:
-          if (\$217 ) begin
-            \$512  = 2'h1;
-          end
-      2'h1:
-          if (axi__arready) begin
-            \$512  = 2'h2;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              \$512  = 2'h0;
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$512  = 2'h0;
-    end
-    if (rst) begin
-      \$512  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$513  = beat;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$513  = 2'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$513  = \$218 [1:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$513  = 2'h0;
-    end
-    if (rst) begin
-      \$513  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$514  = fetch_error;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          if (axi__arready) begin
-            \$514  = 1'h0;
-          end
-      2'h2:
-          if (axi__rvalid) begin
-            \$514  = \$220 ;
-          end
-    endcase
-    if (reset_cp) begin
-      \$514  = 1'h0;
-    end
-    if (rst) begin
-      \$514  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$515  = cmd;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            (* full_case = 32'd1 *)
-            casez (beat)
-              2'h0:
-                  \$515 [63:0] = axi__rdata;
-              2'h1:
-                  \$515 [127:64] = axi__rdata;
-              2'h2:
-                  \$515 [191:128] = axi__rdata;
-              2'h3:
-                  \$515 [255:192] = axi__rdata;
-            endcase
-          end
-    endcase
-    if (reset_cp) begin
-      \$515  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$515  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$516  = have;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$516  = 1'h1;
-              end
-            end
-          end
-    endcase
-    if (dispatched) begin
-      \$516  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$516  = 1'h0;
-    end
-    if (rst) begin
-      \$516  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$517  = cmd_index;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$517  = head;
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$517  = 16'h0000;
-    end
-    if (rst) begin
-      \$517  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$518  = cmd_phase;
-    casez (fetch_state)
-      2'h0:
-          /* empty */;
-      2'h1:
-          /* empty */;
-      2'h2:
-          if (axi__rvalid) begin
-            if (axi__rlast) begin
-              (* full_case = 32'd1 *)
-              if (\$222 ) begin
-              end else begin
-                \$518  = phase;
-              end
-            end
-          end
-    endcase
-    if (reset_cp) begin
-      \$518  = 1'h0;
-    end
-    if (rst) begin
-      \$518  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$519  = stage;
-    if (\$230 ) begin
-      \$519  = 3'h0;
-    end else if (\$231 ) begin
-      \$519  = \$232 [2:0];
-    end
-    if (reset_cp) begin
-      \$519  = 3'h0;
-    end
-    if (rst) begin
-      \$519  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$520  = \$234 ;
-    if (reset_cp) begin
-      \$520  = 33'h000000000;
-    end
-    if (rst) begin
-      \$520  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$521  = \$236 ;
-    if (reset_cp) begin
-      \$521  = 33'h000000000;
-    end
-    if (rst) begin
-      \$521  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$522  = \$238 ;
-    if (reset_cp) begin
-      \$522  = 49'h0000000000000;
-    end
-    if (rst) begin
-      \$522  = 49'h0000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$523  = \$241 ;
-    if (reset_cp) begin
-      \$523  = 22'h000000;
-    end
-    if (rst) begin
-      \$523  = 22'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$524  = \$242 ;
-    if (reset_cp) begin
-      \$524  = 32'd0;
-    end
-    if (rst) begin
-      \$524  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$525  = \$243 ;
-    if (reset_cp) begin
-      \$525  = 20'h00000;
-    end
-    if (rst) begin
-      \$525  = 20'h00000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$526  = \$245 [33:0];
-    if (reset_cp) begin
-      \$526  = 34'h000000000;
-    end
-    if (rst) begin
-      \$526  = 34'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$527  = \$247 [49:0];
-    if (reset_cp) begin
-      \$527  = 50'h0000000000000;
-    end
-    if (rst) begin
-      \$527  = 50'h0000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$528  = \$248 ;
-    if (reset_cp) begin
-      \$528  = 33'h000000000;
-    end
-    if (rst) begin
-      \$528  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$529  = \$249 ;
-    if (reset_cp) begin
-      \$529  = 33'h000000000;
-    end
-    if (rst) begin
-      \$529  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$530  = \$250 ;
-    if (reset_cp) begin
-      \$530  = 33'h000000000;
-    end
-    if (rst) begin
-      \$530  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$531  = \$251 ;
-    if (reset_cp) begin
-      \$531  = 21'h000000;
-    end
-    if (rst) begin
-      \$531  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$532  = \$252 ;
-    if (reset_cp) begin
-      \$532  = 17'h00000;
-    end
-    if (rst) begin
-      \$532  = 17'h00000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$533  = status_next;
-    if (reset_cp) begin
-      \$533  = 8'h00;
-    end
-    if (rst) begin
-      \$533  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$534  = route_next;
-    if (reset_cp) begin
-      \$534  = 2'h0;
-    end
-    if (rst) begin
-      \$534  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$535  = fp_next;
-    if (reset_cp) begin
-      \$535  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$535  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$536  = \$302 ;
-    if (reset_cp) begin
-      \$536  = 1'h0;
-    end
-    if (rst) begin
-      \$536  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$537  = \$402 ;
-    if (reset_cp) begin
-      \$537  = 1'h0;
-    end
-    if (rst) begin
-      \$537  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$538  = local_valid;
-    if (\$404 ) begin
-      \$538  = 1'h1;
-    end
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$538  = 1'h0;
-          end
-    endcase
-    if (reset_cp) begin
-      \$538  = 1'h0;
-    end
-    if (rst) begin
-      \$538  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$539  = \local ;
-    if (\$404 ) begin
-      \$539  = slot_in;
-    end
-    if (reset_cp) begin
-      \$539  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$539  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$540  = local_status;
-    if (\$404 ) begin
-      \$540  = status;
-    end
-    if (reset_cp) begin
-      \$540  = 8'h00;
-    end
-    if (rst) begin
-      \$540  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$541  = tile_slot0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$541  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$541  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$541  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$542  = tile_slot1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$542  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$542  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$542  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$543  = tile_slot2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$543  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$543  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$543  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$544  = tile_slot3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$544  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$544  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$544  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$545  = tile_valid0;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            \$545  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            \$545  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$545  = 1'h0;
-    end
-    if (rst) begin
-      \$545  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$546  = tile_valid1;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$546  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            \$546  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$546  = 1'h0;
-    end
-    if (rst) begin
-      \$546  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$547  = tile_valid2;
-    if (t_push) begin
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$547  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            \$547  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$547  = 1'h0;
-    end
-    if (rst) begin
-      \$547  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$548  = tile_valid3;
-    if (t_push) begin
-      (* full_case = 32'd1 *)
-      casez (tile_wr)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$548  = 1'h1;
-      endcase
-    end
-    if (t_pop) begin
-      (* full_case = 32'd1 *)
-      casez (tile_rd)
-        2'h0:
-            /* empty */;
-        2'h1:
-            /* empty */;
-        2'h2:
-            /* empty */;
-        2'h3:
-            \$548  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$548  = 1'h0;
-    end
-    if (rst) begin
-      \$548  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$549  = tile_wr;
-    if (t_push) begin
-      \$549  = \$407 [1:0];
-    end
-    if (reset_cp) begin
-      \$549  = 2'h0;
-    end
-    if (rst) begin
-      \$549  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$550  = tile_rd;
-    if (t_pop) begin
-      \$550  = \$410 [1:0];
-    end
-    if (reset_cp) begin
-      \$550  = 2'h0;
-    end
-    if (rst) begin
-      \$550  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$551  = \$412 [2:0];
-    if (reset_cp) begin
-      \$551  = 3'h0;
-    end
-    if (rst) begin
-      \$551  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$552  = dma_slot0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$552  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$552  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$552  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$553  = dma_slot1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$553  = slot_in;
-      endcase
-    end
-    if (reset_cp) begin
-      \$553  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$553  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$554  = dma_valid0;
-    if (d_push) begin
-      casez (dma_wr)
-        1'h0:
-            \$554  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      casez (dma_rd)
-        1'h0:
-            \$554  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$554  = 1'h0;
-    end
-    if (rst) begin
-      \$554  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$555  = dma_valid1;
-    if (d_push) begin
-      (* full_case = 32'd1 *)
-      casez (dma_wr)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$555  = 1'h1;
-      endcase
-    end
-    if (d_pop) begin
-      (* full_case = 32'd1 *)
-      casez (dma_rd)
-        1'h0:
-            /* empty */;
-        1'h1:
-            \$555  = 1'h0;
-      endcase
-    end
-    if (reset_cp) begin
-      \$555  = 1'h0;
-    end
-    if (rst) begin
-      \$555  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$556  = dma_wr;
-    if (d_push) begin
-      \$556  = \$415 [0];
-    end
-    if (reset_cp) begin
-      \$556  = 1'h0;
-    end
-    if (rst) begin
-      \$556  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$557  = dma_rd;
-    if (d_pop) begin
-      \$557  = \$418 [0];
-    end
-    if (reset_cp) begin
-      \$557  = 1'h0;
-    end
-    if (rst) begin
-      \$557  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$558  = \$420 [1:0];
-    if (reset_cp) begin
-      \$558  = 2'h0;
-    end
-    if (rst) begin
-      \$558  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$559  = axi__awaddr;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$559  = \$440 [31:0];
-          end else if (\$426 ) begin
-            \$559  = \$443 [31:0];
-          end else if (\$430 ) begin
-            \$559  = \$452 [31:0];
-          end else if (\$434 ) begin
-            \$559  = \$461 [31:0];
-          end else if (\$438 ) begin
-            \$559  = \$470 [31:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$559  = 32'd0;
-    end
-    if (rst) begin
-      \$559  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$560  = axi__wdata;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$560  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
-          end else if (\$426 ) begin
-            \$560  = { \$446 , timestamp[30:0], \$445 , 8'h0d, \$444  };
-          end else if (\$430 ) begin
-            \$560  = { \$455 , timestamp[30:0], \$454 , 8'h0d, \$453  };
-          end else if (\$434 ) begin
-            \$560  = { \$464 , timestamp[30:0], \$463 , dma_done__tdata, \$462  };
-          end else if (\$438 ) begin
-            \$560  = { \$471 , timestamp[30:0], tile_done__tdata };
-          end
-    endcase
-    if (reset_cp) begin
-      \$560  = 64'h0000000000000000;
-    end
-    if (rst) begin
-      \$560  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$561  = cpl_index;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$561  = \local [15:0];
-          end else if (\$426 ) begin
-            \$561  = \$447 ;
-          end else if (\$430 ) begin
-            \$561  = \$456 ;
-          end else if (\$434 ) begin
-            \$561  = \$465 ;
-          end else if (\$438 ) begin
-            \$561  = \$472 ;
-          end
-    endcase
-    if (reset_cp) begin
-      \$561  = 16'h0000;
-    end
-    if (rst) begin
-      \$561  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$562  = trace_end_tag;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$562  = \local [32:17];
-          end else if (\$426 ) begin
-            \$562  = \$448 ;
-          end else if (\$430 ) begin
-            \$562  = \$457 ;
-          end else if (\$434 ) begin
-            \$562  = \$466 ;
-          end else if (\$438 ) begin
-            \$562  = tile_done__tdata[15:0];
-          end
-    endcase
-    if (reset_cp) begin
-      \$562  = 16'h0000;
-    end
-    if (rst) begin
-      \$562  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$563  = trace_end_opcode;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$563  = \local [40:33];
-          end else if (\$426 ) begin
-            \$563  = \$449 ;
-          end else if (\$430 ) begin
-            \$563  = \$458 ;
-          end else if (\$434 ) begin
-            \$563  = \$467 ;
-          end else if (\$438 ) begin
-            \$563  = tile_done__tdata[31:24];
-          end
-    endcase
-    if (reset_cp) begin
-      \$563  = 8'h00;
-    end
-    if (rst) begin
-      \$563  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$564  = complete_state;
-    casez (complete_state)
-      2'h0:
-          if (\$422 ) begin
-            \$564  = 2'h1;
-          end else if (\$426 ) begin
-            \$564  = 2'h1;
-          end else if (\$430 ) begin
-            \$564  = 2'h1;
-          end else if (\$434 ) begin
-            \$564  = 2'h1;
-          end else if (\$438 ) begin
-            \$564  = 2'h1;
-          end
-      2'h1:
-          if (\$479 ) begin
-            \$564  = 2'h2;
-          end
-      2'h2:
-          if (axi__bvalid) begin
-            \$564  = 2'h0;
-          end
-    endcase
-    if (reset_cp) begin
-      \$564  = 2'h0;
-    end
-    if (rst) begin
-      \$564  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$565  = aw_done;
-    casez (complete_state)
-      2'h0:
-          \$565  = 1'h0;
-      2'h1:
-          if (\$474 ) begin
-            \$565  = 1'h1;
-          end
-    endcase
-    if (reset_cp) begin
-      \$565  = 1'h0;
-    end
-    if (rst) begin
-      \$565  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$566  = w_done;
-    casez (complete_state)
-      2'h0:
-          \$566  = 1'h0;
-      2'h1:
-          if (\$476 ) begin
-            \$566  = 1'h1;
-          end
-    endcase
-    if (reset_cp) begin
-      \$566  = 1'h0;
-    end
-    if (rst) begin
-      \$566  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    (* full_case = 32'd1 *)
-    if (\$487 ) begin
-      \$567  = 32'd0;
-    end else begin
-      \$567  = \$488 [31:0];
-    end
-    if (reset_cp) begin
-      \$567  = 32'd0;
-    end
-    if (rst) begin
-      \$567  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$568  = aborting;
-    if (fire) begin
-      \$568  = 1'h1;
-    end
-    if (\$505 ) begin
-      \$568  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$568  = 1'h0;
-    end
-    if (rst) begin
-      \$568  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$569  = flushing;
-    if (abort_done) begin
-      \$569  = 1'h1;
-    end
-    if (\$505 ) begin
-      \$569  = 1'h0;
-    end
-    if (reset_cp) begin
-      \$569  = 1'h0;
-    end
-    if (rst) begin
-      \$569  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
-    \$152  = 16'h0000;
-    casez (cmd[71:64])
-      8'h00:
-          \$152  = \port$8996$0 ;
-      8'h01:
-          \$152  = \port$8998$0 ;
-      8'h02:
-          \$152  = \port$9000$0 ;
-      8'h03:
-          \$152  = \port$9002$0 ;
-      8'h04:
-          \$152  = \port$9004$0 ;
-      8'h05:
-          \$152  = \port$9006$0 ;
-      8'h06:
-          \$152  = \port$9008$0 ;
-      8'h07:
-          \$152  = \port$9010$0 ;
-      8'h08:
-          \$152  = \port$9012$0 ;
-      8'h09:
-          \$152  = \port$9014$0 ;
-      8'h0a:
-          \$152  = \port$9016$0 ;
-      8'h0b:
-          \$152  = \port$9018$0 ;
-      8'h0c:
-          \$152  = \port$9020$0 ;
-      8'h0d:
-          \$152  = \port$9022$0 ;
-      8'h0e:
-          \$152  = \port$9024$0 ;
-      8'h0f:
-          \$152  = \port$9026$0 ;
-    endcase
-  end
-  assign mask = \$4 [15:0];
+  wire writer_idle;
+  assign \$1  = ~ halted;
+  assign \$2  = enable & \$1 ;
+  assign \$3  = \$2  & entries_ok;
+  assign \$4  = head != tail;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = ~ doorbell;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ~ quiesce;
+  assign start = \$7  & \$8 ;
+  assign \$9  = | tile_count;
+  assign \$10  = | dma_count;
+  assign \$11  = \$9  | \$10 ;
+  assign \$12  = \$11  | local_valid;
+  assign in_flight = \$12  | busy;
+  assign tile_pending = | tile_count;
+  assign dma_pending = | dma_count;
+  assign axi_quiet = \idle$256  & writer_idle;
+  assign \$13  = ~ halted;
+  assign \$14  = enable & \$13 ;
+  assign \$15  = head != tail;
+  assign \$16  = \$15  | valid;
+  assign \$17  = \$16  | in_flight;
+  assign \busy$257  = \$14  & \$17 ;
+  \dx1_board.soc.cp1.decoder  decoder (
+    .clk(clk),
+    .cmd(cmd),
+    .decoded(decoded),
+    .dma_base(dma_base),
+    .dma_limit(dma_limit),
+    .footprint(footprint),
+    .reset_cp(reset_cp),
+    .route(route),
+    .rst(rst),
+    .status(status),
+    .taken(taken),
+    .valid(valid)
+  );
+  \dx1_board.soc.cp1.dispatcher  dispatcher (
+    .aborting(aborting),
+    .decoded(decoded),
+    .dispatched(taken),
+    .dma_count(dma_count),
+    .dma_hazard(dma_hazard),
+    .dma_push(dma_push),
+    .dma_ready(dma_ready),
+    .dma_valid(dma_cmd__tvalid),
+    .halted(halted),
+    .in_flight(in_flight),
+    .local_push(local_push),
+    .local_valid(local_valid),
+    .opcode(cmd[7:0]),
+    .route(route),
+    .sem_done(sem_done),
+    .sem_signal(signal),
+    .sem_wait(\wait ),
+    .stall(stall),
+    .status(status),
+    .tile_count(tile_count),
+    .tile_hazard(tile_hazard),
+    .tile_push(tile_push),
+    .tile_ready(tile_ready),
+    .tile_valid(tile_cmd__tvalid)
+  );
+  \dx1_board.soc.cp1.errors  errors (
+    .clk(clk),
+    .code(error_code),
+    .halted(halted),
+    .index(error_index),
+    .raised(irq_error),
+    .report0__code(report0__code),
+    .report0__index(report0__index),
+    .report0__valid(report0__valid),
+    .report1__index(head),
+    .report1__valid(report1__valid),
+    .report2__index(report2__index),
+    .report2__valid(report2__valid),
+    .report3__index(report3__index),
+    .report3__valid(report3__valid),
+    .reset_cp(reset_cp),
+    .resume(resume),
+    .rst(rst)
+  );
+  \dx1_board.soc.cp1.fetch  fetch (
+    .bus__araddr(axi__araddr),
+    .bus__arready(bus__arready),
+    .bus__arvalid(axi__arvalid),
+    .bus__rdata(bus__rdata),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rresp(bus__rresp),
+    .bus__rvalid(bus__rvalid),
+    .clk(clk),
+    .cmd(cmd),
+    .error__valid(report1__valid),
+    .fetched(advance),
+    .head(head),
+    .idle(\idle$256 ),
+    .index(\index$127 ),
+    .phase(\phase$128 ),
+    .reset_cp(reset_cp),
+    .ring_base(ring_base),
+    .ring_phase(ring_phase),
+    .rst(rst),
+    .start(start),
+    .taken(taken),
+    .valid(valid)
+  );
+  \dx1_board.soc.cp1.hazards  hazards (
+    .clk(clk),
+    .dma_count(dma_count),
+    .dma_hazard(dma_hazard),
+    .dma_oldest(dma_oldest),
+    .footprint(footprint),
+    .pop(tile_pop),
+    .\pop$8 (dma_pop),
+    .push(tile_push),
+    .\push$6 (dma_push),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot_in),
+    .tile_count(tile_count),
+    .tile_hazard(tile_hazard),
+    .tile_oldest(tile_oldest)
+  );
+  \dx1_board.soc.cp1.ring  ring (
+    .advance(advance),
+    .clk(clk),
+    .doorbell(doorbell),
+    .doorbell_index(doorbell_index),
+    .entries_ok(entries_ok),
+    .error__code(report0__code),
+    .error__index(report0__index),
+    .error__valid(report0__valid),
+    .head(head),
+    .mask(mask),
+    .phase(ring_phase),
+    .reset_cp(reset_cp),
+    .ring_log2(ring_log2),
+    .ring_reset(ring_reset),
+    .rst(rst),
+    .tail(tail)
+  );
+  \dx1_board.soc.cp1.semaphore  semaphore (
+    .done(sem_done),
+    .\port$12214$64 (cmd[87:64]),
+    .\port$8924$0 (\port$8924$0 ),
+    .\port$8926$0 (\port$8926$0 ),
+    .\port$8928$0 (\port$8928$0 ),
+    .\port$8930$0 (\port$8930$0 ),
+    .\port$8932$0 (\port$8932$0 ),
+    .\port$8934$0 (\port$8934$0 ),
+    .\port$8936$0 (\port$8936$0 ),
+    .\port$8938$0 (\port$8938$0 ),
+    .\port$8940$0 (\port$8940$0 ),
+    .\port$8942$0 (\port$8942$0 ),
+    .\port$8944$0 (\port$8944$0 ),
+    .\port$8946$0 (\port$8946$0 ),
+    .\port$8948$0 (\port$8948$0 ),
+    .\port$8950$0 (\port$8950$0 ),
+    .\port$8952$0 (\port$8952$0 ),
+    .\port$8954$0 (\port$8954$0 ),
+    .sem_delta(sem_delta),
+    .sem_grant(sem_grant),
+    .sem_valid(sem_valid),
+    .signal(signal),
+    .\wait (\wait )
+  );
+  \dx1_board.soc.cp1.watchdog$269  \watchdog$269  (
+    .abort_done(abort_done),
+    .abort_req(abort_req),
+    .aborting(aborting),
+    .budget(budget),
+    .clk(clk),
+    .dma_count(dma_count),
+    .dma_oldest(dma_oldest[15:0]),
+    .dma_pop(dma_pop),
+    .error__index(report3__index),
+    .fire(report3__valid),
+    .flushing(flushing),
+    .head(head),
+    .mask(mask),
+    .progress(progress),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .tile_count(tile_count),
+    .tile_oldest(tile_oldest[15:0]),
+    .tile_pop(tile_pop),
+    .writer_idle(writer_idle)
+  );
+  \dx1_board.soc.cp1.writer  writer (
+    .aborting(aborting),
+    .bus__awready(bus__awready),
+    .bus__awvalid(axi__awvalid),
+    .bus__bready(axi__bready),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wready(bus__wready),
+    .bus__wvalid(axi__wvalid),
+    .busy(busy),
+    .clk(clk),
+    .cpl_addr(axi__awaddr),
+    .cpl_data(axi__wdata),
+    .cpl_index(report2__index),
+    .cpl_opcode(trace_end_opcode),
+    .cpl_tag(trace_end_tag),
+    .cq_base(cq_base),
+    .dma_done__tdata(dma_done__tdata),
+    .dma_done__tready(dma_done__tready),
+    .dma_done__tvalid(dma_done__tvalid),
+    .dma_oldest(dma_oldest),
+    .dma_pending(dma_pending),
+    .dma_pop(dma_pop),
+    .error__valid(report2__valid),
+    .flushing(flushing),
+    .idle(writer_idle),
+    .irq_completion(irq_completion),
+    .local_push(local_push),
+    .local_slot(slot_in),
+    .\local_status$7 (status),
+    .local_valid(local_valid),
+    .quiesce(quiesce),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .tile_done__tdata(tile_done__tdata),
+    .tile_done__tready(tile_done__tready),
+    .tile_done__tvalid(tile_done__tvalid),
+    .tile_oldest(tile_oldest),
+    .tile_pending(tile_pending),
+    .tile_pop(tile_pop),
+    .timestamp(timestamp),
+    .trace_end(trace_end)
+  );
+  assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign axi__awlen = 8'h00;
+  assign bus__awlen = 8'h00;
+  assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
+  assign axi__awburst = 2'h1;
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = axi__wdata;
+  assign axi__wstrb = 8'hff;
+  assign bus__wstrb = 8'hff;
+  assign axi__wlast = 1'h1;
+  assign bus__wlast = 1'h1;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
+  assign bus__bready = axi__bready;
   assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
   assign axi__arlen = 8'h03;
+  assign bus__arlen = 8'h03;
   assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
   assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign \ring_log2$59  = ring_log2;
+  assign \ring_reset$61  = ring_reset;
+  assign \doorbell$63  = doorbell;
+  assign \doorbell_index$65  = doorbell_index;
+  assign fetched = advance;
+  assign \head$69  = head;
+  assign \tail$71  = tail;
+  assign \resume$73  = resume;
+  assign \halted$75  = halted;
+  assign code = error_code;
+  assign index = error_index;
+  assign \irq_error$81  = irq_error;
+  assign error__code = report0__code;
+  assign error__index = report0__index;
+  assign error__valid = report0__valid;
+  assign report1__code = 8'h09;
+  assign \error__code$89  = 8'h09;
+  assign report1__index = head;
+  assign \error__index$91  = head;
+  assign \error__valid$93  = report1__valid;
+  assign report2__code = 8'h09;
+  assign \error__code$95  = 8'h09;
+  assign \error__index$97  = report2__index;
+  assign \error__valid$99  = report2__valid;
+  assign report3__code = 8'h0d;
+  assign \error__code$101  = 8'h0d;
+  assign \error__index$103  = report3__index;
+  assign \error__valid$105  = report3__valid;
+  assign \ring_base$107  = ring_base;
+  assign \head$108  = head;
+  assign phase = ring_phase;
+  assign dispatched = taken;
+  assign \cmd$118  = cmd;
+  assign \valid$120  = valid;
+  assign \taken$121  = taken;
+  assign \dma_base$123  = dma_base;
+  assign \dma_limit$125  = dma_limit;
+  assign \footprint$135  = footprint;
+  assign slot = slot_in;
+  assign \tile_push$138  = tile_push;
+  assign \dma_push$140  = dma_push;
+  assign \tile_pop$142  = tile_pop;
+  assign \dma_pop$144  = dma_pop;
+  assign \decoded$146  = decoded;
+  assign \halted$147  = halted;
+  assign \aborting$149  = aborting;
+  assign \route$151  = route;
+  assign \status$153  = status;
+  assign opcode = cmd[7:0];
+  assign \tile_count$155  = tile_count;
+  assign \dma_count$156  = dma_count;
+  assign \tile_hazard$158  = tile_hazard;
+  assign \dma_hazard$160  = dma_hazard;
+  assign \local_valid$161  = local_valid;
+  assign \in_flight$162  = in_flight;
   assign tile_cmd__tdata = cmd;
+  assign tile_valid = tile_cmd__tvalid;
+  assign tile_cmd__tready = tile_ready;
   assign dma_cmd__tdata = cmd;
-  assign sem_values = { \port$9026$0 , \port$9024$0 , \port$9022$0 , \port$9020$0 , \port$9018$0 , \port$9016$0 , \port$9014$0 , \port$9012$0 , \port$9010$0 , \port$9008$0 , \port$9006$0 , \port$9004$0 , \port$9002$0 , \port$9000$0 , \port$8998$0 , \port$8996$0  };
+  assign dma_valid = dma_cmd__tvalid;
+  assign dma_cmd__tready = dma_ready;
+  assign sem_signal = signal;
+  assign sem_wait = \wait ;
+  assign done = sem_done;
+  assign sem = cmd[71:64];
+  assign count = cmd[87:72];
+  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign \sem_values$182  = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign \sem_grant$184  = sem_grant;
+  assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
-  assign trace_start = dispatched;
+  assign \sem_index$188  = cmd[67:64];
+  assign \sem_delta$190  = sem_delta;
+  assign \stall$192  = stall;
+  assign trace_start = taken;
   assign trace_tag = cmd[31:16];
   assign trace_opcode = cmd[7:0];
-  assign axi__awid = 4'h0;
-  assign axi__awlen = 8'h00;
-  assign axi__awsize = 3'h3;
-  assign axi__awburst = 2'h1;
-  assign cpl_addr = axi__awaddr;
-  assign cpl_data = axi__wdata;
-  assign axi__wstrb = 8'hff;
-  assign axi__wlast = 1'h1;
-  assign cpl_tag = trace_end_tag;
-  assign cpl_opcode = trace_end_opcode;
+  assign \cq_base$197  = cq_base;
+  assign \timestamp$199  = timestamp;
+  assign \quiesce$200  = quiesce;
+  assign \aborting$201  = aborting;
+  assign \flushing$203  = flushing;
+  assign \local_push$205  = local_push;
+  assign local_slot = slot_in;
+  assign local_status = status;
+  assign \tile_oldest$210  = tile_oldest;
+  assign \dma_oldest$213  = dma_oldest;
+  assign \irq_completion$215  = irq_completion;
+  assign \trace_end$217  = trace_end;
+  assign \trace_end_tag$219  = trace_end_tag;
+  assign \trace_end_opcode$221  = trace_end_opcode;
   assign trace_status = axi__wdata[23:16];
-  assign axi__araddr = \$13 [31:0];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \trace_status$223  = axi__wdata[23:16];
+  assign \tile_done__tdata$225  = tile_done__tdata;
+  assign \tile_done__tready$227  = tile_done__tready;
+  assign \tile_done__tvalid$229  = tile_done__tvalid;
+  assign \dma_done__tdata$231  = dma_done__tdata;
+  assign \dma_done__tready$233  = dma_done__tready;
+  assign \dma_done__tvalid$235  = dma_done__tvalid;
+  assign watchdog = budget;
+  assign \progress$239  = progress;
+  assign \tile_pop$240  = tile_pop;
+  assign \dma_pop$241  = dma_pop;
+  assign \tile_count$242  = tile_count;
+  assign \dma_count$243  = dma_count;
+  assign \head$244  = head;
+  assign \mask$246  = mask;
+  assign \tile_oldest$247  = tile_oldest[15:0];
+  assign \dma_oldest$248  = dma_oldest[15:0];
+  assign \abort_done$250  = abort_done;
+  assign idle = writer_idle;
+  assign \abort_req$254  = abort_req;
   assign \slot_in.ring_index  = slot_in[15:0];
   assign \slot_in.phase  = slot_in[16];
   assign \slot_in.tag  = slot_in[32:17];
@@ -41316,108 +40002,4223 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \slot_in.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot_in.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot_in.footprint.acc_w_hi  = slot_in[312:279];
-  assign \fp.spm_r_lo  = fp[33:0];
-  assign \fp.spm_r_hi  = fp[67:34];
-  assign \fp.spm_w_lo  = fp[101:68];
-  assign \fp.spm_w_hi  = fp[135:102];
-  assign \fp.acc_r_lo  = fp[169:136];
-  assign \fp.acc_r_hi  = fp[203:170];
-  assign \fp.acc_w_lo  = fp[237:204];
-  assign \fp.acc_w_hi  = fp[271:238];
-  assign \sem_values[0]  = \port$8996$0 ;
-  assign \sem_values[1]  = \port$8998$0 ;
-  assign \sem_values[2]  = \port$9000$0 ;
-  assign \sem_values[3]  = \port$9002$0 ;
-  assign \sem_values[4]  = \port$9004$0 ;
-  assign \sem_values[5]  = \port$9006$0 ;
-  assign \sem_values[6]  = \port$9008$0 ;
-  assign \sem_values[7]  = \port$9010$0 ;
-  assign \sem_values[8]  = \port$9012$0 ;
-  assign \sem_values[9]  = \port$9014$0 ;
-  assign \sem_values[10]  = \port$9016$0 ;
-  assign \sem_values[11]  = \port$9018$0 ;
-  assign \sem_values[12]  = \port$9020$0 ;
-  assign \sem_values[13]  = \port$9022$0 ;
-  assign \sem_values[14]  = \port$9024$0 ;
-  assign \sem_values[15]  = \port$9026$0 ;
-  assign \dma_slot0.ring_index  = dma_slot0[15:0];
-  assign \dma_slot0.phase  = dma_slot0[16];
-  assign \dma_slot0.tag  = dma_slot0[32:17];
-  assign \dma_slot0.opcode  = dma_slot0[40:33];
-  assign \dma_slot0.footprint  = dma_slot0[312:41];
-  assign \dma_slot0.footprint.spm_r_lo  = dma_slot0[74:41];
-  assign \dma_slot0.footprint.spm_r_hi  = dma_slot0[108:75];
-  assign \dma_slot0.footprint.spm_w_lo  = dma_slot0[142:109];
-  assign \dma_slot0.footprint.spm_w_hi  = dma_slot0[176:143];
-  assign \dma_slot0.footprint.acc_r_lo  = dma_slot0[210:177];
-  assign \dma_slot0.footprint.acc_r_hi  = dma_slot0[244:211];
-  assign \dma_slot0.footprint.acc_w_lo  = dma_slot0[278:245];
-  assign \dma_slot0.footprint.acc_w_hi  = dma_slot0[312:279];
-  assign \dma_slot1.ring_index  = dma_slot1[15:0];
-  assign \dma_slot1.phase  = dma_slot1[16];
-  assign \dma_slot1.tag  = dma_slot1[32:17];
-  assign \dma_slot1.opcode  = dma_slot1[40:33];
-  assign \dma_slot1.footprint  = dma_slot1[312:41];
-  assign \dma_slot1.footprint.spm_r_lo  = dma_slot1[74:41];
-  assign \dma_slot1.footprint.spm_r_hi  = dma_slot1[108:75];
-  assign \dma_slot1.footprint.spm_w_lo  = dma_slot1[142:109];
-  assign \dma_slot1.footprint.spm_w_hi  = dma_slot1[176:143];
-  assign \dma_slot1.footprint.acc_r_lo  = dma_slot1[210:177];
-  assign \dma_slot1.footprint.acc_r_hi  = dma_slot1[244:211];
-  assign \dma_slot1.footprint.acc_w_lo  = dma_slot1[278:245];
-  assign \dma_slot1.footprint.acc_w_hi  = dma_slot1[312:279];
-  assign \tile_slot0.ring_index  = tile_slot0[15:0];
-  assign \tile_slot0.phase  = tile_slot0[16];
-  assign \tile_slot0.tag  = tile_slot0[32:17];
-  assign \tile_slot0.opcode  = tile_slot0[40:33];
-  assign \tile_slot0.footprint  = tile_slot0[312:41];
-  assign \tile_slot0.footprint.spm_r_lo  = tile_slot0[74:41];
-  assign \tile_slot0.footprint.spm_r_hi  = tile_slot0[108:75];
-  assign \tile_slot0.footprint.spm_w_lo  = tile_slot0[142:109];
-  assign \tile_slot0.footprint.spm_w_hi  = tile_slot0[176:143];
-  assign \tile_slot0.footprint.acc_r_lo  = tile_slot0[210:177];
-  assign \tile_slot0.footprint.acc_r_hi  = tile_slot0[244:211];
-  assign \tile_slot0.footprint.acc_w_lo  = tile_slot0[278:245];
-  assign \tile_slot0.footprint.acc_w_hi  = tile_slot0[312:279];
-  assign \tile_slot1.ring_index  = tile_slot1[15:0];
-  assign \tile_slot1.phase  = tile_slot1[16];
-  assign \tile_slot1.tag  = tile_slot1[32:17];
-  assign \tile_slot1.opcode  = tile_slot1[40:33];
-  assign \tile_slot1.footprint  = tile_slot1[312:41];
-  assign \tile_slot1.footprint.spm_r_lo  = tile_slot1[74:41];
-  assign \tile_slot1.footprint.spm_r_hi  = tile_slot1[108:75];
-  assign \tile_slot1.footprint.spm_w_lo  = tile_slot1[142:109];
-  assign \tile_slot1.footprint.spm_w_hi  = tile_slot1[176:143];
-  assign \tile_slot1.footprint.acc_r_lo  = tile_slot1[210:177];
-  assign \tile_slot1.footprint.acc_r_hi  = tile_slot1[244:211];
-  assign \tile_slot1.footprint.acc_w_lo  = tile_slot1[278:245];
-  assign \tile_slot1.footprint.acc_w_hi  = tile_slot1[312:279];
-  assign \tile_slot2.ring_index  = tile_slot2[15:0];
-  assign \tile_slot2.phase  = tile_slot2[16];
-  assign \tile_slot2.tag  = tile_slot2[32:17];
-  assign \tile_slot2.opcode  = tile_slot2[40:33];
-  assign \tile_slot2.footprint  = tile_slot2[312:41];
-  assign \tile_slot2.footprint.spm_r_lo  = tile_slot2[74:41];
-  assign \tile_slot2.footprint.spm_r_hi  = tile_slot2[108:75];
-  assign \tile_slot2.footprint.spm_w_lo  = tile_slot2[142:109];
-  assign \tile_slot2.footprint.spm_w_hi  = tile_slot2[176:143];
-  assign \tile_slot2.footprint.acc_r_lo  = tile_slot2[210:177];
-  assign \tile_slot2.footprint.acc_r_hi  = tile_slot2[244:211];
-  assign \tile_slot2.footprint.acc_w_lo  = tile_slot2[278:245];
-  assign \tile_slot2.footprint.acc_w_hi  = tile_slot2[312:279];
-  assign \tile_slot3.ring_index  = tile_slot3[15:0];
-  assign \tile_slot3.phase  = tile_slot3[16];
-  assign \tile_slot3.tag  = tile_slot3[32:17];
-  assign \tile_slot3.opcode  = tile_slot3[40:33];
-  assign \tile_slot3.footprint  = tile_slot3[312:41];
-  assign \tile_slot3.footprint.spm_r_lo  = tile_slot3[74:41];
-  assign \tile_slot3.footprint.spm_r_hi  = tile_slot3[108:75];
-  assign \tile_slot3.footprint.spm_w_lo  = tile_slot3[142:109];
-  assign \tile_slot3.footprint.spm_w_hi  = tile_slot3[176:143];
-  assign \tile_slot3.footprint.acc_r_lo  = tile_slot3[210:177];
-  assign \tile_slot3.footprint.acc_r_hi  = tile_slot3[244:211];
-  assign \tile_slot3.footprint.acc_w_lo  = tile_slot3[278:245];
-  assign \tile_slot3.footprint.acc_w_hi  = tile_slot3[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \footprint$135.spm_r_lo  = footprint[33:0];
+  assign \footprint$135.spm_r_hi  = footprint[67:34];
+  assign \footprint$135.spm_w_lo  = footprint[101:68];
+  assign \footprint$135.spm_w_hi  = footprint[135:102];
+  assign \footprint$135.acc_r_lo  = footprint[169:136];
+  assign \footprint$135.acc_r_hi  = footprint[203:170];
+  assign \footprint$135.acc_w_lo  = footprint[237:204];
+  assign \footprint$135.acc_w_hi  = footprint[271:238];
+  assign \slot.ring_index  = slot_in[15:0];
+  assign \slot.phase  = slot_in[16];
+  assign \slot.tag  = slot_in[32:17];
+  assign \slot.opcode  = slot_in[40:33];
+  assign \slot.footprint  = slot_in[312:41];
+  assign \slot.footprint.spm_r_lo  = slot_in[74:41];
+  assign \slot.footprint.spm_r_hi  = slot_in[108:75];
+  assign \slot.footprint.spm_w_lo  = slot_in[142:109];
+  assign \slot.footprint.spm_w_hi  = slot_in[176:143];
+  assign \slot.footprint.acc_r_lo  = slot_in[210:177];
+  assign \slot.footprint.acc_r_hi  = slot_in[244:211];
+  assign \slot.footprint.acc_w_lo  = slot_in[278:245];
+  assign \slot.footprint.acc_w_hi  = slot_in[312:279];
+  assign \sem_values[0]  = \port$8924$0 ;
+  assign \sem_values[1]  = \port$8926$0 ;
+  assign \sem_values[2]  = \port$8928$0 ;
+  assign \sem_values[3]  = \port$8930$0 ;
+  assign \sem_values[4]  = \port$8932$0 ;
+  assign \sem_values[5]  = \port$8934$0 ;
+  assign \sem_values[6]  = \port$8936$0 ;
+  assign \sem_values[7]  = \port$8938$0 ;
+  assign \sem_values[8]  = \port$8940$0 ;
+  assign \sem_values[9]  = \port$8942$0 ;
+  assign \sem_values[10]  = \port$8944$0 ;
+  assign \sem_values[11]  = \port$8946$0 ;
+  assign \sem_values[12]  = \port$8948$0 ;
+  assign \sem_values[13]  = \port$8950$0 ;
+  assign \sem_values[14]  = \port$8952$0 ;
+  assign \sem_values[15]  = \port$8954$0 ;
+  assign \sem_values$182[0]  = \port$8924$0 ;
+  assign \sem_values$182[1]  = \port$8926$0 ;
+  assign \sem_values$182[2]  = \port$8928$0 ;
+  assign \sem_values$182[3]  = \port$8930$0 ;
+  assign \sem_values$182[4]  = \port$8932$0 ;
+  assign \sem_values$182[5]  = \port$8934$0 ;
+  assign \sem_values$182[6]  = \port$8936$0 ;
+  assign \sem_values$182[7]  = \port$8938$0 ;
+  assign \sem_values$182[8]  = \port$8940$0 ;
+  assign \sem_values$182[9]  = \port$8942$0 ;
+  assign \sem_values$182[10]  = \port$8944$0 ;
+  assign \sem_values$182[11]  = \port$8946$0 ;
+  assign \sem_values$182[12]  = \port$8948$0 ;
+  assign \sem_values$182[13]  = \port$8950$0 ;
+  assign \sem_values$182[14]  = \port$8952$0 ;
+  assign \sem_values$182[15]  = \port$8954$0 ;
+  assign \local_slot.ring_index  = slot_in[15:0];
+  assign \local_slot.phase  = slot_in[16];
+  assign \local_slot.tag  = slot_in[32:17];
+  assign \local_slot.opcode  = slot_in[40:33];
+  assign \local_slot.footprint  = slot_in[312:41];
+  assign \local_slot.footprint.spm_r_lo  = slot_in[74:41];
+  assign \local_slot.footprint.spm_r_hi  = slot_in[108:75];
+  assign \local_slot.footprint.spm_w_lo  = slot_in[142:109];
+  assign \local_slot.footprint.spm_w_hi  = slot_in[176:143];
+  assign \local_slot.footprint.acc_r_lo  = slot_in[210:177];
+  assign \local_slot.footprint.acc_r_hi  = slot_in[244:211];
+  assign \local_slot.footprint.acc_w_lo  = slot_in[278:245];
+  assign \local_slot.footprint.acc_w_hi  = slot_in[312:279];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \tile_oldest$210.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest$210.phase  = tile_oldest[16];
+  assign \tile_oldest$210.tag  = tile_oldest[32:17];
+  assign \tile_oldest$210.opcode  = tile_oldest[40:33];
+  assign \tile_oldest$210.footprint  = tile_oldest[312:41];
+  assign \tile_oldest$210.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest$210.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest$210.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest$210.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest$210.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest$210.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest$210.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest$210.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \dma_oldest$213.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest$213.phase  = dma_oldest[16];
+  assign \dma_oldest$213.tag  = dma_oldest[32:17];
+  assign \dma_oldest$213.opcode  = dma_oldest[40:33];
+  assign \dma_oldest$213.footprint  = dma_oldest[312:41];
+  assign \dma_oldest$213.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest$213.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest$213.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest$213.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest$213.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest$213.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest$213.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest$213.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign slot_in[312:41] = footprint;
+  assign slot_in[40:33] = cmd[7:0];
+  assign slot_in[32:17] = cmd[31:16];
+  assign slot_in[16] = \phase$128 ;
+  assign slot_in[15:0] = \index$127 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, valid, status, route, footprint, taken, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
+  wire \$1 ;
+  wire [48:0] \$10 ;
+  wire [7:0] \$100 ;
+  wire [255:0] \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire [7:0] \$104 ;
+  wire [7:0] \$105 ;
+  wire [255:0] \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire [21:0] \$11 ;
+  wire [7:0] \$110 ;
+  wire [7:0] \$111 ;
+  wire [7:0] \$112 ;
+  wire [255:0] \$113 ;
+  wire \$114 ;
+  wire [7:0] \$115 ;
+  wire [255:0] \$116 ;
+  wire \$117 ;
+  wire [7:0] \$118 ;
+  wire \$119 ;
+  wire [19:0] \$12 ;
+  wire \$120 ;
+  wire [15:0] \$121 ;
+  wire \$122 ;
+  wire [32:0] \$123 ;
+  wire [16:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire [15:0] \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire [21:0] \$13 ;
+  wire [16:0] \$130 ;
+  wire [16:0] \$131 ;
+  wire [16:0] \$132 ;
+  wire [34:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [34:0] \$135 ;
+  wire [34:0] \$136 ;
+  reg [2:0] \$137 ;
+  reg [32:0] \$138 ;
+  reg [32:0] \$139 ;
+  wire [31:0] \$14 ;
+  reg [48:0] \$140 ;
+  reg [21:0] \$141 ;
+  reg [31:0] \$142 ;
+  reg [19:0] \$143 ;
+  reg [33:0] \$144 ;
+  reg [49:0] \$145 ;
+  reg [32:0] \$146 ;
+  reg [32:0] \$147 ;
+  reg [32:0] \$148 ;
+  reg [20:0] \$149 ;
+  wire [19:0] \$15 ;
+  reg [16:0] \$150 ;
+  reg [7:0] \$151 ;
+  reg [1:0] \$152 ;
+  reg [271:0] \$153 ;
+  wire [33:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [49:0] \$18 ;
+  wire [50:0] \$19 ;
+  wire \$2 ;
+  wire [32:0] \$20 ;
+  wire [32:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [20:0] \$23 ;
+  wire [16:0] \$24 ;
+  wire \$25 ;
+  wire [255:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [3:0] \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire [7:0] \$45 ;
+  wire [7:0] \$46 ;
+  wire [7:0] \$47 ;
+  wire [7:0] \$48 ;
+  wire [7:0] \$49 ;
+  wire [16:0] \$5 ;
+  wire [7:0] \$50 ;
+  wire [255:0] \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire [32:0] \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire [16:0] \$7 ;
+  wire [7:0] \$70 ;
+  wire [7:0] \$71 ;
+  wire [7:0] \$72 ;
+  wire [7:0] \$73 ;
+  wire [7:0] \$74 ;
+  wire [7:0] \$75 ;
+  wire [255:0] \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire [32:0] \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire [16:0] \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire [7:0] \$97 ;
+  wire [7:0] \$98 ;
+  wire [7:0] \$99 ;
+  input clk;
+  wire clk;
+  input [255:0] cmd;
+  wire [255:0] cmd;
+  reg [32:0] cp_dst_end = 33'h000000000;
+  reg [32:0] cp_src_end = 33'h000000000;
+  output decoded;
+  wire decoded;
+  input [31:0] dma_base;
+  wire [31:0] dma_base;
+  input [31:0] dma_limit;
+  wire [31:0] dma_limit;
+  output [271:0] footprint;
+  reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  reg [271:0] fp_next;
+  wire [33:0] \fp_next.acc_r_hi ;
+  wire [33:0] \fp_next.acc_r_lo ;
+  wire [33:0] \fp_next.acc_w_hi ;
+  wire [33:0] \fp_next.acc_w_lo ;
+  wire [33:0] \fp_next.spm_r_hi ;
+  wire [33:0] \fp_next.spm_r_lo ;
+  wire [33:0] \fp_next.spm_w_hi ;
+  wire [33:0] \fp_next.spm_w_lo ;
+  reg [32:0] g_a_end = 33'h000000000;
+  reg [31:0] g_a_rows = 32'd0;
+  reg [20:0] g_b_end = 21'h000000;
+  reg [19:0] g_b_rows = 20'h00000;
+  reg [21:0] mv_bytes = 22'h000000;
+  reg [32:0] mv_col_off = 33'h000000000;
+  reg [49:0] mv_end = 50'h0000000000000;
+  reg [33:0] mv_last = 34'h000000000;
+  reg [48:0] mv_mem_off = 49'h0000000000000;
+  reg [32:0] mv_row_off = 33'h000000000;
+  reg [16:0] p_src_end = 17'h00000;
+  input reset_cp;
+  wire reset_cp;
+  output [1:0] route;
+  reg [1:0] route = 2'h0;
+  reg [1:0] route_next;
+  input rst;
+  wire rst;
+  reg [2:0] stage = 3'h0;
+  output [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
+  input taken;
+  wire taken;
+  input valid;
+  wire valid;
+  assign \$1  = ~ valid;
+  assign \$2  = \$1  | taken;
+  assign \$3  = stage != 3'h4;
+  assign \$4  = stage + 1'h1;
+  assign \$5  = cmd[159:144] - 1'h1;
+  assign \$6  = $signed(\$5 ) * $signed({ 1'h0, cmd[191:176] });
+  assign \$7  = cmd[175:160] - 1'h1;
+  assign \$8  = $signed(\$7 ) * $signed({ 1'h0, cmd[207:192] });
+  assign \$9  = cmd[159:144] - 1'h1;
+  assign \$10  = $signed(\$9 ) * $signed({ 1'h0, cmd[127:96] });
+  assign \$11  = cmd[175:160] * 6'h20;
+  assign \$12  = cmd[175:160] * 4'h8;
+  assign \$13  = cmd[8] ? \$11  : { 2'h0, \$12  };
+  assign \$14  = cmd[143:128] * cmd[127:112];
+  assign \$15  = cmd[143:128] * 4'h8;
+  assign \$16  = $signed({ 1'h0, cmd[143:128] }) + $signed(mv_row_off);
+  assign \$17  = $signed(\$16 ) + $signed(mv_col_off);
+  assign \$18  = $signed({ 1'h0, cmd[95:64] }) + $signed(mv_mem_off);
+  assign \$19  = $signed(\$18 ) + $signed({ 1'h0, mv_bytes });
+  assign \$20  = cmd[95:64] + cmd[159:128];
+  assign \$21  = cmd[127:96] + cmd[159:128];
+  assign \$22  = cmd[79:64] + g_a_rows;
+  assign \$23  = cmd[95:80] + g_b_rows;
+  assign \$24  = cmd[79:64] + cmd[111:96];
+  assign \$25  = stage == 3'h4;
+  assign decoded = valid & \$25 ;
+  assign \$27  = | \$26 ;
+  assign \$28  = ! cmd[159:144];
+  assign \$29  = ! cmd[175:160];
+  assign \$30  = \$28  | \$29 ;
+  assign \$31  = ~ cmd[8];
+  assign \$32  = mv_last >= 13'h1000;
+  assign \$33  = \$31  & \$32 ;
+  assign \$34  = mv_last >= 11'h400;
+  assign \$35  = cmd[8] & \$34 ;
+  assign \$36  = | cmd[66:64];
+  assign \$37  = | cmd[98:96];
+  assign \$38  = \$36  | \$37 ;
+  assign \$39  = cmd[95:64] >= dma_base;
+  assign \$40  = mv_end <= dma_limit;
+  assign \$41  = \$39  & \$40 ;
+  assign \$42  = mv_end <= 21'h100000;
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = ~ \$43 ;
+  assign \$45  = \$43  ? 8'h00 : 8'h07;
+  assign \$46  = \$38  ? 8'h08 : \$45 ;
+  assign \$47  = \$35  ? 8'h06 : \$46 ;
+  assign \$48  = \$33  ? 8'h05 : \$47 ;
+  assign \$49  = \$30  ? 8'h03 : \$48 ;
+  assign \$50  = \$27  ? 8'h02 : \$49 ;
+  assign \$52  = | \$51 ;
+  assign \$53  = ! cmd[159:144];
+  assign \$54  = ! cmd[175:160];
+  assign \$55  = \$53  | \$54 ;
+  assign \$56  = ~ cmd[8];
+  assign \$57  = mv_last >= 13'h1000;
+  assign \$58  = \$56  & \$57 ;
+  assign \$59  = mv_last >= 11'h400;
+  assign \$60  = cmd[8] & \$59 ;
+  assign \$61  = | cmd[66:64];
+  assign \$62  = | cmd[98:96];
+  assign \$63  = \$61  | \$62 ;
+  assign \$64  = cmd[95:64] >= dma_base;
+  assign \$65  = mv_end <= dma_limit;
+  assign \$66  = \$64  & \$65 ;
+  assign \$67  = mv_end <= 21'h100000;
+  assign \$68  = \$66  & \$67 ;
+  assign \$69  = ~ \$68 ;
+  assign \$70  = \$68  ? 8'h00 : 8'h07;
+  assign \$71  = \$63  ? 8'h08 : \$70 ;
+  assign \$72  = \$60  ? 8'h06 : \$71 ;
+  assign \$73  = \$58  ? 8'h05 : \$72 ;
+  assign \$74  = \$55  ? 8'h03 : \$73 ;
+  assign \$75  = \$52  ? 8'h02 : \$74 ;
+  assign \$77  = | \$76 ;
+  assign \$78  = ! cmd[159:128];
+  assign \$79  = | cmd[66:64];
+  assign \$80  = | cmd[98:96];
+  assign \$81  = \$79  | \$80 ;
+  assign \$82  = | cmd[130:128];
+  assign \$83  = \$81  | \$82 ;
+  assign \$84  = cmd[95:64] >= dma_base;
+  assign \$85  = cp_src_end <= dma_limit;
+  assign \$86  = \$84  & \$85 ;
+  assign \$87  = cp_src_end <= 21'h100000;
+  assign \$88  = \$86  & \$87 ;
+  assign \$89  = ~ \$88 ;
+  assign \$90  = cmd[127:96] >= dma_base;
+  assign \$91  = cp_dst_end <= dma_limit;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = cp_dst_end <= 21'h100000;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = ~ \$94 ;
+  assign \$96  = \$89  | \$95 ;
+  assign \$97  = \$96  ? 8'h07 : 8'h00;
+  assign \$98  = \$83  ? 8'h08 : \$97 ;
+  assign \$99  = \$78  ? 8'h03 : \$98 ;
+  assign \$100  = \$77  ? 8'h02 : \$99 ;
+  assign \$102  = | \$101 ;
+  assign \$103  = cmd[71:64] >= 5'h10;
+  assign \$104  = \$103  ? 8'h0a : 8'h00;
+  assign \$105  = \$102  ? 8'h02 : \$104 ;
+  assign \$107  = | \$106 ;
+  assign \$108  = ! cmd[87:72];
+  assign \$109  = cmd[71:64] >= 5'h10;
+  assign \$110  = \$109  ? 8'h0a : 8'h00;
+  assign \$111  = \$108  ? 8'h03 : \$110 ;
+  assign \$112  = \$107  ? 8'h02 : \$111 ;
+  assign \$114  = | \$113 ;
+  assign \$115  = \$114  ? 8'h02 : 8'h00;
+  assign \$117  = | \$116 ;
+  assign \$118  = \$117  ? 8'h02 : 8'h00;
+  assign \$119  = | status_next;
+  assign \$120  = cmd[79:64] < cmd[95:80];
+  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
+  assign \$122  = g_a_end > g_b_end;
+  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
+  assign \$124  = cmd[111:96] + cmd[127:112];
+  assign \$125  = cmd[127:112] < cmd[79:64];
+  assign \$126  = cmd[9] & \$125 ;
+  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
+  assign \$128  = cmd[127:112] >= p_src_end;
+  assign \$129  = cmd[9] & \$128 ;
+  assign \$130  = cmd[127:112] + 1'h1;
+  assign \$131  = \$129  ? \$130  : p_src_end;
+  assign \$132  = cmd[95:80] + cmd[111:96];
+  assign \$133  = mv_last + 1'h1;
+  assign \$134  = mv_last + 1'h1;
+  assign \$135  = mv_last + 1'h1;
+  assign \$136  = mv_last + 1'h1;
+  always @(posedge clk)
+    stage <= \$137 ;
+  always @(posedge clk)
+    mv_row_off <= \$138 ;
+  always @(posedge clk)
+    mv_col_off <= \$139 ;
+  always @(posedge clk)
+    mv_mem_off <= \$140 ;
+  always @(posedge clk)
+    mv_bytes <= \$141 ;
+  always @(posedge clk)
+    g_a_rows <= \$142 ;
+  always @(posedge clk)
+    g_b_rows <= \$143 ;
+  always @(posedge clk)
+    mv_last <= \$144 ;
+  always @(posedge clk)
+    mv_end <= \$145 ;
+  always @(posedge clk)
+    cp_src_end <= \$146 ;
+  always @(posedge clk)
+    cp_dst_end <= \$147 ;
+  always @(posedge clk)
+    g_a_end <= \$148 ;
+  always @(posedge clk)
+    g_b_end <= \$149 ;
+  always @(posedge clk)
+    p_src_end <= \$150 ;
+  always @(posedge clk)
+    status <= \$151 ;
+  always @(posedge clk)
+    route <= \$152 ;
+  always @(posedge clk)
+    footprint <= \$153 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$137  = stage;
+    if (\$2 ) begin
+      \$137  = 3'h0;
+    end else if (\$3 ) begin
+      \$137  = \$4 [2:0];
+    end
+    if (reset_cp) begin
+      \$137  = 3'h0;
+    end
+    if (rst) begin
+      \$137  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$138  = \$6 ;
+    if (reset_cp) begin
+      \$138  = 33'h000000000;
+    end
+    if (rst) begin
+      \$138  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$139  = \$8 ;
+    if (reset_cp) begin
+      \$139  = 33'h000000000;
+    end
+    if (rst) begin
+      \$139  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$140  = \$10 ;
+    if (reset_cp) begin
+      \$140  = 49'h0000000000000;
+    end
+    if (rst) begin
+      \$140  = 49'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$141  = \$13 ;
+    if (reset_cp) begin
+      \$141  = 22'h000000;
+    end
+    if (rst) begin
+      \$141  = 22'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$142  = \$14 ;
+    if (reset_cp) begin
+      \$142  = 32'd0;
+    end
+    if (rst) begin
+      \$142  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$143  = \$15 ;
+    if (reset_cp) begin
+      \$143  = 20'h00000;
+    end
+    if (rst) begin
+      \$143  = 20'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$144  = \$17 [33:0];
+    if (reset_cp) begin
+      \$144  = 34'h000000000;
+    end
+    if (rst) begin
+      \$144  = 34'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$145  = \$19 [49:0];
+    if (reset_cp) begin
+      \$145  = 50'h0000000000000;
+    end
+    if (rst) begin
+      \$145  = 50'h0000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$146  = \$20 ;
+    if (reset_cp) begin
+      \$146  = 33'h000000000;
+    end
+    if (rst) begin
+      \$146  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$147  = \$21 ;
+    if (reset_cp) begin
+      \$147  = 33'h000000000;
+    end
+    if (rst) begin
+      \$147  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$148  = \$22 ;
+    if (reset_cp) begin
+      \$148  = 33'h000000000;
+    end
+    if (rst) begin
+      \$148  = 33'h000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$149  = \$23 ;
+    if (reset_cp) begin
+      \$149  = 21'h000000;
+    end
+    if (rst) begin
+      \$149  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$150  = \$24 ;
+    if (reset_cp) begin
+      \$150  = 17'h00000;
+    end
+    if (rst) begin
+      \$150  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$151  = status_next;
+    if (reset_cp) begin
+      \$151  = 8'h00;
+    end
+    if (rst) begin
+      \$151  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$152  = route_next;
+    if (reset_cp) begin
+      \$152  = 2'h0;
+    end
+    if (rst) begin
+      \$152  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    \$153  = fp_next;
+    if (reset_cp) begin
+      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    (* full_case = 32'd1 *)
+    casez (cmd[7:0])
+      8'h03, 8'h04:
+          status_next = 8'h00;
+      8'h01:
+          status_next = \$50 ;
+      8'h02:
+          status_next = \$75 ;
+      8'h08:
+          status_next = \$100 ;
+      8'h06:
+          status_next = \$105 ;
+      8'h07:
+          status_next = \$112 ;
+      8'h00:
+          status_next = \$115 ;
+      8'h05:
+          status_next = \$118 ;
+      default:
+          status_next = 8'h01;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    route_next = 2'h0;
+    casez (cmd[7:0])
+      8'h03, 8'h04:
+          route_next = 2'h1;
+      8'h01:
+          route_next = 2'h2;
+      8'h02:
+          route_next = 2'h2;
+      8'h08:
+          route_next = 2'h2;
+    endcase
+    if (\$119 ) begin
+      route_next = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          fp_next[33:0] = { 18'h00000, \$121  };
+          fp_next[67:34] = { 1'h0, \$123  };
+          fp_next[237:204] = { 18'h00000, cmd[111:96] };
+          fp_next[271:238] = { 17'h00000, \$124  };
+        end
+      8'h04:
+        begin
+          fp_next[169:136] = { 18'h00000, \$127  };
+          fp_next[203:170] = { 17'h00000, \$131  };
+          fp_next[101:68] = { 18'h00000, cmd[95:80] };
+          fp_next[135:102] = { 17'h00000, \$132  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            fp_next[237:204] = { 18'h00000, cmd[143:128] };
+            fp_next[271:238] = \$133 [33:0];
+          end else begin
+            fp_next[101:68] = { 18'h00000, cmd[143:128] };
+            fp_next[135:102] = \$134 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            fp_next[169:136] = { 18'h00000, cmd[143:128] };
+            fp_next[203:170] = \$135 [33:0];
+          end else begin
+            fp_next[33:0] = { 18'h00000, cmd[143:128] };
+            fp_next[67:34] = \$136 [33:0];
+          end
+    endcase
+  end
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \fp_next.spm_r_lo  = fp_next[33:0];
+  assign \fp_next.spm_r_hi  = fp_next[67:34];
+  assign \fp_next.spm_w_lo  = fp_next[101:68];
+  assign \fp_next.spm_w_hi  = fp_next[135:102];
+  assign \fp_next.acc_r_lo  = fp_next[169:136];
+  assign \fp_next.acc_r_hi  = fp_next[203:170];
+  assign \fp_next.acc_w_lo  = fp_next[237:204];
+  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
+  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
+  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
+  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
+  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
+, local_valid, aborting, tile_ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input aborting;
+  wire aborting;
+  input decoded;
+  wire decoded;
+  output dispatched;
+  reg dispatched;
+  input [1:0] dma_count;
+  wire [1:0] dma_count;
+  input dma_hazard;
+  wire dma_hazard;
+  output dma_push;
+  reg dma_push;
+  input dma_ready;
+  wire dma_ready;
+  output dma_valid;
+  reg dma_valid;
+  input halted;
+  wire halted;
+  input in_flight;
+  wire in_flight;
+  output local_push;
+  wire local_push;
+  input local_valid;
+  wire local_valid;
+  input [7:0] opcode;
+  wire [7:0] opcode;
+  input [1:0] route;
+  wire [1:0] route;
+  input sem_done;
+  wire sem_done;
+  output sem_signal;
+  reg sem_signal;
+  output sem_wait;
+  reg sem_wait;
+  output stall;
+  wire stall;
+  input [7:0] status;
+  wire [7:0] status;
+  input [2:0] tile_count;
+  wire [2:0] tile_count;
+  input tile_hazard;
+  wire tile_hazard;
+  output tile_push;
+  reg tile_push;
+  input tile_ready;
+  wire tile_ready;
+  output tile_valid;
+  reg tile_valid;
+  assign \$1  = ~ halted;
+  assign \$2  = decoded & \$1 ;
+  assign \$3  = ~ aborting;
+  assign \$4  = \$2  & \$3 ;
+  assign \$5  = tile_count < 3'h4;
+  assign \$6  = ~ tile_hazard;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = dma_count < 2'h2;
+  assign \$9  = ~ dma_hazard;
+  assign \$10  = \$8  & \$9 ;
+  assign \$11  = ~ local_valid;
+  assign \$12  = | status;
+  assign \$13  = opcode == 3'h5;
+  assign \$14  = ! opcode;
+  assign \$15  = \$13  | \$14 ;
+  assign \$16  = opcode == 3'h6;
+  assign \$17  = ! opcode;
+  assign \$18  = ~ in_flight;
+  assign \$19  = \$17  | \$18 ;
+  assign \$20  = ~ in_flight;
+  assign \$21  = ! route;
+  assign local_push = dispatched & \$21 ;
+  assign \$22  = ~ halted;
+  assign \$23  = decoded & \$22 ;
+  assign \$24  = ~ aborting;
+  assign \$25  = \$23  & \$24 ;
+  assign \$26  = ~ dispatched;
+  assign stall = \$25  & \$26 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    tile_valid = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              tile_valid = 1'h1;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    tile_push = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              tile_push = tile_ready;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    dispatched = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            if (\$7 ) begin
+              dispatched = tile_ready;
+            end
+        2'h2:
+            if (\$10 ) begin
+              dispatched = dma_ready;
+            end
+        2'h0:
+            if (\$11 ) begin
+              (* full_case = 32'd1 *)
+              if (\$12 ) begin
+                dispatched = 1'h1;
+              end else if (\$15 ) begin
+                dispatched = \$19 ;
+              end else if (\$16 ) begin
+                if (\$20 ) begin
+                  dispatched = sem_done;
+                end
+              end else begin
+                dispatched = sem_done;
+              end
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    dma_valid = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            if (\$10 ) begin
+              dma_valid = 1'h1;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    dma_push = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            if (\$10 ) begin
+              dma_push = dma_ready;
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    sem_signal = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h0:
+            if (\$11 ) begin
+              if (\$12 ) begin
+              end else if (\$15 ) begin
+              end else if (\$16 ) begin
+                if (\$20 ) begin
+                  sem_signal = 1'h1;
+                end
+              end
+            end
+      endcase
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    sem_wait = 1'h0;
+    if (\$4 ) begin
+      casez (route)
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h0:
+            if (\$11 ) begin
+              (* full_case = 32'd1 *)
+              if (\$12 ) begin
+              end else if (\$15 ) begin
+              end else if (\$16 ) begin
+              end else begin
+                sem_wait = 1'h1;
+              end
+            end
+      endcase
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
+  reg \$1 ;
+  reg [7:0] \$2 ;
+  reg [15:0] \$3 ;
+  input clk;
+  wire clk;
+  output [7:0] code;
+  reg [7:0] code = 8'h00;
+  output halted;
+  reg halted = 1'h0;
+  output [15:0] index;
+  reg [15:0] index = 16'h0000;
+  wire irq_error;
+  output raised;
+  reg raised;
+  input [7:0] report0__code;
+  wire [7:0] report0__code;
+  input [15:0] report0__index;
+  wire [15:0] report0__index;
+  input report0__valid;
+  wire report0__valid;
+  wire [7:0] report1__code;
+  input [15:0] report1__index;
+  wire [15:0] report1__index;
+  input report1__valid;
+  wire report1__valid;
+  wire [7:0] report2__code;
+  input [15:0] report2__index;
+  wire [15:0] report2__index;
+  input report2__valid;
+  wire report2__valid;
+  wire [7:0] report3__code;
+  input [15:0] report3__index;
+  wire [15:0] report3__index;
+  input report3__valid;
+  wire report3__valid;
+  input reset_cp;
+  wire reset_cp;
+  input resume;
+  wire resume;
+  input rst;
+  wire rst;
+  always @(posedge clk)
+    halted <= \$1 ;
+  always @(posedge clk)
+    code <= \$2 ;
+  always @(posedge clk)
+    index <= \$3 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    raised = 1'h0;
+    if (report0__valid) begin
+      raised = 1'h1;
+    end
+    if (report1__valid) begin
+      raised = 1'h1;
+    end
+    if (report2__valid) begin
+      raised = 1'h1;
+    end
+    if (report3__valid) begin
+      raised = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    \$1  = halted;
+    if (resume) begin
+      \$1  = 1'h0;
+    end
+    if (report0__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report1__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report2__valid) begin
+      \$1  = 1'h1;
+    end
+    if (report3__valid) begin
+      \$1  = 1'h1;
+    end
+    if (reset_cp) begin
+      \$1  = 1'h0;
+    end
+    if (rst) begin
+      \$1  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    \$2  = code;
+    if (report0__valid) begin
+      \$2  = report0__code;
+    end
+    if (report1__valid) begin
+      \$2  = 8'h09;
+    end
+    if (report2__valid) begin
+      \$2  = 8'h09;
+    end
+    if (report3__valid) begin
+      \$2  = 8'h0d;
+    end
+    if (reset_cp) begin
+      \$2  = 8'h00;
+    end
+    if (rst) begin
+      \$2  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    \$3  = index;
+    if (report0__valid) begin
+      \$3  = report0__index;
+    end
+    if (report1__valid) begin
+      \$3  = report1__index;
+    end
+    if (report2__valid) begin
+      \$3  = report2__index;
+    end
+    if (report3__valid) begin
+      \$3  = report3__index;
+    end
+    if (reset_cp) begin
+      \$3  = 16'h0000;
+    end
+    if (rst) begin
+      \$3  = 16'h0000;
+    end
+  end
+  assign report1__code = 8'h09;
+  assign report2__code = 8'h09;
+  assign report3__code = 8'h0d;
+  assign irq_error = raised;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
+, taken, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
+  wire [22:0] \$1 ;
+  wire [2:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  reg [1:0] \$15 ;
+  reg [1:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg \$19 ;
+  wire [32:0] \$2 ;
+  reg [15:0] \$20 ;
+  reg \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg bad_so_far = 1'h0;
+  reg [1:0] beat = 2'h0;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  reg bus__arvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input bus__rlast;
+  wire bus__rlast;
+  output bus__rready;
+  reg bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  input clk;
+  wire clk;
+  output [255:0] cmd;
+  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [7:0] error__code;
+  wire [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  reg [1:0] fetch_state = 2'h0;
+  output fetched;
+  reg fetched;
+  input [15:0] head;
+  wire [15:0] head;
+  output idle;
+  reg idle;
+  output [15:0] index;
+  reg [15:0] index = 16'h0000;
+  output phase;
+  reg phase = 1'h0;
+  input reset_cp;
+  wire reset_cp;
+  input [31:0] ring_base;
+  wire [31:0] ring_base;
+  input ring_phase;
+  wire ring_phase;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  input taken;
+  wire taken;
+  output valid;
+  reg valid = 1'h0;
+  assign \$2  = ring_base + \$1 ;
+  assign \$3  = | bus__rresp;
+  assign \$4  = bad_so_far | \$3 ;
+  assign \$5  = ! fetch_state;
+  assign \$6  = fetch_state == 1'h1;
+  assign \$7  = fetch_state == 2'h2;
+  assign \$8  = ~ valid;
+  assign \$9  = start & \$8 ;
+  assign \$10  = beat + 1'h1;
+  assign \$11  = | bus__rresp;
+  assign \$12  = bad_so_far | \$11 ;
+  assign \$13  = | bus__rresp;
+  assign \$14  = bad_so_far | \$13 ;
+  always @(posedge clk)
+    fetch_state <= \$15 ;
+  always @(posedge clk)
+    beat <= \$16 ;
+  always @(posedge clk)
+    bad_so_far <= \$17 ;
+  always @(posedge clk)
+    cmd <= \$18 ;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    index <= \$20 ;
+  always @(posedge clk)
+    phase <= \$21 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    idle = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          idle = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    bus__arvalid = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__arvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    bus__rready = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          bus__rready = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    error__valid = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              if (\$4 ) begin
+                error__valid = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    fetched = 1'h0;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$4 ) begin
+              end else begin
+                fetched = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$15  = fetch_state;
+    casez (fetch_state)
+      2'h0:
+          if (\$9 ) begin
+            \$15  = 2'h1;
+          end
+      2'h1:
+          if (bus__arready) begin
+            \$15  = 2'h2;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              \$15  = 2'h0;
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$15  = 2'h0;
+    end
+    if (rst) begin
+      \$15  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$16  = beat;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (bus__arready) begin
+            \$16  = 2'h0;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            \$16  = \$10 [1:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$16  = 2'h0;
+    end
+    if (rst) begin
+      \$16  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$17  = bad_so_far;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          if (bus__arready) begin
+            \$17  = 1'h0;
+          end
+      2'h2:
+          if (bus__rvalid) begin
+            \$17  = \$12 ;
+          end
+    endcase
+    if (reset_cp) begin
+      \$17  = 1'h0;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$18  = cmd;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            (* full_case = 32'd1 *)
+            casez (beat)
+              2'h0:
+                  \$18 [63:0] = bus__rdata;
+              2'h1:
+                  \$18 [127:64] = bus__rdata;
+              2'h2:
+                  \$18 [191:128] = bus__rdata;
+              2'h3:
+                  \$18 [255:192] = bus__rdata;
+            endcase
+          end
+    endcase
+    if (reset_cp) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$19  = valid;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$19  = 1'h1;
+              end
+            end
+          end
+    endcase
+    if (taken) begin
+      \$19  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$20  = index;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$20  = head;
+              end
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$20  = 16'h0000;
+    end
+    if (rst) begin
+      \$20  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$21  = phase;
+    casez (fetch_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__rvalid) begin
+            if (bus__rlast) begin
+              (* full_case = 32'd1 *)
+              if (\$14 ) begin
+              end else begin
+                \$21  = ring_phase;
+              end
+            end
+          end
+    endcase
+    if (reset_cp) begin
+      \$21  = 1'h0;
+    end
+    if (rst) begin
+      \$21  = 1'h0;
+    end
+  end
+  assign bus__arid = 4'h0;
+  assign bus__arlen = 8'h03;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign error__code = 8'h09;
+  assign error__index = head;
+  assign bus__araddr = \$2 [31:0];
+  assign \$1  = { 2'h0, head, 5'h00 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
+  reg \$1 ;
+  reg \$2 ;
+  input clk;
+  wire clk;
+  wire conflict;
+  wire \conflict$27 ;
+  wire [2:0] count;
+  wire [1:0] \count$17 ;
+  output [1:0] dma_count;
+  wire [1:0] dma_count;
+  output dma_hazard;
+  reg dma_hazard = 1'h0;
+  output [312:0] dma_oldest;
+  wire [312:0] dma_oldest;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  wire dma_pop;
+  wire dma_push;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [271:0] \footprint$12 ;
+  wire [33:0] \footprint$12.acc_r_hi ;
+  wire [33:0] \footprint$12.acc_r_lo ;
+  wire [33:0] \footprint$12.acc_w_hi ;
+  wire [33:0] \footprint$12.acc_w_lo ;
+  wire [33:0] \footprint$12.spm_r_hi ;
+  wire [33:0] \footprint$12.spm_r_lo ;
+  wire [33:0] \footprint$12.spm_w_hi ;
+  wire [33:0] \footprint$12.spm_w_lo ;
+  wire [271:0] \footprint$13 ;
+  wire [33:0] \footprint$13.acc_r_hi ;
+  wire [33:0] \footprint$13.acc_r_lo ;
+  wire [33:0] \footprint$13.acc_w_hi ;
+  wire [33:0] \footprint$13.acc_w_lo ;
+  wire [33:0] \footprint$13.spm_r_hi ;
+  wire [33:0] \footprint$13.spm_r_lo ;
+  wire [33:0] \footprint$13.spm_w_hi ;
+  wire [33:0] \footprint$13.spm_w_lo ;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  wire [312:0] oldest;
+  wire [312:0] \oldest$21 ;
+  wire [271:0] \oldest$21.footprint ;
+  wire [33:0] \oldest$21.footprint.acc_r_hi ;
+  wire [33:0] \oldest$21.footprint.acc_r_lo ;
+  wire [33:0] \oldest$21.footprint.acc_w_hi ;
+  wire [33:0] \oldest$21.footprint.acc_w_lo ;
+  wire [33:0] \oldest$21.footprint.spm_r_hi ;
+  wire [33:0] \oldest$21.footprint.spm_r_lo ;
+  wire [33:0] \oldest$21.footprint.spm_w_hi ;
+  wire [33:0] \oldest$21.footprint.spm_w_lo ;
+  wire [7:0] \oldest$21.opcode ;
+  wire \oldest$21.phase ;
+  wire [15:0] \oldest$21.ring_index ;
+  wire [15:0] \oldest$21.tag ;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input \pop$8 ;
+  wire \pop$8 ;
+  input push;
+  wire push;
+  input \push$6 ;
+  wire \push$6 ;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [312:0] \slot$10 ;
+  wire [271:0] \slot$10.footprint ;
+  wire [33:0] \slot$10.footprint.acc_r_hi ;
+  wire [33:0] \slot$10.footprint.acc_r_lo ;
+  wire [33:0] \slot$10.footprint.acc_w_hi ;
+  wire [33:0] \slot$10.footprint.acc_w_lo ;
+  wire [33:0] \slot$10.footprint.spm_r_hi ;
+  wire [33:0] \slot$10.footprint.spm_r_lo ;
+  wire [33:0] \slot$10.footprint.spm_w_hi ;
+  wire [33:0] \slot$10.footprint.spm_w_lo ;
+  wire [7:0] \slot$10.opcode ;
+  wire \slot$10.phase ;
+  wire [15:0] \slot$10.ring_index ;
+  wire [15:0] \slot$10.tag ;
+  wire [312:0] \slot$5 ;
+  wire [271:0] \slot$5.footprint ;
+  wire [33:0] \slot$5.footprint.acc_r_hi ;
+  wire [33:0] \slot$5.footprint.acc_r_lo ;
+  wire [33:0] \slot$5.footprint.acc_w_hi ;
+  wire [33:0] \slot$5.footprint.acc_w_lo ;
+  wire [33:0] \slot$5.footprint.spm_r_hi ;
+  wire [33:0] \slot$5.footprint.spm_r_lo ;
+  wire [33:0] \slot$5.footprint.spm_w_hi ;
+  wire [33:0] \slot$5.footprint.spm_w_lo ;
+  wire [7:0] \slot$5.opcode ;
+  wire \slot$5.phase ;
+  wire [15:0] \slot$5.ring_index ;
+  wire [15:0] \slot$5.tag ;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  output [2:0] tile_count;
+  wire [2:0] tile_count;
+  output tile_hazard;
+  reg tile_hazard = 1'h0;
+  output [312:0] tile_oldest;
+  wire [312:0] tile_oldest;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  wire tile_pop;
+  wire tile_push;
+  always @(posedge clk)
+    tile_hazard <= \$1 ;
+  always @(posedge clk)
+    dma_hazard <= \$2 ;
+  \dx1_board.soc.cp1.hazards.dma  dma (
+    .clk(clk),
+    .conflict(conflict),
+    .count(dma_count),
+    .footprint(footprint),
+    .oldest(dma_oldest),
+    .pop(\pop$8 ),
+    .push(\push$6 ),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot)
+  );
+  \dx1_board.soc.cp1.hazards.tile  tile (
+    .clk(clk),
+    .conflict(\conflict$27 ),
+    .count(tile_count),
+    .footprint(footprint),
+    .oldest(tile_oldest),
+    .pop(pop),
+    .push(push),
+    .reset_cp(reset_cp),
+    .rst(rst),
+    .slot(slot)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$1  = conflict;
+    if (reset_cp) begin
+      \$1  = 1'h0;
+    end
+    if (rst) begin
+      \$1  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$2  = \conflict$27 ;
+    if (reset_cp) begin
+      \$2  = 1'h0;
+    end
+    if (rst) begin
+      \$2  = 1'h0;
+    end
+  end
+  assign tile_push = push;
+  assign tile_pop = pop;
+  assign \slot$5  = slot;
+  assign dma_push = \push$6 ;
+  assign dma_pop = \pop$8 ;
+  assign \slot$10  = slot;
+  assign \footprint$12  = footprint;
+  assign \footprint$13  = footprint;
+  assign count = tile_count;
+  assign \count$17  = dma_count;
+  assign oldest = tile_oldest;
+  assign \oldest$21  = dma_oldest;
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \slot$5.ring_index  = slot[15:0];
+  assign \slot$5.phase  = slot[16];
+  assign \slot$5.tag  = slot[32:17];
+  assign \slot$5.opcode  = slot[40:33];
+  assign \slot$5.footprint  = slot[312:41];
+  assign \slot$5.footprint.spm_r_lo  = slot[74:41];
+  assign \slot$5.footprint.spm_r_hi  = slot[108:75];
+  assign \slot$5.footprint.spm_w_lo  = slot[142:109];
+  assign \slot$5.footprint.spm_w_hi  = slot[176:143];
+  assign \slot$5.footprint.acc_r_lo  = slot[210:177];
+  assign \slot$5.footprint.acc_r_hi  = slot[244:211];
+  assign \slot$5.footprint.acc_w_lo  = slot[278:245];
+  assign \slot$5.footprint.acc_w_hi  = slot[312:279];
+  assign \slot$10.ring_index  = slot[15:0];
+  assign \slot$10.phase  = slot[16];
+  assign \slot$10.tag  = slot[32:17];
+  assign \slot$10.opcode  = slot[40:33];
+  assign \slot$10.footprint  = slot[312:41];
+  assign \slot$10.footprint.spm_r_lo  = slot[74:41];
+  assign \slot$10.footprint.spm_r_hi  = slot[108:75];
+  assign \slot$10.footprint.spm_w_lo  = slot[142:109];
+  assign \slot$10.footprint.spm_w_hi  = slot[176:143];
+  assign \slot$10.footprint.acc_r_lo  = slot[210:177];
+  assign \slot$10.footprint.acc_r_hi  = slot[244:211];
+  assign \slot$10.footprint.acc_w_lo  = slot[278:245];
+  assign \slot$10.footprint.acc_w_hi  = slot[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \footprint$12.spm_r_lo  = footprint[33:0];
+  assign \footprint$12.spm_r_hi  = footprint[67:34];
+  assign \footprint$12.spm_w_lo  = footprint[101:68];
+  assign \footprint$12.spm_w_hi  = footprint[135:102];
+  assign \footprint$12.acc_r_lo  = footprint[169:136];
+  assign \footprint$12.acc_r_hi  = footprint[203:170];
+  assign \footprint$12.acc_w_lo  = footprint[237:204];
+  assign \footprint$12.acc_w_hi  = footprint[271:238];
+  assign \footprint$13.spm_r_lo  = footprint[33:0];
+  assign \footprint$13.spm_r_hi  = footprint[67:34];
+  assign \footprint$13.spm_w_lo  = footprint[101:68];
+  assign \footprint$13.spm_w_hi  = footprint[135:102];
+  assign \footprint$13.acc_r_lo  = footprint[169:136];
+  assign \footprint$13.acc_r_hi  = footprint[203:170];
+  assign \footprint$13.acc_w_lo  = footprint[237:204];
+  assign \footprint$13.acc_w_hi  = footprint[271:238];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \oldest.ring_index  = tile_oldest[15:0];
+  assign \oldest.phase  = tile_oldest[16];
+  assign \oldest.tag  = tile_oldest[32:17];
+  assign \oldest.opcode  = tile_oldest[40:33];
+  assign \oldest.footprint  = tile_oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \oldest$21.ring_index  = dma_oldest[15:0];
+  assign \oldest$21.phase  = dma_oldest[16];
+  assign \oldest$21.tag  = dma_oldest[32:17];
+  assign \oldest$21.opcode  = dma_oldest[40:33];
+  assign \oldest$21.footprint  = dma_oldest[312:41];
+  assign \oldest$21.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \oldest$21.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \oldest$21.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \oldest$21.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \oldest$21.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \oldest$21.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \oldest$21.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \oldest$21.footprint.acc_w_hi  = dma_oldest[312:279];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [1:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [1:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [1:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  reg [312:0] \$58 ;
+  reg [312:0] \$59 ;
+  wire [1:0] \$6 ;
+  reg \$60 ;
+  reg \$61 ;
+  reg \$62 ;
+  reg \$63 ;
+  reg [1:0] \$64 ;
+  wire [2:0] \$7 ;
+  wire [3:0] \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  output conflict;
+  wire conflict;
+  output [1:0] count;
+  reg [1:0] count = 2'h0;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  output [312:0] oldest;
+  reg [312:0] oldest;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  reg rd = 1'h0;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  reg [312:0] slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot0.footprint ;
+  wire [33:0] \slot0.footprint.acc_r_hi ;
+  wire [33:0] \slot0.footprint.acc_r_lo ;
+  wire [33:0] \slot0.footprint.acc_w_hi ;
+  wire [33:0] \slot0.footprint.acc_w_lo ;
+  wire [33:0] \slot0.footprint.spm_r_hi ;
+  wire [33:0] \slot0.footprint.spm_r_lo ;
+  wire [33:0] \slot0.footprint.spm_w_hi ;
+  wire [33:0] \slot0.footprint.spm_w_lo ;
+  wire [7:0] \slot0.opcode ;
+  wire \slot0.phase ;
+  wire [15:0] \slot0.ring_index ;
+  wire [15:0] \slot0.tag ;
+  reg [312:0] slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot1.footprint ;
+  wire [33:0] \slot1.footprint.acc_r_hi ;
+  wire [33:0] \slot1.footprint.acc_r_lo ;
+  wire [33:0] \slot1.footprint.acc_w_hi ;
+  wire [33:0] \slot1.footprint.acc_w_lo ;
+  wire [33:0] \slot1.footprint.spm_r_hi ;
+  wire [33:0] \slot1.footprint.spm_r_lo ;
+  wire [33:0] \slot1.footprint.spm_w_hi ;
+  wire [33:0] \slot1.footprint.spm_w_lo ;
+  wire [7:0] \slot1.opcode ;
+  wire \slot1.phase ;
+  wire [15:0] \slot1.ring_index ;
+  wire [15:0] \slot1.tag ;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg wr = 1'h0;
+  assign \$35  = slot1[142:109] < footprint[135:102];
+  assign \$36  = \$34  & \$35 ;
+  assign \$37  = footprint[101:68] < slot1[108:75];
+  assign \$38  = slot1[74:41] < footprint[135:102];
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$36  | \$39 ;
+  assign \$41  = footprint[33:0] < slot1[176:143];
+  assign \$42  = slot1[142:109] < footprint[67:34];
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$40  | \$43 ;
+  assign \$45  = footprint[237:204] < slot1[312:279];
+  assign \$46  = slot1[278:245] < footprint[271:238];
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = \$44  | \$47 ;
+  assign \$49  = footprint[237:204] < slot1[244:211];
+  assign \$50  = slot1[210:177] < footprint[271:238];
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = \$48  | \$51 ;
+  assign \$53  = footprint[169:136] < slot1[312:279];
+  assign \$54  = slot1[278:245] < footprint[203:170];
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = \$52  | \$55 ;
+  assign \$57  = valid1 & \$56 ;
+  assign conflict = \$33  | \$57 ;
+  always @(posedge clk)
+    slot0 <= \$58 ;
+  always @(posedge clk)
+    slot1 <= \$59 ;
+  always @(posedge clk)
+    valid0 <= \$60 ;
+  always @(posedge clk)
+    valid1 <= \$61 ;
+  always @(posedge clk)
+    wr <= \$62 ;
+  always @(posedge clk)
+    rd <= \$63 ;
+  always @(posedge clk)
+    count <= \$64 ;
+  assign \$2  = wr + 1'h1;
+  assign \$3  = \$1  ? 2'h0 : \$2 ;
+  assign \$5  = rd + 1'h1;
+  assign \$6  = \$4  ? 2'h0 : \$5 ;
+  assign \$7  = count + push;
+  assign \$8  = \$7  - pop;
+  assign \$9  = footprint[101:68] < slot0[176:143];
+  assign \$10  = slot0[142:109] < footprint[135:102];
+  assign \$11  = \$9  & \$10 ;
+  assign \$12  = footprint[101:68] < slot0[108:75];
+  assign \$13  = slot0[74:41] < footprint[135:102];
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$11  | \$14 ;
+  assign \$16  = footprint[33:0] < slot0[176:143];
+  assign \$17  = slot0[142:109] < footprint[67:34];
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$15  | \$18 ;
+  assign \$20  = footprint[237:204] < slot0[312:279];
+  assign \$21  = slot0[278:245] < footprint[271:238];
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = \$19  | \$22 ;
+  assign \$24  = footprint[237:204] < slot0[244:211];
+  assign \$25  = slot0[210:177] < footprint[271:238];
+  assign \$26  = \$24  & \$25 ;
+  assign \$27  = \$23  | \$26 ;
+  assign \$28  = footprint[169:136] < slot0[312:279];
+  assign \$29  = slot0[278:245] < footprint[203:170];
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = \$27  | \$30 ;
+  assign \$32  = valid0 & \$31 ;
+  assign \$34  = footprint[101:68] < slot1[176:143];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$58  = slot0;
+    if (push) begin
+      casez (wr)
+        1'h0:
+            \$58  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$58  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$58  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$59  = slot1;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$59  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$59  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$59  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$60  = valid0;
+    if (push) begin
+      casez (wr)
+        1'h0:
+            \$60  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        1'h0:
+            \$60  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$60  = 1'h0;
+    end
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$61  = valid1;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$61  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      casez (rd)
+        1'h0:
+            /* empty */;
+        1'h1:
+            \$61  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$61  = 1'h0;
+    end
+    if (rst) begin
+      \$61  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$62  = wr;
+    if (push) begin
+      \$62  = \$3 [0];
+    end
+    if (reset_cp) begin
+      \$62  = 1'h0;
+    end
+    if (rst) begin
+      \$62  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$63  = rd;
+    if (pop) begin
+      \$63  = \$6 [0];
+    end
+    if (reset_cp) begin
+      \$63  = 1'h0;
+    end
+    if (rst) begin
+      \$63  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    \$64  = \$8 [1:0];
+    if (reset_cp) begin
+      \$64  = 2'h0;
+    end
+    if (rst) begin
+      \$64  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    (* full_case = 32'd1 *)
+    casez (rd)
+      1'h0:
+          oldest = slot0;
+      1'h1:
+          oldest = slot1;
+    endcase
+  end
+  assign \slot0.ring_index  = slot0[15:0];
+  assign \slot0.phase  = slot0[16];
+  assign \slot0.tag  = slot0[32:17];
+  assign \slot0.opcode  = slot0[40:33];
+  assign \slot0.footprint  = slot0[312:41];
+  assign \slot0.footprint.spm_r_lo  = slot0[74:41];
+  assign \slot0.footprint.spm_r_hi  = slot0[108:75];
+  assign \slot0.footprint.spm_w_lo  = slot0[142:109];
+  assign \slot0.footprint.spm_w_hi  = slot0[176:143];
+  assign \slot0.footprint.acc_r_lo  = slot0[210:177];
+  assign \slot0.footprint.acc_r_hi  = slot0[244:211];
+  assign \slot0.footprint.acc_w_lo  = slot0[278:245];
+  assign \slot0.footprint.acc_w_hi  = slot0[312:279];
+  assign \slot1.ring_index  = slot1[15:0];
+  assign \slot1.phase  = slot1[16];
+  assign \slot1.tag  = slot1[32:17];
+  assign \slot1.opcode  = slot1[40:33];
+  assign \slot1.footprint  = slot1[312:41];
+  assign \slot1.footprint.spm_r_lo  = slot1[74:41];
+  assign \slot1.footprint.spm_r_hi  = slot1[108:75];
+  assign \slot1.footprint.spm_w_lo  = slot1[142:109];
+  assign \slot1.footprint.spm_w_hi  = slot1[176:143];
+  assign \slot1.footprint.acc_r_lo  = slot1[210:177];
+  assign \slot1.footprint.acc_r_hi  = slot1[244:211];
+  assign \slot1.footprint.acc_w_lo  = slot1[278:245];
+  assign \slot1.footprint.acc_w_hi  = slot1[312:279];
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \oldest.ring_index  = oldest[15:0];
+  assign \oldest.phase  = oldest[16];
+  assign \oldest.tag  = oldest[32:17];
+  assign \oldest.opcode  = oldest[40:33];
+  assign \oldest.footprint  = oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = oldest[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \$1  = wr;
+  assign \$4  = rd;
+  assign \$33  = \$32 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  reg [312:0] \$108 ;
+  reg [312:0] \$109 ;
+  wire \$11 ;
+  reg [312:0] \$110 ;
+  reg [312:0] \$111 ;
+  reg \$112 ;
+  reg \$113 ;
+  reg \$114 ;
+  reg \$115 ;
+  reg [1:0] \$116 ;
+  reg [1:0] \$117 ;
+  reg [2:0] \$118 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [2:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [2:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [2:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire [2:0] \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire [3:0] \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire [4:0] \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  input clk;
+  wire clk;
+  output conflict;
+  wire conflict;
+  output [2:0] count;
+  reg [2:0] count = 3'h0;
+  input [271:0] footprint;
+  wire [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  output [312:0] oldest;
+  reg [312:0] oldest;
+  wire [271:0] \oldest.footprint ;
+  wire [33:0] \oldest.footprint.acc_r_hi ;
+  wire [33:0] \oldest.footprint.acc_r_lo ;
+  wire [33:0] \oldest.footprint.acc_w_hi ;
+  wire [33:0] \oldest.footprint.acc_w_lo ;
+  wire [33:0] \oldest.footprint.spm_r_hi ;
+  wire [33:0] \oldest.footprint.spm_r_lo ;
+  wire [33:0] \oldest.footprint.spm_w_hi ;
+  wire [33:0] \oldest.footprint.spm_w_lo ;
+  wire [7:0] \oldest.opcode ;
+  wire \oldest.phase ;
+  wire [15:0] \oldest.ring_index ;
+  wire [15:0] \oldest.tag ;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  reg [1:0] rd = 2'h0;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [312:0] slot;
+  wire [312:0] slot;
+  wire [271:0] \slot.footprint ;
+  wire [33:0] \slot.footprint.acc_r_hi ;
+  wire [33:0] \slot.footprint.acc_r_lo ;
+  wire [33:0] \slot.footprint.acc_w_hi ;
+  wire [33:0] \slot.footprint.acc_w_lo ;
+  wire [33:0] \slot.footprint.spm_r_hi ;
+  wire [33:0] \slot.footprint.spm_r_lo ;
+  wire [33:0] \slot.footprint.spm_w_hi ;
+  wire [33:0] \slot.footprint.spm_w_lo ;
+  wire [7:0] \slot.opcode ;
+  wire \slot.phase ;
+  wire [15:0] \slot.ring_index ;
+  wire [15:0] \slot.tag ;
+  reg [312:0] slot0 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot0.footprint ;
+  wire [33:0] \slot0.footprint.acc_r_hi ;
+  wire [33:0] \slot0.footprint.acc_r_lo ;
+  wire [33:0] \slot0.footprint.acc_w_hi ;
+  wire [33:0] \slot0.footprint.acc_w_lo ;
+  wire [33:0] \slot0.footprint.spm_r_hi ;
+  wire [33:0] \slot0.footprint.spm_r_lo ;
+  wire [33:0] \slot0.footprint.spm_w_hi ;
+  wire [33:0] \slot0.footprint.spm_w_lo ;
+  wire [7:0] \slot0.opcode ;
+  wire \slot0.phase ;
+  wire [15:0] \slot0.ring_index ;
+  wire [15:0] \slot0.tag ;
+  reg [312:0] slot1 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot1.footprint ;
+  wire [33:0] \slot1.footprint.acc_r_hi ;
+  wire [33:0] \slot1.footprint.acc_r_lo ;
+  wire [33:0] \slot1.footprint.acc_w_hi ;
+  wire [33:0] \slot1.footprint.acc_w_lo ;
+  wire [33:0] \slot1.footprint.spm_r_hi ;
+  wire [33:0] \slot1.footprint.spm_r_lo ;
+  wire [33:0] \slot1.footprint.spm_w_hi ;
+  wire [33:0] \slot1.footprint.spm_w_lo ;
+  wire [7:0] \slot1.opcode ;
+  wire \slot1.phase ;
+  wire [15:0] \slot1.ring_index ;
+  wire [15:0] \slot1.tag ;
+  reg [312:0] slot2 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot2.footprint ;
+  wire [33:0] \slot2.footprint.acc_r_hi ;
+  wire [33:0] \slot2.footprint.acc_r_lo ;
+  wire [33:0] \slot2.footprint.acc_w_hi ;
+  wire [33:0] \slot2.footprint.acc_w_lo ;
+  wire [33:0] \slot2.footprint.spm_r_hi ;
+  wire [33:0] \slot2.footprint.spm_r_lo ;
+  wire [33:0] \slot2.footprint.spm_w_hi ;
+  wire [33:0] \slot2.footprint.spm_w_lo ;
+  wire [7:0] \slot2.opcode ;
+  wire \slot2.phase ;
+  wire [15:0] \slot2.ring_index ;
+  wire [15:0] \slot2.tag ;
+  reg [312:0] slot3 = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \slot3.footprint ;
+  wire [33:0] \slot3.footprint.acc_r_hi ;
+  wire [33:0] \slot3.footprint.acc_r_lo ;
+  wire [33:0] \slot3.footprint.acc_w_hi ;
+  wire [33:0] \slot3.footprint.acc_w_lo ;
+  wire [33:0] \slot3.footprint.spm_r_hi ;
+  wire [33:0] \slot3.footprint.spm_r_lo ;
+  wire [33:0] \slot3.footprint.spm_w_hi ;
+  wire [33:0] \slot3.footprint.spm_w_lo ;
+  wire [7:0] \slot3.opcode ;
+  wire \slot3.phase ;
+  wire [15:0] \slot3.ring_index ;
+  wire [15:0] \slot3.tag ;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg valid2 = 1'h0;
+  reg valid3 = 1'h0;
+  reg [1:0] wr = 2'h0;
+  assign \$1  = wr == 2'h3;
+  assign \$2  = wr + 1'h1;
+  assign \$3  = \$1  ? 3'h0 : \$2 ;
+  assign \$4  = rd == 2'h3;
+  assign \$5  = rd + 1'h1;
+  assign \$6  = \$4  ? 3'h0 : \$5 ;
+  assign \$7  = count + push;
+  assign \$8  = \$7  - pop;
+  assign \$9  = footprint[101:68] < slot0[176:143];
+  assign \$10  = slot0[142:109] < footprint[135:102];
+  assign \$11  = \$9  & \$10 ;
+  assign \$12  = footprint[101:68] < slot0[108:75];
+  assign \$13  = slot0[74:41] < footprint[135:102];
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$11  | \$14 ;
+  assign \$16  = footprint[33:0] < slot0[176:143];
+  assign \$17  = slot0[142:109] < footprint[67:34];
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$15  | \$18 ;
+  assign \$20  = footprint[237:204] < slot0[312:279];
+  assign \$21  = slot0[278:245] < footprint[271:238];
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = \$19  | \$22 ;
+  assign \$24  = footprint[237:204] < slot0[244:211];
+  assign \$25  = slot0[210:177] < footprint[271:238];
+  assign \$26  = \$24  & \$25 ;
+  assign \$27  = \$23  | \$26 ;
+  assign \$28  = footprint[169:136] < slot0[312:279];
+  assign \$29  = slot0[278:245] < footprint[203:170];
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = \$27  | \$30 ;
+  assign \$32  = valid0 & \$31 ;
+  assign \$34  = footprint[101:68] < slot1[176:143];
+  assign \$35  = slot1[142:109] < footprint[135:102];
+  assign \$36  = \$34  & \$35 ;
+  assign \$37  = footprint[101:68] < slot1[108:75];
+  assign \$38  = slot1[74:41] < footprint[135:102];
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$36  | \$39 ;
+  assign \$41  = footprint[33:0] < slot1[176:143];
+  assign \$42  = slot1[142:109] < footprint[67:34];
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$40  | \$43 ;
+  assign \$45  = footprint[237:204] < slot1[312:279];
+  assign \$46  = slot1[278:245] < footprint[271:238];
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = \$44  | \$47 ;
+  assign \$49  = footprint[237:204] < slot1[244:211];
+  assign \$50  = slot1[210:177] < footprint[271:238];
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = \$48  | \$51 ;
+  assign \$53  = footprint[169:136] < slot1[312:279];
+  assign \$54  = slot1[278:245] < footprint[203:170];
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = \$52  | \$55 ;
+  assign \$57  = valid1 & \$56 ;
+  assign \$58  = \$33  | \$57 ;
+  assign \$59  = footprint[101:68] < slot2[176:143];
+  assign \$60  = slot2[142:109] < footprint[135:102];
+  assign \$61  = \$59  & \$60 ;
+  assign \$62  = footprint[101:68] < slot2[108:75];
+  assign \$63  = slot2[74:41] < footprint[135:102];
+  assign \$64  = \$62  & \$63 ;
+  assign \$65  = \$61  | \$64 ;
+  assign \$66  = footprint[33:0] < slot2[176:143];
+  assign \$67  = slot2[142:109] < footprint[67:34];
+  assign \$68  = \$66  & \$67 ;
+  assign \$69  = \$65  | \$68 ;
+  assign \$70  = footprint[237:204] < slot2[312:279];
+  assign \$71  = slot2[278:245] < footprint[271:238];
+  assign \$72  = \$70  & \$71 ;
+  assign \$73  = \$69  | \$72 ;
+  assign \$74  = footprint[237:204] < slot2[244:211];
+  assign \$75  = slot2[210:177] < footprint[271:238];
+  assign \$76  = \$74  & \$75 ;
+  assign \$77  = \$73  | \$76 ;
+  assign \$78  = footprint[169:136] < slot2[312:279];
+  assign \$79  = slot2[278:245] < footprint[203:170];
+  assign \$80  = \$78  & \$79 ;
+  assign \$81  = \$77  | \$80 ;
+  assign \$82  = valid2 & \$81 ;
+  assign \$83  = \$58  | \$82 ;
+  assign \$84  = footprint[101:68] < slot3[176:143];
+  assign \$85  = slot3[142:109] < footprint[135:102];
+  assign \$86  = \$84  & \$85 ;
+  assign \$87  = footprint[101:68] < slot3[108:75];
+  assign \$88  = slot3[74:41] < footprint[135:102];
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$86  | \$89 ;
+  assign \$91  = footprint[33:0] < slot3[176:143];
+  assign \$92  = slot3[142:109] < footprint[67:34];
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = \$90  | \$93 ;
+  assign \$95  = footprint[237:204] < slot3[312:279];
+  assign \$96  = slot3[278:245] < footprint[271:238];
+  assign \$97  = \$95  & \$96 ;
+  assign \$98  = \$94  | \$97 ;
+  assign \$99  = footprint[237:204] < slot3[244:211];
+  assign \$100  = slot3[210:177] < footprint[271:238];
+  assign \$101  = \$99  & \$100 ;
+  assign \$102  = \$98  | \$101 ;
+  assign \$103  = footprint[169:136] < slot3[312:279];
+  assign \$104  = slot3[278:245] < footprint[203:170];
+  assign \$105  = \$103  & \$104 ;
+  assign \$106  = \$102  | \$105 ;
+  assign \$107  = valid3 & \$106 ;
+  assign conflict = \$83  | \$107 ;
+  always @(posedge clk)
+    slot0 <= \$108 ;
+  always @(posedge clk)
+    slot1 <= \$109 ;
+  always @(posedge clk)
+    slot2 <= \$110 ;
+  always @(posedge clk)
+    slot3 <= \$111 ;
+  always @(posedge clk)
+    valid0 <= \$112 ;
+  always @(posedge clk)
+    valid1 <= \$113 ;
+  always @(posedge clk)
+    valid2 <= \$114 ;
+  always @(posedge clk)
+    valid3 <= \$115 ;
+  always @(posedge clk)
+    wr <= \$116 ;
+  always @(posedge clk)
+    rd <= \$117 ;
+  always @(posedge clk)
+    count <= \$118 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    (* full_case = 32'd1 *)
+    casez (rd)
+      2'h0:
+          oldest = slot0;
+      2'h1:
+          oldest = slot1;
+      2'h2:
+          oldest = slot2;
+      2'h3:
+          oldest = slot3;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$108  = slot0;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            \$108  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$108  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$108  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$109  = slot1;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$109  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$109  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$109  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$110  = slot2;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$110  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$110  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$110  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$111  = slot3;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$111  = slot;
+      endcase
+    end
+    if (reset_cp) begin
+      \$111  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$111  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$112  = valid0;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            \$112  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            \$112  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$112  = 1'h0;
+    end
+    if (rst) begin
+      \$112  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$113  = valid1;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$113  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            \$113  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$113  = 1'h0;
+    end
+    if (rst) begin
+      \$113  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$114  = valid2;
+    if (push) begin
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$114  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            \$114  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$114  = 1'h0;
+    end
+    if (rst) begin
+      \$114  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$115  = valid3;
+    if (push) begin
+      (* full_case = 32'd1 *)
+      casez (wr)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$115  = 1'h1;
+      endcase
+    end
+    if (pop) begin
+      (* full_case = 32'd1 *)
+      casez (rd)
+        2'h0:
+            /* empty */;
+        2'h1:
+            /* empty */;
+        2'h2:
+            /* empty */;
+        2'h3:
+            \$115  = 1'h0;
+      endcase
+    end
+    if (reset_cp) begin
+      \$115  = 1'h0;
+    end
+    if (rst) begin
+      \$115  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$116  = wr;
+    if (push) begin
+      \$116  = \$3 [1:0];
+    end
+    if (reset_cp) begin
+      \$116  = 2'h0;
+    end
+    if (rst) begin
+      \$116  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$117  = rd;
+    if (pop) begin
+      \$117  = \$6 [1:0];
+    end
+    if (reset_cp) begin
+      \$117  = 2'h0;
+    end
+    if (rst) begin
+      \$117  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$118  = \$8 [2:0];
+    if (reset_cp) begin
+      \$118  = 3'h0;
+    end
+    if (rst) begin
+      \$118  = 3'h0;
+    end
+  end
+  assign \slot0.ring_index  = slot0[15:0];
+  assign \slot0.phase  = slot0[16];
+  assign \slot0.tag  = slot0[32:17];
+  assign \slot0.opcode  = slot0[40:33];
+  assign \slot0.footprint  = slot0[312:41];
+  assign \slot0.footprint.spm_r_lo  = slot0[74:41];
+  assign \slot0.footprint.spm_r_hi  = slot0[108:75];
+  assign \slot0.footprint.spm_w_lo  = slot0[142:109];
+  assign \slot0.footprint.spm_w_hi  = slot0[176:143];
+  assign \slot0.footprint.acc_r_lo  = slot0[210:177];
+  assign \slot0.footprint.acc_r_hi  = slot0[244:211];
+  assign \slot0.footprint.acc_w_lo  = slot0[278:245];
+  assign \slot0.footprint.acc_w_hi  = slot0[312:279];
+  assign \slot1.ring_index  = slot1[15:0];
+  assign \slot1.phase  = slot1[16];
+  assign \slot1.tag  = slot1[32:17];
+  assign \slot1.opcode  = slot1[40:33];
+  assign \slot1.footprint  = slot1[312:41];
+  assign \slot1.footprint.spm_r_lo  = slot1[74:41];
+  assign \slot1.footprint.spm_r_hi  = slot1[108:75];
+  assign \slot1.footprint.spm_w_lo  = slot1[142:109];
+  assign \slot1.footprint.spm_w_hi  = slot1[176:143];
+  assign \slot1.footprint.acc_r_lo  = slot1[210:177];
+  assign \slot1.footprint.acc_r_hi  = slot1[244:211];
+  assign \slot1.footprint.acc_w_lo  = slot1[278:245];
+  assign \slot1.footprint.acc_w_hi  = slot1[312:279];
+  assign \slot2.ring_index  = slot2[15:0];
+  assign \slot2.phase  = slot2[16];
+  assign \slot2.tag  = slot2[32:17];
+  assign \slot2.opcode  = slot2[40:33];
+  assign \slot2.footprint  = slot2[312:41];
+  assign \slot2.footprint.spm_r_lo  = slot2[74:41];
+  assign \slot2.footprint.spm_r_hi  = slot2[108:75];
+  assign \slot2.footprint.spm_w_lo  = slot2[142:109];
+  assign \slot2.footprint.spm_w_hi  = slot2[176:143];
+  assign \slot2.footprint.acc_r_lo  = slot2[210:177];
+  assign \slot2.footprint.acc_r_hi  = slot2[244:211];
+  assign \slot2.footprint.acc_w_lo  = slot2[278:245];
+  assign \slot2.footprint.acc_w_hi  = slot2[312:279];
+  assign \slot3.ring_index  = slot3[15:0];
+  assign \slot3.phase  = slot3[16];
+  assign \slot3.tag  = slot3[32:17];
+  assign \slot3.opcode  = slot3[40:33];
+  assign \slot3.footprint  = slot3[312:41];
+  assign \slot3.footprint.spm_r_lo  = slot3[74:41];
+  assign \slot3.footprint.spm_r_hi  = slot3[108:75];
+  assign \slot3.footprint.spm_w_lo  = slot3[142:109];
+  assign \slot3.footprint.spm_w_hi  = slot3[176:143];
+  assign \slot3.footprint.acc_r_lo  = slot3[210:177];
+  assign \slot3.footprint.acc_r_hi  = slot3[244:211];
+  assign \slot3.footprint.acc_w_lo  = slot3[278:245];
+  assign \slot3.footprint.acc_w_hi  = slot3[312:279];
+  assign \slot.ring_index  = slot[15:0];
+  assign \slot.phase  = slot[16];
+  assign \slot.tag  = slot[32:17];
+  assign \slot.opcode  = slot[40:33];
+  assign \slot.footprint  = slot[312:41];
+  assign \slot.footprint.spm_r_lo  = slot[74:41];
+  assign \slot.footprint.spm_r_hi  = slot[108:75];
+  assign \slot.footprint.spm_w_lo  = slot[142:109];
+  assign \slot.footprint.spm_w_hi  = slot[176:143];
+  assign \slot.footprint.acc_r_lo  = slot[210:177];
+  assign \slot.footprint.acc_r_hi  = slot[244:211];
+  assign \slot.footprint.acc_w_lo  = slot[278:245];
+  assign \slot.footprint.acc_w_hi  = slot[312:279];
+  assign \oldest.ring_index  = oldest[15:0];
+  assign \oldest.phase  = oldest[16];
+  assign \oldest.tag  = oldest[32:17];
+  assign \oldest.opcode  = oldest[40:33];
+  assign \oldest.footprint  = oldest[312:41];
+  assign \oldest.footprint.spm_r_lo  = oldest[74:41];
+  assign \oldest.footprint.spm_r_hi  = oldest[108:75];
+  assign \oldest.footprint.spm_w_lo  = oldest[142:109];
+  assign \oldest.footprint.spm_w_hi  = oldest[176:143];
+  assign \oldest.footprint.acc_r_lo  = oldest[210:177];
+  assign \oldest.footprint.acc_r_hi  = oldest[244:211];
+  assign \oldest.footprint.acc_w_lo  = oldest[278:245];
+  assign \oldest.footprint.acc_w_hi  = oldest[312:279];
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+  assign \$33  = \$32 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
+  wire \$1 ;
+  wire [16:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire [16:0] \$14 ;
+  wire [16:0] \$15 ;
+  wire [16:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire [16:0] \$19 ;
+  wire \$2 ;
+  wire [16:0] \$20 ;
+  wire [16:0] \$21 ;
+  wire [16:0] \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  reg [15:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg \$27 ;
+  wire [47:0] \$3 ;
+  wire [48:0] \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  input advance;
+  wire advance;
+  input clk;
+  wire clk;
+  input doorbell;
+  wire doorbell;
+  input [15:0] doorbell_index;
+  wire [15:0] doorbell_index;
+  output entries_ok;
+  wire entries_ok;
+  output [7:0] error__code;
+  reg [7:0] error__code;
+  output [15:0] error__index;
+  reg [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  output [15:0] head;
+  reg [15:0] head = 16'h0000;
+  output [15:0] mask;
+  wire [15:0] mask;
+  output phase;
+  reg phase = 1'h1;
+  input reset_cp;
+  wire reset_cp;
+  input [4:0] ring_log2;
+  wire [4:0] ring_log2;
+  input ring_reset;
+  wire ring_reset;
+  input rst;
+  wire rst;
+  output [15:0] tail;
+  reg [15:0] tail = 16'h0000;
+  assign \$1  = ring_log2 >= 1'h1;
+  assign \$2  = ring_log2 <= 5'h10;
+  assign entries_ok = \$1  & \$2 ;
+  assign \$3  = 1'h1 << ring_log2;
+  assign \$4  = \$3  - 1'h1;
+  assign \$5  = ~ entries_ok;
+  assign \$6  = doorbell_index > \$4 [15:0];
+  assign \$7  = doorbell_index - head;
+  assign \$8  = \$7  & { 1'h0, \$4 [15:0] };
+  assign \$9  = tail - head;
+  assign \$10  = \$9  & { 1'h0, \$4 [15:0] };
+  assign \$11  = $signed(\$8 ) < $signed(\$10 );
+  assign \$12  = ~ entries_ok;
+  assign \$13  = doorbell_index > \$4 [15:0];
+  assign \$14  = doorbell_index - head;
+  assign \$15  = \$14  & { 1'h0, \$4 [15:0] };
+  assign \$16  = tail - head;
+  assign \$17  = \$16  & { 1'h0, \$4 [15:0] };
+  assign \$18  = $signed(\$15 ) < $signed(\$17 );
+  assign \$19  = head + 1'h1;
+  assign \$20  = \$19  & { 1'h0, \$4 [15:0] };
+  assign \$21  = head + 1'h1;
+  assign \$22  = \$21  & { 1'h0, \$4 [15:0] };
+  assign \$23  = ! \$22 ;
+  assign \$24  = ~ phase;
+  always @(posedge clk)
+    head <= \$25 ;
+  always @(posedge clk)
+    tail <= \$26 ;
+  always @(posedge clk)
+    phase <= \$27 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    error__index = 16'h0000;
+    if (doorbell) begin
+      error__index = doorbell_index;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    error__valid = 1'h0;
+    if (doorbell) begin
+      if (\$5 ) begin
+        error__valid = 1'h1;
+      end else if (\$6 ) begin
+        error__valid = 1'h1;
+      end else if (\$11 ) begin
+        error__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    error__code = 8'h00;
+    if (doorbell) begin
+      if (\$5 ) begin
+        error__code = 8'h04;
+      end else if (\$6 ) begin
+        error__code = 8'h0c;
+      end else if (\$11 ) begin
+        error__code = 8'h0b;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    \$25  = head;
+    if (ring_reset) begin
+      \$25  = 16'h0000;
+    end
+    if (advance) begin
+      \$25  = \$20 [15:0];
+    end
+    if (reset_cp) begin
+      \$25  = 16'h0000;
+    end
+    if (rst) begin
+      \$25  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    \$26  = tail;
+    if (ring_reset) begin
+      \$26  = 16'h0000;
+    end
+    if (doorbell) begin
+      (* full_case = 32'd1 *)
+      if (\$12 ) begin
+      end else if (\$13 ) begin
+      end else if (\$18 ) begin
+      end else begin
+        \$26  = doorbell_index;
+      end
+    end
+    if (reset_cp) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    \$27  = phase;
+    if (ring_reset) begin
+      \$27  = 1'h1;
+    end
+    if (advance) begin
+      if (\$23 ) begin
+        \$27  = \$24 ;
+      end
+    end
+    if (reset_cp) begin
+      \$27  = 1'h1;
+    end
+    if (rst) begin
+      \$27  = 1'h1;
+    end
+  end
+  assign mask = \$4 [15:0];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , \port$12214$64 , signal, \wait , sem_valid, sem_delta
+, done, sem_grant);
+  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
+  reg [15:0] \$1 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire [15:0] count;
+  output done;
+  reg done;
+  input [23:0] \port$12214$64 ;
+  wire [23:0] \port$12214$64 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
+  input [15:0] \port$8954$0 ;
+  wire [15:0] \port$8954$0 ;
+  wire [7:0] sem;
+  output [17:0] sem_delta;
+  reg [17:0] sem_delta;
+  input sem_grant;
+  wire sem_grant;
+  wire [3:0] sem_index;
+  output sem_valid;
+  reg sem_valid;
+  wire [255:0] sem_values;
+  wire [15:0] \sem_values[0] ;
+  wire [15:0] \sem_values[10] ;
+  wire [15:0] \sem_values[11] ;
+  wire [15:0] \sem_values[12] ;
+  wire [15:0] \sem_values[13] ;
+  wire [15:0] \sem_values[14] ;
+  wire [15:0] \sem_values[15] ;
+  wire [15:0] \sem_values[1] ;
+  wire [15:0] \sem_values[2] ;
+  wire [15:0] \sem_values[3] ;
+  wire [15:0] \sem_values[4] ;
+  wire [15:0] \sem_values[5] ;
+  wire [15:0] \sem_values[6] ;
+  wire [15:0] \sem_values[7] ;
+  wire [15:0] \sem_values[8] ;
+  wire [15:0] \sem_values[9] ;
+  input signal;
+  wire signal;
+  input \wait ;
+  wire \wait ;
+  assign \$2  = \$1  >= \port$12214$64 [23:8];
+  assign \$3  = - \port$12214$64 [23:8];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$1  = 16'h0000;
+    casez (\port$12214$64 [7:0])
+      8'h00:
+          \$1  = \port$8924$0 ;
+      8'h01:
+          \$1  = \port$8926$0 ;
+      8'h02:
+          \$1  = \port$8928$0 ;
+      8'h03:
+          \$1  = \port$8930$0 ;
+      8'h04:
+          \$1  = \port$8932$0 ;
+      8'h05:
+          \$1  = \port$8934$0 ;
+      8'h06:
+          \$1  = \port$8936$0 ;
+      8'h07:
+          \$1  = \port$8938$0 ;
+      8'h08:
+          \$1  = \port$8940$0 ;
+      8'h09:
+          \$1  = \port$8942$0 ;
+      8'h0a:
+          \$1  = \port$8944$0 ;
+      8'h0b:
+          \$1  = \port$8946$0 ;
+      8'h0c:
+          \$1  = \port$8948$0 ;
+      8'h0d:
+          \$1  = \port$8950$0 ;
+      8'h0e:
+          \$1  = \port$8952$0 ;
+      8'h0f:
+          \$1  = \port$8954$0 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    sem_valid = 1'h0;
+    if (signal) begin
+      sem_valid = 1'h1;
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        sem_valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    sem_delta = 18'h00000;
+    if (signal) begin
+      sem_delta = { 2'h0, \port$12214$64 [23:8] };
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        sem_delta = { \$3 [16], \$3  };
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    done = 1'h0;
+    if (signal) begin
+      done = sem_grant;
+    end
+    if (\wait ) begin
+      if (\$2 ) begin
+        done = sem_grant;
+      end
+    end
+  end
+  assign count = \port$12214$64 [23:8];
+  assign sem = \port$12214$64 [7:0];
+  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign sem_index = \port$12214$64 [3:0];
+  assign \sem_values[0]  = \port$8924$0 ;
+  assign \sem_values[1]  = \port$8926$0 ;
+  assign \sem_values[2]  = \port$8928$0 ;
+  assign \sem_values[3]  = \port$8930$0 ;
+  assign \sem_values[4]  = \port$8932$0 ;
+  assign \sem_values[5]  = \port$8934$0 ;
+  assign \sem_values[6]  = \port$8936$0 ;
+  assign \sem_values[7]  = \port$8938$0 ;
+  assign \sem_values[8]  = \port$8940$0 ;
+  assign \sem_values[9]  = \port$8942$0 ;
+  assign \sem_values[10]  = \port$8944$0 ;
+  assign \sem_values[11]  = \port$8946$0 ;
+  assign \sem_values[12]  = \port$8948$0 ;
+  assign \sem_values[13]  = \port$8950$0 ;
+  assign \sem_values[14]  = \port$8952$0 ;
+  assign \sem_values[15]  = \port$8954$0 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [16:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  reg [31:0] \$29 ;
+  wire \$3 ;
+  reg \$30 ;
+  reg \$31 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort_done;
+  wire abort_done;
+  output abort_req;
+  wire abort_req;
+  output aborting;
+  reg aborting = 1'h0;
+  input [31:0] budget;
+  wire [31:0] budget;
+  input clk;
+  wire clk;
+  input [1:0] dma_count;
+  wire [1:0] dma_count;
+  input [15:0] dma_oldest;
+  wire [15:0] dma_oldest;
+  input dma_pop;
+  wire dma_pop;
+  wire [7:0] error__code;
+  output [15:0] error__index;
+  wire [15:0] error__index;
+  wire error__valid;
+  output fire;
+  wire fire;
+  output flushing;
+  reg flushing = 1'h0;
+  input [15:0] head;
+  wire [15:0] head;
+  reg [31:0] idle_cycles = 32'd0;
+  input [15:0] mask;
+  wire [15:0] mask;
+  input progress;
+  wire progress;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [2:0] tile_count;
+  wire [2:0] tile_count;
+  input [15:0] tile_oldest;
+  wire [15:0] tile_oldest;
+  input tile_pop;
+  wire tile_pop;
+  wire watched;
+  input writer_idle;
+  wire writer_idle;
+  assign \$1  = | tile_count;
+  assign \$2  = | dma_count;
+  assign watched = \$1  | \$2 ;
+  assign \$3  = | budget;
+  assign \$4  = watched & \$3 ;
+  assign \$5  = idle_cycles >= budget;
+  assign \$6  = \$4  & \$5 ;
+  assign \$7  = ~ aborting;
+  assign fire = \$6  & \$7 ;
+  assign \$8  = ~ flushing;
+  assign abort_req = aborting & \$8 ;
+  assign \$9  = ! dma_count;
+  assign \$10  = | tile_count;
+  assign \$11  = head - tile_oldest;
+  assign \$12  = \$11  & { 1'h0, mask };
+  assign \$13  = head - dma_oldest;
+  assign \$14  = \$13  & { 1'h0, mask };
+  assign \$15  = $signed(\$12 ) > $signed(\$14 );
+  assign \$16  = \$10  & \$15 ;
+  assign \$17  = \$9  | \$16 ;
+  assign error__index = \$17  ? tile_oldest : dma_oldest;
+  assign \$18  = ~ watched;
+  assign \$19  = \$18  | progress;
+  assign \$20  = \$19  | tile_pop;
+  assign \$21  = \$20  | dma_pop;
+  assign \$22  = ! budget;
+  assign \$23  = \$21  | \$22 ;
+  assign \$24  = \$23  | aborting;
+  assign \$25  = idle_cycles + 1'h1;
+  assign \$26  = ~ watched;
+  assign \$27  = flushing & \$26 ;
+  assign \$28  = \$27  & writer_idle;
+  always @(posedge clk)
+    idle_cycles <= \$29 ;
+  always @(posedge clk)
+    aborting <= \$30 ;
+  always @(posedge clk)
+    flushing <= \$31 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    (* full_case = 32'd1 *)
+    if (\$24 ) begin
+      \$29  = 32'd0;
+    end else begin
+      \$29  = \$25 [31:0];
+    end
+    if (reset_cp) begin
+      \$29  = 32'd0;
+    end
+    if (rst) begin
+      \$29  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$30  = aborting;
+    if (fire) begin
+      \$30  = 1'h1;
+    end
+    if (\$28 ) begin
+      \$30  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$30  = 1'h0;
+    end
+    if (rst) begin
+      \$30  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$31  = flushing;
+    if (abort_done) begin
+      \$31  = 1'h1;
+    end
+    if (\$28 ) begin
+      \$31  = 1'h0;
+    end
+    if (reset_cp) begin
+      \$31  = 1'h0;
+    end
+    if (rst) begin
+      \$31  = 1'h0;
+    end
+  end
+  assign error__valid = fire;
+  assign error__code = 8'h0d;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
+, cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [18:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire [18:0] \$19 ;
+  wire \$2 ;
+  wire [32:0] \$20 ;
+  wire [18:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [18:0] \$23 ;
+  wire [32:0] \$24 ;
+  wire [18:0] \$25 ;
+  wire [32:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  reg \$56 ;
+  reg [312:0] \$57 ;
+  reg [7:0] \$58 ;
+  reg [31:0] \$59 ;
+  wire \$6 ;
+  reg [63:0] \$60 ;
+  reg [15:0] \$61 ;
+  reg [15:0] \$62 ;
+  reg [7:0] \$63 ;
+  reg [1:0] \$64 ;
+  reg \$65 ;
+  reg \$66 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input aborting;
+  wire aborting;
+  reg aw_done = 1'h0;
+  (* init = 32'd0 *)
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  reg bus__awvalid;
+  output bus__bready;
+  reg bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  (* init = 64'h0000000000000000 *)
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  reg bus__wvalid;
+  output busy;
+  reg busy;
+  input clk;
+  wire clk;
+  reg [1:0] complete_state = 2'h0;
+  output [31:0] cpl_addr;
+  reg [31:0] cpl_addr = 32'd0;
+  output [63:0] cpl_data;
+  reg [63:0] cpl_data = 64'h0000000000000000;
+  output [15:0] cpl_index;
+  reg [15:0] cpl_index = 16'h0000;
+  output [7:0] cpl_opcode;
+  reg [7:0] cpl_opcode = 8'h00;
+  output [15:0] cpl_tag;
+  reg [15:0] cpl_tag = 16'h0000;
+  input [31:0] cq_base;
+  wire [31:0] cq_base;
+  input [7:0] dma_done__tdata;
+  wire [7:0] dma_done__tdata;
+  output dma_done__tready;
+  reg dma_done__tready;
+  input dma_done__tvalid;
+  wire dma_done__tvalid;
+  input [312:0] dma_oldest;
+  wire [312:0] dma_oldest;
+  wire [271:0] \dma_oldest.footprint ;
+  wire [33:0] \dma_oldest.footprint.acc_r_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_r_lo ;
+  wire [33:0] \dma_oldest.footprint.acc_w_hi ;
+  wire [33:0] \dma_oldest.footprint.acc_w_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_r_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_r_lo ;
+  wire [33:0] \dma_oldest.footprint.spm_w_hi ;
+  wire [33:0] \dma_oldest.footprint.spm_w_lo ;
+  wire [7:0] \dma_oldest.opcode ;
+  wire \dma_oldest.phase ;
+  wire [15:0] \dma_oldest.ring_index ;
+  wire [15:0] \dma_oldest.tag ;
+  input dma_pending;
+  wire dma_pending;
+  output dma_pop;
+  reg dma_pop;
+  wire [7:0] error__code;
+  (* init = 16'h0000 *)
+  wire [15:0] error__index;
+  output error__valid;
+  reg error__valid;
+  input flushing;
+  wire flushing;
+  output idle;
+  reg idle;
+  output irq_completion;
+  reg irq_completion;
+  reg [312:0] \local  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \local.footprint ;
+  wire [33:0] \local.footprint.acc_r_hi ;
+  wire [33:0] \local.footprint.acc_r_lo ;
+  wire [33:0] \local.footprint.acc_w_hi ;
+  wire [33:0] \local.footprint.acc_w_lo ;
+  wire [33:0] \local.footprint.spm_r_hi ;
+  wire [33:0] \local.footprint.spm_r_lo ;
+  wire [33:0] \local.footprint.spm_w_hi ;
+  wire [33:0] \local.footprint.spm_w_lo ;
+  wire [7:0] \local.opcode ;
+  wire \local.phase ;
+  wire [15:0] \local.ring_index ;
+  wire [15:0] \local.tag ;
+  input local_push;
+  wire local_push;
+  input [312:0] local_slot;
+  wire [312:0] local_slot;
+  wire [271:0] \local_slot.footprint ;
+  wire [33:0] \local_slot.footprint.acc_r_hi ;
+  wire [33:0] \local_slot.footprint.acc_r_lo ;
+  wire [33:0] \local_slot.footprint.acc_w_hi ;
+  wire [33:0] \local_slot.footprint.acc_w_lo ;
+  wire [33:0] \local_slot.footprint.spm_r_hi ;
+  wire [33:0] \local_slot.footprint.spm_r_lo ;
+  wire [33:0] \local_slot.footprint.spm_w_hi ;
+  wire [33:0] \local_slot.footprint.spm_w_lo ;
+  wire [7:0] \local_slot.opcode ;
+  wire \local_slot.phase ;
+  wire [15:0] \local_slot.ring_index ;
+  wire [15:0] \local_slot.tag ;
+  reg [7:0] local_status = 8'h00;
+  input [7:0] \local_status$7 ;
+  wire [7:0] \local_status$7 ;
+  output local_valid;
+  reg local_valid = 1'h0;
+  input quiesce;
+  wire quiesce;
+  input reset_cp;
+  wire reset_cp;
+  input rst;
+  wire rst;
+  input [31:0] tile_done__tdata;
+  wire [31:0] tile_done__tdata;
+  output tile_done__tready;
+  reg tile_done__tready;
+  input tile_done__tvalid;
+  wire tile_done__tvalid;
+  input [312:0] tile_oldest;
+  wire [312:0] tile_oldest;
+  wire [271:0] \tile_oldest.footprint ;
+  wire [33:0] \tile_oldest.footprint.acc_r_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_r_lo ;
+  wire [33:0] \tile_oldest.footprint.acc_w_hi ;
+  wire [33:0] \tile_oldest.footprint.acc_w_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_r_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_r_lo ;
+  wire [33:0] \tile_oldest.footprint.spm_w_hi ;
+  wire [33:0] \tile_oldest.footprint.spm_w_lo ;
+  wire [7:0] \tile_oldest.opcode ;
+  wire \tile_oldest.phase ;
+  wire [15:0] \tile_oldest.ring_index ;
+  wire [15:0] \tile_oldest.tag ;
+  input tile_pending;
+  wire tile_pending;
+  output tile_pop;
+  reg tile_pop;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  output trace_end;
+  reg trace_end;
+  (* init = 8'h00 *)
+  wire [7:0] trace_end_opcode;
+  (* init = 16'h0000 *)
+  wire [15:0] trace_end_tag;
+  wire [7:0] trace_status;
+  reg w_done = 1'h0;
+  assign \$34  = ~ quiesce;
+  assign \$35  = local_valid & \$34 ;
+  assign \$36  = flushing & dma_pending;
+  assign \$37  = ~ quiesce;
+  assign \$38  = \$36  & \$37 ;
+  assign \$39  = flushing & tile_pending;
+  assign \$40  = ~ quiesce;
+  assign \$41  = \$39  & \$40 ;
+  assign \$42  = ~ aborting;
+  assign \$43  = dma_done__tvalid & \$42 ;
+  assign \$44  = ~ quiesce;
+  assign \$45  = \$43  & \$44 ;
+  assign \$46  = ~ aborting;
+  assign \$47  = tile_done__tvalid & \$46 ;
+  assign \$48  = ~ quiesce;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = ~ aw_done;
+  assign \$51  = ~ w_done;
+  assign \$52  = | bus__bresp;
+  assign \$53  = ! complete_state;
+  assign \$54  = complete_state == 1'h1;
+  assign \$55  = complete_state == 2'h2;
+  always @(posedge clk)
+    local_valid <= \$56 ;
+  always @(posedge clk)
+    \local  <= \$57 ;
+  always @(posedge clk)
+    local_status <= \$58 ;
+  always @(posedge clk)
+    cpl_addr <= \$59 ;
+  always @(posedge clk)
+    cpl_data <= \$60 ;
+  always @(posedge clk)
+    cpl_index <= \$61 ;
+  always @(posedge clk)
+    cpl_tag <= \$62 ;
+  always @(posedge clk)
+    cpl_opcode <= \$63 ;
+  always @(posedge clk)
+    complete_state <= \$64 ;
+  always @(posedge clk)
+    aw_done <= \$65 ;
+  always @(posedge clk)
+    w_done <= \$66 ;
+  assign \$1  = ~ quiesce;
+  assign \$2  = local_valid & \$1 ;
+  assign \$3  = flushing & dma_pending;
+  assign \$4  = ~ quiesce;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = flushing & tile_pending;
+  assign \$7  = ~ quiesce;
+  assign \$8  = \$6  & \$7 ;
+  assign \$9  = ~ aborting;
+  assign \$10  = dma_done__tvalid & \$9 ;
+  assign \$11  = ~ quiesce;
+  assign \$12  = \$10  & \$11 ;
+  assign \$13  = ~ aborting;
+  assign \$14  = tile_done__tvalid & \$13 ;
+  assign \$15  = ~ quiesce;
+  assign \$16  = \$14  & \$15 ;
+  assign \$18  = cq_base + \$17 ;
+  assign \$20  = cq_base + \$19 ;
+  assign \$22  = cq_base + \$21 ;
+  assign \$24  = cq_base + \$23 ;
+  assign \$26  = cq_base + \$25 ;
+  assign \$27  = ~ aw_done;
+  assign \$28  = bus__awready & \$27 ;
+  assign \$29  = ~ w_done;
+  assign \$30  = bus__wready & \$29 ;
+  assign \$31  = aw_done | bus__awready;
+  assign \$32  = w_done | bus__wready;
+  assign \$33  = \$31  & \$32 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$56  = local_valid;
+    if (local_push) begin
+      \$56  = 1'h1;
+    end
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$56  = 1'h0;
+          end
+    endcase
+    if (reset_cp) begin
+      \$56  = 1'h0;
+    end
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$57  = \local ;
+    if (local_push) begin
+      \$57  = local_slot;
+    end
+    if (reset_cp) begin
+      \$57  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$57  = 313'h0000000000000000000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$58  = local_status;
+    if (local_push) begin
+      \$58  = \local_status$7 ;
+    end
+    if (reset_cp) begin
+      \$58  = 8'h00;
+    end
+    if (rst) begin
+      \$58  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$59  = cpl_addr;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$59  = \$18 [31:0];
+          end else if (\$5 ) begin
+            \$59  = \$20 [31:0];
+          end else if (\$8 ) begin
+            \$59  = \$22 [31:0];
+          end else if (\$12 ) begin
+            \$59  = \$24 [31:0];
+          end else if (\$16 ) begin
+            \$59  = \$26 [31:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$59  = 32'd0;
+    end
+    if (rst) begin
+      \$59  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$60  = cpl_data;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$60  = { \local [16], timestamp[30:0], \local [40:33], local_status, \local [32:17] };
+          end else if (\$5 ) begin
+            \$60  = { dma_oldest[16], timestamp[30:0], dma_oldest[40:33], 8'h0d, dma_oldest[32:17] };
+          end else if (\$8 ) begin
+            \$60  = { tile_oldest[16], timestamp[30:0], tile_oldest[40:33], 8'h0d, tile_oldest[32:17] };
+          end else if (\$12 ) begin
+            \$60  = { dma_oldest[16], timestamp[30:0], dma_oldest[40:33], dma_done__tdata, dma_oldest[32:17] };
+          end else if (\$16 ) begin
+            \$60  = { tile_oldest[16], timestamp[30:0], tile_done__tdata };
+          end
+    endcase
+    if (reset_cp) begin
+      \$60  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$60  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$61  = cpl_index;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$61  = \local [15:0];
+          end else if (\$5 ) begin
+            \$61  = dma_oldest[15:0];
+          end else if (\$8 ) begin
+            \$61  = tile_oldest[15:0];
+          end else if (\$12 ) begin
+            \$61  = dma_oldest[15:0];
+          end else if (\$16 ) begin
+            \$61  = tile_oldest[15:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$61  = 16'h0000;
+    end
+    if (rst) begin
+      \$61  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$62  = cpl_tag;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$62  = \local [32:17];
+          end else if (\$5 ) begin
+            \$62  = dma_oldest[32:17];
+          end else if (\$8 ) begin
+            \$62  = tile_oldest[32:17];
+          end else if (\$12 ) begin
+            \$62  = dma_oldest[32:17];
+          end else if (\$16 ) begin
+            \$62  = tile_done__tdata[15:0];
+          end
+    endcase
+    if (reset_cp) begin
+      \$62  = 16'h0000;
+    end
+    if (rst) begin
+      \$62  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$63  = cpl_opcode;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$63  = \local [40:33];
+          end else if (\$5 ) begin
+            \$63  = dma_oldest[40:33];
+          end else if (\$8 ) begin
+            \$63  = tile_oldest[40:33];
+          end else if (\$12 ) begin
+            \$63  = dma_oldest[40:33];
+          end else if (\$16 ) begin
+            \$63  = tile_done__tdata[31:24];
+          end
+    endcase
+    if (reset_cp) begin
+      \$63  = 8'h00;
+    end
+    if (rst) begin
+      \$63  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$64  = complete_state;
+    casez (complete_state)
+      2'h0:
+          if (\$2 ) begin
+            \$64  = 2'h1;
+          end else if (\$5 ) begin
+            \$64  = 2'h1;
+          end else if (\$8 ) begin
+            \$64  = 2'h1;
+          end else if (\$12 ) begin
+            \$64  = 2'h1;
+          end else if (\$16 ) begin
+            \$64  = 2'h1;
+          end
+      2'h1:
+          if (\$33 ) begin
+            \$64  = 2'h2;
+          end
+      2'h2:
+          if (bus__bvalid) begin
+            \$64  = 2'h0;
+          end
+    endcase
+    if (reset_cp) begin
+      \$64  = 2'h0;
+    end
+    if (rst) begin
+      \$64  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$65  = aw_done;
+    casez (complete_state)
+      2'h0:
+          \$65  = 1'h0;
+      2'h1:
+          if (\$28 ) begin
+            \$65  = 1'h1;
+          end
+    endcase
+    if (reset_cp) begin
+      \$65  = 1'h0;
+    end
+    if (rst) begin
+      \$65  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    \$66  = w_done;
+    casez (complete_state)
+      2'h0:
+          \$66  = 1'h0;
+      2'h1:
+          if (\$30 ) begin
+            \$66  = 1'h1;
+          end
+    endcase
+    if (reset_cp) begin
+      \$66  = 1'h0;
+    end
+    if (rst) begin
+      \$66  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    idle = 1'h0;
+    casez (complete_state)
+      2'h0:
+          idle = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    dma_pop = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+            dma_pop = 1'h1;
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+            dma_pop = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    tile_pop = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+            tile_pop = 1'h1;
+          end else if (\$45 ) begin
+          end else if (\$49 ) begin
+            tile_pop = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    dma_done__tready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+            dma_done__tready = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    tile_done__tready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          if (\$35 ) begin
+          end else if (\$38 ) begin
+          end else if (\$41 ) begin
+          end else if (\$45 ) begin
+          end else if (\$49 ) begin
+            tile_done__tready = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    busy = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          busy = 1'h1;
+      2'h2:
+          busy = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    bus__awvalid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__awvalid = \$50 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    bus__wvalid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          bus__wvalid = \$51 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    bus__bready = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          bus__bready = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    error__valid = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            if (\$52 ) begin
+              error__valid = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    irq_completion = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            (* full_case = 32'd1 *)
+            if (\$52 ) begin
+            end else begin
+              irq_completion = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    trace_end = 1'h0;
+    casez (complete_state)
+      2'h0:
+          /* empty */;
+      2'h1:
+          /* empty */;
+      2'h2:
+          if (bus__bvalid) begin
+            trace_end = 1'h1;
+          end
+    endcase
+  end
+  assign bus__awid = 4'h0;
+  assign bus__awlen = 8'h00;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign bus__awaddr = cpl_addr;
+  assign bus__wdata = cpl_data;
+  assign bus__wstrb = 8'hff;
+  assign bus__wlast = 1'h1;
+  assign error__code = 8'h09;
+  assign error__index = cpl_index;
+  assign trace_end_tag = cpl_tag;
+  assign trace_end_opcode = cpl_opcode;
+  assign trace_status = cpl_data[23:16];
   assign \local.ring_index  = \local [15:0];
   assign \local.phase  = \local [16];
   assign \local.tag  = \local [32:17];
@@ -41431,42 +44232,57 @@ module \dx1_board.soc.cp1 (rst, tile_cmd__tready, tile_done__tvalid, progress, r
   assign \local.footprint.acc_r_hi  = \local [244:211];
   assign \local.footprint.acc_w_lo  = \local [278:245];
   assign \local.footprint.acc_w_hi  = \local [312:279];
-  assign slot_in[312:41] = fp;
-  assign slot_in[40:33] = cmd[7:0];
-  assign slot_in[32:17] = cmd[31:16];
-  assign slot_in[16] = cmd_phase;
-  assign slot_in[15:0] = cmd_index;
-  assign \$12  = { 2'h0, head, 5'h00 };
-  assign { \$17 [207:64], \$17 [31:16], \$17 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$17 [255:208], \$17 [63:32], \$17 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$42 [207:64], \$42 [31:16], \$42 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$42 [255:208], \$42 [63:32], \$42 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$67 [159:64], \$67 [31:16], \$67 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$67 [255:160], \$67 [63:32], \$67 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$92 [87:64], \$92 [31:16], \$92 [7:0] } = 48'h000000000000;
-  assign { \$92 [255:88], \$92 [63:32], \$92 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$97 [87:64], \$97 [31:16], \$97 [7:0] } = 48'h000000000000;
-  assign { \$97 [255:88], \$97 [63:32], \$97 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$104 [31:16], \$104 [7:0] } = 24'h000000;
-  assign { \$104 [255:32], \$104 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$107 [31:16], \$107 [7:0] } = 24'h000000;
-  assign { \$107 [255:32], \$107 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign \$277  = \$276 ;
-  assign \$327  = \$326 ;
-  assign \$413  = dma_wr;
-  assign \$416  = dma_rd;
-  assign \$439  = { \local [15:0], 3'h0 };
-  assign \$442  = { \$441 , 3'h0 };
-  assign \$451  = { \$450 , 3'h0 };
-  assign \$460  = { \$459 , 3'h0 };
-  assign \$469  = { \$468 , 3'h0 };
+  assign \local_slot.ring_index  = local_slot[15:0];
+  assign \local_slot.phase  = local_slot[16];
+  assign \local_slot.tag  = local_slot[32:17];
+  assign \local_slot.opcode  = local_slot[40:33];
+  assign \local_slot.footprint  = local_slot[312:41];
+  assign \local_slot.footprint.spm_r_lo  = local_slot[74:41];
+  assign \local_slot.footprint.spm_r_hi  = local_slot[108:75];
+  assign \local_slot.footprint.spm_w_lo  = local_slot[142:109];
+  assign \local_slot.footprint.spm_w_hi  = local_slot[176:143];
+  assign \local_slot.footprint.acc_r_lo  = local_slot[210:177];
+  assign \local_slot.footprint.acc_r_hi  = local_slot[244:211];
+  assign \local_slot.footprint.acc_w_lo  = local_slot[278:245];
+  assign \local_slot.footprint.acc_w_hi  = local_slot[312:279];
+  assign \dma_oldest.ring_index  = dma_oldest[15:0];
+  assign \dma_oldest.phase  = dma_oldest[16];
+  assign \dma_oldest.tag  = dma_oldest[32:17];
+  assign \dma_oldest.opcode  = dma_oldest[40:33];
+  assign \dma_oldest.footprint  = dma_oldest[312:41];
+  assign \dma_oldest.footprint.spm_r_lo  = dma_oldest[74:41];
+  assign \dma_oldest.footprint.spm_r_hi  = dma_oldest[108:75];
+  assign \dma_oldest.footprint.spm_w_lo  = dma_oldest[142:109];
+  assign \dma_oldest.footprint.spm_w_hi  = dma_oldest[176:143];
+  assign \dma_oldest.footprint.acc_r_lo  = dma_oldest[210:177];
+  assign \dma_oldest.footprint.acc_r_hi  = dma_oldest[244:211];
+  assign \dma_oldest.footprint.acc_w_lo  = dma_oldest[278:245];
+  assign \dma_oldest.footprint.acc_w_hi  = dma_oldest[312:279];
+  assign \tile_oldest.ring_index  = tile_oldest[15:0];
+  assign \tile_oldest.phase  = tile_oldest[16];
+  assign \tile_oldest.tag  = tile_oldest[32:17];
+  assign \tile_oldest.opcode  = tile_oldest[40:33];
+  assign \tile_oldest.footprint  = tile_oldest[312:41];
+  assign \tile_oldest.footprint.spm_r_lo  = tile_oldest[74:41];
+  assign \tile_oldest.footprint.spm_r_hi  = tile_oldest[108:75];
+  assign \tile_oldest.footprint.spm_w_lo  = tile_oldest[142:109];
+  assign \tile_oldest.footprint.spm_w_hi  = tile_oldest[176:143];
+  assign \tile_oldest.footprint.acc_r_lo  = tile_oldest[210:177];
+  assign \tile_oldest.footprint.acc_r_hi  = tile_oldest[244:211];
+  assign \tile_oldest.footprint.acc_w_lo  = tile_oldest[278:245];
+  assign \tile_oldest.footprint.acc_w_hi  = tile_oldest[312:279];
+  assign \$17  = { \local [15:0], 3'h0 };
+  assign \$19  = { dma_oldest[15:0], 3'h0 };
+  assign \$21  = { tile_oldest[15:0], 3'h0 };
+  assign \$23  = { dma_oldest[15:0], 3'h0 };
+  assign \$25  = { tile_oldest[15:0], 3'h0 };
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready
 , axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen, bytes_written
-, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tvalid, done__tready, cmd__tdata, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
+, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
   wire [18:0] \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -42291,7 +45107,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     .w_rdy(w_rdy)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     r_en = 1'h0;
     if (w_hs) begin
       r_en = 1'h1;
@@ -42301,14 +45117,14 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \r_en$64  = 1'h0;
     if (\$41 ) begin
       \r_en$64  = 1'h1;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     assembled = asm;
     (* full_case = 32'd1 *)
     casez (a_cnt)
@@ -42323,7 +45139,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
       \w_data$112  = { 1'h0, sp_buf[63:0] };
@@ -42332,7 +45148,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
       \w_en$114  = \$71 ;
@@ -42341,7 +45157,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$199  = state;
     if (start) begin
       \$199  = 2'h1;
@@ -42360,7 +45176,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$200  = is_load;
     if (start) begin
       \$200  = \$101 ;
@@ -42373,7 +45189,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$201  = is_store;
     if (start) begin
       \$201  = \$102 ;
@@ -42386,7 +45202,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$202  = is_copy;
     if (start) begin
       \$202  = \$103 ;
@@ -42399,7 +45215,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$203  = acc;
     if (start) begin
       \$203  = cmd__tdata[8];
@@ -42412,7 +45228,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$204  = rows;
     if (start) begin
       \$204  = cmd__tdata[159:144];
@@ -42425,7 +45241,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$205  = cols;
     if (start) begin
       \$205  = cmd__tdata[175:160];
@@ -42438,7 +45254,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$206  = row_stride;
     if (start) begin
       \$206  = cmd__tdata[191:176];
@@ -42451,7 +45267,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$207  = col_stride;
     if (start) begin
       \$207  = cmd__tdata[207:192];
@@ -42464,7 +45280,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$208  = rd_err;
     if (start) begin
       \$208  = 1'h0;
@@ -42487,7 +45303,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$209  = wr_err;
     if (start) begin
       \$209  = 1'h0;
@@ -42503,7 +45319,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$210  = axi__arvalid;
     if (\$104 ) begin
       \$210  = 1'h0;
@@ -42519,7 +45335,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$211  = axi__araddr;
     if (ar_issue) begin
       \$211  = ar_addr;
@@ -42532,7 +45348,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$212  = axi__arlen;
     if (ar_issue) begin
       \$212  = \$105 [7:0];
@@ -42545,7 +45361,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$213  = ar_addr;
     if (ar_issue) begin
       \$213  = \$107 [31:0];
@@ -42568,7 +45384,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$214  = ar_seg_left;
     if (ar_issue) begin
       \$214  = \$108 [29:0];
@@ -42591,7 +45407,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$215  = ar_active;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -42611,7 +45427,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$216  = ar_seg_base;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -42633,7 +45449,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$217  = ar_segs_left;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -42655,7 +45471,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$218  = ar_stride;
     if (\$116 ) begin
       \$218  = \$119 ;
@@ -42668,7 +45484,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$219  = ar_seg_beats;
     if (\$116 ) begin
       \$219  = \$123 [29:0];
@@ -42681,7 +45497,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$220  = \$127 [2:0];
     if (reset_units) begin
       \$220  = 3'h0;
@@ -42691,7 +45507,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$221  = bytes_read;
     if (r_hs) begin
       \$221  = \$128 [31:0];
@@ -42704,7 +45520,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$222  = axi__awvalid;
     if (\$129 ) begin
       \$222  = 1'h0;
@@ -42720,7 +45536,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$223  = axi__awaddr;
     if (aw_issue) begin
       \$223  = aw_addr;
@@ -42733,7 +45549,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$224  = axi__awlen;
     if (aw_issue) begin
       \$224  = \$130 [7:0];
@@ -42746,7 +45562,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$225  = aw_addr;
     if (aw_issue) begin
       \$225  = \$132 [31:0];
@@ -42769,7 +45585,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$226  = aw_seg_left;
     if (aw_issue) begin
       \$226  = \$133 [29:0];
@@ -42792,7 +45608,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$227  = aw_active;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -42812,7 +45628,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$228  = aw_seg_base;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -42834,7 +45650,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$229  = aw_segs_left;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -42856,7 +45672,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$230  = aw_stride;
     if (\$141 ) begin
       \$230  = \$144 ;
@@ -42869,7 +45685,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$231  = aw_seg_beats;
     if (\$141 ) begin
       \$231  = \$148 [29:0];
@@ -42882,7 +45698,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$232  = \$154 [5:0];
     if (start) begin
       \$232  = 6'h00;
@@ -42895,7 +45711,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$233  = \$156 [15:0];
     if (reset_units) begin
       \$233  = 16'h0000;
@@ -42905,7 +45721,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$234  = w_cnt;
     if (w_hs) begin
       \$234  = \$159 [7:0];
@@ -42921,7 +45737,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$235  = bytes_written;
     if (w_hs) begin
       if (\$160 ) begin
@@ -42936,7 +45752,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$236  = w_cur;
     if (\$164 ) begin
       \$236  = \r_rdy$120 ;
@@ -42949,7 +45765,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$237  = w_len;
     if (\$164 ) begin
       \$237  = \r_data$145 ;
@@ -42962,7 +45778,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$238  = wr_valid;
     if (\$165 ) begin
       \$238  = 1'h0;
@@ -42982,7 +45798,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$239  = a_cnt;
     if (pop) begin
       (* full_case = 32'd1 *)
@@ -43003,7 +45819,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$240  = wr_data;
     if (pop) begin
       if (a_last) begin
@@ -43020,7 +45836,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$241  = wr_addr;
     if (pop) begin
       if (a_last) begin
@@ -43037,7 +45853,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$242  = ldw_c;
     if (pop) begin
       if (a_last) begin
@@ -43060,7 +45876,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$243  = ldw_r;
     if (pop) begin
       if (a_last) begin
@@ -43080,7 +45896,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$244  = ldw_base;
     if (pop) begin
       if (a_last) begin
@@ -43100,7 +45916,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$245  = ldw_addr;
     if (pop) begin
       if (a_last) begin
@@ -43123,7 +45939,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$246  = lw_done;
     if (pop) begin
       if (a_last) begin
@@ -43143,7 +45959,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$247  = asm;
     if (pop) begin
       (* full_case = 32'd1 *)
@@ -43160,7 +45976,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$248  = rq_valid;
     if (\$177 ) begin
       \$248  = 1'h0;
@@ -43176,7 +45992,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$249  = spm_rreq__tdata;
     if (\$180 ) begin
       \$249  = rqw_addr;
@@ -43189,7 +46005,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$250  = rqw_c;
     if (\$180 ) begin
       (* full_case = 32'd1 *)
@@ -43210,7 +46026,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$251  = rqw_r;
     if (\$180 ) begin
       if (\$182 ) begin
@@ -43228,7 +46044,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$252  = rqw_base;
     if (\$180 ) begin
       if (\$182 ) begin
@@ -43246,7 +46062,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$253  = rqw_addr;
     if (\$180 ) begin
       (* full_case = 32'd1 *)
@@ -43267,7 +46083,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$254  = rq_active;
     if (\$180 ) begin
       if (rqw_last) begin
@@ -43285,7 +46101,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$255  = sp_buf;
     if (sp_push) begin
       \$255  = \$188 ;
@@ -43301,7 +46117,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$256  = sp_cnt;
     if (sp_push) begin
       \$256  = \$189 [2:0];
@@ -43320,7 +46136,7 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$257  = done__tdata;
     if (\$194 ) begin
       \$257  = { 4'h0, \$196  };
@@ -43374,7 +46190,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [5:0] \$11 ;
@@ -43499,7 +46315,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [4:0];
@@ -43512,7 +46328,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [4:0];
@@ -43525,7 +46341,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [4:0];
@@ -43541,7 +46357,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -43565,7 +46381,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [2:0] \$11 ;
@@ -43692,7 +46508,7 @@ module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [1:0];
@@ -43705,7 +46521,7 @@ module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [1:0];
@@ -43718,7 +46534,7 @@ module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [1:0];
@@ -43734,7 +46550,7 @@ module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -43759,8 +46575,8 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready
 , axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen, bytes_written
-, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tvalid, done__tready, cmd__tdata, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
+, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
   wire [18:0] \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -44585,7 +47401,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     .w_rdy(w_rdy)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     r_en = 1'h0;
     if (w_hs) begin
       r_en = 1'h1;
@@ -44595,14 +47411,14 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \r_en$64  = 1'h0;
     if (\$41 ) begin
       \r_en$64  = 1'h1;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     assembled = asm;
     (* full_case = 32'd1 *)
     casez (a_cnt)
@@ -44617,7 +47433,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
       \w_data$112  = { 1'h0, sp_buf[63:0] };
@@ -44626,7 +47442,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
       \w_en$114  = \$71 ;
@@ -44635,7 +47451,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$199  = state;
     if (start) begin
       \$199  = 2'h1;
@@ -44654,7 +47470,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$200  = is_load;
     if (start) begin
       \$200  = \$101 ;
@@ -44667,7 +47483,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$201  = is_store;
     if (start) begin
       \$201  = \$102 ;
@@ -44680,7 +47496,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$202  = is_copy;
     if (start) begin
       \$202  = \$103 ;
@@ -44693,7 +47509,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$203  = acc;
     if (start) begin
       \$203  = cmd__tdata[8];
@@ -44706,7 +47522,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$204  = rows;
     if (start) begin
       \$204  = cmd__tdata[159:144];
@@ -44719,7 +47535,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$205  = cols;
     if (start) begin
       \$205  = cmd__tdata[175:160];
@@ -44732,7 +47548,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$206  = row_stride;
     if (start) begin
       \$206  = cmd__tdata[191:176];
@@ -44745,7 +47561,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$207  = col_stride;
     if (start) begin
       \$207  = cmd__tdata[207:192];
@@ -44758,7 +47574,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$208  = rd_err;
     if (start) begin
       \$208  = 1'h0;
@@ -44781,7 +47597,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$209  = wr_err;
     if (start) begin
       \$209  = 1'h0;
@@ -44797,7 +47613,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$210  = axi__arvalid;
     if (\$104 ) begin
       \$210  = 1'h0;
@@ -44813,7 +47629,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$211  = axi__araddr;
     if (ar_issue) begin
       \$211  = ar_addr;
@@ -44826,7 +47642,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$212  = axi__arlen;
     if (ar_issue) begin
       \$212  = \$105 [7:0];
@@ -44839,7 +47655,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$213  = ar_addr;
     if (ar_issue) begin
       \$213  = \$107 [31:0];
@@ -44862,7 +47678,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$214  = ar_seg_left;
     if (ar_issue) begin
       \$214  = \$108 [29:0];
@@ -44885,7 +47701,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$215  = ar_active;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -44905,7 +47721,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$216  = ar_seg_base;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -44927,7 +47743,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$217  = ar_segs_left;
     if (ar_issue) begin
       if (\$109 ) begin
@@ -44949,7 +47765,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$218  = ar_stride;
     if (\$116 ) begin
       \$218  = \$119 ;
@@ -44962,7 +47778,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$219  = ar_seg_beats;
     if (\$116 ) begin
       \$219  = \$123 [29:0];
@@ -44975,7 +47791,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$220  = \$127 [2:0];
     if (reset_units) begin
       \$220  = 3'h0;
@@ -44985,7 +47801,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$221  = bytes_read;
     if (r_hs) begin
       \$221  = \$128 [31:0];
@@ -44998,7 +47814,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$222  = axi__awvalid;
     if (\$129 ) begin
       \$222  = 1'h0;
@@ -45014,7 +47830,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$223  = axi__awaddr;
     if (aw_issue) begin
       \$223  = aw_addr;
@@ -45027,7 +47843,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$224  = axi__awlen;
     if (aw_issue) begin
       \$224  = \$130 [7:0];
@@ -45040,7 +47856,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$225  = aw_addr;
     if (aw_issue) begin
       \$225  = \$132 [31:0];
@@ -45063,7 +47879,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$226  = aw_seg_left;
     if (aw_issue) begin
       \$226  = \$133 [29:0];
@@ -45086,7 +47902,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$227  = aw_active;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -45106,7 +47922,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$228  = aw_seg_base;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -45128,7 +47944,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$229  = aw_segs_left;
     if (aw_issue) begin
       if (\$134 ) begin
@@ -45150,7 +47966,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$230  = aw_stride;
     if (\$141 ) begin
       \$230  = \$144 ;
@@ -45163,7 +47979,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$231  = aw_seg_beats;
     if (\$141 ) begin
       \$231  = \$148 [29:0];
@@ -45176,7 +47992,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$232  = \$154 [5:0];
     if (start) begin
       \$232  = 6'h00;
@@ -45189,7 +48005,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$233  = \$156 [15:0];
     if (reset_units) begin
       \$233  = 16'h0000;
@@ -45199,7 +48015,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$234  = w_cnt;
     if (w_hs) begin
       \$234  = \$159 [7:0];
@@ -45215,7 +48031,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$235  = bytes_written;
     if (w_hs) begin
       if (\$160 ) begin
@@ -45230,7 +48046,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$236  = w_cur;
     if (\$164 ) begin
       \$236  = \r_rdy$120 ;
@@ -45243,7 +48059,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$237  = w_len;
     if (\$164 ) begin
       \$237  = \r_data$145 ;
@@ -45256,7 +48072,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$238  = wr_valid;
     if (\$165 ) begin
       \$238  = 1'h0;
@@ -45276,7 +48092,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$239  = a_cnt;
     if (pop) begin
       (* full_case = 32'd1 *)
@@ -45297,7 +48113,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$240  = wr_data;
     if (pop) begin
       if (a_last) begin
@@ -45314,7 +48130,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$241  = wr_addr;
     if (pop) begin
       if (a_last) begin
@@ -45331,7 +48147,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$242  = ldw_c;
     if (pop) begin
       if (a_last) begin
@@ -45354,7 +48170,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$243  = ldw_r;
     if (pop) begin
       if (a_last) begin
@@ -45374,7 +48190,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$244  = ldw_base;
     if (pop) begin
       if (a_last) begin
@@ -45394,7 +48210,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$245  = ldw_addr;
     if (pop) begin
       if (a_last) begin
@@ -45417,7 +48233,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$246  = lw_done;
     if (pop) begin
       if (a_last) begin
@@ -45437,7 +48253,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$247  = asm;
     if (pop) begin
       (* full_case = 32'd1 *)
@@ -45454,7 +48270,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$248  = rq_valid;
     if (\$177 ) begin
       \$248  = 1'h0;
@@ -45470,7 +48286,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$249  = spm_rreq__tdata;
     if (\$180 ) begin
       \$249  = rqw_addr;
@@ -45483,7 +48299,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$250  = rqw_c;
     if (\$180 ) begin
       (* full_case = 32'd1 *)
@@ -45504,7 +48320,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$251  = rqw_r;
     if (\$180 ) begin
       if (\$182 ) begin
@@ -45522,7 +48338,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$252  = rqw_base;
     if (\$180 ) begin
       if (\$182 ) begin
@@ -45540,7 +48356,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$253  = rqw_addr;
     if (\$180 ) begin
       (* full_case = 32'd1 *)
@@ -45561,7 +48377,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$254  = rq_active;
     if (\$180 ) begin
       if (rqw_last) begin
@@ -45579,7 +48395,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$255  = sp_buf;
     if (sp_push) begin
       \$255  = \$188 ;
@@ -45595,7 +48411,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$256  = sp_cnt;
     if (sp_push) begin
       \$256  = \$189 [2:0];
@@ -45614,7 +48430,7 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$257  = done__tdata;
     if (\$194 ) begin
       \$257  = { 4'h0, \$196  };
@@ -45668,7 +48484,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [5:0] \$11 ;
@@ -45793,7 +48609,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [4:0];
@@ -45806,7 +48622,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [4:0];
@@ -45819,7 +48635,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [4:0];
@@ -45835,7 +48651,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -45859,7 +48675,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [2:0] \$11 ;
@@ -45986,7 +48802,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [1:0];
@@ -45999,7 +48815,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [1:0];
@@ -46012,7 +48828,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [1:0];
@@ -46028,7 +48844,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -46054,10 +48870,10 @@ endmodule
 module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s2__rready$313 , s2__wdata, \s1__araddr$150 , \s4__wvalid$633 , s4__wstrb, s4__wlast, \s4__rready$611 
 , s4__wdata, \s3__araddr$448 , s0__rvalid, s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid
 , s2__rdata, s2__rid, s2__rresp, s2__rlast, s2__wready, s2__bvalid, s2__bid, s2__bresp, s3__rvalid, s3__rdata, s3__rid, s3__rresp, s3__rlast, s3__wready, s3__bvalid, s3__bid, s3__bresp, s4__rvalid, s4__rdata, s4__rid, s4__rresp
-, s4__rlast, s4__wready, s4__bvalid, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s1__awaddr$166 , s1__wdata, \s4__arvalid$607 , \s4__araddr$597 , s4__arlen
-, \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen, \s3__arvalid$458 , \s3__rready$462 , \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , \s3__awaddr$464 , s3__wdata, \s0__wvalid$37 , s0__wdata, s0__wstrb, s0__wlast, \s0__bready$39 , \s0__rready$15 , \s0__awvalid$27 , \s0__arvalid$11 , \s0__awaddr$17 , s0__awlen, \s0__araddr$1 
+, s4__rlast, s4__wready, s4__bvalid, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awaddr$166 , s1__wdata, \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s4__arvalid$607 , \s4__araddr$597 , s4__arlen
+, \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen, \s3__arvalid$458 , \s3__rready$462 , \s3__awaddr$464 , s3__wdata, \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , \s0__wvalid$37 , s0__wdata, s0__wstrb, s0__wlast, \s0__bready$39 , \s0__rready$15 , \s0__awvalid$27 , \s0__arvalid$11 , \s0__awaddr$17 , s0__awlen, \s0__araddr$1 
 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$62  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$82  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -48001,27 +50817,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10658$0 (\s2__araddr$299 [11:0]),
-    .\port$10658$14 (\s2__araddr$299 [31:14]),
-    .\port$10682$0 (\s2__awaddr$315 [11:0]),
-    .\port$10682$14 (\s2__awaddr$315 [31:14]),
-    .\port$10906$0 (\s1__awaddr$166 [11:0]),
-    .\port$10906$14 (\s1__awaddr$166 [31:14]),
-    .\port$12113$0 (\s4__araddr$597 [11:0]),
-    .\port$12113$14 (\s4__araddr$597 [31:14]),
-    .\port$12137$0 (\s4__awaddr$613 [11:0]),
-    .\port$12137$14 (\s4__awaddr$613 [31:14]),
-    .\port$12361$0 (\s3__awaddr$464 [11:0]),
-    .\port$12361$14 (\s3__awaddr$464 [31:14]),
-    .\port$12455$0 (\s0__awaddr$17 [11:0]),
-    .\port$12455$14 (\s0__awaddr$17 [31:14]),
-    .\port$12465$0 (\s0__araddr$1 [11:0]),
-    .\port$12465$14 (\s0__araddr$1 [31:14]),
+    .\port$10586$0 (\s2__araddr$299 [11:0]),
+    .\port$10586$14 (\s2__araddr$299 [31:14]),
+    .\port$10610$0 (\s2__awaddr$315 [11:0]),
+    .\port$10610$14 (\s2__awaddr$315 [31:14]),
+    .\port$10845$0 (\s1__awaddr$166 [11:0]),
+    .\port$10845$14 (\s1__awaddr$166 [31:14]),
+    .\port$12066$0 (\s4__araddr$597 [11:0]),
+    .\port$12066$14 (\s4__araddr$597 [31:14]),
+    .\port$12090$0 (\s4__awaddr$613 [11:0]),
+    .\port$12090$14 (\s4__awaddr$613 [31:14]),
+    .\port$12325$0 (\s3__awaddr$464 [11:0]),
+    .\port$12325$14 (\s3__awaddr$464 [31:14]),
+    .\port$12433$0 (\s0__awaddr$17 [11:0]),
+    .\port$12433$14 (\s0__awaddr$17 [31:14]),
+    .\port$12443$0 (\s0__araddr$1 [11:0]),
+    .\port$12443$14 (\s0__araddr$1 [31:14]),
     .\port$2030$0 (\$481 ),
-    .\port$4487$0 (\s1__araddr$150 [11:0]),
-    .\port$4487$14 (\s1__araddr$150 [31:14]),
-    .\port$6686$0 (\s3__araddr$448 [11:0]),
-    .\port$6686$14 (\s3__araddr$448 [31:14]),
+    .\port$4547$0 (\s1__araddr$150 [11:0]),
+    .\port$4547$14 (\s1__araddr$150 [31:14]),
+    .\port$6710$0 (\s3__araddr$448 [11:0]),
+    .\port$6710$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -48106,27 +50922,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10658$0 (\s2__araddr$299 [11:0]),
-    .\port$10658$14 (\s2__araddr$299 [31:14]),
-    .\port$10682$0 (\s2__awaddr$315 [11:0]),
-    .\port$10682$14 (\s2__awaddr$315 [31:14]),
-    .\port$10906$0 (\s1__awaddr$166 [11:0]),
-    .\port$10906$14 (\s1__awaddr$166 [31:14]),
-    .\port$12113$0 (\s4__araddr$597 [11:0]),
-    .\port$12113$14 (\s4__araddr$597 [31:14]),
-    .\port$12137$0 (\s4__awaddr$613 [11:0]),
-    .\port$12137$14 (\s4__awaddr$613 [31:14]),
-    .\port$12361$0 (\s3__awaddr$464 [11:0]),
-    .\port$12361$14 (\s3__awaddr$464 [31:14]),
-    .\port$12455$0 (\s0__awaddr$17 [11:0]),
-    .\port$12455$14 (\s0__awaddr$17 [31:14]),
-    .\port$12465$0 (\s0__araddr$1 [11:0]),
-    .\port$12465$14 (\s0__araddr$1 [31:14]),
+    .\port$10586$0 (\s2__araddr$299 [11:0]),
+    .\port$10586$14 (\s2__araddr$299 [31:14]),
+    .\port$10610$0 (\s2__awaddr$315 [11:0]),
+    .\port$10610$14 (\s2__awaddr$315 [31:14]),
+    .\port$10845$0 (\s1__awaddr$166 [11:0]),
+    .\port$10845$14 (\s1__awaddr$166 [31:14]),
+    .\port$12066$0 (\s4__araddr$597 [11:0]),
+    .\port$12066$14 (\s4__araddr$597 [31:14]),
+    .\port$12090$0 (\s4__awaddr$613 [11:0]),
+    .\port$12090$14 (\s4__awaddr$613 [31:14]),
+    .\port$12325$0 (\s3__awaddr$464 [11:0]),
+    .\port$12325$14 (\s3__awaddr$464 [31:14]),
+    .\port$12433$0 (\s0__awaddr$17 [11:0]),
+    .\port$12433$14 (\s0__awaddr$17 [31:14]),
+    .\port$12443$0 (\s0__araddr$1 [11:0]),
+    .\port$12443$14 (\s0__araddr$1 [31:14]),
     .\port$2366$0 (\$482 ),
-    .\port$4487$0 (\s1__araddr$150 [11:0]),
-    .\port$4487$14 (\s1__araddr$150 [31:14]),
-    .\port$6686$0 (\s3__araddr$448 [11:0]),
-    .\port$6686$14 (\s3__araddr$448 [31:14]),
+    .\port$4547$0 (\s1__araddr$150 [11:0]),
+    .\port$4547$14 (\s1__araddr$150 [31:14]),
+    .\port$6710$0 (\s3__araddr$448 [11:0]),
+    .\port$6710$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -48211,27 +51027,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10658$0 (\s2__araddr$299 [11:0]),
-    .\port$10658$14 (\s2__araddr$299 [31:14]),
-    .\port$10682$0 (\s2__awaddr$315 [11:0]),
-    .\port$10682$14 (\s2__awaddr$315 [31:14]),
-    .\port$10906$0 (\s1__awaddr$166 [11:0]),
-    .\port$10906$14 (\s1__awaddr$166 [31:14]),
-    .\port$12113$0 (\s4__araddr$597 [11:0]),
-    .\port$12113$14 (\s4__araddr$597 [31:14]),
-    .\port$12137$0 (\s4__awaddr$613 [11:0]),
-    .\port$12137$14 (\s4__awaddr$613 [31:14]),
-    .\port$12361$0 (\s3__awaddr$464 [11:0]),
-    .\port$12361$14 (\s3__awaddr$464 [31:14]),
-    .\port$12455$0 (\s0__awaddr$17 [11:0]),
-    .\port$12455$14 (\s0__awaddr$17 [31:14]),
-    .\port$12465$0 (\s0__araddr$1 [11:0]),
-    .\port$12465$14 (\s0__araddr$1 [31:14]),
+    .\port$10586$0 (\s2__araddr$299 [11:0]),
+    .\port$10586$14 (\s2__araddr$299 [31:14]),
+    .\port$10610$0 (\s2__awaddr$315 [11:0]),
+    .\port$10610$14 (\s2__awaddr$315 [31:14]),
+    .\port$10845$0 (\s1__awaddr$166 [11:0]),
+    .\port$10845$14 (\s1__awaddr$166 [31:14]),
+    .\port$12066$0 (\s4__araddr$597 [11:0]),
+    .\port$12066$14 (\s4__araddr$597 [31:14]),
+    .\port$12090$0 (\s4__awaddr$613 [11:0]),
+    .\port$12090$14 (\s4__awaddr$613 [31:14]),
+    .\port$12325$0 (\s3__awaddr$464 [11:0]),
+    .\port$12325$14 (\s3__awaddr$464 [31:14]),
+    .\port$12433$0 (\s0__awaddr$17 [11:0]),
+    .\port$12433$14 (\s0__awaddr$17 [31:14]),
+    .\port$12443$0 (\s0__araddr$1 [11:0]),
+    .\port$12443$14 (\s0__araddr$1 [31:14]),
     .\port$2702$0 (\$483 ),
-    .\port$4487$0 (\s1__araddr$150 [11:0]),
-    .\port$4487$14 (\s1__araddr$150 [31:14]),
-    .\port$6686$0 (\s3__araddr$448 [11:0]),
-    .\port$6686$14 (\s3__araddr$448 [31:14]),
+    .\port$4547$0 (\s1__araddr$150 [11:0]),
+    .\port$4547$14 (\s1__araddr$150 [31:14]),
+    .\port$6710$0 (\s3__araddr$448 [11:0]),
+    .\port$6710$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -48316,27 +51132,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10658$0 (\s2__araddr$299 [11:0]),
-    .\port$10658$14 (\s2__araddr$299 [31:14]),
-    .\port$10682$0 (\s2__awaddr$315 [11:0]),
-    .\port$10682$14 (\s2__awaddr$315 [31:14]),
-    .\port$10906$0 (\s1__awaddr$166 [11:0]),
-    .\port$10906$14 (\s1__awaddr$166 [31:14]),
-    .\port$12113$0 (\s4__araddr$597 [11:0]),
-    .\port$12113$14 (\s4__araddr$597 [31:14]),
-    .\port$12137$0 (\s4__awaddr$613 [11:0]),
-    .\port$12137$14 (\s4__awaddr$613 [31:14]),
-    .\port$12361$0 (\s3__awaddr$464 [11:0]),
-    .\port$12361$14 (\s3__awaddr$464 [31:14]),
-    .\port$12455$0 (\s0__awaddr$17 [11:0]),
-    .\port$12455$14 (\s0__awaddr$17 [31:14]),
-    .\port$12465$0 (\s0__araddr$1 [11:0]),
-    .\port$12465$14 (\s0__araddr$1 [31:14]),
+    .\port$10586$0 (\s2__araddr$299 [11:0]),
+    .\port$10586$14 (\s2__araddr$299 [31:14]),
+    .\port$10610$0 (\s2__awaddr$315 [11:0]),
+    .\port$10610$14 (\s2__awaddr$315 [31:14]),
+    .\port$10845$0 (\s1__awaddr$166 [11:0]),
+    .\port$10845$14 (\s1__awaddr$166 [31:14]),
+    .\port$12066$0 (\s4__araddr$597 [11:0]),
+    .\port$12066$14 (\s4__araddr$597 [31:14]),
+    .\port$12090$0 (\s4__awaddr$613 [11:0]),
+    .\port$12090$14 (\s4__awaddr$613 [31:14]),
+    .\port$12325$0 (\s3__awaddr$464 [11:0]),
+    .\port$12325$14 (\s3__awaddr$464 [31:14]),
+    .\port$12433$0 (\s0__awaddr$17 [11:0]),
+    .\port$12433$14 (\s0__awaddr$17 [31:14]),
+    .\port$12443$0 (\s0__araddr$1 [11:0]),
+    .\port$12443$14 (\s0__araddr$1 [31:14]),
     .\port$3038$0 (\$484 ),
-    .\port$4487$0 (\s1__araddr$150 [11:0]),
-    .\port$4487$14 (\s1__araddr$150 [31:14]),
-    .\port$6686$0 (\s3__araddr$448 [11:0]),
-    .\port$6686$14 (\s3__araddr$448 [31:14]),
+    .\port$4547$0 (\s1__araddr$150 [11:0]),
+    .\port$4547$14 (\s1__araddr$150 [31:14]),
+    .\port$6710$0 (\s3__araddr$448 [11:0]),
+    .\port$6710$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -48415,7 +51231,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .s4__wvalid(\s4__wvalid$688 )
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -48429,7 +51245,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -48443,7 +51259,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -48457,7 +51273,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -48471,7 +51287,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -48485,7 +51301,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -48499,7 +51315,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -48513,7 +51329,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -48527,7 +51343,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -48541,7 +51357,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -48555,7 +51371,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -48569,7 +51385,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -48583,7 +51399,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -48597,7 +51413,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -48611,7 +51427,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -48625,7 +51441,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -48639,7 +51455,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -48653,7 +51469,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -48667,7 +51483,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -48681,7 +51497,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -48695,7 +51511,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -48709,7 +51525,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -48723,7 +51539,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -48737,7 +51553,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -48751,7 +51567,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -48765,7 +51581,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -48779,7 +51595,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -48793,7 +51609,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -48807,7 +51623,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -48821,7 +51637,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -48835,7 +51651,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -48849,7 +51665,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -48863,7 +51679,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -48877,7 +51693,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -48891,7 +51707,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -48905,7 +51721,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -48919,7 +51735,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -48933,7 +51749,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -48947,7 +51763,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -48961,7 +51777,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -48975,7 +51791,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -48989,7 +51805,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -49003,7 +51819,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -49017,7 +51833,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -49031,7 +51847,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -49045,7 +51861,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$461  = r_bank_0;
     if (\$341 ) begin
       \$461  = \s0__araddr$1 [13:12];
@@ -49055,7 +51871,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$462  = r_out_0;
     if (\$346 ) begin
       \$462  = \$352 [7:0];
@@ -49067,7 +51883,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$463  = w_bank_0;
     if (\$354 ) begin
       \$463  = \s0__awaddr$17 [13:12];
@@ -49077,7 +51893,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$464  = w_out_0;
     if (\$358 ) begin
       \$464  = \$363 [7:0];
@@ -49089,7 +51905,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$465  = r_bank_1;
     if (\$365 ) begin
       \$465  = \s1__araddr$150 [13:12];
@@ -49099,7 +51915,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$466  = r_out_1;
     if (\$370 ) begin
       \$466  = \$376 [7:0];
@@ -49111,7 +51927,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$467  = w_bank_1;
     if (\$378 ) begin
       \$467  = \s1__awaddr$166 [13:12];
@@ -49121,7 +51937,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$468  = w_out_1;
     if (\$382 ) begin
       \$468  = \$387 [7:0];
@@ -49133,7 +51949,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$469  = r_bank_2;
     if (\$389 ) begin
       \$469  = \s2__araddr$299 [13:12];
@@ -49143,7 +51959,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$470  = r_out_2;
     if (\$394 ) begin
       \$470  = \$400 [7:0];
@@ -49155,7 +51971,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$471  = w_bank_2;
     if (\$402 ) begin
       \$471  = \s2__awaddr$315 [13:12];
@@ -49165,7 +51981,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$472  = w_out_2;
     if (\$406 ) begin
       \$472  = \$411 [7:0];
@@ -49177,7 +51993,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$473  = r_bank_3;
     if (\$413 ) begin
       \$473  = \s3__araddr$448 [13:12];
@@ -49187,7 +52003,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$474  = r_out_3;
     if (\$418 ) begin
       \$474  = \$424 [7:0];
@@ -49199,7 +52015,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$475  = w_bank_3;
     if (\$426 ) begin
       \$475  = \s3__awaddr$464 [13:12];
@@ -49209,7 +52025,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$476  = w_out_3;
     if (\$430 ) begin
       \$476  = \$435 [7:0];
@@ -49221,7 +52037,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$477  = r_bank_4;
     if (\$437 ) begin
       \$477  = \s4__araddr$597 [13:12];
@@ -49231,7 +52047,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$478  = r_out_4;
     if (\$442 ) begin
       \$478  = \$448 [7:0];
@@ -49243,7 +52059,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$479  = w_bank_4;
     if (\$450 ) begin
       \$479  = \s4__awaddr$613 [13:12];
@@ -49253,7 +52069,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$480  = w_out_4;
     if (\$454 ) begin
       \$480  = \$459 [7:0];
@@ -49637,10 +52453,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2030$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4487$0 , \port$4487$14 , s4__wstrb, s4__wdata, \port$6686$0 , \port$6686$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10658$0 , \port$10658$14 , s2__arlen, \port$10682$0 , \port$10682$14 , s2__awlen, \port$10906$0 , \port$10906$14 
-, s1__wdata, \port$12113$0 , \port$12113$14 , s4__arlen, \port$12137$0 , \port$12137$14 , s4__awlen, \port$12361$0 , \port$12361$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12455$0 , \port$12455$14 , s0__awlen, \port$12465$0 , \port$12465$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2030$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
+, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -49924,48 +52740,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10658$0 ;
-  wire [11:0] \port$10658$0 ;
-  input [17:0] \port$10658$14 ;
-  wire [17:0] \port$10658$14 ;
-  input [11:0] \port$10682$0 ;
-  wire [11:0] \port$10682$0 ;
-  input [17:0] \port$10682$14 ;
-  wire [17:0] \port$10682$14 ;
-  input [11:0] \port$10906$0 ;
-  wire [11:0] \port$10906$0 ;
-  input [17:0] \port$10906$14 ;
-  wire [17:0] \port$10906$14 ;
-  input [11:0] \port$12113$0 ;
-  wire [11:0] \port$12113$0 ;
-  input [17:0] \port$12113$14 ;
-  wire [17:0] \port$12113$14 ;
-  input [11:0] \port$12137$0 ;
-  wire [11:0] \port$12137$0 ;
-  input [17:0] \port$12137$14 ;
-  wire [17:0] \port$12137$14 ;
-  input [11:0] \port$12361$0 ;
-  wire [11:0] \port$12361$0 ;
-  input [17:0] \port$12361$14 ;
-  wire [17:0] \port$12361$14 ;
-  input [11:0] \port$12455$0 ;
-  wire [11:0] \port$12455$0 ;
-  input [17:0] \port$12455$14 ;
-  wire [17:0] \port$12455$14 ;
-  input [11:0] \port$12465$0 ;
-  wire [11:0] \port$12465$0 ;
-  input [17:0] \port$12465$14 ;
-  wire [17:0] \port$12465$14 ;
+  input [11:0] \port$10586$0 ;
+  wire [11:0] \port$10586$0 ;
+  input [17:0] \port$10586$14 ;
+  wire [17:0] \port$10586$14 ;
+  input [11:0] \port$10610$0 ;
+  wire [11:0] \port$10610$0 ;
+  input [17:0] \port$10610$14 ;
+  wire [17:0] \port$10610$14 ;
+  input [11:0] \port$10845$0 ;
+  wire [11:0] \port$10845$0 ;
+  input [17:0] \port$10845$14 ;
+  wire [17:0] \port$10845$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12090$0 ;
+  wire [11:0] \port$12090$0 ;
+  input [17:0] \port$12090$14 ;
+  wire [17:0] \port$12090$14 ;
+  input [11:0] \port$12325$0 ;
+  wire [11:0] \port$12325$0 ;
+  input [17:0] \port$12325$14 ;
+  wire [17:0] \port$12325$14 ;
+  input [11:0] \port$12433$0 ;
+  wire [11:0] \port$12433$0 ;
+  input [17:0] \port$12433$14 ;
+  wire [17:0] \port$12433$14 ;
+  input [11:0] \port$12443$0 ;
+  wire [11:0] \port$12443$0 ;
+  input [17:0] \port$12443$14 ;
+  wire [17:0] \port$12443$14 ;
   output [67:0] \port$2030$0 ;
   wire [67:0] \port$2030$0 ;
-  input [11:0] \port$4487$0 ;
-  wire [11:0] \port$4487$0 ;
-  input [17:0] \port$4487$14 ;
-  wire [17:0] \port$4487$14 ;
-  input [11:0] \port$6686$0 ;
-  wire [11:0] \port$6686$0 ;
-  input [17:0] \port$6686$14 ;
-  wire [17:0] \port$6686$14 ;
+  input [11:0] \port$4547$0 ;
+  wire [11:0] \port$4547$0 ;
+  input [17:0] \port$4547$14 ;
+  wire [17:0] \port$4547$14 ;
+  input [11:0] \port$6710$0 ;
+  wire [11:0] \port$6710$0 ;
+  input [17:0] \port$6710$14 ;
+  wire [17:0] \port$6710$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -50536,7 +53352,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -50552,23 +53368,23 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12455$14 , \port$12455$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10906$14 , \port$10906$0  };
+          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10682$14 , \port$10682$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12361$14 , \port$12361$0  };
+          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12137$14 , \port$12137$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -50587,7 +53403,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -50606,7 +53422,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -50625,14 +53441,14 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -50648,23 +53464,23 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12465$14 , \port$12465$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4487$14 , \port$4487$0  };
+          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10658$14 , \port$10658$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6686$14 , \port$6686$0  };
+          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12113$14 , \port$12113$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -50683,7 +53499,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -50698,7 +53514,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -50708,7 +53524,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -50718,7 +53534,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -50728,7 +53544,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -50741,7 +53557,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -50754,7 +53570,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -50764,7 +53580,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -50781,7 +53597,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -50798,7 +53614,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -50815,7 +53631,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -50832,7 +53648,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -50849,7 +53665,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50863,7 +53679,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50877,7 +53693,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50891,7 +53707,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50905,7 +53721,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50919,7 +53735,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50933,7 +53749,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50947,7 +53763,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50961,7 +53777,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50975,7 +53791,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -50989,7 +53805,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -51004,7 +53820,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -51014,7 +53830,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -51024,7 +53840,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -51034,7 +53850,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -51047,7 +53863,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -51060,7 +53876,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -51070,14 +53886,14 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -51089,25 +53905,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12455$14 , \port$12455$0  };
+  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10906$14 , \port$10906$0  };
+  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10682$14 , \port$10682$0  };
+  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12361$14 , \port$12361$0  };
+  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12137$14 , \port$12137$0  };
+  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -51130,25 +53946,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12465$14 , \port$12465$0  };
+  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4487$14 , \port$4487$0  };
+  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10658$14 , \port$10658$0  };
+  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6686$14 , \port$6686$0  };
+  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12113$14 , \port$12113$0  };
+  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -51204,7 +54020,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -51295,7 +54111,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -51305,7 +54121,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -51315,7 +54131,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -51338,10 +54154,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2366$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4487$0 , \port$4487$14 , s4__wstrb, s4__wdata, \port$6686$0 , \port$6686$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10658$0 , \port$10658$14 , s2__arlen, \port$10682$0 , \port$10682$14 , s2__awlen, \port$10906$0 , \port$10906$14 
-, s1__wdata, \port$12113$0 , \port$12113$14 , s4__arlen, \port$12137$0 , \port$12137$14 , s4__awlen, \port$12361$0 , \port$12361$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12455$0 , \port$12455$14 , s0__awlen, \port$12465$0 , \port$12465$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2366$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
+, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$85  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -51625,48 +54441,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10658$0 ;
-  wire [11:0] \port$10658$0 ;
-  input [17:0] \port$10658$14 ;
-  wire [17:0] \port$10658$14 ;
-  input [11:0] \port$10682$0 ;
-  wire [11:0] \port$10682$0 ;
-  input [17:0] \port$10682$14 ;
-  wire [17:0] \port$10682$14 ;
-  input [11:0] \port$10906$0 ;
-  wire [11:0] \port$10906$0 ;
-  input [17:0] \port$10906$14 ;
-  wire [17:0] \port$10906$14 ;
-  input [11:0] \port$12113$0 ;
-  wire [11:0] \port$12113$0 ;
-  input [17:0] \port$12113$14 ;
-  wire [17:0] \port$12113$14 ;
-  input [11:0] \port$12137$0 ;
-  wire [11:0] \port$12137$0 ;
-  input [17:0] \port$12137$14 ;
-  wire [17:0] \port$12137$14 ;
-  input [11:0] \port$12361$0 ;
-  wire [11:0] \port$12361$0 ;
-  input [17:0] \port$12361$14 ;
-  wire [17:0] \port$12361$14 ;
-  input [11:0] \port$12455$0 ;
-  wire [11:0] \port$12455$0 ;
-  input [17:0] \port$12455$14 ;
-  wire [17:0] \port$12455$14 ;
-  input [11:0] \port$12465$0 ;
-  wire [11:0] \port$12465$0 ;
-  input [17:0] \port$12465$14 ;
-  wire [17:0] \port$12465$14 ;
+  input [11:0] \port$10586$0 ;
+  wire [11:0] \port$10586$0 ;
+  input [17:0] \port$10586$14 ;
+  wire [17:0] \port$10586$14 ;
+  input [11:0] \port$10610$0 ;
+  wire [11:0] \port$10610$0 ;
+  input [17:0] \port$10610$14 ;
+  wire [17:0] \port$10610$14 ;
+  input [11:0] \port$10845$0 ;
+  wire [11:0] \port$10845$0 ;
+  input [17:0] \port$10845$14 ;
+  wire [17:0] \port$10845$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12090$0 ;
+  wire [11:0] \port$12090$0 ;
+  input [17:0] \port$12090$14 ;
+  wire [17:0] \port$12090$14 ;
+  input [11:0] \port$12325$0 ;
+  wire [11:0] \port$12325$0 ;
+  input [17:0] \port$12325$14 ;
+  wire [17:0] \port$12325$14 ;
+  input [11:0] \port$12433$0 ;
+  wire [11:0] \port$12433$0 ;
+  input [17:0] \port$12433$14 ;
+  wire [17:0] \port$12433$14 ;
+  input [11:0] \port$12443$0 ;
+  wire [11:0] \port$12443$0 ;
+  input [17:0] \port$12443$14 ;
+  wire [17:0] \port$12443$14 ;
   output [67:0] \port$2366$0 ;
   wire [67:0] \port$2366$0 ;
-  input [11:0] \port$4487$0 ;
-  wire [11:0] \port$4487$0 ;
-  input [17:0] \port$4487$14 ;
-  wire [17:0] \port$4487$14 ;
-  input [11:0] \port$6686$0 ;
-  wire [11:0] \port$6686$0 ;
-  input [17:0] \port$6686$14 ;
-  wire [17:0] \port$6686$14 ;
+  input [11:0] \port$4547$0 ;
+  wire [11:0] \port$4547$0 ;
+  input [17:0] \port$4547$14 ;
+  wire [17:0] \port$4547$14 ;
+  input [11:0] \port$6710$0 ;
+  wire [11:0] \port$6710$0 ;
+  input [17:0] \port$6710$14 ;
+  wire [17:0] \port$6710$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -52237,7 +55053,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -52253,23 +55069,23 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12455$14 , \port$12455$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10906$14 , \port$10906$0  };
+          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10682$14 , \port$10682$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12361$14 , \port$12361$0  };
+          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12137$14 , \port$12137$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -52288,7 +55104,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -52307,7 +55123,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -52326,14 +55142,14 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -52349,23 +55165,23 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12465$14 , \port$12465$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4487$14 , \port$4487$0  };
+          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10658$14 , \port$10658$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6686$14 , \port$6686$0  };
+          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12113$14 , \port$12113$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -52384,7 +55200,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -52399,7 +55215,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -52409,7 +55225,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -52419,7 +55235,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -52429,7 +55245,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -52442,7 +55258,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -52455,7 +55271,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -52465,7 +55281,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -52482,7 +55298,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -52499,7 +55315,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -52516,7 +55332,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -52533,7 +55349,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -52550,7 +55366,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52564,7 +55380,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52578,7 +55394,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52592,7 +55408,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52606,7 +55422,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52620,7 +55436,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52634,7 +55450,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52648,7 +55464,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52662,7 +55478,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52676,7 +55492,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -52690,7 +55506,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -52705,7 +55521,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -52715,7 +55531,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -52725,7 +55541,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -52735,7 +55551,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -52748,7 +55564,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -52761,7 +55577,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -52771,14 +55587,14 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -52790,25 +55606,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12455$14 , \port$12455$0  };
+  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10906$14 , \port$10906$0  };
+  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10682$14 , \port$10682$0  };
+  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12361$14 , \port$12361$0  };
+  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12137$14 , \port$12137$0  };
+  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -52831,25 +55647,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12465$14 , \port$12465$0  };
+  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4487$14 , \port$4487$0  };
+  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10658$14 , \port$10658$0  };
+  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6686$14 , \port$6686$0  };
+  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12113$14 , \port$12113$0  };
+  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -52905,7 +55721,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -52996,7 +55812,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -53006,7 +55822,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -53016,7 +55832,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -53039,10 +55855,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2702$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4487$0 , \port$4487$14 , s4__wstrb, s4__wdata, \port$6686$0 , \port$6686$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10658$0 , \port$10658$14 , s2__arlen, \port$10682$0 , \port$10682$14 , s2__awlen, \port$10906$0 , \port$10906$14 
-, s1__wdata, \port$12113$0 , \port$12113$14 , s4__arlen, \port$12137$0 , \port$12137$14 , s4__awlen, \port$12361$0 , \port$12361$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12455$0 , \port$12455$14 , s0__awlen, \port$12465$0 , \port$12465$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2702$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
+, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -53326,48 +56142,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10658$0 ;
-  wire [11:0] \port$10658$0 ;
-  input [17:0] \port$10658$14 ;
-  wire [17:0] \port$10658$14 ;
-  input [11:0] \port$10682$0 ;
-  wire [11:0] \port$10682$0 ;
-  input [17:0] \port$10682$14 ;
-  wire [17:0] \port$10682$14 ;
-  input [11:0] \port$10906$0 ;
-  wire [11:0] \port$10906$0 ;
-  input [17:0] \port$10906$14 ;
-  wire [17:0] \port$10906$14 ;
-  input [11:0] \port$12113$0 ;
-  wire [11:0] \port$12113$0 ;
-  input [17:0] \port$12113$14 ;
-  wire [17:0] \port$12113$14 ;
-  input [11:0] \port$12137$0 ;
-  wire [11:0] \port$12137$0 ;
-  input [17:0] \port$12137$14 ;
-  wire [17:0] \port$12137$14 ;
-  input [11:0] \port$12361$0 ;
-  wire [11:0] \port$12361$0 ;
-  input [17:0] \port$12361$14 ;
-  wire [17:0] \port$12361$14 ;
-  input [11:0] \port$12455$0 ;
-  wire [11:0] \port$12455$0 ;
-  input [17:0] \port$12455$14 ;
-  wire [17:0] \port$12455$14 ;
-  input [11:0] \port$12465$0 ;
-  wire [11:0] \port$12465$0 ;
-  input [17:0] \port$12465$14 ;
-  wire [17:0] \port$12465$14 ;
+  input [11:0] \port$10586$0 ;
+  wire [11:0] \port$10586$0 ;
+  input [17:0] \port$10586$14 ;
+  wire [17:0] \port$10586$14 ;
+  input [11:0] \port$10610$0 ;
+  wire [11:0] \port$10610$0 ;
+  input [17:0] \port$10610$14 ;
+  wire [17:0] \port$10610$14 ;
+  input [11:0] \port$10845$0 ;
+  wire [11:0] \port$10845$0 ;
+  input [17:0] \port$10845$14 ;
+  wire [17:0] \port$10845$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12090$0 ;
+  wire [11:0] \port$12090$0 ;
+  input [17:0] \port$12090$14 ;
+  wire [17:0] \port$12090$14 ;
+  input [11:0] \port$12325$0 ;
+  wire [11:0] \port$12325$0 ;
+  input [17:0] \port$12325$14 ;
+  wire [17:0] \port$12325$14 ;
+  input [11:0] \port$12433$0 ;
+  wire [11:0] \port$12433$0 ;
+  input [17:0] \port$12433$14 ;
+  wire [17:0] \port$12433$14 ;
+  input [11:0] \port$12443$0 ;
+  wire [11:0] \port$12443$0 ;
+  input [17:0] \port$12443$14 ;
+  wire [17:0] \port$12443$14 ;
   output [67:0] \port$2702$0 ;
   wire [67:0] \port$2702$0 ;
-  input [11:0] \port$4487$0 ;
-  wire [11:0] \port$4487$0 ;
-  input [17:0] \port$4487$14 ;
-  wire [17:0] \port$4487$14 ;
-  input [11:0] \port$6686$0 ;
-  wire [11:0] \port$6686$0 ;
-  input [17:0] \port$6686$14 ;
-  wire [17:0] \port$6686$14 ;
+  input [11:0] \port$4547$0 ;
+  wire [11:0] \port$4547$0 ;
+  input [17:0] \port$4547$14 ;
+  wire [17:0] \port$4547$14 ;
+  input [11:0] \port$6710$0 ;
+  wire [11:0] \port$6710$0 ;
+  input [17:0] \port$6710$14 ;
+  wire [17:0] \port$6710$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -53938,7 +56754,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -53954,23 +56770,23 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12455$14 , \port$12455$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10906$14 , \port$10906$0  };
+          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10682$14 , \port$10682$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12361$14 , \port$12361$0  };
+          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12137$14 , \port$12137$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -53989,7 +56805,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -54008,7 +56824,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -54027,14 +56843,14 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -54050,23 +56866,23 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12465$14 , \port$12465$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4487$14 , \port$4487$0  };
+          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10658$14 , \port$10658$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6686$14 , \port$6686$0  };
+          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12113$14 , \port$12113$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -54085,7 +56901,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -54100,7 +56916,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -54110,7 +56926,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -54120,7 +56936,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -54130,7 +56946,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -54143,7 +56959,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -54156,7 +56972,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -54166,7 +56982,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -54183,7 +56999,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -54200,7 +57016,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -54217,7 +57033,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -54234,7 +57050,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -54251,7 +57067,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54265,7 +57081,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54279,7 +57095,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54293,7 +57109,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54307,7 +57123,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54321,7 +57137,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54335,7 +57151,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54349,7 +57165,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54363,7 +57179,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54377,7 +57193,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -54391,7 +57207,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -54406,7 +57222,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -54416,7 +57232,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -54426,7 +57242,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -54436,7 +57252,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -54449,7 +57265,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -54462,7 +57278,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -54472,14 +57288,14 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -54491,25 +57307,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12455$14 , \port$12455$0  };
+  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10906$14 , \port$10906$0  };
+  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10682$14 , \port$10682$0  };
+  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12361$14 , \port$12361$0  };
+  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12137$14 , \port$12137$0  };
+  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -54532,25 +57348,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12465$14 , \port$12465$0  };
+  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4487$14 , \port$4487$0  };
+  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10658$14 , \port$10658$0  };
+  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6686$14 , \port$6686$0  };
+  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12113$14 , \port$12113$0  };
+  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -54606,7 +57422,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$88  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -54697,7 +57513,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -54707,7 +57523,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -54717,7 +57533,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -54740,10 +57556,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$3038$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4487$0 , \port$4487$14 , s4__wstrb, s4__wdata, \port$6686$0 , \port$6686$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10658$0 , \port$10658$14 , s2__arlen, \port$10682$0 , \port$10682$14 , s2__awlen, \port$10906$0 , \port$10906$14 
-, s1__wdata, \port$12113$0 , \port$12113$14 , s4__arlen, \port$12137$0 , \port$12137$14 , s4__awlen, \port$12361$0 , \port$12361$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12455$0 , \port$12455$14 , s0__awlen, \port$12465$0 , \port$12465$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$3038$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
+, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -55027,48 +57843,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10658$0 ;
-  wire [11:0] \port$10658$0 ;
-  input [17:0] \port$10658$14 ;
-  wire [17:0] \port$10658$14 ;
-  input [11:0] \port$10682$0 ;
-  wire [11:0] \port$10682$0 ;
-  input [17:0] \port$10682$14 ;
-  wire [17:0] \port$10682$14 ;
-  input [11:0] \port$10906$0 ;
-  wire [11:0] \port$10906$0 ;
-  input [17:0] \port$10906$14 ;
-  wire [17:0] \port$10906$14 ;
-  input [11:0] \port$12113$0 ;
-  wire [11:0] \port$12113$0 ;
-  input [17:0] \port$12113$14 ;
-  wire [17:0] \port$12113$14 ;
-  input [11:0] \port$12137$0 ;
-  wire [11:0] \port$12137$0 ;
-  input [17:0] \port$12137$14 ;
-  wire [17:0] \port$12137$14 ;
-  input [11:0] \port$12361$0 ;
-  wire [11:0] \port$12361$0 ;
-  input [17:0] \port$12361$14 ;
-  wire [17:0] \port$12361$14 ;
-  input [11:0] \port$12455$0 ;
-  wire [11:0] \port$12455$0 ;
-  input [17:0] \port$12455$14 ;
-  wire [17:0] \port$12455$14 ;
-  input [11:0] \port$12465$0 ;
-  wire [11:0] \port$12465$0 ;
-  input [17:0] \port$12465$14 ;
-  wire [17:0] \port$12465$14 ;
+  input [11:0] \port$10586$0 ;
+  wire [11:0] \port$10586$0 ;
+  input [17:0] \port$10586$14 ;
+  wire [17:0] \port$10586$14 ;
+  input [11:0] \port$10610$0 ;
+  wire [11:0] \port$10610$0 ;
+  input [17:0] \port$10610$14 ;
+  wire [17:0] \port$10610$14 ;
+  input [11:0] \port$10845$0 ;
+  wire [11:0] \port$10845$0 ;
+  input [17:0] \port$10845$14 ;
+  wire [17:0] \port$10845$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12090$0 ;
+  wire [11:0] \port$12090$0 ;
+  input [17:0] \port$12090$14 ;
+  wire [17:0] \port$12090$14 ;
+  input [11:0] \port$12325$0 ;
+  wire [11:0] \port$12325$0 ;
+  input [17:0] \port$12325$14 ;
+  wire [17:0] \port$12325$14 ;
+  input [11:0] \port$12433$0 ;
+  wire [11:0] \port$12433$0 ;
+  input [17:0] \port$12433$14 ;
+  wire [17:0] \port$12433$14 ;
+  input [11:0] \port$12443$0 ;
+  wire [11:0] \port$12443$0 ;
+  input [17:0] \port$12443$14 ;
+  wire [17:0] \port$12443$14 ;
   output [67:0] \port$3038$0 ;
   wire [67:0] \port$3038$0 ;
-  input [11:0] \port$4487$0 ;
-  wire [11:0] \port$4487$0 ;
-  input [17:0] \port$4487$14 ;
-  wire [17:0] \port$4487$14 ;
-  input [11:0] \port$6686$0 ;
-  wire [11:0] \port$6686$0 ;
-  input [17:0] \port$6686$14 ;
-  wire [17:0] \port$6686$14 ;
+  input [11:0] \port$4547$0 ;
+  wire [11:0] \port$4547$0 ;
+  input [17:0] \port$4547$14 ;
+  wire [17:0] \port$4547$14 ;
+  input [11:0] \port$6710$0 ;
+  wire [11:0] \port$6710$0 ;
+  input [17:0] \port$6710$14 ;
+  wire [17:0] \port$6710$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -55639,7 +58455,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -55655,23 +58471,23 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12455$14 , \port$12455$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10906$14 , \port$10906$0  };
+          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10682$14 , \port$10682$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12361$14 , \port$12361$0  };
+          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12137$14 , \port$12137$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -55690,7 +58506,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -55709,7 +58525,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -55728,14 +58544,14 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -55751,23 +58567,23 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12465$14 , \port$12465$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4487$14 , \port$4487$0  };
+          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10658$14 , \port$10658$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6686$14 , \port$6686$0  };
+          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12113$14 , \port$12113$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -55786,7 +58602,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -55801,7 +58617,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -55811,7 +58627,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -55821,7 +58637,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -55831,7 +58647,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -55844,7 +58660,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -55857,7 +58673,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -55867,7 +58683,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -55884,7 +58700,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -55901,7 +58717,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -55918,7 +58734,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -55935,7 +58751,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -55952,7 +58768,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55966,7 +58782,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55980,7 +58796,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55994,7 +58810,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56008,7 +58824,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56022,7 +58838,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56036,7 +58852,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56050,7 +58866,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56064,7 +58880,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56078,7 +58894,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -56092,7 +58908,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -56107,7 +58923,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -56117,7 +58933,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -56127,7 +58943,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -56137,7 +58953,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -56150,7 +58966,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -56163,7 +58979,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -56173,14 +58989,14 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -56192,25 +59008,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12455$14 , \port$12455$0  };
+  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10906$14 , \port$10906$0  };
+  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10682$14 , \port$10682$0  };
+  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12361$14 , \port$12361$0  };
+  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12137$14 , \port$12137$0  };
+  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -56233,25 +59049,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12465$14 , \port$12465$0  };
+  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4487$14 , \port$4487$0  };
+  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10658$14 , \port$10658$0  };
+  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6686$14 , \port$6686$0  };
+  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12113$14 , \port$12113$0  };
+  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -56307,7 +59123,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$90  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -56398,7 +59214,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -56408,7 +59224,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -56418,7 +59234,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -56440,16 +59256,16 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
-, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3055$0 , \port$4758$0 , \port$5194$0 , \port$5254$0 , \port$6957$0 , \port$7393$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
+, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3055$0 , \port$4490$0 , \port$5158$0 , \port$5218$0 , \port$6653$0 , \port$7321$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
 , GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set
 , QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set
 , QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value
 , GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid
 , bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value
-, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10771$0 , \port$10795$0 
-, \port$10800$0 , \port$10802$0 , \port$10804$0 , \port$10808$0 , \port$10810$0 , \port$12226$0 , \port$12250$0 , \port$12255$0 , \port$12257$0 , \port$12259$0 , \port$12263$0 , \port$12265$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10706$0 , \port$10708$0 
+, \port$10714$0 , \port$10716$0 , \port$10718$0 , \port$10719$0 , \port$10870$0 , \port$12186$0 , \port$12188$0 , \port$12194$0 , \port$12196$0 , \port$12198$0 , \port$12199$0 , \port$12350$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
-  reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -57595,46 +60411,46 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$10771$0 ;
-  wire \port$10771$0 ;
-  input \port$10795$0 ;
-  wire \port$10795$0 ;
-  input \port$10800$0 ;
-  wire \port$10800$0 ;
-  input [15:0] \port$10802$0 ;
-  wire [15:0] \port$10802$0 ;
-  input [15:0] \port$10804$0 ;
-  wire [15:0] \port$10804$0 ;
-  input [7:0] \port$10808$0 ;
-  wire [7:0] \port$10808$0 ;
-  input [15:0] \port$10810$0 ;
-  wire [15:0] \port$10810$0 ;
-  input \port$12226$0 ;
-  wire \port$12226$0 ;
-  input \port$12250$0 ;
-  wire \port$12250$0 ;
-  input \port$12255$0 ;
-  wire \port$12255$0 ;
-  input [15:0] \port$12257$0 ;
-  wire [15:0] \port$12257$0 ;
-  input [15:0] \port$12259$0 ;
-  wire [15:0] \port$12259$0 ;
-  input [7:0] \port$12263$0 ;
-  wire [7:0] \port$12263$0 ;
-  input [15:0] \port$12265$0 ;
-  wire [15:0] \port$12265$0 ;
+  input [15:0] \port$10706$0 ;
+  wire [15:0] \port$10706$0 ;
+  input [15:0] \port$10708$0 ;
+  wire [15:0] \port$10708$0 ;
+  input \port$10714$0 ;
+  wire \port$10714$0 ;
+  input [7:0] \port$10716$0 ;
+  wire [7:0] \port$10716$0 ;
+  input [15:0] \port$10718$0 ;
+  wire [15:0] \port$10718$0 ;
+  input \port$10719$0 ;
+  wire \port$10719$0 ;
+  input \port$10870$0 ;
+  wire \port$10870$0 ;
+  input [15:0] \port$12186$0 ;
+  wire [15:0] \port$12186$0 ;
+  input [15:0] \port$12188$0 ;
+  wire [15:0] \port$12188$0 ;
+  input \port$12194$0 ;
+  wire \port$12194$0 ;
+  input [7:0] \port$12196$0 ;
+  wire [7:0] \port$12196$0 ;
+  input [15:0] \port$12198$0 ;
+  wire [15:0] \port$12198$0 ;
+  input \port$12199$0 ;
+  wire \port$12199$0 ;
+  input \port$12350$0 ;
+  wire \port$12350$0 ;
   input \port$3055$0 ;
   wire \port$3055$0 ;
-  input \port$4758$0 ;
-  wire \port$4758$0 ;
-  input [8:0] \port$5194$0 ;
-  wire [8:0] \port$5194$0 ;
-  input \port$5254$0 ;
-  wire \port$5254$0 ;
-  input \port$6957$0 ;
-  wire \port$6957$0 ;
-  input [8:0] \port$7393$0 ;
-  wire [8:0] \port$7393$0 ;
+  input \port$4490$0 ;
+  wire \port$4490$0 ;
+  input [8:0] \port$5158$0 ;
+  wire [8:0] \port$5158$0 ;
+  input \port$5218$0 ;
+  wire \port$5218$0 ;
+  input \port$6653$0 ;
+  wire \port$6653$0 ;
+  input [8:0] \port$7321$0 ;
+  wire [8:0] \port$7321$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -58147,12 +60963,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10771$0 , \port$10795$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$10719$0 , \port$10870$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$12226$0 , \port$12250$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$12199$0 , \port$12350$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -58203,7 +61019,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -58215,7 +61031,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -58227,7 +61043,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -58239,7 +61055,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -58251,7 +61067,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -58263,7 +61079,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -58275,7 +61091,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -58287,7 +61103,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -58299,14 +61115,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -58318,7 +61134,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -58330,7 +61146,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -58342,7 +61158,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -58354,7 +61170,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -58366,7 +61182,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -58378,7 +61194,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -58390,7 +61206,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -58402,14 +61218,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -58421,7 +61237,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -58433,7 +61249,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -58445,7 +61261,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -58457,7 +61273,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -58469,7 +61285,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -58481,7 +61297,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -58494,7 +61310,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -58504,7 +61320,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -58517,7 +61333,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -58527,7 +61343,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = 4'hf;
@@ -58537,7 +61353,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -58550,7 +61366,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -58560,7 +61376,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -58573,7 +61389,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -58583,7 +61399,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -58596,7 +61412,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -58606,7 +61422,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -58616,7 +61432,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -58626,7 +61442,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -58638,7 +61454,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -58650,7 +61466,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -58662,7 +61478,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -58674,7 +61490,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -58686,7 +61502,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -58698,7 +61514,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -58710,7 +61526,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -58722,7 +61538,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -58734,7 +61550,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -58746,7 +61562,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -58758,7 +61574,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -58769,16 +61585,16 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10802$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10804$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3055$0 , \port$10800$0 , \port$4758$0  };
-  assign QUEUE0_ERROR__value = { \port$10810$0 , 8'h00, \port$10808$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$12257$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$12259$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5254$0 , \port$12255$0 , \port$6957$0  };
-  assign QUEUE1_ERROR__value = { \port$12265$0 , 8'h00, \port$12263$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5194$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7393$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10706$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10708$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3055$0 , \port$10714$0 , \port$4490$0  };
+  assign QUEUE0_ERROR__value = { \port$10718$0 , 8'h00, \port$10716$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$12186$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$12188$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5218$0 , \port$12194$0 , \port$6653$0  };
+  assign QUEUE1_ERROR__value = { \port$12198$0 , 8'h00, \port$12196$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5158$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7321$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -58903,26 +61719,26 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10771$0 , \port$10795$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12226$0 , \port$12250$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10719$0 , \port$10870$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12199$0 , \port$12350$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10802$0 ;
+  assign \$74 [15:0] = \port$10706$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10804$0 ;
+  assign \$78 [15:0] = \port$10708$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3055$0 , \port$10800$0 , \port$4758$0  };
+  assign \$82 [2:0] = { \port$3055$0 , \port$10714$0 , \port$4490$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10810$0 , \port$10808$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10718$0 , \port$10716$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$12257$0 ;
+  assign \$109 [15:0] = \port$12186$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$12259$0 ;
+  assign \$113 [15:0] = \port$12188$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5254$0 , \port$12255$0 , \port$6957$0  };
+  assign \$117 [2:0] = { \port$5218$0 , \port$12194$0 , \port$6653$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$12265$0 , \port$12263$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$12198$0 , \port$12196$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -58943,12 +61759,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5194$0  };
+  assign \$212  = { 23'h000000, \port$5158$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7393$0  };
+  assign \$231  = { 23'h000000, \port$7321$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -59085,7 +61901,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -59126,7 +61942,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -59151,7 +61967,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59161,7 +61977,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59173,7 +61989,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59190,7 +62006,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59202,7 +62018,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59220,7 +62036,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -59261,7 +62077,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -59286,7 +62102,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59296,7 +62112,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59308,7 +62124,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59325,7 +62141,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59337,7 +62153,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -59355,7 +62171,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$94  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -59480,7 +62296,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -59493,7 +62309,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -59506,7 +62322,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -59522,7 +62338,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -59546,7 +62362,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -59671,7 +62487,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -59684,7 +62500,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -59697,7 +62513,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -59713,7 +62529,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
