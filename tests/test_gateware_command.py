@@ -16,7 +16,7 @@ from amaranth.sim import Simulator
 
 from dx1_bringup.gateware.command import DECODE_STAGES, DMA_SLOTS, TILE_SLOTS
 from dx1_bringup.gateware.command.completion import CompletionWriter
-from dx1_bringup.gateware.command.decode import CommandDecoder, Route
+from dx1_bringup.gateware.command.decode import CommandDecoder, FootprintDecoder, Route
 from dx1_bringup.gateware.command.dispatch import Dispatcher
 from dx1_bringup.gateware.command.fetch import CommandFetch
 from dx1_bringup.gateware.command.hazards import HazardTracker, InFlightSlots
@@ -287,6 +287,25 @@ def test_decoder_routes_good_commands_with_their_footprints_after_the_decode_ste
     # GEMM: A rows [100, 108), B rows [20, 20 + 2*8), C rows [7, 11).
     assert (gemm[2]["spm_r_lo"], gemm[2]["spm_r_hi"], gemm[2]["acc_w_lo"], gemm[2]["acc_w_hi"]) == (20, 108, 7, 11)
     assert not any(copy[2].values()) and not any(wait[2].values())
+
+
+def test_footprint_decoder_widens_a_postop_source_range_to_its_bias_row() -> None:
+    """A POSTOP reads accumulator rows [src, src + rows) and, with bias on, the bias row too (the bounding
+    range grows to include it); it writes scratchpad rows [dst, dst + rows).  Without bias the bias row
+    does not count."""
+    dut = FootprintDecoder()
+    seen = []
+
+    async def bench(ctx) -> None:
+        for bias in (True, False):
+            ctx.set(dut.cmd, _word(Opcode.POSTOP, flags={"bias": bias}, src_addr=10, rows=4, dst_addr=30,
+                                   bias_addr=20))
+            ctx.set(dut.p_src_end, 14)
+            fp = ctx.get(dut.footprint)
+            seen.append((fp.acc_r_lo, fp.acc_r_hi, fp.spm_w_lo, fp.spm_w_hi, fp.acc_w_hi, fp.spm_r_hi))
+
+    _run(dut, bench, clocked=False)
+    assert seen == [(10, 21, 30, 34, 0, 0), (10, 14, 30, 34, 0, 0)]
 
 
 # --- hazards --------------------------------------------------------------------------------------------------

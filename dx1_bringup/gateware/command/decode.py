@@ -10,7 +10,7 @@ from ...spec import COMMAND_BYTES, COMMANDS, ErrorCode, Opcode, SocConfig
 from ..layouts import HEADER_LAYOUT, command_layout
 from .slots import FOOTPRINT_LAYOUT, RANGE_BITS
 
-__all__ = ["CommandDecoder", "DECODE_STAGES", "Route"]
+__all__ = ["CommandDecoder", "FootprintDecoder", "DECODE_STAGES", "Route"]
 
 #: Registered decode steps between a fetched command and its dispatch: products, sums, checks (here), and
 #: hazards (:class:`~.hazards.HazardTracker`).
@@ -146,7 +146,37 @@ class CommandDecoder(wiring.Component):
             m.d.comb += route_next.eq(Route.LOCAL)
         m.d.sync += [self.status.eq(status_next), self.route.eq(route_next)]
 
-        fp_next = Signal(FOOTPRINT_LAYOUT)
+        m.submodules.footprint = footprint = FootprintDecoder()
+        m.d.comb += [footprint.cmd.eq(cmd), footprint.mv_last.eq(mv_last), footprint.a_end.eq(a_end),
+                     footprint.b_end.eq(b_end), footprint.p_src_end.eq(p_src_end)]
+        m.d.sync += self.footprint.eq(footprint.footprint)
+        return m
+
+
+class FootprintDecoder(wiring.Component):
+    """The local rows a command reads and writes, for dependency tracking (combinational).
+
+    ``footprint`` holds one bounding range [lo, hi) per memory and direction; ranges a command does not touch
+    are empty (0, 0).  The sums come from the decoder's second step: ``mv_last`` (a LOAD's or STORE's last
+    local row), ``a_end``/``b_end`` (a GEMM's A and B row ends), ``p_src_end`` (a POSTOP's source end).
+    """
+
+    def __init__(self):
+        super().__init__({
+            "cmd": In(8 * COMMAND_BYTES), "mv_last": In(RANGE_BITS), "a_end": In(RANGE_BITS), "b_end": In(RANGE_BITS),
+            "p_src_end": In(RANGE_BITS), "footprint": Out(FOOTPRINT_LAYOUT),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cmd = self.cmd
+        mv_last, a_end, b_end, p_src_end = self.mv_last, self.a_end, self.b_end, self.p_src_end
+        mv = data.View(command_layout(Opcode.LOAD), cmd)
+        g = data.View(command_layout(Opcode.GEMM), cmd)
+        p = data.View(command_layout(Opcode.POSTOP), cmd)
+        hdr = data.View(HEADER_LAYOUT, cmd)
+        mv_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
+        fp_next = self.footprint
         bias_on = p.flags[COMMANDS[Opcode.POSTOP].flag_bit("bias")]
         with m.Switch(hdr.opcode):
             with m.Case(Opcode.GEMM):
@@ -171,5 +201,4 @@ class CommandDecoder(wiring.Component):
                     m.d.comb += [fp_next.acc_r_lo.eq(mv.local_addr), fp_next.acc_r_hi.eq(mv_last + 1)]
                 with m.Else():
                     m.d.comb += [fp_next.spm_r_lo.eq(mv.local_addr), fp_next.spm_r_hi.eq(mv_last + 1)]
-        m.d.sync += self.footprint.eq(fp_next)
         return m
