@@ -8773,8 +8773,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$10644$0 (\$234 ),
-    .\port$10646$0 (\$235 ),
+    .\port$10719$0 (\$234 ),
+    .\port$10721$0 (\$235 ),
     .progress(\progress$295 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -8804,8 +8804,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tvalid(\done__tvalid$444 ),
     .perf_busy(\perf_busy$685 ),
     .perf_macs(\perf_macs$694 ),
-    .\port$12124$0 (\$236 ),
-    .\port$12126$0 (\$237 ),
+    .\port$12214$0 (\$236 ),
+    .\port$12216$0 (\$237 ),
     .progress(\progress$614 ),
     .r_en(\done__tready$445 ),
     .\r_en$122 (\spm_rresp__tready$485 ),
@@ -8864,22 +8864,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$8924$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8926$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8928$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8930$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8932$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8934$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8936$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8938$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8940$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8942$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8944$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8946$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8948$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8950$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8952$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8954$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8968$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8970$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8972$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8974$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8976$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8978$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8980$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8982$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8984$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8986$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8988$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8990$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8992$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8994$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8996$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8998$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8948,22 +8948,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$652 ),
     .irq_completion(\irq_completion$663 ),
     .irq_error(\irq_error$664 ),
-    .\port$8924$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8926$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8928$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8930$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8932$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8934$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8936$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8938$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8940$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8942$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8944$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8946$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8948$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8950$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8952$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8954$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8968$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8970$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8972$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8974$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8976$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8978$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8980$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8982$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8984$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8986$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8988$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8990$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8992$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8994$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8996$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8998$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$613 ),
     .quiesce(\quiesce$624 ),
     .reset_cp(\reset_cp$795 ),
@@ -8999,24 +8999,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .acc_wr__tvalid(acc_wr__tvalid),
     .axi__araddr(s2__araddr),
     .axi__arlen(s2__arlen),
-    .axi__arready(\axi__arready$242 ),
     .axi__arvalid(s2__arvalid),
     .axi__awaddr(s2__awaddr),
     .axi__awlen(s2__awlen),
-    .axi__awready(\axi__awready$256 ),
     .axi__awvalid(s2__awvalid),
-    .axi__bresp(\axi__bresp$266 ),
-    .axi__bvalid(\axi__bvalid$268 ),
-    .axi__rdata(\axi__rdata$270 ),
-    .axi__rlast(\axi__rlast$274 ),
     .axi__rready(s2__rready),
-    .axi__rresp(\axi__rresp$278 ),
-    .axi__rvalid(\axi__rvalid$280 ),
     .axi__wdata(s2__wdata),
     .axi__wlast(s2__wlast),
-    .axi__wready(\axi__wready$286 ),
     .axi__wstrb(s2__wstrb),
     .axi__wvalid(s2__wvalid),
+    .bus__arready(\axi__arready$242 ),
+    .bus__awready(\axi__awready$256 ),
+    .bus__bid(\axi__bid$262 ),
+    .bus__bresp(\axi__bresp$266 ),
+    .bus__bvalid(\axi__bvalid$268 ),
+    .bus__rdata(\axi__rdata$270 ),
+    .bus__rid(\axi__rid$272 ),
+    .bus__rlast(\axi__rlast$274 ),
+    .bus__rresp(\axi__rresp$278 ),
+    .bus__rvalid(\axi__rvalid$280 ),
+    .bus__wready(\axi__wready$286 ),
     .bytes_read(bytes_read),
     .bytes_written(bytes_written),
     .clk(clk),
@@ -9026,6 +9028,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$136 ),
     .done__tvalid(dma_done__tvalid),
+    .\port$10719$0 (\$234 ),
+    .\port$10721$0 (\$235 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -9036,9 +9040,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_rresp__tready(spm_rresp__tready),
     .spm_rresp__tvalid(spm_rresp__tvalid),
     .spm_wr__tready(spm_wr__tready),
-    .spm_wr__tvalid(spm_wr__tvalid),
-    .wr_addr(\$235 ),
-    .wr_data(\$234 )
+    .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.dma1  dma1 (
     .abort(\abort$626 ),
@@ -9051,24 +9053,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .acc_wr__tvalid(\acc_wr__tvalid$475 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
-    .axi__arready(\axi__arready$561 ),
     .axi__arvalid(s4__arvalid),
     .axi__awaddr(s4__awaddr),
     .axi__awlen(s4__awlen),
-    .axi__awready(\axi__awready$575 ),
     .axi__awvalid(s4__awvalid),
-    .axi__bresp(\axi__bresp$585 ),
-    .axi__bvalid(\axi__bvalid$587 ),
-    .axi__rdata(\axi__rdata$589 ),
-    .axi__rlast(\axi__rlast$593 ),
     .axi__rready(s4__rready),
-    .axi__rresp(\axi__rresp$597 ),
-    .axi__rvalid(\axi__rvalid$599 ),
     .axi__wdata(s4__wdata),
     .axi__wlast(s4__wlast),
-    .axi__wready(\axi__wready$605 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
+    .bus__arready(\axi__arready$561 ),
+    .bus__awready(\axi__awready$575 ),
+    .bus__bid(\axi__bid$581 ),
+    .bus__bresp(\axi__bresp$585 ),
+    .bus__bvalid(\axi__bvalid$587 ),
+    .bus__rdata(\axi__rdata$589 ),
+    .bus__rid(\axi__rid$591 ),
+    .bus__rlast(\axi__rlast$593 ),
+    .bus__rresp(\axi__rresp$597 ),
+    .bus__rvalid(\axi__rvalid$599 ),
+    .bus__wready(\axi__wready$605 ),
     .bytes_read(\bytes_read$688 ),
     .bytes_written(\bytes_written$691 ),
     .clk(clk),
@@ -9078,6 +9082,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$453 ),
     .done__tready(\done__tready$455 ),
     .done__tvalid(\dma_done__tvalid$457 ),
+    .\port$12214$0 (\$236 ),
+    .\port$12216$0 (\$237 ),
     .quiet(\dma_quiet$622 ),
     .reset_units(\reset_units$671 ),
     .rst(rst),
@@ -9088,9 +9094,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_rresp__tready(\spm_rresp__tready$485 ),
     .spm_rresp__tvalid(\spm_rresp__tvalid$487 ),
     .spm_wr__tready(\spm_wr__tready$461 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$463 ),
-    .wr_addr(\$237 ),
-    .wr_data(\$236 )
+    .spm_wr__tvalid(\spm_wr__tvalid$463 )
   );
   \dx1_board.soc.memory  memory (
     .clk(clk),
@@ -9370,26 +9374,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10706$0 (head),
-    .\port$10708$0 (tail),
-    .\port$10714$0 (halted),
-    .\port$10716$0 (error_code),
-    .\port$10718$0 (error_index),
-    .\port$10719$0 (irq_error),
-    .\port$10870$0 (irq_completion),
-    .\port$12186$0 (\head$652 ),
-    .\port$12188$0 (\tail$654 ),
-    .\port$12194$0 (\halted$657 ),
-    .\port$12196$0 (\error_code$660 ),
-    .\port$12198$0 (\error_index$661 ),
-    .\port$12199$0 (\irq_error$664 ),
-    .\port$12350$0 (\irq_completion$663 ),
+    .\port$10765$0 (head),
+    .\port$10767$0 (tail),
+    .\port$10773$0 (halted),
+    .\port$10775$0 (error_code),
+    .\port$10777$0 (error_index),
+    .\port$10778$0 (irq_error),
+    .\port$10929$0 (irq_completion),
+    .\port$12260$0 (\head$652 ),
+    .\port$12262$0 (\tail$654 ),
+    .\port$12268$0 (\halted$657 ),
+    .\port$12270$0 (\error_code$660 ),
+    .\port$12272$0 (\error_index$661 ),
+    .\port$12273$0 (\irq_error$664 ),
+    .\port$12424$0 (\irq_completion$663 ),
     .\port$3055$0 (\busy$339 ),
-    .\port$4490$0 (busy),
-    .\port$5158$0 (level),
-    .\port$5218$0 (\busy$658 ),
-    .\port$6653$0 (\busy$656 ),
-    .\port$7321$0 (\level$711 ),
+    .\port$4512$0 (busy),
+    .\port$5180$0 (level),
+    .\port$5240$0 (\busy$658 ),
+    .\port$6697$0 (\busy$656 ),
+    .\port$7365$0 (\level$711 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -11126,7 +11130,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10644$0 , \port$10646$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10719$0 , \port$10721$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11491,10 +11495,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$10644$0 ;
-  wire [255:0] \port$10644$0 ;
-  input [15:0] \port$10646$0 ;
-  wire [15:0] \port$10646$0 ;
+  input [255:0] \port$10719$0 ;
+  wire [255:0] \port$10719$0 ;
+  input [15:0] \port$10721$0 ;
+  wire [15:0] \port$10721$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -11999,8 +12003,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$9446$128 (cmd[143:128]),
-    .\port$9446$80 (cmd[91:80]),
+    .\port$9490$128 (cmd[143:128]),
+    .\port$9490$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -12037,11 +12041,11 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$9446$112 (cmd[143:112]),
-    .\port$9446$16 (cmd[31:16]),
-    .\port$9446$64 (cmd[75:64]),
-    .\port$9446$8 (cmd[8]),
-    .\port$9446$96 (cmd[105:96]),
+    .\port$9490$112 (cmd[143:112]),
+    .\port$9490$16 (cmd[31:16]),
+    .\port$9490$64 (cmd[75:64]),
+    .\port$9490$8 (cmd[8]),
+    .\port$9490$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -12237,7 +12241,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$10646$0 [9:0];
+      acc_w__addr = \port$10721$0 [9:0];
     end
   end
   always @* begin
@@ -12247,7 +12251,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$10644$0 ;
+      acc_w__data = \port$10719$0 ;
     end
   end
   always @* begin
@@ -12315,7 +12319,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$10646$0 [11:0];
+      spm_w__addr = \port$10721$0 [11:0];
     end
   end
   always @* begin
@@ -12325,7 +12329,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$10644$0 [63:0];
+      spm_w__data = \port$10719$0 [63:0];
     end
   end
   always @* begin
@@ -13136,8 +13140,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$10646$0 , \port$10644$0 [63:0] };
-  assign acc_wr__tdata = { \port$10646$0 , \port$10644$0  };
+  assign spm_wr__tdata = { \port$10721$0 , \port$10719$0 [63:0] };
+  assign acc_wr__tdata = { \port$10721$0 , \port$10719$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -21072,7 +21076,7 @@ module \dx1_board.soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9446$80 , \port$9446$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9490$80 , \port$9490$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21096,10 +21100,10 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$9446$128 ;
-  wire [15:0] \port$9446$128 ;
-  input [11:0] \port$9446$80 ;
-  wire [11:0] \port$9446$80 ;
+  input [15:0] \port$9490$128 ;
+  wire [15:0] \port$9490$128 ;
+  input [11:0] \port$9490$80 ;
+  wire [11:0] \port$9490$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -21135,7 +21139,7 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9446$128 , \port$9446$80  };
+      storage[w_port__addr] <= { \port$9490$128 , \port$9490$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -21206,8 +21210,8 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9446$128 , \port$9446$80  };
-  assign w_data = { \port$9446$128 , \port$9446$80  };
+  assign w_port__data = { \port$9490$128 , \port$9490$80  };
+  assign w_data = { \port$9490$128 , \port$9490$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -22363,7 +22367,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9446$8 , \port$9446$16 , \port$9446$64 , \port$9446$96 , \port$9446$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9490$8 , \port$9490$16 , \port$9490$64 , \port$9490$96 , \port$9490$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22387,16 +22391,16 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$9446$112 ;
-  wire [31:0] \port$9446$112 ;
-  input [15:0] \port$9446$16 ;
-  wire [15:0] \port$9446$16 ;
-  input [11:0] \port$9446$64 ;
-  wire [11:0] \port$9446$64 ;
-  input \port$9446$8 ;
-  wire \port$9446$8 ;
-  input [9:0] \port$9446$96 ;
-  wire [9:0] \port$9446$96 ;
+  input [31:0] \port$9490$112 ;
+  wire [31:0] \port$9490$112 ;
+  input [15:0] \port$9490$16 ;
+  wire [15:0] \port$9490$16 ;
+  input [11:0] \port$9490$64 ;
+  wire [11:0] \port$9490$64 ;
+  input \port$9490$8 ;
+  wire \port$9490$8 ;
+  input [9:0] \port$9490$96 ;
+  wire [9:0] \port$9490$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -22432,7 +22436,7 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
+      storage[w_port__addr] <= { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -22503,15 +22507,15 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
-  assign w_data = { \port$9446$16 , \port$9446$8 , \port$9446$112 , \port$9446$96 , \port$9446$64  };
+  assign w_port__data = { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
+  assign w_data = { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$12124$0 , \port$12126$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$12214$0 , \port$12216$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22876,10 +22880,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$12124$0 ;
-  wire [255:0] \port$12124$0 ;
-  input [15:0] \port$12126$0 ;
-  wire [15:0] \port$12126$0 ;
+  input [255:0] \port$12214$0 ;
+  wire [255:0] \port$12214$0 ;
+  input [15:0] \port$12216$0 ;
+  wire [15:0] \port$12216$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -23384,8 +23388,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$10926$128 (cmd[143:128]),
-    .\port$10926$80 (cmd[91:80]),
+    .\port$10985$128 (cmd[143:128]),
+    .\port$10985$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -23422,11 +23426,11 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$10926$112 (cmd[143:112]),
-    .\port$10926$16 (cmd[31:16]),
-    .\port$10926$64 (cmd[75:64]),
-    .\port$10926$8 (cmd[8]),
-    .\port$10926$96 (cmd[105:96]),
+    .\port$10985$112 (cmd[143:112]),
+    .\port$10985$16 (cmd[31:16]),
+    .\port$10985$64 (cmd[75:64]),
+    .\port$10985$8 (cmd[8]),
+    .\port$10985$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -23622,7 +23626,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$12126$0 [9:0];
+      acc_w__addr = \port$12216$0 [9:0];
     end
   end
   always @* begin
@@ -23632,7 +23636,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$12124$0 ;
+      acc_w__data = \port$12214$0 ;
     end
   end
   always @* begin
@@ -23700,7 +23704,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$12126$0 [11:0];
+      spm_w__addr = \port$12216$0 [11:0];
     end
   end
   always @* begin
@@ -23710,7 +23714,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$12124$0 [63:0];
+      spm_w__data = \port$12214$0 [63:0];
     end
   end
   always @* begin
@@ -24521,8 +24525,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$12126$0 , \port$12124$0 [63:0] };
-  assign acc_wr__tdata = { \port$12126$0 , \port$12124$0  };
+  assign spm_wr__tdata = { \port$12216$0 , \port$12214$0 [63:0] };
+  assign acc_wr__tdata = { \port$12216$0 , \port$12214$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -32457,7 +32461,7 @@ module \dx1_board.soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10926$80 , \port$10926$128 , clk);
+module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10985$80 , \port$10985$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -32481,10 +32485,10 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$10926$128 ;
-  wire [15:0] \port$10926$128 ;
-  input [11:0] \port$10926$80 ;
-  wire [11:0] \port$10926$80 ;
+  input [15:0] \port$10985$128 ;
+  wire [15:0] \port$10985$128 ;
+  input [11:0] \port$10985$80 ;
+  wire [11:0] \port$10985$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -32520,7 +32524,7 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$10926$128 , \port$10926$80  };
+      storage[w_port__addr] <= { \port$10985$128 , \port$10985$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -32591,8 +32595,8 @@ module \dx1_board.soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$10926$128 , \port$10926$80  };
-  assign w_data = { \port$10926$128 , \port$10926$80  };
+  assign w_port__data = { \port$10985$128 , \port$10985$80  };
+  assign w_data = { \port$10985$128 , \port$10985$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -33748,7 +33752,7 @@ module \dx1_board.soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10926$8 , \port$10926$16 , \port$10926$64 , \port$10926$96 , \port$10926$112 , clk);
+module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$10985$8 , \port$10985$16 , \port$10985$64 , \port$10985$96 , \port$10985$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -33772,16 +33776,16 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$10926$112 ;
-  wire [31:0] \port$10926$112 ;
-  input [15:0] \port$10926$16 ;
-  wire [15:0] \port$10926$16 ;
-  input [11:0] \port$10926$64 ;
-  wire [11:0] \port$10926$64 ;
-  input \port$10926$8 ;
-  wire \port$10926$8 ;
-  input [9:0] \port$10926$96 ;
-  wire [9:0] \port$10926$96 ;
+  input [31:0] \port$10985$112 ;
+  wire [31:0] \port$10985$112 ;
+  input [15:0] \port$10985$16 ;
+  wire [15:0] \port$10985$16 ;
+  input [11:0] \port$10985$64 ;
+  wire [11:0] \port$10985$64 ;
+  input \port$10985$8 ;
+  wire \port$10985$8 ;
+  input [9:0] \port$10985$96 ;
+  wire [9:0] \port$10985$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -33817,7 +33821,7 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
+      storage[w_port__addr] <= { \port$10985$16 , \port$10985$8 , \port$10985$112 , \port$10985$96 , \port$10985$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -33888,15 +33892,15 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
-  assign w_data = { \port$10926$16 , \port$10926$8 , \port$10926$112 , \port$10926$96 , \port$10926$64  };
+  assign w_port__data = { \port$10985$16 , \port$10985$8 , \port$10985$112 , \port$10985$96 , \port$10985$64  };
+  assign w_data = { \port$10985$16 , \port$10985$8 , \port$10985$112 , \port$10985$96 , \port$10985$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8924$0 
-, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8968$0 
+, \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
 , budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -34177,38 +34181,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8924$0 ;
-  wire [15:0] \port$8924$0 ;
-  input [15:0] \port$8926$0 ;
-  wire [15:0] \port$8926$0 ;
-  input [15:0] \port$8928$0 ;
-  wire [15:0] \port$8928$0 ;
-  input [15:0] \port$8930$0 ;
-  wire [15:0] \port$8930$0 ;
-  input [15:0] \port$8932$0 ;
-  wire [15:0] \port$8932$0 ;
-  input [15:0] \port$8934$0 ;
-  wire [15:0] \port$8934$0 ;
-  input [15:0] \port$8936$0 ;
-  wire [15:0] \port$8936$0 ;
-  input [15:0] \port$8938$0 ;
-  wire [15:0] \port$8938$0 ;
-  input [15:0] \port$8940$0 ;
-  wire [15:0] \port$8940$0 ;
-  input [15:0] \port$8942$0 ;
-  wire [15:0] \port$8942$0 ;
-  input [15:0] \port$8944$0 ;
-  wire [15:0] \port$8944$0 ;
-  input [15:0] \port$8946$0 ;
-  wire [15:0] \port$8946$0 ;
-  input [15:0] \port$8948$0 ;
-  wire [15:0] \port$8948$0 ;
-  input [15:0] \port$8950$0 ;
-  wire [15:0] \port$8950$0 ;
-  input [15:0] \port$8952$0 ;
-  wire [15:0] \port$8952$0 ;
-  input [15:0] \port$8954$0 ;
-  wire [15:0] \port$8954$0 ;
+  input [15:0] \port$8968$0 ;
+  wire [15:0] \port$8968$0 ;
+  input [15:0] \port$8970$0 ;
+  wire [15:0] \port$8970$0 ;
+  input [15:0] \port$8972$0 ;
+  wire [15:0] \port$8972$0 ;
+  input [15:0] \port$8974$0 ;
+  wire [15:0] \port$8974$0 ;
+  input [15:0] \port$8976$0 ;
+  wire [15:0] \port$8976$0 ;
+  input [15:0] \port$8978$0 ;
+  wire [15:0] \port$8978$0 ;
+  input [15:0] \port$8980$0 ;
+  wire [15:0] \port$8980$0 ;
+  input [15:0] \port$8982$0 ;
+  wire [15:0] \port$8982$0 ;
+  input [15:0] \port$8984$0 ;
+  wire [15:0] \port$8984$0 ;
+  input [15:0] \port$8986$0 ;
+  wire [15:0] \port$8986$0 ;
+  input [15:0] \port$8988$0 ;
+  wire [15:0] \port$8988$0 ;
+  input [15:0] \port$8990$0 ;
+  wire [15:0] \port$8990$0 ;
+  input [15:0] \port$8992$0 ;
+  wire [15:0] \port$8992$0 ;
+  input [15:0] \port$8994$0 ;
+  wire [15:0] \port$8994$0 ;
+  input [15:0] \port$8996$0 ;
+  wire [15:0] \port$8996$0 ;
+  input [15:0] \port$8998$0 ;
+  wire [15:0] \port$8998$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -34558,23 +34562,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$10734$64 (cmd[87:64]),
-    .\port$8924$0 (\port$8924$0 ),
-    .\port$8926$0 (\port$8926$0 ),
-    .\port$8928$0 (\port$8928$0 ),
-    .\port$8930$0 (\port$8930$0 ),
-    .\port$8932$0 (\port$8932$0 ),
-    .\port$8934$0 (\port$8934$0 ),
-    .\port$8936$0 (\port$8936$0 ),
-    .\port$8938$0 (\port$8938$0 ),
-    .\port$8940$0 (\port$8940$0 ),
-    .\port$8942$0 (\port$8942$0 ),
-    .\port$8944$0 (\port$8944$0 ),
-    .\port$8946$0 (\port$8946$0 ),
-    .\port$8948$0 (\port$8948$0 ),
-    .\port$8950$0 (\port$8950$0 ),
-    .\port$8952$0 (\port$8952$0 ),
-    .\port$8954$0 (\port$8954$0 ),
+    .\port$10793$64 (cmd[87:64]),
+    .\port$8968$0 (\port$8968$0 ),
+    .\port$8970$0 (\port$8970$0 ),
+    .\port$8972$0 (\port$8972$0 ),
+    .\port$8974$0 (\port$8974$0 ),
+    .\port$8976$0 (\port$8976$0 ),
+    .\port$8978$0 (\port$8978$0 ),
+    .\port$8980$0 (\port$8980$0 ),
+    .\port$8982$0 (\port$8982$0 ),
+    .\port$8984$0 (\port$8984$0 ),
+    .\port$8986$0 (\port$8986$0 ),
+    .\port$8988$0 (\port$8988$0 ),
+    .\port$8990$0 (\port$8990$0 ),
+    .\port$8992$0 (\port$8992$0 ),
+    .\port$8994$0 (\port$8994$0 ),
+    .\port$8996$0 (\port$8996$0 ),
+    .\port$8998$0 (\port$8998$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -34751,8 +34755,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
-  assign \sem_values$182  = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign \sem_values$182  = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -34839,38 +34843,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8924$0 ;
-  assign \sem_values[1]  = \port$8926$0 ;
-  assign \sem_values[2]  = \port$8928$0 ;
-  assign \sem_values[3]  = \port$8930$0 ;
-  assign \sem_values[4]  = \port$8932$0 ;
-  assign \sem_values[5]  = \port$8934$0 ;
-  assign \sem_values[6]  = \port$8936$0 ;
-  assign \sem_values[7]  = \port$8938$0 ;
-  assign \sem_values[8]  = \port$8940$0 ;
-  assign \sem_values[9]  = \port$8942$0 ;
-  assign \sem_values[10]  = \port$8944$0 ;
-  assign \sem_values[11]  = \port$8946$0 ;
-  assign \sem_values[12]  = \port$8948$0 ;
-  assign \sem_values[13]  = \port$8950$0 ;
-  assign \sem_values[14]  = \port$8952$0 ;
-  assign \sem_values[15]  = \port$8954$0 ;
-  assign \sem_values$182[0]  = \port$8924$0 ;
-  assign \sem_values$182[1]  = \port$8926$0 ;
-  assign \sem_values$182[2]  = \port$8928$0 ;
-  assign \sem_values$182[3]  = \port$8930$0 ;
-  assign \sem_values$182[4]  = \port$8932$0 ;
-  assign \sem_values$182[5]  = \port$8934$0 ;
-  assign \sem_values$182[6]  = \port$8936$0 ;
-  assign \sem_values$182[7]  = \port$8938$0 ;
-  assign \sem_values$182[8]  = \port$8940$0 ;
-  assign \sem_values$182[9]  = \port$8942$0 ;
-  assign \sem_values$182[10]  = \port$8944$0 ;
-  assign \sem_values$182[11]  = \port$8946$0 ;
-  assign \sem_values$182[12]  = \port$8948$0 ;
-  assign \sem_values$182[13]  = \port$8950$0 ;
-  assign \sem_values$182[14]  = \port$8952$0 ;
-  assign \sem_values$182[15]  = \port$8954$0 ;
+  assign \sem_values[0]  = \port$8968$0 ;
+  assign \sem_values[1]  = \port$8970$0 ;
+  assign \sem_values[2]  = \port$8972$0 ;
+  assign \sem_values[3]  = \port$8974$0 ;
+  assign \sem_values[4]  = \port$8976$0 ;
+  assign \sem_values[5]  = \port$8978$0 ;
+  assign \sem_values[6]  = \port$8980$0 ;
+  assign \sem_values[7]  = \port$8982$0 ;
+  assign \sem_values[8]  = \port$8984$0 ;
+  assign \sem_values[9]  = \port$8986$0 ;
+  assign \sem_values[10]  = \port$8988$0 ;
+  assign \sem_values[11]  = \port$8990$0 ;
+  assign \sem_values[12]  = \port$8992$0 ;
+  assign \sem_values[13]  = \port$8994$0 ;
+  assign \sem_values[14]  = \port$8996$0 ;
+  assign \sem_values[15]  = \port$8998$0 ;
+  assign \sem_values$182[0]  = \port$8968$0 ;
+  assign \sem_values$182[1]  = \port$8970$0 ;
+  assign \sem_values$182[2]  = \port$8972$0 ;
+  assign \sem_values$182[3]  = \port$8974$0 ;
+  assign \sem_values$182[4]  = \port$8976$0 ;
+  assign \sem_values$182[5]  = \port$8978$0 ;
+  assign \sem_values$182[6]  = \port$8980$0 ;
+  assign \sem_values$182[7]  = \port$8982$0 ;
+  assign \sem_values$182[8]  = \port$8984$0 ;
+  assign \sem_values$182[9]  = \port$8986$0 ;
+  assign \sem_values$182[10]  = \port$8988$0 ;
+  assign \sem_values$182[11]  = \port$8990$0 ;
+  assign \sem_values$182[12]  = \port$8992$0 ;
+  assign \sem_values$182[13]  = \port$8994$0 ;
+  assign \sem_values$182[14]  = \port$8996$0 ;
+  assign \sem_values$182[15]  = \port$8998$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -34970,43 +34974,26 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [7:0] \$118 ;
   wire \$119 ;
   wire [19:0] \$12 ;
-  wire \$120 ;
-  wire [15:0] \$121 ;
-  wire \$122 ;
-  wire [32:0] \$123 ;
-  wire [16:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire \$128 ;
-  wire \$129 ;
+  reg [2:0] \$120 ;
+  reg [32:0] \$121 ;
+  reg [32:0] \$122 ;
+  reg [48:0] \$123 ;
+  reg [21:0] \$124 ;
+  reg [31:0] \$125 ;
+  reg [19:0] \$126 ;
+  reg [33:0] \$127 ;
+  reg [49:0] \$128 ;
+  reg [32:0] \$129 ;
   wire [21:0] \$13 ;
-  wire [16:0] \$130 ;
-  wire [16:0] \$131 ;
-  wire [16:0] \$132 ;
-  wire [34:0] \$133 ;
-  wire [34:0] \$134 ;
-  wire [34:0] \$135 ;
-  wire [34:0] \$136 ;
-  reg [2:0] \$137 ;
-  reg [32:0] \$138 ;
-  reg [32:0] \$139 ;
+  reg [32:0] \$130 ;
+  reg [32:0] \$131 ;
+  reg [20:0] \$132 ;
+  reg [16:0] \$133 ;
+  reg [7:0] \$134 ;
+  reg [1:0] \$135 ;
+  reg [271:0] \$136 ;
   wire [31:0] \$14 ;
-  reg [48:0] \$140 ;
-  reg [21:0] \$141 ;
-  reg [31:0] \$142 ;
-  reg [19:0] \$143 ;
-  reg [33:0] \$144 ;
-  reg [49:0] \$145 ;
-  reg [32:0] \$146 ;
-  reg [32:0] \$147 ;
-  reg [32:0] \$148 ;
-  reg [20:0] \$149 ;
   wire [19:0] \$15 ;
-  reg [16:0] \$150 ;
-  reg [7:0] \$151 ;
-  reg [1:0] \$152 ;
-  reg [271:0] \$153 ;
   wire [33:0] \$16 ;
   wire [34:0] \$17 ;
   wire [49:0] \$18 ;
@@ -35099,10 +35086,13 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [7:0] \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
   input clk;
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
+  wire [255:0] \cmd$29 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -35113,6 +35103,15 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \footprint$24 ;
+  wire [33:0] \footprint$24.acc_r_hi ;
+  wire [33:0] \footprint$24.acc_r_lo ;
+  wire [33:0] \footprint$24.acc_w_hi ;
+  wire [33:0] \footprint$24.acc_w_lo ;
+  wire [33:0] \footprint$24.spm_r_hi ;
+  wire [33:0] \footprint$24.spm_r_lo ;
+  wire [33:0] \footprint$24.spm_w_hi ;
+  wire [33:0] \footprint$24.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -35121,15 +35120,6 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [33:0] \footprint.spm_r_lo ;
   wire [33:0] \footprint.spm_w_hi ;
   wire [33:0] \footprint.spm_w_lo ;
-  reg [271:0] fp_next;
-  wire [33:0] \fp_next.acc_r_hi ;
-  wire [33:0] \fp_next.acc_r_lo ;
-  wire [33:0] \fp_next.acc_w_hi ;
-  wire [33:0] \fp_next.acc_w_lo ;
-  wire [33:0] \fp_next.spm_r_hi ;
-  wire [33:0] \fp_next.spm_r_lo ;
-  wire [33:0] \fp_next.spm_w_hi ;
-  wire [33:0] \fp_next.spm_w_lo ;
   reg [32:0] g_a_end = 33'h000000000;
   reg [31:0] g_a_rows = 32'd0;
   reg [20:0] g_b_end = 21'h000000;
@@ -35138,9 +35128,12 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [32:0] mv_col_off = 33'h000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  (* init = 34'h000000000 *)
+  wire [33:0] \mv_last$30 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
+  wire [33:0] \p_src_end$33 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -35269,230 +35262,221 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \$117  = | \$116 ;
   assign \$118  = \$117  ? 8'h02 : 8'h00;
   assign \$119  = | status_next;
-  assign \$120  = cmd[79:64] < cmd[95:80];
-  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
-  assign \$122  = g_a_end > g_b_end;
-  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
-  assign \$124  = cmd[111:96] + cmd[127:112];
-  assign \$125  = cmd[127:112] < cmd[79:64];
-  assign \$126  = cmd[9] & \$125 ;
-  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
-  assign \$128  = cmd[127:112] >= p_src_end;
-  assign \$129  = cmd[9] & \$128 ;
-  assign \$130  = cmd[127:112] + 1'h1;
-  assign \$131  = \$129  ? \$130  : p_src_end;
-  assign \$132  = cmd[95:80] + cmd[111:96];
-  assign \$133  = mv_last + 1'h1;
-  assign \$134  = mv_last + 1'h1;
-  assign \$135  = mv_last + 1'h1;
-  assign \$136  = mv_last + 1'h1;
   always @(posedge clk)
-    stage <= \$137 ;
+    stage <= \$120 ;
   always @(posedge clk)
-    mv_row_off <= \$138 ;
+    mv_row_off <= \$121 ;
   always @(posedge clk)
-    mv_col_off <= \$139 ;
+    mv_col_off <= \$122 ;
   always @(posedge clk)
-    mv_mem_off <= \$140 ;
+    mv_mem_off <= \$123 ;
   always @(posedge clk)
-    mv_bytes <= \$141 ;
+    mv_bytes <= \$124 ;
   always @(posedge clk)
-    g_a_rows <= \$142 ;
+    g_a_rows <= \$125 ;
   always @(posedge clk)
-    g_b_rows <= \$143 ;
+    g_b_rows <= \$126 ;
   always @(posedge clk)
-    mv_last <= \$144 ;
+    mv_last <= \$127 ;
   always @(posedge clk)
-    mv_end <= \$145 ;
+    mv_end <= \$128 ;
   always @(posedge clk)
-    cp_src_end <= \$146 ;
+    cp_src_end <= \$129 ;
   always @(posedge clk)
-    cp_dst_end <= \$147 ;
+    cp_dst_end <= \$130 ;
   always @(posedge clk)
-    g_a_end <= \$148 ;
+    g_a_end <= \$131 ;
   always @(posedge clk)
-    g_b_end <= \$149 ;
+    g_b_end <= \$132 ;
   always @(posedge clk)
-    p_src_end <= \$150 ;
+    p_src_end <= \$133 ;
   always @(posedge clk)
-    status <= \$151 ;
+    status <= \$134 ;
   always @(posedge clk)
-    route <= \$152 ;
+    route <= \$135 ;
   always @(posedge clk)
-    footprint <= \$153 ;
+    footprint <= \$136 ;
+  \dx1_board.soc.cp0.decoder.footprint$34  \footprint$34  (
+    .cmd(cmd),
+    .footprint(\footprint$24 ),
+    .mv_last(mv_last),
+    .\port$10825$0 (g_a_end),
+    .\port$10827$0 (g_b_end),
+    .\port$10829$0 (p_src_end)
+  );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$137  = stage;
+    \$120  = stage;
     if (\$2 ) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end else if (\$3 ) begin
-      \$137  = \$4 [2:0];
+      \$120  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
     if (rst) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$138  = \$6 ;
+    \$121  = \$6 ;
     if (reset_cp) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
     if (rst) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$139  = \$8 ;
+    \$122  = \$8 ;
     if (reset_cp) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
     if (rst) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$140  = \$10 ;
+    \$123  = \$10 ;
     if (reset_cp) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
     if (rst) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$141  = \$13 ;
+    \$124  = \$13 ;
     if (reset_cp) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
     if (rst) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$142  = \$14 ;
+    \$125  = \$14 ;
     if (reset_cp) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
     if (rst) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$143  = \$15 ;
+    \$126  = \$15 ;
     if (reset_cp) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
     if (rst) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$144  = \$17 [33:0];
+    \$127  = \$17 [33:0];
     if (reset_cp) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
     if (rst) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$145  = \$19 [49:0];
+    \$128  = \$19 [49:0];
     if (reset_cp) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
     if (rst) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$146  = \$20 ;
+    \$129  = \$20 ;
     if (reset_cp) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
     if (rst) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$147  = \$21 ;
+    \$130  = \$21 ;
     if (reset_cp) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
     if (rst) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$148  = \$22 ;
+    \$131  = \$22 ;
     if (reset_cp) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$149  = \$23 ;
+    \$132  = \$23 ;
     if (reset_cp) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
     if (rst) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$150  = \$24 ;
+    \$133  = \$24 ;
     if (reset_cp) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
     if (rst) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$151  = status_next;
+    \$134  = status_next;
     if (reset_cp) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
     if (rst) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$152  = route_next;
+    \$135  = route_next;
     if (reset_cp) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
     if (rst) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    \$153  = fp_next;
+    \$136  = \footprint$24 ;
     if (reset_cp) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -35536,44 +35520,11 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       route_next = 2'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$121  };
-          fp_next[67:34] = { 1'h0, \$123  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$124  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$127  };
-          fp_next[203:170] = { 17'h00000, \$131  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$132  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$133 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$134 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$135 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$136 [33:0];
-          end
-    endcase
-  end
+  assign \cmd$29  = cmd;
+  assign \mv_last$30  = mv_last;
+  assign a_end = { 1'h0, g_a_end };
+  assign b_end = { 13'h0000, g_b_end };
+  assign \p_src_end$33  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -35582,14 +35533,14 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
+  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
+  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
+  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
+  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
+  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
+  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
+  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
   assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
   assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
   assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
@@ -35607,9 +35558,120 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10825$0 , \port$10827$0 , \port$10829$0 , footprint, cmd);
+  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [33:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [34:0] \$14 ;
+  wire [34:0] \$15 ;
+  wire [34:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [15:0] \$2 ;
+  wire \$3 ;
+  wire [33:0] \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [15:0] \$8 ;
+  wire \$9 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
+  input [255:0] cmd;
+  wire [255:0] cmd;
+  output [271:0] footprint;
+  reg [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  input [33:0] mv_last;
+  wire [33:0] mv_last;
+  wire [33:0] p_src_end;
+  input [32:0] \port$10825$0 ;
+  wire [32:0] \port$10825$0 ;
+  input [20:0] \port$10827$0 ;
+  wire [20:0] \port$10827$0 ;
+  input [16:0] \port$10829$0 ;
+  wire [16:0] \port$10829$0 ;
+  assign \$1  = cmd[79:64] < cmd[95:80];
+  assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
+  assign \$3  = \port$10825$0  > \port$10827$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10825$0  } : { 13'h0000, \port$10827$0  };
+  assign \$5  = cmd[111:96] + cmd[127:112];
+  assign \$6  = cmd[127:112] < cmd[79:64];
+  assign \$7  = cmd[9] & \$6 ;
+  assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
+  assign \$9  = cmd[127:112] >= \port$10829$0 ;
+  assign \$10  = cmd[9] & \$9 ;
+  assign \$11  = cmd[127:112] + 1'h1;
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10829$0  };
+  assign \$13  = cmd[95:80] + cmd[111:96];
+  assign \$14  = mv_last + 1'h1;
+  assign \$15  = mv_last + 1'h1;
+  assign \$16  = mv_last + 1'h1;
+  assign \$17  = mv_last + 1'h1;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          footprint[33:0] = { 18'h00000, \$2  };
+          footprint[67:34] = \$4 ;
+          footprint[237:204] = { 18'h00000, cmd[111:96] };
+          footprint[271:238] = { 17'h00000, \$5  };
+        end
+      8'h04:
+        begin
+          footprint[169:136] = { 18'h00000, \$8  };
+          footprint[203:170] = \$12 ;
+          footprint[101:68] = { 18'h00000, cmd[95:80] };
+          footprint[135:102] = { 17'h00000, \$13  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[237:204] = { 18'h00000, cmd[143:128] };
+            footprint[271:238] = \$14 [33:0];
+          end else begin
+            footprint[101:68] = { 18'h00000, cmd[143:128] };
+            footprint[135:102] = \$15 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[169:136] = { 18'h00000, cmd[143:128] };
+            footprint[203:170] = \$16 [33:0];
+          end else begin
+            footprint[33:0] = { 18'h00000, cmd[143:128] };
+            footprint[67:34] = \$17 [33:0];
+          end
+    endcase
+  end
+  assign a_end = { 1'h0, \port$10825$0  };
+  assign b_end = { 13'h0000, \port$10827$0  };
+  assign p_src_end = { 17'h00000, \port$10829$0  };
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
 , local_valid, aborting, tile_ready);
-  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -35713,7 +35775,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
   assign \$26  = ~ dispatched;
   assign stall = \$25  & \$26 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     tile_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35725,7 +35787,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     tile_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35737,7 +35799,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     dispatched = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35768,7 +35830,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     dma_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35782,7 +35844,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     dma_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35796,7 +35858,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     sem_signal = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35818,7 +35880,7 @@ module \dx1_board.soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
     sem_wait = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -35843,7 +35905,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
   reg \$1 ;
   reg [7:0] \$2 ;
   reg [15:0] \$3 ;
@@ -35892,7 +35954,7 @@ module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, r
   always @(posedge clk)
     index <= \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
     raised = 1'h0;
     if (report0__valid) begin
       raised = 1'h1;
@@ -35908,7 +35970,7 @@ module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
     \$1  = halted;
     if (resume) begin
       \$1  = 1'h0;
@@ -35933,7 +35995,7 @@ module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
     \$2  = code;
     if (report0__valid) begin
       \$2  = report0__code;
@@ -35955,7 +36017,7 @@ module \dx1_board.soc.cp0.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
     \$3  = index;
     if (report0__valid) begin
       \$3  = report0__index;
@@ -35985,7 +36047,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
 , taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
   wire [22:0] \$1 ;
   wire [2:0] \$10 ;
   wire \$11 ;
@@ -36090,7 +36152,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
   always @(posedge clk)
     phase <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     idle = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -36098,7 +36160,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     bus__arvalid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -36108,7 +36170,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     bus__rready = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -36120,7 +36182,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     error__valid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -36138,7 +36200,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     fetched = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -36158,7 +36220,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$15  = fetch_state;
     casez (fetch_state)
       2'h0:
@@ -36184,7 +36246,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$16  = beat;
     casez (fetch_state)
       2'h0:
@@ -36206,7 +36268,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$17  = bad_so_far;
     casez (fetch_state)
       2'h0:
@@ -36228,7 +36290,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$18  = cmd;
     casez (fetch_state)
       2'h0:
@@ -36258,7 +36320,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$19  = valid;
     casez (fetch_state)
       2'h0:
@@ -36287,7 +36349,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$20  = index;
     casez (fetch_state)
       2'h0:
@@ -36313,7 +36375,7 @@ module \dx1_board.soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
     \$21  = phase;
     casez (fetch_state)
       2'h0:
@@ -36350,7 +36412,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
   reg \$1 ;
   reg \$2 ;
   input clk;
@@ -36541,7 +36603,7 @@ module \dx1_board.soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot,
     .slot(slot)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
     \$1  = conflict;
     if (reset_cp) begin
       \$1  = 1'h0;
@@ -36551,7 +36613,7 @@ module \dx1_board.soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
     \$2  = \conflict$27 ;
     if (reset_cp) begin
       \$2  = 1'h0;
@@ -36691,7 +36753,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -36912,7 +36974,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
   assign \$32  = valid0 & \$31 ;
   assign \$34  = footprint[101:68] < slot1[176:143];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$58  = slot0;
     if (push) begin
       casez (wr)
@@ -36928,7 +36990,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$59  = slot1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -36947,7 +37009,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$60  = valid0;
     if (push) begin
       casez (wr)
@@ -36969,7 +37031,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$61  = valid1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -36997,7 +37059,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$62  = wr;
     if (push) begin
       \$62  = \$3 [0];
@@ -37010,7 +37072,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$63  = rd;
     if (pop) begin
       \$63  = \$6 [0];
@@ -37023,7 +37085,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     \$64  = \$8 [1:0];
     if (reset_cp) begin
       \$64  = 2'h0;
@@ -37033,7 +37095,7 @@ module \dx1_board.soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       1'h0:
@@ -37109,7 +37171,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -37474,7 +37536,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
   always @(posedge clk)
     count <= \$118 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       2'h0:
@@ -37488,7 +37550,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$108  = slot0;
     if (push) begin
       casez (wr)
@@ -37504,7 +37566,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$109  = slot1;
     if (push) begin
       casez (wr)
@@ -37522,7 +37584,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$110  = slot2;
     if (push) begin
       casez (wr)
@@ -37542,7 +37604,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$111  = slot3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -37565,7 +37627,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$112  = valid0;
     if (push) begin
       casez (wr)
@@ -37587,7 +37649,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$113  = valid1;
     if (push) begin
       casez (wr)
@@ -37613,7 +37675,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$114  = valid2;
     if (push) begin
       casez (wr)
@@ -37643,7 +37705,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$115  = valid3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -37679,7 +37741,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$116  = wr;
     if (push) begin
       \$116  = \$3 [1:0];
@@ -37692,7 +37754,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$117  = rd;
     if (pop) begin
       \$117  = \$6 [1:0];
@@ -37705,7 +37767,7 @@ module \dx1_board.soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
     \$118  = \$8 [2:0];
     if (reset_cp) begin
       \$118  = 3'h0;
@@ -37805,7 +37867,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$62  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$11 ;
@@ -37897,14 +37959,14 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
   always @(posedge clk)
     phase <= \$27 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     error__index = 16'h0000;
     if (doorbell) begin
       error__index = doorbell_index;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     error__valid = 1'h0;
     if (doorbell) begin
       if (\$5 ) begin
@@ -37917,7 +37979,7 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     error__code = 8'h00;
     if (doorbell) begin
       if (\$5 ) begin
@@ -37930,7 +37992,7 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     \$25  = head;
     if (ring_reset) begin
       \$25  = 16'h0000;
@@ -37946,7 +38008,7 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     \$26  = tail;
     if (ring_reset) begin
       \$26  = 16'h0000;
@@ -37968,7 +38030,7 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
     \$27  = phase;
     if (ring_reset) begin
       \$27  = 1'h1;
@@ -37989,49 +38051,49 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , \port$10734$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , \port$10793$64 , signal, \wait , sem_valid, sem_delta
 , done, sem_grant);
-  reg \$auto$verilog_backend.cc:2355:dump_module$62  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
   wire [16:0] \$3 ;
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10734$64 ;
-  wire [23:0] \port$10734$64 ;
-  input [15:0] \port$8924$0 ;
-  wire [15:0] \port$8924$0 ;
-  input [15:0] \port$8926$0 ;
-  wire [15:0] \port$8926$0 ;
-  input [15:0] \port$8928$0 ;
-  wire [15:0] \port$8928$0 ;
-  input [15:0] \port$8930$0 ;
-  wire [15:0] \port$8930$0 ;
-  input [15:0] \port$8932$0 ;
-  wire [15:0] \port$8932$0 ;
-  input [15:0] \port$8934$0 ;
-  wire [15:0] \port$8934$0 ;
-  input [15:0] \port$8936$0 ;
-  wire [15:0] \port$8936$0 ;
-  input [15:0] \port$8938$0 ;
-  wire [15:0] \port$8938$0 ;
-  input [15:0] \port$8940$0 ;
-  wire [15:0] \port$8940$0 ;
-  input [15:0] \port$8942$0 ;
-  wire [15:0] \port$8942$0 ;
-  input [15:0] \port$8944$0 ;
-  wire [15:0] \port$8944$0 ;
-  input [15:0] \port$8946$0 ;
-  wire [15:0] \port$8946$0 ;
-  input [15:0] \port$8948$0 ;
-  wire [15:0] \port$8948$0 ;
-  input [15:0] \port$8950$0 ;
-  wire [15:0] \port$8950$0 ;
-  input [15:0] \port$8952$0 ;
-  wire [15:0] \port$8952$0 ;
-  input [15:0] \port$8954$0 ;
-  wire [15:0] \port$8954$0 ;
+  input [23:0] \port$10793$64 ;
+  wire [23:0] \port$10793$64 ;
+  input [15:0] \port$8968$0 ;
+  wire [15:0] \port$8968$0 ;
+  input [15:0] \port$8970$0 ;
+  wire [15:0] \port$8970$0 ;
+  input [15:0] \port$8972$0 ;
+  wire [15:0] \port$8972$0 ;
+  input [15:0] \port$8974$0 ;
+  wire [15:0] \port$8974$0 ;
+  input [15:0] \port$8976$0 ;
+  wire [15:0] \port$8976$0 ;
+  input [15:0] \port$8978$0 ;
+  wire [15:0] \port$8978$0 ;
+  input [15:0] \port$8980$0 ;
+  wire [15:0] \port$8980$0 ;
+  input [15:0] \port$8982$0 ;
+  wire [15:0] \port$8982$0 ;
+  input [15:0] \port$8984$0 ;
+  wire [15:0] \port$8984$0 ;
+  input [15:0] \port$8986$0 ;
+  wire [15:0] \port$8986$0 ;
+  input [15:0] \port$8988$0 ;
+  wire [15:0] \port$8988$0 ;
+  input [15:0] \port$8990$0 ;
+  wire [15:0] \port$8990$0 ;
+  input [15:0] \port$8992$0 ;
+  wire [15:0] \port$8992$0 ;
+  input [15:0] \port$8994$0 ;
+  wire [15:0] \port$8994$0 ;
+  input [15:0] \port$8996$0 ;
+  wire [15:0] \port$8996$0 ;
+  input [15:0] \port$8998$0 ;
+  wire [15:0] \port$8998$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -38061,48 +38123,48 @@ module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10734$64 [23:8];
-  assign \$3  = - \port$10734$64 [23:8];
+  assign \$2  = \$1  >= \port$10793$64 [23:8];
+  assign \$3  = - \port$10793$64 [23:8];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10734$64 [7:0])
+    casez (\port$10793$64 [7:0])
       8'h00:
-          \$1  = \port$8924$0 ;
+          \$1  = \port$8968$0 ;
       8'h01:
-          \$1  = \port$8926$0 ;
+          \$1  = \port$8970$0 ;
       8'h02:
-          \$1  = \port$8928$0 ;
+          \$1  = \port$8972$0 ;
       8'h03:
-          \$1  = \port$8930$0 ;
+          \$1  = \port$8974$0 ;
       8'h04:
-          \$1  = \port$8932$0 ;
+          \$1  = \port$8976$0 ;
       8'h05:
-          \$1  = \port$8934$0 ;
+          \$1  = \port$8978$0 ;
       8'h06:
-          \$1  = \port$8936$0 ;
+          \$1  = \port$8980$0 ;
       8'h07:
-          \$1  = \port$8938$0 ;
+          \$1  = \port$8982$0 ;
       8'h08:
-          \$1  = \port$8940$0 ;
+          \$1  = \port$8984$0 ;
       8'h09:
-          \$1  = \port$8942$0 ;
+          \$1  = \port$8986$0 ;
       8'h0a:
-          \$1  = \port$8944$0 ;
+          \$1  = \port$8988$0 ;
       8'h0b:
-          \$1  = \port$8946$0 ;
+          \$1  = \port$8990$0 ;
       8'h0c:
-          \$1  = \port$8948$0 ;
+          \$1  = \port$8992$0 ;
       8'h0d:
-          \$1  = \port$8950$0 ;
+          \$1  = \port$8994$0 ;
       8'h0e:
-          \$1  = \port$8952$0 ;
+          \$1  = \port$8996$0 ;
       8'h0f:
-          \$1  = \port$8954$0 ;
+          \$1  = \port$8998$0 ;
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_valid = 1'h0;
     if (signal) begin
       sem_valid = 1'h1;
@@ -38114,10 +38176,10 @@ module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10734$64 [23:8] };
+      sem_delta = { 2'h0, \port$10793$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -38126,7 +38188,7 @@ module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     done = 1'h0;
     if (signal) begin
       done = sem_grant;
@@ -38137,31 +38199,31 @@ module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
       end
     end
   end
-  assign count = \port$10734$64 [23:8];
-  assign sem = \port$10734$64 [7:0];
-  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
-  assign sem_index = \port$10734$64 [3:0];
-  assign \sem_values[0]  = \port$8924$0 ;
-  assign \sem_values[1]  = \port$8926$0 ;
-  assign \sem_values[2]  = \port$8928$0 ;
-  assign \sem_values[3]  = \port$8930$0 ;
-  assign \sem_values[4]  = \port$8932$0 ;
-  assign \sem_values[5]  = \port$8934$0 ;
-  assign \sem_values[6]  = \port$8936$0 ;
-  assign \sem_values[7]  = \port$8938$0 ;
-  assign \sem_values[8]  = \port$8940$0 ;
-  assign \sem_values[9]  = \port$8942$0 ;
-  assign \sem_values[10]  = \port$8944$0 ;
-  assign \sem_values[11]  = \port$8946$0 ;
-  assign \sem_values[12]  = \port$8948$0 ;
-  assign \sem_values[13]  = \port$8950$0 ;
-  assign \sem_values[14]  = \port$8952$0 ;
-  assign \sem_values[15]  = \port$8954$0 ;
+  assign count = \port$10793$64 [23:8];
+  assign sem = \port$10793$64 [7:0];
+  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign sem_index = \port$10793$64 [3:0];
+  assign \sem_values[0]  = \port$8968$0 ;
+  assign \sem_values[1]  = \port$8970$0 ;
+  assign \sem_values[2]  = \port$8972$0 ;
+  assign \sem_values[3]  = \port$8974$0 ;
+  assign \sem_values[4]  = \port$8976$0 ;
+  assign \sem_values[5]  = \port$8978$0 ;
+  assign \sem_values[6]  = \port$8980$0 ;
+  assign \sem_values[7]  = \port$8982$0 ;
+  assign \sem_values[8]  = \port$8984$0 ;
+  assign \sem_values[9]  = \port$8986$0 ;
+  assign \sem_values[10]  = \port$8988$0 ;
+  assign \sem_values[11]  = \port$8990$0 ;
+  assign \sem_values[12]  = \port$8992$0 ;
+  assign \sem_values[13]  = \port$8994$0 ;
+  assign \sem_values[14]  = \port$8996$0 ;
+  assign \sem_values[15]  = \port$8998$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [16:0] \$11 ;
@@ -38276,7 +38338,7 @@ module \dx1_board.soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
   always @(posedge clk)
     flushing <= \$31 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     if (\$24 ) begin
       \$29  = 32'd0;
@@ -38291,7 +38353,7 @@ module \dx1_board.soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$30  = aborting;
     if (fire) begin
       \$30  = 1'h1;
@@ -38307,7 +38369,7 @@ module \dx1_board.soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$31  = flushing;
     if (abort_done) begin
       \$31  = 1'h1;
@@ -38329,7 +38391,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
 , cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -38626,7 +38688,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
   assign \$32  = w_done | bus__wready;
   assign \$33  = \$31  & \$32 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$56  = local_valid;
     if (local_push) begin
       \$56  = 1'h1;
@@ -38645,7 +38707,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$57  = \local ;
     if (local_push) begin
       \$57  = local_slot;
@@ -38658,7 +38720,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$58  = local_status;
     if (local_push) begin
       \$58  = \local_status$7 ;
@@ -38671,7 +38733,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$59  = cpl_addr;
     casez (complete_state)
       2'h0:
@@ -38695,7 +38757,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$60  = cpl_data;
     casez (complete_state)
       2'h0:
@@ -38719,7 +38781,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$61  = cpl_index;
     casez (complete_state)
       2'h0:
@@ -38743,7 +38805,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$62  = cpl_tag;
     casez (complete_state)
       2'h0:
@@ -38767,7 +38829,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$63  = cpl_opcode;
     casez (complete_state)
       2'h0:
@@ -38791,7 +38853,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$64  = complete_state;
     casez (complete_state)
       2'h0:
@@ -38823,7 +38885,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$65  = aw_done;
     casez (complete_state)
       2'h0:
@@ -38841,7 +38903,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$66  = w_done;
     casez (complete_state)
       2'h0:
@@ -38859,7 +38921,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     idle = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38867,7 +38929,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     dma_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38881,7 +38943,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     tile_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38896,7 +38958,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     dma_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38909,7 +38971,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     tile_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38923,7 +38985,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     busy = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38935,7 +38997,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     bus__awvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38945,7 +39007,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     bus__wvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38955,7 +39017,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     bus__bready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38967,7 +39029,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     error__valid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -38983,7 +39045,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     irq_completion = 1'h0;
     casez (complete_state)
       2'h0:
@@ -39001,7 +39063,7 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     trace_end = 1'h0;
     casez (complete_state)
       2'h0:
@@ -39087,8 +39149,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8924$0 
-, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8968$0 
+, \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
 , budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -39369,38 +39431,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8924$0 ;
-  wire [15:0] \port$8924$0 ;
-  input [15:0] \port$8926$0 ;
-  wire [15:0] \port$8926$0 ;
-  input [15:0] \port$8928$0 ;
-  wire [15:0] \port$8928$0 ;
-  input [15:0] \port$8930$0 ;
-  wire [15:0] \port$8930$0 ;
-  input [15:0] \port$8932$0 ;
-  wire [15:0] \port$8932$0 ;
-  input [15:0] \port$8934$0 ;
-  wire [15:0] \port$8934$0 ;
-  input [15:0] \port$8936$0 ;
-  wire [15:0] \port$8936$0 ;
-  input [15:0] \port$8938$0 ;
-  wire [15:0] \port$8938$0 ;
-  input [15:0] \port$8940$0 ;
-  wire [15:0] \port$8940$0 ;
-  input [15:0] \port$8942$0 ;
-  wire [15:0] \port$8942$0 ;
-  input [15:0] \port$8944$0 ;
-  wire [15:0] \port$8944$0 ;
-  input [15:0] \port$8946$0 ;
-  wire [15:0] \port$8946$0 ;
-  input [15:0] \port$8948$0 ;
-  wire [15:0] \port$8948$0 ;
-  input [15:0] \port$8950$0 ;
-  wire [15:0] \port$8950$0 ;
-  input [15:0] \port$8952$0 ;
-  wire [15:0] \port$8952$0 ;
-  input [15:0] \port$8954$0 ;
-  wire [15:0] \port$8954$0 ;
+  input [15:0] \port$8968$0 ;
+  wire [15:0] \port$8968$0 ;
+  input [15:0] \port$8970$0 ;
+  wire [15:0] \port$8970$0 ;
+  input [15:0] \port$8972$0 ;
+  wire [15:0] \port$8972$0 ;
+  input [15:0] \port$8974$0 ;
+  wire [15:0] \port$8974$0 ;
+  input [15:0] \port$8976$0 ;
+  wire [15:0] \port$8976$0 ;
+  input [15:0] \port$8978$0 ;
+  wire [15:0] \port$8978$0 ;
+  input [15:0] \port$8980$0 ;
+  wire [15:0] \port$8980$0 ;
+  input [15:0] \port$8982$0 ;
+  wire [15:0] \port$8982$0 ;
+  input [15:0] \port$8984$0 ;
+  wire [15:0] \port$8984$0 ;
+  input [15:0] \port$8986$0 ;
+  wire [15:0] \port$8986$0 ;
+  input [15:0] \port$8988$0 ;
+  wire [15:0] \port$8988$0 ;
+  input [15:0] \port$8990$0 ;
+  wire [15:0] \port$8990$0 ;
+  input [15:0] \port$8992$0 ;
+  wire [15:0] \port$8992$0 ;
+  input [15:0] \port$8994$0 ;
+  wire [15:0] \port$8994$0 ;
+  input [15:0] \port$8996$0 ;
+  wire [15:0] \port$8996$0 ;
+  input [15:0] \port$8998$0 ;
+  wire [15:0] \port$8998$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -39750,23 +39812,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$12214$64 (cmd[87:64]),
-    .\port$8924$0 (\port$8924$0 ),
-    .\port$8926$0 (\port$8926$0 ),
-    .\port$8928$0 (\port$8928$0 ),
-    .\port$8930$0 (\port$8930$0 ),
-    .\port$8932$0 (\port$8932$0 ),
-    .\port$8934$0 (\port$8934$0 ),
-    .\port$8936$0 (\port$8936$0 ),
-    .\port$8938$0 (\port$8938$0 ),
-    .\port$8940$0 (\port$8940$0 ),
-    .\port$8942$0 (\port$8942$0 ),
-    .\port$8944$0 (\port$8944$0 ),
-    .\port$8946$0 (\port$8946$0 ),
-    .\port$8948$0 (\port$8948$0 ),
-    .\port$8950$0 (\port$8950$0 ),
-    .\port$8952$0 (\port$8952$0 ),
-    .\port$8954$0 (\port$8954$0 ),
+    .\port$12288$64 (cmd[87:64]),
+    .\port$8968$0 (\port$8968$0 ),
+    .\port$8970$0 (\port$8970$0 ),
+    .\port$8972$0 (\port$8972$0 ),
+    .\port$8974$0 (\port$8974$0 ),
+    .\port$8976$0 (\port$8976$0 ),
+    .\port$8978$0 (\port$8978$0 ),
+    .\port$8980$0 (\port$8980$0 ),
+    .\port$8982$0 (\port$8982$0 ),
+    .\port$8984$0 (\port$8984$0 ),
+    .\port$8986$0 (\port$8986$0 ),
+    .\port$8988$0 (\port$8988$0 ),
+    .\port$8990$0 (\port$8990$0 ),
+    .\port$8992$0 (\port$8992$0 ),
+    .\port$8994$0 (\port$8994$0 ),
+    .\port$8996$0 (\port$8996$0 ),
+    .\port$8998$0 (\port$8998$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -39943,8 +40005,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
-  assign \sem_values$182  = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
+  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign \sem_values$182  = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -40031,38 +40093,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8924$0 ;
-  assign \sem_values[1]  = \port$8926$0 ;
-  assign \sem_values[2]  = \port$8928$0 ;
-  assign \sem_values[3]  = \port$8930$0 ;
-  assign \sem_values[4]  = \port$8932$0 ;
-  assign \sem_values[5]  = \port$8934$0 ;
-  assign \sem_values[6]  = \port$8936$0 ;
-  assign \sem_values[7]  = \port$8938$0 ;
-  assign \sem_values[8]  = \port$8940$0 ;
-  assign \sem_values[9]  = \port$8942$0 ;
-  assign \sem_values[10]  = \port$8944$0 ;
-  assign \sem_values[11]  = \port$8946$0 ;
-  assign \sem_values[12]  = \port$8948$0 ;
-  assign \sem_values[13]  = \port$8950$0 ;
-  assign \sem_values[14]  = \port$8952$0 ;
-  assign \sem_values[15]  = \port$8954$0 ;
-  assign \sem_values$182[0]  = \port$8924$0 ;
-  assign \sem_values$182[1]  = \port$8926$0 ;
-  assign \sem_values$182[2]  = \port$8928$0 ;
-  assign \sem_values$182[3]  = \port$8930$0 ;
-  assign \sem_values$182[4]  = \port$8932$0 ;
-  assign \sem_values$182[5]  = \port$8934$0 ;
-  assign \sem_values$182[6]  = \port$8936$0 ;
-  assign \sem_values$182[7]  = \port$8938$0 ;
-  assign \sem_values$182[8]  = \port$8940$0 ;
-  assign \sem_values$182[9]  = \port$8942$0 ;
-  assign \sem_values$182[10]  = \port$8944$0 ;
-  assign \sem_values$182[11]  = \port$8946$0 ;
-  assign \sem_values$182[12]  = \port$8948$0 ;
-  assign \sem_values$182[13]  = \port$8950$0 ;
-  assign \sem_values$182[14]  = \port$8952$0 ;
-  assign \sem_values$182[15]  = \port$8954$0 ;
+  assign \sem_values[0]  = \port$8968$0 ;
+  assign \sem_values[1]  = \port$8970$0 ;
+  assign \sem_values[2]  = \port$8972$0 ;
+  assign \sem_values[3]  = \port$8974$0 ;
+  assign \sem_values[4]  = \port$8976$0 ;
+  assign \sem_values[5]  = \port$8978$0 ;
+  assign \sem_values[6]  = \port$8980$0 ;
+  assign \sem_values[7]  = \port$8982$0 ;
+  assign \sem_values[8]  = \port$8984$0 ;
+  assign \sem_values[9]  = \port$8986$0 ;
+  assign \sem_values[10]  = \port$8988$0 ;
+  assign \sem_values[11]  = \port$8990$0 ;
+  assign \sem_values[12]  = \port$8992$0 ;
+  assign \sem_values[13]  = \port$8994$0 ;
+  assign \sem_values[14]  = \port$8996$0 ;
+  assign \sem_values[15]  = \port$8998$0 ;
+  assign \sem_values$182[0]  = \port$8968$0 ;
+  assign \sem_values$182[1]  = \port$8970$0 ;
+  assign \sem_values$182[2]  = \port$8972$0 ;
+  assign \sem_values$182[3]  = \port$8974$0 ;
+  assign \sem_values$182[4]  = \port$8976$0 ;
+  assign \sem_values$182[5]  = \port$8978$0 ;
+  assign \sem_values$182[6]  = \port$8980$0 ;
+  assign \sem_values$182[7]  = \port$8982$0 ;
+  assign \sem_values$182[8]  = \port$8984$0 ;
+  assign \sem_values$182[9]  = \port$8986$0 ;
+  assign \sem_values$182[10]  = \port$8988$0 ;
+  assign \sem_values$182[11]  = \port$8990$0 ;
+  assign \sem_values$182[12]  = \port$8992$0 ;
+  assign \sem_values$182[13]  = \port$8994$0 ;
+  assign \sem_values$182[14]  = \port$8996$0 ;
+  assign \sem_values$182[15]  = \port$8998$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -40137,7 +40199,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, valid, status, route, footprint, taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
@@ -40162,43 +40224,26 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [7:0] \$118 ;
   wire \$119 ;
   wire [19:0] \$12 ;
-  wire \$120 ;
-  wire [15:0] \$121 ;
-  wire \$122 ;
-  wire [32:0] \$123 ;
-  wire [16:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire \$128 ;
-  wire \$129 ;
+  reg [2:0] \$120 ;
+  reg [32:0] \$121 ;
+  reg [32:0] \$122 ;
+  reg [48:0] \$123 ;
+  reg [21:0] \$124 ;
+  reg [31:0] \$125 ;
+  reg [19:0] \$126 ;
+  reg [33:0] \$127 ;
+  reg [49:0] \$128 ;
+  reg [32:0] \$129 ;
   wire [21:0] \$13 ;
-  wire [16:0] \$130 ;
-  wire [16:0] \$131 ;
-  wire [16:0] \$132 ;
-  wire [34:0] \$133 ;
-  wire [34:0] \$134 ;
-  wire [34:0] \$135 ;
-  wire [34:0] \$136 ;
-  reg [2:0] \$137 ;
-  reg [32:0] \$138 ;
-  reg [32:0] \$139 ;
+  reg [32:0] \$130 ;
+  reg [32:0] \$131 ;
+  reg [20:0] \$132 ;
+  reg [16:0] \$133 ;
+  reg [7:0] \$134 ;
+  reg [1:0] \$135 ;
+  reg [271:0] \$136 ;
   wire [31:0] \$14 ;
-  reg [48:0] \$140 ;
-  reg [21:0] \$141 ;
-  reg [31:0] \$142 ;
-  reg [19:0] \$143 ;
-  reg [33:0] \$144 ;
-  reg [49:0] \$145 ;
-  reg [32:0] \$146 ;
-  reg [32:0] \$147 ;
-  reg [32:0] \$148 ;
-  reg [20:0] \$149 ;
   wire [19:0] \$15 ;
-  reg [16:0] \$150 ;
-  reg [7:0] \$151 ;
-  reg [1:0] \$152 ;
-  reg [271:0] \$153 ;
   wire [33:0] \$16 ;
   wire [34:0] \$17 ;
   wire [49:0] \$18 ;
@@ -40291,10 +40336,13 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [7:0] \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
   input clk;
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
+  wire [255:0] \cmd$29 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -40305,6 +40353,15 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \footprint$24 ;
+  wire [33:0] \footprint$24.acc_r_hi ;
+  wire [33:0] \footprint$24.acc_r_lo ;
+  wire [33:0] \footprint$24.acc_w_hi ;
+  wire [33:0] \footprint$24.acc_w_lo ;
+  wire [33:0] \footprint$24.spm_r_hi ;
+  wire [33:0] \footprint$24.spm_r_lo ;
+  wire [33:0] \footprint$24.spm_w_hi ;
+  wire [33:0] \footprint$24.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -40313,15 +40370,6 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [33:0] \footprint.spm_r_lo ;
   wire [33:0] \footprint.spm_w_hi ;
   wire [33:0] \footprint.spm_w_lo ;
-  reg [271:0] fp_next;
-  wire [33:0] \fp_next.acc_r_hi ;
-  wire [33:0] \fp_next.acc_r_lo ;
-  wire [33:0] \fp_next.acc_w_hi ;
-  wire [33:0] \fp_next.acc_w_lo ;
-  wire [33:0] \fp_next.spm_r_hi ;
-  wire [33:0] \fp_next.spm_r_lo ;
-  wire [33:0] \fp_next.spm_w_hi ;
-  wire [33:0] \fp_next.spm_w_lo ;
   reg [32:0] g_a_end = 33'h000000000;
   reg [31:0] g_a_rows = 32'd0;
   reg [20:0] g_b_end = 21'h000000;
@@ -40330,9 +40378,12 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [32:0] mv_col_off = 33'h000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  (* init = 34'h000000000 *)
+  wire [33:0] \mv_last$30 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
+  wire [33:0] \p_src_end$33 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -40461,234 +40512,225 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \$117  = | \$116 ;
   assign \$118  = \$117  ? 8'h02 : 8'h00;
   assign \$119  = | status_next;
-  assign \$120  = cmd[79:64] < cmd[95:80];
-  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
-  assign \$122  = g_a_end > g_b_end;
-  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
-  assign \$124  = cmd[111:96] + cmd[127:112];
-  assign \$125  = cmd[127:112] < cmd[79:64];
-  assign \$126  = cmd[9] & \$125 ;
-  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
-  assign \$128  = cmd[127:112] >= p_src_end;
-  assign \$129  = cmd[9] & \$128 ;
-  assign \$130  = cmd[127:112] + 1'h1;
-  assign \$131  = \$129  ? \$130  : p_src_end;
-  assign \$132  = cmd[95:80] + cmd[111:96];
-  assign \$133  = mv_last + 1'h1;
-  assign \$134  = mv_last + 1'h1;
-  assign \$135  = mv_last + 1'h1;
-  assign \$136  = mv_last + 1'h1;
   always @(posedge clk)
-    stage <= \$137 ;
+    stage <= \$120 ;
   always @(posedge clk)
-    mv_row_off <= \$138 ;
+    mv_row_off <= \$121 ;
   always @(posedge clk)
-    mv_col_off <= \$139 ;
+    mv_col_off <= \$122 ;
   always @(posedge clk)
-    mv_mem_off <= \$140 ;
+    mv_mem_off <= \$123 ;
   always @(posedge clk)
-    mv_bytes <= \$141 ;
+    mv_bytes <= \$124 ;
   always @(posedge clk)
-    g_a_rows <= \$142 ;
+    g_a_rows <= \$125 ;
   always @(posedge clk)
-    g_b_rows <= \$143 ;
+    g_b_rows <= \$126 ;
   always @(posedge clk)
-    mv_last <= \$144 ;
+    mv_last <= \$127 ;
   always @(posedge clk)
-    mv_end <= \$145 ;
+    mv_end <= \$128 ;
   always @(posedge clk)
-    cp_src_end <= \$146 ;
+    cp_src_end <= \$129 ;
   always @(posedge clk)
-    cp_dst_end <= \$147 ;
+    cp_dst_end <= \$130 ;
   always @(posedge clk)
-    g_a_end <= \$148 ;
+    g_a_end <= \$131 ;
   always @(posedge clk)
-    g_b_end <= \$149 ;
+    g_b_end <= \$132 ;
   always @(posedge clk)
-    p_src_end <= \$150 ;
+    p_src_end <= \$133 ;
   always @(posedge clk)
-    status <= \$151 ;
+    status <= \$134 ;
   always @(posedge clk)
-    route <= \$152 ;
+    route <= \$135 ;
   always @(posedge clk)
-    footprint <= \$153 ;
+    footprint <= \$136 ;
+  \dx1_board.soc.cp1.decoder.footprint$34  \footprint$34  (
+    .cmd(cmd),
+    .footprint(\footprint$24 ),
+    .mv_last(mv_last),
+    .\port$12320$0 (g_a_end),
+    .\port$12322$0 (g_b_end),
+    .\port$12324$0 (p_src_end)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$137  = stage;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$120  = stage;
     if (\$2 ) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end else if (\$3 ) begin
-      \$137  = \$4 [2:0];
+      \$120  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
     if (rst) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$138  = \$6 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$121  = \$6 ;
     if (reset_cp) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
     if (rst) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$139  = \$8 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$122  = \$8 ;
     if (reset_cp) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
     if (rst) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$140  = \$10 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$123  = \$10 ;
     if (reset_cp) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
     if (rst) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$141  = \$13 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$124  = \$13 ;
     if (reset_cp) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
     if (rst) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$142  = \$14 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$125  = \$14 ;
     if (reset_cp) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
     if (rst) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$143  = \$15 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$126  = \$15 ;
     if (reset_cp) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
     if (rst) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$144  = \$17 [33:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$127  = \$17 [33:0];
     if (reset_cp) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
     if (rst) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$145  = \$19 [49:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$128  = \$19 [49:0];
     if (reset_cp) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
     if (rst) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$146  = \$20 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$129  = \$20 ;
     if (reset_cp) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
     if (rst) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$147  = \$21 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$130  = \$21 ;
     if (reset_cp) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
     if (rst) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$148  = \$22 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$131  = \$22 ;
     if (reset_cp) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$149  = \$23 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$132  = \$23 ;
     if (reset_cp) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
     if (rst) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$150  = \$24 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$133  = \$24 ;
     if (reset_cp) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
     if (rst) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$151  = status_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$134  = status_next;
     if (reset_cp) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
     if (rst) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$152  = route_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$135  = route_next;
     if (reset_cp) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
     if (rst) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    \$153  = fp_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$136  = \footprint$24 ;
     if (reset_cp) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     (* full_case = 32'd1 *)
     casez (cmd[7:0])
       8'h03, 8'h04:
@@ -40712,7 +40754,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     route_next = 2'h0;
     casez (cmd[7:0])
       8'h03, 8'h04:
@@ -40728,44 +40770,11 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       route_next = 2'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$121  };
-          fp_next[67:34] = { 1'h0, \$123  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$124  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$127  };
-          fp_next[203:170] = { 17'h00000, \$131  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$132  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$133 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$134 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$135 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$136 [33:0];
-          end
-    endcase
-  end
+  assign \cmd$29  = cmd;
+  assign \mv_last$30  = mv_last;
+  assign a_end = { 1'h0, g_a_end };
+  assign b_end = { 13'h0000, g_b_end };
+  assign \p_src_end$33  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -40774,14 +40783,14 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
+  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
+  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
+  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
+  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
+  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
+  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
+  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
   assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
   assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
   assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
@@ -40799,9 +40808,120 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12320$0 , \port$12322$0 , \port$12324$0 , footprint, cmd);
+  reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [33:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [34:0] \$14 ;
+  wire [34:0] \$15 ;
+  wire [34:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [15:0] \$2 ;
+  wire \$3 ;
+  wire [33:0] \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [15:0] \$8 ;
+  wire \$9 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
+  input [255:0] cmd;
+  wire [255:0] cmd;
+  output [271:0] footprint;
+  reg [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  input [33:0] mv_last;
+  wire [33:0] mv_last;
+  wire [33:0] p_src_end;
+  input [32:0] \port$12320$0 ;
+  wire [32:0] \port$12320$0 ;
+  input [20:0] \port$12322$0 ;
+  wire [20:0] \port$12322$0 ;
+  input [16:0] \port$12324$0 ;
+  wire [16:0] \port$12324$0 ;
+  assign \$1  = cmd[79:64] < cmd[95:80];
+  assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
+  assign \$3  = \port$12320$0  > \port$12322$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$12320$0  } : { 13'h0000, \port$12322$0  };
+  assign \$5  = cmd[111:96] + cmd[127:112];
+  assign \$6  = cmd[127:112] < cmd[79:64];
+  assign \$7  = cmd[9] & \$6 ;
+  assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
+  assign \$9  = cmd[127:112] >= \port$12324$0 ;
+  assign \$10  = cmd[9] & \$9 ;
+  assign \$11  = cmd[127:112] + 1'h1;
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12324$0  };
+  assign \$13  = cmd[95:80] + cmd[111:96];
+  assign \$14  = mv_last + 1'h1;
+  assign \$15  = mv_last + 1'h1;
+  assign \$16  = mv_last + 1'h1;
+  assign \$17  = mv_last + 1'h1;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          footprint[33:0] = { 18'h00000, \$2  };
+          footprint[67:34] = \$4 ;
+          footprint[237:204] = { 18'h00000, cmd[111:96] };
+          footprint[271:238] = { 17'h00000, \$5  };
+        end
+      8'h04:
+        begin
+          footprint[169:136] = { 18'h00000, \$8  };
+          footprint[203:170] = \$12 ;
+          footprint[101:68] = { 18'h00000, cmd[95:80] };
+          footprint[135:102] = { 17'h00000, \$13  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[237:204] = { 18'h00000, cmd[143:128] };
+            footprint[271:238] = \$14 [33:0];
+          end else begin
+            footprint[101:68] = { 18'h00000, cmd[143:128] };
+            footprint[135:102] = \$15 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[169:136] = { 18'h00000, cmd[143:128] };
+            footprint[203:170] = \$16 [33:0];
+          end else begin
+            footprint[33:0] = { 18'h00000, cmd[143:128] };
+            footprint[67:34] = \$17 [33:0];
+          end
+    endcase
+  end
+  assign a_end = { 1'h0, \port$12320$0  };
+  assign b_end = { 13'h0000, \port$12322$0  };
+  assign p_src_end = { 17'h00000, \port$12324$0  };
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
 , local_valid, aborting, tile_ready);
-  reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -40905,7 +41025,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
   assign \$26  = ~ dispatched;
   assign stall = \$25  & \$26 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     tile_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -40917,7 +41037,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     tile_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -40929,7 +41049,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     dispatched = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -40960,7 +41080,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     dma_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -40974,7 +41094,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     dma_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -40988,7 +41108,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     sem_signal = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -41010,7 +41130,7 @@ module \dx1_board.soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     sem_wait = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -41035,7 +41155,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   reg \$1 ;
   reg [7:0] \$2 ;
   reg [15:0] \$3 ;
@@ -41084,7 +41204,7 @@ module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, r
   always @(posedge clk)
     index <= \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     raised = 1'h0;
     if (report0__valid) begin
       raised = 1'h1;
@@ -41100,7 +41220,7 @@ module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$1  = halted;
     if (resume) begin
       \$1  = 1'h0;
@@ -41125,7 +41245,7 @@ module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$2  = code;
     if (report0__valid) begin
       \$2  = report0__code;
@@ -41147,7 +41267,7 @@ module \dx1_board.soc.cp1.errors (rst, resume, report3__valid, report3__index, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$3  = index;
     if (report0__valid) begin
       \$3  = report0__index;
@@ -41177,7 +41297,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
 , taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
   wire [22:0] \$1 ;
   wire [2:0] \$10 ;
   wire \$11 ;
@@ -41282,7 +41402,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
   always @(posedge clk)
     phase <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     idle = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -41290,7 +41410,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     bus__arvalid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -41300,7 +41420,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     bus__rready = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -41312,7 +41432,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     error__valid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -41330,7 +41450,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     fetched = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -41350,7 +41470,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$15  = fetch_state;
     casez (fetch_state)
       2'h0:
@@ -41376,7 +41496,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$16  = beat;
     casez (fetch_state)
       2'h0:
@@ -41398,7 +41518,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$17  = bad_so_far;
     casez (fetch_state)
       2'h0:
@@ -41420,7 +41540,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$18  = cmd;
     casez (fetch_state)
       2'h0:
@@ -41450,7 +41570,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$19  = valid;
     casez (fetch_state)
       2'h0:
@@ -41479,7 +41599,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$20  = index;
     casez (fetch_state)
       2'h0:
@@ -41505,7 +41625,7 @@ module \dx1_board.soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_bas
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$21  = phase;
     casez (fetch_state)
       2'h0:
@@ -41542,7 +41662,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
   reg \$1 ;
   reg \$2 ;
   input clk;
@@ -41733,7 +41853,7 @@ module \dx1_board.soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot,
     .slot(slot)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$1  = conflict;
     if (reset_cp) begin
       \$1  = 1'h0;
@@ -41743,7 +41863,7 @@ module \dx1_board.soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$2  = \conflict$27 ;
     if (reset_cp) begin
       \$2  = 1'h0;
@@ -41883,7 +42003,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -42104,7 +42224,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
   assign \$32  = valid0 & \$31 ;
   assign \$34  = footprint[101:68] < slot1[176:143];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$58  = slot0;
     if (push) begin
       casez (wr)
@@ -42120,7 +42240,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$59  = slot1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -42139,7 +42259,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$60  = valid0;
     if (push) begin
       casez (wr)
@@ -42161,7 +42281,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$61  = valid1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -42189,7 +42309,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$62  = wr;
     if (push) begin
       \$62  = \$3 [0];
@@ -42202,7 +42322,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$63  = rd;
     if (pop) begin
       \$63  = \$6 [0];
@@ -42215,7 +42335,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$64  = \$8 [1:0];
     if (reset_cp) begin
       \$64  = 2'h0;
@@ -42225,7 +42345,7 @@ module \dx1_board.soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, fo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       1'h0:
@@ -42301,7 +42421,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -42666,7 +42786,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
   always @(posedge clk)
     count <= \$118 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       2'h0:
@@ -42680,7 +42800,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$108  = slot0;
     if (push) begin
       casez (wr)
@@ -42696,7 +42816,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$109  = slot1;
     if (push) begin
       casez (wr)
@@ -42714,7 +42834,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$110  = slot2;
     if (push) begin
       casez (wr)
@@ -42734,7 +42854,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$111  = slot3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -42757,7 +42877,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$112  = valid0;
     if (push) begin
       casez (wr)
@@ -42779,7 +42899,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$113  = valid1;
     if (push) begin
       casez (wr)
@@ -42805,7 +42925,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$114  = valid2;
     if (push) begin
       casez (wr)
@@ -42835,7 +42955,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$115  = valid3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -42871,7 +42991,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$116  = wr;
     if (push) begin
       \$116  = \$3 [1:0];
@@ -42884,7 +43004,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$117  = rd;
     if (pop) begin
       \$117  = \$6 [1:0];
@@ -42897,7 +43017,7 @@ module \dx1_board.soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, f
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$118  = \$8 [2:0];
     if (reset_cp) begin
       \$118  = 3'h0;
@@ -42997,7 +43117,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$11 ;
@@ -43089,14 +43209,14 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
   always @(posedge clk)
     phase <= \$27 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     error__index = 16'h0000;
     if (doorbell) begin
       error__index = doorbell_index;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     error__valid = 1'h0;
     if (doorbell) begin
       if (\$5 ) begin
@@ -43109,7 +43229,7 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     error__code = 8'h00;
     if (doorbell) begin
       if (\$5 ) begin
@@ -43122,7 +43242,7 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     \$25  = head;
     if (ring_reset) begin
       \$25  = 16'h0000;
@@ -43138,7 +43258,7 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     \$26  = tail;
     if (ring_reset) begin
       \$26  = 16'h0000;
@@ -43160,7 +43280,7 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     \$27  = phase;
     if (ring_reset) begin
       \$27  = 1'h1;
@@ -43181,49 +43301,49 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , \port$8954$0 , \port$12214$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_board.soc.cp1.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , \port$12288$64 , signal, \wait , sem_valid, sem_delta
 , done, sem_grant);
-  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
   wire [16:0] \$3 ;
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$12214$64 ;
-  wire [23:0] \port$12214$64 ;
-  input [15:0] \port$8924$0 ;
-  wire [15:0] \port$8924$0 ;
-  input [15:0] \port$8926$0 ;
-  wire [15:0] \port$8926$0 ;
-  input [15:0] \port$8928$0 ;
-  wire [15:0] \port$8928$0 ;
-  input [15:0] \port$8930$0 ;
-  wire [15:0] \port$8930$0 ;
-  input [15:0] \port$8932$0 ;
-  wire [15:0] \port$8932$0 ;
-  input [15:0] \port$8934$0 ;
-  wire [15:0] \port$8934$0 ;
-  input [15:0] \port$8936$0 ;
-  wire [15:0] \port$8936$0 ;
-  input [15:0] \port$8938$0 ;
-  wire [15:0] \port$8938$0 ;
-  input [15:0] \port$8940$0 ;
-  wire [15:0] \port$8940$0 ;
-  input [15:0] \port$8942$0 ;
-  wire [15:0] \port$8942$0 ;
-  input [15:0] \port$8944$0 ;
-  wire [15:0] \port$8944$0 ;
-  input [15:0] \port$8946$0 ;
-  wire [15:0] \port$8946$0 ;
-  input [15:0] \port$8948$0 ;
-  wire [15:0] \port$8948$0 ;
-  input [15:0] \port$8950$0 ;
-  wire [15:0] \port$8950$0 ;
-  input [15:0] \port$8952$0 ;
-  wire [15:0] \port$8952$0 ;
-  input [15:0] \port$8954$0 ;
-  wire [15:0] \port$8954$0 ;
+  input [23:0] \port$12288$64 ;
+  wire [23:0] \port$12288$64 ;
+  input [15:0] \port$8968$0 ;
+  wire [15:0] \port$8968$0 ;
+  input [15:0] \port$8970$0 ;
+  wire [15:0] \port$8970$0 ;
+  input [15:0] \port$8972$0 ;
+  wire [15:0] \port$8972$0 ;
+  input [15:0] \port$8974$0 ;
+  wire [15:0] \port$8974$0 ;
+  input [15:0] \port$8976$0 ;
+  wire [15:0] \port$8976$0 ;
+  input [15:0] \port$8978$0 ;
+  wire [15:0] \port$8978$0 ;
+  input [15:0] \port$8980$0 ;
+  wire [15:0] \port$8980$0 ;
+  input [15:0] \port$8982$0 ;
+  wire [15:0] \port$8982$0 ;
+  input [15:0] \port$8984$0 ;
+  wire [15:0] \port$8984$0 ;
+  input [15:0] \port$8986$0 ;
+  wire [15:0] \port$8986$0 ;
+  input [15:0] \port$8988$0 ;
+  wire [15:0] \port$8988$0 ;
+  input [15:0] \port$8990$0 ;
+  wire [15:0] \port$8990$0 ;
+  input [15:0] \port$8992$0 ;
+  wire [15:0] \port$8992$0 ;
+  input [15:0] \port$8994$0 ;
+  wire [15:0] \port$8994$0 ;
+  input [15:0] \port$8996$0 ;
+  wire [15:0] \port$8996$0 ;
+  input [15:0] \port$8998$0 ;
+  wire [15:0] \port$8998$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -43253,48 +43373,48 @@ module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$12214$64 [23:8];
-  assign \$3  = - \port$12214$64 [23:8];
+  assign \$2  = \$1  >= \port$12288$64 [23:8];
+  assign \$3  = - \port$12288$64 [23:8];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$1  = 16'h0000;
-    casez (\port$12214$64 [7:0])
+    casez (\port$12288$64 [7:0])
       8'h00:
-          \$1  = \port$8924$0 ;
+          \$1  = \port$8968$0 ;
       8'h01:
-          \$1  = \port$8926$0 ;
+          \$1  = \port$8970$0 ;
       8'h02:
-          \$1  = \port$8928$0 ;
+          \$1  = \port$8972$0 ;
       8'h03:
-          \$1  = \port$8930$0 ;
+          \$1  = \port$8974$0 ;
       8'h04:
-          \$1  = \port$8932$0 ;
+          \$1  = \port$8976$0 ;
       8'h05:
-          \$1  = \port$8934$0 ;
+          \$1  = \port$8978$0 ;
       8'h06:
-          \$1  = \port$8936$0 ;
+          \$1  = \port$8980$0 ;
       8'h07:
-          \$1  = \port$8938$0 ;
+          \$1  = \port$8982$0 ;
       8'h08:
-          \$1  = \port$8940$0 ;
+          \$1  = \port$8984$0 ;
       8'h09:
-          \$1  = \port$8942$0 ;
+          \$1  = \port$8986$0 ;
       8'h0a:
-          \$1  = \port$8944$0 ;
+          \$1  = \port$8988$0 ;
       8'h0b:
-          \$1  = \port$8946$0 ;
+          \$1  = \port$8990$0 ;
       8'h0c:
-          \$1  = \port$8948$0 ;
+          \$1  = \port$8992$0 ;
       8'h0d:
-          \$1  = \port$8950$0 ;
+          \$1  = \port$8994$0 ;
       8'h0e:
-          \$1  = \port$8952$0 ;
+          \$1  = \port$8996$0 ;
       8'h0f:
-          \$1  = \port$8954$0 ;
+          \$1  = \port$8998$0 ;
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     sem_valid = 1'h0;
     if (signal) begin
       sem_valid = 1'h1;
@@ -43306,10 +43426,10 @@ module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$12214$64 [23:8] };
+      sem_delta = { 2'h0, \port$12288$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -43318,7 +43438,7 @@ module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     done = 1'h0;
     if (signal) begin
       done = sem_grant;
@@ -43329,31 +43449,31 @@ module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 
       end
     end
   end
-  assign count = \port$12214$64 [23:8];
-  assign sem = \port$12214$64 [7:0];
-  assign sem_values = { \port$8954$0 , \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0  };
-  assign sem_index = \port$12214$64 [3:0];
-  assign \sem_values[0]  = \port$8924$0 ;
-  assign \sem_values[1]  = \port$8926$0 ;
-  assign \sem_values[2]  = \port$8928$0 ;
-  assign \sem_values[3]  = \port$8930$0 ;
-  assign \sem_values[4]  = \port$8932$0 ;
-  assign \sem_values[5]  = \port$8934$0 ;
-  assign \sem_values[6]  = \port$8936$0 ;
-  assign \sem_values[7]  = \port$8938$0 ;
-  assign \sem_values[8]  = \port$8940$0 ;
-  assign \sem_values[9]  = \port$8942$0 ;
-  assign \sem_values[10]  = \port$8944$0 ;
-  assign \sem_values[11]  = \port$8946$0 ;
-  assign \sem_values[12]  = \port$8948$0 ;
-  assign \sem_values[13]  = \port$8950$0 ;
-  assign \sem_values[14]  = \port$8952$0 ;
-  assign \sem_values[15]  = \port$8954$0 ;
+  assign count = \port$12288$64 [23:8];
+  assign sem = \port$12288$64 [7:0];
+  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign sem_index = \port$12288$64 [3:0];
+  assign \sem_values[0]  = \port$8968$0 ;
+  assign \sem_values[1]  = \port$8970$0 ;
+  assign \sem_values[2]  = \port$8972$0 ;
+  assign \sem_values[3]  = \port$8974$0 ;
+  assign \sem_values[4]  = \port$8976$0 ;
+  assign \sem_values[5]  = \port$8978$0 ;
+  assign \sem_values[6]  = \port$8980$0 ;
+  assign \sem_values[7]  = \port$8982$0 ;
+  assign \sem_values[8]  = \port$8984$0 ;
+  assign \sem_values[9]  = \port$8986$0 ;
+  assign \sem_values[10]  = \port$8988$0 ;
+  assign \sem_values[11]  = \port$8990$0 ;
+  assign \sem_values[12]  = \port$8992$0 ;
+  assign \sem_values[13]  = \port$8994$0 ;
+  assign \sem_values[14]  = \port$8996$0 ;
+  assign \sem_values[15]  = \port$8998$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [16:0] \$11 ;
@@ -43468,7 +43588,7 @@ module \dx1_board.soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
   always @(posedge clk)
     flushing <= \$31 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     (* full_case = 32'd1 *)
     if (\$24 ) begin
       \$29  = 32'd0;
@@ -43483,7 +43603,7 @@ module \dx1_board.soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$30  = aborting;
     if (fire) begin
       \$30  = 1'h1;
@@ -43499,7 +43619,7 @@ module \dx1_board.soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_ol
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$31  = flushing;
     if (abort_done) begin
       \$31  = 1'h1;
@@ -43521,7 +43641,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
 , cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -43818,7 +43938,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
   assign \$32  = w_done | bus__wready;
   assign \$33  = \$31  & \$32 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$56  = local_valid;
     if (local_push) begin
       \$56  = 1'h1;
@@ -43837,7 +43957,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$57  = \local ;
     if (local_push) begin
       \$57  = local_slot;
@@ -43850,7 +43970,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$58  = local_status;
     if (local_push) begin
       \$58  = \local_status$7 ;
@@ -43863,7 +43983,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$59  = cpl_addr;
     casez (complete_state)
       2'h0:
@@ -43887,7 +44007,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$60  = cpl_data;
     casez (complete_state)
       2'h0:
@@ -43911,7 +44031,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$61  = cpl_index;
     casez (complete_state)
       2'h0:
@@ -43935,7 +44055,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$62  = cpl_tag;
     casez (complete_state)
       2'h0:
@@ -43959,7 +44079,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$63  = cpl_opcode;
     casez (complete_state)
       2'h0:
@@ -43983,7 +44103,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$64  = complete_state;
     casez (complete_state)
       2'h0:
@@ -44015,7 +44135,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$65  = aw_done;
     casez (complete_state)
       2'h0:
@@ -44033,7 +44153,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$66  = w_done;
     casez (complete_state)
       2'h0:
@@ -44051,7 +44171,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     idle = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44059,7 +44179,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     dma_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44073,7 +44193,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     tile_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44088,7 +44208,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     dma_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44101,7 +44221,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     tile_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44115,7 +44235,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     busy = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44127,7 +44247,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     bus__awvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44137,7 +44257,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     bus__wvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44147,7 +44267,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     bus__bready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44159,7 +44279,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     error__valid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44175,7 +44295,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     irq_completion = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44193,7 +44313,7 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     trace_end = 1'h0;
     casez (complete_state)
       2'h0:
@@ -44279,369 +44399,180 @@ module \dx1_board.soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready
-, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen, bytes_written
-, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
+module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
+, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
+, axi__awvalid, axi__awaddr, axi__awlen, \port$10719$0 , \port$10721$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire [18:0] \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [9:0] \$105 ;
-  wire [11:0] \$106 ;
-  wire [32:0] \$107 ;
-  wire [30:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
-  wire [16:0] \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire [31:0] \$118 ;
-  wire [31:0] \$119 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
   wire \$12 ;
-  wire [31:0] \$120 ;
-  wire [31:0] \$121 ;
-  wire [31:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [15:0] \$124 ;
-  wire [3:0] \$125 ;
-  wire \$126 ;
-  wire [4:0] \$127 ;
-  wire [32:0] \$128 ;
-  wire \$129 ;
   wire \$13 ;
-  wire [9:0] \$130 ;
-  wire [11:0] \$131 ;
-  wire [32:0] \$132 ;
-  wire [30:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [31:0] \$143 ;
-  wire [31:0] \$144 ;
-  wire [31:0] \$145 ;
-  wire [31:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [31:0] \$148 ;
-  wire [15:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [6:0] \$151 ;
-  wire \$152 ;
-  wire [8:0] \$153 ;
-  wire [9:0] \$154 ;
-  wire [16:0] \$155 ;
-  wire [17:0] \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire [8:0] \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [16:0] \$169 ;
-  wire [10:0] \$17 ;
-  wire \$170 ;
-  wire [16:0] \$171 ;
-  wire [16:0] \$172 ;
-  wire [16:0] \$173 ;
-  wire [16:0] \$174 ;
-  wire [16:0] \$175 ;
-  wire [2:0] \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [8:0] \$18 ;
-  wire \$180 ;
-  wire [16:0] \$181 ;
-  wire \$182 ;
-  wire [16:0] \$183 ;
-  wire [16:0] \$184 ;
-  wire [16:0] \$185 ;
-  wire [16:0] \$186 ;
-  wire [16:0] \$187 ;
-  wire [255:0] \$188 ;
-  wire [3:0] \$189 ;
+  wire \$17 ;
+  wire \$18 ;
   wire \$19 ;
-  wire \$190 ;
-  wire [2:0] \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire [3:0] \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  reg [1:0] \$199 ;
   wire [16:0] \$2 ;
-  wire [8:0] \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg \$203 ;
-  reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
-  reg \$208 ;
-  reg \$209 ;
-  wire [29:0] \$21 ;
-  reg \$210 ;
-  reg [31:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [31:0] \$213 ;
-  reg [29:0] \$214 ;
-  reg \$215 ;
-  reg [31:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [29:0] \$219 ;
+  wire \$20 ;
+  wire \$21 ;
   wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg \$222 ;
-  reg [31:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [29:0] \$226 ;
-  reg \$227 ;
-  reg [31:0] \$228 ;
-  reg [15:0] \$229 ;
-  wire [9:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [29:0] \$231 ;
-  reg [5:0] \$232 ;
-  reg [15:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [31:0] \$235 ;
-  reg \$236 ;
-  reg [7:0] \$237 ;
-  reg \$238 ;
-  reg [1:0] \$239 ;
+  wire \$23 ;
   wire \$24 ;
-  reg [255:0] \$240 ;
-  reg [15:0] \$241 ;
-  reg [15:0] \$242 ;
-  reg [15:0] \$243 ;
-  reg [15:0] \$244 ;
-  reg [15:0] \$245 ;
-  reg \$246 ;
-  reg [255:0] \$247 ;
-  reg \$248 ;
-  reg [15:0] \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg [15:0] \$251 ;
-  reg [15:0] \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg [255:0] \$255 ;
-  reg [2:0] \$256 ;
-  reg [7:0] \$257 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire \$29 ;
+  wire [3:0] \$29 ;
   wire [18:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire \$32 ;
-  wire \$33 ;
-  wire [9:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire [10:0] \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire [16:0] \$43 ;
-  wire \$44 ;
-  wire [16:0] \$45 ;
-  wire \$46 ;
-  wire [1:0] \$47 ;
-  wire \$48 ;
-  wire \$49 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  reg \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [15:0] \$37 ;
+  reg [15:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg [15:0] \$40 ;
+  reg \$41 ;
+  reg \$42 ;
+  reg [7:0] \$43 ;
+  wire [255:0] \$44 ;
+  wire [15:0] \$45 ;
   wire \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire [16:0] \$57 ;
-  wire \$58 ;
-  wire [16:0] \$59 ;
-  wire [29:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [9:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire [31:0] \$6 ;
+  wire [31:0] \$7 ;
+  wire \$8 ;
   wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  reg [1:0] a_cnt = 2'h0;
-  wire a_last;
   input abort;
   wire abort;
+  wire \abort$74 ;
+  wire \abort$81 ;
   reg acc = 1'h0;
-  (* init = 16'h0000 *)
+  (* init = 1'h0 *)
+  wire \acc$105 ;
+  (* init = 1'h0 *)
+  wire \acc$116 ;
   wire [15:0] acc_rreq__tdata;
+  wire [15:0] \acc_rreq__tdata$148 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
+  wire \acc_rreq__tready$150 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
+  wire \acc_rreq__tvalid$152 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
+  wire [255:0] \acc_rresp__tdata$160 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
+  wire \acc_rresp__tready$162 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
+  wire \acc_rresp__tvalid$164 ;
   wire [271:0] acc_wr__tdata;
+  wire [271:0] \acc_wr__tdata$136 ;
   input acc_wr__tready;
   wire acc_wr__tready;
+  wire \acc_wr__tready$138 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  reg ar_active = 1'h0;
-  reg [31:0] ar_addr = 32'd0;
-  wire [8:0] ar_beats;
-  wire [8:0] ar_capped;
-  wire ar_hs;
-  wire ar_issue;
-  reg [31:0] ar_seg_base = 32'd0;
-  reg [29:0] ar_seg_beats = 30'h00000000;
-  reg [29:0] ar_seg_left = 30'h00000000;
-  reg [15:0] ar_segs_left = 16'h0000;
-  reg [31:0] ar_stride = 32'd0;
-  wire [9:0] ar_to_page;
-  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [255:0] assembled;
-  reg aw_active = 1'h0;
-  reg [31:0] aw_addr = 32'd0;
-  wire aw_allow;
-  wire [8:0] aw_beats;
-  wire [8:0] aw_capped;
-  wire aw_hs;
-  wire aw_issue;
-  reg [31:0] aw_seg_base = 32'd0;
-  reg [29:0] aw_seg_beats = 30'h00000000;
-  reg [29:0] aw_seg_left = 30'h00000000;
-  reg [15:0] aw_segs_left = 16'h0000;
-  reg [31:0] aw_stride = 32'd0;
-  wire [9:0] aw_to_page;
+  wire \acc_wr__tvalid$140 ;
   output [31:0] axi__araddr;
-  reg [31:0] axi__araddr = 32'd0;
+  wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
   wire [3:0] axi__arid;
   output [7:0] axi__arlen;
-  reg [7:0] axi__arlen = 8'h00;
-  input axi__arready;
+  wire [7:0] axi__arlen;
   wire axi__arready;
   wire [2:0] axi__arsize;
   output axi__arvalid;
-  reg axi__arvalid = 1'h0;
+  wire axi__arvalid;
   output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
+  wire [31:0] axi__awaddr;
   wire [1:0] axi__awburst;
   wire [3:0] axi__awid;
   output [7:0] axi__awlen;
-  reg [7:0] axi__awlen = 8'h00;
-  input axi__awready;
+  wire [7:0] axi__awlen;
   wire axi__awready;
   wire [2:0] axi__awsize;
   output axi__awvalid;
-  reg axi__awvalid = 1'h0;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
   wire axi__bready;
-  input [1:0] axi__bresp;
   wire [1:0] axi__bresp;
-  input axi__bvalid;
   wire axi__bvalid;
-  input [63:0] axi__rdata;
   wire [63:0] axi__rdata;
-  input axi__rlast;
+  wire [3:0] axi__rid;
   wire axi__rlast;
   output axi__rready;
   wire axi__rready;
-  input [1:0] axi__rresp;
   wire [1:0] axi__rresp;
-  input axi__rvalid;
   wire axi__rvalid;
   output [63:0] axi__wdata;
   wire [63:0] axi__wdata;
   output axi__wlast;
   wire axi__wlast;
-  input axi__wready;
   wire axi__wready;
   output [7:0] axi__wstrb;
   wire [7:0] axi__wstrb;
   output axi__wvalid;
   wire axi__wvalid;
-  wire b_hs;
+  wire [31:0] base;
+  wire [31:0] \base$76 ;
+  wire beat;
+  wire [63:0] \beat$169 ;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
   wire busy;
   output [31:0] bytes_read;
-  reg [31:0] bytes_read = 32'd0;
+  wire [31:0] bytes_read;
+  wire [31:0] \bytes_read$99 ;
   output [31:0] bytes_written;
-  reg [31:0] bytes_written = 32'd0;
+  wire [31:0] bytes_written;
+  wire [31:0] \bytes_written$101 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -44651,1546 +44582,612 @@ module \dx1_board.soc.dma0 (rst, axi__arready, axi__awready, spm_wr__tready, acc
   input cmd__tvalid;
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$113 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$120 ;
   reg [15:0] cols = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$109 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$118 ;
+  wire copy_beat;
+  wire done;
+  wire \done$174 ;
+  wire \done$175 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
   wire done__tready;
   output done__tvalid;
   wire done__tvalid;
+  wire error;
+  wire [63:0] fifo_data;
+  wire [63:0] \fifo_data$123 ;
+  wire fifo_err;
+  wire \fifo_err$124 ;
+  wire fifo_ready;
+  wire \fifo_ready$125 ;
+  wire \fifo_ready$128 ;
+  wire fifo_take;
+  wire \fifo_take$167 ;
   wire finished;
   wire hold;
+  wire \hold$72 ;
+  wire \hold$80 ;
   reg is_copy = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_copy$86 ;
   reg is_load = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_load$88 ;
   reg is_store = 1'h0;
-  reg [15:0] ldw_addr = 16'h0000;
-  reg [15:0] ldw_base = 16'h0000;
-  reg [15:0] ldw_c = 16'h0000;
-  wire ldw_last;
-  reg [15:0] ldw_r = 16'h0000;
-  reg lw_done = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_store$127 ;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  wire pop;
+  output [255:0] \port$10719$0 ;
+  wire [255:0] \port$10719$0 ;
+  output [15:0] \port$10721$0 ;
+  wire [15:0] \port$10721$0 ;
+  wire push;
   output quiet;
   wire quiet;
+  wire \quiet$178 ;
+  wire \quiet$179 ;
   wire [64:0] r_data;
-  wire [7:0] \r_data$145 ;
-  reg r_en;
-  reg \r_en$64 ;
-  wire r_hs;
+  wire r_en;
   wire r_rdy;
-  wire \r_rdy$120 ;
   reg rd_err = 1'h0;
-  wire reads_done;
-  reg [2:0] reads_out = 3'h0;
+  (* init = 1'h0 *)
+  wire \rd_err$122 ;
+  (* init = 1'h0 *)
+  wire \rd_err$92 ;
+  wire read_error;
+  wire \read_error$184 ;
+  wire request;
   input reset_units;
   wire reset_units;
-  wire [255:0] resp_data;
-  wire resp_valid;
   reg [15:0] row_stride = 16'h0000;
-  reg [15:0] rows = 16'h0000;
-  reg rq_active = 1'h0;
   (* init = 16'h0000 *)
-  wire [15:0] rq_addr;
-  wire rq_ready;
-  reg rq_valid = 1'h0;
-  reg [15:0] rqw_addr = 16'h0000;
-  reg [15:0] rqw_base = 16'h0000;
-  reg [15:0] rqw_c = 16'h0000;
-  wire rqw_last;
-  reg [15:0] rqw_r = 16'h0000;
+  wire [15:0] \row_stride$111 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$119 ;
+  reg [15:0] rows = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$107 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$117 ;
   input rst;
   wire rst;
-  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [2:0] sp_cnt = 3'h0;
-  wire sp_push;
-  wire sp_take;
+  wire run;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$79 ;
+  wire [15:0] segments;
+  wire [15:0] \segments$78 ;
   output [15:0] spm_rreq__tdata;
-  reg [15:0] spm_rreq__tdata = 16'h0000;
+  wire [15:0] spm_rreq__tdata;
+  wire [15:0] \spm_rreq__tdata$142 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
+  wire \spm_rreq__tready$144 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
+  wire \spm_rreq__tvalid$146 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
+  wire [63:0] \spm_rresp__tdata$154 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
+  wire \spm_rresp__tready$156 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
+  wire \spm_rresp__tvalid$158 ;
   wire [79:0] spm_wr__tdata;
+  wire [79:0] \spm_wr__tdata$130 ;
   input spm_wr__tready;
   wire spm_wr__tready;
+  wire \spm_wr__tready$132 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
+  wire \spm_wr__tvalid$134 ;
   wire start;
+  wire \start$102 ;
+  wire \start$114 ;
+  wire \start$66 ;
+  wire \start$75 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
-  reg [5:0] unclaimed = 6'h00;
-  wire w_bad;
-  reg [7:0] w_cnt = 8'h00;
-  reg w_cur = 1'h0;
-  wire [7:0] w_data;
-  reg [64:0] \w_data$112 ;
-  wire w_en;
-  reg \w_en$114 ;
-  wire w_hs;
-  reg [7:0] w_len = 8'h00;
+  wire [31:0] stride;
+  wire [31:0] \stride$77 ;
+  wire take;
+  reg [64:0] w_data;
+  reg w_en;
   wire w_rdy;
-  wire \w_rdy$107 ;
-  output [15:0] wr_addr;
-  reg [15:0] wr_addr = 16'h0000;
-  output [255:0] wr_data;
-  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   reg wr_err = 1'h0;
-  wire wr_ready;
-  reg wr_valid = 1'h0;
-  wire writes_done;
-  reg [15:0] writes_out = 16'h0000;
+  always @(posedge clk)
+    is_load <= \$33 ;
+  always @(posedge clk)
+    is_store <= \$34 ;
+  always @(posedge clk)
+    is_copy <= \$35 ;
+  always @(posedge clk)
+    acc <= \$36 ;
+  always @(posedge clk)
+    rows <= \$37 ;
+  always @(posedge clk)
+    cols <= \$38 ;
+  always @(posedge clk)
+    row_stride <= \$39 ;
+  always @(posedge clk)
+    col_stride <= \$40 ;
+  always @(posedge clk)
+    rd_err <= \$41 ;
+  always @(posedge clk)
+    wr_err <= \$42 ;
+  always @(posedge clk)
+    done__tdata <= \$43 ;
   assign cmd__tready = ! state;
   assign start = cmd__tvalid & cmd__tready;
   assign busy = | state;
   assign start_copy = cmd__tdata[7:0] == 4'h8;
   assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = 10'h200 - ar_addr[11:3];
-  assign \$5  = ar_seg_left < 9'h100;
-  assign \$6  = \$5  ? ar_seg_left : 30'h00000100;
-  assign \$7  = \$4 [9:0] < \$6 [8:0];
-  assign \$8  = \$7  ? \$4 [9:0] : { 1'h0, \$6 [8:0] };
-  assign \$9  = ~ axi__arvalid;
-  assign \$10  = \$9  | axi__arready;
-  assign \$11  = ar_active & \$10 ;
-  assign \$12  = reads_out < 3'h4;
+  assign \$4  = cmd__tdata[7:0] == 1'h1;
+  assign \$5  = \$4  | start_copy;
+  assign \start$66  = start & \$5 ;
+  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
+  assign \$8  = cmd__tdata[7:0] == 2'h2;
+  assign \$9  = \$8  | start_copy;
+  assign \start$75  = start & \$9 ;
+  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
+  assign \$12  = ~ is_store;
+  assign \$13  = w_rdy & \$12 ;
+  assign axi__rready = \$13  | abort;
+  assign \$14  = state == 1'h1;
+  assign run = \$14  & is_load;
+  assign request = cmd__tdata[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$167 ;
   assign \$15  = ~ abort;
-  assign \$16  = \$14  & \$15 ;
-  assign ar_issue = \$11  & \$16 ;
-  assign ar_hs = axi__arvalid & axi__arready;
-  assign r_hs = axi__rvalid & axi__rready;
-  assign \$17  = 10'h200 - aw_addr[11:3];
-  assign \$18  = is_copy ? 9'h010 : 9'h100;
-  assign \$19  = aw_seg_left < \$18 ;
-  assign \$20  = is_copy ? 9'h010 : 9'h100;
-  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
-  assign \$22  = \$17 [9:0] < \$21 [8:0];
-  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
-  assign \$24  = ~ axi__awvalid;
-  assign \$25  = \$24  | axi__awready;
-  assign \$26  = aw_active & \$25 ;
-  assign \$29  = ~ abort;
-  assign \$30  = \$28  & \$29 ;
-  assign aw_issue = \$26  & \$30 ;
-  assign \$31  = ~ is_copy;
-  assign \$32  = unclaimed >= \$23 [8:0];
-  assign \$33  = \$31  | \$32 ;
-  assign aw_allow = w_rdy & \$33 ;
-  assign \$34  = \$23 [8:0] - 1'h1;
-  assign aw_hs = axi__awvalid & axi__awready;
-  assign \$35  = r_rdy | abort;
-  assign \$36  = w_cur & \$35 ;
-  assign \$37  = ~ is_load;
-  assign axi__wvalid = \$36  & \$37 ;
-  assign \$38  = r_data[64] | rd_err;
-  assign w_bad = \$38  | abort;
-  assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
-  assign axi__wlast = w_cnt == w_len;
-  assign w_hs = axi__wvalid & axi__wready;
-  assign \$39  = ~ w_cur;
-  assign \$40  = w_hs & axi__wlast;
-  assign \$41  = \$39  | \$40 ;
-  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$42  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$42 ;
-  assign acc_wr__tvalid = wr_valid & acc;
-  assign \$43  = ldw_r + 1'h1;
-  assign \$44  = \$43  == rows;
-  assign \$45  = ldw_c + 1'h1;
-  assign \$46  = \$45  == cols;
-  assign ldw_last = \$44  & \$46 ;
-  assign \$47  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$47 ;
-  assign \$48  = state == 1'h1;
-  assign \$49  = \$48  & is_load;
-  assign \$50  = ~ lw_done;
-  assign \$51  = \$49  & \$50 ;
-  assign \$52  = \$51  & r_rdy;
-  assign \$53  = ~ a_last;
-  assign \$54  = ~ wr_valid;
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = \$55  | wr_ready;
-  assign pop = \$52  & \$56 ;
-  assign \$57  = rqw_r + 1'h1;
-  assign \$58  = \$57  == rows;
-  assign \$59  = rqw_c + 1'h1;
-  assign \$60  = \$59  == cols;
-  assign rqw_last = \$58  & \$60 ;
-  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$61  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$61 ;
-  assign acc_rreq__tvalid = rq_valid & acc;
-  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
-  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$62  = | sp_cnt;
-  assign sp_push = \$62  & \w_rdy$107 ;
-  assign \$63  = ! sp_cnt;
-  assign \$64  = sp_cnt == 1'h1;
-  assign \$65  = \$64  & sp_push;
-  assign \$66  = \$63  | \$65 ;
-  assign sp_take = is_store & \$66 ;
-  assign acc_rresp__tready = sp_take & acc;
-  assign \$67  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$67 ;
-  assign \$68  = ~ is_store;
-  assign \$69  = \w_rdy$107  & \$68 ;
-  assign axi__rready = \$69  | abort;
-  assign \$70  = ~ abort;
-  assign \$71  = sp_push & \$70 ;
-  assign \$72  = | axi__rresp;
-  assign \$73  = ~ abort;
-  assign \$74  = r_hs & \$73 ;
-  assign \$75  = ~ ar_active;
-  assign \$76  = ~ axi__arvalid;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = ! reads_out;
-  assign reads_done = \$77  & \$78 ;
-  assign \$79  = ~ aw_active;
-  assign \$80  = ~ axi__awvalid;
-  assign \$81  = \$79  & \$80 ;
-  assign \$82  = ! writes_out;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = ~ w_cur;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \r_rdy$120 ;
-  assign writes_done = \$85  & \$86 ;
-  assign \$87  = ~ wr_valid;
-  assign \$88  = lw_done & \$87 ;
-  assign \$89  = \$88  & reads_done;
-  assign \$90  = writes_done & reads_done;
-  assign finished = is_load ? \$89  : \$90 ;
+  assign \$16  = push & \$15 ;
+  assign \$17  = | bus__rresp;
+  assign \$18  = ~ abort;
+  assign \$19  = copy_beat & \$18 ;
+  assign \$20  = \done$175  & \done$174 ;
+  assign \$21  = done & \done$174 ;
+  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign \$91  = ~ axi__arvalid;
-  assign \$92  = ! reads_out;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = ~ axi__awvalid;
-  assign \$95  = \$93  & \$94 ;
-  assign \$96  = ! writes_out;
-  assign \$97  = \$95  & \$96 ;
-  assign \$98  = ~ w_cur;
-  assign \$99  = \$97  & \$98 ;
-  assign \$100  = ~ \r_rdy$120 ;
-  assign quiet = \$99  & \$100 ;
-  assign \$101  = cmd__tdata[7:0] == 1'h1;
-  assign \$102  = cmd__tdata[7:0] == 2'h2;
-  assign \$103  = cmd__tdata[7:0] == 4'h8;
-  assign \$104  = axi__arvalid & axi__arready;
-  assign \$105  = \$8 [8:0] - 1'h1;
-  assign \$107  = ar_addr + \$106 ;
-  assign \$108  = ar_seg_left - \$8 [8:0];
-  assign \$109  = ar_seg_left == \$8 [8:0];
-  assign \$110  = ar_segs_left == 1'h1;
-  assign \$111  = ar_seg_base + ar_stride;
-  assign \$112  = ar_seg_base + ar_stride;
-  assign \$113  = ar_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 1'h1;
-  assign \$115  = \$114  | start_copy;
-  assign \$116  = start & \$115 ;
-  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
-  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
-  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = reads_out + ar_hs;
-  assign \$126  = r_hs & axi__rlast;
-  assign \$127  = \$125  - \$126 ;
-  assign \$128  = bytes_read + 4'h8;
-  assign \$129  = axi__awvalid & axi__awready;
-  assign \$130  = \$23 [8:0] - 1'h1;
-  assign \$132  = aw_addr + \$131 ;
-  assign \$133  = aw_seg_left - \$23 [8:0];
-  assign \$134  = aw_seg_left == \$23 [8:0];
-  assign \$135  = aw_segs_left == 1'h1;
-  assign \$136  = aw_seg_base + aw_stride;
-  assign \$137  = aw_seg_base + aw_stride;
-  assign \$138  = aw_segs_left - 1'h1;
-  assign \$139  = cmd__tdata[7:0] == 2'h2;
-  assign \$140  = \$139  | start_copy;
-  assign \$141  = start & \$140 ;
-  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
-  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
-  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$150  = is_copy & r_hs;
-  assign \$151  = unclaimed + \$150 ;
-  assign \$152  = is_copy & aw_issue;
-  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
-  assign \$154  = \$151  - \$153 ;
-  assign \$155  = writes_out + aw_hs;
-  assign \$156  = \$155  - b_hs;
-  assign \$157  = | axi__bresp;
-  assign \$158  = b_hs & \$157 ;
-  assign \$159  = w_cnt + 1'h1;
-  assign \$160  = ~ w_bad;
-  assign \$161  = bytes_written + 4'h8;
-  assign \$162  = ~ w_cur;
-  assign \$163  = w_hs & axi__wlast;
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = wr_valid & wr_ready;
-  assign \$166  = ~ r_data[64];
-  assign \$167  = ~ rd_err;
-  assign \$168  = \$166  & \$167 ;
-  assign \$169  = ldw_c + 1'h1;
-  assign \$170  = \$169  == cols;
-  assign \$171  = ldw_r + 1'h1;
-  assign \$172  = ldw_base + row_stride;
-  assign \$173  = ldw_base + row_stride;
-  assign \$174  = ldw_c + 1'h1;
-  assign \$175  = ldw_addr + col_stride;
-  assign \$176  = a_cnt + 1'h1;
-  assign \$177  = rq_valid & rq_ready;
-  assign \$178  = ~ rq_valid;
-  assign \$179  = \$178  | rq_ready;
-  assign \$180  = rq_active & \$179 ;
-  assign \$181  = rqw_c + 1'h1;
-  assign \$182  = \$181  == cols;
-  assign \$183  = rqw_r + 1'h1;
-  assign \$184  = rqw_base + row_stride;
-  assign \$185  = rqw_base + row_stride;
-  assign \$186  = rqw_c + 1'h1;
-  assign \$187  = rqw_addr + col_stride;
-  assign \$189  = sp_cnt - 1'h1;
-  assign \$190  = sp_take & resp_valid;
-  assign \$191  = acc ? 3'h4 : 3'h1;
-  assign \$192  = cmd__tdata[7:0] == 2'h2;
-  assign \$193  = state == 1'h1;
-  assign \$194  = \$193  & finished;
-  assign \$195  = rd_err | wr_err;
-  assign \$196  = \$195  ? 4'h9 : 4'h0;
-  assign \$197  = state == 2'h2;
-  assign \$198  = \$197  & done__tready;
+  assign quiet = \quiet$178  & \quiet$179 ;
+  assign \$22  = cmd__tdata[7:0] == 1'h1;
+  assign \$23  = cmd__tdata[7:0] == 2'h2;
+  assign \$24  = cmd__tdata[7:0] == 4'h8;
+  assign \$25  = read_error | \read_error$184 ;
+  assign \$26  = state == 1'h1;
+  assign \$27  = \$26  & finished;
+  assign \$28  = rd_err | wr_err;
+  assign \$29  = \$28  ? 4'h9 : 4'h0;
+  assign \$30  = state == 2'h2;
+  assign \$31  = \$30  & done__tready;
   always @(posedge clk)
-    state <= \$199 ;
-  always @(posedge clk)
-    is_load <= \$200 ;
-  always @(posedge clk)
-    is_store <= \$201 ;
-  always @(posedge clk)
-    is_copy <= \$202 ;
-  always @(posedge clk)
-    acc <= \$203 ;
-  always @(posedge clk)
-    rows <= \$204 ;
-  always @(posedge clk)
-    cols <= \$205 ;
-  always @(posedge clk)
-    row_stride <= \$206 ;
-  always @(posedge clk)
-    col_stride <= \$207 ;
-  always @(posedge clk)
-    rd_err <= \$208 ;
-  always @(posedge clk)
-    wr_err <= \$209 ;
-  always @(posedge clk)
-    axi__arvalid <= \$210 ;
-  always @(posedge clk)
-    axi__araddr <= \$211 ;
-  always @(posedge clk)
-    axi__arlen <= \$212 ;
-  always @(posedge clk)
-    ar_addr <= \$213 ;
-  always @(posedge clk)
-    ar_seg_left <= \$214 ;
-  always @(posedge clk)
-    ar_active <= \$215 ;
-  always @(posedge clk)
-    ar_seg_base <= \$216 ;
-  always @(posedge clk)
-    ar_segs_left <= \$217 ;
-  always @(posedge clk)
-    ar_stride <= \$218 ;
-  always @(posedge clk)
-    ar_seg_beats <= \$219 ;
-  always @(posedge clk)
-    reads_out <= \$220 ;
-  always @(posedge clk)
-    bytes_read <= \$221 ;
-  always @(posedge clk)
-    axi__awvalid <= \$222 ;
-  always @(posedge clk)
-    axi__awaddr <= \$223 ;
-  always @(posedge clk)
-    axi__awlen <= \$224 ;
-  always @(posedge clk)
-    aw_addr <= \$225 ;
-  always @(posedge clk)
-    aw_seg_left <= \$226 ;
-  always @(posedge clk)
-    aw_active <= \$227 ;
-  always @(posedge clk)
-    aw_seg_base <= \$228 ;
-  always @(posedge clk)
-    aw_segs_left <= \$229 ;
-  always @(posedge clk)
-    aw_stride <= \$230 ;
-  always @(posedge clk)
-    aw_seg_beats <= \$231 ;
-  always @(posedge clk)
-    unclaimed <= \$232 ;
-  always @(posedge clk)
-    writes_out <= \$233 ;
-  always @(posedge clk)
-    w_cnt <= \$234 ;
-  always @(posedge clk)
-    bytes_written <= \$235 ;
-  always @(posedge clk)
-    w_cur <= \$236 ;
-  always @(posedge clk)
-    w_len <= \$237 ;
-  always @(posedge clk)
-    wr_valid <= \$238 ;
-  always @(posedge clk)
-    a_cnt <= \$239 ;
-  always @(posedge clk)
-    wr_data <= \$240 ;
-  always @(posedge clk)
-    wr_addr <= \$241 ;
-  always @(posedge clk)
-    ldw_c <= \$242 ;
-  always @(posedge clk)
-    ldw_r <= \$243 ;
-  always @(posedge clk)
-    ldw_base <= \$244 ;
-  always @(posedge clk)
-    ldw_addr <= \$245 ;
-  always @(posedge clk)
-    lw_done <= \$246 ;
-  always @(posedge clk)
-    asm <= \$247 ;
-  always @(posedge clk)
-    rq_valid <= \$248 ;
-  always @(posedge clk)
-    spm_rreq__tdata <= \$249 ;
-  always @(posedge clk)
-    rqw_c <= \$250 ;
-  always @(posedge clk)
-    rqw_r <= \$251 ;
-  always @(posedge clk)
-    rqw_base <= \$252 ;
-  always @(posedge clk)
-    rqw_addr <= \$253 ;
-  always @(posedge clk)
-    rq_active <= \$254 ;
-  always @(posedge clk)
-    sp_buf <= \$255 ;
-  always @(posedge clk)
-    sp_cnt <= \$256 ;
-  always @(posedge clk)
-    done__tdata <= \$257 ;
+    state <= \$32 ;
   \dx1_board.soc.dma0.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
     .r_en(r_en),
-    .r_rdy(r_rdy),
+    .r_rdy(fifo_ready),
     .reset_units(reset_units),
     .rst(rst),
-    .w_en(\w_en$114 ),
-    .w_port__data(\w_data$112 ),
-    .w_rdy(\w_rdy$107 )
-  );
-  \dx1_board.soc.dma0.wlen_fifo  wlen_fifo (
-    .clk(clk),
-    .r_data(\r_data$145 ),
-    .r_en(\r_en$64 ),
-    .r_rdy(\r_rdy$120 ),
-    .reset_units(reset_units),
-    .rst(rst),
-    .w_en(aw_issue),
-    .w_port__data(\$34 [7:0]),
+    .w_en(w_en),
+    .w_port__data(w_data),
     .w_rdy(w_rdy)
   );
+  \dx1_board.soc.dma0.loader  loader (
+    .acc(acc),
+    .acc_wr__tready(acc_wr__tready),
+    .acc_wr__tvalid(acc_wr__tvalid),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .done(\done$175 ),
+    .fifo_ready(fifo_ready),
+    .fifo_take(\fifo_take$167 ),
+    .local_addr(cmd__tdata[143:128]),
+    .\port$4166$0 (r_data),
+    .rd_err(rd_err),
+    .read_error(\read_error$184 ),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .run(run),
+    .spm_wr__tready(spm_wr__tready),
+    .spm_wr__tvalid(spm_wr__tvalid),
+    .start(start),
+    .wr_addr(\$45 ),
+    .wr_data(\$44 )
+  );
+  \dx1_board.soc.dma0.reader  reader (
+    .abort(abort),
+    .base(base),
+    .beat(copy_beat),
+    .bus__araddr(axi__araddr),
+    .bus__arlen(axi__arlen),
+    .bus__arvalid(axi__arvalid),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rvalid(bus__rvalid),
+    .bytes_read(bytes_read),
+    .clk(clk),
+    .done(\done$174 ),
+    .quiet(\quiet$178 ),
+    .ready(bus__arready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$7 [29:0]),
+    .segments(segments),
+    .start(\start$66 ),
+    .stride(stride)
+  );
+  \dx1_board.soc.dma0.storer  storer (
+    .acc(acc),
+    .acc_rreq__tready(acc_rreq__tready),
+    .acc_rreq__tvalid(acc_rreq__tvalid),
+    .acc_rresp__tdata(acc_rresp__tdata),
+    .acc_rresp__tready(acc_rresp__tready),
+    .acc_rresp__tvalid(acc_rresp__tvalid),
+    .beat(\beat$169 ),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .fifo_ready(w_rdy),
+    .is_store(is_store),
+    .local_addr(cmd__tdata[143:128]),
+    .push(push),
+    .request(request),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .spm_rreq__tdata(spm_rreq__tdata),
+    .spm_rreq__tready(spm_rreq__tready),
+    .spm_rreq__tvalid(spm_rreq__tvalid),
+    .spm_rresp__tdata(spm_rresp__tdata),
+    .spm_rresp__tready(spm_rresp__tready),
+    .spm_rresp__tvalid(spm_rresp__tvalid),
+    .start(start)
+  );
+  \dx1_board.soc.dma0.writer  writer (
+    .abort(abort),
+    .base(\base$76 ),
+    .bus__awaddr(axi__awaddr),
+    .bus__awlen(axi__awlen),
+    .bus__awvalid(axi__awvalid),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wlast(axi__wlast),
+    .bus__wready(bus__wready),
+    .bus__wstrb(axi__wstrb),
+    .bus__wvalid(axi__wvalid),
+    .bytes_written(bytes_written),
+    .clk(clk),
+    .copy_beat(copy_beat),
+    .done(done),
+    .error(error),
+    .fifo_ready(fifo_ready),
+    .is_copy(is_copy),
+    .is_load(is_load),
+    .\port$4166$0 (r_data),
+    .quiet(\quiet$179 ),
+    .rd_err(rd_err),
+    .read_error(read_error),
+    .ready(bus__awready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$11 [29:0]),
+    .segments(\segments$78 ),
+    .start(\start$75 ),
+    .stride(\stride$77 ),
+    .w_hs(fifo_take)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    r_en = 1'h0;
-    if (w_hs) begin
-      r_en = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$33  = is_load;
+    if (start) begin
+      \$33  = \$22 ;
     end
-    if (pop) begin
-      r_en = 1'h1;
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \r_en$64  = 1'h0;
-    if (\$41 ) begin
-      \r_en$64  = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$34  = is_store;
+    if (start) begin
+      \$34  = \$23 ;
+    end
+    if (reset_units) begin
+      \$34  = 1'h0;
+    end
+    if (rst) begin
+      \$34  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    assembled = asm;
-    (* full_case = 32'd1 *)
-    casez (a_cnt)
-      2'h0:
-          assembled[63:0] = r_data[63:0];
-      2'h1:
-          assembled[127:64] = r_data[63:0];
-      2'h2:
-          assembled[191:128] = r_data[63:0];
-      2'h3:
-          assembled[255:192] = r_data[63:0];
-    endcase
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$35  = is_copy;
+    if (start) begin
+      \$35  = \$24 ;
+    end
+    if (reset_units) begin
+      \$35  = 1'h0;
+    end
+    if (rst) begin
+      \$35  = 1'h0;
+    end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$36  = acc;
+    if (start) begin
+      \$36  = cmd__tdata[8];
+    end
+    if (reset_units) begin
+      \$36  = 1'h0;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$37  = rows;
+    if (start) begin
+      \$37  = cmd__tdata[159:144];
+    end
+    if (reset_units) begin
+      \$37  = 16'h0000;
+    end
+    if (rst) begin
+      \$37  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$38  = cols;
+    if (start) begin
+      \$38  = cmd__tdata[175:160];
+    end
+    if (reset_units) begin
+      \$38  = 16'h0000;
+    end
+    if (rst) begin
+      \$38  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$39  = row_stride;
+    if (start) begin
+      \$39  = cmd__tdata[191:176];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$40  = col_stride;
+    if (start) begin
+      \$40  = cmd__tdata[207:192];
+    end
+    if (reset_units) begin
+      \$40  = 16'h0000;
+    end
+    if (rst) begin
+      \$40  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$41  = rd_err;
+    if (start) begin
+      \$41  = 1'h0;
+    end
+    if (\$25 ) begin
+      \$41  = 1'h1;
+    end
+    if (reset_units) begin
+      \$41  = 1'h0;
+    end
+    if (rst) begin
+      \$41  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$42  = wr_err;
+    if (start) begin
+      \$42  = 1'h0;
+    end
+    if (error) begin
+      \$42  = 1'h1;
+    end
+    if (reset_units) begin
+      \$42  = 1'h0;
+    end
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$43  = done__tdata;
+    if (\$27 ) begin
+      \$43  = { 4'h0, \$29  };
+    end
+    if (reset_units) begin
+      \$43  = 8'h00;
+    end
+    if (rst) begin
+      \$43  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_data$112  = { 1'h0, sp_buf[63:0] };
+      w_data = { 1'h0, \beat$169  };
     end else begin
-      \w_data$112  = { \$72 , axi__rdata };
+      w_data = { \$17 , bus__rdata };
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_en$114  = \$71 ;
+      w_en = \$16 ;
     end else begin
-      \w_en$114  = \$74 ;
+      w_en = \$19 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$199  = state;
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    \$32  = state;
     if (start) begin
-      \$199  = 2'h1;
+      \$32  = 2'h1;
     end
-    if (\$194 ) begin
-      \$199  = 2'h2;
+    if (\$27 ) begin
+      \$32  = 2'h2;
     end
-    if (\$198 ) begin
-      \$199  = 2'h0;
-    end
-    if (reset_units) begin
-      \$199  = 2'h0;
-    end
-    if (rst) begin
-      \$199  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$200  = is_load;
-    if (start) begin
-      \$200  = \$101 ;
+    if (\$31 ) begin
+      \$32  = 2'h0;
     end
     if (reset_units) begin
-      \$200  = 1'h0;
+      \$32  = 2'h0;
     end
     if (rst) begin
-      \$200  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$201  = is_store;
-    if (start) begin
-      \$201  = \$102 ;
-    end
-    if (reset_units) begin
-      \$201  = 1'h0;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$202  = is_copy;
-    if (start) begin
-      \$202  = \$103 ;
-    end
-    if (reset_units) begin
-      \$202  = 1'h0;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$203  = acc;
-    if (start) begin
-      \$203  = cmd__tdata[8];
-    end
-    if (reset_units) begin
-      \$203  = 1'h0;
-    end
-    if (rst) begin
-      \$203  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$204  = rows;
-    if (start) begin
-      \$204  = cmd__tdata[159:144];
-    end
-    if (reset_units) begin
-      \$204  = 16'h0000;
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$205  = cols;
-    if (start) begin
-      \$205  = cmd__tdata[175:160];
-    end
-    if (reset_units) begin
-      \$205  = 16'h0000;
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$206  = row_stride;
-    if (start) begin
-      \$206  = cmd__tdata[191:176];
-    end
-    if (reset_units) begin
-      \$206  = 16'h0000;
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$207  = col_stride;
-    if (start) begin
-      \$207  = cmd__tdata[207:192];
-    end
-    if (reset_units) begin
-      \$207  = 16'h0000;
-    end
-    if (rst) begin
-      \$207  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$208  = rd_err;
-    if (start) begin
-      \$208  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (reset_units) begin
-      \$208  = 1'h0;
-    end
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$209  = wr_err;
-    if (start) begin
-      \$209  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$209  = 1'h1;
-    end
-    if (reset_units) begin
-      \$209  = 1'h0;
-    end
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$210  = axi__arvalid;
-    if (\$104 ) begin
-      \$210  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$210  = 1'h1;
-    end
-    if (reset_units) begin
-      \$210  = 1'h0;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$211  = axi__araddr;
-    if (ar_issue) begin
-      \$211  = ar_addr;
-    end
-    if (reset_units) begin
-      \$211  = 32'd0;
-    end
-    if (rst) begin
-      \$211  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$212  = axi__arlen;
-    if (ar_issue) begin
-      \$212  = \$105 [7:0];
-    end
-    if (reset_units) begin
-      \$212  = 8'h00;
-    end
-    if (rst) begin
-      \$212  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$213  = ar_addr;
-    if (ar_issue) begin
-      \$213  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$213  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$213  = \$117 ;
-    end
-    if (reset_units) begin
-      \$213  = 32'd0;
-    end
-    if (rst) begin
-      \$213  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$214  = ar_seg_left;
-    if (ar_issue) begin
-      \$214  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$214  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$214  = \$121 [29:0];
-    end
-    if (reset_units) begin
-      \$214  = 30'h00000000;
-    end
-    if (rst) begin
-      \$214  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$215  = ar_active;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$215  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$215  = 1'h1;
-    end
-    if (reset_units) begin
-      \$215  = 1'h0;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$216  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$216  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$216  = \$118 ;
-    end
-    if (reset_units) begin
-      \$216  = 32'd0;
-    end
-    if (rst) begin
-      \$216  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$217  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$217  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$217  = \$124 ;
-    end
-    if (reset_units) begin
-      \$217  = 16'h0000;
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$218  = ar_stride;
-    if (\$116 ) begin
-      \$218  = \$119 ;
-    end
-    if (reset_units) begin
-      \$218  = 32'd0;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$219  = ar_seg_beats;
-    if (\$116 ) begin
-      \$219  = \$123 [29:0];
-    end
-    if (reset_units) begin
-      \$219  = 30'h00000000;
-    end
-    if (rst) begin
-      \$219  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$220  = \$127 [2:0];
-    if (reset_units) begin
-      \$220  = 3'h0;
-    end
-    if (rst) begin
-      \$220  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$221  = bytes_read;
-    if (r_hs) begin
-      \$221  = \$128 [31:0];
-    end
-    if (reset_units) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$222  = axi__awvalid;
-    if (\$129 ) begin
-      \$222  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$222  = 1'h1;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$223  = axi__awaddr;
-    if (aw_issue) begin
-      \$223  = aw_addr;
-    end
-    if (reset_units) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$224  = axi__awlen;
-    if (aw_issue) begin
-      \$224  = \$130 [7:0];
-    end
-    if (reset_units) begin
-      \$224  = 8'h00;
-    end
-    if (rst) begin
-      \$224  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$225  = aw_addr;
-    if (aw_issue) begin
-      \$225  = \$132 [31:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$225  = \$137 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$225  = \$142 ;
-    end
-    if (reset_units) begin
-      \$225  = 32'd0;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$226  = aw_seg_left;
-    if (aw_issue) begin
-      \$226  = \$133 [29:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$226  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$226  = \$146 [29:0];
-    end
-    if (reset_units) begin
-      \$226  = 30'h00000000;
-    end
-    if (rst) begin
-      \$226  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$227  = aw_active;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$227  = 1'h0;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$228  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$228  = \$136 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$228  = \$143 ;
-    end
-    if (reset_units) begin
-      \$228  = 32'd0;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$229  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$229  = \$138 [15:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$229  = \$149 ;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$230  = aw_stride;
-    if (\$141 ) begin
-      \$230  = \$144 ;
-    end
-    if (reset_units) begin
-      \$230  = 32'd0;
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$231  = aw_seg_beats;
-    if (\$141 ) begin
-      \$231  = \$148 [29:0];
-    end
-    if (reset_units) begin
-      \$231  = 30'h00000000;
-    end
-    if (rst) begin
-      \$231  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$232  = \$154 [5:0];
-    if (start) begin
-      \$232  = 6'h00;
-    end
-    if (reset_units) begin
-      \$232  = 6'h00;
-    end
-    if (rst) begin
-      \$232  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$233  = \$156 [15:0];
-    if (reset_units) begin
-      \$233  = 16'h0000;
-    end
-    if (rst) begin
-      \$233  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$234  = w_cnt;
-    if (w_hs) begin
-      \$234  = \$159 [7:0];
-    end
-    if (\$164 ) begin
-      \$234  = 8'h00;
-    end
-    if (reset_units) begin
-      \$234  = 8'h00;
-    end
-    if (rst) begin
-      \$234  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$235  = bytes_written;
-    if (w_hs) begin
-      if (\$160 ) begin
-        \$235  = \$161 [31:0];
-      end
-    end
-    if (reset_units) begin
-      \$235  = 32'd0;
-    end
-    if (rst) begin
-      \$235  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$236  = w_cur;
-    if (\$164 ) begin
-      \$236  = \r_rdy$120 ;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$237  = w_len;
-    if (\$164 ) begin
-      \$237  = \r_data$145 ;
-    end
-    if (reset_units) begin
-      \$237  = 8'h00;
-    end
-    if (rst) begin
-      \$237  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$238  = wr_valid;
-    if (\$165 ) begin
-      \$238  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$238  = 1'h1;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$238  = 1'h0;
-    end
-    if (rst) begin
-      \$238  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$239  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$239  = 2'h0;
-      end else begin
-        \$239  = \$176 [1:0];
-      end
-    end
-    if (start) begin
-      \$239  = 2'h0;
-    end
-    if (reset_units) begin
-      \$239  = 2'h0;
-    end
-    if (rst) begin
-      \$239  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$240  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$240  = assembled;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$241  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$241  = ldw_addr;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$242  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$242  = 16'h0000;
-        end else begin
-          \$242  = \$174 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$242  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$242  = 16'h0000;
-    end
-    if (rst) begin
-      \$242  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$243  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$243  = \$171 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$243  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$243  = 16'h0000;
-    end
-    if (rst) begin
-      \$243  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$244  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$244  = \$172 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$244  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$245  = ldw_addr;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$245  = \$173 [15:0];
-        end else begin
-          \$245  = \$175 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$245  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$245  = 16'h0000;
-    end
-    if (rst) begin
-      \$245  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$246  = lw_done;
-    if (pop) begin
-      if (a_last) begin
-        if (ldw_last) begin
-          \$246  = 1'h1;
-        end
-      end
-    end
-    if (start) begin
-      \$246  = 1'h0;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$247  = asm;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-      end else begin
-        \$247  = assembled;
-      end
-    end
-    if (reset_units) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$248  = rq_valid;
-    if (\$177 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$180 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$249  = spm_rreq__tdata;
-    if (\$180 ) begin
-      \$249  = rqw_addr;
-    end
-    if (reset_units) begin
-      \$249  = 16'h0000;
-    end
-    if (rst) begin
-      \$249  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$250  = rqw_c;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$250  = 16'h0000;
-      end else begin
-        \$250  = \$186 [15:0];
-      end
-    end
-    if (start) begin
-      \$250  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$251  = rqw_r;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$251  = \$183 [15:0];
-      end
-    end
-    if (start) begin
-      \$251  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$251  = 16'h0000;
-    end
-    if (rst) begin
-      \$251  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$252  = rqw_base;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$252  = \$184 [15:0];
-      end
-    end
-    if (start) begin
-      \$252  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$252  = 16'h0000;
-    end
-    if (rst) begin
-      \$252  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$253  = rqw_addr;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$253  = \$185 [15:0];
-      end else begin
-        \$253  = \$187 [15:0];
-      end
-    end
-    if (start) begin
-      \$253  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$254  = rq_active;
-    if (\$180 ) begin
-      if (rqw_last) begin
-        \$254  = 1'h0;
-      end
-    end
-    if (start) begin
-      \$254  = \$192 ;
-    end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$255  = sp_buf;
-    if (sp_push) begin
-      \$255  = \$188 ;
-    end
-    if (\$190 ) begin
-      \$255  = resp_data;
-    end
-    if (reset_units) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$256  = sp_cnt;
-    if (sp_push) begin
-      \$256  = \$189 [2:0];
-    end
-    if (\$190 ) begin
-      \$256  = \$191 ;
-    end
-    if (start) begin
-      \$256  = 3'h0;
-    end
-    if (reset_units) begin
-      \$256  = 3'h0;
-    end
-    if (rst) begin
-      \$256  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
-    \$257  = done__tdata;
-    if (\$194 ) begin
-      \$257  = { 4'h0, \$196  };
-    end
-    if (reset_units) begin
-      \$257  = 8'h00;
-    end
-    if (rst) begin
-      \$257  = 8'h00;
+      \$32  = 2'h0;
     end
   end
   assign move_beats = { 11'h000, \$3  };
-  assign ar_to_page = \$4 [9:0];
-  assign ar_capped = \$6 [8:0];
-  assign ar_beats = \$8 [8:0];
-  assign hold = 1'h0;
-  assign axi__arid = 4'h0;
-  assign axi__arsize = 3'h3;
-  assign axi__arburst = 2'h1;
-  assign aw_to_page = \$17 [9:0];
-  assign aw_capped = \$21 [8:0];
-  assign aw_beats = \$23 [8:0];
   assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign bus__awlen = axi__awlen;
   assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
   assign axi__awburst = 2'h1;
-  assign w_en = aw_issue;
-  assign w_data = \$34 [7:0];
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = r_data[63:0];
+  assign bus__wstrb = axi__wstrb;
+  assign bus__wlast = axi__wlast;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
   assign axi__bready = 1'h1;
-  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
-  assign acc_wr__tdata = { wr_addr, wr_data };
-  assign rq_addr = spm_rreq__tdata;
+  assign bus__bready = 1'h1;
+  assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
+  assign bus__arlen = axi__arlen;
+  assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
+  assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign seg_beats = \$7 [29:0];
+  assign hold = 1'h0;
+  assign \hold$72  = 1'h0;
+  assign \abort$74  = abort;
+  assign \seg_beats$79  = \$11 [29:0];
+  assign \hold$80  = 1'h0;
+  assign \abort$81  = abort;
+  assign take = axi__rready;
+  assign \is_copy$86  = is_copy;
+  assign \is_load$88  = is_load;
+  assign beat = copy_beat;
+  assign \rd_err$92  = rd_err;
+  assign fifo_data = r_data[63:0];
+  assign fifo_err = r_data[64];
+  assign r_rdy = fifo_ready;
+  assign \bytes_read$99  = bytes_read;
+  assign \bytes_written$101  = bytes_written;
+  assign \start$102  = start;
+  assign local_addr = cmd__tdata[143:128];
+  assign \acc$105  = acc;
+  assign \rows$107  = rows;
+  assign \cols$109  = cols;
+  assign \row_stride$111  = row_stride;
+  assign \col_stride$113  = col_stride;
+  assign \start$114  = start;
+  assign \local_addr$115  = cmd__tdata[143:128];
+  assign \acc$116  = acc;
+  assign \rows$117  = rows;
+  assign \cols$118  = cols;
+  assign \row_stride$119  = row_stride;
+  assign \col_stride$120  = col_stride;
+  assign \rd_err$122  = rd_err;
+  assign \fifo_data$123  = r_data[63:0];
+  assign \fifo_err$124  = r_data[64];
+  assign \fifo_ready$125  = fifo_ready;
+  assign \is_store$127  = is_store;
+  assign \fifo_ready$128  = w_rdy;
+  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tready$132  = spm_wr__tready;
+  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$45 , \$44  };
+  assign \acc_wr__tdata$136  = { \$45 , \$44  };
+  assign \acc_wr__tready$138  = acc_wr__tready;
+  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
+  assign \spm_rreq__tready$144  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
+  assign \acc_rreq__tready$150  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
+  assign \spm_rresp__tready$156  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
+  assign \acc_rresp__tready$162  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
+  assign \port$10719$0  = \$44 ;
+  assign \port$10721$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign \$13  = 1'h1;
-  assign \$14  = \$12 ;
-  assign \$27  = 1'h1;
-  assign \$28  = aw_allow;
-  assign b_hs = axi__bvalid;
-  assign \$106  = { \$8 [8:0], 3'h0 };
-  assign \$117  = cmd__tdata[95:64];
-  assign \$118  = cmd__tdata[95:64];
-  assign \$120  = { 3'h0, cmd__tdata[159:131] };
-  assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$131  = { \$23 [8:0], 3'h0 };
-  assign \$145  = { 3'h0, cmd__tdata[159:131] };
-  assign \$147  = { 3'h0, cmd__tdata[159:131] };
-  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign base = cmd__tdata[95:64];
+  assign \$6  = { 3'h0, cmd__tdata[159:131] };
+  assign \$10  = { 3'h0, cmd__tdata[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
+module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [5:0] \$11 ;
@@ -46315,7 +45312,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [4:0];
@@ -46328,7 +45325,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [4:0];
@@ -46341,7 +45338,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [4:0];
@@ -46357,7 +45354,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -46380,465 +45377,904 @@ module \dx1_board.soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4166$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [2:0] \$11 ;
-  wire [2:0] \$12 ;
+  wire \$11 ;
+  wire \$12 ;
   wire \$13 ;
   wire \$14 ;
-  wire \$15 ;
-  wire \$16 ;
-  wire \$17 ;
-  wire \$18 ;
-  wire [2:0] \$19 ;
-  wire \$2 ;
-  wire \$20 ;
-  wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
-  wire \$24 ;
-  wire \$25 ;
-  wire [2:0] \$26 ;
-  wire \$27 ;
-  wire \$28 ;
-  wire \$29 ;
+  wire [2:0] \$15 ;
+  reg \$16 ;
+  reg [1:0] \$17 ;
+  reg [255:0] \$18 ;
+  reg [15:0] \$19 ;
+  wire [1:0] \$2 ;
+  reg \$20 ;
+  reg [255:0] \$21 ;
   wire \$3 ;
-  reg [1:0] \$30 ;
-  reg [1:0] \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
   wire \$4 ;
-  wire [2:0] \$5 ;
-  wire [2:0] \$6 ;
+  wire \$5 ;
+  wire \$6 ;
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  reg [1:0] a_cnt = 2'h0;
+  wire a_last;
+  input acc;
+  wire acc;
+  wire [271:0] acc_wr__tdata;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [255:0] assembled;
   input clk;
   wire clk;
-  (* init = 2'h0 *)
-  wire [1:0] consume;
-  reg [1:0] inner_level = 2'h0;
-  wire inner_r_rdy;
-  wire [2:0] level;
-  (* init = 2'h0 *)
-  wire [1:0] produce;
-  output [7:0] r_data;
-  wire [7:0] r_data;
-  input r_en;
-  wire r_en;
-  wire [2:0] r_level;
-  reg [1:0] r_port__addr = 2'h0;
-  wire [7:0] r_port__data;
-  wire r_port__en;
-  output r_rdy;
-  reg r_rdy = 1'h0;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$22 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$18 ;
+  output done;
+  wire done;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  output fifo_take;
+  wire fifo_take;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$14 ;
+  input [64:0] \port$4166$0 ;
+  wire [64:0] \port$4166$0 ;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$20 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$16 ;
+  input rst;
+  wire rst;
+  input run;
+  wire run;
+  wire [79:0] spm_wr__tdata;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  input start;
+  wire start;
+  wire \start$12 ;
+  reg walked = 1'h0;
+  output [15:0] wr_addr;
+  reg [15:0] wr_addr = 16'h0000;
+  output [255:0] wr_data;
+  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire wr_ready;
+  reg wr_valid = 1'h0;
+  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
+  assign \$1  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$1 ;
+  assign acc_wr__tvalid = wr_valid & acc;
+  assign \$2  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$2 ;
+  assign \$3  = ~ walked;
+  assign \$4  = run & \$3 ;
+  assign \$5  = \$4  & fifo_ready;
+  assign \$6  = ~ a_last;
+  assign \$7  = ~ wr_valid;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = \$8  | wr_ready;
+  assign fifo_take = \$5  & \$9 ;
+  assign read_error = fifo_take & \port$4166$0 [64];
+  assign advance = fifo_take & a_last;
+  assign \$10  = ~ wr_valid;
+  assign done = walked & \$10 ;
+  assign \$11  = wr_valid & wr_ready;
+  assign \$12  = ~ \port$4166$0 [64];
+  assign \$13  = ~ rd_err;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = a_cnt + 1'h1;
+  always @(posedge clk)
+    wr_valid <= \$16 ;
+  always @(posedge clk)
+    a_cnt <= \$17 ;
+  always @(posedge clk)
+    wr_data <= \$18 ;
+  always @(posedge clk)
+    wr_addr <= \$19 ;
+  always @(posedge clk)
+    walked <= \$20 ;
+  always @(posedge clk)
+    asm <= \$21 ;
+  \dx1_board.soc.dma0.loader.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    assembled = asm;
+    (* full_case = 32'd1 *)
+    casez (a_cnt)
+      2'h0:
+          assembled[63:0] = \port$4166$0 [63:0];
+      2'h1:
+          assembled[127:64] = \port$4166$0 [63:0];
+      2'h2:
+          assembled[191:128] = \port$4166$0 [63:0];
+      2'h3:
+          assembled[255:192] = \port$4166$0 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$16  = wr_valid;
+    if (\$11 ) begin
+      \$16  = 1'h0;
+    end
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$16  = 1'h1;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$16  = 1'h0;
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$17  = a_cnt;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$17  = 2'h0;
+      end else begin
+        \$17  = \$15 [1:0];
+      end
+    end
+    if (start) begin
+      \$17  = 2'h0;
+    end
+    if (reset_units) begin
+      \$17  = 2'h0;
+    end
+    if (rst) begin
+      \$17  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$18  = wr_data;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$18  = assembled;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$19  = wr_addr;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$19  = addr;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$19  = 16'h0000;
+    end
+    if (rst) begin
+      \$19  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$20  = walked;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (last) begin
+          \$20  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$20  = 1'h0;
+    end
+    if (reset_units) begin
+      \$20  = 1'h0;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
+    \$21  = asm;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$21  = assembled;
+      end
+    end
+    if (reset_units) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
+  assign acc_wr__tdata = { wr_addr, wr_data };
+  assign \start$12  = start;
+  assign \local_addr$14  = local_addr;
+  assign \rows$16  = rows;
+  assign \cols$18  = cols;
+  assign \row_stride$20  = row_stride;
+  assign \col_stride$22  = col_stride;
+  assign fifo_data = \port$4166$0 [63:0];
+  assign fifo_err = \port$4166$0 [64];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma0.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma0.reader (rst, ready, start, base, stride, segments, seg_beats, bus__rready, beat, done, quiet, bus__rvalid, bus__rlast, abort, reset_units, bytes_read, bus__arvalid, bus__araddr, bus__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$82  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [3:0] \$11 ;
+  wire \$12 ;
+  wire [4:0] \$13 ;
+  wire [32:0] \$14 ;
+  reg [2:0] \$15 ;
+  reg [31:0] \$16 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire ar_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  output beat;
+  wire beat;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  output [7:0] bus__arlen;
+  wire [7:0] bus__arlen;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  wire bus__arvalid;
+  input bus__rlast;
+  wire bus__rlast;
+  input bus__rready;
+  wire bus__rready;
+  input bus__rvalid;
+  wire bus__rvalid;
+  output [31:0] bytes_read;
+  reg [31:0] bytes_read = 32'd0;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  wire hold;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  output quiet;
+  wire quiet;
+  reg [2:0] reads_out = 3'h0;
+  input ready;
+  wire ready;
   input reset_units;
   wire reset_units;
   input rst;
   wire rst;
-  wire [7:0] w_data;
-  input w_en;
-  wire w_en;
-  wire [2:0] w_level;
-  reg [1:0] w_port__addr = 2'h0;
-  input [7:0] w_port__data;
-  wire [7:0] w_port__data;
-  wire w_port__en;
-  output w_rdy;
-  wire w_rdy;
-  reg [7:0] storage [2:0];
-  initial begin
-    storage[0] = 8'h00;
-    storage[1] = 8'h00;
-    storage[2] = 8'h00;
-  end
-  always @(posedge clk) begin
-    if (w_port__en)
-      storage[w_port__addr] <= w_port__data;
-  end
-  reg [7:0] _0_;
-  always @(posedge clk) begin
-    if (r_port__en) begin
-      _0_ <= storage[r_port__addr];
-    end
-  end
-  assign r_data = _0_;
-  assign w_rdy = inner_level != 2'h3;
-  assign inner_r_rdy = | inner_level;
-  assign w_port__en = w_rdy & w_en;
-  assign \$1  = ~ r_rdy;
-  assign \$2  = \$1  | r_en;
-  assign r_port__en = inner_r_rdy & \$2 ;
-  assign w_level = inner_level + r_rdy;
-  assign \$3  = w_rdy & w_en;
-  assign \$4  = w_port__addr == 2'h2;
-  assign \$5  = w_port__addr + 1'h1;
-  assign \$6  = \$4  ? 3'h0 : \$5 ;
-  assign \$7  = ~ r_rdy;
-  assign \$8  = \$7  | r_en;
-  assign \$9  = inner_r_rdy & \$8 ;
-  assign \$10  = r_port__addr == 2'h2;
-  assign \$11  = r_port__addr + 1'h1;
-  assign \$12  = \$10  ? 3'h0 : \$11 ;
-  assign \$13  = w_rdy & w_en;
-  assign \$14  = ~ r_rdy;
-  assign \$15  = \$14  | r_en;
-  assign \$16  = inner_r_rdy & \$15 ;
-  assign \$17  = ~ \$16 ;
-  assign \$18  = \$13  & \$17 ;
-  assign \$19  = inner_level + 1'h1;
-  assign \$20  = ~ r_rdy;
-  assign \$21  = \$20  | r_en;
-  assign \$22  = inner_r_rdy & \$21 ;
-  assign \$23  = w_rdy & w_en;
-  assign \$24  = ~ \$23 ;
-  assign \$25  = \$22  & \$24 ;
-  assign \$26  = inner_level - 1'h1;
-  assign \$27  = ~ r_rdy;
-  assign \$28  = \$27  | r_en;
-  assign \$29  = inner_r_rdy & \$28 ;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  wire take;
+  wire valid;
+  assign \$1  = reads_out < 3'h4;
+  assign \$4  = ~ abort;
+  assign allow = \$3  & \$4 ;
+  assign ar_hs = bus__arvalid & ready;
+  assign beat = bus__rvalid & bus__rready;
+  assign \$5  = ~ active;
+  assign \$6  = ~ bus__arvalid;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ! reads_out;
+  assign done = \$7  & \$8 ;
+  assign \$9  = ~ bus__arvalid;
+  assign \$10  = ! reads_out;
+  assign quiet = \$9  & \$10 ;
+  assign \$11  = reads_out + ar_hs;
+  assign \$12  = beat & bus__rlast;
+  assign \$13  = \$11  - \$12 ;
+  assign \$14  = bytes_read + 4'h8;
   always @(posedge clk)
-    w_port__addr <= \$30 ;
+    reads_out <= \$15 ;
   always @(posedge clk)
-    r_port__addr <= \$31 ;
-  always @(posedge clk)
-    inner_level <= \$32 ;
-  always @(posedge clk)
-    r_rdy <= \$33 ;
+    bytes_read <= \$16 ;
+  \dx1_board.soc.dma0.reader.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__araddr),
+    .allow(allow),
+    .base(base),
+    .clk(clk),
+    .len(bus__arlen),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__arvalid)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
-    \$30  = w_port__addr;
-    if (\$3 ) begin
-      \$30  = \$6 [1:0];
-    end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    \$15  = \$13 [2:0];
     if (reset_units) begin
-      \$30  = 2'h0;
+      \$15  = 3'h0;
     end
     if (rst) begin
-      \$30  = 2'h0;
+      \$15  = 3'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
-    \$31  = r_port__addr;
-    if (\$9 ) begin
-      \$31  = \$12 [1:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    \$16  = bytes_read;
+    if (beat) begin
+      \$16  = \$14 [31:0];
     end
     if (reset_units) begin
-      \$31  = 2'h0;
+      \$16  = 32'd0;
     end
     if (rst) begin
-      \$31  = 2'h0;
+      \$16  = 32'd0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
-    \$32  = inner_level;
-    if (\$18 ) begin
-      \$32  = \$19 [1:0];
-    end
-    if (\$25 ) begin
-      \$32  = \$26 [1:0];
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
-    \$33  = r_rdy;
-    if (\$29 ) begin
-      \$33  = 1'h1;
-    end else if (r_en) begin
-      \$33  = 1'h0;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  assign level = w_level;
-  assign r_level = w_level;
-  assign produce = w_port__addr;
-  assign w_data = w_port__data;
-  assign consume = r_port__addr;
-  assign r_port__data = r_data;
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign max_beats = 9'h100;
+  assign hold = 1'h0;
+  assign valid = bus__arvalid;
+  assign addr = bus__araddr;
+  assign len = bus__arlen;
+  assign bus__arready = ready;
+  assign bus__arid = 4'h0;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign take = bus__rready;
+  assign \$2  = 1'h1;
+  assign \$3  = \$1 ;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready
-, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen, bytes_written
-, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
-  wire [18:0] \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [9:0] \$105 ;
-  wire [11:0] \$106 ;
-  wire [32:0] \$107 ;
-  wire [30:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
-  wire [16:0] \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire [31:0] \$118 ;
-  wire [31:0] \$119 ;
-  wire \$12 ;
-  wire [31:0] \$120 ;
-  wire [31:0] \$121 ;
-  wire [31:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [15:0] \$124 ;
-  wire [3:0] \$125 ;
-  wire \$126 ;
-  wire [4:0] \$127 ;
-  wire [32:0] \$128 ;
-  wire \$129 ;
-  wire \$13 ;
-  wire [9:0] \$130 ;
-  wire [11:0] \$131 ;
-  wire [32:0] \$132 ;
-  wire [30:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
+module \dx1_board.soc.dma0.reader.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , allow, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [31:0] \$143 ;
-  wire [31:0] \$144 ;
-  wire [31:0] \$145 ;
-  wire [31:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [31:0] \$148 ;
-  wire [15:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [6:0] \$151 ;
-  wire \$152 ;
-  wire [8:0] \$153 ;
-  wire [9:0] \$154 ;
-  wire [16:0] \$155 ;
-  wire [17:0] \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire [8:0] \$159 ;
-  wire \$16 ;
-  wire \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [16:0] \$169 ;
-  wire [10:0] \$17 ;
-  wire \$170 ;
-  wire [16:0] \$171 ;
-  wire [16:0] \$172 ;
-  wire [16:0] \$173 ;
-  wire [16:0] \$174 ;
-  wire [16:0] \$175 ;
-  wire [2:0] \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [8:0] \$18 ;
-  wire \$180 ;
-  wire [16:0] \$181 ;
-  wire \$182 ;
-  wire [16:0] \$183 ;
-  wire [16:0] \$184 ;
-  wire [16:0] \$185 ;
-  wire [16:0] \$186 ;
-  wire [16:0] \$187 ;
-  wire [255:0] \$188 ;
-  wire [3:0] \$189 ;
-  wire \$19 ;
-  wire \$190 ;
-  wire [2:0] \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire [3:0] \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  reg [1:0] \$199 ;
-  wire [16:0] \$2 ;
-  wire [8:0] \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg \$203 ;
-  reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
-  reg \$208 ;
-  reg \$209 ;
-  wire [29:0] \$21 ;
-  reg \$210 ;
-  reg [31:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [31:0] \$213 ;
-  reg [29:0] \$214 ;
-  reg \$215 ;
-  reg [31:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [29:0] \$219 ;
-  wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg \$222 ;
-  reg [31:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [29:0] \$226 ;
-  reg \$227 ;
-  reg [31:0] \$228 ;
-  reg [15:0] \$229 ;
-  wire [9:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [29:0] \$231 ;
-  reg [5:0] \$232 ;
-  reg [15:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [31:0] \$235 ;
-  reg \$236 ;
-  reg [7:0] \$237 ;
-  reg \$238 ;
-  reg [1:0] \$239 ;
-  wire \$24 ;
-  reg [255:0] \$240 ;
-  reg [15:0] \$241 ;
-  reg [15:0] \$242 ;
-  reg [15:0] \$243 ;
-  reg [15:0] \$244 ;
-  reg [15:0] \$245 ;
-  reg \$246 ;
-  reg [255:0] \$247 ;
-  reg \$248 ;
-  reg [15:0] \$249 ;
-  wire \$25 ;
-  reg [15:0] \$250 ;
-  reg [15:0] \$251 ;
-  reg [15:0] \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg [255:0] \$255 ;
-  reg [2:0] \$256 ;
-  reg [7:0] \$257 ;
-  wire \$26 ;
-  wire \$27 ;
-  wire \$28 ;
-  wire \$29 ;
-  wire [18:0] \$3 ;
-  wire \$30 ;
-  wire \$31 ;
-  wire \$32 ;
-  wire \$33 ;
-  wire [9:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire [10:0] \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire [16:0] \$43 ;
-  wire \$44 ;
-  wire [16:0] \$45 ;
-  wire \$46 ;
-  wire [1:0] \$47 ;
-  wire \$48 ;
-  wire \$49 ;
-  wire \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire [16:0] \$57 ;
-  wire \$58 ;
-  wire [16:0] \$59 ;
-  wire [29:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
   wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [9:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire \$8 ;
   wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  reg [1:0] a_cnt = 2'h0;
-  wire a_last;
-  input abort;
-  wire abort;
-  reg acc = 1'h0;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < 9'h100;
+  assign \$3  = \$2  ? seg_left : 30'h00000100;
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign max_beats = 9'h100;
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma0.storer (rst, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [255:0] \$11 ;
+  wire [3:0] \$12 ;
+  wire \$13 ;
+  wire [2:0] \$14 ;
+  reg \$15 ;
+  reg [15:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg [2:0] \$19 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input acc;
+  wire acc;
   (* init = 16'h0000 *)
   wire [15:0] acc_rreq__tdata;
   input acc_rreq__tready;
@@ -46851,153 +46287,49 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
   wire acc_rresp__tready;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire [271:0] acc_wr__tdata;
-  input acc_wr__tready;
-  wire acc_wr__tready;
-  output acc_wr__tvalid;
-  wire acc_wr__tvalid;
-  reg ar_active = 1'h0;
-  reg [31:0] ar_addr = 32'd0;
-  wire [8:0] ar_beats;
-  wire [8:0] ar_capped;
-  wire ar_hs;
-  wire ar_issue;
-  reg [31:0] ar_seg_base = 32'd0;
-  reg [29:0] ar_seg_beats = 30'h00000000;
-  reg [29:0] ar_seg_left = 30'h00000000;
-  reg [15:0] ar_segs_left = 16'h0000;
-  reg [31:0] ar_stride = 32'd0;
-  wire [9:0] ar_to_page;
-  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [255:0] assembled;
-  reg aw_active = 1'h0;
-  reg [31:0] aw_addr = 32'd0;
-  wire aw_allow;
-  wire [8:0] aw_beats;
-  wire [8:0] aw_capped;
-  wire aw_hs;
-  wire aw_issue;
-  reg [31:0] aw_seg_base = 32'd0;
-  reg [29:0] aw_seg_beats = 30'h00000000;
-  reg [29:0] aw_seg_left = 30'h00000000;
-  reg [15:0] aw_segs_left = 16'h0000;
-  reg [31:0] aw_stride = 32'd0;
-  wire [9:0] aw_to_page;
-  output [31:0] axi__araddr;
-  reg [31:0] axi__araddr = 32'd0;
-  wire [1:0] axi__arburst;
-  wire [3:0] axi__arid;
-  output [7:0] axi__arlen;
-  reg [7:0] axi__arlen = 8'h00;
-  input axi__arready;
-  wire axi__arready;
-  wire [2:0] axi__arsize;
-  output axi__arvalid;
-  reg axi__arvalid = 1'h0;
-  output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
-  wire [1:0] axi__awburst;
-  wire [3:0] axi__awid;
-  output [7:0] axi__awlen;
-  reg [7:0] axi__awlen = 8'h00;
-  input axi__awready;
-  wire axi__awready;
-  wire [2:0] axi__awsize;
-  output axi__awvalid;
-  reg axi__awvalid = 1'h0;
-  wire axi__bready;
-  input [1:0] axi__bresp;
-  wire [1:0] axi__bresp;
-  input axi__bvalid;
-  wire axi__bvalid;
-  input [63:0] axi__rdata;
-  wire [63:0] axi__rdata;
-  input axi__rlast;
-  wire axi__rlast;
-  output axi__rready;
-  wire axi__rready;
-  input [1:0] axi__rresp;
-  wire [1:0] axi__rresp;
-  input axi__rvalid;
-  wire axi__rvalid;
-  output [63:0] axi__wdata;
-  wire [63:0] axi__wdata;
-  output axi__wlast;
-  wire axi__wlast;
-  input axi__wready;
-  wire axi__wready;
-  output [7:0] axi__wstrb;
-  wire [7:0] axi__wstrb;
-  output axi__wvalid;
-  wire axi__wvalid;
-  wire b_hs;
-  wire busy;
-  output [31:0] bytes_read;
-  reg [31:0] bytes_read = 32'd0;
-  output [31:0] bytes_written;
-  reg [31:0] bytes_written = 32'd0;
+  wire [15:0] addr;
+  wire advance;
+  output [63:0] beat;
+  wire [63:0] beat;
   input clk;
   wire clk;
-  input [255:0] cmd__tdata;
-  wire [255:0] cmd__tdata;
-  output cmd__tready;
-  wire cmd__tready;
-  input cmd__tvalid;
-  wire cmd__tvalid;
-  reg [15:0] col_stride = 16'h0000;
-  reg [15:0] cols = 16'h0000;
-  output [7:0] done__tdata;
-  reg [7:0] done__tdata = 8'h00;
-  input done__tready;
-  wire done__tready;
-  output done__tvalid;
-  wire done__tvalid;
-  wire finished;
-  wire hold;
-  reg is_copy = 1'h0;
-  reg is_load = 1'h0;
-  reg is_store = 1'h0;
-  reg [15:0] ldw_addr = 16'h0000;
-  reg [15:0] ldw_base = 16'h0000;
-  reg [15:0] ldw_c = 16'h0000;
-  wire ldw_last;
-  reg [15:0] ldw_r = 16'h0000;
-  reg lw_done = 1'h0;
-  wire [29:0] move_beats;
-  wire pop;
-  output quiet;
-  wire quiet;
-  wire [64:0] r_data;
-  wire [7:0] \r_data$145 ;
-  reg r_en;
-  reg \r_en$64 ;
-  wire r_hs;
-  wire r_rdy;
-  wire \r_rdy$120 ;
-  reg rd_err = 1'h0;
-  wire reads_done;
-  reg [2:0] reads_out = 3'h0;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$21 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$17 ;
+  input fifo_ready;
+  wire fifo_ready;
+  input is_store;
+  wire is_store;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$13 ;
+  output push;
+  wire push;
+  input request;
+  wire request;
   input reset_units;
   wire reset_units;
   wire [255:0] resp_data;
   wire resp_valid;
-  reg [15:0] row_stride = 16'h0000;
-  reg [15:0] rows = 16'h0000;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$19 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$15 ;
   reg rq_active = 1'h0;
   (* init = 16'h0000 *)
   wire [15:0] rq_addr;
   wire rq_ready;
   reg rq_valid = 1'h0;
-  reg [15:0] rqw_addr = 16'h0000;
-  reg [15:0] rqw_base = 16'h0000;
-  reg [15:0] rqw_c = 16'h0000;
-  wire rqw_last;
-  reg [15:0] rqw_r = 16'h0000;
   input rst;
   wire rst;
   reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   reg [2:0] sp_cnt = 3'h0;
-  wire sp_push;
   wire sp_take;
   output [15:0] spm_rreq__tdata;
   reg [15:0] spm_rreq__tdata = 16'h0000;
@@ -47011,1491 +46343,310 @@ module \dx1_board.soc.dma1 (rst, axi__arready, axi__awready, spm_wr__tready, acc
   wire spm_rresp__tready;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire [79:0] spm_wr__tdata;
-  input spm_wr__tready;
-  wire spm_wr__tready;
-  output spm_wr__tvalid;
-  wire spm_wr__tvalid;
+  input start;
   wire start;
-  wire start_copy;
-  reg [1:0] state = 2'h0;
-  reg [5:0] unclaimed = 6'h00;
-  wire w_bad;
-  reg [7:0] w_cnt = 8'h00;
-  reg w_cur = 1'h0;
-  wire [7:0] w_data;
-  reg [64:0] \w_data$112 ;
-  wire w_en;
-  reg \w_en$114 ;
-  wire w_hs;
-  reg [7:0] w_len = 8'h00;
-  wire w_rdy;
-  wire \w_rdy$107 ;
-  output [15:0] wr_addr;
-  reg [15:0] wr_addr = 16'h0000;
-  output [255:0] wr_data;
-  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg wr_err = 1'h0;
-  wire wr_ready;
-  reg wr_valid = 1'h0;
-  wire writes_done;
-  reg [15:0] writes_out = 16'h0000;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = 10'h200 - ar_addr[11:3];
-  assign \$5  = ar_seg_left < 9'h100;
-  assign \$6  = \$5  ? ar_seg_left : 30'h00000100;
-  assign \$7  = \$4 [9:0] < \$6 [8:0];
-  assign \$8  = \$7  ? \$4 [9:0] : { 1'h0, \$6 [8:0] };
-  assign \$9  = ~ axi__arvalid;
-  assign \$10  = \$9  | axi__arready;
-  assign \$11  = ar_active & \$10 ;
-  assign \$12  = reads_out < 3'h4;
-  assign \$15  = ~ abort;
-  assign \$16  = \$14  & \$15 ;
-  assign ar_issue = \$11  & \$16 ;
-  assign ar_hs = axi__arvalid & axi__arready;
-  assign r_hs = axi__rvalid & axi__rready;
-  assign \$17  = 10'h200 - aw_addr[11:3];
-  assign \$18  = is_copy ? 9'h010 : 9'h100;
-  assign \$19  = aw_seg_left < \$18 ;
-  assign \$20  = is_copy ? 9'h010 : 9'h100;
-  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
-  assign \$22  = \$17 [9:0] < \$21 [8:0];
-  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
-  assign \$24  = ~ axi__awvalid;
-  assign \$25  = \$24  | axi__awready;
-  assign \$26  = aw_active & \$25 ;
-  assign \$29  = ~ abort;
-  assign \$30  = \$28  & \$29 ;
-  assign aw_issue = \$26  & \$30 ;
-  assign \$31  = ~ is_copy;
-  assign \$32  = unclaimed >= \$23 [8:0];
-  assign \$33  = \$31  | \$32 ;
-  assign aw_allow = w_rdy & \$33 ;
-  assign \$34  = \$23 [8:0] - 1'h1;
-  assign aw_hs = axi__awvalid & axi__awready;
-  assign \$35  = r_rdy | abort;
-  assign \$36  = w_cur & \$35 ;
-  assign \$37  = ~ is_load;
-  assign axi__wvalid = \$36  & \$37 ;
-  assign \$38  = r_data[64] | rd_err;
-  assign w_bad = \$38  | abort;
-  assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
-  assign axi__wlast = w_cnt == w_len;
-  assign w_hs = axi__wvalid & axi__wready;
-  assign \$39  = ~ w_cur;
-  assign \$40  = w_hs & axi__wlast;
-  assign \$41  = \$39  | \$40 ;
-  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$42  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$42 ;
-  assign acc_wr__tvalid = wr_valid & acc;
-  assign \$43  = ldw_r + 1'h1;
-  assign \$44  = \$43  == rows;
-  assign \$45  = ldw_c + 1'h1;
-  assign \$46  = \$45  == cols;
-  assign ldw_last = \$44  & \$46 ;
-  assign \$47  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$47 ;
-  assign \$48  = state == 1'h1;
-  assign \$49  = \$48  & is_load;
-  assign \$50  = ~ lw_done;
-  assign \$51  = \$49  & \$50 ;
-  assign \$52  = \$51  & r_rdy;
-  assign \$53  = ~ a_last;
-  assign \$54  = ~ wr_valid;
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = \$55  | wr_ready;
-  assign pop = \$52  & \$56 ;
-  assign \$57  = rqw_r + 1'h1;
-  assign \$58  = \$57  == rows;
-  assign \$59  = rqw_c + 1'h1;
-  assign \$60  = \$59  == cols;
-  assign rqw_last = \$58  & \$60 ;
+  wire \start$11 ;
   assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$61  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$61 ;
+  assign \$1  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$1 ;
   assign acc_rreq__tvalid = rq_valid & acc;
+  assign \$2  = ~ rq_valid;
+  assign \$3  = \$2  | rq_ready;
+  assign advance = rq_active & \$3 ;
   assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
   assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$62  = | sp_cnt;
-  assign sp_push = \$62  & \w_rdy$107 ;
-  assign \$63  = ! sp_cnt;
-  assign \$64  = sp_cnt == 1'h1;
-  assign \$65  = \$64  & sp_push;
-  assign \$66  = \$63  | \$65 ;
-  assign sp_take = is_store & \$66 ;
+  assign \$4  = | sp_cnt;
+  assign push = \$4  & fifo_ready;
+  assign \$5  = ! sp_cnt;
+  assign \$6  = sp_cnt == 1'h1;
+  assign \$7  = \$6  & push;
+  assign \$8  = \$5  | \$7 ;
+  assign sp_take = is_store & \$8 ;
   assign acc_rresp__tready = sp_take & acc;
-  assign \$67  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$67 ;
-  assign \$68  = ~ is_store;
-  assign \$69  = \w_rdy$107  & \$68 ;
-  assign axi__rready = \$69  | abort;
-  assign \$70  = ~ abort;
-  assign \$71  = sp_push & \$70 ;
-  assign \$72  = | axi__rresp;
-  assign \$73  = ~ abort;
-  assign \$74  = r_hs & \$73 ;
-  assign \$75  = ~ ar_active;
-  assign \$76  = ~ axi__arvalid;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = ! reads_out;
-  assign reads_done = \$77  & \$78 ;
-  assign \$79  = ~ aw_active;
-  assign \$80  = ~ axi__awvalid;
-  assign \$81  = \$79  & \$80 ;
-  assign \$82  = ! writes_out;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = ~ w_cur;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \r_rdy$120 ;
-  assign writes_done = \$85  & \$86 ;
-  assign \$87  = ~ wr_valid;
-  assign \$88  = lw_done & \$87 ;
-  assign \$89  = \$88  & reads_done;
-  assign \$90  = writes_done & reads_done;
-  assign finished = is_load ? \$89  : \$90 ;
-  assign done__tvalid = state == 2'h2;
-  assign \$91  = ~ axi__arvalid;
-  assign \$92  = ! reads_out;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = ~ axi__awvalid;
-  assign \$95  = \$93  & \$94 ;
-  assign \$96  = ! writes_out;
-  assign \$97  = \$95  & \$96 ;
-  assign \$98  = ~ w_cur;
-  assign \$99  = \$97  & \$98 ;
-  assign \$100  = ~ \r_rdy$120 ;
-  assign quiet = \$99  & \$100 ;
-  assign \$101  = cmd__tdata[7:0] == 1'h1;
-  assign \$102  = cmd__tdata[7:0] == 2'h2;
-  assign \$103  = cmd__tdata[7:0] == 4'h8;
-  assign \$104  = axi__arvalid & axi__arready;
-  assign \$105  = \$8 [8:0] - 1'h1;
-  assign \$107  = ar_addr + \$106 ;
-  assign \$108  = ar_seg_left - \$8 [8:0];
-  assign \$109  = ar_seg_left == \$8 [8:0];
-  assign \$110  = ar_segs_left == 1'h1;
-  assign \$111  = ar_seg_base + ar_stride;
-  assign \$112  = ar_seg_base + ar_stride;
-  assign \$113  = ar_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 1'h1;
-  assign \$115  = \$114  | start_copy;
-  assign \$116  = start & \$115 ;
-  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
-  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
-  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = reads_out + ar_hs;
-  assign \$126  = r_hs & axi__rlast;
-  assign \$127  = \$125  - \$126 ;
-  assign \$128  = bytes_read + 4'h8;
-  assign \$129  = axi__awvalid & axi__awready;
-  assign \$130  = \$23 [8:0] - 1'h1;
-  assign \$132  = aw_addr + \$131 ;
-  assign \$133  = aw_seg_left - \$23 [8:0];
-  assign \$134  = aw_seg_left == \$23 [8:0];
-  assign \$135  = aw_segs_left == 1'h1;
-  assign \$136  = aw_seg_base + aw_stride;
-  assign \$137  = aw_seg_base + aw_stride;
-  assign \$138  = aw_segs_left - 1'h1;
-  assign \$139  = cmd__tdata[7:0] == 2'h2;
-  assign \$140  = \$139  | start_copy;
-  assign \$141  = start & \$140 ;
-  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
-  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
-  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$150  = is_copy & r_hs;
-  assign \$151  = unclaimed + \$150 ;
-  assign \$152  = is_copy & aw_issue;
-  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
-  assign \$154  = \$151  - \$153 ;
-  assign \$155  = writes_out + aw_hs;
-  assign \$156  = \$155  - b_hs;
-  assign \$157  = | axi__bresp;
-  assign \$158  = b_hs & \$157 ;
-  assign \$159  = w_cnt + 1'h1;
-  assign \$160  = ~ w_bad;
-  assign \$161  = bytes_written + 4'h8;
-  assign \$162  = ~ w_cur;
-  assign \$163  = w_hs & axi__wlast;
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = wr_valid & wr_ready;
-  assign \$166  = ~ r_data[64];
-  assign \$167  = ~ rd_err;
-  assign \$168  = \$166  & \$167 ;
-  assign \$169  = ldw_c + 1'h1;
-  assign \$170  = \$169  == cols;
-  assign \$171  = ldw_r + 1'h1;
-  assign \$172  = ldw_base + row_stride;
-  assign \$173  = ldw_base + row_stride;
-  assign \$174  = ldw_c + 1'h1;
-  assign \$175  = ldw_addr + col_stride;
-  assign \$176  = a_cnt + 1'h1;
-  assign \$177  = rq_valid & rq_ready;
-  assign \$178  = ~ rq_valid;
-  assign \$179  = \$178  | rq_ready;
-  assign \$180  = rq_active & \$179 ;
-  assign \$181  = rqw_c + 1'h1;
-  assign \$182  = \$181  == cols;
-  assign \$183  = rqw_r + 1'h1;
-  assign \$184  = rqw_base + row_stride;
-  assign \$185  = rqw_base + row_stride;
-  assign \$186  = rqw_c + 1'h1;
-  assign \$187  = rqw_addr + col_stride;
-  assign \$189  = sp_cnt - 1'h1;
-  assign \$190  = sp_take & resp_valid;
-  assign \$191  = acc ? 3'h4 : 3'h1;
-  assign \$192  = cmd__tdata[7:0] == 2'h2;
-  assign \$193  = state == 1'h1;
-  assign \$194  = \$193  & finished;
-  assign \$195  = rd_err | wr_err;
-  assign \$196  = \$195  ? 4'h9 : 4'h0;
-  assign \$197  = state == 2'h2;
-  assign \$198  = \$197  & done__tready;
+  assign \$9  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$9 ;
+  assign \$10  = rq_valid & rq_ready;
+  assign \$12  = sp_cnt - 1'h1;
+  assign \$13  = sp_take & resp_valid;
+  assign \$14  = acc ? 3'h4 : 3'h1;
   always @(posedge clk)
-    state <= \$199 ;
+    rq_valid <= \$15 ;
   always @(posedge clk)
-    is_load <= \$200 ;
+    spm_rreq__tdata <= \$16 ;
   always @(posedge clk)
-    is_store <= \$201 ;
+    rq_active <= \$17 ;
   always @(posedge clk)
-    is_copy <= \$202 ;
+    sp_buf <= \$18 ;
   always @(posedge clk)
-    acc <= \$203 ;
-  always @(posedge clk)
-    rows <= \$204 ;
-  always @(posedge clk)
-    cols <= \$205 ;
-  always @(posedge clk)
-    row_stride <= \$206 ;
-  always @(posedge clk)
-    col_stride <= \$207 ;
-  always @(posedge clk)
-    rd_err <= \$208 ;
-  always @(posedge clk)
-    wr_err <= \$209 ;
-  always @(posedge clk)
-    axi__arvalid <= \$210 ;
-  always @(posedge clk)
-    axi__araddr <= \$211 ;
-  always @(posedge clk)
-    axi__arlen <= \$212 ;
-  always @(posedge clk)
-    ar_addr <= \$213 ;
-  always @(posedge clk)
-    ar_seg_left <= \$214 ;
-  always @(posedge clk)
-    ar_active <= \$215 ;
-  always @(posedge clk)
-    ar_seg_base <= \$216 ;
-  always @(posedge clk)
-    ar_segs_left <= \$217 ;
-  always @(posedge clk)
-    ar_stride <= \$218 ;
-  always @(posedge clk)
-    ar_seg_beats <= \$219 ;
-  always @(posedge clk)
-    reads_out <= \$220 ;
-  always @(posedge clk)
-    bytes_read <= \$221 ;
-  always @(posedge clk)
-    axi__awvalid <= \$222 ;
-  always @(posedge clk)
-    axi__awaddr <= \$223 ;
-  always @(posedge clk)
-    axi__awlen <= \$224 ;
-  always @(posedge clk)
-    aw_addr <= \$225 ;
-  always @(posedge clk)
-    aw_seg_left <= \$226 ;
-  always @(posedge clk)
-    aw_active <= \$227 ;
-  always @(posedge clk)
-    aw_seg_base <= \$228 ;
-  always @(posedge clk)
-    aw_segs_left <= \$229 ;
-  always @(posedge clk)
-    aw_stride <= \$230 ;
-  always @(posedge clk)
-    aw_seg_beats <= \$231 ;
-  always @(posedge clk)
-    unclaimed <= \$232 ;
-  always @(posedge clk)
-    writes_out <= \$233 ;
-  always @(posedge clk)
-    w_cnt <= \$234 ;
-  always @(posedge clk)
-    bytes_written <= \$235 ;
-  always @(posedge clk)
-    w_cur <= \$236 ;
-  always @(posedge clk)
-    w_len <= \$237 ;
-  always @(posedge clk)
-    wr_valid <= \$238 ;
-  always @(posedge clk)
-    a_cnt <= \$239 ;
-  always @(posedge clk)
-    wr_data <= \$240 ;
-  always @(posedge clk)
-    wr_addr <= \$241 ;
-  always @(posedge clk)
-    ldw_c <= \$242 ;
-  always @(posedge clk)
-    ldw_r <= \$243 ;
-  always @(posedge clk)
-    ldw_base <= \$244 ;
-  always @(posedge clk)
-    ldw_addr <= \$245 ;
-  always @(posedge clk)
-    lw_done <= \$246 ;
-  always @(posedge clk)
-    asm <= \$247 ;
-  always @(posedge clk)
-    rq_valid <= \$248 ;
-  always @(posedge clk)
-    spm_rreq__tdata <= \$249 ;
-  always @(posedge clk)
-    rqw_c <= \$250 ;
-  always @(posedge clk)
-    rqw_r <= \$251 ;
-  always @(posedge clk)
-    rqw_base <= \$252 ;
-  always @(posedge clk)
-    rqw_addr <= \$253 ;
-  always @(posedge clk)
-    rq_active <= \$254 ;
-  always @(posedge clk)
-    sp_buf <= \$255 ;
-  always @(posedge clk)
-    sp_cnt <= \$256 ;
-  always @(posedge clk)
-    done__tdata <= \$257 ;
-  \dx1_board.soc.dma1.data_fifo  data_fifo (
+    sp_cnt <= \$19 ;
+  \dx1_board.soc.dma0.storer.walker  walker (
+    .addr(addr),
+    .advance(advance),
     .clk(clk),
-    .r_data(r_data),
-    .r_en(r_en),
-    .r_rdy(r_rdy),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
     .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
     .rst(rst),
-    .w_en(\w_en$114 ),
-    .w_port__data(\w_data$112 ),
-    .w_rdy(\w_rdy$107 )
-  );
-  \dx1_board.soc.dma1.wlen_fifo  wlen_fifo (
-    .clk(clk),
-    .r_data(\r_data$145 ),
-    .r_en(\r_en$64 ),
-    .r_rdy(\r_rdy$120 ),
-    .reset_units(reset_units),
-    .rst(rst),
-    .w_en(aw_issue),
-    .w_port__data(\$34 [7:0]),
-    .w_rdy(w_rdy)
+    .start(start)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    r_en = 1'h0;
-    if (w_hs) begin
-      r_en = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$15  = rq_valid;
+    if (\$10 ) begin
+      \$15  = 1'h0;
     end
-    if (pop) begin
-      r_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \r_en$64  = 1'h0;
-    if (\$41 ) begin
-      \r_en$64  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    assembled = asm;
-    (* full_case = 32'd1 *)
-    casez (a_cnt)
-      2'h0:
-          assembled[63:0] = r_data[63:0];
-      2'h1:
-          assembled[127:64] = r_data[63:0];
-      2'h2:
-          assembled[191:128] = r_data[63:0];
-      2'h3:
-          assembled[255:192] = r_data[63:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    if (is_store) begin
-      \w_data$112  = { 1'h0, sp_buf[63:0] };
-    end else begin
-      \w_data$112  = { \$72 , axi__rdata };
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    if (is_store) begin
-      \w_en$114  = \$71 ;
-    end else begin
-      \w_en$114  = \$74 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$199  = state;
-    if (start) begin
-      \$199  = 2'h1;
-    end
-    if (\$194 ) begin
-      \$199  = 2'h2;
-    end
-    if (\$198 ) begin
-      \$199  = 2'h0;
+    if (advance) begin
+      \$15  = 1'h1;
     end
     if (reset_units) begin
-      \$199  = 2'h0;
+      \$15  = 1'h0;
     end
     if (rst) begin
-      \$199  = 2'h0;
+      \$15  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$200  = is_load;
-    if (start) begin
-      \$200  = \$101 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$16  = spm_rreq__tdata;
+    if (advance) begin
+      \$16  = addr;
     end
     if (reset_units) begin
-      \$200  = 1'h0;
+      \$16  = 16'h0000;
     end
     if (rst) begin
-      \$200  = 1'h0;
+      \$16  = 16'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$201  = is_store;
-    if (start) begin
-      \$201  = \$102 ;
-    end
-    if (reset_units) begin
-      \$201  = 1'h0;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$202  = is_copy;
-    if (start) begin
-      \$202  = \$103 ;
-    end
-    if (reset_units) begin
-      \$202  = 1'h0;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$203  = acc;
-    if (start) begin
-      \$203  = cmd__tdata[8];
-    end
-    if (reset_units) begin
-      \$203  = 1'h0;
-    end
-    if (rst) begin
-      \$203  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$204  = rows;
-    if (start) begin
-      \$204  = cmd__tdata[159:144];
-    end
-    if (reset_units) begin
-      \$204  = 16'h0000;
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$205  = cols;
-    if (start) begin
-      \$205  = cmd__tdata[175:160];
-    end
-    if (reset_units) begin
-      \$205  = 16'h0000;
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$206  = row_stride;
-    if (start) begin
-      \$206  = cmd__tdata[191:176];
-    end
-    if (reset_units) begin
-      \$206  = 16'h0000;
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$207  = col_stride;
-    if (start) begin
-      \$207  = cmd__tdata[207:192];
-    end
-    if (reset_units) begin
-      \$207  = 16'h0000;
-    end
-    if (rst) begin
-      \$207  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$208  = rd_err;
-    if (start) begin
-      \$208  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (reset_units) begin
-      \$208  = 1'h0;
-    end
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$209  = wr_err;
-    if (start) begin
-      \$209  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$209  = 1'h1;
-    end
-    if (reset_units) begin
-      \$209  = 1'h0;
-    end
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$210  = axi__arvalid;
-    if (\$104 ) begin
-      \$210  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$210  = 1'h1;
-    end
-    if (reset_units) begin
-      \$210  = 1'h0;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$211  = axi__araddr;
-    if (ar_issue) begin
-      \$211  = ar_addr;
-    end
-    if (reset_units) begin
-      \$211  = 32'd0;
-    end
-    if (rst) begin
-      \$211  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$212  = axi__arlen;
-    if (ar_issue) begin
-      \$212  = \$105 [7:0];
-    end
-    if (reset_units) begin
-      \$212  = 8'h00;
-    end
-    if (rst) begin
-      \$212  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$213  = ar_addr;
-    if (ar_issue) begin
-      \$213  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$213  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$213  = \$117 ;
-    end
-    if (reset_units) begin
-      \$213  = 32'd0;
-    end
-    if (rst) begin
-      \$213  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$214  = ar_seg_left;
-    if (ar_issue) begin
-      \$214  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$214  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$214  = \$121 [29:0];
-    end
-    if (reset_units) begin
-      \$214  = 30'h00000000;
-    end
-    if (rst) begin
-      \$214  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$215  = ar_active;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$215  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$215  = 1'h1;
-    end
-    if (reset_units) begin
-      \$215  = 1'h0;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$216  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$216  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$216  = \$118 ;
-    end
-    if (reset_units) begin
-      \$216  = 32'd0;
-    end
-    if (rst) begin
-      \$216  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$217  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$217  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$217  = \$124 ;
-    end
-    if (reset_units) begin
-      \$217  = 16'h0000;
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$218  = ar_stride;
-    if (\$116 ) begin
-      \$218  = \$119 ;
-    end
-    if (reset_units) begin
-      \$218  = 32'd0;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$219  = ar_seg_beats;
-    if (\$116 ) begin
-      \$219  = \$123 [29:0];
-    end
-    if (reset_units) begin
-      \$219  = 30'h00000000;
-    end
-    if (rst) begin
-      \$219  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$220  = \$127 [2:0];
-    if (reset_units) begin
-      \$220  = 3'h0;
-    end
-    if (rst) begin
-      \$220  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$221  = bytes_read;
-    if (r_hs) begin
-      \$221  = \$128 [31:0];
-    end
-    if (reset_units) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$222  = axi__awvalid;
-    if (\$129 ) begin
-      \$222  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$222  = 1'h1;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$223  = axi__awaddr;
-    if (aw_issue) begin
-      \$223  = aw_addr;
-    end
-    if (reset_units) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$224  = axi__awlen;
-    if (aw_issue) begin
-      \$224  = \$130 [7:0];
-    end
-    if (reset_units) begin
-      \$224  = 8'h00;
-    end
-    if (rst) begin
-      \$224  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$225  = aw_addr;
-    if (aw_issue) begin
-      \$225  = \$132 [31:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$225  = \$137 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$225  = \$142 ;
-    end
-    if (reset_units) begin
-      \$225  = 32'd0;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$226  = aw_seg_left;
-    if (aw_issue) begin
-      \$226  = \$133 [29:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$226  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$226  = \$146 [29:0];
-    end
-    if (reset_units) begin
-      \$226  = 30'h00000000;
-    end
-    if (rst) begin
-      \$226  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$227  = aw_active;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$227  = 1'h0;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$228  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$228  = \$136 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$228  = \$143 ;
-    end
-    if (reset_units) begin
-      \$228  = 32'd0;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$229  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$229  = \$138 [15:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$229  = \$149 ;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$230  = aw_stride;
-    if (\$141 ) begin
-      \$230  = \$144 ;
-    end
-    if (reset_units) begin
-      \$230  = 32'd0;
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$231  = aw_seg_beats;
-    if (\$141 ) begin
-      \$231  = \$148 [29:0];
-    end
-    if (reset_units) begin
-      \$231  = 30'h00000000;
-    end
-    if (rst) begin
-      \$231  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$232  = \$154 [5:0];
-    if (start) begin
-      \$232  = 6'h00;
-    end
-    if (reset_units) begin
-      \$232  = 6'h00;
-    end
-    if (rst) begin
-      \$232  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$233  = \$156 [15:0];
-    if (reset_units) begin
-      \$233  = 16'h0000;
-    end
-    if (rst) begin
-      \$233  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$234  = w_cnt;
-    if (w_hs) begin
-      \$234  = \$159 [7:0];
-    end
-    if (\$164 ) begin
-      \$234  = 8'h00;
-    end
-    if (reset_units) begin
-      \$234  = 8'h00;
-    end
-    if (rst) begin
-      \$234  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$235  = bytes_written;
-    if (w_hs) begin
-      if (\$160 ) begin
-        \$235  = \$161 [31:0];
-      end
-    end
-    if (reset_units) begin
-      \$235  = 32'd0;
-    end
-    if (rst) begin
-      \$235  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$236  = w_cur;
-    if (\$164 ) begin
-      \$236  = \r_rdy$120 ;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$237  = w_len;
-    if (\$164 ) begin
-      \$237  = \r_data$145 ;
-    end
-    if (reset_units) begin
-      \$237  = 8'h00;
-    end
-    if (rst) begin
-      \$237  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$238  = wr_valid;
-    if (\$165 ) begin
-      \$238  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$238  = 1'h1;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$238  = 1'h0;
-    end
-    if (rst) begin
-      \$238  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$239  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$239  = 2'h0;
-      end else begin
-        \$239  = \$176 [1:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$17  = rq_active;
+    if (advance) begin
+      if (last) begin
+        \$17  = 1'h0;
       end
     end
     if (start) begin
-      \$239  = 2'h0;
+      \$17  = request;
     end
     if (reset_units) begin
-      \$239  = 2'h0;
+      \$17  = 1'h0;
     end
     if (rst) begin
-      \$239  = 2'h0;
+      \$17  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$240  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$240  = assembled;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$18  = sp_buf;
+    if (push) begin
+      \$18  = \$11 ;
+    end
+    if (\$13 ) begin
+      \$18  = resp_data;
     end
     if (reset_units) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$241  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$241  = ldw_addr;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$19  = sp_cnt;
+    if (push) begin
+      \$19  = \$12 [2:0];
     end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$242  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$242  = 16'h0000;
-        end else begin
-          \$242  = \$174 [15:0];
-        end
-      end
+    if (\$13 ) begin
+      \$19  = \$14 ;
     end
     if (start) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
     if (reset_units) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
     if (rst) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$243  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$243  = \$171 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$243  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$243  = 16'h0000;
-    end
-    if (rst) begin
-      \$243  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$244  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$244  = \$172 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$244  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$245  = ldw_addr;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$245  = \$173 [15:0];
-        end else begin
-          \$245  = \$175 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$245  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$245  = 16'h0000;
-    end
-    if (rst) begin
-      \$245  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$246  = lw_done;
-    if (pop) begin
-      if (a_last) begin
-        if (ldw_last) begin
-          \$246  = 1'h1;
-        end
-      end
-    end
-    if (start) begin
-      \$246  = 1'h0;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$247  = asm;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-      end else begin
-        \$247  = assembled;
-      end
-    end
-    if (reset_units) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$248  = rq_valid;
-    if (\$177 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$180 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$249  = spm_rreq__tdata;
-    if (\$180 ) begin
-      \$249  = rqw_addr;
-    end
-    if (reset_units) begin
-      \$249  = 16'h0000;
-    end
-    if (rst) begin
-      \$249  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$250  = rqw_c;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$250  = 16'h0000;
-      end else begin
-        \$250  = \$186 [15:0];
-      end
-    end
-    if (start) begin
-      \$250  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$251  = rqw_r;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$251  = \$183 [15:0];
-      end
-    end
-    if (start) begin
-      \$251  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$251  = 16'h0000;
-    end
-    if (rst) begin
-      \$251  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$252  = rqw_base;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$252  = \$184 [15:0];
-      end
-    end
-    if (start) begin
-      \$252  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$252  = 16'h0000;
-    end
-    if (rst) begin
-      \$252  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$253  = rqw_addr;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$253  = \$185 [15:0];
-      end else begin
-        \$253  = \$187 [15:0];
-      end
-    end
-    if (start) begin
-      \$253  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$254  = rq_active;
-    if (\$180 ) begin
-      if (rqw_last) begin
-        \$254  = 1'h0;
-      end
-    end
-    if (start) begin
-      \$254  = \$192 ;
-    end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$255  = sp_buf;
-    if (sp_push) begin
-      \$255  = \$188 ;
-    end
-    if (\$190 ) begin
-      \$255  = resp_data;
-    end
-    if (reset_units) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$256  = sp_cnt;
-    if (sp_push) begin
-      \$256  = \$189 [2:0];
-    end
-    if (\$190 ) begin
-      \$256  = \$191 ;
-    end
-    if (start) begin
-      \$256  = 3'h0;
-    end
-    if (reset_units) begin
-      \$256  = 3'h0;
-    end
-    if (rst) begin
-      \$256  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$257  = done__tdata;
-    if (\$194 ) begin
-      \$257  = { 4'h0, \$196  };
-    end
-    if (reset_units) begin
-      \$257  = 8'h00;
-    end
-    if (rst) begin
-      \$257  = 8'h00;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
-  assign ar_to_page = \$4 [9:0];
-  assign ar_capped = \$6 [8:0];
-  assign ar_beats = \$8 [8:0];
-  assign hold = 1'h0;
-  assign axi__arid = 4'h0;
-  assign axi__arsize = 3'h3;
-  assign axi__arburst = 2'h1;
-  assign aw_to_page = \$17 [9:0];
-  assign aw_capped = \$21 [8:0];
-  assign aw_beats = \$23 [8:0];
-  assign axi__awid = 4'h0;
-  assign axi__awsize = 3'h3;
-  assign axi__awburst = 2'h1;
-  assign w_en = aw_issue;
-  assign w_data = \$34 [7:0];
-  assign axi__bready = 1'h1;
-  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
-  assign acc_wr__tdata = { wr_addr, wr_data };
   assign rq_addr = spm_rreq__tdata;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign axi__wdata = r_data[63:0];
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign \$13  = 1'h1;
-  assign \$14  = \$12 ;
-  assign \$27  = 1'h1;
-  assign \$28  = aw_allow;
-  assign b_hs = axi__bvalid;
-  assign \$106  = { \$8 [8:0], 3'h0 };
-  assign \$117  = cmd__tdata[95:64];
-  assign \$118  = cmd__tdata[95:64];
-  assign \$120  = { 3'h0, cmd__tdata[159:131] };
-  assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$131  = { \$23 [8:0], 3'h0 };
-  assign \$145  = { 3'h0, cmd__tdata[159:131] };
-  assign \$147  = { 3'h0, cmd__tdata[159:131] };
-  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign \start$11  = start;
+  assign \local_addr$13  = local_addr;
+  assign \rows$15  = rows;
+  assign \cols$17  = cols;
+  assign \row_stride$19  = row_stride;
+  assign \col_stride$21  = col_stride;
+  assign beat = sp_buf[63:0];
+  assign \$11  = { 64'h0000000000000000, sp_buf[255:64] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
+module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$85  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4166$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [5:0] \$11 ;
-  wire [5:0] \$12 ;
+  wire \$11 ;
+  wire \$12 ;
   wire \$13 ;
   wire \$14 ;
   wire \$15 ;
   wire \$16 ;
   wire \$17 ;
   wire \$18 ;
-  wire [5:0] \$19 ;
+  wire \$19 ;
   wire \$2 ;
   wire \$20 ;
   wire \$21 ;
@@ -48503,179 +46654,641 @@ module \dx1_board.soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_p
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
-  wire [5:0] \$26 ;
+  wire \$26 ;
   wire \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
-  reg [4:0] \$30 ;
-  reg [4:0] \$31 ;
-  reg [4:0] \$32 ;
-  reg \$33 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [6:0] \$32 ;
+  wire \$33 ;
+  wire [8:0] \$34 ;
+  wire [9:0] \$35 ;
+  wire [16:0] \$36 ;
+  wire [17:0] \$37 ;
+  wire [8:0] \$38 ;
+  wire \$39 ;
   wire \$4 ;
-  wire [5:0] \$5 ;
-  wire [5:0] \$6 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  reg [5:0] \$44 ;
+  reg [15:0] \$45 ;
+  reg [7:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg \$48 ;
+  reg [7:0] \$49 ;
+  wire \$5 ;
+  wire \$6 ;
   wire \$7 ;
-  wire \$8 ;
+  wire [9:0] \$8 ;
   wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire aw_hs;
+  wire b_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  wire [8:0] beats;
+  output [31:0] bus__awaddr;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  output [7:0] bus__awlen;
+  wire [7:0] bus__awlen;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  wire bus__awvalid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  wire [63:0] bus__wdata;
+  output bus__wlast;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  output [7:0] bus__wstrb;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  wire bus__wvalid;
+  output [31:0] bytes_written;
+  reg [31:0] bytes_written = 32'd0;
   input clk;
   wire clk;
-  (* init = 5'h00 *)
-  wire [4:0] consume;
-  reg [4:0] inner_level = 5'h00;
-  wire inner_r_rdy;
-  wire [5:0] level;
-  (* init = 5'h00 *)
-  wire [4:0] produce;
-  output [64:0] r_data;
-  wire [64:0] r_data;
-  input r_en;
-  wire r_en;
-  wire [5:0] r_level;
-  reg [4:0] r_port__addr = 5'h00;
-  wire [64:0] r_port__data;
-  wire r_port__en;
-  output r_rdy;
-  reg r_rdy = 1'h0;
+  input copy_beat;
+  wire copy_beat;
+  output done;
+  wire done;
+  output error;
+  wire error;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  wire fifo_take;
+  wire hold;
+  input is_copy;
+  wire is_copy;
+  input is_load;
+  wire is_load;
+  wire issue;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  input [64:0] \port$4166$0 ;
+  wire [64:0] \port$4166$0 ;
+  output quiet;
+  wire quiet;
+  wire [7:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input ready;
+  wire ready;
   input reset_units;
   wire reset_units;
   input rst;
   wire rst;
-  wire [64:0] w_data;
-  input w_en;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  reg [5:0] unclaimed = 6'h00;
+  wire valid;
+  wire w_bad;
+  reg [7:0] w_cnt = 8'h00;
+  reg w_cur = 1'h0;
+  wire [7:0] w_data;
   wire w_en;
-  wire [5:0] w_level;
-  reg [4:0] w_port__addr = 5'h00;
-  input [64:0] w_port__data;
-  wire [64:0] w_port__data;
-  wire w_port__en;
-  output w_rdy;
+  output w_hs;
+  wire w_hs;
+  reg [7:0] w_len = 8'h00;
   wire w_rdy;
-  reg [64:0] storage [30:0];
-  initial begin
-    for (int i = 0; i < 31; i = i + 1) storage[i] = 65'h0;
-  end
-  always @(posedge clk) begin
-    if (w_port__en)
-      storage[w_port__addr] <= w_port__data;
-  end
-  reg [64:0] _0_;
-  always @(posedge clk) begin
-    if (r_port__en) begin
-      _0_ <= storage[r_port__addr];
+  reg [15:0] writes_out = 16'h0000;
+  assign \$38  = w_cnt + 1'h1;
+  assign \$39  = ~ w_bad;
+  assign \$40  = bytes_written + 4'h8;
+  assign \$41  = ~ w_cur;
+  assign \$42  = w_hs & bus__wlast;
+  assign \$43  = \$41  | \$42 ;
+  always @(posedge clk)
+    unclaimed <= \$44 ;
+  always @(posedge clk)
+    writes_out <= \$45 ;
+  always @(posedge clk)
+    w_cnt <= \$46 ;
+  always @(posedge clk)
+    bytes_written <= \$47 ;
+  always @(posedge clk)
+    w_cur <= \$48 ;
+  always @(posedge clk)
+    w_len <= \$49 ;
+  assign max_beats = is_copy ? 9'h010 : 9'h100;
+  assign \$1  = ~ is_copy;
+  assign \$2  = unclaimed >= beats;
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = w_rdy & \$3 ;
+  assign \$7  = ~ abort;
+  assign allow = \$6  & \$7 ;
+  assign \$8  = beats - 1'h1;
+  assign aw_hs = bus__awvalid & ready;
+  assign \$9  = | bus__bresp;
+  assign error = b_hs & \$9 ;
+  assign \$10  = fifo_ready | abort;
+  assign \$11  = w_cur & \$10 ;
+  assign \$12  = ~ is_load;
+  assign bus__wvalid = \$11  & \$12 ;
+  assign \$13  = \port$4166$0 [64] | rd_err;
+  assign w_bad = \$13  | abort;
+  assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
+  assign bus__wlast = w_cnt == w_len;
+  assign w_hs = bus__wvalid & bus__wready;
+  assign read_error = w_hs & \port$4166$0 [64];
+  assign \$14  = ~ w_cur;
+  assign \$15  = w_hs & bus__wlast;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = ~ active;
+  assign \$18  = ~ bus__awvalid;
+  assign \$19  = ! writes_out;
+  assign \$20  = \$18  & \$19 ;
+  assign \$21  = ~ w_cur;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = ~ r_rdy;
+  assign \$24  = \$22  & \$23 ;
+  assign done = \$17  & \$24 ;
+  assign \$25  = ~ bus__awvalid;
+  assign \$26  = ! writes_out;
+  assign \$27  = \$25  & \$26 ;
+  assign \$28  = ~ w_cur;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = ~ r_rdy;
+  assign quiet = \$29  & \$30 ;
+  assign \$31  = is_copy & copy_beat;
+  assign \$32  = unclaimed + \$31 ;
+  assign \$33  = is_copy & w_en;
+  assign \$34  = \$33  ? beats : 9'h000;
+  assign \$35  = \$32  - \$34 ;
+  assign \$36  = writes_out + aw_hs;
+  assign \$37  = \$36  - b_hs;
+  \dx1_board.soc.dma0.writer.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__awaddr),
+    .allow(allow),
+    .base(base),
+    .beats(beats),
+    .clk(clk),
+    .issue(w_en),
+    .len(bus__awlen),
+    .max_beats(max_beats),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__awvalid)
+  );
+  \dx1_board.soc.dma0.writer.wlen_fifo  wlen_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(\$8 [7:0]),
+    .w_rdy(w_rdy)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    r_en = 1'h0;
+    if (\$16 ) begin
+      r_en = 1'h1;
     end
   end
-  assign r_data = _0_;
-  assign w_rdy = inner_level != 5'h1f;
-  assign inner_r_rdy = | inner_level;
-  assign w_port__en = w_rdy & w_en;
-  assign \$1  = ~ r_rdy;
-  assign \$2  = \$1  | r_en;
-  assign r_port__en = inner_r_rdy & \$2 ;
-  assign w_level = inner_level + r_rdy;
-  assign \$3  = w_rdy & w_en;
-  assign \$4  = w_port__addr == 5'h1e;
-  assign \$5  = w_port__addr + 1'h1;
-  assign \$6  = \$4  ? 6'h00 : \$5 ;
-  assign \$7  = ~ r_rdy;
-  assign \$8  = \$7  | r_en;
-  assign \$9  = inner_r_rdy & \$8 ;
-  assign \$10  = r_port__addr == 5'h1e;
-  assign \$11  = r_port__addr + 1'h1;
-  assign \$12  = \$10  ? 6'h00 : \$11 ;
-  assign \$13  = w_rdy & w_en;
-  assign \$14  = ~ r_rdy;
-  assign \$15  = \$14  | r_en;
-  assign \$16  = inner_r_rdy & \$15 ;
-  assign \$17  = ~ \$16 ;
-  assign \$18  = \$13  & \$17 ;
-  assign \$19  = inner_level + 1'h1;
-  assign \$20  = ~ r_rdy;
-  assign \$21  = \$20  | r_en;
-  assign \$22  = inner_r_rdy & \$21 ;
-  assign \$23  = w_rdy & w_en;
-  assign \$24  = ~ \$23 ;
-  assign \$25  = \$22  & \$24 ;
-  assign \$26  = inner_level - 1'h1;
-  assign \$27  = ~ r_rdy;
-  assign \$28  = \$27  | r_en;
-  assign \$29  = inner_r_rdy & \$28 ;
-  always @(posedge clk)
-    w_port__addr <= \$30 ;
-  always @(posedge clk)
-    r_port__addr <= \$31 ;
-  always @(posedge clk)
-    inner_level <= \$32 ;
-  always @(posedge clk)
-    r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
-    \$30  = w_port__addr;
-    if (\$3 ) begin
-      \$30  = \$6 [4:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$44  = \$35 [5:0];
+    if (start) begin
+      \$44  = 6'h00;
     end
     if (reset_units) begin
-      \$30  = 5'h00;
+      \$44  = 6'h00;
     end
     if (rst) begin
-      \$30  = 5'h00;
+      \$44  = 6'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
-    \$31  = r_port__addr;
-    if (\$9 ) begin
-      \$31  = \$12 [4:0];
-    end
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$45  = \$37 [15:0];
     if (reset_units) begin
-      \$31  = 5'h00;
+      \$45  = 16'h0000;
     end
     if (rst) begin
-      \$31  = 5'h00;
+      \$45  = 16'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
-    \$32  = inner_level;
-    if (\$18 ) begin
-      \$32  = \$19 [4:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$46  = w_cnt;
+    if (w_hs) begin
+      \$46  = \$38 [7:0];
     end
-    if (\$25 ) begin
-      \$32  = \$26 [4:0];
+    if (\$43 ) begin
+      \$46  = 8'h00;
     end
     if (reset_units) begin
-      \$32  = 5'h00;
+      \$46  = 8'h00;
     end
     if (rst) begin
-      \$32  = 5'h00;
+      \$46  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
-    \$33  = r_rdy;
-    if (\$29 ) begin
-      \$33  = 1'h1;
-    end else if (r_en) begin
-      \$33  = 1'h0;
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$47  = bytes_written;
+    if (w_hs) begin
+      if (\$39 ) begin
+        \$47  = \$40 [31:0];
+      end
     end
     if (reset_units) begin
-      \$33  = 1'h0;
+      \$47  = 32'd0;
     end
     if (rst) begin
-      \$33  = 1'h0;
+      \$47  = 32'd0;
     end
   end
-  assign level = w_level;
-  assign r_level = w_level;
-  assign produce = w_port__addr;
-  assign w_data = w_port__data;
-  assign consume = r_port__addr;
-  assign r_port__data = r_data;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$48  = w_cur;
+    if (\$43 ) begin
+      \$48  = r_rdy;
+    end
+    if (reset_units) begin
+      \$48  = 1'h0;
+    end
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    \$49  = w_len;
+    if (\$43 ) begin
+      \$49  = r_data;
+    end
+    if (reset_units) begin
+      \$49  = 8'h00;
+    end
+    if (rst) begin
+      \$49  = 8'h00;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign hold = 1'h0;
+  assign valid = bus__awvalid;
+  assign addr = bus__awaddr;
+  assign len = bus__awlen;
+  assign bus__awready = ready;
+  assign bus__awid = 4'h0;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign issue = w_en;
+  assign w_data = \$8 [7:0];
+  assign bus__bready = 1'h1;
+  assign bus__wdata = \port$4166$0 [63:0];
+  assign fifo_data = \port$4166$0 [63:0];
+  assign fifo_err = \port$4166$0 [64];
+  assign fifo_take = w_hs;
+  assign \$5  = 1'h1;
+  assign \$6  = \$4 ;
+  assign b_hs = bus__bvalid;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
+module \dx1_board.soc.dma0.writer.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , max_beats, allow, beats, issue, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  output [8:0] beats;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  output issue;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  input [8:0] max_beats;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < max_beats;
+  assign \$3  = \$2  ? seg_left : { 21'h000000, max_beats };
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma0.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$88  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [2:0] \$11 ;
@@ -48802,7 +47415,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [1:0];
@@ -48815,7 +47428,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [1:0];
@@ -48828,7 +47441,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [1:0];
@@ -48844,7 +47457,7 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -48867,13 +47480,3094 @@ module \dx1_board.soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, re
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s2__rready$313 , s2__wdata, \s1__araddr$150 , \s4__wvalid$633 , s4__wstrb, s4__wlast, \s4__rready$611 
-, s4__wdata, \s3__araddr$448 , s0__rvalid, s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid
+module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
+, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
+, axi__awvalid, axi__awaddr, axi__awlen, \port$12214$0 , \port$12216$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
+  wire [18:0] \$1 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [16:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire [3:0] \$29 ;
+  wire [18:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  reg \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [15:0] \$37 ;
+  reg [15:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg [15:0] \$40 ;
+  reg \$41 ;
+  reg \$42 ;
+  reg [7:0] \$43 ;
+  wire [255:0] \$44 ;
+  wire [15:0] \$45 ;
+  wire \$5 ;
+  wire [31:0] \$6 ;
+  wire [31:0] \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire \abort$74 ;
+  wire \abort$81 ;
+  reg acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \acc$105 ;
+  (* init = 1'h0 *)
+  wire \acc$116 ;
+  wire [15:0] acc_rreq__tdata;
+  wire [15:0] \acc_rreq__tdata$148 ;
+  input acc_rreq__tready;
+  wire acc_rreq__tready;
+  wire \acc_rreq__tready$150 ;
+  output acc_rreq__tvalid;
+  wire acc_rreq__tvalid;
+  wire \acc_rreq__tvalid$152 ;
+  input [255:0] acc_rresp__tdata;
+  wire [255:0] acc_rresp__tdata;
+  wire [255:0] \acc_rresp__tdata$160 ;
+  output acc_rresp__tready;
+  wire acc_rresp__tready;
+  wire \acc_rresp__tready$162 ;
+  input acc_rresp__tvalid;
+  wire acc_rresp__tvalid;
+  wire \acc_rresp__tvalid$164 ;
+  wire [271:0] acc_wr__tdata;
+  wire [271:0] \acc_wr__tdata$136 ;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  wire \acc_wr__tready$138 ;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire \acc_wr__tvalid$140 ;
+  output [31:0] axi__araddr;
+  wire [31:0] axi__araddr;
+  wire [1:0] axi__arburst;
+  wire [3:0] axi__arid;
+  output [7:0] axi__arlen;
+  wire [7:0] axi__arlen;
+  wire axi__arready;
+  wire [2:0] axi__arsize;
+  output axi__arvalid;
+  wire axi__arvalid;
+  output [31:0] axi__awaddr;
+  wire [31:0] axi__awaddr;
+  wire [1:0] axi__awburst;
+  wire [3:0] axi__awid;
+  output [7:0] axi__awlen;
+  wire [7:0] axi__awlen;
+  wire axi__awready;
+  wire [2:0] axi__awsize;
+  output axi__awvalid;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
+  wire axi__bready;
+  wire [1:0] axi__bresp;
+  wire axi__bvalid;
+  wire [63:0] axi__rdata;
+  wire [3:0] axi__rid;
+  wire axi__rlast;
+  output axi__rready;
+  wire axi__rready;
+  wire [1:0] axi__rresp;
+  wire axi__rvalid;
+  output [63:0] axi__wdata;
+  wire [63:0] axi__wdata;
+  output axi__wlast;
+  wire axi__wlast;
+  wire axi__wready;
+  output [7:0] axi__wstrb;
+  wire [7:0] axi__wstrb;
+  output axi__wvalid;
+  wire axi__wvalid;
+  wire [31:0] base;
+  wire [31:0] \base$76 ;
+  wire beat;
+  wire [63:0] \beat$169 ;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
+  wire busy;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  wire [31:0] \bytes_read$99 ;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  wire [31:0] \bytes_written$101 ;
+  input clk;
+  wire clk;
+  input [255:0] cmd__tdata;
+  wire [255:0] cmd__tdata;
+  output cmd__tready;
+  wire cmd__tready;
+  input cmd__tvalid;
+  wire cmd__tvalid;
+  reg [15:0] col_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$113 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$120 ;
+  reg [15:0] cols = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$109 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$118 ;
+  wire copy_beat;
+  wire done;
+  wire \done$174 ;
+  wire \done$175 ;
+  output [7:0] done__tdata;
+  reg [7:0] done__tdata = 8'h00;
+  input done__tready;
+  wire done__tready;
+  output done__tvalid;
+  wire done__tvalid;
+  wire error;
+  wire [63:0] fifo_data;
+  wire [63:0] \fifo_data$123 ;
+  wire fifo_err;
+  wire \fifo_err$124 ;
+  wire fifo_ready;
+  wire \fifo_ready$125 ;
+  wire \fifo_ready$128 ;
+  wire fifo_take;
+  wire \fifo_take$167 ;
+  wire finished;
+  wire hold;
+  wire \hold$72 ;
+  wire \hold$80 ;
+  reg is_copy = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_copy$86 ;
+  reg is_load = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_load$88 ;
+  reg is_store = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_store$127 ;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$115 ;
+  wire [29:0] move_beats;
+  output [255:0] \port$12214$0 ;
+  wire [255:0] \port$12214$0 ;
+  output [15:0] \port$12216$0 ;
+  wire [15:0] \port$12216$0 ;
+  wire push;
+  output quiet;
+  wire quiet;
+  wire \quiet$178 ;
+  wire \quiet$179 ;
+  wire [64:0] r_data;
+  wire r_en;
+  wire r_rdy;
+  reg rd_err = 1'h0;
+  (* init = 1'h0 *)
+  wire \rd_err$122 ;
+  (* init = 1'h0 *)
+  wire \rd_err$92 ;
+  wire read_error;
+  wire \read_error$184 ;
+  wire request;
+  input reset_units;
+  wire reset_units;
+  reg [15:0] row_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$111 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$119 ;
+  reg [15:0] rows = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$107 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$117 ;
+  input rst;
+  wire rst;
+  wire run;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$79 ;
+  wire [15:0] segments;
+  wire [15:0] \segments$78 ;
+  output [15:0] spm_rreq__tdata;
+  wire [15:0] spm_rreq__tdata;
+  wire [15:0] \spm_rreq__tdata$142 ;
+  input spm_rreq__tready;
+  wire spm_rreq__tready;
+  wire \spm_rreq__tready$144 ;
+  output spm_rreq__tvalid;
+  wire spm_rreq__tvalid;
+  wire \spm_rreq__tvalid$146 ;
+  input [63:0] spm_rresp__tdata;
+  wire [63:0] spm_rresp__tdata;
+  wire [63:0] \spm_rresp__tdata$154 ;
+  output spm_rresp__tready;
+  wire spm_rresp__tready;
+  wire \spm_rresp__tready$156 ;
+  input spm_rresp__tvalid;
+  wire spm_rresp__tvalid;
+  wire \spm_rresp__tvalid$158 ;
+  wire [79:0] spm_wr__tdata;
+  wire [79:0] \spm_wr__tdata$130 ;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  wire \spm_wr__tready$132 ;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  wire \spm_wr__tvalid$134 ;
+  wire start;
+  wire \start$102 ;
+  wire \start$114 ;
+  wire \start$66 ;
+  wire \start$75 ;
+  wire start_copy;
+  reg [1:0] state = 2'h0;
+  wire [31:0] stride;
+  wire [31:0] \stride$77 ;
+  wire take;
+  reg [64:0] w_data;
+  reg w_en;
+  wire w_rdy;
+  reg wr_err = 1'h0;
+  always @(posedge clk)
+    is_load <= \$33 ;
+  always @(posedge clk)
+    is_store <= \$34 ;
+  always @(posedge clk)
+    is_copy <= \$35 ;
+  always @(posedge clk)
+    acc <= \$36 ;
+  always @(posedge clk)
+    rows <= \$37 ;
+  always @(posedge clk)
+    cols <= \$38 ;
+  always @(posedge clk)
+    row_stride <= \$39 ;
+  always @(posedge clk)
+    col_stride <= \$40 ;
+  always @(posedge clk)
+    rd_err <= \$41 ;
+  always @(posedge clk)
+    wr_err <= \$42 ;
+  always @(posedge clk)
+    done__tdata <= \$43 ;
+  assign cmd__tready = ! state;
+  assign start = cmd__tvalid & cmd__tready;
+  assign busy = | state;
+  assign start_copy = cmd__tdata[7:0] == 4'h8;
+  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
+  assign \$4  = cmd__tdata[7:0] == 1'h1;
+  assign \$5  = \$4  | start_copy;
+  assign \start$66  = start & \$5 ;
+  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
+  assign \$8  = cmd__tdata[7:0] == 2'h2;
+  assign \$9  = \$8  | start_copy;
+  assign \start$75  = start & \$9 ;
+  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
+  assign \$12  = ~ is_store;
+  assign \$13  = w_rdy & \$12 ;
+  assign axi__rready = \$13  | abort;
+  assign \$14  = state == 1'h1;
+  assign run = \$14  & is_load;
+  assign request = cmd__tdata[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$167 ;
+  assign \$15  = ~ abort;
+  assign \$16  = push & \$15 ;
+  assign \$17  = | bus__rresp;
+  assign \$18  = ~ abort;
+  assign \$19  = copy_beat & \$18 ;
+  assign \$20  = \done$175  & \done$174 ;
+  assign \$21  = done & \done$174 ;
+  assign finished = is_load ? \$20  : \$21 ;
+  assign done__tvalid = state == 2'h2;
+  assign quiet = \quiet$178  & \quiet$179 ;
+  assign \$22  = cmd__tdata[7:0] == 1'h1;
+  assign \$23  = cmd__tdata[7:0] == 2'h2;
+  assign \$24  = cmd__tdata[7:0] == 4'h8;
+  assign \$25  = read_error | \read_error$184 ;
+  assign \$26  = state == 1'h1;
+  assign \$27  = \$26  & finished;
+  assign \$28  = rd_err | wr_err;
+  assign \$29  = \$28  ? 4'h9 : 4'h0;
+  assign \$30  = state == 2'h2;
+  assign \$31  = \$30  & done__tready;
+  always @(posedge clk)
+    state <= \$32 ;
+  \dx1_board.soc.dma1.data_fifo  data_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(fifo_ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(w_rdy)
+  );
+  \dx1_board.soc.dma1.loader  loader (
+    .acc(acc),
+    .acc_wr__tready(acc_wr__tready),
+    .acc_wr__tvalid(acc_wr__tvalid),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .done(\done$175 ),
+    .fifo_ready(fifo_ready),
+    .fifo_take(\fifo_take$167 ),
+    .local_addr(cmd__tdata[143:128]),
+    .\port$6351$0 (r_data),
+    .rd_err(rd_err),
+    .read_error(\read_error$184 ),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .run(run),
+    .spm_wr__tready(spm_wr__tready),
+    .spm_wr__tvalid(spm_wr__tvalid),
+    .start(start),
+    .wr_addr(\$45 ),
+    .wr_data(\$44 )
+  );
+  \dx1_board.soc.dma1.reader  reader (
+    .abort(abort),
+    .base(base),
+    .beat(copy_beat),
+    .bus__araddr(axi__araddr),
+    .bus__arlen(axi__arlen),
+    .bus__arvalid(axi__arvalid),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rvalid(bus__rvalid),
+    .bytes_read(bytes_read),
+    .clk(clk),
+    .done(\done$174 ),
+    .quiet(\quiet$178 ),
+    .ready(bus__arready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$7 [29:0]),
+    .segments(segments),
+    .start(\start$66 ),
+    .stride(stride)
+  );
+  \dx1_board.soc.dma1.storer  storer (
+    .acc(acc),
+    .acc_rreq__tready(acc_rreq__tready),
+    .acc_rreq__tvalid(acc_rreq__tvalid),
+    .acc_rresp__tdata(acc_rresp__tdata),
+    .acc_rresp__tready(acc_rresp__tready),
+    .acc_rresp__tvalid(acc_rresp__tvalid),
+    .beat(\beat$169 ),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .fifo_ready(w_rdy),
+    .is_store(is_store),
+    .local_addr(cmd__tdata[143:128]),
+    .push(push),
+    .request(request),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .spm_rreq__tdata(spm_rreq__tdata),
+    .spm_rreq__tready(spm_rreq__tready),
+    .spm_rreq__tvalid(spm_rreq__tvalid),
+    .spm_rresp__tdata(spm_rresp__tdata),
+    .spm_rresp__tready(spm_rresp__tready),
+    .spm_rresp__tvalid(spm_rresp__tvalid),
+    .start(start)
+  );
+  \dx1_board.soc.dma1.writer  writer (
+    .abort(abort),
+    .base(\base$76 ),
+    .bus__awaddr(axi__awaddr),
+    .bus__awlen(axi__awlen),
+    .bus__awvalid(axi__awvalid),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wlast(axi__wlast),
+    .bus__wready(bus__wready),
+    .bus__wstrb(axi__wstrb),
+    .bus__wvalid(axi__wvalid),
+    .bytes_written(bytes_written),
+    .clk(clk),
+    .copy_beat(copy_beat),
+    .done(done),
+    .error(error),
+    .fifo_ready(fifo_ready),
+    .is_copy(is_copy),
+    .is_load(is_load),
+    .\port$6351$0 (r_data),
+    .quiet(\quiet$179 ),
+    .rd_err(rd_err),
+    .read_error(read_error),
+    .ready(bus__awready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$11 [29:0]),
+    .segments(\segments$78 ),
+    .start(\start$75 ),
+    .stride(\stride$77 ),
+    .w_hs(fifo_take)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$33  = is_load;
+    if (start) begin
+      \$33  = \$22 ;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$34  = is_store;
+    if (start) begin
+      \$34  = \$23 ;
+    end
+    if (reset_units) begin
+      \$34  = 1'h0;
+    end
+    if (rst) begin
+      \$34  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$35  = is_copy;
+    if (start) begin
+      \$35  = \$24 ;
+    end
+    if (reset_units) begin
+      \$35  = 1'h0;
+    end
+    if (rst) begin
+      \$35  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$36  = acc;
+    if (start) begin
+      \$36  = cmd__tdata[8];
+    end
+    if (reset_units) begin
+      \$36  = 1'h0;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$37  = rows;
+    if (start) begin
+      \$37  = cmd__tdata[159:144];
+    end
+    if (reset_units) begin
+      \$37  = 16'h0000;
+    end
+    if (rst) begin
+      \$37  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$38  = cols;
+    if (start) begin
+      \$38  = cmd__tdata[175:160];
+    end
+    if (reset_units) begin
+      \$38  = 16'h0000;
+    end
+    if (rst) begin
+      \$38  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$39  = row_stride;
+    if (start) begin
+      \$39  = cmd__tdata[191:176];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$40  = col_stride;
+    if (start) begin
+      \$40  = cmd__tdata[207:192];
+    end
+    if (reset_units) begin
+      \$40  = 16'h0000;
+    end
+    if (rst) begin
+      \$40  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$41  = rd_err;
+    if (start) begin
+      \$41  = 1'h0;
+    end
+    if (\$25 ) begin
+      \$41  = 1'h1;
+    end
+    if (reset_units) begin
+      \$41  = 1'h0;
+    end
+    if (rst) begin
+      \$41  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$42  = wr_err;
+    if (start) begin
+      \$42  = 1'h0;
+    end
+    if (error) begin
+      \$42  = 1'h1;
+    end
+    if (reset_units) begin
+      \$42  = 1'h0;
+    end
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$43  = done__tdata;
+    if (\$27 ) begin
+      \$43  = { 4'h0, \$29  };
+    end
+    if (reset_units) begin
+      \$43  = 8'h00;
+    end
+    if (rst) begin
+      \$43  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    (* full_case = 32'd1 *)
+    if (is_store) begin
+      w_data = { 1'h0, \beat$169  };
+    end else begin
+      w_data = { \$17 , bus__rdata };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    (* full_case = 32'd1 *)
+    if (is_store) begin
+      w_en = \$16 ;
+    end else begin
+      w_en = \$19 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    \$32  = state;
+    if (start) begin
+      \$32  = 2'h1;
+    end
+    if (\$27 ) begin
+      \$32  = 2'h2;
+    end
+    if (\$31 ) begin
+      \$32  = 2'h0;
+    end
+    if (reset_units) begin
+      \$32  = 2'h0;
+    end
+    if (rst) begin
+      \$32  = 2'h0;
+    end
+  end
+  assign move_beats = { 11'h000, \$3  };
+  assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign bus__awlen = axi__awlen;
+  assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
+  assign axi__awburst = 2'h1;
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = r_data[63:0];
+  assign bus__wstrb = axi__wstrb;
+  assign bus__wlast = axi__wlast;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
+  assign axi__bready = 1'h1;
+  assign bus__bready = 1'h1;
+  assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
+  assign bus__arlen = axi__arlen;
+  assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
+  assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign seg_beats = \$7 [29:0];
+  assign hold = 1'h0;
+  assign \hold$72  = 1'h0;
+  assign \abort$74  = abort;
+  assign \seg_beats$79  = \$11 [29:0];
+  assign \hold$80  = 1'h0;
+  assign \abort$81  = abort;
+  assign take = axi__rready;
+  assign \is_copy$86  = is_copy;
+  assign \is_load$88  = is_load;
+  assign beat = copy_beat;
+  assign \rd_err$92  = rd_err;
+  assign fifo_data = r_data[63:0];
+  assign fifo_err = r_data[64];
+  assign r_rdy = fifo_ready;
+  assign \bytes_read$99  = bytes_read;
+  assign \bytes_written$101  = bytes_written;
+  assign \start$102  = start;
+  assign local_addr = cmd__tdata[143:128];
+  assign \acc$105  = acc;
+  assign \rows$107  = rows;
+  assign \cols$109  = cols;
+  assign \row_stride$111  = row_stride;
+  assign \col_stride$113  = col_stride;
+  assign \start$114  = start;
+  assign \local_addr$115  = cmd__tdata[143:128];
+  assign \acc$116  = acc;
+  assign \rows$117  = rows;
+  assign \cols$118  = cols;
+  assign \row_stride$119  = row_stride;
+  assign \col_stride$120  = col_stride;
+  assign \rd_err$122  = rd_err;
+  assign \fifo_data$123  = r_data[63:0];
+  assign \fifo_err$124  = r_data[64];
+  assign \fifo_ready$125  = fifo_ready;
+  assign \is_store$127  = is_store;
+  assign \fifo_ready$128  = w_rdy;
+  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tready$132  = spm_wr__tready;
+  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$45 , \$44  };
+  assign \acc_wr__tdata$136  = { \$45 , \$44  };
+  assign \acc_wr__tready$138  = acc_wr__tready;
+  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
+  assign \spm_rreq__tready$144  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
+  assign \acc_rreq__tready$150  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
+  assign \spm_rresp__tready$156  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
+  assign \acc_rresp__tready$162  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign axi__wdata = r_data[63:0];
+  assign \port$12214$0  = \$44 ;
+  assign \port$12216$0  = \$45 ;
+  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
+  assign \$2  = { 1'h0, cmd__tdata[175:160] };
+  assign base = cmd__tdata[95:64];
+  assign \$6  = { 3'h0, cmd__tdata[159:131] };
+  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$90  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [5:0] \$11 ;
+  wire [5:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire [5:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire [5:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  reg [4:0] \$30 ;
+  reg [4:0] \$31 ;
+  reg [4:0] \$32 ;
+  reg \$33 ;
+  wire \$4 ;
+  wire [5:0] \$5 ;
+  wire [5:0] \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 5'h00 *)
+  wire [4:0] consume;
+  reg [4:0] inner_level = 5'h00;
+  wire inner_r_rdy;
+  wire [5:0] level;
+  (* init = 5'h00 *)
+  wire [4:0] produce;
+  output [64:0] r_data;
+  wire [64:0] r_data;
+  input r_en;
+  wire r_en;
+  wire [5:0] r_level;
+  reg [4:0] r_port__addr = 5'h00;
+  wire [64:0] r_port__data;
+  wire r_port__en;
+  output r_rdy;
+  reg r_rdy = 1'h0;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  wire [64:0] w_data;
+  input w_en;
+  wire w_en;
+  wire [5:0] w_level;
+  reg [4:0] w_port__addr = 5'h00;
+  input [64:0] w_port__data;
+  wire [64:0] w_port__data;
+  wire w_port__en;
+  output w_rdy;
+  wire w_rdy;
+  reg [64:0] storage [30:0];
+  initial begin
+    for (int i = 0; i < 31; i = i + 1) storage[i] = 65'h0;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  reg [64:0] _0_;
+  always @(posedge clk) begin
+    if (r_port__en) begin
+      _0_ <= storage[r_port__addr];
+    end
+  end
+  assign r_data = _0_;
+  assign w_rdy = inner_level != 5'h1f;
+  assign inner_r_rdy = | inner_level;
+  assign w_port__en = w_rdy & w_en;
+  assign \$1  = ~ r_rdy;
+  assign \$2  = \$1  | r_en;
+  assign r_port__en = inner_r_rdy & \$2 ;
+  assign w_level = inner_level + r_rdy;
+  assign \$3  = w_rdy & w_en;
+  assign \$4  = w_port__addr == 5'h1e;
+  assign \$5  = w_port__addr + 1'h1;
+  assign \$6  = \$4  ? 6'h00 : \$5 ;
+  assign \$7  = ~ r_rdy;
+  assign \$8  = \$7  | r_en;
+  assign \$9  = inner_r_rdy & \$8 ;
+  assign \$10  = r_port__addr == 5'h1e;
+  assign \$11  = r_port__addr + 1'h1;
+  assign \$12  = \$10  ? 6'h00 : \$11 ;
+  assign \$13  = w_rdy & w_en;
+  assign \$14  = ~ r_rdy;
+  assign \$15  = \$14  | r_en;
+  assign \$16  = inner_r_rdy & \$15 ;
+  assign \$17  = ~ \$16 ;
+  assign \$18  = \$13  & \$17 ;
+  assign \$19  = inner_level + 1'h1;
+  assign \$20  = ~ r_rdy;
+  assign \$21  = \$20  | r_en;
+  assign \$22  = inner_r_rdy & \$21 ;
+  assign \$23  = w_rdy & w_en;
+  assign \$24  = ~ \$23 ;
+  assign \$25  = \$22  & \$24 ;
+  assign \$26  = inner_level - 1'h1;
+  assign \$27  = ~ r_rdy;
+  assign \$28  = \$27  | r_en;
+  assign \$29  = inner_r_rdy & \$28 ;
+  always @(posedge clk)
+    w_port__addr <= \$30 ;
+  always @(posedge clk)
+    r_port__addr <= \$31 ;
+  always @(posedge clk)
+    inner_level <= \$32 ;
+  always @(posedge clk)
+    r_rdy <= \$33 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    \$30  = w_port__addr;
+    if (\$3 ) begin
+      \$30  = \$6 [4:0];
+    end
+    if (reset_units) begin
+      \$30  = 5'h00;
+    end
+    if (rst) begin
+      \$30  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    \$31  = r_port__addr;
+    if (\$9 ) begin
+      \$31  = \$12 [4:0];
+    end
+    if (reset_units) begin
+      \$31  = 5'h00;
+    end
+    if (rst) begin
+      \$31  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    \$32  = inner_level;
+    if (\$18 ) begin
+      \$32  = \$19 [4:0];
+    end
+    if (\$25 ) begin
+      \$32  = \$26 [4:0];
+    end
+    if (reset_units) begin
+      \$32  = 5'h00;
+    end
+    if (rst) begin
+      \$32  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    \$33  = r_rdy;
+    if (\$29 ) begin
+      \$33  = 1'h1;
+    end else if (r_en) begin
+      \$33  = 1'h0;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  assign level = w_level;
+  assign r_level = w_level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6351$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [2:0] \$15 ;
+  reg \$16 ;
+  reg [1:0] \$17 ;
+  reg [255:0] \$18 ;
+  reg [15:0] \$19 ;
+  wire [1:0] \$2 ;
+  reg \$20 ;
+  reg [255:0] \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg [1:0] a_cnt = 2'h0;
+  wire a_last;
+  input acc;
+  wire acc;
+  wire [271:0] acc_wr__tdata;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [255:0] assembled;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$22 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$18 ;
+  output done;
+  wire done;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  output fifo_take;
+  wire fifo_take;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$14 ;
+  input [64:0] \port$6351$0 ;
+  wire [64:0] \port$6351$0 ;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$20 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$16 ;
+  input rst;
+  wire rst;
+  input run;
+  wire run;
+  wire [79:0] spm_wr__tdata;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  input start;
+  wire start;
+  wire \start$12 ;
+  reg walked = 1'h0;
+  output [15:0] wr_addr;
+  reg [15:0] wr_addr = 16'h0000;
+  output [255:0] wr_data;
+  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire wr_ready;
+  reg wr_valid = 1'h0;
+  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
+  assign \$1  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$1 ;
+  assign acc_wr__tvalid = wr_valid & acc;
+  assign \$2  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$2 ;
+  assign \$3  = ~ walked;
+  assign \$4  = run & \$3 ;
+  assign \$5  = \$4  & fifo_ready;
+  assign \$6  = ~ a_last;
+  assign \$7  = ~ wr_valid;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = \$8  | wr_ready;
+  assign fifo_take = \$5  & \$9 ;
+  assign read_error = fifo_take & \port$6351$0 [64];
+  assign advance = fifo_take & a_last;
+  assign \$10  = ~ wr_valid;
+  assign done = walked & \$10 ;
+  assign \$11  = wr_valid & wr_ready;
+  assign \$12  = ~ \port$6351$0 [64];
+  assign \$13  = ~ rd_err;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = a_cnt + 1'h1;
+  always @(posedge clk)
+    wr_valid <= \$16 ;
+  always @(posedge clk)
+    a_cnt <= \$17 ;
+  always @(posedge clk)
+    wr_data <= \$18 ;
+  always @(posedge clk)
+    wr_addr <= \$19 ;
+  always @(posedge clk)
+    walked <= \$20 ;
+  always @(posedge clk)
+    asm <= \$21 ;
+  \dx1_board.soc.dma1.loader.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    assembled = asm;
+    (* full_case = 32'd1 *)
+    casez (a_cnt)
+      2'h0:
+          assembled[63:0] = \port$6351$0 [63:0];
+      2'h1:
+          assembled[127:64] = \port$6351$0 [63:0];
+      2'h2:
+          assembled[191:128] = \port$6351$0 [63:0];
+      2'h3:
+          assembled[255:192] = \port$6351$0 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$16  = wr_valid;
+    if (\$11 ) begin
+      \$16  = 1'h0;
+    end
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$16  = 1'h1;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$16  = 1'h0;
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$17  = a_cnt;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$17  = 2'h0;
+      end else begin
+        \$17  = \$15 [1:0];
+      end
+    end
+    if (start) begin
+      \$17  = 2'h0;
+    end
+    if (reset_units) begin
+      \$17  = 2'h0;
+    end
+    if (rst) begin
+      \$17  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$18  = wr_data;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$18  = assembled;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$19  = wr_addr;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$19  = addr;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$19  = 16'h0000;
+    end
+    if (rst) begin
+      \$19  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$20  = walked;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (last) begin
+          \$20  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$20  = 1'h0;
+    end
+    if (reset_units) begin
+      \$20  = 1'h0;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    \$21  = asm;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$21  = assembled;
+      end
+    end
+    if (reset_units) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
+  assign acc_wr__tdata = { wr_addr, wr_data };
+  assign \start$12  = start;
+  assign \local_addr$14  = local_addr;
+  assign \rows$16  = rows;
+  assign \cols$18  = cols;
+  assign \row_stride$20  = row_stride;
+  assign \col_stride$22  = col_stride;
+  assign fifo_data = \port$6351$0 [63:0];
+  assign fifo_err = \port$6351$0 [64];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.reader (rst, ready, start, base, stride, segments, seg_beats, bus__rready, beat, done, quiet, bus__rvalid, bus__rlast, abort, reset_units, bytes_read, bus__arvalid, bus__araddr, bus__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [3:0] \$11 ;
+  wire \$12 ;
+  wire [4:0] \$13 ;
+  wire [32:0] \$14 ;
+  reg [2:0] \$15 ;
+  reg [31:0] \$16 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire ar_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  output beat;
+  wire beat;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  output [7:0] bus__arlen;
+  wire [7:0] bus__arlen;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  wire bus__arvalid;
+  input bus__rlast;
+  wire bus__rlast;
+  input bus__rready;
+  wire bus__rready;
+  input bus__rvalid;
+  wire bus__rvalid;
+  output [31:0] bytes_read;
+  reg [31:0] bytes_read = 32'd0;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  wire hold;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  output quiet;
+  wire quiet;
+  reg [2:0] reads_out = 3'h0;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  wire take;
+  wire valid;
+  assign \$1  = reads_out < 3'h4;
+  assign \$4  = ~ abort;
+  assign allow = \$3  & \$4 ;
+  assign ar_hs = bus__arvalid & ready;
+  assign beat = bus__rvalid & bus__rready;
+  assign \$5  = ~ active;
+  assign \$6  = ~ bus__arvalid;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ! reads_out;
+  assign done = \$7  & \$8 ;
+  assign \$9  = ~ bus__arvalid;
+  assign \$10  = ! reads_out;
+  assign quiet = \$9  & \$10 ;
+  assign \$11  = reads_out + ar_hs;
+  assign \$12  = beat & bus__rlast;
+  assign \$13  = \$11  - \$12 ;
+  assign \$14  = bytes_read + 4'h8;
+  always @(posedge clk)
+    reads_out <= \$15 ;
+  always @(posedge clk)
+    bytes_read <= \$16 ;
+  \dx1_board.soc.dma1.reader.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__araddr),
+    .allow(allow),
+    .base(base),
+    .clk(clk),
+    .len(bus__arlen),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__arvalid)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    \$15  = \$13 [2:0];
+    if (reset_units) begin
+      \$15  = 3'h0;
+    end
+    if (rst) begin
+      \$15  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    \$16  = bytes_read;
+    if (beat) begin
+      \$16  = \$14 [31:0];
+    end
+    if (reset_units) begin
+      \$16  = 32'd0;
+    end
+    if (rst) begin
+      \$16  = 32'd0;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign max_beats = 9'h100;
+  assign hold = 1'h0;
+  assign valid = bus__arvalid;
+  assign addr = bus__araddr;
+  assign len = bus__arlen;
+  assign bus__arready = ready;
+  assign bus__arid = 4'h0;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign take = bus__rready;
+  assign \$2  = 1'h1;
+  assign \$3  = \$1 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.reader.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , allow, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$94  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < 9'h100;
+  assign \$3  = \$2  ? seg_left : 30'h00000100;
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign max_beats = 9'h100;
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.storer (rst, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [255:0] \$11 ;
+  wire [3:0] \$12 ;
+  wire \$13 ;
+  wire [2:0] \$14 ;
+  reg \$15 ;
+  reg [15:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg [2:0] \$19 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input acc;
+  wire acc;
+  (* init = 16'h0000 *)
+  wire [15:0] acc_rreq__tdata;
+  input acc_rreq__tready;
+  wire acc_rreq__tready;
+  output acc_rreq__tvalid;
+  wire acc_rreq__tvalid;
+  input [255:0] acc_rresp__tdata;
+  wire [255:0] acc_rresp__tdata;
+  output acc_rresp__tready;
+  wire acc_rresp__tready;
+  input acc_rresp__tvalid;
+  wire acc_rresp__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  output [63:0] beat;
+  wire [63:0] beat;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$21 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$17 ;
+  input fifo_ready;
+  wire fifo_ready;
+  input is_store;
+  wire is_store;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$13 ;
+  output push;
+  wire push;
+  input request;
+  wire request;
+  input reset_units;
+  wire reset_units;
+  wire [255:0] resp_data;
+  wire resp_valid;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$19 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$15 ;
+  reg rq_active = 1'h0;
+  (* init = 16'h0000 *)
+  wire [15:0] rq_addr;
+  wire rq_ready;
+  reg rq_valid = 1'h0;
+  input rst;
+  wire rst;
+  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [2:0] sp_cnt = 3'h0;
+  wire sp_take;
+  output [15:0] spm_rreq__tdata;
+  reg [15:0] spm_rreq__tdata = 16'h0000;
+  input spm_rreq__tready;
+  wire spm_rreq__tready;
+  output spm_rreq__tvalid;
+  wire spm_rreq__tvalid;
+  input [63:0] spm_rresp__tdata;
+  wire [63:0] spm_rresp__tdata;
+  output spm_rresp__tready;
+  wire spm_rresp__tready;
+  input spm_rresp__tvalid;
+  wire spm_rresp__tvalid;
+  input start;
+  wire start;
+  wire \start$11 ;
+  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
+  assign \$1  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$1 ;
+  assign acc_rreq__tvalid = rq_valid & acc;
+  assign \$2  = ~ rq_valid;
+  assign \$3  = \$2  | rq_ready;
+  assign advance = rq_active & \$3 ;
+  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
+  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
+  assign \$4  = | sp_cnt;
+  assign push = \$4  & fifo_ready;
+  assign \$5  = ! sp_cnt;
+  assign \$6  = sp_cnt == 1'h1;
+  assign \$7  = \$6  & push;
+  assign \$8  = \$5  | \$7 ;
+  assign sp_take = is_store & \$8 ;
+  assign acc_rresp__tready = sp_take & acc;
+  assign \$9  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$9 ;
+  assign \$10  = rq_valid & rq_ready;
+  assign \$12  = sp_cnt - 1'h1;
+  assign \$13  = sp_take & resp_valid;
+  assign \$14  = acc ? 3'h4 : 3'h1;
+  always @(posedge clk)
+    rq_valid <= \$15 ;
+  always @(posedge clk)
+    spm_rreq__tdata <= \$16 ;
+  always @(posedge clk)
+    rq_active <= \$17 ;
+  always @(posedge clk)
+    sp_buf <= \$18 ;
+  always @(posedge clk)
+    sp_cnt <= \$19 ;
+  \dx1_board.soc.dma1.storer.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$15  = rq_valid;
+    if (\$10 ) begin
+      \$15  = 1'h0;
+    end
+    if (advance) begin
+      \$15  = 1'h1;
+    end
+    if (reset_units) begin
+      \$15  = 1'h0;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$16  = spm_rreq__tdata;
+    if (advance) begin
+      \$16  = addr;
+    end
+    if (reset_units) begin
+      \$16  = 16'h0000;
+    end
+    if (rst) begin
+      \$16  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$17  = rq_active;
+    if (advance) begin
+      if (last) begin
+        \$17  = 1'h0;
+      end
+    end
+    if (start) begin
+      \$17  = request;
+    end
+    if (reset_units) begin
+      \$17  = 1'h0;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$18  = sp_buf;
+    if (push) begin
+      \$18  = \$11 ;
+    end
+    if (\$13 ) begin
+      \$18  = resp_data;
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$19  = sp_cnt;
+    if (push) begin
+      \$19  = \$12 [2:0];
+    end
+    if (\$13 ) begin
+      \$19  = \$14 ;
+    end
+    if (start) begin
+      \$19  = 3'h0;
+    end
+    if (reset_units) begin
+      \$19  = 3'h0;
+    end
+    if (rst) begin
+      \$19  = 3'h0;
+    end
+  end
+  assign rq_addr = spm_rreq__tdata;
+  assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \start$11  = start;
+  assign \local_addr$13  = local_addr;
+  assign \rows$15  = rows;
+  assign \cols$17  = cols;
+  assign \row_stride$19  = row_stride;
+  assign \col_stride$21  = col_stride;
+  assign beat = sp_buf[63:0];
+  assign \$11  = { 64'h0000000000000000, sp_buf[255:64] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$96  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$96 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$96 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$96 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$96 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6351$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [6:0] \$32 ;
+  wire \$33 ;
+  wire [8:0] \$34 ;
+  wire [9:0] \$35 ;
+  wire [16:0] \$36 ;
+  wire [17:0] \$37 ;
+  wire [8:0] \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  reg [5:0] \$44 ;
+  reg [15:0] \$45 ;
+  reg [7:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg \$48 ;
+  reg [7:0] \$49 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [9:0] \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire aw_hs;
+  wire b_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  wire [8:0] beats;
+  output [31:0] bus__awaddr;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  output [7:0] bus__awlen;
+  wire [7:0] bus__awlen;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  wire bus__awvalid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  wire [63:0] bus__wdata;
+  output bus__wlast;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  output [7:0] bus__wstrb;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  wire bus__wvalid;
+  output [31:0] bytes_written;
+  reg [31:0] bytes_written = 32'd0;
+  input clk;
+  wire clk;
+  input copy_beat;
+  wire copy_beat;
+  output done;
+  wire done;
+  output error;
+  wire error;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  wire fifo_take;
+  wire hold;
+  input is_copy;
+  wire is_copy;
+  input is_load;
+  wire is_load;
+  wire issue;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  input [64:0] \port$6351$0 ;
+  wire [64:0] \port$6351$0 ;
+  output quiet;
+  wire quiet;
+  wire [7:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  reg [5:0] unclaimed = 6'h00;
+  wire valid;
+  wire w_bad;
+  reg [7:0] w_cnt = 8'h00;
+  reg w_cur = 1'h0;
+  wire [7:0] w_data;
+  wire w_en;
+  output w_hs;
+  wire w_hs;
+  reg [7:0] w_len = 8'h00;
+  wire w_rdy;
+  reg [15:0] writes_out = 16'h0000;
+  assign \$38  = w_cnt + 1'h1;
+  assign \$39  = ~ w_bad;
+  assign \$40  = bytes_written + 4'h8;
+  assign \$41  = ~ w_cur;
+  assign \$42  = w_hs & bus__wlast;
+  assign \$43  = \$41  | \$42 ;
+  always @(posedge clk)
+    unclaimed <= \$44 ;
+  always @(posedge clk)
+    writes_out <= \$45 ;
+  always @(posedge clk)
+    w_cnt <= \$46 ;
+  always @(posedge clk)
+    bytes_written <= \$47 ;
+  always @(posedge clk)
+    w_cur <= \$48 ;
+  always @(posedge clk)
+    w_len <= \$49 ;
+  assign max_beats = is_copy ? 9'h010 : 9'h100;
+  assign \$1  = ~ is_copy;
+  assign \$2  = unclaimed >= beats;
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = w_rdy & \$3 ;
+  assign \$7  = ~ abort;
+  assign allow = \$6  & \$7 ;
+  assign \$8  = beats - 1'h1;
+  assign aw_hs = bus__awvalid & ready;
+  assign \$9  = | bus__bresp;
+  assign error = b_hs & \$9 ;
+  assign \$10  = fifo_ready | abort;
+  assign \$11  = w_cur & \$10 ;
+  assign \$12  = ~ is_load;
+  assign bus__wvalid = \$11  & \$12 ;
+  assign \$13  = \port$6351$0 [64] | rd_err;
+  assign w_bad = \$13  | abort;
+  assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
+  assign bus__wlast = w_cnt == w_len;
+  assign w_hs = bus__wvalid & bus__wready;
+  assign read_error = w_hs & \port$6351$0 [64];
+  assign \$14  = ~ w_cur;
+  assign \$15  = w_hs & bus__wlast;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = ~ active;
+  assign \$18  = ~ bus__awvalid;
+  assign \$19  = ! writes_out;
+  assign \$20  = \$18  & \$19 ;
+  assign \$21  = ~ w_cur;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = ~ r_rdy;
+  assign \$24  = \$22  & \$23 ;
+  assign done = \$17  & \$24 ;
+  assign \$25  = ~ bus__awvalid;
+  assign \$26  = ! writes_out;
+  assign \$27  = \$25  & \$26 ;
+  assign \$28  = ~ w_cur;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = ~ r_rdy;
+  assign quiet = \$29  & \$30 ;
+  assign \$31  = is_copy & copy_beat;
+  assign \$32  = unclaimed + \$31 ;
+  assign \$33  = is_copy & w_en;
+  assign \$34  = \$33  ? beats : 9'h000;
+  assign \$35  = \$32  - \$34 ;
+  assign \$36  = writes_out + aw_hs;
+  assign \$37  = \$36  - b_hs;
+  \dx1_board.soc.dma1.writer.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__awaddr),
+    .allow(allow),
+    .base(base),
+    .beats(beats),
+    .clk(clk),
+    .issue(w_en),
+    .len(bus__awlen),
+    .max_beats(max_beats),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__awvalid)
+  );
+  \dx1_board.soc.dma1.writer.wlen_fifo  wlen_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(\$8 [7:0]),
+    .w_rdy(w_rdy)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    r_en = 1'h0;
+    if (\$16 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$44  = \$35 [5:0];
+    if (start) begin
+      \$44  = 6'h00;
+    end
+    if (reset_units) begin
+      \$44  = 6'h00;
+    end
+    if (rst) begin
+      \$44  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$45  = \$37 [15:0];
+    if (reset_units) begin
+      \$45  = 16'h0000;
+    end
+    if (rst) begin
+      \$45  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$46  = w_cnt;
+    if (w_hs) begin
+      \$46  = \$38 [7:0];
+    end
+    if (\$43 ) begin
+      \$46  = 8'h00;
+    end
+    if (reset_units) begin
+      \$46  = 8'h00;
+    end
+    if (rst) begin
+      \$46  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$47  = bytes_written;
+    if (w_hs) begin
+      if (\$39 ) begin
+        \$47  = \$40 [31:0];
+      end
+    end
+    if (reset_units) begin
+      \$47  = 32'd0;
+    end
+    if (rst) begin
+      \$47  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$48  = w_cur;
+    if (\$43 ) begin
+      \$48  = r_rdy;
+    end
+    if (reset_units) begin
+      \$48  = 1'h0;
+    end
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$49  = w_len;
+    if (\$43 ) begin
+      \$49  = r_data;
+    end
+    if (reset_units) begin
+      \$49  = 8'h00;
+    end
+    if (rst) begin
+      \$49  = 8'h00;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign hold = 1'h0;
+  assign valid = bus__awvalid;
+  assign addr = bus__awaddr;
+  assign len = bus__awlen;
+  assign bus__awready = ready;
+  assign bus__awid = 4'h0;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign issue = w_en;
+  assign w_data = \$8 [7:0];
+  assign bus__bready = 1'h1;
+  assign bus__wdata = \port$6351$0 [63:0];
+  assign fifo_data = \port$6351$0 [63:0];
+  assign fifo_err = \port$6351$0 [64];
+  assign fifo_take = w_hs;
+  assign \$5  = 1'h1;
+  assign \$6  = \$4 ;
+  assign b_hs = bus__bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.writer.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , max_beats, allow, beats, issue, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  output [8:0] beats;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  output issue;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  input [8:0] max_beats;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < max_beats;
+  assign \$3  = \$2  ? seg_left : { 21'h000000, max_beats };
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.dma1.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [2:0] \$11 ;
+  wire [2:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire [2:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire [2:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  reg [1:0] \$30 ;
+  reg [1:0] \$31 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  wire \$4 ;
+  wire [2:0] \$5 ;
+  wire [2:0] \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 2'h0 *)
+  wire [1:0] consume;
+  reg [1:0] inner_level = 2'h0;
+  wire inner_r_rdy;
+  wire [2:0] level;
+  (* init = 2'h0 *)
+  wire [1:0] produce;
+  output [7:0] r_data;
+  wire [7:0] r_data;
+  input r_en;
+  wire r_en;
+  wire [2:0] r_level;
+  reg [1:0] r_port__addr = 2'h0;
+  wire [7:0] r_port__data;
+  wire r_port__en;
+  output r_rdy;
+  reg r_rdy = 1'h0;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  wire [7:0] w_data;
+  input w_en;
+  wire w_en;
+  wire [2:0] w_level;
+  reg [1:0] w_port__addr = 2'h0;
+  input [7:0] w_port__data;
+  wire [7:0] w_port__data;
+  wire w_port__en;
+  output w_rdy;
+  wire w_rdy;
+  reg [7:0] storage [2:0];
+  initial begin
+    storage[0] = 8'h00;
+    storage[1] = 8'h00;
+    storage[2] = 8'h00;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  reg [7:0] _0_;
+  always @(posedge clk) begin
+    if (r_port__en) begin
+      _0_ <= storage[r_port__addr];
+    end
+  end
+  assign r_data = _0_;
+  assign w_rdy = inner_level != 2'h3;
+  assign inner_r_rdy = | inner_level;
+  assign w_port__en = w_rdy & w_en;
+  assign \$1  = ~ r_rdy;
+  assign \$2  = \$1  | r_en;
+  assign r_port__en = inner_r_rdy & \$2 ;
+  assign w_level = inner_level + r_rdy;
+  assign \$3  = w_rdy & w_en;
+  assign \$4  = w_port__addr == 2'h2;
+  assign \$5  = w_port__addr + 1'h1;
+  assign \$6  = \$4  ? 3'h0 : \$5 ;
+  assign \$7  = ~ r_rdy;
+  assign \$8  = \$7  | r_en;
+  assign \$9  = inner_r_rdy & \$8 ;
+  assign \$10  = r_port__addr == 2'h2;
+  assign \$11  = r_port__addr + 1'h1;
+  assign \$12  = \$10  ? 3'h0 : \$11 ;
+  assign \$13  = w_rdy & w_en;
+  assign \$14  = ~ r_rdy;
+  assign \$15  = \$14  | r_en;
+  assign \$16  = inner_r_rdy & \$15 ;
+  assign \$17  = ~ \$16 ;
+  assign \$18  = \$13  & \$17 ;
+  assign \$19  = inner_level + 1'h1;
+  assign \$20  = ~ r_rdy;
+  assign \$21  = \$20  | r_en;
+  assign \$22  = inner_r_rdy & \$21 ;
+  assign \$23  = w_rdy & w_en;
+  assign \$24  = ~ \$23 ;
+  assign \$25  = \$22  & \$24 ;
+  assign \$26  = inner_level - 1'h1;
+  assign \$27  = ~ r_rdy;
+  assign \$28  = \$27  | r_en;
+  assign \$29  = inner_r_rdy & \$28 ;
+  always @(posedge clk)
+    w_port__addr <= \$30 ;
+  always @(posedge clk)
+    r_port__addr <= \$31 ;
+  always @(posedge clk)
+    inner_level <= \$32 ;
+  always @(posedge clk)
+    r_rdy <= \$33 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
+    \$30  = w_port__addr;
+    if (\$3 ) begin
+      \$30  = \$6 [1:0];
+    end
+    if (reset_units) begin
+      \$30  = 2'h0;
+    end
+    if (rst) begin
+      \$30  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
+    \$31  = r_port__addr;
+    if (\$9 ) begin
+      \$31  = \$12 [1:0];
+    end
+    if (reset_units) begin
+      \$31  = 2'h0;
+    end
+    if (rst) begin
+      \$31  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
+    \$32  = inner_level;
+    if (\$18 ) begin
+      \$32  = \$19 [1:0];
+    end
+    if (\$25 ) begin
+      \$32  = \$26 [1:0];
+    end
+    if (reset_units) begin
+      \$32  = 2'h0;
+    end
+    if (rst) begin
+      \$32  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
+    \$33  = r_rdy;
+    if (\$29 ) begin
+      \$33  = 1'h1;
+    end else if (r_en) begin
+      \$33  = 1'h0;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  assign level = w_level;
+  assign r_level = w_level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__rready$313 , s2__wdata, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s1__araddr$150 , \s4__rready$611 , s4__wdata, \s4__wvalid$633 , s4__wstrb
+, s4__wlast, \s3__araddr$448 , s0__rvalid, s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid
 , s2__rdata, s2__rid, s2__rresp, s2__rlast, s2__wready, s2__bvalid, s2__bid, s2__bresp, s3__rvalid, s3__rdata, s3__rid, s3__rresp, s3__rlast, s3__wready, s3__bvalid, s3__bid, s3__bresp, s4__rvalid, s4__rdata, s4__rid, s4__rresp
 , s4__rlast, s4__wready, s4__bvalid, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awaddr$166 , s1__wdata, \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s4__arvalid$607 , \s4__araddr$597 , s4__arlen
 , \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen, \s3__arvalid$458 , \s3__rready$462 , \s3__awaddr$464 , s3__wdata, \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , \s0__wvalid$37 , s0__wdata, s0__wstrb, s0__wlast, \s0__bready$39 , \s0__rready$15 , \s0__awvalid$27 , \s0__arvalid$11 , \s0__awaddr$17 , s0__awlen, \s0__araddr$1 
 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$82  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$100  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -50817,27 +52511,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10586$0 (\s2__araddr$299 [11:0]),
-    .\port$10586$14 (\s2__araddr$299 [31:14]),
-    .\port$10610$0 (\s2__awaddr$315 [11:0]),
-    .\port$10610$14 (\s2__awaddr$315 [31:14]),
-    .\port$10845$0 (\s1__awaddr$166 [11:0]),
-    .\port$10845$14 (\s1__awaddr$166 [31:14]),
-    .\port$12066$0 (\s4__araddr$597 [11:0]),
-    .\port$12066$14 (\s4__araddr$597 [31:14]),
-    .\port$12090$0 (\s4__awaddr$613 [11:0]),
-    .\port$12090$14 (\s4__awaddr$613 [31:14]),
-    .\port$12325$0 (\s3__awaddr$464 [11:0]),
-    .\port$12325$14 (\s3__awaddr$464 [31:14]),
-    .\port$12433$0 (\s0__awaddr$17 [11:0]),
-    .\port$12433$14 (\s0__awaddr$17 [31:14]),
-    .\port$12443$0 (\s0__araddr$1 [11:0]),
-    .\port$12443$14 (\s0__araddr$1 [31:14]),
+    .\port$10647$0 (\s2__araddr$299 [11:0]),
+    .\port$10647$14 (\s2__araddr$299 [31:14]),
+    .\port$10684$0 (\s2__awaddr$315 [11:0]),
+    .\port$10684$14 (\s2__awaddr$315 [31:14]),
+    .\port$10904$0 (\s1__awaddr$166 [11:0]),
+    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$12142$0 (\s4__araddr$597 [11:0]),
+    .\port$12142$14 (\s4__araddr$597 [31:14]),
+    .\port$12179$0 (\s4__awaddr$613 [11:0]),
+    .\port$12179$14 (\s4__awaddr$613 [31:14]),
+    .\port$12399$0 (\s3__awaddr$464 [11:0]),
+    .\port$12399$14 (\s3__awaddr$464 [31:14]),
+    .\port$12507$0 (\s0__awaddr$17 [11:0]),
+    .\port$12507$14 (\s0__awaddr$17 [31:14]),
+    .\port$12517$0 (\s0__araddr$1 [11:0]),
+    .\port$12517$14 (\s0__araddr$1 [31:14]),
     .\port$2030$0 (\$481 ),
-    .\port$4547$0 (\s1__araddr$150 [11:0]),
-    .\port$4547$14 (\s1__araddr$150 [31:14]),
-    .\port$6710$0 (\s3__araddr$448 [11:0]),
-    .\port$6710$14 (\s3__araddr$448 [31:14]),
+    .\port$4569$0 (\s1__araddr$150 [11:0]),
+    .\port$4569$14 (\s1__araddr$150 [31:14]),
+    .\port$6754$0 (\s3__araddr$448 [11:0]),
+    .\port$6754$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -50922,27 +52616,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10586$0 (\s2__araddr$299 [11:0]),
-    .\port$10586$14 (\s2__araddr$299 [31:14]),
-    .\port$10610$0 (\s2__awaddr$315 [11:0]),
-    .\port$10610$14 (\s2__awaddr$315 [31:14]),
-    .\port$10845$0 (\s1__awaddr$166 [11:0]),
-    .\port$10845$14 (\s1__awaddr$166 [31:14]),
-    .\port$12066$0 (\s4__araddr$597 [11:0]),
-    .\port$12066$14 (\s4__araddr$597 [31:14]),
-    .\port$12090$0 (\s4__awaddr$613 [11:0]),
-    .\port$12090$14 (\s4__awaddr$613 [31:14]),
-    .\port$12325$0 (\s3__awaddr$464 [11:0]),
-    .\port$12325$14 (\s3__awaddr$464 [31:14]),
-    .\port$12433$0 (\s0__awaddr$17 [11:0]),
-    .\port$12433$14 (\s0__awaddr$17 [31:14]),
-    .\port$12443$0 (\s0__araddr$1 [11:0]),
-    .\port$12443$14 (\s0__araddr$1 [31:14]),
+    .\port$10647$0 (\s2__araddr$299 [11:0]),
+    .\port$10647$14 (\s2__araddr$299 [31:14]),
+    .\port$10684$0 (\s2__awaddr$315 [11:0]),
+    .\port$10684$14 (\s2__awaddr$315 [31:14]),
+    .\port$10904$0 (\s1__awaddr$166 [11:0]),
+    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$12142$0 (\s4__araddr$597 [11:0]),
+    .\port$12142$14 (\s4__araddr$597 [31:14]),
+    .\port$12179$0 (\s4__awaddr$613 [11:0]),
+    .\port$12179$14 (\s4__awaddr$613 [31:14]),
+    .\port$12399$0 (\s3__awaddr$464 [11:0]),
+    .\port$12399$14 (\s3__awaddr$464 [31:14]),
+    .\port$12507$0 (\s0__awaddr$17 [11:0]),
+    .\port$12507$14 (\s0__awaddr$17 [31:14]),
+    .\port$12517$0 (\s0__araddr$1 [11:0]),
+    .\port$12517$14 (\s0__araddr$1 [31:14]),
     .\port$2366$0 (\$482 ),
-    .\port$4547$0 (\s1__araddr$150 [11:0]),
-    .\port$4547$14 (\s1__araddr$150 [31:14]),
-    .\port$6710$0 (\s3__araddr$448 [11:0]),
-    .\port$6710$14 (\s3__araddr$448 [31:14]),
+    .\port$4569$0 (\s1__araddr$150 [11:0]),
+    .\port$4569$14 (\s1__araddr$150 [31:14]),
+    .\port$6754$0 (\s3__araddr$448 [11:0]),
+    .\port$6754$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -51027,27 +52721,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10586$0 (\s2__araddr$299 [11:0]),
-    .\port$10586$14 (\s2__araddr$299 [31:14]),
-    .\port$10610$0 (\s2__awaddr$315 [11:0]),
-    .\port$10610$14 (\s2__awaddr$315 [31:14]),
-    .\port$10845$0 (\s1__awaddr$166 [11:0]),
-    .\port$10845$14 (\s1__awaddr$166 [31:14]),
-    .\port$12066$0 (\s4__araddr$597 [11:0]),
-    .\port$12066$14 (\s4__araddr$597 [31:14]),
-    .\port$12090$0 (\s4__awaddr$613 [11:0]),
-    .\port$12090$14 (\s4__awaddr$613 [31:14]),
-    .\port$12325$0 (\s3__awaddr$464 [11:0]),
-    .\port$12325$14 (\s3__awaddr$464 [31:14]),
-    .\port$12433$0 (\s0__awaddr$17 [11:0]),
-    .\port$12433$14 (\s0__awaddr$17 [31:14]),
-    .\port$12443$0 (\s0__araddr$1 [11:0]),
-    .\port$12443$14 (\s0__araddr$1 [31:14]),
+    .\port$10647$0 (\s2__araddr$299 [11:0]),
+    .\port$10647$14 (\s2__araddr$299 [31:14]),
+    .\port$10684$0 (\s2__awaddr$315 [11:0]),
+    .\port$10684$14 (\s2__awaddr$315 [31:14]),
+    .\port$10904$0 (\s1__awaddr$166 [11:0]),
+    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$12142$0 (\s4__araddr$597 [11:0]),
+    .\port$12142$14 (\s4__araddr$597 [31:14]),
+    .\port$12179$0 (\s4__awaddr$613 [11:0]),
+    .\port$12179$14 (\s4__awaddr$613 [31:14]),
+    .\port$12399$0 (\s3__awaddr$464 [11:0]),
+    .\port$12399$14 (\s3__awaddr$464 [31:14]),
+    .\port$12507$0 (\s0__awaddr$17 [11:0]),
+    .\port$12507$14 (\s0__awaddr$17 [31:14]),
+    .\port$12517$0 (\s0__araddr$1 [11:0]),
+    .\port$12517$14 (\s0__araddr$1 [31:14]),
     .\port$2702$0 (\$483 ),
-    .\port$4547$0 (\s1__araddr$150 [11:0]),
-    .\port$4547$14 (\s1__araddr$150 [31:14]),
-    .\port$6710$0 (\s3__araddr$448 [11:0]),
-    .\port$6710$14 (\s3__araddr$448 [31:14]),
+    .\port$4569$0 (\s1__araddr$150 [11:0]),
+    .\port$4569$14 (\s1__araddr$150 [31:14]),
+    .\port$6754$0 (\s3__araddr$448 [11:0]),
+    .\port$6754$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -51132,27 +52826,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10586$0 (\s2__araddr$299 [11:0]),
-    .\port$10586$14 (\s2__araddr$299 [31:14]),
-    .\port$10610$0 (\s2__awaddr$315 [11:0]),
-    .\port$10610$14 (\s2__awaddr$315 [31:14]),
-    .\port$10845$0 (\s1__awaddr$166 [11:0]),
-    .\port$10845$14 (\s1__awaddr$166 [31:14]),
-    .\port$12066$0 (\s4__araddr$597 [11:0]),
-    .\port$12066$14 (\s4__araddr$597 [31:14]),
-    .\port$12090$0 (\s4__awaddr$613 [11:0]),
-    .\port$12090$14 (\s4__awaddr$613 [31:14]),
-    .\port$12325$0 (\s3__awaddr$464 [11:0]),
-    .\port$12325$14 (\s3__awaddr$464 [31:14]),
-    .\port$12433$0 (\s0__awaddr$17 [11:0]),
-    .\port$12433$14 (\s0__awaddr$17 [31:14]),
-    .\port$12443$0 (\s0__araddr$1 [11:0]),
-    .\port$12443$14 (\s0__araddr$1 [31:14]),
+    .\port$10647$0 (\s2__araddr$299 [11:0]),
+    .\port$10647$14 (\s2__araddr$299 [31:14]),
+    .\port$10684$0 (\s2__awaddr$315 [11:0]),
+    .\port$10684$14 (\s2__awaddr$315 [31:14]),
+    .\port$10904$0 (\s1__awaddr$166 [11:0]),
+    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$12142$0 (\s4__araddr$597 [11:0]),
+    .\port$12142$14 (\s4__araddr$597 [31:14]),
+    .\port$12179$0 (\s4__awaddr$613 [11:0]),
+    .\port$12179$14 (\s4__awaddr$613 [31:14]),
+    .\port$12399$0 (\s3__awaddr$464 [11:0]),
+    .\port$12399$14 (\s3__awaddr$464 [31:14]),
+    .\port$12507$0 (\s0__awaddr$17 [11:0]),
+    .\port$12507$14 (\s0__awaddr$17 [31:14]),
+    .\port$12517$0 (\s0__araddr$1 [11:0]),
+    .\port$12517$14 (\s0__araddr$1 [31:14]),
     .\port$3038$0 (\$484 ),
-    .\port$4547$0 (\s1__araddr$150 [11:0]),
-    .\port$4547$14 (\s1__araddr$150 [31:14]),
-    .\port$6710$0 (\s3__araddr$448 [11:0]),
-    .\port$6710$14 (\s3__araddr$448 [31:14]),
+    .\port$4569$0 (\s1__araddr$150 [11:0]),
+    .\port$4569$14 (\s1__araddr$150 [31:14]),
+    .\port$6754$0 (\s3__araddr$448 [11:0]),
+    .\port$6754$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -51231,7 +52925,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .s4__wvalid(\s4__wvalid$688 )
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -51245,7 +52939,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -51259,7 +52953,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -51273,7 +52967,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -51287,7 +52981,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -51301,7 +52995,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -51315,7 +53009,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -51329,7 +53023,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -51343,7 +53037,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -51357,7 +53051,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -51371,7 +53065,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -51385,7 +53079,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -51399,7 +53093,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -51413,7 +53107,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -51427,7 +53121,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -51441,7 +53135,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -51455,7 +53149,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -51469,7 +53163,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -51483,7 +53177,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -51497,7 +53191,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -51511,7 +53205,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -51525,7 +53219,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -51539,7 +53233,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -51553,7 +53247,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -51567,7 +53261,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -51581,7 +53275,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -51595,7 +53289,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -51609,7 +53303,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -51623,7 +53317,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -51637,7 +53331,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -51651,7 +53345,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -51665,7 +53359,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -51679,7 +53373,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -51693,7 +53387,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -51707,7 +53401,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -51721,7 +53415,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -51735,7 +53429,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -51749,7 +53443,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -51763,7 +53457,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -51777,7 +53471,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -51791,7 +53485,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -51805,7 +53499,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -51819,7 +53513,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -51833,7 +53527,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -51847,7 +53541,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -51861,7 +53555,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$461  = r_bank_0;
     if (\$341 ) begin
       \$461  = \s0__araddr$1 [13:12];
@@ -51871,7 +53565,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$462  = r_out_0;
     if (\$346 ) begin
       \$462  = \$352 [7:0];
@@ -51883,7 +53577,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$463  = w_bank_0;
     if (\$354 ) begin
       \$463  = \s0__awaddr$17 [13:12];
@@ -51893,7 +53587,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$464  = w_out_0;
     if (\$358 ) begin
       \$464  = \$363 [7:0];
@@ -51905,7 +53599,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$465  = r_bank_1;
     if (\$365 ) begin
       \$465  = \s1__araddr$150 [13:12];
@@ -51915,7 +53609,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$466  = r_out_1;
     if (\$370 ) begin
       \$466  = \$376 [7:0];
@@ -51927,7 +53621,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$467  = w_bank_1;
     if (\$378 ) begin
       \$467  = \s1__awaddr$166 [13:12];
@@ -51937,7 +53631,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$468  = w_out_1;
     if (\$382 ) begin
       \$468  = \$387 [7:0];
@@ -51949,7 +53643,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$469  = r_bank_2;
     if (\$389 ) begin
       \$469  = \s2__araddr$299 [13:12];
@@ -51959,7 +53653,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$470  = r_out_2;
     if (\$394 ) begin
       \$470  = \$400 [7:0];
@@ -51971,7 +53665,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$471  = w_bank_2;
     if (\$402 ) begin
       \$471  = \s2__awaddr$315 [13:12];
@@ -51981,7 +53675,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$472  = w_out_2;
     if (\$406 ) begin
       \$472  = \$411 [7:0];
@@ -51993,7 +53687,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$473  = r_bank_3;
     if (\$413 ) begin
       \$473  = \s3__araddr$448 [13:12];
@@ -52003,7 +53697,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$474  = r_out_3;
     if (\$418 ) begin
       \$474  = \$424 [7:0];
@@ -52015,7 +53709,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$475  = w_bank_3;
     if (\$426 ) begin
       \$475  = \s3__awaddr$464 [13:12];
@@ -52025,7 +53719,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$476  = w_out_3;
     if (\$430 ) begin
       \$476  = \$435 [7:0];
@@ -52037,7 +53731,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$477  = r_bank_4;
     if (\$437 ) begin
       \$477  = \s4__araddr$597 [13:12];
@@ -52047,7 +53741,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$478  = r_out_4;
     if (\$442 ) begin
       \$478  = \$448 [7:0];
@@ -52059,7 +53753,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$479  = w_bank_4;
     if (\$450 ) begin
       \$479  = \s4__awaddr$613 [13:12];
@@ -52069,7 +53763,7 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
     \$480  = w_out_4;
     if (\$454 ) begin
       \$480  = \$459 [7:0];
@@ -52453,10 +54147,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2030$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
-, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2030$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$101  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -52740,48 +54434,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10586$0 ;
-  wire [11:0] \port$10586$0 ;
-  input [17:0] \port$10586$14 ;
-  wire [17:0] \port$10586$14 ;
-  input [11:0] \port$10610$0 ;
-  wire [11:0] \port$10610$0 ;
-  input [17:0] \port$10610$14 ;
-  wire [17:0] \port$10610$14 ;
-  input [11:0] \port$10845$0 ;
-  wire [11:0] \port$10845$0 ;
-  input [17:0] \port$10845$14 ;
-  wire [17:0] \port$10845$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12090$0 ;
-  wire [11:0] \port$12090$0 ;
-  input [17:0] \port$12090$14 ;
-  wire [17:0] \port$12090$14 ;
-  input [11:0] \port$12325$0 ;
-  wire [11:0] \port$12325$0 ;
-  input [17:0] \port$12325$14 ;
-  wire [17:0] \port$12325$14 ;
-  input [11:0] \port$12433$0 ;
-  wire [11:0] \port$12433$0 ;
-  input [17:0] \port$12433$14 ;
-  wire [17:0] \port$12433$14 ;
-  input [11:0] \port$12443$0 ;
-  wire [11:0] \port$12443$0 ;
-  input [17:0] \port$12443$14 ;
-  wire [17:0] \port$12443$14 ;
+  input [11:0] \port$10647$0 ;
+  wire [11:0] \port$10647$0 ;
+  input [17:0] \port$10647$14 ;
+  wire [17:0] \port$10647$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$10904$0 ;
+  wire [11:0] \port$10904$0 ;
+  input [17:0] \port$10904$14 ;
+  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$12142$0 ;
+  wire [11:0] \port$12142$0 ;
+  input [17:0] \port$12142$14 ;
+  wire [17:0] \port$12142$14 ;
+  input [11:0] \port$12179$0 ;
+  wire [11:0] \port$12179$0 ;
+  input [17:0] \port$12179$14 ;
+  wire [17:0] \port$12179$14 ;
+  input [11:0] \port$12399$0 ;
+  wire [11:0] \port$12399$0 ;
+  input [17:0] \port$12399$14 ;
+  wire [17:0] \port$12399$14 ;
+  input [11:0] \port$12507$0 ;
+  wire [11:0] \port$12507$0 ;
+  input [17:0] \port$12507$14 ;
+  wire [17:0] \port$12507$14 ;
+  input [11:0] \port$12517$0 ;
+  wire [11:0] \port$12517$0 ;
+  input [17:0] \port$12517$14 ;
+  wire [17:0] \port$12517$14 ;
   output [67:0] \port$2030$0 ;
   wire [67:0] \port$2030$0 ;
-  input [11:0] \port$4547$0 ;
-  wire [11:0] \port$4547$0 ;
-  input [17:0] \port$4547$14 ;
-  wire [17:0] \port$4547$14 ;
-  input [11:0] \port$6710$0 ;
-  wire [11:0] \port$6710$0 ;
-  input [17:0] \port$6710$14 ;
-  wire [17:0] \port$6710$14 ;
+  input [11:0] \port$4569$0 ;
+  wire [11:0] \port$4569$0 ;
+  input [17:0] \port$4569$14 ;
+  wire [17:0] \port$4569$14 ;
+  input [11:0] \port$6754$0 ;
+  wire [11:0] \port$6754$0 ;
+  input [17:0] \port$6754$14 ;
+  wire [17:0] \port$6754$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -53352,7 +55046,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -53368,23 +55062,23 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
+          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
+          aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12179$14 , \port$12179$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -53403,7 +55097,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -53422,7 +55116,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -53441,14 +55135,14 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -53464,23 +55158,23 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
+          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
+          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -53499,7 +55193,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -53514,7 +55208,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -53524,7 +55218,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -53534,7 +55228,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -53544,7 +55238,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -53557,7 +55251,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -53570,7 +55264,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -53580,7 +55274,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -53597,7 +55291,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -53614,7 +55308,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -53631,7 +55325,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -53648,7 +55342,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -53665,7 +55359,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53679,7 +55373,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53693,7 +55387,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53707,7 +55401,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53721,7 +55415,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53735,7 +55429,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53749,7 +55443,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53763,7 +55457,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53777,7 +55471,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53791,7 +55485,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -53805,7 +55499,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -53820,7 +55514,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -53830,7 +55524,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -53840,7 +55534,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -53850,7 +55544,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -53863,7 +55557,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -53876,7 +55570,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -53886,14 +55580,14 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$101 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -53905,25 +55599,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
+  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
+  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
+  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
+  assign s3__awaddr = { 2'h0, \port$12399$14 , \port$12399$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
+  assign s4__awaddr = { 2'h0, \port$12179$14 , \port$12179$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -53946,25 +55640,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
+  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
+  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
+  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
+  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__araddr = { 2'h0, \port$12142$14 , \port$12142$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -54020,7 +55714,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$102  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -54111,7 +55805,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$102 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -54121,7 +55815,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$102 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -54131,7 +55825,7 @@ module \dx1_board.soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$102 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -54154,10 +55848,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2366$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
-, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$85  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2366$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$103  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -54441,48 +56135,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10586$0 ;
-  wire [11:0] \port$10586$0 ;
-  input [17:0] \port$10586$14 ;
-  wire [17:0] \port$10586$14 ;
-  input [11:0] \port$10610$0 ;
-  wire [11:0] \port$10610$0 ;
-  input [17:0] \port$10610$14 ;
-  wire [17:0] \port$10610$14 ;
-  input [11:0] \port$10845$0 ;
-  wire [11:0] \port$10845$0 ;
-  input [17:0] \port$10845$14 ;
-  wire [17:0] \port$10845$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12090$0 ;
-  wire [11:0] \port$12090$0 ;
-  input [17:0] \port$12090$14 ;
-  wire [17:0] \port$12090$14 ;
-  input [11:0] \port$12325$0 ;
-  wire [11:0] \port$12325$0 ;
-  input [17:0] \port$12325$14 ;
-  wire [17:0] \port$12325$14 ;
-  input [11:0] \port$12433$0 ;
-  wire [11:0] \port$12433$0 ;
-  input [17:0] \port$12433$14 ;
-  wire [17:0] \port$12433$14 ;
-  input [11:0] \port$12443$0 ;
-  wire [11:0] \port$12443$0 ;
-  input [17:0] \port$12443$14 ;
-  wire [17:0] \port$12443$14 ;
+  input [11:0] \port$10647$0 ;
+  wire [11:0] \port$10647$0 ;
+  input [17:0] \port$10647$14 ;
+  wire [17:0] \port$10647$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$10904$0 ;
+  wire [11:0] \port$10904$0 ;
+  input [17:0] \port$10904$14 ;
+  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$12142$0 ;
+  wire [11:0] \port$12142$0 ;
+  input [17:0] \port$12142$14 ;
+  wire [17:0] \port$12142$14 ;
+  input [11:0] \port$12179$0 ;
+  wire [11:0] \port$12179$0 ;
+  input [17:0] \port$12179$14 ;
+  wire [17:0] \port$12179$14 ;
+  input [11:0] \port$12399$0 ;
+  wire [11:0] \port$12399$0 ;
+  input [17:0] \port$12399$14 ;
+  wire [17:0] \port$12399$14 ;
+  input [11:0] \port$12507$0 ;
+  wire [11:0] \port$12507$0 ;
+  input [17:0] \port$12507$14 ;
+  wire [17:0] \port$12507$14 ;
+  input [11:0] \port$12517$0 ;
+  wire [11:0] \port$12517$0 ;
+  input [17:0] \port$12517$14 ;
+  wire [17:0] \port$12517$14 ;
   output [67:0] \port$2366$0 ;
   wire [67:0] \port$2366$0 ;
-  input [11:0] \port$4547$0 ;
-  wire [11:0] \port$4547$0 ;
-  input [17:0] \port$4547$14 ;
-  wire [17:0] \port$4547$14 ;
-  input [11:0] \port$6710$0 ;
-  wire [11:0] \port$6710$0 ;
-  input [17:0] \port$6710$14 ;
-  wire [17:0] \port$6710$14 ;
+  input [11:0] \port$4569$0 ;
+  wire [11:0] \port$4569$0 ;
+  input [17:0] \port$4569$14 ;
+  wire [17:0] \port$4569$14 ;
+  input [11:0] \port$6754$0 ;
+  wire [11:0] \port$6754$0 ;
+  input [17:0] \port$6754$14 ;
+  wire [17:0] \port$6754$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -55053,7 +56747,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -55069,23 +56763,23 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
+          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
+          aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12179$14 , \port$12179$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -55104,7 +56798,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -55123,7 +56817,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -55142,14 +56836,14 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -55165,23 +56859,23 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
+          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
+          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -55200,7 +56894,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -55215,7 +56909,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -55225,7 +56919,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -55235,7 +56929,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -55245,7 +56939,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -55258,7 +56952,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -55271,7 +56965,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -55281,7 +56975,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -55298,7 +56992,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -55315,7 +57009,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -55332,7 +57026,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -55349,7 +57043,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -55366,7 +57060,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55380,7 +57074,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55394,7 +57088,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55408,7 +57102,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55422,7 +57116,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55436,7 +57130,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55450,7 +57144,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55464,7 +57158,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55478,7 +57172,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55492,7 +57186,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -55506,7 +57200,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -55521,7 +57215,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -55531,7 +57225,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -55541,7 +57235,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -55551,7 +57245,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -55564,7 +57258,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -55577,7 +57271,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -55587,14 +57281,14 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$85 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$103 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -55606,25 +57300,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
+  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
+  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
+  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
+  assign s3__awaddr = { 2'h0, \port$12399$14 , \port$12399$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
+  assign s4__awaddr = { 2'h0, \port$12179$14 , \port$12179$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -55647,25 +57341,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
+  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
+  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
+  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
+  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__araddr = { 2'h0, \port$12142$14 , \port$12142$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -55721,7 +57415,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$104  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -55812,7 +57506,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -55822,7 +57516,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -55832,7 +57526,7 @@ module \dx1_board.soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -55855,10 +57549,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2702$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
-, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2702$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -56142,48 +57836,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10586$0 ;
-  wire [11:0] \port$10586$0 ;
-  input [17:0] \port$10586$14 ;
-  wire [17:0] \port$10586$14 ;
-  input [11:0] \port$10610$0 ;
-  wire [11:0] \port$10610$0 ;
-  input [17:0] \port$10610$14 ;
-  wire [17:0] \port$10610$14 ;
-  input [11:0] \port$10845$0 ;
-  wire [11:0] \port$10845$0 ;
-  input [17:0] \port$10845$14 ;
-  wire [17:0] \port$10845$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12090$0 ;
-  wire [11:0] \port$12090$0 ;
-  input [17:0] \port$12090$14 ;
-  wire [17:0] \port$12090$14 ;
-  input [11:0] \port$12325$0 ;
-  wire [11:0] \port$12325$0 ;
-  input [17:0] \port$12325$14 ;
-  wire [17:0] \port$12325$14 ;
-  input [11:0] \port$12433$0 ;
-  wire [11:0] \port$12433$0 ;
-  input [17:0] \port$12433$14 ;
-  wire [17:0] \port$12433$14 ;
-  input [11:0] \port$12443$0 ;
-  wire [11:0] \port$12443$0 ;
-  input [17:0] \port$12443$14 ;
-  wire [17:0] \port$12443$14 ;
+  input [11:0] \port$10647$0 ;
+  wire [11:0] \port$10647$0 ;
+  input [17:0] \port$10647$14 ;
+  wire [17:0] \port$10647$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$10904$0 ;
+  wire [11:0] \port$10904$0 ;
+  input [17:0] \port$10904$14 ;
+  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$12142$0 ;
+  wire [11:0] \port$12142$0 ;
+  input [17:0] \port$12142$14 ;
+  wire [17:0] \port$12142$14 ;
+  input [11:0] \port$12179$0 ;
+  wire [11:0] \port$12179$0 ;
+  input [17:0] \port$12179$14 ;
+  wire [17:0] \port$12179$14 ;
+  input [11:0] \port$12399$0 ;
+  wire [11:0] \port$12399$0 ;
+  input [17:0] \port$12399$14 ;
+  wire [17:0] \port$12399$14 ;
+  input [11:0] \port$12507$0 ;
+  wire [11:0] \port$12507$0 ;
+  input [17:0] \port$12507$14 ;
+  wire [17:0] \port$12507$14 ;
+  input [11:0] \port$12517$0 ;
+  wire [11:0] \port$12517$0 ;
+  input [17:0] \port$12517$14 ;
+  wire [17:0] \port$12517$14 ;
   output [67:0] \port$2702$0 ;
   wire [67:0] \port$2702$0 ;
-  input [11:0] \port$4547$0 ;
-  wire [11:0] \port$4547$0 ;
-  input [17:0] \port$4547$14 ;
-  wire [17:0] \port$4547$14 ;
-  input [11:0] \port$6710$0 ;
-  wire [11:0] \port$6710$0 ;
-  input [17:0] \port$6710$14 ;
-  wire [17:0] \port$6710$14 ;
+  input [11:0] \port$4569$0 ;
+  wire [11:0] \port$4569$0 ;
+  input [17:0] \port$4569$14 ;
+  wire [17:0] \port$4569$14 ;
+  input [11:0] \port$6754$0 ;
+  wire [11:0] \port$6754$0 ;
+  input [17:0] \port$6754$14 ;
+  wire [17:0] \port$6754$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -56754,7 +58448,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -56770,23 +58464,23 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
+          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
+          aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12179$14 , \port$12179$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -56805,7 +58499,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -56824,7 +58518,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -56843,14 +58537,14 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -56866,23 +58560,23 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
+          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
+          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -56901,7 +58595,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -56916,7 +58610,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -56926,7 +58620,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -56936,7 +58630,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -56946,7 +58640,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -56959,7 +58653,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -56972,7 +58666,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -56982,7 +58676,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -56999,7 +58693,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -57016,7 +58710,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -57033,7 +58727,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -57050,7 +58744,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -57067,7 +58761,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57081,7 +58775,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57095,7 +58789,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57109,7 +58803,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57123,7 +58817,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57137,7 +58831,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57151,7 +58845,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57165,7 +58859,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57179,7 +58873,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57193,7 +58887,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -57207,7 +58901,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -57222,7 +58916,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -57232,7 +58926,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -57242,7 +58936,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -57252,7 +58946,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -57265,7 +58959,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -57278,7 +58972,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -57288,14 +58982,14 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$87 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$105 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -57307,25 +59001,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
+  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
+  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
+  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
+  assign s3__awaddr = { 2'h0, \port$12399$14 , \port$12399$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
+  assign s4__awaddr = { 2'h0, \port$12179$14 , \port$12179$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -57348,25 +59042,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
+  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
+  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
+  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
+  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__araddr = { 2'h0, \port$12142$14 , \port$12142$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -57422,7 +59116,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$88  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$106  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -57513,7 +59207,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -57523,7 +59217,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -57533,7 +59227,7 @@ module \dx1_board.soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$88 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -57556,10 +59250,10 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$3038$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4547$0 , \port$4547$14 , s4__wstrb, s4__wdata, \port$6710$0 , \port$6710$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10586$0 , \port$10586$14 , s2__arlen, \port$10610$0 , \port$10610$14 , s2__awlen, \port$10845$0 , \port$10845$14 
-, s1__wdata, \port$12066$0 , \port$12066$14 , s4__arlen, \port$12090$0 , \port$12090$14 , s4__awlen, \port$12325$0 , \port$12325$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12433$0 , \port$12433$14 , s0__awlen, \port$12443$0 , \port$12443$14 , s0__arlen, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$3038$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -57843,48 +59537,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10586$0 ;
-  wire [11:0] \port$10586$0 ;
-  input [17:0] \port$10586$14 ;
-  wire [17:0] \port$10586$14 ;
-  input [11:0] \port$10610$0 ;
-  wire [11:0] \port$10610$0 ;
-  input [17:0] \port$10610$14 ;
-  wire [17:0] \port$10610$14 ;
-  input [11:0] \port$10845$0 ;
-  wire [11:0] \port$10845$0 ;
-  input [17:0] \port$10845$14 ;
-  wire [17:0] \port$10845$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12090$0 ;
-  wire [11:0] \port$12090$0 ;
-  input [17:0] \port$12090$14 ;
-  wire [17:0] \port$12090$14 ;
-  input [11:0] \port$12325$0 ;
-  wire [11:0] \port$12325$0 ;
-  input [17:0] \port$12325$14 ;
-  wire [17:0] \port$12325$14 ;
-  input [11:0] \port$12433$0 ;
-  wire [11:0] \port$12433$0 ;
-  input [17:0] \port$12433$14 ;
-  wire [17:0] \port$12433$14 ;
-  input [11:0] \port$12443$0 ;
-  wire [11:0] \port$12443$0 ;
-  input [17:0] \port$12443$14 ;
-  wire [17:0] \port$12443$14 ;
+  input [11:0] \port$10647$0 ;
+  wire [11:0] \port$10647$0 ;
+  input [17:0] \port$10647$14 ;
+  wire [17:0] \port$10647$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$10904$0 ;
+  wire [11:0] \port$10904$0 ;
+  input [17:0] \port$10904$14 ;
+  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$12142$0 ;
+  wire [11:0] \port$12142$0 ;
+  input [17:0] \port$12142$14 ;
+  wire [17:0] \port$12142$14 ;
+  input [11:0] \port$12179$0 ;
+  wire [11:0] \port$12179$0 ;
+  input [17:0] \port$12179$14 ;
+  wire [17:0] \port$12179$14 ;
+  input [11:0] \port$12399$0 ;
+  wire [11:0] \port$12399$0 ;
+  input [17:0] \port$12399$14 ;
+  wire [17:0] \port$12399$14 ;
+  input [11:0] \port$12507$0 ;
+  wire [11:0] \port$12507$0 ;
+  input [17:0] \port$12507$14 ;
+  wire [17:0] \port$12507$14 ;
+  input [11:0] \port$12517$0 ;
+  wire [11:0] \port$12517$0 ;
+  input [17:0] \port$12517$14 ;
+  wire [17:0] \port$12517$14 ;
   output [67:0] \port$3038$0 ;
   wire [67:0] \port$3038$0 ;
-  input [11:0] \port$4547$0 ;
-  wire [11:0] \port$4547$0 ;
-  input [17:0] \port$4547$14 ;
-  wire [17:0] \port$4547$14 ;
-  input [11:0] \port$6710$0 ;
-  wire [11:0] \port$6710$0 ;
-  input [17:0] \port$6710$14 ;
-  wire [17:0] \port$6710$14 ;
+  input [11:0] \port$4569$0 ;
+  wire [11:0] \port$4569$0 ;
+  input [17:0] \port$4569$14 ;
+  wire [17:0] \port$4569$14 ;
+  input [11:0] \port$6754$0 ;
+  wire [11:0] \port$6754$0 ;
+  input [17:0] \port$6754$14 ;
+  wire [17:0] \port$6754$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -58455,7 +60149,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -58471,23 +60165,23 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12433$14 , \port$12433$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10845$14 , \port$10845$0  };
+          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10610$14 , \port$10610$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12325$14 , \port$12325$0  };
+          aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12090$14 , \port$12090$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12179$14 , \port$12179$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -58506,7 +60200,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -58525,7 +60219,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -58544,14 +60238,14 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -58567,23 +60261,23 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12443$14 , \port$12443$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4547$14 , \port$4547$0  };
+          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10586$14 , \port$10586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6710$14 , \port$6710$0  };
+          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -58602,7 +60296,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -58617,7 +60311,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -58627,7 +60321,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -58637,7 +60331,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -58647,7 +60341,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -58660,7 +60354,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -58673,7 +60367,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -58683,7 +60377,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -58700,7 +60394,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -58717,7 +60411,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -58734,7 +60428,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -58751,7 +60445,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -58768,7 +60462,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58782,7 +60476,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58796,7 +60490,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58810,7 +60504,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58824,7 +60518,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58838,7 +60532,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58852,7 +60546,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58866,7 +60560,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58880,7 +60574,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58894,7 +60588,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -58908,7 +60602,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -58923,7 +60617,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -58933,7 +60627,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -58943,7 +60637,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -58953,7 +60647,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -58966,7 +60660,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -58979,7 +60673,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -58989,14 +60683,14 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$89 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -59008,25 +60702,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12433$14 , \port$12433$0  };
+  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10845$14 , \port$10845$0  };
+  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10610$14 , \port$10610$0  };
+  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12325$14 , \port$12325$0  };
+  assign s3__awaddr = { 2'h0, \port$12399$14 , \port$12399$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12090$14 , \port$12090$0  };
+  assign s4__awaddr = { 2'h0, \port$12179$14 , \port$12179$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -59049,25 +60743,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12443$14 , \port$12443$0  };
+  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4547$14 , \port$4547$0  };
+  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10586$14 , \port$10586$0  };
+  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6710$14 , \port$6710$0  };
+  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__araddr = { 2'h0, \port$12142$14 , \port$12142$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -59123,7 +60817,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$90  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$108  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -59214,7 +60908,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$108 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -59224,7 +60918,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$108 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -59234,7 +60928,7 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$90 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$108 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -59256,16 +60950,16 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
-, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3055$0 , \port$4490$0 , \port$5158$0 , \port$5218$0 , \port$6653$0 , \port$7321$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
+, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3055$0 , \port$4512$0 , \port$5180$0 , \port$5240$0 , \port$6697$0 , \port$7365$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
 , GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set
 , QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set
 , QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value
 , GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid
 , bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value
-, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10706$0 , \port$10708$0 
-, \port$10714$0 , \port$10716$0 , \port$10718$0 , \port$10719$0 , \port$10870$0 , \port$12186$0 , \port$12188$0 , \port$12194$0 , \port$12196$0 , \port$12198$0 , \port$12199$0 , \port$12350$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10765$0 , \port$10767$0 
+, \port$10773$0 , \port$10775$0 , \port$10777$0 , \port$10778$0 , \port$10929$0 , \port$12260$0 , \port$12262$0 , \port$12268$0 , \port$12270$0 , \port$12272$0 , \port$12273$0 , \port$12424$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
-  reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -60411,46 +62105,46 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10706$0 ;
-  wire [15:0] \port$10706$0 ;
-  input [15:0] \port$10708$0 ;
-  wire [15:0] \port$10708$0 ;
-  input \port$10714$0 ;
-  wire \port$10714$0 ;
-  input [7:0] \port$10716$0 ;
-  wire [7:0] \port$10716$0 ;
-  input [15:0] \port$10718$0 ;
-  wire [15:0] \port$10718$0 ;
-  input \port$10719$0 ;
-  wire \port$10719$0 ;
-  input \port$10870$0 ;
-  wire \port$10870$0 ;
-  input [15:0] \port$12186$0 ;
-  wire [15:0] \port$12186$0 ;
-  input [15:0] \port$12188$0 ;
-  wire [15:0] \port$12188$0 ;
-  input \port$12194$0 ;
-  wire \port$12194$0 ;
-  input [7:0] \port$12196$0 ;
-  wire [7:0] \port$12196$0 ;
-  input [15:0] \port$12198$0 ;
-  wire [15:0] \port$12198$0 ;
-  input \port$12199$0 ;
-  wire \port$12199$0 ;
-  input \port$12350$0 ;
-  wire \port$12350$0 ;
+  input [15:0] \port$10765$0 ;
+  wire [15:0] \port$10765$0 ;
+  input [15:0] \port$10767$0 ;
+  wire [15:0] \port$10767$0 ;
+  input \port$10773$0 ;
+  wire \port$10773$0 ;
+  input [7:0] \port$10775$0 ;
+  wire [7:0] \port$10775$0 ;
+  input [15:0] \port$10777$0 ;
+  wire [15:0] \port$10777$0 ;
+  input \port$10778$0 ;
+  wire \port$10778$0 ;
+  input \port$10929$0 ;
+  wire \port$10929$0 ;
+  input [15:0] \port$12260$0 ;
+  wire [15:0] \port$12260$0 ;
+  input [15:0] \port$12262$0 ;
+  wire [15:0] \port$12262$0 ;
+  input \port$12268$0 ;
+  wire \port$12268$0 ;
+  input [7:0] \port$12270$0 ;
+  wire [7:0] \port$12270$0 ;
+  input [15:0] \port$12272$0 ;
+  wire [15:0] \port$12272$0 ;
+  input \port$12273$0 ;
+  wire \port$12273$0 ;
+  input \port$12424$0 ;
+  wire \port$12424$0 ;
   input \port$3055$0 ;
   wire \port$3055$0 ;
-  input \port$4490$0 ;
-  wire \port$4490$0 ;
-  input [8:0] \port$5158$0 ;
-  wire [8:0] \port$5158$0 ;
-  input \port$5218$0 ;
-  wire \port$5218$0 ;
-  input \port$6653$0 ;
-  wire \port$6653$0 ;
-  input [8:0] \port$7321$0 ;
-  wire [8:0] \port$7321$0 ;
+  input \port$4512$0 ;
+  wire \port$4512$0 ;
+  input [8:0] \port$5180$0 ;
+  wire [8:0] \port$5180$0 ;
+  input \port$5240$0 ;
+  wire \port$5240$0 ;
+  input \port$6697$0 ;
+  wire \port$6697$0 ;
+  input [8:0] \port$7365$0 ;
+  wire [8:0] \port$7365$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -60963,12 +62657,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10719$0 , \port$10870$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$10778$0 , \port$10929$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$12199$0 , \port$12350$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$12273$0 , \port$12424$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -61019,7 +62713,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -61031,7 +62725,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -61043,7 +62737,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -61055,7 +62749,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -61067,7 +62761,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -61079,7 +62773,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -61091,7 +62785,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -61103,7 +62797,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -61115,14 +62809,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -61134,7 +62828,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -61146,7 +62840,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -61158,7 +62852,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -61170,7 +62864,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -61182,7 +62876,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -61194,7 +62888,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -61206,7 +62900,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -61218,14 +62912,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -61237,7 +62931,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -61249,7 +62943,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -61261,7 +62955,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -61273,7 +62967,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -61285,7 +62979,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -61297,7 +62991,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -61310,7 +63004,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -61320,7 +63014,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -61333,7 +63027,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -61343,7 +63037,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = 4'hf;
@@ -61353,7 +63047,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -61366,7 +63060,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -61376,7 +63070,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -61389,7 +63083,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -61399,7 +63093,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -61412,7 +63106,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -61422,7 +63116,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -61432,7 +63126,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -61442,7 +63136,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -61454,7 +63148,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -61466,7 +63160,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -61478,7 +63172,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -61490,7 +63184,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -61502,7 +63196,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -61514,7 +63208,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -61526,7 +63220,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -61538,7 +63232,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -61550,7 +63244,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -61562,7 +63256,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -61574,7 +63268,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$91 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -61585,16 +63279,16 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10706$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10708$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3055$0 , \port$10714$0 , \port$4490$0  };
-  assign QUEUE0_ERROR__value = { \port$10718$0 , 8'h00, \port$10716$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$12186$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$12188$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5218$0 , \port$12194$0 , \port$6653$0  };
-  assign QUEUE1_ERROR__value = { \port$12198$0 , 8'h00, \port$12196$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5158$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7321$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10765$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10767$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3055$0 , \port$10773$0 , \port$4512$0  };
+  assign QUEUE0_ERROR__value = { \port$10777$0 , 8'h00, \port$10775$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$12260$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$12262$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5240$0 , \port$12268$0 , \port$6697$0  };
+  assign QUEUE1_ERROR__value = { \port$12272$0 , 8'h00, \port$12270$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5180$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7365$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -61719,26 +63413,26 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10719$0 , \port$10870$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12199$0 , \port$12350$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10778$0 , \port$10929$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12273$0 , \port$12424$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10706$0 ;
+  assign \$74 [15:0] = \port$10765$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10708$0 ;
+  assign \$78 [15:0] = \port$10767$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3055$0 , \port$10714$0 , \port$4490$0  };
+  assign \$82 [2:0] = { \port$3055$0 , \port$10773$0 , \port$4512$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10718$0 , \port$10716$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10777$0 , \port$10775$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$12186$0 ;
+  assign \$109 [15:0] = \port$12260$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$12188$0 ;
+  assign \$113 [15:0] = \port$12262$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5218$0 , \port$12194$0 , \port$6653$0  };
+  assign \$117 [2:0] = { \port$5240$0 , \port$12268$0 , \port$6697$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$12198$0 , \port$12196$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$12272$0 , \port$12270$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -61759,12 +63453,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5158$0  };
+  assign \$212  = { 23'h000000, \port$5180$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7321$0  };
+  assign \$231  = { 23'h000000, \port$7365$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -61901,7 +63595,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -61942,7 +63636,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -61967,7 +63661,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -61977,7 +63671,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -61989,7 +63683,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62006,7 +63700,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62018,7 +63712,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62036,7 +63730,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -62077,7 +63771,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -62102,7 +63796,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62112,7 +63806,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62124,7 +63818,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62141,7 +63835,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62153,7 +63847,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -62171,7 +63865,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$94  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$112  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -62296,7 +63990,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -62309,7 +64003,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -62322,7 +64016,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -62338,7 +64032,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$94 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -62362,7 +64056,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -62487,7 +64181,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -62500,7 +64194,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -62513,7 +64207,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -62529,7 +64223,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;

@@ -1448,8 +1448,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(done__tvalid),
     .perf_busy(perf_busy),
     .perf_macs(perf_macs),
-    .\port$9284$0 (\$238 ),
-    .\port$9286$0 (\$239 ),
+    .\port$9359$0 (\$238 ),
+    .\port$9361$0 (\$239 ),
     .progress(\progress$300 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
@@ -1479,8 +1479,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tvalid(\done__tvalid$450 ),
     .perf_busy(\perf_busy$691 ),
     .perf_macs(\perf_macs$700 ),
-    .\port$10764$0 (\$240 ),
-    .\port$10766$0 (\$241 ),
+    .\port$10854$0 (\$240 ),
+    .\port$10856$0 (\$241 ),
     .progress(\progress$620 ),
     .r_en(\done__tready$451 ),
     .\r_en$122 (\spm_rresp__tready$491 ),
@@ -1539,22 +1539,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$7564$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7566$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7568$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7570$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7572$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7574$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7576$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7578$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7580$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7582$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7584$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7586$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7588$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7590$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7592$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7594$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7608$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7610$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7612$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7614$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7616$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7618$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7620$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7622$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7624$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7626$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7628$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7630$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7632$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7634$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7636$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7638$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1623,22 +1623,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$658 ),
     .irq_completion(\irq_completion$669 ),
     .irq_error(\irq_error$670 ),
-    .\port$7564$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7566$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7568$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7570$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7572$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7574$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7576$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7578$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7580$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7582$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7584$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7586$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7588$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7590$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7592$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7594$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7608$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7610$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7612$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7614$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7616$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7618$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7620$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7622$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7624$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7626$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7628$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7630$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7632$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7634$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7636$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7638$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$619 ),
     .quiesce(\quiesce$630 ),
     .reset_cp(\reset_cp$798 ),
@@ -1674,24 +1674,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .acc_wr__tvalid(acc_wr__tvalid),
     .axi__araddr(s2__araddr),
     .axi__arlen(s2__arlen),
-    .axi__arready(\axi__arready$247 ),
     .axi__arvalid(s2__arvalid),
     .axi__awaddr(s2__awaddr),
     .axi__awlen(s2__awlen),
-    .axi__awready(\axi__awready$261 ),
     .axi__awvalid(s2__awvalid),
-    .axi__bresp(\axi__bresp$271 ),
-    .axi__bvalid(\axi__bvalid$273 ),
-    .axi__rdata(\axi__rdata$275 ),
-    .axi__rlast(\axi__rlast$279 ),
     .axi__rready(s2__rready),
-    .axi__rresp(\axi__rresp$283 ),
-    .axi__rvalid(\axi__rvalid$285 ),
     .axi__wdata(s2__wdata),
     .axi__wlast(s2__wlast),
-    .axi__wready(\axi__wready$291 ),
     .axi__wstrb(s2__wstrb),
     .axi__wvalid(s2__wvalid),
+    .bus__arready(\axi__arready$247 ),
+    .bus__awready(\axi__awready$261 ),
+    .bus__bid(\axi__bid$267 ),
+    .bus__bresp(\axi__bresp$271 ),
+    .bus__bvalid(\axi__bvalid$273 ),
+    .bus__rdata(\axi__rdata$275 ),
+    .bus__rid(\axi__rid$277 ),
+    .bus__rlast(\axi__rlast$279 ),
+    .bus__rresp(\axi__rresp$283 ),
+    .bus__rvalid(\axi__rvalid$285 ),
+    .bus__wready(\axi__wready$291 ),
     .bytes_read(bytes_read),
     .bytes_written(bytes_written),
     .clk(clk),
@@ -1702,6 +1704,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$141 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
+    .\port$9359$0 (\$238 ),
+    .\port$9361$0 (\$239 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1712,9 +1716,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_rresp__tready(spm_rresp__tready),
     .spm_rresp__tvalid(spm_rresp__tvalid),
     .spm_wr__tready(spm_wr__tready),
-    .spm_wr__tvalid(spm_wr__tvalid),
-    .wr_addr(\$239 ),
-    .wr_data(\$238 )
+    .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_soc.dma1  dma1 (
     .abort(\abort$632 ),
@@ -1727,24 +1729,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .acc_wr__tvalid(\acc_wr__tvalid$481 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
-    .axi__arready(\axi__arready$567 ),
     .axi__arvalid(s4__arvalid),
     .axi__awaddr(s4__awaddr),
     .axi__awlen(s4__awlen),
-    .axi__awready(\axi__awready$581 ),
     .axi__awvalid(s4__awvalid),
-    .axi__bresp(\axi__bresp$591 ),
-    .axi__bvalid(\axi__bvalid$593 ),
-    .axi__rdata(\axi__rdata$595 ),
-    .axi__rlast(\axi__rlast$599 ),
     .axi__rready(s4__rready),
-    .axi__rresp(\axi__rresp$603 ),
-    .axi__rvalid(\axi__rvalid$605 ),
     .axi__wdata(s4__wdata),
     .axi__wlast(s4__wlast),
-    .axi__wready(\axi__wready$611 ),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
+    .bus__arready(\axi__arready$567 ),
+    .bus__awready(\axi__awready$581 ),
+    .bus__bid(\axi__bid$587 ),
+    .bus__bresp(\axi__bresp$591 ),
+    .bus__bvalid(\axi__bvalid$593 ),
+    .bus__rdata(\axi__rdata$595 ),
+    .bus__rid(\axi__rid$597 ),
+    .bus__rlast(\axi__rlast$599 ),
+    .bus__rresp(\axi__rresp$603 ),
+    .bus__rvalid(\axi__rvalid$605 ),
+    .bus__wready(\axi__wready$611 ),
     .bytes_read(\bytes_read$694 ),
     .bytes_written(\bytes_written$697 ),
     .clk(clk),
@@ -1755,6 +1759,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$461 ),
     .done__tvalid(\dma_done__tvalid$463 ),
     .hold(\hold$440 ),
+    .\port$10854$0 (\$240 ),
+    .\port$10856$0 (\$241 ),
     .quiet(\dma_quiet$628 ),
     .reset_units(\reset_units$677 ),
     .rst(rst),
@@ -1765,9 +1771,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_rresp__tready(\spm_rresp__tready$491 ),
     .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
     .spm_wr__tready(\spm_wr__tready$467 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$469 ),
-    .wr_addr(\$241 ),
-    .wr_data(\$240 )
+    .spm_wr__tvalid(\spm_wr__tvalid$469 )
   );
   \dx1_soc.memory  memory (
     .clk(clk),
@@ -2054,26 +2058,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$10826$0 (\head$658 ),
-    .\port$10828$0 (\tail$660 ),
-    .\port$10834$0 (\halted$663 ),
-    .\port$10836$0 (\error_code$666 ),
-    .\port$10838$0 (\error_index$667 ),
-    .\port$10839$0 (\irq_error$670 ),
-    .\port$10990$0 (\irq_completion$669 ),
+    .\port$10900$0 (\head$658 ),
+    .\port$10902$0 (\tail$660 ),
+    .\port$10908$0 (\halted$663 ),
+    .\port$10910$0 (\error_code$666 ),
+    .\port$10912$0 (\error_index$667 ),
+    .\port$10913$0 (\irq_error$670 ),
+    .\port$11064$0 (\irq_completion$669 ),
     .\port$3063$0 (\busy$344 ),
-    .\port$4498$0 (busy),
-    .\port$5166$0 (level),
-    .\port$5226$0 (\busy$664 ),
-    .\port$6661$0 (\busy$662 ),
-    .\port$7329$0 (\level$717 ),
-    .\port$9346$0 (head),
-    .\port$9348$0 (tail),
-    .\port$9354$0 (halted),
-    .\port$9356$0 (error_code),
-    .\port$9358$0 (error_index),
-    .\port$9359$0 (irq_error),
-    .\port$9510$0 (irq_completion),
+    .\port$4520$0 (busy),
+    .\port$5188$0 (level),
+    .\port$5248$0 (\busy$664 ),
+    .\port$6705$0 (\busy$662 ),
+    .\port$7373$0 (\level$717 ),
+    .\port$9405$0 (head),
+    .\port$9407$0 (tail),
+    .\port$9413$0 (halted),
+    .\port$9415$0 (error_code),
+    .\port$9417$0 (error_index),
+    .\port$9418$0 (irq_error),
+    .\port$9569$0 (irq_completion),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -3797,7 +3801,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$9284$0 , \port$9286$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9359$0 , \port$9361$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4162,10 +4166,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$9284$0 ;
-  wire [255:0] \port$9284$0 ;
-  input [15:0] \port$9286$0 ;
-  wire [15:0] \port$9286$0 ;
+  input [255:0] \port$9359$0 ;
+  wire [255:0] \port$9359$0 ;
+  input [15:0] \port$9361$0 ;
+  wire [15:0] \port$9361$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -4670,8 +4674,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$8086$128 (cmd[143:128]),
-    .\port$8086$80 (cmd[91:80]),
+    .\port$8130$128 (cmd[143:128]),
+    .\port$8130$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -4708,11 +4712,11 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$8086$112 (cmd[143:112]),
-    .\port$8086$16 (cmd[31:16]),
-    .\port$8086$64 (cmd[75:64]),
-    .\port$8086$8 (cmd[8]),
-    .\port$8086$96 (cmd[105:96]),
+    .\port$8130$112 (cmd[143:112]),
+    .\port$8130$16 (cmd[31:16]),
+    .\port$8130$64 (cmd[75:64]),
+    .\port$8130$8 (cmd[8]),
+    .\port$8130$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -4908,7 +4912,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$9286$0 [9:0];
+      acc_w__addr = \port$9361$0 [9:0];
     end
   end
   always @* begin
@@ -4918,7 +4922,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$9284$0 ;
+      acc_w__data = \port$9359$0 ;
     end
   end
   always @* begin
@@ -4986,7 +4990,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$9286$0 [11:0];
+      spm_w__addr = \port$9361$0 [11:0];
     end
   end
   always @* begin
@@ -4996,7 +5000,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$9284$0 [63:0];
+      spm_w__data = \port$9359$0 [63:0];
     end
   end
   always @* begin
@@ -5807,8 +5811,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$9286$0 , \port$9284$0 [63:0] };
-  assign acc_wr__tdata = { \port$9286$0 , \port$9284$0  };
+  assign spm_wr__tdata = { \port$9361$0 , \port$9359$0 [63:0] };
+  assign acc_wr__tdata = { \port$9361$0 , \port$9359$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -13743,7 +13747,7 @@ module \dx1_soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8086$80 , \port$8086$128 , clk);
+module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8130$80 , \port$8130$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -13767,10 +13771,10 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$8086$128 ;
-  wire [15:0] \port$8086$128 ;
-  input [11:0] \port$8086$80 ;
-  wire [11:0] \port$8086$80 ;
+  input [15:0] \port$8130$128 ;
+  wire [15:0] \port$8130$128 ;
+  input [11:0] \port$8130$80 ;
+  wire [11:0] \port$8130$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -13806,7 +13810,7 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8086$128 , \port$8086$80  };
+      storage[w_port__addr] <= { \port$8130$128 , \port$8130$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -13877,8 +13881,8 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8086$128 , \port$8086$80  };
-  assign w_data = { \port$8086$128 , \port$8086$80  };
+  assign w_port__data = { \port$8130$128 , \port$8130$80  };
+  assign w_data = { \port$8130$128 , \port$8130$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -15034,7 +15038,7 @@ module \dx1_soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8086$8 , \port$8086$16 , \port$8086$64 , \port$8086$96 , \port$8086$112 , clk);
+module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8130$8 , \port$8130$16 , \port$8130$64 , \port$8130$96 , \port$8130$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15058,16 +15062,16 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$8086$112 ;
-  wire [31:0] \port$8086$112 ;
-  input [15:0] \port$8086$16 ;
-  wire [15:0] \port$8086$16 ;
-  input [11:0] \port$8086$64 ;
-  wire [11:0] \port$8086$64 ;
-  input \port$8086$8 ;
-  wire \port$8086$8 ;
-  input [9:0] \port$8086$96 ;
-  wire [9:0] \port$8086$96 ;
+  input [31:0] \port$8130$112 ;
+  wire [31:0] \port$8130$112 ;
+  input [15:0] \port$8130$16 ;
+  wire [15:0] \port$8130$16 ;
+  input [11:0] \port$8130$64 ;
+  wire [11:0] \port$8130$64 ;
+  input \port$8130$8 ;
+  wire \port$8130$8 ;
+  input [9:0] \port$8130$96 ;
+  wire [9:0] \port$8130$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -15103,7 +15107,7 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8086$16 , \port$8086$8 , \port$8086$112 , \port$8086$96 , \port$8086$64  };
+      storage[w_port__addr] <= { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -15174,15 +15178,15 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8086$16 , \port$8086$8 , \port$8086$112 , \port$8086$96 , \port$8086$64  };
-  assign w_data = { \port$8086$16 , \port$8086$8 , \port$8086$112 , \port$8086$96 , \port$8086$64  };
+  assign w_port__data = { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
+  assign w_data = { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10764$0 , \port$10766$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10854$0 , \port$10856$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15547,10 +15551,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$10764$0 ;
-  wire [255:0] \port$10764$0 ;
-  input [15:0] \port$10766$0 ;
-  wire [15:0] \port$10766$0 ;
+  input [255:0] \port$10854$0 ;
+  wire [255:0] \port$10854$0 ;
+  input [15:0] \port$10856$0 ;
+  wire [15:0] \port$10856$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -16055,8 +16059,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.load_q  load_q (
     .clk(clk),
-    .\port$9566$128 (cmd[143:128]),
-    .\port$9566$80 (cmd[91:80]),
+    .\port$9625$128 (cmd[143:128]),
+    .\port$9625$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -16093,11 +16097,11 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core1.stream_q  stream_q (
     .clk(clk),
-    .\port$9566$112 (cmd[143:112]),
-    .\port$9566$16 (cmd[31:16]),
-    .\port$9566$64 (cmd[75:64]),
-    .\port$9566$8 (cmd[8]),
-    .\port$9566$96 (cmd[105:96]),
+    .\port$9625$112 (cmd[143:112]),
+    .\port$9625$16 (cmd[31:16]),
+    .\port$9625$64 (cmd[75:64]),
+    .\port$9625$8 (cmd[8]),
+    .\port$9625$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -16293,7 +16297,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$10766$0 [9:0];
+      acc_w__addr = \port$10856$0 [9:0];
     end
   end
   always @* begin
@@ -16303,7 +16307,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$10764$0 ;
+      acc_w__data = \port$10854$0 ;
     end
   end
   always @* begin
@@ -16371,7 +16375,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$10766$0 [11:0];
+      spm_w__addr = \port$10856$0 [11:0];
     end
   end
   always @* begin
@@ -16381,7 +16385,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$10764$0 [63:0];
+      spm_w__data = \port$10854$0 [63:0];
     end
   end
   always @* begin
@@ -17192,8 +17196,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$10766$0 , \port$10764$0 [63:0] };
-  assign acc_wr__tdata = { \port$10766$0 , \port$10764$0  };
+  assign spm_wr__tdata = { \port$10856$0 , \port$10854$0 [63:0] };
+  assign acc_wr__tdata = { \port$10856$0 , \port$10854$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -25128,7 +25132,7 @@ module \dx1_soc.core1.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9566$80 , \port$9566$128 , clk);
+module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9625$80 , \port$9625$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -25152,10 +25156,10 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$9566$128 ;
-  wire [15:0] \port$9566$128 ;
-  input [11:0] \port$9566$80 ;
-  wire [11:0] \port$9566$80 ;
+  input [15:0] \port$9625$128 ;
+  wire [15:0] \port$9625$128 ;
+  input [11:0] \port$9625$80 ;
+  wire [11:0] \port$9625$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -25191,7 +25195,7 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9566$128 , \port$9566$80  };
+      storage[w_port__addr] <= { \port$9625$128 , \port$9625$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -25262,8 +25266,8 @@ module \dx1_soc.core1.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9566$128 , \port$9566$80  };
-  assign w_data = { \port$9566$128 , \port$9566$80  };
+  assign w_port__data = { \port$9625$128 , \port$9625$80  };
+  assign w_data = { \port$9625$128 , \port$9625$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -26419,7 +26423,7 @@ module \dx1_soc.core1.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9566$8 , \port$9566$16 , \port$9566$64 , \port$9566$96 , \port$9566$112 , clk);
+module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9625$8 , \port$9625$16 , \port$9625$64 , \port$9625$96 , \port$9625$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -26443,16 +26447,16 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$9566$112 ;
-  wire [31:0] \port$9566$112 ;
-  input [15:0] \port$9566$16 ;
-  wire [15:0] \port$9566$16 ;
-  input [11:0] \port$9566$64 ;
-  wire [11:0] \port$9566$64 ;
-  input \port$9566$8 ;
-  wire \port$9566$8 ;
-  input [9:0] \port$9566$96 ;
-  wire [9:0] \port$9566$96 ;
+  input [31:0] \port$9625$112 ;
+  wire [31:0] \port$9625$112 ;
+  input [15:0] \port$9625$16 ;
+  wire [15:0] \port$9625$16 ;
+  input [11:0] \port$9625$64 ;
+  wire [11:0] \port$9625$64 ;
+  input \port$9625$8 ;
+  wire \port$9625$8 ;
+  input [9:0] \port$9625$96 ;
+  wire [9:0] \port$9625$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -26488,7 +26492,7 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9566$16 , \port$9566$8 , \port$9566$112 , \port$9566$96 , \port$9566$64  };
+      storage[w_port__addr] <= { \port$9625$16 , \port$9625$8 , \port$9625$112 , \port$9625$96 , \port$9625$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -26559,15 +26563,15 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9566$16 , \port$9566$8 , \port$9566$112 , \port$9566$96 , \port$9566$64  };
-  assign w_data = { \port$9566$16 , \port$9566$8 , \port$9566$112 , \port$9566$96 , \port$9566$64  };
+  assign w_port__data = { \port$9625$16 , \port$9625$8 , \port$9625$112 , \port$9625$96 , \port$9625$64  };
+  assign w_data = { \port$9625$16 , \port$9625$8 , \port$9625$112 , \port$9625$96 , \port$9625$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7564$0 
-, \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , \port$7594$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7608$0 
+, \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
 , budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -26848,38 +26852,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7564$0 ;
-  wire [15:0] \port$7564$0 ;
-  input [15:0] \port$7566$0 ;
-  wire [15:0] \port$7566$0 ;
-  input [15:0] \port$7568$0 ;
-  wire [15:0] \port$7568$0 ;
-  input [15:0] \port$7570$0 ;
-  wire [15:0] \port$7570$0 ;
-  input [15:0] \port$7572$0 ;
-  wire [15:0] \port$7572$0 ;
-  input [15:0] \port$7574$0 ;
-  wire [15:0] \port$7574$0 ;
-  input [15:0] \port$7576$0 ;
-  wire [15:0] \port$7576$0 ;
-  input [15:0] \port$7578$0 ;
-  wire [15:0] \port$7578$0 ;
-  input [15:0] \port$7580$0 ;
-  wire [15:0] \port$7580$0 ;
-  input [15:0] \port$7582$0 ;
-  wire [15:0] \port$7582$0 ;
-  input [15:0] \port$7584$0 ;
-  wire [15:0] \port$7584$0 ;
-  input [15:0] \port$7586$0 ;
-  wire [15:0] \port$7586$0 ;
-  input [15:0] \port$7588$0 ;
-  wire [15:0] \port$7588$0 ;
-  input [15:0] \port$7590$0 ;
-  wire [15:0] \port$7590$0 ;
-  input [15:0] \port$7592$0 ;
-  wire [15:0] \port$7592$0 ;
-  input [15:0] \port$7594$0 ;
-  wire [15:0] \port$7594$0 ;
+  input [15:0] \port$7608$0 ;
+  wire [15:0] \port$7608$0 ;
+  input [15:0] \port$7610$0 ;
+  wire [15:0] \port$7610$0 ;
+  input [15:0] \port$7612$0 ;
+  wire [15:0] \port$7612$0 ;
+  input [15:0] \port$7614$0 ;
+  wire [15:0] \port$7614$0 ;
+  input [15:0] \port$7616$0 ;
+  wire [15:0] \port$7616$0 ;
+  input [15:0] \port$7618$0 ;
+  wire [15:0] \port$7618$0 ;
+  input [15:0] \port$7620$0 ;
+  wire [15:0] \port$7620$0 ;
+  input [15:0] \port$7622$0 ;
+  wire [15:0] \port$7622$0 ;
+  input [15:0] \port$7624$0 ;
+  wire [15:0] \port$7624$0 ;
+  input [15:0] \port$7626$0 ;
+  wire [15:0] \port$7626$0 ;
+  input [15:0] \port$7628$0 ;
+  wire [15:0] \port$7628$0 ;
+  input [15:0] \port$7630$0 ;
+  wire [15:0] \port$7630$0 ;
+  input [15:0] \port$7632$0 ;
+  wire [15:0] \port$7632$0 ;
+  input [15:0] \port$7634$0 ;
+  wire [15:0] \port$7634$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -27229,23 +27233,23 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$7564$0 (\port$7564$0 ),
-    .\port$7566$0 (\port$7566$0 ),
-    .\port$7568$0 (\port$7568$0 ),
-    .\port$7570$0 (\port$7570$0 ),
-    .\port$7572$0 (\port$7572$0 ),
-    .\port$7574$0 (\port$7574$0 ),
-    .\port$7576$0 (\port$7576$0 ),
-    .\port$7578$0 (\port$7578$0 ),
-    .\port$7580$0 (\port$7580$0 ),
-    .\port$7582$0 (\port$7582$0 ),
-    .\port$7584$0 (\port$7584$0 ),
-    .\port$7586$0 (\port$7586$0 ),
-    .\port$7588$0 (\port$7588$0 ),
-    .\port$7590$0 (\port$7590$0 ),
-    .\port$7592$0 (\port$7592$0 ),
-    .\port$7594$0 (\port$7594$0 ),
-    .\port$9374$64 (cmd[87:64]),
+    .\port$7608$0 (\port$7608$0 ),
+    .\port$7610$0 (\port$7610$0 ),
+    .\port$7612$0 (\port$7612$0 ),
+    .\port$7614$0 (\port$7614$0 ),
+    .\port$7616$0 (\port$7616$0 ),
+    .\port$7618$0 (\port$7618$0 ),
+    .\port$7620$0 (\port$7620$0 ),
+    .\port$7622$0 (\port$7622$0 ),
+    .\port$7624$0 (\port$7624$0 ),
+    .\port$7626$0 (\port$7626$0 ),
+    .\port$7628$0 (\port$7628$0 ),
+    .\port$7630$0 (\port$7630$0 ),
+    .\port$7632$0 (\port$7632$0 ),
+    .\port$7634$0 (\port$7634$0 ),
+    .\port$7636$0 (\port$7636$0 ),
+    .\port$7638$0 (\port$7638$0 ),
+    .\port$9433$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -27422,8 +27426,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
-  assign \sem_values$182  = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
+  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign \sem_values$182  = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -27510,38 +27514,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7564$0 ;
-  assign \sem_values[1]  = \port$7566$0 ;
-  assign \sem_values[2]  = \port$7568$0 ;
-  assign \sem_values[3]  = \port$7570$0 ;
-  assign \sem_values[4]  = \port$7572$0 ;
-  assign \sem_values[5]  = \port$7574$0 ;
-  assign \sem_values[6]  = \port$7576$0 ;
-  assign \sem_values[7]  = \port$7578$0 ;
-  assign \sem_values[8]  = \port$7580$0 ;
-  assign \sem_values[9]  = \port$7582$0 ;
-  assign \sem_values[10]  = \port$7584$0 ;
-  assign \sem_values[11]  = \port$7586$0 ;
-  assign \sem_values[12]  = \port$7588$0 ;
-  assign \sem_values[13]  = \port$7590$0 ;
-  assign \sem_values[14]  = \port$7592$0 ;
-  assign \sem_values[15]  = \port$7594$0 ;
-  assign \sem_values$182[0]  = \port$7564$0 ;
-  assign \sem_values$182[1]  = \port$7566$0 ;
-  assign \sem_values$182[2]  = \port$7568$0 ;
-  assign \sem_values$182[3]  = \port$7570$0 ;
-  assign \sem_values$182[4]  = \port$7572$0 ;
-  assign \sem_values$182[5]  = \port$7574$0 ;
-  assign \sem_values$182[6]  = \port$7576$0 ;
-  assign \sem_values$182[7]  = \port$7578$0 ;
-  assign \sem_values$182[8]  = \port$7580$0 ;
-  assign \sem_values$182[9]  = \port$7582$0 ;
-  assign \sem_values$182[10]  = \port$7584$0 ;
-  assign \sem_values$182[11]  = \port$7586$0 ;
-  assign \sem_values$182[12]  = \port$7588$0 ;
-  assign \sem_values$182[13]  = \port$7590$0 ;
-  assign \sem_values$182[14]  = \port$7592$0 ;
-  assign \sem_values$182[15]  = \port$7594$0 ;
+  assign \sem_values[0]  = \port$7608$0 ;
+  assign \sem_values[1]  = \port$7610$0 ;
+  assign \sem_values[2]  = \port$7612$0 ;
+  assign \sem_values[3]  = \port$7614$0 ;
+  assign \sem_values[4]  = \port$7616$0 ;
+  assign \sem_values[5]  = \port$7618$0 ;
+  assign \sem_values[6]  = \port$7620$0 ;
+  assign \sem_values[7]  = \port$7622$0 ;
+  assign \sem_values[8]  = \port$7624$0 ;
+  assign \sem_values[9]  = \port$7626$0 ;
+  assign \sem_values[10]  = \port$7628$0 ;
+  assign \sem_values[11]  = \port$7630$0 ;
+  assign \sem_values[12]  = \port$7632$0 ;
+  assign \sem_values[13]  = \port$7634$0 ;
+  assign \sem_values[14]  = \port$7636$0 ;
+  assign \sem_values[15]  = \port$7638$0 ;
+  assign \sem_values$182[0]  = \port$7608$0 ;
+  assign \sem_values$182[1]  = \port$7610$0 ;
+  assign \sem_values$182[2]  = \port$7612$0 ;
+  assign \sem_values$182[3]  = \port$7614$0 ;
+  assign \sem_values$182[4]  = \port$7616$0 ;
+  assign \sem_values$182[5]  = \port$7618$0 ;
+  assign \sem_values$182[6]  = \port$7620$0 ;
+  assign \sem_values$182[7]  = \port$7622$0 ;
+  assign \sem_values$182[8]  = \port$7624$0 ;
+  assign \sem_values$182[9]  = \port$7626$0 ;
+  assign \sem_values$182[10]  = \port$7628$0 ;
+  assign \sem_values$182[11]  = \port$7630$0 ;
+  assign \sem_values$182[12]  = \port$7632$0 ;
+  assign \sem_values$182[13]  = \port$7634$0 ;
+  assign \sem_values$182[14]  = \port$7636$0 ;
+  assign \sem_values$182[15]  = \port$7638$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -27641,43 +27645,26 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [7:0] \$118 ;
   wire \$119 ;
   wire [19:0] \$12 ;
-  wire \$120 ;
-  wire [15:0] \$121 ;
-  wire \$122 ;
-  wire [32:0] \$123 ;
-  wire [16:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire \$128 ;
-  wire \$129 ;
+  reg [2:0] \$120 ;
+  reg [32:0] \$121 ;
+  reg [32:0] \$122 ;
+  reg [48:0] \$123 ;
+  reg [21:0] \$124 ;
+  reg [31:0] \$125 ;
+  reg [19:0] \$126 ;
+  reg [33:0] \$127 ;
+  reg [49:0] \$128 ;
+  reg [32:0] \$129 ;
   wire [21:0] \$13 ;
-  wire [16:0] \$130 ;
-  wire [16:0] \$131 ;
-  wire [16:0] \$132 ;
-  wire [34:0] \$133 ;
-  wire [34:0] \$134 ;
-  wire [34:0] \$135 ;
-  wire [34:0] \$136 ;
-  reg [2:0] \$137 ;
-  reg [32:0] \$138 ;
-  reg [32:0] \$139 ;
+  reg [32:0] \$130 ;
+  reg [32:0] \$131 ;
+  reg [20:0] \$132 ;
+  reg [16:0] \$133 ;
+  reg [7:0] \$134 ;
+  reg [1:0] \$135 ;
+  reg [271:0] \$136 ;
   wire [31:0] \$14 ;
-  reg [48:0] \$140 ;
-  reg [21:0] \$141 ;
-  reg [31:0] \$142 ;
-  reg [19:0] \$143 ;
-  reg [33:0] \$144 ;
-  reg [49:0] \$145 ;
-  reg [32:0] \$146 ;
-  reg [32:0] \$147 ;
-  reg [32:0] \$148 ;
-  reg [20:0] \$149 ;
   wire [19:0] \$15 ;
-  reg [16:0] \$150 ;
-  reg [7:0] \$151 ;
-  reg [1:0] \$152 ;
-  reg [271:0] \$153 ;
   wire [33:0] \$16 ;
   wire [34:0] \$17 ;
   wire [49:0] \$18 ;
@@ -27770,10 +27757,13 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [7:0] \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
   input clk;
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
+  wire [255:0] \cmd$29 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -27784,6 +27774,15 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \footprint$24 ;
+  wire [33:0] \footprint$24.acc_r_hi ;
+  wire [33:0] \footprint$24.acc_r_lo ;
+  wire [33:0] \footprint$24.acc_w_hi ;
+  wire [33:0] \footprint$24.acc_w_lo ;
+  wire [33:0] \footprint$24.spm_r_hi ;
+  wire [33:0] \footprint$24.spm_r_lo ;
+  wire [33:0] \footprint$24.spm_w_hi ;
+  wire [33:0] \footprint$24.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -27792,15 +27791,6 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [33:0] \footprint.spm_r_lo ;
   wire [33:0] \footprint.spm_w_hi ;
   wire [33:0] \footprint.spm_w_lo ;
-  reg [271:0] fp_next;
-  wire [33:0] \fp_next.acc_r_hi ;
-  wire [33:0] \fp_next.acc_r_lo ;
-  wire [33:0] \fp_next.acc_w_hi ;
-  wire [33:0] \fp_next.acc_w_lo ;
-  wire [33:0] \fp_next.spm_r_hi ;
-  wire [33:0] \fp_next.spm_r_lo ;
-  wire [33:0] \fp_next.spm_w_hi ;
-  wire [33:0] \fp_next.spm_w_lo ;
   reg [32:0] g_a_end = 33'h000000000;
   reg [31:0] g_a_rows = 32'd0;
   reg [20:0] g_b_end = 21'h000000;
@@ -27809,9 +27799,12 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [32:0] mv_col_off = 33'h000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  (* init = 34'h000000000 *)
+  wire [33:0] \mv_last$30 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
+  wire [33:0] \p_src_end$33 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -27940,230 +27933,221 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \$117  = | \$116 ;
   assign \$118  = \$117  ? 8'h02 : 8'h00;
   assign \$119  = | status_next;
-  assign \$120  = cmd[79:64] < cmd[95:80];
-  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
-  assign \$122  = g_a_end > g_b_end;
-  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
-  assign \$124  = cmd[111:96] + cmd[127:112];
-  assign \$125  = cmd[127:112] < cmd[79:64];
-  assign \$126  = cmd[9] & \$125 ;
-  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
-  assign \$128  = cmd[127:112] >= p_src_end;
-  assign \$129  = cmd[9] & \$128 ;
-  assign \$130  = cmd[127:112] + 1'h1;
-  assign \$131  = \$129  ? \$130  : p_src_end;
-  assign \$132  = cmd[95:80] + cmd[111:96];
-  assign \$133  = mv_last + 1'h1;
-  assign \$134  = mv_last + 1'h1;
-  assign \$135  = mv_last + 1'h1;
-  assign \$136  = mv_last + 1'h1;
   always @(posedge clk)
-    stage <= \$137 ;
+    stage <= \$120 ;
   always @(posedge clk)
-    mv_row_off <= \$138 ;
+    mv_row_off <= \$121 ;
   always @(posedge clk)
-    mv_col_off <= \$139 ;
+    mv_col_off <= \$122 ;
   always @(posedge clk)
-    mv_mem_off <= \$140 ;
+    mv_mem_off <= \$123 ;
   always @(posedge clk)
-    mv_bytes <= \$141 ;
+    mv_bytes <= \$124 ;
   always @(posedge clk)
-    g_a_rows <= \$142 ;
+    g_a_rows <= \$125 ;
   always @(posedge clk)
-    g_b_rows <= \$143 ;
+    g_b_rows <= \$126 ;
   always @(posedge clk)
-    mv_last <= \$144 ;
+    mv_last <= \$127 ;
   always @(posedge clk)
-    mv_end <= \$145 ;
+    mv_end <= \$128 ;
   always @(posedge clk)
-    cp_src_end <= \$146 ;
+    cp_src_end <= \$129 ;
   always @(posedge clk)
-    cp_dst_end <= \$147 ;
+    cp_dst_end <= \$130 ;
   always @(posedge clk)
-    g_a_end <= \$148 ;
+    g_a_end <= \$131 ;
   always @(posedge clk)
-    g_b_end <= \$149 ;
+    g_b_end <= \$132 ;
   always @(posedge clk)
-    p_src_end <= \$150 ;
+    p_src_end <= \$133 ;
   always @(posedge clk)
-    status <= \$151 ;
+    status <= \$134 ;
   always @(posedge clk)
-    route <= \$152 ;
+    route <= \$135 ;
   always @(posedge clk)
-    footprint <= \$153 ;
+    footprint <= \$136 ;
+  \dx1_soc.cp0.decoder.footprint$34  \footprint$34  (
+    .cmd(cmd),
+    .footprint(\footprint$24 ),
+    .mv_last(mv_last),
+    .\port$9465$0 (g_a_end),
+    .\port$9467$0 (g_b_end),
+    .\port$9469$0 (p_src_end)
+  );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$137  = stage;
+    \$120  = stage;
     if (\$2 ) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end else if (\$3 ) begin
-      \$137  = \$4 [2:0];
+      \$120  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
     if (rst) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$138  = \$6 ;
+    \$121  = \$6 ;
     if (reset_cp) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
     if (rst) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$139  = \$8 ;
+    \$122  = \$8 ;
     if (reset_cp) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
     if (rst) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$140  = \$10 ;
+    \$123  = \$10 ;
     if (reset_cp) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
     if (rst) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$141  = \$13 ;
+    \$124  = \$13 ;
     if (reset_cp) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
     if (rst) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$142  = \$14 ;
+    \$125  = \$14 ;
     if (reset_cp) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
     if (rst) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$143  = \$15 ;
+    \$126  = \$15 ;
     if (reset_cp) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
     if (rst) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$144  = \$17 [33:0];
+    \$127  = \$17 [33:0];
     if (reset_cp) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
     if (rst) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$145  = \$19 [49:0];
+    \$128  = \$19 [49:0];
     if (reset_cp) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
     if (rst) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$146  = \$20 ;
+    \$129  = \$20 ;
     if (reset_cp) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
     if (rst) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$147  = \$21 ;
+    \$130  = \$21 ;
     if (reset_cp) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
     if (rst) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$148  = \$22 ;
+    \$131  = \$22 ;
     if (reset_cp) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$149  = \$23 ;
+    \$132  = \$23 ;
     if (reset_cp) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
     if (rst) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$150  = \$24 ;
+    \$133  = \$24 ;
     if (reset_cp) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
     if (rst) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$151  = status_next;
+    \$134  = status_next;
     if (reset_cp) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
     if (rst) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$152  = route_next;
+    \$135  = route_next;
     if (reset_cp) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
     if (rst) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    \$153  = fp_next;
+    \$136  = \footprint$24 ;
     if (reset_cp) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -28207,44 +28191,11 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       route_next = 2'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$121  };
-          fp_next[67:34] = { 1'h0, \$123  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$124  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$127  };
-          fp_next[203:170] = { 17'h00000, \$131  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$132  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$133 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$134 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$135 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$136 [33:0];
-          end
-    endcase
-  end
+  assign \cmd$29  = cmd;
+  assign \mv_last$30  = mv_last;
+  assign a_end = { 1'h0, g_a_end };
+  assign b_end = { 13'h0000, g_b_end };
+  assign \p_src_end$33  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -28253,14 +28204,14 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
+  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
+  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
+  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
+  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
+  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
+  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
+  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
   assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
   assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
   assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
@@ -28278,9 +28229,120 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9465$0 , \port$9467$0 , \port$9469$0 , footprint, cmd);
+  reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [33:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [34:0] \$14 ;
+  wire [34:0] \$15 ;
+  wire [34:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [15:0] \$2 ;
+  wire \$3 ;
+  wire [33:0] \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [15:0] \$8 ;
+  wire \$9 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
+  input [255:0] cmd;
+  wire [255:0] cmd;
+  output [271:0] footprint;
+  reg [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  input [33:0] mv_last;
+  wire [33:0] mv_last;
+  wire [33:0] p_src_end;
+  input [32:0] \port$9465$0 ;
+  wire [32:0] \port$9465$0 ;
+  input [20:0] \port$9467$0 ;
+  wire [20:0] \port$9467$0 ;
+  input [16:0] \port$9469$0 ;
+  wire [16:0] \port$9469$0 ;
+  assign \$1  = cmd[79:64] < cmd[95:80];
+  assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
+  assign \$3  = \port$9465$0  > \port$9467$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$9465$0  } : { 13'h0000, \port$9467$0  };
+  assign \$5  = cmd[111:96] + cmd[127:112];
+  assign \$6  = cmd[127:112] < cmd[79:64];
+  assign \$7  = cmd[9] & \$6 ;
+  assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
+  assign \$9  = cmd[127:112] >= \port$9469$0 ;
+  assign \$10  = cmd[9] & \$9 ;
+  assign \$11  = cmd[127:112] + 1'h1;
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9469$0  };
+  assign \$13  = cmd[95:80] + cmd[111:96];
+  assign \$14  = mv_last + 1'h1;
+  assign \$15  = mv_last + 1'h1;
+  assign \$16  = mv_last + 1'h1;
+  assign \$17  = mv_last + 1'h1;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          footprint[33:0] = { 18'h00000, \$2  };
+          footprint[67:34] = \$4 ;
+          footprint[237:204] = { 18'h00000, cmd[111:96] };
+          footprint[271:238] = { 17'h00000, \$5  };
+        end
+      8'h04:
+        begin
+          footprint[169:136] = { 18'h00000, \$8  };
+          footprint[203:170] = \$12 ;
+          footprint[101:68] = { 18'h00000, cmd[95:80] };
+          footprint[135:102] = { 17'h00000, \$13  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[237:204] = { 18'h00000, cmd[143:128] };
+            footprint[271:238] = \$14 [33:0];
+          end else begin
+            footprint[101:68] = { 18'h00000, cmd[143:128] };
+            footprint[135:102] = \$15 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[169:136] = { 18'h00000, cmd[143:128] };
+            footprint[203:170] = \$16 [33:0];
+          end else begin
+            footprint[33:0] = { 18'h00000, cmd[143:128] };
+            footprint[67:34] = \$17 [33:0];
+          end
+    endcase
+  end
+  assign a_end = { 1'h0, \port$9465$0  };
+  assign b_end = { 13'h0000, \port$9467$0  };
+  assign p_src_end = { 17'h00000, \port$9469$0  };
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
 , local_valid, aborting, tile_ready);
-  reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -28384,7 +28446,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
   assign \$26  = ~ dispatched;
   assign stall = \$25  & \$26 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     tile_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28396,7 +28458,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     tile_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28408,7 +28470,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     dispatched = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28439,7 +28501,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     dma_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28453,7 +28515,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     dma_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28467,7 +28529,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     sem_signal = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28489,7 +28551,7 @@ module \dx1_soc.cp0.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     sem_wait = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -28514,7 +28576,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
   reg \$1 ;
   reg [7:0] \$2 ;
   reg [15:0] \$3 ;
@@ -28563,7 +28625,7 @@ module \dx1_soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_c
   always @(posedge clk)
     index <= \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     raised = 1'h0;
     if (report0__valid) begin
       raised = 1'h1;
@@ -28579,7 +28641,7 @@ module \dx1_soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     \$1  = halted;
     if (resume) begin
       \$1  = 1'h0;
@@ -28604,7 +28666,7 @@ module \dx1_soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     \$2  = code;
     if (report0__valid) begin
       \$2  = report0__code;
@@ -28626,7 +28688,7 @@ module \dx1_soc.cp0.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     \$3  = index;
     if (report0__valid) begin
       \$3  = report0__index;
@@ -28656,7 +28718,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
 , taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire [22:0] \$1 ;
   wire [2:0] \$10 ;
   wire \$11 ;
@@ -28761,7 +28823,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
   always @(posedge clk)
     phase <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     idle = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -28769,7 +28831,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     bus__arvalid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -28779,7 +28841,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     bus__rready = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -28791,7 +28853,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     error__valid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -28809,7 +28871,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     fetched = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -28829,7 +28891,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$15  = fetch_state;
     casez (fetch_state)
       2'h0:
@@ -28855,7 +28917,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$16  = beat;
     casez (fetch_state)
       2'h0:
@@ -28877,7 +28939,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$17  = bad_so_far;
     casez (fetch_state)
       2'h0:
@@ -28899,7 +28961,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$18  = cmd;
     casez (fetch_state)
       2'h0:
@@ -28929,7 +28991,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$19  = valid;
     casez (fetch_state)
       2'h0:
@@ -28958,7 +29020,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$20  = index;
     casez (fetch_state)
       2'h0:
@@ -28984,7 +29046,7 @@ module \dx1_soc.cp0.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
     \$21  = phase;
     casez (fetch_state)
       2'h0:
@@ -29021,7 +29083,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
   reg \$1 ;
   reg \$2 ;
   input clk;
@@ -29212,7 +29274,7 @@ module \dx1_soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footp
     .slot(slot)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     \$1  = conflict;
     if (reset_cp) begin
       \$1  = 1'h0;
@@ -29222,7 +29284,7 @@ module \dx1_soc.cp0.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footp
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     \$2  = \conflict$27 ;
     if (reset_cp) begin
       \$2  = 1'h0;
@@ -29362,7 +29424,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -29583,7 +29645,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
   assign \$32  = valid0 & \$31 ;
   assign \$34  = footprint[101:68] < slot1[176:143];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$58  = slot0;
     if (push) begin
       casez (wr)
@@ -29599,7 +29661,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$59  = slot1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -29618,7 +29680,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$60  = valid0;
     if (push) begin
       casez (wr)
@@ -29640,7 +29702,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$61  = valid1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -29668,7 +29730,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$62  = wr;
     if (push) begin
       \$62  = \$3 [0];
@@ -29681,7 +29743,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$63  = rd;
     if (pop) begin
       \$63  = \$6 [0];
@@ -29694,7 +29756,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$64  = \$8 [1:0];
     if (reset_cp) begin
       \$64  = 2'h0;
@@ -29704,7 +29766,7 @@ module \dx1_soc.cp0.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       1'h0:
@@ -29780,7 +29842,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -30145,7 +30207,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
   always @(posedge clk)
     count <= \$118 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       2'h0:
@@ -30159,7 +30221,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$108  = slot0;
     if (push) begin
       casez (wr)
@@ -30175,7 +30237,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$109  = slot1;
     if (push) begin
       casez (wr)
@@ -30193,7 +30255,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$110  = slot2;
     if (push) begin
       casez (wr)
@@ -30213,7 +30275,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$111  = slot3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -30236,7 +30298,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$112  = valid0;
     if (push) begin
       casez (wr)
@@ -30258,7 +30320,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$113  = valid1;
     if (push) begin
       casez (wr)
@@ -30284,7 +30346,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$114  = valid2;
     if (push) begin
       casez (wr)
@@ -30314,7 +30376,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$115  = valid3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -30350,7 +30412,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$116  = wr;
     if (push) begin
       \$116  = \$3 [1:0];
@@ -30363,7 +30425,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$117  = rd;
     if (pop) begin
       \$117  = \$6 [1:0];
@@ -30376,7 +30438,7 @@ module \dx1_soc.cp0.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$118  = \$8 [2:0];
     if (reset_cp) begin
       \$118  = 3'h0;
@@ -30476,7 +30538,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$26  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$11 ;
@@ -30568,14 +30630,14 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
   always @(posedge clk)
     phase <= \$27 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     error__index = 16'h0000;
     if (doorbell) begin
       error__index = doorbell_index;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     error__valid = 1'h0;
     if (doorbell) begin
       if (\$5 ) begin
@@ -30588,7 +30650,7 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     error__code = 8'h00;
     if (doorbell) begin
       if (\$5 ) begin
@@ -30601,7 +30663,7 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     \$25  = head;
     if (ring_reset) begin
       \$25  = 16'h0000;
@@ -30617,7 +30679,7 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     \$26  = tail;
     if (ring_reset) begin
       \$26  = 16'h0000;
@@ -30639,7 +30701,7 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
     \$27  = phase;
     if (ring_reset) begin
       \$27  = 1'h1;
@@ -30660,49 +30722,49 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , \port$7594$0 , \port$9374$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , \port$9433$64 , signal, \wait , sem_valid, sem_delta
 , done, sem_grant);
-  reg \$auto$verilog_backend.cc:2355:dump_module$26  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
   wire [16:0] \$3 ;
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$7564$0 ;
-  wire [15:0] \port$7564$0 ;
-  input [15:0] \port$7566$0 ;
-  wire [15:0] \port$7566$0 ;
-  input [15:0] \port$7568$0 ;
-  wire [15:0] \port$7568$0 ;
-  input [15:0] \port$7570$0 ;
-  wire [15:0] \port$7570$0 ;
-  input [15:0] \port$7572$0 ;
-  wire [15:0] \port$7572$0 ;
-  input [15:0] \port$7574$0 ;
-  wire [15:0] \port$7574$0 ;
-  input [15:0] \port$7576$0 ;
-  wire [15:0] \port$7576$0 ;
-  input [15:0] \port$7578$0 ;
-  wire [15:0] \port$7578$0 ;
-  input [15:0] \port$7580$0 ;
-  wire [15:0] \port$7580$0 ;
-  input [15:0] \port$7582$0 ;
-  wire [15:0] \port$7582$0 ;
-  input [15:0] \port$7584$0 ;
-  wire [15:0] \port$7584$0 ;
-  input [15:0] \port$7586$0 ;
-  wire [15:0] \port$7586$0 ;
-  input [15:0] \port$7588$0 ;
-  wire [15:0] \port$7588$0 ;
-  input [15:0] \port$7590$0 ;
-  wire [15:0] \port$7590$0 ;
-  input [15:0] \port$7592$0 ;
-  wire [15:0] \port$7592$0 ;
-  input [15:0] \port$7594$0 ;
-  wire [15:0] \port$7594$0 ;
-  input [23:0] \port$9374$64 ;
-  wire [23:0] \port$9374$64 ;
+  input [15:0] \port$7608$0 ;
+  wire [15:0] \port$7608$0 ;
+  input [15:0] \port$7610$0 ;
+  wire [15:0] \port$7610$0 ;
+  input [15:0] \port$7612$0 ;
+  wire [15:0] \port$7612$0 ;
+  input [15:0] \port$7614$0 ;
+  wire [15:0] \port$7614$0 ;
+  input [15:0] \port$7616$0 ;
+  wire [15:0] \port$7616$0 ;
+  input [15:0] \port$7618$0 ;
+  wire [15:0] \port$7618$0 ;
+  input [15:0] \port$7620$0 ;
+  wire [15:0] \port$7620$0 ;
+  input [15:0] \port$7622$0 ;
+  wire [15:0] \port$7622$0 ;
+  input [15:0] \port$7624$0 ;
+  wire [15:0] \port$7624$0 ;
+  input [15:0] \port$7626$0 ;
+  wire [15:0] \port$7626$0 ;
+  input [15:0] \port$7628$0 ;
+  wire [15:0] \port$7628$0 ;
+  input [15:0] \port$7630$0 ;
+  wire [15:0] \port$7630$0 ;
+  input [15:0] \port$7632$0 ;
+  wire [15:0] \port$7632$0 ;
+  input [15:0] \port$7634$0 ;
+  wire [15:0] \port$7634$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
+  input [23:0] \port$9433$64 ;
+  wire [23:0] \port$9433$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -30732,48 +30794,48 @@ module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$9374$64 [23:8];
-  assign \$3  = - \port$9374$64 [23:8];
+  assign \$2  = \$1  >= \port$9433$64 [23:8];
+  assign \$3  = - \port$9433$64 [23:8];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     \$1  = 16'h0000;
-    casez (\port$9374$64 [7:0])
+    casez (\port$9433$64 [7:0])
       8'h00:
-          \$1  = \port$7564$0 ;
+          \$1  = \port$7608$0 ;
       8'h01:
-          \$1  = \port$7566$0 ;
+          \$1  = \port$7610$0 ;
       8'h02:
-          \$1  = \port$7568$0 ;
+          \$1  = \port$7612$0 ;
       8'h03:
-          \$1  = \port$7570$0 ;
+          \$1  = \port$7614$0 ;
       8'h04:
-          \$1  = \port$7572$0 ;
+          \$1  = \port$7616$0 ;
       8'h05:
-          \$1  = \port$7574$0 ;
+          \$1  = \port$7618$0 ;
       8'h06:
-          \$1  = \port$7576$0 ;
+          \$1  = \port$7620$0 ;
       8'h07:
-          \$1  = \port$7578$0 ;
+          \$1  = \port$7622$0 ;
       8'h08:
-          \$1  = \port$7580$0 ;
+          \$1  = \port$7624$0 ;
       8'h09:
-          \$1  = \port$7582$0 ;
+          \$1  = \port$7626$0 ;
       8'h0a:
-          \$1  = \port$7584$0 ;
+          \$1  = \port$7628$0 ;
       8'h0b:
-          \$1  = \port$7586$0 ;
+          \$1  = \port$7630$0 ;
       8'h0c:
-          \$1  = \port$7588$0 ;
+          \$1  = \port$7632$0 ;
       8'h0d:
-          \$1  = \port$7590$0 ;
+          \$1  = \port$7634$0 ;
       8'h0e:
-          \$1  = \port$7592$0 ;
+          \$1  = \port$7636$0 ;
       8'h0f:
-          \$1  = \port$7594$0 ;
+          \$1  = \port$7638$0 ;
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     sem_valid = 1'h0;
     if (signal) begin
       sem_valid = 1'h1;
@@ -30785,10 +30847,10 @@ module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$9374$64 [23:8] };
+      sem_delta = { 2'h0, \port$9433$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -30797,7 +30859,7 @@ module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     done = 1'h0;
     if (signal) begin
       done = sem_grant;
@@ -30808,31 +30870,31 @@ module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
       end
     end
   end
-  assign count = \port$9374$64 [23:8];
-  assign sem = \port$9374$64 [7:0];
-  assign sem_values = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
-  assign sem_index = \port$9374$64 [3:0];
-  assign \sem_values[0]  = \port$7564$0 ;
-  assign \sem_values[1]  = \port$7566$0 ;
-  assign \sem_values[2]  = \port$7568$0 ;
-  assign \sem_values[3]  = \port$7570$0 ;
-  assign \sem_values[4]  = \port$7572$0 ;
-  assign \sem_values[5]  = \port$7574$0 ;
-  assign \sem_values[6]  = \port$7576$0 ;
-  assign \sem_values[7]  = \port$7578$0 ;
-  assign \sem_values[8]  = \port$7580$0 ;
-  assign \sem_values[9]  = \port$7582$0 ;
-  assign \sem_values[10]  = \port$7584$0 ;
-  assign \sem_values[11]  = \port$7586$0 ;
-  assign \sem_values[12]  = \port$7588$0 ;
-  assign \sem_values[13]  = \port$7590$0 ;
-  assign \sem_values[14]  = \port$7592$0 ;
-  assign \sem_values[15]  = \port$7594$0 ;
+  assign count = \port$9433$64 [23:8];
+  assign sem = \port$9433$64 [7:0];
+  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign sem_index = \port$9433$64 [3:0];
+  assign \sem_values[0]  = \port$7608$0 ;
+  assign \sem_values[1]  = \port$7610$0 ;
+  assign \sem_values[2]  = \port$7612$0 ;
+  assign \sem_values[3]  = \port$7614$0 ;
+  assign \sem_values[4]  = \port$7616$0 ;
+  assign \sem_values[5]  = \port$7618$0 ;
+  assign \sem_values[6]  = \port$7620$0 ;
+  assign \sem_values[7]  = \port$7622$0 ;
+  assign \sem_values[8]  = \port$7624$0 ;
+  assign \sem_values[9]  = \port$7626$0 ;
+  assign \sem_values[10]  = \port$7628$0 ;
+  assign \sem_values[11]  = \port$7630$0 ;
+  assign \sem_values[12]  = \port$7632$0 ;
+  assign \sem_values[13]  = \port$7634$0 ;
+  assign \sem_values[14]  = \port$7636$0 ;
+  assign \sem_values[15]  = \port$7638$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [16:0] \$11 ;
@@ -30947,7 +31009,7 @@ module \dx1_soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
   always @(posedge clk)
     flushing <= \$31 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
     (* full_case = 32'd1 *)
     if (\$24 ) begin
       \$29  = 32'd0;
@@ -30962,7 +31024,7 @@ module \dx1_soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
     \$30  = aborting;
     if (fire) begin
       \$30  = 1'h1;
@@ -30978,7 +31040,7 @@ module \dx1_soc.cp0.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
     \$31  = flushing;
     if (abort_done) begin
       \$31  = 1'h1;
@@ -31000,7 +31062,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
 , cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -31297,7 +31359,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
   assign \$32  = w_done | bus__wready;
   assign \$33  = \$31  & \$32 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$56  = local_valid;
     if (local_push) begin
       \$56  = 1'h1;
@@ -31316,7 +31378,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$57  = \local ;
     if (local_push) begin
       \$57  = local_slot;
@@ -31329,7 +31391,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$58  = local_status;
     if (local_push) begin
       \$58  = \local_status$7 ;
@@ -31342,7 +31404,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$59  = cpl_addr;
     casez (complete_state)
       2'h0:
@@ -31366,7 +31428,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$60  = cpl_data;
     casez (complete_state)
       2'h0:
@@ -31390,7 +31452,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$61  = cpl_index;
     casez (complete_state)
       2'h0:
@@ -31414,7 +31476,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$62  = cpl_tag;
     casez (complete_state)
       2'h0:
@@ -31438,7 +31500,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$63  = cpl_opcode;
     casez (complete_state)
       2'h0:
@@ -31462,7 +31524,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$64  = complete_state;
     casez (complete_state)
       2'h0:
@@ -31494,7 +31556,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$65  = aw_done;
     casez (complete_state)
       2'h0:
@@ -31512,7 +31574,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     \$66  = w_done;
     casez (complete_state)
       2'h0:
@@ -31530,7 +31592,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     idle = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31538,7 +31600,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     dma_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31552,7 +31614,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     tile_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31567,7 +31629,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     dma_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31580,7 +31642,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     tile_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31594,7 +31656,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     busy = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31606,7 +31668,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     bus__awvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31616,7 +31678,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     bus__wvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31626,7 +31688,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     bus__bready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31638,7 +31700,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     error__valid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31654,7 +31716,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     irq_completion = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31672,7 +31734,7 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     trace_end = 1'h0;
     casez (complete_state)
       2'h0:
@@ -31758,8 +31820,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7564$0 
-, \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , \port$7594$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7608$0 
+, \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
 , budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -32040,38 +32102,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7564$0 ;
-  wire [15:0] \port$7564$0 ;
-  input [15:0] \port$7566$0 ;
-  wire [15:0] \port$7566$0 ;
-  input [15:0] \port$7568$0 ;
-  wire [15:0] \port$7568$0 ;
-  input [15:0] \port$7570$0 ;
-  wire [15:0] \port$7570$0 ;
-  input [15:0] \port$7572$0 ;
-  wire [15:0] \port$7572$0 ;
-  input [15:0] \port$7574$0 ;
-  wire [15:0] \port$7574$0 ;
-  input [15:0] \port$7576$0 ;
-  wire [15:0] \port$7576$0 ;
-  input [15:0] \port$7578$0 ;
-  wire [15:0] \port$7578$0 ;
-  input [15:0] \port$7580$0 ;
-  wire [15:0] \port$7580$0 ;
-  input [15:0] \port$7582$0 ;
-  wire [15:0] \port$7582$0 ;
-  input [15:0] \port$7584$0 ;
-  wire [15:0] \port$7584$0 ;
-  input [15:0] \port$7586$0 ;
-  wire [15:0] \port$7586$0 ;
-  input [15:0] \port$7588$0 ;
-  wire [15:0] \port$7588$0 ;
-  input [15:0] \port$7590$0 ;
-  wire [15:0] \port$7590$0 ;
-  input [15:0] \port$7592$0 ;
-  wire [15:0] \port$7592$0 ;
-  input [15:0] \port$7594$0 ;
-  wire [15:0] \port$7594$0 ;
+  input [15:0] \port$7608$0 ;
+  wire [15:0] \port$7608$0 ;
+  input [15:0] \port$7610$0 ;
+  wire [15:0] \port$7610$0 ;
+  input [15:0] \port$7612$0 ;
+  wire [15:0] \port$7612$0 ;
+  input [15:0] \port$7614$0 ;
+  wire [15:0] \port$7614$0 ;
+  input [15:0] \port$7616$0 ;
+  wire [15:0] \port$7616$0 ;
+  input [15:0] \port$7618$0 ;
+  wire [15:0] \port$7618$0 ;
+  input [15:0] \port$7620$0 ;
+  wire [15:0] \port$7620$0 ;
+  input [15:0] \port$7622$0 ;
+  wire [15:0] \port$7622$0 ;
+  input [15:0] \port$7624$0 ;
+  wire [15:0] \port$7624$0 ;
+  input [15:0] \port$7626$0 ;
+  wire [15:0] \port$7626$0 ;
+  input [15:0] \port$7628$0 ;
+  wire [15:0] \port$7628$0 ;
+  input [15:0] \port$7630$0 ;
+  wire [15:0] \port$7630$0 ;
+  input [15:0] \port$7632$0 ;
+  wire [15:0] \port$7632$0 ;
+  input [15:0] \port$7634$0 ;
+  wire [15:0] \port$7634$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -32421,23 +32483,23 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$10854$64 (cmd[87:64]),
-    .\port$7564$0 (\port$7564$0 ),
-    .\port$7566$0 (\port$7566$0 ),
-    .\port$7568$0 (\port$7568$0 ),
-    .\port$7570$0 (\port$7570$0 ),
-    .\port$7572$0 (\port$7572$0 ),
-    .\port$7574$0 (\port$7574$0 ),
-    .\port$7576$0 (\port$7576$0 ),
-    .\port$7578$0 (\port$7578$0 ),
-    .\port$7580$0 (\port$7580$0 ),
-    .\port$7582$0 (\port$7582$0 ),
-    .\port$7584$0 (\port$7584$0 ),
-    .\port$7586$0 (\port$7586$0 ),
-    .\port$7588$0 (\port$7588$0 ),
-    .\port$7590$0 (\port$7590$0 ),
-    .\port$7592$0 (\port$7592$0 ),
-    .\port$7594$0 (\port$7594$0 ),
+    .\port$10928$64 (cmd[87:64]),
+    .\port$7608$0 (\port$7608$0 ),
+    .\port$7610$0 (\port$7610$0 ),
+    .\port$7612$0 (\port$7612$0 ),
+    .\port$7614$0 (\port$7614$0 ),
+    .\port$7616$0 (\port$7616$0 ),
+    .\port$7618$0 (\port$7618$0 ),
+    .\port$7620$0 (\port$7620$0 ),
+    .\port$7622$0 (\port$7622$0 ),
+    .\port$7624$0 (\port$7624$0 ),
+    .\port$7626$0 (\port$7626$0 ),
+    .\port$7628$0 (\port$7628$0 ),
+    .\port$7630$0 (\port$7630$0 ),
+    .\port$7632$0 (\port$7632$0 ),
+    .\port$7634$0 (\port$7634$0 ),
+    .\port$7636$0 (\port$7636$0 ),
+    .\port$7638$0 (\port$7638$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -32614,8 +32676,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
-  assign \sem_values$182  = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
+  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign \sem_values$182  = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -32702,38 +32764,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7564$0 ;
-  assign \sem_values[1]  = \port$7566$0 ;
-  assign \sem_values[2]  = \port$7568$0 ;
-  assign \sem_values[3]  = \port$7570$0 ;
-  assign \sem_values[4]  = \port$7572$0 ;
-  assign \sem_values[5]  = \port$7574$0 ;
-  assign \sem_values[6]  = \port$7576$0 ;
-  assign \sem_values[7]  = \port$7578$0 ;
-  assign \sem_values[8]  = \port$7580$0 ;
-  assign \sem_values[9]  = \port$7582$0 ;
-  assign \sem_values[10]  = \port$7584$0 ;
-  assign \sem_values[11]  = \port$7586$0 ;
-  assign \sem_values[12]  = \port$7588$0 ;
-  assign \sem_values[13]  = \port$7590$0 ;
-  assign \sem_values[14]  = \port$7592$0 ;
-  assign \sem_values[15]  = \port$7594$0 ;
-  assign \sem_values$182[0]  = \port$7564$0 ;
-  assign \sem_values$182[1]  = \port$7566$0 ;
-  assign \sem_values$182[2]  = \port$7568$0 ;
-  assign \sem_values$182[3]  = \port$7570$0 ;
-  assign \sem_values$182[4]  = \port$7572$0 ;
-  assign \sem_values$182[5]  = \port$7574$0 ;
-  assign \sem_values$182[6]  = \port$7576$0 ;
-  assign \sem_values$182[7]  = \port$7578$0 ;
-  assign \sem_values$182[8]  = \port$7580$0 ;
-  assign \sem_values$182[9]  = \port$7582$0 ;
-  assign \sem_values$182[10]  = \port$7584$0 ;
-  assign \sem_values$182[11]  = \port$7586$0 ;
-  assign \sem_values$182[12]  = \port$7588$0 ;
-  assign \sem_values$182[13]  = \port$7590$0 ;
-  assign \sem_values$182[14]  = \port$7592$0 ;
-  assign \sem_values$182[15]  = \port$7594$0 ;
+  assign \sem_values[0]  = \port$7608$0 ;
+  assign \sem_values[1]  = \port$7610$0 ;
+  assign \sem_values[2]  = \port$7612$0 ;
+  assign \sem_values[3]  = \port$7614$0 ;
+  assign \sem_values[4]  = \port$7616$0 ;
+  assign \sem_values[5]  = \port$7618$0 ;
+  assign \sem_values[6]  = \port$7620$0 ;
+  assign \sem_values[7]  = \port$7622$0 ;
+  assign \sem_values[8]  = \port$7624$0 ;
+  assign \sem_values[9]  = \port$7626$0 ;
+  assign \sem_values[10]  = \port$7628$0 ;
+  assign \sem_values[11]  = \port$7630$0 ;
+  assign \sem_values[12]  = \port$7632$0 ;
+  assign \sem_values[13]  = \port$7634$0 ;
+  assign \sem_values[14]  = \port$7636$0 ;
+  assign \sem_values[15]  = \port$7638$0 ;
+  assign \sem_values$182[0]  = \port$7608$0 ;
+  assign \sem_values$182[1]  = \port$7610$0 ;
+  assign \sem_values$182[2]  = \port$7612$0 ;
+  assign \sem_values$182[3]  = \port$7614$0 ;
+  assign \sem_values$182[4]  = \port$7616$0 ;
+  assign \sem_values$182[5]  = \port$7618$0 ;
+  assign \sem_values$182[6]  = \port$7620$0 ;
+  assign \sem_values$182[7]  = \port$7622$0 ;
+  assign \sem_values$182[8]  = \port$7624$0 ;
+  assign \sem_values$182[9]  = \port$7626$0 ;
+  assign \sem_values$182[10]  = \port$7628$0 ;
+  assign \sem_values$182[11]  = \port$7630$0 ;
+  assign \sem_values$182[12]  = \port$7632$0 ;
+  assign \sem_values$182[13]  = \port$7634$0 ;
+  assign \sem_values$182[14]  = \port$7636$0 ;
+  assign \sem_values$182[15]  = \port$7638$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -32808,7 +32870,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, valid, status, route, footprint, taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$30  = 0;
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
@@ -32833,43 +32895,26 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [7:0] \$118 ;
   wire \$119 ;
   wire [19:0] \$12 ;
-  wire \$120 ;
-  wire [15:0] \$121 ;
-  wire \$122 ;
-  wire [32:0] \$123 ;
-  wire [16:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire [15:0] \$127 ;
-  wire \$128 ;
-  wire \$129 ;
+  reg [2:0] \$120 ;
+  reg [32:0] \$121 ;
+  reg [32:0] \$122 ;
+  reg [48:0] \$123 ;
+  reg [21:0] \$124 ;
+  reg [31:0] \$125 ;
+  reg [19:0] \$126 ;
+  reg [33:0] \$127 ;
+  reg [49:0] \$128 ;
+  reg [32:0] \$129 ;
   wire [21:0] \$13 ;
-  wire [16:0] \$130 ;
-  wire [16:0] \$131 ;
-  wire [16:0] \$132 ;
-  wire [34:0] \$133 ;
-  wire [34:0] \$134 ;
-  wire [34:0] \$135 ;
-  wire [34:0] \$136 ;
-  reg [2:0] \$137 ;
-  reg [32:0] \$138 ;
-  reg [32:0] \$139 ;
+  reg [32:0] \$130 ;
+  reg [32:0] \$131 ;
+  reg [20:0] \$132 ;
+  reg [16:0] \$133 ;
+  reg [7:0] \$134 ;
+  reg [1:0] \$135 ;
+  reg [271:0] \$136 ;
   wire [31:0] \$14 ;
-  reg [48:0] \$140 ;
-  reg [21:0] \$141 ;
-  reg [31:0] \$142 ;
-  reg [19:0] \$143 ;
-  reg [33:0] \$144 ;
-  reg [49:0] \$145 ;
-  reg [32:0] \$146 ;
-  reg [32:0] \$147 ;
-  reg [32:0] \$148 ;
-  reg [20:0] \$149 ;
   wire [19:0] \$15 ;
-  reg [16:0] \$150 ;
-  reg [7:0] \$151 ;
-  reg [1:0] \$152 ;
-  reg [271:0] \$153 ;
   wire [33:0] \$16 ;
   wire [34:0] \$17 ;
   wire [49:0] \$18 ;
@@ -32962,10 +33007,13 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [7:0] \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
   input clk;
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
+  wire [255:0] \cmd$29 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -32976,6 +33024,15 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+  wire [271:0] \footprint$24 ;
+  wire [33:0] \footprint$24.acc_r_hi ;
+  wire [33:0] \footprint$24.acc_r_lo ;
+  wire [33:0] \footprint$24.acc_w_hi ;
+  wire [33:0] \footprint$24.acc_w_lo ;
+  wire [33:0] \footprint$24.spm_r_hi ;
+  wire [33:0] \footprint$24.spm_r_lo ;
+  wire [33:0] \footprint$24.spm_w_hi ;
+  wire [33:0] \footprint$24.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -32984,15 +33041,6 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [33:0] \footprint.spm_r_lo ;
   wire [33:0] \footprint.spm_w_hi ;
   wire [33:0] \footprint.spm_w_lo ;
-  reg [271:0] fp_next;
-  wire [33:0] \fp_next.acc_r_hi ;
-  wire [33:0] \fp_next.acc_r_lo ;
-  wire [33:0] \fp_next.acc_w_hi ;
-  wire [33:0] \fp_next.acc_w_lo ;
-  wire [33:0] \fp_next.spm_r_hi ;
-  wire [33:0] \fp_next.spm_r_lo ;
-  wire [33:0] \fp_next.spm_w_hi ;
-  wire [33:0] \fp_next.spm_w_lo ;
   reg [32:0] g_a_end = 33'h000000000;
   reg [31:0] g_a_rows = 32'd0;
   reg [20:0] g_b_end = 21'h000000;
@@ -33001,9 +33049,12 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [32:0] mv_col_off = 33'h000000000;
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
+  (* init = 34'h000000000 *)
+  wire [33:0] \mv_last$30 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
+  wire [33:0] \p_src_end$33 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -33132,234 +33183,225 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \$117  = | \$116 ;
   assign \$118  = \$117  ? 8'h02 : 8'h00;
   assign \$119  = | status_next;
-  assign \$120  = cmd[79:64] < cmd[95:80];
-  assign \$121  = \$120  ? cmd[79:64] : cmd[95:80];
-  assign \$122  = g_a_end > g_b_end;
-  assign \$123  = \$122  ? g_a_end : { 12'h000, g_b_end };
-  assign \$124  = cmd[111:96] + cmd[127:112];
-  assign \$125  = cmd[127:112] < cmd[79:64];
-  assign \$126  = cmd[9] & \$125 ;
-  assign \$127  = \$126  ? cmd[127:112] : cmd[79:64];
-  assign \$128  = cmd[127:112] >= p_src_end;
-  assign \$129  = cmd[9] & \$128 ;
-  assign \$130  = cmd[127:112] + 1'h1;
-  assign \$131  = \$129  ? \$130  : p_src_end;
-  assign \$132  = cmd[95:80] + cmd[111:96];
-  assign \$133  = mv_last + 1'h1;
-  assign \$134  = mv_last + 1'h1;
-  assign \$135  = mv_last + 1'h1;
-  assign \$136  = mv_last + 1'h1;
   always @(posedge clk)
-    stage <= \$137 ;
+    stage <= \$120 ;
   always @(posedge clk)
-    mv_row_off <= \$138 ;
+    mv_row_off <= \$121 ;
   always @(posedge clk)
-    mv_col_off <= \$139 ;
+    mv_col_off <= \$122 ;
   always @(posedge clk)
-    mv_mem_off <= \$140 ;
+    mv_mem_off <= \$123 ;
   always @(posedge clk)
-    mv_bytes <= \$141 ;
+    mv_bytes <= \$124 ;
   always @(posedge clk)
-    g_a_rows <= \$142 ;
+    g_a_rows <= \$125 ;
   always @(posedge clk)
-    g_b_rows <= \$143 ;
+    g_b_rows <= \$126 ;
   always @(posedge clk)
-    mv_last <= \$144 ;
+    mv_last <= \$127 ;
   always @(posedge clk)
-    mv_end <= \$145 ;
+    mv_end <= \$128 ;
   always @(posedge clk)
-    cp_src_end <= \$146 ;
+    cp_src_end <= \$129 ;
   always @(posedge clk)
-    cp_dst_end <= \$147 ;
+    cp_dst_end <= \$130 ;
   always @(posedge clk)
-    g_a_end <= \$148 ;
+    g_a_end <= \$131 ;
   always @(posedge clk)
-    g_b_end <= \$149 ;
+    g_b_end <= \$132 ;
   always @(posedge clk)
-    p_src_end <= \$150 ;
+    p_src_end <= \$133 ;
   always @(posedge clk)
-    status <= \$151 ;
+    status <= \$134 ;
   always @(posedge clk)
-    route <= \$152 ;
+    route <= \$135 ;
   always @(posedge clk)
-    footprint <= \$153 ;
+    footprint <= \$136 ;
+  \dx1_soc.cp1.decoder.footprint$34  \footprint$34  (
+    .cmd(cmd),
+    .footprint(\footprint$24 ),
+    .mv_last(mv_last),
+    .\port$10960$0 (g_a_end),
+    .\port$10962$0 (g_b_end),
+    .\port$10964$0 (p_src_end)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$137  = stage;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$120  = stage;
     if (\$2 ) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end else if (\$3 ) begin
-      \$137  = \$4 [2:0];
+      \$120  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
     if (rst) begin
-      \$137  = 3'h0;
+      \$120  = 3'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$138  = \$6 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$121  = \$6 ;
     if (reset_cp) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
     if (rst) begin
-      \$138  = 33'h000000000;
+      \$121  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$139  = \$8 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$122  = \$8 ;
     if (reset_cp) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
     if (rst) begin
-      \$139  = 33'h000000000;
+      \$122  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$140  = \$10 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$123  = \$10 ;
     if (reset_cp) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
     if (rst) begin
-      \$140  = 49'h0000000000000;
+      \$123  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$141  = \$13 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$124  = \$13 ;
     if (reset_cp) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
     if (rst) begin
-      \$141  = 22'h000000;
+      \$124  = 22'h000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$142  = \$14 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$125  = \$14 ;
     if (reset_cp) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
     if (rst) begin
-      \$142  = 32'd0;
+      \$125  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$143  = \$15 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$126  = \$15 ;
     if (reset_cp) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
     if (rst) begin
-      \$143  = 20'h00000;
+      \$126  = 20'h00000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$144  = \$17 [33:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$127  = \$17 [33:0];
     if (reset_cp) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
     if (rst) begin
-      \$144  = 34'h000000000;
+      \$127  = 34'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$145  = \$19 [49:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$128  = \$19 [49:0];
     if (reset_cp) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
     if (rst) begin
-      \$145  = 50'h0000000000000;
+      \$128  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$146  = \$20 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$129  = \$20 ;
     if (reset_cp) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
     if (rst) begin
-      \$146  = 33'h000000000;
+      \$129  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$147  = \$21 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$130  = \$21 ;
     if (reset_cp) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
     if (rst) begin
-      \$147  = 33'h000000000;
+      \$130  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$148  = \$22 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$131  = \$22 ;
     if (reset_cp) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
     if (rst) begin
-      \$148  = 33'h000000000;
+      \$131  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$149  = \$23 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$132  = \$23 ;
     if (reset_cp) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
     if (rst) begin
-      \$149  = 21'h000000;
+      \$132  = 21'h000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$150  = \$24 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$133  = \$24 ;
     if (reset_cp) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
     if (rst) begin
-      \$150  = 17'h00000;
+      \$133  = 17'h00000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$151  = status_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$134  = status_next;
     if (reset_cp) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
     if (rst) begin
-      \$151  = 8'h00;
+      \$134  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$152  = route_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$135  = route_next;
     if (reset_cp) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
     if (rst) begin
-      \$152  = 2'h0;
+      \$135  = 2'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    \$153  = fp_next;
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    \$136  = \footprint$24 ;
     if (reset_cp) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$153  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
     (* full_case = 32'd1 *)
     casez (cmd[7:0])
       8'h03, 8'h04:
@@ -33383,7 +33425,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
     route_next = 2'h0;
     casez (cmd[7:0])
       8'h03, 8'h04:
@@ -33399,44 +33441,11 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       route_next = 2'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
-    fp_next = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-    casez (cmd[7:0])
-      8'h03:
-        begin
-          fp_next[33:0] = { 18'h00000, \$121  };
-          fp_next[67:34] = { 1'h0, \$123  };
-          fp_next[237:204] = { 18'h00000, cmd[111:96] };
-          fp_next[271:238] = { 17'h00000, \$124  };
-        end
-      8'h04:
-        begin
-          fp_next[169:136] = { 18'h00000, \$127  };
-          fp_next[203:170] = { 17'h00000, \$131  };
-          fp_next[101:68] = { 18'h00000, cmd[95:80] };
-          fp_next[135:102] = { 17'h00000, \$132  };
-        end
-      8'h01:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[237:204] = { 18'h00000, cmd[143:128] };
-            fp_next[271:238] = \$133 [33:0];
-          end else begin
-            fp_next[101:68] = { 18'h00000, cmd[143:128] };
-            fp_next[135:102] = \$134 [33:0];
-          end
-      8'h02:
-          (* full_case = 32'd1 *)
-          if (cmd[8]) begin
-            fp_next[169:136] = { 18'h00000, cmd[143:128] };
-            fp_next[203:170] = \$135 [33:0];
-          end else begin
-            fp_next[33:0] = { 18'h00000, cmd[143:128] };
-            fp_next[67:34] = \$136 [33:0];
-          end
-    endcase
-  end
+  assign \cmd$29  = cmd;
+  assign \mv_last$30  = mv_last;
+  assign a_end = { 1'h0, g_a_end };
+  assign b_end = { 13'h0000, g_b_end };
+  assign \p_src_end$33  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -33445,14 +33454,14 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \fp_next.spm_r_lo  = fp_next[33:0];
-  assign \fp_next.spm_r_hi  = fp_next[67:34];
-  assign \fp_next.spm_w_lo  = fp_next[101:68];
-  assign \fp_next.spm_w_hi  = fp_next[135:102];
-  assign \fp_next.acc_r_lo  = fp_next[169:136];
-  assign \fp_next.acc_r_hi  = fp_next[203:170];
-  assign \fp_next.acc_w_lo  = fp_next[237:204];
-  assign \fp_next.acc_w_hi  = fp_next[271:238];
+  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
+  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
+  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
+  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
+  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
+  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
+  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
+  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
   assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
   assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
   assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
@@ -33470,9 +33479,120 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$10960$0 , \port$10962$0 , \port$10964$0 , footprint, cmd);
+  reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [16:0] \$11 ;
+  wire [33:0] \$12 ;
+  wire [16:0] \$13 ;
+  wire [34:0] \$14 ;
+  wire [34:0] \$15 ;
+  wire [34:0] \$16 ;
+  wire [34:0] \$17 ;
+  wire [15:0] \$2 ;
+  wire \$3 ;
+  wire [33:0] \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [15:0] \$8 ;
+  wire \$9 ;
+  wire [33:0] a_end;
+  wire [33:0] b_end;
+  input [255:0] cmd;
+  wire [255:0] cmd;
+  output [271:0] footprint;
+  reg [271:0] footprint;
+  wire [33:0] \footprint.acc_r_hi ;
+  wire [33:0] \footprint.acc_r_lo ;
+  wire [33:0] \footprint.acc_w_hi ;
+  wire [33:0] \footprint.acc_w_lo ;
+  wire [33:0] \footprint.spm_r_hi ;
+  wire [33:0] \footprint.spm_r_lo ;
+  wire [33:0] \footprint.spm_w_hi ;
+  wire [33:0] \footprint.spm_w_lo ;
+  input [33:0] mv_last;
+  wire [33:0] mv_last;
+  wire [33:0] p_src_end;
+  input [32:0] \port$10960$0 ;
+  wire [32:0] \port$10960$0 ;
+  input [20:0] \port$10962$0 ;
+  wire [20:0] \port$10962$0 ;
+  input [16:0] \port$10964$0 ;
+  wire [16:0] \port$10964$0 ;
+  assign \$1  = cmd[79:64] < cmd[95:80];
+  assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
+  assign \$3  = \port$10960$0  > \port$10962$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10960$0  } : { 13'h0000, \port$10962$0  };
+  assign \$5  = cmd[111:96] + cmd[127:112];
+  assign \$6  = cmd[127:112] < cmd[79:64];
+  assign \$7  = cmd[9] & \$6 ;
+  assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
+  assign \$9  = cmd[127:112] >= \port$10964$0 ;
+  assign \$10  = cmd[9] & \$9 ;
+  assign \$11  = cmd[127:112] + 1'h1;
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10964$0  };
+  assign \$13  = cmd[95:80] + cmd[111:96];
+  assign \$14  = mv_last + 1'h1;
+  assign \$15  = mv_last + 1'h1;
+  assign \$16  = mv_last + 1'h1;
+  assign \$17  = mv_last + 1'h1;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    casez (cmd[7:0])
+      8'h03:
+        begin
+          footprint[33:0] = { 18'h00000, \$2  };
+          footprint[67:34] = \$4 ;
+          footprint[237:204] = { 18'h00000, cmd[111:96] };
+          footprint[271:238] = { 17'h00000, \$5  };
+        end
+      8'h04:
+        begin
+          footprint[169:136] = { 18'h00000, \$8  };
+          footprint[203:170] = \$12 ;
+          footprint[101:68] = { 18'h00000, cmd[95:80] };
+          footprint[135:102] = { 17'h00000, \$13  };
+        end
+      8'h01:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[237:204] = { 18'h00000, cmd[143:128] };
+            footprint[271:238] = \$14 [33:0];
+          end else begin
+            footprint[101:68] = { 18'h00000, cmd[143:128] };
+            footprint[135:102] = \$15 [33:0];
+          end
+      8'h02:
+          (* full_case = 32'd1 *)
+          if (cmd[8]) begin
+            footprint[169:136] = { 18'h00000, cmd[143:128] };
+            footprint[203:170] = \$16 [33:0];
+          end else begin
+            footprint[33:0] = { 18'h00000, cmd[143:128] };
+            footprint[67:34] = \$17 [33:0];
+          end
+    endcase
+  end
+  assign a_end = { 1'h0, \port$10960$0  };
+  assign b_end = { 13'h0000, \port$10962$0  };
+  assign p_src_end = { 17'h00000, \port$10964$0  };
+  assign \footprint.spm_r_lo  = footprint[33:0];
+  assign \footprint.spm_r_hi  = footprint[67:34];
+  assign \footprint.spm_w_lo  = footprint[101:68];
+  assign \footprint.spm_w_hi  = footprint[135:102];
+  assign \footprint.acc_r_lo  = footprint[169:136];
+  assign \footprint.acc_r_hi  = footprint[203:170];
+  assign \footprint.acc_w_lo  = footprint[237:204];
+  assign \footprint.acc_w_hi  = footprint[271:238];
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall, halted, opcode, status, route, tile_hazard, dma_hazard, tile_count, dma_count, tile_valid, tile_push, dispatched, dma_valid, dma_push, sem_signal, sem_wait, sem_done
 , local_valid, aborting, tile_ready);
-  reg \$auto$verilog_backend.cc:2355:dump_module$30  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$32  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -33576,7 +33696,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
   assign \$26  = ~ dispatched;
   assign stall = \$25  & \$26 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     tile_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33588,7 +33708,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     tile_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33600,7 +33720,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     dispatched = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33631,7 +33751,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     dma_valid = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33645,7 +33765,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     dma_push = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33659,7 +33779,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     sem_signal = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33681,7 +33801,7 @@ module \dx1_soc.cp1.dispatcher (dma_ready, in_flight, decoded, local_push, stall
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$30 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
     sem_wait = 1'h0;
     if (\$4 ) begin
       casez (route)
@@ -33706,7 +33826,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_cp, report0__index, report0__valid, report0__code, report1__index, halted, code, index, raised, report1__valid, report2__index, report2__valid, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   reg \$1 ;
   reg [7:0] \$2 ;
   reg [15:0] \$3 ;
@@ -33755,7 +33875,7 @@ module \dx1_soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_c
   always @(posedge clk)
     index <= \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     raised = 1'h0;
     if (report0__valid) begin
       raised = 1'h1;
@@ -33771,7 +33891,7 @@ module \dx1_soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     \$1  = halted;
     if (resume) begin
       \$1  = 1'h0;
@@ -33796,7 +33916,7 @@ module \dx1_soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     \$2  = code;
     if (report0__valid) begin
       \$2  = report0__code;
@@ -33818,7 +33938,7 @@ module \dx1_soc.cp1.errors (rst, resume, report3__valid, report3__index, reset_c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$31 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
     \$3  = index;
     if (report0__valid) begin
       \$3  = report0__index;
@@ -33848,7 +33968,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus__rvalid, bus__rdata, bus__rresp, bus__rlast, reset_cp, head, ring_phase, idle, bus__arvalid, bus__rready, error__valid, fetched, cmd, valid, index, phase
 , taken, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$32  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
   wire [22:0] \$1 ;
   wire [2:0] \$10 ;
   wire \$11 ;
@@ -33953,7 +34073,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
   always @(posedge clk)
     phase <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     idle = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -33961,7 +34081,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     bus__arvalid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -33971,7 +34091,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     bus__rready = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -33983,7 +34103,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     error__valid = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -34001,7 +34121,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     fetched = 1'h0;
     casez (fetch_state)
       2'h0:
@@ -34021,7 +34141,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$15  = fetch_state;
     casez (fetch_state)
       2'h0:
@@ -34047,7 +34167,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$16  = beat;
     casez (fetch_state)
       2'h0:
@@ -34069,7 +34189,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$17  = bad_so_far;
     casez (fetch_state)
       2'h0:
@@ -34091,7 +34211,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$18  = cmd;
     casez (fetch_state)
       2'h0:
@@ -34121,7 +34241,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$19  = valid;
     casez (fetch_state)
       2'h0:
@@ -34150,7 +34270,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$20  = index;
     casez (fetch_state)
       2'h0:
@@ -34176,7 +34296,7 @@ module \dx1_soc.cp1.fetch (rst, bus__arready, start, bus__araddr, ring_base, bus
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     \$21  = phase;
     casez (fetch_state)
       2'h0:
@@ -34213,7 +34333,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footprint, tile_hazard, dma_hazard, tile_count, dma_count, push, \push$6 , \pop$8 , pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   reg \$1 ;
   reg \$2 ;
   input clk;
@@ -34404,7 +34524,7 @@ module \dx1_soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footp
     .slot(slot)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$1  = conflict;
     if (reset_cp) begin
       \$1  = 1'h0;
@@ -34414,7 +34534,7 @@ module \dx1_soc.cp1.hazards (rst, tile_oldest, dma_oldest, reset_cp, slot, footp
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$2  = \conflict$27 ;
     if (reset_cp) begin
       \$2  = 1'h0;
@@ -34554,7 +34674,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -34775,7 +34895,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
   assign \$32  = valid0 & \$31 ;
   assign \$34  = footprint[101:68] < slot1[176:143];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$58  = slot0;
     if (push) begin
       casez (wr)
@@ -34791,7 +34911,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$59  = slot1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -34810,7 +34930,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$60  = valid0;
     if (push) begin
       casez (wr)
@@ -34832,7 +34952,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$61  = valid1;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -34860,7 +34980,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$62  = wr;
     if (push) begin
       \$62  = \$3 [0];
@@ -34873,7 +34993,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$63  = rd;
     if (pop) begin
       \$63  = \$6 [0];
@@ -34886,7 +35006,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     \$64  = \$8 [1:0];
     if (reset_cp) begin
       \$64  = 2'h0;
@@ -34896,7 +35016,7 @@ module \dx1_soc.cp1.hazards.dma (rst, oldest, conflict, reset_cp, slot, footprin
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       1'h0:
@@ -34972,7 +35092,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footprint, count, push, pop, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -35337,7 +35457,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
   always @(posedge clk)
     count <= \$118 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     (* full_case = 32'd1 *)
     casez (rd)
       2'h0:
@@ -35351,7 +35471,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$108  = slot0;
     if (push) begin
       casez (wr)
@@ -35367,7 +35487,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$109  = slot1;
     if (push) begin
       casez (wr)
@@ -35385,7 +35505,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$110  = slot2;
     if (push) begin
       casez (wr)
@@ -35405,7 +35525,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$111  = slot3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -35428,7 +35548,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$112  = valid0;
     if (push) begin
       casez (wr)
@@ -35450,7 +35570,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$113  = valid1;
     if (push) begin
       casez (wr)
@@ -35476,7 +35596,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$114  = valid2;
     if (push) begin
       casez (wr)
@@ -35506,7 +35626,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$115  = valid3;
     if (push) begin
       (* full_case = 32'd1 *)
@@ -35542,7 +35662,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$116  = wr;
     if (push) begin
       \$116  = \$3 [1:0];
@@ -35555,7 +35675,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$117  = rd;
     if (pop) begin
       \$117  = \$6 [1:0];
@@ -35568,7 +35688,7 @@ module \dx1_soc.cp1.hazards.tile (rst, oldest, conflict, reset_cp, slot, footpri
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     \$118  = \$8 [2:0];
     if (reset_cp) begin
       \$118  = 3'h0;
@@ -35668,7 +35788,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_index, ring_log2, reset_cp, error__index, error__valid, error__code, head, tail, phase, advance, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire [16:0] \$10 ;
   wire \$11 ;
@@ -35760,14 +35880,14 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
   always @(posedge clk)
     phase <= \$27 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     error__index = 16'h0000;
     if (doorbell) begin
       error__index = doorbell_index;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     error__valid = 1'h0;
     if (doorbell) begin
       if (\$5 ) begin
@@ -35780,7 +35900,7 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     error__code = 8'h00;
     if (doorbell) begin
       if (\$5 ) begin
@@ -35793,7 +35913,7 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$25  = head;
     if (ring_reset) begin
       \$25  = 16'h0000;
@@ -35809,7 +35929,7 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$26  = tail;
     if (ring_reset) begin
       \$26  = 16'h0000;
@@ -35831,7 +35951,7 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
     \$27  = phase;
     if (ring_reset) begin
       \$27  = 1'h1;
@@ -35852,49 +35972,49 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , \port$7594$0 , \port$10854$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_soc.cp1.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , \port$10928$64 , signal, \wait , sem_valid, sem_delta
 , done, sem_grant);
-  reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
   wire [16:0] \$3 ;
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10854$64 ;
-  wire [23:0] \port$10854$64 ;
-  input [15:0] \port$7564$0 ;
-  wire [15:0] \port$7564$0 ;
-  input [15:0] \port$7566$0 ;
-  wire [15:0] \port$7566$0 ;
-  input [15:0] \port$7568$0 ;
-  wire [15:0] \port$7568$0 ;
-  input [15:0] \port$7570$0 ;
-  wire [15:0] \port$7570$0 ;
-  input [15:0] \port$7572$0 ;
-  wire [15:0] \port$7572$0 ;
-  input [15:0] \port$7574$0 ;
-  wire [15:0] \port$7574$0 ;
-  input [15:0] \port$7576$0 ;
-  wire [15:0] \port$7576$0 ;
-  input [15:0] \port$7578$0 ;
-  wire [15:0] \port$7578$0 ;
-  input [15:0] \port$7580$0 ;
-  wire [15:0] \port$7580$0 ;
-  input [15:0] \port$7582$0 ;
-  wire [15:0] \port$7582$0 ;
-  input [15:0] \port$7584$0 ;
-  wire [15:0] \port$7584$0 ;
-  input [15:0] \port$7586$0 ;
-  wire [15:0] \port$7586$0 ;
-  input [15:0] \port$7588$0 ;
-  wire [15:0] \port$7588$0 ;
-  input [15:0] \port$7590$0 ;
-  wire [15:0] \port$7590$0 ;
-  input [15:0] \port$7592$0 ;
-  wire [15:0] \port$7592$0 ;
-  input [15:0] \port$7594$0 ;
-  wire [15:0] \port$7594$0 ;
+  input [23:0] \port$10928$64 ;
+  wire [23:0] \port$10928$64 ;
+  input [15:0] \port$7608$0 ;
+  wire [15:0] \port$7608$0 ;
+  input [15:0] \port$7610$0 ;
+  wire [15:0] \port$7610$0 ;
+  input [15:0] \port$7612$0 ;
+  wire [15:0] \port$7612$0 ;
+  input [15:0] \port$7614$0 ;
+  wire [15:0] \port$7614$0 ;
+  input [15:0] \port$7616$0 ;
+  wire [15:0] \port$7616$0 ;
+  input [15:0] \port$7618$0 ;
+  wire [15:0] \port$7618$0 ;
+  input [15:0] \port$7620$0 ;
+  wire [15:0] \port$7620$0 ;
+  input [15:0] \port$7622$0 ;
+  wire [15:0] \port$7622$0 ;
+  input [15:0] \port$7624$0 ;
+  wire [15:0] \port$7624$0 ;
+  input [15:0] \port$7626$0 ;
+  wire [15:0] \port$7626$0 ;
+  input [15:0] \port$7628$0 ;
+  wire [15:0] \port$7628$0 ;
+  input [15:0] \port$7630$0 ;
+  wire [15:0] \port$7630$0 ;
+  input [15:0] \port$7632$0 ;
+  wire [15:0] \port$7632$0 ;
+  input [15:0] \port$7634$0 ;
+  wire [15:0] \port$7634$0 ;
+  input [15:0] \port$7636$0 ;
+  wire [15:0] \port$7636$0 ;
+  input [15:0] \port$7638$0 ;
+  wire [15:0] \port$7638$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -35924,48 +36044,48 @@ module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10854$64 [23:8];
-  assign \$3  = - \port$10854$64 [23:8];
+  assign \$2  = \$1  >= \port$10928$64 [23:8];
+  assign \$3  = - \port$10928$64 [23:8];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10854$64 [7:0])
+    casez (\port$10928$64 [7:0])
       8'h00:
-          \$1  = \port$7564$0 ;
+          \$1  = \port$7608$0 ;
       8'h01:
-          \$1  = \port$7566$0 ;
+          \$1  = \port$7610$0 ;
       8'h02:
-          \$1  = \port$7568$0 ;
+          \$1  = \port$7612$0 ;
       8'h03:
-          \$1  = \port$7570$0 ;
+          \$1  = \port$7614$0 ;
       8'h04:
-          \$1  = \port$7572$0 ;
+          \$1  = \port$7616$0 ;
       8'h05:
-          \$1  = \port$7574$0 ;
+          \$1  = \port$7618$0 ;
       8'h06:
-          \$1  = \port$7576$0 ;
+          \$1  = \port$7620$0 ;
       8'h07:
-          \$1  = \port$7578$0 ;
+          \$1  = \port$7622$0 ;
       8'h08:
-          \$1  = \port$7580$0 ;
+          \$1  = \port$7624$0 ;
       8'h09:
-          \$1  = \port$7582$0 ;
+          \$1  = \port$7626$0 ;
       8'h0a:
-          \$1  = \port$7584$0 ;
+          \$1  = \port$7628$0 ;
       8'h0b:
-          \$1  = \port$7586$0 ;
+          \$1  = \port$7630$0 ;
       8'h0c:
-          \$1  = \port$7588$0 ;
+          \$1  = \port$7632$0 ;
       8'h0d:
-          \$1  = \port$7590$0 ;
+          \$1  = \port$7634$0 ;
       8'h0e:
-          \$1  = \port$7592$0 ;
+          \$1  = \port$7636$0 ;
       8'h0f:
-          \$1  = \port$7594$0 ;
+          \$1  = \port$7638$0 ;
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     sem_valid = 1'h0;
     if (signal) begin
       sem_valid = 1'h1;
@@ -35977,10 +36097,10 @@ module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10854$64 [23:8] };
+      sem_delta = { 2'h0, \port$10928$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -35989,7 +36109,7 @@ module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     done = 1'h0;
     if (signal) begin
       done = sem_grant;
@@ -36000,31 +36120,31 @@ module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \por
       end
     end
   end
-  assign count = \port$10854$64 [23:8];
-  assign sem = \port$10854$64 [7:0];
-  assign sem_values = { \port$7594$0 , \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0  };
-  assign sem_index = \port$10854$64 [3:0];
-  assign \sem_values[0]  = \port$7564$0 ;
-  assign \sem_values[1]  = \port$7566$0 ;
-  assign \sem_values[2]  = \port$7568$0 ;
-  assign \sem_values[3]  = \port$7570$0 ;
-  assign \sem_values[4]  = \port$7572$0 ;
-  assign \sem_values[5]  = \port$7574$0 ;
-  assign \sem_values[6]  = \port$7576$0 ;
-  assign \sem_values[7]  = \port$7578$0 ;
-  assign \sem_values[8]  = \port$7580$0 ;
-  assign \sem_values[9]  = \port$7582$0 ;
-  assign \sem_values[10]  = \port$7584$0 ;
-  assign \sem_values[11]  = \port$7586$0 ;
-  assign \sem_values[12]  = \port$7588$0 ;
-  assign \sem_values[13]  = \port$7590$0 ;
-  assign \sem_values[14]  = \port$7592$0 ;
-  assign \sem_values[15]  = \port$7594$0 ;
+  assign count = \port$10928$64 [23:8];
+  assign sem = \port$10928$64 [7:0];
+  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign sem_index = \port$10928$64 [3:0];
+  assign \sem_values[0]  = \port$7608$0 ;
+  assign \sem_values[1]  = \port$7610$0 ;
+  assign \sem_values[2]  = \port$7612$0 ;
+  assign \sem_values[3]  = \port$7614$0 ;
+  assign \sem_values[4]  = \port$7616$0 ;
+  assign \sem_values[5]  = \port$7618$0 ;
+  assign \sem_values[6]  = \port$7620$0 ;
+  assign \sem_values[7]  = \port$7622$0 ;
+  assign \sem_values[8]  = \port$7624$0 ;
+  assign \sem_values[9]  = \port$7626$0 ;
+  assign \sem_values[10]  = \port$7628$0 ;
+  assign \sem_values[11]  = \port$7630$0 ;
+  assign \sem_values[12]  = \port$7632$0 ;
+  assign \sem_values[13]  = \port$7634$0 ;
+  assign \sem_values[14]  = \port$7636$0 ;
+  assign \sem_values[15]  = \port$7638$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, fire, abort_req, error__index, budget, reset_cp, abort_done, head, tile_count, dma_count, writer_idle, dma_pop, tile_pop, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$40  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [16:0] \$11 ;
@@ -36139,7 +36259,7 @@ module \dx1_soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
   always @(posedge clk)
     flushing <= \$31 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     (* full_case = 32'd1 *)
     if (\$24 ) begin
       \$29  = 32'd0;
@@ -36154,7 +36274,7 @@ module \dx1_soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$30  = aborting;
     if (fire) begin
       \$30  = 1'h1;
@@ -36170,7 +36290,7 @@ module \dx1_soc.cp1.watchdog$269 (rst, progress, mask, tile_oldest, dma_oldest, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$31  = flushing;
     if (abort_done) begin
       \$31  = 1'h1;
@@ -36192,7 +36312,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tdata, dma_done__tvalid, tile_pending, dma_pending, tile_oldest, dma_oldest, local_push, timestamp, cq_base, bus__wready, bus__bvalid, bus__bresp, quiesce, reset_cp, dma_done__tdata, local_slot, \local_status$7 , local_valid
 , cpl_addr, cpl_data, cpl_index, cpl_tag, cpl_opcode, idle, dma_pop, tile_pop, dma_done__tready, tile_done__tready, busy, bus__awvalid, bus__wvalid, bus__bready, error__valid, irq_completion, trace_end, aborting, flushing, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$41  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -36489,7 +36609,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
   assign \$32  = w_done | bus__wready;
   assign \$33  = \$31  & \$32 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$56  = local_valid;
     if (local_push) begin
       \$56  = 1'h1;
@@ -36508,7 +36628,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$57  = \local ;
     if (local_push) begin
       \$57  = local_slot;
@@ -36521,7 +36641,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$58  = local_status;
     if (local_push) begin
       \$58  = \local_status$7 ;
@@ -36534,7 +36654,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$59  = cpl_addr;
     casez (complete_state)
       2'h0:
@@ -36558,7 +36678,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$60  = cpl_data;
     casez (complete_state)
       2'h0:
@@ -36582,7 +36702,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$61  = cpl_index;
     casez (complete_state)
       2'h0:
@@ -36606,7 +36726,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$62  = cpl_tag;
     casez (complete_state)
       2'h0:
@@ -36630,7 +36750,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$63  = cpl_opcode;
     casez (complete_state)
       2'h0:
@@ -36654,7 +36774,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$64  = complete_state;
     casez (complete_state)
       2'h0:
@@ -36686,7 +36806,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$65  = aw_done;
     casez (complete_state)
       2'h0:
@@ -36704,7 +36824,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$66  = w_done;
     casez (complete_state)
       2'h0:
@@ -36722,7 +36842,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     idle = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36730,7 +36850,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     dma_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36744,7 +36864,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     tile_pop = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36759,7 +36879,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     dma_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36772,7 +36892,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     tile_done__tready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36786,7 +36906,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     busy = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36798,7 +36918,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     bus__awvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36808,7 +36928,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     bus__wvalid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36818,7 +36938,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     bus__bready = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36830,7 +36950,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     error__valid = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36846,7 +36966,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     irq_completion = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36864,7 +36984,7 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     trace_end = 1'h0;
     casez (complete_state)
       2'h0:
@@ -36950,369 +37070,180 @@ module \dx1_soc.cp1.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready
-, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
-, bytes_written, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$40  = 0;
+module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
+, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9359$0 , \port$9361$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [18:0] \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [9:0] \$105 ;
-  wire [11:0] \$106 ;
-  wire [32:0] \$107 ;
-  wire [30:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
-  wire [16:0] \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire [31:0] \$118 ;
-  wire [31:0] \$119 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
   wire \$12 ;
-  wire [31:0] \$120 ;
-  wire [31:0] \$121 ;
-  wire [31:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [15:0] \$124 ;
-  wire [3:0] \$125 ;
-  wire \$126 ;
-  wire [4:0] \$127 ;
-  wire [32:0] \$128 ;
-  wire \$129 ;
   wire \$13 ;
-  wire [9:0] \$130 ;
-  wire [11:0] \$131 ;
-  wire [32:0] \$132 ;
-  wire [30:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [31:0] \$143 ;
-  wire [31:0] \$144 ;
-  wire [31:0] \$145 ;
-  wire [31:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [31:0] \$148 ;
-  wire [15:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [6:0] \$151 ;
-  wire \$152 ;
-  wire [8:0] \$153 ;
-  wire [9:0] \$154 ;
-  wire [16:0] \$155 ;
-  wire [17:0] \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire [8:0] \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [16:0] \$169 ;
-  wire [10:0] \$17 ;
-  wire \$170 ;
-  wire [16:0] \$171 ;
-  wire [16:0] \$172 ;
-  wire [16:0] \$173 ;
-  wire [16:0] \$174 ;
-  wire [16:0] \$175 ;
-  wire [2:0] \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [8:0] \$18 ;
-  wire \$180 ;
-  wire [16:0] \$181 ;
-  wire \$182 ;
-  wire [16:0] \$183 ;
-  wire [16:0] \$184 ;
-  wire [16:0] \$185 ;
-  wire [16:0] \$186 ;
-  wire [16:0] \$187 ;
-  wire [255:0] \$188 ;
-  wire [3:0] \$189 ;
+  wire \$17 ;
+  wire \$18 ;
   wire \$19 ;
-  wire \$190 ;
-  wire [2:0] \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire [3:0] \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  reg [1:0] \$199 ;
   wire [16:0] \$2 ;
-  wire [8:0] \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg \$203 ;
-  reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
-  reg \$208 ;
-  reg \$209 ;
-  wire [29:0] \$21 ;
-  reg \$210 ;
-  reg [31:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [31:0] \$213 ;
-  reg [29:0] \$214 ;
-  reg \$215 ;
-  reg [31:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [29:0] \$219 ;
+  wire \$20 ;
+  wire \$21 ;
   wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg \$222 ;
-  reg [31:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [29:0] \$226 ;
-  reg \$227 ;
-  reg [31:0] \$228 ;
-  reg [15:0] \$229 ;
-  wire [9:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [29:0] \$231 ;
-  reg [5:0] \$232 ;
-  reg [15:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [31:0] \$235 ;
-  reg \$236 ;
-  reg [7:0] \$237 ;
-  reg \$238 ;
-  reg [1:0] \$239 ;
+  wire \$23 ;
   wire \$24 ;
-  reg [255:0] \$240 ;
-  reg [15:0] \$241 ;
-  reg [15:0] \$242 ;
-  reg [15:0] \$243 ;
-  reg [15:0] \$244 ;
-  reg [15:0] \$245 ;
-  reg \$246 ;
-  reg [255:0] \$247 ;
-  reg \$248 ;
-  reg [15:0] \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg [15:0] \$251 ;
-  reg [15:0] \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg [255:0] \$255 ;
-  reg [2:0] \$256 ;
-  reg [7:0] \$257 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire \$29 ;
+  wire [3:0] \$29 ;
   wire [18:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire \$32 ;
-  wire \$33 ;
-  wire [9:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire [10:0] \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire [16:0] \$43 ;
-  wire \$44 ;
-  wire [16:0] \$45 ;
-  wire \$46 ;
-  wire [1:0] \$47 ;
-  wire \$48 ;
-  wire \$49 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  reg \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [15:0] \$37 ;
+  reg [15:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg [15:0] \$40 ;
+  reg \$41 ;
+  reg \$42 ;
+  reg [7:0] \$43 ;
+  wire [255:0] \$44 ;
+  wire [15:0] \$45 ;
   wire \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire [16:0] \$57 ;
-  wire \$58 ;
-  wire [16:0] \$59 ;
-  wire [29:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [9:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire [31:0] \$6 ;
+  wire [31:0] \$7 ;
+  wire \$8 ;
   wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  reg [1:0] a_cnt = 2'h0;
-  wire a_last;
   input abort;
   wire abort;
+  wire \abort$74 ;
+  wire \abort$81 ;
   reg acc = 1'h0;
-  (* init = 16'h0000 *)
+  (* init = 1'h0 *)
+  wire \acc$105 ;
+  (* init = 1'h0 *)
+  wire \acc$116 ;
   wire [15:0] acc_rreq__tdata;
+  wire [15:0] \acc_rreq__tdata$148 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
+  wire \acc_rreq__tready$150 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
+  wire \acc_rreq__tvalid$152 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
+  wire [255:0] \acc_rresp__tdata$160 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
+  wire \acc_rresp__tready$162 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
+  wire \acc_rresp__tvalid$164 ;
   wire [271:0] acc_wr__tdata;
+  wire [271:0] \acc_wr__tdata$136 ;
   input acc_wr__tready;
   wire acc_wr__tready;
+  wire \acc_wr__tready$138 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  reg ar_active = 1'h0;
-  reg [31:0] ar_addr = 32'd0;
-  wire [8:0] ar_beats;
-  wire [8:0] ar_capped;
-  wire ar_hs;
-  wire ar_issue;
-  reg [31:0] ar_seg_base = 32'd0;
-  reg [29:0] ar_seg_beats = 30'h00000000;
-  reg [29:0] ar_seg_left = 30'h00000000;
-  reg [15:0] ar_segs_left = 16'h0000;
-  reg [31:0] ar_stride = 32'd0;
-  wire [9:0] ar_to_page;
-  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [255:0] assembled;
-  reg aw_active = 1'h0;
-  reg [31:0] aw_addr = 32'd0;
-  wire aw_allow;
-  wire [8:0] aw_beats;
-  wire [8:0] aw_capped;
-  wire aw_hs;
-  wire aw_issue;
-  reg [31:0] aw_seg_base = 32'd0;
-  reg [29:0] aw_seg_beats = 30'h00000000;
-  reg [29:0] aw_seg_left = 30'h00000000;
-  reg [15:0] aw_segs_left = 16'h0000;
-  reg [31:0] aw_stride = 32'd0;
-  wire [9:0] aw_to_page;
+  wire \acc_wr__tvalid$140 ;
   output [31:0] axi__araddr;
-  reg [31:0] axi__araddr = 32'd0;
+  wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
   wire [3:0] axi__arid;
   output [7:0] axi__arlen;
-  reg [7:0] axi__arlen = 8'h00;
-  input axi__arready;
+  wire [7:0] axi__arlen;
   wire axi__arready;
   wire [2:0] axi__arsize;
   output axi__arvalid;
-  reg axi__arvalid = 1'h0;
+  wire axi__arvalid;
   output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
+  wire [31:0] axi__awaddr;
   wire [1:0] axi__awburst;
   wire [3:0] axi__awid;
   output [7:0] axi__awlen;
-  reg [7:0] axi__awlen = 8'h00;
-  input axi__awready;
+  wire [7:0] axi__awlen;
   wire axi__awready;
   wire [2:0] axi__awsize;
   output axi__awvalid;
-  reg axi__awvalid = 1'h0;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
   wire axi__bready;
-  input [1:0] axi__bresp;
   wire [1:0] axi__bresp;
-  input axi__bvalid;
   wire axi__bvalid;
-  input [63:0] axi__rdata;
   wire [63:0] axi__rdata;
-  input axi__rlast;
+  wire [3:0] axi__rid;
   wire axi__rlast;
   output axi__rready;
   wire axi__rready;
-  input [1:0] axi__rresp;
   wire [1:0] axi__rresp;
-  input axi__rvalid;
   wire axi__rvalid;
   output [63:0] axi__wdata;
   wire [63:0] axi__wdata;
   output axi__wlast;
   wire axi__wlast;
-  input axi__wready;
   wire axi__wready;
   output [7:0] axi__wstrb;
   wire [7:0] axi__wstrb;
   output axi__wvalid;
   wire axi__wvalid;
-  wire b_hs;
+  wire [31:0] base;
+  wire [31:0] \base$76 ;
+  wire beat;
+  wire [63:0] \beat$169 ;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
   wire busy;
   output [31:0] bytes_read;
-  reg [31:0] bytes_read = 32'd0;
+  wire [31:0] bytes_read;
+  wire [31:0] \bytes_read$99 ;
   output [31:0] bytes_written;
-  reg [31:0] bytes_written = 32'd0;
+  wire [31:0] bytes_written;
+  wire [31:0] \bytes_written$101 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -37322,1546 +37253,614 @@ module \dx1_soc.dma0 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc
   input cmd__tvalid;
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$113 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$120 ;
   reg [15:0] cols = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$109 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$118 ;
+  wire copy_beat;
+  wire done;
+  wire \done$174 ;
+  wire \done$175 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
   wire done__tready;
   output done__tvalid;
   wire done__tvalid;
+  wire error;
+  wire [63:0] fifo_data;
+  wire [63:0] \fifo_data$123 ;
+  wire fifo_err;
+  wire \fifo_err$124 ;
+  wire fifo_ready;
+  wire \fifo_ready$125 ;
+  wire \fifo_ready$128 ;
+  wire fifo_take;
+  wire \fifo_take$167 ;
   wire finished;
   input hold;
   wire hold;
+  wire \hold$72 ;
+  wire \hold$80 ;
   reg is_copy = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_copy$86 ;
   reg is_load = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_load$88 ;
   reg is_store = 1'h0;
-  reg [15:0] ldw_addr = 16'h0000;
-  reg [15:0] ldw_base = 16'h0000;
-  reg [15:0] ldw_c = 16'h0000;
-  wire ldw_last;
-  reg [15:0] ldw_r = 16'h0000;
-  reg lw_done = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_store$127 ;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  wire pop;
+  output [255:0] \port$9359$0 ;
+  wire [255:0] \port$9359$0 ;
+  output [15:0] \port$9361$0 ;
+  wire [15:0] \port$9361$0 ;
+  wire push;
   output quiet;
   wire quiet;
+  wire \quiet$178 ;
+  wire \quiet$179 ;
   wire [64:0] r_data;
-  wire [7:0] \r_data$145 ;
-  reg r_en;
-  reg \r_en$64 ;
-  wire r_hs;
+  wire r_en;
   wire r_rdy;
-  wire \r_rdy$120 ;
   reg rd_err = 1'h0;
-  wire reads_done;
-  reg [2:0] reads_out = 3'h0;
+  (* init = 1'h0 *)
+  wire \rd_err$122 ;
+  (* init = 1'h0 *)
+  wire \rd_err$92 ;
+  wire read_error;
+  wire \read_error$184 ;
+  wire request;
   input reset_units;
   wire reset_units;
-  wire [255:0] resp_data;
-  wire resp_valid;
   reg [15:0] row_stride = 16'h0000;
-  reg [15:0] rows = 16'h0000;
-  reg rq_active = 1'h0;
   (* init = 16'h0000 *)
-  wire [15:0] rq_addr;
-  wire rq_ready;
-  reg rq_valid = 1'h0;
-  reg [15:0] rqw_addr = 16'h0000;
-  reg [15:0] rqw_base = 16'h0000;
-  reg [15:0] rqw_c = 16'h0000;
-  wire rqw_last;
-  reg [15:0] rqw_r = 16'h0000;
+  wire [15:0] \row_stride$111 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$119 ;
+  reg [15:0] rows = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$107 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$117 ;
   input rst;
   wire rst;
-  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [2:0] sp_cnt = 3'h0;
-  wire sp_push;
-  wire sp_take;
+  wire run;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$79 ;
+  wire [15:0] segments;
+  wire [15:0] \segments$78 ;
   output [15:0] spm_rreq__tdata;
-  reg [15:0] spm_rreq__tdata = 16'h0000;
+  wire [15:0] spm_rreq__tdata;
+  wire [15:0] \spm_rreq__tdata$142 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
+  wire \spm_rreq__tready$144 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
+  wire \spm_rreq__tvalid$146 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
+  wire [63:0] \spm_rresp__tdata$154 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
+  wire \spm_rresp__tready$156 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
+  wire \spm_rresp__tvalid$158 ;
   wire [79:0] spm_wr__tdata;
+  wire [79:0] \spm_wr__tdata$130 ;
   input spm_wr__tready;
   wire spm_wr__tready;
+  wire \spm_wr__tready$132 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
+  wire \spm_wr__tvalid$134 ;
   wire start;
+  wire \start$102 ;
+  wire \start$114 ;
+  wire \start$66 ;
+  wire \start$75 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
-  reg [5:0] unclaimed = 6'h00;
-  wire w_bad;
-  reg [7:0] w_cnt = 8'h00;
-  reg w_cur = 1'h0;
-  wire [7:0] w_data;
-  reg [64:0] \w_data$112 ;
-  wire w_en;
-  reg \w_en$114 ;
-  wire w_hs;
-  reg [7:0] w_len = 8'h00;
+  wire [31:0] stride;
+  wire [31:0] \stride$77 ;
+  wire take;
+  reg [64:0] w_data;
+  reg w_en;
   wire w_rdy;
-  wire \w_rdy$107 ;
-  output [15:0] wr_addr;
-  reg [15:0] wr_addr = 16'h0000;
-  output [255:0] wr_data;
-  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   reg wr_err = 1'h0;
-  wire wr_ready;
-  reg wr_valid = 1'h0;
-  wire writes_done;
-  reg [15:0] writes_out = 16'h0000;
+  always @(posedge clk)
+    is_load <= \$33 ;
+  always @(posedge clk)
+    is_store <= \$34 ;
+  always @(posedge clk)
+    is_copy <= \$35 ;
+  always @(posedge clk)
+    acc <= \$36 ;
+  always @(posedge clk)
+    rows <= \$37 ;
+  always @(posedge clk)
+    cols <= \$38 ;
+  always @(posedge clk)
+    row_stride <= \$39 ;
+  always @(posedge clk)
+    col_stride <= \$40 ;
+  always @(posedge clk)
+    rd_err <= \$41 ;
+  always @(posedge clk)
+    wr_err <= \$42 ;
+  always @(posedge clk)
+    done__tdata <= \$43 ;
   assign cmd__tready = ! state;
   assign start = cmd__tvalid & cmd__tready;
   assign busy = | state;
   assign start_copy = cmd__tdata[7:0] == 4'h8;
   assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = 10'h200 - ar_addr[11:3];
-  assign \$5  = ar_seg_left < 9'h100;
-  assign \$6  = \$5  ? ar_seg_left : 30'h00000100;
-  assign \$7  = \$4 [9:0] < \$6 [8:0];
-  assign \$8  = \$7  ? \$4 [9:0] : { 1'h0, \$6 [8:0] };
-  assign \$9  = ~ axi__arvalid;
-  assign \$10  = \$9  | axi__arready;
-  assign \$11  = ar_active & \$10 ;
-  assign \$12  = reads_out < 3'h4;
-  assign \$13  = ~ hold;
-  assign \$14  = \$12  & \$13 ;
+  assign \$4  = cmd__tdata[7:0] == 1'h1;
+  assign \$5  = \$4  | start_copy;
+  assign \start$66  = start & \$5 ;
+  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
+  assign \$8  = cmd__tdata[7:0] == 2'h2;
+  assign \$9  = \$8  | start_copy;
+  assign \start$75  = start & \$9 ;
+  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
+  assign \$12  = ~ is_store;
+  assign \$13  = w_rdy & \$12 ;
+  assign axi__rready = \$13  | abort;
+  assign \$14  = state == 1'h1;
+  assign run = \$14  & is_load;
+  assign request = cmd__tdata[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$167 ;
   assign \$15  = ~ abort;
-  assign \$16  = \$14  & \$15 ;
-  assign ar_issue = \$11  & \$16 ;
-  assign ar_hs = axi__arvalid & axi__arready;
-  assign r_hs = axi__rvalid & axi__rready;
-  assign \$17  = 10'h200 - aw_addr[11:3];
-  assign \$18  = is_copy ? 9'h010 : 9'h100;
-  assign \$19  = aw_seg_left < \$18 ;
-  assign \$20  = is_copy ? 9'h010 : 9'h100;
-  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
-  assign \$22  = \$17 [9:0] < \$21 [8:0];
-  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
-  assign \$24  = ~ axi__awvalid;
-  assign \$25  = \$24  | axi__awready;
-  assign \$26  = aw_active & \$25 ;
-  assign \$27  = ~ hold;
-  assign \$28  = aw_allow & \$27 ;
-  assign \$29  = ~ abort;
-  assign \$30  = \$28  & \$29 ;
-  assign aw_issue = \$26  & \$30 ;
-  assign \$31  = ~ is_copy;
-  assign \$32  = unclaimed >= \$23 [8:0];
-  assign \$33  = \$31  | \$32 ;
-  assign aw_allow = w_rdy & \$33 ;
-  assign \$34  = \$23 [8:0] - 1'h1;
-  assign aw_hs = axi__awvalid & axi__awready;
-  assign \$35  = r_rdy | abort;
-  assign \$36  = w_cur & \$35 ;
-  assign \$37  = ~ is_load;
-  assign axi__wvalid = \$36  & \$37 ;
-  assign \$38  = r_data[64] | rd_err;
-  assign w_bad = \$38  | abort;
-  assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
-  assign axi__wlast = w_cnt == w_len;
-  assign w_hs = axi__wvalid & axi__wready;
-  assign \$39  = ~ w_cur;
-  assign \$40  = w_hs & axi__wlast;
-  assign \$41  = \$39  | \$40 ;
-  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$42  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$42 ;
-  assign acc_wr__tvalid = wr_valid & acc;
-  assign \$43  = ldw_r + 1'h1;
-  assign \$44  = \$43  == rows;
-  assign \$45  = ldw_c + 1'h1;
-  assign \$46  = \$45  == cols;
-  assign ldw_last = \$44  & \$46 ;
-  assign \$47  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$47 ;
-  assign \$48  = state == 1'h1;
-  assign \$49  = \$48  & is_load;
-  assign \$50  = ~ lw_done;
-  assign \$51  = \$49  & \$50 ;
-  assign \$52  = \$51  & r_rdy;
-  assign \$53  = ~ a_last;
-  assign \$54  = ~ wr_valid;
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = \$55  | wr_ready;
-  assign pop = \$52  & \$56 ;
-  assign \$57  = rqw_r + 1'h1;
-  assign \$58  = \$57  == rows;
-  assign \$59  = rqw_c + 1'h1;
-  assign \$60  = \$59  == cols;
-  assign rqw_last = \$58  & \$60 ;
-  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$61  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$61 ;
-  assign acc_rreq__tvalid = rq_valid & acc;
-  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
-  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$62  = | sp_cnt;
-  assign sp_push = \$62  & \w_rdy$107 ;
-  assign \$63  = ! sp_cnt;
-  assign \$64  = sp_cnt == 1'h1;
-  assign \$65  = \$64  & sp_push;
-  assign \$66  = \$63  | \$65 ;
-  assign sp_take = is_store & \$66 ;
-  assign acc_rresp__tready = sp_take & acc;
-  assign \$67  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$67 ;
-  assign \$68  = ~ is_store;
-  assign \$69  = \w_rdy$107  & \$68 ;
-  assign axi__rready = \$69  | abort;
-  assign \$70  = ~ abort;
-  assign \$71  = sp_push & \$70 ;
-  assign \$72  = | axi__rresp;
-  assign \$73  = ~ abort;
-  assign \$74  = r_hs & \$73 ;
-  assign \$75  = ~ ar_active;
-  assign \$76  = ~ axi__arvalid;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = ! reads_out;
-  assign reads_done = \$77  & \$78 ;
-  assign \$79  = ~ aw_active;
-  assign \$80  = ~ axi__awvalid;
-  assign \$81  = \$79  & \$80 ;
-  assign \$82  = ! writes_out;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = ~ w_cur;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \r_rdy$120 ;
-  assign writes_done = \$85  & \$86 ;
-  assign \$87  = ~ wr_valid;
-  assign \$88  = lw_done & \$87 ;
-  assign \$89  = \$88  & reads_done;
-  assign \$90  = writes_done & reads_done;
-  assign finished = is_load ? \$89  : \$90 ;
+  assign \$16  = push & \$15 ;
+  assign \$17  = | bus__rresp;
+  assign \$18  = ~ abort;
+  assign \$19  = copy_beat & \$18 ;
+  assign \$20  = \done$175  & \done$174 ;
+  assign \$21  = done & \done$174 ;
+  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign \$91  = ~ axi__arvalid;
-  assign \$92  = ! reads_out;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = ~ axi__awvalid;
-  assign \$95  = \$93  & \$94 ;
-  assign \$96  = ! writes_out;
-  assign \$97  = \$95  & \$96 ;
-  assign \$98  = ~ w_cur;
-  assign \$99  = \$97  & \$98 ;
-  assign \$100  = ~ \r_rdy$120 ;
-  assign quiet = \$99  & \$100 ;
-  assign \$101  = cmd__tdata[7:0] == 1'h1;
-  assign \$102  = cmd__tdata[7:0] == 2'h2;
-  assign \$103  = cmd__tdata[7:0] == 4'h8;
-  assign \$104  = axi__arvalid & axi__arready;
-  assign \$105  = \$8 [8:0] - 1'h1;
-  assign \$107  = ar_addr + \$106 ;
-  assign \$108  = ar_seg_left - \$8 [8:0];
-  assign \$109  = ar_seg_left == \$8 [8:0];
-  assign \$110  = ar_segs_left == 1'h1;
-  assign \$111  = ar_seg_base + ar_stride;
-  assign \$112  = ar_seg_base + ar_stride;
-  assign \$113  = ar_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 1'h1;
-  assign \$115  = \$114  | start_copy;
-  assign \$116  = start & \$115 ;
-  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
-  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
-  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = reads_out + ar_hs;
-  assign \$126  = r_hs & axi__rlast;
-  assign \$127  = \$125  - \$126 ;
-  assign \$128  = bytes_read + 4'h8;
-  assign \$129  = axi__awvalid & axi__awready;
-  assign \$130  = \$23 [8:0] - 1'h1;
-  assign \$132  = aw_addr + \$131 ;
-  assign \$133  = aw_seg_left - \$23 [8:0];
-  assign \$134  = aw_seg_left == \$23 [8:0];
-  assign \$135  = aw_segs_left == 1'h1;
-  assign \$136  = aw_seg_base + aw_stride;
-  assign \$137  = aw_seg_base + aw_stride;
-  assign \$138  = aw_segs_left - 1'h1;
-  assign \$139  = cmd__tdata[7:0] == 2'h2;
-  assign \$140  = \$139  | start_copy;
-  assign \$141  = start & \$140 ;
-  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
-  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
-  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$150  = is_copy & r_hs;
-  assign \$151  = unclaimed + \$150 ;
-  assign \$152  = is_copy & aw_issue;
-  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
-  assign \$154  = \$151  - \$153 ;
-  assign \$155  = writes_out + aw_hs;
-  assign \$156  = \$155  - b_hs;
-  assign \$157  = | axi__bresp;
-  assign \$158  = b_hs & \$157 ;
-  assign \$159  = w_cnt + 1'h1;
-  assign \$160  = ~ w_bad;
-  assign \$161  = bytes_written + 4'h8;
-  assign \$162  = ~ w_cur;
-  assign \$163  = w_hs & axi__wlast;
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = wr_valid & wr_ready;
-  assign \$166  = ~ r_data[64];
-  assign \$167  = ~ rd_err;
-  assign \$168  = \$166  & \$167 ;
-  assign \$169  = ldw_c + 1'h1;
-  assign \$170  = \$169  == cols;
-  assign \$171  = ldw_r + 1'h1;
-  assign \$172  = ldw_base + row_stride;
-  assign \$173  = ldw_base + row_stride;
-  assign \$174  = ldw_c + 1'h1;
-  assign \$175  = ldw_addr + col_stride;
-  assign \$176  = a_cnt + 1'h1;
-  assign \$177  = rq_valid & rq_ready;
-  assign \$178  = ~ rq_valid;
-  assign \$179  = \$178  | rq_ready;
-  assign \$180  = rq_active & \$179 ;
-  assign \$181  = rqw_c + 1'h1;
-  assign \$182  = \$181  == cols;
-  assign \$183  = rqw_r + 1'h1;
-  assign \$184  = rqw_base + row_stride;
-  assign \$185  = rqw_base + row_stride;
-  assign \$186  = rqw_c + 1'h1;
-  assign \$187  = rqw_addr + col_stride;
-  assign \$189  = sp_cnt - 1'h1;
-  assign \$190  = sp_take & resp_valid;
-  assign \$191  = acc ? 3'h4 : 3'h1;
-  assign \$192  = cmd__tdata[7:0] == 2'h2;
-  assign \$193  = state == 1'h1;
-  assign \$194  = \$193  & finished;
-  assign \$195  = rd_err | wr_err;
-  assign \$196  = \$195  ? 4'h9 : 4'h0;
-  assign \$197  = state == 2'h2;
-  assign \$198  = \$197  & done__tready;
+  assign quiet = \quiet$178  & \quiet$179 ;
+  assign \$22  = cmd__tdata[7:0] == 1'h1;
+  assign \$23  = cmd__tdata[7:0] == 2'h2;
+  assign \$24  = cmd__tdata[7:0] == 4'h8;
+  assign \$25  = read_error | \read_error$184 ;
+  assign \$26  = state == 1'h1;
+  assign \$27  = \$26  & finished;
+  assign \$28  = rd_err | wr_err;
+  assign \$29  = \$28  ? 4'h9 : 4'h0;
+  assign \$30  = state == 2'h2;
+  assign \$31  = \$30  & done__tready;
   always @(posedge clk)
-    state <= \$199 ;
-  always @(posedge clk)
-    is_load <= \$200 ;
-  always @(posedge clk)
-    is_store <= \$201 ;
-  always @(posedge clk)
-    is_copy <= \$202 ;
-  always @(posedge clk)
-    acc <= \$203 ;
-  always @(posedge clk)
-    rows <= \$204 ;
-  always @(posedge clk)
-    cols <= \$205 ;
-  always @(posedge clk)
-    row_stride <= \$206 ;
-  always @(posedge clk)
-    col_stride <= \$207 ;
-  always @(posedge clk)
-    rd_err <= \$208 ;
-  always @(posedge clk)
-    wr_err <= \$209 ;
-  always @(posedge clk)
-    axi__arvalid <= \$210 ;
-  always @(posedge clk)
-    axi__araddr <= \$211 ;
-  always @(posedge clk)
-    axi__arlen <= \$212 ;
-  always @(posedge clk)
-    ar_addr <= \$213 ;
-  always @(posedge clk)
-    ar_seg_left <= \$214 ;
-  always @(posedge clk)
-    ar_active <= \$215 ;
-  always @(posedge clk)
-    ar_seg_base <= \$216 ;
-  always @(posedge clk)
-    ar_segs_left <= \$217 ;
-  always @(posedge clk)
-    ar_stride <= \$218 ;
-  always @(posedge clk)
-    ar_seg_beats <= \$219 ;
-  always @(posedge clk)
-    reads_out <= \$220 ;
-  always @(posedge clk)
-    bytes_read <= \$221 ;
-  always @(posedge clk)
-    axi__awvalid <= \$222 ;
-  always @(posedge clk)
-    axi__awaddr <= \$223 ;
-  always @(posedge clk)
-    axi__awlen <= \$224 ;
-  always @(posedge clk)
-    aw_addr <= \$225 ;
-  always @(posedge clk)
-    aw_seg_left <= \$226 ;
-  always @(posedge clk)
-    aw_active <= \$227 ;
-  always @(posedge clk)
-    aw_seg_base <= \$228 ;
-  always @(posedge clk)
-    aw_segs_left <= \$229 ;
-  always @(posedge clk)
-    aw_stride <= \$230 ;
-  always @(posedge clk)
-    aw_seg_beats <= \$231 ;
-  always @(posedge clk)
-    unclaimed <= \$232 ;
-  always @(posedge clk)
-    writes_out <= \$233 ;
-  always @(posedge clk)
-    w_cnt <= \$234 ;
-  always @(posedge clk)
-    bytes_written <= \$235 ;
-  always @(posedge clk)
-    w_cur <= \$236 ;
-  always @(posedge clk)
-    w_len <= \$237 ;
-  always @(posedge clk)
-    wr_valid <= \$238 ;
-  always @(posedge clk)
-    a_cnt <= \$239 ;
-  always @(posedge clk)
-    wr_data <= \$240 ;
-  always @(posedge clk)
-    wr_addr <= \$241 ;
-  always @(posedge clk)
-    ldw_c <= \$242 ;
-  always @(posedge clk)
-    ldw_r <= \$243 ;
-  always @(posedge clk)
-    ldw_base <= \$244 ;
-  always @(posedge clk)
-    ldw_addr <= \$245 ;
-  always @(posedge clk)
-    lw_done <= \$246 ;
-  always @(posedge clk)
-    asm <= \$247 ;
-  always @(posedge clk)
-    rq_valid <= \$248 ;
-  always @(posedge clk)
-    spm_rreq__tdata <= \$249 ;
-  always @(posedge clk)
-    rqw_c <= \$250 ;
-  always @(posedge clk)
-    rqw_r <= \$251 ;
-  always @(posedge clk)
-    rqw_base <= \$252 ;
-  always @(posedge clk)
-    rqw_addr <= \$253 ;
-  always @(posedge clk)
-    rq_active <= \$254 ;
-  always @(posedge clk)
-    sp_buf <= \$255 ;
-  always @(posedge clk)
-    sp_cnt <= \$256 ;
-  always @(posedge clk)
-    done__tdata <= \$257 ;
+    state <= \$32 ;
   \dx1_soc.dma0.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
     .r_en(r_en),
-    .r_rdy(r_rdy),
+    .r_rdy(fifo_ready),
     .reset_units(reset_units),
     .rst(rst),
-    .w_en(\w_en$114 ),
-    .w_port__data(\w_data$112 ),
-    .w_rdy(\w_rdy$107 )
-  );
-  \dx1_soc.dma0.wlen_fifo  wlen_fifo (
-    .clk(clk),
-    .r_data(\r_data$145 ),
-    .r_en(\r_en$64 ),
-    .r_rdy(\r_rdy$120 ),
-    .reset_units(reset_units),
-    .rst(rst),
-    .w_en(aw_issue),
-    .w_port__data(\$34 [7:0]),
+    .w_en(w_en),
+    .w_port__data(w_data),
     .w_rdy(w_rdy)
   );
+  \dx1_soc.dma0.loader  loader (
+    .acc(acc),
+    .acc_wr__tready(acc_wr__tready),
+    .acc_wr__tvalid(acc_wr__tvalid),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .done(\done$175 ),
+    .fifo_ready(fifo_ready),
+    .fifo_take(\fifo_take$167 ),
+    .local_addr(cmd__tdata[143:128]),
+    .\port$4174$0 (r_data),
+    .rd_err(rd_err),
+    .read_error(\read_error$184 ),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .run(run),
+    .spm_wr__tready(spm_wr__tready),
+    .spm_wr__tvalid(spm_wr__tvalid),
+    .start(start),
+    .wr_addr(\$45 ),
+    .wr_data(\$44 )
+  );
+  \dx1_soc.dma0.reader  reader (
+    .abort(abort),
+    .base(base),
+    .beat(copy_beat),
+    .bus__araddr(axi__araddr),
+    .bus__arlen(axi__arlen),
+    .bus__arvalid(axi__arvalid),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rvalid(bus__rvalid),
+    .bytes_read(bytes_read),
+    .clk(clk),
+    .done(\done$174 ),
+    .hold(hold),
+    .quiet(\quiet$178 ),
+    .ready(bus__arready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$7 [29:0]),
+    .segments(segments),
+    .start(\start$66 ),
+    .stride(stride)
+  );
+  \dx1_soc.dma0.storer  storer (
+    .acc(acc),
+    .acc_rreq__tready(acc_rreq__tready),
+    .acc_rreq__tvalid(acc_rreq__tvalid),
+    .acc_rresp__tdata(acc_rresp__tdata),
+    .acc_rresp__tready(acc_rresp__tready),
+    .acc_rresp__tvalid(acc_rresp__tvalid),
+    .beat(\beat$169 ),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .fifo_ready(w_rdy),
+    .is_store(is_store),
+    .local_addr(cmd__tdata[143:128]),
+    .push(push),
+    .request(request),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .spm_rreq__tdata(spm_rreq__tdata),
+    .spm_rreq__tready(spm_rreq__tready),
+    .spm_rreq__tvalid(spm_rreq__tvalid),
+    .spm_rresp__tdata(spm_rresp__tdata),
+    .spm_rresp__tready(spm_rresp__tready),
+    .spm_rresp__tvalid(spm_rresp__tvalid),
+    .start(start)
+  );
+  \dx1_soc.dma0.writer  writer (
+    .abort(abort),
+    .base(\base$76 ),
+    .bus__awaddr(axi__awaddr),
+    .bus__awlen(axi__awlen),
+    .bus__awvalid(axi__awvalid),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wlast(axi__wlast),
+    .bus__wready(bus__wready),
+    .bus__wstrb(axi__wstrb),
+    .bus__wvalid(axi__wvalid),
+    .bytes_written(bytes_written),
+    .clk(clk),
+    .copy_beat(copy_beat),
+    .done(done),
+    .error(error),
+    .fifo_ready(fifo_ready),
+    .hold(hold),
+    .is_copy(is_copy),
+    .is_load(is_load),
+    .\port$4174$0 (r_data),
+    .quiet(\quiet$179 ),
+    .rd_err(rd_err),
+    .read_error(read_error),
+    .ready(bus__awready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$11 [29:0]),
+    .segments(\segments$78 ),
+    .start(\start$75 ),
+    .stride(\stride$77 ),
+    .w_hs(fifo_take)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    r_en = 1'h0;
-    if (w_hs) begin
-      r_en = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$33  = is_load;
+    if (start) begin
+      \$33  = \$22 ;
     end
-    if (pop) begin
-      r_en = 1'h1;
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \r_en$64  = 1'h0;
-    if (\$41 ) begin
-      \r_en$64  = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$34  = is_store;
+    if (start) begin
+      \$34  = \$23 ;
+    end
+    if (reset_units) begin
+      \$34  = 1'h0;
+    end
+    if (rst) begin
+      \$34  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    assembled = asm;
-    (* full_case = 32'd1 *)
-    casez (a_cnt)
-      2'h0:
-          assembled[63:0] = r_data[63:0];
-      2'h1:
-          assembled[127:64] = r_data[63:0];
-      2'h2:
-          assembled[191:128] = r_data[63:0];
-      2'h3:
-          assembled[255:192] = r_data[63:0];
-    endcase
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$35  = is_copy;
+    if (start) begin
+      \$35  = \$24 ;
+    end
+    if (reset_units) begin
+      \$35  = 1'h0;
+    end
+    if (rst) begin
+      \$35  = 1'h0;
+    end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$36  = acc;
+    if (start) begin
+      \$36  = cmd__tdata[8];
+    end
+    if (reset_units) begin
+      \$36  = 1'h0;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$37  = rows;
+    if (start) begin
+      \$37  = cmd__tdata[159:144];
+    end
+    if (reset_units) begin
+      \$37  = 16'h0000;
+    end
+    if (rst) begin
+      \$37  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$38  = cols;
+    if (start) begin
+      \$38  = cmd__tdata[175:160];
+    end
+    if (reset_units) begin
+      \$38  = 16'h0000;
+    end
+    if (rst) begin
+      \$38  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$39  = row_stride;
+    if (start) begin
+      \$39  = cmd__tdata[191:176];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$40  = col_stride;
+    if (start) begin
+      \$40  = cmd__tdata[207:192];
+    end
+    if (reset_units) begin
+      \$40  = 16'h0000;
+    end
+    if (rst) begin
+      \$40  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$41  = rd_err;
+    if (start) begin
+      \$41  = 1'h0;
+    end
+    if (\$25 ) begin
+      \$41  = 1'h1;
+    end
+    if (reset_units) begin
+      \$41  = 1'h0;
+    end
+    if (rst) begin
+      \$41  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$42  = wr_err;
+    if (start) begin
+      \$42  = 1'h0;
+    end
+    if (error) begin
+      \$42  = 1'h1;
+    end
+    if (reset_units) begin
+      \$42  = 1'h0;
+    end
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$43  = done__tdata;
+    if (\$27 ) begin
+      \$43  = { 4'h0, \$29  };
+    end
+    if (reset_units) begin
+      \$43  = 8'h00;
+    end
+    if (rst) begin
+      \$43  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_data$112  = { 1'h0, sp_buf[63:0] };
+      w_data = { 1'h0, \beat$169  };
     end else begin
-      \w_data$112  = { \$72 , axi__rdata };
+      w_data = { \$17 , bus__rdata };
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_en$114  = \$71 ;
+      w_en = \$16 ;
     end else begin
-      \w_en$114  = \$74 ;
+      w_en = \$19 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$199  = state;
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$32  = state;
     if (start) begin
-      \$199  = 2'h1;
+      \$32  = 2'h1;
     end
-    if (\$194 ) begin
-      \$199  = 2'h2;
+    if (\$27 ) begin
+      \$32  = 2'h2;
     end
-    if (\$198 ) begin
-      \$199  = 2'h0;
-    end
-    if (reset_units) begin
-      \$199  = 2'h0;
-    end
-    if (rst) begin
-      \$199  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$200  = is_load;
-    if (start) begin
-      \$200  = \$101 ;
+    if (\$31 ) begin
+      \$32  = 2'h0;
     end
     if (reset_units) begin
-      \$200  = 1'h0;
+      \$32  = 2'h0;
     end
     if (rst) begin
-      \$200  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$201  = is_store;
-    if (start) begin
-      \$201  = \$102 ;
-    end
-    if (reset_units) begin
-      \$201  = 1'h0;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$202  = is_copy;
-    if (start) begin
-      \$202  = \$103 ;
-    end
-    if (reset_units) begin
-      \$202  = 1'h0;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$203  = acc;
-    if (start) begin
-      \$203  = cmd__tdata[8];
-    end
-    if (reset_units) begin
-      \$203  = 1'h0;
-    end
-    if (rst) begin
-      \$203  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$204  = rows;
-    if (start) begin
-      \$204  = cmd__tdata[159:144];
-    end
-    if (reset_units) begin
-      \$204  = 16'h0000;
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$205  = cols;
-    if (start) begin
-      \$205  = cmd__tdata[175:160];
-    end
-    if (reset_units) begin
-      \$205  = 16'h0000;
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$206  = row_stride;
-    if (start) begin
-      \$206  = cmd__tdata[191:176];
-    end
-    if (reset_units) begin
-      \$206  = 16'h0000;
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$207  = col_stride;
-    if (start) begin
-      \$207  = cmd__tdata[207:192];
-    end
-    if (reset_units) begin
-      \$207  = 16'h0000;
-    end
-    if (rst) begin
-      \$207  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$208  = rd_err;
-    if (start) begin
-      \$208  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (reset_units) begin
-      \$208  = 1'h0;
-    end
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$209  = wr_err;
-    if (start) begin
-      \$209  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$209  = 1'h1;
-    end
-    if (reset_units) begin
-      \$209  = 1'h0;
-    end
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$210  = axi__arvalid;
-    if (\$104 ) begin
-      \$210  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$210  = 1'h1;
-    end
-    if (reset_units) begin
-      \$210  = 1'h0;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$211  = axi__araddr;
-    if (ar_issue) begin
-      \$211  = ar_addr;
-    end
-    if (reset_units) begin
-      \$211  = 32'd0;
-    end
-    if (rst) begin
-      \$211  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$212  = axi__arlen;
-    if (ar_issue) begin
-      \$212  = \$105 [7:0];
-    end
-    if (reset_units) begin
-      \$212  = 8'h00;
-    end
-    if (rst) begin
-      \$212  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$213  = ar_addr;
-    if (ar_issue) begin
-      \$213  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$213  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$213  = \$117 ;
-    end
-    if (reset_units) begin
-      \$213  = 32'd0;
-    end
-    if (rst) begin
-      \$213  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$214  = ar_seg_left;
-    if (ar_issue) begin
-      \$214  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$214  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$214  = \$121 [29:0];
-    end
-    if (reset_units) begin
-      \$214  = 30'h00000000;
-    end
-    if (rst) begin
-      \$214  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$215  = ar_active;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$215  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$215  = 1'h1;
-    end
-    if (reset_units) begin
-      \$215  = 1'h0;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$216  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$216  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$216  = \$118 ;
-    end
-    if (reset_units) begin
-      \$216  = 32'd0;
-    end
-    if (rst) begin
-      \$216  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$217  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$217  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$217  = \$124 ;
-    end
-    if (reset_units) begin
-      \$217  = 16'h0000;
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$218  = ar_stride;
-    if (\$116 ) begin
-      \$218  = \$119 ;
-    end
-    if (reset_units) begin
-      \$218  = 32'd0;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$219  = ar_seg_beats;
-    if (\$116 ) begin
-      \$219  = \$123 [29:0];
-    end
-    if (reset_units) begin
-      \$219  = 30'h00000000;
-    end
-    if (rst) begin
-      \$219  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$220  = \$127 [2:0];
-    if (reset_units) begin
-      \$220  = 3'h0;
-    end
-    if (rst) begin
-      \$220  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$221  = bytes_read;
-    if (r_hs) begin
-      \$221  = \$128 [31:0];
-    end
-    if (reset_units) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$222  = axi__awvalid;
-    if (\$129 ) begin
-      \$222  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$222  = 1'h1;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$223  = axi__awaddr;
-    if (aw_issue) begin
-      \$223  = aw_addr;
-    end
-    if (reset_units) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$224  = axi__awlen;
-    if (aw_issue) begin
-      \$224  = \$130 [7:0];
-    end
-    if (reset_units) begin
-      \$224  = 8'h00;
-    end
-    if (rst) begin
-      \$224  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$225  = aw_addr;
-    if (aw_issue) begin
-      \$225  = \$132 [31:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$225  = \$137 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$225  = \$142 ;
-    end
-    if (reset_units) begin
-      \$225  = 32'd0;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$226  = aw_seg_left;
-    if (aw_issue) begin
-      \$226  = \$133 [29:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$226  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$226  = \$146 [29:0];
-    end
-    if (reset_units) begin
-      \$226  = 30'h00000000;
-    end
-    if (rst) begin
-      \$226  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$227  = aw_active;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$227  = 1'h0;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$228  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$228  = \$136 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$228  = \$143 ;
-    end
-    if (reset_units) begin
-      \$228  = 32'd0;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$229  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$229  = \$138 [15:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$229  = \$149 ;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$230  = aw_stride;
-    if (\$141 ) begin
-      \$230  = \$144 ;
-    end
-    if (reset_units) begin
-      \$230  = 32'd0;
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$231  = aw_seg_beats;
-    if (\$141 ) begin
-      \$231  = \$148 [29:0];
-    end
-    if (reset_units) begin
-      \$231  = 30'h00000000;
-    end
-    if (rst) begin
-      \$231  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$232  = \$154 [5:0];
-    if (start) begin
-      \$232  = 6'h00;
-    end
-    if (reset_units) begin
-      \$232  = 6'h00;
-    end
-    if (rst) begin
-      \$232  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$233  = \$156 [15:0];
-    if (reset_units) begin
-      \$233  = 16'h0000;
-    end
-    if (rst) begin
-      \$233  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$234  = w_cnt;
-    if (w_hs) begin
-      \$234  = \$159 [7:0];
-    end
-    if (\$164 ) begin
-      \$234  = 8'h00;
-    end
-    if (reset_units) begin
-      \$234  = 8'h00;
-    end
-    if (rst) begin
-      \$234  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$235  = bytes_written;
-    if (w_hs) begin
-      if (\$160 ) begin
-        \$235  = \$161 [31:0];
-      end
-    end
-    if (reset_units) begin
-      \$235  = 32'd0;
-    end
-    if (rst) begin
-      \$235  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$236  = w_cur;
-    if (\$164 ) begin
-      \$236  = \r_rdy$120 ;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$237  = w_len;
-    if (\$164 ) begin
-      \$237  = \r_data$145 ;
-    end
-    if (reset_units) begin
-      \$237  = 8'h00;
-    end
-    if (rst) begin
-      \$237  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$238  = wr_valid;
-    if (\$165 ) begin
-      \$238  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$238  = 1'h1;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$238  = 1'h0;
-    end
-    if (rst) begin
-      \$238  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$239  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$239  = 2'h0;
-      end else begin
-        \$239  = \$176 [1:0];
-      end
-    end
-    if (start) begin
-      \$239  = 2'h0;
-    end
-    if (reset_units) begin
-      \$239  = 2'h0;
-    end
-    if (rst) begin
-      \$239  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$240  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$240  = assembled;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$241  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$241  = ldw_addr;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$242  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$242  = 16'h0000;
-        end else begin
-          \$242  = \$174 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$242  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$242  = 16'h0000;
-    end
-    if (rst) begin
-      \$242  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$243  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$243  = \$171 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$243  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$243  = 16'h0000;
-    end
-    if (rst) begin
-      \$243  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$244  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$244  = \$172 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$244  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$245  = ldw_addr;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$245  = \$173 [15:0];
-        end else begin
-          \$245  = \$175 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$245  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$245  = 16'h0000;
-    end
-    if (rst) begin
-      \$245  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$246  = lw_done;
-    if (pop) begin
-      if (a_last) begin
-        if (ldw_last) begin
-          \$246  = 1'h1;
-        end
-      end
-    end
-    if (start) begin
-      \$246  = 1'h0;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$247  = asm;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-      end else begin
-        \$247  = assembled;
-      end
-    end
-    if (reset_units) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$248  = rq_valid;
-    if (\$177 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$180 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$249  = spm_rreq__tdata;
-    if (\$180 ) begin
-      \$249  = rqw_addr;
-    end
-    if (reset_units) begin
-      \$249  = 16'h0000;
-    end
-    if (rst) begin
-      \$249  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$250  = rqw_c;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$250  = 16'h0000;
-      end else begin
-        \$250  = \$186 [15:0];
-      end
-    end
-    if (start) begin
-      \$250  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$251  = rqw_r;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$251  = \$183 [15:0];
-      end
-    end
-    if (start) begin
-      \$251  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$251  = 16'h0000;
-    end
-    if (rst) begin
-      \$251  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$252  = rqw_base;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$252  = \$184 [15:0];
-      end
-    end
-    if (start) begin
-      \$252  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$252  = 16'h0000;
-    end
-    if (rst) begin
-      \$252  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$253  = rqw_addr;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$253  = \$185 [15:0];
-      end else begin
-        \$253  = \$187 [15:0];
-      end
-    end
-    if (start) begin
-      \$253  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$254  = rq_active;
-    if (\$180 ) begin
-      if (rqw_last) begin
-        \$254  = 1'h0;
-      end
-    end
-    if (start) begin
-      \$254  = \$192 ;
-    end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$255  = sp_buf;
-    if (sp_push) begin
-      \$255  = \$188 ;
-    end
-    if (\$190 ) begin
-      \$255  = resp_data;
-    end
-    if (reset_units) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$256  = sp_cnt;
-    if (sp_push) begin
-      \$256  = \$189 [2:0];
-    end
-    if (\$190 ) begin
-      \$256  = \$191 ;
-    end
-    if (start) begin
-      \$256  = 3'h0;
-    end
-    if (reset_units) begin
-      \$256  = 3'h0;
-    end
-    if (rst) begin
-      \$256  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$257  = done__tdata;
-    if (\$194 ) begin
-      \$257  = { 4'h0, \$196  };
-    end
-    if (reset_units) begin
-      \$257  = 8'h00;
-    end
-    if (rst) begin
-      \$257  = 8'h00;
+      \$32  = 2'h0;
     end
   end
   assign move_beats = { 11'h000, \$3  };
-  assign ar_to_page = \$4 [9:0];
-  assign ar_capped = \$6 [8:0];
-  assign ar_beats = \$8 [8:0];
-  assign axi__arid = 4'h0;
-  assign axi__arsize = 3'h3;
-  assign axi__arburst = 2'h1;
-  assign aw_to_page = \$17 [9:0];
-  assign aw_capped = \$21 [8:0];
-  assign aw_beats = \$23 [8:0];
   assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign bus__awlen = axi__awlen;
   assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
   assign axi__awburst = 2'h1;
-  assign w_en = aw_issue;
-  assign w_data = \$34 [7:0];
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = r_data[63:0];
+  assign bus__wstrb = axi__wstrb;
+  assign bus__wlast = axi__wlast;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
   assign axi__bready = 1'h1;
-  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
-  assign acc_wr__tdata = { wr_addr, wr_data };
-  assign rq_addr = spm_rreq__tdata;
+  assign bus__bready = 1'h1;
+  assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
+  assign bus__arlen = axi__arlen;
+  assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
+  assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign seg_beats = \$7 [29:0];
+  assign \hold$72  = hold;
+  assign \abort$74  = abort;
+  assign \seg_beats$79  = \$11 [29:0];
+  assign \hold$80  = hold;
+  assign \abort$81  = abort;
+  assign take = axi__rready;
+  assign \is_copy$86  = is_copy;
+  assign \is_load$88  = is_load;
+  assign beat = copy_beat;
+  assign \rd_err$92  = rd_err;
+  assign fifo_data = r_data[63:0];
+  assign fifo_err = r_data[64];
+  assign r_rdy = fifo_ready;
+  assign \bytes_read$99  = bytes_read;
+  assign \bytes_written$101  = bytes_written;
+  assign \start$102  = start;
+  assign local_addr = cmd__tdata[143:128];
+  assign \acc$105  = acc;
+  assign \rows$107  = rows;
+  assign \cols$109  = cols;
+  assign \row_stride$111  = row_stride;
+  assign \col_stride$113  = col_stride;
+  assign \start$114  = start;
+  assign \local_addr$115  = cmd__tdata[143:128];
+  assign \acc$116  = acc;
+  assign \rows$117  = rows;
+  assign \cols$118  = cols;
+  assign \row_stride$119  = row_stride;
+  assign \col_stride$120  = col_stride;
+  assign \rd_err$122  = rd_err;
+  assign \fifo_data$123  = r_data[63:0];
+  assign \fifo_err$124  = r_data[64];
+  assign \fifo_ready$125  = fifo_ready;
+  assign \is_store$127  = is_store;
+  assign \fifo_ready$128  = w_rdy;
+  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tready$132  = spm_wr__tready;
+  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$45 , \$44  };
+  assign \acc_wr__tdata$136  = { \$45 , \$44  };
+  assign \acc_wr__tready$138  = acc_wr__tready;
+  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
+  assign \spm_rreq__tready$144  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
+  assign \acc_rreq__tready$150  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
+  assign \spm_rresp__tready$156  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
+  assign \acc_rresp__tready$162  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
+  assign \port$9359$0  = \$44 ;
+  assign \port$9361$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign b_hs = axi__bvalid;
-  assign \$106  = { \$8 [8:0], 3'h0 };
-  assign \$117  = cmd__tdata[95:64];
-  assign \$118  = cmd__tdata[95:64];
-  assign \$120  = { 3'h0, cmd__tdata[159:131] };
-  assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$131  = { \$23 [8:0], 3'h0 };
-  assign \$145  = { 3'h0, cmd__tdata[159:131] };
-  assign \$147  = { 3'h0, cmd__tdata[159:131] };
-  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign base = cmd__tdata[95:64];
+  assign \$6  = { 3'h0, cmd__tdata[159:131] };
+  assign \$10  = { 3'h0, cmd__tdata[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$41  = 0;
+module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [5:0] \$11 ;
@@ -38986,7 +37985,7 @@ module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [4:0];
@@ -38999,7 +37998,7 @@ module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [4:0];
@@ -39012,7 +38011,7 @@ module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [4:0];
@@ -39028,7 +38027,7 @@ module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -39051,465 +38050,905 @@ module \dx1_soc.dma0.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4174$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [2:0] \$11 ;
-  wire [2:0] \$12 ;
+  wire \$11 ;
+  wire \$12 ;
   wire \$13 ;
   wire \$14 ;
-  wire \$15 ;
-  wire \$16 ;
-  wire \$17 ;
-  wire \$18 ;
-  wire [2:0] \$19 ;
-  wire \$2 ;
-  wire \$20 ;
-  wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
-  wire \$24 ;
-  wire \$25 ;
-  wire [2:0] \$26 ;
-  wire \$27 ;
-  wire \$28 ;
-  wire \$29 ;
+  wire [2:0] \$15 ;
+  reg \$16 ;
+  reg [1:0] \$17 ;
+  reg [255:0] \$18 ;
+  reg [15:0] \$19 ;
+  wire [1:0] \$2 ;
+  reg \$20 ;
+  reg [255:0] \$21 ;
   wire \$3 ;
-  reg [1:0] \$30 ;
-  reg [1:0] \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
   wire \$4 ;
-  wire [2:0] \$5 ;
-  wire [2:0] \$6 ;
+  wire \$5 ;
+  wire \$6 ;
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  reg [1:0] a_cnt = 2'h0;
+  wire a_last;
+  input acc;
+  wire acc;
+  wire [271:0] acc_wr__tdata;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [255:0] assembled;
   input clk;
   wire clk;
-  (* init = 2'h0 *)
-  wire [1:0] consume;
-  reg [1:0] inner_level = 2'h0;
-  wire inner_r_rdy;
-  wire [2:0] level;
-  (* init = 2'h0 *)
-  wire [1:0] produce;
-  output [7:0] r_data;
-  wire [7:0] r_data;
-  input r_en;
-  wire r_en;
-  wire [2:0] r_level;
-  reg [1:0] r_port__addr = 2'h0;
-  wire [7:0] r_port__data;
-  wire r_port__en;
-  output r_rdy;
-  reg r_rdy = 1'h0;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$22 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$18 ;
+  output done;
+  wire done;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  output fifo_take;
+  wire fifo_take;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$14 ;
+  input [64:0] \port$4174$0 ;
+  wire [64:0] \port$4174$0 ;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$20 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$16 ;
+  input rst;
+  wire rst;
+  input run;
+  wire run;
+  wire [79:0] spm_wr__tdata;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  input start;
+  wire start;
+  wire \start$12 ;
+  reg walked = 1'h0;
+  output [15:0] wr_addr;
+  reg [15:0] wr_addr = 16'h0000;
+  output [255:0] wr_data;
+  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire wr_ready;
+  reg wr_valid = 1'h0;
+  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
+  assign \$1  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$1 ;
+  assign acc_wr__tvalid = wr_valid & acc;
+  assign \$2  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$2 ;
+  assign \$3  = ~ walked;
+  assign \$4  = run & \$3 ;
+  assign \$5  = \$4  & fifo_ready;
+  assign \$6  = ~ a_last;
+  assign \$7  = ~ wr_valid;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = \$8  | wr_ready;
+  assign fifo_take = \$5  & \$9 ;
+  assign read_error = fifo_take & \port$4174$0 [64];
+  assign advance = fifo_take & a_last;
+  assign \$10  = ~ wr_valid;
+  assign done = walked & \$10 ;
+  assign \$11  = wr_valid & wr_ready;
+  assign \$12  = ~ \port$4174$0 [64];
+  assign \$13  = ~ rd_err;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = a_cnt + 1'h1;
+  always @(posedge clk)
+    wr_valid <= \$16 ;
+  always @(posedge clk)
+    a_cnt <= \$17 ;
+  always @(posedge clk)
+    wr_data <= \$18 ;
+  always @(posedge clk)
+    wr_addr <= \$19 ;
+  always @(posedge clk)
+    walked <= \$20 ;
+  always @(posedge clk)
+    asm <= \$21 ;
+  \dx1_soc.dma0.loader.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    assembled = asm;
+    (* full_case = 32'd1 *)
+    casez (a_cnt)
+      2'h0:
+          assembled[63:0] = \port$4174$0 [63:0];
+      2'h1:
+          assembled[127:64] = \port$4174$0 [63:0];
+      2'h2:
+          assembled[191:128] = \port$4174$0 [63:0];
+      2'h3:
+          assembled[255:192] = \port$4174$0 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$16  = wr_valid;
+    if (\$11 ) begin
+      \$16  = 1'h0;
+    end
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$16  = 1'h1;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$16  = 1'h0;
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$17  = a_cnt;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$17  = 2'h0;
+      end else begin
+        \$17  = \$15 [1:0];
+      end
+    end
+    if (start) begin
+      \$17  = 2'h0;
+    end
+    if (reset_units) begin
+      \$17  = 2'h0;
+    end
+    if (rst) begin
+      \$17  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$18  = wr_data;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$18  = assembled;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$19  = wr_addr;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$19  = addr;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$19  = 16'h0000;
+    end
+    if (rst) begin
+      \$19  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$20  = walked;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (last) begin
+          \$20  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$20  = 1'h0;
+    end
+    if (reset_units) begin
+      \$20  = 1'h0;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$21  = asm;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$21  = assembled;
+      end
+    end
+    if (reset_units) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
+  assign acc_wr__tdata = { wr_addr, wr_data };
+  assign \start$12  = start;
+  assign \local_addr$14  = local_addr;
+  assign \rows$16  = rows;
+  assign \cols$18  = cols;
+  assign \row_stride$20  = row_stride;
+  assign \col_stride$22  = col_stride;
+  assign fifo_data = \port$4174$0 [63:0];
+  assign fifo_err = \port$4174$0 [64];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma0.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma0.reader (rst, hold, ready, start, base, stride, segments, seg_beats, bus__rready, beat, done, quiet, bus__rvalid, bus__rlast, abort, reset_units, bytes_read, bus__arvalid, bus__araddr, bus__arlen, clk
+);
+  reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [3:0] \$11 ;
+  wire \$12 ;
+  wire [4:0] \$13 ;
+  wire [32:0] \$14 ;
+  reg [2:0] \$15 ;
+  reg [31:0] \$16 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire ar_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  output beat;
+  wire beat;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  output [7:0] bus__arlen;
+  wire [7:0] bus__arlen;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  wire bus__arvalid;
+  input bus__rlast;
+  wire bus__rlast;
+  input bus__rready;
+  wire bus__rready;
+  input bus__rvalid;
+  wire bus__rvalid;
+  output [31:0] bytes_read;
+  reg [31:0] bytes_read = 32'd0;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  input hold;
+  wire hold;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  output quiet;
+  wire quiet;
+  reg [2:0] reads_out = 3'h0;
+  input ready;
+  wire ready;
   input reset_units;
   wire reset_units;
   input rst;
   wire rst;
-  wire [7:0] w_data;
-  input w_en;
-  wire w_en;
-  wire [2:0] w_level;
-  reg [1:0] w_port__addr = 2'h0;
-  input [7:0] w_port__data;
-  wire [7:0] w_port__data;
-  wire w_port__en;
-  output w_rdy;
-  wire w_rdy;
-  reg [7:0] storage [2:0];
-  initial begin
-    storage[0] = 8'h00;
-    storage[1] = 8'h00;
-    storage[2] = 8'h00;
-  end
-  always @(posedge clk) begin
-    if (w_port__en)
-      storage[w_port__addr] <= w_port__data;
-  end
-  reg [7:0] _0_;
-  always @(posedge clk) begin
-    if (r_port__en) begin
-      _0_ <= storage[r_port__addr];
-    end
-  end
-  assign r_data = _0_;
-  assign w_rdy = inner_level != 2'h3;
-  assign inner_r_rdy = | inner_level;
-  assign w_port__en = w_rdy & w_en;
-  assign \$1  = ~ r_rdy;
-  assign \$2  = \$1  | r_en;
-  assign r_port__en = inner_r_rdy & \$2 ;
-  assign w_level = inner_level + r_rdy;
-  assign \$3  = w_rdy & w_en;
-  assign \$4  = w_port__addr == 2'h2;
-  assign \$5  = w_port__addr + 1'h1;
-  assign \$6  = \$4  ? 3'h0 : \$5 ;
-  assign \$7  = ~ r_rdy;
-  assign \$8  = \$7  | r_en;
-  assign \$9  = inner_r_rdy & \$8 ;
-  assign \$10  = r_port__addr == 2'h2;
-  assign \$11  = r_port__addr + 1'h1;
-  assign \$12  = \$10  ? 3'h0 : \$11 ;
-  assign \$13  = w_rdy & w_en;
-  assign \$14  = ~ r_rdy;
-  assign \$15  = \$14  | r_en;
-  assign \$16  = inner_r_rdy & \$15 ;
-  assign \$17  = ~ \$16 ;
-  assign \$18  = \$13  & \$17 ;
-  assign \$19  = inner_level + 1'h1;
-  assign \$20  = ~ r_rdy;
-  assign \$21  = \$20  | r_en;
-  assign \$22  = inner_r_rdy & \$21 ;
-  assign \$23  = w_rdy & w_en;
-  assign \$24  = ~ \$23 ;
-  assign \$25  = \$22  & \$24 ;
-  assign \$26  = inner_level - 1'h1;
-  assign \$27  = ~ r_rdy;
-  assign \$28  = \$27  | r_en;
-  assign \$29  = inner_r_rdy & \$28 ;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  wire take;
+  wire valid;
+  assign \$1  = reads_out < 3'h4;
+  assign \$2  = ~ hold;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = ~ abort;
+  assign allow = \$3  & \$4 ;
+  assign ar_hs = bus__arvalid & ready;
+  assign beat = bus__rvalid & bus__rready;
+  assign \$5  = ~ active;
+  assign \$6  = ~ bus__arvalid;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ! reads_out;
+  assign done = \$7  & \$8 ;
+  assign \$9  = ~ bus__arvalid;
+  assign \$10  = ! reads_out;
+  assign quiet = \$9  & \$10 ;
+  assign \$11  = reads_out + ar_hs;
+  assign \$12  = beat & bus__rlast;
+  assign \$13  = \$11  - \$12 ;
+  assign \$14  = bytes_read + 4'h8;
   always @(posedge clk)
-    w_port__addr <= \$30 ;
+    reads_out <= \$15 ;
   always @(posedge clk)
-    r_port__addr <= \$31 ;
-  always @(posedge clk)
-    inner_level <= \$32 ;
-  always @(posedge clk)
-    r_rdy <= \$33 ;
+    bytes_read <= \$16 ;
+  \dx1_soc.dma0.reader.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__araddr),
+    .allow(allow),
+    .base(base),
+    .clk(clk),
+    .len(bus__arlen),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__arvalid)
+  );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
-    \$30  = w_port__addr;
-    if (\$3 ) begin
-      \$30  = \$6 [1:0];
-    end
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$15  = \$13 [2:0];
     if (reset_units) begin
-      \$30  = 2'h0;
+      \$15  = 3'h0;
     end
     if (rst) begin
-      \$30  = 2'h0;
+      \$15  = 3'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
-    \$31  = r_port__addr;
-    if (\$9 ) begin
-      \$31  = \$12 [1:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    \$16  = bytes_read;
+    if (beat) begin
+      \$16  = \$14 [31:0];
     end
     if (reset_units) begin
-      \$31  = 2'h0;
+      \$16  = 32'd0;
     end
     if (rst) begin
-      \$31  = 2'h0;
+      \$16  = 32'd0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
-    \$32  = inner_level;
-    if (\$18 ) begin
-      \$32  = \$19 [1:0];
-    end
-    if (\$25 ) begin
-      \$32  = \$26 [1:0];
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
-    \$33  = r_rdy;
-    if (\$29 ) begin
-      \$33  = 1'h1;
-    end else if (r_en) begin
-      \$33  = 1'h0;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  assign level = w_level;
-  assign r_level = w_level;
-  assign produce = w_port__addr;
-  assign w_data = w_port__data;
-  assign consume = r_port__addr;
-  assign r_port__data = r_data;
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign max_beats = 9'h100;
+  assign valid = bus__arvalid;
+  assign addr = bus__araddr;
+  assign len = bus__arlen;
+  assign bus__arready = ready;
+  assign bus__arid = 4'h0;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign take = bus__rready;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready
-, spm_rresp__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__rvalid, axi__rdata, axi__rresp, axi__rlast, axi__wready, axi__bvalid, axi__bresp, abort, reset_units, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
-, bytes_written, wr_data, wr_addr, spm_rreq__tdata, done__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
-  wire [18:0] \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [9:0] \$105 ;
-  wire [11:0] \$106 ;
-  wire [32:0] \$107 ;
-  wire [30:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
-  wire [16:0] \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire [31:0] \$118 ;
-  wire [31:0] \$119 ;
-  wire \$12 ;
-  wire [31:0] \$120 ;
-  wire [31:0] \$121 ;
-  wire [31:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [15:0] \$124 ;
-  wire [3:0] \$125 ;
-  wire \$126 ;
-  wire [4:0] \$127 ;
-  wire [32:0] \$128 ;
-  wire \$129 ;
-  wire \$13 ;
-  wire [9:0] \$130 ;
-  wire [11:0] \$131 ;
-  wire [32:0] \$132 ;
-  wire [30:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
+module \dx1_soc.dma0.reader.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , allow, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$47  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [31:0] \$143 ;
-  wire [31:0] \$144 ;
-  wire [31:0] \$145 ;
-  wire [31:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [31:0] \$148 ;
-  wire [15:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [6:0] \$151 ;
-  wire \$152 ;
-  wire [8:0] \$153 ;
-  wire [9:0] \$154 ;
-  wire [16:0] \$155 ;
-  wire [17:0] \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire [8:0] \$159 ;
-  wire \$16 ;
-  wire \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [16:0] \$169 ;
-  wire [10:0] \$17 ;
-  wire \$170 ;
-  wire [16:0] \$171 ;
-  wire [16:0] \$172 ;
-  wire [16:0] \$173 ;
-  wire [16:0] \$174 ;
-  wire [16:0] \$175 ;
-  wire [2:0] \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [8:0] \$18 ;
-  wire \$180 ;
-  wire [16:0] \$181 ;
-  wire \$182 ;
-  wire [16:0] \$183 ;
-  wire [16:0] \$184 ;
-  wire [16:0] \$185 ;
-  wire [16:0] \$186 ;
-  wire [16:0] \$187 ;
-  wire [255:0] \$188 ;
-  wire [3:0] \$189 ;
-  wire \$19 ;
-  wire \$190 ;
-  wire [2:0] \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire [3:0] \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  reg [1:0] \$199 ;
-  wire [16:0] \$2 ;
-  wire [8:0] \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg \$203 ;
-  reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
-  reg \$208 ;
-  reg \$209 ;
-  wire [29:0] \$21 ;
-  reg \$210 ;
-  reg [31:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [31:0] \$213 ;
-  reg [29:0] \$214 ;
-  reg \$215 ;
-  reg [31:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [29:0] \$219 ;
-  wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg \$222 ;
-  reg [31:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [29:0] \$226 ;
-  reg \$227 ;
-  reg [31:0] \$228 ;
-  reg [15:0] \$229 ;
-  wire [9:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [29:0] \$231 ;
-  reg [5:0] \$232 ;
-  reg [15:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [31:0] \$235 ;
-  reg \$236 ;
-  reg [7:0] \$237 ;
-  reg \$238 ;
-  reg [1:0] \$239 ;
-  wire \$24 ;
-  reg [255:0] \$240 ;
-  reg [15:0] \$241 ;
-  reg [15:0] \$242 ;
-  reg [15:0] \$243 ;
-  reg [15:0] \$244 ;
-  reg [15:0] \$245 ;
-  reg \$246 ;
-  reg [255:0] \$247 ;
-  reg \$248 ;
-  reg [15:0] \$249 ;
-  wire \$25 ;
-  reg [15:0] \$250 ;
-  reg [15:0] \$251 ;
-  reg [15:0] \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg [255:0] \$255 ;
-  reg [2:0] \$256 ;
-  reg [7:0] \$257 ;
-  wire \$26 ;
-  wire \$27 ;
-  wire \$28 ;
-  wire \$29 ;
-  wire [18:0] \$3 ;
-  wire \$30 ;
-  wire \$31 ;
-  wire \$32 ;
-  wire \$33 ;
-  wire [9:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire [10:0] \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire [16:0] \$43 ;
-  wire \$44 ;
-  wire [16:0] \$45 ;
-  wire \$46 ;
-  wire [1:0] \$47 ;
-  wire \$48 ;
-  wire \$49 ;
-  wire \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire [16:0] \$57 ;
-  wire \$58 ;
-  wire [16:0] \$59 ;
-  wire [29:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
   wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [9:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire \$8 ;
   wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  reg [1:0] a_cnt = 2'h0;
-  wire a_last;
-  input abort;
-  wire abort;
-  reg acc = 1'h0;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < 9'h100;
+  assign \$3  = \$2  ? seg_left : 30'h00000100;
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign max_beats = 9'h100;
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma0.storer (rst, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$48  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [255:0] \$11 ;
+  wire [3:0] \$12 ;
+  wire \$13 ;
+  wire [2:0] \$14 ;
+  reg \$15 ;
+  reg [15:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg [2:0] \$19 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input acc;
+  wire acc;
   (* init = 16'h0000 *)
   wire [15:0] acc_rreq__tdata;
   input acc_rreq__tready;
@@ -39522,154 +38961,49 @@ module \dx1_soc.dma1 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc
   wire acc_rresp__tready;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire [271:0] acc_wr__tdata;
-  input acc_wr__tready;
-  wire acc_wr__tready;
-  output acc_wr__tvalid;
-  wire acc_wr__tvalid;
-  reg ar_active = 1'h0;
-  reg [31:0] ar_addr = 32'd0;
-  wire [8:0] ar_beats;
-  wire [8:0] ar_capped;
-  wire ar_hs;
-  wire ar_issue;
-  reg [31:0] ar_seg_base = 32'd0;
-  reg [29:0] ar_seg_beats = 30'h00000000;
-  reg [29:0] ar_seg_left = 30'h00000000;
-  reg [15:0] ar_segs_left = 16'h0000;
-  reg [31:0] ar_stride = 32'd0;
-  wire [9:0] ar_to_page;
-  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [255:0] assembled;
-  reg aw_active = 1'h0;
-  reg [31:0] aw_addr = 32'd0;
-  wire aw_allow;
-  wire [8:0] aw_beats;
-  wire [8:0] aw_capped;
-  wire aw_hs;
-  wire aw_issue;
-  reg [31:0] aw_seg_base = 32'd0;
-  reg [29:0] aw_seg_beats = 30'h00000000;
-  reg [29:0] aw_seg_left = 30'h00000000;
-  reg [15:0] aw_segs_left = 16'h0000;
-  reg [31:0] aw_stride = 32'd0;
-  wire [9:0] aw_to_page;
-  output [31:0] axi__araddr;
-  reg [31:0] axi__araddr = 32'd0;
-  wire [1:0] axi__arburst;
-  wire [3:0] axi__arid;
-  output [7:0] axi__arlen;
-  reg [7:0] axi__arlen = 8'h00;
-  input axi__arready;
-  wire axi__arready;
-  wire [2:0] axi__arsize;
-  output axi__arvalid;
-  reg axi__arvalid = 1'h0;
-  output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
-  wire [1:0] axi__awburst;
-  wire [3:0] axi__awid;
-  output [7:0] axi__awlen;
-  reg [7:0] axi__awlen = 8'h00;
-  input axi__awready;
-  wire axi__awready;
-  wire [2:0] axi__awsize;
-  output axi__awvalid;
-  reg axi__awvalid = 1'h0;
-  wire axi__bready;
-  input [1:0] axi__bresp;
-  wire [1:0] axi__bresp;
-  input axi__bvalid;
-  wire axi__bvalid;
-  input [63:0] axi__rdata;
-  wire [63:0] axi__rdata;
-  input axi__rlast;
-  wire axi__rlast;
-  output axi__rready;
-  wire axi__rready;
-  input [1:0] axi__rresp;
-  wire [1:0] axi__rresp;
-  input axi__rvalid;
-  wire axi__rvalid;
-  output [63:0] axi__wdata;
-  wire [63:0] axi__wdata;
-  output axi__wlast;
-  wire axi__wlast;
-  input axi__wready;
-  wire axi__wready;
-  output [7:0] axi__wstrb;
-  wire [7:0] axi__wstrb;
-  output axi__wvalid;
-  wire axi__wvalid;
-  wire b_hs;
-  wire busy;
-  output [31:0] bytes_read;
-  reg [31:0] bytes_read = 32'd0;
-  output [31:0] bytes_written;
-  reg [31:0] bytes_written = 32'd0;
+  wire [15:0] addr;
+  wire advance;
+  output [63:0] beat;
+  wire [63:0] beat;
   input clk;
   wire clk;
-  input [255:0] cmd__tdata;
-  wire [255:0] cmd__tdata;
-  output cmd__tready;
-  wire cmd__tready;
-  input cmd__tvalid;
-  wire cmd__tvalid;
-  reg [15:0] col_stride = 16'h0000;
-  reg [15:0] cols = 16'h0000;
-  output [7:0] done__tdata;
-  reg [7:0] done__tdata = 8'h00;
-  input done__tready;
-  wire done__tready;
-  output done__tvalid;
-  wire done__tvalid;
-  wire finished;
-  input hold;
-  wire hold;
-  reg is_copy = 1'h0;
-  reg is_load = 1'h0;
-  reg is_store = 1'h0;
-  reg [15:0] ldw_addr = 16'h0000;
-  reg [15:0] ldw_base = 16'h0000;
-  reg [15:0] ldw_c = 16'h0000;
-  wire ldw_last;
-  reg [15:0] ldw_r = 16'h0000;
-  reg lw_done = 1'h0;
-  wire [29:0] move_beats;
-  wire pop;
-  output quiet;
-  wire quiet;
-  wire [64:0] r_data;
-  wire [7:0] \r_data$145 ;
-  reg r_en;
-  reg \r_en$64 ;
-  wire r_hs;
-  wire r_rdy;
-  wire \r_rdy$120 ;
-  reg rd_err = 1'h0;
-  wire reads_done;
-  reg [2:0] reads_out = 3'h0;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$21 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$17 ;
+  input fifo_ready;
+  wire fifo_ready;
+  input is_store;
+  wire is_store;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$13 ;
+  output push;
+  wire push;
+  input request;
+  wire request;
   input reset_units;
   wire reset_units;
   wire [255:0] resp_data;
   wire resp_valid;
-  reg [15:0] row_stride = 16'h0000;
-  reg [15:0] rows = 16'h0000;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$19 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$15 ;
   reg rq_active = 1'h0;
   (* init = 16'h0000 *)
   wire [15:0] rq_addr;
   wire rq_ready;
   reg rq_valid = 1'h0;
-  reg [15:0] rqw_addr = 16'h0000;
-  reg [15:0] rqw_base = 16'h0000;
-  reg [15:0] rqw_c = 16'h0000;
-  wire rqw_last;
-  reg [15:0] rqw_r = 16'h0000;
   input rst;
   wire rst;
   reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   reg [2:0] sp_cnt = 3'h0;
-  wire sp_push;
   wire sp_take;
   output [15:0] spm_rreq__tdata;
   reg [15:0] spm_rreq__tdata = 16'h0000;
@@ -39683,1490 +39017,310 @@ module \dx1_soc.dma1 (rst, hold, axi__arready, axi__awready, spm_wr__tready, acc
   wire spm_rresp__tready;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire [79:0] spm_wr__tdata;
-  input spm_wr__tready;
-  wire spm_wr__tready;
-  output spm_wr__tvalid;
-  wire spm_wr__tvalid;
+  input start;
   wire start;
-  wire start_copy;
-  reg [1:0] state = 2'h0;
-  reg [5:0] unclaimed = 6'h00;
-  wire w_bad;
-  reg [7:0] w_cnt = 8'h00;
-  reg w_cur = 1'h0;
-  wire [7:0] w_data;
-  reg [64:0] \w_data$112 ;
-  wire w_en;
-  reg \w_en$114 ;
-  wire w_hs;
-  reg [7:0] w_len = 8'h00;
-  wire w_rdy;
-  wire \w_rdy$107 ;
-  output [15:0] wr_addr;
-  reg [15:0] wr_addr = 16'h0000;
-  output [255:0] wr_data;
-  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg wr_err = 1'h0;
-  wire wr_ready;
-  reg wr_valid = 1'h0;
-  wire writes_done;
-  reg [15:0] writes_out = 16'h0000;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = 10'h200 - ar_addr[11:3];
-  assign \$5  = ar_seg_left < 9'h100;
-  assign \$6  = \$5  ? ar_seg_left : 30'h00000100;
-  assign \$7  = \$4 [9:0] < \$6 [8:0];
-  assign \$8  = \$7  ? \$4 [9:0] : { 1'h0, \$6 [8:0] };
-  assign \$9  = ~ axi__arvalid;
-  assign \$10  = \$9  | axi__arready;
-  assign \$11  = ar_active & \$10 ;
-  assign \$12  = reads_out < 3'h4;
-  assign \$13  = ~ hold;
-  assign \$14  = \$12  & \$13 ;
-  assign \$15  = ~ abort;
-  assign \$16  = \$14  & \$15 ;
-  assign ar_issue = \$11  & \$16 ;
-  assign ar_hs = axi__arvalid & axi__arready;
-  assign r_hs = axi__rvalid & axi__rready;
-  assign \$17  = 10'h200 - aw_addr[11:3];
-  assign \$18  = is_copy ? 9'h010 : 9'h100;
-  assign \$19  = aw_seg_left < \$18 ;
-  assign \$20  = is_copy ? 9'h010 : 9'h100;
-  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
-  assign \$22  = \$17 [9:0] < \$21 [8:0];
-  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
-  assign \$24  = ~ axi__awvalid;
-  assign \$25  = \$24  | axi__awready;
-  assign \$26  = aw_active & \$25 ;
-  assign \$27  = ~ hold;
-  assign \$28  = aw_allow & \$27 ;
-  assign \$29  = ~ abort;
-  assign \$30  = \$28  & \$29 ;
-  assign aw_issue = \$26  & \$30 ;
-  assign \$31  = ~ is_copy;
-  assign \$32  = unclaimed >= \$23 [8:0];
-  assign \$33  = \$31  | \$32 ;
-  assign aw_allow = w_rdy & \$33 ;
-  assign \$34  = \$23 [8:0] - 1'h1;
-  assign aw_hs = axi__awvalid & axi__awready;
-  assign \$35  = r_rdy | abort;
-  assign \$36  = w_cur & \$35 ;
-  assign \$37  = ~ is_load;
-  assign axi__wvalid = \$36  & \$37 ;
-  assign \$38  = r_data[64] | rd_err;
-  assign w_bad = \$38  | abort;
-  assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
-  assign axi__wlast = w_cnt == w_len;
-  assign w_hs = axi__wvalid & axi__wready;
-  assign \$39  = ~ w_cur;
-  assign \$40  = w_hs & axi__wlast;
-  assign \$41  = \$39  | \$40 ;
-  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$42  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$42 ;
-  assign acc_wr__tvalid = wr_valid & acc;
-  assign \$43  = ldw_r + 1'h1;
-  assign \$44  = \$43  == rows;
-  assign \$45  = ldw_c + 1'h1;
-  assign \$46  = \$45  == cols;
-  assign ldw_last = \$44  & \$46 ;
-  assign \$47  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$47 ;
-  assign \$48  = state == 1'h1;
-  assign \$49  = \$48  & is_load;
-  assign \$50  = ~ lw_done;
-  assign \$51  = \$49  & \$50 ;
-  assign \$52  = \$51  & r_rdy;
-  assign \$53  = ~ a_last;
-  assign \$54  = ~ wr_valid;
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = \$55  | wr_ready;
-  assign pop = \$52  & \$56 ;
-  assign \$57  = rqw_r + 1'h1;
-  assign \$58  = \$57  == rows;
-  assign \$59  = rqw_c + 1'h1;
-  assign \$60  = \$59  == cols;
-  assign rqw_last = \$58  & \$60 ;
+  wire \start$11 ;
   assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$61  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$61 ;
+  assign \$1  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$1 ;
   assign acc_rreq__tvalid = rq_valid & acc;
+  assign \$2  = ~ rq_valid;
+  assign \$3  = \$2  | rq_ready;
+  assign advance = rq_active & \$3 ;
   assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
   assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$62  = | sp_cnt;
-  assign sp_push = \$62  & \w_rdy$107 ;
-  assign \$63  = ! sp_cnt;
-  assign \$64  = sp_cnt == 1'h1;
-  assign \$65  = \$64  & sp_push;
-  assign \$66  = \$63  | \$65 ;
-  assign sp_take = is_store & \$66 ;
+  assign \$4  = | sp_cnt;
+  assign push = \$4  & fifo_ready;
+  assign \$5  = ! sp_cnt;
+  assign \$6  = sp_cnt == 1'h1;
+  assign \$7  = \$6  & push;
+  assign \$8  = \$5  | \$7 ;
+  assign sp_take = is_store & \$8 ;
   assign acc_rresp__tready = sp_take & acc;
-  assign \$67  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$67 ;
-  assign \$68  = ~ is_store;
-  assign \$69  = \w_rdy$107  & \$68 ;
-  assign axi__rready = \$69  | abort;
-  assign \$70  = ~ abort;
-  assign \$71  = sp_push & \$70 ;
-  assign \$72  = | axi__rresp;
-  assign \$73  = ~ abort;
-  assign \$74  = r_hs & \$73 ;
-  assign \$75  = ~ ar_active;
-  assign \$76  = ~ axi__arvalid;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = ! reads_out;
-  assign reads_done = \$77  & \$78 ;
-  assign \$79  = ~ aw_active;
-  assign \$80  = ~ axi__awvalid;
-  assign \$81  = \$79  & \$80 ;
-  assign \$82  = ! writes_out;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = ~ w_cur;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \r_rdy$120 ;
-  assign writes_done = \$85  & \$86 ;
-  assign \$87  = ~ wr_valid;
-  assign \$88  = lw_done & \$87 ;
-  assign \$89  = \$88  & reads_done;
-  assign \$90  = writes_done & reads_done;
-  assign finished = is_load ? \$89  : \$90 ;
-  assign done__tvalid = state == 2'h2;
-  assign \$91  = ~ axi__arvalid;
-  assign \$92  = ! reads_out;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = ~ axi__awvalid;
-  assign \$95  = \$93  & \$94 ;
-  assign \$96  = ! writes_out;
-  assign \$97  = \$95  & \$96 ;
-  assign \$98  = ~ w_cur;
-  assign \$99  = \$97  & \$98 ;
-  assign \$100  = ~ \r_rdy$120 ;
-  assign quiet = \$99  & \$100 ;
-  assign \$101  = cmd__tdata[7:0] == 1'h1;
-  assign \$102  = cmd__tdata[7:0] == 2'h2;
-  assign \$103  = cmd__tdata[7:0] == 4'h8;
-  assign \$104  = axi__arvalid & axi__arready;
-  assign \$105  = \$8 [8:0] - 1'h1;
-  assign \$107  = ar_addr + \$106 ;
-  assign \$108  = ar_seg_left - \$8 [8:0];
-  assign \$109  = ar_seg_left == \$8 [8:0];
-  assign \$110  = ar_segs_left == 1'h1;
-  assign \$111  = ar_seg_base + ar_stride;
-  assign \$112  = ar_seg_base + ar_stride;
-  assign \$113  = ar_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 1'h1;
-  assign \$115  = \$114  | start_copy;
-  assign \$116  = start & \$115 ;
-  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
-  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
-  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = reads_out + ar_hs;
-  assign \$126  = r_hs & axi__rlast;
-  assign \$127  = \$125  - \$126 ;
-  assign \$128  = bytes_read + 4'h8;
-  assign \$129  = axi__awvalid & axi__awready;
-  assign \$130  = \$23 [8:0] - 1'h1;
-  assign \$132  = aw_addr + \$131 ;
-  assign \$133  = aw_seg_left - \$23 [8:0];
-  assign \$134  = aw_seg_left == \$23 [8:0];
-  assign \$135  = aw_segs_left == 1'h1;
-  assign \$136  = aw_seg_base + aw_stride;
-  assign \$137  = aw_seg_base + aw_stride;
-  assign \$138  = aw_segs_left - 1'h1;
-  assign \$139  = cmd__tdata[7:0] == 2'h2;
-  assign \$140  = \$139  | start_copy;
-  assign \$141  = start & \$140 ;
-  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
-  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
-  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$150  = is_copy & r_hs;
-  assign \$151  = unclaimed + \$150 ;
-  assign \$152  = is_copy & aw_issue;
-  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
-  assign \$154  = \$151  - \$153 ;
-  assign \$155  = writes_out + aw_hs;
-  assign \$156  = \$155  - b_hs;
-  assign \$157  = | axi__bresp;
-  assign \$158  = b_hs & \$157 ;
-  assign \$159  = w_cnt + 1'h1;
-  assign \$160  = ~ w_bad;
-  assign \$161  = bytes_written + 4'h8;
-  assign \$162  = ~ w_cur;
-  assign \$163  = w_hs & axi__wlast;
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = wr_valid & wr_ready;
-  assign \$166  = ~ r_data[64];
-  assign \$167  = ~ rd_err;
-  assign \$168  = \$166  & \$167 ;
-  assign \$169  = ldw_c + 1'h1;
-  assign \$170  = \$169  == cols;
-  assign \$171  = ldw_r + 1'h1;
-  assign \$172  = ldw_base + row_stride;
-  assign \$173  = ldw_base + row_stride;
-  assign \$174  = ldw_c + 1'h1;
-  assign \$175  = ldw_addr + col_stride;
-  assign \$176  = a_cnt + 1'h1;
-  assign \$177  = rq_valid & rq_ready;
-  assign \$178  = ~ rq_valid;
-  assign \$179  = \$178  | rq_ready;
-  assign \$180  = rq_active & \$179 ;
-  assign \$181  = rqw_c + 1'h1;
-  assign \$182  = \$181  == cols;
-  assign \$183  = rqw_r + 1'h1;
-  assign \$184  = rqw_base + row_stride;
-  assign \$185  = rqw_base + row_stride;
-  assign \$186  = rqw_c + 1'h1;
-  assign \$187  = rqw_addr + col_stride;
-  assign \$189  = sp_cnt - 1'h1;
-  assign \$190  = sp_take & resp_valid;
-  assign \$191  = acc ? 3'h4 : 3'h1;
-  assign \$192  = cmd__tdata[7:0] == 2'h2;
-  assign \$193  = state == 1'h1;
-  assign \$194  = \$193  & finished;
-  assign \$195  = rd_err | wr_err;
-  assign \$196  = \$195  ? 4'h9 : 4'h0;
-  assign \$197  = state == 2'h2;
-  assign \$198  = \$197  & done__tready;
+  assign \$9  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$9 ;
+  assign \$10  = rq_valid & rq_ready;
+  assign \$12  = sp_cnt - 1'h1;
+  assign \$13  = sp_take & resp_valid;
+  assign \$14  = acc ? 3'h4 : 3'h1;
   always @(posedge clk)
-    state <= \$199 ;
+    rq_valid <= \$15 ;
   always @(posedge clk)
-    is_load <= \$200 ;
+    spm_rreq__tdata <= \$16 ;
   always @(posedge clk)
-    is_store <= \$201 ;
+    rq_active <= \$17 ;
   always @(posedge clk)
-    is_copy <= \$202 ;
+    sp_buf <= \$18 ;
   always @(posedge clk)
-    acc <= \$203 ;
-  always @(posedge clk)
-    rows <= \$204 ;
-  always @(posedge clk)
-    cols <= \$205 ;
-  always @(posedge clk)
-    row_stride <= \$206 ;
-  always @(posedge clk)
-    col_stride <= \$207 ;
-  always @(posedge clk)
-    rd_err <= \$208 ;
-  always @(posedge clk)
-    wr_err <= \$209 ;
-  always @(posedge clk)
-    axi__arvalid <= \$210 ;
-  always @(posedge clk)
-    axi__araddr <= \$211 ;
-  always @(posedge clk)
-    axi__arlen <= \$212 ;
-  always @(posedge clk)
-    ar_addr <= \$213 ;
-  always @(posedge clk)
-    ar_seg_left <= \$214 ;
-  always @(posedge clk)
-    ar_active <= \$215 ;
-  always @(posedge clk)
-    ar_seg_base <= \$216 ;
-  always @(posedge clk)
-    ar_segs_left <= \$217 ;
-  always @(posedge clk)
-    ar_stride <= \$218 ;
-  always @(posedge clk)
-    ar_seg_beats <= \$219 ;
-  always @(posedge clk)
-    reads_out <= \$220 ;
-  always @(posedge clk)
-    bytes_read <= \$221 ;
-  always @(posedge clk)
-    axi__awvalid <= \$222 ;
-  always @(posedge clk)
-    axi__awaddr <= \$223 ;
-  always @(posedge clk)
-    axi__awlen <= \$224 ;
-  always @(posedge clk)
-    aw_addr <= \$225 ;
-  always @(posedge clk)
-    aw_seg_left <= \$226 ;
-  always @(posedge clk)
-    aw_active <= \$227 ;
-  always @(posedge clk)
-    aw_seg_base <= \$228 ;
-  always @(posedge clk)
-    aw_segs_left <= \$229 ;
-  always @(posedge clk)
-    aw_stride <= \$230 ;
-  always @(posedge clk)
-    aw_seg_beats <= \$231 ;
-  always @(posedge clk)
-    unclaimed <= \$232 ;
-  always @(posedge clk)
-    writes_out <= \$233 ;
-  always @(posedge clk)
-    w_cnt <= \$234 ;
-  always @(posedge clk)
-    bytes_written <= \$235 ;
-  always @(posedge clk)
-    w_cur <= \$236 ;
-  always @(posedge clk)
-    w_len <= \$237 ;
-  always @(posedge clk)
-    wr_valid <= \$238 ;
-  always @(posedge clk)
-    a_cnt <= \$239 ;
-  always @(posedge clk)
-    wr_data <= \$240 ;
-  always @(posedge clk)
-    wr_addr <= \$241 ;
-  always @(posedge clk)
-    ldw_c <= \$242 ;
-  always @(posedge clk)
-    ldw_r <= \$243 ;
-  always @(posedge clk)
-    ldw_base <= \$244 ;
-  always @(posedge clk)
-    ldw_addr <= \$245 ;
-  always @(posedge clk)
-    lw_done <= \$246 ;
-  always @(posedge clk)
-    asm <= \$247 ;
-  always @(posedge clk)
-    rq_valid <= \$248 ;
-  always @(posedge clk)
-    spm_rreq__tdata <= \$249 ;
-  always @(posedge clk)
-    rqw_c <= \$250 ;
-  always @(posedge clk)
-    rqw_r <= \$251 ;
-  always @(posedge clk)
-    rqw_base <= \$252 ;
-  always @(posedge clk)
-    rqw_addr <= \$253 ;
-  always @(posedge clk)
-    rq_active <= \$254 ;
-  always @(posedge clk)
-    sp_buf <= \$255 ;
-  always @(posedge clk)
-    sp_cnt <= \$256 ;
-  always @(posedge clk)
-    done__tdata <= \$257 ;
-  \dx1_soc.dma1.data_fifo  data_fifo (
+    sp_cnt <= \$19 ;
+  \dx1_soc.dma0.storer.walker  walker (
+    .addr(addr),
+    .advance(advance),
     .clk(clk),
-    .r_data(r_data),
-    .r_en(r_en),
-    .r_rdy(r_rdy),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
     .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
     .rst(rst),
-    .w_en(\w_en$114 ),
-    .w_port__data(\w_data$112 ),
-    .w_rdy(\w_rdy$107 )
-  );
-  \dx1_soc.dma1.wlen_fifo  wlen_fifo (
-    .clk(clk),
-    .r_data(\r_data$145 ),
-    .r_en(\r_en$64 ),
-    .r_rdy(\r_rdy$120 ),
-    .reset_units(reset_units),
-    .rst(rst),
-    .w_en(aw_issue),
-    .w_port__data(\$34 [7:0]),
-    .w_rdy(w_rdy)
+    .start(start)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    r_en = 1'h0;
-    if (w_hs) begin
-      r_en = 1'h1;
+    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    \$15  = rq_valid;
+    if (\$10 ) begin
+      \$15  = 1'h0;
     end
-    if (pop) begin
-      r_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \r_en$64  = 1'h0;
-    if (\$41 ) begin
-      \r_en$64  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    assembled = asm;
-    (* full_case = 32'd1 *)
-    casez (a_cnt)
-      2'h0:
-          assembled[63:0] = r_data[63:0];
-      2'h1:
-          assembled[127:64] = r_data[63:0];
-      2'h2:
-          assembled[191:128] = r_data[63:0];
-      2'h3:
-          assembled[255:192] = r_data[63:0];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    (* full_case = 32'd1 *)
-    if (is_store) begin
-      \w_data$112  = { 1'h0, sp_buf[63:0] };
-    end else begin
-      \w_data$112  = { \$72 , axi__rdata };
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    (* full_case = 32'd1 *)
-    if (is_store) begin
-      \w_en$114  = \$71 ;
-    end else begin
-      \w_en$114  = \$74 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$199  = state;
-    if (start) begin
-      \$199  = 2'h1;
-    end
-    if (\$194 ) begin
-      \$199  = 2'h2;
-    end
-    if (\$198 ) begin
-      \$199  = 2'h0;
+    if (advance) begin
+      \$15  = 1'h1;
     end
     if (reset_units) begin
-      \$199  = 2'h0;
+      \$15  = 1'h0;
     end
     if (rst) begin
-      \$199  = 2'h0;
+      \$15  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$200  = is_load;
-    if (start) begin
-      \$200  = \$101 ;
+    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    \$16  = spm_rreq__tdata;
+    if (advance) begin
+      \$16  = addr;
     end
     if (reset_units) begin
-      \$200  = 1'h0;
+      \$16  = 16'h0000;
     end
     if (rst) begin
-      \$200  = 1'h0;
+      \$16  = 16'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$201  = is_store;
-    if (start) begin
-      \$201  = \$102 ;
-    end
-    if (reset_units) begin
-      \$201  = 1'h0;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$202  = is_copy;
-    if (start) begin
-      \$202  = \$103 ;
-    end
-    if (reset_units) begin
-      \$202  = 1'h0;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$203  = acc;
-    if (start) begin
-      \$203  = cmd__tdata[8];
-    end
-    if (reset_units) begin
-      \$203  = 1'h0;
-    end
-    if (rst) begin
-      \$203  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$204  = rows;
-    if (start) begin
-      \$204  = cmd__tdata[159:144];
-    end
-    if (reset_units) begin
-      \$204  = 16'h0000;
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$205  = cols;
-    if (start) begin
-      \$205  = cmd__tdata[175:160];
-    end
-    if (reset_units) begin
-      \$205  = 16'h0000;
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$206  = row_stride;
-    if (start) begin
-      \$206  = cmd__tdata[191:176];
-    end
-    if (reset_units) begin
-      \$206  = 16'h0000;
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$207  = col_stride;
-    if (start) begin
-      \$207  = cmd__tdata[207:192];
-    end
-    if (reset_units) begin
-      \$207  = 16'h0000;
-    end
-    if (rst) begin
-      \$207  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$208  = rd_err;
-    if (start) begin
-      \$208  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (reset_units) begin
-      \$208  = 1'h0;
-    end
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$209  = wr_err;
-    if (start) begin
-      \$209  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$209  = 1'h1;
-    end
-    if (reset_units) begin
-      \$209  = 1'h0;
-    end
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$210  = axi__arvalid;
-    if (\$104 ) begin
-      \$210  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$210  = 1'h1;
-    end
-    if (reset_units) begin
-      \$210  = 1'h0;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$211  = axi__araddr;
-    if (ar_issue) begin
-      \$211  = ar_addr;
-    end
-    if (reset_units) begin
-      \$211  = 32'd0;
-    end
-    if (rst) begin
-      \$211  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$212  = axi__arlen;
-    if (ar_issue) begin
-      \$212  = \$105 [7:0];
-    end
-    if (reset_units) begin
-      \$212  = 8'h00;
-    end
-    if (rst) begin
-      \$212  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$213  = ar_addr;
-    if (ar_issue) begin
-      \$213  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$213  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$213  = \$117 ;
-    end
-    if (reset_units) begin
-      \$213  = 32'd0;
-    end
-    if (rst) begin
-      \$213  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$214  = ar_seg_left;
-    if (ar_issue) begin
-      \$214  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$214  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$214  = \$121 [29:0];
-    end
-    if (reset_units) begin
-      \$214  = 30'h00000000;
-    end
-    if (rst) begin
-      \$214  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$215  = ar_active;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$215  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$215  = 1'h1;
-    end
-    if (reset_units) begin
-      \$215  = 1'h0;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$216  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$216  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$216  = \$118 ;
-    end
-    if (reset_units) begin
-      \$216  = 32'd0;
-    end
-    if (rst) begin
-      \$216  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$217  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$217  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$217  = \$124 ;
-    end
-    if (reset_units) begin
-      \$217  = 16'h0000;
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$218  = ar_stride;
-    if (\$116 ) begin
-      \$218  = \$119 ;
-    end
-    if (reset_units) begin
-      \$218  = 32'd0;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$219  = ar_seg_beats;
-    if (\$116 ) begin
-      \$219  = \$123 [29:0];
-    end
-    if (reset_units) begin
-      \$219  = 30'h00000000;
-    end
-    if (rst) begin
-      \$219  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$220  = \$127 [2:0];
-    if (reset_units) begin
-      \$220  = 3'h0;
-    end
-    if (rst) begin
-      \$220  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$221  = bytes_read;
-    if (r_hs) begin
-      \$221  = \$128 [31:0];
-    end
-    if (reset_units) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$222  = axi__awvalid;
-    if (\$129 ) begin
-      \$222  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$222  = 1'h1;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$223  = axi__awaddr;
-    if (aw_issue) begin
-      \$223  = aw_addr;
-    end
-    if (reset_units) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$224  = axi__awlen;
-    if (aw_issue) begin
-      \$224  = \$130 [7:0];
-    end
-    if (reset_units) begin
-      \$224  = 8'h00;
-    end
-    if (rst) begin
-      \$224  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$225  = aw_addr;
-    if (aw_issue) begin
-      \$225  = \$132 [31:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$225  = \$137 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$225  = \$142 ;
-    end
-    if (reset_units) begin
-      \$225  = 32'd0;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$226  = aw_seg_left;
-    if (aw_issue) begin
-      \$226  = \$133 [29:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$226  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$226  = \$146 [29:0];
-    end
-    if (reset_units) begin
-      \$226  = 30'h00000000;
-    end
-    if (rst) begin
-      \$226  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$227  = aw_active;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$227  = 1'h0;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$228  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$228  = \$136 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$228  = \$143 ;
-    end
-    if (reset_units) begin
-      \$228  = 32'd0;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$229  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$229  = \$138 [15:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$229  = \$149 ;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$230  = aw_stride;
-    if (\$141 ) begin
-      \$230  = \$144 ;
-    end
-    if (reset_units) begin
-      \$230  = 32'd0;
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$231  = aw_seg_beats;
-    if (\$141 ) begin
-      \$231  = \$148 [29:0];
-    end
-    if (reset_units) begin
-      \$231  = 30'h00000000;
-    end
-    if (rst) begin
-      \$231  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$232  = \$154 [5:0];
-    if (start) begin
-      \$232  = 6'h00;
-    end
-    if (reset_units) begin
-      \$232  = 6'h00;
-    end
-    if (rst) begin
-      \$232  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$233  = \$156 [15:0];
-    if (reset_units) begin
-      \$233  = 16'h0000;
-    end
-    if (rst) begin
-      \$233  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$234  = w_cnt;
-    if (w_hs) begin
-      \$234  = \$159 [7:0];
-    end
-    if (\$164 ) begin
-      \$234  = 8'h00;
-    end
-    if (reset_units) begin
-      \$234  = 8'h00;
-    end
-    if (rst) begin
-      \$234  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$235  = bytes_written;
-    if (w_hs) begin
-      if (\$160 ) begin
-        \$235  = \$161 [31:0];
-      end
-    end
-    if (reset_units) begin
-      \$235  = 32'd0;
-    end
-    if (rst) begin
-      \$235  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$236  = w_cur;
-    if (\$164 ) begin
-      \$236  = \r_rdy$120 ;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$237  = w_len;
-    if (\$164 ) begin
-      \$237  = \r_data$145 ;
-    end
-    if (reset_units) begin
-      \$237  = 8'h00;
-    end
-    if (rst) begin
-      \$237  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$238  = wr_valid;
-    if (\$165 ) begin
-      \$238  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$238  = 1'h1;
-        end
-      end
-    end
-    if (reset_units) begin
-      \$238  = 1'h0;
-    end
-    if (rst) begin
-      \$238  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$239  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$239  = 2'h0;
-      end else begin
-        \$239  = \$176 [1:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    \$17  = rq_active;
+    if (advance) begin
+      if (last) begin
+        \$17  = 1'h0;
       end
     end
     if (start) begin
-      \$239  = 2'h0;
+      \$17  = request;
     end
     if (reset_units) begin
-      \$239  = 2'h0;
+      \$17  = 1'h0;
     end
     if (rst) begin
-      \$239  = 2'h0;
+      \$17  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$240  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$240  = assembled;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    \$18  = sp_buf;
+    if (push) begin
+      \$18  = \$11 ;
+    end
+    if (\$13 ) begin
+      \$18  = resp_data;
     end
     if (reset_units) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$241  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$241  = ldw_addr;
-        end
-      end
+    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    \$19  = sp_cnt;
+    if (push) begin
+      \$19  = \$12 [2:0];
     end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$242  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$242  = 16'h0000;
-        end else begin
-          \$242  = \$174 [15:0];
-        end
-      end
+    if (\$13 ) begin
+      \$19  = \$14 ;
     end
     if (start) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
     if (reset_units) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
     if (rst) begin
-      \$242  = 16'h0000;
+      \$19  = 3'h0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$243  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$243  = \$171 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$243  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$243  = 16'h0000;
-    end
-    if (rst) begin
-      \$243  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$244  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$244  = \$172 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$244  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$245  = ldw_addr;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$245  = \$173 [15:0];
-        end else begin
-          \$245  = \$175 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$245  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$245  = 16'h0000;
-    end
-    if (rst) begin
-      \$245  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$246  = lw_done;
-    if (pop) begin
-      if (a_last) begin
-        if (ldw_last) begin
-          \$246  = 1'h1;
-        end
-      end
-    end
-    if (start) begin
-      \$246  = 1'h0;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$247  = asm;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-      end else begin
-        \$247  = assembled;
-      end
-    end
-    if (reset_units) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$248  = rq_valid;
-    if (\$177 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$180 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$249  = spm_rreq__tdata;
-    if (\$180 ) begin
-      \$249  = rqw_addr;
-    end
-    if (reset_units) begin
-      \$249  = 16'h0000;
-    end
-    if (rst) begin
-      \$249  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$250  = rqw_c;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$250  = 16'h0000;
-      end else begin
-        \$250  = \$186 [15:0];
-      end
-    end
-    if (start) begin
-      \$250  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$251  = rqw_r;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$251  = \$183 [15:0];
-      end
-    end
-    if (start) begin
-      \$251  = 16'h0000;
-    end
-    if (reset_units) begin
-      \$251  = 16'h0000;
-    end
-    if (rst) begin
-      \$251  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$252  = rqw_base;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$252  = \$184 [15:0];
-      end
-    end
-    if (start) begin
-      \$252  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$252  = 16'h0000;
-    end
-    if (rst) begin
-      \$252  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$253  = rqw_addr;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$253  = \$185 [15:0];
-      end else begin
-        \$253  = \$187 [15:0];
-      end
-    end
-    if (start) begin
-      \$253  = cmd__tdata[143:128];
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$254  = rq_active;
-    if (\$180 ) begin
-      if (rqw_last) begin
-        \$254  = 1'h0;
-      end
-    end
-    if (start) begin
-      \$254  = \$192 ;
-    end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$255  = sp_buf;
-    if (sp_push) begin
-      \$255  = \$188 ;
-    end
-    if (\$190 ) begin
-      \$255  = resp_data;
-    end
-    if (reset_units) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-    if (rst) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$256  = sp_cnt;
-    if (sp_push) begin
-      \$256  = \$189 [2:0];
-    end
-    if (\$190 ) begin
-      \$256  = \$191 ;
-    end
-    if (start) begin
-      \$256  = 3'h0;
-    end
-    if (reset_units) begin
-      \$256  = 3'h0;
-    end
-    if (rst) begin
-      \$256  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
-    \$257  = done__tdata;
-    if (\$194 ) begin
-      \$257  = { 4'h0, \$196  };
-    end
-    if (reset_units) begin
-      \$257  = 8'h00;
-    end
-    if (rst) begin
-      \$257  = 8'h00;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
-  assign ar_to_page = \$4 [9:0];
-  assign ar_capped = \$6 [8:0];
-  assign ar_beats = \$8 [8:0];
-  assign axi__arid = 4'h0;
-  assign axi__arsize = 3'h3;
-  assign axi__arburst = 2'h1;
-  assign aw_to_page = \$17 [9:0];
-  assign aw_capped = \$21 [8:0];
-  assign aw_beats = \$23 [8:0];
-  assign axi__awid = 4'h0;
-  assign axi__awsize = 3'h3;
-  assign axi__awburst = 2'h1;
-  assign w_en = aw_issue;
-  assign w_data = \$34 [7:0];
-  assign axi__bready = 1'h1;
-  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
-  assign acc_wr__tdata = { wr_addr, wr_data };
   assign rq_addr = spm_rreq__tdata;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign axi__wdata = r_data[63:0];
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign b_hs = axi__bvalid;
-  assign \$106  = { \$8 [8:0], 3'h0 };
-  assign \$117  = cmd__tdata[95:64];
-  assign \$118  = cmd__tdata[95:64];
-  assign \$120  = { 3'h0, cmd__tdata[159:131] };
-  assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$131  = { \$23 [8:0], 3'h0 };
-  assign \$145  = { 3'h0, cmd__tdata[159:131] };
-  assign \$147  = { 3'h0, cmd__tdata[159:131] };
-  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign \start$11  = start;
+  assign \local_addr$13  = local_addr;
+  assign \rows$15  = rows;
+  assign \cols$17  = cols;
+  assign \row_stride$19  = row_stride;
+  assign \col_stride$21  = col_stride;
+  assign beat = sp_buf[63:0];
+  assign \$11  = { 64'h0000000000000000, sp_buf[255:64] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
+module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4174$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+, abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [5:0] \$11 ;
-  wire [5:0] \$12 ;
+  wire \$11 ;
+  wire \$12 ;
   wire \$13 ;
   wire \$14 ;
   wire \$15 ;
   wire \$16 ;
   wire \$17 ;
   wire \$18 ;
-  wire [5:0] \$19 ;
+  wire \$19 ;
   wire \$2 ;
   wire \$20 ;
   wire \$21 ;
@@ -41174,179 +39328,641 @@ module \dx1_soc.dma1.data_fifo (rst, w_rdy, r_data, reset_units, r_en, w_port__d
   wire \$23 ;
   wire \$24 ;
   wire \$25 ;
-  wire [5:0] \$26 ;
+  wire \$26 ;
   wire \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
-  reg [4:0] \$30 ;
-  reg [4:0] \$31 ;
-  reg [4:0] \$32 ;
-  reg \$33 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [6:0] \$32 ;
+  wire \$33 ;
+  wire [8:0] \$34 ;
+  wire [9:0] \$35 ;
+  wire [16:0] \$36 ;
+  wire [17:0] \$37 ;
+  wire [8:0] \$38 ;
+  wire \$39 ;
   wire \$4 ;
-  wire [5:0] \$5 ;
-  wire [5:0] \$6 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  reg [5:0] \$44 ;
+  reg [15:0] \$45 ;
+  reg [7:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg \$48 ;
+  reg [7:0] \$49 ;
+  wire \$5 ;
+  wire \$6 ;
   wire \$7 ;
-  wire \$8 ;
+  wire [9:0] \$8 ;
   wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire aw_hs;
+  wire b_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  wire [8:0] beats;
+  output [31:0] bus__awaddr;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  output [7:0] bus__awlen;
+  wire [7:0] bus__awlen;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  wire bus__awvalid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  wire [63:0] bus__wdata;
+  output bus__wlast;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  output [7:0] bus__wstrb;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  wire bus__wvalid;
+  output [31:0] bytes_written;
+  reg [31:0] bytes_written = 32'd0;
   input clk;
   wire clk;
-  (* init = 5'h00 *)
-  wire [4:0] consume;
-  reg [4:0] inner_level = 5'h00;
-  wire inner_r_rdy;
-  wire [5:0] level;
-  (* init = 5'h00 *)
-  wire [4:0] produce;
-  output [64:0] r_data;
-  wire [64:0] r_data;
-  input r_en;
-  wire r_en;
-  wire [5:0] r_level;
-  reg [4:0] r_port__addr = 5'h00;
-  wire [64:0] r_port__data;
-  wire r_port__en;
-  output r_rdy;
-  reg r_rdy = 1'h0;
+  input copy_beat;
+  wire copy_beat;
+  output done;
+  wire done;
+  output error;
+  wire error;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  wire fifo_take;
+  input hold;
+  wire hold;
+  input is_copy;
+  wire is_copy;
+  input is_load;
+  wire is_load;
+  wire issue;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  input [64:0] \port$4174$0 ;
+  wire [64:0] \port$4174$0 ;
+  output quiet;
+  wire quiet;
+  wire [7:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input ready;
+  wire ready;
   input reset_units;
   wire reset_units;
   input rst;
   wire rst;
-  wire [64:0] w_data;
-  input w_en;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  reg [5:0] unclaimed = 6'h00;
+  wire valid;
+  wire w_bad;
+  reg [7:0] w_cnt = 8'h00;
+  reg w_cur = 1'h0;
+  wire [7:0] w_data;
   wire w_en;
-  wire [5:0] w_level;
-  reg [4:0] w_port__addr = 5'h00;
-  input [64:0] w_port__data;
-  wire [64:0] w_port__data;
-  wire w_port__en;
-  output w_rdy;
+  output w_hs;
+  wire w_hs;
+  reg [7:0] w_len = 8'h00;
   wire w_rdy;
-  reg [64:0] storage [30:0];
-  initial begin
-    for (int i = 0; i < 31; i = i + 1) storage[i] = 65'h0;
-  end
-  always @(posedge clk) begin
-    if (w_port__en)
-      storage[w_port__addr] <= w_port__data;
-  end
-  reg [64:0] _0_;
-  always @(posedge clk) begin
-    if (r_port__en) begin
-      _0_ <= storage[r_port__addr];
+  reg [15:0] writes_out = 16'h0000;
+  assign \$38  = w_cnt + 1'h1;
+  assign \$39  = ~ w_bad;
+  assign \$40  = bytes_written + 4'h8;
+  assign \$41  = ~ w_cur;
+  assign \$42  = w_hs & bus__wlast;
+  assign \$43  = \$41  | \$42 ;
+  always @(posedge clk)
+    unclaimed <= \$44 ;
+  always @(posedge clk)
+    writes_out <= \$45 ;
+  always @(posedge clk)
+    w_cnt <= \$46 ;
+  always @(posedge clk)
+    bytes_written <= \$47 ;
+  always @(posedge clk)
+    w_cur <= \$48 ;
+  always @(posedge clk)
+    w_len <= \$49 ;
+  assign max_beats = is_copy ? 9'h010 : 9'h100;
+  assign \$1  = ~ is_copy;
+  assign \$2  = unclaimed >= beats;
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = w_rdy & \$3 ;
+  assign \$5  = ~ hold;
+  assign \$6  = \$4  & \$5 ;
+  assign \$7  = ~ abort;
+  assign allow = \$6  & \$7 ;
+  assign \$8  = beats - 1'h1;
+  assign aw_hs = bus__awvalid & ready;
+  assign \$9  = | bus__bresp;
+  assign error = b_hs & \$9 ;
+  assign \$10  = fifo_ready | abort;
+  assign \$11  = w_cur & \$10 ;
+  assign \$12  = ~ is_load;
+  assign bus__wvalid = \$11  & \$12 ;
+  assign \$13  = \port$4174$0 [64] | rd_err;
+  assign w_bad = \$13  | abort;
+  assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
+  assign bus__wlast = w_cnt == w_len;
+  assign w_hs = bus__wvalid & bus__wready;
+  assign read_error = w_hs & \port$4174$0 [64];
+  assign \$14  = ~ w_cur;
+  assign \$15  = w_hs & bus__wlast;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = ~ active;
+  assign \$18  = ~ bus__awvalid;
+  assign \$19  = ! writes_out;
+  assign \$20  = \$18  & \$19 ;
+  assign \$21  = ~ w_cur;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = ~ r_rdy;
+  assign \$24  = \$22  & \$23 ;
+  assign done = \$17  & \$24 ;
+  assign \$25  = ~ bus__awvalid;
+  assign \$26  = ! writes_out;
+  assign \$27  = \$25  & \$26 ;
+  assign \$28  = ~ w_cur;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = ~ r_rdy;
+  assign quiet = \$29  & \$30 ;
+  assign \$31  = is_copy & copy_beat;
+  assign \$32  = unclaimed + \$31 ;
+  assign \$33  = is_copy & w_en;
+  assign \$34  = \$33  ? beats : 9'h000;
+  assign \$35  = \$32  - \$34 ;
+  assign \$36  = writes_out + aw_hs;
+  assign \$37  = \$36  - b_hs;
+  \dx1_soc.dma0.writer.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__awaddr),
+    .allow(allow),
+    .base(base),
+    .beats(beats),
+    .clk(clk),
+    .issue(w_en),
+    .len(bus__awlen),
+    .max_beats(max_beats),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__awvalid)
+  );
+  \dx1_soc.dma0.writer.wlen_fifo  wlen_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(\$8 [7:0]),
+    .w_rdy(w_rdy)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    r_en = 1'h0;
+    if (\$16 ) begin
+      r_en = 1'h1;
     end
   end
-  assign r_data = _0_;
-  assign w_rdy = inner_level != 5'h1f;
-  assign inner_r_rdy = | inner_level;
-  assign w_port__en = w_rdy & w_en;
-  assign \$1  = ~ r_rdy;
-  assign \$2  = \$1  | r_en;
-  assign r_port__en = inner_r_rdy & \$2 ;
-  assign w_level = inner_level + r_rdy;
-  assign \$3  = w_rdy & w_en;
-  assign \$4  = w_port__addr == 5'h1e;
-  assign \$5  = w_port__addr + 1'h1;
-  assign \$6  = \$4  ? 6'h00 : \$5 ;
-  assign \$7  = ~ r_rdy;
-  assign \$8  = \$7  | r_en;
-  assign \$9  = inner_r_rdy & \$8 ;
-  assign \$10  = r_port__addr == 5'h1e;
-  assign \$11  = r_port__addr + 1'h1;
-  assign \$12  = \$10  ? 6'h00 : \$11 ;
-  assign \$13  = w_rdy & w_en;
-  assign \$14  = ~ r_rdy;
-  assign \$15  = \$14  | r_en;
-  assign \$16  = inner_r_rdy & \$15 ;
-  assign \$17  = ~ \$16 ;
-  assign \$18  = \$13  & \$17 ;
-  assign \$19  = inner_level + 1'h1;
-  assign \$20  = ~ r_rdy;
-  assign \$21  = \$20  | r_en;
-  assign \$22  = inner_r_rdy & \$21 ;
-  assign \$23  = w_rdy & w_en;
-  assign \$24  = ~ \$23 ;
-  assign \$25  = \$22  & \$24 ;
-  assign \$26  = inner_level - 1'h1;
-  assign \$27  = ~ r_rdy;
-  assign \$28  = \$27  | r_en;
-  assign \$29  = inner_r_rdy & \$28 ;
-  always @(posedge clk)
-    w_port__addr <= \$30 ;
-  always @(posedge clk)
-    r_port__addr <= \$31 ;
-  always @(posedge clk)
-    inner_level <= \$32 ;
-  always @(posedge clk)
-    r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
-    \$30  = w_port__addr;
-    if (\$3 ) begin
-      \$30  = \$6 [4:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$44  = \$35 [5:0];
+    if (start) begin
+      \$44  = 6'h00;
     end
     if (reset_units) begin
-      \$30  = 5'h00;
+      \$44  = 6'h00;
     end
     if (rst) begin
-      \$30  = 5'h00;
+      \$44  = 6'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
-    \$31  = r_port__addr;
-    if (\$9 ) begin
-      \$31  = \$12 [4:0];
-    end
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$45  = \$37 [15:0];
     if (reset_units) begin
-      \$31  = 5'h00;
+      \$45  = 16'h0000;
     end
     if (rst) begin
-      \$31  = 5'h00;
+      \$45  = 16'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
-    \$32  = inner_level;
-    if (\$18 ) begin
-      \$32  = \$19 [4:0];
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$46  = w_cnt;
+    if (w_hs) begin
+      \$46  = \$38 [7:0];
     end
-    if (\$25 ) begin
-      \$32  = \$26 [4:0];
+    if (\$43 ) begin
+      \$46  = 8'h00;
     end
     if (reset_units) begin
-      \$32  = 5'h00;
+      \$46  = 8'h00;
     end
     if (rst) begin
-      \$32  = 5'h00;
+      \$46  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
-    \$33  = r_rdy;
-    if (\$29 ) begin
-      \$33  = 1'h1;
-    end else if (r_en) begin
-      \$33  = 1'h0;
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$47  = bytes_written;
+    if (w_hs) begin
+      if (\$39 ) begin
+        \$47  = \$40 [31:0];
+      end
     end
     if (reset_units) begin
-      \$33  = 1'h0;
+      \$47  = 32'd0;
     end
     if (rst) begin
-      \$33  = 1'h0;
+      \$47  = 32'd0;
     end
   end
-  assign level = w_level;
-  assign r_level = w_level;
-  assign produce = w_port__addr;
-  assign w_data = w_port__data;
-  assign consume = r_port__addr;
-  assign r_port__data = r_data;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$48  = w_cur;
+    if (\$43 ) begin
+      \$48  = r_rdy;
+    end
+    if (reset_units) begin
+      \$48  = 1'h0;
+    end
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$49  = w_len;
+    if (\$43 ) begin
+      \$49  = r_data;
+    end
+    if (reset_units) begin
+      \$49  = 8'h00;
+    end
+    if (rst) begin
+      \$49  = 8'h00;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign valid = bus__awvalid;
+  assign addr = bus__awaddr;
+  assign len = bus__awlen;
+  assign bus__awready = ready;
+  assign bus__awid = 4'h0;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign issue = w_en;
+  assign w_data = \$8 [7:0];
+  assign bus__bready = 1'h1;
+  assign bus__wdata = \port$4174$0 [63:0];
+  assign fifo_data = \port$4174$0 [63:0];
+  assign fifo_err = \port$4174$0 [64];
+  assign fifo_take = w_hs;
+  assign b_hs = bus__bvalid;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
+module \dx1_soc.dma0.writer.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , max_beats, allow, beats, issue, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$51  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  output [8:0] beats;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  output issue;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  input [8:0] max_beats;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < max_beats;
+  assign \$3  = \$2  ? seg_left : { 21'h000000, max_beats };
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma0.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$52  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [2:0] \$11 ;
@@ -41473,7 +40089,7 @@ module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [1:0];
@@ -41486,7 +40102,7 @@ module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [1:0];
@@ -41499,7 +40115,7 @@ module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [1:0];
@@ -41515,7 +40131,3091 @@ module \dx1_soc.dma1.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, reset_un
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
+    \$33  = r_rdy;
+    if (\$29 ) begin
+      \$33  = 1'h1;
+    end else if (r_en) begin
+      \$33  = 1'h0;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  assign level = w_level;
+  assign r_level = w_level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
+, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$10854$0 , \port$10856$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
+  wire [18:0] \$1 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [16:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire [3:0] \$29 ;
+  wire [18:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  reg \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [15:0] \$37 ;
+  reg [15:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg [15:0] \$40 ;
+  reg \$41 ;
+  reg \$42 ;
+  reg [7:0] \$43 ;
+  wire [255:0] \$44 ;
+  wire [15:0] \$45 ;
+  wire \$5 ;
+  wire [31:0] \$6 ;
+  wire [31:0] \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire \abort$74 ;
+  wire \abort$81 ;
+  reg acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \acc$105 ;
+  (* init = 1'h0 *)
+  wire \acc$116 ;
+  wire [15:0] acc_rreq__tdata;
+  wire [15:0] \acc_rreq__tdata$148 ;
+  input acc_rreq__tready;
+  wire acc_rreq__tready;
+  wire \acc_rreq__tready$150 ;
+  output acc_rreq__tvalid;
+  wire acc_rreq__tvalid;
+  wire \acc_rreq__tvalid$152 ;
+  input [255:0] acc_rresp__tdata;
+  wire [255:0] acc_rresp__tdata;
+  wire [255:0] \acc_rresp__tdata$160 ;
+  output acc_rresp__tready;
+  wire acc_rresp__tready;
+  wire \acc_rresp__tready$162 ;
+  input acc_rresp__tvalid;
+  wire acc_rresp__tvalid;
+  wire \acc_rresp__tvalid$164 ;
+  wire [271:0] acc_wr__tdata;
+  wire [271:0] \acc_wr__tdata$136 ;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  wire \acc_wr__tready$138 ;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire \acc_wr__tvalid$140 ;
+  output [31:0] axi__araddr;
+  wire [31:0] axi__araddr;
+  wire [1:0] axi__arburst;
+  wire [3:0] axi__arid;
+  output [7:0] axi__arlen;
+  wire [7:0] axi__arlen;
+  wire axi__arready;
+  wire [2:0] axi__arsize;
+  output axi__arvalid;
+  wire axi__arvalid;
+  output [31:0] axi__awaddr;
+  wire [31:0] axi__awaddr;
+  wire [1:0] axi__awburst;
+  wire [3:0] axi__awid;
+  output [7:0] axi__awlen;
+  wire [7:0] axi__awlen;
+  wire axi__awready;
+  wire [2:0] axi__awsize;
+  output axi__awvalid;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
+  wire axi__bready;
+  wire [1:0] axi__bresp;
+  wire axi__bvalid;
+  wire [63:0] axi__rdata;
+  wire [3:0] axi__rid;
+  wire axi__rlast;
+  output axi__rready;
+  wire axi__rready;
+  wire [1:0] axi__rresp;
+  wire axi__rvalid;
+  output [63:0] axi__wdata;
+  wire [63:0] axi__wdata;
+  output axi__wlast;
+  wire axi__wlast;
+  wire axi__wready;
+  output [7:0] axi__wstrb;
+  wire [7:0] axi__wstrb;
+  output axi__wvalid;
+  wire axi__wvalid;
+  wire [31:0] base;
+  wire [31:0] \base$76 ;
+  wire beat;
+  wire [63:0] \beat$169 ;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
+  wire busy;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  wire [31:0] \bytes_read$99 ;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  wire [31:0] \bytes_written$101 ;
+  input clk;
+  wire clk;
+  input [255:0] cmd__tdata;
+  wire [255:0] cmd__tdata;
+  output cmd__tready;
+  wire cmd__tready;
+  input cmd__tvalid;
+  wire cmd__tvalid;
+  reg [15:0] col_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$113 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$120 ;
+  reg [15:0] cols = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$109 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$118 ;
+  wire copy_beat;
+  wire done;
+  wire \done$174 ;
+  wire \done$175 ;
+  output [7:0] done__tdata;
+  reg [7:0] done__tdata = 8'h00;
+  input done__tready;
+  wire done__tready;
+  output done__tvalid;
+  wire done__tvalid;
+  wire error;
+  wire [63:0] fifo_data;
+  wire [63:0] \fifo_data$123 ;
+  wire fifo_err;
+  wire \fifo_err$124 ;
+  wire fifo_ready;
+  wire \fifo_ready$125 ;
+  wire \fifo_ready$128 ;
+  wire fifo_take;
+  wire \fifo_take$167 ;
+  wire finished;
+  input hold;
+  wire hold;
+  wire \hold$72 ;
+  wire \hold$80 ;
+  reg is_copy = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_copy$86 ;
+  reg is_load = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_load$88 ;
+  reg is_store = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_store$127 ;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$115 ;
+  wire [29:0] move_beats;
+  output [255:0] \port$10854$0 ;
+  wire [255:0] \port$10854$0 ;
+  output [15:0] \port$10856$0 ;
+  wire [15:0] \port$10856$0 ;
+  wire push;
+  output quiet;
+  wire quiet;
+  wire \quiet$178 ;
+  wire \quiet$179 ;
+  wire [64:0] r_data;
+  wire r_en;
+  wire r_rdy;
+  reg rd_err = 1'h0;
+  (* init = 1'h0 *)
+  wire \rd_err$122 ;
+  (* init = 1'h0 *)
+  wire \rd_err$92 ;
+  wire read_error;
+  wire \read_error$184 ;
+  wire request;
+  input reset_units;
+  wire reset_units;
+  reg [15:0] row_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$111 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$119 ;
+  reg [15:0] rows = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$107 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$117 ;
+  input rst;
+  wire rst;
+  wire run;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$79 ;
+  wire [15:0] segments;
+  wire [15:0] \segments$78 ;
+  output [15:0] spm_rreq__tdata;
+  wire [15:0] spm_rreq__tdata;
+  wire [15:0] \spm_rreq__tdata$142 ;
+  input spm_rreq__tready;
+  wire spm_rreq__tready;
+  wire \spm_rreq__tready$144 ;
+  output spm_rreq__tvalid;
+  wire spm_rreq__tvalid;
+  wire \spm_rreq__tvalid$146 ;
+  input [63:0] spm_rresp__tdata;
+  wire [63:0] spm_rresp__tdata;
+  wire [63:0] \spm_rresp__tdata$154 ;
+  output spm_rresp__tready;
+  wire spm_rresp__tready;
+  wire \spm_rresp__tready$156 ;
+  input spm_rresp__tvalid;
+  wire spm_rresp__tvalid;
+  wire \spm_rresp__tvalid$158 ;
+  wire [79:0] spm_wr__tdata;
+  wire [79:0] \spm_wr__tdata$130 ;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  wire \spm_wr__tready$132 ;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  wire \spm_wr__tvalid$134 ;
+  wire start;
+  wire \start$102 ;
+  wire \start$114 ;
+  wire \start$66 ;
+  wire \start$75 ;
+  wire start_copy;
+  reg [1:0] state = 2'h0;
+  wire [31:0] stride;
+  wire [31:0] \stride$77 ;
+  wire take;
+  reg [64:0] w_data;
+  reg w_en;
+  wire w_rdy;
+  reg wr_err = 1'h0;
+  always @(posedge clk)
+    is_load <= \$33 ;
+  always @(posedge clk)
+    is_store <= \$34 ;
+  always @(posedge clk)
+    is_copy <= \$35 ;
+  always @(posedge clk)
+    acc <= \$36 ;
+  always @(posedge clk)
+    rows <= \$37 ;
+  always @(posedge clk)
+    cols <= \$38 ;
+  always @(posedge clk)
+    row_stride <= \$39 ;
+  always @(posedge clk)
+    col_stride <= \$40 ;
+  always @(posedge clk)
+    rd_err <= \$41 ;
+  always @(posedge clk)
+    wr_err <= \$42 ;
+  always @(posedge clk)
+    done__tdata <= \$43 ;
+  assign cmd__tready = ! state;
+  assign start = cmd__tvalid & cmd__tready;
+  assign busy = | state;
+  assign start_copy = cmd__tdata[7:0] == 4'h8;
+  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
+  assign \$4  = cmd__tdata[7:0] == 1'h1;
+  assign \$5  = \$4  | start_copy;
+  assign \start$66  = start & \$5 ;
+  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
+  assign \$8  = cmd__tdata[7:0] == 2'h2;
+  assign \$9  = \$8  | start_copy;
+  assign \start$75  = start & \$9 ;
+  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
+  assign \$12  = ~ is_store;
+  assign \$13  = w_rdy & \$12 ;
+  assign axi__rready = \$13  | abort;
+  assign \$14  = state == 1'h1;
+  assign run = \$14  & is_load;
+  assign request = cmd__tdata[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$167 ;
+  assign \$15  = ~ abort;
+  assign \$16  = push & \$15 ;
+  assign \$17  = | bus__rresp;
+  assign \$18  = ~ abort;
+  assign \$19  = copy_beat & \$18 ;
+  assign \$20  = \done$175  & \done$174 ;
+  assign \$21  = done & \done$174 ;
+  assign finished = is_load ? \$20  : \$21 ;
+  assign done__tvalid = state == 2'h2;
+  assign quiet = \quiet$178  & \quiet$179 ;
+  assign \$22  = cmd__tdata[7:0] == 1'h1;
+  assign \$23  = cmd__tdata[7:0] == 2'h2;
+  assign \$24  = cmd__tdata[7:0] == 4'h8;
+  assign \$25  = read_error | \read_error$184 ;
+  assign \$26  = state == 1'h1;
+  assign \$27  = \$26  & finished;
+  assign \$28  = rd_err | wr_err;
+  assign \$29  = \$28  ? 4'h9 : 4'h0;
+  assign \$30  = state == 2'h2;
+  assign \$31  = \$30  & done__tready;
+  always @(posedge clk)
+    state <= \$32 ;
+  \dx1_soc.dma1.data_fifo  data_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(fifo_ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(w_rdy)
+  );
+  \dx1_soc.dma1.loader  loader (
+    .acc(acc),
+    .acc_wr__tready(acc_wr__tready),
+    .acc_wr__tvalid(acc_wr__tvalid),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .done(\done$175 ),
+    .fifo_ready(fifo_ready),
+    .fifo_take(\fifo_take$167 ),
+    .local_addr(cmd__tdata[143:128]),
+    .\port$6359$0 (r_data),
+    .rd_err(rd_err),
+    .read_error(\read_error$184 ),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .run(run),
+    .spm_wr__tready(spm_wr__tready),
+    .spm_wr__tvalid(spm_wr__tvalid),
+    .start(start),
+    .wr_addr(\$45 ),
+    .wr_data(\$44 )
+  );
+  \dx1_soc.dma1.reader  reader (
+    .abort(abort),
+    .base(base),
+    .beat(copy_beat),
+    .bus__araddr(axi__araddr),
+    .bus__arlen(axi__arlen),
+    .bus__arvalid(axi__arvalid),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rvalid(bus__rvalid),
+    .bytes_read(bytes_read),
+    .clk(clk),
+    .done(\done$174 ),
+    .hold(hold),
+    .quiet(\quiet$178 ),
+    .ready(bus__arready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$7 [29:0]),
+    .segments(segments),
+    .start(\start$66 ),
+    .stride(stride)
+  );
+  \dx1_soc.dma1.storer  storer (
+    .acc(acc),
+    .acc_rreq__tready(acc_rreq__tready),
+    .acc_rreq__tvalid(acc_rreq__tvalid),
+    .acc_rresp__tdata(acc_rresp__tdata),
+    .acc_rresp__tready(acc_rresp__tready),
+    .acc_rresp__tvalid(acc_rresp__tvalid),
+    .beat(\beat$169 ),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .fifo_ready(w_rdy),
+    .is_store(is_store),
+    .local_addr(cmd__tdata[143:128]),
+    .push(push),
+    .request(request),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .spm_rreq__tdata(spm_rreq__tdata),
+    .spm_rreq__tready(spm_rreq__tready),
+    .spm_rreq__tvalid(spm_rreq__tvalid),
+    .spm_rresp__tdata(spm_rresp__tdata),
+    .spm_rresp__tready(spm_rresp__tready),
+    .spm_rresp__tvalid(spm_rresp__tvalid),
+    .start(start)
+  );
+  \dx1_soc.dma1.writer  writer (
+    .abort(abort),
+    .base(\base$76 ),
+    .bus__awaddr(axi__awaddr),
+    .bus__awlen(axi__awlen),
+    .bus__awvalid(axi__awvalid),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wlast(axi__wlast),
+    .bus__wready(bus__wready),
+    .bus__wstrb(axi__wstrb),
+    .bus__wvalid(axi__wvalid),
+    .bytes_written(bytes_written),
+    .clk(clk),
+    .copy_beat(copy_beat),
+    .done(done),
+    .error(error),
+    .fifo_ready(fifo_ready),
+    .hold(hold),
+    .is_copy(is_copy),
+    .is_load(is_load),
+    .\port$6359$0 (r_data),
+    .quiet(\quiet$179 ),
+    .rd_err(rd_err),
+    .read_error(read_error),
+    .ready(bus__awready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .seg_beats(\$11 [29:0]),
+    .segments(\segments$78 ),
+    .start(\start$75 ),
+    .stride(\stride$77 ),
+    .w_hs(fifo_take)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$33  = is_load;
+    if (start) begin
+      \$33  = \$22 ;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$34  = is_store;
+    if (start) begin
+      \$34  = \$23 ;
+    end
+    if (reset_units) begin
+      \$34  = 1'h0;
+    end
+    if (rst) begin
+      \$34  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$35  = is_copy;
+    if (start) begin
+      \$35  = \$24 ;
+    end
+    if (reset_units) begin
+      \$35  = 1'h0;
+    end
+    if (rst) begin
+      \$35  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$36  = acc;
+    if (start) begin
+      \$36  = cmd__tdata[8];
+    end
+    if (reset_units) begin
+      \$36  = 1'h0;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$37  = rows;
+    if (start) begin
+      \$37  = cmd__tdata[159:144];
+    end
+    if (reset_units) begin
+      \$37  = 16'h0000;
+    end
+    if (rst) begin
+      \$37  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$38  = cols;
+    if (start) begin
+      \$38  = cmd__tdata[175:160];
+    end
+    if (reset_units) begin
+      \$38  = 16'h0000;
+    end
+    if (rst) begin
+      \$38  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$39  = row_stride;
+    if (start) begin
+      \$39  = cmd__tdata[191:176];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$40  = col_stride;
+    if (start) begin
+      \$40  = cmd__tdata[207:192];
+    end
+    if (reset_units) begin
+      \$40  = 16'h0000;
+    end
+    if (rst) begin
+      \$40  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$41  = rd_err;
+    if (start) begin
+      \$41  = 1'h0;
+    end
+    if (\$25 ) begin
+      \$41  = 1'h1;
+    end
+    if (reset_units) begin
+      \$41  = 1'h0;
+    end
+    if (rst) begin
+      \$41  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$42  = wr_err;
+    if (start) begin
+      \$42  = 1'h0;
+    end
+    if (error) begin
+      \$42  = 1'h1;
+    end
+    if (reset_units) begin
+      \$42  = 1'h0;
+    end
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$43  = done__tdata;
+    if (\$27 ) begin
+      \$43  = { 4'h0, \$29  };
+    end
+    if (reset_units) begin
+      \$43  = 8'h00;
+    end
+    if (rst) begin
+      \$43  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    (* full_case = 32'd1 *)
+    if (is_store) begin
+      w_data = { 1'h0, \beat$169  };
+    end else begin
+      w_data = { \$17 , bus__rdata };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    (* full_case = 32'd1 *)
+    if (is_store) begin
+      w_en = \$16 ;
+    end else begin
+      w_en = \$19 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    \$32  = state;
+    if (start) begin
+      \$32  = 2'h1;
+    end
+    if (\$27 ) begin
+      \$32  = 2'h2;
+    end
+    if (\$31 ) begin
+      \$32  = 2'h0;
+    end
+    if (reset_units) begin
+      \$32  = 2'h0;
+    end
+    if (rst) begin
+      \$32  = 2'h0;
+    end
+  end
+  assign move_beats = { 11'h000, \$3  };
+  assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign bus__awlen = axi__awlen;
+  assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
+  assign axi__awburst = 2'h1;
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = r_data[63:0];
+  assign bus__wstrb = axi__wstrb;
+  assign bus__wlast = axi__wlast;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
+  assign axi__bready = 1'h1;
+  assign bus__bready = 1'h1;
+  assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
+  assign bus__arlen = axi__arlen;
+  assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
+  assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign seg_beats = \$7 [29:0];
+  assign \hold$72  = hold;
+  assign \abort$74  = abort;
+  assign \seg_beats$79  = \$11 [29:0];
+  assign \hold$80  = hold;
+  assign \abort$81  = abort;
+  assign take = axi__rready;
+  assign \is_copy$86  = is_copy;
+  assign \is_load$88  = is_load;
+  assign beat = copy_beat;
+  assign \rd_err$92  = rd_err;
+  assign fifo_data = r_data[63:0];
+  assign fifo_err = r_data[64];
+  assign r_rdy = fifo_ready;
+  assign \bytes_read$99  = bytes_read;
+  assign \bytes_written$101  = bytes_written;
+  assign \start$102  = start;
+  assign local_addr = cmd__tdata[143:128];
+  assign \acc$105  = acc;
+  assign \rows$107  = rows;
+  assign \cols$109  = cols;
+  assign \row_stride$111  = row_stride;
+  assign \col_stride$113  = col_stride;
+  assign \start$114  = start;
+  assign \local_addr$115  = cmd__tdata[143:128];
+  assign \acc$116  = acc;
+  assign \rows$117  = rows;
+  assign \cols$118  = cols;
+  assign \row_stride$119  = row_stride;
+  assign \col_stride$120  = col_stride;
+  assign \rd_err$122  = rd_err;
+  assign \fifo_data$123  = r_data[63:0];
+  assign \fifo_err$124  = r_data[64];
+  assign \fifo_ready$125  = fifo_ready;
+  assign \is_store$127  = is_store;
+  assign \fifo_ready$128  = w_rdy;
+  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tready$132  = spm_wr__tready;
+  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$45 , \$44  };
+  assign \acc_wr__tdata$136  = { \$45 , \$44  };
+  assign \acc_wr__tready$138  = acc_wr__tready;
+  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
+  assign \spm_rreq__tready$144  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
+  assign \acc_rreq__tready$150  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
+  assign \spm_rresp__tready$156  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
+  assign \acc_rresp__tready$162  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign axi__wdata = r_data[63:0];
+  assign \port$10854$0  = \$44 ;
+  assign \port$10856$0  = \$45 ;
+  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
+  assign \$2  = { 1'h0, cmd__tdata[175:160] };
+  assign base = cmd__tdata[95:64];
+  assign \$6  = { 3'h0, cmd__tdata[159:131] };
+  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [5:0] \$11 ;
+  wire [5:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire [5:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire [5:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  reg [4:0] \$30 ;
+  reg [4:0] \$31 ;
+  reg [4:0] \$32 ;
+  reg \$33 ;
+  wire \$4 ;
+  wire [5:0] \$5 ;
+  wire [5:0] \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 5'h00 *)
+  wire [4:0] consume;
+  reg [4:0] inner_level = 5'h00;
+  wire inner_r_rdy;
+  wire [5:0] level;
+  (* init = 5'h00 *)
+  wire [4:0] produce;
+  output [64:0] r_data;
+  wire [64:0] r_data;
+  input r_en;
+  wire r_en;
+  wire [5:0] r_level;
+  reg [4:0] r_port__addr = 5'h00;
+  wire [64:0] r_port__data;
+  wire r_port__en;
+  output r_rdy;
+  reg r_rdy = 1'h0;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  wire [64:0] w_data;
+  input w_en;
+  wire w_en;
+  wire [5:0] w_level;
+  reg [4:0] w_port__addr = 5'h00;
+  input [64:0] w_port__data;
+  wire [64:0] w_port__data;
+  wire w_port__en;
+  output w_rdy;
+  wire w_rdy;
+  reg [64:0] storage [30:0];
+  initial begin
+    for (int i = 0; i < 31; i = i + 1) storage[i] = 65'h0;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  reg [64:0] _0_;
+  always @(posedge clk) begin
+    if (r_port__en) begin
+      _0_ <= storage[r_port__addr];
+    end
+  end
+  assign r_data = _0_;
+  assign w_rdy = inner_level != 5'h1f;
+  assign inner_r_rdy = | inner_level;
+  assign w_port__en = w_rdy & w_en;
+  assign \$1  = ~ r_rdy;
+  assign \$2  = \$1  | r_en;
+  assign r_port__en = inner_r_rdy & \$2 ;
+  assign w_level = inner_level + r_rdy;
+  assign \$3  = w_rdy & w_en;
+  assign \$4  = w_port__addr == 5'h1e;
+  assign \$5  = w_port__addr + 1'h1;
+  assign \$6  = \$4  ? 6'h00 : \$5 ;
+  assign \$7  = ~ r_rdy;
+  assign \$8  = \$7  | r_en;
+  assign \$9  = inner_r_rdy & \$8 ;
+  assign \$10  = r_port__addr == 5'h1e;
+  assign \$11  = r_port__addr + 1'h1;
+  assign \$12  = \$10  ? 6'h00 : \$11 ;
+  assign \$13  = w_rdy & w_en;
+  assign \$14  = ~ r_rdy;
+  assign \$15  = \$14  | r_en;
+  assign \$16  = inner_r_rdy & \$15 ;
+  assign \$17  = ~ \$16 ;
+  assign \$18  = \$13  & \$17 ;
+  assign \$19  = inner_level + 1'h1;
+  assign \$20  = ~ r_rdy;
+  assign \$21  = \$20  | r_en;
+  assign \$22  = inner_r_rdy & \$21 ;
+  assign \$23  = w_rdy & w_en;
+  assign \$24  = ~ \$23 ;
+  assign \$25  = \$22  & \$24 ;
+  assign \$26  = inner_level - 1'h1;
+  assign \$27  = ~ r_rdy;
+  assign \$28  = \$27  | r_en;
+  assign \$29  = inner_r_rdy & \$28 ;
+  always @(posedge clk)
+    w_port__addr <= \$30 ;
+  always @(posedge clk)
+    r_port__addr <= \$31 ;
+  always @(posedge clk)
+    inner_level <= \$32 ;
+  always @(posedge clk)
+    r_rdy <= \$33 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$30  = w_port__addr;
+    if (\$3 ) begin
+      \$30  = \$6 [4:0];
+    end
+    if (reset_units) begin
+      \$30  = 5'h00;
+    end
+    if (rst) begin
+      \$30  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$31  = r_port__addr;
+    if (\$9 ) begin
+      \$31  = \$12 [4:0];
+    end
+    if (reset_units) begin
+      \$31  = 5'h00;
+    end
+    if (rst) begin
+      \$31  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$32  = inner_level;
+    if (\$18 ) begin
+      \$32  = \$19 [4:0];
+    end
+    if (\$25 ) begin
+      \$32  = \$26 [4:0];
+    end
+    if (reset_units) begin
+      \$32  = 5'h00;
+    end
+    if (rst) begin
+      \$32  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    \$33  = r_rdy;
+    if (\$29 ) begin
+      \$33  = 1'h1;
+    end else if (r_en) begin
+      \$33  = 1'h0;
+    end
+    if (reset_units) begin
+      \$33  = 1'h0;
+    end
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  assign level = w_level;
+  assign r_level = w_level;
+  assign produce = w_port__addr;
+  assign w_data = w_port__data;
+  assign consume = r_port__addr;
+  assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6359$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [2:0] \$15 ;
+  reg \$16 ;
+  reg [1:0] \$17 ;
+  reg [255:0] \$18 ;
+  reg [15:0] \$19 ;
+  wire [1:0] \$2 ;
+  reg \$20 ;
+  reg [255:0] \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg [1:0] a_cnt = 2'h0;
+  wire a_last;
+  input acc;
+  wire acc;
+  wire [271:0] acc_wr__tdata;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [255:0] assembled;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$22 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$18 ;
+  output done;
+  wire done;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  output fifo_take;
+  wire fifo_take;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$14 ;
+  input [64:0] \port$6359$0 ;
+  wire [64:0] \port$6359$0 ;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$20 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$16 ;
+  input rst;
+  wire rst;
+  input run;
+  wire run;
+  wire [79:0] spm_wr__tdata;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  input start;
+  wire start;
+  wire \start$12 ;
+  reg walked = 1'h0;
+  output [15:0] wr_addr;
+  reg [15:0] wr_addr = 16'h0000;
+  output [255:0] wr_data;
+  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire wr_ready;
+  reg wr_valid = 1'h0;
+  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
+  assign \$1  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$1 ;
+  assign acc_wr__tvalid = wr_valid & acc;
+  assign \$2  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$2 ;
+  assign \$3  = ~ walked;
+  assign \$4  = run & \$3 ;
+  assign \$5  = \$4  & fifo_ready;
+  assign \$6  = ~ a_last;
+  assign \$7  = ~ wr_valid;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = \$8  | wr_ready;
+  assign fifo_take = \$5  & \$9 ;
+  assign read_error = fifo_take & \port$6359$0 [64];
+  assign advance = fifo_take & a_last;
+  assign \$10  = ~ wr_valid;
+  assign done = walked & \$10 ;
+  assign \$11  = wr_valid & wr_ready;
+  assign \$12  = ~ \port$6359$0 [64];
+  assign \$13  = ~ rd_err;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = a_cnt + 1'h1;
+  always @(posedge clk)
+    wr_valid <= \$16 ;
+  always @(posedge clk)
+    a_cnt <= \$17 ;
+  always @(posedge clk)
+    wr_data <= \$18 ;
+  always @(posedge clk)
+    wr_addr <= \$19 ;
+  always @(posedge clk)
+    walked <= \$20 ;
+  always @(posedge clk)
+    asm <= \$21 ;
+  \dx1_soc.dma1.loader.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    assembled = asm;
+    (* full_case = 32'd1 *)
+    casez (a_cnt)
+      2'h0:
+          assembled[63:0] = \port$6359$0 [63:0];
+      2'h1:
+          assembled[127:64] = \port$6359$0 [63:0];
+      2'h2:
+          assembled[191:128] = \port$6359$0 [63:0];
+      2'h3:
+          assembled[255:192] = \port$6359$0 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$16  = wr_valid;
+    if (\$11 ) begin
+      \$16  = 1'h0;
+    end
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$16  = 1'h1;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$16  = 1'h0;
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$17  = a_cnt;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$17  = 2'h0;
+      end else begin
+        \$17  = \$15 [1:0];
+      end
+    end
+    if (start) begin
+      \$17  = 2'h0;
+    end
+    if (reset_units) begin
+      \$17  = 2'h0;
+    end
+    if (rst) begin
+      \$17  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$18  = wr_data;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$18  = assembled;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$19  = wr_addr;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$19  = addr;
+        end
+      end
+    end
+    if (reset_units) begin
+      \$19  = 16'h0000;
+    end
+    if (rst) begin
+      \$19  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$20  = walked;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (last) begin
+          \$20  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$20  = 1'h0;
+    end
+    if (reset_units) begin
+      \$20  = 1'h0;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    \$21  = asm;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$21  = assembled;
+      end
+    end
+    if (reset_units) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
+  assign acc_wr__tdata = { wr_addr, wr_data };
+  assign \start$12  = start;
+  assign \local_addr$14  = local_addr;
+  assign \rows$16  = rows;
+  assign \cols$18  = cols;
+  assign \row_stride$20  = row_stride;
+  assign \col_stride$22  = col_stride;
+  assign fifo_data = \port$6359$0 [63:0];
+  assign fifo_err = \port$6359$0 [64];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.reader (rst, hold, ready, start, base, stride, segments, seg_beats, bus__rready, beat, done, quiet, bus__rvalid, bus__rlast, abort, reset_units, bytes_read, bus__arvalid, bus__araddr, bus__arlen, clk
+);
+  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [3:0] \$11 ;
+  wire \$12 ;
+  wire [4:0] \$13 ;
+  wire [32:0] \$14 ;
+  reg [2:0] \$15 ;
+  reg [31:0] \$16 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire ar_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  output beat;
+  wire beat;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  output [7:0] bus__arlen;
+  wire [7:0] bus__arlen;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  wire bus__arvalid;
+  input bus__rlast;
+  wire bus__rlast;
+  input bus__rready;
+  wire bus__rready;
+  input bus__rvalid;
+  wire bus__rvalid;
+  output [31:0] bytes_read;
+  reg [31:0] bytes_read = 32'd0;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  input hold;
+  wire hold;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  output quiet;
+  wire quiet;
+  reg [2:0] reads_out = 3'h0;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  wire take;
+  wire valid;
+  assign \$1  = reads_out < 3'h4;
+  assign \$2  = ~ hold;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = ~ abort;
+  assign allow = \$3  & \$4 ;
+  assign ar_hs = bus__arvalid & ready;
+  assign beat = bus__rvalid & bus__rready;
+  assign \$5  = ~ active;
+  assign \$6  = ~ bus__arvalid;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ! reads_out;
+  assign done = \$7  & \$8 ;
+  assign \$9  = ~ bus__arvalid;
+  assign \$10  = ! reads_out;
+  assign quiet = \$9  & \$10 ;
+  assign \$11  = reads_out + ar_hs;
+  assign \$12  = beat & bus__rlast;
+  assign \$13  = \$11  - \$12 ;
+  assign \$14  = bytes_read + 4'h8;
+  always @(posedge clk)
+    reads_out <= \$15 ;
+  always @(posedge clk)
+    bytes_read <= \$16 ;
+  \dx1_soc.dma1.reader.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__araddr),
+    .allow(allow),
+    .base(base),
+    .clk(clk),
+    .len(bus__arlen),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__arvalid)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$15  = \$13 [2:0];
+    if (reset_units) begin
+      \$15  = 3'h0;
+    end
+    if (rst) begin
+      \$15  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    \$16  = bytes_read;
+    if (beat) begin
+      \$16  = \$14 [31:0];
+    end
+    if (reset_units) begin
+      \$16  = 32'd0;
+    end
+    if (rst) begin
+      \$16  = 32'd0;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign max_beats = 9'h100;
+  assign valid = bus__arvalid;
+  assign addr = bus__araddr;
+  assign len = bus__arlen;
+  assign bus__arready = ready;
+  assign bus__arid = 4'h0;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign take = bus__rready;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.reader.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , allow, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < 9'h100;
+  assign \$3  = \$2  ? seg_left : 30'h00000100;
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign max_beats = 9'h100;
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.storer (rst, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [255:0] \$11 ;
+  wire [3:0] \$12 ;
+  wire \$13 ;
+  wire [2:0] \$14 ;
+  reg \$15 ;
+  reg [15:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg [2:0] \$19 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input acc;
+  wire acc;
+  (* init = 16'h0000 *)
+  wire [15:0] acc_rreq__tdata;
+  input acc_rreq__tready;
+  wire acc_rreq__tready;
+  output acc_rreq__tvalid;
+  wire acc_rreq__tvalid;
+  input [255:0] acc_rresp__tdata;
+  wire [255:0] acc_rresp__tdata;
+  output acc_rresp__tready;
+  wire acc_rresp__tready;
+  input acc_rresp__tvalid;
+  wire acc_rresp__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  output [63:0] beat;
+  wire [63:0] beat;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$21 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$17 ;
+  input fifo_ready;
+  wire fifo_ready;
+  input is_store;
+  wire is_store;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$13 ;
+  output push;
+  wire push;
+  input request;
+  wire request;
+  input reset_units;
+  wire reset_units;
+  wire [255:0] resp_data;
+  wire resp_valid;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$19 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$15 ;
+  reg rq_active = 1'h0;
+  (* init = 16'h0000 *)
+  wire [15:0] rq_addr;
+  wire rq_ready;
+  reg rq_valid = 1'h0;
+  input rst;
+  wire rst;
+  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [2:0] sp_cnt = 3'h0;
+  wire sp_take;
+  output [15:0] spm_rreq__tdata;
+  reg [15:0] spm_rreq__tdata = 16'h0000;
+  input spm_rreq__tready;
+  wire spm_rreq__tready;
+  output spm_rreq__tvalid;
+  wire spm_rreq__tvalid;
+  input [63:0] spm_rresp__tdata;
+  wire [63:0] spm_rresp__tdata;
+  output spm_rresp__tready;
+  wire spm_rresp__tready;
+  input spm_rresp__tvalid;
+  wire spm_rresp__tvalid;
+  input start;
+  wire start;
+  wire \start$11 ;
+  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
+  assign \$1  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$1 ;
+  assign acc_rreq__tvalid = rq_valid & acc;
+  assign \$2  = ~ rq_valid;
+  assign \$3  = \$2  | rq_ready;
+  assign advance = rq_active & \$3 ;
+  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
+  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
+  assign \$4  = | sp_cnt;
+  assign push = \$4  & fifo_ready;
+  assign \$5  = ! sp_cnt;
+  assign \$6  = sp_cnt == 1'h1;
+  assign \$7  = \$6  & push;
+  assign \$8  = \$5  | \$7 ;
+  assign sp_take = is_store & \$8 ;
+  assign acc_rresp__tready = sp_take & acc;
+  assign \$9  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$9 ;
+  assign \$10  = rq_valid & rq_ready;
+  assign \$12  = sp_cnt - 1'h1;
+  assign \$13  = sp_take & resp_valid;
+  assign \$14  = acc ? 3'h4 : 3'h1;
+  always @(posedge clk)
+    rq_valid <= \$15 ;
+  always @(posedge clk)
+    spm_rreq__tdata <= \$16 ;
+  always @(posedge clk)
+    rq_active <= \$17 ;
+  always @(posedge clk)
+    sp_buf <= \$18 ;
+  always @(posedge clk)
+    sp_cnt <= \$19 ;
+  \dx1_soc.dma1.storer.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .reset_units(reset_units),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$15  = rq_valid;
+    if (\$10 ) begin
+      \$15  = 1'h0;
+    end
+    if (advance) begin
+      \$15  = 1'h1;
+    end
+    if (reset_units) begin
+      \$15  = 1'h0;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$16  = spm_rreq__tdata;
+    if (advance) begin
+      \$16  = addr;
+    end
+    if (reset_units) begin
+      \$16  = 16'h0000;
+    end
+    if (rst) begin
+      \$16  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$17  = rq_active;
+    if (advance) begin
+      if (last) begin
+        \$17  = 1'h0;
+      end
+    end
+    if (start) begin
+      \$17  = request;
+    end
+    if (reset_units) begin
+      \$17  = 1'h0;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$18  = sp_buf;
+    if (push) begin
+      \$18  = \$11 ;
+    end
+    if (\$13 ) begin
+      \$18  = resp_data;
+    end
+    if (reset_units) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    \$19  = sp_cnt;
+    if (push) begin
+      \$19  = \$12 [2:0];
+    end
+    if (\$13 ) begin
+      \$19  = \$14 ;
+    end
+    if (start) begin
+      \$19  = 3'h0;
+    end
+    if (reset_units) begin
+      \$19  = 3'h0;
+    end
+    if (rst) begin
+      \$19  = 3'h0;
+    end
+  end
+  assign rq_addr = spm_rreq__tdata;
+  assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \start$11  = start;
+  assign \local_addr$13  = local_addr;
+  assign \rows$15  = rows;
+  assign \cols$17  = cols;
+  assign \row_stride$19  = row_stride;
+  assign \col_stride$21  = col_stride;
+  assign beat = sp_buf[63:0];
+  assign \$11  = { 64'h0000000000000000, sp_buf[255:64] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input reset_units;
+  wire reset_units;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (reset_units) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (reset_units) begin
+      \$14  = 16'h0000;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (reset_units) begin
+      \$15  = 16'h0000;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6359$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+, abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [6:0] \$32 ;
+  wire \$33 ;
+  wire [8:0] \$34 ;
+  wire [9:0] \$35 ;
+  wire [16:0] \$36 ;
+  wire [17:0] \$37 ;
+  wire [8:0] \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  reg [5:0] \$44 ;
+  reg [15:0] \$45 ;
+  reg [7:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg \$48 ;
+  reg [7:0] \$49 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [9:0] \$8 ;
+  wire \$9 ;
+  input abort;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire aw_hs;
+  wire b_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  wire [8:0] beats;
+  output [31:0] bus__awaddr;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  output [7:0] bus__awlen;
+  wire [7:0] bus__awlen;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  wire bus__awvalid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  wire [63:0] bus__wdata;
+  output bus__wlast;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  output [7:0] bus__wstrb;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  wire bus__wvalid;
+  output [31:0] bytes_written;
+  reg [31:0] bytes_written = 32'd0;
+  input clk;
+  wire clk;
+  input copy_beat;
+  wire copy_beat;
+  output done;
+  wire done;
+  output error;
+  wire error;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  wire fifo_take;
+  input hold;
+  wire hold;
+  input is_copy;
+  wire is_copy;
+  input is_load;
+  wire is_load;
+  wire issue;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  input [64:0] \port$6359$0 ;
+  wire [64:0] \port$6359$0 ;
+  output quiet;
+  wire quiet;
+  wire [7:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  reg [5:0] unclaimed = 6'h00;
+  wire valid;
+  wire w_bad;
+  reg [7:0] w_cnt = 8'h00;
+  reg w_cur = 1'h0;
+  wire [7:0] w_data;
+  wire w_en;
+  output w_hs;
+  wire w_hs;
+  reg [7:0] w_len = 8'h00;
+  wire w_rdy;
+  reg [15:0] writes_out = 16'h0000;
+  assign \$38  = w_cnt + 1'h1;
+  assign \$39  = ~ w_bad;
+  assign \$40  = bytes_written + 4'h8;
+  assign \$41  = ~ w_cur;
+  assign \$42  = w_hs & bus__wlast;
+  assign \$43  = \$41  | \$42 ;
+  always @(posedge clk)
+    unclaimed <= \$44 ;
+  always @(posedge clk)
+    writes_out <= \$45 ;
+  always @(posedge clk)
+    w_cnt <= \$46 ;
+  always @(posedge clk)
+    bytes_written <= \$47 ;
+  always @(posedge clk)
+    w_cur <= \$48 ;
+  always @(posedge clk)
+    w_len <= \$49 ;
+  assign max_beats = is_copy ? 9'h010 : 9'h100;
+  assign \$1  = ~ is_copy;
+  assign \$2  = unclaimed >= beats;
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = w_rdy & \$3 ;
+  assign \$5  = ~ hold;
+  assign \$6  = \$4  & \$5 ;
+  assign \$7  = ~ abort;
+  assign allow = \$6  & \$7 ;
+  assign \$8  = beats - 1'h1;
+  assign aw_hs = bus__awvalid & ready;
+  assign \$9  = | bus__bresp;
+  assign error = b_hs & \$9 ;
+  assign \$10  = fifo_ready | abort;
+  assign \$11  = w_cur & \$10 ;
+  assign \$12  = ~ is_load;
+  assign bus__wvalid = \$11  & \$12 ;
+  assign \$13  = \port$6359$0 [64] | rd_err;
+  assign w_bad = \$13  | abort;
+  assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
+  assign bus__wlast = w_cnt == w_len;
+  assign w_hs = bus__wvalid & bus__wready;
+  assign read_error = w_hs & \port$6359$0 [64];
+  assign \$14  = ~ w_cur;
+  assign \$15  = w_hs & bus__wlast;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = ~ active;
+  assign \$18  = ~ bus__awvalid;
+  assign \$19  = ! writes_out;
+  assign \$20  = \$18  & \$19 ;
+  assign \$21  = ~ w_cur;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = ~ r_rdy;
+  assign \$24  = \$22  & \$23 ;
+  assign done = \$17  & \$24 ;
+  assign \$25  = ~ bus__awvalid;
+  assign \$26  = ! writes_out;
+  assign \$27  = \$25  & \$26 ;
+  assign \$28  = ~ w_cur;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = ~ r_rdy;
+  assign quiet = \$29  & \$30 ;
+  assign \$31  = is_copy & copy_beat;
+  assign \$32  = unclaimed + \$31 ;
+  assign \$33  = is_copy & w_en;
+  assign \$34  = \$33  ? beats : 9'h000;
+  assign \$35  = \$32  - \$34 ;
+  assign \$36  = writes_out + aw_hs;
+  assign \$37  = \$36  - b_hs;
+  \dx1_soc.dma1.writer.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__awaddr),
+    .allow(allow),
+    .base(base),
+    .beats(beats),
+    .clk(clk),
+    .issue(w_en),
+    .len(bus__awlen),
+    .max_beats(max_beats),
+    .ready(ready),
+    .reset_units(reset_units),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__awvalid)
+  );
+  \dx1_soc.dma1.writer.wlen_fifo  wlen_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .reset_units(reset_units),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(\$8 [7:0]),
+    .w_rdy(w_rdy)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    r_en = 1'h0;
+    if (\$16 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$44  = \$35 [5:0];
+    if (start) begin
+      \$44  = 6'h00;
+    end
+    if (reset_units) begin
+      \$44  = 6'h00;
+    end
+    if (rst) begin
+      \$44  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$45  = \$37 [15:0];
+    if (reset_units) begin
+      \$45  = 16'h0000;
+    end
+    if (rst) begin
+      \$45  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$46  = w_cnt;
+    if (w_hs) begin
+      \$46  = \$38 [7:0];
+    end
+    if (\$43 ) begin
+      \$46  = 8'h00;
+    end
+    if (reset_units) begin
+      \$46  = 8'h00;
+    end
+    if (rst) begin
+      \$46  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$47  = bytes_written;
+    if (w_hs) begin
+      if (\$39 ) begin
+        \$47  = \$40 [31:0];
+      end
+    end
+    if (reset_units) begin
+      \$47  = 32'd0;
+    end
+    if (rst) begin
+      \$47  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$48  = w_cur;
+    if (\$43 ) begin
+      \$48  = r_rdy;
+    end
+    if (reset_units) begin
+      \$48  = 1'h0;
+    end
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$61 ) begin end
+    \$49  = w_len;
+    if (\$43 ) begin
+      \$49  = r_data;
+    end
+    if (reset_units) begin
+      \$49  = 8'h00;
+    end
+    if (rst) begin
+      \$49  = 8'h00;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign valid = bus__awvalid;
+  assign addr = bus__awaddr;
+  assign len = bus__awlen;
+  assign bus__awready = ready;
+  assign bus__awid = 4'h0;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign issue = w_en;
+  assign w_data = \$8 [7:0];
+  assign bus__bready = 1'h1;
+  assign bus__wdata = \port$6359$0 [63:0];
+  assign fifo_data = \port$6359$0 [63:0];
+  assign fifo_err = \port$6359$0 [64];
+  assign fifo_take = w_hs;
+  assign b_hs = bus__bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.writer.bursts (rst, ready, start, base, \stride$21 , segments, \seg_beats$22 , max_beats, allow, beats, issue, reset_units, valid, \addr$13 , len, active, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$62  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  output [8:0] beats;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  output issue;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  input [8:0] max_beats;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < max_beats;
+  assign \$3  = \$2  ? seg_left : { 21'h000000, max_beats };
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (reset_units) begin
+      \$19  = 1'h0;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (reset_units) begin
+      \$20  = 32'd0;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (reset_units) begin
+      \$21  = 8'h00;
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (reset_units) begin
+      \$22  = 32'd0;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$23  = 30'h00000000;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (reset_units) begin
+      \$24  = 1'h0;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (reset_units) begin
+      \$25  = 32'd0;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (reset_units) begin
+      \$26  = 16'h0000;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (reset_units) begin
+      \$27  = 32'd0;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$62 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (reset_units) begin
+      \$28  = 30'h00000000;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.dma1.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, reset_units, r_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [2:0] \$11 ;
+  wire [2:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire [2:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire [2:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  reg [1:0] \$30 ;
+  reg [1:0] \$31 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  wire \$4 ;
+  wire [2:0] \$5 ;
+  wire [2:0] \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  (* init = 2'h0 *)
+  wire [1:0] consume;
+  reg [1:0] inner_level = 2'h0;
+  wire inner_r_rdy;
+  wire [2:0] level;
+  (* init = 2'h0 *)
+  wire [1:0] produce;
+  output [7:0] r_data;
+  wire [7:0] r_data;
+  input r_en;
+  wire r_en;
+  wire [2:0] r_level;
+  reg [1:0] r_port__addr = 2'h0;
+  wire [7:0] r_port__data;
+  wire r_port__en;
+  output r_rdy;
+  reg r_rdy = 1'h0;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  wire [7:0] w_data;
+  input w_en;
+  wire w_en;
+  wire [2:0] w_level;
+  reg [1:0] w_port__addr = 2'h0;
+  input [7:0] w_port__data;
+  wire [7:0] w_port__data;
+  wire w_port__en;
+  output w_rdy;
+  wire w_rdy;
+  reg [7:0] storage [2:0];
+  initial begin
+    storage[0] = 8'h00;
+    storage[1] = 8'h00;
+    storage[2] = 8'h00;
+  end
+  always @(posedge clk) begin
+    if (w_port__en)
+      storage[w_port__addr] <= w_port__data;
+  end
+  reg [7:0] _0_;
+  always @(posedge clk) begin
+    if (r_port__en) begin
+      _0_ <= storage[r_port__addr];
+    end
+  end
+  assign r_data = _0_;
+  assign w_rdy = inner_level != 2'h3;
+  assign inner_r_rdy = | inner_level;
+  assign w_port__en = w_rdy & w_en;
+  assign \$1  = ~ r_rdy;
+  assign \$2  = \$1  | r_en;
+  assign r_port__en = inner_r_rdy & \$2 ;
+  assign w_level = inner_level + r_rdy;
+  assign \$3  = w_rdy & w_en;
+  assign \$4  = w_port__addr == 2'h2;
+  assign \$5  = w_port__addr + 1'h1;
+  assign \$6  = \$4  ? 3'h0 : \$5 ;
+  assign \$7  = ~ r_rdy;
+  assign \$8  = \$7  | r_en;
+  assign \$9  = inner_r_rdy & \$8 ;
+  assign \$10  = r_port__addr == 2'h2;
+  assign \$11  = r_port__addr + 1'h1;
+  assign \$12  = \$10  ? 3'h0 : \$11 ;
+  assign \$13  = w_rdy & w_en;
+  assign \$14  = ~ r_rdy;
+  assign \$15  = \$14  | r_en;
+  assign \$16  = inner_r_rdy & \$15 ;
+  assign \$17  = ~ \$16 ;
+  assign \$18  = \$13  & \$17 ;
+  assign \$19  = inner_level + 1'h1;
+  assign \$20  = ~ r_rdy;
+  assign \$21  = \$20  | r_en;
+  assign \$22  = inner_r_rdy & \$21 ;
+  assign \$23  = w_rdy & w_en;
+  assign \$24  = ~ \$23 ;
+  assign \$25  = \$22  & \$24 ;
+  assign \$26  = inner_level - 1'h1;
+  assign \$27  = ~ r_rdy;
+  assign \$28  = \$27  | r_en;
+  assign \$29  = inner_r_rdy & \$28 ;
+  always @(posedge clk)
+    w_port__addr <= \$30 ;
+  always @(posedge clk)
+    r_port__addr <= \$31 ;
+  always @(posedge clk)
+    inner_level <= \$32 ;
+  always @(posedge clk)
+    r_rdy <= \$33 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    \$30  = w_port__addr;
+    if (\$3 ) begin
+      \$30  = \$6 [1:0];
+    end
+    if (reset_units) begin
+      \$30  = 2'h0;
+    end
+    if (rst) begin
+      \$30  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    \$31  = r_port__addr;
+    if (\$9 ) begin
+      \$31  = \$12 [1:0];
+    end
+    if (reset_units) begin
+      \$31  = 2'h0;
+    end
+    if (rst) begin
+      \$31  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
+    \$32  = inner_level;
+    if (\$18 ) begin
+      \$32  = \$19 [1:0];
+    end
+    if (\$25 ) begin
+      \$32  = \$26 [1:0];
+    end
+    if (reset_units) begin
+      \$32  = 2'h0;
+    end
+    if (rst) begin
+      \$32  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -41539,12 +43239,12 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0__awvalid$27 , s0__wdata, s0__wstrb, s0__wlast, \s0__wvalid$37 , \s0__bready$39 , s0__arid, \s0__araddr$1 , s0__arlen, s0__arsize, s0__arburst, \s0__arvalid$11 , \s0__rready$15 , clk, rst, s0__arready, s0__awready
-, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s2__rready$313 , s2__wdata, \s1__araddr$150 , \s4__wvalid$633 , s4__wstrb, s4__wlast, \s4__rready$611 , s4__wdata, \s3__araddr$448 , s0__rvalid
+, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__rready$313 , s2__wdata, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s1__araddr$150 , \s4__rready$611 , s4__wdata, \s4__wvalid$633 , s4__wstrb, s4__wlast, \s3__araddr$448 , s0__rvalid
 , s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid, s2__rdata, s2__rid, s2__rresp
 , s2__rlast, s2__wready, s2__bvalid, s2__bid, s2__bresp, s3__rvalid, s3__rdata, s3__rid, s3__rresp, s3__rlast, s3__wready, s3__bvalid, s3__bid, s3__bresp, s4__rvalid, s4__rdata, s4__rid, s4__rresp, s4__rlast, s4__wready, s4__bvalid
 , s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awaddr$166 , s1__wdata, \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s4__arvalid$607 , \s4__araddr$597 , s4__arlen, \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen
 , \s3__arvalid$458 , \s3__rready$462 , \s3__awaddr$464 , s3__wdata, \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , s0__awid);
-  reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -43498,23 +45198,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10706$0 (\s4__araddr$597 [11:0]),
-    .\port$10706$14 (\s4__araddr$597 [31:14]),
-    .\port$10730$0 (\s4__awaddr$613 [11:0]),
-    .\port$10730$14 (\s4__awaddr$613 [31:14]),
-    .\port$10965$0 (\s3__awaddr$464 [11:0]),
-    .\port$10965$14 (\s3__awaddr$464 [31:14]),
+    .\port$10782$0 (\s4__araddr$597 [11:0]),
+    .\port$10782$14 (\s4__araddr$597 [31:14]),
+    .\port$10819$0 (\s4__awaddr$613 [11:0]),
+    .\port$10819$14 (\s4__awaddr$613 [31:14]),
+    .\port$11039$0 (\s3__awaddr$464 [11:0]),
+    .\port$11039$14 (\s3__awaddr$464 [31:14]),
     .\port$2038$0 (\$481 ),
-    .\port$4555$0 (\s1__araddr$150 [11:0]),
-    .\port$4555$14 (\s1__araddr$150 [31:14]),
-    .\port$6718$0 (\s3__araddr$448 [11:0]),
-    .\port$6718$14 (\s3__araddr$448 [31:14]),
-    .\port$9226$0 (\s2__araddr$299 [11:0]),
-    .\port$9226$14 (\s2__araddr$299 [31:14]),
-    .\port$9250$0 (\s2__awaddr$315 [11:0]),
-    .\port$9250$14 (\s2__awaddr$315 [31:14]),
-    .\port$9485$0 (\s1__awaddr$166 [11:0]),
-    .\port$9485$14 (\s1__awaddr$166 [31:14]),
+    .\port$4577$0 (\s1__araddr$150 [11:0]),
+    .\port$4577$14 (\s1__araddr$150 [31:14]),
+    .\port$6762$0 (\s3__araddr$448 [11:0]),
+    .\port$6762$14 (\s3__araddr$448 [31:14]),
+    .\port$9287$0 (\s2__araddr$299 [11:0]),
+    .\port$9287$14 (\s2__araddr$299 [31:14]),
+    .\port$9324$0 (\s2__awaddr$315 [11:0]),
+    .\port$9324$14 (\s2__awaddr$315 [31:14]),
+    .\port$9544$0 (\s1__awaddr$166 [11:0]),
+    .\port$9544$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -43609,23 +45309,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10706$0 (\s4__araddr$597 [11:0]),
-    .\port$10706$14 (\s4__araddr$597 [31:14]),
-    .\port$10730$0 (\s4__awaddr$613 [11:0]),
-    .\port$10730$14 (\s4__awaddr$613 [31:14]),
-    .\port$10965$0 (\s3__awaddr$464 [11:0]),
-    .\port$10965$14 (\s3__awaddr$464 [31:14]),
+    .\port$10782$0 (\s4__araddr$597 [11:0]),
+    .\port$10782$14 (\s4__araddr$597 [31:14]),
+    .\port$10819$0 (\s4__awaddr$613 [11:0]),
+    .\port$10819$14 (\s4__awaddr$613 [31:14]),
+    .\port$11039$0 (\s3__awaddr$464 [11:0]),
+    .\port$11039$14 (\s3__awaddr$464 [31:14]),
     .\port$2374$0 (\$482 ),
-    .\port$4555$0 (\s1__araddr$150 [11:0]),
-    .\port$4555$14 (\s1__araddr$150 [31:14]),
-    .\port$6718$0 (\s3__araddr$448 [11:0]),
-    .\port$6718$14 (\s3__araddr$448 [31:14]),
-    .\port$9226$0 (\s2__araddr$299 [11:0]),
-    .\port$9226$14 (\s2__araddr$299 [31:14]),
-    .\port$9250$0 (\s2__awaddr$315 [11:0]),
-    .\port$9250$14 (\s2__awaddr$315 [31:14]),
-    .\port$9485$0 (\s1__awaddr$166 [11:0]),
-    .\port$9485$14 (\s1__awaddr$166 [31:14]),
+    .\port$4577$0 (\s1__araddr$150 [11:0]),
+    .\port$4577$14 (\s1__araddr$150 [31:14]),
+    .\port$6762$0 (\s3__araddr$448 [11:0]),
+    .\port$6762$14 (\s3__araddr$448 [31:14]),
+    .\port$9287$0 (\s2__araddr$299 [11:0]),
+    .\port$9287$14 (\s2__araddr$299 [31:14]),
+    .\port$9324$0 (\s2__awaddr$315 [11:0]),
+    .\port$9324$14 (\s2__awaddr$315 [31:14]),
+    .\port$9544$0 (\s1__awaddr$166 [11:0]),
+    .\port$9544$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -43720,23 +45420,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10706$0 (\s4__araddr$597 [11:0]),
-    .\port$10706$14 (\s4__araddr$597 [31:14]),
-    .\port$10730$0 (\s4__awaddr$613 [11:0]),
-    .\port$10730$14 (\s4__awaddr$613 [31:14]),
-    .\port$10965$0 (\s3__awaddr$464 [11:0]),
-    .\port$10965$14 (\s3__awaddr$464 [31:14]),
+    .\port$10782$0 (\s4__araddr$597 [11:0]),
+    .\port$10782$14 (\s4__araddr$597 [31:14]),
+    .\port$10819$0 (\s4__awaddr$613 [11:0]),
+    .\port$10819$14 (\s4__awaddr$613 [31:14]),
+    .\port$11039$0 (\s3__awaddr$464 [11:0]),
+    .\port$11039$14 (\s3__awaddr$464 [31:14]),
     .\port$2710$0 (\$483 ),
-    .\port$4555$0 (\s1__araddr$150 [11:0]),
-    .\port$4555$14 (\s1__araddr$150 [31:14]),
-    .\port$6718$0 (\s3__araddr$448 [11:0]),
-    .\port$6718$14 (\s3__araddr$448 [31:14]),
-    .\port$9226$0 (\s2__araddr$299 [11:0]),
-    .\port$9226$14 (\s2__araddr$299 [31:14]),
-    .\port$9250$0 (\s2__awaddr$315 [11:0]),
-    .\port$9250$14 (\s2__awaddr$315 [31:14]),
-    .\port$9485$0 (\s1__awaddr$166 [11:0]),
-    .\port$9485$14 (\s1__awaddr$166 [31:14]),
+    .\port$4577$0 (\s1__araddr$150 [11:0]),
+    .\port$4577$14 (\s1__araddr$150 [31:14]),
+    .\port$6762$0 (\s3__araddr$448 [11:0]),
+    .\port$6762$14 (\s3__araddr$448 [31:14]),
+    .\port$9287$0 (\s2__araddr$299 [11:0]),
+    .\port$9287$14 (\s2__araddr$299 [31:14]),
+    .\port$9324$0 (\s2__awaddr$315 [11:0]),
+    .\port$9324$14 (\s2__awaddr$315 [31:14]),
+    .\port$9544$0 (\s1__awaddr$166 [11:0]),
+    .\port$9544$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -43831,23 +45531,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10706$0 (\s4__araddr$597 [11:0]),
-    .\port$10706$14 (\s4__araddr$597 [31:14]),
-    .\port$10730$0 (\s4__awaddr$613 [11:0]),
-    .\port$10730$14 (\s4__awaddr$613 [31:14]),
-    .\port$10965$0 (\s3__awaddr$464 [11:0]),
-    .\port$10965$14 (\s3__awaddr$464 [31:14]),
+    .\port$10782$0 (\s4__araddr$597 [11:0]),
+    .\port$10782$14 (\s4__araddr$597 [31:14]),
+    .\port$10819$0 (\s4__awaddr$613 [11:0]),
+    .\port$10819$14 (\s4__awaddr$613 [31:14]),
+    .\port$11039$0 (\s3__awaddr$464 [11:0]),
+    .\port$11039$14 (\s3__awaddr$464 [31:14]),
     .\port$3046$0 (\$484 ),
-    .\port$4555$0 (\s1__araddr$150 [11:0]),
-    .\port$4555$14 (\s1__araddr$150 [31:14]),
-    .\port$6718$0 (\s3__araddr$448 [11:0]),
-    .\port$6718$14 (\s3__araddr$448 [31:14]),
-    .\port$9226$0 (\s2__araddr$299 [11:0]),
-    .\port$9226$14 (\s2__araddr$299 [31:14]),
-    .\port$9250$0 (\s2__awaddr$315 [11:0]),
-    .\port$9250$14 (\s2__awaddr$315 [31:14]),
-    .\port$9485$0 (\s1__awaddr$166 [11:0]),
-    .\port$9485$14 (\s1__awaddr$166 [31:14]),
+    .\port$4577$0 (\s1__araddr$150 [11:0]),
+    .\port$4577$14 (\s1__araddr$150 [31:14]),
+    .\port$6762$0 (\s3__araddr$448 [11:0]),
+    .\port$6762$14 (\s3__araddr$448 [31:14]),
+    .\port$9287$0 (\s2__araddr$299 [11:0]),
+    .\port$9287$14 (\s2__araddr$299 [31:14]),
+    .\port$9324$0 (\s2__awaddr$315 [11:0]),
+    .\port$9324$14 (\s2__awaddr$315 [31:14]),
+    .\port$9544$0 (\s1__awaddr$166 [11:0]),
+    .\port$9544$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -43932,7 +45632,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .s4__wvalid(\s4__wvalid$688 )
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -43946,7 +45646,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -43960,7 +45660,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -43974,7 +45674,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -43988,7 +45688,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
@@ -44002,7 +45702,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -44016,7 +45716,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -44030,7 +45730,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -44044,7 +45744,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_0)
       2'h0:
@@ -44058,7 +45758,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -44072,7 +45772,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -44086,7 +45786,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -44100,7 +45800,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -44114,7 +45814,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
@@ -44128,7 +45828,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -44142,7 +45842,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -44156,7 +45856,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -44170,7 +45870,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_1)
       2'h0:
@@ -44184,7 +45884,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -44198,7 +45898,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -44212,7 +45912,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -44226,7 +45926,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -44240,7 +45940,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
@@ -44254,7 +45954,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -44268,7 +45968,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -44282,7 +45982,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -44296,7 +45996,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_2)
       2'h0:
@@ -44310,7 +46010,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -44324,7 +46024,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -44338,7 +46038,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -44352,7 +46052,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -44366,7 +46066,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
@@ -44380,7 +46080,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -44394,7 +46094,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -44408,7 +46108,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -44422,7 +46122,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_3)
       2'h0:
@@ -44436,7 +46136,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -44450,7 +46150,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -44464,7 +46164,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -44478,7 +46178,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -44492,7 +46192,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
@@ -44506,7 +46206,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -44520,7 +46220,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -44534,7 +46234,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -44548,7 +46248,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     (* full_case = 32'd1 *)
     casez (w_bank_4)
       2'h0:
@@ -44562,7 +46262,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$461  = r_bank_0;
     if (\$341 ) begin
       \$461  = \s0__araddr$1 [13:12];
@@ -44572,7 +46272,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$462  = r_out_0;
     if (\$346 ) begin
       \$462  = \$352 [7:0];
@@ -44584,7 +46284,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$463  = w_bank_0;
     if (\$354 ) begin
       \$463  = \s0__awaddr$17 [13:12];
@@ -44594,7 +46294,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$464  = w_out_0;
     if (\$358 ) begin
       \$464  = \$363 [7:0];
@@ -44606,7 +46306,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$465  = r_bank_1;
     if (\$365 ) begin
       \$465  = \s1__araddr$150 [13:12];
@@ -44616,7 +46316,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$466  = r_out_1;
     if (\$370 ) begin
       \$466  = \$376 [7:0];
@@ -44628,7 +46328,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$467  = w_bank_1;
     if (\$378 ) begin
       \$467  = \s1__awaddr$166 [13:12];
@@ -44638,7 +46338,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$468  = w_out_1;
     if (\$382 ) begin
       \$468  = \$387 [7:0];
@@ -44650,7 +46350,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$469  = r_bank_2;
     if (\$389 ) begin
       \$469  = \s2__araddr$299 [13:12];
@@ -44660,7 +46360,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$470  = r_out_2;
     if (\$394 ) begin
       \$470  = \$400 [7:0];
@@ -44672,7 +46372,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$471  = w_bank_2;
     if (\$402 ) begin
       \$471  = \s2__awaddr$315 [13:12];
@@ -44682,7 +46382,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$472  = w_out_2;
     if (\$406 ) begin
       \$472  = \$411 [7:0];
@@ -44694,7 +46394,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$473  = r_bank_3;
     if (\$413 ) begin
       \$473  = \s3__araddr$448 [13:12];
@@ -44704,7 +46404,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$474  = r_out_3;
     if (\$418 ) begin
       \$474  = \$424 [7:0];
@@ -44716,7 +46416,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$475  = w_bank_3;
     if (\$426 ) begin
       \$475  = \s3__awaddr$464 [13:12];
@@ -44726,7 +46426,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$476  = w_out_3;
     if (\$430 ) begin
       \$476  = \$435 [7:0];
@@ -44738,7 +46438,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$477  = r_bank_4;
     if (\$437 ) begin
       \$477  = \s4__araddr$597 [13:12];
@@ -44748,7 +46448,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$478  = r_out_4;
     if (\$442 ) begin
       \$478  = \$448 [7:0];
@@ -44760,7 +46460,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$479  = w_bank_4;
     if (\$450 ) begin
       \$479  = \s4__awaddr$613 [13:12];
@@ -44770,7 +46470,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$46 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$480  = w_out_4;
     if (\$454 ) begin
       \$480  = \$459 [7:0];
@@ -45149,10 +46849,10 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2038$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4555$0 , \port$4555$14 , s4__wstrb, s4__wdata, \port$6718$0 , \port$6718$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9226$0 , \port$9226$14 , s2__arlen, \port$9250$0 , \port$9250$14 , s2__awlen, \port$9485$0 , \port$9485$14 , s1__wdata, \port$10706$0 , \port$10706$14 , s4__arlen, \port$10730$0 , \port$10730$14 , s4__awlen
-, \port$10965$0 , \port$10965$14 , s3__wdata, s0__awid);
-  reg \$auto$verilog_backend.cc:2355:dump_module$47  = 0;
+, s4__rvalid, s4__rresp, \port$2038$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -45444,40 +47144,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10706$0 ;
-  wire [11:0] \port$10706$0 ;
-  input [17:0] \port$10706$14 ;
-  wire [17:0] \port$10706$14 ;
-  input [11:0] \port$10730$0 ;
-  wire [11:0] \port$10730$0 ;
-  input [17:0] \port$10730$14 ;
-  wire [17:0] \port$10730$14 ;
-  input [11:0] \port$10965$0 ;
-  wire [11:0] \port$10965$0 ;
-  input [17:0] \port$10965$14 ;
-  wire [17:0] \port$10965$14 ;
+  input [11:0] \port$10782$0 ;
+  wire [11:0] \port$10782$0 ;
+  input [17:0] \port$10782$14 ;
+  wire [17:0] \port$10782$14 ;
+  input [11:0] \port$10819$0 ;
+  wire [11:0] \port$10819$0 ;
+  input [17:0] \port$10819$14 ;
+  wire [17:0] \port$10819$14 ;
+  input [11:0] \port$11039$0 ;
+  wire [11:0] \port$11039$0 ;
+  input [17:0] \port$11039$14 ;
+  wire [17:0] \port$11039$14 ;
   output [67:0] \port$2038$0 ;
   wire [67:0] \port$2038$0 ;
-  input [11:0] \port$4555$0 ;
-  wire [11:0] \port$4555$0 ;
-  input [17:0] \port$4555$14 ;
-  wire [17:0] \port$4555$14 ;
-  input [11:0] \port$6718$0 ;
-  wire [11:0] \port$6718$0 ;
-  input [17:0] \port$6718$14 ;
-  wire [17:0] \port$6718$14 ;
-  input [11:0] \port$9226$0 ;
-  wire [11:0] \port$9226$0 ;
-  input [17:0] \port$9226$14 ;
-  wire [17:0] \port$9226$14 ;
-  input [11:0] \port$9250$0 ;
-  wire [11:0] \port$9250$0 ;
-  input [17:0] \port$9250$14 ;
-  wire [17:0] \port$9250$14 ;
-  input [11:0] \port$9485$0 ;
-  wire [11:0] \port$9485$0 ;
-  input [17:0] \port$9485$14 ;
-  wire [17:0] \port$9485$14 ;
+  input [11:0] \port$4577$0 ;
+  wire [11:0] \port$4577$0 ;
+  input [17:0] \port$4577$14 ;
+  wire [17:0] \port$4577$14 ;
+  input [11:0] \port$6762$0 ;
+  wire [11:0] \port$6762$0 ;
+  input [17:0] \port$6762$14 ;
+  wire [17:0] \port$6762$14 ;
+  input [11:0] \port$9287$0 ;
+  wire [11:0] \port$9287$0 ;
+  input [17:0] \port$9287$14 ;
+  wire [17:0] \port$9287$14 ;
+  input [11:0] \port$9324$0 ;
+  wire [11:0] \port$9324$0 ;
+  input [17:0] \port$9324$14 ;
+  wire [17:0] \port$9324$14 ;
+  input [11:0] \port$9544$0 ;
+  wire [11:0] \port$9544$0 ;
+  input [17:0] \port$9544$14 ;
+  wire [17:0] \port$9544$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -46054,7 +47754,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -46070,23 +47770,23 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9485$14 , \port$9485$0  };
+          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9250$14 , \port$9250$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$10965$14 , \port$10965$0  };
+          aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10730$14 , \port$10730$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10819$14 , \port$10819$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -46105,7 +47805,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -46124,7 +47824,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -46143,14 +47843,14 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -46166,23 +47866,23 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4555$14 , \port$4555$0  };
+          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9226$14 , \port$9226$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6718$14 , \port$6718$0  };
+          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10706$14 , \port$10706$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -46201,7 +47901,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -46216,7 +47916,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -46226,7 +47926,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -46236,7 +47936,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -46246,7 +47946,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -46259,7 +47959,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -46272,7 +47972,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -46282,7 +47982,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -46299,7 +47999,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -46316,7 +48016,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -46333,7 +48033,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -46350,7 +48050,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -46367,7 +48067,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46381,7 +48081,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46395,7 +48095,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46409,7 +48109,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46423,7 +48123,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46437,7 +48137,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46451,7 +48151,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46465,7 +48165,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46479,7 +48179,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46493,7 +48193,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -46507,7 +48207,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -46522,7 +48222,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -46532,7 +48232,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -46542,7 +48242,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -46552,7 +48252,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -46565,7 +48265,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -46578,7 +48278,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -46588,14 +48288,14 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$47 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$65 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -46608,21 +48308,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9485$14 , \port$9485$0  };
+  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9250$14 , \port$9250$0  };
+  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$10965$14 , \port$10965$0  };
+  assign s3__awaddr = { 2'h0, \port$11039$14 , \port$11039$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10730$14 , \port$10730$0  };
+  assign s4__awaddr = { 2'h0, \port$10819$14 , \port$10819$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -46646,21 +48346,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4555$14 , \port$4555$0  };
+  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9226$14 , \port$9226$0  };
+  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6718$14 , \port$6718$0  };
+  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10706$14 , \port$10706$0  };
+  assign s4__araddr = { 2'h0, \port$10782$14 , \port$10782$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -46716,7 +48416,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$48  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -46807,7 +48507,7 @@ module \dx1_soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -46817,7 +48517,7 @@ module \dx1_soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -46827,7 +48527,7 @@ module \dx1_soc.memory.bank0.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -46851,10 +48551,10 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2374$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4555$0 , \port$4555$14 , s4__wstrb, s4__wdata, \port$6718$0 , \port$6718$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9226$0 , \port$9226$14 , s2__arlen, \port$9250$0 , \port$9250$14 , s2__awlen, \port$9485$0 , \port$9485$14 , s1__wdata, \port$10706$0 , \port$10706$14 , s4__arlen, \port$10730$0 , \port$10730$14 , s4__awlen
-, \port$10965$0 , \port$10965$14 , s3__wdata, s0__awid);
-  reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
+, s4__rvalid, s4__rresp, \port$2374$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -47146,40 +48846,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10706$0 ;
-  wire [11:0] \port$10706$0 ;
-  input [17:0] \port$10706$14 ;
-  wire [17:0] \port$10706$14 ;
-  input [11:0] \port$10730$0 ;
-  wire [11:0] \port$10730$0 ;
-  input [17:0] \port$10730$14 ;
-  wire [17:0] \port$10730$14 ;
-  input [11:0] \port$10965$0 ;
-  wire [11:0] \port$10965$0 ;
-  input [17:0] \port$10965$14 ;
-  wire [17:0] \port$10965$14 ;
+  input [11:0] \port$10782$0 ;
+  wire [11:0] \port$10782$0 ;
+  input [17:0] \port$10782$14 ;
+  wire [17:0] \port$10782$14 ;
+  input [11:0] \port$10819$0 ;
+  wire [11:0] \port$10819$0 ;
+  input [17:0] \port$10819$14 ;
+  wire [17:0] \port$10819$14 ;
+  input [11:0] \port$11039$0 ;
+  wire [11:0] \port$11039$0 ;
+  input [17:0] \port$11039$14 ;
+  wire [17:0] \port$11039$14 ;
   output [67:0] \port$2374$0 ;
   wire [67:0] \port$2374$0 ;
-  input [11:0] \port$4555$0 ;
-  wire [11:0] \port$4555$0 ;
-  input [17:0] \port$4555$14 ;
-  wire [17:0] \port$4555$14 ;
-  input [11:0] \port$6718$0 ;
-  wire [11:0] \port$6718$0 ;
-  input [17:0] \port$6718$14 ;
-  wire [17:0] \port$6718$14 ;
-  input [11:0] \port$9226$0 ;
-  wire [11:0] \port$9226$0 ;
-  input [17:0] \port$9226$14 ;
-  wire [17:0] \port$9226$14 ;
-  input [11:0] \port$9250$0 ;
-  wire [11:0] \port$9250$0 ;
-  input [17:0] \port$9250$14 ;
-  wire [17:0] \port$9250$14 ;
-  input [11:0] \port$9485$0 ;
-  wire [11:0] \port$9485$0 ;
-  input [17:0] \port$9485$14 ;
-  wire [17:0] \port$9485$14 ;
+  input [11:0] \port$4577$0 ;
+  wire [11:0] \port$4577$0 ;
+  input [17:0] \port$4577$14 ;
+  wire [17:0] \port$4577$14 ;
+  input [11:0] \port$6762$0 ;
+  wire [11:0] \port$6762$0 ;
+  input [17:0] \port$6762$14 ;
+  wire [17:0] \port$6762$14 ;
+  input [11:0] \port$9287$0 ;
+  wire [11:0] \port$9287$0 ;
+  input [17:0] \port$9287$14 ;
+  wire [17:0] \port$9287$14 ;
+  input [11:0] \port$9324$0 ;
+  wire [11:0] \port$9324$0 ;
+  input [17:0] \port$9324$14 ;
+  wire [17:0] \port$9324$14 ;
+  input [11:0] \port$9544$0 ;
+  wire [11:0] \port$9544$0 ;
+  input [17:0] \port$9544$14 ;
+  wire [17:0] \port$9544$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -47756,7 +49456,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -47772,23 +49472,23 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9485$14 , \port$9485$0  };
+          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9250$14 , \port$9250$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$10965$14 , \port$10965$0  };
+          aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10730$14 , \port$10730$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10819$14 , \port$10819$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -47807,7 +49507,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -47826,7 +49526,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -47845,14 +49545,14 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -47868,23 +49568,23 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4555$14 , \port$4555$0  };
+          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9226$14 , \port$9226$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6718$14 , \port$6718$0  };
+          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10706$14 , \port$10706$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -47903,7 +49603,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -47918,7 +49618,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -47928,7 +49628,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -47938,7 +49638,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -47948,7 +49648,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -47961,7 +49661,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -47974,7 +49674,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -47984,7 +49684,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -48001,7 +49701,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -48018,7 +49718,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -48035,7 +49735,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -48052,7 +49752,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -48069,7 +49769,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48083,7 +49783,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48097,7 +49797,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48111,7 +49811,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48125,7 +49825,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48139,7 +49839,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48153,7 +49853,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48167,7 +49867,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48181,7 +49881,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48195,7 +49895,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -48209,7 +49909,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -48224,7 +49924,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -48234,7 +49934,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -48244,7 +49944,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -48254,7 +49954,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -48267,7 +49967,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -48280,7 +49980,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -48290,14 +49990,14 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$67 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -48310,21 +50010,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9485$14 , \port$9485$0  };
+  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9250$14 , \port$9250$0  };
+  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$10965$14 , \port$10965$0  };
+  assign s3__awaddr = { 2'h0, \port$11039$14 , \port$11039$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10730$14 , \port$10730$0  };
+  assign s4__awaddr = { 2'h0, \port$10819$14 , \port$10819$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -48348,21 +50048,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4555$14 , \port$4555$0  };
+  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9226$14 , \port$9226$0  };
+  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6718$14 , \port$6718$0  };
+  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10706$14 , \port$10706$0  };
+  assign s4__araddr = { 2'h0, \port$10782$14 , \port$10782$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -48418,7 +50118,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -48509,7 +50209,7 @@ module \dx1_soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -48519,7 +50219,7 @@ module \dx1_soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -48529,7 +50229,7 @@ module \dx1_soc.memory.bank1.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -48553,10 +50253,10 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2710$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4555$0 , \port$4555$14 , s4__wstrb, s4__wdata, \port$6718$0 , \port$6718$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9226$0 , \port$9226$14 , s2__arlen, \port$9250$0 , \port$9250$14 , s2__awlen, \port$9485$0 , \port$9485$14 , s1__wdata, \port$10706$0 , \port$10706$14 , s4__arlen, \port$10730$0 , \port$10730$14 , s4__awlen
-, \port$10965$0 , \port$10965$14 , s3__wdata, s0__awid);
-  reg \$auto$verilog_backend.cc:2355:dump_module$51  = 0;
+, s4__rvalid, s4__rresp, \port$2710$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -48848,40 +50548,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10706$0 ;
-  wire [11:0] \port$10706$0 ;
-  input [17:0] \port$10706$14 ;
-  wire [17:0] \port$10706$14 ;
-  input [11:0] \port$10730$0 ;
-  wire [11:0] \port$10730$0 ;
-  input [17:0] \port$10730$14 ;
-  wire [17:0] \port$10730$14 ;
-  input [11:0] \port$10965$0 ;
-  wire [11:0] \port$10965$0 ;
-  input [17:0] \port$10965$14 ;
-  wire [17:0] \port$10965$14 ;
+  input [11:0] \port$10782$0 ;
+  wire [11:0] \port$10782$0 ;
+  input [17:0] \port$10782$14 ;
+  wire [17:0] \port$10782$14 ;
+  input [11:0] \port$10819$0 ;
+  wire [11:0] \port$10819$0 ;
+  input [17:0] \port$10819$14 ;
+  wire [17:0] \port$10819$14 ;
+  input [11:0] \port$11039$0 ;
+  wire [11:0] \port$11039$0 ;
+  input [17:0] \port$11039$14 ;
+  wire [17:0] \port$11039$14 ;
   output [67:0] \port$2710$0 ;
   wire [67:0] \port$2710$0 ;
-  input [11:0] \port$4555$0 ;
-  wire [11:0] \port$4555$0 ;
-  input [17:0] \port$4555$14 ;
-  wire [17:0] \port$4555$14 ;
-  input [11:0] \port$6718$0 ;
-  wire [11:0] \port$6718$0 ;
-  input [17:0] \port$6718$14 ;
-  wire [17:0] \port$6718$14 ;
-  input [11:0] \port$9226$0 ;
-  wire [11:0] \port$9226$0 ;
-  input [17:0] \port$9226$14 ;
-  wire [17:0] \port$9226$14 ;
-  input [11:0] \port$9250$0 ;
-  wire [11:0] \port$9250$0 ;
-  input [17:0] \port$9250$14 ;
-  wire [17:0] \port$9250$14 ;
-  input [11:0] \port$9485$0 ;
-  wire [11:0] \port$9485$0 ;
-  input [17:0] \port$9485$14 ;
-  wire [17:0] \port$9485$14 ;
+  input [11:0] \port$4577$0 ;
+  wire [11:0] \port$4577$0 ;
+  input [17:0] \port$4577$14 ;
+  wire [17:0] \port$4577$14 ;
+  input [11:0] \port$6762$0 ;
+  wire [11:0] \port$6762$0 ;
+  input [17:0] \port$6762$14 ;
+  wire [17:0] \port$6762$14 ;
+  input [11:0] \port$9287$0 ;
+  wire [11:0] \port$9287$0 ;
+  input [17:0] \port$9287$14 ;
+  wire [17:0] \port$9287$14 ;
+  input [11:0] \port$9324$0 ;
+  wire [11:0] \port$9324$0 ;
+  input [17:0] \port$9324$14 ;
+  wire [17:0] \port$9324$14 ;
+  input [11:0] \port$9544$0 ;
+  wire [11:0] \port$9544$0 ;
+  input [17:0] \port$9544$14 ;
+  wire [17:0] \port$9544$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -49458,7 +51158,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -49474,23 +51174,23 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9485$14 , \port$9485$0  };
+          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9250$14 , \port$9250$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$10965$14 , \port$10965$0  };
+          aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10730$14 , \port$10730$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10819$14 , \port$10819$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -49509,7 +51209,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -49528,7 +51228,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -49547,14 +51247,14 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -49570,23 +51270,23 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4555$14 , \port$4555$0  };
+          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9226$14 , \port$9226$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6718$14 , \port$6718$0  };
+          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10706$14 , \port$10706$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -49605,7 +51305,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -49620,7 +51320,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -49630,7 +51330,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -49640,7 +51340,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -49650,7 +51350,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -49663,7 +51363,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -49676,7 +51376,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -49686,7 +51386,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -49703,7 +51403,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -49720,7 +51420,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -49737,7 +51437,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -49754,7 +51454,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -49771,7 +51471,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49785,7 +51485,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49799,7 +51499,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49813,7 +51513,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49827,7 +51527,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49841,7 +51541,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49855,7 +51555,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49869,7 +51569,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49883,7 +51583,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49897,7 +51597,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -49911,7 +51611,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -49926,7 +51626,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -49936,7 +51636,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -49946,7 +51646,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -49956,7 +51656,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -49969,7 +51669,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -49982,7 +51682,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -49992,14 +51692,14 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -50012,21 +51712,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9485$14 , \port$9485$0  };
+  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9250$14 , \port$9250$0  };
+  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$10965$14 , \port$10965$0  };
+  assign s3__awaddr = { 2'h0, \port$11039$14 , \port$11039$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10730$14 , \port$10730$0  };
+  assign s4__awaddr = { 2'h0, \port$10819$14 , \port$10819$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -50050,21 +51750,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4555$14 , \port$4555$0  };
+  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9226$14 , \port$9226$0  };
+  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6718$14 , \port$6718$0  };
+  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10706$14 , \port$10706$0  };
+  assign s4__araddr = { 2'h0, \port$10782$14 , \port$10782$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -50120,7 +51820,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$52  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -50211,7 +51911,7 @@ module \dx1_soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -50221,7 +51921,7 @@ module \dx1_soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -50231,7 +51931,7 @@ module \dx1_soc.memory.bank2.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$52 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$70 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -50255,10 +51955,10 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$3046$0 , s0__rlast, s2__wstrb, s2__wdata, \port$4555$0 , \port$4555$14 , s4__wstrb, s4__wdata, \port$6718$0 , \port$6718$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9226$0 , \port$9226$14 , s2__arlen, \port$9250$0 , \port$9250$14 , s2__awlen, \port$9485$0 , \port$9485$14 , s1__wdata, \port$10706$0 , \port$10706$14 , s4__arlen, \port$10730$0 , \port$10730$14 , s4__awlen
-, \port$10965$0 , \port$10965$14 , s3__wdata, s0__awid);
-  reg \$auto$verilog_backend.cc:2355:dump_module$53  = 0;
+, s4__rvalid, s4__rresp, \port$3046$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
+  reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -50550,40 +52250,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10706$0 ;
-  wire [11:0] \port$10706$0 ;
-  input [17:0] \port$10706$14 ;
-  wire [17:0] \port$10706$14 ;
-  input [11:0] \port$10730$0 ;
-  wire [11:0] \port$10730$0 ;
-  input [17:0] \port$10730$14 ;
-  wire [17:0] \port$10730$14 ;
-  input [11:0] \port$10965$0 ;
-  wire [11:0] \port$10965$0 ;
-  input [17:0] \port$10965$14 ;
-  wire [17:0] \port$10965$14 ;
+  input [11:0] \port$10782$0 ;
+  wire [11:0] \port$10782$0 ;
+  input [17:0] \port$10782$14 ;
+  wire [17:0] \port$10782$14 ;
+  input [11:0] \port$10819$0 ;
+  wire [11:0] \port$10819$0 ;
+  input [17:0] \port$10819$14 ;
+  wire [17:0] \port$10819$14 ;
+  input [11:0] \port$11039$0 ;
+  wire [11:0] \port$11039$0 ;
+  input [17:0] \port$11039$14 ;
+  wire [17:0] \port$11039$14 ;
   output [67:0] \port$3046$0 ;
   wire [67:0] \port$3046$0 ;
-  input [11:0] \port$4555$0 ;
-  wire [11:0] \port$4555$0 ;
-  input [17:0] \port$4555$14 ;
-  wire [17:0] \port$4555$14 ;
-  input [11:0] \port$6718$0 ;
-  wire [11:0] \port$6718$0 ;
-  input [17:0] \port$6718$14 ;
-  wire [17:0] \port$6718$14 ;
-  input [11:0] \port$9226$0 ;
-  wire [11:0] \port$9226$0 ;
-  input [17:0] \port$9226$14 ;
-  wire [17:0] \port$9226$14 ;
-  input [11:0] \port$9250$0 ;
-  wire [11:0] \port$9250$0 ;
-  input [17:0] \port$9250$14 ;
-  wire [17:0] \port$9250$14 ;
-  input [11:0] \port$9485$0 ;
-  wire [11:0] \port$9485$0 ;
-  input [17:0] \port$9485$14 ;
-  wire [17:0] \port$9485$14 ;
+  input [11:0] \port$4577$0 ;
+  wire [11:0] \port$4577$0 ;
+  input [17:0] \port$4577$14 ;
+  wire [17:0] \port$4577$14 ;
+  input [11:0] \port$6762$0 ;
+  wire [11:0] \port$6762$0 ;
+  input [17:0] \port$6762$14 ;
+  wire [17:0] \port$6762$14 ;
+  input [11:0] \port$9287$0 ;
+  wire [11:0] \port$9287$0 ;
+  input [17:0] \port$9287$14 ;
+  wire [17:0] \port$9287$14 ;
+  input [11:0] \port$9324$0 ;
+  wire [11:0] \port$9324$0 ;
+  input [17:0] \port$9324$14 ;
+  wire [17:0] \port$9324$14 ;
+  input [11:0] \port$9544$0 ;
+  wire [11:0] \port$9544$0 ;
+  input [17:0] \port$9544$14 ;
+  wire [17:0] \port$9544$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -51160,7 +52860,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     .w_port__data(into)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     (* full_case = 32'd1 *)
     casez (w_last_port)
       3'h0:
@@ -51176,23 +52876,23 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9485$14 , \port$9485$0  };
+          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9250$14 , \port$9250$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$10965$14 , \port$10965$0  };
+          aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10730$14 , \port$10730$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10819$14 , \port$10819$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     w_beat = 1'h0;
     if (\$89 ) begin
       w_beat = \$90 ;
@@ -51211,7 +52911,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     w_data = 64'h0000000000000000;
     if (\$89 ) begin
       w_data = s0__wdata;
@@ -51230,7 +52930,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     w_strb = 8'h00;
     if (\$89 ) begin
       w_strb = s0__wstrb;
@@ -51249,14 +52949,14 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     wr__en = 8'h00;
     if (w_beat) begin
       wr__en = \$107 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     (* full_case = 32'd1 *)
     casez (r_last_port)
       3'h0:
@@ -51272,23 +52972,23 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4555$14 , \port$4555$0  };
+          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9226$14 , \port$9226$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6718$14 , \port$6718$0  };
+          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10706$14 , \port$10706$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     r_ready = 1'h0;
     if (\$140 ) begin
       r_ready = s0__rready;
@@ -51307,7 +53007,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$199  = w_busy;
     if (aw_take) begin
       \$199  = 1'h1;
@@ -51322,7 +53022,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$200  = w_port;
     if (aw_take) begin
       \$200  = aw_grant;
@@ -51332,7 +53032,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$201  = w_last_port;
     if (aw_take) begin
       \$201  = aw_grant;
@@ -51342,7 +53042,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$202  = w_id;
     if (aw_take) begin
       \$202  = aw_sel[48:45];
@@ -51352,7 +53052,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$203  = wr__addr;
     if (aw_take) begin
       \$203  = \$153 [14:0];
@@ -51365,7 +53065,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$204  = w_left;
     if (aw_take) begin
       \$204  = aw_sel[39:32];
@@ -51378,7 +53078,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$205  = w_err;
     if (aw_take) begin
       \$205  = \$164 ;
@@ -51388,7 +53088,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$206  = b_valid_0;
     if (\$165 ) begin
       \$206  = 1'h0;
@@ -51405,7 +53105,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$207  = b_valid_1;
     if (\$166 ) begin
       \$207  = 1'h0;
@@ -51422,7 +53122,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$208  = b_valid_2;
     if (\$167 ) begin
       \$208  = 1'h0;
@@ -51439,7 +53139,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$209  = b_valid_3;
     if (\$168 ) begin
       \$209  = 1'h0;
@@ -51456,7 +53156,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$210  = b_valid_4;
     if (\$169 ) begin
       \$210  = 1'h0;
@@ -51473,7 +53173,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$211  = s0__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51487,7 +53187,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$212  = s0__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51501,7 +53201,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$213  = s1__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51515,7 +53215,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$214  = s1__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51529,7 +53229,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$215  = s2__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51543,7 +53243,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$216  = s2__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51557,7 +53257,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$217  = s3__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51571,7 +53271,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$218  = s3__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51585,7 +53285,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$219  = s4__bid;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51599,7 +53299,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$220  = s4__bresp;
     if (w_beat) begin
       if (\$172 ) begin
@@ -51613,7 +53313,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$221  = r_busy;
     if (ar_take) begin
       \$221  = 1'h1;
@@ -51628,7 +53328,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$222  = r_port;
     if (ar_take) begin
       \$222  = ar_grant;
@@ -51638,7 +53338,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$223  = r_last_port;
     if (ar_take) begin
       \$223  = ar_grant;
@@ -51648,7 +53348,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$224  = r_id;
     if (ar_take) begin
       \$224  = ar_sel[48:45];
@@ -51658,7 +53358,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$225  = rd__addr;
     if (ar_take) begin
       \$225  = \$183 [14:0];
@@ -51671,7 +53371,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$226  = r_left;
     if (ar_take) begin
       \$226  = ar_sel[39:32];
@@ -51684,7 +53384,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$227  = r_err;
     if (ar_take) begin
       \$227  = \$194 ;
@@ -51694,14 +53394,14 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$228  = r_issue;
     if (rst) begin
       \$228  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$53 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
     \$229  = pending;
     if (r_issue) begin
       \$229 [67:64] = r_id;
@@ -51714,21 +53414,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9485$14 , \port$9485$0  };
+  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9250$14 , \port$9250$0  };
+  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$10965$14 , \port$10965$0  };
+  assign s3__awaddr = { 2'h0, \port$11039$14 , \port$11039$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10730$14 , \port$10730$0  };
+  assign s4__awaddr = { 2'h0, \port$10819$14 , \port$10819$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -51752,21 +53452,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4555$14 , \port$4555$0  };
+  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9226$14 , \port$9226$0  };
+  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6718$14 , \port$6718$0  };
+  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10706$14 , \port$10706$0  };
+  assign s4__araddr = { 2'h0, \port$10782$14 , \port$10782$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -51822,7 +53522,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -51913,7 +53613,7 @@ module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
   always @(posedge clk)
     level <= \$21 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$19  = w_port__addr;
     if (\$1 ) begin
       \$19  = \$4 [1:0];
@@ -51923,7 +53623,7 @@ module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$20  = r_port__addr;
     if (\$5 ) begin
       \$20  = \$8 [1:0];
@@ -51933,7 +53633,7 @@ module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
     \$21  = level;
     if (\$12 ) begin
       \$21  = \$13 [1:0];
@@ -51956,15 +53656,15 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
 , TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3063$0 , \port$4498$0 , \port$5166$0 , \port$5226$0 , \port$6661$0 , \port$7329$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+, TRACE1_DATA_HI__read, \port$3063$0 , \port$4520$0 , \port$5188$0 , \port$5248$0 , \port$6705$0 , \port$7373$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
 , GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
 , GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
 , PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value
 , GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value
-, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9346$0 , \port$9348$0 , \port$9354$0 , \port$9356$0 , \port$9358$0 , \port$9359$0 , \port$9510$0 , \port$10826$0 , \port$10828$0 , \port$10834$0 , \port$10836$0 , \port$10838$0 , \port$10839$0 , \port$10990$0 
+, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9405$0 , \port$9407$0 , \port$9413$0 , \port$9415$0 , \port$9417$0 , \port$9418$0 , \port$9569$0 , \port$10900$0 , \port$10902$0 , \port$10908$0 , \port$10910$0 , \port$10912$0 , \port$10913$0 , \port$11064$0 
 , bus__awaddr);
-  reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -53111,46 +54811,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10826$0 ;
-  wire [15:0] \port$10826$0 ;
-  input [15:0] \port$10828$0 ;
-  wire [15:0] \port$10828$0 ;
-  input \port$10834$0 ;
-  wire \port$10834$0 ;
-  input [7:0] \port$10836$0 ;
-  wire [7:0] \port$10836$0 ;
-  input [15:0] \port$10838$0 ;
-  wire [15:0] \port$10838$0 ;
-  input \port$10839$0 ;
-  wire \port$10839$0 ;
-  input \port$10990$0 ;
-  wire \port$10990$0 ;
+  input [15:0] \port$10900$0 ;
+  wire [15:0] \port$10900$0 ;
+  input [15:0] \port$10902$0 ;
+  wire [15:0] \port$10902$0 ;
+  input \port$10908$0 ;
+  wire \port$10908$0 ;
+  input [7:0] \port$10910$0 ;
+  wire [7:0] \port$10910$0 ;
+  input [15:0] \port$10912$0 ;
+  wire [15:0] \port$10912$0 ;
+  input \port$10913$0 ;
+  wire \port$10913$0 ;
+  input \port$11064$0 ;
+  wire \port$11064$0 ;
   input \port$3063$0 ;
   wire \port$3063$0 ;
-  input \port$4498$0 ;
-  wire \port$4498$0 ;
-  input [8:0] \port$5166$0 ;
-  wire [8:0] \port$5166$0 ;
-  input \port$5226$0 ;
-  wire \port$5226$0 ;
-  input \port$6661$0 ;
-  wire \port$6661$0 ;
-  input [8:0] \port$7329$0 ;
-  wire [8:0] \port$7329$0 ;
-  input [15:0] \port$9346$0 ;
-  wire [15:0] \port$9346$0 ;
-  input [15:0] \port$9348$0 ;
-  wire [15:0] \port$9348$0 ;
-  input \port$9354$0 ;
-  wire \port$9354$0 ;
-  input [7:0] \port$9356$0 ;
-  wire [7:0] \port$9356$0 ;
-  input [15:0] \port$9358$0 ;
-  wire [15:0] \port$9358$0 ;
-  input \port$9359$0 ;
-  wire \port$9359$0 ;
-  input \port$9510$0 ;
-  wire \port$9510$0 ;
+  input \port$4520$0 ;
+  wire \port$4520$0 ;
+  input [8:0] \port$5188$0 ;
+  wire [8:0] \port$5188$0 ;
+  input \port$5248$0 ;
+  wire \port$5248$0 ;
+  input \port$6705$0 ;
+  wire \port$6705$0 ;
+  input [8:0] \port$7373$0 ;
+  wire [8:0] \port$7373$0 ;
+  input [15:0] \port$9405$0 ;
+  wire [15:0] \port$9405$0 ;
+  input [15:0] \port$9407$0 ;
+  wire [15:0] \port$9407$0 ;
+  input \port$9413$0 ;
+  wire \port$9413$0 ;
+  input [7:0] \port$9415$0 ;
+  wire [7:0] \port$9415$0 ;
+  input [15:0] \port$9417$0 ;
+  wire [15:0] \port$9417$0 ;
+  input \port$9418$0 ;
+  wire \port$9418$0 ;
+  input \port$9569$0 ;
+  wire \port$9569$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -53663,12 +55363,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$9359$0 , \port$9510$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$9418$0 , \port$9569$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$10839$0 , \port$10990$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$10913$0 , \port$11064$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -53719,7 +55419,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -53731,7 +55431,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -53743,7 +55443,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -53755,7 +55455,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -53767,7 +55467,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -53779,7 +55479,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -53791,7 +55491,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -53803,7 +55503,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -53815,14 +55515,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -53834,7 +55534,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -53846,7 +55546,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -53858,7 +55558,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -53870,7 +55570,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -53882,7 +55582,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -53894,7 +55594,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -53906,7 +55606,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -53918,14 +55618,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -53937,7 +55637,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -53949,7 +55649,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -53961,7 +55661,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -53973,7 +55673,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -53985,7 +55685,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -53997,7 +55697,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -54010,7 +55710,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -54020,7 +55720,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -54033,7 +55733,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -54043,7 +55743,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = bus__wstrb;
@@ -54053,7 +55753,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -54066,7 +55766,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -54076,7 +55776,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -54089,7 +55789,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -54099,7 +55799,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -54112,7 +55812,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -54122,7 +55822,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -54132,7 +55832,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -54142,7 +55842,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -54154,7 +55854,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -54166,7 +55866,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -54178,7 +55878,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -54190,7 +55890,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -54202,7 +55902,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -54214,7 +55914,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -54226,7 +55926,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -54238,7 +55938,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -54250,7 +55950,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -54262,7 +55962,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -54274,7 +55974,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$55 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -54285,16 +55985,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$9346$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$9348$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3063$0 , \port$9354$0 , \port$4498$0  };
-  assign QUEUE0_ERROR__value = { \port$9358$0 , 8'h00, \port$9356$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$10826$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$10828$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5226$0 , \port$10834$0 , \port$6661$0  };
-  assign QUEUE1_ERROR__value = { \port$10838$0 , 8'h00, \port$10836$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5166$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7329$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9405$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9407$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3063$0 , \port$9413$0 , \port$4520$0  };
+  assign QUEUE0_ERROR__value = { \port$9417$0 , 8'h00, \port$9415$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$10900$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$10902$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5248$0 , \port$10908$0 , \port$6705$0  };
+  assign QUEUE1_ERROR__value = { \port$10912$0 , 8'h00, \port$10910$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5188$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7373$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -54418,26 +56118,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9359$0 , \port$9510$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10839$0 , \port$10990$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9418$0 , \port$9569$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10913$0 , \port$11064$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$9346$0 ;
+  assign \$74 [15:0] = \port$9405$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$9348$0 ;
+  assign \$78 [15:0] = \port$9407$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3063$0 , \port$9354$0 , \port$4498$0  };
+  assign \$82 [2:0] = { \port$3063$0 , \port$9413$0 , \port$4520$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$9358$0 , \port$9356$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9417$0 , \port$9415$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$10826$0 ;
+  assign \$109 [15:0] = \port$10900$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$10828$0 ;
+  assign \$113 [15:0] = \port$10902$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5226$0 , \port$10834$0 , \port$6661$0  };
+  assign \$117 [2:0] = { \port$5248$0 , \port$10908$0 , \port$6705$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$10838$0 , \port$10836$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$10912$0 , \port$10910$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -54458,12 +56158,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5166$0  };
+  assign \$212  = { 23'h000000, \port$5188$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7329$0  };
+  assign \$231  = { 23'h000000, \port$7373$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -54600,7 +56300,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$56  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -54641,7 +56341,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -54666,7 +56366,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54676,7 +56376,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54688,7 +56388,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54705,7 +56405,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54717,7 +56417,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$56 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54735,7 +56435,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$57  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -54776,7 +56476,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -54801,7 +56501,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54811,7 +56511,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54823,7 +56523,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54840,7 +56540,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54852,7 +56552,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$57 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -54870,7 +56570,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$58  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -54995,7 +56695,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -55008,7 +56708,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -55021,7 +56721,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -55037,7 +56737,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$58 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -55061,7 +56761,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$59  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -55186,7 +56886,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
@@ -55199,7 +56899,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
@@ -55212,7 +56912,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -55228,7 +56928,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$59 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
