@@ -7364,158 +7364,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [33:0] \$100 ;
-  wire \$101 ;
-  wire [33:0] \$102 ;
-  wire \$103 ;
-  wire [33:0] \$104 ;
-  wire \$105 ;
-  wire [33:0] \$106 ;
-  wire \$107 ;
-  wire [33:0] \$108 ;
-  wire \$109 ;
   wire \$11 ;
-  wire [33:0] \$110 ;
-  wire \$111 ;
-  wire [33:0] \$112 ;
-  wire \$113 ;
-  wire [33:0] \$114 ;
-  wire [31:0] \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire \$118 ;
-  wire [64:0] \$119 ;
   wire \$12 ;
-  wire \$120 ;
-  wire \$121 ;
-  wire [9:0] \$122 ;
-  wire \$123 ;
-  wire \$124 ;
-  wire [10:0] \$125 ;
-  wire \$126 ;
-  wire [9:0] \$127 ;
-  wire \$128 ;
-  wire [10:0] \$129 ;
   wire \$13 ;
-  wire [32:0] \$130 ;
-  wire \$131 ;
-  wire \$132 ;
-  wire [32:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire [32:0] \$137 ;
-  wire [32:0] \$138 ;
-  wire \$139 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire \$147 ;
-  wire [32:0] \$148 ;
-  wire \$149 ;
   wire [32:0] \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  wire \$152 ;
-  wire \$153 ;
-  wire \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire \$157 ;
-  wire [9:0] \$158 ;
-  wire \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire [10:0] \$161 ;
-  wire \$162 ;
-  wire [9:0] \$163 ;
-  wire \$164 ;
-  wire [10:0] \$165 ;
-  wire [32:0] \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [32:0] \$169 ;
   wire \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire \$172 ;
-  wire [32:0] \$173 ;
-  wire [32:0] \$174 ;
-  wire \$175 ;
-  wire \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [32:0] \$18 ;
-  wire \$180 ;
-  wire \$181 ;
-  wire \$182 ;
-  wire \$183 ;
-  wire [32:0] \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
+  wire \$18 ;
   wire [32:0] \$19 ;
-  wire \$190 ;
-  wire \$191 ;
-  reg [63:0] \$192 ;
-  reg [31:0] \$193 ;
-  reg \$194 ;
-  reg [8:0] \$195 ;
-  reg [8:0] \$196 ;
-  reg [31:0] \$197 ;
-  reg [31:0] \$198 ;
-  reg [31:0] \$199 ;
   wire \$2 ;
-  wire [32:0] \$20 ;
-  reg [31:0] \$200 ;
-  reg [31:0] \$201 ;
-  reg [31:0] \$202 ;
-  reg [31:0] \$203 ;
-  reg [31:0] \$204 ;
-  reg [47:0] \$205 ;
-  reg [31:0] \$206 ;
-  reg [63:0] \$207 ;
-  reg [63:0] \$208 ;
-  reg \$209 ;
-  wire [48:0] \$21 ;
-  reg \$210 ;
-  reg \$211 ;
-  reg [63:0] \$212 ;
-  reg \$213 ;
-  reg \$214 ;
-  reg [8:0] \$215 ;
-  reg [8:0] \$216 ;
-  reg [31:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [31:0] \$219 ;
+  wire \$20 ;
+  wire \$21 ;
   wire \$22 ;
-  reg [31:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg [31:0] \$222 ;
-  reg [31:0] \$223 ;
-  reg [31:0] \$224 ;
-  reg [47:0] \$225 ;
-  reg [31:0] \$226 ;
-  reg [63:0] \$227 ;
-  reg [63:0] \$228 ;
-  reg \$229 ;
-  wire [32:0] \$23 ;
-  reg \$230 ;
-  reg \$231 ;
-  reg [63:0] \$232 ;
-  reg \$233 ;
-  wire [255:0] \$234 ;
-  wire [15:0] \$235 ;
-  wire [255:0] \$236 ;
-  wire [15:0] \$237 ;
+  wire \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
@@ -7527,78 +7389,38 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$31 ;
   wire \$32 ;
   wire \$33 ;
-  wire \$34 ;
+  wire [32:0] \$34 ;
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
   wire [32:0] \$38 ;
-  wire \$39 ;
+  wire [31:0] \$39 ;
   wire \$4 ;
   wire \$40 ;
-  wire [32:0] \$41 ;
-  wire [32:0] \$42 ;
-  wire [32:0] \$43 ;
-  wire [48:0] \$44 ;
+  wire [31:0] \$41 ;
+  wire \$42 ;
+  wire [64:0] \$43 ;
+  wire \$44 ;
   wire \$45 ;
-  wire [32:0] \$46 ;
+  wire \$46 ;
   wire \$47 ;
-  wire \$48 ;
-  wire \$49 ;
+  reg [63:0] \$48 ;
+  reg [31:0] \$49 ;
   wire \$5 ;
-  wire [33:0] \$50 ;
-  wire \$51 ;
-  wire [33:0] \$52 ;
-  wire \$53 ;
-  wire [33:0] \$54 ;
-  wire \$55 ;
-  wire [33:0] \$56 ;
-  wire \$57 ;
-  wire [33:0] \$58 ;
-  wire \$59 ;
+  reg \$50 ;
+  reg \$51 ;
+  reg \$52 ;
+  reg \$53 ;
+  wire [255:0] \$54 ;
+  wire [15:0] \$55 ;
+  wire [8:0] \$56 ;
+  wire [255:0] \$57 ;
+  wire [15:0] \$58 ;
+  wire [8:0] \$59 ;
   wire \$6 ;
-  wire [33:0] \$60 ;
-  wire \$61 ;
-  wire [33:0] \$62 ;
-  wire \$63 ;
-  wire [33:0] \$64 ;
-  wire \$65 ;
-  wire [33:0] \$66 ;
-  wire \$67 ;
-  wire [33:0] \$68 ;
-  wire \$69 ;
   wire \$7 ;
-  wire [33:0] \$70 ;
-  wire \$71 ;
-  wire [33:0] \$72 ;
-  wire \$73 ;
-  wire [33:0] \$74 ;
-  wire \$75 ;
-  wire [33:0] \$76 ;
-  wire \$77 ;
-  wire [33:0] \$78 ;
-  wire \$79 ;
   wire \$8 ;
-  wire [33:0] \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire [33:0] \$84 ;
-  wire \$85 ;
-  wire [33:0] \$86 ;
-  wire \$87 ;
-  wire [33:0] \$88 ;
-  wire \$89 ;
   wire \$9 ;
-  wire [33:0] \$90 ;
-  wire \$91 ;
-  wire [33:0] \$92 ;
-  wire \$93 ;
-  wire [33:0] \$94 ;
-  wire \$95 ;
-  wire [33:0] \$96 ;
-  wire \$97 ;
-  wire [33:0] \$98 ;
-  wire \$99 ;
   reg [31:0] GLOBAL_CYCLES_HI__value = 32'd0;
   wire GLOBAL_CYCLES_LO__read;
   wire [31:0] GLOBAL_CYCLES_LO__value;
@@ -7653,31 +7475,31 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   reg [31:0] GLOBAL_SEM9__set_value;
   wire [31:0] GLOBAL_SEM9__value;
   wire [31:0] PERF0_BUSY_COMPUTE__value;
-  reg [31:0] PERF0_BUSY_LOAD__value = 32'd0;
-  reg [31:0] PERF0_BUSY_STORE__value = 32'd0;
+  wire [31:0] PERF0_BUSY_LOAD__value;
+  wire [31:0] PERF0_BUSY_STORE__value;
   wire [31:0] PERF0_BYTES_READ__value;
   wire [31:0] PERF0_BYTES_WRITTEN__value;
   wire [31:0] PERF0_CONTROL__wdata;
   wire PERF0_CONTROL__write;
-  reg [31:0] PERF0_CYCLES__value = 32'd0;
-  reg [31:0] PERF0_MACS_HI__value = 32'd0;
+  wire [31:0] PERF0_CYCLES__value;
+  wire [31:0] PERF0_MACS_HI__value;
   wire PERF0_MACS_LO__read;
   wire [31:0] PERF0_MACS_LO__value;
-  reg [31:0] PERF0_STALL_DEP__value = 32'd0;
-  reg [31:0] PERF0_STALL_MEM__value = 32'd0;
+  wire [31:0] PERF0_STALL_DEP__value;
+  wire [31:0] PERF0_STALL_MEM__value;
   wire [31:0] PERF1_BUSY_COMPUTE__value;
-  reg [31:0] PERF1_BUSY_LOAD__value = 32'd0;
-  reg [31:0] PERF1_BUSY_STORE__value = 32'd0;
+  wire [31:0] PERF1_BUSY_LOAD__value;
+  wire [31:0] PERF1_BUSY_STORE__value;
   wire [31:0] PERF1_BYTES_READ__value;
   wire [31:0] PERF1_BYTES_WRITTEN__value;
   wire [31:0] PERF1_CONTROL__wdata;
   wire PERF1_CONTROL__write;
-  reg [31:0] PERF1_CYCLES__value = 32'd0;
-  reg [31:0] PERF1_MACS_HI__value = 32'd0;
+  wire [31:0] PERF1_CYCLES__value;
+  wire [31:0] PERF1_MACS_HI__value;
   wire PERF1_MACS_LO__read;
   wire [31:0] PERF1_MACS_LO__value;
-  reg [31:0] PERF1_STALL_DEP__value = 32'd0;
-  reg [31:0] PERF1_STALL_MEM__value = 32'd0;
+  wire [31:0] PERF1_STALL_DEP__value;
+  wire [31:0] PERF1_STALL_MEM__value;
   reg QUEUE0_CONTROL__set;
   reg [31:0] QUEUE0_CONTROL__set_value;
   wire [31:0] QUEUE0_CONTROL__value;
@@ -7773,169 +7595,169 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$626 ;
+  wire \abort$662 ;
   wire abort_done;
-  wire \abort_done$310 ;
-  wire \abort_done$628 ;
-  wire \abort_done$629 ;
+  wire \abort_done$327 ;
+  wire \abort_done$664 ;
+  wire \abort_done$665 ;
   wire abort_req;
-  wire \abort_req$300 ;
-  wire \abort_req$618 ;
-  wire \abort_req$619 ;
+  wire \abort_req$317 ;
+  wire \abort_req$654 ;
+  wire \abort_req$655 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$159 ;
-  wire [15:0] \acc_rreq__tdata$477 ;
-  wire [15:0] \acc_rreq__tdata$478 ;
+  wire [15:0] \acc_rreq__tdata$176 ;
+  wire [15:0] \acc_rreq__tdata$513 ;
+  wire [15:0] \acc_rreq__tdata$514 ;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$161 ;
-  wire \acc_rreq__tready$479 ;
-  wire \acc_rreq__tready$480 ;
+  wire \acc_rreq__tready$178 ;
+  wire \acc_rreq__tready$515 ;
+  wire \acc_rreq__tready$516 ;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$163 ;
-  wire \acc_rreq__tvalid$481 ;
-  wire \acc_rreq__tvalid$482 ;
+  wire \acc_rreq__tvalid$180 ;
+  wire \acc_rreq__tvalid$517 ;
+  wire \acc_rreq__tvalid$518 ;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$171 ;
-  wire [255:0] \acc_rresp__tdata$489 ;
-  wire [255:0] \acc_rresp__tdata$490 ;
+  wire [255:0] \acc_rresp__tdata$188 ;
+  wire [255:0] \acc_rresp__tdata$525 ;
+  wire [255:0] \acc_rresp__tdata$526 ;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$173 ;
-  wire \acc_rresp__tready$491 ;
-  wire \acc_rresp__tready$492 ;
+  wire \acc_rresp__tready$190 ;
+  wire \acc_rresp__tready$527 ;
+  wire \acc_rresp__tready$528 ;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$175 ;
-  wire \acc_rresp__tvalid$493 ;
-  wire \acc_rresp__tvalid$494 ;
+  wire \acc_rresp__tvalid$192 ;
+  wire \acc_rresp__tvalid$529 ;
+  wire \acc_rresp__tvalid$530 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$153 ;
-  wire [271:0] \acc_wr__tdata$471 ;
-  wire [271:0] \acc_wr__tdata$472 ;
+  wire [271:0] \acc_wr__tdata$170 ;
+  wire [271:0] \acc_wr__tdata$507 ;
+  wire [271:0] \acc_wr__tdata$508 ;
   wire acc_wr__tready;
-  wire \acc_wr__tready$155 ;
-  wire \acc_wr__tready$473 ;
-  wire \acc_wr__tready$474 ;
+  wire \acc_wr__tready$172 ;
+  wire \acc_wr__tready$509 ;
+  wire \acc_wr__tready$510 ;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$157 ;
-  wire \acc_wr__tvalid$475 ;
-  wire \acc_wr__tvalid$476 ;
+  wire \acc_wr__tvalid$174 ;
+  wire \acc_wr__tvalid$511 ;
+  wire \acc_wr__tvalid$512 ;
   wire [31:0] axi__araddr;
-  wire [31:0] \axi__araddr$235 ;
-  wire [31:0] \axi__araddr$496 ;
-  wire [31:0] \axi__araddr$554 ;
+  wire [31:0] \axi__araddr$252 ;
+  wire [31:0] \axi__araddr$532 ;
+  wire [31:0] \axi__araddr$590 ;
   wire [1:0] axi__arburst;
-  wire [1:0] \axi__arburst$237 ;
-  wire [1:0] \axi__arburst$498 ;
-  wire [1:0] \axi__arburst$556 ;
+  wire [1:0] \axi__arburst$254 ;
+  wire [1:0] \axi__arburst$534 ;
+  wire [1:0] \axi__arburst$592 ;
   wire [3:0] axi__arid;
-  wire [3:0] \axi__arid$239 ;
-  wire [3:0] \axi__arid$500 ;
-  wire [3:0] \axi__arid$558 ;
+  wire [3:0] \axi__arid$256 ;
+  wire [3:0] \axi__arid$536 ;
+  wire [3:0] \axi__arid$594 ;
   wire [7:0] axi__arlen;
-  wire [7:0] \axi__arlen$241 ;
-  wire [7:0] \axi__arlen$502 ;
-  wire [7:0] \axi__arlen$560 ;
+  wire [7:0] \axi__arlen$258 ;
+  wire [7:0] \axi__arlen$538 ;
+  wire [7:0] \axi__arlen$596 ;
   wire axi__arready;
-  wire \axi__arready$242 ;
-  wire \axi__arready$503 ;
-  wire \axi__arready$561 ;
+  wire \axi__arready$259 ;
+  wire \axi__arready$539 ;
+  wire \axi__arready$597 ;
   wire [2:0] axi__arsize;
-  wire [2:0] \axi__arsize$245 ;
-  wire [2:0] \axi__arsize$506 ;
-  wire [2:0] \axi__arsize$564 ;
+  wire [2:0] \axi__arsize$262 ;
+  wire [2:0] \axi__arsize$542 ;
+  wire [2:0] \axi__arsize$600 ;
   wire axi__arvalid;
-  wire \axi__arvalid$247 ;
-  wire \axi__arvalid$508 ;
-  wire \axi__arvalid$566 ;
+  wire \axi__arvalid$264 ;
+  wire \axi__arvalid$544 ;
+  wire \axi__arvalid$602 ;
   wire [31:0] axi__awaddr;
-  wire [31:0] \axi__awaddr$249 ;
-  wire [31:0] \axi__awaddr$510 ;
-  wire [31:0] \axi__awaddr$568 ;
+  wire [31:0] \axi__awaddr$266 ;
+  wire [31:0] \axi__awaddr$546 ;
+  wire [31:0] \axi__awaddr$604 ;
   wire [1:0] axi__awburst;
-  wire [1:0] \axi__awburst$251 ;
-  wire [1:0] \axi__awburst$512 ;
-  wire [1:0] \axi__awburst$570 ;
+  wire [1:0] \axi__awburst$268 ;
+  wire [1:0] \axi__awburst$548 ;
+  wire [1:0] \axi__awburst$606 ;
   wire [3:0] axi__awid;
-  wire [3:0] \axi__awid$253 ;
-  wire [3:0] \axi__awid$514 ;
-  wire [3:0] \axi__awid$572 ;
+  wire [3:0] \axi__awid$270 ;
+  wire [3:0] \axi__awid$550 ;
+  wire [3:0] \axi__awid$608 ;
   wire [7:0] axi__awlen;
-  wire [7:0] \axi__awlen$255 ;
-  wire [7:0] \axi__awlen$516 ;
-  wire [7:0] \axi__awlen$574 ;
+  wire [7:0] \axi__awlen$272 ;
+  wire [7:0] \axi__awlen$552 ;
+  wire [7:0] \axi__awlen$610 ;
   wire axi__awready;
-  wire \axi__awready$256 ;
-  wire \axi__awready$517 ;
-  wire \axi__awready$575 ;
+  wire \axi__awready$273 ;
+  wire \axi__awready$553 ;
+  wire \axi__awready$611 ;
   wire [2:0] axi__awsize;
-  wire [2:0] \axi__awsize$259 ;
-  wire [2:0] \axi__awsize$520 ;
-  wire [2:0] \axi__awsize$578 ;
+  wire [2:0] \axi__awsize$276 ;
+  wire [2:0] \axi__awsize$556 ;
+  wire [2:0] \axi__awsize$614 ;
   wire axi__awvalid;
-  wire \axi__awvalid$261 ;
-  wire \axi__awvalid$522 ;
-  wire \axi__awvalid$580 ;
+  wire \axi__awvalid$278 ;
+  wire \axi__awvalid$558 ;
+  wire \axi__awvalid$616 ;
   wire [3:0] axi__bid;
-  wire [3:0] \axi__bid$262 ;
-  wire [3:0] \axi__bid$523 ;
-  wire [3:0] \axi__bid$581 ;
+  wire [3:0] \axi__bid$279 ;
+  wire [3:0] \axi__bid$559 ;
+  wire [3:0] \axi__bid$617 ;
   wire axi__bready;
-  wire \axi__bready$265 ;
-  wire \axi__bready$526 ;
-  wire \axi__bready$584 ;
+  wire \axi__bready$282 ;
+  wire \axi__bready$562 ;
+  wire \axi__bready$620 ;
   wire [1:0] axi__bresp;
-  wire [1:0] \axi__bresp$266 ;
-  wire [1:0] \axi__bresp$527 ;
-  wire [1:0] \axi__bresp$585 ;
+  wire [1:0] \axi__bresp$283 ;
+  wire [1:0] \axi__bresp$563 ;
+  wire [1:0] \axi__bresp$621 ;
   wire axi__bvalid;
-  wire \axi__bvalid$268 ;
-  wire \axi__bvalid$529 ;
-  wire \axi__bvalid$587 ;
+  wire \axi__bvalid$285 ;
+  wire \axi__bvalid$565 ;
+  wire \axi__bvalid$623 ;
   wire [63:0] axi__rdata;
-  wire [63:0] \axi__rdata$270 ;
-  wire [63:0] \axi__rdata$531 ;
-  wire [63:0] \axi__rdata$589 ;
+  wire [63:0] \axi__rdata$287 ;
+  wire [63:0] \axi__rdata$567 ;
+  wire [63:0] \axi__rdata$625 ;
   wire [3:0] axi__rid;
-  wire [3:0] \axi__rid$272 ;
-  wire [3:0] \axi__rid$533 ;
-  wire [3:0] \axi__rid$591 ;
+  wire [3:0] \axi__rid$289 ;
+  wire [3:0] \axi__rid$569 ;
+  wire [3:0] \axi__rid$627 ;
   wire axi__rlast;
-  wire \axi__rlast$274 ;
-  wire \axi__rlast$535 ;
-  wire \axi__rlast$593 ;
+  wire \axi__rlast$291 ;
+  wire \axi__rlast$571 ;
+  wire \axi__rlast$629 ;
   wire axi__rready;
-  wire \axi__rready$277 ;
-  wire \axi__rready$538 ;
-  wire \axi__rready$596 ;
+  wire \axi__rready$294 ;
+  wire \axi__rready$574 ;
+  wire \axi__rready$632 ;
   wire [1:0] axi__rresp;
-  wire [1:0] \axi__rresp$278 ;
-  wire [1:0] \axi__rresp$539 ;
-  wire [1:0] \axi__rresp$597 ;
+  wire [1:0] \axi__rresp$295 ;
+  wire [1:0] \axi__rresp$575 ;
+  wire [1:0] \axi__rresp$633 ;
   wire axi__rvalid;
-  wire \axi__rvalid$280 ;
-  wire \axi__rvalid$541 ;
-  wire \axi__rvalid$599 ;
+  wire \axi__rvalid$297 ;
+  wire \axi__rvalid$577 ;
+  wire \axi__rvalid$635 ;
   wire [63:0] axi__wdata;
-  wire [63:0] \axi__wdata$283 ;
-  wire [63:0] \axi__wdata$544 ;
-  wire [63:0] \axi__wdata$602 ;
+  wire [63:0] \axi__wdata$300 ;
+  wire [63:0] \axi__wdata$580 ;
+  wire [63:0] \axi__wdata$638 ;
   wire axi__wlast;
-  wire \axi__wlast$285 ;
-  wire \axi__wlast$546 ;
-  wire \axi__wlast$604 ;
+  wire \axi__wlast$302 ;
+  wire \axi__wlast$582 ;
+  wire \axi__wlast$640 ;
   wire axi__wready;
-  wire \axi__wready$286 ;
-  wire \axi__wready$547 ;
-  wire \axi__wready$605 ;
+  wire \axi__wready$303 ;
+  wire \axi__wready$583 ;
+  wire \axi__wready$641 ;
   wire [7:0] axi__wstrb;
-  wire [7:0] \axi__wstrb$289 ;
-  wire [7:0] \axi__wstrb$550 ;
-  wire [7:0] \axi__wstrb$608 ;
+  wire [7:0] \axi__wstrb$306 ;
+  wire [7:0] \axi__wstrb$586 ;
+  wire [7:0] \axi__wstrb$644 ;
   wire axi__wvalid;
-  wire \axi__wvalid$291 ;
-  wire \axi__wvalid$552 ;
-  wire \axi__wvalid$610 ;
+  wire \axi__wvalid$308 ;
+  wire \axi__wvalid$588 ;
+  wire \axi__wvalid$646 ;
   wire axi_quiet;
-  wire \axi_quiet$621 ;
+  wire \axi_quiet$657 ;
   input [15:0] bus__araddr;
   wire [15:0] bus__araddr;
   wire bus__arready;
@@ -7962,97 +7784,166 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   input bus__wvalid;
   wire bus__wvalid;
   wire busy;
-  wire \busy$339 ;
-  wire \busy$656 ;
-  wire \busy$658 ;
+  wire \busy$356 ;
+  wire \busy$692 ;
+  wire \busy$694 ;
+  wire [31:0] busy_compute;
+  wire [31:0] \busy_compute$753 ;
+  wire [31:0] busy_compute_source;
+  wire [31:0] \busy_compute_source$732 ;
+  wire [31:0] busy_load;
+  wire [31:0] \busy_load$745 ;
+  wire [31:0] busy_store;
+  wire [31:0] \busy_store$747 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$688 ;
+  wire [31:0] \bytes_read$417 ;
+  wire [31:0] \bytes_read$737 ;
+  wire [31:0] \bytes_read$755 ;
+  wire [31:0] bytes_read_source;
+  wire [31:0] \bytes_read_source$736 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$691 ;
+  wire [31:0] \bytes_written$419 ;
+  wire [31:0] \bytes_written$739 ;
+  wire [31:0] \bytes_written$757 ;
+  wire [31:0] bytes_written_source;
+  wire [31:0] \bytes_written_source$738 ;
+  wire clear;
+  wire \clear$427 ;
+  wire \clear$714 ;
+  wire \clear$765 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
-  wire [255:0] \cmd__tdata$128 ;
-  wire [255:0] \cmd__tdata$434 ;
-  wire [255:0] \cmd__tdata$447 ;
+  wire [255:0] \cmd__tdata$145 ;
+  wire [255:0] \cmd__tdata$470 ;
+  wire [255:0] \cmd__tdata$483 ;
   wire cmd__tready;
-  wire \cmd__tready$131 ;
-  wire \cmd__tready$440 ;
-  wire \cmd__tready$450 ;
+  wire \cmd__tready$148 ;
+  wire \cmd__tready$476 ;
+  wire \cmd__tready$486 ;
   wire cmd__tvalid;
-  wire \cmd__tvalid$132 ;
-  wire \cmd__tvalid$436 ;
-  wire \cmd__tvalid$451 ;
+  wire \cmd__tvalid$149 ;
+  wire \cmd__tvalid$472 ;
+  wire \cmd__tvalid$487 ;
   wire core0_stalled;
   wire core1_stalled;
+  wire [31:0] count;
+  wire [31:0] \count$783 ;
   wire cp_quiesce;
-  wire \cp_quiesce$625 ;
+  wire \cp_quiesce$661 ;
   wire cp_quiet;
-  wire \cp_quiet$620 ;
+  wire \cp_quiet$656 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$634 ;
+  wire [31:0] \cq_base$670 ;
   reg [63:0] cycles = 64'h0000000000000000;
+  wire [31:0] \cycles$405 ;
+  wire [31:0] \cycles$743 ;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
+  wire [31:0] data_hi_word;
+  wire [31:0] \data_hi_word$787 ;
+  wire [31:0] data_lo;
+  wire [31:0] \data_lo$785 ;
+  wire [17:0] delta0;
+  wire [17:0] delta1;
   wire dma_abort;
-  wire \dma_abort$627 ;
+  wire \dma_abort$663 ;
+  wire dma_arready;
+  wire \dma_arready$722 ;
+  wire dma_arvalid;
+  wire \dma_arvalid$721 ;
+  wire dma_awready;
+  wire \dma_awready$727 ;
+  wire dma_awvalid;
+  wire \dma_awvalid$726 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$636 ;
+  wire [31:0] \dma_base$672 ;
+  wire dma_bready;
+  wire \dma_bready$731 ;
+  wire dma_bvalid;
+  wire \dma_bvalid$730 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$448 ;
+  wire [255:0] \dma_cmd__tdata$484 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$449 ;
+  wire \dma_cmd__tready$485 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$452 ;
+  wire \dma_cmd__tvalid$488 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$453 ;
+  wire [7:0] \dma_done__tdata$489 ;
   wire dma_done__tready;
-  wire \dma_done__tready$456 ;
+  wire \dma_done__tready$492 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$457 ;
+  wire \dma_done__tvalid$493 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$638 ;
+  wire [31:0] \dma_limit$674 ;
   wire dma_quiet;
-  wire \dma_quiet$622 ;
+  wire \dma_quiet$658 ;
+  wire dma_rlast;
+  wire \dma_rlast$725 ;
+  wire dma_rready;
+  wire \dma_rready$724 ;
+  wire dma_rvalid;
+  wire \dma_rvalid$723 ;
+  wire dma_wready;
+  wire \dma_wready$729 ;
+  wire dma_wvalid;
+  wire \dma_wvalid$728 ;
   wire [31:0] done__tdata;
-  wire [7:0] \done__tdata$135 ;
-  wire [31:0] \done__tdata$442 ;
-  wire [7:0] \done__tdata$454 ;
+  wire [7:0] \done__tdata$152 ;
+  wire [31:0] \done__tdata$478 ;
+  wire [7:0] \done__tdata$490 ;
   wire done__tready;
-  wire \done__tready$136 ;
-  wire \done__tready$445 ;
-  wire \done__tready$455 ;
+  wire \done__tready$153 ;
+  wire \done__tready$481 ;
+  wire \done__tready$491 ;
   wire done__tvalid;
-  wire \done__tvalid$139 ;
-  wire \done__tvalid$444 ;
-  wire \done__tvalid$458 ;
+  wire \done__tvalid$156 ;
+  wire \done__tvalid$480 ;
+  wire \done__tvalid$494 ;
   wire doorbell;
-  wire \doorbell$647 ;
+  wire \doorbell$683 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$649 ;
+  wire [15:0] \doorbell_index$685 ;
   wire enable;
-  wire \enable$640 ;
+  wire \enable$425 ;
+  wire \enable$676 ;
+  wire \enable$763 ;
+  wire \end ;
+  wire \end$774 ;
+  wire [7:0] end_opcode;
+  wire [7:0] \end_opcode$778 ;
+  wire [7:0] end_status;
+  wire [7:0] \end_status$780 ;
+  wire [15:0] end_tag;
+  wire [15:0] \end_tag$776 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$660 ;
+  wire [7:0] \error_code$696 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$661 ;
-  wire granted;
-  wire granted_next;
-  wire \granted_next$763 ;
+  wire [15:0] \error_index$697 ;
+  wire grant0;
+  wire grant1;
   wire halted;
-  wire \halted$657 ;
+  wire \halted$693 ;
   wire [15:0] head;
-  wire [15:0] \head$652 ;
+  wire [15:0] \head$688 ;
   wire host_reset;
-  wire \host_reset$615 ;
+  wire \host_reset$651 ;
+  wire [3:0] index0;
+  wire [3:0] index1;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$663 ;
+  wire \irq_completion$699 ;
   wire irq_error;
-  wire \irq_error$664 ;
-  wire [8:0] level;
-  wire [8:0] \level$711 ;
+  wire \irq_error$700 ;
+  wire [31:0] macs_hi;
+  wire [31:0] \macs_hi$761 ;
+  wire [31:0] macs_lo;
+  wire [31:0] \macs_lo$759 ;
+  wire macs_lo_read;
+  wire \macs_lo_read$740 ;
+  wire [47:0] macs_source;
+  wire [47:0] \macs_source$734 ;
   wire [31:0] mem__araddr;
   wire [1:0] mem__arburst;
   wire [3:0] mem__arid;
@@ -8093,62 +7984,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire mem__wready;
   wire [7:0] mem__wstrb;
   wire mem__wvalid;
-  reg [31:0] perf0_busy_compute_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_busy_load;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_busy_store;
-  reg [31:0] perf0_bytes_read_base = 32'd0;
-  reg [31:0] perf0_bytes_written_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_cycles;
-  wire [47:0] perf0_macs;
-  reg [47:0] perf0_macs_base = 48'h000000000000;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_macs_hi;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_stall_dep;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_stall_mem;
-  reg [31:0] perf1_busy_compute_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_busy_load;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_busy_store;
-  reg [31:0] perf1_bytes_read_base = 32'd0;
-  reg [31:0] perf1_bytes_written_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_cycles;
-  wire [47:0] perf1_macs;
-  reg [47:0] perf1_macs_base = 48'h000000000000;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_macs_hi;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_stall_dep;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$685 ;
-  wire perf_clear0;
-  wire perf_clear1;
+  wire [31:0] \perf_busy$733 ;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$694 ;
+  wire [47:0] \perf_macs$735 ;
+  wire pop;
+  wire \pop$788 ;
   wire progress;
-  wire \progress$295 ;
-  wire \progress$613 ;
-  wire \progress$614 ;
+  wire \progress$312 ;
+  wire \progress$649 ;
+  wire \progress$650 ;
   wire quiesce;
-  wire \quiesce$624 ;
+  wire \quiesce$660 ;
   wire quiet;
-  wire \quiet$623 ;
-  wire [63:0] r_data;
-  wire [63:0] \r_data$713 ;
-  wire r_en;
-  wire \r_en$716 ;
-  wire r_rdy;
-  wire \r_rdy$714 ;
-  reg [8:0] reads_open0 = 9'h000;
-  reg [8:0] reads_open1 = 9'h000;
+  wire \quiet$659 ;
   wire [15:0] regs__araddr;
   output regs__arready;
   wire regs__arready;
@@ -8175,19 +8024,21 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [3:0] regs__wstrb;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$795 ;
+  wire \reset_cp$835 ;
   wire reset_units;
-  wire \reset_units$671 ;
+  wire \reset_units$380 ;
+  wire \reset_units$715 ;
+  wire \reset_units$718 ;
   wire resume;
-  wire \resume$642 ;
+  wire \resume$678 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$630 ;
+  wire [31:0] \ring_base$666 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$632 ;
+  wire [4:0] \ring_log2$668 ;
   wire ring_reset;
-  wire \ring_reset$645 ;
+  wire \ring_reset$681 ;
   input rst;
   wire rst;
   input [31:0] s0__araddr;
@@ -8348,31 +8199,31 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$762 ;
-  reg sem_grant;
-  reg \sem_grant$760 ;
+  wire [17:0] \sem_delta$711 ;
+  wire sem_grant;
+  wire \sem_grant$712 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$761 ;
+  wire [3:0] \sem_index$709 ;
   wire sem_valid;
-  wire \sem_valid$759 ;
+  wire \sem_valid$707 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$666 ;
-  wire [15:0] \sem_values$666[0] ;
-  wire [15:0] \sem_values$666[10] ;
-  wire [15:0] \sem_values$666[11] ;
-  wire [15:0] \sem_values$666[12] ;
-  wire [15:0] \sem_values$666[13] ;
-  wire [15:0] \sem_values$666[14] ;
-  wire [15:0] \sem_values$666[15] ;
-  wire [15:0] \sem_values$666[1] ;
-  wire [15:0] \sem_values$666[2] ;
-  wire [15:0] \sem_values$666[3] ;
-  wire [15:0] \sem_values$666[4] ;
-  wire [15:0] \sem_values$666[5] ;
-  wire [15:0] \sem_values$666[6] ;
-  wire [15:0] \sem_values$666[7] ;
-  wire [15:0] \sem_values$666[8] ;
-  wire [15:0] \sem_values$666[9] ;
+  wire [255:0] \sem_values$705 ;
+  wire [15:0] \sem_values$705[0] ;
+  wire [15:0] \sem_values$705[10] ;
+  wire [15:0] \sem_values$705[11] ;
+  wire [15:0] \sem_values$705[12] ;
+  wire [15:0] \sem_values$705[13] ;
+  wire [15:0] \sem_values$705[14] ;
+  wire [15:0] \sem_values$705[15] ;
+  wire [15:0] \sem_values$705[1] ;
+  wire [15:0] \sem_values$705[2] ;
+  wire [15:0] \sem_values$705[3] ;
+  wire [15:0] \sem_values$705[4] ;
+  wire [15:0] \sem_values$705[5] ;
+  wire [15:0] \sem_values$705[6] ;
+  wire [15:0] \sem_values$705[7] ;
+  wire [15:0] \sem_values$705[8] ;
+  wire [15:0] \sem_values$705[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -8389,102 +8240,170 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [15:0] \sem_values[7] ;
   wire [15:0] \sem_values[8] ;
   wire [15:0] \sem_values[9] ;
+  wire [15:0] set;
+  wire [255:0] set_value;
+  wire [15:0] \set_value[0] ;
+  wire [15:0] \set_value[10] ;
+  wire [15:0] \set_value[11] ;
+  wire [15:0] \set_value[12] ;
+  wire [15:0] \set_value[13] ;
+  wire [15:0] \set_value[14] ;
+  wire [15:0] \set_value[15] ;
+  wire [15:0] \set_value[1] ;
+  wire [15:0] \set_value[2] ;
+  wire [15:0] \set_value[3] ;
+  wire [15:0] \set_value[4] ;
+  wire [15:0] \set_value[5] ;
+  wire [15:0] \set_value[6] ;
+  wire [15:0] \set_value[7] ;
+  wire [15:0] \set_value[8] ;
+  wire [15:0] \set_value[9] ;
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$147 ;
-  wire [15:0] \spm_rreq__tdata$465 ;
-  wire [15:0] \spm_rreq__tdata$466 ;
+  wire [15:0] \spm_rreq__tdata$164 ;
+  wire [15:0] \spm_rreq__tdata$501 ;
+  wire [15:0] \spm_rreq__tdata$502 ;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$149 ;
-  wire \spm_rreq__tready$467 ;
-  wire \spm_rreq__tready$468 ;
+  wire \spm_rreq__tready$166 ;
+  wire \spm_rreq__tready$503 ;
+  wire \spm_rreq__tready$504 ;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$151 ;
-  wire \spm_rreq__tvalid$469 ;
-  wire \spm_rreq__tvalid$470 ;
+  wire \spm_rreq__tvalid$168 ;
+  wire \spm_rreq__tvalid$505 ;
+  wire \spm_rreq__tvalid$506 ;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$165 ;
-  wire [63:0] \spm_rresp__tdata$483 ;
-  wire [63:0] \spm_rresp__tdata$484 ;
+  wire [63:0] \spm_rresp__tdata$182 ;
+  wire [63:0] \spm_rresp__tdata$519 ;
+  wire [63:0] \spm_rresp__tdata$520 ;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$167 ;
-  wire \spm_rresp__tready$485 ;
-  wire \spm_rresp__tready$486 ;
+  wire \spm_rresp__tready$184 ;
+  wire \spm_rresp__tready$521 ;
+  wire \spm_rresp__tready$522 ;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$169 ;
-  wire \spm_rresp__tvalid$487 ;
-  wire \spm_rresp__tvalid$488 ;
+  wire \spm_rresp__tvalid$186 ;
+  wire \spm_rresp__tvalid$523 ;
+  wire \spm_rresp__tvalid$524 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$141 ;
-  wire [79:0] \spm_wr__tdata$459 ;
-  wire [79:0] \spm_wr__tdata$460 ;
+  wire [79:0] \spm_wr__tdata$158 ;
+  wire [79:0] \spm_wr__tdata$495 ;
+  wire [79:0] \spm_wr__tdata$496 ;
   wire spm_wr__tready;
-  wire \spm_wr__tready$143 ;
-  wire \spm_wr__tready$461 ;
-  wire \spm_wr__tready$462 ;
+  wire \spm_wr__tready$160 ;
+  wire \spm_wr__tready$497 ;
+  wire \spm_wr__tready$498 ;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$145 ;
-  wire \spm_wr__tvalid$463 ;
-  wire \spm_wr__tvalid$464 ;
+  wire \spm_wr__tvalid$162 ;
+  wire \spm_wr__tvalid$499 ;
+  wire \spm_wr__tvalid$500 ;
   wire stall;
-  wire \stall$785 ;
+  wire \stall$720 ;
+  wire [31:0] stall_dep;
+  wire [31:0] \stall_dep$749 ;
+  wire [31:0] stall_mem;
+  wire [31:0] \stall_mem$751 ;
+  wire start;
+  wire \start$768 ;
+  wire [7:0] start_opcode;
+  wire [7:0] \start_opcode$772 ;
+  wire [15:0] start_tag;
+  wire [15:0] \start_tag$770 ;
   wire [15:0] tail;
-  wire [15:0] \tail$654 ;
+  wire [15:0] \tail$690 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$435 ;
+  wire [255:0] \tile_cmd__tdata$471 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$439 ;
+  wire \tile_cmd__tready$475 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$437 ;
+  wire \tile_cmd__tvalid$473 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$441 ;
+  wire [31:0] \tile_done__tdata$477 ;
   wire tile_done__tready;
-  wire \tile_done__tready$446 ;
+  wire \tile_done__tready$482 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$443 ;
+  wire \tile_done__tvalid$479 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$665 ;
-  wire trace0_clear;
+  wire [31:0] \timestamp$424 ;
+  wire [31:0] \timestamp$704 ;
+  wire [31:0] \timestamp$762 ;
   reg trace0_clear_written = 1'h0;
-  reg [63:0] trace0_end = 64'h0000000000000000;
-  reg trace0_end_valid = 1'h0;
-  reg [63:0] trace0_held = 64'h0000000000000000;
-  reg trace0_held_valid = 1'h0;
-  reg [63:0] trace0_start = 64'h0000000000000000;
-  reg trace0_start_valid = 1'h0;
-  wire trace1_clear;
   reg trace1_clear_written = 1'h0;
-  reg [63:0] trace1_end = 64'h0000000000000000;
-  reg trace1_end_valid = 1'h0;
-  reg [63:0] trace1_held = 64'h0000000000000000;
-  reg trace1_held_valid = 1'h0;
-  reg [63:0] trace1_start = 64'h0000000000000000;
-  reg trace1_start_valid = 1'h0;
   wire trace_end;
-  wire \trace_end$793 ;
+  wire \trace_end$775 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$791 ;
+  wire [7:0] \trace_end_opcode$779 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$789 ;
+  wire [15:0] \trace_end_tag$777 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$788 ;
+  wire [7:0] \trace_opcode$773 ;
   wire trace_start;
-  wire \trace_start$792 ;
+  wire \trace_start$769 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$790 ;
+  wire [7:0] \trace_status$781 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$787 ;
-  reg [63:0] w_data;
-  reg [63:0] \w_data$705 ;
-  reg w_en;
-  reg \w_en$707 ;
+  wire [15:0] \trace_tag$771 ;
+  wire valid0;
+  wire valid1;
+  wire [511:0] values;
+  wire [31:0] \values[0] ;
+  wire [31:0] \values[10] ;
+  wire [31:0] \values[11] ;
+  wire [31:0] \values[12] ;
+  wire [31:0] \values[13] ;
+  wire [31:0] \values[14] ;
+  wire [31:0] \values[15] ;
+  wire [31:0] \values[1] ;
+  wire [31:0] \values[2] ;
+  wire [31:0] \values[3] ;
+  wire [31:0] \values[4] ;
+  wire [31:0] \values[5] ;
+  wire [31:0] \values[6] ;
+  wire [31:0] \values[7] ;
+  wire [31:0] \values[8] ;
+  wire [31:0] \values[9] ;
+  wire waiting_dep;
+  wire \waiting_dep$719 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$611 ;
-  reg [8:0] writes_open0 = 9'h000;
-  reg [8:0] writes_open1 = 9'h000;
+  wire [31:0] \watchdog$647 ;
+  assign \$27  = \spm_rreq__tvalid$505  & \spm_rreq__tready$503 ;
+  assign \$28  = \spm_rresp__tvalid$523  & \spm_rresp__tready$521 ;
+  assign \$29  = \acc_wr__tvalid$511  & \acc_wr__tready$509 ;
+  assign \$30  = \acc_rreq__tvalid$517  & \acc_rreq__tready$515 ;
+  assign \$31  = \acc_rresp__tvalid$529  & \acc_rresp__tready$527 ;
+  assign \$32  = | { \$31 , \$30 , \$29 , \$28 , \$27 , \$26 , \$25 , \$24  };
+  assign \progress$649  = \$32  | \progress$650 ;
+  assign \$33  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
+  assign \host_reset$651  = soft_reset | \$33 ;
+  assign \resume$678  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$35  = soft_reset | \reset_units$715 ;
+  assign \$36  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign \clear$714  = \$35  | \$36 ;
+  assign \$37  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$765  = soft_reset | \$37 ;
+  assign \$39  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
+  assign \$40  = | \$39 ;
+  assign \$41  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \$42  = | \$41 ;
+  assign irq = \$40  | \$42 ;
+  assign \$43  = cycles + 1'h1;
+  assign \$44  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$45  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$46  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$47  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  always @(posedge clk)
+    cycles <= \$48 ;
+  always @(posedge clk)
+    GLOBAL_CYCLES_HI__value <= \$49 ;
+  always @(posedge clk)
+    resume_written0 <= \$50 ;
+  always @(posedge clk)
+    trace0_clear_written <= \$51 ;
+  always @(posedge clk)
+    resume_written1 <= \$52 ;
+  always @(posedge clk)
+    trace1_clear_written <= \$53 ;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \$5  = \axi__rvalid$280  & s2__rready;
-  assign \$6  = s2__wvalid & \axi__wready$286 ;
+  assign \$5  = \axi__rvalid$297  & s2__rready;
+  assign \$6  = s2__wvalid & \axi__wready$303 ;
   assign \$7  = spm_wr__tvalid & spm_wr__tready;
   assign \$8  = spm_rreq__tvalid & spm_rreq__tready;
   assign \$9  = spm_rresp__tvalid & spm_rresp__tready;
@@ -8492,272 +8411,18 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$11  = acc_rreq__tvalid & acc_rreq__tready;
   assign \$12  = acc_rresp__tvalid & acc_rresp__tready;
   assign \$13  = | { \$12 , \$11 , \$10 , \$9 , \$8 , \$7 , \$6 , \$5  };
-  assign progress = \$13  | \progress$295 ;
+  assign progress = \$13  | \progress$312 ;
   assign \$14  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
   assign host_reset = soft_reset | \$14 ;
   assign resume = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign \$16  = soft_reset | reset_units;
   assign \$17  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign perf_clear0 = \$16  | \$17 ;
-  assign \$18  = perf_busy - perf0_busy_compute_base;
-  assign \$19  = bytes_read - perf0_bytes_read_base;
-  assign \$20  = bytes_written - perf0_bytes_written_base;
-  assign \$21  = perf_macs - perf0_macs_base;
-  assign \$22  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign trace0_clear = soft_reset | \$22 ;
-  assign TRACE0_DATA_LO__value = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign TRACE0_DATA_HI__value = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign \$28  = \axi__rvalid$599  & s4__rready;
-  assign \$29  = s4__wvalid & \axi__wready$605 ;
-  assign \$30  = \spm_wr__tvalid$463  & \spm_wr__tready$461 ;
-  assign \$31  = \spm_rreq__tvalid$469  & \spm_rreq__tready$467 ;
-  assign \$32  = \spm_rresp__tvalid$487  & \spm_rresp__tready$485 ;
-  assign \$33  = \acc_wr__tvalid$475  & \acc_wr__tready$473 ;
-  assign \$34  = \acc_rreq__tvalid$481  & \acc_rreq__tready$479 ;
-  assign \$35  = \acc_rresp__tvalid$493  & \acc_rresp__tready$491 ;
-  assign \$36  = | { \$35 , \$34 , \$33 , \$32 , \$31 , \$30 , \$29 , \$28  };
-  assign \progress$613  = \$36  | \progress$614 ;
-  assign \$37  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$615  = soft_reset | \$37 ;
-  assign \resume$642  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$39  = soft_reset | \reset_units$671 ;
-  assign \$40  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign perf_clear1 = \$39  | \$40 ;
-  assign \$41  = \perf_busy$685  - perf1_busy_compute_base;
-  assign \$42  = \bytes_read$688  - perf1_bytes_read_base;
-  assign \$43  = \bytes_written$691  - perf1_bytes_written_base;
-  assign \$44  = \perf_macs$694  - perf1_macs_base;
-  assign \$45  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign trace1_clear = soft_reset | \$45 ;
-  assign TRACE1_DATA_LO__value = \r_data$713 [31:0] & { \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714  };
-  assign TRACE1_DATA_HI__value = \r_data$713 [63:32] & { \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714 , \r_rdy$714  };
-  assign \$49  = ! cmd__tdata[67:64];
-  assign \$50  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
-  assign \$51  = cmd__tdata[67:64] == 1'h1;
-  assign \$52  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(sem_delta);
-  assign \$53  = cmd__tdata[67:64] == 2'h2;
-  assign \$54  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(sem_delta);
-  assign \$55  = cmd__tdata[67:64] == 2'h3;
-  assign \$56  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(sem_delta);
-  assign \$57  = cmd__tdata[67:64] == 3'h4;
-  assign \$58  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(sem_delta);
-  assign \$59  = cmd__tdata[67:64] == 3'h5;
-  assign \$60  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(sem_delta);
-  assign \$61  = cmd__tdata[67:64] == 3'h6;
-  assign \$62  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(sem_delta);
-  assign \$63  = cmd__tdata[67:64] == 3'h7;
-  assign \$64  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(sem_delta);
-  assign \$65  = cmd__tdata[67:64] == 4'h8;
-  assign \$66  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(sem_delta);
-  assign \$67  = cmd__tdata[67:64] == 4'h9;
-  assign \$68  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(sem_delta);
-  assign \$69  = cmd__tdata[67:64] == 4'ha;
-  assign \$70  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(sem_delta);
-  assign \$71  = cmd__tdata[67:64] == 4'hb;
-  assign \$72  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(sem_delta);
-  assign \$73  = cmd__tdata[67:64] == 4'hc;
-  assign \$74  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(sem_delta);
-  assign \$75  = cmd__tdata[67:64] == 4'hd;
-  assign \$76  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(sem_delta);
-  assign \$77  = cmd__tdata[67:64] == 4'he;
-  assign \$78  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(sem_delta);
-  assign \$79  = cmd__tdata[67:64] == 4'hf;
-  assign \$80  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
-  assign \$81  = ~ granted_next;
-  assign \$82  = \sem_valid$759  & \$81 ;
-  assign \$83  = ! \cmd__tdata$434 [67:64];
-  assign \$84  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$762 );
-  assign \$85  = \cmd__tdata$434 [67:64] == 1'h1;
-  assign \$86  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$762 );
-  assign \$87  = \cmd__tdata$434 [67:64] == 2'h2;
-  assign \$88  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$762 );
-  assign \$89  = \cmd__tdata$434 [67:64] == 2'h3;
-  assign \$90  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$762 );
-  assign \$91  = \cmd__tdata$434 [67:64] == 3'h4;
-  assign \$92  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$762 );
-  assign \$93  = \cmd__tdata$434 [67:64] == 3'h5;
-  assign \$94  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$762 );
-  assign \$95  = \cmd__tdata$434 [67:64] == 3'h6;
-  assign \$96  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$762 );
-  assign \$97  = \cmd__tdata$434 [67:64] == 3'h7;
-  assign \$98  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$762 );
-  assign \$99  = \cmd__tdata$434 [67:64] == 4'h8;
-  assign \$100  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$762 );
-  assign \$101  = \cmd__tdata$434 [67:64] == 4'h9;
-  assign \$102  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$762 );
-  assign \$103  = \cmd__tdata$434 [67:64] == 4'ha;
-  assign \$104  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$762 );
-  assign \$105  = \cmd__tdata$434 [67:64] == 4'hb;
-  assign \$106  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$762 );
-  assign \$107  = \cmd__tdata$434 [67:64] == 4'hc;
-  assign \$108  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$762 );
-  assign \$109  = \cmd__tdata$434 [67:64] == 4'hd;
-  assign \$110  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$762 );
-  assign \$111  = \cmd__tdata$434 [67:64] == 4'he;
-  assign \$112  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$762 );
-  assign \$113  = \cmd__tdata$434 [67:64] == 4'hf;
-  assign \$114  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$762 );
-  assign \granted_next$763  = granted_next | \sem_valid$759 ;
-  assign \$115  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
-  assign \$116  = | \$115 ;
-  assign \$117  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
-  assign \$118  = | \$117 ;
-  assign irq = \$116  | \$118 ;
-  assign \$119  = cycles + 1'h1;
-  assign \$120  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$121  = s2__arvalid & \axi__arready$242 ;
-  assign \$122  = reads_open0 + \$121 ;
-  assign \$123  = \axi__rvalid$280  & s2__rready;
-  assign \$124  = \$123  & \axi__rlast$274 ;
-  assign \$125  = \$122  - \$124 ;
-  assign \$126  = s2__awvalid & \axi__awready$256 ;
-  assign \$127  = writes_open0 + \$126 ;
-  assign \$129  = \$127  - \$128 ;
-  assign \$130  = PERF0_CYCLES__value + 1'h1;
-  assign \$131  = | reads_open0;
-  assign \$132  = \$131  | s2__arvalid;
-  assign \$133  = PERF0_BUSY_LOAD__value + \$132 ;
-  assign \$134  = | writes_open0;
-  assign \$135  = \$134  | s2__awvalid;
-  assign \$136  = \$135  | s2__wvalid;
-  assign \$137  = PERF0_BUSY_STORE__value + \$136 ;
-  assign \$138  = PERF0_STALL_DEP__value + stall;
-  assign \$139  = | reads_open0;
-  assign \$140  = ~ \axi__rvalid$280 ;
-  assign \$141  = \$139  & \$140 ;
-  assign \$142  = ~ \axi__wready$286 ;
-  assign \$143  = s2__wvalid & \$142 ;
-  assign \$144  = \$141  | \$143 ;
-  assign \$145  = ~ \axi__arready$242 ;
-  assign \$146  = s2__arvalid & \$145 ;
-  assign \$147  = \$144  | \$146 ;
-  assign \$148  = PERF0_STALL_MEM__value + \$147 ;
-  assign \$149  = trace_start & TRACE0_CONTROL__value[0];
-  assign \$150  = ~ trace0_clear;
-  assign \$151  = \$149  & \$150 ;
-  assign \$152  = trace_end & TRACE0_CONTROL__value[0];
-  assign \$153  = ~ trace0_clear;
-  assign \$154  = \$152  & \$153 ;
-  assign \$155  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$156  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$157  = s4__arvalid & \axi__arready$561 ;
-  assign \$158  = reads_open1 + \$157 ;
-  assign \$159  = \axi__rvalid$599  & s4__rready;
-  assign \$160  = \$159  & \axi__rlast$593 ;
-  assign \$161  = \$158  - \$160 ;
-  assign \$162  = s4__awvalid & \axi__awready$575 ;
-  assign \$163  = writes_open1 + \$162 ;
-  assign \$165  = \$163  - \$164 ;
-  assign \$166  = PERF1_CYCLES__value + 1'h1;
-  assign \$167  = | reads_open1;
-  assign \$168  = \$167  | s4__arvalid;
-  assign \$169  = PERF1_BUSY_LOAD__value + \$168 ;
-  assign \$170  = | writes_open1;
-  assign \$171  = \$170  | s4__awvalid;
-  assign \$172  = \$171  | s4__wvalid;
-  assign \$173  = PERF1_BUSY_STORE__value + \$172 ;
-  assign \$174  = PERF1_STALL_DEP__value + \stall$785 ;
-  assign \$175  = | reads_open1;
-  assign \$176  = ~ \axi__rvalid$599 ;
-  assign \$177  = \$175  & \$176 ;
-  assign \$178  = ~ \axi__wready$605 ;
-  assign \$179  = s4__wvalid & \$178 ;
-  assign \$180  = \$177  | \$179 ;
-  assign \$181  = ~ \axi__arready$561 ;
-  assign \$182  = s4__arvalid & \$181 ;
-  assign \$183  = \$180  | \$182 ;
-  assign \$184  = PERF1_STALL_MEM__value + \$183 ;
-  assign \$185  = \trace_start$792  & TRACE1_CONTROL__value[0];
-  assign \$186  = ~ trace1_clear;
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = \trace_end$793  & TRACE1_CONTROL__value[0];
-  assign \$189  = ~ trace1_clear;
-  assign \$190  = \$188  & \$189 ;
-  assign \$191  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  always @(posedge clk)
-    cycles <= \$192 ;
-  always @(posedge clk)
-    GLOBAL_CYCLES_HI__value <= \$193 ;
-  always @(posedge clk)
-    resume_written0 <= \$194 ;
-  always @(posedge clk)
-    reads_open0 <= \$195 ;
-  always @(posedge clk)
-    writes_open0 <= \$196 ;
-  always @(posedge clk)
-    PERF0_CYCLES__value <= \$197 ;
-  always @(posedge clk)
-    PERF0_BUSY_LOAD__value <= \$198 ;
-  always @(posedge clk)
-    PERF0_BUSY_STORE__value <= \$199 ;
-  always @(posedge clk)
-    PERF0_STALL_DEP__value <= \$200 ;
-  always @(posedge clk)
-    PERF0_STALL_MEM__value <= \$201 ;
-  always @(posedge clk)
-    perf0_busy_compute_base <= \$202 ;
-  always @(posedge clk)
-    perf0_bytes_read_base <= \$203 ;
-  always @(posedge clk)
-    perf0_bytes_written_base <= \$204 ;
-  always @(posedge clk)
-    perf0_macs_base <= \$205 ;
-  always @(posedge clk)
-    PERF0_MACS_HI__value <= \$206 ;
-  always @(posedge clk)
-    trace0_start <= \$207 ;
-  always @(posedge clk)
-    trace0_end <= \$208 ;
-  always @(posedge clk)
-    trace0_start_valid <= \$209 ;
-  always @(posedge clk)
-    trace0_end_valid <= \$210 ;
-  always @(posedge clk)
-    trace0_held_valid <= \$211 ;
-  always @(posedge clk)
-    trace0_held <= \$212 ;
-  always @(posedge clk)
-    trace0_clear_written <= \$213 ;
-  always @(posedge clk)
-    resume_written1 <= \$214 ;
-  always @(posedge clk)
-    reads_open1 <= \$215 ;
-  always @(posedge clk)
-    writes_open1 <= \$216 ;
-  always @(posedge clk)
-    PERF1_CYCLES__value <= \$217 ;
-  always @(posedge clk)
-    PERF1_BUSY_LOAD__value <= \$218 ;
-  always @(posedge clk)
-    PERF1_BUSY_STORE__value <= \$219 ;
-  always @(posedge clk)
-    PERF1_STALL_DEP__value <= \$220 ;
-  always @(posedge clk)
-    PERF1_STALL_MEM__value <= \$221 ;
-  always @(posedge clk)
-    perf1_busy_compute_base <= \$222 ;
-  always @(posedge clk)
-    perf1_bytes_read_base <= \$223 ;
-  always @(posedge clk)
-    perf1_bytes_written_base <= \$224 ;
-  always @(posedge clk)
-    perf1_macs_base <= \$225 ;
-  always @(posedge clk)
-    PERF1_MACS_HI__value <= \$226 ;
-  always @(posedge clk)
-    trace1_start <= \$227 ;
-  always @(posedge clk)
-    trace1_end <= \$228 ;
-  always @(posedge clk)
-    trace1_start_valid <= \$229 ;
-  always @(posedge clk)
-    trace1_end_valid <= \$230 ;
-  always @(posedge clk)
-    trace1_held_valid <= \$231 ;
-  always @(posedge clk)
-    trace1_held <= \$232 ;
-  always @(posedge clk)
-    trace1_clear_written <= \$233 ;
+  assign clear = \$16  | \$17 ;
+  assign \$18  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$427  = soft_reset | \$18 ;
+  assign \$24  = \axi__rvalid$635  & s4__rready;
+  assign \$25  = s4__wvalid & \axi__wready$641 ;
+  assign \$26  = \spm_wr__tvalid$499  & \spm_wr__tready$497 ;
   \dx1_board.soc.core0  core0 (
     .acc_rreq__tready(acc_rreq__tready),
     .acc_rreq__tvalid(acc_rreq__tvalid),
@@ -8771,11 +8436,11 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .cmd__tvalid(cmd__tvalid),
     .done__tdata(tile_done__tdata),
     .done__tvalid(done__tvalid),
-    .perf_busy(perf_busy),
-    .perf_macs(perf_macs),
-    .\port$10719$0 (\$234 ),
-    .\port$10721$0 (\$235 ),
-    .progress(\progress$295 ),
+    .perf_busy(busy_compute_source),
+    .perf_macs(macs_source),
+    .\port$10677$0 (\$54 ),
+    .\port$10679$0 (\$55 ),
+    .progress(\progress$312 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -8790,35 +8455,35 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$479 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$481 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$489 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$493 ),
-    .acc_wr__tready(\acc_wr__tready$473 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$475 ),
+    .acc_rreq__tready(\acc_rreq__tready$515 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$517 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$525 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$529 ),
+    .acc_wr__tready(\acc_wr__tready$509 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$511 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$434 ),
-    .cmd__tready(\cmd__tready$440 ),
-    .cmd__tvalid(\cmd__tvalid$436 ),
-    .done__tdata(\tile_done__tdata$441 ),
-    .done__tvalid(\done__tvalid$444 ),
-    .perf_busy(\perf_busy$685 ),
-    .perf_macs(\perf_macs$694 ),
-    .\port$12214$0 (\$236 ),
-    .\port$12216$0 (\$237 ),
-    .progress(\progress$614 ),
-    .r_en(\done__tready$445 ),
-    .\r_en$122 (\spm_rresp__tready$485 ),
-    .\r_en$135 (\acc_rresp__tready$491 ),
-    .reset_units(\reset_units$671 ),
+    .cmd__tdata(\cmd__tdata$470 ),
+    .cmd__tready(\cmd__tready$476 ),
+    .cmd__tvalid(\cmd__tvalid$472 ),
+    .done__tdata(\tile_done__tdata$477 ),
+    .done__tvalid(\done__tvalid$480 ),
+    .perf_busy(\busy_compute_source$732 ),
+    .perf_macs(\macs_source$734 ),
+    .\port$12214$0 (\$57 ),
+    .\port$12216$0 (\$58 ),
+    .progress(\progress$650 ),
+    .r_en(\done__tready$481 ),
+    .\r_en$122 (\spm_rresp__tready$521 ),
+    .\r_en$135 (\acc_rresp__tready$527 ),
+    .reset_units(\reset_units$715 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$465 ),
-    .spm_rreq__tready(\spm_rreq__tready$467 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$469 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$483 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$487 ),
-    .spm_wr__tready(\spm_wr__tready$461 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$463 )
+    .spm_rreq__tdata(\spm_rreq__tdata$501 ),
+    .spm_rreq__tready(\spm_rreq__tready$503 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$505 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$519 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$523 ),
+    .spm_wr__tready(\spm_wr__tready$497 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$499 )
   );
   \dx1_board.soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -8849,9 +8514,9 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .cmd(cmd__tdata),
     .cq_base(cq_base),
     .dma_base(dma_base),
-    .dma_cmd__tvalid(\cmd__tvalid$132 ),
+    .dma_cmd__tvalid(\cmd__tvalid$149 ),
     .dma_done__tdata(dma_done__tdata),
-    .dma_done__tready(\done__tready$136 ),
+    .dma_done__tready(\done__tready$153 ),
     .dma_done__tvalid(dma_done__tvalid),
     .dma_limit(dma_limit),
     .dma_ready(dma_cmd__tready),
@@ -8864,22 +8529,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$8968$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8970$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8972$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8974$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8976$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8978$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8980$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8982$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8984$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8986$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8988$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8990$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8992$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8994$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8996$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8998$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8922$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8924$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8926$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8928$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8930$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8932$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8934$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8936$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8938$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8940$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8942$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8944$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8946$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8948$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8950$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8952$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8888,25 +8553,25 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
     .ring_reset(ring_reset),
     .rst(rst),
-    .sem_delta(sem_delta),
+    .sem_delta(delta0),
     .sem_grant(sem_grant),
-    .sem_valid(sem_valid),
-    .stall(stall),
+    .sem_valid(valid0),
+    .stall(waiting_dep),
     .tail(tail),
-    .taken(trace_start),
+    .taken(start),
     .tile_cmd__tvalid(tile_cmd__tvalid),
     .tile_done__tdata(tile_done__tdata),
     .tile_done__tready(tile_done__tready),
     .tile_done__tvalid(tile_done__tvalid),
     .tile_ready(tile_cmd__tready),
     .timestamp(cycles[31:0]),
-    .trace_end(trace_end),
-    .trace_end_opcode(trace_end_opcode),
-    .trace_end_tag(trace_end_tag)
+    .trace_end(\end ),
+    .trace_end_opcode(end_opcode),
+    .trace_end_tag(end_tag)
   );
   \dx1_board.soc.cp1  cp1 (
-    .abort_done(\abort_done$628 ),
-    .abort_req(\abort_req$618 ),
+    .abort_done(\abort_done$664 ),
+    .abort_req(\abort_req$654 ),
     .axi__araddr(s3__araddr),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
@@ -8915,78 +8580,78 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__rready(s3__rready),
     .axi__wdata(s3__wdata),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$620 ),
-    .budget(\watchdog$611 ),
-    .bus__arready(\axi__arready$503 ),
-    .bus__awready(\axi__awready$517 ),
-    .bus__bid(\axi__bid$523 ),
-    .bus__bresp(\axi__bresp$527 ),
-    .bus__bvalid(\axi__bvalid$529 ),
-    .bus__rdata(\axi__rdata$531 ),
-    .bus__rid(\axi__rid$533 ),
-    .bus__rlast(\axi__rlast$535 ),
-    .bus__rresp(\axi__rresp$539 ),
-    .bus__rvalid(\axi__rvalid$541 ),
-    .bus__wready(\axi__wready$547 ),
-    .\busy$257 (\busy$656 ),
+    .axi_quiet(\cp_quiet$656 ),
+    .budget(\watchdog$647 ),
+    .bus__arready(\axi__arready$539 ),
+    .bus__awready(\axi__awready$553 ),
+    .bus__bid(\axi__bid$559 ),
+    .bus__bresp(\axi__bresp$563 ),
+    .bus__bvalid(\axi__bvalid$565 ),
+    .bus__rdata(\axi__rdata$567 ),
+    .bus__rid(\axi__rid$569 ),
+    .bus__rlast(\axi__rlast$571 ),
+    .bus__rresp(\axi__rresp$575 ),
+    .bus__rvalid(\axi__rvalid$577 ),
+    .bus__wready(\axi__wready$583 ),
+    .\busy$257 (\busy$692 ),
     .clk(clk),
-    .cmd(\cmd__tdata$434 ),
-    .cq_base(\cq_base$634 ),
-    .dma_base(\dma_base$636 ),
-    .dma_cmd__tvalid(\cmd__tvalid$451 ),
-    .dma_done__tdata(\dma_done__tdata$453 ),
-    .dma_done__tready(\done__tready$455 ),
-    .dma_done__tvalid(\dma_done__tvalid$457 ),
-    .dma_limit(\dma_limit$638 ),
-    .dma_ready(\dma_cmd__tready$449 ),
-    .doorbell(\doorbell$647 ),
+    .cmd(\cmd__tdata$470 ),
+    .cq_base(\cq_base$670 ),
+    .dma_base(\dma_base$672 ),
+    .dma_cmd__tvalid(\cmd__tvalid$487 ),
+    .dma_done__tdata(\dma_done__tdata$489 ),
+    .dma_done__tready(\done__tready$491 ),
+    .dma_done__tvalid(\dma_done__tvalid$493 ),
+    .dma_limit(\dma_limit$674 ),
+    .dma_ready(\dma_cmd__tready$485 ),
+    .doorbell(\doorbell$683 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$660 ),
-    .error_index(\error_index$661 ),
-    .halted(\halted$657 ),
-    .head(\head$652 ),
-    .irq_completion(\irq_completion$663 ),
-    .irq_error(\irq_error$664 ),
-    .\port$8968$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8970$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8972$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8974$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8976$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8978$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8980$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8982$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8984$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8986$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8988$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8990$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8992$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8994$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8996$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8998$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$613 ),
-    .quiesce(\quiesce$624 ),
-    .reset_cp(\reset_cp$795 ),
-    .resume(\resume$642 ),
-    .ring_base(\ring_base$630 ),
+    .error_code(\error_code$696 ),
+    .error_index(\error_index$697 ),
+    .halted(\halted$693 ),
+    .head(\head$688 ),
+    .irq_completion(\irq_completion$699 ),
+    .irq_error(\irq_error$700 ),
+    .\port$8922$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8924$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8926$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8928$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8930$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8932$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8934$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8936$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8938$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8940$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8942$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8944$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8946$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8948$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8950$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8952$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$649 ),
+    .quiesce(\quiesce$660 ),
+    .reset_cp(\reset_cp$835 ),
+    .resume(\resume$678 ),
+    .ring_base(\ring_base$666 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$645 ),
+    .ring_reset(\ring_reset$681 ),
     .rst(rst),
-    .sem_delta(\sem_delta$762 ),
-    .sem_grant(\sem_grant$760 ),
-    .sem_valid(\sem_valid$759 ),
-    .stall(\stall$785 ),
-    .tail(\tail$654 ),
-    .taken(\trace_start$792 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$437 ),
-    .tile_done__tdata(\tile_done__tdata$441 ),
-    .tile_done__tready(\tile_done__tready$446 ),
-    .tile_done__tvalid(\tile_done__tvalid$443 ),
-    .tile_ready(\tile_cmd__tready$439 ),
+    .sem_delta(delta1),
+    .sem_grant(\sem_grant$712 ),
+    .sem_valid(valid1),
+    .stall(\waiting_dep$719 ),
+    .tail(\tail$690 ),
+    .taken(\start$768 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$473 ),
+    .tile_done__tdata(\tile_done__tdata$477 ),
+    .tile_done__tready(\tile_done__tready$482 ),
+    .tile_done__tvalid(\tile_done__tvalid$479 ),
+    .tile_ready(\tile_cmd__tready$475 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\trace_end$793 ),
-    .trace_end_opcode(\trace_end_opcode$791 ),
-    .trace_end_tag(\trace_end_tag$789 )
+    .trace_end(\end$774 ),
+    .trace_end_opcode(\end_opcode$778 ),
+    .trace_end_tag(\end_tag$776 )
   );
   \dx1_board.soc.dma0  dma0 (
     .abort(abort),
@@ -9008,28 +8673,28 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__wlast(s2__wlast),
     .axi__wstrb(s2__wstrb),
     .axi__wvalid(s2__wvalid),
-    .bus__arready(\axi__arready$242 ),
-    .bus__awready(\axi__awready$256 ),
-    .bus__bid(\axi__bid$262 ),
-    .bus__bresp(\axi__bresp$266 ),
-    .bus__bvalid(\axi__bvalid$268 ),
-    .bus__rdata(\axi__rdata$270 ),
-    .bus__rid(\axi__rid$272 ),
-    .bus__rlast(\axi__rlast$274 ),
-    .bus__rresp(\axi__rresp$278 ),
-    .bus__rvalid(\axi__rvalid$280 ),
-    .bus__wready(\axi__wready$286 ),
-    .bytes_read(bytes_read),
-    .bytes_written(bytes_written),
+    .bus__arready(\axi__arready$259 ),
+    .bus__awready(\axi__awready$273 ),
+    .bus__bid(\axi__bid$279 ),
+    .bus__bresp(\axi__bresp$283 ),
+    .bus__bvalid(\axi__bvalid$285 ),
+    .bus__rdata(\axi__rdata$287 ),
+    .bus__rid(\axi__rid$289 ),
+    .bus__rlast(\axi__rlast$291 ),
+    .bus__rresp(\axi__rresp$295 ),
+    .bus__rvalid(\axi__rvalid$297 ),
+    .bus__wready(\axi__wready$303 ),
+    .bytes_read(bytes_read_source),
+    .bytes_written(bytes_written_source),
     .clk(clk),
     .cmd__tdata(cmd__tdata),
     .cmd__tready(dma_cmd__tready),
-    .cmd__tvalid(\cmd__tvalid$132 ),
+    .cmd__tvalid(\cmd__tvalid$149 ),
     .done__tdata(dma_done__tdata),
-    .done__tready(\done__tready$136 ),
+    .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$10719$0 (\$234 ),
-    .\port$10721$0 (\$235 ),
+    .\port$10677$0 (\$54 ),
+    .\port$10679$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -9043,14 +8708,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.dma1  dma1 (
-    .abort(\abort$626 ),
-    .acc_rreq__tready(\acc_rreq__tready$479 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$481 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$489 ),
-    .acc_rresp__tready(\acc_rresp__tready$491 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$493 ),
-    .acc_wr__tready(\acc_wr__tready$473 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$475 ),
+    .abort(\abort$662 ),
+    .acc_rreq__tready(\acc_rreq__tready$515 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$517 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$525 ),
+    .acc_rresp__tready(\acc_rresp__tready$527 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$529 ),
+    .acc_wr__tready(\acc_wr__tready$509 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$511 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
     .axi__arvalid(s4__arvalid),
@@ -9062,39 +8727,39 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__wlast(s4__wlast),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bus__arready(\axi__arready$561 ),
-    .bus__awready(\axi__awready$575 ),
-    .bus__bid(\axi__bid$581 ),
-    .bus__bresp(\axi__bresp$585 ),
-    .bus__bvalid(\axi__bvalid$587 ),
-    .bus__rdata(\axi__rdata$589 ),
-    .bus__rid(\axi__rid$591 ),
-    .bus__rlast(\axi__rlast$593 ),
-    .bus__rresp(\axi__rresp$597 ),
-    .bus__rvalid(\axi__rvalid$599 ),
-    .bus__wready(\axi__wready$605 ),
-    .bytes_read(\bytes_read$688 ),
-    .bytes_written(\bytes_written$691 ),
+    .bus__arready(\axi__arready$597 ),
+    .bus__awready(\axi__awready$611 ),
+    .bus__bid(\axi__bid$617 ),
+    .bus__bresp(\axi__bresp$621 ),
+    .bus__bvalid(\axi__bvalid$623 ),
+    .bus__rdata(\axi__rdata$625 ),
+    .bus__rid(\axi__rid$627 ),
+    .bus__rlast(\axi__rlast$629 ),
+    .bus__rresp(\axi__rresp$633 ),
+    .bus__rvalid(\axi__rvalid$635 ),
+    .bus__wready(\axi__wready$641 ),
+    .bytes_read(\bytes_read_source$736 ),
+    .bytes_written(\bytes_written_source$738 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$434 ),
-    .cmd__tready(\dma_cmd__tready$449 ),
-    .cmd__tvalid(\cmd__tvalid$451 ),
-    .done__tdata(\dma_done__tdata$453 ),
-    .done__tready(\done__tready$455 ),
-    .done__tvalid(\dma_done__tvalid$457 ),
-    .\port$12214$0 (\$236 ),
-    .\port$12216$0 (\$237 ),
-    .quiet(\dma_quiet$622 ),
-    .reset_units(\reset_units$671 ),
+    .cmd__tdata(\cmd__tdata$470 ),
+    .cmd__tready(\dma_cmd__tready$485 ),
+    .cmd__tvalid(\cmd__tvalid$487 ),
+    .done__tdata(\dma_done__tdata$489 ),
+    .done__tready(\done__tready$491 ),
+    .done__tvalid(\dma_done__tvalid$493 ),
+    .\port$12214$0 (\$57 ),
+    .\port$12216$0 (\$58 ),
+    .quiet(\dma_quiet$658 ),
+    .reset_units(\reset_units$715 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$465 ),
-    .spm_rreq__tready(\spm_rreq__tready$467 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$469 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$483 ),
-    .spm_rresp__tready(\spm_rresp__tready$485 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$487 ),
-    .spm_wr__tready(\spm_wr__tready$461 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$463 )
+    .spm_rreq__tdata(\spm_rreq__tdata$501 ),
+    .spm_rreq__tready(\spm_rreq__tready$503 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$505 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$519 ),
+    .spm_rresp__tready(\spm_rresp__tready$521 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$523 ),
+    .spm_wr__tready(\spm_wr__tready$497 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$499 )
   );
   \dx1_board.soc.memory  memory (
     .clk(clk),
@@ -9143,67 +8808,131 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\s1__wvalid$186 (s1__wvalid),
     .\s2__araddr$299 (s2__araddr),
     .s2__arlen(s2__arlen),
-    .s2__arready(\axi__arready$242 ),
+    .s2__arready(\axi__arready$259 ),
     .\s2__arvalid$309 (s2__arvalid),
     .\s2__awaddr$315 (s2__awaddr),
     .s2__awlen(s2__awlen),
-    .s2__awready(\axi__awready$256 ),
+    .s2__awready(\axi__awready$273 ),
     .\s2__awvalid$325 (s2__awvalid),
-    .s2__bid(\axi__bid$262 ),
-    .s2__bresp(\axi__bresp$266 ),
-    .s2__bvalid(\axi__bvalid$268 ),
-    .s2__rdata(\axi__rdata$270 ),
-    .s2__rid(\axi__rid$272 ),
-    .s2__rlast(\axi__rlast$274 ),
+    .s2__bid(\axi__bid$279 ),
+    .s2__bresp(\axi__bresp$283 ),
+    .s2__bvalid(\axi__bvalid$285 ),
+    .s2__rdata(\axi__rdata$287 ),
+    .s2__rid(\axi__rid$289 ),
+    .s2__rlast(\axi__rlast$291 ),
     .\s2__rready$313 (s2__rready),
-    .s2__rresp(\axi__rresp$278 ),
-    .s2__rvalid(\axi__rvalid$280 ),
+    .s2__rresp(\axi__rresp$295 ),
+    .s2__rvalid(\axi__rvalid$297 ),
     .s2__wdata(s2__wdata),
     .s2__wlast(s2__wlast),
-    .s2__wready(\axi__wready$286 ),
+    .s2__wready(\axi__wready$303 ),
     .s2__wstrb(s2__wstrb),
     .\s2__wvalid$335 (s2__wvalid),
     .\s3__araddr$448 (s3__araddr),
-    .s3__arready(\axi__arready$503 ),
+    .s3__arready(\axi__arready$539 ),
     .\s3__arvalid$458 (s3__arvalid),
     .\s3__awaddr$464 (s3__awaddr),
-    .s3__awready(\axi__awready$517 ),
+    .s3__awready(\axi__awready$553 ),
     .\s3__awvalid$474 (s3__awvalid),
-    .s3__bid(\axi__bid$523 ),
+    .s3__bid(\axi__bid$559 ),
     .\s3__bready$486 (s3__bready),
-    .s3__bresp(\axi__bresp$527 ),
-    .s3__bvalid(\axi__bvalid$529 ),
-    .s3__rdata(\axi__rdata$531 ),
-    .s3__rid(\axi__rid$533 ),
-    .s3__rlast(\axi__rlast$535 ),
+    .s3__bresp(\axi__bresp$563 ),
+    .s3__bvalid(\axi__bvalid$565 ),
+    .s3__rdata(\axi__rdata$567 ),
+    .s3__rid(\axi__rid$569 ),
+    .s3__rlast(\axi__rlast$571 ),
     .\s3__rready$462 (s3__rready),
-    .s3__rresp(\axi__rresp$539 ),
-    .s3__rvalid(\axi__rvalid$541 ),
+    .s3__rresp(\axi__rresp$575 ),
+    .s3__rvalid(\axi__rvalid$577 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$547 ),
+    .s3__wready(\axi__wready$583 ),
     .\s3__wvalid$484 (s3__wvalid),
     .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$561 ),
+    .s4__arready(\axi__arready$597 ),
     .\s4__arvalid$607 (s4__arvalid),
     .\s4__awaddr$613 (s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$575 ),
+    .s4__awready(\axi__awready$611 ),
     .\s4__awvalid$623 (s4__awvalid),
-    .s4__bid(\axi__bid$581 ),
-    .s4__bresp(\axi__bresp$585 ),
-    .s4__bvalid(\axi__bvalid$587 ),
-    .s4__rdata(\axi__rdata$589 ),
-    .s4__rid(\axi__rid$591 ),
-    .s4__rlast(\axi__rlast$593 ),
+    .s4__bid(\axi__bid$617 ),
+    .s4__bresp(\axi__bresp$621 ),
+    .s4__bvalid(\axi__bvalid$623 ),
+    .s4__rdata(\axi__rdata$625 ),
+    .s4__rid(\axi__rid$627 ),
+    .s4__rlast(\axi__rlast$629 ),
     .\s4__rready$611 (s4__rready),
-    .s4__rresp(\axi__rresp$597 ),
-    .s4__rvalid(\axi__rvalid$599 ),
+    .s4__rresp(\axi__rresp$633 ),
+    .s4__rvalid(\axi__rvalid$635 ),
     .s4__wdata(s4__wdata),
     .s4__wlast(s4__wlast),
-    .s4__wready(\axi__wready$605 ),
+    .s4__wready(\axi__wready$641 ),
     .s4__wstrb(s4__wstrb),
     .\s4__wvalid$633 (s4__wvalid)
+  );
+  \dx1_board.soc.perf0  perf0 (
+    .busy_compute(PERF0_BUSY_COMPUTE__value),
+    .busy_compute_source(busy_compute_source),
+    .busy_load(PERF0_BUSY_LOAD__value),
+    .busy_store(PERF0_BUSY_STORE__value),
+    .bytes_read(PERF0_BYTES_READ__value),
+    .bytes_read_source(bytes_read_source),
+    .bytes_written(PERF0_BYTES_WRITTEN__value),
+    .bytes_written_source(bytes_written_source),
+    .clear(clear),
+    .clk(clk),
+    .cycles(PERF0_CYCLES__value),
+    .dma_arready(\axi__arready$259 ),
+    .dma_arvalid(s2__arvalid),
+    .dma_awready(\axi__awready$273 ),
+    .dma_awvalid(s2__awvalid),
+    .dma_bvalid(\axi__bvalid$285 ),
+    .dma_rlast(\axi__rlast$291 ),
+    .dma_rready(s2__rready),
+    .dma_rvalid(\axi__rvalid$297 ),
+    .dma_wready(\axi__wready$303 ),
+    .dma_wvalid(s2__wvalid),
+    .macs_hi(PERF0_MACS_HI__value),
+    .macs_lo(PERF0_MACS_LO__value),
+    .macs_lo_read(macs_lo_read),
+    .macs_source(macs_source),
+    .reset_units(reset_units),
+    .rst(rst),
+    .stall_dep(PERF0_STALL_DEP__value),
+    .stall_mem(PERF0_STALL_MEM__value),
+    .waiting_dep(waiting_dep)
+  );
+  \dx1_board.soc.perf1  perf1 (
+    .busy_compute(PERF1_BUSY_COMPUTE__value),
+    .busy_compute_source(\busy_compute_source$732 ),
+    .busy_load(PERF1_BUSY_LOAD__value),
+    .busy_store(PERF1_BUSY_STORE__value),
+    .bytes_read(PERF1_BYTES_READ__value),
+    .bytes_read_source(\bytes_read_source$736 ),
+    .bytes_written(PERF1_BYTES_WRITTEN__value),
+    .bytes_written_source(\bytes_written_source$738 ),
+    .clear(\clear$714 ),
+    .clk(clk),
+    .cycles(PERF1_CYCLES__value),
+    .dma_arready(\axi__arready$597 ),
+    .dma_arvalid(s4__arvalid),
+    .dma_awready(\axi__awready$611 ),
+    .dma_awvalid(s4__awvalid),
+    .dma_bvalid(\axi__bvalid$623 ),
+    .dma_rlast(\axi__rlast$629 ),
+    .dma_rready(s4__rready),
+    .dma_rvalid(\axi__rvalid$635 ),
+    .dma_wready(\axi__wready$641 ),
+    .dma_wvalid(s4__wvalid),
+    .macs_hi(PERF1_MACS_HI__value),
+    .macs_lo(PERF1_MACS_LO__value),
+    .macs_lo_read(\macs_lo_read$740 ),
+    .macs_source(\macs_source$734 ),
+    .reset_units(\reset_units$715 ),
+    .rst(rst),
+    .stall_dep(PERF1_STALL_DEP__value),
+    .stall_mem(PERF1_STALL_MEM__value),
+    .waiting_dep(\waiting_dep$719 )
   );
   \dx1_board.soc.regfile  regfile (
     .GLOBAL_CYCLES_HI__value(GLOBAL_CYCLES_HI__value),
@@ -9259,28 +8988,28 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .GLOBAL_SEM9__set(GLOBAL_SEM9__set),
     .GLOBAL_SEM9__set_value(GLOBAL_SEM9__set_value),
     .GLOBAL_SEM9__value(GLOBAL_SEM9__value),
-    .PERF0_BUSY_COMPUTE__value(\$18 [31:0]),
+    .PERF0_BUSY_COMPUTE__value(PERF0_BUSY_COMPUTE__value),
     .PERF0_BUSY_LOAD__value(PERF0_BUSY_LOAD__value),
     .PERF0_BUSY_STORE__value(PERF0_BUSY_STORE__value),
-    .PERF0_BYTES_READ__value(\$19 [31:0]),
-    .PERF0_BYTES_WRITTEN__value(\$20 [31:0]),
+    .PERF0_BYTES_READ__value(PERF0_BYTES_READ__value),
+    .PERF0_BYTES_WRITTEN__value(PERF0_BYTES_WRITTEN__value),
     .PERF0_CONTROL_write(PERF0_CONTROL__write),
     .PERF0_CYCLES__value(PERF0_CYCLES__value),
     .PERF0_MACS_HI__value(PERF0_MACS_HI__value),
-    .PERF0_MACS_LO__read(PERF0_MACS_LO__read),
-    .PERF0_MACS_LO__value(\$21 [31:0]),
+    .PERF0_MACS_LO__read(macs_lo_read),
+    .PERF0_MACS_LO__value(PERF0_MACS_LO__value),
     .PERF0_STALL_DEP__value(PERF0_STALL_DEP__value),
     .PERF0_STALL_MEM__value(PERF0_STALL_MEM__value),
-    .PERF1_BUSY_COMPUTE__value(\$41 [31:0]),
+    .PERF1_BUSY_COMPUTE__value(PERF1_BUSY_COMPUTE__value),
     .PERF1_BUSY_LOAD__value(PERF1_BUSY_LOAD__value),
     .PERF1_BUSY_STORE__value(PERF1_BUSY_STORE__value),
-    .PERF1_BYTES_READ__value(\$42 [31:0]),
-    .PERF1_BYTES_WRITTEN__value(\$43 [31:0]),
+    .PERF1_BYTES_READ__value(PERF1_BYTES_READ__value),
+    .PERF1_BYTES_WRITTEN__value(PERF1_BYTES_WRITTEN__value),
     .PERF1_CONTROL_write(PERF1_CONTROL__write),
     .PERF1_CYCLES__value(PERF1_CYCLES__value),
     .PERF1_MACS_HI__value(PERF1_MACS_HI__value),
-    .PERF1_MACS_LO__read(PERF1_MACS_LO__read),
-    .PERF1_MACS_LO__value(\$44 [31:0]),
+    .PERF1_MACS_LO__read(\macs_lo_read$740 ),
+    .PERF1_MACS_LO__value(PERF1_MACS_LO__value),
     .PERF1_STALL_DEP__value(PERF1_STALL_DEP__value),
     .PERF1_STALL_MEM__value(PERF1_STALL_MEM__value),
     .QUEUE0_CONTROL__set(QUEUE0_CONTROL__set),
@@ -9319,14 +9048,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$634 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$670 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$636 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$672 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$638 ),
-    .QUEUE1_DOORBELL_write(\doorbell$647 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$674 ),
+    .QUEUE1_DOORBELL_write(\doorbell$683 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -9335,26 +9064,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$630 ),
+    .QUEUE1_RING_BASE__value(\ring_base$666 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$645 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$681 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$611 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$647 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
     .TRACE0_CONTROL_write(TRACE0_CONTROL__write),
-    .TRACE0_DATA_HI__read(r_en),
+    .TRACE0_DATA_HI__read(pop),
     .TRACE0_DATA_HI__value(TRACE0_DATA_HI__value),
     .TRACE0_DATA_LO__value(TRACE0_DATA_LO__value),
     .TRACE1_CONTROL__set(TRACE1_CONTROL__set),
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$716 ),
+    .TRACE1_DATA_HI__read(\pop$788 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(bus__araddr),
@@ -9374,32 +9103,32 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10765$0 (head),
-    .\port$10767$0 (tail),
-    .\port$10773$0 (halted),
-    .\port$10775$0 (error_code),
-    .\port$10777$0 (error_index),
-    .\port$10778$0 (irq_error),
-    .\port$10929$0 (irq_completion),
-    .\port$12260$0 (\head$652 ),
-    .\port$12262$0 (\tail$654 ),
-    .\port$12268$0 (\halted$657 ),
-    .\port$12270$0 (\error_code$660 ),
-    .\port$12272$0 (\error_index$661 ),
-    .\port$12273$0 (\irq_error$664 ),
-    .\port$12424$0 (\irq_completion$663 ),
-    .\port$3055$0 (\busy$339 ),
-    .\port$4512$0 (busy),
-    .\port$5180$0 (level),
-    .\port$5240$0 (\busy$658 ),
-    .\port$6697$0 (\busy$656 ),
-    .\port$7365$0 (\level$711 ),
+    .\port$10723$0 (head),
+    .\port$10725$0 (tail),
+    .\port$10731$0 (halted),
+    .\port$10733$0 (error_code),
+    .\port$10735$0 (error_index),
+    .\port$10736$0 (irq_error),
+    .\port$10887$0 (irq_completion),
+    .\port$12260$0 (\head$688 ),
+    .\port$12262$0 (\tail$690 ),
+    .\port$12268$0 (\halted$693 ),
+    .\port$12270$0 (\error_code$696 ),
+    .\port$12272$0 (\error_index$697 ),
+    .\port$12273$0 (\irq_error$700 ),
+    .\port$12424$0 (\irq_completion$699 ),
+    .\port$2971$0 (\busy$356 ),
+    .\port$4428$0 (busy),
+    .\port$5154$0 (\$56 ),
+    .\port$5214$0 (\busy$694 ),
+    .\port$6671$0 (\busy$692 ),
+    .\port$7397$0 (\$59 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
-    .busy(\busy$339 ),
+    .busy(\busy$356 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -9411,40 +9140,82 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .rst(rst)
   );
   \dx1_board.soc.reset1  reset1 (
-    .abort_done(\abort_done$628 ),
-    .abort_req(\abort_req$618 ),
-    .busy(\busy$658 ),
+    .abort_done(\abort_done$664 ),
+    .abort_req(\abort_req$654 ),
+    .busy(\busy$694 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$624 ),
-    .cp_quiet(\cp_quiet$620 ),
-    .dma_abort(\abort$626 ),
-    .dma_quiet(\dma_quiet$622 ),
-    .host_reset(\host_reset$615 ),
-    .reset_cp(\reset_cp$795 ),
-    .reset_units(\reset_units$671 ),
+    .cp_quiesce(\quiesce$660 ),
+    .cp_quiet(\cp_quiet$656 ),
+    .dma_abort(\abort$662 ),
+    .dma_quiet(\dma_quiet$658 ),
+    .host_reset(\host_reset$651 ),
+    .reset_cp(\reset_cp$835 ),
+    .reset_units(\reset_units$715 ),
     .rst(rst)
   );
+  \dx1_board.soc.semaphores  semaphores (
+    .delta0(delta0),
+    .delta1(delta1),
+    .grant0(sem_grant),
+    .grant1(\sem_grant$712 ),
+    .index0(cmd__tdata[67:64]),
+    .index1(\cmd__tdata$470 [67:64]),
+    .\port$8922$0 (GLOBAL_SEM0__value),
+    .\port$8924$0 (GLOBAL_SEM1__value),
+    .\port$8926$0 (GLOBAL_SEM2__value),
+    .\port$8928$0 (GLOBAL_SEM3__value),
+    .\port$8930$0 (GLOBAL_SEM4__value),
+    .\port$8932$0 (GLOBAL_SEM5__value),
+    .\port$8934$0 (GLOBAL_SEM6__value),
+    .\port$8936$0 (GLOBAL_SEM7__value),
+    .\port$8938$0 (GLOBAL_SEM8__value),
+    .\port$8940$0 (GLOBAL_SEM9__value),
+    .\port$8942$0 (GLOBAL_SEM10__value),
+    .\port$8944$0 (GLOBAL_SEM11__value),
+    .\port$8946$0 (GLOBAL_SEM12__value),
+    .\port$8948$0 (GLOBAL_SEM13__value),
+    .\port$8950$0 (GLOBAL_SEM14__value),
+    .\port$8952$0 (GLOBAL_SEM15__value),
+    .set(set),
+    .set_value(set_value),
+    .valid0(valid0),
+    .valid1(valid1)
+  );
   \dx1_board.soc.trace0  trace0 (
+    .clear(\clear$427 ),
     .clk(clk),
-    .r_data(r_data),
-    .r_en(r_en),
-    .r_rdy(r_rdy),
+    .data_hi_word(TRACE0_DATA_HI__value),
+    .data_lo(TRACE0_DATA_LO__value),
+    .enable(TRACE0_CONTROL__value[0]),
+    .\end$15 (\end ),
+    .end_opcode(end_opcode),
+    .end_status(s1__wdata[23:16]),
+    .end_tag(end_tag),
+    .level(\$56 ),
+    .r_en(pop),
     .rst(rst),
-    .trace0_clear(trace0_clear),
-    .w_en(w_en),
-    .w_level(level),
-    .w_port__data(w_data)
+    .\start$11 (start),
+    .start_opcode(cmd__tdata[7:0]),
+    .start_tag(cmd__tdata[31:16]),
+    .timestamp(cycles[31:0])
   );
   \dx1_board.soc.trace1  trace1 (
+    .clear(\clear$765 ),
     .clk(clk),
-    .r_data(\r_data$713 ),
-    .r_en(\r_en$716 ),
-    .r_rdy(\r_rdy$714 ),
+    .data_hi_word(TRACE1_DATA_HI__value),
+    .data_lo(TRACE1_DATA_LO__value),
+    .enable(TRACE1_CONTROL__value[0]),
+    .\end$15 (\end$774 ),
+    .end_opcode(\end_opcode$778 ),
+    .end_status(s3__wdata[23:16]),
+    .end_tag(\end_tag$776 ),
+    .level(\$59 ),
+    .r_en(\pop$788 ),
     .rst(rst),
-    .trace1_clear(trace1_clear),
-    .w_en(\w_en$707 ),
-    .w_level(\level$711 ),
-    .w_port__data(\w_data$705 )
+    .\start$11 (\start$768 ),
+    .start_opcode(\cmd__tdata$470 [7:0]),
+    .start_tag(\cmd__tdata$470 [31:16]),
+    .timestamp(cycles[31:0])
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
@@ -9452,15 +9223,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM0__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$49 ) begin
-        GLOBAL_SEM0__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$83 ) begin
-        GLOBAL_SEM0__set = 1'h1;
-      end
+    if (set[0]) begin
+      GLOBAL_SEM0__set = 1'h1;
     end
   end
   always @* begin
@@ -9469,15 +9233,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM1__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$51 ) begin
-        GLOBAL_SEM1__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$85 ) begin
-        GLOBAL_SEM1__set = 1'h1;
-      end
+    if (set[1]) begin
+      GLOBAL_SEM1__set = 1'h1;
     end
   end
   always @* begin
@@ -9486,15 +9243,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM2__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$53 ) begin
-        GLOBAL_SEM2__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$87 ) begin
-        GLOBAL_SEM2__set = 1'h1;
-      end
+    if (set[2]) begin
+      GLOBAL_SEM2__set = 1'h1;
     end
   end
   always @* begin
@@ -9503,15 +9253,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM3__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$55 ) begin
-        GLOBAL_SEM3__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$89 ) begin
-        GLOBAL_SEM3__set = 1'h1;
-      end
+    if (set[3]) begin
+      GLOBAL_SEM3__set = 1'h1;
     end
   end
   always @* begin
@@ -9520,15 +9263,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM4__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$57 ) begin
-        GLOBAL_SEM4__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$91 ) begin
-        GLOBAL_SEM4__set = 1'h1;
-      end
+    if (set[4]) begin
+      GLOBAL_SEM4__set = 1'h1;
     end
   end
   always @* begin
@@ -9537,15 +9273,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM5__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$59 ) begin
-        GLOBAL_SEM5__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$93 ) begin
-        GLOBAL_SEM5__set = 1'h1;
-      end
+    if (set[5]) begin
+      GLOBAL_SEM5__set = 1'h1;
     end
   end
   always @* begin
@@ -9554,15 +9283,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM6__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$61 ) begin
-        GLOBAL_SEM6__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$95 ) begin
-        GLOBAL_SEM6__set = 1'h1;
-      end
+    if (set[6]) begin
+      GLOBAL_SEM6__set = 1'h1;
     end
   end
   always @* begin
@@ -9571,15 +9293,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM7__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$63 ) begin
-        GLOBAL_SEM7__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$97 ) begin
-        GLOBAL_SEM7__set = 1'h1;
-      end
+    if (set[7]) begin
+      GLOBAL_SEM7__set = 1'h1;
     end
   end
   always @* begin
@@ -9588,15 +9303,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM8__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$65 ) begin
-        GLOBAL_SEM8__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$99 ) begin
-        GLOBAL_SEM8__set = 1'h1;
-      end
+    if (set[8]) begin
+      GLOBAL_SEM8__set = 1'h1;
     end
   end
   always @* begin
@@ -9605,15 +9313,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM9__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$67 ) begin
-        GLOBAL_SEM9__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$101 ) begin
-        GLOBAL_SEM9__set = 1'h1;
-      end
+    if (set[9]) begin
+      GLOBAL_SEM9__set = 1'h1;
     end
   end
   always @* begin
@@ -9622,15 +9323,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM10__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$69 ) begin
-        GLOBAL_SEM10__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$103 ) begin
-        GLOBAL_SEM10__set = 1'h1;
-      end
+    if (set[10]) begin
+      GLOBAL_SEM10__set = 1'h1;
     end
   end
   always @* begin
@@ -9639,15 +9333,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM11__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$71 ) begin
-        GLOBAL_SEM11__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$105 ) begin
-        GLOBAL_SEM11__set = 1'h1;
-      end
+    if (set[11]) begin
+      GLOBAL_SEM11__set = 1'h1;
     end
   end
   always @* begin
@@ -9656,15 +9343,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM12__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$73 ) begin
-        GLOBAL_SEM12__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$107 ) begin
-        GLOBAL_SEM12__set = 1'h1;
-      end
+    if (set[12]) begin
+      GLOBAL_SEM12__set = 1'h1;
     end
   end
   always @* begin
@@ -9673,15 +9353,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM13__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$75 ) begin
-        GLOBAL_SEM13__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$109 ) begin
-        GLOBAL_SEM13__set = 1'h1;
-      end
+    if (set[13]) begin
+      GLOBAL_SEM13__set = 1'h1;
     end
   end
   always @* begin
@@ -9690,15 +9363,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM14__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$77 ) begin
-        GLOBAL_SEM14__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$111 ) begin
-        GLOBAL_SEM14__set = 1'h1;
-      end
+    if (set[14]) begin
+      GLOBAL_SEM14__set = 1'h1;
     end
   end
   always @* begin
@@ -9707,15 +9373,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (soft_reset) begin
       GLOBAL_SEM15__set = 1'h1;
     end
-    if (\$48 ) begin
-      if (\$79 ) begin
-        GLOBAL_SEM15__set = 1'h1;
-      end
-    end
-    if (\$82 ) begin
-      if (\$113 ) begin
-        GLOBAL_SEM15__set = 1'h1;
-      end
+    if (set[15]) begin
+      GLOBAL_SEM15__set = 1'h1;
     end
   end
   always @* begin
@@ -9740,28 +9399,6 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    w_data = 64'h0000000000000000;
-    if (trace0_held_valid) begin
-      w_data = trace0_held;
-    end else if (trace0_start_valid) begin
-      w_data = trace0_start;
-    end else if (trace0_end_valid) begin
-      w_data = trace0_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    w_en = 1'h0;
-    if (trace0_held_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_start_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_end_valid) begin
-      w_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     TRACE0_CONTROL__set = 1'h0;
     if (trace0_clear_written) begin
       TRACE0_CONTROL__set = 1'h1;
@@ -9774,7 +9411,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     TRACE0_CONTROL__set_value = 32'd0;
     if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$23 [31:0];
+      TRACE0_CONTROL__set_value = \$19 [31:0];
     end
     if (soft_reset) begin
       TRACE0_CONTROL__set_value = 32'd0;
@@ -9899,32 +9536,10 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     QUEUE1_CONTROL__set_value = 32'd0;
     if (resume_written1) begin
-      QUEUE1_CONTROL__set_value = \$38 [31:0];
+      QUEUE1_CONTROL__set_value = \$34 [31:0];
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_data$705  = 64'h0000000000000000;
-    if (trace1_held_valid) begin
-      \w_data$705  = trace1_held;
-    end else if (trace1_start_valid) begin
-      \w_data$705  = trace1_start;
-    end else if (trace1_end_valid) begin
-      \w_data$705  = trace1_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \w_en$707  = 1'h0;
-    if (trace1_held_valid) begin
-      \w_en$707  = 1'h1;
-    end else if (trace1_start_valid) begin
-      \w_en$707  = 1'h1;
-    end else if (trace1_end_valid) begin
-      \w_en$707  = 1'h1;
     end
   end
   always @* begin
@@ -9941,7 +9556,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     TRACE1_CONTROL__set_value = 32'd0;
     if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$46 [31:0];
+      TRACE1_CONTROL__set_value = \$38 [31:0];
     end
     if (soft_reset) begin
       TRACE1_CONTROL__set_value = 32'd0;
@@ -10054,657 +9669,165 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    sem_grant = 1'h0;
-    if (\$48 ) begin
-      sem_grant = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM0__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$49 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$50 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$83 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$84 [15:0] };
-      end
+    if (set[0]) begin
+      GLOBAL_SEM0__set_value = { 16'h0000, set_value[15:0] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM1__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$51 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$52 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$85 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$86 [15:0] };
-      end
+    if (set[1]) begin
+      GLOBAL_SEM1__set_value = { 16'h0000, set_value[31:16] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM2__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$53 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$54 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$87 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$88 [15:0] };
-      end
+    if (set[2]) begin
+      GLOBAL_SEM2__set_value = { 16'h0000, set_value[47:32] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM3__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$55 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$56 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$89 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$90 [15:0] };
-      end
+    if (set[3]) begin
+      GLOBAL_SEM3__set_value = { 16'h0000, set_value[63:48] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM4__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$57 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$58 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$91 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$92 [15:0] };
-      end
+    if (set[4]) begin
+      GLOBAL_SEM4__set_value = { 16'h0000, set_value[79:64] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM5__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$59 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$60 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$93 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$94 [15:0] };
-      end
+    if (set[5]) begin
+      GLOBAL_SEM5__set_value = { 16'h0000, set_value[95:80] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM6__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$61 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$62 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$95 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$96 [15:0] };
-      end
+    if (set[6]) begin
+      GLOBAL_SEM6__set_value = { 16'h0000, set_value[111:96] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM7__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$63 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$64 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$97 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$98 [15:0] };
-      end
+    if (set[7]) begin
+      GLOBAL_SEM7__set_value = { 16'h0000, set_value[127:112] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM8__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$65 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$66 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$99 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$100 [15:0] };
-      end
+    if (set[8]) begin
+      GLOBAL_SEM8__set_value = { 16'h0000, set_value[143:128] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM9__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$67 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$68 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$101 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$102 [15:0] };
-      end
+    if (set[9]) begin
+      GLOBAL_SEM9__set_value = { 16'h0000, set_value[159:144] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM10__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$69 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$70 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$103 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$104 [15:0] };
-      end
+    if (set[10]) begin
+      GLOBAL_SEM10__set_value = { 16'h0000, set_value[175:160] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM11__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$71 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$72 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$105 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$106 [15:0] };
-      end
+    if (set[11]) begin
+      GLOBAL_SEM11__set_value = { 16'h0000, set_value[191:176] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM12__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$73 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$74 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$107 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$108 [15:0] };
-      end
+    if (set[12]) begin
+      GLOBAL_SEM12__set_value = { 16'h0000, set_value[207:192] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM13__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$75 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$76 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$109 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$110 [15:0] };
-      end
+    if (set[13]) begin
+      GLOBAL_SEM13__set_value = { 16'h0000, set_value[223:208] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM14__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$77 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$78 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$111 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$112 [15:0] };
-      end
+    if (set[14]) begin
+      GLOBAL_SEM14__set_value = { 16'h0000, set_value[239:224] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
     GLOBAL_SEM15__set_value = 32'd0;
-    if (\$48 ) begin
-      if (\$79 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$80 [15:0] };
-      end
-    end
-    if (\$82 ) begin
-      if (\$113 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$114 [15:0] };
-      end
+    if (set[15]) begin
+      GLOBAL_SEM15__set_value = { 16'h0000, set_value[255:240] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \sem_grant$760  = 1'h0;
-    if (\$82 ) begin
-      \sem_grant$760  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$192  = \$119 [63:0];
+    \$48  = \$43 [63:0];
     if (soft_reset) begin
-      \$192  = 64'h0000000000000000;
+      \$48  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$192  = 64'h0000000000000000;
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$193  = GLOBAL_CYCLES_HI__value;
+    \$49  = GLOBAL_CYCLES_HI__value;
     if (GLOBAL_CYCLES_LO__read) begin
-      \$193  = cycles[63:32];
+      \$49  = cycles[63:32];
     end
     if (soft_reset) begin
-      \$193  = 32'd0;
+      \$49  = 32'd0;
     end
     if (rst) begin
-      \$193  = 32'd0;
+      \$49  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$194  = \$120 ;
+    \$50  = \$44 ;
     if (rst) begin
-      \$194  = 1'h0;
+      \$50  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$195  = \$125 [8:0];
+    \$51  = \$45 ;
     if (rst) begin
-      \$195  = 9'h000;
+      \$51  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$196  = \$129 [8:0];
+    \$52  = \$46 ;
     if (rst) begin
-      \$196  = 9'h000;
+      \$52  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$197  = \$130 [31:0];
-    if (perf_clear0) begin
-      \$197  = 32'd0;
-    end
+    \$53  = \$47 ;
     if (rst) begin
-      \$197  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$198  = \$133 [31:0];
-    if (perf_clear0) begin
-      \$198  = 32'd0;
-    end
-    if (rst) begin
-      \$198  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$199  = \$137 [31:0];
-    if (perf_clear0) begin
-      \$199  = 32'd0;
-    end
-    if (rst) begin
-      \$199  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$200  = \$138 [31:0];
-    if (perf_clear0) begin
-      \$200  = 32'd0;
-    end
-    if (rst) begin
-      \$200  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$201  = \$148 [31:0];
-    if (perf_clear0) begin
-      \$201  = 32'd0;
-    end
-    if (rst) begin
-      \$201  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$202  = perf0_busy_compute_base;
-    if (perf_clear0) begin
-      \$202  = perf_busy;
-    end
-    if (reset_units) begin
-      \$202  = 32'd0;
-    end
-    if (rst) begin
-      \$202  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$203  = perf0_bytes_read_base;
-    if (perf_clear0) begin
-      \$203  = bytes_read;
-    end
-    if (reset_units) begin
-      \$203  = 32'd0;
-    end
-    if (rst) begin
-      \$203  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$204  = perf0_bytes_written_base;
-    if (perf_clear0) begin
-      \$204  = bytes_written;
-    end
-    if (reset_units) begin
-      \$204  = 32'd0;
-    end
-    if (rst) begin
-      \$204  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$205  = perf0_macs_base;
-    if (perf_clear0) begin
-      \$205  = perf_macs;
-    end
-    if (reset_units) begin
-      \$205  = 48'h000000000000;
-    end
-    if (rst) begin
-      \$205  = 48'h000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$206  = PERF0_MACS_HI__value;
-    if (perf_clear0) begin
-      \$206  = 32'd0;
-    end
-    if (PERF0_MACS_LO__read) begin
-      \$206  = { 16'h0000, \$21 [47:32] };
-    end
-    if (rst) begin
-      \$206  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$207  = { 1'h0, cmd__tdata[6:0], 8'h00, cmd__tdata[31:16], cycles[31:0] };
-    if (rst) begin
-      \$207  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$208  = { 1'h1, trace_end_opcode[6:0], s1__wdata[23:16], trace_end_tag, cycles[31:0] };
-    if (rst) begin
-      \$208  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$209  = \$151 ;
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$210  = \$154 ;
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$211  = trace0_held_valid;
-    if (trace0_held_valid) begin
-      \$211  = 1'h0;
-    end else if (trace0_start_valid) begin
-      \$211  = trace0_end_valid;
-    end
-    if (trace0_clear) begin
-      \$211  = 1'h0;
-    end
-    if (rst) begin
-      \$211  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$212  = trace0_held;
-    if (trace0_held_valid) begin
-    end else if (trace0_start_valid) begin
-      \$212  = trace0_end;
-    end
-    if (rst) begin
-      \$212  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$213  = \$155 ;
-    if (rst) begin
-      \$213  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$214  = \$156 ;
-    if (rst) begin
-      \$214  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$215  = \$161 [8:0];
-    if (rst) begin
-      \$215  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$216  = \$165 [8:0];
-    if (rst) begin
-      \$216  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$217  = \$166 [31:0];
-    if (perf_clear1) begin
-      \$217  = 32'd0;
-    end
-    if (rst) begin
-      \$217  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$218  = \$169 [31:0];
-    if (perf_clear1) begin
-      \$218  = 32'd0;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$219  = \$173 [31:0];
-    if (perf_clear1) begin
-      \$219  = 32'd0;
-    end
-    if (rst) begin
-      \$219  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$220  = \$174 [31:0];
-    if (perf_clear1) begin
-      \$220  = 32'd0;
-    end
-    if (rst) begin
-      \$220  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$221  = \$184 [31:0];
-    if (perf_clear1) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$222  = perf1_busy_compute_base;
-    if (perf_clear1) begin
-      \$222  = \perf_busy$685 ;
-    end
-    if (\reset_units$671 ) begin
-      \$222  = 32'd0;
-    end
-    if (rst) begin
-      \$222  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$223  = perf1_bytes_read_base;
-    if (perf_clear1) begin
-      \$223  = \bytes_read$688 ;
-    end
-    if (\reset_units$671 ) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$224  = perf1_bytes_written_base;
-    if (perf_clear1) begin
-      \$224  = \bytes_written$691 ;
-    end
-    if (\reset_units$671 ) begin
-      \$224  = 32'd0;
-    end
-    if (rst) begin
-      \$224  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$225  = perf1_macs_base;
-    if (perf_clear1) begin
-      \$225  = \perf_macs$694 ;
-    end
-    if (\reset_units$671 ) begin
-      \$225  = 48'h000000000000;
-    end
-    if (rst) begin
-      \$225  = 48'h000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$226  = PERF1_MACS_HI__value;
-    if (perf_clear1) begin
-      \$226  = 32'd0;
-    end
-    if (PERF1_MACS_LO__read) begin
-      \$226  = { 16'h0000, \$44 [47:32] };
-    end
-    if (rst) begin
-      \$226  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$227  = { 1'h0, \cmd__tdata$434 [6:0], 8'h00, \cmd__tdata$434 [31:16], cycles[31:0] };
-    if (rst) begin
-      \$227  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$228  = { 1'h1, \trace_end_opcode$791 [6:0], s3__wdata[23:16], \trace_end_tag$789 , cycles[31:0] };
-    if (rst) begin
-      \$228  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$229  = \$187 ;
-    if (rst) begin
-      \$229  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$230  = \$190 ;
-    if (rst) begin
-      \$230  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$231  = trace1_held_valid;
-    if (trace1_held_valid) begin
-      \$231  = 1'h0;
-    end else if (trace1_start_valid) begin
-      \$231  = trace1_end_valid;
-    end
-    if (trace1_clear) begin
-      \$231  = 1'h0;
-    end
-    if (rst) begin
-      \$231  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$232  = trace1_held;
-    if (trace1_held_valid) begin
-    end else if (trace1_start_valid) begin
-      \$232  = trace1_end;
-    end
-    if (rst) begin
-      \$232  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
-    \$233  = \$191 ;
-    if (rst) begin
-      \$233  = 1'h0;
+      \$53  = 1'h0;
     end
   end
   assign regs__araddr = bus__araddr;
@@ -10762,37 +9885,38 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign mem__wvalid = s0__wvalid;
   assign GLOBAL_CYCLES_LO__value = cycles[31:0];
   assign cycles_hi = GLOBAL_CYCLES_HI__value;
+  assign values = { GLOBAL_SEM15__value, GLOBAL_SEM14__value, GLOBAL_SEM13__value, GLOBAL_SEM12__value, GLOBAL_SEM11__value, GLOBAL_SEM10__value, GLOBAL_SEM9__value, GLOBAL_SEM8__value, GLOBAL_SEM7__value, GLOBAL_SEM6__value, GLOBAL_SEM5__value, GLOBAL_SEM4__value, GLOBAL_SEM3__value, GLOBAL_SEM2__value, GLOBAL_SEM1__value, GLOBAL_SEM0__value };
   assign tile_cmd__tdata = cmd__tdata;
   assign core0_stalled = 1'h0;
   assign done__tdata = tile_done__tdata;
-  assign \cmd__tdata$128  = cmd__tdata;
+  assign \cmd__tdata$145  = cmd__tdata;
   assign dma_cmd__tdata = cmd__tdata;
-  assign \cmd__tready$131  = dma_cmd__tready;
-  assign dma_cmd__tvalid = \cmd__tvalid$132 ;
-  assign \done__tdata$135  = dma_done__tdata;
-  assign dma_done__tready = \done__tready$136 ;
-  assign \done__tvalid$139  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$235 , \$234 [63:0] };
-  assign \spm_wr__tdata$141  = { \$235 , \$234 [63:0] };
-  assign \spm_wr__tready$143  = spm_wr__tready;
-  assign \spm_wr__tvalid$145  = spm_wr__tvalid;
-  assign \spm_rreq__tdata$147  = spm_rreq__tdata;
-  assign \spm_rreq__tready$149  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$151  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$235 , \$234  };
-  assign \acc_wr__tdata$153  = { \$235 , \$234  };
-  assign \acc_wr__tready$155  = acc_wr__tready;
-  assign \acc_wr__tvalid$157  = acc_wr__tvalid;
+  assign \cmd__tready$148  = dma_cmd__tready;
+  assign dma_cmd__tvalid = \cmd__tvalid$149 ;
+  assign \done__tdata$152  = dma_done__tdata;
+  assign dma_done__tready = \done__tready$153 ;
+  assign \done__tvalid$156  = dma_done__tvalid;
+  assign spm_wr__tdata = { \$55 , \$54 [63:0] };
+  assign \spm_wr__tdata$158  = { \$55 , \$54 [63:0] };
+  assign \spm_wr__tready$160  = spm_wr__tready;
+  assign \spm_wr__tvalid$162  = spm_wr__tvalid;
+  assign \spm_rreq__tdata$164  = spm_rreq__tdata;
+  assign \spm_rreq__tready$166  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$168  = spm_rreq__tvalid;
+  assign acc_wr__tdata = { \$55 , \$54  };
+  assign \acc_wr__tdata$170  = { \$55 , \$54  };
+  assign \acc_wr__tready$172  = acc_wr__tready;
+  assign \acc_wr__tvalid$174  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$159  = spm_rreq__tdata;
-  assign \acc_rreq__tready$161  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$163  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$165  = spm_rresp__tdata;
-  assign \spm_rresp__tready$167  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$169  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$171  = acc_rresp__tdata;
-  assign \acc_rresp__tready$173  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$175  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$176  = spm_rreq__tdata;
+  assign \acc_rreq__tready$178  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$180  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$182  = spm_rresp__tdata;
+  assign \spm_rresp__tready$184  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$186  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$188  = acc_rresp__tdata;
+  assign \acc_rresp__tready$190  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$192  = acc_rresp__tvalid;
   assign axi__araddr = s1__araddr;
   assign s1__arburst = 2'h1;
   assign axi__arburst = 2'h1;
@@ -10832,50 +9956,50 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign s1__wstrb = 8'hff;
   assign axi__wstrb = 8'hff;
   assign axi__wvalid = s1__wvalid;
-  assign \axi__araddr$235  = s2__araddr;
+  assign \axi__araddr$252  = s2__araddr;
   assign s2__arburst = 2'h1;
-  assign \axi__arburst$237  = 2'h1;
+  assign \axi__arburst$254  = 2'h1;
   assign s2__arid = 4'h0;
-  assign \axi__arid$239  = 4'h0;
-  assign \axi__arlen$241  = s2__arlen;
-  assign s2__arready = \axi__arready$242 ;
+  assign \axi__arid$256  = 4'h0;
+  assign \axi__arlen$258  = s2__arlen;
+  assign s2__arready = \axi__arready$259 ;
   assign s2__arsize = 3'h3;
-  assign \axi__arsize$245  = 3'h3;
-  assign \axi__arvalid$247  = s2__arvalid;
-  assign \axi__awaddr$249  = s2__awaddr;
+  assign \axi__arsize$262  = 3'h3;
+  assign \axi__arvalid$264  = s2__arvalid;
+  assign \axi__awaddr$266  = s2__awaddr;
   assign s2__awburst = 2'h1;
-  assign \axi__awburst$251  = 2'h1;
+  assign \axi__awburst$268  = 2'h1;
   assign s2__awid = 4'h0;
-  assign \axi__awid$253  = 4'h0;
-  assign \axi__awlen$255  = s2__awlen;
-  assign s2__awready = \axi__awready$256 ;
+  assign \axi__awid$270  = 4'h0;
+  assign \axi__awlen$272  = s2__awlen;
+  assign s2__awready = \axi__awready$273 ;
   assign s2__awsize = 3'h3;
-  assign \axi__awsize$259  = 3'h3;
-  assign \axi__awvalid$261  = s2__awvalid;
-  assign s2__bid = \axi__bid$262 ;
+  assign \axi__awsize$276  = 3'h3;
+  assign \axi__awvalid$278  = s2__awvalid;
+  assign s2__bid = \axi__bid$279 ;
   assign s2__bready = 1'h1;
-  assign \axi__bready$265  = 1'h1;
-  assign s2__bresp = \axi__bresp$266 ;
-  assign s2__bvalid = \axi__bvalid$268 ;
-  assign s2__rdata = \axi__rdata$270 ;
-  assign s2__rid = \axi__rid$272 ;
-  assign s2__rlast = \axi__rlast$274 ;
-  assign \axi__rready$277  = s2__rready;
-  assign s2__rresp = \axi__rresp$278 ;
-  assign s2__rvalid = \axi__rvalid$280 ;
-  assign \axi__wdata$283  = s2__wdata;
-  assign \axi__wlast$285  = s2__wlast;
-  assign s2__wready = \axi__wready$286 ;
-  assign \axi__wstrb$289  = s2__wstrb;
-  assign \axi__wvalid$291  = s2__wvalid;
+  assign \axi__bready$282  = 1'h1;
+  assign s2__bresp = \axi__bresp$283 ;
+  assign s2__bvalid = \axi__bvalid$285 ;
+  assign s2__rdata = \axi__rdata$287 ;
+  assign s2__rid = \axi__rid$289 ;
+  assign s2__rlast = \axi__rlast$291 ;
+  assign \axi__rready$294  = s2__rready;
+  assign s2__rresp = \axi__rresp$295 ;
+  assign s2__rvalid = \axi__rvalid$297 ;
+  assign \axi__wdata$300  = s2__wdata;
+  assign \axi__wlast$302  = s2__wlast;
+  assign s2__wready = \axi__wready$303 ;
+  assign \axi__wstrb$306  = s2__wstrb;
+  assign \axi__wvalid$308  = s2__wvalid;
   assign QUEUE0_WATCHDOG__value = watchdog;
   assign QUEUE0_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$300  = abort_req;
+  assign \abort_req$317  = abort_req;
   assign axi_quiet = cp_quiet;
   assign quiet = dma_quiet;
   assign cp_quiesce = quiesce;
   assign dma_abort = abort;
-  assign \abort_done$310  = abort_done;
+  assign \abort_done$327  = abort_done;
   assign QUEUE0_RING_BASE__value = ring_base;
   assign ring_log2 = QUEUE0_RING_LOG2__value[4:0];
   assign QUEUE0_CQ_BASE__value = cq_base;
@@ -10889,182 +10013,263 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$339 , halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$356 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
   assign sem_values = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign perf0_cycles = PERF0_CYCLES__value;
-  assign perf0_busy_load = PERF0_BUSY_LOAD__value;
-  assign perf0_busy_store = PERF0_BUSY_STORE__value;
-  assign perf0_stall_dep = PERF0_STALL_DEP__value;
-  assign perf0_stall_mem = PERF0_STALL_MEM__value;
-  assign PERF0_BUSY_COMPUTE__value = \$18 [31:0];
-  assign PERF0_BYTES_READ__value = \$19 [31:0];
-  assign PERF0_BYTES_WRITTEN__value = \$20 [31:0];
-  assign perf0_macs = \$21 [47:0];
-  assign PERF0_MACS_LO__value = \$21 [31:0];
-  assign perf0_macs_hi = PERF0_MACS_HI__value;
-  assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE0_COUNT__value = { 23'h000000, level };
-  assign TRACE0_DATA_HI__read = r_en;
-  assign \tile_cmd__tdata$435  = \cmd__tdata$434 ;
-  assign core1_stalled = 1'h0;
-  assign \done__tdata$442  = \tile_done__tdata$441 ;
-  assign \cmd__tdata$447  = \cmd__tdata$434 ;
-  assign \dma_cmd__tdata$448  = \cmd__tdata$434 ;
-  assign \cmd__tready$450  = \dma_cmd__tready$449 ;
-  assign \dma_cmd__tvalid$452  = \cmd__tvalid$451 ;
-  assign \done__tdata$454  = \dma_done__tdata$453 ;
-  assign \dma_done__tready$456  = \done__tready$455 ;
-  assign \done__tvalid$458  = \dma_done__tvalid$457 ;
-  assign \spm_wr__tdata$459  = { \$237 , \$236 [63:0] };
-  assign \spm_wr__tdata$460  = { \$237 , \$236 [63:0] };
-  assign \spm_wr__tready$462  = \spm_wr__tready$461 ;
-  assign \spm_wr__tvalid$464  = \spm_wr__tvalid$463 ;
-  assign \spm_rreq__tdata$466  = \spm_rreq__tdata$465 ;
-  assign \spm_rreq__tready$468  = \spm_rreq__tready$467 ;
-  assign \spm_rreq__tvalid$470  = \spm_rreq__tvalid$469 ;
-  assign \acc_wr__tdata$471  = { \$237 , \$236  };
-  assign \acc_wr__tdata$472  = { \$237 , \$236  };
-  assign \acc_wr__tready$474  = \acc_wr__tready$473 ;
-  assign \acc_wr__tvalid$476  = \acc_wr__tvalid$475 ;
-  assign \acc_rreq__tdata$477  = \spm_rreq__tdata$465 ;
-  assign \acc_rreq__tdata$478  = \spm_rreq__tdata$465 ;
-  assign \acc_rreq__tready$480  = \acc_rreq__tready$479 ;
-  assign \acc_rreq__tvalid$482  = \acc_rreq__tvalid$481 ;
-  assign \spm_rresp__tdata$484  = \spm_rresp__tdata$483 ;
-  assign \spm_rresp__tready$486  = \spm_rresp__tready$485 ;
-  assign \spm_rresp__tvalid$488  = \spm_rresp__tvalid$487 ;
-  assign \acc_rresp__tdata$490  = \acc_rresp__tdata$489 ;
-  assign \acc_rresp__tready$492  = \acc_rresp__tready$491 ;
-  assign \acc_rresp__tvalid$494  = \acc_rresp__tvalid$493 ;
-  assign \axi__araddr$496  = s3__araddr;
-  assign s3__arburst = 2'h1;
-  assign \axi__arburst$498  = 2'h1;
-  assign s3__arid = 4'h0;
-  assign \axi__arid$500  = 4'h0;
-  assign s3__arlen = 8'h03;
-  assign \axi__arlen$502  = 8'h03;
-  assign s3__arready = \axi__arready$503 ;
-  assign s3__arsize = 3'h3;
-  assign \axi__arsize$506  = 3'h3;
-  assign \axi__arvalid$508  = s3__arvalid;
-  assign \axi__awaddr$510  = s3__awaddr;
-  assign s3__awburst = 2'h1;
-  assign \axi__awburst$512  = 2'h1;
-  assign s3__awid = 4'h0;
-  assign \axi__awid$514  = 4'h0;
-  assign s3__awlen = 8'h00;
-  assign \axi__awlen$516  = 8'h00;
-  assign s3__awready = \axi__awready$517 ;
-  assign s3__awsize = 3'h3;
-  assign \axi__awsize$520  = 3'h3;
-  assign \axi__awvalid$522  = s3__awvalid;
-  assign s3__bid = \axi__bid$523 ;
-  assign \axi__bready$526  = s3__bready;
-  assign s3__bresp = \axi__bresp$527 ;
-  assign s3__bvalid = \axi__bvalid$529 ;
-  assign s3__rdata = \axi__rdata$531 ;
-  assign s3__rid = \axi__rid$533 ;
-  assign s3__rlast = \axi__rlast$535 ;
-  assign \axi__rready$538  = s3__rready;
-  assign s3__rresp = \axi__rresp$539 ;
-  assign s3__rvalid = \axi__rvalid$541 ;
-  assign \axi__wdata$544  = s3__wdata;
-  assign s3__wlast = 1'h1;
-  assign \axi__wlast$546  = 1'h1;
-  assign s3__wready = \axi__wready$547 ;
-  assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$550  = 8'hff;
-  assign \axi__wvalid$552  = s3__wvalid;
-  assign \axi__araddr$554  = s4__araddr;
-  assign s4__arburst = 2'h1;
-  assign \axi__arburst$556  = 2'h1;
-  assign s4__arid = 4'h0;
-  assign \axi__arid$558  = 4'h0;
-  assign \axi__arlen$560  = s4__arlen;
-  assign s4__arready = \axi__arready$561 ;
-  assign s4__arsize = 3'h3;
-  assign \axi__arsize$564  = 3'h3;
-  assign \axi__arvalid$566  = s4__arvalid;
-  assign \axi__awaddr$568  = s4__awaddr;
-  assign s4__awburst = 2'h1;
-  assign \axi__awburst$570  = 2'h1;
-  assign s4__awid = 4'h0;
-  assign \axi__awid$572  = 4'h0;
-  assign \axi__awlen$574  = s4__awlen;
-  assign s4__awready = \axi__awready$575 ;
-  assign s4__awsize = 3'h3;
-  assign \axi__awsize$578  = 3'h3;
-  assign \axi__awvalid$580  = s4__awvalid;
-  assign s4__bid = \axi__bid$581 ;
-  assign s4__bready = 1'h1;
-  assign \axi__bready$584  = 1'h1;
-  assign s4__bresp = \axi__bresp$585 ;
-  assign s4__bvalid = \axi__bvalid$587 ;
-  assign s4__rdata = \axi__rdata$589 ;
-  assign s4__rid = \axi__rid$591 ;
-  assign s4__rlast = \axi__rlast$593 ;
-  assign \axi__rready$596  = s4__rready;
-  assign s4__rresp = \axi__rresp$597 ;
-  assign s4__rvalid = \axi__rvalid$599 ;
-  assign \axi__wdata$602  = s4__wdata;
-  assign \axi__wlast$604  = s4__wlast;
-  assign s4__wready = \axi__wready$605 ;
-  assign \axi__wstrb$608  = s4__wstrb;
-  assign \axi__wvalid$610  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$611 ;
-  assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$619  = \abort_req$618 ;
-  assign \axi_quiet$621  = \cp_quiet$620 ;
-  assign \quiet$623  = \dma_quiet$622 ;
-  assign \cp_quiesce$625  = \quiesce$624 ;
-  assign \dma_abort$627  = \abort$626 ;
-  assign \abort_done$629  = \abort_done$628 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$630 ;
-  assign \ring_log2$632  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$634 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$636 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$638 ;
-  assign \enable$640  = QUEUE1_CONTROL__value[0];
-  assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$645 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$647 ;
-  assign \doorbell_index$649  = GLOBAL_RESET__wdata[15:0];
-  assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$652  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$654  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$658 , \halted$657 , \busy$656  };
-  assign QUEUE1_ERROR__value = { \error_index$661 , 8'h00, \error_code$660  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$664 , \irq_completion$663  };
-  assign \timestamp$665  = cycles[31:0];
-  assign \sem_values$666  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign perf1_cycles = PERF1_CYCLES__value;
-  assign perf1_busy_load = PERF1_BUSY_LOAD__value;
-  assign perf1_busy_store = PERF1_BUSY_STORE__value;
-  assign perf1_stall_dep = PERF1_STALL_DEP__value;
-  assign perf1_stall_mem = PERF1_STALL_MEM__value;
-  assign PERF1_BUSY_COMPUTE__value = \$41 [31:0];
-  assign PERF1_BYTES_READ__value = \$42 [31:0];
-  assign PERF1_BYTES_WRITTEN__value = \$43 [31:0];
-  assign perf1_macs = \$44 [47:0];
-  assign PERF1_MACS_LO__value = \$44 [31:0];
-  assign perf1_macs_hi = PERF1_MACS_HI__value;
-  assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$711  };
-  assign TRACE1_DATA_HI__read = \r_en$716 ;
-  assign granted = 1'h0;
+  assign sem_valid = valid0;
+  assign index0 = cmd__tdata[67:64];
   assign sem_index = cmd__tdata[67:64];
-  assign \sem_index$761  = \cmd__tdata$434 [67:64];
+  assign sem_delta = delta0;
+  assign grant0 = sem_grant;
+  assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \reset_units$380  = reset_units;
+  assign stall = waiting_dep;
+  assign dma_arvalid = s2__arvalid;
+  assign dma_arready = \axi__arready$259 ;
+  assign dma_rvalid = \axi__rvalid$297 ;
+  assign dma_rready = s2__rready;
+  assign dma_rlast = \axi__rlast$291 ;
+  assign dma_awvalid = s2__awvalid;
+  assign dma_awready = \axi__awready$273 ;
+  assign dma_wvalid = s2__wvalid;
+  assign dma_wready = \axi__wready$303 ;
+  assign dma_bvalid = \axi__bvalid$285 ;
+  assign dma_bready = 1'h1;
+  assign perf_busy = busy_compute_source;
+  assign perf_macs = macs_source;
+  assign bytes_read = bytes_read_source;
+  assign bytes_written = bytes_written_source;
+  assign PERF0_MACS_LO__read = macs_lo_read;
+  assign \cycles$405  = PERF0_CYCLES__value;
+  assign busy_load = PERF0_BUSY_LOAD__value;
+  assign busy_store = PERF0_BUSY_STORE__value;
+  assign stall_dep = PERF0_STALL_DEP__value;
+  assign stall_mem = PERF0_STALL_MEM__value;
+  assign busy_compute = PERF0_BUSY_COMPUTE__value;
+  assign \bytes_read$417  = PERF0_BYTES_READ__value;
+  assign \bytes_written$419  = PERF0_BYTES_WRITTEN__value;
+  assign macs_lo = PERF0_MACS_LO__value;
+  assign macs_hi = PERF0_MACS_HI__value;
+  assign \timestamp$424  = cycles[31:0];
+  assign \enable$425  = TRACE0_CONTROL__value[0];
+  assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign trace_start = start;
+  assign start_tag = cmd__tdata[31:16];
   assign trace_tag = cmd__tdata[31:16];
+  assign start_opcode = cmd__tdata[7:0];
   assign trace_opcode = cmd__tdata[7:0];
+  assign trace_end = \end ;
+  assign trace_end_tag = end_tag;
+  assign trace_end_opcode = end_opcode;
+  assign end_status = s1__wdata[23:16];
   assign trace_status = s1__wdata[23:16];
-  assign \trace_tag$787  = \cmd__tdata$434 [31:16];
-  assign \trace_opcode$788  = \cmd__tdata$434 [7:0];
-  assign \trace_status$790  = s3__wdata[23:16];
+  assign TRACE0_COUNT__value = { 23'h000000, \$56  };
+  assign count = { 23'h000000, \$56  };
+  assign data_lo = TRACE0_DATA_LO__value;
+  assign data_hi_word = TRACE0_DATA_HI__value;
+  assign TRACE0_DATA_HI__read = pop;
+  assign \tile_cmd__tdata$471  = \cmd__tdata$470 ;
+  assign core1_stalled = 1'h0;
+  assign \done__tdata$478  = \tile_done__tdata$477 ;
+  assign \cmd__tdata$483  = \cmd__tdata$470 ;
+  assign \dma_cmd__tdata$484  = \cmd__tdata$470 ;
+  assign \cmd__tready$486  = \dma_cmd__tready$485 ;
+  assign \dma_cmd__tvalid$488  = \cmd__tvalid$487 ;
+  assign \done__tdata$490  = \dma_done__tdata$489 ;
+  assign \dma_done__tready$492  = \done__tready$491 ;
+  assign \done__tvalid$494  = \dma_done__tvalid$493 ;
+  assign \spm_wr__tdata$495  = { \$58 , \$57 [63:0] };
+  assign \spm_wr__tdata$496  = { \$58 , \$57 [63:0] };
+  assign \spm_wr__tready$498  = \spm_wr__tready$497 ;
+  assign \spm_wr__tvalid$500  = \spm_wr__tvalid$499 ;
+  assign \spm_rreq__tdata$502  = \spm_rreq__tdata$501 ;
+  assign \spm_rreq__tready$504  = \spm_rreq__tready$503 ;
+  assign \spm_rreq__tvalid$506  = \spm_rreq__tvalid$505 ;
+  assign \acc_wr__tdata$507  = { \$58 , \$57  };
+  assign \acc_wr__tdata$508  = { \$58 , \$57  };
+  assign \acc_wr__tready$510  = \acc_wr__tready$509 ;
+  assign \acc_wr__tvalid$512  = \acc_wr__tvalid$511 ;
+  assign \acc_rreq__tdata$513  = \spm_rreq__tdata$501 ;
+  assign \acc_rreq__tdata$514  = \spm_rreq__tdata$501 ;
+  assign \acc_rreq__tready$516  = \acc_rreq__tready$515 ;
+  assign \acc_rreq__tvalid$518  = \acc_rreq__tvalid$517 ;
+  assign \spm_rresp__tdata$520  = \spm_rresp__tdata$519 ;
+  assign \spm_rresp__tready$522  = \spm_rresp__tready$521 ;
+  assign \spm_rresp__tvalid$524  = \spm_rresp__tvalid$523 ;
+  assign \acc_rresp__tdata$526  = \acc_rresp__tdata$525 ;
+  assign \acc_rresp__tready$528  = \acc_rresp__tready$527 ;
+  assign \acc_rresp__tvalid$530  = \acc_rresp__tvalid$529 ;
+  assign \axi__araddr$532  = s3__araddr;
+  assign s3__arburst = 2'h1;
+  assign \axi__arburst$534  = 2'h1;
+  assign s3__arid = 4'h0;
+  assign \axi__arid$536  = 4'h0;
+  assign s3__arlen = 8'h03;
+  assign \axi__arlen$538  = 8'h03;
+  assign s3__arready = \axi__arready$539 ;
+  assign s3__arsize = 3'h3;
+  assign \axi__arsize$542  = 3'h3;
+  assign \axi__arvalid$544  = s3__arvalid;
+  assign \axi__awaddr$546  = s3__awaddr;
+  assign s3__awburst = 2'h1;
+  assign \axi__awburst$548  = 2'h1;
+  assign s3__awid = 4'h0;
+  assign \axi__awid$550  = 4'h0;
+  assign s3__awlen = 8'h00;
+  assign \axi__awlen$552  = 8'h00;
+  assign s3__awready = \axi__awready$553 ;
+  assign s3__awsize = 3'h3;
+  assign \axi__awsize$556  = 3'h3;
+  assign \axi__awvalid$558  = s3__awvalid;
+  assign s3__bid = \axi__bid$559 ;
+  assign \axi__bready$562  = s3__bready;
+  assign s3__bresp = \axi__bresp$563 ;
+  assign s3__bvalid = \axi__bvalid$565 ;
+  assign s3__rdata = \axi__rdata$567 ;
+  assign s3__rid = \axi__rid$569 ;
+  assign s3__rlast = \axi__rlast$571 ;
+  assign \axi__rready$574  = s3__rready;
+  assign s3__rresp = \axi__rresp$575 ;
+  assign s3__rvalid = \axi__rvalid$577 ;
+  assign \axi__wdata$580  = s3__wdata;
+  assign s3__wlast = 1'h1;
+  assign \axi__wlast$582  = 1'h1;
+  assign s3__wready = \axi__wready$583 ;
+  assign s3__wstrb = 8'hff;
+  assign \axi__wstrb$586  = 8'hff;
+  assign \axi__wvalid$588  = s3__wvalid;
+  assign \axi__araddr$590  = s4__araddr;
+  assign s4__arburst = 2'h1;
+  assign \axi__arburst$592  = 2'h1;
+  assign s4__arid = 4'h0;
+  assign \axi__arid$594  = 4'h0;
+  assign \axi__arlen$596  = s4__arlen;
+  assign s4__arready = \axi__arready$597 ;
+  assign s4__arsize = 3'h3;
+  assign \axi__arsize$600  = 3'h3;
+  assign \axi__arvalid$602  = s4__arvalid;
+  assign \axi__awaddr$604  = s4__awaddr;
+  assign s4__awburst = 2'h1;
+  assign \axi__awburst$606  = 2'h1;
+  assign s4__awid = 4'h0;
+  assign \axi__awid$608  = 4'h0;
+  assign \axi__awlen$610  = s4__awlen;
+  assign s4__awready = \axi__awready$611 ;
+  assign s4__awsize = 3'h3;
+  assign \axi__awsize$614  = 3'h3;
+  assign \axi__awvalid$616  = s4__awvalid;
+  assign s4__bid = \axi__bid$617 ;
+  assign s4__bready = 1'h1;
+  assign \axi__bready$620  = 1'h1;
+  assign s4__bresp = \axi__bresp$621 ;
+  assign s4__bvalid = \axi__bvalid$623 ;
+  assign s4__rdata = \axi__rdata$625 ;
+  assign s4__rid = \axi__rid$627 ;
+  assign s4__rlast = \axi__rlast$629 ;
+  assign \axi__rready$632  = s4__rready;
+  assign s4__rresp = \axi__rresp$633 ;
+  assign s4__rvalid = \axi__rvalid$635 ;
+  assign \axi__wdata$638  = s4__wdata;
+  assign \axi__wlast$640  = s4__wlast;
+  assign s4__wready = \axi__wready$641 ;
+  assign \axi__wstrb$644  = s4__wstrb;
+  assign \axi__wvalid$646  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$647 ;
+  assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
+  assign \abort_req$655  = \abort_req$654 ;
+  assign \axi_quiet$657  = \cp_quiet$656 ;
+  assign \quiet$659  = \dma_quiet$658 ;
+  assign \cp_quiesce$661  = \quiesce$660 ;
+  assign \dma_abort$663  = \abort$662 ;
+  assign \abort_done$665  = \abort_done$664 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$666 ;
+  assign \ring_log2$668  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$670 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$672 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$674 ;
+  assign \enable$676  = QUEUE1_CONTROL__value[0];
+  assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign QUEUE1_RING_LOG2__write = \ring_reset$681 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$683 ;
+  assign \doorbell_index$685  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$688  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$690  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$694 , \halted$693 , \busy$692  };
+  assign QUEUE1_ERROR__value = { \error_index$697 , 8'h00, \error_code$696  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$700 , \irq_completion$699  };
+  assign \timestamp$704  = cycles[31:0];
+  assign \sem_values$705  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign \sem_valid$707  = valid1;
+  assign index1 = \cmd__tdata$470 [67:64];
+  assign \sem_index$709  = \cmd__tdata$470 [67:64];
+  assign \sem_delta$711  = delta1;
+  assign grant1 = \sem_grant$712 ;
+  assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \reset_units$718  = \reset_units$715 ;
+  assign \stall$720  = \waiting_dep$719 ;
+  assign \dma_arvalid$721  = s4__arvalid;
+  assign \dma_arready$722  = \axi__arready$597 ;
+  assign \dma_rvalid$723  = \axi__rvalid$635 ;
+  assign \dma_rready$724  = s4__rready;
+  assign \dma_rlast$725  = \axi__rlast$629 ;
+  assign \dma_awvalid$726  = s4__awvalid;
+  assign \dma_awready$727  = \axi__awready$611 ;
+  assign \dma_wvalid$728  = s4__wvalid;
+  assign \dma_wready$729  = \axi__wready$641 ;
+  assign \dma_bvalid$730  = \axi__bvalid$623 ;
+  assign \dma_bready$731  = 1'h1;
+  assign \perf_busy$733  = \busy_compute_source$732 ;
+  assign \perf_macs$735  = \macs_source$734 ;
+  assign \bytes_read$737  = \bytes_read_source$736 ;
+  assign \bytes_written$739  = \bytes_written_source$738 ;
+  assign PERF1_MACS_LO__read = \macs_lo_read$740 ;
+  assign \cycles$743  = PERF1_CYCLES__value;
+  assign \busy_load$745  = PERF1_BUSY_LOAD__value;
+  assign \busy_store$747  = PERF1_BUSY_STORE__value;
+  assign \stall_dep$749  = PERF1_STALL_DEP__value;
+  assign \stall_mem$751  = PERF1_STALL_MEM__value;
+  assign \busy_compute$753  = PERF1_BUSY_COMPUTE__value;
+  assign \bytes_read$755  = PERF1_BYTES_READ__value;
+  assign \bytes_written$757  = PERF1_BYTES_WRITTEN__value;
+  assign \macs_lo$759  = PERF1_MACS_LO__value;
+  assign \macs_hi$761  = PERF1_MACS_HI__value;
+  assign \timestamp$762  = cycles[31:0];
+  assign \enable$763  = TRACE1_CONTROL__value[0];
+  assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \trace_start$769  = \start$768 ;
+  assign \start_tag$770  = \cmd__tdata$470 [31:16];
+  assign \trace_tag$771  = \cmd__tdata$470 [31:16];
+  assign \start_opcode$772  = \cmd__tdata$470 [7:0];
+  assign \trace_opcode$773  = \cmd__tdata$470 [7:0];
+  assign \trace_end$775  = \end$774 ;
+  assign \trace_end_tag$777  = \end_tag$776 ;
+  assign \trace_end_opcode$779  = \end_opcode$778 ;
+  assign \end_status$780  = s3__wdata[23:16];
+  assign \trace_status$781  = s3__wdata[23:16];
+  assign TRACE1_COUNT__value = { 23'h000000, \$59  };
+  assign \count$783  = { 23'h000000, \$59  };
+  assign \data_lo$785  = TRACE1_DATA_LO__value;
+  assign \data_hi_word$787  = TRACE1_DATA_HI__value;
+  assign TRACE1_DATA_HI__read = \pop$788 ;
+  assign \values[0]  = GLOBAL_SEM0__value;
+  assign \values[1]  = GLOBAL_SEM1__value;
+  assign \values[2]  = GLOBAL_SEM2__value;
+  assign \values[3]  = GLOBAL_SEM3__value;
+  assign \values[4]  = GLOBAL_SEM4__value;
+  assign \values[5]  = GLOBAL_SEM5__value;
+  assign \values[6]  = GLOBAL_SEM6__value;
+  assign \values[7]  = GLOBAL_SEM7__value;
+  assign \values[8]  = GLOBAL_SEM8__value;
+  assign \values[9]  = GLOBAL_SEM9__value;
+  assign \values[10]  = GLOBAL_SEM10__value;
+  assign \values[11]  = GLOBAL_SEM11__value;
+  assign \values[12]  = GLOBAL_SEM12__value;
+  assign \values[13]  = GLOBAL_SEM13__value;
+  assign \values[14]  = GLOBAL_SEM14__value;
+  assign \values[15]  = GLOBAL_SEM15__value;
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
   assign \sem_values[1]  = GLOBAL_SEM1__value[15:0];
   assign \sem_values[2]  = GLOBAL_SEM2__value[15:0];
@@ -11081,22 +10286,38 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$666[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$666[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$666[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$666[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$666[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$666[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$666[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$666[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$666[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$666[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$666[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$666[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$666[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$666[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$666[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$666[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$705[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$705[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$705[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$705[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$705[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$705[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$705[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$705[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$705[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$705[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$705[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$705[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$705[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$705[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$705[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$705[15]  = GLOBAL_SEM15__value[15:0];
+  assign \set_value[0]  = set_value[15:0];
+  assign \set_value[1]  = set_value[31:16];
+  assign \set_value[2]  = set_value[47:32];
+  assign \set_value[3]  = set_value[63:48];
+  assign \set_value[4]  = set_value[79:64];
+  assign \set_value[5]  = set_value[95:80];
+  assign \set_value[6]  = set_value[111:96];
+  assign \set_value[7]  = set_value[127:112];
+  assign \set_value[8]  = set_value[143:128];
+  assign \set_value[9]  = set_value[159:144];
+  assign \set_value[10]  = set_value[175:160];
+  assign \set_value[11]  = set_value[191:176];
+  assign \set_value[12]  = set_value[207:192];
+  assign \set_value[13]  = set_value[223:208];
+  assign \set_value[14]  = set_value[239:224];
+  assign \set_value[15]  = set_value[255:240];
   assign \$1  = 1'h1;
   assign cmd__tvalid = tile_cmd__tvalid;
   assign \$2  = 1'h1;
@@ -11107,30 +10328,25 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign done__tready = tile_done__tready;
   assign \$15 [1] = 1'h0;
   assign { \$15 [32:2], \$15 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
-  assign \$23 [1] = 1'h0;
-  assign { \$23 [32:2], \$23 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
-  assign \$24  = 1'h1;
-  assign \cmd__tvalid$436  = \tile_cmd__tvalid$437 ;
-  assign \$25  = 1'h1;
-  assign \tile_cmd__tready$439  = \cmd__tready$440 ;
-  assign \$26  = 1'h1;
-  assign \tile_done__tvalid$443  = \done__tvalid$444 ;
-  assign \$27  = 1'h1;
-  assign \done__tready$445  = \tile_done__tready$446 ;
+  assign \$19 [1] = 1'h0;
+  assign { \$19 [32:2], \$19 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
+  assign \$20  = 1'h1;
+  assign \cmd__tvalid$472  = \tile_cmd__tvalid$473 ;
+  assign \$21  = 1'h1;
+  assign \tile_cmd__tready$475  = \cmd__tready$476 ;
+  assign \$22  = 1'h1;
+  assign \tile_done__tvalid$479  = \done__tvalid$480 ;
+  assign \$23  = 1'h1;
+  assign \done__tready$481  = \tile_done__tready$482 ;
+  assign \$34 [1] = 1'h0;
+  assign { \$34 [32:2], \$34 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
   assign \$38 [1] = 1'h0;
-  assign { \$38 [32:2], \$38 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
-  assign \$46 [1] = 1'h0;
-  assign { \$46 [32:2], \$46 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
-  assign \$47  = 1'h1;
-  assign \$48  = sem_valid;
-  assign granted_next = sem_valid;
-  assign \$128  = \axi__bvalid$268 ;
-  assign \$164  = \axi__bvalid$587 ;
+  assign { \$38 [32:2], \$38 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10719$0 , \port$10721$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10677$0 , \port$10679$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -11495,10 +10711,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$10719$0 ;
-  wire [255:0] \port$10719$0 ;
-  input [15:0] \port$10721$0 ;
-  wire [15:0] \port$10721$0 ;
+  input [255:0] \port$10677$0 ;
+  wire [255:0] \port$10677$0 ;
+  input [15:0] \port$10679$0 ;
+  wire [15:0] \port$10679$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -12003,8 +11219,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$9490$128 (cmd[143:128]),
-    .\port$9490$80 (cmd[91:80]),
+    .\port$9448$128 (cmd[143:128]),
+    .\port$9448$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -12041,11 +11257,11 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   );
   \dx1_board.soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$9490$112 (cmd[143:112]),
-    .\port$9490$16 (cmd[31:16]),
-    .\port$9490$64 (cmd[75:64]),
-    .\port$9490$8 (cmd[8]),
-    .\port$9490$96 (cmd[105:96]),
+    .\port$9448$112 (cmd[143:112]),
+    .\port$9448$16 (cmd[31:16]),
+    .\port$9448$64 (cmd[75:64]),
+    .\port$9448$8 (cmd[8]),
+    .\port$9448$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -12241,7 +11457,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$10721$0 [9:0];
+      acc_w__addr = \port$10679$0 [9:0];
     end
   end
   always @* begin
@@ -12251,7 +11467,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$10719$0 ;
+      acc_w__data = \port$10677$0 ;
     end
   end
   always @* begin
@@ -12319,7 +11535,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$10721$0 [11:0];
+      spm_w__addr = \port$10679$0 [11:0];
     end
   end
   always @* begin
@@ -12329,7 +11545,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$10719$0 [63:0];
+      spm_w__data = \port$10677$0 [63:0];
     end
   end
   always @* begin
@@ -13140,8 +12356,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$10721$0 , \port$10719$0 [63:0] };
-  assign acc_wr__tdata = { \port$10721$0 , \port$10719$0  };
+  assign spm_wr__tdata = { \port$10679$0 , \port$10677$0 [63:0] };
+  assign acc_wr__tdata = { \port$10679$0 , \port$10677$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -21076,7 +20292,7 @@ module \dx1_board.soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9490$80 , \port$9490$128 , clk);
+module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9448$80 , \port$9448$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21100,10 +20316,10 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$9490$128 ;
-  wire [15:0] \port$9490$128 ;
-  input [11:0] \port$9490$80 ;
-  wire [11:0] \port$9490$80 ;
+  input [15:0] \port$9448$128 ;
+  wire [15:0] \port$9448$128 ;
+  input [11:0] \port$9448$80 ;
+  wire [11:0] \port$9448$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -21139,7 +20355,7 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9490$128 , \port$9490$80  };
+      storage[w_port__addr] <= { \port$9448$128 , \port$9448$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -21210,8 +20426,8 @@ module \dx1_board.soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9490$128 , \port$9490$80  };
-  assign w_data = { \port$9490$128 , \port$9490$80  };
+  assign w_port__data = { \port$9448$128 , \port$9448$80  };
+  assign w_data = { \port$9448$128 , \port$9448$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -22367,7 +21583,7 @@ module \dx1_board.soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9490$8 , \port$9490$16 , \port$9490$64 , \port$9490$96 , \port$9490$112 , clk);
+module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$9448$8 , \port$9448$16 , \port$9448$64 , \port$9448$96 , \port$9448$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$45  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22391,16 +21607,16 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$9490$112 ;
-  wire [31:0] \port$9490$112 ;
-  input [15:0] \port$9490$16 ;
-  wire [15:0] \port$9490$16 ;
-  input [11:0] \port$9490$64 ;
-  wire [11:0] \port$9490$64 ;
-  input \port$9490$8 ;
-  wire \port$9490$8 ;
-  input [9:0] \port$9490$96 ;
-  wire [9:0] \port$9490$96 ;
+  input [31:0] \port$9448$112 ;
+  wire [31:0] \port$9448$112 ;
+  input [15:0] \port$9448$16 ;
+  wire [15:0] \port$9448$16 ;
+  input [11:0] \port$9448$64 ;
+  wire [11:0] \port$9448$64 ;
+  input \port$9448$8 ;
+  wire \port$9448$8 ;
+  input [9:0] \port$9448$96 ;
+  wire [9:0] \port$9448$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -22436,7 +21652,7 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
+      storage[w_port__addr] <= { \port$9448$16 , \port$9448$8 , \port$9448$112 , \port$9448$96 , \port$9448$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -22507,8 +21723,8 @@ module \dx1_board.soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
-  assign w_data = { \port$9490$16 , \port$9490$8 , \port$9490$112 , \port$9490$96 , \port$9490$64  };
+  assign w_port__data = { \port$9448$16 , \port$9448$8 , \port$9448$112 , \port$9448$96 , \port$9448$64  };
+  assign w_data = { \port$9448$16 , \port$9448$8 , \port$9448$112 , \port$9448$96 , \port$9448$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -33899,9 +33115,9 @@ module \dx1_board.soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8968$0 
-, \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8922$0 , \port$8924$0 
+, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
   wire \$10 ;
@@ -34181,38 +33397,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8968$0 ;
-  wire [15:0] \port$8968$0 ;
-  input [15:0] \port$8970$0 ;
-  wire [15:0] \port$8970$0 ;
-  input [15:0] \port$8972$0 ;
-  wire [15:0] \port$8972$0 ;
-  input [15:0] \port$8974$0 ;
-  wire [15:0] \port$8974$0 ;
-  input [15:0] \port$8976$0 ;
-  wire [15:0] \port$8976$0 ;
-  input [15:0] \port$8978$0 ;
-  wire [15:0] \port$8978$0 ;
-  input [15:0] \port$8980$0 ;
-  wire [15:0] \port$8980$0 ;
-  input [15:0] \port$8982$0 ;
-  wire [15:0] \port$8982$0 ;
-  input [15:0] \port$8984$0 ;
-  wire [15:0] \port$8984$0 ;
-  input [15:0] \port$8986$0 ;
-  wire [15:0] \port$8986$0 ;
-  input [15:0] \port$8988$0 ;
-  wire [15:0] \port$8988$0 ;
-  input [15:0] \port$8990$0 ;
-  wire [15:0] \port$8990$0 ;
-  input [15:0] \port$8992$0 ;
-  wire [15:0] \port$8992$0 ;
-  input [15:0] \port$8994$0 ;
-  wire [15:0] \port$8994$0 ;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
+  input [15:0] \port$8922$0 ;
+  wire [15:0] \port$8922$0 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -34562,23 +33778,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$10793$64 (cmd[87:64]),
-    .\port$8968$0 (\port$8968$0 ),
-    .\port$8970$0 (\port$8970$0 ),
-    .\port$8972$0 (\port$8972$0 ),
-    .\port$8974$0 (\port$8974$0 ),
-    .\port$8976$0 (\port$8976$0 ),
-    .\port$8978$0 (\port$8978$0 ),
-    .\port$8980$0 (\port$8980$0 ),
-    .\port$8982$0 (\port$8982$0 ),
-    .\port$8984$0 (\port$8984$0 ),
-    .\port$8986$0 (\port$8986$0 ),
-    .\port$8988$0 (\port$8988$0 ),
-    .\port$8990$0 (\port$8990$0 ),
-    .\port$8992$0 (\port$8992$0 ),
-    .\port$8994$0 (\port$8994$0 ),
-    .\port$8996$0 (\port$8996$0 ),
-    .\port$8998$0 (\port$8998$0 ),
+    .\port$10751$64 (cmd[87:64]),
+    .\port$8922$0 (\port$8922$0 ),
+    .\port$8924$0 (\port$8924$0 ),
+    .\port$8926$0 (\port$8926$0 ),
+    .\port$8928$0 (\port$8928$0 ),
+    .\port$8930$0 (\port$8930$0 ),
+    .\port$8932$0 (\port$8932$0 ),
+    .\port$8934$0 (\port$8934$0 ),
+    .\port$8936$0 (\port$8936$0 ),
+    .\port$8938$0 (\port$8938$0 ),
+    .\port$8940$0 (\port$8940$0 ),
+    .\port$8942$0 (\port$8942$0 ),
+    .\port$8944$0 (\port$8944$0 ),
+    .\port$8946$0 (\port$8946$0 ),
+    .\port$8948$0 (\port$8948$0 ),
+    .\port$8950$0 (\port$8950$0 ),
+    .\port$8952$0 (\port$8952$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -34755,8 +33971,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
-  assign \sem_values$182  = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign sem_values = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
+  assign \sem_values$182  = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -34843,38 +34059,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8968$0 ;
-  assign \sem_values[1]  = \port$8970$0 ;
-  assign \sem_values[2]  = \port$8972$0 ;
-  assign \sem_values[3]  = \port$8974$0 ;
-  assign \sem_values[4]  = \port$8976$0 ;
-  assign \sem_values[5]  = \port$8978$0 ;
-  assign \sem_values[6]  = \port$8980$0 ;
-  assign \sem_values[7]  = \port$8982$0 ;
-  assign \sem_values[8]  = \port$8984$0 ;
-  assign \sem_values[9]  = \port$8986$0 ;
-  assign \sem_values[10]  = \port$8988$0 ;
-  assign \sem_values[11]  = \port$8990$0 ;
-  assign \sem_values[12]  = \port$8992$0 ;
-  assign \sem_values[13]  = \port$8994$0 ;
-  assign \sem_values[14]  = \port$8996$0 ;
-  assign \sem_values[15]  = \port$8998$0 ;
-  assign \sem_values$182[0]  = \port$8968$0 ;
-  assign \sem_values$182[1]  = \port$8970$0 ;
-  assign \sem_values$182[2]  = \port$8972$0 ;
-  assign \sem_values$182[3]  = \port$8974$0 ;
-  assign \sem_values$182[4]  = \port$8976$0 ;
-  assign \sem_values$182[5]  = \port$8978$0 ;
-  assign \sem_values$182[6]  = \port$8980$0 ;
-  assign \sem_values$182[7]  = \port$8982$0 ;
-  assign \sem_values$182[8]  = \port$8984$0 ;
-  assign \sem_values$182[9]  = \port$8986$0 ;
-  assign \sem_values$182[10]  = \port$8988$0 ;
-  assign \sem_values$182[11]  = \port$8990$0 ;
-  assign \sem_values$182[12]  = \port$8992$0 ;
-  assign \sem_values$182[13]  = \port$8994$0 ;
-  assign \sem_values$182[14]  = \port$8996$0 ;
-  assign \sem_values$182[15]  = \port$8998$0 ;
+  assign \sem_values[0]  = \port$8922$0 ;
+  assign \sem_values[1]  = \port$8924$0 ;
+  assign \sem_values[2]  = \port$8926$0 ;
+  assign \sem_values[3]  = \port$8928$0 ;
+  assign \sem_values[4]  = \port$8930$0 ;
+  assign \sem_values[5]  = \port$8932$0 ;
+  assign \sem_values[6]  = \port$8934$0 ;
+  assign \sem_values[7]  = \port$8936$0 ;
+  assign \sem_values[8]  = \port$8938$0 ;
+  assign \sem_values[9]  = \port$8940$0 ;
+  assign \sem_values[10]  = \port$8942$0 ;
+  assign \sem_values[11]  = \port$8944$0 ;
+  assign \sem_values[12]  = \port$8946$0 ;
+  assign \sem_values[13]  = \port$8948$0 ;
+  assign \sem_values[14]  = \port$8950$0 ;
+  assign \sem_values[15]  = \port$8952$0 ;
+  assign \sem_values$182[0]  = \port$8922$0 ;
+  assign \sem_values$182[1]  = \port$8924$0 ;
+  assign \sem_values$182[2]  = \port$8926$0 ;
+  assign \sem_values$182[3]  = \port$8928$0 ;
+  assign \sem_values$182[4]  = \port$8930$0 ;
+  assign \sem_values$182[5]  = \port$8932$0 ;
+  assign \sem_values$182[6]  = \port$8934$0 ;
+  assign \sem_values$182[7]  = \port$8936$0 ;
+  assign \sem_values$182[8]  = \port$8938$0 ;
+  assign \sem_values$182[9]  = \port$8940$0 ;
+  assign \sem_values$182[10]  = \port$8942$0 ;
+  assign \sem_values$182[11]  = \port$8944$0 ;
+  assign \sem_values$182[12]  = \port$8946$0 ;
+  assign \sem_values$182[13]  = \port$8948$0 ;
+  assign \sem_values$182[14]  = \port$8950$0 ;
+  assign \sem_values$182[15]  = \port$8952$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -35300,9 +34516,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$10825$0 (g_a_end),
-    .\port$10827$0 (g_b_end),
-    .\port$10829$0 (p_src_end)
+    .\port$10783$0 (g_a_end),
+    .\port$10785$0 (g_b_end),
+    .\port$10787$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
@@ -35558,7 +34774,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10825$0 , \port$10827$0 , \port$10829$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10783$0 , \port$10785$0 , \port$10787$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -35594,24 +34810,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10825$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$10825$0 ;
-  wire [32:0] \port$10825$0 ;
-  input [20:0] \port$10827$0 ;
-  wire [20:0] \port$10827$0 ;
-  input [16:0] \port$10829$0 ;
-  wire [16:0] \port$10829$0 ;
+  input [32:0] \port$10783$0 ;
+  wire [32:0] \port$10783$0 ;
+  input [20:0] \port$10785$0 ;
+  wire [20:0] \port$10785$0 ;
+  input [16:0] \port$10787$0 ;
+  wire [16:0] \port$10787$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$10825$0  > \port$10827$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$10825$0  } : { 13'h0000, \port$10827$0  };
+  assign \$3  = \port$10783$0  > \port$10785$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10783$0  } : { 13'h0000, \port$10785$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$10829$0 ;
+  assign \$9  = cmd[127:112] >= \port$10787$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10829$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10787$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -35655,9 +34871,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10825$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$10825$0  };
-  assign b_end = { 13'h0000, \port$10827$0  };
-  assign p_src_end = { 17'h00000, \port$10829$0  };
+  assign a_end = { 1'h0, \port$10783$0  };
+  assign b_end = { 13'h0000, \port$10785$0  };
+  assign p_src_end = { 17'h00000, \port$10787$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -38051,8 +37267,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , \port$10793$64 , signal, \wait , sem_valid, sem_delta
-, done, sem_grant);
+module \dx1_board.soc.cp0.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , sem_grant, \port$10751$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8922$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -38060,40 +37276,40 @@ module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10793$64 ;
-  wire [23:0] \port$10793$64 ;
-  input [15:0] \port$8968$0 ;
-  wire [15:0] \port$8968$0 ;
-  input [15:0] \port$8970$0 ;
-  wire [15:0] \port$8970$0 ;
-  input [15:0] \port$8972$0 ;
-  wire [15:0] \port$8972$0 ;
-  input [15:0] \port$8974$0 ;
-  wire [15:0] \port$8974$0 ;
-  input [15:0] \port$8976$0 ;
-  wire [15:0] \port$8976$0 ;
-  input [15:0] \port$8978$0 ;
-  wire [15:0] \port$8978$0 ;
-  input [15:0] \port$8980$0 ;
-  wire [15:0] \port$8980$0 ;
-  input [15:0] \port$8982$0 ;
-  wire [15:0] \port$8982$0 ;
-  input [15:0] \port$8984$0 ;
-  wire [15:0] \port$8984$0 ;
-  input [15:0] \port$8986$0 ;
-  wire [15:0] \port$8986$0 ;
-  input [15:0] \port$8988$0 ;
-  wire [15:0] \port$8988$0 ;
-  input [15:0] \port$8990$0 ;
-  wire [15:0] \port$8990$0 ;
-  input [15:0] \port$8992$0 ;
-  wire [15:0] \port$8992$0 ;
-  input [15:0] \port$8994$0 ;
-  wire [15:0] \port$8994$0 ;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
+  input [23:0] \port$10751$64 ;
+  wire [23:0] \port$10751$64 ;
+  input [15:0] \port$8922$0 ;
+  wire [15:0] \port$8922$0 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -38123,44 +37339,44 @@ module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10793$64 [23:8];
-  assign \$3  = - \port$10793$64 [23:8];
+  assign \$2  = \$1  >= \port$10751$64 [23:8];
+  assign \$3  = - \port$10751$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10793$64 [7:0])
+    casez (\port$10751$64 [7:0])
       8'h00:
-          \$1  = \port$8968$0 ;
+          \$1  = \port$8922$0 ;
       8'h01:
-          \$1  = \port$8970$0 ;
+          \$1  = \port$8924$0 ;
       8'h02:
-          \$1  = \port$8972$0 ;
+          \$1  = \port$8926$0 ;
       8'h03:
-          \$1  = \port$8974$0 ;
+          \$1  = \port$8928$0 ;
       8'h04:
-          \$1  = \port$8976$0 ;
+          \$1  = \port$8930$0 ;
       8'h05:
-          \$1  = \port$8978$0 ;
+          \$1  = \port$8932$0 ;
       8'h06:
-          \$1  = \port$8980$0 ;
+          \$1  = \port$8934$0 ;
       8'h07:
-          \$1  = \port$8982$0 ;
+          \$1  = \port$8936$0 ;
       8'h08:
-          \$1  = \port$8984$0 ;
+          \$1  = \port$8938$0 ;
       8'h09:
-          \$1  = \port$8986$0 ;
+          \$1  = \port$8940$0 ;
       8'h0a:
-          \$1  = \port$8988$0 ;
+          \$1  = \port$8942$0 ;
       8'h0b:
-          \$1  = \port$8990$0 ;
+          \$1  = \port$8944$0 ;
       8'h0c:
-          \$1  = \port$8992$0 ;
+          \$1  = \port$8946$0 ;
       8'h0d:
-          \$1  = \port$8994$0 ;
+          \$1  = \port$8948$0 ;
       8'h0e:
-          \$1  = \port$8996$0 ;
+          \$1  = \port$8950$0 ;
       8'h0f:
-          \$1  = \port$8998$0 ;
+          \$1  = \port$8952$0 ;
     endcase
   end
   always @* begin
@@ -38179,7 +37395,7 @@ module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10793$64 [23:8] };
+      sem_delta = { 2'h0, \port$10751$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -38199,26 +37415,26 @@ module \dx1_board.soc.cp0.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
       end
     end
   end
-  assign count = \port$10793$64 [23:8];
-  assign sem = \port$10793$64 [7:0];
-  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
-  assign sem_index = \port$10793$64 [3:0];
-  assign \sem_values[0]  = \port$8968$0 ;
-  assign \sem_values[1]  = \port$8970$0 ;
-  assign \sem_values[2]  = \port$8972$0 ;
-  assign \sem_values[3]  = \port$8974$0 ;
-  assign \sem_values[4]  = \port$8976$0 ;
-  assign \sem_values[5]  = \port$8978$0 ;
-  assign \sem_values[6]  = \port$8980$0 ;
-  assign \sem_values[7]  = \port$8982$0 ;
-  assign \sem_values[8]  = \port$8984$0 ;
-  assign \sem_values[9]  = \port$8986$0 ;
-  assign \sem_values[10]  = \port$8988$0 ;
-  assign \sem_values[11]  = \port$8990$0 ;
-  assign \sem_values[12]  = \port$8992$0 ;
-  assign \sem_values[13]  = \port$8994$0 ;
-  assign \sem_values[14]  = \port$8996$0 ;
-  assign \sem_values[15]  = \port$8998$0 ;
+  assign count = \port$10751$64 [23:8];
+  assign sem = \port$10751$64 [7:0];
+  assign sem_values = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
+  assign sem_index = \port$10751$64 [3:0];
+  assign \sem_values[0]  = \port$8922$0 ;
+  assign \sem_values[1]  = \port$8924$0 ;
+  assign \sem_values[2]  = \port$8926$0 ;
+  assign \sem_values[3]  = \port$8928$0 ;
+  assign \sem_values[4]  = \port$8930$0 ;
+  assign \sem_values[5]  = \port$8932$0 ;
+  assign \sem_values[6]  = \port$8934$0 ;
+  assign \sem_values[7]  = \port$8936$0 ;
+  assign \sem_values[8]  = \port$8938$0 ;
+  assign \sem_values[9]  = \port$8940$0 ;
+  assign \sem_values[10]  = \port$8942$0 ;
+  assign \sem_values[11]  = \port$8944$0 ;
+  assign \sem_values[12]  = \port$8946$0 ;
+  assign \sem_values[13]  = \port$8948$0 ;
+  assign \sem_values[14]  = \port$8950$0 ;
+  assign \sem_values[15]  = \port$8952$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39149,9 +38365,9 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$8968$0 
-, \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8922$0 , \port$8924$0 
+, \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
   wire \$10 ;
@@ -39431,38 +38647,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8968$0 ;
-  wire [15:0] \port$8968$0 ;
-  input [15:0] \port$8970$0 ;
-  wire [15:0] \port$8970$0 ;
-  input [15:0] \port$8972$0 ;
-  wire [15:0] \port$8972$0 ;
-  input [15:0] \port$8974$0 ;
-  wire [15:0] \port$8974$0 ;
-  input [15:0] \port$8976$0 ;
-  wire [15:0] \port$8976$0 ;
-  input [15:0] \port$8978$0 ;
-  wire [15:0] \port$8978$0 ;
-  input [15:0] \port$8980$0 ;
-  wire [15:0] \port$8980$0 ;
-  input [15:0] \port$8982$0 ;
-  wire [15:0] \port$8982$0 ;
-  input [15:0] \port$8984$0 ;
-  wire [15:0] \port$8984$0 ;
-  input [15:0] \port$8986$0 ;
-  wire [15:0] \port$8986$0 ;
-  input [15:0] \port$8988$0 ;
-  wire [15:0] \port$8988$0 ;
-  input [15:0] \port$8990$0 ;
-  wire [15:0] \port$8990$0 ;
-  input [15:0] \port$8992$0 ;
-  wire [15:0] \port$8992$0 ;
-  input [15:0] \port$8994$0 ;
-  wire [15:0] \port$8994$0 ;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
+  input [15:0] \port$8922$0 ;
+  wire [15:0] \port$8922$0 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -39813,22 +39029,22 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
     .\port$12288$64 (cmd[87:64]),
-    .\port$8968$0 (\port$8968$0 ),
-    .\port$8970$0 (\port$8970$0 ),
-    .\port$8972$0 (\port$8972$0 ),
-    .\port$8974$0 (\port$8974$0 ),
-    .\port$8976$0 (\port$8976$0 ),
-    .\port$8978$0 (\port$8978$0 ),
-    .\port$8980$0 (\port$8980$0 ),
-    .\port$8982$0 (\port$8982$0 ),
-    .\port$8984$0 (\port$8984$0 ),
-    .\port$8986$0 (\port$8986$0 ),
-    .\port$8988$0 (\port$8988$0 ),
-    .\port$8990$0 (\port$8990$0 ),
-    .\port$8992$0 (\port$8992$0 ),
-    .\port$8994$0 (\port$8994$0 ),
-    .\port$8996$0 (\port$8996$0 ),
-    .\port$8998$0 (\port$8998$0 ),
+    .\port$8922$0 (\port$8922$0 ),
+    .\port$8924$0 (\port$8924$0 ),
+    .\port$8926$0 (\port$8926$0 ),
+    .\port$8928$0 (\port$8928$0 ),
+    .\port$8930$0 (\port$8930$0 ),
+    .\port$8932$0 (\port$8932$0 ),
+    .\port$8934$0 (\port$8934$0 ),
+    .\port$8936$0 (\port$8936$0 ),
+    .\port$8938$0 (\port$8938$0 ),
+    .\port$8940$0 (\port$8940$0 ),
+    .\port$8942$0 (\port$8942$0 ),
+    .\port$8944$0 (\port$8944$0 ),
+    .\port$8946$0 (\port$8946$0 ),
+    .\port$8948$0 (\port$8948$0 ),
+    .\port$8950$0 (\port$8950$0 ),
+    .\port$8952$0 (\port$8952$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -40005,8 +39221,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
-  assign \sem_values$182  = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign sem_values = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
+  assign \sem_values$182  = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -40093,38 +39309,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8968$0 ;
-  assign \sem_values[1]  = \port$8970$0 ;
-  assign \sem_values[2]  = \port$8972$0 ;
-  assign \sem_values[3]  = \port$8974$0 ;
-  assign \sem_values[4]  = \port$8976$0 ;
-  assign \sem_values[5]  = \port$8978$0 ;
-  assign \sem_values[6]  = \port$8980$0 ;
-  assign \sem_values[7]  = \port$8982$0 ;
-  assign \sem_values[8]  = \port$8984$0 ;
-  assign \sem_values[9]  = \port$8986$0 ;
-  assign \sem_values[10]  = \port$8988$0 ;
-  assign \sem_values[11]  = \port$8990$0 ;
-  assign \sem_values[12]  = \port$8992$0 ;
-  assign \sem_values[13]  = \port$8994$0 ;
-  assign \sem_values[14]  = \port$8996$0 ;
-  assign \sem_values[15]  = \port$8998$0 ;
-  assign \sem_values$182[0]  = \port$8968$0 ;
-  assign \sem_values$182[1]  = \port$8970$0 ;
-  assign \sem_values$182[2]  = \port$8972$0 ;
-  assign \sem_values$182[3]  = \port$8974$0 ;
-  assign \sem_values$182[4]  = \port$8976$0 ;
-  assign \sem_values$182[5]  = \port$8978$0 ;
-  assign \sem_values$182[6]  = \port$8980$0 ;
-  assign \sem_values$182[7]  = \port$8982$0 ;
-  assign \sem_values$182[8]  = \port$8984$0 ;
-  assign \sem_values$182[9]  = \port$8986$0 ;
-  assign \sem_values$182[10]  = \port$8988$0 ;
-  assign \sem_values$182[11]  = \port$8990$0 ;
-  assign \sem_values$182[12]  = \port$8992$0 ;
-  assign \sem_values$182[13]  = \port$8994$0 ;
-  assign \sem_values$182[14]  = \port$8996$0 ;
-  assign \sem_values$182[15]  = \port$8998$0 ;
+  assign \sem_values[0]  = \port$8922$0 ;
+  assign \sem_values[1]  = \port$8924$0 ;
+  assign \sem_values[2]  = \port$8926$0 ;
+  assign \sem_values[3]  = \port$8928$0 ;
+  assign \sem_values[4]  = \port$8930$0 ;
+  assign \sem_values[5]  = \port$8932$0 ;
+  assign \sem_values[6]  = \port$8934$0 ;
+  assign \sem_values[7]  = \port$8936$0 ;
+  assign \sem_values[8]  = \port$8938$0 ;
+  assign \sem_values[9]  = \port$8940$0 ;
+  assign \sem_values[10]  = \port$8942$0 ;
+  assign \sem_values[11]  = \port$8944$0 ;
+  assign \sem_values[12]  = \port$8946$0 ;
+  assign \sem_values[13]  = \port$8948$0 ;
+  assign \sem_values[14]  = \port$8950$0 ;
+  assign \sem_values[15]  = \port$8952$0 ;
+  assign \sem_values$182[0]  = \port$8922$0 ;
+  assign \sem_values$182[1]  = \port$8924$0 ;
+  assign \sem_values$182[2]  = \port$8926$0 ;
+  assign \sem_values$182[3]  = \port$8928$0 ;
+  assign \sem_values$182[4]  = \port$8930$0 ;
+  assign \sem_values$182[5]  = \port$8932$0 ;
+  assign \sem_values$182[6]  = \port$8934$0 ;
+  assign \sem_values$182[7]  = \port$8936$0 ;
+  assign \sem_values$182[8]  = \port$8938$0 ;
+  assign \sem_values$182[9]  = \port$8940$0 ;
+  assign \sem_values$182[10]  = \port$8942$0 ;
+  assign \sem_values$182[11]  = \port$8944$0 ;
+  assign \sem_values$182[12]  = \port$8946$0 ;
+  assign \sem_values$182[13]  = \port$8948$0 ;
+  assign \sem_values$182[14]  = \port$8950$0 ;
+  assign \sem_values$182[15]  = \port$8952$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -43301,8 +42517,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 , \port$8974$0 , \port$8976$0 , \port$8978$0 , \port$8980$0 , \port$8982$0 , \port$8984$0 , \port$8986$0 , \port$8988$0 , \port$8990$0 , \port$8992$0 , \port$8994$0 , \port$8996$0 , \port$8998$0 , \port$12288$64 , signal, \wait , sem_valid, sem_delta
-, done, sem_grant);
+module \dx1_board.soc.cp1.semaphore (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , sem_grant, \port$12288$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8922$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -43312,38 +42528,38 @@ module \dx1_board.soc.cp1.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
   reg done;
   input [23:0] \port$12288$64 ;
   wire [23:0] \port$12288$64 ;
-  input [15:0] \port$8968$0 ;
-  wire [15:0] \port$8968$0 ;
-  input [15:0] \port$8970$0 ;
-  wire [15:0] \port$8970$0 ;
-  input [15:0] \port$8972$0 ;
-  wire [15:0] \port$8972$0 ;
-  input [15:0] \port$8974$0 ;
-  wire [15:0] \port$8974$0 ;
-  input [15:0] \port$8976$0 ;
-  wire [15:0] \port$8976$0 ;
-  input [15:0] \port$8978$0 ;
-  wire [15:0] \port$8978$0 ;
-  input [15:0] \port$8980$0 ;
-  wire [15:0] \port$8980$0 ;
-  input [15:0] \port$8982$0 ;
-  wire [15:0] \port$8982$0 ;
-  input [15:0] \port$8984$0 ;
-  wire [15:0] \port$8984$0 ;
-  input [15:0] \port$8986$0 ;
-  wire [15:0] \port$8986$0 ;
-  input [15:0] \port$8988$0 ;
-  wire [15:0] \port$8988$0 ;
-  input [15:0] \port$8990$0 ;
-  wire [15:0] \port$8990$0 ;
-  input [15:0] \port$8992$0 ;
-  wire [15:0] \port$8992$0 ;
-  input [15:0] \port$8994$0 ;
-  wire [15:0] \port$8994$0 ;
-  input [15:0] \port$8996$0 ;
-  wire [15:0] \port$8996$0 ;
-  input [15:0] \port$8998$0 ;
-  wire [15:0] \port$8998$0 ;
+  input [15:0] \port$8922$0 ;
+  wire [15:0] \port$8922$0 ;
+  input [15:0] \port$8924$0 ;
+  wire [15:0] \port$8924$0 ;
+  input [15:0] \port$8926$0 ;
+  wire [15:0] \port$8926$0 ;
+  input [15:0] \port$8928$0 ;
+  wire [15:0] \port$8928$0 ;
+  input [15:0] \port$8930$0 ;
+  wire [15:0] \port$8930$0 ;
+  input [15:0] \port$8932$0 ;
+  wire [15:0] \port$8932$0 ;
+  input [15:0] \port$8934$0 ;
+  wire [15:0] \port$8934$0 ;
+  input [15:0] \port$8936$0 ;
+  wire [15:0] \port$8936$0 ;
+  input [15:0] \port$8938$0 ;
+  wire [15:0] \port$8938$0 ;
+  input [15:0] \port$8940$0 ;
+  wire [15:0] \port$8940$0 ;
+  input [15:0] \port$8942$0 ;
+  wire [15:0] \port$8942$0 ;
+  input [15:0] \port$8944$0 ;
+  wire [15:0] \port$8944$0 ;
+  input [15:0] \port$8946$0 ;
+  wire [15:0] \port$8946$0 ;
+  input [15:0] \port$8948$0 ;
+  wire [15:0] \port$8948$0 ;
+  input [15:0] \port$8950$0 ;
+  wire [15:0] \port$8950$0 ;
+  input [15:0] \port$8952$0 ;
+  wire [15:0] \port$8952$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -43380,37 +42596,37 @@ module \dx1_board.soc.cp1.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
     \$1  = 16'h0000;
     casez (\port$12288$64 [7:0])
       8'h00:
-          \$1  = \port$8968$0 ;
+          \$1  = \port$8922$0 ;
       8'h01:
-          \$1  = \port$8970$0 ;
+          \$1  = \port$8924$0 ;
       8'h02:
-          \$1  = \port$8972$0 ;
+          \$1  = \port$8926$0 ;
       8'h03:
-          \$1  = \port$8974$0 ;
+          \$1  = \port$8928$0 ;
       8'h04:
-          \$1  = \port$8976$0 ;
+          \$1  = \port$8930$0 ;
       8'h05:
-          \$1  = \port$8978$0 ;
+          \$1  = \port$8932$0 ;
       8'h06:
-          \$1  = \port$8980$0 ;
+          \$1  = \port$8934$0 ;
       8'h07:
-          \$1  = \port$8982$0 ;
+          \$1  = \port$8936$0 ;
       8'h08:
-          \$1  = \port$8984$0 ;
+          \$1  = \port$8938$0 ;
       8'h09:
-          \$1  = \port$8986$0 ;
+          \$1  = \port$8940$0 ;
       8'h0a:
-          \$1  = \port$8988$0 ;
+          \$1  = \port$8942$0 ;
       8'h0b:
-          \$1  = \port$8990$0 ;
+          \$1  = \port$8944$0 ;
       8'h0c:
-          \$1  = \port$8992$0 ;
+          \$1  = \port$8946$0 ;
       8'h0d:
-          \$1  = \port$8994$0 ;
+          \$1  = \port$8948$0 ;
       8'h0e:
-          \$1  = \port$8996$0 ;
+          \$1  = \port$8950$0 ;
       8'h0f:
-          \$1  = \port$8998$0 ;
+          \$1  = \port$8952$0 ;
     endcase
   end
   always @* begin
@@ -43451,24 +42667,24 @@ module \dx1_board.soc.cp1.semaphore (\port$8968$0 , \port$8970$0 , \port$8972$0 
   end
   assign count = \port$12288$64 [23:8];
   assign sem = \port$12288$64 [7:0];
-  assign sem_values = { \port$8998$0 , \port$8996$0 , \port$8994$0 , \port$8992$0 , \port$8990$0 , \port$8988$0 , \port$8986$0 , \port$8984$0 , \port$8982$0 , \port$8980$0 , \port$8978$0 , \port$8976$0 , \port$8974$0 , \port$8972$0 , \port$8970$0 , \port$8968$0  };
+  assign sem_values = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
   assign sem_index = \port$12288$64 [3:0];
-  assign \sem_values[0]  = \port$8968$0 ;
-  assign \sem_values[1]  = \port$8970$0 ;
-  assign \sem_values[2]  = \port$8972$0 ;
-  assign \sem_values[3]  = \port$8974$0 ;
-  assign \sem_values[4]  = \port$8976$0 ;
-  assign \sem_values[5]  = \port$8978$0 ;
-  assign \sem_values[6]  = \port$8980$0 ;
-  assign \sem_values[7]  = \port$8982$0 ;
-  assign \sem_values[8]  = \port$8984$0 ;
-  assign \sem_values[9]  = \port$8986$0 ;
-  assign \sem_values[10]  = \port$8988$0 ;
-  assign \sem_values[11]  = \port$8990$0 ;
-  assign \sem_values[12]  = \port$8992$0 ;
-  assign \sem_values[13]  = \port$8994$0 ;
-  assign \sem_values[14]  = \port$8996$0 ;
-  assign \sem_values[15]  = \port$8998$0 ;
+  assign \sem_values[0]  = \port$8922$0 ;
+  assign \sem_values[1]  = \port$8924$0 ;
+  assign \sem_values[2]  = \port$8926$0 ;
+  assign \sem_values[3]  = \port$8928$0 ;
+  assign \sem_values[4]  = \port$8930$0 ;
+  assign \sem_values[5]  = \port$8932$0 ;
+  assign \sem_values[6]  = \port$8934$0 ;
+  assign \sem_values[7]  = \port$8936$0 ;
+  assign \sem_values[8]  = \port$8938$0 ;
+  assign \sem_values[9]  = \port$8940$0 ;
+  assign \sem_values[10]  = \port$8942$0 ;
+  assign \sem_values[11]  = \port$8944$0 ;
+  assign \sem_values[12]  = \port$8946$0 ;
+  assign \sem_values[13]  = \port$8948$0 ;
+  assign \sem_values[14]  = \port$8950$0 ;
+  assign \sem_values[15]  = \port$8952$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -44401,7 +43617,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$10719$0 , \port$10721$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$10677$0 , \port$10679$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -44627,10 +43843,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$10719$0 ;
-  wire [255:0] \port$10719$0 ;
-  output [15:0] \port$10721$0 ;
-  wire [15:0] \port$10721$0 ;
+  output [255:0] \port$10677$0 ;
+  wire [255:0] \port$10677$0 ;
+  output [15:0] \port$10679$0 ;
+  wire [15:0] \port$10679$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -44797,7 +44013,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$167 ),
     .local_addr(cmd__tdata[143:128]),
-    .\port$4166$0 (r_data),
+    .\port$4082$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$184 ),
     .reset_units(reset_units),
@@ -44881,7 +44097,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4166$0 (r_data),
+    .\port$4082$0 (r_data),
     .quiet(\quiet$179 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -45176,8 +44392,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$10719$0  = \$44 ;
-  assign \port$10721$0  = \$45 ;
+  assign \port$10677$0  = \$44 ;
+  assign \port$10679$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -45377,7 +44593,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4166$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4082$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
 , local_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
   wire \$1 ;
@@ -45434,8 +44650,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4166$0 ;
-  wire [64:0] \port$4166$0 ;
+  input [64:0] \port$4082$0 ;
+  wire [64:0] \port$4082$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -45481,12 +44697,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4166$0 [64];
+  assign read_error = fifo_take & \port$4082$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4166$0 [64];
+  assign \$12  = ~ \port$4082$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -45522,13 +44738,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4166$0 [63:0];
+          assembled[63:0] = \port$4082$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4166$0 [63:0];
+          assembled[127:64] = \port$4082$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4166$0 [63:0];
+          assembled[191:128] = \port$4082$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4166$0 [63:0];
+          assembled[255:192] = \port$4082$0 [63:0];
     endcase
   end
   always @* begin
@@ -45651,8 +44867,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4166$0 [63:0];
-  assign fifo_err = \port$4166$0 [64];
+  assign fifo_data = \port$4082$0 [63:0];
+  assign fifo_err = \port$4082$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -46633,7 +45849,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4166$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4082$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
   wire \$1 ;
@@ -46743,8 +45959,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4166$0 ;
-  wire [64:0] \port$4166$0 ;
+  input [64:0] \port$4082$0 ;
+  wire [64:0] \port$4082$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -46817,12 +46033,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4166$0 [64] | rd_err;
+  assign \$13  = \port$4082$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4166$0 [64];
+  assign read_error = w_hs & \port$4082$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -46982,9 +46198,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4166$0 [63:0];
-  assign fifo_data = \port$4166$0 [63:0];
-  assign fifo_err = \port$4166$0 [64];
+  assign bus__wdata = \port$4082$0 [63:0];
+  assign fifo_data = \port$4082$0 [63:0];
+  assign fifo_err = \port$4082$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -47878,7 +47094,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$167 ),
     .local_addr(cmd__tdata[143:128]),
-    .\port$6351$0 (r_data),
+    .\port$6325$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$184 ),
     .reset_units(reset_units),
@@ -47962,7 +47178,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6351$0 (r_data),
+    .\port$6325$0 (r_data),
     .quiet(\quiet$179 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -48458,7 +47674,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6351$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6325$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
 , local_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
   wire \$1 ;
@@ -48515,8 +47731,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6351$0 ;
-  wire [64:0] \port$6351$0 ;
+  input [64:0] \port$6325$0 ;
+  wire [64:0] \port$6325$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -48562,12 +47778,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6351$0 [64];
+  assign read_error = fifo_take & \port$6325$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6351$0 [64];
+  assign \$12  = ~ \port$6325$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -48603,13 +47819,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6351$0 [63:0];
+          assembled[63:0] = \port$6325$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6351$0 [63:0];
+          assembled[127:64] = \port$6325$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6351$0 [63:0];
+          assembled[191:128] = \port$6325$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6351$0 [63:0];
+          assembled[255:192] = \port$6325$0 [63:0];
     endcase
   end
   always @* begin
@@ -48732,8 +47948,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6351$0 [63:0];
-  assign fifo_err = \port$6351$0 [64];
+  assign fifo_data = \port$6325$0 [63:0];
+  assign fifo_err = \port$6325$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -49714,7 +48930,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6351$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6325$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
   wire \$1 ;
@@ -49824,8 +49040,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6351$0 ;
-  wire [64:0] \port$6351$0 ;
+  input [64:0] \port$6325$0 ;
+  wire [64:0] \port$6325$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -49898,12 +49114,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6351$0 [64] | rd_err;
+  assign \$13  = \port$6325$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6351$0 [64];
+  assign read_error = w_hs & \port$6325$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -50063,9 +49279,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6351$0 [63:0];
-  assign fifo_data = \port$6351$0 [63:0];
-  assign fifo_err = \port$6351$0 [64];
+  assign bus__wdata = \port$6325$0 [63:0];
+  assign fifo_data = \port$6325$0 [63:0];
+  assign fifo_err = \port$6325$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -52511,27 +51727,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10647$0 (\s2__araddr$299 [11:0]),
-    .\port$10647$14 (\s2__araddr$299 [31:14]),
-    .\port$10684$0 (\s2__awaddr$315 [11:0]),
-    .\port$10684$14 (\s2__awaddr$315 [31:14]),
-    .\port$10904$0 (\s1__awaddr$166 [11:0]),
-    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$10605$0 (\s2__araddr$299 [11:0]),
+    .\port$10605$14 (\s2__araddr$299 [31:14]),
+    .\port$10642$0 (\s2__awaddr$315 [11:0]),
+    .\port$10642$14 (\s2__awaddr$315 [31:14]),
+    .\port$10862$0 (\s1__awaddr$166 [11:0]),
+    .\port$10862$14 (\s1__awaddr$166 [31:14]),
     .\port$12142$0 (\s4__araddr$597 [11:0]),
     .\port$12142$14 (\s4__araddr$597 [31:14]),
     .\port$12179$0 (\s4__awaddr$613 [11:0]),
     .\port$12179$14 (\s4__awaddr$613 [31:14]),
     .\port$12399$0 (\s3__awaddr$464 [11:0]),
     .\port$12399$14 (\s3__awaddr$464 [31:14]),
-    .\port$12507$0 (\s0__awaddr$17 [11:0]),
-    .\port$12507$14 (\s0__awaddr$17 [31:14]),
-    .\port$12517$0 (\s0__araddr$1 [11:0]),
-    .\port$12517$14 (\s0__araddr$1 [31:14]),
-    .\port$2030$0 (\$481 ),
-    .\port$4569$0 (\s1__araddr$150 [11:0]),
-    .\port$4569$14 (\s1__araddr$150 [31:14]),
-    .\port$6754$0 (\s3__araddr$448 [11:0]),
-    .\port$6754$14 (\s3__araddr$448 [31:14]),
+    .\port$12549$0 (\s0__awaddr$17 [11:0]),
+    .\port$12549$14 (\s0__awaddr$17 [31:14]),
+    .\port$12559$0 (\s0__araddr$1 [11:0]),
+    .\port$12559$14 (\s0__araddr$1 [31:14]),
+    .\port$1808$0 (\$481 ),
+    .\port$4485$0 (\s1__araddr$150 [11:0]),
+    .\port$4485$14 (\s1__araddr$150 [31:14]),
+    .\port$6728$0 (\s3__araddr$448 [11:0]),
+    .\port$6728$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -52616,27 +51832,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10647$0 (\s2__araddr$299 [11:0]),
-    .\port$10647$14 (\s2__araddr$299 [31:14]),
-    .\port$10684$0 (\s2__awaddr$315 [11:0]),
-    .\port$10684$14 (\s2__awaddr$315 [31:14]),
-    .\port$10904$0 (\s1__awaddr$166 [11:0]),
-    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$10605$0 (\s2__araddr$299 [11:0]),
+    .\port$10605$14 (\s2__araddr$299 [31:14]),
+    .\port$10642$0 (\s2__awaddr$315 [11:0]),
+    .\port$10642$14 (\s2__awaddr$315 [31:14]),
+    .\port$10862$0 (\s1__awaddr$166 [11:0]),
+    .\port$10862$14 (\s1__awaddr$166 [31:14]),
     .\port$12142$0 (\s4__araddr$597 [11:0]),
     .\port$12142$14 (\s4__araddr$597 [31:14]),
     .\port$12179$0 (\s4__awaddr$613 [11:0]),
     .\port$12179$14 (\s4__awaddr$613 [31:14]),
     .\port$12399$0 (\s3__awaddr$464 [11:0]),
     .\port$12399$14 (\s3__awaddr$464 [31:14]),
-    .\port$12507$0 (\s0__awaddr$17 [11:0]),
-    .\port$12507$14 (\s0__awaddr$17 [31:14]),
-    .\port$12517$0 (\s0__araddr$1 [11:0]),
-    .\port$12517$14 (\s0__araddr$1 [31:14]),
-    .\port$2366$0 (\$482 ),
-    .\port$4569$0 (\s1__araddr$150 [11:0]),
-    .\port$4569$14 (\s1__araddr$150 [31:14]),
-    .\port$6754$0 (\s3__araddr$448 [11:0]),
-    .\port$6754$14 (\s3__araddr$448 [31:14]),
+    .\port$12549$0 (\s0__awaddr$17 [11:0]),
+    .\port$12549$14 (\s0__awaddr$17 [31:14]),
+    .\port$12559$0 (\s0__araddr$1 [11:0]),
+    .\port$12559$14 (\s0__araddr$1 [31:14]),
+    .\port$2144$0 (\$482 ),
+    .\port$4485$0 (\s1__araddr$150 [11:0]),
+    .\port$4485$14 (\s1__araddr$150 [31:14]),
+    .\port$6728$0 (\s3__araddr$448 [11:0]),
+    .\port$6728$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -52721,27 +51937,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10647$0 (\s2__araddr$299 [11:0]),
-    .\port$10647$14 (\s2__araddr$299 [31:14]),
-    .\port$10684$0 (\s2__awaddr$315 [11:0]),
-    .\port$10684$14 (\s2__awaddr$315 [31:14]),
-    .\port$10904$0 (\s1__awaddr$166 [11:0]),
-    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$10605$0 (\s2__araddr$299 [11:0]),
+    .\port$10605$14 (\s2__araddr$299 [31:14]),
+    .\port$10642$0 (\s2__awaddr$315 [11:0]),
+    .\port$10642$14 (\s2__awaddr$315 [31:14]),
+    .\port$10862$0 (\s1__awaddr$166 [11:0]),
+    .\port$10862$14 (\s1__awaddr$166 [31:14]),
     .\port$12142$0 (\s4__araddr$597 [11:0]),
     .\port$12142$14 (\s4__araddr$597 [31:14]),
     .\port$12179$0 (\s4__awaddr$613 [11:0]),
     .\port$12179$14 (\s4__awaddr$613 [31:14]),
     .\port$12399$0 (\s3__awaddr$464 [11:0]),
     .\port$12399$14 (\s3__awaddr$464 [31:14]),
-    .\port$12507$0 (\s0__awaddr$17 [11:0]),
-    .\port$12507$14 (\s0__awaddr$17 [31:14]),
-    .\port$12517$0 (\s0__araddr$1 [11:0]),
-    .\port$12517$14 (\s0__araddr$1 [31:14]),
-    .\port$2702$0 (\$483 ),
-    .\port$4569$0 (\s1__araddr$150 [11:0]),
-    .\port$4569$14 (\s1__araddr$150 [31:14]),
-    .\port$6754$0 (\s3__araddr$448 [11:0]),
-    .\port$6754$14 (\s3__araddr$448 [31:14]),
+    .\port$12549$0 (\s0__awaddr$17 [11:0]),
+    .\port$12549$14 (\s0__awaddr$17 [31:14]),
+    .\port$12559$0 (\s0__araddr$1 [11:0]),
+    .\port$12559$14 (\s0__araddr$1 [31:14]),
+    .\port$2480$0 (\$483 ),
+    .\port$4485$0 (\s1__araddr$150 [11:0]),
+    .\port$4485$14 (\s1__araddr$150 [31:14]),
+    .\port$6728$0 (\s3__araddr$448 [11:0]),
+    .\port$6728$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -52826,27 +52042,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10647$0 (\s2__araddr$299 [11:0]),
-    .\port$10647$14 (\s2__araddr$299 [31:14]),
-    .\port$10684$0 (\s2__awaddr$315 [11:0]),
-    .\port$10684$14 (\s2__awaddr$315 [31:14]),
-    .\port$10904$0 (\s1__awaddr$166 [11:0]),
-    .\port$10904$14 (\s1__awaddr$166 [31:14]),
+    .\port$10605$0 (\s2__araddr$299 [11:0]),
+    .\port$10605$14 (\s2__araddr$299 [31:14]),
+    .\port$10642$0 (\s2__awaddr$315 [11:0]),
+    .\port$10642$14 (\s2__awaddr$315 [31:14]),
+    .\port$10862$0 (\s1__awaddr$166 [11:0]),
+    .\port$10862$14 (\s1__awaddr$166 [31:14]),
     .\port$12142$0 (\s4__araddr$597 [11:0]),
     .\port$12142$14 (\s4__araddr$597 [31:14]),
     .\port$12179$0 (\s4__awaddr$613 [11:0]),
     .\port$12179$14 (\s4__awaddr$613 [31:14]),
     .\port$12399$0 (\s3__awaddr$464 [11:0]),
     .\port$12399$14 (\s3__awaddr$464 [31:14]),
-    .\port$12507$0 (\s0__awaddr$17 [11:0]),
-    .\port$12507$14 (\s0__awaddr$17 [31:14]),
-    .\port$12517$0 (\s0__araddr$1 [11:0]),
-    .\port$12517$14 (\s0__araddr$1 [31:14]),
-    .\port$3038$0 (\$484 ),
-    .\port$4569$0 (\s1__araddr$150 [11:0]),
-    .\port$4569$14 (\s1__araddr$150 [31:14]),
-    .\port$6754$0 (\s3__araddr$448 [11:0]),
-    .\port$6754$14 (\s3__araddr$448 [31:14]),
+    .\port$12549$0 (\s0__awaddr$17 [11:0]),
+    .\port$12549$14 (\s0__awaddr$17 [31:14]),
+    .\port$12559$0 (\s0__araddr$1 [11:0]),
+    .\port$12559$14 (\s0__araddr$1 [31:14]),
+    .\port$2816$0 (\$484 ),
+    .\port$4485$0 (\s1__araddr$150 [11:0]),
+    .\port$4485$14 (\s1__araddr$150 [31:14]),
+    .\port$6728$0 (\s3__araddr$448 [11:0]),
+    .\port$6728$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -54147,9 +53363,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2030$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
-, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1808$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4485$0 , \port$4485$14 , s4__wdata, s4__wstrb, \port$6728$0 , \port$6728$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10605$0 , \port$10605$14 , s2__arlen, \port$10642$0 , \port$10642$14 , s2__awlen, \port$10862$0 , \port$10862$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12549$0 , \port$12549$14 , s0__awlen, \port$12559$0 , \port$12559$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$101  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -54434,18 +53650,18 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10647$0 ;
-  wire [11:0] \port$10647$0 ;
-  input [17:0] \port$10647$14 ;
-  wire [17:0] \port$10647$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$10904$0 ;
-  wire [11:0] \port$10904$0 ;
-  input [17:0] \port$10904$14 ;
-  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$10605$0 ;
+  wire [11:0] \port$10605$0 ;
+  input [17:0] \port$10605$14 ;
+  wire [17:0] \port$10605$14 ;
+  input [11:0] \port$10642$0 ;
+  wire [11:0] \port$10642$0 ;
+  input [17:0] \port$10642$14 ;
+  wire [17:0] \port$10642$14 ;
+  input [11:0] \port$10862$0 ;
+  wire [11:0] \port$10862$0 ;
+  input [17:0] \port$10862$14 ;
+  wire [17:0] \port$10862$14 ;
   input [11:0] \port$12142$0 ;
   wire [11:0] \port$12142$0 ;
   input [17:0] \port$12142$14 ;
@@ -54458,24 +53674,24 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire [11:0] \port$12399$0 ;
   input [17:0] \port$12399$14 ;
   wire [17:0] \port$12399$14 ;
-  input [11:0] \port$12507$0 ;
-  wire [11:0] \port$12507$0 ;
-  input [17:0] \port$12507$14 ;
-  wire [17:0] \port$12507$14 ;
-  input [11:0] \port$12517$0 ;
-  wire [11:0] \port$12517$0 ;
-  input [17:0] \port$12517$14 ;
-  wire [17:0] \port$12517$14 ;
-  output [67:0] \port$2030$0 ;
-  wire [67:0] \port$2030$0 ;
-  input [11:0] \port$4569$0 ;
-  wire [11:0] \port$4569$0 ;
-  input [17:0] \port$4569$14 ;
-  wire [17:0] \port$4569$14 ;
-  input [11:0] \port$6754$0 ;
-  wire [11:0] \port$6754$0 ;
-  input [17:0] \port$6754$14 ;
-  wire [17:0] \port$6754$14 ;
+  input [11:0] \port$12549$0 ;
+  wire [11:0] \port$12549$0 ;
+  input [17:0] \port$12549$14 ;
+  wire [17:0] \port$12549$14 ;
+  input [11:0] \port$12559$0 ;
+  wire [11:0] \port$12559$0 ;
+  input [17:0] \port$12559$14 ;
+  wire [17:0] \port$12559$14 ;
+  output [67:0] \port$1808$0 ;
+  wire [67:0] \port$1808$0 ;
+  input [11:0] \port$4485$0 ;
+  wire [11:0] \port$4485$0 ;
+  input [17:0] \port$4485$14 ;
+  wire [17:0] \port$4485$14 ;
+  input [11:0] \port$6728$0 ;
+  wire [11:0] \port$6728$0 ;
+  input [17:0] \port$6728$14 ;
+  wire [17:0] \port$6728$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -55066,11 +54282,11 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12549$14 , \port$12549$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
+          aw_sel = { 19'h02c00, \port$10862$14 , \port$10862$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10642$14 , \port$10642$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
@@ -55162,13 +54378,13 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12559$14 , \port$12559$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
+          ar_sel = { 19'h02c0c, \port$4485$14 , \port$4485$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10605$14 , \port$10605$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
+          ar_sel = { 19'h02c0c, \port$6728$14 , \port$6728$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
@@ -55599,16 +54815,16 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
+  assign s0__awaddr = { 2'h0, \port$12549$14 , \port$12549$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
+  assign s1__awaddr = { 2'h0, \port$10862$14 , \port$10862$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s2__awaddr = { 2'h0, \port$10642$14 , \port$10642$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -55640,20 +54856,20 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
+  assign s0__araddr = { 2'h0, \port$12559$14 , \port$12559$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
+  assign s1__araddr = { 2'h0, \port$4485$14 , \port$4485$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
+  assign s2__araddr = { 2'h0, \port$10605$14 , \port$10605$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
+  assign s3__araddr = { 2'h0, \port$6728$14 , \port$6728$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -55680,7 +54896,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2030$0  = r_data[67:0];
+  assign \port$1808$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -55848,9 +55064,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2366$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
-, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2144$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4485$0 , \port$4485$14 , s4__wdata, s4__wstrb, \port$6728$0 , \port$6728$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10605$0 , \port$10605$14 , s2__arlen, \port$10642$0 , \port$10642$14 , s2__awlen, \port$10862$0 , \port$10862$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12549$0 , \port$12549$14 , s0__awlen, \port$12559$0 , \port$12559$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$103  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -56135,18 +55351,18 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10647$0 ;
-  wire [11:0] \port$10647$0 ;
-  input [17:0] \port$10647$14 ;
-  wire [17:0] \port$10647$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$10904$0 ;
-  wire [11:0] \port$10904$0 ;
-  input [17:0] \port$10904$14 ;
-  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$10605$0 ;
+  wire [11:0] \port$10605$0 ;
+  input [17:0] \port$10605$14 ;
+  wire [17:0] \port$10605$14 ;
+  input [11:0] \port$10642$0 ;
+  wire [11:0] \port$10642$0 ;
+  input [17:0] \port$10642$14 ;
+  wire [17:0] \port$10642$14 ;
+  input [11:0] \port$10862$0 ;
+  wire [11:0] \port$10862$0 ;
+  input [17:0] \port$10862$14 ;
+  wire [17:0] \port$10862$14 ;
   input [11:0] \port$12142$0 ;
   wire [11:0] \port$12142$0 ;
   input [17:0] \port$12142$14 ;
@@ -56159,24 +55375,24 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire [11:0] \port$12399$0 ;
   input [17:0] \port$12399$14 ;
   wire [17:0] \port$12399$14 ;
-  input [11:0] \port$12507$0 ;
-  wire [11:0] \port$12507$0 ;
-  input [17:0] \port$12507$14 ;
-  wire [17:0] \port$12507$14 ;
-  input [11:0] \port$12517$0 ;
-  wire [11:0] \port$12517$0 ;
-  input [17:0] \port$12517$14 ;
-  wire [17:0] \port$12517$14 ;
-  output [67:0] \port$2366$0 ;
-  wire [67:0] \port$2366$0 ;
-  input [11:0] \port$4569$0 ;
-  wire [11:0] \port$4569$0 ;
-  input [17:0] \port$4569$14 ;
-  wire [17:0] \port$4569$14 ;
-  input [11:0] \port$6754$0 ;
-  wire [11:0] \port$6754$0 ;
-  input [17:0] \port$6754$14 ;
-  wire [17:0] \port$6754$14 ;
+  input [11:0] \port$12549$0 ;
+  wire [11:0] \port$12549$0 ;
+  input [17:0] \port$12549$14 ;
+  wire [17:0] \port$12549$14 ;
+  input [11:0] \port$12559$0 ;
+  wire [11:0] \port$12559$0 ;
+  input [17:0] \port$12559$14 ;
+  wire [17:0] \port$12559$14 ;
+  output [67:0] \port$2144$0 ;
+  wire [67:0] \port$2144$0 ;
+  input [11:0] \port$4485$0 ;
+  wire [11:0] \port$4485$0 ;
+  input [17:0] \port$4485$14 ;
+  wire [17:0] \port$4485$14 ;
+  input [11:0] \port$6728$0 ;
+  wire [11:0] \port$6728$0 ;
+  input [17:0] \port$6728$14 ;
+  wire [17:0] \port$6728$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -56767,11 +55983,11 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12549$14 , \port$12549$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
+          aw_sel = { 19'h02c00, \port$10862$14 , \port$10862$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10642$14 , \port$10642$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
@@ -56863,13 +56079,13 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12559$14 , \port$12559$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
+          ar_sel = { 19'h02c0c, \port$4485$14 , \port$4485$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10605$14 , \port$10605$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
+          ar_sel = { 19'h02c0c, \port$6728$14 , \port$6728$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
@@ -57300,16 +56516,16 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
+  assign s0__awaddr = { 2'h0, \port$12549$14 , \port$12549$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
+  assign s1__awaddr = { 2'h0, \port$10862$14 , \port$10862$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s2__awaddr = { 2'h0, \port$10642$14 , \port$10642$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -57341,20 +56557,20 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
+  assign s0__araddr = { 2'h0, \port$12559$14 , \port$12559$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
+  assign s1__araddr = { 2'h0, \port$4485$14 , \port$4485$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
+  assign s2__araddr = { 2'h0, \port$10605$14 , \port$10605$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
+  assign s3__araddr = { 2'h0, \port$6728$14 , \port$6728$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -57381,7 +56597,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2366$0  = r_data[67:0];
+  assign \port$2144$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -57549,9 +56765,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2702$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
-, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2480$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4485$0 , \port$4485$14 , s4__wdata, s4__wstrb, \port$6728$0 , \port$6728$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10605$0 , \port$10605$14 , s2__arlen, \port$10642$0 , \port$10642$14 , s2__awlen, \port$10862$0 , \port$10862$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12549$0 , \port$12549$14 , s0__awlen, \port$12559$0 , \port$12559$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -57836,18 +57052,18 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10647$0 ;
-  wire [11:0] \port$10647$0 ;
-  input [17:0] \port$10647$14 ;
-  wire [17:0] \port$10647$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$10904$0 ;
-  wire [11:0] \port$10904$0 ;
-  input [17:0] \port$10904$14 ;
-  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$10605$0 ;
+  wire [11:0] \port$10605$0 ;
+  input [17:0] \port$10605$14 ;
+  wire [17:0] \port$10605$14 ;
+  input [11:0] \port$10642$0 ;
+  wire [11:0] \port$10642$0 ;
+  input [17:0] \port$10642$14 ;
+  wire [17:0] \port$10642$14 ;
+  input [11:0] \port$10862$0 ;
+  wire [11:0] \port$10862$0 ;
+  input [17:0] \port$10862$14 ;
+  wire [17:0] \port$10862$14 ;
   input [11:0] \port$12142$0 ;
   wire [11:0] \port$12142$0 ;
   input [17:0] \port$12142$14 ;
@@ -57860,24 +57076,24 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire [11:0] \port$12399$0 ;
   input [17:0] \port$12399$14 ;
   wire [17:0] \port$12399$14 ;
-  input [11:0] \port$12507$0 ;
-  wire [11:0] \port$12507$0 ;
-  input [17:0] \port$12507$14 ;
-  wire [17:0] \port$12507$14 ;
-  input [11:0] \port$12517$0 ;
-  wire [11:0] \port$12517$0 ;
-  input [17:0] \port$12517$14 ;
-  wire [17:0] \port$12517$14 ;
-  output [67:0] \port$2702$0 ;
-  wire [67:0] \port$2702$0 ;
-  input [11:0] \port$4569$0 ;
-  wire [11:0] \port$4569$0 ;
-  input [17:0] \port$4569$14 ;
-  wire [17:0] \port$4569$14 ;
-  input [11:0] \port$6754$0 ;
-  wire [11:0] \port$6754$0 ;
-  input [17:0] \port$6754$14 ;
-  wire [17:0] \port$6754$14 ;
+  input [11:0] \port$12549$0 ;
+  wire [11:0] \port$12549$0 ;
+  input [17:0] \port$12549$14 ;
+  wire [17:0] \port$12549$14 ;
+  input [11:0] \port$12559$0 ;
+  wire [11:0] \port$12559$0 ;
+  input [17:0] \port$12559$14 ;
+  wire [17:0] \port$12559$14 ;
+  output [67:0] \port$2480$0 ;
+  wire [67:0] \port$2480$0 ;
+  input [11:0] \port$4485$0 ;
+  wire [11:0] \port$4485$0 ;
+  input [17:0] \port$4485$14 ;
+  wire [17:0] \port$4485$14 ;
+  input [11:0] \port$6728$0 ;
+  wire [11:0] \port$6728$0 ;
+  input [17:0] \port$6728$14 ;
+  wire [17:0] \port$6728$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -58468,11 +57684,11 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12549$14 , \port$12549$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
+          aw_sel = { 19'h02c00, \port$10862$14 , \port$10862$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10642$14 , \port$10642$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
@@ -58564,13 +57780,13 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12559$14 , \port$12559$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
+          ar_sel = { 19'h02c0c, \port$4485$14 , \port$4485$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10605$14 , \port$10605$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
+          ar_sel = { 19'h02c0c, \port$6728$14 , \port$6728$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
@@ -59001,16 +58217,16 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
+  assign s0__awaddr = { 2'h0, \port$12549$14 , \port$12549$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
+  assign s1__awaddr = { 2'h0, \port$10862$14 , \port$10862$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s2__awaddr = { 2'h0, \port$10642$14 , \port$10642$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -59042,20 +58258,20 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
+  assign s0__araddr = { 2'h0, \port$12559$14 , \port$12559$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
+  assign s1__araddr = { 2'h0, \port$4485$14 , \port$4485$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
+  assign s2__araddr = { 2'h0, \port$10605$14 , \port$10605$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
+  assign s3__araddr = { 2'h0, \port$6728$14 , \port$6728$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -59082,7 +58298,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2702$0  = r_data[67:0];
+  assign \port$2480$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -59250,9 +58466,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$3038$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4569$0 , \port$4569$14 , s4__wdata, s4__wstrb, \port$6754$0 , \port$6754$14 , b_valid_0, b_valid_1
-, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10647$0 , \port$10647$14 , s2__arlen, \port$10684$0 , \port$10684$14 , s2__awlen, \port$10904$0 , \port$10904$14 
-, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12507$0 , \port$12507$14 , s0__awlen, \port$12517$0 , \port$12517$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4485$0 , \port$4485$14 , s4__wdata, s4__wstrb, \port$6728$0 , \port$6728$14 , b_valid_0, b_valid_1
+, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10605$0 , \port$10605$14 , s2__arlen, \port$10642$0 , \port$10642$14 , s2__awlen, \port$10862$0 , \port$10862$14 
+, s1__wdata, \port$12142$0 , \port$12142$14 , s4__arlen, \port$12179$0 , \port$12179$14 , s4__awlen, \port$12399$0 , \port$12399$14 , s3__wdata, s0__wdata, s0__wstrb, \port$12549$0 , \port$12549$14 , s0__awlen, \port$12559$0 , \port$12559$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -59537,18 +58753,18 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10647$0 ;
-  wire [11:0] \port$10647$0 ;
-  input [17:0] \port$10647$14 ;
-  wire [17:0] \port$10647$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$10904$0 ;
-  wire [11:0] \port$10904$0 ;
-  input [17:0] \port$10904$14 ;
-  wire [17:0] \port$10904$14 ;
+  input [11:0] \port$10605$0 ;
+  wire [11:0] \port$10605$0 ;
+  input [17:0] \port$10605$14 ;
+  wire [17:0] \port$10605$14 ;
+  input [11:0] \port$10642$0 ;
+  wire [11:0] \port$10642$0 ;
+  input [17:0] \port$10642$14 ;
+  wire [17:0] \port$10642$14 ;
+  input [11:0] \port$10862$0 ;
+  wire [11:0] \port$10862$0 ;
+  input [17:0] \port$10862$14 ;
+  wire [17:0] \port$10862$14 ;
   input [11:0] \port$12142$0 ;
   wire [11:0] \port$12142$0 ;
   input [17:0] \port$12142$14 ;
@@ -59561,24 +58777,24 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire [11:0] \port$12399$0 ;
   input [17:0] \port$12399$14 ;
   wire [17:0] \port$12399$14 ;
-  input [11:0] \port$12507$0 ;
-  wire [11:0] \port$12507$0 ;
-  input [17:0] \port$12507$14 ;
-  wire [17:0] \port$12507$14 ;
-  input [11:0] \port$12517$0 ;
-  wire [11:0] \port$12517$0 ;
-  input [17:0] \port$12517$14 ;
-  wire [17:0] \port$12517$14 ;
-  output [67:0] \port$3038$0 ;
-  wire [67:0] \port$3038$0 ;
-  input [11:0] \port$4569$0 ;
-  wire [11:0] \port$4569$0 ;
-  input [17:0] \port$4569$14 ;
-  wire [17:0] \port$4569$14 ;
-  input [11:0] \port$6754$0 ;
-  wire [11:0] \port$6754$0 ;
-  input [17:0] \port$6754$14 ;
-  wire [17:0] \port$6754$14 ;
+  input [11:0] \port$12549$0 ;
+  wire [11:0] \port$12549$0 ;
+  input [17:0] \port$12549$14 ;
+  wire [17:0] \port$12549$14 ;
+  input [11:0] \port$12559$0 ;
+  wire [11:0] \port$12559$0 ;
+  input [17:0] \port$12559$14 ;
+  wire [17:0] \port$12559$14 ;
+  output [67:0] \port$2816$0 ;
+  wire [67:0] \port$2816$0 ;
+  input [11:0] \port$4485$0 ;
+  wire [11:0] \port$4485$0 ;
+  input [17:0] \port$4485$14 ;
+  wire [17:0] \port$4485$14 ;
+  input [11:0] \port$6728$0 ;
+  wire [11:0] \port$6728$0 ;
+  input [17:0] \port$6728$14 ;
+  wire [17:0] \port$6728$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -60169,11 +59385,11 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12507$14 , \port$12507$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12549$14 , \port$12549$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10904$14 , \port$10904$0  };
+          aw_sel = { 19'h02c00, \port$10862$14 , \port$10862$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10642$14 , \port$10642$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$12399$14 , \port$12399$0  };
       default:
@@ -60265,13 +59481,13 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12517$14 , \port$12517$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12559$14 , \port$12559$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4569$14 , \port$4569$0  };
+          ar_sel = { 19'h02c0c, \port$4485$14 , \port$4485$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10647$14 , \port$10647$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10605$14 , \port$10605$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6754$14 , \port$6754$0  };
+          ar_sel = { 19'h02c0c, \port$6728$14 , \port$6728$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12142$14 , \port$12142$0  };
     endcase
@@ -60702,16 +59918,16 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12507$14 , \port$12507$0  };
+  assign s0__awaddr = { 2'h0, \port$12549$14 , \port$12549$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10904$14 , \port$10904$0  };
+  assign s1__awaddr = { 2'h0, \port$10862$14 , \port$10862$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s2__awaddr = { 2'h0, \port$10642$14 , \port$10642$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -60743,20 +59959,20 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12517$14 , \port$12517$0  };
+  assign s0__araddr = { 2'h0, \port$12559$14 , \port$12559$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4569$14 , \port$4569$0  };
+  assign s1__araddr = { 2'h0, \port$4485$14 , \port$4485$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10647$14 , \port$10647$0  };
+  assign s2__araddr = { 2'h0, \port$10605$14 , \port$10605$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6754$14 , \port$6754$0  };
+  assign s3__araddr = { 2'h0, \port$6728$14 , \port$6728$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -60783,7 +59999,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$3038$0  = r_data[67:0];
+  assign \port$2816$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -60949,17 +60165,635 @@ module \dx1_board.soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write
-, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3055$0 , \port$4512$0 , \port$5180$0 , \port$5240$0 , \port$6697$0 , \port$7365$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
+module \dx1_board.soc.perf0 (rst, clear, macs_lo_read, dma_arready, dma_awready, dma_rready, dma_wvalid, waiting_dep, busy_compute, bytes_read, bytes_written, macs_lo, dma_rvalid, dma_rlast, dma_wready, dma_bvalid, reset_units, macs_source, busy_compute_source, bytes_read_source, dma_arvalid
+, bytes_written_source, dma_awvalid, cycles, busy_load, busy_store, stall_dep, stall_mem, macs_hi, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [32:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [32:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire \$19 ;
+  wire [9:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire [32:0] \$28 ;
+  wire [32:0] \$29 ;
+  wire \$3 ;
+  wire [32:0] \$30 ;
+  wire [32:0] \$31 ;
+  wire [48:0] \$32 ;
+  reg [8:0] \$33 ;
+  reg [8:0] \$34 ;
+  reg [31:0] \$35 ;
+  reg [31:0] \$36 ;
+  reg [31:0] \$37 ;
+  reg [31:0] \$38 ;
+  reg [31:0] \$39 ;
+  wire \$4 ;
+  reg [31:0] \$40 ;
+  reg [31:0] \$41 ;
+  reg [31:0] \$42 ;
+  reg [47:0] \$43 ;
+  reg [31:0] \$44 ;
+  wire [10:0] \$5 ;
+  wire \$6 ;
+  wire [9:0] \$7 ;
+  wire \$8 ;
+  wire [10:0] \$9 ;
+  output [31:0] busy_compute;
+  wire [31:0] busy_compute;
+  reg [31:0] busy_compute_base = 32'd0;
+  input [31:0] busy_compute_source;
+  wire [31:0] busy_compute_source;
+  output [31:0] busy_load;
+  reg [31:0] busy_load = 32'd0;
+  output [31:0] busy_store;
+  reg [31:0] busy_store = 32'd0;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  reg [31:0] bytes_read_base = 32'd0;
+  input [31:0] bytes_read_source;
+  wire [31:0] bytes_read_source;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  reg [31:0] bytes_written_base = 32'd0;
+  input [31:0] bytes_written_source;
+  wire [31:0] bytes_written_source;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  output [31:0] cycles;
+  reg [31:0] cycles = 32'd0;
+  input dma_arready;
+  wire dma_arready;
+  input dma_arvalid;
+  wire dma_arvalid;
+  input dma_awready;
+  wire dma_awready;
+  input dma_awvalid;
+  wire dma_awvalid;
+  wire dma_bready;
+  input dma_bvalid;
+  wire dma_bvalid;
+  input dma_rlast;
+  wire dma_rlast;
+  input dma_rready;
+  wire dma_rready;
+  input dma_rvalid;
+  wire dma_rvalid;
+  input dma_wready;
+  wire dma_wready;
+  input dma_wvalid;
+  wire dma_wvalid;
+  wire [47:0] macs;
+  reg [47:0] macs_base = 48'h000000000000;
+  output [31:0] macs_hi;
+  reg [31:0] macs_hi = 32'd0;
+  output [31:0] macs_lo;
+  wire [31:0] macs_lo;
+  input macs_lo_read;
+  wire macs_lo_read;
+  input [47:0] macs_source;
+  wire [47:0] macs_source;
+  reg [8:0] reads_open = 9'h000;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  output [31:0] stall_dep;
+  reg [31:0] stall_dep = 32'd0;
+  output [31:0] stall_mem;
+  reg [31:0] stall_mem = 32'd0;
+  input waiting_dep;
+  wire waiting_dep;
+  reg [8:0] writes_open = 9'h000;
+  always @(posedge clk)
+    macs_hi <= \$44 ;
+  assign \$1  = dma_arvalid & dma_arready;
+  assign \$2  = reads_open + \$1 ;
+  assign \$3  = dma_rvalid & dma_rready;
+  assign \$4  = \$3  & dma_rlast;
+  assign \$5  = \$2  - \$4 ;
+  assign \$6  = dma_awvalid & dma_awready;
+  assign \$7  = writes_open + \$6 ;
+  assign \$9  = \$7  - \$8 ;
+  assign \$10  = cycles + 1'h1;
+  assign \$11  = | reads_open;
+  assign \$12  = \$11  | dma_arvalid;
+  assign \$13  = busy_load + \$12 ;
+  assign \$14  = | writes_open;
+  assign \$15  = \$14  | dma_awvalid;
+  assign \$16  = \$15  | dma_wvalid;
+  assign \$17  = busy_store + \$16 ;
+  assign \$18  = stall_dep + waiting_dep;
+  assign \$19  = | reads_open;
+  assign \$20  = ~ dma_rvalid;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = ~ dma_wready;
+  assign \$23  = dma_wvalid & \$22 ;
+  assign \$24  = \$21  | \$23 ;
+  assign \$25  = ~ dma_arready;
+  assign \$26  = dma_arvalid & \$25 ;
+  assign \$27  = \$24  | \$26 ;
+  assign \$28  = stall_mem + \$27 ;
+  assign \$29  = busy_compute_source - busy_compute_base;
+  assign \$30  = bytes_read_source - bytes_read_base;
+  assign \$31  = bytes_written_source - bytes_written_base;
+  assign \$32  = macs_source - macs_base;
+  always @(posedge clk)
+    reads_open <= \$33 ;
+  always @(posedge clk)
+    writes_open <= \$34 ;
+  always @(posedge clk)
+    cycles <= \$35 ;
+  always @(posedge clk)
+    busy_load <= \$36 ;
+  always @(posedge clk)
+    busy_store <= \$37 ;
+  always @(posedge clk)
+    stall_dep <= \$38 ;
+  always @(posedge clk)
+    stall_mem <= \$39 ;
+  always @(posedge clk)
+    busy_compute_base <= \$40 ;
+  always @(posedge clk)
+    bytes_read_base <= \$41 ;
+  always @(posedge clk)
+    bytes_written_base <= \$42 ;
+  always @(posedge clk)
+    macs_base <= \$43 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$33  = \$5 [8:0];
+    if (rst) begin
+      \$33  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$34  = \$9 [8:0];
+    if (rst) begin
+      \$34  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$35  = \$10 [31:0];
+    if (clear) begin
+      \$35  = 32'd0;
+    end
+    if (rst) begin
+      \$35  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$36  = \$13 [31:0];
+    if (clear) begin
+      \$36  = 32'd0;
+    end
+    if (rst) begin
+      \$36  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$37  = \$17 [31:0];
+    if (clear) begin
+      \$37  = 32'd0;
+    end
+    if (rst) begin
+      \$37  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$38  = \$18 [31:0];
+    if (clear) begin
+      \$38  = 32'd0;
+    end
+    if (rst) begin
+      \$38  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$39  = \$28 [31:0];
+    if (clear) begin
+      \$39  = 32'd0;
+    end
+    if (rst) begin
+      \$39  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$40  = busy_compute_base;
+    if (clear) begin
+      \$40  = busy_compute_source;
+    end
+    if (reset_units) begin
+      \$40  = 32'd0;
+    end
+    if (rst) begin
+      \$40  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$41  = bytes_read_base;
+    if (clear) begin
+      \$41  = bytes_read_source;
+    end
+    if (reset_units) begin
+      \$41  = 32'd0;
+    end
+    if (rst) begin
+      \$41  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$42  = bytes_written_base;
+    if (clear) begin
+      \$42  = bytes_written_source;
+    end
+    if (reset_units) begin
+      \$42  = 32'd0;
+    end
+    if (rst) begin
+      \$42  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$43  = macs_base;
+    if (clear) begin
+      \$43  = macs_source;
+    end
+    if (reset_units) begin
+      \$43  = 48'h000000000000;
+    end
+    if (rst) begin
+      \$43  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    \$44  = macs_hi;
+    if (clear) begin
+      \$44  = 32'd0;
+    end
+    if (macs_lo_read) begin
+      \$44  = { 16'h0000, \$32 [47:32] };
+    end
+    if (rst) begin
+      \$44  = 32'd0;
+    end
+  end
+  assign dma_bready = 1'h1;
+  assign macs = \$32 [47:0];
+  assign busy_compute = \$29 [31:0];
+  assign bytes_read = \$30 [31:0];
+  assign bytes_written = \$31 [31:0];
+  assign macs_lo = \$32 [31:0];
+  assign \$8  = dma_bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.perf1 (rst, clear, macs_lo_read, dma_arready, dma_awready, dma_rready, dma_wvalid, waiting_dep, busy_compute, bytes_read, bytes_written, macs_lo, dma_rvalid, dma_rlast, dma_wready, dma_bvalid, reset_units, macs_source, busy_compute_source, bytes_read_source, dma_arvalid
+, bytes_written_source, dma_awvalid, cycles, busy_load, busy_store, stall_dep, stall_mem, macs_hi, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [32:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [32:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire \$19 ;
+  wire [9:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire [32:0] \$28 ;
+  wire [32:0] \$29 ;
+  wire \$3 ;
+  wire [32:0] \$30 ;
+  wire [32:0] \$31 ;
+  wire [48:0] \$32 ;
+  reg [8:0] \$33 ;
+  reg [8:0] \$34 ;
+  reg [31:0] \$35 ;
+  reg [31:0] \$36 ;
+  reg [31:0] \$37 ;
+  reg [31:0] \$38 ;
+  reg [31:0] \$39 ;
+  wire \$4 ;
+  reg [31:0] \$40 ;
+  reg [31:0] \$41 ;
+  reg [31:0] \$42 ;
+  reg [47:0] \$43 ;
+  reg [31:0] \$44 ;
+  wire [10:0] \$5 ;
+  wire \$6 ;
+  wire [9:0] \$7 ;
+  wire \$8 ;
+  wire [10:0] \$9 ;
+  output [31:0] busy_compute;
+  wire [31:0] busy_compute;
+  reg [31:0] busy_compute_base = 32'd0;
+  input [31:0] busy_compute_source;
+  wire [31:0] busy_compute_source;
+  output [31:0] busy_load;
+  reg [31:0] busy_load = 32'd0;
+  output [31:0] busy_store;
+  reg [31:0] busy_store = 32'd0;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  reg [31:0] bytes_read_base = 32'd0;
+  input [31:0] bytes_read_source;
+  wire [31:0] bytes_read_source;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  reg [31:0] bytes_written_base = 32'd0;
+  input [31:0] bytes_written_source;
+  wire [31:0] bytes_written_source;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  output [31:0] cycles;
+  reg [31:0] cycles = 32'd0;
+  input dma_arready;
+  wire dma_arready;
+  input dma_arvalid;
+  wire dma_arvalid;
+  input dma_awready;
+  wire dma_awready;
+  input dma_awvalid;
+  wire dma_awvalid;
+  wire dma_bready;
+  input dma_bvalid;
+  wire dma_bvalid;
+  input dma_rlast;
+  wire dma_rlast;
+  input dma_rready;
+  wire dma_rready;
+  input dma_rvalid;
+  wire dma_rvalid;
+  input dma_wready;
+  wire dma_wready;
+  input dma_wvalid;
+  wire dma_wvalid;
+  wire [47:0] macs;
+  reg [47:0] macs_base = 48'h000000000000;
+  output [31:0] macs_hi;
+  reg [31:0] macs_hi = 32'd0;
+  output [31:0] macs_lo;
+  wire [31:0] macs_lo;
+  input macs_lo_read;
+  wire macs_lo_read;
+  input [47:0] macs_source;
+  wire [47:0] macs_source;
+  reg [8:0] reads_open = 9'h000;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  output [31:0] stall_dep;
+  reg [31:0] stall_dep = 32'd0;
+  output [31:0] stall_mem;
+  reg [31:0] stall_mem = 32'd0;
+  input waiting_dep;
+  wire waiting_dep;
+  reg [8:0] writes_open = 9'h000;
+  always @(posedge clk)
+    macs_hi <= \$44 ;
+  assign \$1  = dma_arvalid & dma_arready;
+  assign \$2  = reads_open + \$1 ;
+  assign \$3  = dma_rvalid & dma_rready;
+  assign \$4  = \$3  & dma_rlast;
+  assign \$5  = \$2  - \$4 ;
+  assign \$6  = dma_awvalid & dma_awready;
+  assign \$7  = writes_open + \$6 ;
+  assign \$9  = \$7  - \$8 ;
+  assign \$10  = cycles + 1'h1;
+  assign \$11  = | reads_open;
+  assign \$12  = \$11  | dma_arvalid;
+  assign \$13  = busy_load + \$12 ;
+  assign \$14  = | writes_open;
+  assign \$15  = \$14  | dma_awvalid;
+  assign \$16  = \$15  | dma_wvalid;
+  assign \$17  = busy_store + \$16 ;
+  assign \$18  = stall_dep + waiting_dep;
+  assign \$19  = | reads_open;
+  assign \$20  = ~ dma_rvalid;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = ~ dma_wready;
+  assign \$23  = dma_wvalid & \$22 ;
+  assign \$24  = \$21  | \$23 ;
+  assign \$25  = ~ dma_arready;
+  assign \$26  = dma_arvalid & \$25 ;
+  assign \$27  = \$24  | \$26 ;
+  assign \$28  = stall_mem + \$27 ;
+  assign \$29  = busy_compute_source - busy_compute_base;
+  assign \$30  = bytes_read_source - bytes_read_base;
+  assign \$31  = bytes_written_source - bytes_written_base;
+  assign \$32  = macs_source - macs_base;
+  always @(posedge clk)
+    reads_open <= \$33 ;
+  always @(posedge clk)
+    writes_open <= \$34 ;
+  always @(posedge clk)
+    cycles <= \$35 ;
+  always @(posedge clk)
+    busy_load <= \$36 ;
+  always @(posedge clk)
+    busy_store <= \$37 ;
+  always @(posedge clk)
+    stall_dep <= \$38 ;
+  always @(posedge clk)
+    stall_mem <= \$39 ;
+  always @(posedge clk)
+    busy_compute_base <= \$40 ;
+  always @(posedge clk)
+    bytes_read_base <= \$41 ;
+  always @(posedge clk)
+    bytes_written_base <= \$42 ;
+  always @(posedge clk)
+    macs_base <= \$43 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$33  = \$5 [8:0];
+    if (rst) begin
+      \$33  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$34  = \$9 [8:0];
+    if (rst) begin
+      \$34  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$35  = \$10 [31:0];
+    if (clear) begin
+      \$35  = 32'd0;
+    end
+    if (rst) begin
+      \$35  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$36  = \$13 [31:0];
+    if (clear) begin
+      \$36  = 32'd0;
+    end
+    if (rst) begin
+      \$36  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$37  = \$17 [31:0];
+    if (clear) begin
+      \$37  = 32'd0;
+    end
+    if (rst) begin
+      \$37  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$38  = \$18 [31:0];
+    if (clear) begin
+      \$38  = 32'd0;
+    end
+    if (rst) begin
+      \$38  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$39  = \$28 [31:0];
+    if (clear) begin
+      \$39  = 32'd0;
+    end
+    if (rst) begin
+      \$39  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$40  = busy_compute_base;
+    if (clear) begin
+      \$40  = busy_compute_source;
+    end
+    if (reset_units) begin
+      \$40  = 32'd0;
+    end
+    if (rst) begin
+      \$40  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$41  = bytes_read_base;
+    if (clear) begin
+      \$41  = bytes_read_source;
+    end
+    if (reset_units) begin
+      \$41  = 32'd0;
+    end
+    if (rst) begin
+      \$41  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$42  = bytes_written_base;
+    if (clear) begin
+      \$42  = bytes_written_source;
+    end
+    if (reset_units) begin
+      \$42  = 32'd0;
+    end
+    if (rst) begin
+      \$42  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$43  = macs_base;
+    if (clear) begin
+      \$43  = macs_source;
+    end
+    if (reset_units) begin
+      \$43  = 48'h000000000000;
+    end
+    if (rst) begin
+      \$43  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$44  = macs_hi;
+    if (clear) begin
+      \$44  = 32'd0;
+    end
+    if (macs_lo_read) begin
+      \$44  = { 16'h0000, \$32 [47:32] };
+    end
+    if (rst) begin
+      \$44  = 32'd0;
+    end
+  end
+  assign dma_bready = 1'h1;
+  assign macs = \$32 [47:0];
+  assign busy_compute = \$29 [31:0];
+  assign bytes_read = \$30 [31:0];
+  assign bytes_written = \$31 [31:0];
+  assign macs_lo = \$32 [31:0];
+  assign \$8  = dma_bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
+, TRACE1_DATA_HI__read, \port$2971$0 , \port$4428$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5154$0 , \port$5214$0 , \port$6671$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7397$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set
 , GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set
 , QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set
 , QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value
-, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid
-, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value
-, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10765$0 , \port$10767$0 
-, \port$10773$0 , \port$10775$0 , \port$10777$0 , \port$10778$0 , \port$10929$0 , \port$12260$0 , \port$12262$0 , \port$12268$0 , \port$12270$0 , \port$12272$0 , \port$12273$0 , \port$12424$0 , bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value
+, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value
+, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10723$0 , \port$10725$0 , \port$10731$0 , \port$10733$0 , \port$10735$0 , \port$10736$0 , \port$10887$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$12260$0 
+, \port$12262$0 , \port$12268$0 , \port$12270$0 , \port$12272$0 , \port$12273$0 , \port$12424$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__bready, bus__rready, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
-  reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -62105,20 +61939,20 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10765$0 ;
-  wire [15:0] \port$10765$0 ;
-  input [15:0] \port$10767$0 ;
-  wire [15:0] \port$10767$0 ;
-  input \port$10773$0 ;
-  wire \port$10773$0 ;
-  input [7:0] \port$10775$0 ;
-  wire [7:0] \port$10775$0 ;
-  input [15:0] \port$10777$0 ;
-  wire [15:0] \port$10777$0 ;
-  input \port$10778$0 ;
-  wire \port$10778$0 ;
-  input \port$10929$0 ;
-  wire \port$10929$0 ;
+  input [15:0] \port$10723$0 ;
+  wire [15:0] \port$10723$0 ;
+  input [15:0] \port$10725$0 ;
+  wire [15:0] \port$10725$0 ;
+  input \port$10731$0 ;
+  wire \port$10731$0 ;
+  input [7:0] \port$10733$0 ;
+  wire [7:0] \port$10733$0 ;
+  input [15:0] \port$10735$0 ;
+  wire [15:0] \port$10735$0 ;
+  input \port$10736$0 ;
+  wire \port$10736$0 ;
+  input \port$10887$0 ;
+  wire \port$10887$0 ;
   input [15:0] \port$12260$0 ;
   wire [15:0] \port$12260$0 ;
   input [15:0] \port$12262$0 ;
@@ -62133,18 +61967,18 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   wire \port$12273$0 ;
   input \port$12424$0 ;
   wire \port$12424$0 ;
-  input \port$3055$0 ;
-  wire \port$3055$0 ;
-  input \port$4512$0 ;
-  wire \port$4512$0 ;
-  input [8:0] \port$5180$0 ;
-  wire [8:0] \port$5180$0 ;
-  input \port$5240$0 ;
-  wire \port$5240$0 ;
-  input \port$6697$0 ;
-  wire \port$6697$0 ;
-  input [8:0] \port$7365$0 ;
-  wire [8:0] \port$7365$0 ;
+  input \port$2971$0 ;
+  wire \port$2971$0 ;
+  input \port$4428$0 ;
+  wire \port$4428$0 ;
+  input [8:0] \port$5154$0 ;
+  wire [8:0] \port$5154$0 ;
+  input \port$5214$0 ;
+  wire \port$5214$0 ;
+  input \port$6671$0 ;
+  wire \port$6671$0 ;
+  input [8:0] \port$7397$0 ;
+  wire [8:0] \port$7397$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -62657,7 +62491,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10778$0 , \port$10929$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$10736$0 , \port$10887$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
@@ -62713,7 +62547,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -62725,7 +62559,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -62737,7 +62571,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -62749,7 +62583,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -62761,7 +62595,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -62773,7 +62607,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -62785,7 +62619,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -62797,7 +62631,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -62809,14 +62643,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -62828,7 +62662,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -62840,7 +62674,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -62852,7 +62686,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -62864,7 +62698,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -62876,7 +62710,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -62888,7 +62722,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -62900,7 +62734,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -62912,14 +62746,14 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -62931,7 +62765,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -62943,7 +62777,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -62955,7 +62789,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -62967,7 +62801,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -62979,7 +62813,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -62991,7 +62825,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -63004,7 +62838,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -63014,7 +62848,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -63027,7 +62861,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -63037,7 +62871,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = 4'hf;
@@ -63047,7 +62881,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -63060,7 +62894,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -63070,7 +62904,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -63083,7 +62917,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -63093,7 +62927,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -63106,7 +62940,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -63116,7 +62950,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -63126,7 +62960,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -63136,7 +62970,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -63148,7 +62982,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -63160,7 +62994,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -63172,7 +63006,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -63184,7 +63018,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -63196,7 +63030,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -63208,7 +63042,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -63220,7 +63054,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -63232,7 +63066,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -63244,7 +63078,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -63256,7 +63090,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -63268,7 +63102,7 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$109 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -63279,16 +63113,16 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10765$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10767$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3055$0 , \port$10773$0 , \port$4512$0  };
-  assign QUEUE0_ERROR__value = { \port$10777$0 , 8'h00, \port$10775$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10723$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10725$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10731$0 , \port$4428$0  };
+  assign QUEUE0_ERROR__value = { \port$10735$0 , 8'h00, \port$10733$0  };
   assign QUEUE1_HEAD__value = { 16'h0000, \port$12260$0  };
   assign QUEUE1_TAIL__value = { 16'h0000, \port$12262$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5240$0 , \port$12268$0 , \port$6697$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5214$0 , \port$12268$0 , \port$6671$0  };
   assign QUEUE1_ERROR__value = { \port$12272$0 , 8'h00, \port$12270$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5180$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7365$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5154$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7397$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -63413,24 +63247,24 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10778$0 , \port$10929$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10736$0 , \port$10887$0  };
   assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12273$0 , \port$12424$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10765$0 ;
+  assign \$74 [15:0] = \port$10723$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10767$0 ;
+  assign \$78 [15:0] = \port$10725$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3055$0 , \port$10773$0 , \port$4512$0  };
+  assign \$82 [2:0] = { \port$2971$0 , \port$10731$0 , \port$4428$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10777$0 , \port$10775$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10735$0 , \port$10733$0  };
   assign \$109 [31:16] = 16'h0000;
   assign \$109 [15:0] = \port$12260$0 ;
   assign \$113 [31:16] = 16'h0000;
   assign \$113 [15:0] = \port$12262$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5240$0 , \port$12268$0 , \port$6697$0  };
+  assign \$117 [2:0] = { \port$5214$0 , \port$12268$0 , \port$6671$0  };
   assign \$119 [15:8] = 8'h00;
   assign { \$119 [31:16], \$119 [7:0] } = { \port$12272$0 , \port$12270$0  };
   assign \$142  = PERF0_CYCLES__value;
@@ -63453,12 +63287,12 @@ module \dx1_board.soc.regfile (rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5180$0  };
+  assign \$212  = { 23'h000000, \port$5154$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7365$0  };
+  assign \$231  = { 23'h000000, \port$7397$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -63595,7 +63429,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$112  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -63636,7 +63470,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -63661,7 +63495,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63671,7 +63505,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63683,7 +63517,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63700,7 +63534,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63712,7 +63546,7 @@ module \dx1_board.soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63730,7 +63564,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -63771,7 +63605,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -63796,7 +63630,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63806,7 +63640,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63818,7 +63652,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63835,7 +63669,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63847,7 +63681,7 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$111 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -63864,8 +63698,666 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$112  = 0;
+module \dx1_board.soc.semaphores (\port$8924$0 , \port$8926$0 , \port$8928$0 , \port$8930$0 , \port$8932$0 , \port$8934$0 , \port$8936$0 , \port$8938$0 , \port$8940$0 , \port$8942$0 , \port$8944$0 , \port$8946$0 , \port$8948$0 , \port$8950$0 , \port$8952$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$8922$0 );
+  reg \$auto$verilog_backend.cc:2355:dump_module$114  = 0;
+  wire \$1 ;
+  wire [33:0] \$10 ;
+  wire \$11 ;
+  wire [33:0] \$12 ;
+  wire \$13 ;
+  wire [33:0] \$14 ;
+  wire \$15 ;
+  wire [33:0] \$16 ;
+  wire \$17 ;
+  wire [33:0] \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire [33:0] \$20 ;
+  wire \$21 ;
+  wire [33:0] \$22 ;
+  wire \$23 ;
+  wire [33:0] \$24 ;
+  wire \$25 ;
+  wire [33:0] \$26 ;
+  wire \$27 ;
+  wire [33:0] \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire [33:0] \$30 ;
+  wire \$31 ;
+  wire [33:0] \$32 ;
+  wire \$33 ;
+  wire [33:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire [33:0] \$38 ;
+  wire \$39 ;
+  wire [33:0] \$4 ;
+  wire [33:0] \$40 ;
+  wire \$41 ;
+  wire [33:0] \$42 ;
+  wire \$43 ;
+  wire [33:0] \$44 ;
+  wire \$45 ;
+  wire [33:0] \$46 ;
+  wire \$47 ;
+  wire [33:0] \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire [33:0] \$50 ;
+  wire \$51 ;
+  wire [33:0] \$52 ;
+  wire \$53 ;
+  wire [33:0] \$54 ;
+  wire \$55 ;
+  wire [33:0] \$56 ;
+  wire \$57 ;
+  wire [33:0] \$58 ;
+  wire \$59 ;
+  wire [33:0] \$6 ;
+  wire [33:0] \$60 ;
+  wire \$61 ;
+  wire [33:0] \$62 ;
+  wire \$63 ;
+  wire [33:0] \$64 ;
+  wire \$65 ;
+  wire [33:0] \$66 ;
+  wire \$67 ;
+  wire [33:0] \$68 ;
+  wire \$7 ;
+  wire [33:0] \$8 ;
+  wire \$9 ;
+  input [17:0] delta0;
+  wire [17:0] delta0;
+  input [17:0] delta1;
+  wire [17:0] delta1;
+  output grant0;
+  reg grant0;
+  output grant1;
+  reg grant1;
+  wire granted;
+  wire granted0;
+  wire granted1;
+  input [3:0] index0;
+  wire [3:0] index0;
+  input [3:0] index1;
+  wire [3:0] index1;
+  input [31:0] \port$8922$0 ;
+  wire [31:0] \port$8922$0 ;
+  input [31:0] \port$8924$0 ;
+  wire [31:0] \port$8924$0 ;
+  input [31:0] \port$8926$0 ;
+  wire [31:0] \port$8926$0 ;
+  input [31:0] \port$8928$0 ;
+  wire [31:0] \port$8928$0 ;
+  input [31:0] \port$8930$0 ;
+  wire [31:0] \port$8930$0 ;
+  input [31:0] \port$8932$0 ;
+  wire [31:0] \port$8932$0 ;
+  input [31:0] \port$8934$0 ;
+  wire [31:0] \port$8934$0 ;
+  input [31:0] \port$8936$0 ;
+  wire [31:0] \port$8936$0 ;
+  input [31:0] \port$8938$0 ;
+  wire [31:0] \port$8938$0 ;
+  input [31:0] \port$8940$0 ;
+  wire [31:0] \port$8940$0 ;
+  input [31:0] \port$8942$0 ;
+  wire [31:0] \port$8942$0 ;
+  input [31:0] \port$8944$0 ;
+  wire [31:0] \port$8944$0 ;
+  input [31:0] \port$8946$0 ;
+  wire [31:0] \port$8946$0 ;
+  input [31:0] \port$8948$0 ;
+  wire [31:0] \port$8948$0 ;
+  input [31:0] \port$8950$0 ;
+  wire [31:0] \port$8950$0 ;
+  input [31:0] \port$8952$0 ;
+  wire [31:0] \port$8952$0 ;
+  output [15:0] set;
+  reg [15:0] set;
+  output [255:0] set_value;
+  reg [255:0] set_value;
+  wire [15:0] \set_value[0] ;
+  wire [15:0] \set_value[10] ;
+  wire [15:0] \set_value[11] ;
+  wire [15:0] \set_value[12] ;
+  wire [15:0] \set_value[13] ;
+  wire [15:0] \set_value[14] ;
+  wire [15:0] \set_value[15] ;
+  wire [15:0] \set_value[1] ;
+  wire [15:0] \set_value[2] ;
+  wire [15:0] \set_value[3] ;
+  wire [15:0] \set_value[4] ;
+  wire [15:0] \set_value[5] ;
+  wire [15:0] \set_value[6] ;
+  wire [15:0] \set_value[7] ;
+  wire [15:0] \set_value[8] ;
+  wire [15:0] \set_value[9] ;
+  input valid0;
+  wire valid0;
+  input valid1;
+  wire valid1;
+  wire [511:0] values;
+  wire [31:0] \values[0] ;
+  wire [31:0] \values[10] ;
+  wire [31:0] \values[11] ;
+  wire [31:0] \values[12] ;
+  wire [31:0] \values[13] ;
+  wire [31:0] \values[14] ;
+  wire [31:0] \values[15] ;
+  wire [31:0] \values[1] ;
+  wire [31:0] \values[2] ;
+  wire [31:0] \values[3] ;
+  wire [31:0] \values[4] ;
+  wire [31:0] \values[5] ;
+  wire [31:0] \values[6] ;
+  wire [31:0] \values[7] ;
+  wire [31:0] \values[8] ;
+  wire [31:0] \values[9] ;
+  assign \$32  = $signed({ 1'h0, \port$8950$0  }) + $signed(delta0);
+  assign \$33  = index0 == 4'hf;
+  assign \$34  = $signed({ 1'h0, \port$8952$0  }) + $signed(delta0);
+  assign \$35  = ~ granted0;
+  assign \$36  = valid1 & \$35 ;
+  assign \$37  = ! index1;
+  assign \$38  = $signed({ 1'h0, \port$8922$0  }) + $signed(delta1);
+  assign \$39  = index1 == 1'h1;
+  assign \$40  = $signed({ 1'h0, \port$8924$0  }) + $signed(delta1);
+  assign \$41  = index1 == 2'h2;
+  assign \$42  = $signed({ 1'h0, \port$8926$0  }) + $signed(delta1);
+  assign \$43  = index1 == 2'h3;
+  assign \$44  = $signed({ 1'h0, \port$8928$0  }) + $signed(delta1);
+  assign \$45  = index1 == 3'h4;
+  assign \$46  = $signed({ 1'h0, \port$8930$0  }) + $signed(delta1);
+  assign \$47  = index1 == 3'h5;
+  assign \$48  = $signed({ 1'h0, \port$8932$0  }) + $signed(delta1);
+  assign \$49  = index1 == 3'h6;
+  assign \$50  = $signed({ 1'h0, \port$8934$0  }) + $signed(delta1);
+  assign \$51  = index1 == 3'h7;
+  assign \$52  = $signed({ 1'h0, \port$8936$0  }) + $signed(delta1);
+  assign \$53  = index1 == 4'h8;
+  assign \$54  = $signed({ 1'h0, \port$8938$0  }) + $signed(delta1);
+  assign \$55  = index1 == 4'h9;
+  assign \$56  = $signed({ 1'h0, \port$8940$0  }) + $signed(delta1);
+  assign \$57  = index1 == 4'ha;
+  assign \$58  = $signed({ 1'h0, \port$8942$0  }) + $signed(delta1);
+  assign \$59  = index1 == 4'hb;
+  assign \$60  = $signed({ 1'h0, \port$8944$0  }) + $signed(delta1);
+  assign \$61  = index1 == 4'hc;
+  assign \$62  = $signed({ 1'h0, \port$8946$0  }) + $signed(delta1);
+  assign \$63  = index1 == 4'hd;
+  assign \$64  = $signed({ 1'h0, \port$8948$0  }) + $signed(delta1);
+  assign \$65  = index1 == 4'he;
+  assign \$66  = $signed({ 1'h0, \port$8950$0  }) + $signed(delta1);
+  assign \$67  = index1 == 4'hf;
+  assign \$68  = $signed({ 1'h0, \port$8952$0  }) + $signed(delta1);
+  assign granted1 = granted0 | valid1;
+  assign \$3  = ! index0;
+  assign \$4  = $signed({ 1'h0, \port$8922$0  }) + $signed(delta0);
+  assign \$5  = index0 == 1'h1;
+  assign \$6  = $signed({ 1'h0, \port$8924$0  }) + $signed(delta0);
+  assign \$7  = index0 == 2'h2;
+  assign \$8  = $signed({ 1'h0, \port$8926$0  }) + $signed(delta0);
+  assign \$9  = index0 == 2'h3;
+  assign \$10  = $signed({ 1'h0, \port$8928$0  }) + $signed(delta0);
+  assign \$11  = index0 == 3'h4;
+  assign \$12  = $signed({ 1'h0, \port$8930$0  }) + $signed(delta0);
+  assign \$13  = index0 == 3'h5;
+  assign \$14  = $signed({ 1'h0, \port$8932$0  }) + $signed(delta0);
+  assign \$15  = index0 == 3'h6;
+  assign \$16  = $signed({ 1'h0, \port$8934$0  }) + $signed(delta0);
+  assign \$17  = index0 == 3'h7;
+  assign \$18  = $signed({ 1'h0, \port$8936$0  }) + $signed(delta0);
+  assign \$19  = index0 == 4'h8;
+  assign \$20  = $signed({ 1'h0, \port$8938$0  }) + $signed(delta0);
+  assign \$21  = index0 == 4'h9;
+  assign \$22  = $signed({ 1'h0, \port$8940$0  }) + $signed(delta0);
+  assign \$23  = index0 == 4'ha;
+  assign \$24  = $signed({ 1'h0, \port$8942$0  }) + $signed(delta0);
+  assign \$25  = index0 == 4'hb;
+  assign \$26  = $signed({ 1'h0, \port$8944$0  }) + $signed(delta0);
+  assign \$27  = index0 == 4'hc;
+  assign \$28  = $signed({ 1'h0, \port$8946$0  }) + $signed(delta0);
+  assign \$29  = index0 == 4'hd;
+  assign \$30  = $signed({ 1'h0, \port$8948$0  }) + $signed(delta0);
+  assign \$31  = index0 == 4'he;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$114 ) begin end
+    grant0 = 1'h0;
+    if (\$2 ) begin
+      grant0 = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$114 ) begin end
+    set = 16'h0000;
+    if (\$2 ) begin
+      if (\$3 ) begin
+        set[0] = 1'h1;
+      end
+      if (\$5 ) begin
+        set[1] = 1'h1;
+      end
+      if (\$7 ) begin
+        set[2] = 1'h1;
+      end
+      if (\$9 ) begin
+        set[3] = 1'h1;
+      end
+      if (\$11 ) begin
+        set[4] = 1'h1;
+      end
+      if (\$13 ) begin
+        set[5] = 1'h1;
+      end
+      if (\$15 ) begin
+        set[6] = 1'h1;
+      end
+      if (\$17 ) begin
+        set[7] = 1'h1;
+      end
+      if (\$19 ) begin
+        set[8] = 1'h1;
+      end
+      if (\$21 ) begin
+        set[9] = 1'h1;
+      end
+      if (\$23 ) begin
+        set[10] = 1'h1;
+      end
+      if (\$25 ) begin
+        set[11] = 1'h1;
+      end
+      if (\$27 ) begin
+        set[12] = 1'h1;
+      end
+      if (\$29 ) begin
+        set[13] = 1'h1;
+      end
+      if (\$31 ) begin
+        set[14] = 1'h1;
+      end
+      if (\$33 ) begin
+        set[15] = 1'h1;
+      end
+    end
+    if (\$36 ) begin
+      if (\$37 ) begin
+        set[0] = 1'h1;
+      end
+      if (\$39 ) begin
+        set[1] = 1'h1;
+      end
+      if (\$41 ) begin
+        set[2] = 1'h1;
+      end
+      if (\$43 ) begin
+        set[3] = 1'h1;
+      end
+      if (\$45 ) begin
+        set[4] = 1'h1;
+      end
+      if (\$47 ) begin
+        set[5] = 1'h1;
+      end
+      if (\$49 ) begin
+        set[6] = 1'h1;
+      end
+      if (\$51 ) begin
+        set[7] = 1'h1;
+      end
+      if (\$53 ) begin
+        set[8] = 1'h1;
+      end
+      if (\$55 ) begin
+        set[9] = 1'h1;
+      end
+      if (\$57 ) begin
+        set[10] = 1'h1;
+      end
+      if (\$59 ) begin
+        set[11] = 1'h1;
+      end
+      if (\$61 ) begin
+        set[12] = 1'h1;
+      end
+      if (\$63 ) begin
+        set[13] = 1'h1;
+      end
+      if (\$65 ) begin
+        set[14] = 1'h1;
+      end
+      if (\$67 ) begin
+        set[15] = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$114 ) begin end
+    set_value = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (\$2 ) begin
+      if (\$3 ) begin
+        set_value[15:0] = \$4 [15:0];
+      end
+      if (\$5 ) begin
+        set_value[31:16] = \$6 [15:0];
+      end
+      if (\$7 ) begin
+        set_value[47:32] = \$8 [15:0];
+      end
+      if (\$9 ) begin
+        set_value[63:48] = \$10 [15:0];
+      end
+      if (\$11 ) begin
+        set_value[79:64] = \$12 [15:0];
+      end
+      if (\$13 ) begin
+        set_value[95:80] = \$14 [15:0];
+      end
+      if (\$15 ) begin
+        set_value[111:96] = \$16 [15:0];
+      end
+      if (\$17 ) begin
+        set_value[127:112] = \$18 [15:0];
+      end
+      if (\$19 ) begin
+        set_value[143:128] = \$20 [15:0];
+      end
+      if (\$21 ) begin
+        set_value[159:144] = \$22 [15:0];
+      end
+      if (\$23 ) begin
+        set_value[175:160] = \$24 [15:0];
+      end
+      if (\$25 ) begin
+        set_value[191:176] = \$26 [15:0];
+      end
+      if (\$27 ) begin
+        set_value[207:192] = \$28 [15:0];
+      end
+      if (\$29 ) begin
+        set_value[223:208] = \$30 [15:0];
+      end
+      if (\$31 ) begin
+        set_value[239:224] = \$32 [15:0];
+      end
+      if (\$33 ) begin
+        set_value[255:240] = \$34 [15:0];
+      end
+    end
+    if (\$36 ) begin
+      if (\$37 ) begin
+        set_value[15:0] = \$38 [15:0];
+      end
+      if (\$39 ) begin
+        set_value[31:16] = \$40 [15:0];
+      end
+      if (\$41 ) begin
+        set_value[47:32] = \$42 [15:0];
+      end
+      if (\$43 ) begin
+        set_value[63:48] = \$44 [15:0];
+      end
+      if (\$45 ) begin
+        set_value[79:64] = \$46 [15:0];
+      end
+      if (\$47 ) begin
+        set_value[95:80] = \$48 [15:0];
+      end
+      if (\$49 ) begin
+        set_value[111:96] = \$50 [15:0];
+      end
+      if (\$51 ) begin
+        set_value[127:112] = \$52 [15:0];
+      end
+      if (\$53 ) begin
+        set_value[143:128] = \$54 [15:0];
+      end
+      if (\$55 ) begin
+        set_value[159:144] = \$56 [15:0];
+      end
+      if (\$57 ) begin
+        set_value[175:160] = \$58 [15:0];
+      end
+      if (\$59 ) begin
+        set_value[191:176] = \$60 [15:0];
+      end
+      if (\$61 ) begin
+        set_value[207:192] = \$62 [15:0];
+      end
+      if (\$63 ) begin
+        set_value[223:208] = \$64 [15:0];
+      end
+      if (\$65 ) begin
+        set_value[239:224] = \$66 [15:0];
+      end
+      if (\$67 ) begin
+        set_value[255:240] = \$68 [15:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$114 ) begin end
+    grant1 = 1'h0;
+    if (\$36 ) begin
+      grant1 = 1'h1;
+    end
+  end
+  assign granted = 1'h0;
+  assign values = { \port$8952$0 , \port$8950$0 , \port$8948$0 , \port$8946$0 , \port$8944$0 , \port$8942$0 , \port$8940$0 , \port$8938$0 , \port$8936$0 , \port$8934$0 , \port$8932$0 , \port$8930$0 , \port$8928$0 , \port$8926$0 , \port$8924$0 , \port$8922$0  };
+  assign \set_value[0]  = set_value[15:0];
+  assign \set_value[1]  = set_value[31:16];
+  assign \set_value[2]  = set_value[47:32];
+  assign \set_value[3]  = set_value[63:48];
+  assign \set_value[4]  = set_value[79:64];
+  assign \set_value[5]  = set_value[95:80];
+  assign \set_value[6]  = set_value[111:96];
+  assign \set_value[7]  = set_value[127:112];
+  assign \set_value[8]  = set_value[143:128];
+  assign \set_value[9]  = set_value[159:144];
+  assign \set_value[10]  = set_value[175:160];
+  assign \set_value[11]  = set_value[191:176];
+  assign \set_value[12]  = set_value[207:192];
+  assign \set_value[13]  = set_value[223:208];
+  assign \set_value[14]  = set_value[239:224];
+  assign \set_value[15]  = set_value[255:240];
+  assign \values[0]  = \port$8922$0 ;
+  assign \values[1]  = \port$8924$0 ;
+  assign \values[2]  = \port$8926$0 ;
+  assign \values[3]  = \port$8928$0 ;
+  assign \values[4]  = \port$8930$0 ;
+  assign \values[5]  = \port$8932$0 ;
+  assign \values[6]  = \port$8934$0 ;
+  assign \values[7]  = \port$8936$0 ;
+  assign \values[8]  = \port$8938$0 ;
+  assign \values[9]  = \port$8940$0 ;
+  assign \values[10]  = \port$8942$0 ;
+  assign \values[11]  = \port$8944$0 ;
+  assign \values[12]  = \port$8946$0 ;
+  assign \values[13]  = \port$8948$0 ;
+  assign \values[14]  = \port$8950$0 ;
+  assign \values[15]  = \port$8952$0 ;
+  assign \$1  = 1'h1;
+  assign \$2  = valid0;
+  assign granted0 = valid0;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.trace0 (rst, clear, r_en, data_lo, data_hi_word, level, timestamp, enable, start_opcode, start_tag, \start$11 , end_status, end_tag, end_opcode, \end$15 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$115  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg \$11 ;
+  reg [63:0] \$12 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  reg [63:0] \$7 ;
+  reg [63:0] \$8 ;
+  reg \$9 ;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  wire [31:0] count;
+  output [31:0] data_hi_word;
+  wire [31:0] data_hi_word;
+  output [31:0] data_lo;
+  wire [31:0] data_lo;
+  input enable;
+  wire enable;
+  reg [63:0] \end  = 64'h0000000000000000;
+  input \end$15 ;
+  wire \end$15 ;
+  input [7:0] end_opcode;
+  wire [7:0] end_opcode;
+  input [7:0] end_status;
+  wire [7:0] end_status;
+  input [15:0] end_tag;
+  wire [15:0] end_tag;
+  reg end_valid = 1'h0;
+  reg [63:0] held = 64'h0000000000000000;
+  reg held_valid = 1'h0;
+  output [8:0] level;
+  wire [8:0] level;
+  wire pop;
+  wire [63:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  reg [63:0] start = 64'h0000000000000000;
+  input \start$11 ;
+  wire \start$11 ;
+  input [7:0] start_opcode;
+  wire [7:0] start_opcode;
+  input [15:0] start_tag;
+  wire [15:0] start_tag;
+  reg start_valid = 1'h0;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  reg [63:0] w_data;
+  reg w_en;
+  assign \$1  = \start$11  & enable;
+  assign \$2  = ~ clear;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = \end$15  & enable;
+  assign \$5  = ~ clear;
+  assign \$6  = \$4  & \$5 ;
+  assign data_lo = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  assign data_hi_word = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  always @(posedge clk)
+    start <= \$7 ;
+  always @(posedge clk)
+    \end  <= \$8 ;
+  always @(posedge clk)
+    start_valid <= \$9 ;
+  always @(posedge clk)
+    end_valid <= \$10 ;
+  always @(posedge clk)
+    held_valid <= \$11 ;
+  always @(posedge clk)
+    held <= \$12 ;
+  \dx1_board.soc.trace0.fifo  fifo (
+    .clear(clear),
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_level(level),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$7  = { 1'h0, start_opcode[6:0], 8'h00, start_tag, timestamp };
+    if (rst) begin
+      \$7  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$8  = { 1'h1, end_opcode[6:0], end_status, end_tag, timestamp };
+    if (rst) begin
+      \$8  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$9  = \$3 ;
+    if (rst) begin
+      \$9  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$10  = \$6 ;
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$11  = held_valid;
+    if (held_valid) begin
+      \$11  = 1'h0;
+    end else if (start_valid) begin
+      \$11  = end_valid;
+    end
+    if (clear) begin
+      \$11  = 1'h0;
+    end
+    if (rst) begin
+      \$11  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    \$12  = held;
+    if (held_valid) begin
+    end else if (start_valid) begin
+      \$12  = \end ;
+    end
+    if (rst) begin
+      \$12  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    w_data = 64'h0000000000000000;
+    if (held_valid) begin
+      w_data = held;
+    end else if (start_valid) begin
+      w_data = start;
+    end else if (end_valid) begin
+      w_data = \end ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$115 ) begin end
+    w_en = 1'h0;
+    if (held_valid) begin
+      w_en = 1'h1;
+    end else if (start_valid) begin
+      w_en = 1'h1;
+    end else if (end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign count = { 23'h000000, level };
+  assign pop = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.trace0.fifo (rst, clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$116  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -63899,6 +64391,8 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  input clear;
+  wire clear;
   input clk;
   wire clk;
   (* init = 8'h00 *)
@@ -63920,8 +64414,6 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
   reg r_rdy = 1'h0;
   input rst;
   wire rst;
-  input trace0_clear;
-  wire trace0_clear;
   wire [63:0] w_data;
   input w_en;
   wire w_en;
@@ -63990,12 +64482,12 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$30  = 8'h00;
     end
     if (rst) begin
@@ -64003,12 +64495,12 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$31  = 8'h00;
     end
     if (rst) begin
@@ -64016,7 +64508,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -64024,7 +64516,7 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     if (\$25 ) begin
       \$32  = \$26 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$32  = 8'h00;
     end
     if (rst) begin
@@ -64032,14 +64524,14 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$112 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
     end else if (r_en) begin
       \$33  = 1'h0;
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$33  = 1'h0;
     end
     if (rst) begin
@@ -64055,8 +64547,178 @@ module \dx1_board.soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
+module \dx1_board.soc.trace1 (rst, clear, r_en, data_lo, data_hi_word, level, timestamp, enable, start_opcode, start_tag, \start$11 , end_status, end_tag, end_opcode, \end$15 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg \$11 ;
+  reg [63:0] \$12 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  reg [63:0] \$7 ;
+  reg [63:0] \$8 ;
+  reg \$9 ;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  wire [31:0] count;
+  output [31:0] data_hi_word;
+  wire [31:0] data_hi_word;
+  output [31:0] data_lo;
+  wire [31:0] data_lo;
+  input enable;
+  wire enable;
+  reg [63:0] \end  = 64'h0000000000000000;
+  input \end$15 ;
+  wire \end$15 ;
+  input [7:0] end_opcode;
+  wire [7:0] end_opcode;
+  input [7:0] end_status;
+  wire [7:0] end_status;
+  input [15:0] end_tag;
+  wire [15:0] end_tag;
+  reg end_valid = 1'h0;
+  reg [63:0] held = 64'h0000000000000000;
+  reg held_valid = 1'h0;
+  output [8:0] level;
+  wire [8:0] level;
+  wire pop;
+  wire [63:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  reg [63:0] start = 64'h0000000000000000;
+  input \start$11 ;
+  wire \start$11 ;
+  input [7:0] start_opcode;
+  wire [7:0] start_opcode;
+  input [15:0] start_tag;
+  wire [15:0] start_tag;
+  reg start_valid = 1'h0;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  reg [63:0] w_data;
+  reg w_en;
+  assign \$1  = \start$11  & enable;
+  assign \$2  = ~ clear;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = \end$15  & enable;
+  assign \$5  = ~ clear;
+  assign \$6  = \$4  & \$5 ;
+  assign data_lo = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  assign data_hi_word = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  always @(posedge clk)
+    start <= \$7 ;
+  always @(posedge clk)
+    \end  <= \$8 ;
+  always @(posedge clk)
+    start_valid <= \$9 ;
+  always @(posedge clk)
+    end_valid <= \$10 ;
+  always @(posedge clk)
+    held_valid <= \$11 ;
+  always @(posedge clk)
+    held <= \$12 ;
+  \dx1_board.soc.trace1.fifo  fifo (
+    .clear(clear),
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_level(level),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$7  = { 1'h0, start_opcode[6:0], 8'h00, start_tag, timestamp };
+    if (rst) begin
+      \$7  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$8  = { 1'h1, end_opcode[6:0], end_status, end_tag, timestamp };
+    if (rst) begin
+      \$8  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$9  = \$3 ;
+    if (rst) begin
+      \$9  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$10  = \$6 ;
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$11  = held_valid;
+    if (held_valid) begin
+      \$11  = 1'h0;
+    end else if (start_valid) begin
+      \$11  = end_valid;
+    end
+    if (clear) begin
+      \$11  = 1'h0;
+    end
+    if (rst) begin
+      \$11  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    \$12  = held;
+    if (held_valid) begin
+    end else if (start_valid) begin
+      \$12  = \end ;
+    end
+    if (rst) begin
+      \$12  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    w_data = 64'h0000000000000000;
+    if (held_valid) begin
+      w_data = held;
+    end else if (start_valid) begin
+      w_data = start;
+    end else if (end_valid) begin
+      w_data = \end ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$117 ) begin end
+    w_en = 1'h0;
+    if (held_valid) begin
+      w_en = 1'h1;
+    end else if (start_valid) begin
+      w_en = 1'h1;
+    end else if (end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign count = { 23'h000000, level };
+  assign pop = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_board.soc.trace1.fifo (rst, clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$118  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -64090,6 +64752,8 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  input clear;
+  wire clear;
   input clk;
   wire clk;
   (* init = 8'h00 *)
@@ -64111,8 +64775,6 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
   reg r_rdy = 1'h0;
   input rst;
   wire rst;
-  input trace1_clear;
-  wire trace1_clear;
   wire [63:0] w_data;
   input w_en;
   wire w_en;
@@ -64181,12 +64843,12 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$118 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$30  = 8'h00;
     end
     if (rst) begin
@@ -64194,12 +64856,12 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$118 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$31  = 8'h00;
     end
     if (rst) begin
@@ -64207,7 +64869,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$118 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -64215,7 +64877,7 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     if (\$25 ) begin
       \$32  = \$26 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$32  = 8'h00;
     end
     if (rst) begin
@@ -64223,14 +64885,14 @@ module \dx1_board.soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$118 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
     end else if (r_en) begin
       \$33  = 1'h0;
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$33  = 1'h0;
     end
     if (rst) begin

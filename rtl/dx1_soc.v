@@ -8,166 +8,24 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire [3:0] \$1 ;
   wire \$10 ;
-  wire [33:0] \$100 ;
-  wire \$101 ;
-  wire [33:0] \$102 ;
-  wire \$103 ;
-  wire [33:0] \$104 ;
-  wire \$105 ;
-  wire [33:0] \$106 ;
-  wire \$107 ;
-  wire [33:0] \$108 ;
-  wire \$109 ;
   wire \$11 ;
-  wire [33:0] \$110 ;
-  wire \$111 ;
-  wire [33:0] \$112 ;
-  wire \$113 ;
-  wire [33:0] \$114 ;
-  wire \$115 ;
-  wire [33:0] \$116 ;
-  wire \$117 ;
-  wire [33:0] \$118 ;
-  wire [31:0] \$119 ;
   wire \$12 ;
-  wire \$120 ;
-  wire [31:0] \$121 ;
-  wire \$122 ;
-  wire [64:0] \$123 ;
-  wire \$124 ;
-  wire \$125 ;
-  wire [9:0] \$126 ;
-  wire \$127 ;
-  wire \$128 ;
-  wire [10:0] \$129 ;
   wire \$13 ;
-  wire \$130 ;
-  wire [9:0] \$131 ;
-  wire \$132 ;
-  wire [10:0] \$133 ;
-  wire [32:0] \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire [32:0] \$137 ;
-  wire \$138 ;
-  wire \$139 ;
   wire \$14 ;
-  wire \$140 ;
-  wire [32:0] \$141 ;
-  wire [32:0] \$142 ;
-  wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire \$147 ;
-  wire \$148 ;
-  wire \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  wire [32:0] \$152 ;
-  wire \$153 ;
-  wire \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire \$161 ;
-  wire [9:0] \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire [10:0] \$165 ;
-  wire \$166 ;
-  wire [9:0] \$167 ;
-  wire \$168 ;
-  wire [10:0] \$169 ;
   wire [32:0] \$17 ;
-  wire [32:0] \$170 ;
-  wire \$171 ;
-  wire \$172 ;
-  wire [32:0] \$173 ;
-  wire \$174 ;
-  wire \$175 ;
-  wire \$176 ;
-  wire [32:0] \$177 ;
-  wire [32:0] \$178 ;
-  wire \$179 ;
   wire \$18 ;
-  wire \$180 ;
-  wire \$181 ;
-  wire \$182 ;
-  wire \$183 ;
-  wire \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire [32:0] \$188 ;
-  wire \$189 ;
   wire \$19 ;
-  wire \$190 ;
-  wire \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  reg [63:0] \$196 ;
-  reg [31:0] \$197 ;
-  reg \$198 ;
-  reg [8:0] \$199 ;
   wire [3:0] \$2 ;
-  wire [32:0] \$20 ;
-  reg [8:0] \$200 ;
-  reg [31:0] \$201 ;
-  reg [31:0] \$202 ;
-  reg [31:0] \$203 ;
-  reg [31:0] \$204 ;
-  reg [31:0] \$205 ;
-  reg [31:0] \$206 ;
-  reg [31:0] \$207 ;
-  reg [31:0] \$208 ;
-  reg [47:0] \$209 ;
+  wire \$20 ;
   wire [32:0] \$21 ;
-  reg [31:0] \$210 ;
-  reg [63:0] \$211 ;
-  reg [63:0] \$212 ;
-  reg \$213 ;
-  reg \$214 ;
-  reg \$215 ;
-  reg [63:0] \$216 ;
-  reg \$217 ;
-  reg \$218 ;
-  reg [8:0] \$219 ;
-  wire [32:0] \$22 ;
-  reg [8:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg [31:0] \$222 ;
-  reg [31:0] \$223 ;
-  reg [31:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [31:0] \$226 ;
-  reg [31:0] \$227 ;
-  reg [31:0] \$228 ;
-  reg [47:0] \$229 ;
-  wire [48:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [63:0] \$231 ;
-  reg [63:0] \$232 ;
-  reg \$233 ;
-  reg \$234 ;
-  reg \$235 ;
-  reg [63:0] \$236 ;
-  reg \$237 ;
-  wire [255:0] \$238 ;
-  wire [15:0] \$239 ;
+  wire [3:0] \$22 ;
+  wire [3:0] \$23 ;
   wire \$24 ;
-  wire [255:0] \$240 ;
-  wire [15:0] \$241 ;
-  wire [32:0] \$25 ;
-  wire [3:0] \$26 ;
-  wire [3:0] \$27 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
@@ -179,74 +37,38 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
-  wire \$38 ;
+  wire [32:0] \$38 ;
   wire \$39 ;
   wire \$4 ;
   wire \$40 ;
   wire \$41 ;
   wire [32:0] \$42 ;
-  wire \$43 ;
+  wire [31:0] \$43 ;
   wire \$44 ;
-  wire [32:0] \$45 ;
-  wire [32:0] \$46 ;
-  wire [32:0] \$47 ;
-  wire [48:0] \$48 ;
+  wire [31:0] \$45 ;
+  wire \$46 ;
+  wire [64:0] \$47 ;
+  wire \$48 ;
   wire \$49 ;
   wire \$5 ;
-  wire [32:0] \$50 ;
+  wire \$50 ;
   wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire [33:0] \$54 ;
-  wire \$55 ;
-  wire [33:0] \$56 ;
-  wire \$57 ;
-  wire [33:0] \$58 ;
-  wire \$59 ;
+  reg [63:0] \$52 ;
+  reg [31:0] \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg \$56 ;
+  reg \$57 ;
+  wire [255:0] \$58 ;
+  wire [15:0] \$59 ;
   wire \$6 ;
-  wire [33:0] \$60 ;
-  wire \$61 ;
-  wire [33:0] \$62 ;
-  wire \$63 ;
-  wire [33:0] \$64 ;
-  wire \$65 ;
-  wire [33:0] \$66 ;
-  wire \$67 ;
-  wire [33:0] \$68 ;
-  wire \$69 ;
+  wire [8:0] \$60 ;
+  wire [255:0] \$61 ;
+  wire [15:0] \$62 ;
+  wire [8:0] \$63 ;
   wire \$7 ;
-  wire [33:0] \$70 ;
-  wire \$71 ;
-  wire [33:0] \$72 ;
-  wire \$73 ;
-  wire [33:0] \$74 ;
-  wire \$75 ;
-  wire [33:0] \$76 ;
-  wire \$77 ;
-  wire [33:0] \$78 ;
-  wire \$79 ;
   wire \$8 ;
-  wire [33:0] \$80 ;
-  wire \$81 ;
-  wire [33:0] \$82 ;
-  wire \$83 ;
-  wire [33:0] \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [33:0] \$88 ;
-  wire \$89 ;
   wire \$9 ;
-  wire [33:0] \$90 ;
-  wire \$91 ;
-  wire [33:0] \$92 ;
-  wire \$93 ;
-  wire [33:0] \$94 ;
-  wire \$95 ;
-  wire [33:0] \$96 ;
-  wire \$97 ;
-  wire [33:0] \$98 ;
-  wire \$99 ;
   reg [31:0] GLOBAL_CYCLES_HI__value = 32'd0;
   wire GLOBAL_CYCLES_LO__read;
   wire [31:0] GLOBAL_CYCLES_LO__value;
@@ -301,31 +123,31 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   reg [31:0] GLOBAL_SEM9__set_value;
   wire [31:0] GLOBAL_SEM9__value;
   wire [31:0] PERF0_BUSY_COMPUTE__value;
-  reg [31:0] PERF0_BUSY_LOAD__value = 32'd0;
-  reg [31:0] PERF0_BUSY_STORE__value = 32'd0;
+  wire [31:0] PERF0_BUSY_LOAD__value;
+  wire [31:0] PERF0_BUSY_STORE__value;
   wire [31:0] PERF0_BYTES_READ__value;
   wire [31:0] PERF0_BYTES_WRITTEN__value;
   wire [31:0] PERF0_CONTROL__wdata;
   wire PERF0_CONTROL__write;
-  reg [31:0] PERF0_CYCLES__value = 32'd0;
-  reg [31:0] PERF0_MACS_HI__value = 32'd0;
+  wire [31:0] PERF0_CYCLES__value;
+  wire [31:0] PERF0_MACS_HI__value;
   wire PERF0_MACS_LO__read;
   wire [31:0] PERF0_MACS_LO__value;
-  reg [31:0] PERF0_STALL_DEP__value = 32'd0;
-  reg [31:0] PERF0_STALL_MEM__value = 32'd0;
+  wire [31:0] PERF0_STALL_DEP__value;
+  wire [31:0] PERF0_STALL_MEM__value;
   wire [31:0] PERF1_BUSY_COMPUTE__value;
-  reg [31:0] PERF1_BUSY_LOAD__value = 32'd0;
-  reg [31:0] PERF1_BUSY_STORE__value = 32'd0;
+  wire [31:0] PERF1_BUSY_LOAD__value;
+  wire [31:0] PERF1_BUSY_STORE__value;
   wire [31:0] PERF1_BYTES_READ__value;
   wire [31:0] PERF1_BYTES_WRITTEN__value;
   wire [31:0] PERF1_CONTROL__wdata;
   wire PERF1_CONTROL__write;
-  reg [31:0] PERF1_CYCLES__value = 32'd0;
-  reg [31:0] PERF1_MACS_HI__value = 32'd0;
+  wire [31:0] PERF1_CYCLES__value;
+  wire [31:0] PERF1_MACS_HI__value;
   wire PERF1_MACS_LO__read;
   wire [31:0] PERF1_MACS_LO__value;
-  reg [31:0] PERF1_STALL_DEP__value = 32'd0;
-  reg [31:0] PERF1_STALL_MEM__value = 32'd0;
+  wire [31:0] PERF1_STALL_DEP__value;
+  wire [31:0] PERF1_STALL_MEM__value;
   reg QUEUE0_CONTROL__set;
   reg [31:0] QUEUE0_CONTROL__set_value;
   wire [31:0] QUEUE0_CONTROL__value;
@@ -421,169 +243,169 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$632 ;
+  wire \abort$668 ;
   wire abort_done;
-  wire \abort_done$315 ;
-  wire \abort_done$634 ;
-  wire \abort_done$635 ;
+  wire \abort_done$332 ;
+  wire \abort_done$670 ;
+  wire \abort_done$671 ;
   wire abort_req;
-  wire \abort_req$305 ;
-  wire \abort_req$624 ;
-  wire \abort_req$625 ;
+  wire \abort_req$322 ;
+  wire \abort_req$660 ;
+  wire \abort_req$661 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$164 ;
-  wire [15:0] \acc_rreq__tdata$483 ;
-  wire [15:0] \acc_rreq__tdata$484 ;
+  wire [15:0] \acc_rreq__tdata$181 ;
+  wire [15:0] \acc_rreq__tdata$519 ;
+  wire [15:0] \acc_rreq__tdata$520 ;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$166 ;
-  wire \acc_rreq__tready$485 ;
-  wire \acc_rreq__tready$486 ;
+  wire \acc_rreq__tready$183 ;
+  wire \acc_rreq__tready$521 ;
+  wire \acc_rreq__tready$522 ;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$168 ;
-  wire \acc_rreq__tvalid$487 ;
-  wire \acc_rreq__tvalid$488 ;
+  wire \acc_rreq__tvalid$185 ;
+  wire \acc_rreq__tvalid$523 ;
+  wire \acc_rreq__tvalid$524 ;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$176 ;
-  wire [255:0] \acc_rresp__tdata$495 ;
-  wire [255:0] \acc_rresp__tdata$496 ;
+  wire [255:0] \acc_rresp__tdata$193 ;
+  wire [255:0] \acc_rresp__tdata$531 ;
+  wire [255:0] \acc_rresp__tdata$532 ;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$178 ;
-  wire \acc_rresp__tready$497 ;
-  wire \acc_rresp__tready$498 ;
+  wire \acc_rresp__tready$195 ;
+  wire \acc_rresp__tready$533 ;
+  wire \acc_rresp__tready$534 ;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$180 ;
-  wire \acc_rresp__tvalid$499 ;
-  wire \acc_rresp__tvalid$500 ;
+  wire \acc_rresp__tvalid$197 ;
+  wire \acc_rresp__tvalid$535 ;
+  wire \acc_rresp__tvalid$536 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$158 ;
-  wire [271:0] \acc_wr__tdata$477 ;
-  wire [271:0] \acc_wr__tdata$478 ;
+  wire [271:0] \acc_wr__tdata$175 ;
+  wire [271:0] \acc_wr__tdata$513 ;
+  wire [271:0] \acc_wr__tdata$514 ;
   wire acc_wr__tready;
-  wire \acc_wr__tready$160 ;
-  wire \acc_wr__tready$479 ;
-  wire \acc_wr__tready$480 ;
+  wire \acc_wr__tready$177 ;
+  wire \acc_wr__tready$515 ;
+  wire \acc_wr__tready$516 ;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$162 ;
-  wire \acc_wr__tvalid$481 ;
-  wire \acc_wr__tvalid$482 ;
+  wire \acc_wr__tvalid$179 ;
+  wire \acc_wr__tvalid$517 ;
+  wire \acc_wr__tvalid$518 ;
   wire [31:0] axi__araddr;
-  wire [31:0] \axi__araddr$240 ;
-  wire [31:0] \axi__araddr$502 ;
-  wire [31:0] \axi__araddr$560 ;
+  wire [31:0] \axi__araddr$257 ;
+  wire [31:0] \axi__araddr$538 ;
+  wire [31:0] \axi__araddr$596 ;
   wire [1:0] axi__arburst;
-  wire [1:0] \axi__arburst$242 ;
-  wire [1:0] \axi__arburst$504 ;
-  wire [1:0] \axi__arburst$562 ;
+  wire [1:0] \axi__arburst$259 ;
+  wire [1:0] \axi__arburst$540 ;
+  wire [1:0] \axi__arburst$598 ;
   wire [3:0] axi__arid;
-  wire [3:0] \axi__arid$244 ;
-  wire [3:0] \axi__arid$506 ;
-  wire [3:0] \axi__arid$564 ;
+  wire [3:0] \axi__arid$261 ;
+  wire [3:0] \axi__arid$542 ;
+  wire [3:0] \axi__arid$600 ;
   wire [7:0] axi__arlen;
-  wire [7:0] \axi__arlen$246 ;
-  wire [7:0] \axi__arlen$508 ;
-  wire [7:0] \axi__arlen$566 ;
+  wire [7:0] \axi__arlen$263 ;
+  wire [7:0] \axi__arlen$544 ;
+  wire [7:0] \axi__arlen$602 ;
   wire axi__arready;
-  wire \axi__arready$247 ;
-  wire \axi__arready$509 ;
-  wire \axi__arready$567 ;
+  wire \axi__arready$264 ;
+  wire \axi__arready$545 ;
+  wire \axi__arready$603 ;
   wire [2:0] axi__arsize;
-  wire [2:0] \axi__arsize$250 ;
-  wire [2:0] \axi__arsize$512 ;
-  wire [2:0] \axi__arsize$570 ;
+  wire [2:0] \axi__arsize$267 ;
+  wire [2:0] \axi__arsize$548 ;
+  wire [2:0] \axi__arsize$606 ;
   wire axi__arvalid;
-  wire \axi__arvalid$252 ;
-  wire \axi__arvalid$514 ;
-  wire \axi__arvalid$572 ;
+  wire \axi__arvalid$269 ;
+  wire \axi__arvalid$550 ;
+  wire \axi__arvalid$608 ;
   wire [31:0] axi__awaddr;
-  wire [31:0] \axi__awaddr$254 ;
-  wire [31:0] \axi__awaddr$516 ;
-  wire [31:0] \axi__awaddr$574 ;
+  wire [31:0] \axi__awaddr$271 ;
+  wire [31:0] \axi__awaddr$552 ;
+  wire [31:0] \axi__awaddr$610 ;
   wire [1:0] axi__awburst;
-  wire [1:0] \axi__awburst$256 ;
-  wire [1:0] \axi__awburst$518 ;
-  wire [1:0] \axi__awburst$576 ;
+  wire [1:0] \axi__awburst$273 ;
+  wire [1:0] \axi__awburst$554 ;
+  wire [1:0] \axi__awburst$612 ;
   wire [3:0] axi__awid;
-  wire [3:0] \axi__awid$258 ;
-  wire [3:0] \axi__awid$520 ;
-  wire [3:0] \axi__awid$578 ;
+  wire [3:0] \axi__awid$275 ;
+  wire [3:0] \axi__awid$556 ;
+  wire [3:0] \axi__awid$614 ;
   wire [7:0] axi__awlen;
-  wire [7:0] \axi__awlen$260 ;
-  wire [7:0] \axi__awlen$522 ;
-  wire [7:0] \axi__awlen$580 ;
+  wire [7:0] \axi__awlen$277 ;
+  wire [7:0] \axi__awlen$558 ;
+  wire [7:0] \axi__awlen$616 ;
   wire axi__awready;
-  wire \axi__awready$261 ;
-  wire \axi__awready$523 ;
-  wire \axi__awready$581 ;
+  wire \axi__awready$278 ;
+  wire \axi__awready$559 ;
+  wire \axi__awready$617 ;
   wire [2:0] axi__awsize;
-  wire [2:0] \axi__awsize$264 ;
-  wire [2:0] \axi__awsize$526 ;
-  wire [2:0] \axi__awsize$584 ;
+  wire [2:0] \axi__awsize$281 ;
+  wire [2:0] \axi__awsize$562 ;
+  wire [2:0] \axi__awsize$620 ;
   wire axi__awvalid;
-  wire \axi__awvalid$266 ;
-  wire \axi__awvalid$528 ;
-  wire \axi__awvalid$586 ;
+  wire \axi__awvalid$283 ;
+  wire \axi__awvalid$564 ;
+  wire \axi__awvalid$622 ;
   wire [3:0] axi__bid;
-  wire [3:0] \axi__bid$267 ;
-  wire [3:0] \axi__bid$529 ;
-  wire [3:0] \axi__bid$587 ;
+  wire [3:0] \axi__bid$284 ;
+  wire [3:0] \axi__bid$565 ;
+  wire [3:0] \axi__bid$623 ;
   wire axi__bready;
-  wire \axi__bready$270 ;
-  wire \axi__bready$532 ;
-  wire \axi__bready$590 ;
+  wire \axi__bready$287 ;
+  wire \axi__bready$568 ;
+  wire \axi__bready$626 ;
   wire [1:0] axi__bresp;
-  wire [1:0] \axi__bresp$271 ;
-  wire [1:0] \axi__bresp$533 ;
-  wire [1:0] \axi__bresp$591 ;
+  wire [1:0] \axi__bresp$288 ;
+  wire [1:0] \axi__bresp$569 ;
+  wire [1:0] \axi__bresp$627 ;
   wire axi__bvalid;
-  wire \axi__bvalid$273 ;
-  wire \axi__bvalid$535 ;
-  wire \axi__bvalid$593 ;
+  wire \axi__bvalid$290 ;
+  wire \axi__bvalid$571 ;
+  wire \axi__bvalid$629 ;
   wire [63:0] axi__rdata;
-  wire [63:0] \axi__rdata$275 ;
-  wire [63:0] \axi__rdata$537 ;
-  wire [63:0] \axi__rdata$595 ;
+  wire [63:0] \axi__rdata$292 ;
+  wire [63:0] \axi__rdata$573 ;
+  wire [63:0] \axi__rdata$631 ;
   wire [3:0] axi__rid;
-  wire [3:0] \axi__rid$277 ;
-  wire [3:0] \axi__rid$539 ;
-  wire [3:0] \axi__rid$597 ;
+  wire [3:0] \axi__rid$294 ;
+  wire [3:0] \axi__rid$575 ;
+  wire [3:0] \axi__rid$633 ;
   wire axi__rlast;
-  wire \axi__rlast$279 ;
-  wire \axi__rlast$541 ;
-  wire \axi__rlast$599 ;
+  wire \axi__rlast$296 ;
+  wire \axi__rlast$577 ;
+  wire \axi__rlast$635 ;
   wire axi__rready;
-  wire \axi__rready$282 ;
-  wire \axi__rready$544 ;
-  wire \axi__rready$602 ;
+  wire \axi__rready$299 ;
+  wire \axi__rready$580 ;
+  wire \axi__rready$638 ;
   wire [1:0] axi__rresp;
-  wire [1:0] \axi__rresp$283 ;
-  wire [1:0] \axi__rresp$545 ;
-  wire [1:0] \axi__rresp$603 ;
+  wire [1:0] \axi__rresp$300 ;
+  wire [1:0] \axi__rresp$581 ;
+  wire [1:0] \axi__rresp$639 ;
   wire axi__rvalid;
-  wire \axi__rvalid$285 ;
-  wire \axi__rvalid$547 ;
-  wire \axi__rvalid$605 ;
+  wire \axi__rvalid$302 ;
+  wire \axi__rvalid$583 ;
+  wire \axi__rvalid$641 ;
   wire [63:0] axi__wdata;
-  wire [63:0] \axi__wdata$288 ;
-  wire [63:0] \axi__wdata$550 ;
-  wire [63:0] \axi__wdata$608 ;
+  wire [63:0] \axi__wdata$305 ;
+  wire [63:0] \axi__wdata$586 ;
+  wire [63:0] \axi__wdata$644 ;
   wire axi__wlast;
-  wire \axi__wlast$290 ;
-  wire \axi__wlast$552 ;
-  wire \axi__wlast$610 ;
+  wire \axi__wlast$307 ;
+  wire \axi__wlast$588 ;
+  wire \axi__wlast$646 ;
   wire axi__wready;
-  wire \axi__wready$291 ;
-  wire \axi__wready$553 ;
-  wire \axi__wready$611 ;
+  wire \axi__wready$308 ;
+  wire \axi__wready$589 ;
+  wire \axi__wready$647 ;
   wire [7:0] axi__wstrb;
-  wire [7:0] \axi__wstrb$294 ;
-  wire [7:0] \axi__wstrb$556 ;
-  wire [7:0] \axi__wstrb$614 ;
+  wire [7:0] \axi__wstrb$311 ;
+  wire [7:0] \axi__wstrb$592 ;
+  wire [7:0] \axi__wstrb$650 ;
   wire axi__wvalid;
-  wire \axi__wvalid$296 ;
-  wire \axi__wvalid$558 ;
-  wire \axi__wvalid$616 ;
+  wire \axi__wvalid$313 ;
+  wire \axi__wvalid$594 ;
+  wire \axi__wvalid$652 ;
   wire axi_quiet;
-  wire \axi_quiet$627 ;
+  wire \axi_quiet$663 ;
   wire [15:0] bus__araddr;
   wire bus__arready;
   wire bus__arvalid;
@@ -602,99 +424,168 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [3:0] bus__wstrb;
   wire bus__wvalid;
   wire busy;
-  wire \busy$344 ;
-  wire \busy$662 ;
-  wire \busy$664 ;
+  wire \busy$361 ;
+  wire \busy$698 ;
+  wire \busy$700 ;
+  wire [31:0] busy_compute;
+  wire [31:0] \busy_compute$759 ;
+  wire [31:0] busy_compute_source;
+  wire [31:0] \busy_compute_source$738 ;
+  wire [31:0] busy_load;
+  wire [31:0] \busy_load$751 ;
+  wire [31:0] busy_store;
+  wire [31:0] \busy_store$753 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$694 ;
+  wire [31:0] \bytes_read$422 ;
+  wire [31:0] \bytes_read$743 ;
+  wire [31:0] \bytes_read$761 ;
+  wire [31:0] bytes_read_source;
+  wire [31:0] \bytes_read_source$742 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$697 ;
+  wire [31:0] \bytes_written$424 ;
+  wire [31:0] \bytes_written$745 ;
+  wire [31:0] \bytes_written$763 ;
+  wire [31:0] bytes_written_source;
+  wire [31:0] \bytes_written_source$744 ;
+  wire clear;
+  wire \clear$432 ;
+  wire \clear$720 ;
+  wire \clear$771 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
-  wire [255:0] \cmd__tdata$133 ;
-  wire [255:0] \cmd__tdata$441 ;
-  wire [255:0] \cmd__tdata$453 ;
+  wire [255:0] \cmd__tdata$150 ;
+  wire [255:0] \cmd__tdata$477 ;
+  wire [255:0] \cmd__tdata$489 ;
   wire cmd__tready;
-  wire \cmd__tready$136 ;
-  wire \cmd__tready$446 ;
-  wire \cmd__tready$456 ;
+  wire \cmd__tready$153 ;
+  wire \cmd__tready$482 ;
+  wire \cmd__tready$492 ;
   wire cmd__tvalid;
-  wire \cmd__tvalid$137 ;
-  wire \cmd__tvalid$443 ;
-  wire \cmd__tvalid$457 ;
+  wire \cmd__tvalid$154 ;
+  wire \cmd__tvalid$479 ;
+  wire \cmd__tvalid$493 ;
   wire core0_stalled;
   wire core1_stalled;
+  wire [31:0] count;
+  wire [31:0] \count$789 ;
   wire cp_quiesce;
-  wire \cp_quiesce$631 ;
+  wire \cp_quiesce$667 ;
   wire cp_quiet;
-  wire \cp_quiet$626 ;
+  wire \cp_quiet$662 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$640 ;
+  wire [31:0] \cq_base$676 ;
   reg [63:0] cycles = 64'h0000000000000000;
+  wire [31:0] \cycles$410 ;
+  wire [31:0] \cycles$749 ;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
+  wire [31:0] data_hi_word;
+  wire [31:0] \data_hi_word$793 ;
+  wire [31:0] data_lo;
+  wire [31:0] \data_lo$791 ;
+  wire [17:0] delta0;
+  wire [17:0] delta1;
   wire dma_abort;
-  wire \dma_abort$633 ;
+  wire \dma_abort$669 ;
+  wire dma_arready;
+  wire \dma_arready$728 ;
+  wire dma_arvalid;
+  wire \dma_arvalid$727 ;
+  wire dma_awready;
+  wire \dma_awready$733 ;
+  wire dma_awvalid;
+  wire \dma_awvalid$732 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$642 ;
+  wire [31:0] \dma_base$678 ;
+  wire dma_bready;
+  wire \dma_bready$737 ;
+  wire dma_bvalid;
+  wire \dma_bvalid$736 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$454 ;
+  wire [255:0] \dma_cmd__tdata$490 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$455 ;
+  wire \dma_cmd__tready$491 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$458 ;
+  wire \dma_cmd__tvalid$494 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$459 ;
+  wire [7:0] \dma_done__tdata$495 ;
   wire dma_done__tready;
-  wire \dma_done__tready$462 ;
+  wire \dma_done__tready$498 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$463 ;
+  wire \dma_done__tvalid$499 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$644 ;
+  wire [31:0] \dma_limit$680 ;
   wire dma_quiet;
-  wire \dma_quiet$628 ;
+  wire \dma_quiet$664 ;
+  wire dma_rlast;
+  wire \dma_rlast$731 ;
+  wire dma_rready;
+  wire \dma_rready$730 ;
+  wire dma_rvalid;
+  wire \dma_rvalid$729 ;
+  wire dma_wready;
+  wire \dma_wready$735 ;
+  wire dma_wvalid;
+  wire \dma_wvalid$734 ;
   wire [31:0] done__tdata;
-  wire [7:0] \done__tdata$140 ;
-  wire [31:0] \done__tdata$448 ;
-  wire [7:0] \done__tdata$460 ;
+  wire [7:0] \done__tdata$157 ;
+  wire [31:0] \done__tdata$484 ;
+  wire [7:0] \done__tdata$496 ;
   wire done__tready;
-  wire \done__tready$141 ;
-  wire \done__tready$451 ;
-  wire \done__tready$461 ;
+  wire \done__tready$158 ;
+  wire \done__tready$487 ;
+  wire \done__tready$497 ;
   wire done__tvalid;
-  wire \done__tvalid$144 ;
-  wire \done__tvalid$450 ;
-  wire \done__tvalid$464 ;
+  wire \done__tvalid$161 ;
+  wire \done__tvalid$486 ;
+  wire \done__tvalid$500 ;
   wire doorbell;
-  wire \doorbell$653 ;
+  wire \doorbell$689 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$655 ;
+  wire [15:0] \doorbell_index$691 ;
   wire enable;
-  wire \enable$646 ;
+  wire \enable$430 ;
+  wire \enable$682 ;
+  wire \enable$769 ;
+  wire \end ;
+  wire \end$780 ;
+  wire [7:0] end_opcode;
+  wire [7:0] \end_opcode$784 ;
+  wire [7:0] end_status;
+  wire [7:0] \end_status$786 ;
+  wire [15:0] end_tag;
+  wire [15:0] \end_tag$782 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$666 ;
+  wire [7:0] \error_code$702 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$667 ;
-  wire granted;
-  wire granted_next;
-  wire \granted_next$769 ;
+  wire [15:0] \error_index$703 ;
+  wire grant0;
+  wire grant1;
   wire halted;
-  wire \halted$663 ;
+  wire \halted$699 ;
   wire [15:0] head;
-  wire [15:0] \head$658 ;
+  wire [15:0] \head$694 ;
   wire hold;
-  wire \hold$440 ;
+  wire \hold$476 ;
   wire host_reset;
-  wire \host_reset$621 ;
+  wire \host_reset$657 ;
+  wire [3:0] index0;
+  wire [3:0] index1;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$669 ;
+  wire \irq_completion$705 ;
   wire irq_error;
-  wire \irq_error$670 ;
-  wire [8:0] level;
-  wire [8:0] \level$717 ;
+  wire \irq_error$706 ;
+  wire [31:0] macs_hi;
+  wire [31:0] \macs_hi$767 ;
+  wire [31:0] macs_lo;
+  wire [31:0] \macs_lo$765 ;
+  wire macs_lo_read;
+  wire \macs_lo_read$746 ;
+  wire [47:0] macs_source;
+  wire [47:0] \macs_source$740 ;
   input [31:0] mem__araddr;
   wire [31:0] mem__araddr;
   input [1:0] mem__arburst;
@@ -753,62 +644,20 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [7:0] mem__wstrb;
   input mem__wvalid;
   wire mem__wvalid;
-  reg [31:0] perf0_busy_compute_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_busy_load;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_busy_store;
-  reg [31:0] perf0_bytes_read_base = 32'd0;
-  reg [31:0] perf0_bytes_written_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_cycles;
-  wire [47:0] perf0_macs;
-  reg [47:0] perf0_macs_base = 48'h000000000000;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_macs_hi;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_stall_dep;
-  (* init = 32'd0 *)
-  wire [31:0] perf0_stall_mem;
-  reg [31:0] perf1_busy_compute_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_busy_load;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_busy_store;
-  reg [31:0] perf1_bytes_read_base = 32'd0;
-  reg [31:0] perf1_bytes_written_base = 32'd0;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_cycles;
-  wire [47:0] perf1_macs;
-  reg [47:0] perf1_macs_base = 48'h000000000000;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_macs_hi;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_stall_dep;
-  (* init = 32'd0 *)
-  wire [31:0] perf1_stall_mem;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$691 ;
-  wire perf_clear0;
-  wire perf_clear1;
+  wire [31:0] \perf_busy$739 ;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$700 ;
+  wire [47:0] \perf_macs$741 ;
+  wire pop;
+  wire \pop$794 ;
   wire progress;
-  wire \progress$300 ;
-  wire \progress$619 ;
-  wire \progress$620 ;
+  wire \progress$317 ;
+  wire \progress$655 ;
+  wire \progress$656 ;
   wire quiesce;
-  wire \quiesce$630 ;
+  wire \quiesce$666 ;
   wire quiet;
-  wire \quiet$629 ;
-  wire [63:0] r_data;
-  wire [63:0] \r_data$719 ;
-  wire r_en;
-  wire \r_en$722 ;
-  wire r_rdy;
-  wire \r_rdy$720 ;
-  reg [8:0] reads_open0 = 9'h000;
-  reg [8:0] reads_open1 = 9'h000;
+  wire \quiet$665 ;
   input [15:0] regs__araddr;
   wire [15:0] regs__araddr;
   output regs__arready;
@@ -844,19 +693,21 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   input regs__wvalid;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$798 ;
+  wire \reset_cp$838 ;
   wire reset_units;
-  wire \reset_units$677 ;
+  wire \reset_units$385 ;
+  wire \reset_units$721 ;
+  wire \reset_units$724 ;
   wire resume;
-  wire \resume$648 ;
+  wire \resume$684 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$636 ;
+  wire [31:0] \ring_base$672 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$638 ;
+  wire [4:0] \ring_log2$674 ;
   wire ring_reset;
-  wire \ring_reset$651 ;
+  wire \ring_reset$687 ;
   input rst;
   wire rst;
   wire [31:0] s0__araddr;
@@ -1005,31 +856,31 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$768 ;
-  reg sem_grant;
-  reg \sem_grant$766 ;
+  wire [17:0] \sem_delta$717 ;
+  wire sem_grant;
+  wire \sem_grant$718 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$767 ;
+  wire [3:0] \sem_index$715 ;
   wire sem_valid;
-  wire \sem_valid$765 ;
+  wire \sem_valid$713 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$672 ;
-  wire [15:0] \sem_values$672[0] ;
-  wire [15:0] \sem_values$672[10] ;
-  wire [15:0] \sem_values$672[11] ;
-  wire [15:0] \sem_values$672[12] ;
-  wire [15:0] \sem_values$672[13] ;
-  wire [15:0] \sem_values$672[14] ;
-  wire [15:0] \sem_values$672[15] ;
-  wire [15:0] \sem_values$672[1] ;
-  wire [15:0] \sem_values$672[2] ;
-  wire [15:0] \sem_values$672[3] ;
-  wire [15:0] \sem_values$672[4] ;
-  wire [15:0] \sem_values$672[5] ;
-  wire [15:0] \sem_values$672[6] ;
-  wire [15:0] \sem_values$672[7] ;
-  wire [15:0] \sem_values$672[8] ;
-  wire [15:0] \sem_values$672[9] ;
+  wire [255:0] \sem_values$711 ;
+  wire [15:0] \sem_values$711[0] ;
+  wire [15:0] \sem_values$711[10] ;
+  wire [15:0] \sem_values$711[11] ;
+  wire [15:0] \sem_values$711[12] ;
+  wire [15:0] \sem_values$711[13] ;
+  wire [15:0] \sem_values$711[14] ;
+  wire [15:0] \sem_values$711[15] ;
+  wire [15:0] \sem_values$711[1] ;
+  wire [15:0] \sem_values$711[2] ;
+  wire [15:0] \sem_values$711[3] ;
+  wire [15:0] \sem_values$711[4] ;
+  wire [15:0] \sem_values$711[5] ;
+  wire [15:0] \sem_values$711[6] ;
+  wire [15:0] \sem_values$711[7] ;
+  wire [15:0] \sem_values$711[8] ;
+  wire [15:0] \sem_values$711[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -1046,101 +897,180 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [15:0] \sem_values[7] ;
   wire [15:0] \sem_values[8] ;
   wire [15:0] \sem_values[9] ;
+  wire [15:0] set;
+  wire [255:0] set_value;
+  wire [15:0] \set_value[0] ;
+  wire [15:0] \set_value[10] ;
+  wire [15:0] \set_value[11] ;
+  wire [15:0] \set_value[12] ;
+  wire [15:0] \set_value[13] ;
+  wire [15:0] \set_value[14] ;
+  wire [15:0] \set_value[15] ;
+  wire [15:0] \set_value[1] ;
+  wire [15:0] \set_value[2] ;
+  wire [15:0] \set_value[3] ;
+  wire [15:0] \set_value[4] ;
+  wire [15:0] \set_value[5] ;
+  wire [15:0] \set_value[6] ;
+  wire [15:0] \set_value[7] ;
+  wire [15:0] \set_value[8] ;
+  wire [15:0] \set_value[9] ;
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$152 ;
-  wire [15:0] \spm_rreq__tdata$471 ;
-  wire [15:0] \spm_rreq__tdata$472 ;
+  wire [15:0] \spm_rreq__tdata$169 ;
+  wire [15:0] \spm_rreq__tdata$507 ;
+  wire [15:0] \spm_rreq__tdata$508 ;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$154 ;
-  wire \spm_rreq__tready$473 ;
-  wire \spm_rreq__tready$474 ;
+  wire \spm_rreq__tready$171 ;
+  wire \spm_rreq__tready$509 ;
+  wire \spm_rreq__tready$510 ;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$156 ;
-  wire \spm_rreq__tvalid$475 ;
-  wire \spm_rreq__tvalid$476 ;
+  wire \spm_rreq__tvalid$173 ;
+  wire \spm_rreq__tvalid$511 ;
+  wire \spm_rreq__tvalid$512 ;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$170 ;
-  wire [63:0] \spm_rresp__tdata$489 ;
-  wire [63:0] \spm_rresp__tdata$490 ;
+  wire [63:0] \spm_rresp__tdata$187 ;
+  wire [63:0] \spm_rresp__tdata$525 ;
+  wire [63:0] \spm_rresp__tdata$526 ;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$172 ;
-  wire \spm_rresp__tready$491 ;
-  wire \spm_rresp__tready$492 ;
+  wire \spm_rresp__tready$189 ;
+  wire \spm_rresp__tready$527 ;
+  wire \spm_rresp__tready$528 ;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$174 ;
-  wire \spm_rresp__tvalid$493 ;
-  wire \spm_rresp__tvalid$494 ;
+  wire \spm_rresp__tvalid$191 ;
+  wire \spm_rresp__tvalid$529 ;
+  wire \spm_rresp__tvalid$530 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$146 ;
-  wire [79:0] \spm_wr__tdata$465 ;
-  wire [79:0] \spm_wr__tdata$466 ;
+  wire [79:0] \spm_wr__tdata$163 ;
+  wire [79:0] \spm_wr__tdata$501 ;
+  wire [79:0] \spm_wr__tdata$502 ;
   wire spm_wr__tready;
-  wire \spm_wr__tready$148 ;
-  wire \spm_wr__tready$467 ;
-  wire \spm_wr__tready$468 ;
+  wire \spm_wr__tready$165 ;
+  wire \spm_wr__tready$503 ;
+  wire \spm_wr__tready$504 ;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$150 ;
-  wire \spm_wr__tvalid$469 ;
-  wire \spm_wr__tvalid$470 ;
+  wire \spm_wr__tvalid$167 ;
+  wire \spm_wr__tvalid$505 ;
+  wire \spm_wr__tvalid$506 ;
   wire stall;
-  wire \stall$788 ;
+  wire \stall$726 ;
+  wire [31:0] stall_dep;
+  wire [31:0] \stall_dep$755 ;
+  wire [31:0] stall_mem;
+  wire [31:0] \stall_mem$757 ;
   input [3:0] stall_units;
   wire [3:0] stall_units;
+  wire start;
+  wire \start$774 ;
+  wire [7:0] start_opcode;
+  wire [7:0] \start_opcode$778 ;
+  wire [15:0] start_tag;
+  wire [15:0] \start_tag$776 ;
   wire [15:0] tail;
-  wire [15:0] \tail$660 ;
+  wire [15:0] \tail$696 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$442 ;
+  wire [255:0] \tile_cmd__tdata$478 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$445 ;
+  wire \tile_cmd__tready$481 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$444 ;
+  wire \tile_cmd__tvalid$480 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$447 ;
+  wire [31:0] \tile_done__tdata$483 ;
   wire tile_done__tready;
-  wire \tile_done__tready$452 ;
+  wire \tile_done__tready$488 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$449 ;
+  wire \tile_done__tvalid$485 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$671 ;
-  wire trace0_clear;
+  wire [31:0] \timestamp$429 ;
+  wire [31:0] \timestamp$710 ;
+  wire [31:0] \timestamp$768 ;
   reg trace0_clear_written = 1'h0;
-  reg [63:0] trace0_end = 64'h0000000000000000;
-  reg trace0_end_valid = 1'h0;
-  reg [63:0] trace0_held = 64'h0000000000000000;
-  reg trace0_held_valid = 1'h0;
-  reg [63:0] trace0_start = 64'h0000000000000000;
-  reg trace0_start_valid = 1'h0;
-  wire trace1_clear;
   reg trace1_clear_written = 1'h0;
-  reg [63:0] trace1_end = 64'h0000000000000000;
-  reg trace1_end_valid = 1'h0;
-  reg [63:0] trace1_held = 64'h0000000000000000;
-  reg trace1_held_valid = 1'h0;
-  reg [63:0] trace1_start = 64'h0000000000000000;
-  reg trace1_start_valid = 1'h0;
   wire trace_end;
-  wire \trace_end$796 ;
+  wire \trace_end$781 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$794 ;
+  wire [7:0] \trace_end_opcode$785 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$792 ;
+  wire [15:0] \trace_end_tag$783 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$791 ;
+  wire [7:0] \trace_opcode$779 ;
   wire trace_start;
-  wire \trace_start$795 ;
+  wire \trace_start$775 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$793 ;
+  wire [7:0] \trace_status$787 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$790 ;
-  reg [63:0] w_data;
-  reg [63:0] \w_data$711 ;
-  reg w_en;
-  reg \w_en$713 ;
+  wire [15:0] \trace_tag$777 ;
+  wire valid0;
+  wire valid1;
+  wire [511:0] values;
+  wire [31:0] \values[0] ;
+  wire [31:0] \values[10] ;
+  wire [31:0] \values[11] ;
+  wire [31:0] \values[12] ;
+  wire [31:0] \values[13] ;
+  wire [31:0] \values[14] ;
+  wire [31:0] \values[15] ;
+  wire [31:0] \values[1] ;
+  wire [31:0] \values[2] ;
+  wire [31:0] \values[3] ;
+  wire [31:0] \values[4] ;
+  wire [31:0] \values[5] ;
+  wire [31:0] \values[6] ;
+  wire [31:0] \values[7] ;
+  wire [31:0] \values[8] ;
+  wire [31:0] \values[9] ;
+  wire waiting_dep;
+  wire \waiting_dep$725 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$617 ;
-  reg [8:0] writes_open0 = 9'h000;
-  reg [8:0] writes_open1 = 9'h000;
+  wire [31:0] \watchdog$653 ;
+  assign \$24  = ~ core1_stalled;
+  assign \cmd__tvalid$479  = \tile_cmd__tvalid$480  & \$24 ;
+  assign \$25  = ~ core1_stalled;
+  assign \tile_cmd__tready$481  = \cmd__tready$482  & \$25 ;
+  assign \$26  = ~ core1_stalled;
+  assign \tile_done__tvalid$485  = \done__tvalid$486  & \$26 ;
+  assign \$27  = ~ core1_stalled;
+  assign \done__tready$487  = \tile_done__tready$488  & \$27 ;
+  assign \$28  = \axi__rvalid$641  & s4__rready;
+  assign \$29  = s4__wvalid & \axi__wready$647 ;
+  assign \$30  = \spm_wr__tvalid$505  & \spm_wr__tready$503 ;
+  assign \$31  = \spm_rreq__tvalid$511  & \spm_rreq__tready$509 ;
+  assign \$32  = \spm_rresp__tvalid$529  & \spm_rresp__tready$527 ;
+  assign \$33  = \acc_wr__tvalid$517  & \acc_wr__tready$515 ;
+  assign \$34  = \acc_rreq__tvalid$523  & \acc_rreq__tready$521 ;
+  assign \$35  = \acc_rresp__tvalid$535  & \acc_rresp__tready$533 ;
+  assign \$36  = | { \$35 , \$34 , \$33 , \$32 , \$31 , \$30 , \$29 , \$28  };
+  assign \progress$655  = \$36  | \progress$656 ;
+  assign \$37  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
+  assign \host_reset$657  = soft_reset | \$37 ;
+  assign \resume$684  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$39  = soft_reset | \reset_units$721 ;
+  assign \$40  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign \clear$720  = \$39  | \$40 ;
+  assign \$41  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$771  = soft_reset | \$41 ;
+  assign \$43  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
+  assign \$44  = | \$43 ;
+  assign \$45  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \$46  = | \$45 ;
+  assign irq = \$44  | \$46 ;
+  assign \$47  = cycles + 1'h1;
+  assign \$48  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$49  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$50  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$51  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  always @(posedge clk)
+    cycles <= \$52 ;
+  always @(posedge clk)
+    GLOBAL_CYCLES_HI__value <= \$53 ;
+  always @(posedge clk)
+    resume_written0 <= \$54 ;
+  always @(posedge clk)
+    trace0_clear_written <= \$55 ;
+  always @(posedge clk)
+    resume_written1 <= \$56 ;
+  always @(posedge clk)
+    trace1_clear_written <= \$57 ;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
   assign \$3  = ~ core0_stalled;
   assign cmd__tvalid = tile_cmd__tvalid & \$3 ;
@@ -1150,8 +1080,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign tile_done__tvalid = done__tvalid & \$5 ;
   assign \$6  = ~ core0_stalled;
   assign done__tready = tile_done__tready & \$6 ;
-  assign \$7  = \axi__rvalid$285  & s2__rready;
-  assign \$8  = s2__wvalid & \axi__wready$291 ;
+  assign \$7  = \axi__rvalid$302  & s2__rready;
+  assign \$8  = s2__wvalid & \axi__wready$308 ;
   assign \$9  = spm_wr__tvalid & spm_wr__tready;
   assign \$10  = spm_rreq__tvalid & spm_rreq__tready;
   assign \$11  = spm_rresp__tvalid & spm_rresp__tready;
@@ -1159,280 +1089,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$13  = acc_rreq__tvalid & acc_rreq__tready;
   assign \$14  = acc_rresp__tvalid & acc_rresp__tready;
   assign \$15  = | { \$14 , \$13 , \$12 , \$11 , \$10 , \$9 , \$8 , \$7  };
-  assign progress = \$15  | \progress$300 ;
+  assign progress = \$15  | \progress$317 ;
   assign \$16  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
   assign host_reset = soft_reset | \$16 ;
   assign resume = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
   assign \$18  = soft_reset | reset_units;
   assign \$19  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign perf_clear0 = \$18  | \$19 ;
-  assign \$20  = perf_busy - perf0_busy_compute_base;
-  assign \$21  = bytes_read - perf0_bytes_read_base;
-  assign \$22  = bytes_written - perf0_bytes_written_base;
-  assign \$23  = perf_macs - perf0_macs_base;
-  assign \$24  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign trace0_clear = soft_reset | \$24 ;
-  assign TRACE0_DATA_LO__value = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign TRACE0_DATA_HI__value = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
-  assign \$28  = ~ core1_stalled;
-  assign \cmd__tvalid$443  = \tile_cmd__tvalid$444  & \$28 ;
-  assign \$29  = ~ core1_stalled;
-  assign \tile_cmd__tready$445  = \cmd__tready$446  & \$29 ;
-  assign \$30  = ~ core1_stalled;
-  assign \tile_done__tvalid$449  = \done__tvalid$450  & \$30 ;
-  assign \$31  = ~ core1_stalled;
-  assign \done__tready$451  = \tile_done__tready$452  & \$31 ;
-  assign \$32  = \axi__rvalid$605  & s4__rready;
-  assign \$33  = s4__wvalid & \axi__wready$611 ;
-  assign \$34  = \spm_wr__tvalid$469  & \spm_wr__tready$467 ;
-  assign \$35  = \spm_rreq__tvalid$475  & \spm_rreq__tready$473 ;
-  assign \$36  = \spm_rresp__tvalid$493  & \spm_rresp__tready$491 ;
-  assign \$37  = \acc_wr__tvalid$481  & \acc_wr__tready$479 ;
-  assign \$38  = \acc_rreq__tvalid$487  & \acc_rreq__tready$485 ;
-  assign \$39  = \acc_rresp__tvalid$499  & \acc_rresp__tready$497 ;
-  assign \$40  = | { \$39 , \$38 , \$37 , \$36 , \$35 , \$34 , \$33 , \$32  };
-  assign \progress$619  = \$40  | \progress$620 ;
-  assign \$41  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$621  = soft_reset | \$41 ;
-  assign \resume$648  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$43  = soft_reset | \reset_units$677 ;
-  assign \$44  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign perf_clear1 = \$43  | \$44 ;
-  assign \$45  = \perf_busy$691  - perf1_busy_compute_base;
-  assign \$46  = \bytes_read$694  - perf1_bytes_read_base;
-  assign \$47  = \bytes_written$697  - perf1_bytes_written_base;
-  assign \$48  = \perf_macs$700  - perf1_macs_base;
-  assign \$49  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign trace1_clear = soft_reset | \$49 ;
-  assign TRACE1_DATA_LO__value = \r_data$719 [31:0] & { \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720  };
-  assign TRACE1_DATA_HI__value = \r_data$719 [63:32] & { \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720 , \r_rdy$720  };
-  assign \$53  = ! cmd__tdata[67:64];
-  assign \$54  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(sem_delta);
-  assign \$55  = cmd__tdata[67:64] == 1'h1;
-  assign \$56  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(sem_delta);
-  assign \$57  = cmd__tdata[67:64] == 2'h2;
-  assign \$58  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(sem_delta);
-  assign \$59  = cmd__tdata[67:64] == 2'h3;
-  assign \$60  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(sem_delta);
-  assign \$61  = cmd__tdata[67:64] == 3'h4;
-  assign \$62  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(sem_delta);
-  assign \$63  = cmd__tdata[67:64] == 3'h5;
-  assign \$64  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(sem_delta);
-  assign \$65  = cmd__tdata[67:64] == 3'h6;
-  assign \$66  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(sem_delta);
-  assign \$67  = cmd__tdata[67:64] == 3'h7;
-  assign \$68  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(sem_delta);
-  assign \$69  = cmd__tdata[67:64] == 4'h8;
-  assign \$70  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(sem_delta);
-  assign \$71  = cmd__tdata[67:64] == 4'h9;
-  assign \$72  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(sem_delta);
-  assign \$73  = cmd__tdata[67:64] == 4'ha;
-  assign \$74  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(sem_delta);
-  assign \$75  = cmd__tdata[67:64] == 4'hb;
-  assign \$76  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(sem_delta);
-  assign \$77  = cmd__tdata[67:64] == 4'hc;
-  assign \$78  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(sem_delta);
-  assign \$79  = cmd__tdata[67:64] == 4'hd;
-  assign \$80  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(sem_delta);
-  assign \$81  = cmd__tdata[67:64] == 4'he;
-  assign \$82  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(sem_delta);
-  assign \$83  = cmd__tdata[67:64] == 4'hf;
-  assign \$84  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(sem_delta);
-  assign \$85  = ~ granted_next;
-  assign \$86  = \sem_valid$765  & \$85 ;
-  assign \$87  = ! \cmd__tdata$441 [67:64];
-  assign \$88  = $signed({ 1'h0, GLOBAL_SEM0__value }) + $signed(\sem_delta$768 );
-  assign \$89  = \cmd__tdata$441 [67:64] == 1'h1;
-  assign \$90  = $signed({ 1'h0, GLOBAL_SEM1__value }) + $signed(\sem_delta$768 );
-  assign \$91  = \cmd__tdata$441 [67:64] == 2'h2;
-  assign \$92  = $signed({ 1'h0, GLOBAL_SEM2__value }) + $signed(\sem_delta$768 );
-  assign \$93  = \cmd__tdata$441 [67:64] == 2'h3;
-  assign \$94  = $signed({ 1'h0, GLOBAL_SEM3__value }) + $signed(\sem_delta$768 );
-  assign \$95  = \cmd__tdata$441 [67:64] == 3'h4;
-  assign \$96  = $signed({ 1'h0, GLOBAL_SEM4__value }) + $signed(\sem_delta$768 );
-  assign \$97  = \cmd__tdata$441 [67:64] == 3'h5;
-  assign \$98  = $signed({ 1'h0, GLOBAL_SEM5__value }) + $signed(\sem_delta$768 );
-  assign \$99  = \cmd__tdata$441 [67:64] == 3'h6;
-  assign \$100  = $signed({ 1'h0, GLOBAL_SEM6__value }) + $signed(\sem_delta$768 );
-  assign \$101  = \cmd__tdata$441 [67:64] == 3'h7;
-  assign \$102  = $signed({ 1'h0, GLOBAL_SEM7__value }) + $signed(\sem_delta$768 );
-  assign \$103  = \cmd__tdata$441 [67:64] == 4'h8;
-  assign \$104  = $signed({ 1'h0, GLOBAL_SEM8__value }) + $signed(\sem_delta$768 );
-  assign \$105  = \cmd__tdata$441 [67:64] == 4'h9;
-  assign \$106  = $signed({ 1'h0, GLOBAL_SEM9__value }) + $signed(\sem_delta$768 );
-  assign \$107  = \cmd__tdata$441 [67:64] == 4'ha;
-  assign \$108  = $signed({ 1'h0, GLOBAL_SEM10__value }) + $signed(\sem_delta$768 );
-  assign \$109  = \cmd__tdata$441 [67:64] == 4'hb;
-  assign \$110  = $signed({ 1'h0, GLOBAL_SEM11__value }) + $signed(\sem_delta$768 );
-  assign \$111  = \cmd__tdata$441 [67:64] == 4'hc;
-  assign \$112  = $signed({ 1'h0, GLOBAL_SEM12__value }) + $signed(\sem_delta$768 );
-  assign \$113  = \cmd__tdata$441 [67:64] == 4'hd;
-  assign \$114  = $signed({ 1'h0, GLOBAL_SEM13__value }) + $signed(\sem_delta$768 );
-  assign \$115  = \cmd__tdata$441 [67:64] == 4'he;
-  assign \$116  = $signed({ 1'h0, GLOBAL_SEM14__value }) + $signed(\sem_delta$768 );
-  assign \$117  = \cmd__tdata$441 [67:64] == 4'hf;
-  assign \$118  = $signed({ 1'h0, GLOBAL_SEM15__value }) + $signed(\sem_delta$768 );
-  assign \granted_next$769  = granted_next | \sem_valid$765 ;
-  assign \$119  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
-  assign \$120  = | \$119 ;
-  assign \$121  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
-  assign \$122  = | \$121 ;
-  assign irq = \$120  | \$122 ;
-  assign \$123  = cycles + 1'h1;
-  assign \$124  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$125  = s2__arvalid & \axi__arready$247 ;
-  assign \$126  = reads_open0 + \$125 ;
-  assign \$127  = \axi__rvalid$285  & s2__rready;
-  assign \$128  = \$127  & \axi__rlast$279 ;
-  assign \$129  = \$126  - \$128 ;
-  assign \$130  = s2__awvalid & \axi__awready$261 ;
-  assign \$131  = writes_open0 + \$130 ;
-  assign \$133  = \$131  - \$132 ;
-  assign \$134  = PERF0_CYCLES__value + 1'h1;
-  assign \$135  = | reads_open0;
-  assign \$136  = \$135  | s2__arvalid;
-  assign \$137  = PERF0_BUSY_LOAD__value + \$136 ;
-  assign \$138  = | writes_open0;
-  assign \$139  = \$138  | s2__awvalid;
-  assign \$140  = \$139  | s2__wvalid;
-  assign \$141  = PERF0_BUSY_STORE__value + \$140 ;
-  assign \$142  = PERF0_STALL_DEP__value + stall;
-  assign \$143  = | reads_open0;
-  assign \$144  = ~ \axi__rvalid$285 ;
-  assign \$145  = \$143  & \$144 ;
-  assign \$146  = ~ \axi__wready$291 ;
-  assign \$147  = s2__wvalid & \$146 ;
-  assign \$148  = \$145  | \$147 ;
-  assign \$149  = ~ \axi__arready$247 ;
-  assign \$150  = s2__arvalid & \$149 ;
-  assign \$151  = \$148  | \$150 ;
-  assign \$152  = PERF0_STALL_MEM__value + \$151 ;
-  assign \$153  = trace_start & TRACE0_CONTROL__value[0];
-  assign \$154  = ~ trace0_clear;
-  assign \$155  = \$153  & \$154 ;
-  assign \$156  = trace_end & TRACE0_CONTROL__value[0];
-  assign \$157  = ~ trace0_clear;
-  assign \$158  = \$156  & \$157 ;
-  assign \$159  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$160  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$161  = s4__arvalid & \axi__arready$567 ;
-  assign \$162  = reads_open1 + \$161 ;
-  assign \$163  = \axi__rvalid$605  & s4__rready;
-  assign \$164  = \$163  & \axi__rlast$599 ;
-  assign \$165  = \$162  - \$164 ;
-  assign \$166  = s4__awvalid & \axi__awready$581 ;
-  assign \$167  = writes_open1 + \$166 ;
-  assign \$169  = \$167  - \$168 ;
-  assign \$170  = PERF1_CYCLES__value + 1'h1;
-  assign \$171  = | reads_open1;
-  assign \$172  = \$171  | s4__arvalid;
-  assign \$173  = PERF1_BUSY_LOAD__value + \$172 ;
-  assign \$174  = | writes_open1;
-  assign \$175  = \$174  | s4__awvalid;
-  assign \$176  = \$175  | s4__wvalid;
-  assign \$177  = PERF1_BUSY_STORE__value + \$176 ;
-  assign \$178  = PERF1_STALL_DEP__value + \stall$788 ;
-  assign \$179  = | reads_open1;
-  assign \$180  = ~ \axi__rvalid$605 ;
-  assign \$181  = \$179  & \$180 ;
-  assign \$182  = ~ \axi__wready$611 ;
-  assign \$183  = s4__wvalid & \$182 ;
-  assign \$184  = \$181  | \$183 ;
-  assign \$185  = ~ \axi__arready$567 ;
-  assign \$186  = s4__arvalid & \$185 ;
-  assign \$187  = \$184  | \$186 ;
-  assign \$188  = PERF1_STALL_MEM__value + \$187 ;
-  assign \$189  = \trace_start$795  & TRACE1_CONTROL__value[0];
-  assign \$190  = ~ trace1_clear;
-  assign \$191  = \$189  & \$190 ;
-  assign \$192  = \trace_end$796  & TRACE1_CONTROL__value[0];
-  assign \$193  = ~ trace1_clear;
-  assign \$194  = \$192  & \$193 ;
-  assign \$195  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  always @(posedge clk)
-    cycles <= \$196 ;
-  always @(posedge clk)
-    GLOBAL_CYCLES_HI__value <= \$197 ;
-  always @(posedge clk)
-    resume_written0 <= \$198 ;
-  always @(posedge clk)
-    reads_open0 <= \$199 ;
-  always @(posedge clk)
-    writes_open0 <= \$200 ;
-  always @(posedge clk)
-    PERF0_CYCLES__value <= \$201 ;
-  always @(posedge clk)
-    PERF0_BUSY_LOAD__value <= \$202 ;
-  always @(posedge clk)
-    PERF0_BUSY_STORE__value <= \$203 ;
-  always @(posedge clk)
-    PERF0_STALL_DEP__value <= \$204 ;
-  always @(posedge clk)
-    PERF0_STALL_MEM__value <= \$205 ;
-  always @(posedge clk)
-    perf0_busy_compute_base <= \$206 ;
-  always @(posedge clk)
-    perf0_bytes_read_base <= \$207 ;
-  always @(posedge clk)
-    perf0_bytes_written_base <= \$208 ;
-  always @(posedge clk)
-    perf0_macs_base <= \$209 ;
-  always @(posedge clk)
-    PERF0_MACS_HI__value <= \$210 ;
-  always @(posedge clk)
-    trace0_start <= \$211 ;
-  always @(posedge clk)
-    trace0_end <= \$212 ;
-  always @(posedge clk)
-    trace0_start_valid <= \$213 ;
-  always @(posedge clk)
-    trace0_end_valid <= \$214 ;
-  always @(posedge clk)
-    trace0_held_valid <= \$215 ;
-  always @(posedge clk)
-    trace0_held <= \$216 ;
-  always @(posedge clk)
-    trace0_clear_written <= \$217 ;
-  always @(posedge clk)
-    resume_written1 <= \$218 ;
-  always @(posedge clk)
-    reads_open1 <= \$219 ;
-  always @(posedge clk)
-    writes_open1 <= \$220 ;
-  always @(posedge clk)
-    PERF1_CYCLES__value <= \$221 ;
-  always @(posedge clk)
-    PERF1_BUSY_LOAD__value <= \$222 ;
-  always @(posedge clk)
-    PERF1_BUSY_STORE__value <= \$223 ;
-  always @(posedge clk)
-    PERF1_STALL_DEP__value <= \$224 ;
-  always @(posedge clk)
-    PERF1_STALL_MEM__value <= \$225 ;
-  always @(posedge clk)
-    perf1_busy_compute_base <= \$226 ;
-  always @(posedge clk)
-    perf1_bytes_read_base <= \$227 ;
-  always @(posedge clk)
-    perf1_bytes_written_base <= \$228 ;
-  always @(posedge clk)
-    perf1_macs_base <= \$229 ;
-  always @(posedge clk)
-    PERF1_MACS_HI__value <= \$230 ;
-  always @(posedge clk)
-    trace1_start <= \$231 ;
-  always @(posedge clk)
-    trace1_end <= \$232 ;
-  always @(posedge clk)
-    trace1_start_valid <= \$233 ;
-  always @(posedge clk)
-    trace1_end_valid <= \$234 ;
-  always @(posedge clk)
-    trace1_held_valid <= \$235 ;
-  always @(posedge clk)
-    trace1_held <= \$236 ;
-  always @(posedge clk)
-    trace1_clear_written <= \$237 ;
+  assign clear = \$18  | \$19 ;
+  assign \$20  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$432  = soft_reset | \$20 ;
   \dx1_soc.core0  core0 (
     .acc_rreq__tready(acc_rreq__tready),
     .acc_rreq__tvalid(acc_rreq__tvalid),
@@ -1446,11 +1111,11 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .cmd__tvalid(cmd__tvalid),
     .done__tdata(tile_done__tdata),
     .done__tvalid(done__tvalid),
-    .perf_busy(perf_busy),
-    .perf_macs(perf_macs),
-    .\port$9359$0 (\$238 ),
-    .\port$9361$0 (\$239 ),
-    .progress(\progress$300 ),
+    .perf_busy(busy_compute_source),
+    .perf_macs(macs_source),
+    .\port$9317$0 (\$58 ),
+    .\port$9319$0 (\$59 ),
+    .progress(\progress$317 ),
     .r_en(done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -1465,35 +1130,35 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$485 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$487 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$495 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$499 ),
-    .acc_wr__tready(\acc_wr__tready$479 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$481 ),
+    .acc_rreq__tready(\acc_rreq__tready$521 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$523 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$531 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$535 ),
+    .acc_wr__tready(\acc_wr__tready$515 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$517 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$441 ),
-    .cmd__tready(\cmd__tready$446 ),
-    .cmd__tvalid(\cmd__tvalid$443 ),
-    .done__tdata(\tile_done__tdata$447 ),
-    .done__tvalid(\done__tvalid$450 ),
-    .perf_busy(\perf_busy$691 ),
-    .perf_macs(\perf_macs$700 ),
-    .\port$10854$0 (\$240 ),
-    .\port$10856$0 (\$241 ),
-    .progress(\progress$620 ),
-    .r_en(\done__tready$451 ),
-    .\r_en$122 (\spm_rresp__tready$491 ),
-    .\r_en$135 (\acc_rresp__tready$497 ),
-    .reset_units(\reset_units$677 ),
+    .cmd__tdata(\cmd__tdata$477 ),
+    .cmd__tready(\cmd__tready$482 ),
+    .cmd__tvalid(\cmd__tvalid$479 ),
+    .done__tdata(\tile_done__tdata$483 ),
+    .done__tvalid(\done__tvalid$486 ),
+    .perf_busy(\busy_compute_source$738 ),
+    .perf_macs(\macs_source$740 ),
+    .\port$10854$0 (\$61 ),
+    .\port$10856$0 (\$62 ),
+    .progress(\progress$656 ),
+    .r_en(\done__tready$487 ),
+    .\r_en$122 (\spm_rresp__tready$527 ),
+    .\r_en$135 (\acc_rresp__tready$533 ),
+    .reset_units(\reset_units$721 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$471 ),
-    .spm_rreq__tready(\spm_rreq__tready$473 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$475 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$489 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
-    .spm_wr__tready(\spm_wr__tready$467 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$469 )
+    .spm_rreq__tdata(\spm_rreq__tdata$507 ),
+    .spm_rreq__tready(\spm_rreq__tready$509 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$511 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$525 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$529 ),
+    .spm_wr__tready(\spm_wr__tready$503 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$505 )
   );
   \dx1_soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -1524,9 +1189,9 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .cmd(cmd__tdata),
     .cq_base(cq_base),
     .dma_base(dma_base),
-    .dma_cmd__tvalid(\cmd__tvalid$137 ),
+    .dma_cmd__tvalid(\cmd__tvalid$154 ),
     .dma_done__tdata(dma_done__tdata),
-    .dma_done__tready(\done__tready$141 ),
+    .dma_done__tready(\done__tready$158 ),
     .dma_done__tvalid(dma_done__tvalid),
     .dma_limit(dma_limit),
     .dma_ready(dma_cmd__tready),
@@ -1539,22 +1204,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$7608$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7610$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7612$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7614$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7616$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7618$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7620$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7622$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7624$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7626$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7628$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7630$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7632$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7634$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7636$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7638$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7562$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7564$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7566$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7568$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7570$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7572$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7574$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7576$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7578$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7580$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7582$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7584$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7586$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7588$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7590$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7592$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1563,25 +1228,25 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .ring_log2(QUEUE0_RING_LOG2__value[4:0]),
     .ring_reset(ring_reset),
     .rst(rst),
-    .sem_delta(sem_delta),
+    .sem_delta(delta0),
     .sem_grant(sem_grant),
-    .sem_valid(sem_valid),
-    .stall(stall),
+    .sem_valid(valid0),
+    .stall(waiting_dep),
     .tail(tail),
-    .taken(trace_start),
+    .taken(start),
     .tile_cmd__tvalid(tile_cmd__tvalid),
     .tile_done__tdata(tile_done__tdata),
     .tile_done__tready(tile_done__tready),
     .tile_done__tvalid(tile_done__tvalid),
     .tile_ready(tile_cmd__tready),
     .timestamp(cycles[31:0]),
-    .trace_end(trace_end),
-    .trace_end_opcode(trace_end_opcode),
-    .trace_end_tag(trace_end_tag)
+    .trace_end(\end ),
+    .trace_end_opcode(end_opcode),
+    .trace_end_tag(end_tag)
   );
   \dx1_soc.cp1  cp1 (
-    .abort_done(\abort_done$634 ),
-    .abort_req(\abort_req$624 ),
+    .abort_done(\abort_done$670 ),
+    .abort_req(\abort_req$660 ),
     .axi__araddr(s3__araddr),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
@@ -1590,78 +1255,78 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__rready(s3__rready),
     .axi__wdata(s3__wdata),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$626 ),
-    .budget(\watchdog$617 ),
-    .bus__arready(\axi__arready$509 ),
-    .bus__awready(\axi__awready$523 ),
-    .bus__bid(\axi__bid$529 ),
-    .bus__bresp(\axi__bresp$533 ),
-    .bus__bvalid(\axi__bvalid$535 ),
-    .bus__rdata(\axi__rdata$537 ),
-    .bus__rid(\axi__rid$539 ),
-    .bus__rlast(\axi__rlast$541 ),
-    .bus__rresp(\axi__rresp$545 ),
-    .bus__rvalid(\axi__rvalid$547 ),
-    .bus__wready(\axi__wready$553 ),
-    .\busy$257 (\busy$662 ),
+    .axi_quiet(\cp_quiet$662 ),
+    .budget(\watchdog$653 ),
+    .bus__arready(\axi__arready$545 ),
+    .bus__awready(\axi__awready$559 ),
+    .bus__bid(\axi__bid$565 ),
+    .bus__bresp(\axi__bresp$569 ),
+    .bus__bvalid(\axi__bvalid$571 ),
+    .bus__rdata(\axi__rdata$573 ),
+    .bus__rid(\axi__rid$575 ),
+    .bus__rlast(\axi__rlast$577 ),
+    .bus__rresp(\axi__rresp$581 ),
+    .bus__rvalid(\axi__rvalid$583 ),
+    .bus__wready(\axi__wready$589 ),
+    .\busy$257 (\busy$698 ),
     .clk(clk),
-    .cmd(\cmd__tdata$441 ),
-    .cq_base(\cq_base$640 ),
-    .dma_base(\dma_base$642 ),
-    .dma_cmd__tvalid(\cmd__tvalid$457 ),
-    .dma_done__tdata(\dma_done__tdata$459 ),
-    .dma_done__tready(\done__tready$461 ),
-    .dma_done__tvalid(\dma_done__tvalid$463 ),
-    .dma_limit(\dma_limit$644 ),
-    .dma_ready(\dma_cmd__tready$455 ),
-    .doorbell(\doorbell$653 ),
+    .cmd(\cmd__tdata$477 ),
+    .cq_base(\cq_base$676 ),
+    .dma_base(\dma_base$678 ),
+    .dma_cmd__tvalid(\cmd__tvalid$493 ),
+    .dma_done__tdata(\dma_done__tdata$495 ),
+    .dma_done__tready(\done__tready$497 ),
+    .dma_done__tvalid(\dma_done__tvalid$499 ),
+    .dma_limit(\dma_limit$680 ),
+    .dma_ready(\dma_cmd__tready$491 ),
+    .doorbell(\doorbell$689 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$666 ),
-    .error_index(\error_index$667 ),
-    .halted(\halted$663 ),
-    .head(\head$658 ),
-    .irq_completion(\irq_completion$669 ),
-    .irq_error(\irq_error$670 ),
-    .\port$7608$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7610$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7612$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7614$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7616$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7618$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7620$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7622$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7624$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7626$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7628$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7630$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7632$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7634$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7636$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7638$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$619 ),
-    .quiesce(\quiesce$630 ),
-    .reset_cp(\reset_cp$798 ),
-    .resume(\resume$648 ),
-    .ring_base(\ring_base$636 ),
+    .error_code(\error_code$702 ),
+    .error_index(\error_index$703 ),
+    .halted(\halted$699 ),
+    .head(\head$694 ),
+    .irq_completion(\irq_completion$705 ),
+    .irq_error(\irq_error$706 ),
+    .\port$7562$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7564$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7566$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7568$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7570$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7572$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7574$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7576$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7578$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7580$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7582$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7584$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7586$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7588$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7590$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7592$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$655 ),
+    .quiesce(\quiesce$666 ),
+    .reset_cp(\reset_cp$838 ),
+    .resume(\resume$684 ),
+    .ring_base(\ring_base$672 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$651 ),
+    .ring_reset(\ring_reset$687 ),
     .rst(rst),
-    .sem_delta(\sem_delta$768 ),
-    .sem_grant(\sem_grant$766 ),
-    .sem_valid(\sem_valid$765 ),
-    .stall(\stall$788 ),
-    .tail(\tail$660 ),
-    .taken(\trace_start$795 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$444 ),
-    .tile_done__tdata(\tile_done__tdata$447 ),
-    .tile_done__tready(\tile_done__tready$452 ),
-    .tile_done__tvalid(\tile_done__tvalid$449 ),
-    .tile_ready(\tile_cmd__tready$445 ),
+    .sem_delta(delta1),
+    .sem_grant(\sem_grant$718 ),
+    .sem_valid(valid1),
+    .stall(\waiting_dep$725 ),
+    .tail(\tail$696 ),
+    .taken(\start$774 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$480 ),
+    .tile_done__tdata(\tile_done__tdata$483 ),
+    .tile_done__tready(\tile_done__tready$488 ),
+    .tile_done__tvalid(\tile_done__tvalid$485 ),
+    .tile_ready(\tile_cmd__tready$481 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\trace_end$796 ),
-    .trace_end_opcode(\trace_end_opcode$794 ),
-    .trace_end_tag(\trace_end_tag$792 )
+    .trace_end(\end$780 ),
+    .trace_end_opcode(\end_opcode$784 ),
+    .trace_end_tag(\end_tag$782 )
   );
   \dx1_soc.dma0  dma0 (
     .abort(abort),
@@ -1683,29 +1348,29 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__wlast(s2__wlast),
     .axi__wstrb(s2__wstrb),
     .axi__wvalid(s2__wvalid),
-    .bus__arready(\axi__arready$247 ),
-    .bus__awready(\axi__awready$261 ),
-    .bus__bid(\axi__bid$267 ),
-    .bus__bresp(\axi__bresp$271 ),
-    .bus__bvalid(\axi__bvalid$273 ),
-    .bus__rdata(\axi__rdata$275 ),
-    .bus__rid(\axi__rid$277 ),
-    .bus__rlast(\axi__rlast$279 ),
-    .bus__rresp(\axi__rresp$283 ),
-    .bus__rvalid(\axi__rvalid$285 ),
-    .bus__wready(\axi__wready$291 ),
-    .bytes_read(bytes_read),
-    .bytes_written(bytes_written),
+    .bus__arready(\axi__arready$264 ),
+    .bus__awready(\axi__awready$278 ),
+    .bus__bid(\axi__bid$284 ),
+    .bus__bresp(\axi__bresp$288 ),
+    .bus__bvalid(\axi__bvalid$290 ),
+    .bus__rdata(\axi__rdata$292 ),
+    .bus__rid(\axi__rid$294 ),
+    .bus__rlast(\axi__rlast$296 ),
+    .bus__rresp(\axi__rresp$300 ),
+    .bus__rvalid(\axi__rvalid$302 ),
+    .bus__wready(\axi__wready$308 ),
+    .bytes_read(bytes_read_source),
+    .bytes_written(bytes_written_source),
     .clk(clk),
     .cmd__tdata(cmd__tdata),
     .cmd__tready(dma_cmd__tready),
-    .cmd__tvalid(\cmd__tvalid$137 ),
+    .cmd__tvalid(\cmd__tvalid$154 ),
     .done__tdata(dma_done__tdata),
-    .done__tready(\done__tready$141 ),
+    .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$9359$0 (\$238 ),
-    .\port$9361$0 (\$239 ),
+    .\port$9317$0 (\$58 ),
+    .\port$9319$0 (\$59 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1719,14 +1384,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_soc.dma1  dma1 (
-    .abort(\abort$632 ),
-    .acc_rreq__tready(\acc_rreq__tready$485 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$487 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$495 ),
-    .acc_rresp__tready(\acc_rresp__tready$497 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$499 ),
-    .acc_wr__tready(\acc_wr__tready$479 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$481 ),
+    .abort(\abort$668 ),
+    .acc_rreq__tready(\acc_rreq__tready$521 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$523 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$531 ),
+    .acc_rresp__tready(\acc_rresp__tready$533 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$535 ),
+    .acc_wr__tready(\acc_wr__tready$515 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$517 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
     .axi__arvalid(s4__arvalid),
@@ -1738,40 +1403,40 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__wlast(s4__wlast),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bus__arready(\axi__arready$567 ),
-    .bus__awready(\axi__awready$581 ),
-    .bus__bid(\axi__bid$587 ),
-    .bus__bresp(\axi__bresp$591 ),
-    .bus__bvalid(\axi__bvalid$593 ),
-    .bus__rdata(\axi__rdata$595 ),
-    .bus__rid(\axi__rid$597 ),
-    .bus__rlast(\axi__rlast$599 ),
-    .bus__rresp(\axi__rresp$603 ),
-    .bus__rvalid(\axi__rvalid$605 ),
-    .bus__wready(\axi__wready$611 ),
-    .bytes_read(\bytes_read$694 ),
-    .bytes_written(\bytes_written$697 ),
+    .bus__arready(\axi__arready$603 ),
+    .bus__awready(\axi__awready$617 ),
+    .bus__bid(\axi__bid$623 ),
+    .bus__bresp(\axi__bresp$627 ),
+    .bus__bvalid(\axi__bvalid$629 ),
+    .bus__rdata(\axi__rdata$631 ),
+    .bus__rid(\axi__rid$633 ),
+    .bus__rlast(\axi__rlast$635 ),
+    .bus__rresp(\axi__rresp$639 ),
+    .bus__rvalid(\axi__rvalid$641 ),
+    .bus__wready(\axi__wready$647 ),
+    .bytes_read(\bytes_read_source$742 ),
+    .bytes_written(\bytes_written_source$744 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$441 ),
-    .cmd__tready(\dma_cmd__tready$455 ),
-    .cmd__tvalid(\cmd__tvalid$457 ),
-    .done__tdata(\dma_done__tdata$459 ),
-    .done__tready(\done__tready$461 ),
-    .done__tvalid(\dma_done__tvalid$463 ),
-    .hold(\hold$440 ),
-    .\port$10854$0 (\$240 ),
-    .\port$10856$0 (\$241 ),
-    .quiet(\dma_quiet$628 ),
-    .reset_units(\reset_units$677 ),
+    .cmd__tdata(\cmd__tdata$477 ),
+    .cmd__tready(\dma_cmd__tready$491 ),
+    .cmd__tvalid(\cmd__tvalid$493 ),
+    .done__tdata(\dma_done__tdata$495 ),
+    .done__tready(\done__tready$497 ),
+    .done__tvalid(\dma_done__tvalid$499 ),
+    .hold(\hold$476 ),
+    .\port$10854$0 (\$61 ),
+    .\port$10856$0 (\$62 ),
+    .quiet(\dma_quiet$664 ),
+    .reset_units(\reset_units$721 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$471 ),
-    .spm_rreq__tready(\spm_rreq__tready$473 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$475 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$489 ),
-    .spm_rresp__tready(\spm_rresp__tready$491 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$493 ),
-    .spm_wr__tready(\spm_wr__tready$467 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$469 )
+    .spm_rreq__tdata(\spm_rreq__tdata$507 ),
+    .spm_rreq__tready(\spm_rreq__tready$509 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$511 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$525 ),
+    .spm_rresp__tready(\spm_rresp__tready$527 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$529 ),
+    .spm_wr__tready(\spm_wr__tready$503 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$505 )
   );
   \dx1_soc.memory  memory (
     .clk(clk),
@@ -1826,67 +1491,131 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\s1__wvalid$186 (s1__wvalid),
     .\s2__araddr$299 (s2__araddr),
     .s2__arlen(s2__arlen),
-    .s2__arready(\axi__arready$247 ),
+    .s2__arready(\axi__arready$264 ),
     .\s2__arvalid$309 (s2__arvalid),
     .\s2__awaddr$315 (s2__awaddr),
     .s2__awlen(s2__awlen),
-    .s2__awready(\axi__awready$261 ),
+    .s2__awready(\axi__awready$278 ),
     .\s2__awvalid$325 (s2__awvalid),
-    .s2__bid(\axi__bid$267 ),
-    .s2__bresp(\axi__bresp$271 ),
-    .s2__bvalid(\axi__bvalid$273 ),
-    .s2__rdata(\axi__rdata$275 ),
-    .s2__rid(\axi__rid$277 ),
-    .s2__rlast(\axi__rlast$279 ),
+    .s2__bid(\axi__bid$284 ),
+    .s2__bresp(\axi__bresp$288 ),
+    .s2__bvalid(\axi__bvalid$290 ),
+    .s2__rdata(\axi__rdata$292 ),
+    .s2__rid(\axi__rid$294 ),
+    .s2__rlast(\axi__rlast$296 ),
     .\s2__rready$313 (s2__rready),
-    .s2__rresp(\axi__rresp$283 ),
-    .s2__rvalid(\axi__rvalid$285 ),
+    .s2__rresp(\axi__rresp$300 ),
+    .s2__rvalid(\axi__rvalid$302 ),
     .s2__wdata(s2__wdata),
     .s2__wlast(s2__wlast),
-    .s2__wready(\axi__wready$291 ),
+    .s2__wready(\axi__wready$308 ),
     .s2__wstrb(s2__wstrb),
     .\s2__wvalid$335 (s2__wvalid),
     .\s3__araddr$448 (s3__araddr),
-    .s3__arready(\axi__arready$509 ),
+    .s3__arready(\axi__arready$545 ),
     .\s3__arvalid$458 (s3__arvalid),
     .\s3__awaddr$464 (s3__awaddr),
-    .s3__awready(\axi__awready$523 ),
+    .s3__awready(\axi__awready$559 ),
     .\s3__awvalid$474 (s3__awvalid),
-    .s3__bid(\axi__bid$529 ),
+    .s3__bid(\axi__bid$565 ),
     .\s3__bready$486 (s3__bready),
-    .s3__bresp(\axi__bresp$533 ),
-    .s3__bvalid(\axi__bvalid$535 ),
-    .s3__rdata(\axi__rdata$537 ),
-    .s3__rid(\axi__rid$539 ),
-    .s3__rlast(\axi__rlast$541 ),
+    .s3__bresp(\axi__bresp$569 ),
+    .s3__bvalid(\axi__bvalid$571 ),
+    .s3__rdata(\axi__rdata$573 ),
+    .s3__rid(\axi__rid$575 ),
+    .s3__rlast(\axi__rlast$577 ),
     .\s3__rready$462 (s3__rready),
-    .s3__rresp(\axi__rresp$545 ),
-    .s3__rvalid(\axi__rvalid$547 ),
+    .s3__rresp(\axi__rresp$581 ),
+    .s3__rvalid(\axi__rvalid$583 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$553 ),
+    .s3__wready(\axi__wready$589 ),
     .\s3__wvalid$484 (s3__wvalid),
     .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$567 ),
+    .s4__arready(\axi__arready$603 ),
     .\s4__arvalid$607 (s4__arvalid),
     .\s4__awaddr$613 (s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$581 ),
+    .s4__awready(\axi__awready$617 ),
     .\s4__awvalid$623 (s4__awvalid),
-    .s4__bid(\axi__bid$587 ),
-    .s4__bresp(\axi__bresp$591 ),
-    .s4__bvalid(\axi__bvalid$593 ),
-    .s4__rdata(\axi__rdata$595 ),
-    .s4__rid(\axi__rid$597 ),
-    .s4__rlast(\axi__rlast$599 ),
+    .s4__bid(\axi__bid$623 ),
+    .s4__bresp(\axi__bresp$627 ),
+    .s4__bvalid(\axi__bvalid$629 ),
+    .s4__rdata(\axi__rdata$631 ),
+    .s4__rid(\axi__rid$633 ),
+    .s4__rlast(\axi__rlast$635 ),
     .\s4__rready$611 (s4__rready),
-    .s4__rresp(\axi__rresp$603 ),
-    .s4__rvalid(\axi__rvalid$605 ),
+    .s4__rresp(\axi__rresp$639 ),
+    .s4__rvalid(\axi__rvalid$641 ),
     .s4__wdata(s4__wdata),
     .s4__wlast(s4__wlast),
-    .s4__wready(\axi__wready$611 ),
+    .s4__wready(\axi__wready$647 ),
     .s4__wstrb(s4__wstrb),
     .\s4__wvalid$633 (s4__wvalid)
+  );
+  \dx1_soc.perf0  perf0 (
+    .busy_compute(PERF0_BUSY_COMPUTE__value),
+    .busy_compute_source(busy_compute_source),
+    .busy_load(PERF0_BUSY_LOAD__value),
+    .busy_store(PERF0_BUSY_STORE__value),
+    .bytes_read(PERF0_BYTES_READ__value),
+    .bytes_read_source(bytes_read_source),
+    .bytes_written(PERF0_BYTES_WRITTEN__value),
+    .bytes_written_source(bytes_written_source),
+    .clear(clear),
+    .clk(clk),
+    .cycles(PERF0_CYCLES__value),
+    .dma_arready(\axi__arready$264 ),
+    .dma_arvalid(s2__arvalid),
+    .dma_awready(\axi__awready$278 ),
+    .dma_awvalid(s2__awvalid),
+    .dma_bvalid(\axi__bvalid$290 ),
+    .dma_rlast(\axi__rlast$296 ),
+    .dma_rready(s2__rready),
+    .dma_rvalid(\axi__rvalid$302 ),
+    .dma_wready(\axi__wready$308 ),
+    .dma_wvalid(s2__wvalid),
+    .macs_hi(PERF0_MACS_HI__value),
+    .macs_lo(PERF0_MACS_LO__value),
+    .macs_lo_read(macs_lo_read),
+    .macs_source(macs_source),
+    .reset_units(reset_units),
+    .rst(rst),
+    .stall_dep(PERF0_STALL_DEP__value),
+    .stall_mem(PERF0_STALL_MEM__value),
+    .waiting_dep(waiting_dep)
+  );
+  \dx1_soc.perf1  perf1 (
+    .busy_compute(PERF1_BUSY_COMPUTE__value),
+    .busy_compute_source(\busy_compute_source$738 ),
+    .busy_load(PERF1_BUSY_LOAD__value),
+    .busy_store(PERF1_BUSY_STORE__value),
+    .bytes_read(PERF1_BYTES_READ__value),
+    .bytes_read_source(\bytes_read_source$742 ),
+    .bytes_written(PERF1_BYTES_WRITTEN__value),
+    .bytes_written_source(\bytes_written_source$744 ),
+    .clear(\clear$720 ),
+    .clk(clk),
+    .cycles(PERF1_CYCLES__value),
+    .dma_arready(\axi__arready$603 ),
+    .dma_arvalid(s4__arvalid),
+    .dma_awready(\axi__awready$617 ),
+    .dma_awvalid(s4__awvalid),
+    .dma_bvalid(\axi__bvalid$629 ),
+    .dma_rlast(\axi__rlast$635 ),
+    .dma_rready(s4__rready),
+    .dma_rvalid(\axi__rvalid$641 ),
+    .dma_wready(\axi__wready$647 ),
+    .dma_wvalid(s4__wvalid),
+    .macs_hi(PERF1_MACS_HI__value),
+    .macs_lo(PERF1_MACS_LO__value),
+    .macs_lo_read(\macs_lo_read$746 ),
+    .macs_source(\macs_source$740 ),
+    .reset_units(\reset_units$721 ),
+    .rst(rst),
+    .stall_dep(PERF1_STALL_DEP__value),
+    .stall_mem(PERF1_STALL_MEM__value),
+    .waiting_dep(\waiting_dep$725 )
   );
   \dx1_soc.regfile  regfile (
     .GLOBAL_CYCLES_HI__value(GLOBAL_CYCLES_HI__value),
@@ -1942,28 +1671,28 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .GLOBAL_SEM9__set(GLOBAL_SEM9__set),
     .GLOBAL_SEM9__set_value(GLOBAL_SEM9__set_value),
     .GLOBAL_SEM9__value(GLOBAL_SEM9__value),
-    .PERF0_BUSY_COMPUTE__value(\$20 [31:0]),
+    .PERF0_BUSY_COMPUTE__value(PERF0_BUSY_COMPUTE__value),
     .PERF0_BUSY_LOAD__value(PERF0_BUSY_LOAD__value),
     .PERF0_BUSY_STORE__value(PERF0_BUSY_STORE__value),
-    .PERF0_BYTES_READ__value(\$21 [31:0]),
-    .PERF0_BYTES_WRITTEN__value(\$22 [31:0]),
+    .PERF0_BYTES_READ__value(PERF0_BYTES_READ__value),
+    .PERF0_BYTES_WRITTEN__value(PERF0_BYTES_WRITTEN__value),
     .PERF0_CONTROL_write(PERF0_CONTROL__write),
     .PERF0_CYCLES__value(PERF0_CYCLES__value),
     .PERF0_MACS_HI__value(PERF0_MACS_HI__value),
-    .PERF0_MACS_LO__read(PERF0_MACS_LO__read),
-    .PERF0_MACS_LO__value(\$23 [31:0]),
+    .PERF0_MACS_LO__read(macs_lo_read),
+    .PERF0_MACS_LO__value(PERF0_MACS_LO__value),
     .PERF0_STALL_DEP__value(PERF0_STALL_DEP__value),
     .PERF0_STALL_MEM__value(PERF0_STALL_MEM__value),
-    .PERF1_BUSY_COMPUTE__value(\$45 [31:0]),
+    .PERF1_BUSY_COMPUTE__value(PERF1_BUSY_COMPUTE__value),
     .PERF1_BUSY_LOAD__value(PERF1_BUSY_LOAD__value),
     .PERF1_BUSY_STORE__value(PERF1_BUSY_STORE__value),
-    .PERF1_BYTES_READ__value(\$46 [31:0]),
-    .PERF1_BYTES_WRITTEN__value(\$47 [31:0]),
+    .PERF1_BYTES_READ__value(PERF1_BYTES_READ__value),
+    .PERF1_BYTES_WRITTEN__value(PERF1_BYTES_WRITTEN__value),
     .PERF1_CONTROL_write(PERF1_CONTROL__write),
     .PERF1_CYCLES__value(PERF1_CYCLES__value),
     .PERF1_MACS_HI__value(PERF1_MACS_HI__value),
-    .PERF1_MACS_LO__read(PERF1_MACS_LO__read),
-    .PERF1_MACS_LO__value(\$48 [31:0]),
+    .PERF1_MACS_LO__read(\macs_lo_read$746 ),
+    .PERF1_MACS_LO__value(PERF1_MACS_LO__value),
     .PERF1_STALL_DEP__value(PERF1_STALL_DEP__value),
     .PERF1_STALL_MEM__value(PERF1_STALL_MEM__value),
     .QUEUE0_CONTROL__set(QUEUE0_CONTROL__set),
@@ -2002,14 +1731,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$640 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$676 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$642 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$678 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$644 ),
-    .QUEUE1_DOORBELL_write(\doorbell$653 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$680 ),
+    .QUEUE1_DOORBELL_write(\doorbell$689 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -2018,26 +1747,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$636 ),
+    .QUEUE1_RING_BASE__value(\ring_base$672 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$651 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$687 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$617 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$653 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
     .TRACE0_CONTROL_write(TRACE0_CONTROL__write),
-    .TRACE0_DATA_HI__read(r_en),
+    .TRACE0_DATA_HI__read(pop),
     .TRACE0_DATA_HI__value(TRACE0_DATA_HI__value),
     .TRACE0_DATA_LO__value(TRACE0_DATA_LO__value),
     .TRACE1_CONTROL__set(TRACE1_CONTROL__set),
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\r_en$722 ),
+    .TRACE1_DATA_HI__read(\pop$794 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(regs__araddr),
@@ -2058,32 +1787,32 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$10900$0 (\head$658 ),
-    .\port$10902$0 (\tail$660 ),
-    .\port$10908$0 (\halted$663 ),
-    .\port$10910$0 (\error_code$666 ),
-    .\port$10912$0 (\error_index$667 ),
-    .\port$10913$0 (\irq_error$670 ),
-    .\port$11064$0 (\irq_completion$669 ),
-    .\port$3063$0 (\busy$344 ),
-    .\port$4520$0 (busy),
-    .\port$5188$0 (level),
-    .\port$5248$0 (\busy$664 ),
-    .\port$6705$0 (\busy$662 ),
-    .\port$7373$0 (\level$717 ),
-    .\port$9405$0 (head),
-    .\port$9407$0 (tail),
-    .\port$9413$0 (halted),
-    .\port$9415$0 (error_code),
-    .\port$9417$0 (error_index),
-    .\port$9418$0 (irq_error),
-    .\port$9569$0 (irq_completion),
+    .\port$10900$0 (\head$694 ),
+    .\port$10902$0 (\tail$696 ),
+    .\port$10908$0 (\halted$699 ),
+    .\port$10910$0 (\error_code$702 ),
+    .\port$10912$0 (\error_index$703 ),
+    .\port$10913$0 (\irq_error$706 ),
+    .\port$11064$0 (\irq_completion$705 ),
+    .\port$2979$0 (\busy$361 ),
+    .\port$4436$0 (busy),
+    .\port$5162$0 (\$60 ),
+    .\port$5222$0 (\busy$700 ),
+    .\port$6679$0 (\busy$698 ),
+    .\port$7405$0 (\$63 ),
+    .\port$9363$0 (head),
+    .\port$9365$0 (tail),
+    .\port$9371$0 (halted),
+    .\port$9373$0 (error_code),
+    .\port$9375$0 (error_index),
+    .\port$9376$0 (irq_error),
+    .\port$9527$0 (irq_completion),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
-    .busy(\busy$344 ),
+    .busy(\busy$361 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -2095,40 +1824,82 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .rst(rst)
   );
   \dx1_soc.reset1  reset1 (
-    .abort_done(\abort_done$634 ),
-    .abort_req(\abort_req$624 ),
-    .busy(\busy$664 ),
+    .abort_done(\abort_done$670 ),
+    .abort_req(\abort_req$660 ),
+    .busy(\busy$700 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$630 ),
-    .cp_quiet(\cp_quiet$626 ),
-    .dma_abort(\abort$632 ),
-    .dma_quiet(\dma_quiet$628 ),
-    .host_reset(\host_reset$621 ),
-    .reset_cp(\reset_cp$798 ),
-    .reset_units(\reset_units$677 ),
+    .cp_quiesce(\quiesce$666 ),
+    .cp_quiet(\cp_quiet$662 ),
+    .dma_abort(\abort$668 ),
+    .dma_quiet(\dma_quiet$664 ),
+    .host_reset(\host_reset$657 ),
+    .reset_cp(\reset_cp$838 ),
+    .reset_units(\reset_units$721 ),
     .rst(rst)
   );
+  \dx1_soc.semaphores  semaphores (
+    .delta0(delta0),
+    .delta1(delta1),
+    .grant0(sem_grant),
+    .grant1(\sem_grant$718 ),
+    .index0(cmd__tdata[67:64]),
+    .index1(\cmd__tdata$477 [67:64]),
+    .\port$7562$0 (GLOBAL_SEM0__value),
+    .\port$7564$0 (GLOBAL_SEM1__value),
+    .\port$7566$0 (GLOBAL_SEM2__value),
+    .\port$7568$0 (GLOBAL_SEM3__value),
+    .\port$7570$0 (GLOBAL_SEM4__value),
+    .\port$7572$0 (GLOBAL_SEM5__value),
+    .\port$7574$0 (GLOBAL_SEM6__value),
+    .\port$7576$0 (GLOBAL_SEM7__value),
+    .\port$7578$0 (GLOBAL_SEM8__value),
+    .\port$7580$0 (GLOBAL_SEM9__value),
+    .\port$7582$0 (GLOBAL_SEM10__value),
+    .\port$7584$0 (GLOBAL_SEM11__value),
+    .\port$7586$0 (GLOBAL_SEM12__value),
+    .\port$7588$0 (GLOBAL_SEM13__value),
+    .\port$7590$0 (GLOBAL_SEM14__value),
+    .\port$7592$0 (GLOBAL_SEM15__value),
+    .set(set),
+    .set_value(set_value),
+    .valid0(valid0),
+    .valid1(valid1)
+  );
   \dx1_soc.trace0  trace0 (
+    .clear(\clear$432 ),
     .clk(clk),
-    .r_data(r_data),
-    .r_en(r_en),
-    .r_rdy(r_rdy),
+    .data_hi_word(TRACE0_DATA_HI__value),
+    .data_lo(TRACE0_DATA_LO__value),
+    .enable(TRACE0_CONTROL__value[0]),
+    .\end$15 (\end ),
+    .end_opcode(end_opcode),
+    .end_status(s1__wdata[23:16]),
+    .end_tag(end_tag),
+    .level(\$60 ),
+    .r_en(pop),
     .rst(rst),
-    .trace0_clear(trace0_clear),
-    .w_en(w_en),
-    .w_level(level),
-    .w_port__data(w_data)
+    .\start$11 (start),
+    .start_opcode(cmd__tdata[7:0]),
+    .start_tag(cmd__tdata[31:16]),
+    .timestamp(cycles[31:0])
   );
   \dx1_soc.trace1  trace1 (
+    .clear(\clear$771 ),
     .clk(clk),
-    .r_data(\r_data$719 ),
-    .r_en(\r_en$722 ),
-    .r_rdy(\r_rdy$720 ),
+    .data_hi_word(TRACE1_DATA_HI__value),
+    .data_lo(TRACE1_DATA_LO__value),
+    .enable(TRACE1_CONTROL__value[0]),
+    .\end$15 (\end$780 ),
+    .end_opcode(\end_opcode$784 ),
+    .end_status(s3__wdata[23:16]),
+    .end_tag(\end_tag$782 ),
+    .level(\$63 ),
+    .r_en(\pop$794 ),
     .rst(rst),
-    .trace1_clear(trace1_clear),
-    .w_en(\w_en$713 ),
-    .w_level(\level$717 ),
-    .w_port__data(\w_data$711 )
+    .\start$11 (\start$774 ),
+    .start_opcode(\cmd__tdata$477 [7:0]),
+    .start_tag(\cmd__tdata$477 [31:16]),
+    .timestamp(cycles[31:0])
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
@@ -2136,15 +1907,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM0__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$53 ) begin
-        GLOBAL_SEM0__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$87 ) begin
-        GLOBAL_SEM0__set = 1'h1;
-      end
+    if (set[0]) begin
+      GLOBAL_SEM0__set = 1'h1;
     end
   end
   always @* begin
@@ -2153,15 +1917,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM1__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$55 ) begin
-        GLOBAL_SEM1__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$89 ) begin
-        GLOBAL_SEM1__set = 1'h1;
-      end
+    if (set[1]) begin
+      GLOBAL_SEM1__set = 1'h1;
     end
   end
   always @* begin
@@ -2170,15 +1927,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM2__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$57 ) begin
-        GLOBAL_SEM2__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$91 ) begin
-        GLOBAL_SEM2__set = 1'h1;
-      end
+    if (set[2]) begin
+      GLOBAL_SEM2__set = 1'h1;
     end
   end
   always @* begin
@@ -2187,15 +1937,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM3__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$59 ) begin
-        GLOBAL_SEM3__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$93 ) begin
-        GLOBAL_SEM3__set = 1'h1;
-      end
+    if (set[3]) begin
+      GLOBAL_SEM3__set = 1'h1;
     end
   end
   always @* begin
@@ -2204,15 +1947,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM4__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$61 ) begin
-        GLOBAL_SEM4__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$95 ) begin
-        GLOBAL_SEM4__set = 1'h1;
-      end
+    if (set[4]) begin
+      GLOBAL_SEM4__set = 1'h1;
     end
   end
   always @* begin
@@ -2221,15 +1957,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM5__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$63 ) begin
-        GLOBAL_SEM5__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$97 ) begin
-        GLOBAL_SEM5__set = 1'h1;
-      end
+    if (set[5]) begin
+      GLOBAL_SEM5__set = 1'h1;
     end
   end
   always @* begin
@@ -2238,15 +1967,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM6__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$65 ) begin
-        GLOBAL_SEM6__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$99 ) begin
-        GLOBAL_SEM6__set = 1'h1;
-      end
+    if (set[6]) begin
+      GLOBAL_SEM6__set = 1'h1;
     end
   end
   always @* begin
@@ -2255,15 +1977,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM7__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$67 ) begin
-        GLOBAL_SEM7__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$101 ) begin
-        GLOBAL_SEM7__set = 1'h1;
-      end
+    if (set[7]) begin
+      GLOBAL_SEM7__set = 1'h1;
     end
   end
   always @* begin
@@ -2272,15 +1987,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM8__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$69 ) begin
-        GLOBAL_SEM8__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$103 ) begin
-        GLOBAL_SEM8__set = 1'h1;
-      end
+    if (set[8]) begin
+      GLOBAL_SEM8__set = 1'h1;
     end
   end
   always @* begin
@@ -2289,15 +1997,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM9__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$71 ) begin
-        GLOBAL_SEM9__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$105 ) begin
-        GLOBAL_SEM9__set = 1'h1;
-      end
+    if (set[9]) begin
+      GLOBAL_SEM9__set = 1'h1;
     end
   end
   always @* begin
@@ -2306,15 +2007,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM10__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$73 ) begin
-        GLOBAL_SEM10__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$107 ) begin
-        GLOBAL_SEM10__set = 1'h1;
-      end
+    if (set[10]) begin
+      GLOBAL_SEM10__set = 1'h1;
     end
   end
   always @* begin
@@ -2323,15 +2017,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM11__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$75 ) begin
-        GLOBAL_SEM11__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$109 ) begin
-        GLOBAL_SEM11__set = 1'h1;
-      end
+    if (set[11]) begin
+      GLOBAL_SEM11__set = 1'h1;
     end
   end
   always @* begin
@@ -2340,15 +2027,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM12__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$77 ) begin
-        GLOBAL_SEM12__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$111 ) begin
-        GLOBAL_SEM12__set = 1'h1;
-      end
+    if (set[12]) begin
+      GLOBAL_SEM12__set = 1'h1;
     end
   end
   always @* begin
@@ -2357,15 +2037,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM13__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$79 ) begin
-        GLOBAL_SEM13__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$113 ) begin
-        GLOBAL_SEM13__set = 1'h1;
-      end
+    if (set[13]) begin
+      GLOBAL_SEM13__set = 1'h1;
     end
   end
   always @* begin
@@ -2374,15 +2047,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM14__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$81 ) begin
-        GLOBAL_SEM14__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$115 ) begin
-        GLOBAL_SEM14__set = 1'h1;
-      end
+    if (set[14]) begin
+      GLOBAL_SEM14__set = 1'h1;
     end
   end
   always @* begin
@@ -2391,15 +2057,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (soft_reset) begin
       GLOBAL_SEM15__set = 1'h1;
     end
-    if (\$52 ) begin
-      if (\$83 ) begin
-        GLOBAL_SEM15__set = 1'h1;
-      end
-    end
-    if (\$86 ) begin
-      if (\$117 ) begin
-        GLOBAL_SEM15__set = 1'h1;
-      end
+    if (set[15]) begin
+      GLOBAL_SEM15__set = 1'h1;
     end
   end
   always @* begin
@@ -2424,28 +2083,6 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_data = 64'h0000000000000000;
-    if (trace0_held_valid) begin
-      w_data = trace0_held;
-    end else if (trace0_start_valid) begin
-      w_data = trace0_start;
-    end else if (trace0_end_valid) begin
-      w_data = trace0_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_en = 1'h0;
-    if (trace0_held_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_start_valid) begin
-      w_en = 1'h1;
-    end else if (trace0_end_valid) begin
-      w_en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     TRACE0_CONTROL__set = 1'h0;
     if (trace0_clear_written) begin
       TRACE0_CONTROL__set = 1'h1;
@@ -2458,7 +2095,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     TRACE0_CONTROL__set_value = 32'd0;
     if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$25 [31:0];
+      TRACE0_CONTROL__set_value = \$21 [31:0];
     end
     if (soft_reset) begin
       TRACE0_CONTROL__set_value = 32'd0;
@@ -2583,32 +2220,10 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     QUEUE1_CONTROL__set_value = 32'd0;
     if (resume_written1) begin
-      QUEUE1_CONTROL__set_value = \$42 [31:0];
+      QUEUE1_CONTROL__set_value = \$38 [31:0];
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$711  = 64'h0000000000000000;
-    if (trace1_held_valid) begin
-      \w_data$711  = trace1_held;
-    end else if (trace1_start_valid) begin
-      \w_data$711  = trace1_start;
-    end else if (trace1_end_valid) begin
-      \w_data$711  = trace1_end;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$713  = 1'h0;
-    if (trace1_held_valid) begin
-      \w_en$713  = 1'h1;
-    end else if (trace1_start_valid) begin
-      \w_en$713  = 1'h1;
-    end else if (trace1_end_valid) begin
-      \w_en$713  = 1'h1;
     end
   end
   always @* begin
@@ -2625,7 +2240,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     TRACE1_CONTROL__set_value = 32'd0;
     if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$50 [31:0];
+      TRACE1_CONTROL__set_value = \$42 [31:0];
     end
     if (soft_reset) begin
       TRACE1_CONTROL__set_value = 32'd0;
@@ -2738,657 +2353,165 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    sem_grant = 1'h0;
-    if (\$52 ) begin
-      sem_grant = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM0__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$53 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$54 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$87 ) begin
-        GLOBAL_SEM0__set_value = { 16'h0000, \$88 [15:0] };
-      end
+    if (set[0]) begin
+      GLOBAL_SEM0__set_value = { 16'h0000, set_value[15:0] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM1__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$55 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$56 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$89 ) begin
-        GLOBAL_SEM1__set_value = { 16'h0000, \$90 [15:0] };
-      end
+    if (set[1]) begin
+      GLOBAL_SEM1__set_value = { 16'h0000, set_value[31:16] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM2__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$57 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$58 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$91 ) begin
-        GLOBAL_SEM2__set_value = { 16'h0000, \$92 [15:0] };
-      end
+    if (set[2]) begin
+      GLOBAL_SEM2__set_value = { 16'h0000, set_value[47:32] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM3__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$59 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$60 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$93 ) begin
-        GLOBAL_SEM3__set_value = { 16'h0000, \$94 [15:0] };
-      end
+    if (set[3]) begin
+      GLOBAL_SEM3__set_value = { 16'h0000, set_value[63:48] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM4__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$61 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$62 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$95 ) begin
-        GLOBAL_SEM4__set_value = { 16'h0000, \$96 [15:0] };
-      end
+    if (set[4]) begin
+      GLOBAL_SEM4__set_value = { 16'h0000, set_value[79:64] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM5__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$63 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$64 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$97 ) begin
-        GLOBAL_SEM5__set_value = { 16'h0000, \$98 [15:0] };
-      end
+    if (set[5]) begin
+      GLOBAL_SEM5__set_value = { 16'h0000, set_value[95:80] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM6__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$65 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$66 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$99 ) begin
-        GLOBAL_SEM6__set_value = { 16'h0000, \$100 [15:0] };
-      end
+    if (set[6]) begin
+      GLOBAL_SEM6__set_value = { 16'h0000, set_value[111:96] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM7__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$67 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$68 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$101 ) begin
-        GLOBAL_SEM7__set_value = { 16'h0000, \$102 [15:0] };
-      end
+    if (set[7]) begin
+      GLOBAL_SEM7__set_value = { 16'h0000, set_value[127:112] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM8__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$69 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$70 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$103 ) begin
-        GLOBAL_SEM8__set_value = { 16'h0000, \$104 [15:0] };
-      end
+    if (set[8]) begin
+      GLOBAL_SEM8__set_value = { 16'h0000, set_value[143:128] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM9__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$71 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$72 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$105 ) begin
-        GLOBAL_SEM9__set_value = { 16'h0000, \$106 [15:0] };
-      end
+    if (set[9]) begin
+      GLOBAL_SEM9__set_value = { 16'h0000, set_value[159:144] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM10__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$73 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$74 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$107 ) begin
-        GLOBAL_SEM10__set_value = { 16'h0000, \$108 [15:0] };
-      end
+    if (set[10]) begin
+      GLOBAL_SEM10__set_value = { 16'h0000, set_value[175:160] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM11__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$75 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$76 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$109 ) begin
-        GLOBAL_SEM11__set_value = { 16'h0000, \$110 [15:0] };
-      end
+    if (set[11]) begin
+      GLOBAL_SEM11__set_value = { 16'h0000, set_value[191:176] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM12__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$77 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$78 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$111 ) begin
-        GLOBAL_SEM12__set_value = { 16'h0000, \$112 [15:0] };
-      end
+    if (set[12]) begin
+      GLOBAL_SEM12__set_value = { 16'h0000, set_value[207:192] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM13__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$79 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$80 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$113 ) begin
-        GLOBAL_SEM13__set_value = { 16'h0000, \$114 [15:0] };
-      end
+    if (set[13]) begin
+      GLOBAL_SEM13__set_value = { 16'h0000, set_value[223:208] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM14__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$81 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$82 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$115 ) begin
-        GLOBAL_SEM14__set_value = { 16'h0000, \$116 [15:0] };
-      end
+    if (set[14]) begin
+      GLOBAL_SEM14__set_value = { 16'h0000, set_value[239:224] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     GLOBAL_SEM15__set_value = 32'd0;
-    if (\$52 ) begin
-      if (\$83 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$84 [15:0] };
-      end
-    end
-    if (\$86 ) begin
-      if (\$117 ) begin
-        GLOBAL_SEM15__set_value = { 16'h0000, \$118 [15:0] };
-      end
+    if (set[15]) begin
+      GLOBAL_SEM15__set_value = { 16'h0000, set_value[255:240] };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \sem_grant$766  = 1'h0;
-    if (\$86 ) begin
-      \sem_grant$766  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = \$123 [63:0];
+    \$52  = \$47 [63:0];
     if (soft_reset) begin
-      \$196  = 64'h0000000000000000;
+      \$52  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$196  = 64'h0000000000000000;
+      \$52  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = GLOBAL_CYCLES_HI__value;
+    \$53  = GLOBAL_CYCLES_HI__value;
     if (GLOBAL_CYCLES_LO__read) begin
-      \$197  = cycles[63:32];
+      \$53  = cycles[63:32];
     end
     if (soft_reset) begin
-      \$197  = 32'd0;
+      \$53  = 32'd0;
     end
     if (rst) begin
-      \$197  = 32'd0;
+      \$53  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = \$124 ;
+    \$54  = \$48 ;
     if (rst) begin
-      \$198  = 1'h0;
+      \$54  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = \$129 [8:0];
+    \$55  = \$49 ;
     if (rst) begin
-      \$199  = 9'h000;
+      \$55  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = \$133 [8:0];
+    \$56  = \$50 ;
     if (rst) begin
-      \$200  = 9'h000;
+      \$56  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = \$134 [31:0];
-    if (perf_clear0) begin
-      \$201  = 32'd0;
-    end
+    \$57  = \$51 ;
     if (rst) begin
-      \$201  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = \$137 [31:0];
-    if (perf_clear0) begin
-      \$202  = 32'd0;
-    end
-    if (rst) begin
-      \$202  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = \$141 [31:0];
-    if (perf_clear0) begin
-      \$203  = 32'd0;
-    end
-    if (rst) begin
-      \$203  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = \$142 [31:0];
-    if (perf_clear0) begin
-      \$204  = 32'd0;
-    end
-    if (rst) begin
-      \$204  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = \$152 [31:0];
-    if (perf_clear0) begin
-      \$205  = 32'd0;
-    end
-    if (rst) begin
-      \$205  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = perf0_busy_compute_base;
-    if (perf_clear0) begin
-      \$206  = perf_busy;
-    end
-    if (reset_units) begin
-      \$206  = 32'd0;
-    end
-    if (rst) begin
-      \$206  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = perf0_bytes_read_base;
-    if (perf_clear0) begin
-      \$207  = bytes_read;
-    end
-    if (reset_units) begin
-      \$207  = 32'd0;
-    end
-    if (rst) begin
-      \$207  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = perf0_bytes_written_base;
-    if (perf_clear0) begin
-      \$208  = bytes_written;
-    end
-    if (reset_units) begin
-      \$208  = 32'd0;
-    end
-    if (rst) begin
-      \$208  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = perf0_macs_base;
-    if (perf_clear0) begin
-      \$209  = perf_macs;
-    end
-    if (reset_units) begin
-      \$209  = 48'h000000000000;
-    end
-    if (rst) begin
-      \$209  = 48'h000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = PERF0_MACS_HI__value;
-    if (perf_clear0) begin
-      \$210  = 32'd0;
-    end
-    if (PERF0_MACS_LO__read) begin
-      \$210  = { 16'h0000, \$23 [47:32] };
-    end
-    if (rst) begin
-      \$210  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = { 1'h0, cmd__tdata[6:0], 8'h00, cmd__tdata[31:16], cycles[31:0] };
-    if (rst) begin
-      \$211  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = { 1'h1, trace_end_opcode[6:0], s1__wdata[23:16], trace_end_tag, cycles[31:0] };
-    if (rst) begin
-      \$212  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = \$155 ;
-    if (rst) begin
-      \$213  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = \$158 ;
-    if (rst) begin
-      \$214  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = trace0_held_valid;
-    if (trace0_held_valid) begin
-      \$215  = 1'h0;
-    end else if (trace0_start_valid) begin
-      \$215  = trace0_end_valid;
-    end
-    if (trace0_clear) begin
-      \$215  = 1'h0;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = trace0_held;
-    if (trace0_held_valid) begin
-    end else if (trace0_start_valid) begin
-      \$216  = trace0_end;
-    end
-    if (rst) begin
-      \$216  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = \$159 ;
-    if (rst) begin
-      \$217  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = \$160 ;
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = \$165 [8:0];
-    if (rst) begin
-      \$219  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = \$169 [8:0];
-    if (rst) begin
-      \$220  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = \$170 [31:0];
-    if (perf_clear1) begin
-      \$221  = 32'd0;
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$222  = \$173 [31:0];
-    if (perf_clear1) begin
-      \$222  = 32'd0;
-    end
-    if (rst) begin
-      \$222  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$223  = \$177 [31:0];
-    if (perf_clear1) begin
-      \$223  = 32'd0;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$224  = \$178 [31:0];
-    if (perf_clear1) begin
-      \$224  = 32'd0;
-    end
-    if (rst) begin
-      \$224  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$225  = \$188 [31:0];
-    if (perf_clear1) begin
-      \$225  = 32'd0;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$226  = perf1_busy_compute_base;
-    if (perf_clear1) begin
-      \$226  = \perf_busy$691 ;
-    end
-    if (\reset_units$677 ) begin
-      \$226  = 32'd0;
-    end
-    if (rst) begin
-      \$226  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$227  = perf1_bytes_read_base;
-    if (perf_clear1) begin
-      \$227  = \bytes_read$694 ;
-    end
-    if (\reset_units$677 ) begin
-      \$227  = 32'd0;
-    end
-    if (rst) begin
-      \$227  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$228  = perf1_bytes_written_base;
-    if (perf_clear1) begin
-      \$228  = \bytes_written$697 ;
-    end
-    if (\reset_units$677 ) begin
-      \$228  = 32'd0;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$229  = perf1_macs_base;
-    if (perf_clear1) begin
-      \$229  = \perf_macs$700 ;
-    end
-    if (\reset_units$677 ) begin
-      \$229  = 48'h000000000000;
-    end
-    if (rst) begin
-      \$229  = 48'h000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$230  = PERF1_MACS_HI__value;
-    if (perf_clear1) begin
-      \$230  = 32'd0;
-    end
-    if (PERF1_MACS_LO__read) begin
-      \$230  = { 16'h0000, \$48 [47:32] };
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$231  = { 1'h0, \cmd__tdata$441 [6:0], 8'h00, \cmd__tdata$441 [31:16], cycles[31:0] };
-    if (rst) begin
-      \$231  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$232  = { 1'h1, \trace_end_opcode$794 [6:0], s3__wdata[23:16], \trace_end_tag$792 , cycles[31:0] };
-    if (rst) begin
-      \$232  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$233  = \$191 ;
-    if (rst) begin
-      \$233  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$234  = \$194 ;
-    if (rst) begin
-      \$234  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$235  = trace1_held_valid;
-    if (trace1_held_valid) begin
-      \$235  = 1'h0;
-    end else if (trace1_start_valid) begin
-      \$235  = trace1_end_valid;
-    end
-    if (trace1_clear) begin
-      \$235  = 1'h0;
-    end
-    if (rst) begin
-      \$235  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$236  = trace1_held;
-    if (trace1_held_valid) begin
-    end else if (trace1_start_valid) begin
-      \$236  = trace1_end;
-    end
-    if (rst) begin
-      \$236  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$237  = \$195 ;
-    if (rst) begin
-      \$237  = 1'h0;
+      \$57  = 1'h0;
     end
   end
   assign bus__araddr = regs__araddr;
@@ -3439,36 +2562,37 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign s0__wvalid = mem__wvalid;
   assign GLOBAL_CYCLES_LO__value = cycles[31:0];
   assign cycles_hi = GLOBAL_CYCLES_HI__value;
+  assign values = { GLOBAL_SEM15__value, GLOBAL_SEM14__value, GLOBAL_SEM13__value, GLOBAL_SEM12__value, GLOBAL_SEM11__value, GLOBAL_SEM10__value, GLOBAL_SEM9__value, GLOBAL_SEM8__value, GLOBAL_SEM7__value, GLOBAL_SEM6__value, GLOBAL_SEM5__value, GLOBAL_SEM4__value, GLOBAL_SEM3__value, GLOBAL_SEM2__value, GLOBAL_SEM1__value, GLOBAL_SEM0__value };
   assign tile_cmd__tdata = cmd__tdata;
   assign done__tdata = tile_done__tdata;
-  assign \cmd__tdata$133  = cmd__tdata;
+  assign \cmd__tdata$150  = cmd__tdata;
   assign dma_cmd__tdata = cmd__tdata;
-  assign \cmd__tready$136  = dma_cmd__tready;
-  assign dma_cmd__tvalid = \cmd__tvalid$137 ;
-  assign \done__tdata$140  = dma_done__tdata;
-  assign dma_done__tready = \done__tready$141 ;
-  assign \done__tvalid$144  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$239 , \$238 [63:0] };
-  assign \spm_wr__tdata$146  = { \$239 , \$238 [63:0] };
-  assign \spm_wr__tready$148  = spm_wr__tready;
-  assign \spm_wr__tvalid$150  = spm_wr__tvalid;
-  assign \spm_rreq__tdata$152  = spm_rreq__tdata;
-  assign \spm_rreq__tready$154  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$156  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$239 , \$238  };
-  assign \acc_wr__tdata$158  = { \$239 , \$238  };
-  assign \acc_wr__tready$160  = acc_wr__tready;
-  assign \acc_wr__tvalid$162  = acc_wr__tvalid;
+  assign \cmd__tready$153  = dma_cmd__tready;
+  assign dma_cmd__tvalid = \cmd__tvalid$154 ;
+  assign \done__tdata$157  = dma_done__tdata;
+  assign dma_done__tready = \done__tready$158 ;
+  assign \done__tvalid$161  = dma_done__tvalid;
+  assign spm_wr__tdata = { \$59 , \$58 [63:0] };
+  assign \spm_wr__tdata$163  = { \$59 , \$58 [63:0] };
+  assign \spm_wr__tready$165  = spm_wr__tready;
+  assign \spm_wr__tvalid$167  = spm_wr__tvalid;
+  assign \spm_rreq__tdata$169  = spm_rreq__tdata;
+  assign \spm_rreq__tready$171  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$173  = spm_rreq__tvalid;
+  assign acc_wr__tdata = { \$59 , \$58  };
+  assign \acc_wr__tdata$175  = { \$59 , \$58  };
+  assign \acc_wr__tready$177  = acc_wr__tready;
+  assign \acc_wr__tvalid$179  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$164  = spm_rreq__tdata;
-  assign \acc_rreq__tready$166  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$168  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$170  = spm_rresp__tdata;
-  assign \spm_rresp__tready$172  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$174  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$176  = acc_rresp__tdata;
-  assign \acc_rresp__tready$178  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$180  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$181  = spm_rreq__tdata;
+  assign \acc_rreq__tready$183  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$185  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$187  = spm_rresp__tdata;
+  assign \spm_rresp__tready$189  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$191  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$193  = acc_rresp__tdata;
+  assign \acc_rresp__tready$195  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$197  = acc_rresp__tvalid;
   assign axi__araddr = s1__araddr;
   assign s1__arburst = 2'h1;
   assign axi__arburst = 2'h1;
@@ -3508,50 +2632,50 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign s1__wstrb = 8'hff;
   assign axi__wstrb = 8'hff;
   assign axi__wvalid = s1__wvalid;
-  assign \axi__araddr$240  = s2__araddr;
+  assign \axi__araddr$257  = s2__araddr;
   assign s2__arburst = 2'h1;
-  assign \axi__arburst$242  = 2'h1;
+  assign \axi__arburst$259  = 2'h1;
   assign s2__arid = 4'h0;
-  assign \axi__arid$244  = 4'h0;
-  assign \axi__arlen$246  = s2__arlen;
-  assign s2__arready = \axi__arready$247 ;
+  assign \axi__arid$261  = 4'h0;
+  assign \axi__arlen$263  = s2__arlen;
+  assign s2__arready = \axi__arready$264 ;
   assign s2__arsize = 3'h3;
-  assign \axi__arsize$250  = 3'h3;
-  assign \axi__arvalid$252  = s2__arvalid;
-  assign \axi__awaddr$254  = s2__awaddr;
+  assign \axi__arsize$267  = 3'h3;
+  assign \axi__arvalid$269  = s2__arvalid;
+  assign \axi__awaddr$271  = s2__awaddr;
   assign s2__awburst = 2'h1;
-  assign \axi__awburst$256  = 2'h1;
+  assign \axi__awburst$273  = 2'h1;
   assign s2__awid = 4'h0;
-  assign \axi__awid$258  = 4'h0;
-  assign \axi__awlen$260  = s2__awlen;
-  assign s2__awready = \axi__awready$261 ;
+  assign \axi__awid$275  = 4'h0;
+  assign \axi__awlen$277  = s2__awlen;
+  assign s2__awready = \axi__awready$278 ;
   assign s2__awsize = 3'h3;
-  assign \axi__awsize$264  = 3'h3;
-  assign \axi__awvalid$266  = s2__awvalid;
-  assign s2__bid = \axi__bid$267 ;
+  assign \axi__awsize$281  = 3'h3;
+  assign \axi__awvalid$283  = s2__awvalid;
+  assign s2__bid = \axi__bid$284 ;
   assign s2__bready = 1'h1;
-  assign \axi__bready$270  = 1'h1;
-  assign s2__bresp = \axi__bresp$271 ;
-  assign s2__bvalid = \axi__bvalid$273 ;
-  assign s2__rdata = \axi__rdata$275 ;
-  assign s2__rid = \axi__rid$277 ;
-  assign s2__rlast = \axi__rlast$279 ;
-  assign \axi__rready$282  = s2__rready;
-  assign s2__rresp = \axi__rresp$283 ;
-  assign s2__rvalid = \axi__rvalid$285 ;
-  assign \axi__wdata$288  = s2__wdata;
-  assign \axi__wlast$290  = s2__wlast;
-  assign s2__wready = \axi__wready$291 ;
-  assign \axi__wstrb$294  = s2__wstrb;
-  assign \axi__wvalid$296  = s2__wvalid;
+  assign \axi__bready$287  = 1'h1;
+  assign s2__bresp = \axi__bresp$288 ;
+  assign s2__bvalid = \axi__bvalid$290 ;
+  assign s2__rdata = \axi__rdata$292 ;
+  assign s2__rid = \axi__rid$294 ;
+  assign s2__rlast = \axi__rlast$296 ;
+  assign \axi__rready$299  = s2__rready;
+  assign s2__rresp = \axi__rresp$300 ;
+  assign s2__rvalid = \axi__rvalid$302 ;
+  assign \axi__wdata$305  = s2__wdata;
+  assign \axi__wlast$307  = s2__wlast;
+  assign s2__wready = \axi__wready$308 ;
+  assign \axi__wstrb$311  = s2__wstrb;
+  assign \axi__wvalid$313  = s2__wvalid;
   assign QUEUE0_WATCHDOG__value = watchdog;
   assign QUEUE0_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$305  = abort_req;
+  assign \abort_req$322  = abort_req;
   assign axi_quiet = cp_quiet;
   assign quiet = dma_quiet;
   assign cp_quiesce = quiesce;
   assign dma_abort = abort;
-  assign \abort_done$315  = abort_done;
+  assign \abort_done$332  = abort_done;
   assign QUEUE0_RING_BASE__value = ring_base;
   assign ring_log2 = QUEUE0_RING_LOG2__value[4:0];
   assign QUEUE0_CQ_BASE__value = cq_base;
@@ -3565,181 +2689,262 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$344 , halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$361 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
   assign sem_values = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign perf0_cycles = PERF0_CYCLES__value;
-  assign perf0_busy_load = PERF0_BUSY_LOAD__value;
-  assign perf0_busy_store = PERF0_BUSY_STORE__value;
-  assign perf0_stall_dep = PERF0_STALL_DEP__value;
-  assign perf0_stall_mem = PERF0_STALL_MEM__value;
-  assign PERF0_BUSY_COMPUTE__value = \$20 [31:0];
-  assign PERF0_BYTES_READ__value = \$21 [31:0];
-  assign PERF0_BYTES_WRITTEN__value = \$22 [31:0];
-  assign perf0_macs = \$23 [47:0];
-  assign PERF0_MACS_LO__value = \$23 [31:0];
-  assign perf0_macs_hi = PERF0_MACS_HI__value;
-  assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE0_COUNT__value = { 23'h000000, level };
-  assign TRACE0_DATA_HI__read = r_en;
-  assign \tile_cmd__tdata$442  = \cmd__tdata$441 ;
-  assign \done__tdata$448  = \tile_done__tdata$447 ;
-  assign \cmd__tdata$453  = \cmd__tdata$441 ;
-  assign \dma_cmd__tdata$454  = \cmd__tdata$441 ;
-  assign \cmd__tready$456  = \dma_cmd__tready$455 ;
-  assign \dma_cmd__tvalid$458  = \cmd__tvalid$457 ;
-  assign \done__tdata$460  = \dma_done__tdata$459 ;
-  assign \dma_done__tready$462  = \done__tready$461 ;
-  assign \done__tvalid$464  = \dma_done__tvalid$463 ;
-  assign \spm_wr__tdata$465  = { \$241 , \$240 [63:0] };
-  assign \spm_wr__tdata$466  = { \$241 , \$240 [63:0] };
-  assign \spm_wr__tready$468  = \spm_wr__tready$467 ;
-  assign \spm_wr__tvalid$470  = \spm_wr__tvalid$469 ;
-  assign \spm_rreq__tdata$472  = \spm_rreq__tdata$471 ;
-  assign \spm_rreq__tready$474  = \spm_rreq__tready$473 ;
-  assign \spm_rreq__tvalid$476  = \spm_rreq__tvalid$475 ;
-  assign \acc_wr__tdata$477  = { \$241 , \$240  };
-  assign \acc_wr__tdata$478  = { \$241 , \$240  };
-  assign \acc_wr__tready$480  = \acc_wr__tready$479 ;
-  assign \acc_wr__tvalid$482  = \acc_wr__tvalid$481 ;
-  assign \acc_rreq__tdata$483  = \spm_rreq__tdata$471 ;
-  assign \acc_rreq__tdata$484  = \spm_rreq__tdata$471 ;
-  assign \acc_rreq__tready$486  = \acc_rreq__tready$485 ;
-  assign \acc_rreq__tvalid$488  = \acc_rreq__tvalid$487 ;
-  assign \spm_rresp__tdata$490  = \spm_rresp__tdata$489 ;
-  assign \spm_rresp__tready$492  = \spm_rresp__tready$491 ;
-  assign \spm_rresp__tvalid$494  = \spm_rresp__tvalid$493 ;
-  assign \acc_rresp__tdata$496  = \acc_rresp__tdata$495 ;
-  assign \acc_rresp__tready$498  = \acc_rresp__tready$497 ;
-  assign \acc_rresp__tvalid$500  = \acc_rresp__tvalid$499 ;
-  assign \axi__araddr$502  = s3__araddr;
-  assign s3__arburst = 2'h1;
-  assign \axi__arburst$504  = 2'h1;
-  assign s3__arid = 4'h0;
-  assign \axi__arid$506  = 4'h0;
-  assign s3__arlen = 8'h03;
-  assign \axi__arlen$508  = 8'h03;
-  assign s3__arready = \axi__arready$509 ;
-  assign s3__arsize = 3'h3;
-  assign \axi__arsize$512  = 3'h3;
-  assign \axi__arvalid$514  = s3__arvalid;
-  assign \axi__awaddr$516  = s3__awaddr;
-  assign s3__awburst = 2'h1;
-  assign \axi__awburst$518  = 2'h1;
-  assign s3__awid = 4'h0;
-  assign \axi__awid$520  = 4'h0;
-  assign s3__awlen = 8'h00;
-  assign \axi__awlen$522  = 8'h00;
-  assign s3__awready = \axi__awready$523 ;
-  assign s3__awsize = 3'h3;
-  assign \axi__awsize$526  = 3'h3;
-  assign \axi__awvalid$528  = s3__awvalid;
-  assign s3__bid = \axi__bid$529 ;
-  assign \axi__bready$532  = s3__bready;
-  assign s3__bresp = \axi__bresp$533 ;
-  assign s3__bvalid = \axi__bvalid$535 ;
-  assign s3__rdata = \axi__rdata$537 ;
-  assign s3__rid = \axi__rid$539 ;
-  assign s3__rlast = \axi__rlast$541 ;
-  assign \axi__rready$544  = s3__rready;
-  assign s3__rresp = \axi__rresp$545 ;
-  assign s3__rvalid = \axi__rvalid$547 ;
-  assign \axi__wdata$550  = s3__wdata;
-  assign s3__wlast = 1'h1;
-  assign \axi__wlast$552  = 1'h1;
-  assign s3__wready = \axi__wready$553 ;
-  assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$556  = 8'hff;
-  assign \axi__wvalid$558  = s3__wvalid;
-  assign \axi__araddr$560  = s4__araddr;
-  assign s4__arburst = 2'h1;
-  assign \axi__arburst$562  = 2'h1;
-  assign s4__arid = 4'h0;
-  assign \axi__arid$564  = 4'h0;
-  assign \axi__arlen$566  = s4__arlen;
-  assign s4__arready = \axi__arready$567 ;
-  assign s4__arsize = 3'h3;
-  assign \axi__arsize$570  = 3'h3;
-  assign \axi__arvalid$572  = s4__arvalid;
-  assign \axi__awaddr$574  = s4__awaddr;
-  assign s4__awburst = 2'h1;
-  assign \axi__awburst$576  = 2'h1;
-  assign s4__awid = 4'h0;
-  assign \axi__awid$578  = 4'h0;
-  assign \axi__awlen$580  = s4__awlen;
-  assign s4__awready = \axi__awready$581 ;
-  assign s4__awsize = 3'h3;
-  assign \axi__awsize$584  = 3'h3;
-  assign \axi__awvalid$586  = s4__awvalid;
-  assign s4__bid = \axi__bid$587 ;
-  assign s4__bready = 1'h1;
-  assign \axi__bready$590  = 1'h1;
-  assign s4__bresp = \axi__bresp$591 ;
-  assign s4__bvalid = \axi__bvalid$593 ;
-  assign s4__rdata = \axi__rdata$595 ;
-  assign s4__rid = \axi__rid$597 ;
-  assign s4__rlast = \axi__rlast$599 ;
-  assign \axi__rready$602  = s4__rready;
-  assign s4__rresp = \axi__rresp$603 ;
-  assign s4__rvalid = \axi__rvalid$605 ;
-  assign \axi__wdata$608  = s4__wdata;
-  assign \axi__wlast$610  = s4__wlast;
-  assign s4__wready = \axi__wready$611 ;
-  assign \axi__wstrb$614  = s4__wstrb;
-  assign \axi__wvalid$616  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$617 ;
-  assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$625  = \abort_req$624 ;
-  assign \axi_quiet$627  = \cp_quiet$626 ;
-  assign \quiet$629  = \dma_quiet$628 ;
-  assign \cp_quiesce$631  = \quiesce$630 ;
-  assign \dma_abort$633  = \abort$632 ;
-  assign \abort_done$635  = \abort_done$634 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$636 ;
-  assign \ring_log2$638  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$640 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$642 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$644 ;
-  assign \enable$646  = QUEUE1_CONTROL__value[0];
-  assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$651 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$653 ;
-  assign \doorbell_index$655  = GLOBAL_RESET__wdata[15:0];
-  assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$658  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$660  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$664 , \halted$663 , \busy$662  };
-  assign QUEUE1_ERROR__value = { \error_index$667 , 8'h00, \error_code$666  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$670 , \irq_completion$669  };
-  assign \timestamp$671  = cycles[31:0];
-  assign \sem_values$672  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign perf1_cycles = PERF1_CYCLES__value;
-  assign perf1_busy_load = PERF1_BUSY_LOAD__value;
-  assign perf1_busy_store = PERF1_BUSY_STORE__value;
-  assign perf1_stall_dep = PERF1_STALL_DEP__value;
-  assign perf1_stall_mem = PERF1_STALL_MEM__value;
-  assign PERF1_BUSY_COMPUTE__value = \$45 [31:0];
-  assign PERF1_BYTES_READ__value = \$46 [31:0];
-  assign PERF1_BYTES_WRITTEN__value = \$47 [31:0];
-  assign perf1_macs = \$48 [47:0];
-  assign PERF1_MACS_LO__value = \$48 [31:0];
-  assign perf1_macs_hi = PERF1_MACS_HI__value;
-  assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign TRACE1_COUNT__value = { 23'h000000, \level$717  };
-  assign TRACE1_DATA_HI__read = \r_en$722 ;
-  assign granted = 1'h0;
+  assign sem_valid = valid0;
+  assign index0 = cmd__tdata[67:64];
   assign sem_index = cmd__tdata[67:64];
-  assign \sem_index$767  = \cmd__tdata$441 [67:64];
+  assign sem_delta = delta0;
+  assign grant0 = sem_grant;
+  assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \reset_units$385  = reset_units;
+  assign stall = waiting_dep;
+  assign dma_arvalid = s2__arvalid;
+  assign dma_arready = \axi__arready$264 ;
+  assign dma_rvalid = \axi__rvalid$302 ;
+  assign dma_rready = s2__rready;
+  assign dma_rlast = \axi__rlast$296 ;
+  assign dma_awvalid = s2__awvalid;
+  assign dma_awready = \axi__awready$278 ;
+  assign dma_wvalid = s2__wvalid;
+  assign dma_wready = \axi__wready$308 ;
+  assign dma_bvalid = \axi__bvalid$290 ;
+  assign dma_bready = 1'h1;
+  assign perf_busy = busy_compute_source;
+  assign perf_macs = macs_source;
+  assign bytes_read = bytes_read_source;
+  assign bytes_written = bytes_written_source;
+  assign PERF0_MACS_LO__read = macs_lo_read;
+  assign \cycles$410  = PERF0_CYCLES__value;
+  assign busy_load = PERF0_BUSY_LOAD__value;
+  assign busy_store = PERF0_BUSY_STORE__value;
+  assign stall_dep = PERF0_STALL_DEP__value;
+  assign stall_mem = PERF0_STALL_MEM__value;
+  assign busy_compute = PERF0_BUSY_COMPUTE__value;
+  assign \bytes_read$422  = PERF0_BYTES_READ__value;
+  assign \bytes_written$424  = PERF0_BYTES_WRITTEN__value;
+  assign macs_lo = PERF0_MACS_LO__value;
+  assign macs_hi = PERF0_MACS_HI__value;
+  assign \timestamp$429  = cycles[31:0];
+  assign \enable$430  = TRACE0_CONTROL__value[0];
+  assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign trace_start = start;
+  assign start_tag = cmd__tdata[31:16];
   assign trace_tag = cmd__tdata[31:16];
+  assign start_opcode = cmd__tdata[7:0];
   assign trace_opcode = cmd__tdata[7:0];
+  assign trace_end = \end ;
+  assign trace_end_tag = end_tag;
+  assign trace_end_opcode = end_opcode;
+  assign end_status = s1__wdata[23:16];
   assign trace_status = s1__wdata[23:16];
-  assign \trace_tag$790  = \cmd__tdata$441 [31:16];
-  assign \trace_opcode$791  = \cmd__tdata$441 [7:0];
-  assign \trace_status$793  = s3__wdata[23:16];
+  assign TRACE0_COUNT__value = { 23'h000000, \$60  };
+  assign count = { 23'h000000, \$60  };
+  assign data_lo = TRACE0_DATA_LO__value;
+  assign data_hi_word = TRACE0_DATA_HI__value;
+  assign TRACE0_DATA_HI__read = pop;
+  assign \tile_cmd__tdata$478  = \cmd__tdata$477 ;
+  assign \done__tdata$484  = \tile_done__tdata$483 ;
+  assign \cmd__tdata$489  = \cmd__tdata$477 ;
+  assign \dma_cmd__tdata$490  = \cmd__tdata$477 ;
+  assign \cmd__tready$492  = \dma_cmd__tready$491 ;
+  assign \dma_cmd__tvalid$494  = \cmd__tvalid$493 ;
+  assign \done__tdata$496  = \dma_done__tdata$495 ;
+  assign \dma_done__tready$498  = \done__tready$497 ;
+  assign \done__tvalid$500  = \dma_done__tvalid$499 ;
+  assign \spm_wr__tdata$501  = { \$62 , \$61 [63:0] };
+  assign \spm_wr__tdata$502  = { \$62 , \$61 [63:0] };
+  assign \spm_wr__tready$504  = \spm_wr__tready$503 ;
+  assign \spm_wr__tvalid$506  = \spm_wr__tvalid$505 ;
+  assign \spm_rreq__tdata$508  = \spm_rreq__tdata$507 ;
+  assign \spm_rreq__tready$510  = \spm_rreq__tready$509 ;
+  assign \spm_rreq__tvalid$512  = \spm_rreq__tvalid$511 ;
+  assign \acc_wr__tdata$513  = { \$62 , \$61  };
+  assign \acc_wr__tdata$514  = { \$62 , \$61  };
+  assign \acc_wr__tready$516  = \acc_wr__tready$515 ;
+  assign \acc_wr__tvalid$518  = \acc_wr__tvalid$517 ;
+  assign \acc_rreq__tdata$519  = \spm_rreq__tdata$507 ;
+  assign \acc_rreq__tdata$520  = \spm_rreq__tdata$507 ;
+  assign \acc_rreq__tready$522  = \acc_rreq__tready$521 ;
+  assign \acc_rreq__tvalid$524  = \acc_rreq__tvalid$523 ;
+  assign \spm_rresp__tdata$526  = \spm_rresp__tdata$525 ;
+  assign \spm_rresp__tready$528  = \spm_rresp__tready$527 ;
+  assign \spm_rresp__tvalid$530  = \spm_rresp__tvalid$529 ;
+  assign \acc_rresp__tdata$532  = \acc_rresp__tdata$531 ;
+  assign \acc_rresp__tready$534  = \acc_rresp__tready$533 ;
+  assign \acc_rresp__tvalid$536  = \acc_rresp__tvalid$535 ;
+  assign \axi__araddr$538  = s3__araddr;
+  assign s3__arburst = 2'h1;
+  assign \axi__arburst$540  = 2'h1;
+  assign s3__arid = 4'h0;
+  assign \axi__arid$542  = 4'h0;
+  assign s3__arlen = 8'h03;
+  assign \axi__arlen$544  = 8'h03;
+  assign s3__arready = \axi__arready$545 ;
+  assign s3__arsize = 3'h3;
+  assign \axi__arsize$548  = 3'h3;
+  assign \axi__arvalid$550  = s3__arvalid;
+  assign \axi__awaddr$552  = s3__awaddr;
+  assign s3__awburst = 2'h1;
+  assign \axi__awburst$554  = 2'h1;
+  assign s3__awid = 4'h0;
+  assign \axi__awid$556  = 4'h0;
+  assign s3__awlen = 8'h00;
+  assign \axi__awlen$558  = 8'h00;
+  assign s3__awready = \axi__awready$559 ;
+  assign s3__awsize = 3'h3;
+  assign \axi__awsize$562  = 3'h3;
+  assign \axi__awvalid$564  = s3__awvalid;
+  assign s3__bid = \axi__bid$565 ;
+  assign \axi__bready$568  = s3__bready;
+  assign s3__bresp = \axi__bresp$569 ;
+  assign s3__bvalid = \axi__bvalid$571 ;
+  assign s3__rdata = \axi__rdata$573 ;
+  assign s3__rid = \axi__rid$575 ;
+  assign s3__rlast = \axi__rlast$577 ;
+  assign \axi__rready$580  = s3__rready;
+  assign s3__rresp = \axi__rresp$581 ;
+  assign s3__rvalid = \axi__rvalid$583 ;
+  assign \axi__wdata$586  = s3__wdata;
+  assign s3__wlast = 1'h1;
+  assign \axi__wlast$588  = 1'h1;
+  assign s3__wready = \axi__wready$589 ;
+  assign s3__wstrb = 8'hff;
+  assign \axi__wstrb$592  = 8'hff;
+  assign \axi__wvalid$594  = s3__wvalid;
+  assign \axi__araddr$596  = s4__araddr;
+  assign s4__arburst = 2'h1;
+  assign \axi__arburst$598  = 2'h1;
+  assign s4__arid = 4'h0;
+  assign \axi__arid$600  = 4'h0;
+  assign \axi__arlen$602  = s4__arlen;
+  assign s4__arready = \axi__arready$603 ;
+  assign s4__arsize = 3'h3;
+  assign \axi__arsize$606  = 3'h3;
+  assign \axi__arvalid$608  = s4__arvalid;
+  assign \axi__awaddr$610  = s4__awaddr;
+  assign s4__awburst = 2'h1;
+  assign \axi__awburst$612  = 2'h1;
+  assign s4__awid = 4'h0;
+  assign \axi__awid$614  = 4'h0;
+  assign \axi__awlen$616  = s4__awlen;
+  assign s4__awready = \axi__awready$617 ;
+  assign s4__awsize = 3'h3;
+  assign \axi__awsize$620  = 3'h3;
+  assign \axi__awvalid$622  = s4__awvalid;
+  assign s4__bid = \axi__bid$623 ;
+  assign s4__bready = 1'h1;
+  assign \axi__bready$626  = 1'h1;
+  assign s4__bresp = \axi__bresp$627 ;
+  assign s4__bvalid = \axi__bvalid$629 ;
+  assign s4__rdata = \axi__rdata$631 ;
+  assign s4__rid = \axi__rid$633 ;
+  assign s4__rlast = \axi__rlast$635 ;
+  assign \axi__rready$638  = s4__rready;
+  assign s4__rresp = \axi__rresp$639 ;
+  assign s4__rvalid = \axi__rvalid$641 ;
+  assign \axi__wdata$644  = s4__wdata;
+  assign \axi__wlast$646  = s4__wlast;
+  assign s4__wready = \axi__wready$647 ;
+  assign \axi__wstrb$650  = s4__wstrb;
+  assign \axi__wvalid$652  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$653 ;
+  assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
+  assign \abort_req$661  = \abort_req$660 ;
+  assign \axi_quiet$663  = \cp_quiet$662 ;
+  assign \quiet$665  = \dma_quiet$664 ;
+  assign \cp_quiesce$667  = \quiesce$666 ;
+  assign \dma_abort$669  = \abort$668 ;
+  assign \abort_done$671  = \abort_done$670 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$672 ;
+  assign \ring_log2$674  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$676 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$678 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$680 ;
+  assign \enable$682  = QUEUE1_CONTROL__value[0];
+  assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign QUEUE1_RING_LOG2__write = \ring_reset$687 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$689 ;
+  assign \doorbell_index$691  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$694  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$696  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$700 , \halted$699 , \busy$698  };
+  assign QUEUE1_ERROR__value = { \error_index$703 , 8'h00, \error_code$702  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$706 , \irq_completion$705  };
+  assign \timestamp$710  = cycles[31:0];
+  assign \sem_values$711  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign \sem_valid$713  = valid1;
+  assign index1 = \cmd__tdata$477 [67:64];
+  assign \sem_index$715  = \cmd__tdata$477 [67:64];
+  assign \sem_delta$717  = delta1;
+  assign grant1 = \sem_grant$718 ;
+  assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \reset_units$724  = \reset_units$721 ;
+  assign \stall$726  = \waiting_dep$725 ;
+  assign \dma_arvalid$727  = s4__arvalid;
+  assign \dma_arready$728  = \axi__arready$603 ;
+  assign \dma_rvalid$729  = \axi__rvalid$641 ;
+  assign \dma_rready$730  = s4__rready;
+  assign \dma_rlast$731  = \axi__rlast$635 ;
+  assign \dma_awvalid$732  = s4__awvalid;
+  assign \dma_awready$733  = \axi__awready$617 ;
+  assign \dma_wvalid$734  = s4__wvalid;
+  assign \dma_wready$735  = \axi__wready$647 ;
+  assign \dma_bvalid$736  = \axi__bvalid$629 ;
+  assign \dma_bready$737  = 1'h1;
+  assign \perf_busy$739  = \busy_compute_source$738 ;
+  assign \perf_macs$741  = \macs_source$740 ;
+  assign \bytes_read$743  = \bytes_read_source$742 ;
+  assign \bytes_written$745  = \bytes_written_source$744 ;
+  assign PERF1_MACS_LO__read = \macs_lo_read$746 ;
+  assign \cycles$749  = PERF1_CYCLES__value;
+  assign \busy_load$751  = PERF1_BUSY_LOAD__value;
+  assign \busy_store$753  = PERF1_BUSY_STORE__value;
+  assign \stall_dep$755  = PERF1_STALL_DEP__value;
+  assign \stall_mem$757  = PERF1_STALL_MEM__value;
+  assign \busy_compute$759  = PERF1_BUSY_COMPUTE__value;
+  assign \bytes_read$761  = PERF1_BYTES_READ__value;
+  assign \bytes_written$763  = PERF1_BYTES_WRITTEN__value;
+  assign \macs_lo$765  = PERF1_MACS_LO__value;
+  assign \macs_hi$767  = PERF1_MACS_HI__value;
+  assign \timestamp$768  = cycles[31:0];
+  assign \enable$769  = TRACE1_CONTROL__value[0];
+  assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
+  assign \trace_start$775  = \start$774 ;
+  assign \start_tag$776  = \cmd__tdata$477 [31:16];
+  assign \trace_tag$777  = \cmd__tdata$477 [31:16];
+  assign \start_opcode$778  = \cmd__tdata$477 [7:0];
+  assign \trace_opcode$779  = \cmd__tdata$477 [7:0];
+  assign \trace_end$781  = \end$780 ;
+  assign \trace_end_tag$783  = \end_tag$782 ;
+  assign \trace_end_opcode$785  = \end_opcode$784 ;
+  assign \end_status$786  = s3__wdata[23:16];
+  assign \trace_status$787  = s3__wdata[23:16];
+  assign TRACE1_COUNT__value = { 23'h000000, \$63  };
+  assign \count$789  = { 23'h000000, \$63  };
+  assign \data_lo$791  = TRACE1_DATA_LO__value;
+  assign \data_hi_word$793  = TRACE1_DATA_HI__value;
+  assign TRACE1_DATA_HI__read = \pop$794 ;
+  assign \values[0]  = GLOBAL_SEM0__value;
+  assign \values[1]  = GLOBAL_SEM1__value;
+  assign \values[2]  = GLOBAL_SEM2__value;
+  assign \values[3]  = GLOBAL_SEM3__value;
+  assign \values[4]  = GLOBAL_SEM4__value;
+  assign \values[5]  = GLOBAL_SEM5__value;
+  assign \values[6]  = GLOBAL_SEM6__value;
+  assign \values[7]  = GLOBAL_SEM7__value;
+  assign \values[8]  = GLOBAL_SEM8__value;
+  assign \values[9]  = GLOBAL_SEM9__value;
+  assign \values[10]  = GLOBAL_SEM10__value;
+  assign \values[11]  = GLOBAL_SEM11__value;
+  assign \values[12]  = GLOBAL_SEM12__value;
+  assign \values[13]  = GLOBAL_SEM13__value;
+  assign \values[14]  = GLOBAL_SEM14__value;
+  assign \values[15]  = GLOBAL_SEM15__value;
   assign \sem_values[0]  = GLOBAL_SEM0__value[15:0];
   assign \sem_values[1]  = GLOBAL_SEM1__value[15:0];
   assign \sem_values[2]  = GLOBAL_SEM2__value[15:0];
@@ -3756,52 +2961,63 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$672[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$672[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$672[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$672[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$672[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$672[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$672[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$672[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$672[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$672[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$672[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$672[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$672[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$672[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$672[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$672[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$711[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$711[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$711[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$711[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$711[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$711[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$711[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$711[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$711[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$711[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$711[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$711[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$711[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$711[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$711[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$711[15]  = GLOBAL_SEM15__value[15:0];
+  assign \set_value[0]  = set_value[15:0];
+  assign \set_value[1]  = set_value[31:16];
+  assign \set_value[2]  = set_value[47:32];
+  assign \set_value[3]  = set_value[63:48];
+  assign \set_value[4]  = set_value[79:64];
+  assign \set_value[5]  = set_value[95:80];
+  assign \set_value[6]  = set_value[111:96];
+  assign \set_value[7]  = set_value[127:112];
+  assign \set_value[8]  = set_value[143:128];
+  assign \set_value[9]  = set_value[159:144];
+  assign \set_value[10]  = set_value[175:160];
+  assign \set_value[11]  = set_value[191:176];
+  assign \set_value[12]  = set_value[207:192];
+  assign \set_value[13]  = set_value[223:208];
+  assign \set_value[14]  = set_value[239:224];
+  assign \set_value[15]  = set_value[255:240];
   assign { \$1 [3:2], \$1 [0] } = 3'h0;
   assign \$1 [1] = stall_units[1];
   assign \$2 [3:1] = 3'h0;
   assign \$2 [0] = stall_units[0];
   assign \$17 [1] = 1'h0;
   assign { \$17 [32:2], \$17 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
-  assign \$25 [1] = 1'h0;
-  assign { \$25 [32:2], \$25 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
-  assign \$26 [2:0] = 3'h0;
-  assign \$26 [3] = stall_units[3];
-  assign { \$27 [3], \$27 [1:0] } = 3'h0;
-  assign \$27 [2] = stall_units[2];
+  assign \$21 [1] = 1'h0;
+  assign { \$21 [32:2], \$21 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
+  assign \$22 [2:0] = 3'h0;
+  assign \$22 [3] = stall_units[3];
+  assign { \$23 [3], \$23 [1:0] } = 3'h0;
+  assign \$23 [2] = stall_units[2];
+  assign \$38 [1] = 1'h0;
+  assign { \$38 [32:2], \$38 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
   assign \$42 [1] = 1'h0;
-  assign { \$42 [32:2], \$42 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
-  assign \$50 [1] = 1'h0;
-  assign { \$50 [32:2], \$50 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
-  assign \$51  = 1'h1;
-  assign \$52  = sem_valid;
-  assign granted_next = sem_valid;
-  assign \$132  = \axi__bvalid$273 ;
-  assign \$168  = \axi__bvalid$593 ;
+  assign { \$42 [32:2], \$42 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
   assign core0_stalled = stall_units[1];
   assign hold = stall_units[0];
   assign core1_stalled = stall_units[3];
-  assign \hold$440  = stall_units[2];
+  assign \hold$476  = stall_units[2];
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, progress, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , reset_units
-, perf_macs, perf_busy, done__tvalid, \port$9359$0 , \port$9361$0 , spm_rreq__tdata, cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9317$0 , \port$9319$0 , spm_rreq__tdata, cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -4166,10 +3382,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$9359$0 ;
-  wire [255:0] \port$9359$0 ;
-  input [15:0] \port$9361$0 ;
-  wire [15:0] \port$9361$0 ;
+  input [255:0] \port$9317$0 ;
+  wire [255:0] \port$9317$0 ;
+  input [15:0] \port$9319$0 ;
+  wire [15:0] \port$9319$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   output progress;
@@ -4674,8 +3890,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.load_q  load_q (
     .clk(clk),
-    .\port$8130$128 (cmd[143:128]),
-    .\port$8130$80 (cmd[91:80]),
+    .\port$8088$128 (cmd[143:128]),
+    .\port$8088$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -4712,11 +3928,11 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   );
   \dx1_soc.core0.stream_q  stream_q (
     .clk(clk),
-    .\port$8130$112 (cmd[143:112]),
-    .\port$8130$16 (cmd[31:16]),
-    .\port$8130$64 (cmd[75:64]),
-    .\port$8130$8 (cmd[8]),
-    .\port$8130$96 (cmd[105:96]),
+    .\port$8088$112 (cmd[143:112]),
+    .\port$8088$16 (cmd[31:16]),
+    .\port$8088$64 (cmd[75:64]),
+    .\port$8088$8 (cmd[8]),
+    .\port$8088$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -4912,7 +4128,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$9361$0 [9:0];
+      acc_w__addr = \port$9319$0 [9:0];
     end
   end
   always @* begin
@@ -4922,7 +4138,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$9359$0 ;
+      acc_w__data = \port$9317$0 ;
     end
   end
   always @* begin
@@ -4990,7 +4206,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$9361$0 [11:0];
+      spm_w__addr = \port$9319$0 [11:0];
     end
   end
   always @* begin
@@ -5000,7 +4216,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$9359$0 [63:0];
+      spm_w__data = \port$9317$0 [63:0];
     end
   end
   always @* begin
@@ -5811,8 +5027,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, r_en, cmd__tready, spm_wr__tready, acc_
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$9361$0 , \port$9359$0 [63:0] };
-  assign acc_wr__tdata = { \port$9361$0 , \port$9359$0  };
+  assign spm_wr__tdata = { \port$9319$0 , \port$9317$0 [63:0] };
+  assign acc_wr__tdata = { \port$9319$0 , \port$9317$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -13747,7 +12963,7 @@ module \dx1_soc.core0.done_fifo (rst, r_en, r_data, reset_units, w_en, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8130$80 , \port$8130$128 , clk);
+module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8088$80 , \port$8088$128 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -13771,10 +12987,10 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$8130$128 ;
-  wire [15:0] \port$8130$128 ;
-  input [11:0] \port$8130$80 ;
-  wire [11:0] \port$8130$80 ;
+  input [15:0] \port$8088$128 ;
+  wire [15:0] \port$8088$128 ;
+  input [11:0] \port$8088$80 ;
+  wire [11:0] \port$8088$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -13810,7 +13026,7 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8130$128 , \port$8130$80  };
+      storage[w_port__addr] <= { \port$8088$128 , \port$8088$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -13881,8 +13097,8 @@ module \dx1_soc.core0.load_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8130$128 , \port$8130$80  };
-  assign w_data = { \port$8130$128 , \port$8130$80  };
+  assign w_port__data = { \port$8088$128 , \port$8088$80  };
+  assign w_data = { \port$8088$128 , \port$8088$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -15038,7 +14254,7 @@ module \dx1_soc.core0.spm_ext_fifo (rst, w_port__data, r_rdy, r_data, r_en, rese
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8130$8 , \port$8130$16 , \port$8130$64 , \port$8130$96 , \port$8130$112 , clk);
+module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_en, \port$8088$8 , \port$8088$16 , \port$8088$64 , \port$8088$96 , \port$8088$112 , clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -15062,16 +14278,16 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$8130$112 ;
-  wire [31:0] \port$8130$112 ;
-  input [15:0] \port$8130$16 ;
-  wire [15:0] \port$8130$16 ;
-  input [11:0] \port$8130$64 ;
-  wire [11:0] \port$8130$64 ;
-  input \port$8130$8 ;
-  wire \port$8130$8 ;
-  input [9:0] \port$8130$96 ;
-  wire [9:0] \port$8130$96 ;
+  input [31:0] \port$8088$112 ;
+  wire [31:0] \port$8088$112 ;
+  input [15:0] \port$8088$16 ;
+  wire [15:0] \port$8088$16 ;
+  input [11:0] \port$8088$64 ;
+  wire [11:0] \port$8088$64 ;
+  input \port$8088$8 ;
+  wire \port$8088$8 ;
+  input [9:0] \port$8088$96 ;
+  wire [9:0] \port$8088$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -15107,7 +14323,7 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
+      storage[w_port__addr] <= { \port$8088$16 , \port$8088$8 , \port$8088$112 , \port$8088$96 , \port$8088$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -15178,8 +14394,8 @@ module \dx1_soc.core0.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
-  assign w_data = { \port$8130$16 , \port$8130$8 , \port$8130$112 , \port$8130$96 , \port$8130$64  };
+  assign w_port__data = { \port$8088$16 , \port$8088$8 , \port$8088$112 , \port$8088$96 , \port$8088$64  };
+  assign w_data = { \port$8088$16 , \port$8088$8 , \port$8088$112 , \port$8088$96 , \port$8088$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
@@ -26570,9 +25786,9 @@ module \dx1_soc.core1.stream_q (rst, w_rdy, r_rdy, r_data, reset_units, w_en, r_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7608$0 
-, \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7562$0 , \port$7564$0 
+, \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
   wire \$10 ;
@@ -26852,38 +26068,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7608$0 ;
-  wire [15:0] \port$7608$0 ;
-  input [15:0] \port$7610$0 ;
-  wire [15:0] \port$7610$0 ;
-  input [15:0] \port$7612$0 ;
-  wire [15:0] \port$7612$0 ;
-  input [15:0] \port$7614$0 ;
-  wire [15:0] \port$7614$0 ;
-  input [15:0] \port$7616$0 ;
-  wire [15:0] \port$7616$0 ;
-  input [15:0] \port$7618$0 ;
-  wire [15:0] \port$7618$0 ;
-  input [15:0] \port$7620$0 ;
-  wire [15:0] \port$7620$0 ;
-  input [15:0] \port$7622$0 ;
-  wire [15:0] \port$7622$0 ;
-  input [15:0] \port$7624$0 ;
-  wire [15:0] \port$7624$0 ;
-  input [15:0] \port$7626$0 ;
-  wire [15:0] \port$7626$0 ;
-  input [15:0] \port$7628$0 ;
-  wire [15:0] \port$7628$0 ;
-  input [15:0] \port$7630$0 ;
-  wire [15:0] \port$7630$0 ;
-  input [15:0] \port$7632$0 ;
-  wire [15:0] \port$7632$0 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
+  input [15:0] \port$7562$0 ;
+  wire [15:0] \port$7562$0 ;
+  input [15:0] \port$7564$0 ;
+  wire [15:0] \port$7564$0 ;
+  input [15:0] \port$7566$0 ;
+  wire [15:0] \port$7566$0 ;
+  input [15:0] \port$7568$0 ;
+  wire [15:0] \port$7568$0 ;
+  input [15:0] \port$7570$0 ;
+  wire [15:0] \port$7570$0 ;
+  input [15:0] \port$7572$0 ;
+  wire [15:0] \port$7572$0 ;
+  input [15:0] \port$7574$0 ;
+  wire [15:0] \port$7574$0 ;
+  input [15:0] \port$7576$0 ;
+  wire [15:0] \port$7576$0 ;
+  input [15:0] \port$7578$0 ;
+  wire [15:0] \port$7578$0 ;
+  input [15:0] \port$7580$0 ;
+  wire [15:0] \port$7580$0 ;
+  input [15:0] \port$7582$0 ;
+  wire [15:0] \port$7582$0 ;
+  input [15:0] \port$7584$0 ;
+  wire [15:0] \port$7584$0 ;
+  input [15:0] \port$7586$0 ;
+  wire [15:0] \port$7586$0 ;
+  input [15:0] \port$7588$0 ;
+  wire [15:0] \port$7588$0 ;
+  input [15:0] \port$7590$0 ;
+  wire [15:0] \port$7590$0 ;
+  input [15:0] \port$7592$0 ;
+  wire [15:0] \port$7592$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -27233,23 +26449,23 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$7608$0 (\port$7608$0 ),
-    .\port$7610$0 (\port$7610$0 ),
-    .\port$7612$0 (\port$7612$0 ),
-    .\port$7614$0 (\port$7614$0 ),
-    .\port$7616$0 (\port$7616$0 ),
-    .\port$7618$0 (\port$7618$0 ),
-    .\port$7620$0 (\port$7620$0 ),
-    .\port$7622$0 (\port$7622$0 ),
-    .\port$7624$0 (\port$7624$0 ),
-    .\port$7626$0 (\port$7626$0 ),
-    .\port$7628$0 (\port$7628$0 ),
-    .\port$7630$0 (\port$7630$0 ),
-    .\port$7632$0 (\port$7632$0 ),
-    .\port$7634$0 (\port$7634$0 ),
-    .\port$7636$0 (\port$7636$0 ),
-    .\port$7638$0 (\port$7638$0 ),
-    .\port$9433$64 (cmd[87:64]),
+    .\port$7562$0 (\port$7562$0 ),
+    .\port$7564$0 (\port$7564$0 ),
+    .\port$7566$0 (\port$7566$0 ),
+    .\port$7568$0 (\port$7568$0 ),
+    .\port$7570$0 (\port$7570$0 ),
+    .\port$7572$0 (\port$7572$0 ),
+    .\port$7574$0 (\port$7574$0 ),
+    .\port$7576$0 (\port$7576$0 ),
+    .\port$7578$0 (\port$7578$0 ),
+    .\port$7580$0 (\port$7580$0 ),
+    .\port$7582$0 (\port$7582$0 ),
+    .\port$7584$0 (\port$7584$0 ),
+    .\port$7586$0 (\port$7586$0 ),
+    .\port$7588$0 (\port$7588$0 ),
+    .\port$7590$0 (\port$7590$0 ),
+    .\port$7592$0 (\port$7592$0 ),
+    .\port$9391$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -27426,8 +26642,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
-  assign \sem_values$182  = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign sem_values = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
+  assign \sem_values$182  = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -27514,38 +26730,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7608$0 ;
-  assign \sem_values[1]  = \port$7610$0 ;
-  assign \sem_values[2]  = \port$7612$0 ;
-  assign \sem_values[3]  = \port$7614$0 ;
-  assign \sem_values[4]  = \port$7616$0 ;
-  assign \sem_values[5]  = \port$7618$0 ;
-  assign \sem_values[6]  = \port$7620$0 ;
-  assign \sem_values[7]  = \port$7622$0 ;
-  assign \sem_values[8]  = \port$7624$0 ;
-  assign \sem_values[9]  = \port$7626$0 ;
-  assign \sem_values[10]  = \port$7628$0 ;
-  assign \sem_values[11]  = \port$7630$0 ;
-  assign \sem_values[12]  = \port$7632$0 ;
-  assign \sem_values[13]  = \port$7634$0 ;
-  assign \sem_values[14]  = \port$7636$0 ;
-  assign \sem_values[15]  = \port$7638$0 ;
-  assign \sem_values$182[0]  = \port$7608$0 ;
-  assign \sem_values$182[1]  = \port$7610$0 ;
-  assign \sem_values$182[2]  = \port$7612$0 ;
-  assign \sem_values$182[3]  = \port$7614$0 ;
-  assign \sem_values$182[4]  = \port$7616$0 ;
-  assign \sem_values$182[5]  = \port$7618$0 ;
-  assign \sem_values$182[6]  = \port$7620$0 ;
-  assign \sem_values$182[7]  = \port$7622$0 ;
-  assign \sem_values$182[8]  = \port$7624$0 ;
-  assign \sem_values$182[9]  = \port$7626$0 ;
-  assign \sem_values$182[10]  = \port$7628$0 ;
-  assign \sem_values$182[11]  = \port$7630$0 ;
-  assign \sem_values$182[12]  = \port$7632$0 ;
-  assign \sem_values$182[13]  = \port$7634$0 ;
-  assign \sem_values$182[14]  = \port$7636$0 ;
-  assign \sem_values$182[15]  = \port$7638$0 ;
+  assign \sem_values[0]  = \port$7562$0 ;
+  assign \sem_values[1]  = \port$7564$0 ;
+  assign \sem_values[2]  = \port$7566$0 ;
+  assign \sem_values[3]  = \port$7568$0 ;
+  assign \sem_values[4]  = \port$7570$0 ;
+  assign \sem_values[5]  = \port$7572$0 ;
+  assign \sem_values[6]  = \port$7574$0 ;
+  assign \sem_values[7]  = \port$7576$0 ;
+  assign \sem_values[8]  = \port$7578$0 ;
+  assign \sem_values[9]  = \port$7580$0 ;
+  assign \sem_values[10]  = \port$7582$0 ;
+  assign \sem_values[11]  = \port$7584$0 ;
+  assign \sem_values[12]  = \port$7586$0 ;
+  assign \sem_values[13]  = \port$7588$0 ;
+  assign \sem_values[14]  = \port$7590$0 ;
+  assign \sem_values[15]  = \port$7592$0 ;
+  assign \sem_values$182[0]  = \port$7562$0 ;
+  assign \sem_values$182[1]  = \port$7564$0 ;
+  assign \sem_values$182[2]  = \port$7566$0 ;
+  assign \sem_values$182[3]  = \port$7568$0 ;
+  assign \sem_values$182[4]  = \port$7570$0 ;
+  assign \sem_values$182[5]  = \port$7572$0 ;
+  assign \sem_values$182[6]  = \port$7574$0 ;
+  assign \sem_values$182[7]  = \port$7576$0 ;
+  assign \sem_values$182[8]  = \port$7578$0 ;
+  assign \sem_values$182[9]  = \port$7580$0 ;
+  assign \sem_values$182[10]  = \port$7582$0 ;
+  assign \sem_values$182[11]  = \port$7584$0 ;
+  assign \sem_values$182[12]  = \port$7586$0 ;
+  assign \sem_values$182[13]  = \port$7588$0 ;
+  assign \sem_values$182[14]  = \port$7590$0 ;
+  assign \sem_values$182[15]  = \port$7592$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -27971,9 +27187,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$9465$0 (g_a_end),
-    .\port$9467$0 (g_b_end),
-    .\port$9469$0 (p_src_end)
+    .\port$9423$0 (g_a_end),
+    .\port$9425$0 (g_b_end),
+    .\port$9427$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
@@ -28229,7 +27445,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9465$0 , \port$9467$0 , \port$9469$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9423$0 , \port$9425$0 , \port$9427$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -28265,24 +27481,24 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9465$0 , \port$9467$0 ,
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$9465$0 ;
-  wire [32:0] \port$9465$0 ;
-  input [20:0] \port$9467$0 ;
-  wire [20:0] \port$9467$0 ;
-  input [16:0] \port$9469$0 ;
-  wire [16:0] \port$9469$0 ;
+  input [32:0] \port$9423$0 ;
+  wire [32:0] \port$9423$0 ;
+  input [20:0] \port$9425$0 ;
+  wire [20:0] \port$9425$0 ;
+  input [16:0] \port$9427$0 ;
+  wire [16:0] \port$9427$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$9465$0  > \port$9467$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$9465$0  } : { 13'h0000, \port$9467$0  };
+  assign \$3  = \port$9423$0  > \port$9425$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$9423$0  } : { 13'h0000, \port$9425$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$9469$0 ;
+  assign \$9  = cmd[127:112] >= \port$9427$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9469$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9427$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -28326,9 +27542,9 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9465$0 , \port$9467$0 ,
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$9465$0  };
-  assign b_end = { 13'h0000, \port$9467$0  };
-  assign p_src_end = { 17'h00000, \port$9469$0  };
+  assign a_end = { 1'h0, \port$9423$0  };
+  assign b_end = { 13'h0000, \port$9425$0  };
+  assign p_src_end = { 17'h00000, \port$9427$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -30722,8 +29938,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , \port$9433$64 , signal, \wait , sem_valid, sem_delta
-, done, sem_grant);
+module \dx1_soc.cp0.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , sem_grant, \port$9391$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7562$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -30731,40 +29947,40 @@ module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$7608$0 ;
-  wire [15:0] \port$7608$0 ;
-  input [15:0] \port$7610$0 ;
-  wire [15:0] \port$7610$0 ;
-  input [15:0] \port$7612$0 ;
-  wire [15:0] \port$7612$0 ;
-  input [15:0] \port$7614$0 ;
-  wire [15:0] \port$7614$0 ;
-  input [15:0] \port$7616$0 ;
-  wire [15:0] \port$7616$0 ;
-  input [15:0] \port$7618$0 ;
-  wire [15:0] \port$7618$0 ;
-  input [15:0] \port$7620$0 ;
-  wire [15:0] \port$7620$0 ;
-  input [15:0] \port$7622$0 ;
-  wire [15:0] \port$7622$0 ;
-  input [15:0] \port$7624$0 ;
-  wire [15:0] \port$7624$0 ;
-  input [15:0] \port$7626$0 ;
-  wire [15:0] \port$7626$0 ;
-  input [15:0] \port$7628$0 ;
-  wire [15:0] \port$7628$0 ;
-  input [15:0] \port$7630$0 ;
-  wire [15:0] \port$7630$0 ;
-  input [15:0] \port$7632$0 ;
-  wire [15:0] \port$7632$0 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
-  input [23:0] \port$9433$64 ;
-  wire [23:0] \port$9433$64 ;
+  input [15:0] \port$7562$0 ;
+  wire [15:0] \port$7562$0 ;
+  input [15:0] \port$7564$0 ;
+  wire [15:0] \port$7564$0 ;
+  input [15:0] \port$7566$0 ;
+  wire [15:0] \port$7566$0 ;
+  input [15:0] \port$7568$0 ;
+  wire [15:0] \port$7568$0 ;
+  input [15:0] \port$7570$0 ;
+  wire [15:0] \port$7570$0 ;
+  input [15:0] \port$7572$0 ;
+  wire [15:0] \port$7572$0 ;
+  input [15:0] \port$7574$0 ;
+  wire [15:0] \port$7574$0 ;
+  input [15:0] \port$7576$0 ;
+  wire [15:0] \port$7576$0 ;
+  input [15:0] \port$7578$0 ;
+  wire [15:0] \port$7578$0 ;
+  input [15:0] \port$7580$0 ;
+  wire [15:0] \port$7580$0 ;
+  input [15:0] \port$7582$0 ;
+  wire [15:0] \port$7582$0 ;
+  input [15:0] \port$7584$0 ;
+  wire [15:0] \port$7584$0 ;
+  input [15:0] \port$7586$0 ;
+  wire [15:0] \port$7586$0 ;
+  input [15:0] \port$7588$0 ;
+  wire [15:0] \port$7588$0 ;
+  input [15:0] \port$7590$0 ;
+  wire [15:0] \port$7590$0 ;
+  input [15:0] \port$7592$0 ;
+  wire [15:0] \port$7592$0 ;
+  input [23:0] \port$9391$64 ;
+  wire [23:0] \port$9391$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -30794,44 +30010,44 @@ module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$9433$64 [23:8];
-  assign \$3  = - \port$9433$64 [23:8];
+  assign \$2  = \$1  >= \port$9391$64 [23:8];
+  assign \$3  = - \port$9391$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     \$1  = 16'h0000;
-    casez (\port$9433$64 [7:0])
+    casez (\port$9391$64 [7:0])
       8'h00:
-          \$1  = \port$7608$0 ;
+          \$1  = \port$7562$0 ;
       8'h01:
-          \$1  = \port$7610$0 ;
+          \$1  = \port$7564$0 ;
       8'h02:
-          \$1  = \port$7612$0 ;
+          \$1  = \port$7566$0 ;
       8'h03:
-          \$1  = \port$7614$0 ;
+          \$1  = \port$7568$0 ;
       8'h04:
-          \$1  = \port$7616$0 ;
+          \$1  = \port$7570$0 ;
       8'h05:
-          \$1  = \port$7618$0 ;
+          \$1  = \port$7572$0 ;
       8'h06:
-          \$1  = \port$7620$0 ;
+          \$1  = \port$7574$0 ;
       8'h07:
-          \$1  = \port$7622$0 ;
+          \$1  = \port$7576$0 ;
       8'h08:
-          \$1  = \port$7624$0 ;
+          \$1  = \port$7578$0 ;
       8'h09:
-          \$1  = \port$7626$0 ;
+          \$1  = \port$7580$0 ;
       8'h0a:
-          \$1  = \port$7628$0 ;
+          \$1  = \port$7582$0 ;
       8'h0b:
-          \$1  = \port$7630$0 ;
+          \$1  = \port$7584$0 ;
       8'h0c:
-          \$1  = \port$7632$0 ;
+          \$1  = \port$7586$0 ;
       8'h0d:
-          \$1  = \port$7634$0 ;
+          \$1  = \port$7588$0 ;
       8'h0e:
-          \$1  = \port$7636$0 ;
+          \$1  = \port$7590$0 ;
       8'h0f:
-          \$1  = \port$7638$0 ;
+          \$1  = \port$7592$0 ;
     endcase
   end
   always @* begin
@@ -30850,7 +30066,7 @@ module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$9433$64 [23:8] };
+      sem_delta = { 2'h0, \port$9391$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -30870,26 +30086,26 @@ module \dx1_soc.cp0.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
       end
     end
   end
-  assign count = \port$9433$64 [23:8];
-  assign sem = \port$9433$64 [7:0];
-  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
-  assign sem_index = \port$9433$64 [3:0];
-  assign \sem_values[0]  = \port$7608$0 ;
-  assign \sem_values[1]  = \port$7610$0 ;
-  assign \sem_values[2]  = \port$7612$0 ;
-  assign \sem_values[3]  = \port$7614$0 ;
-  assign \sem_values[4]  = \port$7616$0 ;
-  assign \sem_values[5]  = \port$7618$0 ;
-  assign \sem_values[6]  = \port$7620$0 ;
-  assign \sem_values[7]  = \port$7622$0 ;
-  assign \sem_values[8]  = \port$7624$0 ;
-  assign \sem_values[9]  = \port$7626$0 ;
-  assign \sem_values[10]  = \port$7628$0 ;
-  assign \sem_values[11]  = \port$7630$0 ;
-  assign \sem_values[12]  = \port$7632$0 ;
-  assign \sem_values[13]  = \port$7634$0 ;
-  assign \sem_values[14]  = \port$7636$0 ;
-  assign \sem_values[15]  = \port$7638$0 ;
+  assign count = \port$9391$64 [23:8];
+  assign sem = \port$9391$64 [7:0];
+  assign sem_values = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
+  assign sem_index = \port$9391$64 [3:0];
+  assign \sem_values[0]  = \port$7562$0 ;
+  assign \sem_values[1]  = \port$7564$0 ;
+  assign \sem_values[2]  = \port$7566$0 ;
+  assign \sem_values[3]  = \port$7568$0 ;
+  assign \sem_values[4]  = \port$7570$0 ;
+  assign \sem_values[5]  = \port$7572$0 ;
+  assign \sem_values[6]  = \port$7574$0 ;
+  assign \sem_values[7]  = \port$7576$0 ;
+  assign \sem_values[8]  = \port$7578$0 ;
+  assign \sem_values[9]  = \port$7580$0 ;
+  assign \sem_values[10]  = \port$7582$0 ;
+  assign \sem_values[11]  = \port$7584$0 ;
+  assign \sem_values[12]  = \port$7586$0 ;
+  assign \sem_values[13]  = \port$7588$0 ;
+  assign \sem_values[14]  = \port$7590$0 ;
+  assign \sem_values[15]  = \port$7592$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -31820,9 +31036,9 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, sem_grant, timestamp, doorbell_index, \port$7608$0 
-, \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit
-, budget, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7562$0 , \port$7564$0 
+, \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
   wire \$10 ;
@@ -32102,38 +31318,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7608$0 ;
-  wire [15:0] \port$7608$0 ;
-  input [15:0] \port$7610$0 ;
-  wire [15:0] \port$7610$0 ;
-  input [15:0] \port$7612$0 ;
-  wire [15:0] \port$7612$0 ;
-  input [15:0] \port$7614$0 ;
-  wire [15:0] \port$7614$0 ;
-  input [15:0] \port$7616$0 ;
-  wire [15:0] \port$7616$0 ;
-  input [15:0] \port$7618$0 ;
-  wire [15:0] \port$7618$0 ;
-  input [15:0] \port$7620$0 ;
-  wire [15:0] \port$7620$0 ;
-  input [15:0] \port$7622$0 ;
-  wire [15:0] \port$7622$0 ;
-  input [15:0] \port$7624$0 ;
-  wire [15:0] \port$7624$0 ;
-  input [15:0] \port$7626$0 ;
-  wire [15:0] \port$7626$0 ;
-  input [15:0] \port$7628$0 ;
-  wire [15:0] \port$7628$0 ;
-  input [15:0] \port$7630$0 ;
-  wire [15:0] \port$7630$0 ;
-  input [15:0] \port$7632$0 ;
-  wire [15:0] \port$7632$0 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
+  input [15:0] \port$7562$0 ;
+  wire [15:0] \port$7562$0 ;
+  input [15:0] \port$7564$0 ;
+  wire [15:0] \port$7564$0 ;
+  input [15:0] \port$7566$0 ;
+  wire [15:0] \port$7566$0 ;
+  input [15:0] \port$7568$0 ;
+  wire [15:0] \port$7568$0 ;
+  input [15:0] \port$7570$0 ;
+  wire [15:0] \port$7570$0 ;
+  input [15:0] \port$7572$0 ;
+  wire [15:0] \port$7572$0 ;
+  input [15:0] \port$7574$0 ;
+  wire [15:0] \port$7574$0 ;
+  input [15:0] \port$7576$0 ;
+  wire [15:0] \port$7576$0 ;
+  input [15:0] \port$7578$0 ;
+  wire [15:0] \port$7578$0 ;
+  input [15:0] \port$7580$0 ;
+  wire [15:0] \port$7580$0 ;
+  input [15:0] \port$7582$0 ;
+  wire [15:0] \port$7582$0 ;
+  input [15:0] \port$7584$0 ;
+  wire [15:0] \port$7584$0 ;
+  input [15:0] \port$7586$0 ;
+  wire [15:0] \port$7586$0 ;
+  input [15:0] \port$7588$0 ;
+  wire [15:0] \port$7588$0 ;
+  input [15:0] \port$7590$0 ;
+  wire [15:0] \port$7590$0 ;
+  input [15:0] \port$7592$0 ;
+  wire [15:0] \port$7592$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -32484,22 +31700,22 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
     .\port$10928$64 (cmd[87:64]),
-    .\port$7608$0 (\port$7608$0 ),
-    .\port$7610$0 (\port$7610$0 ),
-    .\port$7612$0 (\port$7612$0 ),
-    .\port$7614$0 (\port$7614$0 ),
-    .\port$7616$0 (\port$7616$0 ),
-    .\port$7618$0 (\port$7618$0 ),
-    .\port$7620$0 (\port$7620$0 ),
-    .\port$7622$0 (\port$7622$0 ),
-    .\port$7624$0 (\port$7624$0 ),
-    .\port$7626$0 (\port$7626$0 ),
-    .\port$7628$0 (\port$7628$0 ),
-    .\port$7630$0 (\port$7630$0 ),
-    .\port$7632$0 (\port$7632$0 ),
-    .\port$7634$0 (\port$7634$0 ),
-    .\port$7636$0 (\port$7636$0 ),
-    .\port$7638$0 (\port$7638$0 ),
+    .\port$7562$0 (\port$7562$0 ),
+    .\port$7564$0 (\port$7564$0 ),
+    .\port$7566$0 (\port$7566$0 ),
+    .\port$7568$0 (\port$7568$0 ),
+    .\port$7570$0 (\port$7570$0 ),
+    .\port$7572$0 (\port$7572$0 ),
+    .\port$7574$0 (\port$7574$0 ),
+    .\port$7576$0 (\port$7576$0 ),
+    .\port$7578$0 (\port$7578$0 ),
+    .\port$7580$0 (\port$7580$0 ),
+    .\port$7582$0 (\port$7582$0 ),
+    .\port$7584$0 (\port$7584$0 ),
+    .\port$7586$0 (\port$7586$0 ),
+    .\port$7588$0 (\port$7588$0 ),
+    .\port$7590$0 (\port$7590$0 ),
+    .\port$7592$0 (\port$7592$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -32676,8 +31892,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
-  assign \sem_values$182  = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign sem_values = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
+  assign \sem_values$182  = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -32764,38 +31980,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7608$0 ;
-  assign \sem_values[1]  = \port$7610$0 ;
-  assign \sem_values[2]  = \port$7612$0 ;
-  assign \sem_values[3]  = \port$7614$0 ;
-  assign \sem_values[4]  = \port$7616$0 ;
-  assign \sem_values[5]  = \port$7618$0 ;
-  assign \sem_values[6]  = \port$7620$0 ;
-  assign \sem_values[7]  = \port$7622$0 ;
-  assign \sem_values[8]  = \port$7624$0 ;
-  assign \sem_values[9]  = \port$7626$0 ;
-  assign \sem_values[10]  = \port$7628$0 ;
-  assign \sem_values[11]  = \port$7630$0 ;
-  assign \sem_values[12]  = \port$7632$0 ;
-  assign \sem_values[13]  = \port$7634$0 ;
-  assign \sem_values[14]  = \port$7636$0 ;
-  assign \sem_values[15]  = \port$7638$0 ;
-  assign \sem_values$182[0]  = \port$7608$0 ;
-  assign \sem_values$182[1]  = \port$7610$0 ;
-  assign \sem_values$182[2]  = \port$7612$0 ;
-  assign \sem_values$182[3]  = \port$7614$0 ;
-  assign \sem_values$182[4]  = \port$7616$0 ;
-  assign \sem_values$182[5]  = \port$7618$0 ;
-  assign \sem_values$182[6]  = \port$7620$0 ;
-  assign \sem_values$182[7]  = \port$7622$0 ;
-  assign \sem_values$182[8]  = \port$7624$0 ;
-  assign \sem_values$182[9]  = \port$7626$0 ;
-  assign \sem_values$182[10]  = \port$7628$0 ;
-  assign \sem_values$182[11]  = \port$7630$0 ;
-  assign \sem_values$182[12]  = \port$7632$0 ;
-  assign \sem_values$182[13]  = \port$7634$0 ;
-  assign \sem_values$182[14]  = \port$7636$0 ;
-  assign \sem_values$182[15]  = \port$7638$0 ;
+  assign \sem_values[0]  = \port$7562$0 ;
+  assign \sem_values[1]  = \port$7564$0 ;
+  assign \sem_values[2]  = \port$7566$0 ;
+  assign \sem_values[3]  = \port$7568$0 ;
+  assign \sem_values[4]  = \port$7570$0 ;
+  assign \sem_values[5]  = \port$7572$0 ;
+  assign \sem_values[6]  = \port$7574$0 ;
+  assign \sem_values[7]  = \port$7576$0 ;
+  assign \sem_values[8]  = \port$7578$0 ;
+  assign \sem_values[9]  = \port$7580$0 ;
+  assign \sem_values[10]  = \port$7582$0 ;
+  assign \sem_values[11]  = \port$7584$0 ;
+  assign \sem_values[12]  = \port$7586$0 ;
+  assign \sem_values[13]  = \port$7588$0 ;
+  assign \sem_values[14]  = \port$7590$0 ;
+  assign \sem_values[15]  = \port$7592$0 ;
+  assign \sem_values$182[0]  = \port$7562$0 ;
+  assign \sem_values$182[1]  = \port$7564$0 ;
+  assign \sem_values$182[2]  = \port$7566$0 ;
+  assign \sem_values$182[3]  = \port$7568$0 ;
+  assign \sem_values$182[4]  = \port$7570$0 ;
+  assign \sem_values$182[5]  = \port$7572$0 ;
+  assign \sem_values$182[6]  = \port$7574$0 ;
+  assign \sem_values$182[7]  = \port$7576$0 ;
+  assign \sem_values$182[8]  = \port$7578$0 ;
+  assign \sem_values$182[9]  = \port$7580$0 ;
+  assign \sem_values$182[10]  = \port$7582$0 ;
+  assign \sem_values$182[11]  = \port$7584$0 ;
+  assign \sem_values$182[12]  = \port$7586$0 ;
+  assign \sem_values$182[13]  = \port$7588$0 ;
+  assign \sem_values$182[14]  = \port$7590$0 ;
+  assign \sem_values$182[15]  = \port$7592$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -35972,8 +35188,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \port$7614$0 , \port$7616$0 , \port$7618$0 , \port$7620$0 , \port$7622$0 , \port$7624$0 , \port$7626$0 , \port$7628$0 , \port$7630$0 , \port$7632$0 , \port$7634$0 , \port$7636$0 , \port$7638$0 , \port$10928$64 , signal, \wait , sem_valid, sem_delta
-, done, sem_grant);
+module \dx1_soc.cp1.semaphore (\port$7564$0 , \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , sem_grant, \port$10928$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7562$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -35983,38 +35199,38 @@ module \dx1_soc.cp1.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
   reg done;
   input [23:0] \port$10928$64 ;
   wire [23:0] \port$10928$64 ;
-  input [15:0] \port$7608$0 ;
-  wire [15:0] \port$7608$0 ;
-  input [15:0] \port$7610$0 ;
-  wire [15:0] \port$7610$0 ;
-  input [15:0] \port$7612$0 ;
-  wire [15:0] \port$7612$0 ;
-  input [15:0] \port$7614$0 ;
-  wire [15:0] \port$7614$0 ;
-  input [15:0] \port$7616$0 ;
-  wire [15:0] \port$7616$0 ;
-  input [15:0] \port$7618$0 ;
-  wire [15:0] \port$7618$0 ;
-  input [15:0] \port$7620$0 ;
-  wire [15:0] \port$7620$0 ;
-  input [15:0] \port$7622$0 ;
-  wire [15:0] \port$7622$0 ;
-  input [15:0] \port$7624$0 ;
-  wire [15:0] \port$7624$0 ;
-  input [15:0] \port$7626$0 ;
-  wire [15:0] \port$7626$0 ;
-  input [15:0] \port$7628$0 ;
-  wire [15:0] \port$7628$0 ;
-  input [15:0] \port$7630$0 ;
-  wire [15:0] \port$7630$0 ;
-  input [15:0] \port$7632$0 ;
-  wire [15:0] \port$7632$0 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
+  input [15:0] \port$7562$0 ;
+  wire [15:0] \port$7562$0 ;
+  input [15:0] \port$7564$0 ;
+  wire [15:0] \port$7564$0 ;
+  input [15:0] \port$7566$0 ;
+  wire [15:0] \port$7566$0 ;
+  input [15:0] \port$7568$0 ;
+  wire [15:0] \port$7568$0 ;
+  input [15:0] \port$7570$0 ;
+  wire [15:0] \port$7570$0 ;
+  input [15:0] \port$7572$0 ;
+  wire [15:0] \port$7572$0 ;
+  input [15:0] \port$7574$0 ;
+  wire [15:0] \port$7574$0 ;
+  input [15:0] \port$7576$0 ;
+  wire [15:0] \port$7576$0 ;
+  input [15:0] \port$7578$0 ;
+  wire [15:0] \port$7578$0 ;
+  input [15:0] \port$7580$0 ;
+  wire [15:0] \port$7580$0 ;
+  input [15:0] \port$7582$0 ;
+  wire [15:0] \port$7582$0 ;
+  input [15:0] \port$7584$0 ;
+  wire [15:0] \port$7584$0 ;
+  input [15:0] \port$7586$0 ;
+  wire [15:0] \port$7586$0 ;
+  input [15:0] \port$7588$0 ;
+  wire [15:0] \port$7588$0 ;
+  input [15:0] \port$7590$0 ;
+  wire [15:0] \port$7590$0 ;
+  input [15:0] \port$7592$0 ;
+  wire [15:0] \port$7592$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -36051,37 +35267,37 @@ module \dx1_soc.cp1.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
     \$1  = 16'h0000;
     casez (\port$10928$64 [7:0])
       8'h00:
-          \$1  = \port$7608$0 ;
+          \$1  = \port$7562$0 ;
       8'h01:
-          \$1  = \port$7610$0 ;
+          \$1  = \port$7564$0 ;
       8'h02:
-          \$1  = \port$7612$0 ;
+          \$1  = \port$7566$0 ;
       8'h03:
-          \$1  = \port$7614$0 ;
+          \$1  = \port$7568$0 ;
       8'h04:
-          \$1  = \port$7616$0 ;
+          \$1  = \port$7570$0 ;
       8'h05:
-          \$1  = \port$7618$0 ;
+          \$1  = \port$7572$0 ;
       8'h06:
-          \$1  = \port$7620$0 ;
+          \$1  = \port$7574$0 ;
       8'h07:
-          \$1  = \port$7622$0 ;
+          \$1  = \port$7576$0 ;
       8'h08:
-          \$1  = \port$7624$0 ;
+          \$1  = \port$7578$0 ;
       8'h09:
-          \$1  = \port$7626$0 ;
+          \$1  = \port$7580$0 ;
       8'h0a:
-          \$1  = \port$7628$0 ;
+          \$1  = \port$7582$0 ;
       8'h0b:
-          \$1  = \port$7630$0 ;
+          \$1  = \port$7584$0 ;
       8'h0c:
-          \$1  = \port$7632$0 ;
+          \$1  = \port$7586$0 ;
       8'h0d:
-          \$1  = \port$7634$0 ;
+          \$1  = \port$7588$0 ;
       8'h0e:
-          \$1  = \port$7636$0 ;
+          \$1  = \port$7590$0 ;
       8'h0f:
-          \$1  = \port$7638$0 ;
+          \$1  = \port$7592$0 ;
     endcase
   end
   always @* begin
@@ -36122,24 +35338,24 @@ module \dx1_soc.cp1.semaphore (\port$7608$0 , \port$7610$0 , \port$7612$0 , \por
   end
   assign count = \port$10928$64 [23:8];
   assign sem = \port$10928$64 [7:0];
-  assign sem_values = { \port$7638$0 , \port$7636$0 , \port$7634$0 , \port$7632$0 , \port$7630$0 , \port$7628$0 , \port$7626$0 , \port$7624$0 , \port$7622$0 , \port$7620$0 , \port$7618$0 , \port$7616$0 , \port$7614$0 , \port$7612$0 , \port$7610$0 , \port$7608$0  };
+  assign sem_values = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
   assign sem_index = \port$10928$64 [3:0];
-  assign \sem_values[0]  = \port$7608$0 ;
-  assign \sem_values[1]  = \port$7610$0 ;
-  assign \sem_values[2]  = \port$7612$0 ;
-  assign \sem_values[3]  = \port$7614$0 ;
-  assign \sem_values[4]  = \port$7616$0 ;
-  assign \sem_values[5]  = \port$7618$0 ;
-  assign \sem_values[6]  = \port$7620$0 ;
-  assign \sem_values[7]  = \port$7622$0 ;
-  assign \sem_values[8]  = \port$7624$0 ;
-  assign \sem_values[9]  = \port$7626$0 ;
-  assign \sem_values[10]  = \port$7628$0 ;
-  assign \sem_values[11]  = \port$7630$0 ;
-  assign \sem_values[12]  = \port$7632$0 ;
-  assign \sem_values[13]  = \port$7634$0 ;
-  assign \sem_values[14]  = \port$7636$0 ;
-  assign \sem_values[15]  = \port$7638$0 ;
+  assign \sem_values[0]  = \port$7562$0 ;
+  assign \sem_values[1]  = \port$7564$0 ;
+  assign \sem_values[2]  = \port$7566$0 ;
+  assign \sem_values[3]  = \port$7568$0 ;
+  assign \sem_values[4]  = \port$7570$0 ;
+  assign \sem_values[5]  = \port$7572$0 ;
+  assign \sem_values[6]  = \port$7574$0 ;
+  assign \sem_values[7]  = \port$7576$0 ;
+  assign \sem_values[8]  = \port$7578$0 ;
+  assign \sem_values[9]  = \port$7580$0 ;
+  assign \sem_values[10]  = \port$7582$0 ;
+  assign \sem_values[11]  = \port$7584$0 ;
+  assign \sem_values[12]  = \port$7586$0 ;
+  assign \sem_values[13]  = \port$7588$0 ;
+  assign \sem_values[14]  = \port$7590$0 ;
+  assign \sem_values[15]  = \port$7592$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -37072,7 +36288,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9359$0 , \port$9361$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9317$0 , \port$9319$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -37299,10 +36515,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$9359$0 ;
-  wire [255:0] \port$9359$0 ;
-  output [15:0] \port$9361$0 ;
-  wire [15:0] \port$9361$0 ;
+  output [255:0] \port$9317$0 ;
+  wire [255:0] \port$9317$0 ;
+  output [15:0] \port$9319$0 ;
+  wire [15:0] \port$9319$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -37469,7 +36685,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$167 ),
     .local_addr(cmd__tdata[143:128]),
-    .\port$4174$0 (r_data),
+    .\port$4090$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$184 ),
     .reset_units(reset_units),
@@ -37555,7 +36771,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4174$0 (r_data),
+    .\port$4090$0 (r_data),
     .quiet(\quiet$179 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -37849,8 +37065,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$9359$0  = \$44 ;
-  assign \port$9361$0  = \$45 ;
+  assign \port$9317$0  = \$44 ;
+  assign \port$9319$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -38050,7 +37266,7 @@ module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4174$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4090$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
 , local_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -38107,8 +37323,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4174$0 ;
-  wire [64:0] \port$4174$0 ;
+  input [64:0] \port$4090$0 ;
+  wire [64:0] \port$4090$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -38154,12 +37370,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4174$0 [64];
+  assign read_error = fifo_take & \port$4090$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4174$0 [64];
+  assign \$12  = ~ \port$4090$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -38195,13 +37411,13 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4174$0 [63:0];
+          assembled[63:0] = \port$4090$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4174$0 [63:0];
+          assembled[127:64] = \port$4090$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4174$0 [63:0];
+          assembled[191:128] = \port$4090$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4174$0 [63:0];
+          assembled[255:192] = \port$4090$0 [63:0];
     endcase
   end
   always @* begin
@@ -38324,8 +37540,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4174$0 [63:0];
-  assign fifo_err = \port$4174$0 [64];
+  assign fifo_data = \port$4090$0 [63:0];
+  assign fifo_err = \port$4090$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39307,7 +38523,7 @@ module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4174$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4090$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
@@ -39418,8 +38634,8 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4174$0 ;
-  wire [64:0] \port$4174$0 ;
+  input [64:0] \port$4090$0 ;
+  wire [64:0] \port$4090$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -39494,12 +38710,12 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4174$0 [64] | rd_err;
+  assign \$13  = \port$4090$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4174$0 [64];
+  assign read_error = w_hs & \port$4090$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -39658,9 +38874,9 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4174$0 [63:0];
-  assign fifo_data = \port$4174$0 [63:0];
-  assign fifo_err = \port$4174$0 [64];
+  assign bus__wdata = \port$4090$0 [63:0];
+  assign fifo_data = \port$4090$0 [63:0];
+  assign fifo_err = \port$4090$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -40553,7 +39769,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$167 ),
     .local_addr(cmd__tdata[143:128]),
-    .\port$6359$0 (r_data),
+    .\port$6333$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$184 ),
     .reset_units(reset_units),
@@ -40639,7 +39855,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6359$0 (r_data),
+    .\port$6333$0 (r_data),
     .quiet(\quiet$179 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -41134,7 +40350,7 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6359$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6333$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
 , local_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
@@ -41191,8 +40407,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6359$0 ;
-  wire [64:0] \port$6359$0 ;
+  input [64:0] \port$6333$0 ;
+  wire [64:0] \port$6333$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -41238,12 +40454,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6359$0 [64];
+  assign read_error = fifo_take & \port$6333$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6359$0 [64];
+  assign \$12  = ~ \port$6333$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -41279,13 +40495,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6359$0 [63:0];
+          assembled[63:0] = \port$6333$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6359$0 [63:0];
+          assembled[127:64] = \port$6333$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6359$0 [63:0];
+          assembled[191:128] = \port$6333$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6359$0 [63:0];
+          assembled[255:192] = \port$6333$0 [63:0];
     endcase
   end
   always @* begin
@@ -41408,8 +40624,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6359$0 [63:0];
-  assign fifo_err = \port$6359$0 [64];
+  assign fifo_data = \port$6333$0 [63:0];
+  assign fifo_err = \port$6333$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -42391,7 +41607,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6359$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6333$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
   wire \$1 ;
@@ -42502,8 +41718,8 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6359$0 ;
-  wire [64:0] \port$6359$0 ;
+  input [64:0] \port$6333$0 ;
+  wire [64:0] \port$6333$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -42578,12 +41794,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6359$0 [64] | rd_err;
+  assign \$13  = \port$6333$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6359$0 [64];
+  assign read_error = w_hs & \port$6333$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -42742,9 +41958,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6359$0 [63:0];
-  assign fifo_data = \port$6359$0 [63:0];
-  assign fifo_err = \port$6359$0 [64];
+  assign bus__wdata = \port$6333$0 [63:0];
+  assign fifo_data = \port$6333$0 [63:0];
+  assign fifo_err = \port$6333$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -45204,17 +44420,17 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$10819$14 (\s4__awaddr$613 [31:14]),
     .\port$11039$0 (\s3__awaddr$464 [11:0]),
     .\port$11039$14 (\s3__awaddr$464 [31:14]),
-    .\port$2038$0 (\$481 ),
-    .\port$4577$0 (\s1__araddr$150 [11:0]),
-    .\port$4577$14 (\s1__araddr$150 [31:14]),
-    .\port$6762$0 (\s3__araddr$448 [11:0]),
-    .\port$6762$14 (\s3__araddr$448 [31:14]),
-    .\port$9287$0 (\s2__araddr$299 [11:0]),
-    .\port$9287$14 (\s2__araddr$299 [31:14]),
-    .\port$9324$0 (\s2__awaddr$315 [11:0]),
-    .\port$9324$14 (\s2__awaddr$315 [31:14]),
-    .\port$9544$0 (\s1__awaddr$166 [11:0]),
-    .\port$9544$14 (\s1__awaddr$166 [31:14]),
+    .\port$1816$0 (\$481 ),
+    .\port$4493$0 (\s1__araddr$150 [11:0]),
+    .\port$4493$14 (\s1__araddr$150 [31:14]),
+    .\port$6736$0 (\s3__araddr$448 [11:0]),
+    .\port$6736$14 (\s3__araddr$448 [31:14]),
+    .\port$9245$0 (\s2__araddr$299 [11:0]),
+    .\port$9245$14 (\s2__araddr$299 [31:14]),
+    .\port$9282$0 (\s2__awaddr$315 [11:0]),
+    .\port$9282$14 (\s2__awaddr$315 [31:14]),
+    .\port$9502$0 (\s1__awaddr$166 [11:0]),
+    .\port$9502$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -45315,17 +44531,17 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$10819$14 (\s4__awaddr$613 [31:14]),
     .\port$11039$0 (\s3__awaddr$464 [11:0]),
     .\port$11039$14 (\s3__awaddr$464 [31:14]),
-    .\port$2374$0 (\$482 ),
-    .\port$4577$0 (\s1__araddr$150 [11:0]),
-    .\port$4577$14 (\s1__araddr$150 [31:14]),
-    .\port$6762$0 (\s3__araddr$448 [11:0]),
-    .\port$6762$14 (\s3__araddr$448 [31:14]),
-    .\port$9287$0 (\s2__araddr$299 [11:0]),
-    .\port$9287$14 (\s2__araddr$299 [31:14]),
-    .\port$9324$0 (\s2__awaddr$315 [11:0]),
-    .\port$9324$14 (\s2__awaddr$315 [31:14]),
-    .\port$9544$0 (\s1__awaddr$166 [11:0]),
-    .\port$9544$14 (\s1__awaddr$166 [31:14]),
+    .\port$2152$0 (\$482 ),
+    .\port$4493$0 (\s1__araddr$150 [11:0]),
+    .\port$4493$14 (\s1__araddr$150 [31:14]),
+    .\port$6736$0 (\s3__araddr$448 [11:0]),
+    .\port$6736$14 (\s3__araddr$448 [31:14]),
+    .\port$9245$0 (\s2__araddr$299 [11:0]),
+    .\port$9245$14 (\s2__araddr$299 [31:14]),
+    .\port$9282$0 (\s2__awaddr$315 [11:0]),
+    .\port$9282$14 (\s2__awaddr$315 [31:14]),
+    .\port$9502$0 (\s1__awaddr$166 [11:0]),
+    .\port$9502$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -45426,17 +44642,17 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$10819$14 (\s4__awaddr$613 [31:14]),
     .\port$11039$0 (\s3__awaddr$464 [11:0]),
     .\port$11039$14 (\s3__awaddr$464 [31:14]),
-    .\port$2710$0 (\$483 ),
-    .\port$4577$0 (\s1__araddr$150 [11:0]),
-    .\port$4577$14 (\s1__araddr$150 [31:14]),
-    .\port$6762$0 (\s3__araddr$448 [11:0]),
-    .\port$6762$14 (\s3__araddr$448 [31:14]),
-    .\port$9287$0 (\s2__araddr$299 [11:0]),
-    .\port$9287$14 (\s2__araddr$299 [31:14]),
-    .\port$9324$0 (\s2__awaddr$315 [11:0]),
-    .\port$9324$14 (\s2__awaddr$315 [31:14]),
-    .\port$9544$0 (\s1__awaddr$166 [11:0]),
-    .\port$9544$14 (\s1__awaddr$166 [31:14]),
+    .\port$2488$0 (\$483 ),
+    .\port$4493$0 (\s1__araddr$150 [11:0]),
+    .\port$4493$14 (\s1__araddr$150 [31:14]),
+    .\port$6736$0 (\s3__araddr$448 [11:0]),
+    .\port$6736$14 (\s3__araddr$448 [31:14]),
+    .\port$9245$0 (\s2__araddr$299 [11:0]),
+    .\port$9245$14 (\s2__araddr$299 [31:14]),
+    .\port$9282$0 (\s2__awaddr$315 [11:0]),
+    .\port$9282$14 (\s2__awaddr$315 [31:14]),
+    .\port$9502$0 (\s1__awaddr$166 [11:0]),
+    .\port$9502$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -45537,17 +44753,17 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$10819$14 (\s4__awaddr$613 [31:14]),
     .\port$11039$0 (\s3__awaddr$464 [11:0]),
     .\port$11039$14 (\s3__awaddr$464 [31:14]),
-    .\port$3046$0 (\$484 ),
-    .\port$4577$0 (\s1__araddr$150 [11:0]),
-    .\port$4577$14 (\s1__araddr$150 [31:14]),
-    .\port$6762$0 (\s3__araddr$448 [11:0]),
-    .\port$6762$14 (\s3__araddr$448 [31:14]),
-    .\port$9287$0 (\s2__araddr$299 [11:0]),
-    .\port$9287$14 (\s2__araddr$299 [31:14]),
-    .\port$9324$0 (\s2__awaddr$315 [11:0]),
-    .\port$9324$14 (\s2__awaddr$315 [31:14]),
-    .\port$9544$0 (\s1__awaddr$166 [11:0]),
-    .\port$9544$14 (\s1__awaddr$166 [31:14]),
+    .\port$2824$0 (\$484 ),
+    .\port$4493$0 (\s1__araddr$150 [11:0]),
+    .\port$4493$14 (\s1__araddr$150 [31:14]),
+    .\port$6736$0 (\s3__araddr$448 [11:0]),
+    .\port$6736$14 (\s3__araddr$448 [31:14]),
+    .\port$9245$0 (\s2__araddr$299 [11:0]),
+    .\port$9245$14 (\s2__araddr$299 [31:14]),
+    .\port$9282$0 (\s2__awaddr$315 [11:0]),
+    .\port$9282$14 (\s2__awaddr$315 [31:14]),
+    .\port$9502$0 (\s1__awaddr$166 [11:0]),
+    .\port$9502$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46849,8 +46065,8 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2038$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, s4__rvalid, s4__rresp, \port$1816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4493$0 , \port$4493$14 , s4__wdata, s4__wstrb, \port$6736$0 , \port$6736$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9245$0 , \port$9245$14 , s2__arlen, \port$9282$0 , \port$9282$14 , s2__awlen, \port$9502$0 , \port$9502$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
 , \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$65  = 0;
   wire \$1 ;
@@ -47156,28 +46372,28 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$11039$0 ;
   input [17:0] \port$11039$14 ;
   wire [17:0] \port$11039$14 ;
-  output [67:0] \port$2038$0 ;
-  wire [67:0] \port$2038$0 ;
-  input [11:0] \port$4577$0 ;
-  wire [11:0] \port$4577$0 ;
-  input [17:0] \port$4577$14 ;
-  wire [17:0] \port$4577$14 ;
-  input [11:0] \port$6762$0 ;
-  wire [11:0] \port$6762$0 ;
-  input [17:0] \port$6762$14 ;
-  wire [17:0] \port$6762$14 ;
-  input [11:0] \port$9287$0 ;
-  wire [11:0] \port$9287$0 ;
-  input [17:0] \port$9287$14 ;
-  wire [17:0] \port$9287$14 ;
-  input [11:0] \port$9324$0 ;
-  wire [11:0] \port$9324$0 ;
-  input [17:0] \port$9324$14 ;
-  wire [17:0] \port$9324$14 ;
-  input [11:0] \port$9544$0 ;
-  wire [11:0] \port$9544$0 ;
-  input [17:0] \port$9544$14 ;
-  wire [17:0] \port$9544$14 ;
+  output [67:0] \port$1816$0 ;
+  wire [67:0] \port$1816$0 ;
+  input [11:0] \port$4493$0 ;
+  wire [11:0] \port$4493$0 ;
+  input [17:0] \port$4493$14 ;
+  wire [17:0] \port$4493$14 ;
+  input [11:0] \port$6736$0 ;
+  wire [11:0] \port$6736$0 ;
+  input [17:0] \port$6736$14 ;
+  wire [17:0] \port$6736$14 ;
+  input [11:0] \port$9245$0 ;
+  wire [11:0] \port$9245$0 ;
+  input [17:0] \port$9245$14 ;
+  wire [17:0] \port$9245$14 ;
+  input [11:0] \port$9282$0 ;
+  wire [11:0] \port$9282$0 ;
+  input [17:0] \port$9282$14 ;
+  wire [17:0] \port$9282$14 ;
+  input [11:0] \port$9502$0 ;
+  wire [11:0] \port$9502$0 ;
+  input [17:0] \port$9502$14 ;
+  wire [17:0] \port$9502$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -47776,9 +46992,9 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
+          aw_sel = { 19'h02c00, \port$9502$14 , \port$9502$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9282$14 , \port$9282$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
@@ -47872,11 +47088,11 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
+          ar_sel = { 19'h02c0c, \port$4493$14 , \port$4493$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9245$14 , \port$9245$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
+          ar_sel = { 19'h02c0c, \port$6736$14 , \port$6736$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
@@ -48308,12 +47524,12 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
+  assign s1__awaddr = { 2'h0, \port$9502$14 , \port$9502$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
+  assign s2__awaddr = { 2'h0, \port$9282$14 , \port$9282$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -48346,16 +47562,16 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
+  assign s1__araddr = { 2'h0, \port$4493$14 , \port$4493$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
+  assign s2__araddr = { 2'h0, \port$9245$14 , \port$9245$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
+  assign s3__araddr = { 2'h0, \port$6736$14 , \port$6736$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -48382,7 +47598,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2038$0  = r_data[67:0];
+  assign \port$1816$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -48551,8 +47767,8 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2374$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, s4__rvalid, s4__rresp, \port$2152$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4493$0 , \port$4493$14 , s4__wdata, s4__wstrb, \port$6736$0 , \port$6736$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9245$0 , \port$9245$14 , s2__arlen, \port$9282$0 , \port$9282$14 , s2__awlen, \port$9502$0 , \port$9502$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
 , \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
   wire \$1 ;
@@ -48858,28 +48074,28 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$11039$0 ;
   input [17:0] \port$11039$14 ;
   wire [17:0] \port$11039$14 ;
-  output [67:0] \port$2374$0 ;
-  wire [67:0] \port$2374$0 ;
-  input [11:0] \port$4577$0 ;
-  wire [11:0] \port$4577$0 ;
-  input [17:0] \port$4577$14 ;
-  wire [17:0] \port$4577$14 ;
-  input [11:0] \port$6762$0 ;
-  wire [11:0] \port$6762$0 ;
-  input [17:0] \port$6762$14 ;
-  wire [17:0] \port$6762$14 ;
-  input [11:0] \port$9287$0 ;
-  wire [11:0] \port$9287$0 ;
-  input [17:0] \port$9287$14 ;
-  wire [17:0] \port$9287$14 ;
-  input [11:0] \port$9324$0 ;
-  wire [11:0] \port$9324$0 ;
-  input [17:0] \port$9324$14 ;
-  wire [17:0] \port$9324$14 ;
-  input [11:0] \port$9544$0 ;
-  wire [11:0] \port$9544$0 ;
-  input [17:0] \port$9544$14 ;
-  wire [17:0] \port$9544$14 ;
+  output [67:0] \port$2152$0 ;
+  wire [67:0] \port$2152$0 ;
+  input [11:0] \port$4493$0 ;
+  wire [11:0] \port$4493$0 ;
+  input [17:0] \port$4493$14 ;
+  wire [17:0] \port$4493$14 ;
+  input [11:0] \port$6736$0 ;
+  wire [11:0] \port$6736$0 ;
+  input [17:0] \port$6736$14 ;
+  wire [17:0] \port$6736$14 ;
+  input [11:0] \port$9245$0 ;
+  wire [11:0] \port$9245$0 ;
+  input [17:0] \port$9245$14 ;
+  wire [17:0] \port$9245$14 ;
+  input [11:0] \port$9282$0 ;
+  wire [11:0] \port$9282$0 ;
+  input [17:0] \port$9282$14 ;
+  wire [17:0] \port$9282$14 ;
+  input [11:0] \port$9502$0 ;
+  wire [11:0] \port$9502$0 ;
+  input [17:0] \port$9502$14 ;
+  wire [17:0] \port$9502$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -49478,9 +48694,9 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
+          aw_sel = { 19'h02c00, \port$9502$14 , \port$9502$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9282$14 , \port$9282$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
@@ -49574,11 +48790,11 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
+          ar_sel = { 19'h02c0c, \port$4493$14 , \port$4493$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9245$14 , \port$9245$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
+          ar_sel = { 19'h02c0c, \port$6736$14 , \port$6736$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
@@ -50010,12 +49226,12 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
+  assign s1__awaddr = { 2'h0, \port$9502$14 , \port$9502$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
+  assign s2__awaddr = { 2'h0, \port$9282$14 , \port$9282$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -50048,16 +49264,16 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
+  assign s1__araddr = { 2'h0, \port$4493$14 , \port$4493$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
+  assign s2__araddr = { 2'h0, \port$9245$14 , \port$9245$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
+  assign s3__araddr = { 2'h0, \port$6736$14 , \port$6736$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -50084,7 +49300,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2374$0  = r_data[67:0];
+  assign \port$2152$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -50253,8 +49469,8 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2710$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, s4__rvalid, s4__rresp, \port$2488$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4493$0 , \port$4493$14 , s4__wdata, s4__wstrb, \port$6736$0 , \port$6736$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9245$0 , \port$9245$14 , s2__arlen, \port$9282$0 , \port$9282$14 , s2__awlen, \port$9502$0 , \port$9502$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
 , \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
@@ -50560,28 +49776,28 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$11039$0 ;
   input [17:0] \port$11039$14 ;
   wire [17:0] \port$11039$14 ;
-  output [67:0] \port$2710$0 ;
-  wire [67:0] \port$2710$0 ;
-  input [11:0] \port$4577$0 ;
-  wire [11:0] \port$4577$0 ;
-  input [17:0] \port$4577$14 ;
-  wire [17:0] \port$4577$14 ;
-  input [11:0] \port$6762$0 ;
-  wire [11:0] \port$6762$0 ;
-  input [17:0] \port$6762$14 ;
-  wire [17:0] \port$6762$14 ;
-  input [11:0] \port$9287$0 ;
-  wire [11:0] \port$9287$0 ;
-  input [17:0] \port$9287$14 ;
-  wire [17:0] \port$9287$14 ;
-  input [11:0] \port$9324$0 ;
-  wire [11:0] \port$9324$0 ;
-  input [17:0] \port$9324$14 ;
-  wire [17:0] \port$9324$14 ;
-  input [11:0] \port$9544$0 ;
-  wire [11:0] \port$9544$0 ;
-  input [17:0] \port$9544$14 ;
-  wire [17:0] \port$9544$14 ;
+  output [67:0] \port$2488$0 ;
+  wire [67:0] \port$2488$0 ;
+  input [11:0] \port$4493$0 ;
+  wire [11:0] \port$4493$0 ;
+  input [17:0] \port$4493$14 ;
+  wire [17:0] \port$4493$14 ;
+  input [11:0] \port$6736$0 ;
+  wire [11:0] \port$6736$0 ;
+  input [17:0] \port$6736$14 ;
+  wire [17:0] \port$6736$14 ;
+  input [11:0] \port$9245$0 ;
+  wire [11:0] \port$9245$0 ;
+  input [17:0] \port$9245$14 ;
+  wire [17:0] \port$9245$14 ;
+  input [11:0] \port$9282$0 ;
+  wire [11:0] \port$9282$0 ;
+  input [17:0] \port$9282$14 ;
+  wire [17:0] \port$9282$14 ;
+  input [11:0] \port$9502$0 ;
+  wire [11:0] \port$9502$0 ;
+  input [17:0] \port$9502$14 ;
+  wire [17:0] \port$9502$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -51180,9 +50396,9 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
+          aw_sel = { 19'h02c00, \port$9502$14 , \port$9502$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9282$14 , \port$9282$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
@@ -51276,11 +50492,11 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
+          ar_sel = { 19'h02c0c, \port$4493$14 , \port$4493$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9245$14 , \port$9245$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
+          ar_sel = { 19'h02c0c, \port$6736$14 , \port$6736$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
@@ -51712,12 +50928,12 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
+  assign s1__awaddr = { 2'h0, \port$9502$14 , \port$9502$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
+  assign s2__awaddr = { 2'h0, \port$9282$14 , \port$9282$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -51750,16 +50966,16 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
+  assign s1__araddr = { 2'h0, \port$4493$14 , \port$4493$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
+  assign s2__araddr = { 2'h0, \port$9245$14 , \port$9245$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
+  assign s3__araddr = { 2'h0, \port$6736$14 , \port$6736$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -51786,7 +51002,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2710$0  = r_data[67:0];
+  assign \port$2488$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -51955,8 +51171,8 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$3046$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4577$0 , \port$4577$14 , s4__wdata, s4__wstrb, \port$6762$0 , \port$6762$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9287$0 , \port$9287$14 , s2__arlen, \port$9324$0 , \port$9324$14 , s2__awlen, \port$9544$0 , \port$9544$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
+, s4__rvalid, s4__rresp, \port$2824$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4493$0 , \port$4493$14 , s4__wdata, s4__wstrb, \port$6736$0 , \port$6736$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9245$0 , \port$9245$14 , s2__arlen, \port$9282$0 , \port$9282$14 , s2__awlen, \port$9502$0 , \port$9502$14 , s1__wdata, \port$10782$0 , \port$10782$14 , s4__arlen, \port$10819$0 , \port$10819$14 , s4__awlen
 , \port$11039$0 , \port$11039$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$71  = 0;
   wire \$1 ;
@@ -52262,28 +51478,28 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$11039$0 ;
   input [17:0] \port$11039$14 ;
   wire [17:0] \port$11039$14 ;
-  output [67:0] \port$3046$0 ;
-  wire [67:0] \port$3046$0 ;
-  input [11:0] \port$4577$0 ;
-  wire [11:0] \port$4577$0 ;
-  input [17:0] \port$4577$14 ;
-  wire [17:0] \port$4577$14 ;
-  input [11:0] \port$6762$0 ;
-  wire [11:0] \port$6762$0 ;
-  input [17:0] \port$6762$14 ;
-  wire [17:0] \port$6762$14 ;
-  input [11:0] \port$9287$0 ;
-  wire [11:0] \port$9287$0 ;
-  input [17:0] \port$9287$14 ;
-  wire [17:0] \port$9287$14 ;
-  input [11:0] \port$9324$0 ;
-  wire [11:0] \port$9324$0 ;
-  input [17:0] \port$9324$14 ;
-  wire [17:0] \port$9324$14 ;
-  input [11:0] \port$9544$0 ;
-  wire [11:0] \port$9544$0 ;
-  input [17:0] \port$9544$14 ;
-  wire [17:0] \port$9544$14 ;
+  output [67:0] \port$2824$0 ;
+  wire [67:0] \port$2824$0 ;
+  input [11:0] \port$4493$0 ;
+  wire [11:0] \port$4493$0 ;
+  input [17:0] \port$4493$14 ;
+  wire [17:0] \port$4493$14 ;
+  input [11:0] \port$6736$0 ;
+  wire [11:0] \port$6736$0 ;
+  input [17:0] \port$6736$14 ;
+  wire [17:0] \port$6736$14 ;
+  input [11:0] \port$9245$0 ;
+  wire [11:0] \port$9245$0 ;
+  input [17:0] \port$9245$14 ;
+  wire [17:0] \port$9245$14 ;
+  input [11:0] \port$9282$0 ;
+  wire [11:0] \port$9282$0 ;
+  input [17:0] \port$9282$14 ;
+  wire [17:0] \port$9282$14 ;
+  input [11:0] \port$9502$0 ;
+  wire [11:0] \port$9502$0 ;
+  input [17:0] \port$9502$14 ;
+  wire [17:0] \port$9502$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -52882,9 +52098,9 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9544$14 , \port$9544$0  };
+          aw_sel = { 19'h02c00, \port$9502$14 , \port$9502$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9324$14 , \port$9324$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9282$14 , \port$9282$0  };
       3'h3:
           aw_sel = { 19'h02c00, \port$11039$14 , \port$11039$0  };
       default:
@@ -52978,11 +52194,11 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4577$14 , \port$4577$0  };
+          ar_sel = { 19'h02c0c, \port$4493$14 , \port$4493$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9287$14 , \port$9287$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9245$14 , \port$9245$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6762$14 , \port$6762$0  };
+          ar_sel = { 19'h02c0c, \port$6736$14 , \port$6736$0  };
       default:
           ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10782$14 , \port$10782$0  };
     endcase
@@ -53414,12 +52630,12 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9544$14 , \port$9544$0  };
+  assign s1__awaddr = { 2'h0, \port$9502$14 , \port$9502$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9324$14 , \port$9324$0  };
+  assign s2__awaddr = { 2'h0, \port$9282$14 , \port$9282$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
@@ -53452,16 +52668,16 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4577$14 , \port$4577$0  };
+  assign s1__araddr = { 2'h0, \port$4493$14 , \port$4493$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9287$14 , \port$9287$0  };
+  assign s2__araddr = { 2'h0, \port$9245$14 , \port$9245$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6762$14 , \port$6762$0  };
+  assign s3__araddr = { 2'h0, \port$6736$14 , \port$6736$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
@@ -53488,7 +52704,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$3046$0  = r_data[67:0];
+  assign \port$2824$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -53654,17 +52870,635 @@ module \dx1_soc.memory.bank3.r_buffer (rst, r_rdy, r_data, w_port__data, r_en, w
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value
-, TRACE1_DATA_HI__value, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3063$0 , \port$4520$0 , \port$5188$0 , \port$5248$0 , \port$6705$0 , \port$7373$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+module \dx1_soc.perf0 (rst, clear, macs_lo_read, dma_arready, dma_awready, dma_rready, dma_wvalid, waiting_dep, busy_compute, bytes_read, bytes_written, macs_lo, dma_rvalid, dma_rlast, dma_wready, dma_bvalid, reset_units, macs_source, busy_compute_source, bytes_read_source, dma_arvalid
+, bytes_written_source, dma_awvalid, cycles, busy_load, busy_store, stall_dep, stall_mem, macs_hi, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [32:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [32:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire \$19 ;
+  wire [9:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire [32:0] \$28 ;
+  wire [32:0] \$29 ;
+  wire \$3 ;
+  wire [32:0] \$30 ;
+  wire [32:0] \$31 ;
+  wire [48:0] \$32 ;
+  reg [8:0] \$33 ;
+  reg [8:0] \$34 ;
+  reg [31:0] \$35 ;
+  reg [31:0] \$36 ;
+  reg [31:0] \$37 ;
+  reg [31:0] \$38 ;
+  reg [31:0] \$39 ;
+  wire \$4 ;
+  reg [31:0] \$40 ;
+  reg [31:0] \$41 ;
+  reg [31:0] \$42 ;
+  reg [47:0] \$43 ;
+  reg [31:0] \$44 ;
+  wire [10:0] \$5 ;
+  wire \$6 ;
+  wire [9:0] \$7 ;
+  wire \$8 ;
+  wire [10:0] \$9 ;
+  output [31:0] busy_compute;
+  wire [31:0] busy_compute;
+  reg [31:0] busy_compute_base = 32'd0;
+  input [31:0] busy_compute_source;
+  wire [31:0] busy_compute_source;
+  output [31:0] busy_load;
+  reg [31:0] busy_load = 32'd0;
+  output [31:0] busy_store;
+  reg [31:0] busy_store = 32'd0;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  reg [31:0] bytes_read_base = 32'd0;
+  input [31:0] bytes_read_source;
+  wire [31:0] bytes_read_source;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  reg [31:0] bytes_written_base = 32'd0;
+  input [31:0] bytes_written_source;
+  wire [31:0] bytes_written_source;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  output [31:0] cycles;
+  reg [31:0] cycles = 32'd0;
+  input dma_arready;
+  wire dma_arready;
+  input dma_arvalid;
+  wire dma_arvalid;
+  input dma_awready;
+  wire dma_awready;
+  input dma_awvalid;
+  wire dma_awvalid;
+  wire dma_bready;
+  input dma_bvalid;
+  wire dma_bvalid;
+  input dma_rlast;
+  wire dma_rlast;
+  input dma_rready;
+  wire dma_rready;
+  input dma_rvalid;
+  wire dma_rvalid;
+  input dma_wready;
+  wire dma_wready;
+  input dma_wvalid;
+  wire dma_wvalid;
+  wire [47:0] macs;
+  reg [47:0] macs_base = 48'h000000000000;
+  output [31:0] macs_hi;
+  reg [31:0] macs_hi = 32'd0;
+  output [31:0] macs_lo;
+  wire [31:0] macs_lo;
+  input macs_lo_read;
+  wire macs_lo_read;
+  input [47:0] macs_source;
+  wire [47:0] macs_source;
+  reg [8:0] reads_open = 9'h000;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  output [31:0] stall_dep;
+  reg [31:0] stall_dep = 32'd0;
+  output [31:0] stall_mem;
+  reg [31:0] stall_mem = 32'd0;
+  input waiting_dep;
+  wire waiting_dep;
+  reg [8:0] writes_open = 9'h000;
+  always @(posedge clk)
+    macs_hi <= \$44 ;
+  assign \$1  = dma_arvalid & dma_arready;
+  assign \$2  = reads_open + \$1 ;
+  assign \$3  = dma_rvalid & dma_rready;
+  assign \$4  = \$3  & dma_rlast;
+  assign \$5  = \$2  - \$4 ;
+  assign \$6  = dma_awvalid & dma_awready;
+  assign \$7  = writes_open + \$6 ;
+  assign \$9  = \$7  - \$8 ;
+  assign \$10  = cycles + 1'h1;
+  assign \$11  = | reads_open;
+  assign \$12  = \$11  | dma_arvalid;
+  assign \$13  = busy_load + \$12 ;
+  assign \$14  = | writes_open;
+  assign \$15  = \$14  | dma_awvalid;
+  assign \$16  = \$15  | dma_wvalid;
+  assign \$17  = busy_store + \$16 ;
+  assign \$18  = stall_dep + waiting_dep;
+  assign \$19  = | reads_open;
+  assign \$20  = ~ dma_rvalid;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = ~ dma_wready;
+  assign \$23  = dma_wvalid & \$22 ;
+  assign \$24  = \$21  | \$23 ;
+  assign \$25  = ~ dma_arready;
+  assign \$26  = dma_arvalid & \$25 ;
+  assign \$27  = \$24  | \$26 ;
+  assign \$28  = stall_mem + \$27 ;
+  assign \$29  = busy_compute_source - busy_compute_base;
+  assign \$30  = bytes_read_source - bytes_read_base;
+  assign \$31  = bytes_written_source - bytes_written_base;
+  assign \$32  = macs_source - macs_base;
+  always @(posedge clk)
+    reads_open <= \$33 ;
+  always @(posedge clk)
+    writes_open <= \$34 ;
+  always @(posedge clk)
+    cycles <= \$35 ;
+  always @(posedge clk)
+    busy_load <= \$36 ;
+  always @(posedge clk)
+    busy_store <= \$37 ;
+  always @(posedge clk)
+    stall_dep <= \$38 ;
+  always @(posedge clk)
+    stall_mem <= \$39 ;
+  always @(posedge clk)
+    busy_compute_base <= \$40 ;
+  always @(posedge clk)
+    bytes_read_base <= \$41 ;
+  always @(posedge clk)
+    bytes_written_base <= \$42 ;
+  always @(posedge clk)
+    macs_base <= \$43 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$33  = \$5 [8:0];
+    if (rst) begin
+      \$33  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$34  = \$9 [8:0];
+    if (rst) begin
+      \$34  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$35  = \$10 [31:0];
+    if (clear) begin
+      \$35  = 32'd0;
+    end
+    if (rst) begin
+      \$35  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$36  = \$13 [31:0];
+    if (clear) begin
+      \$36  = 32'd0;
+    end
+    if (rst) begin
+      \$36  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$37  = \$17 [31:0];
+    if (clear) begin
+      \$37  = 32'd0;
+    end
+    if (rst) begin
+      \$37  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$38  = \$18 [31:0];
+    if (clear) begin
+      \$38  = 32'd0;
+    end
+    if (rst) begin
+      \$38  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$39  = \$28 [31:0];
+    if (clear) begin
+      \$39  = 32'd0;
+    end
+    if (rst) begin
+      \$39  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$40  = busy_compute_base;
+    if (clear) begin
+      \$40  = busy_compute_source;
+    end
+    if (reset_units) begin
+      \$40  = 32'd0;
+    end
+    if (rst) begin
+      \$40  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$41  = bytes_read_base;
+    if (clear) begin
+      \$41  = bytes_read_source;
+    end
+    if (reset_units) begin
+      \$41  = 32'd0;
+    end
+    if (rst) begin
+      \$41  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$42  = bytes_written_base;
+    if (clear) begin
+      \$42  = bytes_written_source;
+    end
+    if (reset_units) begin
+      \$42  = 32'd0;
+    end
+    if (rst) begin
+      \$42  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$43  = macs_base;
+    if (clear) begin
+      \$43  = macs_source;
+    end
+    if (reset_units) begin
+      \$43  = 48'h000000000000;
+    end
+    if (rst) begin
+      \$43  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    \$44  = macs_hi;
+    if (clear) begin
+      \$44  = 32'd0;
+    end
+    if (macs_lo_read) begin
+      \$44  = { 16'h0000, \$32 [47:32] };
+    end
+    if (rst) begin
+      \$44  = 32'd0;
+    end
+  end
+  assign dma_bready = 1'h1;
+  assign macs = \$32 [47:0];
+  assign busy_compute = \$29 [31:0];
+  assign bytes_read = \$30 [31:0];
+  assign bytes_written = \$31 [31:0];
+  assign macs_lo = \$32 [31:0];
+  assign \$8  = dma_bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.perf1 (rst, clear, macs_lo_read, dma_arready, dma_awready, dma_rready, dma_wvalid, waiting_dep, busy_compute, bytes_read, bytes_written, macs_lo, dma_rvalid, dma_rlast, dma_wready, dma_bvalid, reset_units, macs_source, busy_compute_source, bytes_read_source, dma_arvalid
+, bytes_written_source, dma_awvalid, cycles, busy_load, busy_store, stall_dep, stall_mem, macs_hi, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [32:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire [32:0] \$17 ;
+  wire [32:0] \$18 ;
+  wire \$19 ;
+  wire [9:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire [32:0] \$28 ;
+  wire [32:0] \$29 ;
+  wire \$3 ;
+  wire [32:0] \$30 ;
+  wire [32:0] \$31 ;
+  wire [48:0] \$32 ;
+  reg [8:0] \$33 ;
+  reg [8:0] \$34 ;
+  reg [31:0] \$35 ;
+  reg [31:0] \$36 ;
+  reg [31:0] \$37 ;
+  reg [31:0] \$38 ;
+  reg [31:0] \$39 ;
+  wire \$4 ;
+  reg [31:0] \$40 ;
+  reg [31:0] \$41 ;
+  reg [31:0] \$42 ;
+  reg [47:0] \$43 ;
+  reg [31:0] \$44 ;
+  wire [10:0] \$5 ;
+  wire \$6 ;
+  wire [9:0] \$7 ;
+  wire \$8 ;
+  wire [10:0] \$9 ;
+  output [31:0] busy_compute;
+  wire [31:0] busy_compute;
+  reg [31:0] busy_compute_base = 32'd0;
+  input [31:0] busy_compute_source;
+  wire [31:0] busy_compute_source;
+  output [31:0] busy_load;
+  reg [31:0] busy_load = 32'd0;
+  output [31:0] busy_store;
+  reg [31:0] busy_store = 32'd0;
+  output [31:0] bytes_read;
+  wire [31:0] bytes_read;
+  reg [31:0] bytes_read_base = 32'd0;
+  input [31:0] bytes_read_source;
+  wire [31:0] bytes_read_source;
+  output [31:0] bytes_written;
+  wire [31:0] bytes_written;
+  reg [31:0] bytes_written_base = 32'd0;
+  input [31:0] bytes_written_source;
+  wire [31:0] bytes_written_source;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  output [31:0] cycles;
+  reg [31:0] cycles = 32'd0;
+  input dma_arready;
+  wire dma_arready;
+  input dma_arvalid;
+  wire dma_arvalid;
+  input dma_awready;
+  wire dma_awready;
+  input dma_awvalid;
+  wire dma_awvalid;
+  wire dma_bready;
+  input dma_bvalid;
+  wire dma_bvalid;
+  input dma_rlast;
+  wire dma_rlast;
+  input dma_rready;
+  wire dma_rready;
+  input dma_rvalid;
+  wire dma_rvalid;
+  input dma_wready;
+  wire dma_wready;
+  input dma_wvalid;
+  wire dma_wvalid;
+  wire [47:0] macs;
+  reg [47:0] macs_base = 48'h000000000000;
+  output [31:0] macs_hi;
+  reg [31:0] macs_hi = 32'd0;
+  output [31:0] macs_lo;
+  wire [31:0] macs_lo;
+  input macs_lo_read;
+  wire macs_lo_read;
+  input [47:0] macs_source;
+  wire [47:0] macs_source;
+  reg [8:0] reads_open = 9'h000;
+  input reset_units;
+  wire reset_units;
+  input rst;
+  wire rst;
+  output [31:0] stall_dep;
+  reg [31:0] stall_dep = 32'd0;
+  output [31:0] stall_mem;
+  reg [31:0] stall_mem = 32'd0;
+  input waiting_dep;
+  wire waiting_dep;
+  reg [8:0] writes_open = 9'h000;
+  always @(posedge clk)
+    macs_hi <= \$44 ;
+  assign \$1  = dma_arvalid & dma_arready;
+  assign \$2  = reads_open + \$1 ;
+  assign \$3  = dma_rvalid & dma_rready;
+  assign \$4  = \$3  & dma_rlast;
+  assign \$5  = \$2  - \$4 ;
+  assign \$6  = dma_awvalid & dma_awready;
+  assign \$7  = writes_open + \$6 ;
+  assign \$9  = \$7  - \$8 ;
+  assign \$10  = cycles + 1'h1;
+  assign \$11  = | reads_open;
+  assign \$12  = \$11  | dma_arvalid;
+  assign \$13  = busy_load + \$12 ;
+  assign \$14  = | writes_open;
+  assign \$15  = \$14  | dma_awvalid;
+  assign \$16  = \$15  | dma_wvalid;
+  assign \$17  = busy_store + \$16 ;
+  assign \$18  = stall_dep + waiting_dep;
+  assign \$19  = | reads_open;
+  assign \$20  = ~ dma_rvalid;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = ~ dma_wready;
+  assign \$23  = dma_wvalid & \$22 ;
+  assign \$24  = \$21  | \$23 ;
+  assign \$25  = ~ dma_arready;
+  assign \$26  = dma_arvalid & \$25 ;
+  assign \$27  = \$24  | \$26 ;
+  assign \$28  = stall_mem + \$27 ;
+  assign \$29  = busy_compute_source - busy_compute_base;
+  assign \$30  = bytes_read_source - bytes_read_base;
+  assign \$31  = bytes_written_source - bytes_written_base;
+  assign \$32  = macs_source - macs_base;
+  always @(posedge clk)
+    reads_open <= \$33 ;
+  always @(posedge clk)
+    writes_open <= \$34 ;
+  always @(posedge clk)
+    cycles <= \$35 ;
+  always @(posedge clk)
+    busy_load <= \$36 ;
+  always @(posedge clk)
+    busy_store <= \$37 ;
+  always @(posedge clk)
+    stall_dep <= \$38 ;
+  always @(posedge clk)
+    stall_mem <= \$39 ;
+  always @(posedge clk)
+    busy_compute_base <= \$40 ;
+  always @(posedge clk)
+    bytes_read_base <= \$41 ;
+  always @(posedge clk)
+    bytes_written_base <= \$42 ;
+  always @(posedge clk)
+    macs_base <= \$43 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$33  = \$5 [8:0];
+    if (rst) begin
+      \$33  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$34  = \$9 [8:0];
+    if (rst) begin
+      \$34  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$35  = \$10 [31:0];
+    if (clear) begin
+      \$35  = 32'd0;
+    end
+    if (rst) begin
+      \$35  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$36  = \$13 [31:0];
+    if (clear) begin
+      \$36  = 32'd0;
+    end
+    if (rst) begin
+      \$36  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$37  = \$17 [31:0];
+    if (clear) begin
+      \$37  = 32'd0;
+    end
+    if (rst) begin
+      \$37  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$38  = \$18 [31:0];
+    if (clear) begin
+      \$38  = 32'd0;
+    end
+    if (rst) begin
+      \$38  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$39  = \$28 [31:0];
+    if (clear) begin
+      \$39  = 32'd0;
+    end
+    if (rst) begin
+      \$39  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$40  = busy_compute_base;
+    if (clear) begin
+      \$40  = busy_compute_source;
+    end
+    if (reset_units) begin
+      \$40  = 32'd0;
+    end
+    if (rst) begin
+      \$40  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$41  = bytes_read_base;
+    if (clear) begin
+      \$41  = bytes_read_source;
+    end
+    if (reset_units) begin
+      \$41  = 32'd0;
+    end
+    if (rst) begin
+      \$41  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$42  = bytes_written_base;
+    if (clear) begin
+      \$42  = bytes_written_source;
+    end
+    if (reset_units) begin
+      \$42  = 32'd0;
+    end
+    if (rst) begin
+      \$42  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$43  = macs_base;
+    if (clear) begin
+      \$43  = macs_source;
+    end
+    if (reset_units) begin
+      \$43  = 48'h000000000000;
+    end
+    if (rst) begin
+      \$43  = 48'h000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    \$44  = macs_hi;
+    if (clear) begin
+      \$44  = 32'd0;
+    end
+    if (macs_lo_read) begin
+      \$44  = { 16'h0000, \$32 [47:32] };
+    end
+    if (rst) begin
+      \$44  = 32'd0;
+    end
+  end
+  assign dma_bready = 1'h1;
+  assign macs = \$32 [47:0];
+  assign busy_compute = \$29 [31:0];
+  assign bytes_read = \$30 [31:0];
+  assign bytes_written = \$31 [31:0];
+  assign macs_lo = \$32 [31:0];
+  assign \$8  = dma_bvalid;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2979$0 , \port$4436$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5162$0 , \port$5222$0 , \port$6679$0 
+, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7405$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
 , GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
-, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
-, PERF0_MACS_HI__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value
-, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value
-, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9405$0 , \port$9407$0 , \port$9413$0 , \port$9415$0 , \port$9417$0 , \port$9418$0 , \port$9569$0 , \port$10900$0 , \port$10902$0 , \port$10908$0 , \port$10910$0 , \port$10912$0 , \port$10913$0 , \port$11064$0 
+, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata
+, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value
+, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9363$0 , \port$9365$0 , \port$9371$0 , \port$9373$0 , \port$9375$0 
+, \port$9376$0 , \port$9527$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$10900$0 , \port$10902$0 , \port$10908$0 , \port$10910$0 , \port$10912$0 , \port$10913$0 , \port$11064$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
 , bus__awaddr);
-  reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
   wire [31:0] \$100 ;
@@ -54825,32 +54659,32 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire \port$10913$0 ;
   input \port$11064$0 ;
   wire \port$11064$0 ;
-  input \port$3063$0 ;
-  wire \port$3063$0 ;
-  input \port$4520$0 ;
-  wire \port$4520$0 ;
-  input [8:0] \port$5188$0 ;
-  wire [8:0] \port$5188$0 ;
-  input \port$5248$0 ;
-  wire \port$5248$0 ;
-  input \port$6705$0 ;
-  wire \port$6705$0 ;
-  input [8:0] \port$7373$0 ;
-  wire [8:0] \port$7373$0 ;
-  input [15:0] \port$9405$0 ;
-  wire [15:0] \port$9405$0 ;
-  input [15:0] \port$9407$0 ;
-  wire [15:0] \port$9407$0 ;
-  input \port$9413$0 ;
-  wire \port$9413$0 ;
-  input [7:0] \port$9415$0 ;
-  wire [7:0] \port$9415$0 ;
-  input [15:0] \port$9417$0 ;
-  wire [15:0] \port$9417$0 ;
-  input \port$9418$0 ;
-  wire \port$9418$0 ;
-  input \port$9569$0 ;
-  wire \port$9569$0 ;
+  input \port$2979$0 ;
+  wire \port$2979$0 ;
+  input \port$4436$0 ;
+  wire \port$4436$0 ;
+  input [8:0] \port$5162$0 ;
+  wire [8:0] \port$5162$0 ;
+  input \port$5222$0 ;
+  wire \port$5222$0 ;
+  input \port$6679$0 ;
+  wire \port$6679$0 ;
+  input [8:0] \port$7405$0 ;
+  wire [8:0] \port$7405$0 ;
+  input [15:0] \port$9363$0 ;
+  wire [15:0] \port$9363$0 ;
+  input [15:0] \port$9365$0 ;
+  wire [15:0] \port$9365$0 ;
+  input \port$9371$0 ;
+  wire \port$9371$0 ;
+  input [7:0] \port$9373$0 ;
+  wire [7:0] \port$9373$0 ;
+  input [15:0] \port$9375$0 ;
+  wire [15:0] \port$9375$0 ;
+  input \port$9376$0 ;
+  wire \port$9376$0 ;
+  input \port$9527$0 ;
+  wire \port$9527$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -55363,7 +55197,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$9418$0 , \port$9569$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$9376$0 , \port$9527$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
@@ -55419,7 +55253,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   always @(posedge clk)
     GLOBAL_SEM10__value <= \$357 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$359  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
       \$359  = \$278 ;
@@ -55431,7 +55265,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$360  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
       \$360  = \$280 ;
@@ -55443,7 +55277,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$361  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
       \$361  = \$282 ;
@@ -55455,7 +55289,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$362  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
       \$362  = \$284 ;
@@ -55467,7 +55301,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$363  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
       \$363  = \$286 ;
@@ -55479,7 +55313,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$364  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
       \$364  = \$288 ;
@@ -55491,7 +55325,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$365  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
       \$365  = \$290 ;
@@ -55503,7 +55337,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$366  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
       \$366  = \$292 ;
@@ -55515,14 +55349,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$367  = \$299 ;
     if (rst) begin
       \$367  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$368  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
       \$368  = \$300 ;
@@ -55534,7 +55368,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$369  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
       \$369  = \$302 ;
@@ -55546,7 +55380,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$370  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
       \$370  = \$304 ;
@@ -55558,7 +55392,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$371  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
       \$371  = \$306 ;
@@ -55570,7 +55404,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$372  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
       \$372  = \$308 ;
@@ -55582,7 +55416,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$373  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
       \$373  = \$310 ;
@@ -55594,7 +55428,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$374  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
       \$374  = \$312 ;
@@ -55606,7 +55440,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$375  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
       \$375  = \$314 ;
@@ -55618,14 +55452,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$376  = \$321 ;
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$377  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
       \$377  = \$322 ;
@@ -55637,7 +55471,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$378  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
       \$378  = \$324 ;
@@ -55649,7 +55483,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$379  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
       \$379  = \$326 ;
@@ -55661,7 +55495,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$380  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
       \$380  = \$328 ;
@@ -55673,7 +55507,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$381  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
       \$381  = \$330 ;
@@ -55685,7 +55519,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$382  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
       \$382  = \$332 ;
@@ -55697,7 +55531,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$334  = aw_full;
     if (\$242 ) begin
       \$334  = 1'h1;
@@ -55710,7 +55544,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$335  = aw_addr;
     if (\$242 ) begin
       \$335  = bus__awaddr;
@@ -55720,7 +55554,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$336  = w_full;
     if (\$244 ) begin
       \$336  = 1'h1;
@@ -55733,7 +55567,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$337  = GLOBAL_SCRATCH__wdata;
     if (\$244 ) begin
       \$337  = bus__wdata;
@@ -55743,7 +55577,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$338  = w_strb;
     if (\$244 ) begin
       \$338  = bus__wstrb;
@@ -55753,7 +55587,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$339  = bus__bvalid;
     if (do_write) begin
       \$339  = 1'h1;
@@ -55766,7 +55600,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$340  = bus__bresp;
     if (do_write) begin
       \$340  = \$245 ;
@@ -55776,7 +55610,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$341  = ar_full;
     if (\$248 ) begin
       \$341  = 1'h1;
@@ -55789,7 +55623,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$342  = ar_addr;
     if (\$248 ) begin
       \$342  = bus__araddr;
@@ -55799,7 +55633,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$343  = bus__rvalid;
     if (do_read) begin
       \$343  = 1'h1;
@@ -55812,7 +55646,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$344  = bus__rdata;
     if (do_read) begin
       \$344  = \$249 ;
@@ -55822,7 +55656,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$345  = bus__rresp;
     if (do_read) begin
       \$345  = \$250 ;
@@ -55832,7 +55666,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$346  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
       \$346  = \$252 ;
@@ -55842,7 +55676,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$347  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
       \$347  = \$254 ;
@@ -55854,7 +55688,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$348  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
       \$348  = \$256 ;
@@ -55866,7 +55700,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$349  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
       \$349  = \$258 ;
@@ -55878,7 +55712,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$350  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
       \$350  = \$260 ;
@@ -55890,7 +55724,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$351  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
       \$351  = \$262 ;
@@ -55902,7 +55736,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$352  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
       \$352  = \$264 ;
@@ -55914,7 +55748,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$353  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
       \$353  = \$266 ;
@@ -55926,7 +55760,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$354  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
       \$354  = \$268 ;
@@ -55938,7 +55772,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$355  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
       \$355  = \$270 ;
@@ -55950,7 +55784,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$356  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
       \$356  = \$272 ;
@@ -55962,7 +55796,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$357  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
       \$357  = \$274 ;
@@ -55974,7 +55808,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$73 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
     \$358  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
       \$358  = \$276 ;
@@ -55985,16 +55819,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$9405$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$9407$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3063$0 , \port$9413$0 , \port$4520$0  };
-  assign QUEUE0_ERROR__value = { \port$9417$0 , 8'h00, \port$9415$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9363$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9365$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9371$0 , \port$4436$0  };
+  assign QUEUE0_ERROR__value = { \port$9375$0 , 8'h00, \port$9373$0  };
   assign QUEUE1_HEAD__value = { 16'h0000, \port$10900$0  };
   assign QUEUE1_TAIL__value = { 16'h0000, \port$10902$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5248$0 , \port$10908$0 , \port$6705$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5222$0 , \port$10908$0 , \port$6679$0  };
   assign QUEUE1_ERROR__value = { \port$10912$0 , 8'h00, \port$10910$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5188$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7373$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5162$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7405$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -56118,24 +55952,24 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9418$0 , \port$9569$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9376$0 , \port$9527$0  };
   assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$10913$0 , \port$11064$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$9405$0 ;
+  assign \$74 [15:0] = \port$9363$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$9407$0 ;
+  assign \$78 [15:0] = \port$9365$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3063$0 , \port$9413$0 , \port$4520$0  };
+  assign \$82 [2:0] = { \port$2979$0 , \port$9371$0 , \port$4436$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$9417$0 , \port$9415$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9375$0 , \port$9373$0  };
   assign \$109 [31:16] = 16'h0000;
   assign \$109 [15:0] = \port$10900$0 ;
   assign \$113 [31:16] = 16'h0000;
   assign \$113 [15:0] = \port$10902$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5248$0 , \port$10908$0 , \port$6705$0  };
+  assign \$117 [2:0] = { \port$5222$0 , \port$10908$0 , \port$6679$0  };
   assign \$119 [15:8] = 8'h00;
   assign { \$119 [31:16], \$119 [7:0] } = { \port$10912$0 , \port$10910$0  };
   assign \$142  = PERF0_CYCLES__value;
@@ -56158,12 +55992,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5188$0  };
+  assign \$212  = { 23'h000000, \port$5162$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7373$0  };
+  assign \$231  = { 23'h000000, \port$7405$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -56300,7 +56134,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -56341,7 +56175,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -56366,7 +56200,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56376,7 +56210,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56388,7 +56222,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56405,7 +56239,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56417,7 +56251,7 @@ module \dx1_soc.reset0 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$74 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56435,7 +56269,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, cp_quiesce, dma_abort, reset_units, reset_cp, abort_done, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire \$1 ;
   wire \$2 ;
   wire \$3 ;
@@ -56476,7 +56310,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
   assign \$2  = cp_quiet & dma_quiet;
   assign busy = ~ \$3 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     \$6  = tile_reset_state;
     casez (tile_reset_state)
       2'h0:
@@ -56501,7 +56335,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     cp_quiesce = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56511,7 +56345,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     dma_abort = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56523,7 +56357,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     reset_units = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56540,7 +56374,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     reset_cp = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56552,7 +56386,7 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$75 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     abort_done = 1'h0;
     casez (tile_reset_state)
       2'h0:
@@ -56569,8 +56403,666 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$76  = 0;
+module \dx1_soc.semaphores (\port$7564$0 , \port$7566$0 , \port$7568$0 , \port$7570$0 , \port$7572$0 , \port$7574$0 , \port$7576$0 , \port$7578$0 , \port$7580$0 , \port$7582$0 , \port$7584$0 , \port$7586$0 , \port$7588$0 , \port$7590$0 , \port$7592$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$7562$0 );
+  reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
+  wire \$1 ;
+  wire [33:0] \$10 ;
+  wire \$11 ;
+  wire [33:0] \$12 ;
+  wire \$13 ;
+  wire [33:0] \$14 ;
+  wire \$15 ;
+  wire [33:0] \$16 ;
+  wire \$17 ;
+  wire [33:0] \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire [33:0] \$20 ;
+  wire \$21 ;
+  wire [33:0] \$22 ;
+  wire \$23 ;
+  wire [33:0] \$24 ;
+  wire \$25 ;
+  wire [33:0] \$26 ;
+  wire \$27 ;
+  wire [33:0] \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire [33:0] \$30 ;
+  wire \$31 ;
+  wire [33:0] \$32 ;
+  wire \$33 ;
+  wire [33:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire [33:0] \$38 ;
+  wire \$39 ;
+  wire [33:0] \$4 ;
+  wire [33:0] \$40 ;
+  wire \$41 ;
+  wire [33:0] \$42 ;
+  wire \$43 ;
+  wire [33:0] \$44 ;
+  wire \$45 ;
+  wire [33:0] \$46 ;
+  wire \$47 ;
+  wire [33:0] \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire [33:0] \$50 ;
+  wire \$51 ;
+  wire [33:0] \$52 ;
+  wire \$53 ;
+  wire [33:0] \$54 ;
+  wire \$55 ;
+  wire [33:0] \$56 ;
+  wire \$57 ;
+  wire [33:0] \$58 ;
+  wire \$59 ;
+  wire [33:0] \$6 ;
+  wire [33:0] \$60 ;
+  wire \$61 ;
+  wire [33:0] \$62 ;
+  wire \$63 ;
+  wire [33:0] \$64 ;
+  wire \$65 ;
+  wire [33:0] \$66 ;
+  wire \$67 ;
+  wire [33:0] \$68 ;
+  wire \$7 ;
+  wire [33:0] \$8 ;
+  wire \$9 ;
+  input [17:0] delta0;
+  wire [17:0] delta0;
+  input [17:0] delta1;
+  wire [17:0] delta1;
+  output grant0;
+  reg grant0;
+  output grant1;
+  reg grant1;
+  wire granted;
+  wire granted0;
+  wire granted1;
+  input [3:0] index0;
+  wire [3:0] index0;
+  input [3:0] index1;
+  wire [3:0] index1;
+  input [31:0] \port$7562$0 ;
+  wire [31:0] \port$7562$0 ;
+  input [31:0] \port$7564$0 ;
+  wire [31:0] \port$7564$0 ;
+  input [31:0] \port$7566$0 ;
+  wire [31:0] \port$7566$0 ;
+  input [31:0] \port$7568$0 ;
+  wire [31:0] \port$7568$0 ;
+  input [31:0] \port$7570$0 ;
+  wire [31:0] \port$7570$0 ;
+  input [31:0] \port$7572$0 ;
+  wire [31:0] \port$7572$0 ;
+  input [31:0] \port$7574$0 ;
+  wire [31:0] \port$7574$0 ;
+  input [31:0] \port$7576$0 ;
+  wire [31:0] \port$7576$0 ;
+  input [31:0] \port$7578$0 ;
+  wire [31:0] \port$7578$0 ;
+  input [31:0] \port$7580$0 ;
+  wire [31:0] \port$7580$0 ;
+  input [31:0] \port$7582$0 ;
+  wire [31:0] \port$7582$0 ;
+  input [31:0] \port$7584$0 ;
+  wire [31:0] \port$7584$0 ;
+  input [31:0] \port$7586$0 ;
+  wire [31:0] \port$7586$0 ;
+  input [31:0] \port$7588$0 ;
+  wire [31:0] \port$7588$0 ;
+  input [31:0] \port$7590$0 ;
+  wire [31:0] \port$7590$0 ;
+  input [31:0] \port$7592$0 ;
+  wire [31:0] \port$7592$0 ;
+  output [15:0] set;
+  reg [15:0] set;
+  output [255:0] set_value;
+  reg [255:0] set_value;
+  wire [15:0] \set_value[0] ;
+  wire [15:0] \set_value[10] ;
+  wire [15:0] \set_value[11] ;
+  wire [15:0] \set_value[12] ;
+  wire [15:0] \set_value[13] ;
+  wire [15:0] \set_value[14] ;
+  wire [15:0] \set_value[15] ;
+  wire [15:0] \set_value[1] ;
+  wire [15:0] \set_value[2] ;
+  wire [15:0] \set_value[3] ;
+  wire [15:0] \set_value[4] ;
+  wire [15:0] \set_value[5] ;
+  wire [15:0] \set_value[6] ;
+  wire [15:0] \set_value[7] ;
+  wire [15:0] \set_value[8] ;
+  wire [15:0] \set_value[9] ;
+  input valid0;
+  wire valid0;
+  input valid1;
+  wire valid1;
+  wire [511:0] values;
+  wire [31:0] \values[0] ;
+  wire [31:0] \values[10] ;
+  wire [31:0] \values[11] ;
+  wire [31:0] \values[12] ;
+  wire [31:0] \values[13] ;
+  wire [31:0] \values[14] ;
+  wire [31:0] \values[15] ;
+  wire [31:0] \values[1] ;
+  wire [31:0] \values[2] ;
+  wire [31:0] \values[3] ;
+  wire [31:0] \values[4] ;
+  wire [31:0] \values[5] ;
+  wire [31:0] \values[6] ;
+  wire [31:0] \values[7] ;
+  wire [31:0] \values[8] ;
+  wire [31:0] \values[9] ;
+  assign \$32  = $signed({ 1'h0, \port$7590$0  }) + $signed(delta0);
+  assign \$33  = index0 == 4'hf;
+  assign \$34  = $signed({ 1'h0, \port$7592$0  }) + $signed(delta0);
+  assign \$35  = ~ granted0;
+  assign \$36  = valid1 & \$35 ;
+  assign \$37  = ! index1;
+  assign \$38  = $signed({ 1'h0, \port$7562$0  }) + $signed(delta1);
+  assign \$39  = index1 == 1'h1;
+  assign \$40  = $signed({ 1'h0, \port$7564$0  }) + $signed(delta1);
+  assign \$41  = index1 == 2'h2;
+  assign \$42  = $signed({ 1'h0, \port$7566$0  }) + $signed(delta1);
+  assign \$43  = index1 == 2'h3;
+  assign \$44  = $signed({ 1'h0, \port$7568$0  }) + $signed(delta1);
+  assign \$45  = index1 == 3'h4;
+  assign \$46  = $signed({ 1'h0, \port$7570$0  }) + $signed(delta1);
+  assign \$47  = index1 == 3'h5;
+  assign \$48  = $signed({ 1'h0, \port$7572$0  }) + $signed(delta1);
+  assign \$49  = index1 == 3'h6;
+  assign \$50  = $signed({ 1'h0, \port$7574$0  }) + $signed(delta1);
+  assign \$51  = index1 == 3'h7;
+  assign \$52  = $signed({ 1'h0, \port$7576$0  }) + $signed(delta1);
+  assign \$53  = index1 == 4'h8;
+  assign \$54  = $signed({ 1'h0, \port$7578$0  }) + $signed(delta1);
+  assign \$55  = index1 == 4'h9;
+  assign \$56  = $signed({ 1'h0, \port$7580$0  }) + $signed(delta1);
+  assign \$57  = index1 == 4'ha;
+  assign \$58  = $signed({ 1'h0, \port$7582$0  }) + $signed(delta1);
+  assign \$59  = index1 == 4'hb;
+  assign \$60  = $signed({ 1'h0, \port$7584$0  }) + $signed(delta1);
+  assign \$61  = index1 == 4'hc;
+  assign \$62  = $signed({ 1'h0, \port$7586$0  }) + $signed(delta1);
+  assign \$63  = index1 == 4'hd;
+  assign \$64  = $signed({ 1'h0, \port$7588$0  }) + $signed(delta1);
+  assign \$65  = index1 == 4'he;
+  assign \$66  = $signed({ 1'h0, \port$7590$0  }) + $signed(delta1);
+  assign \$67  = index1 == 4'hf;
+  assign \$68  = $signed({ 1'h0, \port$7592$0  }) + $signed(delta1);
+  assign granted1 = granted0 | valid1;
+  assign \$3  = ! index0;
+  assign \$4  = $signed({ 1'h0, \port$7562$0  }) + $signed(delta0);
+  assign \$5  = index0 == 1'h1;
+  assign \$6  = $signed({ 1'h0, \port$7564$0  }) + $signed(delta0);
+  assign \$7  = index0 == 2'h2;
+  assign \$8  = $signed({ 1'h0, \port$7566$0  }) + $signed(delta0);
+  assign \$9  = index0 == 2'h3;
+  assign \$10  = $signed({ 1'h0, \port$7568$0  }) + $signed(delta0);
+  assign \$11  = index0 == 3'h4;
+  assign \$12  = $signed({ 1'h0, \port$7570$0  }) + $signed(delta0);
+  assign \$13  = index0 == 3'h5;
+  assign \$14  = $signed({ 1'h0, \port$7572$0  }) + $signed(delta0);
+  assign \$15  = index0 == 3'h6;
+  assign \$16  = $signed({ 1'h0, \port$7574$0  }) + $signed(delta0);
+  assign \$17  = index0 == 3'h7;
+  assign \$18  = $signed({ 1'h0, \port$7576$0  }) + $signed(delta0);
+  assign \$19  = index0 == 4'h8;
+  assign \$20  = $signed({ 1'h0, \port$7578$0  }) + $signed(delta0);
+  assign \$21  = index0 == 4'h9;
+  assign \$22  = $signed({ 1'h0, \port$7580$0  }) + $signed(delta0);
+  assign \$23  = index0 == 4'ha;
+  assign \$24  = $signed({ 1'h0, \port$7582$0  }) + $signed(delta0);
+  assign \$25  = index0 == 4'hb;
+  assign \$26  = $signed({ 1'h0, \port$7584$0  }) + $signed(delta0);
+  assign \$27  = index0 == 4'hc;
+  assign \$28  = $signed({ 1'h0, \port$7586$0  }) + $signed(delta0);
+  assign \$29  = index0 == 4'hd;
+  assign \$30  = $signed({ 1'h0, \port$7588$0  }) + $signed(delta0);
+  assign \$31  = index0 == 4'he;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    grant0 = 1'h0;
+    if (\$2 ) begin
+      grant0 = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    set = 16'h0000;
+    if (\$2 ) begin
+      if (\$3 ) begin
+        set[0] = 1'h1;
+      end
+      if (\$5 ) begin
+        set[1] = 1'h1;
+      end
+      if (\$7 ) begin
+        set[2] = 1'h1;
+      end
+      if (\$9 ) begin
+        set[3] = 1'h1;
+      end
+      if (\$11 ) begin
+        set[4] = 1'h1;
+      end
+      if (\$13 ) begin
+        set[5] = 1'h1;
+      end
+      if (\$15 ) begin
+        set[6] = 1'h1;
+      end
+      if (\$17 ) begin
+        set[7] = 1'h1;
+      end
+      if (\$19 ) begin
+        set[8] = 1'h1;
+      end
+      if (\$21 ) begin
+        set[9] = 1'h1;
+      end
+      if (\$23 ) begin
+        set[10] = 1'h1;
+      end
+      if (\$25 ) begin
+        set[11] = 1'h1;
+      end
+      if (\$27 ) begin
+        set[12] = 1'h1;
+      end
+      if (\$29 ) begin
+        set[13] = 1'h1;
+      end
+      if (\$31 ) begin
+        set[14] = 1'h1;
+      end
+      if (\$33 ) begin
+        set[15] = 1'h1;
+      end
+    end
+    if (\$36 ) begin
+      if (\$37 ) begin
+        set[0] = 1'h1;
+      end
+      if (\$39 ) begin
+        set[1] = 1'h1;
+      end
+      if (\$41 ) begin
+        set[2] = 1'h1;
+      end
+      if (\$43 ) begin
+        set[3] = 1'h1;
+      end
+      if (\$45 ) begin
+        set[4] = 1'h1;
+      end
+      if (\$47 ) begin
+        set[5] = 1'h1;
+      end
+      if (\$49 ) begin
+        set[6] = 1'h1;
+      end
+      if (\$51 ) begin
+        set[7] = 1'h1;
+      end
+      if (\$53 ) begin
+        set[8] = 1'h1;
+      end
+      if (\$55 ) begin
+        set[9] = 1'h1;
+      end
+      if (\$57 ) begin
+        set[10] = 1'h1;
+      end
+      if (\$59 ) begin
+        set[11] = 1'h1;
+      end
+      if (\$61 ) begin
+        set[12] = 1'h1;
+      end
+      if (\$63 ) begin
+        set[13] = 1'h1;
+      end
+      if (\$65 ) begin
+        set[14] = 1'h1;
+      end
+      if (\$67 ) begin
+        set[15] = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    set_value = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (\$2 ) begin
+      if (\$3 ) begin
+        set_value[15:0] = \$4 [15:0];
+      end
+      if (\$5 ) begin
+        set_value[31:16] = \$6 [15:0];
+      end
+      if (\$7 ) begin
+        set_value[47:32] = \$8 [15:0];
+      end
+      if (\$9 ) begin
+        set_value[63:48] = \$10 [15:0];
+      end
+      if (\$11 ) begin
+        set_value[79:64] = \$12 [15:0];
+      end
+      if (\$13 ) begin
+        set_value[95:80] = \$14 [15:0];
+      end
+      if (\$15 ) begin
+        set_value[111:96] = \$16 [15:0];
+      end
+      if (\$17 ) begin
+        set_value[127:112] = \$18 [15:0];
+      end
+      if (\$19 ) begin
+        set_value[143:128] = \$20 [15:0];
+      end
+      if (\$21 ) begin
+        set_value[159:144] = \$22 [15:0];
+      end
+      if (\$23 ) begin
+        set_value[175:160] = \$24 [15:0];
+      end
+      if (\$25 ) begin
+        set_value[191:176] = \$26 [15:0];
+      end
+      if (\$27 ) begin
+        set_value[207:192] = \$28 [15:0];
+      end
+      if (\$29 ) begin
+        set_value[223:208] = \$30 [15:0];
+      end
+      if (\$31 ) begin
+        set_value[239:224] = \$32 [15:0];
+      end
+      if (\$33 ) begin
+        set_value[255:240] = \$34 [15:0];
+      end
+    end
+    if (\$36 ) begin
+      if (\$37 ) begin
+        set_value[15:0] = \$38 [15:0];
+      end
+      if (\$39 ) begin
+        set_value[31:16] = \$40 [15:0];
+      end
+      if (\$41 ) begin
+        set_value[47:32] = \$42 [15:0];
+      end
+      if (\$43 ) begin
+        set_value[63:48] = \$44 [15:0];
+      end
+      if (\$45 ) begin
+        set_value[79:64] = \$46 [15:0];
+      end
+      if (\$47 ) begin
+        set_value[95:80] = \$48 [15:0];
+      end
+      if (\$49 ) begin
+        set_value[111:96] = \$50 [15:0];
+      end
+      if (\$51 ) begin
+        set_value[127:112] = \$52 [15:0];
+      end
+      if (\$53 ) begin
+        set_value[143:128] = \$54 [15:0];
+      end
+      if (\$55 ) begin
+        set_value[159:144] = \$56 [15:0];
+      end
+      if (\$57 ) begin
+        set_value[175:160] = \$58 [15:0];
+      end
+      if (\$59 ) begin
+        set_value[191:176] = \$60 [15:0];
+      end
+      if (\$61 ) begin
+        set_value[207:192] = \$62 [15:0];
+      end
+      if (\$63 ) begin
+        set_value[223:208] = \$64 [15:0];
+      end
+      if (\$65 ) begin
+        set_value[239:224] = \$66 [15:0];
+      end
+      if (\$67 ) begin
+        set_value[255:240] = \$68 [15:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
+    grant1 = 1'h0;
+    if (\$36 ) begin
+      grant1 = 1'h1;
+    end
+  end
+  assign granted = 1'h0;
+  assign values = { \port$7592$0 , \port$7590$0 , \port$7588$0 , \port$7586$0 , \port$7584$0 , \port$7582$0 , \port$7580$0 , \port$7578$0 , \port$7576$0 , \port$7574$0 , \port$7572$0 , \port$7570$0 , \port$7568$0 , \port$7566$0 , \port$7564$0 , \port$7562$0  };
+  assign \set_value[0]  = set_value[15:0];
+  assign \set_value[1]  = set_value[31:16];
+  assign \set_value[2]  = set_value[47:32];
+  assign \set_value[3]  = set_value[63:48];
+  assign \set_value[4]  = set_value[79:64];
+  assign \set_value[5]  = set_value[95:80];
+  assign \set_value[6]  = set_value[111:96];
+  assign \set_value[7]  = set_value[127:112];
+  assign \set_value[8]  = set_value[143:128];
+  assign \set_value[9]  = set_value[159:144];
+  assign \set_value[10]  = set_value[175:160];
+  assign \set_value[11]  = set_value[191:176];
+  assign \set_value[12]  = set_value[207:192];
+  assign \set_value[13]  = set_value[223:208];
+  assign \set_value[14]  = set_value[239:224];
+  assign \set_value[15]  = set_value[255:240];
+  assign \values[0]  = \port$7562$0 ;
+  assign \values[1]  = \port$7564$0 ;
+  assign \values[2]  = \port$7566$0 ;
+  assign \values[3]  = \port$7568$0 ;
+  assign \values[4]  = \port$7570$0 ;
+  assign \values[5]  = \port$7572$0 ;
+  assign \values[6]  = \port$7574$0 ;
+  assign \values[7]  = \port$7576$0 ;
+  assign \values[8]  = \port$7578$0 ;
+  assign \values[9]  = \port$7580$0 ;
+  assign \values[10]  = \port$7582$0 ;
+  assign \values[11]  = \port$7584$0 ;
+  assign \values[12]  = \port$7586$0 ;
+  assign \values[13]  = \port$7588$0 ;
+  assign \values[14]  = \port$7590$0 ;
+  assign \values[15]  = \port$7592$0 ;
+  assign \$1  = 1'h1;
+  assign \$2  = valid0;
+  assign granted0 = valid0;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.trace0 (rst, clear, r_en, data_lo, data_hi_word, level, timestamp, enable, start_opcode, start_tag, \start$11 , end_status, end_tag, end_opcode, \end$15 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg \$11 ;
+  reg [63:0] \$12 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  reg [63:0] \$7 ;
+  reg [63:0] \$8 ;
+  reg \$9 ;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  wire [31:0] count;
+  output [31:0] data_hi_word;
+  wire [31:0] data_hi_word;
+  output [31:0] data_lo;
+  wire [31:0] data_lo;
+  input enable;
+  wire enable;
+  reg [63:0] \end  = 64'h0000000000000000;
+  input \end$15 ;
+  wire \end$15 ;
+  input [7:0] end_opcode;
+  wire [7:0] end_opcode;
+  input [7:0] end_status;
+  wire [7:0] end_status;
+  input [15:0] end_tag;
+  wire [15:0] end_tag;
+  reg end_valid = 1'h0;
+  reg [63:0] held = 64'h0000000000000000;
+  reg held_valid = 1'h0;
+  output [8:0] level;
+  wire [8:0] level;
+  wire pop;
+  wire [63:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  reg [63:0] start = 64'h0000000000000000;
+  input \start$11 ;
+  wire \start$11 ;
+  input [7:0] start_opcode;
+  wire [7:0] start_opcode;
+  input [15:0] start_tag;
+  wire [15:0] start_tag;
+  reg start_valid = 1'h0;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  reg [63:0] w_data;
+  reg w_en;
+  assign \$1  = \start$11  & enable;
+  assign \$2  = ~ clear;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = \end$15  & enable;
+  assign \$5  = ~ clear;
+  assign \$6  = \$4  & \$5 ;
+  assign data_lo = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  assign data_hi_word = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  always @(posedge clk)
+    start <= \$7 ;
+  always @(posedge clk)
+    \end  <= \$8 ;
+  always @(posedge clk)
+    start_valid <= \$9 ;
+  always @(posedge clk)
+    end_valid <= \$10 ;
+  always @(posedge clk)
+    held_valid <= \$11 ;
+  always @(posedge clk)
+    held <= \$12 ;
+  \dx1_soc.trace0.fifo  fifo (
+    .clear(clear),
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_level(level),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$7  = { 1'h0, start_opcode[6:0], 8'h00, start_tag, timestamp };
+    if (rst) begin
+      \$7  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$8  = { 1'h1, end_opcode[6:0], end_status, end_tag, timestamp };
+    if (rst) begin
+      \$8  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$9  = \$3 ;
+    if (rst) begin
+      \$9  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$10  = \$6 ;
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$11  = held_valid;
+    if (held_valid) begin
+      \$11  = 1'h0;
+    end else if (start_valid) begin
+      \$11  = end_valid;
+    end
+    if (clear) begin
+      \$11  = 1'h0;
+    end
+    if (rst) begin
+      \$11  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$12  = held;
+    if (held_valid) begin
+    end else if (start_valid) begin
+      \$12  = \end ;
+    end
+    if (rst) begin
+      \$12  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    w_data = 64'h0000000000000000;
+    if (held_valid) begin
+      w_data = held;
+    end else if (start_valid) begin
+      w_data = start;
+    end else if (end_valid) begin
+      w_data = \end ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    w_en = 1'h0;
+    if (held_valid) begin
+      w_en = 1'h1;
+    end else if (start_valid) begin
+      w_en = 1'h1;
+    end else if (end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign count = { 23'h000000, level };
+  assign pop = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.trace0.fifo (rst, clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -56604,6 +57096,8 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  input clear;
+  wire clear;
   input clk;
   wire clk;
   (* init = 8'h00 *)
@@ -56625,8 +57119,6 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
   reg r_rdy = 1'h0;
   input rst;
   wire rst;
-  input trace0_clear;
-  wire trace0_clear;
   wire [63:0] w_data;
   input w_en;
   wire w_en;
@@ -56695,12 +57187,12 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$30  = 8'h00;
     end
     if (rst) begin
@@ -56708,12 +57200,12 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$31  = 8'h00;
     end
     if (rst) begin
@@ -56721,7 +57213,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -56729,7 +57221,7 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     if (\$25 ) begin
       \$32  = \$26 [7:0];
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$32  = 8'h00;
     end
     if (rst) begin
@@ -56737,14 +57229,14 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$76 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$80 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
     end else if (r_en) begin
       \$33  = 1'h0;
     end
-    if (trace0_clear) begin
+    if (clear) begin
       \$33  = 1'h0;
     end
     if (rst) begin
@@ -56760,8 +57252,178 @@ module \dx1_soc.trace0 (rst, trace0_clear, r_en, w_level, r_data, w_port__data, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
+module \dx1_soc.trace1 (rst, clear, r_en, data_lo, data_hi_word, level, timestamp, enable, start_opcode, start_tag, \start$11 , end_status, end_tag, end_opcode, \end$15 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg \$11 ;
+  reg [63:0] \$12 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  reg [63:0] \$7 ;
+  reg [63:0] \$8 ;
+  reg \$9 ;
+  input clear;
+  wire clear;
+  input clk;
+  wire clk;
+  wire [31:0] count;
+  output [31:0] data_hi_word;
+  wire [31:0] data_hi_word;
+  output [31:0] data_lo;
+  wire [31:0] data_lo;
+  input enable;
+  wire enable;
+  reg [63:0] \end  = 64'h0000000000000000;
+  input \end$15 ;
+  wire \end$15 ;
+  input [7:0] end_opcode;
+  wire [7:0] end_opcode;
+  input [7:0] end_status;
+  wire [7:0] end_status;
+  input [15:0] end_tag;
+  wire [15:0] end_tag;
+  reg end_valid = 1'h0;
+  reg [63:0] held = 64'h0000000000000000;
+  reg held_valid = 1'h0;
+  output [8:0] level;
+  wire [8:0] level;
+  wire pop;
+  wire [63:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  reg [63:0] start = 64'h0000000000000000;
+  input \start$11 ;
+  wire \start$11 ;
+  input [7:0] start_opcode;
+  wire [7:0] start_opcode;
+  input [15:0] start_tag;
+  wire [15:0] start_tag;
+  reg start_valid = 1'h0;
+  input [31:0] timestamp;
+  wire [31:0] timestamp;
+  reg [63:0] w_data;
+  reg w_en;
+  assign \$1  = \start$11  & enable;
+  assign \$2  = ~ clear;
+  assign \$3  = \$1  & \$2 ;
+  assign \$4  = \end$15  & enable;
+  assign \$5  = ~ clear;
+  assign \$6  = \$4  & \$5 ;
+  assign data_lo = r_data[31:0] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  assign data_hi_word = r_data[63:32] & { r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy, r_rdy };
+  always @(posedge clk)
+    start <= \$7 ;
+  always @(posedge clk)
+    \end  <= \$8 ;
+  always @(posedge clk)
+    start_valid <= \$9 ;
+  always @(posedge clk)
+    end_valid <= \$10 ;
+  always @(posedge clk)
+    held_valid <= \$11 ;
+  always @(posedge clk)
+    held <= \$12 ;
+  \dx1_soc.trace1.fifo  fifo (
+    .clear(clear),
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_level(level),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$7  = { 1'h0, start_opcode[6:0], 8'h00, start_tag, timestamp };
+    if (rst) begin
+      \$7  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$8  = { 1'h1, end_opcode[6:0], end_status, end_tag, timestamp };
+    if (rst) begin
+      \$8  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$9  = \$3 ;
+    if (rst) begin
+      \$9  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$10  = \$6 ;
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$11  = held_valid;
+    if (held_valid) begin
+      \$11  = 1'h0;
+    end else if (start_valid) begin
+      \$11  = end_valid;
+    end
+    if (clear) begin
+      \$11  = 1'h0;
+    end
+    if (rst) begin
+      \$11  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    \$12  = held;
+    if (held_valid) begin
+    end else if (start_valid) begin
+      \$12  = \end ;
+    end
+    if (rst) begin
+      \$12  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    w_data = 64'h0000000000000000;
+    if (held_valid) begin
+      w_data = held;
+    end else if (start_valid) begin
+      w_data = start;
+    end else if (end_valid) begin
+      w_data = \end ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
+    w_en = 1'h0;
+    if (held_valid) begin
+      w_en = 1'h1;
+    end else if (start_valid) begin
+      w_en = 1'h1;
+    end else if (end_valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign count = { 23'h000000, level };
+  assign pop = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_soc.trace1.fifo (rst, clear, r_en, w_level, r_data, w_port__data, w_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$82  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [8:0] \$11 ;
@@ -56795,6 +57457,8 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
+  input clear;
+  wire clear;
   input clk;
   wire clk;
   (* init = 8'h00 *)
@@ -56816,8 +57480,6 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
   reg r_rdy = 1'h0;
   input rst;
   wire rst;
-  input trace1_clear;
-  wire trace1_clear;
   wire [63:0] w_data;
   input w_en;
   wire w_en;
@@ -56886,12 +57548,12 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$30  = 8'h00;
     end
     if (rst) begin
@@ -56899,12 +57561,12 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$31  = 8'h00;
     end
     if (rst) begin
@@ -56912,7 +57574,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [7:0];
@@ -56920,7 +57582,7 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     if (\$25 ) begin
       \$32  = \$26 [7:0];
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$32  = 8'h00;
     end
     if (rst) begin
@@ -56928,14 +57590,14 @@ module \dx1_soc.trace1 (rst, trace1_clear, r_en, w_level, r_data, w_port__data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$82 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
     end else if (r_en) begin
       \$33  = 1'h0;
     end
-    if (trace1_clear) begin
+    if (clear) begin
       \$33  = 1'h0;
     end
     if (rst) begin
