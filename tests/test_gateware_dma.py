@@ -112,7 +112,7 @@ def test_row_walker_visits_rows_then_columns() -> None:
     _run(dut, bench)
 
 
-def test_read_engine_keeps_at_most_max_reads_bursts_open_and_counts_bytes() -> None:
+def test_read_engine_limits_open_bursts_and_counts_bytes() -> None:
     """Eight single-beat reads: before any is answered, MAX_READS bursts are open and one more waits in the
     address register (it was loaded while fewer were open); hold stops new ones; every beat counts 8 bytes
     and done rises once all are answered."""

@@ -42,12 +42,13 @@ class Dma(wiring.Component):
     to its end so that the bus protocol stays correct.
 
     Device memory is reached through ``axi`` with 64-bit INCR bursts of at most
-    256 beats that never cross a 4 KiB page; up to four read bursts are in
-    flight, and write beats stream back to back.  Once a write burst's address
+    256 beats that never cross a 4 KiB page; a read burst is issued only while
+    fewer than four are open (so up to five are in flight), and write beats
+    stream back to back.  Once a write burst's address
     is out, its data never waits for the bus: a STORE's comes from the tile
     core, and a COPY sends a write burst (at most :data:`~.params.COPY_BURST` beats)
     only when all its data has been read into the data FIFO.  A memory that
-    serves a write burst from its address to its last beat (:class:`~.memory.AxiMemory`)
+    serves a write burst from its address to its last beat (:class:`~dx1_bringup.gateware.memory.AxiMemory`)
     therefore never waits on this DMA's reads, and two COPYs sharing one
     memory cannot deadlock.  Every AXI output comes from a
     register or a FIFO, so no ready reaches a valid combinationally.  One ID (0)
