@@ -192,24 +192,26 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .acc_wr__tvalid(acc_wr__tvalid),
     .axi__araddr(axi__araddr),
     .axi__arlen(axi__arlen),
-    .axi__arready(axi__arready),
     .axi__arvalid(axi__arvalid),
     .axi__awaddr(axi__awaddr),
     .axi__awlen(axi__awlen),
-    .axi__awready(axi__awready),
     .axi__awvalid(axi__awvalid),
-    .axi__bresp(axi__bresp),
-    .axi__bvalid(axi__bvalid),
-    .axi__rdata(axi__rdata),
-    .axi__rlast(axi__rlast),
     .axi__rready(axi__rready),
-    .axi__rresp(axi__rresp),
-    .axi__rvalid(axi__rvalid),
     .axi__wdata(axi__wdata),
     .axi__wlast(axi__wlast),
-    .axi__wready(axi__wready),
     .axi__wstrb(axi__wstrb),
     .axi__wvalid(axi__wvalid),
+    .bus__arready(axi__arready),
+    .bus__awready(axi__awready),
+    .bus__bid(axi__bid),
+    .bus__bresp(axi__bresp),
+    .bus__bvalid(axi__bvalid),
+    .bus__rdata(axi__rdata),
+    .bus__rid(axi__rid),
+    .bus__rlast(axi__rlast),
+    .bus__rresp(axi__rresp),
+    .bus__rvalid(axi__rvalid),
+    .bus__wready(axi__wready),
     .busy(dma_busy),
     .bytes_read(dma_bytes_read),
     .bytes_written(dma_bytes_written),
@@ -220,6 +222,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tdata(dma_done__tdata),
     .done__tready(dma_done__tready),
     .done__tvalid(dma_done__tvalid),
+    .\port$1515$0 (\$1 ),
+    .\port$1517$0 (\$2 ),
     .rst(rst),
     .spm_rreq__tdata(spm_rreq__tdata),
     .spm_rreq__tready(spm_rreq__tready),
@@ -228,9 +232,7 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .spm_rresp__tready(spm_rresp__tready),
     .spm_rresp__tvalid(spm_rresp__tvalid),
     .spm_wr__tready(spm_wr__tready),
-    .spm_wr__tvalid(spm_wr__tvalid),
-    .wr_addr(\$2 ),
-    .wr_data(\$1 )
+    .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_dma_tile.tile  tile (
     .acc_rreq__tready(acc_rreq__tready),
@@ -246,8 +248,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .cmd__tvalid(tile_cmd__tvalid),
     .done__tdata(tile_done__tdata),
     .done__tvalid(tile_done__tvalid),
-    .\port$1478$0 (\$1 ),
-    .\port$1480$0 (\$2 ),
+    .\port$1515$0 (\$1 ),
+    .\port$1517$0 (\$2 ),
     .r_en(tile_done__tready),
     .\r_en$122 (spm_rresp__tready),
     .\r_en$135 (acc_rresp__tready),
@@ -336,369 +338,180 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, axi__rdata, axi__rresp, axi__rlast, axi__rvalid, cmd__tdata, cmd__tvalid, done__tready, clk, rst, cmd__tready, busy, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid
-, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, axi__rready, done__tvalid, axi__wdata, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, axi__arvalid, axi__araddr, axi__arlen, bytes_read, axi__awvalid, axi__awaddr, axi__awlen
-, bytes_written, wr_data, wr_addr, spm_rreq__tdata, done__tdata, axi__awready);
+module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__arready, bus__rid, bus__rdata, bus__rresp, bus__rlast, bus__rvalid, cmd__tdata, cmd__tvalid, done__tready, clk, rst, cmd__tready, busy, axi__rready, done__tvalid, axi__wdata, axi__wvalid
+, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$1515$0 , \port$1517$0 , spm_rreq__tdata, bus__awready);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire [18:0] \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire [9:0] \$105 ;
-  wire [11:0] \$106 ;
-  wire [32:0] \$107 ;
-  wire [30:0] \$108 ;
-  wire \$109 ;
-  wire \$11 ;
-  wire \$110 ;
-  wire [32:0] \$111 ;
-  wire [32:0] \$112 ;
-  wire [16:0] \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire [31:0] \$117 ;
-  wire [31:0] \$118 ;
-  wire [31:0] \$119 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
   wire \$12 ;
-  wire [31:0] \$120 ;
-  wire [31:0] \$121 ;
-  wire [31:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [15:0] \$124 ;
-  wire [3:0] \$125 ;
-  wire \$126 ;
-  wire [4:0] \$127 ;
-  wire [32:0] \$128 ;
-  wire \$129 ;
   wire \$13 ;
-  wire [9:0] \$130 ;
-  wire [11:0] \$131 ;
-  wire [32:0] \$132 ;
-  wire [30:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire [32:0] \$137 ;
-  wire [16:0] \$138 ;
-  wire \$139 ;
   wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire [31:0] \$143 ;
-  wire [31:0] \$144 ;
-  wire [31:0] \$145 ;
-  wire [31:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [31:0] \$148 ;
-  wire [15:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [6:0] \$151 ;
-  wire \$152 ;
-  wire [8:0] \$153 ;
-  wire [9:0] \$154 ;
-  wire [16:0] \$155 ;
-  wire [17:0] \$156 ;
-  wire \$157 ;
-  wire \$158 ;
-  wire [8:0] \$159 ;
   wire \$16 ;
-  wire \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire \$168 ;
-  wire [16:0] \$169 ;
-  wire [10:0] \$17 ;
-  wire \$170 ;
-  wire [16:0] \$171 ;
-  wire [16:0] \$172 ;
-  wire [16:0] \$173 ;
-  wire [16:0] \$174 ;
-  wire [16:0] \$175 ;
-  wire [2:0] \$176 ;
-  wire \$177 ;
-  wire \$178 ;
-  wire \$179 ;
-  wire [8:0] \$18 ;
-  wire \$180 ;
-  wire [16:0] \$181 ;
-  wire \$182 ;
-  wire [16:0] \$183 ;
-  wire [16:0] \$184 ;
-  wire [16:0] \$185 ;
-  wire [16:0] \$186 ;
-  wire [16:0] \$187 ;
-  wire [255:0] \$188 ;
-  wire [3:0] \$189 ;
+  wire \$17 ;
+  wire \$18 ;
   wire \$19 ;
-  wire \$190 ;
-  wire [2:0] \$191 ;
-  wire \$192 ;
-  wire \$193 ;
-  wire \$194 ;
-  wire \$195 ;
-  wire [3:0] \$196 ;
-  wire \$197 ;
-  wire \$198 ;
-  reg [1:0] \$199 ;
   wire [16:0] \$2 ;
-  wire [8:0] \$20 ;
-  reg \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg \$203 ;
-  reg [15:0] \$204 ;
-  reg [15:0] \$205 ;
-  reg [15:0] \$206 ;
-  reg [15:0] \$207 ;
-  reg \$208 ;
-  reg \$209 ;
-  wire [29:0] \$21 ;
-  reg \$210 ;
-  reg [31:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [31:0] \$213 ;
-  reg [29:0] \$214 ;
-  reg \$215 ;
-  reg [31:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg [31:0] \$218 ;
-  reg [29:0] \$219 ;
+  wire \$20 ;
+  wire \$21 ;
   wire \$22 ;
-  reg [2:0] \$220 ;
-  reg [31:0] \$221 ;
-  reg \$222 ;
-  reg [31:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [31:0] \$225 ;
-  reg [29:0] \$226 ;
-  reg \$227 ;
-  reg [31:0] \$228 ;
-  reg [15:0] \$229 ;
-  wire [9:0] \$23 ;
-  reg [31:0] \$230 ;
-  reg [29:0] \$231 ;
-  reg [5:0] \$232 ;
-  reg [15:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [31:0] \$235 ;
-  reg \$236 ;
-  reg [7:0] \$237 ;
-  reg \$238 ;
-  reg [1:0] \$239 ;
+  wire \$23 ;
   wire \$24 ;
-  reg [255:0] \$240 ;
-  reg [15:0] \$241 ;
-  reg [15:0] \$242 ;
-  reg [15:0] \$243 ;
-  reg [15:0] \$244 ;
-  reg [15:0] \$245 ;
-  reg \$246 ;
-  reg [255:0] \$247 ;
-  reg \$248 ;
-  reg [15:0] \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg [15:0] \$251 ;
-  reg [15:0] \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg [255:0] \$255 ;
-  reg [2:0] \$256 ;
-  reg [7:0] \$257 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire \$29 ;
+  wire [3:0] \$29 ;
   wire [18:0] \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire \$32 ;
-  wire \$33 ;
-  wire [9:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire [10:0] \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire [16:0] \$43 ;
-  wire \$44 ;
-  wire [16:0] \$45 ;
-  wire \$46 ;
-  wire [1:0] \$47 ;
-  wire \$48 ;
-  wire \$49 ;
+  reg [1:0] \$32 ;
+  reg \$33 ;
+  reg \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [15:0] \$37 ;
+  reg [15:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg [15:0] \$40 ;
+  reg \$41 ;
+  reg \$42 ;
+  reg [7:0] \$43 ;
+  wire [255:0] \$44 ;
+  wire [15:0] \$45 ;
   wire \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire \$53 ;
-  wire \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire [16:0] \$57 ;
-  wire \$58 ;
-  wire [16:0] \$59 ;
-  wire [29:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire \$73 ;
-  wire \$74 ;
-  wire \$75 ;
-  wire \$76 ;
-  wire \$77 ;
-  wire \$78 ;
-  wire \$79 ;
-  wire [9:0] \$8 ;
-  wire \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire \$88 ;
-  wire \$89 ;
+  wire [31:0] \$6 ;
+  wire [31:0] \$7 ;
+  wire \$8 ;
   wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
-  reg [1:0] a_cnt = 2'h0;
-  wire a_last;
   wire abort;
+  wire \abort$74 ;
+  wire \abort$81 ;
   reg acc = 1'h0;
-  (* init = 16'h0000 *)
+  (* init = 1'h0 *)
+  wire \acc$105 ;
+  (* init = 1'h0 *)
+  wire \acc$116 ;
   wire [15:0] acc_rreq__tdata;
+  wire [15:0] \acc_rreq__tdata$148 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
+  wire \acc_rreq__tready$150 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
+  wire \acc_rreq__tvalid$152 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
+  wire [255:0] \acc_rresp__tdata$160 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
+  wire \acc_rresp__tready$162 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
+  wire \acc_rresp__tvalid$164 ;
   wire [271:0] acc_wr__tdata;
+  wire [271:0] \acc_wr__tdata$136 ;
   input acc_wr__tready;
   wire acc_wr__tready;
+  wire \acc_wr__tready$138 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  reg ar_active = 1'h0;
-  reg [31:0] ar_addr = 32'd0;
-  wire [8:0] ar_beats;
-  wire [8:0] ar_capped;
-  wire ar_hs;
-  wire ar_issue;
-  reg [31:0] ar_seg_base = 32'd0;
-  reg [29:0] ar_seg_beats = 30'h00000000;
-  reg [29:0] ar_seg_left = 30'h00000000;
-  reg [15:0] ar_segs_left = 16'h0000;
-  reg [31:0] ar_stride = 32'd0;
-  wire [9:0] ar_to_page;
-  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [255:0] assembled;
-  reg aw_active = 1'h0;
-  reg [31:0] aw_addr = 32'd0;
-  wire aw_allow;
-  wire [8:0] aw_beats;
-  wire [8:0] aw_capped;
-  wire aw_hs;
-  wire aw_issue;
-  reg [31:0] aw_seg_base = 32'd0;
-  reg [29:0] aw_seg_beats = 30'h00000000;
-  reg [29:0] aw_seg_left = 30'h00000000;
-  reg [15:0] aw_segs_left = 16'h0000;
-  reg [31:0] aw_stride = 32'd0;
-  wire [9:0] aw_to_page;
+  wire \acc_wr__tvalid$140 ;
   output [31:0] axi__araddr;
-  reg [31:0] axi__araddr = 32'd0;
+  wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
   wire [3:0] axi__arid;
   output [7:0] axi__arlen;
-  reg [7:0] axi__arlen = 8'h00;
-  input axi__arready;
+  wire [7:0] axi__arlen;
   wire axi__arready;
   wire [2:0] axi__arsize;
   output axi__arvalid;
-  reg axi__arvalid = 1'h0;
+  wire axi__arvalid;
   output [31:0] axi__awaddr;
-  reg [31:0] axi__awaddr = 32'd0;
+  wire [31:0] axi__awaddr;
   wire [1:0] axi__awburst;
   wire [3:0] axi__awid;
   output [7:0] axi__awlen;
-  reg [7:0] axi__awlen = 8'h00;
-  input axi__awready;
+  wire [7:0] axi__awlen;
   wire axi__awready;
   wire [2:0] axi__awsize;
   output axi__awvalid;
-  reg axi__awvalid = 1'h0;
+  wire axi__awvalid;
+  wire [3:0] axi__bid;
   wire axi__bready;
-  input [1:0] axi__bresp;
   wire [1:0] axi__bresp;
-  input axi__bvalid;
   wire axi__bvalid;
-  input [63:0] axi__rdata;
   wire [63:0] axi__rdata;
-  input axi__rlast;
+  wire [3:0] axi__rid;
   wire axi__rlast;
   output axi__rready;
   wire axi__rready;
-  input [1:0] axi__rresp;
   wire [1:0] axi__rresp;
-  input axi__rvalid;
   wire axi__rvalid;
   output [63:0] axi__wdata;
   wire [63:0] axi__wdata;
   output axi__wlast;
   wire axi__wlast;
-  input axi__wready;
   wire axi__wready;
   output [7:0] axi__wstrb;
   wire [7:0] axi__wstrb;
   output axi__wvalid;
   wire axi__wvalid;
-  wire b_hs;
+  wire [31:0] base;
+  wire [31:0] \base$76 ;
+  wire beat;
+  wire [63:0] \beat$169 ;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  wire [7:0] bus__arlen;
+  input bus__arready;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  wire bus__arvalid;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  wire [7:0] bus__awlen;
+  input bus__awready;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  wire bus__awvalid;
+  input [3:0] bus__bid;
+  wire [3:0] bus__bid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  input [63:0] bus__rdata;
+  wire [63:0] bus__rdata;
+  input [3:0] bus__rid;
+  wire [3:0] bus__rid;
+  input bus__rlast;
+  wire bus__rlast;
+  wire bus__rready;
+  input [1:0] bus__rresp;
+  wire [1:0] bus__rresp;
+  input bus__rvalid;
+  wire bus__rvalid;
+  wire [63:0] bus__wdata;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  wire [7:0] bus__wstrb;
+  wire bus__wvalid;
   output busy;
   wire busy;
   output [31:0] bytes_read;
-  reg [31:0] bytes_read = 32'd0;
+  wire [31:0] bytes_read;
+  wire [31:0] \bytes_read$99 ;
   output [31:0] bytes_written;
-  reg [31:0] bytes_written = 32'd0;
+  wire [31:0] bytes_written;
+  wire [31:0] \bytes_written$101 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -708,1364 +521,566 @@ module \dx1_dma_tile.dma (axi__wready, axi__bresp, axi__bvalid, axi__arready, ax
   input cmd__tvalid;
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$113 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \col_stride$120 ;
   reg [15:0] cols = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$109 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \cols$118 ;
+  wire copy_beat;
+  wire done;
+  wire \done$174 ;
+  wire \done$175 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
   wire done__tready;
   output done__tvalid;
   wire done__tvalid;
+  wire error;
+  wire [63:0] fifo_data;
+  wire [63:0] \fifo_data$123 ;
+  wire fifo_err;
+  wire \fifo_err$124 ;
+  wire fifo_ready;
+  wire \fifo_ready$125 ;
+  wire \fifo_ready$128 ;
+  wire fifo_take;
+  wire \fifo_take$167 ;
   wire finished;
   wire hold;
+  wire \hold$72 ;
+  wire \hold$80 ;
   reg is_copy = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_copy$86 ;
   reg is_load = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_load$88 ;
   reg is_store = 1'h0;
-  reg [15:0] ldw_addr = 16'h0000;
-  reg [15:0] ldw_base = 16'h0000;
-  reg [15:0] ldw_c = 16'h0000;
-  wire ldw_last;
-  reg [15:0] ldw_r = 16'h0000;
-  reg lw_done = 1'h0;
+  (* init = 1'h0 *)
+  wire \is_store$127 ;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  wire pop;
+  output [255:0] \port$1515$0 ;
+  wire [255:0] \port$1515$0 ;
+  output [15:0] \port$1517$0 ;
+  wire [15:0] \port$1517$0 ;
+  wire push;
   wire quiet;
+  wire \quiet$178 ;
+  wire \quiet$179 ;
   wire [64:0] r_data;
-  wire [7:0] \r_data$145 ;
-  reg r_en;
-  reg \r_en$64 ;
-  wire r_hs;
+  wire r_en;
   wire r_rdy;
-  wire \r_rdy$120 ;
   reg rd_err = 1'h0;
-  wire reads_done;
-  reg [2:0] reads_out = 3'h0;
-  wire [255:0] resp_data;
-  wire resp_valid;
+  (* init = 1'h0 *)
+  wire \rd_err$122 ;
+  (* init = 1'h0 *)
+  wire \rd_err$92 ;
+  wire read_error;
+  wire \read_error$184 ;
+  wire request;
   reg [15:0] row_stride = 16'h0000;
-  reg [15:0] rows = 16'h0000;
-  reg rq_active = 1'h0;
   (* init = 16'h0000 *)
-  wire [15:0] rq_addr;
-  wire rq_ready;
-  reg rq_valid = 1'h0;
-  reg [15:0] rqw_addr = 16'h0000;
-  reg [15:0] rqw_base = 16'h0000;
-  reg [15:0] rqw_c = 16'h0000;
-  wire rqw_last;
-  reg [15:0] rqw_r = 16'h0000;
+  wire [15:0] \row_stride$111 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \row_stride$119 ;
+  reg [15:0] rows = 16'h0000;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$107 ;
+  (* init = 16'h0000 *)
+  wire [15:0] \rows$117 ;
   input rst;
   wire rst;
-  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  reg [2:0] sp_cnt = 3'h0;
-  wire sp_push;
-  wire sp_take;
+  wire run;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$79 ;
+  wire [15:0] segments;
+  wire [15:0] \segments$78 ;
   output [15:0] spm_rreq__tdata;
-  reg [15:0] spm_rreq__tdata = 16'h0000;
+  wire [15:0] spm_rreq__tdata;
+  wire [15:0] \spm_rreq__tdata$142 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
+  wire \spm_rreq__tready$144 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
+  wire \spm_rreq__tvalid$146 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
+  wire [63:0] \spm_rresp__tdata$154 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
+  wire \spm_rresp__tready$156 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
+  wire \spm_rresp__tvalid$158 ;
   wire [79:0] spm_wr__tdata;
+  wire [79:0] \spm_wr__tdata$130 ;
   input spm_wr__tready;
   wire spm_wr__tready;
+  wire \spm_wr__tready$132 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
+  wire \spm_wr__tvalid$134 ;
   wire start;
+  wire \start$102 ;
+  wire \start$114 ;
+  wire \start$66 ;
+  wire \start$75 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
-  reg [5:0] unclaimed = 6'h00;
-  wire w_bad;
-  reg [7:0] w_cnt = 8'h00;
-  reg w_cur = 1'h0;
-  wire [7:0] w_data;
-  reg [64:0] \w_data$112 ;
-  wire w_en;
-  reg \w_en$114 ;
-  wire w_hs;
-  reg [7:0] w_len = 8'h00;
+  wire [31:0] stride;
+  wire [31:0] \stride$77 ;
+  wire take;
+  reg [64:0] w_data;
+  reg w_en;
   wire w_rdy;
-  wire \w_rdy$107 ;
-  output [15:0] wr_addr;
-  reg [15:0] wr_addr = 16'h0000;
-  output [255:0] wr_data;
-  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   reg wr_err = 1'h0;
-  wire wr_ready;
-  reg wr_valid = 1'h0;
-  wire writes_done;
-  reg [15:0] writes_out = 16'h0000;
+  always @(posedge clk)
+    is_load <= \$33 ;
+  always @(posedge clk)
+    is_store <= \$34 ;
+  always @(posedge clk)
+    is_copy <= \$35 ;
+  always @(posedge clk)
+    acc <= \$36 ;
+  always @(posedge clk)
+    rows <= \$37 ;
+  always @(posedge clk)
+    cols <= \$38 ;
+  always @(posedge clk)
+    row_stride <= \$39 ;
+  always @(posedge clk)
+    col_stride <= \$40 ;
+  always @(posedge clk)
+    rd_err <= \$41 ;
+  always @(posedge clk)
+    wr_err <= \$42 ;
+  always @(posedge clk)
+    done__tdata <= \$43 ;
   assign cmd__tready = ! state;
   assign start = cmd__tvalid & cmd__tready;
   assign busy = | state;
   assign start_copy = cmd__tdata[7:0] == 4'h8;
   assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = 10'h200 - ar_addr[11:3];
-  assign \$5  = ar_seg_left < 9'h100;
-  assign \$6  = \$5  ? ar_seg_left : 30'h00000100;
-  assign \$7  = \$4 [9:0] < \$6 [8:0];
-  assign \$8  = \$7  ? \$4 [9:0] : { 1'h0, \$6 [8:0] };
-  assign \$9  = ~ axi__arvalid;
-  assign \$10  = \$9  | axi__arready;
-  assign \$11  = ar_active & \$10 ;
-  assign \$12  = reads_out < 3'h4;
-  assign ar_issue = \$11  & \$16 ;
-  assign ar_hs = axi__arvalid & axi__arready;
-  assign r_hs = axi__rvalid & axi__rready;
-  assign \$17  = 10'h200 - aw_addr[11:3];
-  assign \$18  = is_copy ? 9'h010 : 9'h100;
-  assign \$19  = aw_seg_left < \$18 ;
-  assign \$20  = is_copy ? 9'h010 : 9'h100;
-  assign \$21  = \$19  ? aw_seg_left : { 21'h000000, \$20  };
-  assign \$22  = \$17 [9:0] < \$21 [8:0];
-  assign \$23  = \$22  ? \$17 [9:0] : { 1'h0, \$21 [8:0] };
-  assign \$24  = ~ axi__awvalid;
-  assign \$25  = \$24  | axi__awready;
-  assign \$26  = aw_active & \$25 ;
-  assign aw_issue = \$26  & \$30 ;
-  assign \$31  = ~ is_copy;
-  assign \$32  = unclaimed >= \$23 [8:0];
-  assign \$33  = \$31  | \$32 ;
-  assign aw_allow = w_rdy & \$33 ;
-  assign \$34  = \$23 [8:0] - 1'h1;
-  assign aw_hs = axi__awvalid & axi__awready;
-  assign \$36  = w_cur & \$35 ;
-  assign \$37  = ~ is_load;
-  assign axi__wvalid = \$36  & \$37 ;
-  assign \$38  = r_data[64] | rd_err;
-  assign axi__wstrb = w_bad ? 8'h00 : 8'hff;
-  assign axi__wlast = w_cnt == w_len;
-  assign w_hs = axi__wvalid & axi__wready;
-  assign \$39  = ~ w_cur;
-  assign \$40  = w_hs & axi__wlast;
-  assign \$41  = \$39  | \$40 ;
-  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
-  assign \$42  = ~ acc;
-  assign spm_wr__tvalid = wr_valid & \$42 ;
-  assign acc_wr__tvalid = wr_valid & acc;
-  assign \$43  = ldw_r + 1'h1;
-  assign \$44  = \$43  == rows;
-  assign \$45  = ldw_c + 1'h1;
-  assign \$46  = \$45  == cols;
-  assign ldw_last = \$44  & \$46 ;
-  assign \$47  = acc ? 2'h3 : 2'h0;
-  assign a_last = a_cnt == \$47 ;
-  assign \$48  = state == 1'h1;
-  assign \$49  = \$48  & is_load;
-  assign \$50  = ~ lw_done;
-  assign \$51  = \$49  & \$50 ;
-  assign \$52  = \$51  & r_rdy;
-  assign \$53  = ~ a_last;
-  assign \$54  = ~ wr_valid;
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = \$55  | wr_ready;
-  assign pop = \$52  & \$56 ;
-  assign \$57  = rqw_r + 1'h1;
-  assign \$58  = \$57  == rows;
-  assign \$59  = rqw_c + 1'h1;
-  assign \$60  = \$59  == cols;
-  assign rqw_last = \$58  & \$60 ;
-  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
-  assign \$61  = ~ acc;
-  assign spm_rreq__tvalid = rq_valid & \$61 ;
-  assign acc_rreq__tvalid = rq_valid & acc;
-  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
-  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
-  assign \$62  = | sp_cnt;
-  assign sp_push = \$62  & \w_rdy$107 ;
-  assign \$63  = ! sp_cnt;
-  assign \$64  = sp_cnt == 1'h1;
-  assign \$65  = \$64  & sp_push;
-  assign \$66  = \$63  | \$65 ;
-  assign sp_take = is_store & \$66 ;
-  assign acc_rresp__tready = sp_take & acc;
-  assign \$67  = ~ acc;
-  assign spm_rresp__tready = sp_take & \$67 ;
-  assign \$68  = ~ is_store;
-  assign \$69  = \w_rdy$107  & \$68 ;
-  assign \$72  = | axi__rresp;
-  assign \$75  = ~ ar_active;
-  assign \$76  = ~ axi__arvalid;
-  assign \$77  = \$75  & \$76 ;
-  assign \$78  = ! reads_out;
-  assign reads_done = \$77  & \$78 ;
-  assign \$79  = ~ aw_active;
-  assign \$80  = ~ axi__awvalid;
-  assign \$81  = \$79  & \$80 ;
-  assign \$82  = ! writes_out;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = ~ w_cur;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = ~ \r_rdy$120 ;
-  assign writes_done = \$85  & \$86 ;
-  assign \$87  = ~ wr_valid;
-  assign \$88  = lw_done & \$87 ;
-  assign \$89  = \$88  & reads_done;
-  assign \$90  = writes_done & reads_done;
-  assign finished = is_load ? \$89  : \$90 ;
+  assign \$4  = cmd__tdata[7:0] == 1'h1;
+  assign \$5  = \$4  | start_copy;
+  assign \start$66  = start & \$5 ;
+  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
+  assign \$8  = cmd__tdata[7:0] == 2'h2;
+  assign \$9  = \$8  | start_copy;
+  assign \start$75  = start & \$9 ;
+  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
+  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
+  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
+  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
+  assign \$12  = ~ is_store;
+  assign \$13  = w_rdy & \$12 ;
+  assign \$14  = state == 1'h1;
+  assign run = \$14  & is_load;
+  assign request = cmd__tdata[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$167 ;
+  assign \$17  = | bus__rresp;
+  assign \$20  = \done$175  & \done$174 ;
+  assign \$21  = done & \done$174 ;
+  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign \$91  = ~ axi__arvalid;
-  assign \$92  = ! reads_out;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = ~ axi__awvalid;
-  assign \$95  = \$93  & \$94 ;
-  assign \$96  = ! writes_out;
-  assign \$97  = \$95  & \$96 ;
-  assign \$98  = ~ w_cur;
-  assign \$99  = \$97  & \$98 ;
-  assign \$100  = ~ \r_rdy$120 ;
-  assign quiet = \$99  & \$100 ;
-  assign \$101  = cmd__tdata[7:0] == 1'h1;
-  assign \$102  = cmd__tdata[7:0] == 2'h2;
-  assign \$103  = cmd__tdata[7:0] == 4'h8;
-  assign \$104  = axi__arvalid & axi__arready;
-  assign \$105  = \$8 [8:0] - 1'h1;
-  assign \$107  = ar_addr + \$106 ;
-  assign \$108  = ar_seg_left - \$8 [8:0];
-  assign \$109  = ar_seg_left == \$8 [8:0];
-  assign \$110  = ar_segs_left == 1'h1;
-  assign \$111  = ar_seg_base + ar_stride;
-  assign \$112  = ar_seg_base + ar_stride;
-  assign \$113  = ar_segs_left - 1'h1;
-  assign \$114  = cmd__tdata[7:0] == 1'h1;
-  assign \$115  = \$114  | start_copy;
-  assign \$116  = start & \$115 ;
-  assign \$119  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$121  = start_copy ? \$120  : { 13'h0000, \$3  };
-  assign \$123  = start_copy ? \$122  : { 13'h0000, \$3  };
-  assign \$124  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$125  = reads_out + ar_hs;
-  assign \$126  = r_hs & axi__rlast;
-  assign \$127  = \$125  - \$126 ;
-  assign \$128  = bytes_read + 4'h8;
-  assign \$129  = axi__awvalid & axi__awready;
-  assign \$130  = \$23 [8:0] - 1'h1;
-  assign \$132  = aw_addr + \$131 ;
-  assign \$133  = aw_seg_left - \$23 [8:0];
-  assign \$134  = aw_seg_left == \$23 [8:0];
-  assign \$135  = aw_segs_left == 1'h1;
-  assign \$136  = aw_seg_base + aw_stride;
-  assign \$137  = aw_seg_base + aw_stride;
-  assign \$138  = aw_segs_left - 1'h1;
-  assign \$139  = cmd__tdata[7:0] == 2'h2;
-  assign \$140  = \$139  | start_copy;
-  assign \$141  = start & \$140 ;
-  assign \$142  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$143  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \$144  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \$146  = start_copy ? \$145  : { 13'h0000, \$3  };
-  assign \$148  = start_copy ? \$147  : { 13'h0000, \$3  };
-  assign \$149  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$150  = is_copy & r_hs;
-  assign \$151  = unclaimed + \$150 ;
-  assign \$152  = is_copy & aw_issue;
-  assign \$153  = \$152  ? \$23 [8:0] : 9'h000;
-  assign \$154  = \$151  - \$153 ;
-  assign \$155  = writes_out + aw_hs;
-  assign \$156  = \$155  - b_hs;
-  assign \$157  = | axi__bresp;
-  assign \$158  = b_hs & \$157 ;
-  assign \$159  = w_cnt + 1'h1;
-  assign \$160  = ~ w_bad;
-  assign \$161  = bytes_written + 4'h8;
-  assign \$162  = ~ w_cur;
-  assign \$163  = w_hs & axi__wlast;
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = wr_valid & wr_ready;
-  assign \$166  = ~ r_data[64];
-  assign \$167  = ~ rd_err;
-  assign \$168  = \$166  & \$167 ;
-  assign \$169  = ldw_c + 1'h1;
-  assign \$170  = \$169  == cols;
-  assign \$171  = ldw_r + 1'h1;
-  assign \$172  = ldw_base + row_stride;
-  assign \$173  = ldw_base + row_stride;
-  assign \$174  = ldw_c + 1'h1;
-  assign \$175  = ldw_addr + col_stride;
-  assign \$176  = a_cnt + 1'h1;
-  assign \$177  = rq_valid & rq_ready;
-  assign \$178  = ~ rq_valid;
-  assign \$179  = \$178  | rq_ready;
-  assign \$180  = rq_active & \$179 ;
-  assign \$181  = rqw_c + 1'h1;
-  assign \$182  = \$181  == cols;
-  assign \$183  = rqw_r + 1'h1;
-  assign \$184  = rqw_base + row_stride;
-  assign \$185  = rqw_base + row_stride;
-  assign \$186  = rqw_c + 1'h1;
-  assign \$187  = rqw_addr + col_stride;
-  assign \$189  = sp_cnt - 1'h1;
-  assign \$190  = sp_take & resp_valid;
-  assign \$191  = acc ? 3'h4 : 3'h1;
-  assign \$192  = cmd__tdata[7:0] == 2'h2;
-  assign \$193  = state == 1'h1;
-  assign \$194  = \$193  & finished;
-  assign \$195  = rd_err | wr_err;
-  assign \$196  = \$195  ? 4'h9 : 4'h0;
-  assign \$197  = state == 2'h2;
-  assign \$198  = \$197  & done__tready;
+  assign quiet = \quiet$178  & \quiet$179 ;
+  assign \$22  = cmd__tdata[7:0] == 1'h1;
+  assign \$23  = cmd__tdata[7:0] == 2'h2;
+  assign \$24  = cmd__tdata[7:0] == 4'h8;
+  assign \$25  = read_error | \read_error$184 ;
+  assign \$26  = state == 1'h1;
+  assign \$27  = \$26  & finished;
+  assign \$28  = rd_err | wr_err;
+  assign \$29  = \$28  ? 4'h9 : 4'h0;
+  assign \$30  = state == 2'h2;
+  assign \$31  = \$30  & done__tready;
   always @(posedge clk)
-    state <= \$199 ;
-  always @(posedge clk)
-    is_load <= \$200 ;
-  always @(posedge clk)
-    is_store <= \$201 ;
-  always @(posedge clk)
-    is_copy <= \$202 ;
-  always @(posedge clk)
-    acc <= \$203 ;
-  always @(posedge clk)
-    rows <= \$204 ;
-  always @(posedge clk)
-    cols <= \$205 ;
-  always @(posedge clk)
-    row_stride <= \$206 ;
-  always @(posedge clk)
-    col_stride <= \$207 ;
-  always @(posedge clk)
-    rd_err <= \$208 ;
-  always @(posedge clk)
-    wr_err <= \$209 ;
-  always @(posedge clk)
-    axi__arvalid <= \$210 ;
-  always @(posedge clk)
-    axi__araddr <= \$211 ;
-  always @(posedge clk)
-    axi__arlen <= \$212 ;
-  always @(posedge clk)
-    ar_addr <= \$213 ;
-  always @(posedge clk)
-    ar_seg_left <= \$214 ;
-  always @(posedge clk)
-    ar_active <= \$215 ;
-  always @(posedge clk)
-    ar_seg_base <= \$216 ;
-  always @(posedge clk)
-    ar_segs_left <= \$217 ;
-  always @(posedge clk)
-    ar_stride <= \$218 ;
-  always @(posedge clk)
-    ar_seg_beats <= \$219 ;
-  always @(posedge clk)
-    reads_out <= \$220 ;
-  always @(posedge clk)
-    bytes_read <= \$221 ;
-  always @(posedge clk)
-    axi__awvalid <= \$222 ;
-  always @(posedge clk)
-    axi__awaddr <= \$223 ;
-  always @(posedge clk)
-    axi__awlen <= \$224 ;
-  always @(posedge clk)
-    aw_addr <= \$225 ;
-  always @(posedge clk)
-    aw_seg_left <= \$226 ;
-  always @(posedge clk)
-    aw_active <= \$227 ;
-  always @(posedge clk)
-    aw_seg_base <= \$228 ;
-  always @(posedge clk)
-    aw_segs_left <= \$229 ;
-  always @(posedge clk)
-    aw_stride <= \$230 ;
-  always @(posedge clk)
-    aw_seg_beats <= \$231 ;
-  always @(posedge clk)
-    unclaimed <= \$232 ;
-  always @(posedge clk)
-    writes_out <= \$233 ;
-  always @(posedge clk)
-    w_cnt <= \$234 ;
-  always @(posedge clk)
-    bytes_written <= \$235 ;
-  always @(posedge clk)
-    w_cur <= \$236 ;
-  always @(posedge clk)
-    w_len <= \$237 ;
-  always @(posedge clk)
-    wr_valid <= \$238 ;
-  always @(posedge clk)
-    a_cnt <= \$239 ;
-  always @(posedge clk)
-    wr_data <= \$240 ;
-  always @(posedge clk)
-    wr_addr <= \$241 ;
-  always @(posedge clk)
-    ldw_c <= \$242 ;
-  always @(posedge clk)
-    ldw_r <= \$243 ;
-  always @(posedge clk)
-    ldw_base <= \$244 ;
-  always @(posedge clk)
-    ldw_addr <= \$245 ;
-  always @(posedge clk)
-    lw_done <= \$246 ;
-  always @(posedge clk)
-    asm <= \$247 ;
-  always @(posedge clk)
-    rq_valid <= \$248 ;
-  always @(posedge clk)
-    spm_rreq__tdata <= \$249 ;
-  always @(posedge clk)
-    rqw_c <= \$250 ;
-  always @(posedge clk)
-    rqw_r <= \$251 ;
-  always @(posedge clk)
-    rqw_base <= \$252 ;
-  always @(posedge clk)
-    rqw_addr <= \$253 ;
-  always @(posedge clk)
-    rq_active <= \$254 ;
-  always @(posedge clk)
-    sp_buf <= \$255 ;
-  always @(posedge clk)
-    sp_cnt <= \$256 ;
-  always @(posedge clk)
-    done__tdata <= \$257 ;
+    state <= \$32 ;
   \dx1_dma_tile.dma.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
     .r_en(r_en),
-    .r_rdy(r_rdy),
+    .r_rdy(fifo_ready),
     .rst(rst),
-    .w_en(\w_en$114 ),
-    .w_port__data(\w_data$112 ),
-    .w_rdy(\w_rdy$107 )
-  );
-  \dx1_dma_tile.dma.wlen_fifo  wlen_fifo (
-    .clk(clk),
-    .r_data(\r_data$145 ),
-    .r_en(\r_en$64 ),
-    .r_rdy(\r_rdy$120 ),
-    .rst(rst),
-    .w_en(aw_issue),
-    .w_port__data(\$34 [7:0]),
+    .w_en(w_en),
+    .w_port__data(w_data),
     .w_rdy(w_rdy)
   );
+  \dx1_dma_tile.dma.loader  loader (
+    .acc(acc),
+    .acc_wr__tready(acc_wr__tready),
+    .acc_wr__tvalid(acc_wr__tvalid),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .done(\done$175 ),
+    .fifo_ready(fifo_ready),
+    .fifo_take(\fifo_take$167 ),
+    .local_addr(cmd__tdata[143:128]),
+    .\port$110$0 (r_data),
+    .rd_err(rd_err),
+    .read_error(\read_error$184 ),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .run(run),
+    .spm_wr__tready(spm_wr__tready),
+    .spm_wr__tvalid(spm_wr__tvalid),
+    .start(start),
+    .wr_addr(\$45 ),
+    .wr_data(\$44 )
+  );
+  \dx1_dma_tile.dma.reader  reader (
+    .base(base),
+    .beat(copy_beat),
+    .bus__araddr(axi__araddr),
+    .bus__arlen(axi__arlen),
+    .bus__arvalid(axi__arvalid),
+    .bus__rlast(bus__rlast),
+    .bus__rready(axi__rready),
+    .bus__rvalid(bus__rvalid),
+    .bytes_read(bytes_read),
+    .clk(clk),
+    .done(\done$174 ),
+    .quiet(\quiet$178 ),
+    .ready(bus__arready),
+    .rst(rst),
+    .seg_beats(\$7 [29:0]),
+    .segments(segments),
+    .start(\start$66 ),
+    .stride(stride)
+  );
+  \dx1_dma_tile.dma.storer  storer (
+    .acc(acc),
+    .acc_rreq__tready(acc_rreq__tready),
+    .acc_rreq__tvalid(acc_rreq__tvalid),
+    .acc_rresp__tdata(acc_rresp__tdata),
+    .acc_rresp__tready(acc_rresp__tready),
+    .acc_rresp__tvalid(acc_rresp__tvalid),
+    .beat(\beat$169 ),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .fifo_ready(w_rdy),
+    .is_store(is_store),
+    .local_addr(cmd__tdata[143:128]),
+    .push(push),
+    .request(request),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .spm_rreq__tdata(spm_rreq__tdata),
+    .spm_rreq__tready(spm_rreq__tready),
+    .spm_rreq__tvalid(spm_rreq__tvalid),
+    .spm_rresp__tdata(spm_rresp__tdata),
+    .spm_rresp__tready(spm_rresp__tready),
+    .spm_rresp__tvalid(spm_rresp__tvalid),
+    .start(start)
+  );
+  \dx1_dma_tile.dma.writer  writer (
+    .base(\base$76 ),
+    .bus__awaddr(axi__awaddr),
+    .bus__awlen(axi__awlen),
+    .bus__awvalid(axi__awvalid),
+    .bus__bresp(bus__bresp),
+    .bus__bvalid(bus__bvalid),
+    .bus__wlast(axi__wlast),
+    .bus__wready(bus__wready),
+    .bus__wstrb(axi__wstrb),
+    .bus__wvalid(axi__wvalid),
+    .bytes_written(bytes_written),
+    .clk(clk),
+    .copy_beat(copy_beat),
+    .done(done),
+    .error(error),
+    .fifo_ready(fifo_ready),
+    .is_copy(is_copy),
+    .is_load(is_load),
+    .\port$110$0 (r_data),
+    .quiet(\quiet$179 ),
+    .rd_err(rd_err),
+    .read_error(read_error),
+    .ready(bus__awready),
+    .rst(rst),
+    .seg_beats(\$11 [29:0]),
+    .segments(\segments$78 ),
+    .start(\start$75 ),
+    .stride(\stride$77 ),
+    .w_hs(fifo_take)
+  );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    r_en = 1'h0;
-    if (w_hs) begin
-      r_en = 1'h1;
+    \$33  = is_load;
+    if (start) begin
+      \$33  = \$22 ;
     end
-    if (pop) begin
-      r_en = 1'h1;
+    if (rst) begin
+      \$33  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$64  = 1'h0;
-    if (\$41 ) begin
-      \r_en$64  = 1'h1;
+    \$34  = is_store;
+    if (start) begin
+      \$34  = \$23 ;
+    end
+    if (rst) begin
+      \$34  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    assembled = asm;
-    (* full_case = 32'd1 *)
-    casez (a_cnt)
-      2'h0:
-          assembled[63:0] = r_data[63:0];
-      2'h1:
-          assembled[127:64] = r_data[63:0];
-      2'h2:
-          assembled[191:128] = r_data[63:0];
-      2'h3:
-          assembled[255:192] = r_data[63:0];
-    endcase
+    \$35  = is_copy;
+    if (start) begin
+      \$35  = \$24 ;
+    end
+    if (rst) begin
+      \$35  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$36  = acc;
+    if (start) begin
+      \$36  = cmd__tdata[8];
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$37  = rows;
+    if (start) begin
+      \$37  = cmd__tdata[159:144];
+    end
+    if (rst) begin
+      \$37  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$38  = cols;
+    if (start) begin
+      \$38  = cmd__tdata[175:160];
+    end
+    if (rst) begin
+      \$38  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$39  = row_stride;
+    if (start) begin
+      \$39  = cmd__tdata[191:176];
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$40  = col_stride;
+    if (start) begin
+      \$40  = cmd__tdata[207:192];
+    end
+    if (rst) begin
+      \$40  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$41  = rd_err;
+    if (start) begin
+      \$41  = 1'h0;
+    end
+    if (\$25 ) begin
+      \$41  = 1'h1;
+    end
+    if (rst) begin
+      \$41  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$42  = wr_err;
+    if (start) begin
+      \$42  = 1'h0;
+    end
+    if (error) begin
+      \$42  = 1'h1;
+    end
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$43  = done__tdata;
+    if (\$27 ) begin
+      \$43  = { 4'h0, \$29  };
+    end
+    if (rst) begin
+      \$43  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_data$112  = { 1'h0, sp_buf[63:0] };
+      w_data = { 1'h0, \beat$169  };
     end else begin
-      \w_data$112  = { \$72 , axi__rdata };
+      w_data = { \$17 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      \w_en$114  = \$71 ;
+      w_en = \$16 ;
     end else begin
-      \w_en$114  = \$74 ;
+      w_en = \$19 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = state;
+    \$32  = state;
     if (start) begin
-      \$199  = 2'h1;
+      \$32  = 2'h1;
     end
-    if (\$194 ) begin
-      \$199  = 2'h2;
+    if (\$27 ) begin
+      \$32  = 2'h2;
     end
-    if (\$198 ) begin
-      \$199  = 2'h0;
-    end
-    if (rst) begin
-      \$199  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = is_load;
-    if (start) begin
-      \$200  = \$101 ;
+    if (\$31 ) begin
+      \$32  = 2'h0;
     end
     if (rst) begin
-      \$200  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = is_store;
-    if (start) begin
-      \$201  = \$102 ;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = is_copy;
-    if (start) begin
-      \$202  = \$103 ;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = acc;
-    if (start) begin
-      \$203  = cmd__tdata[8];
-    end
-    if (rst) begin
-      \$203  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = rows;
-    if (start) begin
-      \$204  = cmd__tdata[159:144];
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = cols;
-    if (start) begin
-      \$205  = cmd__tdata[175:160];
-    end
-    if (rst) begin
-      \$205  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = row_stride;
-    if (start) begin
-      \$206  = cmd__tdata[191:176];
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = col_stride;
-    if (start) begin
-      \$207  = cmd__tdata[207:192];
-    end
-    if (rst) begin
-      \$207  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = rd_err;
-    if (start) begin
-      \$208  = 1'h0;
-    end
-    if (w_hs) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (pop) begin
-      if (r_data[64]) begin
-        \$208  = 1'h1;
-      end
-    end
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = wr_err;
-    if (start) begin
-      \$209  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$209  = 1'h1;
-    end
-    if (rst) begin
-      \$209  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = axi__arvalid;
-    if (\$104 ) begin
-      \$210  = 1'h0;
-    end
-    if (ar_issue) begin
-      \$210  = 1'h1;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = axi__araddr;
-    if (ar_issue) begin
-      \$211  = ar_addr;
-    end
-    if (rst) begin
-      \$211  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = axi__arlen;
-    if (ar_issue) begin
-      \$212  = \$105 [7:0];
-    end
-    if (rst) begin
-      \$212  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = ar_addr;
-    if (ar_issue) begin
-      \$213  = \$107 [31:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$213  = \$112 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$213  = \$117 ;
-    end
-    if (rst) begin
-      \$213  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = ar_seg_left;
-    if (ar_issue) begin
-      \$214  = \$108 [29:0];
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$214  = ar_seg_beats;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$214  = \$121 [29:0];
-    end
-    if (rst) begin
-      \$214  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = ar_active;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        if (\$110 ) begin
-          \$215  = 1'h0;
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$215  = 1'h1;
-    end
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = ar_seg_base;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$216  = \$111 [31:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$216  = \$118 ;
-    end
-    if (rst) begin
-      \$216  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = ar_segs_left;
-    if (ar_issue) begin
-      if (\$109 ) begin
-        (* full_case = 32'd1 *)
-        if (\$110 ) begin
-        end else begin
-          \$217  = \$113 [15:0];
-        end
-      end
-    end
-    if (\$116 ) begin
-      \$217  = \$124 ;
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = ar_stride;
-    if (\$116 ) begin
-      \$218  = \$119 ;
-    end
-    if (rst) begin
-      \$218  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = ar_seg_beats;
-    if (\$116 ) begin
-      \$219  = \$123 [29:0];
-    end
-    if (rst) begin
-      \$219  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = \$127 [2:0];
-    if (rst) begin
-      \$220  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = bytes_read;
-    if (r_hs) begin
-      \$221  = \$128 [31:0];
-    end
-    if (rst) begin
-      \$221  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$222  = axi__awvalid;
-    if (\$129 ) begin
-      \$222  = 1'h0;
-    end
-    if (aw_issue) begin
-      \$222  = 1'h1;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$223  = axi__awaddr;
-    if (aw_issue) begin
-      \$223  = aw_addr;
-    end
-    if (rst) begin
-      \$223  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$224  = axi__awlen;
-    if (aw_issue) begin
-      \$224  = \$130 [7:0];
-    end
-    if (rst) begin
-      \$224  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$225  = aw_addr;
-    if (aw_issue) begin
-      \$225  = \$132 [31:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$225  = \$137 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$225  = \$142 ;
-    end
-    if (rst) begin
-      \$225  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$226  = aw_seg_left;
-    if (aw_issue) begin
-      \$226  = \$133 [29:0];
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$226  = aw_seg_beats;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$226  = \$146 [29:0];
-    end
-    if (rst) begin
-      \$226  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$227  = aw_active;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        if (\$135 ) begin
-          \$227  = 1'h0;
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$227  = 1'h1;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$228  = aw_seg_base;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$228  = \$136 [31:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$228  = \$143 ;
-    end
-    if (rst) begin
-      \$228  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$229  = aw_segs_left;
-    if (aw_issue) begin
-      if (\$134 ) begin
-        (* full_case = 32'd1 *)
-        if (\$135 ) begin
-        end else begin
-          \$229  = \$138 [15:0];
-        end
-      end
-    end
-    if (\$141 ) begin
-      \$229  = \$149 ;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$230  = aw_stride;
-    if (\$141 ) begin
-      \$230  = \$144 ;
-    end
-    if (rst) begin
-      \$230  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$231  = aw_seg_beats;
-    if (\$141 ) begin
-      \$231  = \$148 [29:0];
-    end
-    if (rst) begin
-      \$231  = 30'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$232  = \$154 [5:0];
-    if (start) begin
-      \$232  = 6'h00;
-    end
-    if (rst) begin
-      \$232  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$233  = \$156 [15:0];
-    if (rst) begin
-      \$233  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$234  = w_cnt;
-    if (w_hs) begin
-      \$234  = \$159 [7:0];
-    end
-    if (\$164 ) begin
-      \$234  = 8'h00;
-    end
-    if (rst) begin
-      \$234  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$235  = bytes_written;
-    if (w_hs) begin
-      if (\$160 ) begin
-        \$235  = \$161 [31:0];
-      end
-    end
-    if (rst) begin
-      \$235  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$236  = w_cur;
-    if (\$164 ) begin
-      \$236  = \r_rdy$120 ;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$237  = w_len;
-    if (\$164 ) begin
-      \$237  = \r_data$145 ;
-    end
-    if (rst) begin
-      \$237  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$238  = wr_valid;
-    if (\$165 ) begin
-      \$238  = 1'h0;
-    end
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$238  = 1'h1;
-        end
-      end
-    end
-    if (rst) begin
-      \$238  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$239  = a_cnt;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-        \$239  = 2'h0;
-      end else begin
-        \$239  = \$176 [1:0];
-      end
-    end
-    if (start) begin
-      \$239  = 2'h0;
-    end
-    if (rst) begin
-      \$239  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$240  = wr_data;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$240  = assembled;
-        end
-      end
-    end
-    if (rst) begin
-      \$240  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$241  = wr_addr;
-    if (pop) begin
-      if (a_last) begin
-        if (\$168 ) begin
-          \$241  = ldw_addr;
-        end
-      end
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$242  = ldw_c;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$242  = 16'h0000;
-        end else begin
-          \$242  = \$174 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$242  = 16'h0000;
-    end
-    if (rst) begin
-      \$242  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$243  = ldw_r;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$243  = \$171 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$243  = 16'h0000;
-    end
-    if (rst) begin
-      \$243  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$244  = ldw_base;
-    if (pop) begin
-      if (a_last) begin
-        if (\$170 ) begin
-          \$244  = \$172 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$244  = cmd__tdata[143:128];
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$245  = ldw_addr;
-    if (pop) begin
-      if (a_last) begin
-        (* full_case = 32'd1 *)
-        if (\$170 ) begin
-          \$245  = \$173 [15:0];
-        end else begin
-          \$245  = \$175 [15:0];
-        end
-      end
-    end
-    if (start) begin
-      \$245  = cmd__tdata[143:128];
-    end
-    if (rst) begin
-      \$245  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$246  = lw_done;
-    if (pop) begin
-      if (a_last) begin
-        if (ldw_last) begin
-          \$246  = 1'h1;
-        end
-      end
-    end
-    if (start) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$247  = asm;
-    if (pop) begin
-      (* full_case = 32'd1 *)
-      if (a_last) begin
-      end else begin
-        \$247  = assembled;
-      end
-    end
-    if (rst) begin
-      \$247  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$248  = rq_valid;
-    if (\$177 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$180 ) begin
-      \$248  = 1'h1;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$249  = spm_rreq__tdata;
-    if (\$180 ) begin
-      \$249  = rqw_addr;
-    end
-    if (rst) begin
-      \$249  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$250  = rqw_c;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$250  = 16'h0000;
-      end else begin
-        \$250  = \$186 [15:0];
-      end
-    end
-    if (start) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$251  = rqw_r;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$251  = \$183 [15:0];
-      end
-    end
-    if (start) begin
-      \$251  = 16'h0000;
-    end
-    if (rst) begin
-      \$251  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$252  = rqw_base;
-    if (\$180 ) begin
-      if (\$182 ) begin
-        \$252  = \$184 [15:0];
-      end
-    end
-    if (start) begin
-      \$252  = cmd__tdata[143:128];
-    end
-    if (rst) begin
-      \$252  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$253  = rqw_addr;
-    if (\$180 ) begin
-      (* full_case = 32'd1 *)
-      if (\$182 ) begin
-        \$253  = \$185 [15:0];
-      end else begin
-        \$253  = \$187 [15:0];
-      end
-    end
-    if (start) begin
-      \$253  = cmd__tdata[143:128];
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$254  = rq_active;
-    if (\$180 ) begin
-      if (rqw_last) begin
-        \$254  = 1'h0;
-      end
-    end
-    if (start) begin
-      \$254  = \$192 ;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$255  = sp_buf;
-    if (sp_push) begin
-      \$255  = \$188 ;
-    end
-    if (\$190 ) begin
-      \$255  = resp_data;
-    end
-    if (rst) begin
-      \$255  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$256  = sp_cnt;
-    if (sp_push) begin
-      \$256  = \$189 [2:0];
-    end
-    if (\$190 ) begin
-      \$256  = \$191 ;
-    end
-    if (start) begin
-      \$256  = 3'h0;
-    end
-    if (rst) begin
-      \$256  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$257  = done__tdata;
-    if (\$194 ) begin
-      \$257  = { 4'h0, \$196  };
-    end
-    if (rst) begin
-      \$257  = 8'h00;
+      \$32  = 2'h0;
     end
   end
   assign move_beats = { 11'h000, \$3  };
-  assign ar_to_page = \$4 [9:0];
-  assign ar_capped = \$6 [8:0];
-  assign ar_beats = \$8 [8:0];
-  assign hold = 1'h0;
-  assign abort = 1'h0;
-  assign axi__arid = 4'h0;
-  assign axi__arsize = 3'h3;
-  assign axi__arburst = 2'h1;
-  assign aw_to_page = \$17 [9:0];
-  assign aw_capped = \$21 [8:0];
-  assign aw_beats = \$23 [8:0];
   assign axi__awid = 4'h0;
+  assign bus__awid = 4'h0;
+  assign bus__awaddr = axi__awaddr;
+  assign bus__awlen = axi__awlen;
   assign axi__awsize = 3'h3;
+  assign bus__awsize = 3'h3;
   assign axi__awburst = 2'h1;
-  assign w_en = aw_issue;
-  assign w_data = \$34 [7:0];
+  assign bus__awburst = 2'h1;
+  assign bus__awvalid = axi__awvalid;
+  assign axi__awready = bus__awready;
+  assign bus__wdata = r_data[63:0];
+  assign bus__wstrb = axi__wstrb;
+  assign bus__wlast = axi__wlast;
+  assign bus__wvalid = axi__wvalid;
+  assign axi__wready = bus__wready;
+  assign axi__bid = bus__bid;
+  assign axi__bresp = bus__bresp;
+  assign axi__bvalid = bus__bvalid;
   assign axi__bready = 1'h1;
-  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
-  assign acc_wr__tdata = { wr_addr, wr_data };
-  assign rq_addr = spm_rreq__tdata;
+  assign bus__bready = 1'h1;
+  assign axi__arid = 4'h0;
+  assign bus__arid = 4'h0;
+  assign bus__araddr = axi__araddr;
+  assign bus__arlen = axi__arlen;
+  assign axi__arsize = 3'h3;
+  assign bus__arsize = 3'h3;
+  assign axi__arburst = 2'h1;
+  assign bus__arburst = 2'h1;
+  assign bus__arvalid = axi__arvalid;
+  assign axi__arready = bus__arready;
+  assign axi__rid = bus__rid;
+  assign axi__rdata = bus__rdata;
+  assign axi__rresp = bus__rresp;
+  assign axi__rlast = bus__rlast;
+  assign axi__rvalid = bus__rvalid;
+  assign bus__rready = axi__rready;
+  assign seg_beats = \$7 [29:0];
+  assign hold = 1'h0;
+  assign \hold$72  = 1'h0;
+  assign abort = 1'h0;
+  assign \abort$74  = 1'h0;
+  assign \seg_beats$79  = \$11 [29:0];
+  assign \hold$80  = 1'h0;
+  assign \abort$81  = 1'h0;
+  assign take = axi__rready;
+  assign \is_copy$86  = is_copy;
+  assign \is_load$88  = is_load;
+  assign beat = copy_beat;
+  assign \rd_err$92  = rd_err;
+  assign fifo_data = r_data[63:0];
+  assign fifo_err = r_data[64];
+  assign r_rdy = fifo_ready;
+  assign \bytes_read$99  = bytes_read;
+  assign \bytes_written$101  = bytes_written;
+  assign \start$102  = start;
+  assign local_addr = cmd__tdata[143:128];
+  assign \acc$105  = acc;
+  assign \rows$107  = rows;
+  assign \cols$109  = cols;
+  assign \row_stride$111  = row_stride;
+  assign \col_stride$113  = col_stride;
+  assign \start$114  = start;
+  assign \local_addr$115  = cmd__tdata[143:128];
+  assign \acc$116  = acc;
+  assign \rows$117  = rows;
+  assign \cols$118  = cols;
+  assign \row_stride$119  = row_stride;
+  assign \col_stride$120  = col_stride;
+  assign \rd_err$122  = rd_err;
+  assign \fifo_data$123  = r_data[63:0];
+  assign \fifo_err$124  = r_data[64];
+  assign \fifo_ready$125  = fifo_ready;
+  assign \is_store$127  = is_store;
+  assign \fifo_ready$128  = w_rdy;
+  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
+  assign \spm_wr__tready$132  = spm_wr__tready;
+  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$45 , \$44  };
+  assign \acc_wr__tdata$136  = { \$45 , \$44  };
+  assign \acc_wr__tready$138  = acc_wr__tready;
+  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
+  assign \spm_rreq__tready$144  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
+  assign \acc_rreq__tready$150  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
+  assign \spm_rresp__tready$156  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
+  assign \acc_rresp__tready$162  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
+  assign \port$1515$0  = \$44 ;
+  assign \port$1517$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign \$13  = 1'h1;
-  assign \$14  = \$12 ;
+  assign base = cmd__tdata[95:64];
+  assign \$6  = { 3'h0, cmd__tdata[159:131] };
+  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+  assign axi__rready = \$13 ;
   assign \$15  = 1'h1;
-  assign \$16  = \$12 ;
-  assign axi__rready = \$69 ;
-  assign \$27  = 1'h1;
-  assign \$28  = aw_allow;
-  assign \$29  = 1'h1;
-  assign \$30  = aw_allow;
-  assign b_hs = axi__bvalid;
-  assign \$35  = r_rdy;
-  assign w_bad = \$38 ;
-  assign \$70  = 1'h1;
-  assign \$71  = sp_push;
-  assign \$73  = 1'h1;
-  assign \$74  = r_hs;
-  assign \$106  = { \$8 [8:0], 3'h0 };
-  assign \$117  = cmd__tdata[95:64];
-  assign \$118  = cmd__tdata[95:64];
-  assign \$120  = { 3'h0, cmd__tdata[159:131] };
-  assign \$122  = { 3'h0, cmd__tdata[159:131] };
-  assign \$131  = { \$23 [8:0], 3'h0 };
-  assign \$145  = { 3'h0, cmd__tdata[159:131] };
-  assign \$147  = { 3'h0, cmd__tdata[159:131] };
-  assign \$188  = { 64'h0000000000000000, sp_buf[255:64] };
+  assign \$16  = push;
+  assign \$18  = 1'h1;
+  assign \$19  = copy_beat;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.data_fifo (rst, w_rdy, r_data, r_en, w_port__data, w_en, r_rdy, clk);
+module \dx1_dma_tile.dma.data_fifo (rst, r_en, w_rdy, r_data, w_port__data, w_en, r_rdy, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -2242,8 +1257,1756 @@ module \dx1_dma_tile.dma.data_fifo (rst, w_rdy, r_data, r_en, w_port__data, w_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, r_en, r_rdy, clk);
+module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, spm_wr__tready, acc_wr__tready, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, local_addr);
   reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [2:0] \$15 ;
+  reg \$16 ;
+  reg [1:0] \$17 ;
+  reg [255:0] \$18 ;
+  reg [15:0] \$19 ;
+  wire [1:0] \$2 ;
+  reg \$20 ;
+  reg [255:0] \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg [1:0] a_cnt = 2'h0;
+  wire a_last;
+  input acc;
+  wire acc;
+  wire [271:0] acc_wr__tdata;
+  input acc_wr__tready;
+  wire acc_wr__tready;
+  output acc_wr__tvalid;
+  wire acc_wr__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  reg [255:0] asm = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [255:0] assembled;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$22 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$18 ;
+  output done;
+  wire done;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  output fifo_take;
+  wire fifo_take;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$14 ;
+  input [64:0] \port$110$0 ;
+  wire [64:0] \port$110$0 ;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$20 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$16 ;
+  input rst;
+  wire rst;
+  input run;
+  wire run;
+  wire [79:0] spm_wr__tdata;
+  input spm_wr__tready;
+  wire spm_wr__tready;
+  output spm_wr__tvalid;
+  wire spm_wr__tvalid;
+  input start;
+  wire start;
+  wire \start$12 ;
+  reg walked = 1'h0;
+  output [15:0] wr_addr;
+  reg [15:0] wr_addr = 16'h0000;
+  output [255:0] wr_data;
+  reg [255:0] wr_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire wr_ready;
+  reg wr_valid = 1'h0;
+  assign wr_ready = acc ? acc_wr__tready : spm_wr__tready;
+  assign \$1  = ~ acc;
+  assign spm_wr__tvalid = wr_valid & \$1 ;
+  assign acc_wr__tvalid = wr_valid & acc;
+  assign \$2  = acc ? 2'h3 : 2'h0;
+  assign a_last = a_cnt == \$2 ;
+  assign \$3  = ~ walked;
+  assign \$4  = run & \$3 ;
+  assign \$5  = \$4  & fifo_ready;
+  assign \$6  = ~ a_last;
+  assign \$7  = ~ wr_valid;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = \$8  | wr_ready;
+  assign fifo_take = \$5  & \$9 ;
+  assign read_error = fifo_take & \port$110$0 [64];
+  assign advance = fifo_take & a_last;
+  assign \$10  = ~ wr_valid;
+  assign done = walked & \$10 ;
+  assign \$11  = wr_valid & wr_ready;
+  assign \$12  = ~ \port$110$0 [64];
+  assign \$13  = ~ rd_err;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = a_cnt + 1'h1;
+  always @(posedge clk)
+    wr_valid <= \$16 ;
+  always @(posedge clk)
+    a_cnt <= \$17 ;
+  always @(posedge clk)
+    wr_data <= \$18 ;
+  always @(posedge clk)
+    wr_addr <= \$19 ;
+  always @(posedge clk)
+    walked <= \$20 ;
+  always @(posedge clk)
+    asm <= \$21 ;
+  \dx1_dma_tile.dma.loader.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    assembled = asm;
+    (* full_case = 32'd1 *)
+    casez (a_cnt)
+      2'h0:
+          assembled[63:0] = \port$110$0 [63:0];
+      2'h1:
+          assembled[127:64] = \port$110$0 [63:0];
+      2'h2:
+          assembled[191:128] = \port$110$0 [63:0];
+      2'h3:
+          assembled[255:192] = \port$110$0 [63:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$16  = wr_valid;
+    if (\$11 ) begin
+      \$16  = 1'h0;
+    end
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$16  = 1'h1;
+        end
+      end
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$17  = a_cnt;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+        \$17  = 2'h0;
+      end else begin
+        \$17  = \$15 [1:0];
+      end
+    end
+    if (start) begin
+      \$17  = 2'h0;
+    end
+    if (rst) begin
+      \$17  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$18  = wr_data;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$18  = assembled;
+        end
+      end
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$19  = wr_addr;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (\$14 ) begin
+          \$19  = addr;
+        end
+      end
+    end
+    if (rst) begin
+      \$19  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$20  = walked;
+    if (fifo_take) begin
+      if (a_last) begin
+        if (last) begin
+          \$20  = 1'h1;
+        end
+      end
+    end
+    if (start) begin
+      \$20  = 1'h0;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    \$21  = asm;
+    if (fifo_take) begin
+      (* full_case = 32'd1 *)
+      if (a_last) begin
+      end else begin
+        \$21  = assembled;
+      end
+    end
+    if (rst) begin
+      \$21  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign spm_wr__tdata = { wr_addr, wr_data[63:0] };
+  assign acc_wr__tdata = { wr_addr, wr_data };
+  assign \start$12  = start;
+  assign \local_addr$14  = local_addr;
+  assign \rows$16  = rows;
+  assign \cols$18  = cols;
+  assign \row_stride$20  = row_stride;
+  assign \col_stride$22  = col_stride;
+  assign fifo_data = \port$110$0 [63:0];
+  assign fifo_err = \port$110$0 [64];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.loader.walker (clk, rst, start, advance, last, rows, cols, row_stride, col_stride, addr, local_addr);
+  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.reader (bus__rlast, bus__rvalid, clk, rst, start, base, stride, segments, seg_beats, bus__rready, beat, done, quiet, bytes_read, bus__arvalid, bus__araddr, bus__arlen, ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [3:0] \$11 ;
+  wire \$12 ;
+  wire [4:0] \$13 ;
+  wire [32:0] \$14 ;
+  reg [2:0] \$15 ;
+  reg [31:0] \$16 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire ar_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  output beat;
+  wire beat;
+  output [31:0] bus__araddr;
+  wire [31:0] bus__araddr;
+  wire [1:0] bus__arburst;
+  wire [3:0] bus__arid;
+  output [7:0] bus__arlen;
+  wire [7:0] bus__arlen;
+  wire bus__arready;
+  wire [2:0] bus__arsize;
+  output bus__arvalid;
+  wire bus__arvalid;
+  input bus__rlast;
+  wire bus__rlast;
+  input bus__rready;
+  wire bus__rready;
+  input bus__rvalid;
+  wire bus__rvalid;
+  output [31:0] bytes_read;
+  reg [31:0] bytes_read = 32'd0;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  wire hold;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  output quiet;
+  wire quiet;
+  reg [2:0] reads_out = 3'h0;
+  input ready;
+  wire ready;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  wire take;
+  wire valid;
+  assign \$1  = reads_out < 3'h4;
+  assign ar_hs = bus__arvalid & ready;
+  assign beat = bus__rvalid & bus__rready;
+  assign \$5  = ~ active;
+  assign \$6  = ~ bus__arvalid;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = ! reads_out;
+  assign done = \$7  & \$8 ;
+  assign \$9  = ~ bus__arvalid;
+  assign \$10  = ! reads_out;
+  assign quiet = \$9  & \$10 ;
+  assign \$11  = reads_out + ar_hs;
+  assign \$12  = beat & bus__rlast;
+  assign \$13  = \$11  - \$12 ;
+  assign \$14  = bytes_read + 4'h8;
+  always @(posedge clk)
+    reads_out <= \$15 ;
+  always @(posedge clk)
+    bytes_read <= \$16 ;
+  \dx1_dma_tile.dma.reader.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__araddr),
+    .allow(allow),
+    .base(base),
+    .clk(clk),
+    .len(bus__arlen),
+    .ready(ready),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__arvalid)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$15  = \$13 [2:0];
+    if (rst) begin
+      \$15  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$16  = bytes_read;
+    if (beat) begin
+      \$16  = \$14 [31:0];
+    end
+    if (rst) begin
+      \$16  = 32'd0;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign max_beats = 9'h100;
+  assign hold = 1'h0;
+  assign abort = 1'h0;
+  assign valid = bus__arvalid;
+  assign addr = bus__araddr;
+  assign len = bus__arlen;
+  assign bus__arready = ready;
+  assign bus__arid = 4'h0;
+  assign bus__arsize = 3'h3;
+  assign bus__arburst = 2'h1;
+  assign take = bus__rready;
+  assign \$2  = 1'h1;
+  assign \$3  = \$1 ;
+  assign \$4  = 1'h1;
+  assign allow = \$1 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.reader.bursts (clk, rst, start, base, \stride$21 , segments, \seg_beats$22 , allow, valid, \addr$13 , len, active, ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < 9'h100;
+  assign \$3  = \$2  ? seg_left : 30'h00000100;
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign max_beats = 9'h100;
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.storer (clk, rst, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, spm_rreq__tready, acc_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, local_addr);
+  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [255:0] \$11 ;
+  wire [3:0] \$12 ;
+  wire \$13 ;
+  wire [2:0] \$14 ;
+  reg \$15 ;
+  reg [15:0] \$16 ;
+  reg \$17 ;
+  reg [255:0] \$18 ;
+  reg [2:0] \$19 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input acc;
+  wire acc;
+  (* init = 16'h0000 *)
+  wire [15:0] acc_rreq__tdata;
+  input acc_rreq__tready;
+  wire acc_rreq__tready;
+  output acc_rreq__tvalid;
+  wire acc_rreq__tvalid;
+  input [255:0] acc_rresp__tdata;
+  wire [255:0] acc_rresp__tdata;
+  output acc_rresp__tready;
+  wire acc_rresp__tready;
+  input acc_rresp__tvalid;
+  wire acc_rresp__tvalid;
+  wire [15:0] addr;
+  wire advance;
+  output [63:0] beat;
+  wire [63:0] beat;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  wire [15:0] \col_stride$21 ;
+  input [15:0] cols;
+  wire [15:0] cols;
+  wire [15:0] \cols$17 ;
+  input fifo_ready;
+  wire fifo_ready;
+  input is_store;
+  wire is_store;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  wire [15:0] \local_addr$13 ;
+  output push;
+  wire push;
+  input request;
+  wire request;
+  wire [255:0] resp_data;
+  wire resp_valid;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  wire [15:0] \row_stride$19 ;
+  input [15:0] rows;
+  wire [15:0] rows;
+  wire [15:0] \rows$15 ;
+  reg rq_active = 1'h0;
+  (* init = 16'h0000 *)
+  wire [15:0] rq_addr;
+  wire rq_ready;
+  reg rq_valid = 1'h0;
+  input rst;
+  wire rst;
+  reg [255:0] sp_buf = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [2:0] sp_cnt = 3'h0;
+  wire sp_take;
+  output [15:0] spm_rreq__tdata;
+  reg [15:0] spm_rreq__tdata = 16'h0000;
+  input spm_rreq__tready;
+  wire spm_rreq__tready;
+  output spm_rreq__tvalid;
+  wire spm_rreq__tvalid;
+  input [63:0] spm_rresp__tdata;
+  wire [63:0] spm_rresp__tdata;
+  output spm_rresp__tready;
+  wire spm_rresp__tready;
+  input spm_rresp__tvalid;
+  wire spm_rresp__tvalid;
+  input start;
+  wire start;
+  wire \start$11 ;
+  assign rq_ready = acc ? acc_rreq__tready : spm_rreq__tready;
+  assign \$1  = ~ acc;
+  assign spm_rreq__tvalid = rq_valid & \$1 ;
+  assign acc_rreq__tvalid = rq_valid & acc;
+  assign \$2  = ~ rq_valid;
+  assign \$3  = \$2  | rq_ready;
+  assign advance = rq_active & \$3 ;
+  assign resp_valid = acc ? acc_rresp__tvalid : spm_rresp__tvalid;
+  assign resp_data = acc ? acc_rresp__tdata : { 192'h000000000000000000000000000000000000000000000000, spm_rresp__tdata };
+  assign \$4  = | sp_cnt;
+  assign push = \$4  & fifo_ready;
+  assign \$5  = ! sp_cnt;
+  assign \$6  = sp_cnt == 1'h1;
+  assign \$7  = \$6  & push;
+  assign \$8  = \$5  | \$7 ;
+  assign sp_take = is_store & \$8 ;
+  assign acc_rresp__tready = sp_take & acc;
+  assign \$9  = ~ acc;
+  assign spm_rresp__tready = sp_take & \$9 ;
+  assign \$10  = rq_valid & rq_ready;
+  assign \$12  = sp_cnt - 1'h1;
+  assign \$13  = sp_take & resp_valid;
+  assign \$14  = acc ? 3'h4 : 3'h1;
+  always @(posedge clk)
+    rq_valid <= \$15 ;
+  always @(posedge clk)
+    spm_rreq__tdata <= \$16 ;
+  always @(posedge clk)
+    rq_active <= \$17 ;
+  always @(posedge clk)
+    sp_buf <= \$18 ;
+  always @(posedge clk)
+    sp_cnt <= \$19 ;
+  \dx1_dma_tile.dma.storer.walker  walker (
+    .addr(addr),
+    .advance(advance),
+    .clk(clk),
+    .col_stride(col_stride),
+    .cols(cols),
+    .last(last),
+    .local_addr(local_addr),
+    .row_stride(row_stride),
+    .rows(rows),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$15  = rq_valid;
+    if (\$10 ) begin
+      \$15  = 1'h0;
+    end
+    if (advance) begin
+      \$15  = 1'h1;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$16  = spm_rreq__tdata;
+    if (advance) begin
+      \$16  = addr;
+    end
+    if (rst) begin
+      \$16  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$17  = rq_active;
+    if (advance) begin
+      if (last) begin
+        \$17  = 1'h0;
+      end
+    end
+    if (start) begin
+      \$17  = request;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$18  = sp_buf;
+    if (push) begin
+      \$18  = \$11 ;
+    end
+    if (\$13 ) begin
+      \$18  = resp_data;
+    end
+    if (rst) begin
+      \$18  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$19  = sp_cnt;
+    if (push) begin
+      \$19  = \$12 [2:0];
+    end
+    if (\$13 ) begin
+      \$19  = \$14 ;
+    end
+    if (start) begin
+      \$19  = 3'h0;
+    end
+    if (rst) begin
+      \$19  = 3'h0;
+    end
+  end
+  assign rq_addr = spm_rreq__tdata;
+  assign acc_rreq__tdata = spm_rreq__tdata;
+  assign \start$11  = start;
+  assign \local_addr$13  = local_addr;
+  assign \rows$15  = rows;
+  assign \cols$17  = cols;
+  assign \row_stride$19  = row_stride;
+  assign \col_stride$21  = col_stride;
+  assign beat = sp_buf[63:0];
+  assign \$11  = { 64'h0000000000000000, sp_buf[255:64] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.storer.walker (clk, rst, start, advance, last, rows, cols, row_stride, col_stride, addr, local_addr);
+  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
+  wire [16:0] \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  reg [15:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg [15:0] \$15 ;
+  wire \$2 ;
+  wire [16:0] \$3 ;
+  wire \$4 ;
+  wire [16:0] \$5 ;
+  wire \$6 ;
+  wire [16:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire [16:0] \$9 ;
+  output [15:0] addr;
+  reg [15:0] addr = 16'h0000;
+  input advance;
+  wire advance;
+  reg [15:0] base = 16'h0000;
+  reg [15:0] c = 16'h0000;
+  input clk;
+  wire clk;
+  input [15:0] col_stride;
+  wire [15:0] col_stride;
+  input [15:0] cols;
+  wire [15:0] cols;
+  output last;
+  wire last;
+  input [15:0] local_addr;
+  wire [15:0] local_addr;
+  reg [15:0] r = 16'h0000;
+  input [15:0] row_stride;
+  wire [15:0] row_stride;
+  input [15:0] rows;
+  wire [15:0] rows;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  assign \$1  = r + 1'h1;
+  assign \$2  = \$1  == rows;
+  assign \$3  = c + 1'h1;
+  assign \$4  = \$3  == cols;
+  assign last = \$2  & \$4 ;
+  assign \$5  = c + 1'h1;
+  assign \$6  = \$5  == cols;
+  assign \$7  = r + 1'h1;
+  assign \$8  = base + row_stride;
+  assign \$9  = base + row_stride;
+  assign \$10  = c + 1'h1;
+  assign \$11  = addr + col_stride;
+  always @(posedge clk)
+    c <= \$12 ;
+  always @(posedge clk)
+    r <= \$13 ;
+  always @(posedge clk)
+    base <= \$14 ;
+  always @(posedge clk)
+    addr <= \$15 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    \$12  = c;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$12  = 16'h0000;
+      end else begin
+        \$12  = \$10 [15:0];
+      end
+    end
+    if (start) begin
+      \$12  = 16'h0000;
+    end
+    if (rst) begin
+      \$12  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    \$13  = r;
+    if (advance) begin
+      if (\$6 ) begin
+        \$13  = \$7 [15:0];
+      end
+    end
+    if (start) begin
+      \$13  = 16'h0000;
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    \$14  = base;
+    if (advance) begin
+      if (\$6 ) begin
+        \$14  = \$8 [15:0];
+      end
+    end
+    if (start) begin
+      \$14  = local_addr;
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    \$15  = addr;
+    if (advance) begin
+      (* full_case = 32'd1 *)
+      if (\$6 ) begin
+        \$15  = \$9 [15:0];
+      end else begin
+        \$15  = \$11 [15:0];
+      end
+    end
+    if (start) begin
+      \$15  = local_addr;
+    end
+    if (rst) begin
+      \$15  = 16'h0000;
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst, start, base, stride, segments, seg_beats, \port$110$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, is_load
+, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [6:0] \$32 ;
+  wire \$33 ;
+  wire [8:0] \$34 ;
+  wire [9:0] \$35 ;
+  wire [16:0] \$36 ;
+  wire [17:0] \$37 ;
+  wire [8:0] \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  reg [5:0] \$44 ;
+  reg [15:0] \$45 ;
+  reg [7:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg \$48 ;
+  reg [7:0] \$49 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [9:0] \$8 ;
+  wire \$9 ;
+  wire abort;
+  wire active;
+  wire [31:0] addr;
+  wire allow;
+  wire aw_hs;
+  wire b_hs;
+  input [31:0] base;
+  wire [31:0] base;
+  wire [31:0] \base$3 ;
+  wire [8:0] beats;
+  output [31:0] bus__awaddr;
+  wire [31:0] bus__awaddr;
+  wire [1:0] bus__awburst;
+  wire [3:0] bus__awid;
+  output [7:0] bus__awlen;
+  wire [7:0] bus__awlen;
+  wire bus__awready;
+  wire [2:0] bus__awsize;
+  output bus__awvalid;
+  wire bus__awvalid;
+  wire bus__bready;
+  input [1:0] bus__bresp;
+  wire [1:0] bus__bresp;
+  input bus__bvalid;
+  wire bus__bvalid;
+  wire [63:0] bus__wdata;
+  output bus__wlast;
+  wire bus__wlast;
+  input bus__wready;
+  wire bus__wready;
+  output [7:0] bus__wstrb;
+  wire [7:0] bus__wstrb;
+  output bus__wvalid;
+  wire bus__wvalid;
+  output [31:0] bytes_written;
+  reg [31:0] bytes_written = 32'd0;
+  input clk;
+  wire clk;
+  input copy_beat;
+  wire copy_beat;
+  output done;
+  wire done;
+  output error;
+  wire error;
+  wire [63:0] fifo_data;
+  wire fifo_err;
+  input fifo_ready;
+  wire fifo_ready;
+  wire fifo_take;
+  wire hold;
+  input is_copy;
+  wire is_copy;
+  input is_load;
+  wire is_load;
+  wire issue;
+  wire [7:0] len;
+  wire [8:0] max_beats;
+  input [64:0] \port$110$0 ;
+  wire [64:0] \port$110$0 ;
+  output quiet;
+  wire quiet;
+  wire [7:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  input rd_err;
+  wire rd_err;
+  output read_error;
+  wire read_error;
+  input ready;
+  wire ready;
+  input rst;
+  wire rst;
+  input [29:0] seg_beats;
+  wire [29:0] seg_beats;
+  wire [29:0] \seg_beats$9 ;
+  input [15:0] segments;
+  wire [15:0] segments;
+  wire [15:0] \segments$7 ;
+  input start;
+  wire start;
+  wire \start$1 ;
+  input [31:0] stride;
+  wire [31:0] stride;
+  wire [31:0] \stride$5 ;
+  reg [5:0] unclaimed = 6'h00;
+  wire valid;
+  wire w_bad;
+  reg [7:0] w_cnt = 8'h00;
+  reg w_cur = 1'h0;
+  wire [7:0] w_data;
+  wire w_en;
+  output w_hs;
+  wire w_hs;
+  reg [7:0] w_len = 8'h00;
+  wire w_rdy;
+  reg [15:0] writes_out = 16'h0000;
+  assign \$38  = w_cnt + 1'h1;
+  assign \$39  = ~ w_bad;
+  assign \$40  = bytes_written + 4'h8;
+  assign \$41  = ~ w_cur;
+  assign \$42  = w_hs & bus__wlast;
+  assign \$43  = \$41  | \$42 ;
+  always @(posedge clk)
+    unclaimed <= \$44 ;
+  always @(posedge clk)
+    writes_out <= \$45 ;
+  always @(posedge clk)
+    w_cnt <= \$46 ;
+  always @(posedge clk)
+    bytes_written <= \$47 ;
+  always @(posedge clk)
+    w_cur <= \$48 ;
+  always @(posedge clk)
+    w_len <= \$49 ;
+  assign max_beats = is_copy ? 9'h010 : 9'h100;
+  assign \$1  = ~ is_copy;
+  assign \$2  = unclaimed >= beats;
+  assign \$3  = \$1  | \$2 ;
+  assign \$4  = w_rdy & \$3 ;
+  assign \$8  = beats - 1'h1;
+  assign aw_hs = bus__awvalid & ready;
+  assign \$9  = | bus__bresp;
+  assign error = b_hs & \$9 ;
+  assign \$11  = w_cur & \$10 ;
+  assign \$12  = ~ is_load;
+  assign bus__wvalid = \$11  & \$12 ;
+  assign \$13  = \port$110$0 [64] | rd_err;
+  assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
+  assign bus__wlast = w_cnt == w_len;
+  assign w_hs = bus__wvalid & bus__wready;
+  assign read_error = w_hs & \port$110$0 [64];
+  assign \$14  = ~ w_cur;
+  assign \$15  = w_hs & bus__wlast;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = ~ active;
+  assign \$18  = ~ bus__awvalid;
+  assign \$19  = ! writes_out;
+  assign \$20  = \$18  & \$19 ;
+  assign \$21  = ~ w_cur;
+  assign \$22  = \$20  & \$21 ;
+  assign \$23  = ~ r_rdy;
+  assign \$24  = \$22  & \$23 ;
+  assign done = \$17  & \$24 ;
+  assign \$25  = ~ bus__awvalid;
+  assign \$26  = ! writes_out;
+  assign \$27  = \$25  & \$26 ;
+  assign \$28  = ~ w_cur;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = ~ r_rdy;
+  assign quiet = \$29  & \$30 ;
+  assign \$31  = is_copy & copy_beat;
+  assign \$32  = unclaimed + \$31 ;
+  assign \$33  = is_copy & w_en;
+  assign \$34  = \$33  ? beats : 9'h000;
+  assign \$35  = \$32  - \$34 ;
+  assign \$36  = writes_out + aw_hs;
+  assign \$37  = \$36  - b_hs;
+  \dx1_dma_tile.dma.writer.bursts  bursts (
+    .active(active),
+    .\addr$13 (bus__awaddr),
+    .allow(allow),
+    .base(base),
+    .beats(beats),
+    .clk(clk),
+    .issue(w_en),
+    .len(bus__awlen),
+    .max_beats(max_beats),
+    .ready(ready),
+    .rst(rst),
+    .\seg_beats$22 (seg_beats),
+    .segments(segments),
+    .start(start),
+    .\stride$21 (stride),
+    .valid(bus__awvalid)
+  );
+  \dx1_dma_tile.dma.writer.wlen_fifo  wlen_fifo (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(\$8 [7:0]),
+    .w_rdy(w_rdy)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    r_en = 1'h0;
+    if (\$16 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$44  = \$35 [5:0];
+    if (start) begin
+      \$44  = 6'h00;
+    end
+    if (rst) begin
+      \$44  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$45  = \$37 [15:0];
+    if (rst) begin
+      \$45  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$46  = w_cnt;
+    if (w_hs) begin
+      \$46  = \$38 [7:0];
+    end
+    if (\$43 ) begin
+      \$46  = 8'h00;
+    end
+    if (rst) begin
+      \$46  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$47  = bytes_written;
+    if (w_hs) begin
+      if (\$39 ) begin
+        \$47  = \$40 [31:0];
+      end
+    end
+    if (rst) begin
+      \$47  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$48  = w_cur;
+    if (\$43 ) begin
+      \$48  = r_rdy;
+    end
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$49  = w_len;
+    if (\$43 ) begin
+      \$49  = r_data;
+    end
+    if (rst) begin
+      \$49  = 8'h00;
+    end
+  end
+  assign \start$1  = start;
+  assign \base$3  = base;
+  assign \stride$5  = stride;
+  assign \segments$7  = segments;
+  assign \seg_beats$9  = seg_beats;
+  assign hold = 1'h0;
+  assign abort = 1'h0;
+  assign valid = bus__awvalid;
+  assign addr = bus__awaddr;
+  assign len = bus__awlen;
+  assign bus__awready = ready;
+  assign bus__awid = 4'h0;
+  assign bus__awsize = 3'h3;
+  assign bus__awburst = 2'h1;
+  assign issue = w_en;
+  assign w_data = \$8 [7:0];
+  assign bus__bready = 1'h1;
+  assign bus__wdata = \port$110$0 [63:0];
+  assign fifo_data = \port$110$0 [63:0];
+  assign fifo_err = \port$110$0 [64];
+  assign fifo_take = w_hs;
+  assign \$5  = 1'h1;
+  assign \$6  = \$4 ;
+  assign \$7  = 1'h1;
+  assign allow = \$4 ;
+  assign b_hs = bus__bvalid;
+  assign \$10  = fifo_ready;
+  assign w_bad = \$13 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.writer.bursts (clk, rst, start, base, \stride$21 , segments, \seg_beats$22 , max_beats, allow, beats, issue, valid, \addr$13 , len, active, ready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
+  wire [10:0] \$1 ;
+  wire [9:0] \$10 ;
+  wire [11:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [30:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [16:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg [31:0] \$20 ;
+  reg [7:0] \$21 ;
+  reg [31:0] \$22 ;
+  reg [29:0] \$23 ;
+  reg \$24 ;
+  reg [31:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [31:0] \$27 ;
+  reg [29:0] \$28 ;
+  wire [29:0] \$3 ;
+  wire \$4 ;
+  wire [9:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output active;
+  reg active = 1'h0;
+  reg [31:0] addr = 32'd0;
+  output [31:0] \addr$13 ;
+  reg [31:0] \addr$13  = 32'd0;
+  input allow;
+  wire allow;
+  input [31:0] base;
+  wire [31:0] base;
+  output [8:0] beats;
+  wire [8:0] beats;
+  wire [8:0] capped;
+  input clk;
+  wire clk;
+  output issue;
+  wire issue;
+  output [7:0] len;
+  reg [7:0] len = 8'h00;
+  input [8:0] max_beats;
+  wire [8:0] max_beats;
+  input ready;
+  wire ready;
+  input rst;
+  wire rst;
+  reg [31:0] seg_base = 32'd0;
+  reg [29:0] seg_beats = 30'h00000000;
+  input [29:0] \seg_beats$22 ;
+  wire [29:0] \seg_beats$22 ;
+  reg [29:0] seg_left = 30'h00000000;
+  input [15:0] segments;
+  wire [15:0] segments;
+  reg [15:0] segs_left = 16'h0000;
+  input start;
+  wire start;
+  reg [31:0] stride = 32'd0;
+  input [31:0] \stride$21 ;
+  wire [31:0] \stride$21 ;
+  wire [9:0] to_page;
+  output valid;
+  reg valid = 1'h0;
+  assign \$1  = 10'h200 - addr[11:3];
+  assign \$2  = seg_left < max_beats;
+  assign \$3  = \$2  ? seg_left : { 21'h000000, max_beats };
+  assign \$4  = \$1 [9:0] < \$3 [8:0];
+  assign \$5  = \$4  ? \$1 [9:0] : { 1'h0, \$3 [8:0] };
+  assign \$6  = ~ valid;
+  assign \$7  = \$6  | ready;
+  assign \$8  = active & \$7 ;
+  assign issue = \$8  & allow;
+  assign \$9  = valid & ready;
+  assign \$10  = \$5 [8:0] - 1'h1;
+  assign \$12  = addr + \$11 ;
+  assign \$13  = seg_left - \$5 [8:0];
+  assign \$14  = seg_left == \$5 [8:0];
+  assign \$15  = segs_left == 1'h1;
+  assign \$16  = seg_base + stride;
+  assign \$17  = seg_base + stride;
+  assign \$18  = segs_left - 1'h1;
+  always @(posedge clk)
+    valid <= \$19 ;
+  always @(posedge clk)
+    \addr$13  <= \$20 ;
+  always @(posedge clk)
+    len <= \$21 ;
+  always @(posedge clk)
+    addr <= \$22 ;
+  always @(posedge clk)
+    seg_left <= \$23 ;
+  always @(posedge clk)
+    active <= \$24 ;
+  always @(posedge clk)
+    seg_base <= \$25 ;
+  always @(posedge clk)
+    segs_left <= \$26 ;
+  always @(posedge clk)
+    stride <= \$27 ;
+  always @(posedge clk)
+    seg_beats <= \$28 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$19  = valid;
+    if (\$9 ) begin
+      \$19  = 1'h0;
+    end
+    if (issue) begin
+      \$19  = 1'h1;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$20  = \addr$13 ;
+    if (issue) begin
+      \$20  = addr;
+    end
+    if (rst) begin
+      \$20  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$21  = len;
+    if (issue) begin
+      \$21  = \$10 [7:0];
+    end
+    if (rst) begin
+      \$21  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$22  = addr;
+    if (issue) begin
+      \$22  = \$12 [31:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$22  = \$17 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$22  = base;
+    end
+    if (rst) begin
+      \$22  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$23  = seg_left;
+    if (issue) begin
+      \$23  = \$13 [29:0];
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$23  = seg_beats;
+        end
+      end
+    end
+    if (start) begin
+      \$23  = \seg_beats$22 ;
+    end
+    if (rst) begin
+      \$23  = 30'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$24  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$15 ) begin
+          \$24  = 1'h0;
+        end
+      end
+    end
+    if (start) begin
+      \$24  = 1'h1;
+    end
+    if (rst) begin
+      \$24  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$25  = seg_base;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$25  = \$16 [31:0];
+        end
+      end
+    end
+    if (start) begin
+      \$25  = base;
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$26  = segs_left;
+    if (issue) begin
+      if (\$14 ) begin
+        (* full_case = 32'd1 *)
+        if (\$15 ) begin
+        end else begin
+          \$26  = \$18 [15:0];
+        end
+      end
+    end
+    if (start) begin
+      \$26  = segments;
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$27  = stride;
+    if (start) begin
+      \$27  = \stride$21 ;
+    end
+    if (rst) begin
+      \$27  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$28  = seg_beats;
+    if (start) begin
+      \$28  = \seg_beats$22 ;
+    end
+    if (rst) begin
+      \$28  = 30'h00000000;
+    end
+  end
+  assign to_page = \$1 [9:0];
+  assign capped = \$3 [8:0];
+  assign beats = \$5 [8:0];
+  assign \$11  = { \$5 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.dma.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, r_en, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [2:0] \$11 ;
@@ -2368,7 +3131,7 @@ module \dx1_dma_tile.dma.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, r_en
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [1:0];
@@ -2378,7 +3141,7 @@ module \dx1_dma_tile.dma.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, r_en
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [1:0];
@@ -2388,7 +3151,7 @@ module \dx1_dma_tile.dma.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, r_en
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [1:0];
@@ -2401,7 +3164,7 @@ module \dx1_dma_tile.dma.wlen_fifo (rst, w_en, w_port__data, w_rdy, r_data, r_en
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -2422,8 +3185,8 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, \r_en$135 , \r_en$122 , cmd__tready, busy, spm_wr__tready, acc_wr__tready, spm_rreq__tready, acc_rreq__tready, done__tdata, spm_rresp__tvalid, spm_rresp__tdata, acc_rresp__tvalid, acc_rresp__tdata
-, \port$1478$0 , \port$1480$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
-  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+, \port$1515$0 , \port$1517$0 , spm_rreq__tdata, done__tvalid, cmd__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$100 ;
@@ -2786,10 +3549,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   reg [9:0] po_src = 10'h000;
   reg [15:0] po_tag = 16'h0000;
   wire popped;
-  input [255:0] \port$1478$0 ;
-  wire [255:0] \port$1478$0 ;
-  input [15:0] \port$1480$0 ;
-  wire [15:0] \port$1480$0 ;
+  input [255:0] \port$1515$0 ;
+  wire [255:0] \port$1515$0 ;
+  input [15:0] \port$1517$0 ;
+  wire [15:0] \port$1517$0 ;
   reg post_start;
   reg postop_busy = 1'h0;
   wire progress;
@@ -3288,8 +4051,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.load_q  load_q (
     .clk(clk),
-    .\port$1560$128 (cmd[143:128]),
-    .\port$1560$80 (cmd[91:80]),
+    .\port$1581$128 (cmd[143:128]),
+    .\port$1581$80 (cmd[91:80]),
     .r_data(\r_data$144 ),
     .r_en(\r_en$45 ),
     .r_rdy(\r_rdy$44 ),
@@ -3323,11 +4086,11 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   );
   \dx1_dma_tile.tile.stream_q  stream_q (
     .clk(clk),
-    .\port$1560$112 (cmd[143:112]),
-    .\port$1560$16 (cmd[31:16]),
-    .\port$1560$64 (cmd[75:64]),
-    .\port$1560$8 (cmd[8]),
-    .\port$1560$96 (cmd[105:96]),
+    .\port$1581$112 (cmd[143:112]),
+    .\port$1581$16 (cmd[31:16]),
+    .\port$1581$64 (cmd[75:64]),
+    .\port$1581$8 (cmd[8]),
+    .\port$1581$96 (cmd[105:96]),
     .r_data(\r_data$147 ),
     .r_en(\r_en$63 ),
     .r_rdy(\r_rdy$62 ),
@@ -3336,7 +4099,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     .w_rdy(\w_rdy$28 )
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     (* full_case = 32'd1 *)
     casez (cmd[7:0])
       8'h00:
@@ -3350,7 +4113,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     take = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
@@ -3370,7 +4133,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     w_en = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
@@ -3391,7 +4154,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \w_data$26  = 32'd0;
     if (\$40 ) begin
       if (\$43 ) begin
@@ -3418,7 +4181,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \w_en$29  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
@@ -3430,7 +4193,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \w_en$30  = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
@@ -3442,7 +4205,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     gemm_accepted = 1'h0;
     if (\$40 ) begin
       if (\$43 ) begin
@@ -3454,7 +4217,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     post_start = 1'h0;
     if (\$40 ) begin
       (* full_case = 32'd1 *)
@@ -3468,7 +4231,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_rb__addr = 12'h000;
     if (l_issue) begin
       spm_rb__addr = \$54 [11:0];
@@ -3478,7 +4241,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_rb__en = 1'h1;
     if (l_issue) begin
       spm_rb__en = 1'h1;
@@ -3488,55 +4251,55 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \r_en$45  = 1'h0;
     if (\$60 ) begin
       \r_en$45  = 1'h1;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_ra__addr = 12'h000;
     if (s_issue) begin
       spm_ra__addr = s_addr;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_ra__en = 1'h1;
     if (s_issue) begin
       spm_ra__en = 1'h1;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \r_en$63  = 1'h0;
     if (\$72 ) begin
       \r_en$63  = 1'h1;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     acc_w__addr = 10'h000;
     if (r_valid) begin
       acc_w__addr = r_ctl[9:0];
     end
     if (\$94 ) begin
-      acc_w__addr = \port$1480$0 [9:0];
+      acc_w__addr = \port$1517$0 [9:0];
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     acc_w__data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (r_valid) begin
       acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
     end
     if (\$94 ) begin
-      acc_w__data = \port$1478$0 ;
+      acc_w__data = \port$1515$0 ;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     acc_w__en = 1'h0;
     if (r_valid) begin
       acc_w__en = 1'h1;
@@ -3546,7 +4309,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     gemm_completed = 1'h0;
     if (r_valid) begin
       if (r_ctl[11]) begin
@@ -3555,7 +4318,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     acc_rp__addr = 10'h000;
     if (post_start) begin
       if (cmd[9]) begin
@@ -3570,7 +4333,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     acc_rp__en = 1'h1;
     if (post_start) begin
       if (cmd[9]) begin
@@ -3585,7 +4348,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     po_reading = 1'h0;
     if (post_start) begin
     end else if (po_bias_pending) begin
@@ -3594,27 +4357,27 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_w__addr = 12'h000;
     if (out_valid) begin
       spm_w__addr = \out_ctl$100 [11:0];
     end
     if (\$92 ) begin
-      spm_w__addr = \port$1480$0 [11:0];
+      spm_w__addr = \port$1517$0 [11:0];
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_w__data = 64'h0000000000000000;
     if (out_valid) begin
       spm_w__data = out;
     end
     if (\$92 ) begin
-      spm_w__data = \port$1478$0 [63:0];
+      spm_w__data = \port$1515$0 [63:0];
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     spm_w__en = 1'h0;
     if (out_valid) begin
       spm_w__en = 1'h1;
@@ -3624,7 +4387,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$177  = cmd;
     if (\$105 ) begin
       \$177  = cmd__tdata;
@@ -3634,7 +4397,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$178  = cmd_valid;
     if (\$105 ) begin
       \$178  = 1'h1;
@@ -3646,7 +4409,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$179  = stage;
     if (\$105 ) begin
       \$179  = 2'h0;
@@ -3659,42 +4422,42 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$180  = \$110 [3:0];
     if (rst) begin
       \$180  = 4'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$181  = \$112 [3:0];
     if (rst) begin
       \$181  = 4'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$182  = \$113 ;
     if (rst) begin
       \$182  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$183  = { 12'h000, \$114  };
     if (rst) begin
       \$183  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$184  = status_next;
     if (rst) begin
       \$184  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$185  = bank0_state;
     if (\$117 ) begin
       \$185  = 3'h0;
@@ -3728,7 +4491,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$186  = bank0_drain;
     if (\$117 ) begin
     end else if (\$118 ) begin
@@ -3746,7 +4509,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$187  = bank1_state;
     if (\$122 ) begin
       \$187  = 3'h0;
@@ -3780,7 +4543,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$188  = bank1_drain;
     if (\$122 ) begin
     end else if (\$123 ) begin
@@ -3798,7 +4561,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$189  = l_row;
     if (l_issue) begin
       \$189  = \$128 [2:0];
@@ -3814,7 +4577,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$190  = l_bank;
     if (l_issue) begin
       if (\$129 ) begin
@@ -3826,7 +4589,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$191  = l_addr;
     if (l_issue) begin
       if (\$129 ) begin
@@ -3841,7 +4604,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$192  = l_left;
     if (l_issue) begin
       if (\$129 ) begin
@@ -3856,7 +4619,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$193  = l_active;
     if (l_issue) begin
       if (\$129 ) begin
@@ -3873,28 +4636,28 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$194  = l_issue;
     if (rst) begin
       \$194  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$195  = l_bank;
     if (rst) begin
       \$195  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$196  = \$138 ;
     if (rst) begin
       \$196  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$197  = s_addr;
     if (s_issue) begin
       \$197  = \$142 [11:0];
@@ -3907,7 +4670,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$198  = s_row;
     if (s_issue) begin
       \$198  = \$143 [15:0];
@@ -3923,7 +4686,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$199  = s_bank;
     if (s_issue) begin
       if (\$148 ) begin
@@ -3935,7 +4698,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$200  = s_left;
     if (s_issue) begin
       if (\$148 ) begin
@@ -3950,7 +4713,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$201  = s_first;
     if (s_issue) begin
       if (\$148 ) begin
@@ -3965,7 +4728,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$202  = s_active;
     if (s_issue) begin
       if (\$148 ) begin
@@ -3982,7 +4745,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$203  = s_c;
     if (\$156 ) begin
       \$203  = \r_data$147 [21:12];
@@ -3992,7 +4755,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$204  = s_m;
     if (\$156 ) begin
       \$204  = \r_data$147 [37:22];
@@ -4002,7 +4765,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$205  = s_acc;
     if (\$156 ) begin
       \$205  = \r_data$147 [54];
@@ -4012,7 +4775,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$206  = s_tag;
     if (\$156 ) begin
       \$206  = \r_data$147 [70:55];
@@ -4022,21 +4785,21 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$207  = s_issue;
     if (rst) begin
       \$207  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$208  = s_bank;
     if (rst) begin
       \$208  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$209 [9:0] = \$157 [9:0];
     \$209 [10] = \$159 ;
     \$209 [11] = \$163 ;
@@ -4046,28 +4809,28 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$210  = \out_valid$151 ;
     if (rst) begin
       \$210  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$211  = out_ctl;
     if (rst) begin
       \$211  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$212  = \out$152 ;
     if (rst) begin
       \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$213  = postop_busy;
     if (post_start) begin
       \$213  = 1'h1;
@@ -4082,7 +4845,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$214  = po_src;
     if (post_start) begin
       \$214  = cmd[73:64];
@@ -4095,7 +4858,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$215  = po_dst;
     if (post_start) begin
       \$215  = cmd[91:80];
@@ -4108,7 +4871,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$216  = po_left;
     if (post_start) begin
       \$216  = cmd[111:96];
@@ -4121,7 +4884,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$217  = po_tag;
     if (post_start) begin
       \$217  = cmd[31:16];
@@ -4131,7 +4894,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$218  = po_bias_pending;
     if (post_start) begin
       \$218  = cmd[9];
@@ -4143,7 +4906,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$219  = bias;
     if (post_start) begin
       \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
@@ -4155,7 +4918,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$220  = mult;
     if (post_start) begin
       \$220  = cmd[143:128];
@@ -4165,7 +4928,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$221  = shift;
     if (post_start) begin
       \$221  = cmd[149:144];
@@ -4175,7 +4938,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$222  = relu;
     if (post_start) begin
       \$222  = cmd[8];
@@ -4185,14 +4948,14 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$223  = po_reading;
     if (rst) begin
       \$223  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$224 [11:0] = po_dst;
     \$224 [12] = \$169 ;
     if (rst) begin
@@ -4200,21 +4963,21 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$225  = \$170 ;
     if (rst) begin
       \$225  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$226  = \$171 ;
     if (rst) begin
       \$226  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$227  = perf_macs;
     if (a_valid) begin
       \$227  = \$172 [47:0];
@@ -4224,7 +4987,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$228  = perf_busy;
     if (a_valid) begin
       \$228  = \$173 [31:0];
@@ -4234,7 +4997,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$229  = perf_stall;
     if (\$175 ) begin
       \$229  = \$176 [31:0];
@@ -4262,8 +5025,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, r_en, clk, rst, spm_wr__tvalid, acc_wr__
   assign acc_rp__data = row;
   assign \row_valid$95  = row_valid;
   assign row_ctl_p = \ctl$96 ;
-  assign spm_wr__tdata = { \port$1480$0 , \port$1478$0 [63:0] };
-  assign acc_wr__tdata = { \port$1480$0 , \port$1478$0  };
+  assign spm_wr__tdata = { \port$1517$0 , \port$1515$0 [63:0] };
+  assign acc_wr__tdata = { \port$1517$0 , \port$1515$0  };
   assign \w_data$116  = w_row;
   assign \w_en$117  = spm_ext_pending;
   assign \r_data$119  = spm_rresp__tdata;
@@ -4363,7 +5126,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile.acc_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$13  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -4447,7 +5210,7 @@ module \dx1_dma_tile.tile.acc_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -4457,7 +5220,7 @@ module \dx1_dma_tile.tile.acc_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -4467,7 +5230,7 @@ module \dx1_dma_tile.tile.acc_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -4489,7 +5252,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
   wire [15:0] \$100 ;
@@ -6588,7 +7351,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
   always @(posedge clk)
     w1_5_3 <= \$282 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$284  = w1_7_3;
     if (\$4 ) begin
       \$284  = w1_6_3;
@@ -6598,7 +7361,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$285  = w1_0_4;
     if (\$4 ) begin
       \$285  = w_row[39:32];
@@ -6608,7 +7371,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$286  = w1_1_4;
     if (\$4 ) begin
       \$286  = w1_0_4;
@@ -6618,7 +7381,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$287  = w1_2_4;
     if (\$4 ) begin
       \$287  = w1_1_4;
@@ -6628,7 +7391,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$288  = w1_3_4;
     if (\$4 ) begin
       \$288  = w1_2_4;
@@ -6638,7 +7401,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$289  = w1_4_4;
     if (\$4 ) begin
       \$289  = w1_3_4;
@@ -6648,7 +7411,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$290  = w1_5_4;
     if (\$4 ) begin
       \$290  = w1_4_4;
@@ -6658,7 +7421,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$291  = w1_6_4;
     if (\$4 ) begin
       \$291  = w1_5_4;
@@ -6668,7 +7431,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$292  = w1_7_4;
     if (\$4 ) begin
       \$292  = w1_6_4;
@@ -6678,7 +7441,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$293  = w1_0_5;
     if (\$4 ) begin
       \$293  = w_row[47:40];
@@ -6688,7 +7451,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$294  = w1_1_5;
     if (\$4 ) begin
       \$294  = w1_0_5;
@@ -6698,7 +7461,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$295  = w1_2_5;
     if (\$4 ) begin
       \$295  = w1_1_5;
@@ -6708,7 +7471,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$296  = w1_3_5;
     if (\$4 ) begin
       \$296  = w1_2_5;
@@ -6718,7 +7481,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$297  = w1_4_5;
     if (\$4 ) begin
       \$297  = w1_3_5;
@@ -6728,7 +7491,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$298  = w1_5_5;
     if (\$4 ) begin
       \$298  = w1_4_5;
@@ -6738,7 +7501,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$299  = w1_6_5;
     if (\$4 ) begin
       \$299  = w1_5_5;
@@ -6748,7 +7511,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$300  = w1_7_5;
     if (\$4 ) begin
       \$300  = w1_6_5;
@@ -6758,7 +7521,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$301  = w1_0_6;
     if (\$4 ) begin
       \$301  = w_row[55:48];
@@ -6768,7 +7531,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$302  = w1_1_6;
     if (\$4 ) begin
       \$302  = w1_0_6;
@@ -6778,7 +7541,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$303  = w1_2_6;
     if (\$4 ) begin
       \$303  = w1_1_6;
@@ -6788,7 +7551,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$304  = w1_3_6;
     if (\$4 ) begin
       \$304  = w1_2_6;
@@ -6798,7 +7561,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$305  = w1_4_6;
     if (\$4 ) begin
       \$305  = w1_3_6;
@@ -6808,7 +7571,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$306  = w1_5_6;
     if (\$4 ) begin
       \$306  = w1_4_6;
@@ -6818,7 +7581,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$307  = w1_6_6;
     if (\$4 ) begin
       \$307  = w1_5_6;
@@ -6828,7 +7591,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$308  = w1_7_6;
     if (\$4 ) begin
       \$308  = w1_6_6;
@@ -6838,7 +7601,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$309  = w1_0_7;
     if (\$4 ) begin
       \$309  = w_row[63:56];
@@ -6848,7 +7611,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$310  = w1_1_7;
     if (\$4 ) begin
       \$310  = w1_0_7;
@@ -6858,7 +7621,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$311  = w1_2_7;
     if (\$4 ) begin
       \$311  = w1_1_7;
@@ -6868,7 +7631,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$312  = w1_3_7;
     if (\$4 ) begin
       \$312  = w1_2_7;
@@ -6878,7 +7641,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$313  = w1_4_7;
     if (\$4 ) begin
       \$313  = w1_3_7;
@@ -6888,7 +7651,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$314  = w1_5_7;
     if (\$4 ) begin
       \$314  = w1_4_7;
@@ -6898,7 +7661,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$315  = w1_6_7;
     if (\$4 ) begin
       \$315  = w1_5_7;
@@ -6908,7 +7671,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$316  = w1_7_7;
     if (\$4 ) begin
       \$316  = w1_6_7;
@@ -6918,2149 +7681,2149 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$317  = a[15:8];
     if (rst) begin
       \$317  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$318  = a_bank;
     if (rst) begin
       \$318  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$319  = a[23:16];
     if (rst) begin
       \$319  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$320  = a_bank;
     if (rst) begin
       \$320  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$321  = skew2_0;
     if (rst) begin
       \$321  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$322  = skew_bank2_0;
     if (rst) begin
       \$322  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$323  = a[31:24];
     if (rst) begin
       \$323  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$324  = a_bank;
     if (rst) begin
       \$324  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$325  = skew3_0;
     if (rst) begin
       \$325  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$326  = skew_bank3_0;
     if (rst) begin
       \$326  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$327  = skew3_1;
     if (rst) begin
       \$327  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$328  = skew_bank3_1;
     if (rst) begin
       \$328  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$329  = a[39:32];
     if (rst) begin
       \$329  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$330  = a_bank;
     if (rst) begin
       \$330  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$331  = skew4_0;
     if (rst) begin
       \$331  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$332  = skew_bank4_0;
     if (rst) begin
       \$332  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$333  = skew4_1;
     if (rst) begin
       \$333  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$334  = skew_bank4_1;
     if (rst) begin
       \$334  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$335  = skew4_2;
     if (rst) begin
       \$335  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$336  = skew_bank4_2;
     if (rst) begin
       \$336  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$337  = a[47:40];
     if (rst) begin
       \$337  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$338  = a_bank;
     if (rst) begin
       \$338  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$339  = skew5_0;
     if (rst) begin
       \$339  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$340  = skew_bank5_0;
     if (rst) begin
       \$340  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$341  = skew5_1;
     if (rst) begin
       \$341  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$342  = skew_bank5_1;
     if (rst) begin
       \$342  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$343  = skew5_2;
     if (rst) begin
       \$343  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$344  = skew_bank5_2;
     if (rst) begin
       \$344  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$345  = skew5_3;
     if (rst) begin
       \$345  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$346  = skew_bank5_3;
     if (rst) begin
       \$346  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$347  = a[55:48];
     if (rst) begin
       \$347  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$348  = a_bank;
     if (rst) begin
       \$348  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$349  = skew6_0;
     if (rst) begin
       \$349  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$350  = skew_bank6_0;
     if (rst) begin
       \$350  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$351  = skew6_1;
     if (rst) begin
       \$351  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$352  = skew_bank6_1;
     if (rst) begin
       \$352  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$353  = skew6_2;
     if (rst) begin
       \$353  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$354  = skew_bank6_2;
     if (rst) begin
       \$354  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$355  = skew6_3;
     if (rst) begin
       \$355  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$356  = skew_bank6_3;
     if (rst) begin
       \$356  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$357  = skew6_4;
     if (rst) begin
       \$357  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$358  = skew_bank6_4;
     if (rst) begin
       \$358  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$359  = a[63:56];
     if (rst) begin
       \$359  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$360  = a_bank;
     if (rst) begin
       \$360  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$361  = skew7_0;
     if (rst) begin
       \$361  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$362  = skew_bank7_0;
     if (rst) begin
       \$362  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$363  = skew7_1;
     if (rst) begin
       \$363  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$364  = skew_bank7_1;
     if (rst) begin
       \$364  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$365  = skew7_2;
     if (rst) begin
       \$365  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$366  = skew_bank7_2;
     if (rst) begin
       \$366  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$367  = skew7_3;
     if (rst) begin
       \$367  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$368  = skew_bank7_3;
     if (rst) begin
       \$368  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$369  = skew7_4;
     if (rst) begin
       \$369  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$370  = skew_bank7_4;
     if (rst) begin
       \$370  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$371  = skew7_5;
     if (rst) begin
       \$371  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$372  = skew_bank7_5;
     if (rst) begin
       \$372  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$373  = a[7:0];
     if (rst) begin
       \$373  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$374  = a_bank;
     if (rst) begin
       \$374  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$375  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
     if (rst) begin
       \$375  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$376  = skew1_0;
     if (rst) begin
       \$376  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$377  = skew_bank1_0;
     if (rst) begin
       \$377  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$378  = \$9 [31:0];
     if (rst) begin
       \$378  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$379  = skew2_1;
     if (rst) begin
       \$379  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$380  = skew_bank2_1;
     if (rst) begin
       \$380  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$381  = \$12 [31:0];
     if (rst) begin
       \$381  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$382  = skew3_2;
     if (rst) begin
       \$382  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$383  = skew_bank3_2;
     if (rst) begin
       \$383  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$384  = \$15 [31:0];
     if (rst) begin
       \$384  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$385  = skew4_3;
     if (rst) begin
       \$385  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$386  = skew_bank4_3;
     if (rst) begin
       \$386  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$387  = \$18 [31:0];
     if (rst) begin
       \$387  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$388  = skew5_4;
     if (rst) begin
       \$388  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$389  = skew_bank5_4;
     if (rst) begin
       \$389  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$390  = \$21 [31:0];
     if (rst) begin
       \$390  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$391  = skew6_5;
     if (rst) begin
       \$391  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$392  = skew_bank6_5;
     if (rst) begin
       \$392  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$393  = \$24 [31:0];
     if (rst) begin
       \$393  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$394  = skew7_6;
     if (rst) begin
       \$394  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$395  = skew_bank7_6;
     if (rst) begin
       \$395  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$396  = \$27 [31:0];
     if (rst) begin
       \$396  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$397  = psum_7_0;
     if (rst) begin
       \$397  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$398  = deskew0_0;
     if (rst) begin
       \$398  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$399  = deskew0_1;
     if (rst) begin
       \$399  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$400  = deskew0_2;
     if (rst) begin
       \$400  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$401  = deskew0_3;
     if (rst) begin
       \$401  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$402  = deskew0_4;
     if (rst) begin
       \$402  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$403  = deskew0_5;
     if (rst) begin
       \$403  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$404  = a_0_0;
     if (rst) begin
       \$404  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$405  = bank_0_0;
     if (rst) begin
       \$405  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$406  = { \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29  };
     if (rst) begin
       \$406  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$407  = a_1_0;
     if (rst) begin
       \$407  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$408  = bank_1_0;
     if (rst) begin
       \$408  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$409  = \$32 [31:0];
     if (rst) begin
       \$409  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$410  = a_2_0;
     if (rst) begin
       \$410  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$411  = bank_2_0;
     if (rst) begin
       \$411  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$412  = \$35 [31:0];
     if (rst) begin
       \$412  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$413  = a_3_0;
     if (rst) begin
       \$413  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$414  = bank_3_0;
     if (rst) begin
       \$414  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$415  = \$38 [31:0];
     if (rst) begin
       \$415  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$416  = a_4_0;
     if (rst) begin
       \$416  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$417  = bank_4_0;
     if (rst) begin
       \$417  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$418  = \$41 [31:0];
     if (rst) begin
       \$418  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$419  = a_5_0;
     if (rst) begin
       \$419  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$420  = bank_5_0;
     if (rst) begin
       \$420  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$421  = \$44 [31:0];
     if (rst) begin
       \$421  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$422  = a_6_0;
     if (rst) begin
       \$422  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$423  = bank_6_0;
     if (rst) begin
       \$423  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$424  = \$47 [31:0];
     if (rst) begin
       \$424  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$425  = a_7_0;
     if (rst) begin
       \$425  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$426  = bank_7_0;
     if (rst) begin
       \$426  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$427  = \$50 [31:0];
     if (rst) begin
       \$427  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$428  = psum_7_1;
     if (rst) begin
       \$428  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$429  = deskew1_0;
     if (rst) begin
       \$429  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$430  = deskew1_1;
     if (rst) begin
       \$430  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$431  = deskew1_2;
     if (rst) begin
       \$431  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$432  = deskew1_3;
     if (rst) begin
       \$432  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$433  = deskew1_4;
     if (rst) begin
       \$433  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$434  = a_0_1;
     if (rst) begin
       \$434  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$435  = bank_0_1;
     if (rst) begin
       \$435  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$436  = { \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52  };
     if (rst) begin
       \$436  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$437  = a_1_1;
     if (rst) begin
       \$437  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$438  = bank_1_1;
     if (rst) begin
       \$438  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$439  = \$55 [31:0];
     if (rst) begin
       \$439  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$440  = a_2_1;
     if (rst) begin
       \$440  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$441  = bank_2_1;
     if (rst) begin
       \$441  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$442  = \$58 [31:0];
     if (rst) begin
       \$442  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$443  = a_3_1;
     if (rst) begin
       \$443  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$444  = bank_3_1;
     if (rst) begin
       \$444  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$445  = \$61 [31:0];
     if (rst) begin
       \$445  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$446  = a_4_1;
     if (rst) begin
       \$446  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$447  = bank_4_1;
     if (rst) begin
       \$447  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$448  = \$64 [31:0];
     if (rst) begin
       \$448  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$449  = a_5_1;
     if (rst) begin
       \$449  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$450  = bank_5_1;
     if (rst) begin
       \$450  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$451  = \$67 [31:0];
     if (rst) begin
       \$451  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$452  = a_6_1;
     if (rst) begin
       \$452  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$453  = bank_6_1;
     if (rst) begin
       \$453  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$454  = \$70 [31:0];
     if (rst) begin
       \$454  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$455  = a_7_1;
     if (rst) begin
       \$455  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$456  = bank_7_1;
     if (rst) begin
       \$456  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$457  = \$73 [31:0];
     if (rst) begin
       \$457  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$458  = psum_7_2;
     if (rst) begin
       \$458  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$459  = deskew2_0;
     if (rst) begin
       \$459  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$460  = deskew2_1;
     if (rst) begin
       \$460  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$461  = deskew2_2;
     if (rst) begin
       \$461  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$462  = deskew2_3;
     if (rst) begin
       \$462  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$463  = a_0_2;
     if (rst) begin
       \$463  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$464  = bank_0_2;
     if (rst) begin
       \$464  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$465  = { \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75  };
     if (rst) begin
       \$465  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$466  = a_1_2;
     if (rst) begin
       \$466  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$467  = bank_1_2;
     if (rst) begin
       \$467  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$468  = \$78 [31:0];
     if (rst) begin
       \$468  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$469  = a_2_2;
     if (rst) begin
       \$469  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$470  = bank_2_2;
     if (rst) begin
       \$470  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$471  = \$81 [31:0];
     if (rst) begin
       \$471  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$472  = a_3_2;
     if (rst) begin
       \$472  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$473  = bank_3_2;
     if (rst) begin
       \$473  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$474  = \$84 [31:0];
     if (rst) begin
       \$474  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$475  = a_4_2;
     if (rst) begin
       \$475  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$476  = bank_4_2;
     if (rst) begin
       \$476  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$477  = \$87 [31:0];
     if (rst) begin
       \$477  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$478  = a_5_2;
     if (rst) begin
       \$478  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$479  = bank_5_2;
     if (rst) begin
       \$479  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$480  = \$90 [31:0];
     if (rst) begin
       \$480  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$481  = a_6_2;
     if (rst) begin
       \$481  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$482  = bank_6_2;
     if (rst) begin
       \$482  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$483  = \$93 [31:0];
     if (rst) begin
       \$483  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$484  = a_7_2;
     if (rst) begin
       \$484  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$485  = bank_7_2;
     if (rst) begin
       \$485  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$486  = \$96 [31:0];
     if (rst) begin
       \$486  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$487  = psum_7_3;
     if (rst) begin
       \$487  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$488  = deskew3_0;
     if (rst) begin
       \$488  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$489  = deskew3_1;
     if (rst) begin
       \$489  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$490  = deskew3_2;
     if (rst) begin
       \$490  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$491  = a_0_3;
     if (rst) begin
       \$491  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$492  = bank_0_3;
     if (rst) begin
       \$492  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$493  = { \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98  };
     if (rst) begin
       \$493  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$494  = a_1_3;
     if (rst) begin
       \$494  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$495  = bank_1_3;
     if (rst) begin
       \$495  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$496  = \$101 [31:0];
     if (rst) begin
       \$496  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$497  = a_2_3;
     if (rst) begin
       \$497  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$498  = bank_2_3;
     if (rst) begin
       \$498  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$499  = \$104 [31:0];
     if (rst) begin
       \$499  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$500  = a_3_3;
     if (rst) begin
       \$500  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$501  = bank_3_3;
     if (rst) begin
       \$501  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$502  = \$107 [31:0];
     if (rst) begin
       \$502  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$503  = a_4_3;
     if (rst) begin
       \$503  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$504  = bank_4_3;
     if (rst) begin
       \$504  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$505  = \$110 [31:0];
     if (rst) begin
       \$505  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$506  = a_5_3;
     if (rst) begin
       \$506  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$507  = bank_5_3;
     if (rst) begin
       \$507  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$508  = \$113 [31:0];
     if (rst) begin
       \$508  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$509  = a_6_3;
     if (rst) begin
       \$509  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$510  = bank_6_3;
     if (rst) begin
       \$510  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$511  = \$116 [31:0];
     if (rst) begin
       \$511  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$512  = a_7_3;
     if (rst) begin
       \$512  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$513  = bank_7_3;
     if (rst) begin
       \$513  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$514  = \$119 [31:0];
     if (rst) begin
       \$514  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$515  = psum_7_4;
     if (rst) begin
       \$515  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$516  = deskew4_0;
     if (rst) begin
       \$516  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$517  = deskew4_1;
     if (rst) begin
       \$517  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$518  = a_0_4;
     if (rst) begin
       \$518  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$519  = bank_0_4;
     if (rst) begin
       \$519  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$520  = { \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121  };
     if (rst) begin
       \$520  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$521  = a_1_4;
     if (rst) begin
       \$521  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$522  = bank_1_4;
     if (rst) begin
       \$522  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$523  = \$124 [31:0];
     if (rst) begin
       \$523  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$524  = a_2_4;
     if (rst) begin
       \$524  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$525  = bank_2_4;
     if (rst) begin
       \$525  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$526  = \$127 [31:0];
     if (rst) begin
       \$526  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$527  = a_3_4;
     if (rst) begin
       \$527  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$528  = bank_3_4;
     if (rst) begin
       \$528  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$529  = \$130 [31:0];
     if (rst) begin
       \$529  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$530  = a_4_4;
     if (rst) begin
       \$530  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$531  = bank_4_4;
     if (rst) begin
       \$531  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$532  = \$133 [31:0];
     if (rst) begin
       \$532  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$533  = a_5_4;
     if (rst) begin
       \$533  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$534  = bank_5_4;
     if (rst) begin
       \$534  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$535  = \$136 [31:0];
     if (rst) begin
       \$535  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$536  = a_6_4;
     if (rst) begin
       \$536  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$537  = bank_6_4;
     if (rst) begin
       \$537  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$538  = \$139 [31:0];
     if (rst) begin
       \$538  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$539  = a_7_4;
     if (rst) begin
       \$539  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$540  = bank_7_4;
     if (rst) begin
       \$540  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$541  = \$142 [31:0];
     if (rst) begin
       \$541  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$542  = psum_7_5;
     if (rst) begin
       \$542  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$543  = deskew5_0;
     if (rst) begin
       \$543  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$544  = a_0_5;
     if (rst) begin
       \$544  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$545  = bank_0_5;
     if (rst) begin
       \$545  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$546  = { \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144  };
     if (rst) begin
       \$546  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$547  = a_1_5;
     if (rst) begin
       \$547  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$548  = bank_1_5;
     if (rst) begin
       \$548  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$549  = \$147 [31:0];
     if (rst) begin
       \$549  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$550  = a_2_5;
     if (rst) begin
       \$550  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$551  = bank_2_5;
     if (rst) begin
       \$551  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$552  = \$150 [31:0];
     if (rst) begin
       \$552  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$553  = a_3_5;
     if (rst) begin
       \$553  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$554  = bank_3_5;
     if (rst) begin
       \$554  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$555  = \$153 [31:0];
     if (rst) begin
       \$555  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$556  = a_4_5;
     if (rst) begin
       \$556  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$557  = bank_4_5;
     if (rst) begin
       \$557  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$558  = \$156 [31:0];
     if (rst) begin
       \$558  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$559  = a_5_5;
     if (rst) begin
       \$559  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$560  = bank_5_5;
     if (rst) begin
       \$560  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$561  = \$159 [31:0];
     if (rst) begin
       \$561  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$562  = a_6_5;
     if (rst) begin
       \$562  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$563  = bank_6_5;
     if (rst) begin
       \$563  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$564  = \$162 [31:0];
     if (rst) begin
       \$564  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$565  = a_7_5;
     if (rst) begin
       \$565  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$566  = bank_7_5;
     if (rst) begin
       \$566  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$567  = \$165 [31:0];
     if (rst) begin
       \$567  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$568  = psum_7_6;
     if (rst) begin
       \$568  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$569  = a_0_6;
     if (rst) begin
       \$569  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$570  = bank_0_6;
     if (rst) begin
       \$570  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$571  = { \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167  };
     if (rst) begin
       \$571  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$572  = a_1_6;
     if (rst) begin
       \$572  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$573  = bank_1_6;
     if (rst) begin
       \$573  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$574  = \$170 [31:0];
     if (rst) begin
       \$574  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$575  = a_2_6;
     if (rst) begin
       \$575  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$576  = bank_2_6;
     if (rst) begin
       \$576  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$577  = \$173 [31:0];
     if (rst) begin
       \$577  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$578  = a_3_6;
     if (rst) begin
       \$578  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$579  = bank_3_6;
     if (rst) begin
       \$579  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$580  = \$176 [31:0];
     if (rst) begin
       \$580  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$581  = a_4_6;
     if (rst) begin
       \$581  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$582  = bank_4_6;
     if (rst) begin
       \$582  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$583  = \$179 [31:0];
     if (rst) begin
       \$583  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$584  = a_5_6;
     if (rst) begin
       \$584  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$585  = bank_5_6;
     if (rst) begin
       \$585  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$586  = \$182 [31:0];
     if (rst) begin
       \$586  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$587  = a_6_6;
     if (rst) begin
       \$587  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$588  = bank_6_6;
     if (rst) begin
       \$588  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$589  = \$185 [31:0];
     if (rst) begin
       \$589  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$590  = a_7_6;
     if (rst) begin
       \$590  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$591  = bank_7_6;
     if (rst) begin
       \$591  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$592  = \$188 [31:0];
     if (rst) begin
       \$592  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$593  = a_valid;
     if (rst) begin
       \$593  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$594  = ctl;
     if (rst) begin
       \$594  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$595  = valid_d0;
     if (rst) begin
       \$595  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$596  = ctl_d0;
     if (rst) begin
       \$596  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$597  = valid_d1;
     if (rst) begin
       \$597  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$598  = ctl_d1;
     if (rst) begin
       \$598  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$599  = valid_d2;
     if (rst) begin
       \$599  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$600  = ctl_d2;
     if (rst) begin
       \$600  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$601  = valid_d3;
     if (rst) begin
       \$601  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$602  = ctl_d3;
     if (rst) begin
       \$602  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$603  = valid_d4;
     if (rst) begin
       \$603  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$604  = ctl_d4;
     if (rst) begin
       \$604  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$605  = valid_d5;
     if (rst) begin
       \$605  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$606  = ctl_d5;
     if (rst) begin
       \$606  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$607  = valid_d6;
     if (rst) begin
       \$607  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$608  = ctl_d6;
     if (rst) begin
       \$608  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$609  = valid_d7;
     if (rst) begin
       \$609  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$610  = ctl_d7;
     if (rst) begin
       \$610  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$611  = valid_d8;
     if (rst) begin
       \$611  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$612  = ctl_d8;
     if (rst) begin
       \$612  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$613  = valid_d9;
     if (rst) begin
       \$613  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$614  = ctl_d9;
     if (rst) begin
       \$614  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$615  = valid_d10;
     if (rst) begin
       \$615  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$616  = ctl_d10;
     if (rst) begin
       \$616  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$617  = valid_d11;
     if (rst) begin
       \$617  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$618  = ctl_d11;
     if (rst) begin
       \$618  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$619  = valid_d12;
     if (rst) begin
       \$619  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$620  = ctl_d12;
     if (rst) begin
       \$620  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$621  = valid_d13;
     if (rst) begin
       \$621  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$622  = ctl_d13;
     if (rst) begin
       \$622  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (a_bank)
       1'h0:
@@ -9070,7 +9833,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank1_0)
       1'h0:
@@ -9080,7 +9843,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank2_1)
       1'h0:
@@ -9090,7 +9853,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank3_2)
       1'h0:
@@ -9100,7 +9863,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank4_3)
       1'h0:
@@ -9110,7 +9873,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank5_4)
       1'h0:
@@ -9120,7 +9883,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank6_5)
       1'h0:
@@ -9130,7 +9893,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank7_6)
       1'h0:
@@ -9140,7 +9903,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_0)
       1'h0:
@@ -9150,7 +9913,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_0)
       1'h0:
@@ -9160,7 +9923,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_0)
       1'h0:
@@ -9170,7 +9933,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_0)
       1'h0:
@@ -9180,7 +9943,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_0)
       1'h0:
@@ -9190,7 +9953,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_0)
       1'h0:
@@ -9200,7 +9963,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_0)
       1'h0:
@@ -9210,7 +9973,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_0)
       1'h0:
@@ -9220,7 +9983,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_1)
       1'h0:
@@ -9230,7 +9993,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_1)
       1'h0:
@@ -9240,7 +10003,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_1)
       1'h0:
@@ -9250,7 +10013,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_1)
       1'h0:
@@ -9260,7 +10023,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_1)
       1'h0:
@@ -9270,7 +10033,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_1)
       1'h0:
@@ -9280,7 +10043,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_1)
       1'h0:
@@ -9290,7 +10053,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_1)
       1'h0:
@@ -9300,7 +10063,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_2)
       1'h0:
@@ -9310,7 +10073,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_2)
       1'h0:
@@ -9320,7 +10083,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_2)
       1'h0:
@@ -9330,7 +10093,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_2)
       1'h0:
@@ -9340,7 +10103,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_2)
       1'h0:
@@ -9350,7 +10113,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_2)
       1'h0:
@@ -9360,7 +10123,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_2)
       1'h0:
@@ -9370,7 +10133,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_2)
       1'h0:
@@ -9380,7 +10143,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_3)
       1'h0:
@@ -9390,7 +10153,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_3)
       1'h0:
@@ -9400,7 +10163,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_3)
       1'h0:
@@ -9410,7 +10173,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_3)
       1'h0:
@@ -9420,7 +10183,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_3)
       1'h0:
@@ -9430,7 +10193,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_3)
       1'h0:
@@ -9440,7 +10203,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_3)
       1'h0:
@@ -9450,7 +10213,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_3)
       1'h0:
@@ -9460,7 +10223,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_4)
       1'h0:
@@ -9470,7 +10233,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_4)
       1'h0:
@@ -9480,7 +10243,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_4)
       1'h0:
@@ -9490,7 +10253,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_4)
       1'h0:
@@ -9500,7 +10263,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_4)
       1'h0:
@@ -9510,7 +10273,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_4)
       1'h0:
@@ -9520,7 +10283,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_4)
       1'h0:
@@ -9530,7 +10293,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_4)
       1'h0:
@@ -9540,7 +10303,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_5)
       1'h0:
@@ -9550,7 +10313,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_5)
       1'h0:
@@ -9560,7 +10323,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_5)
       1'h0:
@@ -9570,7 +10333,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_5)
       1'h0:
@@ -9580,7 +10343,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_5)
       1'h0:
@@ -9590,7 +10353,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_5)
       1'h0:
@@ -9600,7 +10363,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_5)
       1'h0:
@@ -9610,7 +10373,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_5)
       1'h0:
@@ -9620,7 +10383,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_6)
       1'h0:
@@ -9630,7 +10393,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_6)
       1'h0:
@@ -9640,7 +10403,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_6)
       1'h0:
@@ -9650,7 +10413,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_6)
       1'h0:
@@ -9660,7 +10423,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_6)
       1'h0:
@@ -9670,7 +10433,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_6)
       1'h0:
@@ -9680,7 +10443,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_6)
       1'h0:
@@ -9690,7 +10453,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_6)
       1'h0:
@@ -9700,7 +10463,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$189  = w0_0_0;
     if (\$2 ) begin
       \$189  = w_row[7:0];
@@ -9710,7 +10473,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$190  = w0_1_0;
     if (\$2 ) begin
       \$190  = w0_0_0;
@@ -9720,7 +10483,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$191  = w0_2_0;
     if (\$2 ) begin
       \$191  = w0_1_0;
@@ -9730,7 +10493,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$192  = w0_3_0;
     if (\$2 ) begin
       \$192  = w0_2_0;
@@ -9740,7 +10503,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$193  = w0_4_0;
     if (\$2 ) begin
       \$193  = w0_3_0;
@@ -9750,7 +10513,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$194  = w0_5_0;
     if (\$2 ) begin
       \$194  = w0_4_0;
@@ -9760,7 +10523,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$195  = w0_6_0;
     if (\$2 ) begin
       \$195  = w0_5_0;
@@ -9770,7 +10533,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$196  = w0_7_0;
     if (\$2 ) begin
       \$196  = w0_6_0;
@@ -9780,7 +10543,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$197  = w0_0_1;
     if (\$2 ) begin
       \$197  = w_row[15:8];
@@ -9790,7 +10553,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$198  = w0_1_1;
     if (\$2 ) begin
       \$198  = w0_0_1;
@@ -9800,7 +10563,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$199  = w0_2_1;
     if (\$2 ) begin
       \$199  = w0_1_1;
@@ -9810,7 +10573,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$200  = w0_3_1;
     if (\$2 ) begin
       \$200  = w0_2_1;
@@ -9820,7 +10583,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$201  = w0_4_1;
     if (\$2 ) begin
       \$201  = w0_3_1;
@@ -9830,7 +10593,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$202  = w0_5_1;
     if (\$2 ) begin
       \$202  = w0_4_1;
@@ -9840,7 +10603,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$203  = w0_6_1;
     if (\$2 ) begin
       \$203  = w0_5_1;
@@ -9850,7 +10613,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$204  = w0_7_1;
     if (\$2 ) begin
       \$204  = w0_6_1;
@@ -9860,7 +10623,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$205  = w0_0_2;
     if (\$2 ) begin
       \$205  = w_row[23:16];
@@ -9870,7 +10633,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$206  = w0_1_2;
     if (\$2 ) begin
       \$206  = w0_0_2;
@@ -9880,7 +10643,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$207  = w0_2_2;
     if (\$2 ) begin
       \$207  = w0_1_2;
@@ -9890,7 +10653,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$208  = w0_3_2;
     if (\$2 ) begin
       \$208  = w0_2_2;
@@ -9900,7 +10663,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$209  = w0_4_2;
     if (\$2 ) begin
       \$209  = w0_3_2;
@@ -9910,7 +10673,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$210  = w0_5_2;
     if (\$2 ) begin
       \$210  = w0_4_2;
@@ -9920,7 +10683,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$211  = w0_6_2;
     if (\$2 ) begin
       \$211  = w0_5_2;
@@ -9930,7 +10693,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$212  = w0_7_2;
     if (\$2 ) begin
       \$212  = w0_6_2;
@@ -9940,7 +10703,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$213  = w0_0_3;
     if (\$2 ) begin
       \$213  = w_row[31:24];
@@ -9950,7 +10713,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$214  = w0_1_3;
     if (\$2 ) begin
       \$214  = w0_0_3;
@@ -9960,7 +10723,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$215  = w0_2_3;
     if (\$2 ) begin
       \$215  = w0_1_3;
@@ -9970,7 +10733,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$216  = w0_3_3;
     if (\$2 ) begin
       \$216  = w0_2_3;
@@ -9980,7 +10743,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$217  = w0_4_3;
     if (\$2 ) begin
       \$217  = w0_3_3;
@@ -9990,7 +10753,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$218  = w0_5_3;
     if (\$2 ) begin
       \$218  = w0_4_3;
@@ -10000,7 +10763,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$219  = w0_6_3;
     if (\$2 ) begin
       \$219  = w0_5_3;
@@ -10010,7 +10773,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$220  = w0_7_3;
     if (\$2 ) begin
       \$220  = w0_6_3;
@@ -10020,7 +10783,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$221  = w0_0_4;
     if (\$2 ) begin
       \$221  = w_row[39:32];
@@ -10030,7 +10793,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$222  = w0_1_4;
     if (\$2 ) begin
       \$222  = w0_0_4;
@@ -10040,7 +10803,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$223  = w0_2_4;
     if (\$2 ) begin
       \$223  = w0_1_4;
@@ -10050,7 +10813,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$224  = w0_3_4;
     if (\$2 ) begin
       \$224  = w0_2_4;
@@ -10060,7 +10823,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$225  = w0_4_4;
     if (\$2 ) begin
       \$225  = w0_3_4;
@@ -10070,7 +10833,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$226  = w0_5_4;
     if (\$2 ) begin
       \$226  = w0_4_4;
@@ -10080,7 +10843,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$227  = w0_6_4;
     if (\$2 ) begin
       \$227  = w0_5_4;
@@ -10090,7 +10853,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$228  = w0_7_4;
     if (\$2 ) begin
       \$228  = w0_6_4;
@@ -10100,7 +10863,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$229  = w0_0_5;
     if (\$2 ) begin
       \$229  = w_row[47:40];
@@ -10110,7 +10873,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$230  = w0_1_5;
     if (\$2 ) begin
       \$230  = w0_0_5;
@@ -10120,7 +10883,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$231  = w0_2_5;
     if (\$2 ) begin
       \$231  = w0_1_5;
@@ -10130,7 +10893,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$232  = w0_3_5;
     if (\$2 ) begin
       \$232  = w0_2_5;
@@ -10140,7 +10903,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$233  = w0_4_5;
     if (\$2 ) begin
       \$233  = w0_3_5;
@@ -10150,7 +10913,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$234  = w0_5_5;
     if (\$2 ) begin
       \$234  = w0_4_5;
@@ -10160,7 +10923,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$235  = w0_6_5;
     if (\$2 ) begin
       \$235  = w0_5_5;
@@ -10170,7 +10933,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$236  = w0_7_5;
     if (\$2 ) begin
       \$236  = w0_6_5;
@@ -10180,7 +10943,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$237  = w0_0_6;
     if (\$2 ) begin
       \$237  = w_row[55:48];
@@ -10190,7 +10953,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$238  = w0_1_6;
     if (\$2 ) begin
       \$238  = w0_0_6;
@@ -10200,7 +10963,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$239  = w0_2_6;
     if (\$2 ) begin
       \$239  = w0_1_6;
@@ -10210,7 +10973,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$240  = w0_3_6;
     if (\$2 ) begin
       \$240  = w0_2_6;
@@ -10220,7 +10983,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$241  = w0_4_6;
     if (\$2 ) begin
       \$241  = w0_3_6;
@@ -10230,7 +10993,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$242  = w0_5_6;
     if (\$2 ) begin
       \$242  = w0_4_6;
@@ -10240,7 +11003,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$243  = w0_6_6;
     if (\$2 ) begin
       \$243  = w0_5_6;
@@ -10250,7 +11013,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$244  = w0_7_6;
     if (\$2 ) begin
       \$244  = w0_6_6;
@@ -10260,7 +11023,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$245  = w0_0_7;
     if (\$2 ) begin
       \$245  = w_row[63:56];
@@ -10270,7 +11033,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$246  = w0_1_7;
     if (\$2 ) begin
       \$246  = w0_0_7;
@@ -10280,7 +11043,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$247  = w0_2_7;
     if (\$2 ) begin
       \$247  = w0_1_7;
@@ -10290,7 +11053,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$248  = w0_3_7;
     if (\$2 ) begin
       \$248  = w0_2_7;
@@ -10300,7 +11063,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$249  = w0_4_7;
     if (\$2 ) begin
       \$249  = w0_3_7;
@@ -10310,7 +11073,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$250  = w0_5_7;
     if (\$2 ) begin
       \$250  = w0_4_7;
@@ -10320,7 +11083,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$251  = w0_6_7;
     if (\$2 ) begin
       \$251  = w0_5_7;
@@ -10330,7 +11093,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$252  = w0_7_7;
     if (\$2 ) begin
       \$252  = w0_6_7;
@@ -10340,7 +11103,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$253  = w1_0_0;
     if (\$4 ) begin
       \$253  = w_row[7:0];
@@ -10350,7 +11113,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$254  = w1_1_0;
     if (\$4 ) begin
       \$254  = w1_0_0;
@@ -10360,7 +11123,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$255  = w1_2_0;
     if (\$4 ) begin
       \$255  = w1_1_0;
@@ -10370,7 +11133,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$256  = w1_3_0;
     if (\$4 ) begin
       \$256  = w1_2_0;
@@ -10380,7 +11143,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$257  = w1_4_0;
     if (\$4 ) begin
       \$257  = w1_3_0;
@@ -10390,7 +11153,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$258  = w1_5_0;
     if (\$4 ) begin
       \$258  = w1_4_0;
@@ -10400,7 +11163,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$259  = w1_6_0;
     if (\$4 ) begin
       \$259  = w1_5_0;
@@ -10410,7 +11173,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$260  = w1_7_0;
     if (\$4 ) begin
       \$260  = w1_6_0;
@@ -10420,7 +11183,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$261  = w1_0_1;
     if (\$4 ) begin
       \$261  = w_row[15:8];
@@ -10430,7 +11193,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$262  = w1_1_1;
     if (\$4 ) begin
       \$262  = w1_0_1;
@@ -10440,7 +11203,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$263  = w1_2_1;
     if (\$4 ) begin
       \$263  = w1_1_1;
@@ -10450,7 +11213,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$264  = w1_3_1;
     if (\$4 ) begin
       \$264  = w1_2_1;
@@ -10460,7 +11223,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$265  = w1_4_1;
     if (\$4 ) begin
       \$265  = w1_3_1;
@@ -10470,7 +11233,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$266  = w1_5_1;
     if (\$4 ) begin
       \$266  = w1_4_1;
@@ -10480,7 +11243,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$267  = w1_6_1;
     if (\$4 ) begin
       \$267  = w1_5_1;
@@ -10490,7 +11253,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$268  = w1_7_1;
     if (\$4 ) begin
       \$268  = w1_6_1;
@@ -10500,7 +11263,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$269  = w1_0_2;
     if (\$4 ) begin
       \$269  = w_row[23:16];
@@ -10510,7 +11273,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$270  = w1_1_2;
     if (\$4 ) begin
       \$270  = w1_0_2;
@@ -10520,7 +11283,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$271  = w1_2_2;
     if (\$4 ) begin
       \$271  = w1_1_2;
@@ -10530,7 +11293,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$272  = w1_3_2;
     if (\$4 ) begin
       \$272  = w1_2_2;
@@ -10540,7 +11303,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$273  = w1_4_2;
     if (\$4 ) begin
       \$273  = w1_3_2;
@@ -10550,7 +11313,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$274  = w1_5_2;
     if (\$4 ) begin
       \$274  = w1_4_2;
@@ -10560,7 +11323,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$275  = w1_6_2;
     if (\$4 ) begin
       \$275  = w1_5_2;
@@ -10570,7 +11333,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$276  = w1_7_2;
     if (\$4 ) begin
       \$276  = w1_6_2;
@@ -10580,7 +11343,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$277  = w1_0_3;
     if (\$4 ) begin
       \$277  = w_row[31:24];
@@ -10590,7 +11353,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$278  = w1_1_3;
     if (\$4 ) begin
       \$278  = w1_0_3;
@@ -10600,7 +11363,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$279  = w1_2_3;
     if (\$4 ) begin
       \$279  = w1_1_3;
@@ -10610,7 +11373,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$280  = w1_3_3;
     if (\$4 ) begin
       \$280  = w1_2_3;
@@ -10620,7 +11383,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$281  = w1_4_3;
     if (\$4 ) begin
       \$281  = w1_3_3;
@@ -10630,7 +11393,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$282  = w1_5_3;
     if (\$4 ) begin
       \$282  = w1_4_3;
@@ -10640,7 +11403,7 @@ module \dx1_dma_tile.tile.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$283  = w1_6_3;
     if (\$4 ) begin
       \$283  = w1_5_3;
@@ -10688,7 +11451,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy, r_en);
-  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [3:0] \$11 ;
@@ -10816,7 +11579,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [2:0];
@@ -10826,7 +11589,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [2:0];
@@ -10836,7 +11599,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [2:0];
@@ -10849,7 +11612,7 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -10869,8 +11632,8 @@ module \dx1_dma_tile.tile.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1560$80 , \port$1560$128 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
+module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1581$80 , \port$1581$128 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$16  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -10893,10 +11656,10 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1560$128 ;
-  wire [15:0] \port$1560$128 ;
-  input [11:0] \port$1560$80 ;
-  wire [11:0] \port$1560$80 ;
+  input [15:0] \port$1581$128 ;
+  wire [15:0] \port$1581$128 ;
+  input [11:0] \port$1581$80 ;
+  wire [11:0] \port$1581$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -10930,7 +11693,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1560$128 , \port$1560$80  };
+      storage[w_port__addr] <= { \port$1581$128 , \port$1581$80  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -10957,7 +11720,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -10967,7 +11730,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -10977,7 +11740,7 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -10992,15 +11755,15 @@ module \dx1_dma_tile.tile.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1560$128 , \port$1560$80  };
-  assign w_data = { \port$1560$128 , \port$1560$80  };
+  assign w_port__data = { \port$1581$128 , \port$1581$80  };
+  assign w_data = { \port$1581$128 , \port$1581$80  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire [110:0] \$1 ;
   wire [50:0] \$10 ;
   wire \$100 ;
@@ -11518,42 +12281,42 @@ module \dx1_dma_tile.tile.postop (rst, row, bias, mult, shift, relu, row_valid, 
   always @(posedge clk)
     ctl_s4 <= \$174 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$131  = \$2 [46:0];
     if (rst) begin
       \$131  = 47'h000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$132  = \$3 ;
     if (rst) begin
       \$132  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$133  = \$5 ;
     if (rst) begin
       \$133  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$134  = { \$6 [47], \$6  };
     if (rst) begin
       \$134  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$135  = \$10 [49:0];
     if (rst) begin
       \$135  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$136 [7:0] = \$74 [7:0];
     \$136 [15:8] = \$82 [7:0];
     \$136 [23:16] = \$90 [7:0];
@@ -11567,266 +12330,266 @@ module \dx1_dma_tile.tile.postop (rst, row, bias, mult, shift, relu, row_valid, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$137  = \$11 ;
     if (rst) begin
       \$137  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$138  = \$13 ;
     if (rst) begin
       \$138  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$139  = { \$14 [47], \$14  };
     if (rst) begin
       \$139  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$140  = \$18 [49:0];
     if (rst) begin
       \$140  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$141  = \$19 ;
     if (rst) begin
       \$141  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$142  = \$21 ;
     if (rst) begin
       \$142  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$143  = { \$22 [47], \$22  };
     if (rst) begin
       \$143  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$144  = \$26 [49:0];
     if (rst) begin
       \$144  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$145  = \$27 ;
     if (rst) begin
       \$145  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$146  = \$29 ;
     if (rst) begin
       \$146  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$147  = { \$30 [47], \$30  };
     if (rst) begin
       \$147  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$148  = \$34 [49:0];
     if (rst) begin
       \$148  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$149  = \$35 ;
     if (rst) begin
       \$149  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$150  = \$37 ;
     if (rst) begin
       \$150  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$151  = { \$38 [47], \$38  };
     if (rst) begin
       \$151  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$152  = \$42 [49:0];
     if (rst) begin
       \$152  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$153  = \$43 ;
     if (rst) begin
       \$153  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$154  = \$45 ;
     if (rst) begin
       \$154  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$155  = { \$46 [47], \$46  };
     if (rst) begin
       \$155  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$156  = \$50 [49:0];
     if (rst) begin
       \$156  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$157  = \$51 ;
     if (rst) begin
       \$157  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$158  = \$53 ;
     if (rst) begin
       \$158  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$159  = { \$54 [47], \$54  };
     if (rst) begin
       \$159  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$160  = \$58 [49:0];
     if (rst) begin
       \$160  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$161  = \$59 ;
     if (rst) begin
       \$161  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$162  = \$61 ;
     if (rst) begin
       \$162  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$163  = { \$62 [47], \$62  };
     if (rst) begin
       \$163  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$164  = \$66 [49:0];
     if (rst) begin
       \$164  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$165  = row_valid;
     if (rst) begin
       \$165  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$166  = ctl;
     if (rst) begin
       \$166  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$167  = valid_s0;
     if (rst) begin
       \$167  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$168  = ctl_s0;
     if (rst) begin
       \$168  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$169  = valid_s1;
     if (rst) begin
       \$169  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$170  = ctl_s1;
     if (rst) begin
       \$170  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$171  = valid_s2;
     if (rst) begin
       \$171  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$172  = ctl_s2;
     if (rst) begin
       \$172  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$173  = valid_s3;
     if (rst) begin
       \$173  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$174  = ctl_s3;
     if (rst) begin
       \$174  = 13'h0000;
@@ -11879,7 +12642,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, w_en, level, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -11963,7 +12726,7 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -11973,7 +12736,7 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -11983,7 +12746,7 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -12004,8 +12767,8 @@ module \dx1_dma_tile.tile.spm_ext_fifo (rst, r_en, w_port__data, r_rdy, r_data, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1560$8 , \port$1560$16 , \port$1560$64 , \port$1560$96 , \port$1560$112 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
+module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1581$8 , \port$1581$16 , \port$1581$64 , \port$1581$96 , \port$1581$112 , clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -12028,16 +12791,16 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1560$112 ;
-  wire [31:0] \port$1560$112 ;
-  input [15:0] \port$1560$16 ;
-  wire [15:0] \port$1560$16 ;
-  input [11:0] \port$1560$64 ;
-  wire [11:0] \port$1560$64 ;
-  input \port$1560$8 ;
-  wire \port$1560$8 ;
-  input [9:0] \port$1560$96 ;
-  wire [9:0] \port$1560$96 ;
+  input [31:0] \port$1581$112 ;
+  wire [31:0] \port$1581$112 ;
+  input [15:0] \port$1581$16 ;
+  wire [15:0] \port$1581$16 ;
+  input [11:0] \port$1581$64 ;
+  wire [11:0] \port$1581$64 ;
+  input \port$1581$8 ;
+  wire \port$1581$8 ;
+  input [9:0] \port$1581$96 ;
+  wire [9:0] \port$1581$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -12071,7 +12834,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
+      storage[w_port__addr] <= { \port$1581$16 , \port$1581$8 , \port$1581$112 , \port$1581$96 , \port$1581$64  };
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -12098,7 +12861,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -12108,7 +12871,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -12118,7 +12881,7 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -12133,8 +12896,8 @@ module \dx1_dma_tile.tile.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
-  assign w_data = { \port$1560$16 , \port$1560$8 , \port$1560$112 , \port$1560$96 , \port$1560$64  };
+  assign w_port__data = { \port$1581$16 , \port$1581$8 , \port$1581$112 , \port$1581$96 , \port$1581$64  };
+  assign w_data = { \port$1581$16 , \port$1581$8 , \port$1581$112 , \port$1581$96 , \port$1581$64  };
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from ..spec import BUS_BYTES
 
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "MAX_BURST", "PAGE_BYTES", "RESP_OKAY", "RESP_SLVERR",
-           "RESP_DECERR"]
+           "RESP_DECERR", "join_channels"]
 
 BURST_INCR = 0b01
 #: Most beats of one INCR burst (AXI4).
@@ -85,3 +85,18 @@ class AXI4LiteSignature(wiring.Signature):
 
     def __repr__(self):
         return f"AXI4LiteSignature(addr_width={self.addr_width})"
+
+
+def join_channels(m, bus, *, read, write) -> None:
+    """Drive the AXI4 master port ``bus`` from two masters: its read channels from ``read``, its write channels
+    from ``write``.
+
+    The three ports have the same :class:`AXI4Signature`; ``read``'s write channels and ``write``'s read
+    channels are left unconnected (a unit that only reads and a unit that only writes share one port).
+    """
+    for name, member in bus.signature.members.items():
+        source = read if name.startswith(("ar", "r")) else write
+        if member.flow == Out:
+            m.d.comb += getattr(bus, name).eq(getattr(source, name))
+        else:
+            m.d.comb += getattr(source, name).eq(getattr(bus, name))

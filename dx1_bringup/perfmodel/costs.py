@@ -3,7 +3,7 @@
 Each constant was read off the RTL generator (``dx1_bringup/gateware``) and fitted to the SoC's
 TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles):
 
-* DMA (``gateware/dma.py``): a LOAD or STORE is cut into one burst per outer row (more where a row
+* DMA (``gateware/dma/``): a LOAD or STORE is cut into one burst per outer row (more where a row
   crosses a 4 KiB page or exceeds 256 beats of 8 bytes); one command runs at a time per tile.  A STORE
   costs ``store_fixed + store_burst * bursts + beats`` exactly, a LOAD ``load_fixed + load_burst * bursts
   + load_beat * beats`` (least squares over the TRACE of single-tile LOADs), each when it has its memory
@@ -20,7 +20,7 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
   row entered.
 * POSTOP: waits for earlier GEMMs, starts ``postop_fill`` cycles after dispatch at the earliest and
   takes ``rows + postop_drain`` cycles.
-* Command processor (``gateware/command.py``): consecutive dispatches are at least ``dispatch_gap``
+* Command processor (``gateware/command/``): consecutive dispatches are at least ``dispatch_gap``
   cycles apart (fetch burst plus ``DECODE_STAGES``); a command's fetch, one read burst of its beats from
   the command ring, asks for the memory ``fetch_lead`` cycles after the command before it dispatched; the
   DMA takes its next command ``dma_handover`` cycles before the previous one's completion is written; the
@@ -45,7 +45,7 @@ from ..spec import BUS_BYTES, ceil_div, register_map
 
 __all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
-#: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma.py).
+#: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma/burst.py).
 PAGE_BYTES = 4096
 MAX_BURST = 256
 #: Longest write burst of a COPY (half the DMA's data FIFO).

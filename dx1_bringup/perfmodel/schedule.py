@@ -1,6 +1,6 @@
 """Predicted start and end cycles of every command of per-tile command streams.
 
-:func:`predict` replays the dispatch rules of the command processor (``gateware/command.py``) with the
+:func:`predict` replays the dispatch rules of the command processor (``gateware/command/``) with the
 unit costs of :mod:`.costs`: commands dispatch in order, at least ``dispatch_gap`` cycles apart; LOAD,
 STORE and COPY go to the tile's DMA one at a time, GEMM and POSTOP to the tile core (``core_slots`` in
 flight, POSTOP after the GEMMs before it); a command that writes local rows an in-flight command of the
