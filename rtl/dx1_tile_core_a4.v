@@ -5,246 +5,34 @@
 module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
 , acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, progress, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
-  wire \$1 ;
-  wire \$10 ;
-  wire [2:0] \$100 ;
-  wire [4:0] \$101 ;
-  wire [5:0] \$102 ;
-  wire [4:0] \$103 ;
-  wire [5:0] \$104 ;
-  wire [31:0] \$105 ;
-  wire [18:0] \$106 ;
-  wire \$107 ;
-  wire \$108 ;
-  wire \$109 ;
-  wire [32:0] \$11 ;
-  wire \$110 ;
-  wire [4:0] \$111 ;
-  wire \$112 ;
-  wire \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire [4:0] \$116 ;
-  wire \$117 ;
-  wire \$118 ;
-  wire \$119 ;
-  wire \$12 ;
-  wire [2:0] \$120 ;
-  wire \$121 ;
-  wire \$122 ;
-  wire [10:0] \$123 ;
-  wire [16:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire \$127 ;
-  wire \$128 ;
-  wire \$129 ;
-  wire [32:0] \$13 ;
-  wire \$130 ;
-  wire \$131 ;
-  wire \$132 ;
-  wire \$133 ;
-  wire [10:0] \$134 ;
-  wire [16:0] \$135 ;
-  wire \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire [16:0] \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire [16:0] \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire \$147 ;
-  wire \$148 ;
-  wire [16:0] \$149 ;
-  wire \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  wire \$152 ;
-  wire [16:0] \$153 ;
-  wire \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire \$157 ;
-  wire [8:0] \$158 ;
-  wire [10:0] \$159 ;
-  wire [16:0] \$16 ;
-  wire [16:0] \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire [48:0] \$164 ;
-  wire [32:0] \$165 ;
-  wire \$166 ;
-  wire \$167 ;
-  wire [32:0] \$168 ;
-  reg [255:0] \$169 ;
-  wire \$17 ;
-  reg \$170 ;
-  reg [1:0] \$171 ;
-  reg [3:0] \$172 ;
-  reg [3:0] \$173 ;
-  reg [31:0] \$174 ;
-  reg [31:0] \$175 ;
-  reg [7:0] \$176 ;
-  reg [2:0] \$177 ;
-  reg [3:0] \$178 ;
-  reg [2:0] \$179 ;
-  wire [3:0] \$18 ;
-  reg [3:0] \$180 ;
-  reg [1:0] \$181 ;
-  reg \$182 ;
-  reg [9:0] \$183 ;
-  reg [15:0] \$184 ;
-  reg \$185 ;
-  reg \$186 ;
-  reg \$187 ;
-  reg \$188 ;
-  reg [9:0] \$189 ;
-  wire [3:0] \$19 ;
-  reg [15:0] \$190 ;
-  reg \$191 ;
-  reg [15:0] \$192 ;
-  reg \$193 ;
-  reg \$194 ;
-  reg [7:0] \$195 ;
-  reg [15:0] \$196 ;
-  reg \$197 ;
-  reg [15:0] \$198 ;
-  reg \$199 ;
-  wire \$2 ;
-  wire [3:0] \$20 ;
-  reg \$200 ;
-  reg [25:0] \$201 ;
-  reg \$202 ;
-  reg [25:0] \$203 ;
-  reg [127:0] \$204 ;
-  reg \$205 ;
-  reg [7:0] \$206 ;
-  reg [9:0] \$207 ;
-  reg [15:0] \$208 ;
-  reg [15:0] \$209 ;
-  wire [3:0] \$21 ;
-  reg \$210 ;
-  reg [127:0] \$211 ;
-  reg [15:0] \$212 ;
-  reg [5:0] \$213 ;
-  reg \$214 ;
-  reg \$215 ;
-  reg [10:0] \$216 ;
-  reg \$217 ;
-  reg \$218 ;
-  reg [47:0] \$219 ;
-  wire [255:0] \$22 ;
-  reg [31:0] \$220 ;
-  reg [31:0] \$221 ;
-  wire \$23 ;
-  wire \$24 ;
-  wire \$25 ;
-  wire [16:0] \$26 ;
-  wire \$27 ;
-  wire [16:0] \$28 ;
-  wire \$29 ;
-  wire [255:0] \$3 ;
-  wire \$30 ;
-  wire \$31 ;
-  wire \$32 ;
-  wire [3:0] \$33 ;
-  wire [3:0] \$34 ;
-  wire [3:0] \$35 ;
-  wire [3:0] \$36 ;
-  wire [3:0] \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire \$43 ;
-  wire \$44 ;
-  wire \$45 ;
-  wire \$46 ;
-  wire \$47 ;
-  wire \$48 ;
-  wire \$49 ;
-  wire [3:0] \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire [10:0] \$53 ;
-  wire [11:0] \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire \$57 ;
-  wire \$58 ;
-  wire \$59 ;
-  wire [255:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire [16:0] \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire [32:0] \$73 ;
-  wire [32:0] \$74 ;
-  wire [32:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [32:0] \$78 ;
-  wire [32:0] \$79 ;
-  wire \$8 ;
-  wire [32:0] \$80 ;
-  wire \$81 ;
-  wire \$82 ;
-  wire \$83 ;
-  wire \$84 ;
-  wire \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [3:0] \$88 ;
-  wire \$89 ;
-  wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire [3:0] \$94 ;
-  wire \$95 ;
-  wire \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
+  wire [15:0] \$1 ;
+  reg [31:0] \$10 ;
+  wire [15:0] \$2 ;
+  wire [15:0] \$3 ;
+  wire [15:0] \$4 ;
+  wire [48:0] \$5 ;
+  wire [32:0] \$6 ;
+  wire [32:0] \$7 ;
+  reg [47:0] \$8 ;
+  reg [31:0] \$9 ;
   wire [31:0] a;
+  wire [31:0] \a$117 ;
   wire [7:0] \a[0] ;
   wire [7:0] \a[1] ;
   wire [7:0] \a[2] ;
   wire [7:0] \a[3] ;
-  reg a_bank = 1'h0;
-  (* init = 1'h0 *)
-  wire \a_bank$95 ;
-  reg [31:0] a_rows = 32'd0;
-  reg a_valid = 1'h0;
-  (* init = 1'h0 *)
-  wire \a_valid$93 ;
-  reg acc_ext_pending = 1'h0;
+  wire a_bank;
+  wire \a_bank$121 ;
+  wire a_valid;
+  wire \a_valid$119 ;
+  wire [7:0] acc_addr;
+  wire [7:0] \acc_addr$165 ;
+  wire [127:0] acc_data;
+  wire [127:0] \acc_data$167 ;
   wire [7:0] acc_rc__addr;
   wire [127:0] acc_rc__data;
-  wire acc_rc__en;
-  reg [7:0] acc_rp__addr;
+  wire [7:0] acc_rp__addr;
   wire [127:0] acc_rp__data;
-  reg acc_rp__en;
   input [15:0] acc_rreq__tdata;
   wire [15:0] acc_rreq__tdata;
   output acc_rreq__tready;
@@ -257,166 +45,181 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire acc_rresp__tready;
   output acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  reg [7:0] acc_w__addr;
-  reg [127:0] acc_w__data;
-  reg acc_w__en;
+  wire acc_use;
+  wire [7:0] acc_w__addr;
+  wire [127:0] acc_w__data;
+  wire acc_w__en;
   input [143:0] acc_wr__tdata;
   wire [143:0] acc_wr__tdata;
   output acc_wr__tready;
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  reg [31:0] b_rows = 32'd0;
-  reg [3:0] bank0_drain = 4'h0;
-  reg [2:0] bank0_state = 3'h0;
-  reg [3:0] bank1_drain = 4'h0;
-  reg [2:0] bank1_state = 3'h0;
-  reg [127:0] bias = 128'h00000000000000000000000000000000;
-  (* init = 128'h00000000000000000000000000000000 *)
-  wire [127:0] \bias$117 ;
-  wire [31:0] \bias$117[0] ;
-  wire [31:0] \bias$117[1] ;
-  wire [31:0] \bias$117[2] ;
-  wire [31:0] \bias$117[3] ;
-  wire [31:0] \bias[0] ;
-  wire [31:0] \bias[1] ;
-  wire [31:0] \bias[2] ;
-  wire [31:0] \bias[3] ;
+  wire [15:0] addr;
+  wire [15:0] \addr$152 ;
+  wire [15:0] \addr$160 ;
+  wire [15:0] \addr$166 ;
+  wire [1:0] bank_empty;
+  wire [1:0] bank_full;
   output busy;
   wire busy;
+  wire \busy$76 ;
   input clk;
   wire clk;
-  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
+  wire [255:0] \cmd__tdata$31 ;
   output cmd__tready;
   wire cmd__tready;
+  wire \cmd__tready$32 ;
   input cmd__tvalid;
   wire cmd__tvalid;
-  reg cmd_valid = 1'h0;
+  wire \cmd__tvalid$33 ;
+  wire [255:0] command;
+  wire [255:0] \command$64 ;
+  wire [255:0] \command$87 ;
   wire credit;
-  reg [25:0] ctl = 26'h0000000;
-  reg [10:0] \ctl$122  = 11'h000;
+  wire \credit$71 ;
+  wire [25:0] ctl;
+  wire [25:0] \ctl$123 ;
+  wire [7:0] \ctl$123.acc_addr ;
+  wire \ctl$123.accumulate ;
+  wire \ctl$123.last ;
+  wire [15:0] \ctl$123.tag ;
+  wire [31:0] data;
+  wire [127:0] \data$155 ;
+  wire [31:0] \data$163 ;
+  wire [127:0] \data$169 ;
   wire decoded;
+  wire \decoded$62 ;
+  wire [7:0] done__opcode;
+  wire [7:0] \done__opcode$46 ;
+  wire [7:0] \done__opcode$54 ;
+  wire [7:0] done__status;
+  wire [7:0] \done__status$48 ;
+  wire [7:0] \done__status$56 ;
+  wire [15:0] done__tag;
+  wire [15:0] \done__tag$50 ;
+  wire [15:0] \done__tag$58 ;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
+  wire [31:0] \done__tdata$34 ;
   input done__tready;
   wire done__tready;
+  wire \done__tready$35 ;
   output done__tvalid;
   wire done__tvalid;
-  reg gemm_accepted;
-  reg gemm_completed;
-  reg [3:0] gemm_inflight = 4'h0;
-  wire idle;
-  reg l_active = 1'h0;
-  reg [9:0] l_addr = 10'h000;
-  reg l_bank = 1'h0;
-  wire l_finishing;
-  wire l_issue;
-  reg [15:0] l_left = 16'h0000;
-  reg [1:0] l_row = 2'h0;
-  wire [2:0] level;
-  wire [2:0] \level$138 ;
-  reg [15:0] mult = 16'h0000;
-  wire [31:0] out;
-  wire [127:0] \out$155 ;
-  wire [31:0] \out$155[0] ;
-  wire [31:0] \out$155[1] ;
-  wire [31:0] \out$155[2] ;
-  wire [31:0] \out$155[3] ;
-  wire [7:0] \out[0] ;
-  wire [7:0] \out[1] ;
-  wire [7:0] \out[2] ;
-  wire [7:0] \out[3] ;
+  wire \done__tvalid$36 ;
+  wire done__valid;
+  wire \done__valid$52 ;
+  wire \done__valid$60 ;
+  wire [1:0] empty;
+  wire en;
+  wire \en$157 ;
+  wire [1:0] full;
+  wire gemm;
+  wire [7:0] gemm__opcode;
+  wire [7:0] gemm__status;
+  wire [15:0] gemm__tag;
+  wire gemm__valid;
+  wire gemm_done;
+  wire grant;
+  wire \grant$136 ;
+  wire \grant$138 ;
+  wire \grant$140 ;
+  wire holding;
+  wire issue;
+  wire [7:0] issue__opcode;
+  wire [7:0] issue__status;
+  wire [15:0] issue__tag;
+  wire issue__valid;
+  wire [25:0] job;
+  wire [66:0] \job$84 ;
+  wire [9:0] \job$84.a_addr ;
+  wire \job$84.accumulate ;
+  wire [7:0] \job$84.c_addr ;
+  wire [15:0] \job$84.k_chunks ;
+  wire [15:0] \job$84.m ;
+  wire [15:0] \job$84.tag ;
+  wire [9:0] \job.b_addr ;
+  wire [15:0] \job.k_chunks ;
+  wire load_bank;
+  wire \load_bank$91 ;
+  wire load_start;
+  wire \load_start$89 ;
+  wire loaded;
+  wire \loaded$93 ;
+  wire loaded_bank;
+  wire \loaded_bank$95 ;
+  wire [127:0] out;
+  wire [127:0] \out$125 ;
+  wire [31:0] \out$125[0] ;
+  wire [31:0] \out$125[1] ;
+  wire [31:0] \out$125[2] ;
+  wire [31:0] \out$125[3] ;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
   wire [25:0] out_ctl;
-  wire [10:0] \out_ctl$126 ;
+  wire [25:0] \out_ctl$129 ;
+  wire [7:0] \out_ctl.acc_addr ;
+  wire \out_ctl.accumulate ;
+  wire \out_ctl.last ;
+  wire [15:0] \out_ctl.tag ;
   wire out_valid;
-  wire \out_valid$154 ;
-  reg [3:0] outstanding = 4'h0;
+  wire \out_valid$127 ;
+  wire pending;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   output [31:0] perf_stall;
   reg [31:0] perf_stall = 32'd0;
-  reg po_bias_pending = 1'h0;
-  reg [9:0] po_dst = 10'h000;
-  reg [15:0] po_left = 16'h0000;
-  reg po_reading;
-  reg [7:0] po_src = 8'h00;
-  reg [15:0] po_tag = 16'h0000;
-  wire popped;
-  reg post_start;
-  reg postop_busy = 1'h0;
+  wire postop;
+  wire [7:0] postop__opcode;
+  wire [7:0] postop__status;
+  wire [15:0] postop__tag;
+  wire postop__valid;
+  wire postop_busy;
   output progress;
   wire progress;
-  reg [25:0] r_ctl = 26'h0000000;
-  wire [7:0] \r_ctl.acc_addr ;
-  wire \r_ctl.accumulate ;
-  wire \r_ctl.last ;
-  wire [15:0] \r_ctl.tag ;
-  wire [31:0] r_data;
-  wire [31:0] \r_data$135 ;
-  wire [127:0] \r_data$142 ;
-  wire [25:0] \r_data$147 ;
-  wire [66:0] \r_data$150 ;
-  wire r_en;
-  wire \r_en$137 ;
-  wire \r_en$144 ;
-  reg \r_en$71 ;
-  reg \r_en$89 ;
-  reg [127:0] r_psum = 128'h00000000000000000000000000000000;
-  wire [31:0] \r_psum[0] ;
-  wire [31:0] \r_psum[1] ;
-  wire [31:0] \r_psum[2] ;
-  wire [31:0] \r_psum[3] ;
-  wire r_rdy;
-  wire \r_rdy$136 ;
-  wire \r_rdy$143 ;
-  wire \r_rdy$70 ;
-  wire \r_rdy$88 ;
-  reg r_valid = 1'h0;
-  reg relu = 1'h0;
-  wire [127:0] row;
-  wire [31:0] \row[0] ;
-  wire [31:0] \row[1] ;
-  wire [31:0] \row[2] ;
-  wire [31:0] \row[3] ;
-  (* init = 11'h000 *)
-  wire [10:0] row_ctl_p;
-  wire [9:0] \row_ctl_p.dst ;
-  wire \row_ctl_p.last ;
-  reg row_valid = 1'h0;
-  (* init = 1'h0 *)
-  wire \row_valid$121 ;
+  wire push;
+  wire \push$83 ;
+  wire queues_ready;
+  wire [47:0] req__tdata;
+  wire [143:0] \req__tdata$173 ;
+  wire [15:0] \req__tdata$176 ;
+  wire [15:0] \req__tdata$179 ;
+  wire req__tready;
+  wire \req__tready$174 ;
+  wire \req__tready$177 ;
+  wire \req__tready$180 ;
+  wire req__tvalid;
+  wire \req__tvalid$175 ;
+  wire \req__tvalid$178 ;
+  wire \req__tvalid$181 ;
+  wire reserve;
+  wire [31:0] resp__tdata;
+  wire [127:0] \resp__tdata$185 ;
+  wire resp__tready;
+  wire \resp__tready$186 ;
+  wire resp__tvalid;
+  wire \resp__tvalid$187 ;
+  wire room;
+  wire \room$74 ;
   input rst;
   wire rst;
-  reg s_acc = 1'h0;
-  reg s_active = 1'h0;
-  reg [9:0] s_addr = 10'h000;
-  reg s_bank = 1'h0;
-  reg [7:0] s_c = 8'h00;
-  (* init = 26'h0000000 *)
-  wire [25:0] s_ctl;
-  wire [7:0] \s_ctl.acc_addr ;
-  wire \s_ctl.accumulate ;
-  wire \s_ctl.last ;
-  wire [15:0] \s_ctl.tag ;
-  wire s_finishing;
-  reg s_first = 1'h0;
-  wire s_issue;
-  reg [15:0] s_left = 16'h0000;
-  reg [15:0] s_m = 16'h0000;
-  reg [15:0] s_row = 16'h0000;
-  reg [15:0] s_tag = 16'h0000;
-  reg [5:0] shift = 6'h00;
-  reg spm_ext_pending = 1'h0;
-  reg [9:0] spm_ra__addr;
+  wire [9:0] spm_addr;
+  wire [9:0] \spm_addr$143 ;
+  wire [9:0] \spm_addr$159 ;
+  wire [31:0] spm_data;
+  wire [31:0] \spm_data$146 ;
+  wire [31:0] \spm_data$161 ;
+  wire [9:0] spm_ra__addr;
   wire [31:0] spm_ra__data;
-  reg spm_ra__en;
-  reg [9:0] spm_rb__addr;
+  wire [9:0] spm_rb__addr;
   wire [31:0] spm_rb__data;
-  reg spm_rb__en;
   input [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
   output spm_rreq__tready;
@@ -429,64 +232,57 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire spm_rresp__tready;
   output spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  reg [9:0] spm_w__addr;
-  reg [31:0] spm_w__data;
-  reg spm_w__en;
+  wire [9:0] spm_w__addr;
+  wire [31:0] spm_w__data;
+  wire spm_w__en;
   input [47:0] spm_wr__tdata;
   wire [47:0] spm_wr__tdata;
   output spm_wr__tready;
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [1:0] stage = 2'h0;
-  reg [7:0] status = 8'h00;
-  reg [7:0] status_next;
-  wire [127:0] summed;
-  reg take;
-  reg w_bank = 1'h0;
-  (* init = 1'h0 *)
-  wire \w_bank$75 ;
-  wire [25:0] w_data;
-  wire [31:0] \w_data$133 ;
-  wire [127:0] \w_data$140 ;
-  wire [66:0] \w_data$45 ;
-  reg [31:0] \w_data$52 ;
-  reg w_en;
-  (* init = 1'h0 *)
-  wire \w_en$134 ;
-  (* init = 1'h0 *)
-  wire \w_en$141 ;
-  reg \w_en$55 ;
-  reg \w_en$56 ;
-  reg w_last = 1'h0;
-  reg w_load = 1'h0;
-  wire w_rdy;
-  wire \w_rdy$54 ;
+  wire stalled;
+  wire start;
+  wire [7:0] status;
+  wire [7:0] \status$66 ;
+  wire stream_bank;
+  wire \stream_bank$101 ;
+  wire stream_end;
+  wire \stream_end$99 ;
+  wire stream_start;
+  wire \stream_start$97 ;
+  wire take;
+  wire \take$68 ;
+  wire [7:0] w_addr;
+  wire w_bank;
+  wire \w_bank$109 ;
+  wire [127:0] w_data;
+  wire w_load;
+  wire \w_load$107 ;
   wire [31:0] w_row;
+  wire [31:0] \w_row$111 ;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
   wire [7:0] \w_row[2] ;
   wire [7:0] \w_row[3] ;
-  (* init = 1'h0 *)
-  wire w_valid;
+  wire writing;
+  wire \writing$137 ;
   reg [127:0] acc [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) acc[i] = 128'h0;
   end
   always @(posedge clk) begin
     if (acc_w__en)
-      acc[acc_w__addr] <= acc_w__data;
+      acc[\$2 [7:0]] <= acc_w__data;
   end
   reg [127:0] _0_;
   reg [7:0] _1_;
   always @(posedge clk) begin
-    if (acc_rp__en) begin
-      _0_ <= acc[acc_rp__addr];
-    end
+    _0_ <= acc[\$4 [7:0]];
     _1_ <= out_ctl[7:0];
   end
-  assign row = _0_;
-  assign acc_rc__data = acc[_1_];
+  assign \acc_data$167  = _0_;
+  assign acc_data = acc[_1_];
   reg [31:0] spm [1023:0];
   initial begin
     spm[0] = 32'd0;
@@ -1516,1378 +1312,462 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @(posedge clk) begin
     if (spm_w__en)
-      spm[spm_w__addr] <= spm_w__data;
+      spm[\$1 [9:0]] <= spm_w__data;
   end
   reg [31:0] _2_;
   reg [31:0] _3_;
   always @(posedge clk) begin
-    if (spm_rb__en) begin
-      _2_ <= spm[spm_rb__addr];
-    end
-    if (spm_ra__en) begin
-      _3_ <= spm[spm_ra__addr];
-    end
+    _2_ <= spm[\$3 [9:0]];
+    _3_ <= spm[spm_ra__addr];
   end
   assign w_row = _2_;
-  assign a = _3_;
-  assign cmd__tready = ~ cmd_valid;
-  assign \$1  = stage == 2'h2;
-  assign decoded = cmd_valid & \$1 ;
-  assign popped = done__tvalid & done__tready;
-  assign \$2  = | outstanding;
-  assign busy = \$2  | cmd_valid;
-  assign credit = outstanding < 4'h8;
-  assign \$4  = | \$3 ;
-  assign \$5  = \$4  ? 4'h2 : 4'h0;
-  assign \$7  = | \$6 ;
-  assign \$8  = ! cmd[127:112];
-  assign \$9  = ! cmd[143:128];
-  assign \$10  = \$8  | \$9 ;
-  assign \$11  = cmd[79:64] + a_rows;
-  assign \$12  = \$11  > 11'h400;
-  assign \$13  = cmd[95:80] + b_rows;
-  assign \$14  = \$13  > 11'h400;
-  assign \$15  = \$12  | \$14 ;
-  assign \$16  = cmd[111:96] + cmd[127:112];
-  assign \$17  = \$16  > 9'h100;
-  assign \$18  = \$17  ? 4'h6 : 4'h0;
-  assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$10  ? 4'h3 : \$19 ;
-  assign \$21  = \$7  ? 4'h2 : \$20 ;
-  assign \$23  = | \$22 ;
-  assign \$24  = ! cmd[111:96];
-  assign \$25  = cmd[149:144] > 6'h2f;
-  assign \$26  = cmd[95:80] + cmd[111:96];
-  assign \$27  = \$26  > 11'h400;
-  assign \$28  = cmd[79:64] + cmd[111:96];
-  assign \$29  = \$28  > 9'h100;
-  assign \$30  = cmd[127:112] >= 9'h100;
-  assign \$31  = cmd[9] & \$30 ;
-  assign \$32  = \$29  | \$31 ;
-  assign \$33  = \$32  ? 4'h6 : 4'h0;
-  assign \$34  = \$27  ? 4'h5 : \$33 ;
-  assign \$35  = \$25  ? 4'h4 : \$34 ;
-  assign \$36  = \$24  ? 4'h3 : \$35 ;
-  assign \$37  = \$23  ? 4'h2 : \$36 ;
-  assign \$38  = ! gemm_inflight;
-  assign \$39  = ~ postop_busy;
-  assign idle = \$38  & \$39 ;
-  assign \$40  = decoded & credit;
-  assign \$41  = | status;
-  assign \$42  = ! cmd[7:0];
-  assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd[7:0] == 2'h3;
-  assign \$45  = ~ postop_busy;
-  assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$54 ;
-  assign \$48  = | l_row;
-  assign \$49  = ! bank1_state;
-  assign \$50  = ! bank0_state;
-  assign \$51  = l_bank ? \$49  : \$50 ;
-  assign \$52  = \$48  | \$51 ;
-  assign l_issue = l_active & \$52 ;
-  assign \$53  = l_addr + 2'h3;
-  assign \$54  = \$53  - l_row;
-  assign \$55  = l_row == 2'h3;
-  assign \$56  = l_issue & \$55 ;
-  assign \$57  = l_left == 1'h1;
-  assign l_finishing = \$56  & \$57 ;
-  assign \$58  = ~ l_active;
-  assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$70  & \$59 ;
-  assign \$61  = | s_row;
-  assign \$62  = bank1_state == 2'h2;
-  assign \$63  = bank0_state == 2'h2;
-  assign \$64  = s_bank ? \$62  : \$63 ;
-  assign \$65  = \$61  | \$64 ;
-  assign s_issue = s_active & \$65 ;
-  assign \$66  = s_m - 1'h1;
-  assign \$67  = s_row == \$66 ;
-  assign \$68  = s_issue & \$67 ;
-  assign \$69  = s_left == 1'h1;
-  assign s_finishing = \$68  & \$69 ;
-  assign \$70  = ~ s_active;
-  assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$88  & \$71 ;
-  assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
-  assign \$74  = r_ctl[8] ? \$73  : { 1'h0, r_psum[31:0] };
-  assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
-  assign \$76  = r_ctl[8] ? \$75  : { 1'h0, r_psum[63:32] };
-  assign \$77  = acc_rc__data[95:64] + r_psum[95:64];
-  assign \$78  = r_ctl[8] ? \$77  : { 1'h0, r_psum[95:64] };
-  assign \$79  = acc_rc__data[127:96] + r_psum[127:96];
-  assign \$80  = r_ctl[8] ? \$79  : { 1'h0, r_psum[127:96] };
-  assign \$81  = | po_left;
-  assign \$82  = postop_busy & \$81 ;
-  assign spm_wr__tready = ~ out_valid;
-  assign \$83  = ~ out_valid;
-  assign \$84  = spm_wr__tvalid & \$83 ;
-  assign acc_wr__tready = ~ r_valid;
-  assign \$85  = ~ r_valid;
-  assign \$86  = acc_wr__tvalid & \$85 ;
-  assign \$87  = ~ l_issue;
-  assign \$88  = level + spm_ext_pending;
-  assign \$89  = \$88  < 3'h4;
-  assign spm_rreq__tready = \$87  & \$89 ;
-  assign \$90  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$91  = post_start | po_bias_pending;
-  assign \$92  = \$91  | po_reading;
-  assign \$93  = ~ \$92 ;
-  assign \$94  = \level$138  + acc_ext_pending;
-  assign \$95  = \$94  < 3'h4;
-  assign acc_rreq__tready = \$93  & \$95 ;
-  assign \$96  = acc_rreq__tvalid & acc_rreq__tready;
-  assign progress = a_valid | out_valid;
-  assign \$97  = cmd__tvalid & cmd__tready;
-  assign \$98  = stage != 2'h2;
-  assign \$99  = cmd_valid & \$98 ;
-  assign \$100  = stage + 1'h1;
-  assign \$101  = outstanding + take;
-  assign \$102  = \$101  - popped;
-  assign \$103  = gemm_inflight + gemm_accepted;
-  assign \$104  = \$103  - gemm_completed;
-  assign \$105  = cmd[143:128] * cmd[127:112];
-  assign \$106  = cmd[143:128] * 3'h4;
-  assign \$107  = bank0_state == 3'h4;
-  assign \$108  = ! bank0_drain;
-  assign \$109  = \$107  & \$108 ;
-  assign \$110  = bank0_state == 3'h4;
-  assign \$111  = bank0_drain - 1'h1;
-  assign \$112  = bank1_state == 3'h4;
-  assign \$113  = ! bank1_drain;
-  assign \$114  = \$112  & \$113 ;
-  assign \$115  = bank1_state == 3'h4;
-  assign \$116  = bank1_drain - 1'h1;
-  assign \$117  = ! l_row;
-  assign \$118  = ! l_bank;
-  assign \$120  = l_row + 1'h1;
-  assign \$121  = l_row == 2'h3;
-  assign \$122  = ~ l_bank;
-  assign \$123  = l_addr + 3'h4;
-  assign \$124  = l_left - 1'h1;
-  assign \$125  = l_left == 1'h1;
-  assign \$126  = ~ l_active;
-  assign \$127  = \$126  | l_finishing;
-  assign \$128  = \r_rdy$70  & \$127 ;
-  assign \$129  = l_row == 2'h3;
-  assign \$130  = l_issue & \$129 ;
-  assign \$131  = w_load & w_last;
-  assign \$132  = ! w_bank;
-  assign \$134  = s_addr + 1'h1;
-  assign \$135  = s_row + 1'h1;
-  assign \$136  = ! s_row;
-  assign \$137  = ! s_bank;
-  assign \$139  = s_m - 1'h1;
-  assign \$140  = s_row == \$139 ;
-  assign \$141  = ! s_bank;
-  assign \$143  = ~ s_bank;
-  assign \$144  = s_left - 1'h1;
-  assign \$145  = s_left == 1'h1;
-  assign \$146  = ~ s_active;
-  assign \$147  = \$146  | s_finishing;
-  assign \$148  = \r_rdy$88  & \$147 ;
-  assign \$149  = s_c + s_row;
-  assign \$150  = ~ s_first;
-  assign \$151  = s_acc | \$150 ;
-  assign \$152  = s_left == 1'h1;
-  assign \$153  = s_m - 1'h1;
-  assign \$154  = s_row == \$153 ;
-  assign \$155  = \$152  & \$154 ;
-  assign \$156  = | po_left;
-  assign \$157  = postop_busy & \$156 ;
-  assign \$158  = po_src + 1'h1;
-  assign \$159  = po_dst + 1'h1;
-  assign \$160  = po_left - 1'h1;
-  assign \$161  = po_left == 1'h1;
-  assign \$162  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$163  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$164  = perf_macs + 5'h10;
-  assign \$165  = perf_busy + 1'h1;
-  assign \$166  = ~ s_issue;
-  assign \$167  = s_active & \$166 ;
-  assign \$168  = perf_stall + 1'h1;
+  assign spm_data = _3_;
+  assign queues_ready = room & \room$74 ;
+  assign busy = pending | holding;
+  assign spm_wr__tready = ~ writing;
+  assign acc_wr__tready = ~ \writing$137 ;
+  assign \grant$138  = ~ issue;
+  assign \grant$140  = ~ acc_use;
+  assign \$1  = { 6'h00, \spm_addr$143  } | addr;
+  assign spm_w__data = \spm_data$146  | data;
+  assign spm_w__en = writing | en;
+  assign \$2  = { 8'h00, w_addr } | \addr$152 ;
+  assign acc_w__data = w_data | \data$155 ;
+  assign acc_w__en = \writing$137  | \en$157 ;
+  assign \$3  = { 6'h00, \spm_addr$159  } | \addr$160 ;
+  assign \$4  = { 8'h00, \acc_addr$165  } | \addr$166 ;
+  assign progress = a_valid | writing;
+  assign \$5  = perf_macs + 5'h10;
+  assign \$6  = perf_busy + 1'h1;
+  assign \$7  = perf_stall + 1'h1;
   always @(posedge clk)
-    cmd <= \$169 ;
+    perf_macs <= \$8 ;
   always @(posedge clk)
-    cmd_valid <= \$170 ;
+    perf_busy <= \$9 ;
   always @(posedge clk)
-    stage <= \$171 ;
-  always @(posedge clk)
-    outstanding <= \$172 ;
-  always @(posedge clk)
-    gemm_inflight <= \$173 ;
-  always @(posedge clk)
-    a_rows <= \$174 ;
-  always @(posedge clk)
-    b_rows <= \$175 ;
-  always @(posedge clk)
-    status <= \$176 ;
-  always @(posedge clk)
-    bank0_state <= \$177 ;
-  always @(posedge clk)
-    bank0_drain <= \$178 ;
-  always @(posedge clk)
-    bank1_state <= \$179 ;
-  always @(posedge clk)
-    bank1_drain <= \$180 ;
-  always @(posedge clk)
-    l_row <= \$181 ;
-  always @(posedge clk)
-    l_bank <= \$182 ;
-  always @(posedge clk)
-    l_addr <= \$183 ;
-  always @(posedge clk)
-    l_left <= \$184 ;
-  always @(posedge clk)
-    l_active <= \$185 ;
-  always @(posedge clk)
-    w_load <= \$186 ;
-  always @(posedge clk)
-    w_bank <= \$187 ;
-  always @(posedge clk)
-    w_last <= \$188 ;
-  always @(posedge clk)
-    s_addr <= \$189 ;
-  always @(posedge clk)
-    s_row <= \$190 ;
-  always @(posedge clk)
-    s_bank <= \$191 ;
-  always @(posedge clk)
-    s_left <= \$192 ;
-  always @(posedge clk)
-    s_first <= \$193 ;
-  always @(posedge clk)
-    s_active <= \$194 ;
-  always @(posedge clk)
-    s_c <= \$195 ;
-  always @(posedge clk)
-    s_m <= \$196 ;
-  always @(posedge clk)
-    s_acc <= \$197 ;
-  always @(posedge clk)
-    s_tag <= \$198 ;
-  always @(posedge clk)
-    a_valid <= \$199 ;
-  always @(posedge clk)
-    a_bank <= \$200 ;
-  always @(posedge clk)
-    ctl <= \$201 ;
-  always @(posedge clk)
-    r_valid <= \$202 ;
-  always @(posedge clk)
-    r_ctl <= \$203 ;
-  always @(posedge clk)
-    r_psum <= \$204 ;
-  always @(posedge clk)
-    postop_busy <= \$205 ;
-  always @(posedge clk)
-    po_src <= \$206 ;
-  always @(posedge clk)
-    po_dst <= \$207 ;
-  always @(posedge clk)
-    po_left <= \$208 ;
-  always @(posedge clk)
-    po_tag <= \$209 ;
-  always @(posedge clk)
-    po_bias_pending <= \$210 ;
-  always @(posedge clk)
-    bias <= \$211 ;
-  always @(posedge clk)
-    mult <= \$212 ;
-  always @(posedge clk)
-    shift <= \$213 ;
-  always @(posedge clk)
-    relu <= \$214 ;
-  always @(posedge clk)
-    row_valid <= \$215 ;
-  always @(posedge clk)
-    \ctl$122  <= \$216 ;
-  always @(posedge clk)
-    spm_ext_pending <= \$217 ;
-  always @(posedge clk)
-    acc_ext_pending <= \$218 ;
-  always @(posedge clk)
-    perf_macs <= \$219 ;
-  always @(posedge clk)
-    perf_busy <= \$220 ;
-  always @(posedge clk)
-    perf_stall <= \$221 ;
-  \dx1_tile_core_a4.acc_ext_fifo  acc_ext_fifo (
+    perf_stall <= \$10 ;
+  \dx1_tile_core_a4.acc_ext_read  acc_ext_read (
+    .addr(\addr$166 ),
     .clk(clk),
-    .level(\level$138 ),
-    .r_data(acc_rresp__tdata),
+    .grant(\grant$140 ),
     .r_en(acc_rresp__tready),
-    .r_rdy(acc_rresp__tvalid),
+    .req__tdata(acc_rreq__tdata),
+    .req__tready(acc_rreq__tready),
+    .req__tvalid(acc_rreq__tvalid),
+    .resp__tdata(acc_rresp__tdata),
+    .resp__tvalid(acc_rresp__tvalid),
     .rst(rst),
-    .w_en(acc_ext_pending),
-    .w_port__data(row)
+    .w_data(\acc_data$167 )
+  );
+  \dx1_tile_core_a4.acc_ext_write  acc_ext_write (
+    .addr(\addr$152 ),
+    .data(\data$155 ),
+    .en(\en$157 ),
+    .req__tdata(acc_wr__tdata),
+    .req__tready(acc_wr__tready),
+    .req__tvalid(acc_wr__tvalid)
   );
   \dx1_tile_core_a4.array  array (
-    .a(a),
+    .a(spm_data),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
     .ctl(ctl),
     .ctl_d6(out_ctl),
-    .out(\out$155 ),
+    .out(out),
     .rst(rst),
-    .valid_d6(\out_valid$154 ),
-    .w_bank(w_bank),
+    .valid_d6(out_valid),
+    .w_bank(loaded_bank),
     .w_load(w_load),
     .w_row(w_row)
   );
-  \dx1_tile_core_a4.done_fifo  done_fifo (
+  \dx1_tile_core_a4.banks  banks (
     .clk(clk),
-    .r_data(done__tdata),
+    .empty(bank_empty),
+    .full(bank_full),
+    .load_bank(load_bank),
+    .load_start(load_start),
+    .loaded(loaded),
+    .loaded_bank(loaded_bank),
+    .rst(rst),
+    .stream_bank(stream_bank),
+    .stream_end(stream_end),
+    .stream_start(stream_start)
+  );
+  \dx1_tile_core_a4.completions  completions (
+    .clk(clk),
+    .credit(credit),
+    .done__tdata(done__tdata),
+    .done__tvalid(done__tvalid),
+    .gemm__opcode(gemm__opcode),
+    .gemm__status(gemm__status),
+    .gemm__tag(gemm__tag),
+    .gemm__valid(gemm__valid),
+    .issue__opcode(issue__opcode),
+    .issue__status(issue__status),
+    .issue__tag(issue__tag),
+    .issue__valid(issue__valid),
+    .pending(pending),
+    .postop__opcode(postop__opcode),
+    .postop__status(postop__status),
+    .postop__tag(postop__tag),
+    .postop__valid(postop__valid),
     .r_en(done__tready),
-    .r_rdy(done__tvalid),
-    .rst(rst),
-    .w_en(w_en),
-    .w_port__data(\w_data$52 )
+    .reserve(take),
+    .rst(rst)
   );
-  \dx1_tile_core_a4.load_q  load_q (
+  \dx1_tile_core_a4.decoder  decoder (
     .clk(clk),
-    .\port$646$128 (cmd[143:128]),
-    .\port$646$80 (cmd[89:80]),
-    .r_data(\r_data$147 ),
-    .r_en(\r_en$71 ),
-    .r_rdy(\r_rdy$70 ),
+    .cmd__tdata(cmd__tdata),
+    .cmd__tready(cmd__tready),
+    .cmd__tvalid(cmd__tvalid),
+    .command(command),
+    .decoded(decoded),
+    .holding(holding),
     .rst(rst),
-    .w_en(\w_en$55 ),
-    .w_rdy(w_rdy)
+    .status(status),
+    .take(take)
   );
-  \dx1_tile_core_a4.postop  postop (
-    .bias(bias),
+  \dx1_tile_core_a4.issue$192  \issue$192  (
     .clk(clk),
-    .ctl(\ctl$122 ),
-    .ctl_s4(\out_ctl$126 ),
-    .mult(mult),
+    .command(command),
+    .credit(credit),
+    .decoded(decoded),
+    .done__opcode(issue__opcode),
+    .done__status(issue__status),
+    .done__tag(issue__tag),
+    .done__valid(issue__valid),
+    .gemm(push),
+    .gemm_done(gemm__valid),
+    .postop(start),
+    .postop_busy(postop_busy),
+    .queues_ready(queues_ready),
+    .rst(rst),
+    .status(status),
+    .take(take)
+  );
+  \dx1_tile_core_a4.loader  loader (
+    .bank(load_bank),
+    .bank_empty(bank_empty),
+    .clk(clk),
+    .issue(issue),
+    .load_start(load_start),
+    .loaded(loaded),
+    .loaded_bank(loaded_bank),
+    .room(room),
+    .rst(rst),
+    .spm_addr(\spm_addr$159 ),
+    .w_data(job),
+    .w_en(push),
+    .w_load(w_load),
+    .w_row(w_row)
+  );
+  \dx1_tile_core_a4.postops  postops (
+    .acc_addr(\acc_addr$165 ),
+    .acc_use(acc_use),
+    .busy(postop_busy),
+    .clk(clk),
+    .command(command),
+    .done__opcode(postop__opcode),
+    .done__status(postop__status),
+    .done__tag(postop__tag),
+    .done__valid(postop__valid),
+    .row(\acc_data$167 ),
+    .rst(rst),
+    .spm_addr(\spm_addr$143 ),
+    .spm_data(\spm_data$146 ),
+    .start(start),
+    .writing(writing)
+  );
+  \dx1_tile_core_a4.results  results (
+    .acc_data(acc_data),
+    .clk(clk),
+    .done__opcode(gemm__opcode),
+    .done__status(gemm__status),
+    .done__tag(gemm__tag),
+    .done__valid(gemm__valid),
     .out(out),
-    .relu(relu),
-    .row(row),
-    .row_valid(row_valid),
+    .out_ctl(out_ctl),
+    .out_valid(out_valid),
     .rst(rst),
-    .shift(shift),
-    .valid_s4(out_valid)
+    .w_addr(w_addr),
+    .w_data(w_data),
+    .writing(\writing$137 )
   );
-  \dx1_tile_core_a4.spm_ext_fifo  spm_ext_fifo (
+  \dx1_tile_core_a4.spm_ext_read  spm_ext_read (
+    .addr(\addr$160 ),
     .clk(clk),
-    .level(level),
-    .r_data(spm_rresp__tdata),
+    .grant(\grant$138 ),
     .r_en(spm_rresp__tready),
-    .r_rdy(spm_rresp__tvalid),
+    .req__tdata(spm_rreq__tdata),
+    .req__tready(spm_rreq__tready),
+    .req__tvalid(spm_rreq__tvalid),
+    .resp__tdata(spm_rresp__tdata),
+    .resp__tvalid(spm_rresp__tvalid),
     .rst(rst),
-    .w_en(spm_ext_pending),
-    .w_port__data(w_row)
+    .w_data(w_row)
   );
-  \dx1_tile_core_a4.stream_q  stream_q (
+  \dx1_tile_core_a4.spm_ext_write  spm_ext_write (
+    .addr(addr),
+    .data(data),
+    .en(en),
+    .req__tdata(spm_wr__tdata),
+    .req__tready(spm_wr__tready),
+    .req__tvalid(spm_wr__tvalid)
+  );
+  \dx1_tile_core_a4.streamer  streamer (
+    .a(spm_data),
+    .a_bank(a_bank),
+    .a_valid(a_valid),
+    .bank(stream_bank),
+    .bank_full(bank_full),
     .clk(clk),
-    .\port$646$112 (cmd[143:112]),
-    .\port$646$16 (cmd[31:16]),
-    .\port$646$64 (cmd[73:64]),
-    .\port$646$8 (cmd[8]),
-    .\port$646$96 (cmd[103:96]),
-    .r_data(\r_data$150 ),
-    .r_en(\r_en$89 ),
-    .r_rdy(\r_rdy$88 ),
+    .ctl(ctl),
+    .room(\room$74 ),
     .rst(rst),
-    .w_en(\w_en$56 ),
-    .w_rdy(\w_rdy$54 )
+    .spm_addr(spm_ra__addr),
+    .stalled(stalled),
+    .stream_end(stream_end),
+    .stream_start(stream_start),
+    .w_data(\job$84 ),
+    .w_en(push)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    (* full_case = 32'd1 *)
-    casez (cmd[7:0])
-      8'h00:
-          status_next = { 4'h0, \$5  };
-      8'h03:
-          status_next = { 4'h0, \$21  };
-      8'h04:
-          status_next = { 4'h0, \$37  };
-      default:
-          status_next = 8'h01;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    take = 1'h0;
-    if (\$40 ) begin
-      (* full_case = 32'd1 *)
-      if (\$43 ) begin
-        if (idle) begin
-          take = 1'h1;
-        end
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          take = 1'h1;
-        end
-      end else begin
-        if (idle) begin
-          take = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_en = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-        if (idle) begin
-          w_en = 1'h1;
-        end
-      end
-    end
-    if (r_valid) begin
-      if (r_ctl[9]) begin
-        w_en = 1'h1;
-      end
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [10]) begin
-        w_en = 1'h1;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$52  = 32'd0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-        if (idle) begin
-          \w_data$52 [15:0] = cmd[31:16];
-          \w_data$52 [23:16] = status;
-          \w_data$52 [31:24] = cmd[7:0];
-        end
-      end
-    end
-    if (r_valid) begin
-      if (r_ctl[9]) begin
-        \w_data$52 [15:0] = r_ctl[25:10];
-        \w_data$52 [23:16] = 8'h00;
-        \w_data$52 [31:24] = 8'h03;
-      end
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [10]) begin
-        \w_data$52 [15:0] = po_tag;
-        \w_data$52 [23:16] = 8'h00;
-        \w_data$52 [31:24] = 8'h04;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$55  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$55  = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$56  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$56  = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    gemm_accepted = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          gemm_accepted = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    post_start = 1'h0;
-    if (\$40 ) begin
-      (* full_case = 32'd1 *)
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-      end else begin
-        if (idle) begin
-          post_start = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_rb__addr = 10'h000;
-    if (l_issue) begin
-      spm_rb__addr = \$54 [9:0];
-    end
-    if (\$90 ) begin
-      spm_rb__addr = spm_rreq__tdata[9:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_rb__en = 1'h1;
-    if (l_issue) begin
-      spm_rb__en = 1'h1;
-    end
-    if (\$90 ) begin
-      spm_rb__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$71  = 1'h0;
-    if (\$60 ) begin
-      \r_en$71  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_ra__addr = 10'h000;
-    if (s_issue) begin
-      spm_ra__addr = s_addr;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_ra__en = 1'h1;
-    if (s_issue) begin
-      spm_ra__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$89  = 1'h0;
-    if (\$72 ) begin
-      \r_en$89  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__addr = 8'h00;
-    if (r_valid) begin
-      acc_w__addr = r_ctl[7:0];
-    end
-    if (\$86 ) begin
-      acc_w__addr = acc_wr__tdata[135:128];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__data = 128'h00000000000000000000000000000000;
-    if (r_valid) begin
-      acc_w__data = { \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-    end
-    if (\$86 ) begin
-      acc_w__data = acc_wr__tdata[127:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__en = 1'h0;
-    if (r_valid) begin
-      acc_w__en = 1'h1;
-    end
-    if (\$86 ) begin
-      acc_w__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    gemm_completed = 1'h0;
-    if (r_valid) begin
-      if (r_ctl[9]) begin
-        gemm_completed = 1'h1;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_rp__addr = 8'h00;
-    if (post_start) begin
-      if (cmd[9]) begin
-        acc_rp__addr = cmd[119:112];
-      end
-    end else if (po_bias_pending) begin
-    end else if (\$82 ) begin
-      acc_rp__addr = po_src;
-    end
-    if (\$96 ) begin
-      acc_rp__addr = acc_rreq__tdata[7:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_rp__en = 1'h1;
-    if (post_start) begin
-      if (cmd[9]) begin
-        acc_rp__en = 1'h1;
-      end
-    end else if (po_bias_pending) begin
-    end else if (\$82 ) begin
-      acc_rp__en = 1'h1;
-    end
-    if (\$96 ) begin
-      acc_rp__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    po_reading = 1'h0;
-    if (post_start) begin
-    end else if (po_bias_pending) begin
-    end else if (\$82 ) begin
-      po_reading = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__addr = 10'h000;
-    if (out_valid) begin
-      spm_w__addr = \out_ctl$126 [9:0];
-    end
-    if (\$84 ) begin
-      spm_w__addr = spm_wr__tdata[41:32];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__data = 32'd0;
-    if (out_valid) begin
-      spm_w__data = out;
-    end
-    if (\$84 ) begin
-      spm_w__data = spm_wr__tdata[31:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__en = 1'h0;
-    if (out_valid) begin
-      spm_w__en = 1'h1;
-    end
-    if (\$84 ) begin
-      spm_w__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$169  = cmd;
-    if (\$97 ) begin
-      \$169  = cmd__tdata;
-    end
-    if (rst) begin
-      \$169  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$170  = cmd_valid;
-    if (\$97 ) begin
-      \$170  = 1'h1;
-    end else if (take) begin
-      \$170  = 1'h0;
-    end
-    if (rst) begin
-      \$170  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$171  = stage;
-    if (\$97 ) begin
-      \$171  = 2'h0;
-    end else if (take) begin
-    end else if (\$99 ) begin
-      \$171  = \$100 [1:0];
-    end
-    if (rst) begin
-      \$171  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$172  = \$102 [3:0];
-    if (rst) begin
-      \$172  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$173  = \$104 [3:0];
-    if (rst) begin
-      \$173  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$174  = \$105 ;
-    if (rst) begin
-      \$174  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$175  = { 13'h0000, \$106  };
-    if (rst) begin
-      \$175  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$176  = status_next;
-    if (rst) begin
-      \$176  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = bank0_state;
-    if (\$109 ) begin
-      \$177  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$117 ) begin
-        if (\$118 ) begin
-          \$177  = 3'h1;
-        end
-      end
-    end
-    if (\$131 ) begin
-      if (\$132 ) begin
-        \$177  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$136 ) begin
-        if (\$137 ) begin
-          \$177  = 3'h3;
-        end
-      end
-      if (\$140 ) begin
-        if (\$141 ) begin
-          \$177  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$177  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = bank0_drain;
-    if (\$109 ) begin
-    end else if (\$110 ) begin
-      \$178  = \$111 [3:0];
-    end
-    if (s_issue) begin
-      if (\$140 ) begin
-        if (\$141 ) begin
-          \$178  = 4'h8;
-        end
-      end
-    end
-    if (rst) begin
-      \$178  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = bank1_state;
-    if (\$114 ) begin
-      \$179  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$117 ) begin
-        if (\$119 ) begin
-          \$179  = 3'h1;
-        end
-      end
-    end
-    if (\$131 ) begin
-      if (\$133 ) begin
-        \$179  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$136 ) begin
-        if (\$138 ) begin
-          \$179  = 3'h3;
-        end
-      end
-      if (\$140 ) begin
-        if (\$142 ) begin
-          \$179  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$179  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = bank1_drain;
-    if (\$114 ) begin
-    end else if (\$115 ) begin
-      \$180  = \$116 [3:0];
-    end
-    if (s_issue) begin
-      if (\$140 ) begin
-        if (\$142 ) begin
-          \$180  = 4'h8;
-        end
-      end
-    end
-    if (rst) begin
-      \$180  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = l_row;
-    if (l_issue) begin
-      \$181  = \$120 [1:0];
-      if (\$121 ) begin
-        \$181  = 2'h0;
-      end
-    end
-    if (\$128 ) begin
-      \$181  = 2'h0;
-    end
-    if (rst) begin
-      \$181  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = l_bank;
-    if (l_issue) begin
-      if (\$121 ) begin
-        \$182  = \$122 ;
-      end
-    end
-    if (rst) begin
-      \$182  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = l_addr;
-    if (l_issue) begin
-      if (\$121 ) begin
-        \$183  = \$123 [9:0];
-      end
-    end
-    if (\$128 ) begin
-      \$183  = \r_data$147 [9:0];
-    end
-    if (rst) begin
-      \$183  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = l_left;
-    if (l_issue) begin
-      if (\$121 ) begin
-        \$184  = \$124 [15:0];
-      end
-    end
-    if (\$128 ) begin
-      \$184  = \r_data$147 [25:10];
-    end
-    if (rst) begin
-      \$184  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = l_active;
-    if (l_issue) begin
-      if (\$121 ) begin
-        if (\$125 ) begin
-          \$185  = 1'h0;
-        end
-      end
-    end
-    if (\$128 ) begin
-      \$185  = 1'h1;
-    end
-    if (rst) begin
-      \$185  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = l_issue;
-    if (rst) begin
-      \$186  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = l_bank;
-    if (rst) begin
-      \$187  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = \$130 ;
-    if (rst) begin
-      \$188  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189  = s_addr;
-    if (s_issue) begin
-      \$189  = \$134 [9:0];
-    end
-    if (\$148 ) begin
-      \$189  = \r_data$150 [9:0];
-    end
-    if (rst) begin
-      \$189  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = s_row;
-    if (s_issue) begin
-      \$190  = \$135 [15:0];
-      if (\$140 ) begin
-        \$190  = 16'h0000;
-      end
-    end
-    if (\$148 ) begin
-      \$190  = 16'h0000;
-    end
-    if (rst) begin
-      \$190  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = s_bank;
-    if (s_issue) begin
-      if (\$140 ) begin
-        \$191  = \$143 ;
-      end
-    end
-    if (rst) begin
-      \$191  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = s_left;
-    if (s_issue) begin
-      if (\$140 ) begin
-        \$192  = \$144 [15:0];
-      end
-    end
-    if (\$148 ) begin
-      \$192  = \r_data$150 [49:34];
-    end
-    if (rst) begin
-      \$192  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = s_first;
-    if (s_issue) begin
-      if (\$140 ) begin
-        \$193  = 1'h0;
-      end
-    end
-    if (\$148 ) begin
-      \$193  = 1'h1;
-    end
-    if (rst) begin
-      \$193  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = s_active;
-    if (s_issue) begin
-      if (\$140 ) begin
-        if (\$145 ) begin
-          \$194  = 1'h0;
-        end
-      end
-    end
-    if (\$148 ) begin
-      \$194  = 1'h1;
-    end
-    if (rst) begin
-      \$194  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = s_c;
-    if (\$148 ) begin
-      \$195  = \r_data$150 [17:10];
-    end
-    if (rst) begin
-      \$195  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = s_m;
-    if (\$148 ) begin
-      \$196  = \r_data$150 [33:18];
-    end
-    if (rst) begin
-      \$196  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = s_acc;
-    if (\$148 ) begin
-      \$197  = \r_data$150 [50];
-    end
-    if (rst) begin
-      \$197  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = s_tag;
-    if (\$148 ) begin
-      \$198  = \r_data$150 [66:51];
-    end
-    if (rst) begin
-      \$198  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = s_issue;
-    if (rst) begin
-      \$199  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = s_bank;
-    if (rst) begin
-      \$200  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201 [7:0] = \$149 [7:0];
-    \$201 [8] = \$151 ;
-    \$201 [9] = \$155 ;
-    \$201 [25:10] = s_tag;
-    if (rst) begin
-      \$201  = 26'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = \out_valid$154 ;
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = out_ctl;
-    if (rst) begin
-      \$203  = 26'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = \out$155 ;
-    if (rst) begin
-      \$204  = 128'h00000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = postop_busy;
-    if (post_start) begin
-      \$205  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [10]) begin
-        \$205  = 1'h0;
-      end
-    end
-    if (rst) begin
-      \$205  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = po_src;
-    if (post_start) begin
-      \$206  = cmd[71:64];
-    end else if (po_bias_pending) begin
-    end else if (\$157 ) begin
-      \$206  = \$158 [7:0];
-    end
-    if (rst) begin
-      \$206  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = po_dst;
-    if (post_start) begin
-      \$207  = cmd[89:80];
-    end else if (po_bias_pending) begin
-    end else if (\$157 ) begin
-      \$207  = \$159 [9:0];
-    end
-    if (rst) begin
-      \$207  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = po_left;
-    if (post_start) begin
-      \$208  = cmd[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$157 ) begin
-      \$208  = \$160 [15:0];
-    end
-    if (rst) begin
-      \$208  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209  = po_tag;
-    if (post_start) begin
-      \$209  = cmd[31:16];
-    end
-    if (rst) begin
-      \$209  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = po_bias_pending;
-    if (post_start) begin
-      \$210  = cmd[9];
-    end else if (po_bias_pending) begin
-      \$210  = 1'h0;
-    end
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = bias;
-    if (post_start) begin
-      \$211  = 128'h00000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$211  = row;
-    end
-    if (rst) begin
-      \$211  = 128'h00000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = mult;
-    if (post_start) begin
-      \$212  = cmd[143:128];
-    end
-    if (rst) begin
-      \$212  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = shift;
-    if (post_start) begin
-      \$213  = cmd[149:144];
-    end
-    if (rst) begin
-      \$213  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = relu;
-    if (post_start) begin
-      \$214  = cmd[8];
-    end
-    if (rst) begin
-      \$214  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = po_reading;
-    if (rst) begin
-      \$215  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216 [9:0] = po_dst;
-    \$216 [10] = \$161 ;
-    if (rst) begin
-      \$216  = 11'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = \$162 ;
-    if (rst) begin
-      \$217  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = \$163 ;
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = perf_macs;
+    \$8  = perf_macs;
     if (a_valid) begin
-      \$219  = \$164 [47:0];
+      \$8  = \$5 [47:0];
     end
     if (rst) begin
-      \$219  = 48'h000000000000;
+      \$8  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = perf_busy;
+    \$9  = perf_busy;
     if (a_valid) begin
-      \$220  = \$165 [31:0];
+      \$9  = \$6 [31:0];
     end
     if (rst) begin
-      \$220  = 32'd0;
+      \$9  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = perf_stall;
-    if (\$167 ) begin
-      \$221  = \$168 [31:0];
+    \$10  = perf_stall;
+    if (stalled) begin
+      \$10  = \$7 [31:0];
     end
     if (rst) begin
-      \$221  = 32'd0;
+      \$10  = 32'd0;
     end
   end
-  assign r_data = done__tdata;
-  assign r_rdy = done__tvalid;
-  assign r_en = done__tready;
-  assign w_data = { cmd[143:128], cmd[89:80] };
-  assign \w_data$45  = { cmd[31:16], cmd[8], cmd[143:112], cmd[103:96], cmd[73:64] };
-  assign w_valid = w_load;
-  assign \w_bank$75  = w_bank;
-  assign spm_rb__data = w_row;
-  assign spm_ra__data = a;
-  assign \a_valid$93  = a_valid;
-  assign \a_bank$95  = a_bank;
-  assign s_ctl = ctl;
+  assign \cmd__tdata$31  = cmd__tdata;
+  assign \cmd__tready$32  = cmd__tready;
+  assign \cmd__tvalid$33  = cmd__tvalid;
+  assign \done__tdata$34  = done__tdata;
+  assign \done__tready$35  = done__tready;
+  assign \done__tvalid$36  = done__tvalid;
+  assign done__opcode = issue__opcode;
+  assign done__status = issue__status;
+  assign done__tag = issue__tag;
+  assign done__valid = issue__valid;
+  assign \done__opcode$46  = gemm__opcode;
+  assign \done__status$48  = gemm__status;
+  assign \done__tag$50  = gemm__tag;
+  assign \done__valid$52  = gemm__valid;
+  assign \done__opcode$54  = postop__opcode;
+  assign \done__status$56  = postop__status;
+  assign \done__tag$58  = postop__tag;
+  assign \done__valid$60  = postop__valid;
+  assign \decoded$62  = decoded;
+  assign \command$64  = command;
+  assign \status$66  = status;
+  assign \take$68  = take;
+  assign reserve = take;
+  assign \credit$71  = credit;
+  assign \busy$76  = postop_busy;
+  assign gemm_done = gemm__valid;
+  assign gemm = push;
+  assign \push$83  = push;
+  assign postop = start;
+  assign \command$87  = command;
+  assign \load_start$89  = load_start;
+  assign \load_bank$91  = load_bank;
+  assign \loaded$93  = loaded;
+  assign \loaded_bank$95  = loaded_bank;
+  assign \stream_start$97  = stream_start;
+  assign \stream_end$99  = stream_end;
+  assign \stream_bank$101  = stream_bank;
+  assign empty = bank_empty;
+  assign full = bank_full;
+  assign \w_load$107  = w_load;
+  assign w_bank = loaded_bank;
+  assign \w_bank$109  = loaded_bank;
+  assign \w_row$111  = w_row;
+  assign spm_addr = spm_ra__addr;
+  assign spm_ra__data = spm_data;
+  assign a = spm_data;
+  assign \a$117  = spm_data;
+  assign \a_valid$119  = a_valid;
+  assign \a_bank$121  = a_bank;
+  assign \ctl$123  = ctl;
+  assign \out$125  = out;
+  assign \out_valid$127  = out_valid;
+  assign \out_ctl$129  = out_ctl;
   assign acc_rc__addr = out_ctl[7:0];
-  assign acc_rc__en = 1'h1;
-  assign summed = { \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$117  = bias;
-  assign acc_rp__data = row;
-  assign \row_valid$121  = row_valid;
-  assign row_ctl_p = \ctl$122 ;
-  assign \w_data$133  = w_row;
-  assign \w_en$134  = spm_ext_pending;
-  assign \r_data$135  = spm_rresp__tdata;
-  assign \r_rdy$136  = spm_rresp__tvalid;
-  assign \r_en$137  = spm_rresp__tready;
-  assign \w_data$140  = row;
-  assign \w_en$141  = acc_ext_pending;
-  assign \r_data$142  = acc_rresp__tdata;
-  assign \r_rdy$143  = acc_rresp__tvalid;
-  assign \r_en$144  = acc_rresp__tready;
+  assign acc_addr = out_ctl[7:0];
+  assign acc_rc__data = acc_data;
+  assign grant = spm_wr__tready;
+  assign \grant$136  = acc_wr__tready;
+  assign spm_w__addr = \$1 [9:0];
+  assign acc_w__addr = \$2 [7:0];
+  assign spm_rb__addr = \$3 [9:0];
+  assign \spm_data$161  = w_row;
+  assign spm_rb__data = w_row;
+  assign \data$163  = w_row;
+  assign acc_rp__addr = \$4 [7:0];
+  assign acc_rp__data = \acc_data$167 ;
+  assign \data$169  = \acc_data$167 ;
+  assign req__tdata = spm_wr__tdata;
+  assign req__tready = spm_wr__tready;
+  assign req__tvalid = spm_wr__tvalid;
+  assign \req__tdata$173  = acc_wr__tdata;
+  assign \req__tready$174  = acc_wr__tready;
+  assign \req__tvalid$175  = acc_wr__tvalid;
+  assign \req__tdata$176  = spm_rreq__tdata;
+  assign \req__tready$177  = spm_rreq__tready;
+  assign \req__tvalid$178  = spm_rreq__tvalid;
+  assign \req__tdata$179  = acc_rreq__tdata;
+  assign \req__tready$180  = acc_rreq__tready;
+  assign \req__tvalid$181  = acc_rreq__tvalid;
+  assign resp__tdata = spm_rresp__tdata;
+  assign resp__tready = spm_rresp__tready;
+  assign resp__tvalid = spm_rresp__tvalid;
+  assign \resp__tdata$185  = acc_rresp__tdata;
+  assign \resp__tready$186  = acc_rresp__tready;
+  assign \resp__tvalid$187  = acc_rresp__tvalid;
+  assign \job.b_addr  = job[9:0];
+  assign \job.k_chunks  = job[25:10];
+  assign \job$84.a_addr  = \job$84 [9:0];
+  assign \job$84.c_addr  = \job$84 [17:10];
+  assign \job$84.m  = \job$84 [33:18];
+  assign \job$84.k_chunks  = \job$84 [49:34];
+  assign \job$84.accumulate  = \job$84 [50];
+  assign \job$84.tag  = \job$84 [66:51];
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
   assign \w_row[3]  = w_row[31:24];
-  assign \a[0]  = a[7:0];
-  assign \a[1]  = a[15:8];
-  assign \a[2]  = a[23:16];
-  assign \a[3]  = a[31:24];
-  assign \s_ctl.acc_addr  = ctl[7:0];
-  assign \s_ctl.accumulate  = ctl[8];
-  assign \s_ctl.last  = ctl[9];
-  assign \s_ctl.tag  = ctl[25:10];
-  assign \r_ctl.acc_addr  = r_ctl[7:0];
-  assign \r_ctl.accumulate  = r_ctl[8];
-  assign \r_ctl.last  = r_ctl[9];
-  assign \r_ctl.tag  = r_ctl[25:10];
-  assign \r_psum[0]  = r_psum[31:0];
-  assign \r_psum[1]  = r_psum[63:32];
-  assign \r_psum[2]  = r_psum[95:64];
-  assign \r_psum[3]  = r_psum[127:96];
-  assign \bias[0]  = bias[31:0];
-  assign \bias[1]  = bias[63:32];
-  assign \bias[2]  = bias[95:64];
-  assign \bias[3]  = bias[127:96];
-  assign \bias$117[0]  = bias[31:0];
-  assign \bias$117[1]  = bias[63:32];
-  assign \bias$117[2]  = bias[95:64];
-  assign \bias$117[3]  = bias[127:96];
-  assign \row[0]  = row[31:0];
-  assign \row[1]  = row[63:32];
-  assign \row[2]  = row[95:64];
-  assign \row[3]  = row[127:96];
-  assign \row_ctl_p.dst  = \ctl$122 [9:0];
-  assign \row_ctl_p.last  = \ctl$122 [10];
-  assign \out[0]  = out[7:0];
-  assign \out[1]  = out[15:8];
-  assign \out[2]  = out[23:16];
-  assign \out[3]  = out[31:24];
-  assign \out$155[0]  = \out$155 [31:0];
-  assign \out$155[1]  = \out$155 [63:32];
-  assign \out$155[2]  = \out$155 [95:64];
-  assign \out$155[3]  = \out$155 [127:96];
-  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
-  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
-  assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
-  assign \$119  = l_bank;
-  assign \$133  = w_bank;
-  assign \$138  = s_bank;
-  assign \$142  = s_bank;
+  assign \a[0]  = spm_data[7:0];
+  assign \a[1]  = spm_data[15:8];
+  assign \a[2]  = spm_data[23:16];
+  assign \a[3]  = spm_data[31:24];
+  assign \ctl$123.acc_addr  = ctl[7:0];
+  assign \ctl$123.accumulate  = ctl[8];
+  assign \ctl$123.last  = ctl[9];
+  assign \ctl$123.tag  = ctl[25:10];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out$125[0]  = out[31:0];
+  assign \out$125[1]  = out[63:32];
+  assign \out$125[2]  = out[95:64];
+  assign \out$125[3]  = out[127:96];
+  assign \out_ctl.acc_addr  = out_ctl[7:0];
+  assign \out_ctl.accumulate  = out_ctl[8];
+  assign \out_ctl.last  = out_ctl[9];
+  assign \out_ctl.tag  = out_ctl[25:10];
+  assign \job$84 [50] = command[8];
+  assign \job$84 [66:51] = command[31:16];
+  assign \job$84 [49:34] = command[143:128];
+  assign \job$84 [33:18] = command[127:112];
+  assign \job$84 [17:10] = command[103:96];
+  assign \job$84 [9:0] = command[73:64];
+  assign job[25:10] = command[143:128];
+  assign job[9:0] = command[89:80];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+module \dx1_tile_core_a4.acc_ext_read (req__tvalid, r_en, clk, rst, grant, w_data, req__tready, resp__tvalid, resp__tdata, addr, req__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
+  wire [3:0] \$1 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  reg \$5 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  input clk;
+  wire clk;
+  wire [127:0] data;
+  input grant;
+  wire grant;
+  wire [2:0] level;
+  reg pending = 1'h0;
+  wire [127:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input [15:0] req__tdata;
+  wire [15:0] req__tdata;
+  output req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  output [127:0] resp__tdata;
+  wire [127:0] resp__tdata;
+  wire resp__tready;
+  output resp__tvalid;
+  wire resp__tvalid;
+  input rst;
+  wire rst;
+  input [127:0] w_data;
+  wire [127:0] w_data;
+  (* init = 1'h0 *)
+  wire w_en;
+  assign \$4  = req__tvalid & req__tready;
+  always @(posedge clk)
+    pending <= \$5 ;
+  assign \$1  = level + pending;
+  assign \$2  = \$1  < 3'h4;
+  assign req__tready = grant & \$2 ;
+  assign \$3  = req__tvalid & req__tready;
+  \dx1_tile_core_a4.acc_ext_read.fifo  fifo (
+    .clk(clk),
+    .level(level),
+    .r_data(resp__tdata),
+    .r_en(r_en),
+    .r_rdy(resp__tvalid),
+    .rst(rst),
+    .w_en(pending),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    addr = 16'h0000;
+    if (\$3 ) begin
+      addr = req__tdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    \$5  = \$4 ;
+    if (rst) begin
+      \$5  = 1'h0;
+    end
+  end
+  assign data = w_data;
+  assign w_en = pending;
+  assign r_data = resp__tdata;
+  assign r_rdy = resp__tvalid;
+  assign resp__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.acc_ext_read.fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -2971,7 +1851,7 @@ module \dx1_tile_core_a4.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -2981,7 +1861,7 @@ module \dx1_tile_core_a4.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -2991,7 +1871,7 @@ module \dx1_tile_core_a4.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -3012,8 +1892,50 @@ module \dx1_tile_core_a4.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_tile_core_a4.acc_ext_write (req__tvalid, req__tready, addr, data, en, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+  wire \$1 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  output [127:0] data;
+  reg [127:0] data;
+  output en;
+  reg en;
+  wire grant;
+  input [143:0] req__tdata;
+  wire [143:0] req__tdata;
+  input req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  assign \$1  = req__tvalid & req__tready;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    addr = 16'h0000;
+    if (\$1 ) begin
+      addr = req__tdata[143:128];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    data = 128'h00000000000000000000000000000000;
+    if (\$1 ) begin
+      data = req__tdata[127:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    en = 1'h0;
+    if (\$1 ) begin
+      en = 1'h1;
+    end
+  end
+  assign grant = req__tready;
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, ctl, valid_d6, ctl_d6, out, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
   reg \$100 ;
@@ -3580,7 +2502,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
   always @(posedge clk)
     ctl_d6 <= \$160 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (a_bank)
       1'h0:
@@ -3590,7 +2512,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank1_0)
       1'h0:
@@ -3600,7 +2522,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank2_1)
       1'h0:
@@ -3610,7 +2532,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank3_2)
       1'h0:
@@ -3620,7 +2542,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_0)
       1'h0:
@@ -3630,7 +2552,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_0)
       1'h0:
@@ -3640,7 +2562,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_0)
       1'h0:
@@ -3650,7 +2572,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_0)
       1'h0:
@@ -3660,7 +2582,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_1)
       1'h0:
@@ -3670,7 +2592,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_1)
       1'h0:
@@ -3680,7 +2602,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_1)
       1'h0:
@@ -3690,7 +2612,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_1)
       1'h0:
@@ -3700,7 +2622,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_2)
       1'h0:
@@ -3710,7 +2632,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_2)
       1'h0:
@@ -3720,7 +2642,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_2)
       1'h0:
@@ -3730,7 +2652,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_2)
       1'h0:
@@ -3740,7 +2662,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$49  = w0_0_0;
     if (\$2 ) begin
       \$49  = w_row[7:0];
@@ -3750,7 +2672,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$50  = w0_1_0;
     if (\$2 ) begin
       \$50  = w0_0_0;
@@ -3760,7 +2682,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$51  = w0_2_0;
     if (\$2 ) begin
       \$51  = w0_1_0;
@@ -3770,7 +2692,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$52  = w0_3_0;
     if (\$2 ) begin
       \$52  = w0_2_0;
@@ -3780,7 +2702,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$53  = w0_0_1;
     if (\$2 ) begin
       \$53  = w_row[15:8];
@@ -3790,7 +2712,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$54  = w0_1_1;
     if (\$2 ) begin
       \$54  = w0_0_1;
@@ -3800,7 +2722,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$55  = w0_2_1;
     if (\$2 ) begin
       \$55  = w0_1_1;
@@ -3810,7 +2732,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$56  = w0_3_1;
     if (\$2 ) begin
       \$56  = w0_2_1;
@@ -3820,7 +2742,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$57  = w0_0_2;
     if (\$2 ) begin
       \$57  = w_row[23:16];
@@ -3830,7 +2752,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$58  = w0_1_2;
     if (\$2 ) begin
       \$58  = w0_0_2;
@@ -3840,7 +2762,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$59  = w0_2_2;
     if (\$2 ) begin
       \$59  = w0_1_2;
@@ -3850,7 +2772,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$60  = w0_3_2;
     if (\$2 ) begin
       \$60  = w0_2_2;
@@ -3860,7 +2782,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$61  = w0_0_3;
     if (\$2 ) begin
       \$61  = w_row[31:24];
@@ -3870,7 +2792,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$62  = w0_1_3;
     if (\$2 ) begin
       \$62  = w0_0_3;
@@ -3880,7 +2802,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$63  = w0_2_3;
     if (\$2 ) begin
       \$63  = w0_1_3;
@@ -3890,7 +2812,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$64  = w0_3_3;
     if (\$2 ) begin
       \$64  = w0_2_3;
@@ -3900,7 +2822,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$65  = w1_0_0;
     if (\$4 ) begin
       \$65  = w_row[7:0];
@@ -3910,7 +2832,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$66  = w1_1_0;
     if (\$4 ) begin
       \$66  = w1_0_0;
@@ -3920,7 +2842,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$67  = w1_2_0;
     if (\$4 ) begin
       \$67  = w1_1_0;
@@ -3930,7 +2852,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$68  = w1_3_0;
     if (\$4 ) begin
       \$68  = w1_2_0;
@@ -3940,7 +2862,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$69  = w1_0_1;
     if (\$4 ) begin
       \$69  = w_row[15:8];
@@ -3950,7 +2872,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$70  = w1_1_1;
     if (\$4 ) begin
       \$70  = w1_0_1;
@@ -3960,7 +2882,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$71  = w1_2_1;
     if (\$4 ) begin
       \$71  = w1_1_1;
@@ -3970,7 +2892,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$72  = w1_3_1;
     if (\$4 ) begin
       \$72  = w1_2_1;
@@ -3980,7 +2902,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$73  = w1_0_2;
     if (\$4 ) begin
       \$73  = w_row[23:16];
@@ -3990,7 +2912,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$74  = w1_1_2;
     if (\$4 ) begin
       \$74  = w1_0_2;
@@ -4000,7 +2922,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$75  = w1_2_2;
     if (\$4 ) begin
       \$75  = w1_1_2;
@@ -4010,7 +2932,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$76  = w1_3_2;
     if (\$4 ) begin
       \$76  = w1_2_2;
@@ -4020,7 +2942,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$77  = w1_0_3;
     if (\$4 ) begin
       \$77  = w_row[31:24];
@@ -4030,7 +2952,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$78  = w1_1_3;
     if (\$4 ) begin
       \$78  = w1_0_3;
@@ -4040,7 +2962,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$79  = w1_2_3;
     if (\$4 ) begin
       \$79  = w1_1_3;
@@ -4050,7 +2972,7 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$80  = w1_3_3;
     if (\$4 ) begin
       \$80  = w1_2_3;
@@ -4060,560 +2982,560 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$81  = a[15:8];
     if (rst) begin
       \$81  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$82  = a_bank;
     if (rst) begin
       \$82  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$83  = a[23:16];
     if (rst) begin
       \$83  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$84  = a_bank;
     if (rst) begin
       \$84  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$85  = skew2_0;
     if (rst) begin
       \$85  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$86  = skew_bank2_0;
     if (rst) begin
       \$86  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$87  = a[31:24];
     if (rst) begin
       \$87  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$88  = a_bank;
     if (rst) begin
       \$88  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$89  = skew3_0;
     if (rst) begin
       \$89  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$90  = skew_bank3_0;
     if (rst) begin
       \$90  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$91  = skew3_1;
     if (rst) begin
       \$91  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$92  = skew_bank3_1;
     if (rst) begin
       \$92  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$93  = a[7:0];
     if (rst) begin
       \$93  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$94  = a_bank;
     if (rst) begin
       \$94  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$95  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
     if (rst) begin
       \$95  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$96  = skew1_0;
     if (rst) begin
       \$96  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$97  = skew_bank1_0;
     if (rst) begin
       \$97  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$98  = \$9 [31:0];
     if (rst) begin
       \$98  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$99  = skew2_1;
     if (rst) begin
       \$99  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$100  = skew_bank2_1;
     if (rst) begin
       \$100  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$101  = \$12 [31:0];
     if (rst) begin
       \$101  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$102  = skew3_2;
     if (rst) begin
       \$102  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$103  = skew_bank3_2;
     if (rst) begin
       \$103  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$104  = \$15 [31:0];
     if (rst) begin
       \$104  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$105  = psum_3_0;
     if (rst) begin
       \$105  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$106  = deskew0_0;
     if (rst) begin
       \$106  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$107  = deskew0_1;
     if (rst) begin
       \$107  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$108  = a_0_0;
     if (rst) begin
       \$108  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$109  = bank_0_0;
     if (rst) begin
       \$109  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$110  = { \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17  };
     if (rst) begin
       \$110  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$111  = a_1_0;
     if (rst) begin
       \$111  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$112  = bank_1_0;
     if (rst) begin
       \$112  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$113  = \$20 [31:0];
     if (rst) begin
       \$113  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$114  = a_2_0;
     if (rst) begin
       \$114  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$115  = bank_2_0;
     if (rst) begin
       \$115  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$116  = \$23 [31:0];
     if (rst) begin
       \$116  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$117  = a_3_0;
     if (rst) begin
       \$117  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$118  = bank_3_0;
     if (rst) begin
       \$118  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$119  = \$26 [31:0];
     if (rst) begin
       \$119  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$120  = psum_3_1;
     if (rst) begin
       \$120  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$121  = deskew1_0;
     if (rst) begin
       \$121  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$122  = a_0_1;
     if (rst) begin
       \$122  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$123  = bank_0_1;
     if (rst) begin
       \$123  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$124  = { \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28  };
     if (rst) begin
       \$124  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$125  = a_1_1;
     if (rst) begin
       \$125  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$126  = bank_1_1;
     if (rst) begin
       \$126  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$127  = \$31 [31:0];
     if (rst) begin
       \$127  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$128  = a_2_1;
     if (rst) begin
       \$128  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$129  = bank_2_1;
     if (rst) begin
       \$129  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$130  = \$34 [31:0];
     if (rst) begin
       \$130  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$131  = a_3_1;
     if (rst) begin
       \$131  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$132  = bank_3_1;
     if (rst) begin
       \$132  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$133  = \$37 [31:0];
     if (rst) begin
       \$133  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$134  = psum_3_2;
     if (rst) begin
       \$134  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$135  = a_0_2;
     if (rst) begin
       \$135  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$136  = bank_0_2;
     if (rst) begin
       \$136  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$137  = { \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39  };
     if (rst) begin
       \$137  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$138  = a_1_2;
     if (rst) begin
       \$138  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$139  = bank_1_2;
     if (rst) begin
       \$139  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$140  = \$42 [31:0];
     if (rst) begin
       \$140  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$141  = a_2_2;
     if (rst) begin
       \$141  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$142  = bank_2_2;
     if (rst) begin
       \$142  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$143  = \$45 [31:0];
     if (rst) begin
       \$143  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$144  = a_3_2;
     if (rst) begin
       \$144  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$145  = bank_3_2;
     if (rst) begin
       \$145  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$146  = \$48 [31:0];
     if (rst) begin
       \$146  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$147  = a_valid;
     if (rst) begin
       \$147  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$148  = ctl;
     if (rst) begin
       \$148  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$149  = valid_d0;
     if (rst) begin
       \$149  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$150  = ctl_d0;
     if (rst) begin
       \$150  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$151  = valid_d1;
     if (rst) begin
       \$151  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$152  = ctl_d1;
     if (rst) begin
       \$152  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$153  = valid_d2;
     if (rst) begin
       \$153  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$154  = ctl_d2;
     if (rst) begin
       \$154  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$155  = valid_d3;
     if (rst) begin
       \$155  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$156  = ctl_d3;
     if (rst) begin
       \$156  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$157  = valid_d4;
     if (rst) begin
       \$157  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$158  = ctl_d4;
     if (rst) begin
       \$158  = 26'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$159  = valid_d5;
     if (rst) begin
       \$159  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$160  = ctl_d5;
     if (rst) begin
       \$160  = 26'h0000000;
@@ -4641,8 +3563,300 @@ module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy, r_en);
-  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+module \dx1_tile_core_a4.banks (rst, loaded, empty, full, load_start, load_bank, loaded_bank, stream_start, stream_end, stream_bank, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire [4:0] \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  reg [2:0] \$31 ;
+  reg [3:0] \$32 ;
+  reg [2:0] \$33 ;
+  reg [3:0] \$34 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire [4:0] \$9 ;
+  reg [3:0] bank0_drain = 4'h0;
+  reg [2:0] bank0_state = 3'h0;
+  reg [3:0] bank1_drain = 4'h0;
+  reg [2:0] bank1_state = 3'h0;
+  input clk;
+  wire clk;
+  output [1:0] empty;
+  wire [1:0] empty;
+  output [1:0] full;
+  wire [1:0] full;
+  input load_bank;
+  wire load_bank;
+  input load_start;
+  wire load_start;
+  input loaded;
+  wire loaded;
+  input loaded_bank;
+  wire loaded_bank;
+  input rst;
+  wire rst;
+  input stream_bank;
+  wire stream_bank;
+  input stream_end;
+  wire stream_end;
+  input stream_start;
+  wire stream_start;
+  assign \$1  = ! bank0_state;
+  assign \$2  = bank0_state == 2'h2;
+  assign \$3  = ! bank1_state;
+  assign \$4  = bank1_state == 2'h2;
+  assign \$5  = bank0_state == 3'h4;
+  assign \$6  = ! bank0_drain;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = bank0_state == 3'h4;
+  assign \$9  = bank0_drain - 1'h1;
+  assign \$10  = bank1_state == 3'h4;
+  assign \$11  = ! bank1_drain;
+  assign \$12  = \$10  & \$11 ;
+  assign \$13  = bank1_state == 3'h4;
+  assign \$14  = bank1_drain - 1'h1;
+  assign \$15  = ! load_bank;
+  assign \$16  = load_start & \$15 ;
+  assign \$18  = load_start & \$17 ;
+  assign \$19  = ! loaded_bank;
+  assign \$20  = loaded & \$19 ;
+  assign \$22  = loaded & \$21 ;
+  assign \$23  = ! stream_bank;
+  assign \$24  = stream_start & \$23 ;
+  assign \$26  = stream_start & \$25 ;
+  assign \$27  = ! stream_bank;
+  assign \$28  = stream_end & \$27 ;
+  assign \$30  = stream_end & \$29 ;
+  always @(posedge clk)
+    bank0_state <= \$31 ;
+  always @(posedge clk)
+    bank0_drain <= \$32 ;
+  always @(posedge clk)
+    bank1_state <= \$33 ;
+  always @(posedge clk)
+    bank1_drain <= \$34 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$31  = bank0_state;
+    if (\$7 ) begin
+      \$31  = 3'h0;
+    end
+    if (\$16 ) begin
+      \$31  = 3'h1;
+    end
+    if (\$20 ) begin
+      \$31  = 3'h2;
+    end
+    if (\$24 ) begin
+      \$31  = 3'h3;
+    end
+    if (\$28 ) begin
+      \$31  = 3'h4;
+    end
+    if (rst) begin
+      \$31  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$32  = bank0_drain;
+    if (\$7 ) begin
+    end else if (\$8 ) begin
+      \$32  = \$9 [3:0];
+    end
+    if (\$28 ) begin
+      \$32  = 4'h8;
+    end
+    if (rst) begin
+      \$32  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$33  = bank1_state;
+    if (\$12 ) begin
+      \$33  = 3'h0;
+    end
+    if (\$18 ) begin
+      \$33  = 3'h1;
+    end
+    if (\$22 ) begin
+      \$33  = 3'h2;
+    end
+    if (\$26 ) begin
+      \$33  = 3'h3;
+    end
+    if (\$30 ) begin
+      \$33  = 3'h4;
+    end
+    if (rst) begin
+      \$33  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$34  = bank1_drain;
+    if (\$12 ) begin
+    end else if (\$13 ) begin
+      \$34  = \$14 [3:0];
+    end
+    if (\$30 ) begin
+      \$34  = 4'h8;
+    end
+    if (rst) begin
+      \$34  = 4'h0;
+    end
+  end
+  assign full[1] = \$4 ;
+  assign full[0] = \$2 ;
+  assign empty[1] = \$3 ;
+  assign empty[0] = \$1 ;
+  assign \$17  = load_bank;
+  assign \$21  = loaded_bank;
+  assign \$25  = stream_bank;
+  assign \$29  = stream_bank;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+  wire [4:0] \$1 ;
+  wire [5:0] \$2 ;
+  reg [3:0] \$3 ;
+  input clk;
+  wire clk;
+  output credit;
+  wire credit;
+  output [31:0] done__tdata;
+  wire [31:0] done__tdata;
+  wire done__tready;
+  output done__tvalid;
+  wire done__tvalid;
+  input [7:0] gemm__opcode;
+  wire [7:0] gemm__opcode;
+  input [7:0] gemm__status;
+  wire [7:0] gemm__status;
+  input [15:0] gemm__tag;
+  wire [15:0] gemm__tag;
+  input gemm__valid;
+  wire gemm__valid;
+  input [7:0] issue__opcode;
+  wire [7:0] issue__opcode;
+  input [7:0] issue__status;
+  wire [7:0] issue__status;
+  input [15:0] issue__tag;
+  wire [15:0] issue__tag;
+  input issue__valid;
+  wire issue__valid;
+  reg [3:0] outstanding = 4'h0;
+  output pending;
+  wire pending;
+  wire popped;
+  input [7:0] postop__opcode;
+  wire [7:0] postop__opcode;
+  input [7:0] postop__status;
+  wire [7:0] postop__status;
+  input [15:0] postop__tag;
+  wire [15:0] postop__tag;
+  input postop__valid;
+  wire postop__valid;
+  wire [31:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input reserve;
+  wire reserve;
+  input rst;
+  wire rst;
+  reg [31:0] w_data;
+  reg w_en;
+  always @(posedge clk)
+    outstanding <= \$3 ;
+  assign popped = done__tvalid & r_en;
+  assign pending = | outstanding;
+  assign credit = outstanding < 4'h8;
+  assign \$1  = outstanding + reserve;
+  assign \$2  = \$1  - popped;
+  \dx1_tile_core_a4.completions.done_fifo  done_fifo (
+    .clk(clk),
+    .r_data(done__tdata),
+    .r_en(r_en),
+    .r_rdy(done__tvalid),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    w_data = 32'd0;
+    if (issue__valid) begin
+      w_data[15:0] = issue__tag;
+      w_data[23:16] = issue__status;
+      w_data[31:24] = issue__opcode;
+    end
+    if (gemm__valid) begin
+      w_data[15:0] = gemm__tag;
+      w_data[23:16] = gemm__status;
+      w_data[31:24] = gemm__opcode;
+    end
+    if (postop__valid) begin
+      w_data[15:0] = postop__tag;
+      w_data[23:16] = postop__status;
+      w_data[31:24] = postop__opcode;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$3  = \$2 [3:0];
+    if (rst) begin
+      \$3  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    w_en = 1'h0;
+    if (issue__valid) begin
+      w_en = 1'h1;
+    end
+    if (gemm__valid) begin
+      w_en = 1'h1;
+    end
+    if (postop__valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign r_data = done__tdata;
+  assign r_rdy = done__tvalid;
+  assign done__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.completions.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [3:0] \$11 ;
@@ -4770,7 +3984,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [2:0];
@@ -4780,7 +3994,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [2:0];
@@ -4790,7 +4004,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [2:0];
@@ -4803,7 +4017,7 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -4823,8 +4037,636 @@ module \dx1_tile_core_a4.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$646$80 , \port$646$128 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
+module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, command, holding, status, take, cmd__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire [32:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [16:0] \$15 ;
+  wire \$16 ;
+  wire [3:0] \$17 ;
+  wire [3:0] \$18 ;
+  wire [3:0] \$19 ;
+  wire [255:0] \$2 ;
+  wire [3:0] \$20 ;
+  wire [255:0] \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire \$26 ;
+  wire [16:0] \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [3:0] \$32 ;
+  wire [3:0] \$33 ;
+  wire [3:0] \$34 ;
+  wire [3:0] \$35 ;
+  wire [3:0] \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [3:0] \$4 ;
+  wire [2:0] \$40 ;
+  wire [31:0] \$41 ;
+  wire [18:0] \$42 ;
+  reg [255:0] \$43 ;
+  reg \$44 ;
+  reg [1:0] \$45 ;
+  reg [31:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg [7:0] \$48 ;
+  wire [255:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg [31:0] a_rows = 32'd0;
+  reg [31:0] b_rows = 32'd0;
+  input clk;
+  wire clk;
+  input [255:0] cmd__tdata;
+  wire [255:0] cmd__tdata;
+  output cmd__tready;
+  wire cmd__tready;
+  input cmd__tvalid;
+  wire cmd__tvalid;
+  output [255:0] command;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  output decoded;
+  wire decoded;
+  output holding;
+  reg holding = 1'h0;
+  input rst;
+  wire rst;
+  reg [1:0] stage = 2'h0;
+  output [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
+  input take;
+  wire take;
+  always @(posedge clk)
+    a_rows <= \$46 ;
+  always @(posedge clk)
+    b_rows <= \$47 ;
+  always @(posedge clk)
+    status <= \$48 ;
+  assign cmd__tready = ~ holding;
+  assign \$1  = stage == 2'h2;
+  assign decoded = holding & \$1 ;
+  assign \$3  = | \$2 ;
+  assign \$4  = \$3  ? 4'h2 : 4'h0;
+  assign \$6  = | \$5 ;
+  assign \$7  = ! command[127:112];
+  assign \$8  = ! command[143:128];
+  assign \$9  = \$7  | \$8 ;
+  assign \$10  = command[79:64] + a_rows;
+  assign \$11  = \$10  > 11'h400;
+  assign \$12  = command[95:80] + b_rows;
+  assign \$13  = \$12  > 11'h400;
+  assign \$14  = \$11  | \$13 ;
+  assign \$15  = command[111:96] + command[127:112];
+  assign \$16  = \$15  > 9'h100;
+  assign \$17  = \$16  ? 4'h6 : 4'h0;
+  assign \$18  = \$14  ? 4'h5 : \$17 ;
+  assign \$19  = \$9  ? 4'h3 : \$18 ;
+  assign \$20  = \$6  ? 4'h2 : \$19 ;
+  assign \$22  = | \$21 ;
+  assign \$23  = ! command[111:96];
+  assign \$24  = command[149:144] > 6'h2f;
+  assign \$25  = command[95:80] + command[111:96];
+  assign \$26  = \$25  > 11'h400;
+  assign \$27  = command[79:64] + command[111:96];
+  assign \$28  = \$27  > 9'h100;
+  assign \$29  = command[127:112] >= 9'h100;
+  assign \$30  = command[9] & \$29 ;
+  assign \$31  = \$28  | \$30 ;
+  assign \$32  = \$31  ? 4'h6 : 4'h0;
+  assign \$33  = \$26  ? 4'h5 : \$32 ;
+  assign \$34  = \$24  ? 4'h4 : \$33 ;
+  assign \$35  = \$23  ? 4'h3 : \$34 ;
+  assign \$36  = \$22  ? 4'h2 : \$35 ;
+  assign \$37  = cmd__tvalid & cmd__tready;
+  assign \$38  = stage != 2'h2;
+  assign \$39  = holding & \$38 ;
+  assign \$40  = stage + 1'h1;
+  assign \$41  = command[143:128] * command[127:112];
+  assign \$42  = command[143:128] * 3'h4;
+  always @(posedge clk)
+    command <= \$43 ;
+  always @(posedge clk)
+    holding <= \$44 ;
+  always @(posedge clk)
+    stage <= \$45 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$46  = \$41 ;
+    if (rst) begin
+      \$46  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$47  = { 13'h0000, \$42  };
+    if (rst) begin
+      \$47  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$48  = status_next;
+    if (rst) begin
+      \$48  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    (* full_case = 32'd1 *)
+    casez (command[7:0])
+      8'h00:
+          status_next = { 4'h0, \$4  };
+      8'h03:
+          status_next = { 4'h0, \$20  };
+      8'h04:
+          status_next = { 4'h0, \$36  };
+      default:
+          status_next = 8'h01;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$43  = command;
+    if (\$37 ) begin
+      \$43  = cmd__tdata;
+    end
+    if (rst) begin
+      \$43  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$44  = holding;
+    if (\$37 ) begin
+      \$44  = 1'h1;
+    end else if (take) begin
+      \$44  = 1'h0;
+    end
+    if (rst) begin
+      \$44  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$45  = stage;
+    if (\$37 ) begin
+      \$45  = 2'h0;
+    end else if (take) begin
+    end else if (\$39 ) begin
+      \$45  = \$40 [1:0];
+    end
+    if (rst) begin
+      \$45  = 2'h0;
+    end
+  end
+  assign { \$2 [31:16], \$2 [7:0] } = 24'h000000;
+  assign { \$2 [255:32], \$2 [15:8] } = { command[255:32], command[15:8] };
+  assign { \$5 [143:64], \$5 [31:16], \$5 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$5 [255:144], \$5 [63:32], \$5 [15:9] } = { command[255:144], command[63:32], command[15:9] };
+  assign { \$21 [149:64], \$21 [31:16], \$21 [9:0] } = 112'h0000000000000000000000000000;
+  assign { \$21 [255:150], \$21 [63:32], \$21 [15:10] } = { command[255:150], command[63:32], command[15:10] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, postop, gemm_done, postop_busy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
+  wire [4:0] \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  reg [3:0] \$12 ;
+  wire [5:0] \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  input credit;
+  wire credit;
+  input decoded;
+  wire decoded;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  output gemm;
+  reg gemm;
+  input gemm_done;
+  wire gemm_done;
+  reg [3:0] gemm_inflight = 4'h0;
+  wire idle;
+  output postop;
+  reg postop;
+  input postop_busy;
+  wire postop_busy;
+  input queues_ready;
+  wire queues_ready;
+  input rst;
+  wire rst;
+  input [7:0] status;
+  wire [7:0] status;
+  output take;
+  reg take;
+  assign \$1  = gemm_inflight + gemm;
+  assign \$2  = \$1  - gemm_done;
+  assign \$3  = ! gemm_inflight;
+  assign \$4  = ~ postop_busy;
+  assign idle = \$3  & \$4 ;
+  assign \$5  = decoded & credit;
+  assign \$6  = | status;
+  assign \$7  = ! command[7:0];
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = command[7:0] == 2'h3;
+  assign \$10  = ~ postop_busy;
+  assign \$11  = \$10  & queues_ready;
+  always @(posedge clk)
+    gemm_inflight <= \$12 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$12  = \$2 [3:0];
+    if (rst) begin
+      \$12  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    take = 1'h0;
+    if (\$5 ) begin
+      (* full_case = 32'd1 *)
+      if (\$8 ) begin
+        if (idle) begin
+          take = 1'h1;
+        end
+      end else if (\$9 ) begin
+        if (\$11 ) begin
+          take = 1'h1;
+        end
+      end else begin
+        if (idle) begin
+          take = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__valid = 1'h0;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__valid = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__tag = 16'h0000;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__tag = command[31:16];
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__status = 8'h00;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__status = status;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__opcode = 8'h00;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__opcode = command[7:0];
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    gemm = 1'h0;
+    if (\$5 ) begin
+      if (\$8 ) begin
+      end else if (\$9 ) begin
+        if (\$11 ) begin
+          gemm = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    postop = 1'h0;
+    if (\$5 ) begin
+      (* full_case = 32'd1 *)
+      if (\$8 ) begin
+      end else if (\$9 ) begin
+      end else begin
+        if (idle) begin
+          postop = 1'h1;
+        end
+      end
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.loader (rst, w_row, issue, loaded, room, w_data, w_en, bank_empty, spm_addr, load_start, bank, w_load, loaded_bank, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [2:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [10:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  reg [1:0] \$24 ;
+  reg \$25 ;
+  reg [9:0] \$26 ;
+  reg [15:0] \$27 ;
+  reg \$28 ;
+  reg \$29 ;
+  wire \$3 ;
+  reg \$30 ;
+  reg \$31 ;
+  wire [10:0] \$4 ;
+  wire [11:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg active = 1'h0;
+  reg [9:0] addr = 10'h000;
+  output bank;
+  reg bank = 1'h0;
+  input [1:0] bank_empty;
+  wire [1:0] bank_empty;
+  input clk;
+  wire clk;
+  wire finishing;
+  output issue;
+  wire issue;
+  wire [25:0] job;
+  wire [9:0] \job.b_addr ;
+  wire [15:0] \job.k_chunks ;
+  reg last = 1'h0;
+  reg [15:0] left = 16'h0000;
+  (* init = 1'h0 *)
+  wire load_bank;
+  output load_start;
+  reg load_start;
+  output loaded;
+  wire loaded;
+  output loaded_bank;
+  reg loaded_bank = 1'h0;
+  wire push;
+  wire [25:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  output room;
+  wire room;
+  reg [1:0] row = 2'h0;
+  input rst;
+  wire rst;
+  output [9:0] spm_addr;
+  reg [9:0] spm_addr;
+  wire [31:0] spm_data;
+  (* init = 1'h0 *)
+  wire w_bank;
+  input [25:0] w_data;
+  wire [25:0] w_data;
+  input w_en;
+  wire w_en;
+  output w_load;
+  reg w_load = 1'h0;
+  wire w_rdy;
+  input [31:0] w_row;
+  wire [31:0] w_row;
+  assign \$1  = | row;
+  assign \$2  = bank ? bank_empty[1] : bank_empty[0];
+  assign \$3  = \$1  | \$2 ;
+  assign issue = active & \$3 ;
+  assign \$4  = addr + 2'h3;
+  assign \$5  = \$4  - row;
+  assign \$6  = ! row;
+  assign \$7  = row == 2'h3;
+  assign \$8  = issue & \$7 ;
+  assign \$9  = left == 1'h1;
+  assign finishing = \$8  & \$9 ;
+  assign \$10  = ~ active;
+  assign \$11  = \$10  | finishing;
+  assign \$12  = r_rdy & \$11 ;
+  assign loaded = w_load & last;
+  assign \$13  = row + 1'h1;
+  assign \$14  = row == 2'h3;
+  assign \$15  = ~ bank;
+  assign \$16  = addr + 3'h4;
+  assign \$17  = left - 1'h1;
+  assign \$18  = left == 1'h1;
+  assign \$19  = ~ active;
+  assign \$20  = \$19  | finishing;
+  assign \$21  = r_rdy & \$20 ;
+  assign \$22  = row == 2'h3;
+  assign \$23  = issue & \$22 ;
+  always @(posedge clk)
+    row <= \$24 ;
+  always @(posedge clk)
+    bank <= \$25 ;
+  always @(posedge clk)
+    addr <= \$26 ;
+  always @(posedge clk)
+    left <= \$27 ;
+  always @(posedge clk)
+    active <= \$28 ;
+  always @(posedge clk)
+    w_load <= \$29 ;
+  always @(posedge clk)
+    loaded_bank <= \$30 ;
+  always @(posedge clk)
+    last <= \$31 ;
+  \dx1_tile_core_a4.loader.load_q  load_q (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(room)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    spm_addr = 10'h000;
+    if (issue) begin
+      spm_addr = \$5 [9:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    load_start = 1'h0;
+    if (issue) begin
+      load_start = \$6 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    r_en = 1'h0;
+    if (\$12 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$24  = row;
+    if (issue) begin
+      \$24  = \$13 [1:0];
+      if (\$14 ) begin
+        \$24  = 2'h0;
+      end
+    end
+    if (\$21 ) begin
+      \$24  = 2'h0;
+    end
+    if (rst) begin
+      \$24  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$25  = bank;
+    if (issue) begin
+      if (\$14 ) begin
+        \$25  = \$15 ;
+      end
+    end
+    if (rst) begin
+      \$25  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$26  = addr;
+    if (issue) begin
+      if (\$14 ) begin
+        \$26  = \$16 [9:0];
+      end
+    end
+    if (\$21 ) begin
+      \$26  = r_data[9:0];
+    end
+    if (rst) begin
+      \$26  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$27  = left;
+    if (issue) begin
+      if (\$14 ) begin
+        \$27  = \$17 [15:0];
+      end
+    end
+    if (\$21 ) begin
+      \$27  = r_data[25:10];
+    end
+    if (rst) begin
+      \$27  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$28  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$18 ) begin
+          \$28  = 1'h0;
+        end
+      end
+    end
+    if (\$21 ) begin
+      \$28  = 1'h1;
+    end
+    if (rst) begin
+      \$28  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$29  = issue;
+    if (rst) begin
+      \$29  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$30  = bank;
+    if (rst) begin
+      \$30  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$31  = \$23 ;
+    if (rst) begin
+      \$31  = 1'h0;
+    end
+  end
+  assign job = w_data;
+  assign push = w_en;
+  assign w_rdy = room;
+  assign load_bank = bank;
+  assign spm_data = w_row;
+  assign w_bank = loaded_bank;
+  assign \job.b_addr  = w_data[9:0];
+  assign \job.k_chunks  = w_data[25:10];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.loader.load_q (rst, w_rdy, r_rdy, r_data, w_port__data, w_en, r_en, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -4847,10 +4689,6 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$646$128 ;
-  wire [15:0] \port$646$128 ;
-  input [9:0] \port$646$80 ;
-  wire [9:0] \port$646$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [25:0] r_data;
@@ -4871,6 +4709,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   (* init = 3'h0 *)
   wire [2:0] w_level;
   reg [1:0] w_port__addr = 2'h0;
+  input [25:0] w_port__data;
   wire [25:0] w_port__data;
   wire w_port__en;
   output w_rdy;
@@ -4884,7 +4723,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$646$128 , \port$646$80  };
+      storage[w_port__addr] <= w_port__data;
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -4911,7 +4750,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -4921,7 +4760,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -4931,7 +4770,7 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -4946,15 +4785,385 @@ module \dx1_tile_core_a4.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$64
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$646$128 , \port$646$80  };
-  assign w_data = { \port$646$128 , \port$646$80  };
+  assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+module \dx1_tile_core_a4.postops (rst, row, acc_use, command, start, acc_addr, spm_addr, spm_data, done__valid, done__tag, done__status, done__opcode, busy, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$13  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg [7:0] \$11 ;
+  reg [9:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg \$15 ;
+  reg [127:0] \$16 ;
+  reg [15:0] \$17 ;
+  reg [5:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg \$20 ;
+  reg [10:0] \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire [8:0] \$6 ;
+  wire [10:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire \$9 ;
+  output [7:0] acc_addr;
+  reg [7:0] acc_addr;
+  wire [127:0] acc_data;
+  output acc_use;
+  wire acc_use;
+  reg [127:0] bias = 128'h00000000000000000000000000000000;
+  (* init = 128'h00000000000000000000000000000000 *)
+  wire [127:0] \bias$10 ;
+  wire [31:0] \bias$10[0] ;
+  wire [31:0] \bias$10[1] ;
+  wire [31:0] \bias$10[2] ;
+  wire [31:0] \bias$10[3] ;
+  wire [31:0] \bias[0] ;
+  wire [31:0] \bias[1] ;
+  wire [31:0] \bias[2] ;
+  wire [31:0] \bias[3] ;
+  reg bias_pending = 1'h0;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  reg [10:0] ctl = 11'h000;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  reg [9:0] dst = 10'h000;
+  reg [15:0] left = 16'h0000;
+  reg [15:0] mult = 16'h0000;
+  wire [31:0] out;
+  wire [7:0] \out[0] ;
+  wire [7:0] \out[1] ;
+  wire [7:0] \out[2] ;
+  wire [7:0] \out[3] ;
+  wire [10:0] out_ctl;
+  wire out_valid;
+  reg reading;
+  reg relu = 1'h0;
+  input [127:0] row;
+  wire [127:0] row;
+  wire [31:0] \row[0] ;
+  wire [31:0] \row[1] ;
+  wire [31:0] \row[2] ;
+  wire [31:0] \row[3] ;
+  (* init = 11'h000 *)
+  wire [10:0] row_ctl;
+  wire [9:0] \row_ctl.dst ;
+  wire \row_ctl.last ;
+  reg row_valid = 1'h0;
+  (* init = 1'h0 *)
+  wire \row_valid$14 ;
+  input rst;
+  wire rst;
+  reg [5:0] shift = 6'h00;
+  output [9:0] spm_addr;
+  reg [9:0] spm_addr;
+  output [31:0] spm_data;
+  reg [31:0] spm_data;
+  reg [7:0] src = 8'h00;
+  input start;
+  wire start;
+  reg [15:0] tag = 16'h0000;
+  output writing;
+  wire writing;
+  assign \$1  = start | bias_pending;
+  assign acc_use = \$1  | reading;
+  assign \$2  = | left;
+  assign \$3  = busy & \$2 ;
+  assign \$4  = | left;
+  assign \$5  = busy & \$4 ;
+  assign \$6  = src + 1'h1;
+  assign \$7  = dst + 1'h1;
+  assign \$8  = left - 1'h1;
+  assign \$9  = left == 1'h1;
+  always @(posedge clk)
+    busy <= \$10 ;
+  always @(posedge clk)
+    src <= \$11 ;
+  always @(posedge clk)
+    dst <= \$12 ;
+  always @(posedge clk)
+    left <= \$13 ;
+  always @(posedge clk)
+    tag <= \$14 ;
+  always @(posedge clk)
+    bias_pending <= \$15 ;
+  always @(posedge clk)
+    bias <= \$16 ;
+  always @(posedge clk)
+    mult <= \$17 ;
+  always @(posedge clk)
+    shift <= \$18 ;
+  always @(posedge clk)
+    relu <= \$19 ;
+  always @(posedge clk)
+    row_valid <= \$20 ;
+  always @(posedge clk)
+    ctl <= \$21 ;
+  \dx1_tile_core_a4.postops.postop  postop (
+    .bias(bias),
+    .clk(clk),
+    .ctl(ctl),
+    .ctl_s4(out_ctl),
+    .mult(mult),
+    .out(out),
+    .relu(relu),
+    .row(row),
+    .row_valid(row_valid),
+    .rst(rst),
+    .shift(shift),
+    .valid_s4(writing)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    acc_addr = 8'h00;
+    if (start) begin
+      if (command[9]) begin
+        acc_addr = command[119:112];
+      end
+    end else if (bias_pending) begin
+    end else if (\$3 ) begin
+      acc_addr = src;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    reading = 1'h0;
+    if (start) begin
+    end else if (bias_pending) begin
+    end else if (\$3 ) begin
+      reading = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    spm_addr = 10'h000;
+    if (writing) begin
+      spm_addr = out_ctl[9:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    spm_data = 32'd0;
+    if (writing) begin
+      spm_data = out;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__valid = 1'h0;
+    if (writing) begin
+      if (out_ctl[10]) begin
+        done__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__tag = 16'h0000;
+    if (writing) begin
+      if (out_ctl[10]) begin
+        done__tag = tag;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__status = 8'h00;
+    if (writing) begin
+      if (out_ctl[10]) begin
+        done__status = 8'h00;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__opcode = 8'h00;
+    if (writing) begin
+      if (out_ctl[10]) begin
+        done__opcode = 8'h04;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$10  = busy;
+    if (start) begin
+      \$10  = 1'h1;
+    end
+    if (writing) begin
+      if (out_ctl[10]) begin
+        \$10  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$11  = src;
+    if (start) begin
+      \$11  = command[71:64];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$11  = \$6 [7:0];
+    end
+    if (rst) begin
+      \$11  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$12  = dst;
+    if (start) begin
+      \$12  = command[89:80];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$12  = \$7 [9:0];
+    end
+    if (rst) begin
+      \$12  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$13  = left;
+    if (start) begin
+      \$13  = command[111:96];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$13  = \$8 [15:0];
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$14  = tag;
+    if (start) begin
+      \$14  = command[31:16];
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$15  = bias_pending;
+    if (start) begin
+      \$15  = command[9];
+    end else if (bias_pending) begin
+      \$15  = 1'h0;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$16  = bias;
+    if (start) begin
+      \$16  = 128'h00000000000000000000000000000000;
+    end else if (bias_pending) begin
+      \$16  = row;
+    end
+    if (rst) begin
+      \$16  = 128'h00000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$17  = mult;
+    if (start) begin
+      \$17  = command[143:128];
+    end
+    if (rst) begin
+      \$17  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$18  = shift;
+    if (start) begin
+      \$18  = command[149:144];
+    end
+    if (rst) begin
+      \$18  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$19  = relu;
+    if (start) begin
+      \$19  = command[8];
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$20  = reading;
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$21 [9:0] = dst;
+    \$21 [10] = \$9 ;
+    if (rst) begin
+      \$21  = 11'h000;
+    end
+  end
+  assign \bias$10  = bias;
+  assign acc_data = row;
+  assign \row_valid$14  = row_valid;
+  assign row_ctl = ctl;
+  assign out_valid = writing;
+  assign \bias[0]  = bias[31:0];
+  assign \bias[1]  = bias[63:32];
+  assign \bias[2]  = bias[95:64];
+  assign \bias[3]  = bias[127:96];
+  assign \bias$10[0]  = bias[31:0];
+  assign \bias$10[1]  = bias[63:32];
+  assign \bias$10[2]  = bias[95:64];
+  assign \bias$10[3]  = bias[127:96];
+  assign \row[0]  = row[31:0];
+  assign \row[1]  = row[63:32];
+  assign \row[2]  = row[95:64];
+  assign \row[3]  = row[127:96];
+  assign \row_ctl.dst  = ctl[9:0];
+  assign \row_ctl.last  = ctl[10];
+  assign \out[0]  = out[7:0];
+  assign \out[1]  = out[15:8];
+  assign \out[2]  = out[23:16];
+  assign \out[3]  = out[31:24];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.postops.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire [110:0] \$1 ;
   wire [50:0] \$10 ;
   wire [32:0] \$11 ;
@@ -5252,42 +5461,42 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
   assign \$4  = relu & \$38 [31];
   assign \$5  = \$4  ? 32'd0 : \$38 [31:0];
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$67  = \$2 [46:0];
     if (rst) begin
       \$67  = 47'h000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$68  = \$3 ;
     if (rst) begin
       \$68  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$69  = \$5 ;
     if (rst) begin
       \$69  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$70  = { \$6 [47], \$6  };
     if (rst) begin
       \$70  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$71  = \$10 [49:0];
     if (rst) begin
       \$71  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$72 [7:0] = \$42 [7:0];
     \$72 [15:8] = \$50 [7:0];
     \$72 [23:16] = \$58 [7:0];
@@ -5297,154 +5506,154 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$73  = \$11 ;
     if (rst) begin
       \$73  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$74  = \$13 ;
     if (rst) begin
       \$74  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$75  = { \$14 [47], \$14  };
     if (rst) begin
       \$75  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$76  = \$18 [49:0];
     if (rst) begin
       \$76  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$77  = \$19 ;
     if (rst) begin
       \$77  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$78  = \$21 ;
     if (rst) begin
       \$78  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$79  = { \$22 [47], \$22  };
     if (rst) begin
       \$79  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$80  = \$26 [49:0];
     if (rst) begin
       \$80  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$81  = \$27 ;
     if (rst) begin
       \$81  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$82  = \$29 ;
     if (rst) begin
       \$82  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$83  = { \$30 [47], \$30  };
     if (rst) begin
       \$83  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$84  = \$34 [49:0];
     if (rst) begin
       \$84  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$85  = row_valid;
     if (rst) begin
       \$85  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$86  = ctl;
     if (rst) begin
       \$86  = 11'h000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$87  = valid_s0;
     if (rst) begin
       \$87  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$88  = ctl_s0;
     if (rst) begin
       \$88  = 11'h000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$89  = valid_s1;
     if (rst) begin
       \$89  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$90  = ctl_s1;
     if (rst) begin
       \$90  = 11'h000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$91  = valid_s2;
     if (rst) begin
       \$91  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$92  = ctl_s2;
     if (rst) begin
       \$92  = 11'h000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$93  = valid_s3;
     if (rst) begin
       \$93  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$94  = ctl_s3;
     if (rst) begin
       \$94  = 11'h000;
@@ -5476,8 +5685,249 @@ module \dx1_tile_core_a4.postop (rst, row, bias, mult, shift, relu, row_valid, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
-  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+module \dx1_tile_core_a4.results (rst, acc_data, out_valid, out_ctl, out, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
+  wire [32:0] \$1 ;
+  reg [25:0] \$10 ;
+  reg [127:0] \$11 ;
+  wire [32:0] \$2 ;
+  wire [32:0] \$3 ;
+  wire [32:0] \$4 ;
+  wire [32:0] \$5 ;
+  wire [32:0] \$6 ;
+  wire [32:0] \$7 ;
+  wire [32:0] \$8 ;
+  reg \$9 ;
+  wire [7:0] acc_addr;
+  input [127:0] acc_data;
+  wire [127:0] acc_data;
+  input clk;
+  wire clk;
+  reg [25:0] ctl = 26'h0000000;
+  wire [7:0] \ctl.acc_addr ;
+  wire \ctl.accumulate ;
+  wire \ctl.last ;
+  wire [15:0] \ctl.tag ;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  input [127:0] out;
+  wire [127:0] out;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  input [25:0] out_ctl;
+  wire [25:0] out_ctl;
+  wire [7:0] \out_ctl.acc_addr ;
+  wire \out_ctl.accumulate ;
+  wire \out_ctl.last ;
+  wire [15:0] \out_ctl.tag ;
+  input out_valid;
+  wire out_valid;
+  reg [127:0] psum = 128'h00000000000000000000000000000000;
+  wire [31:0] \psum[0] ;
+  wire [31:0] \psum[1] ;
+  wire [31:0] \psum[2] ;
+  wire [31:0] \psum[3] ;
+  input rst;
+  wire rst;
+  wire [127:0] summed;
+  output [7:0] w_addr;
+  reg [7:0] w_addr;
+  output [127:0] w_data;
+  reg [127:0] w_data;
+  output writing;
+  reg writing = 1'h0;
+  assign \$1  = acc_data[31:0] + psum[31:0];
+  assign \$2  = ctl[8] ? \$1  : { 1'h0, psum[31:0] };
+  assign \$3  = acc_data[63:32] + psum[63:32];
+  assign \$4  = ctl[8] ? \$3  : { 1'h0, psum[63:32] };
+  assign \$5  = acc_data[95:64] + psum[95:64];
+  assign \$6  = ctl[8] ? \$5  : { 1'h0, psum[95:64] };
+  assign \$7  = acc_data[127:96] + psum[127:96];
+  assign \$8  = ctl[8] ? \$7  : { 1'h0, psum[127:96] };
+  always @(posedge clk)
+    writing <= \$9 ;
+  always @(posedge clk)
+    ctl <= \$10 ;
+  always @(posedge clk)
+    psum <= \$11 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    w_addr = 8'h00;
+    if (writing) begin
+      w_addr = ctl[7:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    w_data = 128'h00000000000000000000000000000000;
+    if (writing) begin
+      w_data = { \$8 [31:0], \$6 [31:0], \$4 [31:0], \$2 [31:0] };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__valid = 1'h0;
+    if (writing) begin
+      if (ctl[9]) begin
+        done__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__tag = 16'h0000;
+    if (writing) begin
+      if (ctl[9]) begin
+        done__tag = ctl[25:10];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__status = 8'h00;
+    if (writing) begin
+      if (ctl[9]) begin
+        done__status = 8'h00;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__opcode = 8'h00;
+    if (writing) begin
+      if (ctl[9]) begin
+        done__opcode = 8'h03;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$9  = out_valid;
+    if (rst) begin
+      \$9  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$10  = out_ctl;
+    if (rst) begin
+      \$10  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$11  = out;
+    if (rst) begin
+      \$11  = 128'h00000000000000000000000000000000;
+    end
+  end
+  assign acc_addr = out_ctl[7:0];
+  assign summed = { \$8 [31:0], \$6 [31:0], \$4 [31:0], \$2 [31:0] };
+  assign \out_ctl.acc_addr  = out_ctl[7:0];
+  assign \out_ctl.accumulate  = out_ctl[8];
+  assign \out_ctl.last  = out_ctl[9];
+  assign \out_ctl.tag  = out_ctl[25:10];
+  assign \ctl.acc_addr  = ctl[7:0];
+  assign \ctl.accumulate  = ctl[8];
+  assign \ctl.last  = ctl[9];
+  assign \ctl.tag  = ctl[25:10];
+  assign \psum[0]  = psum[31:0];
+  assign \psum[1]  = psum[63:32];
+  assign \psum[2]  = psum[95:64];
+  assign \psum[3]  = psum[127:96];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.spm_ext_read (req__tvalid, r_en, clk, rst, grant, w_data, req__tready, resp__tvalid, resp__tdata, addr, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$16  = 0;
+  wire [3:0] \$1 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  reg \$5 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  input clk;
+  wire clk;
+  wire [31:0] data;
+  input grant;
+  wire grant;
+  wire [2:0] level;
+  reg pending = 1'h0;
+  wire [31:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input [15:0] req__tdata;
+  wire [15:0] req__tdata;
+  output req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  output [31:0] resp__tdata;
+  wire [31:0] resp__tdata;
+  wire resp__tready;
+  output resp__tvalid;
+  wire resp__tvalid;
+  input rst;
+  wire rst;
+  input [31:0] w_data;
+  wire [31:0] w_data;
+  (* init = 1'h0 *)
+  wire w_en;
+  assign \$4  = req__tvalid & req__tready;
+  always @(posedge clk)
+    pending <= \$5 ;
+  assign \$1  = level + pending;
+  assign \$2  = \$1  < 3'h4;
+  assign req__tready = grant & \$2 ;
+  assign \$3  = req__tvalid & req__tready;
+  \dx1_tile_core_a4.spm_ext_read.fifo  fifo (
+    .clk(clk),
+    .level(level),
+    .r_data(resp__tdata),
+    .r_en(r_en),
+    .r_rdy(resp__tvalid),
+    .rst(rst),
+    .w_en(pending),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
+    addr = 16'h0000;
+    if (\$3 ) begin
+      addr = req__tdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
+    \$5  = \$4 ;
+    if (rst) begin
+      \$5  = 1'h0;
+    end
+  end
+  assign data = w_data;
+  assign w_en = pending;
+  assign r_data = resp__tdata;
+  assign r_rdy = resp__tvalid;
+  assign resp__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.spm_ext_read.fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -5561,7 +6011,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -5571,7 +6021,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -5581,7 +6031,7 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -5602,8 +6052,424 @@ module \dx1_tile_core_a4.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$646$8 , \port$646$16 , \port$646$64 , \port$646$96 , \port$646$112 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
+module \dx1_tile_core_a4.spm_ext_write (req__tvalid, req__tready, addr, data, en, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
+  wire \$1 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  output [31:0] data;
+  reg [31:0] data;
+  output en;
+  reg en;
+  wire grant;
+  input [47:0] req__tdata;
+  wire [47:0] req__tdata;
+  input req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  assign \$1  = req__tvalid & req__tready;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    addr = 16'h0000;
+    if (\$1 ) begin
+      addr = req__tdata[47:32];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    data = 32'd0;
+    if (\$1 ) begin
+      data = req__tdata[31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    en = 1'h0;
+    if (\$1 ) begin
+      en = 1'h1;
+    end
+  end
+  assign grant = req__tready;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [10:0] \$15 ;
+  wire [16:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire [16:0] \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire [16:0] \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  reg [9:0] \$32 ;
+  reg [15:0] \$33 ;
+  reg \$34 ;
+  reg [15:0] \$35 ;
+  reg \$36 ;
+  reg \$37 ;
+  reg [7:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg \$42 ;
+  reg \$43 ;
+  reg [25:0] \$44 ;
+  wire \$5 ;
+  wire [16:0] \$6 ;
+  wire \$7 ;
+  wire [16:0] \$8 ;
+  wire \$9 ;
+  input [31:0] a;
+  wire [31:0] a;
+  output a_bank;
+  reg a_bank = 1'h0;
+  output a_valid;
+  reg a_valid = 1'h0;
+  reg acc = 1'h0;
+  reg active = 1'h0;
+  reg [9:0] addr = 10'h000;
+  output bank;
+  reg bank = 1'h0;
+  input [1:0] bank_full;
+  wire [1:0] bank_full;
+  reg [7:0] c = 8'h00;
+  input clk;
+  wire clk;
+  output [25:0] ctl;
+  reg [25:0] ctl = 26'h0000000;
+  wire [7:0] \ctl.acc_addr ;
+  wire \ctl.accumulate ;
+  wire \ctl.last ;
+  wire [15:0] \ctl.tag ;
+  wire finishing;
+  reg first = 1'h0;
+  wire issue;
+  wire [66:0] job;
+  wire [9:0] \job.a_addr ;
+  wire \job.accumulate ;
+  wire [7:0] \job.c_addr ;
+  wire [15:0] \job.k_chunks ;
+  wire [15:0] \job.m ;
+  wire [15:0] \job.tag ;
+  reg [15:0] left = 16'h0000;
+  wire push;
+  wire [66:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  output room;
+  wire room;
+  reg [15:0] row = 16'h0000;
+  reg [15:0] rows = 16'h0000;
+  input rst;
+  wire rst;
+  output [9:0] spm_addr;
+  reg [9:0] spm_addr;
+  wire [31:0] spm_data;
+  output stalled;
+  wire stalled;
+  (* init = 1'h0 *)
+  wire stream_bank;
+  output stream_end;
+  reg stream_end;
+  output stream_start;
+  reg stream_start;
+  reg [15:0] tag = 16'h0000;
+  input [66:0] w_data;
+  wire [66:0] w_data;
+  input w_en;
+  wire w_en;
+  wire w_rdy;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    tag <= \$41 ;
+  always @(posedge clk)
+    a_valid <= \$42 ;
+  always @(posedge clk)
+    a_bank <= \$43 ;
+  always @(posedge clk)
+    ctl <= \$44 ;
+  assign \$1  = | row;
+  assign \$2  = bank ? bank_full[1] : bank_full[0];
+  assign \$3  = \$1  | \$2 ;
+  assign issue = active & \$3 ;
+  assign \$4  = ~ issue;
+  assign stalled = active & \$4 ;
+  assign \$5  = ! row;
+  assign \$6  = rows - 1'h1;
+  assign \$7  = row == \$6 ;
+  assign \$8  = rows - 1'h1;
+  assign \$9  = row == \$8 ;
+  assign \$10  = issue & \$9 ;
+  assign \$11  = left == 1'h1;
+  assign finishing = \$10  & \$11 ;
+  assign \$12  = ~ active;
+  assign \$13  = \$12  | finishing;
+  assign \$14  = r_rdy & \$13 ;
+  assign \$15  = addr + 1'h1;
+  assign \$16  = row + 1'h1;
+  assign \$17  = rows - 1'h1;
+  assign \$18  = row == \$17 ;
+  assign \$19  = ~ bank;
+  assign \$20  = left - 1'h1;
+  assign \$21  = left == 1'h1;
+  assign \$22  = ~ active;
+  assign \$23  = \$22  | finishing;
+  assign \$24  = r_rdy & \$23 ;
+  assign \$25  = c + row;
+  assign \$26  = ~ first;
+  assign \$27  = acc | \$26 ;
+  assign \$28  = left == 1'h1;
+  assign \$29  = rows - 1'h1;
+  assign \$30  = row == \$29 ;
+  assign \$31  = \$28  & \$30 ;
+  always @(posedge clk)
+    addr <= \$32 ;
+  always @(posedge clk)
+    row <= \$33 ;
+  always @(posedge clk)
+    bank <= \$34 ;
+  always @(posedge clk)
+    left <= \$35 ;
+  always @(posedge clk)
+    first <= \$36 ;
+  always @(posedge clk)
+    active <= \$37 ;
+  always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  \dx1_tile_core_a4.streamer.stream_q  stream_q (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(room)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$41  = tag;
+    if (\$24 ) begin
+      \$41  = r_data[66:51];
+    end
+    if (rst) begin
+      \$41  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$42  = issue;
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$43  = bank;
+    if (rst) begin
+      \$43  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$44 [7:0] = \$25 [7:0];
+    \$44 [8] = \$27 ;
+    \$44 [9] = \$31 ;
+    \$44 [25:10] = tag;
+    if (rst) begin
+      \$44  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    spm_addr = 10'h000;
+    if (issue) begin
+      spm_addr = addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    stream_start = 1'h0;
+    if (issue) begin
+      stream_start = \$5 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    stream_end = 1'h0;
+    if (issue) begin
+      stream_end = \$7 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    r_en = 1'h0;
+    if (\$14 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$32  = addr;
+    if (issue) begin
+      \$32  = \$15 [9:0];
+    end
+    if (\$24 ) begin
+      \$32  = r_data[9:0];
+    end
+    if (rst) begin
+      \$32  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$33  = row;
+    if (issue) begin
+      \$33  = \$16 [15:0];
+      if (\$18 ) begin
+        \$33  = 16'h0000;
+      end
+    end
+    if (\$24 ) begin
+      \$33  = 16'h0000;
+    end
+    if (rst) begin
+      \$33  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$34  = bank;
+    if (issue) begin
+      if (\$18 ) begin
+        \$34  = \$19 ;
+      end
+    end
+    if (rst) begin
+      \$34  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$35  = left;
+    if (issue) begin
+      if (\$18 ) begin
+        \$35  = \$20 [15:0];
+      end
+    end
+    if (\$24 ) begin
+      \$35  = r_data[49:34];
+    end
+    if (rst) begin
+      \$35  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$36  = first;
+    if (issue) begin
+      if (\$18 ) begin
+        \$36  = 1'h0;
+      end
+    end
+    if (\$24 ) begin
+      \$36  = 1'h1;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$37  = active;
+    if (issue) begin
+      if (\$18 ) begin
+        if (\$21 ) begin
+          \$37  = 1'h0;
+        end
+      end
+    end
+    if (\$24 ) begin
+      \$37  = 1'h1;
+    end
+    if (rst) begin
+      \$37  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$38  = c;
+    if (\$24 ) begin
+      \$38  = r_data[17:10];
+    end
+    if (rst) begin
+      \$38  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[33:18];
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[50];
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
+  assign job = w_data;
+  assign push = w_en;
+  assign w_rdy = room;
+  assign stream_bank = bank;
+  assign spm_data = a;
+  assign \job.a_addr  = w_data[9:0];
+  assign \job.c_addr  = w_data[17:10];
+  assign \job.m  = w_data[33:18];
+  assign \job.k_chunks  = w_data[49:34];
+  assign \job.accumulate  = w_data[50];
+  assign \job.tag  = w_data[66:51];
+  assign \ctl.acc_addr  = ctl[7:0];
+  assign \ctl.accumulate  = ctl[8];
+  assign \ctl.last  = ctl[9];
+  assign \ctl.tag  = ctl[25:10];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__data, w_en, r_en, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -5626,16 +6492,6 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$646$112 ;
-  wire [31:0] \port$646$112 ;
-  input [15:0] \port$646$16 ;
-  wire [15:0] \port$646$16 ;
-  input [9:0] \port$646$64 ;
-  wire [9:0] \port$646$64 ;
-  input \port$646$8 ;
-  wire \port$646$8 ;
-  input [7:0] \port$646$96 ;
-  wire [7:0] \port$646$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [66:0] r_data;
@@ -5656,6 +6512,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 3'h0 *)
   wire [2:0] w_level;
   reg [1:0] w_port__addr = 2'h0;
+  input [66:0] w_port__data;
   wire [66:0] w_port__data;
   wire w_port__en;
   output w_rdy;
@@ -5669,7 +6526,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
+      storage[w_port__addr] <= w_port__data;
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -5696,7 +6553,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -5706,7 +6563,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -5716,7 +6573,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -5731,8 +6588,7 @@ module \dx1_tile_core_a4.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
-  assign w_data = { \port$646$16 , \port$646$8 , \port$646$112 , \port$646$96 , \port$646$64  };
+  assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

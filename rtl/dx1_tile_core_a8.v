@@ -5,236 +5,18 @@
 module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
 , acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, progress, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
-  wire \$1 ;
-  wire \$10 ;
-  wire \$100 ;
-  wire \$101 ;
-  wire [3:0] \$102 ;
-  wire \$103 ;
-  wire \$104 ;
-  wire \$105 ;
-  wire \$106 ;
-  wire \$107 ;
-  wire [2:0] \$108 ;
-  wire [4:0] \$109 ;
-  wire [32:0] \$11 ;
-  wire [5:0] \$110 ;
-  wire [4:0] \$111 ;
-  wire [5:0] \$112 ;
-  wire [31:0] \$113 ;
-  wire [19:0] \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire \$117 ;
-  wire \$118 ;
-  wire [5:0] \$119 ;
-  wire \$12 ;
-  wire \$120 ;
-  wire \$121 ;
-  wire \$122 ;
-  wire \$123 ;
-  wire [5:0] \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire \$127 ;
-  wire [3:0] \$128 ;
-  wire \$129 ;
-  wire [32:0] \$13 ;
-  wire \$130 ;
-  wire [12:0] \$131 ;
-  wire [16:0] \$132 ;
-  wire \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [12:0] \$142 ;
-  wire [16:0] \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire [16:0] \$147 ;
-  wire \$148 ;
-  wire \$149 ;
-  wire \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  wire [16:0] \$152 ;
-  wire \$153 ;
-  wire \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire [16:0] \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire [16:0] \$16 ;
-  wire \$160 ;
-  wire [16:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire [10:0] \$166 ;
-  wire [12:0] \$167 ;
-  wire [16:0] \$168 ;
-  wire \$169 ;
-  wire \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire [48:0] \$172 ;
-  wire [32:0] \$173 ;
-  wire \$174 ;
-  wire \$175 ;
-  wire [32:0] \$176 ;
-  reg [255:0] \$177 ;
-  reg \$178 ;
-  reg [1:0] \$179 ;
-  wire [3:0] \$18 ;
-  reg [3:0] \$180 ;
-  reg [3:0] \$181 ;
-  reg [31:0] \$182 ;
-  reg [31:0] \$183 ;
-  reg [7:0] \$184 ;
-  reg [2:0] \$185 ;
-  reg [4:0] \$186 ;
-  reg [2:0] \$187 ;
-  reg [4:0] \$188 ;
-  reg [2:0] \$189 ;
-  wire [3:0] \$19 ;
-  reg \$190 ;
-  reg [11:0] \$191 ;
-  reg [15:0] \$192 ;
-  reg \$193 ;
-  reg \$194 ;
-  reg \$195 ;
-  reg \$196 ;
-  reg [11:0] \$197 ;
-  reg [15:0] \$198 ;
-  reg \$199 ;
-  wire \$2 ;
-  wire [3:0] \$20 ;
-  reg [15:0] \$200 ;
-  reg \$201 ;
-  reg \$202 ;
-  reg [9:0] \$203 ;
-  reg [15:0] \$204 ;
-  reg \$205 ;
-  reg [15:0] \$206 ;
-  reg \$207 ;
-  reg \$208 ;
-  reg [27:0] \$209 ;
-  wire [3:0] \$21 ;
-  reg \$210 ;
-  reg [27:0] \$211 ;
-  reg [255:0] \$212 ;
-  reg \$213 ;
-  reg [9:0] \$214 ;
-  reg [11:0] \$215 ;
-  reg [15:0] \$216 ;
-  reg [15:0] \$217 ;
-  reg \$218 ;
-  reg [255:0] \$219 ;
-  wire [255:0] \$22 ;
-  reg [15:0] \$220 ;
-  reg [5:0] \$221 ;
-  reg \$222 ;
-  reg \$223 ;
-  reg [12:0] \$224 ;
-  reg \$225 ;
-  reg \$226 ;
-  reg [47:0] \$227 ;
-  reg [31:0] \$228 ;
-  reg [31:0] \$229 ;
-  wire \$23 ;
-  wire \$24 ;
-  wire \$25 ;
-  wire [16:0] \$26 ;
-  wire \$27 ;
-  wire [16:0] \$28 ;
-  wire \$29 ;
-  wire [255:0] \$3 ;
-  wire \$30 ;
-  wire \$31 ;
-  wire \$32 ;
-  wire [3:0] \$33 ;
-  wire [3:0] \$34 ;
-  wire [3:0] \$35 ;
-  wire [3:0] \$36 ;
-  wire [3:0] \$37 ;
-  wire \$38 ;
-  wire \$39 ;
-  wire \$4 ;
-  wire \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire \$43 ;
-  wire \$44 ;
-  wire \$45 ;
-  wire \$46 ;
-  wire \$47 ;
-  wire \$48 ;
-  wire \$49 ;
-  wire [3:0] \$5 ;
-  wire \$50 ;
-  wire \$51 ;
-  wire \$52 ;
-  wire [12:0] \$53 ;
-  wire [13:0] \$54 ;
-  wire \$55 ;
-  wire \$56 ;
-  wire \$57 ;
-  wire \$58 ;
-  wire \$59 ;
-  wire [255:0] \$6 ;
-  wire \$60 ;
-  wire \$61 ;
-  wire \$62 ;
-  wire \$63 ;
-  wire \$64 ;
-  wire \$65 ;
-  wire [16:0] \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
-  wire \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire [32:0] \$73 ;
-  wire [32:0] \$74 ;
-  wire [32:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [32:0] \$78 ;
-  wire [32:0] \$79 ;
-  wire \$8 ;
-  wire [32:0] \$80 ;
-  wire [32:0] \$81 ;
-  wire [32:0] \$82 ;
-  wire [32:0] \$83 ;
-  wire [32:0] \$84 ;
-  wire [32:0] \$85 ;
-  wire [32:0] \$86 ;
-  wire [32:0] \$87 ;
-  wire [32:0] \$88 ;
-  wire \$89 ;
-  wire \$9 ;
-  wire \$90 ;
-  wire \$91 ;
-  wire \$92 ;
-  wire \$93 ;
-  wire \$94 ;
-  wire \$95 ;
-  wire [3:0] \$96 ;
-  wire \$97 ;
-  wire \$98 ;
-  wire \$99 ;
+  wire [15:0] \$1 ;
+  reg [31:0] \$10 ;
+  wire [15:0] \$2 ;
+  wire [15:0] \$3 ;
+  wire [15:0] \$4 ;
+  wire [48:0] \$5 ;
+  wire [32:0] \$6 ;
+  wire [32:0] \$7 ;
+  reg [47:0] \$8 ;
+  reg [31:0] \$9 ;
   wire [63:0] a;
+  wire [63:0] \a$117 ;
   wire [7:0] \a[0] ;
   wire [7:0] \a[1] ;
   wire [7:0] \a[2] ;
@@ -243,20 +25,18 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[5] ;
   wire [7:0] \a[6] ;
   wire [7:0] \a[7] ;
-  reg a_bank = 1'h0;
-  (* init = 1'h0 *)
-  wire \a_bank$95 ;
-  reg [31:0] a_rows = 32'd0;
-  reg a_valid = 1'h0;
-  (* init = 1'h0 *)
-  wire \a_valid$93 ;
-  reg acc_ext_pending = 1'h0;
+  wire a_bank;
+  wire \a_bank$121 ;
+  wire a_valid;
+  wire \a_valid$119 ;
+  wire [9:0] acc_addr;
+  wire [9:0] \acc_addr$165 ;
+  wire [255:0] acc_data;
+  wire [255:0] \acc_data$167 ;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
-  wire acc_rc__en;
-  reg [9:0] acc_rp__addr;
+  wire [9:0] acc_rp__addr;
   wire [255:0] acc_rp__data;
-  reg acc_rp__en;
   input [15:0] acc_rreq__tdata;
   wire [15:0] acc_rreq__tdata;
   output acc_rreq__tready;
@@ -269,190 +49,189 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire acc_rresp__tready;
   output acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  reg [9:0] acc_w__addr;
-  reg [255:0] acc_w__data;
-  reg acc_w__en;
+  wire acc_use;
+  wire [9:0] acc_w__addr;
+  wire [255:0] acc_w__data;
+  wire acc_w__en;
   input [271:0] acc_wr__tdata;
   wire [271:0] acc_wr__tdata;
   output acc_wr__tready;
   wire acc_wr__tready;
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
-  reg [31:0] b_rows = 32'd0;
-  reg [4:0] bank0_drain = 5'h00;
-  reg [2:0] bank0_state = 3'h0;
-  reg [4:0] bank1_drain = 5'h00;
-  reg [2:0] bank1_state = 3'h0;
-  reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
-  wire [255:0] \bias$117 ;
-  wire [31:0] \bias$117[0] ;
-  wire [31:0] \bias$117[1] ;
-  wire [31:0] \bias$117[2] ;
-  wire [31:0] \bias$117[3] ;
-  wire [31:0] \bias$117[4] ;
-  wire [31:0] \bias$117[5] ;
-  wire [31:0] \bias$117[6] ;
-  wire [31:0] \bias$117[7] ;
-  wire [31:0] \bias[0] ;
-  wire [31:0] \bias[1] ;
-  wire [31:0] \bias[2] ;
-  wire [31:0] \bias[3] ;
-  wire [31:0] \bias[4] ;
-  wire [31:0] \bias[5] ;
-  wire [31:0] \bias[6] ;
-  wire [31:0] \bias[7] ;
+  wire [15:0] addr;
+  wire [15:0] \addr$152 ;
+  wire [15:0] \addr$160 ;
+  wire [15:0] \addr$166 ;
+  wire [1:0] bank_empty;
+  wire [1:0] bank_full;
   output busy;
   wire busy;
+  wire \busy$76 ;
   input clk;
   wire clk;
-  reg [255:0] cmd = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
+  wire [255:0] \cmd__tdata$31 ;
   output cmd__tready;
   wire cmd__tready;
+  wire \cmd__tready$32 ;
   input cmd__tvalid;
   wire cmd__tvalid;
-  reg cmd_valid = 1'h0;
+  wire \cmd__tvalid$33 ;
+  wire [255:0] command;
+  wire [255:0] \command$64 ;
+  wire [255:0] \command$87 ;
   wire credit;
-  reg [27:0] ctl = 28'h0000000;
-  reg [12:0] \ctl$122  = 13'h0000;
+  wire \credit$71 ;
+  wire [27:0] ctl;
+  wire [27:0] \ctl$123 ;
+  wire [9:0] \ctl$123.acc_addr ;
+  wire \ctl$123.accumulate ;
+  wire \ctl$123.last ;
+  wire [15:0] \ctl$123.tag ;
+  wire [63:0] data;
+  wire [255:0] \data$155 ;
+  wire [63:0] \data$163 ;
+  wire [255:0] \data$169 ;
   wire decoded;
+  wire \decoded$62 ;
+  wire [7:0] done__opcode;
+  wire [7:0] \done__opcode$46 ;
+  wire [7:0] \done__opcode$54 ;
+  wire [7:0] done__status;
+  wire [7:0] \done__status$48 ;
+  wire [7:0] \done__status$56 ;
+  wire [15:0] done__tag;
+  wire [15:0] \done__tag$50 ;
+  wire [15:0] \done__tag$58 ;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
+  wire [31:0] \done__tdata$34 ;
   input done__tready;
   wire done__tready;
+  wire \done__tready$35 ;
   output done__tvalid;
   wire done__tvalid;
-  reg gemm_accepted;
-  reg gemm_completed;
-  reg [3:0] gemm_inflight = 4'h0;
-  wire idle;
-  reg l_active = 1'h0;
-  reg [11:0] l_addr = 12'h000;
-  reg l_bank = 1'h0;
-  wire l_finishing;
-  wire l_issue;
-  reg [15:0] l_left = 16'h0000;
-  reg [2:0] l_row = 3'h0;
-  wire [2:0] level;
-  wire [2:0] \level$138 ;
-  reg [15:0] mult = 16'h0000;
-  wire [63:0] out;
-  wire [255:0] \out$155 ;
-  wire [31:0] \out$155[0] ;
-  wire [31:0] \out$155[1] ;
-  wire [31:0] \out$155[2] ;
-  wire [31:0] \out$155[3] ;
-  wire [31:0] \out$155[4] ;
-  wire [31:0] \out$155[5] ;
-  wire [31:0] \out$155[6] ;
-  wire [31:0] \out$155[7] ;
-  wire [7:0] \out[0] ;
-  wire [7:0] \out[1] ;
-  wire [7:0] \out[2] ;
-  wire [7:0] \out[3] ;
-  wire [7:0] \out[4] ;
-  wire [7:0] \out[5] ;
-  wire [7:0] \out[6] ;
-  wire [7:0] \out[7] ;
+  wire \done__tvalid$36 ;
+  wire done__valid;
+  wire \done__valid$52 ;
+  wire \done__valid$60 ;
+  wire [1:0] empty;
+  wire en;
+  wire \en$157 ;
+  wire [1:0] full;
+  wire gemm;
+  wire [7:0] gemm__opcode;
+  wire [7:0] gemm__status;
+  wire [15:0] gemm__tag;
+  wire gemm__valid;
+  wire gemm_done;
+  wire grant;
+  wire \grant$136 ;
+  wire \grant$138 ;
+  wire \grant$140 ;
+  wire holding;
+  wire issue;
+  wire [7:0] issue__opcode;
+  wire [7:0] issue__status;
+  wire [15:0] issue__tag;
+  wire issue__valid;
+  wire [27:0] job;
+  wire [70:0] \job$84 ;
+  wire [11:0] \job$84.a_addr ;
+  wire \job$84.accumulate ;
+  wire [9:0] \job$84.c_addr ;
+  wire [15:0] \job$84.k_chunks ;
+  wire [15:0] \job$84.m ;
+  wire [15:0] \job$84.tag ;
+  wire [11:0] \job.b_addr ;
+  wire [15:0] \job.k_chunks ;
+  wire load_bank;
+  wire \load_bank$91 ;
+  wire load_start;
+  wire \load_start$89 ;
+  wire loaded;
+  wire \loaded$93 ;
+  wire loaded_bank;
+  wire \loaded_bank$95 ;
+  wire [255:0] out;
+  wire [255:0] \out$125 ;
+  wire [31:0] \out$125[0] ;
+  wire [31:0] \out$125[1] ;
+  wire [31:0] \out$125[2] ;
+  wire [31:0] \out$125[3] ;
+  wire [31:0] \out$125[4] ;
+  wire [31:0] \out$125[5] ;
+  wire [31:0] \out$125[6] ;
+  wire [31:0] \out$125[7] ;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [12:0] \out_ctl$126 ;
+  wire [27:0] \out_ctl$129 ;
+  wire [9:0] \out_ctl.acc_addr ;
+  wire \out_ctl.accumulate ;
+  wire \out_ctl.last ;
+  wire [15:0] \out_ctl.tag ;
   wire out_valid;
-  wire \out_valid$154 ;
-  reg [3:0] outstanding = 4'h0;
+  wire \out_valid$127 ;
+  wire pending;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   output [31:0] perf_stall;
   reg [31:0] perf_stall = 32'd0;
-  reg po_bias_pending = 1'h0;
-  reg [11:0] po_dst = 12'h000;
-  reg [15:0] po_left = 16'h0000;
-  reg po_reading;
-  reg [9:0] po_src = 10'h000;
-  reg [15:0] po_tag = 16'h0000;
-  wire popped;
-  reg post_start;
-  reg postop_busy = 1'h0;
+  wire postop;
+  wire [7:0] postop__opcode;
+  wire [7:0] postop__status;
+  wire [15:0] postop__tag;
+  wire postop__valid;
+  wire postop_busy;
   output progress;
   wire progress;
-  reg [27:0] r_ctl = 28'h0000000;
-  wire [9:0] \r_ctl.acc_addr ;
-  wire \r_ctl.accumulate ;
-  wire \r_ctl.last ;
-  wire [15:0] \r_ctl.tag ;
-  wire [31:0] r_data;
-  wire [63:0] \r_data$135 ;
-  wire [255:0] \r_data$142 ;
-  wire [27:0] \r_data$147 ;
-  wire [70:0] \r_data$150 ;
-  wire r_en;
-  wire \r_en$137 ;
-  wire \r_en$144 ;
-  reg \r_en$71 ;
-  reg \r_en$89 ;
-  reg [255:0] r_psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-  wire [31:0] \r_psum[0] ;
-  wire [31:0] \r_psum[1] ;
-  wire [31:0] \r_psum[2] ;
-  wire [31:0] \r_psum[3] ;
-  wire [31:0] \r_psum[4] ;
-  wire [31:0] \r_psum[5] ;
-  wire [31:0] \r_psum[6] ;
-  wire [31:0] \r_psum[7] ;
-  wire r_rdy;
-  wire \r_rdy$136 ;
-  wire \r_rdy$143 ;
-  wire \r_rdy$70 ;
-  wire \r_rdy$88 ;
-  reg r_valid = 1'h0;
-  reg relu = 1'h0;
-  wire [255:0] row;
-  wire [31:0] \row[0] ;
-  wire [31:0] \row[1] ;
-  wire [31:0] \row[2] ;
-  wire [31:0] \row[3] ;
-  wire [31:0] \row[4] ;
-  wire [31:0] \row[5] ;
-  wire [31:0] \row[6] ;
-  wire [31:0] \row[7] ;
-  (* init = 13'h0000 *)
-  wire [12:0] row_ctl_p;
-  wire [11:0] \row_ctl_p.dst ;
-  wire \row_ctl_p.last ;
-  reg row_valid = 1'h0;
-  (* init = 1'h0 *)
-  wire \row_valid$121 ;
+  wire push;
+  wire \push$83 ;
+  wire queues_ready;
+  wire [79:0] req__tdata;
+  wire [271:0] \req__tdata$173 ;
+  wire [15:0] \req__tdata$176 ;
+  wire [15:0] \req__tdata$179 ;
+  wire req__tready;
+  wire \req__tready$174 ;
+  wire \req__tready$177 ;
+  wire \req__tready$180 ;
+  wire req__tvalid;
+  wire \req__tvalid$175 ;
+  wire \req__tvalid$178 ;
+  wire \req__tvalid$181 ;
+  wire reserve;
+  wire [63:0] resp__tdata;
+  wire [255:0] \resp__tdata$185 ;
+  wire resp__tready;
+  wire \resp__tready$186 ;
+  wire resp__tvalid;
+  wire \resp__tvalid$187 ;
+  wire room;
+  wire \room$74 ;
   input rst;
   wire rst;
-  reg s_acc = 1'h0;
-  reg s_active = 1'h0;
-  reg [11:0] s_addr = 12'h000;
-  reg s_bank = 1'h0;
-  reg [9:0] s_c = 10'h000;
-  (* init = 28'h0000000 *)
-  wire [27:0] s_ctl;
-  wire [9:0] \s_ctl.acc_addr ;
-  wire \s_ctl.accumulate ;
-  wire \s_ctl.last ;
-  wire [15:0] \s_ctl.tag ;
-  wire s_finishing;
-  reg s_first = 1'h0;
-  wire s_issue;
-  reg [15:0] s_left = 16'h0000;
-  reg [15:0] s_m = 16'h0000;
-  reg [15:0] s_row = 16'h0000;
-  reg [15:0] s_tag = 16'h0000;
-  reg [5:0] shift = 6'h00;
-  reg spm_ext_pending = 1'h0;
-  reg [11:0] spm_ra__addr;
+  wire [11:0] spm_addr;
+  wire [11:0] \spm_addr$143 ;
+  wire [11:0] \spm_addr$159 ;
+  wire [63:0] spm_data;
+  wire [63:0] \spm_data$146 ;
+  wire [63:0] \spm_data$161 ;
+  wire [11:0] spm_ra__addr;
   wire [63:0] spm_ra__data;
-  reg spm_ra__en;
-  reg [11:0] spm_rb__addr;
+  wire [11:0] spm_rb__addr;
   wire [63:0] spm_rb__data;
-  reg spm_rb__en;
   input [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
   output spm_rreq__tready;
@@ -465,40 +244,35 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire spm_rresp__tready;
   output spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  reg [11:0] spm_w__addr;
-  reg [63:0] spm_w__data;
-  reg spm_w__en;
+  wire [11:0] spm_w__addr;
+  wire [63:0] spm_w__data;
+  wire spm_w__en;
   input [79:0] spm_wr__tdata;
   wire [79:0] spm_wr__tdata;
   output spm_wr__tready;
   wire spm_wr__tready;
   input spm_wr__tvalid;
   wire spm_wr__tvalid;
-  reg [1:0] stage = 2'h0;
-  reg [7:0] status = 8'h00;
-  reg [7:0] status_next;
-  wire [255:0] summed;
-  reg take;
-  reg w_bank = 1'h0;
-  (* init = 1'h0 *)
-  wire \w_bank$75 ;
-  wire [27:0] w_data;
-  wire [63:0] \w_data$133 ;
-  wire [255:0] \w_data$140 ;
-  wire [70:0] \w_data$45 ;
-  reg [31:0] \w_data$52 ;
-  reg w_en;
-  (* init = 1'h0 *)
-  wire \w_en$134 ;
-  (* init = 1'h0 *)
-  wire \w_en$141 ;
-  reg \w_en$55 ;
-  reg \w_en$56 ;
-  reg w_last = 1'h0;
-  reg w_load = 1'h0;
-  wire w_rdy;
-  wire \w_rdy$54 ;
+  wire stalled;
+  wire start;
+  wire [7:0] status;
+  wire [7:0] \status$66 ;
+  wire stream_bank;
+  wire \stream_bank$101 ;
+  wire stream_end;
+  wire \stream_end$99 ;
+  wire stream_start;
+  wire \stream_start$97 ;
+  wire take;
+  wire \take$68 ;
+  wire [9:0] w_addr;
+  wire w_bank;
+  wire \w_bank$109 ;
+  wire [255:0] w_data;
+  wire w_load;
+  wire \w_load$107 ;
   wire [63:0] w_row;
+  wire [63:0] \w_row$111 ;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
   wire [7:0] \w_row[2] ;
@@ -507,1355 +281,373 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \w_row[5] ;
   wire [7:0] \w_row[6] ;
   wire [7:0] \w_row[7] ;
-  (* init = 1'h0 *)
-  wire w_valid;
+  wire writing;
+  wire \writing$137 ;
   reg [255:0] acc [1023:0];
   initial begin
     for (int i = 0; i < 1024; i = i + 1) acc[i] = 256'h0;
   end
   always @(posedge clk) begin
     if (acc_w__en)
-      acc[acc_w__addr] <= acc_w__data;
+      acc[\$2 [9:0]] <= acc_w__data;
   end
   reg [255:0] _0_;
   reg [9:0] _1_;
   always @(posedge clk) begin
-    if (acc_rp__en) begin
-      _0_ <= acc[acc_rp__addr];
-    end
+    _0_ <= acc[\$4 [9:0]];
     _1_ <= out_ctl[9:0];
   end
-  assign row = _0_;
-  assign acc_rc__data = acc[_1_];
+  assign \acc_data$167  = _0_;
+  assign acc_data = acc[_1_];
   reg [63:0] spm [4095:0];
   initial begin
     for (int i = 0; i < 4096; i = i + 1) spm[i] = 64'h0;
   end
   always @(posedge clk) begin
     if (spm_w__en)
-      spm[spm_w__addr] <= spm_w__data;
+      spm[\$1 [11:0]] <= spm_w__data;
   end
   reg [63:0] _2_;
   reg [63:0] _3_;
   always @(posedge clk) begin
-    if (spm_rb__en) begin
-      _2_ <= spm[spm_rb__addr];
-    end
-    if (spm_ra__en) begin
-      _3_ <= spm[spm_ra__addr];
-    end
+    _2_ <= spm[\$3 [11:0]];
+    _3_ <= spm[spm_ra__addr];
   end
   assign w_row = _2_;
-  assign a = _3_;
-  assign cmd__tready = ~ cmd_valid;
-  assign \$1  = stage == 2'h2;
-  assign decoded = cmd_valid & \$1 ;
-  assign popped = done__tvalid & done__tready;
-  assign \$2  = | outstanding;
-  assign busy = \$2  | cmd_valid;
-  assign credit = outstanding < 4'h8;
-  assign \$4  = | \$3 ;
-  assign \$5  = \$4  ? 4'h2 : 4'h0;
-  assign \$7  = | \$6 ;
-  assign \$8  = ! cmd[127:112];
-  assign \$9  = ! cmd[143:128];
-  assign \$10  = \$8  | \$9 ;
-  assign \$11  = cmd[79:64] + a_rows;
-  assign \$12  = \$11  > 13'h1000;
-  assign \$13  = cmd[95:80] + b_rows;
-  assign \$14  = \$13  > 13'h1000;
-  assign \$15  = \$12  | \$14 ;
-  assign \$16  = cmd[111:96] + cmd[127:112];
-  assign \$17  = \$16  > 11'h400;
-  assign \$18  = \$17  ? 4'h6 : 4'h0;
-  assign \$19  = \$15  ? 4'h5 : \$18 ;
-  assign \$20  = \$10  ? 4'h3 : \$19 ;
-  assign \$21  = \$7  ? 4'h2 : \$20 ;
-  assign \$23  = | \$22 ;
-  assign \$24  = ! cmd[111:96];
-  assign \$25  = cmd[149:144] > 6'h2f;
-  assign \$26  = cmd[95:80] + cmd[111:96];
-  assign \$27  = \$26  > 13'h1000;
-  assign \$28  = cmd[79:64] + cmd[111:96];
-  assign \$29  = \$28  > 11'h400;
-  assign \$30  = cmd[127:112] >= 11'h400;
-  assign \$31  = cmd[9] & \$30 ;
-  assign \$32  = \$29  | \$31 ;
-  assign \$33  = \$32  ? 4'h6 : 4'h0;
-  assign \$34  = \$27  ? 4'h5 : \$33 ;
-  assign \$35  = \$25  ? 4'h4 : \$34 ;
-  assign \$36  = \$24  ? 4'h3 : \$35 ;
-  assign \$37  = \$23  ? 4'h2 : \$36 ;
-  assign \$38  = ! gemm_inflight;
-  assign \$39  = ~ postop_busy;
-  assign idle = \$38  & \$39 ;
-  assign \$40  = decoded & credit;
-  assign \$41  = | status;
-  assign \$42  = ! cmd[7:0];
-  assign \$43  = \$41  | \$42 ;
-  assign \$44  = cmd[7:0] == 2'h3;
-  assign \$45  = ~ postop_busy;
-  assign \$46  = \$45  & w_rdy;
-  assign \$47  = \$46  & \w_rdy$54 ;
-  assign \$48  = | l_row;
-  assign \$49  = ! bank1_state;
-  assign \$50  = ! bank0_state;
-  assign \$51  = l_bank ? \$49  : \$50 ;
-  assign \$52  = \$48  | \$51 ;
-  assign l_issue = l_active & \$52 ;
-  assign \$53  = l_addr + 3'h7;
-  assign \$54  = \$53  - l_row;
-  assign \$55  = l_row == 3'h7;
-  assign \$56  = l_issue & \$55 ;
-  assign \$57  = l_left == 1'h1;
-  assign l_finishing = \$56  & \$57 ;
-  assign \$58  = ~ l_active;
-  assign \$59  = \$58  | l_finishing;
-  assign \$60  = \r_rdy$70  & \$59 ;
-  assign \$61  = | s_row;
-  assign \$62  = bank1_state == 2'h2;
-  assign \$63  = bank0_state == 2'h2;
-  assign \$64  = s_bank ? \$62  : \$63 ;
-  assign \$65  = \$61  | \$64 ;
-  assign s_issue = s_active & \$65 ;
-  assign \$66  = s_m - 1'h1;
-  assign \$67  = s_row == \$66 ;
-  assign \$68  = s_issue & \$67 ;
-  assign \$69  = s_left == 1'h1;
-  assign s_finishing = \$68  & \$69 ;
-  assign \$70  = ~ s_active;
-  assign \$71  = \$70  | s_finishing;
-  assign \$72  = \r_rdy$88  & \$71 ;
-  assign \$73  = acc_rc__data[31:0] + r_psum[31:0];
-  assign \$74  = r_ctl[10] ? \$73  : { 1'h0, r_psum[31:0] };
-  assign \$75  = acc_rc__data[63:32] + r_psum[63:32];
-  assign \$76  = r_ctl[10] ? \$75  : { 1'h0, r_psum[63:32] };
-  assign \$77  = acc_rc__data[95:64] + r_psum[95:64];
-  assign \$78  = r_ctl[10] ? \$77  : { 1'h0, r_psum[95:64] };
-  assign \$79  = acc_rc__data[127:96] + r_psum[127:96];
-  assign \$80  = r_ctl[10] ? \$79  : { 1'h0, r_psum[127:96] };
-  assign \$81  = acc_rc__data[159:128] + r_psum[159:128];
-  assign \$82  = r_ctl[10] ? \$81  : { 1'h0, r_psum[159:128] };
-  assign \$83  = acc_rc__data[191:160] + r_psum[191:160];
-  assign \$84  = r_ctl[10] ? \$83  : { 1'h0, r_psum[191:160] };
-  assign \$85  = acc_rc__data[223:192] + r_psum[223:192];
-  assign \$86  = r_ctl[10] ? \$85  : { 1'h0, r_psum[223:192] };
-  assign \$87  = acc_rc__data[255:224] + r_psum[255:224];
-  assign \$88  = r_ctl[10] ? \$87  : { 1'h0, r_psum[255:224] };
-  assign \$89  = | po_left;
-  assign \$90  = postop_busy & \$89 ;
-  assign spm_wr__tready = ~ out_valid;
-  assign \$91  = ~ out_valid;
-  assign \$92  = spm_wr__tvalid & \$91 ;
-  assign acc_wr__tready = ~ r_valid;
-  assign \$93  = ~ r_valid;
-  assign \$94  = acc_wr__tvalid & \$93 ;
-  assign \$95  = ~ l_issue;
-  assign \$96  = level + spm_ext_pending;
-  assign \$97  = \$96  < 3'h4;
-  assign spm_rreq__tready = \$95  & \$97 ;
-  assign \$98  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$99  = post_start | po_bias_pending;
-  assign \$100  = \$99  | po_reading;
-  assign \$101  = ~ \$100 ;
-  assign \$102  = \level$138  + acc_ext_pending;
-  assign \$103  = \$102  < 3'h4;
-  assign acc_rreq__tready = \$101  & \$103 ;
-  assign \$104  = acc_rreq__tvalid & acc_rreq__tready;
-  assign progress = a_valid | out_valid;
-  assign \$105  = cmd__tvalid & cmd__tready;
-  assign \$106  = stage != 2'h2;
-  assign \$107  = cmd_valid & \$106 ;
-  assign \$108  = stage + 1'h1;
-  assign \$109  = outstanding + take;
-  assign \$110  = \$109  - popped;
-  assign \$111  = gemm_inflight + gemm_accepted;
-  assign \$112  = \$111  - gemm_completed;
-  assign \$113  = cmd[143:128] * cmd[127:112];
-  assign \$114  = cmd[143:128] * 4'h8;
-  assign \$115  = bank0_state == 3'h4;
-  assign \$116  = ! bank0_drain;
-  assign \$117  = \$115  & \$116 ;
-  assign \$118  = bank0_state == 3'h4;
-  assign \$119  = bank0_drain - 1'h1;
-  assign \$120  = bank1_state == 3'h4;
-  assign \$121  = ! bank1_drain;
-  assign \$122  = \$120  & \$121 ;
-  assign \$123  = bank1_state == 3'h4;
-  assign \$124  = bank1_drain - 1'h1;
-  assign \$125  = ! l_row;
-  assign \$126  = ! l_bank;
-  assign \$128  = l_row + 1'h1;
-  assign \$129  = l_row == 3'h7;
-  assign \$130  = ~ l_bank;
-  assign \$131  = l_addr + 4'h8;
-  assign \$132  = l_left - 1'h1;
-  assign \$133  = l_left == 1'h1;
-  assign \$134  = ~ l_active;
-  assign \$135  = \$134  | l_finishing;
-  assign \$136  = \r_rdy$70  & \$135 ;
-  assign \$137  = l_row == 3'h7;
-  assign \$138  = l_issue & \$137 ;
-  assign \$139  = w_load & w_last;
-  assign \$140  = ! w_bank;
-  assign \$142  = s_addr + 1'h1;
-  assign \$143  = s_row + 1'h1;
-  assign \$144  = ! s_row;
-  assign \$145  = ! s_bank;
-  assign \$147  = s_m - 1'h1;
-  assign \$148  = s_row == \$147 ;
-  assign \$149  = ! s_bank;
-  assign \$151  = ~ s_bank;
-  assign \$152  = s_left - 1'h1;
-  assign \$153  = s_left == 1'h1;
-  assign \$154  = ~ s_active;
-  assign \$155  = \$154  | s_finishing;
-  assign \$156  = \r_rdy$88  & \$155 ;
-  assign \$157  = s_c + s_row;
-  assign \$158  = ~ s_first;
-  assign \$159  = s_acc | \$158 ;
-  assign \$160  = s_left == 1'h1;
-  assign \$161  = s_m - 1'h1;
-  assign \$162  = s_row == \$161 ;
-  assign \$163  = \$160  & \$162 ;
-  assign \$164  = | po_left;
-  assign \$165  = postop_busy & \$164 ;
-  assign \$166  = po_src + 1'h1;
-  assign \$167  = po_dst + 1'h1;
-  assign \$168  = po_left - 1'h1;
-  assign \$169  = po_left == 1'h1;
-  assign \$170  = spm_rreq__tvalid & spm_rreq__tready;
-  assign \$171  = acc_rreq__tvalid & acc_rreq__tready;
-  assign \$172  = perf_macs + 7'h40;
-  assign \$173  = perf_busy + 1'h1;
-  assign \$174  = ~ s_issue;
-  assign \$175  = s_active & \$174 ;
-  assign \$176  = perf_stall + 1'h1;
+  assign spm_data = _3_;
+  assign queues_ready = room & \room$74 ;
+  assign busy = pending | holding;
+  assign spm_wr__tready = ~ writing;
+  assign acc_wr__tready = ~ \writing$137 ;
+  assign \grant$138  = ~ issue;
+  assign \grant$140  = ~ acc_use;
+  assign \$1  = { 4'h0, \spm_addr$143  } | addr;
+  assign spm_w__data = \spm_data$146  | data;
+  assign spm_w__en = writing | en;
+  assign \$2  = { 6'h00, w_addr } | \addr$152 ;
+  assign acc_w__data = w_data | \data$155 ;
+  assign acc_w__en = \writing$137  | \en$157 ;
+  assign \$3  = { 4'h0, \spm_addr$159  } | \addr$160 ;
+  assign \$4  = { 6'h00, \acc_addr$165  } | \addr$166 ;
+  assign progress = a_valid | writing;
+  assign \$5  = perf_macs + 7'h40;
+  assign \$6  = perf_busy + 1'h1;
+  assign \$7  = perf_stall + 1'h1;
   always @(posedge clk)
-    cmd <= \$177 ;
+    perf_macs <= \$8 ;
   always @(posedge clk)
-    cmd_valid <= \$178 ;
+    perf_busy <= \$9 ;
   always @(posedge clk)
-    stage <= \$179 ;
-  always @(posedge clk)
-    outstanding <= \$180 ;
-  always @(posedge clk)
-    gemm_inflight <= \$181 ;
-  always @(posedge clk)
-    a_rows <= \$182 ;
-  always @(posedge clk)
-    b_rows <= \$183 ;
-  always @(posedge clk)
-    status <= \$184 ;
-  always @(posedge clk)
-    bank0_state <= \$185 ;
-  always @(posedge clk)
-    bank0_drain <= \$186 ;
-  always @(posedge clk)
-    bank1_state <= \$187 ;
-  always @(posedge clk)
-    bank1_drain <= \$188 ;
-  always @(posedge clk)
-    l_row <= \$189 ;
-  always @(posedge clk)
-    l_bank <= \$190 ;
-  always @(posedge clk)
-    l_addr <= \$191 ;
-  always @(posedge clk)
-    l_left <= \$192 ;
-  always @(posedge clk)
-    l_active <= \$193 ;
-  always @(posedge clk)
-    w_load <= \$194 ;
-  always @(posedge clk)
-    w_bank <= \$195 ;
-  always @(posedge clk)
-    w_last <= \$196 ;
-  always @(posedge clk)
-    s_addr <= \$197 ;
-  always @(posedge clk)
-    s_row <= \$198 ;
-  always @(posedge clk)
-    s_bank <= \$199 ;
-  always @(posedge clk)
-    s_left <= \$200 ;
-  always @(posedge clk)
-    s_first <= \$201 ;
-  always @(posedge clk)
-    s_active <= \$202 ;
-  always @(posedge clk)
-    s_c <= \$203 ;
-  always @(posedge clk)
-    s_m <= \$204 ;
-  always @(posedge clk)
-    s_acc <= \$205 ;
-  always @(posedge clk)
-    s_tag <= \$206 ;
-  always @(posedge clk)
-    a_valid <= \$207 ;
-  always @(posedge clk)
-    a_bank <= \$208 ;
-  always @(posedge clk)
-    ctl <= \$209 ;
-  always @(posedge clk)
-    r_valid <= \$210 ;
-  always @(posedge clk)
-    r_ctl <= \$211 ;
-  always @(posedge clk)
-    r_psum <= \$212 ;
-  always @(posedge clk)
-    postop_busy <= \$213 ;
-  always @(posedge clk)
-    po_src <= \$214 ;
-  always @(posedge clk)
-    po_dst <= \$215 ;
-  always @(posedge clk)
-    po_left <= \$216 ;
-  always @(posedge clk)
-    po_tag <= \$217 ;
-  always @(posedge clk)
-    po_bias_pending <= \$218 ;
-  always @(posedge clk)
-    bias <= \$219 ;
-  always @(posedge clk)
-    mult <= \$220 ;
-  always @(posedge clk)
-    shift <= \$221 ;
-  always @(posedge clk)
-    relu <= \$222 ;
-  always @(posedge clk)
-    row_valid <= \$223 ;
-  always @(posedge clk)
-    \ctl$122  <= \$224 ;
-  always @(posedge clk)
-    spm_ext_pending <= \$225 ;
-  always @(posedge clk)
-    acc_ext_pending <= \$226 ;
-  always @(posedge clk)
-    perf_macs <= \$227 ;
-  always @(posedge clk)
-    perf_busy <= \$228 ;
-  always @(posedge clk)
-    perf_stall <= \$229 ;
-  \dx1_tile_core_a8.acc_ext_fifo  acc_ext_fifo (
+    perf_stall <= \$10 ;
+  \dx1_tile_core_a8.acc_ext_read  acc_ext_read (
+    .addr(\addr$166 ),
     .clk(clk),
-    .level(\level$138 ),
-    .r_data(acc_rresp__tdata),
+    .grant(\grant$140 ),
     .r_en(acc_rresp__tready),
-    .r_rdy(acc_rresp__tvalid),
+    .req__tdata(acc_rreq__tdata),
+    .req__tready(acc_rreq__tready),
+    .req__tvalid(acc_rreq__tvalid),
+    .resp__tdata(acc_rresp__tdata),
+    .resp__tvalid(acc_rresp__tvalid),
     .rst(rst),
-    .w_en(acc_ext_pending),
-    .w_port__data(row)
+    .w_data(\acc_data$167 )
+  );
+  \dx1_tile_core_a8.acc_ext_write  acc_ext_write (
+    .addr(\addr$152 ),
+    .data(\data$155 ),
+    .en(\en$157 ),
+    .req__tdata(acc_wr__tdata),
+    .req__tready(acc_wr__tready),
+    .req__tvalid(acc_wr__tvalid)
   );
   \dx1_tile_core_a8.array  array (
-    .a(a),
+    .a(spm_data),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
     .ctl(ctl),
     .ctl_d14(out_ctl),
-    .out(\out$155 ),
+    .out(out),
     .rst(rst),
-    .valid_d14(\out_valid$154 ),
-    .w_bank(w_bank),
+    .valid_d14(out_valid),
+    .w_bank(loaded_bank),
     .w_load(w_load),
     .w_row(w_row)
   );
-  \dx1_tile_core_a8.done_fifo  done_fifo (
+  \dx1_tile_core_a8.banks  banks (
     .clk(clk),
-    .r_data(done__tdata),
+    .empty(bank_empty),
+    .full(bank_full),
+    .load_bank(load_bank),
+    .load_start(load_start),
+    .loaded(loaded),
+    .loaded_bank(loaded_bank),
+    .rst(rst),
+    .stream_bank(stream_bank),
+    .stream_end(stream_end),
+    .stream_start(stream_start)
+  );
+  \dx1_tile_core_a8.completions  completions (
+    .clk(clk),
+    .credit(credit),
+    .done__tdata(done__tdata),
+    .done__tvalid(done__tvalid),
+    .gemm__opcode(gemm__opcode),
+    .gemm__status(gemm__status),
+    .gemm__tag(gemm__tag),
+    .gemm__valid(gemm__valid),
+    .issue__opcode(issue__opcode),
+    .issue__status(issue__status),
+    .issue__tag(issue__tag),
+    .issue__valid(issue__valid),
+    .pending(pending),
+    .postop__opcode(postop__opcode),
+    .postop__status(postop__status),
+    .postop__tag(postop__tag),
+    .postop__valid(postop__valid),
     .r_en(done__tready),
-    .r_rdy(done__tvalid),
-    .rst(rst),
-    .w_en(w_en),
-    .w_port__data(\w_data$52 )
+    .reserve(take),
+    .rst(rst)
   );
-  \dx1_tile_core_a8.load_q  load_q (
+  \dx1_tile_core_a8.decoder  decoder (
     .clk(clk),
-    .\port$1006$128 (cmd[143:128]),
-    .\port$1006$80 (cmd[91:80]),
-    .r_data(\r_data$147 ),
-    .r_en(\r_en$71 ),
-    .r_rdy(\r_rdy$70 ),
+    .cmd__tdata(cmd__tdata),
+    .cmd__tready(cmd__tready),
+    .cmd__tvalid(cmd__tvalid),
+    .command(command),
+    .decoded(decoded),
+    .holding(holding),
     .rst(rst),
-    .w_en(\w_en$55 ),
-    .w_rdy(w_rdy)
+    .status(status),
+    .take(take)
   );
-  \dx1_tile_core_a8.postop  postop (
-    .bias(bias),
+  \dx1_tile_core_a8.issue$192  \issue$192  (
     .clk(clk),
-    .ctl(\ctl$122 ),
-    .ctl_s4(\out_ctl$126 ),
-    .mult(mult),
+    .command(command),
+    .credit(credit),
+    .decoded(decoded),
+    .done__opcode(issue__opcode),
+    .done__status(issue__status),
+    .done__tag(issue__tag),
+    .done__valid(issue__valid),
+    .gemm(push),
+    .gemm_done(gemm__valid),
+    .postop(start),
+    .postop_busy(postop_busy),
+    .queues_ready(queues_ready),
+    .rst(rst),
+    .status(status),
+    .take(take)
+  );
+  \dx1_tile_core_a8.loader  loader (
+    .bank(load_bank),
+    .bank_empty(bank_empty),
+    .clk(clk),
+    .issue(issue),
+    .load_start(load_start),
+    .loaded(loaded),
+    .loaded_bank(loaded_bank),
+    .room(room),
+    .rst(rst),
+    .spm_addr(\spm_addr$159 ),
+    .w_data(job),
+    .w_en(push),
+    .w_load(w_load),
+    .w_row(w_row)
+  );
+  \dx1_tile_core_a8.postops  postops (
+    .acc_addr(\acc_addr$165 ),
+    .acc_use(acc_use),
+    .busy(postop_busy),
+    .clk(clk),
+    .command(command),
+    .done__opcode(postop__opcode),
+    .done__status(postop__status),
+    .done__tag(postop__tag),
+    .done__valid(postop__valid),
+    .row(\acc_data$167 ),
+    .rst(rst),
+    .spm_addr(\spm_addr$143 ),
+    .spm_data(\spm_data$146 ),
+    .start(start),
+    .writing(writing)
+  );
+  \dx1_tile_core_a8.results  results (
+    .acc_data(acc_data),
+    .clk(clk),
+    .done__opcode(gemm__opcode),
+    .done__status(gemm__status),
+    .done__tag(gemm__tag),
+    .done__valid(gemm__valid),
     .out(out),
-    .relu(relu),
-    .row(row),
-    .row_valid(row_valid),
+    .out_ctl(out_ctl),
+    .out_valid(out_valid),
     .rst(rst),
-    .shift(shift),
-    .valid_s4(out_valid)
+    .w_addr(w_addr),
+    .w_data(w_data),
+    .writing(\writing$137 )
   );
-  \dx1_tile_core_a8.spm_ext_fifo  spm_ext_fifo (
+  \dx1_tile_core_a8.spm_ext_read  spm_ext_read (
+    .addr(\addr$160 ),
     .clk(clk),
-    .level(level),
-    .r_data(spm_rresp__tdata),
+    .grant(\grant$138 ),
     .r_en(spm_rresp__tready),
-    .r_rdy(spm_rresp__tvalid),
+    .req__tdata(spm_rreq__tdata),
+    .req__tready(spm_rreq__tready),
+    .req__tvalid(spm_rreq__tvalid),
+    .resp__tdata(spm_rresp__tdata),
+    .resp__tvalid(spm_rresp__tvalid),
     .rst(rst),
-    .w_en(spm_ext_pending),
-    .w_port__data(w_row)
+    .w_data(w_row)
   );
-  \dx1_tile_core_a8.stream_q  stream_q (
+  \dx1_tile_core_a8.spm_ext_write  spm_ext_write (
+    .addr(addr),
+    .data(data),
+    .en(en),
+    .req__tdata(spm_wr__tdata),
+    .req__tready(spm_wr__tready),
+    .req__tvalid(spm_wr__tvalid)
+  );
+  \dx1_tile_core_a8.streamer  streamer (
+    .a(spm_data),
+    .a_bank(a_bank),
+    .a_valid(a_valid),
+    .bank(stream_bank),
+    .bank_full(bank_full),
     .clk(clk),
-    .\port$1006$112 (cmd[143:112]),
-    .\port$1006$16 (cmd[31:16]),
-    .\port$1006$64 (cmd[75:64]),
-    .\port$1006$8 (cmd[8]),
-    .\port$1006$96 (cmd[105:96]),
-    .r_data(\r_data$150 ),
-    .r_en(\r_en$89 ),
-    .r_rdy(\r_rdy$88 ),
+    .ctl(ctl),
+    .room(\room$74 ),
     .rst(rst),
-    .w_en(\w_en$56 ),
-    .w_rdy(\w_rdy$54 )
+    .spm_addr(spm_ra__addr),
+    .stalled(stalled),
+    .stream_end(stream_end),
+    .stream_start(stream_start),
+    .w_data(\job$84 ),
+    .w_en(push)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    (* full_case = 32'd1 *)
-    casez (cmd[7:0])
-      8'h00:
-          status_next = { 4'h0, \$5  };
-      8'h03:
-          status_next = { 4'h0, \$21  };
-      8'h04:
-          status_next = { 4'h0, \$37  };
-      default:
-          status_next = 8'h01;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    take = 1'h0;
-    if (\$40 ) begin
-      (* full_case = 32'd1 *)
-      if (\$43 ) begin
-        if (idle) begin
-          take = 1'h1;
-        end
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          take = 1'h1;
-        end
-      end else begin
-        if (idle) begin
-          take = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    w_en = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-        if (idle) begin
-          w_en = 1'h1;
-        end
-      end
-    end
-    if (r_valid) begin
-      if (r_ctl[11]) begin
-        w_en = 1'h1;
-      end
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [12]) begin
-        w_en = 1'h1;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_data$52  = 32'd0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-        if (idle) begin
-          \w_data$52 [15:0] = cmd[31:16];
-          \w_data$52 [23:16] = status;
-          \w_data$52 [31:24] = cmd[7:0];
-        end
-      end
-    end
-    if (r_valid) begin
-      if (r_ctl[11]) begin
-        \w_data$52 [15:0] = r_ctl[27:12];
-        \w_data$52 [23:16] = 8'h00;
-        \w_data$52 [31:24] = 8'h03;
-      end
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [12]) begin
-        \w_data$52 [15:0] = po_tag;
-        \w_data$52 [23:16] = 8'h00;
-        \w_data$52 [31:24] = 8'h04;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$55  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$55  = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \w_en$56  = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          \w_en$56  = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    gemm_accepted = 1'h0;
-    if (\$40 ) begin
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-        if (\$47 ) begin
-          gemm_accepted = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    post_start = 1'h0;
-    if (\$40 ) begin
-      (* full_case = 32'd1 *)
-      if (\$43 ) begin
-      end else if (\$44 ) begin
-      end else begin
-        if (idle) begin
-          post_start = 1'h1;
-        end
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_rb__addr = 12'h000;
-    if (l_issue) begin
-      spm_rb__addr = \$54 [11:0];
-    end
-    if (\$98 ) begin
-      spm_rb__addr = spm_rreq__tdata[11:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_rb__en = 1'h1;
-    if (l_issue) begin
-      spm_rb__en = 1'h1;
-    end
-    if (\$98 ) begin
-      spm_rb__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$71  = 1'h0;
-    if (\$60 ) begin
-      \r_en$71  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_ra__addr = 12'h000;
-    if (s_issue) begin
-      spm_ra__addr = s_addr;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_ra__en = 1'h1;
-    if (s_issue) begin
-      spm_ra__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \r_en$89  = 1'h0;
-    if (\$72 ) begin
-      \r_en$89  = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__addr = 10'h000;
-    if (r_valid) begin
-      acc_w__addr = r_ctl[9:0];
-    end
-    if (\$94 ) begin
-      acc_w__addr = acc_wr__tdata[265:256];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    if (r_valid) begin
-      acc_w__data = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-    end
-    if (\$94 ) begin
-      acc_w__data = acc_wr__tdata[255:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_w__en = 1'h0;
-    if (r_valid) begin
-      acc_w__en = 1'h1;
-    end
-    if (\$94 ) begin
-      acc_w__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    gemm_completed = 1'h0;
-    if (r_valid) begin
-      if (r_ctl[11]) begin
-        gemm_completed = 1'h1;
-      end
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_rp__addr = 10'h000;
-    if (post_start) begin
-      if (cmd[9]) begin
-        acc_rp__addr = cmd[121:112];
-      end
-    end else if (po_bias_pending) begin
-    end else if (\$90 ) begin
-      acc_rp__addr = po_src;
-    end
-    if (\$104 ) begin
-      acc_rp__addr = acc_rreq__tdata[9:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    acc_rp__en = 1'h1;
-    if (post_start) begin
-      if (cmd[9]) begin
-        acc_rp__en = 1'h1;
-      end
-    end else if (po_bias_pending) begin
-    end else if (\$90 ) begin
-      acc_rp__en = 1'h1;
-    end
-    if (\$104 ) begin
-      acc_rp__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    po_reading = 1'h0;
-    if (post_start) begin
-    end else if (po_bias_pending) begin
-    end else if (\$90 ) begin
-      po_reading = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__addr = 12'h000;
-    if (out_valid) begin
-      spm_w__addr = \out_ctl$126 [11:0];
-    end
-    if (\$92 ) begin
-      spm_w__addr = spm_wr__tdata[75:64];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__data = 64'h0000000000000000;
-    if (out_valid) begin
-      spm_w__data = out;
-    end
-    if (\$92 ) begin
-      spm_w__data = spm_wr__tdata[63:0];
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    spm_w__en = 1'h0;
-    if (out_valid) begin
-      spm_w__en = 1'h1;
-    end
-    if (\$92 ) begin
-      spm_w__en = 1'h1;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$177  = cmd;
-    if (\$105 ) begin
-      \$177  = cmd__tdata;
-    end
-    if (rst) begin
-      \$177  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$178  = cmd_valid;
-    if (\$105 ) begin
-      \$178  = 1'h1;
-    end else if (take) begin
-      \$178  = 1'h0;
-    end
-    if (rst) begin
-      \$178  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$179  = stage;
-    if (\$105 ) begin
-      \$179  = 2'h0;
-    end else if (take) begin
-    end else if (\$107 ) begin
-      \$179  = \$108 [1:0];
-    end
-    if (rst) begin
-      \$179  = 2'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$180  = \$110 [3:0];
-    if (rst) begin
-      \$180  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$181  = \$112 [3:0];
-    if (rst) begin
-      \$181  = 4'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$182  = \$113 ;
-    if (rst) begin
-      \$182  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$183  = { 12'h000, \$114  };
-    if (rst) begin
-      \$183  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$184  = status_next;
-    if (rst) begin
-      \$184  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$185  = bank0_state;
-    if (\$117 ) begin
-      \$185  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$125 ) begin
-        if (\$126 ) begin
-          \$185  = 3'h1;
-        end
-      end
-    end
-    if (\$139 ) begin
-      if (\$140 ) begin
-        \$185  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$144 ) begin
-        if (\$145 ) begin
-          \$185  = 3'h3;
-        end
-      end
-      if (\$148 ) begin
-        if (\$149 ) begin
-          \$185  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$185  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$186  = bank0_drain;
-    if (\$117 ) begin
-    end else if (\$118 ) begin
-      \$186  = \$119 [4:0];
-    end
-    if (s_issue) begin
-      if (\$148 ) begin
-        if (\$149 ) begin
-          \$186  = 5'h10;
-        end
-      end
-    end
-    if (rst) begin
-      \$186  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$187  = bank1_state;
-    if (\$122 ) begin
-      \$187  = 3'h0;
-    end
-    if (l_issue) begin
-      if (\$125 ) begin
-        if (\$127 ) begin
-          \$187  = 3'h1;
-        end
-      end
-    end
-    if (\$139 ) begin
-      if (\$141 ) begin
-        \$187  = 3'h2;
-      end
-    end
-    if (s_issue) begin
-      if (\$144 ) begin
-        if (\$146 ) begin
-          \$187  = 3'h3;
-        end
-      end
-      if (\$148 ) begin
-        if (\$150 ) begin
-          \$187  = 3'h4;
-        end
-      end
-    end
-    if (rst) begin
-      \$187  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$188  = bank1_drain;
-    if (\$122 ) begin
-    end else if (\$123 ) begin
-      \$188  = \$124 [4:0];
-    end
-    if (s_issue) begin
-      if (\$148 ) begin
-        if (\$150 ) begin
-          \$188  = 5'h10;
-        end
-      end
-    end
-    if (rst) begin
-      \$188  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$189  = l_row;
-    if (l_issue) begin
-      \$189  = \$128 [2:0];
-      if (\$129 ) begin
-        \$189  = 3'h0;
-      end
-    end
-    if (\$136 ) begin
-      \$189  = 3'h0;
-    end
-    if (rst) begin
-      \$189  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$190  = l_bank;
-    if (l_issue) begin
-      if (\$129 ) begin
-        \$190  = \$130 ;
-      end
-    end
-    if (rst) begin
-      \$190  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$191  = l_addr;
-    if (l_issue) begin
-      if (\$129 ) begin
-        \$191  = \$131 [11:0];
-      end
-    end
-    if (\$136 ) begin
-      \$191  = \r_data$147 [11:0];
-    end
-    if (rst) begin
-      \$191  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$192  = l_left;
-    if (l_issue) begin
-      if (\$129 ) begin
-        \$192  = \$132 [15:0];
-      end
-    end
-    if (\$136 ) begin
-      \$192  = \r_data$147 [27:12];
-    end
-    if (rst) begin
-      \$192  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$193  = l_active;
-    if (l_issue) begin
-      if (\$129 ) begin
-        if (\$133 ) begin
-          \$193  = 1'h0;
-        end
-      end
-    end
-    if (\$136 ) begin
-      \$193  = 1'h1;
-    end
-    if (rst) begin
-      \$193  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$194  = l_issue;
-    if (rst) begin
-      \$194  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$195  = l_bank;
-    if (rst) begin
-      \$195  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$196  = \$138 ;
-    if (rst) begin
-      \$196  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$197  = s_addr;
-    if (s_issue) begin
-      \$197  = \$142 [11:0];
-    end
-    if (\$156 ) begin
-      \$197  = \r_data$150 [11:0];
-    end
-    if (rst) begin
-      \$197  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$198  = s_row;
-    if (s_issue) begin
-      \$198  = \$143 [15:0];
-      if (\$148 ) begin
-        \$198  = 16'h0000;
-      end
-    end
-    if (\$156 ) begin
-      \$198  = 16'h0000;
-    end
-    if (rst) begin
-      \$198  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$199  = s_bank;
-    if (s_issue) begin
-      if (\$148 ) begin
-        \$199  = \$151 ;
-      end
-    end
-    if (rst) begin
-      \$199  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$200  = s_left;
-    if (s_issue) begin
-      if (\$148 ) begin
-        \$200  = \$152 [15:0];
-      end
-    end
-    if (\$156 ) begin
-      \$200  = \r_data$150 [53:38];
-    end
-    if (rst) begin
-      \$200  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$201  = s_first;
-    if (s_issue) begin
-      if (\$148 ) begin
-        \$201  = 1'h0;
-      end
-    end
-    if (\$156 ) begin
-      \$201  = 1'h1;
-    end
-    if (rst) begin
-      \$201  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$202  = s_active;
-    if (s_issue) begin
-      if (\$148 ) begin
-        if (\$153 ) begin
-          \$202  = 1'h0;
-        end
-      end
-    end
-    if (\$156 ) begin
-      \$202  = 1'h1;
-    end
-    if (rst) begin
-      \$202  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$203  = s_c;
-    if (\$156 ) begin
-      \$203  = \r_data$150 [21:12];
-    end
-    if (rst) begin
-      \$203  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$204  = s_m;
-    if (\$156 ) begin
-      \$204  = \r_data$150 [37:22];
-    end
-    if (rst) begin
-      \$204  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$205  = s_acc;
-    if (\$156 ) begin
-      \$205  = \r_data$150 [54];
-    end
-    if (rst) begin
-      \$205  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$206  = s_tag;
-    if (\$156 ) begin
-      \$206  = \r_data$150 [70:55];
-    end
-    if (rst) begin
-      \$206  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$207  = s_issue;
-    if (rst) begin
-      \$207  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$208  = s_bank;
-    if (rst) begin
-      \$208  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$209 [9:0] = \$157 [9:0];
-    \$209 [10] = \$159 ;
-    \$209 [11] = \$163 ;
-    \$209 [27:12] = s_tag;
-    if (rst) begin
-      \$209  = 28'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$210  = \out_valid$154 ;
-    if (rst) begin
-      \$210  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$211  = out_ctl;
-    if (rst) begin
-      \$211  = 28'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$212  = \out$155 ;
-    if (rst) begin
-      \$212  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$213  = postop_busy;
-    if (post_start) begin
-      \$213  = 1'h1;
-    end
-    if (out_valid) begin
-      if (\out_ctl$126 [12]) begin
-        \$213  = 1'h0;
-      end
-    end
-    if (rst) begin
-      \$213  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$214  = po_src;
-    if (post_start) begin
-      \$214  = cmd[73:64];
-    end else if (po_bias_pending) begin
-    end else if (\$165 ) begin
-      \$214  = \$166 [9:0];
-    end
-    if (rst) begin
-      \$214  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$215  = po_dst;
-    if (post_start) begin
-      \$215  = cmd[91:80];
-    end else if (po_bias_pending) begin
-    end else if (\$165 ) begin
-      \$215  = \$167 [11:0];
-    end
-    if (rst) begin
-      \$215  = 12'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$216  = po_left;
-    if (post_start) begin
-      \$216  = cmd[111:96];
-    end else if (po_bias_pending) begin
-    end else if (\$165 ) begin
-      \$216  = \$168 [15:0];
-    end
-    if (rst) begin
-      \$216  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$217  = po_tag;
-    if (post_start) begin
-      \$217  = cmd[31:16];
-    end
-    if (rst) begin
-      \$217  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$218  = po_bias_pending;
-    if (post_start) begin
-      \$218  = cmd[9];
-    end else if (po_bias_pending) begin
-      \$218  = 1'h0;
-    end
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$219  = bias;
-    if (post_start) begin
-      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end else if (po_bias_pending) begin
-      \$219  = row;
-    end
-    if (rst) begin
-      \$219  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$220  = mult;
-    if (post_start) begin
-      \$220  = cmd[143:128];
-    end
-    if (rst) begin
-      \$220  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$221  = shift;
-    if (post_start) begin
-      \$221  = cmd[149:144];
-    end
-    if (rst) begin
-      \$221  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$222  = relu;
-    if (post_start) begin
-      \$222  = cmd[8];
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$223  = po_reading;
-    if (rst) begin
-      \$223  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$224 [11:0] = po_dst;
-    \$224 [12] = \$169 ;
-    if (rst) begin
-      \$224  = 13'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$225  = \$170 ;
-    if (rst) begin
-      \$225  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$226  = \$171 ;
-    if (rst) begin
-      \$226  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$227  = perf_macs;
+    \$8  = perf_macs;
     if (a_valid) begin
-      \$227  = \$172 [47:0];
+      \$8  = \$5 [47:0];
     end
     if (rst) begin
-      \$227  = 48'h000000000000;
+      \$8  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$228  = perf_busy;
+    \$9  = perf_busy;
     if (a_valid) begin
-      \$228  = \$173 [31:0];
+      \$9  = \$6 [31:0];
     end
     if (rst) begin
-      \$228  = 32'd0;
+      \$9  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$229  = perf_stall;
-    if (\$175 ) begin
-      \$229  = \$176 [31:0];
+    \$10  = perf_stall;
+    if (stalled) begin
+      \$10  = \$7 [31:0];
     end
     if (rst) begin
-      \$229  = 32'd0;
+      \$10  = 32'd0;
     end
   end
-  assign r_data = done__tdata;
-  assign r_rdy = done__tvalid;
-  assign r_en = done__tready;
-  assign w_data = { cmd[143:128], cmd[91:80] };
-  assign \w_data$45  = { cmd[31:16], cmd[8], cmd[143:112], cmd[105:96], cmd[75:64] };
-  assign w_valid = w_load;
-  assign \w_bank$75  = w_bank;
-  assign spm_rb__data = w_row;
-  assign spm_ra__data = a;
-  assign \a_valid$93  = a_valid;
-  assign \a_bank$95  = a_bank;
-  assign s_ctl = ctl;
+  assign \cmd__tdata$31  = cmd__tdata;
+  assign \cmd__tready$32  = cmd__tready;
+  assign \cmd__tvalid$33  = cmd__tvalid;
+  assign \done__tdata$34  = done__tdata;
+  assign \done__tready$35  = done__tready;
+  assign \done__tvalid$36  = done__tvalid;
+  assign done__opcode = issue__opcode;
+  assign done__status = issue__status;
+  assign done__tag = issue__tag;
+  assign done__valid = issue__valid;
+  assign \done__opcode$46  = gemm__opcode;
+  assign \done__status$48  = gemm__status;
+  assign \done__tag$50  = gemm__tag;
+  assign \done__valid$52  = gemm__valid;
+  assign \done__opcode$54  = postop__opcode;
+  assign \done__status$56  = postop__status;
+  assign \done__tag$58  = postop__tag;
+  assign \done__valid$60  = postop__valid;
+  assign \decoded$62  = decoded;
+  assign \command$64  = command;
+  assign \status$66  = status;
+  assign \take$68  = take;
+  assign reserve = take;
+  assign \credit$71  = credit;
+  assign \busy$76  = postop_busy;
+  assign gemm_done = gemm__valid;
+  assign gemm = push;
+  assign \push$83  = push;
+  assign postop = start;
+  assign \command$87  = command;
+  assign \load_start$89  = load_start;
+  assign \load_bank$91  = load_bank;
+  assign \loaded$93  = loaded;
+  assign \loaded_bank$95  = loaded_bank;
+  assign \stream_start$97  = stream_start;
+  assign \stream_end$99  = stream_end;
+  assign \stream_bank$101  = stream_bank;
+  assign empty = bank_empty;
+  assign full = bank_full;
+  assign \w_load$107  = w_load;
+  assign w_bank = loaded_bank;
+  assign \w_bank$109  = loaded_bank;
+  assign \w_row$111  = w_row;
+  assign spm_addr = spm_ra__addr;
+  assign spm_ra__data = spm_data;
+  assign a = spm_data;
+  assign \a$117  = spm_data;
+  assign \a_valid$119  = a_valid;
+  assign \a_bank$121  = a_bank;
+  assign \ctl$123  = ctl;
+  assign \out$125  = out;
+  assign \out_valid$127  = out_valid;
+  assign \out_ctl$129  = out_ctl;
   assign acc_rc__addr = out_ctl[9:0];
-  assign acc_rc__en = 1'h1;
-  assign summed = { \$88 [31:0], \$86 [31:0], \$84 [31:0], \$82 [31:0], \$80 [31:0], \$78 [31:0], \$76 [31:0], \$74 [31:0] };
-  assign \bias$117  = bias;
-  assign acc_rp__data = row;
-  assign \row_valid$121  = row_valid;
-  assign row_ctl_p = \ctl$122 ;
-  assign \w_data$133  = w_row;
-  assign \w_en$134  = spm_ext_pending;
-  assign \r_data$135  = spm_rresp__tdata;
-  assign \r_rdy$136  = spm_rresp__tvalid;
-  assign \r_en$137  = spm_rresp__tready;
-  assign \w_data$140  = row;
-  assign \w_en$141  = acc_ext_pending;
-  assign \r_data$142  = acc_rresp__tdata;
-  assign \r_rdy$143  = acc_rresp__tvalid;
-  assign \r_en$144  = acc_rresp__tready;
+  assign acc_addr = out_ctl[9:0];
+  assign acc_rc__data = acc_data;
+  assign grant = spm_wr__tready;
+  assign \grant$136  = acc_wr__tready;
+  assign spm_w__addr = \$1 [11:0];
+  assign acc_w__addr = \$2 [9:0];
+  assign spm_rb__addr = \$3 [11:0];
+  assign \spm_data$161  = w_row;
+  assign spm_rb__data = w_row;
+  assign \data$163  = w_row;
+  assign acc_rp__addr = \$4 [9:0];
+  assign acc_rp__data = \acc_data$167 ;
+  assign \data$169  = \acc_data$167 ;
+  assign req__tdata = spm_wr__tdata;
+  assign req__tready = spm_wr__tready;
+  assign req__tvalid = spm_wr__tvalid;
+  assign \req__tdata$173  = acc_wr__tdata;
+  assign \req__tready$174  = acc_wr__tready;
+  assign \req__tvalid$175  = acc_wr__tvalid;
+  assign \req__tdata$176  = spm_rreq__tdata;
+  assign \req__tready$177  = spm_rreq__tready;
+  assign \req__tvalid$178  = spm_rreq__tvalid;
+  assign \req__tdata$179  = acc_rreq__tdata;
+  assign \req__tready$180  = acc_rreq__tready;
+  assign \req__tvalid$181  = acc_rreq__tvalid;
+  assign resp__tdata = spm_rresp__tdata;
+  assign resp__tready = spm_rresp__tready;
+  assign resp__tvalid = spm_rresp__tvalid;
+  assign \resp__tdata$185  = acc_rresp__tdata;
+  assign \resp__tready$186  = acc_rresp__tready;
+  assign \resp__tvalid$187  = acc_rresp__tvalid;
+  assign \job.b_addr  = job[11:0];
+  assign \job.k_chunks  = job[27:12];
+  assign \job$84.a_addr  = \job$84 [11:0];
+  assign \job$84.c_addr  = \job$84 [21:12];
+  assign \job$84.m  = \job$84 [37:22];
+  assign \job$84.k_chunks  = \job$84 [53:38];
+  assign \job$84.accumulate  = \job$84 [54];
+  assign \job$84.tag  = \job$84 [70:55];
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -1864,87 +656,127 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = a[7:0];
-  assign \a[1]  = a[15:8];
-  assign \a[2]  = a[23:16];
-  assign \a[3]  = a[31:24];
-  assign \a[4]  = a[39:32];
-  assign \a[5]  = a[47:40];
-  assign \a[6]  = a[55:48];
-  assign \a[7]  = a[63:56];
-  assign \s_ctl.acc_addr  = ctl[9:0];
-  assign \s_ctl.accumulate  = ctl[10];
-  assign \s_ctl.last  = ctl[11];
-  assign \s_ctl.tag  = ctl[27:12];
-  assign \r_ctl.acc_addr  = r_ctl[9:0];
-  assign \r_ctl.accumulate  = r_ctl[10];
-  assign \r_ctl.last  = r_ctl[11];
-  assign \r_ctl.tag  = r_ctl[27:12];
-  assign \r_psum[0]  = r_psum[31:0];
-  assign \r_psum[1]  = r_psum[63:32];
-  assign \r_psum[2]  = r_psum[95:64];
-  assign \r_psum[3]  = r_psum[127:96];
-  assign \r_psum[4]  = r_psum[159:128];
-  assign \r_psum[5]  = r_psum[191:160];
-  assign \r_psum[6]  = r_psum[223:192];
-  assign \r_psum[7]  = r_psum[255:224];
-  assign \bias[0]  = bias[31:0];
-  assign \bias[1]  = bias[63:32];
-  assign \bias[2]  = bias[95:64];
-  assign \bias[3]  = bias[127:96];
-  assign \bias[4]  = bias[159:128];
-  assign \bias[5]  = bias[191:160];
-  assign \bias[6]  = bias[223:192];
-  assign \bias[7]  = bias[255:224];
-  assign \bias$117[0]  = bias[31:0];
-  assign \bias$117[1]  = bias[63:32];
-  assign \bias$117[2]  = bias[95:64];
-  assign \bias$117[3]  = bias[127:96];
-  assign \bias$117[4]  = bias[159:128];
-  assign \bias$117[5]  = bias[191:160];
-  assign \bias$117[6]  = bias[223:192];
-  assign \bias$117[7]  = bias[255:224];
-  assign \row[0]  = row[31:0];
-  assign \row[1]  = row[63:32];
-  assign \row[2]  = row[95:64];
-  assign \row[3]  = row[127:96];
-  assign \row[4]  = row[159:128];
-  assign \row[5]  = row[191:160];
-  assign \row[6]  = row[223:192];
-  assign \row[7]  = row[255:224];
-  assign \row_ctl_p.dst  = \ctl$122 [11:0];
-  assign \row_ctl_p.last  = \ctl$122 [12];
-  assign \out[0]  = out[7:0];
-  assign \out[1]  = out[15:8];
-  assign \out[2]  = out[23:16];
-  assign \out[3]  = out[31:24];
-  assign \out[4]  = out[39:32];
-  assign \out[5]  = out[47:40];
-  assign \out[6]  = out[55:48];
-  assign \out[7]  = out[63:56];
-  assign \out$155[0]  = \out$155 [31:0];
-  assign \out$155[1]  = \out$155 [63:32];
-  assign \out$155[2]  = \out$155 [95:64];
-  assign \out$155[3]  = \out$155 [127:96];
-  assign \out$155[4]  = \out$155 [159:128];
-  assign \out$155[5]  = \out$155 [191:160];
-  assign \out$155[6]  = \out$155 [223:192];
-  assign \out$155[7]  = \out$155 [255:224];
-  assign { \$3 [31:16], \$3 [7:0] } = 24'h000000;
-  assign { \$3 [255:32], \$3 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$6 [143:64], \$6 [31:16], \$6 [8:0] } = 105'h000000000000000000000000000;
-  assign { \$6 [255:144], \$6 [63:32], \$6 [15:9] } = { cmd[255:144], cmd[63:32], cmd[15:9] };
-  assign { \$22 [149:64], \$22 [31:16], \$22 [9:0] } = 112'h0000000000000000000000000000;
-  assign { \$22 [255:150], \$22 [63:32], \$22 [15:10] } = { cmd[255:150], cmd[63:32], cmd[15:10] };
-  assign \$127  = l_bank;
-  assign \$141  = w_bank;
-  assign \$146  = s_bank;
-  assign \$150  = s_bank;
+  assign \a[0]  = spm_data[7:0];
+  assign \a[1]  = spm_data[15:8];
+  assign \a[2]  = spm_data[23:16];
+  assign \a[3]  = spm_data[31:24];
+  assign \a[4]  = spm_data[39:32];
+  assign \a[5]  = spm_data[47:40];
+  assign \a[6]  = spm_data[55:48];
+  assign \a[7]  = spm_data[63:56];
+  assign \ctl$123.acc_addr  = ctl[9:0];
+  assign \ctl$123.accumulate  = ctl[10];
+  assign \ctl$123.last  = ctl[11];
+  assign \ctl$123.tag  = ctl[27:12];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \out$125[0]  = out[31:0];
+  assign \out$125[1]  = out[63:32];
+  assign \out$125[2]  = out[95:64];
+  assign \out$125[3]  = out[127:96];
+  assign \out$125[4]  = out[159:128];
+  assign \out$125[5]  = out[191:160];
+  assign \out$125[6]  = out[223:192];
+  assign \out$125[7]  = out[255:224];
+  assign \out_ctl.acc_addr  = out_ctl[9:0];
+  assign \out_ctl.accumulate  = out_ctl[10];
+  assign \out_ctl.last  = out_ctl[11];
+  assign \out_ctl.tag  = out_ctl[27:12];
+  assign \job$84 [54] = command[8];
+  assign \job$84 [70:55] = command[31:16];
+  assign \job$84 [53:38] = command[143:128];
+  assign \job$84 [37:22] = command[127:112];
+  assign \job$84 [21:12] = command[105:96];
+  assign \job$84 [11:0] = command[75:64];
+  assign job[27:12] = command[143:128];
+  assign job[11:0] = command[91:80];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+module \dx1_tile_core_a8.acc_ext_read (req__tvalid, r_en, clk, rst, grant, w_data, req__tready, resp__tvalid, resp__tdata, addr, req__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
+  wire [3:0] \$1 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  reg \$5 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  input clk;
+  wire clk;
+  wire [255:0] data;
+  input grant;
+  wire grant;
+  wire [2:0] level;
+  reg pending = 1'h0;
+  wire [255:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input [15:0] req__tdata;
+  wire [15:0] req__tdata;
+  output req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  output [255:0] resp__tdata;
+  wire [255:0] resp__tdata;
+  wire resp__tready;
+  output resp__tvalid;
+  wire resp__tvalid;
+  input rst;
+  wire rst;
+  input [255:0] w_data;
+  wire [255:0] w_data;
+  (* init = 1'h0 *)
+  wire w_en;
+  assign \$4  = req__tvalid & req__tready;
+  always @(posedge clk)
+    pending <= \$5 ;
+  assign \$1  = level + pending;
+  assign \$2  = \$1  < 3'h4;
+  assign req__tready = grant & \$2 ;
+  assign \$3  = req__tvalid & req__tready;
+  \dx1_tile_core_a8.acc_ext_read.fifo  fifo (
+    .clk(clk),
+    .level(level),
+    .r_data(resp__tdata),
+    .r_en(r_en),
+    .r_rdy(resp__tvalid),
+    .rst(rst),
+    .w_en(pending),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    addr = 16'h0000;
+    if (\$3 ) begin
+      addr = req__tdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    \$5  = \$4 ;
+    if (rst) begin
+      \$5  = 1'h0;
+    end
+  end
+  assign data = w_data;
+  assign w_en = pending;
+  assign r_data = resp__tdata;
+  assign r_rdy = resp__tvalid;
+  assign resp__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.acc_ext_read.fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -2028,7 +860,7 @@ module \dx1_tile_core_a8.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -2038,7 +870,7 @@ module \dx1_tile_core_a8.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -2048,7 +880,7 @@ module \dx1_tile_core_a8.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$2 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -2069,8 +901,50 @@ module \dx1_tile_core_a8.acc_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
+module \dx1_tile_core_a8.acc_ext_write (req__tvalid, req__tready, addr, data, en, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+  wire \$1 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  output [255:0] data;
+  reg [255:0] data;
+  output en;
+  reg en;
+  wire grant;
+  input [271:0] req__tdata;
+  wire [271:0] req__tdata;
+  input req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  assign \$1  = req__tvalid & req__tready;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    addr = 16'h0000;
+    if (\$1 ) begin
+      addr = req__tdata[271:256];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (\$1 ) begin
+      data = req__tdata[255:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    en = 1'h0;
+    if (\$1 ) begin
+      en = 1'h1;
+    end
+  end
+  assign grant = req__tready;
+endmodule
+
+(* generator = "Amaranth" *)
 module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
+  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
   wire [15:0] \$100 ;
@@ -4169,7 +3043,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
   always @(posedge clk)
     w1_5_3 <= \$282 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$284  = w1_7_3;
     if (\$4 ) begin
       \$284  = w1_6_3;
@@ -4179,7 +3053,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$285  = w1_0_4;
     if (\$4 ) begin
       \$285  = w_row[39:32];
@@ -4189,7 +3063,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$286  = w1_1_4;
     if (\$4 ) begin
       \$286  = w1_0_4;
@@ -4199,7 +3073,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$287  = w1_2_4;
     if (\$4 ) begin
       \$287  = w1_1_4;
@@ -4209,7 +3083,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$288  = w1_3_4;
     if (\$4 ) begin
       \$288  = w1_2_4;
@@ -4219,7 +3093,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$289  = w1_4_4;
     if (\$4 ) begin
       \$289  = w1_3_4;
@@ -4229,7 +3103,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$290  = w1_5_4;
     if (\$4 ) begin
       \$290  = w1_4_4;
@@ -4239,7 +3113,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$291  = w1_6_4;
     if (\$4 ) begin
       \$291  = w1_5_4;
@@ -4249,7 +3123,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$292  = w1_7_4;
     if (\$4 ) begin
       \$292  = w1_6_4;
@@ -4259,7 +3133,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$293  = w1_0_5;
     if (\$4 ) begin
       \$293  = w_row[47:40];
@@ -4269,7 +3143,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$294  = w1_1_5;
     if (\$4 ) begin
       \$294  = w1_0_5;
@@ -4279,7 +3153,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$295  = w1_2_5;
     if (\$4 ) begin
       \$295  = w1_1_5;
@@ -4289,7 +3163,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$296  = w1_3_5;
     if (\$4 ) begin
       \$296  = w1_2_5;
@@ -4299,7 +3173,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$297  = w1_4_5;
     if (\$4 ) begin
       \$297  = w1_3_5;
@@ -4309,7 +3183,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$298  = w1_5_5;
     if (\$4 ) begin
       \$298  = w1_4_5;
@@ -4319,7 +3193,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$299  = w1_6_5;
     if (\$4 ) begin
       \$299  = w1_5_5;
@@ -4329,7 +3203,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$300  = w1_7_5;
     if (\$4 ) begin
       \$300  = w1_6_5;
@@ -4339,7 +3213,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$301  = w1_0_6;
     if (\$4 ) begin
       \$301  = w_row[55:48];
@@ -4349,7 +3223,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$302  = w1_1_6;
     if (\$4 ) begin
       \$302  = w1_0_6;
@@ -4359,7 +3233,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$303  = w1_2_6;
     if (\$4 ) begin
       \$303  = w1_1_6;
@@ -4369,7 +3243,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$304  = w1_3_6;
     if (\$4 ) begin
       \$304  = w1_2_6;
@@ -4379,7 +3253,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$305  = w1_4_6;
     if (\$4 ) begin
       \$305  = w1_3_6;
@@ -4389,7 +3263,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$306  = w1_5_6;
     if (\$4 ) begin
       \$306  = w1_4_6;
@@ -4399,7 +3273,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$307  = w1_6_6;
     if (\$4 ) begin
       \$307  = w1_5_6;
@@ -4409,7 +3283,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$308  = w1_7_6;
     if (\$4 ) begin
       \$308  = w1_6_6;
@@ -4419,7 +3293,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$309  = w1_0_7;
     if (\$4 ) begin
       \$309  = w_row[63:56];
@@ -4429,7 +3303,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$310  = w1_1_7;
     if (\$4 ) begin
       \$310  = w1_0_7;
@@ -4439,7 +3313,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$311  = w1_2_7;
     if (\$4 ) begin
       \$311  = w1_1_7;
@@ -4449,7 +3323,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$312  = w1_3_7;
     if (\$4 ) begin
       \$312  = w1_2_7;
@@ -4459,7 +3333,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$313  = w1_4_7;
     if (\$4 ) begin
       \$313  = w1_3_7;
@@ -4469,7 +3343,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$314  = w1_5_7;
     if (\$4 ) begin
       \$314  = w1_4_7;
@@ -4479,7 +3353,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$315  = w1_6_7;
     if (\$4 ) begin
       \$315  = w1_5_7;
@@ -4489,7 +3363,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$316  = w1_7_7;
     if (\$4 ) begin
       \$316  = w1_6_7;
@@ -4499,2149 +3373,2149 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$317  = a[15:8];
     if (rst) begin
       \$317  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$318  = a_bank;
     if (rst) begin
       \$318  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$319  = a[23:16];
     if (rst) begin
       \$319  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$320  = a_bank;
     if (rst) begin
       \$320  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$321  = skew2_0;
     if (rst) begin
       \$321  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$322  = skew_bank2_0;
     if (rst) begin
       \$322  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$323  = a[31:24];
     if (rst) begin
       \$323  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$324  = a_bank;
     if (rst) begin
       \$324  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$325  = skew3_0;
     if (rst) begin
       \$325  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$326  = skew_bank3_0;
     if (rst) begin
       \$326  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$327  = skew3_1;
     if (rst) begin
       \$327  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$328  = skew_bank3_1;
     if (rst) begin
       \$328  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$329  = a[39:32];
     if (rst) begin
       \$329  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$330  = a_bank;
     if (rst) begin
       \$330  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$331  = skew4_0;
     if (rst) begin
       \$331  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$332  = skew_bank4_0;
     if (rst) begin
       \$332  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$333  = skew4_1;
     if (rst) begin
       \$333  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$334  = skew_bank4_1;
     if (rst) begin
       \$334  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$335  = skew4_2;
     if (rst) begin
       \$335  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$336  = skew_bank4_2;
     if (rst) begin
       \$336  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$337  = a[47:40];
     if (rst) begin
       \$337  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$338  = a_bank;
     if (rst) begin
       \$338  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$339  = skew5_0;
     if (rst) begin
       \$339  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$340  = skew_bank5_0;
     if (rst) begin
       \$340  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$341  = skew5_1;
     if (rst) begin
       \$341  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$342  = skew_bank5_1;
     if (rst) begin
       \$342  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$343  = skew5_2;
     if (rst) begin
       \$343  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$344  = skew_bank5_2;
     if (rst) begin
       \$344  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$345  = skew5_3;
     if (rst) begin
       \$345  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$346  = skew_bank5_3;
     if (rst) begin
       \$346  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$347  = a[55:48];
     if (rst) begin
       \$347  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$348  = a_bank;
     if (rst) begin
       \$348  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$349  = skew6_0;
     if (rst) begin
       \$349  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$350  = skew_bank6_0;
     if (rst) begin
       \$350  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$351  = skew6_1;
     if (rst) begin
       \$351  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$352  = skew_bank6_1;
     if (rst) begin
       \$352  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$353  = skew6_2;
     if (rst) begin
       \$353  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$354  = skew_bank6_2;
     if (rst) begin
       \$354  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$355  = skew6_3;
     if (rst) begin
       \$355  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$356  = skew_bank6_3;
     if (rst) begin
       \$356  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$357  = skew6_4;
     if (rst) begin
       \$357  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$358  = skew_bank6_4;
     if (rst) begin
       \$358  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$359  = a[63:56];
     if (rst) begin
       \$359  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$360  = a_bank;
     if (rst) begin
       \$360  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$361  = skew7_0;
     if (rst) begin
       \$361  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$362  = skew_bank7_0;
     if (rst) begin
       \$362  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$363  = skew7_1;
     if (rst) begin
       \$363  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$364  = skew_bank7_1;
     if (rst) begin
       \$364  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$365  = skew7_2;
     if (rst) begin
       \$365  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$366  = skew_bank7_2;
     if (rst) begin
       \$366  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$367  = skew7_3;
     if (rst) begin
       \$367  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$368  = skew_bank7_3;
     if (rst) begin
       \$368  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$369  = skew7_4;
     if (rst) begin
       \$369  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$370  = skew_bank7_4;
     if (rst) begin
       \$370  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$371  = skew7_5;
     if (rst) begin
       \$371  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$372  = skew_bank7_5;
     if (rst) begin
       \$372  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$373  = a[7:0];
     if (rst) begin
       \$373  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$374  = a_bank;
     if (rst) begin
       \$374  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$375  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
     if (rst) begin
       \$375  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$376  = skew1_0;
     if (rst) begin
       \$376  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$377  = skew_bank1_0;
     if (rst) begin
       \$377  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$378  = \$9 [31:0];
     if (rst) begin
       \$378  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$379  = skew2_1;
     if (rst) begin
       \$379  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$380  = skew_bank2_1;
     if (rst) begin
       \$380  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$381  = \$12 [31:0];
     if (rst) begin
       \$381  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$382  = skew3_2;
     if (rst) begin
       \$382  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$383  = skew_bank3_2;
     if (rst) begin
       \$383  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$384  = \$15 [31:0];
     if (rst) begin
       \$384  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$385  = skew4_3;
     if (rst) begin
       \$385  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$386  = skew_bank4_3;
     if (rst) begin
       \$386  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$387  = \$18 [31:0];
     if (rst) begin
       \$387  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$388  = skew5_4;
     if (rst) begin
       \$388  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$389  = skew_bank5_4;
     if (rst) begin
       \$389  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$390  = \$21 [31:0];
     if (rst) begin
       \$390  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$391  = skew6_5;
     if (rst) begin
       \$391  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$392  = skew_bank6_5;
     if (rst) begin
       \$392  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$393  = \$24 [31:0];
     if (rst) begin
       \$393  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$394  = skew7_6;
     if (rst) begin
       \$394  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$395  = skew_bank7_6;
     if (rst) begin
       \$395  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$396  = \$27 [31:0];
     if (rst) begin
       \$396  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$397  = psum_7_0;
     if (rst) begin
       \$397  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$398  = deskew0_0;
     if (rst) begin
       \$398  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$399  = deskew0_1;
     if (rst) begin
       \$399  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$400  = deskew0_2;
     if (rst) begin
       \$400  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$401  = deskew0_3;
     if (rst) begin
       \$401  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$402  = deskew0_4;
     if (rst) begin
       \$402  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$403  = deskew0_5;
     if (rst) begin
       \$403  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$404  = a_0_0;
     if (rst) begin
       \$404  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$405  = bank_0_0;
     if (rst) begin
       \$405  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$406  = { \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29  };
     if (rst) begin
       \$406  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$407  = a_1_0;
     if (rst) begin
       \$407  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$408  = bank_1_0;
     if (rst) begin
       \$408  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$409  = \$32 [31:0];
     if (rst) begin
       \$409  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$410  = a_2_0;
     if (rst) begin
       \$410  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$411  = bank_2_0;
     if (rst) begin
       \$411  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$412  = \$35 [31:0];
     if (rst) begin
       \$412  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$413  = a_3_0;
     if (rst) begin
       \$413  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$414  = bank_3_0;
     if (rst) begin
       \$414  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$415  = \$38 [31:0];
     if (rst) begin
       \$415  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$416  = a_4_0;
     if (rst) begin
       \$416  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$417  = bank_4_0;
     if (rst) begin
       \$417  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$418  = \$41 [31:0];
     if (rst) begin
       \$418  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$419  = a_5_0;
     if (rst) begin
       \$419  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$420  = bank_5_0;
     if (rst) begin
       \$420  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$421  = \$44 [31:0];
     if (rst) begin
       \$421  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$422  = a_6_0;
     if (rst) begin
       \$422  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$423  = bank_6_0;
     if (rst) begin
       \$423  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$424  = \$47 [31:0];
     if (rst) begin
       \$424  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$425  = a_7_0;
     if (rst) begin
       \$425  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$426  = bank_7_0;
     if (rst) begin
       \$426  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$427  = \$50 [31:0];
     if (rst) begin
       \$427  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$428  = psum_7_1;
     if (rst) begin
       \$428  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$429  = deskew1_0;
     if (rst) begin
       \$429  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$430  = deskew1_1;
     if (rst) begin
       \$430  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$431  = deskew1_2;
     if (rst) begin
       \$431  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$432  = deskew1_3;
     if (rst) begin
       \$432  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$433  = deskew1_4;
     if (rst) begin
       \$433  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$434  = a_0_1;
     if (rst) begin
       \$434  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$435  = bank_0_1;
     if (rst) begin
       \$435  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$436  = { \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52  };
     if (rst) begin
       \$436  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$437  = a_1_1;
     if (rst) begin
       \$437  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$438  = bank_1_1;
     if (rst) begin
       \$438  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$439  = \$55 [31:0];
     if (rst) begin
       \$439  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$440  = a_2_1;
     if (rst) begin
       \$440  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$441  = bank_2_1;
     if (rst) begin
       \$441  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$442  = \$58 [31:0];
     if (rst) begin
       \$442  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$443  = a_3_1;
     if (rst) begin
       \$443  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$444  = bank_3_1;
     if (rst) begin
       \$444  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$445  = \$61 [31:0];
     if (rst) begin
       \$445  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$446  = a_4_1;
     if (rst) begin
       \$446  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$447  = bank_4_1;
     if (rst) begin
       \$447  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$448  = \$64 [31:0];
     if (rst) begin
       \$448  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$449  = a_5_1;
     if (rst) begin
       \$449  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$450  = bank_5_1;
     if (rst) begin
       \$450  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$451  = \$67 [31:0];
     if (rst) begin
       \$451  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$452  = a_6_1;
     if (rst) begin
       \$452  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$453  = bank_6_1;
     if (rst) begin
       \$453  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$454  = \$70 [31:0];
     if (rst) begin
       \$454  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$455  = a_7_1;
     if (rst) begin
       \$455  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$456  = bank_7_1;
     if (rst) begin
       \$456  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$457  = \$73 [31:0];
     if (rst) begin
       \$457  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$458  = psum_7_2;
     if (rst) begin
       \$458  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$459  = deskew2_0;
     if (rst) begin
       \$459  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$460  = deskew2_1;
     if (rst) begin
       \$460  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$461  = deskew2_2;
     if (rst) begin
       \$461  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$462  = deskew2_3;
     if (rst) begin
       \$462  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$463  = a_0_2;
     if (rst) begin
       \$463  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$464  = bank_0_2;
     if (rst) begin
       \$464  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$465  = { \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75  };
     if (rst) begin
       \$465  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$466  = a_1_2;
     if (rst) begin
       \$466  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$467  = bank_1_2;
     if (rst) begin
       \$467  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$468  = \$78 [31:0];
     if (rst) begin
       \$468  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$469  = a_2_2;
     if (rst) begin
       \$469  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$470  = bank_2_2;
     if (rst) begin
       \$470  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$471  = \$81 [31:0];
     if (rst) begin
       \$471  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$472  = a_3_2;
     if (rst) begin
       \$472  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$473  = bank_3_2;
     if (rst) begin
       \$473  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$474  = \$84 [31:0];
     if (rst) begin
       \$474  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$475  = a_4_2;
     if (rst) begin
       \$475  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$476  = bank_4_2;
     if (rst) begin
       \$476  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$477  = \$87 [31:0];
     if (rst) begin
       \$477  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$478  = a_5_2;
     if (rst) begin
       \$478  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$479  = bank_5_2;
     if (rst) begin
       \$479  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$480  = \$90 [31:0];
     if (rst) begin
       \$480  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$481  = a_6_2;
     if (rst) begin
       \$481  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$482  = bank_6_2;
     if (rst) begin
       \$482  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$483  = \$93 [31:0];
     if (rst) begin
       \$483  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$484  = a_7_2;
     if (rst) begin
       \$484  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$485  = bank_7_2;
     if (rst) begin
       \$485  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$486  = \$96 [31:0];
     if (rst) begin
       \$486  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$487  = psum_7_3;
     if (rst) begin
       \$487  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$488  = deskew3_0;
     if (rst) begin
       \$488  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$489  = deskew3_1;
     if (rst) begin
       \$489  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$490  = deskew3_2;
     if (rst) begin
       \$490  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$491  = a_0_3;
     if (rst) begin
       \$491  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$492  = bank_0_3;
     if (rst) begin
       \$492  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$493  = { \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98  };
     if (rst) begin
       \$493  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$494  = a_1_3;
     if (rst) begin
       \$494  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$495  = bank_1_3;
     if (rst) begin
       \$495  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$496  = \$101 [31:0];
     if (rst) begin
       \$496  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$497  = a_2_3;
     if (rst) begin
       \$497  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$498  = bank_2_3;
     if (rst) begin
       \$498  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$499  = \$104 [31:0];
     if (rst) begin
       \$499  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$500  = a_3_3;
     if (rst) begin
       \$500  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$501  = bank_3_3;
     if (rst) begin
       \$501  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$502  = \$107 [31:0];
     if (rst) begin
       \$502  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$503  = a_4_3;
     if (rst) begin
       \$503  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$504  = bank_4_3;
     if (rst) begin
       \$504  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$505  = \$110 [31:0];
     if (rst) begin
       \$505  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$506  = a_5_3;
     if (rst) begin
       \$506  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$507  = bank_5_3;
     if (rst) begin
       \$507  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$508  = \$113 [31:0];
     if (rst) begin
       \$508  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$509  = a_6_3;
     if (rst) begin
       \$509  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$510  = bank_6_3;
     if (rst) begin
       \$510  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$511  = \$116 [31:0];
     if (rst) begin
       \$511  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$512  = a_7_3;
     if (rst) begin
       \$512  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$513  = bank_7_3;
     if (rst) begin
       \$513  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$514  = \$119 [31:0];
     if (rst) begin
       \$514  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$515  = psum_7_4;
     if (rst) begin
       \$515  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$516  = deskew4_0;
     if (rst) begin
       \$516  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$517  = deskew4_1;
     if (rst) begin
       \$517  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$518  = a_0_4;
     if (rst) begin
       \$518  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$519  = bank_0_4;
     if (rst) begin
       \$519  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$520  = { \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121  };
     if (rst) begin
       \$520  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$521  = a_1_4;
     if (rst) begin
       \$521  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$522  = bank_1_4;
     if (rst) begin
       \$522  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$523  = \$124 [31:0];
     if (rst) begin
       \$523  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$524  = a_2_4;
     if (rst) begin
       \$524  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$525  = bank_2_4;
     if (rst) begin
       \$525  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$526  = \$127 [31:0];
     if (rst) begin
       \$526  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$527  = a_3_4;
     if (rst) begin
       \$527  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$528  = bank_3_4;
     if (rst) begin
       \$528  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$529  = \$130 [31:0];
     if (rst) begin
       \$529  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$530  = a_4_4;
     if (rst) begin
       \$530  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$531  = bank_4_4;
     if (rst) begin
       \$531  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$532  = \$133 [31:0];
     if (rst) begin
       \$532  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$533  = a_5_4;
     if (rst) begin
       \$533  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$534  = bank_5_4;
     if (rst) begin
       \$534  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$535  = \$136 [31:0];
     if (rst) begin
       \$535  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$536  = a_6_4;
     if (rst) begin
       \$536  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$537  = bank_6_4;
     if (rst) begin
       \$537  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$538  = \$139 [31:0];
     if (rst) begin
       \$538  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$539  = a_7_4;
     if (rst) begin
       \$539  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$540  = bank_7_4;
     if (rst) begin
       \$540  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$541  = \$142 [31:0];
     if (rst) begin
       \$541  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$542  = psum_7_5;
     if (rst) begin
       \$542  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$543  = deskew5_0;
     if (rst) begin
       \$543  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$544  = a_0_5;
     if (rst) begin
       \$544  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$545  = bank_0_5;
     if (rst) begin
       \$545  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$546  = { \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144  };
     if (rst) begin
       \$546  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$547  = a_1_5;
     if (rst) begin
       \$547  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$548  = bank_1_5;
     if (rst) begin
       \$548  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$549  = \$147 [31:0];
     if (rst) begin
       \$549  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$550  = a_2_5;
     if (rst) begin
       \$550  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$551  = bank_2_5;
     if (rst) begin
       \$551  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$552  = \$150 [31:0];
     if (rst) begin
       \$552  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$553  = a_3_5;
     if (rst) begin
       \$553  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$554  = bank_3_5;
     if (rst) begin
       \$554  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$555  = \$153 [31:0];
     if (rst) begin
       \$555  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$556  = a_4_5;
     if (rst) begin
       \$556  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$557  = bank_4_5;
     if (rst) begin
       \$557  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$558  = \$156 [31:0];
     if (rst) begin
       \$558  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$559  = a_5_5;
     if (rst) begin
       \$559  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$560  = bank_5_5;
     if (rst) begin
       \$560  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$561  = \$159 [31:0];
     if (rst) begin
       \$561  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$562  = a_6_5;
     if (rst) begin
       \$562  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$563  = bank_6_5;
     if (rst) begin
       \$563  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$564  = \$162 [31:0];
     if (rst) begin
       \$564  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$565  = a_7_5;
     if (rst) begin
       \$565  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$566  = bank_7_5;
     if (rst) begin
       \$566  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$567  = \$165 [31:0];
     if (rst) begin
       \$567  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$568  = psum_7_6;
     if (rst) begin
       \$568  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$569  = a_0_6;
     if (rst) begin
       \$569  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$570  = bank_0_6;
     if (rst) begin
       \$570  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$571  = { \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167  };
     if (rst) begin
       \$571  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$572  = a_1_6;
     if (rst) begin
       \$572  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$573  = bank_1_6;
     if (rst) begin
       \$573  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$574  = \$170 [31:0];
     if (rst) begin
       \$574  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$575  = a_2_6;
     if (rst) begin
       \$575  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$576  = bank_2_6;
     if (rst) begin
       \$576  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$577  = \$173 [31:0];
     if (rst) begin
       \$577  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$578  = a_3_6;
     if (rst) begin
       \$578  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$579  = bank_3_6;
     if (rst) begin
       \$579  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$580  = \$176 [31:0];
     if (rst) begin
       \$580  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$581  = a_4_6;
     if (rst) begin
       \$581  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$582  = bank_4_6;
     if (rst) begin
       \$582  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$583  = \$179 [31:0];
     if (rst) begin
       \$583  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$584  = a_5_6;
     if (rst) begin
       \$584  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$585  = bank_5_6;
     if (rst) begin
       \$585  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$586  = \$182 [31:0];
     if (rst) begin
       \$586  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$587  = a_6_6;
     if (rst) begin
       \$587  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$588  = bank_6_6;
     if (rst) begin
       \$588  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$589  = \$185 [31:0];
     if (rst) begin
       \$589  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$590  = a_7_6;
     if (rst) begin
       \$590  = 8'h00;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$591  = bank_7_6;
     if (rst) begin
       \$591  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$592  = \$188 [31:0];
     if (rst) begin
       \$592  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$593  = a_valid;
     if (rst) begin
       \$593  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$594  = ctl;
     if (rst) begin
       \$594  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$595  = valid_d0;
     if (rst) begin
       \$595  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$596  = ctl_d0;
     if (rst) begin
       \$596  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$597  = valid_d1;
     if (rst) begin
       \$597  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$598  = ctl_d1;
     if (rst) begin
       \$598  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$599  = valid_d2;
     if (rst) begin
       \$599  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$600  = ctl_d2;
     if (rst) begin
       \$600  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$601  = valid_d3;
     if (rst) begin
       \$601  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$602  = ctl_d3;
     if (rst) begin
       \$602  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$603  = valid_d4;
     if (rst) begin
       \$603  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$604  = ctl_d4;
     if (rst) begin
       \$604  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$605  = valid_d5;
     if (rst) begin
       \$605  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$606  = ctl_d5;
     if (rst) begin
       \$606  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$607  = valid_d6;
     if (rst) begin
       \$607  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$608  = ctl_d6;
     if (rst) begin
       \$608  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$609  = valid_d7;
     if (rst) begin
       \$609  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$610  = ctl_d7;
     if (rst) begin
       \$610  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$611  = valid_d8;
     if (rst) begin
       \$611  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$612  = ctl_d8;
     if (rst) begin
       \$612  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$613  = valid_d9;
     if (rst) begin
       \$613  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$614  = ctl_d9;
     if (rst) begin
       \$614  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$615  = valid_d10;
     if (rst) begin
       \$615  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$616  = ctl_d10;
     if (rst) begin
       \$616  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$617  = valid_d11;
     if (rst) begin
       \$617  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$618  = ctl_d11;
     if (rst) begin
       \$618  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$619  = valid_d12;
     if (rst) begin
       \$619  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$620  = ctl_d12;
     if (rst) begin
       \$620  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$621  = valid_d13;
     if (rst) begin
       \$621  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$622  = ctl_d13;
     if (rst) begin
       \$622  = 28'h0000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (a_bank)
       1'h0:
@@ -6651,7 +5525,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank1_0)
       1'h0:
@@ -6661,7 +5535,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank2_1)
       1'h0:
@@ -6671,7 +5545,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank3_2)
       1'h0:
@@ -6681,7 +5555,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank4_3)
       1'h0:
@@ -6691,7 +5565,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank5_4)
       1'h0:
@@ -6701,7 +5575,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank6_5)
       1'h0:
@@ -6711,7 +5585,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (skew_bank7_6)
       1'h0:
@@ -6721,7 +5595,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_0)
       1'h0:
@@ -6731,7 +5605,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_0)
       1'h0:
@@ -6741,7 +5615,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_0)
       1'h0:
@@ -6751,7 +5625,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_0)
       1'h0:
@@ -6761,7 +5635,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_0)
       1'h0:
@@ -6771,7 +5645,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_0)
       1'h0:
@@ -6781,7 +5655,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_0)
       1'h0:
@@ -6791,7 +5665,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_0)
       1'h0:
@@ -6801,7 +5675,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_1)
       1'h0:
@@ -6811,7 +5685,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_1)
       1'h0:
@@ -6821,7 +5695,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_1)
       1'h0:
@@ -6831,7 +5705,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_1)
       1'h0:
@@ -6841,7 +5715,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_1)
       1'h0:
@@ -6851,7 +5725,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_1)
       1'h0:
@@ -6861,7 +5735,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_1)
       1'h0:
@@ -6871,7 +5745,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_1)
       1'h0:
@@ -6881,7 +5755,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_2)
       1'h0:
@@ -6891,7 +5765,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_2)
       1'h0:
@@ -6901,7 +5775,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_2)
       1'h0:
@@ -6911,7 +5785,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_2)
       1'h0:
@@ -6921,7 +5795,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_2)
       1'h0:
@@ -6931,7 +5805,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_2)
       1'h0:
@@ -6941,7 +5815,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_2)
       1'h0:
@@ -6951,7 +5825,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_2)
       1'h0:
@@ -6961,7 +5835,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_3)
       1'h0:
@@ -6971,7 +5845,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_3)
       1'h0:
@@ -6981,7 +5855,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_3)
       1'h0:
@@ -6991,7 +5865,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_3)
       1'h0:
@@ -7001,7 +5875,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_3)
       1'h0:
@@ -7011,7 +5885,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_3)
       1'h0:
@@ -7021,7 +5895,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_3)
       1'h0:
@@ -7031,7 +5905,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_3)
       1'h0:
@@ -7041,7 +5915,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_4)
       1'h0:
@@ -7051,7 +5925,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_4)
       1'h0:
@@ -7061,7 +5935,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_4)
       1'h0:
@@ -7071,7 +5945,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_4)
       1'h0:
@@ -7081,7 +5955,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_4)
       1'h0:
@@ -7091,7 +5965,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_4)
       1'h0:
@@ -7101,7 +5975,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_4)
       1'h0:
@@ -7111,7 +5985,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_4)
       1'h0:
@@ -7121,7 +5995,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_5)
       1'h0:
@@ -7131,7 +6005,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_5)
       1'h0:
@@ -7141,7 +6015,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_5)
       1'h0:
@@ -7151,7 +6025,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_5)
       1'h0:
@@ -7161,7 +6035,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_5)
       1'h0:
@@ -7171,7 +6045,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_5)
       1'h0:
@@ -7181,7 +6055,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_5)
       1'h0:
@@ -7191,7 +6065,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_5)
       1'h0:
@@ -7201,7 +6075,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_0_6)
       1'h0:
@@ -7211,7 +6085,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_1_6)
       1'h0:
@@ -7221,7 +6095,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_2_6)
       1'h0:
@@ -7231,7 +6105,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_3_6)
       1'h0:
@@ -7241,7 +6115,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_4_6)
       1'h0:
@@ -7251,7 +6125,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_5_6)
       1'h0:
@@ -7261,7 +6135,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_6_6)
       1'h0:
@@ -7271,7 +6145,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     (* full_case = 32'd1 *)
     casez (bank_7_6)
       1'h0:
@@ -7281,7 +6155,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$189  = w0_0_0;
     if (\$2 ) begin
       \$189  = w_row[7:0];
@@ -7291,7 +6165,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$190  = w0_1_0;
     if (\$2 ) begin
       \$190  = w0_0_0;
@@ -7301,7 +6175,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$191  = w0_2_0;
     if (\$2 ) begin
       \$191  = w0_1_0;
@@ -7311,7 +6185,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$192  = w0_3_0;
     if (\$2 ) begin
       \$192  = w0_2_0;
@@ -7321,7 +6195,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$193  = w0_4_0;
     if (\$2 ) begin
       \$193  = w0_3_0;
@@ -7331,7 +6205,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$194  = w0_5_0;
     if (\$2 ) begin
       \$194  = w0_4_0;
@@ -7341,7 +6215,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$195  = w0_6_0;
     if (\$2 ) begin
       \$195  = w0_5_0;
@@ -7351,7 +6225,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$196  = w0_7_0;
     if (\$2 ) begin
       \$196  = w0_6_0;
@@ -7361,7 +6235,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$197  = w0_0_1;
     if (\$2 ) begin
       \$197  = w_row[15:8];
@@ -7371,7 +6245,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$198  = w0_1_1;
     if (\$2 ) begin
       \$198  = w0_0_1;
@@ -7381,7 +6255,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$199  = w0_2_1;
     if (\$2 ) begin
       \$199  = w0_1_1;
@@ -7391,7 +6265,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$200  = w0_3_1;
     if (\$2 ) begin
       \$200  = w0_2_1;
@@ -7401,7 +6275,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$201  = w0_4_1;
     if (\$2 ) begin
       \$201  = w0_3_1;
@@ -7411,7 +6285,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$202  = w0_5_1;
     if (\$2 ) begin
       \$202  = w0_4_1;
@@ -7421,7 +6295,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$203  = w0_6_1;
     if (\$2 ) begin
       \$203  = w0_5_1;
@@ -7431,7 +6305,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$204  = w0_7_1;
     if (\$2 ) begin
       \$204  = w0_6_1;
@@ -7441,7 +6315,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$205  = w0_0_2;
     if (\$2 ) begin
       \$205  = w_row[23:16];
@@ -7451,7 +6325,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$206  = w0_1_2;
     if (\$2 ) begin
       \$206  = w0_0_2;
@@ -7461,7 +6335,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$207  = w0_2_2;
     if (\$2 ) begin
       \$207  = w0_1_2;
@@ -7471,7 +6345,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$208  = w0_3_2;
     if (\$2 ) begin
       \$208  = w0_2_2;
@@ -7481,7 +6355,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$209  = w0_4_2;
     if (\$2 ) begin
       \$209  = w0_3_2;
@@ -7491,7 +6365,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$210  = w0_5_2;
     if (\$2 ) begin
       \$210  = w0_4_2;
@@ -7501,7 +6375,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$211  = w0_6_2;
     if (\$2 ) begin
       \$211  = w0_5_2;
@@ -7511,7 +6385,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$212  = w0_7_2;
     if (\$2 ) begin
       \$212  = w0_6_2;
@@ -7521,7 +6395,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$213  = w0_0_3;
     if (\$2 ) begin
       \$213  = w_row[31:24];
@@ -7531,7 +6405,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$214  = w0_1_3;
     if (\$2 ) begin
       \$214  = w0_0_3;
@@ -7541,7 +6415,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$215  = w0_2_3;
     if (\$2 ) begin
       \$215  = w0_1_3;
@@ -7551,7 +6425,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$216  = w0_3_3;
     if (\$2 ) begin
       \$216  = w0_2_3;
@@ -7561,7 +6435,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$217  = w0_4_3;
     if (\$2 ) begin
       \$217  = w0_3_3;
@@ -7571,7 +6445,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$218  = w0_5_3;
     if (\$2 ) begin
       \$218  = w0_4_3;
@@ -7581,7 +6455,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$219  = w0_6_3;
     if (\$2 ) begin
       \$219  = w0_5_3;
@@ -7591,7 +6465,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$220  = w0_7_3;
     if (\$2 ) begin
       \$220  = w0_6_3;
@@ -7601,7 +6475,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$221  = w0_0_4;
     if (\$2 ) begin
       \$221  = w_row[39:32];
@@ -7611,7 +6485,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$222  = w0_1_4;
     if (\$2 ) begin
       \$222  = w0_0_4;
@@ -7621,7 +6495,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$223  = w0_2_4;
     if (\$2 ) begin
       \$223  = w0_1_4;
@@ -7631,7 +6505,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$224  = w0_3_4;
     if (\$2 ) begin
       \$224  = w0_2_4;
@@ -7641,7 +6515,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$225  = w0_4_4;
     if (\$2 ) begin
       \$225  = w0_3_4;
@@ -7651,7 +6525,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$226  = w0_5_4;
     if (\$2 ) begin
       \$226  = w0_4_4;
@@ -7661,7 +6535,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$227  = w0_6_4;
     if (\$2 ) begin
       \$227  = w0_5_4;
@@ -7671,7 +6545,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$228  = w0_7_4;
     if (\$2 ) begin
       \$228  = w0_6_4;
@@ -7681,7 +6555,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$229  = w0_0_5;
     if (\$2 ) begin
       \$229  = w_row[47:40];
@@ -7691,7 +6565,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$230  = w0_1_5;
     if (\$2 ) begin
       \$230  = w0_0_5;
@@ -7701,7 +6575,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$231  = w0_2_5;
     if (\$2 ) begin
       \$231  = w0_1_5;
@@ -7711,7 +6585,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$232  = w0_3_5;
     if (\$2 ) begin
       \$232  = w0_2_5;
@@ -7721,7 +6595,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$233  = w0_4_5;
     if (\$2 ) begin
       \$233  = w0_3_5;
@@ -7731,7 +6605,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$234  = w0_5_5;
     if (\$2 ) begin
       \$234  = w0_4_5;
@@ -7741,7 +6615,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$235  = w0_6_5;
     if (\$2 ) begin
       \$235  = w0_5_5;
@@ -7751,7 +6625,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$236  = w0_7_5;
     if (\$2 ) begin
       \$236  = w0_6_5;
@@ -7761,7 +6635,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$237  = w0_0_6;
     if (\$2 ) begin
       \$237  = w_row[55:48];
@@ -7771,7 +6645,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$238  = w0_1_6;
     if (\$2 ) begin
       \$238  = w0_0_6;
@@ -7781,7 +6655,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$239  = w0_2_6;
     if (\$2 ) begin
       \$239  = w0_1_6;
@@ -7791,7 +6665,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$240  = w0_3_6;
     if (\$2 ) begin
       \$240  = w0_2_6;
@@ -7801,7 +6675,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$241  = w0_4_6;
     if (\$2 ) begin
       \$241  = w0_3_6;
@@ -7811,7 +6685,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$242  = w0_5_6;
     if (\$2 ) begin
       \$242  = w0_4_6;
@@ -7821,7 +6695,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$243  = w0_6_6;
     if (\$2 ) begin
       \$243  = w0_5_6;
@@ -7831,7 +6705,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$244  = w0_7_6;
     if (\$2 ) begin
       \$244  = w0_6_6;
@@ -7841,7 +6715,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$245  = w0_0_7;
     if (\$2 ) begin
       \$245  = w_row[63:56];
@@ -7851,7 +6725,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$246  = w0_1_7;
     if (\$2 ) begin
       \$246  = w0_0_7;
@@ -7861,7 +6735,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$247  = w0_2_7;
     if (\$2 ) begin
       \$247  = w0_1_7;
@@ -7871,7 +6745,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$248  = w0_3_7;
     if (\$2 ) begin
       \$248  = w0_2_7;
@@ -7881,7 +6755,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$249  = w0_4_7;
     if (\$2 ) begin
       \$249  = w0_3_7;
@@ -7891,7 +6765,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$250  = w0_5_7;
     if (\$2 ) begin
       \$250  = w0_4_7;
@@ -7901,7 +6775,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$251  = w0_6_7;
     if (\$2 ) begin
       \$251  = w0_5_7;
@@ -7911,7 +6785,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$252  = w0_7_7;
     if (\$2 ) begin
       \$252  = w0_6_7;
@@ -7921,7 +6795,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$253  = w1_0_0;
     if (\$4 ) begin
       \$253  = w_row[7:0];
@@ -7931,7 +6805,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$254  = w1_1_0;
     if (\$4 ) begin
       \$254  = w1_0_0;
@@ -7941,7 +6815,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$255  = w1_2_0;
     if (\$4 ) begin
       \$255  = w1_1_0;
@@ -7951,7 +6825,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$256  = w1_3_0;
     if (\$4 ) begin
       \$256  = w1_2_0;
@@ -7961,7 +6835,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$257  = w1_4_0;
     if (\$4 ) begin
       \$257  = w1_3_0;
@@ -7971,7 +6845,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$258  = w1_5_0;
     if (\$4 ) begin
       \$258  = w1_4_0;
@@ -7981,7 +6855,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$259  = w1_6_0;
     if (\$4 ) begin
       \$259  = w1_5_0;
@@ -7991,7 +6865,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$260  = w1_7_0;
     if (\$4 ) begin
       \$260  = w1_6_0;
@@ -8001,7 +6875,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$261  = w1_0_1;
     if (\$4 ) begin
       \$261  = w_row[15:8];
@@ -8011,7 +6885,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$262  = w1_1_1;
     if (\$4 ) begin
       \$262  = w1_0_1;
@@ -8021,7 +6895,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$263  = w1_2_1;
     if (\$4 ) begin
       \$263  = w1_1_1;
@@ -8031,7 +6905,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$264  = w1_3_1;
     if (\$4 ) begin
       \$264  = w1_2_1;
@@ -8041,7 +6915,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$265  = w1_4_1;
     if (\$4 ) begin
       \$265  = w1_3_1;
@@ -8051,7 +6925,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$266  = w1_5_1;
     if (\$4 ) begin
       \$266  = w1_4_1;
@@ -8061,7 +6935,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$267  = w1_6_1;
     if (\$4 ) begin
       \$267  = w1_5_1;
@@ -8071,7 +6945,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$268  = w1_7_1;
     if (\$4 ) begin
       \$268  = w1_6_1;
@@ -8081,7 +6955,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$269  = w1_0_2;
     if (\$4 ) begin
       \$269  = w_row[23:16];
@@ -8091,7 +6965,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$270  = w1_1_2;
     if (\$4 ) begin
       \$270  = w1_0_2;
@@ -8101,7 +6975,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$271  = w1_2_2;
     if (\$4 ) begin
       \$271  = w1_1_2;
@@ -8111,7 +6985,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$272  = w1_3_2;
     if (\$4 ) begin
       \$272  = w1_2_2;
@@ -8121,7 +6995,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$273  = w1_4_2;
     if (\$4 ) begin
       \$273  = w1_3_2;
@@ -8131,7 +7005,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$274  = w1_5_2;
     if (\$4 ) begin
       \$274  = w1_4_2;
@@ -8141,7 +7015,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$275  = w1_6_2;
     if (\$4 ) begin
       \$275  = w1_5_2;
@@ -8151,7 +7025,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$276  = w1_7_2;
     if (\$4 ) begin
       \$276  = w1_6_2;
@@ -8161,7 +7035,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$277  = w1_0_3;
     if (\$4 ) begin
       \$277  = w_row[31:24];
@@ -8171,7 +7045,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$278  = w1_1_3;
     if (\$4 ) begin
       \$278  = w1_0_3;
@@ -8181,7 +7055,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$279  = w1_2_3;
     if (\$4 ) begin
       \$279  = w1_1_3;
@@ -8191,7 +7065,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$280  = w1_3_3;
     if (\$4 ) begin
       \$280  = w1_2_3;
@@ -8201,7 +7075,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$281  = w1_4_3;
     if (\$4 ) begin
       \$281  = w1_3_3;
@@ -8211,7 +7085,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$282  = w1_5_3;
     if (\$4 ) begin
       \$282  = w1_4_3;
@@ -8221,7 +7095,7 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$3 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     \$283  = w1_6_3;
     if (\$4 ) begin
       \$283  = w1_5_3;
@@ -8268,8 +7142,300 @@ module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy, r_en);
-  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+module \dx1_tile_core_a8.banks (rst, loaded, empty, full, load_start, load_bank, loaded_bank, stream_start, stream_end, stream_bank, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire [5:0] \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  reg [2:0] \$31 ;
+  reg [4:0] \$32 ;
+  reg [2:0] \$33 ;
+  reg [4:0] \$34 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire [5:0] \$9 ;
+  reg [4:0] bank0_drain = 5'h00;
+  reg [2:0] bank0_state = 3'h0;
+  reg [4:0] bank1_drain = 5'h00;
+  reg [2:0] bank1_state = 3'h0;
+  input clk;
+  wire clk;
+  output [1:0] empty;
+  wire [1:0] empty;
+  output [1:0] full;
+  wire [1:0] full;
+  input load_bank;
+  wire load_bank;
+  input load_start;
+  wire load_start;
+  input loaded;
+  wire loaded;
+  input loaded_bank;
+  wire loaded_bank;
+  input rst;
+  wire rst;
+  input stream_bank;
+  wire stream_bank;
+  input stream_end;
+  wire stream_end;
+  input stream_start;
+  wire stream_start;
+  assign \$1  = ! bank0_state;
+  assign \$2  = bank0_state == 2'h2;
+  assign \$3  = ! bank1_state;
+  assign \$4  = bank1_state == 2'h2;
+  assign \$5  = bank0_state == 3'h4;
+  assign \$6  = ! bank0_drain;
+  assign \$7  = \$5  & \$6 ;
+  assign \$8  = bank0_state == 3'h4;
+  assign \$9  = bank0_drain - 1'h1;
+  assign \$10  = bank1_state == 3'h4;
+  assign \$11  = ! bank1_drain;
+  assign \$12  = \$10  & \$11 ;
+  assign \$13  = bank1_state == 3'h4;
+  assign \$14  = bank1_drain - 1'h1;
+  assign \$15  = ! load_bank;
+  assign \$16  = load_start & \$15 ;
+  assign \$18  = load_start & \$17 ;
+  assign \$19  = ! loaded_bank;
+  assign \$20  = loaded & \$19 ;
+  assign \$22  = loaded & \$21 ;
+  assign \$23  = ! stream_bank;
+  assign \$24  = stream_start & \$23 ;
+  assign \$26  = stream_start & \$25 ;
+  assign \$27  = ! stream_bank;
+  assign \$28  = stream_end & \$27 ;
+  assign \$30  = stream_end & \$29 ;
+  always @(posedge clk)
+    bank0_state <= \$31 ;
+  always @(posedge clk)
+    bank0_drain <= \$32 ;
+  always @(posedge clk)
+    bank1_state <= \$33 ;
+  always @(posedge clk)
+    bank1_drain <= \$34 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$31  = bank0_state;
+    if (\$7 ) begin
+      \$31  = 3'h0;
+    end
+    if (\$16 ) begin
+      \$31  = 3'h1;
+    end
+    if (\$20 ) begin
+      \$31  = 3'h2;
+    end
+    if (\$24 ) begin
+      \$31  = 3'h3;
+    end
+    if (\$28 ) begin
+      \$31  = 3'h4;
+    end
+    if (rst) begin
+      \$31  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$32  = bank0_drain;
+    if (\$7 ) begin
+    end else if (\$8 ) begin
+      \$32  = \$9 [4:0];
+    end
+    if (\$28 ) begin
+      \$32  = 5'h10;
+    end
+    if (rst) begin
+      \$32  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$33  = bank1_state;
+    if (\$12 ) begin
+      \$33  = 3'h0;
+    end
+    if (\$18 ) begin
+      \$33  = 3'h1;
+    end
+    if (\$22 ) begin
+      \$33  = 3'h2;
+    end
+    if (\$26 ) begin
+      \$33  = 3'h3;
+    end
+    if (\$30 ) begin
+      \$33  = 3'h4;
+    end
+    if (rst) begin
+      \$33  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    \$34  = bank1_drain;
+    if (\$12 ) begin
+    end else if (\$13 ) begin
+      \$34  = \$14 [4:0];
+    end
+    if (\$30 ) begin
+      \$34  = 5'h10;
+    end
+    if (rst) begin
+      \$34  = 5'h00;
+    end
+  end
+  assign full[1] = \$4 ;
+  assign full[0] = \$2 ;
+  assign empty[1] = \$3 ;
+  assign empty[0] = \$1 ;
+  assign \$17  = load_bank;
+  assign \$21  = loaded_bank;
+  assign \$25  = stream_bank;
+  assign \$29  = stream_bank;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.completions (clk, rst, pending, credit, done__tdata, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+  wire [4:0] \$1 ;
+  wire [5:0] \$2 ;
+  reg [3:0] \$3 ;
+  input clk;
+  wire clk;
+  output credit;
+  wire credit;
+  output [31:0] done__tdata;
+  wire [31:0] done__tdata;
+  wire done__tready;
+  output done__tvalid;
+  wire done__tvalid;
+  input [7:0] gemm__opcode;
+  wire [7:0] gemm__opcode;
+  input [7:0] gemm__status;
+  wire [7:0] gemm__status;
+  input [15:0] gemm__tag;
+  wire [15:0] gemm__tag;
+  input gemm__valid;
+  wire gemm__valid;
+  input [7:0] issue__opcode;
+  wire [7:0] issue__opcode;
+  input [7:0] issue__status;
+  wire [7:0] issue__status;
+  input [15:0] issue__tag;
+  wire [15:0] issue__tag;
+  input issue__valid;
+  wire issue__valid;
+  reg [3:0] outstanding = 4'h0;
+  output pending;
+  wire pending;
+  wire popped;
+  input [7:0] postop__opcode;
+  wire [7:0] postop__opcode;
+  input [7:0] postop__status;
+  wire [7:0] postop__status;
+  input [15:0] postop__tag;
+  wire [15:0] postop__tag;
+  input postop__valid;
+  wire postop__valid;
+  wire [31:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input reserve;
+  wire reserve;
+  input rst;
+  wire rst;
+  reg [31:0] w_data;
+  reg w_en;
+  always @(posedge clk)
+    outstanding <= \$3 ;
+  assign popped = done__tvalid & r_en;
+  assign pending = | outstanding;
+  assign credit = outstanding < 4'h8;
+  assign \$1  = outstanding + reserve;
+  assign \$2  = \$1  - popped;
+  \dx1_tile_core_a8.completions.done_fifo  done_fifo (
+    .clk(clk),
+    .r_data(done__tdata),
+    .r_en(r_en),
+    .r_rdy(done__tvalid),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    w_data = 32'd0;
+    if (issue__valid) begin
+      w_data[15:0] = issue__tag;
+      w_data[23:16] = issue__status;
+      w_data[31:24] = issue__opcode;
+    end
+    if (gemm__valid) begin
+      w_data[15:0] = gemm__tag;
+      w_data[23:16] = gemm__status;
+      w_data[31:24] = gemm__opcode;
+    end
+    if (postop__valid) begin
+      w_data[15:0] = postop__tag;
+      w_data[23:16] = postop__status;
+      w_data[31:24] = postop__opcode;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    \$3  = \$2 [3:0];
+    if (rst) begin
+      \$3  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    w_en = 1'h0;
+    if (issue__valid) begin
+      w_en = 1'h1;
+    end
+    if (gemm__valid) begin
+      w_en = 1'h1;
+    end
+    if (postop__valid) begin
+      w_en = 1'h1;
+    end
+  end
+  assign r_data = done__tdata;
+  assign r_rdy = done__tvalid;
+  assign done__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.completions.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [3:0] \$11 ;
@@ -8397,7 +7563,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [2:0];
@@ -8407,7 +7573,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [2:0];
@@ -8417,7 +7583,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [2:0];
@@ -8430,7 +7596,7 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$4 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -8450,8 +7616,636 @@ module \dx1_tile_core_a8.done_fifo (clk, rst, r_data, w_en, w_port__data, r_rdy,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1006$80 , \port$1006$128 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
+module \dx1_tile_core_a8.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, command, holding, status, take, cmd__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
+  wire \$1 ;
+  wire [32:0] \$10 ;
+  wire \$11 ;
+  wire [32:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [16:0] \$15 ;
+  wire \$16 ;
+  wire [3:0] \$17 ;
+  wire [3:0] \$18 ;
+  wire [3:0] \$19 ;
+  wire [255:0] \$2 ;
+  wire [3:0] \$20 ;
+  wire [255:0] \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire \$26 ;
+  wire [16:0] \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire [3:0] \$32 ;
+  wire [3:0] \$33 ;
+  wire [3:0] \$34 ;
+  wire [3:0] \$35 ;
+  wire [3:0] \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [3:0] \$4 ;
+  wire [2:0] \$40 ;
+  wire [31:0] \$41 ;
+  wire [19:0] \$42 ;
+  reg [255:0] \$43 ;
+  reg \$44 ;
+  reg [1:0] \$45 ;
+  reg [31:0] \$46 ;
+  reg [31:0] \$47 ;
+  reg [7:0] \$48 ;
+  wire [255:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg [31:0] a_rows = 32'd0;
+  reg [31:0] b_rows = 32'd0;
+  input clk;
+  wire clk;
+  input [255:0] cmd__tdata;
+  wire [255:0] cmd__tdata;
+  output cmd__tready;
+  wire cmd__tready;
+  input cmd__tvalid;
+  wire cmd__tvalid;
+  output [255:0] command;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  output decoded;
+  wire decoded;
+  output holding;
+  reg holding = 1'h0;
+  input rst;
+  wire rst;
+  reg [1:0] stage = 2'h0;
+  output [7:0] status;
+  reg [7:0] status = 8'h00;
+  reg [7:0] status_next;
+  input take;
+  wire take;
+  always @(posedge clk)
+    a_rows <= \$46 ;
+  always @(posedge clk)
+    b_rows <= \$47 ;
+  always @(posedge clk)
+    status <= \$48 ;
+  assign cmd__tready = ~ holding;
+  assign \$1  = stage == 2'h2;
+  assign decoded = holding & \$1 ;
+  assign \$3  = | \$2 ;
+  assign \$4  = \$3  ? 4'h2 : 4'h0;
+  assign \$6  = | \$5 ;
+  assign \$7  = ! command[127:112];
+  assign \$8  = ! command[143:128];
+  assign \$9  = \$7  | \$8 ;
+  assign \$10  = command[79:64] + a_rows;
+  assign \$11  = \$10  > 13'h1000;
+  assign \$12  = command[95:80] + b_rows;
+  assign \$13  = \$12  > 13'h1000;
+  assign \$14  = \$11  | \$13 ;
+  assign \$15  = command[111:96] + command[127:112];
+  assign \$16  = \$15  > 11'h400;
+  assign \$17  = \$16  ? 4'h6 : 4'h0;
+  assign \$18  = \$14  ? 4'h5 : \$17 ;
+  assign \$19  = \$9  ? 4'h3 : \$18 ;
+  assign \$20  = \$6  ? 4'h2 : \$19 ;
+  assign \$22  = | \$21 ;
+  assign \$23  = ! command[111:96];
+  assign \$24  = command[149:144] > 6'h2f;
+  assign \$25  = command[95:80] + command[111:96];
+  assign \$26  = \$25  > 13'h1000;
+  assign \$27  = command[79:64] + command[111:96];
+  assign \$28  = \$27  > 11'h400;
+  assign \$29  = command[127:112] >= 11'h400;
+  assign \$30  = command[9] & \$29 ;
+  assign \$31  = \$28  | \$30 ;
+  assign \$32  = \$31  ? 4'h6 : 4'h0;
+  assign \$33  = \$26  ? 4'h5 : \$32 ;
+  assign \$34  = \$24  ? 4'h4 : \$33 ;
+  assign \$35  = \$23  ? 4'h3 : \$34 ;
+  assign \$36  = \$22  ? 4'h2 : \$35 ;
+  assign \$37  = cmd__tvalid & cmd__tready;
+  assign \$38  = stage != 2'h2;
+  assign \$39  = holding & \$38 ;
+  assign \$40  = stage + 1'h1;
+  assign \$41  = command[143:128] * command[127:112];
+  assign \$42  = command[143:128] * 4'h8;
+  always @(posedge clk)
+    command <= \$43 ;
+  always @(posedge clk)
+    holding <= \$44 ;
+  always @(posedge clk)
+    stage <= \$45 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$46  = \$41 ;
+    if (rst) begin
+      \$46  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$47  = { 12'h000, \$42  };
+    if (rst) begin
+      \$47  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$48  = status_next;
+    if (rst) begin
+      \$48  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    (* full_case = 32'd1 *)
+    casez (command[7:0])
+      8'h00:
+          status_next = { 4'h0, \$4  };
+      8'h03:
+          status_next = { 4'h0, \$20  };
+      8'h04:
+          status_next = { 4'h0, \$36  };
+      default:
+          status_next = 8'h01;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$43  = command;
+    if (\$37 ) begin
+      \$43  = cmd__tdata;
+    end
+    if (rst) begin
+      \$43  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$44  = holding;
+    if (\$37 ) begin
+      \$44  = 1'h1;
+    end else if (take) begin
+      \$44  = 1'h0;
+    end
+    if (rst) begin
+      \$44  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$45  = stage;
+    if (\$37 ) begin
+      \$45  = 2'h0;
+    end else if (take) begin
+    end else if (\$39 ) begin
+      \$45  = \$40 [1:0];
+    end
+    if (rst) begin
+      \$45  = 2'h0;
+    end
+  end
+  assign { \$2 [31:16], \$2 [7:0] } = 24'h000000;
+  assign { \$2 [255:32], \$2 [15:8] } = { command[255:32], command[15:8] };
+  assign { \$5 [143:64], \$5 [31:16], \$5 [8:0] } = 105'h000000000000000000000000000;
+  assign { \$5 [255:144], \$5 [63:32], \$5 [15:9] } = { command[255:144], command[63:32], command[15:9] };
+  assign { \$21 [149:64], \$21 [31:16], \$21 [9:0] } = 112'h0000000000000000000000000000;
+  assign { \$21 [255:150], \$21 [63:32], \$21 [15:10] } = { command[255:150], command[63:32], command[15:10] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.issue$192 (rst, queues_ready, decoded, credit, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, postop, gemm_done, postop_busy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
+  wire [4:0] \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  reg [3:0] \$12 ;
+  wire [5:0] \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  input credit;
+  wire credit;
+  input decoded;
+  wire decoded;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  output gemm;
+  reg gemm;
+  input gemm_done;
+  wire gemm_done;
+  reg [3:0] gemm_inflight = 4'h0;
+  wire idle;
+  output postop;
+  reg postop;
+  input postop_busy;
+  wire postop_busy;
+  input queues_ready;
+  wire queues_ready;
+  input rst;
+  wire rst;
+  input [7:0] status;
+  wire [7:0] status;
+  output take;
+  reg take;
+  assign \$1  = gemm_inflight + gemm;
+  assign \$2  = \$1  - gemm_done;
+  assign \$3  = ! gemm_inflight;
+  assign \$4  = ~ postop_busy;
+  assign idle = \$3  & \$4 ;
+  assign \$5  = decoded & credit;
+  assign \$6  = | status;
+  assign \$7  = ! command[7:0];
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = command[7:0] == 2'h3;
+  assign \$10  = ~ postop_busy;
+  assign \$11  = \$10  & queues_ready;
+  always @(posedge clk)
+    gemm_inflight <= \$12 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    \$12  = \$2 [3:0];
+    if (rst) begin
+      \$12  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    take = 1'h0;
+    if (\$5 ) begin
+      (* full_case = 32'd1 *)
+      if (\$8 ) begin
+        if (idle) begin
+          take = 1'h1;
+        end
+      end else if (\$9 ) begin
+        if (\$11 ) begin
+          take = 1'h1;
+        end
+      end else begin
+        if (idle) begin
+          take = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__valid = 1'h0;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__valid = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__tag = 16'h0000;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__tag = command[31:16];
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__status = 8'h00;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__status = status;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    done__opcode = 8'h00;
+    if (\$5 ) begin
+      if (\$8 ) begin
+        if (idle) begin
+          done__opcode = command[7:0];
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    gemm = 1'h0;
+    if (\$5 ) begin
+      if (\$8 ) begin
+      end else if (\$9 ) begin
+        if (\$11 ) begin
+          gemm = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    postop = 1'h0;
+    if (\$5 ) begin
+      (* full_case = 32'd1 *)
+      if (\$8 ) begin
+      end else if (\$9 ) begin
+      end else begin
+        if (idle) begin
+          postop = 1'h1;
+        end
+      end
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.loader (rst, w_row, issue, loaded, room, w_data, w_en, bank_empty, spm_addr, load_start, bank, w_load, loaded_bank, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$11  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [3:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [12:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  reg [2:0] \$24 ;
+  reg \$25 ;
+  reg [11:0] \$26 ;
+  reg [15:0] \$27 ;
+  reg \$28 ;
+  reg \$29 ;
+  wire \$3 ;
+  reg \$30 ;
+  reg \$31 ;
+  wire [12:0] \$4 ;
+  wire [13:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg active = 1'h0;
+  reg [11:0] addr = 12'h000;
+  output bank;
+  reg bank = 1'h0;
+  input [1:0] bank_empty;
+  wire [1:0] bank_empty;
+  input clk;
+  wire clk;
+  wire finishing;
+  output issue;
+  wire issue;
+  wire [27:0] job;
+  wire [11:0] \job.b_addr ;
+  wire [15:0] \job.k_chunks ;
+  reg last = 1'h0;
+  reg [15:0] left = 16'h0000;
+  (* init = 1'h0 *)
+  wire load_bank;
+  output load_start;
+  reg load_start;
+  output loaded;
+  wire loaded;
+  output loaded_bank;
+  reg loaded_bank = 1'h0;
+  wire push;
+  wire [27:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  output room;
+  wire room;
+  reg [2:0] row = 3'h0;
+  input rst;
+  wire rst;
+  output [11:0] spm_addr;
+  reg [11:0] spm_addr;
+  wire [63:0] spm_data;
+  (* init = 1'h0 *)
+  wire w_bank;
+  input [27:0] w_data;
+  wire [27:0] w_data;
+  input w_en;
+  wire w_en;
+  output w_load;
+  reg w_load = 1'h0;
+  wire w_rdy;
+  input [63:0] w_row;
+  wire [63:0] w_row;
+  assign \$1  = | row;
+  assign \$2  = bank ? bank_empty[1] : bank_empty[0];
+  assign \$3  = \$1  | \$2 ;
+  assign issue = active & \$3 ;
+  assign \$4  = addr + 3'h7;
+  assign \$5  = \$4  - row;
+  assign \$6  = ! row;
+  assign \$7  = row == 3'h7;
+  assign \$8  = issue & \$7 ;
+  assign \$9  = left == 1'h1;
+  assign finishing = \$8  & \$9 ;
+  assign \$10  = ~ active;
+  assign \$11  = \$10  | finishing;
+  assign \$12  = r_rdy & \$11 ;
+  assign loaded = w_load & last;
+  assign \$13  = row + 1'h1;
+  assign \$14  = row == 3'h7;
+  assign \$15  = ~ bank;
+  assign \$16  = addr + 4'h8;
+  assign \$17  = left - 1'h1;
+  assign \$18  = left == 1'h1;
+  assign \$19  = ~ active;
+  assign \$20  = \$19  | finishing;
+  assign \$21  = r_rdy & \$20 ;
+  assign \$22  = row == 3'h7;
+  assign \$23  = issue & \$22 ;
+  always @(posedge clk)
+    row <= \$24 ;
+  always @(posedge clk)
+    bank <= \$25 ;
+  always @(posedge clk)
+    addr <= \$26 ;
+  always @(posedge clk)
+    left <= \$27 ;
+  always @(posedge clk)
+    active <= \$28 ;
+  always @(posedge clk)
+    w_load <= \$29 ;
+  always @(posedge clk)
+    loaded_bank <= \$30 ;
+  always @(posedge clk)
+    last <= \$31 ;
+  \dx1_tile_core_a8.loader.load_q  load_q (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(room)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    spm_addr = 12'h000;
+    if (issue) begin
+      spm_addr = \$5 [11:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    load_start = 1'h0;
+    if (issue) begin
+      load_start = \$6 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    r_en = 1'h0;
+    if (\$12 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$24  = row;
+    if (issue) begin
+      \$24  = \$13 [2:0];
+      if (\$14 ) begin
+        \$24  = 3'h0;
+      end
+    end
+    if (\$21 ) begin
+      \$24  = 3'h0;
+    end
+    if (rst) begin
+      \$24  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$25  = bank;
+    if (issue) begin
+      if (\$14 ) begin
+        \$25  = \$15 ;
+      end
+    end
+    if (rst) begin
+      \$25  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$26  = addr;
+    if (issue) begin
+      if (\$14 ) begin
+        \$26  = \$16 [11:0];
+      end
+    end
+    if (\$21 ) begin
+      \$26  = r_data[11:0];
+    end
+    if (rst) begin
+      \$26  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$27  = left;
+    if (issue) begin
+      if (\$14 ) begin
+        \$27  = \$17 [15:0];
+      end
+    end
+    if (\$21 ) begin
+      \$27  = r_data[27:12];
+    end
+    if (rst) begin
+      \$27  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$28  = active;
+    if (issue) begin
+      if (\$14 ) begin
+        if (\$18 ) begin
+          \$28  = 1'h0;
+        end
+      end
+    end
+    if (\$21 ) begin
+      \$28  = 1'h1;
+    end
+    if (rst) begin
+      \$28  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$29  = issue;
+    if (rst) begin
+      \$29  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$30  = bank;
+    if (rst) begin
+      \$30  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$11 ) begin end
+    \$31  = \$23 ;
+    if (rst) begin
+      \$31  = 1'h0;
+    end
+  end
+  assign job = w_data;
+  assign push = w_en;
+  assign w_rdy = room;
+  assign load_bank = bank;
+  assign spm_data = w_row;
+  assign w_bank = loaded_bank;
+  assign \job.b_addr  = w_data[11:0];
+  assign \job.k_chunks  = w_data[27:12];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.loader.load_q (rst, w_rdy, r_rdy, r_data, w_port__data, w_en, r_en, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -8474,10 +8268,6 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [15:0] \port$1006$128 ;
-  wire [15:0] \port$1006$128 ;
-  input [11:0] \port$1006$80 ;
-  wire [11:0] \port$1006$80 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [27:0] r_data;
@@ -8498,6 +8288,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   (* init = 3'h0 *)
   wire [2:0] w_level;
   reg [1:0] w_port__addr = 2'h0;
+  input [27:0] w_port__data;
   wire [27:0] w_port__data;
   wire w_port__en;
   output w_rdy;
@@ -8511,7 +8302,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1006$128 , \port$1006$80  };
+      storage[w_port__addr] <= w_port__data;
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -8538,7 +8329,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -8548,7 +8339,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -8558,7 +8349,7 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -8573,15 +8364,417 @@ module \dx1_tile_core_a8.load_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$10
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1006$128 , \port$1006$80  };
-  assign w_data = { \port$1006$128 , \port$1006$80  };
+  assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
+module \dx1_tile_core_a8.postops (rst, row, acc_use, command, start, acc_addr, spm_addr, spm_data, done__valid, done__tag, done__status, done__opcode, busy, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$13  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg [9:0] \$11 ;
+  reg [11:0] \$12 ;
+  reg [15:0] \$13 ;
+  reg [15:0] \$14 ;
+  reg \$15 ;
+  reg [255:0] \$16 ;
+  reg [15:0] \$17 ;
+  reg [5:0] \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg \$20 ;
+  reg [12:0] \$21 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire [10:0] \$6 ;
+  wire [12:0] \$7 ;
+  wire [16:0] \$8 ;
+  wire \$9 ;
+  output [9:0] acc_addr;
+  reg [9:0] acc_addr;
+  wire [255:0] acc_data;
+  output acc_use;
+  wire acc_use;
+  reg [255:0] bias = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [255:0] \bias$10 ;
+  wire [31:0] \bias$10[0] ;
+  wire [31:0] \bias$10[1] ;
+  wire [31:0] \bias$10[2] ;
+  wire [31:0] \bias$10[3] ;
+  wire [31:0] \bias$10[4] ;
+  wire [31:0] \bias$10[5] ;
+  wire [31:0] \bias$10[6] ;
+  wire [31:0] \bias$10[7] ;
+  wire [31:0] \bias[0] ;
+  wire [31:0] \bias[1] ;
+  wire [31:0] \bias[2] ;
+  wire [31:0] \bias[3] ;
+  wire [31:0] \bias[4] ;
+  wire [31:0] \bias[5] ;
+  wire [31:0] \bias[6] ;
+  wire [31:0] \bias[7] ;
+  reg bias_pending = 1'h0;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  reg [12:0] ctl = 13'h0000;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  reg [11:0] dst = 12'h000;
+  reg [15:0] left = 16'h0000;
+  reg [15:0] mult = 16'h0000;
+  wire [63:0] out;
+  wire [7:0] \out[0] ;
+  wire [7:0] \out[1] ;
+  wire [7:0] \out[2] ;
+  wire [7:0] \out[3] ;
+  wire [7:0] \out[4] ;
+  wire [7:0] \out[5] ;
+  wire [7:0] \out[6] ;
+  wire [7:0] \out[7] ;
+  wire [12:0] out_ctl;
+  wire out_valid;
+  reg reading;
+  reg relu = 1'h0;
+  input [255:0] row;
+  wire [255:0] row;
+  wire [31:0] \row[0] ;
+  wire [31:0] \row[1] ;
+  wire [31:0] \row[2] ;
+  wire [31:0] \row[3] ;
+  wire [31:0] \row[4] ;
+  wire [31:0] \row[5] ;
+  wire [31:0] \row[6] ;
+  wire [31:0] \row[7] ;
+  (* init = 13'h0000 *)
+  wire [12:0] row_ctl;
+  wire [11:0] \row_ctl.dst ;
+  wire \row_ctl.last ;
+  reg row_valid = 1'h0;
+  (* init = 1'h0 *)
+  wire \row_valid$14 ;
+  input rst;
+  wire rst;
+  reg [5:0] shift = 6'h00;
+  output [11:0] spm_addr;
+  reg [11:0] spm_addr;
+  output [63:0] spm_data;
+  reg [63:0] spm_data;
+  reg [9:0] src = 10'h000;
+  input start;
+  wire start;
+  reg [15:0] tag = 16'h0000;
+  output writing;
+  wire writing;
+  assign \$1  = start | bias_pending;
+  assign acc_use = \$1  | reading;
+  assign \$2  = | left;
+  assign \$3  = busy & \$2 ;
+  assign \$4  = | left;
+  assign \$5  = busy & \$4 ;
+  assign \$6  = src + 1'h1;
+  assign \$7  = dst + 1'h1;
+  assign \$8  = left - 1'h1;
+  assign \$9  = left == 1'h1;
+  always @(posedge clk)
+    busy <= \$10 ;
+  always @(posedge clk)
+    src <= \$11 ;
+  always @(posedge clk)
+    dst <= \$12 ;
+  always @(posedge clk)
+    left <= \$13 ;
+  always @(posedge clk)
+    tag <= \$14 ;
+  always @(posedge clk)
+    bias_pending <= \$15 ;
+  always @(posedge clk)
+    bias <= \$16 ;
+  always @(posedge clk)
+    mult <= \$17 ;
+  always @(posedge clk)
+    shift <= \$18 ;
+  always @(posedge clk)
+    relu <= \$19 ;
+  always @(posedge clk)
+    row_valid <= \$20 ;
+  always @(posedge clk)
+    ctl <= \$21 ;
+  \dx1_tile_core_a8.postops.postop  postop (
+    .bias(bias),
+    .clk(clk),
+    .ctl(ctl),
+    .ctl_s4(out_ctl),
+    .mult(mult),
+    .out(out),
+    .relu(relu),
+    .row(row),
+    .row_valid(row_valid),
+    .rst(rst),
+    .shift(shift),
+    .valid_s4(writing)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    acc_addr = 10'h000;
+    if (start) begin
+      if (command[9]) begin
+        acc_addr = command[121:112];
+      end
+    end else if (bias_pending) begin
+    end else if (\$3 ) begin
+      acc_addr = src;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    reading = 1'h0;
+    if (start) begin
+    end else if (bias_pending) begin
+    end else if (\$3 ) begin
+      reading = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    spm_addr = 12'h000;
+    if (writing) begin
+      spm_addr = out_ctl[11:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    spm_data = 64'h0000000000000000;
+    if (writing) begin
+      spm_data = out;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__valid = 1'h0;
+    if (writing) begin
+      if (out_ctl[12]) begin
+        done__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__tag = 16'h0000;
+    if (writing) begin
+      if (out_ctl[12]) begin
+        done__tag = tag;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__status = 8'h00;
+    if (writing) begin
+      if (out_ctl[12]) begin
+        done__status = 8'h00;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    done__opcode = 8'h00;
+    if (writing) begin
+      if (out_ctl[12]) begin
+        done__opcode = 8'h04;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$10  = busy;
+    if (start) begin
+      \$10  = 1'h1;
+    end
+    if (writing) begin
+      if (out_ctl[12]) begin
+        \$10  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$11  = src;
+    if (start) begin
+      \$11  = command[73:64];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$11  = \$6 [9:0];
+    end
+    if (rst) begin
+      \$11  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$12  = dst;
+    if (start) begin
+      \$12  = command[91:80];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$12  = \$7 [11:0];
+    end
+    if (rst) begin
+      \$12  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$13  = left;
+    if (start) begin
+      \$13  = command[111:96];
+    end else if (bias_pending) begin
+    end else if (\$5 ) begin
+      \$13  = \$8 [15:0];
+    end
+    if (rst) begin
+      \$13  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$14  = tag;
+    if (start) begin
+      \$14  = command[31:16];
+    end
+    if (rst) begin
+      \$14  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$15  = bias_pending;
+    if (start) begin
+      \$15  = command[9];
+    end else if (bias_pending) begin
+      \$15  = 1'h0;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$16  = bias;
+    if (start) begin
+      \$16  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end else if (bias_pending) begin
+      \$16  = row;
+    end
+    if (rst) begin
+      \$16  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$17  = mult;
+    if (start) begin
+      \$17  = command[143:128];
+    end
+    if (rst) begin
+      \$17  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$18  = shift;
+    if (start) begin
+      \$18  = command[149:144];
+    end
+    if (rst) begin
+      \$18  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$19  = relu;
+    if (start) begin
+      \$19  = command[8];
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$20  = reading;
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$13 ) begin end
+    \$21 [11:0] = dst;
+    \$21 [12] = \$9 ;
+    if (rst) begin
+      \$21  = 13'h0000;
+    end
+  end
+  assign \bias$10  = bias;
+  assign acc_data = row;
+  assign \row_valid$14  = row_valid;
+  assign row_ctl = ctl;
+  assign out_valid = writing;
+  assign \bias[0]  = bias[31:0];
+  assign \bias[1]  = bias[63:32];
+  assign \bias[2]  = bias[95:64];
+  assign \bias[3]  = bias[127:96];
+  assign \bias[4]  = bias[159:128];
+  assign \bias[5]  = bias[191:160];
+  assign \bias[6]  = bias[223:192];
+  assign \bias[7]  = bias[255:224];
+  assign \bias$10[0]  = bias[31:0];
+  assign \bias$10[1]  = bias[63:32];
+  assign \bias$10[2]  = bias[95:64];
+  assign \bias$10[3]  = bias[127:96];
+  assign \bias$10[4]  = bias[159:128];
+  assign \bias$10[5]  = bias[191:160];
+  assign \bias$10[6]  = bias[223:192];
+  assign \bias$10[7]  = bias[255:224];
+  assign \row[0]  = row[31:0];
+  assign \row[1]  = row[63:32];
+  assign \row[2]  = row[95:64];
+  assign \row[3]  = row[127:96];
+  assign \row[4]  = row[159:128];
+  assign \row[5]  = row[191:160];
+  assign \row[6]  = row[223:192];
+  assign \row[7]  = row[255:224];
+  assign \row_ctl.dst  = ctl[11:0];
+  assign \row_ctl.last  = ctl[12];
+  assign \out[0]  = out[7:0];
+  assign \out[1]  = out[15:8];
+  assign \out[2]  = out[23:16];
+  assign \out[3]  = out[31:24];
+  assign \out[4]  = out[39:32];
+  assign \out[5]  = out[47:40];
+  assign \out[6]  = out[55:48];
+  assign \out[7]  = out[63:56];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.postops.postop (rst, row, bias, mult, shift, relu, row_valid, ctl, out, valid_s4, ctl_s4, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$14  = 0;
   wire [110:0] \$1 ;
   wire [50:0] \$10 ;
   wire \$100 ;
@@ -9099,42 +9292,42 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
   always @(posedge clk)
     ctl_s4 <= \$174 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$131  = \$2 [46:0];
     if (rst) begin
       \$131  = 47'h000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$132  = \$3 ;
     if (rst) begin
       \$132  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$133  = \$5 ;
     if (rst) begin
       \$133  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$134  = { \$6 [47], \$6  };
     if (rst) begin
       \$134  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$135  = \$10 [49:0];
     if (rst) begin
       \$135  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$136 [7:0] = \$74 [7:0];
     \$136 [15:8] = \$82 [7:0];
     \$136 [23:16] = \$90 [7:0];
@@ -9148,266 +9341,266 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$137  = \$11 ;
     if (rst) begin
       \$137  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$138  = \$13 ;
     if (rst) begin
       \$138  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$139  = { \$14 [47], \$14  };
     if (rst) begin
       \$139  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$140  = \$18 [49:0];
     if (rst) begin
       \$140  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$141  = \$19 ;
     if (rst) begin
       \$141  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$142  = \$21 ;
     if (rst) begin
       \$142  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$143  = { \$22 [47], \$22  };
     if (rst) begin
       \$143  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$144  = \$26 [49:0];
     if (rst) begin
       \$144  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$145  = \$27 ;
     if (rst) begin
       \$145  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$146  = \$29 ;
     if (rst) begin
       \$146  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$147  = { \$30 [47], \$30  };
     if (rst) begin
       \$147  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$148  = \$34 [49:0];
     if (rst) begin
       \$148  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$149  = \$35 ;
     if (rst) begin
       \$149  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$150  = \$37 ;
     if (rst) begin
       \$150  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$151  = { \$38 [47], \$38  };
     if (rst) begin
       \$151  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$152  = \$42 [49:0];
     if (rst) begin
       \$152  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$153  = \$43 ;
     if (rst) begin
       \$153  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$154  = \$45 ;
     if (rst) begin
       \$154  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$155  = { \$46 [47], \$46  };
     if (rst) begin
       \$155  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$156  = \$50 [49:0];
     if (rst) begin
       \$156  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$157  = \$51 ;
     if (rst) begin
       \$157  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$158  = \$53 ;
     if (rst) begin
       \$158  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$159  = { \$54 [47], \$54  };
     if (rst) begin
       \$159  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$160  = \$58 [49:0];
     if (rst) begin
       \$160  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$161  = \$59 ;
     if (rst) begin
       \$161  = 33'h000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$162  = \$61 ;
     if (rst) begin
       \$162  = 32'd0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$163  = { \$62 [47], \$62  };
     if (rst) begin
       \$163  = 49'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$164  = \$66 [49:0];
     if (rst) begin
       \$164  = 50'h0000000000000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$165  = row_valid;
     if (rst) begin
       \$165  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$166  = ctl;
     if (rst) begin
       \$166  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$167  = valid_s0;
     if (rst) begin
       \$167  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$168  = ctl_s0;
     if (rst) begin
       \$168  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$169  = valid_s1;
     if (rst) begin
       \$169  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$170  = ctl_s1;
     if (rst) begin
       \$170  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$171  = valid_s2;
     if (rst) begin
       \$171  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$172  = ctl_s2;
     if (rst) begin
       \$172  = 13'h0000;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$173  = valid_s3;
     if (rst) begin
       \$173  = 1'h0;
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$6 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$14 ) begin end
     \$174  = ctl_s3;
     if (rst) begin
       \$174  = 13'h0000;
@@ -9459,8 +9652,281 @@ module \dx1_tile_core_a8.postop (rst, row, bias, mult, shift, relu, row_valid, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
-  reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
+module \dx1_tile_core_a8.results (rst, acc_data, out_valid, out_ctl, out, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
+  wire [32:0] \$1 ;
+  wire [32:0] \$10 ;
+  wire [32:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [32:0] \$13 ;
+  wire [32:0] \$14 ;
+  wire [32:0] \$15 ;
+  wire [32:0] \$16 ;
+  reg \$17 ;
+  reg [27:0] \$18 ;
+  reg [255:0] \$19 ;
+  wire [32:0] \$2 ;
+  wire [32:0] \$3 ;
+  wire [32:0] \$4 ;
+  wire [32:0] \$5 ;
+  wire [32:0] \$6 ;
+  wire [32:0] \$7 ;
+  wire [32:0] \$8 ;
+  wire [32:0] \$9 ;
+  wire [9:0] acc_addr;
+  input [255:0] acc_data;
+  wire [255:0] acc_data;
+  input clk;
+  wire clk;
+  reg [27:0] ctl = 28'h0000000;
+  wire [9:0] \ctl.acc_addr ;
+  wire \ctl.accumulate ;
+  wire \ctl.last ;
+  wire [15:0] \ctl.tag ;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode;
+  output [7:0] done__status;
+  reg [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag;
+  output done__valid;
+  reg done__valid;
+  input [255:0] out;
+  wire [255:0] out;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
+  input [27:0] out_ctl;
+  wire [27:0] out_ctl;
+  wire [9:0] \out_ctl.acc_addr ;
+  wire \out_ctl.accumulate ;
+  wire \out_ctl.last ;
+  wire [15:0] \out_ctl.tag ;
+  input out_valid;
+  wire out_valid;
+  reg [255:0] psum = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \psum[0] ;
+  wire [31:0] \psum[1] ;
+  wire [31:0] \psum[2] ;
+  wire [31:0] \psum[3] ;
+  wire [31:0] \psum[4] ;
+  wire [31:0] \psum[5] ;
+  wire [31:0] \psum[6] ;
+  wire [31:0] \psum[7] ;
+  input rst;
+  wire rst;
+  wire [255:0] summed;
+  output [9:0] w_addr;
+  reg [9:0] w_addr;
+  output [255:0] w_data;
+  reg [255:0] w_data;
+  output writing;
+  reg writing = 1'h0;
+  assign \$1  = acc_data[31:0] + psum[31:0];
+  assign \$2  = ctl[10] ? \$1  : { 1'h0, psum[31:0] };
+  assign \$3  = acc_data[63:32] + psum[63:32];
+  assign \$4  = ctl[10] ? \$3  : { 1'h0, psum[63:32] };
+  assign \$5  = acc_data[95:64] + psum[95:64];
+  assign \$6  = ctl[10] ? \$5  : { 1'h0, psum[95:64] };
+  assign \$7  = acc_data[127:96] + psum[127:96];
+  assign \$8  = ctl[10] ? \$7  : { 1'h0, psum[127:96] };
+  assign \$9  = acc_data[159:128] + psum[159:128];
+  assign \$10  = ctl[10] ? \$9  : { 1'h0, psum[159:128] };
+  assign \$11  = acc_data[191:160] + psum[191:160];
+  assign \$12  = ctl[10] ? \$11  : { 1'h0, psum[191:160] };
+  assign \$13  = acc_data[223:192] + psum[223:192];
+  assign \$14  = ctl[10] ? \$13  : { 1'h0, psum[223:192] };
+  assign \$15  = acc_data[255:224] + psum[255:224];
+  assign \$16  = ctl[10] ? \$15  : { 1'h0, psum[255:224] };
+  always @(posedge clk)
+    writing <= \$17 ;
+  always @(posedge clk)
+    ctl <= \$18 ;
+  always @(posedge clk)
+    psum <= \$19 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    w_addr = 10'h000;
+    if (writing) begin
+      w_addr = ctl[9:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    w_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (writing) begin
+      w_data = { \$16 [31:0], \$14 [31:0], \$12 [31:0], \$10 [31:0], \$8 [31:0], \$6 [31:0], \$4 [31:0], \$2 [31:0] };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__valid = 1'h0;
+    if (writing) begin
+      if (ctl[11]) begin
+        done__valid = 1'h1;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__tag = 16'h0000;
+    if (writing) begin
+      if (ctl[11]) begin
+        done__tag = ctl[27:12];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__status = 8'h00;
+    if (writing) begin
+      if (ctl[11]) begin
+        done__status = 8'h00;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    done__opcode = 8'h00;
+    if (writing) begin
+      if (ctl[11]) begin
+        done__opcode = 8'h03;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$17  = out_valid;
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$18  = out_ctl;
+    if (rst) begin
+      \$18  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
+    \$19  = out;
+    if (rst) begin
+      \$19  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign acc_addr = out_ctl[9:0];
+  assign summed = { \$16 [31:0], \$14 [31:0], \$12 [31:0], \$10 [31:0], \$8 [31:0], \$6 [31:0], \$4 [31:0], \$2 [31:0] };
+  assign \out_ctl.acc_addr  = out_ctl[9:0];
+  assign \out_ctl.accumulate  = out_ctl[10];
+  assign \out_ctl.last  = out_ctl[11];
+  assign \out_ctl.tag  = out_ctl[27:12];
+  assign \ctl.acc_addr  = ctl[9:0];
+  assign \ctl.accumulate  = ctl[10];
+  assign \ctl.last  = ctl[11];
+  assign \ctl.tag  = ctl[27:12];
+  assign \psum[0]  = psum[31:0];
+  assign \psum[1]  = psum[63:32];
+  assign \psum[2]  = psum[95:64];
+  assign \psum[3]  = psum[127:96];
+  assign \psum[4]  = psum[159:128];
+  assign \psum[5]  = psum[191:160];
+  assign \psum[6]  = psum[223:192];
+  assign \psum[7]  = psum[255:224];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.spm_ext_read (req__tvalid, r_en, clk, rst, grant, w_data, req__tready, resp__tvalid, resp__tdata, addr, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$16  = 0;
+  wire [3:0] \$1 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  reg \$5 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  input clk;
+  wire clk;
+  wire [63:0] data;
+  input grant;
+  wire grant;
+  wire [2:0] level;
+  reg pending = 1'h0;
+  wire [63:0] r_data;
+  input r_en;
+  wire r_en;
+  wire r_rdy;
+  input [15:0] req__tdata;
+  wire [15:0] req__tdata;
+  output req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  output [63:0] resp__tdata;
+  wire [63:0] resp__tdata;
+  wire resp__tready;
+  output resp__tvalid;
+  wire resp__tvalid;
+  input rst;
+  wire rst;
+  input [63:0] w_data;
+  wire [63:0] w_data;
+  (* init = 1'h0 *)
+  wire w_en;
+  assign \$4  = req__tvalid & req__tready;
+  always @(posedge clk)
+    pending <= \$5 ;
+  assign \$1  = level + pending;
+  assign \$2  = \$1  < 3'h4;
+  assign req__tready = grant & \$2 ;
+  assign \$3  = req__tvalid & req__tready;
+  \dx1_tile_core_a8.spm_ext_read.fifo  fifo (
+    .clk(clk),
+    .level(level),
+    .r_data(resp__tdata),
+    .r_en(r_en),
+    .r_rdy(resp__tvalid),
+    .rst(rst),
+    .w_en(pending),
+    .w_port__data(w_data)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
+    addr = 16'h0000;
+    if (\$3 ) begin
+      addr = req__tdata;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$16 ) begin end
+    \$5  = \$4 ;
+    if (rst) begin
+      \$5  = 1'h0;
+    end
+  end
+  assign data = w_data;
+  assign w_en = pending;
+  assign r_data = resp__tdata;
+  assign r_rdy = resp__tvalid;
+  assign resp__tready = r_en;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.spm_ext_read.fifo (clk, rst, w_port__data, r_rdy, r_data, w_en, level, r_en);
+  reg \$auto$verilog_backend.cc:2355:dump_module$17  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -9544,7 +10010,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -9554,7 +10020,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -9564,7 +10030,7 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$17 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -9585,8 +10051,424 @@ module \dx1_tile_core_a8.spm_ext_fifo (clk, rst, w_port__data, r_rdy, r_data, w_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$1006$8 , \port$1006$16 , \port$1006$64 , \port$1006$96 , \port$1006$112 , clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
+module \dx1_tile_core_a8.spm_ext_write (req__tvalid, req__tready, addr, data, en, req__tdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
+  wire \$1 ;
+  output [15:0] addr;
+  reg [15:0] addr;
+  output [63:0] data;
+  reg [63:0] data;
+  output en;
+  reg en;
+  wire grant;
+  input [79:0] req__tdata;
+  wire [79:0] req__tdata;
+  input req__tready;
+  wire req__tready;
+  input req__tvalid;
+  wire req__tvalid;
+  assign \$1  = req__tvalid & req__tready;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    addr = 16'h0000;
+    if (\$1 ) begin
+      addr = req__tdata[79:64];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    data = 64'h0000000000000000;
+    if (\$1 ) begin
+      data = req__tdata[63:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
+    en = 1'h0;
+    if (\$1 ) begin
+      en = 1'h1;
+    end
+  end
+  assign grant = req__tready;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [12:0] \$15 ;
+  wire [16:0] \$16 ;
+  wire [16:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire [16:0] \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire [16:0] \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  reg [11:0] \$32 ;
+  reg [15:0] \$33 ;
+  reg \$34 ;
+  reg [15:0] \$35 ;
+  reg \$36 ;
+  reg \$37 ;
+  reg [9:0] \$38 ;
+  reg [15:0] \$39 ;
+  wire \$4 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg \$42 ;
+  reg \$43 ;
+  reg [27:0] \$44 ;
+  wire \$5 ;
+  wire [16:0] \$6 ;
+  wire \$7 ;
+  wire [16:0] \$8 ;
+  wire \$9 ;
+  input [63:0] a;
+  wire [63:0] a;
+  output a_bank;
+  reg a_bank = 1'h0;
+  output a_valid;
+  reg a_valid = 1'h0;
+  reg acc = 1'h0;
+  reg active = 1'h0;
+  reg [11:0] addr = 12'h000;
+  output bank;
+  reg bank = 1'h0;
+  input [1:0] bank_full;
+  wire [1:0] bank_full;
+  reg [9:0] c = 10'h000;
+  input clk;
+  wire clk;
+  output [27:0] ctl;
+  reg [27:0] ctl = 28'h0000000;
+  wire [9:0] \ctl.acc_addr ;
+  wire \ctl.accumulate ;
+  wire \ctl.last ;
+  wire [15:0] \ctl.tag ;
+  wire finishing;
+  reg first = 1'h0;
+  wire issue;
+  wire [70:0] job;
+  wire [11:0] \job.a_addr ;
+  wire \job.accumulate ;
+  wire [9:0] \job.c_addr ;
+  wire [15:0] \job.k_chunks ;
+  wire [15:0] \job.m ;
+  wire [15:0] \job.tag ;
+  reg [15:0] left = 16'h0000;
+  wire push;
+  wire [70:0] r_data;
+  reg r_en;
+  wire r_rdy;
+  output room;
+  wire room;
+  reg [15:0] row = 16'h0000;
+  reg [15:0] rows = 16'h0000;
+  input rst;
+  wire rst;
+  output [11:0] spm_addr;
+  reg [11:0] spm_addr;
+  wire [63:0] spm_data;
+  output stalled;
+  wire stalled;
+  (* init = 1'h0 *)
+  wire stream_bank;
+  output stream_end;
+  reg stream_end;
+  output stream_start;
+  reg stream_start;
+  reg [15:0] tag = 16'h0000;
+  input [70:0] w_data;
+  wire [70:0] w_data;
+  input w_en;
+  wire w_en;
+  wire w_rdy;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    tag <= \$41 ;
+  always @(posedge clk)
+    a_valid <= \$42 ;
+  always @(posedge clk)
+    a_bank <= \$43 ;
+  always @(posedge clk)
+    ctl <= \$44 ;
+  assign \$1  = | row;
+  assign \$2  = bank ? bank_full[1] : bank_full[0];
+  assign \$3  = \$1  | \$2 ;
+  assign issue = active & \$3 ;
+  assign \$4  = ~ issue;
+  assign stalled = active & \$4 ;
+  assign \$5  = ! row;
+  assign \$6  = rows - 1'h1;
+  assign \$7  = row == \$6 ;
+  assign \$8  = rows - 1'h1;
+  assign \$9  = row == \$8 ;
+  assign \$10  = issue & \$9 ;
+  assign \$11  = left == 1'h1;
+  assign finishing = \$10  & \$11 ;
+  assign \$12  = ~ active;
+  assign \$13  = \$12  | finishing;
+  assign \$14  = r_rdy & \$13 ;
+  assign \$15  = addr + 1'h1;
+  assign \$16  = row + 1'h1;
+  assign \$17  = rows - 1'h1;
+  assign \$18  = row == \$17 ;
+  assign \$19  = ~ bank;
+  assign \$20  = left - 1'h1;
+  assign \$21  = left == 1'h1;
+  assign \$22  = ~ active;
+  assign \$23  = \$22  | finishing;
+  assign \$24  = r_rdy & \$23 ;
+  assign \$25  = c + row;
+  assign \$26  = ~ first;
+  assign \$27  = acc | \$26 ;
+  assign \$28  = left == 1'h1;
+  assign \$29  = rows - 1'h1;
+  assign \$30  = row == \$29 ;
+  assign \$31  = \$28  & \$30 ;
+  always @(posedge clk)
+    addr <= \$32 ;
+  always @(posedge clk)
+    row <= \$33 ;
+  always @(posedge clk)
+    bank <= \$34 ;
+  always @(posedge clk)
+    left <= \$35 ;
+  always @(posedge clk)
+    first <= \$36 ;
+  always @(posedge clk)
+    active <= \$37 ;
+  always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  \dx1_tile_core_a8.streamer.stream_q  stream_q (
+    .clk(clk),
+    .r_data(r_data),
+    .r_en(r_en),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data),
+    .w_rdy(room)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$41  = tag;
+    if (\$24 ) begin
+      \$41  = r_data[70:55];
+    end
+    if (rst) begin
+      \$41  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$42  = issue;
+    if (rst) begin
+      \$42  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$43  = bank;
+    if (rst) begin
+      \$43  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$44 [9:0] = \$25 [9:0];
+    \$44 [10] = \$27 ;
+    \$44 [11] = \$31 ;
+    \$44 [27:12] = tag;
+    if (rst) begin
+      \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    spm_addr = 12'h000;
+    if (issue) begin
+      spm_addr = addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    stream_start = 1'h0;
+    if (issue) begin
+      stream_start = \$5 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    stream_end = 1'h0;
+    if (issue) begin
+      stream_end = \$7 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    r_en = 1'h0;
+    if (\$14 ) begin
+      r_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$32  = addr;
+    if (issue) begin
+      \$32  = \$15 [11:0];
+    end
+    if (\$24 ) begin
+      \$32  = r_data[11:0];
+    end
+    if (rst) begin
+      \$32  = 12'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$33  = row;
+    if (issue) begin
+      \$33  = \$16 [15:0];
+      if (\$18 ) begin
+        \$33  = 16'h0000;
+      end
+    end
+    if (\$24 ) begin
+      \$33  = 16'h0000;
+    end
+    if (rst) begin
+      \$33  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$34  = bank;
+    if (issue) begin
+      if (\$18 ) begin
+        \$34  = \$19 ;
+      end
+    end
+    if (rst) begin
+      \$34  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$35  = left;
+    if (issue) begin
+      if (\$18 ) begin
+        \$35  = \$20 [15:0];
+      end
+    end
+    if (\$24 ) begin
+      \$35  = r_data[53:38];
+    end
+    if (rst) begin
+      \$35  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$36  = first;
+    if (issue) begin
+      if (\$18 ) begin
+        \$36  = 1'h0;
+      end
+    end
+    if (\$24 ) begin
+      \$36  = 1'h1;
+    end
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$37  = active;
+    if (issue) begin
+      if (\$18 ) begin
+        if (\$21 ) begin
+          \$37  = 1'h0;
+        end
+      end
+    end
+    if (\$24 ) begin
+      \$37  = 1'h1;
+    end
+    if (rst) begin
+      \$37  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$38  = c;
+    if (\$24 ) begin
+      \$38  = r_data[21:12];
+    end
+    if (rst) begin
+      \$38  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
+  assign job = w_data;
+  assign push = w_en;
+  assign w_rdy = room;
+  assign stream_bank = bank;
+  assign spm_data = a;
+  assign \job.a_addr  = w_data[11:0];
+  assign \job.c_addr  = w_data[21:12];
+  assign \job.m  = w_data[37:22];
+  assign \job.k_chunks  = w_data[53:38];
+  assign \job.accumulate  = w_data[54];
+  assign \job.tag  = w_data[70:55];
+  assign \ctl.acc_addr  = ctl[9:0];
+  assign \ctl.accumulate  = ctl[10];
+  assign \ctl.last  = ctl[11];
+  assign \ctl.tag  = ctl[27:12];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a8.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__data, w_en, r_en, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire \$1 ;
   wire \$10 ;
   wire \$11 ;
@@ -9609,16 +10491,6 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 2'h0 *)
   wire [1:0] consume;
   reg [2:0] level = 3'h0;
-  input [31:0] \port$1006$112 ;
-  wire [31:0] \port$1006$112 ;
-  input [15:0] \port$1006$16 ;
-  wire [15:0] \port$1006$16 ;
-  input [11:0] \port$1006$64 ;
-  wire [11:0] \port$1006$64 ;
-  input \port$1006$8 ;
-  wire \port$1006$8 ;
-  input [9:0] \port$1006$96 ;
-  wire [9:0] \port$1006$96 ;
   (* init = 2'h0 *)
   wire [1:0] produce;
   output [70:0] r_data;
@@ -9639,6 +10511,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   (* init = 3'h0 *)
   wire [2:0] w_level;
   reg [1:0] w_port__addr = 2'h0;
+  input [70:0] w_port__data;
   wire [70:0] w_port__data;
   wire w_port__en;
   output w_rdy;
@@ -9652,7 +10525,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   end
   always @(posedge clk) begin
     if (w_port__en)
-      storage[w_port__addr] <= { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
+      storage[w_port__addr] <= w_port__data;
   end
   assign r_data = storage[r_port__addr];
   assign w_rdy = level != 3'h4;
@@ -9679,7 +10552,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   always @(posedge clk)
     level <= \$17 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$15  = w_port__addr;
     if (\$1 ) begin
       \$15  = \$2 [1:0];
@@ -9689,7 +10562,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$16  = r_port__addr;
     if (\$3 ) begin
       \$16  = \$4 [1:0];
@@ -9699,7 +10572,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$8 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$17  = level;
     if (\$8 ) begin
       \$17  = \$9 [2:0];
@@ -9714,8 +10587,7 @@ module \dx1_tile_core_a8.stream_q (rst, w_rdy, r_rdy, r_data, w_en, r_en, \port$
   assign w_level = level;
   assign r_level = level;
   assign produce = w_port__addr;
-  assign w_port__data = { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
-  assign w_data = { \port$1006$16 , \port$1006$8 , \port$1006$112 , \port$1006$96 , \port$1006$64  };
+  assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
 endmodule

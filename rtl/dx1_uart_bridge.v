@@ -5,1277 +5,1060 @@
 module dx1_uart_bridge(regs__awready, regs__wready, regs__bresp, regs__bvalid, regs__arready, regs__rdata, regs__rresp, regs__rvalid, mem__awready, mem__wready, mem__bid, mem__bresp, mem__bvalid, mem__arready, mem__rid, mem__rdata, mem__rresp, mem__rlast, mem__rvalid, clk, rst
 , tx, regs__awaddr, regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__bready, regs__araddr, regs__arvalid, regs__rready, mem__awid, mem__awaddr, mem__awlen, mem__awsize, mem__awburst, mem__awvalid, mem__wdata, mem__wstrb, mem__wlast, mem__wvalid, mem__bready
 , mem__arid, mem__araddr, mem__arlen, mem__arsize, mem__arburst, mem__arvalid, mem__rready, rx);
-  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
-  wire [31:0] \$1 ;
-  wire [9:0] \$10 ;
-  wire \$100 ;
-  wire [31:0] \$1000 ;
-  wire \$1001 ;
-  wire [7:0] \$1002 ;
-  wire \$1003 ;
-  wire \$1004 ;
-  wire [31:0] \$1005 ;
-  wire \$1006 ;
-  wire [7:0] \$1007 ;
-  wire \$1008 ;
-  wire \$1009 ;
-  wire \$101 ;
-  wire [31:0] \$1010 ;
-  wire \$1011 ;
-  wire [7:0] \$1012 ;
-  wire \$1013 ;
-  wire \$1014 ;
-  wire [31:0] \$1015 ;
-  wire \$1016 ;
-  wire [7:0] \$1017 ;
-  wire \$1018 ;
-  wire \$1019 ;
-  wire \$102 ;
-  wire [31:0] \$1020 ;
-  wire \$1021 ;
-  wire [7:0] \$1022 ;
-  wire \$1023 ;
-  wire \$1024 ;
-  wire [31:0] \$1025 ;
-  wire \$1026 ;
-  wire [7:0] \$1027 ;
-  wire \$1028 ;
-  wire \$1029 ;
-  wire \$103 ;
-  wire [31:0] \$1030 ;
-  wire \$1031 ;
-  wire [7:0] \$1032 ;
-  wire \$1033 ;
-  wire \$1034 ;
-  wire [31:0] \$1035 ;
-  wire \$1036 ;
-  wire [7:0] \$1037 ;
-  wire \$1038 ;
-  wire \$1039 ;
-  wire \$104 ;
-  wire [31:0] \$1040 ;
-  wire \$1041 ;
-  wire [7:0] \$1042 ;
-  wire \$1043 ;
-  wire \$1044 ;
-  wire [13:0] \$1045 ;
-  wire [13:0] \$1046 ;
-  wire [13:0] \$1047 ;
-  wire \$1048 ;
-  wire [46:0] \$1049 ;
-  wire \$105 ;
-  wire [46:0] \$1050 ;
-  wire [13:0] \$1051 ;
-  wire \$1052 ;
-  reg \$1053 ;
-  reg [14:0] \$1054 ;
-  reg \$1055 ;
-  reg \$1056 ;
-  reg \$1057 ;
-  reg \$1058 ;
-  reg \$1059 ;
-  wire \$106 ;
-  reg \$1060 ;
-  reg \$1061 ;
-  reg [12:0] \$1062 ;
-  reg [31:0] \$1063 ;
-  reg \$1064 ;
-  reg [7:0] \$1065 ;
-  reg \$1066 ;
-  reg [5:0] \$1067 ;
-  reg [8:0] \$1068 ;
-  reg [31:0] \$1069 ;
-  wire \$107 ;
-  reg [31:0] \$1070 ;
-  reg [31:0] \$1071 ;
-  reg [15:0] \$1072 ;
-  reg [31:0] \$1073 ;
-  reg [31:0] \$1074 ;
-  reg [7:0] \$1075 ;
-  reg [63:0] \$1076 ;
-  reg [7:0] \$1077 ;
-  reg [15:0] \$1078 ;
-  reg [31:0] \$1079 ;
-  wire \$108 ;
-  reg [7:0] \$1080 ;
-  reg [31:0] \$1081 ;
-  reg [31:0] \$1082 ;
-  reg [7:0] \$1083 ;
-  reg [2:0] \$1084 ;
-  reg [12:0] \$1085 ;
-  reg [30:0] \$1086 ;
-  reg [9:0] \$1087 ;
-  reg [9:0] \$1088 ;
-  reg [8:0] \$1089 ;
-  wire \$109 ;
-  wire [13:0] \$11 ;
-  wire \$110 ;
-  wire \$111 ;
-  wire \$112 ;
-  wire \$113 ;
-  wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire \$117 ;
-  wire \$118 ;
-  wire \$119 ;
-  wire [14:0] \$12 ;
-  wire \$120 ;
-  wire \$121 ;
-  wire \$122 ;
-  wire \$123 ;
-  wire \$124 ;
-  wire \$125 ;
-  wire \$126 ;
-  wire \$127 ;
-  wire \$128 ;
-  wire \$129 ;
-  wire \$13 ;
-  wire [15:0] \$130 ;
-  wire \$131 ;
-  wire \$132 ;
-  wire \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire \$136 ;
-  wire [31:0] \$137 ;
-  wire \$138 ;
-  wire [7:0] \$139 ;
-  wire [13:0] \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire [31:0] \$142 ;
-  wire \$143 ;
-  wire [7:0] \$144 ;
-  wire \$145 ;
-  wire \$146 ;
-  wire [31:0] \$147 ;
-  wire \$148 ;
-  wire [7:0] \$149 ;
-  wire [14:0] \$15 ;
-  wire \$150 ;
-  wire \$151 ;
-  wire [31:0] \$152 ;
-  wire \$153 ;
-  wire [7:0] \$154 ;
-  wire \$155 ;
-  wire \$156 ;
-  wire [31:0] \$157 ;
-  wire \$158 ;
-  wire [7:0] \$159 ;
+  wire \$1 ;
+  wire [7:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire [7:0] \$13 ;
+  wire [7:0] \$14 ;
+  wire \$15 ;
   wire \$16 ;
-  wire \$160 ;
-  wire \$161 ;
-  wire [31:0] \$162 ;
-  wire \$163 ;
-  wire [7:0] \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire [31:0] \$167 ;
-  wire \$168 ;
-  wire [7:0] \$169 ;
   wire \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire [31:0] \$172 ;
-  wire \$173 ;
-  wire [7:0] \$174 ;
-  wire \$175 ;
-  wire \$176 ;
-  wire [31:0] \$177 ;
-  wire \$178 ;
-  wire [7:0] \$179 ;
-  wire [13:0] \$18 ;
-  wire \$180 ;
-  wire \$181 ;
-  wire [31:0] \$182 ;
-  wire \$183 ;
-  wire [7:0] \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire [31:0] \$187 ;
-  wire \$188 ;
-  wire [7:0] \$189 ;
-  wire [14:0] \$19 ;
-  wire \$190 ;
-  wire \$191 ;
-  wire [31:0] \$192 ;
-  wire \$193 ;
-  wire [7:0] \$194 ;
-  wire \$195 ;
-  wire \$196 ;
-  wire [31:0] \$197 ;
-  wire \$198 ;
-  wire [7:0] \$199 ;
+  wire \$18 ;
+  wire \$19 ;
   wire \$2 ;
   wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire [31:0] \$202 ;
-  wire \$203 ;
-  wire [7:0] \$204 ;
-  wire \$205 ;
-  wire \$206 ;
-  wire [31:0] \$207 ;
-  wire \$208 ;
-  wire [7:0] \$209 ;
-  wire [13:0] \$21 ;
-  wire \$210 ;
-  wire \$211 ;
-  wire [31:0] \$212 ;
-  wire \$213 ;
-  wire [7:0] \$214 ;
-  wire \$215 ;
-  wire \$216 ;
-  wire [31:0] \$217 ;
-  wire \$218 ;
-  wire [7:0] \$219 ;
-  wire [14:0] \$22 ;
-  wire \$220 ;
-  wire \$221 ;
-  wire [31:0] \$222 ;
-  wire \$223 ;
-  wire [7:0] \$224 ;
-  wire \$225 ;
-  wire \$226 ;
-  wire [31:0] \$227 ;
-  wire \$228 ;
-  wire [7:0] \$229 ;
+  wire \$21 ;
+  wire \$22 ;
   wire \$23 ;
-  wire \$230 ;
-  wire \$231 ;
-  wire [31:0] \$232 ;
-  wire \$233 ;
-  wire [7:0] \$234 ;
-  wire \$235 ;
-  wire \$236 ;
-  wire [31:0] \$237 ;
-  wire \$238 ;
-  wire [7:0] \$239 ;
   wire \$24 ;
-  wire \$240 ;
-  wire \$241 ;
-  wire [31:0] \$242 ;
-  wire \$243 ;
-  wire [7:0] \$244 ;
-  wire \$245 ;
-  wire \$246 ;
-  wire [31:0] \$247 ;
-  wire \$248 ;
-  wire [7:0] \$249 ;
-  wire [13:0] \$25 ;
-  wire \$250 ;
-  wire \$251 ;
-  wire [31:0] \$252 ;
-  wire \$253 ;
-  wire [7:0] \$254 ;
-  wire \$255 ;
-  wire \$256 ;
-  wire [31:0] \$257 ;
-  wire \$258 ;
-  wire [7:0] \$259 ;
-  wire [14:0] \$26 ;
-  wire \$260 ;
-  wire \$261 ;
-  wire [31:0] \$262 ;
-  wire \$263 ;
-  wire [7:0] \$264 ;
-  wire \$265 ;
-  wire \$266 ;
-  wire [31:0] \$267 ;
-  wire \$268 ;
-  wire [7:0] \$269 ;
+  wire [15:0] \$25 ;
+  wire [31:0] \$26 ;
   wire \$27 ;
-  wire \$270 ;
-  wire \$271 ;
-  wire [31:0] \$272 ;
-  wire \$273 ;
-  wire [7:0] \$274 ;
-  wire \$275 ;
-  wire \$276 ;
-  wire [31:0] \$277 ;
-  wire \$278 ;
-  wire [7:0] \$279 ;
-  wire [13:0] \$28 ;
-  wire \$280 ;
-  wire \$281 ;
-  wire [31:0] \$282 ;
-  wire \$283 ;
-  wire [7:0] \$284 ;
-  wire \$285 ;
-  wire \$286 ;
-  wire [31:0] \$287 ;
-  wire \$288 ;
-  wire [7:0] \$289 ;
-  wire [14:0] \$29 ;
-  wire \$290 ;
-  wire \$291 ;
-  wire [31:0] \$292 ;
-  wire \$293 ;
-  wire [7:0] \$294 ;
-  wire \$295 ;
-  wire \$296 ;
-  wire \$297 ;
-  wire \$298 ;
-  wire [8:0] \$299 ;
+  wire \$28 ;
+  wire \$29 ;
   wire \$3 ;
   wire \$30 ;
-  wire [13:0] \$300 ;
-  wire \$301 ;
-  wire [13:0] \$302 ;
-  wire \$303 ;
-  wire [30:0] \$304 ;
-  wire [7:0] \$305 ;
-  wire [30:0] \$306 ;
-  wire \$307 ;
-  wire \$308 ;
-  wire \$309 ;
-  wire \$31 ;
-  wire \$310 ;
-  wire [31:0] \$311 ;
-  wire \$312 ;
-  wire \$313 ;
-  wire [31:0] \$314 ;
-  wire [31:0] \$315 ;
-  wire [46:0] \$316 ;
-  wire [13:0] \$317 ;
-  wire \$318 ;
-  wire [9:0] \$319 ;
-  wire [13:0] \$32 ;
-  wire [32:0] \$320 ;
-  wire \$321 ;
-  wire [13:0] \$322 ;
-  wire \$323 ;
-  wire [31:0] \$324 ;
-  wire \$325 ;
-  wire [7:0] \$326 ;
-  wire \$327 ;
-  wire \$328 ;
-  wire [31:0] \$329 ;
-  wire [14:0] \$33 ;
-  wire \$330 ;
-  wire [7:0] \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire [31:0] \$334 ;
-  wire \$335 ;
-  wire [7:0] \$336 ;
-  wire \$337 ;
-  wire \$338 ;
-  wire [31:0] \$339 ;
+  wire [30:0] \$31 ;
+  wire [7:0] \$32 ;
+  wire \$33 ;
   wire \$34 ;
-  wire \$340 ;
-  wire [7:0] \$341 ;
-  wire \$342 ;
-  wire \$343 ;
-  wire [31:0] \$344 ;
-  wire \$345 ;
-  wire [7:0] \$346 ;
-  wire \$347 ;
-  wire \$348 ;
-  wire [31:0] \$349 ;
-  wire [13:0] \$35 ;
-  wire \$350 ;
-  wire [7:0] \$351 ;
-  wire \$352 ;
-  wire \$353 ;
-  wire [31:0] \$354 ;
-  wire \$355 ;
-  wire [7:0] \$356 ;
-  wire \$357 ;
-  wire \$358 ;
-  wire [31:0] \$359 ;
-  wire [14:0] \$36 ;
-  wire \$360 ;
-  wire [7:0] \$361 ;
-  wire \$362 ;
-  wire \$363 ;
-  wire [31:0] \$364 ;
-  wire \$365 ;
-  wire [7:0] \$366 ;
-  wire \$367 ;
-  wire \$368 ;
-  wire [31:0] \$369 ;
+  wire [63:0] \$35 ;
+  wire [7:0] \$36 ;
   wire \$37 ;
-  wire \$370 ;
-  wire [7:0] \$371 ;
-  wire \$372 ;
-  wire \$373 ;
-  wire [31:0] \$374 ;
-  wire \$375 ;
-  wire [7:0] \$376 ;
-  wire \$377 ;
-  wire \$378 ;
-  wire [31:0] \$379 ;
   wire \$38 ;
-  wire \$380 ;
-  wire [7:0] \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire [31:0] \$384 ;
-  wire \$385 ;
-  wire [7:0] \$386 ;
-  wire \$387 ;
-  wire \$388 ;
-  wire [31:0] \$389 ;
-  wire [13:0] \$39 ;
-  wire \$390 ;
-  wire [7:0] \$391 ;
-  wire \$392 ;
-  wire \$393 ;
-  wire [31:0] \$394 ;
-  wire \$395 ;
-  wire [7:0] \$396 ;
-  wire \$397 ;
-  wire \$398 ;
-  wire [31:0] \$399 ;
-  wire [14:0] \$4 ;
-  wire [14:0] \$40 ;
-  wire \$400 ;
-  wire [7:0] \$401 ;
-  wire \$402 ;
-  wire \$403 ;
-  wire [31:0] \$404 ;
-  wire \$405 ;
-  wire [7:0] \$406 ;
-  wire \$407 ;
-  wire \$408 ;
-  wire [31:0] \$409 ;
-  wire \$41 ;
-  wire \$410 ;
-  wire [7:0] \$411 ;
-  wire \$412 ;
-  wire \$413 ;
-  wire [31:0] \$414 ;
-  wire \$415 ;
-  wire [7:0] \$416 ;
-  wire \$417 ;
-  wire \$418 ;
-  wire [31:0] \$419 ;
-  wire [13:0] \$42 ;
-  wire \$420 ;
-  wire [7:0] \$421 ;
-  wire \$422 ;
-  wire \$423 ;
-  wire [31:0] \$424 ;
-  wire \$425 ;
-  wire [7:0] \$426 ;
-  wire \$427 ;
-  wire \$428 ;
-  wire [31:0] \$429 ;
-  wire [14:0] \$43 ;
-  wire \$430 ;
-  wire [7:0] \$431 ;
-  wire \$432 ;
-  wire \$433 ;
-  wire [31:0] \$434 ;
-  wire \$435 ;
-  wire [7:0] \$436 ;
-  wire \$437 ;
-  wire \$438 ;
-  wire [31:0] \$439 ;
-  wire \$44 ;
-  wire \$440 ;
-  wire [7:0] \$441 ;
-  wire \$442 ;
-  wire \$443 ;
-  wire [31:0] \$444 ;
-  wire \$445 ;
-  wire [7:0] \$446 ;
-  wire \$447 ;
-  wire \$448 ;
-  wire [31:0] \$449 ;
-  wire \$45 ;
-  wire \$450 ;
-  wire [7:0] \$451 ;
-  wire \$452 ;
-  wire \$453 ;
-  wire [31:0] \$454 ;
-  wire \$455 ;
-  wire [7:0] \$456 ;
-  wire \$457 ;
-  wire \$458 ;
-  wire [31:0] \$459 ;
-  wire [13:0] \$46 ;
-  wire \$460 ;
-  wire [7:0] \$461 ;
-  wire \$462 ;
-  wire \$463 ;
-  wire [31:0] \$464 ;
-  wire \$465 ;
-  wire [7:0] \$466 ;
-  wire \$467 ;
-  wire \$468 ;
-  wire [31:0] \$469 ;
-  wire [14:0] \$47 ;
-  wire \$470 ;
-  wire [7:0] \$471 ;
-  wire \$472 ;
-  wire \$473 ;
-  wire [31:0] \$474 ;
-  wire \$475 ;
-  wire [7:0] \$476 ;
-  wire \$477 ;
-  wire \$478 ;
-  wire [31:0] \$479 ;
-  wire \$48 ;
-  wire \$480 ;
-  wire [7:0] \$481 ;
-  wire \$482 ;
-  wire \$483 ;
-  wire \$484 ;
-  wire \$485 ;
-  wire \$486 ;
-  wire \$487 ;
-  wire \$488 ;
-  wire \$489 ;
-  wire [13:0] \$49 ;
-  wire \$490 ;
-  wire \$491 ;
-  wire \$492 ;
-  wire [33:0] \$493 ;
-  wire \$494 ;
-  wire \$495 ;
-  wire \$496 ;
-  wire \$497 ;
-  wire \$498 ;
-  wire \$499 ;
-  wire [15:0] \$5 ;
-  wire [14:0] \$50 ;
-  wire [31:0] \$500 ;
-  wire \$501 ;
-  wire [7:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire [31:0] \$505 ;
-  wire \$506 ;
-  wire [7:0] \$507 ;
-  wire \$508 ;
-  wire \$509 ;
-  wire \$51 ;
-  wire [31:0] \$510 ;
-  wire \$511 ;
-  wire [7:0] \$512 ;
-  wire \$513 ;
-  wire \$514 ;
-  wire [31:0] \$515 ;
-  wire \$516 ;
-  wire [7:0] \$517 ;
-  wire \$518 ;
-  wire \$519 ;
-  wire \$52 ;
-  wire [31:0] \$520 ;
-  wire \$521 ;
-  wire [7:0] \$522 ;
-  wire \$523 ;
-  wire \$524 ;
-  wire [31:0] \$525 ;
-  wire \$526 ;
-  wire [7:0] \$527 ;
-  wire \$528 ;
-  wire \$529 ;
-  wire [13:0] \$53 ;
-  wire [31:0] \$530 ;
-  wire \$531 ;
-  wire [7:0] \$532 ;
-  wire \$533 ;
-  wire \$534 ;
-  wire [31:0] \$535 ;
-  wire \$536 ;
-  wire [7:0] \$537 ;
-  wire \$538 ;
-  wire \$539 ;
-  wire [14:0] \$54 ;
-  wire [31:0] \$540 ;
-  wire \$541 ;
-  wire [7:0] \$542 ;
-  wire \$543 ;
-  wire \$544 ;
-  wire [31:0] \$545 ;
-  wire \$546 ;
-  wire [7:0] \$547 ;
-  wire \$548 ;
-  wire \$549 ;
-  wire \$55 ;
-  wire [31:0] \$550 ;
-  wire \$551 ;
-  wire [7:0] \$552 ;
-  wire \$553 ;
-  wire \$554 ;
-  wire [31:0] \$555 ;
-  wire \$556 ;
-  wire [7:0] \$557 ;
-  wire \$558 ;
-  wire \$559 ;
-  wire [13:0] \$56 ;
-  wire [31:0] \$560 ;
-  wire \$561 ;
-  wire [7:0] \$562 ;
-  wire \$563 ;
-  wire \$564 ;
-  wire [31:0] \$565 ;
-  wire \$566 ;
-  wire [7:0] \$567 ;
-  wire \$568 ;
-  wire \$569 ;
-  wire [14:0] \$57 ;
-  wire [31:0] \$570 ;
-  wire \$571 ;
-  wire [7:0] \$572 ;
-  wire \$573 ;
-  wire \$574 ;
-  wire [31:0] \$575 ;
-  wire \$576 ;
-  wire [7:0] \$577 ;
-  wire \$578 ;
-  wire \$579 ;
-  wire \$58 ;
-  wire [31:0] \$580 ;
-  wire \$581 ;
-  wire [7:0] \$582 ;
-  wire \$583 ;
-  wire \$584 ;
-  wire [31:0] \$585 ;
-  wire \$586 ;
-  wire [7:0] \$587 ;
-  wire \$588 ;
-  wire \$589 ;
-  wire \$59 ;
-  wire [31:0] \$590 ;
-  wire \$591 ;
-  wire [7:0] \$592 ;
-  wire \$593 ;
-  wire \$594 ;
-  wire [31:0] \$595 ;
-  wire \$596 ;
-  wire [7:0] \$597 ;
-  wire \$598 ;
-  wire \$599 ;
-  wire [15:0] \$6 ;
-  wire [13:0] \$60 ;
-  wire [31:0] \$600 ;
-  wire \$601 ;
-  wire [7:0] \$602 ;
-  wire \$603 ;
-  wire \$604 ;
-  wire [31:0] \$605 ;
-  wire \$606 ;
-  wire [7:0] \$607 ;
-  wire \$608 ;
-  wire \$609 ;
-  wire [14:0] \$61 ;
-  wire [31:0] \$610 ;
-  wire \$611 ;
-  wire [7:0] \$612 ;
-  wire \$613 ;
-  wire \$614 ;
-  wire [31:0] \$615 ;
-  wire \$616 ;
-  wire [7:0] \$617 ;
-  wire \$618 ;
-  wire \$619 ;
-  wire \$62 ;
-  wire [31:0] \$620 ;
-  wire \$621 ;
-  wire [7:0] \$622 ;
-  wire \$623 ;
-  wire \$624 ;
-  wire [31:0] \$625 ;
-  wire \$626 ;
-  wire [7:0] \$627 ;
-  wire \$628 ;
-  wire \$629 ;
-  wire [13:0] \$63 ;
-  wire [31:0] \$630 ;
-  wire \$631 ;
-  wire [7:0] \$632 ;
-  wire \$633 ;
-  wire \$634 ;
-  wire [31:0] \$635 ;
-  wire \$636 ;
-  wire [7:0] \$637 ;
-  wire \$638 ;
-  wire \$639 ;
-  wire [14:0] \$64 ;
-  wire [31:0] \$640 ;
-  wire \$641 ;
-  wire [7:0] \$642 ;
-  wire \$643 ;
-  wire \$644 ;
-  wire [31:0] \$645 ;
-  wire \$646 ;
-  wire [7:0] \$647 ;
-  wire \$648 ;
-  wire \$649 ;
-  wire \$65 ;
-  wire [31:0] \$650 ;
-  wire \$651 ;
-  wire [7:0] \$652 ;
-  wire \$653 ;
-  wire \$654 ;
-  wire [31:0] \$655 ;
-  wire \$656 ;
-  wire [7:0] \$657 ;
-  wire \$658 ;
-  wire \$659 ;
-  wire \$66 ;
-  wire [13:0] \$660 ;
-  wire [13:0] \$661 ;
-  wire [13:0] \$662 ;
-  wire \$663 ;
-  wire [13:0] \$664 ;
-  wire \$665 ;
-  wire [1:0] \$666 ;
-  wire \$667 ;
-  wire \$668 ;
-  wire \$669 ;
-  wire [12:0] \$67 ;
-  wire [9:0] \$670 ;
-  wire [11:0] \$671 ;
-  wire [31:0] \$672 ;
-  wire [10:0] \$673 ;
-  wire [9:0] \$674 ;
-  wire [10:0] \$675 ;
-  wire [9:0] \$676 ;
-  wire \$677 ;
-  wire \$678 ;
-  wire \$679 ;
-  wire [12:0] \$68 ;
-  wire \$680 ;
-  wire [1:0] \$681 ;
-  wire [9:0] \$682 ;
-  wire [11:0] \$683 ;
-  wire [31:0] \$684 ;
-  wire [10:0] \$685 ;
-  wire \$686 ;
-  wire [10:0] \$687 ;
-  wire \$688 ;
-  wire [13:0] \$689 ;
-  wire \$69 ;
-  wire [31:0] \$690 ;
-  wire \$691 ;
-  wire [7:0] \$692 ;
-  wire \$693 ;
-  wire \$694 ;
-  wire [31:0] \$695 ;
-  wire \$696 ;
-  wire [7:0] \$697 ;
-  wire \$698 ;
-  wire \$699 ;
-  wire [10:0] \$7 ;
-  wire \$70 ;
-  wire [31:0] \$700 ;
-  wire \$701 ;
-  wire [7:0] \$702 ;
-  wire \$703 ;
-  wire \$704 ;
-  wire [31:0] \$705 ;
-  wire \$706 ;
-  wire [7:0] \$707 ;
-  wire \$708 ;
-  wire \$709 ;
-  wire \$71 ;
-  wire [31:0] \$710 ;
-  wire \$711 ;
-  wire [7:0] \$712 ;
-  wire \$713 ;
-  wire \$714 ;
-  wire [31:0] \$715 ;
-  wire \$716 ;
-  wire [7:0] \$717 ;
-  wire \$718 ;
-  wire \$719 ;
-  wire \$72 ;
-  wire [31:0] \$720 ;
-  wire \$721 ;
-  wire [7:0] \$722 ;
-  wire \$723 ;
-  wire \$724 ;
-  wire [31:0] \$725 ;
-  wire \$726 ;
-  wire [7:0] \$727 ;
-  wire \$728 ;
-  wire \$729 ;
-  wire \$73 ;
-  wire [31:0] \$730 ;
-  wire \$731 ;
-  wire [7:0] \$732 ;
-  wire \$733 ;
-  wire \$734 ;
-  wire [31:0] \$735 ;
-  wire \$736 ;
-  wire [7:0] \$737 ;
-  wire \$738 ;
-  wire \$739 ;
-  wire \$74 ;
-  wire [31:0] \$740 ;
-  wire \$741 ;
-  wire [7:0] \$742 ;
-  wire \$743 ;
-  wire \$744 ;
-  wire [31:0] \$745 ;
-  wire \$746 ;
-  wire [7:0] \$747 ;
-  wire \$748 ;
-  wire \$749 ;
-  wire \$75 ;
-  wire [31:0] \$750 ;
-  wire \$751 ;
-  wire [7:0] \$752 ;
-  wire \$753 ;
-  wire \$754 ;
-  wire [31:0] \$755 ;
-  wire \$756 ;
-  wire [7:0] \$757 ;
-  wire \$758 ;
-  wire \$759 ;
-  wire \$76 ;
-  wire [31:0] \$760 ;
-  wire \$761 ;
-  wire [7:0] \$762 ;
-  wire \$763 ;
-  wire \$764 ;
-  wire [31:0] \$765 ;
-  wire \$766 ;
-  wire [7:0] \$767 ;
-  wire \$768 ;
-  wire \$769 ;
-  wire [12:0] \$77 ;
-  wire [31:0] \$770 ;
-  wire \$771 ;
-  wire [7:0] \$772 ;
-  wire \$773 ;
-  wire \$774 ;
-  wire [31:0] \$775 ;
-  wire \$776 ;
-  wire [7:0] \$777 ;
-  wire \$778 ;
-  wire \$779 ;
-  wire [14:0] \$78 ;
-  wire [31:0] \$780 ;
-  wire \$781 ;
-  wire [7:0] \$782 ;
-  wire \$783 ;
-  wire \$784 ;
-  wire [31:0] \$785 ;
-  wire \$786 ;
-  wire [7:0] \$787 ;
-  wire \$788 ;
-  wire \$789 ;
-  wire \$79 ;
-  wire [31:0] \$790 ;
-  wire \$791 ;
-  wire [7:0] \$792 ;
-  wire \$793 ;
-  wire \$794 ;
-  wire [31:0] \$795 ;
-  wire \$796 ;
-  wire [7:0] \$797 ;
-  wire \$798 ;
-  wire \$799 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [23:0] \$40 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$80 ;
-  wire [31:0] \$800 ;
-  wire \$801 ;
-  wire [7:0] \$802 ;
-  wire \$803 ;
-  wire \$804 ;
-  wire [31:0] \$805 ;
-  wire \$806 ;
-  wire [7:0] \$807 ;
-  wire \$808 ;
-  wire \$809 ;
-  wire \$81 ;
-  wire [31:0] \$810 ;
-  wire \$811 ;
-  wire [7:0] \$812 ;
-  wire \$813 ;
-  wire \$814 ;
-  wire [31:0] \$815 ;
-  wire \$816 ;
-  wire [7:0] \$817 ;
-  wire \$818 ;
-  wire \$819 ;
-  wire \$82 ;
-  wire [31:0] \$820 ;
-  wire \$821 ;
-  wire [7:0] \$822 ;
-  wire \$823 ;
-  wire \$824 ;
-  wire [31:0] \$825 ;
-  wire \$826 ;
-  wire [7:0] \$827 ;
-  wire \$828 ;
-  wire \$829 ;
-  wire \$83 ;
-  wire [31:0] \$830 ;
-  wire \$831 ;
-  wire [7:0] \$832 ;
-  wire \$833 ;
-  wire \$834 ;
-  wire [31:0] \$835 ;
-  wire \$836 ;
-  wire [7:0] \$837 ;
-  wire \$838 ;
-  wire \$839 ;
-  wire \$84 ;
-  wire [31:0] \$840 ;
-  wire \$841 ;
-  wire [7:0] \$842 ;
-  wire \$843 ;
-  wire \$844 ;
-  wire [31:0] \$845 ;
-  wire \$846 ;
-  wire [7:0] \$847 ;
-  wire \$848 ;
-  wire \$849 ;
-  wire \$85 ;
-  wire \$850 ;
-  wire \$851 ;
-  wire [10:0] \$852 ;
-  wire \$853 ;
-  wire \$854 ;
-  wire \$855 ;
-  wire \$856 ;
-  wire \$857 ;
-  wire \$858 ;
-  wire \$859 ;
-  wire \$86 ;
-  wire \$860 ;
-  wire [16:0] \$861 ;
-  wire \$862 ;
-  wire \$863 ;
-  wire \$864 ;
-  wire [13:0] \$865 ;
-  wire [32:0] \$866 ;
-  wire [13:0] \$867 ;
-  wire [13:0] \$868 ;
-  wire \$869 ;
-  wire \$87 ;
-  wire [13:0] \$870 ;
-  wire \$871 ;
-  wire \$872 ;
-  wire [1:0] \$873 ;
-  wire \$874 ;
-  wire [13:0] \$875 ;
-  wire [32:0] \$876 ;
-  wire \$877 ;
-  wire [13:0] \$878 ;
-  wire \$879 ;
-  wire \$88 ;
-  wire \$880 ;
-  wire [1:0] \$881 ;
-  wire \$882 ;
-  wire \$883 ;
-  wire \$884 ;
-  wire [31:0] \$885 ;
-  wire \$886 ;
-  wire [7:0] \$887 ;
-  wire \$888 ;
-  wire \$889 ;
-  wire \$89 ;
-  wire [31:0] \$890 ;
-  wire \$891 ;
-  wire [7:0] \$892 ;
-  wire \$893 ;
-  wire \$894 ;
-  wire [31:0] \$895 ;
-  wire \$896 ;
-  wire [7:0] \$897 ;
-  wire \$898 ;
-  wire \$899 ;
-  wire \$9 ;
-  wire [12:0] \$90 ;
-  wire [31:0] \$900 ;
-  wire \$901 ;
-  wire [7:0] \$902 ;
-  wire \$903 ;
-  wire \$904 ;
-  wire [31:0] \$905 ;
-  wire \$906 ;
-  wire [7:0] \$907 ;
-  wire \$908 ;
-  wire \$909 ;
-  wire [7:0] \$91 ;
-  wire [31:0] \$910 ;
-  wire \$911 ;
-  wire [7:0] \$912 ;
-  wire \$913 ;
-  wire \$914 ;
-  wire [31:0] \$915 ;
-  wire \$916 ;
-  wire [7:0] \$917 ;
-  wire \$918 ;
-  wire \$919 ;
-  wire [31:0] \$92 ;
-  wire [31:0] \$920 ;
-  wire \$921 ;
-  wire [7:0] \$922 ;
-  wire \$923 ;
-  wire \$924 ;
-  wire [31:0] \$925 ;
-  wire \$926 ;
-  wire [7:0] \$927 ;
-  wire \$928 ;
-  wire \$929 ;
-  wire \$93 ;
-  wire [31:0] \$930 ;
-  wire \$931 ;
-  wire [7:0] \$932 ;
-  wire \$933 ;
-  wire \$934 ;
-  wire [31:0] \$935 ;
-  wire \$936 ;
-  wire [7:0] \$937 ;
-  wire \$938 ;
-  wire \$939 ;
-  wire \$94 ;
-  wire [31:0] \$940 ;
-  wire \$941 ;
-  wire [7:0] \$942 ;
-  wire \$943 ;
-  wire \$944 ;
-  wire [31:0] \$945 ;
-  wire \$946 ;
-  wire [7:0] \$947 ;
-  wire \$948 ;
-  wire \$949 ;
-  wire \$95 ;
-  wire [31:0] \$950 ;
-  wire \$951 ;
-  wire [7:0] \$952 ;
-  wire \$953 ;
-  wire \$954 ;
-  wire [31:0] \$955 ;
-  wire \$956 ;
-  wire [7:0] \$957 ;
-  wire \$958 ;
-  wire \$959 ;
-  wire \$96 ;
-  wire [31:0] \$960 ;
-  wire \$961 ;
-  wire [7:0] \$962 ;
-  wire \$963 ;
-  wire \$964 ;
-  wire [31:0] \$965 ;
-  wire \$966 ;
-  wire [7:0] \$967 ;
-  wire \$968 ;
-  wire \$969 ;
-  wire \$97 ;
-  wire [31:0] \$970 ;
-  wire \$971 ;
-  wire [7:0] \$972 ;
-  wire \$973 ;
-  wire \$974 ;
-  wire [31:0] \$975 ;
-  wire \$976 ;
-  wire [7:0] \$977 ;
-  wire \$978 ;
-  wire \$979 ;
-  wire \$98 ;
-  wire [31:0] \$980 ;
-  wire \$981 ;
-  wire [7:0] \$982 ;
-  wire \$983 ;
-  wire \$984 ;
-  wire [31:0] \$985 ;
-  wire \$986 ;
-  wire [7:0] \$987 ;
-  wire \$988 ;
-  wire \$989 ;
-  wire \$99 ;
-  wire [31:0] \$990 ;
-  wire \$991 ;
-  wire [7:0] \$992 ;
-  wire \$993 ;
-  wire \$994 ;
-  wire [31:0] \$995 ;
-  wire \$996 ;
-  wire [7:0] \$997 ;
-  wire \$998 ;
-  wire \$999 ;
-  wire \$auto$rtlil.cc:2739:Not$10 ;
-  wire \$auto$rtlil.cc:2739:Not$12 ;
-  wire \$auto$rtlil.cc:2739:Not$14 ;
-  wire \$auto$rtlil.cc:2739:Not$16 ;
-  wire \$auto$rtlil.cc:2739:Not$18 ;
-  wire \$auto$rtlil.cc:2739:Not$2 ;
-  wire \$auto$rtlil.cc:2739:Not$20 ;
-  wire \$auto$rtlil.cc:2739:Not$22 ;
-  wire \$auto$rtlil.cc:2739:Not$24 ;
-  wire \$auto$rtlil.cc:2739:Not$26 ;
-  wire \$auto$rtlil.cc:2739:Not$28 ;
-  wire \$auto$rtlil.cc:2739:Not$30 ;
-  wire \$auto$rtlil.cc:2739:Not$32 ;
-  wire \$auto$rtlil.cc:2739:Not$4 ;
-  wire \$auto$rtlil.cc:2739:Not$6 ;
-  wire \$auto$rtlil.cc:2739:Not$8 ;
-  reg [31:0] baddr = 32'd0;
-  reg [9:0] beat = 10'h000;
-  reg [31:0] blen = 32'd0;
-  reg [5:0] bridge_fsm_state = 6'h00;
-  reg bus_err = 1'h0;
-  wire [31:0] byte_addr;
-  wire [9:0] capped;
+  wire [7:0] \$9 ;
+  wire buf__crc_ok;
+  wire \buf__crc_ok$215 ;
+  wire [12:0] buf__length;
+  wire [12:0] \buf__length$209 ;
+  wire [2:0] buf__offset;
+  wire [2:0] \buf__offset$206 ;
+  wire [9:0] buf__r_addr;
+  wire [9:0] \buf__r_addr$230 ;
+  wire [63:0] buf__r_data;
+  wire [63:0] \buf__r_data$233 ;
+  wire buf__receive;
+  wire \buf__receive$197 ;
+  wire buf__receive_crc;
+  wire \buf__receive_crc$200 ;
+  wire buf__received;
+  wire \buf__received$212 ;
+  wire buf__send;
+  wire \buf__send$203 ;
+  wire buf__sent;
+  wire \buf__sent$218 ;
+  wire [9:0] buf__w_addr;
+  wire [9:0] \buf__w_addr$221 ;
+  wire [63:0] buf__w_data;
+  wire [63:0] \buf__w_data$224 ;
+  wire [7:0] buf__w_en;
+  wire [7:0] \buf__w_en$227 ;
+  wire burst;
+  wire [30:0] bus__mem_addr;
+  wire [30:0] \bus__mem_addr$288 ;
+  wire [30:0] \bus__mem_addr$289 ;
+  wire bus__mem_b_done;
+  wire \bus__mem_b_done$328 ;
+  wire \bus__mem_b_done$329 ;
+  wire bus__mem_b_err;
+  wire \bus__mem_b_err$332 ;
+  wire \bus__mem_b_err$333 ;
+  wire bus__mem_b_wait;
+  wire \bus__mem_b_wait$320 ;
+  wire \bus__mem_b_wait$321 ;
+  wire bus__mem_beat;
+  wire \bus__mem_beat$296 ;
+  wire \bus__mem_beat$297 ;
+  wire [7:0] bus__mem_len;
+  wire [7:0] \bus__mem_len$292 ;
+  wire [7:0] \bus__mem_len$293 ;
+  wire bus__mem_r_done;
+  wire \bus__mem_r_done$336 ;
+  wire \bus__mem_r_done$337 ;
+  wire bus__mem_r_err;
+  wire \bus__mem_r_err$340 ;
+  wire \bus__mem_r_err$341 ;
+  wire bus__mem_r_wait;
+  wire \bus__mem_r_wait$324 ;
+  wire \bus__mem_r_wait$325 ;
+  wire [63:0] bus__mem_rdata;
+  wire [63:0] \bus__mem_rdata$348 ;
+  wire [63:0] \bus__mem_rdata$349 ;
+  wire bus__mem_read;
+  wire \bus__mem_read$284 ;
+  wire \bus__mem_read$285 ;
+  wire bus__mem_rlast;
+  wire \bus__mem_rlast$344 ;
+  wire \bus__mem_rlast$345 ;
+  wire bus__mem_stream;
+  wire \bus__mem_stream$300 ;
+  wire \bus__mem_stream$301 ;
+  wire [63:0] bus__mem_wdata;
+  wire [63:0] \bus__mem_wdata$304 ;
+  wire [63:0] \bus__mem_wdata$305 ;
+  wire bus__mem_wlast;
+  wire \bus__mem_wlast$312 ;
+  wire \bus__mem_wlast$313 ;
+  wire bus__mem_wready;
+  wire \bus__mem_wready$316 ;
+  wire \bus__mem_wready$317 ;
+  wire bus__mem_write;
+  wire \bus__mem_write$280 ;
+  wire \bus__mem_write$281 ;
+  wire [7:0] bus__mem_wstrb;
+  wire [7:0] \bus__mem_wstrb$308 ;
+  wire [7:0] \bus__mem_wstrb$309 ;
+  wire [15:0] bus__reg_addr;
+  wire [15:0] \bus__reg_addr$244 ;
+  wire [15:0] \bus__reg_addr$245 ;
+  wire bus__reg_b_done;
+  wire \bus__reg_b_done$260 ;
+  wire \bus__reg_b_done$261 ;
+  wire bus__reg_b_err;
+  wire \bus__reg_b_err$264 ;
+  wire \bus__reg_b_err$265 ;
+  wire bus__reg_b_wait;
+  wire \bus__reg_b_wait$252 ;
+  wire \bus__reg_b_wait$253 ;
+  wire bus__reg_r_done;
+  wire \bus__reg_r_done$268 ;
+  wire \bus__reg_r_done$269 ;
+  wire bus__reg_r_err;
+  wire \bus__reg_r_err$272 ;
+  wire \bus__reg_r_err$273 ;
+  wire bus__reg_r_wait;
+  wire \bus__reg_r_wait$256 ;
+  wire \bus__reg_r_wait$257 ;
+  wire [31:0] bus__reg_rdata;
+  wire [31:0] \bus__reg_rdata$276 ;
+  wire [31:0] \bus__reg_rdata$277 ;
+  wire bus__reg_read;
+  wire \bus__reg_read$240 ;
+  wire \bus__reg_read$241 ;
+  wire [31:0] bus__reg_wdata;
+  wire [31:0] \bus__reg_wdata$248 ;
+  wire [31:0] \bus__reg_wdata$249 ;
+  wire bus__reg_write;
+  wire \bus__reg_write$236 ;
+  wire \bus__reg_write$237 ;
+  wire busy;
+  wire \busy$54 ;
+  wire \busy$55 ;
+  wire \busy$56 ;
   input clk;
   wire clk;
-  reg [7:0] cmd = 8'h00;
-  reg [12:0] count = 13'h0000;
-  reg [31:0] crc = 32'd4294967295;
-  reg [30:0] cur = 31'h00000000;
-  wire [8:0] cut;
+  wire [7:0] cmd;
+  wire [7:0] \cmd$67 ;
+  wire [7:0] \cmd$68 ;
+  wire [7:0] crc__data;
+  wire [7:0] \crc__data$167 ;
+  wire [7:0] \crc__data$168 ;
+  wire [7:0] \crc__data$169 ;
+  wire crc__feed;
+  wire \crc__feed$177 ;
+  wire \crc__feed$178 ;
+  wire \crc__feed$179 ;
+  wire crc__restart;
+  wire \crc__restart$182 ;
+  wire \crc__restart$183 ;
+  wire \crc__restart$184 ;
+  wire crc__shift;
+  wire \crc__shift$187 ;
+  wire \crc__shift$188 ;
+  wire \crc__shift$189 ;
+  wire crc__start;
+  wire \crc__start$172 ;
+  wire \crc__start$173 ;
+  wire \crc__start$174 ;
+  wire [31:0] crc__value;
+  wire [31:0] \crc__value$192 ;
+  wire [31:0] \crc__value$193 ;
+  wire [31:0] \crc__value$194 ;
+  wire [7:0] data;
   wire [7:0] data__tdata;
-  reg [7:0] \data__tdata$63 ;
   wire data__tready;
-  wire \data__tready$66 ;
   wire data__tvalid;
-  reg \data__tvalid$61 ;
-  wire frame_error;
-  wire got;
-  wire [13:0] hi;
-  reg [12:0] idx = 13'h0000;
-  reg [8:0] in_burst = 9'h000;
-  wire in_mem;
-  wire in_regs;
-  reg incr = 1'h0;
-  reg [7:0] lane_byte;
-  reg [9:0] left = 10'h000;
-  reg [2:0] lo = 3'h0;
+  wire discarding;
+  wire feed;
+  wire frames__abort;
+  wire [7:0] frames__byte;
+  wire frames__crc_ok;
+  wire frames__discard;
+  wire [31:0] frames__field;
+  wire [12:0] frames__length;
+  wire frames__listen;
+  wire [2:0] frames__offset;
+  wire [9:0] frames__r_addr;
+  wire [63:0] frames__r_data;
+  wire frames__receive;
+  wire frames__receive_crc;
+  wire frames__received;
+  wire frames__send;
+  wire frames__sent;
+  wire frames__valid;
+  wire [9:0] frames__w_addr;
+  wire [63:0] frames__w_data;
+  wire [7:0] frames__w_en;
+  wire idle;
+  wire \idle$58 ;
   output [31:0] mem__araddr;
-  reg [31:0] mem__araddr = 32'd0;
+  wire [31:0] mem__araddr;
+  wire [31:0] \mem__araddr$86 ;
   output [1:0] mem__arburst;
   wire [1:0] mem__arburst;
+  wire [1:0] \mem__arburst$87 ;
   output [3:0] mem__arid;
   wire [3:0] mem__arid;
+  wire [3:0] \mem__arid$88 ;
   output [7:0] mem__arlen;
-  reg [7:0] mem__arlen = 8'h00;
+  wire [7:0] mem__arlen;
+  wire [7:0] \mem__arlen$89 ;
   input mem__arready;
   wire mem__arready;
+  wire \mem__arready$90 ;
   output [2:0] mem__arsize;
   wire [2:0] mem__arsize;
+  wire [2:0] \mem__arsize$91 ;
   output mem__arvalid;
-  reg mem__arvalid = 1'h0;
+  wire mem__arvalid;
+  wire \mem__arvalid$92 ;
   output [31:0] mem__awaddr;
-  reg [31:0] mem__awaddr = 32'd0;
+  wire [31:0] mem__awaddr;
+  wire [31:0] \mem__awaddr$93 ;
   output [1:0] mem__awburst;
   wire [1:0] mem__awburst;
+  wire [1:0] \mem__awburst$94 ;
   output [3:0] mem__awid;
   wire [3:0] mem__awid;
+  wire [3:0] \mem__awid$95 ;
   output [7:0] mem__awlen;
-  reg [7:0] mem__awlen = 8'h00;
+  wire [7:0] mem__awlen;
+  wire [7:0] \mem__awlen$96 ;
   input mem__awready;
   wire mem__awready;
+  wire \mem__awready$97 ;
   output [2:0] mem__awsize;
   wire [2:0] mem__awsize;
+  wire [2:0] \mem__awsize$98 ;
   output mem__awvalid;
-  reg mem__awvalid = 1'h0;
+  wire mem__awvalid;
+  wire \mem__awvalid$99 ;
   input [3:0] mem__bid;
   wire [3:0] mem__bid;
+  wire [3:0] \mem__bid$100 ;
   output mem__bready;
-  reg mem__bready;
+  wire mem__bready;
+  wire \mem__bready$101 ;
   input [1:0] mem__bresp;
   wire [1:0] mem__bresp;
+  wire [1:0] \mem__bresp$102 ;
   input mem__bvalid;
   wire mem__bvalid;
+  wire \mem__bvalid$103 ;
   input [63:0] mem__rdata;
   wire [63:0] mem__rdata;
+  wire [63:0] \mem__rdata$104 ;
   input [3:0] mem__rid;
   wire [3:0] mem__rid;
+  wire [3:0] \mem__rid$105 ;
   input mem__rlast;
   wire mem__rlast;
+  wire \mem__rlast$106 ;
   output mem__rready;
-  reg mem__rready;
+  wire mem__rready;
+  wire \mem__rready$107 ;
   input [1:0] mem__rresp;
   wire [1:0] mem__rresp;
+  wire [1:0] \mem__rresp$108 ;
   input mem__rvalid;
   wire mem__rvalid;
+  wire \mem__rvalid$109 ;
   output [63:0] mem__wdata;
-  reg [63:0] mem__wdata;
+  wire [63:0] mem__wdata;
+  wire [63:0] \mem__wdata$110 ;
   output mem__wlast;
-  reg mem__wlast;
+  wire mem__wlast;
+  wire \mem__wlast$111 ;
   input mem__wready;
   wire mem__wready;
+  wire \mem__wready$112 ;
   output [7:0] mem__wstrb;
-  reg [7:0] mem__wstrb;
+  wire [7:0] mem__wstrb;
+  wire [7:0] \mem__wstrb$113 ;
   output mem__wvalid;
-  reg mem__wvalid;
-  reg [63:0] mw_data = 64'h0000000000000000;
-  reg [7:0] mw_strb = 8'h00;
-  reg mw_valid = 1'h0;
-  wire [9:0] nbeats;
-  reg [14:0] quiet = 15'h0000;
-  wire [7:0] r_data;
-  reg r_en;
-  wire r_rdy;
-  reg rd_ok = 1'h0;
-  reg reg_err;
+  wire mem__wvalid;
+  wire \mem__wvalid$114 ;
   wire reg_frame;
-  wire [31:0] reg_half;
-  wire [31:0] reg_word;
   output [15:0] regs__araddr;
-  reg [15:0] regs__araddr = 16'h0000;
+  wire [15:0] regs__araddr;
+  wire [15:0] \regs__araddr$69 ;
   input regs__arready;
   wire regs__arready;
+  wire \regs__arready$70 ;
   output regs__arvalid;
-  reg regs__arvalid = 1'h0;
+  wire regs__arvalid;
+  wire \regs__arvalid$71 ;
   output [15:0] regs__awaddr;
-  reg [15:0] regs__awaddr = 16'h0000;
+  wire [15:0] regs__awaddr;
+  wire [15:0] \regs__awaddr$72 ;
   input regs__awready;
   wire regs__awready;
+  wire \regs__awready$73 ;
   output regs__awvalid;
-  reg regs__awvalid = 1'h0;
+  wire regs__awvalid;
+  wire \regs__awvalid$74 ;
   output regs__bready;
-  reg regs__bready;
+  wire regs__bready;
+  wire \regs__bready$75 ;
   input [1:0] regs__bresp;
   wire [1:0] regs__bresp;
+  wire [1:0] \regs__bresp$76 ;
   input regs__bvalid;
   wire regs__bvalid;
+  wire \regs__bvalid$77 ;
   input [31:0] regs__rdata;
   wire [31:0] regs__rdata;
+  wire [31:0] \regs__rdata$78 ;
   output regs__rready;
-  reg regs__rready;
+  wire regs__rready;
+  wire \regs__rready$79 ;
   input [1:0] regs__rresp;
   wire [1:0] regs__rresp;
+  wire [1:0] \regs__rresp$80 ;
   input regs__rvalid;
   wire regs__rvalid;
+  wire \regs__rvalid$81 ;
   output [31:0] regs__wdata;
-  reg [31:0] regs__wdata = 32'd0;
+  wire [31:0] regs__wdata;
+  wire [31:0] \regs__wdata$82 ;
   input regs__wready;
   wire regs__wready;
+  wire \regs__wready$83 ;
   output [3:0] regs__wstrb;
   wire [3:0] regs__wstrb;
+  wire [3:0] \regs__wstrb$84 ;
   output regs__wvalid;
-  reg regs__wvalid = 1'h0;
-  wire [9:0] rp__addr;
-  wire [63:0] rp__data;
+  wire regs__wvalid;
+  wire \regs__wvalid$85 ;
+  wire [30:0] requests__mem_addr;
+  wire requests__mem_b_done;
+  wire requests__mem_b_err;
+  wire requests__mem_b_wait;
+  wire requests__mem_beat;
+  wire [7:0] requests__mem_len;
+  wire requests__mem_r_done;
+  wire requests__mem_r_err;
+  wire requests__mem_r_wait;
+  wire [63:0] requests__mem_rdata;
+  wire requests__mem_read;
+  wire requests__mem_rlast;
+  wire requests__mem_stream;
+  wire [63:0] requests__mem_wdata;
+  wire requests__mem_wlast;
+  wire requests__mem_wready;
+  wire requests__mem_write;
+  wire [7:0] requests__mem_wstrb;
+  wire [15:0] requests__reg_addr;
+  wire requests__reg_b_done;
+  wire requests__reg_b_err;
+  wire requests__reg_b_wait;
+  wire requests__reg_r_done;
+  wire requests__reg_r_err;
+  wire requests__reg_r_wait;
+  wire [31:0] requests__reg_rdata;
+  wire requests__reg_read;
+  wire [31:0] requests__reg_wdata;
+  wire requests__reg_write;
+  wire restart;
   input rst;
   wire rst;
   input rx;
   wire rx;
   wire \rx$50 ;
-  wire rx_crc_ok;
-  reg rx_err = 1'h0;
-  reg send_idx;
-  wire sent;
-  reg [31:0] shreg = 32'd0;
-  wire [31:0] shreg_next;
-  reg [7:0] status = 8'h00;
-  wire [7:0] strb;
-  wire take;
-  wire timed_out;
-  wire [9:0] to_page;
+  wire rx__abort;
+  wire \rx__abort$134 ;
+  wire \rx__abort$135 ;
+  wire \rx__abort$136 ;
+  wire \rx__abort$137 ;
+  wire [7:0] rx__byte;
+  wire [7:0] \rx__byte$116 ;
+  wire [7:0] \rx__byte$117 ;
+  wire [7:0] \rx__byte$118 ;
+  wire [7:0] \rx__byte$119 ;
+  wire rx__discard;
+  wire \rx__discard$146 ;
+  wire \rx__discard$147 ;
+  wire \rx__discard$148 ;
+  wire \rx__discard$149 ;
+  wire [31:0] rx__field;
+  wire [31:0] \rx__field$128 ;
+  wire [31:0] \rx__field$129 ;
+  wire [31:0] \rx__field$130 ;
+  wire [31:0] \rx__field$131 ;
+  wire rx__listen;
+  wire \rx__listen$140 ;
+  wire \rx__listen$141 ;
+  wire \rx__listen$142 ;
+  wire \rx__listen$143 ;
+  wire rx__valid;
+  wire \rx__valid$122 ;
+  wire \rx__valid$123 ;
+  wire \rx__valid$124 ;
+  wire \rx__valid$125 ;
+  wire shift;
+  wire start;
+  wire \start$170 ;
+  wire \start$61 ;
+  wire \start$63 ;
   output tx;
   wire tx;
   wire \tx$51 ;
-  wire [7:0] tx_data;
-  wire tx_valid;
-  wire [7:0] w_data;
-  wire w_en;
-  reg [31:0] waddr = 32'd0;
-  reg waiting;
-  reg [31:0] word = 32'd0;
-  reg [8:0] words = 9'h000;
+  wire [7:0] tx__tdata;
+  wire [7:0] \tx__tdata$152 ;
+  wire [7:0] \tx__tdata$153 ;
+  wire [7:0] \tx__tdata$154 ;
+  wire tx__tready;
+  wire \tx__tready$162 ;
+  wire \tx__tready$163 ;
+  wire \tx__tready$164 ;
+  wire tx__tvalid;
+  wire \tx__tvalid$157 ;
+  wire \tx__tvalid$158 ;
+  wire \tx__tvalid$159 ;
+  wire uartbone;
+  wire [31:0] value;
+  assign \$35  = bus__mem_wdata | \bus__mem_wdata$304 ;
+  assign \$36  = bus__mem_wstrb | \bus__mem_wstrb$308 ;
+  assign \$38  = bus__mem_b_wait | \bus__mem_b_wait$320 ;
+  assign \$39  = bus__mem_r_wait | \bus__mem_r_wait$324 ;
+  assign \$1  = discarding | \busy$54 ;
+  assign \$2  = \$1  | \busy$55 ;
+  assign busy = \$2  | \busy$56 ;
+  assign \$4  = \$3  | \rx__listen$141 ;
+  assign \$5  = \$4  | \rx__listen$142 ;
+  assign frames__listen = \$5  | \rx__listen$143 ;
+  assign frames__discard = \$8  | \rx__discard$149 ;
+  assign \$9  = tx__tdata | \tx__tdata$152 ;
+  assign \$10  = \$9  | \tx__tdata$153 ;
+  assign data__tdata = \$10  | \tx__tdata$154 ;
+  assign \$11  = tx__tvalid | \tx__tvalid$157 ;
+  assign \$12  = \$11  | \tx__tvalid$158 ;
+  assign data__tvalid = \$12  | \tx__tvalid$159 ;
+  assign \$13  = crc__data | \crc__data$167 ;
+  assign \$14  = \$13  | \crc__data$168 ;
+  assign data = \$14  | \crc__data$169 ;
+  assign \$18  = \$17  | \crc__feed$178 ;
+  assign feed = \$18  | \crc__feed$179 ;
+  assign \$20  = \$19  | \crc__restart$183 ;
+  assign frames__receive = buf__receive | \buf__receive$197 ;
+  assign frames__send = buf__send | \buf__send$203 ;
+  assign frames__offset = buf__offset | \buf__offset$206 ;
+  assign frames__length = buf__length | \buf__length$209 ;
+  assign frames__w_addr = buf__w_addr | \buf__w_addr$221 ;
+  assign frames__w_data = buf__w_data | \buf__w_data$224 ;
+  assign frames__w_en = buf__w_en | \buf__w_en$227 ;
+  assign frames__r_addr = buf__r_addr | \buf__r_addr$230 ;
+  assign requests__reg_write = \$23  | \bus__reg_write$237 ;
+  assign requests__reg_read = \$24  | \bus__reg_read$241 ;
+  assign requests__reg_addr = \$25  | \bus__reg_addr$245 ;
+  assign requests__reg_wdata = \$26  | \bus__reg_wdata$249 ;
+  assign requests__reg_b_wait = \$27  | \bus__reg_b_wait$253 ;
+  assign requests__reg_r_wait = \$28  | \bus__reg_r_wait$257 ;
+  assign \$29  = bus__mem_write | \bus__mem_write$280 ;
+  assign \$30  = bus__mem_read | \bus__mem_read$284 ;
+  assign \$31  = bus__mem_addr | \bus__mem_addr$288 ;
+  \dx1_uart_bridge.buffer  buffer (
+    .clk(clk),
+    .crc__data(\crc__data$167 ),
+    .crc__feed(\crc__feed$177 ),
+    .crc__restart(\crc__restart$182 ),
+    .crc__shift(\crc__shift$187 ),
+    .crc__value(crc__value),
+    .frames__crc_ok(buf__crc_ok),
+    .frames__length(frames__length),
+    .frames__offset(frames__offset),
+    .frames__r_addr(frames__r_addr),
+    .frames__r_data(buf__r_data),
+    .frames__receive(frames__receive),
+    .frames__receive_crc(frames__receive_crc),
+    .frames__received(buf__received),
+    .frames__send(frames__send),
+    .frames__sent(buf__sent),
+    .frames__w_addr(frames__w_addr),
+    .frames__w_data(frames__w_data),
+    .frames__w_en(frames__w_en),
+    .\port$1079$0 (\$40 ),
+    .rst(rst),
+    .rx__abort(rx__abort),
+    .rx__byte(cmd),
+    .rx__listen(\rx__listen$140 ),
+    .rx__valid(rx__valid),
+    .tx__tdata(tx__tdata),
+    .tx__tready(tx__tready),
+    .tx__tvalid(tx__tvalid)
+  );
+  \dx1_uart_bridge.burst$357  \burst$357  (
+    .buf__crc_ok(buf__crc_ok),
+    .buf__length(buf__length),
+    .buf__offset(buf__offset),
+    .buf__r_addr(buf__r_addr),
+    .buf__r_data(buf__r_data),
+    .buf__receive(buf__receive),
+    .buf__received(buf__received),
+    .buf__send(buf__send),
+    .buf__sent(buf__sent),
+    .buf__w_addr(buf__w_addr),
+    .buf__w_data(buf__w_data),
+    .buf__w_en(buf__w_en),
+    .bus__mem_addr(\bus__mem_addr$288 ),
+    .bus__mem_b_done(bus__mem_b_done),
+    .bus__mem_b_err(bus__mem_b_err),
+    .bus__mem_b_wait(\bus__mem_b_wait$320 ),
+    .bus__mem_len(\bus__mem_len$292 ),
+    .bus__mem_r_done(bus__mem_r_done),
+    .bus__mem_r_err(bus__mem_r_err),
+    .bus__mem_r_wait(\bus__mem_r_wait$324 ),
+    .bus__mem_rdata(mem__rdata),
+    .bus__mem_read(\bus__mem_read$284 ),
+    .bus__mem_rlast(mem__rlast),
+    .bus__mem_stream(\bus__mem_stream$300 ),
+    .bus__mem_wdata(\bus__mem_wdata$304 ),
+    .bus__mem_wlast(\bus__mem_wlast$312 ),
+    .bus__mem_wready(mem__wready),
+    .bus__mem_write(\bus__mem_write$280 ),
+    .bus__mem_wstrb(\bus__mem_wstrb$308 ),
+    .busy(\busy$55 ),
+    .clk(clk),
+    .crc__data(\crc__data$168 ),
+    .crc__feed(\crc__feed$178 ),
+    .crc__restart(\crc__restart$183 ),
+    .crc__value(crc__value),
+    .\port$1079$0 (\$40 ),
+    .rst(rst),
+    .rx__abort(rx__abort),
+    .rx__byte(cmd),
+    .rx__discard(\rx__discard$148 ),
+    .rx__listen(\rx__listen$142 ),
+    .rx__valid(rx__valid),
+    .\start$54 (\start$61 ),
+    .tx__tdata(\tx__tdata$153 ),
+    .tx__tready(tx__tready),
+    .tx__tvalid(\tx__tvalid$158 )
+  );
+  \dx1_uart_bridge.bus  bus (
+    .clk(clk),
+    .mem__araddr(mem__araddr),
+    .mem__arlen(mem__arlen),
+    .mem__arready(mem__arready),
+    .mem__arvalid(mem__arvalid),
+    .mem__awaddr(mem__awaddr),
+    .mem__awlen(mem__awlen),
+    .mem__awready(mem__awready),
+    .mem__awvalid(mem__awvalid),
+    .mem__bready(mem__bready),
+    .mem__bresp(mem__bresp),
+    .mem__bvalid(mem__bvalid),
+    .mem__rready(mem__rready),
+    .mem__rresp(mem__rresp),
+    .mem__rvalid(mem__rvalid),
+    .mem__wdata(mem__wdata),
+    .mem__wlast(mem__wlast),
+    .mem__wstrb(mem__wstrb),
+    .mem__wvalid(mem__wvalid),
+    .regs__araddr(regs__araddr),
+    .regs__arready(regs__arready),
+    .regs__arvalid(regs__arvalid),
+    .regs__awaddr(regs__awaddr),
+    .regs__awready(regs__awready),
+    .regs__awvalid(regs__awvalid),
+    .regs__bready(regs__bready),
+    .regs__bresp(regs__bresp),
+    .regs__bvalid(regs__bvalid),
+    .regs__rready(regs__rready),
+    .regs__rresp(regs__rresp),
+    .regs__rvalid(regs__rvalid),
+    .regs__wdata(regs__wdata),
+    .regs__wready(regs__wready),
+    .regs__wvalid(regs__wvalid),
+    .requests__mem_addr(requests__mem_addr),
+    .requests__mem_b_done(bus__mem_b_done),
+    .requests__mem_b_err(bus__mem_b_err),
+    .requests__mem_b_wait(requests__mem_b_wait),
+    .requests__mem_beat(requests__mem_beat),
+    .requests__mem_len(requests__mem_len),
+    .requests__mem_r_done(bus__mem_r_done),
+    .requests__mem_r_err(bus__mem_r_err),
+    .requests__mem_r_wait(requests__mem_r_wait),
+    .requests__mem_rdata(mem__rdata),
+    .requests__mem_read(requests__mem_read),
+    .requests__mem_rlast(mem__rlast),
+    .requests__mem_stream(requests__mem_stream),
+    .requests__mem_wdata(requests__mem_wdata),
+    .requests__mem_wlast(requests__mem_wlast),
+    .requests__mem_wready(mem__wready),
+    .requests__mem_write(requests__mem_write),
+    .requests__mem_wstrb(requests__mem_wstrb),
+    .requests__reg_addr(requests__reg_addr),
+    .requests__reg_b_done(bus__reg_b_done),
+    .requests__reg_b_err(bus__reg_b_err),
+    .requests__reg_b_wait(requests__reg_b_wait),
+    .requests__reg_r_done(bus__reg_r_done),
+    .requests__reg_r_err(bus__reg_r_err),
+    .requests__reg_r_wait(requests__reg_r_wait),
+    .requests__reg_rdata(regs__rdata),
+    .requests__reg_read(requests__reg_read),
+    .requests__reg_wdata(requests__reg_wdata),
+    .requests__reg_write(requests__reg_write),
+    .rst(rst)
+  );
+  \dx1_uart_bridge.crc  crc (
+    .clk(clk),
+    .data(data),
+    .feed(feed),
+    .restart(restart),
+    .rst(rst),
+    .shift(shift),
+    .start(\start$170 ),
+    .value(crc__value)
+  );
+  \dx1_uart_bridge.dispatch  dispatch (
+    .burst(\start$61 ),
+    .busy(busy),
+    .crc__data(crc__data),
+    .crc__start(crc__start),
+    .idle(idle),
+    .reg_frame(\start$63 ),
+    .rx__byte(cmd),
+    .rx__valid(rx__valid),
+    .uartbone(start)
+  );
+  \dx1_uart_bridge.receiver  receiver (
+    .clk(clk),
+    .discarding(discarding),
+    .frames__abort(rx__abort),
+    .frames__byte(cmd),
+    .frames__discard(frames__discard),
+    .frames__listen(frames__listen),
+    .frames__valid(rx__valid),
+    .idle(idle),
+    .rst(rst),
+    .rx(rx),
+    .shreg(\$40 )
+  );
+  \dx1_uart_bridge.reg_frames  reg_frames (
+    .buf__crc_ok(buf__crc_ok),
+    .buf__length(\buf__length$209 ),
+    .buf__offset(\buf__offset$206 ),
+    .buf__r_addr(\buf__r_addr$230 ),
+    .buf__r_data(buf__r_data),
+    .buf__receive(\buf__receive$197 ),
+    .buf__receive_crc(\buf__receive_crc$200 ),
+    .buf__received(buf__received),
+    .buf__send(\buf__send$203 ),
+    .buf__sent(buf__sent),
+    .buf__w_addr(\buf__w_addr$221 ),
+    .buf__w_data(\buf__w_data$224 ),
+    .buf__w_en(\buf__w_en$227 ),
+    .bus__reg_addr(\bus__reg_addr$245 ),
+    .bus__reg_b_done(bus__reg_b_done),
+    .bus__reg_b_err(bus__reg_b_err),
+    .bus__reg_b_wait(\bus__reg_b_wait$253 ),
+    .bus__reg_r_done(bus__reg_r_done),
+    .bus__reg_r_err(bus__reg_r_err),
+    .bus__reg_r_wait(\bus__reg_r_wait$257 ),
+    .bus__reg_rdata(regs__rdata),
+    .bus__reg_read(\bus__reg_read$241 ),
+    .bus__reg_wdata(\bus__reg_wdata$249 ),
+    .bus__reg_write(\bus__reg_write$237 ),
+    .busy(\busy$56 ),
+    .clk(clk),
+    .crc__data(\crc__data$169 ),
+    .crc__feed(\crc__feed$179 ),
+    .\port$1079$0 (\$40 ),
+    .rst(rst),
+    .rx__abort(rx__abort),
+    .rx__byte(cmd),
+    .rx__discard(\rx__discard$149 ),
+    .rx__listen(\rx__listen$143 ),
+    .rx__valid(rx__valid),
+    .start(\start$63 ),
+    .tx__tdata(\tx__tdata$154 ),
+    .tx__tready(tx__tready),
+    .tx__tvalid(\tx__tvalid$159 )
+  );
+  \dx1_uart_bridge.uart_tx  uart_tx (
+    .clk(clk),
+    .data__tdata(data__tdata),
+    .data__tready(tx__tready),
+    .data__tvalid(data__tvalid),
+    .rst(rst),
+    .tx(tx)
+  );
+  \dx1_uart_bridge.uartbone$356  \uartbone$356  (
+    .bus__mem_addr(bus__mem_addr),
+    .bus__mem_b_done(bus__mem_b_done),
+    .bus__mem_b_wait(bus__mem_b_wait),
+    .bus__mem_beat(bus__mem_beat),
+    .bus__mem_r_done(bus__mem_r_done),
+    .bus__mem_r_err(bus__mem_r_err),
+    .bus__mem_r_wait(bus__mem_r_wait),
+    .bus__mem_rdata(mem__rdata),
+    .bus__mem_read(bus__mem_read),
+    .bus__mem_wdata(bus__mem_wdata),
+    .bus__mem_write(bus__mem_write),
+    .bus__mem_wstrb(bus__mem_wstrb),
+    .bus__reg_addr(bus__reg_addr),
+    .bus__reg_b_done(bus__reg_b_done),
+    .bus__reg_b_wait(bus__reg_b_wait),
+    .bus__reg_r_done(bus__reg_r_done),
+    .bus__reg_r_err(bus__reg_r_err),
+    .bus__reg_r_wait(bus__reg_r_wait),
+    .bus__reg_rdata(regs__rdata),
+    .bus__reg_read(bus__reg_read),
+    .bus__reg_wdata(bus__reg_wdata),
+    .bus__reg_write(bus__reg_write),
+    .busy(\busy$54 ),
+    .clk(clk),
+    .cmd(cmd),
+    .\port$1079$0 (\$40 ),
+    .rst(rst),
+    .rx__abort(rx__abort),
+    .rx__listen(\rx__listen$141 ),
+    .rx__valid(rx__valid),
+    .start(start),
+    .tx__tdata(\tx__tdata$152 ),
+    .tx__tready(tx__tready),
+    .tx__tvalid(\tx__tvalid$157 )
+  );
+  assign \rx$50  = rx;
+  assign \tx$51  = tx;
+  assign \idle$58  = idle;
+  assign uartbone = start;
+  assign burst = \start$61 ;
+  assign reg_frame = \start$63 ;
+  assign frames__byte = cmd;
+  assign \cmd$67  = cmd;
+  assign \cmd$68  = cmd;
+  assign \regs__araddr$69  = regs__araddr;
+  assign \regs__arready$70  = regs__arready;
+  assign \regs__arvalid$71  = regs__arvalid;
+  assign \regs__awaddr$72  = regs__awaddr;
+  assign \regs__awready$73  = regs__awready;
+  assign \regs__awvalid$74  = regs__awvalid;
+  assign \regs__bready$75  = regs__bready;
+  assign \regs__bresp$76  = regs__bresp;
+  assign \regs__bvalid$77  = regs__bvalid;
+  assign \regs__rdata$78  = regs__rdata;
+  assign \regs__rready$79  = regs__rready;
+  assign \regs__rresp$80  = regs__rresp;
+  assign \regs__rvalid$81  = regs__rvalid;
+  assign \regs__wdata$82  = regs__wdata;
+  assign \regs__wready$83  = regs__wready;
+  assign \regs__wstrb$84  = 4'hf;
+  assign \regs__wvalid$85  = regs__wvalid;
+  assign \mem__araddr$86  = mem__araddr;
+  assign \mem__arburst$87  = 2'h1;
+  assign \mem__arid$88  = 4'h0;
+  assign \mem__arlen$89  = mem__arlen;
+  assign \mem__arready$90  = mem__arready;
+  assign \mem__arsize$91  = 3'h3;
+  assign \mem__arvalid$92  = mem__arvalid;
+  assign \mem__awaddr$93  = mem__awaddr;
+  assign \mem__awburst$94  = 2'h1;
+  assign \mem__awid$95  = 4'h0;
+  assign \mem__awlen$96  = mem__awlen;
+  assign \mem__awready$97  = mem__awready;
+  assign \mem__awsize$98  = 3'h3;
+  assign \mem__awvalid$99  = mem__awvalid;
+  assign \mem__bid$100  = mem__bid;
+  assign \mem__bready$101  = mem__bready;
+  assign \mem__bresp$102  = mem__bresp;
+  assign \mem__bvalid$103  = mem__bvalid;
+  assign \mem__rdata$104  = mem__rdata;
+  assign \mem__rid$105  = mem__rid;
+  assign \mem__rlast$106  = mem__rlast;
+  assign \mem__rready$107  = mem__rready;
+  assign \mem__rresp$108  = mem__rresp;
+  assign \mem__rvalid$109  = mem__rvalid;
+  assign \mem__wdata$110  = mem__wdata;
+  assign \mem__wlast$111  = mem__wlast;
+  assign \mem__wready$112  = mem__wready;
+  assign \mem__wstrb$113  = mem__wstrb;
+  assign \mem__wvalid$114  = mem__wvalid;
+  assign rx__byte = cmd;
+  assign \rx__byte$116  = cmd;
+  assign \rx__byte$117  = cmd;
+  assign \rx__byte$118  = cmd;
+  assign \rx__byte$119  = cmd;
+  assign frames__valid = rx__valid;
+  assign \rx__valid$122  = rx__valid;
+  assign \rx__valid$123  = rx__valid;
+  assign \rx__valid$124  = rx__valid;
+  assign \rx__valid$125  = rx__valid;
+  assign rx__field = { \$40 , cmd };
+  assign frames__field = { \$40 , cmd };
+  assign \rx__field$128  = { \$40 , cmd };
+  assign \rx__field$129  = { \$40 , cmd };
+  assign \rx__field$130  = { \$40 , cmd };
+  assign \rx__field$131  = { \$40 , cmd };
+  assign frames__abort = rx__abort;
+  assign \rx__abort$134  = rx__abort;
+  assign \rx__abort$135  = rx__abort;
+  assign \rx__abort$136  = rx__abort;
+  assign \rx__abort$137  = rx__abort;
+  assign rx__listen = 1'h0;
+  assign rx__discard = 1'h0;
+  assign \rx__discard$146  = 1'h0;
+  assign \rx__discard$147  = 1'h0;
+  assign data__tready = tx__tready;
+  assign \tx__tready$162  = tx__tready;
+  assign \tx__tready$163  = tx__tready;
+  assign \tx__tready$164  = tx__tready;
+  assign \crc__start$172  = 1'h0;
+  assign \crc__start$173  = 1'h0;
+  assign \crc__start$174  = 1'h0;
+  assign crc__feed = 1'h0;
+  assign crc__restart = 1'h0;
+  assign \crc__restart$184  = 1'h0;
+  assign crc__shift = 1'h0;
+  assign \crc__shift$188  = 1'h0;
+  assign \crc__shift$189  = 1'h0;
+  assign value = crc__value;
+  assign \crc__value$192  = crc__value;
+  assign \crc__value$193  = crc__value;
+  assign \crc__value$194  = crc__value;
+  assign buf__receive_crc = 1'h0;
+  assign frames__received = buf__received;
+  assign \buf__received$212  = buf__received;
+  assign frames__crc_ok = buf__crc_ok;
+  assign \buf__crc_ok$215  = buf__crc_ok;
+  assign frames__sent = buf__sent;
+  assign \buf__sent$218  = buf__sent;
+  assign frames__r_data = buf__r_data;
+  assign \buf__r_data$233  = buf__r_data;
+  assign \bus__reg_write$236  = 1'h0;
+  assign \bus__reg_read$240  = 1'h0;
+  assign \bus__reg_addr$244  = 16'h0000;
+  assign \bus__reg_wdata$248  = 32'd0;
+  assign \bus__reg_b_wait$252  = 1'h0;
+  assign \bus__reg_r_wait$256  = 1'h0;
+  assign requests__reg_b_done = bus__reg_b_done;
+  assign \bus__reg_b_done$260  = bus__reg_b_done;
+  assign \bus__reg_b_done$261  = bus__reg_b_done;
+  assign requests__reg_b_err = bus__reg_b_err;
+  assign \bus__reg_b_err$264  = bus__reg_b_err;
+  assign \bus__reg_b_err$265  = bus__reg_b_err;
+  assign requests__reg_r_done = bus__reg_r_done;
+  assign \bus__reg_r_done$268  = bus__reg_r_done;
+  assign \bus__reg_r_done$269  = bus__reg_r_done;
+  assign requests__reg_r_err = bus__reg_r_err;
+  assign \bus__reg_r_err$272  = bus__reg_r_err;
+  assign \bus__reg_r_err$273  = bus__reg_r_err;
+  assign bus__reg_rdata = regs__rdata;
+  assign requests__reg_rdata = regs__rdata;
+  assign \bus__reg_rdata$276  = regs__rdata;
+  assign \bus__reg_rdata$277  = regs__rdata;
+  assign \bus__mem_write$281  = 1'h0;
+  assign \bus__mem_read$285  = 1'h0;
+  assign \bus__mem_addr$289  = 31'h00000000;
+  assign bus__mem_len = 8'h00;
+  assign \bus__mem_len$293  = 8'h00;
+  assign \bus__mem_beat$296  = 1'h0;
+  assign \bus__mem_beat$297  = 1'h0;
+  assign bus__mem_stream = 1'h0;
+  assign \bus__mem_stream$301  = 1'h0;
+  assign \bus__mem_wdata$305  = 64'h0000000000000000;
+  assign \bus__mem_wstrb$309  = 8'h00;
+  assign bus__mem_wlast = 1'h0;
+  assign \bus__mem_wlast$313  = 1'h0;
+  assign bus__mem_wready = mem__wready;
+  assign requests__mem_wready = mem__wready;
+  assign \bus__mem_wready$316  = mem__wready;
+  assign \bus__mem_wready$317  = mem__wready;
+  assign \bus__mem_b_wait$321  = 1'h0;
+  assign \bus__mem_r_wait$325  = 1'h0;
+  assign requests__mem_b_done = bus__mem_b_done;
+  assign \bus__mem_b_done$328  = bus__mem_b_done;
+  assign \bus__mem_b_done$329  = bus__mem_b_done;
+  assign requests__mem_b_err = bus__mem_b_err;
+  assign \bus__mem_b_err$332  = bus__mem_b_err;
+  assign \bus__mem_b_err$333  = bus__mem_b_err;
+  assign requests__mem_r_done = bus__mem_r_done;
+  assign \bus__mem_r_done$336  = bus__mem_r_done;
+  assign \bus__mem_r_done$337  = bus__mem_r_done;
+  assign requests__mem_r_err = bus__mem_r_err;
+  assign \bus__mem_r_err$340  = bus__mem_r_err;
+  assign \bus__mem_r_err$341  = bus__mem_r_err;
+  assign bus__mem_rlast = mem__rlast;
+  assign requests__mem_rlast = mem__rlast;
+  assign \bus__mem_rlast$344  = mem__rlast;
+  assign \bus__mem_rlast$345  = mem__rlast;
+  assign bus__mem_rdata = mem__rdata;
+  assign requests__mem_rdata = mem__rdata;
+  assign \bus__mem_rdata$348  = mem__rdata;
+  assign \bus__mem_rdata$349  = mem__rdata;
+  assign regs__wstrb = 4'hf;
+  assign mem__awid = 4'h0;
+  assign mem__awsize = 3'h3;
+  assign mem__awburst = 2'h1;
+  assign mem__arid = 4'h0;
+  assign mem__arsize = 3'h3;
+  assign mem__arburst = 2'h1;
+  assign \$3  = \rx__listen$140 ;
+  assign \$6  = 1'h0;
+  assign \$7  = 1'h0;
+  assign \$8  = \rx__discard$148 ;
+  assign \$15  = crc__start;
+  assign \$16  = crc__start;
+  assign \start$170  = crc__start;
+  assign \$17  = \crc__feed$177 ;
+  assign \$19  = \crc__restart$182 ;
+  assign restart = \$20 ;
+  assign \$21  = \crc__shift$187 ;
+  assign \$22  = \crc__shift$187 ;
+  assign shift = \crc__shift$187 ;
+  assign frames__receive_crc = \buf__receive_crc$200 ;
+  assign \$23  = bus__reg_write;
+  assign \$24  = bus__reg_read;
+  assign \$25  = bus__reg_addr;
+  assign \$26  = bus__reg_wdata;
+  assign \$27  = bus__reg_b_wait;
+  assign \$28  = bus__reg_r_wait;
+  assign requests__mem_write = \$29 ;
+  assign requests__mem_read = \$30 ;
+  assign requests__mem_addr = \$31 ;
+  assign \$32  = \bus__mem_len$292 ;
+  assign requests__mem_len = \bus__mem_len$292 ;
+  assign \$33  = bus__mem_beat;
+  assign requests__mem_beat = bus__mem_beat;
+  assign \$34  = \bus__mem_stream$300 ;
+  assign requests__mem_stream = \bus__mem_stream$300 ;
+  assign requests__mem_wdata = \$35 ;
+  assign requests__mem_wstrb = \$36 ;
+  assign \$37  = \bus__mem_wlast$312 ;
+  assign requests__mem_wlast = \bus__mem_wlast$312 ;
+  assign requests__mem_b_wait = \$38 ;
+  assign requests__mem_r_wait = \$39 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$1079$0 , crc__restart, rx__listen, crc__feed
+, crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
+  wire [13:0] \$1 ;
+  wire [13:0] \$10 ;
+  wire \$11 ;
+  wire [13:0] \$12 ;
+  wire \$13 ;
+  wire [12:0] \$14 ;
+  wire [12:0] \$15 ;
+  wire [12:0] \$16 ;
+  wire [14:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [13:0] \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  reg \$26 ;
+  reg [12:0] \$27 ;
+  reg [12:0] \$28 ;
+  reg [12:0] \$29 ;
+  wire [13:0] \$3 ;
+  reg [2:0] \$30 ;
+  wire \$4 ;
+  wire [13:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire [13:0] \$8 ;
+  wire [13:0] \$9 ;
+  reg [2:0] buffer_fsm_state = 3'h0;
+  input clk;
+  wire clk;
+  reg [12:0] count = 13'h0000;
+  output [7:0] crc__data;
+  reg [7:0] crc__data;
+  output crc__feed;
+  reg crc__feed;
+  output crc__restart;
+  reg crc__restart;
+  output crc__shift;
+  reg crc__shift;
+  input [31:0] crc__value;
+  wire [31:0] crc__value;
+  output frames__crc_ok;
+  wire frames__crc_ok;
+  input [12:0] frames__length;
+  wire [12:0] frames__length;
+  input [2:0] frames__offset;
+  wire [2:0] frames__offset;
+  input [9:0] frames__r_addr;
+  wire [9:0] frames__r_addr;
+  output [63:0] frames__r_data;
+  wire [63:0] frames__r_data;
+  input frames__receive;
+  wire frames__receive;
+  input frames__receive_crc;
+  wire frames__receive_crc;
+  output frames__received;
+  reg frames__received;
+  input frames__send;
+  wire frames__send;
+  output frames__sent;
+  reg frames__sent;
+  input [9:0] frames__w_addr;
+  wire [9:0] frames__w_addr;
+  input [63:0] frames__w_data;
+  wire [63:0] frames__w_data;
+  input [7:0] frames__w_en;
+  wire [7:0] frames__w_en;
+  reg [12:0] idx = 13'h0000;
+  reg [7:0] lane_byte;
+  reg [12:0] length = 13'h0000;
+  input [23:0] \port$1079$0 ;
+  wire [23:0] \port$1079$0 ;
+  reg rd_ok = 1'h0;
+  wire [9:0] rp__addr;
+  wire [63:0] rp__data;
+  input rst;
+  wire rst;
+  input rx__abort;
+  wire rx__abort;
+  input [7:0] rx__byte;
+  wire [7:0] rx__byte;
+  wire [31:0] rx__field;
+  output rx__listen;
+  reg rx__listen;
+  input rx__valid;
+  wire rx__valid;
+  reg sending;
+  output [7:0] tx__tdata;
+  reg [7:0] tx__tdata;
+  input tx__tready;
+  wire tx__tready;
+  output tx__tvalid;
+  reg tx__tvalid;
   reg [9:0] wp__addr;
   reg [63:0] wp__data;
   reg [7:0] wp__en;
@@ -1303,970 +1086,212 @@ module dx1_uart_bridge(regs__awready, regs__wready, regs__bresp, regs__bvalid, r
   end
   reg [63:0] _0_;
   always @(posedge clk) begin
-    _0_ <= \buf [\$68 [9:0]];
+    _0_ <= \buf [\$15 [9:0]];
   end
-  assign rp__data = _0_;
-  assign got = r_rdy & r_en;
-  assign sent = \data__tvalid$61  & \data__tready$66 ;
-  assign timed_out = quiet == 15'h411a;
-  assign \$1  = ~ crc;
-  assign rx_crc_ok = { shreg[23:0], r_data } == \$1 ;
-  assign \$2  = cmd == 8'h83;
-  assign \$3  = cmd == 8'h84;
-  assign reg_frame = \$2  | \$3 ;
-  assign in_regs = ! waddr[29:14];
-  assign hi = lo + blen[12:0];
-  assign \$4  = hi + 4'h8;
-  assign \$5  = \$4  - 1'h1;
-  assign reg_half = count[0] ? rp__data[63:32] : rp__data[31:0];
-  assign \$7  = 10'h200 - cur[11:3];
-  assign \$8  = left < 9'h100;
-  assign capped = \$8  ? left : 10'h100;
-  assign \$9  = \$7 [9:0] < capped;
-  assign \$10  = \$9  ? \$7 [9:0] : capped;
-  assign \$11  = beat * 4'h8;
-  assign \$12  = \$11  + 1'h0;
-  assign \$13  = \$12  >= lo;
-  assign \$14  = beat * 4'h8;
-  assign \$15  = \$14  + 1'h0;
-  assign \$16  = \$15  < hi;
-  assign \$17  = \$13  & \$16 ;
-  assign \$18  = beat * 4'h8;
-  assign \$19  = \$18  + 1'h1;
-  assign \$20  = \$19  >= lo;
-  assign \$21  = beat * 4'h8;
-  assign \$22  = \$21  + 1'h1;
-  assign \$23  = \$22  < hi;
-  assign \$24  = \$20  & \$23 ;
-  assign \$25  = beat * 4'h8;
-  assign \$26  = \$25  + 2'h2;
-  assign \$27  = \$26  >= lo;
-  assign \$28  = beat * 4'h8;
-  assign \$29  = \$28  + 2'h2;
-  assign \$30  = \$29  < hi;
-  assign \$31  = \$27  & \$30 ;
-  assign \$32  = beat * 4'h8;
-  assign \$33  = \$32  + 2'h3;
-  assign \$34  = \$33  >= lo;
-  assign \$35  = beat * 4'h8;
-  assign \$36  = \$35  + 2'h3;
-  assign \$37  = \$36  < hi;
-  assign \$38  = \$34  & \$37 ;
-  assign \$39  = beat * 4'h8;
-  assign \$40  = \$39  + 3'h4;
-  assign \$41  = \$40  >= lo;
-  assign \$42  = beat * 4'h8;
-  assign \$43  = \$42  + 3'h4;
-  assign \$44  = \$43  < hi;
-  assign \$45  = \$41  & \$44 ;
-  assign \$46  = beat * 4'h8;
-  assign \$47  = \$46  + 3'h5;
-  assign \$48  = \$47  >= lo;
-  assign \$49  = beat * 4'h8;
-  assign \$50  = \$49  + 3'h5;
-  assign \$51  = \$50  < hi;
-  assign \$52  = \$48  & \$51 ;
-  assign \$53  = beat * 4'h8;
-  assign \$54  = \$53  + 3'h6;
-  assign \$55  = \$54  >= lo;
-  assign \$56  = beat * 4'h8;
-  assign \$57  = \$56  + 3'h6;
-  assign \$58  = \$57  < hi;
-  assign \$59  = \$55  & \$58 ;
-  assign \$60  = beat * 4'h8;
-  assign \$61  = \$60  + 3'h7;
-  assign \$62  = \$61  >= lo;
-  assign \$63  = beat * 4'h8;
-  assign \$64  = \$63  + 3'h7;
-  assign \$65  = \$64  < hi;
-  assign \$66  = \$62  & \$65 ;
-  assign \$68  = send_idx ? \$67  : { 3'h0, beat };
-  assign \$69  = ~ regs__awvalid;
-  assign \$70  = ~ regs__wvalid;
-  assign \$71  = \$69  & \$70 ;
-  assign \$72  = ~ mem__awvalid;
-  assign \$73  = ~ mem__wvalid;
-  assign \$74  = \$72  & \$73 ;
-  assign \$75  = ~ regs__arvalid;
-  assign \$76  = ~ mem__arvalid;
-  assign \$78  = 1'h1 << idx[2:0];
-  assign \$79  = ! in_burst;
-  assign \$80  = ~ mem__awvalid;
-  assign \$81  = ~ mem__arvalid;
-  assign \$82  = mem__rvalid & mem__rready;
-  assign \$83  = ~ regs__awvalid;
-  assign \$84  = ~ regs__wvalid;
-  assign \$85  = \$83  & \$84 ;
-  assign \$86  = | regs__bresp;
-  assign \$87  = ~ regs__arvalid;
-  assign \$88  = | regs__rresp;
-  assign \$89  = regs__rvalid & regs__rready;
-  assign \$91  = count[0] ? 8'hf0 : 8'h0f;
-  assign \$92  = ~ crc;
-  assign \$93  = ! bridge_fsm_state;
-  assign \$94  = bridge_fsm_state == 1'h1;
-  assign \$95  = bridge_fsm_state == 2'h2;
-  assign \$96  = bridge_fsm_state == 2'h3;
-  assign \$97  = bridge_fsm_state == 3'h4;
-  assign \$98  = bridge_fsm_state == 3'h5;
-  assign \$99  = bridge_fsm_state == 3'h6;
-  assign \$100  = bridge_fsm_state == 3'h7;
-  assign \$101  = bridge_fsm_state == 4'h8;
-  assign \$102  = bridge_fsm_state == 4'h9;
-  assign \$103  = bridge_fsm_state == 4'ha;
-  assign \$104  = bridge_fsm_state == 4'hb;
-  assign \$105  = bridge_fsm_state == 4'hc;
-  assign \$106  = bridge_fsm_state == 4'hd;
-  assign \$107  = bridge_fsm_state == 4'he;
-  assign \$108  = bridge_fsm_state == 4'hf;
-  assign \$109  = bridge_fsm_state == 5'h10;
-  assign \$110  = bridge_fsm_state == 5'h11;
-  assign \$111  = bridge_fsm_state == 5'h12;
-  assign \$112  = bridge_fsm_state == 5'h13;
-  assign \$113  = bridge_fsm_state == 5'h14;
-  assign \$114  = bridge_fsm_state == 5'h15;
-  assign \$115  = bridge_fsm_state == 5'h16;
-  assign \$116  = bridge_fsm_state == 5'h17;
-  assign \$117  = bridge_fsm_state == 5'h18;
-  assign \$118  = bridge_fsm_state == 5'h19;
-  assign \$119  = bridge_fsm_state == 5'h1a;
-  assign \$120  = bridge_fsm_state == 5'h1b;
-  assign \$121  = bridge_fsm_state == 5'h1c;
-  assign \$122  = bridge_fsm_state == 5'h1d;
-  assign \$123  = bridge_fsm_state == 5'h1e;
-  assign \$124  = bridge_fsm_state == 5'h1f;
-  assign \$125  = bridge_fsm_state == 6'h20;
-  assign \$126  = bridge_fsm_state == 6'h21;
-  assign \$127  = ~ waiting;
-  assign \$128  = \$127  | got;
-  assign \$129  = ~ timed_out;
-  assign \$130  = quiet + 1'h1;
-  assign \$131  = mem__wvalid & mem__wready;
-  assign \$132  = regs__wvalid & regs__wready;
-  assign \$133  = regs__awvalid & regs__awready;
-  assign \$134  = regs__arvalid & regs__arready;
-  assign \$135  = mem__awvalid & mem__awready;
-  assign \$136  = mem__arvalid & mem__arready;
-  assign \$140  = ^ \$139 ;
-  assign \$145  = ^ \$144 ;
-  assign \$150  = ^ \$149 ;
-  assign \$155  = ^ \$154 ;
-  assign \$160  = ^ \$159 ;
-  assign \$165  = ^ \$164 ;
-  assign \$170  = ^ \$169 ;
-  assign \$175  = ^ \$174 ;
-  assign \$180  = ^ \$179 ;
-  assign \$185  = ^ \$184 ;
-  assign \$190  = ^ \$189 ;
-  assign \$195  = ^ \$194 ;
-  assign \$200  = ^ \$199 ;
-  assign \$205  = ^ \$204 ;
-  assign \$210  = ^ \$209 ;
-  assign \$215  = ^ \$214 ;
-  assign \$220  = ^ \$219 ;
-  assign \$225  = ^ \$224 ;
-  assign \$230  = ^ \$229 ;
-  assign \$235  = ^ \$234 ;
-  assign \$240  = ^ \$239 ;
-  assign \$245  = ^ \$244 ;
-  assign \$250  = ^ \$249 ;
-  assign \$255  = ^ \$254 ;
-  assign \$260  = ^ \$259 ;
-  assign \$265  = ^ \$264 ;
-  assign \$270  = ^ \$269 ;
-  assign \$275  = ^ \$274 ;
-  assign \$280  = ^ \$279 ;
-  assign \$285  = ^ \$284 ;
-  assign \$290  = ^ \$289 ;
-  assign \$295  = ^ \$294 ;
-  assign \$297  = r_data[1] ^ r_data[0];
-  assign \$298  = ! r_data;
-  assign \$299  = \$298  ? 9'h100 : { 1'h0, r_data };
-  assign \$300  = count + 1'h1;
-  assign \$301  = count == 2'h3;
-  assign \$302  = count + 1'h1;
-  assign \$303  = count == 2'h3;
-  assign \$305  = waddr[0] ? 8'hf0 : 8'h0f;
-  assign \$307  = regs__bvalid & regs__bready;
-  assign \$308  = mem__bvalid & mem__bready;
-  assign \$309  = regs__rvalid & regs__rready;
-  assign \$310  = ! regs__rresp;
-  assign \$311  = \$310  ? regs__rdata : 32'd4294967295;
-  assign \$312  = mem__rvalid & mem__rready;
-  assign \$313  = ! mem__rresp;
-  assign \$314  = waddr[0] ? mem__rdata[63:32] : mem__rdata[31:0];
-  assign \$315  = \$313  ? \$314  : 32'd4294967295;
-  assign \$317  = count + 1'h1;
-  assign \$318  = count == 2'h3;
-  assign \$319  = words - 1'h1;
-  assign \$320  = waddr + incr;
-  assign \$321  = words == 1'h1;
-  assign \$322  = count + 1'h1;
-  assign \$323  = count < 4'h8;
-  assign \$325  = ^ \$324 ;
-  assign \$327  = ^ \$326 ;
-  assign \$328  = \$325  ^ \$327 ;
-  assign \$330  = ^ \$329 ;
-  assign \$332  = ^ \$331 ;
-  assign \$333  = \$330  ^ \$332 ;
-  assign \$335  = ^ \$334 ;
-  assign \$337  = ^ \$336 ;
-  assign \$338  = \$335  ^ \$337 ;
-  assign \$340  = ^ \$339 ;
-  assign \$342  = ^ \$341 ;
-  assign \$343  = \$340  ^ \$342 ;
-  assign \$345  = ^ \$344 ;
-  assign \$347  = ^ \$346 ;
-  assign \$348  = \$345  ^ \$347 ;
-  assign \$350  = ^ \$349 ;
-  assign \$352  = ^ \$351 ;
-  assign \$353  = \$350  ^ \$352 ;
-  assign \$355  = ^ \$354 ;
-  assign \$357  = ^ \$356 ;
-  assign \$358  = \$355  ^ \$357 ;
-  assign \$360  = ^ \$359 ;
-  assign \$362  = ^ \$361 ;
-  assign \$363  = \$360  ^ \$362 ;
-  assign \$365  = ^ \$364 ;
-  assign \$367  = ^ \$366 ;
-  assign \$368  = \$365  ^ \$367 ;
-  assign \$370  = ^ \$369 ;
-  assign \$372  = ^ \$371 ;
-  assign \$373  = \$370  ^ \$372 ;
-  assign \$375  = ^ \$374 ;
-  assign \$377  = ^ \$376 ;
-  assign \$378  = \$375  ^ \$377 ;
-  assign \$380  = ^ \$379 ;
-  assign \$382  = ^ \$381 ;
-  assign \$383  = \$380  ^ \$382 ;
-  assign \$385  = ^ \$384 ;
-  assign \$387  = ^ \$386 ;
-  assign \$388  = \$385  ^ \$387 ;
-  assign \$390  = ^ \$389 ;
-  assign \$392  = ^ \$391 ;
-  assign \$393  = \$390  ^ \$392 ;
-  assign \$395  = ^ \$394 ;
-  assign \$397  = ^ \$396 ;
-  assign \$398  = \$395  ^ \$397 ;
-  assign \$400  = ^ \$399 ;
-  assign \$402  = ^ \$401 ;
-  assign \$403  = \$400  ^ \$402 ;
-  assign \$405  = ^ \$404 ;
-  assign \$407  = ^ \$406 ;
-  assign \$408  = \$405  ^ \$407 ;
-  assign \$410  = ^ \$409 ;
-  assign \$412  = ^ \$411 ;
-  assign \$413  = \$410  ^ \$412 ;
-  assign \$415  = ^ \$414 ;
-  assign \$417  = ^ \$416 ;
-  assign \$418  = \$415  ^ \$417 ;
-  assign \$420  = ^ \$419 ;
-  assign \$422  = ^ \$421 ;
-  assign \$423  = \$420  ^ \$422 ;
-  assign \$425  = ^ \$424 ;
-  assign \$427  = ^ \$426 ;
-  assign \$428  = \$425  ^ \$427 ;
-  assign \$430  = ^ \$429 ;
-  assign \$432  = ^ \$431 ;
-  assign \$433  = \$430  ^ \$432 ;
-  assign \$435  = ^ \$434 ;
-  assign \$437  = ^ \$436 ;
-  assign \$438  = \$435  ^ \$437 ;
-  assign \$440  = ^ \$439 ;
-  assign \$442  = ^ \$441 ;
-  assign \$443  = \$440  ^ \$442 ;
-  assign \$445  = ^ \$444 ;
-  assign \$447  = ^ \$446 ;
-  assign \$448  = \$445  ^ \$447 ;
-  assign \$450  = ^ \$449 ;
-  assign \$452  = ^ \$451 ;
-  assign \$453  = \$450  ^ \$452 ;
-  assign \$455  = ^ \$454 ;
-  assign \$457  = ^ \$456 ;
-  assign \$458  = \$455  ^ \$457 ;
-  assign \$460  = ^ \$459 ;
-  assign \$462  = ^ \$461 ;
-  assign \$463  = \$460  ^ \$462 ;
-  assign \$465  = ^ \$464 ;
-  assign \$467  = ^ \$466 ;
-  assign \$468  = \$465  ^ \$467 ;
-  assign \$470  = ^ \$469 ;
-  assign \$472  = ^ \$471 ;
-  assign \$473  = \$470  ^ \$472 ;
-  assign \$475  = ^ \$474 ;
-  assign \$477  = ^ \$476 ;
-  assign \$478  = \$475  ^ \$477 ;
-  assign \$480  = ^ \$479 ;
-  assign \$482  = ^ \$481 ;
-  assign \$483  = \$480  ^ \$482 ;
-  assign \$484  = count == 2'h3;
-  assign \$485  = count == 3'h7;
-  assign \$486  = count == 4'hb;
-  assign \$487  = ~ rx_crc_ok;
-  assign \$488  = ~ baddr[31];
-  assign \$489  = ! blen;
-  assign \$490  = \$488  | \$489 ;
-  assign \$491  = blen > 13'h1000;
-  assign \$492  = \$490  | \$491 ;
-  assign \$493  = baddr + blen;
-  assign \$494  = \$493  > 33'h100000000;
-  assign \$495  = \$492  | \$494 ;
-  assign \$496  = | status;
-  assign \$497  = status == 2'h2;
-  assign \$498  = ~ cmd[0];
-  assign \$499  = \$497  & \$498 ;
-  assign \$501  = ^ \$500 ;
-  assign \$503  = ^ \$502 ;
-  assign \$504  = \$501  ^ \$503 ;
-  assign \$506  = ^ \$505 ;
-  assign \$508  = ^ \$507 ;
-  assign \$509  = \$506  ^ \$508 ;
-  assign \$511  = ^ \$510 ;
-  assign \$513  = ^ \$512 ;
-  assign \$514  = \$511  ^ \$513 ;
-  assign \$516  = ^ \$515 ;
-  assign \$518  = ^ \$517 ;
-  assign \$519  = \$516  ^ \$518 ;
-  assign \$521  = ^ \$520 ;
-  assign \$523  = ^ \$522 ;
-  assign \$524  = \$521  ^ \$523 ;
-  assign \$526  = ^ \$525 ;
-  assign \$528  = ^ \$527 ;
-  assign \$529  = \$526  ^ \$528 ;
-  assign \$531  = ^ \$530 ;
-  assign \$533  = ^ \$532 ;
-  assign \$534  = \$531  ^ \$533 ;
-  assign \$536  = ^ \$535 ;
-  assign \$538  = ^ \$537 ;
-  assign \$539  = \$536  ^ \$538 ;
-  assign \$541  = ^ \$540 ;
-  assign \$543  = ^ \$542 ;
-  assign \$544  = \$541  ^ \$543 ;
-  assign \$546  = ^ \$545 ;
-  assign \$548  = ^ \$547 ;
-  assign \$549  = \$546  ^ \$548 ;
-  assign \$551  = ^ \$550 ;
-  assign \$553  = ^ \$552 ;
-  assign \$554  = \$551  ^ \$553 ;
-  assign \$556  = ^ \$555 ;
-  assign \$558  = ^ \$557 ;
-  assign \$559  = \$556  ^ \$558 ;
-  assign \$561  = ^ \$560 ;
-  assign \$563  = ^ \$562 ;
-  assign \$564  = \$561  ^ \$563 ;
-  assign \$566  = ^ \$565 ;
-  assign \$568  = ^ \$567 ;
-  assign \$569  = \$566  ^ \$568 ;
-  assign \$571  = ^ \$570 ;
-  assign \$573  = ^ \$572 ;
-  assign \$574  = \$571  ^ \$573 ;
-  assign \$576  = ^ \$575 ;
-  assign \$578  = ^ \$577 ;
-  assign \$579  = \$576  ^ \$578 ;
-  assign \$581  = ^ \$580 ;
-  assign \$583  = ^ \$582 ;
-  assign \$584  = \$581  ^ \$583 ;
-  assign \$586  = ^ \$585 ;
-  assign \$588  = ^ \$587 ;
-  assign \$589  = \$586  ^ \$588 ;
-  assign \$591  = ^ \$590 ;
-  assign \$593  = ^ \$592 ;
-  assign \$594  = \$591  ^ \$593 ;
-  assign \$596  = ^ \$595 ;
-  assign \$598  = ^ \$597 ;
-  assign \$599  = \$596  ^ \$598 ;
-  assign \$601  = ^ \$600 ;
-  assign \$603  = ^ \$602 ;
-  assign \$604  = \$601  ^ \$603 ;
-  assign \$606  = ^ \$605 ;
-  assign \$608  = ^ \$607 ;
-  assign \$609  = \$606  ^ \$608 ;
-  assign \$611  = ^ \$610 ;
-  assign \$613  = ^ \$612 ;
-  assign \$614  = \$611  ^ \$613 ;
-  assign \$616  = ^ \$615 ;
-  assign \$618  = ^ \$617 ;
-  assign \$619  = \$616  ^ \$618 ;
-  assign \$621  = ^ \$620 ;
-  assign \$623  = ^ \$622 ;
-  assign \$624  = \$621  ^ \$623 ;
-  assign \$626  = ^ \$625 ;
-  assign \$628  = ^ \$627 ;
-  assign \$629  = \$626  ^ \$628 ;
-  assign \$631  = ^ \$630 ;
-  assign \$633  = ^ \$632 ;
-  assign \$634  = \$631  ^ \$633 ;
-  assign \$636  = ^ \$635 ;
-  assign \$638  = ^ \$637 ;
-  assign \$639  = \$636  ^ \$638 ;
-  assign \$641  = ^ \$640 ;
-  assign \$643  = ^ \$642 ;
-  assign \$644  = \$641  ^ \$643 ;
-  assign \$646  = ^ \$645 ;
-  assign \$648  = ^ \$647 ;
-  assign \$649  = \$646  ^ \$648 ;
-  assign \$651  = ^ \$650 ;
-  assign \$653  = ^ \$652 ;
-  assign \$654  = \$651  ^ \$653 ;
-  assign \$656  = ^ \$655 ;
-  assign \$658  = ^ \$657 ;
-  assign \$659  = \$656  ^ \$658 ;
-  assign \$660  = idx + 1'h1;
-  assign \$661  = count + 1'h1;
-  assign \$662  = count + 1'h1;
-  assign \$663  = \$662  == blen;
-  assign \$664  = count + 1'h1;
-  assign \$665  = count == 2'h3;
-  assign \$666  = rx_crc_ok ? 2'h0 : 2'h1;
-  assign \$667  = | status;
-  assign \$668  = ! left;
-  assign \$669  = \$667  | \$668 ;
-  assign \$670  = \$10 [8:0] - 1'h1;
-  assign \$672  = cur + \$671 ;
-  assign \$673  = left - \$10 [8:0];
-  assign \$674  = \$10 [8:0] - 1'h1;
-  assign \$675  = beat + 1'h1;
-  assign \$676  = in_burst - 1'h1;
-  assign \$677  = ! in_burst;
-  assign \$678  = mem__bvalid & mem__bready;
-  assign \$679  = | mem__bresp;
-  assign \$680  = ! left;
-  assign \$681  = bus_err ? 2'h3 : 2'h0;
-  assign \$682  = \$10 [8:0] - 1'h1;
-  assign \$684  = cur + \$683 ;
-  assign \$685  = left - \$10 [8:0];
-  assign \$686  = mem__rvalid & mem__rready;
-  assign \$687  = beat + 1'h1;
-  assign \$688  = | mem__rresp;
-  assign \$689  = count + 1'h1;
-  assign \$691  = ^ \$690 ;
-  assign \$693  = ^ \$692 ;
-  assign \$694  = \$691  ^ \$693 ;
-  assign \$696  = ^ \$695 ;
-  assign \$698  = ^ \$697 ;
-  assign \$699  = \$696  ^ \$698 ;
-  assign \$701  = ^ \$700 ;
-  assign \$703  = ^ \$702 ;
-  assign \$704  = \$701  ^ \$703 ;
-  assign \$706  = ^ \$705 ;
-  assign \$708  = ^ \$707 ;
-  assign \$709  = \$706  ^ \$708 ;
-  assign \$711  = ^ \$710 ;
-  assign \$713  = ^ \$712 ;
-  assign \$714  = \$711  ^ \$713 ;
-  assign \$716  = ^ \$715 ;
-  assign \$718  = ^ \$717 ;
-  assign \$719  = \$716  ^ \$718 ;
-  assign \$721  = ^ \$720 ;
-  assign \$723  = ^ \$722 ;
-  assign \$724  = \$721  ^ \$723 ;
-  assign \$726  = ^ \$725 ;
-  assign \$728  = ^ \$727 ;
-  assign \$729  = \$726  ^ \$728 ;
-  assign \$731  = ^ \$730 ;
-  assign \$733  = ^ \$732 ;
-  assign \$734  = \$731  ^ \$733 ;
-  assign \$736  = ^ \$735 ;
-  assign \$738  = ^ \$737 ;
-  assign \$739  = \$736  ^ \$738 ;
-  assign \$741  = ^ \$740 ;
-  assign \$743  = ^ \$742 ;
-  assign \$744  = \$741  ^ \$743 ;
-  assign \$746  = ^ \$745 ;
-  assign \$748  = ^ \$747 ;
-  assign \$749  = \$746  ^ \$748 ;
-  assign \$751  = ^ \$750 ;
-  assign \$753  = ^ \$752 ;
-  assign \$754  = \$751  ^ \$753 ;
-  assign \$756  = ^ \$755 ;
-  assign \$758  = ^ \$757 ;
-  assign \$759  = \$756  ^ \$758 ;
-  assign \$761  = ^ \$760 ;
-  assign \$763  = ^ \$762 ;
-  assign \$764  = \$761  ^ \$763 ;
-  assign \$766  = ^ \$765 ;
-  assign \$768  = ^ \$767 ;
-  assign \$769  = \$766  ^ \$768 ;
-  assign \$771  = ^ \$770 ;
-  assign \$773  = ^ \$772 ;
-  assign \$774  = \$771  ^ \$773 ;
-  assign \$776  = ^ \$775 ;
-  assign \$778  = ^ \$777 ;
-  assign \$779  = \$776  ^ \$778 ;
-  assign \$781  = ^ \$780 ;
-  assign \$783  = ^ \$782 ;
-  assign \$784  = \$781  ^ \$783 ;
-  assign \$786  = ^ \$785 ;
-  assign \$788  = ^ \$787 ;
-  assign \$789  = \$786  ^ \$788 ;
-  assign \$791  = ^ \$790 ;
-  assign \$793  = ^ \$792 ;
-  assign \$794  = \$791  ^ \$793 ;
-  assign \$796  = ^ \$795 ;
-  assign \$798  = ^ \$797 ;
-  assign \$799  = \$796  ^ \$798 ;
-  assign \$801  = ^ \$800 ;
-  assign \$803  = ^ \$802 ;
-  assign \$804  = \$801  ^ \$803 ;
-  assign \$806  = ^ \$805 ;
-  assign \$808  = ^ \$807 ;
-  assign \$809  = \$806  ^ \$808 ;
-  assign \$811  = ^ \$810 ;
-  assign \$813  = ^ \$812 ;
-  assign \$814  = \$811  ^ \$813 ;
-  assign \$816  = ^ \$815 ;
-  assign \$818  = ^ \$817 ;
-  assign \$819  = \$816  ^ \$818 ;
-  assign \$821  = ^ \$820 ;
-  assign \$823  = ^ \$822 ;
-  assign \$824  = \$821  ^ \$823 ;
-  assign \$826  = ^ \$825 ;
-  assign \$828  = ^ \$827 ;
-  assign \$829  = \$826  ^ \$828 ;
-  assign \$831  = ^ \$830 ;
-  assign \$833  = ^ \$832 ;
-  assign \$834  = \$831  ^ \$833 ;
-  assign \$836  = ^ \$835 ;
-  assign \$838  = ^ \$837 ;
-  assign \$839  = \$836  ^ \$838 ;
-  assign \$841  = ^ \$840 ;
-  assign \$843  = ^ \$842 ;
-  assign \$844  = \$841  ^ \$843 ;
-  assign \$846  = ^ \$845 ;
-  assign \$848  = ^ \$847 ;
-  assign \$849  = \$846  ^ \$848 ;
-  assign \$850  = count == 2'h3;
-  assign \$851  = count == 3'h4;
-  assign \$853  = | r_data;
-  assign \$854  = cmd[0] & \$853 ;
-  assign \$855  = | status;
-  assign \$856  = ! words;
-  assign \$857  = | baddr[31:16];
-  assign \$858  = \$856  | \$857 ;
-  assign \$859  = | baddr[1:0];
-  assign \$860  = \$858  | \$859 ;
-  assign \$861  = baddr[15:0] + blen[10:0];
-  assign \$862  = \$861  > 17'h10000;
-  assign \$863  = \$860  | \$862 ;
-  assign \$864  = regs__bvalid & regs__bready;
-  assign \$865  = count + 1'h1;
-  assign \$866  = baddr + 3'h4;
-  assign \$867  = count + 1'h1;
-  assign \$869  = bus_err | reg_err;
-  assign \$870  = count + 1'h1;
-  assign \$871  = \$870  == words;
-  assign \$872  = bus_err | reg_err;
-  assign \$873  = \$872  ? 2'h3 : 2'h0;
-  assign \$874  = regs__rvalid & regs__rready;
-  assign \$875  = count + 1'h1;
-  assign \$876  = baddr + 3'h4;
-  assign \$877  = bus_err | reg_err;
-  assign \$878  = count + 1'h1;
-  assign \$879  = \$878  == words;
-  assign \$880  = bus_err | reg_err;
-  assign \$881  = \$880  ? 2'h3 : 2'h0;
-  assign \$882  = ! status;
-  assign \$883  = ~ cmd[0];
-  assign \$884  = \$882  & \$883 ;
-  assign \$886  = ^ \$885 ;
-  assign \$888  = ^ \$887 ;
-  assign \$889  = \$886  ^ \$888 ;
-  assign \$891  = ^ \$890 ;
-  assign \$893  = ^ \$892 ;
-  assign \$894  = \$891  ^ \$893 ;
-  assign \$896  = ^ \$895 ;
-  assign \$898  = ^ \$897 ;
-  assign \$899  = \$896  ^ \$898 ;
-  assign \$901  = ^ \$900 ;
-  assign \$903  = ^ \$902 ;
-  assign \$904  = \$901  ^ \$903 ;
-  assign \$906  = ^ \$905 ;
-  assign \$908  = ^ \$907 ;
-  assign \$909  = \$906  ^ \$908 ;
-  assign \$911  = ^ \$910 ;
-  assign \$913  = ^ \$912 ;
-  assign \$914  = \$911  ^ \$913 ;
-  assign \$916  = ^ \$915 ;
-  assign \$918  = ^ \$917 ;
-  assign \$919  = \$916  ^ \$918 ;
-  assign \$921  = ^ \$920 ;
-  assign \$923  = ^ \$922 ;
-  assign \$924  = \$921  ^ \$923 ;
-  assign \$926  = ^ \$925 ;
-  assign \$928  = ^ \$927 ;
-  assign \$929  = \$926  ^ \$928 ;
-  assign \$931  = ^ \$930 ;
-  assign \$933  = ^ \$932 ;
-  assign \$934  = \$931  ^ \$933 ;
-  assign \$936  = ^ \$935 ;
-  assign \$938  = ^ \$937 ;
-  assign \$939  = \$936  ^ \$938 ;
-  assign \$941  = ^ \$940 ;
-  assign \$943  = ^ \$942 ;
-  assign \$944  = \$941  ^ \$943 ;
-  assign \$946  = ^ \$945 ;
-  assign \$948  = ^ \$947 ;
-  assign \$949  = \$946  ^ \$948 ;
-  assign \$951  = ^ \$950 ;
-  assign \$953  = ^ \$952 ;
-  assign \$954  = \$951  ^ \$953 ;
-  assign \$956  = ^ \$955 ;
-  assign \$958  = ^ \$957 ;
-  assign \$959  = \$956  ^ \$958 ;
-  assign \$961  = ^ \$960 ;
-  assign \$963  = ^ \$962 ;
-  assign \$964  = \$961  ^ \$963 ;
-  assign \$966  = ^ \$965 ;
-  assign \$968  = ^ \$967 ;
-  assign \$969  = \$966  ^ \$968 ;
-  assign \$971  = ^ \$970 ;
-  assign \$973  = ^ \$972 ;
-  assign \$974  = \$971  ^ \$973 ;
-  assign \$976  = ^ \$975 ;
-  assign \$978  = ^ \$977 ;
-  assign \$979  = \$976  ^ \$978 ;
-  assign \$981  = ^ \$980 ;
-  assign \$983  = ^ \$982 ;
-  assign \$984  = \$981  ^ \$983 ;
-  assign \$986  = ^ \$985 ;
-  assign \$988  = ^ \$987 ;
-  assign \$989  = \$986  ^ \$988 ;
-  assign \$991  = ^ \$990 ;
-  assign \$993  = ^ \$992 ;
-  assign \$994  = \$991  ^ \$993 ;
-  assign \$996  = ^ \$995 ;
-  assign \$998  = ^ \$997 ;
-  assign \$999  = \$996  ^ \$998 ;
-  assign \$1001  = ^ \$1000 ;
-  assign \$1003  = ^ \$1002 ;
-  assign \$1004  = \$1001  ^ \$1003 ;
-  assign \$1006  = ^ \$1005 ;
-  assign \$1008  = ^ \$1007 ;
-  assign \$1009  = \$1006  ^ \$1008 ;
-  assign \$1011  = ^ \$1010 ;
-  assign \$1013  = ^ \$1012 ;
-  assign \$1014  = \$1011  ^ \$1013 ;
-  assign \$1016  = ^ \$1015 ;
-  assign \$1018  = ^ \$1017 ;
-  assign \$1019  = \$1016  ^ \$1018 ;
-  assign \$1021  = ^ \$1020 ;
-  assign \$1023  = ^ \$1022 ;
-  assign \$1024  = \$1021  ^ \$1023 ;
-  assign \$1026  = ^ \$1025 ;
-  assign \$1028  = ^ \$1027 ;
-  assign \$1029  = \$1026  ^ \$1028 ;
-  assign \$1031  = ^ \$1030 ;
-  assign \$1033  = ^ \$1032 ;
-  assign \$1034  = \$1031  ^ \$1033 ;
-  assign \$1036  = ^ \$1035 ;
-  assign \$1038  = ^ \$1037 ;
-  assign \$1039  = \$1036  ^ \$1038 ;
-  assign \$1041  = ^ \$1040 ;
-  assign \$1043  = ^ \$1042 ;
-  assign \$1044  = \$1041  ^ \$1043 ;
-  assign \$1045  = idx + 1'h1;
-  assign \$1046  = count + 1'h1;
-  assign \$1047  = count + 1'h1;
-  assign \$1048  = \$1047  == blen;
-  assign \$1051  = count + 1'h1;
-  assign \$1052  = count == 2'h3;
+  assign frames__r_data = _0_;
+  assign \$1  = idx + 1'h1;
+  assign \$2  = count + 1'h1;
+  assign \$3  = count + 1'h1;
+  assign \$4  = \$3  == length;
+  assign \$5  = count + 1'h1;
+  assign \$6  = count == 2'h3;
+  assign \$7  = tx__tvalid & tx__tready;
+  assign \$8  = idx + 1'h1;
+  assign \$9  = count + 1'h1;
+  assign \$10  = count + 1'h1;
+  assign \$11  = \$10  == length;
+  assign \$12  = count + 1'h1;
+  assign \$13  = count == 2'h3;
+  assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
+  assign frames__crc_ok = { \port$1079$0 , rx__byte } == crc__value;
+  assign \$17  = 1'h1 << idx[2:0];
+  assign \$18  = count == 2'h3;
+  assign \$19  = tx__tvalid & tx__tready;
+  assign \$20  = count == 2'h3;
+  assign \$21  = ! buffer_fsm_state;
+  assign \$22  = buffer_fsm_state == 1'h1;
+  assign \$23  = buffer_fsm_state == 2'h2;
+  assign \$24  = buffer_fsm_state == 2'h3;
+  assign \$25  = buffer_fsm_state == 3'h4;
   always @(posedge clk)
-    rx_err <= \$1053 ;
+    rd_ok <= \$26 ;
   always @(posedge clk)
-    quiet <= \$1054 ;
+    idx <= \$27 ;
   always @(posedge clk)
-    mw_valid <= \$1055 ;
+    count <= \$28 ;
   always @(posedge clk)
-    regs__wvalid <= \$1056 ;
+    length <= \$29 ;
   always @(posedge clk)
-    regs__awvalid <= \$1057 ;
-  always @(posedge clk)
-    regs__arvalid <= \$1058 ;
-  always @(posedge clk)
-    mem__awvalid <= \$1059 ;
-  always @(posedge clk)
-    mem__arvalid <= \$1060 ;
-  always @(posedge clk)
-    rd_ok <= \$1061 ;
-  always @(posedge clk)
-    count <= \$1062 ;
-  always @(posedge clk)
-    crc <= \$1063 ;
-  always @(posedge clk)
-    bus_err <= \$1064 ;
-  always @(posedge clk)
-    cmd <= \$1065 ;
-  always @(posedge clk)
-    incr <= \$1066 ;
-  always @(posedge clk)
-    bridge_fsm_state <= \$1067 ;
-  always @(posedge clk)
-    words <= \$1068 ;
-  always @(posedge clk)
-    shreg <= \$1069 ;
-  always @(posedge clk)
-    waddr <= \$1070 ;
-  always @(posedge clk)
-    word <= \$1071 ;
-  always @(posedge clk)
-    regs__awaddr <= \$1072 ;
-  always @(posedge clk)
-    regs__wdata <= \$1073 ;
-  always @(posedge clk)
-    mem__awaddr <= \$1074 ;
-  always @(posedge clk)
-    mem__awlen <= \$1075 ;
-  always @(posedge clk)
-    mw_data <= \$1076 ;
-  always @(posedge clk)
-    mw_strb <= \$1077 ;
-  always @(posedge clk)
-    regs__araddr <= \$1078 ;
-  always @(posedge clk)
-    mem__araddr <= \$1079 ;
-  always @(posedge clk)
-    mem__arlen <= \$1080 ;
-  always @(posedge clk)
-    baddr <= \$1081 ;
-  always @(posedge clk)
-    blen <= \$1082 ;
-  always @(posedge clk)
-    status <= \$1083 ;
-  always @(posedge clk)
-    lo <= \$1084 ;
-  always @(posedge clk)
-    idx <= \$1085 ;
-  always @(posedge clk)
-    cur <= \$1086 ;
-  always @(posedge clk)
-    beat <= \$1087 ;
-  always @(posedge clk)
-    left <= \$1088 ;
-  always @(posedge clk)
-    in_burst <= \$1089 ;
-  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$145 ;
-  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$220 ;
-  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$230 ;
-  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$235 ;
-  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$240 ;
-  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$245 ;
-  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$250 ;
-  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$255 ;
-  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$260 ;
-  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$270 ;
-  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$275 ;
-  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$160 ;
-  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$285 ;
-  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$165 ;
-  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$170 ;
-  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$200 ;
-  \dx1_uart_bridge.rx_fifo  rx_fifo (
-    .clk(clk),
-    .r_data(r_data),
-    .r_en(r_en),
-    .r_rdy(r_rdy),
-    .rst(rst),
-    .w_en(w_en),
-    .w_port__data(w_data)
-  );
-  \dx1_uart_bridge.uart_rx  uart_rx (
-    .clk(clk),
-    .data__tdata(w_data),
-    .data__tvalid(w_en),
-    .frame_error(frame_error),
-    .rst(rst),
-    .\rx$12 (rx)
-  );
-  \dx1_uart_bridge.uart_tx  uart_tx (
-    .clk(clk),
-    .data__tdata(\data__tdata$63 ),
-    .data__tready(\data__tready$66 ),
-    .data__tvalid(\data__tvalid$61 ),
-    .rst(rst),
-    .tx(tx)
-  );
+    buffer_fsm_state <= \$30 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__wvalid = mw_valid;
-    casez (bridge_fsm_state)
-      6'h00:
+    \$26  = 1'h1;
+    casez (buffer_fsm_state)
+      3'h0:
+          \$26  = 1'h0;
+      3'h1:
           /* empty */;
-      6'h01:
+      3'h2:
           /* empty */;
-      6'h05:
+      3'h3:
+          if (\$7 ) begin
+            \$26  = 1'h0;
+          end
+    endcase
+    if (rst) begin
+      \$26  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$27  = idx;
+    casez (buffer_fsm_state)
+      3'h0:
+          \$27  = { 10'h000, frames__offset };
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$27  = \$1 [12:0];
+          end
+      3'h2:
           /* empty */;
-      6'h06:
+      3'h3:
+          if (\$7 ) begin
+            \$27  = \$8 [12:0];
+          end
+    endcase
+    if (rst) begin
+      \$27  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$28  = count;
+    casez (buffer_fsm_state)
+      3'h0:
+          \$28  = 13'h0000;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$28  = \$2 [12:0];
+            if (\$4 ) begin
+              \$28  = 13'h0000;
+            end
+          end
+      3'h2:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$28  = \$5 [12:0];
+          end
+      3'h3:
+          if (\$7 ) begin
+            \$28  = \$9 [12:0];
+            if (\$11 ) begin
+              \$28  = 13'h0000;
+            end
+          end
+      3'h4:
+          if (tx__tready) begin
+            \$28  = \$12 [12:0];
+          end
+    endcase
+    if (rst) begin
+      \$28  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$29  = length;
+    casez (buffer_fsm_state)
+      3'h0:
+          \$29  = frames__length;
+    endcase
+    if (rst) begin
+      \$29  = 13'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$30  = buffer_fsm_state;
+    casez (buffer_fsm_state)
+      3'h0:
+          if (frames__receive) begin
+            \$30  = 3'h1;
+          end else if (frames__receive_crc) begin
+            \$30  = 3'h2;
+          end else if (frames__send) begin
+            \$30  = 3'h3;
+          end
+      3'h1:
+          if (rx__abort) begin
+            \$30  = 3'h0;
+          end else if (rx__valid) begin
+            if (\$4 ) begin
+              \$30  = 3'h2;
+            end
+          end
+      3'h2:
+          if (rx__abort) begin
+            \$30  = 3'h0;
+          end else if (rx__valid) begin
+            if (\$6 ) begin
+              \$30  = 3'h0;
+            end
+          end
+      3'h3:
+          if (\$7 ) begin
+            if (\$11 ) begin
+              \$30  = 3'h4;
+            end
+          end
+      3'h4:
+          if (tx__tready) begin
+            if (\$13 ) begin
+              \$30  = 3'h0;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$30  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    wp__addr = frames__w_addr;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          mem__wvalid = 1'h1;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            wp__addr = \$16 [9:0];
+          end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__wdata = mw_data;
-    casez (bridge_fsm_state)
-      6'h00:
+    wp__data = frames__w_data;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          mem__wdata = rp__data;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            wp__data = { rx__byte, rx__byte, rx__byte, rx__byte, rx__byte, rx__byte, rx__byte, rx__byte };
+          end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__wstrb = mw_strb;
-    casez (bridge_fsm_state)
-      6'h00:
+    wp__en = frames__w_en;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          mem__wstrb = { \$66 , \$59 , \$52 , \$45 , \$38 , \$31 , \$24 , \$17  };
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__wlast = 1'h1;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          mem__wlast = \$79 ;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            wp__en = \$17 [7:0];
+          end
     endcase
   end
   always @* begin
@@ -2274,4274 +1299,3203 @@ module dx1_uart_bridge(regs__awready, regs__wready, regs__bresp, regs__bvalid, r
     (* full_case = 32'd1 *)
     casez (idx[2:0])
       3'h0:
-          lane_byte = rp__data[7:0];
+          lane_byte = frames__r_data[7:0];
       3'h1:
-          lane_byte = rp__data[15:8];
+          lane_byte = frames__r_data[15:8];
       3'h2:
-          lane_byte = rp__data[23:16];
+          lane_byte = frames__r_data[23:16];
       3'h3:
-          lane_byte = rp__data[31:24];
+          lane_byte = frames__r_data[31:24];
       3'h4:
-          lane_byte = rp__data[39:32];
+          lane_byte = frames__r_data[39:32];
       3'h5:
-          lane_byte = rp__data[47:40];
+          lane_byte = frames__r_data[47:40];
       3'h6:
-          lane_byte = rp__data[55:48];
+          lane_byte = frames__r_data[55:48];
       3'h7:
-          lane_byte = rp__data[63:56];
+          lane_byte = frames__r_data[63:56];
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    r_en = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          r_en = 1'h1;
-      6'h01:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
+    crc__restart = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
+          crc__restart = frames__send;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    rx__listen = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
+          /* empty */;
+      3'h1:
+          rx__listen = 1'h1;
+      3'h2:
+          rx__listen = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    crc__feed = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
+          /* empty */;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            crc__feed = 1'h1;
           end
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
-          end
-      6'h06:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
-          end
-      6'h07:
+      3'h2:
           /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          r_en = 1'h1;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
-          end
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
-          end
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            r_en = 1'h1;
+      3'h3:
+          if (\$19 ) begin
+            crc__feed = 1'h1;
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    waiting = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          waiting = 1'h1;
-      6'h05:
-          waiting = 1'h1;
-      6'h06:
-          waiting = 1'h1;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          waiting = 1'h1;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          waiting = 1'h1;
-      6'h10:
-          waiting = 1'h1;
-      6'h12:
-          waiting = 1'h1;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          waiting = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    regs__bready = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          regs__bready = \$71 ;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          regs__bready = \$85 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__bready = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          mem__bready = \$74 ;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          mem__bready = \$80 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    regs__rready = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          regs__rready = \$75 ;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          regs__rready = \$87 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    mem__rready = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          mem__rready = \$76 ;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          mem__rready = \$81 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \data__tvalid$61  = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          \data__tvalid$61  = 1'h1;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          \data__tvalid$61  = 1'h1;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          \data__tvalid$61  = 1'h1;
-      6'h20:
-          \data__tvalid$61  = rd_ok;
-      6'h21:
-          \data__tvalid$61  = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \data__tdata$63  = 8'h00;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          \data__tdata$63  = word[31:24];
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          \data__tdata$63  = status;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          \data__tdata$63  = status;
-      6'h20:
-          \data__tdata$63  = lane_byte;
-      6'h21:
-          \data__tdata$63  = \$92 [31:24];
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    wp__addr = 10'h000;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              wp__addr = \$77 [9:0];
-            end
+    crc__data = 8'h00;
+    casez (buffer_fsm_state)
+      3'h0:
+          /* empty */;
+      3'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            crc__data = rx__byte;
           end
-      6'h12:
+      3'h2:
           /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          if (\$82 ) begin
-            wp__addr = beat;
-          end
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$89 ) begin
-            wp__addr = \$90 [9:0];
+      3'h3:
+          if (\$19 ) begin
+            crc__data = lane_byte;
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    wp__data = 64'h0000000000000000;
-    casez (bridge_fsm_state)
-      6'h00:
+    frames__received = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h01:
+      3'h1:
           /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              wp__data = { r_data, r_data, r_data, r_data, r_data, r_data, r_data, r_data };
+      3'h2:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$18 ) begin
+              frames__received = 1'h1;
             end
-          end
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          if (\$82 ) begin
-            wp__data = mem__rdata;
-          end
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$89 ) begin
-            wp__data = { regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24], regs__rdata[7:0], regs__rdata[15:8], regs__rdata[23:16], regs__rdata[31:24] };
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    wp__en = 8'h00;
-    casez (bridge_fsm_state)
-      6'h00:
+    sending = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h01:
+      3'h1:
           /* empty */;
-      6'h05:
+      3'h2:
           /* empty */;
-      6'h06:
+      3'h3:
+          sending = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    tx__tvalid = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h07:
+      3'h1:
           /* empty */;
-      6'h08:
+      3'h2:
           /* empty */;
-      6'h09:
+      3'h3:
+          tx__tvalid = rd_ok;
+      3'h4:
+          tx__tvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    tx__tdata = 8'h00;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h0b:
+      3'h1:
           /* empty */;
-      6'h0c:
+      3'h2:
           /* empty */;
-      6'h0d:
+      3'h3:
+          tx__tdata = lane_byte;
+      3'h4:
+          tx__tdata = crc__value[31:24];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    crc__shift = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h0a:
+      3'h1:
           /* empty */;
-      6'h02:
+      3'h2:
           /* empty */;
-      6'h0e:
+      3'h3:
           /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              wp__en = \$78 [7:0];
-            end
-          end
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          if (\$82 ) begin
-            wp__en = 8'hff;
-          end
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$89 ) begin
-            wp__en = \$91 ;
+      3'h4:
+          if (tx__tready) begin
+            crc__shift = 1'h1;
           end
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    reg_err = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
+    frames__sent = 1'h0;
+    casez (buffer_fsm_state)
+      3'h0:
           /* empty */;
-      6'h01:
+      3'h1:
           /* empty */;
-      6'h05:
+      3'h2:
           /* empty */;
-      6'h06:
+      3'h3:
           /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          reg_err = \$86 ;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          reg_err = \$88 ;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    send_idx = 1'h0;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          /* empty */;
-      6'h20:
-          send_idx = 1'h1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1053  = rx_err;
-    if (frame_error) begin
-      \$1053  = 1'h1;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          \$1053  = 1'h0;
-    endcase
-    if (rst) begin
-      \$1053  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1054  = quiet;
-    if (\$128 ) begin
-      \$1054  = 15'h0000;
-    end else if (\$129 ) begin
-      \$1054  = \$130 [14:0];
-    end
-    if (rst) begin
-      \$1054  = 15'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1055  = mw_valid;
-    if (\$131 ) begin
-      \$1055  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1055  = 1'h1;
+      3'h4:
+          if (tx__tready) begin
+            if (\$20 ) begin
+              frames__sent = 1'h1;
             end
           end
     endcase
-    if (rst) begin
-      \$1055  = 1'h0;
-    end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1056  = regs__wvalid;
-    if (\$132 ) begin
-      \$1056  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$1056  = 1'h1;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          \$1056  = 1'h1;
-    endcase
-    if (rst) begin
-      \$1056  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1057  = regs__awvalid;
-    if (\$133 ) begin
-      \$1057  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$1057  = 1'h1;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          \$1057  = 1'h1;
-    endcase
-    if (rst) begin
-      \$1057  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1058  = regs__arvalid;
-    if (\$134 ) begin
-      \$1058  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-              \$1058  = 1'h1;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          \$1058  = 1'h1;
-    endcase
-    if (rst) begin
-      \$1058  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1059  = mem__awvalid;
-    if (\$135 ) begin
-      \$1059  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1059  = 1'h1;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1059  = 1'h1;
-          end
-    endcase
-    if (rst) begin
-      \$1059  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1060  = mem__arvalid;
-    if (\$136 ) begin
-      \$1060  = 1'h0;
-    end
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1060  = 1'h1;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-          end else begin
-            \$1060  = 1'h1;
-          end
-    endcase
-    if (rst) begin
-      \$1060  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1061  = 1'h1;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          if (sent) begin
-            \$1061  = 1'h0;
-          end
-      6'h20:
-          if (sent) begin
-            \$1061  = 1'h0;
-          end
-    endcase
-    if (rst) begin
-      \$1061  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1062  = count;
-    casez (bridge_fsm_state)
-      6'h00:
-          \$1062  = 13'h0000;
-      6'h01:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = 13'h0000;
-            end
-          end
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$300 [12:0];
-              if (\$301 ) begin
-                \$1062  = 13'h0000;
-              end
-            end
-          end
-      6'h06:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$302 [12:0];
-              if (\$303 ) begin
-                \$1062  = 13'h0000;
-              end
-            end
-          end
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            (* full_case = 32'd1 *)
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-            end else begin
-              \$1062  = 13'h0000;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          if (\$309 ) begin
-            \$1062  = 13'h0000;
-          end
-      6'h0c:
-          if (\$312 ) begin
-            \$1062  = 13'h0000;
-          end
-      6'h0d:
-          if (sent) begin
-            \$1062  = \$317 [12:0];
-          end
-      6'h0a:
-          \$1062  = 13'h0000;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$322 [12:0];
-            end
-          end
-      6'h0e:
-          \$1062  = 13'h0000;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$661 [12:0];
-              if (\$663 ) begin
-                \$1062  = 13'h0000;
-              end
-            end
-          end
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$664 [12:0];
-            end
-          end
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          if (\$680 ) begin
-            \$1062  = 13'h0000;
-          end
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1062  = \$689 [12:0];
-              if (\$851 ) begin
-                \$1062  = 13'h0000;
-              end
-            end
-          end
-      6'h13:
-          \$1062  = 13'h0000;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$864 ) begin
-            \$1062  = \$865 [12:0];
-          end
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$874 ) begin
-            \$1062  = \$875 [12:0];
-            if (\$879 ) begin
-              \$1062  = 13'h0000;
-            end
-          end
-      6'h15:
-          if (sent) begin
-            \$1062  = 13'h0000;
-          end
-      6'h20:
-          if (sent) begin
-            \$1062  = \$1046 [12:0];
-            if (\$1048 ) begin
-              \$1062  = 13'h0000;
-            end
-          end
-      6'h21:
-          if (sent) begin
-            \$1062  = \$1051 [12:0];
-          end
-    endcase
-    if (rst) begin
-      \$1062  = 13'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1063  = crc;
-    casez (bridge_fsm_state)
-      6'h00:
-          \$1063  = { \$296 , \$291 , \$286 , \$281 , \$276 , \$271 , \$266 , \$261 , \$256 , \$251 , \$246 , \$241 , \$236 , \$231 , \$226 , \$221 , \$216 , \$211 , \$206 , \$201 , \$196 , \$191 , \$186 , \$181 , \$176 , \$171 , \$166 , \$161 , \$156 , \$151 , \$146 , \$141  };
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$323 ) begin
-                \$1063  = { \$483 , \$478 , \$473 , \$468 , \$463 , \$458 , \$453 , \$448 , \$443 , \$438 , \$433 , \$428 , \$423 , \$418 , \$413 , \$408 , \$403 , \$398 , \$393 , \$388 , \$383 , \$378 , \$373 , \$368 , \$363 , \$358 , \$353 , \$348 , \$343 , \$338 , \$333 , \$328  };
-              end
-            end
-          end
-      6'h0e:
-          \$1063  = 32'd4294967295;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1063  = { \$659 , \$654 , \$649 , \$644 , \$639 , \$634 , \$629 , \$624 , \$619 , \$614 , \$609 , \$604 , \$599 , \$594 , \$589 , \$584 , \$579 , \$574 , \$569 , \$564 , \$559 , \$554 , \$549 , \$544 , \$539 , \$534 , \$529 , \$524 , \$519 , \$514 , \$509 , \$504  };
-            end
-          end
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1063  = { \$849 , \$844 , \$839 , \$834 , \$829 , \$824 , \$819 , \$814 , \$809 , \$804 , \$799 , \$794 , \$789 , \$784 , \$779 , \$774 , \$769 , \$764 , \$759 , \$754 , \$749 , \$744 , \$739 , \$734 , \$729 , \$724 , \$719 , \$714 , \$709 , \$704 , \$699 , \$694  };
-            end
-          end
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          if (sent) begin
-            \$1063  = 32'd4294967295;
-          end
-      6'h20:
-          if (sent) begin
-            \$1063  = { \$1044 , \$1039 , \$1034 , \$1029 , \$1024 , \$1019 , \$1014 , \$1009 , \$1004 , \$999 , \$994 , \$989 , \$984 , \$979 , \$974 , \$969 , \$964 , \$959 , \$954 , \$949 , \$944 , \$939 , \$934 , \$929 , \$924 , \$919 , \$914 , \$909 , \$904 , \$899 , \$894 , \$889  };
-          end
-      6'h21:
-          if (sent) begin
-            \$1063  = \$1050 [31:0];
-          end
-    endcase
-    if (rst) begin
-      \$1063  = 32'd4294967295;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1064  = bus_err;
-    casez (bridge_fsm_state)
-      6'h00:
-          \$1064  = 1'h0;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          if (\$678 ) begin
-            if (\$679 ) begin
-              \$1064  = 1'h1;
-            end
-          end
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          if (\$686 ) begin
-            if (\$688 ) begin
-              \$1064  = 1'h1;
-            end
-          end
-      6'h03:
-          /* empty */;
-      6'h13:
-          \$1064  = 1'h0;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$864 ) begin
-            \$1064  = \$869 ;
-          end
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$874 ) begin
-            \$1064  = \$877 ;
-          end
-    endcase
-    if (rst) begin
-      \$1064  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1065  = cmd;
-    casez (bridge_fsm_state)
-      6'h00:
-          if (r_rdy) begin
-            \$1065  = r_data;
-          end
-    endcase
-    if (rst) begin
-      \$1065  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1066  = incr;
-    casez (bridge_fsm_state)
-      6'h00:
-          if (r_rdy) begin
-            casez (r_data)
-              8'h01, 8'h02, 8'h03, 8'h04:
-                  \$1066  = \$297 ;
-            endcase
-          end
-    endcase
-    if (rst) begin
-      \$1066  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1067  = bridge_fsm_state;
-    casez (bridge_fsm_state)
-      6'h00:
-          if (r_rdy) begin
-            casez (r_data)
-              8'h01, 8'h02, 8'h03, 8'h04:
-                  \$1067  = 6'h01;
-              8'h81, 8'h82:
-                  \$1067  = 6'h02;
-              8'h83, 8'h84:
-                  \$1067  = 6'h03;
-            endcase
-          end
-      6'h01:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              \$1067  = 6'h05;
-            end
-          end
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$301 ) begin
-                (* full_case = 32'd1 *)
-                if (cmd[0]) begin
-                  \$1067  = 6'h06;
-                end else begin
-                  \$1067  = 6'h07;
-                end
-              end
-            end
-          end
-      6'h06:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$303 ) begin
-                \$1067  = 6'h07;
-              end
-            end
-          end
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-            (* full_case = 32'd1 *)
-            if (in_regs) begin
-              \$1067  = 6'h08;
-            end else if (waddr[29]) begin
-              \$1067  = 6'h09;
-            end else begin
-              \$1067  = 6'h0a;
-            end
-          end else begin
-            (* full_case = 32'd1 *)
-            if (in_regs) begin
-              \$1067  = 6'h0b;
-            end else if (waddr[29]) begin
-              \$1067  = 6'h0c;
-            end else begin
-              \$1067  = 6'h0d;
-            end
-          end
-      6'h08:
-          if (\$307 ) begin
-            \$1067  = 6'h0a;
-          end
-      6'h09:
-          if (\$308 ) begin
-            \$1067  = 6'h0a;
-          end
-      6'h0b:
-          if (\$309 ) begin
-            \$1067  = 6'h0d;
-          end
-      6'h0c:
-          if (\$312 ) begin
-            \$1067  = 6'h0d;
-          end
-      6'h0d:
-          if (sent) begin
-            if (\$318 ) begin
-              \$1067  = 6'h0a;
-            end
-          end
-      6'h0a:
-          (* full_case = 32'd1 *)
-          if (\$321 ) begin
-            \$1067  = 6'h00;
-          end else if (cmd[0]) begin
-            \$1067  = 6'h06;
-          end else begin
-            \$1067  = 6'h07;
-          end
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$486 ) begin
-                \$1067  = 6'h0e;
-              end
-            end
-          end
-      6'h0e:
-          (* full_case = 32'd1 *)
-          if (\$496 ) begin
-            \$1067  = 6'h0f;
-          end else if (cmd[0]) begin
-            \$1067  = 6'h10;
-          end else begin
-            \$1067  = 6'h11;
-          end
-      6'h0f:
-          if (sent) begin
-            (* full_case = 32'd1 *)
-            if (\$499 ) begin
-              \$1067  = 6'h00;
-            end else begin
-              \$1067  = 6'h04;
-            end
-          end
-      6'h04:
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$663 ) begin
-                \$1067  = 6'h12;
-              end
-            end
-          end
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$665 ) begin
-                (* full_case = 32'd1 *)
-                if (reg_frame) begin
-                  \$1067  = 6'h13;
-                end else begin
-                  \$1067  = 6'h14;
-                end
-              end
-            end
-          end
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-            \$1067  = 6'h15;
-          end else begin
-            \$1067  = 6'h16;
-          end
-      6'h16:
-          \$1067  = 6'h17;
-      6'h17:
-          if (mem__wready) begin
-            (* full_case = 32'd1 *)
-            if (\$677 ) begin
-              \$1067  = 6'h18;
-            end else begin
-              \$1067  = 6'h16;
-            end
-          end
-      6'h18:
-          if (\$678 ) begin
-            \$1067  = 6'h14;
-          end
-      6'h11:
-          \$1067  = 6'h19;
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-            \$1067  = 6'h15;
-          end else begin
-            \$1067  = 6'h1a;
-          end
-      6'h1a:
-          if (\$686 ) begin
-            if (mem__rlast) begin
-              \$1067  = 6'h19;
-            end
-          end
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-            \$1067  = 6'h00;
-          end else if (rx_err) begin
-            \$1067  = 6'h04;
-          end else begin
-            if (r_rdy) begin
-              if (\$851 ) begin
-                (* full_case = 32'd1 *)
-                if (\$854 ) begin
-                  \$1067  = 6'h10;
-                end else begin
-                  \$1067  = 6'h12;
-                end
-              end
-            end
-          end
-      6'h13:
-          (* full_case = 32'd1 *)
-          if (\$855 ) begin
-            \$1067  = 6'h0f;
-          end else if (\$863 ) begin
-            \$1067  = 6'h15;
-          end else if (cmd[0]) begin
-            \$1067  = 6'h1b;
-          end else begin
-            \$1067  = 6'h1c;
-          end
-      6'h1b:
-          \$1067  = 6'h1d;
-      6'h1d:
-          \$1067  = 6'h1e;
-      6'h1e:
-          if (\$864 ) begin
-            (* full_case = 32'd1 *)
-            if (\$871 ) begin
-              \$1067  = 6'h15;
-            end else begin
-              \$1067  = 6'h1b;
-            end
-          end
-      6'h1c:
-          \$1067  = 6'h1f;
-      6'h1f:
-          if (\$874 ) begin
-            (* full_case = 32'd1 *)
-            if (\$879 ) begin
-              \$1067  = 6'h15;
-            end else begin
-              \$1067  = 6'h1c;
-            end
-          end
-      6'h15:
-          if (sent) begin
-            (* full_case = 32'd1 *)
-            if (\$884 ) begin
-              \$1067  = 6'h20;
-            end else begin
-              \$1067  = 6'h00;
-            end
-          end
-      6'h20:
-          if (sent) begin
-            if (\$1048 ) begin
-              \$1067  = 6'h21;
-            end
-          end
-      6'h21:
-          if (sent) begin
-            if (\$1052 ) begin
-              \$1067  = 6'h00;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1067  = 6'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1068  = words;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1068  = \$299 ;
-            end
-          end
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          \$1068  = \$319 [8:0];
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$851 ) begin
-                \$1068  = { 1'h0, r_data };
-              end
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1068  = 9'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1069  = shreg;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1069  = { shreg[23:0], r_data };
-            end
-          end
-      6'h06:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1069  = { shreg[23:0], r_data };
-            end
-          end
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1069  = { shreg[23:0], r_data };
-            end
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1069  = { shreg[23:0], r_data };
-            end
-          end
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1069  = { shreg[23:0], r_data };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1069  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1070  = waddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$301 ) begin
-                \$1070  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          \$1070  = \$320 [31:0];
-    endcase
-    if (rst) begin
-      \$1070  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1071  = word;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$303 ) begin
-                \$1071  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            (* full_case = 32'd1 *)
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-            end else begin
-              \$1071  = 32'd4294967295;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          if (\$309 ) begin
-            \$1071  = \$311 ;
-          end
-      6'h0c:
-          if (\$312 ) begin
-            \$1071  = \$315 ;
-          end
-      6'h0d:
-          if (sent) begin
-            \$1071  = \$316 [31:0];
-          end
-    endcase
-    if (rst) begin
-      \$1071  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1072  = regs__awaddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$1072  = { waddr[13:0], 2'h0 };
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          \$1072  = baddr[15:0];
-    endcase
-    if (rst) begin
-      \$1072  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1073  = regs__wdata;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-              \$1073  = word;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          \$1073  = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
-    endcase
-    if (rst) begin
-      \$1073  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1074  = mem__awaddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1074  = { 1'h0, \$304  };
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1074  = { 1'h0, cur };
-          end
-    endcase
-    if (rst) begin
-      \$1074  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1075  = mem__awlen;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1075  = 8'h00;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1075  = \$670 [7:0];
-          end
-    endcase
-    if (rst) begin
-      \$1075  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1076  = mw_data;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1076  = { word, word };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1076  = 64'h0000000000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1077  = mw_strb;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          if (cmd[0]) begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1077  = \$305 ;
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1077  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1078  = regs__araddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-              \$1078  = { waddr[13:0], 2'h0 };
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          \$1078  = baddr[15:0];
-    endcase
-    if (rst) begin
-      \$1078  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1079  = mem__araddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1079  = { 1'h0, \$306  };
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-          end else begin
-            \$1079  = { 1'h0, cur };
-          end
-    endcase
-    if (rst) begin
-      \$1079  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1080  = mem__arlen;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          (* full_case = 32'd1 *)
-          if (cmd[0]) begin
-          end else begin
-            if (in_regs) begin
-            end else if (waddr[29]) begin
-              \$1080  = 8'h00;
-            end
-          end
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-          end else begin
-            \$1080  = \$682 [7:0];
-          end
-    endcase
-    if (rst) begin
-      \$1080  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1081  = baddr;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$484 ) begin
-                \$1081  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$850 ) begin
-                \$1081  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$864 ) begin
-            \$1081  = \$866 [31:0];
-          end
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$874 ) begin
-            \$1081  = \$876 [31:0];
-          end
-    endcase
-    if (rst) begin
-      \$1081  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1082  = blen;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$485 ) begin
-                \$1082  = { shreg[23:0], r_data };
-              end
-            end
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$851 ) begin
-                \$1082  = { 21'h000000, \$852  };
-              end
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1082  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1083  = status;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$486 ) begin
-                (* full_case = 32'd1 *)
-                if (\$487 ) begin
-                  \$1083  = 8'h01;
-                end else if (\$495 ) begin
-                  \$1083  = 8'h02;
-                end else begin
-                  \$1083  = 8'h00;
-                end
-              end
-            end
-          end
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$665 ) begin
-                \$1083  = { 6'h00, \$666  };
-              end
-            end
-          end
-      6'h14:
-          if (\$669 ) begin
-            if (bus_err) begin
-              \$1083  = 8'h03;
-            end
-          end
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          if (\$680 ) begin
-            \$1083  = { 6'h00, \$681  };
-          end
-      6'h1a:
-          /* empty */;
-      6'h03:
-          /* empty */;
-      6'h13:
-          if (\$855 ) begin
-          end else if (\$863 ) begin
-            \$1083  = 8'h02;
-          end
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$864 ) begin
-            if (\$871 ) begin
-              \$1083  = { 6'h00, \$873  };
-            end
-          end
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          if (\$874 ) begin
-            if (\$879 ) begin
-              \$1083  = { 6'h00, \$881  };
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1083  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1084  = lo;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          \$1084  = baddr[2:0];
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$851 ) begin
-                \$1084  = 3'h0;
-              end
-            end
-          end
-    endcase
-    if (rst) begin
-      \$1084  = 3'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1085  = idx;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          \$1085  = { 10'h000, baddr[2:0] };
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              \$1085  = \$660 [12:0];
-            end
-          end
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          /* empty */;
-      6'h03:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$851 ) begin
-                \$1085  = 13'h0000;
-              end
-            end
-          end
-      6'h13:
-          /* empty */;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          /* empty */;
-      6'h1c:
-          /* empty */;
-      6'h1f:
-          /* empty */;
-      6'h15:
-          /* empty */;
-      6'h20:
-          if (sent) begin
-            \$1085  = \$1045 [12:0];
-          end
-    endcase
-    if (rst) begin
-      \$1085  = 13'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1086  = cur;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          \$1086  = { baddr[30:3], 3'h0 };
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1086  = \$672 [30:0];
-          end
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-          end else begin
-            \$1086  = \$684 [30:0];
-          end
-    endcase
-    if (rst) begin
-      \$1086  = 31'h00000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1087  = beat;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          \$1087  = 10'h000;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          /* empty */;
-      6'h16:
-          /* empty */;
-      6'h17:
-          if (mem__wready) begin
-            \$1087  = \$675 [9:0];
-          end
-      6'h18:
-          /* empty */;
-      6'h11:
-          /* empty */;
-      6'h19:
-          /* empty */;
-      6'h1a:
-          if (\$686 ) begin
-            \$1087  = \$687 [9:0];
-          end
-      6'h03:
-          /* empty */;
-      6'h13:
-          \$1087  = 10'h000;
-      6'h1b:
-          /* empty */;
-      6'h1d:
-          /* empty */;
-      6'h1e:
-          if (\$864 ) begin
-            \$1087  = \$868 [9:0];
-          end
-    endcase
-    if (rst) begin
-      \$1087  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1088  = left;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          (* full_case = 32'd1 *)
-          if (timed_out) begin
-          end else if (rx_err) begin
-          end else begin
-            if (r_rdy) begin
-              if (\$665 ) begin
-                \$1088  = \$6 [9:0];
-              end
-            end
-          end
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1088  = \$673 [9:0];
-          end
-      6'h16:
-          /* empty */;
-      6'h17:
-          /* empty */;
-      6'h18:
-          /* empty */;
-      6'h11:
-          \$1088  = \$6 [9:0];
-      6'h19:
-          (* full_case = 32'd1 *)
-          if (\$680 ) begin
-          end else begin
-            \$1088  = \$685 [9:0];
-          end
-    endcase
-    if (rst) begin
-      \$1088  = 10'h000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
-    \$1089  = in_burst;
-    casez (bridge_fsm_state)
-      6'h00:
-          /* empty */;
-      6'h01:
-          /* empty */;
-      6'h05:
-          /* empty */;
-      6'h06:
-          /* empty */;
-      6'h07:
-          /* empty */;
-      6'h08:
-          /* empty */;
-      6'h09:
-          /* empty */;
-      6'h0b:
-          /* empty */;
-      6'h0c:
-          /* empty */;
-      6'h0d:
-          /* empty */;
-      6'h0a:
-          /* empty */;
-      6'h02:
-          /* empty */;
-      6'h0e:
-          /* empty */;
-      6'h0f:
-          /* empty */;
-      6'h04:
-          /* empty */;
-      6'h10:
-          /* empty */;
-      6'h12:
-          /* empty */;
-      6'h14:
-          (* full_case = 32'd1 *)
-          if (\$669 ) begin
-          end else begin
-            \$1089  = \$674 [8:0];
-          end
-      6'h16:
-          /* empty */;
-      6'h17:
-          if (mem__wready) begin
-            \$1089  = \$676 [8:0];
-          end
-    endcase
-    if (rst) begin
-      \$1089  = 9'h000;
-    end
-  end
-  assign \rx$50  = rx;
-  assign \tx$51  = tx;
-  assign data__tready = 1'h1;
-  assign data__tvalid = w_en;
-  assign data__tdata = w_data;
-  assign take = r_en;
-  assign tx_valid = \data__tvalid$61 ;
-  assign tx_data = \data__tdata$63 ;
-  assign shreg_next = { shreg[23:0], r_data };
-  assign byte_addr = { waddr[29:0], 2'h0 };
-  assign in_mem = waddr[29];
-  assign nbeats = \$6 [9:0];
-  assign reg_word = { reg_half[7:0], reg_half[15:8], reg_half[23:16], reg_half[31:24] };
-  assign to_page = \$7 [9:0];
-  assign cut = \$10 [8:0];
-  assign strb = { \$66 , \$59 , \$52 , \$45 , \$38 , \$31 , \$24 , \$17  };
-  assign rp__addr = \$68 [9:0];
-  assign regs__wstrb = 4'hf;
-  assign mem__awid = 4'h0;
-  assign mem__awsize = 3'h3;
-  assign mem__awburst = 2'h1;
-  assign mem__arid = 4'h0;
-  assign mem__arsize = 3'h3;
-  assign mem__arburst = 2'h1;
-  assign \$6  = { \$5 [15], \$5 [15], \$5 [15], \$5 [15:3] };
-  assign \$67  = { 3'h0, idx[12:3] };
-  assign \$77  = { 3'h0, idx[12:3] };
-  assign \$90  = { 1'h0, count[12:1] };
-  assign \$137  = 32'd260;
-  assign \$138  = 1'h0;
-  assign { \$139 [7:3], \$139 [1:0] } = 7'h00;
-  assign \$139 [2] = r_data[2];
-  assign \$141  = \$140 ;
-  assign \$142  = 32'd521;
-  assign \$143  = 1'h1;
-  assign { \$144 [7:4], \$144 [2:1] } = 6'h00;
-  assign { \$144 [3], \$144 [0] } = { r_data[3], r_data[0] };
-  assign \$146  = \$auto$rtlil.cc:2739:Not$2 ;
-  assign \$147  = 32'd1043;
-  assign \$148  = 1'h0;
-  assign { \$149 [7:5], \$149 [3:2] } = 5'h00;
-  assign { \$149 [4], \$149 [1:0] } = { r_data[4], r_data[1:0] };
-  assign \$151  = \$150 ;
-  assign \$152  = 32'd2086;
-  assign \$153  = 1'h0;
-  assign { \$154 [7:6], \$154 [4:3], \$154 [0] } = 5'h00;
-  assign { \$154 [5], \$154 [2:1] } = { r_data[5], r_data[2:1] };
-  assign \$156  = \$155 ;
-  assign \$157  = 32'd4173;
-  assign \$158  = 1'h1;
-  assign { \$159 [7], \$159 [5:4], \$159 [1] } = 4'h0;
-  assign { \$159 [6], \$159 [3:2], \$159 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign \$161  = \$auto$rtlil.cc:2739:Not$4 ;
-  assign \$162  = 32'd8346;
-  assign \$163  = 1'h1;
-  assign { \$164 [6:5], \$164 [2], \$164 [0] } = 4'h0;
-  assign { \$164 [7], \$164 [4:3], \$164 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign \$166  = \$auto$rtlil.cc:2739:Not$6 ;
-  assign \$167  = 32'd16432;
-  assign \$168  = 1'h1;
-  assign { \$169 [7:6], \$169 [3:0] } = 6'h00;
-  assign \$169 [5:4] = r_data[5:4];
-  assign \$171  = \$auto$rtlil.cc:2739:Not$8 ;
-  assign \$172  = 32'd32865;
-  assign \$173  = 1'h0;
-  assign { \$174 [7], \$174 [4:1] } = 5'h00;
-  assign { \$174 [6:5], \$174 [0] } = { r_data[6:5], r_data[0] };
-  assign \$176  = \$175 ;
-  assign \$177  = 32'd65730;
-  assign \$178  = 1'h0;
-  assign { \$179 [5:2], \$179 [0] } = 5'h00;
-  assign { \$179 [7:6], \$179 [1] } = { r_data[7:6], r_data[1] };
-  assign \$181  = \$180 ;
-  assign \$182  = 32'd131200;
-  assign \$183  = 1'h0;
-  assign \$184 [6:0] = 7'h00;
-  assign \$184 [7] = r_data[7];
-  assign \$186  = \$185 ;
-  assign \$187  = 32'd262148;
-  assign \$188  = 1'h0;
-  assign { \$189 [7:3], \$189 [1:0] } = 7'h00;
-  assign \$189 [2] = r_data[2];
-  assign \$191  = \$190 ;
-  assign \$192  = 32'd524296;
-  assign \$193  = 1'h0;
-  assign { \$194 [7:4], \$194 [2:0] } = 7'h00;
-  assign \$194 [3] = r_data[3];
-  assign \$196  = \$195 ;
-  assign \$197  = 32'd1048593;
-  assign \$198  = 1'h1;
-  assign { \$199 [7:5], \$199 [3:1] } = 6'h00;
-  assign { \$199 [4], \$199 [0] } = { r_data[4], r_data[0] };
-  assign \$201  = \$auto$rtlil.cc:2739:Not$10 ;
-  assign \$202  = 32'd2097187;
-  assign \$203  = 1'h0;
-  assign { \$204 [7:6], \$204 [4:2] } = 5'h00;
-  assign { \$204 [5], \$204 [1:0] } = { r_data[5], r_data[1:0] };
-  assign \$206  = \$205 ;
-  assign \$207  = 32'd4194374;
-  assign \$208  = 1'h0;
-  assign { \$209 [7], \$209 [5:3], \$209 [0] } = 5'h00;
-  assign { \$209 [6], \$209 [2:1] } = { r_data[6], r_data[2:1] };
-  assign \$211  = \$210 ;
-  assign \$212  = 32'd8388748;
-  assign \$213  = 1'h0;
-  assign { \$214 [6:4], \$214 [1:0] } = 5'h00;
-  assign { \$214 [7], \$214 [3:2] } = { r_data[7], r_data[3:2] };
-  assign \$216  = \$215 ;
-  assign \$217  = 32'd16777245;
-  assign \$218  = 1'h1;
-  assign { \$219 [7:5], \$219 [1] } = 4'h0;
-  assign { \$219 [4:2], \$219 [0] } = { r_data[4:2], r_data[0] };
-  assign \$221  = \$auto$rtlil.cc:2739:Not$12 ;
-  assign \$222  = 32'd33554491;
-  assign \$223  = 1'h0;
-  assign { \$224 [7:6], \$224 [2] } = 3'h0;
-  assign { \$224 [5:3], \$224 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign \$226  = \$225 ;
-  assign \$227  = 32'd67108983;
-  assign \$228  = 1'h1;
-  assign { \$229 [7], \$229 [3] } = 2'h0;
-  assign { \$229 [6:4], \$229 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign \$231  = \$auto$rtlil.cc:2739:Not$14 ;
-  assign \$232  = 32'd134217966;
-  assign \$233  = 1'h1;
-  assign { \$234 [4], \$234 [0] } = 2'h0;
-  assign { \$234 [7:5], \$234 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign \$236  = \$auto$rtlil.cc:2739:Not$16 ;
-  assign \$237  = 32'd268435672;
-  assign \$238  = 1'h1;
-  assign { \$239 [5], \$239 [2:0] } = 4'h0;
-  assign { \$239 [7:6], \$239 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$241  = \$auto$rtlil.cc:2739:Not$18 ;
-  assign \$242  = 32'd536871092;
-  assign \$243  = 1'h1;
-  assign { \$244 [6], \$244 [3], \$244 [1:0] } = 4'h0;
-  assign { \$244 [7], \$244 [5:4], \$244 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign \$246  = \$auto$rtlil.cc:2739:Not$20 ;
-  assign \$247  = 32'd1073741932;
-  assign \$248  = 1'h1;
-  assign { \$249 [7], \$249 [4], \$249 [1:0] } = 4'h0;
-  assign { \$249 [6:5], \$249 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign \$251  = \$auto$rtlil.cc:2739:Not$22 ;
-  assign \$252  = 32'd2147483864;
-  assign \$253  = 1'h1;
-  assign { \$254 [5], \$254 [2:0] } = 4'h0;
-  assign { \$254 [7:6], \$254 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign \$256  = \$auto$rtlil.cc:2739:Not$24 ;
-  assign \$257  = 32'd181;
-  assign \$258  = 1'h1;
-  assign { \$259 [6], \$259 [3], \$259 [1] } = 3'h0;
-  assign { \$259 [7], \$259 [5:4], \$259 [2], \$259 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign \$261  = \$auto$rtlil.cc:2739:Not$26 ;
-  assign \$262  = 32'd111;
-  assign \$263  = 1'h0;
-  assign { \$264 [7], \$264 [4] } = 2'h0;
-  assign { \$264 [6:5], \$264 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign \$266  = \$265 ;
-  assign \$267  = 32'd223;
-  assign \$268  = 1'h1;
-  assign \$269 [5] = 1'h0;
-  assign { \$269 [7:6], \$269 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign \$271  = \$auto$rtlil.cc:2739:Not$28 ;
-  assign \$272  = 32'd186;
-  assign \$273  = 1'h1;
-  assign { \$274 [6], \$274 [2], \$274 [0] } = 3'h0;
-  assign { \$274 [7], \$274 [5:3], \$274 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign \$276  = \$auto$rtlil.cc:2739:Not$30 ;
-  assign \$277  = 32'd113;
-  assign \$278  = 1'h0;
-  assign { \$279 [7], \$279 [3:1] } = 4'h0;
-  assign { \$279 [6:4], \$279 [0] } = { r_data[6:4], r_data[0] };
-  assign \$281  = \$280 ;
-  assign \$282  = 32'd227;
-  assign \$283  = 1'h1;
-  assign \$284 [4:2] = 3'h0;
-  assign { \$284 [7:5], \$284 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign \$286  = \$auto$rtlil.cc:2739:Not$32 ;
-  assign \$287  = 32'd195;
-  assign \$288  = 1'h0;
-  assign \$289 [5:2] = 4'h0;
-  assign { \$289 [7:6], \$289 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign \$291  = \$290 ;
-  assign \$292  = 32'd130;
-  assign \$293  = 1'h0;
-  assign { \$294 [6:2], \$294 [0] } = 6'h00;
-  assign { \$294 [7], \$294 [1] } = { r_data[7], r_data[1] };
-  assign \$296  = \$295 ;
-  assign \$304  = { waddr[28:1], 3'h0 };
-  assign \$306  = { waddr[28:1], 3'h0 };
-  assign \$316  = { 7'h00, word, 8'h00 };
-  assign { \$324 [31:9], \$324 [7:3], \$324 [1:0] } = 30'h00000000;
-  assign { \$324 [8], \$324 [2] } = { crc[8], crc[2] };
-  assign { \$326 [7:3], \$326 [1:0] } = 7'h00;
-  assign \$326 [2] = r_data[2];
-  assign { \$329 [31:10], \$329 [8:4], \$329 [2:1] } = 29'h00000000;
-  assign { \$329 [9], \$329 [3], \$329 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$331 [7:4], \$331 [2:1] } = 6'h00;
-  assign { \$331 [3], \$331 [0] } = { r_data[3], r_data[0] };
-  assign { \$334 [31:11], \$334 [9:5], \$334 [3:2] } = 28'h0000000;
-  assign { \$334 [10], \$334 [4], \$334 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$336 [7:5], \$336 [3:2] } = 5'h00;
-  assign { \$336 [4], \$336 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$339 [31:12], \$339 [10:6], \$339 [4:3], \$339 [0] } = 28'h0000000;
-  assign { \$339 [11], \$339 [5], \$339 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$341 [7:6], \$341 [4:3], \$341 [0] } = 5'h00;
-  assign { \$341 [5], \$341 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$344 [31:13], \$344 [11:7], \$344 [5:4], \$344 [1] } = 27'h0000000;
-  assign { \$344 [12], \$344 [6], \$344 [3:2], \$344 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$346 [7], \$346 [5:4], \$346 [1] } = 4'h0;
-  assign { \$346 [6], \$346 [3:2], \$346 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$349 [31:14], \$349 [12:8], \$349 [6:5], \$349 [2], \$349 [0] } = 27'h0000000;
-  assign { \$349 [13], \$349 [7], \$349 [4:3], \$349 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$351 [6:5], \$351 [2], \$351 [0] } = 4'h0;
-  assign { \$351 [7], \$351 [4:3], \$351 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$354 [31:15], \$354 [13:6], \$354 [3:0] } = 29'h00000000;
-  assign { \$354 [14], \$354 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$356 [7:6], \$356 [3:0] } = 6'h00;
-  assign \$356 [5:4] = r_data[5:4];
-  assign { \$359 [31:16], \$359 [14:7], \$359 [4:1] } = 28'h0000000;
-  assign { \$359 [15], \$359 [6:5], \$359 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$361 [7], \$361 [4:1] } = 5'h00;
-  assign { \$361 [6:5], \$361 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$364 [31:17], \$364 [15:8], \$364 [5:2], \$364 [0] } = 28'h0000000;
-  assign { \$364 [16], \$364 [7:6], \$364 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$366 [5:2], \$366 [0] } = 5'h00;
-  assign { \$366 [7:6], \$366 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$369 [31:18], \$369 [16:8], \$369 [6:0] } = 30'h00000000;
-  assign { \$369 [17], \$369 [7] } = { crc[17], crc[7] };
-  assign \$371 [6:0] = 7'h00;
-  assign \$371 [7] = r_data[7];
-  assign { \$374 [31:19], \$374 [17:3], \$374 [1:0] } = 30'h00000000;
-  assign { \$374 [18], \$374 [2] } = { crc[18], crc[2] };
-  assign { \$376 [7:3], \$376 [1:0] } = 7'h00;
-  assign \$376 [2] = r_data[2];
-  assign { \$379 [31:20], \$379 [18:4], \$379 [2:0] } = 30'h00000000;
-  assign { \$379 [19], \$379 [3] } = { crc[19], crc[3] };
-  assign { \$381 [7:4], \$381 [2:0] } = 7'h00;
-  assign \$381 [3] = r_data[3];
-  assign { \$384 [31:21], \$384 [19:5], \$384 [3:1] } = 29'h00000000;
-  assign { \$384 [20], \$384 [4], \$384 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$386 [7:5], \$386 [3:1] } = 6'h00;
-  assign { \$386 [4], \$386 [0] } = { r_data[4], r_data[0] };
-  assign { \$389 [31:22], \$389 [20:6], \$389 [4:2] } = 28'h0000000;
-  assign { \$389 [21], \$389 [5], \$389 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$391 [7:6], \$391 [4:2] } = 5'h00;
-  assign { \$391 [5], \$391 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$394 [31:23], \$394 [21:7], \$394 [5:3], \$394 [0] } = 28'h0000000;
-  assign { \$394 [22], \$394 [6], \$394 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$396 [7], \$396 [5:3], \$396 [0] } = 5'h00;
-  assign { \$396 [6], \$396 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$399 [31:24], \$399 [22:8], \$399 [6:4], \$399 [1:0] } = 28'h0000000;
-  assign { \$399 [23], \$399 [7], \$399 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$401 [6:4], \$401 [1:0] } = 5'h00;
-  assign { \$401 [7], \$401 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$404 [31:25], \$404 [23:5], \$404 [1] } = 27'h0000000;
-  assign { \$404 [24], \$404 [4:2], \$404 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$406 [7:5], \$406 [1] } = 4'h0;
-  assign { \$406 [4:2], \$406 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$409 [31:26], \$409 [24:6], \$409 [2] } = 26'h0000000;
-  assign { \$409 [25], \$409 [5:3], \$409 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$411 [7:6], \$411 [2] } = 3'h0;
-  assign { \$411 [5:3], \$411 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$414 [31:27], \$414 [25:7], \$414 [3] } = 25'h0000000;
-  assign { \$414 [26], \$414 [6:4], \$414 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$416 [7], \$416 [3] } = 2'h0;
-  assign { \$416 [6:4], \$416 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$419 [31:28], \$419 [26:8], \$419 [4], \$419 [0] } = 25'h0000000;
-  assign { \$419 [27], \$419 [7:5], \$419 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$421 [4], \$421 [0] } = 2'h0;
-  assign { \$421 [7:5], \$421 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$424 [31:29], \$424 [27:8], \$424 [5], \$424 [2:0] } = 27'h0000000;
-  assign { \$424 [28], \$424 [7:6], \$424 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$426 [5], \$426 [2:0] } = 4'h0;
-  assign { \$426 [7:6], \$426 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$429 [31:30], \$429 [28:8], \$429 [6], \$429 [3], \$429 [1:0] } = 27'h0000000;
-  assign { \$429 [29], \$429 [7], \$429 [5:4], \$429 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$431 [6], \$431 [3], \$431 [1:0] } = 4'h0;
-  assign { \$431 [7], \$431 [5:4], \$431 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$434 [31], \$434 [29:7], \$434 [4], \$434 [1:0] } = 27'h0000000;
-  assign { \$434 [30], \$434 [6:5], \$434 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$436 [7], \$436 [4], \$436 [1:0] } = 4'h0;
-  assign { \$436 [6:5], \$436 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$439 [30:8], \$439 [5], \$439 [2:0] } = 27'h0000000;
-  assign { \$439 [31], \$439 [7:6], \$439 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$441 [5], \$441 [2:0] } = 4'h0;
-  assign { \$441 [7:6], \$441 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$444 [31:8], \$444 [6], \$444 [3], \$444 [1] } = 27'h0000000;
-  assign { \$444 [7], \$444 [5:4], \$444 [2], \$444 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$446 [6], \$446 [3], \$446 [1] } = 3'h0;
-  assign { \$446 [7], \$446 [5:4], \$446 [2], \$446 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$449 [31:7], \$449 [4] } = 26'h0000000;
-  assign { \$449 [6:5], \$449 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$451 [7], \$451 [4] } = 2'h0;
-  assign { \$451 [6:5], \$451 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$454 [31:8], \$454 [5] } = 25'h0000000;
-  assign { \$454 [7:6], \$454 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$456 [5] = 1'h0;
-  assign { \$456 [7:6], \$456 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$459 [31:8], \$459 [6], \$459 [2], \$459 [0] } = 27'h0000000;
-  assign { \$459 [7], \$459 [5:3], \$459 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$461 [6], \$461 [2], \$461 [0] } = 3'h0;
-  assign { \$461 [7], \$461 [5:3], \$461 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$464 [31:7], \$464 [3:1] } = 28'h0000000;
-  assign { \$464 [6:4], \$464 [0] } = { crc[6:4], crc[0] };
-  assign { \$466 [7], \$466 [3:1] } = 4'h0;
-  assign { \$466 [6:4], \$466 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$469 [31:8], \$469 [4:2] } = 27'h0000000;
-  assign { \$469 [7:5], \$469 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$471 [4:2] = 3'h0;
-  assign { \$471 [7:5], \$471 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$474 [31:8], \$474 [5:2] } = 28'h0000000;
-  assign { \$474 [7:6], \$474 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$476 [5:2] = 4'h0;
-  assign { \$476 [7:6], \$476 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$479 [31:8], \$479 [6:2], \$479 [0] } = 30'h00000000;
-  assign { \$479 [7], \$479 [1] } = { crc[7], crc[1] };
-  assign { \$481 [6:2], \$481 [0] } = 6'h00;
-  assign { \$481 [7], \$481 [1] } = { r_data[7], r_data[1] };
-  assign { \$500 [31:9], \$500 [7:3], \$500 [1:0] } = 30'h00000000;
-  assign { \$500 [8], \$500 [2] } = { crc[8], crc[2] };
-  assign { \$502 [7:3], \$502 [1:0] } = 7'h00;
-  assign \$502 [2] = r_data[2];
-  assign { \$505 [31:10], \$505 [8:4], \$505 [2:1] } = 29'h00000000;
-  assign { \$505 [9], \$505 [3], \$505 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$507 [7:4], \$507 [2:1] } = 6'h00;
-  assign { \$507 [3], \$507 [0] } = { r_data[3], r_data[0] };
-  assign { \$510 [31:11], \$510 [9:5], \$510 [3:2] } = 28'h0000000;
-  assign { \$510 [10], \$510 [4], \$510 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$512 [7:5], \$512 [3:2] } = 5'h00;
-  assign { \$512 [4], \$512 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$515 [31:12], \$515 [10:6], \$515 [4:3], \$515 [0] } = 28'h0000000;
-  assign { \$515 [11], \$515 [5], \$515 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$517 [7:6], \$517 [4:3], \$517 [0] } = 5'h00;
-  assign { \$517 [5], \$517 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$520 [31:13], \$520 [11:7], \$520 [5:4], \$520 [1] } = 27'h0000000;
-  assign { \$520 [12], \$520 [6], \$520 [3:2], \$520 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$522 [7], \$522 [5:4], \$522 [1] } = 4'h0;
-  assign { \$522 [6], \$522 [3:2], \$522 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$525 [31:14], \$525 [12:8], \$525 [6:5], \$525 [2], \$525 [0] } = 27'h0000000;
-  assign { \$525 [13], \$525 [7], \$525 [4:3], \$525 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$527 [6:5], \$527 [2], \$527 [0] } = 4'h0;
-  assign { \$527 [7], \$527 [4:3], \$527 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$530 [31:15], \$530 [13:6], \$530 [3:0] } = 29'h00000000;
-  assign { \$530 [14], \$530 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$532 [7:6], \$532 [3:0] } = 6'h00;
-  assign \$532 [5:4] = r_data[5:4];
-  assign { \$535 [31:16], \$535 [14:7], \$535 [4:1] } = 28'h0000000;
-  assign { \$535 [15], \$535 [6:5], \$535 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$537 [7], \$537 [4:1] } = 5'h00;
-  assign { \$537 [6:5], \$537 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$540 [31:17], \$540 [15:8], \$540 [5:2], \$540 [0] } = 28'h0000000;
-  assign { \$540 [16], \$540 [7:6], \$540 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$542 [5:2], \$542 [0] } = 5'h00;
-  assign { \$542 [7:6], \$542 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$545 [31:18], \$545 [16:8], \$545 [6:0] } = 30'h00000000;
-  assign { \$545 [17], \$545 [7] } = { crc[17], crc[7] };
-  assign \$547 [6:0] = 7'h00;
-  assign \$547 [7] = r_data[7];
-  assign { \$550 [31:19], \$550 [17:3], \$550 [1:0] } = 30'h00000000;
-  assign { \$550 [18], \$550 [2] } = { crc[18], crc[2] };
-  assign { \$552 [7:3], \$552 [1:0] } = 7'h00;
-  assign \$552 [2] = r_data[2];
-  assign { \$555 [31:20], \$555 [18:4], \$555 [2:0] } = 30'h00000000;
-  assign { \$555 [19], \$555 [3] } = { crc[19], crc[3] };
-  assign { \$557 [7:4], \$557 [2:0] } = 7'h00;
-  assign \$557 [3] = r_data[3];
-  assign { \$560 [31:21], \$560 [19:5], \$560 [3:1] } = 29'h00000000;
-  assign { \$560 [20], \$560 [4], \$560 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$562 [7:5], \$562 [3:1] } = 6'h00;
-  assign { \$562 [4], \$562 [0] } = { r_data[4], r_data[0] };
-  assign { \$565 [31:22], \$565 [20:6], \$565 [4:2] } = 28'h0000000;
-  assign { \$565 [21], \$565 [5], \$565 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$567 [7:6], \$567 [4:2] } = 5'h00;
-  assign { \$567 [5], \$567 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$570 [31:23], \$570 [21:7], \$570 [5:3], \$570 [0] } = 28'h0000000;
-  assign { \$570 [22], \$570 [6], \$570 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$572 [7], \$572 [5:3], \$572 [0] } = 5'h00;
-  assign { \$572 [6], \$572 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$575 [31:24], \$575 [22:8], \$575 [6:4], \$575 [1:0] } = 28'h0000000;
-  assign { \$575 [23], \$575 [7], \$575 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$577 [6:4], \$577 [1:0] } = 5'h00;
-  assign { \$577 [7], \$577 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$580 [31:25], \$580 [23:5], \$580 [1] } = 27'h0000000;
-  assign { \$580 [24], \$580 [4:2], \$580 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$582 [7:5], \$582 [1] } = 4'h0;
-  assign { \$582 [4:2], \$582 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$585 [31:26], \$585 [24:6], \$585 [2] } = 26'h0000000;
-  assign { \$585 [25], \$585 [5:3], \$585 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$587 [7:6], \$587 [2] } = 3'h0;
-  assign { \$587 [5:3], \$587 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$590 [31:27], \$590 [25:7], \$590 [3] } = 25'h0000000;
-  assign { \$590 [26], \$590 [6:4], \$590 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$592 [7], \$592 [3] } = 2'h0;
-  assign { \$592 [6:4], \$592 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$595 [31:28], \$595 [26:8], \$595 [4], \$595 [0] } = 25'h0000000;
-  assign { \$595 [27], \$595 [7:5], \$595 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$597 [4], \$597 [0] } = 2'h0;
-  assign { \$597 [7:5], \$597 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$600 [31:29], \$600 [27:8], \$600 [5], \$600 [2:0] } = 27'h0000000;
-  assign { \$600 [28], \$600 [7:6], \$600 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$602 [5], \$602 [2:0] } = 4'h0;
-  assign { \$602 [7:6], \$602 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$605 [31:30], \$605 [28:8], \$605 [6], \$605 [3], \$605 [1:0] } = 27'h0000000;
-  assign { \$605 [29], \$605 [7], \$605 [5:4], \$605 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$607 [6], \$607 [3], \$607 [1:0] } = 4'h0;
-  assign { \$607 [7], \$607 [5:4], \$607 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$610 [31], \$610 [29:7], \$610 [4], \$610 [1:0] } = 27'h0000000;
-  assign { \$610 [30], \$610 [6:5], \$610 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$612 [7], \$612 [4], \$612 [1:0] } = 4'h0;
-  assign { \$612 [6:5], \$612 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$615 [30:8], \$615 [5], \$615 [2:0] } = 27'h0000000;
-  assign { \$615 [31], \$615 [7:6], \$615 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$617 [5], \$617 [2:0] } = 4'h0;
-  assign { \$617 [7:6], \$617 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$620 [31:8], \$620 [6], \$620 [3], \$620 [1] } = 27'h0000000;
-  assign { \$620 [7], \$620 [5:4], \$620 [2], \$620 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$622 [6], \$622 [3], \$622 [1] } = 3'h0;
-  assign { \$622 [7], \$622 [5:4], \$622 [2], \$622 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$625 [31:7], \$625 [4] } = 26'h0000000;
-  assign { \$625 [6:5], \$625 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$627 [7], \$627 [4] } = 2'h0;
-  assign { \$627 [6:5], \$627 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$630 [31:8], \$630 [5] } = 25'h0000000;
-  assign { \$630 [7:6], \$630 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$632 [5] = 1'h0;
-  assign { \$632 [7:6], \$632 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$635 [31:8], \$635 [6], \$635 [2], \$635 [0] } = 27'h0000000;
-  assign { \$635 [7], \$635 [5:3], \$635 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$637 [6], \$637 [2], \$637 [0] } = 3'h0;
-  assign { \$637 [7], \$637 [5:3], \$637 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$640 [31:7], \$640 [3:1] } = 28'h0000000;
-  assign { \$640 [6:4], \$640 [0] } = { crc[6:4], crc[0] };
-  assign { \$642 [7], \$642 [3:1] } = 4'h0;
-  assign { \$642 [6:4], \$642 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$645 [31:8], \$645 [4:2] } = 27'h0000000;
-  assign { \$645 [7:5], \$645 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$647 [4:2] = 3'h0;
-  assign { \$647 [7:5], \$647 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$650 [31:8], \$650 [5:2] } = 28'h0000000;
-  assign { \$650 [7:6], \$650 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$652 [5:2] = 4'h0;
-  assign { \$652 [7:6], \$652 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$655 [31:8], \$655 [6:2], \$655 [0] } = 30'h00000000;
-  assign { \$655 [7], \$655 [1] } = { crc[7], crc[1] };
-  assign { \$657 [6:2], \$657 [0] } = 6'h00;
-  assign { \$657 [7], \$657 [1] } = { r_data[7], r_data[1] };
-  assign \$671  = { \$10 [8:0], 3'h0 };
-  assign \$683  = { \$10 [8:0], 3'h0 };
-  assign { \$690 [31:9], \$690 [7:3], \$690 [1:0] } = 30'h00000000;
-  assign { \$690 [8], \$690 [2] } = { crc[8], crc[2] };
-  assign { \$692 [7:3], \$692 [1:0] } = 7'h00;
-  assign \$692 [2] = r_data[2];
-  assign { \$695 [31:10], \$695 [8:4], \$695 [2:1] } = 29'h00000000;
-  assign { \$695 [9], \$695 [3], \$695 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$697 [7:4], \$697 [2:1] } = 6'h00;
-  assign { \$697 [3], \$697 [0] } = { r_data[3], r_data[0] };
-  assign { \$700 [31:11], \$700 [9:5], \$700 [3:2] } = 28'h0000000;
-  assign { \$700 [10], \$700 [4], \$700 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$702 [7:5], \$702 [3:2] } = 5'h00;
-  assign { \$702 [4], \$702 [1:0] } = { r_data[4], r_data[1:0] };
-  assign { \$705 [31:12], \$705 [10:6], \$705 [4:3], \$705 [0] } = 28'h0000000;
-  assign { \$705 [11], \$705 [5], \$705 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$707 [7:6], \$707 [4:3], \$707 [0] } = 5'h00;
-  assign { \$707 [5], \$707 [2:1] } = { r_data[5], r_data[2:1] };
-  assign { \$710 [31:13], \$710 [11:7], \$710 [5:4], \$710 [1] } = 27'h0000000;
-  assign { \$710 [12], \$710 [6], \$710 [3:2], \$710 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$712 [7], \$712 [5:4], \$712 [1] } = 4'h0;
-  assign { \$712 [6], \$712 [3:2], \$712 [0] } = { r_data[6], r_data[3:2], r_data[0] };
-  assign { \$715 [31:14], \$715 [12:8], \$715 [6:5], \$715 [2], \$715 [0] } = 27'h0000000;
-  assign { \$715 [13], \$715 [7], \$715 [4:3], \$715 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$717 [6:5], \$717 [2], \$717 [0] } = 4'h0;
-  assign { \$717 [7], \$717 [4:3], \$717 [1] } = { r_data[7], r_data[4:3], r_data[1] };
-  assign { \$720 [31:15], \$720 [13:6], \$720 [3:0] } = 29'h00000000;
-  assign { \$720 [14], \$720 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$722 [7:6], \$722 [3:0] } = 6'h00;
-  assign \$722 [5:4] = r_data[5:4];
-  assign { \$725 [31:16], \$725 [14:7], \$725 [4:1] } = 28'h0000000;
-  assign { \$725 [15], \$725 [6:5], \$725 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$727 [7], \$727 [4:1] } = 5'h00;
-  assign { \$727 [6:5], \$727 [0] } = { r_data[6:5], r_data[0] };
-  assign { \$730 [31:17], \$730 [15:8], \$730 [5:2], \$730 [0] } = 28'h0000000;
-  assign { \$730 [16], \$730 [7:6], \$730 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$732 [5:2], \$732 [0] } = 5'h00;
-  assign { \$732 [7:6], \$732 [1] } = { r_data[7:6], r_data[1] };
-  assign { \$735 [31:18], \$735 [16:8], \$735 [6:0] } = 30'h00000000;
-  assign { \$735 [17], \$735 [7] } = { crc[17], crc[7] };
-  assign \$737 [6:0] = 7'h00;
-  assign \$737 [7] = r_data[7];
-  assign { \$740 [31:19], \$740 [17:3], \$740 [1:0] } = 30'h00000000;
-  assign { \$740 [18], \$740 [2] } = { crc[18], crc[2] };
-  assign { \$742 [7:3], \$742 [1:0] } = 7'h00;
-  assign \$742 [2] = r_data[2];
-  assign { \$745 [31:20], \$745 [18:4], \$745 [2:0] } = 30'h00000000;
-  assign { \$745 [19], \$745 [3] } = { crc[19], crc[3] };
-  assign { \$747 [7:4], \$747 [2:0] } = 7'h00;
-  assign \$747 [3] = r_data[3];
-  assign { \$750 [31:21], \$750 [19:5], \$750 [3:1] } = 29'h00000000;
-  assign { \$750 [20], \$750 [4], \$750 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$752 [7:5], \$752 [3:1] } = 6'h00;
-  assign { \$752 [4], \$752 [0] } = { r_data[4], r_data[0] };
-  assign { \$755 [31:22], \$755 [20:6], \$755 [4:2] } = 28'h0000000;
-  assign { \$755 [21], \$755 [5], \$755 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$757 [7:6], \$757 [4:2] } = 5'h00;
-  assign { \$757 [5], \$757 [1:0] } = { r_data[5], r_data[1:0] };
-  assign { \$760 [31:23], \$760 [21:7], \$760 [5:3], \$760 [0] } = 28'h0000000;
-  assign { \$760 [22], \$760 [6], \$760 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$762 [7], \$762 [5:3], \$762 [0] } = 5'h00;
-  assign { \$762 [6], \$762 [2:1] } = { r_data[6], r_data[2:1] };
-  assign { \$765 [31:24], \$765 [22:8], \$765 [6:4], \$765 [1:0] } = 28'h0000000;
-  assign { \$765 [23], \$765 [7], \$765 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$767 [6:4], \$767 [1:0] } = 5'h00;
-  assign { \$767 [7], \$767 [3:2] } = { r_data[7], r_data[3:2] };
-  assign { \$770 [31:25], \$770 [23:5], \$770 [1] } = 27'h0000000;
-  assign { \$770 [24], \$770 [4:2], \$770 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$772 [7:5], \$772 [1] } = 4'h0;
-  assign { \$772 [4:2], \$772 [0] } = { r_data[4:2], r_data[0] };
-  assign { \$775 [31:26], \$775 [24:6], \$775 [2] } = 26'h0000000;
-  assign { \$775 [25], \$775 [5:3], \$775 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$777 [7:6], \$777 [2] } = 3'h0;
-  assign { \$777 [5:3], \$777 [1:0] } = { r_data[5:3], r_data[1:0] };
-  assign { \$780 [31:27], \$780 [25:7], \$780 [3] } = 25'h0000000;
-  assign { \$780 [26], \$780 [6:4], \$780 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$782 [7], \$782 [3] } = 2'h0;
-  assign { \$782 [6:4], \$782 [2:0] } = { r_data[6:4], r_data[2:0] };
-  assign { \$785 [31:28], \$785 [26:8], \$785 [4], \$785 [0] } = 25'h0000000;
-  assign { \$785 [27], \$785 [7:5], \$785 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$787 [4], \$787 [0] } = 2'h0;
-  assign { \$787 [7:5], \$787 [3:1] } = { r_data[7:5], r_data[3:1] };
-  assign { \$790 [31:29], \$790 [27:8], \$790 [5], \$790 [2:0] } = 27'h0000000;
-  assign { \$790 [28], \$790 [7:6], \$790 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$792 [5], \$792 [2:0] } = 4'h0;
-  assign { \$792 [7:6], \$792 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$795 [31:30], \$795 [28:8], \$795 [6], \$795 [3], \$795 [1:0] } = 27'h0000000;
-  assign { \$795 [29], \$795 [7], \$795 [5:4], \$795 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$797 [6], \$797 [3], \$797 [1:0] } = 4'h0;
-  assign { \$797 [7], \$797 [5:4], \$797 [2] } = { r_data[7], r_data[5:4], r_data[2] };
-  assign { \$800 [31], \$800 [29:7], \$800 [4], \$800 [1:0] } = 27'h0000000;
-  assign { \$800 [30], \$800 [6:5], \$800 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$802 [7], \$802 [4], \$802 [1:0] } = 4'h0;
-  assign { \$802 [6:5], \$802 [3:2] } = { r_data[6:5], r_data[3:2] };
-  assign { \$805 [30:8], \$805 [5], \$805 [2:0] } = 27'h0000000;
-  assign { \$805 [31], \$805 [7:6], \$805 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$807 [5], \$807 [2:0] } = 4'h0;
-  assign { \$807 [7:6], \$807 [4:3] } = { r_data[7:6], r_data[4:3] };
-  assign { \$810 [31:8], \$810 [6], \$810 [3], \$810 [1] } = 27'h0000000;
-  assign { \$810 [7], \$810 [5:4], \$810 [2], \$810 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$812 [6], \$812 [3], \$812 [1] } = 3'h0;
-  assign { \$812 [7], \$812 [5:4], \$812 [2], \$812 [0] } = { r_data[7], r_data[5:4], r_data[2], r_data[0] };
-  assign { \$815 [31:7], \$815 [4] } = 26'h0000000;
-  assign { \$815 [6:5], \$815 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$817 [7], \$817 [4] } = 2'h0;
-  assign { \$817 [6:5], \$817 [3:0] } = { r_data[6:5], r_data[3:0] };
-  assign { \$820 [31:8], \$820 [5] } = 25'h0000000;
-  assign { \$820 [7:6], \$820 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$822 [5] = 1'h0;
-  assign { \$822 [7:6], \$822 [4:0] } = { r_data[7:6], r_data[4:0] };
-  assign { \$825 [31:8], \$825 [6], \$825 [2], \$825 [0] } = 27'h0000000;
-  assign { \$825 [7], \$825 [5:3], \$825 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$827 [6], \$827 [2], \$827 [0] } = 3'h0;
-  assign { \$827 [7], \$827 [5:3], \$827 [1] } = { r_data[7], r_data[5:3], r_data[1] };
-  assign { \$830 [31:7], \$830 [3:1] } = 28'h0000000;
-  assign { \$830 [6:4], \$830 [0] } = { crc[6:4], crc[0] };
-  assign { \$832 [7], \$832 [3:1] } = 4'h0;
-  assign { \$832 [6:4], \$832 [0] } = { r_data[6:4], r_data[0] };
-  assign { \$835 [31:8], \$835 [4:2] } = 27'h0000000;
-  assign { \$835 [7:5], \$835 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$837 [4:2] = 3'h0;
-  assign { \$837 [7:5], \$837 [1:0] } = { r_data[7:5], r_data[1:0] };
-  assign { \$840 [31:8], \$840 [5:2] } = 28'h0000000;
-  assign { \$840 [7:6], \$840 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$842 [5:2] = 4'h0;
-  assign { \$842 [7:6], \$842 [1:0] } = { r_data[7:6], r_data[1:0] };
-  assign { \$845 [31:8], \$845 [6:2], \$845 [0] } = 30'h00000000;
-  assign { \$845 [7], \$845 [1] } = { crc[7], crc[1] };
-  assign { \$847 [6:2], \$847 [0] } = 6'h00;
-  assign { \$847 [7], \$847 [1] } = { r_data[7], r_data[1] };
-  assign \$852  = { 1'h0, r_data, 2'h0 };
-  assign \$868  = { 1'h0, \$867 [13:1] };
-  assign { \$885 [31:9], \$885 [7:3], \$885 [1:0] } = 30'h00000000;
-  assign { \$885 [8], \$885 [2] } = { crc[8], crc[2] };
-  assign { \$887 [7:3], \$887 [1:0] } = 7'h00;
-  assign \$887 [2] = lane_byte[2];
-  assign { \$890 [31:10], \$890 [8:4], \$890 [2:1] } = 29'h00000000;
-  assign { \$890 [9], \$890 [3], \$890 [0] } = { crc[9], crc[3], crc[0] };
-  assign { \$892 [7:4], \$892 [2:1] } = 6'h00;
-  assign { \$892 [3], \$892 [0] } = { lane_byte[3], lane_byte[0] };
-  assign { \$895 [31:11], \$895 [9:5], \$895 [3:2] } = 28'h0000000;
-  assign { \$895 [10], \$895 [4], \$895 [1:0] } = { crc[10], crc[4], crc[1:0] };
-  assign { \$897 [7:5], \$897 [3:2] } = 5'h00;
-  assign { \$897 [4], \$897 [1:0] } = { lane_byte[4], lane_byte[1:0] };
-  assign { \$900 [31:12], \$900 [10:6], \$900 [4:3], \$900 [0] } = 28'h0000000;
-  assign { \$900 [11], \$900 [5], \$900 [2:1] } = { crc[11], crc[5], crc[2:1] };
-  assign { \$902 [7:6], \$902 [4:3], \$902 [0] } = 5'h00;
-  assign { \$902 [5], \$902 [2:1] } = { lane_byte[5], lane_byte[2:1] };
-  assign { \$905 [31:13], \$905 [11:7], \$905 [5:4], \$905 [1] } = 27'h0000000;
-  assign { \$905 [12], \$905 [6], \$905 [3:2], \$905 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
-  assign { \$907 [7], \$907 [5:4], \$907 [1] } = 4'h0;
-  assign { \$907 [6], \$907 [3:2], \$907 [0] } = { lane_byte[6], lane_byte[3:2], lane_byte[0] };
-  assign { \$910 [31:14], \$910 [12:8], \$910 [6:5], \$910 [2], \$910 [0] } = 27'h0000000;
-  assign { \$910 [13], \$910 [7], \$910 [4:3], \$910 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
-  assign { \$912 [6:5], \$912 [2], \$912 [0] } = 4'h0;
-  assign { \$912 [7], \$912 [4:3], \$912 [1] } = { lane_byte[7], lane_byte[4:3], lane_byte[1] };
-  assign { \$915 [31:15], \$915 [13:6], \$915 [3:0] } = 29'h00000000;
-  assign { \$915 [14], \$915 [5:4] } = { crc[14], crc[5:4] };
-  assign { \$917 [7:6], \$917 [3:0] } = 6'h00;
-  assign \$917 [5:4] = lane_byte[5:4];
-  assign { \$920 [31:16], \$920 [14:7], \$920 [4:1] } = 28'h0000000;
-  assign { \$920 [15], \$920 [6:5], \$920 [0] } = { crc[15], crc[6:5], crc[0] };
-  assign { \$922 [7], \$922 [4:1] } = 5'h00;
-  assign { \$922 [6:5], \$922 [0] } = { lane_byte[6:5], lane_byte[0] };
-  assign { \$925 [31:17], \$925 [15:8], \$925 [5:2], \$925 [0] } = 28'h0000000;
-  assign { \$925 [16], \$925 [7:6], \$925 [1] } = { crc[16], crc[7:6], crc[1] };
-  assign { \$927 [5:2], \$927 [0] } = 5'h00;
-  assign { \$927 [7:6], \$927 [1] } = { lane_byte[7:6], lane_byte[1] };
-  assign { \$930 [31:18], \$930 [16:8], \$930 [6:0] } = 30'h00000000;
-  assign { \$930 [17], \$930 [7] } = { crc[17], crc[7] };
-  assign \$932 [6:0] = 7'h00;
-  assign \$932 [7] = lane_byte[7];
-  assign { \$935 [31:19], \$935 [17:3], \$935 [1:0] } = 30'h00000000;
-  assign { \$935 [18], \$935 [2] } = { crc[18], crc[2] };
-  assign { \$937 [7:3], \$937 [1:0] } = 7'h00;
-  assign \$937 [2] = lane_byte[2];
-  assign { \$940 [31:20], \$940 [18:4], \$940 [2:0] } = 30'h00000000;
-  assign { \$940 [19], \$940 [3] } = { crc[19], crc[3] };
-  assign { \$942 [7:4], \$942 [2:0] } = 7'h00;
-  assign \$942 [3] = lane_byte[3];
-  assign { \$945 [31:21], \$945 [19:5], \$945 [3:1] } = 29'h00000000;
-  assign { \$945 [20], \$945 [4], \$945 [0] } = { crc[20], crc[4], crc[0] };
-  assign { \$947 [7:5], \$947 [3:1] } = 6'h00;
-  assign { \$947 [4], \$947 [0] } = { lane_byte[4], lane_byte[0] };
-  assign { \$950 [31:22], \$950 [20:6], \$950 [4:2] } = 28'h0000000;
-  assign { \$950 [21], \$950 [5], \$950 [1:0] } = { crc[21], crc[5], crc[1:0] };
-  assign { \$952 [7:6], \$952 [4:2] } = 5'h00;
-  assign { \$952 [5], \$952 [1:0] } = { lane_byte[5], lane_byte[1:0] };
-  assign { \$955 [31:23], \$955 [21:7], \$955 [5:3], \$955 [0] } = 28'h0000000;
-  assign { \$955 [22], \$955 [6], \$955 [2:1] } = { crc[22], crc[6], crc[2:1] };
-  assign { \$957 [7], \$957 [5:3], \$957 [0] } = 5'h00;
-  assign { \$957 [6], \$957 [2:1] } = { lane_byte[6], lane_byte[2:1] };
-  assign { \$960 [31:24], \$960 [22:8], \$960 [6:4], \$960 [1:0] } = 28'h0000000;
-  assign { \$960 [23], \$960 [7], \$960 [3:2] } = { crc[23], crc[7], crc[3:2] };
-  assign { \$962 [6:4], \$962 [1:0] } = 5'h00;
-  assign { \$962 [7], \$962 [3:2] } = { lane_byte[7], lane_byte[3:2] };
-  assign { \$965 [31:25], \$965 [23:5], \$965 [1] } = 27'h0000000;
-  assign { \$965 [24], \$965 [4:2], \$965 [0] } = { crc[24], crc[4:2], crc[0] };
-  assign { \$967 [7:5], \$967 [1] } = 4'h0;
-  assign { \$967 [4:2], \$967 [0] } = { lane_byte[4:2], lane_byte[0] };
-  assign { \$970 [31:26], \$970 [24:6], \$970 [2] } = 26'h0000000;
-  assign { \$970 [25], \$970 [5:3], \$970 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
-  assign { \$972 [7:6], \$972 [2] } = 3'h0;
-  assign { \$972 [5:3], \$972 [1:0] } = { lane_byte[5:3], lane_byte[1:0] };
-  assign { \$975 [31:27], \$975 [25:7], \$975 [3] } = 25'h0000000;
-  assign { \$975 [26], \$975 [6:4], \$975 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
-  assign { \$977 [7], \$977 [3] } = 2'h0;
-  assign { \$977 [6:4], \$977 [2:0] } = { lane_byte[6:4], lane_byte[2:0] };
-  assign { \$980 [31:28], \$980 [26:8], \$980 [4], \$980 [0] } = 25'h0000000;
-  assign { \$980 [27], \$980 [7:5], \$980 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
-  assign { \$982 [4], \$982 [0] } = 2'h0;
-  assign { \$982 [7:5], \$982 [3:1] } = { lane_byte[7:5], lane_byte[3:1] };
-  assign { \$985 [31:29], \$985 [27:8], \$985 [5], \$985 [2:0] } = 27'h0000000;
-  assign { \$985 [28], \$985 [7:6], \$985 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
-  assign { \$987 [5], \$987 [2:0] } = 4'h0;
-  assign { \$987 [7:6], \$987 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$990 [31:30], \$990 [28:8], \$990 [6], \$990 [3], \$990 [1:0] } = 27'h0000000;
-  assign { \$990 [29], \$990 [7], \$990 [5:4], \$990 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
-  assign { \$992 [6], \$992 [3], \$992 [1:0] } = 4'h0;
-  assign { \$992 [7], \$992 [5:4], \$992 [2] } = { lane_byte[7], lane_byte[5:4], lane_byte[2] };
-  assign { \$995 [31], \$995 [29:7], \$995 [4], \$995 [1:0] } = 27'h0000000;
-  assign { \$995 [30], \$995 [6:5], \$995 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
-  assign { \$997 [7], \$997 [4], \$997 [1:0] } = 4'h0;
-  assign { \$997 [6:5], \$997 [3:2] } = { lane_byte[6:5], lane_byte[3:2] };
-  assign { \$1000 [30:8], \$1000 [5], \$1000 [2:0] } = 27'h0000000;
-  assign { \$1000 [31], \$1000 [7:6], \$1000 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
-  assign { \$1002 [5], \$1002 [2:0] } = 4'h0;
-  assign { \$1002 [7:6], \$1002 [4:3] } = { lane_byte[7:6], lane_byte[4:3] };
-  assign { \$1005 [31:8], \$1005 [6], \$1005 [3], \$1005 [1] } = 27'h0000000;
-  assign { \$1005 [7], \$1005 [5:4], \$1005 [2], \$1005 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
-  assign { \$1007 [6], \$1007 [3], \$1007 [1] } = 3'h0;
-  assign { \$1007 [7], \$1007 [5:4], \$1007 [2], \$1007 [0] } = { lane_byte[7], lane_byte[5:4], lane_byte[2], lane_byte[0] };
-  assign { \$1010 [31:7], \$1010 [4] } = 26'h0000000;
-  assign { \$1010 [6:5], \$1010 [3:0] } = { crc[6:5], crc[3:0] };
-  assign { \$1012 [7], \$1012 [4] } = 2'h0;
-  assign { \$1012 [6:5], \$1012 [3:0] } = { lane_byte[6:5], lane_byte[3:0] };
-  assign { \$1015 [31:8], \$1015 [5] } = 25'h0000000;
-  assign { \$1015 [7:6], \$1015 [4:0] } = { crc[7:6], crc[4:0] };
-  assign \$1017 [5] = 1'h0;
-  assign { \$1017 [7:6], \$1017 [4:0] } = { lane_byte[7:6], lane_byte[4:0] };
-  assign { \$1020 [31:8], \$1020 [6], \$1020 [2], \$1020 [0] } = 27'h0000000;
-  assign { \$1020 [7], \$1020 [5:3], \$1020 [1] } = { crc[7], crc[5:3], crc[1] };
-  assign { \$1022 [6], \$1022 [2], \$1022 [0] } = 3'h0;
-  assign { \$1022 [7], \$1022 [5:3], \$1022 [1] } = { lane_byte[7], lane_byte[5:3], lane_byte[1] };
-  assign { \$1025 [31:7], \$1025 [3:1] } = 28'h0000000;
-  assign { \$1025 [6:4], \$1025 [0] } = { crc[6:4], crc[0] };
-  assign { \$1027 [7], \$1027 [3:1] } = 4'h0;
-  assign { \$1027 [6:4], \$1027 [0] } = { lane_byte[6:4], lane_byte[0] };
-  assign { \$1030 [31:8], \$1030 [4:2] } = 27'h0000000;
-  assign { \$1030 [7:5], \$1030 [1:0] } = { crc[7:5], crc[1:0] };
-  assign \$1032 [4:2] = 3'h0;
-  assign { \$1032 [7:5], \$1032 [1:0] } = { lane_byte[7:5], lane_byte[1:0] };
-  assign { \$1035 [31:8], \$1035 [5:2] } = 28'h0000000;
-  assign { \$1035 [7:6], \$1035 [1:0] } = { crc[7:6], crc[1:0] };
-  assign \$1037 [5:2] = 4'h0;
-  assign { \$1037 [7:6], \$1037 [1:0] } = { lane_byte[7:6], lane_byte[1:0] };
-  assign { \$1040 [31:8], \$1040 [6:2], \$1040 [0] } = 30'h00000000;
-  assign { \$1040 [7], \$1040 [1] } = { crc[7], crc[1] };
-  assign { \$1042 [6:2], \$1042 [0] } = 6'h00;
-  assign { \$1042 [7], \$1042 [1] } = { lane_byte[7], lane_byte[1] };
-  assign \$1049  = { 7'h00, crc, 8'h00 };
-  assign \$1050 [46:8] = \$1049 [46:8];
-  assign \$1050 [7:0] = 8'hff;
+  assign rp__addr = \$15 [9:0];
+  assign rp__data = frames__r_data;
+  assign rx__field = { \port$1079$0 , rx__byte };
+  assign \$14  = { 3'h0, idx[12:3] };
+  assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, clk);
+module \dx1_uart_bridge.burst$357 (bus__mem_rdata, bus__mem_rlast, clk, rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, \port$1079$0 , \start$54 , buf__received, buf__sent, rx__listen
+, crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
+, buf__w_data, buf__w_en, buf__send, bus__mem_wready);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire [4:0] \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire [33:0] \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [1:0] \$40 ;
+  wire [1:0] \$41 ;
+  wire \$42 ;
+  wire [1:0] \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire [10:0] \$46 ;
+  wire [9:0] \$47 ;
+  wire \$48 ;
+  wire [1:0] \$49 ;
+  wire \$5 ;
+  wire [10:0] \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  reg [3:0] \$54 ;
+  reg \$55 ;
+  reg \$56 ;
+  reg [3:0] \$57 ;
+  reg [31:0] \$58 ;
+  reg [31:0] \$59 ;
+  wire \$6 ;
+  reg [7:0] \$60 ;
+  reg [9:0] \$61 ;
+  reg [8:0] \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire \$8 ;
+  wire \$9 ;
+  wire [30:0] addr;
+  (* init = 32'd0 *)
+  wire [31:0] baddr;
+  reg [9:0] beat = 10'h000;
+  (* init = 10'h000 *)
+  wire [9:0] \beat$5 ;
+  reg [31:0] blen = 32'd0;
+  input buf__crc_ok;
+  wire buf__crc_ok;
+  output [12:0] buf__length;
+  reg [12:0] buf__length;
+  output [2:0] buf__offset;
+  reg [2:0] buf__offset;
+  output [9:0] buf__r_addr;
+  reg [9:0] buf__r_addr;
+  input [63:0] buf__r_data;
+  wire [63:0] buf__r_data;
+  output buf__receive;
+  reg buf__receive;
+  input buf__received;
+  wire buf__received;
+  output buf__send;
+  reg buf__send;
+  input buf__sent;
+  wire buf__sent;
+  output [9:0] buf__w_addr;
+  reg [9:0] buf__w_addr;
+  output [63:0] buf__w_data;
+  reg [63:0] buf__w_data;
+  output [7:0] buf__w_en;
+  reg [7:0] buf__w_en;
+  reg [3:0] burst_fsm_state = 4'h0;
+  output [30:0] bus__mem_addr;
+  reg [30:0] bus__mem_addr;
+  input bus__mem_b_done;
+  wire bus__mem_b_done;
+  input bus__mem_b_err;
+  wire bus__mem_b_err;
+  output bus__mem_b_wait;
+  reg bus__mem_b_wait;
+  output [7:0] bus__mem_len;
+  reg [7:0] bus__mem_len;
+  input bus__mem_r_done;
+  wire bus__mem_r_done;
+  input bus__mem_r_err;
+  wire bus__mem_r_err;
+  output bus__mem_r_wait;
+  reg bus__mem_r_wait;
+  input [63:0] bus__mem_rdata;
+  wire [63:0] bus__mem_rdata;
+  output bus__mem_read;
+  reg bus__mem_read;
+  input bus__mem_rlast;
+  wire bus__mem_rlast;
+  output bus__mem_stream;
+  reg bus__mem_stream;
+  output [63:0] bus__mem_wdata;
+  reg [63:0] bus__mem_wdata;
+  output bus__mem_wlast;
+  reg bus__mem_wlast;
+  input bus__mem_wready;
+  wire bus__mem_wready;
+  output bus__mem_write;
+  reg bus__mem_write;
+  output [7:0] bus__mem_wstrb;
+  reg [7:0] bus__mem_wstrb;
+  reg bus_err = 1'h0;
+  output busy;
+  wire busy;
+  reg [31:0] byte_addr = 32'd0;
+  input clk;
+  wire clk;
+  wire [7:0] cmd;
+  reg [3:0] count = 4'h0;
+  output [7:0] crc__data;
+  reg [7:0] crc__data;
+  output crc__feed;
+  reg crc__feed;
+  output crc__restart;
+  reg crc__restart;
+  input [31:0] crc__value;
+  wire [31:0] crc__value;
+  wire done;
+  reg [8:0] in_burst = 9'h000;
+  wire [7:0] len;
+  wire [12:0] length;
+  reg next;
+  input [23:0] \port$1079$0 ;
+  wire [23:0] \port$1079$0 ;
+  input rst;
+  wire rst;
+  input rx__abort;
+  wire rx__abort;
+  input [7:0] rx__byte;
+  wire [7:0] rx__byte;
+  output rx__discard;
+  reg rx__discard;
+  wire [31:0] rx__field;
+  output rx__listen;
+  reg rx__listen;
+  input rx__valid;
+  wire rx__valid;
+  reg start;
+  input \start$54 ;
+  wire \start$54 ;
+  reg [7:0] status = 8'h00;
+  wire [7:0] strb;
+  output [7:0] tx__tdata;
+  reg [7:0] tx__tdata;
+  input tx__tready;
+  wire tx__tready;
+  output tx__tvalid;
+  reg tx__tvalid;
+  reg write = 1'h0;
+  assign \$29  = count == 3'h7;
+  assign \$30  = count == 4'hb;
+  assign \$31  = { \port$1079$0 , rx__byte } != crc__value;
+  assign \$32  = ~ byte_addr[31];
+  assign \$33  = ! blen;
+  assign \$34  = \$32  | \$33 ;
+  assign \$35  = blen > 13'h1000;
+  assign \$36  = \$34  | \$35 ;
+  assign \$37  = byte_addr + blen;
+  assign \$38  = \$37  > 33'h100000000;
+  assign \$39  = \$36  | \$38 ;
+  assign \$40  = \$39  ? 2'h2 : 2'h0;
+  assign \$41  = \$31  ? 2'h1 : \$40 ;
+  assign \$42  = | status;
+  assign \$43  = buf__crc_ok ? 2'h0 : 2'h1;
+  assign \$44  = | status;
+  assign \$45  = \$44  | done;
+  assign \$46  = beat + 1'h1;
+  assign \$47  = in_burst - 1'h1;
+  assign \$48  = ! in_burst;
+  assign \$49  = bus_err ? 2'h3 : 2'h0;
+  assign \$50  = beat + 1'h1;
+  assign \$51  = ! status;
+  assign \$52  = ~ write;
+  assign \$53  = \$51  & \$52 ;
+  always @(posedge clk)
+    count <= \$54 ;
+  always @(posedge clk)
+    bus_err <= \$55 ;
+  always @(posedge clk)
+    write <= \$56 ;
+  always @(posedge clk)
+    burst_fsm_state <= \$57 ;
+  always @(posedge clk)
+    byte_addr <= \$58 ;
+  always @(posedge clk)
+    blen <= \$59 ;
+  always @(posedge clk)
+    status <= \$60 ;
+  always @(posedge clk)
+    beat <= \$61 ;
+  always @(posedge clk)
+    in_burst <= \$62 ;
+  assign busy = ~ \$13 ;
+  assign \$1  = count < 4'h8;
+  assign \$2  = | status;
+  assign \$3  = status == 2'h2;
+  assign \$4  = ~ write;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = ~ \$5 ;
+  assign \$7  = | status;
+  assign \$8  = \$7  | done;
+  assign \$9  = ! in_burst;
+  assign \$10  = ! status;
+  assign \$11  = ~ write;
+  assign \$12  = \$10  & \$11 ;
+  assign \$13  = ! burst_fsm_state;
+  assign \$14  = burst_fsm_state == 1'h1;
+  assign \$15  = burst_fsm_state == 2'h2;
+  assign \$16  = burst_fsm_state == 2'h3;
+  assign \$17  = burst_fsm_state == 3'h4;
+  assign \$18  = burst_fsm_state == 3'h5;
+  assign \$19  = burst_fsm_state == 3'h6;
+  assign \$20  = burst_fsm_state == 3'h7;
+  assign \$21  = burst_fsm_state == 4'h8;
+  assign \$22  = burst_fsm_state == 4'h9;
+  assign \$23  = burst_fsm_state == 4'ha;
+  assign \$24  = burst_fsm_state == 4'hb;
+  assign \$25  = burst_fsm_state == 4'hc;
+  assign \$26  = burst_fsm_state == 4'hd;
+  assign \$27  = count + 1'h1;
+  assign \$28  = count == 2'h3;
+  \dx1_uart_bridge.burst$357.cutter  cutter (
+    .addr(addr),
+    .beat(beat),
+    .byte_addr(byte_addr),
+    .clk(clk),
+    .done(done),
+    .len(len),
+    .length(blen[12:0]),
+    .next(next),
+    .\port$907$0 (\$63 ),
+    .\port$914$0 (\$64 ),
+    .\port$921$0 (\$65 ),
+    .\port$928$0 (\$66 ),
+    .\port$935$0 (\$67 ),
+    .\port$942$0 (\$68 ),
+    .\port$949$0 (\$69 ),
+    .\port$956$0 (\$70 ),
+    .rst(rst),
+    .start(start)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    rx__listen = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          rx__listen = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    crc__feed = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$1 ) begin
+              crc__feed = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    crc__data = 8'h00;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$1 ) begin
+              crc__data = rx__byte;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    crc__restart = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          crc__restart = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__receive = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          if (\$2 ) begin
+          end else if (write) begin
+            buf__receive = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__offset = 3'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          if (\$2 ) begin
+          end else if (write) begin
+            buf__offset = byte_addr[2:0];
+          end
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          /* empty */;
+      4'h7:
+          if (tx__tready) begin
+            if (\$12 ) begin
+              buf__offset = byte_addr[2:0];
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__length = 13'h0000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          if (\$2 ) begin
+          end else if (write) begin
+            buf__length = blen[12:0];
+          end
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          /* empty */;
+      4'h7:
+          if (tx__tready) begin
+            if (\$12 ) begin
+              buf__length = blen[12:0];
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    tx__tvalid = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          tx__tvalid = 1'h1;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          /* empty */;
+      4'h7:
+          tx__tvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    tx__tdata = 8'h00;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          tx__tdata = status;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          /* empty */;
+      4'h7:
+          tx__tdata = status;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    rx__discard = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          if (tx__tready) begin
+            rx__discard = \$6 ;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    start = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (rx__abort) begin
+          end else if (buf__received) begin
+            start = 1'h1;
+          end
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          start = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_write = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$8 ) begin
+          end else begin
+            bus__mem_write = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_addr = 31'h00000000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$8 ) begin
+          end else begin
+            bus__mem_addr = addr;
+          end
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          (* full_case = 32'd1 *)
+          if (done) begin
+          end else begin
+            bus__mem_addr = addr;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_len = 8'h00;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$8 ) begin
+          end else begin
+            bus__mem_len = len;
+          end
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          (* full_case = 32'd1 *)
+          if (done) begin
+          end else begin
+            bus__mem_len = len;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    next = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$8 ) begin
+          end else begin
+            next = 1'h1;
+          end
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          (* full_case = 32'd1 *)
+          if (done) begin
+          end else begin
+            next = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__r_addr = 10'h000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          buf__r_addr = beat;
+      4'h9:
+          buf__r_addr = beat;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_stream = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__mem_stream = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_wdata = 64'h0000000000000000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__mem_wdata = buf__r_data;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_wstrb = 8'h00;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__mem_wstrb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_wlast = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__mem_wlast = \$9 ;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_b_wait = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          bus__mem_b_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_read = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          (* full_case = 32'd1 *)
+          if (done) begin
+          end else begin
+            bus__mem_read = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    bus__mem_r_wait = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          bus__mem_r_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__w_addr = 10'h000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          if (bus__mem_r_done) begin
+            buf__w_addr = beat;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__w_data = 64'h0000000000000000;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          if (bus__mem_r_done) begin
+            buf__w_data = bus__mem_rdata;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__w_en = 8'h00;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          if (bus__mem_r_done) begin
+            buf__w_en = 8'hff;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    buf__send = 1'h0;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          /* empty */;
+      4'h7:
+          if (tx__tready) begin
+            if (\$12 ) begin
+              buf__send = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$54  = count;
+    casez (burst_fsm_state)
+      4'h0:
+          \$54  = 4'h0;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$54  = \$27 [3:0];
+          end
+    endcase
+    if (rst) begin
+      \$54  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$55  = bus_err;
+    casez (burst_fsm_state)
+      4'h0:
+          \$55  = 1'h0;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          if (bus__mem_b_done) begin
+            if (bus__mem_b_err) begin
+              \$55  = 1'h1;
+            end
+          end
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          if (bus__mem_r_done) begin
+            if (bus__mem_r_err) begin
+              \$55  = 1'h1;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$55  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$56  = write;
+    casez (burst_fsm_state)
+      4'h0:
+          if (\start$54 ) begin
+            \$56  = rx__byte[0];
+          end
+    endcase
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$57  = burst_fsm_state;
+    casez (burst_fsm_state)
+      4'h0:
+          if (\start$54 ) begin
+            \$57  = 4'h1;
+          end
+      4'h1:
+          if (rx__abort) begin
+            \$57  = 4'h0;
+          end else if (rx__valid) begin
+            if (\$30 ) begin
+              \$57  = 4'h2;
+            end
+          end
+      4'h2:
+          (* full_case = 32'd1 *)
+          if (\$42 ) begin
+            \$57  = 4'h3;
+          end else if (write) begin
+            \$57  = 4'h4;
+          end else begin
+            \$57  = 4'h5;
+          end
+      4'h3:
+          if (tx__tready) begin
+            \$57  = 4'h0;
+          end
+      4'h4:
+          if (rx__abort) begin
+            \$57  = 4'h0;
+          end else if (buf__received) begin
+            \$57  = 4'h6;
+          end
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$45 ) begin
+            \$57  = 4'h7;
+          end else begin
+            \$57  = 4'h8;
+          end
+      4'h8:
+          \$57  = 4'h9;
+      4'h9:
+          if (bus__mem_wready) begin
+            (* full_case = 32'd1 *)
+            if (\$48 ) begin
+              \$57  = 4'ha;
+            end else begin
+              \$57  = 4'h8;
+            end
+          end
+      4'ha:
+          if (bus__mem_b_done) begin
+            \$57  = 4'h6;
+          end
+      4'h5:
+          \$57  = 4'hb;
+      4'hb:
+          (* full_case = 32'd1 *)
+          if (done) begin
+            \$57  = 4'h7;
+          end else begin
+            \$57  = 4'hc;
+          end
+      4'hc:
+          if (bus__mem_r_done) begin
+            if (bus__mem_rlast) begin
+              \$57  = 4'hb;
+            end
+          end
+      4'h7:
+          if (tx__tready) begin
+            (* full_case = 32'd1 *)
+            if (\$53 ) begin
+              \$57  = 4'hd;
+            end else begin
+              \$57  = 4'h0;
+            end
+          end
+      4'hd:
+          if (buf__sent) begin
+            \$57  = 4'h0;
+          end
+    endcase
+    if (rst) begin
+      \$57  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$58  = byte_addr;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$28 ) begin
+              \$58  = { \port$1079$0 , rx__byte };
+            end
+          end
+    endcase
+    if (rst) begin
+      \$58  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$59  = blen;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$29 ) begin
+              \$59  = { \port$1079$0 , rx__byte };
+            end
+          end
+    endcase
+    if (rst) begin
+      \$59  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$60  = status;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$30 ) begin
+              \$60  = { 6'h00, \$41  };
+            end
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (rx__abort) begin
+          end else if (buf__received) begin
+            \$60  = { 6'h00, \$43  };
+          end
+      4'h6:
+          if (\$45 ) begin
+            if (bus_err) begin
+              \$60  = 8'h03;
+            end
+          end
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          if (done) begin
+            \$60  = { 6'h00, \$49  };
+          end
+    endcase
+    if (rst) begin
+      \$60  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$61  = beat;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          \$61  = 10'h000;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__mem_wready) begin
+            \$61  = \$46 [9:0];
+          end
+      4'ha:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'hb:
+          /* empty */;
+      4'hc:
+          if (bus__mem_r_done) begin
+            \$61  = \$50 [9:0];
+          end
+    endcase
+    if (rst) begin
+      \$61  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$62  = in_burst;
+    casez (burst_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          (* full_case = 32'd1 *)
+          if (\$45 ) begin
+          end else begin
+            \$62  = { 1'h0, len };
+          end
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__mem_wready) begin
+            \$62  = \$47 [8:0];
+          end
+    endcase
+    if (rst) begin
+      \$62  = 9'h000;
+    end
+  end
+  assign baddr = byte_addr;
+  assign length = blen[12:0];
+  assign \beat$5  = beat;
+  assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
+  assign cmd = rx__byte;
+  assign rx__field = { \port$1079$0 , rx__byte };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.burst$357.cutter (rst, len, done, \port$907$0 , \port$914$0 , \port$921$0 , \port$928$0 , \port$935$0 , \port$942$0 , \port$949$0 , \port$956$0 , start, next, byte_addr, length, beat, addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
+  wire [14:0] \$1 ;
+  wire [14:0] \$10 ;
+  wire \$11 ;
+  wire [13:0] \$12 ;
+  wire [14:0] \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [13:0] \$16 ;
+  wire [14:0] \$17 ;
+  wire \$18 ;
+  wire [13:0] \$19 ;
+  wire [15:0] \$2 ;
+  wire [14:0] \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire [13:0] \$23 ;
+  wire [14:0] \$24 ;
+  wire \$25 ;
+  wire [13:0] \$26 ;
+  wire [14:0] \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [15:0] \$3 ;
+  wire [13:0] \$30 ;
+  wire [14:0] \$31 ;
+  wire \$32 ;
+  wire [13:0] \$33 ;
+  wire [14:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire [13:0] \$37 ;
+  wire [14:0] \$38 ;
+  wire \$39 ;
+  wire [10:0] \$4 ;
+  wire [13:0] \$40 ;
+  wire [14:0] \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire [13:0] \$44 ;
+  wire [14:0] \$45 ;
+  wire \$46 ;
+  wire [13:0] \$47 ;
+  wire [14:0] \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire [13:0] \$51 ;
+  wire [14:0] \$52 ;
+  wire \$53 ;
+  wire [13:0] \$54 ;
+  wire [14:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire [13:0] \$58 ;
+  wire [14:0] \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire [13:0] \$61 ;
+  wire [14:0] \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire [11:0] \$65 ;
+  wire [31:0] \$66 ;
+  wire [10:0] \$67 ;
+  reg [30:0] \$68 ;
+  reg [9:0] \$69 ;
+  wire [9:0] \$7 ;
+  wire [9:0] \$8 ;
+  wire [13:0] \$9 ;
+  output [30:0] addr;
+  reg [30:0] addr = 31'h00000000;
+  input [9:0] beat;
+  wire [9:0] beat;
+  input [31:0] byte_addr;
+  wire [31:0] byte_addr;
+  wire [9:0] capped;
+  input clk;
+  wire clk;
+  wire [8:0] cut;
+  output done;
+  wire done;
+  wire [13:0] hi;
+  reg [9:0] left = 10'h000;
+  output [7:0] len;
+  wire [7:0] len;
+  input [12:0] length;
+  wire [12:0] length;
+  wire [9:0] nbeats;
+  input next;
+  wire next;
+  output \port$907$0 ;
+  wire \port$907$0 ;
+  output \port$914$0 ;
+  wire \port$914$0 ;
+  output \port$921$0 ;
+  wire \port$921$0 ;
+  output \port$928$0 ;
+  wire \port$928$0 ;
+  output \port$935$0 ;
+  wire \port$935$0 ;
+  output \port$942$0 ;
+  wire \port$942$0 ;
+  output \port$949$0 ;
+  wire \port$949$0 ;
+  output \port$956$0 ;
+  wire \port$956$0 ;
+  input rst;
+  wire rst;
+  input start;
+  wire start;
+  wire [7:0] strb;
+  wire [9:0] to_page;
+  assign \$28  = \$27  < hi;
+  assign \$29  = \$25  & \$28 ;
+  assign \$30  = beat * 4'h8;
+  assign \$31  = \$30  + 2'h3;
+  assign \$32  = \$31  >= byte_addr[2:0];
+  assign \$33  = beat * 4'h8;
+  assign \$34  = \$33  + 2'h3;
+  assign \$35  = \$34  < hi;
+  assign \$36  = \$32  & \$35 ;
+  assign \$37  = beat * 4'h8;
+  assign \$38  = \$37  + 3'h4;
+  assign \$39  = \$38  >= byte_addr[2:0];
+  assign \$40  = beat * 4'h8;
+  assign \$41  = \$40  + 3'h4;
+  assign \$42  = \$41  < hi;
+  assign \$43  = \$39  & \$42 ;
+  assign \$44  = beat * 4'h8;
+  assign \$45  = \$44  + 3'h5;
+  assign \$46  = \$45  >= byte_addr[2:0];
+  assign \$47  = beat * 4'h8;
+  assign \$48  = \$47  + 3'h5;
+  assign \$49  = \$48  < hi;
+  assign \$50  = \$46  & \$49 ;
+  assign \$51  = beat * 4'h8;
+  assign \$52  = \$51  + 3'h6;
+  assign \$53  = \$52  >= byte_addr[2:0];
+  assign \$54  = beat * 4'h8;
+  assign \$55  = \$54  + 3'h6;
+  assign \$56  = \$55  < hi;
+  assign \$57  = \$53  & \$56 ;
+  assign \$58  = beat * 4'h8;
+  assign \$59  = \$58  + 3'h7;
+  assign \$60  = \$59  >= byte_addr[2:0];
+  assign \$61  = beat * 4'h8;
+  assign \$62  = \$61  + 3'h7;
+  assign \$63  = \$62  < hi;
+  assign \$64  = \$60  & \$63 ;
+  assign \$66  = addr + \$65 ;
+  assign \$67  = left - \$7 [8:0];
+  always @(posedge clk)
+    addr <= \$68 ;
+  always @(posedge clk)
+    left <= \$69 ;
+  assign hi = byte_addr[2:0] + length;
+  assign \$1  = hi + 4'h8;
+  assign \$2  = \$1  - 1'h1;
+  assign \$4  = 10'h200 - addr[11:3];
+  assign \$5  = left < 9'h100;
+  assign capped = \$5  ? left : 10'h100;
+  assign \$6  = \$4 [9:0] < capped;
+  assign \$7  = \$6  ? \$4 [9:0] : capped;
+  assign \$8  = \$7 [8:0] - 1'h1;
+  assign done = ! left;
+  assign \$9  = beat * 4'h8;
+  assign \$10  = \$9  + 1'h0;
+  assign \$11  = \$10  >= byte_addr[2:0];
+  assign \$12  = beat * 4'h8;
+  assign \$13  = \$12  + 1'h0;
+  assign \$14  = \$13  < hi;
+  assign \$15  = \$11  & \$14 ;
+  assign \$16  = beat * 4'h8;
+  assign \$17  = \$16  + 1'h1;
+  assign \$18  = \$17  >= byte_addr[2:0];
+  assign \$19  = beat * 4'h8;
+  assign \$20  = \$19  + 1'h1;
+  assign \$21  = \$20  < hi;
+  assign \$22  = \$18  & \$21 ;
+  assign \$23  = beat * 4'h8;
+  assign \$24  = \$23  + 2'h2;
+  assign \$25  = \$24  >= byte_addr[2:0];
+  assign \$26  = beat * 4'h8;
+  assign \$27  = \$26  + 2'h2;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$68  = addr;
+    if (start) begin
+      \$68  = { byte_addr[30:3], 3'h0 };
+    end else if (next) begin
+      \$68  = \$66 [30:0];
+    end
+    if (rst) begin
+      \$68  = 31'h00000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$69  = left;
+    if (start) begin
+      \$69  = \$3 [9:0];
+    end else if (next) begin
+      \$69  = \$67 [9:0];
+    end
+    if (rst) begin
+      \$69  = 10'h000;
+    end
+  end
+  assign nbeats = \$3 [9:0];
+  assign to_page = \$4 [9:0];
+  assign cut = \$7 [8:0];
+  assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
+  assign len = \$8 [7:0];
+  assign \port$907$0  = \$15 ;
+  assign \port$914$0  = \$22 ;
+  assign \port$921$0  = \$29 ;
+  assign \port$928$0  = \$36 ;
+  assign \port$935$0  = \$43 ;
+  assign \port$942$0  = \$50 ;
+  assign \port$949$0  = \$57 ;
+  assign \port$956$0  = \$64 ;
+  assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
+  assign \$65  = { \$7 [8:0], 3'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.bus (regs__wready, regs__bresp, regs__bvalid, regs__arready, requests__reg_rdata, regs__rresp, regs__rvalid, mem__awready, requests__mem_wready, mem__bresp, mem__bvalid, mem__arready, requests__mem_rdata, mem__rresp, requests__mem_rlast, mem__rvalid, clk, rst, requests__reg_write, requests__reg_read, requests__reg_addr
+, requests__reg_wdata, requests__reg_b_wait, requests__reg_r_wait, requests__mem_write, requests__mem_read, requests__mem_addr, requests__mem_len, requests__mem_beat, requests__mem_stream, requests__mem_wdata, requests__mem_wstrb, requests__mem_wlast, requests__mem_b_wait, requests__mem_r_wait, mem__wvalid, mem__wdata, mem__wstrb, mem__wlast, regs__bready, regs__rready, mem__bready
+, mem__rready, requests__reg_b_done, requests__reg_b_err, requests__reg_r_done, requests__reg_r_err, requests__mem_b_done, requests__mem_b_err, requests__mem_r_done, requests__mem_r_err, regs__wvalid, regs__awvalid, regs__arvalid, mem__awvalid, mem__arvalid, regs__awaddr, regs__wdata, regs__araddr, mem__awaddr, mem__awlen, mem__araddr, mem__arlen
+, regs__awready);
+  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  reg \$16 ;
+  reg \$17 ;
+  reg \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg \$20 ;
+  reg \$21 ;
+  reg [15:0] \$22 ;
+  reg [31:0] \$23 ;
+  reg [15:0] \$24 ;
+  reg [31:0] \$25 ;
+  reg [7:0] \$26 ;
+  reg [63:0] \$27 ;
+  reg [7:0] \$28 ;
+  reg [31:0] \$29 ;
+  wire \$3 ;
+  reg [7:0] \$30 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  output [31:0] mem__araddr;
+  reg [31:0] mem__araddr = 32'd0;
+  wire [1:0] mem__arburst;
+  wire [3:0] mem__arid;
+  output [7:0] mem__arlen;
+  reg [7:0] mem__arlen = 8'h00;
+  input mem__arready;
+  wire mem__arready;
+  wire [2:0] mem__arsize;
+  output mem__arvalid;
+  reg mem__arvalid = 1'h0;
+  output [31:0] mem__awaddr;
+  reg [31:0] mem__awaddr = 32'd0;
+  wire [1:0] mem__awburst;
+  wire [3:0] mem__awid;
+  output [7:0] mem__awlen;
+  reg [7:0] mem__awlen = 8'h00;
+  input mem__awready;
+  wire mem__awready;
+  wire [2:0] mem__awsize;
+  output mem__awvalid;
+  reg mem__awvalid = 1'h0;
+  output mem__bready;
+  wire mem__bready;
+  input [1:0] mem__bresp;
+  wire [1:0] mem__bresp;
+  input mem__bvalid;
+  wire mem__bvalid;
+  wire [63:0] mem__rdata;
+  wire mem__rlast;
+  output mem__rready;
+  wire mem__rready;
+  input [1:0] mem__rresp;
+  wire [1:0] mem__rresp;
+  input mem__rvalid;
+  wire mem__rvalid;
+  output [63:0] mem__wdata;
+  wire [63:0] mem__wdata;
+  output mem__wlast;
+  wire mem__wlast;
+  wire mem__wready;
+  output [7:0] mem__wstrb;
+  wire [7:0] mem__wstrb;
+  output mem__wvalid;
+  wire mem__wvalid;
+  reg [63:0] mw_data = 64'h0000000000000000;
+  reg [7:0] mw_strb = 8'h00;
+  reg mw_valid = 1'h0;
+  output [15:0] regs__araddr;
+  reg [15:0] regs__araddr = 16'h0000;
+  input regs__arready;
+  wire regs__arready;
+  output regs__arvalid;
+  reg regs__arvalid = 1'h0;
+  output [15:0] regs__awaddr;
+  reg [15:0] regs__awaddr = 16'h0000;
+  input regs__awready;
+  wire regs__awready;
+  output regs__awvalid;
+  reg regs__awvalid = 1'h0;
+  output regs__bready;
+  wire regs__bready;
+  input [1:0] regs__bresp;
+  wire [1:0] regs__bresp;
+  input regs__bvalid;
+  wire regs__bvalid;
+  wire [31:0] regs__rdata;
+  output regs__rready;
+  wire regs__rready;
+  input [1:0] regs__rresp;
+  wire [1:0] regs__rresp;
+  input regs__rvalid;
+  wire regs__rvalid;
+  output [31:0] regs__wdata;
+  reg [31:0] regs__wdata = 32'd0;
+  input regs__wready;
+  wire regs__wready;
+  wire [3:0] regs__wstrb;
+  output regs__wvalid;
+  reg regs__wvalid = 1'h0;
+  input [30:0] requests__mem_addr;
+  wire [30:0] requests__mem_addr;
+  output requests__mem_b_done;
+  wire requests__mem_b_done;
+  output requests__mem_b_err;
+  wire requests__mem_b_err;
+  input requests__mem_b_wait;
+  wire requests__mem_b_wait;
+  input requests__mem_beat;
+  wire requests__mem_beat;
+  input [7:0] requests__mem_len;
+  wire [7:0] requests__mem_len;
+  output requests__mem_r_done;
+  wire requests__mem_r_done;
+  output requests__mem_r_err;
+  wire requests__mem_r_err;
+  input requests__mem_r_wait;
+  wire requests__mem_r_wait;
+  input [63:0] requests__mem_rdata;
+  wire [63:0] requests__mem_rdata;
+  input requests__mem_read;
+  wire requests__mem_read;
+  input requests__mem_rlast;
+  wire requests__mem_rlast;
+  input requests__mem_stream;
+  wire requests__mem_stream;
+  input [63:0] requests__mem_wdata;
+  wire [63:0] requests__mem_wdata;
+  input requests__mem_wlast;
+  wire requests__mem_wlast;
+  input requests__mem_wready;
+  wire requests__mem_wready;
+  input requests__mem_write;
+  wire requests__mem_write;
+  input [7:0] requests__mem_wstrb;
+  wire [7:0] requests__mem_wstrb;
+  input [15:0] requests__reg_addr;
+  wire [15:0] requests__reg_addr;
+  output requests__reg_b_done;
+  wire requests__reg_b_done;
+  output requests__reg_b_err;
+  wire requests__reg_b_err;
+  input requests__reg_b_wait;
+  wire requests__reg_b_wait;
+  output requests__reg_r_done;
+  wire requests__reg_r_done;
+  output requests__reg_r_err;
+  wire requests__reg_r_err;
+  input requests__reg_r_wait;
+  wire requests__reg_r_wait;
+  input [31:0] requests__reg_rdata;
+  wire [31:0] requests__reg_rdata;
+  input requests__reg_read;
+  wire requests__reg_read;
+  input [31:0] requests__reg_wdata;
+  wire [31:0] requests__reg_wdata;
+  input requests__reg_write;
+  wire requests__reg_write;
+  input rst;
+  wire rst;
+  assign mem__wvalid = requests__mem_stream | mw_valid;
+  assign mem__wdata = requests__mem_stream ? requests__mem_wdata : mw_data;
+  assign mem__wstrb = requests__mem_stream ? requests__mem_wstrb : mw_strb;
+  assign \$1  = ~ requests__mem_stream;
+  assign mem__wlast = \$1  | requests__mem_wlast;
+  assign \$2  = ~ regs__awvalid;
+  assign \$3  = requests__reg_b_wait & \$2 ;
+  assign \$4  = ~ regs__wvalid;
+  assign regs__bready = \$3  & \$4 ;
+  assign \$5  = ~ regs__arvalid;
+  assign regs__rready = requests__reg_r_wait & \$5 ;
+  assign \$6  = ~ mem__awvalid;
+  assign \$7  = requests__mem_b_wait & \$6 ;
+  assign \$8  = ~ mw_valid;
+  assign mem__bready = \$7  & \$8 ;
+  assign \$9  = ~ mem__arvalid;
+  assign mem__rready = requests__mem_r_wait & \$9 ;
+  assign requests__reg_b_done = regs__bvalid & regs__bready;
+  assign requests__reg_b_err = | regs__bresp;
+  assign requests__reg_r_done = regs__rvalid & regs__rready;
+  assign requests__reg_r_err = | regs__rresp;
+  assign requests__mem_b_done = mem__bvalid & mem__bready;
+  assign requests__mem_b_err = | mem__bresp;
+  assign requests__mem_r_done = mem__rvalid & mem__rready;
+  assign requests__mem_r_err = | mem__rresp;
+  assign \$10  = mem__wvalid & requests__mem_wready;
+  assign \$11  = regs__wvalid & regs__wready;
+  assign \$12  = regs__awvalid & regs__awready;
+  assign \$13  = regs__arvalid & regs__arready;
+  assign \$14  = mem__awvalid & mem__awready;
+  assign \$15  = mem__arvalid & mem__arready;
+  always @(posedge clk)
+    mw_valid <= \$16 ;
+  always @(posedge clk)
+    regs__wvalid <= \$17 ;
+  always @(posedge clk)
+    regs__awvalid <= \$18 ;
+  always @(posedge clk)
+    regs__arvalid <= \$19 ;
+  always @(posedge clk)
+    mem__awvalid <= \$20 ;
+  always @(posedge clk)
+    mem__arvalid <= \$21 ;
+  always @(posedge clk)
+    regs__awaddr <= \$22 ;
+  always @(posedge clk)
+    regs__wdata <= \$23 ;
+  always @(posedge clk)
+    regs__araddr <= \$24 ;
+  always @(posedge clk)
+    mem__awaddr <= \$25 ;
+  always @(posedge clk)
+    mem__awlen <= \$26 ;
+  always @(posedge clk)
+    mw_data <= \$27 ;
+  always @(posedge clk)
+    mw_strb <= \$28 ;
+  always @(posedge clk)
+    mem__araddr <= \$29 ;
+  always @(posedge clk)
+    mem__arlen <= \$30 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$16  = mw_valid;
+    if (\$10 ) begin
+      \$16  = 1'h0;
+    end
+    if (requests__mem_beat) begin
+      \$16  = 1'h1;
+    end
+    if (rst) begin
+      \$16  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$17  = regs__wvalid;
+    if (\$11 ) begin
+      \$17  = 1'h0;
+    end
+    if (requests__reg_write) begin
+      \$17  = 1'h1;
+    end
+    if (rst) begin
+      \$17  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$18  = regs__awvalid;
+    if (\$12 ) begin
+      \$18  = 1'h0;
+    end
+    if (requests__reg_write) begin
+      \$18  = 1'h1;
+    end
+    if (rst) begin
+      \$18  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$19  = regs__arvalid;
+    if (\$13 ) begin
+      \$19  = 1'h0;
+    end
+    if (requests__reg_read) begin
+      \$19  = 1'h1;
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$20  = mem__awvalid;
+    if (\$14 ) begin
+      \$20  = 1'h0;
+    end
+    if (requests__mem_write) begin
+      \$20  = 1'h1;
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$21  = mem__arvalid;
+    if (\$15 ) begin
+      \$21  = 1'h0;
+    end
+    if (requests__mem_read) begin
+      \$21  = 1'h1;
+    end
+    if (rst) begin
+      \$21  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$22  = regs__awaddr;
+    if (requests__reg_write) begin
+      \$22  = requests__reg_addr;
+    end
+    if (rst) begin
+      \$22  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$23  = regs__wdata;
+    if (requests__reg_write) begin
+      \$23  = requests__reg_wdata;
+    end
+    if (rst) begin
+      \$23  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$24  = regs__araddr;
+    if (requests__reg_read) begin
+      \$24  = requests__reg_addr;
+    end
+    if (rst) begin
+      \$24  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$25  = mem__awaddr;
+    if (requests__mem_write) begin
+      \$25  = { 1'h0, requests__mem_addr };
+    end
+    if (rst) begin
+      \$25  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$26  = mem__awlen;
+    if (requests__mem_write) begin
+      \$26  = requests__mem_len;
+    end
+    if (rst) begin
+      \$26  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$27  = mw_data;
+    if (requests__mem_beat) begin
+      \$27  = requests__mem_wdata;
+    end
+    if (rst) begin
+      \$27  = 64'h0000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$28  = mw_strb;
+    if (requests__mem_beat) begin
+      \$28  = requests__mem_wstrb;
+    end
+    if (rst) begin
+      \$28  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$29  = mem__araddr;
+    if (requests__mem_read) begin
+      \$29  = { 1'h0, requests__mem_addr };
+    end
+    if (rst) begin
+      \$29  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$30  = mem__arlen;
+    if (requests__mem_read) begin
+      \$30  = requests__mem_len;
+    end
+    if (rst) begin
+      \$30  = 8'h00;
+    end
+  end
+  assign mem__awid = 4'h0;
+  assign mem__arid = 4'h0;
+  assign mem__awsize = 3'h3;
+  assign mem__arsize = 3'h3;
+  assign mem__awburst = 2'h1;
+  assign mem__arburst = 2'h1;
+  assign regs__wstrb = 4'hf;
+  assign mem__wready = requests__mem_wready;
+  assign regs__rdata = requests__reg_rdata;
+  assign mem__rlast = requests__mem_rlast;
+  assign mem__rdata = requests__mem_rdata;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.crc (rst, data, start, feed, restart, shift, value, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
+  wire [31:0] \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire [31:0] \$101 ;
+  wire \$102 ;
+  wire [7:0] \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire [31:0] \$106 ;
+  wire \$107 ;
+  wire [7:0] \$108 ;
+  wire \$109 ;
+  wire [31:0] \$11 ;
+  wire \$110 ;
+  wire [31:0] \$111 ;
+  wire \$112 ;
+  wire [7:0] \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire [31:0] \$116 ;
+  wire \$117 ;
+  wire [7:0] \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire [31:0] \$121 ;
+  wire \$122 ;
+  wire [7:0] \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire [31:0] \$126 ;
+  wire \$127 ;
+  wire [7:0] \$128 ;
+  wire \$129 ;
+  wire [7:0] \$13 ;
+  wire \$130 ;
+  wire [31:0] \$131 ;
+  wire \$132 ;
+  wire [7:0] \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire [31:0] \$136 ;
+  wire \$137 ;
+  wire [7:0] \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire [31:0] \$141 ;
+  wire \$142 ;
+  wire [7:0] \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire [31:0] \$146 ;
+  wire \$147 ;
+  wire [7:0] \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire [31:0] \$151 ;
+  wire \$152 ;
+  wire [7:0] \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire [31:0] \$156 ;
+  wire \$157 ;
+  wire [7:0] \$158 ;
+  wire \$159 ;
+  wire [31:0] \$16 ;
+  wire \$160 ;
+  wire [31:0] \$161 ;
+  wire \$162 ;
+  wire [7:0] \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire [31:0] \$166 ;
+  wire \$167 ;
+  wire [7:0] \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire [31:0] \$171 ;
+  wire \$172 ;
+  wire [7:0] \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire [31:0] \$176 ;
+  wire \$177 ;
+  wire [7:0] \$178 ;
+  wire \$179 ;
+  wire [7:0] \$18 ;
+  wire \$180 ;
+  wire [31:0] \$181 ;
+  wire \$182 ;
+  wire [7:0] \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire [31:0] \$186 ;
+  wire \$187 ;
+  wire [7:0] \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
+  wire \$192 ;
+  wire [7:0] \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire [31:0] \$196 ;
+  wire \$197 ;
+  wire [7:0] \$198 ;
+  wire \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire [31:0] \$201 ;
+  wire \$202 ;
+  wire [7:0] \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire [31:0] \$206 ;
+  wire \$207 ;
+  wire [7:0] \$208 ;
+  wire \$209 ;
+  wire [31:0] \$21 ;
+  wire \$210 ;
+  wire [31:0] \$211 ;
+  wire \$212 ;
+  wire [7:0] \$213 ;
+  wire \$214 ;
+  wire \$215 ;
+  wire [31:0] \$216 ;
+  wire \$217 ;
+  wire [7:0] \$218 ;
+  wire \$219 ;
+  wire \$22 ;
+  wire \$220 ;
+  wire [31:0] \$221 ;
+  wire \$222 ;
+  wire [7:0] \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire [31:0] \$226 ;
+  wire \$227 ;
+  wire [7:0] \$228 ;
+  wire \$229 ;
+  wire [7:0] \$23 ;
+  wire \$230 ;
+  wire [31:0] \$231 ;
+  wire \$232 ;
+  wire [7:0] \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire [31:0] \$236 ;
+  wire \$237 ;
+  wire [7:0] \$238 ;
+  wire \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire [31:0] \$241 ;
+  wire \$242 ;
+  wire [7:0] \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire [31:0] \$246 ;
+  wire \$247 ;
+  wire [7:0] \$248 ;
+  wire \$249 ;
+  wire \$25 ;
+  wire \$250 ;
+  wire [31:0] \$251 ;
+  wire \$252 ;
+  wire [7:0] \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire [31:0] \$256 ;
+  wire \$257 ;
+  wire [7:0] \$258 ;
+  wire \$259 ;
+  wire [31:0] \$26 ;
+  wire \$260 ;
+  wire [31:0] \$261 ;
+  wire \$262 ;
+  wire [7:0] \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire [31:0] \$266 ;
+  wire \$267 ;
+  wire [7:0] \$268 ;
+  wire \$269 ;
+  wire \$27 ;
+  wire \$270 ;
+  wire [31:0] \$271 ;
+  wire \$272 ;
+  wire [7:0] \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire [31:0] \$276 ;
+  wire \$277 ;
+  wire [7:0] \$278 ;
+  wire \$279 ;
+  wire [7:0] \$28 ;
+  wire \$280 ;
+  wire [31:0] \$281 ;
+  wire \$282 ;
+  wire [7:0] \$283 ;
+  wire \$284 ;
+  wire \$285 ;
+  wire [31:0] \$286 ;
+  wire \$287 ;
+  wire [7:0] \$288 ;
+  wire \$289 ;
+  wire \$29 ;
+  wire \$290 ;
+  wire [31:0] \$291 ;
+  wire \$292 ;
+  wire [7:0] \$293 ;
+  wire \$294 ;
+  wire \$295 ;
+  wire [31:0] \$296 ;
+  wire \$297 ;
+  wire [7:0] \$298 ;
+  wire \$299 ;
+  wire [7:0] \$3 ;
+  wire \$30 ;
+  wire \$300 ;
+  wire [31:0] \$301 ;
+  wire \$302 ;
+  wire [7:0] \$303 ;
+  wire \$304 ;
+  wire \$305 ;
+  wire [31:0] \$306 ;
+  wire \$307 ;
+  wire [7:0] \$308 ;
+  wire \$309 ;
+  wire [31:0] \$31 ;
+  wire \$310 ;
+  wire [31:0] \$311 ;
+  wire \$312 ;
+  wire [7:0] \$313 ;
+  wire \$314 ;
+  wire \$315 ;
+  wire [31:0] \$316 ;
+  wire \$317 ;
+  wire [7:0] \$318 ;
+  wire \$319 ;
+  wire \$32 ;
+  wire \$320 ;
+  wire [46:0] \$321 ;
+  wire [46:0] \$322 ;
+  reg [31:0] \$323 ;
+  wire [7:0] \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [31:0] \$36 ;
+  wire \$37 ;
+  wire [7:0] \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire [31:0] \$41 ;
+  wire \$42 ;
+  wire [7:0] \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire [31:0] \$46 ;
+  wire \$47 ;
+  wire [7:0] \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire [31:0] \$51 ;
+  wire \$52 ;
+  wire [7:0] \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire [31:0] \$56 ;
+  wire \$57 ;
+  wire [7:0] \$58 ;
+  wire \$59 ;
+  wire [31:0] \$6 ;
+  wire \$60 ;
+  wire [31:0] \$61 ;
+  wire \$62 ;
+  wire [7:0] \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [31:0] \$66 ;
+  wire \$67 ;
+  wire [7:0] \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire [31:0] \$71 ;
+  wire \$72 ;
+  wire [7:0] \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire [31:0] \$76 ;
+  wire \$77 ;
+  wire [7:0] \$78 ;
+  wire \$79 ;
+  wire [7:0] \$8 ;
+  wire \$80 ;
+  wire [31:0] \$81 ;
+  wire \$82 ;
+  wire [7:0] \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire [31:0] \$86 ;
+  wire \$87 ;
+  wire [7:0] \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire [31:0] \$91 ;
+  wire \$92 ;
+  wire [7:0] \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire [31:0] \$96 ;
+  wire \$97 ;
+  wire [7:0] \$98 ;
+  wire \$99 ;
+  wire \$auto$rtlil.cc:2739:Not$10 ;
+  wire \$auto$rtlil.cc:2739:Not$12 ;
+  wire \$auto$rtlil.cc:2739:Not$14 ;
+  wire \$auto$rtlil.cc:2739:Not$16 ;
+  wire \$auto$rtlil.cc:2739:Not$18 ;
+  wire \$auto$rtlil.cc:2739:Not$2 ;
+  wire \$auto$rtlil.cc:2739:Not$20 ;
+  wire \$auto$rtlil.cc:2739:Not$22 ;
+  wire \$auto$rtlil.cc:2739:Not$24 ;
+  wire \$auto$rtlil.cc:2739:Not$26 ;
+  wire \$auto$rtlil.cc:2739:Not$28 ;
+  wire \$auto$rtlil.cc:2739:Not$30 ;
+  wire \$auto$rtlil.cc:2739:Not$32 ;
+  wire \$auto$rtlil.cc:2739:Not$4 ;
+  wire \$auto$rtlil.cc:2739:Not$6 ;
+  wire \$auto$rtlil.cc:2739:Not$8 ;
+  input clk;
+  wire clk;
+  reg [31:0] crc = 32'd4294967295;
+  input [7:0] data;
+  wire [7:0] data;
+  input feed;
+  wire feed;
+  input restart;
+  wire restart;
+  input rst;
+  wire rst;
+  input shift;
+  wire shift;
+  input start;
+  wire start;
+  output [31:0] value;
+  wire [31:0] value;
+  assign value = ~ crc;
+  assign \$4  = ^ \$3 ;
+  assign \$9  = ^ \$8 ;
+  assign \$14  = ^ \$13 ;
+  assign \$19  = ^ \$18 ;
+  assign \$24  = ^ \$23 ;
+  assign \$29  = ^ \$28 ;
+  assign \$34  = ^ \$33 ;
+  assign \$39  = ^ \$38 ;
+  assign \$44  = ^ \$43 ;
+  assign \$49  = ^ \$48 ;
+  assign \$54  = ^ \$53 ;
+  assign \$59  = ^ \$58 ;
+  assign \$64  = ^ \$63 ;
+  assign \$69  = ^ \$68 ;
+  assign \$74  = ^ \$73 ;
+  assign \$79  = ^ \$78 ;
+  assign \$84  = ^ \$83 ;
+  assign \$89  = ^ \$88 ;
+  assign \$94  = ^ \$93 ;
+  assign \$99  = ^ \$98 ;
+  assign \$104  = ^ \$103 ;
+  assign \$109  = ^ \$108 ;
+  assign \$114  = ^ \$113 ;
+  assign \$119  = ^ \$118 ;
+  assign \$124  = ^ \$123 ;
+  assign \$129  = ^ \$128 ;
+  assign \$134  = ^ \$133 ;
+  assign \$139  = ^ \$138 ;
+  assign \$144  = ^ \$143 ;
+  assign \$149  = ^ \$148 ;
+  assign \$154  = ^ \$153 ;
+  assign \$159  = ^ \$158 ;
+  assign \$162  = ^ \$161 ;
+  assign \$164  = ^ \$163 ;
+  assign \$165  = \$162  ^ \$164 ;
+  assign \$167  = ^ \$166 ;
+  assign \$169  = ^ \$168 ;
+  assign \$170  = \$167  ^ \$169 ;
+  assign \$172  = ^ \$171 ;
+  assign \$174  = ^ \$173 ;
+  assign \$175  = \$172  ^ \$174 ;
+  assign \$177  = ^ \$176 ;
+  assign \$179  = ^ \$178 ;
+  assign \$180  = \$177  ^ \$179 ;
+  assign \$182  = ^ \$181 ;
+  assign \$184  = ^ \$183 ;
+  assign \$185  = \$182  ^ \$184 ;
+  assign \$187  = ^ \$186 ;
+  assign \$189  = ^ \$188 ;
+  assign \$190  = \$187  ^ \$189 ;
+  assign \$192  = ^ \$191 ;
+  assign \$194  = ^ \$193 ;
+  assign \$195  = \$192  ^ \$194 ;
+  assign \$197  = ^ \$196 ;
+  assign \$199  = ^ \$198 ;
+  assign \$200  = \$197  ^ \$199 ;
+  assign \$202  = ^ \$201 ;
+  assign \$204  = ^ \$203 ;
+  assign \$205  = \$202  ^ \$204 ;
+  assign \$207  = ^ \$206 ;
+  assign \$209  = ^ \$208 ;
+  assign \$210  = \$207  ^ \$209 ;
+  assign \$212  = ^ \$211 ;
+  assign \$214  = ^ \$213 ;
+  assign \$215  = \$212  ^ \$214 ;
+  assign \$217  = ^ \$216 ;
+  assign \$219  = ^ \$218 ;
+  assign \$220  = \$217  ^ \$219 ;
+  assign \$222  = ^ \$221 ;
+  assign \$224  = ^ \$223 ;
+  assign \$225  = \$222  ^ \$224 ;
+  assign \$227  = ^ \$226 ;
+  assign \$229  = ^ \$228 ;
+  assign \$230  = \$227  ^ \$229 ;
+  assign \$232  = ^ \$231 ;
+  assign \$234  = ^ \$233 ;
+  assign \$235  = \$232  ^ \$234 ;
+  assign \$237  = ^ \$236 ;
+  assign \$239  = ^ \$238 ;
+  assign \$240  = \$237  ^ \$239 ;
+  assign \$242  = ^ \$241 ;
+  assign \$244  = ^ \$243 ;
+  assign \$245  = \$242  ^ \$244 ;
+  assign \$247  = ^ \$246 ;
+  assign \$249  = ^ \$248 ;
+  assign \$250  = \$247  ^ \$249 ;
+  assign \$252  = ^ \$251 ;
+  assign \$254  = ^ \$253 ;
+  assign \$255  = \$252  ^ \$254 ;
+  assign \$257  = ^ \$256 ;
+  assign \$259  = ^ \$258 ;
+  assign \$260  = \$257  ^ \$259 ;
+  assign \$262  = ^ \$261 ;
+  assign \$264  = ^ \$263 ;
+  assign \$265  = \$262  ^ \$264 ;
+  assign \$267  = ^ \$266 ;
+  assign \$269  = ^ \$268 ;
+  assign \$270  = \$267  ^ \$269 ;
+  assign \$272  = ^ \$271 ;
+  assign \$274  = ^ \$273 ;
+  assign \$275  = \$272  ^ \$274 ;
+  assign \$277  = ^ \$276 ;
+  assign \$279  = ^ \$278 ;
+  assign \$280  = \$277  ^ \$279 ;
+  assign \$282  = ^ \$281 ;
+  assign \$284  = ^ \$283 ;
+  assign \$285  = \$282  ^ \$284 ;
+  assign \$287  = ^ \$286 ;
+  assign \$289  = ^ \$288 ;
+  assign \$290  = \$287  ^ \$289 ;
+  assign \$292  = ^ \$291 ;
+  assign \$294  = ^ \$293 ;
+  assign \$295  = \$292  ^ \$294 ;
+  assign \$297  = ^ \$296 ;
+  assign \$299  = ^ \$298 ;
+  assign \$300  = \$297  ^ \$299 ;
+  assign \$302  = ^ \$301 ;
+  assign \$304  = ^ \$303 ;
+  assign \$305  = \$302  ^ \$304 ;
+  assign \$307  = ^ \$306 ;
+  assign \$309  = ^ \$308 ;
+  assign \$310  = \$307  ^ \$309 ;
+  assign \$312  = ^ \$311 ;
+  assign \$314  = ^ \$313 ;
+  assign \$315  = \$312  ^ \$314 ;
+  assign \$317  = ^ \$316 ;
+  assign \$319  = ^ \$318 ;
+  assign \$320  = \$317  ^ \$319 ;
+  always @(posedge clk)
+    crc <= \$323 ;
+  assign \$auto$rtlil.cc:2739:Not$2  = ~ \$9 ;
+  assign \$auto$rtlil.cc:2739:Not$12  = ~ \$84 ;
+  assign \$auto$rtlil.cc:2739:Not$14  = ~ \$94 ;
+  assign \$auto$rtlil.cc:2739:Not$16  = ~ \$99 ;
+  assign \$auto$rtlil.cc:2739:Not$18  = ~ \$104 ;
+  assign \$auto$rtlil.cc:2739:Not$20  = ~ \$109 ;
+  assign \$auto$rtlil.cc:2739:Not$22  = ~ \$114 ;
+  assign \$auto$rtlil.cc:2739:Not$24  = ~ \$119 ;
+  assign \$auto$rtlil.cc:2739:Not$26  = ~ \$124 ;
+  assign \$auto$rtlil.cc:2739:Not$28  = ~ \$134 ;
+  assign \$auto$rtlil.cc:2739:Not$30  = ~ \$139 ;
+  assign \$auto$rtlil.cc:2739:Not$4  = ~ \$24 ;
+  assign \$auto$rtlil.cc:2739:Not$32  = ~ \$149 ;
+  assign \$auto$rtlil.cc:2739:Not$6  = ~ \$29 ;
+  assign \$auto$rtlil.cc:2739:Not$8  = ~ \$34 ;
+  assign \$auto$rtlil.cc:2739:Not$10  = ~ \$64 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$323  = crc;
+    if (start) begin
+      \$323  = { \$160 , \$155 , \$150 , \$145 , \$140 , \$135 , \$130 , \$125 , \$120 , \$115 , \$110 , \$105 , \$100 , \$95 , \$90 , \$85 , \$80 , \$75 , \$70 , \$65 , \$60 , \$55 , \$50 , \$45 , \$40 , \$35 , \$30 , \$25 , \$20 , \$15 , \$10 , \$5  };
+    end else if (feed) begin
+      \$323  = { \$320 , \$315 , \$310 , \$305 , \$300 , \$295 , \$290 , \$285 , \$280 , \$275 , \$270 , \$265 , \$260 , \$255 , \$250 , \$245 , \$240 , \$235 , \$230 , \$225 , \$220 , \$215 , \$210 , \$205 , \$200 , \$195 , \$190 , \$185 , \$180 , \$175 , \$170 , \$165  };
+    end else if (restart) begin
+      \$323  = 32'd4294967295;
+    end else if (shift) begin
+      \$323  = \$322 [31:0];
+    end
+    if (rst) begin
+      \$323  = 32'd4294967295;
+    end
+  end
+  assign \$1  = 32'd260;
+  assign \$2  = 1'h0;
+  assign { \$3 [7:3], \$3 [1:0] } = 7'h00;
+  assign \$3 [2] = data[2];
+  assign \$5  = \$4 ;
+  assign \$6  = 32'd521;
+  assign \$7  = 1'h1;
+  assign { \$8 [7:4], \$8 [2:1] } = 6'h00;
+  assign { \$8 [3], \$8 [0] } = { data[3], data[0] };
+  assign \$10  = \$auto$rtlil.cc:2739:Not$2 ;
+  assign \$11  = 32'd1043;
+  assign \$12  = 1'h0;
+  assign { \$13 [7:5], \$13 [3:2] } = 5'h00;
+  assign { \$13 [4], \$13 [1:0] } = { data[4], data[1:0] };
+  assign \$15  = \$14 ;
+  assign \$16  = 32'd2086;
+  assign \$17  = 1'h0;
+  assign { \$18 [7:6], \$18 [4:3], \$18 [0] } = 5'h00;
+  assign { \$18 [5], \$18 [2:1] } = { data[5], data[2:1] };
+  assign \$20  = \$19 ;
+  assign \$21  = 32'd4173;
+  assign \$22  = 1'h1;
+  assign { \$23 [7], \$23 [5:4], \$23 [1] } = 4'h0;
+  assign { \$23 [6], \$23 [3:2], \$23 [0] } = { data[6], data[3:2], data[0] };
+  assign \$25  = \$auto$rtlil.cc:2739:Not$4 ;
+  assign \$26  = 32'd8346;
+  assign \$27  = 1'h1;
+  assign { \$28 [6:5], \$28 [2], \$28 [0] } = 4'h0;
+  assign { \$28 [7], \$28 [4:3], \$28 [1] } = { data[7], data[4:3], data[1] };
+  assign \$30  = \$auto$rtlil.cc:2739:Not$6 ;
+  assign \$31  = 32'd16432;
+  assign \$32  = 1'h1;
+  assign { \$33 [7:6], \$33 [3:0] } = 6'h00;
+  assign \$33 [5:4] = data[5:4];
+  assign \$35  = \$auto$rtlil.cc:2739:Not$8 ;
+  assign \$36  = 32'd32865;
+  assign \$37  = 1'h0;
+  assign { \$38 [7], \$38 [4:1] } = 5'h00;
+  assign { \$38 [6:5], \$38 [0] } = { data[6:5], data[0] };
+  assign \$40  = \$39 ;
+  assign \$41  = 32'd65730;
+  assign \$42  = 1'h0;
+  assign { \$43 [5:2], \$43 [0] } = 5'h00;
+  assign { \$43 [7:6], \$43 [1] } = { data[7:6], data[1] };
+  assign \$45  = \$44 ;
+  assign \$46  = 32'd131200;
+  assign \$47  = 1'h0;
+  assign \$48 [6:0] = 7'h00;
+  assign \$48 [7] = data[7];
+  assign \$50  = \$49 ;
+  assign \$51  = 32'd262148;
+  assign \$52  = 1'h0;
+  assign { \$53 [7:3], \$53 [1:0] } = 7'h00;
+  assign \$53 [2] = data[2];
+  assign \$55  = \$54 ;
+  assign \$56  = 32'd524296;
+  assign \$57  = 1'h0;
+  assign { \$58 [7:4], \$58 [2:0] } = 7'h00;
+  assign \$58 [3] = data[3];
+  assign \$60  = \$59 ;
+  assign \$61  = 32'd1048593;
+  assign \$62  = 1'h1;
+  assign { \$63 [7:5], \$63 [3:1] } = 6'h00;
+  assign { \$63 [4], \$63 [0] } = { data[4], data[0] };
+  assign \$65  = \$auto$rtlil.cc:2739:Not$10 ;
+  assign \$66  = 32'd2097187;
+  assign \$67  = 1'h0;
+  assign { \$68 [7:6], \$68 [4:2] } = 5'h00;
+  assign { \$68 [5], \$68 [1:0] } = { data[5], data[1:0] };
+  assign \$70  = \$69 ;
+  assign \$71  = 32'd4194374;
+  assign \$72  = 1'h0;
+  assign { \$73 [7], \$73 [5:3], \$73 [0] } = 5'h00;
+  assign { \$73 [6], \$73 [2:1] } = { data[6], data[2:1] };
+  assign \$75  = \$74 ;
+  assign \$76  = 32'd8388748;
+  assign \$77  = 1'h0;
+  assign { \$78 [6:4], \$78 [1:0] } = 5'h00;
+  assign { \$78 [7], \$78 [3:2] } = { data[7], data[3:2] };
+  assign \$80  = \$79 ;
+  assign \$81  = 32'd16777245;
+  assign \$82  = 1'h1;
+  assign { \$83 [7:5], \$83 [1] } = 4'h0;
+  assign { \$83 [4:2], \$83 [0] } = { data[4:2], data[0] };
+  assign \$85  = \$auto$rtlil.cc:2739:Not$12 ;
+  assign \$86  = 32'd33554491;
+  assign \$87  = 1'h0;
+  assign { \$88 [7:6], \$88 [2] } = 3'h0;
+  assign { \$88 [5:3], \$88 [1:0] } = { data[5:3], data[1:0] };
+  assign \$90  = \$89 ;
+  assign \$91  = 32'd67108983;
+  assign \$92  = 1'h1;
+  assign { \$93 [7], \$93 [3] } = 2'h0;
+  assign { \$93 [6:4], \$93 [2:0] } = { data[6:4], data[2:0] };
+  assign \$95  = \$auto$rtlil.cc:2739:Not$14 ;
+  assign \$96  = 32'd134217966;
+  assign \$97  = 1'h1;
+  assign { \$98 [4], \$98 [0] } = 2'h0;
+  assign { \$98 [7:5], \$98 [3:1] } = { data[7:5], data[3:1] };
+  assign \$100  = \$auto$rtlil.cc:2739:Not$16 ;
+  assign \$101  = 32'd268435672;
+  assign \$102  = 1'h1;
+  assign { \$103 [5], \$103 [2:0] } = 4'h0;
+  assign { \$103 [7:6], \$103 [4:3] } = { data[7:6], data[4:3] };
+  assign \$105  = \$auto$rtlil.cc:2739:Not$18 ;
+  assign \$106  = 32'd536871092;
+  assign \$107  = 1'h1;
+  assign { \$108 [6], \$108 [3], \$108 [1:0] } = 4'h0;
+  assign { \$108 [7], \$108 [5:4], \$108 [2] } = { data[7], data[5:4], data[2] };
+  assign \$110  = \$auto$rtlil.cc:2739:Not$20 ;
+  assign \$111  = 32'd1073741932;
+  assign \$112  = 1'h1;
+  assign { \$113 [7], \$113 [4], \$113 [1:0] } = 4'h0;
+  assign { \$113 [6:5], \$113 [3:2] } = { data[6:5], data[3:2] };
+  assign \$115  = \$auto$rtlil.cc:2739:Not$22 ;
+  assign \$116  = 32'd2147483864;
+  assign \$117  = 1'h1;
+  assign { \$118 [5], \$118 [2:0] } = 4'h0;
+  assign { \$118 [7:6], \$118 [4:3] } = { data[7:6], data[4:3] };
+  assign \$120  = \$auto$rtlil.cc:2739:Not$24 ;
+  assign \$121  = 32'd181;
+  assign \$122  = 1'h1;
+  assign { \$123 [6], \$123 [3], \$123 [1] } = 3'h0;
+  assign { \$123 [7], \$123 [5:4], \$123 [2], \$123 [0] } = { data[7], data[5:4], data[2], data[0] };
+  assign \$125  = \$auto$rtlil.cc:2739:Not$26 ;
+  assign \$126  = 32'd111;
+  assign \$127  = 1'h0;
+  assign { \$128 [7], \$128 [4] } = 2'h0;
+  assign { \$128 [6:5], \$128 [3:0] } = { data[6:5], data[3:0] };
+  assign \$130  = \$129 ;
+  assign \$131  = 32'd223;
+  assign \$132  = 1'h1;
+  assign \$133 [5] = 1'h0;
+  assign { \$133 [7:6], \$133 [4:0] } = { data[7:6], data[4:0] };
+  assign \$135  = \$auto$rtlil.cc:2739:Not$28 ;
+  assign \$136  = 32'd186;
+  assign \$137  = 1'h1;
+  assign { \$138 [6], \$138 [2], \$138 [0] } = 3'h0;
+  assign { \$138 [7], \$138 [5:3], \$138 [1] } = { data[7], data[5:3], data[1] };
+  assign \$140  = \$auto$rtlil.cc:2739:Not$30 ;
+  assign \$141  = 32'd113;
+  assign \$142  = 1'h0;
+  assign { \$143 [7], \$143 [3:1] } = 4'h0;
+  assign { \$143 [6:4], \$143 [0] } = { data[6:4], data[0] };
+  assign \$145  = \$144 ;
+  assign \$146  = 32'd227;
+  assign \$147  = 1'h1;
+  assign \$148 [4:2] = 3'h0;
+  assign { \$148 [7:5], \$148 [1:0] } = { data[7:5], data[1:0] };
+  assign \$150  = \$auto$rtlil.cc:2739:Not$32 ;
+  assign \$151  = 32'd195;
+  assign \$152  = 1'h0;
+  assign \$153 [5:2] = 4'h0;
+  assign { \$153 [7:6], \$153 [1:0] } = { data[7:6], data[1:0] };
+  assign \$155  = \$154 ;
+  assign \$156  = 32'd130;
+  assign \$157  = 1'h0;
+  assign { \$158 [6:2], \$158 [0] } = 6'h00;
+  assign { \$158 [7], \$158 [1] } = { data[7], data[1] };
+  assign \$160  = \$159 ;
+  assign { \$161 [31:9], \$161 [7:3], \$161 [1:0] } = 30'h00000000;
+  assign { \$161 [8], \$161 [2] } = { crc[8], crc[2] };
+  assign { \$163 [7:3], \$163 [1:0] } = 7'h00;
+  assign \$163 [2] = data[2];
+  assign { \$166 [31:10], \$166 [8:4], \$166 [2:1] } = 29'h00000000;
+  assign { \$166 [9], \$166 [3], \$166 [0] } = { crc[9], crc[3], crc[0] };
+  assign { \$168 [7:4], \$168 [2:1] } = 6'h00;
+  assign { \$168 [3], \$168 [0] } = { data[3], data[0] };
+  assign { \$171 [31:11], \$171 [9:5], \$171 [3:2] } = 28'h0000000;
+  assign { \$171 [10], \$171 [4], \$171 [1:0] } = { crc[10], crc[4], crc[1:0] };
+  assign { \$173 [7:5], \$173 [3:2] } = 5'h00;
+  assign { \$173 [4], \$173 [1:0] } = { data[4], data[1:0] };
+  assign { \$176 [31:12], \$176 [10:6], \$176 [4:3], \$176 [0] } = 28'h0000000;
+  assign { \$176 [11], \$176 [5], \$176 [2:1] } = { crc[11], crc[5], crc[2:1] };
+  assign { \$178 [7:6], \$178 [4:3], \$178 [0] } = 5'h00;
+  assign { \$178 [5], \$178 [2:1] } = { data[5], data[2:1] };
+  assign { \$181 [31:13], \$181 [11:7], \$181 [5:4], \$181 [1] } = 27'h0000000;
+  assign { \$181 [12], \$181 [6], \$181 [3:2], \$181 [0] } = { crc[12], crc[6], crc[3:2], crc[0] };
+  assign { \$183 [7], \$183 [5:4], \$183 [1] } = 4'h0;
+  assign { \$183 [6], \$183 [3:2], \$183 [0] } = { data[6], data[3:2], data[0] };
+  assign { \$186 [31:14], \$186 [12:8], \$186 [6:5], \$186 [2], \$186 [0] } = 27'h0000000;
+  assign { \$186 [13], \$186 [7], \$186 [4:3], \$186 [1] } = { crc[13], crc[7], crc[4:3], crc[1] };
+  assign { \$188 [6:5], \$188 [2], \$188 [0] } = 4'h0;
+  assign { \$188 [7], \$188 [4:3], \$188 [1] } = { data[7], data[4:3], data[1] };
+  assign { \$191 [31:15], \$191 [13:6], \$191 [3:0] } = 29'h00000000;
+  assign { \$191 [14], \$191 [5:4] } = { crc[14], crc[5:4] };
+  assign { \$193 [7:6], \$193 [3:0] } = 6'h00;
+  assign \$193 [5:4] = data[5:4];
+  assign { \$196 [31:16], \$196 [14:7], \$196 [4:1] } = 28'h0000000;
+  assign { \$196 [15], \$196 [6:5], \$196 [0] } = { crc[15], crc[6:5], crc[0] };
+  assign { \$198 [7], \$198 [4:1] } = 5'h00;
+  assign { \$198 [6:5], \$198 [0] } = { data[6:5], data[0] };
+  assign { \$201 [31:17], \$201 [15:8], \$201 [5:2], \$201 [0] } = 28'h0000000;
+  assign { \$201 [16], \$201 [7:6], \$201 [1] } = { crc[16], crc[7:6], crc[1] };
+  assign { \$203 [5:2], \$203 [0] } = 5'h00;
+  assign { \$203 [7:6], \$203 [1] } = { data[7:6], data[1] };
+  assign { \$206 [31:18], \$206 [16:8], \$206 [6:0] } = 30'h00000000;
+  assign { \$206 [17], \$206 [7] } = { crc[17], crc[7] };
+  assign \$208 [6:0] = 7'h00;
+  assign \$208 [7] = data[7];
+  assign { \$211 [31:19], \$211 [17:3], \$211 [1:0] } = 30'h00000000;
+  assign { \$211 [18], \$211 [2] } = { crc[18], crc[2] };
+  assign { \$213 [7:3], \$213 [1:0] } = 7'h00;
+  assign \$213 [2] = data[2];
+  assign { \$216 [31:20], \$216 [18:4], \$216 [2:0] } = 30'h00000000;
+  assign { \$216 [19], \$216 [3] } = { crc[19], crc[3] };
+  assign { \$218 [7:4], \$218 [2:0] } = 7'h00;
+  assign \$218 [3] = data[3];
+  assign { \$221 [31:21], \$221 [19:5], \$221 [3:1] } = 29'h00000000;
+  assign { \$221 [20], \$221 [4], \$221 [0] } = { crc[20], crc[4], crc[0] };
+  assign { \$223 [7:5], \$223 [3:1] } = 6'h00;
+  assign { \$223 [4], \$223 [0] } = { data[4], data[0] };
+  assign { \$226 [31:22], \$226 [20:6], \$226 [4:2] } = 28'h0000000;
+  assign { \$226 [21], \$226 [5], \$226 [1:0] } = { crc[21], crc[5], crc[1:0] };
+  assign { \$228 [7:6], \$228 [4:2] } = 5'h00;
+  assign { \$228 [5], \$228 [1:0] } = { data[5], data[1:0] };
+  assign { \$231 [31:23], \$231 [21:7], \$231 [5:3], \$231 [0] } = 28'h0000000;
+  assign { \$231 [22], \$231 [6], \$231 [2:1] } = { crc[22], crc[6], crc[2:1] };
+  assign { \$233 [7], \$233 [5:3], \$233 [0] } = 5'h00;
+  assign { \$233 [6], \$233 [2:1] } = { data[6], data[2:1] };
+  assign { \$236 [31:24], \$236 [22:8], \$236 [6:4], \$236 [1:0] } = 28'h0000000;
+  assign { \$236 [23], \$236 [7], \$236 [3:2] } = { crc[23], crc[7], crc[3:2] };
+  assign { \$238 [6:4], \$238 [1:0] } = 5'h00;
+  assign { \$238 [7], \$238 [3:2] } = { data[7], data[3:2] };
+  assign { \$241 [31:25], \$241 [23:5], \$241 [1] } = 27'h0000000;
+  assign { \$241 [24], \$241 [4:2], \$241 [0] } = { crc[24], crc[4:2], crc[0] };
+  assign { \$243 [7:5], \$243 [1] } = 4'h0;
+  assign { \$243 [4:2], \$243 [0] } = { data[4:2], data[0] };
+  assign { \$246 [31:26], \$246 [24:6], \$246 [2] } = 26'h0000000;
+  assign { \$246 [25], \$246 [5:3], \$246 [1:0] } = { crc[25], crc[5:3], crc[1:0] };
+  assign { \$248 [7:6], \$248 [2] } = 3'h0;
+  assign { \$248 [5:3], \$248 [1:0] } = { data[5:3], data[1:0] };
+  assign { \$251 [31:27], \$251 [25:7], \$251 [3] } = 25'h0000000;
+  assign { \$251 [26], \$251 [6:4], \$251 [2:0] } = { crc[26], crc[6:4], crc[2:0] };
+  assign { \$253 [7], \$253 [3] } = 2'h0;
+  assign { \$253 [6:4], \$253 [2:0] } = { data[6:4], data[2:0] };
+  assign { \$256 [31:28], \$256 [26:8], \$256 [4], \$256 [0] } = 25'h0000000;
+  assign { \$256 [27], \$256 [7:5], \$256 [3:1] } = { crc[27], crc[7:5], crc[3:1] };
+  assign { \$258 [4], \$258 [0] } = 2'h0;
+  assign { \$258 [7:5], \$258 [3:1] } = { data[7:5], data[3:1] };
+  assign { \$261 [31:29], \$261 [27:8], \$261 [5], \$261 [2:0] } = 27'h0000000;
+  assign { \$261 [28], \$261 [7:6], \$261 [4:3] } = { crc[28], crc[7:6], crc[4:3] };
+  assign { \$263 [5], \$263 [2:0] } = 4'h0;
+  assign { \$263 [7:6], \$263 [4:3] } = { data[7:6], data[4:3] };
+  assign { \$266 [31:30], \$266 [28:8], \$266 [6], \$266 [3], \$266 [1:0] } = 27'h0000000;
+  assign { \$266 [29], \$266 [7], \$266 [5:4], \$266 [2] } = { crc[29], crc[7], crc[5:4], crc[2] };
+  assign { \$268 [6], \$268 [3], \$268 [1:0] } = 4'h0;
+  assign { \$268 [7], \$268 [5:4], \$268 [2] } = { data[7], data[5:4], data[2] };
+  assign { \$271 [31], \$271 [29:7], \$271 [4], \$271 [1:0] } = 27'h0000000;
+  assign { \$271 [30], \$271 [6:5], \$271 [3:2] } = { crc[30], crc[6:5], crc[3:2] };
+  assign { \$273 [7], \$273 [4], \$273 [1:0] } = 4'h0;
+  assign { \$273 [6:5], \$273 [3:2] } = { data[6:5], data[3:2] };
+  assign { \$276 [30:8], \$276 [5], \$276 [2:0] } = 27'h0000000;
+  assign { \$276 [31], \$276 [7:6], \$276 [4:3] } = { crc[31], crc[7:6], crc[4:3] };
+  assign { \$278 [5], \$278 [2:0] } = 4'h0;
+  assign { \$278 [7:6], \$278 [4:3] } = { data[7:6], data[4:3] };
+  assign { \$281 [31:8], \$281 [6], \$281 [3], \$281 [1] } = 27'h0000000;
+  assign { \$281 [7], \$281 [5:4], \$281 [2], \$281 [0] } = { crc[7], crc[5:4], crc[2], crc[0] };
+  assign { \$283 [6], \$283 [3], \$283 [1] } = 3'h0;
+  assign { \$283 [7], \$283 [5:4], \$283 [2], \$283 [0] } = { data[7], data[5:4], data[2], data[0] };
+  assign { \$286 [31:7], \$286 [4] } = 26'h0000000;
+  assign { \$286 [6:5], \$286 [3:0] } = { crc[6:5], crc[3:0] };
+  assign { \$288 [7], \$288 [4] } = 2'h0;
+  assign { \$288 [6:5], \$288 [3:0] } = { data[6:5], data[3:0] };
+  assign { \$291 [31:8], \$291 [5] } = 25'h0000000;
+  assign { \$291 [7:6], \$291 [4:0] } = { crc[7:6], crc[4:0] };
+  assign \$293 [5] = 1'h0;
+  assign { \$293 [7:6], \$293 [4:0] } = { data[7:6], data[4:0] };
+  assign { \$296 [31:8], \$296 [6], \$296 [2], \$296 [0] } = 27'h0000000;
+  assign { \$296 [7], \$296 [5:3], \$296 [1] } = { crc[7], crc[5:3], crc[1] };
+  assign { \$298 [6], \$298 [2], \$298 [0] } = 3'h0;
+  assign { \$298 [7], \$298 [5:3], \$298 [1] } = { data[7], data[5:3], data[1] };
+  assign { \$301 [31:7], \$301 [3:1] } = 28'h0000000;
+  assign { \$301 [6:4], \$301 [0] } = { crc[6:4], crc[0] };
+  assign { \$303 [7], \$303 [3:1] } = 4'h0;
+  assign { \$303 [6:4], \$303 [0] } = { data[6:4], data[0] };
+  assign { \$306 [31:8], \$306 [4:2] } = 27'h0000000;
+  assign { \$306 [7:5], \$306 [1:0] } = { crc[7:5], crc[1:0] };
+  assign \$308 [4:2] = 3'h0;
+  assign { \$308 [7:5], \$308 [1:0] } = { data[7:5], data[1:0] };
+  assign { \$311 [31:8], \$311 [5:2] } = 28'h0000000;
+  assign { \$311 [7:6], \$311 [1:0] } = { crc[7:6], crc[1:0] };
+  assign \$313 [5:2] = 4'h0;
+  assign { \$313 [7:6], \$313 [1:0] } = { data[7:6], data[1:0] };
+  assign { \$316 [31:8], \$316 [6:2], \$316 [0] } = 30'h00000000;
+  assign { \$316 [7], \$316 [1] } = { crc[7], crc[1] };
+  assign { \$318 [6:2], \$318 [0] } = 6'h00;
+  assign { \$318 [7], \$318 [1] } = { data[7], data[1] };
+  assign \$321  = { 7'h00, crc, 8'h00 };
+  assign \$322 [46:8] = \$321 [46:8];
+  assign \$322 [7:0] = 8'hff;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.dispatch (rx__valid, rx__byte, idle, crc__start, crc__data, uartbone, burst, reg_frame, busy);
+  reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
+  output burst;
+  reg burst;
+  input busy;
+  wire busy;
+  output [7:0] crc__data;
+  reg [7:0] crc__data;
+  output crc__start;
+  reg crc__start;
+  output idle;
+  wire idle;
+  output reg_frame;
+  reg reg_frame;
+  input [7:0] rx__byte;
+  wire [7:0] rx__byte;
+  input rx__valid;
+  wire rx__valid;
+  output uartbone;
+  reg uartbone;
+  assign idle = ~ busy;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    crc__start = 1'h0;
+    if (idle) begin
+      crc__start = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    crc__data = 8'h00;
+    if (idle) begin
+      crc__data = rx__byte;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    uartbone = 1'h0;
+    if (idle) begin
+      if (rx__valid) begin
+        casez (rx__byte)
+          8'h01, 8'h02, 8'h03, 8'h04:
+              uartbone = 1'h1;
+        endcase
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    burst = 1'h0;
+    if (idle) begin
+      if (rx__valid) begin
+        casez (rx__byte)
+          8'h01, 8'h02, 8'h03, 8'h04:
+              /* empty */;
+          8'h81, 8'h82:
+              burst = 1'h1;
+        endcase
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    reg_frame = 1'h0;
+    if (idle) begin
+      if (rx__valid) begin
+        casez (rx__byte)
+          8'h01, 8'h02, 8'h03, 8'h04:
+              /* empty */;
+          8'h81, 8'h82:
+              /* empty */;
+          8'h83, 8'h84:
+              reg_frame = 1'h1;
+        endcase
+      end
+    end
+  end
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.receiver (clk, rst, frames__listen, frames__discard, frames__valid, frames__abort, frames__byte, idle, shreg, discarding, rx);
+  reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
+  wire \$1 ;
+  wire [15:0] \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  reg \$15 ;
+  reg [14:0] \$16 ;
+  reg [23:0] \$17 ;
+  reg \$18 ;
+  wire \$2 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  input clk;
+  wire clk;
+  wire [7:0] data__tdata;
+  wire data__tready;
+  wire data__tvalid;
+  output discarding;
+  reg discarding = 1'h0;
+  wire frame_error;
+  output frames__abort;
+  wire frames__abort;
+  output [7:0] frames__byte;
+  wire [7:0] frames__byte;
+  input frames__discard;
+  wire frames__discard;
+  wire [31:0] frames__field;
+  input frames__listen;
+  wire frames__listen;
+  output frames__valid;
+  wire frames__valid;
+  input idle;
+  wire idle;
+  reg [14:0] quiet = 15'h0000;
+  wire [7:0] r_data;
+  wire r_en;
+  wire r_rdy;
+  input rst;
+  wire rst;
+  input rx;
+  wire rx;
+  wire \rx$1 ;
+  reg rx_err = 1'h0;
+  output [23:0] shreg;
+  reg [23:0] shreg = 24'h000000;
+  wire take;
+  wire timed_out;
+  wire [7:0] w_data;
+  wire w_en;
+  wire waiting;
+  assign timed_out = quiet == 15'h411a;
+  assign waiting = frames__listen | discarding;
+  assign \$1  = idle | discarding;
+  assign \$2  = ~ timed_out;
+  assign \$3  = frames__listen & \$2 ;
+  assign \$4  = ~ rx_err;
+  assign \$5  = \$3  & \$4 ;
+  assign take = \$1  | \$5 ;
+  assign frames__valid = r_rdy & take;
+  assign \$6  = timed_out | rx_err;
+  assign frames__abort = frames__listen & \$6 ;
+  assign \$7  = ~ waiting;
+  assign \$8  = \$7  | frames__valid;
+  assign \$9  = ~ timed_out;
+  assign \$10  = quiet + 1'h1;
+  assign \$11  = ~ timed_out;
+  assign \$12  = frames__listen & \$11 ;
+  assign \$13  = \$12  & rx_err;
+  assign \$14  = frames__discard | \$13 ;
+  always @(posedge clk)
+    rx_err <= \$15 ;
+  always @(posedge clk)
+    quiet <= \$16 ;
+  always @(posedge clk)
+    shreg <= \$17 ;
+  always @(posedge clk)
+    discarding <= \$18 ;
+  \dx1_uart_bridge.receiver.rx_fifo  rx_fifo (
+    .clk(clk),
+    .r_data(frames__byte),
+    .r_en(take),
+    .r_rdy(r_rdy),
+    .rst(rst),
+    .w_en(w_en),
+    .w_port__data(w_data)
+  );
+  \dx1_uart_bridge.receiver.uart_rx  uart_rx (
+    .clk(clk),
+    .data__tdata(w_data),
+    .data__tvalid(w_en),
+    .frame_error(frame_error),
+    .rst(rst),
+    .\rx$12 (rx)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$15  = rx_err;
+    if (idle) begin
+      \$15  = 1'h0;
+    end else if (frame_error) begin
+      \$15  = 1'h1;
+    end
+    if (rst) begin
+      \$15  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$16  = quiet;
+    if (\$8 ) begin
+      \$16  = 15'h0000;
+    end else if (\$9 ) begin
+      \$16  = \$10 [14:0];
+    end
+    if (rst) begin
+      \$16  = 15'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$17  = shreg;
+    if (frames__valid) begin
+      \$17  = { shreg[15:0], frames__byte };
+    end
+    if (rst) begin
+      \$17  = 24'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$18  = discarding;
+    if (\$14 ) begin
+      \$18  = 1'h1;
+    end else if (timed_out) begin
+      \$18  = 1'h0;
+    end
+    if (rst) begin
+      \$18  = 1'h0;
+    end
+  end
+  assign \rx$1  = rx;
+  assign data__tready = 1'h1;
+  assign data__tvalid = w_en;
+  assign data__tdata = w_data;
+  assign r_en = take;
+  assign r_data = frames__byte;
+  assign frames__field = { shreg, frames__byte };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.receiver.rx_fifo (rst, r_en, r_data, w_en, w_port__data, r_rdy, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$40  = 0;
   wire \$1 ;
   wire \$10 ;
   wire [4:0] \$11 ;
@@ -6677,7 +4631,7 @@ module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, c
   always @(posedge clk)
     r_rdy <= \$33 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$30  = w_port__addr;
     if (\$3 ) begin
       \$30  = \$6 [3:0];
@@ -6687,7 +4641,7 @@ module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$31  = r_port__addr;
     if (\$9 ) begin
       \$31  = \$12 [3:0];
@@ -6697,7 +4651,7 @@ module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$32  = inner_level;
     if (\$18 ) begin
       \$32  = \$19 [3:0];
@@ -6710,7 +4664,7 @@ module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, c
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$33  = r_rdy;
     if (\$29 ) begin
       \$33  = 1'h1;
@@ -6730,8 +4684,8 @@ module \dx1_uart_bridge.rx_fifo (rst, r_data, r_en, w_en, w_port__data, r_rdy, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdata, \rx$12 );
-  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
+module \dx1_uart_bridge.receiver.uart_rx (clk, rst, data__tvalid, frame_error, data__tdata, \rx$12 );
+  reg \$auto$verilog_backend.cc:2355:dump_module$41  = 0;
   wire [26:0] \$1 ;
   wire \$10 ;
   wire [7:0] \$11 ;
@@ -6799,14 +4753,14 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     count <= \$20 ;
   always @(posedge clk)
     data__tdata <= \$21 ;
-  \dx1_uart_bridge.uart_rx.sync  sync (
+  \dx1_uart_bridge.receiver.uart_rx.sync  sync (
     .clk(clk),
     .rst(rst),
     .rx(\rx$12 ),
     .stage1(rx)
   );
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     restart = 1'h0;
     casez (rx_fsm_state)
       3'h0:
@@ -6814,7 +4768,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     endcase
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     (* full_case = 32'd1 *)
     if (restart) begin
       \$16  = 26'h17d7840;
@@ -6828,7 +4782,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$17  = 1'h0;
     casez (rx_fsm_state)
       3'h0:
@@ -6849,7 +4803,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$18  = 1'h0;
     casez (rx_fsm_state)
       3'h0:
@@ -6872,7 +4826,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$19  = rx_fsm_state;
     casez (rx_fsm_state)
       3'h0:
@@ -6913,7 +4867,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$20  = count;
     casez (rx_fsm_state)
       3'h0:
@@ -6936,7 +4890,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$41 ) begin end
     \$21  = data__tdata;
     casez (rx_fsm_state)
       3'h0:
@@ -6958,7 +4912,7 @@ module \dx1_uart_bridge.uart_rx (clk, rst, data__tvalid, frame_error, data__tdat
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_uart_bridge.uart_rx.sync (clk, rst, stage1, rx);
+module \dx1_uart_bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
   input clk;
   wire clk;
   input rst;
@@ -6978,8 +4932,1055 @@ module \dx1_uart_bridge.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, tx, clk);
-  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
+module \dx1_uart_bridge.reg_frames (clk, rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, \port$1079$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+, buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, bus__reg_rdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
+  wire [9:0] \$1 ;
+  wire [8:0] \$10 ;
+  wire [7:0] \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire [10:0] \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire [9:0] \$28 ;
+  wire \$29 ;
+  wire [10:0] \$3 ;
+  wire \$30 ;
+  wire [1:0] \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire [10:0] \$38 ;
+  wire [16:0] \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire [9:0] \$42 ;
+  wire [32:0] \$43 ;
+  wire [9:0] \$44 ;
+  wire [9:0] \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire [1:0] \$48 ;
+  wire [9:0] \$49 ;
+  wire \$5 ;
+  wire [32:0] \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire [1:0] \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  reg [8:0] \$57 ;
+  reg \$58 ;
+  reg [3:0] \$59 ;
+  wire [31:0] \$6 ;
+  reg [31:0] \$60 ;
+  reg [7:0] \$61 ;
+  reg [7:0] \$62 ;
+  reg [9:0] \$63 ;
+  reg \$64 ;
+  wire [31:0] \$7 ;
+  wire [31:0] \$8 ;
+  wire [31:0] \$9 ;
+  reg [31:0] baddr = 32'd0;
+  reg [9:0] beat = 10'h000;
+  input buf__crc_ok;
+  wire buf__crc_ok;
+  output [12:0] buf__length;
+  reg [12:0] buf__length;
+  output [2:0] buf__offset;
+  reg [2:0] buf__offset;
+  output [9:0] buf__r_addr;
+  reg [9:0] buf__r_addr;
+  input [63:0] buf__r_data;
+  wire [63:0] buf__r_data;
+  output buf__receive;
+  reg buf__receive;
+  output buf__receive_crc;
+  reg buf__receive_crc;
+  input buf__received;
+  wire buf__received;
+  output buf__send;
+  reg buf__send;
+  input buf__sent;
+  wire buf__sent;
+  output [9:0] buf__w_addr;
+  reg [9:0] buf__w_addr;
+  output [63:0] buf__w_data;
+  reg [63:0] buf__w_data;
+  output [7:0] buf__w_en;
+  reg [7:0] buf__w_en;
+  output [15:0] bus__reg_addr;
+  reg [15:0] bus__reg_addr;
+  input bus__reg_b_done;
+  wire bus__reg_b_done;
+  input bus__reg_b_err;
+  wire bus__reg_b_err;
+  output bus__reg_b_wait;
+  reg bus__reg_b_wait;
+  input bus__reg_r_done;
+  wire bus__reg_r_done;
+  input bus__reg_r_err;
+  wire bus__reg_r_err;
+  output bus__reg_r_wait;
+  reg bus__reg_r_wait;
+  input [31:0] bus__reg_rdata;
+  wire [31:0] bus__reg_rdata;
+  output bus__reg_read;
+  reg bus__reg_read;
+  output [31:0] bus__reg_wdata;
+  reg [31:0] bus__reg_wdata;
+  output bus__reg_write;
+  reg bus__reg_write;
+  reg bus_err = 1'h0;
+  output busy;
+  wire busy;
+  input clk;
+  wire clk;
+  wire [7:0] cmd;
+  reg [8:0] count = 9'h000;
+  output [7:0] crc__data;
+  reg [7:0] crc__data;
+  output crc__feed;
+  reg crc__feed;
+  reg err;
+  wire last;
+  input [23:0] \port$1079$0 ;
+  wire [23:0] \port$1079$0 ;
+  reg [3:0] reg_frame_fsm_state = 4'h0;
+  input rst;
+  wire rst;
+  input rx__abort;
+  wire rx__abort;
+  input [7:0] rx__byte;
+  wire [7:0] rx__byte;
+  output rx__discard;
+  reg rx__discard;
+  wire [31:0] rx__field;
+  output rx__listen;
+  reg rx__listen;
+  input rx__valid;
+  wire rx__valid;
+  input start;
+  wire start;
+  reg [7:0] status = 8'h00;
+  output [7:0] tx__tdata;
+  reg [7:0] tx__tdata;
+  input tx__tready;
+  wire tx__tready;
+  output tx__tvalid;
+  reg tx__tvalid;
+  reg [7:0] words = 8'h00;
+  reg write = 1'h0;
+  assign \$34  = | baddr[31:16];
+  assign \$35  = \$33  | \$34 ;
+  assign \$36  = | baddr[1:0];
+  assign \$37  = \$35  | \$36 ;
+  assign \$39  = baddr[15:0] + \$38 ;
+  assign \$40  = \$39  > 17'h10000;
+  assign \$41  = \$37  | \$40 ;
+  assign \$42  = count + 1'h1;
+  assign \$43  = baddr + 3'h4;
+  assign \$44  = count + 1'h1;
+  assign \$46  = bus_err | err;
+  assign \$47  = bus_err | err;
+  assign \$48  = \$47  ? 2'h3 : 2'h0;
+  assign \$49  = count + 1'h1;
+  assign \$50  = baddr + 3'h4;
+  assign \$51  = bus_err | err;
+  assign \$52  = bus_err | err;
+  assign \$53  = \$52  ? 2'h3 : 2'h0;
+  assign \$54  = ! status;
+  assign \$55  = ~ write;
+  assign \$56  = \$54  & \$55 ;
+  always @(posedge clk)
+    count <= \$57 ;
+  always @(posedge clk)
+    write <= \$58 ;
+  always @(posedge clk)
+    reg_frame_fsm_state <= \$59 ;
+  always @(posedge clk)
+    baddr <= \$60 ;
+  always @(posedge clk)
+    words <= \$61 ;
+  always @(posedge clk)
+    status <= \$62 ;
+  always @(posedge clk)
+    beat <= \$63 ;
+  always @(posedge clk)
+    bus_err <= \$64 ;
+  assign \$1  = count + 1'h1;
+  assign last = \$1  == words;
+  assign busy = ~ \$16 ;
+  assign \$2  = count == 3'h4;
+  assign \$4  = | rx__byte;
+  assign \$5  = write & \$4 ;
+  assign \$6  = count[0] ? buf__r_data[63:32] : buf__r_data[31:0];
+  assign \$7  = count[0] ? buf__r_data[63:32] : buf__r_data[31:0];
+  assign \$8  = count[0] ? buf__r_data[63:32] : buf__r_data[31:0];
+  assign \$9  = count[0] ? buf__r_data[63:32] : buf__r_data[31:0];
+  assign \$11  = count[0] ? 8'hf0 : 8'h0f;
+  assign \$12  = ! status;
+  assign \$13  = ~ write;
+  assign \$14  = \$12  & \$13 ;
+  assign \$16  = ! reg_frame_fsm_state;
+  assign \$17  = reg_frame_fsm_state == 1'h1;
+  assign \$18  = reg_frame_fsm_state == 2'h2;
+  assign \$19  = reg_frame_fsm_state == 2'h3;
+  assign \$20  = reg_frame_fsm_state == 3'h4;
+  assign \$21  = reg_frame_fsm_state == 3'h5;
+  assign \$22  = reg_frame_fsm_state == 3'h6;
+  assign \$23  = reg_frame_fsm_state == 3'h7;
+  assign \$24  = reg_frame_fsm_state == 4'h8;
+  assign \$25  = reg_frame_fsm_state == 4'h9;
+  assign \$26  = reg_frame_fsm_state == 4'ha;
+  assign \$27  = reg_frame_fsm_state == 4'hb;
+  assign \$28  = count + 1'h1;
+  assign \$29  = count == 2'h3;
+  assign \$30  = count == 3'h4;
+  assign \$31  = buf__crc_ok ? 2'h0 : 2'h1;
+  assign \$32  = | status;
+  assign \$33  = ! words;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    rx__listen = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          rx__listen = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    crc__feed = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            crc__feed = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    crc__data = 8'h00;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            crc__data = rx__byte;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__offset = 3'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$2 ) begin
+              buf__offset = 3'h0;
+            end
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          if (tx__tready) begin
+            if (\$14 ) begin
+              buf__offset = 3'h0;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__length = 13'h0000;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$2 ) begin
+              buf__length = { 2'h0, \$3  };
+            end
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          if (tx__tready) begin
+            if (\$14 ) begin
+              buf__length = { 2'h0, \$15  };
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__receive = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$2 ) begin
+              if (\$5 ) begin
+                buf__receive = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__receive_crc = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$2 ) begin
+              (* full_case = 32'd1 *)
+              if (\$5 ) begin
+              end else begin
+                buf__receive_crc = 1'h1;
+              end
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    tx__tvalid = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          tx__tvalid = 1'h1;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          tx__tvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    tx__tdata = 8'h00;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          tx__tdata = status;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          tx__tdata = status;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    rx__discard = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (tx__tready) begin
+            rx__discard = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__r_addr = 10'h000;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          buf__r_addr = beat;
+      4'h8:
+          buf__r_addr = beat;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_write = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          bus__reg_write = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_addr = 16'h0000;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          bus__reg_addr = baddr[15:0];
+      4'h9:
+          /* empty */;
+      4'h7:
+          bus__reg_addr = baddr[15:0];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_wdata = 32'd0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          bus__reg_wdata = { \$9 [7:0], \$8 [15:8], \$7 [23:16], \$6 [31:24] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_b_wait = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__reg_b_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    err = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          err = bus__reg_b_err;
+      4'h7:
+          /* empty */;
+      4'ha:
+          err = bus__reg_r_err;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_read = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          bus__reg_read = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    bus__reg_r_wait = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          bus__reg_r_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__w_addr = 10'h000;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            buf__w_addr = { 1'h0, \$10  };
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__w_data = 64'h0000000000000000;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            buf__w_data = { bus__reg_rdata[7:0], bus__reg_rdata[15:8], bus__reg_rdata[23:16], bus__reg_rdata[31:24], bus__reg_rdata[7:0], bus__reg_rdata[15:8], bus__reg_rdata[23:16], bus__reg_rdata[31:24] };
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__w_en = 8'h00;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            buf__w_en = \$11 ;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    buf__send = 1'h0;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'h7:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h5:
+          if (tx__tready) begin
+            if (\$14 ) begin
+              buf__send = 1'h1;
+            end
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$57  = count;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          \$57  = 9'h000;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$57  = \$28 [8:0];
+            if (\$30 ) begin
+              \$57  = 9'h000;
+            end
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          \$57  = 9'h000;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__reg_b_done) begin
+            \$57  = \$42 [8:0];
+          end
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            \$57  = \$49 [8:0];
+            if (last) begin
+              \$57  = 9'h000;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$57  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$58  = write;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          if (start) begin
+            \$58  = rx__byte[0];
+          end
+    endcase
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$59  = reg_frame_fsm_state;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          if (start) begin
+            \$59  = 4'h1;
+          end
+      4'h1:
+          if (rx__abort) begin
+            \$59  = 4'h0;
+          end else if (rx__valid) begin
+            if (\$30 ) begin
+              \$59  = 4'h2;
+            end
+          end
+      4'h2:
+          if (rx__abort) begin
+            \$59  = 4'h0;
+          end else if (buf__received) begin
+            \$59  = 4'h3;
+          end
+      4'h3:
+          (* full_case = 32'd1 *)
+          if (\$32 ) begin
+            \$59  = 4'h4;
+          end else if (\$41 ) begin
+            \$59  = 4'h5;
+          end else if (write) begin
+            \$59  = 4'h6;
+          end else begin
+            \$59  = 4'h7;
+          end
+      4'h4:
+          if (tx__tready) begin
+            \$59  = 4'h0;
+          end
+      4'h6:
+          \$59  = 4'h8;
+      4'h8:
+          \$59  = 4'h9;
+      4'h9:
+          if (bus__reg_b_done) begin
+            (* full_case = 32'd1 *)
+            if (last) begin
+              \$59  = 4'h5;
+            end else begin
+              \$59  = 4'h6;
+            end
+          end
+      4'h7:
+          \$59  = 4'ha;
+      4'ha:
+          if (bus__reg_r_done) begin
+            (* full_case = 32'd1 *)
+            if (last) begin
+              \$59  = 4'h5;
+            end else begin
+              \$59  = 4'h7;
+            end
+          end
+      4'h5:
+          if (tx__tready) begin
+            (* full_case = 32'd1 *)
+            if (\$56 ) begin
+              \$59  = 4'hb;
+            end else begin
+              \$59  = 4'h0;
+            end
+          end
+      4'hb:
+          if (buf__sent) begin
+            \$59  = 4'h0;
+          end
+    endcase
+    if (rst) begin
+      \$59  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$60  = baddr;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$29 ) begin
+              \$60  = { \port$1079$0 , rx__byte };
+            end
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__reg_b_done) begin
+            \$60  = \$43 [31:0];
+          end
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            \$60  = \$50 [31:0];
+          end
+    endcase
+    if (rst) begin
+      \$60  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$61  = words;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$30 ) begin
+              \$61  = rx__byte;
+            end
+          end
+    endcase
+    if (rst) begin
+      \$61  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$62  = status;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          if (rx__abort) begin
+          end else if (buf__received) begin
+            \$62  = { 6'h00, \$31  };
+          end
+      4'h3:
+          if (\$32 ) begin
+          end else if (\$41 ) begin
+            \$62  = 8'h02;
+          end
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__reg_b_done) begin
+            if (last) begin
+              \$62  = { 6'h00, \$48  };
+            end
+          end
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            if (last) begin
+              \$62  = { 6'h00, \$53  };
+            end
+          end
+    endcase
+    if (rst) begin
+      \$62  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$63  = beat;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          \$63  = 10'h000;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__reg_b_done) begin
+            \$63  = \$45 ;
+          end
+    endcase
+    if (rst) begin
+      \$63  = 10'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
+    \$64  = bus_err;
+    casez (reg_frame_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          \$64  = 1'h0;
+      4'h4:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          if (bus__reg_b_done) begin
+            \$64  = \$46 ;
+          end
+      4'h7:
+          /* empty */;
+      4'ha:
+          if (bus__reg_r_done) begin
+            \$64  = \$51 ;
+          end
+    endcase
+    if (rst) begin
+      \$64  = 1'h0;
+    end
+  end
+  assign cmd = rx__byte;
+  assign rx__field = { \port$1079$0 , rx__byte };
+  assign \$3  = { 1'h0, rx__byte, 2'h0 };
+  assign \$10  = { 1'h0, count[8:1] };
+  assign \$15  = { 1'h0, words, 2'h0 };
+  assign \$38  = { 1'h0, words, 2'h0 };
+  assign \$45  = { 1'h0, \$44 [9:1] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, tx, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
   wire [26:0] \$1 ;
   wire [8:0] \$10 ;
   wire [4:0] \$11 ;
@@ -7037,7 +6038,7 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
   always @(posedge clk)
     count <= \$16 ;
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     (* full_case = 32'd1 *)
     if (restart) begin
       \$12  = 26'h0000000;
@@ -7051,7 +6052,7 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$13  = busy;
     if (\$6 ) begin
       \$13  = 1'h1;
@@ -7065,7 +6066,7 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$14  = tx;
     if (\$6 ) begin
       \$14  = 1'h0;
@@ -7081,7 +6082,7 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$15  = shift;
     if (\$6 ) begin
       \$15  = \$8 ;
@@ -7097,7 +6098,7 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
     end
   end
   always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    if (\$auto$verilog_backend.cc:2355:dump_module$43 ) begin end
     \$16  = count;
     if (\$6 ) begin
       \$16  = 4'h0;
@@ -7115,4 +6116,819 @@ module \dx1_uart_bridge.uart_tx (rst, data__tready, data__tvalid, data__tdata, t
   assign \$8 [7:0] = data__tdata;
   assign \$8 [8] = 1'h1;
   assign \$10  = { 1'h0, shift[8:1] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_uart_bridge.uartbone$356 (bus__mem_rdata, clk, rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, \port$1079$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+, bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, bus__reg_rdata);
+  reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire [8:0] \$19 ;
+  wire \$2 ;
+  wire [2:0] \$20 ;
+  wire \$21 ;
+  wire [2:0] \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire [31:0] \$26 ;
+  wire [31:0] \$27 ;
+  wire [31:0] \$28 ;
+  wire [46:0] \$29 ;
+  wire [30:0] \$3 ;
+  wire [2:0] \$30 ;
+  wire \$31 ;
+  wire [9:0] \$32 ;
+  wire [32:0] \$33 ;
+  wire \$34 ;
+  reg \$35 ;
+  reg \$36 ;
+  reg [3:0] \$37 ;
+  reg [8:0] \$38 ;
+  reg [1:0] \$39 ;
+  wire [7:0] \$4 ;
+  reg [31:0] \$40 ;
+  reg [31:0] \$41 ;
+  wire [30:0] \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
+  output [30:0] bus__mem_addr;
+  reg [30:0] bus__mem_addr;
+  input bus__mem_b_done;
+  wire bus__mem_b_done;
+  output bus__mem_b_wait;
+  reg bus__mem_b_wait;
+  output bus__mem_beat;
+  reg bus__mem_beat;
+  input bus__mem_r_done;
+  wire bus__mem_r_done;
+  input bus__mem_r_err;
+  wire bus__mem_r_err;
+  output bus__mem_r_wait;
+  reg bus__mem_r_wait;
+  input [63:0] bus__mem_rdata;
+  wire [63:0] bus__mem_rdata;
+  output bus__mem_read;
+  reg bus__mem_read;
+  output [63:0] bus__mem_wdata;
+  reg [63:0] bus__mem_wdata;
+  output bus__mem_write;
+  reg bus__mem_write;
+  output [7:0] bus__mem_wstrb;
+  reg [7:0] bus__mem_wstrb;
+  output [15:0] bus__reg_addr;
+  reg [15:0] bus__reg_addr;
+  input bus__reg_b_done;
+  wire bus__reg_b_done;
+  output bus__reg_b_wait;
+  reg bus__reg_b_wait;
+  input bus__reg_r_done;
+  wire bus__reg_r_done;
+  input bus__reg_r_err;
+  wire bus__reg_r_err;
+  output bus__reg_r_wait;
+  reg bus__reg_r_wait;
+  input [31:0] bus__reg_rdata;
+  wire [31:0] bus__reg_rdata;
+  output bus__reg_read;
+  reg bus__reg_read;
+  output [31:0] bus__reg_wdata;
+  reg [31:0] bus__reg_wdata;
+  output bus__reg_write;
+  reg bus__reg_write;
+  output busy;
+  wire busy;
+  wire [31:0] byte_addr;
+  input clk;
+  wire clk;
+  input [7:0] cmd;
+  wire [7:0] cmd;
+  reg [1:0] count = 2'h0;
+  wire in_mem;
+  wire in_regs;
+  reg incr = 1'h0;
+  input [23:0] \port$1079$0 ;
+  wire [23:0] \port$1079$0 ;
+  input rst;
+  wire rst;
+  input rx__abort;
+  wire rx__abort;
+  wire [7:0] rx__byte;
+  wire [31:0] rx__field;
+  output rx__listen;
+  reg rx__listen;
+  input rx__valid;
+  wire rx__valid;
+  input start;
+  wire start;
+  output [7:0] tx__tdata;
+  reg [7:0] tx__tdata;
+  input tx__tready;
+  wire tx__tready;
+  output tx__tvalid;
+  reg tx__tvalid;
+  reg [3:0] uartbone_fsm_state = 4'h0;
+  reg [31:0] waddr = 32'd0;
+  reg [31:0] word = 32'd0;
+  reg [8:0] words = 9'h000;
+  reg write = 1'h0;
+  always @(posedge clk)
+    uartbone_fsm_state <= \$37 ;
+  always @(posedge clk)
+    words <= \$38 ;
+  always @(posedge clk)
+    count <= \$39 ;
+  always @(posedge clk)
+    waddr <= \$40 ;
+  always @(posedge clk)
+    word <= \$41 ;
+  assign in_regs = ! waddr[29:14];
+  assign busy = ~ \$6 ;
+  assign \$1  = write & in_regs;
+  assign \$2  = write & waddr[29];
+  assign \$4  = waddr[0] ? 8'hf0 : 8'h0f;
+  assign \$6  = ! uartbone_fsm_state;
+  assign \$7  = uartbone_fsm_state == 1'h1;
+  assign \$8  = uartbone_fsm_state == 2'h2;
+  assign \$9  = uartbone_fsm_state == 2'h3;
+  assign \$10  = uartbone_fsm_state == 3'h4;
+  assign \$11  = uartbone_fsm_state == 3'h5;
+  assign \$12  = uartbone_fsm_state == 3'h6;
+  assign \$13  = uartbone_fsm_state == 3'h7;
+  assign \$14  = uartbone_fsm_state == 4'h8;
+  assign \$15  = uartbone_fsm_state == 4'h9;
+  assign \$16  = uartbone_fsm_state == 4'ha;
+  assign \$17  = cmd[1] ^ cmd[0];
+  assign \$18  = ! cmd;
+  assign \$19  = \$18  ? 9'h100 : { 1'h0, cmd };
+  assign \$20  = count + 1'h1;
+  assign \$21  = count == 2'h3;
+  assign \$22  = count + 1'h1;
+  assign \$23  = count == 2'h3;
+  assign \$24  = write & in_regs;
+  assign \$25  = write & waddr[29];
+  assign \$26  = bus__reg_r_err ? 32'd4294967295 : bus__reg_rdata;
+  assign \$27  = waddr[0] ? bus__mem_rdata[63:32] : bus__mem_rdata[31:0];
+  assign \$28  = bus__mem_r_err ? 32'd4294967295 : \$27 ;
+  assign \$30  = count + 1'h1;
+  assign \$31  = count == 2'h3;
+  assign \$32  = words - 1'h1;
+  assign \$33  = waddr + incr;
+  assign \$34  = words == 1'h1;
+  always @(posedge clk)
+    write <= \$35 ;
+  always @(posedge clk)
+    incr <= \$36 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$38  = words;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$38  = \$19 ;
+          end
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h7:
+          \$38  = \$32 [8:0];
+    endcase
+    if (rst) begin
+      \$38  = 9'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$39  = count;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$39  = 2'h0;
+          end
+      4'h2:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$39  = \$20 [1:0];
+          end
+      4'h3:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            \$39  = \$22 [1:0];
+          end
+      4'h4:
+          (* full_case = 32'd1 *)
+          if (\$24 ) begin
+          end else if (\$25 ) begin
+          end else if (write) begin
+          end else if (in_regs) begin
+          end else if (waddr[29]) begin
+          end else begin
+            \$39  = 2'h0;
+          end
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          if (bus__reg_r_done) begin
+            \$39  = 2'h0;
+          end
+      4'h9:
+          if (bus__mem_r_done) begin
+            \$39  = 2'h0;
+          end
+      4'ha:
+          if (tx__tready) begin
+            \$39  = \$30 [1:0];
+          end
+      4'h7:
+          \$39  = 2'h0;
+    endcase
+    if (rst) begin
+      \$39  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$40  = waddr;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$21 ) begin
+              \$40  = { \port$1079$0 , cmd };
+            end
+          end
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          /* empty */;
+      4'h7:
+          \$40  = \$33 [31:0];
+    endcase
+    if (rst) begin
+      \$40  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$41  = word;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          if (rx__abort) begin
+          end else if (rx__valid) begin
+            if (\$23 ) begin
+              \$41  = { \port$1079$0 , cmd };
+            end
+          end
+      4'h4:
+          (* full_case = 32'd1 *)
+          if (\$24 ) begin
+          end else if (\$25 ) begin
+          end else if (write) begin
+          end else if (in_regs) begin
+          end else if (waddr[29]) begin
+          end else begin
+            \$41  = 32'd4294967295;
+          end
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          if (bus__reg_r_done) begin
+            \$41  = \$26 ;
+          end
+      4'h9:
+          if (bus__mem_r_done) begin
+            \$41  = \$28 ;
+          end
+      4'ha:
+          if (tx__tready) begin
+            \$41  = \$29 [31:0];
+          end
+    endcase
+    if (rst) begin
+      \$41  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    rx__listen = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          rx__listen = 1'h1;
+      4'h2:
+          rx__listen = 1'h1;
+      4'h3:
+          rx__listen = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_write = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+            bus__reg_write = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_addr = 16'h0000;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+            bus__reg_addr = { waddr[13:0], 2'h0 };
+          end else if (\$2 ) begin
+          end else if (write) begin
+          end else if (in_regs) begin
+            bus__reg_addr = { waddr[13:0], 2'h0 };
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_wdata = 32'd0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+            bus__reg_wdata = word;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_write = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+            bus__mem_write = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_beat = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+            bus__mem_beat = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_addr = 31'h00000000;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+            bus__mem_addr = \$3 ;
+          end else if (write) begin
+          end else if (in_regs) begin
+          end else if (waddr[29]) begin
+            bus__mem_addr = \$5 ;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_wdata = 64'h0000000000000000;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+            bus__mem_wdata = { word, word };
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_wstrb = 8'h00;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+            bus__mem_wstrb = \$4 ;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_read = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+          end else if (write) begin
+          end else if (in_regs) begin
+            bus__reg_read = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_read = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          if (\$1 ) begin
+          end else if (\$2 ) begin
+          end else if (write) begin
+          end else if (in_regs) begin
+          end else if (waddr[29]) begin
+            bus__mem_read = 1'h1;
+          end
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_b_wait = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          bus__reg_b_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_b_wait = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          bus__mem_b_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__reg_r_wait = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          bus__reg_r_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    bus__mem_r_wait = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          bus__mem_r_wait = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    tx__tvalid = 1'h0;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          tx__tvalid = 1'h1;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    tx__tdata = 8'h00;
+    casez (uartbone_fsm_state)
+      4'h0:
+          /* empty */;
+      4'h1:
+          /* empty */;
+      4'h2:
+          /* empty */;
+      4'h3:
+          /* empty */;
+      4'h4:
+          /* empty */;
+      4'h5:
+          /* empty */;
+      4'h6:
+          /* empty */;
+      4'h8:
+          /* empty */;
+      4'h9:
+          /* empty */;
+      4'ha:
+          tx__tdata = word[31:24];
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$35  = write;
+    casez (uartbone_fsm_state)
+      4'h0:
+          if (start) begin
+            \$35  = cmd[0];
+          end
+    endcase
+    if (rst) begin
+      \$35  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$36  = incr;
+    casez (uartbone_fsm_state)
+      4'h0:
+          if (start) begin
+            \$36  = \$17 ;
+          end
+    endcase
+    if (rst) begin
+      \$36  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$44 ) begin end
+    \$37  = uartbone_fsm_state;
+    casez (uartbone_fsm_state)
+      4'h0:
+          if (start) begin
+            \$37  = 4'h1;
+          end
+      4'h1:
+          if (rx__abort) begin
+            \$37  = 4'h0;
+          end else if (rx__valid) begin
+            \$37  = 4'h2;
+          end
+      4'h2:
+          if (rx__abort) begin
+            \$37  = 4'h0;
+          end else if (rx__valid) begin
+            if (\$21 ) begin
+              (* full_case = 32'd1 *)
+              if (write) begin
+                \$37  = 4'h3;
+              end else begin
+                \$37  = 4'h4;
+              end
+            end
+          end
+      4'h3:
+          if (rx__abort) begin
+            \$37  = 4'h0;
+          end else if (rx__valid) begin
+            if (\$23 ) begin
+              \$37  = 4'h4;
+            end
+          end
+      4'h4:
+          (* full_case = 32'd1 *)
+          if (\$24 ) begin
+            \$37  = 4'h5;
+          end else if (\$25 ) begin
+            \$37  = 4'h6;
+          end else if (write) begin
+            \$37  = 4'h7;
+          end else if (in_regs) begin
+            \$37  = 4'h8;
+          end else if (waddr[29]) begin
+            \$37  = 4'h9;
+          end else begin
+            \$37  = 4'ha;
+          end
+      4'h5:
+          if (bus__reg_b_done) begin
+            \$37  = 4'h7;
+          end
+      4'h6:
+          if (bus__mem_b_done) begin
+            \$37  = 4'h7;
+          end
+      4'h8:
+          if (bus__reg_r_done) begin
+            \$37  = 4'ha;
+          end
+      4'h9:
+          if (bus__mem_r_done) begin
+            \$37  = 4'ha;
+          end
+      4'ha:
+          if (tx__tready) begin
+            if (\$31 ) begin
+              \$37  = 4'h7;
+            end
+          end
+      4'h7:
+          (* full_case = 32'd1 *)
+          if (\$34 ) begin
+            \$37  = 4'h0;
+          end else if (write) begin
+            \$37  = 4'h3;
+          end else begin
+            \$37  = 4'h4;
+          end
+    endcase
+    if (rst) begin
+      \$37  = 4'h0;
+    end
+  end
+  assign byte_addr = { waddr[29:0], 2'h0 };
+  assign in_mem = waddr[29];
+  assign rx__byte = cmd;
+  assign rx__field = { \port$1079$0 , cmd };
+  assign \$3  = { waddr[28:1], 3'h0 };
+  assign \$5  = { waddr[28:1], 3'h0 };
+  assign \$29  = { 7'h00, word, 8'h00 };
 endmodule
