@@ -1,0 +1,280 @@
+"""One step of a batch of sequences on a DX-1 device, with the KV cache in device memory in blocks.
+
+:class:`ModelRunner` uploads the int8 weights once and keeps a pool of ``num_blocks`` KV blocks in device
+memory.  Block ``b`` is at ``pool + b * block_bytes`` and holds, for every layer, a key block then a value
+block, each ``block_size x width`` int8 row-major (one row per token position, heads side by side).  A
+step computes, for every scheduled sequence, ``count`` new tokens from position ``start``; every matrix
+product runs on the device, the layer norms, softmax and residual adds on the host
+(:mod:`.quant_model`).  Per layer:
+
+1. the new tokens' keys and values are GEMMs whose output rows *are* their slots in the sequence's blocks
+   (one GEMM per run of tokens inside one block), and the transposed queries one GEMM per sequence;
+2. attention reads the keys through the block table: per sequence, head and block, ``S^T_blk = K_blk Q^T``
+   writes that block's rows of the scores;
+3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_blk P_blk V_blk`` is one
+   GEMM per sequence and head whose terms are the blocks of the table (accumulated before one POSTOP);
+4. the output projection and the MLP are GEMMs over the whole batch.
+
+Each phase is one set of command streams driven to completion (the small GEMMs dealt round-robin over the
+tiles), so every write of a phase lands before the next phase reads it.  A block copy (copy-on-write) is a
+device-memory copy before the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import numpy as np
+from dx1_driver import Device
+
+from ..model.tile import PostOpParams
+from ..runtime.gemm import GemmTerm, compile_gemm
+from ..runtime.gemm_run import drive
+from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from .quant_model import QuantCharLM, attention_probs
+from .scheduler import ScheduledSeq
+
+__all__ = ["ModelRunner", "StepStats"]
+
+
+@dataclass
+class StepStats:
+    """What the runner has done: steps, GEMMs, commands, tokens computed and blocks copied (copy-on-write)."""
+
+    steps: int = 0
+    copies: int = 0
+    gemms: int = 0
+    commands: int = 0
+    tokens: int = 0
+
+
+class _Phase:
+    """GEMMs that may run in any order: their command streams, dealt over the tiles."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+        self.streams: list[list[bytes]] = [[] for _ in range(runner.tiles)]
+        self.next = 0
+
+    def gemm(self, m: int, k: int, n: int, a: int, b: int, c: int, *, a_stride: int, b_stride: int, c_stride: int,
+             post: PostOpParams | None, bias: int | None = None, more: tuple[GemmTerm, ...] = (),
+             spread: bool = False) -> None:
+        r = self.runner
+        tiles = list(range(r.tiles)) if spread else [self.next % r.tiles]
+        self.next += not spread
+        plan = compile_gemm(m, k, n, r.dev.caps, a_addr=a, b_addr=b, c_addr=c, bias_addr=bias, post=post,
+                            tiles=tiles, a_stride=a_stride, b_stride=b_stride, c_stride=c_stride, more=more)
+        for t, cmds in enumerate(plan.commands):
+            self.streams[t].extend(cmds)
+        r.stats.gemms += 1
+        r.stats.commands += sum(len(c) for c in plan.commands)
+
+    def run(self) -> None:
+        if any(self.streams):
+            drive(self.runner.dev, self.streams, self.runner.timeout)
+
+
+class ModelRunner:
+    """The quantised model on one device, its weights resident and its KV cache in ``num_blocks`` blocks.
+
+    Parameters
+    ----------
+    dev:
+        An open device.
+    model:
+        The quantised model.
+    num_blocks, block_size:
+        The KV cache's blocks (``block_size`` a multiple of 8: a block is a whole number of the GEMMs' chunks).
+    tiles:
+        Tiles to use (default: the device's usable tiles).
+    timeout:
+        Seconds without progress before the driver's ``DeviceTimeout``.
+
+    Raises
+    ------
+    ValueError
+        A block size that is not a positive multiple of 8, or weights and cache that do not fit device memory.
+    """
+
+    def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int, block_size: int = 16, *,
+                 tiles: int | None = None, timeout: float = 5.0):
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 8 or block_size % 8:
+            raise ValueError(f"block_size must be a positive multiple of 8 on the device, not {block_size!r}")
+        self.dev, self.model, self.timeout = dev, model, timeout
+        self.block_size, self.num_blocks = block_size, num_blocks
+        self.tiles = len(dev.usable_tiles) if tiles is None else tiles
+        c = model.config
+        self.width, self.vocab_padded = c.width, padded(len(c.vocab), dev.caps.array)
+        self.kv_bytes = block_size * c.width  # one key or value block of one layer
+        self.block_bytes = 2 * c.layers * self.kv_bytes
+        self.stats = StepStats()
+        weights = self._weight_arrays()
+        total = sum(-(-a.nbytes // 64) * 64 for a in weights.values())
+        need = total + num_blocks * self.block_bytes
+        if need > dev.caps.mem_bytes:
+            raise ValueError(f"the weights ({total} B) and {num_blocks} KV blocks of {self.block_bytes} B do not fit "
+                             f"the device's {dev.caps.mem_bytes} B of memory")
+        self._weights_base = dev.alloc(total)
+        self.addr: dict[str, int] = {}
+        offset = 0
+        for name, array in weights.items():
+            self.addr[name] = self._weights_base + offset
+            dev.write_mem(self.addr[name], array)
+            offset += -(-array.nbytes // 64) * 64
+        self.pool = dev.alloc(num_blocks * self.block_bytes)
+        self._closed = False
+
+    def _weight_arrays(self) -> dict[str, np.ndarray]:
+        """Every constant, zero-padded to whole chunks, by name."""
+        arr = self.dev.caps.array
+        out = {}
+
+        def const(name: str, a: np.ndarray) -> None:
+            shape = tuple(padded(n, arr) for n in a.shape)
+            out[name] = pad_operand(a, shape)
+
+        for i, layer in enumerate(self.model.layers):
+            for name in ("wq", "wk_t", "wv_t", "wo_t", "w1_t", "w2_t", "bo", "b1", "b2"):
+                const(f"{i}.{name}", getattr(layer, name))
+        const("head_t", self.model.head_t)
+        return out
+
+    def kv_address(self, block: int, layer: int, value: bool) -> int:
+        """Device address of one layer's key (or value) block of KV block ``block``."""
+        return self.pool + block * self.block_bytes + (2 * layer + value) * self.kv_bytes
+
+    def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
+        """Copy whole KV blocks ``src -> dst`` (copy-on-write before a shared block is appended to)."""
+        for src, dst in copies:
+            base = self.pool
+            data = self.dev.read_mem(base + src * self.block_bytes, self.block_bytes)
+            self.dev.write_mem(base + dst * self.block_bytes, data)
+            self.stats.copies += 1
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def run(self, items: Seq[ScheduledSeq], *, all_logits: bool = False) -> list[np.ndarray]:
+        """Compute the scheduled tokens; per item, the logits of its last token (1, V) or of all of them.
+
+        Each item's sequence must have a block table covering positions ``0 .. start + count - 1``, holding
+        the keys and values of positions below ``start`` already.
+        """
+        if self._closed:
+            raise ValueError("the model runner is closed")
+        model, c, dev = self.model, self.model.config, self.dev
+        bs, d, dh = self.block_size, c.width, c.head_dim
+        tokens, positions, rows = [], [], []
+        for item in items:
+            if item.start + item.count > c.context:
+                raise ValueError(f"sequence {item.seq.seq_id} would hold {item.start + item.count} tokens; the "
+                                 f"context is {c.context}")
+            rows.append(len(tokens))
+            tokens += item.seq.token_ids[item.start:item.start + item.count]
+            positions += range(item.start, item.start + item.count)
+        t = len(tokens)
+        x = model.embed(tokens, positions)
+        scratch: list[int] = []
+
+        def alloc(n: int) -> int:
+            scratch.append(dev.alloc(max(n, 64)))
+            return scratch[-1]
+
+        try:
+            h_addr, o_addr = alloc(t * d), alloc(t * d)
+            a_addr, f_addr, m_addr = alloc(t * d), alloc(t * padded(c.ffn, 8)), alloc(t * d)
+            per_seq = []
+            for item in items:
+                tp = padded(item.count, dev.caps.array)
+                lp = -(-(item.start + item.count) // bs) * bs
+                per_seq.append((tp, lp, alloc(d * tp), alloc(d * tp), [alloc(lp * tp) for _ in range(c.heads)],
+                                [alloc(item.count * lp) for _ in range(c.heads)]))
+            for li, layer in enumerate(model.layers):
+                h = model.norm1(layer, x)
+                dev.write_mem(h_addr, h)
+                kv = _Phase(self)
+                for item, row, (tp, _lp, ht_addr, qt_addr, _s, _p) in zip(items, rows, per_seq, strict=True):
+                    dev.write_mem(ht_addr, pad_operand(np.ascontiguousarray(h[row:row + item.count].T), (d, tp)))
+                    kv.gemm(d, d, item.count, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tp,
+                            c_stride=tp, post=layer.post["q"])
+                    pos = item.start
+                    while pos < item.start + item.count:
+                        run = min(bs - pos % bs, item.start + item.count - pos)
+                        block = item.seq.block_table[pos // bs]
+                        src = h_addr + (row + pos - item.start) * d
+                        for value, w in ((False, "wk_t"), (True, "wv_t")):
+                            kv.gemm(run, d, d, src, self.addr[f"{li}.{w}"],
+                                    self.kv_address(block, li, value) + (pos % bs) * d, a_stride=d, b_stride=d,
+                                    c_stride=d, post=layer.post["v" if value else "k"])
+                        pos += run
+                kv.run()
+                scores = _Phase(self)
+                for item, (tp, _lp, _ht, qt_addr, s_addrs, _p) in zip(items, per_seq, strict=True):
+                    for j in range(c.heads):
+                        for b in range(-(-(item.start + item.count) // bs)):
+                            key = self.kv_address(item.seq.block_table[b], li, False) + j * dh
+                            scores.gemm(bs, dh, item.count, key, qt_addr + j * dh * tp, s_addrs[j] + b * bs * tp,
+                                        a_stride=d, b_stride=tp, c_stride=tp, post=layer.post["s"])
+                scores.run()
+                attend = _Phase(self)
+                for item, row, (tp, lp, _ht, _qt, s_addrs, p_addrs) in zip(items, rows, per_seq, strict=True):
+                    nblocks = lp // bs
+                    for j in range(c.heads):
+                        s_t = dev.read_array(s_addrs[j], (lp, tp), np.int8)
+                        p = np.zeros((item.count, lp), np.int8)
+                        for i in range(item.count):
+                            visible = item.start + i + 1
+                            p[i, :visible] = attention_probs(s_t[:visible, i], layer.s["s"])
+                        dev.write_mem(p_addrs[j], p)
+                        terms = [GemmTerm(bs, p_addrs[j] + b * bs,
+                                          self.kv_address(item.seq.block_table[b], li, True) + j * dh, lp, d)
+                                 for b in range(nblocks)]
+                        first = terms[0]
+                        attend.gemm(item.count, bs, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
+                                    a_stride=lp, b_stride=d, c_stride=d, post=layer.post["o"], more=tuple(terms[1:]))
+                attend.run()
+                proj = _Phase(self)
+                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=d,
+                          post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
+                proj.run()
+                x = x + dev.read_array(a_addr, (t, d), np.int8) * layer.s["a"]
+                dev.write_mem(h_addr, model.norm2(layer, x))
+                fp = padded(c.ffn, 8)
+                mlp = _Phase(self)
+                mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp, c_stride=fp,
+                         post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
+                mlp.run()
+                mlp = _Phase(self)
+                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d, c_stride=d,
+                         post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
+                mlp.run()
+                x = x + dev.read_array(m_addr, (t, d), np.int8) * layer.s["m"]
+            wanted = [r for item, row in zip(items, rows, strict=True)
+                      for r in (range(row, row + item.count) if all_logits else [row + item.count - 1])]
+            dev.write_mem(h_addr, model.norm_f(x[wanted]))
+            vp = self.vocab_padded
+            logits_addr = alloc(len(wanted) * vp * ACC_LANE_BYTES)
+            head = _Phase(self)
+            head.gemm(len(wanted), d, len(c.vocab), h_addr, self.addr["head_t"], logits_addr, a_stride=d, b_stride=vp,
+                      c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
+            head.run()
+            acc = dev.read_array(logits_addr, (len(wanted), vp), np.int32)[:, :len(c.vocab)]
+        finally:
+            for addr in scratch:
+                dev.free(addr)
+        logits = model.logits(acc)
+        self.stats.steps += 1
+        self.stats.tokens += t
+        out, at = [], 0
+        for item in items:
+            n = item.count if all_logits else 1
+            out.append(logits[at:at + n])
+            at += n
+        return out
+
+    def close(self) -> None:
+        """Free the weights and the KV pool."""
+        if not self._closed:
+            self._closed = True
+            self.dev.free(self.pool)
+            self.dev.free(self._weights_base)
