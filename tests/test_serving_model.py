@@ -1,49 +1,36 @@
 """The character model on DX-1 (the golden model): paged, batched greedy output equals the unpaged reference.
 
-A test-sized model (one layer, width 32, context 32) is trained in seconds on a public-domain excerpt of
-the Sonnets (tests/data/sonnets_excerpt.txt); nothing is downloaded.
+The test-sized model is :mod:`tests.serving_lm`'s, trained in seconds; nothing is downloaded.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from dx1_driver import Device
+from serving_lm import HELD_BACK, TRAIN, greedy_reference, tiny_checkpoint, tiny_model
 
-from dx1_bringup.serving.charlm import CharLMConfig, load_checkpoint, save_checkpoint, train
+from dx1_bringup.serving.charlm import load_checkpoint, save_checkpoint, train
 from dx1_bringup.serving.engine import EngineConfig, LLMEngine
 from dx1_bringup.serving.evaluate import perplexities, windows
 from dx1_bringup.serving.quant_model import QuantCharLM
 from dx1_bringup.serving.sequence import SamplingParams
 
-TEXT = (Path(__file__).parent / "data" / "sonnets_excerpt.txt").read_text()
-TRAIN, HELD_BACK = TEXT[:12000], TEXT[12000:]
-
 
 @pytest.fixture(scope="module")
 def ckpt():
-    config = CharLMConfig("".join(sorted(set(TEXT))), context=32, width=32, heads=2, layers=1, ffn=64)
-    return train(config, TRAIN, steps=150, seed=0)
+    return tiny_checkpoint()
 
 
 @pytest.fixture(scope="module")
-def model(ckpt):
-    return QuantCharLM(ckpt)
+def model(ckpt) -> QuantCharLM:
+    return tiny_model()
 
 
 @pytest.fixture
 def dev():
     with Device.open("model") as d:
         yield d
-
-
-def greedy_reference(model: QuantCharLM, prompt: str, max_tokens: int) -> str:
-    tokens = model.config.encode(prompt)
-    for _ in range(max_tokens):
-        tokens.append(int(np.argmax(model.reference_logits(tokens)[-1])))
-    return model.config.decode(tokens[len(prompt):])
 
 
 PROMPTS = ["From fairest", "From fairest creature", "Thou", "But as the riper", "From fairest creatures"]

@@ -116,6 +116,8 @@ class LLMEngine:
         self.requests: dict[str, RequestState] = {}
         self._owner: dict[int, tuple[RequestState, int]] = {}
         self._seeds = itertools.count(1 << 32)
+        #: Sequences ended by :meth:`abort` before they finished.
+        self.aborted = 0
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -162,6 +164,7 @@ class LLMEngine:
         for seq in state.seqs:
             if not seq.finished:
                 self.scheduler.finish(seq, "abort")
+                self.aborted += 1
             self._owner.pop(seq.seq_id, None)
         state.n = len(state.seqs)
 
