@@ -16,6 +16,8 @@ import numpy as np
 
 from .bringup import add_parser as add_bringup_parser
 from .replay.cli import add_parser as add_replay_parser
+from .serving.cli import add_bench_parser
+from .serving.cli import add_parser as add_serving_parser
 from .sim import serve
 from .timeline import add_trace_arguments
 from .workloads.cli import add_parser as add_run_parser
@@ -417,6 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bringup_parser(sub)
     add_run_parser(sub)
     add_replay_parser(sub)
+    add_serving_parser(sub)
+    add_bench_parser(sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True))
     return parser
 
 

@@ -40,9 +40,10 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_scaling", "dx1_bringup.bench_simspeed"),
               frozenset({"spec", "gateware", "model", "driver", "runtime", "sim", "cli"})),
     "cli": (("dx1_bringup.cli",), frozenset({"spec", "gateware", "model", "driver", "runtime", "sim",
-                                             "bringup", "replay", "timeline", "workloads"})),
+                                             "bringup", "replay", "timeline", "workloads", "serving"})),
     "torch": (("dx1_bringup.torch",), frozenset({"spec", "model", "driver", "runtime"})),
     "workloads": (("dx1_bringup.workloads",), frozenset({"spec", "model", "driver", "runtime", "torch"})),
+    "serving": (("dx1_bringup.serving",), frozenset({"model", "driver", "runtime"})),
     "package": (("dx1_bringup",), frozenset()),
 }
 

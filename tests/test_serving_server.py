@@ -6,18 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from serving_lm import greedy_reference, tiny_model
 
 from dx1_bringup.serving.engine import EngineConfig
 from dx1_bringup.serving.metrics import ServingMetrics
-from dx1_bringup.serving.server import MODEL_NAME, create_app, open_engines
+from dx1_bringup.serving.server import MODEL_NAME, create_app, open_engines, serve_in_thread
 
 
 @contextlib.contextmanager
@@ -26,22 +23,8 @@ def serving(max_requests: int = 8, num_blocks: int = 32):
     metrics = ServingMetrics()
     engines = open_engines(["model"], tiny_model(), EngineConfig(num_blocks=num_blocks, block_size=8, max_num_seqs=4),
                            metrics, max_requests=max_requests)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(engines, MODEL_NAME, metrics), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", engines[0]
-    finally:
-        server.should_exit = True
-        thread.join(20)
-        sock.close()
-        assert not thread.is_alive(), "the server did not stop"
+    with serve_in_thread(create_app(engines, MODEL_NAME, metrics)) as url:
+        yield url, engines[0]
 
 
 @pytest.fixture(scope="module")

@@ -131,6 +131,7 @@ class QuantCharLM:
         self.float = FloatCharLM(ckpt)
         c, w = self.config, self.float.w
         texts = calibration if calibration is not None else ckpt.info["calibration"]
+        self.calibration = list(texts)
         peaks: dict[str, float] = {}
         for text in texts:
             self.float.forward(c.encode(text)[:c.context], peaks)

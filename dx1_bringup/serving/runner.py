@@ -1,18 +1,20 @@
 """One step of a batch of sequences on a DX-1 device, with the KV cache in device memory in blocks.
 
 :class:`ModelRunner` uploads the int8 weights once and keeps a pool of ``num_blocks`` KV blocks in device
-memory.  Block ``b`` is at ``pool + b * block_bytes`` and holds, for every layer, a key block then a value
-block, each ``block_size x width`` int8 row-major (one row per token position, heads side by side).  A
-step computes, for every scheduled sequence, ``count`` new tokens from position ``start``; every matrix
-product runs on the device, the layer norms, softmax and residual adds on the host
+memory.  Per layer, the keys of every block form one region (block after block, ``block_size x width`` int8
+rows each, one row per token position, heads side by side), and the values another, so block ``b``'s keys
+of layer ``l`` are at ``pool + (2 l num_blocks + b) block_size width`` and blocks with consecutive ids are
+consecutive rows.  A step computes, for every scheduled sequence, ``count`` new tokens from position
+``start``; every matrix product runs on the device, the layer norms, softmax and residual adds on the host
 (:mod:`.quant_model`).  Per layer:
 
-1. the new tokens' keys and values are GEMMs whose output rows *are* their slots in the sequence's blocks
-   (one GEMM per run of tokens inside one block), and the transposed queries one GEMM per sequence;
-2. attention reads the keys through the block table: per sequence, head and block, ``S^T_blk = K_blk Q^T``
-   writes that block's rows of the scores;
-3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_blk P_blk V_blk`` is one
-   GEMM per sequence and head whose terms are the blocks of the table (accumulated before one POSTOP);
+1. the transposed queries of the whole batch are one GEMM (each sequence's columns padded to whole chunks);
+   the new tokens' keys and values are GEMMs whose output rows *are* their slots in the sequence's blocks
+   (one GEMM per run of positions in physically consecutive blocks);
+2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
+   table, ``S^T_run = K_run Q^T`` writes those blocks' rows of the scores;
+3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_run P_run V_run`` is one
+   GEMM per sequence and head whose terms are the runs of its table (accumulated before one POSTOP);
 4. the output projection and the MLP are GEMMs over the whole batch.
 
 Each phase is one set of command streams driven to completion (the small GEMMs dealt round-robin over the
@@ -106,7 +108,7 @@ class ModelRunner:
         self.tiles = len(dev.usable_tiles) if tiles is None else tiles
         c = model.config
         self.width, self.vocab_padded = c.width, padded(len(c.vocab), dev.caps.array)
-        self.kv_bytes = block_size * c.width  # one key or value block of one layer
+        self.kv_bytes = block_size * c.width  # one layer's keys (or values) of one block
         self.block_bytes = 2 * c.layers * self.kv_bytes
         self.stats = StepStats()
         weights = self._weight_arrays()
@@ -141,16 +143,32 @@ class ModelRunner:
         return out
 
     def kv_address(self, block: int, layer: int, value: bool) -> int:
-        """Device address of one layer's key (or value) block of KV block ``block``."""
-        return self.pool + block * self.block_bytes + (2 * layer + value) * self.kv_bytes
+        """Device address of one layer's key (or value) rows of KV block ``block``.
+
+        Each layer's keys (and values) of all blocks are one region, block after block, so blocks with
+        consecutive ids are consecutive rows: a run of them in a block table is read by one GEMM.
+        """
+        return self.pool + ((2 * layer + value) * self.num_blocks + block) * self.kv_bytes
 
     def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` (copy-on-write before a shared block is appended to)."""
         for src, dst in copies:
-            base = self.pool
-            data = self.dev.read_mem(base + src * self.block_bytes, self.block_bytes)
-            self.dev.write_mem(base + dst * self.block_bytes, data)
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    data = self.dev.read_mem(self.kv_address(src, layer, value), self.kv_bytes)
+                    self.dev.write_mem(self.kv_address(dst, layer, value), data)
             self.stats.copies += 1
+
+    @staticmethod
+    def _runs(table: list[int], count: int) -> list[tuple[int, int]]:
+        """``(first table index, blocks)`` of each run of consecutive block ids among the first ``count`` entries."""
+        runs: list[tuple[int, int]] = []
+        for i in range(count):
+            if runs and table[i] == table[i - 1] + 1:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((i, 1))
+        return runs
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -163,7 +181,7 @@ class ModelRunner:
         if self._closed:
             raise ValueError("the model runner is closed")
         model, c, dev = self.model, self.model.config, self.dev
-        bs, d, dh = self.block_size, c.width, c.head_dim
+        bs, d, dh, arr = self.block_size, c.width, c.head_dim, dev.caps.array
         tokens, positions, rows = [], [], []
         for item in items:
             if item.start + item.count > c.context:
@@ -174,6 +192,12 @@ class ModelRunner:
             positions += range(item.start, item.start + item.count)
         t = len(tokens)
         x = model.embed(tokens, positions)
+        # Every sequence's queries are one column block of Q^T, padded to whole chunks (views start there).
+        cols = [padded(item.count, arr) for item in items]
+        col0 = [sum(cols[:i]) for i in range(len(items))]
+        tq = sum(cols)
+        nblocks = [-(-(item.start + item.count) // bs) for item in items]
+        runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
         scratch: list[int] = []
 
         def alloc(n: int) -> int:
@@ -181,56 +205,59 @@ class ModelRunner:
             return scratch[-1]
 
         try:
-            h_addr, o_addr = alloc(t * d), alloc(t * d)
-            a_addr, f_addr, m_addr = alloc(t * d), alloc(t * padded(c.ffn, 8)), alloc(t * d)
-            per_seq = []
-            for item in items:
-                tp = padded(item.count, dev.caps.array)
-                lp = -(-(item.start + item.count) // bs) * bs
-                per_seq.append((tp, lp, alloc(d * tp), alloc(d * tp), [alloc(lp * tp) for _ in range(c.heads)],
-                                [alloc(item.count * lp) for _ in range(c.heads)]))
+            fp = padded(c.ffn, arr)
+            h_addr, o_addr, a_addr, m_addr = alloc(t * d), alloc(t * d), alloc(t * d), alloc(t * d)
+            f_addr, ht_addr, qt_addr = alloc(t * fp), alloc(d * tq), alloc(d * tq)
+            s_addrs = [[alloc(n * bs * w) for _ in range(c.heads)] for n, w in zip(nblocks, cols, strict=True)]
+            p_addrs = [[alloc(item.count * n * bs) for _ in range(c.heads)]
+                       for item, n in zip(items, nblocks, strict=True)]
             for li, layer in enumerate(model.layers):
                 h = model.norm1(layer, x)
                 dev.write_mem(h_addr, h)
+                h_t = np.zeros((d, tq), np.int8)
+                for item, row, at in zip(items, rows, col0, strict=True):
+                    h_t[:, at:at + item.count] = h[row:row + item.count].T
+                dev.write_mem(ht_addr, h_t)
                 kv = _Phase(self)
-                for item, row, (tp, _lp, ht_addr, qt_addr, _s, _p) in zip(items, rows, per_seq, strict=True):
-                    dev.write_mem(ht_addr, pad_operand(np.ascontiguousarray(h[row:row + item.count].T), (d, tp)))
-                    kv.gemm(d, d, item.count, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tp,
-                            c_stride=tp, post=layer.post["q"])
-                    pos = item.start
-                    while pos < item.start + item.count:
-                        run = min(bs - pos % bs, item.start + item.count - pos)
-                        block = item.seq.block_table[pos // bs]
-                        src = h_addr + (row + pos - item.start) * d
+                kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq, c_stride=tq,
+                        post=layer.post["q"], spread=True)
+                for item, row in zip(items, rows, strict=True):
+                    table, pos, end = item.seq.block_table, item.start, item.start + item.count
+                    while pos < end:  # one GEMM per run of positions in physically consecutive blocks
+                        first = pos
+                        pos = min(end, (pos // bs + 1) * bs)
+                        while pos < end and table[pos // bs] == table[pos // bs - 1] + 1:
+                            pos = min(end, pos + bs)
+                        src = h_addr + (row + first - item.start) * d
                         for value, w in ((False, "wk_t"), (True, "wv_t")):
-                            kv.gemm(run, d, d, src, self.addr[f"{li}.{w}"],
-                                    self.kv_address(block, li, value) + (pos % bs) * d, a_stride=d, b_stride=d,
-                                    c_stride=d, post=layer.post["v" if value else "k"])
-                        pos += run
+                            kv.gemm(pos - first, d, d, src, self.addr[f"{li}.{w}"],
+                                    self.kv_address(table[first // bs], li, value) + (first % bs) * d, a_stride=d,
+                                    b_stride=d, c_stride=d, post=layer.post["v" if value else "k"])
                 kv.run()
                 scores = _Phase(self)
-                for item, (tp, _lp, _ht, qt_addr, s_addrs, _p) in zip(items, per_seq, strict=True):
+                for i, item in enumerate(items):
+                    table = item.seq.block_table
                     for j in range(c.heads):
-                        for b in range(-(-(item.start + item.count) // bs)):
-                            key = self.kv_address(item.seq.block_table[b], li, False) + j * dh
-                            scores.gemm(bs, dh, item.count, key, qt_addr + j * dh * tp, s_addrs[j] + b * bs * tp,
-                                        a_stride=d, b_stride=tp, c_stride=tp, post=layer.post["s"])
+                        for b0, nb in runs[i]:
+                            scores.gemm(nb * bs, dh, item.count, self.kv_address(table[b0], li, False) + j * dh,
+                                        qt_addr + j * dh * tq + col0[i], s_addrs[i][j] + b0 * bs * cols[i],
+                                        a_stride=d, b_stride=tq, c_stride=cols[i], post=layer.post["s"])
                 scores.run()
                 attend = _Phase(self)
-                for item, row, (tp, lp, _ht, _qt, s_addrs, p_addrs) in zip(items, rows, per_seq, strict=True):
-                    nblocks = lp // bs
+                for i, (item, row) in enumerate(zip(items, rows, strict=True)):
+                    lp, table = nblocks[i] * bs, item.seq.block_table
                     for j in range(c.heads):
-                        s_t = dev.read_array(s_addrs[j], (lp, tp), np.int8)
+                        s_t = dev.read_array(s_addrs[i][j], (lp, cols[i]), np.int8)
                         p = np.zeros((item.count, lp), np.int8)
-                        for i in range(item.count):
-                            visible = item.start + i + 1
-                            p[i, :visible] = attention_probs(s_t[:visible, i], layer.s["s"])
-                        dev.write_mem(p_addrs[j], p)
-                        terms = [GemmTerm(bs, p_addrs[j] + b * bs,
-                                          self.kv_address(item.seq.block_table[b], li, True) + j * dh, lp, d)
-                                 for b in range(nblocks)]
+                        for q in range(item.count):
+                            visible = item.start + q + 1
+                            p[q, :visible] = attention_probs(s_t[:visible, q], layer.s["s"])
+                        dev.write_mem(p_addrs[i][j], p)
+                        terms = [GemmTerm(nb * bs, p_addrs[i][j] + b0 * bs,
+                                          self.kv_address(table[b0], li, True) + j * dh, lp, d)
+                                 for b0, nb in runs[i]]
                         first = terms[0]
-                        attend.gemm(item.count, bs, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
+                        attend.gemm(item.count, first.k, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
                                     a_stride=lp, b_stride=d, c_stride=d, post=layer.post["o"], more=tuple(terms[1:]))
                 attend.run()
                 proj = _Phase(self)
@@ -239,7 +266,6 @@ class ModelRunner:
                 proj.run()
                 x = x + dev.read_array(a_addr, (t, d), np.int8) * layer.s["a"]
                 dev.write_mem(h_addr, model.norm2(layer, x))
-                fp = padded(c.ffn, 8)
                 mlp = _Phase(self)
                 mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp, c_stride=fp,
                          post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)

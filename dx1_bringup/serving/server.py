@@ -16,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import uvicorn
 from dx1_driver import Device
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,7 +36,7 @@ from .metrics import ServingMetrics
 from .quant_model import QuantCharLM
 from .sequence import SamplingParams
 
-__all__ = ["CompletionRequest", "MODEL_NAME", "create_app", "error_body", "open_engines"]
+__all__ = ["CompletionRequest", "MODEL_NAME", "create_app", "error_body", "open_engines", "serve_in_thread"]
 
 #: The name the server gives the model in /v1/models.
 MODEL_NAME = "dx1-charlm"
@@ -97,7 +100,7 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
         where = [str(p) for p in first.get("loc", ()) if p != "body"]
         message = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
-            message = "the request body is not valid JSON"
+            message, where = "the request body is not valid JSON", []
         elif where:
             message = f"{'.'.join(where)}: {message}"
         return reject(400, error_body(message, param=where[0] if where else None))
@@ -187,8 +190,11 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
 
 
 def open_engines(devices: list[str], model: QuantCharLM, config: EngineConfig, metrics: ServingMetrics, *,
-                 max_requests: int = 64) -> list[AsyncEngine]:
+                 max_requests: int = 64,
+                 on_step: Callable[[str, LLMEngine], None] | None = None) -> list[AsyncEngine]:
     """One engine per device string (data-parallel replicas), each closing its device when stopped.
+
+    ``on_step(device, engine)`` is called in the engine's thread after every step (the bench's KV samples).
 
     Raises
     ------
@@ -211,6 +217,8 @@ def open_engines(devices: list[str], model: QuantCharLM, config: EngineConfig, m
 
             def observe(eng: LLMEngine, events: list[TokenEvent], seconds: float, name: str = name) -> None:
                 metrics.observe_step(name, eng, events, seconds)
+                if on_step is not None:
+                    on_step(name, eng)
 
             engines.append(AsyncEngine(engine, name, max_requests=max_requests, on_close=close, observer=observe))
     except BaseException:
@@ -218,3 +226,34 @@ def open_engines(devices: list[str], model: QuantCharLM, config: EngineConfig, m
             e.stop()
         raise
     return engines
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0, *,
+                    timeout: float = 30.0) -> Iterator[str]:
+    """Run ``app`` on uvicorn in a thread (``port`` 0: a free one); yields its URL, stops it when the block ends.
+
+    Raises
+    ------
+    RuntimeError
+        The server did not start within ``timeout`` seconds, or did not stop within it.
+    """
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError(f"the server on {host}:{sock.getsockname()[1]} did not start within {timeout} s")
+            time.sleep(0.02)
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+        sock.close()
+        if thread.is_alive():
+            raise RuntimeError(f"the server did not stop within {timeout} s")
