@@ -10,10 +10,12 @@ import time
 
 import httpx
 import pytest
+from dx1_driver import Device
 from serving_lm import greedy_reference, tiny_model
 
 from dx1_bringup.serving.engine import EngineConfig
 from dx1_bringup.serving.metrics import ServingMetrics
+from dx1_bringup.serving.runner import ModelRunner
 from dx1_bringup.serving.server import MODEL_NAME, create_app, open_engines, serve_in_thread
 
 
@@ -136,3 +138,48 @@ def test_metrics_are_prometheus_text_with_latency_histograms(server):
                  'dx1_serving_requests_waiting{device="model"}', "dx1_serving_preemptions_total",
                  "dx1_serving_prefix_cache_hits_total", "dx1_serving_device_busy_seconds_total"):
         assert name in text
+
+
+def test_a_device_that_fails_mid_generation_hands_its_streams_to_another_replica():
+    """Replica 0 answers bus errors on the keys of KV block 2 (positions 16 to 23): its sequences fail there and
+    continue on replica 1; every stream is still exactly the greedy reference, no character lost or repeated."""
+    model = tiny_model()
+    config = EngineConfig(num_blocks=32, block_size=8, max_num_seqs=4)
+    with Device.open("model") as dev:  # where the runner puts that block (allocation is deterministic)
+        runner = ModelRunner(dev, model, config.num_blocks, config.block_size)
+        window = f"bus-error=0x{runner.kv_address(2, 0, False):x}+0x{runner.kv_bytes:x}"
+    metrics = ServingMetrics()
+    engines = open_engines([f"model:{window}", "model"], model, config, metrics)
+    with serve_in_thread(create_app(engines, MODEL_NAME, metrics)) as url:
+        with httpx.stream("POST", f"{url}/v1/completions", json={"model": MODEL_NAME, "prompt": "Thou",
+                                                                  "max_tokens": 26, "temperature": 0, "n": 2,
+                                                                  "stream": True}, timeout=60) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert not engines[0].healthy and engines[1].healthy
+        texts = ["", ""]
+        for c in chunks[:-1]:
+            texts[c["choices"][0]["index"]] += c["choices"][0]["text"]
+        assert texts == [greedy_reference(model, "Thou", 26)] * 2
+        assert chunks[-1]["usage"]["completion_tokens"] == 52
+        after = httpx.post(f"{url}/v1/completions", json={"model": MODEL_NAME, "prompt": "Thou", "max_tokens": 3,
+                                                          "temperature": 0}, timeout=30)
+        assert after.json()["choices"][0]["text"] == greedy_reference(model, "Thou", 3)
+
+
+def test_with_no_replica_left_a_request_ends_with_a_clear_error():
+    model = tiny_model()
+    config = EngineConfig(num_blocks=32, block_size=8)
+    with Device.open("model") as dev:
+        runner = ModelRunner(dev, model, config.num_blocks, config.block_size)
+        window = f"bus-error=0x{runner.kv_address(1, 0, False):x}+0x{runner.kv_bytes:x}"
+    metrics = ServingMetrics()
+    engines = open_engines([f"model:{window}"], model, config, metrics)
+    with serve_in_thread(create_app(engines, MODEL_NAME, metrics)) as url:
+        r = httpx.post(f"{url}/v1/completions", json={"model": MODEL_NAME, "prompt": "Thou", "max_tokens": 20},
+                       timeout=30)
+        assert r.status_code == 500
+        assert "the device model:" in r.json()["error"]["message"]
+        assert r.json()["error"]["message"].endswith("and no replica is left")
+        again = httpx.post(f"{url}/v1/completions", json={"model": MODEL_NAME, "prompt": "Thou", "max_tokens": 2},
+                           timeout=30)
+        assert again.status_code == 429 and "no device is left" in again.json()["error"]["message"]

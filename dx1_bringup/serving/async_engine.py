@@ -27,7 +27,11 @@ class Overloaded(Exception):
 
 
 class EngineFailed(Exception):
-    """The engine's step raised (a device fault): the requests it held end with this error."""
+    """A request ended without finishing: its engine's device failed (``device`` true), or it was refused."""
+
+    def __init__(self, message: str, *, device: bool = True):
+        super().__init__(message)
+        self.device = device
 
 
 @dataclass
@@ -71,6 +75,8 @@ class AsyncEngine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.busy_seconds = 0.0
+        #: False once a step has failed: the device takes no more requests.
+        self.healthy = True
 
     @property
     def outstanding(self) -> int:
@@ -106,6 +112,8 @@ class AsyncEngine:
         with self._lock:
             if self._stop:
                 raise Overloaded("the server is shutting down")
+            if not self.healthy:
+                raise Overloaded(f"the device {self.name} has failed")
             if len(self._queues) >= self.max_requests:
                 raise Overloaded(f"the engine on {self.name} holds {len(self._queues)} requests, its limit; retry "
                                  "later")
@@ -145,7 +153,7 @@ class AsyncEngine:
             try:
                 self.engine.add_request(p.request_id, p.prompt, p.params, p.n)
             except ValueError as e:
-                self._deliver(p.request_id, EngineFailed(str(e)), True)
+                self._deliver(p.request_id, EngineFailed(str(e), device=False), True)
 
     def _run(self) -> None:
         while not self._stop:
@@ -157,11 +165,17 @@ class AsyncEngine:
             start = time.perf_counter()
             try:
                 events = self.engine.step()
-            except Exception as e:  # a device fault: end every request it held, keep serving new ones
+            except Exception as e:  # a device fault: end every request it held; the server moves them elsewhere
+                with self._lock:
+                    self.healthy = False
                 failure = EngineFailed(f"the device {self.name} failed: {e}")
                 for rid in list(self.engine.requests):
                     self.engine.abort(rid)
                     self._deliver(rid, failure, True)
+                with self._lock:  # anything submitted meanwhile fails too
+                    adds, self._adds = list(self._adds), collections.deque()
+                for p in adds:
+                    self._deliver(p.request_id, failure, True)
                 continue
             took = time.perf_counter() - start
             self.busy_seconds += took
@@ -173,4 +187,4 @@ class AsyncEngine:
                 self._observer(self.engine, events, took)
         for rid in list(self.engine.requests):
             self.engine.abort(rid)
-            self._deliver(rid, EngineFailed("the server shut down before the request finished"), True)
+            self._deliver(rid, EngineFailed("the server shut down before the request finished", device=False), True)

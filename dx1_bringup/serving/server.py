@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 import threading
@@ -74,6 +75,90 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return stops
 
 
+class _Relay:
+    """One request's events across the replicas.
+
+    The request goes to the healthy replica with the fewest requests in flight.  If that replica's device
+    fails, each sample that has not ended continues on another healthy replica as a request of its own whose
+    prompt is the original prompt plus the text the sample has emitted, for the tokens it still may
+    generate: the stream goes on with no token lost or repeated (greedy samples give exactly the text they
+    would have; a seeded sample continues with another seed).  With no healthy replica left, the request
+    ends with :class:`EngineFailed`.
+    """
+
+    def __init__(self, engines: list[AsyncEngine], rid: str, prompt: str, params: SamplingParams, n: int):
+        self.engines, self.rid, self.prompt, self.params, self.n = engines, rid, prompt, params, n
+        self.texts, self.tokens, self.base, self.done = [""] * n, [0] * n, [0] * n, [False] * n
+        self.out: asyncio.Queue = asyncio.Queue()
+        self.live: list[tuple[AsyncEngine, str]] = []
+        self.tasks: list[asyncio.Task] = []
+        self.failovers = 0
+
+    def _pick(self) -> AsyncEngine:
+        healthy = [e for e in self.engines if e.healthy]
+        if not healthy:
+            raise Overloaded("no device is left to serve the request")
+        return min(healthy, key=lambda e: e.outstanding)
+
+    def _follow(self, engine: AsyncEngine, rid: str, queue: asyncio.Queue, indices: list[int]) -> None:
+        async def pump() -> None:
+            while True:
+                item = await queue.get()
+                self.out.put_nowait((engine, indices, item))
+                if isinstance(item, EngineFailed):
+                    return
+
+        self.live.append((engine, rid))
+        self.tasks.append(asyncio.create_task(pump()))
+
+    def start(self) -> None:
+        """Submit the request (ValueError: the model cannot take it; Overloaded: no replica can now)."""
+        engine = self._pick()
+        self._follow(engine, self.rid, engine.submit(self.rid, self.prompt, self.params, self.n), list(range(self.n)))
+
+    def _continue(self, i: int, failure: EngineFailed) -> None:
+        try:
+            engine = self._pick()
+        except Overloaded:
+            raise EngineFailed(f"{failure} and no replica is left") from None
+        self.failovers += 1
+        # Tokens are characters: what the sample emitted is where it resumes (text it held back while it could
+        # still become a stop string is generated again).
+        self.base[i] = len(self.texts[i])
+        seed = None if self.params.seed is None else self.params.seed + 7919 * self.failovers
+        params = dataclasses.replace(self.params, max_tokens=self.params.max_tokens - self.base[i], seed=seed)
+        rid = f"{self.rid}-{i}-{self.failovers}"
+        try:
+            queue = engine.submit(rid, self.prompt + self.texts[i], params, 1)
+        except (ValueError, Overloaded) as e:
+            raise EngineFailed(f"{failure}; its sample {i} could not continue elsewhere: {e}") from None
+        self._follow(engine, rid, queue, [i])
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        """The request's events, sample indices as the client sees them, until every sample has ended."""
+        while not all(self.done):
+            engine, indices, item = await self.out.get()
+            if isinstance(item, EngineFailed):
+                if not item.device:
+                    raise item
+                for i in indices:
+                    if not self.done[i]:
+                        self._continue(i, item)
+                continue
+            i = indices[item.index]
+            self.texts[i] += item.text
+            self.tokens[i] = self.base[i] + item.tokens
+            self.done[i] = item.finish_reason is not None
+            yield dataclasses.replace(item, index=i, tokens=self.tokens[i])
+
+    def close(self) -> None:
+        """Abort what is still running anywhere (nothing once the request has ended)."""
+        for engine, rid in self.live:
+            engine.abort(rid)
+        for task in self.tasks:
+            task.cancel()
+
+
 def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetrics) -> FastAPI:
     """The ASGI app over ``engines`` (data-parallel replicas of one model), started and stopped with the app."""
 
@@ -128,10 +213,10 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
                                     seed=body.seed, stop=_stops(body.stop))
         except ValueError as e:
             return reject(400, error_body(str(e), param="stop"))
-        engine = min(engines, key=lambda e: e.outstanding)
         rid = f"cmpl-{uuid.uuid4().hex[:24]}"
+        relay = _Relay(engines, rid, body.prompt, params, body.n)
         try:
-            queue = engine.submit(rid, body.prompt, params, body.n)
+            relay.start()
         except ValueError as e:
             return reject(400, error_body(str(e), param="prompt"))
         except Overloaded as e:
@@ -139,27 +224,19 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
         start = time.monotonic()
         prompt_tokens = len(body.prompt)
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model_name}
-
-        async def events() -> AsyncIterator[TokenEvent]:
-            ended = 0
-            while ended < body.n:
-                item = await queue.get()
-                if isinstance(item, EngineFailed):
-                    raise item
-                ended += item.finish_reason is not None
-                yield item
+        events = relay.events
 
         if not body.stream:
-            texts, reasons, counts = [""] * body.n, [None] * body.n, [0] * body.n
+            texts, reasons = [""] * body.n, [None] * body.n
             try:
                 async for e in events():
                     texts[e.index] += e.text
-                    counts[e.index] = e.tokens
                     reasons[e.index] = e.finish_reason
             except EngineFailed as e:
                 return JSONResponse(error_body(str(e), kind="server_error"), status_code=500)
             finally:
-                engine.abort(rid)  # a no-op once finished; frees the blocks if the client went away
+                relay.close()  # a no-op once finished; frees the blocks if the client went away
+            counts = relay.tokens
             metrics.observe_request(time.monotonic() - start)
             return {**head, "choices": [{"text": t, "index": i, "logprobs": None, "finish_reason": r}
                                         for i, (t, r) in enumerate(zip(texts, reasons, strict=True))],
@@ -167,10 +244,9 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
                               "total_tokens": prompt_tokens + sum(counts)}}
 
         async def sse() -> AsyncIterator[str]:
-            counts = [0] * body.n
+            counts = relay.tokens
             try:
                 async for e in events():
-                    counts[e.index] = e.tokens
                     chunk = {**head, "choices": [{"text": e.text, "index": e.index, "logprobs": None,
                                                   "finish_reason": e.finish_reason}]}
                     yield f"data: {json.dumps(chunk)}\n\n"
@@ -181,7 +257,7 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
             except EngineFailed as e:
                 yield f"data: {json.dumps(error_body(str(e), kind='server_error'))}\n\n"
             finally:
-                engine.abort(rid)  # the client disconnected mid-stream: free its blocks now
+                relay.close()  # the client disconnected mid-stream: free its blocks now
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream")
