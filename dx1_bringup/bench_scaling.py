@@ -106,7 +106,7 @@ def _open_soc(tiles: int, banks: int, progress: Callable[[str], None]):
 
 
 def _run_point(device, transport, size: int, tiles: int, banks: int, soc_tiles: int) -> dict:
-    from .cli import gemm_problem
+    from .cli.operands import gemm_problem
     from .runtime.gemm_run import run_gemm
     from .runtime.reference import reference_gemm
 

@@ -5,7 +5,7 @@ fits its device, the system clock and how it is made from the board's oscillator
 wraps :class:`~dx1_bringup.gateware.Dx1Board` for one of them: PLL, power-on and button reset, the
 board's USB UART to the bridge, LEDs.  :func:`build` writes the design and, where the open toolchain can
 build the board (ECP5 with YoWASP), runs Yosys, nextpnr and ecppack, with a summary of resources and
-timing read from nextpnr's JSON report.  ``fpga/build.py`` is the command line.
+timing read from nextpnr's JSON report.  ``dx1 fpga`` (:mod:`dx1_bringup.cli.fpga`) is the command line.
 
 The host needs nothing per board: it reads tiles, array and memory sizes from the capability registers.
 """
@@ -34,7 +34,7 @@ from .gateware.uart import check_baud
 from .spec import SocConfig, TileConfig
 
 __all__ = [
-    "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "ECP5_RESOURCES", "EXIT_TIMING_FAILED", "BuildError",
+    "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "ECP5_RESOURCES", "BuildError",
     "Dx1FpgaTop", "FpgaBoard", "Toolchain", "build", "ecp5_pll_params", "find_toolchain", "format_summary",
     "mmcm_params", "summarize_report",
 ]
@@ -47,9 +47,6 @@ __all__ = [
 ULX3S_85F_CONFIG = SocConfig(tiles=1, tile=TileConfig(), mem_bytes=128 << 10)
 #: Arty A7-35T (50 RAMB36 = 1.8 Mbit, 90 DSP48E1).  One tile (64 multipliers), 64 KiB of device memory.
 ARTY_A7_35_CONFIG = SocConfig(tiles=1, tile=TileConfig(array=8, spm_rows=1024, acc_rows=256), mem_bytes=64 << 10)
-
-#: Exit status of ``fpga/build.py`` when the design was built but misses its target clock.
-EXIT_TIMING_FAILED = 3
 
 
 class BuildError(Exception):
@@ -140,7 +137,7 @@ class FpgaBoard:
     Parameters
     ----------
     name:
-        The name ``fpga/build.py --board`` takes; also the build folder ``build/fpga/<name>``.
+        The name ``dx1 fpga --board`` takes; also the build folder ``build/fpga/<name>``.
     platform:
         The amaranth-boards platform class.
     config:

@@ -90,13 +90,15 @@ def test_unreachable_devices_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 BAD_ARGUMENTS = [
-    ([], "the following arguments are required: command"),
-    (["nonsense"], "argument command: invalid choice: 'nonsense'"),
-    (["gemm", "4", "4"], "the following arguments are required: n"),
-    (["gemm", "0", "4", "4"], "argument m: must be at least 1, not 0"),
-    (["gemm", "x", "4", "4"], "argument m: must be a whole number, not 'x'"),
-    (["gemm", "4", "-2", "4"], "argument k: must be at least 1, not -2"),
-    (["gemm", "4", "4", "1.5"], "argument n: must be a whole number, not '1.5'"),
+    ([], "the following arguments are required: COMMAND"),
+    (["nonsense"], "argument COMMAND: invalid choice: 'nonsense'"),
+    (["gemm", "4", "4"], "the following arguments are required: N"),
+    (["gemm", "0", "4", "4"], "argument M: must be at least 1, not 0"),
+    (["gemm", "x", "4", "4"], "argument M: must be a whole number, not 'x'"),
+    (["gemm", "4", "-2", "4"], "argument K: must be at least 1, not -2"),
+    (["gemm", "4", "4", "1.5"], "argument N: must be a whole number, not '1.5'"),
+    (["gemm", "4", "4", "1__0"], "argument N: must be a whole number, not '1__0'"),
+    (["gemm", "4", "4", "_10"], "argument N: must be a whole number, not '_10'"),
     (["gemm", "4", "4", "4", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
     (["gemm", "4", "4", "4", "--tiles", "two"], "argument --tiles: must be a whole number, not 'two'"),
     (["gemm", "4", "4", "4", "--tiles", "3"], "tiles must be an integer from 1 to 2, not 3"),
@@ -105,27 +107,45 @@ BAD_ARGUMENTS = [
     (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
-    (["perf", "4", "4"], "the following arguments are required: n"),
-    (["perf", "4", "0", "4"], "argument k: must be at least 1, not 0"),
+    (["perf", "4", "4"], "the following arguments are required: N"),
+    (["perf", "4", "0", "4"], "argument K: must be at least 1, not 0"),
     (["perf", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
     (["perf", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
-    (["demo", "-m", "0"], "argument -m: must be at least 1, not 0"),
+    (["demo", "0"], "argument M: must be at least 1, not 0"),
     (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
+    (["sim", "tile", "8", "0"], "argument K: must be at least 1, not 0"),
+    (["sim", "tile", "-m", "8"], "unrecognized arguments: -m"),
+    (["fuzz", "--devices", "model"], "argument --devices: must name at least two devices separated by commas"),
+    (["fuzz", "--devices", "model,foo"], "argument --devices: unknown device 'foo'"),
+    (["fuzz", "--batch", "63", "--devices", "model,model"], "argument --batch: "),
+    (["bench", "--only", "tile,nope"], "argument --only: expected a comma-separated list of some of tile, soc, "),
+    (["bench", "--scaling-tiles", "3"], "argument --scaling-tiles: expected a comma-separated list of some of 1, 2, "),
+    (["fpga", "--board", "de10"], "argument --board: must be one of arty_a7, ulx3s, not 'de10'"),
+    (["fpga"], "the following arguments are required: --board"),
+    (["sim", "report", "--junit", "/nonexistent/junit.xml"], "junit.xml is missing"),
     (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
     (["bringup", "--mem-bytes", "x"], "argument --mem-bytes: must be a number of bytes (decimal or 0x hex), not 'x'"),
-    (["bringup", "--timeout", "x"], "argument --timeout: invalid float value: 'x'"),
-    (["bringup", "--timeout", "0"], "timeout must be positive, not 0.0"),
-    (["bringup", "--timeout", "-1"], "timeout must be positive, not -1.0"),
-    (["bringup", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
-    (["bringup", "--seed", "-1"], "seed must be a non-negative integer, not -1"),
-    (["sim"], "the following arguments are required: sim_command"),
-    (["sim", "serve", "--port", "x"], "argument --port: invalid int value: 'x'"),
-    (["sim", "serve", "--port", "70000"], "--port must be 0 (any free port) to 65535, not 70000"),
-    (["sim", "serve", "--port", "-1"], "--port must be 0 (any free port) to 65535, not -1"),
-    (["sim", "serve", "--fault-rate", "0.9", "--uart"], "--fault-rate must be from 0 to 0.5, not 0.9"),
+    (["bringup", "--timeout", "x"], "argument --timeout: must be a number of seconds > 0, not 'x'"),
+    (["bringup", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
+    (["bringup", "--timeout", "-1"], "argument --timeout: must be a number of seconds > 0, not '-1'"),
+    (["bringup", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
+    (["bringup", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
+    (["bringup", "--device", "bogus"], "argument --device: unknown device 'bogus'; expected one of model"),
+    (["sim"], "the following arguments are required: COMMAND"),
+    (["sim", "serve", "--port", "x"], "argument --port: must be a whole number, not 'x'"),
+    (["sim", "serve", "--port", "70000"], "argument --port: must be 0 (any free port) to 65535, not 70000"),
+    (["sim", "serve", "--port", "-1"], "argument --port: must be 0 (any free port) to 65535, not -1"),
+    (["sim", "serve", "--fault-rate", "0.9", "--uart"], "argument --fault-rate: must be a number from 0 to 0.5, "
+                                                        "not '0.9'"),
     (["sim", "serve", "--fault-rate", "0.1"], "--fault-rate needs --uart (faults are injected on the serial line)"),
-    (["sim", "serve", "--fault-seed", "x"], "argument --fault-seed: invalid int value: 'x'"),
-    (["sim", "serve", "--uart", "--fault-seed", "-1"], "--fault-seed must be 0 or more, not -1"),
+    (["sim", "serve", "--fault-seed", "x"], "argument --fault-seed: must be a whole number, not 'x'"),
+    (["sim", "serve", "--uart", "--fault-seed", "-1"], "argument --fault-seed: must be 0 or more, not -1"),
+    (["replay", "x.capture", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
+    (["diff", "x.capture", "--device", "model", "--device", "nope"], "argument --device: unknown device 'nope'"),
+    (["shrink", "x.capture", "--device", "model", "--device", "model", "-o", "x", "--budget", "0"],
+     "argument --budget: must be at least 1, not 0"),
+    (["run", "digits", "--device", "foo"], "argument --device: unknown device 'foo'; expected one of model"),
+    (["run", "digits", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
     (["bringup", "--mem-bytes", "0x200000"], "--mem-bytes 2097152 is more than the device memory"),
 ]
 
@@ -146,10 +166,33 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     (tmp_path / "missing").write_text("a file, so no folder can be made here")
     status, err = run(["bringup", "--report", str(missing)], capsys)
     assert status == 2 and "cannot write the report to" in err
+    writable = f"cannot write {missing} (it must be a file in an existing writable folder)"
     status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
-    assert status == 2 and f"cannot write the capture to {missing} (it must be a file in a writable folder)" in err
+    assert status == 2 and f"argument --record: {writable}" in err
     status, err = run(["perf", "4", "4", "4", "--png", str(missing)], capsys)
-    assert status == 2 and f"cannot write the plot to {missing} (it must be a file in a writable folder)" in err
+    assert status == 2 and f"argument --png: {writable}" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
-    assert status == 2 and f"--port-file {missing} cannot be written (it must be a file in a writable folder)" in err
+    assert status == 2 and f"argument --port-file: {writable}" in err
+    status, err = run(["diff", "x.capture", "--device", "model", "--device", "model", "--shrink", str(tmp_path)],
+                      capsys)
+    assert status == 2 and f"argument --shrink: cannot write {tmp_path} (it must be a file" in err
     assert not missing.exists()
+
+
+def test_every_command_takes_integers_the_same_way(capsys: pytest.CaptureFixture[str]) -> None:
+    """One set of argument types: ``10_000`` is ten thousand for every command, ``1__0`` for none."""
+    from dx1_bringup.cli import args
+
+    assert args.integer("10_000") == args.positive("10_000") == 10_000
+    assert args.seed("0") == 0 and args.seconds("0.5") == 0.5
+    assert args.devices("model, model:stuck-bit=5") == ["model", "model:stuck-bit=5"]
+    assert args.byte_count(8)("0x100") == 256
+    for argv, message in ((["fuzz", "--commands", "1__0"], "argument --commands: must be a whole number, not '1__0'"),
+                          (["gemm", "1__0", "4", "4"], "argument M: must be a whole number, not '1__0'"),
+                          (["bench", "--serial-sizes", "4,1__0"], "argument --serial-sizes: expected a comma-separated "
+                                                                   "list of block sizes, multiples of 4 from 4 to "
+                                                                   "1048576, not '4,1__0'"),
+                          (["fpga", "--board", "ulx3s", "--baud", "1__0"], "argument --baud: must be a whole number"),
+                          (["diff-demo", "--commands", "0"], "argument --commands: must be at least 1, not 0")):
+        status, err = run(argv, capsys)
+        assert status == 2 and message in err, err

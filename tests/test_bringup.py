@@ -24,9 +24,9 @@ from dx1_bringup.bringup import (
     STEPS,
     _address_diagnosis,
     _bytes_diagnosis,
-    main,
     run_bringup,
 )
+from dx1_bringup.cli import main
 from dx1_bringup.faults import MemoryFaults
 from dx1_bringup.model.bridge import ModelBridge
 from dx1_bringup.model.device import BusError, DeviceModel
@@ -134,7 +134,8 @@ def test_faulty_memory_is_seen_by_the_dma():
 
 def test_cli_writes_report(tmp_path, capsys):
     path = tmp_path / "sub" / "bringup.json"
-    assert main(["--device", "model:stuck-bit=5", "--report", str(path), "--seed", "7", "--mem-bytes", "2048"]) == 1
+    assert main(["bringup", "--device", "model:stuck-bit=5", "--report", str(path), "--seed", "7", "--mem-bytes",
+                 "2048"]) == 1
     report = json.loads(path.read_text())
     assert [s["name"] for s in report["steps"]] == NAMES
     assert report["passed"] is False and report["failed_step"] == "memory" and report["seed"] == 7
@@ -144,16 +145,16 @@ def test_cli_writes_report(tmp_path, capsys):
     assert all(s["seconds"] >= 0 and "checks" in s for s in report["steps"])
     out = capsys.readouterr().out
     assert "probably: data bit 5 stuck at 1" in out and f"report: {path}" in out
-    assert main(["--device", "model", "--report", str(path), "--mem-bytes", "2048"]) == 0
+    assert main(["bringup", "--device", "model", "--report", str(path), "--mem-bytes", "2048"]) == 0
     assert json.loads(path.read_text())["passed"] is True
 
 
-def test_module_runs_as_a_command(tmp_path):
-    """``python -m dx1_bringup.bringup`` is ``dx1 bringup``: a failing model exits 1 and writes the report."""
+def test_bringup_runs_as_a_command(tmp_path):
+    """``dx1 bringup`` in a process of its own: a failing model exits 1 and writes the report."""
     path = tmp_path / "bringup.json"
-    done = subprocess.run([sys.executable, "-m", "dx1_bringup.bringup", "--device", "model:stuck-bit=5", "--report",
-                           str(path), "--seed", "7", "--mem-bytes", "2048"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "dx1_bringup.cli", "bringup", "--device", "model:stuck-bit=5",
+                           "--report", str(path), "--seed", "7", "--mem-bytes", "2048"], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "probably: data bit 5 stuck at 1" in done.stdout
     assert json.loads(path.read_text())["failed_step"] == "memory"

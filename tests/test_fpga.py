@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""FPGA board tops: clock settings, every board elaborated through ``fpga/build.py`` without tools, report
+"""FPGA board tops: clock settings, every board elaborated through ``dx1 fpga`` without tools, report
 parsing, and (marked ``slow``) the full ULX3S build with YoWASP, checked on nextpnr's report.
 
 The first line turns off Amaranth's UnusedElaboratable warning for this file: the constructor checks make
@@ -30,7 +30,6 @@ from dx1_bringup.fpga import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "fpga" / "build.py"
 
 
 # --- clocking ------------------------------------------------------------------------------------------------
@@ -93,8 +92,8 @@ def test_ulx3s_config_fits_the_ecp5_85f():
 
 def _run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "dx1_bringup.cli", "fpga", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -134,13 +133,13 @@ def test_board_elaborates_without_tools(name, tmp_path):
 def test_script_rejects_a_clock_the_pll_cannot_make(tmp_path):
     result = _run_script("--board", "ulx3s", "--clock", "50000001", "--plan-only", "--out", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 1
-    assert "fpga build failed: ECP5 PLL cannot make exactly 50000001 Hz from 25000000 Hz" in result.stderr
+    assert "dx1 fpga: build failed: ECP5 PLL cannot make exactly 50000001 Hz from 25000000 Hz" in result.stderr
 
 
 def test_script_rejects_unknown_board(tmp_path):
     result = _run_script("--board", "de10", cwd=tmp_path)
     assert result.returncode == 2
-    assert "invalid choice: 'de10'" in result.stderr
+    assert "argument --board: must be one of arty_a7, ulx3s, not 'de10'" in result.stderr
 
 
 # --- report ----------------------------------------------------------------------------------------------------

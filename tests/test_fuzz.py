@@ -10,7 +10,7 @@ import pytest
 from dx1_driver import Device
 
 from dx1_bringup.backends import ModelTransport
-from dx1_bringup.fuzz.__main__ import main as fuzz_main
+from dx1_bringup.cli import main as dx1
 from dx1_bringup.fuzz.generate import StreamParams, batch_events, written_ranges
 from dx1_bringup.fuzz.layout import LAYOUT
 from dx1_bringup.fuzz.runner import fuzz, layout_for
@@ -73,7 +73,7 @@ def test_a_planted_bug_is_found_and_its_reproducer_replays(tmp_path: Path) -> No
                   repro_dir=tmp_path)
     assert not report.ok and report.commands < 20000
     assert "download of" in report.mismatch and "first difference at 0x" in report.mismatch
-    assert report.replay_command == f"python -m dx1_bringup.replay {report.repro} --device planted"
+    assert report.replay_command == f"dx1 replay {report.repro} --device planted"
     capture = load_capture(report.repro)
     assert replay(capture, model()).ok
     again = replay(capture, Device(PlantedGemmBug()))
@@ -120,17 +120,17 @@ def test_differing_configurations_are_refused() -> None:
 
 def test_command_line_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "fuzz.json"
-    assert fuzz_main(["--devices", "model,model", "--commands", "500", "--seed", "3", "--out", str(out)]) == 0
+    assert dx1(["fuzz", "--devices", "model,model", "--commands", "500", "--seed", "3", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ok"] and report["commands"] >= 500 and report["commands_per_second"] > 0
     assert "0 mismatches" in capsys.readouterr().out
 
 
 def test_command_line_reproducer_on_a_fault(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert fuzz_main(["--devices", "model,model:stuck-bit=5", "--commands", "500", "--out", str(tmp_path / "f.json"),
-                      "--repro-dir", str(tmp_path)]) == 1
+    assert dx1(["fuzz", "--devices", "model,model:stuck-bit=5", "--commands", "500", "--out", str(tmp_path / "f.json"),
+                "--repro-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "replay it: python -m dx1_bringup.replay" in out and "--device model:stuck-bit=5" in out
+    assert "replay it: dx1 replay" in out and "--device model:stuck-bit=5" in out
 
 
 @pytest.mark.verilator

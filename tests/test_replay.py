@@ -11,6 +11,7 @@ import pytest
 from dx1_driver import Device, DriverError
 
 from dx1_bringup.backends import ModelTransport
+from dx1_bringup.cli import main as dx1
 from dx1_bringup.model.device import MemoryFaults
 from dx1_bringup.replay import (
     FORMAT_VERSION,
@@ -31,7 +32,6 @@ from dx1_bringup.replay import (
     record,
     replay,
 )
-from dx1_bringup.replay.__main__ import main as replay_main
 from dx1_bringup.replay.convert import convert_two_tile, two_tile_events
 from dx1_bringup.runtime.gemm_run import run_gemm
 from dx1_bringup.runtime.reference import reference_gemm
@@ -182,14 +182,14 @@ def test_replay_reports_a_completion_that_never_comes(recorded: Capture) -> None
 def test_replay_command_line_exit_status(tmp_path: Path, recorded: Capture,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     path, lines = _saved(tmp_path, recorded)
-    assert replay_main([str(path), "--device", "model"]) == 0
+    assert dx1(["replay", str(path), "--device", "model"]) == 0
     assert "every completion and downloaded byte agrees" in capsys.readouterr().out
-    assert replay_main([str(path), "--device", "model:stuck-bit=0"]) == 1
+    assert dx1(["replay", str(path), "--device", "model:stuck-bit=0"]) == 1
     assert "mismatch on model:stuck-bit=0 at event" in capsys.readouterr().out
-    assert replay_main([str(path), "--device", "bogus"]) == 2
+    assert dx1(["replay", str(path), "--device", "bogus"]) == 2
     assert "unknown device 'bogus'" in capsys.readouterr().err
     path.write_bytes(b"".join(lines[:-1]))
-    assert replay_main([str(path)]) == 2
+    assert dx1(["replay", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
 
 

@@ -269,8 +269,9 @@ def test_coverage_files_are_checked(tmp_path: Path) -> None:
 
 
 def test_report_command_without_junit_says_so(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "dx1_bringup.sim.report", "--junit", str(tmp_path / "none.xml"),
-                             "--out", str(tmp_path / "summary.md")], capture_output=True, text=True, cwd=REPO_ROOT)
+    result = subprocess.run([sys.executable, "-m", "dx1_bringup.cli", "sim", "report", "--junit",
+                             str(tmp_path / "none.xml"), "--out", str(tmp_path / "summary.md")], capture_output=True,
+                            text=True, cwd=REPO_ROOT)
     assert result.returncode == 2
     assert "none.xml is missing: the regression wrote no JUnit XML" in result.stderr
     assert not (tmp_path / "summary.md").exists()

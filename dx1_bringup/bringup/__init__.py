@@ -31,13 +31,13 @@ probably broken and what to check next:
 The package: :mod:`.steps` (the eight steps), :mod:`.diagnosis` (what a failure probably means),
 :mod:`.report` (the results), :mod:`.run` (:func:`run_bringup`, the steps in order) and :mod:`.cli`
 (``dx1 bringup``).  The whole run is a :class:`BringupReport`, written as JSON by the command line.
-``dx1 bringup --device D`` or ``python -m dx1_bringup.bringup --device D`` runs it.  Besides the
+``dx1 bringup --device D`` runs it.  Besides the
 driver's device strings, ``model:FAULTS`` opens the golden model with broken memory
 (:meth:`~dx1_bringup.faults.MemoryFaults.parse`), for example ``model:stuck-bit=5`` or
 ``model:alias-bit=12``.
 """
 
-from .cli import add_parser, main
+from .cli import add_parser
 from .diagnosis import _address_diagnosis as _address_diagnosis
 from .diagnosis import _bytes_diagnosis as _bytes_diagnosis
 from .report import REGION_CHECK, STEPS, BringupReport, Check, StepResult

@@ -1,11 +1,10 @@
-"""``dx1 bringup`` (and ``python -m dx1_bringup.bringup``): the command line of :func:`~.run.run_bringup`."""
+"""``dx1 bringup``: the command line of :func:`~.run.run_bringup`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,22 +12,13 @@ from typing import Any
 
 from dx1_driver import Transport, TransportError, open_transport
 
+from ..cli import args as types
 from ..spec import BUS_BYTES
 from ..timeline import add_trace_arguments, record_link
 from .report import REGION_CHECK
 from .run import run_bringup
 
-__all__ = ["add_parser", "cmd_bringup", "main"]
-
-
-def _mem_bytes(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of bytes (decimal or 0x hex), not {text!r}") from None
-    if value < BUS_BYTES or value % BUS_BYTES:
-        raise argparse.ArgumentTypeError(f"must be a positive multiple of {BUS_BYTES}, not {value}")
-    return value
+__all__ = ["add_parser", "cmd_bringup"]
 
 
 @contextlib.contextmanager
@@ -61,17 +51,6 @@ def cmd_bringup(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    trace_folder = Path(args.trace or ".").parent
-    if args.trace is not None and (Path(args.trace).is_dir() or not trace_folder.is_dir()):
-        print(f"dx1 bringup: cannot write the timeline to {args.trace} (it must be a file in an existing folder)",
-              file=sys.stderr)
-        return 2
-    if args.record is not None:
-        folder = Path(args.record).parent
-        if Path(args.record).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            print(f"dx1 bringup: cannot write the capture to {args.record} (it must be a file in a writable folder)",
-                  file=sys.stderr)
-            return 2
     if args.device == "sim":
         print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
               flush=True)
@@ -97,27 +76,22 @@ def cmd_bringup(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bringup`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("bringup", help="bring a device up step by step: link, identity, registers, memory, "
-                                              "DMA, GEMM, counters, interrupts; stop at the first failure")
-    p.add_argument("--device", default="model",
+    p = subparsers.add_parser("bringup", help="bring a device up step by step; stop at the first failure",
+                              description="bring a device up step by step: link, identity, registers, memory, DMA, "
+                                          "GEMM, counters, interrupts; stop at the first failure")
+    p.add_argument("--device", type=types.device, default="model",
                    help="model, model:FAULTS (e.g. model:stuck-bit=5, model:alias-bit=12), sim, sim://HOST:PORT, "
                         "serial:URL[@BAUD], pcie:BDF (default model)")
     p.add_argument("--report", default="build/bringup.json", help="JSON report path (default build/bringup.json)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the random patterns (default: random, printed)")
-    p.add_argument("--mem-bytes", type=_mem_bytes, default=None,
+    p.add_argument("--seed", type=types.seed, default=None,
+                   help="seed of the random patterns (default: random, printed)")
+    p.add_argument("--mem-bytes", type=types.byte_count(BUS_BYTES), default=None,
                    help="bytes of device memory from 0 for the address-in-address and random tests "
                         "(default: all of it)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds a queue may make no progress (default 10)")
+    p.add_argument("--timeout", type=types.seconds, default=10.0,
+                   help="seconds a queue may make no progress (default 10)")
     add_trace_arguments(p)
-    p.add_argument("--record", metavar="FILE", default=None,
+    p.add_argument("--record", metavar="FILE", type=types.writable_file, default=None,
                    help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.bringup", description="dx1 board bring-up")
-    sub = parser.add_subparsers(dest="command")
-    p = add_parser(sub)
-    args = p.parse_args(argv)
-    return args.func(args)

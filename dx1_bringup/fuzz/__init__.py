@@ -2,5 +2,5 @@
 
 :mod:`.layout` places the streams in device memory, :mod:`.streams` draws commands (the pyuvm
 environment uses it too), :mod:`.generate` turns them into capture events, :mod:`.runner` runs and
-compares them; ``python -m dx1_bringup.fuzz`` (``make fuzz``) is the command.
+compares them; :mod:`.cli` holds the commands ``dx1 fuzz`` (``make fuzz``) and ``dx1 diff-demo``.
 """

@@ -235,7 +235,7 @@ def fuzz(devices: Sequence[Device], names: Sequence[str], *, commands: int, seed
                 ).save(path)
         report.mismatch = str(mismatch)
         report.repro = str(path)
-        report.replay_command = f"python -m dx1_bringup.replay {path} --device {names[-1]}"
+        report.replay_command = f"dx1 replay {path} --device {names[-1]}"
     return report
 
 

@@ -9,7 +9,6 @@ output that cannot be written.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,33 +16,14 @@ from typing import Any
 
 from dx1_driver import Device, DriverError
 
+from ..cli import args as types
 from ..spec import COMMANDS, Opcode, unpack_command
 from .capture import Capture, CaptureError, load_capture
 from .diff import TIMEOUT, DiffResult, bisect, prefix_events
 from .replay import WAIT_TIMEOUT, replay
 from .shrink import shrink
 
-__all__ = ["add_parser", "cmd_replay", "cmd_diff", "replay_main", "diff_main"]
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
-    return value
-
-
-def _budget(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of tests, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+__all__ = ["add_parser", "cmd_replay", "cmd_diff", "diff_main"]
 
 
 def _load(path: str, prog: str) -> Capture | None:
@@ -69,19 +49,9 @@ def _open(names: list[str], prog: str) -> list[Device] | None:
     return opened
 
 
-def _writable(path: str | None, prog: str) -> bool:
-    if path is None:
-        return True
-    folder = Path(path).parent
-    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        print(f"{prog}: cannot write the shrunk capture to {path} (it must be a file in a writable folder)",
-              file=sys.stderr)
-        return False
-    return True
-
-
-def cmd_replay(args: argparse.Namespace, prog: str = "dx1 replay") -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a capture on one device; exit 0 if every completion and downloaded byte agrees, 1 if not."""
+    prog = "dx1 replay"
     capture = _load(args.capture, prog)
     if capture is None:
         return 2
@@ -149,8 +119,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(f"{prog}: give exactly two devices (--device A --device B), not {len(args.device)}", file=sys.stderr)
         return 2
     out = getattr(args, "output", None) or getattr(args, "shrink", None)
-    if not _writable(out, prog):
-        return 2
     capture = _load(args.capture, prog)
     if capture is None:
         return 2
@@ -197,45 +165,39 @@ def _shrink(args: argparse.Namespace, capture: Capture, devices: list[Device], r
 
 def _common(p: argparse.ArgumentParser, timeout: float) -> None:
     p.add_argument("capture", help="capture file (dx1-capture JSON lines)")
-    p.add_argument("--timeout", type=_positive_float, default=timeout,
+    p.add_argument("--timeout", type=types.seconds, default=timeout,
                    help=f"seconds a queue may go without a completion (default {timeout:g})")
 
 
 def _two_devices(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", action="append", default=[], required=True,
+    p.add_argument("--device", action="append", type=types.device, default=[], required=True,
                    help="a device string; give it twice, A then B (model, model:FAULTS, sim, sim:tiles=T, "
                         "sim:verilog=PATH, ...)")
-    p.add_argument("--budget", type=_budget, default=400, help="most shrink tests (default 400)")
+    p.add_argument("--budget", type=types.positive, default=400, help="most shrink tests (default 400)")
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``replay``, ``diff`` and ``shrink`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("replay", help="replay a capture on a device and check its completions and bytes")
+    p = subparsers.add_parser("replay", help="replay a capture on a device; check completions and bytes",
+                              description="replay a capture on a device and check its completions and bytes")
     _common(p, WAIT_TIMEOUT)
-    p.add_argument("--device", default="model", help="device string to replay on (default: model)")
+    p.add_argument("--device", type=types.device, default="model", help="device string to replay on (default: model)")
     p.set_defaults(func=cmd_replay)
-    p = subparsers.add_parser("diff", help="find the first command of a capture whose effect differs between two "
-                                           "devices (bisection over prefixes)")
+    p = subparsers.add_parser("diff", help="the first command of a capture two devices disagree on",
+                              description="find the first command of a capture whose effect differs between two "
+                                          "devices (bisection over prefixes)")
     _common(p, TIMEOUT)
     _two_devices(p)
-    p.add_argument("--shrink", metavar="OUT", default=None,
+    p.add_argument("--shrink", metavar="OUT", type=types.writable_file, default=None,
                    help="also shrink the capture up to that command (ddmin) and write it to OUT")
     p.set_defaults(func=cmd_diff)
-    p = subparsers.add_parser("shrink", help="shrink a capture (ddmin over commands and uploads) while two devices "
-                                             "still differ on it; bisects first")
+    p = subparsers.add_parser("shrink", help="shrink a capture while two devices still differ on it",
+                              description="shrink a capture (ddmin over commands and uploads) while two devices "
+                                          "still differ on it; bisects first")
     _common(p, TIMEOUT)
     _two_devices(p)
-    p.add_argument("-o", "--output", required=True, help="the shrunk capture")
+    p.add_argument("-o", "--output", type=types.writable_file, required=True, help="the shrunk capture")
     p.set_defaults(func=cmd_diff)
-
-
-def replay_main(argv: list[str] | None = None) -> int:
-    """``python -m dx1_bringup.replay FILE [--device D]``: the same as ``dx1 replay``."""
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.replay", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
-    return cmd_replay(args, parser.prog)
 
 
 def diff_main(argv: list[str]) -> int:

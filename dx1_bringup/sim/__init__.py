@@ -11,7 +11,7 @@ Build variants, each chosen by an environment variable and built in its own fold
 
 * ``DX1_SIM_PUBLIC=1``: every internal signal visible to Python (debugging).
 * ``DX1_SIM_COVERAGE=1``: Verilator line and toggle coverage; each run writes
-  ``coverage.dat`` into its run folder (``python -m dx1_bringup.sim.report`` merges them).
+  ``coverage.dat`` into its run folder (``dx1 sim report`` merges them).
 * ``DX1_SIM_WAVES=1`` (or ``fst``): FST waveforms, ``dump.fst`` in the run folder;
   ``DX1_SIM_WAVES=vcd``: VCD, ``dump.vcd`` (about 20x larger, needs no extra library).
 """

@@ -1,6 +1,6 @@
 """The one-page summary of a ``make sim`` regression, and Verilator code coverage merged across runs.
 
-``python -m dx1_bringup.sim.report`` reads the regression's JUnit XML (pytest ``--junitxml``), the
+``dx1 sim report`` reads the regression's JUnit XML (pytest ``--junitxml``), the
 functional coverage the pyuvm runs exported (cocotb-coverage YAML, ``coverage-*.yml`` in their run
 folders) and, when the coverage build variant ran (``DX1_SIM_COVERAGE=1``), every run's Verilator
 ``coverage.dat``.  It merges the coverage, prints the summary and writes it to ``build/sim/summary.md``.
@@ -37,7 +37,7 @@ from . import BUILD_ROOT, COVERAGE_FILE, REPO_ROOT, WAVES_ENV
 __all__ = ["COVERAGE_HEADER", "KINDS", "Tally", "ModuleCoverage", "CoverItem", "TestCase", "JUnitRun",
            "read_coverage", "merge_coverage", "write_coverage", "point_fields", "artefacts", "tally", "annotate",
            "code_coverage", "merge_functional", "functional_text", "read_junit", "rerun_command",
-           "summary", "main"]
+           "summary", "add_arguments", "run"]
 
 COVERAGE_HEADER = "# SystemC::Coverage-3"
 #: Coverage kinds in the order the summary shows them.
@@ -472,15 +472,18 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dx1_bringup.sim.report", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``dx1 sim report``."""
     parser.add_argument("--junit", type=Path, default=BUILD_ROOT / "junit.xml",
                         help="the regression's JUnit XML (default build/sim/junit.xml)")
     parser.add_argument("--out", type=Path, default=BUILD_ROOT / "summary.md",
                         help="where to write the summary (default build/sim/summary.md)")
     parser.add_argument("--build-root", type=Path, default=BUILD_ROOT,
                         help="the simulation build folder holding the run folders (default build/sim)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write and print the summary for ``dx1 sim report``; exit 2 if the JUnit XML is missing or unreadable."""
     try:
         text = summary(args.junit, build_root=args.build_root)
     except (FileNotFoundError, ValueError, ET.ParseError) as e:
@@ -491,7 +494,3 @@ def main(argv: list[str] | None = None) -> int:
     print(text, end="")
     print(f"(written to {_rel(args.out)})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

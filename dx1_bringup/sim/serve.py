@@ -8,10 +8,10 @@ the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from ..cli import args as types
 from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
@@ -65,15 +65,17 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``dx1 sim serve``, defined here only (``dx1`` and ``python -m`` both take them from here)."""
-    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: any free port)")
-    parser.add_argument("--port-file", help="write the port here once listening")
+    parser.add_argument("--port", type=types.port, default=0, help="TCP port on 127.0.0.1 (default: any free port)")
+    # Checked before building or starting anything, without creating the file: whoever waits for the port
+    # (sim.launch) takes the file's existence to mean the port is in it.
+    parser.add_argument("--port-file", type=types.writable_file, help="write the port here once listening")
     parser.add_argument("--once", action="store_true", help="stop when the first client disconnects")
     parser.add_argument("--uart", action="store_true",
                         help="serve the board's UART (for --device serial:socket://HOST:PORT) instead of the "
                              "register bus (for --device sim://HOST:PORT)")
-    parser.add_argument("--fault-rate", type=float, default=0.0,
+    parser.add_argument("--fault-rate", type=types.fraction(0.5), default=0.0,
                         help="with --uart: bit error rate injected on the line (bits flip, bytes drop or repeat)")
-    parser.add_argument("--fault-seed", type=int, default=1, help="seed of the injected faults")
+    parser.add_argument("--fault-seed", type=types.seed, default=1, help="seed of the injected faults")
     parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
@@ -83,31 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "host path only); the board (--uart) always runs on cocotb's")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
-    parser.add_argument("--tiles", type=int, default=None,
+    parser.add_argument("--tiles", type=types.positive, default=None,
                         help=f"serve a SoC with this many tiles, 1 to 8 (default {SocConfig().tiles}), generated into "
                              "build/sim/configs/ (not with --uart or --verilog)")
-    parser.add_argument("--banks", type=int, default=None,
+    parser.add_argument("--banks", type=types.positive, default=None,
                         help=f"serve a SoC with this many device memory banks, a power of two from 1 to 16 "
                              f"(default {SocConfig().mem_banks}; not with --uart or --verilog)")
-    parser.add_argument("--mem-mib", type=int, default=None,
+    parser.add_argument("--mem-mib", type=types.positive, default=None,
                         help=f"serve a SoC with this many MiB of device memory, a power of two (default "
                              f"{SocConfig().mem_bytes >> 20}; not with --uart or --verilog)")
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Check the options :func:`add_arguments` defined (``parser.error`` on a bad one) and serve."""
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port must be 0 (any free port) to 65535, not {args.port}")
-    if args.port_file:
-        # Checked before building or starting anything, without creating the file: whoever waits for
-        # the port (sim.launch) takes the file's existence to mean the port is in it.
-        folder = Path(args.port_file).parent
-        if Path(args.port_file).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            parser.error(f"--port-file {args.port_file} cannot be written (it must be a file in a writable folder)")
-    if args.fault_seed < 0:
-        parser.error(f"--fault-seed must be 0 or more, not {args.fault_seed}")
-    if not 0 <= args.fault_rate < 0.5:
-        parser.error(f"--fault-rate must be from 0 to 0.5, not {args.fault_rate}")
     if args.fault_rate and not args.uart:
         parser.error("--fault-rate needs --uart (faults are injected on the serial line)")
     if args.clock == "verilator" and args.host_path == "bus" and not args.uart:

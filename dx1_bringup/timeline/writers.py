@@ -16,6 +16,7 @@ from pathlib import Path
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
+from ..cli.args import writable_file
 from .model import TimelineData
 
 __all__ = ["FORMATS", "add_trace_arguments", "format_for", "write", "write_chrome", "write_perfetto"]
@@ -29,7 +30,7 @@ _SEQUENCE = 1
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--trace FILE`` and ``--trace-format`` to a command's parser (``dx1 gemm``, ``dx1 bringup``)."""
-    parser.add_argument("--trace", metavar="FILE", default=None,
+    parser.add_argument("--trace", metavar="FILE", type=writable_file, default=None,
                         help="write a timeline of the run to FILE for ui.perfetto.dev: host calls and transport "
                              "requests, and (dx1 gemm) each tile's TRACE events and PERF counters")
     parser.add_argument("--trace-format", choices=FORMATS, default=None,

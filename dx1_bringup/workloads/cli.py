@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from ..cli import args as types
+
 __all__ = ["add_parser", "cmd_run"]
 
 WORKLOADS = ("digits", "encoder")
@@ -83,11 +85,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    run = sub.add_parser("run", help="run a real network on DX-1 and compare it with float and int references")
+    run = sub.add_parser("run", help="a real network on DX-1 beside float and int references",
+                         description="run a real network on DX-1 and compare it with float and int references")
     run.add_argument("workload", choices=WORKLOADS,
                      help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block")
-    run.add_argument("--device", action="append",
+    run.add_argument("--device", action="append", type=types.device,
                      help="device to run on (repeat to compare several; default model)")
-    run.add_argument("--seed", type=int, default=0, help="data, weight and quantisation seed (default 0)")
-    run.add_argument("--tiles", type=int, default=None, help="tiles to use (default: all)")
+    run.add_argument("--seed", type=types.seed, default=0, help="data, weight and quantisation seed (default 0)")
+    run.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
     run.set_defaults(func=cmd_run)

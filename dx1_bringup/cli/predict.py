@@ -1,0 +1,128 @@
+"""``dx1 perf M K N``: a GEMM's cycles per unit as the performance model predicts them, and measured on a device."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from . import args as types
+from .devices import open_device
+from .operands import gemm_problem
+
+__all__ = ["add_parser", "cmd_perf"]
+
+
+def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
+    """Plot predicted (and measured, where known) total cycles per shape to a PNG file; with measurements, the
+    relative error per shape below, against the 3% the sweep is held to."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = all(r[2] is not None for r in rows)
+    fig, axes = plt.subplots(2 if measured else 1, 1, figsize=(9, 6 if measured else 4), sharex=True, squeeze=False)
+    names = [r[0] for r in rows]
+    ax = axes[0][0]
+    ax.plot(names, [r[1] for r in rows], "o", label="predicted")
+    if measured:
+        ax.plot(names, [r[2] for r in rows], "s", mfc="none", label="measured")
+    ax.set_yscale("log")
+    ax.set_ylabel("cycles (PERF CYCLES)")
+    ax.set_title("dx1 perf: predicted against measured cycles per GEMM shape (M x K x N / tiles)")
+    ax.legend()
+    if measured:
+        err = axes[1][0]
+        errors = [100 * (r[1] - r[2]) / r[2] for r in rows]
+        err.bar(names, errors, color=["tab:red" if abs(e) > 3 else "tab:blue" for e in errors])
+        for bound in (-3, 3):
+            err.axhline(bound, color="grey", linestyle=":", linewidth=1)
+        err.set_ylabel("error of the total (%)")
+    axes[-1][0].tick_params(axis="x", rotation=60)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from dx1_driver import Device, DriverError
+
+    from ..model.tile import PostOpParams
+    from ..runtime import gemm_perf
+
+    m, k, n = args.m, args.k, args.n
+    # Timing does not depend on the values: predictions take any requantisation, runs dx1 gemm's operands.
+    post = PostOpParams(1, 0, relu=True)
+    # A fresh golden model stands in for the device: its caps, and where run_gemm would put the operands.
+    fresh = Device.open("model")
+    caps = fresh.caps
+
+    def predicted_terms(sm: int, sk: int, sn: int, st: int | None) -> dict[str, float]:
+        base, rings = gemm_perf.fresh_layout(fresh, st)
+        return gemm_perf.combine(gemm_perf.predict_gemm(sm, sk, sn, caps, post=post, tiles=st, base=base,
+                                                        rings=rings).terms)
+
+    if args.tiles is not None and args.tiles > caps.tiles:
+        print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
+        return 2
+    print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
+          f"{args.tiles or caps.tiles} tile(s), {'predicted only' if args.device is None else 'on ' + args.device}")
+    start = time.perf_counter()
+    predicted = predicted_terms(m, k, n, args.tiles)
+    elapsed = time.perf_counter() - start
+    shapes = [(m, k, n, args.tiles or caps.tiles)]
+    if args.png is not None:
+        shapes += [s for s in gemm_perf.SWEEP if s != shapes[0]]
+    dev = None if args.device is None else open_device(args.device, "dx1 perf")
+    if args.device is not None and dev is None:
+        return 2
+    rows = []
+    try:
+        for sm, sk, sn, st in shapes:
+            if dev is None:
+                pred = predicted_terms(sm, sk, sn, st)
+                rows.append((f"{sm}x{sk}x{sn}/{st}", pred["total"], None, None))
+                continue
+            sa, sb, sbias, spost = gemm_problem(sm, sk, sn, args.seed)
+            try:
+                table = gemm_perf.measure_gemm(dev, sm, sk, sn, sa, sb, sbias, spost, st)
+            except DriverError as exc:
+                print(f"dx1 perf: FAILED: {exc}", file=sys.stderr)
+                return 1
+            rows.append((f"{sm}x{sk}x{sn}/{st}", table["total"]["predicted"], table["total"]["measured"], table))
+    finally:
+        if dev is not None:
+            dev.close()
+    table = rows[0][3]
+    print(f"  {'term':10} {'predicted':>12} {'measured':>12} {'residual':>10} {'error':>8}")
+    for name in gemm_perf.UNITS:
+        if table is None:
+            print(f"  {name:10} {predicted[name]:12.0f}")
+        else:
+            t = table[name]
+            print(f"  {name:10} {t['predicted']:12.0f} {t['measured']:12.0f} {t['residual']:+10.0f} "
+                  f"{t['error']:+8.1%}")
+    print(f"  predicted in {elapsed * 1000:.1f} ms")
+    if table is not None:
+        print(f"  total error {table['total']['error']:+.2%} (predicted against measured CYCLES)")
+    if args.png is not None:
+        _perf_png(args.png, [(name, p, meas) for name, p, meas, _t in rows])
+        print(f"  plot of {len(rows)} shapes written to {args.png}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``perf`` to the ``dx1`` subcommands."""
+    perf = sub.add_parser("perf", help="a GEMM's cycles from the performance model (--device: measured)",
+                          description="predict a GEMM's cycles per unit with the performance model (and measure "
+                                      "them on a device)")
+    types.add_shape(perf)
+    perf.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
+    perf.add_argument("--device", type=types.device, default=None,
+                      help="also run it on this device (sim, model, ...) and compare (default: predict only)")
+    perf.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
+    perf.add_argument("--png", metavar="FILE", type=types.writable_file, default=None,
+                      help="plot predicted (and measured) cycles of this shape and the sweep of shapes")
+    perf.set_defaults(func=cmd_perf)
