@@ -46,7 +46,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
                                              "generate", "args", "operands", "serving"})),
     "torch": (("dx1_bringup.torch",), frozenset({"spec", "model", "driver", "runtime"})),
     "workloads": (("dx1_bringup.workloads",), frozenset({"spec", "model", "driver", "runtime", "torch", "args"})),
-    "serving": (("dx1_bringup.serving",), frozenset({"model", "driver", "runtime", "args"})),
+    "serving": (("dx1_bringup.serving",), frozenset({"spec", "model", "driver", "runtime", "args"})),
     "package": (("dx1_bringup",), frozenset()),
 }
 

@@ -8,9 +8,9 @@ consecutive rows.  A step computes, for every scheduled sequence, ``count`` new 
 ``start``; every matrix product runs on the device, the layer norms, softmax and residual adds on the host
 (:mod:`.quant_model`).  Per layer:
 
-1. the transposed queries of the whole batch are one GEMM (each sequence's columns padded to whole chunks);
-   the new tokens' keys and values are GEMMs whose output rows *are* their slots in the sequence's blocks
-   (one GEMM per run of positions in physically consecutive blocks);
+1. the transposed queries, the keys and the values of the whole batch are one GEMM each (each sequence's
+   query columns padded to whole chunks); then COPY commands move each sequence's new key and value rows
+   into their slots in its blocks (one COPY per run of positions in physically consecutive blocks);
 2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
    table, ``S^T_run = K_run Q^T`` writes those blocks' rows of the scores;
 3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_run P_run V_run`` is one
@@ -18,8 +18,8 @@ consecutive rows.  A step computes, for every scheduled sequence, ``count`` new 
 4. the output projection and the MLP are GEMMs over the whole batch.
 
 Each phase is one set of command streams driven to completion (the small GEMMs dealt round-robin over the
-tiles), so every write of a phase lands before the next phase reads it.  A block copy (copy-on-write) is a
-device-memory copy before the step.
+tiles), so every write of a phase lands before the next phase reads it.  A block copy (copy-on-write) is
+COPY commands on the device before the step.
 """
 
 from __future__ import annotations
@@ -34,18 +34,24 @@ from ..model.tile import PostOpParams
 from ..runtime.gemm import GemmTerm, compile_gemm
 from ..runtime.gemm_run import drive
 from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from ..spec import Opcode, pack_command
 from .quant_model import QuantCharLM, attention_probs
 from .scheduler import ScheduledSeq
 
 __all__ = ["ModelRunner", "StepStats"]
 
+#: Tag of the runner's COPY commands (the tiling compiler's tags count up from 0 in each GEMM).
+COPY_TAG = 0xFFFE
+
 
 @dataclass
 class StepStats:
-    """What the runner has done: steps, GEMMs, commands, tokens computed and blocks copied (copy-on-write)."""
+    """What the runner has done: steps, GEMMs, commands, tokens computed, blocks copied (copy-on-write), and the
+    device cycles its phases took (per phase the slowest tile's CYCLES increase: device time, whatever the host)."""
 
     steps: int = 0
     copies: int = 0
+    cycles: int = 0
     gemms: int = 0
     commands: int = 0
     tokens: int = 0
@@ -72,9 +78,20 @@ class _Phase:
         r.stats.gemms += 1
         r.stats.commands += sum(len(c) for c in plan.commands)
 
+    def copy(self, src: int, dst: int, length: int) -> None:
+        """A device-memory copy (the COPY command), on the next tile in turn."""
+        self.streams[self.next % self.runner.tiles].append(
+            pack_command(Opcode.COPY, tag=COPY_TAG, src_addr=src, dst_addr=dst, length=length))
+        self.next += 1
+        self.runner.stats.commands += 1
+
     def run(self) -> None:
         if any(self.streams):
-            drive(self.runner.dev, self.streams, self.runner.timeout)
+            dev = self.runner.dev
+            used = [t for t, cmds in enumerate(self.streams) if cmds]
+            before = {t: dev.perf(t).read() for t in used}
+            drive(dev, self.streams, self.runner.timeout)
+            self.runner.stats.cycles += max(dev.perf(t).read().since(before[t]).cycles for t in used)
 
 
 class ModelRunner:
@@ -151,13 +168,14 @@ class ModelRunner:
         return self.pool + ((2 * layer + value) * self.num_blocks + block) * self.kv_bytes
 
     def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
-        """Copy whole KV blocks ``src -> dst`` (copy-on-write before a shared block is appended to)."""
+        """Copy whole KV blocks ``src -> dst`` on the device (copy-on-write before a shared block is appended to)."""
+        phase = _Phase(self)
         for src, dst in copies:
             for layer in range(self.model.config.layers):
                 for value in (False, True):
-                    data = self.dev.read_mem(self.kv_address(src, layer, value), self.kv_bytes)
-                    self.dev.write_mem(self.kv_address(dst, layer, value), data)
+                    phase.copy(self.kv_address(src, layer, value), self.kv_address(dst, layer, value), self.kv_bytes)
             self.stats.copies += 1
+        phase.run()
 
     @staticmethod
     def _runs(table: list[int], count: int) -> list[tuple[int, int]]:
@@ -208,6 +226,7 @@ class ModelRunner:
             fp = padded(c.ffn, arr)
             h_addr, o_addr, a_addr, m_addr = alloc(t * d), alloc(t * d), alloc(t * d), alloc(t * d)
             f_addr, ht_addr, qt_addr = alloc(t * fp), alloc(d * tq), alloc(d * tq)
+            k_addr, v_addr = alloc(t * d), alloc(t * d)
             s_addrs = [[alloc(n * bs * w) for _ in range(c.heads)] for n, w in zip(nblocks, cols, strict=True)]
             p_addrs = [[alloc(item.count * n * bs) for _ in range(c.heads)]
                        for item, n in zip(items, nblocks, strict=True)]
@@ -221,19 +240,23 @@ class ModelRunner:
                 kv = _Phase(self)
                 kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq, c_stride=tq,
                         post=layer.post["q"], spread=True)
+                for w, out, post in (("wk_t", k_addr, "k"), ("wv_t", v_addr, "v")):
+                    kv.gemm(t, d, d, h_addr, self.addr[f"{li}.{w}"], out, a_stride=d, b_stride=d, c_stride=d,
+                            post=layer.post[post], spread=True)
+                kv.run()
+                slots = _Phase(self)
                 for item, row in zip(items, rows, strict=True):
                     table, pos, end = item.seq.block_table, item.start, item.start + item.count
-                    while pos < end:  # one GEMM per run of positions in physically consecutive blocks
+                    while pos < end:  # one COPY per run of positions in physically consecutive blocks
                         first = pos
                         pos = min(end, (pos // bs + 1) * bs)
                         while pos < end and table[pos // bs] == table[pos // bs - 1] + 1:
                             pos = min(end, pos + bs)
-                        src = h_addr + (row + first - item.start) * d
-                        for value, w in ((False, "wk_t"), (True, "wv_t")):
-                            kv.gemm(pos - first, d, d, src, self.addr[f"{li}.{w}"],
-                                    self.kv_address(table[first // bs], li, value) + (first % bs) * d, a_stride=d,
-                                    b_stride=d, c_stride=d, post=layer.post["v" if value else "k"])
-                kv.run()
+                        src = (row + first - item.start) * d
+                        for value, base in ((False, k_addr), (True, v_addr)):
+                            slots.copy(base + src, self.kv_address(table[first // bs], li, value) + (first % bs) * d,
+                                       (pos - first) * d)
+                slots.run()
                 scores = _Phase(self)
                 for i, item in enumerate(items):
                     table = item.seq.block_table
