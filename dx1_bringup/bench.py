@@ -110,7 +110,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
             runs.append({
                 "shape": [m, k, n], "tiles": tiles, "cycles": stats.cycles, "macs": stats.macs,
                 "utilisation": stats.utilisation(), "dma_bytes": stats.dma_bytes,
-                "per_tile": {t: stats.utilisation(t) for t in stats.tiles},
+                "per_tile": {t: stats.utilisation(t) for t in stats.tile_ids},
                 "correct": bool(np.array_equal(out, reference_gemm(a, b))),
                 "round_trips": transport.round_trips, "wall_s": wall, "sim_cycles_per_s": sim_cycles / wall,
             })
@@ -127,7 +127,7 @@ def soc_bench(shapes=SOC_SHAPES) -> dict:
     return {"runs": runs, "golden_model": {"shape": [m, k, n], "wall_s": wall, "macs_per_s": m * k * n / wall}}
 
 
-def perf_bench() -> dict:
+def perfmodel_bench() -> dict:
     """The performance model against the SoC RTL over its bench sweep: per shape and term, predicted,
     measured, residual and relative error (:func:`dx1_bringup.runtime.gemm_perf.measure_gemm`); and how long
     a 4096^3 GEMM, far too large to simulate, takes to predict."""
@@ -157,7 +157,7 @@ def perf_bench() -> dict:
     return {"sweep": rows, "large": large}
 
 
-def print_perf(perf: dict) -> None:
+def print_perfmodel(perf: dict) -> None:
     """The error table of the performance model: relative error per term and shape, and the worst total."""
     from .runtime.gemm_perf import SWEEP
 
@@ -331,7 +331,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perf", "scaling", "serving")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "scaling", "serving")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -417,10 +417,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                             args.scaling_banks, args.scaling_socs)
             bench_scaling.plot(report["scaling"], args.scaling_png)
             ok &= all(p["correct"] for p in report["scaling"]["points"])
-        elif section == "perf":
+        elif section == "perfmodel":
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
-            report["perf_model"] = perf_bench()
+            report["perf_model"] = perfmodel_bench()
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -441,8 +441,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_simspeed(report["simspeed"])
     if "serial" in args.only:
         print_serial(report["serial"])
-    if "perf" in args.only:
-        print_perf(report["perf_model"])
+    if "perfmodel" in args.only:
+        print_perfmodel(report["perf_model"])
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")

@@ -116,8 +116,8 @@ def _run_point(device, transport, size: int, tiles: int, banks: int, soc_tiles: 
     wall = time.perf_counter() - wall
     sim_cycles = transport.cycles() - cycles0
     return {"size": size, "tiles": tiles, "banks": banks, "soc_tiles": soc_tiles, "mem_mib": MEM_MIB,
-            "cycles": max(stats.delta(t).cycles for t in stats.tiles), "macs": stats.macs,
-            "utilisation": stats.utilisation(), "per_tile": [stats.utilisation(t) for t in stats.tiles],
+            "cycles": max(stats.delta(t).cycles for t in stats.tile_ids), "macs": stats.macs,
+            "utilisation": stats.utilisation(), "per_tile": [stats.utilisation(t) for t in stats.tile_ids],
             "dma_bytes": stats.dma_bytes, "correct": bool(np.array_equal(out, reference_gemm(a, b, bias, post))),
             "wall_s": wall, "sim_cycles_per_s": sim_cycles / wall if wall else 0.0}
 

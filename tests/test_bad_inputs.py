@@ -74,7 +74,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("device", "message"), BAD_DEVICES[::3])
-@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["perf", "4", "4", "4"], ["info"], ["bringup"]])
+@pytest.mark.parametrize("command", [["gemm", "4", "4", "4"], ["predict", "4", "4", "4"], ["info"], ["bringup"]])
 def test_every_command_refuses_a_bad_device(command: list[str], device: str, message: str, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     extra = ["--report", str(tmp_path / "r.json")] if command == ["bringup"] else []
@@ -107,10 +107,10 @@ BAD_ARGUMENTS = [
     (["gemm", "4", "4", "4", "--seed", "x"], "argument --seed: must be a whole number, not 'x'"),
     (["gemm", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["gemm", "4", "4", "4", "--bogus"], "unrecognized arguments: --bogus"),
-    (["perf", "4", "4"], "the following arguments are required: N"),
-    (["perf", "4", "0", "4"], "argument K: must be at least 1, not 0"),
-    (["perf", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
-    (["perf", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
+    (["predict", "4", "4"], "the following arguments are required: N"),
+    (["predict", "4", "0", "4"], "argument K: must be at least 1, not 0"),
+    (["predict", "4", "4", "4", "--tiles", "3"], "--tiles must be at most 2, not 3"),
+    (["predict", "4", "4", "4", "--seed", "-1"], "argument --seed: must be 0 or more, not -1"),
     (["demo", "0"], "argument M: must be at least 1, not 0"),
     (["demo", "--seed", "-3"], "argument --seed: must be 0 or more, not -3"),
     (["sim", "tile", "8", "0"], "argument K: must be at least 1, not 0"),
@@ -167,9 +167,9 @@ def test_unwritable_output_paths_are_refused_before_starting(tmp_path: Path,
     status, err = run(["bringup", "--report", str(missing)], capsys)
     assert status == 2 and "cannot write the report to" in err
     writable = f"cannot write {missing} (it must be a file in an existing writable folder)"
-    status, err = run(["gemm", "4", "4", "4", "--record", str(missing)], capsys)
-    assert status == 2 and f"argument --record: {writable}" in err
-    status, err = run(["perf", "4", "4", "4", "--png", str(missing)], capsys)
+    status, err = run(["gemm", "4", "4", "4", "--capture", str(missing)], capsys)
+    assert status == 2 and f"argument --capture: {writable}" in err
+    status, err = run(["predict", "4", "4", "4", "--png", str(missing)], capsys)
     assert status == 2 and f"argument --png: {writable}" in err
     status, err = run(["sim", "serve", "--port-file", str(missing)], capsys)
     assert status == 2 and f"argument --port-file: {writable}" in err

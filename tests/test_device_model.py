@@ -7,7 +7,7 @@ import pytest
 
 from dx1_bringup.model import BusError, DeviceModel
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.perf import COSTS
+from dx1_bringup.perfmodel import COSTS
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import (
     COMMAND_BYTES,
@@ -481,7 +481,7 @@ def test_trace_records_start_and_end_events():
         return fields("TRACE0", "DATA_HI", **values)
 
     signal, sem_range = int(Opcode.SIGNAL), int(ErrorCode.SEM_RANGE)
-    # A NOP and a refused command each cost the command processor's sync_cycles (dx1_bringup.perf).
+    # A NOP and a refused command each cost the command processor's sync_cycles (dx1_bringup.perfmodel).
     c = COSTS.sync_cycles
     assert events == [(0, event(tag=5)), (c, event(tag=5, end=1)), (c, event(tag=6, opcode=signal)),
                       (2 * c, event(tag=6, status=sem_range, opcode=signal, end=1))]

@@ -1,4 +1,4 @@
-"""dx1 diff (bisection over prefixes), the shrinker, dx1 replay, dx1 bringup --record and the planted RTL bug."""
+"""dx1 diff (bisection over prefixes), the shrinker, dx1 replay, dx1 bringup --capture and the planted RTL bug."""
 
 from __future__ import annotations
 
@@ -231,13 +231,13 @@ def test_command_lines_refuse_bad_input(stream: Capture, tmp_path: Path,
 
 def test_bringup_record_writes_a_capture_that_replays(tmp_path: Path) -> None:
     path = tmp_path / "bringup.capture"
-    assert main(["bringup", "--record", str(path), "--report", str(tmp_path / "r.json"), "--seed", "3",
+    assert main(["bringup", "--capture", str(path), "--report", str(tmp_path / "r.json"), "--seed", "3",
                  "--mem-bytes", "65536"]) == 0
     capture = load_capture(path)
     assert capture.commands > 10 and "dx1 bringup on model (seed 3)" in capture.note
     assert replay(capture, model()).ok
     assert not replay(capture, Device.open("model:stuck-bit=5")).ok
-    assert main(["bringup", "--record", str(tmp_path), "--report", str(tmp_path / "r.json")]) == 2
+    assert main(["bringup", "--capture", str(tmp_path), "--report", str(tmp_path / "r.json")]) == 2
 
 
 def rtl_mutant_named(commands: int, seed: int, tmp_path: Path, *, shrunk: bool) -> None:

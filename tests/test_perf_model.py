@@ -1,4 +1,4 @@
-"""The analytical performance model (dx1_bringup.perf) against the RTL, and its users.
+"""The analytical performance model (dx1_bringup.perfmodel) against the RTL, and its users.
 
 The simulator tests run the SoC RTL through the driver and compare the PERF CYCLES counter with the
 prediction: GEMM-only streams on one tile within :data:`GEMM_TOLERANCE`, whole ``run_gemm`` runs over
@@ -17,7 +17,7 @@ from dx1_driver import Device
 
 from dx1_bringup.cli import gemm_problem, main
 from dx1_bringup.model.tile import PostOpParams
-from dx1_bringup.perf import COSTS, Ring, predict
+from dx1_bringup.perfmodel import COSTS, Ring, predict
 from dx1_bringup.runtime.commands import CommandStream
 from dx1_bringup.runtime.gemm_perf import SWEEP, combine, measure_gemm, predict_gemm
 from dx1_bringup.runtime.gemm_run import drive, run_gemm
@@ -52,7 +52,7 @@ def load_stream(*loads: tuple[int, int]) -> list[bytes]:
 
 
 def span(p, tile: int, i: int = 0) -> float:
-    c = p.tiles[tile].commands[i]
+    c = p.per_tile[tile].commands[i]
     return c.end - c.start
 
 
@@ -68,7 +68,8 @@ def test_tiles_wait_for_each_other_only_in_the_same_bank():
 
 
 def test_a_one_burst_load_that_reaches_its_bank_first_does_not_wait():
-    first, second = predict([load_stream((4096, 1)), load_stream((4096 + 64, 1))], CONFIG.tile, banks=4).tiles.values()
+    first, second = predict([load_stream((4096, 1)), load_stream((4096 + 64, 1))], CONFIG.tile,
+                            banks=4).per_tile.values()
     alone = span(predict([load_stream((4096, 1))], CONFIG.tile, banks=4), 0)
     assert first.commands[0].end - first.commands[0].start == alone
     # Tile 1 starts one doorbell later and waits for what is left of tile 0's burst.
@@ -80,11 +81,11 @@ def test_command_fetches_slow_loads_in_the_rings_bank_and_wait_for_its_bursts():
     apart = predict([stream], CONFIG.tile, banks=4, rings={0: Ring(4096, 64)})
     shared = predict([stream], CONFIG.tile, banks=4, rings={0: Ring(0, 64)})
     unknown = predict([stream], CONFIG.tile, banks=4)
-    assert [c.end for c in apart.tiles[0].commands] == [c.end for c in unknown.tiles[0].commands]
+    assert [c.end for c in apart.per_tile[0].commands] == [c.end for c in unknown.per_tile[0].commands]
     assert shared.device > apart.device
     # Each LOAD after the first waits for a fetch in its bank, or the fetch waits for its bursts.
     assert all(s.end - s.start > a.end - a.start or s.start > a.start
-               for s, a in zip(shared.tiles[0].commands[1:], apart.tiles[0].commands[1:], strict=True))
+               for s, a in zip(shared.per_tile[0].commands[1:], apart.per_tile[0].commands[1:], strict=True))
 
 
 def test_a_ring_wraps_at_its_entries():
@@ -118,10 +119,10 @@ def test_4096_cubed_predicts_from_a_window_of_blocks():
 def test_back_to_back_gemms_stream_every_row_once():
     streams = [gemm_stream(CONFIG.tile, 64, 8, 4)]
     p = predict(streams, CONFIG.tile)
-    ends = [c.end for c in p.tiles[0].commands]
+    ends = [c.end for c in p.per_tile[0].commands]
     # Long GEMMs keep the array busy: each one after the first adds exactly its m * k_chunks rows.
     assert np.diff(ends).tolist() == [64 * 8] * 3
-    assert ends[0] - p.tiles[0].commands[0].start == COSTS.gemm_cycles(64, 8)
+    assert ends[0] - p.per_tile[0].commands[0].start == COSTS.gemm_cycles(64, 8)
 
 
 def test_golden_model_charges_the_performance_model_costs():
@@ -144,7 +145,7 @@ def test_gemm_only_streams_match_the_rtl(sim_transport, m, k_chunks, count):
     drive(device, [commands], 30.0)
     measured = device.perf(0).read().since(before)
     p = predict([commands], CONFIG.tile)
-    assert measured.busy_compute == p.tiles[0].compute
+    assert measured.busy_compute == p.per_tile[0].compute
     assert abs(p.total - measured.cycles) <= GEMM_TOLERANCE * measured.cycles, (p.total, measured.cycles)
 
 
@@ -159,7 +160,7 @@ def test_whole_gemms_match_the_rtl_over_the_sweep(sim_transport):
 
 
 def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
-    assert main(["perf", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
+    assert main(["predict", "24", "40", "56", "--device", "model", "--tiles", "1"]) == 0
     out = capsys.readouterr().out
     table = out.split("  predicted in")[0].splitlines()[2:]
     rows = {line.split()[0]: line.split()[1:] for line in table}
@@ -169,7 +170,7 @@ def test_dx1_perf_prints_every_term_and_the_total_error(capsys, tmp_path):
     assert rows["compute"][0] == rows["compute"][1] and rows["compute"][2] == "+0"
     assert any(line.startswith("  total error") and line.rstrip().endswith("CYCLES)") for line in out.splitlines())
     png = tmp_path / "sweep.png"
-    assert main(["perf", "48", "48", "48", "--png", str(png)]) == 0
+    assert main(["predict", "48", "48", "48", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot of {len(SWEEP) + 1} shapes" in capsys.readouterr().out
 
@@ -179,10 +180,10 @@ def test_wait_holds_a_tile_until_another_signals():
     signal = pack_command(Opcode.SIGNAL, tag=9, sem=3, count=1)
     wait = pack_command(Opcode.WAIT, tag=0, sem=3, count=1)
     p = predict([[*long_gemms, signal], [wait, *gemm_stream(CONFIG.tile, 8, 1, 1)]], CONFIG.tile)
-    t0, t1 = p.tiles[0].commands, p.tiles[1].commands
+    t0, t1 = p.per_tile[0].commands, p.per_tile[1].commands
     # SIGNAL waits for both GEMMs of its queue; the WAIT on tile 1 ends no earlier than the SIGNAL.
     assert t0[2].start >= t0[1].end
-    assert p.tiles[1].offset + t1[0].end >= t0[2].end
+    assert p.per_tile[1].offset + t1[0].end >= t0[2].end
     assert t1[1].start >= t1[0].end
     with pytest.raises(ValueError, match="waiting on semaphores no stream signals often enough"):
         predict([[wait]], CONFIG.tile)

@@ -65,7 +65,7 @@ def test_bit_exact(dev, m, k, n, post, with_bias, tiles):
     np.testing.assert_array_equal(c, expected)
     kp, np_ = padded(k, dev.caps.array), padded(n, dev.caps.array)
     assert stats.macs == m * kp * np_  # every padded MAC issued once
-    assert len(stats.tiles) <= tiles
+    assert len(stats.tile_ids) <= tiles
     assert dev.allocator.used == used_before
 
 
@@ -107,11 +107,11 @@ def test_other_device_configurations(tile_cfg, shape):
 def test_stats(dev):
     a, b, bias = _operands(64, 64, 64)
     c, stats = run_gemm(dev, a, b, bias, POST)
-    assert stats.tiles == [0, 1]
-    assert all(stats.commands[t] > 0 for t in stats.tiles)
-    assert all(stats.delta(t).cycles > 0 for t in stats.tiles)
-    assert stats.cycles == max(stats.delta(t).cycles for t in stats.tiles)
-    assert 0 < stats.utilisation() <= 1 and all(0 < stats.utilisation(t) <= 1 for t in stats.tiles)
+    assert stats.tile_ids == [0, 1]
+    assert all(stats.commands[t] > 0 for t in stats.tile_ids)
+    assert all(stats.delta(t).cycles > 0 for t in stats.tile_ids)
+    assert stats.cycles == max(stats.delta(t).cycles for t in stats.tile_ids)
+    assert 0 < stats.utilisation() <= 1 and all(0 < stats.utilisation(t) <= 1 for t in stats.tile_ids)
     plan = _plan(dev.caps, 64, 64, 64, bias_addr=0xC0000, post=POST)
     assert stats.dma_bytes == plan.load_bytes + plan.store_bytes == stats.planned_dma_bytes
     assert stats.host_bytes_written == 64 * 64 * 2 + 64 * 4 and stats.host_bytes_read == c.nbytes
@@ -199,6 +199,15 @@ def test_compile_rejects_bad_arguments(dev):
     caps = dev.caps
     with pytest.raises(ValueError, match="^tiles must be an integer from 1 to 2, not 3$"):
         _plan(caps, 8, 8, 8, tiles=3)
+    # tiles is a count, tile_ids a list of ids: a list given as tiles is refused, and so are both at once.
+    with pytest.raises(ValueError, match=r"^tiles must be an integer from 1 to 2, not \[1\]$"):
+        _plan(caps, 8, 8, 8, tiles=[1])
+    with pytest.raises(ValueError, match=r"^give tiles \(how many\) or tile_ids \(which\), not both: 1 and \[1\]$"):
+        _plan(caps, 8, 8, 8, tiles=1, tile_ids=[1])
+    with pytest.raises(ValueError, match=r"^tile_ids must be a non-empty list of distinct tile ids 0 to 1, "
+                                         r"not \[1, 1\]$"):
+        _plan(caps, 8, 8, 8, tile_ids=[1, 1])
+    assert {blk.tile for blk in _plan(caps, 8, 8, 8, tile_ids=[1]).blocks} == {1}
     with pytest.raises(ValueError, match="^a_addr must be a non-negative multiple of 8, not 4$"):
         compile_gemm(8, 8, 8, caps, a_addr=4, b_addr=0x1000, c_addr=0x2000)
     with pytest.raises(ValueError, match=r"^b_addr \(0x40, 64 bytes\) overlaps c_addr \(0x60, 256 bytes\)$"):

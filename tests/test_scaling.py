@@ -128,6 +128,6 @@ def test_a_four_tile_soc_runs_a_gemm_on_all_its_tiles():
         assert (dev.caps.tiles, dev.caps.mem_banks) == (CI_TILES, CI_BANKS)
         out, stats = run_gemm(dev, a, b, bias, post, timeout=600)
     np.testing.assert_array_equal(out, expected)
-    assert stats.tiles == list(range(CI_TILES))
-    assert all(stats.delta(t).macs > 0 for t in stats.tiles)
+    assert stats.tile_ids == list(range(CI_TILES))
+    assert all(stats.delta(t).macs > 0 for t in stats.tile_ids)
     assert stats.utilisation() > CI_FLOOR

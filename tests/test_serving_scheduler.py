@@ -61,9 +61,13 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
             assert static or len(seq.block_table) == seq.num_blocks(block_size)
             for pos in range(item.start, item.start + item.count):
                 block = seq.block_table[pos // block_size]
-                slot = contents.get(block, {})
-                assert bm.ref_counts[block] == 1 or slot.get(pos % block_size, seq.token_ids[pos]) == \
-                    seq.token_ids[pos], "a shared block was overwritten with something else"
+                # Every other holder of a block written to expects the same token in that slot.
+                for other in live:
+                    for i, b in enumerate(other.block_table):
+                        there = i * block_size + pos % block_size
+                        if b == block and other is not seq and there < len(other):
+                            assert other.token_ids[there] == seq.token_ids[pos], \
+                                "a shared block was written with another sequence's token"
                 contents.setdefault(block, {})[pos % block_size] = seq.token_ids[pos]
         # Within a step every write precedes every read (the runner writes a layer's keys and values before
         # any attention reads them), so a sequence may use what another one computes in the same step.

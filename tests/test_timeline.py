@@ -47,14 +47,14 @@ def slices(tracks: dict[int, tuple[str, str]], events: dict[int, list], group: s
     return found
 
 
-def run_traced(device: Device, path: Path, m: int, k: int, n: int, tiles: list[int] | None = None, **kwargs):
+def run_traced(device: Device, path: Path, m: int, k: int, n: int, tile_ids: list[int] | None = None, **kwargs):
     """A GEMM through a timeline; also counts every transport request independently of it."""
     seen: Counter[str] = Counter()
     device.transport.observer = lambda kind, *_: seen.update([kind])
     a, b, bias, post = gemm_problem(m, k, n, 3)
     summary: list[str] = []
     with record(device, path, summary=summary, **kwargs) as traced:
-        c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles, timeout=120)
+        c, stats = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=tile_ids, timeout=120)
         timeline = traced.timeline
     device.transport.observer = None
     assert np.array_equal(c, reference.reference_gemm(a, b, bias, post))
@@ -116,9 +116,9 @@ def test_counters_keep_counting_across_a_tile_reset(tmp_path: Path) -> None:
     path = tmp_path / "reset.pftrace"
     a, b, bias, post = gemm_problem(64, 64, 64, 3)
     with record(device, path) as traced:
-        _, first = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, first = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=[0])
         traced.queue(0).reset_tile()
-        _, second = gemm_run.run_gemm(traced, a, b, bias, post, tiles=[0])
+        _, second = gemm_run.run_gemm(traced, a, b, bias, post, tile_ids=[0])
     tracks, events = parse(path)
     macs = next(uuid for uuid, track in tracks.items() if track == (tile_group(0), "MACs"))
     values = [e.counter_value for _, e in events[macs]]
@@ -172,7 +172,7 @@ def test_chrome_json_has_the_same_slices(tmp_path: Path) -> None:
 
 def test_gemm_cli_writes_a_trace_and_prints_its_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "t.pftrace"
-    assert main(["gemm", "32", "32", "32", "--trace", str(path)]) == 0
+    assert main(["gemm", "32", "32", "32", "--timeline", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"  timeline {path}: host: " in out and "events lost 0" in out
     tracks, _ = parse(path)
@@ -181,16 +181,16 @@ def test_gemm_cli_writes_a_trace_and_prints_its_summary(tmp_path: Path, capsys: 
 
 def test_trace_to_an_unwritable_place_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no" / "t.pftrace"
-    assert main(["gemm", "4", "4", "4", "--trace", str(missing)]) == 2
-    refused = f"argument --trace: cannot write {missing} (it must be a file in an existing writable folder)"
+    assert main(["gemm", "4", "4", "4", "--timeline", str(missing)]) == 2
+    refused = f"argument --timeline: cannot write {missing} (it must be a file in an existing writable folder)"
     assert refused in capsys.readouterr().err
-    assert main(["bringup", "--trace", str(missing)]) == 2
+    assert main(["bringup", "--timeline", str(missing)]) == 2
     assert refused in capsys.readouterr().err
 
 
 def test_bringup_trace_has_every_transport_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.json"
-    assert main(["bringup", "--trace", str(path), "--report", str(tmp_path / "r.json"), "--seed", "1",
+    assert main(["bringup", "--timeline", str(path), "--report", str(tmp_path / "r.json"), "--seed", "1",
                  "--mem-bytes", "4096"]) == 0
     assert f"timeline {path}: host: read32 " in capsys.readouterr().out
     trace = json.loads(path.read_text())["traceEvents"]
@@ -213,7 +213,7 @@ def test_sim_trace_loses_nothing_over_more_than_the_trace_depth(sim_transport, t
     """One tile, 292 small commands (8x8 @ 8x1040): 584 events through a 256-event buffer, drained as it runs."""
     device = Device(sim_transport)
     path = tmp_path / "long.pftrace"
-    stats, timeline, seen, summary = run_traced(device, path, 8, 8, 1040, tiles=[0])
+    stats, timeline, seen, summary = run_traced(device, path, 8, 8, 1040, tile_ids=[0])
     assert 2 * stats.commands[0] > 2 * SocConfig().trace_depth
     check_trace(device, path, stats, timeline, seen)
     assert timeline.events[0] == 2 * stats.commands[0] and timeline.lost[0] == 0 and "events lost 0;" in summary

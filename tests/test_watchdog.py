@@ -167,7 +167,7 @@ def test_fenced_tile_gets_no_work(device):
     b = rng.integers(-128, 128, (24, 24), dtype=np.int8)
     out, stats = run_gemm(device, a, b, timeout=TIMEOUT)
     np.testing.assert_array_equal(out, reference_gemm(a, b))
-    assert stats.tiles == [0]
+    assert stats.tile_ids == [0]
     assert device.perf(1).read().macs == 0
 
 
@@ -210,7 +210,7 @@ def test_a_tile_that_fails_its_self_test_is_fenced():
         b = rng.integers(-128, 128, (16, 16), dtype=np.int8)
         out, stats = run_gemm(dev, a, b)
         np.testing.assert_array_equal(out, reference_gemm(a, b))
-        assert stats.tiles == [0]
+        assert stats.tile_ids == [0]
 
 
 def test_runtime_moves_work_off_a_tile_that_keeps_timing_out(device):
@@ -223,7 +223,7 @@ def test_runtime_moves_work_off_a_tile_that_keeps_timing_out(device):
     out, stats = run_gemm(device, a, b, timeout=TIMEOUT)
     np.testing.assert_array_equal(out, reference_gemm(a, b))
     assert list(device.fenced) == [1] and device.strikes[1] == device.fence_after
-    assert stats.tiles == [0]
+    assert stats.tile_ids == [0]
 
 
 def test_gemm_stats_count_the_commands_a_recovery_resubmits(device):

@@ -14,7 +14,7 @@ from dx1_driver import Transport, TransportError, open_transport
 
 from ..cli import args as types
 from ..spec import BUS_BYTES
-from ..timeline import add_trace_arguments, record_link
+from ..timeline import add_timeline_arguments, record_link
 from .report import REGION_CHECK
 from .run import run_bringup
 
@@ -23,7 +23,7 @@ __all__ = ["add_parser", "cmd_bringup"]
 
 @contextlib.contextmanager
 def _traced_link(device: str, path: str | None, fmt: str | None, summary: list[str]) -> Iterator[str | Transport]:
-    """``--trace``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
+    """``--timeline``: open ``device`` here and record its transport requests to ``path``; else pass the string on.
 
     A link that does not open is left to :func:`run_bringup` to diagnose (no timeline then).
     """
@@ -52,13 +52,13 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         print(f"dx1 bringup: cannot write the report to {path}: {e.strerror or e}", file=sys.stderr)
         return 2
     if args.device == "sim":
-        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+        print("  starting a private simulator of the SoC RTL (the first run builds it: minutes) ...",
               flush=True)
     timeline: list[str] = []
     try:
-        with _traced_link(args.device, args.trace, args.trace_format, timeline) as target:
-            report = run_bringup(target, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
-                                  record=args.record)
+        with _traced_link(args.device, args.timeline, args.timeline_format, timeline) as link:
+            report = run_bringup(link, seed=args.seed, mem_bytes=args.mem_bytes, timeout=args.timeout,
+                                  capture=args.capture)
     except ValueError as e:
         print(f"dx1 bringup: {e}", file=sys.stderr)
         return 2
@@ -66,8 +66,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         print(f"  {line}")
     path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(f"  report: {path}")
-    if args.record is not None and Path(args.record).exists():
-        print(f"  capture: {args.record} (replay it with dx1 replay {args.record} --device D)")
+    if args.capture is not None and Path(args.capture).exists():
+        print(f"  capture: {args.capture} (replay it with dx1 replay {args.capture} --device D)")
     if any(c.what == REGION_CHECK and not c.ok for step in report.steps for c in step.checks):
         print(f"dx1 bringup: --mem-bytes {args.mem_bytes} is more than the device memory", file=sys.stderr)
         return 2
@@ -90,8 +90,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: all of it)")
     p.add_argument("--timeout", type=types.seconds, default=10.0,
                    help="seconds a queue may make no progress (default 10)")
-    add_trace_arguments(p)
-    p.add_argument("--record", metavar="FILE", type=types.writable_file, default=None,
+    add_timeline_arguments(p)
+    p.add_argument("--capture", metavar="FILE", type=types.writable_file, default=None,
                    help="write what the steps from the DMA loopback on do to the device to this capture file")
     p.set_defaults(func=cmd_bringup)
     return p

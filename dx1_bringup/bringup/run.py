@@ -29,14 +29,14 @@ from .steps import _Run, _StepFailed
 __all__ = ["run_bringup"]
 
 
-def run_bringup(target: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
+def run_bringup(device: str | Transport | Device, *, seed: int | None = None, mem_bytes: int | None = None,
                 timeout: float = 10.0, out: TextIO | None = None, quiet: bool = False,
-                record: str | Path | None = None) -> BringupReport:
+                capture: str | Path | None = None) -> BringupReport:
     """Bring a device up step by step (see :mod:`dx1_bringup.bringup`), stopping at the first failure.
 
     Parameters
     ----------
-    target:
+    device:
         A device string (:func:`~dx1_driver.open_transport`; opened and closed here), an open
         transport, or an open device (reset here; its queues become unusable).
     seed:
@@ -52,7 +52,7 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
         Where the step lines go (``None``: standard output).
     quiet:
         Print nothing.
-    record:
+    capture:
         Write what the steps from the DMA loopback on do to the device to this capture file (a
         :class:`~dx1_bringup.replay.Recorder` wraps the device there: the memory test before writes the
         whole memory through the host, which a replay need not repeat); ``None``: no capture.
@@ -82,15 +82,15 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             print(text, end=end, file=out or sys.stdout, flush=True)
 
     steps = [StepResult(name, title) for name, title in STEPS]
-    device = target if isinstance(target, Device) else None
-    transport = device.transport if device else target if isinstance(target, Transport) else None
-    name = target if isinstance(target, str) else type(transport).__name__
+    dev = device if isinstance(device, Device) else None
+    transport = dev.transport if dev else device if isinstance(device, Transport) else None
+    name = device if isinstance(device, str) else type(transport).__name__
     report = BringupReport(name, "", datetime.now(UTC).isoformat(timespec="seconds"), seed, mem_bytes,
                            steps)
     say(f"dx1 bringup on {name} (seed {seed}, memory test over "
         f"{'the whole memory' if mem_bytes is None else f'{mem_bytes} bytes'})")
     start = time.monotonic()
-    owned = isinstance(target, str)
+    owned = isinstance(device, str)
     run = None
     try:
         for index, step in enumerate(steps):
@@ -100,15 +100,15 @@ def run_bringup(target: str | Transport | Device, *, seed: int | None = None, me
             try:
                 if transport is None:
                     try:
-                        transport = open_transport(target)
+                        transport = open_transport(device)
                     except TransportError as e:
-                        step.checks.append(Check(f"open {target}", "a working link", str(e), False))
+                        step.checks.append(Check(f"open {device}", "a working link", str(e), False))
                         raise _StepFailed(_HINTS["link"]) from None
                 if run is None:
-                    run = _Run(transport, device, seed, mem_bytes, timeout)
+                    run = _Run(transport, dev, seed, mem_bytes, timeout)
                 report.transport = type(transport).__name__
-                if record is not None and step.name == "dma" and not isinstance(run.device, Recorder):
-                    run.device = Recorder(run.dev, record, note=f"dx1 bringup on {name} (seed {seed})")
+                if capture is not None and step.name == "dma" and not isinstance(run.device, Recorder):
+                    run.device = Recorder(run.dev, capture, note=f"dx1 bringup on {name} (seed {seed})")
                 run.step = step
                 step.summary = getattr(run, {"perf": "perf_counters"}.get(step.name, step.name))()
                 step.status = "pass"

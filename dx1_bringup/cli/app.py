@@ -44,8 +44,7 @@ def _add_sim(sub) -> None:
                                      "summarise a make sim regression")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="COMMAND")
     serve_parser = sim_sub.add_parser("serve", help="serve the SoC RTL on 127.0.0.1 for --device sim://HOST:PORT",
-                                      description="serve the SoC RTL in Verilator on 127.0.0.1 for --device "
-                                                  "sim://HOST:PORT (or the board's UART with --uart)")
+                                      description=serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_arguments(serve_parser)
     serve_parser.set_defaults(func=functools.partial(serve.run, serve_parser))
     sim_tile.add_parser(sim_sub)

@@ -12,7 +12,7 @@ def open_device(device: str, prog: str):
     from dx1_driver import Device, DriverError
 
     if device == "sim":
-        print("  starting a private simulator of the SoC RTL (the first run builds it: several minutes) ...",
+        print("  starting a private simulator of the SoC RTL (the first run builds it: minutes) ...",
               flush=True)
     try:
         return Device.open(device)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..timeline import add_trace_arguments
+from ..timeline import add_timeline_arguments
 from . import args as types
 from .devices import open_device
 from .operands import gemm_problem
@@ -23,7 +23,7 @@ DEVICE_HELP = ("model, sim (a private simulator of the RTL), sim://HOST:PORT, "
 
 
 def _traced(dev, path: str | None, fmt: str | None, summary: list[str]):
-    """``--trace``: a timeline of what runs on ``dev`` written to ``path`` (nothing without a path)."""
+    """``--timeline``: a timeline of what runs on ``dev`` written to ``path`` (nothing without a path)."""
     if path is None:
         return contextlib.nullcontext(dev)
     from ..timeline import record
@@ -45,15 +45,15 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     dev = open_device(args.device, prog)
     if dev is None:
         return 2
-    if args.record is not None:
+    if args.capture is not None:
         from ..replay import Recorder
 
-        dev = Recorder(dev, args.record, note=f"{prog} {m} {k} {n} --seed {args.seed} on {args.device}")
+        dev = Recorder(dev, args.capture, note=f"{prog} {m} {k} {n} --seed {args.seed} on {args.device}")
     timeline: list[str] = []
     with dev:
         start = time.perf_counter()
         try:
-            with _traced(dev, args.trace, args.trace_format, timeline) as traced:
+            with _traced(dev, args.timeline, args.timeline_format, timeline) as traced:
                 result, stats = gemm_run.run_gemm(traced, a, b, bias, post, tiles=args.tiles, timeout=args.timeout)
         except ValueError as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
@@ -68,10 +68,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     commands = ", ".join(f"tile {t}: {c}" for t, c in stats.commands.items())
     print(f"  shape        M={m} K={k} N={n}: {m * k * n} useful MACs, {stats.macs} issued (padding to {arr})")
     print(f"  commands     {sum(stats.commands.values())} ({commands})")
-    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t).cycles}" for t in stats.tiles))
-    print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tiles)} x {arr}x{arr} MAC/cycle "
+    print("  cycles       " + ", ".join(f"tile {t}: {stats.delta(t).cycles}" for t in stats.tile_ids))
+    print(f"  utilisation  {stats.utilisation():.1%} of {len(stats.tile_ids)} x {arr}x{arr} MAC/cycle "
           f"(MACs / (cycles x {arr}^2 x tiles); per tile "
-          + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tiles) + ")")
+          + ", ".join(f"{stats.utilisation(t):.1%}" for t in stats.tile_ids) + ")")
     print(f"  traffic      {stats.dma_bytes} bytes of DMA (the plan: {stats.planned_dma_bytes}), "
           f"{stats.host_bytes_written} written and {stats.host_bytes_read} read by the host")
     print(f"  wall time    {wall:.2f} s")
@@ -106,10 +106,10 @@ def _add(sub: Any, name: str, help: str, description: str, shape: tuple[int, int
                       help="seconds a wait may go without a completion before the driver recovers the tile "
                            "(default 30: a simulator on a busy machine is slow; the hardware watchdog catches "
                            "a stuck unit sooner)")
-    gemm.add_argument("--record", metavar="FILE", type=types.writable_file, default=None,
+    gemm.add_argument("--capture", metavar="FILE", type=types.writable_file, default=None,
                       help="write what the run does to the device to this capture file "
                            "(replay it with dx1 replay FILE --device D)")
-    add_trace_arguments(gemm)
+    add_timeline_arguments(gemm)
     gemm.set_defaults(func=cmd_gemm)
 
 

@@ -1,4 +1,4 @@
-"""``dx1 perf M K N``: a GEMM's cycles per unit as the performance model predicts them, and measured on a device."""
+"""``dx1 predict M K N``: a GEMM's cycles per unit as the performance model predicts them, and measured on a device."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from . import args as types
 from .devices import open_device
 from .operands import gemm_problem
 
-__all__ = ["add_parser", "cmd_perf"]
+__all__ = ["add_parser", "cmd_predict"]
 
 
-def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
+def _plot_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
     """Plot predicted (and measured, where known) total cycles per shape to a PNG file; with measurements, the
     relative error per shape below, against the 3% the sweep is held to."""
     import matplotlib
@@ -31,7 +31,7 @@ def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
         ax.plot(names, [r[2] for r in rows], "s", mfc="none", label="measured")
     ax.set_yscale("log")
     ax.set_ylabel("cycles (PERF CYCLES)")
-    ax.set_title("dx1 perf: predicted against measured cycles per GEMM shape (M x K x N / tiles)")
+    ax.set_title("dx1 predict: predicted against measured cycles per GEMM shape (M x K x N / tiles)")
     ax.legend()
     if measured:
         err = axes[1][0]
@@ -46,7 +46,7 @@ def _perf_png(path: str, rows: list[tuple[str, float, float | None]]) -> None:
     plt.close(fig)
 
 
-def cmd_perf(args: argparse.Namespace) -> int:
+def cmd_predict(args: argparse.Namespace) -> int:
     from dx1_driver import Device, DriverError
 
     from ..model.tile import PostOpParams
@@ -65,9 +65,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
                                                         rings=rings).terms)
 
     if args.tiles is not None and args.tiles > caps.tiles:
-        print(f"dx1 perf: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
+        print(f"dx1 predict: --tiles must be at most {caps.tiles}, not {args.tiles}", file=sys.stderr)
         return 2
-    print(f"dx1 perf: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
+    print(f"dx1 predict: {m}x{k} @ {k}x{n} int8 GEMM (bias, ReLU, requantise) on "
           f"{args.tiles or caps.tiles} tile(s), {'predicted only' if args.device is None else 'on ' + args.device}")
     start = time.perf_counter()
     predicted = predicted_terms(m, k, n, args.tiles)
@@ -75,7 +75,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     shapes = [(m, k, n, args.tiles or caps.tiles)]
     if args.png is not None:
         shapes += [s for s in gemm_perf.SWEEP if s != shapes[0]]
-    dev = None if args.device is None else open_device(args.device, "dx1 perf")
+    dev = None if args.device is None else open_device(args.device, "dx1 predict")
     if args.device is not None and dev is None:
         return 2
     rows = []
@@ -89,7 +89,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
             try:
                 table = gemm_perf.measure_gemm(dev, sm, sk, sn, sa, sb, sbias, spost, st)
             except DriverError as exc:
-                print(f"dx1 perf: FAILED: {exc}", file=sys.stderr)
+                print(f"dx1 predict: FAILED: {exc}", file=sys.stderr)
                 return 1
             rows.append((f"{sm}x{sk}x{sn}/{st}", table["total"]["predicted"], table["total"]["measured"], table))
     finally:
@@ -108,21 +108,21 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if table is not None:
         print(f"  total error {table['total']['error']:+.2%} (predicted against measured CYCLES)")
     if args.png is not None:
-        _perf_png(args.png, [(name, p, meas) for name, p, meas, _t in rows])
+        _plot_png(args.png, [(name, p, meas) for name, p, meas, _t in rows])
         print(f"  plot of {len(rows)} shapes written to {args.png}")
     return 0
 
 
 def add_parser(sub: Any) -> None:
-    """Add ``perf`` to the ``dx1`` subcommands."""
-    perf = sub.add_parser("perf", help="a GEMM's cycles from the performance model (--device: measured)",
-                          description="predict a GEMM's cycles per unit with the performance model (and measure "
-                                      "them on a device)")
-    types.add_shape(perf)
-    perf.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
-    perf.add_argument("--device", type=types.device, default=None,
-                      help="also run it on this device (sim, model, ...) and compare (default: predict only)")
-    perf.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
-    perf.add_argument("--png", metavar="FILE", type=types.writable_file, default=None,
-                      help="plot predicted (and measured) cycles of this shape and the sweep of shapes")
-    perf.set_defaults(func=cmd_perf)
+    """Add ``predict`` to the ``dx1`` subcommands."""
+    p = sub.add_parser("predict", help="a GEMM's cycles from the performance model (--device: measured)",
+                       description="predict a GEMM's cycles per unit with the performance model (and measure them "
+                                   "on a device)")
+    types.add_shape(p)
+    p.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
+    p.add_argument("--device", type=types.device, default=None,
+                   help="also run it on this device (sim, model, ...) and compare (default: predict only)")
+    p.add_argument("--seed", type=types.seed, default=1, help="operand seed (default 1)")
+    p.add_argument("--png", metavar="FILE", type=types.writable_file, default=None,
+                   help="plot predicted (and measured) cycles of this shape and the sweep of shapes")
+    p.set_defaults(func=cmd_predict)

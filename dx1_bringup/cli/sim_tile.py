@@ -39,7 +39,7 @@ def cmd_tile(args: argparse.Namespace) -> int:
         return 2
     print(f"dx1 sim tile: int8 linear layer {m}x{k} @ {k}x{n} + bias, ReLU, requantise to int8 "
           f"on {module} in Verilator (seed {args.seed})")
-    print("  building the simulator (first run: about a minute) and running ...", flush=True)
+    print("  building the simulator (the first run builds it: under a minute) and running ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"

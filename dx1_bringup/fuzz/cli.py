@@ -48,7 +48,7 @@ def cmd_fuzz(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         for name in args.devices:
             if name == "sim":
-                print("dx1 fuzz: starting a private simulator of the SoC RTL (the first run builds it) ...",
+                print("dx1 fuzz: starting a private simulator of the SoC RTL (the first run builds it: minutes) ...",
                       flush=True)
             opened.append(Device.open(name))
         report = fuzz(opened, args.devices, commands=args.commands, seed=args.seed, params=params,

@@ -46,11 +46,11 @@ Cycles and counters
 -------------------
 :attr:`DeviceModel.cycles` is deterministic: it advances only by the cost of
 each executed command, one after the other (this model overlaps nothing), from
-the one cost definition :data:`dx1_bringup.perf.COSTS` (GEMM
+the one cost definition :data:`dx1_bringup.perfmodel.COSTS` (GEMM
 ``gemm_cycles(m, k_chunks)``, POSTOP ``postop_fill + postop_cycles(rows)``,
 LOAD/STORE ``load_cycles``/``store_cycles`` of its bursts and beats, COPY both,
 everything else and every refused command ``sync_cycles``), not by host
-accesses; :func:`dx1_bringup.perf.predict` gives the overlapped timing of the
+accesses; :func:`dx1_bringup.perfmodel.predict` gives the overlapped timing of the
 RTL.  PERF counters are 32-bit and wrap: CYCLES counts device cycles since the
 last clear, BUSY_LOAD and BUSY_STORE the cost of the LOAD and STORE commands,
 BUSY_COMPUTE the rows the array streamed (``m*k_chunks`` per GEMM, as the RTL
@@ -108,7 +108,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..faults import BusErrors, MemoryFaults, UnitStalls
-from ..perf import COSTS, move_bursts
+from ..perfmodel import COSTS, move_bursts
 from ..spec import (
     BUS_BYTES,
     COMMAND_BYTES,

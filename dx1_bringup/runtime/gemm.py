@@ -50,7 +50,7 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
-from ..perf import COSTS
+from ..perfmodel import COSTS
 from .commands import CommandStream
 from .operands import ACC_LANE_BYTES, BUS_BYTES, padded
 
@@ -266,7 +266,7 @@ def _choose_blocks(m: int, kc: int, nc: int, g: int, n: int, half_spm: int, half
     device-memory port all tiles share) overlap the GEMMs, so a step costs the
     larger of the two; a block's POSTOPs and STORE come on top; the busiest
     tile's share of the blocks sets the score.  Every cost is from
-    :data:`dx1_bringup.perf.COSTS`.
+    :data:`dx1_bringup.perfmodel.COSTS`.
     """
     out_bias = int(post and bias)
     mt_choices = _candidates(m)
@@ -344,26 +344,35 @@ def _check_regions(caps: Capabilities, inputs: dict[str, tuple[int, int]],
                              f"{c_size} bytes)")
 
 
-def check_tiles(tiles: int | Sequence[int] | None, caps: Capabilities) -> list[int]:
-    """The tile indices to use: all, the first ``tiles``, or exactly the listed ones."""
+def check_tiles(tiles: int | None, caps: Capabilities, tile_ids: Sequence[int] | None = None) -> list[int]:
+    """The ids of the tiles to use, sorted: all, the first ``tiles`` (a count), or exactly ``tile_ids``.
+
+    Raises
+    ------
+    ValueError
+        Both are given, ``tiles`` is not a count from 1 to the device's tiles, or ``tile_ids`` is not a
+        non-empty list of distinct tile ids of the device.
+    """
+    if tiles is not None and tile_ids is not None:
+        raise ValueError(f"give tiles (how many) or tile_ids (which), not both: {tiles!r} and {tile_ids!r}")
+    if tile_ids is not None:
+        ids = list(tile_ids) if isinstance(tile_ids, (list, tuple, range)) else None
+        if (not ids or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < caps.tiles for t in ids)
+                or len(set(ids)) != len(ids)):
+            raise ValueError(f"tile_ids must be a non-empty list of distinct tile ids 0 to {caps.tiles - 1}, "
+                             f"not {tile_ids!r}")
+        return sorted(ids)
     if tiles is None:
         return list(range(caps.tiles))
-    if isinstance(tiles, int) and not isinstance(tiles, bool):
-        if not 1 <= tiles <= caps.tiles:
-            raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
-        return list(range(tiles))
-    ids = list(tiles) if isinstance(tiles, (list, tuple, range)) else None
-    if (not ids or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < caps.tiles for t in ids)
-            or len(set(ids)) != len(ids)):
-        raise ValueError(f"tiles must be a count from 1 to {caps.tiles} or a non-empty list of distinct tile "
-                         f"indices 0 to {caps.tiles - 1}, not {tiles!r}")
-    return sorted(ids)
+    if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= caps.tiles:
+        raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
+    return list(range(tiles))
 
 
 def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_addr: int, c_addr: int,
                  bias_addr: int | None = None, post: PostOpParams | None = None,
-                 tiles: int | None = None, a_stride: int | None = None, b_stride: int | None = None,
-                 c_stride: int | None = None, more: tuple[GemmTerm, ...] = (),
+                 tiles: int | None = None, tile_ids: Sequence[int] | None = None, a_stride: int | None = None,
+                 b_stride: int | None = None, c_stride: int | None = None, more: tuple[GemmTerm, ...] = (),
                  emit_blocks: int | None = None) -> GemmPlan:
     """Plan ``C = A @ B (+ more terms) (+ bias)`` over the first ``tiles`` tiles (default: all) of a device.
 
@@ -379,6 +388,8 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         Requantise to int8 with these parameters; ``None``: an int32 result.
     tiles:
         How many tiles (0 .. tiles-1) share the output blocks.
+    tile_ids:
+        Which tiles share them, instead of ``tiles`` (for example the tiles a device has not fenced off).
     a_stride, b_stride, c_stride:
         Bytes between rows of A, B and C when they are views of wider matrices (default: padded K, N).
     more:
@@ -403,7 +414,7 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"GEMM dimension {name} must be an integer >= 1, not {value!r}")
     post = check_post(post)
-    tile_ids = check_tiles(tiles, caps)
+    tile_ids = check_tiles(tiles, caps, tile_ids)
     tiles = len(tile_ids)
     arr = caps.array
     np_ = padded(n, arr)

@@ -18,7 +18,7 @@ from dx1_driver import Capabilities, Device
 from dx1_driver.allocator import DEFAULT_ALIGNMENT
 
 from ..model.tile import PostOpParams
-from ..perf import Prediction, Ring, TilePrediction, predict
+from ..perfmodel import Prediction, Ring, TilePrediction, predict
 from ..spec import Opcode, TileConfig
 from .gemm import GemmBlock, GemmPlan, compile_gemm
 from .gemm_run import GemmStats, operand_layout, run_gemm
@@ -28,7 +28,7 @@ __all__ = ["BENCH_SWEEP", "SWEEP", "UNITS", "WINDOW", "GemmPrediction", "combine
 
 #: Output blocks per tile scheduled command by command; later ones repeat the last period.
 WINDOW = 6
-#: The per-tile terms a prediction reports, in the order ``dx1 perf`` prints them.
+#: The per-tile terms a prediction reports, in the order ``dx1 predict`` prints them.
 UNITS = ("load", "compute", "store", "total")
 
 
@@ -92,7 +92,7 @@ def predict_gemm(m: int, k: int, n: int, caps: Capabilities, *, post: PostOpPara
     tile_cfg = TileConfig(array=caps.array, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows)
     schedule = predict(plan.commands, tile_cfg, banks=caps.mem_banks, rings=rings)
     terms = {}
-    for t, tp in schedule.tiles.items():
+    for t, tp in schedule.per_tile.items():
         blocks = [i for i, b in enumerate(plan.blocks) if b.tile == t]
         window = min(len(blocks), WINDOW)
         # The array streams every block's rows once per reduction chunk: exact for the whole plan.
@@ -168,7 +168,7 @@ BENCH_SWEEP = SWEEP + ((72, 136, 40, 1), (256, 256, 256, 1), (16, 8, 200, 2), (2
 def measured_terms(stats: GemmStats) -> dict[int, dict[str, float]]:
     """The PERF counters of a ``run_gemm`` per tile, as the terms of :data:`UNITS`."""
     out = {}
-    for t in stats.tiles:
+    for t in stats.tile_ids:
         d = stats.delta(t)
         out[t] = {"load": float(d.busy_load), "compute": float(d.busy_compute), "store": float(d.busy_store),
                   "total": float(d.cycles)}
@@ -201,6 +201,6 @@ def measure_gemm(device: Device, m: int, k: int, n: int, a, b, bias, post: PostO
     warm = np.zeros((8 * count, 8), dtype=np.int8)
     run_gemm(device, warm, np.zeros((8, 8 * count), dtype=np.int8), None, post, tiles=tiles)
     _result, stats = run_gemm(device, a, b, bias, post, tiles=tiles, timeout=30.0)
-    predicted = predict_gemm(m, k, n, device.caps, post=post, bias=bias is not None, tiles=len(stats.tiles),
+    predicted = predict_gemm(m, k, n, device.caps, post=post, bias=bias is not None, tiles=len(stats.tile_ids),
                              base=stats.base, rings=stats.rings)
     return error_table(combine(predicted.terms), combine(measured_terms(stats)))

@@ -24,7 +24,7 @@ from dx1_driver import (
 )
 
 from ..model.tile import PostOpParams
-from ..perf import Ring
+from ..perfmodel import Ring
 from .gemm import check_post, check_tiles, compile_gemm
 from .operands import ACC_LANE_BYTES, pad_operand, padded
 
@@ -57,29 +57,30 @@ class GemmStats:
         return self.perf_after[tile].since(self.perf_before[tile])
 
     @property
-    def tiles(self) -> list[int]:
+    def tile_ids(self) -> list[int]:
+        """The tiles the run used, by id."""
         return sorted(self.commands)
 
     @property
     def macs(self) -> int:
-        return sum(self.delta(t).macs for t in self.tiles)
+        return sum(self.delta(t).macs for t in self.tile_ids)
 
     @property
     def cycles(self) -> int:
         """Device cycles of the run: the slowest tile's CYCLES increase."""
-        return max(self.delta(t).cycles for t in self.tiles)
+        return max(self.delta(t).cycles for t in self.tile_ids)
 
     @property
     def dma_bytes(self) -> int:
         """Bytes the tiles' DMA moved (LOAD reads plus STORE writes)."""
-        return sum(self.delta(t).bytes_read + self.delta(t).bytes_written for t in self.tiles)
+        return sum(self.delta(t).bytes_read + self.delta(t).bytes_written for t in self.tile_ids)
 
     def utilisation(self, tile: int | None = None) -> float:
         """MACs / (cycles * array**2), of one tile or of every tile used together."""
-        tiles = self.tiles if tile is None else [tile]
-        cycles = max(self.delta(t).cycles for t in tiles)
-        macs = sum(self.delta(t).macs for t in tiles)
-        return macs / (cycles * self.array ** 2 * len(tiles)) if cycles else 0.0
+        tile_ids = self.tile_ids if tile is None else [tile]
+        cycles = max(self.delta(t).cycles for t in tile_ids)
+        macs = sum(self.delta(t).macs for t in tile_ids)
+        return macs / (cycles * self.array ** 2 * len(tile_ids)) if cycles else 0.0
 
 
 def _check_operands(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> None:
@@ -151,7 +152,7 @@ def operand_layout(m: int, k: int, n: int, array: int, post: bool, bias: bool,
 
 
 def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-             post: PostOpParams | None = None, tiles: int | Sequence[int] | None = None, *,
+             post: PostOpParams | None = None, tiles: int | None = None, *, tile_ids: Sequence[int] | None = None,
              timeout: float = 1.0) -> tuple[np.ndarray, GemmStats]:
     """Compute ``a @ b (+ bias)`` on the device, requantised by ``post`` if given.
 
@@ -166,8 +167,10 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     post:
         The requantisation for an int8 result; ``None`` for the int32 accumulator.
     tiles:
-        How many tiles to use (the first ones), or which (a list of tile indices); default: the device's
-        usable tiles (``Device.usable_tiles``: every tile not fenced off).
+        How many tiles to use (the first ones); default: the device's usable tiles (``Device.usable_tiles``:
+        every tile not fenced off).
+    tile_ids:
+        Which tiles to use, instead of ``tiles``.
     timeout:
         Seconds without progress before the driver's ``DeviceTimeout``.
 
@@ -201,7 +204,8 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
     try:
         plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
                             bias_addr=addr.get("bias"), post=post,
-                            tiles=device.usable_tiles if tiles is None else tiles)
+                            tiles=tiles, tile_ids=device.usable_tiles if tiles is None and tile_ids is None
+                            else tile_ids)
         a_pad, b_pad = pad_operand(a, (m, kp)), pad_operand(b, (kp, np_))
         device.write_mem(addr["a"], a_pad)
         device.write_mem(addr["b"], b_pad)
@@ -221,10 +225,11 @@ def run_gemm(device: Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray | No
             except (TileFenced, ReplayRefused):
                 # A tile was fenced, or lost work that cannot be replayed: A and B are unchanged in device
                 # memory and every command writes C from them, so plan again on the tiles that remain.
-                if tiles is not None and any(t in device.fenced for t in check_tiles(tiles, caps)):
+                chosen = tiles is not None or tile_ids is not None
+                if chosen and any(t in device.fenced for t in check_tiles(tiles, caps, tile_ids)):
                     raise
                 plan = compile_gemm(m, k, n, caps, a_addr=addr["a"], b_addr=addr["b"], c_addr=addr["c"],
-                                    bias_addr=addr.get("bias"), post=post, tiles=device.usable_tiles)
+                                    bias_addr=addr.get("bias"), post=post, tile_ids=device.usable_tiles)
             finally:
                 # Never free memory the device may still write: drain whatever an error left in flight.
                 for t in used:

@@ -69,10 +69,10 @@ class _Phase:
              post: PostOpParams | None, bias: int | None = None, more: tuple[GemmTerm, ...] = (),
              spread: bool = False) -> None:
         r = self.runner
-        tiles = list(range(r.tiles)) if spread else [self.next % r.tiles]
+        tile_ids = list(range(r.tiles)) if spread else [self.next % r.tiles]
         self.next += not spread
         plan = compile_gemm(m, k, n, r.dev.caps, a_addr=a, b_addr=b, c_addr=c, bias_addr=bias, post=post,
-                            tiles=tiles, a_stride=a_stride, b_stride=b_stride, c_stride=c_stride, more=more)
+                            tile_ids=tile_ids, a_stride=a_stride, b_stride=b_stride, c_stride=c_stride, more=more)
         for t, cmds in enumerate(plan.commands):
             self.streams[t].extend(cmds)
         r.stats.gemms += 1

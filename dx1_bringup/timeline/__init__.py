@@ -7,7 +7,7 @@ timeline holds.
 
 from .model import Slice, TimelineData, Track
 from .record import COUNTERS, HOST, Timeline, TimelineDevice, record, record_link, tile_group, unit_of
-from .writers import FORMATS, add_trace_arguments, format_for, write
+from .writers import FORMATS, add_timeline_arguments, format_for, write
 
 __all__ = ["COUNTERS", "FORMATS", "HOST", "Slice", "Timeline", "TimelineData", "TimelineDevice", "Track",
-           "add_trace_arguments", "format_for", "record", "record_link", "tile_group", "unit_of", "write"]
+           "add_timeline_arguments", "format_for", "record", "record_link", "tile_group", "unit_of", "write"]

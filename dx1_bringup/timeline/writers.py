@@ -19,7 +19,7 @@ from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 from ..cli.args import writable_file
 from .model import TimelineData
 
-__all__ = ["FORMATS", "add_trace_arguments", "format_for", "write", "write_chrome", "write_perfetto"]
+__all__ = ["FORMATS", "add_timeline_arguments", "format_for", "write", "write_chrome", "write_perfetto"]
 
 #: The formats :func:`write` knows.
 FORMATS = ("perfetto", "json")
@@ -28,13 +28,13 @@ FORMATS = ("perfetto", "json")
 _SEQUENCE = 1
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--trace FILE`` and ``--trace-format`` to a command's parser (``dx1 gemm``, ``dx1 bringup``)."""
-    parser.add_argument("--trace", metavar="FILE", type=writable_file, default=None,
+def add_timeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--timeline FILE`` and ``--timeline-format`` to a command's parser (``dx1 gemm``, ``dx1 bringup``)."""
+    parser.add_argument("--timeline", metavar="FILE", type=writable_file, default=None,
                         help="write a timeline of the run to FILE for ui.perfetto.dev: host calls and transport "
                              "requests, and (dx1 gemm) each tile's TRACE events and PERF counters")
-    parser.add_argument("--trace-format", choices=FORMATS, default=None,
-                        help="the --trace format: Perfetto protobuf, or Chrome JSON (default: json for a .json "
+    parser.add_argument("--timeline-format", choices=FORMATS, default=None,
+                        help="the --timeline format: Perfetto protobuf, or Chrome JSON (default: json for a .json "
                              "FILE, else perfetto)")
 
 

@@ -23,15 +23,15 @@ _default: Device | None = None
 
 
 @contextlib.contextmanager
-def device(target: str | Device = DEFAULT_DEVICE) -> Iterator[Device]:
-    """Run DX-1 work inside the block on ``target``: a device string (opened here) or an open :class:`Device`."""
-    if isinstance(target, Device):
+def device(device: str | Device = DEFAULT_DEVICE) -> Iterator[Device]:
+    """Run DX-1 work inside the block on ``device``: a device string (opened here) or an open :class:`Device`."""
+    if isinstance(device, Device):
         opened = None
-        dev = target
-    elif isinstance(target, str):
-        opened = dev = Device.open(target)
+        dev = device
+    elif isinstance(device, str):
+        opened = dev = Device.open(device)
     else:
-        raise TypeError(f"device must be a device string or a dx1_driver.Device, not {type(target).__name__}")
+        raise TypeError(f"device must be a device string or a dx1_driver.Device, not {type(device).__name__}")
     _stack.append(dev)
     try:
         yield dev

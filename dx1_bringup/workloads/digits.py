@@ -114,10 +114,10 @@ def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int |
     int_logits = qmodel.reference_int(q_in).numpy()
     result = DigitsResult(_accuracy(float_logits, data.y_test), _accuracy(int_logits, data.y_test))
     graph = qmodel.to_graph(len(q_in))
-    for target in devices:
-        name = target if isinstance(target, str) else "device"
+    for device in devices:
+        name = device if isinstance(device, str) else "device"
         progress(f"classifying {len(q_in)} digits on {name}")
-        dev = Device.open(target) if isinstance(target, str) else target
+        dev = Device.open(device) if isinstance(device, str) else device
         try:
             with GraphSession(dev, graph, tiles=tiles) as session:
                 result.plan = session.plan_text()
@@ -126,7 +126,7 @@ def run_digits(devices: list[str] | list[Device], *, seed: int = 0, tiles: int |
                 progress(f"torch.compile(backend='dx1') of the MLP and a LogSoftmax on {name}")
                 _compiled(qmodel, data.x_test, dev, result)
         finally:
-            if isinstance(target, str):
+            if isinstance(device, str):
                 dev.close()
         logits = outputs["logits"]
         result.device_accuracy[name] = _accuracy(logits, data.y_test)

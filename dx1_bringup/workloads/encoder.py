@@ -233,10 +233,10 @@ def run_encoder(devices: list[str] | list[Device], *, seed: int = 0, tiles: int 
                            placement=quant.graph.placement(), residual=quant.residual)
     device_ops = [op for op in quant.graph.ops if op.on_device]
     keep = tuple(dict.fromkeys(op.writes for op in device_ops))
-    for target in devices:
-        name = target if isinstance(target, str) else "device"
+    for device in devices:
+        name = device if isinstance(device, str) else "device"
         progress(f"one forward pass of the encoder block on {name}")
-        dev = Device.open(target) if isinstance(target, str) else target
+        dev = Device.open(device) if isinstance(device, str) else device
         try:
             with GraphSession(dev, quant.graph, tiles=tiles) as session:
                 result.plan = session.plan_text()
@@ -245,7 +245,7 @@ def run_encoder(devices: list[str] | list[Device], *, seed: int = 0, tiles: int 
             if not np.array_equal(again["out"], out["out"]):
                 raise RuntimeError(f"two forward passes on {name} gave different outputs")
         finally:
-            if isinstance(target, str):
+            if isinstance(device, str):
                 dev.close()
         wrong = []
         for op in device_ops:

@@ -95,13 +95,13 @@ class TilePrediction:
 class Prediction:
     """Every tile's :class:`TilePrediction` and the run's total as the PERF CYCLES counter sees it."""
 
-    tiles: dict[int, TilePrediction]
+    per_tile: dict[int, TilePrediction]
     host: float
 
     @property
     def device(self) -> float:
         """Cycles from the first dispatch to the last completion, over every tile."""
-        return max((t.end for t in self.tiles.values()), default=0.0)
+        return max((t.end for t in self.per_tile.values()), default=0.0)
 
     @property
     def total(self) -> float:
@@ -477,7 +477,7 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS, 
     tile:
         The tile configuration (array size, row bytes).
     costs:
-        The unit costs (default: the fitted :data:`~dx1_bringup.perf.costs.COSTS`).
+        The unit costs (default: the fitted :data:`~dx1_bringup.perfmodel.costs.COSTS`).
     banks:
         The device memory's banks (``CAPS.mem_banks``): tiles whose bursts go to different banks do
         not wait for each other.
@@ -519,10 +519,10 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS, 
             for t, values in new.items():
                 old[t] = [keep * a + (1 - keep) * b for a, b in zip(old[t], values, strict=True)]
         states = _schedule(decoded, costs, waits, fetched, offsets)
-    tiles = {}
+    per_tile = {}
     for t in used:
         st = states[t]
-        tiles[t] = TilePrediction(st.times, st.busy["load"], st.busy["compute"], st.busy["store"], st.busy["postop"],
+        per_tile[t] = TilePrediction(st.times, st.busy["load"], st.busy["compute"], st.busy["store"], st.busy["postop"],
                                   offsets[t])
     host = costs.host_cycles(len(used))
-    return Prediction(tiles, float(host))
+    return Prediction(per_tile, float(host))
