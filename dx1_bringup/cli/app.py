@@ -13,6 +13,7 @@ from .. import bench, generate
 from ..bringup import add_parser as add_bringup_parser
 from ..fuzz.cli import add_parser as add_fuzz_parser
 from ..replay.cli import add_parser as add_replay_parser
+from ..serving.cli import add_parser as add_serving_parser
 from ..sim import report, serve
 from ..workloads.cli import add_parser as add_run_parser
 from . import fpga, gemm, info, predict, sim_tile
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fuzz_parser(sub)  # fuzz, diff-demo
     _add_sim(sub)
     bench.add_parser(sub)
+    add_serving_parser(sub)  # serve, lm
     generate.add_parser(sub)
     fpga.add_parser(sub)
     return parser

@@ -1,0 +1,196 @@
+"""``dx1 bench serving``: continuous against static batching under the same bounded Poisson load, on loopback.
+
+A fixed number of requests arrive as a Poisson process (exponential gaps at ``rate`` per second, seeded),
+each with its own prompt length and output length (uniform in the given ranges; prompts are windows of the
+checkpoint's calibration text), greedy and with no stop string, so both runs generate exactly the same
+tokens.  For each batching mode a server is started on 127.0.0.1 (a free port) over the same device string,
+every request is streamed with httpx, and the run reports output tokens per second, time to first token and
+inter-token latency at p50 and p99, the KV cache's utilisation (blocks in use over blocks) and waste (slots
+in used blocks that hold no token; static batching reserves every request's longest length up front),
+preemptions and prefix-cache hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from .engine import EngineConfig, LLMEngine
+from .metrics import ServingMetrics
+from .quant_model import QuantCharLM
+from .server import MODEL_NAME, create_app, open_engines, serve_in_thread
+
+__all__ = ["LoadSpec", "ModeResult", "bench_serving", "make_workload", "table"]
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The load: ``requests`` arrivals at ``rate`` per second, prompt and output lengths drawn uniformly."""
+
+    requests: int = 32
+    rate: float = 8.0
+    prompt_len: tuple[int, int] = (8, 40)
+    output_len: tuple[int, int] = (8, 64)
+    seed: int = 0
+
+
+@dataclass
+class ModeResult:
+    """One batching mode's run."""
+
+    mode: str
+    requests: int
+    output_tokens: int
+    seconds: float
+    tokens_per_second: float
+    ttft_p50: float
+    ttft_p99: float
+    itl_p50: float
+    itl_p99: float
+    kv_utilisation: float
+    kv_waste: float
+    preemptions: int
+    prefix_hits: int
+    steps: int
+    #: Device cycles of every step (load-independent, unlike the seconds): per output token.
+    cycles_per_token: float
+    ttfts: list[float] = field(default_factory=list, repr=False)
+    itls: list[float] = field(default_factory=list, repr=False)
+
+
+def make_workload(spec: LoadSpec, texts: list[str], context: int) -> list[tuple[float, str, int]]:
+    """``(arrival offset in seconds, prompt, max_tokens)`` per request, prompt plus output within ``context``."""
+    rng = random.Random(spec.seed)
+    source = "".join(texts)
+    at, out = 0.0, []
+    for _ in range(spec.requests):
+        at += rng.expovariate(spec.rate)
+        plen = rng.randint(*spec.prompt_len)
+        olen = min(rng.randint(*spec.output_len), context - plen)
+        start = rng.randrange(0, max(1, len(source) - plen))
+        out.append((at, source[start:start + plen], olen))
+    return out
+
+
+async def _one(client: httpx.AsyncClient, url: str, at: float, prompt: str, max_tokens: int,
+               t0: float) -> tuple[float, list[float], int]:
+    await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+    sent = time.monotonic()
+    times: list[float] = []
+    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"the server answered {r.status_code}: {await r.aread()!r}")
+        async for line in r.aiter_lines():
+            if line.startswith("data: {") and '"text": ""' not in line and '"choices": []' not in line:
+                times.append(time.monotonic())
+    return sent, times, len(times)
+
+
+async def _load(url: str, workload: list[tuple[float, str, int]], timeout: float) -> list[tuple[float, list[float],
+                                                                                              int]]:
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        t0 = time.monotonic()
+        return await asyncio.wait_for(asyncio.gather(*(_one(client, url, at, p, n, t0) for at, p, n in workload)),
+                                      timeout)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: list[tuple[float, str, int]], *,
+             timeout: float = 600.0) -> ModeResult:
+    """Serve ``model`` on ``device`` with ``config`` and drive ``workload`` through HTTP; what it measured."""
+    metrics = ServingMetrics()
+    samples: list[tuple[int, int, int]] = []
+
+    def on_step(_name: str, engine: LLMEngine) -> None:
+        filled, allocated = engine.kv_slots()
+        samples.append((filled, allocated, engine.blocks.num_used))
+
+    engines = open_engines([device], model, config, metrics, max_requests=len(workload) + 1, on_step=on_step)
+    engine = engines[0].engine
+    with serve_in_thread(create_app(engines, MODEL_NAME, metrics)) as url:
+        start = time.monotonic()
+        results = asyncio.run(_load(url, workload, timeout))
+        seconds = time.monotonic() - start
+        preemptions, hits = engine.scheduler.preemptions, engine.blocks.prefix_hits
+        cycles = engine.runner.stats.cycles
+    ttfts = [times[0] - sent for sent, times, _ in results if times]
+    itls = [b - a for _, times, _ in results for a, b in zip(times, times[1:], strict=False)]
+    tokens = sum(n for *_, n in results)
+    allocated = sum(s[1] for s in samples)
+    return ModeResult(config.batching, len(results), tokens, seconds, tokens / seconds, _pct(ttfts, 50),
+                      _pct(ttfts, 99), _pct(itls, 50), _pct(itls, 99),
+                      float(np.mean([s[2] / config.num_blocks for s in samples])) if samples else 0.0,
+                      1 - sum(s[0] for s in samples) / allocated if allocated else 0.0, preemptions, hits,
+                      len(samples), cycles / tokens if tokens else 0.0, ttfts, itls)
+
+
+def table(results: list[ModeResult]) -> str:
+    """The side-by-side table, with the ratio of continuous to static throughput."""
+    lines = [f"{'batching':<11} {'req':>4} {'tokens':>6} {'s':>6} {'tok/s':>6} {'TTFT p50':>9} {'p99':>7} "
+             f"{'ITL p50':>8} {'p99':>7} {'KV util':>7} {'waste':>6} {'preempt':>7} {'hits':>5} {'steps':>5} "
+             f"{'cyc/tok':>8}"]
+    for r in results:
+        lines.append(f"{r.mode:<11} {r.requests:>4} {r.output_tokens:>6} {r.seconds:>6.1f} {r.tokens_per_second:>6.1f} "
+                     f"{r.ttft_p50:>8.2f}s {r.ttft_p99:>6.2f}s {r.itl_p50:>7.3f}s {r.itl_p99:>6.3f}s "
+                     f"{r.kv_utilisation:>7.1%} {r.kv_waste:>6.1%} {r.preemptions:>7} {r.prefix_hits:>5} "
+                     f"{r.steps:>5} {r.cycles_per_token:>8.0f}")
+    by = {r.mode: r for r in results}
+    if {"continuous", "static"} <= by.keys():
+        c, st = by["continuous"], by["static"]
+        lines.append(f"continuous / static: {c.tokens_per_second / st.tokens_per_second:.2f}x the tokens/s, "
+                     f"{st.cycles_per_token / c.cycles_per_token:.2f}x fewer device cycles per token")
+    return "\n".join(lines)
+
+
+def _png(path: Path, results: list[ModeResult]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    axes[0].bar([r.mode for r in results], [r.tokens_per_second for r in results], color=["tab:blue", "tab:gray"])
+    axes[0].set_ylabel("output tokens / s")
+    for ax, attr, title in ((axes[1], "ttfts", "time to first token"), (axes[2], "itls", "inter-token latency")):
+        for r in results:
+            values = np.sort(getattr(r, attr))
+            ax.plot(values, np.linspace(0, 1, len(values)), label=r.mode)
+        ax.set_xlabel("seconds")
+        ax.set_title(title)
+        ax.legend()
+    axes[0].set_title("throughput")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_serving(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig, *,
+                  out: str | Path | None = None, png: str | Path | None = None) -> list[ModeResult]:
+    """Both modes on the same workload, one after the other; the JSON (and figure) written if asked."""
+    workload = make_workload(spec, model_texts(model), model.config.context)
+    results = [run_mode(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload)
+               for mode in ("continuous", "static")]
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"device": device, "load": asdict(spec), "engine": asdict(config),
+                                         "results": [{k: v for k, v in asdict(r).items() if k not in ("ttfts", "itls")}
+                                                     for r in results]}, indent=2) + "\n")
+    if png is not None:
+        _png(Path(png), results)
+    return results
+
+
+def model_texts(model: QuantCharLM) -> list[str]:
+    """The text prompts are cut from: the checkpoint's calibration windows."""
+    return list(model.calibration)

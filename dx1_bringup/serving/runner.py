@@ -1,0 +1,329 @@
+"""One step of a batch of sequences on a DX-1 device, with the KV cache in device memory in blocks.
+
+:class:`ModelRunner` uploads the int8 weights once and keeps a pool of ``num_blocks`` KV blocks in device
+memory.  Per layer, the keys of every block form one region (block after block, ``block_size x width`` int8
+rows each, one row per token position, heads side by side), and the values another, so block ``b``'s keys
+of layer ``l`` are at ``pool + (2 l num_blocks + b) block_size width`` and blocks with consecutive ids are
+consecutive rows.  A step computes, for every scheduled sequence, ``count`` new tokens from position
+``start``; every matrix product runs on the device, the layer norms, softmax and residual adds on the host
+(:mod:`.quant_model`).  Per layer:
+
+1. the transposed queries, the keys and the values of the whole batch are one GEMM each (each sequence's
+   query columns padded to whole chunks); then COPY commands move each sequence's new key and value rows
+   into their slots in its blocks (one COPY per run of positions in physically consecutive blocks);
+2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
+   table, ``S^T_run = K_run Q^T`` writes those blocks' rows of the scores;
+3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_run P_run V_run`` is one
+   GEMM per sequence and head whose terms are the runs of its table (accumulated before one POSTOP);
+4. the output projection and the MLP are GEMMs over the whole batch.
+
+Each phase is one set of command streams driven to completion (the small GEMMs dealt round-robin over the
+tiles), so every write of a phase lands before the next phase reads it.  A block copy (copy-on-write) is
+COPY commands on the device before the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import numpy as np
+from dx1_driver import Device
+
+from ..model.tile import PostOpParams
+from ..runtime.gemm import GemmTerm, compile_gemm
+from ..runtime.gemm_run import drive
+from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
+from ..spec import Opcode, pack_command
+from .quant_model import QuantCharLM, attention_probs
+from .scheduler import ScheduledSeq
+
+__all__ = ["ModelRunner", "StepStats"]
+
+#: Tag of the runner's COPY commands (the tiling compiler's tags count up from 0 in each GEMM).
+COPY_TAG = 0xFFFE
+
+
+@dataclass
+class StepStats:
+    """What the runner has done: steps, GEMMs, commands, tokens computed, blocks copied (copy-on-write), and the
+    device cycles its phases took (per phase the slowest tile's CYCLES increase: device time, whatever the host)."""
+
+    steps: int = 0
+    copies: int = 0
+    cycles: int = 0
+    gemms: int = 0
+    commands: int = 0
+    tokens: int = 0
+
+
+class _Phase:
+    """GEMMs that may run in any order: their command streams, dealt over the tiles."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+        self.streams: list[list[bytes]] = [[] for _ in range(runner.tiles)]
+        self.next = 0
+
+    def gemm(self, m: int, k: int, n: int, a: int, b: int, c: int, *, a_stride: int, b_stride: int, c_stride: int,
+             post: PostOpParams | None, bias: int | None = None, more: tuple[GemmTerm, ...] = (),
+             spread: bool = False) -> None:
+        r = self.runner
+        tile_ids = list(range(r.tiles)) if spread else [self.next % r.tiles]
+        self.next += not spread
+        plan = compile_gemm(m, k, n, r.dev.caps, a_addr=a, b_addr=b, c_addr=c, bias_addr=bias, post=post,
+                            tile_ids=tile_ids, a_stride=a_stride, b_stride=b_stride, c_stride=c_stride, more=more)
+        for t, cmds in enumerate(plan.commands):
+            self.streams[t].extend(cmds)
+        r.stats.gemms += 1
+        r.stats.commands += sum(len(c) for c in plan.commands)
+
+    def copy(self, src: int, dst: int, length: int) -> None:
+        """A device-memory copy (the COPY command), on the next tile in turn."""
+        self.streams[self.next % self.runner.tiles].append(
+            pack_command(Opcode.COPY, tag=COPY_TAG, src_addr=src, dst_addr=dst, length=length))
+        self.next += 1
+        self.runner.stats.commands += 1
+
+    def run(self) -> None:
+        if any(self.streams):
+            dev = self.runner.dev
+            used = [t for t, cmds in enumerate(self.streams) if cmds]
+            before = {t: dev.perf(t).read() for t in used}
+            drive(dev, self.streams, self.runner.timeout)
+            self.runner.stats.cycles += max(dev.perf(t).read().since(before[t]).cycles for t in used)
+
+
+class ModelRunner:
+    """The quantised model on one device, its weights resident and its KV cache in ``num_blocks`` blocks.
+
+    Parameters
+    ----------
+    dev:
+        An open device.
+    model:
+        The quantised model.
+    num_blocks, block_size:
+        The KV cache's blocks (``block_size`` a multiple of 8: a block is a whole number of the GEMMs' chunks).
+    tiles:
+        Tiles to use (default: the device's usable tiles).
+    timeout:
+        Seconds without progress before the driver's ``DeviceTimeout``.
+
+    Raises
+    ------
+    ValueError
+        A block size that is not a positive multiple of 8, or weights and cache that do not fit device memory.
+    """
+
+    def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int, block_size: int = 16, *,
+                 tiles: int | None = None, timeout: float = 5.0):
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 8 or block_size % 8:
+            raise ValueError(f"block_size must be a positive multiple of 8 on the device, not {block_size!r}")
+        self.dev, self.model, self.timeout = dev, model, timeout
+        self.block_size, self.num_blocks = block_size, num_blocks
+        self.tiles = len(dev.usable_tiles) if tiles is None else tiles
+        c = model.config
+        self.width, self.vocab_padded = c.width, padded(len(c.vocab), dev.caps.array)
+        self.kv_bytes = block_size * c.width  # one layer's keys (or values) of one block
+        self.block_bytes = 2 * c.layers * self.kv_bytes
+        self.stats = StepStats()
+        weights = self._weight_arrays()
+        total = sum(-(-a.nbytes // 64) * 64 for a in weights.values())
+        need = total + num_blocks * self.block_bytes
+        if need > dev.caps.mem_bytes:
+            raise ValueError(f"the weights ({total} B) and {num_blocks} KV blocks of {self.block_bytes} B do not fit "
+                             f"the device's {dev.caps.mem_bytes} B of memory")
+        self._weights_base = dev.alloc(total)
+        self.addr: dict[str, int] = {}
+        offset = 0
+        for name, array in weights.items():
+            self.addr[name] = self._weights_base + offset
+            dev.write_mem(self.addr[name], array)
+            offset += -(-array.nbytes // 64) * 64
+        self.pool = dev.alloc(num_blocks * self.block_bytes)
+        self._closed = False
+
+    def _weight_arrays(self) -> dict[str, np.ndarray]:
+        """Every constant, zero-padded to whole chunks, by name."""
+        arr = self.dev.caps.array
+        out = {}
+
+        def const(name: str, a: np.ndarray) -> None:
+            shape = tuple(padded(n, arr) for n in a.shape)
+            out[name] = pad_operand(a, shape)
+
+        for i, layer in enumerate(self.model.layers):
+            for name in ("wq", "wk_t", "wv_t", "wo_t", "w1_t", "w2_t", "bo", "b1", "b2"):
+                const(f"{i}.{name}", getattr(layer, name))
+        const("head_t", self.model.head_t)
+        return out
+
+    def kv_address(self, block: int, layer: int, value: bool) -> int:
+        """Device address of one layer's key (or value) rows of KV block ``block``.
+
+        Each layer's keys (and values) of all blocks are one region, block after block, so blocks with
+        consecutive ids are consecutive rows: a run of them in a block table is read by one GEMM.
+        """
+        return self.pool + ((2 * layer + value) * self.num_blocks + block) * self.kv_bytes
+
+    def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
+        """Copy whole KV blocks ``src -> dst`` on the device (copy-on-write before a shared block is appended to)."""
+        phase = _Phase(self)
+        for src, dst in copies:
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    phase.copy(self.kv_address(src, layer, value), self.kv_address(dst, layer, value), self.kv_bytes)
+            self.stats.copies += 1
+        phase.run()
+
+    @staticmethod
+    def _runs(table: list[int], count: int) -> list[tuple[int, int]]:
+        """``(first table index, blocks)`` of each run of consecutive block ids among the first ``count`` entries."""
+        runs: list[tuple[int, int]] = []
+        for i in range(count):
+            if runs and table[i] == table[i - 1] + 1:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((i, 1))
+        return runs
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def run(self, items: Seq[ScheduledSeq], *, all_logits: bool = False) -> list[np.ndarray]:
+        """Compute the scheduled tokens; per item, the logits of its last token (1, V) or of all of them.
+
+        Each item's sequence must have a block table covering positions ``0 .. start + count - 1``, holding
+        the keys and values of positions below ``start`` already.
+        """
+        if self._closed:
+            raise ValueError("the model runner is closed")
+        model, c, dev = self.model, self.model.config, self.dev
+        bs, d, dh, arr = self.block_size, c.width, c.head_dim, dev.caps.array
+        tokens, positions, rows = [], [], []
+        for item in items:
+            if item.start + item.count > c.context:
+                raise ValueError(f"sequence {item.seq.seq_id} would hold {item.start + item.count} tokens; the "
+                                 f"context is {c.context}")
+            rows.append(len(tokens))
+            tokens += item.seq.token_ids[item.start:item.start + item.count]
+            positions += range(item.start, item.start + item.count)
+        t = len(tokens)
+        x = model.embed(tokens, positions)
+        # Every sequence's queries are one column block of Q^T, padded to whole chunks (views start there).
+        cols = [padded(item.count, arr) for item in items]
+        col0 = [sum(cols[:i]) for i in range(len(items))]
+        tq = sum(cols)
+        nblocks = [-(-(item.start + item.count) // bs) for item in items]
+        runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
+        scratch: list[int] = []
+
+        def alloc(n: int) -> int:
+            scratch.append(dev.alloc(max(n, 64)))
+            return scratch[-1]
+
+        try:
+            fp = padded(c.ffn, arr)
+            h_addr, o_addr, a_addr, m_addr = alloc(t * d), alloc(t * d), alloc(t * d), alloc(t * d)
+            f_addr, ht_addr, qt_addr = alloc(t * fp), alloc(d * tq), alloc(d * tq)
+            k_addr, v_addr = alloc(t * d), alloc(t * d)
+            s_addrs = [[alloc(n * bs * w) for _ in range(c.heads)] for n, w in zip(nblocks, cols, strict=True)]
+            p_addrs = [[alloc(item.count * n * bs) for _ in range(c.heads)]
+                       for item, n in zip(items, nblocks, strict=True)]
+            for li, layer in enumerate(model.layers):
+                h = model.norm1(layer, x)
+                dev.write_mem(h_addr, h)
+                h_t = np.zeros((d, tq), np.int8)
+                for item, row, at in zip(items, rows, col0, strict=True):
+                    h_t[:, at:at + item.count] = h[row:row + item.count].T
+                dev.write_mem(ht_addr, h_t)
+                kv = _Phase(self)
+                kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq, c_stride=tq,
+                        post=layer.post["q"], spread=True)
+                for w, out, post in (("wk_t", k_addr, "k"), ("wv_t", v_addr, "v")):
+                    kv.gemm(t, d, d, h_addr, self.addr[f"{li}.{w}"], out, a_stride=d, b_stride=d, c_stride=d,
+                            post=layer.post[post], spread=True)
+                kv.run()
+                slots = _Phase(self)
+                for item, row in zip(items, rows, strict=True):
+                    table, pos, end = item.seq.block_table, item.start, item.start + item.count
+                    while pos < end:  # one COPY per run of positions in physically consecutive blocks
+                        first = pos
+                        pos = min(end, (pos // bs + 1) * bs)
+                        while pos < end and table[pos // bs] == table[pos // bs - 1] + 1:
+                            pos = min(end, pos + bs)
+                        src = (row + first - item.start) * d
+                        for value, base in ((False, k_addr), (True, v_addr)):
+                            slots.copy(base + src, self.kv_address(table[first // bs], li, value) + (first % bs) * d,
+                                       (pos - first) * d)
+                slots.run()
+                scores = _Phase(self)
+                for i, item in enumerate(items):
+                    table = item.seq.block_table
+                    for j in range(c.heads):
+                        for b0, nb in runs[i]:
+                            scores.gemm(nb * bs, dh, item.count, self.kv_address(table[b0], li, False) + j * dh,
+                                        qt_addr + j * dh * tq + col0[i], s_addrs[i][j] + b0 * bs * cols[i],
+                                        a_stride=d, b_stride=tq, c_stride=cols[i], post=layer.post["s"])
+                scores.run()
+                attend = _Phase(self)
+                for i, (item, row) in enumerate(zip(items, rows, strict=True)):
+                    lp, table = nblocks[i] * bs, item.seq.block_table
+                    for j in range(c.heads):
+                        s_t = dev.read_array(s_addrs[i][j], (lp, cols[i]), np.int8)
+                        p = np.zeros((item.count, lp), np.int8)
+                        for q in range(item.count):
+                            visible = item.start + q + 1
+                            p[q, :visible] = attention_probs(s_t[:visible, q], layer.s["s"])
+                        dev.write_mem(p_addrs[i][j], p)
+                        terms = [GemmTerm(nb * bs, p_addrs[i][j] + b0 * bs,
+                                          self.kv_address(table[b0], li, True) + j * dh, lp, d)
+                                 for b0, nb in runs[i]]
+                        first = terms[0]
+                        attend.gemm(item.count, first.k, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
+                                    a_stride=lp, b_stride=d, c_stride=d, post=layer.post["o"], more=tuple(terms[1:]))
+                attend.run()
+                proj = _Phase(self)
+                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=d,
+                          post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
+                proj.run()
+                x = x + dev.read_array(a_addr, (t, d), np.int8) * layer.s["a"]
+                dev.write_mem(h_addr, model.norm2(layer, x))
+                mlp = _Phase(self)
+                mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp, c_stride=fp,
+                         post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
+                mlp.run()
+                mlp = _Phase(self)
+                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d, c_stride=d,
+                         post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
+                mlp.run()
+                x = x + dev.read_array(m_addr, (t, d), np.int8) * layer.s["m"]
+            wanted = [r for item, row in zip(items, rows, strict=True)
+                      for r in (range(row, row + item.count) if all_logits else [row + item.count - 1])]
+            dev.write_mem(h_addr, model.norm_f(x[wanted]))
+            vp = self.vocab_padded
+            logits_addr = alloc(len(wanted) * vp * ACC_LANE_BYTES)
+            head = _Phase(self)
+            head.gemm(len(wanted), d, len(c.vocab), h_addr, self.addr["head_t"], logits_addr, a_stride=d, b_stride=vp,
+                      c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
+            head.run()
+            acc = dev.read_array(logits_addr, (len(wanted), vp), np.int32)[:, :len(c.vocab)]
+        finally:
+            for addr in scratch:
+                dev.free(addr)
+        logits = model.logits(acc)
+        self.stats.steps += 1
+        self.stats.tokens += t
+        out, at = [], 0
+        for item in items:
+            n = item.count if all_logits else 1
+            out.append(logits[at:at + n])
+            at += n
+        return out
+
+    def close(self) -> None:
+        """Free the weights and the KV pool."""
+        if not self._closed:
+            self._closed = True
+            self.dev.free(self.pool)
+            self.dev.free(self._weights_base)

@@ -1,0 +1,176 @@
+"""Which sequences run in the next step: iteration-level continuous batching (Orca, vLLM) and a static baseline.
+
+Every step the :class:`Scheduler` builds one batch under a token budget:
+
+1. **Decode** every running sequence (one token each), oldest first.  A sequence whose next token needs a
+   block (a new one, or a copy of a shared one) when none is free preempts the newest running sequence,
+   which frees its blocks and goes back to the front of the waiting queue to be *recomputed* later from its
+   prompt and the tokens it has so far (preemption by recompute; the prefix cache often makes that cheap).
+2. **Prefill** waiting sequences in arrival order (FIFO: the head blocks the rest) while the budget, the
+   batch size limit and the free blocks allow, unless this step preempted something.
+
+:class:`StaticScheduler` is the request-level baseline (FasterTransformer before Orca): it admits a new
+batch only when the previous one has entirely finished, and reserves every sequence's blocks for its whole
+possible length up front.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager
+from .sequence import Sequence, SequenceStatus
+
+__all__ = ["ScheduledBatch", "ScheduledSeq", "Scheduler", "StaticScheduler"]
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    """Compute ``count`` tokens of ``seq`` from position ``start`` (a prefill if more than one, or the first)."""
+
+    seq: Sequence
+    start: int
+    count: int
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.start < self.seq.num_prompt_tokens or self.count > 1
+
+
+@dataclass
+class ScheduledBatch:
+    """One step: what to compute, the block copies to do first, what was preempted to make room."""
+
+    items: list[ScheduledSeq] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(item.count for item in self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+class Scheduler:
+    """Continuous batching over a :class:`~.block_manager.BlockManager`.
+
+    Parameters
+    ----------
+    blocks:
+        The KV cache's block manager.
+    max_num_seqs:
+        Sequences in one batch at most.
+    max_num_batched_tokens:
+        The token budget of one step (prefill tokens plus one per decoding sequence).
+    max_model_len:
+        The model's context: a sequence never holds more tokens.
+
+    Raises
+    ------
+    ValueError
+        A limit is not a positive integer, or the budget cannot hold one whole context.
+    """
+
+    def __init__(self, blocks: BlockManager, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
+                 max_model_len: int = 128):
+        for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
+                            ("max_model_len", max_model_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if max_num_batched_tokens < max_model_len:
+            raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_model_len "
+                             f"({max_model_len}), or a long prompt could never be prefilled")
+        self.blocks = blocks
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence (last in FIFO order)."""
+        if len(seq) > self.max_model_len:
+            raise ValueError(f"a sequence of {len(seq)} tokens does not fit the context of {self.max_model_len}")
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        """A sequence forked from a running one (parallel sampling): it runs from the next step on."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End a sequence (``reason``: ``stop``, ``length`` or ``abort``) and free its blocks at once."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.deallocate(seq)
+        seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        self.running.remove(seq)
+        self.blocks.deallocate(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+        batch.preempted.append(seq)
+
+    def _decode(self, batch: ScheduledBatch) -> None:
+        i = 0
+        while i < len(self.running):
+            seq = self.running[i]
+            while not self.blocks.can_append(seq) and seq in self.running:
+                self._preempt(self.running[-1], batch)
+            if seq not in self.running:
+                break
+            batch.copies += self.blocks.append_slot(seq)
+            batch.items.append(ScheduledSeq(seq, len(seq) - 1, 1))
+            i += 1
+
+    def _admit(self, seq: Sequence, batch: ScheduledBatch, budget: int, reserve: int | None) -> bool:
+        hits = self.blocks.cached_prefix(seq) if reserve is None else []
+        count = len(seq) - len(hits) * self.blocks.block_size
+        if count > budget or not self.blocks.can_allocate(seq, reserve):
+            return False
+        self.blocks.allocate(seq, reserve)
+        self.waiting.popleft()
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        batch.items.append(ScheduledSeq(seq, seq.num_computed_tokens, len(seq) - seq.num_computed_tokens))
+        return True
+
+    def schedule(self) -> ScheduledBatch:
+        """The next step's batch (empty when nothing can run)."""
+        batch = ScheduledBatch()
+        self._decode(batch)
+        if not batch.preempted:
+            while self.waiting and len(batch.items) < self.max_num_seqs:
+                if not self._admit(self.waiting[0], batch, self.max_num_batched_tokens - batch.num_tokens, None):
+                    break
+        return batch
+
+
+class StaticScheduler(Scheduler):
+    """Request-level batching: a batch is admitted only when the last one has finished, its blocks reserved for
+    every sequence's longest possible length (prompt plus ``max_tokens``, at most the context)."""
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        if self.running:
+            self._decode(batch)
+            return batch
+        while self.waiting and len(batch.items) < self.max_num_seqs:
+            seq = self.waiting[0]
+            reserve = min(self.max_model_len, len(seq) + seq.params.max_tokens - seq.num_completion_tokens)
+            if not self._admit(seq, batch, self.max_num_batched_tokens - batch.num_tokens, max(reserve, len(seq))):
+                break
+        return batch

@@ -1,0 +1,32 @@
+"""``dx1 bench serving`` on the test-sized model: both batching modes serve the same load over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+from serving_lm import tiny_model
+
+from dx1_bringup.serving.bench import LoadSpec, bench_serving, make_workload, table
+from dx1_bringup.serving.engine import EngineConfig
+
+
+def test_the_workload_is_seeded_and_fits_the_context():
+    spec = LoadSpec(requests=20, rate=5.0, prompt_len=(4, 20), output_len=(4, 30), seed=3)
+    load = make_workload(spec, ["abcdefghij" * 20], 32)
+    assert load == make_workload(spec, ["abcdefghij" * 20], 32)
+    assert all(len(p) + n <= 32 and 4 <= len(p) <= 20 for _, p, n in load)
+    assert [at for at, *_ in load] == sorted(at for at, *_ in load)
+
+
+def test_continuous_and_static_serve_the_same_tokens_and_static_wastes_more_cache(tmp_path):
+    spec = LoadSpec(requests=6, rate=50.0, prompt_len=(4, 10), output_len=(4, 12), seed=1)
+    results = bench_serving("model", tiny_model(), spec, EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4),
+                            out=tmp_path / "bench.json")
+    continuous, static = results
+    want = sum(n for *_, n in make_workload(spec, tiny_model().calibration, 32))
+    assert continuous.output_tokens == static.output_tokens == want
+    assert static.kv_waste > continuous.kv_waste  # static reserves prompt plus max_tokens up front
+    assert continuous.cycles_per_token > 0 and continuous.ttft_p50 > 0
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["mode"] for r in saved["results"]] == ["continuous", "static"]
+    assert "continuous / static" in table(results)

@@ -1,0 +1,121 @@
+"""The character model on DX-1 (the golden model): paged, batched greedy output equals the unpaged reference.
+
+The test-sized model is :mod:`tests.serving_lm`'s, trained in seconds; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dx1_driver import Device
+from serving_lm import HELD_BACK, TRAIN, greedy_reference, tiny_checkpoint, tiny_model
+
+from dx1_bringup.serving.charlm import load_checkpoint, save_checkpoint, train
+from dx1_bringup.serving.engine import EngineConfig, LLMEngine
+from dx1_bringup.serving.evaluate import perplexities, windows
+from dx1_bringup.serving.quant_model import QuantCharLM
+from dx1_bringup.serving.sequence import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def ckpt():
+    return tiny_checkpoint()
+
+
+@pytest.fixture(scope="module")
+def model(ckpt) -> QuantCharLM:
+    return tiny_model()
+
+
+@pytest.fixture
+def dev():
+    with Device.open("model") as d:
+        yield d
+
+
+PROMPTS = ["From fairest", "From fairest creature", "Thou", "But as the riper", "From fairest creatures"]
+
+
+@pytest.mark.parametrize(("block_size", "num_blocks", "batching"), [
+    (8, 64, "continuous"), (16, 32, "continuous"), (32, 16, "continuous"), (8, 64, "static"),
+    (8, 6, "continuous"),  # a cache this small forces preemption by recompute
+])
+def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, block_size, num_blocks, batching):
+    engine = LLMEngine(dev, model, EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4,
+                                                batching=batching))
+    out = engine.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0))
+    want = [[greedy_reference(model, p, 8)] for p in PROMPTS]
+    assert out == want
+    assert engine.blocks.num_free == num_blocks, "a block leaked"
+    if num_blocks == 6:
+        assert engine.scheduler.preemptions > 0
+    if batching == "continuous" and num_blocks > 6 and block_size <= 16:
+        assert engine.blocks.prefix_hits > 0  # the prompts share "From fairest creatures"
+    engine.close()
+
+
+def test_parallel_samples_share_the_prompt_and_copy_on_write(model, dev):
+    engine = LLMEngine(dev, model, EngineConfig(num_blocks=16, block_size=8))
+    out = engine.generate(["From fairest cr"], SamplingParams(max_tokens=6, temperature=0), n=3)
+    assert out == [[greedy_reference(model, "From fairest cr", 6)] * 3]
+    assert engine.runner.stats.copies == 2  # the shared partial block, copied for two of the three samples
+    engine.close()
+
+
+def test_seeded_sampling_is_reproducible_and_stop_strings_cut_the_text(model, dev):
+    engine = LLMEngine(dev, model, EngineConfig(num_blocks=16, block_size=8))
+    params = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9, seed=7)
+    first = engine.generate(["Thou"], params, n=2)
+    assert engine.generate(["Thou"], params, n=2) == first
+    assert first[0][0] != first[0][1]  # each sample draws from its own stream
+    text = engine.generate(["From"], SamplingParams(max_tokens=12, temperature=0))[0][0]
+    stop = text[3:5]
+    cut = engine.generate(["From"], SamplingParams(max_tokens=12, temperature=0, stop=(stop,)))[0][0]
+    assert cut == text[:text.index(stop)]
+    engine.close()
+
+
+def test_bad_prompts_are_refused_with_the_reason(model, dev):
+    engine = LLMEngine(dev, model, EngineConfig(num_blocks=8, block_size=8))
+    with pytest.raises(ValueError, match="exceed the model's context of 32 tokens"):
+        engine.add_request("a", "x" * 30, SamplingParams(max_tokens=8))
+    with pytest.raises(ValueError, match="the character '€' is not in the model's vocabulary"):
+        engine.add_request("b", "a€", SamplingParams())
+    engine.close()
+
+
+def test_perplexity_of_float_int8_reference_and_device(model, dev):
+    result = perplexities(model, windows(HELD_BACK, 32, 4), dev, block_size=8)
+    assert result.device_equals_reference
+    assert result.device == result.int8_reference
+    assert result.float < 20  # far better than uniform over the alphabet
+    assert abs(result.int8_reference - result.float) / result.float < 0.1
+
+
+def test_a_checkpoint_round_trips(ckpt, tmp_path):
+    save_checkpoint(ckpt, tmp_path / "m.npz")
+    back = load_checkpoint(tmp_path / "m.npz")
+    assert back.config == ckpt.config and back.info == ckpt.info
+    assert all(np.allclose(back.weights[k], v, atol=1e-2) for k, v in ckpt.weights.items())
+
+
+def test_training_is_deterministic(ckpt):
+    again = train(ckpt.config, TRAIN, steps=150, seed=0)
+    assert all(np.array_equal(again.weights[k], v) for k, v in ckpt.weights.items())
+
+
+def test_scattered_block_tables_are_read_through_the_table(model, dev):
+    """Blocks out of order and not adjacent (runs of one), and a run of two: the logits still equal the reference."""
+    from dx1_bringup.serving.runner import ModelRunner
+    from dx1_bringup.serving.scheduler import ScheduledSeq
+    from dx1_bringup.serving.sequence import Sequence
+
+    runner = ModelRunner(dev, model, 12, 8)
+    prompts = ["From fairest creatures we de", "But as the riper should by"]
+    seqs = [Sequence(model.config.encode(p)) for p in prompts]
+    seqs[0].block_table = [9, 2, 6, 7]
+    seqs[1].block_table = [5, 0, 11, 3]
+    out = runner.run([ScheduledSeq(s, 0, len(s)) for s in seqs], all_logits=True)
+    for s, got in zip(seqs, out, strict=True):
+        assert np.array_equal(got, model.reference_logits(s.token_ids))
+    runner.close()

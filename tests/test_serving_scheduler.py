@@ -1,0 +1,204 @@
+"""The block manager and the schedulers, with no device: property tests over random request schedules.
+
+A simulated model run writes each computed token into a model of the KV blocks' contents (applying the
+step's copy-on-write copies first), so the tests see whether every sequence's blocks really hold its tokens:
+prefix caching and copy-on-write are checked by what they must preserve, not by how they work.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dx1_bringup.serving.block_manager import BlockManager
+from dx1_bringup.serving.scheduler import Scheduler, StaticScheduler
+from dx1_bringup.serving.sequence import SamplingParams, Sequence, SequenceStatus
+
+
+def _check_refs(bm: BlockManager, live: list[Sequence]) -> None:
+    counts = Counter(b for seq in live for b in seq.block_table)
+    assert [counts.get(b, 0) for b in range(bm.num_blocks)] == bm.ref_counts
+    assert bm.num_free == sum(1 for c in bm.ref_counts if c == 0)
+
+
+def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_seqs=4, aborts=(), seed=0):
+    """Run every request to its end on a fake model; return (scheduler, finished sequences, steps).
+
+    ``requests``: (arrival step, prompt tokens, max_tokens, n).  Each step asserts the invariants.
+    """
+    rng = random.Random(seed)
+    bm = BlockManager(num_blocks, block_size)
+    cls = StaticScheduler if static else Scheduler
+    sched = cls(bm, max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=32)
+    contents: dict[int, dict[int, int]] = {}
+    pending = sorted(requests, key=lambda r: r[0])
+    groups: dict[int, int] = {}  # parent seq id -> samples still to fork
+    every: list[Sequence] = []
+    step = 0
+    while pending or sched.has_unfinished:
+        while pending and pending[0][0] <= step:
+            _, prompt, max_tokens, n = pending.pop(0)
+            seq = Sequence(list(prompt), SamplingParams(max_tokens=max_tokens))
+            groups[seq.seq_id] = n - 1
+            sched.add(seq)
+            every.append(seq)
+        for victim in [s for s in sched.running if (s.seq_id % 7, step) in aborts]:
+            sched.finish(victim, "abort")
+        batch = sched.schedule()
+        assert batch.num_tokens <= budget
+        live = sched.running
+        _check_refs(bm, live)
+        for src, dst in batch.copies:
+            contents[dst] = dict(contents.get(src, {}))
+        for item in batch.items:
+            seq = item.seq
+            assert item.start == seq.num_computed_tokens and item.start + item.count == len(seq)
+            assert len(seq.block_table) >= seq.num_blocks(block_size)
+            assert static or len(seq.block_table) == seq.num_blocks(block_size)
+            for pos in range(item.start, item.start + item.count):
+                block = seq.block_table[pos // block_size]
+                # Every other holder of a block written to expects the same token in that slot.
+                for other in live:
+                    for i, b in enumerate(other.block_table):
+                        there = i * block_size + pos % block_size
+                        if b == block and other is not seq and there < len(other):
+                            assert other.token_ids[there] == seq.token_ids[pos], \
+                                "a shared block was written with another sequence's token"
+                contents.setdefault(block, {})[pos % block_size] = seq.token_ids[pos]
+        # Within a step every write precedes every read (the runner writes a layer's keys and values before
+        # any attention reads them), so a sequence may use what another one computes in the same step.
+        for item in batch.items:
+            seq = item.seq
+            for pos in range(len(seq)):
+                assert contents[seq.block_table[pos // block_size]][pos % block_size] == seq.token_ids[pos]
+        for item in batch.items:
+            seq = item.seq
+            seq.num_computed_tokens = len(seq)
+            forks = groups.pop(seq.seq_id, 0)
+            for _ in range(forks):
+                child = Sequence(list(seq.token_ids), seq.params, num_prompt_tokens=seq.num_prompt_tokens)
+                bm.fork(seq, child)
+                sched.add_running(child)
+                every.append(child)
+                child.token_ids.append(rng.randrange(3))
+                if child.num_completion_tokens >= child.params.max_tokens or len(child) >= 32:
+                    sched.finish(child, "length")
+            seq.token_ids.append(rng.randrange(3))
+            if seq.num_completion_tokens >= seq.params.max_tokens or len(seq) >= 32:
+                sched.finish(seq, "length")
+        for child in sched.running:
+            if child.num_computed_tokens == len(child):  # a fork's first token is also sampled this step
+                raise AssertionError("a running sequence has no token to compute")
+        _check_refs(bm, sched.running)
+        step += 1
+        assert step < 2000, "the schedule made no progress"
+    assert bm.num_free == num_blocks and not any(bm.ref_counts), "a block leaked"
+    return sched, every, step
+
+
+#: A prompt that many requests start with, so that the prefix cache gets hits.
+SHARED = [1, 2, 0, 1, 2, 2, 0, 1, 0, 0, 2, 1, 1, 0, 2, 0, 1, 2, 2, 1]
+requests = st.lists(
+    st.tuples(st.integers(0, 20),
+              st.one_of(st.lists(st.integers(0, 2), min_size=1, max_size=20),
+                        st.integers(1, 20).map(lambda k: SHARED[:k])),
+              st.integers(1, 12), st.integers(1, 3)),
+    min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 20), st.booleans(),
+       st.sets(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=4))
+def test_random_schedules_leak_nothing_and_keep_every_sequence_in_its_blocks(reqs, block_size, spare, static, aborts):
+    """Any arrivals, prompts with shared prefixes, n > 1, aborts and a tight cache: refs stay exact, contents right."""
+    num_blocks = 3 * (-(-32 // block_size)) + spare  # a fork group of 3 at full length fits
+    sched, every, _ = simulate(reqs, block_size=block_size, num_blocks=num_blocks, static=static, aborts=aborts)
+    assert all(seq.status is SequenceStatus.FINISHED for seq in every)
+    assert all(seq.finish_reason == "abort" or seq.num_completion_tokens == min(seq.params.max_tokens,
+                                                                                  32 - seq.num_prompt_tokens)
+               for seq in every if seq.finish_reason != "abort")
+
+
+def test_a_tight_cache_preempts_the_newest_and_recomputes_it():
+    reqs = [(0, [0] * 10 + [i], 20, 1) for i in range(3)]
+    sched, every, _ = simulate(reqs, block_size=4, num_blocks=10, max_seqs=3, budget=64)
+    assert sched.preemptions > 0
+    assert every[0].preemptions == 0  # the oldest is never the victim while a newer one runs
+    assert all(seq.num_completion_tokens == 20 for seq in every)
+
+
+def test_a_shared_prompt_is_served_from_the_prefix_cache():
+    prompt = [1, 2, 0, 1, 2, 2, 0, 1, 0]
+    bm = BlockManager(8, 4)
+    a, b = Sequence(prompt), Sequence(prompt + [2, 2])
+    bm.allocate(a)
+    bm.allocate(b)
+    assert a.block_table[:2] == b.block_table[:2] and b.num_cached_tokens == 8
+    assert bm.ref_counts[a.block_table[0]] == 2 and bm.prefix_hits == 2
+    bm.deallocate(a)
+    bm.deallocate(b)
+    c = Sequence(prompt)
+    bm.allocate(c)  # the freed blocks still hold the prefix
+    assert c.num_cached_tokens == 8 and bm.prefix_hits == 4
+
+
+def test_the_last_token_is_never_a_cache_hit():
+    bm = BlockManager(4, 4)
+    a = Sequence([1, 2, 3, 4])
+    bm.allocate(a)
+    b = Sequence([1, 2, 3, 4])
+    assert bm.cached_prefix(b) == []
+
+
+def test_a_hash_collision_is_a_miss():
+    bm = BlockManager(8, 2, hash_fn=lambda previous, tokens: 0)
+    a = Sequence([1, 1, 5])
+    bm.allocate(a)
+    b = Sequence([2, 2, 5])
+    assert bm.cached_prefix(b) == []
+    bm.allocate(b)
+    assert b.num_cached_tokens == 0 and set(a.block_table).isdisjoint(b.block_table)
+
+
+def test_appending_to_a_shared_block_copies_it():
+    bm = BlockManager(4, 4)
+    parent = Sequence([1, 2, 3])
+    bm.allocate(parent)
+    child = Sequence([1, 2, 3])
+    bm.fork(parent, child)
+    parent.token_ids.append(7)
+    child.token_ids.append(8)
+    assert bm.append_slot(parent) != []
+    assert bm.append_slot(child) == []  # the last holder keeps the original
+    assert parent.block_table != child.block_table and bm.ref_counts.count(1) == 2
+
+
+def test_static_batching_waits_for_the_whole_batch():
+    bm = BlockManager(64, 4)
+    sched = StaticScheduler(bm, max_num_seqs=2, max_num_batched_tokens=64, max_model_len=32)
+    for n in (1, 5, 1):
+        sched.add(Sequence([0, 1], SamplingParams(max_tokens=n)))
+    first = sched.schedule()
+    assert len(first.items) == 2
+    assert bm.num_used == 1 + 2  # 2 + max_tokens positions reserved: 3 and 7, in blocks of 4
+    first.items[0].seq.token_ids.append(0)
+    sched.finish(first.items[0].seq, "length")
+    assert [item.seq for item in sched.schedule().items] == [first.items[1].seq]  # the third one still waits
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"num_blocks": 0}, "num_blocks must be a positive integer, not 0"),
+    ({"num_blocks": 4, "block_size": True}, "block_size must be a positive integer, not True"),
+])
+def test_bad_block_manager_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BlockManager(**kwargs)
+
+
+def test_a_budget_below_the_context_is_refused():
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(16\) must be at least max_model_len \(32\)"):
+        Scheduler(BlockManager(4), max_num_batched_tokens=16, max_model_len=32)
