@@ -1,13 +1,17 @@
-"""Shared simulation work: Verilator's run-time objects compiled once, and test cases sharing one simulator."""
+"""Shared simulation work: Verilator's run-time objects compiled once, test cases sharing one simulator, and the
+xdist groups that keep a shared simulator's tests on one worker."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from dx1_bringup.sim import cocotb_outcomes, objcache, run_cocotb_shared
+from dx1_bringup.sim import REPO_ROOT, cocotb_outcomes, objcache, run_cocotb_shared
 
 #: A stand-in compiler: writes its -o target and its .d file, and counts its calls in calls.txt beside it.
 FAKE_COMPILER = """
@@ -71,3 +75,17 @@ def test_cocotb_outcomes_reads_each_case(tmp_path: Path) -> None:
 def test_run_cocotb_shared_refuses_a_case_outside_its_batch() -> None:
     with pytest.raises(ValueError, match=r"^test case 'c' must be one of the batch \['a', 'b'\]$"):
         run_cocotb_shared("dx1_regfile", "regfile.test_regfile", "c", batch=["a", "b"], seed=1)
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """Under ``-n 2 --dist loadgroup`` (``make test``) the tests of one xdist group share a worker."""
+    shutil.copy(REPO_ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_grouped.py").write_text(
+        "import pytest\n\n\n@pytest.mark.xdist_group('one')\n@pytest.mark.parametrize('i', range(8))\n"
+        "def test_grouped(i):\n    pass\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                             "loadgroup", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:]
+    workers = re.findall(r"^\[(gw\d+)\].* PASSED", result.stdout, re.M)
+    assert len(workers) == 8 and len(set(workers)) == 1, f"the group ran on {sorted(set(workers))}"

@@ -47,6 +47,7 @@ KINDS = ("line", "branch", "toggle")
 AMARANTH_ARTEFACT = "$auto$verilog_backend"
 _POINT = re.compile(r"C '(?P<key>.*)' (?P<count>\d+)$")
 _MANGLED = re.compile(r"__0([0-9A-Fa-f]{2})")
+_GROUP_SUFFIX = re.compile(r"@[^\[\]@]*$")
 _SEED = re.compile(r"(?:^|[\[-])seed(\d+)(?=[\]-])")
 
 
@@ -354,7 +355,9 @@ def read_junit(path: Path) -> JUnitRun:
                     outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                     message = node.get("message") or (node.text or "").strip()
                     break
-            tests.append(TestCase(case.get("classname", ""), case.get("name", ""), float(case.get("time", 0)),
+            # Under --dist loadgroup a test's node id, and so its JUnit name, ends in "@<xdist group>".
+            name = _GROUP_SUFFIX.sub("", case.get("name", ""))
+            tests.append(TestCase(case.get("classname", ""), name, float(case.get("time", 0)),
                                   outcome, message))
     return JUnitRun(min(starts), wall, tests)
 
