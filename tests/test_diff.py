@@ -193,7 +193,8 @@ def test_command_lines(stream: Capture, tmp_path: Path, planted_backend: str,
     assert main(["diff", str(path), "--device", "model", "--device", planted_backend, "--shrink", str(out)]) == 1
     text = capsys.readouterr().out
     assert "first command whose effect differs: command " in text and "queue 1 (tile 1)" in text
-    assert "    GEMM tag=" in text and " m=" in text and " c_addr=0x" in text and "    bytes 03 " in text
+    assert "    GEMM flags=0x" in text and " tag=" in text and " m=" in text and " c_addr=0x" in text
+    assert "    bytes 03 " in text
     assert "prefix replays" in text and f"{stream.commands} commands" in text
     assert "kept 1 commands and 0 uploads" in text
     assert main(["replay", str(out), "--device", planted_backend]) == 1

@@ -96,11 +96,11 @@ def test_every_path_a_doc_names_exists(doc: Path) -> None:
 def test_the_check_finds_what_is_gone() -> None:
     """A stale file name, path or module is found; outputs, placeholders and device strings are left alone."""
     assert len(named((ROOT / "docs" / "architecture.md").read_text())[0]) > 100
-    text = ("`serial_link.py`, `dx1_bringup/perf/costs.py`, `gateware/command.py`, [x](fpga/README.md), "
+    text = ("`serial_link.py`, `dx1_bringup/perf/costs.py`, `gateware/memory.py`, [x](fpga/README.md), "
             "`dx1_bringup.perf`, `dx1_bringup.perfmodel.COSTS`, `dx1_driver.Nothing`, `build/sim/summary.md`, "
             "`rtl/*.v`, `sim:verilog=PATH`, `dx1 gemm M K N --timeline t.pftrace`, `build/fpga/<board>/`")
     paths, modules = named(text)
-    assert paths == {"serial_link.py", "dx1_bringup/perf/costs.py", "gateware/command.py", "fpga/README.md"}
+    assert paths == {"serial_link.py", "dx1_bringup/perf/costs.py", "gateware/memory.py", "fpga/README.md"}
     assert [p for p in sorted(paths) if not exists(p)] == ["dx1_bringup/perf/costs.py", "serial_link.py"]
     assert modules == {"dx1_bringup.perf", "dx1_bringup.perfmodel.COSTS", "dx1_driver.Nothing"}
     assert [m for m in sorted(modules) if not imports(m)] == ["dx1_bringup.perf", "dx1_driver.Nothing"]

@@ -22,8 +22,8 @@ from dx1_bringup.gateware.tile.ports import READ_QUEUE_DEPTH, ReadServer, WriteS
 from dx1_bringup.gateware.tile.postops import PostOpSequencer
 from dx1_bringup.gateware.tile.results import ResultWriter
 from dx1_bringup.gateware.tile.streamer import ActivationStreamer
-from dx1_bringup.model.tile import PostOpParams, requantize
-from dx1_bringup.spec import ErrorCode, Opcode, TileConfig, pack_command
+from dx1_bringup.model.tile import requantize
+from dx1_bringup.spec import ErrorCode, Opcode, PostOpParams, TileConfig, pack_command
 
 pytestmark = pytest.mark.amaranth_sim
 

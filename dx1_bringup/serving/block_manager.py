@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from ..spec import ceil_div
 from .sequence import Sequence
 
 __all__ = ["BlockManager", "chained_hash"]
@@ -125,7 +126,7 @@ class BlockManager:
 
     def blocks_needed(self, seq: Sequence, tokens: int | None = None) -> int:
         """Free blocks :meth:`allocate` would take for ``seq`` (holding ``tokens`` positions, default its length)."""
-        total = -(-(len(seq) if tokens is None else tokens) // self.block_size)
+        total = ceil_div(len(seq) if tokens is None else tokens, self.block_size)
         hits = self.cached_prefix(seq) if tokens is None else []
         # A hit on a block in use costs nothing; a hit on a freed block takes it off the free list.
         return total - sum(1 for b in hits if self.ref_counts[b] > 0)
@@ -163,7 +164,7 @@ class BlockManager:
         table = list(hits)
         full = len(seq) // self.block_size
         hashes = self._hashes(seq, full) if self.prefix_caching else []
-        for i in range(len(hits), -(-(len(seq) if tokens is None else tokens) // self.block_size)):
+        for i in range(len(hits), ceil_div(len(seq) if tokens is None else tokens, self.block_size)):
             block = self._take_free()
             if i < full and self.prefix_caching:
                 self._register(block, hashes[i], tuple(seq.block_tokens(i, self.block_size)))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from dx1_driver import Device
 
+from ..spec import ceil_div
 from .block_manager import BlockManager
 from .quant_model import QuantCharLM
 from .runner import ModelRunner
@@ -54,7 +55,7 @@ def perplexities(model: QuantCharLM, texts: list[str], dev: Device | None = None
     chars, same = 0, True
     runner = None
     if dev is not None:
-        blocks = -(-c.context // block_size)
+        blocks = ceil_div(c.context, block_size)
         runner = ModelRunner(dev, model, blocks, block_size)
     try:
         for text in texts:

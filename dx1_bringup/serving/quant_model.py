@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.tile import PostOpParams
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
 from ..runtime.reference import reference_gemm
+from ..spec import PostOpParams
 from .charlm import CharLMConfig, Checkpoint
 
 __all__ = ["FloatCharLM", "QuantCharLM", "QuantLayer", "P_SCALE", "attention_probs", "layer_norm"]

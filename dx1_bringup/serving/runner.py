@@ -30,11 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 from dx1_driver import Device
 
-from ..model.tile import PostOpParams
 from ..runtime.gemm import GemmTerm, compile_gemm
 from ..runtime.gemm_run import drive
 from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
-from ..spec import Opcode, pack_command
+from ..spec import Opcode, PostOpParams, align_up, ceil_div, pack_command
 from .quant_model import QuantCharLM, attention_probs
 from .scheduler import ScheduledSeq
 
@@ -129,7 +128,7 @@ class ModelRunner:
         self.block_bytes = 2 * c.layers * self.kv_bytes
         self.stats = StepStats()
         weights = self._weight_arrays()
-        total = sum(-(-a.nbytes // 64) * 64 for a in weights.values())
+        total = sum(align_up(a.nbytes, 64) for a in weights.values())
         need = total + num_blocks * self.block_bytes
         if need > dev.caps.mem_bytes:
             raise ValueError(f"the weights ({total} B) and {num_blocks} KV blocks of {self.block_bytes} B do not fit "
@@ -140,7 +139,7 @@ class ModelRunner:
         for name, array in weights.items():
             self.addr[name] = self._weights_base + offset
             dev.write_mem(self.addr[name], array)
-            offset += -(-array.nbytes // 64) * 64
+            offset += align_up(array.nbytes, 64)
         self.pool = dev.alloc(num_blocks * self.block_bytes)
         self._closed = False
 
@@ -214,7 +213,7 @@ class ModelRunner:
         cols = [padded(item.count, arr) for item in items]
         col0 = [sum(cols[:i]) for i in range(len(items))]
         tq = sum(cols)
-        nblocks = [-(-(item.start + item.count) // bs) for item in items]
+        nblocks = [ceil_div(item.start + item.count, bs) for item in items]
         runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
         scratch: list[int] = []
 

@@ -6,6 +6,8 @@ import enum
 import itertools
 from dataclasses import dataclass, field
 
+from ..spec import ceil_div
+
 __all__ = ["SamplingParams", "Sequence", "SequenceStatus"]
 
 
@@ -85,7 +87,7 @@ class Sequence:
 
     def num_blocks(self, block_size: int) -> int:
         """Blocks needed to hold every token of the sequence."""
-        return -(-len(self.token_ids) // block_size)
+        return ceil_div(len(self.token_ids), block_size)
 
     def block_tokens(self, i: int, block_size: int) -> list[int]:
         """The tokens of block ``i`` (fewer than ``block_size`` for a partial last block)."""
