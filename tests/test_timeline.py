@@ -155,8 +155,11 @@ def test_device_events_lie_inside_the_clock_snapshots(tmp_path: Path) -> None:
     assert len(seen) >= 2 and all(abs(timeline.host_ns(c) - t) <= 1 for c, t in seen.items())
     times = [timeline.host_ns(c) for c in sorted(cycles)]
     assert times == sorted(times)
-    # Each snapshot is as sure as its read's round trip: a small part of the run.
-    assert 0 < timeline.clock_error_ns < (last.host_ns - first.host_ns) / 10
+    # Each snapshot is as sure as its read's round trip, the error the largest of them; a typical read is a
+    # small part of the run (the median: one read preempted on a loaded machine may take milliseconds).
+    spreads = sorted(s.spread_ns for s in timeline.snapshots)
+    assert 0 < timeline.clock_error_ns == spreads[-1]
+    assert spreads[len(spreads) // 2] < (last.host_ns - first.host_ns) / 10
 
 
 def test_chrome_json_has_the_same_slices(tmp_path: Path) -> None:
