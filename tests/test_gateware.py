@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 
 from dx1_bringup.gateware import PostOp, SystolicArray, TileCore
 from dx1_bringup.gateware.stream import AXIStreamSignature
@@ -78,12 +78,6 @@ def test_soc_scales_to_more_tiles_and_banks(tiles: int, banks: int) -> None:
 
 # --- simulation helpers -----------------------------------------------------------------------------------------
 
-
-def _run(dut, bench) -> None:
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 class _Schedule:
@@ -160,7 +154,7 @@ def test_postop_matches_golden_requantize(lanes: int) -> None:
             for _ in range(PostOp.LATENCY):
                 await step()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert schedule.seen == total and not schedule.expected
 
 
@@ -192,7 +186,7 @@ def test_postop_saturation_corners() -> None:
             results.append(list(ctx.get(dut.out)))
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     expected = [requantize(np.array(row, dtype=np.int32), np.array(bias, dtype=np.int32),
                            PostOpParams(mult, shift, bool(relu))).tolist()
                 for row, bias, mult, shift, relu in cases]
@@ -296,7 +290,7 @@ def test_systolic_array_two_banks(size: int) -> None:
             await step()
         await drain()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert streamed >= 40
     assert schedule.seen == streamed and not schedule.expected
 
@@ -328,5 +322,5 @@ def test_systolic_array_weight_row_order() -> None:
             await ctx.tick()
         assert ctx.get(dut.out_valid) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert outputs == b.tolist()

@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 from amaranth import Elaboratable, Module
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 from dx1_driver import frames
 
 from dx1_bringup.gateware.bridge import UartBridge, share
@@ -33,13 +33,6 @@ pytestmark = pytest.mark.amaranth_sim
 CLK, BAUD = 800, 100            # the fewest clock cycles a bit the UART allows: 8
 BIT = CLK // BAUD
 
-
-def _run(dut, bench, clock: bool = True) -> None:
-    sim = Simulator(dut)
-    if clock:
-        sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 # --- CRC ----------------------------------------------------------------------------------------------------------
@@ -76,7 +69,7 @@ def test_crc32_of_the_check_string_and_its_bytes_out() -> None:
         await ctx.tick()
         assert ctx.get(dut.value) == zlib.crc32(b"\x81")
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- receiver -----------------------------------------------------------------------------------------------------
@@ -134,7 +127,7 @@ def test_receiver_takes_bytes_builds_fields_and_ends_frames() -> None:
         await line(ctx, [1] * (TIMEOUT_BITS * BIT))
         assert ctx.get(dut.discarding) == 0, "discarding ends once the line has been quiet for the timeout"
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- bus masters --------------------------------------------------------------------------------------------------
@@ -202,7 +195,7 @@ def test_bus_masters_hold_requests_until_taken_and_report_responses() -> None:
         ctx.set(req.mem_wstrb, 0xFF)
         assert (ctx.get(mem.wdata), ctx.get(mem.wstrb), ctx.get(mem.wlast)) == (0x77, 0xFF, 0)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- burst cutter -------------------------------------------------------------------------------------------------
@@ -231,7 +224,7 @@ def test_cutter_splits_at_pages_and_strobes_partial_beats() -> None:
             strobes.append(ctx.get(dut.strb))
         assert strobes[0] == 0xE0 and strobes[1:13] == [0xFF] * 12 and strobes[13] == 0x01
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert bursts == [(4088, 1), (4096, 13)]
 
 
@@ -251,7 +244,7 @@ def test_cutter_caps_bursts_at_256_beats() -> None:
             bursts.append((ctx.get(dut.addr), ctx.get(dut.len) + 1))
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert bursts == [(8192, 256), (8192 + 2048, 256)]
 
 
@@ -384,7 +377,7 @@ def _serve_one(engine, buffer: bool, frame: bytes, bus_model) -> dict:
     async def bench(ctx) -> None:
         result.update(await _serve(ctx, h, frame, bus_model))
 
-    _run(h, bench)
+    simulate(h, bench)
     return result
 
 
@@ -409,7 +402,7 @@ def test_dispatch_starts_the_engine_a_command_byte_names() -> None:
         ctx.set(dut.rx.byte, FrameCommand.BURST_WRITE)
         assert (ctx.get(dut.burst), ctx.get(dut.idle), ctx.get(dut.crc.start), ctx.get(dut.crc.data)) == (0, 0, 0, 0)
 
-    _run(dut, bench, clock=False)
+    simulate(dut, bench, clocked=False)
 
 
 # --- UARTBone -----------------------------------------------------------------------------------------------------
@@ -528,7 +521,7 @@ def test_buffer_receives_at_an_offset_checks_the_crc_and_sends_back() -> None:
             await ctx.tick()
         assert bytes(sent) == payload + frames.crc_bytes(payload)
 
-    _run(h, bench)
+    simulate(h, bench)
 
 
 # --- burst engine -------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 
 from dx1_bringup.gateware.command import DECODE_STAGES, DMA_SLOTS, TILE_SLOTS
 from dx1_bringup.gateware.command.completion import CompletionWriter
@@ -29,13 +29,6 @@ pytestmark = pytest.mark.amaranth_sim
 
 CONFIG = SocConfig()
 
-
-def _run(dut, bench, *, clocked: bool = True) -> None:
-    sim = Simulator(dut)
-    if clocked:
-        sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def _word(opcode: Opcode, **fields) -> int:
@@ -84,7 +77,7 @@ def test_ring_doorbell_moves_tail_and_refuses_bad_doorbells() -> None:
         ctx.set(dut.doorbell, 0)
         assert ctx.get(dut.error.valid) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_ring_advance_wraps_head_and_flips_phase_and_reset_empties() -> None:
@@ -111,7 +104,7 @@ def test_ring_advance_wraps_head_and_flips_phase_and_reset_empties() -> None:
         await ctx.tick()
         assert (ctx.get(dut.head), ctx.get(dut.tail), ctx.get(dut.phase)) == (0, 0, 1)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_error_latch_halts_keeps_the_latest_report_and_resumes() -> None:
@@ -138,7 +131,7 @@ def test_error_latch_halts_keeps_the_latest_report_and_resumes() -> None:
         await ctx.tick()
         assert (ctx.get(dut.halted), ctx.get(dut.code)) == (0, ErrorCode.BUS_ERROR)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- fetch ----------------------------------------------------------------------------------------------------
@@ -186,7 +179,7 @@ def test_fetch_reads_the_command_at_head_and_holds_it_until_taken() -> None:
         ctx.set(dut.taken, 0)
         assert ctx.get(dut.valid) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_fetch_reports_a_bus_error_at_head_and_holds_nothing() -> None:
@@ -212,7 +205,7 @@ def test_fetch_reports_a_bus_error_at_head_and_holds_nothing() -> None:
         assert (ctx.get(dut.error.code), ctx.get(dut.error.index)) == (ErrorCode.BUS_ERROR, 6)
         assert ctx.get(dut.valid) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- decode ---------------------------------------------------------------------------------------------------
@@ -240,7 +233,7 @@ def _decode(commands: list[int], *, dma_limit: int = 1 << 20) -> list[tuple[int,
             await ctx.tick()
             ctx.set(dut.taken, 0)
 
-    _run(dut, bench)
+    simulate(dut, bench)
     return results
 
 
@@ -304,7 +297,7 @@ def test_footprint_decoder_widens_a_postop_source_range_to_its_bias_row() -> Non
             fp = ctx.get(dut.footprint)
             seen.append((fp.acc_r_lo, fp.acc_r_hi, fp.spm_w_lo, fp.spm_w_hi, fp.acc_w_hi, fp.spm_r_hi))
 
-    _run(dut, bench, clocked=False)
+    simulate(dut, bench, clocked=False)
     assert seen == [(10, 21, 30, 34, 0, 0), (10, 14, 30, 34, 0, 0)]
 
 
@@ -344,7 +337,7 @@ def test_hazard_tracker_blocks_a_command_that_reads_rows_the_dma_writes() -> Non
         await ctx.tick()
         assert ctx.get(dut.tile_hazard) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_in_flight_slots_fill_to_their_depth_in_order() -> None:
@@ -363,7 +356,7 @@ def test_in_flight_slots_fill_to_their_depth_in_order() -> None:
             assert ctx.get(dut.count) == min(tag + 1, TILE_SLOTS - 1)
         assert popped == list(range(4))
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- dispatch and semaphores ----------------------------------------------------------------------------------
@@ -408,7 +401,7 @@ def test_dispatcher_waits_for_hazards_free_slots_and_an_empty_pipeline() -> None
         ctx.set(dut.halted, 1)
         assert (ctx.get(dut.sem_wait), ctx.get(dut.dispatched), ctx.get(dut.stall)) == (0, 0, 0)
 
-    _run(dut, bench, clocked=False)
+    simulate(dut, bench, clocked=False)
 
 
 def test_semaphore_wait_asks_only_once_the_value_is_enough() -> None:
@@ -431,7 +424,7 @@ def test_semaphore_wait_asks_only_once_the_value_is_enough() -> None:
         ctx.set(dut.sem_grant, 0)
         assert (ctx.get(dut.sem_valid), ctx.get(dut.sem_delta), ctx.get(dut.done)) == (1, 3, 0)
 
-    _run(dut, bench, clocked=False)
+    simulate(dut, bench, clocked=False)
 
 
 # --- completion writer ----------------------------------------------------------------------------------------
@@ -490,7 +483,7 @@ def test_completion_writer_writes_local_then_unit_completions() -> None:
         assert (ctx.get(dut.irq_completion), ctx.get(dut.error.valid), ctx.get(dut.error.code),
                 ctx.get(dut.error.index)) == (0, 1, ErrorCode.BUS_ERROR, 2)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_completion_writer_flushes_with_timeout_and_ignores_units_while_aborting() -> None:
@@ -516,7 +509,7 @@ def test_completion_writer_flushes_with_timeout_and_ignores_units_while_aborting
         ctx.set(dut.bus.bvalid, 0)
         assert ctx.get(dut.tile_pop) == 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- watchdog -------------------------------------------------------------------------------------------------
@@ -562,7 +555,7 @@ def test_watchdog_fires_after_its_budget_at_the_oldest_command() -> None:
         await ctx.tick()
         assert (ctx.get(dut.aborting), ctx.get(dut.flushing)) == (0, 0)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_watchdog_budget_zero_never_fires() -> None:
@@ -575,4 +568,4 @@ def test_watchdog_budget_zero_never_fires() -> None:
             assert ctx.get(dut.error.valid) == 0
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)

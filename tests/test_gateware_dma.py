@@ -9,7 +9,7 @@ write side's wait for its data, and the LOAD and STORE paths' row assembly and s
 from __future__ import annotations
 
 import pytest
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 
 from dx1_bringup.gateware.axi import MAX_BURST
 from dx1_bringup.gateware.dma import COPY_BURST, MAX_READS
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.amaranth_sim
 
 ARRAY = 8  # a scratchpad row is one 64-bit beat, an accumulator row four
 
-
-def _run(dut, bench) -> None:
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 async def _start(ctx, dut, **values) -> None:
@@ -57,7 +51,7 @@ def _bursts(base: int, stride: int, segments: int, seg_beats: int, max_beats: in
             await ctx.tick()
         raise AssertionError("the generator never finished")
 
-    _run(dut, bench)
+    simulate(dut, bench)
     return bursts
 
 
@@ -93,7 +87,7 @@ def test_burst_generator_waits_for_allow_and_ready() -> None:
         await ctx.tick()
         assert (ctx.get(dut.valid), ctx.get(dut.addr), ctx.get(dut.active)) == (1, 8, 0)
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_row_walker_visits_rows_then_columns() -> None:
@@ -109,7 +103,7 @@ def test_row_walker_visits_rows_then_columns() -> None:
             await ctx.tick()
         assert seen == [(5, 0), (7, 0), (9, 0), (15, 0), (17, 0), (19, 1)]
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_read_engine_limits_open_bursts_and_counts_bytes() -> None:
@@ -148,7 +142,7 @@ def test_read_engine_limits_open_bursts_and_counts_bytes() -> None:
             await ctx.tick()
         assert ctx.get(dut.done) == 1 and ctx.get(dut.bytes_read) == 8 * 8
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_write_engine_sends_a_copy_burst_only_once_its_data_is_in() -> None:
@@ -189,7 +183,7 @@ def test_write_engine_sends_a_copy_burst_only_once_its_data_is_in() -> None:
         ctx.set(dut.bus.bvalid, 0)
         assert ctx.get(dut.done) == 1 and ctx.get(dut.quiet) == 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_load_engine_assembles_rows_and_drops_them_after_a_read_error() -> None:
@@ -220,7 +214,7 @@ def test_load_engine_assembles_rows_and_drops_them_after_a_read_error() -> None:
         assert rows == [(3, row(0)), (5, row(4))]
         assert beat == 12 and ctx.get(dut.done) == 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_store_engine_requests_rows_and_splits_them_into_beats() -> None:
@@ -252,4 +246,4 @@ def test_store_engine_requests_rows_and_splits_them_into_beats() -> None:
             await ctx.tick()
         assert beats == [0xA0, 0xA1, 0xA2, 0xA3]
 
-    _run(dut, bench)
+    simulate(dut, bench)

@@ -6,7 +6,7 @@ cocotb SoC suites."""
 from __future__ import annotations
 
 import pytest
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 
 from dx1_bringup.gateware.soc.perf import PerfCounters
 from dx1_bringup.gateware.soc.semaphores import SemaphoreArbiter
@@ -17,13 +17,6 @@ pytestmark = pytest.mark.amaranth_sim
 
 DATA_HI = register_map().block("TRACE0").reg("DATA_HI").register
 
-
-def _run(dut, bench, *, clocked: bool = True) -> None:
-    sim = Simulator(dut)
-    if clocked:
-        sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def test_perf_counters_count_conditions_and_report_unit_counters_since_the_last_clear() -> None:
@@ -66,7 +59,7 @@ def test_perf_counters_count_conditions_and_report_unit_counters_since_the_last_
         await ctx.tick()
         assert ctx.get(dut.bytes_read) == 1064  # the unit's own counter restarts from 0: the reference too
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_trace_writer_orders_a_start_and_an_end_of_one_cycle_and_clears() -> None:
@@ -112,7 +105,7 @@ def test_trace_writer_orders_a_start_and_an_end_of_one_cycle_and_clears() -> Non
         await ctx.tick()
         assert ctx.get(dut.count) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_semaphore_arbiter_grants_the_lowest_tile_and_adds_its_delta() -> None:
@@ -132,4 +125,4 @@ def test_semaphore_arbiter_grants_the_lowest_tile_and_adds_its_delta() -> None:
         assert (ctx.get(dut.grant0), ctx.get(dut.grant1), ctx.get(dut.set)) == (1, 0, 0b0010)
         assert ctx.get(dut.set_value)[1] == 7
 
-    _run(dut, bench, clocked=False)
+    simulate(dut, bench, clocked=False)

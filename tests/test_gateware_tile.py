@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
+from amaranth_run import simulate
 
 from dx1_bringup.gateware.tile.banks import WeightBanks
 from dx1_bringup.gateware.tile.completions import DONE_DEPTH, Completions
@@ -30,13 +30,6 @@ pytestmark = pytest.mark.amaranth_sim
 CFG = TileConfig(array=2, spm_rows=64, acc_rows=32)
 N = CFG.array
 
-
-def _run(dut, bench, clock: bool = True) -> None:
-    sim = Simulator(dut)
-    if clock:
-        sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def _word(command: bytes) -> int:
@@ -84,7 +77,7 @@ def test_decoder_checks_a_held_command(command: bytes, status: ErrorCode) -> Non
         ctx.set(dut.take, 0)
         assert ctx.get(dut.holding) == 0 and ctx.get(dut.cmd.tready) == 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_issue_keeps_completions_in_order() -> None:
@@ -124,7 +117,7 @@ def test_issue_keeps_completions_in_order() -> None:
         ctx.set(dut.credit, 0)
         assert ctx.get(dut.take) == 0, "no credit"
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_completions_in_order_with_credits() -> None:
@@ -158,7 +151,7 @@ def test_completions_in_order_with_credits() -> None:
         await ctx.tick()
         assert ctx.get(dut.done.tdata) & 0xFFFF == 2 and ctx.get(dut.done.tvalid) == 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 # --- GEMM pipeline ------------------------------------------------------------------------------------------------
@@ -190,7 +183,7 @@ def test_weight_bank_goes_round_and_drains() -> None:
             cycles += 1
         assert cycles == 2 * N + 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
 
 
 def test_weight_loader_reads_rows_last_first_into_free_banks() -> None:
@@ -221,7 +214,7 @@ def test_weight_loader_reads_rows_last_first_into_free_banks() -> None:
             addr = ctx.get(dut.spm_addr) if ctx.get(dut.issue) else None
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert seen == [("loading", 0), ("row", 0, _lanes(rows[11], 8), 0), ("row", 0, _lanes(rows[10], 8), 1),
                     ("loading", 1), ("row", 1, _lanes(rows[13], 8), 0), ("row", 1, _lanes(rows[12], 8), 1)]
 
@@ -253,7 +246,7 @@ def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
             addr = ctx.get(dut.spm_addr)
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert seen == [(5, 0, 20, 0, 0, 9), (6, 0, 21, 0, 0, 9), (7, 0, 22, 0, 0, 9),
                     (8, 1, 20, 1, 0, 9), (9, 1, 21, 1, 0, 9), (10, 1, 22, 1, 1, 9)]
     # the job starts the cycle after the push has reached the queue and streams 3 rows, then waits for bank 1
@@ -290,7 +283,7 @@ def test_result_writer_adds_or_replaces_and_completes() -> None:
             addr = ctx.get(dut.acc_addr)
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert written == [(3, _lanes([6, 1], 32)), (4, _lanes([-1, 10], 32))]
     assert done == [(41, Opcode.GEMM)]
 
@@ -326,7 +319,7 @@ def test_postop_sequencer_requantises_rows_with_bias() -> None:
             ctx.set(dut.start, 0)
         assert ctx.get(dut.busy) == 0
 
-    _run(dut, bench)
+    simulate(dut, bench)
     bias = np.array(acc[30], dtype=np.int32)
     expected = [(9 + i, [v & 0xFF for v in requantize(np.array(acc[4 + i], dtype=np.int32), bias, params).tolist()])
                 for i in range(3)]
@@ -347,7 +340,7 @@ def test_write_server_writes_only_when_granted() -> None:
         ctx.set(dut.grant, 1)
         assert (ctx.get(dut.req.tready), ctx.get(dut.en), ctx.get(dut.addr), ctx.get(dut.data)) == (1, 1, 5, 0xABCD)
 
-    _run(dut, bench, clock=False)
+    simulate(dut, bench, clocked=False)
 
 
 def test_read_server_answers_in_order_under_back_pressure() -> None:
@@ -375,6 +368,6 @@ def test_read_server_answers_in_order_under_back_pressure() -> None:
                 answers.append(ctx.get(dut.resp.tdata))
             await ctx.tick()
 
-    _run(dut, bench)
+    simulate(dut, bench)
     assert answers == [a * 3 for a in range(10, 20)]
     assert READ_QUEUE_DEPTH == 4
