@@ -341,7 +341,7 @@ def _some_of(allowed: tuple[int, ...]):
 
 def add_parser(sub: Any) -> None:
     """Add ``bench`` to the ``dx1`` subcommands."""
-    parser = sub.add_parser("bench", help="utilisation, sim speed, link, model, scaling, serving (make bench)",
+    parser = sub.add_parser("bench", help="the benchmarks: utilisation, sim speed, link, models, serving",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("sections", nargs="*", type=types.names(SECTIONS), metavar="SECTION",
                         help="the sections to run, as --only does (dx1 bench serving)")
