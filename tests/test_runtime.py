@@ -385,3 +385,20 @@ def test_linear_plan_on_the_tile_model_equals_the_reference(with_bias):
     with pytest.raises(TypeError, match=r"^post must be a PostOpParams \(a linear layer's output is requantised to "
                                         r"int8\), not None$"):
         plan_linear(a, b, bias, None)
+
+
+def test_dx1_help_lists_every_tool_on_one_line(monkeypatch, capsys):
+    """``dx1 --help`` names every subcommand with a one-line help, even in an 80-column terminal."""
+    import argparse
+
+    from dx1_bringup.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"demo", "gemm", "fuzz", "bench", "rtl", "fpga", "sim", "replay", "serve"} <= set(sub.choices)
+    assert main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line for line in lines if line.startswith("    ") and not line.startswith("     ")}
+    assert set(listed) == set(sub.choices)
+    assert all(len(line.split()) > 2 and len(line) <= 80 for line in listed.values())
+    assert not [line for line in lines if line.startswith(" " * 15) and line.strip()], "a help line wrapped"
