@@ -47,7 +47,7 @@ MUTANTS = {m.name: m for m in (
     Mutant("postop-round",
            "tile 1's requantiser adds half of its rounding constant in lane 3: with a shift, values whose "
            "remainder is a half to three quarters of 2**shift round down instead of up",
-           r"\dx1_soc.core1.postop",
+           r"\dx1_soc.core1.postops.postop",
            "assign \\$31  = $signed(p3) + $signed({ 1'h0, half });",
            "assign \\$31  = $signed(p3) + $signed({ 1'h0, half >> 1 });"),
 )}
