@@ -77,7 +77,10 @@ def test_the_environments_own_verilator_comes_first_on_path() -> None:
 
 @pytest.fixture(scope="module")
 def coverage_runs() -> list[Path]:
-    """Two tests of the systolic testbench on a coverage + VCD build: their run folders."""
+    """Two tests of the systolic testbench on a coverage + VCD build: their run folders.
+
+    Its tests are one xdist group: on two workers each would run the same simulations into the same folders at
+    once, one truncating the coverage file that the other reads."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DX1_SIM_COVERAGE", "1")
         mp.setenv("DX1_SIM_WAVES", "vcd")
@@ -85,6 +88,7 @@ def coverage_runs() -> list[Path]:
                            name=f"tooling-{case}") for case in ("single_bank", "extremes")]
 
 
+@pytest.mark.xdist_group("coverage_build")
 @pytest.mark.verilator
 @needs_verilator
 def test_coverage_build_writes_coverage_and_waves_in_its_own_folder(coverage_runs: list[Path]) -> None:
@@ -102,6 +106,7 @@ def test_coverage_build_writes_coverage_and_waves_in_its_own_folder(coverage_run
         assert {point_fields(k)["f"] for k in points} == {str(REPO_ROOT / "rtl" / f"{MODULE}.v")}
 
 
+@pytest.mark.xdist_group("coverage_build")
 @pytest.mark.verilator
 @needs_verilator
 def test_merged_coverage_adds_up_the_runs(coverage_runs: list[Path], tmp_path: Path) -> None:
