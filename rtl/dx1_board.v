@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$12346$0 (\$40 ),
+    .\port$12362$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$12346$0 (\$40 ),
+    .\port$12362$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$12346$0 (\$40 ),
+    .\port$12362$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$12346$0 (\$40 ),
+    .\port$12362$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12346$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12362$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$12346$0 ;
-  wire [23:0] \port$12346$0 ;
+  input [23:0] \port$12362$0 ;
+  wire [23:0] \port$12362$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$12346$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$12362$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$12346$0 , rx__byte };
+  assign rx__field = { \port$12362$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12346$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12362$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$12346$0 ;
-  wire [23:0] \port$12346$0 ;
+  input [23:0] \port$12362$0 ;
+  wire [23:0] \port$12362$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$12346$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$12362$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$12346$0 , rx__byte };
+              \$58  = { \port$12362$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$12346$0 , rx__byte };
+              \$59  = { \port$12362$0 , rx__byte };
             end
           end
     endcase
@@ -3036,7 +3036,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$12346$0 , rx__byte };
+  assign rx__field = { \port$12362$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12346$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12362$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$12346$0 ;
-  wire [23:0] \port$12346$0 ;
+  input [23:0] \port$12362$0 ;
+  wire [23:0] \port$12362$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$12346$0 , rx__byte };
+              \$60  = { \port$12362$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$12346$0 , rx__byte };
+  assign rx__field = { \port$12362$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12346$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12362$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$12346$0 ;
-  wire [23:0] \port$12346$0 ;
+  input [23:0] \port$12362$0 ;
+  wire [23:0] \port$12362$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$12346$0 , cmd };
+              \$40  = { \port$12362$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$12346$0 , cmd };
+              \$41  = { \port$12362$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$12346$0 , cmd };
+  assign rx__field = { \port$12362$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8261,8 +8261,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$10491$0 (\$54 ),
-    .\port$10493$0 (\$55 ),
+    .\port$10499$0 (\$54 ),
+    .\port$10501$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8292,8 +8292,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (\acc_wr__tready$509 ),
     .perf_busy(\busy_compute_source$732 ),
     .perf_macs(\macs_source$734 ),
-    .\port$12067$0 (\$57 ),
-    .\port$12069$0 (\$58 ),
+    .\port$12083$0 (\$57 ),
+    .\port$12085$0 (\$58 ),
     .progress(\progress$650 ),
     .\req__tdata$158 (\spm_rreq__tdata$501 ),
     .req__tvalid(\spm_wr__tvalid$499 ),
@@ -8516,8 +8516,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$10491$0 (\$54 ),
-    .\port$10493$0 (\$55 ),
+    .\port$10499$0 (\$54 ),
+    .\port$10501$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8570,8 +8570,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$489 ),
     .done__tready(\done__tready$491 ),
     .done__tvalid(\dma_done__tvalid$493 ),
-    .\port$12067$0 (\$57 ),
-    .\port$12069$0 (\$58 ),
+    .\port$12083$0 (\$57 ),
+    .\port$12085$0 (\$58 ),
     .quiet(\dma_quiet$658 ),
     .reset_units(\reset_units$715 ),
     .rst(rst),
@@ -8926,20 +8926,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10537$0 (head),
-    .\port$10539$0 (tail),
-    .\port$10545$0 (halted),
-    .\port$10547$0 (error_code),
-    .\port$10549$0 (error_index),
-    .\port$10550$0 (irq_error),
-    .\port$10701$0 (irq_completion),
-    .\port$12113$0 (\head$688 ),
-    .\port$12115$0 (\tail$690 ),
-    .\port$12121$0 (\halted$693 ),
-    .\port$12123$0 (\error_code$696 ),
-    .\port$12125$0 (\error_index$697 ),
-    .\port$12126$0 (\irq_error$700 ),
-    .\port$12277$0 (\irq_completion$699 ),
+    .\port$10545$0 (head),
+    .\port$10547$0 (tail),
+    .\port$10553$0 (halted),
+    .\port$10555$0 (error_code),
+    .\port$10557$0 (error_index),
+    .\port$10558$0 (irq_error),
+    .\port$10709$0 (irq_completion),
+    .\port$12129$0 (\head$688 ),
+    .\port$12131$0 (\tail$690 ),
+    .\port$12137$0 (\halted$693 ),
+    .\port$12139$0 (\error_code$696 ),
+    .\port$12141$0 (\error_index$697 ),
+    .\port$12142$0 (\irq_error$700 ),
+    .\port$12293$0 (\irq_completion$699 ),
     .\port$2971$0 (\busy$356 ),
     .\port$4464$0 (busy),
     .\port$5190$0 (\$56 ),
@@ -10169,7 +10169,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10491$0 , \port$10493$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10499$0 , \port$10501$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -10348,10 +10348,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$10491$0 ;
-  wire [255:0] \port$10491$0 ;
-  input [15:0] \port$10493$0 ;
-  wire [15:0] \port$10493$0 ;
+  input [255:0] \port$10499$0 ;
+  wire [255:0] \port$10499$0 ;
+  input [15:0] \port$10501$0 ;
+  wire [15:0] \port$10501$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10524,13 +10524,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$10491$0 (\port$10491$0 ),
-    .\port$10493$0 (\port$10493$0 ),
+    .\port$10499$0 (\port$10499$0 ),
+    .\port$10501$0 (\port$10501$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
   \dx1_board.soc.core0.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -10682,13 +10682,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$10491$0 (\port$10491$0 [63:0]),
-    .\port$10493$0 (\port$10493$0 ),
+    .\port$10499$0 (\port$10499$0 [63:0]),
+    .\port$10501$0 (\port$10501$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_board.soc.core0.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -10699,6 +10699,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .room(\room$49 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -10789,8 +10790,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign \w_row$87  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$93  = spm_data;
+  assign \a$93  = a;
   assign \a_valid$95  = a_valid;
   assign \a_bank$97  = a_bank;
   assign \ctl$99  = ctl;
@@ -10809,13 +10809,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$10493$0 , \port$10491$0 [63:0] };
-  assign spm_wr__tdata = { \port$10493$0 , \port$10491$0 [63:0] };
+  assign req__tdata = { \port$10501$0 , \port$10499$0 [63:0] };
+  assign spm_wr__tdata = { \port$10501$0 , \port$10499$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$10493$0 , \port$10491$0  };
-  assign acc_wr__tdata = { \port$10493$0 , \port$10491$0  };
+  assign \req__tdata$152  = { \port$10501$0 , \port$10499$0  };
+  assign acc_wr__tdata = { \port$10501$0 , \port$10499$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -10848,14 +10848,14 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
-  assign \a[4]  = spm_data[39:32];
-  assign \a[5]  = spm_data[47:40];
-  assign \a[6]  = spm_data[55:48];
-  assign \a[7]  = spm_data[63:56];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign \ctl$99.acc_addr  = ctl[9:0];
   assign \ctl$99.accumulate  = ctl[10];
   assign \ctl$99.last  = ctl[11];
@@ -11110,7 +11110,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10491$0 , \port$10493$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10499$0 , \port$10501$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11120,10 +11120,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$10491$0 ;
-  wire [255:0] \port$10491$0 ;
-  input [15:0] \port$10493$0 ;
-  wire [15:0] \port$10493$0 ;
+  input [255:0] \port$10499$0 ;
+  wire [255:0] \port$10499$0 ;
+  input [15:0] \port$10501$0 ;
+  wire [15:0] \port$10501$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11134,14 +11134,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10493$0 ;
+      addr = \port$10501$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$10491$0 ;
+      data = \port$10499$0 ;
     end
   end
   always @* begin
@@ -11152,11 +11152,11 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10493$0 , \port$10491$0  };
+  assign req__tdata = { \port$10501$0 , \port$10499$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.array (rst, a, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
+module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -21867,7 +21867,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10491$0 , \port$10493$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10499$0 , \port$10501$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -21877,10 +21877,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$10491$0 ;
-  wire [63:0] \port$10491$0 ;
-  input [15:0] \port$10493$0 ;
-  wire [15:0] \port$10493$0 ;
+  input [63:0] \port$10499$0 ;
+  wire [63:0] \port$10499$0 ;
+  input [15:0] \port$10501$0 ;
+  wire [15:0] \port$10501$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -21891,14 +21891,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10493$0 ;
+      addr = \port$10501$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$10491$0 ;
+      data = \port$10499$0 ;
     end
   end
   always @* begin
@@ -21909,11 +21909,11 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10493$0 , \port$10491$0  };
+  assign req__tdata = { \port$10501$0 , \port$10499$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -21954,13 +21954,17 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
   reg \$42 ;
   reg \$43 ;
   reg [27:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [27:0] \$47 ;
+  reg [63:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [63:0] a;
-  wire [63:0] a;
+  output [63:0] a;
+  reg [63:0] a = 64'h0000000000000000;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -21996,6 +22000,13 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [27:0] read_ctl = 28'h0000000;
+  wire [9:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   input reset_units;
   wire reset_units;
   output room;
@@ -22006,6 +22017,7 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
   wire rst;
   output [11:0] spm_addr;
   reg [11:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output stalled;
   wire stalled;
@@ -22022,15 +22034,27 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -22077,10 +22101,6 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_board.soc.core0.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -22092,6 +22112,32 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (reset_units) begin
+      \$40  = 1'h0;
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
     \$41  = tag;
@@ -22136,6 +22182,46 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
     end
     if (rst) begin
       \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$45  = read_valid;
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$46  = read_bank;
+    if (reset_units) begin
+      \$46  = 1'h0;
+    end
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$47  = read_ctl;
+    if (reset_units) begin
+      \$47  = 28'h0000000;
+    end
+    if (rst) begin
+      \$47  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
+    \$48  = spm_data;
+    if (reset_units) begin
+      \$48  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -22285,43 +22371,20 @@ module \dx1_board.soc.core0.streamer (rst, a, stalled, room, reset_units, w_data
       \$38  = 10'h000;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[37:22];
-    end
-    if (reset_units) begin
-      \$39  = 16'h0000;
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[54];
-    end
-    if (reset_units) begin
-      \$40  = 1'h0;
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
   assign \job.k_chunks  = w_data[53:38];
   assign \job.accumulate  = w_data[54];
   assign \job.tag  = w_data[70:55];
+  assign \read_ctl.acc_addr  = read_ctl[9:0];
+  assign \read_ctl.accumulate  = read_ctl[10];
+  assign \read_ctl.last  = read_ctl[11];
+  assign \read_ctl.tag  = read_ctl[27:12];
   assign \ctl.acc_addr  = ctl[9:0];
   assign \ctl.accumulate  = ctl[10];
   assign \ctl.last  = ctl[11];
@@ -22467,7 +22530,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$12067$0 , \port$12069$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$12083$0 , \port$12085$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -22646,10 +22709,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$12067$0 ;
-  wire [255:0] \port$12067$0 ;
-  input [15:0] \port$12069$0 ;
-  wire [15:0] \port$12069$0 ;
+  input [255:0] \port$12083$0 ;
+  wire [255:0] \port$12083$0 ;
+  input [15:0] \port$12085$0 ;
+  wire [15:0] \port$12085$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -22822,13 +22885,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$12067$0 (\port$12067$0 ),
-    .\port$12069$0 (\port$12069$0 ),
+    .\port$12083$0 (\port$12083$0 ),
+    .\port$12085$0 (\port$12085$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
   \dx1_board.soc.core1.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -22980,13 +23043,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$12067$0 (\port$12067$0 [63:0]),
-    .\port$12069$0 (\port$12069$0 ),
+    .\port$12083$0 (\port$12083$0 [63:0]),
+    .\port$12085$0 (\port$12085$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_board.soc.core1.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -22997,6 +23060,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .room(\room$49 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -23087,8 +23151,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign \w_row$87  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$93  = spm_data;
+  assign \a$93  = a;
   assign \a_valid$95  = a_valid;
   assign \a_bank$97  = a_bank;
   assign \ctl$99  = ctl;
@@ -23107,13 +23170,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$12069$0 , \port$12067$0 [63:0] };
-  assign spm_wr__tdata = { \port$12069$0 , \port$12067$0 [63:0] };
+  assign req__tdata = { \port$12085$0 , \port$12083$0 [63:0] };
+  assign spm_wr__tdata = { \port$12085$0 , \port$12083$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$12069$0 , \port$12067$0  };
-  assign acc_wr__tdata = { \port$12069$0 , \port$12067$0  };
+  assign \req__tdata$152  = { \port$12085$0 , \port$12083$0  };
+  assign acc_wr__tdata = { \port$12085$0 , \port$12083$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -23146,14 +23209,14 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
-  assign \a[4]  = spm_data[39:32];
-  assign \a[5]  = spm_data[47:40];
-  assign \a[6]  = spm_data[55:48];
-  assign \a[7]  = spm_data[63:56];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign \ctl$99.acc_addr  = ctl[9:0];
   assign \ctl$99.accumulate  = ctl[10];
   assign \ctl$99.last  = ctl[11];
@@ -23408,7 +23471,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12067$0 , \port$12069$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12083$0 , \port$12085$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -23418,10 +23481,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$12067$0 ;
-  wire [255:0] \port$12067$0 ;
-  input [15:0] \port$12069$0 ;
-  wire [15:0] \port$12069$0 ;
+  input [255:0] \port$12083$0 ;
+  wire [255:0] \port$12083$0 ;
+  input [15:0] \port$12085$0 ;
+  wire [15:0] \port$12085$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -23432,14 +23495,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12069$0 ;
+      addr = \port$12085$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$12067$0 ;
+      data = \port$12083$0 ;
     end
   end
   always @* begin
@@ -23450,11 +23513,11 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12069$0 , \port$12067$0  };
+  assign req__tdata = { \port$12085$0 , \port$12083$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.array (rst, a, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
+module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -34165,7 +34228,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12067$0 , \port$12069$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12083$0 , \port$12085$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -34175,10 +34238,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$12067$0 ;
-  wire [63:0] \port$12067$0 ;
-  input [15:0] \port$12069$0 ;
-  wire [15:0] \port$12069$0 ;
+  input [63:0] \port$12083$0 ;
+  wire [63:0] \port$12083$0 ;
+  input [15:0] \port$12085$0 ;
+  wire [15:0] \port$12085$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -34189,14 +34252,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12069$0 ;
+      addr = \port$12085$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$12067$0 ;
+      data = \port$12083$0 ;
     end
   end
   always @* begin
@@ -34207,11 +34270,11 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12069$0 , \port$12067$0  };
+  assign req__tdata = { \port$12085$0 , \port$12083$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -34252,13 +34315,17 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
   reg \$42 ;
   reg \$43 ;
   reg [27:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [27:0] \$47 ;
+  reg [63:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [63:0] a;
-  wire [63:0] a;
+  output [63:0] a;
+  reg [63:0] a = 64'h0000000000000000;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -34294,6 +34361,13 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [27:0] read_ctl = 28'h0000000;
+  wire [9:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   input reset_units;
   wire reset_units;
   output room;
@@ -34304,6 +34378,7 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
   wire rst;
   output [11:0] spm_addr;
   reg [11:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output stalled;
   wire stalled;
@@ -34320,15 +34395,27 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -34375,10 +34462,6 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_board.soc.core1.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -34390,6 +34473,32 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (reset_units) begin
+      \$40  = 1'h0;
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
     \$41  = tag;
@@ -34434,6 +34543,46 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
     end
     if (rst) begin
       \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$45  = read_valid;
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$46  = read_bank;
+    if (reset_units) begin
+      \$46  = 1'h0;
+    end
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$47  = read_ctl;
+    if (reset_units) begin
+      \$47  = 28'h0000000;
+    end
+    if (rst) begin
+      \$47  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
+    \$48  = spm_data;
+    if (reset_units) begin
+      \$48  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -34583,43 +34732,20 @@ module \dx1_board.soc.core1.streamer (rst, a, stalled, room, reset_units, w_data
       \$38  = 10'h000;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[37:22];
-    end
-    if (reset_units) begin
-      \$39  = 16'h0000;
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$84 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[54];
-    end
-    if (reset_units) begin
-      \$40  = 1'h0;
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
   assign \job.k_chunks  = w_data[53:38];
   assign \job.accumulate  = w_data[54];
   assign \job.tag  = w_data[70:55];
+  assign \read_ctl.acc_addr  = read_ctl[9:0];
+  assign \read_ctl.accumulate  = read_ctl[10];
+  assign \read_ctl.last  = read_ctl[11];
+  assign \read_ctl.tag  = read_ctl[27:12];
   assign \ctl.acc_addr  = ctl[9:0];
   assign \ctl.accumulate  = ctl[10];
   assign \ctl.last  = ctl[11];
@@ -35427,7 +35553,7 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$10565$64 (cmd[87:64]),
+    .\port$10573$64 (cmd[87:64]),
     .\port$8697$0 (\port$8697$0 ),
     .\port$8699$0 (\port$8699$0 ),
     .\port$8701$0 (\port$8701$0 ),
@@ -36165,9 +36291,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$10597$0 (g_a_end),
-    .\port$10599$0 (g_b_end),
-    .\port$10601$0 (p_src_end)
+    .\port$10605$0 (g_a_end),
+    .\port$10607$0 (g_b_end),
+    .\port$10609$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
@@ -36423,7 +36549,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10597$0 , \port$10599$0 , \port$10601$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10605$0 , \port$10607$0 , \port$10609$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -36459,24 +36585,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10597$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$10597$0 ;
-  wire [32:0] \port$10597$0 ;
-  input [20:0] \port$10599$0 ;
-  wire [20:0] \port$10599$0 ;
-  input [16:0] \port$10601$0 ;
-  wire [16:0] \port$10601$0 ;
+  input [32:0] \port$10605$0 ;
+  wire [32:0] \port$10605$0 ;
+  input [20:0] \port$10607$0 ;
+  wire [20:0] \port$10607$0 ;
+  input [16:0] \port$10609$0 ;
+  wire [16:0] \port$10609$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$10597$0  > \port$10599$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$10597$0  } : { 13'h0000, \port$10599$0  };
+  assign \$3  = \port$10605$0  > \port$10607$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10605$0  } : { 13'h0000, \port$10607$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$10601$0 ;
+  assign \$9  = cmd[127:112] >= \port$10609$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10601$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10609$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -36520,9 +36646,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10597$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$10597$0  };
-  assign b_end = { 13'h0000, \port$10599$0  };
-  assign p_src_end = { 17'h00000, \port$10601$0  };
+  assign a_end = { 1'h0, \port$10605$0  };
+  assign b_end = { 13'h0000, \port$10607$0  };
+  assign p_src_end = { 17'h00000, \port$10609$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -38916,7 +39042,7 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$10565$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$10573$64 , signal, \wait , sem_valid, sem_delta
 , done, \port$8697$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   reg [15:0] \$1 ;
@@ -38925,8 +39051,8 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10565$64 ;
-  wire [23:0] \port$10565$64 ;
+  input [23:0] \port$10573$64 ;
+  wire [23:0] \port$10573$64 ;
   input [15:0] \port$8697$0 ;
   wire [15:0] \port$8697$0 ;
   input [15:0] \port$8699$0 ;
@@ -38988,12 +39114,12 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10565$64 [23:8];
-  assign \$3  = - \port$10565$64 [23:8];
+  assign \$2  = \$1  >= \port$10573$64 [23:8];
+  assign \$3  = - \port$10573$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10565$64 [7:0])
+    casez (\port$10573$64 [7:0])
       8'h00:
           \$1  = \port$8697$0 ;
       8'h01:
@@ -39044,7 +39170,7 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10565$64 [23:8] };
+      sem_delta = { 2'h0, \port$10573$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -39064,10 +39190,10 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
       end
     end
   end
-  assign count = \port$10565$64 [23:8];
-  assign sem = \port$10565$64 [7:0];
+  assign count = \port$10573$64 [23:8];
+  assign sem = \port$10573$64 [7:0];
   assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign sem_index = \port$10565$64 [3:0];
+  assign sem_index = \port$10573$64 [3:0];
   assign \sem_values[0]  = \port$8697$0 ;
   assign \sem_values[1]  = \port$8699$0 ;
   assign \sem_values[2]  = \port$8701$0 ;
@@ -40677,7 +40803,7 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$12141$64 (cmd[87:64]),
+    .\port$12157$64 (cmd[87:64]),
     .\port$8697$0 (\port$8697$0 ),
     .\port$8699$0 (\port$8699$0 ),
     .\port$8701$0 (\port$8701$0 ),
@@ -41415,9 +41541,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$12173$0 (g_a_end),
-    .\port$12175$0 (g_b_end),
-    .\port$12177$0 (p_src_end)
+    .\port$12189$0 (g_a_end),
+    .\port$12191$0 (g_b_end),
+    .\port$12193$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
@@ -41673,7 +41799,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12173$0 , \port$12175$0 , \port$12177$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12189$0 , \port$12191$0 , \port$12193$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -41709,24 +41835,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12173$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$12173$0 ;
-  wire [32:0] \port$12173$0 ;
-  input [20:0] \port$12175$0 ;
-  wire [20:0] \port$12175$0 ;
-  input [16:0] \port$12177$0 ;
-  wire [16:0] \port$12177$0 ;
+  input [32:0] \port$12189$0 ;
+  wire [32:0] \port$12189$0 ;
+  input [20:0] \port$12191$0 ;
+  wire [20:0] \port$12191$0 ;
+  input [16:0] \port$12193$0 ;
+  wire [16:0] \port$12193$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$12173$0  > \port$12175$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$12173$0  } : { 13'h0000, \port$12175$0  };
+  assign \$3  = \port$12189$0  > \port$12191$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$12189$0  } : { 13'h0000, \port$12191$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$12177$0 ;
+  assign \$9  = cmd[127:112] >= \port$12193$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12177$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12193$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -41770,9 +41896,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12173$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$12173$0  };
-  assign b_end = { 13'h0000, \port$12175$0  };
-  assign p_src_end = { 17'h00000, \port$12177$0  };
+  assign a_end = { 1'h0, \port$12189$0  };
+  assign b_end = { 13'h0000, \port$12191$0  };
+  assign p_src_end = { 17'h00000, \port$12193$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -44166,7 +44292,7 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$12141$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$12157$64 , signal, \wait , sem_valid, sem_delta
 , done, \port$8697$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   reg [15:0] \$1 ;
@@ -44175,8 +44301,8 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$12141$64 ;
-  wire [23:0] \port$12141$64 ;
+  input [23:0] \port$12157$64 ;
+  wire [23:0] \port$12157$64 ;
   input [15:0] \port$8697$0 ;
   wire [15:0] \port$8697$0 ;
   input [15:0] \port$8699$0 ;
@@ -44238,12 +44364,12 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$12141$64 [23:8];
-  assign \$3  = - \port$12141$64 [23:8];
+  assign \$2  = \$1  >= \port$12157$64 [23:8];
+  assign \$3  = - \port$12157$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$1  = 16'h0000;
-    casez (\port$12141$64 [7:0])
+    casez (\port$12157$64 [7:0])
       8'h00:
           \$1  = \port$8697$0 ;
       8'h01:
@@ -44294,7 +44420,7 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$12141$64 [23:8] };
+      sem_delta = { 2'h0, \port$12157$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -44314,10 +44440,10 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
       end
     end
   end
-  assign count = \port$12141$64 [23:8];
-  assign sem = \port$12141$64 [7:0];
+  assign count = \port$12157$64 [23:8];
+  assign sem = \port$12157$64 [7:0];
   assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign sem_index = \port$12141$64 [3:0];
+  assign sem_index = \port$12157$64 [3:0];
   assign \sem_values[0]  = \port$8697$0 ;
   assign \sem_values[1]  = \port$8699$0 ;
   assign \sem_values[2]  = \port$8701$0 ;
@@ -45266,7 +45392,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$10491$0 , \port$10493$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$10499$0 , \port$10501$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -45492,10 +45618,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$10491$0 ;
-  wire [255:0] \port$10491$0 ;
-  output [15:0] \port$10493$0 ;
-  wire [15:0] \port$10493$0 ;
+  output [255:0] \port$10499$0 ;
+  wire [255:0] \port$10499$0 ;
+  output [15:0] \port$10501$0 ;
+  wire [15:0] \port$10501$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -46041,8 +46167,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$10491$0  = \$44 ;
-  assign \port$10493$0  = \$45 ;
+  assign \port$10499$0  = \$44 ;
+  assign \port$10501$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -48347,7 +48473,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$12067$0 , \port$12069$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$12083$0 , \port$12085$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$121  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -48573,10 +48699,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$12067$0 ;
-  wire [255:0] \port$12067$0 ;
-  output [15:0] \port$12069$0 ;
-  wire [15:0] \port$12069$0 ;
+  output [255:0] \port$12083$0 ;
+  wire [255:0] \port$12083$0 ;
+  output [15:0] \port$12085$0 ;
+  wire [15:0] \port$12085$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -49122,8 +49248,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$12067$0  = \$44 ;
-  assign \port$12069$0  = \$45 ;
+  assign \port$12083$0  = \$44 ;
+  assign \port$12085$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -53376,22 +53502,22 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10419$0 (\s2__araddr$299 [11:0]),
-    .\port$10419$14 (\s2__araddr$299 [31:14]),
-    .\port$10456$0 (\s2__awaddr$315 [11:0]),
-    .\port$10456$14 (\s2__awaddr$315 [31:14]),
-    .\port$10676$0 (\s1__awaddr$166 [11:0]),
-    .\port$10676$14 (\s1__awaddr$166 [31:14]),
-    .\port$11995$0 (\s4__araddr$597 [11:0]),
-    .\port$11995$14 (\s4__araddr$597 [31:14]),
-    .\port$12032$0 (\s4__awaddr$613 [11:0]),
-    .\port$12032$14 (\s4__awaddr$613 [31:14]),
-    .\port$12252$0 (\s3__awaddr$464 [11:0]),
-    .\port$12252$14 (\s3__awaddr$464 [31:14]),
-    .\port$12444$0 (\s0__awaddr$17 [11:0]),
-    .\port$12444$14 (\s0__awaddr$17 [31:14]),
-    .\port$12452$0 (\s0__araddr$1 [11:0]),
-    .\port$12452$14 (\s0__araddr$1 [31:14]),
+    .\port$10427$0 (\s2__araddr$299 [11:0]),
+    .\port$10427$14 (\s2__araddr$299 [31:14]),
+    .\port$10464$0 (\s2__awaddr$315 [11:0]),
+    .\port$10464$14 (\s2__awaddr$315 [31:14]),
+    .\port$10684$0 (\s1__awaddr$166 [11:0]),
+    .\port$10684$14 (\s1__awaddr$166 [31:14]),
+    .\port$12011$0 (\s4__araddr$597 [11:0]),
+    .\port$12011$14 (\s4__araddr$597 [31:14]),
+    .\port$12048$0 (\s4__awaddr$613 [11:0]),
+    .\port$12048$14 (\s4__awaddr$613 [31:14]),
+    .\port$12268$0 (\s3__awaddr$464 [11:0]),
+    .\port$12268$14 (\s3__awaddr$464 [31:14]),
+    .\port$12460$0 (\s0__awaddr$17 [11:0]),
+    .\port$12460$14 (\s0__awaddr$17 [31:14]),
+    .\port$12468$0 (\s0__araddr$1 [11:0]),
+    .\port$12468$14 (\s0__araddr$1 [31:14]),
     .\port$1808$0 (\$481 ),
     .\port$4521$0 (\s1__araddr$150 [11:0]),
     .\port$4521$14 (\s1__araddr$150 [31:14]),
@@ -53481,22 +53607,22 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10419$0 (\s2__araddr$299 [11:0]),
-    .\port$10419$14 (\s2__araddr$299 [31:14]),
-    .\port$10456$0 (\s2__awaddr$315 [11:0]),
-    .\port$10456$14 (\s2__awaddr$315 [31:14]),
-    .\port$10676$0 (\s1__awaddr$166 [11:0]),
-    .\port$10676$14 (\s1__awaddr$166 [31:14]),
-    .\port$11995$0 (\s4__araddr$597 [11:0]),
-    .\port$11995$14 (\s4__araddr$597 [31:14]),
-    .\port$12032$0 (\s4__awaddr$613 [11:0]),
-    .\port$12032$14 (\s4__awaddr$613 [31:14]),
-    .\port$12252$0 (\s3__awaddr$464 [11:0]),
-    .\port$12252$14 (\s3__awaddr$464 [31:14]),
-    .\port$12444$0 (\s0__awaddr$17 [11:0]),
-    .\port$12444$14 (\s0__awaddr$17 [31:14]),
-    .\port$12452$0 (\s0__araddr$1 [11:0]),
-    .\port$12452$14 (\s0__araddr$1 [31:14]),
+    .\port$10427$0 (\s2__araddr$299 [11:0]),
+    .\port$10427$14 (\s2__araddr$299 [31:14]),
+    .\port$10464$0 (\s2__awaddr$315 [11:0]),
+    .\port$10464$14 (\s2__awaddr$315 [31:14]),
+    .\port$10684$0 (\s1__awaddr$166 [11:0]),
+    .\port$10684$14 (\s1__awaddr$166 [31:14]),
+    .\port$12011$0 (\s4__araddr$597 [11:0]),
+    .\port$12011$14 (\s4__araddr$597 [31:14]),
+    .\port$12048$0 (\s4__awaddr$613 [11:0]),
+    .\port$12048$14 (\s4__awaddr$613 [31:14]),
+    .\port$12268$0 (\s3__awaddr$464 [11:0]),
+    .\port$12268$14 (\s3__awaddr$464 [31:14]),
+    .\port$12460$0 (\s0__awaddr$17 [11:0]),
+    .\port$12460$14 (\s0__awaddr$17 [31:14]),
+    .\port$12468$0 (\s0__araddr$1 [11:0]),
+    .\port$12468$14 (\s0__araddr$1 [31:14]),
     .\port$2144$0 (\$482 ),
     .\port$4521$0 (\s1__araddr$150 [11:0]),
     .\port$4521$14 (\s1__araddr$150 [31:14]),
@@ -53586,22 +53712,22 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10419$0 (\s2__araddr$299 [11:0]),
-    .\port$10419$14 (\s2__araddr$299 [31:14]),
-    .\port$10456$0 (\s2__awaddr$315 [11:0]),
-    .\port$10456$14 (\s2__awaddr$315 [31:14]),
-    .\port$10676$0 (\s1__awaddr$166 [11:0]),
-    .\port$10676$14 (\s1__awaddr$166 [31:14]),
-    .\port$11995$0 (\s4__araddr$597 [11:0]),
-    .\port$11995$14 (\s4__araddr$597 [31:14]),
-    .\port$12032$0 (\s4__awaddr$613 [11:0]),
-    .\port$12032$14 (\s4__awaddr$613 [31:14]),
-    .\port$12252$0 (\s3__awaddr$464 [11:0]),
-    .\port$12252$14 (\s3__awaddr$464 [31:14]),
-    .\port$12444$0 (\s0__awaddr$17 [11:0]),
-    .\port$12444$14 (\s0__awaddr$17 [31:14]),
-    .\port$12452$0 (\s0__araddr$1 [11:0]),
-    .\port$12452$14 (\s0__araddr$1 [31:14]),
+    .\port$10427$0 (\s2__araddr$299 [11:0]),
+    .\port$10427$14 (\s2__araddr$299 [31:14]),
+    .\port$10464$0 (\s2__awaddr$315 [11:0]),
+    .\port$10464$14 (\s2__awaddr$315 [31:14]),
+    .\port$10684$0 (\s1__awaddr$166 [11:0]),
+    .\port$10684$14 (\s1__awaddr$166 [31:14]),
+    .\port$12011$0 (\s4__araddr$597 [11:0]),
+    .\port$12011$14 (\s4__araddr$597 [31:14]),
+    .\port$12048$0 (\s4__awaddr$613 [11:0]),
+    .\port$12048$14 (\s4__awaddr$613 [31:14]),
+    .\port$12268$0 (\s3__awaddr$464 [11:0]),
+    .\port$12268$14 (\s3__awaddr$464 [31:14]),
+    .\port$12460$0 (\s0__awaddr$17 [11:0]),
+    .\port$12460$14 (\s0__awaddr$17 [31:14]),
+    .\port$12468$0 (\s0__araddr$1 [11:0]),
+    .\port$12468$14 (\s0__araddr$1 [31:14]),
     .\port$2480$0 (\$483 ),
     .\port$4521$0 (\s1__araddr$150 [11:0]),
     .\port$4521$14 (\s1__araddr$150 [31:14]),
@@ -53691,22 +53817,22 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10419$0 (\s2__araddr$299 [11:0]),
-    .\port$10419$14 (\s2__araddr$299 [31:14]),
-    .\port$10456$0 (\s2__awaddr$315 [11:0]),
-    .\port$10456$14 (\s2__awaddr$315 [31:14]),
-    .\port$10676$0 (\s1__awaddr$166 [11:0]),
-    .\port$10676$14 (\s1__awaddr$166 [31:14]),
-    .\port$11995$0 (\s4__araddr$597 [11:0]),
-    .\port$11995$14 (\s4__araddr$597 [31:14]),
-    .\port$12032$0 (\s4__awaddr$613 [11:0]),
-    .\port$12032$14 (\s4__awaddr$613 [31:14]),
-    .\port$12252$0 (\s3__awaddr$464 [11:0]),
-    .\port$12252$14 (\s3__awaddr$464 [31:14]),
-    .\port$12444$0 (\s0__awaddr$17 [11:0]),
-    .\port$12444$14 (\s0__awaddr$17 [31:14]),
-    .\port$12452$0 (\s0__araddr$1 [11:0]),
-    .\port$12452$14 (\s0__araddr$1 [31:14]),
+    .\port$10427$0 (\s2__araddr$299 [11:0]),
+    .\port$10427$14 (\s2__araddr$299 [31:14]),
+    .\port$10464$0 (\s2__awaddr$315 [11:0]),
+    .\port$10464$14 (\s2__awaddr$315 [31:14]),
+    .\port$10684$0 (\s1__awaddr$166 [11:0]),
+    .\port$10684$14 (\s1__awaddr$166 [31:14]),
+    .\port$12011$0 (\s4__araddr$597 [11:0]),
+    .\port$12011$14 (\s4__araddr$597 [31:14]),
+    .\port$12048$0 (\s4__awaddr$613 [11:0]),
+    .\port$12048$14 (\s4__awaddr$613 [31:14]),
+    .\port$12268$0 (\s3__awaddr$464 [11:0]),
+    .\port$12268$14 (\s3__awaddr$464 [31:14]),
+    .\port$12460$0 (\s0__awaddr$17 [11:0]),
+    .\port$12460$14 (\s0__awaddr$17 [31:14]),
+    .\port$12468$0 (\s0__araddr$1 [11:0]),
+    .\port$12468$14 (\s0__araddr$1 [31:14]),
     .\port$2816$0 (\$484 ),
     .\port$4521$0 (\s1__araddr$150 [11:0]),
     .\port$4521$14 (\s1__araddr$150 [31:14]),
@@ -55013,8 +55139,8 @@ endmodule
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
 , s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1808$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10419$0 , \port$10419$14 , s2__arlen, \port$10456$0 , \port$10456$14 , s2__awlen
-, \port$10676$0 , \port$10676$14 , s1__wdata, \port$11995$0 , \port$11995$14 , s4__arlen, \port$12032$0 , \port$12032$14 , s4__awlen, \port$12252$0 , \port$12252$14 , s3__wdata, \port$12444$0 , \port$12444$14 , s0__awlen, \port$12452$0 , \port$12452$14 , s0__arlen, clk);
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
+, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$133  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55299,38 +55425,38 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10419$0 ;
-  wire [11:0] \port$10419$0 ;
-  input [17:0] \port$10419$14 ;
-  wire [17:0] \port$10419$14 ;
-  input [11:0] \port$10456$0 ;
-  wire [11:0] \port$10456$0 ;
-  input [17:0] \port$10456$14 ;
-  wire [17:0] \port$10456$14 ;
-  input [11:0] \port$10676$0 ;
-  wire [11:0] \port$10676$0 ;
-  input [17:0] \port$10676$14 ;
-  wire [17:0] \port$10676$14 ;
-  input [11:0] \port$11995$0 ;
-  wire [11:0] \port$11995$0 ;
-  input [17:0] \port$11995$14 ;
-  wire [17:0] \port$11995$14 ;
-  input [11:0] \port$12032$0 ;
-  wire [11:0] \port$12032$0 ;
-  input [17:0] \port$12032$14 ;
-  wire [17:0] \port$12032$14 ;
-  input [11:0] \port$12252$0 ;
-  wire [11:0] \port$12252$0 ;
-  input [17:0] \port$12252$14 ;
-  wire [17:0] \port$12252$14 ;
-  input [11:0] \port$12444$0 ;
-  wire [11:0] \port$12444$0 ;
-  input [17:0] \port$12444$14 ;
-  wire [17:0] \port$12444$14 ;
-  input [11:0] \port$12452$0 ;
-  wire [11:0] \port$12452$0 ;
-  input [17:0] \port$12452$14 ;
-  wire [17:0] \port$12452$14 ;
+  input [11:0] \port$10427$0 ;
+  wire [11:0] \port$10427$0 ;
+  input [17:0] \port$10427$14 ;
+  wire [17:0] \port$10427$14 ;
+  input [11:0] \port$10464$0 ;
+  wire [11:0] \port$10464$0 ;
+  input [17:0] \port$10464$14 ;
+  wire [17:0] \port$10464$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$12011$0 ;
+  wire [11:0] \port$12011$0 ;
+  input [17:0] \port$12011$14 ;
+  wire [17:0] \port$12011$14 ;
+  input [11:0] \port$12048$0 ;
+  wire [11:0] \port$12048$0 ;
+  input [17:0] \port$12048$14 ;
+  wire [17:0] \port$12048$14 ;
+  input [11:0] \port$12268$0 ;
+  wire [11:0] \port$12268$0 ;
+  input [17:0] \port$12268$14 ;
+  wire [17:0] \port$12268$14 ;
+  input [11:0] \port$12460$0 ;
+  wire [11:0] \port$12460$0 ;
+  input [17:0] \port$12460$14 ;
+  wire [17:0] \port$12460$14 ;
+  input [11:0] \port$12468$0 ;
+  wire [11:0] \port$12468$0 ;
+  input [17:0] \port$12468$14 ;
+  wire [17:0] \port$12468$14 ;
   output [67:0] \port$1808$0 ;
   wire [67:0] \port$1808$0 ;
   input [11:0] \port$4521$0 ;
@@ -55931,15 +56057,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12444$14 , \port$12444$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10676$14 , \port$10676$0  };
+          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10456$14 , \port$10456$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12252$14 , \port$12252$0  };
+          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12032$14 , \port$12032$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
     endcase
   end
   always @* begin
@@ -56027,15 +56153,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12452$14 , \port$12452$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
       3'h1:
           ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10419$14 , \port$10419$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11995$14 , \port$11995$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
     endcase
   end
   always @* begin
@@ -56464,25 +56590,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12444$14 , \port$12444$0  };
+  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10676$14 , \port$10676$0  };
+  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10456$14 , \port$10456$0  };
+  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12252$14 , \port$12252$0  };
+  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12032$14 , \port$12032$0  };
+  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -56505,7 +56631,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12452$14 , \port$12452$0  };
+  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
@@ -56514,7 +56640,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10419$14 , \port$10419$0  };
+  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -56523,7 +56649,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$11995$14 , \port$11995$0  };
+  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -56714,8 +56840,8 @@ endmodule
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
 , s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2144$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10419$0 , \port$10419$14 , s2__arlen, \port$10456$0 , \port$10456$14 , s2__awlen
-, \port$10676$0 , \port$10676$14 , s1__wdata, \port$11995$0 , \port$11995$14 , s4__arlen, \port$12032$0 , \port$12032$14 , s4__awlen, \port$12252$0 , \port$12252$14 , s3__wdata, \port$12444$0 , \port$12444$14 , s0__awlen, \port$12452$0 , \port$12452$14 , s0__arlen, clk);
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
+, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$135  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -57000,38 +57126,38 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10419$0 ;
-  wire [11:0] \port$10419$0 ;
-  input [17:0] \port$10419$14 ;
-  wire [17:0] \port$10419$14 ;
-  input [11:0] \port$10456$0 ;
-  wire [11:0] \port$10456$0 ;
-  input [17:0] \port$10456$14 ;
-  wire [17:0] \port$10456$14 ;
-  input [11:0] \port$10676$0 ;
-  wire [11:0] \port$10676$0 ;
-  input [17:0] \port$10676$14 ;
-  wire [17:0] \port$10676$14 ;
-  input [11:0] \port$11995$0 ;
-  wire [11:0] \port$11995$0 ;
-  input [17:0] \port$11995$14 ;
-  wire [17:0] \port$11995$14 ;
-  input [11:0] \port$12032$0 ;
-  wire [11:0] \port$12032$0 ;
-  input [17:0] \port$12032$14 ;
-  wire [17:0] \port$12032$14 ;
-  input [11:0] \port$12252$0 ;
-  wire [11:0] \port$12252$0 ;
-  input [17:0] \port$12252$14 ;
-  wire [17:0] \port$12252$14 ;
-  input [11:0] \port$12444$0 ;
-  wire [11:0] \port$12444$0 ;
-  input [17:0] \port$12444$14 ;
-  wire [17:0] \port$12444$14 ;
-  input [11:0] \port$12452$0 ;
-  wire [11:0] \port$12452$0 ;
-  input [17:0] \port$12452$14 ;
-  wire [17:0] \port$12452$14 ;
+  input [11:0] \port$10427$0 ;
+  wire [11:0] \port$10427$0 ;
+  input [17:0] \port$10427$14 ;
+  wire [17:0] \port$10427$14 ;
+  input [11:0] \port$10464$0 ;
+  wire [11:0] \port$10464$0 ;
+  input [17:0] \port$10464$14 ;
+  wire [17:0] \port$10464$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$12011$0 ;
+  wire [11:0] \port$12011$0 ;
+  input [17:0] \port$12011$14 ;
+  wire [17:0] \port$12011$14 ;
+  input [11:0] \port$12048$0 ;
+  wire [11:0] \port$12048$0 ;
+  input [17:0] \port$12048$14 ;
+  wire [17:0] \port$12048$14 ;
+  input [11:0] \port$12268$0 ;
+  wire [11:0] \port$12268$0 ;
+  input [17:0] \port$12268$14 ;
+  wire [17:0] \port$12268$14 ;
+  input [11:0] \port$12460$0 ;
+  wire [11:0] \port$12460$0 ;
+  input [17:0] \port$12460$14 ;
+  wire [17:0] \port$12460$14 ;
+  input [11:0] \port$12468$0 ;
+  wire [11:0] \port$12468$0 ;
+  input [17:0] \port$12468$14 ;
+  wire [17:0] \port$12468$14 ;
   output [67:0] \port$2144$0 ;
   wire [67:0] \port$2144$0 ;
   input [11:0] \port$4521$0 ;
@@ -57632,15 +57758,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12444$14 , \port$12444$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10676$14 , \port$10676$0  };
+          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10456$14 , \port$10456$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12252$14 , \port$12252$0  };
+          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12032$14 , \port$12032$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
     endcase
   end
   always @* begin
@@ -57728,15 +57854,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12452$14 , \port$12452$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
       3'h1:
           ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10419$14 , \port$10419$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11995$14 , \port$11995$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
     endcase
   end
   always @* begin
@@ -58165,25 +58291,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12444$14 , \port$12444$0  };
+  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10676$14 , \port$10676$0  };
+  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10456$14 , \port$10456$0  };
+  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12252$14 , \port$12252$0  };
+  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12032$14 , \port$12032$0  };
+  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -58206,7 +58332,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12452$14 , \port$12452$0  };
+  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
@@ -58215,7 +58341,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10419$14 , \port$10419$0  };
+  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -58224,7 +58350,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$11995$14 , \port$11995$0  };
+  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -58415,8 +58541,8 @@ endmodule
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
 , s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2480$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10419$0 , \port$10419$14 , s2__arlen, \port$10456$0 , \port$10456$14 , s2__awlen
-, \port$10676$0 , \port$10676$14 , s1__wdata, \port$11995$0 , \port$11995$14 , s4__arlen, \port$12032$0 , \port$12032$14 , s4__awlen, \port$12252$0 , \port$12252$14 , s3__wdata, \port$12444$0 , \port$12444$14 , s0__awlen, \port$12452$0 , \port$12452$14 , s0__arlen, clk);
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
+, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$137  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58701,38 +58827,38 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10419$0 ;
-  wire [11:0] \port$10419$0 ;
-  input [17:0] \port$10419$14 ;
-  wire [17:0] \port$10419$14 ;
-  input [11:0] \port$10456$0 ;
-  wire [11:0] \port$10456$0 ;
-  input [17:0] \port$10456$14 ;
-  wire [17:0] \port$10456$14 ;
-  input [11:0] \port$10676$0 ;
-  wire [11:0] \port$10676$0 ;
-  input [17:0] \port$10676$14 ;
-  wire [17:0] \port$10676$14 ;
-  input [11:0] \port$11995$0 ;
-  wire [11:0] \port$11995$0 ;
-  input [17:0] \port$11995$14 ;
-  wire [17:0] \port$11995$14 ;
-  input [11:0] \port$12032$0 ;
-  wire [11:0] \port$12032$0 ;
-  input [17:0] \port$12032$14 ;
-  wire [17:0] \port$12032$14 ;
-  input [11:0] \port$12252$0 ;
-  wire [11:0] \port$12252$0 ;
-  input [17:0] \port$12252$14 ;
-  wire [17:0] \port$12252$14 ;
-  input [11:0] \port$12444$0 ;
-  wire [11:0] \port$12444$0 ;
-  input [17:0] \port$12444$14 ;
-  wire [17:0] \port$12444$14 ;
-  input [11:0] \port$12452$0 ;
-  wire [11:0] \port$12452$0 ;
-  input [17:0] \port$12452$14 ;
-  wire [17:0] \port$12452$14 ;
+  input [11:0] \port$10427$0 ;
+  wire [11:0] \port$10427$0 ;
+  input [17:0] \port$10427$14 ;
+  wire [17:0] \port$10427$14 ;
+  input [11:0] \port$10464$0 ;
+  wire [11:0] \port$10464$0 ;
+  input [17:0] \port$10464$14 ;
+  wire [17:0] \port$10464$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$12011$0 ;
+  wire [11:0] \port$12011$0 ;
+  input [17:0] \port$12011$14 ;
+  wire [17:0] \port$12011$14 ;
+  input [11:0] \port$12048$0 ;
+  wire [11:0] \port$12048$0 ;
+  input [17:0] \port$12048$14 ;
+  wire [17:0] \port$12048$14 ;
+  input [11:0] \port$12268$0 ;
+  wire [11:0] \port$12268$0 ;
+  input [17:0] \port$12268$14 ;
+  wire [17:0] \port$12268$14 ;
+  input [11:0] \port$12460$0 ;
+  wire [11:0] \port$12460$0 ;
+  input [17:0] \port$12460$14 ;
+  wire [17:0] \port$12460$14 ;
+  input [11:0] \port$12468$0 ;
+  wire [11:0] \port$12468$0 ;
+  input [17:0] \port$12468$14 ;
+  wire [17:0] \port$12468$14 ;
   output [67:0] \port$2480$0 ;
   wire [67:0] \port$2480$0 ;
   input [11:0] \port$4521$0 ;
@@ -59333,15 +59459,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12444$14 , \port$12444$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10676$14 , \port$10676$0  };
+          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10456$14 , \port$10456$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12252$14 , \port$12252$0  };
+          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12032$14 , \port$12032$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
     endcase
   end
   always @* begin
@@ -59429,15 +59555,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12452$14 , \port$12452$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
       3'h1:
           ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10419$14 , \port$10419$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11995$14 , \port$11995$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
     endcase
   end
   always @* begin
@@ -59866,25 +59992,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12444$14 , \port$12444$0  };
+  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10676$14 , \port$10676$0  };
+  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10456$14 , \port$10456$0  };
+  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12252$14 , \port$12252$0  };
+  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12032$14 , \port$12032$0  };
+  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -59907,7 +60033,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12452$14 , \port$12452$0  };
+  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
@@ -59916,7 +60042,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10419$14 , \port$10419$0  };
+  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -59925,7 +60051,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$11995$14 , \port$11995$0  };
+  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -60116,8 +60242,8 @@ endmodule
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
 , s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10419$0 , \port$10419$14 , s2__arlen, \port$10456$0 , \port$10456$14 , s2__awlen
-, \port$10676$0 , \port$10676$14 , s1__wdata, \port$11995$0 , \port$11995$14 , s4__arlen, \port$12032$0 , \port$12032$14 , s4__awlen, \port$12252$0 , \port$12252$14 , s3__wdata, \port$12444$0 , \port$12444$14 , s0__awlen, \port$12452$0 , \port$12452$14 , s0__arlen, clk);
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
+, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60402,38 +60528,38 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10419$0 ;
-  wire [11:0] \port$10419$0 ;
-  input [17:0] \port$10419$14 ;
-  wire [17:0] \port$10419$14 ;
-  input [11:0] \port$10456$0 ;
-  wire [11:0] \port$10456$0 ;
-  input [17:0] \port$10456$14 ;
-  wire [17:0] \port$10456$14 ;
-  input [11:0] \port$10676$0 ;
-  wire [11:0] \port$10676$0 ;
-  input [17:0] \port$10676$14 ;
-  wire [17:0] \port$10676$14 ;
-  input [11:0] \port$11995$0 ;
-  wire [11:0] \port$11995$0 ;
-  input [17:0] \port$11995$14 ;
-  wire [17:0] \port$11995$14 ;
-  input [11:0] \port$12032$0 ;
-  wire [11:0] \port$12032$0 ;
-  input [17:0] \port$12032$14 ;
-  wire [17:0] \port$12032$14 ;
-  input [11:0] \port$12252$0 ;
-  wire [11:0] \port$12252$0 ;
-  input [17:0] \port$12252$14 ;
-  wire [17:0] \port$12252$14 ;
-  input [11:0] \port$12444$0 ;
-  wire [11:0] \port$12444$0 ;
-  input [17:0] \port$12444$14 ;
-  wire [17:0] \port$12444$14 ;
-  input [11:0] \port$12452$0 ;
-  wire [11:0] \port$12452$0 ;
-  input [17:0] \port$12452$14 ;
-  wire [17:0] \port$12452$14 ;
+  input [11:0] \port$10427$0 ;
+  wire [11:0] \port$10427$0 ;
+  input [17:0] \port$10427$14 ;
+  wire [17:0] \port$10427$14 ;
+  input [11:0] \port$10464$0 ;
+  wire [11:0] \port$10464$0 ;
+  input [17:0] \port$10464$14 ;
+  wire [17:0] \port$10464$14 ;
+  input [11:0] \port$10684$0 ;
+  wire [11:0] \port$10684$0 ;
+  input [17:0] \port$10684$14 ;
+  wire [17:0] \port$10684$14 ;
+  input [11:0] \port$12011$0 ;
+  wire [11:0] \port$12011$0 ;
+  input [17:0] \port$12011$14 ;
+  wire [17:0] \port$12011$14 ;
+  input [11:0] \port$12048$0 ;
+  wire [11:0] \port$12048$0 ;
+  input [17:0] \port$12048$14 ;
+  wire [17:0] \port$12048$14 ;
+  input [11:0] \port$12268$0 ;
+  wire [11:0] \port$12268$0 ;
+  input [17:0] \port$12268$14 ;
+  wire [17:0] \port$12268$14 ;
+  input [11:0] \port$12460$0 ;
+  wire [11:0] \port$12460$0 ;
+  input [17:0] \port$12460$14 ;
+  wire [17:0] \port$12460$14 ;
+  input [11:0] \port$12468$0 ;
+  wire [11:0] \port$12468$0 ;
+  input [17:0] \port$12468$14 ;
+  wire [17:0] \port$12468$14 ;
   output [67:0] \port$2816$0 ;
   wire [67:0] \port$2816$0 ;
   input [11:0] \port$4521$0 ;
@@ -61034,15 +61160,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12444$14 , \port$12444$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10676$14 , \port$10676$0  };
+          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10456$14 , \port$10456$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12252$14 , \port$12252$0  };
+          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12032$14 , \port$12032$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
     endcase
   end
   always @* begin
@@ -61130,15 +61256,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12452$14 , \port$12452$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
       3'h1:
           ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10419$14 , \port$10419$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11995$14 , \port$11995$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
     endcase
   end
   always @* begin
@@ -61567,25 +61693,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12444$14 , \port$12444$0  };
+  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10676$14 , \port$10676$0  };
+  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10456$14 , \port$10456$0  };
+  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12252$14 , \port$12252$0  };
+  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12032$14 , \port$12032$0  };
+  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -61608,7 +61734,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12452$14 , \port$12452$0  };
+  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
@@ -61617,7 +61743,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10419$14 , \port$10419$0  };
+  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -61626,7 +61752,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$11995$14 , \port$11995$0  };
+  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -62439,8 +62565,8 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
 , QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value
 , GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value
 , GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value
-, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10537$0 , \port$10539$0 , \port$10545$0 , \port$10547$0 , \port$10549$0 , \port$10550$0 , \port$10701$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
-, PERF0_MACS_HI__value, \port$12113$0 , \port$12115$0 , \port$12121$0 , \port$12123$0 , \port$12125$0 , \port$12126$0 , \port$12277$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10545$0 , \port$10547$0 , \port$10553$0 , \port$10555$0 , \port$10557$0 , \port$10558$0 , \port$10709$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
+, PERF0_MACS_HI__value, \port$12129$0 , \port$12131$0 , \port$12137$0 , \port$12139$0 , \port$12141$0 , \port$12142$0 , \port$12293$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
   reg \$auto$verilog_backend.cc:2355:dump_module$143  = 0;
   wire \$1 ;
@@ -63588,34 +63714,34 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10537$0 ;
-  wire [15:0] \port$10537$0 ;
-  input [15:0] \port$10539$0 ;
-  wire [15:0] \port$10539$0 ;
-  input \port$10545$0 ;
-  wire \port$10545$0 ;
-  input [7:0] \port$10547$0 ;
-  wire [7:0] \port$10547$0 ;
-  input [15:0] \port$10549$0 ;
-  wire [15:0] \port$10549$0 ;
-  input \port$10550$0 ;
-  wire \port$10550$0 ;
-  input \port$10701$0 ;
-  wire \port$10701$0 ;
-  input [15:0] \port$12113$0 ;
-  wire [15:0] \port$12113$0 ;
-  input [15:0] \port$12115$0 ;
-  wire [15:0] \port$12115$0 ;
-  input \port$12121$0 ;
-  wire \port$12121$0 ;
-  input [7:0] \port$12123$0 ;
-  wire [7:0] \port$12123$0 ;
-  input [15:0] \port$12125$0 ;
-  wire [15:0] \port$12125$0 ;
-  input \port$12126$0 ;
-  wire \port$12126$0 ;
-  input \port$12277$0 ;
-  wire \port$12277$0 ;
+  input [15:0] \port$10545$0 ;
+  wire [15:0] \port$10545$0 ;
+  input [15:0] \port$10547$0 ;
+  wire [15:0] \port$10547$0 ;
+  input \port$10553$0 ;
+  wire \port$10553$0 ;
+  input [7:0] \port$10555$0 ;
+  wire [7:0] \port$10555$0 ;
+  input [15:0] \port$10557$0 ;
+  wire [15:0] \port$10557$0 ;
+  input \port$10558$0 ;
+  wire \port$10558$0 ;
+  input \port$10709$0 ;
+  wire \port$10709$0 ;
+  input [15:0] \port$12129$0 ;
+  wire [15:0] \port$12129$0 ;
+  input [15:0] \port$12131$0 ;
+  wire [15:0] \port$12131$0 ;
+  input \port$12137$0 ;
+  wire \port$12137$0 ;
+  input [7:0] \port$12139$0 ;
+  wire [7:0] \port$12139$0 ;
+  input [15:0] \port$12141$0 ;
+  wire [15:0] \port$12141$0 ;
+  input \port$12142$0 ;
+  wire \port$12142$0 ;
+  input \port$12293$0 ;
+  wire \port$12293$0 ;
   input \port$2971$0 ;
   wire \port$2971$0 ;
   input \port$4464$0 ;
@@ -64140,12 +64266,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10550$0 , \port$10701$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$10558$0 , \port$10709$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$12126$0 , \port$12277$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$12142$0 , \port$12293$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -64762,14 +64888,14 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10537$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10539$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10545$0 , \port$4464$0  };
-  assign QUEUE0_ERROR__value = { \port$10549$0 , 8'h00, \port$10547$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$12113$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$12115$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5250$0 , \port$12121$0 , \port$6743$0  };
-  assign QUEUE1_ERROR__value = { \port$12125$0 , 8'h00, \port$12123$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10545$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10547$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10553$0 , \port$4464$0  };
+  assign QUEUE0_ERROR__value = { \port$10557$0 , 8'h00, \port$10555$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$12129$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$12131$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5250$0 , \port$12137$0 , \port$6743$0  };
+  assign QUEUE1_ERROR__value = { \port$12141$0 , 8'h00, \port$12139$0  };
   assign TRACE0_COUNT__value = { 23'h000000, \port$5190$0  };
   assign TRACE1_COUNT__value = { 23'h000000, \port$7469$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
@@ -64896,26 +65022,26 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10550$0 , \port$10701$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12126$0 , \port$12277$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10558$0 , \port$10709$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12142$0 , \port$12293$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10537$0 ;
+  assign \$74 [15:0] = \port$10545$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10539$0 ;
+  assign \$78 [15:0] = \port$10547$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2971$0 , \port$10545$0 , \port$4464$0  };
+  assign \$82 [2:0] = { \port$2971$0 , \port$10553$0 , \port$4464$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10549$0 , \port$10547$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10557$0 , \port$10555$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$12113$0 ;
+  assign \$109 [15:0] = \port$12129$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$12115$0 ;
+  assign \$113 [15:0] = \port$12131$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5250$0 , \port$12121$0 , \port$6743$0  };
+  assign \$117 [2:0] = { \port$5250$0 , \port$12137$0 , \port$6743$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$12125$0 , \port$12123$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$12141$0 , \port$12139$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;

@@ -1113,8 +1113,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$9428$0 (\$58 ),
-    .\port$9430$0 (\$59 ),
+    .\port$9436$0 (\$58 ),
+    .\port$9438$0 (\$59 ),
     .progress(\progress$317 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1144,8 +1144,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (\acc_wr__tready$515 ),
     .perf_busy(\busy_compute_source$738 ),
     .perf_macs(\macs_source$740 ),
-    .\port$11004$0 (\$61 ),
-    .\port$11006$0 (\$62 ),
+    .\port$11020$0 (\$61 ),
+    .\port$11022$0 (\$62 ),
     .progress(\progress$656 ),
     .\req__tdata$158 (\spm_rreq__tdata$507 ),
     .req__tvalid(\spm_wr__tvalid$505 ),
@@ -1369,8 +1369,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$9428$0 (\$58 ),
-    .\port$9430$0 (\$59 ),
+    .\port$9436$0 (\$58 ),
+    .\port$9438$0 (\$59 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1424,8 +1424,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$497 ),
     .done__tvalid(\dma_done__tvalid$499 ),
     .hold(\hold$476 ),
-    .\port$11004$0 (\$61 ),
-    .\port$11006$0 (\$62 ),
+    .\port$11020$0 (\$61 ),
+    .\port$11022$0 (\$62 ),
     .quiet(\dma_quiet$664 ),
     .reset_units(\reset_units$721 ),
     .rst(rst),
@@ -1787,26 +1787,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$11050$0 (\head$694 ),
-    .\port$11052$0 (\tail$696 ),
-    .\port$11058$0 (\halted$699 ),
-    .\port$11060$0 (\error_code$702 ),
-    .\port$11062$0 (\error_index$703 ),
-    .\port$11063$0 (\irq_error$706 ),
-    .\port$11214$0 (\irq_completion$705 ),
+    .\port$11066$0 (\head$694 ),
+    .\port$11068$0 (\tail$696 ),
+    .\port$11074$0 (\halted$699 ),
+    .\port$11076$0 (\error_code$702 ),
+    .\port$11078$0 (\error_index$703 ),
+    .\port$11079$0 (\irq_error$706 ),
+    .\port$11230$0 (\irq_completion$705 ),
     .\port$2979$0 (\busy$361 ),
     .\port$4472$0 (busy),
     .\port$5198$0 (\$60 ),
     .\port$5258$0 (\busy$700 ),
     .\port$6751$0 (\busy$698 ),
     .\port$7477$0 (\$63 ),
-    .\port$9474$0 (head),
-    .\port$9476$0 (tail),
-    .\port$9482$0 (halted),
-    .\port$9484$0 (error_code),
-    .\port$9486$0 (error_index),
-    .\port$9487$0 (irq_error),
-    .\port$9638$0 (irq_completion),
+    .\port$9482$0 (head),
+    .\port$9484$0 (tail),
+    .\port$9490$0 (halted),
+    .\port$9492$0 (error_code),
+    .\port$9494$0 (error_index),
+    .\port$9495$0 (irq_error),
+    .\port$9646$0 (irq_completion),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -3017,7 +3017,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$9428$0 , \port$9430$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9436$0 , \port$9438$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -3196,10 +3196,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$9428$0 ;
-  wire [255:0] \port$9428$0 ;
-  input [15:0] \port$9430$0 ;
-  wire [15:0] \port$9430$0 ;
+  input [255:0] \port$9436$0 ;
+  wire [255:0] \port$9436$0 ;
+  input [15:0] \port$9438$0 ;
+  wire [15:0] \port$9438$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3372,13 +3372,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$9428$0 (\port$9428$0 ),
-    .\port$9430$0 (\port$9430$0 ),
+    .\port$9436$0 (\port$9436$0 ),
+    .\port$9438$0 (\port$9438$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
   \dx1_soc.core0.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -3530,13 +3530,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$9428$0 (\port$9428$0 [63:0]),
-    .\port$9430$0 (\port$9430$0 ),
+    .\port$9436$0 (\port$9436$0 [63:0]),
+    .\port$9438$0 (\port$9438$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_soc.core0.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -3547,6 +3547,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .room(\room$49 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -3637,8 +3638,7 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign \w_row$87  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$93  = spm_data;
+  assign \a$93  = a;
   assign \a_valid$95  = a_valid;
   assign \a_bank$97  = a_bank;
   assign \ctl$99  = ctl;
@@ -3657,13 +3657,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$9430$0 , \port$9428$0 [63:0] };
-  assign spm_wr__tdata = { \port$9430$0 , \port$9428$0 [63:0] };
+  assign req__tdata = { \port$9438$0 , \port$9436$0 [63:0] };
+  assign spm_wr__tdata = { \port$9438$0 , \port$9436$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$9430$0 , \port$9428$0  };
-  assign acc_wr__tdata = { \port$9430$0 , \port$9428$0  };
+  assign \req__tdata$152  = { \port$9438$0 , \port$9436$0  };
+  assign acc_wr__tdata = { \port$9438$0 , \port$9436$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -3696,14 +3696,14 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
-  assign \a[4]  = spm_data[39:32];
-  assign \a[5]  = spm_data[47:40];
-  assign \a[6]  = spm_data[55:48];
-  assign \a[7]  = spm_data[63:56];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign \ctl$99.acc_addr  = ctl[9:0];
   assign \ctl$99.accumulate  = ctl[10];
   assign \ctl$99.last  = ctl[11];
@@ -3958,7 +3958,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9428$0 , \port$9430$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9436$0 , \port$9438$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -3968,10 +3968,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$9428$0 ;
-  wire [255:0] \port$9428$0 ;
-  input [15:0] \port$9430$0 ;
-  wire [15:0] \port$9430$0 ;
+  input [255:0] \port$9436$0 ;
+  wire [255:0] \port$9436$0 ;
+  input [15:0] \port$9438$0 ;
+  wire [15:0] \port$9438$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -3982,14 +3982,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9430$0 ;
+      addr = \port$9438$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$9428$0 ;
+      data = \port$9436$0 ;
     end
   end
   always @* begin
@@ -4000,11 +4000,11 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9430$0 , \port$9428$0  };
+  assign req__tdata = { \port$9438$0 , \port$9436$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.array (rst, a, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
+module \dx1_soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$6  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -14715,7 +14715,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9428$0 , \port$9430$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9436$0 , \port$9438$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -14725,10 +14725,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$9428$0 ;
-  wire [63:0] \port$9428$0 ;
-  input [15:0] \port$9430$0 ;
-  wire [15:0] \port$9430$0 ;
+  input [63:0] \port$9436$0 ;
+  wire [63:0] \port$9436$0 ;
+  input [15:0] \port$9438$0 ;
+  wire [15:0] \port$9438$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -14739,14 +14739,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9430$0 ;
+      addr = \port$9438$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$9428$0 ;
+      data = \port$9436$0 ;
     end
   end
   always @* begin
@@ -14757,11 +14757,11 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9428$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9430$0 , \port$9428$0  };
+  assign req__tdata = { \port$9438$0 , \port$9436$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_soc.core0.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -14802,13 +14802,17 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   reg \$42 ;
   reg \$43 ;
   reg [27:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [27:0] \$47 ;
+  reg [63:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [63:0] a;
-  wire [63:0] a;
+  output [63:0] a;
+  reg [63:0] a = 64'h0000000000000000;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -14844,6 +14848,13 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [27:0] read_ctl = 28'h0000000;
+  wire [9:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   input reset_units;
   wire reset_units;
   output room;
@@ -14854,6 +14865,7 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire rst;
   output [11:0] spm_addr;
   reg [11:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output stalled;
   wire stalled;
@@ -14870,15 +14882,27 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -14925,10 +14949,6 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_soc.core0.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -14940,6 +14960,32 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (reset_units) begin
+      \$40  = 1'h0;
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     \$41  = tag;
@@ -14984,6 +15030,46 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     end
     if (rst) begin
       \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$45  = read_valid;
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$46  = read_bank;
+    if (reset_units) begin
+      \$46  = 1'h0;
+    end
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$47  = read_ctl;
+    if (reset_units) begin
+      \$47  = 28'h0000000;
+    end
+    if (rst) begin
+      \$47  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$48  = spm_data;
+    if (reset_units) begin
+      \$48  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -15133,43 +15219,20 @@ module \dx1_soc.core0.streamer (rst, a, stalled, room, reset_units, w_data, w_en
       \$38  = 10'h000;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[37:22];
-    end
-    if (reset_units) begin
-      \$39  = 16'h0000;
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[54];
-    end
-    if (reset_units) begin
-      \$40  = 1'h0;
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
   assign \job.k_chunks  = w_data[53:38];
   assign \job.accumulate  = w_data[54];
   assign \job.tag  = w_data[70:55];
+  assign \read_ctl.acc_addr  = read_ctl[9:0];
+  assign \read_ctl.accumulate  = read_ctl[10];
+  assign \read_ctl.last  = read_ctl[11];
+  assign \read_ctl.tag  = read_ctl[27:12];
   assign \ctl.acc_addr  = ctl[9:0];
   assign \ctl.accumulate  = ctl[10];
   assign \ctl.last  = ctl[11];
@@ -15315,7 +15378,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$11004$0 , \port$11006$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$11020$0 , \port$11022$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -15494,10 +15557,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$11004$0 ;
-  wire [255:0] \port$11004$0 ;
-  input [15:0] \port$11006$0 ;
-  wire [15:0] \port$11006$0 ;
+  input [255:0] \port$11020$0 ;
+  wire [255:0] \port$11020$0 ;
+  input [15:0] \port$11022$0 ;
+  wire [15:0] \port$11022$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -15670,13 +15733,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$11004$0 (\port$11004$0 ),
-    .\port$11006$0 (\port$11006$0 ),
+    .\port$11020$0 (\port$11020$0 ),
+    .\port$11022$0 (\port$11022$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
   \dx1_soc.core1.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -15828,13 +15891,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$11004$0 (\port$11004$0 [63:0]),
-    .\port$11006$0 (\port$11006$0 ),
+    .\port$11020$0 (\port$11020$0 [63:0]),
+    .\port$11022$0 (\port$11022$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_soc.core1.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -15845,6 +15908,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .room(\room$49 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -15935,8 +15999,7 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign \w_row$87  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$93  = spm_data;
+  assign \a$93  = a;
   assign \a_valid$95  = a_valid;
   assign \a_bank$97  = a_bank;
   assign \ctl$99  = ctl;
@@ -15955,13 +16018,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$11006$0 , \port$11004$0 [63:0] };
-  assign spm_wr__tdata = { \port$11006$0 , \port$11004$0 [63:0] };
+  assign req__tdata = { \port$11022$0 , \port$11020$0 [63:0] };
+  assign spm_wr__tdata = { \port$11022$0 , \port$11020$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$11006$0 , \port$11004$0  };
-  assign acc_wr__tdata = { \port$11006$0 , \port$11004$0  };
+  assign \req__tdata$152  = { \port$11022$0 , \port$11020$0  };
+  assign acc_wr__tdata = { \port$11022$0 , \port$11020$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -15994,14 +16057,14 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
-  assign \a[4]  = spm_data[39:32];
-  assign \a[5]  = spm_data[47:40];
-  assign \a[6]  = spm_data[55:48];
-  assign \a[7]  = spm_data[63:56];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign \ctl$99.acc_addr  = ctl[9:0];
   assign \ctl$99.accumulate  = ctl[10];
   assign \ctl$99.last  = ctl[11];
@@ -16256,7 +16319,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11004$0 , \port$11006$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11020$0 , \port$11022$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -16266,10 +16329,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11004$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$11004$0 ;
-  wire [255:0] \port$11004$0 ;
-  input [15:0] \port$11006$0 ;
-  wire [15:0] \port$11006$0 ;
+  input [255:0] \port$11020$0 ;
+  wire [255:0] \port$11020$0 ;
+  input [15:0] \port$11022$0 ;
+  wire [15:0] \port$11022$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -16280,14 +16343,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11004$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11006$0 ;
+      addr = \port$11022$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$11004$0 ;
+      data = \port$11020$0 ;
     end
   end
   always @* begin
@@ -16298,11 +16361,11 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11004$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11006$0 , \port$11004$0  };
+  assign req__tdata = { \port$11022$0 , \port$11020$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.array (rst, a, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
+module \dx1_soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$26  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -27013,7 +27076,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11004$0 , \port$11006$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11020$0 , \port$11022$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -27023,10 +27086,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11004$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$11004$0 ;
-  wire [63:0] \port$11004$0 ;
-  input [15:0] \port$11006$0 ;
-  wire [15:0] \port$11006$0 ;
+  input [63:0] \port$11020$0 ;
+  wire [63:0] \port$11020$0 ;
+  input [15:0] \port$11022$0 ;
+  wire [15:0] \port$11022$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -27037,14 +27100,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11004$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11006$0 ;
+      addr = \port$11022$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$11004$0 ;
+      data = \port$11020$0 ;
     end
   end
   always @* begin
@@ -27055,11 +27118,11 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11004$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11006$0 , \port$11004$0  };
+  assign req__tdata = { \port$11022$0 , \port$11020$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_soc.core1.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$40  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -27100,13 +27163,17 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   reg \$42 ;
   reg \$43 ;
   reg [27:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [27:0] \$47 ;
+  reg [63:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [63:0] a;
-  wire [63:0] a;
+  output [63:0] a;
+  reg [63:0] a = 64'h0000000000000000;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -27142,6 +27209,13 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [27:0] read_ctl = 28'h0000000;
+  wire [9:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   input reset_units;
   wire reset_units;
   output room;
@@ -27152,6 +27226,7 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire rst;
   output [11:0] spm_addr;
   reg [11:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output stalled;
   wire stalled;
@@ -27168,15 +27243,27 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -27223,10 +27310,6 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_soc.core1.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -27238,6 +27321,32 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (reset_units) begin
+      \$39  = 16'h0000;
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (reset_units) begin
+      \$40  = 1'h0;
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
     \$41  = tag;
@@ -27282,6 +27391,46 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
     end
     if (rst) begin
       \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$45  = read_valid;
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$46  = read_bank;
+    if (reset_units) begin
+      \$46  = 1'h0;
+    end
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$47  = read_ctl;
+    if (reset_units) begin
+      \$47  = 28'h0000000;
+    end
+    if (rst) begin
+      \$47  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$48  = spm_data;
+    if (reset_units) begin
+      \$48  = 64'h0000000000000000;
+    end
+    if (rst) begin
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -27431,43 +27580,20 @@ module \dx1_soc.core1.streamer (rst, a, stalled, room, reset_units, w_data, w_en
       \$38  = 10'h000;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[37:22];
-    end
-    if (reset_units) begin
-      \$39  = 16'h0000;
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[54];
-    end
-    if (reset_units) begin
-      \$40  = 1'h0;
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
   assign \job.k_chunks  = w_data[53:38];
   assign \job.accumulate  = w_data[54];
   assign \job.tag  = w_data[70:55];
+  assign \read_ctl.acc_addr  = read_ctl[9:0];
+  assign \read_ctl.accumulate  = read_ctl[10];
+  assign \read_ctl.last  = read_ctl[11];
+  assign \read_ctl.tag  = read_ctl[27:12];
   assign \ctl.acc_addr  = ctl[9:0];
   assign \ctl.accumulate  = ctl[10];
   assign \ctl.last  = ctl[11];
@@ -28291,7 +28417,7 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$7660$0 (\port$7660$0 ),
     .\port$7662$0 (\port$7662$0 ),
     .\port$7664$0 (\port$7664$0 ),
-    .\port$9502$64 (cmd[87:64]),
+    .\port$9510$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -29013,9 +29139,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$9534$0 (g_a_end),
-    .\port$9536$0 (g_b_end),
-    .\port$9538$0 (p_src_end)
+    .\port$9542$0 (g_a_end),
+    .\port$9544$0 (g_b_end),
+    .\port$9546$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
@@ -29271,7 +29397,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9534$0 , \port$9536$0 , \port$9538$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9542$0 , \port$9544$0 , \port$9546$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -29307,24 +29433,24 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9534$0 , \port$9536$0 ,
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$9534$0 ;
-  wire [32:0] \port$9534$0 ;
-  input [20:0] \port$9536$0 ;
-  wire [20:0] \port$9536$0 ;
-  input [16:0] \port$9538$0 ;
-  wire [16:0] \port$9538$0 ;
+  input [32:0] \port$9542$0 ;
+  wire [32:0] \port$9542$0 ;
+  input [20:0] \port$9544$0 ;
+  wire [20:0] \port$9544$0 ;
+  input [16:0] \port$9546$0 ;
+  wire [16:0] \port$9546$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$9534$0  > \port$9536$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$9534$0  } : { 13'h0000, \port$9536$0  };
+  assign \$3  = \port$9542$0  > \port$9544$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$9542$0  } : { 13'h0000, \port$9544$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$9538$0 ;
+  assign \$9  = cmd[127:112] >= \port$9546$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9538$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9546$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -29368,9 +29494,9 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9534$0 , \port$9536$0 ,
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$9534$0  };
-  assign b_end = { 13'h0000, \port$9536$0  };
-  assign p_src_end = { 17'h00000, \port$9538$0  };
+  assign a_end = { 1'h0, \port$9542$0  };
+  assign b_end = { 13'h0000, \port$9544$0  };
+  assign p_src_end = { 17'h00000, \port$9546$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -31764,7 +31890,7 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$9502$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$9510$64 , signal, \wait , sem_valid, sem_delta
 , done, \port$7634$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$51  = 0;
   reg [15:0] \$1 ;
@@ -31805,8 +31931,8 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] \port$7662$0 ;
   input [15:0] \port$7664$0 ;
   wire [15:0] \port$7664$0 ;
-  input [23:0] \port$9502$64 ;
-  wire [23:0] \port$9502$64 ;
+  input [23:0] \port$9510$64 ;
+  wire [23:0] \port$9510$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -31836,12 +31962,12 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$9502$64 [23:8];
-  assign \$3  = - \port$9502$64 [23:8];
+  assign \$2  = \$1  >= \port$9510$64 [23:8];
+  assign \$3  = - \port$9510$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     \$1  = 16'h0000;
-    casez (\port$9502$64 [7:0])
+    casez (\port$9510$64 [7:0])
       8'h00:
           \$1  = \port$7634$0 ;
       8'h01:
@@ -31892,7 +32018,7 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$9502$64 [23:8] };
+      sem_delta = { 2'h0, \port$9510$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -31912,10 +32038,10 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
       end
     end
   end
-  assign count = \port$9502$64 [23:8];
-  assign sem = \port$9502$64 [7:0];
+  assign count = \port$9510$64 [23:8];
+  assign sem = \port$9510$64 [7:0];
   assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign sem_index = \port$9502$64 [3:0];
+  assign sem_index = \port$9510$64 [3:0];
   assign \sem_values[0]  = \port$7634$0 ;
   assign \sem_values[1]  = \port$7636$0 ;
   assign \sem_values[2]  = \port$7638$0 ;
@@ -33525,7 +33651,7 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$11078$64 (cmd[87:64]),
+    .\port$11094$64 (cmd[87:64]),
     .\port$7634$0 (\port$7634$0 ),
     .\port$7636$0 (\port$7636$0 ),
     .\port$7638$0 (\port$7638$0 ),
@@ -34263,9 +34389,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$11110$0 (g_a_end),
-    .\port$11112$0 (g_b_end),
-    .\port$11114$0 (p_src_end)
+    .\port$11126$0 (g_a_end),
+    .\port$11128$0 (g_b_end),
+    .\port$11130$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
@@ -34521,7 +34647,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11110$0 , \port$11112$0 , \port$11114$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11126$0 , \port$11128$0 , \port$11130$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -34557,24 +34683,24 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11110$0 , \port$11112$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$11110$0 ;
-  wire [32:0] \port$11110$0 ;
-  input [20:0] \port$11112$0 ;
-  wire [20:0] \port$11112$0 ;
-  input [16:0] \port$11114$0 ;
-  wire [16:0] \port$11114$0 ;
+  input [32:0] \port$11126$0 ;
+  wire [32:0] \port$11126$0 ;
+  input [20:0] \port$11128$0 ;
+  wire [20:0] \port$11128$0 ;
+  input [16:0] \port$11130$0 ;
+  wire [16:0] \port$11130$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$11110$0  > \port$11112$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$11110$0  } : { 13'h0000, \port$11112$0  };
+  assign \$3  = \port$11126$0  > \port$11128$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$11126$0  } : { 13'h0000, \port$11128$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$11114$0 ;
+  assign \$9  = cmd[127:112] >= \port$11130$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11114$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11130$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -34618,9 +34744,9 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11110$0 , \port$11112$0
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$11110$0  };
-  assign b_end = { 13'h0000, \port$11112$0  };
-  assign p_src_end = { 17'h00000, \port$11114$0  };
+  assign a_end = { 1'h0, \port$11126$0  };
+  assign b_end = { 13'h0000, \port$11128$0  };
+  assign p_src_end = { 17'h00000, \port$11130$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -37014,7 +37140,7 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$11078$64 , signal, \wait , sem_valid, sem_delta
+module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$11094$64 , signal, \wait , sem_valid, sem_delta
 , done, \port$7634$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   reg [15:0] \$1 ;
@@ -37023,8 +37149,8 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$11078$64 ;
-  wire [23:0] \port$11078$64 ;
+  input [23:0] \port$11094$64 ;
+  wire [23:0] \port$11094$64 ;
   input [15:0] \port$7634$0 ;
   wire [15:0] \port$7634$0 ;
   input [15:0] \port$7636$0 ;
@@ -37086,12 +37212,12 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$11078$64 [23:8];
-  assign \$3  = - \port$11078$64 [23:8];
+  assign \$2  = \$1  >= \port$11094$64 [23:8];
+  assign \$3  = - \port$11094$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$1  = 16'h0000;
-    casez (\port$11078$64 [7:0])
+    casez (\port$11094$64 [7:0])
       8'h00:
           \$1  = \port$7634$0 ;
       8'h01:
@@ -37142,7 +37268,7 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$11078$64 [23:8] };
+      sem_delta = { 2'h0, \port$11094$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -37162,10 +37288,10 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
       end
     end
   end
-  assign count = \port$11078$64 [23:8];
-  assign sem = \port$11078$64 [7:0];
+  assign count = \port$11094$64 [23:8];
+  assign sem = \port$11094$64 [7:0];
   assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign sem_index = \port$11078$64 [3:0];
+  assign sem_index = \port$11094$64 [3:0];
   assign \sem_values[0]  = \port$7634$0 ;
   assign \sem_values[1]  = \port$7636$0 ;
   assign \sem_values[2]  = \port$7638$0 ;
@@ -38114,7 +38240,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9428$0 , \port$9430$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9436$0 , \port$9438$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -38341,10 +38467,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$9428$0 ;
-  wire [255:0] \port$9428$0 ;
-  output [15:0] \port$9430$0 ;
-  wire [15:0] \port$9430$0 ;
+  output [255:0] \port$9436$0 ;
+  wire [255:0] \port$9436$0 ;
+  output [15:0] \port$9438$0 ;
+  wire [15:0] \port$9438$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -38891,8 +39017,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$9428$0  = \$44 ;
-  assign \port$9430$0  = \$45 ;
+  assign \port$9436$0  = \$44 ;
+  assign \port$9438$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -41198,7 +41324,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11004$0 , \port$11006$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11020$0 , \port$11022$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire [18:0] \$1 ;
   wire [31:0] \$10 ;
@@ -41425,10 +41551,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$115 ;
   wire [29:0] move_beats;
-  output [255:0] \port$11004$0 ;
-  wire [255:0] \port$11004$0 ;
-  output [15:0] \port$11006$0 ;
-  wire [15:0] \port$11006$0 ;
+  output [255:0] \port$11020$0 ;
+  wire [255:0] \port$11020$0 ;
+  output [15:0] \port$11022$0 ;
+  wire [15:0] \port$11022$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -41975,8 +42101,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$162  = acc_rresp__tready;
   assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$11004$0  = \$44 ;
-  assign \port$11006$0  = \$45 ;
+  assign \port$11020$0  = \$44 ;
+  assign \port$11022$0  = \$45 ;
   assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
   assign \$2  = { 1'h0, cmd__tdata[175:160] };
   assign base = cmd__tdata[95:64];
@@ -46240,23 +46366,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10932$0 (\s4__araddr$597 [11:0]),
-    .\port$10932$14 (\s4__araddr$597 [31:14]),
-    .\port$10969$0 (\s4__awaddr$613 [11:0]),
-    .\port$10969$14 (\s4__awaddr$613 [31:14]),
-    .\port$11189$0 (\s3__awaddr$464 [11:0]),
-    .\port$11189$14 (\s3__awaddr$464 [31:14]),
+    .\port$10948$0 (\s4__araddr$597 [11:0]),
+    .\port$10948$14 (\s4__araddr$597 [31:14]),
+    .\port$10985$0 (\s4__awaddr$613 [11:0]),
+    .\port$10985$14 (\s4__awaddr$613 [31:14]),
+    .\port$11205$0 (\s3__awaddr$464 [11:0]),
+    .\port$11205$14 (\s3__awaddr$464 [31:14]),
     .\port$1816$0 (\$481 ),
     .\port$4529$0 (\s1__araddr$150 [11:0]),
     .\port$4529$14 (\s1__araddr$150 [31:14]),
     .\port$6808$0 (\s3__araddr$448 [11:0]),
     .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9356$0 (\s2__araddr$299 [11:0]),
-    .\port$9356$14 (\s2__araddr$299 [31:14]),
-    .\port$9393$0 (\s2__awaddr$315 [11:0]),
-    .\port$9393$14 (\s2__awaddr$315 [31:14]),
-    .\port$9613$0 (\s1__awaddr$166 [11:0]),
-    .\port$9613$14 (\s1__awaddr$166 [31:14]),
+    .\port$9364$0 (\s2__araddr$299 [11:0]),
+    .\port$9364$14 (\s2__araddr$299 [31:14]),
+    .\port$9401$0 (\s2__awaddr$315 [11:0]),
+    .\port$9401$14 (\s2__awaddr$315 [31:14]),
+    .\port$9621$0 (\s1__awaddr$166 [11:0]),
+    .\port$9621$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46351,23 +46477,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10932$0 (\s4__araddr$597 [11:0]),
-    .\port$10932$14 (\s4__araddr$597 [31:14]),
-    .\port$10969$0 (\s4__awaddr$613 [11:0]),
-    .\port$10969$14 (\s4__awaddr$613 [31:14]),
-    .\port$11189$0 (\s3__awaddr$464 [11:0]),
-    .\port$11189$14 (\s3__awaddr$464 [31:14]),
+    .\port$10948$0 (\s4__araddr$597 [11:0]),
+    .\port$10948$14 (\s4__araddr$597 [31:14]),
+    .\port$10985$0 (\s4__awaddr$613 [11:0]),
+    .\port$10985$14 (\s4__awaddr$613 [31:14]),
+    .\port$11205$0 (\s3__awaddr$464 [11:0]),
+    .\port$11205$14 (\s3__awaddr$464 [31:14]),
     .\port$2152$0 (\$482 ),
     .\port$4529$0 (\s1__araddr$150 [11:0]),
     .\port$4529$14 (\s1__araddr$150 [31:14]),
     .\port$6808$0 (\s3__araddr$448 [11:0]),
     .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9356$0 (\s2__araddr$299 [11:0]),
-    .\port$9356$14 (\s2__araddr$299 [31:14]),
-    .\port$9393$0 (\s2__awaddr$315 [11:0]),
-    .\port$9393$14 (\s2__awaddr$315 [31:14]),
-    .\port$9613$0 (\s1__awaddr$166 [11:0]),
-    .\port$9613$14 (\s1__awaddr$166 [31:14]),
+    .\port$9364$0 (\s2__araddr$299 [11:0]),
+    .\port$9364$14 (\s2__araddr$299 [31:14]),
+    .\port$9401$0 (\s2__awaddr$315 [11:0]),
+    .\port$9401$14 (\s2__awaddr$315 [31:14]),
+    .\port$9621$0 (\s1__awaddr$166 [11:0]),
+    .\port$9621$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46462,23 +46588,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10932$0 (\s4__araddr$597 [11:0]),
-    .\port$10932$14 (\s4__araddr$597 [31:14]),
-    .\port$10969$0 (\s4__awaddr$613 [11:0]),
-    .\port$10969$14 (\s4__awaddr$613 [31:14]),
-    .\port$11189$0 (\s3__awaddr$464 [11:0]),
-    .\port$11189$14 (\s3__awaddr$464 [31:14]),
+    .\port$10948$0 (\s4__araddr$597 [11:0]),
+    .\port$10948$14 (\s4__araddr$597 [31:14]),
+    .\port$10985$0 (\s4__awaddr$613 [11:0]),
+    .\port$10985$14 (\s4__awaddr$613 [31:14]),
+    .\port$11205$0 (\s3__awaddr$464 [11:0]),
+    .\port$11205$14 (\s3__awaddr$464 [31:14]),
     .\port$2488$0 (\$483 ),
     .\port$4529$0 (\s1__araddr$150 [11:0]),
     .\port$4529$14 (\s1__araddr$150 [31:14]),
     .\port$6808$0 (\s3__araddr$448 [11:0]),
     .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9356$0 (\s2__araddr$299 [11:0]),
-    .\port$9356$14 (\s2__araddr$299 [31:14]),
-    .\port$9393$0 (\s2__awaddr$315 [11:0]),
-    .\port$9393$14 (\s2__awaddr$315 [31:14]),
-    .\port$9613$0 (\s1__awaddr$166 [11:0]),
-    .\port$9613$14 (\s1__awaddr$166 [31:14]),
+    .\port$9364$0 (\s2__araddr$299 [11:0]),
+    .\port$9364$14 (\s2__araddr$299 [31:14]),
+    .\port$9401$0 (\s2__awaddr$315 [11:0]),
+    .\port$9401$14 (\s2__awaddr$315 [31:14]),
+    .\port$9621$0 (\s1__awaddr$166 [11:0]),
+    .\port$9621$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46573,23 +46699,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10932$0 (\s4__araddr$597 [11:0]),
-    .\port$10932$14 (\s4__araddr$597 [31:14]),
-    .\port$10969$0 (\s4__awaddr$613 [11:0]),
-    .\port$10969$14 (\s4__awaddr$613 [31:14]),
-    .\port$11189$0 (\s3__awaddr$464 [11:0]),
-    .\port$11189$14 (\s3__awaddr$464 [31:14]),
+    .\port$10948$0 (\s4__araddr$597 [11:0]),
+    .\port$10948$14 (\s4__araddr$597 [31:14]),
+    .\port$10985$0 (\s4__awaddr$613 [11:0]),
+    .\port$10985$14 (\s4__awaddr$613 [31:14]),
+    .\port$11205$0 (\s3__awaddr$464 [11:0]),
+    .\port$11205$14 (\s3__awaddr$464 [31:14]),
     .\port$2824$0 (\$484 ),
     .\port$4529$0 (\s1__araddr$150 [11:0]),
     .\port$4529$14 (\s1__araddr$150 [31:14]),
     .\port$6808$0 (\s3__araddr$448 [11:0]),
     .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9356$0 (\s2__araddr$299 [11:0]),
-    .\port$9356$14 (\s2__araddr$299 [31:14]),
-    .\port$9393$0 (\s2__awaddr$315 [11:0]),
-    .\port$9393$14 (\s2__awaddr$315 [31:14]),
-    .\port$9613$0 (\s1__awaddr$166 [11:0]),
-    .\port$9613$14 (\s1__awaddr$166 [31:14]),
+    .\port$9364$0 (\s2__araddr$299 [11:0]),
+    .\port$9364$14 (\s2__araddr$299 [31:14]),
+    .\port$9401$0 (\s2__awaddr$315 [11:0]),
+    .\port$9401$14 (\s2__awaddr$315 [31:14]),
+    .\port$9621$0 (\s1__awaddr$166 [11:0]),
+    .\port$9621$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -47892,8 +48018,8 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
 , s4__rvalid, s4__rresp, \port$1816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9356$0 , \port$9356$14 , s2__arlen, \port$9393$0 , \port$9393$14 , s2__awlen, \port$9613$0 , \port$9613$14 , s1__wdata, \port$10932$0 , \port$10932$14 , s4__arlen, \port$10969$0 , \port$10969$14 , s4__awlen
-, \port$11189$0 , \port$11189$14 , s3__wdata, s0__awid);
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
+, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48186,18 +48312,18 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10932$0 ;
-  wire [11:0] \port$10932$0 ;
-  input [17:0] \port$10932$14 ;
-  wire [17:0] \port$10932$14 ;
-  input [11:0] \port$10969$0 ;
-  wire [11:0] \port$10969$0 ;
-  input [17:0] \port$10969$14 ;
-  wire [17:0] \port$10969$14 ;
-  input [11:0] \port$11189$0 ;
-  wire [11:0] \port$11189$0 ;
-  input [17:0] \port$11189$14 ;
-  wire [17:0] \port$11189$14 ;
+  input [11:0] \port$10948$0 ;
+  wire [11:0] \port$10948$0 ;
+  input [17:0] \port$10948$14 ;
+  wire [17:0] \port$10948$14 ;
+  input [11:0] \port$10985$0 ;
+  wire [11:0] \port$10985$0 ;
+  input [17:0] \port$10985$14 ;
+  wire [17:0] \port$10985$14 ;
+  input [11:0] \port$11205$0 ;
+  wire [11:0] \port$11205$0 ;
+  input [17:0] \port$11205$14 ;
+  wire [17:0] \port$11205$14 ;
   output [67:0] \port$1816$0 ;
   wire [67:0] \port$1816$0 ;
   input [11:0] \port$4529$0 ;
@@ -48208,18 +48334,18 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$6808$0 ;
   input [17:0] \port$6808$14 ;
   wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9356$0 ;
-  wire [11:0] \port$9356$0 ;
-  input [17:0] \port$9356$14 ;
-  wire [17:0] \port$9356$14 ;
-  input [11:0] \port$9393$0 ;
-  wire [11:0] \port$9393$0 ;
-  input [17:0] \port$9393$14 ;
-  wire [17:0] \port$9393$14 ;
-  input [11:0] \port$9613$0 ;
-  wire [11:0] \port$9613$0 ;
-  input [17:0] \port$9613$14 ;
-  wire [17:0] \port$9613$14 ;
+  input [11:0] \port$9364$0 ;
+  wire [11:0] \port$9364$0 ;
+  input [17:0] \port$9364$14 ;
+  wire [17:0] \port$9364$14 ;
+  input [11:0] \port$9401$0 ;
+  wire [11:0] \port$9401$0 ;
+  input [17:0] \port$9401$14 ;
+  wire [17:0] \port$9401$14 ;
+  input [11:0] \port$9621$0 ;
+  wire [11:0] \port$9621$0 ;
+  input [17:0] \port$9621$14 ;
+  wire [17:0] \port$9621$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -48818,13 +48944,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9613$14 , \port$9613$0  };
+          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9393$14 , \port$9393$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11189$14 , \port$11189$0  };
+          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10969$14 , \port$10969$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
     endcase
   end
   always @* begin
@@ -48916,11 +49042,11 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h1:
           ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9356$14 , \port$9356$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10932$14 , \port$10932$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
     endcase
   end
   always @* begin
@@ -49350,21 +49476,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9613$14 , \port$9613$0  };
+  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9393$14 , \port$9393$0  };
+  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11189$14 , \port$11189$0  };
+  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10969$14 , \port$10969$0  };
+  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -49393,7 +49519,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9356$14 , \port$9356$0  };
+  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -49402,7 +49528,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10932$14 , \port$10932$0  };
+  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -49594,8 +49720,8 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
 , s4__rvalid, s4__rresp, \port$2152$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9356$0 , \port$9356$14 , s2__arlen, \port$9393$0 , \port$9393$14 , s2__awlen, \port$9613$0 , \port$9613$14 , s1__wdata, \port$10932$0 , \port$10932$14 , s4__arlen, \port$10969$0 , \port$10969$14 , s4__awlen
-, \port$11189$0 , \port$11189$14 , s3__wdata, s0__awid);
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
+, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -49888,18 +50014,18 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10932$0 ;
-  wire [11:0] \port$10932$0 ;
-  input [17:0] \port$10932$14 ;
-  wire [17:0] \port$10932$14 ;
-  input [11:0] \port$10969$0 ;
-  wire [11:0] \port$10969$0 ;
-  input [17:0] \port$10969$14 ;
-  wire [17:0] \port$10969$14 ;
-  input [11:0] \port$11189$0 ;
-  wire [11:0] \port$11189$0 ;
-  input [17:0] \port$11189$14 ;
-  wire [17:0] \port$11189$14 ;
+  input [11:0] \port$10948$0 ;
+  wire [11:0] \port$10948$0 ;
+  input [17:0] \port$10948$14 ;
+  wire [17:0] \port$10948$14 ;
+  input [11:0] \port$10985$0 ;
+  wire [11:0] \port$10985$0 ;
+  input [17:0] \port$10985$14 ;
+  wire [17:0] \port$10985$14 ;
+  input [11:0] \port$11205$0 ;
+  wire [11:0] \port$11205$0 ;
+  input [17:0] \port$11205$14 ;
+  wire [17:0] \port$11205$14 ;
   output [67:0] \port$2152$0 ;
   wire [67:0] \port$2152$0 ;
   input [11:0] \port$4529$0 ;
@@ -49910,18 +50036,18 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$6808$0 ;
   input [17:0] \port$6808$14 ;
   wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9356$0 ;
-  wire [11:0] \port$9356$0 ;
-  input [17:0] \port$9356$14 ;
-  wire [17:0] \port$9356$14 ;
-  input [11:0] \port$9393$0 ;
-  wire [11:0] \port$9393$0 ;
-  input [17:0] \port$9393$14 ;
-  wire [17:0] \port$9393$14 ;
-  input [11:0] \port$9613$0 ;
-  wire [11:0] \port$9613$0 ;
-  input [17:0] \port$9613$14 ;
-  wire [17:0] \port$9613$14 ;
+  input [11:0] \port$9364$0 ;
+  wire [11:0] \port$9364$0 ;
+  input [17:0] \port$9364$14 ;
+  wire [17:0] \port$9364$14 ;
+  input [11:0] \port$9401$0 ;
+  wire [11:0] \port$9401$0 ;
+  input [17:0] \port$9401$14 ;
+  wire [17:0] \port$9401$14 ;
+  input [11:0] \port$9621$0 ;
+  wire [11:0] \port$9621$0 ;
+  input [17:0] \port$9621$14 ;
+  wire [17:0] \port$9621$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -50520,13 +50646,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9613$14 , \port$9613$0  };
+          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9393$14 , \port$9393$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11189$14 , \port$11189$0  };
+          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10969$14 , \port$10969$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
     endcase
   end
   always @* begin
@@ -50618,11 +50744,11 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h1:
           ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9356$14 , \port$9356$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10932$14 , \port$10932$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
     endcase
   end
   always @* begin
@@ -51052,21 +51178,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9613$14 , \port$9613$0  };
+  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9393$14 , \port$9393$0  };
+  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11189$14 , \port$11189$0  };
+  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10969$14 , \port$10969$0  };
+  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -51095,7 +51221,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9356$14 , \port$9356$0  };
+  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -51104,7 +51230,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10932$14 , \port$10932$0  };
+  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -51296,8 +51422,8 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
 , s4__rvalid, s4__rresp, \port$2488$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9356$0 , \port$9356$14 , s2__arlen, \port$9393$0 , \port$9393$14 , s2__awlen, \port$9613$0 , \port$9613$14 , s1__wdata, \port$10932$0 , \port$10932$14 , s4__arlen, \port$10969$0 , \port$10969$14 , s4__awlen
-, \port$11189$0 , \port$11189$14 , s3__wdata, s0__awid);
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
+, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -51590,18 +51716,18 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10932$0 ;
-  wire [11:0] \port$10932$0 ;
-  input [17:0] \port$10932$14 ;
-  wire [17:0] \port$10932$14 ;
-  input [11:0] \port$10969$0 ;
-  wire [11:0] \port$10969$0 ;
-  input [17:0] \port$10969$14 ;
-  wire [17:0] \port$10969$14 ;
-  input [11:0] \port$11189$0 ;
-  wire [11:0] \port$11189$0 ;
-  input [17:0] \port$11189$14 ;
-  wire [17:0] \port$11189$14 ;
+  input [11:0] \port$10948$0 ;
+  wire [11:0] \port$10948$0 ;
+  input [17:0] \port$10948$14 ;
+  wire [17:0] \port$10948$14 ;
+  input [11:0] \port$10985$0 ;
+  wire [11:0] \port$10985$0 ;
+  input [17:0] \port$10985$14 ;
+  wire [17:0] \port$10985$14 ;
+  input [11:0] \port$11205$0 ;
+  wire [11:0] \port$11205$0 ;
+  input [17:0] \port$11205$14 ;
+  wire [17:0] \port$11205$14 ;
   output [67:0] \port$2488$0 ;
   wire [67:0] \port$2488$0 ;
   input [11:0] \port$4529$0 ;
@@ -51612,18 +51738,18 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$6808$0 ;
   input [17:0] \port$6808$14 ;
   wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9356$0 ;
-  wire [11:0] \port$9356$0 ;
-  input [17:0] \port$9356$14 ;
-  wire [17:0] \port$9356$14 ;
-  input [11:0] \port$9393$0 ;
-  wire [11:0] \port$9393$0 ;
-  input [17:0] \port$9393$14 ;
-  wire [17:0] \port$9393$14 ;
-  input [11:0] \port$9613$0 ;
-  wire [11:0] \port$9613$0 ;
-  input [17:0] \port$9613$14 ;
-  wire [17:0] \port$9613$14 ;
+  input [11:0] \port$9364$0 ;
+  wire [11:0] \port$9364$0 ;
+  input [17:0] \port$9364$14 ;
+  wire [17:0] \port$9364$14 ;
+  input [11:0] \port$9401$0 ;
+  wire [11:0] \port$9401$0 ;
+  input [17:0] \port$9401$14 ;
+  wire [17:0] \port$9401$14 ;
+  input [11:0] \port$9621$0 ;
+  wire [11:0] \port$9621$0 ;
+  input [17:0] \port$9621$14 ;
+  wire [17:0] \port$9621$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -52222,13 +52348,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9613$14 , \port$9613$0  };
+          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9393$14 , \port$9393$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11189$14 , \port$11189$0  };
+          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10969$14 , \port$10969$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
     endcase
   end
   always @* begin
@@ -52320,11 +52446,11 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h1:
           ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9356$14 , \port$9356$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10932$14 , \port$10932$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
     endcase
   end
   always @* begin
@@ -52754,21 +52880,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9613$14 , \port$9613$0  };
+  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9393$14 , \port$9393$0  };
+  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11189$14 , \port$11189$0  };
+  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10969$14 , \port$10969$0  };
+  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -52797,7 +52923,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9356$14 , \port$9356$0  };
+  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -52806,7 +52932,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10932$14 , \port$10932$0  };
+  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -52998,8 +53124,8 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
 , s4__rvalid, s4__rresp, \port$2824$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9356$0 , \port$9356$14 , s2__arlen, \port$9393$0 , \port$9393$14 , s2__awlen, \port$9613$0 , \port$9613$14 , s1__wdata, \port$10932$0 , \port$10932$14 , s4__arlen, \port$10969$0 , \port$10969$14 , s4__awlen
-, \port$11189$0 , \port$11189$14 , s3__wdata, s0__awid);
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
+, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53292,18 +53418,18 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10932$0 ;
-  wire [11:0] \port$10932$0 ;
-  input [17:0] \port$10932$14 ;
-  wire [17:0] \port$10932$14 ;
-  input [11:0] \port$10969$0 ;
-  wire [11:0] \port$10969$0 ;
-  input [17:0] \port$10969$14 ;
-  wire [17:0] \port$10969$14 ;
-  input [11:0] \port$11189$0 ;
-  wire [11:0] \port$11189$0 ;
-  input [17:0] \port$11189$14 ;
-  wire [17:0] \port$11189$14 ;
+  input [11:0] \port$10948$0 ;
+  wire [11:0] \port$10948$0 ;
+  input [17:0] \port$10948$14 ;
+  wire [17:0] \port$10948$14 ;
+  input [11:0] \port$10985$0 ;
+  wire [11:0] \port$10985$0 ;
+  input [17:0] \port$10985$14 ;
+  wire [17:0] \port$10985$14 ;
+  input [11:0] \port$11205$0 ;
+  wire [11:0] \port$11205$0 ;
+  input [17:0] \port$11205$14 ;
+  wire [17:0] \port$11205$14 ;
   output [67:0] \port$2824$0 ;
   wire [67:0] \port$2824$0 ;
   input [11:0] \port$4529$0 ;
@@ -53314,18 +53440,18 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$6808$0 ;
   input [17:0] \port$6808$14 ;
   wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9356$0 ;
-  wire [11:0] \port$9356$0 ;
-  input [17:0] \port$9356$14 ;
-  wire [17:0] \port$9356$14 ;
-  input [11:0] \port$9393$0 ;
-  wire [11:0] \port$9393$0 ;
-  input [17:0] \port$9393$14 ;
-  wire [17:0] \port$9393$14 ;
-  input [11:0] \port$9613$0 ;
-  wire [11:0] \port$9613$0 ;
-  input [17:0] \port$9613$14 ;
-  wire [17:0] \port$9613$14 ;
+  input [11:0] \port$9364$0 ;
+  wire [11:0] \port$9364$0 ;
+  input [17:0] \port$9364$14 ;
+  wire [17:0] \port$9364$14 ;
+  input [11:0] \port$9401$0 ;
+  wire [11:0] \port$9401$0 ;
+  input [17:0] \port$9401$14 ;
+  wire [17:0] \port$9401$14 ;
+  input [11:0] \port$9621$0 ;
+  wire [11:0] \port$9621$0 ;
+  input [17:0] \port$9621$14 ;
+  wire [17:0] \port$9621$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -53924,13 +54050,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9613$14 , \port$9613$0  };
+          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9393$14 , \port$9393$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11189$14 , \port$11189$0  };
+          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10969$14 , \port$10969$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
     endcase
   end
   always @* begin
@@ -54022,11 +54148,11 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h1:
           ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9356$14 , \port$9356$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
       3'h3:
           ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10932$14 , \port$10932$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
     endcase
   end
   always @* begin
@@ -54456,21 +54582,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9613$14 , \port$9613$0  };
+  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9393$14 , \port$9393$0  };
+  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11189$14 , \port$11189$0  };
+  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10969$14 , \port$10969$0  };
+  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -54499,7 +54625,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9356$14 , \port$9356$0  };
+  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
@@ -54508,7 +54634,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10932$14 , \port$10932$0  };
+  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -55321,8 +55447,8 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
 , GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata
 , bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value
-, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9474$0 , \port$9476$0 , \port$9482$0 , \port$9484$0 , \port$9486$0 
-, \port$9487$0 , \port$9638$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11050$0 , \port$11052$0 , \port$11058$0 , \port$11060$0 , \port$11062$0 , \port$11063$0 , \port$11214$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
+, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9482$0 , \port$9484$0 , \port$9490$0 , \port$9492$0 , \port$9494$0 
+, \port$9495$0 , \port$9646$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11066$0 , \port$11068$0 , \port$11074$0 , \port$11076$0 , \port$11078$0 , \port$11079$0 , \port$11230$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
 , bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
@@ -56471,20 +56597,20 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$11050$0 ;
-  wire [15:0] \port$11050$0 ;
-  input [15:0] \port$11052$0 ;
-  wire [15:0] \port$11052$0 ;
-  input \port$11058$0 ;
-  wire \port$11058$0 ;
-  input [7:0] \port$11060$0 ;
-  wire [7:0] \port$11060$0 ;
-  input [15:0] \port$11062$0 ;
-  wire [15:0] \port$11062$0 ;
-  input \port$11063$0 ;
-  wire \port$11063$0 ;
-  input \port$11214$0 ;
-  wire \port$11214$0 ;
+  input [15:0] \port$11066$0 ;
+  wire [15:0] \port$11066$0 ;
+  input [15:0] \port$11068$0 ;
+  wire [15:0] \port$11068$0 ;
+  input \port$11074$0 ;
+  wire \port$11074$0 ;
+  input [7:0] \port$11076$0 ;
+  wire [7:0] \port$11076$0 ;
+  input [15:0] \port$11078$0 ;
+  wire [15:0] \port$11078$0 ;
+  input \port$11079$0 ;
+  wire \port$11079$0 ;
+  input \port$11230$0 ;
+  wire \port$11230$0 ;
   input \port$2979$0 ;
   wire \port$2979$0 ;
   input \port$4472$0 ;
@@ -56497,20 +56623,20 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire \port$6751$0 ;
   input [8:0] \port$7477$0 ;
   wire [8:0] \port$7477$0 ;
-  input [15:0] \port$9474$0 ;
-  wire [15:0] \port$9474$0 ;
-  input [15:0] \port$9476$0 ;
-  wire [15:0] \port$9476$0 ;
-  input \port$9482$0 ;
-  wire \port$9482$0 ;
-  input [7:0] \port$9484$0 ;
-  wire [7:0] \port$9484$0 ;
-  input [15:0] \port$9486$0 ;
-  wire [15:0] \port$9486$0 ;
-  input \port$9487$0 ;
-  wire \port$9487$0 ;
-  input \port$9638$0 ;
-  wire \port$9638$0 ;
+  input [15:0] \port$9482$0 ;
+  wire [15:0] \port$9482$0 ;
+  input [15:0] \port$9484$0 ;
+  wire [15:0] \port$9484$0 ;
+  input \port$9490$0 ;
+  wire \port$9490$0 ;
+  input [7:0] \port$9492$0 ;
+  wire [7:0] \port$9492$0 ;
+  input [15:0] \port$9494$0 ;
+  wire [15:0] \port$9494$0 ;
+  input \port$9495$0 ;
+  wire \port$9495$0 ;
+  input \port$9646$0 ;
+  wire \port$9646$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -57023,12 +57149,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$9487$0 , \port$9638$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$9495$0 , \port$9646$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$11063$0 , \port$11214$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$11079$0 , \port$11230$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -57645,14 +57771,14 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$9474$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$9476$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9482$0 , \port$4472$0  };
-  assign QUEUE0_ERROR__value = { \port$9486$0 , 8'h00, \port$9484$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$11050$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$11052$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5258$0 , \port$11058$0 , \port$6751$0  };
-  assign QUEUE1_ERROR__value = { \port$11062$0 , 8'h00, \port$11060$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9482$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9484$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9490$0 , \port$4472$0  };
+  assign QUEUE0_ERROR__value = { \port$9494$0 , 8'h00, \port$9492$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$11066$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$11068$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5258$0 , \port$11074$0 , \port$6751$0  };
+  assign QUEUE1_ERROR__value = { \port$11078$0 , 8'h00, \port$11076$0  };
   assign TRACE0_COUNT__value = { 23'h000000, \port$5198$0  };
   assign TRACE1_COUNT__value = { 23'h000000, \port$7477$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
@@ -57778,26 +57904,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9487$0 , \port$9638$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11063$0 , \port$11214$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9495$0 , \port$9646$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11079$0 , \port$11230$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$9474$0 ;
+  assign \$74 [15:0] = \port$9482$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$9476$0 ;
+  assign \$78 [15:0] = \port$9484$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2979$0 , \port$9482$0 , \port$4472$0  };
+  assign \$82 [2:0] = { \port$2979$0 , \port$9490$0 , \port$4472$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$9486$0 , \port$9484$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9494$0 , \port$9492$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$11050$0 ;
+  assign \$109 [15:0] = \port$11066$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$11052$0 ;
+  assign \$113 [15:0] = \port$11068$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5258$0 , \port$11058$0 , \port$6751$0  };
+  assign \$117 [2:0] = { \port$5258$0 , \port$11074$0 , \port$6751$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$11062$0 , \port$11060$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$11078$0 , \port$11076$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;

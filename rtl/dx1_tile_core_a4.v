@@ -1368,7 +1368,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .req__tvalid(acc_wr__tvalid)
   );
   \dx1_tile_core_a4.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -1516,7 +1516,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .req__tvalid(spm_wr__tvalid)
   );
   \dx1_tile_core_a4.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -1526,6 +1526,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .room(\room$74 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -1607,8 +1608,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \w_row$111  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$117  = spm_data;
+  assign \a$117  = a;
   assign \a_valid$119  = a_valid;
   assign \a_bank$121  = a_bank;
   assign \ctl$123  = ctl;
@@ -1659,10 +1659,10 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
   assign \w_row[3]  = w_row[31:24];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
   assign \ctl$123.acc_addr  = ctl[7:0];
   assign \ctl$123.accumulate  = ctl[8];
   assign \ctl$123.last  = ctl[9];
@@ -1934,7 +1934,7 @@ module \dx1_tile_core_a4.acc_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, ctl, valid_d6, ctl_d6, out, clk);
+module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d6, ctl_d6, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -6094,7 +6094,7 @@ module \dx1_tile_core_a4.spm_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -6135,13 +6135,17 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   reg \$42 ;
   reg \$43 ;
   reg [25:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [25:0] \$47 ;
+  reg [31:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [31:0] a;
-  wire [31:0] a;
+  output [31:0] a;
+  reg [31:0] a = 32'd0;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -6177,6 +6181,13 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire [66:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [25:0] read_ctl = 26'h0000000;
+  wire [7:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   output room;
   wire room;
   reg [15:0] row = 16'h0000;
@@ -6185,6 +6196,7 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire rst;
   output [9:0] spm_addr;
   reg [9:0] spm_addr;
+  input [31:0] spm_data;
   wire [31:0] spm_data;
   output stalled;
   wire stalled;
@@ -6201,15 +6213,27 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -6256,10 +6280,6 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_tile_core_a4.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -6270,6 +6290,26 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[33:18];
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[50];
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     \$41  = tag;
@@ -6302,6 +6342,34 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     \$44 [25:10] = tag;
     if (rst) begin
       \$44  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$45  = read_valid;
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$46  = read_bank;
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$47  = read_ctl;
+    if (rst) begin
+      \$47  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$48  = spm_data;
+    if (rst) begin
+      \$48  = 32'd0;
     end
   end
   always @* begin
@@ -6430,37 +6498,20 @@ module \dx1_tile_core_a4.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
       \$38  = 8'h00;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[33:18];
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[50];
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[9:0];
   assign \job.c_addr  = w_data[17:10];
   assign \job.m  = w_data[33:18];
   assign \job.k_chunks  = w_data[49:34];
   assign \job.accumulate  = w_data[50];
   assign \job.tag  = w_data[66:51];
+  assign \read_ctl.acc_addr  = read_ctl[7:0];
+  assign \read_ctl.accumulate  = read_ctl[8];
+  assign \read_ctl.last  = read_ctl[9];
+  assign \read_ctl.tag  = read_ctl[25:10];
   assign \ctl.acc_addr  = ctl[7:0];
   assign \ctl.accumulate  = ctl[8];
   assign \ctl.last  = ctl[9];

@@ -361,7 +361,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .req__tvalid(acc_wr__tvalid)
   );
   \dx1_tile_core_a8.array  array (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
@@ -509,7 +509,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .req__tvalid(spm_wr__tvalid)
   );
   \dx1_tile_core_a8.streamer  streamer (
-    .a(spm_data),
+    .a(a),
     .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
@@ -519,6 +519,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .room(\room$74 ),
     .rst(rst),
     .spm_addr(spm_ra__addr),
+    .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
@@ -600,8 +601,7 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \w_row$111  = w_row;
   assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign a = spm_data;
-  assign \a$117  = spm_data;
+  assign \a$117  = a;
   assign \a_valid$119  = a_valid;
   assign \a_bank$121  = a_bank;
   assign \ctl$123  = ctl;
@@ -656,14 +656,14 @@ module dx1_tile_core_a8(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = spm_data[7:0];
-  assign \a[1]  = spm_data[15:8];
-  assign \a[2]  = spm_data[23:16];
-  assign \a[3]  = spm_data[31:24];
-  assign \a[4]  = spm_data[39:32];
-  assign \a[5]  = spm_data[47:40];
-  assign \a[6]  = spm_data[55:48];
-  assign \a[7]  = spm_data[63:56];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign \ctl$123.acc_addr  = ctl[9:0];
   assign \ctl$123.accumulate  = ctl[10];
   assign \ctl$123.last  = ctl[11];
@@ -943,7 +943,7 @@ module \dx1_tile_core_a8.acc_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.array (rst, a, w_row, w_load, w_bank, a_valid, a_bank, ctl, valid_d14, ctl_d14, out, clk);
+module \dx1_tile_core_a8.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   reg [7:0] \$10 ;
@@ -10093,7 +10093,7 @@ module \dx1_tile_core_a8.spm_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, clk);
+module \dx1_tile_core_a8.streamer (rst, spm_data, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -10134,13 +10134,17 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   reg \$42 ;
   reg \$43 ;
   reg [27:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [27:0] \$47 ;
+  reg [63:0] \$48 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
   wire [16:0] \$8 ;
   wire \$9 ;
-  input [63:0] a;
-  wire [63:0] a;
+  output [63:0] a;
+  reg [63:0] a = 64'h0000000000000000;
   output a_bank;
   reg a_bank = 1'h0;
   output a_valid;
@@ -10176,6 +10180,13 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
+  reg read_bank = 1'h0;
+  reg [27:0] read_ctl = 28'h0000000;
+  wire [9:0] \read_ctl.acc_addr ;
+  wire \read_ctl.accumulate ;
+  wire \read_ctl.last ;
+  wire [15:0] \read_ctl.tag ;
+  reg read_valid = 1'h0;
   output room;
   wire room;
   reg [15:0] row = 16'h0000;
@@ -10184,6 +10195,7 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire rst;
   output [11:0] spm_addr;
   reg [11:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output stalled;
   wire stalled;
@@ -10200,15 +10212,27 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
+    c <= \$38 ;
+  always @(posedge clk)
+    rows <= \$39 ;
+  always @(posedge clk)
     acc <= \$40 ;
   always @(posedge clk)
     tag <= \$41 ;
   always @(posedge clk)
-    a_valid <= \$42 ;
+    read_valid <= \$42 ;
   always @(posedge clk)
-    a_bank <= \$43 ;
+    read_bank <= \$43 ;
   always @(posedge clk)
-    ctl <= \$44 ;
+    read_ctl <= \$44 ;
+  always @(posedge clk)
+    a_valid <= \$45 ;
+  always @(posedge clk)
+    a_bank <= \$46 ;
+  always @(posedge clk)
+    ctl <= \$47 ;
+  always @(posedge clk)
+    a <= \$48 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -10255,10 +10279,6 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
-  always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
-    rows <= \$39 ;
   \dx1_tile_core_a8.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -10269,6 +10289,26 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     .w_port__data(w_data),
     .w_rdy(room)
   );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$39  = rows;
+    if (\$24 ) begin
+      \$39  = r_data[37:22];
+    end
+    if (rst) begin
+      \$39  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$40  = acc;
+    if (\$24 ) begin
+      \$40  = r_data[54];
+    end
+    if (rst) begin
+      \$40  = 1'h0;
+    end
+  end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     \$41  = tag;
@@ -10301,6 +10341,34 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
     \$44 [27:12] = tag;
     if (rst) begin
       \$44  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$45  = read_valid;
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$46  = read_bank;
+    if (rst) begin
+      \$46  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$47  = read_ctl;
+    if (rst) begin
+      \$47  = 28'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
+    \$48  = spm_data;
+    if (rst) begin
+      \$48  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -10429,37 +10497,20 @@ module \dx1_tile_core_a8.streamer (rst, a, stalled, room, w_data, w_en, bank_ful
       \$38  = 10'h000;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$39  = rows;
-    if (\$24 ) begin
-      \$39  = r_data[37:22];
-    end
-    if (rst) begin
-      \$39  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$40  = acc;
-    if (\$24 ) begin
-      \$40  = r_data[54];
-    end
-    if (rst) begin
-      \$40  = 1'h0;
-    end
-  end
   assign job = w_data;
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
-  assign spm_data = a;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
   assign \job.k_chunks  = w_data[53:38];
   assign \job.accumulate  = w_data[54];
   assign \job.tag  = w_data[70:55];
+  assign \read_ctl.acc_addr  = read_ctl[9:0];
+  assign \read_ctl.accumulate  = read_ctl[10];
+  assign \read_ctl.last  = read_ctl[11];
+  assign \read_ctl.tag  = read_ctl[27:12];
   assign \ctl.acc_addr  = ctl[9:0];
   assign \ctl.accumulate  = ctl[10];
   assign \ctl.last  = ctl[11];

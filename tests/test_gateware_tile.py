@@ -222,10 +222,12 @@ def test_weight_loader_reads_rows_last_first_into_free_banks() -> None:
 def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
     """A job of m=3 rows from a_addr 5, 2 chunks, c_addr 20 streams rows 5, 6, 7 through bank 0, then the next
     chunk's rows 8, 9, 10 through bank 1 once it is full, both to accumulator rows 20..22, accumulate off then on,
-    last on the final row; it stalls while the bank is not full."""
+    last on the final row; it stalls while the bank is not full.  Each row enters the array two cycles after its
+    address went to the scratchpad: one for the read, one for the register in front of the array."""
     dut = ActivationStreamer(CFG)
     seen = []
     stalls = 0
+    read_at, entered_at = {}, {}
 
     async def bench(ctx) -> None:
         nonlocal stalls
@@ -242,8 +244,11 @@ def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
             if ctx.get(dut.a_valid):
                 seen.append((ctx.get(dut.a), ctx.get(dut.a_bank), ctx.get(dut.ctl.acc_addr),
                              ctx.get(dut.ctl.accumulate), ctx.get(dut.ctl.last), ctx.get(dut.ctl.tag)))
+                entered_at[ctx.get(dut.a)] = cycle
             stalls += ctx.get(dut.stalled)
             addr = ctx.get(dut.spm_addr)
+            if addr:
+                read_at[addr] = cycle
             await ctx.tick()
 
     simulate(dut, bench)
@@ -251,6 +256,7 @@ def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
                     (8, 1, 20, 1, 0, 9), (9, 1, 21, 1, 0, 9), (10, 1, 22, 1, 1, 9)]
     # the job starts the cycle after the push has reached the queue and streams 3 rows, then waits for bank 1
     assert stalls == 8 - 1 - 3, "stalled exactly while waiting for bank 1"
+    assert {row: entered_at[row] - read_at[row] for row in entered_at} == {row: 2 for row in range(5, 11)}
 
 
 def test_result_writer_adds_or_replaces_and_completes() -> None:

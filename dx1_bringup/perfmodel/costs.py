@@ -75,7 +75,7 @@ class Costs:
     load_idle: float = 9.0
     store_idle: float = 6.0
     gemm_fill: int = 18
-    gemm_drain: int = 17
+    gemm_drain: int = 18
     bank_cycle: int = 26
     postop_fill: int = 7
     postop_drain: int = 8

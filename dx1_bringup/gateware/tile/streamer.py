@@ -37,7 +37,7 @@ class ActivationStreamer(wiring.Component):
     the next bank, starting once that bank is full (``bank_full``); the bank is
     reported STREAMING at the chunk's first row and DRAINING at its last.  Each
     row is read on the scratchpad read port (``spm_addr``, ``spm_data`` a cycle
-    later) and enters the array (``a``, ``a_valid``, ``a_bank``) with its
+    later) and enters the array (``a``, ``a_valid``, ``a_bank``) a cycle after that, with its
     ``ctl``: accumulator row ``c_addr + i``, whether to add to it (every chunk
     but the first, or all with ``accumulate``), and ``last`` on the job's last
     row.  ``stalled`` is high while a job waits for its bank.
@@ -94,10 +94,17 @@ class ActivationStreamer(wiring.Component):
                 active.eq(1), addr.eq(job.a_addr), c.eq(job.c_addr), row.eq(0), rows.eq(job.m),
                 left.eq(job.k_chunks), first.eq(1), acc.eq(job.accumulate), tag.eq(job.tag),
             ]
+        # The row read a cycle after issue is registered once more before the array: the scratchpad's
+        # read port and the first column's multipliers sit far apart on an FPGA, and together they
+        # made the tile's critical path.  Valid, bank and ctl wait the same two cycles.
+        read_valid = Signal()
+        read_bank = Signal()
+        read_ctl = Signal.like(self.ctl)
         m.d.sync += [
-            self.a_valid.eq(issue), self.a_bank.eq(bank),
-            self.ctl.acc_addr.eq(c + row), self.ctl.accumulate.eq(acc | ~first),
-            self.ctl.last.eq((left == 1) & (row == rows - 1)), self.ctl.tag.eq(tag),
+            read_valid.eq(issue), read_bank.eq(bank),
+            read_ctl.acc_addr.eq(c + row), read_ctl.accumulate.eq(acc | ~first),
+            read_ctl.last.eq((left == 1) & (row == rows - 1)), read_ctl.tag.eq(tag),
+            self.a_valid.eq(read_valid), self.a_bank.eq(read_bank), self.ctl.eq(read_ctl),
+            self.a.eq(self.spm_data),
         ]
-        m.d.comb += self.a.eq(self.spm_data)
         return m
