@@ -17,7 +17,9 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   banks and MiB of device memory (:mod:`dx1_bringup.sim.configs`), the same device as
   ``model:tiles=T,banks=B,mem_mib=M``; any of them with ``stall=UNIT[+UNIT...]`` (``sim:stall=core1``)
   stalls those units from the start, as ``model:stall=core1`` does: unit stalls are the fault kind both
-  backends inject, so both take it the same way (memory faults and bus-error windows are the model's).
+  backends inject, so both take it the same way (memory faults and bus-error windows are the model's);
+  and with ``server=native`` (the default: :mod:`dx1_bringup.sim.native`, the socket served in C++) or
+  ``server=cocotb`` (:mod:`dx1_bringup.sim.soc_server`, the socket served by Python under cocotb).
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -42,6 +44,7 @@ from .faults import BusErrors, LineFaults, MemoryFaults, UnitStalls, parse_fault
 from .model.bridge import ModelBridge
 from .model.device import BusError, DeviceModel
 from .sim.launch import PrivateSimTransport, start_simulator
+from .sim.native import SERVERS
 from .spec import SimOp, SocConfig, stall_bit
 
 __all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model", "open_sim",
@@ -221,7 +224,7 @@ def open_model(device: str) -> ModelTransport:
 #: What ``sim:`` takes besides the sizes, for messages.
 _SIM_FORMS = ("expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two of banks from 1 "
               "to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC, either with "
-              "stall=UNIT[+UNIT...] or alone")
+              "stall=UNIT[+UNIT...] or alone, and any of them with server=native (the default) or server=cocotb")
 
 
 def _sim_stalls(device: str, items: list[str], tiles: int) -> UnitStalls | None:
@@ -263,11 +266,12 @@ def open_sim(device: str) -> SimTransport:
         ``banks=`` and ``mem_mib=`` with counts the SoC takes, and ``stall=`` with units of its tiles (a
         fault only the golden model injects is refused naming it).  Nothing is started then.
     """
-    verilog, config, stalls = _parse_sim(device)
+    verilog, config, stalls, server = _parse_sim(device)
     if config is None:
-        process, port = start_simulator(verilog=verilog)
+        process, port = start_simulator(verilog=verilog, server=server)
     else:
-        process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20)
+        process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20,
+                                        server=server)
     transport = PrivateSimTransport(process, port)
     if stalls is not None:
         try:
@@ -278,25 +282,31 @@ def open_sim(device: str) -> SimTransport:
     return transport
 
 
-def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls | None]:
-    """What a ``sim`` device string asks for: another Verilog file, a SoC configuration, unit stalls.
+def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls | None, str | None]:
+    """What a ``sim`` device string asks for: another Verilog file, a SoC configuration, unit stalls, the server.
 
     Raises ``ValueError`` as :func:`open_sim` does; starts nothing.
     """
-    verilog, config, stalls = None, None, None
+    verilog, config, stalls, server = None, None, None, None
     if device != "sim":
         config, rest = _split_sizes(device, device[len("sim:"):])
+        servers = [item.partition("=")[2] for item in rest if item.startswith("server=")]
+        rest = [item for item in rest if not item.startswith("server=")]
+        if len(servers) > 1 or (servers and servers[0] not in SERVERS):
+            raise ValueError(f"device {device!r}: server= takes one of {', '.join(SERVERS)} once, not "
+                             f"{','.join(servers)!r}")
+        server = servers[0] if servers else None
         paths = [item for item in rest if item.startswith("verilog=")]
         faults = [item for item in rest if not item.startswith("verilog=")]
         if paths and config is not None:
             raise ValueError(f"device {device!r}: after tiles=, banks= and mem_mib= expected no verilog=, not "
                              f"{','.join(paths)!r} (sim:verilog=PATH serves a given Verilog file alone)")
         if len(paths) > 1 or (paths and not Path(paths[0][len("verilog="):]).is_file()) or (
-                config is None and not paths and not faults):
+                config is None and not paths and not faults and server is None):
             raise ValueError(f"device {device!r}: {_SIM_FORMS}")
         verilog = Path(paths[0][len("verilog="):]) if paths else None
         stalls = _sim_stalls(device, faults, (config or SocConfig()).tiles)
-    return verilog, config, stalls
+    return verilog, config, stalls, server
 
 
 def _check_model(device: str) -> None:

@@ -6,7 +6,10 @@ differ only in how they are served, in one run and interleaved, so the ratios ho
 - ``cocotb clock, bus``: the bare SoC on cocotb's clock, host memory blocks through the AXI4 memory
   port beat by beat (how the server ran before the host-memory backdoor);
 - ``cocotb clock, backdoor``: the same with host memory blocks straight into the memory arrays;
-- ``Verilator clock, backdoor``: the SoC inside the clocked top (:mod:`.sim.clocked_top`, ``--clock verilator``).
+- ``Verilator clock, backdoor``: the SoC inside the clocked top (:mod:`.sim.clocked_top`, ``--clock verilator``);
+- ``native server``: the socket served in C++ beside the model (:mod:`.sim.native`, the default of ``sim``).
+
+The first three are the cocotb server's (``--server cocotb``).
 
 Then a small GEMM runs on the default setup and on the same SoC in Amaranth's Python simulator
 (:class:`.sim.amaranth_transport.AmaranthTransport`, the same memory backdoor, so the same cycles).
@@ -32,9 +35,10 @@ from .sim.launch import PrivateSimTransport, start_simulator
 
 __all__ = ["SETUPS", "simspeed_bench", "print_simspeed"]
 
-#: (label, clock, host path) of each server setup measured.
-SETUPS = (("cocotb clock, bus", "cocotb", "bus"), ("cocotb clock, backdoor", "cocotb", "backdoor"),
-          ("Verilator clock, backdoor", "verilator", "backdoor"))
+#: (label, clock, host path, server) of each server setup measured.
+SETUPS = (("cocotb clock, bus", "cocotb", "bus", "cocotb"), ("cocotb clock, backdoor", "cocotb", "backdoor", "cocotb"),
+          ("Verilator clock, backdoor", "verilator", "backdoor", "cocotb"),
+          ("native server", "cocotb", "backdoor", "native"))
 
 
 def _one_gemm(transport: SimTransport, a: np.ndarray, b: np.ndarray, tiles: int) -> dict:
@@ -65,9 +69,9 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
     a, b = _operands(shape)
     transports = {}
     try:
-        for label, clock, host_path in SETUPS:
+        for label, clock, host_path, server in SETUPS:
             print(f"  starting the simulator: {label} (builds it the first time) ...", flush=True)
-            process, port = start_simulator(clock=clock, host_path=host_path)
+            process, port = start_simulator(clock=clock, host_path=host_path, server=server)
             transports[label] = PrivateSimTransport(process, port)
         runs = {label: [] for label in transports}
         for r in range(rounds):

@@ -38,6 +38,7 @@ from dx1_driver.serial_transport import SerialTransport
 from dx1_bringup.backends import loopback_model_transport, model_pcie_transport, set_stalls
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.launch import PrivateSimTransport, start_simulator
+from dx1_bringup.sim.native import executable
 from dx1_bringup.sim.serve import SOC_MODULE
 from dx1_bringup.spec import SimOp, SocConfig
 
@@ -271,7 +272,8 @@ def test_serial_link_drops_mid_burst():
 
 
 def _simulator_pid(process) -> int:
-    """The Verilator executable (named for the module) that ``process``, the serve script, runs as a descendant."""
+    """The simulator executable: ``process`` itself once the serve script has become the native server, else the
+    Verilator model (named for the module) that the serve script runs under cocotb as a descendant."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -279,14 +281,14 @@ def _simulator_pid(process) -> int:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(stat.parent.name))
-    todo, found = [process.pid], []
+    todo, found = [process.pid], [process.pid]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     for pid in found:
         try:
-            if Path(os.readlink(f"/proc/{pid}/exe")).name == SOC_MODULE:
+            if Path(os.readlink(f"/proc/{pid}/exe")).name in (SOC_MODULE, executable(SOC_MODULE).name):
                 return pid
         except OSError:
             continue

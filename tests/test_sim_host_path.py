@@ -1,7 +1,8 @@
 """The simulation's two host memory paths, the AXI4 bus and the backdoor into the memory array, agree.
 
-Each runs on the default server (the bare SoC on cocotb's clock); the backdoor also on the clocked top
-(its clock in Verilator), which ``make bench`` measures beside it.
+Each runs on the cocotb server (the bare SoC on cocotb's clock); the backdoor also on the clocked top
+(its clock in Verilator) and on the native server (:mod:`dx1_bringup.sim.native`, the default of ``sim``),
+which ``make bench`` measures beside them.
 
 ``dx1 sim serve`` serves host memory blocks through the backdoor by default (no bus cycles); the bus
 path is what hardware has.  Both must hold the same bytes for any alignment and size, and feed the
@@ -23,14 +24,15 @@ from dx1_bringup.sim.launch import PrivateSimTransport, start_simulator
 pytestmark = pytest.mark.verilator
 
 
-@pytest.fixture(scope="module", params=[(path, "cocotb") for path in HOST_PATHS] + [("backdoor", "verilator")],
-                ids=lambda p: "-".join(p))
+@pytest.fixture(scope="module", params=[(path, "cocotb", "cocotb") for path in HOST_PATHS]
+                + [("backdoor", "verilator", "cocotb"), ("backdoor", "cocotb", "native")],
+                ids=lambda p: f"{p[0]}-{p[1]}" if p[2] == "cocotb" else f"{p[0]}-{p[2]}")
 def device(request):
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
-    host_path, clock = request.param
-    process, port = start_simulator(host_path=host_path, clock=clock)
+    host_path, clock, server = request.param
+    process, port = start_simulator(host_path=host_path, clock=clock, server=server)
     dev = Device(PrivateSimTransport(process, port))
     yield dev
     dev.close()

@@ -22,6 +22,13 @@
 
 #include <stdint.h>
 
+/* C11's _Static_assert, C++11's static_assert: the header serves C drivers and the C++ simulator server. */
+#ifdef __cplusplus
+#define DX1_STATIC_ASSERT static_assert
+#else
+#define DX1_STATIC_ASSERT _Static_assert
+#endif
+
 /* Identity */
 #define DX1_MAGIC        0x44583131u
 #define DX1_SPEC_VERSION 0x00010002u
@@ -388,8 +395,8 @@ static inline uint64_t dx1_completion_get(uint64_t entry, unsigned lsb, unsigned
 #define DX1_COMPLETION_GET(entry, field) \
     dx1_completion_get((entry), DX1_COMPLETION_##field##_LSB, DX1_COMPLETION_##field##_WIDTH)
 
-_Static_assert(DX1_CMD_BYTES == DX1_CMD_WORDS * sizeof(uint64_t), "a command is DX1_CMD_WORDS 64-bit words");
-_Static_assert(DX1_COMPLETION_BYTES == sizeof(uint64_t), "a completion entry is one 64-bit word");
-_Static_assert((DX1_BLOCK_ALIGN & (DX1_BLOCK_ALIGN - 1)) == 0, "blocks are aligned to a power of two");
+DX1_STATIC_ASSERT(DX1_CMD_BYTES == DX1_CMD_WORDS * sizeof(uint64_t), "a command is DX1_CMD_WORDS 64-bit words");
+DX1_STATIC_ASSERT(DX1_COMPLETION_BYTES == sizeof(uint64_t), "a completion entry is one 64-bit word");
+DX1_STATIC_ASSERT((DX1_BLOCK_ALIGN & (DX1_BLOCK_ALIGN - 1)) == 0, "blocks are aligned to a power of two");
 
 #endif /* DX1_REGS_H */

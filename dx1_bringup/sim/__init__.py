@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .clocked_top import CLOCKED_SUFFIX, TIMING_ARGS, TIMING_MAKEFLAGS, clocked_top_name, write_clocked_top
 
-__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path",
+__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path", "objcache_wrapper",
            "verilator_missing", "fst_missing", "run_cocotb", "run_cocotb_shared", "cocotb_outcomes"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ def _verilator_include() -> Path | None:
     return root / "include" if root is not None and (root / "include").is_dir() else None
 
 
-def _objcache_wrapper() -> Path | None:
+def objcache_wrapper() -> Path | None:
     """The ``OBJCACHE`` command for Verilator's makefile: a script running :mod:`.objcache` on the shared cache."""
     include = _verilator_include()
     if include is None:
@@ -285,7 +285,7 @@ def _simulate(module: str, test_module: str, *, testcase: str | list[str] | None
     build_args = [str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG), "-O3", "--x-assign", "fast", "--x-initial", "fast",
                   *variant.build_args()]
     sources, toplevel, makeflags = [source], mod.name, ["CFG_CXXFLAGS_PCH_I=-include"]
-    if (objcache := _objcache_wrapper()) is not None:
+    if (objcache := objcache_wrapper()) is not None:
         makeflags.append(f"OBJCACHE={objcache}")
     if clocked:
         wrapper = build_dir / f"{clocked_top_name(mod.name)}.v"

@@ -1,6 +1,8 @@
 """`dx1 sim serve`: the simulated device behind a loopback TCP socket.
 
-Without ``--uart``: the SoC at register level, for ``--device sim://HOST:PORT``.
+Without ``--uart``: the SoC at register level, for ``--device sim://HOST:PORT``, served by the native C++
+server (:mod:`.native`, the default) or by the cocotb one (``--server cocotb``: Python on the host side,
+for debugging, the bus host path and the clocked top).
 With ``--uart``: the whole board (SoC + UART bridge), its UART pins bridged to
 the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
 """
@@ -8,6 +10,7 @@ the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +19,9 @@ from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
 from .clocked_top import CLOCKED_BUS, CLOCKS
+from .native import SERVERS
 
-__all__ = ["serve", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
+__all__ = ["serve", "choose_server", "server_problem", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
 
 SOC_MODULE = "dx1_soc"
 BOARD_MODULE = "dx1_board"
@@ -26,8 +30,12 @@ BOARD_MODULE = "dx1_board"
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
           verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
-          mem_mib: int | None = None, clock: str = "cocotb") -> None:
+          mem_mib: int | None = None, clock: str = "cocotb", server: str | None = None) -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
+
+    ``server`` (SoC only): ``"native"``, the C++ server of :mod:`.native`, which this process becomes
+    (``exec``), or ``"cocotb"``, :mod:`.soc_server` under cocotb; ``None``: the native one unless
+    ``host_path`` or ``clock`` need cocotb's (:func:`choose_server`).
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
     :mod:`dx1_bringup.sim.backdoor`).  ``verilog``: serve this Verilog file of the SoC (a mutant, say)
@@ -42,8 +50,13 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    server = choose_server(server, host_path=host_path, clock=clock)
+    if server not in SERVERS:
+        raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
     if clock == "verilator" and host_path == "bus" and not uart:
         raise ValueError(CLOCKED_BUS)
+    if problem := server_problem(server, uart=uart, host_path=host_path, clock=clock):
+        raise ValueError(problem)
     sized = (tiles, banks, mem_mib) != (None, None, None)
     if sized and (uart or verilog is not None):
         raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
@@ -57,10 +70,37 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
     if port_file:
         env["DX1_SIM_PORTFILE"] = port_file
-    module, server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
-    run_cocotb(module, f"dx1_bringup.sim.{server}", env=env, quiet=quiet,
+    if server == "native" and not uart:
+        from .native import build
+
+        program = str(build(SOC_MODULE, None if verilog is None else Path(verilog)))
+        argv = [program, "--port", str(port)] + (["--port-file", port_file] if port_file else []) + (
+            ["--once"] if once else [])
+        sys.stdout.flush()
+        os.execv(program, argv)
+    module, cocotb_server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
+    run_cocotb(module, f"dx1_bringup.sim.{cocotb_server}", env=env, quiet=quiet,
                name=f"serve-{port}" if port else "serve", verilog=None if verilog is None else Path(verilog),
                clocked=not uart and clock == "verilator")
+
+
+def choose_server(server: str | None, *, host_path: str, clock: str) -> str:
+    """``server``, or when it is None the native server unless the bus host path or the clocked top need cocotb's."""
+    if server is not None:
+        return server
+    return "native" if (host_path, clock) == ("backdoor", "cocotb") else "cocotb"
+
+
+def server_problem(server: str, *, uart: bool, host_path: str, clock: str) -> str | None:
+    """Why ``server`` cannot serve with these options, or None: the native server serves the SoC (not the
+    board, whose UART runs on cocotb), through the backdoor, with its own clock."""
+    if server != "native" or uart:
+        return None
+    if host_path != "backdoor":
+        return f"the host path {host_path!r} needs the cocotb server; the native one serves memory by the backdoor"
+    if clock != "cocotb":
+        return f"the {clock!r} clock is the cocotb server's clocked top; the native server drives the clock itself"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,8 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-path", choices=HOST_PATHS, default="backdoor",
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
+    parser.add_argument("--server", choices=SERVERS, default=None,
+                        help="what serves the SoC's socket: the native C++ server built with the model (no Python "
+                             "per cycle; the default) or the cocotb server (Python, for debugging; the default "
+                             "with --host-path bus or --clock verilator); the board (--uart) is always cocotb's")
     parser.add_argument("--clock", choices=CLOCKS, default="cocotb",
-                        help="what drives the SoC's clock: cocotb on the bare SoC (the default), or Verilator, "
+                        help="cocotb server: what drives the SoC's clock: cocotb on the bare SoC (the default), or Verilator, "
                              "inside a simulation top that also registers the reset (faster; with the backdoor "
                              "host path only); the board (--uart) always runs on cocotb's")
     parser.add_argument("--verilog",
@@ -102,6 +146,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--fault-rate needs --uart (faults are injected on the serial line)")
     if args.clock == "verilator" and args.host_path == "bus" and not args.uart:
         parser.error(CLOCKED_BUS)
+    server = choose_server(args.server, host_path=args.host_path, clock=args.clock)
+    if problem := server_problem(server, uart=args.uart, host_path=args.host_path, clock=args.clock):
+        parser.error(f"--server {server}: {problem}")
     if args.verilog and args.uart:
         parser.error("--verilog replaces the SoC's Verilog and cannot be used with --uart (the board)")
     if args.verilog and not Path(args.verilog).is_file():
@@ -127,8 +174,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
               fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, tiles=args.tiles,
-              banks=args.banks, mem_mib=args.mem_mib, clock=args.clock)
-    except SimulationFailed as exc:
+              banks=args.banks, mem_mib=args.mem_mib, clock=args.clock, server=server)
+    except (SimulationFailed, RuntimeError) as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1
     return 0

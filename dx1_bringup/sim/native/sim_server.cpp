@@ -1,0 +1,485 @@
+// The simulator socket served natively: the SoC's Verilator model with its host side in C++.
+//
+// The same protocol as dx1_bringup/sim/soc_server.py (docs/link.md, "Simulator socket"), whose op
+// codes, status codes, sizes and limits come from the generated drivers/include/dx1_link.h and whose
+// register offsets come from drivers/include/dx1_regs.h.  Whole requests cross the socket; the clock
+// runs here, so no Python is on the per-cycle path.  Each AXI4-Lite transaction takes the cycles the
+// cocotb server's cocotbext-axi master takes (a cycle to pick the command up, one per handshake), so
+// cycle counts and the PERF counters read the same on both servers.  Memory blocks go through the
+// backdoor: the banks' arrays, which backdoor.vlt makes public, written between clock edges.
+//
+// Usage: dx1_sim_server [--port P] [--port-file F] [--once]
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Vtop.h"
+#include "dx1_link.h"
+#include "dx1_regs.h"
+#include "verilated.h"
+#include "verilated_syms.h"
+
+namespace {
+
+// Bytes of one device-memory word (one row of a bank's array) and of a page that the banks interleave.
+constexpr uint32_t kWordBytes = 8;
+constexpr uint32_t kPageBytes = 4096;
+constexpr int kMaxBanks = 16;
+constexpr int kResetHigh = 4, kResetLow = 2;
+// Cycle budget of each register read that a STUCK report makes.
+constexpr uint64_t kReportReadCycles = 2000;
+
+struct Stuck {};
+
+class Soc {
+  public:
+    explicit Soc(VerilatedContext* context) : top_(new Vtop{context}) {}
+
+    ~Soc() { top_->final(); }
+
+    uint64_t cycles() const { return cycles_; }
+
+    // One clock cycle: falling edge, then the rising edge, the model settled after each.
+    void tick() {
+        top_->clk = 0;
+        top_->eval();
+        top_->clk = 1;
+        top_->eval();
+        ++cycles_;
+    }
+
+    void reset() {
+        top_->rst = 1;
+        top_->stall_units = 0;
+        top_->regs___05Farvalid = 0;
+        top_->regs___05Fawvalid = 0;
+        top_->regs___05Fwvalid = 0;
+        top_->regs___05Frready = 1;
+        top_->regs___05Fbready = 1;
+        top_->mem___05Farvalid = 0;
+        top_->mem___05Fawvalid = 0;
+        top_->mem___05Fwvalid = 0;
+        top_->mem___05Frready = 1;
+        top_->mem___05Fbready = 1;
+        // The cocotb server's clock starts high at time 0: its first rising edge is there.
+        top_->clk = 1;
+        top_->eval();
+        // The wrapper registers rst: released a cycle early, the SoC leaves reset on the cocotb server's cycle.
+        for (int i = 0; i < kResetHigh - 1; ++i) tick();
+        top_->rst = 0;
+        for (int i = 0; i < kResetLow + 1; ++i) tick();
+        // cocotb counts cycles from time 0, whose edge started the clock.
+        --cycles_;
+        find_banks();
+    }
+
+    bool irq() const { return top_->irq; }
+    void stall(uint32_t units) { top_->stall_units = units; }
+
+    // AXI4-Lite read of the register at addr within budget cycles; false on an error response.
+    bool read32(uint32_t addr, uint32_t* value, uint64_t budget) {
+        Budget b{this, budget};
+        b.tick();  // the master takes its command on the next edge
+        top_->regs___05Faraddr = addr;
+        top_->regs___05Farvalid = 1;
+        top_->eval();
+        while (true) {
+            bool handshake = top_->regs___05Farready;
+            b.tick();
+            if (handshake) break;
+        }
+        top_->regs___05Farvalid = 0;
+        top_->eval();
+        while (true) {
+            bool handshake = top_->regs___05Frvalid;
+            uint32_t data = top_->regs___05Frdata;
+            uint32_t resp = top_->regs___05Frresp;
+            b.tick();
+            if (handshake) {
+                *value = data;
+                return resp == 0;
+            }
+        }
+    }
+
+    // AXI4-Lite write of value to the register at addr within budget cycles; false on an error response.
+    bool write32(uint32_t addr, uint32_t value, uint64_t budget) {
+        Budget b{this, budget};
+        b.tick();
+        top_->regs___05Fawaddr = addr;
+        top_->regs___05Fawvalid = 1;
+        top_->regs___05Fwdata = value;
+        top_->regs___05Fwstrb = 0xf;
+        top_->regs___05Fwvalid = 1;
+        top_->eval();
+        while (top_->regs___05Fawvalid || top_->regs___05Fwvalid) {
+            bool aw = top_->regs___05Fawvalid && top_->regs___05Fawready;
+            bool w = top_->regs___05Fwvalid && top_->regs___05Fwready;
+            b.tick();
+            if (aw) top_->regs___05Fawvalid = 0;
+            if (w) top_->regs___05Fwvalid = 0;
+            top_->eval();
+        }
+        while (true) {
+            bool handshake = top_->regs___05Fbvalid;
+            uint32_t resp = top_->regs___05Fbresp;
+            b.tick();
+            if (handshake) return resp == 0;
+        }
+    }
+
+    // Drop a transaction that ran out of its budget, as the cocotb server abandons it.
+    void abandon() {
+        top_->regs___05Farvalid = 0;
+        top_->regs___05Fawvalid = 0;
+        top_->regs___05Fwvalid = 0;
+        top_->eval();
+    }
+
+    // Host-port channels with valid high and ready low, as "regs.ar, ..." (the memory port is never driven).
+    std::string waiting_channels() const {
+        std::vector<std::string> out;
+        if (top_->regs___05Fawvalid && !top_->regs___05Fawready) out.push_back("regs.aw");
+        if (top_->regs___05Fwvalid && !top_->regs___05Fwready) out.push_back("regs.w");
+        if (top_->regs___05Fbvalid && !top_->regs___05Fbready) out.push_back("regs.b");
+        if (top_->regs___05Farvalid && !top_->regs___05Farready) out.push_back("regs.ar");
+        if (top_->regs___05Frvalid && !top_->regs___05Frready) out.push_back("regs.r");
+        std::string text;
+        for (size_t i = 0; i < out.size(); ++i) text += (i ? ", " : "") + out[i];
+        return text;
+    }
+
+    uint64_t mem_bytes() const { return banks_.size() * uint64_t(bank_rows_) * kWordBytes; }
+
+    bool read_block(uint64_t addr, uint32_t n, std::string* out) const {
+        if (addr + n > mem_bytes()) return false;
+        out->resize(n);
+        for (uint32_t i = 0; i < n;) {
+            uint64_t word = word_at((addr + i) / kWordBytes);
+            uint32_t offset = (addr + i) % kWordBytes;
+            uint32_t take = std::min<uint32_t>(kWordBytes - offset, n - i);
+            for (uint32_t k = 0; k < take; ++k) (*out)[i + k] = char(word >> (8 * (offset + k)));
+            i += take;
+        }
+        return true;
+    }
+
+    bool write_block(uint64_t addr, const std::string& data) {
+        if (addr + data.size() > mem_bytes()) return false;
+        for (uint32_t i = 0; i < data.size();) {
+            uint64_t index = (addr + i) / kWordBytes;
+            uint32_t offset = (addr + i) % kWordBytes;
+            uint32_t take = std::min<uint32_t>(kWordBytes - offset, uint32_t(data.size()) - i);
+            uint64_t word = word_at(index);
+            for (uint32_t k = 0; k < take; ++k) {
+                uint32_t shift = 8 * (offset + k);
+                word = (word & ~(uint64_t(0xff) << shift)) | (uint64_t(uint8_t(data[i + k])) << shift);
+            }
+            word_ref(index) = word;
+            i += take;
+        }
+        top_->eval();  // the arrays' readers see the new words before the next edge
+        return true;
+    }
+
+  private:
+    // Ticks of one transaction, which throws Stuck once they pass its budget.
+    struct Budget {
+        Soc* soc;
+        uint64_t left;
+        void tick() {
+            if (left == 0) throw Stuck{};
+            --left;
+            soc->tick();
+        }
+    };
+
+    // The arrays of TOP.<soc>.memory.bank<b>, in bank order, the only public signals below the top level.
+    void find_banks() {
+        const VerilatedScopeNameMap* scopes = top_->contextp()->scopeNameMap();
+        for (int b = 0; b < kMaxBanks; ++b) {
+            std::string suffix = ".memory.bank" + std::to_string(b);
+            VerilatedVar* var = nullptr;
+            std::string scope;
+            for (const auto& entry : *scopes) {
+                std::string name = entry.first;
+                bool outer = scope.empty() || std::count(name.begin(), name.end(), '.') <
+                                                  std::count(scope.begin(), scope.end(), '.');
+                if (name.size() > suffix.size() && outer &&
+                    name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+                    var = entry.second->varFind("mem");
+                    if (var) scope = name;
+                }
+            }
+            if (!var) break;
+            if (var->udims() != 1 || var->entSize() != kWordBytes) {
+                std::fprintf(stderr, "dx1_sim_server: %s.mem is not an array of 64-bit words\n", scope.c_str());
+                std::exit(1);
+            }
+            banks_.push_back(static_cast<uint64_t*>(var->datap()));
+            bank_rows_ = var->elements(1);
+        }
+        if (banks_.empty()) {
+            std::fprintf(stderr, "dx1_sim_server: no public TOP.<soc>.memory.bank0.mem (backdoor.vlt)\n");
+            std::exit(1);
+        }
+    }
+
+    // Pages of kPageBytes go round the banks in turn (dx1_bringup.sim.backdoor.word_location).
+    uint64_t& word_ref(uint64_t index) const {
+        uint64_t page_words = kPageBytes / kWordBytes;
+        uint64_t page = index / page_words, offset = index % page_words;
+        return banks_[page % banks_.size()][page / banks_.size() * page_words + offset];
+    }
+    uint64_t word_at(uint64_t index) const { return word_ref(index); }
+
+    std::unique_ptr<Vtop> top_;
+    uint64_t cycles_ = 0;
+    std::vector<uint64_t*> banks_;
+    uint32_t bank_rows_ = 0;
+};
+
+bool recv_exact(int fd, void* buf, size_t n) {
+    char* p = static_cast<char*>(buf);
+    while (n) {
+        ssize_t got = recv(fd, p, n, 0);
+        if (got <= 0) return false;
+        p += got;
+        n -= size_t(got);
+    }
+    return true;
+}
+
+void send_all(int fd, const std::string& data) {
+    const char* p = data.data();
+    size_t n = data.size();
+    while (n) {
+        ssize_t sent = send(fd, p, n, MSG_NOSIGNAL);
+        if (sent <= 0) return;  // the client went away; the next recv says so
+        p += sent;
+        n -= size_t(sent);
+    }
+}
+
+uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t(p[3]) << 24; }
+
+std::string le(uint64_t value, int bytes) {
+    std::string out(bytes, '\0');
+    for (int i = 0; i < bytes; ++i) out[i] = char(value >> (8 * i));
+    return out;
+}
+
+std::string hex(uint32_t value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%x", value);
+    return text;
+}
+
+class Server {
+  public:
+    explicit Server(Soc* soc) : soc_(soc) {}
+
+    // Serve one client; false when it asked the server to stop.
+    bool serve(int fd) {
+        while (true) {
+            unsigned char header[DX1_SIM_REQUEST_BYTES];
+            if (!recv_exact(fd, header, sizeof header)) return true;
+            uint32_t op = header[0], addr = le32(header + 1), n = le32(header + 5);
+            if (op == DX1_SIM_CLOSE) {
+                send_all(fd, std::string(1, char(DX1_SIM_OK)) + le(0, 4));
+                return n == 0;
+            }
+            std::string payload;
+            if (op == DX1_SIM_WRITE_BLOCK) {
+                if (n > DX1_SIM_MAX_BLOCK) {
+                    answer(fd, DX1_SIM_BAD_REQUEST, "write_block of " + std::to_string(n) + " bytes is more than " +
+                                                        std::to_string(DX1_SIM_MAX_BLOCK));
+                    return true;  // its payload cannot be skipped safely: end the connection
+                }
+                payload.resize(n);
+                if (n && !recv_exact(fd, &payload[0], n)) return true;
+            }
+            std::string data;
+            uint8_t status = handle(op, addr, n, payload, &data);
+            answer(fd, status, data);
+        }
+    }
+
+  private:
+    void answer(int fd, uint8_t status, const std::string& data) {
+        send_all(fd, std::string(1, char(status)) + le(data.size(), 4) + data);
+    }
+
+    uint64_t budget(uint32_t bytes) const {
+        return fixed_budget_ ? fixed_budget_ : DX1_SIM_REQUEST_CYCLES + uint64_t(DX1_SIM_CYCLES_PER_BYTE) * bytes;
+    }
+
+    std::string queue_state() {
+        std::string out;
+        const struct { const char* name; uint32_t offset; } regs[] = {
+            {"STATUS", DX1_QUEUE_STATUS}, {"HEAD", DX1_QUEUE_HEAD}, {"TAIL", DX1_QUEUE_TAIL}};
+        uint32_t caps = 0;
+        try {
+            soc_->read32(DX1_GLOBAL_BASE + DX1_GLOBAL_CAPS, &caps, kReportReadCycles);
+        } catch (Stuck&) {
+            soc_->abandon();
+            return "CAPS unreadable";
+        }
+        uint32_t queues = (caps & DX1_GLOBAL_CAPS_TILES_MASK) >> DX1_GLOBAL_CAPS_TILES_SHIFT;
+        for (uint32_t q = 0; q < queues; ++q) {
+            out += (q ? "; QUEUE" : "QUEUE") + std::to_string(q);
+            for (const auto& reg : regs) {
+                uint32_t value = 0;
+                try {
+                    soc_->read32(DX1_QUEUE_BASE(q) + reg.offset, &value, kReportReadCycles);
+                    out += std::string(" ") + reg.name + "=" + hex(value);
+                } catch (Stuck&) {
+                    soc_->abandon();
+                    out += std::string(" ") + reg.name + " unreadable";
+                }
+            }
+        }
+        return out;
+    }
+
+    uint8_t stuck(const std::string& what, uint64_t cycles, std::string* data) {
+        std::string channels = soc_->waiting_channels();
+        soc_->abandon();
+        std::string waiting = channels.empty()
+                                  ? "no host-port channel has valid without ready (the device owes a response)"
+                                  : channels + " valid without ready";
+        *data = what + " did not finish within " + std::to_string(cycles) + " cycles: " + waiting + "; " +
+                queue_state();
+        return DX1_SIM_STUCK;
+    }
+
+    uint8_t handle(uint32_t op, uint32_t addr, uint32_t n, const std::string& payload, std::string* data) {
+        switch (op) {
+            case DX1_SIM_READ32: {
+                uint32_t value = 0;
+                try {
+                    if (!soc_->read32(addr, &value, budget(4))) return DX1_SIM_BUS_ERROR;
+                } catch (Stuck&) {
+                    return stuck("read32 at " + hex(addr), budget(4), data);
+                }
+                *data = le(value, 4);
+                return DX1_SIM_OK;
+            }
+            case DX1_SIM_WRITE32:
+                try {
+                    return soc_->write32(addr, n, budget(4)) ? DX1_SIM_OK : DX1_SIM_BUS_ERROR;
+                } catch (Stuck&) {
+                    return stuck("write32 at " + hex(addr), budget(4), data);
+                }
+            case DX1_SIM_READ_BLOCK:
+                if (n > DX1_SIM_MAX_BLOCK) {
+                    *data = "read_block of " + std::to_string(n) + " bytes is more than " +
+                            std::to_string(DX1_SIM_MAX_BLOCK);
+                    return DX1_SIM_BAD_REQUEST;
+                }
+                return soc_->read_block(addr, n, data) ? DX1_SIM_OK : DX1_SIM_BUS_ERROR;
+            case DX1_SIM_WRITE_BLOCK:
+                return soc_->write_block(addr, payload) ? DX1_SIM_OK : DX1_SIM_BUS_ERROR;
+            case DX1_SIM_WAIT_IRQ:
+                if (!soc_->irq()) {
+                    for (uint32_t i = 0; i < std::max<uint32_t>(1, n) && !soc_->irq(); ++i) soc_->tick();
+                }
+                *data = std::string(1, char(soc_->irq()));
+                return DX1_SIM_OK;
+            case DX1_SIM_CYCLES:
+                *data = le(soc_->cycles(), 8);
+                return DX1_SIM_OK;
+            case DX1_SIM_STALL:
+                soc_->stall(n);
+                return DX1_SIM_OK;
+            case DX1_SIM_BUDGET:
+                fixed_budget_ = n;
+                return DX1_SIM_OK;
+            default:
+                *data = "unknown op " + std::to_string(op);
+                return DX1_SIM_BAD_REQUEST;
+        }
+    }
+
+    Soc* soc_;
+    uint64_t fixed_budget_ = 0;
+};
+
+int listen_on(int port, const char* port_file) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(uint16_t(port));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(fd, 1) != 0) {
+        std::perror("dx1_sim_server: listen on 127.0.0.1");
+        std::exit(1);
+    }
+    socklen_t length = sizeof address;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    int chosen = ntohs(address.sin_port);
+    if (port_file) {
+        // Written whole, then renamed, so a reader never sees a partial number.
+        std::string tmp = std::string(port_file) + ".tmp";
+        FILE* f = std::fopen(tmp.c_str(), "w");
+        if (!f || std::fprintf(f, "%d", chosen) < 0 || std::fclose(f) != 0 ||
+            std::rename(tmp.c_str(), port_file) != 0) {
+            std::perror("dx1_sim_server: port file");
+            std::exit(1);
+        }
+    }
+    std::printf("dx1 sim serving on 127.0.0.1:%d\n", chosen);
+    std::fflush(stdout);
+    return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int port = 0;
+    const char* port_file = nullptr;
+    bool once = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "--port" && i + 1 < argc) {
+            port = std::atoi(argv[++i]);
+        } else if (arg == "--port-file" && i + 1 < argc) {
+            port_file = argv[++i];
+        } else if (arg == "--once") {
+            once = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]\n", argv[0]);
+            return 2;
+        }
+    }
+    auto context = std::make_unique<VerilatedContext>();
+    Soc soc{context.get()};
+    soc.reset();
+    Server server{&soc};
+    int listener = listen_on(port, port_file);
+    while (true) {
+        int conn = accept(listener, nullptr, nullptr);
+        if (conn < 0) continue;
+        int one = 1;
+        setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        bool keep_going = server.serve(conn);
+        close(conn);
+        if (once || !keep_going) break;
+    }
+    close(listener);
+    return 0;
+}
