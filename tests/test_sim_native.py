@@ -97,7 +97,7 @@ def test_a_gemm_leaves_the_same_counters_and_result(servers):
         before = [device.perf(tile).read() for tile in range(2)]
         out, _ = run_gemm(device, a, b, tiles=2, timeout=60)
         after = [device.perf(tile).read() for tile in range(2)]
-        seen[server] = (out.tobytes(), [a.since(b) for a, b in zip(after, before)])
+        seen[server] = (out.tobytes(), [a.since(b) for a, b in zip(after, before, strict=True)])
     assert seen["native"][0] == reference_gemm(a, b).tobytes()
     assert seen["native"] == seen["cocotb"]
 

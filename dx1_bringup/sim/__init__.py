@@ -36,8 +36,8 @@ from pathlib import Path
 
 from .clocked_top import CLOCKED_SUFFIX, TIMING_ARGS, TIMING_MAKEFLAGS, clocked_top_name, write_clocked_top
 
-__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path", "objcache_wrapper",
-           "verilator_missing", "fst_missing", "run_cocotb", "run_cocotb_shared", "cocotb_outcomes"]
+__all__ = ["BUILD_ROOT", "REPO_ROOT", "COVERAGE_FILE", "BuildVariant", "SimulationFailed", "tool_path",
+           "objcache_wrapper", "verilator_missing", "fst_missing", "run_cocotb", "run_cocotb_shared", "cocotb_outcomes"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / "build" / "sim"

@@ -124,9 +124,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per cycle; the default) or the cocotb server (Python, for debugging; the default "
                              "with --host-path bus or --clock verilator); the board (--uart) is always cocotb's")
     parser.add_argument("--clock", choices=CLOCKS, default="cocotb",
-                        help="cocotb server: what drives the SoC's clock: cocotb on the bare SoC (the default), or Verilator, "
-                             "inside a simulation top that also registers the reset (faster; with the backdoor "
-                             "host path only); the board (--uart) always runs on cocotb's")
+                        help="cocotb server: what drives the SoC's clock: cocotb on the bare SoC (the default), "
+                             "or Verilator, inside a simulation top that also registers the reset (faster; with the "
+                             "backdoor host path only); the board (--uart) always runs on cocotb's")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
     parser.add_argument("--tiles", type=types.positive, default=None,
