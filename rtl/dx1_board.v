@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$12362$0 (\$40 ),
+    .\port$12380$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$12362$0 (\$40 ),
+    .\port$12380$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$12362$0 (\$40 ),
+    .\port$12380$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$12362$0 (\$40 ),
+    .\port$12380$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12362$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12380$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$12362$0 ;
-  wire [23:0] \port$12362$0 ;
+  input [23:0] \port$12380$0 ;
+  wire [23:0] \port$12380$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$12362$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$12380$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$12362$0 , rx__byte };
+  assign rx__field = { \port$12380$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12362$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12380$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$12362$0 ;
-  wire [23:0] \port$12362$0 ;
+  input [23:0] \port$12380$0 ;
+  wire [23:0] \port$12380$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$12362$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$12380$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$8419$0 (\$63 ),
-    .\port$8426$0 (\$64 ),
-    .\port$8433$0 (\$65 ),
-    .\port$8440$0 (\$66 ),
-    .\port$8447$0 (\$67 ),
-    .\port$8454$0 (\$68 ),
-    .\port$8461$0 (\$69 ),
-    .\port$8468$0 (\$70 ),
+    .\port$8429$0 (\$63 ),
+    .\port$8436$0 (\$64 ),
+    .\port$8443$0 (\$65 ),
+    .\port$8450$0 (\$66 ),
+    .\port$8457$0 (\$67 ),
+    .\port$8464$0 (\$68 ),
+    .\port$8471$0 (\$69 ),
+    .\port$8478$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$12362$0 , rx__byte };
+              \$58  = { \port$12380$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$12362$0 , rx__byte };
+              \$59  = { \port$12380$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$12362$0 , rx__byte };
+  assign rx__field = { \port$12380$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8419$0 , \port$8426$0 , \port$8433$0 , \port$8440$0 , \port$8447$0 , \port$8454$0 , \port$8461$0 , \port$8468$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8429$0 , \port$8436$0 , \port$8443$0 , \port$8450$0 , \port$8457$0 , \port$8464$0 , \port$8471$0 , \port$8478$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8419$0 , \port$
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$8419$0 ;
-  wire \port$8419$0 ;
-  output \port$8426$0 ;
-  wire \port$8426$0 ;
-  output \port$8433$0 ;
-  wire \port$8433$0 ;
-  output \port$8440$0 ;
-  wire \port$8440$0 ;
-  output \port$8447$0 ;
-  wire \port$8447$0 ;
-  output \port$8454$0 ;
-  wire \port$8454$0 ;
-  output \port$8461$0 ;
-  wire \port$8461$0 ;
-  output \port$8468$0 ;
-  wire \port$8468$0 ;
+  output \port$8429$0 ;
+  wire \port$8429$0 ;
+  output \port$8436$0 ;
+  wire \port$8436$0 ;
+  output \port$8443$0 ;
+  wire \port$8443$0 ;
+  output \port$8450$0 ;
+  wire \port$8450$0 ;
+  output \port$8457$0 ;
+  wire \port$8457$0 ;
+  output \port$8464$0 ;
+  wire \port$8464$0 ;
+  output \port$8471$0 ;
+  wire \port$8471$0 ;
+  output \port$8478$0 ;
+  wire \port$8478$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8419$0 , \port$
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$8419$0  = \$15 ;
-  assign \port$8426$0  = \$22 ;
-  assign \port$8433$0  = \$29 ;
-  assign \port$8440$0  = \$36 ;
-  assign \port$8447$0  = \$43 ;
-  assign \port$8454$0  = \$50 ;
-  assign \port$8461$0  = \$57 ;
-  assign \port$8468$0  = \$64 ;
+  assign \port$8429$0  = \$15 ;
+  assign \port$8436$0  = \$22 ;
+  assign \port$8443$0  = \$29 ;
+  assign \port$8450$0  = \$36 ;
+  assign \port$8457$0  = \$43 ;
+  assign \port$8464$0  = \$50 ;
+  assign \port$8471$0  = \$57 ;
+  assign \port$8478$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12362$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12380$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$12362$0 ;
-  wire [23:0] \port$12362$0 ;
+  input [23:0] \port$12380$0 ;
+  wire [23:0] \port$12380$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$12362$0 , rx__byte };
+              \$60  = { \port$12380$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$12362$0 , rx__byte };
+  assign rx__field = { \port$12380$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12362$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12380$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$12362$0 ;
-  wire [23:0] \port$12362$0 ;
+  input [23:0] \port$12380$0 ;
+  wire [23:0] \port$12380$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$12362$0 , cmd };
+              \$40  = { \port$12380$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$12362$0 , cmd };
+              \$41  = { \port$12380$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$12362$0 , cmd };
+  assign rx__field = { \port$12380$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8261,8 +8261,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$10499$0 (\$54 ),
-    .\port$10501$0 (\$55 ),
+    .\port$10513$0 (\$54 ),
+    .\port$10515$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8292,8 +8292,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (\acc_wr__tready$509 ),
     .perf_busy(\busy_compute_source$732 ),
     .perf_macs(\macs_source$734 ),
-    .\port$12083$0 (\$57 ),
-    .\port$12085$0 (\$58 ),
+    .\port$12101$0 (\$57 ),
+    .\port$12103$0 (\$58 ),
     .progress(\progress$650 ),
     .\req__tdata$158 (\spm_rreq__tdata$501 ),
     .req__tvalid(\spm_wr__tvalid$499 ),
@@ -8352,22 +8352,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$8697$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8699$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8701$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8703$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8705$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8707$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8709$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8711$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8713$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8715$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8717$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8719$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8721$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8723$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8725$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8727$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8707$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8709$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8711$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8713$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8715$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8717$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8719$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8721$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8723$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8725$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8727$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8729$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8731$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8733$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8735$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8737$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8436,22 +8436,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$688 ),
     .irq_completion(\irq_completion$699 ),
     .irq_error(\irq_error$700 ),
-    .\port$8697$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8699$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8701$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8703$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8705$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8707$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8709$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8711$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8713$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8715$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8717$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8719$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8721$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8723$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8725$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8727$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8707$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8709$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8711$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8713$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8715$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8717$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8719$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8721$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8723$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8725$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8727$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8729$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8731$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8733$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8735$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8737$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$649 ),
     .quiesce(\quiesce$660 ),
     .reset_cp(\reset_cp$835 ),
@@ -8516,8 +8516,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$10499$0 (\$54 ),
-    .\port$10501$0 (\$55 ),
+    .\port$10513$0 (\$54 ),
+    .\port$10515$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8570,8 +8570,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$489 ),
     .done__tready(\done__tready$491 ),
     .done__tvalid(\dma_done__tvalid$493 ),
-    .\port$12083$0 (\$57 ),
-    .\port$12085$0 (\$58 ),
+    .\port$12101$0 (\$57 ),
+    .\port$12103$0 (\$58 ),
     .quiet(\dma_quiet$658 ),
     .reset_units(\reset_units$715 ),
     .rst(rst),
@@ -8926,26 +8926,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10545$0 (head),
-    .\port$10547$0 (tail),
-    .\port$10553$0 (halted),
-    .\port$10555$0 (error_code),
-    .\port$10557$0 (error_index),
-    .\port$10558$0 (irq_error),
-    .\port$10709$0 (irq_completion),
-    .\port$12129$0 (\head$688 ),
-    .\port$12131$0 (\tail$690 ),
-    .\port$12137$0 (\halted$693 ),
-    .\port$12139$0 (\error_code$696 ),
-    .\port$12141$0 (\error_index$697 ),
-    .\port$12142$0 (\irq_error$700 ),
-    .\port$12293$0 (\irq_completion$699 ),
+    .\port$10559$0 (head),
+    .\port$10561$0 (tail),
+    .\port$10567$0 (halted),
+    .\port$10569$0 (error_code),
+    .\port$10571$0 (error_index),
+    .\port$10572$0 (irq_error),
+    .\port$10723$0 (irq_completion),
+    .\port$12147$0 (\head$688 ),
+    .\port$12149$0 (\tail$690 ),
+    .\port$12155$0 (\halted$693 ),
+    .\port$12157$0 (\error_code$696 ),
+    .\port$12159$0 (\error_index$697 ),
+    .\port$12160$0 (\irq_error$700 ),
+    .\port$12311$0 (\irq_completion$699 ),
     .\port$2971$0 (\busy$356 ),
-    .\port$4464$0 (busy),
-    .\port$5190$0 (\$56 ),
-    .\port$5250$0 (\busy$694 ),
-    .\port$6743$0 (\busy$692 ),
-    .\port$7469$0 (\$59 ),
+    .\port$4469$0 (busy),
+    .\port$5195$0 (\$56 ),
+    .\port$5255$0 (\busy$694 ),
+    .\port$6753$0 (\busy$692 ),
+    .\port$7479$0 (\$59 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -8983,22 +8983,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$712 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$470 [67:64]),
-    .\port$8697$0 (GLOBAL_SEM0__value),
-    .\port$8699$0 (GLOBAL_SEM1__value),
-    .\port$8701$0 (GLOBAL_SEM2__value),
-    .\port$8703$0 (GLOBAL_SEM3__value),
-    .\port$8705$0 (GLOBAL_SEM4__value),
-    .\port$8707$0 (GLOBAL_SEM5__value),
-    .\port$8709$0 (GLOBAL_SEM6__value),
-    .\port$8711$0 (GLOBAL_SEM7__value),
-    .\port$8713$0 (GLOBAL_SEM8__value),
-    .\port$8715$0 (GLOBAL_SEM9__value),
-    .\port$8717$0 (GLOBAL_SEM10__value),
-    .\port$8719$0 (GLOBAL_SEM11__value),
-    .\port$8721$0 (GLOBAL_SEM12__value),
-    .\port$8723$0 (GLOBAL_SEM13__value),
-    .\port$8725$0 (GLOBAL_SEM14__value),
-    .\port$8727$0 (GLOBAL_SEM15__value),
+    .\port$8707$0 (GLOBAL_SEM0__value),
+    .\port$8709$0 (GLOBAL_SEM1__value),
+    .\port$8711$0 (GLOBAL_SEM2__value),
+    .\port$8713$0 (GLOBAL_SEM3__value),
+    .\port$8715$0 (GLOBAL_SEM4__value),
+    .\port$8717$0 (GLOBAL_SEM5__value),
+    .\port$8719$0 (GLOBAL_SEM6__value),
+    .\port$8721$0 (GLOBAL_SEM7__value),
+    .\port$8723$0 (GLOBAL_SEM8__value),
+    .\port$8725$0 (GLOBAL_SEM9__value),
+    .\port$8727$0 (GLOBAL_SEM10__value),
+    .\port$8729$0 (GLOBAL_SEM11__value),
+    .\port$8731$0 (GLOBAL_SEM12__value),
+    .\port$8733$0 (GLOBAL_SEM13__value),
+    .\port$8735$0 (GLOBAL_SEM14__value),
+    .\port$8737$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10169,7 +10169,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10499$0 , \port$10501$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10513$0 , \port$10515$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -10348,10 +10348,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$10499$0 ;
-  wire [255:0] \port$10499$0 ;
-  input [15:0] \port$10501$0 ;
-  wire [15:0] \port$10501$0 ;
+  input [255:0] \port$10513$0 ;
+  wire [255:0] \port$10513$0 ;
+  input [15:0] \port$10515$0 ;
+  wire [15:0] \port$10515$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10524,8 +10524,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$10499$0 (\port$10499$0 ),
-    .\port$10501$0 (\port$10501$0 ),
+    .\port$10513$0 (\port$10513$0 ),
+    .\port$10515$0 (\port$10515$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -10682,8 +10682,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$10499$0 (\port$10499$0 [63:0]),
-    .\port$10501$0 (\port$10501$0 ),
+    .\port$10513$0 (\port$10513$0 [63:0]),
+    .\port$10515$0 (\port$10515$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -10809,13 +10809,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$10501$0 , \port$10499$0 [63:0] };
-  assign spm_wr__tdata = { \port$10501$0 , \port$10499$0 [63:0] };
+  assign req__tdata = { \port$10515$0 , \port$10513$0 [63:0] };
+  assign spm_wr__tdata = { \port$10515$0 , \port$10513$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$10501$0 , \port$10499$0  };
-  assign acc_wr__tdata = { \port$10501$0 , \port$10499$0  };
+  assign \req__tdata$152  = { \port$10515$0 , \port$10513$0  };
+  assign acc_wr__tdata = { \port$10515$0 , \port$10513$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -11110,7 +11110,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10499$0 , \port$10501$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10513$0 , \port$10515$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11120,10 +11120,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$10499$0 ;
-  wire [255:0] \port$10499$0 ;
-  input [15:0] \port$10501$0 ;
-  wire [15:0] \port$10501$0 ;
+  input [255:0] \port$10513$0 ;
+  wire [255:0] \port$10513$0 ;
+  input [15:0] \port$10515$0 ;
+  wire [15:0] \port$10515$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11134,14 +11134,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10501$0 ;
+      addr = \port$10515$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$10499$0 ;
+      data = \port$10513$0 ;
     end
   end
   always @* begin
@@ -11152,7 +11152,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10501$0 , \port$10499$0  };
+  assign req__tdata = { \port$10515$0 , \port$10513$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -21867,7 +21867,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10499$0 , \port$10501$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10513$0 , \port$10515$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -21877,10 +21877,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$10499$0 ;
-  wire [63:0] \port$10499$0 ;
-  input [15:0] \port$10501$0 ;
-  wire [15:0] \port$10501$0 ;
+  input [63:0] \port$10513$0 ;
+  wire [63:0] \port$10513$0 ;
+  input [15:0] \port$10515$0 ;
+  wire [15:0] \port$10515$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -21891,14 +21891,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10501$0 ;
+      addr = \port$10515$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$10499$0 ;
+      data = \port$10513$0 ;
     end
   end
   always @* begin
@@ -21909,7 +21909,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10501$0 , \port$10499$0  };
+  assign req__tdata = { \port$10515$0 , \port$10513$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22530,7 +22530,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$12083$0 , \port$12085$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$12101$0 , \port$12103$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -22709,10 +22709,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$12083$0 ;
-  wire [255:0] \port$12083$0 ;
-  input [15:0] \port$12085$0 ;
-  wire [15:0] \port$12085$0 ;
+  input [255:0] \port$12101$0 ;
+  wire [255:0] \port$12101$0 ;
+  input [15:0] \port$12103$0 ;
+  wire [15:0] \port$12103$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -22885,8 +22885,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$12083$0 (\port$12083$0 ),
-    .\port$12085$0 (\port$12085$0 ),
+    .\port$12101$0 (\port$12101$0 ),
+    .\port$12103$0 (\port$12103$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -23043,8 +23043,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$12083$0 (\port$12083$0 [63:0]),
-    .\port$12085$0 (\port$12085$0 ),
+    .\port$12101$0 (\port$12101$0 [63:0]),
+    .\port$12103$0 (\port$12103$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -23170,13 +23170,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$12085$0 , \port$12083$0 [63:0] };
-  assign spm_wr__tdata = { \port$12085$0 , \port$12083$0 [63:0] };
+  assign req__tdata = { \port$12103$0 , \port$12101$0 [63:0] };
+  assign spm_wr__tdata = { \port$12103$0 , \port$12101$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$12085$0 , \port$12083$0  };
-  assign acc_wr__tdata = { \port$12085$0 , \port$12083$0  };
+  assign \req__tdata$152  = { \port$12103$0 , \port$12101$0  };
+  assign acc_wr__tdata = { \port$12103$0 , \port$12101$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -23471,7 +23471,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12083$0 , \port$12085$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12101$0 , \port$12103$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -23481,10 +23481,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$12083$0 ;
-  wire [255:0] \port$12083$0 ;
-  input [15:0] \port$12085$0 ;
-  wire [15:0] \port$12085$0 ;
+  input [255:0] \port$12101$0 ;
+  wire [255:0] \port$12101$0 ;
+  input [15:0] \port$12103$0 ;
+  wire [15:0] \port$12103$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -23495,14 +23495,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12085$0 ;
+      addr = \port$12103$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$12083$0 ;
+      data = \port$12101$0 ;
     end
   end
   always @* begin
@@ -23513,7 +23513,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12085$0 , \port$12083$0  };
+  assign req__tdata = { \port$12103$0 , \port$12101$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -34228,7 +34228,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12083$0 , \port$12085$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12101$0 , \port$12103$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -34238,10 +34238,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$12083$0 ;
-  wire [63:0] \port$12083$0 ;
-  input [15:0] \port$12085$0 ;
-  wire [15:0] \port$12085$0 ;
+  input [63:0] \port$12101$0 ;
+  wire [63:0] \port$12101$0 ;
+  input [15:0] \port$12103$0 ;
+  wire [15:0] \port$12103$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -34252,14 +34252,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12085$0 ;
+      addr = \port$12103$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$12083$0 ;
+      data = \port$12101$0 ;
     end
   end
   always @* begin
@@ -34270,7 +34270,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12085$0 , \port$12083$0  };
+  assign req__tdata = { \port$12103$0 , \port$12101$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -34890,8 +34890,8 @@ module \dx1_board.soc.core1.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8697$0 , \port$8699$0 
-, \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8707$0 , \port$8709$0 
+, \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -35172,16 +35172,6 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8697$0 ;
-  wire [15:0] \port$8697$0 ;
-  input [15:0] \port$8699$0 ;
-  wire [15:0] \port$8699$0 ;
-  input [15:0] \port$8701$0 ;
-  wire [15:0] \port$8701$0 ;
-  input [15:0] \port$8703$0 ;
-  wire [15:0] \port$8703$0 ;
-  input [15:0] \port$8705$0 ;
-  wire [15:0] \port$8705$0 ;
   input [15:0] \port$8707$0 ;
   wire [15:0] \port$8707$0 ;
   input [15:0] \port$8709$0 ;
@@ -35204,6 +35194,16 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$8725$0 ;
   input [15:0] \port$8727$0 ;
   wire [15:0] \port$8727$0 ;
+  input [15:0] \port$8729$0 ;
+  wire [15:0] \port$8729$0 ;
+  input [15:0] \port$8731$0 ;
+  wire [15:0] \port$8731$0 ;
+  input [15:0] \port$8733$0 ;
+  wire [15:0] \port$8733$0 ;
+  input [15:0] \port$8735$0 ;
+  wire [15:0] \port$8735$0 ;
+  input [15:0] \port$8737$0 ;
+  wire [15:0] \port$8737$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -35553,12 +35553,7 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$10573$64 (cmd[87:64]),
-    .\port$8697$0 (\port$8697$0 ),
-    .\port$8699$0 (\port$8699$0 ),
-    .\port$8701$0 (\port$8701$0 ),
-    .\port$8703$0 (\port$8703$0 ),
-    .\port$8705$0 (\port$8705$0 ),
+    .\port$10587$64 (cmd[87:64]),
     .\port$8707$0 (\port$8707$0 ),
     .\port$8709$0 (\port$8709$0 ),
     .\port$8711$0 (\port$8711$0 ),
@@ -35570,6 +35565,11 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$8723$0 (\port$8723$0 ),
     .\port$8725$0 (\port$8725$0 ),
     .\port$8727$0 (\port$8727$0 ),
+    .\port$8729$0 (\port$8729$0 ),
+    .\port$8731$0 (\port$8731$0 ),
+    .\port$8733$0 (\port$8733$0 ),
+    .\port$8735$0 (\port$8735$0 ),
+    .\port$8737$0 (\port$8737$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -35746,8 +35746,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign \sem_values$182  = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
+  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign \sem_values$182  = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -35834,38 +35834,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8697$0 ;
-  assign \sem_values[1]  = \port$8699$0 ;
-  assign \sem_values[2]  = \port$8701$0 ;
-  assign \sem_values[3]  = \port$8703$0 ;
-  assign \sem_values[4]  = \port$8705$0 ;
-  assign \sem_values[5]  = \port$8707$0 ;
-  assign \sem_values[6]  = \port$8709$0 ;
-  assign \sem_values[7]  = \port$8711$0 ;
-  assign \sem_values[8]  = \port$8713$0 ;
-  assign \sem_values[9]  = \port$8715$0 ;
-  assign \sem_values[10]  = \port$8717$0 ;
-  assign \sem_values[11]  = \port$8719$0 ;
-  assign \sem_values[12]  = \port$8721$0 ;
-  assign \sem_values[13]  = \port$8723$0 ;
-  assign \sem_values[14]  = \port$8725$0 ;
-  assign \sem_values[15]  = \port$8727$0 ;
-  assign \sem_values$182[0]  = \port$8697$0 ;
-  assign \sem_values$182[1]  = \port$8699$0 ;
-  assign \sem_values$182[2]  = \port$8701$0 ;
-  assign \sem_values$182[3]  = \port$8703$0 ;
-  assign \sem_values$182[4]  = \port$8705$0 ;
-  assign \sem_values$182[5]  = \port$8707$0 ;
-  assign \sem_values$182[6]  = \port$8709$0 ;
-  assign \sem_values$182[7]  = \port$8711$0 ;
-  assign \sem_values$182[8]  = \port$8713$0 ;
-  assign \sem_values$182[9]  = \port$8715$0 ;
-  assign \sem_values$182[10]  = \port$8717$0 ;
-  assign \sem_values$182[11]  = \port$8719$0 ;
-  assign \sem_values$182[12]  = \port$8721$0 ;
-  assign \sem_values$182[13]  = \port$8723$0 ;
-  assign \sem_values$182[14]  = \port$8725$0 ;
-  assign \sem_values$182[15]  = \port$8727$0 ;
+  assign \sem_values[0]  = \port$8707$0 ;
+  assign \sem_values[1]  = \port$8709$0 ;
+  assign \sem_values[2]  = \port$8711$0 ;
+  assign \sem_values[3]  = \port$8713$0 ;
+  assign \sem_values[4]  = \port$8715$0 ;
+  assign \sem_values[5]  = \port$8717$0 ;
+  assign \sem_values[6]  = \port$8719$0 ;
+  assign \sem_values[7]  = \port$8721$0 ;
+  assign \sem_values[8]  = \port$8723$0 ;
+  assign \sem_values[9]  = \port$8725$0 ;
+  assign \sem_values[10]  = \port$8727$0 ;
+  assign \sem_values[11]  = \port$8729$0 ;
+  assign \sem_values[12]  = \port$8731$0 ;
+  assign \sem_values[13]  = \port$8733$0 ;
+  assign \sem_values[14]  = \port$8735$0 ;
+  assign \sem_values[15]  = \port$8737$0 ;
+  assign \sem_values$182[0]  = \port$8707$0 ;
+  assign \sem_values$182[1]  = \port$8709$0 ;
+  assign \sem_values$182[2]  = \port$8711$0 ;
+  assign \sem_values$182[3]  = \port$8713$0 ;
+  assign \sem_values$182[4]  = \port$8715$0 ;
+  assign \sem_values$182[5]  = \port$8717$0 ;
+  assign \sem_values$182[6]  = \port$8719$0 ;
+  assign \sem_values$182[7]  = \port$8721$0 ;
+  assign \sem_values$182[8]  = \port$8723$0 ;
+  assign \sem_values$182[9]  = \port$8725$0 ;
+  assign \sem_values$182[10]  = \port$8727$0 ;
+  assign \sem_values$182[11]  = \port$8729$0 ;
+  assign \sem_values$182[12]  = \port$8731$0 ;
+  assign \sem_values$182[13]  = \port$8733$0 ;
+  assign \sem_values$182[14]  = \port$8735$0 ;
+  assign \sem_values$182[15]  = \port$8737$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -36291,9 +36291,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$10605$0 (g_a_end),
-    .\port$10607$0 (g_b_end),
-    .\port$10609$0 (p_src_end)
+    .\port$10619$0 (g_a_end),
+    .\port$10621$0 (g_b_end),
+    .\port$10623$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
@@ -36549,7 +36549,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10605$0 , \port$10607$0 , \port$10609$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10619$0 , \port$10621$0 , \port$10623$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -36585,24 +36585,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10605$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$10605$0 ;
-  wire [32:0] \port$10605$0 ;
-  input [20:0] \port$10607$0 ;
-  wire [20:0] \port$10607$0 ;
-  input [16:0] \port$10609$0 ;
-  wire [16:0] \port$10609$0 ;
+  input [32:0] \port$10619$0 ;
+  wire [32:0] \port$10619$0 ;
+  input [20:0] \port$10621$0 ;
+  wire [20:0] \port$10621$0 ;
+  input [16:0] \port$10623$0 ;
+  wire [16:0] \port$10623$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$10605$0  > \port$10607$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$10605$0  } : { 13'h0000, \port$10607$0  };
+  assign \$3  = \port$10619$0  > \port$10621$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10619$0  } : { 13'h0000, \port$10621$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$10609$0 ;
+  assign \$9  = cmd[127:112] >= \port$10623$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10609$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10623$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -36646,9 +36646,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10605$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$10605$0  };
-  assign b_end = { 13'h0000, \port$10607$0  };
-  assign p_src_end = { 17'h00000, \port$10609$0  };
+  assign a_end = { 1'h0, \port$10619$0  };
+  assign b_end = { 13'h0000, \port$10621$0  };
+  assign p_src_end = { 17'h00000, \port$10623$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -39042,8 +39042,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$10573$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$8697$0 );
+module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , sem_grant, \port$10587$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8707$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -39051,18 +39051,8 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10573$64 ;
-  wire [23:0] \port$10573$64 ;
-  input [15:0] \port$8697$0 ;
-  wire [15:0] \port$8697$0 ;
-  input [15:0] \port$8699$0 ;
-  wire [15:0] \port$8699$0 ;
-  input [15:0] \port$8701$0 ;
-  wire [15:0] \port$8701$0 ;
-  input [15:0] \port$8703$0 ;
-  wire [15:0] \port$8703$0 ;
-  input [15:0] \port$8705$0 ;
-  wire [15:0] \port$8705$0 ;
+  input [23:0] \port$10587$64 ;
+  wire [23:0] \port$10587$64 ;
   input [15:0] \port$8707$0 ;
   wire [15:0] \port$8707$0 ;
   input [15:0] \port$8709$0 ;
@@ -39085,6 +39075,16 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] \port$8725$0 ;
   input [15:0] \port$8727$0 ;
   wire [15:0] \port$8727$0 ;
+  input [15:0] \port$8729$0 ;
+  wire [15:0] \port$8729$0 ;
+  input [15:0] \port$8731$0 ;
+  wire [15:0] \port$8731$0 ;
+  input [15:0] \port$8733$0 ;
+  wire [15:0] \port$8733$0 ;
+  input [15:0] \port$8735$0 ;
+  wire [15:0] \port$8735$0 ;
+  input [15:0] \port$8737$0 ;
+  wire [15:0] \port$8737$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -39114,44 +39114,44 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10573$64 [23:8];
-  assign \$3  = - \port$10573$64 [23:8];
+  assign \$2  = \$1  >= \port$10587$64 [23:8];
+  assign \$3  = - \port$10587$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10573$64 [7:0])
+    casez (\port$10587$64 [7:0])
       8'h00:
-          \$1  = \port$8697$0 ;
-      8'h01:
-          \$1  = \port$8699$0 ;
-      8'h02:
-          \$1  = \port$8701$0 ;
-      8'h03:
-          \$1  = \port$8703$0 ;
-      8'h04:
-          \$1  = \port$8705$0 ;
-      8'h05:
           \$1  = \port$8707$0 ;
-      8'h06:
+      8'h01:
           \$1  = \port$8709$0 ;
-      8'h07:
+      8'h02:
           \$1  = \port$8711$0 ;
-      8'h08:
+      8'h03:
           \$1  = \port$8713$0 ;
-      8'h09:
+      8'h04:
           \$1  = \port$8715$0 ;
-      8'h0a:
+      8'h05:
           \$1  = \port$8717$0 ;
-      8'h0b:
+      8'h06:
           \$1  = \port$8719$0 ;
-      8'h0c:
+      8'h07:
           \$1  = \port$8721$0 ;
-      8'h0d:
+      8'h08:
           \$1  = \port$8723$0 ;
-      8'h0e:
+      8'h09:
           \$1  = \port$8725$0 ;
-      8'h0f:
+      8'h0a:
           \$1  = \port$8727$0 ;
+      8'h0b:
+          \$1  = \port$8729$0 ;
+      8'h0c:
+          \$1  = \port$8731$0 ;
+      8'h0d:
+          \$1  = \port$8733$0 ;
+      8'h0e:
+          \$1  = \port$8735$0 ;
+      8'h0f:
+          \$1  = \port$8737$0 ;
     endcase
   end
   always @* begin
@@ -39170,7 +39170,7 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10573$64 [23:8] };
+      sem_delta = { 2'h0, \port$10587$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -39190,26 +39190,26 @@ module \dx1_board.soc.cp0.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
       end
     end
   end
-  assign count = \port$10573$64 [23:8];
-  assign sem = \port$10573$64 [7:0];
-  assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign sem_index = \port$10573$64 [3:0];
-  assign \sem_values[0]  = \port$8697$0 ;
-  assign \sem_values[1]  = \port$8699$0 ;
-  assign \sem_values[2]  = \port$8701$0 ;
-  assign \sem_values[3]  = \port$8703$0 ;
-  assign \sem_values[4]  = \port$8705$0 ;
-  assign \sem_values[5]  = \port$8707$0 ;
-  assign \sem_values[6]  = \port$8709$0 ;
-  assign \sem_values[7]  = \port$8711$0 ;
-  assign \sem_values[8]  = \port$8713$0 ;
-  assign \sem_values[9]  = \port$8715$0 ;
-  assign \sem_values[10]  = \port$8717$0 ;
-  assign \sem_values[11]  = \port$8719$0 ;
-  assign \sem_values[12]  = \port$8721$0 ;
-  assign \sem_values[13]  = \port$8723$0 ;
-  assign \sem_values[14]  = \port$8725$0 ;
-  assign \sem_values[15]  = \port$8727$0 ;
+  assign count = \port$10587$64 [23:8];
+  assign sem = \port$10587$64 [7:0];
+  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign sem_index = \port$10587$64 [3:0];
+  assign \sem_values[0]  = \port$8707$0 ;
+  assign \sem_values[1]  = \port$8709$0 ;
+  assign \sem_values[2]  = \port$8711$0 ;
+  assign \sem_values[3]  = \port$8713$0 ;
+  assign \sem_values[4]  = \port$8715$0 ;
+  assign \sem_values[5]  = \port$8717$0 ;
+  assign \sem_values[6]  = \port$8719$0 ;
+  assign \sem_values[7]  = \port$8721$0 ;
+  assign \sem_values[8]  = \port$8723$0 ;
+  assign \sem_values[9]  = \port$8725$0 ;
+  assign \sem_values[10]  = \port$8727$0 ;
+  assign \sem_values[11]  = \port$8729$0 ;
+  assign \sem_values[12]  = \port$8731$0 ;
+  assign \sem_values[13]  = \port$8733$0 ;
+  assign \sem_values[14]  = \port$8735$0 ;
+  assign \sem_values[15]  = \port$8737$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -40140,8 +40140,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8697$0 , \port$8699$0 
-, \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8707$0 , \port$8709$0 
+, \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -40422,16 +40422,6 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8697$0 ;
-  wire [15:0] \port$8697$0 ;
-  input [15:0] \port$8699$0 ;
-  wire [15:0] \port$8699$0 ;
-  input [15:0] \port$8701$0 ;
-  wire [15:0] \port$8701$0 ;
-  input [15:0] \port$8703$0 ;
-  wire [15:0] \port$8703$0 ;
-  input [15:0] \port$8705$0 ;
-  wire [15:0] \port$8705$0 ;
   input [15:0] \port$8707$0 ;
   wire [15:0] \port$8707$0 ;
   input [15:0] \port$8709$0 ;
@@ -40454,6 +40444,16 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$8725$0 ;
   input [15:0] \port$8727$0 ;
   wire [15:0] \port$8727$0 ;
+  input [15:0] \port$8729$0 ;
+  wire [15:0] \port$8729$0 ;
+  input [15:0] \port$8731$0 ;
+  wire [15:0] \port$8731$0 ;
+  input [15:0] \port$8733$0 ;
+  wire [15:0] \port$8733$0 ;
+  input [15:0] \port$8735$0 ;
+  wire [15:0] \port$8735$0 ;
+  input [15:0] \port$8737$0 ;
+  wire [15:0] \port$8737$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -40803,12 +40803,7 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$12157$64 (cmd[87:64]),
-    .\port$8697$0 (\port$8697$0 ),
-    .\port$8699$0 (\port$8699$0 ),
-    .\port$8701$0 (\port$8701$0 ),
-    .\port$8703$0 (\port$8703$0 ),
-    .\port$8705$0 (\port$8705$0 ),
+    .\port$12175$64 (cmd[87:64]),
     .\port$8707$0 (\port$8707$0 ),
     .\port$8709$0 (\port$8709$0 ),
     .\port$8711$0 (\port$8711$0 ),
@@ -40820,6 +40815,11 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$8723$0 (\port$8723$0 ),
     .\port$8725$0 (\port$8725$0 ),
     .\port$8727$0 (\port$8727$0 ),
+    .\port$8729$0 (\port$8729$0 ),
+    .\port$8731$0 (\port$8731$0 ),
+    .\port$8733$0 (\port$8733$0 ),
+    .\port$8735$0 (\port$8735$0 ),
+    .\port$8737$0 (\port$8737$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -40996,8 +40996,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign \sem_values$182  = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
+  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign \sem_values$182  = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -41084,38 +41084,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8697$0 ;
-  assign \sem_values[1]  = \port$8699$0 ;
-  assign \sem_values[2]  = \port$8701$0 ;
-  assign \sem_values[3]  = \port$8703$0 ;
-  assign \sem_values[4]  = \port$8705$0 ;
-  assign \sem_values[5]  = \port$8707$0 ;
-  assign \sem_values[6]  = \port$8709$0 ;
-  assign \sem_values[7]  = \port$8711$0 ;
-  assign \sem_values[8]  = \port$8713$0 ;
-  assign \sem_values[9]  = \port$8715$0 ;
-  assign \sem_values[10]  = \port$8717$0 ;
-  assign \sem_values[11]  = \port$8719$0 ;
-  assign \sem_values[12]  = \port$8721$0 ;
-  assign \sem_values[13]  = \port$8723$0 ;
-  assign \sem_values[14]  = \port$8725$0 ;
-  assign \sem_values[15]  = \port$8727$0 ;
-  assign \sem_values$182[0]  = \port$8697$0 ;
-  assign \sem_values$182[1]  = \port$8699$0 ;
-  assign \sem_values$182[2]  = \port$8701$0 ;
-  assign \sem_values$182[3]  = \port$8703$0 ;
-  assign \sem_values$182[4]  = \port$8705$0 ;
-  assign \sem_values$182[5]  = \port$8707$0 ;
-  assign \sem_values$182[6]  = \port$8709$0 ;
-  assign \sem_values$182[7]  = \port$8711$0 ;
-  assign \sem_values$182[8]  = \port$8713$0 ;
-  assign \sem_values$182[9]  = \port$8715$0 ;
-  assign \sem_values$182[10]  = \port$8717$0 ;
-  assign \sem_values$182[11]  = \port$8719$0 ;
-  assign \sem_values$182[12]  = \port$8721$0 ;
-  assign \sem_values$182[13]  = \port$8723$0 ;
-  assign \sem_values$182[14]  = \port$8725$0 ;
-  assign \sem_values$182[15]  = \port$8727$0 ;
+  assign \sem_values[0]  = \port$8707$0 ;
+  assign \sem_values[1]  = \port$8709$0 ;
+  assign \sem_values[2]  = \port$8711$0 ;
+  assign \sem_values[3]  = \port$8713$0 ;
+  assign \sem_values[4]  = \port$8715$0 ;
+  assign \sem_values[5]  = \port$8717$0 ;
+  assign \sem_values[6]  = \port$8719$0 ;
+  assign \sem_values[7]  = \port$8721$0 ;
+  assign \sem_values[8]  = \port$8723$0 ;
+  assign \sem_values[9]  = \port$8725$0 ;
+  assign \sem_values[10]  = \port$8727$0 ;
+  assign \sem_values[11]  = \port$8729$0 ;
+  assign \sem_values[12]  = \port$8731$0 ;
+  assign \sem_values[13]  = \port$8733$0 ;
+  assign \sem_values[14]  = \port$8735$0 ;
+  assign \sem_values[15]  = \port$8737$0 ;
+  assign \sem_values$182[0]  = \port$8707$0 ;
+  assign \sem_values$182[1]  = \port$8709$0 ;
+  assign \sem_values$182[2]  = \port$8711$0 ;
+  assign \sem_values$182[3]  = \port$8713$0 ;
+  assign \sem_values$182[4]  = \port$8715$0 ;
+  assign \sem_values$182[5]  = \port$8717$0 ;
+  assign \sem_values$182[6]  = \port$8719$0 ;
+  assign \sem_values$182[7]  = \port$8721$0 ;
+  assign \sem_values$182[8]  = \port$8723$0 ;
+  assign \sem_values$182[9]  = \port$8725$0 ;
+  assign \sem_values$182[10]  = \port$8727$0 ;
+  assign \sem_values$182[11]  = \port$8729$0 ;
+  assign \sem_values$182[12]  = \port$8731$0 ;
+  assign \sem_values$182[13]  = \port$8733$0 ;
+  assign \sem_values$182[14]  = \port$8735$0 ;
+  assign \sem_values$182[15]  = \port$8737$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -41541,9 +41541,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$12189$0 (g_a_end),
-    .\port$12191$0 (g_b_end),
-    .\port$12193$0 (p_src_end)
+    .\port$12207$0 (g_a_end),
+    .\port$12209$0 (g_b_end),
+    .\port$12211$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
@@ -41799,7 +41799,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12189$0 , \port$12191$0 , \port$12193$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12207$0 , \port$12209$0 , \port$12211$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -41835,24 +41835,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12189$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$12189$0 ;
-  wire [32:0] \port$12189$0 ;
-  input [20:0] \port$12191$0 ;
-  wire [20:0] \port$12191$0 ;
-  input [16:0] \port$12193$0 ;
-  wire [16:0] \port$12193$0 ;
+  input [32:0] \port$12207$0 ;
+  wire [32:0] \port$12207$0 ;
+  input [20:0] \port$12209$0 ;
+  wire [20:0] \port$12209$0 ;
+  input [16:0] \port$12211$0 ;
+  wire [16:0] \port$12211$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$12189$0  > \port$12191$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$12189$0  } : { 13'h0000, \port$12191$0  };
+  assign \$3  = \port$12207$0  > \port$12209$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$12207$0  } : { 13'h0000, \port$12209$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$12193$0 ;
+  assign \$9  = cmd[127:112] >= \port$12211$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12193$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12211$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -41896,9 +41896,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12189$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$12189$0  };
-  assign b_end = { 13'h0000, \port$12191$0  };
-  assign p_src_end = { 17'h00000, \port$12193$0  };
+  assign a_end = { 1'h0, \port$12207$0  };
+  assign b_end = { 13'h0000, \port$12209$0  };
+  assign p_src_end = { 17'h00000, \port$12211$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -44292,8 +44292,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , sem_grant, \port$12157$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$8697$0 );
+module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , sem_grant, \port$12175$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8707$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -44301,18 +44301,8 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$12157$64 ;
-  wire [23:0] \port$12157$64 ;
-  input [15:0] \port$8697$0 ;
-  wire [15:0] \port$8697$0 ;
-  input [15:0] \port$8699$0 ;
-  wire [15:0] \port$8699$0 ;
-  input [15:0] \port$8701$0 ;
-  wire [15:0] \port$8701$0 ;
-  input [15:0] \port$8703$0 ;
-  wire [15:0] \port$8703$0 ;
-  input [15:0] \port$8705$0 ;
-  wire [15:0] \port$8705$0 ;
+  input [23:0] \port$12175$64 ;
+  wire [23:0] \port$12175$64 ;
   input [15:0] \port$8707$0 ;
   wire [15:0] \port$8707$0 ;
   input [15:0] \port$8709$0 ;
@@ -44335,6 +44325,16 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire [15:0] \port$8725$0 ;
   input [15:0] \port$8727$0 ;
   wire [15:0] \port$8727$0 ;
+  input [15:0] \port$8729$0 ;
+  wire [15:0] \port$8729$0 ;
+  input [15:0] \port$8731$0 ;
+  wire [15:0] \port$8731$0 ;
+  input [15:0] \port$8733$0 ;
+  wire [15:0] \port$8733$0 ;
+  input [15:0] \port$8735$0 ;
+  wire [15:0] \port$8735$0 ;
+  input [15:0] \port$8737$0 ;
+  wire [15:0] \port$8737$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -44364,44 +44364,44 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$12157$64 [23:8];
-  assign \$3  = - \port$12157$64 [23:8];
+  assign \$2  = \$1  >= \port$12175$64 [23:8];
+  assign \$3  = - \port$12175$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$1  = 16'h0000;
-    casez (\port$12157$64 [7:0])
+    casez (\port$12175$64 [7:0])
       8'h00:
-          \$1  = \port$8697$0 ;
-      8'h01:
-          \$1  = \port$8699$0 ;
-      8'h02:
-          \$1  = \port$8701$0 ;
-      8'h03:
-          \$1  = \port$8703$0 ;
-      8'h04:
-          \$1  = \port$8705$0 ;
-      8'h05:
           \$1  = \port$8707$0 ;
-      8'h06:
+      8'h01:
           \$1  = \port$8709$0 ;
-      8'h07:
+      8'h02:
           \$1  = \port$8711$0 ;
-      8'h08:
+      8'h03:
           \$1  = \port$8713$0 ;
-      8'h09:
+      8'h04:
           \$1  = \port$8715$0 ;
-      8'h0a:
+      8'h05:
           \$1  = \port$8717$0 ;
-      8'h0b:
+      8'h06:
           \$1  = \port$8719$0 ;
-      8'h0c:
+      8'h07:
           \$1  = \port$8721$0 ;
-      8'h0d:
+      8'h08:
           \$1  = \port$8723$0 ;
-      8'h0e:
+      8'h09:
           \$1  = \port$8725$0 ;
-      8'h0f:
+      8'h0a:
           \$1  = \port$8727$0 ;
+      8'h0b:
+          \$1  = \port$8729$0 ;
+      8'h0c:
+          \$1  = \port$8731$0 ;
+      8'h0d:
+          \$1  = \port$8733$0 ;
+      8'h0e:
+          \$1  = \port$8735$0 ;
+      8'h0f:
+          \$1  = \port$8737$0 ;
     endcase
   end
   always @* begin
@@ -44420,7 +44420,7 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$12157$64 [23:8] };
+      sem_delta = { 2'h0, \port$12175$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -44440,26 +44440,26 @@ module \dx1_board.soc.cp1.semaphore (\port$8699$0 , \port$8701$0 , \port$8703$0 
       end
     end
   end
-  assign count = \port$12157$64 [23:8];
-  assign sem = \port$12157$64 [7:0];
-  assign sem_values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
-  assign sem_index = \port$12157$64 [3:0];
-  assign \sem_values[0]  = \port$8697$0 ;
-  assign \sem_values[1]  = \port$8699$0 ;
-  assign \sem_values[2]  = \port$8701$0 ;
-  assign \sem_values[3]  = \port$8703$0 ;
-  assign \sem_values[4]  = \port$8705$0 ;
-  assign \sem_values[5]  = \port$8707$0 ;
-  assign \sem_values[6]  = \port$8709$0 ;
-  assign \sem_values[7]  = \port$8711$0 ;
-  assign \sem_values[8]  = \port$8713$0 ;
-  assign \sem_values[9]  = \port$8715$0 ;
-  assign \sem_values[10]  = \port$8717$0 ;
-  assign \sem_values[11]  = \port$8719$0 ;
-  assign \sem_values[12]  = \port$8721$0 ;
-  assign \sem_values[13]  = \port$8723$0 ;
-  assign \sem_values[14]  = \port$8725$0 ;
-  assign \sem_values[15]  = \port$8727$0 ;
+  assign count = \port$12175$64 [23:8];
+  assign sem = \port$12175$64 [7:0];
+  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign sem_index = \port$12175$64 [3:0];
+  assign \sem_values[0]  = \port$8707$0 ;
+  assign \sem_values[1]  = \port$8709$0 ;
+  assign \sem_values[2]  = \port$8711$0 ;
+  assign \sem_values[3]  = \port$8713$0 ;
+  assign \sem_values[4]  = \port$8715$0 ;
+  assign \sem_values[5]  = \port$8717$0 ;
+  assign \sem_values[6]  = \port$8719$0 ;
+  assign \sem_values[7]  = \port$8721$0 ;
+  assign \sem_values[8]  = \port$8723$0 ;
+  assign \sem_values[9]  = \port$8725$0 ;
+  assign \sem_values[10]  = \port$8727$0 ;
+  assign \sem_values[11]  = \port$8729$0 ;
+  assign \sem_values[12]  = \port$8731$0 ;
+  assign \sem_values[13]  = \port$8733$0 ;
+  assign \sem_values[14]  = \port$8735$0 ;
+  assign \sem_values[15]  = \port$8737$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -45392,87 +45392,91 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$10499$0 , \port$10501$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$10513$0 , \port$10515$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
-  wire [18:0] \$1 ;
-  wire [31:0] \$10 ;
-  wire [31:0] \$11 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
   wire \$12 ;
-  wire \$13 ;
-  wire \$14 ;
-  wire \$15 ;
+  wire [18:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire [18:0] \$15 ;
   wire \$16 ;
   wire \$17 ;
-  wire \$18 ;
-  wire \$19 ;
-  wire [16:0] \$2 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
   wire \$20 ;
   wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire [3:0] \$29 ;
-  wire [18:0] \$3 ;
+  wire \$29 ;
+  wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
+  wire \$32 ;
+  wire \$33 ;
   reg \$34 ;
-  reg \$35 ;
-  reg \$36 ;
-  reg [15:0] \$37 ;
-  reg [15:0] \$38 ;
-  reg [15:0] \$39 ;
+  reg [255:0] \$35 ;
+  reg [1:0] \$36 ;
+  reg \$37 ;
+  reg \$38 ;
+  reg \$39 ;
   wire \$4 ;
-  reg [15:0] \$40 ;
-  reg \$41 ;
-  reg \$42 ;
-  reg [7:0] \$43 ;
-  wire [255:0] \$44 ;
-  wire [15:0] \$45 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg [15:0] \$42 ;
+  reg [15:0] \$43 ;
+  reg [15:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [7:0] \$47 ;
+  wire [255:0] \$48 ;
+  wire [15:0] \$49 ;
   wire \$5 ;
-  wire [31:0] \$6 ;
-  wire [31:0] \$7 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$9 ;
+  wire [3:0] \$9 ;
   input abort;
   wire abort;
-  wire \abort$74 ;
-  wire \abort$81 ;
+  wire \abort$102 ;
+  wire \abort$95 ;
   reg acc = 1'h0;
   (* init = 1'h0 *)
-  wire \acc$105 ;
+  wire \acc$121 ;
   (* init = 1'h0 *)
-  wire \acc$116 ;
+  wire \acc$128 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$148 ;
+  wire [15:0] \acc_rreq__tdata$160 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$150 ;
+  wire \acc_rreq__tready$162 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$152 ;
+  wire \acc_rreq__tvalid$164 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$160 ;
+  wire [255:0] \acc_rresp__tdata$172 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$162 ;
+  wire \acc_rresp__tready$174 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$164 ;
+  wire \acc_rresp__tvalid$176 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$136 ;
+  wire [271:0] \acc_wr__tdata$148 ;
   input acc_wr__tready;
   wire acc_wr__tready;
-  wire \acc_wr__tready$138 ;
+  wire \acc_wr__tready$150 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$140 ;
+  wire \acc_wr__tvalid$152 ;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
@@ -45514,9 +45518,9 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   output axi__wvalid;
   wire axi__wvalid;
   wire [31:0] base;
-  wire [31:0] \base$76 ;
+  wire [31:0] \base$97 ;
   wire beat;
-  wire [63:0] \beat$169 ;
+  wire [63:0] \beat$181 ;
   wire [31:0] bus__araddr;
   wire [1:0] bus__arburst;
   wire [3:0] bus__arid;
@@ -45560,10 +45564,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire busy;
   output [31:0] bytes_read;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$99 ;
+  wire [31:0] \bytes_read$116 ;
   output [31:0] bytes_written;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$101 ;
+  wire [31:0] \bytes_written$118 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -45574,18 +45578,19 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$113 ;
+  wire [15:0] \col_stride$125 ;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$120 ;
+  wire [15:0] \col_stride$132 ;
   reg [15:0] cols = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$109 ;
+  wire [15:0] \cols$123 ;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$118 ;
+  wire [15:0] \cols$130 ;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire copy_beat;
   wire done;
-  wire \done$174 ;
-  wire \done$175 ;
+  wire \done$185 ;
+  wire \done$186 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
@@ -45594,178 +45599,185 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire done__tvalid;
   wire error;
   wire [63:0] fifo_data;
-  wire [63:0] \fifo_data$123 ;
+  wire [63:0] \fifo_data$135 ;
   wire fifo_err;
-  wire \fifo_err$124 ;
+  wire \fifo_err$136 ;
   wire fifo_ready;
-  wire \fifo_ready$125 ;
-  wire \fifo_ready$128 ;
+  wire \fifo_ready$137 ;
+  wire \fifo_ready$140 ;
   wire fifo_take;
-  wire \fifo_take$167 ;
+  wire \fifo_take$179 ;
   wire finished;
+  reg held = 1'h0;
   wire hold;
-  wire \hold$72 ;
-  wire \hold$80 ;
+  wire \hold$101 ;
+  wire \hold$93 ;
   reg is_copy = 1'h0;
   (* init = 1'h0 *)
-  wire \is_copy$86 ;
+  wire \is_copy$105 ;
   reg is_load = 1'h0;
   (* init = 1'h0 *)
-  wire \is_load$88 ;
+  wire \is_load$106 ;
   reg is_store = 1'h0;
   (* init = 1'h0 *)
-  wire \is_store$127 ;
+  wire \is_store$139 ;
   wire [15:0] local_addr;
-  wire [15:0] \local_addr$115 ;
+  wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$10499$0 ;
-  wire [255:0] \port$10499$0 ;
-  output [15:0] \port$10501$0 ;
-  wire [15:0] \port$10501$0 ;
+  output [255:0] \port$10513$0 ;
+  wire [255:0] \port$10513$0 ;
+  output [15:0] \port$10515$0 ;
+  wire [15:0] \port$10515$0 ;
   wire push;
   output quiet;
   wire quiet;
-  wire \quiet$178 ;
-  wire \quiet$179 ;
+  wire \quiet$189 ;
+  wire \quiet$190 ;
   wire [64:0] r_data;
   wire r_en;
   wire r_rdy;
   reg rd_err = 1'h0;
   (* init = 1'h0 *)
-  wire \rd_err$122 ;
+  wire \rd_err$109 ;
   (* init = 1'h0 *)
-  wire \rd_err$92 ;
+  wire \rd_err$134 ;
   wire read_error;
-  wire \read_error$184 ;
+  wire \read_error$20 ;
   wire request;
   input reset_units;
   wire reset_units;
   reg [15:0] row_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$111 ;
+  wire [15:0] \row_stride$124 ;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$119 ;
+  wire [15:0] \row_stride$131 ;
   reg [15:0] rows = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$107 ;
+  wire [15:0] \rows$122 ;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$117 ;
+  wire [15:0] \rows$129 ;
   input rst;
   wire rst;
   wire run;
   wire [29:0] seg_beats;
-  wire [29:0] \seg_beats$79 ;
+  wire [29:0] \seg_beats$100 ;
   wire [15:0] segments;
-  wire [15:0] \segments$78 ;
+  wire [15:0] \segments$99 ;
   output [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$142 ;
+  wire [15:0] \spm_rreq__tdata$154 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$144 ;
+  wire \spm_rreq__tready$156 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$146 ;
+  wire \spm_rreq__tvalid$158 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$154 ;
+  wire [63:0] \spm_rresp__tdata$166 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$156 ;
+  wire \spm_rresp__tready$168 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$158 ;
+  wire \spm_rresp__tvalid$170 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$130 ;
+  wire [79:0] \spm_wr__tdata$142 ;
   input spm_wr__tready;
   wire spm_wr__tready;
-  wire \spm_wr__tready$132 ;
+  wire \spm_wr__tready$144 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$134 ;
+  wire \spm_wr__tvalid$146 ;
   wire start;
-  wire \start$102 ;
-  wire \start$114 ;
-  wire \start$66 ;
-  wire \start$75 ;
+  wire \start$119 ;
+  wire \start$126 ;
+  wire \start$87 ;
+  wire \start$96 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
   wire [31:0] stride;
-  wire [31:0] \stride$77 ;
+  wire [31:0] \stride$98 ;
   wire take;
   reg [64:0] w_data;
   reg w_en;
   wire w_rdy;
   reg wr_err = 1'h0;
-  always @(posedge clk)
-    is_load <= \$33 ;
-  always @(posedge clk)
-    is_store <= \$34 ;
-  always @(posedge clk)
-    is_copy <= \$35 ;
-  always @(posedge clk)
-    acc <= \$36 ;
-  always @(posedge clk)
-    rows <= \$37 ;
-  always @(posedge clk)
-    cols <= \$38 ;
-  always @(posedge clk)
-    row_stride <= \$39 ;
-  always @(posedge clk)
-    col_stride <= \$40 ;
-  always @(posedge clk)
-    rd_err <= \$41 ;
-  always @(posedge clk)
-    wr_err <= \$42 ;
-  always @(posedge clk)
-    done__tdata <= \$43 ;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = cmd__tdata[7:0] == 1'h1;
-  assign \$5  = \$4  | start_copy;
-  assign \start$66  = start & \$5 ;
-  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
-  assign \$8  = cmd__tdata[7:0] == 2'h2;
-  assign \$9  = \$8  | start_copy;
-  assign \start$75  = start & \$9 ;
-  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
-  assign \$12  = ~ is_store;
-  assign \$13  = w_rdy & \$12 ;
-  assign axi__rready = \$13  | abort;
-  assign \$14  = state == 1'h1;
-  assign run = \$14  & is_load;
-  assign request = cmd__tdata[7:0] == 2'h2;
-  assign r_en = fifo_take | \fifo_take$167 ;
-  assign \$15  = ~ abort;
-  assign \$16  = push & \$15 ;
-  assign \$17  = | bus__rresp;
-  assign \$18  = ~ abort;
-  assign \$19  = copy_beat & \$18 ;
-  assign \$20  = \done$175  & \done$174 ;
-  assign \$21  = done & \done$174 ;
-  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign quiet = \quiet$178  & \quiet$179 ;
-  assign \$22  = cmd__tdata[7:0] == 1'h1;
-  assign \$23  = cmd__tdata[7:0] == 2'h2;
-  assign \$24  = cmd__tdata[7:0] == 4'h8;
-  assign \$25  = read_error | \read_error$184 ;
-  assign \$26  = state == 1'h1;
-  assign \$27  = \$26  & finished;
-  assign \$28  = rd_err | wr_err;
-  assign \$29  = \$28  ? 4'h9 : 4'h0;
-  assign \$30  = state == 2'h2;
-  assign \$31  = \$30  & done__tready;
+  assign quiet = \quiet$189  & \quiet$190 ;
   always @(posedge clk)
-    state <= \$32 ;
+    held <= \$34 ;
+  always @(posedge clk)
+    command <= \$35 ;
+  always @(posedge clk)
+    state <= \$36 ;
+  always @(posedge clk)
+    is_load <= \$37 ;
+  always @(posedge clk)
+    is_store <= \$38 ;
+  always @(posedge clk)
+    is_copy <= \$39 ;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    rows <= \$41 ;
+  always @(posedge clk)
+    cols <= \$42 ;
+  always @(posedge clk)
+    row_stride <= \$43 ;
+  always @(posedge clk)
+    col_stride <= \$44 ;
+  always @(posedge clk)
+    rd_err <= \$45 ;
+  always @(posedge clk)
+    wr_err <= \$46 ;
+  always @(posedge clk)
+    done__tdata <= \$47 ;
+  assign \$1  = cmd__tvalid & cmd__tready;
+  assign \$2  = command[7:0] == 1'h1;
+  assign \$3  = command[7:0] == 2'h2;
+  assign \$4  = command[7:0] == 4'h8;
+  assign \$5  = read_error | \read_error$20 ;
+  assign \$6  = state == 1'h1;
+  assign \$7  = \$6  & finished;
+  assign \$8  = rd_err | wr_err;
+  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$10  = state == 2'h2;
+  assign \$11  = \$10  & done__tready;
+  assign cmd__tready = ~ held;
+  assign \$12  = ! state;
+  assign start = held & \$12 ;
+  assign busy = | state;
+  assign start_copy = command[7:0] == 4'h8;
+  assign \$15  = command[8] ? \$13  : { 2'h0, \$14  };
+  assign \$16  = command[7:0] == 1'h1;
+  assign \$17  = \$16  | start_copy;
+  assign \start$87  = start & \$17 ;
+  assign stride = start_copy ? 32'd0 : command[127:96];
+  assign segments = start_copy ? 16'h0001 : command[159:144];
+  assign \$19  = start_copy ? \$18  : { 13'h0000, \$15  };
+  assign \$20  = command[7:0] == 2'h2;
+  assign \$21  = \$20  | start_copy;
+  assign \start$96  = start & \$21 ;
+  assign \base$97  = start_copy ? command[127:96] : command[95:64];
+  assign \stride$98  = start_copy ? 32'd0 : command[127:96];
+  assign \segments$99  = start_copy ? 16'h0001 : command[159:144];
+  assign \$23  = start_copy ? \$22  : { 13'h0000, \$15  };
+  assign \$24  = ~ is_store;
+  assign \$25  = w_rdy & \$24 ;
+  assign axi__rready = \$25  | abort;
+  assign \$26  = state == 1'h1;
+  assign run = \$26  & is_load;
+  assign request = command[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$179 ;
+  assign \$27  = ~ abort;
+  assign \$28  = push & \$27 ;
+  assign \$29  = | bus__rresp;
+  assign \$30  = ~ abort;
+  assign \$31  = copy_beat & \$30 ;
+  assign \$32  = \done$186  & \done$185 ;
+  assign \$33  = done & \done$185 ;
+  assign finished = is_load ? \$32  : \$33 ;
   \dx1_board.soc.dma0.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -45784,13 +45796,13 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
-    .done(\done$175 ),
+    .done(\done$186 ),
     .fifo_ready(fifo_ready),
-    .fifo_take(\fifo_take$167 ),
-    .local_addr(cmd__tdata[143:128]),
-    .\port$4118$0 (r_data),
+    .fifo_take(\fifo_take$179 ),
+    .local_addr(command[143:128]),
+    .\port$4123$0 (r_data),
     .rd_err(rd_err),
-    .read_error(\read_error$184 ),
+    .read_error(\read_error$20 ),
     .reset_units(reset_units),
     .row_stride(row_stride),
     .rows(rows),
@@ -45799,8 +45811,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
     .start(start),
-    .wr_addr(\$45 ),
-    .wr_data(\$44 )
+    .wr_addr(\$49 ),
+    .wr_data(\$48 )
   );
   \dx1_board.soc.dma0.reader  reader (
     .abort(abort),
@@ -45814,14 +45826,14 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .bus__rvalid(bus__rvalid),
     .bytes_read(bytes_read),
     .clk(clk),
-    .done(\done$174 ),
-    .quiet(\quiet$178 ),
+    .done(\done$185 ),
+    .quiet(\quiet$189 ),
     .ready(bus__arready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$7 [29:0]),
+    .seg_beats(\$19 [29:0]),
     .segments(segments),
-    .start(\start$66 ),
+    .start(\start$87 ),
     .stride(stride)
   );
   \dx1_board.soc.dma0.storer  storer (
@@ -45831,13 +45843,13 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .acc_rresp__tdata(acc_rresp__tdata),
     .acc_rresp__tready(acc_rresp__tready),
     .acc_rresp__tvalid(acc_rresp__tvalid),
-    .beat(\beat$169 ),
+    .beat(\beat$181 ),
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
     .fifo_ready(w_rdy),
     .is_store(is_store),
-    .local_addr(cmd__tdata[143:128]),
+    .local_addr(command[143:128]),
     .push(push),
     .request(request),
     .reset_units(reset_units),
@@ -45854,7 +45866,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   );
   \dx1_board.soc.dma0.writer  writer (
     .abort(abort),
-    .base(\base$76 ),
+    .base(\base$97 ),
     .bus__awaddr(axi__awaddr),
     .bus__awlen(axi__awlen),
     .bus__awvalid(axi__awvalid),
@@ -45872,37 +45884,26 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4118$0 (r_data),
-    .quiet(\quiet$179 ),
+    .\port$4123$0 (r_data),
+    .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
     .ready(bus__awready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$11 [29:0]),
-    .segments(\segments$78 ),
-    .start(\start$75 ),
-    .stride(\stride$77 ),
+    .seg_beats(\$23 [29:0]),
+    .segments(\segments$99 ),
+    .start(\start$96 ),
+    .stride(\stride$98 ),
     .w_hs(fifo_take)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$33  = is_load;
-    if (start) begin
-      \$33  = \$22 ;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$34  = is_store;
-    if (start) begin
-      \$34  = \$23 ;
+    \$34  = held;
+    if (\$1 ) begin
+      \$34  = 1'h1;
+    end else if (start) begin
+      \$34  = 1'h0;
     end
     if (reset_units) begin
       \$34  = 1'h0;
@@ -45913,165 +45914,204 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$35  = is_copy;
-    if (start) begin
-      \$35  = \$24 ;
+    \$35  = command;
+    if (\$1 ) begin
+      \$35  = cmd__tdata;
     end
     if (reset_units) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$36  = acc;
+    \$36  = state;
     if (start) begin
-      \$36  = cmd__tdata[8];
+      \$36  = 2'h1;
+    end
+    if (\$7 ) begin
+      \$36  = 2'h2;
+    end
+    if (\$11 ) begin
+      \$36  = 2'h0;
     end
     if (reset_units) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
     if (rst) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$37  = rows;
+    \$37  = is_load;
     if (start) begin
-      \$37  = cmd__tdata[159:144];
+      \$37  = \$2 ;
     end
     if (reset_units) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
     if (rst) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$38  = cols;
+    \$38  = is_store;
     if (start) begin
-      \$38  = cmd__tdata[175:160];
+      \$38  = \$3 ;
     end
     if (reset_units) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
     if (rst) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$39  = row_stride;
+    \$39  = is_copy;
     if (start) begin
-      \$39  = cmd__tdata[191:176];
+      \$39  = \$4 ;
     end
     if (reset_units) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
     if (rst) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$40  = col_stride;
+    \$40  = acc;
     if (start) begin
-      \$40  = cmd__tdata[207:192];
+      \$40  = command[8];
     end
     if (reset_units) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
     if (rst) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$41  = rd_err;
+    \$41  = rows;
     if (start) begin
-      \$41  = 1'h0;
-    end
-    if (\$25 ) begin
-      \$41  = 1'h1;
+      \$41  = command[159:144];
     end
     if (reset_units) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
     if (rst) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$42  = wr_err;
+    \$42  = cols;
     if (start) begin
-      \$42  = 1'h0;
+      \$42  = command[175:160];
+    end
+    if (reset_units) begin
+      \$42  = 16'h0000;
+    end
+    if (rst) begin
+      \$42  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$43  = row_stride;
+    if (start) begin
+      \$43  = command[191:176];
+    end
+    if (reset_units) begin
+      \$43  = 16'h0000;
+    end
+    if (rst) begin
+      \$43  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$44  = col_stride;
+    if (start) begin
+      \$44  = command[207:192];
+    end
+    if (reset_units) begin
+      \$44  = 16'h0000;
+    end
+    if (rst) begin
+      \$44  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$45  = rd_err;
+    if (start) begin
+      \$45  = 1'h0;
+    end
+    if (\$5 ) begin
+      \$45  = 1'h1;
+    end
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
+    \$46  = wr_err;
+    if (start) begin
+      \$46  = 1'h0;
     end
     if (error) begin
-      \$42  = 1'h1;
+      \$46  = 1'h1;
     end
     if (reset_units) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
     if (rst) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$43  = done__tdata;
-    if (\$27 ) begin
-      \$43  = { 4'h0, \$29  };
+    \$47  = done__tdata;
+    if (\$7 ) begin
+      \$47  = { 4'h0, \$9  };
     end
     if (reset_units) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
     if (rst) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_data = { 1'h0, \beat$169  };
+      w_data = { 1'h0, \beat$181  };
     end else begin
-      w_data = { \$17 , bus__rdata };
+      w_data = { \$29 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_en = \$16 ;
+      w_en = \$28 ;
     end else begin
-      w_en = \$19 ;
+      w_en = \$31 ;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$110 ) begin end
-    \$32  = state;
-    if (start) begin
-      \$32  = 2'h1;
-    end
-    if (\$27 ) begin
-      \$32  = 2'h2;
-    end
-    if (\$31 ) begin
-      \$32  = 2'h0;
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
+  assign move_beats = { 11'h000, \$15  };
   assign axi__awid = 4'h0;
   assign bus__awid = 4'h0;
   assign bus__awaddr = axi__awaddr;
@@ -46108,72 +46148,72 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign axi__rlast = bus__rlast;
   assign axi__rvalid = bus__rvalid;
   assign bus__rready = axi__rready;
-  assign seg_beats = \$7 [29:0];
+  assign seg_beats = \$19 [29:0];
   assign hold = 1'h0;
-  assign \hold$72  = 1'h0;
-  assign \abort$74  = abort;
-  assign \seg_beats$79  = \$11 [29:0];
-  assign \hold$80  = 1'h0;
-  assign \abort$81  = abort;
+  assign \hold$93  = 1'h0;
+  assign \abort$95  = abort;
+  assign \seg_beats$100  = \$23 [29:0];
+  assign \hold$101  = 1'h0;
+  assign \abort$102  = abort;
   assign take = axi__rready;
-  assign \is_copy$86  = is_copy;
-  assign \is_load$88  = is_load;
+  assign \is_copy$105  = is_copy;
+  assign \is_load$106  = is_load;
   assign beat = copy_beat;
-  assign \rd_err$92  = rd_err;
+  assign \rd_err$109  = rd_err;
   assign fifo_data = r_data[63:0];
   assign fifo_err = r_data[64];
   assign r_rdy = fifo_ready;
-  assign \bytes_read$99  = bytes_read;
-  assign \bytes_written$101  = bytes_written;
-  assign \start$102  = start;
-  assign local_addr = cmd__tdata[143:128];
-  assign \acc$105  = acc;
-  assign \rows$107  = rows;
-  assign \cols$109  = cols;
-  assign \row_stride$111  = row_stride;
-  assign \col_stride$113  = col_stride;
-  assign \start$114  = start;
-  assign \local_addr$115  = cmd__tdata[143:128];
-  assign \acc$116  = acc;
-  assign \rows$117  = rows;
-  assign \cols$118  = cols;
-  assign \row_stride$119  = row_stride;
-  assign \col_stride$120  = col_stride;
-  assign \rd_err$122  = rd_err;
-  assign \fifo_data$123  = r_data[63:0];
-  assign \fifo_err$124  = r_data[64];
-  assign \fifo_ready$125  = fifo_ready;
-  assign \is_store$127  = is_store;
-  assign \fifo_ready$128  = w_rdy;
-  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tready$132  = spm_wr__tready;
-  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
-  assign acc_wr__tdata = { \$45 , \$44  };
-  assign \acc_wr__tdata$136  = { \$45 , \$44  };
-  assign \acc_wr__tready$138  = acc_wr__tready;
-  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
-  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
-  assign \spm_rreq__tready$144  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign \bytes_read$116  = bytes_read;
+  assign \bytes_written$118  = bytes_written;
+  assign \start$119  = start;
+  assign local_addr = command[143:128];
+  assign \acc$121  = acc;
+  assign \rows$122  = rows;
+  assign \cols$123  = cols;
+  assign \row_stride$124  = row_stride;
+  assign \col_stride$125  = col_stride;
+  assign \start$126  = start;
+  assign \local_addr$127  = command[143:128];
+  assign \acc$128  = acc;
+  assign \rows$129  = rows;
+  assign \cols$130  = cols;
+  assign \row_stride$131  = row_stride;
+  assign \col_stride$132  = col_stride;
+  assign \rd_err$134  = rd_err;
+  assign \fifo_data$135  = r_data[63:0];
+  assign \fifo_err$136  = r_data[64];
+  assign \fifo_ready$137  = fifo_ready;
+  assign \is_store$139  = is_store;
+  assign \fifo_ready$140  = w_rdy;
+  assign spm_wr__tdata = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tdata$142  = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tready$144  = spm_wr__tready;
+  assign \spm_wr__tvalid$146  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$49 , \$48  };
+  assign \acc_wr__tdata$148  = { \$49 , \$48  };
+  assign \acc_wr__tready$150  = acc_wr__tready;
+  assign \acc_wr__tvalid$152  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$154  = spm_rreq__tdata;
+  assign \spm_rreq__tready$156  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$158  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
-  assign \acc_rreq__tready$150  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
-  assign \spm_rresp__tready$156  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
-  assign \acc_rresp__tready$162  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$160  = spm_rreq__tdata;
+  assign \acc_rreq__tready$162  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$164  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$166  = spm_rresp__tdata;
+  assign \spm_rresp__tready$168  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$170  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$172  = acc_rresp__tdata;
+  assign \acc_rresp__tready$174  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$10499$0  = \$44 ;
-  assign \port$10501$0  = \$45 ;
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign base = cmd__tdata[95:64];
-  assign \$6  = { 3'h0, cmd__tdata[159:131] };
-  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+  assign \port$10513$0  = \$48 ;
+  assign \port$10515$0  = \$49 ;
+  assign \$13  = { 1'h0, command[175:160], 2'h0 };
+  assign \$14  = { 1'h0, command[175:160] };
+  assign base = command[95:64];
+  assign \$18  = { 3'h0, command[159:131] };
+  assign \$22  = { 3'h0, command[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -46368,8 +46408,8 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4118$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
-, local_addr, clk);
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4123$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+, wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$112  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -46425,8 +46465,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4118$0 ;
-  wire [64:0] \port$4118$0 ;
+  input [64:0] \port$4123$0 ;
+  wire [64:0] \port$4123$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -46472,12 +46512,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4118$0 [64];
+  assign read_error = fifo_take & \port$4123$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4118$0 [64];
+  assign \$12  = ~ \port$4123$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -46513,13 +46553,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4118$0 [63:0];
+          assembled[63:0] = \port$4123$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4118$0 [63:0];
+          assembled[127:64] = \port$4123$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4118$0 [63:0];
+          assembled[191:128] = \port$4123$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4118$0 [63:0];
+          assembled[255:192] = \port$4123$0 [63:0];
     endcase
   end
   always @* begin
@@ -46642,12 +46682,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4118$0 [63:0];
-  assign fifo_err = \port$4118$0 [64];
+  assign fifo_data = \port$4123$0 [63:0];
+  assign fifo_err = \port$4123$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_board.soc.dma0.loader.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -47242,8 +47282,8 @@ module \dx1_board.soc.dma0.reader.bursts (rst, ready, start, base, \stride$21 , 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
-, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+module \dx1_board.soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, local_addr, is_store, acc, rows, cols
+, row_stride, col_stride, spm_rreq__tdata, beat, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$116  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -47479,7 +47519,7 @@ module \dx1_board.soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -47624,7 +47664,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4118$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4123$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$118  = 0;
   wire \$1 ;
@@ -47734,8 +47774,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4118$0 ;
-  wire [64:0] \port$4118$0 ;
+  input [64:0] \port$4123$0 ;
+  wire [64:0] \port$4123$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -47808,12 +47848,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4118$0 [64] | rd_err;
+  assign \$13  = \port$4123$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4118$0 [64];
+  assign read_error = w_hs & \port$4123$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -47973,9 +48013,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4118$0 [63:0];
-  assign fifo_data = \port$4118$0 [63:0];
-  assign fifo_err = \port$4118$0 [64];
+  assign bus__wdata = \port$4123$0 [63:0];
+  assign fifo_data = \port$4123$0 [63:0];
+  assign fifo_err = \port$4123$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -48473,87 +48513,91 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$12083$0 , \port$12085$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$12101$0 , \port$12103$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$121  = 0;
-  wire [18:0] \$1 ;
-  wire [31:0] \$10 ;
-  wire [31:0] \$11 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
   wire \$12 ;
-  wire \$13 ;
-  wire \$14 ;
-  wire \$15 ;
+  wire [18:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire [18:0] \$15 ;
   wire \$16 ;
   wire \$17 ;
-  wire \$18 ;
-  wire \$19 ;
-  wire [16:0] \$2 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
   wire \$20 ;
   wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire [3:0] \$29 ;
-  wire [18:0] \$3 ;
+  wire \$29 ;
+  wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
+  wire \$32 ;
+  wire \$33 ;
   reg \$34 ;
-  reg \$35 ;
-  reg \$36 ;
-  reg [15:0] \$37 ;
-  reg [15:0] \$38 ;
-  reg [15:0] \$39 ;
+  reg [255:0] \$35 ;
+  reg [1:0] \$36 ;
+  reg \$37 ;
+  reg \$38 ;
+  reg \$39 ;
   wire \$4 ;
-  reg [15:0] \$40 ;
-  reg \$41 ;
-  reg \$42 ;
-  reg [7:0] \$43 ;
-  wire [255:0] \$44 ;
-  wire [15:0] \$45 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg [15:0] \$42 ;
+  reg [15:0] \$43 ;
+  reg [15:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [7:0] \$47 ;
+  wire [255:0] \$48 ;
+  wire [15:0] \$49 ;
   wire \$5 ;
-  wire [31:0] \$6 ;
-  wire [31:0] \$7 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$9 ;
+  wire [3:0] \$9 ;
   input abort;
   wire abort;
-  wire \abort$74 ;
-  wire \abort$81 ;
+  wire \abort$102 ;
+  wire \abort$95 ;
   reg acc = 1'h0;
   (* init = 1'h0 *)
-  wire \acc$105 ;
+  wire \acc$121 ;
   (* init = 1'h0 *)
-  wire \acc$116 ;
+  wire \acc$128 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$148 ;
+  wire [15:0] \acc_rreq__tdata$160 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$150 ;
+  wire \acc_rreq__tready$162 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$152 ;
+  wire \acc_rreq__tvalid$164 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$160 ;
+  wire [255:0] \acc_rresp__tdata$172 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$162 ;
+  wire \acc_rresp__tready$174 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$164 ;
+  wire \acc_rresp__tvalid$176 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$136 ;
+  wire [271:0] \acc_wr__tdata$148 ;
   input acc_wr__tready;
   wire acc_wr__tready;
-  wire \acc_wr__tready$138 ;
+  wire \acc_wr__tready$150 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$140 ;
+  wire \acc_wr__tvalid$152 ;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
@@ -48595,9 +48639,9 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   output axi__wvalid;
   wire axi__wvalid;
   wire [31:0] base;
-  wire [31:0] \base$76 ;
+  wire [31:0] \base$97 ;
   wire beat;
-  wire [63:0] \beat$169 ;
+  wire [63:0] \beat$181 ;
   wire [31:0] bus__araddr;
   wire [1:0] bus__arburst;
   wire [3:0] bus__arid;
@@ -48641,10 +48685,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire busy;
   output [31:0] bytes_read;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$99 ;
+  wire [31:0] \bytes_read$116 ;
   output [31:0] bytes_written;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$101 ;
+  wire [31:0] \bytes_written$118 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -48655,18 +48699,19 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$113 ;
+  wire [15:0] \col_stride$125 ;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$120 ;
+  wire [15:0] \col_stride$132 ;
   reg [15:0] cols = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$109 ;
+  wire [15:0] \cols$123 ;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$118 ;
+  wire [15:0] \cols$130 ;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire copy_beat;
   wire done;
-  wire \done$174 ;
-  wire \done$175 ;
+  wire \done$185 ;
+  wire \done$186 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
@@ -48675,178 +48720,185 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire done__tvalid;
   wire error;
   wire [63:0] fifo_data;
-  wire [63:0] \fifo_data$123 ;
+  wire [63:0] \fifo_data$135 ;
   wire fifo_err;
-  wire \fifo_err$124 ;
+  wire \fifo_err$136 ;
   wire fifo_ready;
-  wire \fifo_ready$125 ;
-  wire \fifo_ready$128 ;
+  wire \fifo_ready$137 ;
+  wire \fifo_ready$140 ;
   wire fifo_take;
-  wire \fifo_take$167 ;
+  wire \fifo_take$179 ;
   wire finished;
+  reg held = 1'h0;
   wire hold;
-  wire \hold$72 ;
-  wire \hold$80 ;
+  wire \hold$101 ;
+  wire \hold$93 ;
   reg is_copy = 1'h0;
   (* init = 1'h0 *)
-  wire \is_copy$86 ;
+  wire \is_copy$105 ;
   reg is_load = 1'h0;
   (* init = 1'h0 *)
-  wire \is_load$88 ;
+  wire \is_load$106 ;
   reg is_store = 1'h0;
   (* init = 1'h0 *)
-  wire \is_store$127 ;
+  wire \is_store$139 ;
   wire [15:0] local_addr;
-  wire [15:0] \local_addr$115 ;
+  wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$12083$0 ;
-  wire [255:0] \port$12083$0 ;
-  output [15:0] \port$12085$0 ;
-  wire [15:0] \port$12085$0 ;
+  output [255:0] \port$12101$0 ;
+  wire [255:0] \port$12101$0 ;
+  output [15:0] \port$12103$0 ;
+  wire [15:0] \port$12103$0 ;
   wire push;
   output quiet;
   wire quiet;
-  wire \quiet$178 ;
-  wire \quiet$179 ;
+  wire \quiet$189 ;
+  wire \quiet$190 ;
   wire [64:0] r_data;
   wire r_en;
   wire r_rdy;
   reg rd_err = 1'h0;
   (* init = 1'h0 *)
-  wire \rd_err$122 ;
+  wire \rd_err$109 ;
   (* init = 1'h0 *)
-  wire \rd_err$92 ;
+  wire \rd_err$134 ;
   wire read_error;
-  wire \read_error$184 ;
+  wire \read_error$20 ;
   wire request;
   input reset_units;
   wire reset_units;
   reg [15:0] row_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$111 ;
+  wire [15:0] \row_stride$124 ;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$119 ;
+  wire [15:0] \row_stride$131 ;
   reg [15:0] rows = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$107 ;
+  wire [15:0] \rows$122 ;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$117 ;
+  wire [15:0] \rows$129 ;
   input rst;
   wire rst;
   wire run;
   wire [29:0] seg_beats;
-  wire [29:0] \seg_beats$79 ;
+  wire [29:0] \seg_beats$100 ;
   wire [15:0] segments;
-  wire [15:0] \segments$78 ;
+  wire [15:0] \segments$99 ;
   output [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$142 ;
+  wire [15:0] \spm_rreq__tdata$154 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$144 ;
+  wire \spm_rreq__tready$156 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$146 ;
+  wire \spm_rreq__tvalid$158 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$154 ;
+  wire [63:0] \spm_rresp__tdata$166 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$156 ;
+  wire \spm_rresp__tready$168 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$158 ;
+  wire \spm_rresp__tvalid$170 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$130 ;
+  wire [79:0] \spm_wr__tdata$142 ;
   input spm_wr__tready;
   wire spm_wr__tready;
-  wire \spm_wr__tready$132 ;
+  wire \spm_wr__tready$144 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$134 ;
+  wire \spm_wr__tvalid$146 ;
   wire start;
-  wire \start$102 ;
-  wire \start$114 ;
-  wire \start$66 ;
-  wire \start$75 ;
+  wire \start$119 ;
+  wire \start$126 ;
+  wire \start$87 ;
+  wire \start$96 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
   wire [31:0] stride;
-  wire [31:0] \stride$77 ;
+  wire [31:0] \stride$98 ;
   wire take;
   reg [64:0] w_data;
   reg w_en;
   wire w_rdy;
   reg wr_err = 1'h0;
-  always @(posedge clk)
-    is_load <= \$33 ;
-  always @(posedge clk)
-    is_store <= \$34 ;
-  always @(posedge clk)
-    is_copy <= \$35 ;
-  always @(posedge clk)
-    acc <= \$36 ;
-  always @(posedge clk)
-    rows <= \$37 ;
-  always @(posedge clk)
-    cols <= \$38 ;
-  always @(posedge clk)
-    row_stride <= \$39 ;
-  always @(posedge clk)
-    col_stride <= \$40 ;
-  always @(posedge clk)
-    rd_err <= \$41 ;
-  always @(posedge clk)
-    wr_err <= \$42 ;
-  always @(posedge clk)
-    done__tdata <= \$43 ;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = cmd__tdata[7:0] == 1'h1;
-  assign \$5  = \$4  | start_copy;
-  assign \start$66  = start & \$5 ;
-  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
-  assign \$8  = cmd__tdata[7:0] == 2'h2;
-  assign \$9  = \$8  | start_copy;
-  assign \start$75  = start & \$9 ;
-  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
-  assign \$12  = ~ is_store;
-  assign \$13  = w_rdy & \$12 ;
-  assign axi__rready = \$13  | abort;
-  assign \$14  = state == 1'h1;
-  assign run = \$14  & is_load;
-  assign request = cmd__tdata[7:0] == 2'h2;
-  assign r_en = fifo_take | \fifo_take$167 ;
-  assign \$15  = ~ abort;
-  assign \$16  = push & \$15 ;
-  assign \$17  = | bus__rresp;
-  assign \$18  = ~ abort;
-  assign \$19  = copy_beat & \$18 ;
-  assign \$20  = \done$175  & \done$174 ;
-  assign \$21  = done & \done$174 ;
-  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign quiet = \quiet$178  & \quiet$179 ;
-  assign \$22  = cmd__tdata[7:0] == 1'h1;
-  assign \$23  = cmd__tdata[7:0] == 2'h2;
-  assign \$24  = cmd__tdata[7:0] == 4'h8;
-  assign \$25  = read_error | \read_error$184 ;
-  assign \$26  = state == 1'h1;
-  assign \$27  = \$26  & finished;
-  assign \$28  = rd_err | wr_err;
-  assign \$29  = \$28  ? 4'h9 : 4'h0;
-  assign \$30  = state == 2'h2;
-  assign \$31  = \$30  & done__tready;
+  assign quiet = \quiet$189  & \quiet$190 ;
   always @(posedge clk)
-    state <= \$32 ;
+    held <= \$34 ;
+  always @(posedge clk)
+    command <= \$35 ;
+  always @(posedge clk)
+    state <= \$36 ;
+  always @(posedge clk)
+    is_load <= \$37 ;
+  always @(posedge clk)
+    is_store <= \$38 ;
+  always @(posedge clk)
+    is_copy <= \$39 ;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    rows <= \$41 ;
+  always @(posedge clk)
+    cols <= \$42 ;
+  always @(posedge clk)
+    row_stride <= \$43 ;
+  always @(posedge clk)
+    col_stride <= \$44 ;
+  always @(posedge clk)
+    rd_err <= \$45 ;
+  always @(posedge clk)
+    wr_err <= \$46 ;
+  always @(posedge clk)
+    done__tdata <= \$47 ;
+  assign \$1  = cmd__tvalid & cmd__tready;
+  assign \$2  = command[7:0] == 1'h1;
+  assign \$3  = command[7:0] == 2'h2;
+  assign \$4  = command[7:0] == 4'h8;
+  assign \$5  = read_error | \read_error$20 ;
+  assign \$6  = state == 1'h1;
+  assign \$7  = \$6  & finished;
+  assign \$8  = rd_err | wr_err;
+  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$10  = state == 2'h2;
+  assign \$11  = \$10  & done__tready;
+  assign cmd__tready = ~ held;
+  assign \$12  = ! state;
+  assign start = held & \$12 ;
+  assign busy = | state;
+  assign start_copy = command[7:0] == 4'h8;
+  assign \$15  = command[8] ? \$13  : { 2'h0, \$14  };
+  assign \$16  = command[7:0] == 1'h1;
+  assign \$17  = \$16  | start_copy;
+  assign \start$87  = start & \$17 ;
+  assign stride = start_copy ? 32'd0 : command[127:96];
+  assign segments = start_copy ? 16'h0001 : command[159:144];
+  assign \$19  = start_copy ? \$18  : { 13'h0000, \$15  };
+  assign \$20  = command[7:0] == 2'h2;
+  assign \$21  = \$20  | start_copy;
+  assign \start$96  = start & \$21 ;
+  assign \base$97  = start_copy ? command[127:96] : command[95:64];
+  assign \stride$98  = start_copy ? 32'd0 : command[127:96];
+  assign \segments$99  = start_copy ? 16'h0001 : command[159:144];
+  assign \$23  = start_copy ? \$22  : { 13'h0000, \$15  };
+  assign \$24  = ~ is_store;
+  assign \$25  = w_rdy & \$24 ;
+  assign axi__rready = \$25  | abort;
+  assign \$26  = state == 1'h1;
+  assign run = \$26  & is_load;
+  assign request = command[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$179 ;
+  assign \$27  = ~ abort;
+  assign \$28  = push & \$27 ;
+  assign \$29  = | bus__rresp;
+  assign \$30  = ~ abort;
+  assign \$31  = copy_beat & \$30 ;
+  assign \$32  = \done$186  & \done$185 ;
+  assign \$33  = done & \done$185 ;
+  assign finished = is_load ? \$32  : \$33 ;
   \dx1_board.soc.dma1.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -48865,13 +48917,13 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
-    .done(\done$175 ),
+    .done(\done$186 ),
     .fifo_ready(fifo_ready),
-    .fifo_take(\fifo_take$167 ),
-    .local_addr(cmd__tdata[143:128]),
-    .\port$6397$0 (r_data),
+    .fifo_take(\fifo_take$179 ),
+    .local_addr(command[143:128]),
+    .\port$6407$0 (r_data),
     .rd_err(rd_err),
-    .read_error(\read_error$184 ),
+    .read_error(\read_error$20 ),
     .reset_units(reset_units),
     .row_stride(row_stride),
     .rows(rows),
@@ -48880,8 +48932,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
     .start(start),
-    .wr_addr(\$45 ),
-    .wr_data(\$44 )
+    .wr_addr(\$49 ),
+    .wr_data(\$48 )
   );
   \dx1_board.soc.dma1.reader  reader (
     .abort(abort),
@@ -48895,14 +48947,14 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .bus__rvalid(bus__rvalid),
     .bytes_read(bytes_read),
     .clk(clk),
-    .done(\done$174 ),
-    .quiet(\quiet$178 ),
+    .done(\done$185 ),
+    .quiet(\quiet$189 ),
     .ready(bus__arready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$7 [29:0]),
+    .seg_beats(\$19 [29:0]),
     .segments(segments),
-    .start(\start$66 ),
+    .start(\start$87 ),
     .stride(stride)
   );
   \dx1_board.soc.dma1.storer  storer (
@@ -48912,13 +48964,13 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .acc_rresp__tdata(acc_rresp__tdata),
     .acc_rresp__tready(acc_rresp__tready),
     .acc_rresp__tvalid(acc_rresp__tvalid),
-    .beat(\beat$169 ),
+    .beat(\beat$181 ),
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
     .fifo_ready(w_rdy),
     .is_store(is_store),
-    .local_addr(cmd__tdata[143:128]),
+    .local_addr(command[143:128]),
     .push(push),
     .request(request),
     .reset_units(reset_units),
@@ -48935,7 +48987,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   );
   \dx1_board.soc.dma1.writer  writer (
     .abort(abort),
-    .base(\base$76 ),
+    .base(\base$97 ),
     .bus__awaddr(axi__awaddr),
     .bus__awlen(axi__awlen),
     .bus__awvalid(axi__awvalid),
@@ -48953,37 +49005,26 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6397$0 (r_data),
-    .quiet(\quiet$179 ),
+    .\port$6407$0 (r_data),
+    .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
     .ready(bus__awready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$11 [29:0]),
-    .segments(\segments$78 ),
-    .start(\start$75 ),
-    .stride(\stride$77 ),
+    .seg_beats(\$23 [29:0]),
+    .segments(\segments$99 ),
+    .start(\start$96 ),
+    .stride(\stride$98 ),
     .w_hs(fifo_take)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$33  = is_load;
-    if (start) begin
-      \$33  = \$22 ;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$34  = is_store;
-    if (start) begin
-      \$34  = \$23 ;
+    \$34  = held;
+    if (\$1 ) begin
+      \$34  = 1'h1;
+    end else if (start) begin
+      \$34  = 1'h0;
     end
     if (reset_units) begin
       \$34  = 1'h0;
@@ -48994,165 +49035,204 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$35  = is_copy;
-    if (start) begin
-      \$35  = \$24 ;
+    \$35  = command;
+    if (\$1 ) begin
+      \$35  = cmd__tdata;
     end
     if (reset_units) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$36  = acc;
+    \$36  = state;
     if (start) begin
-      \$36  = cmd__tdata[8];
+      \$36  = 2'h1;
+    end
+    if (\$7 ) begin
+      \$36  = 2'h2;
+    end
+    if (\$11 ) begin
+      \$36  = 2'h0;
     end
     if (reset_units) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
     if (rst) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$37  = rows;
+    \$37  = is_load;
     if (start) begin
-      \$37  = cmd__tdata[159:144];
+      \$37  = \$2 ;
     end
     if (reset_units) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
     if (rst) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$38  = cols;
+    \$38  = is_store;
     if (start) begin
-      \$38  = cmd__tdata[175:160];
+      \$38  = \$3 ;
     end
     if (reset_units) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
     if (rst) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$39  = row_stride;
+    \$39  = is_copy;
     if (start) begin
-      \$39  = cmd__tdata[191:176];
+      \$39  = \$4 ;
     end
     if (reset_units) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
     if (rst) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$40  = col_stride;
+    \$40  = acc;
     if (start) begin
-      \$40  = cmd__tdata[207:192];
+      \$40  = command[8];
     end
     if (reset_units) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
     if (rst) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$41  = rd_err;
+    \$41  = rows;
     if (start) begin
-      \$41  = 1'h0;
-    end
-    if (\$25 ) begin
-      \$41  = 1'h1;
+      \$41  = command[159:144];
     end
     if (reset_units) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
     if (rst) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$42  = wr_err;
+    \$42  = cols;
     if (start) begin
-      \$42  = 1'h0;
+      \$42  = command[175:160];
+    end
+    if (reset_units) begin
+      \$42  = 16'h0000;
+    end
+    if (rst) begin
+      \$42  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
+    \$43  = row_stride;
+    if (start) begin
+      \$43  = command[191:176];
+    end
+    if (reset_units) begin
+      \$43  = 16'h0000;
+    end
+    if (rst) begin
+      \$43  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
+    \$44  = col_stride;
+    if (start) begin
+      \$44  = command[207:192];
+    end
+    if (reset_units) begin
+      \$44  = 16'h0000;
+    end
+    if (rst) begin
+      \$44  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
+    \$45  = rd_err;
+    if (start) begin
+      \$45  = 1'h0;
+    end
+    if (\$5 ) begin
+      \$45  = 1'h1;
+    end
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
+    \$46  = wr_err;
+    if (start) begin
+      \$46  = 1'h0;
     end
     if (error) begin
-      \$42  = 1'h1;
+      \$46  = 1'h1;
     end
     if (reset_units) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
     if (rst) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$43  = done__tdata;
-    if (\$27 ) begin
-      \$43  = { 4'h0, \$29  };
+    \$47  = done__tdata;
+    if (\$7 ) begin
+      \$47  = { 4'h0, \$9  };
     end
     if (reset_units) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
     if (rst) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_data = { 1'h0, \beat$169  };
+      w_data = { 1'h0, \beat$181  };
     end else begin
-      w_data = { \$17 , bus__rdata };
+      w_data = { \$29 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_en = \$16 ;
+      w_en = \$28 ;
     end else begin
-      w_en = \$19 ;
+      w_en = \$31 ;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$121 ) begin end
-    \$32  = state;
-    if (start) begin
-      \$32  = 2'h1;
-    end
-    if (\$27 ) begin
-      \$32  = 2'h2;
-    end
-    if (\$31 ) begin
-      \$32  = 2'h0;
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
+  assign move_beats = { 11'h000, \$15  };
   assign axi__awid = 4'h0;
   assign bus__awid = 4'h0;
   assign bus__awaddr = axi__awaddr;
@@ -49189,72 +49269,72 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign axi__rlast = bus__rlast;
   assign axi__rvalid = bus__rvalid;
   assign bus__rready = axi__rready;
-  assign seg_beats = \$7 [29:0];
+  assign seg_beats = \$19 [29:0];
   assign hold = 1'h0;
-  assign \hold$72  = 1'h0;
-  assign \abort$74  = abort;
-  assign \seg_beats$79  = \$11 [29:0];
-  assign \hold$80  = 1'h0;
-  assign \abort$81  = abort;
+  assign \hold$93  = 1'h0;
+  assign \abort$95  = abort;
+  assign \seg_beats$100  = \$23 [29:0];
+  assign \hold$101  = 1'h0;
+  assign \abort$102  = abort;
   assign take = axi__rready;
-  assign \is_copy$86  = is_copy;
-  assign \is_load$88  = is_load;
+  assign \is_copy$105  = is_copy;
+  assign \is_load$106  = is_load;
   assign beat = copy_beat;
-  assign \rd_err$92  = rd_err;
+  assign \rd_err$109  = rd_err;
   assign fifo_data = r_data[63:0];
   assign fifo_err = r_data[64];
   assign r_rdy = fifo_ready;
-  assign \bytes_read$99  = bytes_read;
-  assign \bytes_written$101  = bytes_written;
-  assign \start$102  = start;
-  assign local_addr = cmd__tdata[143:128];
-  assign \acc$105  = acc;
-  assign \rows$107  = rows;
-  assign \cols$109  = cols;
-  assign \row_stride$111  = row_stride;
-  assign \col_stride$113  = col_stride;
-  assign \start$114  = start;
-  assign \local_addr$115  = cmd__tdata[143:128];
-  assign \acc$116  = acc;
-  assign \rows$117  = rows;
-  assign \cols$118  = cols;
-  assign \row_stride$119  = row_stride;
-  assign \col_stride$120  = col_stride;
-  assign \rd_err$122  = rd_err;
-  assign \fifo_data$123  = r_data[63:0];
-  assign \fifo_err$124  = r_data[64];
-  assign \fifo_ready$125  = fifo_ready;
-  assign \is_store$127  = is_store;
-  assign \fifo_ready$128  = w_rdy;
-  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tready$132  = spm_wr__tready;
-  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
-  assign acc_wr__tdata = { \$45 , \$44  };
-  assign \acc_wr__tdata$136  = { \$45 , \$44  };
-  assign \acc_wr__tready$138  = acc_wr__tready;
-  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
-  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
-  assign \spm_rreq__tready$144  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign \bytes_read$116  = bytes_read;
+  assign \bytes_written$118  = bytes_written;
+  assign \start$119  = start;
+  assign local_addr = command[143:128];
+  assign \acc$121  = acc;
+  assign \rows$122  = rows;
+  assign \cols$123  = cols;
+  assign \row_stride$124  = row_stride;
+  assign \col_stride$125  = col_stride;
+  assign \start$126  = start;
+  assign \local_addr$127  = command[143:128];
+  assign \acc$128  = acc;
+  assign \rows$129  = rows;
+  assign \cols$130  = cols;
+  assign \row_stride$131  = row_stride;
+  assign \col_stride$132  = col_stride;
+  assign \rd_err$134  = rd_err;
+  assign \fifo_data$135  = r_data[63:0];
+  assign \fifo_err$136  = r_data[64];
+  assign \fifo_ready$137  = fifo_ready;
+  assign \is_store$139  = is_store;
+  assign \fifo_ready$140  = w_rdy;
+  assign spm_wr__tdata = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tdata$142  = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tready$144  = spm_wr__tready;
+  assign \spm_wr__tvalid$146  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$49 , \$48  };
+  assign \acc_wr__tdata$148  = { \$49 , \$48  };
+  assign \acc_wr__tready$150  = acc_wr__tready;
+  assign \acc_wr__tvalid$152  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$154  = spm_rreq__tdata;
+  assign \spm_rreq__tready$156  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$158  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
-  assign \acc_rreq__tready$150  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
-  assign \spm_rresp__tready$156  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
-  assign \acc_rresp__tready$162  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$160  = spm_rreq__tdata;
+  assign \acc_rreq__tready$162  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$164  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$166  = spm_rresp__tdata;
+  assign \spm_rresp__tready$168  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$170  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$172  = acc_rresp__tdata;
+  assign \acc_rresp__tready$174  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$12083$0  = \$44 ;
-  assign \port$12085$0  = \$45 ;
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign base = cmd__tdata[95:64];
-  assign \$6  = { 3'h0, cmd__tdata[159:131] };
-  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+  assign \port$12101$0  = \$48 ;
+  assign \port$12103$0  = \$49 ;
+  assign \$13  = { 1'h0, command[175:160], 2'h0 };
+  assign \$14  = { 1'h0, command[175:160] };
+  assign base = command[95:64];
+  assign \$18  = { 3'h0, command[159:131] };
+  assign \$22  = { 3'h0, command[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -49449,8 +49529,8 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6397$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
-, local_addr, clk);
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6407$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+, wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$123  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -49506,8 +49586,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6397$0 ;
-  wire [64:0] \port$6397$0 ;
+  input [64:0] \port$6407$0 ;
+  wire [64:0] \port$6407$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -49553,12 +49633,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6397$0 [64];
+  assign read_error = fifo_take & \port$6407$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6397$0 [64];
+  assign \$12  = ~ \port$6407$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -49594,13 +49674,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6397$0 [63:0];
+          assembled[63:0] = \port$6407$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6397$0 [63:0];
+          assembled[127:64] = \port$6407$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6397$0 [63:0];
+          assembled[191:128] = \port$6407$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6397$0 [63:0];
+          assembled[255:192] = \port$6407$0 [63:0];
     endcase
   end
   always @* begin
@@ -49723,12 +49803,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6397$0 [63:0];
-  assign fifo_err = \port$6397$0 [64];
+  assign fifo_data = \port$6407$0 [63:0];
+  assign fifo_err = \port$6407$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_board.soc.dma1.loader.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$124  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -50323,8 +50403,8 @@ module \dx1_board.soc.dma1.reader.bursts (rst, ready, start, base, \stride$21 , 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
-, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+module \dx1_board.soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, local_addr, is_store, acc, rows, cols
+, row_stride, col_stride, spm_rreq__tdata, beat, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$127  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -50560,7 +50640,7 @@ module \dx1_board.soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -50705,7 +50785,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6397$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6407$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$129  = 0;
   wire \$1 ;
@@ -50815,8 +50895,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6397$0 ;
-  wire [64:0] \port$6397$0 ;
+  input [64:0] \port$6407$0 ;
+  wire [64:0] \port$6407$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -50889,12 +50969,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6397$0 [64] | rd_err;
+  assign \$13  = \port$6407$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6397$0 [64];
+  assign read_error = w_hs & \port$6407$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -51054,9 +51134,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6397$0 [63:0];
-  assign fifo_data = \port$6397$0 [63:0];
-  assign fifo_err = \port$6397$0 [64];
+  assign bus__wdata = \port$6407$0 [63:0];
+  assign fifo_data = \port$6407$0 [63:0];
+  assign fifo_err = \port$6407$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -53502,27 +53582,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10427$0 (\s2__araddr$299 [11:0]),
-    .\port$10427$14 (\s2__araddr$299 [31:14]),
-    .\port$10464$0 (\s2__awaddr$315 [11:0]),
-    .\port$10464$14 (\s2__awaddr$315 [31:14]),
-    .\port$10684$0 (\s1__awaddr$166 [11:0]),
-    .\port$10684$14 (\s1__awaddr$166 [31:14]),
-    .\port$12011$0 (\s4__araddr$597 [11:0]),
-    .\port$12011$14 (\s4__araddr$597 [31:14]),
-    .\port$12048$0 (\s4__awaddr$613 [11:0]),
-    .\port$12048$14 (\s4__awaddr$613 [31:14]),
-    .\port$12268$0 (\s3__awaddr$464 [11:0]),
-    .\port$12268$14 (\s3__awaddr$464 [31:14]),
-    .\port$12460$0 (\s0__awaddr$17 [11:0]),
-    .\port$12460$14 (\s0__awaddr$17 [31:14]),
-    .\port$12468$0 (\s0__araddr$1 [11:0]),
-    .\port$12468$14 (\s0__araddr$1 [31:14]),
+    .\port$10441$0 (\s2__araddr$299 [11:0]),
+    .\port$10441$14 (\s2__araddr$299 [31:14]),
+    .\port$10478$0 (\s2__awaddr$315 [11:0]),
+    .\port$10478$14 (\s2__awaddr$315 [31:14]),
+    .\port$10698$0 (\s1__awaddr$166 [11:0]),
+    .\port$10698$14 (\s1__awaddr$166 [31:14]),
+    .\port$12029$0 (\s4__araddr$597 [11:0]),
+    .\port$12029$14 (\s4__araddr$597 [31:14]),
+    .\port$12066$0 (\s4__awaddr$613 [11:0]),
+    .\port$12066$14 (\s4__awaddr$613 [31:14]),
+    .\port$12286$0 (\s3__awaddr$464 [11:0]),
+    .\port$12286$14 (\s3__awaddr$464 [31:14]),
+    .\port$12478$0 (\s0__awaddr$17 [11:0]),
+    .\port$12478$14 (\s0__awaddr$17 [31:14]),
+    .\port$12486$0 (\s0__araddr$1 [11:0]),
+    .\port$12486$14 (\s0__araddr$1 [31:14]),
     .\port$1808$0 (\$481 ),
-    .\port$4521$0 (\s1__araddr$150 [11:0]),
-    .\port$4521$14 (\s1__araddr$150 [31:14]),
-    .\port$6800$0 (\s3__araddr$448 [11:0]),
-    .\port$6800$14 (\s3__araddr$448 [31:14]),
+    .\port$4526$0 (\s1__araddr$150 [11:0]),
+    .\port$4526$14 (\s1__araddr$150 [31:14]),
+    .\port$6810$0 (\s3__araddr$448 [11:0]),
+    .\port$6810$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -53607,27 +53687,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10427$0 (\s2__araddr$299 [11:0]),
-    .\port$10427$14 (\s2__araddr$299 [31:14]),
-    .\port$10464$0 (\s2__awaddr$315 [11:0]),
-    .\port$10464$14 (\s2__awaddr$315 [31:14]),
-    .\port$10684$0 (\s1__awaddr$166 [11:0]),
-    .\port$10684$14 (\s1__awaddr$166 [31:14]),
-    .\port$12011$0 (\s4__araddr$597 [11:0]),
-    .\port$12011$14 (\s4__araddr$597 [31:14]),
-    .\port$12048$0 (\s4__awaddr$613 [11:0]),
-    .\port$12048$14 (\s4__awaddr$613 [31:14]),
-    .\port$12268$0 (\s3__awaddr$464 [11:0]),
-    .\port$12268$14 (\s3__awaddr$464 [31:14]),
-    .\port$12460$0 (\s0__awaddr$17 [11:0]),
-    .\port$12460$14 (\s0__awaddr$17 [31:14]),
-    .\port$12468$0 (\s0__araddr$1 [11:0]),
-    .\port$12468$14 (\s0__araddr$1 [31:14]),
+    .\port$10441$0 (\s2__araddr$299 [11:0]),
+    .\port$10441$14 (\s2__araddr$299 [31:14]),
+    .\port$10478$0 (\s2__awaddr$315 [11:0]),
+    .\port$10478$14 (\s2__awaddr$315 [31:14]),
+    .\port$10698$0 (\s1__awaddr$166 [11:0]),
+    .\port$10698$14 (\s1__awaddr$166 [31:14]),
+    .\port$12029$0 (\s4__araddr$597 [11:0]),
+    .\port$12029$14 (\s4__araddr$597 [31:14]),
+    .\port$12066$0 (\s4__awaddr$613 [11:0]),
+    .\port$12066$14 (\s4__awaddr$613 [31:14]),
+    .\port$12286$0 (\s3__awaddr$464 [11:0]),
+    .\port$12286$14 (\s3__awaddr$464 [31:14]),
+    .\port$12478$0 (\s0__awaddr$17 [11:0]),
+    .\port$12478$14 (\s0__awaddr$17 [31:14]),
+    .\port$12486$0 (\s0__araddr$1 [11:0]),
+    .\port$12486$14 (\s0__araddr$1 [31:14]),
     .\port$2144$0 (\$482 ),
-    .\port$4521$0 (\s1__araddr$150 [11:0]),
-    .\port$4521$14 (\s1__araddr$150 [31:14]),
-    .\port$6800$0 (\s3__araddr$448 [11:0]),
-    .\port$6800$14 (\s3__araddr$448 [31:14]),
+    .\port$4526$0 (\s1__araddr$150 [11:0]),
+    .\port$4526$14 (\s1__araddr$150 [31:14]),
+    .\port$6810$0 (\s3__araddr$448 [11:0]),
+    .\port$6810$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -53712,27 +53792,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10427$0 (\s2__araddr$299 [11:0]),
-    .\port$10427$14 (\s2__araddr$299 [31:14]),
-    .\port$10464$0 (\s2__awaddr$315 [11:0]),
-    .\port$10464$14 (\s2__awaddr$315 [31:14]),
-    .\port$10684$0 (\s1__awaddr$166 [11:0]),
-    .\port$10684$14 (\s1__awaddr$166 [31:14]),
-    .\port$12011$0 (\s4__araddr$597 [11:0]),
-    .\port$12011$14 (\s4__araddr$597 [31:14]),
-    .\port$12048$0 (\s4__awaddr$613 [11:0]),
-    .\port$12048$14 (\s4__awaddr$613 [31:14]),
-    .\port$12268$0 (\s3__awaddr$464 [11:0]),
-    .\port$12268$14 (\s3__awaddr$464 [31:14]),
-    .\port$12460$0 (\s0__awaddr$17 [11:0]),
-    .\port$12460$14 (\s0__awaddr$17 [31:14]),
-    .\port$12468$0 (\s0__araddr$1 [11:0]),
-    .\port$12468$14 (\s0__araddr$1 [31:14]),
+    .\port$10441$0 (\s2__araddr$299 [11:0]),
+    .\port$10441$14 (\s2__araddr$299 [31:14]),
+    .\port$10478$0 (\s2__awaddr$315 [11:0]),
+    .\port$10478$14 (\s2__awaddr$315 [31:14]),
+    .\port$10698$0 (\s1__awaddr$166 [11:0]),
+    .\port$10698$14 (\s1__awaddr$166 [31:14]),
+    .\port$12029$0 (\s4__araddr$597 [11:0]),
+    .\port$12029$14 (\s4__araddr$597 [31:14]),
+    .\port$12066$0 (\s4__awaddr$613 [11:0]),
+    .\port$12066$14 (\s4__awaddr$613 [31:14]),
+    .\port$12286$0 (\s3__awaddr$464 [11:0]),
+    .\port$12286$14 (\s3__awaddr$464 [31:14]),
+    .\port$12478$0 (\s0__awaddr$17 [11:0]),
+    .\port$12478$14 (\s0__awaddr$17 [31:14]),
+    .\port$12486$0 (\s0__araddr$1 [11:0]),
+    .\port$12486$14 (\s0__araddr$1 [31:14]),
     .\port$2480$0 (\$483 ),
-    .\port$4521$0 (\s1__araddr$150 [11:0]),
-    .\port$4521$14 (\s1__araddr$150 [31:14]),
-    .\port$6800$0 (\s3__araddr$448 [11:0]),
-    .\port$6800$14 (\s3__araddr$448 [31:14]),
+    .\port$4526$0 (\s1__araddr$150 [11:0]),
+    .\port$4526$14 (\s1__araddr$150 [31:14]),
+    .\port$6810$0 (\s3__araddr$448 [11:0]),
+    .\port$6810$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -53817,27 +53897,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10427$0 (\s2__araddr$299 [11:0]),
-    .\port$10427$14 (\s2__araddr$299 [31:14]),
-    .\port$10464$0 (\s2__awaddr$315 [11:0]),
-    .\port$10464$14 (\s2__awaddr$315 [31:14]),
-    .\port$10684$0 (\s1__awaddr$166 [11:0]),
-    .\port$10684$14 (\s1__awaddr$166 [31:14]),
-    .\port$12011$0 (\s4__araddr$597 [11:0]),
-    .\port$12011$14 (\s4__araddr$597 [31:14]),
-    .\port$12048$0 (\s4__awaddr$613 [11:0]),
-    .\port$12048$14 (\s4__awaddr$613 [31:14]),
-    .\port$12268$0 (\s3__awaddr$464 [11:0]),
-    .\port$12268$14 (\s3__awaddr$464 [31:14]),
-    .\port$12460$0 (\s0__awaddr$17 [11:0]),
-    .\port$12460$14 (\s0__awaddr$17 [31:14]),
-    .\port$12468$0 (\s0__araddr$1 [11:0]),
-    .\port$12468$14 (\s0__araddr$1 [31:14]),
+    .\port$10441$0 (\s2__araddr$299 [11:0]),
+    .\port$10441$14 (\s2__araddr$299 [31:14]),
+    .\port$10478$0 (\s2__awaddr$315 [11:0]),
+    .\port$10478$14 (\s2__awaddr$315 [31:14]),
+    .\port$10698$0 (\s1__awaddr$166 [11:0]),
+    .\port$10698$14 (\s1__awaddr$166 [31:14]),
+    .\port$12029$0 (\s4__araddr$597 [11:0]),
+    .\port$12029$14 (\s4__araddr$597 [31:14]),
+    .\port$12066$0 (\s4__awaddr$613 [11:0]),
+    .\port$12066$14 (\s4__awaddr$613 [31:14]),
+    .\port$12286$0 (\s3__awaddr$464 [11:0]),
+    .\port$12286$14 (\s3__awaddr$464 [31:14]),
+    .\port$12478$0 (\s0__awaddr$17 [11:0]),
+    .\port$12478$14 (\s0__awaddr$17 [31:14]),
+    .\port$12486$0 (\s0__araddr$1 [11:0]),
+    .\port$12486$14 (\s0__araddr$1 [31:14]),
     .\port$2816$0 (\$484 ),
-    .\port$4521$0 (\s1__araddr$150 [11:0]),
-    .\port$4521$14 (\s1__araddr$150 [31:14]),
-    .\port$6800$0 (\s3__araddr$448 [11:0]),
-    .\port$6800$14 (\s3__araddr$448 [31:14]),
+    .\port$4526$0 (\s1__araddr$150 [11:0]),
+    .\port$4526$14 (\s1__araddr$150 [31:14]),
+    .\port$6810$0 (\s3__araddr$448 [11:0]),
+    .\port$6810$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -55138,9 +55218,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1808$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
-, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1808$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
+, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$133  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55425,48 +55505,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10427$0 ;
-  wire [11:0] \port$10427$0 ;
-  input [17:0] \port$10427$14 ;
-  wire [17:0] \port$10427$14 ;
-  input [11:0] \port$10464$0 ;
-  wire [11:0] \port$10464$0 ;
-  input [17:0] \port$10464$14 ;
-  wire [17:0] \port$10464$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$12011$0 ;
-  wire [11:0] \port$12011$0 ;
-  input [17:0] \port$12011$14 ;
-  wire [17:0] \port$12011$14 ;
-  input [11:0] \port$12048$0 ;
-  wire [11:0] \port$12048$0 ;
-  input [17:0] \port$12048$14 ;
-  wire [17:0] \port$12048$14 ;
-  input [11:0] \port$12268$0 ;
-  wire [11:0] \port$12268$0 ;
-  input [17:0] \port$12268$14 ;
-  wire [17:0] \port$12268$14 ;
-  input [11:0] \port$12460$0 ;
-  wire [11:0] \port$12460$0 ;
-  input [17:0] \port$12460$14 ;
-  wire [17:0] \port$12460$14 ;
-  input [11:0] \port$12468$0 ;
-  wire [11:0] \port$12468$0 ;
-  input [17:0] \port$12468$14 ;
-  wire [17:0] \port$12468$14 ;
+  input [11:0] \port$10441$0 ;
+  wire [11:0] \port$10441$0 ;
+  input [17:0] \port$10441$14 ;
+  wire [17:0] \port$10441$14 ;
+  input [11:0] \port$10478$0 ;
+  wire [11:0] \port$10478$0 ;
+  input [17:0] \port$10478$14 ;
+  wire [17:0] \port$10478$14 ;
+  input [11:0] \port$10698$0 ;
+  wire [11:0] \port$10698$0 ;
+  input [17:0] \port$10698$14 ;
+  wire [17:0] \port$10698$14 ;
+  input [11:0] \port$12029$0 ;
+  wire [11:0] \port$12029$0 ;
+  input [17:0] \port$12029$14 ;
+  wire [17:0] \port$12029$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12286$0 ;
+  wire [11:0] \port$12286$0 ;
+  input [17:0] \port$12286$14 ;
+  wire [17:0] \port$12286$14 ;
+  input [11:0] \port$12478$0 ;
+  wire [11:0] \port$12478$0 ;
+  input [17:0] \port$12478$14 ;
+  wire [17:0] \port$12478$14 ;
+  input [11:0] \port$12486$0 ;
+  wire [11:0] \port$12486$0 ;
+  input [17:0] \port$12486$14 ;
+  wire [17:0] \port$12486$14 ;
   output [67:0] \port$1808$0 ;
   wire [67:0] \port$1808$0 ;
-  input [11:0] \port$4521$0 ;
-  wire [11:0] \port$4521$0 ;
-  input [17:0] \port$4521$14 ;
-  wire [17:0] \port$4521$14 ;
-  input [11:0] \port$6800$0 ;
-  wire [11:0] \port$6800$0 ;
-  input [17:0] \port$6800$14 ;
-  wire [17:0] \port$6800$14 ;
+  input [11:0] \port$4526$0 ;
+  wire [11:0] \port$4526$0 ;
+  input [17:0] \port$4526$14 ;
+  wire [17:0] \port$4526$14 ;
+  input [11:0] \port$6810$0 ;
+  wire [11:0] \port$6810$0 ;
+  input [17:0] \port$6810$14 ;
+  wire [17:0] \port$6810$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -56057,15 +56137,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
+          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
@@ -56153,15 +56233,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
+          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
+          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
     endcase
   end
   always @* begin
@@ -56590,25 +56670,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
+  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
+  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
+  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
+  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -56631,25 +56711,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
+  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4521$14 , \port$4521$0  };
+  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
+  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6800$14 , \port$6800$0  };
+  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
+  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -56839,9 +56919,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2144$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
-, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2144$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
+, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$135  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -57126,48 +57206,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10427$0 ;
-  wire [11:0] \port$10427$0 ;
-  input [17:0] \port$10427$14 ;
-  wire [17:0] \port$10427$14 ;
-  input [11:0] \port$10464$0 ;
-  wire [11:0] \port$10464$0 ;
-  input [17:0] \port$10464$14 ;
-  wire [17:0] \port$10464$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$12011$0 ;
-  wire [11:0] \port$12011$0 ;
-  input [17:0] \port$12011$14 ;
-  wire [17:0] \port$12011$14 ;
-  input [11:0] \port$12048$0 ;
-  wire [11:0] \port$12048$0 ;
-  input [17:0] \port$12048$14 ;
-  wire [17:0] \port$12048$14 ;
-  input [11:0] \port$12268$0 ;
-  wire [11:0] \port$12268$0 ;
-  input [17:0] \port$12268$14 ;
-  wire [17:0] \port$12268$14 ;
-  input [11:0] \port$12460$0 ;
-  wire [11:0] \port$12460$0 ;
-  input [17:0] \port$12460$14 ;
-  wire [17:0] \port$12460$14 ;
-  input [11:0] \port$12468$0 ;
-  wire [11:0] \port$12468$0 ;
-  input [17:0] \port$12468$14 ;
-  wire [17:0] \port$12468$14 ;
+  input [11:0] \port$10441$0 ;
+  wire [11:0] \port$10441$0 ;
+  input [17:0] \port$10441$14 ;
+  wire [17:0] \port$10441$14 ;
+  input [11:0] \port$10478$0 ;
+  wire [11:0] \port$10478$0 ;
+  input [17:0] \port$10478$14 ;
+  wire [17:0] \port$10478$14 ;
+  input [11:0] \port$10698$0 ;
+  wire [11:0] \port$10698$0 ;
+  input [17:0] \port$10698$14 ;
+  wire [17:0] \port$10698$14 ;
+  input [11:0] \port$12029$0 ;
+  wire [11:0] \port$12029$0 ;
+  input [17:0] \port$12029$14 ;
+  wire [17:0] \port$12029$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12286$0 ;
+  wire [11:0] \port$12286$0 ;
+  input [17:0] \port$12286$14 ;
+  wire [17:0] \port$12286$14 ;
+  input [11:0] \port$12478$0 ;
+  wire [11:0] \port$12478$0 ;
+  input [17:0] \port$12478$14 ;
+  wire [17:0] \port$12478$14 ;
+  input [11:0] \port$12486$0 ;
+  wire [11:0] \port$12486$0 ;
+  input [17:0] \port$12486$14 ;
+  wire [17:0] \port$12486$14 ;
   output [67:0] \port$2144$0 ;
   wire [67:0] \port$2144$0 ;
-  input [11:0] \port$4521$0 ;
-  wire [11:0] \port$4521$0 ;
-  input [17:0] \port$4521$14 ;
-  wire [17:0] \port$4521$14 ;
-  input [11:0] \port$6800$0 ;
-  wire [11:0] \port$6800$0 ;
-  input [17:0] \port$6800$14 ;
-  wire [17:0] \port$6800$14 ;
+  input [11:0] \port$4526$0 ;
+  wire [11:0] \port$4526$0 ;
+  input [17:0] \port$4526$14 ;
+  wire [17:0] \port$4526$14 ;
+  input [11:0] \port$6810$0 ;
+  wire [11:0] \port$6810$0 ;
+  input [17:0] \port$6810$14 ;
+  wire [17:0] \port$6810$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -57758,15 +57838,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
+          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
@@ -57854,15 +57934,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
+          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
+          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
     endcase
   end
   always @* begin
@@ -58291,25 +58371,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
+  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
+  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
+  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
+  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -58332,25 +58412,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
+  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4521$14 , \port$4521$0  };
+  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
+  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6800$14 , \port$6800$0  };
+  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
+  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -58540,9 +58620,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2480$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
-, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2480$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
+, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$137  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58827,48 +58907,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10427$0 ;
-  wire [11:0] \port$10427$0 ;
-  input [17:0] \port$10427$14 ;
-  wire [17:0] \port$10427$14 ;
-  input [11:0] \port$10464$0 ;
-  wire [11:0] \port$10464$0 ;
-  input [17:0] \port$10464$14 ;
-  wire [17:0] \port$10464$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$12011$0 ;
-  wire [11:0] \port$12011$0 ;
-  input [17:0] \port$12011$14 ;
-  wire [17:0] \port$12011$14 ;
-  input [11:0] \port$12048$0 ;
-  wire [11:0] \port$12048$0 ;
-  input [17:0] \port$12048$14 ;
-  wire [17:0] \port$12048$14 ;
-  input [11:0] \port$12268$0 ;
-  wire [11:0] \port$12268$0 ;
-  input [17:0] \port$12268$14 ;
-  wire [17:0] \port$12268$14 ;
-  input [11:0] \port$12460$0 ;
-  wire [11:0] \port$12460$0 ;
-  input [17:0] \port$12460$14 ;
-  wire [17:0] \port$12460$14 ;
-  input [11:0] \port$12468$0 ;
-  wire [11:0] \port$12468$0 ;
-  input [17:0] \port$12468$14 ;
-  wire [17:0] \port$12468$14 ;
+  input [11:0] \port$10441$0 ;
+  wire [11:0] \port$10441$0 ;
+  input [17:0] \port$10441$14 ;
+  wire [17:0] \port$10441$14 ;
+  input [11:0] \port$10478$0 ;
+  wire [11:0] \port$10478$0 ;
+  input [17:0] \port$10478$14 ;
+  wire [17:0] \port$10478$14 ;
+  input [11:0] \port$10698$0 ;
+  wire [11:0] \port$10698$0 ;
+  input [17:0] \port$10698$14 ;
+  wire [17:0] \port$10698$14 ;
+  input [11:0] \port$12029$0 ;
+  wire [11:0] \port$12029$0 ;
+  input [17:0] \port$12029$14 ;
+  wire [17:0] \port$12029$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12286$0 ;
+  wire [11:0] \port$12286$0 ;
+  input [17:0] \port$12286$14 ;
+  wire [17:0] \port$12286$14 ;
+  input [11:0] \port$12478$0 ;
+  wire [11:0] \port$12478$0 ;
+  input [17:0] \port$12478$14 ;
+  wire [17:0] \port$12478$14 ;
+  input [11:0] \port$12486$0 ;
+  wire [11:0] \port$12486$0 ;
+  input [17:0] \port$12486$14 ;
+  wire [17:0] \port$12486$14 ;
   output [67:0] \port$2480$0 ;
   wire [67:0] \port$2480$0 ;
-  input [11:0] \port$4521$0 ;
-  wire [11:0] \port$4521$0 ;
-  input [17:0] \port$4521$14 ;
-  wire [17:0] \port$4521$14 ;
-  input [11:0] \port$6800$0 ;
-  wire [11:0] \port$6800$0 ;
-  input [17:0] \port$6800$14 ;
-  wire [17:0] \port$6800$14 ;
+  input [11:0] \port$4526$0 ;
+  wire [11:0] \port$4526$0 ;
+  input [17:0] \port$4526$14 ;
+  wire [17:0] \port$4526$14 ;
+  input [11:0] \port$6810$0 ;
+  wire [11:0] \port$6810$0 ;
+  input [17:0] \port$6810$14 ;
+  wire [17:0] \port$6810$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -59459,15 +59539,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
+          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
@@ -59555,15 +59635,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
+          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
+          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
     endcase
   end
   always @* begin
@@ -59992,25 +60072,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
+  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
+  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
+  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
+  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -60033,25 +60113,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
+  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4521$14 , \port$4521$0  };
+  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
+  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6800$14 , \port$6800$0  };
+  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
+  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -60241,9 +60321,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4521$0 , \port$4521$14 , s4__wdata, s4__wstrb, \port$6800$0 , \port$6800$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10427$0 , \port$10427$14 , s2__arlen, \port$10464$0 , \port$10464$14 , s2__awlen
-, \port$10684$0 , \port$10684$14 , s1__wdata, \port$12011$0 , \port$12011$14 , s4__arlen, \port$12048$0 , \port$12048$14 , s4__awlen, \port$12268$0 , \port$12268$14 , s3__wdata, \port$12460$0 , \port$12460$14 , s0__awlen, \port$12468$0 , \port$12468$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
+, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60528,48 +60608,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10427$0 ;
-  wire [11:0] \port$10427$0 ;
-  input [17:0] \port$10427$14 ;
-  wire [17:0] \port$10427$14 ;
-  input [11:0] \port$10464$0 ;
-  wire [11:0] \port$10464$0 ;
-  input [17:0] \port$10464$14 ;
-  wire [17:0] \port$10464$14 ;
-  input [11:0] \port$10684$0 ;
-  wire [11:0] \port$10684$0 ;
-  input [17:0] \port$10684$14 ;
-  wire [17:0] \port$10684$14 ;
-  input [11:0] \port$12011$0 ;
-  wire [11:0] \port$12011$0 ;
-  input [17:0] \port$12011$14 ;
-  wire [17:0] \port$12011$14 ;
-  input [11:0] \port$12048$0 ;
-  wire [11:0] \port$12048$0 ;
-  input [17:0] \port$12048$14 ;
-  wire [17:0] \port$12048$14 ;
-  input [11:0] \port$12268$0 ;
-  wire [11:0] \port$12268$0 ;
-  input [17:0] \port$12268$14 ;
-  wire [17:0] \port$12268$14 ;
-  input [11:0] \port$12460$0 ;
-  wire [11:0] \port$12460$0 ;
-  input [17:0] \port$12460$14 ;
-  wire [17:0] \port$12460$14 ;
-  input [11:0] \port$12468$0 ;
-  wire [11:0] \port$12468$0 ;
-  input [17:0] \port$12468$14 ;
-  wire [17:0] \port$12468$14 ;
+  input [11:0] \port$10441$0 ;
+  wire [11:0] \port$10441$0 ;
+  input [17:0] \port$10441$14 ;
+  wire [17:0] \port$10441$14 ;
+  input [11:0] \port$10478$0 ;
+  wire [11:0] \port$10478$0 ;
+  input [17:0] \port$10478$14 ;
+  wire [17:0] \port$10478$14 ;
+  input [11:0] \port$10698$0 ;
+  wire [11:0] \port$10698$0 ;
+  input [17:0] \port$10698$14 ;
+  wire [17:0] \port$10698$14 ;
+  input [11:0] \port$12029$0 ;
+  wire [11:0] \port$12029$0 ;
+  input [17:0] \port$12029$14 ;
+  wire [17:0] \port$12029$14 ;
+  input [11:0] \port$12066$0 ;
+  wire [11:0] \port$12066$0 ;
+  input [17:0] \port$12066$14 ;
+  wire [17:0] \port$12066$14 ;
+  input [11:0] \port$12286$0 ;
+  wire [11:0] \port$12286$0 ;
+  input [17:0] \port$12286$14 ;
+  wire [17:0] \port$12286$14 ;
+  input [11:0] \port$12478$0 ;
+  wire [11:0] \port$12478$0 ;
+  input [17:0] \port$12478$14 ;
+  wire [17:0] \port$12478$14 ;
+  input [11:0] \port$12486$0 ;
+  wire [11:0] \port$12486$0 ;
+  input [17:0] \port$12486$14 ;
+  wire [17:0] \port$12486$14 ;
   output [67:0] \port$2816$0 ;
   wire [67:0] \port$2816$0 ;
-  input [11:0] \port$4521$0 ;
-  wire [11:0] \port$4521$0 ;
-  input [17:0] \port$4521$14 ;
-  wire [17:0] \port$4521$14 ;
-  input [11:0] \port$6800$0 ;
-  wire [11:0] \port$6800$0 ;
-  input [17:0] \port$6800$14 ;
-  wire [17:0] \port$6800$14 ;
+  input [11:0] \port$4526$0 ;
+  wire [11:0] \port$4526$0 ;
+  input [17:0] \port$4526$14 ;
+  wire [17:0] \port$4526$14 ;
+  input [11:0] \port$6810$0 ;
+  wire [11:0] \port$6810$0 ;
+  input [17:0] \port$6810$14 ;
+  wire [17:0] \port$6810$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -61160,15 +61240,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12460$14 , \port$12460$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10684$14 , \port$10684$0  };
+          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10464$14 , \port$10464$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12268$14 , \port$12268$0  };
+          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12048$14 , \port$12048$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
     endcase
   end
   always @* begin
@@ -61256,15 +61336,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12468$14 , \port$12468$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4521$14 , \port$4521$0  };
+          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10427$14 , \port$10427$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6800$14 , \port$6800$0  };
+          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12011$14 , \port$12011$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
     endcase
   end
   always @* begin
@@ -61693,25 +61773,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12460$14 , \port$12460$0  };
+  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10684$14 , \port$10684$0  };
+  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10464$14 , \port$10464$0  };
+  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12268$14 , \port$12268$0  };
+  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12048$14 , \port$12048$0  };
+  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -61734,25 +61814,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12468$14 , \port$12468$0  };
+  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4521$14 , \port$4521$0  };
+  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10427$14 , \port$10427$0  };
+  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6800$14 , \port$6800$0  };
+  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12011$14 , \port$12011$0  };
+  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -62559,14 +62639,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$2971$0 , \port$4464$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5190$0 , \port$5250$0 , \port$6743$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7469$0 , bus__bready, bus__rready
+, TRACE1_DATA_HI__read, \port$2971$0 , \port$4469$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5195$0 , \port$5255$0 , \port$6753$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7479$0 , bus__bready, bus__rready
 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set
 , QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set
 , QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value
 , GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value
 , GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value
-, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10545$0 , \port$10547$0 , \port$10553$0 , \port$10555$0 , \port$10557$0 , \port$10558$0 , \port$10709$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
-, PERF0_MACS_HI__value, \port$12129$0 , \port$12131$0 , \port$12137$0 , \port$12139$0 , \port$12141$0 , \port$12142$0 , \port$12293$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10559$0 , \port$10561$0 , \port$10567$0 , \port$10569$0 , \port$10571$0 , \port$10572$0 , \port$10723$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
+, PERF0_MACS_HI__value, \port$12147$0 , \port$12149$0 , \port$12155$0 , \port$12157$0 , \port$12159$0 , \port$12160$0 , \port$12311$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
   reg \$auto$verilog_backend.cc:2355:dump_module$143  = 0;
   wire \$1 ;
@@ -63714,46 +63794,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10545$0 ;
-  wire [15:0] \port$10545$0 ;
-  input [15:0] \port$10547$0 ;
-  wire [15:0] \port$10547$0 ;
-  input \port$10553$0 ;
-  wire \port$10553$0 ;
-  input [7:0] \port$10555$0 ;
-  wire [7:0] \port$10555$0 ;
-  input [15:0] \port$10557$0 ;
-  wire [15:0] \port$10557$0 ;
-  input \port$10558$0 ;
-  wire \port$10558$0 ;
-  input \port$10709$0 ;
-  wire \port$10709$0 ;
-  input [15:0] \port$12129$0 ;
-  wire [15:0] \port$12129$0 ;
-  input [15:0] \port$12131$0 ;
-  wire [15:0] \port$12131$0 ;
-  input \port$12137$0 ;
-  wire \port$12137$0 ;
-  input [7:0] \port$12139$0 ;
-  wire [7:0] \port$12139$0 ;
-  input [15:0] \port$12141$0 ;
-  wire [15:0] \port$12141$0 ;
-  input \port$12142$0 ;
-  wire \port$12142$0 ;
-  input \port$12293$0 ;
-  wire \port$12293$0 ;
+  input [15:0] \port$10559$0 ;
+  wire [15:0] \port$10559$0 ;
+  input [15:0] \port$10561$0 ;
+  wire [15:0] \port$10561$0 ;
+  input \port$10567$0 ;
+  wire \port$10567$0 ;
+  input [7:0] \port$10569$0 ;
+  wire [7:0] \port$10569$0 ;
+  input [15:0] \port$10571$0 ;
+  wire [15:0] \port$10571$0 ;
+  input \port$10572$0 ;
+  wire \port$10572$0 ;
+  input \port$10723$0 ;
+  wire \port$10723$0 ;
+  input [15:0] \port$12147$0 ;
+  wire [15:0] \port$12147$0 ;
+  input [15:0] \port$12149$0 ;
+  wire [15:0] \port$12149$0 ;
+  input \port$12155$0 ;
+  wire \port$12155$0 ;
+  input [7:0] \port$12157$0 ;
+  wire [7:0] \port$12157$0 ;
+  input [15:0] \port$12159$0 ;
+  wire [15:0] \port$12159$0 ;
+  input \port$12160$0 ;
+  wire \port$12160$0 ;
+  input \port$12311$0 ;
+  wire \port$12311$0 ;
   input \port$2971$0 ;
   wire \port$2971$0 ;
-  input \port$4464$0 ;
-  wire \port$4464$0 ;
-  input [8:0] \port$5190$0 ;
-  wire [8:0] \port$5190$0 ;
-  input \port$5250$0 ;
-  wire \port$5250$0 ;
-  input \port$6743$0 ;
-  wire \port$6743$0 ;
-  input [8:0] \port$7469$0 ;
-  wire [8:0] \port$7469$0 ;
+  input \port$4469$0 ;
+  wire \port$4469$0 ;
+  input [8:0] \port$5195$0 ;
+  wire [8:0] \port$5195$0 ;
+  input \port$5255$0 ;
+  wire \port$5255$0 ;
+  input \port$6753$0 ;
+  wire \port$6753$0 ;
+  input [8:0] \port$7479$0 ;
+  wire [8:0] \port$7479$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -64266,12 +64346,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10558$0 , \port$10709$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$10572$0 , \port$10723$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$12142$0 , \port$12293$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$12160$0 , \port$12311$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -64888,16 +64968,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10545$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10547$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10553$0 , \port$4464$0  };
-  assign QUEUE0_ERROR__value = { \port$10557$0 , 8'h00, \port$10555$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$12129$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$12131$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5250$0 , \port$12137$0 , \port$6743$0  };
-  assign QUEUE1_ERROR__value = { \port$12141$0 , 8'h00, \port$12139$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5190$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7469$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10559$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10561$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10567$0 , \port$4469$0  };
+  assign QUEUE0_ERROR__value = { \port$10571$0 , 8'h00, \port$10569$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$12147$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$12149$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5255$0 , \port$12155$0 , \port$6753$0  };
+  assign QUEUE1_ERROR__value = { \port$12159$0 , 8'h00, \port$12157$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5195$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7479$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -65022,26 +65102,26 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10558$0 , \port$10709$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12142$0 , \port$12293$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10572$0 , \port$10723$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12160$0 , \port$12311$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10545$0 ;
+  assign \$74 [15:0] = \port$10559$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10547$0 ;
+  assign \$78 [15:0] = \port$10561$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2971$0 , \port$10553$0 , \port$4464$0  };
+  assign \$82 [2:0] = { \port$2971$0 , \port$10567$0 , \port$4469$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10557$0 , \port$10555$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10571$0 , \port$10569$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$12129$0 ;
+  assign \$109 [15:0] = \port$12147$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$12131$0 ;
+  assign \$113 [15:0] = \port$12149$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5250$0 , \port$12137$0 , \port$6743$0  };
+  assign \$117 [2:0] = { \port$5255$0 , \port$12155$0 , \port$6753$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$12141$0 , \port$12139$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$12159$0 , \port$12157$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -65062,12 +65142,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5190$0  };
+  assign \$212  = { 23'h000000, \port$5195$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7469$0  };
+  assign \$231  = { 23'h000000, \port$7479$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -65473,8 +65553,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \port$8705$0 , \port$8707$0 , \port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$8697$0 );
+module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$8707$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$146  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -65559,16 +65639,6 @@ module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$8697$0 ;
-  wire [31:0] \port$8697$0 ;
-  input [31:0] \port$8699$0 ;
-  wire [31:0] \port$8699$0 ;
-  input [31:0] \port$8701$0 ;
-  wire [31:0] \port$8701$0 ;
-  input [31:0] \port$8703$0 ;
-  wire [31:0] \port$8703$0 ;
-  input [31:0] \port$8705$0 ;
-  wire [31:0] \port$8705$0 ;
   input [31:0] \port$8707$0 ;
   wire [31:0] \port$8707$0 ;
   input [31:0] \port$8709$0 ;
@@ -65591,6 +65661,16 @@ module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \
   wire [31:0] \port$8725$0 ;
   input [31:0] \port$8727$0 ;
   wire [31:0] \port$8727$0 ;
+  input [31:0] \port$8729$0 ;
+  wire [31:0] \port$8729$0 ;
+  input [31:0] \port$8731$0 ;
+  wire [31:0] \port$8731$0 ;
+  input [31:0] \port$8733$0 ;
+  wire [31:0] \port$8733$0 ;
+  input [31:0] \port$8735$0 ;
+  wire [31:0] \port$8735$0 ;
+  input [31:0] \port$8737$0 ;
+  wire [31:0] \port$8737$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -65632,72 +65712,72 @@ module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$8735$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$8737$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$8697$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$8699$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$8701$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$8703$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$8705$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$8729$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$8731$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$8733$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$8735$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$8737$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$8697$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$8699$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$8701$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$8703$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$8705$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$8729$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$8731$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$8733$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$146 ) begin end
@@ -65922,7 +66002,7 @@ module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0 , \port$8705$0 , \port$8703$0 , \port$8701$0 , \port$8699$0 , \port$8697$0  };
+  assign values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -65939,22 +66019,22 @@ module \dx1_board.soc.semaphores (\port$8699$0 , \port$8701$0 , \port$8703$0 , \
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$8697$0 ;
-  assign \values[1]  = \port$8699$0 ;
-  assign \values[2]  = \port$8701$0 ;
-  assign \values[3]  = \port$8703$0 ;
-  assign \values[4]  = \port$8705$0 ;
-  assign \values[5]  = \port$8707$0 ;
-  assign \values[6]  = \port$8709$0 ;
-  assign \values[7]  = \port$8711$0 ;
-  assign \values[8]  = \port$8713$0 ;
-  assign \values[9]  = \port$8715$0 ;
-  assign \values[10]  = \port$8717$0 ;
-  assign \values[11]  = \port$8719$0 ;
-  assign \values[12]  = \port$8721$0 ;
-  assign \values[13]  = \port$8723$0 ;
-  assign \values[14]  = \port$8725$0 ;
-  assign \values[15]  = \port$8727$0 ;
+  assign \values[0]  = \port$8707$0 ;
+  assign \values[1]  = \port$8709$0 ;
+  assign \values[2]  = \port$8711$0 ;
+  assign \values[3]  = \port$8713$0 ;
+  assign \values[4]  = \port$8715$0 ;
+  assign \values[5]  = \port$8717$0 ;
+  assign \values[6]  = \port$8719$0 ;
+  assign \values[7]  = \port$8721$0 ;
+  assign \values[8]  = \port$8723$0 ;
+  assign \values[9]  = \port$8725$0 ;
+  assign \values[10]  = \port$8727$0 ;
+  assign \values[11]  = \port$8729$0 ;
+  assign \values[12]  = \port$8731$0 ;
+  assign \values[13]  = \port$8733$0 ;
+  assign \values[14]  = \port$8735$0 ;
+  assign \values[15]  = \port$8737$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

@@ -222,8 +222,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tdata(dma_done__tdata),
     .done__tready(dma_done__tready),
     .done__tvalid(dma_done__tvalid),
-    .\port$1531$0 (\$1 ),
-    .\port$1533$0 (\$2 ),
+    .\port$1540$0 (\$1 ),
+    .\port$1542$0 (\$2 ),
     .rst(rst),
     .spm_rreq__tdata(spm_rreq__tdata),
     .spm_rreq__tready(spm_rreq__tready),
@@ -248,8 +248,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tvalid(tile_done__tvalid),
     .grant(spm_wr__tready),
     .\grant$112 (acc_wr__tready),
-    .\port$1531$0 (\$1 ),
-    .\port$1533$0 (\$2 ),
+    .\port$1540$0 (\$1 ),
+    .\port$1542$0 (\$2 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
     .\req__tvalid$156 (acc_wr__tvalid),
@@ -340,86 +340,90 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__arready, bus__rid, bus__rdata, bus__rresp, bus__rlast, bus__rvalid, cmd__tdata, cmd__tvalid, done__tready, clk, rst, cmd__tready, busy, axi__rready, done__tvalid, axi__wdata, axi__wvalid
 , axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$1531$0 , \port$1533$0 , spm_rreq__tdata, bus__awready);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$1540$0 , \port$1542$0 , spm_rreq__tdata, bus__awready);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
-  wire [18:0] \$1 ;
-  wire [31:0] \$10 ;
-  wire [31:0] \$11 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
   wire \$12 ;
-  wire \$13 ;
-  wire \$14 ;
-  wire \$15 ;
+  wire [18:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire [18:0] \$15 ;
   wire \$16 ;
   wire \$17 ;
-  wire \$18 ;
-  wire \$19 ;
-  wire [16:0] \$2 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
   wire \$20 ;
   wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire [3:0] \$29 ;
-  wire [18:0] \$3 ;
+  wire \$29 ;
+  wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
+  wire \$32 ;
+  wire \$33 ;
   reg \$34 ;
-  reg \$35 ;
-  reg \$36 ;
-  reg [15:0] \$37 ;
-  reg [15:0] \$38 ;
-  reg [15:0] \$39 ;
+  reg [255:0] \$35 ;
+  reg [1:0] \$36 ;
+  reg \$37 ;
+  reg \$38 ;
+  reg \$39 ;
   wire \$4 ;
-  reg [15:0] \$40 ;
-  reg \$41 ;
-  reg \$42 ;
-  reg [7:0] \$43 ;
-  wire [255:0] \$44 ;
-  wire [15:0] \$45 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg [15:0] \$42 ;
+  reg [15:0] \$43 ;
+  reg [15:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [7:0] \$47 ;
+  wire [255:0] \$48 ;
+  wire [15:0] \$49 ;
   wire \$5 ;
-  wire [31:0] \$6 ;
-  wire [31:0] \$7 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$9 ;
+  wire [3:0] \$9 ;
   wire abort;
-  wire \abort$74 ;
-  wire \abort$81 ;
+  wire \abort$101 ;
+  wire \abort$94 ;
   reg acc = 1'h0;
   (* init = 1'h0 *)
-  wire \acc$105 ;
+  wire \acc$120 ;
   (* init = 1'h0 *)
-  wire \acc$116 ;
+  wire \acc$127 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$148 ;
+  wire [15:0] \acc_rreq__tdata$159 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$150 ;
+  wire \acc_rreq__tready$161 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$152 ;
+  wire \acc_rreq__tvalid$163 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$160 ;
+  wire [255:0] \acc_rresp__tdata$171 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$162 ;
+  wire \acc_rresp__tready$173 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$164 ;
+  wire \acc_rresp__tvalid$175 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$136 ;
+  wire [271:0] \acc_wr__tdata$147 ;
   input acc_wr__tready;
   wire acc_wr__tready;
-  wire \acc_wr__tready$138 ;
+  wire \acc_wr__tready$149 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$140 ;
+  wire \acc_wr__tvalid$151 ;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
@@ -461,9 +465,9 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   output axi__wvalid;
   wire axi__wvalid;
   wire [31:0] base;
-  wire [31:0] \base$76 ;
+  wire [31:0] \base$96 ;
   wire beat;
-  wire [63:0] \beat$169 ;
+  wire [63:0] \beat$180 ;
   wire [31:0] bus__araddr;
   wire [1:0] bus__arburst;
   wire [3:0] bus__arid;
@@ -508,10 +512,10 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   wire busy;
   output [31:0] bytes_read;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$99 ;
+  wire [31:0] \bytes_read$115 ;
   output [31:0] bytes_written;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$101 ;
+  wire [31:0] \bytes_written$117 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -522,18 +526,19 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$113 ;
+  wire [15:0] \col_stride$124 ;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$120 ;
+  wire [15:0] \col_stride$131 ;
   reg [15:0] cols = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$109 ;
+  wire [15:0] \cols$122 ;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$118 ;
+  wire [15:0] \cols$129 ;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire copy_beat;
   wire done;
-  wire \done$174 ;
-  wire \done$175 ;
+  wire \done$184 ;
+  wire \done$185 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
@@ -542,170 +547,177 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   wire done__tvalid;
   wire error;
   wire [63:0] fifo_data;
-  wire [63:0] \fifo_data$123 ;
+  wire [63:0] \fifo_data$134 ;
   wire fifo_err;
-  wire \fifo_err$124 ;
+  wire \fifo_err$135 ;
   wire fifo_ready;
-  wire \fifo_ready$125 ;
-  wire \fifo_ready$128 ;
+  wire \fifo_ready$136 ;
+  wire \fifo_ready$139 ;
   wire fifo_take;
-  wire \fifo_take$167 ;
+  wire \fifo_take$178 ;
   wire finished;
+  reg held = 1'h0;
   wire hold;
-  wire \hold$72 ;
-  wire \hold$80 ;
+  wire \hold$100 ;
+  wire \hold$92 ;
   reg is_copy = 1'h0;
   (* init = 1'h0 *)
-  wire \is_copy$86 ;
+  wire \is_copy$104 ;
   reg is_load = 1'h0;
   (* init = 1'h0 *)
-  wire \is_load$88 ;
+  wire \is_load$105 ;
   reg is_store = 1'h0;
   (* init = 1'h0 *)
-  wire \is_store$127 ;
+  wire \is_store$138 ;
   wire [15:0] local_addr;
-  wire [15:0] \local_addr$115 ;
+  wire [15:0] \local_addr$126 ;
   wire [29:0] move_beats;
-  output [255:0] \port$1531$0 ;
-  wire [255:0] \port$1531$0 ;
-  output [15:0] \port$1533$0 ;
-  wire [15:0] \port$1533$0 ;
+  output [255:0] \port$1540$0 ;
+  wire [255:0] \port$1540$0 ;
+  output [15:0] \port$1542$0 ;
+  wire [15:0] \port$1542$0 ;
   wire push;
   wire quiet;
-  wire \quiet$178 ;
-  wire \quiet$179 ;
+  wire \quiet$188 ;
+  wire \quiet$189 ;
   wire [64:0] r_data;
   wire r_en;
   wire r_rdy;
   reg rd_err = 1'h0;
   (* init = 1'h0 *)
-  wire \rd_err$122 ;
+  wire \rd_err$108 ;
   (* init = 1'h0 *)
-  wire \rd_err$92 ;
+  wire \rd_err$133 ;
   wire read_error;
-  wire \read_error$184 ;
+  wire \read_error$20 ;
   wire request;
   reg [15:0] row_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$111 ;
+  wire [15:0] \row_stride$123 ;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$119 ;
+  wire [15:0] \row_stride$130 ;
   reg [15:0] rows = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$107 ;
+  wire [15:0] \rows$121 ;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$117 ;
+  wire [15:0] \rows$128 ;
   input rst;
   wire rst;
   wire run;
   wire [29:0] seg_beats;
-  wire [29:0] \seg_beats$79 ;
+  wire [29:0] \seg_beats$99 ;
   wire [15:0] segments;
-  wire [15:0] \segments$78 ;
+  wire [15:0] \segments$98 ;
   output [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$142 ;
+  wire [15:0] \spm_rreq__tdata$153 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$144 ;
+  wire \spm_rreq__tready$155 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$146 ;
+  wire \spm_rreq__tvalid$157 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$154 ;
+  wire [63:0] \spm_rresp__tdata$165 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$156 ;
+  wire \spm_rresp__tready$167 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$158 ;
+  wire \spm_rresp__tvalid$169 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$130 ;
+  wire [79:0] \spm_wr__tdata$141 ;
   input spm_wr__tready;
   wire spm_wr__tready;
-  wire \spm_wr__tready$132 ;
+  wire \spm_wr__tready$143 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$134 ;
+  wire \spm_wr__tvalid$145 ;
   wire start;
-  wire \start$102 ;
-  wire \start$114 ;
-  wire \start$66 ;
-  wire \start$75 ;
+  wire \start$118 ;
+  wire \start$125 ;
+  wire \start$86 ;
+  wire \start$95 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
   wire [31:0] stride;
-  wire [31:0] \stride$77 ;
+  wire [31:0] \stride$97 ;
   wire take;
   reg [64:0] w_data;
   reg w_en;
   wire w_rdy;
   reg wr_err = 1'h0;
-  always @(posedge clk)
-    is_load <= \$33 ;
-  always @(posedge clk)
-    is_store <= \$34 ;
-  always @(posedge clk)
-    is_copy <= \$35 ;
-  always @(posedge clk)
-    acc <= \$36 ;
-  always @(posedge clk)
-    rows <= \$37 ;
-  always @(posedge clk)
-    cols <= \$38 ;
-  always @(posedge clk)
-    row_stride <= \$39 ;
-  always @(posedge clk)
-    col_stride <= \$40 ;
-  always @(posedge clk)
-    rd_err <= \$41 ;
-  always @(posedge clk)
-    wr_err <= \$42 ;
-  always @(posedge clk)
-    done__tdata <= \$43 ;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = cmd__tdata[7:0] == 1'h1;
-  assign \$5  = \$4  | start_copy;
-  assign \start$66  = start & \$5 ;
-  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
-  assign \$8  = cmd__tdata[7:0] == 2'h2;
-  assign \$9  = \$8  | start_copy;
-  assign \start$75  = start & \$9 ;
-  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
-  assign \$12  = ~ is_store;
-  assign \$13  = w_rdy & \$12 ;
-  assign \$14  = state == 1'h1;
-  assign run = \$14  & is_load;
-  assign request = cmd__tdata[7:0] == 2'h2;
-  assign r_en = fifo_take | \fifo_take$167 ;
-  assign \$17  = | bus__rresp;
-  assign \$20  = \done$175  & \done$174 ;
-  assign \$21  = done & \done$174 ;
-  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign quiet = \quiet$178  & \quiet$179 ;
-  assign \$22  = cmd__tdata[7:0] == 1'h1;
-  assign \$23  = cmd__tdata[7:0] == 2'h2;
-  assign \$24  = cmd__tdata[7:0] == 4'h8;
-  assign \$25  = read_error | \read_error$184 ;
-  assign \$26  = state == 1'h1;
-  assign \$27  = \$26  & finished;
-  assign \$28  = rd_err | wr_err;
-  assign \$29  = \$28  ? 4'h9 : 4'h0;
-  assign \$30  = state == 2'h2;
-  assign \$31  = \$30  & done__tready;
+  assign quiet = \quiet$188  & \quiet$189 ;
   always @(posedge clk)
-    state <= \$32 ;
+    held <= \$34 ;
+  always @(posedge clk)
+    command <= \$35 ;
+  always @(posedge clk)
+    state <= \$36 ;
+  always @(posedge clk)
+    is_load <= \$37 ;
+  always @(posedge clk)
+    is_store <= \$38 ;
+  always @(posedge clk)
+    is_copy <= \$39 ;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    rows <= \$41 ;
+  always @(posedge clk)
+    cols <= \$42 ;
+  always @(posedge clk)
+    row_stride <= \$43 ;
+  always @(posedge clk)
+    col_stride <= \$44 ;
+  always @(posedge clk)
+    rd_err <= \$45 ;
+  always @(posedge clk)
+    wr_err <= \$46 ;
+  always @(posedge clk)
+    done__tdata <= \$47 ;
+  assign \$1  = cmd__tvalid & cmd__tready;
+  assign \$2  = command[7:0] == 1'h1;
+  assign \$3  = command[7:0] == 2'h2;
+  assign \$4  = command[7:0] == 4'h8;
+  assign \$5  = read_error | \read_error$20 ;
+  assign \$6  = state == 1'h1;
+  assign \$7  = \$6  & finished;
+  assign \$8  = rd_err | wr_err;
+  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$10  = state == 2'h2;
+  assign \$11  = \$10  & done__tready;
+  assign cmd__tready = ~ held;
+  assign \$12  = ! state;
+  assign start = held & \$12 ;
+  assign busy = | state;
+  assign start_copy = command[7:0] == 4'h8;
+  assign \$15  = command[8] ? \$13  : { 2'h0, \$14  };
+  assign \$16  = command[7:0] == 1'h1;
+  assign \$17  = \$16  | start_copy;
+  assign \start$86  = start & \$17 ;
+  assign stride = start_copy ? 32'd0 : command[127:96];
+  assign segments = start_copy ? 16'h0001 : command[159:144];
+  assign \$19  = start_copy ? \$18  : { 13'h0000, \$15  };
+  assign \$20  = command[7:0] == 2'h2;
+  assign \$21  = \$20  | start_copy;
+  assign \start$95  = start & \$21 ;
+  assign \base$96  = start_copy ? command[127:96] : command[95:64];
+  assign \stride$97  = start_copy ? 32'd0 : command[127:96];
+  assign \segments$98  = start_copy ? 16'h0001 : command[159:144];
+  assign \$23  = start_copy ? \$22  : { 13'h0000, \$15  };
+  assign \$24  = ~ is_store;
+  assign \$25  = w_rdy & \$24 ;
+  assign \$26  = state == 1'h1;
+  assign run = \$26  & is_load;
+  assign request = command[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$178 ;
+  assign \$29  = | bus__rresp;
+  assign \$32  = \done$185  & \done$184 ;
+  assign \$33  = done & \done$184 ;
+  assign finished = is_load ? \$32  : \$33 ;
   \dx1_dma_tile.dma.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -723,13 +735,13 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
-    .done(\done$175 ),
+    .done(\done$185 ),
     .fifo_ready(fifo_ready),
-    .fifo_take(\fifo_take$167 ),
-    .local_addr(cmd__tdata[143:128]),
-    .\port$110$0 (r_data),
+    .fifo_take(\fifo_take$178 ),
+    .local_addr(command[143:128]),
+    .\port$115$0 (r_data),
     .rd_err(rd_err),
-    .read_error(\read_error$184 ),
+    .read_error(\read_error$20 ),
     .row_stride(row_stride),
     .rows(rows),
     .rst(rst),
@@ -737,8 +749,8 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
     .start(start),
-    .wr_addr(\$45 ),
-    .wr_data(\$44 )
+    .wr_addr(\$49 ),
+    .wr_data(\$48 )
   );
   \dx1_dma_tile.dma.reader  reader (
     .base(base),
@@ -751,13 +763,13 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .bus__rvalid(bus__rvalid),
     .bytes_read(bytes_read),
     .clk(clk),
-    .done(\done$174 ),
-    .quiet(\quiet$178 ),
+    .done(\done$184 ),
+    .quiet(\quiet$188 ),
     .ready(bus__arready),
     .rst(rst),
-    .seg_beats(\$7 [29:0]),
+    .seg_beats(\$19 [29:0]),
     .segments(segments),
-    .start(\start$66 ),
+    .start(\start$86 ),
     .stride(stride)
   );
   \dx1_dma_tile.dma.storer  storer (
@@ -767,13 +779,13 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .acc_rresp__tdata(acc_rresp__tdata),
     .acc_rresp__tready(acc_rresp__tready),
     .acc_rresp__tvalid(acc_rresp__tvalid),
-    .beat(\beat$169 ),
+    .beat(\beat$180 ),
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
     .fifo_ready(w_rdy),
     .is_store(is_store),
-    .local_addr(cmd__tdata[143:128]),
+    .local_addr(command[143:128]),
     .push(push),
     .request(request),
     .row_stride(row_stride),
@@ -788,7 +800,7 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .start(start)
   );
   \dx1_dma_tile.dma.writer  writer (
-    .base(\base$76 ),
+    .base(\base$96 ),
     .bus__awaddr(axi__awaddr),
     .bus__awlen(axi__awlen),
     .bus__awvalid(axi__awvalid),
@@ -806,33 +818,25 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$110$0 (r_data),
-    .quiet(\quiet$179 ),
+    .\port$115$0 (r_data),
+    .quiet(\quiet$189 ),
     .rd_err(rd_err),
     .read_error(read_error),
     .ready(bus__awready),
     .rst(rst),
-    .seg_beats(\$11 [29:0]),
-    .segments(\segments$78 ),
-    .start(\start$75 ),
-    .stride(\stride$77 ),
+    .seg_beats(\$23 [29:0]),
+    .segments(\segments$98 ),
+    .start(\start$95 ),
+    .stride(\stride$97 ),
     .w_hs(fifo_take)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$33  = is_load;
-    if (start) begin
-      \$33  = \$22 ;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$34  = is_store;
-    if (start) begin
-      \$34  = \$23 ;
+    \$34  = held;
+    if (\$1 ) begin
+      \$34  = 1'h1;
+    end else if (start) begin
+      \$34  = 1'h0;
     end
     if (rst) begin
       \$34  = 1'h0;
@@ -840,135 +844,165 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$35  = is_copy;
-    if (start) begin
-      \$35  = \$24 ;
+    \$35  = command;
+    if (\$1 ) begin
+      \$35  = cmd__tdata;
     end
     if (rst) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$36  = acc;
+    \$36  = state;
     if (start) begin
-      \$36  = cmd__tdata[8];
+      \$36  = 2'h1;
+    end
+    if (\$7 ) begin
+      \$36  = 2'h2;
+    end
+    if (\$11 ) begin
+      \$36  = 2'h0;
     end
     if (rst) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$37  = rows;
+    \$37  = is_load;
     if (start) begin
-      \$37  = cmd__tdata[159:144];
+      \$37  = \$2 ;
     end
     if (rst) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$38  = cols;
+    \$38  = is_store;
     if (start) begin
-      \$38  = cmd__tdata[175:160];
+      \$38  = \$3 ;
     end
     if (rst) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$39  = row_stride;
+    \$39  = is_copy;
     if (start) begin
-      \$39  = cmd__tdata[191:176];
+      \$39  = \$4 ;
     end
     if (rst) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$40  = col_stride;
+    \$40  = acc;
     if (start) begin
-      \$40  = cmd__tdata[207:192];
+      \$40  = command[8];
     end
     if (rst) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$41  = rd_err;
+    \$41  = rows;
     if (start) begin
-      \$41  = 1'h0;
-    end
-    if (\$25 ) begin
-      \$41  = 1'h1;
+      \$41  = command[159:144];
     end
     if (rst) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$42  = wr_err;
+    \$42  = cols;
     if (start) begin
-      \$42  = 1'h0;
+      \$42  = command[175:160];
+    end
+    if (rst) begin
+      \$42  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$43  = row_stride;
+    if (start) begin
+      \$43  = command[191:176];
+    end
+    if (rst) begin
+      \$43  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$44  = col_stride;
+    if (start) begin
+      \$44  = command[207:192];
+    end
+    if (rst) begin
+      \$44  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$45  = rd_err;
+    if (start) begin
+      \$45  = 1'h0;
+    end
+    if (\$5 ) begin
+      \$45  = 1'h1;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$46  = wr_err;
+    if (start) begin
+      \$46  = 1'h0;
     end
     if (error) begin
-      \$42  = 1'h1;
+      \$46  = 1'h1;
     end
     if (rst) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$43  = done__tdata;
-    if (\$27 ) begin
-      \$43  = { 4'h0, \$29  };
+    \$47  = done__tdata;
+    if (\$7 ) begin
+      \$47  = { 4'h0, \$9  };
     end
     if (rst) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_data = { 1'h0, \beat$169  };
+      w_data = { 1'h0, \beat$180  };
     end else begin
-      w_data = { \$17 , bus__rdata };
+      w_data = { \$29 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_en = \$16 ;
+      w_en = \$28 ;
     end else begin
-      w_en = \$19 ;
+      w_en = \$31 ;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$32  = state;
-    if (start) begin
-      \$32  = 2'h1;
-    end
-    if (\$27 ) begin
-      \$32  = 2'h2;
-    end
-    if (\$31 ) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
+  assign move_beats = { 11'h000, \$15  };
   assign axi__awid = 4'h0;
   assign bus__awid = 4'h0;
   assign bus__awaddr = axi__awaddr;
@@ -1005,78 +1039,78 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   assign axi__rlast = bus__rlast;
   assign axi__rvalid = bus__rvalid;
   assign bus__rready = axi__rready;
-  assign seg_beats = \$7 [29:0];
+  assign seg_beats = \$19 [29:0];
   assign hold = 1'h0;
-  assign \hold$72  = 1'h0;
+  assign \hold$92  = 1'h0;
   assign abort = 1'h0;
-  assign \abort$74  = 1'h0;
-  assign \seg_beats$79  = \$11 [29:0];
-  assign \hold$80  = 1'h0;
-  assign \abort$81  = 1'h0;
+  assign \abort$94  = 1'h0;
+  assign \seg_beats$99  = \$23 [29:0];
+  assign \hold$100  = 1'h0;
+  assign \abort$101  = 1'h0;
   assign take = axi__rready;
-  assign \is_copy$86  = is_copy;
-  assign \is_load$88  = is_load;
+  assign \is_copy$104  = is_copy;
+  assign \is_load$105  = is_load;
   assign beat = copy_beat;
-  assign \rd_err$92  = rd_err;
+  assign \rd_err$108  = rd_err;
   assign fifo_data = r_data[63:0];
   assign fifo_err = r_data[64];
   assign r_rdy = fifo_ready;
-  assign \bytes_read$99  = bytes_read;
-  assign \bytes_written$101  = bytes_written;
-  assign \start$102  = start;
-  assign local_addr = cmd__tdata[143:128];
-  assign \acc$105  = acc;
-  assign \rows$107  = rows;
-  assign \cols$109  = cols;
-  assign \row_stride$111  = row_stride;
-  assign \col_stride$113  = col_stride;
-  assign \start$114  = start;
-  assign \local_addr$115  = cmd__tdata[143:128];
-  assign \acc$116  = acc;
-  assign \rows$117  = rows;
-  assign \cols$118  = cols;
-  assign \row_stride$119  = row_stride;
-  assign \col_stride$120  = col_stride;
-  assign \rd_err$122  = rd_err;
-  assign \fifo_data$123  = r_data[63:0];
-  assign \fifo_err$124  = r_data[64];
-  assign \fifo_ready$125  = fifo_ready;
-  assign \is_store$127  = is_store;
-  assign \fifo_ready$128  = w_rdy;
-  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tready$132  = spm_wr__tready;
-  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
-  assign acc_wr__tdata = { \$45 , \$44  };
-  assign \acc_wr__tdata$136  = { \$45 , \$44  };
-  assign \acc_wr__tready$138  = acc_wr__tready;
-  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
-  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
-  assign \spm_rreq__tready$144  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign \bytes_read$115  = bytes_read;
+  assign \bytes_written$117  = bytes_written;
+  assign \start$118  = start;
+  assign local_addr = command[143:128];
+  assign \acc$120  = acc;
+  assign \rows$121  = rows;
+  assign \cols$122  = cols;
+  assign \row_stride$123  = row_stride;
+  assign \col_stride$124  = col_stride;
+  assign \start$125  = start;
+  assign \local_addr$126  = command[143:128];
+  assign \acc$127  = acc;
+  assign \rows$128  = rows;
+  assign \cols$129  = cols;
+  assign \row_stride$130  = row_stride;
+  assign \col_stride$131  = col_stride;
+  assign \rd_err$133  = rd_err;
+  assign \fifo_data$134  = r_data[63:0];
+  assign \fifo_err$135  = r_data[64];
+  assign \fifo_ready$136  = fifo_ready;
+  assign \is_store$138  = is_store;
+  assign \fifo_ready$139  = w_rdy;
+  assign spm_wr__tdata = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tdata$141  = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tready$143  = spm_wr__tready;
+  assign \spm_wr__tvalid$145  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$49 , \$48  };
+  assign \acc_wr__tdata$147  = { \$49 , \$48  };
+  assign \acc_wr__tready$149  = acc_wr__tready;
+  assign \acc_wr__tvalid$151  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$153  = spm_rreq__tdata;
+  assign \spm_rreq__tready$155  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$157  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
-  assign \acc_rreq__tready$150  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
-  assign \spm_rresp__tready$156  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
-  assign \acc_rresp__tready$162  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$159  = spm_rreq__tdata;
+  assign \acc_rreq__tready$161  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$163  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$165  = spm_rresp__tdata;
+  assign \spm_rresp__tready$167  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$169  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$171  = acc_rresp__tdata;
+  assign \acc_rresp__tready$173  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$175  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$1531$0  = \$44 ;
-  assign \port$1533$0  = \$45 ;
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign base = cmd__tdata[95:64];
-  assign \$6  = { 3'h0, cmd__tdata[159:131] };
-  assign \$10  = { 3'h0, cmd__tdata[159:131] };
-  assign axi__rready = \$13 ;
-  assign \$15  = 1'h1;
-  assign \$16  = push;
-  assign \$18  = 1'h1;
-  assign \$19  = copy_beat;
+  assign \port$1540$0  = \$48 ;
+  assign \port$1542$0  = \$49 ;
+  assign \$13  = { 1'h0, command[175:160], 2'h0 };
+  assign \$14  = { 1'h0, command[175:160] };
+  assign base = command[95:64];
+  assign \$18  = { 3'h0, command[159:131] };
+  assign \$22  = { 3'h0, command[159:131] };
+  assign axi__rready = \$25 ;
+  assign \$27  = 1'h1;
+  assign \$28  = push;
+  assign \$30  = 1'h1;
+  assign \$31  = copy_beat;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -1257,8 +1291,8 @@ module \dx1_dma_tile.dma.data_fifo (rst, r_en, w_rdy, r_data, w_port__data, w_en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, spm_wr__tready, acc_wr__tready, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
-, local_addr);
+module \dx1_dma_tile.dma.loader (rst, start, run, \port$115$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, spm_wr__tready, acc_wr__tready, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
+, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -1314,8 +1348,8 @@ module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tva
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$110$0 ;
-  wire [64:0] \port$110$0 ;
+  input [64:0] \port$115$0 ;
+  wire [64:0] \port$115$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -1359,12 +1393,12 @@ module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tva
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$110$0 [64];
+  assign read_error = fifo_take & \port$115$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$110$0 [64];
+  assign \$12  = ~ \port$115$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -1399,13 +1433,13 @@ module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tva
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$110$0 [63:0];
+          assembled[63:0] = \port$115$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$110$0 [63:0];
+          assembled[127:64] = \port$115$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$110$0 [63:0];
+          assembled[191:128] = \port$115$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$110$0 [63:0];
+          assembled[255:192] = \port$115$0 [63:0];
     endcase
   end
   always @* begin
@@ -1510,12 +1544,12 @@ module \dx1_dma_tile.dma.loader (clk, rst, start, run, \port$110$0 , spm_wr__tva
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$110$0 [63:0];
-  assign fifo_err = \port$110$0 [64];
+  assign fifo_data = \port$115$0 [63:0];
+  assign fifo_err = \port$115$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.loader.walker (clk, rst, start, advance, last, rows, cols, row_stride, col_stride, addr, local_addr);
+module \dx1_dma_tile.dma.loader.walker (rst, start, advance, last, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -2055,8 +2089,8 @@ module \dx1_dma_tile.dma.reader.bursts (clk, rst, start, base, \stride$21 , segm
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.storer (clk, rst, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, is_store, acc, rows, cols, row_stride
-, col_stride, spm_rreq__tdata, beat, local_addr);
+module \dx1_dma_tile.dma.storer (rst, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, local_addr, is_store, acc, rows, cols, row_stride
+, col_stride, spm_rreq__tdata, beat, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -2274,7 +2308,7 @@ module \dx1_dma_tile.dma.storer (clk, rst, start, request, fifo_ready, spm_rreq_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.storer.walker (clk, rst, start, advance, last, rows, cols, row_stride, col_stride, addr, local_addr);
+module \dx1_dma_tile.dma.storer.walker (rst, start, advance, last, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$8  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -2405,7 +2439,7 @@ module \dx1_dma_tile.dma.storer.walker (clk, rst, start, advance, last, rows, co
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst, start, base, stride, segments, seg_beats, \port$110$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, is_load
+module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst, start, base, stride, segments, seg_beats, \port$115$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, is_load
 , is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, ready);
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
@@ -2514,8 +2548,8 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$110$0 ;
-  wire [64:0] \port$110$0 ;
+  input [64:0] \port$115$0 ;
+  wire [64:0] \port$115$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -2583,11 +2617,11 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$110$0 [64] | rd_err;
+  assign \$13  = \port$115$0 [64] | rd_err;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$110$0 [64];
+  assign read_error = w_hs & \port$115$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -2728,9 +2762,9 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$110$0 [63:0];
-  assign fifo_data = \port$110$0 [63:0];
-  assign fifo_err = \port$110$0 [64];
+  assign bus__wdata = \port$115$0 [63:0];
+  assign fifo_data = \port$115$0 [63:0];
+  assign fifo_err = \port$115$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -3185,7 +3219,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, \busy$53 , grant, \grant$112 , cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata
-, \port$1531$0 , \port$1533$0 , \req__tdata$158 , done__tvalid, cmd__tdata);
+, \port$1540$0 , \port$1542$0 , \req__tdata$158 , done__tvalid, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -3363,10 +3397,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   reg [31:0] perf_busy = 32'd0;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$1531$0 ;
-  wire [255:0] \port$1531$0 ;
-  input [15:0] \port$1533$0 ;
-  wire [15:0] \port$1533$0 ;
+  input [255:0] \port$1540$0 ;
+  wire [255:0] \port$1540$0 ;
+  input [15:0] \port$1542$0 ;
+  wire [15:0] \port$1542$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3535,8 +3569,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$1531$0 (\port$1531$0 ),
-    .\port$1533$0 (\port$1533$0 ),
+    .\port$1540$0 (\port$1540$0 ),
+    .\port$1542$0 (\port$1542$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -3684,8 +3718,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$1531$0 (\port$1531$0 [63:0]),
-    .\port$1533$0 (\port$1533$0 ),
+    .\port$1540$0 (\port$1540$0 [63:0]),
+    .\port$1542$0 (\port$1542$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3801,13 +3835,13 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$1533$0 , \port$1531$0 [63:0] };
-  assign spm_wr__tdata = { \port$1533$0 , \port$1531$0 [63:0] };
+  assign req__tdata = { \port$1542$0 , \port$1540$0 [63:0] };
+  assign spm_wr__tdata = { \port$1542$0 , \port$1540$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$1533$0 , \port$1531$0  };
-  assign acc_wr__tdata = { \port$1533$0 , \port$1531$0  };
+  assign \req__tdata$152  = { \port$1542$0 , \port$1540$0  };
+  assign acc_wr__tdata = { \port$1542$0 , \port$1540$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -4085,7 +4119,7 @@ module \dx1_dma_tile.tile.acc_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1531$0 , \port$1533$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1540$0 , \port$1542$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4095,10 +4129,10 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1531$0 , \port$1533$
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$1531$0 ;
-  wire [255:0] \port$1531$0 ;
-  input [15:0] \port$1533$0 ;
-  wire [15:0] \port$1533$0 ;
+  input [255:0] \port$1540$0 ;
+  wire [255:0] \port$1540$0 ;
+  input [15:0] \port$1542$0 ;
+  wire [15:0] \port$1542$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4109,14 +4143,14 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1531$0 , \port$1533$
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$1533$0 ;
+      addr = \port$1542$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$1531$0 ;
+      data = \port$1540$0 ;
     end
   end
   always @* begin
@@ -4127,7 +4161,7 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1531$0 , \port$1533$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$1533$0 , \port$1531$0  };
+  assign req__tdata = { \port$1542$0 , \port$1540$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -13239,7 +13273,7 @@ module \dx1_dma_tile.tile.spm_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1531$0 , \port$1533$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1540$0 , \port$1542$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -13249,10 +13283,10 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1531$0 , \port$1533$
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$1531$0 ;
-  wire [63:0] \port$1531$0 ;
-  input [15:0] \port$1533$0 ;
-  wire [15:0] \port$1533$0 ;
+  input [63:0] \port$1540$0 ;
+  wire [63:0] \port$1540$0 ;
+  input [15:0] \port$1542$0 ;
+  wire [15:0] \port$1542$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -13263,14 +13297,14 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1531$0 , \port$1533$
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$1533$0 ;
+      addr = \port$1542$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$1531$0 ;
+      data = \port$1540$0 ;
     end
   end
   always @* begin
@@ -13281,7 +13315,7 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1531$0 , \port$1533$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$1533$0 , \port$1531$0  };
+  assign req__tdata = { \port$1542$0 , \port$1540$0  };
 endmodule
 
 (* generator = "Amaranth" *)

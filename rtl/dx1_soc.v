@@ -1113,8 +1113,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$9436$0 (\$58 ),
-    .\port$9438$0 (\$59 ),
+    .\port$9450$0 (\$58 ),
+    .\port$9452$0 (\$59 ),
     .progress(\progress$317 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1144,8 +1144,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (\acc_wr__tready$515 ),
     .perf_busy(\busy_compute_source$738 ),
     .perf_macs(\macs_source$740 ),
-    .\port$11020$0 (\$61 ),
-    .\port$11022$0 (\$62 ),
+    .\port$11038$0 (\$61 ),
+    .\port$11040$0 (\$62 ),
     .progress(\progress$656 ),
     .\req__tdata$158 (\spm_rreq__tdata$507 ),
     .req__tvalid(\spm_wr__tvalid$505 ),
@@ -1204,22 +1204,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$7634$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7636$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7638$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7640$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7642$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7644$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7646$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7648$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7650$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7652$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7654$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7656$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7658$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7660$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7662$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7664$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7644$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7646$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7648$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7650$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7652$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7654$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7656$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7658$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7660$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7662$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7664$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7666$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7668$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7670$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7672$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7674$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1288,22 +1288,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$694 ),
     .irq_completion(\irq_completion$705 ),
     .irq_error(\irq_error$706 ),
-    .\port$7634$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7636$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7638$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7640$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7642$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7644$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7646$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7648$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7650$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7652$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7654$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7656$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7658$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7660$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7662$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7664$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7644$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7646$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7648$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7650$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7652$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7654$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7656$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7658$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7660$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7662$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7664$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7666$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7668$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7670$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7672$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7674$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$655 ),
     .quiesce(\quiesce$666 ),
     .reset_cp(\reset_cp$838 ),
@@ -1369,8 +1369,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$9436$0 (\$58 ),
-    .\port$9438$0 (\$59 ),
+    .\port$9450$0 (\$58 ),
+    .\port$9452$0 (\$59 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1424,8 +1424,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$497 ),
     .done__tvalid(\dma_done__tvalid$499 ),
     .hold(\hold$476 ),
-    .\port$11020$0 (\$61 ),
-    .\port$11022$0 (\$62 ),
+    .\port$11038$0 (\$61 ),
+    .\port$11040$0 (\$62 ),
     .quiet(\dma_quiet$664 ),
     .reset_units(\reset_units$721 ),
     .rst(rst),
@@ -1787,26 +1787,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$11066$0 (\head$694 ),
-    .\port$11068$0 (\tail$696 ),
-    .\port$11074$0 (\halted$699 ),
-    .\port$11076$0 (\error_code$702 ),
-    .\port$11078$0 (\error_index$703 ),
-    .\port$11079$0 (\irq_error$706 ),
-    .\port$11230$0 (\irq_completion$705 ),
+    .\port$11084$0 (\head$694 ),
+    .\port$11086$0 (\tail$696 ),
+    .\port$11092$0 (\halted$699 ),
+    .\port$11094$0 (\error_code$702 ),
+    .\port$11096$0 (\error_index$703 ),
+    .\port$11097$0 (\irq_error$706 ),
+    .\port$11248$0 (\irq_completion$705 ),
     .\port$2979$0 (\busy$361 ),
-    .\port$4472$0 (busy),
-    .\port$5198$0 (\$60 ),
-    .\port$5258$0 (\busy$700 ),
-    .\port$6751$0 (\busy$698 ),
-    .\port$7477$0 (\$63 ),
-    .\port$9482$0 (head),
-    .\port$9484$0 (tail),
-    .\port$9490$0 (halted),
-    .\port$9492$0 (error_code),
-    .\port$9494$0 (error_index),
-    .\port$9495$0 (irq_error),
-    .\port$9646$0 (irq_completion),
+    .\port$4477$0 (busy),
+    .\port$5203$0 (\$60 ),
+    .\port$5263$0 (\busy$700 ),
+    .\port$6761$0 (\busy$698 ),
+    .\port$7487$0 (\$63 ),
+    .\port$9496$0 (head),
+    .\port$9498$0 (tail),
+    .\port$9504$0 (halted),
+    .\port$9506$0 (error_code),
+    .\port$9508$0 (error_index),
+    .\port$9509$0 (irq_error),
+    .\port$9660$0 (irq_completion),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -1844,22 +1844,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .grant1(\sem_grant$718 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$477 [67:64]),
-    .\port$7634$0 (GLOBAL_SEM0__value),
-    .\port$7636$0 (GLOBAL_SEM1__value),
-    .\port$7638$0 (GLOBAL_SEM2__value),
-    .\port$7640$0 (GLOBAL_SEM3__value),
-    .\port$7642$0 (GLOBAL_SEM4__value),
-    .\port$7644$0 (GLOBAL_SEM5__value),
-    .\port$7646$0 (GLOBAL_SEM6__value),
-    .\port$7648$0 (GLOBAL_SEM7__value),
-    .\port$7650$0 (GLOBAL_SEM8__value),
-    .\port$7652$0 (GLOBAL_SEM9__value),
-    .\port$7654$0 (GLOBAL_SEM10__value),
-    .\port$7656$0 (GLOBAL_SEM11__value),
-    .\port$7658$0 (GLOBAL_SEM12__value),
-    .\port$7660$0 (GLOBAL_SEM13__value),
-    .\port$7662$0 (GLOBAL_SEM14__value),
-    .\port$7664$0 (GLOBAL_SEM15__value),
+    .\port$7644$0 (GLOBAL_SEM0__value),
+    .\port$7646$0 (GLOBAL_SEM1__value),
+    .\port$7648$0 (GLOBAL_SEM2__value),
+    .\port$7650$0 (GLOBAL_SEM3__value),
+    .\port$7652$0 (GLOBAL_SEM4__value),
+    .\port$7654$0 (GLOBAL_SEM5__value),
+    .\port$7656$0 (GLOBAL_SEM6__value),
+    .\port$7658$0 (GLOBAL_SEM7__value),
+    .\port$7660$0 (GLOBAL_SEM8__value),
+    .\port$7662$0 (GLOBAL_SEM9__value),
+    .\port$7664$0 (GLOBAL_SEM10__value),
+    .\port$7666$0 (GLOBAL_SEM11__value),
+    .\port$7668$0 (GLOBAL_SEM12__value),
+    .\port$7670$0 (GLOBAL_SEM13__value),
+    .\port$7672$0 (GLOBAL_SEM14__value),
+    .\port$7674$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -3017,7 +3017,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$9436$0 , \port$9438$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9450$0 , \port$9452$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -3196,10 +3196,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$9436$0 ;
-  wire [255:0] \port$9436$0 ;
-  input [15:0] \port$9438$0 ;
-  wire [15:0] \port$9438$0 ;
+  input [255:0] \port$9450$0 ;
+  wire [255:0] \port$9450$0 ;
+  input [15:0] \port$9452$0 ;
+  wire [15:0] \port$9452$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3372,8 +3372,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$9436$0 (\port$9436$0 ),
-    .\port$9438$0 (\port$9438$0 ),
+    .\port$9450$0 (\port$9450$0 ),
+    .\port$9452$0 (\port$9452$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -3530,8 +3530,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$9436$0 (\port$9436$0 [63:0]),
-    .\port$9438$0 (\port$9438$0 ),
+    .\port$9450$0 (\port$9450$0 [63:0]),
+    .\port$9452$0 (\port$9452$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3657,13 +3657,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$9438$0 , \port$9436$0 [63:0] };
-  assign spm_wr__tdata = { \port$9438$0 , \port$9436$0 [63:0] };
+  assign req__tdata = { \port$9452$0 , \port$9450$0 [63:0] };
+  assign spm_wr__tdata = { \port$9452$0 , \port$9450$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$9438$0 , \port$9436$0  };
-  assign acc_wr__tdata = { \port$9438$0 , \port$9436$0  };
+  assign \req__tdata$152  = { \port$9452$0 , \port$9450$0  };
+  assign acc_wr__tdata = { \port$9452$0 , \port$9450$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -3958,7 +3958,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9436$0 , \port$9438$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9450$0 , \port$9452$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -3968,10 +3968,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$9436$0 ;
-  wire [255:0] \port$9436$0 ;
-  input [15:0] \port$9438$0 ;
-  wire [15:0] \port$9438$0 ;
+  input [255:0] \port$9450$0 ;
+  wire [255:0] \port$9450$0 ;
+  input [15:0] \port$9452$0 ;
+  wire [15:0] \port$9452$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -3982,14 +3982,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9438$0 ;
+      addr = \port$9452$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$9436$0 ;
+      data = \port$9450$0 ;
     end
   end
   always @* begin
@@ -4000,7 +4000,7 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9438$0 , \port$9436$0  };
+  assign req__tdata = { \port$9452$0 , \port$9450$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -14715,7 +14715,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9436$0 , \port$9438$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9450$0 , \port$9452$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -14725,10 +14725,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$9436$0 ;
-  wire [63:0] \port$9436$0 ;
-  input [15:0] \port$9438$0 ;
-  wire [15:0] \port$9438$0 ;
+  input [63:0] \port$9450$0 ;
+  wire [63:0] \port$9450$0 ;
+  input [15:0] \port$9452$0 ;
+  wire [15:0] \port$9452$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -14739,14 +14739,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9438$0 ;
+      addr = \port$9452$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$9436$0 ;
+      data = \port$9450$0 ;
     end
   end
   always @* begin
@@ -14757,7 +14757,7 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9436$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9438$0 , \port$9436$0  };
+  assign req__tdata = { \port$9452$0 , \port$9450$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15378,7 +15378,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$11020$0 , \port$11022$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$11038$0 , \port$11040$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -15557,10 +15557,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$11020$0 ;
-  wire [255:0] \port$11020$0 ;
-  input [15:0] \port$11022$0 ;
-  wire [15:0] \port$11022$0 ;
+  input [255:0] \port$11038$0 ;
+  wire [255:0] \port$11038$0 ;
+  input [15:0] \port$11040$0 ;
+  wire [15:0] \port$11040$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -15733,8 +15733,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$11020$0 (\port$11020$0 ),
-    .\port$11022$0 (\port$11022$0 ),
+    .\port$11038$0 (\port$11038$0 ),
+    .\port$11040$0 (\port$11040$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -15891,8 +15891,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$11020$0 (\port$11020$0 [63:0]),
-    .\port$11022$0 (\port$11022$0 ),
+    .\port$11038$0 (\port$11038$0 [63:0]),
+    .\port$11040$0 (\port$11040$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -16018,13 +16018,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$11022$0 , \port$11020$0 [63:0] };
-  assign spm_wr__tdata = { \port$11022$0 , \port$11020$0 [63:0] };
+  assign req__tdata = { \port$11040$0 , \port$11038$0 [63:0] };
+  assign spm_wr__tdata = { \port$11040$0 , \port$11038$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$11022$0 , \port$11020$0  };
-  assign acc_wr__tdata = { \port$11022$0 , \port$11020$0  };
+  assign \req__tdata$152  = { \port$11040$0 , \port$11038$0  };
+  assign acc_wr__tdata = { \port$11040$0 , \port$11038$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -16319,7 +16319,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11020$0 , \port$11022$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11038$0 , \port$11040$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -16329,10 +16329,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11020$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$11020$0 ;
-  wire [255:0] \port$11020$0 ;
-  input [15:0] \port$11022$0 ;
-  wire [15:0] \port$11022$0 ;
+  input [255:0] \port$11038$0 ;
+  wire [255:0] \port$11038$0 ;
+  input [15:0] \port$11040$0 ;
+  wire [15:0] \port$11040$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -16343,14 +16343,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11020$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11022$0 ;
+      addr = \port$11040$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$11020$0 ;
+      data = \port$11038$0 ;
     end
   end
   always @* begin
@@ -16361,7 +16361,7 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11020$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11022$0 , \port$11020$0  };
+  assign req__tdata = { \port$11040$0 , \port$11038$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -27076,7 +27076,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11020$0 , \port$11022$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11038$0 , \port$11040$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -27086,10 +27086,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11020$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$11020$0 ;
-  wire [63:0] \port$11020$0 ;
-  input [15:0] \port$11022$0 ;
-  wire [15:0] \port$11022$0 ;
+  input [63:0] \port$11038$0 ;
+  wire [63:0] \port$11038$0 ;
+  input [15:0] \port$11040$0 ;
+  wire [15:0] \port$11040$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -27100,14 +27100,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11020$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11022$0 ;
+      addr = \port$11040$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$11020$0 ;
+      data = \port$11038$0 ;
     end
   end
   always @* begin
@@ -27118,7 +27118,7 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11020$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11022$0 , \port$11020$0  };
+  assign req__tdata = { \port$11040$0 , \port$11038$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -27738,8 +27738,8 @@ module \dx1_soc.core1.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_units,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7634$0 , \port$7636$0 
-, \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7644$0 , \port$7646$0 
+, \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -28020,16 +28020,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
-  input [15:0] \port$7640$0 ;
-  wire [15:0] \port$7640$0 ;
-  input [15:0] \port$7642$0 ;
-  wire [15:0] \port$7642$0 ;
   input [15:0] \port$7644$0 ;
   wire [15:0] \port$7644$0 ;
   input [15:0] \port$7646$0 ;
@@ -28052,6 +28042,16 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$7662$0 ;
   input [15:0] \port$7664$0 ;
   wire [15:0] \port$7664$0 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
+  input [15:0] \port$7668$0 ;
+  wire [15:0] \port$7668$0 ;
+  input [15:0] \port$7670$0 ;
+  wire [15:0] \port$7670$0 ;
+  input [15:0] \port$7672$0 ;
+  wire [15:0] \port$7672$0 ;
+  input [15:0] \port$7674$0 ;
+  wire [15:0] \port$7674$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -28401,11 +28401,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$7634$0 (\port$7634$0 ),
-    .\port$7636$0 (\port$7636$0 ),
-    .\port$7638$0 (\port$7638$0 ),
-    .\port$7640$0 (\port$7640$0 ),
-    .\port$7642$0 (\port$7642$0 ),
     .\port$7644$0 (\port$7644$0 ),
     .\port$7646$0 (\port$7646$0 ),
     .\port$7648$0 (\port$7648$0 ),
@@ -28417,7 +28412,12 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$7660$0 (\port$7660$0 ),
     .\port$7662$0 (\port$7662$0 ),
     .\port$7664$0 (\port$7664$0 ),
-    .\port$9510$64 (cmd[87:64]),
+    .\port$7666$0 (\port$7666$0 ),
+    .\port$7668$0 (\port$7668$0 ),
+    .\port$7670$0 (\port$7670$0 ),
+    .\port$7672$0 (\port$7672$0 ),
+    .\port$7674$0 (\port$7674$0 ),
+    .\port$9524$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -28594,8 +28594,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign \sem_values$182  = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
+  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign \sem_values$182  = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -28682,38 +28682,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7634$0 ;
-  assign \sem_values[1]  = \port$7636$0 ;
-  assign \sem_values[2]  = \port$7638$0 ;
-  assign \sem_values[3]  = \port$7640$0 ;
-  assign \sem_values[4]  = \port$7642$0 ;
-  assign \sem_values[5]  = \port$7644$0 ;
-  assign \sem_values[6]  = \port$7646$0 ;
-  assign \sem_values[7]  = \port$7648$0 ;
-  assign \sem_values[8]  = \port$7650$0 ;
-  assign \sem_values[9]  = \port$7652$0 ;
-  assign \sem_values[10]  = \port$7654$0 ;
-  assign \sem_values[11]  = \port$7656$0 ;
-  assign \sem_values[12]  = \port$7658$0 ;
-  assign \sem_values[13]  = \port$7660$0 ;
-  assign \sem_values[14]  = \port$7662$0 ;
-  assign \sem_values[15]  = \port$7664$0 ;
-  assign \sem_values$182[0]  = \port$7634$0 ;
-  assign \sem_values$182[1]  = \port$7636$0 ;
-  assign \sem_values$182[2]  = \port$7638$0 ;
-  assign \sem_values$182[3]  = \port$7640$0 ;
-  assign \sem_values$182[4]  = \port$7642$0 ;
-  assign \sem_values$182[5]  = \port$7644$0 ;
-  assign \sem_values$182[6]  = \port$7646$0 ;
-  assign \sem_values$182[7]  = \port$7648$0 ;
-  assign \sem_values$182[8]  = \port$7650$0 ;
-  assign \sem_values$182[9]  = \port$7652$0 ;
-  assign \sem_values$182[10]  = \port$7654$0 ;
-  assign \sem_values$182[11]  = \port$7656$0 ;
-  assign \sem_values$182[12]  = \port$7658$0 ;
-  assign \sem_values$182[13]  = \port$7660$0 ;
-  assign \sem_values$182[14]  = \port$7662$0 ;
-  assign \sem_values$182[15]  = \port$7664$0 ;
+  assign \sem_values[0]  = \port$7644$0 ;
+  assign \sem_values[1]  = \port$7646$0 ;
+  assign \sem_values[2]  = \port$7648$0 ;
+  assign \sem_values[3]  = \port$7650$0 ;
+  assign \sem_values[4]  = \port$7652$0 ;
+  assign \sem_values[5]  = \port$7654$0 ;
+  assign \sem_values[6]  = \port$7656$0 ;
+  assign \sem_values[7]  = \port$7658$0 ;
+  assign \sem_values[8]  = \port$7660$0 ;
+  assign \sem_values[9]  = \port$7662$0 ;
+  assign \sem_values[10]  = \port$7664$0 ;
+  assign \sem_values[11]  = \port$7666$0 ;
+  assign \sem_values[12]  = \port$7668$0 ;
+  assign \sem_values[13]  = \port$7670$0 ;
+  assign \sem_values[14]  = \port$7672$0 ;
+  assign \sem_values[15]  = \port$7674$0 ;
+  assign \sem_values$182[0]  = \port$7644$0 ;
+  assign \sem_values$182[1]  = \port$7646$0 ;
+  assign \sem_values$182[2]  = \port$7648$0 ;
+  assign \sem_values$182[3]  = \port$7650$0 ;
+  assign \sem_values$182[4]  = \port$7652$0 ;
+  assign \sem_values$182[5]  = \port$7654$0 ;
+  assign \sem_values$182[6]  = \port$7656$0 ;
+  assign \sem_values$182[7]  = \port$7658$0 ;
+  assign \sem_values$182[8]  = \port$7660$0 ;
+  assign \sem_values$182[9]  = \port$7662$0 ;
+  assign \sem_values$182[10]  = \port$7664$0 ;
+  assign \sem_values$182[11]  = \port$7666$0 ;
+  assign \sem_values$182[12]  = \port$7668$0 ;
+  assign \sem_values$182[13]  = \port$7670$0 ;
+  assign \sem_values$182[14]  = \port$7672$0 ;
+  assign \sem_values$182[15]  = \port$7674$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -29139,9 +29139,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$9542$0 (g_a_end),
-    .\port$9544$0 (g_b_end),
-    .\port$9546$0 (p_src_end)
+    .\port$9556$0 (g_a_end),
+    .\port$9558$0 (g_b_end),
+    .\port$9560$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
@@ -29397,7 +29397,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9542$0 , \port$9544$0 , \port$9546$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9556$0 , \port$9558$0 , \port$9560$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -29433,24 +29433,24 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9542$0 , \port$9544$0 ,
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$9542$0 ;
-  wire [32:0] \port$9542$0 ;
-  input [20:0] \port$9544$0 ;
-  wire [20:0] \port$9544$0 ;
-  input [16:0] \port$9546$0 ;
-  wire [16:0] \port$9546$0 ;
+  input [32:0] \port$9556$0 ;
+  wire [32:0] \port$9556$0 ;
+  input [20:0] \port$9558$0 ;
+  wire [20:0] \port$9558$0 ;
+  input [16:0] \port$9560$0 ;
+  wire [16:0] \port$9560$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$9542$0  > \port$9544$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$9542$0  } : { 13'h0000, \port$9544$0  };
+  assign \$3  = \port$9556$0  > \port$9558$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$9556$0  } : { 13'h0000, \port$9558$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$9546$0 ;
+  assign \$9  = cmd[127:112] >= \port$9560$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9546$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9560$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -29494,9 +29494,9 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9542$0 , \port$9544$0 ,
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$9542$0  };
-  assign b_end = { 13'h0000, \port$9544$0  };
-  assign p_src_end = { 17'h00000, \port$9546$0  };
+  assign a_end = { 1'h0, \port$9556$0  };
+  assign b_end = { 13'h0000, \port$9558$0  };
+  assign p_src_end = { 17'h00000, \port$9560$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -31890,8 +31890,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$9510$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$7634$0 );
+module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , sem_grant, \port$9524$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7644$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$51  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -31899,16 +31899,6 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
-  input [15:0] \port$7640$0 ;
-  wire [15:0] \port$7640$0 ;
-  input [15:0] \port$7642$0 ;
-  wire [15:0] \port$7642$0 ;
   input [15:0] \port$7644$0 ;
   wire [15:0] \port$7644$0 ;
   input [15:0] \port$7646$0 ;
@@ -31931,8 +31921,18 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] \port$7662$0 ;
   input [15:0] \port$7664$0 ;
   wire [15:0] \port$7664$0 ;
-  input [23:0] \port$9510$64 ;
-  wire [23:0] \port$9510$64 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
+  input [15:0] \port$7668$0 ;
+  wire [15:0] \port$7668$0 ;
+  input [15:0] \port$7670$0 ;
+  wire [15:0] \port$7670$0 ;
+  input [15:0] \port$7672$0 ;
+  wire [15:0] \port$7672$0 ;
+  input [15:0] \port$7674$0 ;
+  wire [15:0] \port$7674$0 ;
+  input [23:0] \port$9524$64 ;
+  wire [23:0] \port$9524$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -31962,44 +31962,44 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$9510$64 [23:8];
-  assign \$3  = - \port$9510$64 [23:8];
+  assign \$2  = \$1  >= \port$9524$64 [23:8];
+  assign \$3  = - \port$9524$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     \$1  = 16'h0000;
-    casez (\port$9510$64 [7:0])
+    casez (\port$9524$64 [7:0])
       8'h00:
-          \$1  = \port$7634$0 ;
-      8'h01:
-          \$1  = \port$7636$0 ;
-      8'h02:
-          \$1  = \port$7638$0 ;
-      8'h03:
-          \$1  = \port$7640$0 ;
-      8'h04:
-          \$1  = \port$7642$0 ;
-      8'h05:
           \$1  = \port$7644$0 ;
-      8'h06:
+      8'h01:
           \$1  = \port$7646$0 ;
-      8'h07:
+      8'h02:
           \$1  = \port$7648$0 ;
-      8'h08:
+      8'h03:
           \$1  = \port$7650$0 ;
-      8'h09:
+      8'h04:
           \$1  = \port$7652$0 ;
-      8'h0a:
+      8'h05:
           \$1  = \port$7654$0 ;
-      8'h0b:
+      8'h06:
           \$1  = \port$7656$0 ;
-      8'h0c:
+      8'h07:
           \$1  = \port$7658$0 ;
-      8'h0d:
+      8'h08:
           \$1  = \port$7660$0 ;
-      8'h0e:
+      8'h09:
           \$1  = \port$7662$0 ;
-      8'h0f:
+      8'h0a:
           \$1  = \port$7664$0 ;
+      8'h0b:
+          \$1  = \port$7666$0 ;
+      8'h0c:
+          \$1  = \port$7668$0 ;
+      8'h0d:
+          \$1  = \port$7670$0 ;
+      8'h0e:
+          \$1  = \port$7672$0 ;
+      8'h0f:
+          \$1  = \port$7674$0 ;
     endcase
   end
   always @* begin
@@ -32018,7 +32018,7 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$9510$64 [23:8] };
+      sem_delta = { 2'h0, \port$9524$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -32038,26 +32038,26 @@ module \dx1_soc.cp0.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
       end
     end
   end
-  assign count = \port$9510$64 [23:8];
-  assign sem = \port$9510$64 [7:0];
-  assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign sem_index = \port$9510$64 [3:0];
-  assign \sem_values[0]  = \port$7634$0 ;
-  assign \sem_values[1]  = \port$7636$0 ;
-  assign \sem_values[2]  = \port$7638$0 ;
-  assign \sem_values[3]  = \port$7640$0 ;
-  assign \sem_values[4]  = \port$7642$0 ;
-  assign \sem_values[5]  = \port$7644$0 ;
-  assign \sem_values[6]  = \port$7646$0 ;
-  assign \sem_values[7]  = \port$7648$0 ;
-  assign \sem_values[8]  = \port$7650$0 ;
-  assign \sem_values[9]  = \port$7652$0 ;
-  assign \sem_values[10]  = \port$7654$0 ;
-  assign \sem_values[11]  = \port$7656$0 ;
-  assign \sem_values[12]  = \port$7658$0 ;
-  assign \sem_values[13]  = \port$7660$0 ;
-  assign \sem_values[14]  = \port$7662$0 ;
-  assign \sem_values[15]  = \port$7664$0 ;
+  assign count = \port$9524$64 [23:8];
+  assign sem = \port$9524$64 [7:0];
+  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign sem_index = \port$9524$64 [3:0];
+  assign \sem_values[0]  = \port$7644$0 ;
+  assign \sem_values[1]  = \port$7646$0 ;
+  assign \sem_values[2]  = \port$7648$0 ;
+  assign \sem_values[3]  = \port$7650$0 ;
+  assign \sem_values[4]  = \port$7652$0 ;
+  assign \sem_values[5]  = \port$7654$0 ;
+  assign \sem_values[6]  = \port$7656$0 ;
+  assign \sem_values[7]  = \port$7658$0 ;
+  assign \sem_values[8]  = \port$7660$0 ;
+  assign \sem_values[9]  = \port$7662$0 ;
+  assign \sem_values[10]  = \port$7664$0 ;
+  assign \sem_values[11]  = \port$7666$0 ;
+  assign \sem_values[12]  = \port$7668$0 ;
+  assign \sem_values[13]  = \port$7670$0 ;
+  assign \sem_values[14]  = \port$7672$0 ;
+  assign \sem_values[15]  = \port$7674$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -32988,8 +32988,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7634$0 , \port$7636$0 
-, \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7644$0 , \port$7646$0 
+, \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -33270,16 +33270,6 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
-  input [15:0] \port$7640$0 ;
-  wire [15:0] \port$7640$0 ;
-  input [15:0] \port$7642$0 ;
-  wire [15:0] \port$7642$0 ;
   input [15:0] \port$7644$0 ;
   wire [15:0] \port$7644$0 ;
   input [15:0] \port$7646$0 ;
@@ -33302,6 +33292,16 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$7662$0 ;
   input [15:0] \port$7664$0 ;
   wire [15:0] \port$7664$0 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
+  input [15:0] \port$7668$0 ;
+  wire [15:0] \port$7668$0 ;
+  input [15:0] \port$7670$0 ;
+  wire [15:0] \port$7670$0 ;
+  input [15:0] \port$7672$0 ;
+  wire [15:0] \port$7672$0 ;
+  input [15:0] \port$7674$0 ;
+  wire [15:0] \port$7674$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -33651,12 +33651,7 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$11094$64 (cmd[87:64]),
-    .\port$7634$0 (\port$7634$0 ),
-    .\port$7636$0 (\port$7636$0 ),
-    .\port$7638$0 (\port$7638$0 ),
-    .\port$7640$0 (\port$7640$0 ),
-    .\port$7642$0 (\port$7642$0 ),
+    .\port$11112$64 (cmd[87:64]),
     .\port$7644$0 (\port$7644$0 ),
     .\port$7646$0 (\port$7646$0 ),
     .\port$7648$0 (\port$7648$0 ),
@@ -33668,6 +33663,11 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$7660$0 (\port$7660$0 ),
     .\port$7662$0 (\port$7662$0 ),
     .\port$7664$0 (\port$7664$0 ),
+    .\port$7666$0 (\port$7666$0 ),
+    .\port$7668$0 (\port$7668$0 ),
+    .\port$7670$0 (\port$7670$0 ),
+    .\port$7672$0 (\port$7672$0 ),
+    .\port$7674$0 (\port$7674$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -33844,8 +33844,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign \sem_values$182  = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
+  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign \sem_values$182  = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -33932,38 +33932,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7634$0 ;
-  assign \sem_values[1]  = \port$7636$0 ;
-  assign \sem_values[2]  = \port$7638$0 ;
-  assign \sem_values[3]  = \port$7640$0 ;
-  assign \sem_values[4]  = \port$7642$0 ;
-  assign \sem_values[5]  = \port$7644$0 ;
-  assign \sem_values[6]  = \port$7646$0 ;
-  assign \sem_values[7]  = \port$7648$0 ;
-  assign \sem_values[8]  = \port$7650$0 ;
-  assign \sem_values[9]  = \port$7652$0 ;
-  assign \sem_values[10]  = \port$7654$0 ;
-  assign \sem_values[11]  = \port$7656$0 ;
-  assign \sem_values[12]  = \port$7658$0 ;
-  assign \sem_values[13]  = \port$7660$0 ;
-  assign \sem_values[14]  = \port$7662$0 ;
-  assign \sem_values[15]  = \port$7664$0 ;
-  assign \sem_values$182[0]  = \port$7634$0 ;
-  assign \sem_values$182[1]  = \port$7636$0 ;
-  assign \sem_values$182[2]  = \port$7638$0 ;
-  assign \sem_values$182[3]  = \port$7640$0 ;
-  assign \sem_values$182[4]  = \port$7642$0 ;
-  assign \sem_values$182[5]  = \port$7644$0 ;
-  assign \sem_values$182[6]  = \port$7646$0 ;
-  assign \sem_values$182[7]  = \port$7648$0 ;
-  assign \sem_values$182[8]  = \port$7650$0 ;
-  assign \sem_values$182[9]  = \port$7652$0 ;
-  assign \sem_values$182[10]  = \port$7654$0 ;
-  assign \sem_values$182[11]  = \port$7656$0 ;
-  assign \sem_values$182[12]  = \port$7658$0 ;
-  assign \sem_values$182[13]  = \port$7660$0 ;
-  assign \sem_values$182[14]  = \port$7662$0 ;
-  assign \sem_values$182[15]  = \port$7664$0 ;
+  assign \sem_values[0]  = \port$7644$0 ;
+  assign \sem_values[1]  = \port$7646$0 ;
+  assign \sem_values[2]  = \port$7648$0 ;
+  assign \sem_values[3]  = \port$7650$0 ;
+  assign \sem_values[4]  = \port$7652$0 ;
+  assign \sem_values[5]  = \port$7654$0 ;
+  assign \sem_values[6]  = \port$7656$0 ;
+  assign \sem_values[7]  = \port$7658$0 ;
+  assign \sem_values[8]  = \port$7660$0 ;
+  assign \sem_values[9]  = \port$7662$0 ;
+  assign \sem_values[10]  = \port$7664$0 ;
+  assign \sem_values[11]  = \port$7666$0 ;
+  assign \sem_values[12]  = \port$7668$0 ;
+  assign \sem_values[13]  = \port$7670$0 ;
+  assign \sem_values[14]  = \port$7672$0 ;
+  assign \sem_values[15]  = \port$7674$0 ;
+  assign \sem_values$182[0]  = \port$7644$0 ;
+  assign \sem_values$182[1]  = \port$7646$0 ;
+  assign \sem_values$182[2]  = \port$7648$0 ;
+  assign \sem_values$182[3]  = \port$7650$0 ;
+  assign \sem_values$182[4]  = \port$7652$0 ;
+  assign \sem_values$182[5]  = \port$7654$0 ;
+  assign \sem_values$182[6]  = \port$7656$0 ;
+  assign \sem_values$182[7]  = \port$7658$0 ;
+  assign \sem_values$182[8]  = \port$7660$0 ;
+  assign \sem_values$182[9]  = \port$7662$0 ;
+  assign \sem_values$182[10]  = \port$7664$0 ;
+  assign \sem_values$182[11]  = \port$7666$0 ;
+  assign \sem_values$182[12]  = \port$7668$0 ;
+  assign \sem_values$182[13]  = \port$7670$0 ;
+  assign \sem_values$182[14]  = \port$7672$0 ;
+  assign \sem_values$182[15]  = \port$7674$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -34389,9 +34389,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$11126$0 (g_a_end),
-    .\port$11128$0 (g_b_end),
-    .\port$11130$0 (p_src_end)
+    .\port$11144$0 (g_a_end),
+    .\port$11146$0 (g_b_end),
+    .\port$11148$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
@@ -34647,7 +34647,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11126$0 , \port$11128$0 , \port$11130$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11144$0 , \port$11146$0 , \port$11148$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -34683,24 +34683,24 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11126$0 , \port$11128$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$11126$0 ;
-  wire [32:0] \port$11126$0 ;
-  input [20:0] \port$11128$0 ;
-  wire [20:0] \port$11128$0 ;
-  input [16:0] \port$11130$0 ;
-  wire [16:0] \port$11130$0 ;
+  input [32:0] \port$11144$0 ;
+  wire [32:0] \port$11144$0 ;
+  input [20:0] \port$11146$0 ;
+  wire [20:0] \port$11146$0 ;
+  input [16:0] \port$11148$0 ;
+  wire [16:0] \port$11148$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$11126$0  > \port$11128$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$11126$0  } : { 13'h0000, \port$11128$0  };
+  assign \$3  = \port$11144$0  > \port$11146$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$11144$0  } : { 13'h0000, \port$11146$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$11130$0 ;
+  assign \$9  = cmd[127:112] >= \port$11148$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11130$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11148$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -34744,9 +34744,9 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11126$0 , \port$11128$0
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$11126$0  };
-  assign b_end = { 13'h0000, \port$11128$0  };
-  assign p_src_end = { 17'h00000, \port$11130$0  };
+  assign a_end = { 1'h0, \port$11144$0  };
+  assign b_end = { 13'h0000, \port$11146$0  };
+  assign p_src_end = { 17'h00000, \port$11148$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -37140,8 +37140,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , sem_grant, \port$11094$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$7634$0 );
+module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , sem_grant, \port$11112$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7644$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -37149,18 +37149,8 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$11094$64 ;
-  wire [23:0] \port$11094$64 ;
-  input [15:0] \port$7634$0 ;
-  wire [15:0] \port$7634$0 ;
-  input [15:0] \port$7636$0 ;
-  wire [15:0] \port$7636$0 ;
-  input [15:0] \port$7638$0 ;
-  wire [15:0] \port$7638$0 ;
-  input [15:0] \port$7640$0 ;
-  wire [15:0] \port$7640$0 ;
-  input [15:0] \port$7642$0 ;
-  wire [15:0] \port$7642$0 ;
+  input [23:0] \port$11112$64 ;
+  wire [23:0] \port$11112$64 ;
   input [15:0] \port$7644$0 ;
   wire [15:0] \port$7644$0 ;
   input [15:0] \port$7646$0 ;
@@ -37183,6 +37173,16 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire [15:0] \port$7662$0 ;
   input [15:0] \port$7664$0 ;
   wire [15:0] \port$7664$0 ;
+  input [15:0] \port$7666$0 ;
+  wire [15:0] \port$7666$0 ;
+  input [15:0] \port$7668$0 ;
+  wire [15:0] \port$7668$0 ;
+  input [15:0] \port$7670$0 ;
+  wire [15:0] \port$7670$0 ;
+  input [15:0] \port$7672$0 ;
+  wire [15:0] \port$7672$0 ;
+  input [15:0] \port$7674$0 ;
+  wire [15:0] \port$7674$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -37212,44 +37212,44 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$11094$64 [23:8];
-  assign \$3  = - \port$11094$64 [23:8];
+  assign \$2  = \$1  >= \port$11112$64 [23:8];
+  assign \$3  = - \port$11112$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$1  = 16'h0000;
-    casez (\port$11094$64 [7:0])
+    casez (\port$11112$64 [7:0])
       8'h00:
-          \$1  = \port$7634$0 ;
-      8'h01:
-          \$1  = \port$7636$0 ;
-      8'h02:
-          \$1  = \port$7638$0 ;
-      8'h03:
-          \$1  = \port$7640$0 ;
-      8'h04:
-          \$1  = \port$7642$0 ;
-      8'h05:
           \$1  = \port$7644$0 ;
-      8'h06:
+      8'h01:
           \$1  = \port$7646$0 ;
-      8'h07:
+      8'h02:
           \$1  = \port$7648$0 ;
-      8'h08:
+      8'h03:
           \$1  = \port$7650$0 ;
-      8'h09:
+      8'h04:
           \$1  = \port$7652$0 ;
-      8'h0a:
+      8'h05:
           \$1  = \port$7654$0 ;
-      8'h0b:
+      8'h06:
           \$1  = \port$7656$0 ;
-      8'h0c:
+      8'h07:
           \$1  = \port$7658$0 ;
-      8'h0d:
+      8'h08:
           \$1  = \port$7660$0 ;
-      8'h0e:
+      8'h09:
           \$1  = \port$7662$0 ;
-      8'h0f:
+      8'h0a:
           \$1  = \port$7664$0 ;
+      8'h0b:
+          \$1  = \port$7666$0 ;
+      8'h0c:
+          \$1  = \port$7668$0 ;
+      8'h0d:
+          \$1  = \port$7670$0 ;
+      8'h0e:
+          \$1  = \port$7672$0 ;
+      8'h0f:
+          \$1  = \port$7674$0 ;
     endcase
   end
   always @* begin
@@ -37268,7 +37268,7 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$11094$64 [23:8] };
+      sem_delta = { 2'h0, \port$11112$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -37288,26 +37288,26 @@ module \dx1_soc.cp1.semaphore (\port$7636$0 , \port$7638$0 , \port$7640$0 , \por
       end
     end
   end
-  assign count = \port$11094$64 [23:8];
-  assign sem = \port$11094$64 [7:0];
-  assign sem_values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
-  assign sem_index = \port$11094$64 [3:0];
-  assign \sem_values[0]  = \port$7634$0 ;
-  assign \sem_values[1]  = \port$7636$0 ;
-  assign \sem_values[2]  = \port$7638$0 ;
-  assign \sem_values[3]  = \port$7640$0 ;
-  assign \sem_values[4]  = \port$7642$0 ;
-  assign \sem_values[5]  = \port$7644$0 ;
-  assign \sem_values[6]  = \port$7646$0 ;
-  assign \sem_values[7]  = \port$7648$0 ;
-  assign \sem_values[8]  = \port$7650$0 ;
-  assign \sem_values[9]  = \port$7652$0 ;
-  assign \sem_values[10]  = \port$7654$0 ;
-  assign \sem_values[11]  = \port$7656$0 ;
-  assign \sem_values[12]  = \port$7658$0 ;
-  assign \sem_values[13]  = \port$7660$0 ;
-  assign \sem_values[14]  = \port$7662$0 ;
-  assign \sem_values[15]  = \port$7664$0 ;
+  assign count = \port$11112$64 [23:8];
+  assign sem = \port$11112$64 [7:0];
+  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign sem_index = \port$11112$64 [3:0];
+  assign \sem_values[0]  = \port$7644$0 ;
+  assign \sem_values[1]  = \port$7646$0 ;
+  assign \sem_values[2]  = \port$7648$0 ;
+  assign \sem_values[3]  = \port$7650$0 ;
+  assign \sem_values[4]  = \port$7652$0 ;
+  assign \sem_values[5]  = \port$7654$0 ;
+  assign \sem_values[6]  = \port$7656$0 ;
+  assign \sem_values[7]  = \port$7658$0 ;
+  assign \sem_values[8]  = \port$7660$0 ;
+  assign \sem_values[9]  = \port$7662$0 ;
+  assign \sem_values[10]  = \port$7664$0 ;
+  assign \sem_values[11]  = \port$7666$0 ;
+  assign \sem_values[12]  = \port$7668$0 ;
+  assign \sem_values[13]  = \port$7670$0 ;
+  assign \sem_values[14]  = \port$7672$0 ;
+  assign \sem_values[15]  = \port$7674$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -38240,87 +38240,91 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9436$0 , \port$9438$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9450$0 , \port$9452$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
-  wire [18:0] \$1 ;
-  wire [31:0] \$10 ;
-  wire [31:0] \$11 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
   wire \$12 ;
-  wire \$13 ;
-  wire \$14 ;
-  wire \$15 ;
+  wire [18:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire [18:0] \$15 ;
   wire \$16 ;
   wire \$17 ;
-  wire \$18 ;
-  wire \$19 ;
-  wire [16:0] \$2 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
   wire \$20 ;
   wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire [3:0] \$29 ;
-  wire [18:0] \$3 ;
+  wire \$29 ;
+  wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
+  wire \$32 ;
+  wire \$33 ;
   reg \$34 ;
-  reg \$35 ;
-  reg \$36 ;
-  reg [15:0] \$37 ;
-  reg [15:0] \$38 ;
-  reg [15:0] \$39 ;
+  reg [255:0] \$35 ;
+  reg [1:0] \$36 ;
+  reg \$37 ;
+  reg \$38 ;
+  reg \$39 ;
   wire \$4 ;
-  reg [15:0] \$40 ;
-  reg \$41 ;
-  reg \$42 ;
-  reg [7:0] \$43 ;
-  wire [255:0] \$44 ;
-  wire [15:0] \$45 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg [15:0] \$42 ;
+  reg [15:0] \$43 ;
+  reg [15:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [7:0] \$47 ;
+  wire [255:0] \$48 ;
+  wire [15:0] \$49 ;
   wire \$5 ;
-  wire [31:0] \$6 ;
-  wire [31:0] \$7 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$9 ;
+  wire [3:0] \$9 ;
   input abort;
   wire abort;
-  wire \abort$74 ;
-  wire \abort$81 ;
+  wire \abort$102 ;
+  wire \abort$95 ;
   reg acc = 1'h0;
   (* init = 1'h0 *)
-  wire \acc$105 ;
+  wire \acc$121 ;
   (* init = 1'h0 *)
-  wire \acc$116 ;
+  wire \acc$128 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$148 ;
+  wire [15:0] \acc_rreq__tdata$160 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$150 ;
+  wire \acc_rreq__tready$162 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$152 ;
+  wire \acc_rreq__tvalid$164 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$160 ;
+  wire [255:0] \acc_rresp__tdata$172 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$162 ;
+  wire \acc_rresp__tready$174 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$164 ;
+  wire \acc_rresp__tvalid$176 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$136 ;
+  wire [271:0] \acc_wr__tdata$148 ;
   input acc_wr__tready;
   wire acc_wr__tready;
-  wire \acc_wr__tready$138 ;
+  wire \acc_wr__tready$150 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$140 ;
+  wire \acc_wr__tvalid$152 ;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
@@ -38362,9 +38366,9 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   output axi__wvalid;
   wire axi__wvalid;
   wire [31:0] base;
-  wire [31:0] \base$76 ;
+  wire [31:0] \base$97 ;
   wire beat;
-  wire [63:0] \beat$169 ;
+  wire [63:0] \beat$181 ;
   wire [31:0] bus__araddr;
   wire [1:0] bus__arburst;
   wire [3:0] bus__arid;
@@ -38408,10 +38412,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire busy;
   output [31:0] bytes_read;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$99 ;
+  wire [31:0] \bytes_read$116 ;
   output [31:0] bytes_written;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$101 ;
+  wire [31:0] \bytes_written$118 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -38422,18 +38426,19 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$113 ;
+  wire [15:0] \col_stride$125 ;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$120 ;
+  wire [15:0] \col_stride$132 ;
   reg [15:0] cols = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$109 ;
+  wire [15:0] \cols$123 ;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$118 ;
+  wire [15:0] \cols$130 ;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire copy_beat;
   wire done;
-  wire \done$174 ;
-  wire \done$175 ;
+  wire \done$185 ;
+  wire \done$186 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
@@ -38442,179 +38447,186 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire done__tvalid;
   wire error;
   wire [63:0] fifo_data;
-  wire [63:0] \fifo_data$123 ;
+  wire [63:0] \fifo_data$135 ;
   wire fifo_err;
-  wire \fifo_err$124 ;
+  wire \fifo_err$136 ;
   wire fifo_ready;
-  wire \fifo_ready$125 ;
-  wire \fifo_ready$128 ;
+  wire \fifo_ready$137 ;
+  wire \fifo_ready$140 ;
   wire fifo_take;
-  wire \fifo_take$167 ;
+  wire \fifo_take$179 ;
   wire finished;
+  reg held = 1'h0;
   input hold;
   wire hold;
-  wire \hold$72 ;
-  wire \hold$80 ;
+  wire \hold$101 ;
+  wire \hold$93 ;
   reg is_copy = 1'h0;
   (* init = 1'h0 *)
-  wire \is_copy$86 ;
+  wire \is_copy$105 ;
   reg is_load = 1'h0;
   (* init = 1'h0 *)
-  wire \is_load$88 ;
+  wire \is_load$106 ;
   reg is_store = 1'h0;
   (* init = 1'h0 *)
-  wire \is_store$127 ;
+  wire \is_store$139 ;
   wire [15:0] local_addr;
-  wire [15:0] \local_addr$115 ;
+  wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$9436$0 ;
-  wire [255:0] \port$9436$0 ;
-  output [15:0] \port$9438$0 ;
-  wire [15:0] \port$9438$0 ;
+  output [255:0] \port$9450$0 ;
+  wire [255:0] \port$9450$0 ;
+  output [15:0] \port$9452$0 ;
+  wire [15:0] \port$9452$0 ;
   wire push;
   output quiet;
   wire quiet;
-  wire \quiet$178 ;
-  wire \quiet$179 ;
+  wire \quiet$189 ;
+  wire \quiet$190 ;
   wire [64:0] r_data;
   wire r_en;
   wire r_rdy;
   reg rd_err = 1'h0;
   (* init = 1'h0 *)
-  wire \rd_err$122 ;
+  wire \rd_err$109 ;
   (* init = 1'h0 *)
-  wire \rd_err$92 ;
+  wire \rd_err$134 ;
   wire read_error;
-  wire \read_error$184 ;
+  wire \read_error$20 ;
   wire request;
   input reset_units;
   wire reset_units;
   reg [15:0] row_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$111 ;
+  wire [15:0] \row_stride$124 ;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$119 ;
+  wire [15:0] \row_stride$131 ;
   reg [15:0] rows = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$107 ;
+  wire [15:0] \rows$122 ;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$117 ;
+  wire [15:0] \rows$129 ;
   input rst;
   wire rst;
   wire run;
   wire [29:0] seg_beats;
-  wire [29:0] \seg_beats$79 ;
+  wire [29:0] \seg_beats$100 ;
   wire [15:0] segments;
-  wire [15:0] \segments$78 ;
+  wire [15:0] \segments$99 ;
   output [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$142 ;
+  wire [15:0] \spm_rreq__tdata$154 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$144 ;
+  wire \spm_rreq__tready$156 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$146 ;
+  wire \spm_rreq__tvalid$158 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$154 ;
+  wire [63:0] \spm_rresp__tdata$166 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$156 ;
+  wire \spm_rresp__tready$168 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$158 ;
+  wire \spm_rresp__tvalid$170 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$130 ;
+  wire [79:0] \spm_wr__tdata$142 ;
   input spm_wr__tready;
   wire spm_wr__tready;
-  wire \spm_wr__tready$132 ;
+  wire \spm_wr__tready$144 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$134 ;
+  wire \spm_wr__tvalid$146 ;
   wire start;
-  wire \start$102 ;
-  wire \start$114 ;
-  wire \start$66 ;
-  wire \start$75 ;
+  wire \start$119 ;
+  wire \start$126 ;
+  wire \start$87 ;
+  wire \start$96 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
   wire [31:0] stride;
-  wire [31:0] \stride$77 ;
+  wire [31:0] \stride$98 ;
   wire take;
   reg [64:0] w_data;
   reg w_en;
   wire w_rdy;
   reg wr_err = 1'h0;
-  always @(posedge clk)
-    is_load <= \$33 ;
-  always @(posedge clk)
-    is_store <= \$34 ;
-  always @(posedge clk)
-    is_copy <= \$35 ;
-  always @(posedge clk)
-    acc <= \$36 ;
-  always @(posedge clk)
-    rows <= \$37 ;
-  always @(posedge clk)
-    cols <= \$38 ;
-  always @(posedge clk)
-    row_stride <= \$39 ;
-  always @(posedge clk)
-    col_stride <= \$40 ;
-  always @(posedge clk)
-    rd_err <= \$41 ;
-  always @(posedge clk)
-    wr_err <= \$42 ;
-  always @(posedge clk)
-    done__tdata <= \$43 ;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = cmd__tdata[7:0] == 1'h1;
-  assign \$5  = \$4  | start_copy;
-  assign \start$66  = start & \$5 ;
-  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
-  assign \$8  = cmd__tdata[7:0] == 2'h2;
-  assign \$9  = \$8  | start_copy;
-  assign \start$75  = start & \$9 ;
-  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
-  assign \$12  = ~ is_store;
-  assign \$13  = w_rdy & \$12 ;
-  assign axi__rready = \$13  | abort;
-  assign \$14  = state == 1'h1;
-  assign run = \$14  & is_load;
-  assign request = cmd__tdata[7:0] == 2'h2;
-  assign r_en = fifo_take | \fifo_take$167 ;
-  assign \$15  = ~ abort;
-  assign \$16  = push & \$15 ;
-  assign \$17  = | bus__rresp;
-  assign \$18  = ~ abort;
-  assign \$19  = copy_beat & \$18 ;
-  assign \$20  = \done$175  & \done$174 ;
-  assign \$21  = done & \done$174 ;
-  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign quiet = \quiet$178  & \quiet$179 ;
-  assign \$22  = cmd__tdata[7:0] == 1'h1;
-  assign \$23  = cmd__tdata[7:0] == 2'h2;
-  assign \$24  = cmd__tdata[7:0] == 4'h8;
-  assign \$25  = read_error | \read_error$184 ;
-  assign \$26  = state == 1'h1;
-  assign \$27  = \$26  & finished;
-  assign \$28  = rd_err | wr_err;
-  assign \$29  = \$28  ? 4'h9 : 4'h0;
-  assign \$30  = state == 2'h2;
-  assign \$31  = \$30  & done__tready;
+  assign quiet = \quiet$189  & \quiet$190 ;
   always @(posedge clk)
-    state <= \$32 ;
+    held <= \$34 ;
+  always @(posedge clk)
+    command <= \$35 ;
+  always @(posedge clk)
+    state <= \$36 ;
+  always @(posedge clk)
+    is_load <= \$37 ;
+  always @(posedge clk)
+    is_store <= \$38 ;
+  always @(posedge clk)
+    is_copy <= \$39 ;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    rows <= \$41 ;
+  always @(posedge clk)
+    cols <= \$42 ;
+  always @(posedge clk)
+    row_stride <= \$43 ;
+  always @(posedge clk)
+    col_stride <= \$44 ;
+  always @(posedge clk)
+    rd_err <= \$45 ;
+  always @(posedge clk)
+    wr_err <= \$46 ;
+  always @(posedge clk)
+    done__tdata <= \$47 ;
+  assign \$1  = cmd__tvalid & cmd__tready;
+  assign \$2  = command[7:0] == 1'h1;
+  assign \$3  = command[7:0] == 2'h2;
+  assign \$4  = command[7:0] == 4'h8;
+  assign \$5  = read_error | \read_error$20 ;
+  assign \$6  = state == 1'h1;
+  assign \$7  = \$6  & finished;
+  assign \$8  = rd_err | wr_err;
+  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$10  = state == 2'h2;
+  assign \$11  = \$10  & done__tready;
+  assign cmd__tready = ~ held;
+  assign \$12  = ! state;
+  assign start = held & \$12 ;
+  assign busy = | state;
+  assign start_copy = command[7:0] == 4'h8;
+  assign \$15  = command[8] ? \$13  : { 2'h0, \$14  };
+  assign \$16  = command[7:0] == 1'h1;
+  assign \$17  = \$16  | start_copy;
+  assign \start$87  = start & \$17 ;
+  assign stride = start_copy ? 32'd0 : command[127:96];
+  assign segments = start_copy ? 16'h0001 : command[159:144];
+  assign \$19  = start_copy ? \$18  : { 13'h0000, \$15  };
+  assign \$20  = command[7:0] == 2'h2;
+  assign \$21  = \$20  | start_copy;
+  assign \start$96  = start & \$21 ;
+  assign \base$97  = start_copy ? command[127:96] : command[95:64];
+  assign \stride$98  = start_copy ? 32'd0 : command[127:96];
+  assign \segments$99  = start_copy ? 16'h0001 : command[159:144];
+  assign \$23  = start_copy ? \$22  : { 13'h0000, \$15  };
+  assign \$24  = ~ is_store;
+  assign \$25  = w_rdy & \$24 ;
+  assign axi__rready = \$25  | abort;
+  assign \$26  = state == 1'h1;
+  assign run = \$26  & is_load;
+  assign request = command[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$179 ;
+  assign \$27  = ~ abort;
+  assign \$28  = push & \$27 ;
+  assign \$29  = | bus__rresp;
+  assign \$30  = ~ abort;
+  assign \$31  = copy_beat & \$30 ;
+  assign \$32  = \done$186  & \done$185 ;
+  assign \$33  = done & \done$185 ;
+  assign finished = is_load ? \$32  : \$33 ;
   \dx1_soc.dma0.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -38633,13 +38645,13 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
-    .done(\done$175 ),
+    .done(\done$186 ),
     .fifo_ready(fifo_ready),
-    .fifo_take(\fifo_take$167 ),
-    .local_addr(cmd__tdata[143:128]),
-    .\port$4126$0 (r_data),
+    .fifo_take(\fifo_take$179 ),
+    .local_addr(command[143:128]),
+    .\port$4131$0 (r_data),
     .rd_err(rd_err),
-    .read_error(\read_error$184 ),
+    .read_error(\read_error$20 ),
     .reset_units(reset_units),
     .row_stride(row_stride),
     .rows(rows),
@@ -38648,8 +38660,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
     .start(start),
-    .wr_addr(\$45 ),
-    .wr_data(\$44 )
+    .wr_addr(\$49 ),
+    .wr_data(\$48 )
   );
   \dx1_soc.dma0.reader  reader (
     .abort(abort),
@@ -38663,15 +38675,15 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .bus__rvalid(bus__rvalid),
     .bytes_read(bytes_read),
     .clk(clk),
-    .done(\done$174 ),
+    .done(\done$185 ),
     .hold(hold),
-    .quiet(\quiet$178 ),
+    .quiet(\quiet$189 ),
     .ready(bus__arready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$7 [29:0]),
+    .seg_beats(\$19 [29:0]),
     .segments(segments),
-    .start(\start$66 ),
+    .start(\start$87 ),
     .stride(stride)
   );
   \dx1_soc.dma0.storer  storer (
@@ -38681,13 +38693,13 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .acc_rresp__tdata(acc_rresp__tdata),
     .acc_rresp__tready(acc_rresp__tready),
     .acc_rresp__tvalid(acc_rresp__tvalid),
-    .beat(\beat$169 ),
+    .beat(\beat$181 ),
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
     .fifo_ready(w_rdy),
     .is_store(is_store),
-    .local_addr(cmd__tdata[143:128]),
+    .local_addr(command[143:128]),
     .push(push),
     .request(request),
     .reset_units(reset_units),
@@ -38704,7 +38716,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   );
   \dx1_soc.dma0.writer  writer (
     .abort(abort),
-    .base(\base$76 ),
+    .base(\base$97 ),
     .bus__awaddr(axi__awaddr),
     .bus__awlen(axi__awlen),
     .bus__awvalid(axi__awvalid),
@@ -38723,37 +38735,26 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4126$0 (r_data),
-    .quiet(\quiet$179 ),
+    .\port$4131$0 (r_data),
+    .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
     .ready(bus__awready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$11 [29:0]),
-    .segments(\segments$78 ),
-    .start(\start$75 ),
-    .stride(\stride$77 ),
+    .seg_beats(\$23 [29:0]),
+    .segments(\segments$99 ),
+    .start(\start$96 ),
+    .stride(\stride$98 ),
     .w_hs(fifo_take)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$33  = is_load;
-    if (start) begin
-      \$33  = \$22 ;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$34  = is_store;
-    if (start) begin
-      \$34  = \$23 ;
+    \$34  = held;
+    if (\$1 ) begin
+      \$34  = 1'h1;
+    end else if (start) begin
+      \$34  = 1'h0;
     end
     if (reset_units) begin
       \$34  = 1'h0;
@@ -38764,165 +38765,204 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$35  = is_copy;
-    if (start) begin
-      \$35  = \$24 ;
+    \$35  = command;
+    if (\$1 ) begin
+      \$35  = cmd__tdata;
     end
     if (reset_units) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$36  = acc;
+    \$36  = state;
     if (start) begin
-      \$36  = cmd__tdata[8];
+      \$36  = 2'h1;
+    end
+    if (\$7 ) begin
+      \$36  = 2'h2;
+    end
+    if (\$11 ) begin
+      \$36  = 2'h0;
     end
     if (reset_units) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
     if (rst) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$37  = rows;
+    \$37  = is_load;
     if (start) begin
-      \$37  = cmd__tdata[159:144];
+      \$37  = \$2 ;
     end
     if (reset_units) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
     if (rst) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$38  = cols;
+    \$38  = is_store;
     if (start) begin
-      \$38  = cmd__tdata[175:160];
+      \$38  = \$3 ;
     end
     if (reset_units) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
     if (rst) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$39  = row_stride;
+    \$39  = is_copy;
     if (start) begin
-      \$39  = cmd__tdata[191:176];
+      \$39  = \$4 ;
     end
     if (reset_units) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
     if (rst) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$40  = col_stride;
+    \$40  = acc;
     if (start) begin
-      \$40  = cmd__tdata[207:192];
+      \$40  = command[8];
     end
     if (reset_units) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
     if (rst) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$41  = rd_err;
+    \$41  = rows;
     if (start) begin
-      \$41  = 1'h0;
-    end
-    if (\$25 ) begin
-      \$41  = 1'h1;
+      \$41  = command[159:144];
     end
     if (reset_units) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
     if (rst) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$42  = wr_err;
+    \$42  = cols;
     if (start) begin
-      \$42  = 1'h0;
+      \$42  = command[175:160];
+    end
+    if (reset_units) begin
+      \$42  = 16'h0000;
+    end
+    if (rst) begin
+      \$42  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$43  = row_stride;
+    if (start) begin
+      \$43  = command[191:176];
+    end
+    if (reset_units) begin
+      \$43  = 16'h0000;
+    end
+    if (rst) begin
+      \$43  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$44  = col_stride;
+    if (start) begin
+      \$44  = command[207:192];
+    end
+    if (reset_units) begin
+      \$44  = 16'h0000;
+    end
+    if (rst) begin
+      \$44  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$45  = rd_err;
+    if (start) begin
+      \$45  = 1'h0;
+    end
+    if (\$5 ) begin
+      \$45  = 1'h1;
+    end
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$46  = wr_err;
+    if (start) begin
+      \$46  = 1'h0;
     end
     if (error) begin
-      \$42  = 1'h1;
+      \$46  = 1'h1;
     end
     if (reset_units) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
     if (rst) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$43  = done__tdata;
-    if (\$27 ) begin
-      \$43  = { 4'h0, \$29  };
+    \$47  = done__tdata;
+    if (\$7 ) begin
+      \$47  = { 4'h0, \$9  };
     end
     if (reset_units) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
     if (rst) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_data = { 1'h0, \beat$169  };
+      w_data = { 1'h0, \beat$181  };
     end else begin
-      w_data = { \$17 , bus__rdata };
+      w_data = { \$29 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_en = \$16 ;
+      w_en = \$28 ;
     end else begin
-      w_en = \$19 ;
+      w_en = \$31 ;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$32  = state;
-    if (start) begin
-      \$32  = 2'h1;
-    end
-    if (\$27 ) begin
-      \$32  = 2'h2;
-    end
-    if (\$31 ) begin
-      \$32  = 2'h0;
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
+  assign move_beats = { 11'h000, \$15  };
   assign axi__awid = 4'h0;
   assign bus__awid = 4'h0;
   assign bus__awaddr = axi__awaddr;
@@ -38959,71 +38999,71 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign axi__rlast = bus__rlast;
   assign axi__rvalid = bus__rvalid;
   assign bus__rready = axi__rready;
-  assign seg_beats = \$7 [29:0];
-  assign \hold$72  = hold;
-  assign \abort$74  = abort;
-  assign \seg_beats$79  = \$11 [29:0];
-  assign \hold$80  = hold;
-  assign \abort$81  = abort;
+  assign seg_beats = \$19 [29:0];
+  assign \hold$93  = hold;
+  assign \abort$95  = abort;
+  assign \seg_beats$100  = \$23 [29:0];
+  assign \hold$101  = hold;
+  assign \abort$102  = abort;
   assign take = axi__rready;
-  assign \is_copy$86  = is_copy;
-  assign \is_load$88  = is_load;
+  assign \is_copy$105  = is_copy;
+  assign \is_load$106  = is_load;
   assign beat = copy_beat;
-  assign \rd_err$92  = rd_err;
+  assign \rd_err$109  = rd_err;
   assign fifo_data = r_data[63:0];
   assign fifo_err = r_data[64];
   assign r_rdy = fifo_ready;
-  assign \bytes_read$99  = bytes_read;
-  assign \bytes_written$101  = bytes_written;
-  assign \start$102  = start;
-  assign local_addr = cmd__tdata[143:128];
-  assign \acc$105  = acc;
-  assign \rows$107  = rows;
-  assign \cols$109  = cols;
-  assign \row_stride$111  = row_stride;
-  assign \col_stride$113  = col_stride;
-  assign \start$114  = start;
-  assign \local_addr$115  = cmd__tdata[143:128];
-  assign \acc$116  = acc;
-  assign \rows$117  = rows;
-  assign \cols$118  = cols;
-  assign \row_stride$119  = row_stride;
-  assign \col_stride$120  = col_stride;
-  assign \rd_err$122  = rd_err;
-  assign \fifo_data$123  = r_data[63:0];
-  assign \fifo_err$124  = r_data[64];
-  assign \fifo_ready$125  = fifo_ready;
-  assign \is_store$127  = is_store;
-  assign \fifo_ready$128  = w_rdy;
-  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tready$132  = spm_wr__tready;
-  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
-  assign acc_wr__tdata = { \$45 , \$44  };
-  assign \acc_wr__tdata$136  = { \$45 , \$44  };
-  assign \acc_wr__tready$138  = acc_wr__tready;
-  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
-  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
-  assign \spm_rreq__tready$144  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign \bytes_read$116  = bytes_read;
+  assign \bytes_written$118  = bytes_written;
+  assign \start$119  = start;
+  assign local_addr = command[143:128];
+  assign \acc$121  = acc;
+  assign \rows$122  = rows;
+  assign \cols$123  = cols;
+  assign \row_stride$124  = row_stride;
+  assign \col_stride$125  = col_stride;
+  assign \start$126  = start;
+  assign \local_addr$127  = command[143:128];
+  assign \acc$128  = acc;
+  assign \rows$129  = rows;
+  assign \cols$130  = cols;
+  assign \row_stride$131  = row_stride;
+  assign \col_stride$132  = col_stride;
+  assign \rd_err$134  = rd_err;
+  assign \fifo_data$135  = r_data[63:0];
+  assign \fifo_err$136  = r_data[64];
+  assign \fifo_ready$137  = fifo_ready;
+  assign \is_store$139  = is_store;
+  assign \fifo_ready$140  = w_rdy;
+  assign spm_wr__tdata = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tdata$142  = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tready$144  = spm_wr__tready;
+  assign \spm_wr__tvalid$146  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$49 , \$48  };
+  assign \acc_wr__tdata$148  = { \$49 , \$48  };
+  assign \acc_wr__tready$150  = acc_wr__tready;
+  assign \acc_wr__tvalid$152  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$154  = spm_rreq__tdata;
+  assign \spm_rreq__tready$156  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$158  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
-  assign \acc_rreq__tready$150  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
-  assign \spm_rresp__tready$156  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
-  assign \acc_rresp__tready$162  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$160  = spm_rreq__tdata;
+  assign \acc_rreq__tready$162  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$164  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$166  = spm_rresp__tdata;
+  assign \spm_rresp__tready$168  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$170  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$172  = acc_rresp__tdata;
+  assign \acc_rresp__tready$174  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$9436$0  = \$44 ;
-  assign \port$9438$0  = \$45 ;
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign base = cmd__tdata[95:64];
-  assign \$6  = { 3'h0, cmd__tdata[159:131] };
-  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+  assign \port$9450$0  = \$48 ;
+  assign \port$9452$0  = \$49 ;
+  assign \$13  = { 1'h0, command[175:160], 2'h0 };
+  assign \$14  = { 1'h0, command[175:160] };
+  assign base = command[95:64];
+  assign \$18  = { 3'h0, command[159:131] };
+  assign \$22  = { 3'h0, command[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39218,8 +39258,8 @@ module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4126$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
-, local_addr, clk);
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4131$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+, wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -39275,8 +39315,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4126$0 ;
-  wire [64:0] \port$4126$0 ;
+  input [64:0] \port$4131$0 ;
+  wire [64:0] \port$4131$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -39322,12 +39362,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4126$0 [64];
+  assign read_error = fifo_take & \port$4131$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4126$0 [64];
+  assign \$12  = ~ \port$4131$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -39363,13 +39403,13 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4126$0 [63:0];
+          assembled[63:0] = \port$4131$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4126$0 [63:0];
+          assembled[127:64] = \port$4131$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4126$0 [63:0];
+          assembled[191:128] = \port$4131$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4126$0 [63:0];
+          assembled[255:192] = \port$4131$0 [63:0];
     endcase
   end
   always @* begin
@@ -39492,12 +39532,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4126$0 [63:0];
-  assign fifo_err = \port$4126$0 [64];
+  assign fifo_data = \port$4131$0 [63:0];
+  assign fifo_err = \port$4131$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_soc.dma0.loader.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -40093,8 +40133,8 @@ module \dx1_soc.dma0.reader.bursts (rst, ready, start, base, \stride$21 , segmen
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
-, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+module \dx1_soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, local_addr, is_store, acc, rows, cols
+, row_stride, col_stride, spm_rreq__tdata, beat, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -40330,7 +40370,7 @@ module \dx1_soc.dma0.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -40475,7 +40515,7 @@ module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, rows
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4126$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4131$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
   wire \$1 ;
@@ -40586,8 +40626,8 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4126$0 ;
-  wire [64:0] \port$4126$0 ;
+  input [64:0] \port$4131$0 ;
+  wire [64:0] \port$4131$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -40662,12 +40702,12 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4126$0 [64] | rd_err;
+  assign \$13  = \port$4131$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4126$0 [64];
+  assign read_error = w_hs & \port$4131$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -40826,9 +40866,9 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4126$0 [63:0];
-  assign fifo_data = \port$4126$0 [63:0];
-  assign fifo_err = \port$4126$0 [64];
+  assign bus__wdata = \port$4131$0 [63:0];
+  assign fifo_data = \port$4131$0 [63:0];
+  assign fifo_err = \port$4131$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -41324,87 +41364,91 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11020$0 , \port$11022$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11038$0 , \port$11040$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
-  wire [18:0] \$1 ;
-  wire [31:0] \$10 ;
-  wire [31:0] \$11 ;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
   wire \$12 ;
-  wire \$13 ;
-  wire \$14 ;
-  wire \$15 ;
+  wire [18:0] \$13 ;
+  wire [16:0] \$14 ;
+  wire [18:0] \$15 ;
   wire \$16 ;
   wire \$17 ;
-  wire \$18 ;
-  wire \$19 ;
-  wire [16:0] \$2 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
   wire \$20 ;
   wire \$21 ;
-  wire \$22 ;
-  wire \$23 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
   wire \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
   wire \$28 ;
-  wire [3:0] \$29 ;
-  wire [18:0] \$3 ;
+  wire \$29 ;
+  wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  reg [1:0] \$32 ;
-  reg \$33 ;
+  wire \$32 ;
+  wire \$33 ;
   reg \$34 ;
-  reg \$35 ;
-  reg \$36 ;
-  reg [15:0] \$37 ;
-  reg [15:0] \$38 ;
-  reg [15:0] \$39 ;
+  reg [255:0] \$35 ;
+  reg [1:0] \$36 ;
+  reg \$37 ;
+  reg \$38 ;
+  reg \$39 ;
   wire \$4 ;
-  reg [15:0] \$40 ;
-  reg \$41 ;
-  reg \$42 ;
-  reg [7:0] \$43 ;
-  wire [255:0] \$44 ;
-  wire [15:0] \$45 ;
+  reg \$40 ;
+  reg [15:0] \$41 ;
+  reg [15:0] \$42 ;
+  reg [15:0] \$43 ;
+  reg [15:0] \$44 ;
+  reg \$45 ;
+  reg \$46 ;
+  reg [7:0] \$47 ;
+  wire [255:0] \$48 ;
+  wire [15:0] \$49 ;
   wire \$5 ;
-  wire [31:0] \$6 ;
-  wire [31:0] \$7 ;
+  wire \$6 ;
+  wire \$7 ;
   wire \$8 ;
-  wire \$9 ;
+  wire [3:0] \$9 ;
   input abort;
   wire abort;
-  wire \abort$74 ;
-  wire \abort$81 ;
+  wire \abort$102 ;
+  wire \abort$95 ;
   reg acc = 1'h0;
   (* init = 1'h0 *)
-  wire \acc$105 ;
+  wire \acc$121 ;
   (* init = 1'h0 *)
-  wire \acc$116 ;
+  wire \acc$128 ;
   wire [15:0] acc_rreq__tdata;
-  wire [15:0] \acc_rreq__tdata$148 ;
+  wire [15:0] \acc_rreq__tdata$160 ;
   input acc_rreq__tready;
   wire acc_rreq__tready;
-  wire \acc_rreq__tready$150 ;
+  wire \acc_rreq__tready$162 ;
   output acc_rreq__tvalid;
   wire acc_rreq__tvalid;
-  wire \acc_rreq__tvalid$152 ;
+  wire \acc_rreq__tvalid$164 ;
   input [255:0] acc_rresp__tdata;
   wire [255:0] acc_rresp__tdata;
-  wire [255:0] \acc_rresp__tdata$160 ;
+  wire [255:0] \acc_rresp__tdata$172 ;
   output acc_rresp__tready;
   wire acc_rresp__tready;
-  wire \acc_rresp__tready$162 ;
+  wire \acc_rresp__tready$174 ;
   input acc_rresp__tvalid;
   wire acc_rresp__tvalid;
-  wire \acc_rresp__tvalid$164 ;
+  wire \acc_rresp__tvalid$176 ;
   wire [271:0] acc_wr__tdata;
-  wire [271:0] \acc_wr__tdata$136 ;
+  wire [271:0] \acc_wr__tdata$148 ;
   input acc_wr__tready;
   wire acc_wr__tready;
-  wire \acc_wr__tready$138 ;
+  wire \acc_wr__tready$150 ;
   output acc_wr__tvalid;
   wire acc_wr__tvalid;
-  wire \acc_wr__tvalid$140 ;
+  wire \acc_wr__tvalid$152 ;
   output [31:0] axi__araddr;
   wire [31:0] axi__araddr;
   wire [1:0] axi__arburst;
@@ -41446,9 +41490,9 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   output axi__wvalid;
   wire axi__wvalid;
   wire [31:0] base;
-  wire [31:0] \base$76 ;
+  wire [31:0] \base$97 ;
   wire beat;
-  wire [63:0] \beat$169 ;
+  wire [63:0] \beat$181 ;
   wire [31:0] bus__araddr;
   wire [1:0] bus__arburst;
   wire [3:0] bus__arid;
@@ -41492,10 +41536,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire busy;
   output [31:0] bytes_read;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$99 ;
+  wire [31:0] \bytes_read$116 ;
   output [31:0] bytes_written;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$101 ;
+  wire [31:0] \bytes_written$118 ;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -41506,18 +41550,19 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire cmd__tvalid;
   reg [15:0] col_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$113 ;
+  wire [15:0] \col_stride$125 ;
   (* init = 16'h0000 *)
-  wire [15:0] \col_stride$120 ;
+  wire [15:0] \col_stride$132 ;
   reg [15:0] cols = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$109 ;
+  wire [15:0] \cols$123 ;
   (* init = 16'h0000 *)
-  wire [15:0] \cols$118 ;
+  wire [15:0] \cols$130 ;
+  reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire copy_beat;
   wire done;
-  wire \done$174 ;
-  wire \done$175 ;
+  wire \done$185 ;
+  wire \done$186 ;
   output [7:0] done__tdata;
   reg [7:0] done__tdata = 8'h00;
   input done__tready;
@@ -41526,179 +41571,186 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire done__tvalid;
   wire error;
   wire [63:0] fifo_data;
-  wire [63:0] \fifo_data$123 ;
+  wire [63:0] \fifo_data$135 ;
   wire fifo_err;
-  wire \fifo_err$124 ;
+  wire \fifo_err$136 ;
   wire fifo_ready;
-  wire \fifo_ready$125 ;
-  wire \fifo_ready$128 ;
+  wire \fifo_ready$137 ;
+  wire \fifo_ready$140 ;
   wire fifo_take;
-  wire \fifo_take$167 ;
+  wire \fifo_take$179 ;
   wire finished;
+  reg held = 1'h0;
   input hold;
   wire hold;
-  wire \hold$72 ;
-  wire \hold$80 ;
+  wire \hold$101 ;
+  wire \hold$93 ;
   reg is_copy = 1'h0;
   (* init = 1'h0 *)
-  wire \is_copy$86 ;
+  wire \is_copy$105 ;
   reg is_load = 1'h0;
   (* init = 1'h0 *)
-  wire \is_load$88 ;
+  wire \is_load$106 ;
   reg is_store = 1'h0;
   (* init = 1'h0 *)
-  wire \is_store$127 ;
+  wire \is_store$139 ;
   wire [15:0] local_addr;
-  wire [15:0] \local_addr$115 ;
+  wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$11020$0 ;
-  wire [255:0] \port$11020$0 ;
-  output [15:0] \port$11022$0 ;
-  wire [15:0] \port$11022$0 ;
+  output [255:0] \port$11038$0 ;
+  wire [255:0] \port$11038$0 ;
+  output [15:0] \port$11040$0 ;
+  wire [15:0] \port$11040$0 ;
   wire push;
   output quiet;
   wire quiet;
-  wire \quiet$178 ;
-  wire \quiet$179 ;
+  wire \quiet$189 ;
+  wire \quiet$190 ;
   wire [64:0] r_data;
   wire r_en;
   wire r_rdy;
   reg rd_err = 1'h0;
   (* init = 1'h0 *)
-  wire \rd_err$122 ;
+  wire \rd_err$109 ;
   (* init = 1'h0 *)
-  wire \rd_err$92 ;
+  wire \rd_err$134 ;
   wire read_error;
-  wire \read_error$184 ;
+  wire \read_error$20 ;
   wire request;
   input reset_units;
   wire reset_units;
   reg [15:0] row_stride = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$111 ;
+  wire [15:0] \row_stride$124 ;
   (* init = 16'h0000 *)
-  wire [15:0] \row_stride$119 ;
+  wire [15:0] \row_stride$131 ;
   reg [15:0] rows = 16'h0000;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$107 ;
+  wire [15:0] \rows$122 ;
   (* init = 16'h0000 *)
-  wire [15:0] \rows$117 ;
+  wire [15:0] \rows$129 ;
   input rst;
   wire rst;
   wire run;
   wire [29:0] seg_beats;
-  wire [29:0] \seg_beats$79 ;
+  wire [29:0] \seg_beats$100 ;
   wire [15:0] segments;
-  wire [15:0] \segments$78 ;
+  wire [15:0] \segments$99 ;
   output [15:0] spm_rreq__tdata;
   wire [15:0] spm_rreq__tdata;
-  wire [15:0] \spm_rreq__tdata$142 ;
+  wire [15:0] \spm_rreq__tdata$154 ;
   input spm_rreq__tready;
   wire spm_rreq__tready;
-  wire \spm_rreq__tready$144 ;
+  wire \spm_rreq__tready$156 ;
   output spm_rreq__tvalid;
   wire spm_rreq__tvalid;
-  wire \spm_rreq__tvalid$146 ;
+  wire \spm_rreq__tvalid$158 ;
   input [63:0] spm_rresp__tdata;
   wire [63:0] spm_rresp__tdata;
-  wire [63:0] \spm_rresp__tdata$154 ;
+  wire [63:0] \spm_rresp__tdata$166 ;
   output spm_rresp__tready;
   wire spm_rresp__tready;
-  wire \spm_rresp__tready$156 ;
+  wire \spm_rresp__tready$168 ;
   input spm_rresp__tvalid;
   wire spm_rresp__tvalid;
-  wire \spm_rresp__tvalid$158 ;
+  wire \spm_rresp__tvalid$170 ;
   wire [79:0] spm_wr__tdata;
-  wire [79:0] \spm_wr__tdata$130 ;
+  wire [79:0] \spm_wr__tdata$142 ;
   input spm_wr__tready;
   wire spm_wr__tready;
-  wire \spm_wr__tready$132 ;
+  wire \spm_wr__tready$144 ;
   output spm_wr__tvalid;
   wire spm_wr__tvalid;
-  wire \spm_wr__tvalid$134 ;
+  wire \spm_wr__tvalid$146 ;
   wire start;
-  wire \start$102 ;
-  wire \start$114 ;
-  wire \start$66 ;
-  wire \start$75 ;
+  wire \start$119 ;
+  wire \start$126 ;
+  wire \start$87 ;
+  wire \start$96 ;
   wire start_copy;
   reg [1:0] state = 2'h0;
   wire [31:0] stride;
-  wire [31:0] \stride$77 ;
+  wire [31:0] \stride$98 ;
   wire take;
   reg [64:0] w_data;
   reg w_en;
   wire w_rdy;
   reg wr_err = 1'h0;
-  always @(posedge clk)
-    is_load <= \$33 ;
-  always @(posedge clk)
-    is_store <= \$34 ;
-  always @(posedge clk)
-    is_copy <= \$35 ;
-  always @(posedge clk)
-    acc <= \$36 ;
-  always @(posedge clk)
-    rows <= \$37 ;
-  always @(posedge clk)
-    cols <= \$38 ;
-  always @(posedge clk)
-    row_stride <= \$39 ;
-  always @(posedge clk)
-    col_stride <= \$40 ;
-  always @(posedge clk)
-    rd_err <= \$41 ;
-  always @(posedge clk)
-    wr_err <= \$42 ;
-  always @(posedge clk)
-    done__tdata <= \$43 ;
-  assign cmd__tready = ! state;
-  assign start = cmd__tvalid & cmd__tready;
-  assign busy = | state;
-  assign start_copy = cmd__tdata[7:0] == 4'h8;
-  assign \$3  = cmd__tdata[8] ? \$1  : { 2'h0, \$2  };
-  assign \$4  = cmd__tdata[7:0] == 1'h1;
-  assign \$5  = \$4  | start_copy;
-  assign \start$66  = start & \$5 ;
-  assign stride = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign segments = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$7  = start_copy ? \$6  : { 13'h0000, \$3  };
-  assign \$8  = cmd__tdata[7:0] == 2'h2;
-  assign \$9  = \$8  | start_copy;
-  assign \start$75  = start & \$9 ;
-  assign \base$76  = start_copy ? cmd__tdata[127:96] : cmd__tdata[95:64];
-  assign \stride$77  = start_copy ? 32'd0 : cmd__tdata[127:96];
-  assign \segments$78  = start_copy ? 16'h0001 : cmd__tdata[159:144];
-  assign \$11  = start_copy ? \$10  : { 13'h0000, \$3  };
-  assign \$12  = ~ is_store;
-  assign \$13  = w_rdy & \$12 ;
-  assign axi__rready = \$13  | abort;
-  assign \$14  = state == 1'h1;
-  assign run = \$14  & is_load;
-  assign request = cmd__tdata[7:0] == 2'h2;
-  assign r_en = fifo_take | \fifo_take$167 ;
-  assign \$15  = ~ abort;
-  assign \$16  = push & \$15 ;
-  assign \$17  = | bus__rresp;
-  assign \$18  = ~ abort;
-  assign \$19  = copy_beat & \$18 ;
-  assign \$20  = \done$175  & \done$174 ;
-  assign \$21  = done & \done$174 ;
-  assign finished = is_load ? \$20  : \$21 ;
   assign done__tvalid = state == 2'h2;
-  assign quiet = \quiet$178  & \quiet$179 ;
-  assign \$22  = cmd__tdata[7:0] == 1'h1;
-  assign \$23  = cmd__tdata[7:0] == 2'h2;
-  assign \$24  = cmd__tdata[7:0] == 4'h8;
-  assign \$25  = read_error | \read_error$184 ;
-  assign \$26  = state == 1'h1;
-  assign \$27  = \$26  & finished;
-  assign \$28  = rd_err | wr_err;
-  assign \$29  = \$28  ? 4'h9 : 4'h0;
-  assign \$30  = state == 2'h2;
-  assign \$31  = \$30  & done__tready;
+  assign quiet = \quiet$189  & \quiet$190 ;
   always @(posedge clk)
-    state <= \$32 ;
+    held <= \$34 ;
+  always @(posedge clk)
+    command <= \$35 ;
+  always @(posedge clk)
+    state <= \$36 ;
+  always @(posedge clk)
+    is_load <= \$37 ;
+  always @(posedge clk)
+    is_store <= \$38 ;
+  always @(posedge clk)
+    is_copy <= \$39 ;
+  always @(posedge clk)
+    acc <= \$40 ;
+  always @(posedge clk)
+    rows <= \$41 ;
+  always @(posedge clk)
+    cols <= \$42 ;
+  always @(posedge clk)
+    row_stride <= \$43 ;
+  always @(posedge clk)
+    col_stride <= \$44 ;
+  always @(posedge clk)
+    rd_err <= \$45 ;
+  always @(posedge clk)
+    wr_err <= \$46 ;
+  always @(posedge clk)
+    done__tdata <= \$47 ;
+  assign \$1  = cmd__tvalid & cmd__tready;
+  assign \$2  = command[7:0] == 1'h1;
+  assign \$3  = command[7:0] == 2'h2;
+  assign \$4  = command[7:0] == 4'h8;
+  assign \$5  = read_error | \read_error$20 ;
+  assign \$6  = state == 1'h1;
+  assign \$7  = \$6  & finished;
+  assign \$8  = rd_err | wr_err;
+  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$10  = state == 2'h2;
+  assign \$11  = \$10  & done__tready;
+  assign cmd__tready = ~ held;
+  assign \$12  = ! state;
+  assign start = held & \$12 ;
+  assign busy = | state;
+  assign start_copy = command[7:0] == 4'h8;
+  assign \$15  = command[8] ? \$13  : { 2'h0, \$14  };
+  assign \$16  = command[7:0] == 1'h1;
+  assign \$17  = \$16  | start_copy;
+  assign \start$87  = start & \$17 ;
+  assign stride = start_copy ? 32'd0 : command[127:96];
+  assign segments = start_copy ? 16'h0001 : command[159:144];
+  assign \$19  = start_copy ? \$18  : { 13'h0000, \$15  };
+  assign \$20  = command[7:0] == 2'h2;
+  assign \$21  = \$20  | start_copy;
+  assign \start$96  = start & \$21 ;
+  assign \base$97  = start_copy ? command[127:96] : command[95:64];
+  assign \stride$98  = start_copy ? 32'd0 : command[127:96];
+  assign \segments$99  = start_copy ? 16'h0001 : command[159:144];
+  assign \$23  = start_copy ? \$22  : { 13'h0000, \$15  };
+  assign \$24  = ~ is_store;
+  assign \$25  = w_rdy & \$24 ;
+  assign axi__rready = \$25  | abort;
+  assign \$26  = state == 1'h1;
+  assign run = \$26  & is_load;
+  assign request = command[7:0] == 2'h2;
+  assign r_en = fifo_take | \fifo_take$179 ;
+  assign \$27  = ~ abort;
+  assign \$28  = push & \$27 ;
+  assign \$29  = | bus__rresp;
+  assign \$30  = ~ abort;
+  assign \$31  = copy_beat & \$30 ;
+  assign \$32  = \done$186  & \done$185 ;
+  assign \$33  = done & \done$185 ;
+  assign finished = is_load ? \$32  : \$33 ;
   \dx1_soc.dma1.data_fifo  data_fifo (
     .clk(clk),
     .r_data(r_data),
@@ -41717,13 +41769,13 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
-    .done(\done$175 ),
+    .done(\done$186 ),
     .fifo_ready(fifo_ready),
-    .fifo_take(\fifo_take$167 ),
-    .local_addr(cmd__tdata[143:128]),
-    .\port$6405$0 (r_data),
+    .fifo_take(\fifo_take$179 ),
+    .local_addr(command[143:128]),
+    .\port$6415$0 (r_data),
     .rd_err(rd_err),
-    .read_error(\read_error$184 ),
+    .read_error(\read_error$20 ),
     .reset_units(reset_units),
     .row_stride(row_stride),
     .rows(rows),
@@ -41732,8 +41784,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .spm_wr__tready(spm_wr__tready),
     .spm_wr__tvalid(spm_wr__tvalid),
     .start(start),
-    .wr_addr(\$45 ),
-    .wr_data(\$44 )
+    .wr_addr(\$49 ),
+    .wr_data(\$48 )
   );
   \dx1_soc.dma1.reader  reader (
     .abort(abort),
@@ -41747,15 +41799,15 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .bus__rvalid(bus__rvalid),
     .bytes_read(bytes_read),
     .clk(clk),
-    .done(\done$174 ),
+    .done(\done$185 ),
     .hold(hold),
-    .quiet(\quiet$178 ),
+    .quiet(\quiet$189 ),
     .ready(bus__arready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$7 [29:0]),
+    .seg_beats(\$19 [29:0]),
     .segments(segments),
-    .start(\start$66 ),
+    .start(\start$87 ),
     .stride(stride)
   );
   \dx1_soc.dma1.storer  storer (
@@ -41765,13 +41817,13 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .acc_rresp__tdata(acc_rresp__tdata),
     .acc_rresp__tready(acc_rresp__tready),
     .acc_rresp__tvalid(acc_rresp__tvalid),
-    .beat(\beat$169 ),
+    .beat(\beat$181 ),
     .clk(clk),
     .col_stride(col_stride),
     .cols(cols),
     .fifo_ready(w_rdy),
     .is_store(is_store),
-    .local_addr(cmd__tdata[143:128]),
+    .local_addr(command[143:128]),
     .push(push),
     .request(request),
     .reset_units(reset_units),
@@ -41788,7 +41840,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   );
   \dx1_soc.dma1.writer  writer (
     .abort(abort),
-    .base(\base$76 ),
+    .base(\base$97 ),
     .bus__awaddr(axi__awaddr),
     .bus__awlen(axi__awlen),
     .bus__awvalid(axi__awvalid),
@@ -41807,37 +41859,26 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6405$0 (r_data),
-    .quiet(\quiet$179 ),
+    .\port$6415$0 (r_data),
+    .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
     .ready(bus__awready),
     .reset_units(reset_units),
     .rst(rst),
-    .seg_beats(\$11 [29:0]),
-    .segments(\segments$78 ),
-    .start(\start$75 ),
-    .stride(\stride$77 ),
+    .seg_beats(\$23 [29:0]),
+    .segments(\segments$99 ),
+    .start(\start$96 ),
+    .stride(\stride$98 ),
     .w_hs(fifo_take)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$33  = is_load;
-    if (start) begin
-      \$33  = \$22 ;
-    end
-    if (reset_units) begin
-      \$33  = 1'h0;
-    end
-    if (rst) begin
-      \$33  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$34  = is_store;
-    if (start) begin
-      \$34  = \$23 ;
+    \$34  = held;
+    if (\$1 ) begin
+      \$34  = 1'h1;
+    end else if (start) begin
+      \$34  = 1'h0;
     end
     if (reset_units) begin
       \$34  = 1'h0;
@@ -41848,165 +41889,204 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$35  = is_copy;
-    if (start) begin
-      \$35  = \$24 ;
+    \$35  = command;
+    if (\$1 ) begin
+      \$35  = cmd__tdata;
     end
     if (reset_units) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$35  = 1'h0;
+      \$35  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$36  = acc;
+    \$36  = state;
     if (start) begin
-      \$36  = cmd__tdata[8];
+      \$36  = 2'h1;
+    end
+    if (\$7 ) begin
+      \$36  = 2'h2;
+    end
+    if (\$11 ) begin
+      \$36  = 2'h0;
     end
     if (reset_units) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
     if (rst) begin
-      \$36  = 1'h0;
+      \$36  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$37  = rows;
+    \$37  = is_load;
     if (start) begin
-      \$37  = cmd__tdata[159:144];
+      \$37  = \$2 ;
     end
     if (reset_units) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
     if (rst) begin
-      \$37  = 16'h0000;
+      \$37  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$38  = cols;
+    \$38  = is_store;
     if (start) begin
-      \$38  = cmd__tdata[175:160];
+      \$38  = \$3 ;
     end
     if (reset_units) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
     if (rst) begin
-      \$38  = 16'h0000;
+      \$38  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$39  = row_stride;
+    \$39  = is_copy;
     if (start) begin
-      \$39  = cmd__tdata[191:176];
+      \$39  = \$4 ;
     end
     if (reset_units) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
     if (rst) begin
-      \$39  = 16'h0000;
+      \$39  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$40  = col_stride;
+    \$40  = acc;
     if (start) begin
-      \$40  = cmd__tdata[207:192];
+      \$40  = command[8];
     end
     if (reset_units) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
     if (rst) begin
-      \$40  = 16'h0000;
+      \$40  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$41  = rd_err;
+    \$41  = rows;
     if (start) begin
-      \$41  = 1'h0;
-    end
-    if (\$25 ) begin
-      \$41  = 1'h1;
+      \$41  = command[159:144];
     end
     if (reset_units) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
     if (rst) begin
-      \$41  = 1'h0;
+      \$41  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$42  = wr_err;
+    \$42  = cols;
     if (start) begin
-      \$42  = 1'h0;
+      \$42  = command[175:160];
+    end
+    if (reset_units) begin
+      \$42  = 16'h0000;
+    end
+    if (rst) begin
+      \$42  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    \$43  = row_stride;
+    if (start) begin
+      \$43  = command[191:176];
+    end
+    if (reset_units) begin
+      \$43  = 16'h0000;
+    end
+    if (rst) begin
+      \$43  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    \$44  = col_stride;
+    if (start) begin
+      \$44  = command[207:192];
+    end
+    if (reset_units) begin
+      \$44  = 16'h0000;
+    end
+    if (rst) begin
+      \$44  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    \$45  = rd_err;
+    if (start) begin
+      \$45  = 1'h0;
+    end
+    if (\$5 ) begin
+      \$45  = 1'h1;
+    end
+    if (reset_units) begin
+      \$45  = 1'h0;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
+    \$46  = wr_err;
+    if (start) begin
+      \$46  = 1'h0;
     end
     if (error) begin
-      \$42  = 1'h1;
+      \$46  = 1'h1;
     end
     if (reset_units) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
     if (rst) begin
-      \$42  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$43  = done__tdata;
-    if (\$27 ) begin
-      \$43  = { 4'h0, \$29  };
+    \$47  = done__tdata;
+    if (\$7 ) begin
+      \$47  = { 4'h0, \$9  };
     end
     if (reset_units) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
     if (rst) begin
-      \$43  = 8'h00;
+      \$47  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_data = { 1'h0, \beat$169  };
+      w_data = { 1'h0, \beat$181  };
     end else begin
-      w_data = { \$17 , bus__rdata };
+      w_data = { \$29 , bus__rdata };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
     (* full_case = 32'd1 *)
     if (is_store) begin
-      w_en = \$16 ;
+      w_en = \$28 ;
     end else begin
-      w_en = \$19 ;
+      w_en = \$31 ;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$77 ) begin end
-    \$32  = state;
-    if (start) begin
-      \$32  = 2'h1;
-    end
-    if (\$27 ) begin
-      \$32  = 2'h2;
-    end
-    if (\$31 ) begin
-      \$32  = 2'h0;
-    end
-    if (reset_units) begin
-      \$32  = 2'h0;
-    end
-    if (rst) begin
-      \$32  = 2'h0;
-    end
-  end
-  assign move_beats = { 11'h000, \$3  };
+  assign move_beats = { 11'h000, \$15  };
   assign axi__awid = 4'h0;
   assign bus__awid = 4'h0;
   assign bus__awaddr = axi__awaddr;
@@ -42043,71 +42123,71 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign axi__rlast = bus__rlast;
   assign axi__rvalid = bus__rvalid;
   assign bus__rready = axi__rready;
-  assign seg_beats = \$7 [29:0];
-  assign \hold$72  = hold;
-  assign \abort$74  = abort;
-  assign \seg_beats$79  = \$11 [29:0];
-  assign \hold$80  = hold;
-  assign \abort$81  = abort;
+  assign seg_beats = \$19 [29:0];
+  assign \hold$93  = hold;
+  assign \abort$95  = abort;
+  assign \seg_beats$100  = \$23 [29:0];
+  assign \hold$101  = hold;
+  assign \abort$102  = abort;
   assign take = axi__rready;
-  assign \is_copy$86  = is_copy;
-  assign \is_load$88  = is_load;
+  assign \is_copy$105  = is_copy;
+  assign \is_load$106  = is_load;
   assign beat = copy_beat;
-  assign \rd_err$92  = rd_err;
+  assign \rd_err$109  = rd_err;
   assign fifo_data = r_data[63:0];
   assign fifo_err = r_data[64];
   assign r_rdy = fifo_ready;
-  assign \bytes_read$99  = bytes_read;
-  assign \bytes_written$101  = bytes_written;
-  assign \start$102  = start;
-  assign local_addr = cmd__tdata[143:128];
-  assign \acc$105  = acc;
-  assign \rows$107  = rows;
-  assign \cols$109  = cols;
-  assign \row_stride$111  = row_stride;
-  assign \col_stride$113  = col_stride;
-  assign \start$114  = start;
-  assign \local_addr$115  = cmd__tdata[143:128];
-  assign \acc$116  = acc;
-  assign \rows$117  = rows;
-  assign \cols$118  = cols;
-  assign \row_stride$119  = row_stride;
-  assign \col_stride$120  = col_stride;
-  assign \rd_err$122  = rd_err;
-  assign \fifo_data$123  = r_data[63:0];
-  assign \fifo_err$124  = r_data[64];
-  assign \fifo_ready$125  = fifo_ready;
-  assign \is_store$127  = is_store;
-  assign \fifo_ready$128  = w_rdy;
-  assign spm_wr__tdata = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tdata$130  = { \$45 , \$44 [63:0] };
-  assign \spm_wr__tready$132  = spm_wr__tready;
-  assign \spm_wr__tvalid$134  = spm_wr__tvalid;
-  assign acc_wr__tdata = { \$45 , \$44  };
-  assign \acc_wr__tdata$136  = { \$45 , \$44  };
-  assign \acc_wr__tready$138  = acc_wr__tready;
-  assign \acc_wr__tvalid$140  = acc_wr__tvalid;
-  assign \spm_rreq__tdata$142  = spm_rreq__tdata;
-  assign \spm_rreq__tready$144  = spm_rreq__tready;
-  assign \spm_rreq__tvalid$146  = spm_rreq__tvalid;
+  assign \bytes_read$116  = bytes_read;
+  assign \bytes_written$118  = bytes_written;
+  assign \start$119  = start;
+  assign local_addr = command[143:128];
+  assign \acc$121  = acc;
+  assign \rows$122  = rows;
+  assign \cols$123  = cols;
+  assign \row_stride$124  = row_stride;
+  assign \col_stride$125  = col_stride;
+  assign \start$126  = start;
+  assign \local_addr$127  = command[143:128];
+  assign \acc$128  = acc;
+  assign \rows$129  = rows;
+  assign \cols$130  = cols;
+  assign \row_stride$131  = row_stride;
+  assign \col_stride$132  = col_stride;
+  assign \rd_err$134  = rd_err;
+  assign \fifo_data$135  = r_data[63:0];
+  assign \fifo_err$136  = r_data[64];
+  assign \fifo_ready$137  = fifo_ready;
+  assign \is_store$139  = is_store;
+  assign \fifo_ready$140  = w_rdy;
+  assign spm_wr__tdata = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tdata$142  = { \$49 , \$48 [63:0] };
+  assign \spm_wr__tready$144  = spm_wr__tready;
+  assign \spm_wr__tvalid$146  = spm_wr__tvalid;
+  assign acc_wr__tdata = { \$49 , \$48  };
+  assign \acc_wr__tdata$148  = { \$49 , \$48  };
+  assign \acc_wr__tready$150  = acc_wr__tready;
+  assign \acc_wr__tvalid$152  = acc_wr__tvalid;
+  assign \spm_rreq__tdata$154  = spm_rreq__tdata;
+  assign \spm_rreq__tready$156  = spm_rreq__tready;
+  assign \spm_rreq__tvalid$158  = spm_rreq__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
-  assign \acc_rreq__tdata$148  = spm_rreq__tdata;
-  assign \acc_rreq__tready$150  = acc_rreq__tready;
-  assign \acc_rreq__tvalid$152  = acc_rreq__tvalid;
-  assign \spm_rresp__tdata$154  = spm_rresp__tdata;
-  assign \spm_rresp__tready$156  = spm_rresp__tready;
-  assign \spm_rresp__tvalid$158  = spm_rresp__tvalid;
-  assign \acc_rresp__tdata$160  = acc_rresp__tdata;
-  assign \acc_rresp__tready$162  = acc_rresp__tready;
-  assign \acc_rresp__tvalid$164  = acc_rresp__tvalid;
+  assign \acc_rreq__tdata$160  = spm_rreq__tdata;
+  assign \acc_rreq__tready$162  = acc_rreq__tready;
+  assign \acc_rreq__tvalid$164  = acc_rreq__tvalid;
+  assign \spm_rresp__tdata$166  = spm_rresp__tdata;
+  assign \spm_rresp__tready$168  = spm_rresp__tready;
+  assign \spm_rresp__tvalid$170  = spm_rresp__tvalid;
+  assign \acc_rresp__tdata$172  = acc_rresp__tdata;
+  assign \acc_rresp__tready$174  = acc_rresp__tready;
+  assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$11020$0  = \$44 ;
-  assign \port$11022$0  = \$45 ;
-  assign \$1  = { 1'h0, cmd__tdata[175:160], 2'h0 };
-  assign \$2  = { 1'h0, cmd__tdata[175:160] };
-  assign base = cmd__tdata[95:64];
-  assign \$6  = { 3'h0, cmd__tdata[159:131] };
-  assign \$10  = { 3'h0, cmd__tdata[159:131] };
+  assign \port$11038$0  = \$48 ;
+  assign \port$11040$0  = \$49 ;
+  assign \$13  = { 1'h0, command[175:160], 2'h0 };
+  assign \$14  = { 1'h0, command[175:160] };
+  assign base = command[95:64];
+  assign \$18  = { 3'h0, command[159:131] };
+  assign \$22  = { 3'h0, command[159:131] };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -42302,8 +42382,8 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6405$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data, wr_addr
-, local_addr, clk);
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6415$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+, wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -42359,8 +42439,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6405$0 ;
-  wire [64:0] \port$6405$0 ;
+  input [64:0] \port$6415$0 ;
+  wire [64:0] \port$6415$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -42406,12 +42486,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6405$0 [64];
+  assign read_error = fifo_take & \port$6415$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6405$0 [64];
+  assign \$12  = ~ \port$6415$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -42447,13 +42527,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6405$0 [63:0];
+          assembled[63:0] = \port$6415$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6405$0 [63:0];
+          assembled[127:64] = \port$6415$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6405$0 [63:0];
+          assembled[191:128] = \port$6415$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6405$0 [63:0];
+          assembled[255:192] = \port$6415$0 [63:0];
     endcase
   end
   always @* begin
@@ -42576,12 +42656,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6405$0 [63:0];
-  assign fifo_err = \port$6405$0 [64];
+  assign fifo_data = \port$6415$0 [63:0];
+  assign fifo_err = \port$6415$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_soc.dma1.loader.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$80  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -43177,8 +43257,8 @@ module \dx1_soc.dma1.reader.bursts (rst, ready, start, base, \stride$21 , segmen
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, is_store, acc, rows, cols, row_stride
-, col_stride, spm_rreq__tdata, beat, local_addr, clk);
+module \dx1_soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, start, request, fifo_ready, spm_rreq__tvalid, acc_rreq__tvalid, push, acc_rresp__tready, spm_rresp__tready, reset_units, local_addr, is_store, acc, rows, cols
+, row_stride, col_stride, spm_rreq__tdata, beat, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -43414,7 +43494,7 @@ module \dx1_soc.dma1.storer (rst, spm_rreq__tready, spm_rresp__tvalid, spm_rresp
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows, cols, row_stride, col_stride, addr, local_addr, clk);
+module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, local_addr, rows, cols, row_stride, col_stride, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire [16:0] \$1 ;
   wire [16:0] \$10 ;
@@ -43559,7 +43639,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, rows
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6405$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6415$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$85  = 0;
   wire \$1 ;
@@ -43670,8 +43750,8 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6405$0 ;
-  wire [64:0] \port$6405$0 ;
+  input [64:0] \port$6415$0 ;
+  wire [64:0] \port$6415$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -43746,12 +43826,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6405$0 [64] | rd_err;
+  assign \$13  = \port$6415$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6405$0 [64];
+  assign read_error = w_hs & \port$6415$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -43910,9 +43990,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6405$0 [63:0];
-  assign fifo_data = \port$6405$0 [63:0];
-  assign fifo_err = \port$6405$0 [64];
+  assign bus__wdata = \port$6415$0 [63:0];
+  assign fifo_data = \port$6415$0 [63:0];
+  assign fifo_err = \port$6415$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -46366,23 +46446,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10948$0 (\s4__araddr$597 [11:0]),
-    .\port$10948$14 (\s4__araddr$597 [31:14]),
-    .\port$10985$0 (\s4__awaddr$613 [11:0]),
-    .\port$10985$14 (\s4__awaddr$613 [31:14]),
-    .\port$11205$0 (\s3__awaddr$464 [11:0]),
-    .\port$11205$14 (\s3__awaddr$464 [31:14]),
+    .\port$10966$0 (\s4__araddr$597 [11:0]),
+    .\port$10966$14 (\s4__araddr$597 [31:14]),
+    .\port$11003$0 (\s4__awaddr$613 [11:0]),
+    .\port$11003$14 (\s4__awaddr$613 [31:14]),
+    .\port$11223$0 (\s3__awaddr$464 [11:0]),
+    .\port$11223$14 (\s3__awaddr$464 [31:14]),
     .\port$1816$0 (\$481 ),
-    .\port$4529$0 (\s1__araddr$150 [11:0]),
-    .\port$4529$14 (\s1__araddr$150 [31:14]),
-    .\port$6808$0 (\s3__araddr$448 [11:0]),
-    .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9364$0 (\s2__araddr$299 [11:0]),
-    .\port$9364$14 (\s2__araddr$299 [31:14]),
-    .\port$9401$0 (\s2__awaddr$315 [11:0]),
-    .\port$9401$14 (\s2__awaddr$315 [31:14]),
-    .\port$9621$0 (\s1__awaddr$166 [11:0]),
-    .\port$9621$14 (\s1__awaddr$166 [31:14]),
+    .\port$4534$0 (\s1__araddr$150 [11:0]),
+    .\port$4534$14 (\s1__araddr$150 [31:14]),
+    .\port$6818$0 (\s3__araddr$448 [11:0]),
+    .\port$6818$14 (\s3__araddr$448 [31:14]),
+    .\port$9378$0 (\s2__araddr$299 [11:0]),
+    .\port$9378$14 (\s2__araddr$299 [31:14]),
+    .\port$9415$0 (\s2__awaddr$315 [11:0]),
+    .\port$9415$14 (\s2__awaddr$315 [31:14]),
+    .\port$9635$0 (\s1__awaddr$166 [11:0]),
+    .\port$9635$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46477,23 +46557,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10948$0 (\s4__araddr$597 [11:0]),
-    .\port$10948$14 (\s4__araddr$597 [31:14]),
-    .\port$10985$0 (\s4__awaddr$613 [11:0]),
-    .\port$10985$14 (\s4__awaddr$613 [31:14]),
-    .\port$11205$0 (\s3__awaddr$464 [11:0]),
-    .\port$11205$14 (\s3__awaddr$464 [31:14]),
+    .\port$10966$0 (\s4__araddr$597 [11:0]),
+    .\port$10966$14 (\s4__araddr$597 [31:14]),
+    .\port$11003$0 (\s4__awaddr$613 [11:0]),
+    .\port$11003$14 (\s4__awaddr$613 [31:14]),
+    .\port$11223$0 (\s3__awaddr$464 [11:0]),
+    .\port$11223$14 (\s3__awaddr$464 [31:14]),
     .\port$2152$0 (\$482 ),
-    .\port$4529$0 (\s1__araddr$150 [11:0]),
-    .\port$4529$14 (\s1__araddr$150 [31:14]),
-    .\port$6808$0 (\s3__araddr$448 [11:0]),
-    .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9364$0 (\s2__araddr$299 [11:0]),
-    .\port$9364$14 (\s2__araddr$299 [31:14]),
-    .\port$9401$0 (\s2__awaddr$315 [11:0]),
-    .\port$9401$14 (\s2__awaddr$315 [31:14]),
-    .\port$9621$0 (\s1__awaddr$166 [11:0]),
-    .\port$9621$14 (\s1__awaddr$166 [31:14]),
+    .\port$4534$0 (\s1__araddr$150 [11:0]),
+    .\port$4534$14 (\s1__araddr$150 [31:14]),
+    .\port$6818$0 (\s3__araddr$448 [11:0]),
+    .\port$6818$14 (\s3__araddr$448 [31:14]),
+    .\port$9378$0 (\s2__araddr$299 [11:0]),
+    .\port$9378$14 (\s2__araddr$299 [31:14]),
+    .\port$9415$0 (\s2__awaddr$315 [11:0]),
+    .\port$9415$14 (\s2__awaddr$315 [31:14]),
+    .\port$9635$0 (\s1__awaddr$166 [11:0]),
+    .\port$9635$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46588,23 +46668,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10948$0 (\s4__araddr$597 [11:0]),
-    .\port$10948$14 (\s4__araddr$597 [31:14]),
-    .\port$10985$0 (\s4__awaddr$613 [11:0]),
-    .\port$10985$14 (\s4__awaddr$613 [31:14]),
-    .\port$11205$0 (\s3__awaddr$464 [11:0]),
-    .\port$11205$14 (\s3__awaddr$464 [31:14]),
+    .\port$10966$0 (\s4__araddr$597 [11:0]),
+    .\port$10966$14 (\s4__araddr$597 [31:14]),
+    .\port$11003$0 (\s4__awaddr$613 [11:0]),
+    .\port$11003$14 (\s4__awaddr$613 [31:14]),
+    .\port$11223$0 (\s3__awaddr$464 [11:0]),
+    .\port$11223$14 (\s3__awaddr$464 [31:14]),
     .\port$2488$0 (\$483 ),
-    .\port$4529$0 (\s1__araddr$150 [11:0]),
-    .\port$4529$14 (\s1__araddr$150 [31:14]),
-    .\port$6808$0 (\s3__araddr$448 [11:0]),
-    .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9364$0 (\s2__araddr$299 [11:0]),
-    .\port$9364$14 (\s2__araddr$299 [31:14]),
-    .\port$9401$0 (\s2__awaddr$315 [11:0]),
-    .\port$9401$14 (\s2__awaddr$315 [31:14]),
-    .\port$9621$0 (\s1__awaddr$166 [11:0]),
-    .\port$9621$14 (\s1__awaddr$166 [31:14]),
+    .\port$4534$0 (\s1__araddr$150 [11:0]),
+    .\port$4534$14 (\s1__araddr$150 [31:14]),
+    .\port$6818$0 (\s3__araddr$448 [11:0]),
+    .\port$6818$14 (\s3__araddr$448 [31:14]),
+    .\port$9378$0 (\s2__araddr$299 [11:0]),
+    .\port$9378$14 (\s2__araddr$299 [31:14]),
+    .\port$9415$0 (\s2__awaddr$315 [11:0]),
+    .\port$9415$14 (\s2__awaddr$315 [31:14]),
+    .\port$9635$0 (\s1__awaddr$166 [11:0]),
+    .\port$9635$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46699,23 +46779,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10948$0 (\s4__araddr$597 [11:0]),
-    .\port$10948$14 (\s4__araddr$597 [31:14]),
-    .\port$10985$0 (\s4__awaddr$613 [11:0]),
-    .\port$10985$14 (\s4__awaddr$613 [31:14]),
-    .\port$11205$0 (\s3__awaddr$464 [11:0]),
-    .\port$11205$14 (\s3__awaddr$464 [31:14]),
+    .\port$10966$0 (\s4__araddr$597 [11:0]),
+    .\port$10966$14 (\s4__araddr$597 [31:14]),
+    .\port$11003$0 (\s4__awaddr$613 [11:0]),
+    .\port$11003$14 (\s4__awaddr$613 [31:14]),
+    .\port$11223$0 (\s3__awaddr$464 [11:0]),
+    .\port$11223$14 (\s3__awaddr$464 [31:14]),
     .\port$2824$0 (\$484 ),
-    .\port$4529$0 (\s1__araddr$150 [11:0]),
-    .\port$4529$14 (\s1__araddr$150 [31:14]),
-    .\port$6808$0 (\s3__araddr$448 [11:0]),
-    .\port$6808$14 (\s3__araddr$448 [31:14]),
-    .\port$9364$0 (\s2__araddr$299 [11:0]),
-    .\port$9364$14 (\s2__araddr$299 [31:14]),
-    .\port$9401$0 (\s2__awaddr$315 [11:0]),
-    .\port$9401$14 (\s2__awaddr$315 [31:14]),
-    .\port$9621$0 (\s1__awaddr$166 [11:0]),
-    .\port$9621$14 (\s1__awaddr$166 [31:14]),
+    .\port$4534$0 (\s1__araddr$150 [11:0]),
+    .\port$4534$14 (\s1__araddr$150 [31:14]),
+    .\port$6818$0 (\s3__araddr$448 [11:0]),
+    .\port$6818$14 (\s3__araddr$448 [31:14]),
+    .\port$9378$0 (\s2__araddr$299 [11:0]),
+    .\port$9378$14 (\s2__araddr$299 [31:14]),
+    .\port$9415$0 (\s2__awaddr$315 [11:0]),
+    .\port$9415$14 (\s2__awaddr$315 [31:14]),
+    .\port$9635$0 (\s1__awaddr$166 [11:0]),
+    .\port$9635$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -48017,9 +48097,9 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$1816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
-, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$1816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
+, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48312,40 +48392,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10948$0 ;
-  wire [11:0] \port$10948$0 ;
-  input [17:0] \port$10948$14 ;
-  wire [17:0] \port$10948$14 ;
-  input [11:0] \port$10985$0 ;
-  wire [11:0] \port$10985$0 ;
-  input [17:0] \port$10985$14 ;
-  wire [17:0] \port$10985$14 ;
-  input [11:0] \port$11205$0 ;
-  wire [11:0] \port$11205$0 ;
-  input [17:0] \port$11205$14 ;
-  wire [17:0] \port$11205$14 ;
+  input [11:0] \port$10966$0 ;
+  wire [11:0] \port$10966$0 ;
+  input [17:0] \port$10966$14 ;
+  wire [17:0] \port$10966$14 ;
+  input [11:0] \port$11003$0 ;
+  wire [11:0] \port$11003$0 ;
+  input [17:0] \port$11003$14 ;
+  wire [17:0] \port$11003$14 ;
+  input [11:0] \port$11223$0 ;
+  wire [11:0] \port$11223$0 ;
+  input [17:0] \port$11223$14 ;
+  wire [17:0] \port$11223$14 ;
   output [67:0] \port$1816$0 ;
   wire [67:0] \port$1816$0 ;
-  input [11:0] \port$4529$0 ;
-  wire [11:0] \port$4529$0 ;
-  input [17:0] \port$4529$14 ;
-  wire [17:0] \port$4529$14 ;
-  input [11:0] \port$6808$0 ;
-  wire [11:0] \port$6808$0 ;
-  input [17:0] \port$6808$14 ;
-  wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9364$0 ;
-  wire [11:0] \port$9364$0 ;
-  input [17:0] \port$9364$14 ;
-  wire [17:0] \port$9364$14 ;
-  input [11:0] \port$9401$0 ;
-  wire [11:0] \port$9401$0 ;
-  input [17:0] \port$9401$14 ;
-  wire [17:0] \port$9401$14 ;
-  input [11:0] \port$9621$0 ;
-  wire [11:0] \port$9621$0 ;
-  input [17:0] \port$9621$14 ;
-  wire [17:0] \port$9621$14 ;
+  input [11:0] \port$4534$0 ;
+  wire [11:0] \port$4534$0 ;
+  input [17:0] \port$4534$14 ;
+  wire [17:0] \port$4534$14 ;
+  input [11:0] \port$6818$0 ;
+  wire [11:0] \port$6818$0 ;
+  input [17:0] \port$6818$14 ;
+  wire [17:0] \port$6818$14 ;
+  input [11:0] \port$9378$0 ;
+  wire [11:0] \port$9378$0 ;
+  input [17:0] \port$9378$14 ;
+  wire [17:0] \port$9378$14 ;
+  input [11:0] \port$9415$0 ;
+  wire [11:0] \port$9415$0 ;
+  input [17:0] \port$9415$14 ;
+  wire [17:0] \port$9415$14 ;
+  input [11:0] \port$9635$0 ;
+  wire [11:0] \port$9635$0 ;
+  input [17:0] \port$9635$14 ;
+  wire [17:0] \port$9635$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -48944,13 +49024,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
+          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
+          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
     endcase
   end
   always @* begin
@@ -49040,13 +49120,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
+          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
+          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
     endcase
   end
   always @* begin
@@ -49476,21 +49556,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
+  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
+  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
+  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
+  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -49514,21 +49594,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4529$14 , \port$4529$0  };
+  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
+  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6808$14 , \port$6808$0  };
+  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
+  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -49719,9 +49799,9 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2152$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
-, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2152$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
+, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -50014,40 +50094,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10948$0 ;
-  wire [11:0] \port$10948$0 ;
-  input [17:0] \port$10948$14 ;
-  wire [17:0] \port$10948$14 ;
-  input [11:0] \port$10985$0 ;
-  wire [11:0] \port$10985$0 ;
-  input [17:0] \port$10985$14 ;
-  wire [17:0] \port$10985$14 ;
-  input [11:0] \port$11205$0 ;
-  wire [11:0] \port$11205$0 ;
-  input [17:0] \port$11205$14 ;
-  wire [17:0] \port$11205$14 ;
+  input [11:0] \port$10966$0 ;
+  wire [11:0] \port$10966$0 ;
+  input [17:0] \port$10966$14 ;
+  wire [17:0] \port$10966$14 ;
+  input [11:0] \port$11003$0 ;
+  wire [11:0] \port$11003$0 ;
+  input [17:0] \port$11003$14 ;
+  wire [17:0] \port$11003$14 ;
+  input [11:0] \port$11223$0 ;
+  wire [11:0] \port$11223$0 ;
+  input [17:0] \port$11223$14 ;
+  wire [17:0] \port$11223$14 ;
   output [67:0] \port$2152$0 ;
   wire [67:0] \port$2152$0 ;
-  input [11:0] \port$4529$0 ;
-  wire [11:0] \port$4529$0 ;
-  input [17:0] \port$4529$14 ;
-  wire [17:0] \port$4529$14 ;
-  input [11:0] \port$6808$0 ;
-  wire [11:0] \port$6808$0 ;
-  input [17:0] \port$6808$14 ;
-  wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9364$0 ;
-  wire [11:0] \port$9364$0 ;
-  input [17:0] \port$9364$14 ;
-  wire [17:0] \port$9364$14 ;
-  input [11:0] \port$9401$0 ;
-  wire [11:0] \port$9401$0 ;
-  input [17:0] \port$9401$14 ;
-  wire [17:0] \port$9401$14 ;
-  input [11:0] \port$9621$0 ;
-  wire [11:0] \port$9621$0 ;
-  input [17:0] \port$9621$14 ;
-  wire [17:0] \port$9621$14 ;
+  input [11:0] \port$4534$0 ;
+  wire [11:0] \port$4534$0 ;
+  input [17:0] \port$4534$14 ;
+  wire [17:0] \port$4534$14 ;
+  input [11:0] \port$6818$0 ;
+  wire [11:0] \port$6818$0 ;
+  input [17:0] \port$6818$14 ;
+  wire [17:0] \port$6818$14 ;
+  input [11:0] \port$9378$0 ;
+  wire [11:0] \port$9378$0 ;
+  input [17:0] \port$9378$14 ;
+  wire [17:0] \port$9378$14 ;
+  input [11:0] \port$9415$0 ;
+  wire [11:0] \port$9415$0 ;
+  input [17:0] \port$9415$14 ;
+  wire [17:0] \port$9415$14 ;
+  input [11:0] \port$9635$0 ;
+  wire [11:0] \port$9635$0 ;
+  input [17:0] \port$9635$14 ;
+  wire [17:0] \port$9635$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -50646,13 +50726,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
+          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
+          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
     endcase
   end
   always @* begin
@@ -50742,13 +50822,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
+          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
+          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
     endcase
   end
   always @* begin
@@ -51178,21 +51258,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
+  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
+  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
+  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
+  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -51216,21 +51296,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4529$14 , \port$4529$0  };
+  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
+  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6808$14 , \port$6808$0  };
+  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
+  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -51421,9 +51501,9 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2488$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
-, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2488$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
+, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -51716,40 +51796,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10948$0 ;
-  wire [11:0] \port$10948$0 ;
-  input [17:0] \port$10948$14 ;
-  wire [17:0] \port$10948$14 ;
-  input [11:0] \port$10985$0 ;
-  wire [11:0] \port$10985$0 ;
-  input [17:0] \port$10985$14 ;
-  wire [17:0] \port$10985$14 ;
-  input [11:0] \port$11205$0 ;
-  wire [11:0] \port$11205$0 ;
-  input [17:0] \port$11205$14 ;
-  wire [17:0] \port$11205$14 ;
+  input [11:0] \port$10966$0 ;
+  wire [11:0] \port$10966$0 ;
+  input [17:0] \port$10966$14 ;
+  wire [17:0] \port$10966$14 ;
+  input [11:0] \port$11003$0 ;
+  wire [11:0] \port$11003$0 ;
+  input [17:0] \port$11003$14 ;
+  wire [17:0] \port$11003$14 ;
+  input [11:0] \port$11223$0 ;
+  wire [11:0] \port$11223$0 ;
+  input [17:0] \port$11223$14 ;
+  wire [17:0] \port$11223$14 ;
   output [67:0] \port$2488$0 ;
   wire [67:0] \port$2488$0 ;
-  input [11:0] \port$4529$0 ;
-  wire [11:0] \port$4529$0 ;
-  input [17:0] \port$4529$14 ;
-  wire [17:0] \port$4529$14 ;
-  input [11:0] \port$6808$0 ;
-  wire [11:0] \port$6808$0 ;
-  input [17:0] \port$6808$14 ;
-  wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9364$0 ;
-  wire [11:0] \port$9364$0 ;
-  input [17:0] \port$9364$14 ;
-  wire [17:0] \port$9364$14 ;
-  input [11:0] \port$9401$0 ;
-  wire [11:0] \port$9401$0 ;
-  input [17:0] \port$9401$14 ;
-  wire [17:0] \port$9401$14 ;
-  input [11:0] \port$9621$0 ;
-  wire [11:0] \port$9621$0 ;
-  input [17:0] \port$9621$14 ;
-  wire [17:0] \port$9621$14 ;
+  input [11:0] \port$4534$0 ;
+  wire [11:0] \port$4534$0 ;
+  input [17:0] \port$4534$14 ;
+  wire [17:0] \port$4534$14 ;
+  input [11:0] \port$6818$0 ;
+  wire [11:0] \port$6818$0 ;
+  input [17:0] \port$6818$14 ;
+  wire [17:0] \port$6818$14 ;
+  input [11:0] \port$9378$0 ;
+  wire [11:0] \port$9378$0 ;
+  input [17:0] \port$9378$14 ;
+  wire [17:0] \port$9378$14 ;
+  input [11:0] \port$9415$0 ;
+  wire [11:0] \port$9415$0 ;
+  input [17:0] \port$9415$14 ;
+  wire [17:0] \port$9415$14 ;
+  input [11:0] \port$9635$0 ;
+  wire [11:0] \port$9635$0 ;
+  input [17:0] \port$9635$14 ;
+  wire [17:0] \port$9635$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -52348,13 +52428,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
+          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
+          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
     endcase
   end
   always @* begin
@@ -52444,13 +52524,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
+          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
+          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
     endcase
   end
   always @* begin
@@ -52880,21 +52960,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
+  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
+  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
+  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
+  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -52918,21 +52998,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4529$14 , \port$4529$0  };
+  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
+  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6808$14 , \port$6808$0  };
+  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
+  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -53123,9 +53203,9 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2824$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4529$0 , \port$4529$14 , s4__wdata, s4__wstrb, \port$6808$0 , \port$6808$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9364$0 , \port$9364$14 , s2__arlen, \port$9401$0 , \port$9401$14 , s2__awlen, \port$9621$0 , \port$9621$14 , s1__wdata, \port$10948$0 , \port$10948$14 , s4__arlen, \port$10985$0 , \port$10985$14 , s4__awlen
-, \port$11205$0 , \port$11205$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2824$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
+, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53418,40 +53498,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10948$0 ;
-  wire [11:0] \port$10948$0 ;
-  input [17:0] \port$10948$14 ;
-  wire [17:0] \port$10948$14 ;
-  input [11:0] \port$10985$0 ;
-  wire [11:0] \port$10985$0 ;
-  input [17:0] \port$10985$14 ;
-  wire [17:0] \port$10985$14 ;
-  input [11:0] \port$11205$0 ;
-  wire [11:0] \port$11205$0 ;
-  input [17:0] \port$11205$14 ;
-  wire [17:0] \port$11205$14 ;
+  input [11:0] \port$10966$0 ;
+  wire [11:0] \port$10966$0 ;
+  input [17:0] \port$10966$14 ;
+  wire [17:0] \port$10966$14 ;
+  input [11:0] \port$11003$0 ;
+  wire [11:0] \port$11003$0 ;
+  input [17:0] \port$11003$14 ;
+  wire [17:0] \port$11003$14 ;
+  input [11:0] \port$11223$0 ;
+  wire [11:0] \port$11223$0 ;
+  input [17:0] \port$11223$14 ;
+  wire [17:0] \port$11223$14 ;
   output [67:0] \port$2824$0 ;
   wire [67:0] \port$2824$0 ;
-  input [11:0] \port$4529$0 ;
-  wire [11:0] \port$4529$0 ;
-  input [17:0] \port$4529$14 ;
-  wire [17:0] \port$4529$14 ;
-  input [11:0] \port$6808$0 ;
-  wire [11:0] \port$6808$0 ;
-  input [17:0] \port$6808$14 ;
-  wire [17:0] \port$6808$14 ;
-  input [11:0] \port$9364$0 ;
-  wire [11:0] \port$9364$0 ;
-  input [17:0] \port$9364$14 ;
-  wire [17:0] \port$9364$14 ;
-  input [11:0] \port$9401$0 ;
-  wire [11:0] \port$9401$0 ;
-  input [17:0] \port$9401$14 ;
-  wire [17:0] \port$9401$14 ;
-  input [11:0] \port$9621$0 ;
-  wire [11:0] \port$9621$0 ;
-  input [17:0] \port$9621$14 ;
-  wire [17:0] \port$9621$14 ;
+  input [11:0] \port$4534$0 ;
+  wire [11:0] \port$4534$0 ;
+  input [17:0] \port$4534$14 ;
+  wire [17:0] \port$4534$14 ;
+  input [11:0] \port$6818$0 ;
+  wire [11:0] \port$6818$0 ;
+  input [17:0] \port$6818$14 ;
+  wire [17:0] \port$6818$14 ;
+  input [11:0] \port$9378$0 ;
+  wire [11:0] \port$9378$0 ;
+  input [17:0] \port$9378$14 ;
+  wire [17:0] \port$9378$14 ;
+  input [11:0] \port$9415$0 ;
+  wire [11:0] \port$9415$0 ;
+  input [17:0] \port$9415$14 ;
+  wire [17:0] \port$9415$14 ;
+  input [11:0] \port$9635$0 ;
+  wire [11:0] \port$9635$0 ;
+  input [17:0] \port$9635$14 ;
+  wire [17:0] \port$9635$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -54050,13 +54130,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9621$14 , \port$9621$0  };
+          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9401$14 , \port$9401$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11205$14 , \port$11205$0  };
+          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$10985$14 , \port$10985$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
     endcase
   end
   always @* begin
@@ -54146,13 +54226,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4529$14 , \port$4529$0  };
+          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9364$14 , \port$9364$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6808$14 , \port$6808$0  };
+          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10948$14 , \port$10948$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
     endcase
   end
   always @* begin
@@ -54582,21 +54662,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9621$14 , \port$9621$0  };
+  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9401$14 , \port$9401$0  };
+  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11205$14 , \port$11205$0  };
+  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$10985$14 , \port$10985$0  };
+  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -54620,21 +54700,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4529$14 , \port$4529$0  };
+  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9364$14 , \port$9364$0  };
+  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6808$14 , \port$6808$0  };
+  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10948$14 , \port$10948$0  };
+  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -55441,14 +55521,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
-, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2979$0 , \port$4472$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5198$0 , \port$5258$0 , \port$6751$0 
-, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7477$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2979$0 , \port$4477$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5203$0 , \port$5263$0 , \port$6761$0 
+, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7487$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
 , GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
 , GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata
 , bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value
-, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9482$0 , \port$9484$0 , \port$9490$0 , \port$9492$0 , \port$9494$0 
-, \port$9495$0 , \port$9646$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11066$0 , \port$11068$0 , \port$11074$0 , \port$11076$0 , \port$11078$0 , \port$11079$0 , \port$11230$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
+, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9496$0 , \port$9498$0 , \port$9504$0 , \port$9506$0 , \port$9508$0 
+, \port$9509$0 , \port$9660$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11084$0 , \port$11086$0 , \port$11092$0 , \port$11094$0 , \port$11096$0 , \port$11097$0 , \port$11248$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
 , bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
@@ -56597,46 +56677,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$11066$0 ;
-  wire [15:0] \port$11066$0 ;
-  input [15:0] \port$11068$0 ;
-  wire [15:0] \port$11068$0 ;
-  input \port$11074$0 ;
-  wire \port$11074$0 ;
-  input [7:0] \port$11076$0 ;
-  wire [7:0] \port$11076$0 ;
-  input [15:0] \port$11078$0 ;
-  wire [15:0] \port$11078$0 ;
-  input \port$11079$0 ;
-  wire \port$11079$0 ;
-  input \port$11230$0 ;
-  wire \port$11230$0 ;
+  input [15:0] \port$11084$0 ;
+  wire [15:0] \port$11084$0 ;
+  input [15:0] \port$11086$0 ;
+  wire [15:0] \port$11086$0 ;
+  input \port$11092$0 ;
+  wire \port$11092$0 ;
+  input [7:0] \port$11094$0 ;
+  wire [7:0] \port$11094$0 ;
+  input [15:0] \port$11096$0 ;
+  wire [15:0] \port$11096$0 ;
+  input \port$11097$0 ;
+  wire \port$11097$0 ;
+  input \port$11248$0 ;
+  wire \port$11248$0 ;
   input \port$2979$0 ;
   wire \port$2979$0 ;
-  input \port$4472$0 ;
-  wire \port$4472$0 ;
-  input [8:0] \port$5198$0 ;
-  wire [8:0] \port$5198$0 ;
-  input \port$5258$0 ;
-  wire \port$5258$0 ;
-  input \port$6751$0 ;
-  wire \port$6751$0 ;
-  input [8:0] \port$7477$0 ;
-  wire [8:0] \port$7477$0 ;
-  input [15:0] \port$9482$0 ;
-  wire [15:0] \port$9482$0 ;
-  input [15:0] \port$9484$0 ;
-  wire [15:0] \port$9484$0 ;
-  input \port$9490$0 ;
-  wire \port$9490$0 ;
-  input [7:0] \port$9492$0 ;
-  wire [7:0] \port$9492$0 ;
-  input [15:0] \port$9494$0 ;
-  wire [15:0] \port$9494$0 ;
-  input \port$9495$0 ;
-  wire \port$9495$0 ;
-  input \port$9646$0 ;
-  wire \port$9646$0 ;
+  input \port$4477$0 ;
+  wire \port$4477$0 ;
+  input [8:0] \port$5203$0 ;
+  wire [8:0] \port$5203$0 ;
+  input \port$5263$0 ;
+  wire \port$5263$0 ;
+  input \port$6761$0 ;
+  wire \port$6761$0 ;
+  input [8:0] \port$7487$0 ;
+  wire [8:0] \port$7487$0 ;
+  input [15:0] \port$9496$0 ;
+  wire [15:0] \port$9496$0 ;
+  input [15:0] \port$9498$0 ;
+  wire [15:0] \port$9498$0 ;
+  input \port$9504$0 ;
+  wire \port$9504$0 ;
+  input [7:0] \port$9506$0 ;
+  wire [7:0] \port$9506$0 ;
+  input [15:0] \port$9508$0 ;
+  wire [15:0] \port$9508$0 ;
+  input \port$9509$0 ;
+  wire \port$9509$0 ;
+  input \port$9660$0 ;
+  wire \port$9660$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -57149,12 +57229,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$295  = ~ \$294 ;
   assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$9495$0 , \port$9646$0  };
+  assign \$297  = \$296  | { 30'h00000000, \port$9509$0 , \port$9660$0  };
   assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
   assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$317  = ~ \$316 ;
   assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$11079$0 , \port$11230$0  };
+  assign \$319  = \$318  | { 30'h00000000, \port$11097$0 , \port$11248$0  };
   assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
   always @(posedge clk)
     aw_full <= \$334 ;
@@ -57771,16 +57851,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$358  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$9482$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$9484$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9490$0 , \port$4472$0  };
-  assign QUEUE0_ERROR__value = { \port$9494$0 , 8'h00, \port$9492$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$11066$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$11068$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5258$0 , \port$11074$0 , \port$6751$0  };
-  assign QUEUE1_ERROR__value = { \port$11078$0 , 8'h00, \port$11076$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5198$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7477$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9496$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9498$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9504$0 , \port$4477$0  };
+  assign QUEUE0_ERROR__value = { \port$9508$0 , 8'h00, \port$9506$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$11084$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$11086$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5263$0 , \port$11092$0 , \port$6761$0  };
+  assign QUEUE1_ERROR__value = { \port$11096$0 , 8'h00, \port$11094$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5203$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7487$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -57904,26 +57984,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9495$0 , \port$9646$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11079$0 , \port$11230$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9509$0 , \port$9660$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11097$0 , \port$11248$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$9482$0 ;
+  assign \$74 [15:0] = \port$9496$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$9484$0 ;
+  assign \$78 [15:0] = \port$9498$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2979$0 , \port$9490$0 , \port$4472$0  };
+  assign \$82 [2:0] = { \port$2979$0 , \port$9504$0 , \port$4477$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$9494$0 , \port$9492$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9508$0 , \port$9506$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$11066$0 ;
+  assign \$109 [15:0] = \port$11084$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$11068$0 ;
+  assign \$113 [15:0] = \port$11086$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5258$0 , \port$11074$0 , \port$6751$0  };
+  assign \$117 [2:0] = { \port$5263$0 , \port$11092$0 , \port$6761$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$11078$0 , \port$11076$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$11096$0 , \port$11094$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -57944,12 +58024,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$197  = PERF1_STALL_MEM__value;
   assign \$199  = PERF1_BYTES_READ__value;
   assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5198$0  };
+  assign \$212  = { 23'h000000, \port$5203$0  };
   assign \$216  = TRACE0_DATA_LO__value;
   assign \$218  = TRACE0_DATA_HI__value;
   assign \$228  = 32'd0;
   assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7477$0  };
+  assign \$231  = { 23'h000000, \port$7487$0  };
   assign \$233  = TRACE1_DATA_LO__value;
   assign \$237  = TRACE1_DATA_HI__value;
   assign \$252  = GLOBAL_SCRATCH__wdata;
@@ -58355,8 +58435,8 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7642$0 , \port$7644$0 , \port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$7634$0 );
+module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$7644$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$102  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -58441,16 +58521,6 @@ module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$7634$0 ;
-  wire [31:0] \port$7634$0 ;
-  input [31:0] \port$7636$0 ;
-  wire [31:0] \port$7636$0 ;
-  input [31:0] \port$7638$0 ;
-  wire [31:0] \port$7638$0 ;
-  input [31:0] \port$7640$0 ;
-  wire [31:0] \port$7640$0 ;
-  input [31:0] \port$7642$0 ;
-  wire [31:0] \port$7642$0 ;
   input [31:0] \port$7644$0 ;
   wire [31:0] \port$7644$0 ;
   input [31:0] \port$7646$0 ;
@@ -58473,6 +58543,16 @@ module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7
   wire [31:0] \port$7662$0 ;
   input [31:0] \port$7664$0 ;
   wire [31:0] \port$7664$0 ;
+  input [31:0] \port$7666$0 ;
+  wire [31:0] \port$7666$0 ;
+  input [31:0] \port$7668$0 ;
+  wire [31:0] \port$7668$0 ;
+  input [31:0] \port$7670$0 ;
+  wire [31:0] \port$7670$0 ;
+  input [31:0] \port$7672$0 ;
+  wire [31:0] \port$7672$0 ;
+  input [31:0] \port$7674$0 ;
+  wire [31:0] \port$7674$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -58514,72 +58594,72 @@ module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$7672$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$7674$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$7634$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$7636$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$7638$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$7640$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$7642$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$7666$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$7668$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$7670$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$7672$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$7674$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$7634$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$7636$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$7638$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$7640$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$7642$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$7666$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$7668$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$7670$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$102 ) begin end
@@ -58804,7 +58884,7 @@ module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0 , \port$7642$0 , \port$7640$0 , \port$7638$0 , \port$7636$0 , \port$7634$0  };
+  assign values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -58821,22 +58901,22 @@ module \dx1_soc.semaphores (\port$7636$0 , \port$7638$0 , \port$7640$0 , \port$7
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$7634$0 ;
-  assign \values[1]  = \port$7636$0 ;
-  assign \values[2]  = \port$7638$0 ;
-  assign \values[3]  = \port$7640$0 ;
-  assign \values[4]  = \port$7642$0 ;
-  assign \values[5]  = \port$7644$0 ;
-  assign \values[6]  = \port$7646$0 ;
-  assign \values[7]  = \port$7648$0 ;
-  assign \values[8]  = \port$7650$0 ;
-  assign \values[9]  = \port$7652$0 ;
-  assign \values[10]  = \port$7654$0 ;
-  assign \values[11]  = \port$7656$0 ;
-  assign \values[12]  = \port$7658$0 ;
-  assign \values[13]  = \port$7660$0 ;
-  assign \values[14]  = \port$7662$0 ;
-  assign \values[15]  = \port$7664$0 ;
+  assign \values[0]  = \port$7644$0 ;
+  assign \values[1]  = \port$7646$0 ;
+  assign \values[2]  = \port$7648$0 ;
+  assign \values[3]  = \port$7650$0 ;
+  assign \values[4]  = \port$7652$0 ;
+  assign \values[5]  = \port$7654$0 ;
+  assign \values[6]  = \port$7656$0 ;
+  assign \values[7]  = \port$7658$0 ;
+  assign \values[8]  = \port$7660$0 ;
+  assign \values[9]  = \port$7662$0 ;
+  assign \values[10]  = \port$7664$0 ;
+  assign \values[11]  = \port$7666$0 ;
+  assign \values[12]  = \port$7668$0 ;
+  assign \values[13]  = \port$7670$0 ;
+  assign \values[14]  = \port$7672$0 ;
+  assign \values[15]  = \port$7674$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

@@ -102,14 +102,20 @@ class Dma(wiring.Component):
         n = self.config.array
         spm_beats, acc_beats = 8 * n // 64, 32 * n // 64
 
-        # ---- command ---------------------------------------------------------------------------
-        hdr = data.View(HEADER_LAYOUT, self.cmd.tdata)
-        mv = data.View(command_layout(Opcode.LOAD), self.cmd.tdata)
-        cp = data.View(command_layout(Opcode.COPY), self.cmd.tdata)
+        # ---- command: taken into a register, started from it -------------------------------------
+        state = Signal(range(3))
+        held = Signal()
+        command = Signal(COMMAND_BITS)
+        start = Signal()
+        with m.If(self.cmd.tvalid & self.cmd.tready):
+            m.d.sync += [held.eq(1), command.eq(self.cmd.tdata)]
+        with m.Elif(start):
+            m.d.sync += held.eq(0)
+        hdr = data.View(HEADER_LAYOUT, command)
+        mv = data.View(command_layout(Opcode.LOAD), command)
+        cp = data.View(command_layout(Opcode.COPY), command)
         cmd_acc = mv.flags[COMMANDS[Opcode.LOAD].flag_bit("acc")]
 
-        state = Signal(range(3))
-        start = Signal()
         is_load = Signal()
         is_store = Signal()
         is_copy = Signal()
@@ -121,8 +127,8 @@ class Dma(wiring.Component):
         rd_err = Signal()
         wr_err = Signal()
         m.d.comb += [
-            self.cmd.tready.eq(state == _State.IDLE),
-            start.eq(self.cmd.tvalid & self.cmd.tready),
+            self.cmd.tready.eq(~held),
+            start.eq(held & (state == _State.IDLE)),
             self.busy.eq(state != _State.IDLE),
         ]
         with m.If(start):
