@@ -62,9 +62,17 @@ class MemoryBackdoor:
         offset = addr - first * BUS_BYTES
         return raw[offset:offset + n]
 
-    async def write(self, addr: int, data: bytes) -> bool:
-        """Write ``data`` at ``addr``; False (nothing written) when it runs outside the memory."""
-        from cocotb.triggers import ReadWrite  # here: HOST_PATHS is imported where cocotb need not be installed
+    def write(self, addr: int, data: bytes) -> bool:
+        """Write ``data`` at ``addr``; False (nothing written) when it runs outside the memory.
+
+        The words are deposited without delay (cocotb's ``Immediate``), so a read that follows sees them
+        whatever simulation phase the request is served in.  A plain (inertial) deposit is only queued:
+        cocotb applies it at the next ReadWrite phase by ``vpi_put_value(..., vpiInertialDelay)``, which
+        Verilator queues once more until its ReadWrite callbacks return (``VerilatedVpi::doInertialPuts``
+        in cocotb's Verilator main loop).  A request served inside that callback, as the one after a
+        register access ending on the clocked top's edge was, read the words from before the write.
+        """
+        from cocotb.handle import Immediate  # here: HOST_PATHS is imported where cocotb need not be installed
 
         if not self._check(addr, len(data)):
             return False
@@ -77,7 +85,5 @@ class MemoryBackdoor:
             merged[offset:offset + len(data)] = data
             data = bytes(merged)
         for k, i in enumerate(range(first, last + 1)):
-            self._word(i).value = int.from_bytes(data[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER)
-        # cocotb applies writes in the ReadWrite phase: wait for it, so a read that follows sees them.
-        await ReadWrite()
+            self._word(i).value = Immediate(int.from_bytes(data[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER))
         return True

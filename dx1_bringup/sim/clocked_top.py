@@ -31,8 +31,7 @@ __all__ = ["CLOCKS", "CLOCKED_BUS", "CLOCKED_SUFFIX", "REGISTERED_INPUTS", "cloc
 #: ``verilator``, the clocked top (opt-in: see :data:`CLOCKED_BUS`).
 CLOCKS = ("cocotb", "verilator")
 #: Why the clocked top refuses the bus host path: cocotbext-axi's AXI4 master, driving the memory port from
-#: its clock-edge callbacks, left a write burst's address unaccepted there (a write made in a rising edge's
-#: callback can be lost under Verilator's timing scheduler; the backdoor steps off the edge first).
+#: its clock-edge callbacks, left a write burst's address unaccepted there.
 CLOCKED_BUS = ("the clocked top (clock verilator) serves host memory through the backdoor only: with the bus "
                "host path cocotbext-axi's write bursts stall there; use clock cocotb for the bus path")
 #: The wrapper's module name is the SoC's with this suffix.

@@ -174,15 +174,11 @@ class SocServer:
         if op == SimOp.WRITE32:
             return await self._transaction(f"write32 at 0x{addr:x}",
                                            self.regs.write(addr, n.to_bytes(4, SIM_BYTE_ORDER)), 4)
-        if op in (SimOp.READ_BLOCK, SimOp.WRITE_BLOCK) and self.backdoor is not None:
-            # Off the clock edge the last request may have ended on: in the clocked top a backdoor write
-            # made in a rising edge's callback was lost, and a read there could miss that edge's writes.
-            await Timer(1, "ps")
         if op == SimOp.READ_BLOCK and self.backdoor is not None:
             data = self.backdoor.read(addr, n)
             return (SimStatus.OK, data) if data is not None else (SimStatus.BUS_ERROR, b"")
         if op == SimOp.WRITE_BLOCK and self.backdoor is not None:
-            return SimStatus.OK if await self.backdoor.write(addr, payload) else SimStatus.BUS_ERROR, b""
+            return SimStatus.OK if self.backdoor.write(addr, payload) else SimStatus.BUS_ERROR, b""
         if op == SimOp.READ_BLOCK:
             return await self._transaction(f"read_block of {n} bytes at 0x{addr:x}", self.mem.read(addr, n), n)
         if op == SimOp.WRITE_BLOCK:
