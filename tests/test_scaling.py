@@ -44,7 +44,8 @@ def test_model_takes_tiles_banks_and_memory_and_faults_beside_them():
     ("sim:tiles=0", "device 'sim:tiles=0': SoC tile count must be an integer from 1 to 8, not 0"),
     ("sim:cores=4", "device 'sim:cores=4': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, "
                     "a power of two of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing "
-                    "Verilog file of the SoC, either with stall=UNIT[+UNIT...] or alone"),
+                    "Verilog file of the SoC, either with stall=UNIT[+UNIT...] or alone, and any of them with "
+                    "server=native (the default) or server=cocotb"),
     ("sim:tiles=4,verilog=x.v", "device 'sim:tiles=4,verilog=x.v': after tiles=, banks= and mem_mib= expected no "
                                 "verilog=, not 'verilog=x.v' (sim:verilog=PATH serves a given Verilog file alone)"),
 ])
