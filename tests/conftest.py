@@ -53,7 +53,7 @@ def serial_transport():
     if reason:
         pytest.skip(reason)
     process, port = start_simulator(uart=True)
-    # The simulated line moves about a kilobyte per wall-clock second: generous timeouts.
+    # The simulated line moves a few kilobytes per wall-clock second: generous timeouts.
     transport = SerialTransport(f"socket://127.0.0.1:{port}", baud=BOARD_BAUD, timeout=60.0, quiet=0.3)
     yield transport
     transport.close()

@@ -1,4 +1,4 @@
-"""cocotb module behind `dx1 sim serve --uart`: the simulated board, its UART pins bridged to TCP.
+"""cocotb module behind `dx1 sim serve --uart --server cocotb`: the simulated board, its UART pins bridged to TCP.
 
 The board (SoC + UART bridge) runs in Verilator; cocotbext-uart drives and
 samples its ``uart_rx``/``uart_tx`` pins bit by bit, and only bytes cross the

@@ -81,7 +81,7 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
     serve the default SoC with that many tiles, memory banks and MiB of device memory
     (``dx1 sim serve --tiles T --banks B --mem-mib M``: generated into
     ``build/sim/configs/`` and built there, minutes the first time).  ``clock`` (SoC only) is what drives
-    its clock, as ``dx1 sim serve --clock`` takes it; ``server`` (SoC only) what serves it, ``"native"`` or
+    its clock, as ``dx1 sim serve --clock`` takes it; ``server`` what serves it, ``"native"`` or
     ``"cocotb"`` (``None``: as ``dx1 sim serve`` chooses, :func:`~dx1_bringup.sim.serve.choose_server`).  The
     server stops when its client disconnects.
 
@@ -106,7 +106,8 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file)]
             + (["--uart", f"--fault-rate={fault_rate!r}", f"--fault-seed={fault_seed}"] if uart
-               else [f"--host-path={host_path}", f"--clock={clock}"] + ([f"--server={server}"] if server else []))
+               else [f"--host-path={host_path}", f"--clock={clock}"])
+            + ([f"--server={server}"] if server else [])
             + (["--verilog", str(verilog)] if verilog is not None else [])
             + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -4,7 +4,8 @@ Without ``--uart``: the SoC at register level, for ``--device sim://HOST:PORT``,
 server (:mod:`.native`, the default) or by the cocotb one (``--server cocotb``: Python on the host side,
 for debugging, the bus host path and the clocked top).
 With ``--uart``: the whole board (SoC + UART bridge), its UART pins bridged to
-the socket bit by bit, for ``--device serial:socket://HOST:PORT``.
+the socket bit by bit, for ``--device serial:socket://HOST:PORT``: by the native board server (the default)
+or by cocotbext-uart under cocotb (``--server cocotb``).
 """
 
 from __future__ import annotations
@@ -70,14 +71,14 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
     if port_file:
         env["DX1_SIM_PORTFILE"] = port_file
-    if server == "native" and not uart:
+    if server == "native":
         from .native import build
 
-        program = str(build(SOC_MODULE, None if verilog is None else Path(verilog)))
+        program = str(build(BOARD_MODULE if uart else SOC_MODULE, None if verilog is None else Path(verilog)))
         argv = [program, "--port", str(port)] + (["--port-file", port_file] if port_file else []) + (
             ["--once"] if once else [])
         sys.stdout.flush()
-        os.execv(program, argv)
+        os.execve(program, argv, {**os.environ, **env})
     module, cocotb_server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
     run_cocotb(module, f"dx1_bringup.sim.{cocotb_server}", env=env, quiet=quiet,
                name=f"serve-{port}" if port else "serve", verilog=None if verilog is None else Path(verilog),
@@ -92,8 +93,8 @@ def choose_server(server: str | None, *, host_path: str, clock: str) -> str:
 
 
 def server_problem(server: str, *, uart: bool, host_path: str, clock: str) -> str | None:
-    """Why ``server`` cannot serve with these options, or None: the native server serves the SoC (not the
-    board, whose UART runs on cocotb), through the backdoor, with its own clock."""
+    """Why ``server`` cannot serve with these options, or None: the native servers serve the board, and the
+    SoC through the backdoor with their own clock."""
     if server != "native" or uart:
         return None
     if host_path != "backdoor":
@@ -120,13 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how host memory blocks reach device memory: straight into the array (backdoor, "
                              "simulation only; the default) or through the AXI4 memory port (bus)")
     parser.add_argument("--server", choices=SERVERS, default=None,
-                        help="what serves the SoC's socket: the native C++ server built with the model (no Python "
-                             "per cycle; the default) or the cocotb server (Python, for debugging; the default "
-                             "with --host-path bus or --clock verilator); the board (--uart) is always cocotb's")
+                        help="what serves the socket: the native C++ server built with the model (no Python "
+                             "per cycle or per line bit; the default) or the cocotb server (Python, for debugging; "
+                             "the default with --host-path bus or --clock verilator)")
     parser.add_argument("--clock", choices=CLOCKS, default="cocotb",
                         help="cocotb server: what drives the SoC's clock: cocotb on the bare SoC (the default), "
                              "or Verilator, inside a simulation top that also registers the reset (faster; with the "
-                             "backdoor host path only); the board (--uart) always runs on cocotb's")
+                             "backdoor host path only); the board (--uart) runs on its server's clock")
     parser.add_argument("--verilog",
                         help="serve this Verilog file of the SoC instead of rtl/dx1_soc.v (not with --uart)")
     parser.add_argument("--tiles", type=types.positive, default=None,

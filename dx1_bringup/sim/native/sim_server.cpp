@@ -10,8 +10,6 @@
 //
 // Usage: dx1_sim_server [--port P] [--port-file F] [--once]
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +26,7 @@
 #include "Vtop.h"
 #include "dx1_link.h"
 #include "dx1_regs.h"
+#include "server_socket.h"
 #include "verilated.h"
 #include "verilated_syms.h"
 
@@ -417,60 +416,15 @@ class Server {
     uint64_t fixed_budget_ = 0;
 };
 
-int listen_on(int port, const char* port_file) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(uint16_t(port));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(fd, 1) != 0) {
-        std::perror("dx1_sim_server: listen on 127.0.0.1");
-        std::exit(1);
-    }
-    socklen_t length = sizeof address;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    int chosen = ntohs(address.sin_port);
-    if (port_file) {
-        // Written whole, then renamed, so a reader never sees a partial number.
-        std::string tmp = std::string(port_file) + ".tmp";
-        FILE* f = std::fopen(tmp.c_str(), "w");
-        if (!f || std::fprintf(f, "%d", chosen) < 0 || std::fclose(f) != 0 ||
-            std::rename(tmp.c_str(), port_file) != 0) {
-            std::perror("dx1_sim_server: port file");
-            std::exit(1);
-        }
-    }
-    std::printf("dx1 sim serving on 127.0.0.1:%d\n", chosen);
-    std::fflush(stdout);
-    return fd;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    int port = 0;
-    const char* port_file = nullptr;
-    bool once = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        if (arg == "--port" && i + 1 < argc) {
-            port = std::atoi(argv[++i]);
-        } else if (arg == "--port-file" && i + 1 < argc) {
-            port_file = argv[++i];
-        } else if (arg == "--once") {
-            once = true;
-        } else {
-            std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]\n", argv[0]);
-            return 2;
-        }
-    }
+    dx1::ServerArgs args = dx1::parse_server_args(argc, argv);
     auto context = std::make_unique<VerilatedContext>();
     Soc soc{context.get()};
     soc.reset();
     Server server{&soc};
-    int listener = listen_on(port, port_file);
+    int listener = dx1::listen_on(args.port, args.port_file, argv[0], "dx1 sim serving");
     while (true) {
         int conn = accept(listener, nullptr, nullptr);
         if (conn < 0) continue;
@@ -478,7 +432,7 @@ int main(int argc, char** argv) {
         setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         bool keep_going = server.serve(conn);
         close(conn);
-        if (once || !keep_going) break;
+        if (args.once || !keep_going) break;
     }
     close(listener);
     return 0;

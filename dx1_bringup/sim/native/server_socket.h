@@ -1,0 +1,76 @@
+// The listening side that both native servers share: their command line and their loopback listener.
+//
+// Usage of either server: PROGRAM [--port P] [--port-file F] [--once].  Port 0 picks a free port; the
+// port file gets the port chosen, written whole and then renamed so that a reader never sees part of it.
+
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace dx1 {
+
+struct ServerArgs {
+    int port = 0;
+    const char* port_file = nullptr;
+    bool once = false;
+};
+
+// The options of argv; exits with status 2 and the usage on anything else.
+inline ServerArgs parse_server_args(int argc, char** argv) {
+    ServerArgs args;
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "--port" && i + 1 < argc) {
+            args.port = std::atoi(argv[++i]);
+        } else if (arg == "--port-file" && i + 1 < argc) {
+            args.port_file = argv[++i];
+        } else if (arg == "--once") {
+            args.once = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]\n", argv[0]);
+            std::exit(2);
+        }
+    }
+    return args;
+}
+
+// A socket listening on 127.0.0.1:port (0: a free one), its port written to port_file when given and
+// printed as "<banner> on 127.0.0.1:PORT"; exits with status 1 when it cannot listen.
+inline int listen_on(int port, const char* port_file, const char* program, const char* banner) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(uint16_t(port));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(fd, 1) != 0) {
+        std::fprintf(stderr, "%s: cannot listen on 127.0.0.1:%d: ", program, port);
+        std::perror(nullptr);
+        std::exit(1);
+    }
+    socklen_t length = sizeof address;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    int chosen = ntohs(address.sin_port);
+    if (port_file) {
+        std::string tmp = std::string(port_file) + ".tmp";
+        FILE* f = std::fopen(tmp.c_str(), "w");
+        if (!f || std::fprintf(f, "%d", chosen) < 0 || std::fclose(f) != 0 ||
+            std::rename(tmp.c_str(), port_file) != 0) {
+            std::fprintf(stderr, "%s: cannot write the port file %s: ", program, port_file);
+            std::perror(nullptr);
+            std::exit(1);
+        }
+    }
+    std::printf("%s on 127.0.0.1:%d\n", banner, chosen);
+    std::fflush(stdout);
+    return fd;
+}
+
+}  // namespace dx1
