@@ -20,12 +20,9 @@ from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
 from .clocked_top import CLOCKED_BUS, CLOCKS
-from .native import SERVERS
+from .native import BOARD_MODULE, SERVERS, SOC_MODULE
 
 __all__ = ["serve", "choose_server", "server_problem", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
-
-SOC_MODULE = "dx1_soc"
-BOARD_MODULE = "dx1_board"
 
 
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,

@@ -37,14 +37,18 @@ from pathlib import Path
 from .. import BACKDOOR_CONFIG, BUILD_ROOT, REPO_ROOT, VERILATOR_WAIVERS, objcache_wrapper, tool_path
 from ..clocked_top import write_clocked_top
 
-__all__ = ["SERVER_SOURCES", "SERVERS", "BUILD_FLAGS", "build", "executable"]
+__all__ = ["SOC_MODULE", "BOARD_MODULE", "SERVER_SOURCES", "SERVERS", "BUILD_FLAGS", "build", "executable"]
+
+#: The generated modules that the simulators serve: the SoC, and the board (SoC + UART bridge).
+SOC_MODULE = "dx1_soc"
+BOARD_MODULE = "dx1_board"
 
 #: What serves the simulator socket of the SoC: the native C++ server (the default) or the cocotb one.
 SERVERS = ("native", "cocotb")
 #: The C++ source of each module's server, and the program it builds.
-SERVER_SOURCES = {"dx1_soc": Path(__file__).with_name("sim_server.cpp"),
-                  "dx1_board": Path(__file__).with_name("board_server.cpp")}
-PROGRAMS = {"dx1_soc": "dx1_sim_server", "dx1_board": "dx1_board_server"}
+SERVER_SOURCES = {SOC_MODULE: Path(__file__).with_name("sim_server.cpp"),
+                  BOARD_MODULE: Path(__file__).with_name("board_server.cpp")}
+PROGRAMS = {SOC_MODULE: "dx1_sim_server", BOARD_MODULE: "dx1_board_server"}
 #: What both servers include: their command line and listener.
 SHARED_SOURCE = Path(__file__).with_name("server_socket.h")
 HEADERS = (REPO_ROOT / "drivers" / "include" / "dx1_link.h", REPO_ROOT / "drivers" / "include" / "dx1_regs.h")
@@ -67,8 +71,8 @@ def executable(module: str, verilog: Path | None = None) -> Path:
 
 
 def build(module: str, verilog: Path | None = None, *, log: Path | None = None) -> Path:
-    """Build (when anything it depends on changed) the native server of ``module`` (``dx1_soc`` or
-    ``dx1_board``); its executable.
+    """Build (when anything it depends on changed) the native server of ``module`` (:data:`SOC_MODULE`
+    or :data:`BOARD_MODULE`); its executable.
 
     Raises
     ------
