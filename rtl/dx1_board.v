@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$12380$0 (\$40 ),
+    .\port$12420$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$12380$0 (\$40 ),
+    .\port$12420$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$12380$0 (\$40 ),
+    .\port$12420$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$12380$0 (\$40 ),
+    .\port$12420$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12380$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$12420$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$12380$0 ;
-  wire [23:0] \port$12380$0 ;
+  input [23:0] \port$12420$0 ;
+  wire [23:0] \port$12420$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$12380$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$12420$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$12380$0 , rx__byte };
+  assign rx__field = { \port$12420$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12380$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$12420$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$12380$0 ;
-  wire [23:0] \port$12380$0 ;
+  input [23:0] \port$12420$0 ;
+  wire [23:0] \port$12420$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$12380$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$12420$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$8429$0 (\$63 ),
-    .\port$8436$0 (\$64 ),
-    .\port$8443$0 (\$65 ),
-    .\port$8450$0 (\$66 ),
-    .\port$8457$0 (\$67 ),
-    .\port$8464$0 (\$68 ),
-    .\port$8471$0 (\$69 ),
-    .\port$8478$0 (\$70 ),
+    .\port$8469$0 (\$63 ),
+    .\port$8476$0 (\$64 ),
+    .\port$8483$0 (\$65 ),
+    .\port$8490$0 (\$66 ),
+    .\port$8497$0 (\$67 ),
+    .\port$8504$0 (\$68 ),
+    .\port$8511$0 (\$69 ),
+    .\port$8518$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$12380$0 , rx__byte };
+              \$58  = { \port$12420$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$12380$0 , rx__byte };
+              \$59  = { \port$12420$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$12380$0 , rx__byte };
+  assign rx__field = { \port$12420$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8429$0 , \port$8436$0 , \port$8443$0 , \port$8450$0 , \port$8457$0 , \port$8464$0 , \port$8471$0 , \port$8478$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8469$0 , \port$8476$0 , \port$8483$0 , \port$8490$0 , \port$8497$0 , \port$8504$0 , \port$8511$0 , \port$8518$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8429$0 , \port$
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$8429$0 ;
-  wire \port$8429$0 ;
-  output \port$8436$0 ;
-  wire \port$8436$0 ;
-  output \port$8443$0 ;
-  wire \port$8443$0 ;
-  output \port$8450$0 ;
-  wire \port$8450$0 ;
-  output \port$8457$0 ;
-  wire \port$8457$0 ;
-  output \port$8464$0 ;
-  wire \port$8464$0 ;
-  output \port$8471$0 ;
-  wire \port$8471$0 ;
-  output \port$8478$0 ;
-  wire \port$8478$0 ;
+  output \port$8469$0 ;
+  wire \port$8469$0 ;
+  output \port$8476$0 ;
+  wire \port$8476$0 ;
+  output \port$8483$0 ;
+  wire \port$8483$0 ;
+  output \port$8490$0 ;
+  wire \port$8490$0 ;
+  output \port$8497$0 ;
+  wire \port$8497$0 ;
+  output \port$8504$0 ;
+  wire \port$8504$0 ;
+  output \port$8511$0 ;
+  wire \port$8511$0 ;
+  output \port$8518$0 ;
+  wire \port$8518$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$8429$0 , \port$
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$8429$0  = \$15 ;
-  assign \port$8436$0  = \$22 ;
-  assign \port$8443$0  = \$29 ;
-  assign \port$8450$0  = \$36 ;
-  assign \port$8457$0  = \$43 ;
-  assign \port$8464$0  = \$50 ;
-  assign \port$8471$0  = \$57 ;
-  assign \port$8478$0  = \$64 ;
+  assign \port$8469$0  = \$15 ;
+  assign \port$8476$0  = \$22 ;
+  assign \port$8483$0  = \$29 ;
+  assign \port$8490$0  = \$36 ;
+  assign \port$8497$0  = \$43 ;
+  assign \port$8504$0  = \$50 ;
+  assign \port$8511$0  = \$57 ;
+  assign \port$8518$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -4209,8 +4209,8 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
       \$323  = 32'd4294967295;
     end
   end
-  assign { \$58 [7:4], \$58 [2:0] } = 7'h00;
-  assign \$58 [3] = data[3];
+  assign { \$83 [7:5], \$83 [1] } = 4'h0;
+  assign { \$83 [4:2], \$83 [0] } = { data[4:2], data[0] };
   assign \$1  = 32'd260;
   assign \$2  = 1'h0;
   assign { \$3 [7:3], \$3 [1:0] } = 7'h00;
@@ -4268,6 +4268,8 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
   assign \$55  = \$54 ;
   assign \$56  = 32'd524296;
   assign \$57  = 1'h0;
+  assign { \$58 [7:4], \$58 [2:0] } = 7'h00;
+  assign \$58 [3] = data[3];
   assign \$60  = \$59 ;
   assign \$61  = 32'd1048593;
   assign \$62  = 1'h1;
@@ -4291,8 +4293,6 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
   assign \$80  = \$79 ;
   assign \$81  = 32'd16777245;
   assign \$82  = 1'h1;
-  assign { \$83 [7:5], \$83 [1] } = 4'h0;
-  assign { \$83 [4:2], \$83 [0] } = { data[4:2], data[0] };
   assign \$85  = \$auto$rtlil.cc:2739:Not$12 ;
   assign \$86  = 32'd33554491;
   assign \$87  = 1'h0;
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12380$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$12420$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$12380$0 ;
-  wire [23:0] \port$12380$0 ;
+  input [23:0] \port$12420$0 ;
+  wire [23:0] \port$12420$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$12380$0 , rx__byte };
+              \$60  = { \port$12420$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$12380$0 , rx__byte };
+  assign rx__field = { \port$12420$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12380$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$12420$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$12380$0 ;
-  wire [23:0] \port$12380$0 ;
+  input [23:0] \port$12420$0 ;
+  wire [23:0] \port$12420$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$12380$0 , cmd };
+              \$40  = { \port$12420$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$12380$0 , cmd };
+              \$41  = { \port$12420$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$12380$0 , cmd };
+  assign rx__field = { \port$12420$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8261,8 +8261,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$10513$0 (\$54 ),
-    .\port$10515$0 (\$55 ),
+    .\port$10553$0 (\$54 ),
+    .\port$10555$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8292,8 +8292,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .\grant$112 (\acc_wr__tready$509 ),
     .perf_busy(\busy_compute_source$732 ),
     .perf_macs(\macs_source$734 ),
-    .\port$12101$0 (\$57 ),
-    .\port$12103$0 (\$58 ),
+    .\port$12141$0 (\$57 ),
+    .\port$12143$0 (\$58 ),
     .progress(\progress$650 ),
     .\req__tdata$158 (\spm_rreq__tdata$501 ),
     .req__tvalid(\spm_wr__tvalid$499 ),
@@ -8352,22 +8352,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$8707$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8709$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8711$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8713$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8715$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8717$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8719$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8721$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8723$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8725$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8727$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8729$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8731$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8733$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8735$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8737$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8747$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8749$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8751$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8753$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8755$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8757$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8759$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8761$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8763$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8765$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8767$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8769$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8771$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8773$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8775$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8777$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8436,22 +8436,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$688 ),
     .irq_completion(\irq_completion$699 ),
     .irq_error(\irq_error$700 ),
-    .\port$8707$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$8709$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$8711$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$8713$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$8715$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$8717$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$8719$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$8721$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$8723$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$8725$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$8727$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$8729$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$8731$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$8733$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$8735$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$8737$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$8747$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$8749$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$8751$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$8753$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$8755$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$8757$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$8759$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$8761$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$8763$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$8765$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$8767$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$8769$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$8771$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$8773$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$8775$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$8777$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$649 ),
     .quiesce(\quiesce$660 ),
     .reset_cp(\reset_cp$835 ),
@@ -8516,8 +8516,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$10513$0 (\$54 ),
-    .\port$10515$0 (\$55 ),
+    .\port$10553$0 (\$54 ),
+    .\port$10555$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8570,8 +8570,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$489 ),
     .done__tready(\done__tready$491 ),
     .done__tvalid(\dma_done__tvalid$493 ),
-    .\port$12101$0 (\$57 ),
-    .\port$12103$0 (\$58 ),
+    .\port$12141$0 (\$57 ),
+    .\port$12143$0 (\$58 ),
     .quiet(\dma_quiet$658 ),
     .reset_units(\reset_units$715 ),
     .rst(rst),
@@ -8926,26 +8926,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$10559$0 (head),
-    .\port$10561$0 (tail),
-    .\port$10567$0 (halted),
-    .\port$10569$0 (error_code),
-    .\port$10571$0 (error_index),
-    .\port$10572$0 (irq_error),
-    .\port$10723$0 (irq_completion),
-    .\port$12147$0 (\head$688 ),
-    .\port$12149$0 (\tail$690 ),
-    .\port$12155$0 (\halted$693 ),
-    .\port$12157$0 (\error_code$696 ),
-    .\port$12159$0 (\error_index$697 ),
-    .\port$12160$0 (\irq_error$700 ),
-    .\port$12311$0 (\irq_completion$699 ),
-    .\port$2971$0 (\busy$356 ),
-    .\port$4469$0 (busy),
-    .\port$5195$0 (\$56 ),
-    .\port$5255$0 (\busy$694 ),
-    .\port$6753$0 (\busy$692 ),
-    .\port$7479$0 (\$59 ),
+    .\port$10599$0 (head),
+    .\port$10601$0 (tail),
+    .\port$10607$0 (halted),
+    .\port$10609$0 (error_code),
+    .\port$10611$0 (error_index),
+    .\port$10612$0 (irq_error),
+    .\port$10763$0 (irq_completion),
+    .\port$12187$0 (\head$688 ),
+    .\port$12189$0 (\tail$690 ),
+    .\port$12195$0 (\halted$693 ),
+    .\port$12197$0 (\error_code$696 ),
+    .\port$12199$0 (\error_index$697 ),
+    .\port$12200$0 (\irq_error$700 ),
+    .\port$12351$0 (\irq_completion$699 ),
+    .\port$3011$0 (\busy$356 ),
+    .\port$4509$0 (busy),
+    .\port$5235$0 (\$56 ),
+    .\port$5295$0 (\busy$694 ),
+    .\port$6793$0 (\busy$692 ),
+    .\port$7519$0 (\$59 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -8983,22 +8983,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$712 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$470 [67:64]),
-    .\port$8707$0 (GLOBAL_SEM0__value),
-    .\port$8709$0 (GLOBAL_SEM1__value),
-    .\port$8711$0 (GLOBAL_SEM2__value),
-    .\port$8713$0 (GLOBAL_SEM3__value),
-    .\port$8715$0 (GLOBAL_SEM4__value),
-    .\port$8717$0 (GLOBAL_SEM5__value),
-    .\port$8719$0 (GLOBAL_SEM6__value),
-    .\port$8721$0 (GLOBAL_SEM7__value),
-    .\port$8723$0 (GLOBAL_SEM8__value),
-    .\port$8725$0 (GLOBAL_SEM9__value),
-    .\port$8727$0 (GLOBAL_SEM10__value),
-    .\port$8729$0 (GLOBAL_SEM11__value),
-    .\port$8731$0 (GLOBAL_SEM12__value),
-    .\port$8733$0 (GLOBAL_SEM13__value),
-    .\port$8735$0 (GLOBAL_SEM14__value),
-    .\port$8737$0 (GLOBAL_SEM15__value),
+    .\port$8747$0 (GLOBAL_SEM0__value),
+    .\port$8749$0 (GLOBAL_SEM1__value),
+    .\port$8751$0 (GLOBAL_SEM2__value),
+    .\port$8753$0 (GLOBAL_SEM3__value),
+    .\port$8755$0 (GLOBAL_SEM4__value),
+    .\port$8757$0 (GLOBAL_SEM5__value),
+    .\port$8759$0 (GLOBAL_SEM6__value),
+    .\port$8761$0 (GLOBAL_SEM7__value),
+    .\port$8763$0 (GLOBAL_SEM8__value),
+    .\port$8765$0 (GLOBAL_SEM9__value),
+    .\port$8767$0 (GLOBAL_SEM10__value),
+    .\port$8769$0 (GLOBAL_SEM11__value),
+    .\port$8771$0 (GLOBAL_SEM12__value),
+    .\port$8773$0 (GLOBAL_SEM13__value),
+    .\port$8775$0 (GLOBAL_SEM14__value),
+    .\port$8777$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10169,7 +10169,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$10513$0 , \port$10515$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$10553$0 , \port$10555$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -10348,10 +10348,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$10513$0 ;
-  wire [255:0] \port$10513$0 ;
-  input [15:0] \port$10515$0 ;
-  wire [15:0] \port$10515$0 ;
+  input [255:0] \port$10553$0 ;
+  wire [255:0] \port$10553$0 ;
+  input [15:0] \port$10555$0 ;
+  wire [15:0] \port$10555$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10524,8 +10524,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$10513$0 (\port$10513$0 ),
-    .\port$10515$0 (\port$10515$0 ),
+    .\port$10553$0 (\port$10553$0 ),
+    .\port$10555$0 (\port$10555$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -10682,8 +10682,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$10513$0 (\port$10513$0 [63:0]),
-    .\port$10515$0 (\port$10515$0 ),
+    .\port$10553$0 (\port$10553$0 [63:0]),
+    .\port$10555$0 (\port$10555$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -10809,13 +10809,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$10515$0 , \port$10513$0 [63:0] };
-  assign spm_wr__tdata = { \port$10515$0 , \port$10513$0 [63:0] };
+  assign req__tdata = { \port$10555$0 , \port$10553$0 [63:0] };
+  assign spm_wr__tdata = { \port$10555$0 , \port$10553$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$10515$0 , \port$10513$0  };
-  assign acc_wr__tdata = { \port$10515$0 , \port$10513$0  };
+  assign \req__tdata$152  = { \port$10555$0 , \port$10553$0  };
+  assign acc_wr__tdata = { \port$10555$0 , \port$10553$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -11110,7 +11110,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10513$0 , \port$10515$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10553$0 , \port$10555$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11120,10 +11120,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$10513$0 ;
-  wire [255:0] \port$10513$0 ;
-  input [15:0] \port$10515$0 ;
-  wire [15:0] \port$10515$0 ;
+  input [255:0] \port$10553$0 ;
+  wire [255:0] \port$10553$0 ;
+  input [15:0] \port$10555$0 ;
+  wire [15:0] \port$10555$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11134,14 +11134,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10515$0 ;
+      addr = \port$10555$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$10513$0 ;
+      data = \port$10553$0 ;
     end
   end
   always @* begin
@@ -11152,7 +11152,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10515$0 , \port$10513$0  };
+  assign req__tdata = { \port$10555$0 , \port$10553$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -21867,7 +21867,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10513$0 , \port$10515$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10553$0 , \port$10555$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -21877,10 +21877,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$10513$0 ;
-  wire [63:0] \port$10513$0 ;
-  input [15:0] \port$10515$0 ;
-  wire [15:0] \port$10515$0 ;
+  input [63:0] \port$10553$0 ;
+  wire [63:0] \port$10553$0 ;
+  input [15:0] \port$10555$0 ;
+  wire [15:0] \port$10555$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -21891,14 +21891,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$10515$0 ;
+      addr = \port$10555$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$10513$0 ;
+      data = \port$10553$0 ;
     end
   end
   always @* begin
@@ -21909,7 +21909,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$10
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$10515$0 , \port$10513$0  };
+  assign req__tdata = { \port$10555$0 , \port$10553$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22530,7 +22530,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$12101$0 , \port$12103$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$12141$0 , \port$12143$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -22709,10 +22709,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$12101$0 ;
-  wire [255:0] \port$12101$0 ;
-  input [15:0] \port$12103$0 ;
-  wire [15:0] \port$12103$0 ;
+  input [255:0] \port$12141$0 ;
+  wire [255:0] \port$12141$0 ;
+  input [15:0] \port$12143$0 ;
+  wire [15:0] \port$12143$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -22885,8 +22885,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$12101$0 (\port$12101$0 ),
-    .\port$12103$0 (\port$12103$0 ),
+    .\port$12141$0 (\port$12141$0 ),
+    .\port$12143$0 (\port$12143$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -23043,8 +23043,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$12101$0 (\port$12101$0 [63:0]),
-    .\port$12103$0 (\port$12103$0 ),
+    .\port$12141$0 (\port$12141$0 [63:0]),
+    .\port$12143$0 (\port$12143$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -23170,13 +23170,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 ,
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$12103$0 , \port$12101$0 [63:0] };
-  assign spm_wr__tdata = { \port$12103$0 , \port$12101$0 [63:0] };
+  assign req__tdata = { \port$12143$0 , \port$12141$0 [63:0] };
+  assign spm_wr__tdata = { \port$12143$0 , \port$12141$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$12103$0 , \port$12101$0  };
-  assign acc_wr__tdata = { \port$12103$0 , \port$12101$0  };
+  assign \req__tdata$152  = { \port$12143$0 , \port$12141$0  };
+  assign acc_wr__tdata = { \port$12143$0 , \port$12141$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -23471,7 +23471,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12101$0 , \port$12103$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12141$0 , \port$12143$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -23481,10 +23481,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$12101$0 ;
-  wire [255:0] \port$12101$0 ;
-  input [15:0] \port$12103$0 ;
-  wire [15:0] \port$12103$0 ;
+  input [255:0] \port$12141$0 ;
+  wire [255:0] \port$12141$0 ;
+  input [15:0] \port$12143$0 ;
+  wire [15:0] \port$12143$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -23495,14 +23495,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12103$0 ;
+      addr = \port$12143$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$12101$0 ;
+      data = \port$12141$0 ;
     end
   end
   always @* begin
@@ -23513,7 +23513,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12103$0 , \port$12101$0  };
+  assign req__tdata = { \port$12143$0 , \port$12141$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -34228,7 +34228,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12101$0 , \port$12103$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12141$0 , \port$12143$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$83  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -34238,10 +34238,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$12101$0 ;
-  wire [63:0] \port$12101$0 ;
-  input [15:0] \port$12103$0 ;
-  wire [15:0] \port$12103$0 ;
+  input [63:0] \port$12141$0 ;
+  wire [63:0] \port$12141$0 ;
+  input [15:0] \port$12143$0 ;
+  wire [15:0] \port$12143$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -34252,14 +34252,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$12103$0 ;
+      addr = \port$12143$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$83 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$12101$0 ;
+      data = \port$12141$0 ;
     end
   end
   always @* begin
@@ -34270,7 +34270,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$12
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$12103$0 , \port$12101$0  };
+  assign req__tdata = { \port$12143$0 , \port$12141$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -34890,8 +34890,8 @@ module \dx1_board.soc.core1.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8707$0 , \port$8709$0 
-, \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8747$0 , \port$8749$0 
+, \port$8751$0 , \port$8753$0 , \port$8755$0 , \port$8757$0 , \port$8759$0 , \port$8761$0 , \port$8763$0 , \port$8765$0 , \port$8767$0 , \port$8769$0 , \port$8771$0 , \port$8773$0 , \port$8775$0 , \port$8777$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -35172,38 +35172,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8707$0 ;
-  wire [15:0] \port$8707$0 ;
-  input [15:0] \port$8709$0 ;
-  wire [15:0] \port$8709$0 ;
-  input [15:0] \port$8711$0 ;
-  wire [15:0] \port$8711$0 ;
-  input [15:0] \port$8713$0 ;
-  wire [15:0] \port$8713$0 ;
-  input [15:0] \port$8715$0 ;
-  wire [15:0] \port$8715$0 ;
-  input [15:0] \port$8717$0 ;
-  wire [15:0] \port$8717$0 ;
-  input [15:0] \port$8719$0 ;
-  wire [15:0] \port$8719$0 ;
-  input [15:0] \port$8721$0 ;
-  wire [15:0] \port$8721$0 ;
-  input [15:0] \port$8723$0 ;
-  wire [15:0] \port$8723$0 ;
-  input [15:0] \port$8725$0 ;
-  wire [15:0] \port$8725$0 ;
-  input [15:0] \port$8727$0 ;
-  wire [15:0] \port$8727$0 ;
-  input [15:0] \port$8729$0 ;
-  wire [15:0] \port$8729$0 ;
-  input [15:0] \port$8731$0 ;
-  wire [15:0] \port$8731$0 ;
-  input [15:0] \port$8733$0 ;
-  wire [15:0] \port$8733$0 ;
-  input [15:0] \port$8735$0 ;
-  wire [15:0] \port$8735$0 ;
-  input [15:0] \port$8737$0 ;
-  wire [15:0] \port$8737$0 ;
+  input [15:0] \port$8747$0 ;
+  wire [15:0] \port$8747$0 ;
+  input [15:0] \port$8749$0 ;
+  wire [15:0] \port$8749$0 ;
+  input [15:0] \port$8751$0 ;
+  wire [15:0] \port$8751$0 ;
+  input [15:0] \port$8753$0 ;
+  wire [15:0] \port$8753$0 ;
+  input [15:0] \port$8755$0 ;
+  wire [15:0] \port$8755$0 ;
+  input [15:0] \port$8757$0 ;
+  wire [15:0] \port$8757$0 ;
+  input [15:0] \port$8759$0 ;
+  wire [15:0] \port$8759$0 ;
+  input [15:0] \port$8761$0 ;
+  wire [15:0] \port$8761$0 ;
+  input [15:0] \port$8763$0 ;
+  wire [15:0] \port$8763$0 ;
+  input [15:0] \port$8765$0 ;
+  wire [15:0] \port$8765$0 ;
+  input [15:0] \port$8767$0 ;
+  wire [15:0] \port$8767$0 ;
+  input [15:0] \port$8769$0 ;
+  wire [15:0] \port$8769$0 ;
+  input [15:0] \port$8771$0 ;
+  wire [15:0] \port$8771$0 ;
+  input [15:0] \port$8773$0 ;
+  wire [15:0] \port$8773$0 ;
+  input [15:0] \port$8775$0 ;
+  wire [15:0] \port$8775$0 ;
+  input [15:0] \port$8777$0 ;
+  wire [15:0] \port$8777$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -35553,23 +35553,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$10587$64 (cmd[87:64]),
-    .\port$8707$0 (\port$8707$0 ),
-    .\port$8709$0 (\port$8709$0 ),
-    .\port$8711$0 (\port$8711$0 ),
-    .\port$8713$0 (\port$8713$0 ),
-    .\port$8715$0 (\port$8715$0 ),
-    .\port$8717$0 (\port$8717$0 ),
-    .\port$8719$0 (\port$8719$0 ),
-    .\port$8721$0 (\port$8721$0 ),
-    .\port$8723$0 (\port$8723$0 ),
-    .\port$8725$0 (\port$8725$0 ),
-    .\port$8727$0 (\port$8727$0 ),
-    .\port$8729$0 (\port$8729$0 ),
-    .\port$8731$0 (\port$8731$0 ),
-    .\port$8733$0 (\port$8733$0 ),
-    .\port$8735$0 (\port$8735$0 ),
-    .\port$8737$0 (\port$8737$0 ),
+    .\port$10627$64 (cmd[87:64]),
+    .\port$8747$0 (\port$8747$0 ),
+    .\port$8749$0 (\port$8749$0 ),
+    .\port$8751$0 (\port$8751$0 ),
+    .\port$8753$0 (\port$8753$0 ),
+    .\port$8755$0 (\port$8755$0 ),
+    .\port$8757$0 (\port$8757$0 ),
+    .\port$8759$0 (\port$8759$0 ),
+    .\port$8761$0 (\port$8761$0 ),
+    .\port$8763$0 (\port$8763$0 ),
+    .\port$8765$0 (\port$8765$0 ),
+    .\port$8767$0 (\port$8767$0 ),
+    .\port$8769$0 (\port$8769$0 ),
+    .\port$8771$0 (\port$8771$0 ),
+    .\port$8773$0 (\port$8773$0 ),
+    .\port$8775$0 (\port$8775$0 ),
+    .\port$8777$0 (\port$8777$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -35746,8 +35746,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
-  assign \sem_values$182  = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign sem_values = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
+  assign \sem_values$182  = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -35834,38 +35834,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8707$0 ;
-  assign \sem_values[1]  = \port$8709$0 ;
-  assign \sem_values[2]  = \port$8711$0 ;
-  assign \sem_values[3]  = \port$8713$0 ;
-  assign \sem_values[4]  = \port$8715$0 ;
-  assign \sem_values[5]  = \port$8717$0 ;
-  assign \sem_values[6]  = \port$8719$0 ;
-  assign \sem_values[7]  = \port$8721$0 ;
-  assign \sem_values[8]  = \port$8723$0 ;
-  assign \sem_values[9]  = \port$8725$0 ;
-  assign \sem_values[10]  = \port$8727$0 ;
-  assign \sem_values[11]  = \port$8729$0 ;
-  assign \sem_values[12]  = \port$8731$0 ;
-  assign \sem_values[13]  = \port$8733$0 ;
-  assign \sem_values[14]  = \port$8735$0 ;
-  assign \sem_values[15]  = \port$8737$0 ;
-  assign \sem_values$182[0]  = \port$8707$0 ;
-  assign \sem_values$182[1]  = \port$8709$0 ;
-  assign \sem_values$182[2]  = \port$8711$0 ;
-  assign \sem_values$182[3]  = \port$8713$0 ;
-  assign \sem_values$182[4]  = \port$8715$0 ;
-  assign \sem_values$182[5]  = \port$8717$0 ;
-  assign \sem_values$182[6]  = \port$8719$0 ;
-  assign \sem_values$182[7]  = \port$8721$0 ;
-  assign \sem_values$182[8]  = \port$8723$0 ;
-  assign \sem_values$182[9]  = \port$8725$0 ;
-  assign \sem_values$182[10]  = \port$8727$0 ;
-  assign \sem_values$182[11]  = \port$8729$0 ;
-  assign \sem_values$182[12]  = \port$8731$0 ;
-  assign \sem_values$182[13]  = \port$8733$0 ;
-  assign \sem_values$182[14]  = \port$8735$0 ;
-  assign \sem_values$182[15]  = \port$8737$0 ;
+  assign \sem_values[0]  = \port$8747$0 ;
+  assign \sem_values[1]  = \port$8749$0 ;
+  assign \sem_values[2]  = \port$8751$0 ;
+  assign \sem_values[3]  = \port$8753$0 ;
+  assign \sem_values[4]  = \port$8755$0 ;
+  assign \sem_values[5]  = \port$8757$0 ;
+  assign \sem_values[6]  = \port$8759$0 ;
+  assign \sem_values[7]  = \port$8761$0 ;
+  assign \sem_values[8]  = \port$8763$0 ;
+  assign \sem_values[9]  = \port$8765$0 ;
+  assign \sem_values[10]  = \port$8767$0 ;
+  assign \sem_values[11]  = \port$8769$0 ;
+  assign \sem_values[12]  = \port$8771$0 ;
+  assign \sem_values[13]  = \port$8773$0 ;
+  assign \sem_values[14]  = \port$8775$0 ;
+  assign \sem_values[15]  = \port$8777$0 ;
+  assign \sem_values$182[0]  = \port$8747$0 ;
+  assign \sem_values$182[1]  = \port$8749$0 ;
+  assign \sem_values$182[2]  = \port$8751$0 ;
+  assign \sem_values$182[3]  = \port$8753$0 ;
+  assign \sem_values$182[4]  = \port$8755$0 ;
+  assign \sem_values$182[5]  = \port$8757$0 ;
+  assign \sem_values$182[6]  = \port$8759$0 ;
+  assign \sem_values$182[7]  = \port$8761$0 ;
+  assign \sem_values$182[8]  = \port$8763$0 ;
+  assign \sem_values$182[9]  = \port$8765$0 ;
+  assign \sem_values$182[10]  = \port$8767$0 ;
+  assign \sem_values$182[11]  = \port$8769$0 ;
+  assign \sem_values$182[12]  = \port$8771$0 ;
+  assign \sem_values$182[13]  = \port$8773$0 ;
+  assign \sem_values$182[14]  = \port$8775$0 ;
+  assign \sem_values$182[15]  = \port$8777$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -36291,9 +36291,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$10619$0 (g_a_end),
-    .\port$10621$0 (g_b_end),
-    .\port$10623$0 (p_src_end)
+    .\port$10659$0 (g_a_end),
+    .\port$10661$0 (g_b_end),
+    .\port$10663$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$86 ) begin end
@@ -36549,7 +36549,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10619$0 , \port$10621$0 , \port$10623$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10659$0 , \port$10661$0 , \port$10663$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$87  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -36585,24 +36585,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10619$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$10619$0 ;
-  wire [32:0] \port$10619$0 ;
-  input [20:0] \port$10621$0 ;
-  wire [20:0] \port$10621$0 ;
-  input [16:0] \port$10623$0 ;
-  wire [16:0] \port$10623$0 ;
+  input [32:0] \port$10659$0 ;
+  wire [32:0] \port$10659$0 ;
+  input [20:0] \port$10661$0 ;
+  wire [20:0] \port$10661$0 ;
+  input [16:0] \port$10663$0 ;
+  wire [16:0] \port$10663$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$10619$0  > \port$10621$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$10619$0  } : { 13'h0000, \port$10621$0  };
+  assign \$3  = \port$10659$0  > \port$10661$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$10659$0  } : { 13'h0000, \port$10661$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$10623$0 ;
+  assign \$9  = cmd[127:112] >= \port$10663$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10623$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$10663$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -36646,9 +36646,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$10619$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$10619$0  };
-  assign b_end = { 13'h0000, \port$10621$0  };
-  assign p_src_end = { 17'h00000, \port$10623$0  };
+  assign a_end = { 1'h0, \port$10659$0  };
+  assign b_end = { 13'h0000, \port$10661$0  };
+  assign p_src_end = { 17'h00000, \port$10663$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -39042,8 +39042,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , sem_grant, \port$10587$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$8707$0 );
+module \dx1_board.soc.cp0.semaphore (\port$8749$0 , \port$8751$0 , \port$8753$0 , \port$8755$0 , \port$8757$0 , \port$8759$0 , \port$8761$0 , \port$8763$0 , \port$8765$0 , \port$8767$0 , \port$8769$0 , \port$8771$0 , \port$8773$0 , \port$8775$0 , \port$8777$0 , sem_grant, \port$10627$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8747$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -39051,40 +39051,40 @@ module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$10587$64 ;
-  wire [23:0] \port$10587$64 ;
-  input [15:0] \port$8707$0 ;
-  wire [15:0] \port$8707$0 ;
-  input [15:0] \port$8709$0 ;
-  wire [15:0] \port$8709$0 ;
-  input [15:0] \port$8711$0 ;
-  wire [15:0] \port$8711$0 ;
-  input [15:0] \port$8713$0 ;
-  wire [15:0] \port$8713$0 ;
-  input [15:0] \port$8715$0 ;
-  wire [15:0] \port$8715$0 ;
-  input [15:0] \port$8717$0 ;
-  wire [15:0] \port$8717$0 ;
-  input [15:0] \port$8719$0 ;
-  wire [15:0] \port$8719$0 ;
-  input [15:0] \port$8721$0 ;
-  wire [15:0] \port$8721$0 ;
-  input [15:0] \port$8723$0 ;
-  wire [15:0] \port$8723$0 ;
-  input [15:0] \port$8725$0 ;
-  wire [15:0] \port$8725$0 ;
-  input [15:0] \port$8727$0 ;
-  wire [15:0] \port$8727$0 ;
-  input [15:0] \port$8729$0 ;
-  wire [15:0] \port$8729$0 ;
-  input [15:0] \port$8731$0 ;
-  wire [15:0] \port$8731$0 ;
-  input [15:0] \port$8733$0 ;
-  wire [15:0] \port$8733$0 ;
-  input [15:0] \port$8735$0 ;
-  wire [15:0] \port$8735$0 ;
-  input [15:0] \port$8737$0 ;
-  wire [15:0] \port$8737$0 ;
+  input [23:0] \port$10627$64 ;
+  wire [23:0] \port$10627$64 ;
+  input [15:0] \port$8747$0 ;
+  wire [15:0] \port$8747$0 ;
+  input [15:0] \port$8749$0 ;
+  wire [15:0] \port$8749$0 ;
+  input [15:0] \port$8751$0 ;
+  wire [15:0] \port$8751$0 ;
+  input [15:0] \port$8753$0 ;
+  wire [15:0] \port$8753$0 ;
+  input [15:0] \port$8755$0 ;
+  wire [15:0] \port$8755$0 ;
+  input [15:0] \port$8757$0 ;
+  wire [15:0] \port$8757$0 ;
+  input [15:0] \port$8759$0 ;
+  wire [15:0] \port$8759$0 ;
+  input [15:0] \port$8761$0 ;
+  wire [15:0] \port$8761$0 ;
+  input [15:0] \port$8763$0 ;
+  wire [15:0] \port$8763$0 ;
+  input [15:0] \port$8765$0 ;
+  wire [15:0] \port$8765$0 ;
+  input [15:0] \port$8767$0 ;
+  wire [15:0] \port$8767$0 ;
+  input [15:0] \port$8769$0 ;
+  wire [15:0] \port$8769$0 ;
+  input [15:0] \port$8771$0 ;
+  wire [15:0] \port$8771$0 ;
+  input [15:0] \port$8773$0 ;
+  wire [15:0] \port$8773$0 ;
+  input [15:0] \port$8775$0 ;
+  wire [15:0] \port$8775$0 ;
+  input [15:0] \port$8777$0 ;
+  wire [15:0] \port$8777$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -39114,44 +39114,44 @@ module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$10587$64 [23:8];
-  assign \$3  = - \port$10587$64 [23:8];
+  assign \$2  = \$1  >= \port$10627$64 [23:8];
+  assign \$3  = - \port$10627$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     \$1  = 16'h0000;
-    casez (\port$10587$64 [7:0])
+    casez (\port$10627$64 [7:0])
       8'h00:
-          \$1  = \port$8707$0 ;
+          \$1  = \port$8747$0 ;
       8'h01:
-          \$1  = \port$8709$0 ;
+          \$1  = \port$8749$0 ;
       8'h02:
-          \$1  = \port$8711$0 ;
+          \$1  = \port$8751$0 ;
       8'h03:
-          \$1  = \port$8713$0 ;
+          \$1  = \port$8753$0 ;
       8'h04:
-          \$1  = \port$8715$0 ;
+          \$1  = \port$8755$0 ;
       8'h05:
-          \$1  = \port$8717$0 ;
+          \$1  = \port$8757$0 ;
       8'h06:
-          \$1  = \port$8719$0 ;
+          \$1  = \port$8759$0 ;
       8'h07:
-          \$1  = \port$8721$0 ;
+          \$1  = \port$8761$0 ;
       8'h08:
-          \$1  = \port$8723$0 ;
+          \$1  = \port$8763$0 ;
       8'h09:
-          \$1  = \port$8725$0 ;
+          \$1  = \port$8765$0 ;
       8'h0a:
-          \$1  = \port$8727$0 ;
+          \$1  = \port$8767$0 ;
       8'h0b:
-          \$1  = \port$8729$0 ;
+          \$1  = \port$8769$0 ;
       8'h0c:
-          \$1  = \port$8731$0 ;
+          \$1  = \port$8771$0 ;
       8'h0d:
-          \$1  = \port$8733$0 ;
+          \$1  = \port$8773$0 ;
       8'h0e:
-          \$1  = \port$8735$0 ;
+          \$1  = \port$8775$0 ;
       8'h0f:
-          \$1  = \port$8737$0 ;
+          \$1  = \port$8777$0 ;
     endcase
   end
   always @* begin
@@ -39170,7 +39170,7 @@ module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$10587$64 [23:8] };
+      sem_delta = { 2'h0, \port$10627$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -39190,26 +39190,26 @@ module \dx1_board.soc.cp0.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
       end
     end
   end
-  assign count = \port$10587$64 [23:8];
-  assign sem = \port$10587$64 [7:0];
-  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
-  assign sem_index = \port$10587$64 [3:0];
-  assign \sem_values[0]  = \port$8707$0 ;
-  assign \sem_values[1]  = \port$8709$0 ;
-  assign \sem_values[2]  = \port$8711$0 ;
-  assign \sem_values[3]  = \port$8713$0 ;
-  assign \sem_values[4]  = \port$8715$0 ;
-  assign \sem_values[5]  = \port$8717$0 ;
-  assign \sem_values[6]  = \port$8719$0 ;
-  assign \sem_values[7]  = \port$8721$0 ;
-  assign \sem_values[8]  = \port$8723$0 ;
-  assign \sem_values[9]  = \port$8725$0 ;
-  assign \sem_values[10]  = \port$8727$0 ;
-  assign \sem_values[11]  = \port$8729$0 ;
-  assign \sem_values[12]  = \port$8731$0 ;
-  assign \sem_values[13]  = \port$8733$0 ;
-  assign \sem_values[14]  = \port$8735$0 ;
-  assign \sem_values[15]  = \port$8737$0 ;
+  assign count = \port$10627$64 [23:8];
+  assign sem = \port$10627$64 [7:0];
+  assign sem_values = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
+  assign sem_index = \port$10627$64 [3:0];
+  assign \sem_values[0]  = \port$8747$0 ;
+  assign \sem_values[1]  = \port$8749$0 ;
+  assign \sem_values[2]  = \port$8751$0 ;
+  assign \sem_values[3]  = \port$8753$0 ;
+  assign \sem_values[4]  = \port$8755$0 ;
+  assign \sem_values[5]  = \port$8757$0 ;
+  assign \sem_values[6]  = \port$8759$0 ;
+  assign \sem_values[7]  = \port$8761$0 ;
+  assign \sem_values[8]  = \port$8763$0 ;
+  assign \sem_values[9]  = \port$8765$0 ;
+  assign \sem_values[10]  = \port$8767$0 ;
+  assign \sem_values[11]  = \port$8769$0 ;
+  assign \sem_values[12]  = \port$8771$0 ;
+  assign \sem_values[13]  = \port$8773$0 ;
+  assign \sem_values[14]  = \port$8775$0 ;
+  assign \sem_values[15]  = \port$8777$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -40140,8 +40140,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8707$0 , \port$8709$0 
-, \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$8747$0 , \port$8749$0 
+, \port$8751$0 , \port$8753$0 , \port$8755$0 , \port$8757$0 , \port$8759$0 , \port$8761$0 , \port$8763$0 , \port$8765$0 , \port$8767$0 , \port$8769$0 , \port$8771$0 , \port$8773$0 , \port$8775$0 , \port$8777$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -40422,38 +40422,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$8707$0 ;
-  wire [15:0] \port$8707$0 ;
-  input [15:0] \port$8709$0 ;
-  wire [15:0] \port$8709$0 ;
-  input [15:0] \port$8711$0 ;
-  wire [15:0] \port$8711$0 ;
-  input [15:0] \port$8713$0 ;
-  wire [15:0] \port$8713$0 ;
-  input [15:0] \port$8715$0 ;
-  wire [15:0] \port$8715$0 ;
-  input [15:0] \port$8717$0 ;
-  wire [15:0] \port$8717$0 ;
-  input [15:0] \port$8719$0 ;
-  wire [15:0] \port$8719$0 ;
-  input [15:0] \port$8721$0 ;
-  wire [15:0] \port$8721$0 ;
-  input [15:0] \port$8723$0 ;
-  wire [15:0] \port$8723$0 ;
-  input [15:0] \port$8725$0 ;
-  wire [15:0] \port$8725$0 ;
-  input [15:0] \port$8727$0 ;
-  wire [15:0] \port$8727$0 ;
-  input [15:0] \port$8729$0 ;
-  wire [15:0] \port$8729$0 ;
-  input [15:0] \port$8731$0 ;
-  wire [15:0] \port$8731$0 ;
-  input [15:0] \port$8733$0 ;
-  wire [15:0] \port$8733$0 ;
-  input [15:0] \port$8735$0 ;
-  wire [15:0] \port$8735$0 ;
-  input [15:0] \port$8737$0 ;
-  wire [15:0] \port$8737$0 ;
+  input [15:0] \port$8747$0 ;
+  wire [15:0] \port$8747$0 ;
+  input [15:0] \port$8749$0 ;
+  wire [15:0] \port$8749$0 ;
+  input [15:0] \port$8751$0 ;
+  wire [15:0] \port$8751$0 ;
+  input [15:0] \port$8753$0 ;
+  wire [15:0] \port$8753$0 ;
+  input [15:0] \port$8755$0 ;
+  wire [15:0] \port$8755$0 ;
+  input [15:0] \port$8757$0 ;
+  wire [15:0] \port$8757$0 ;
+  input [15:0] \port$8759$0 ;
+  wire [15:0] \port$8759$0 ;
+  input [15:0] \port$8761$0 ;
+  wire [15:0] \port$8761$0 ;
+  input [15:0] \port$8763$0 ;
+  wire [15:0] \port$8763$0 ;
+  input [15:0] \port$8765$0 ;
+  wire [15:0] \port$8765$0 ;
+  input [15:0] \port$8767$0 ;
+  wire [15:0] \port$8767$0 ;
+  input [15:0] \port$8769$0 ;
+  wire [15:0] \port$8769$0 ;
+  input [15:0] \port$8771$0 ;
+  wire [15:0] \port$8771$0 ;
+  input [15:0] \port$8773$0 ;
+  wire [15:0] \port$8773$0 ;
+  input [15:0] \port$8775$0 ;
+  wire [15:0] \port$8775$0 ;
+  input [15:0] \port$8777$0 ;
+  wire [15:0] \port$8777$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -40803,23 +40803,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$12175$64 (cmd[87:64]),
-    .\port$8707$0 (\port$8707$0 ),
-    .\port$8709$0 (\port$8709$0 ),
-    .\port$8711$0 (\port$8711$0 ),
-    .\port$8713$0 (\port$8713$0 ),
-    .\port$8715$0 (\port$8715$0 ),
-    .\port$8717$0 (\port$8717$0 ),
-    .\port$8719$0 (\port$8719$0 ),
-    .\port$8721$0 (\port$8721$0 ),
-    .\port$8723$0 (\port$8723$0 ),
-    .\port$8725$0 (\port$8725$0 ),
-    .\port$8727$0 (\port$8727$0 ),
-    .\port$8729$0 (\port$8729$0 ),
-    .\port$8731$0 (\port$8731$0 ),
-    .\port$8733$0 (\port$8733$0 ),
-    .\port$8735$0 (\port$8735$0 ),
-    .\port$8737$0 (\port$8737$0 ),
+    .\port$12215$64 (cmd[87:64]),
+    .\port$8747$0 (\port$8747$0 ),
+    .\port$8749$0 (\port$8749$0 ),
+    .\port$8751$0 (\port$8751$0 ),
+    .\port$8753$0 (\port$8753$0 ),
+    .\port$8755$0 (\port$8755$0 ),
+    .\port$8757$0 (\port$8757$0 ),
+    .\port$8759$0 (\port$8759$0 ),
+    .\port$8761$0 (\port$8761$0 ),
+    .\port$8763$0 (\port$8763$0 ),
+    .\port$8765$0 (\port$8765$0 ),
+    .\port$8767$0 (\port$8767$0 ),
+    .\port$8769$0 (\port$8769$0 ),
+    .\port$8771$0 (\port$8771$0 ),
+    .\port$8773$0 (\port$8773$0 ),
+    .\port$8775$0 (\port$8775$0 ),
+    .\port$8777$0 (\port$8777$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -40996,8 +40996,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
-  assign \sem_values$182  = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign sem_values = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
+  assign \sem_values$182  = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -41084,38 +41084,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$8707$0 ;
-  assign \sem_values[1]  = \port$8709$0 ;
-  assign \sem_values[2]  = \port$8711$0 ;
-  assign \sem_values[3]  = \port$8713$0 ;
-  assign \sem_values[4]  = \port$8715$0 ;
-  assign \sem_values[5]  = \port$8717$0 ;
-  assign \sem_values[6]  = \port$8719$0 ;
-  assign \sem_values[7]  = \port$8721$0 ;
-  assign \sem_values[8]  = \port$8723$0 ;
-  assign \sem_values[9]  = \port$8725$0 ;
-  assign \sem_values[10]  = \port$8727$0 ;
-  assign \sem_values[11]  = \port$8729$0 ;
-  assign \sem_values[12]  = \port$8731$0 ;
-  assign \sem_values[13]  = \port$8733$0 ;
-  assign \sem_values[14]  = \port$8735$0 ;
-  assign \sem_values[15]  = \port$8737$0 ;
-  assign \sem_values$182[0]  = \port$8707$0 ;
-  assign \sem_values$182[1]  = \port$8709$0 ;
-  assign \sem_values$182[2]  = \port$8711$0 ;
-  assign \sem_values$182[3]  = \port$8713$0 ;
-  assign \sem_values$182[4]  = \port$8715$0 ;
-  assign \sem_values$182[5]  = \port$8717$0 ;
-  assign \sem_values$182[6]  = \port$8719$0 ;
-  assign \sem_values$182[7]  = \port$8721$0 ;
-  assign \sem_values$182[8]  = \port$8723$0 ;
-  assign \sem_values$182[9]  = \port$8725$0 ;
-  assign \sem_values$182[10]  = \port$8727$0 ;
-  assign \sem_values$182[11]  = \port$8729$0 ;
-  assign \sem_values$182[12]  = \port$8731$0 ;
-  assign \sem_values$182[13]  = \port$8733$0 ;
-  assign \sem_values$182[14]  = \port$8735$0 ;
-  assign \sem_values$182[15]  = \port$8737$0 ;
+  assign \sem_values[0]  = \port$8747$0 ;
+  assign \sem_values[1]  = \port$8749$0 ;
+  assign \sem_values[2]  = \port$8751$0 ;
+  assign \sem_values[3]  = \port$8753$0 ;
+  assign \sem_values[4]  = \port$8755$0 ;
+  assign \sem_values[5]  = \port$8757$0 ;
+  assign \sem_values[6]  = \port$8759$0 ;
+  assign \sem_values[7]  = \port$8761$0 ;
+  assign \sem_values[8]  = \port$8763$0 ;
+  assign \sem_values[9]  = \port$8765$0 ;
+  assign \sem_values[10]  = \port$8767$0 ;
+  assign \sem_values[11]  = \port$8769$0 ;
+  assign \sem_values[12]  = \port$8771$0 ;
+  assign \sem_values[13]  = \port$8773$0 ;
+  assign \sem_values[14]  = \port$8775$0 ;
+  assign \sem_values[15]  = \port$8777$0 ;
+  assign \sem_values$182[0]  = \port$8747$0 ;
+  assign \sem_values$182[1]  = \port$8749$0 ;
+  assign \sem_values$182[2]  = \port$8751$0 ;
+  assign \sem_values$182[3]  = \port$8753$0 ;
+  assign \sem_values$182[4]  = \port$8755$0 ;
+  assign \sem_values$182[5]  = \port$8757$0 ;
+  assign \sem_values$182[6]  = \port$8759$0 ;
+  assign \sem_values$182[7]  = \port$8761$0 ;
+  assign \sem_values$182[8]  = \port$8763$0 ;
+  assign \sem_values$182[9]  = \port$8765$0 ;
+  assign \sem_values$182[10]  = \port$8767$0 ;
+  assign \sem_values$182[11]  = \port$8769$0 ;
+  assign \sem_values$182[12]  = \port$8771$0 ;
+  assign \sem_values$182[13]  = \port$8773$0 ;
+  assign \sem_values$182[14]  = \port$8775$0 ;
+  assign \sem_values$182[15]  = \port$8777$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -41541,9 +41541,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$12207$0 (g_a_end),
-    .\port$12209$0 (g_b_end),
-    .\port$12211$0 (p_src_end)
+    .\port$12247$0 (g_a_end),
+    .\port$12249$0 (g_b_end),
+    .\port$12251$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
@@ -41799,7 +41799,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12207$0 , \port$12209$0 , \port$12211$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12247$0 , \port$12249$0 , \port$12251$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -41835,24 +41835,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12207$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$12207$0 ;
-  wire [32:0] \port$12207$0 ;
-  input [20:0] \port$12209$0 ;
-  wire [20:0] \port$12209$0 ;
-  input [16:0] \port$12211$0 ;
-  wire [16:0] \port$12211$0 ;
+  input [32:0] \port$12247$0 ;
+  wire [32:0] \port$12247$0 ;
+  input [20:0] \port$12249$0 ;
+  wire [20:0] \port$12249$0 ;
+  input [16:0] \port$12251$0 ;
+  wire [16:0] \port$12251$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$12207$0  > \port$12209$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$12207$0  } : { 13'h0000, \port$12209$0  };
+  assign \$3  = \port$12247$0  > \port$12249$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$12247$0  } : { 13'h0000, \port$12249$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$12211$0 ;
+  assign \$9  = cmd[127:112] >= \port$12251$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12211$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$12251$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -41896,9 +41896,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$12207$0 , \port$1
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$12207$0  };
-  assign b_end = { 13'h0000, \port$12209$0  };
-  assign p_src_end = { 17'h00000, \port$12211$0  };
+  assign a_end = { 1'h0, \port$12247$0  };
+  assign b_end = { 13'h0000, \port$12249$0  };
+  assign p_src_end = { 17'h00000, \port$12251$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -44292,8 +44292,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , sem_grant, \port$12175$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$8707$0 );
+module \dx1_board.soc.cp1.semaphore (\port$8749$0 , \port$8751$0 , \port$8753$0 , \port$8755$0 , \port$8757$0 , \port$8759$0 , \port$8761$0 , \port$8763$0 , \port$8765$0 , \port$8767$0 , \port$8769$0 , \port$8771$0 , \port$8773$0 , \port$8775$0 , \port$8777$0 , sem_grant, \port$12215$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$8747$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -44301,40 +44301,40 @@ module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$12175$64 ;
-  wire [23:0] \port$12175$64 ;
-  input [15:0] \port$8707$0 ;
-  wire [15:0] \port$8707$0 ;
-  input [15:0] \port$8709$0 ;
-  wire [15:0] \port$8709$0 ;
-  input [15:0] \port$8711$0 ;
-  wire [15:0] \port$8711$0 ;
-  input [15:0] \port$8713$0 ;
-  wire [15:0] \port$8713$0 ;
-  input [15:0] \port$8715$0 ;
-  wire [15:0] \port$8715$0 ;
-  input [15:0] \port$8717$0 ;
-  wire [15:0] \port$8717$0 ;
-  input [15:0] \port$8719$0 ;
-  wire [15:0] \port$8719$0 ;
-  input [15:0] \port$8721$0 ;
-  wire [15:0] \port$8721$0 ;
-  input [15:0] \port$8723$0 ;
-  wire [15:0] \port$8723$0 ;
-  input [15:0] \port$8725$0 ;
-  wire [15:0] \port$8725$0 ;
-  input [15:0] \port$8727$0 ;
-  wire [15:0] \port$8727$0 ;
-  input [15:0] \port$8729$0 ;
-  wire [15:0] \port$8729$0 ;
-  input [15:0] \port$8731$0 ;
-  wire [15:0] \port$8731$0 ;
-  input [15:0] \port$8733$0 ;
-  wire [15:0] \port$8733$0 ;
-  input [15:0] \port$8735$0 ;
-  wire [15:0] \port$8735$0 ;
-  input [15:0] \port$8737$0 ;
-  wire [15:0] \port$8737$0 ;
+  input [23:0] \port$12215$64 ;
+  wire [23:0] \port$12215$64 ;
+  input [15:0] \port$8747$0 ;
+  wire [15:0] \port$8747$0 ;
+  input [15:0] \port$8749$0 ;
+  wire [15:0] \port$8749$0 ;
+  input [15:0] \port$8751$0 ;
+  wire [15:0] \port$8751$0 ;
+  input [15:0] \port$8753$0 ;
+  wire [15:0] \port$8753$0 ;
+  input [15:0] \port$8755$0 ;
+  wire [15:0] \port$8755$0 ;
+  input [15:0] \port$8757$0 ;
+  wire [15:0] \port$8757$0 ;
+  input [15:0] \port$8759$0 ;
+  wire [15:0] \port$8759$0 ;
+  input [15:0] \port$8761$0 ;
+  wire [15:0] \port$8761$0 ;
+  input [15:0] \port$8763$0 ;
+  wire [15:0] \port$8763$0 ;
+  input [15:0] \port$8765$0 ;
+  wire [15:0] \port$8765$0 ;
+  input [15:0] \port$8767$0 ;
+  wire [15:0] \port$8767$0 ;
+  input [15:0] \port$8769$0 ;
+  wire [15:0] \port$8769$0 ;
+  input [15:0] \port$8771$0 ;
+  wire [15:0] \port$8771$0 ;
+  input [15:0] \port$8773$0 ;
+  wire [15:0] \port$8773$0 ;
+  input [15:0] \port$8775$0 ;
+  wire [15:0] \port$8775$0 ;
+  input [15:0] \port$8777$0 ;
+  wire [15:0] \port$8777$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -44364,44 +44364,44 @@ module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$12175$64 [23:8];
-  assign \$3  = - \port$12175$64 [23:8];
+  assign \$2  = \$1  >= \port$12215$64 [23:8];
+  assign \$3  = - \port$12215$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     \$1  = 16'h0000;
-    casez (\port$12175$64 [7:0])
+    casez (\port$12215$64 [7:0])
       8'h00:
-          \$1  = \port$8707$0 ;
+          \$1  = \port$8747$0 ;
       8'h01:
-          \$1  = \port$8709$0 ;
+          \$1  = \port$8749$0 ;
       8'h02:
-          \$1  = \port$8711$0 ;
+          \$1  = \port$8751$0 ;
       8'h03:
-          \$1  = \port$8713$0 ;
+          \$1  = \port$8753$0 ;
       8'h04:
-          \$1  = \port$8715$0 ;
+          \$1  = \port$8755$0 ;
       8'h05:
-          \$1  = \port$8717$0 ;
+          \$1  = \port$8757$0 ;
       8'h06:
-          \$1  = \port$8719$0 ;
+          \$1  = \port$8759$0 ;
       8'h07:
-          \$1  = \port$8721$0 ;
+          \$1  = \port$8761$0 ;
       8'h08:
-          \$1  = \port$8723$0 ;
+          \$1  = \port$8763$0 ;
       8'h09:
-          \$1  = \port$8725$0 ;
+          \$1  = \port$8765$0 ;
       8'h0a:
-          \$1  = \port$8727$0 ;
+          \$1  = \port$8767$0 ;
       8'h0b:
-          \$1  = \port$8729$0 ;
+          \$1  = \port$8769$0 ;
       8'h0c:
-          \$1  = \port$8731$0 ;
+          \$1  = \port$8771$0 ;
       8'h0d:
-          \$1  = \port$8733$0 ;
+          \$1  = \port$8773$0 ;
       8'h0e:
-          \$1  = \port$8735$0 ;
+          \$1  = \port$8775$0 ;
       8'h0f:
-          \$1  = \port$8737$0 ;
+          \$1  = \port$8777$0 ;
     endcase
   end
   always @* begin
@@ -44420,7 +44420,7 @@ module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$107 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$12175$64 [23:8] };
+      sem_delta = { 2'h0, \port$12215$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -44440,26 +44440,26 @@ module \dx1_board.soc.cp1.semaphore (\port$8709$0 , \port$8711$0 , \port$8713$0 
       end
     end
   end
-  assign count = \port$12175$64 [23:8];
-  assign sem = \port$12175$64 [7:0];
-  assign sem_values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
-  assign sem_index = \port$12175$64 [3:0];
-  assign \sem_values[0]  = \port$8707$0 ;
-  assign \sem_values[1]  = \port$8709$0 ;
-  assign \sem_values[2]  = \port$8711$0 ;
-  assign \sem_values[3]  = \port$8713$0 ;
-  assign \sem_values[4]  = \port$8715$0 ;
-  assign \sem_values[5]  = \port$8717$0 ;
-  assign \sem_values[6]  = \port$8719$0 ;
-  assign \sem_values[7]  = \port$8721$0 ;
-  assign \sem_values[8]  = \port$8723$0 ;
-  assign \sem_values[9]  = \port$8725$0 ;
-  assign \sem_values[10]  = \port$8727$0 ;
-  assign \sem_values[11]  = \port$8729$0 ;
-  assign \sem_values[12]  = \port$8731$0 ;
-  assign \sem_values[13]  = \port$8733$0 ;
-  assign \sem_values[14]  = \port$8735$0 ;
-  assign \sem_values[15]  = \port$8737$0 ;
+  assign count = \port$12215$64 [23:8];
+  assign sem = \port$12215$64 [7:0];
+  assign sem_values = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
+  assign sem_index = \port$12215$64 [3:0];
+  assign \sem_values[0]  = \port$8747$0 ;
+  assign \sem_values[1]  = \port$8749$0 ;
+  assign \sem_values[2]  = \port$8751$0 ;
+  assign \sem_values[3]  = \port$8753$0 ;
+  assign \sem_values[4]  = \port$8755$0 ;
+  assign \sem_values[5]  = \port$8757$0 ;
+  assign \sem_values[6]  = \port$8759$0 ;
+  assign \sem_values[7]  = \port$8761$0 ;
+  assign \sem_values[8]  = \port$8763$0 ;
+  assign \sem_values[9]  = \port$8765$0 ;
+  assign \sem_values[10]  = \port$8767$0 ;
+  assign \sem_values[11]  = \port$8769$0 ;
+  assign \sem_values[12]  = \port$8771$0 ;
+  assign \sem_values[13]  = \port$8773$0 ;
+  assign \sem_values[14]  = \port$8775$0 ;
+  assign \sem_values[15]  = \port$8777$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -45392,7 +45392,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$10513$0 , \port$10515$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$10553$0 , \port$10555$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$110  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -45624,10 +45624,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$10513$0 ;
-  wire [255:0] \port$10513$0 ;
-  output [15:0] \port$10515$0 ;
-  wire [15:0] \port$10515$0 ;
+  output [255:0] \port$10553$0 ;
+  wire [255:0] \port$10553$0 ;
+  output [15:0] \port$10555$0 ;
+  wire [15:0] \port$10555$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -45800,7 +45800,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$4123$0 (r_data),
+    .\port$4163$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -45884,7 +45884,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4123$0 (r_data),
+    .\port$4163$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -46207,8 +46207,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$10513$0  = \$48 ;
-  assign \port$10515$0  = \$49 ;
+  assign \port$10553$0  = \$48 ;
+  assign \port$10555$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -46408,7 +46408,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4123$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4163$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$112  = 0;
   wire \$1 ;
@@ -46465,8 +46465,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4123$0 ;
-  wire [64:0] \port$4123$0 ;
+  input [64:0] \port$4163$0 ;
+  wire [64:0] \port$4163$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -46512,12 +46512,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4123$0 [64];
+  assign read_error = fifo_take & \port$4163$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4123$0 [64];
+  assign \$12  = ~ \port$4163$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -46553,13 +46553,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4123$0 [63:0];
+          assembled[63:0] = \port$4163$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4123$0 [63:0];
+          assembled[127:64] = \port$4163$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4123$0 [63:0];
+          assembled[191:128] = \port$4163$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4123$0 [63:0];
+          assembled[255:192] = \port$4163$0 [63:0];
     endcase
   end
   always @* begin
@@ -46682,8 +46682,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4123$0 [63:0];
-  assign fifo_err = \port$4123$0 [64];
+  assign fifo_data = \port$4163$0 [63:0];
+  assign fifo_err = \port$4163$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47664,7 +47664,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4123$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$4163$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$118  = 0;
   wire \$1 ;
@@ -47774,8 +47774,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4123$0 ;
-  wire [64:0] \port$4123$0 ;
+  input [64:0] \port$4163$0 ;
+  wire [64:0] \port$4163$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -47848,12 +47848,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4123$0 [64] | rd_err;
+  assign \$13  = \port$4163$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4123$0 [64];
+  assign read_error = w_hs & \port$4163$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -48013,9 +48013,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4123$0 [63:0];
-  assign fifo_data = \port$4123$0 [63:0];
-  assign fifo_err = \port$4123$0 [64];
+  assign bus__wdata = \port$4163$0 [63:0];
+  assign fifo_data = \port$4163$0 [63:0];
+  assign fifo_err = \port$4163$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -48513,7 +48513,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$12101$0 , \port$12103$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$12141$0 , \port$12143$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$121  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48745,10 +48745,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$12101$0 ;
-  wire [255:0] \port$12101$0 ;
-  output [15:0] \port$12103$0 ;
-  wire [15:0] \port$12103$0 ;
+  output [255:0] \port$12141$0 ;
+  wire [255:0] \port$12141$0 ;
+  output [15:0] \port$12143$0 ;
+  wire [15:0] \port$12143$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -48921,7 +48921,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$6407$0 (r_data),
+    .\port$6447$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -49005,7 +49005,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6407$0 (r_data),
+    .\port$6447$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -49328,8 +49328,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$12101$0  = \$48 ;
-  assign \port$12103$0  = \$49 ;
+  assign \port$12141$0  = \$48 ;
+  assign \port$12143$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -49529,7 +49529,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6407$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6447$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$123  = 0;
   wire \$1 ;
@@ -49586,8 +49586,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6407$0 ;
-  wire [64:0] \port$6407$0 ;
+  input [64:0] \port$6447$0 ;
+  wire [64:0] \port$6447$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -49633,12 +49633,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6407$0 [64];
+  assign read_error = fifo_take & \port$6447$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6407$0 [64];
+  assign \$12  = ~ \port$6447$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -49674,13 +49674,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6407$0 [63:0];
+          assembled[63:0] = \port$6447$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6407$0 [63:0];
+          assembled[127:64] = \port$6447$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6407$0 [63:0];
+          assembled[191:128] = \port$6447$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6407$0 [63:0];
+          assembled[255:192] = \port$6447$0 [63:0];
     endcase
   end
   always @* begin
@@ -49803,8 +49803,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6407$0 [63:0];
-  assign fifo_err = \port$6407$0 [64];
+  assign fifo_data = \port$6447$0 [63:0];
+  assign fifo_err = \port$6447$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -50785,7 +50785,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6407$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$6447$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$129  = 0;
   wire \$1 ;
@@ -50895,8 +50895,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6407$0 ;
-  wire [64:0] \port$6407$0 ;
+  input [64:0] \port$6447$0 ;
+  wire [64:0] \port$6447$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -50969,12 +50969,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6407$0 [64] | rd_err;
+  assign \$13  = \port$6447$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6407$0 [64];
+  assign read_error = w_hs & \port$6447$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -51134,9 +51134,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6407$0 [63:0];
-  assign fifo_data = \port$6407$0 [63:0];
-  assign fifo_err = \port$6407$0 [64];
+  assign bus__wdata = \port$6447$0 [63:0];
+  assign fifo_data = \port$6447$0 [63:0];
+  assign fifo_err = \port$6447$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -53582,27 +53582,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$10441$0 (\s2__araddr$299 [11:0]),
-    .\port$10441$14 (\s2__araddr$299 [31:14]),
-    .\port$10478$0 (\s2__awaddr$315 [11:0]),
-    .\port$10478$14 (\s2__awaddr$315 [31:14]),
-    .\port$10698$0 (\s1__awaddr$166 [11:0]),
-    .\port$10698$14 (\s1__awaddr$166 [31:14]),
-    .\port$12029$0 (\s4__araddr$597 [11:0]),
-    .\port$12029$14 (\s4__araddr$597 [31:14]),
-    .\port$12066$0 (\s4__awaddr$613 [11:0]),
-    .\port$12066$14 (\s4__awaddr$613 [31:14]),
-    .\port$12286$0 (\s3__awaddr$464 [11:0]),
-    .\port$12286$14 (\s3__awaddr$464 [31:14]),
-    .\port$12478$0 (\s0__awaddr$17 [11:0]),
-    .\port$12478$14 (\s0__awaddr$17 [31:14]),
-    .\port$12486$0 (\s0__araddr$1 [11:0]),
-    .\port$12486$14 (\s0__araddr$1 [31:14]),
-    .\port$1808$0 (\$481 ),
-    .\port$4526$0 (\s1__araddr$150 [11:0]),
-    .\port$4526$14 (\s1__araddr$150 [31:14]),
-    .\port$6810$0 (\s3__araddr$448 [11:0]),
-    .\port$6810$14 (\s3__araddr$448 [31:14]),
+    .\port$10481$0 (\s2__araddr$299 [11:0]),
+    .\port$10481$14 (\s2__araddr$299 [31:14]),
+    .\port$10518$0 (\s2__awaddr$315 [11:0]),
+    .\port$10518$14 (\s2__awaddr$315 [31:14]),
+    .\port$10738$0 (\s1__awaddr$166 [11:0]),
+    .\port$10738$14 (\s1__awaddr$166 [31:14]),
+    .\port$12069$0 (\s4__araddr$597 [11:0]),
+    .\port$12069$14 (\s4__araddr$597 [31:14]),
+    .\port$12106$0 (\s4__awaddr$613 [11:0]),
+    .\port$12106$14 (\s4__awaddr$613 [31:14]),
+    .\port$12326$0 (\s3__awaddr$464 [11:0]),
+    .\port$12326$14 (\s3__awaddr$464 [31:14]),
+    .\port$12518$0 (\s0__awaddr$17 [11:0]),
+    .\port$12518$14 (\s0__awaddr$17 [31:14]),
+    .\port$12526$0 (\s0__araddr$1 [11:0]),
+    .\port$12526$14 (\s0__araddr$1 [31:14]),
+    .\port$1848$0 (\$481 ),
+    .\port$4566$0 (\s1__araddr$150 [11:0]),
+    .\port$4566$14 (\s1__araddr$150 [31:14]),
+    .\port$6850$0 (\s3__araddr$448 [11:0]),
+    .\port$6850$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -53687,27 +53687,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$10441$0 (\s2__araddr$299 [11:0]),
-    .\port$10441$14 (\s2__araddr$299 [31:14]),
-    .\port$10478$0 (\s2__awaddr$315 [11:0]),
-    .\port$10478$14 (\s2__awaddr$315 [31:14]),
-    .\port$10698$0 (\s1__awaddr$166 [11:0]),
-    .\port$10698$14 (\s1__awaddr$166 [31:14]),
-    .\port$12029$0 (\s4__araddr$597 [11:0]),
-    .\port$12029$14 (\s4__araddr$597 [31:14]),
-    .\port$12066$0 (\s4__awaddr$613 [11:0]),
-    .\port$12066$14 (\s4__awaddr$613 [31:14]),
-    .\port$12286$0 (\s3__awaddr$464 [11:0]),
-    .\port$12286$14 (\s3__awaddr$464 [31:14]),
-    .\port$12478$0 (\s0__awaddr$17 [11:0]),
-    .\port$12478$14 (\s0__awaddr$17 [31:14]),
-    .\port$12486$0 (\s0__araddr$1 [11:0]),
-    .\port$12486$14 (\s0__araddr$1 [31:14]),
-    .\port$2144$0 (\$482 ),
-    .\port$4526$0 (\s1__araddr$150 [11:0]),
-    .\port$4526$14 (\s1__araddr$150 [31:14]),
-    .\port$6810$0 (\s3__araddr$448 [11:0]),
-    .\port$6810$14 (\s3__araddr$448 [31:14]),
+    .\port$10481$0 (\s2__araddr$299 [11:0]),
+    .\port$10481$14 (\s2__araddr$299 [31:14]),
+    .\port$10518$0 (\s2__awaddr$315 [11:0]),
+    .\port$10518$14 (\s2__awaddr$315 [31:14]),
+    .\port$10738$0 (\s1__awaddr$166 [11:0]),
+    .\port$10738$14 (\s1__awaddr$166 [31:14]),
+    .\port$12069$0 (\s4__araddr$597 [11:0]),
+    .\port$12069$14 (\s4__araddr$597 [31:14]),
+    .\port$12106$0 (\s4__awaddr$613 [11:0]),
+    .\port$12106$14 (\s4__awaddr$613 [31:14]),
+    .\port$12326$0 (\s3__awaddr$464 [11:0]),
+    .\port$12326$14 (\s3__awaddr$464 [31:14]),
+    .\port$12518$0 (\s0__awaddr$17 [11:0]),
+    .\port$12518$14 (\s0__awaddr$17 [31:14]),
+    .\port$12526$0 (\s0__araddr$1 [11:0]),
+    .\port$12526$14 (\s0__araddr$1 [31:14]),
+    .\port$2184$0 (\$482 ),
+    .\port$4566$0 (\s1__araddr$150 [11:0]),
+    .\port$4566$14 (\s1__araddr$150 [31:14]),
+    .\port$6850$0 (\s3__araddr$448 [11:0]),
+    .\port$6850$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -53792,27 +53792,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$10441$0 (\s2__araddr$299 [11:0]),
-    .\port$10441$14 (\s2__araddr$299 [31:14]),
-    .\port$10478$0 (\s2__awaddr$315 [11:0]),
-    .\port$10478$14 (\s2__awaddr$315 [31:14]),
-    .\port$10698$0 (\s1__awaddr$166 [11:0]),
-    .\port$10698$14 (\s1__awaddr$166 [31:14]),
-    .\port$12029$0 (\s4__araddr$597 [11:0]),
-    .\port$12029$14 (\s4__araddr$597 [31:14]),
-    .\port$12066$0 (\s4__awaddr$613 [11:0]),
-    .\port$12066$14 (\s4__awaddr$613 [31:14]),
-    .\port$12286$0 (\s3__awaddr$464 [11:0]),
-    .\port$12286$14 (\s3__awaddr$464 [31:14]),
-    .\port$12478$0 (\s0__awaddr$17 [11:0]),
-    .\port$12478$14 (\s0__awaddr$17 [31:14]),
-    .\port$12486$0 (\s0__araddr$1 [11:0]),
-    .\port$12486$14 (\s0__araddr$1 [31:14]),
-    .\port$2480$0 (\$483 ),
-    .\port$4526$0 (\s1__araddr$150 [11:0]),
-    .\port$4526$14 (\s1__araddr$150 [31:14]),
-    .\port$6810$0 (\s3__araddr$448 [11:0]),
-    .\port$6810$14 (\s3__araddr$448 [31:14]),
+    .\port$10481$0 (\s2__araddr$299 [11:0]),
+    .\port$10481$14 (\s2__araddr$299 [31:14]),
+    .\port$10518$0 (\s2__awaddr$315 [11:0]),
+    .\port$10518$14 (\s2__awaddr$315 [31:14]),
+    .\port$10738$0 (\s1__awaddr$166 [11:0]),
+    .\port$10738$14 (\s1__awaddr$166 [31:14]),
+    .\port$12069$0 (\s4__araddr$597 [11:0]),
+    .\port$12069$14 (\s4__araddr$597 [31:14]),
+    .\port$12106$0 (\s4__awaddr$613 [11:0]),
+    .\port$12106$14 (\s4__awaddr$613 [31:14]),
+    .\port$12326$0 (\s3__awaddr$464 [11:0]),
+    .\port$12326$14 (\s3__awaddr$464 [31:14]),
+    .\port$12518$0 (\s0__awaddr$17 [11:0]),
+    .\port$12518$14 (\s0__awaddr$17 [31:14]),
+    .\port$12526$0 (\s0__araddr$1 [11:0]),
+    .\port$12526$14 (\s0__araddr$1 [31:14]),
+    .\port$2520$0 (\$483 ),
+    .\port$4566$0 (\s1__araddr$150 [11:0]),
+    .\port$4566$14 (\s1__araddr$150 [31:14]),
+    .\port$6850$0 (\s3__araddr$448 [11:0]),
+    .\port$6850$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -53897,27 +53897,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$10441$0 (\s2__araddr$299 [11:0]),
-    .\port$10441$14 (\s2__araddr$299 [31:14]),
-    .\port$10478$0 (\s2__awaddr$315 [11:0]),
-    .\port$10478$14 (\s2__awaddr$315 [31:14]),
-    .\port$10698$0 (\s1__awaddr$166 [11:0]),
-    .\port$10698$14 (\s1__awaddr$166 [31:14]),
-    .\port$12029$0 (\s4__araddr$597 [11:0]),
-    .\port$12029$14 (\s4__araddr$597 [31:14]),
-    .\port$12066$0 (\s4__awaddr$613 [11:0]),
-    .\port$12066$14 (\s4__awaddr$613 [31:14]),
-    .\port$12286$0 (\s3__awaddr$464 [11:0]),
-    .\port$12286$14 (\s3__awaddr$464 [31:14]),
-    .\port$12478$0 (\s0__awaddr$17 [11:0]),
-    .\port$12478$14 (\s0__awaddr$17 [31:14]),
-    .\port$12486$0 (\s0__araddr$1 [11:0]),
-    .\port$12486$14 (\s0__araddr$1 [31:14]),
-    .\port$2816$0 (\$484 ),
-    .\port$4526$0 (\s1__araddr$150 [11:0]),
-    .\port$4526$14 (\s1__araddr$150 [31:14]),
-    .\port$6810$0 (\s3__araddr$448 [11:0]),
-    .\port$6810$14 (\s3__araddr$448 [31:14]),
+    .\port$10481$0 (\s2__araddr$299 [11:0]),
+    .\port$10481$14 (\s2__araddr$299 [31:14]),
+    .\port$10518$0 (\s2__awaddr$315 [11:0]),
+    .\port$10518$14 (\s2__awaddr$315 [31:14]),
+    .\port$10738$0 (\s1__awaddr$166 [11:0]),
+    .\port$10738$14 (\s1__awaddr$166 [31:14]),
+    .\port$12069$0 (\s4__araddr$597 [11:0]),
+    .\port$12069$14 (\s4__araddr$597 [31:14]),
+    .\port$12106$0 (\s4__awaddr$613 [11:0]),
+    .\port$12106$14 (\s4__awaddr$613 [31:14]),
+    .\port$12326$0 (\s3__awaddr$464 [11:0]),
+    .\port$12326$14 (\s3__awaddr$464 [31:14]),
+    .\port$12518$0 (\s0__awaddr$17 [11:0]),
+    .\port$12518$14 (\s0__awaddr$17 [31:14]),
+    .\port$12526$0 (\s0__araddr$1 [11:0]),
+    .\port$12526$14 (\s0__araddr$1 [31:14]),
+    .\port$2856$0 (\$484 ),
+    .\port$4566$0 (\s1__araddr$150 [11:0]),
+    .\port$4566$14 (\s1__araddr$150 [31:14]),
+    .\port$6850$0 (\s3__araddr$448 [11:0]),
+    .\port$6850$14 (\s3__araddr$448 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -55218,9 +55218,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1808$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
-, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1848$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4566$0 , \port$4566$14 , s4__wdata, s4__wstrb, \port$6850$0 , \port$6850$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10481$0 , \port$10481$14 , s2__arlen, \port$10518$0 , \port$10518$14 , s2__awlen
+, \port$10738$0 , \port$10738$14 , s1__wdata, \port$12069$0 , \port$12069$14 , s4__arlen, \port$12106$0 , \port$12106$14 , s4__awlen, \port$12326$0 , \port$12326$14 , s3__wdata, \port$12518$0 , \port$12518$14 , s0__awlen, \port$12526$0 , \port$12526$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$133  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55505,48 +55505,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10441$0 ;
-  wire [11:0] \port$10441$0 ;
-  input [17:0] \port$10441$14 ;
-  wire [17:0] \port$10441$14 ;
-  input [11:0] \port$10478$0 ;
-  wire [11:0] \port$10478$0 ;
-  input [17:0] \port$10478$14 ;
-  wire [17:0] \port$10478$14 ;
-  input [11:0] \port$10698$0 ;
-  wire [11:0] \port$10698$0 ;
-  input [17:0] \port$10698$14 ;
-  wire [17:0] \port$10698$14 ;
-  input [11:0] \port$12029$0 ;
-  wire [11:0] \port$12029$0 ;
-  input [17:0] \port$12029$14 ;
-  wire [17:0] \port$12029$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12286$0 ;
-  wire [11:0] \port$12286$0 ;
-  input [17:0] \port$12286$14 ;
-  wire [17:0] \port$12286$14 ;
-  input [11:0] \port$12478$0 ;
-  wire [11:0] \port$12478$0 ;
-  input [17:0] \port$12478$14 ;
-  wire [17:0] \port$12478$14 ;
-  input [11:0] \port$12486$0 ;
-  wire [11:0] \port$12486$0 ;
-  input [17:0] \port$12486$14 ;
-  wire [17:0] \port$12486$14 ;
-  output [67:0] \port$1808$0 ;
-  wire [67:0] \port$1808$0 ;
-  input [11:0] \port$4526$0 ;
-  wire [11:0] \port$4526$0 ;
-  input [17:0] \port$4526$14 ;
-  wire [17:0] \port$4526$14 ;
-  input [11:0] \port$6810$0 ;
-  wire [11:0] \port$6810$0 ;
-  input [17:0] \port$6810$14 ;
-  wire [17:0] \port$6810$14 ;
+  input [11:0] \port$10481$0 ;
+  wire [11:0] \port$10481$0 ;
+  input [17:0] \port$10481$14 ;
+  wire [17:0] \port$10481$14 ;
+  input [11:0] \port$10518$0 ;
+  wire [11:0] \port$10518$0 ;
+  input [17:0] \port$10518$14 ;
+  wire [17:0] \port$10518$14 ;
+  input [11:0] \port$10738$0 ;
+  wire [11:0] \port$10738$0 ;
+  input [17:0] \port$10738$14 ;
+  wire [17:0] \port$10738$14 ;
+  input [11:0] \port$12069$0 ;
+  wire [11:0] \port$12069$0 ;
+  input [17:0] \port$12069$14 ;
+  wire [17:0] \port$12069$14 ;
+  input [11:0] \port$12106$0 ;
+  wire [11:0] \port$12106$0 ;
+  input [17:0] \port$12106$14 ;
+  wire [17:0] \port$12106$14 ;
+  input [11:0] \port$12326$0 ;
+  wire [11:0] \port$12326$0 ;
+  input [17:0] \port$12326$14 ;
+  wire [17:0] \port$12326$14 ;
+  input [11:0] \port$12518$0 ;
+  wire [11:0] \port$12518$0 ;
+  input [17:0] \port$12518$14 ;
+  wire [17:0] \port$12518$14 ;
+  input [11:0] \port$12526$0 ;
+  wire [11:0] \port$12526$0 ;
+  input [17:0] \port$12526$14 ;
+  wire [17:0] \port$12526$14 ;
+  output [67:0] \port$1848$0 ;
+  wire [67:0] \port$1848$0 ;
+  input [11:0] \port$4566$0 ;
+  wire [11:0] \port$4566$0 ;
+  input [17:0] \port$4566$14 ;
+  wire [17:0] \port$4566$14 ;
+  input [11:0] \port$6850$0 ;
+  wire [11:0] \port$6850$0 ;
+  input [17:0] \port$6850$14 ;
+  wire [17:0] \port$6850$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -56137,15 +56137,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12518$14 , \port$12518$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
+          aw_sel = { 19'h02c00, \port$10738$14 , \port$10738$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10518$14 , \port$10518$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
+          aw_sel = { 19'h02c00, \port$12326$14 , \port$12326$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12106$14 , \port$12106$0  };
     endcase
   end
   always @* begin
@@ -56233,15 +56233,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12526$14 , \port$12526$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
+          ar_sel = { 19'h02c0c, \port$4566$14 , \port$4566$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10481$14 , \port$10481$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
+          ar_sel = { 19'h02c0c, \port$6850$14 , \port$6850$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12069$14 , \port$12069$0  };
     endcase
   end
   always @* begin
@@ -56670,25 +56670,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
+  assign s0__awaddr = { 2'h0, \port$12518$14 , \port$12518$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
+  assign s1__awaddr = { 2'h0, \port$10738$14 , \port$10738$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
+  assign s2__awaddr = { 2'h0, \port$10518$14 , \port$10518$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
+  assign s3__awaddr = { 2'h0, \port$12326$14 , \port$12326$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__awaddr = { 2'h0, \port$12106$14 , \port$12106$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -56711,25 +56711,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
+  assign s0__araddr = { 2'h0, \port$12526$14 , \port$12526$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
+  assign s1__araddr = { 2'h0, \port$4566$14 , \port$4566$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
+  assign s2__araddr = { 2'h0, \port$10481$14 , \port$10481$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
+  assign s3__araddr = { 2'h0, \port$6850$14 , \port$6850$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
+  assign s4__araddr = { 2'h0, \port$12069$14 , \port$12069$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -56751,7 +56751,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$1808$0  = r_data[67:0];
+  assign \port$1848$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -56919,9 +56919,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2144$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
-, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2184$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4566$0 , \port$4566$14 , s4__wdata, s4__wstrb, \port$6850$0 , \port$6850$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10481$0 , \port$10481$14 , s2__arlen, \port$10518$0 , \port$10518$14 , s2__awlen
+, \port$10738$0 , \port$10738$14 , s1__wdata, \port$12069$0 , \port$12069$14 , s4__arlen, \port$12106$0 , \port$12106$14 , s4__awlen, \port$12326$0 , \port$12326$14 , s3__wdata, \port$12518$0 , \port$12518$14 , s0__awlen, \port$12526$0 , \port$12526$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$135  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -57206,48 +57206,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10441$0 ;
-  wire [11:0] \port$10441$0 ;
-  input [17:0] \port$10441$14 ;
-  wire [17:0] \port$10441$14 ;
-  input [11:0] \port$10478$0 ;
-  wire [11:0] \port$10478$0 ;
-  input [17:0] \port$10478$14 ;
-  wire [17:0] \port$10478$14 ;
-  input [11:0] \port$10698$0 ;
-  wire [11:0] \port$10698$0 ;
-  input [17:0] \port$10698$14 ;
-  wire [17:0] \port$10698$14 ;
-  input [11:0] \port$12029$0 ;
-  wire [11:0] \port$12029$0 ;
-  input [17:0] \port$12029$14 ;
-  wire [17:0] \port$12029$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12286$0 ;
-  wire [11:0] \port$12286$0 ;
-  input [17:0] \port$12286$14 ;
-  wire [17:0] \port$12286$14 ;
-  input [11:0] \port$12478$0 ;
-  wire [11:0] \port$12478$0 ;
-  input [17:0] \port$12478$14 ;
-  wire [17:0] \port$12478$14 ;
-  input [11:0] \port$12486$0 ;
-  wire [11:0] \port$12486$0 ;
-  input [17:0] \port$12486$14 ;
-  wire [17:0] \port$12486$14 ;
-  output [67:0] \port$2144$0 ;
-  wire [67:0] \port$2144$0 ;
-  input [11:0] \port$4526$0 ;
-  wire [11:0] \port$4526$0 ;
-  input [17:0] \port$4526$14 ;
-  wire [17:0] \port$4526$14 ;
-  input [11:0] \port$6810$0 ;
-  wire [11:0] \port$6810$0 ;
-  input [17:0] \port$6810$14 ;
-  wire [17:0] \port$6810$14 ;
+  input [11:0] \port$10481$0 ;
+  wire [11:0] \port$10481$0 ;
+  input [17:0] \port$10481$14 ;
+  wire [17:0] \port$10481$14 ;
+  input [11:0] \port$10518$0 ;
+  wire [11:0] \port$10518$0 ;
+  input [17:0] \port$10518$14 ;
+  wire [17:0] \port$10518$14 ;
+  input [11:0] \port$10738$0 ;
+  wire [11:0] \port$10738$0 ;
+  input [17:0] \port$10738$14 ;
+  wire [17:0] \port$10738$14 ;
+  input [11:0] \port$12069$0 ;
+  wire [11:0] \port$12069$0 ;
+  input [17:0] \port$12069$14 ;
+  wire [17:0] \port$12069$14 ;
+  input [11:0] \port$12106$0 ;
+  wire [11:0] \port$12106$0 ;
+  input [17:0] \port$12106$14 ;
+  wire [17:0] \port$12106$14 ;
+  input [11:0] \port$12326$0 ;
+  wire [11:0] \port$12326$0 ;
+  input [17:0] \port$12326$14 ;
+  wire [17:0] \port$12326$14 ;
+  input [11:0] \port$12518$0 ;
+  wire [11:0] \port$12518$0 ;
+  input [17:0] \port$12518$14 ;
+  wire [17:0] \port$12518$14 ;
+  input [11:0] \port$12526$0 ;
+  wire [11:0] \port$12526$0 ;
+  input [17:0] \port$12526$14 ;
+  wire [17:0] \port$12526$14 ;
+  output [67:0] \port$2184$0 ;
+  wire [67:0] \port$2184$0 ;
+  input [11:0] \port$4566$0 ;
+  wire [11:0] \port$4566$0 ;
+  input [17:0] \port$4566$14 ;
+  wire [17:0] \port$4566$14 ;
+  input [11:0] \port$6850$0 ;
+  wire [11:0] \port$6850$0 ;
+  input [17:0] \port$6850$14 ;
+  wire [17:0] \port$6850$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -57838,15 +57838,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12518$14 , \port$12518$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
+          aw_sel = { 19'h02c00, \port$10738$14 , \port$10738$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10518$14 , \port$10518$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
+          aw_sel = { 19'h02c00, \port$12326$14 , \port$12326$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12106$14 , \port$12106$0  };
     endcase
   end
   always @* begin
@@ -57934,15 +57934,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12526$14 , \port$12526$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
+          ar_sel = { 19'h02c0c, \port$4566$14 , \port$4566$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10481$14 , \port$10481$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
+          ar_sel = { 19'h02c0c, \port$6850$14 , \port$6850$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12069$14 , \port$12069$0  };
     endcase
   end
   always @* begin
@@ -58371,25 +58371,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
+  assign s0__awaddr = { 2'h0, \port$12518$14 , \port$12518$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
+  assign s1__awaddr = { 2'h0, \port$10738$14 , \port$10738$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
+  assign s2__awaddr = { 2'h0, \port$10518$14 , \port$10518$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
+  assign s3__awaddr = { 2'h0, \port$12326$14 , \port$12326$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__awaddr = { 2'h0, \port$12106$14 , \port$12106$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -58412,25 +58412,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
+  assign s0__araddr = { 2'h0, \port$12526$14 , \port$12526$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
+  assign s1__araddr = { 2'h0, \port$4566$14 , \port$4566$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
+  assign s2__araddr = { 2'h0, \port$10481$14 , \port$10481$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
+  assign s3__araddr = { 2'h0, \port$6850$14 , \port$6850$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
+  assign s4__araddr = { 2'h0, \port$12069$14 , \port$12069$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -58452,7 +58452,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2144$0  = r_data[67:0];
+  assign \port$2184$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -58620,9 +58620,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2480$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
-, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2520$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4566$0 , \port$4566$14 , s4__wdata, s4__wstrb, \port$6850$0 , \port$6850$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10481$0 , \port$10481$14 , s2__arlen, \port$10518$0 , \port$10518$14 , s2__awlen
+, \port$10738$0 , \port$10738$14 , s1__wdata, \port$12069$0 , \port$12069$14 , s4__arlen, \port$12106$0 , \port$12106$14 , s4__awlen, \port$12326$0 , \port$12326$14 , s3__wdata, \port$12518$0 , \port$12518$14 , s0__awlen, \port$12526$0 , \port$12526$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$137  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58907,48 +58907,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10441$0 ;
-  wire [11:0] \port$10441$0 ;
-  input [17:0] \port$10441$14 ;
-  wire [17:0] \port$10441$14 ;
-  input [11:0] \port$10478$0 ;
-  wire [11:0] \port$10478$0 ;
-  input [17:0] \port$10478$14 ;
-  wire [17:0] \port$10478$14 ;
-  input [11:0] \port$10698$0 ;
-  wire [11:0] \port$10698$0 ;
-  input [17:0] \port$10698$14 ;
-  wire [17:0] \port$10698$14 ;
-  input [11:0] \port$12029$0 ;
-  wire [11:0] \port$12029$0 ;
-  input [17:0] \port$12029$14 ;
-  wire [17:0] \port$12029$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12286$0 ;
-  wire [11:0] \port$12286$0 ;
-  input [17:0] \port$12286$14 ;
-  wire [17:0] \port$12286$14 ;
-  input [11:0] \port$12478$0 ;
-  wire [11:0] \port$12478$0 ;
-  input [17:0] \port$12478$14 ;
-  wire [17:0] \port$12478$14 ;
-  input [11:0] \port$12486$0 ;
-  wire [11:0] \port$12486$0 ;
-  input [17:0] \port$12486$14 ;
-  wire [17:0] \port$12486$14 ;
-  output [67:0] \port$2480$0 ;
-  wire [67:0] \port$2480$0 ;
-  input [11:0] \port$4526$0 ;
-  wire [11:0] \port$4526$0 ;
-  input [17:0] \port$4526$14 ;
-  wire [17:0] \port$4526$14 ;
-  input [11:0] \port$6810$0 ;
-  wire [11:0] \port$6810$0 ;
-  input [17:0] \port$6810$14 ;
-  wire [17:0] \port$6810$14 ;
+  input [11:0] \port$10481$0 ;
+  wire [11:0] \port$10481$0 ;
+  input [17:0] \port$10481$14 ;
+  wire [17:0] \port$10481$14 ;
+  input [11:0] \port$10518$0 ;
+  wire [11:0] \port$10518$0 ;
+  input [17:0] \port$10518$14 ;
+  wire [17:0] \port$10518$14 ;
+  input [11:0] \port$10738$0 ;
+  wire [11:0] \port$10738$0 ;
+  input [17:0] \port$10738$14 ;
+  wire [17:0] \port$10738$14 ;
+  input [11:0] \port$12069$0 ;
+  wire [11:0] \port$12069$0 ;
+  input [17:0] \port$12069$14 ;
+  wire [17:0] \port$12069$14 ;
+  input [11:0] \port$12106$0 ;
+  wire [11:0] \port$12106$0 ;
+  input [17:0] \port$12106$14 ;
+  wire [17:0] \port$12106$14 ;
+  input [11:0] \port$12326$0 ;
+  wire [11:0] \port$12326$0 ;
+  input [17:0] \port$12326$14 ;
+  wire [17:0] \port$12326$14 ;
+  input [11:0] \port$12518$0 ;
+  wire [11:0] \port$12518$0 ;
+  input [17:0] \port$12518$14 ;
+  wire [17:0] \port$12518$14 ;
+  input [11:0] \port$12526$0 ;
+  wire [11:0] \port$12526$0 ;
+  input [17:0] \port$12526$14 ;
+  wire [17:0] \port$12526$14 ;
+  output [67:0] \port$2520$0 ;
+  wire [67:0] \port$2520$0 ;
+  input [11:0] \port$4566$0 ;
+  wire [11:0] \port$4566$0 ;
+  input [17:0] \port$4566$14 ;
+  wire [17:0] \port$4566$14 ;
+  input [11:0] \port$6850$0 ;
+  wire [11:0] \port$6850$0 ;
+  input [17:0] \port$6850$14 ;
+  wire [17:0] \port$6850$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -59539,15 +59539,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12518$14 , \port$12518$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
+          aw_sel = { 19'h02c00, \port$10738$14 , \port$10738$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10518$14 , \port$10518$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
+          aw_sel = { 19'h02c00, \port$12326$14 , \port$12326$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12106$14 , \port$12106$0  };
     endcase
   end
   always @* begin
@@ -59635,15 +59635,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12526$14 , \port$12526$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
+          ar_sel = { 19'h02c0c, \port$4566$14 , \port$4566$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10481$14 , \port$10481$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
+          ar_sel = { 19'h02c0c, \port$6850$14 , \port$6850$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12069$14 , \port$12069$0  };
     endcase
   end
   always @* begin
@@ -60072,25 +60072,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
+  assign s0__awaddr = { 2'h0, \port$12518$14 , \port$12518$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
+  assign s1__awaddr = { 2'h0, \port$10738$14 , \port$10738$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
+  assign s2__awaddr = { 2'h0, \port$10518$14 , \port$10518$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
+  assign s3__awaddr = { 2'h0, \port$12326$14 , \port$12326$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__awaddr = { 2'h0, \port$12106$14 , \port$12106$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -60113,25 +60113,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
+  assign s0__araddr = { 2'h0, \port$12526$14 , \port$12526$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
+  assign s1__araddr = { 2'h0, \port$4566$14 , \port$4566$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
+  assign s2__araddr = { 2'h0, \port$10481$14 , \port$10481$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
+  assign s3__araddr = { 2'h0, \port$6850$14 , \port$6850$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
+  assign s4__araddr = { 2'h0, \port$12069$14 , \port$12069$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -60153,7 +60153,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2480$0  = r_data[67:0];
+  assign \port$2520$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -60321,9 +60321,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4526$0 , \port$4526$14 , s4__wdata, s4__wstrb, \port$6810$0 , \port$6810$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10441$0 , \port$10441$14 , s2__arlen, \port$10478$0 , \port$10478$14 , s2__awlen
-, \port$10698$0 , \port$10698$14 , s1__wdata, \port$12029$0 , \port$12029$14 , s4__arlen, \port$12066$0 , \port$12066$14 , s4__awlen, \port$12286$0 , \port$12286$14 , s3__wdata, \port$12478$0 , \port$12478$14 , s0__awlen, \port$12486$0 , \port$12486$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2856$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4566$0 , \port$4566$14 , s4__wdata, s4__wstrb, \port$6850$0 , \port$6850$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$10481$0 , \port$10481$14 , s2__arlen, \port$10518$0 , \port$10518$14 , s2__awlen
+, \port$10738$0 , \port$10738$14 , s1__wdata, \port$12069$0 , \port$12069$14 , s4__arlen, \port$12106$0 , \port$12106$14 , s4__awlen, \port$12326$0 , \port$12326$14 , s3__wdata, \port$12518$0 , \port$12518$14 , s0__awlen, \port$12526$0 , \port$12526$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60608,48 +60608,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$10441$0 ;
-  wire [11:0] \port$10441$0 ;
-  input [17:0] \port$10441$14 ;
-  wire [17:0] \port$10441$14 ;
-  input [11:0] \port$10478$0 ;
-  wire [11:0] \port$10478$0 ;
-  input [17:0] \port$10478$14 ;
-  wire [17:0] \port$10478$14 ;
-  input [11:0] \port$10698$0 ;
-  wire [11:0] \port$10698$0 ;
-  input [17:0] \port$10698$14 ;
-  wire [17:0] \port$10698$14 ;
-  input [11:0] \port$12029$0 ;
-  wire [11:0] \port$12029$0 ;
-  input [17:0] \port$12029$14 ;
-  wire [17:0] \port$12029$14 ;
-  input [11:0] \port$12066$0 ;
-  wire [11:0] \port$12066$0 ;
-  input [17:0] \port$12066$14 ;
-  wire [17:0] \port$12066$14 ;
-  input [11:0] \port$12286$0 ;
-  wire [11:0] \port$12286$0 ;
-  input [17:0] \port$12286$14 ;
-  wire [17:0] \port$12286$14 ;
-  input [11:0] \port$12478$0 ;
-  wire [11:0] \port$12478$0 ;
-  input [17:0] \port$12478$14 ;
-  wire [17:0] \port$12478$14 ;
-  input [11:0] \port$12486$0 ;
-  wire [11:0] \port$12486$0 ;
-  input [17:0] \port$12486$14 ;
-  wire [17:0] \port$12486$14 ;
-  output [67:0] \port$2816$0 ;
-  wire [67:0] \port$2816$0 ;
-  input [11:0] \port$4526$0 ;
-  wire [11:0] \port$4526$0 ;
-  input [17:0] \port$4526$14 ;
-  wire [17:0] \port$4526$14 ;
-  input [11:0] \port$6810$0 ;
-  wire [11:0] \port$6810$0 ;
-  input [17:0] \port$6810$14 ;
-  wire [17:0] \port$6810$14 ;
+  input [11:0] \port$10481$0 ;
+  wire [11:0] \port$10481$0 ;
+  input [17:0] \port$10481$14 ;
+  wire [17:0] \port$10481$14 ;
+  input [11:0] \port$10518$0 ;
+  wire [11:0] \port$10518$0 ;
+  input [17:0] \port$10518$14 ;
+  wire [17:0] \port$10518$14 ;
+  input [11:0] \port$10738$0 ;
+  wire [11:0] \port$10738$0 ;
+  input [17:0] \port$10738$14 ;
+  wire [17:0] \port$10738$14 ;
+  input [11:0] \port$12069$0 ;
+  wire [11:0] \port$12069$0 ;
+  input [17:0] \port$12069$14 ;
+  wire [17:0] \port$12069$14 ;
+  input [11:0] \port$12106$0 ;
+  wire [11:0] \port$12106$0 ;
+  input [17:0] \port$12106$14 ;
+  wire [17:0] \port$12106$14 ;
+  input [11:0] \port$12326$0 ;
+  wire [11:0] \port$12326$0 ;
+  input [17:0] \port$12326$14 ;
+  wire [17:0] \port$12326$14 ;
+  input [11:0] \port$12518$0 ;
+  wire [11:0] \port$12518$0 ;
+  input [17:0] \port$12518$14 ;
+  wire [17:0] \port$12518$14 ;
+  input [11:0] \port$12526$0 ;
+  wire [11:0] \port$12526$0 ;
+  input [17:0] \port$12526$14 ;
+  wire [17:0] \port$12526$14 ;
+  output [67:0] \port$2856$0 ;
+  wire [67:0] \port$2856$0 ;
+  input [11:0] \port$4566$0 ;
+  wire [11:0] \port$4566$0 ;
+  input [17:0] \port$4566$14 ;
+  wire [17:0] \port$4566$14 ;
+  input [11:0] \port$6850$0 ;
+  wire [11:0] \port$6850$0 ;
+  input [17:0] \port$6850$14 ;
+  wire [17:0] \port$6850$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -61240,15 +61240,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12478$14 , \port$12478$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$12518$14 , \port$12518$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$10698$14 , \port$10698$0  };
+          aw_sel = { 19'h02c00, \port$10738$14 , \port$10738$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10478$14 , \port$10478$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$10518$14 , \port$10518$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$12286$14 , \port$12286$0  };
+          aw_sel = { 19'h02c00, \port$12326$14 , \port$12326$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12066$14 , \port$12066$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$12106$14 , \port$12106$0  };
     endcase
   end
   always @* begin
@@ -61336,15 +61336,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12486$14 , \port$12486$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$12526$14 , \port$12526$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4526$14 , \port$4526$0  };
+          ar_sel = { 19'h02c0c, \port$4566$14 , \port$4566$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10441$14 , \port$10441$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$10481$14 , \port$10481$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6810$14 , \port$6810$0  };
+          ar_sel = { 19'h02c0c, \port$6850$14 , \port$6850$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12029$14 , \port$12029$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$12069$14 , \port$12069$0  };
     endcase
   end
   always @* begin
@@ -61773,25 +61773,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$12478$14 , \port$12478$0  };
+  assign s0__awaddr = { 2'h0, \port$12518$14 , \port$12518$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$10698$14 , \port$10698$0  };
+  assign s1__awaddr = { 2'h0, \port$10738$14 , \port$10738$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$10478$14 , \port$10478$0  };
+  assign s2__awaddr = { 2'h0, \port$10518$14 , \port$10518$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$12286$14 , \port$12286$0  };
+  assign s3__awaddr = { 2'h0, \port$12326$14 , \port$12326$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$12066$14 , \port$12066$0  };
+  assign s4__awaddr = { 2'h0, \port$12106$14 , \port$12106$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -61814,25 +61814,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$12486$14 , \port$12486$0  };
+  assign s0__araddr = { 2'h0, \port$12526$14 , \port$12526$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$4526$14 , \port$4526$0  };
+  assign s1__araddr = { 2'h0, \port$4566$14 , \port$4566$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$10441$14 , \port$10441$0  };
+  assign s2__araddr = { 2'h0, \port$10481$14 , \port$10481$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6810$14 , \port$6810$0  };
+  assign s3__araddr = { 2'h0, \port$6850$14 , \port$6850$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$12029$14 , \port$12029$0  };
+  assign s4__araddr = { 2'h0, \port$12069$14 , \port$12069$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -61854,7 +61854,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2816$0  = r_data[67:0];
+  assign \port$2856$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -62639,14 +62639,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$2971$0 , \port$4469$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5195$0 , \port$5255$0 , \port$6753$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7479$0 , bus__bready, bus__rready
+, TRACE1_DATA_HI__read, \port$3011$0 , \port$4509$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5235$0 , \port$5295$0 , \port$6793$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7519$0 , bus__bready, bus__rready
 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set
 , QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set
 , QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value
 , GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value
 , GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value
-, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10559$0 , \port$10561$0 , \port$10567$0 , \port$10569$0 , \port$10571$0 , \port$10572$0 , \port$10723$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
-, PERF0_MACS_HI__value, \port$12147$0 , \port$12149$0 , \port$12155$0 , \port$12157$0 , \port$12159$0 , \port$12160$0 , \port$12311$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
+, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$10599$0 , \port$10601$0 , \port$10607$0 , \port$10609$0 , \port$10611$0 , \port$10612$0 , \port$10763$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value
+, PERF0_MACS_HI__value, \port$12187$0 , \port$12189$0 , \port$12195$0 , \port$12197$0 , \port$12199$0 , \port$12200$0 , \port$12351$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk
 );
   reg \$auto$verilog_backend.cc:2355:dump_module$143  = 0;
   wire \$1 ;
@@ -62807,18 +62807,18 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$239 ;
   wire [31:0] \$24 ;
   wire [31:0] \$240 ;
-  wire \$241 ;
-  wire \$242 ;
-  wire \$243 ;
-  wire \$244 ;
-  wire [1:0] \$245 ;
-  wire \$246 ;
-  wire \$247 ;
-  wire \$248 ;
+  wire [31:0] \$241 ;
+  wire [31:0] \$242 ;
+  wire [31:0] \$243 ;
+  wire [31:0] \$244 ;
+  wire [31:0] \$245 ;
+  wire [31:0] \$246 ;
+  wire [31:0] \$247 ;
+  wire [31:0] \$248 ;
   wire [31:0] \$249 ;
   wire [31:0] \$25 ;
-  wire [1:0] \$250 ;
-  wire \$251 ;
+  wire [31:0] \$250 ;
+  wire [31:0] \$251 ;
   wire [31:0] \$252 ;
   wire [31:0] \$253 ;
   wire [31:0] \$254 ;
@@ -62833,18 +62833,18 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$262 ;
   wire [31:0] \$263 ;
   wire [31:0] \$264 ;
-  wire [31:0] \$265 ;
-  wire [31:0] \$266 ;
-  wire [31:0] \$267 ;
-  wire [31:0] \$268 ;
-  wire [31:0] \$269 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire [1:0] \$269 ;
   wire [31:0] \$27 ;
-  wire [31:0] \$270 ;
-  wire [31:0] \$271 ;
-  wire [31:0] \$272 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
   wire [31:0] \$273 ;
-  wire [31:0] \$274 ;
-  wire [31:0] \$275 ;
+  wire [1:0] \$274 ;
+  wire \$275 ;
   wire [31:0] \$276 ;
   wire [31:0] \$277 ;
   wire [31:0] \$278 ;
@@ -62910,45 +62910,45 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$331 ;
   wire [31:0] \$332 ;
   wire [31:0] \$333 ;
-  reg \$334 ;
-  reg [15:0] \$335 ;
-  reg \$336 ;
-  reg [31:0] \$337 ;
-  reg [3:0] \$338 ;
-  reg \$339 ;
+  wire [31:0] \$334 ;
+  wire [31:0] \$335 ;
+  wire [31:0] \$336 ;
+  wire [31:0] \$337 ;
+  wire [31:0] \$338 ;
+  wire [31:0] \$339 ;
   wire [31:0] \$34 ;
-  reg [1:0] \$340 ;
-  reg \$341 ;
-  reg [15:0] \$342 ;
-  reg \$343 ;
-  reg [31:0] \$344 ;
-  reg [1:0] \$345 ;
-  reg [31:0] \$346 ;
-  reg [31:0] \$347 ;
-  reg [31:0] \$348 ;
-  reg [31:0] \$349 ;
+  wire [31:0] \$340 ;
+  wire [31:0] \$341 ;
+  wire [31:0] \$342 ;
+  wire [31:0] \$343 ;
+  wire [31:0] \$344 ;
+  wire [31:0] \$345 ;
+  wire [31:0] \$346 ;
+  wire [31:0] \$347 ;
+  wire [31:0] \$348 ;
+  wire [31:0] \$349 ;
   wire [31:0] \$35 ;
-  reg [31:0] \$350 ;
-  reg [31:0] \$351 ;
-  reg [31:0] \$352 ;
-  reg [31:0] \$353 ;
-  reg [31:0] \$354 ;
-  reg [31:0] \$355 ;
-  reg [31:0] \$356 ;
-  reg [31:0] \$357 ;
-  reg [31:0] \$358 ;
-  reg [31:0] \$359 ;
+  wire [31:0] \$350 ;
+  wire [31:0] \$351 ;
+  wire [31:0] \$352 ;
+  wire [31:0] \$353 ;
+  wire [31:0] \$354 ;
+  wire [31:0] \$355 ;
+  wire [31:0] \$356 ;
+  wire [31:0] \$357 ;
+  reg \$358 ;
+  reg [15:0] \$359 ;
   wire [31:0] \$36 ;
-  reg [31:0] \$360 ;
+  reg \$360 ;
   reg [31:0] \$361 ;
-  reg [31:0] \$362 ;
-  reg [31:0] \$363 ;
-  reg [31:0] \$364 ;
-  reg [31:0] \$365 ;
-  reg [31:0] \$366 ;
-  reg [31:0] \$367 ;
+  reg [3:0] \$362 ;
+  reg \$363 ;
+  reg [1:0] \$364 ;
+  reg \$365 ;
+  reg [15:0] \$366 ;
+  reg \$367 ;
   reg [31:0] \$368 ;
-  reg [31:0] \$369 ;
+  reg [1:0] \$369 ;
   wire [31:0] \$37 ;
   reg [31:0] \$370 ;
   reg [31:0] \$371 ;
@@ -62964,9 +62964,33 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   reg [31:0] \$380 ;
   reg [31:0] \$381 ;
   reg [31:0] \$382 ;
+  reg [31:0] \$383 ;
+  reg [31:0] \$384 ;
+  reg [31:0] \$385 ;
+  reg [31:0] \$386 ;
+  reg [31:0] \$387 ;
+  reg [31:0] \$388 ;
+  reg [31:0] \$389 ;
   wire [31:0] \$39 ;
+  reg [31:0] \$390 ;
+  reg [31:0] \$391 ;
+  reg [31:0] \$392 ;
+  reg [31:0] \$393 ;
+  reg [31:0] \$394 ;
+  reg [31:0] \$395 ;
+  reg [31:0] \$396 ;
+  reg [31:0] \$397 ;
+  reg [31:0] \$398 ;
+  reg [31:0] \$399 ;
   wire \$4 ;
   wire [31:0] \$40 ;
+  reg [31:0] \$400 ;
+  reg [31:0] \$401 ;
+  reg [31:0] \$402 ;
+  reg [31:0] \$403 ;
+  reg [31:0] \$404 ;
+  reg [31:0] \$405 ;
+  reg [31:0] \$406 ;
   wire [31:0] \$41 ;
   wire [31:0] \$42 ;
   wire [31:0] \$43 ;
@@ -63303,6 +63327,9 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   input [31:0] PERF0_BUSY_STORE__value;
   wire [31:0] PERF0_BUSY_STORE__value;
   wire PERF0_BUSY_STORE_rsel;
+  wire PERF0_BUSY_VECTOR__read;
+  wire [31:0] PERF0_BUSY_VECTOR__value;
+  wire PERF0_BUSY_VECTOR_rsel;
   wire PERF0_BYTES_READ__read;
   input [31:0] PERF0_BYTES_READ__value;
   wire [31:0] PERF0_BYTES_READ__value;
@@ -63340,6 +63367,15 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   input [31:0] PERF0_STALL_MEM__value;
   wire [31:0] PERF0_STALL_MEM__value;
   wire PERF0_STALL_MEM_rsel;
+  wire PERF0_TABLE_HITS__read;
+  wire [31:0] PERF0_TABLE_HITS__value;
+  wire PERF0_TABLE_HITS_rsel;
+  wire PERF0_TABLE_OVERFLOWS__read;
+  wire [31:0] PERF0_TABLE_OVERFLOWS__value;
+  wire PERF0_TABLE_OVERFLOWS_rsel;
+  wire PERF0_TABLE_UNDERFLOWS__read;
+  wire [31:0] PERF0_TABLE_UNDERFLOWS__value;
+  wire PERF0_TABLE_UNDERFLOWS_rsel;
   wire PERF0_VERSION_rsel;
   wire PERF1_BUSY_COMPUTE__read;
   input [31:0] PERF1_BUSY_COMPUTE__value;
@@ -63353,6 +63389,9 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   input [31:0] PERF1_BUSY_STORE__value;
   wire [31:0] PERF1_BUSY_STORE__value;
   wire PERF1_BUSY_STORE_rsel;
+  wire PERF1_BUSY_VECTOR__read;
+  wire [31:0] PERF1_BUSY_VECTOR__value;
+  wire PERF1_BUSY_VECTOR_rsel;
   wire PERF1_BYTES_READ__read;
   input [31:0] PERF1_BYTES_READ__value;
   wire [31:0] PERF1_BYTES_READ__value;
@@ -63390,6 +63429,15 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   input [31:0] PERF1_STALL_MEM__value;
   wire [31:0] PERF1_STALL_MEM__value;
   wire PERF1_STALL_MEM_rsel;
+  wire PERF1_TABLE_HITS__read;
+  wire [31:0] PERF1_TABLE_HITS__value;
+  wire PERF1_TABLE_HITS_rsel;
+  wire PERF1_TABLE_OVERFLOWS__read;
+  wire [31:0] PERF1_TABLE_OVERFLOWS__value;
+  wire PERF1_TABLE_OVERFLOWS_rsel;
+  wire PERF1_TABLE_UNDERFLOWS__read;
+  wire [31:0] PERF1_TABLE_UNDERFLOWS__value;
+  wire PERF1_TABLE_UNDERFLOWS_rsel;
   wire PERF1_VERSION_rsel;
   input QUEUE0_CONTROL__set;
   wire QUEUE0_CONTROL__set;
@@ -63794,46 +63842,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$10559$0 ;
-  wire [15:0] \port$10559$0 ;
-  input [15:0] \port$10561$0 ;
-  wire [15:0] \port$10561$0 ;
-  input \port$10567$0 ;
-  wire \port$10567$0 ;
-  input [7:0] \port$10569$0 ;
-  wire [7:0] \port$10569$0 ;
-  input [15:0] \port$10571$0 ;
-  wire [15:0] \port$10571$0 ;
-  input \port$10572$0 ;
-  wire \port$10572$0 ;
-  input \port$10723$0 ;
-  wire \port$10723$0 ;
-  input [15:0] \port$12147$0 ;
-  wire [15:0] \port$12147$0 ;
-  input [15:0] \port$12149$0 ;
-  wire [15:0] \port$12149$0 ;
-  input \port$12155$0 ;
-  wire \port$12155$0 ;
-  input [7:0] \port$12157$0 ;
-  wire [7:0] \port$12157$0 ;
-  input [15:0] \port$12159$0 ;
-  wire [15:0] \port$12159$0 ;
-  input \port$12160$0 ;
-  wire \port$12160$0 ;
-  input \port$12311$0 ;
-  wire \port$12311$0 ;
-  input \port$2971$0 ;
-  wire \port$2971$0 ;
-  input \port$4469$0 ;
-  wire \port$4469$0 ;
-  input [8:0] \port$5195$0 ;
-  wire [8:0] \port$5195$0 ;
-  input \port$5255$0 ;
-  wire \port$5255$0 ;
-  input \port$6753$0 ;
-  wire \port$6753$0 ;
-  input [8:0] \port$7479$0 ;
-  wire [8:0] \port$7479$0 ;
+  input [15:0] \port$10599$0 ;
+  wire [15:0] \port$10599$0 ;
+  input [15:0] \port$10601$0 ;
+  wire [15:0] \port$10601$0 ;
+  input \port$10607$0 ;
+  wire \port$10607$0 ;
+  input [7:0] \port$10609$0 ;
+  wire [7:0] \port$10609$0 ;
+  input [15:0] \port$10611$0 ;
+  wire [15:0] \port$10611$0 ;
+  input \port$10612$0 ;
+  wire \port$10612$0 ;
+  input \port$10763$0 ;
+  wire \port$10763$0 ;
+  input [15:0] \port$12187$0 ;
+  wire [15:0] \port$12187$0 ;
+  input [15:0] \port$12189$0 ;
+  wire [15:0] \port$12189$0 ;
+  input \port$12195$0 ;
+  wire \port$12195$0 ;
+  input [7:0] \port$12197$0 ;
+  wire [7:0] \port$12197$0 ;
+  input [15:0] \port$12199$0 ;
+  wire [15:0] \port$12199$0 ;
+  input \port$12200$0 ;
+  wire \port$12200$0 ;
+  input \port$12351$0 ;
+  wire \port$12351$0 ;
+  input \port$3011$0 ;
+  wire \port$3011$0 ;
+  input \port$4509$0 ;
+  wire \port$4509$0 ;
+  input [8:0] \port$5235$0 ;
+  wire [8:0] \port$5235$0 ;
+  input \port$5295$0 ;
+  wire \port$5295$0 ;
+  input \port$6793$0 ;
+  wire \port$6793$0 ;
+  input [8:0] \port$7519$0 ;
+  wire [8:0] \port$7519$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -63845,56 +63893,106 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire wr_hit;
   wire wr_ok;
   wire writing;
+  assign \$343  = \$342  | { 30'h00000000, \port$12200$0 , \port$12351$0  };
+  assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$358 ;
+    aw_full <= \$358 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$359 ;
+    aw_addr <= \$359 ;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$360 ;
+    w_full <= \$360 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$361 ;
+    GLOBAL_SCRATCH__wdata <= \$361 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$362 ;
+    w_strb <= \$362 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$363 ;
+    bus__bvalid <= \$363 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$364 ;
+    bus__bresp <= \$364 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$365 ;
+    ar_full <= \$365 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$366 ;
+    ar_addr <= \$366 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$367 ;
+    bus__rvalid <= \$367 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$368 ;
+    bus__rdata <= \$368 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$369 ;
+    bus__rresp <= \$369 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$370 ;
+    GLOBAL_SCRATCH__value <= \$370 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$371 ;
+    GLOBAL_SEM0__value <= \$371 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$372 ;
+    GLOBAL_SEM1__value <= \$372 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$373 ;
+    GLOBAL_SEM2__value <= \$373 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$374 ;
+    GLOBAL_SEM3__value <= \$374 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$375 ;
+    GLOBAL_SEM4__value <= \$375 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$376 ;
+    GLOBAL_SEM5__value <= \$376 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$377 ;
+    GLOBAL_SEM6__value <= \$377 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$378 ;
+    GLOBAL_SEM7__value <= \$378 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$379 ;
+    GLOBAL_SEM8__value <= \$379 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$380 ;
+    GLOBAL_SEM9__value <= \$380 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$381 ;
+    GLOBAL_SEM10__value <= \$381 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$382 ;
+    GLOBAL_SEM11__value <= \$382 ;
+  always @(posedge clk)
+    GLOBAL_SEM12__value <= \$383 ;
+  always @(posedge clk)
+    GLOBAL_SEM13__value <= \$384 ;
+  always @(posedge clk)
+    GLOBAL_SEM14__value <= \$385 ;
+  always @(posedge clk)
+    GLOBAL_SEM15__value <= \$386 ;
+  always @(posedge clk)
+    QUEUE0_RING_BASE__value <= \$387 ;
+  always @(posedge clk)
+    QUEUE0_RING_LOG2__value <= \$388 ;
+  always @(posedge clk)
+    QUEUE0_CQ_BASE__value <= \$389 ;
+  always @(posedge clk)
+    QUEUE0_CONTROL__value <= \$390 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_STATUS__value <= \$391 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_MASK__value <= \$392 ;
+  always @(posedge clk)
+    QUEUE0_DMA_BASE__value <= \$393 ;
+  always @(posedge clk)
+    QUEUE0_DMA_LIMIT__value <= \$394 ;
+  always @(posedge clk)
+    QUEUE0_WATCHDOG__value <= \$395 ;
+  always @(posedge clk)
+    QUEUE1_RING_BASE__value <= \$396 ;
+  always @(posedge clk)
+    QUEUE1_RING_LOG2__value <= \$397 ;
+  always @(posedge clk)
+    QUEUE1_CQ_BASE__value <= \$398 ;
+  always @(posedge clk)
+    QUEUE1_CONTROL__value <= \$399 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_STATUS__value <= \$400 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_MASK__value <= \$401 ;
+  always @(posedge clk)
+    QUEUE1_DMA_BASE__value <= \$402 ;
+  always @(posedge clk)
+    QUEUE1_DMA_LIMIT__value <= \$403 ;
+  always @(posedge clk)
+    QUEUE1_WATCHDOG__value <= \$404 ;
+  always @(posedge clk)
+    TRACE0_CONTROL__value <= \$405 ;
+  always @(posedge clk)
+    TRACE1_CONTROL__value <= \$406 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -64021,6 +64119,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign PERF0_STALL_MEM_rsel = ar_addr == 10'h32c;
   assign PERF0_BYTES_READ_rsel = ar_addr == 10'h330;
   assign PERF0_BYTES_WRITTEN_rsel = ar_addr == 10'h334;
+  assign PERF0_BUSY_VECTOR_rsel = ar_addr == 10'h338;
+  assign PERF0_TABLE_HITS_rsel = ar_addr == 10'h33c;
+  assign PERF0_TABLE_UNDERFLOWS_rsel = ar_addr == 10'h340;
+  assign PERF0_TABLE_OVERFLOWS_rsel = ar_addr == 10'h344;
   assign PERF1_ID_rsel = ar_addr == 11'h400;
   assign PERF1_VERSION_rsel = ar_addr == 11'h404;
   assign PERF1_NEXT_rsel = ar_addr == 11'h408;
@@ -64035,6 +64137,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign PERF1_STALL_MEM_rsel = ar_addr == 11'h42c;
   assign PERF1_BYTES_READ_rsel = ar_addr == 11'h430;
   assign PERF1_BYTES_WRITTEN_rsel = ar_addr == 11'h434;
+  assign PERF1_BUSY_VECTOR_rsel = ar_addr == 11'h438;
+  assign PERF1_TABLE_HITS_rsel = ar_addr == 11'h43c;
+  assign PERF1_TABLE_UNDERFLOWS_rsel = ar_addr == 11'h440;
+  assign PERF1_TABLE_OVERFLOWS_rsel = ar_addr == 11'h444;
   assign TRACE0_ID_rsel = ar_addr == 11'h500;
   assign TRACE0_VERSION_rsel = ar_addr == 11'h504;
   assign TRACE0_NEXT_rsel = ar_addr == 11'h508;
@@ -64052,7 +64158,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
   assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -64060,7 +64166,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65538 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65539 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
@@ -64198,60 +64304,60 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
   assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
   assign \$169  = \$166  | \$168 ;
-  assign \$170  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$171  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$172  = \$170  | \$171 ;
-  assign \$173  = \$169  | \$172 ;
-  assign \$174  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$176  = PERF1_CYCLES_rsel ? \$175  : 32'd0;
-  assign \$177  = \$174  | \$176 ;
-  assign \$179  = PERF1_BUSY_LOAD_rsel ? \$178  : 32'd0;
-  assign \$181  = PERF1_BUSY_COMPUTE_rsel ? \$180  : 32'd0;
-  assign \$182  = \$179  | \$181 ;
-  assign \$183  = \$177  | \$182 ;
-  assign \$184  = \$173  | \$183 ;
-  assign \$185  = \$164  | \$184 ;
-  assign \$187  = PERF1_BUSY_STORE_rsel ? \$186  : 32'd0;
-  assign \$189  = PERF1_MACS_LO_rsel ? \$188  : 32'd0;
+  assign \$181  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$182  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$183  = \$181  | \$182 ;
+  assign \$185  = \$175  | \$184 ;
+  assign \$186  = \$164  | \$185 ;
+  assign \$187  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$189  = PERF1_CYCLES_rsel ? \$188  : 32'd0;
   assign \$190  = \$187  | \$189 ;
-  assign \$192  = PERF1_MACS_HI_rsel ? \$191  : 32'd0;
-  assign \$194  = PERF1_STALL_DEP_rsel ? \$193  : 32'd0;
+  assign \$192  = PERF1_BUSY_LOAD_rsel ? \$191  : 32'd0;
+  assign \$194  = PERF1_BUSY_COMPUTE_rsel ? \$193  : 32'd0;
   assign \$195  = \$192  | \$194 ;
   assign \$196  = \$190  | \$195 ;
-  assign \$198  = PERF1_STALL_MEM_rsel ? \$197  : 32'd0;
-  assign \$200  = PERF1_BYTES_READ_rsel ? \$199  : 32'd0;
+  assign \$198  = PERF1_BUSY_STORE_rsel ? \$197  : 32'd0;
+  assign \$200  = PERF1_MACS_LO_rsel ? \$199  : 32'd0;
   assign \$201  = \$198  | \$200 ;
-  assign \$203  = PERF1_BYTES_WRITTEN_rsel ? \$202  : 32'd0;
-  assign \$204  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$205  = \$203  | \$204 ;
-  assign \$206  = \$201  | \$205 ;
-  assign \$207  = \$196  | \$206 ;
-  assign \$208  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$209  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
-  assign \$210  = \$208  | \$209 ;
-  assign \$211  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$213  = TRACE0_COUNT_rsel ? \$212  : 32'd0;
-  assign \$214  = \$211  | \$213 ;
-  assign \$215  = \$210  | \$214 ;
-  assign \$217  = TRACE0_DATA_LO_rsel ? \$216  : 32'd0;
-  assign \$219  = TRACE0_DATA_HI_rsel ? \$218  : 32'd0;
-  assign \$220  = \$217  | \$219 ;
-  assign \$221  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$222  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$223  = \$221  | \$222 ;
-  assign \$224  = \$220  | \$223 ;
-  assign \$225  = \$215  | \$224 ;
-  assign \$226  = \$207  | \$225 ;
-  assign \$227  = \$185  | \$226 ;
-  assign \$229  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
-  assign \$232  = TRACE1_COUNT_rsel ? \$231  : 32'd0;
-  assign \$234  = TRACE1_DATA_LO_rsel ? \$233  : 32'd0;
-  assign \$235  = \$232  | \$234 ;
-  assign \$236  = \$230  | \$235 ;
-  assign \$238  = TRACE1_DATA_HI_rsel ? \$237  : 32'd0;
+  assign \$203  = PERF1_MACS_HI_rsel ? \$202  : 32'd0;
+  assign \$205  = PERF1_STALL_DEP_rsel ? \$204  : 32'd0;
+  assign \$206  = \$203  | \$205 ;
+  assign \$207  = \$201  | \$206 ;
+  assign \$208  = \$196  | \$207 ;
+  assign \$210  = PERF1_STALL_MEM_rsel ? \$209  : 32'd0;
+  assign \$212  = PERF1_BYTES_READ_rsel ? \$211  : 32'd0;
+  assign \$213  = \$210  | \$212 ;
+  assign \$215  = PERF1_BYTES_WRITTEN_rsel ? \$214  : 32'd0;
+  assign \$219  = \$213  | \$218 ;
+  assign \$227  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$230  = \$219  | \$229 ;
+  assign \$231  = \$208  | \$230 ;
+  assign \$232  = \$186  | \$231 ;
+  assign \$233  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$234  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$235  = \$233  | \$234 ;
+  assign \$236  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$238  = TRACE0_COUNT_rsel ? \$237  : 32'd0;
   assign \$239  = \$236  | \$238 ;
-  assign \$240  = \$227  | \$239 ;
-  assign rd_data = \$141  | \$240 ;
+  assign \$240  = \$235  | \$239 ;
+  assign \$242  = TRACE0_DATA_LO_rsel ? \$241  : 32'd0;
+  assign \$244  = TRACE0_DATA_HI_rsel ? \$243  : 32'd0;
+  assign \$245  = \$242  | \$244 ;
+  assign \$246  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$247  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = \$245  | \$248 ;
+  assign \$250  = \$240  | \$249 ;
+  assign \$252  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$255  = TRACE1_COUNT_rsel ? \$254  : 32'd0;
+  assign \$257  = TRACE1_DATA_LO_rsel ? \$256  : 32'd0;
+  assign \$258  = \$255  | \$257 ;
+  assign \$259  = \$253  | \$258 ;
+  assign \$261  = TRACE1_DATA_HI_rsel ? \$260  : 32'd0;
+  assign \$262  = \$259  | \$261 ;
+  assign \$263  = \$250  | \$262 ;
+  assign \$264  = \$232  | \$263 ;
+  assign rd_data = \$141  | \$264 ;
   assign GLOBAL_SCRATCH_write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -64313,6 +64419,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
   assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
   assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
+  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
+  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
+  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
+  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
   assign PERF1_CONTROL_write = writing & PERF1_CONTROL_wsel;
   assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
   assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
@@ -64324,6 +64434,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
   assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
   assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
+  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
+  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
+  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
+  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
   assign TRACE0_CONTROL_write = writing & TRACE0_CONTROL_wsel;
   assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
   assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
@@ -64332,106 +64446,66 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
   assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
   assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$241  = ~ aw_full;
-  assign \$242  = bus__awvalid & \$241 ;
-  assign \$243  = ~ w_full;
-  assign \$244  = bus__wvalid & \$243 ;
-  assign \$245  = wr_ok ? 2'h0 : 2'h2;
-  assign \$246  = bus__bvalid & bus__bready;
-  assign \$247  = ~ ar_full;
-  assign \$248  = bus__arvalid & \$247 ;
-  assign \$249  = rd_hit ? rd_data : 32'd0;
-  assign \$250  = rd_hit ? 2'h0 : 2'h2;
-  assign \$251  = bus__rvalid & bus__rready;
-  assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$295  = ~ \$294 ;
-  assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$10572$0 , \port$10723$0  };
-  assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
-  assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$317  = ~ \$316 ;
-  assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$12160$0 , \port$12311$0  };
-  assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
-  always @(posedge clk)
-    aw_full <= \$334 ;
-  always @(posedge clk)
-    aw_addr <= \$335 ;
-  always @(posedge clk)
-    w_full <= \$336 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$337 ;
-  always @(posedge clk)
-    w_strb <= \$338 ;
-  always @(posedge clk)
-    bus__bvalid <= \$339 ;
-  always @(posedge clk)
-    bus__bresp <= \$340 ;
-  always @(posedge clk)
-    ar_full <= \$341 ;
-  always @(posedge clk)
-    ar_addr <= \$342 ;
-  always @(posedge clk)
-    bus__rvalid <= \$343 ;
-  always @(posedge clk)
-    bus__rdata <= \$344 ;
-  always @(posedge clk)
-    bus__rresp <= \$345 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$346 ;
-  always @(posedge clk)
-    GLOBAL_SEM0__value <= \$347 ;
-  always @(posedge clk)
-    GLOBAL_SEM1__value <= \$348 ;
-  always @(posedge clk)
-    GLOBAL_SEM2__value <= \$349 ;
-  always @(posedge clk)
-    GLOBAL_SEM3__value <= \$350 ;
-  always @(posedge clk)
-    GLOBAL_SEM4__value <= \$351 ;
-  always @(posedge clk)
-    GLOBAL_SEM5__value <= \$352 ;
-  always @(posedge clk)
-    GLOBAL_SEM6__value <= \$353 ;
-  always @(posedge clk)
-    GLOBAL_SEM7__value <= \$354 ;
-  always @(posedge clk)
-    GLOBAL_SEM8__value <= \$355 ;
-  always @(posedge clk)
-    GLOBAL_SEM9__value <= \$356 ;
-  always @(posedge clk)
-    GLOBAL_SEM10__value <= \$357 ;
+  assign \$265  = ~ aw_full;
+  assign \$266  = bus__awvalid & \$265 ;
+  assign \$267  = ~ w_full;
+  assign \$268  = bus__wvalid & \$267 ;
+  assign \$269  = wr_ok ? 2'h0 : 2'h2;
+  assign \$270  = bus__bvalid & bus__bready;
+  assign \$271  = ~ ar_full;
+  assign \$272  = bus__arvalid & \$271 ;
+  assign \$273  = rd_hit ? rd_data : 32'd0;
+  assign \$274  = rd_hit ? 2'h0 : 2'h2;
+  assign \$275  = bus__rvalid & bus__rready;
+  assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$319  = ~ \$318 ;
+  assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
+  assign \$321  = \$320  | { 30'h00000000, \port$10612$0 , \port$10763$0  };
+  assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
+  assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$341  = ~ \$340 ;
+  assign \$342  = QUEUE1_IRQ_STATUS__value & \$341 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$359  = GLOBAL_SEM12__value;
-    if (GLOBAL_SEM12_write) begin
-      \$359  = \$278 ;
-    end else if (GLOBAL_SEM12__set) begin
-      \$359  = \$279 ;
+    \$358  = aw_full;
+    if (\$266 ) begin
+      \$358  = 1'h1;
+    end
+    if (do_write) begin
+      \$358  = 1'h0;
     end
     if (rst) begin
-      \$359  = 32'd0;
+      \$358  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$360  = GLOBAL_SEM13__value;
-    if (GLOBAL_SEM13_write) begin
-      \$360  = \$280 ;
-    end else if (GLOBAL_SEM13__set) begin
-      \$360  = \$281 ;
+    \$359  = aw_addr;
+    if (\$266 ) begin
+      \$359  = bus__awaddr;
     end
     if (rst) begin
-      \$360  = 32'd0;
+      \$359  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$361  = GLOBAL_SEM14__value;
-    if (GLOBAL_SEM14_write) begin
-      \$361  = \$282 ;
-    end else if (GLOBAL_SEM14__set) begin
-      \$361  = \$283 ;
+    \$360  = w_full;
+    if (\$268 ) begin
+      \$360  = 1'h1;
+    end
+    if (do_write) begin
+      \$360  = 1'h0;
+    end
+    if (rst) begin
+      \$360  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
+    \$361  = GLOBAL_SCRATCH__wdata;
+    if (\$268 ) begin
+      \$361  = bus__wdata;
     end
     if (rst) begin
       \$361  = 32'd0;
@@ -64439,78 +64513,78 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$362  = GLOBAL_SEM15__value;
-    if (GLOBAL_SEM15_write) begin
-      \$362  = \$284 ;
-    end else if (GLOBAL_SEM15__set) begin
-      \$362  = \$285 ;
+    \$362  = w_strb;
+    if (\$268 ) begin
+      \$362  = 4'hf;
     end
     if (rst) begin
-      \$362  = 32'd0;
+      \$362  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$363  = QUEUE0_RING_BASE__value;
-    if (QUEUE0_RING_BASE_write) begin
-      \$363  = \$286 ;
-    end else if (QUEUE0_RING_BASE__set) begin
-      \$363  = \$287 ;
+    \$363  = bus__bvalid;
+    if (do_write) begin
+      \$363  = 1'h1;
+    end
+    if (\$270 ) begin
+      \$363  = 1'h0;
     end
     if (rst) begin
-      \$363  = 32'd0;
+      \$363  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$364  = QUEUE0_RING_LOG2__value;
-    if (QUEUE0_RING_LOG2_write) begin
-      \$364  = \$288 ;
-    end else if (QUEUE0_RING_LOG2__set) begin
-      \$364  = \$289 ;
+    \$364  = bus__bresp;
+    if (do_write) begin
+      \$364  = \$269 ;
     end
     if (rst) begin
-      \$364  = 32'd4;
+      \$364  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$365  = QUEUE0_CQ_BASE__value;
-    if (QUEUE0_CQ_BASE_write) begin
-      \$365  = \$290 ;
-    end else if (QUEUE0_CQ_BASE__set) begin
-      \$365  = \$291 ;
+    \$365  = ar_full;
+    if (\$272 ) begin
+      \$365  = 1'h1;
+    end
+    if (do_read) begin
+      \$365  = 1'h0;
     end
     if (rst) begin
-      \$365  = 32'd0;
+      \$365  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$366  = QUEUE0_CONTROL__value;
-    if (QUEUE0_CONTROL_write) begin
-      \$366  = \$292 ;
-    end else if (QUEUE0_CONTROL__set) begin
-      \$366  = \$293 ;
+    \$366  = ar_addr;
+    if (\$272 ) begin
+      \$366  = bus__araddr;
     end
     if (rst) begin
-      \$366  = 32'd0;
+      \$366  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$367  = \$299 ;
+    \$367  = bus__rvalid;
+    if (do_read) begin
+      \$367  = 1'h1;
+    end
+    if (\$275 ) begin
+      \$367  = 1'h0;
+    end
     if (rst) begin
-      \$367  = 32'd0;
+      \$367  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$368  = QUEUE0_IRQ_MASK__value;
-    if (QUEUE0_IRQ_MASK_write) begin
-      \$368  = \$300 ;
-    end else if (QUEUE0_IRQ_MASK__set) begin
-      \$368  = \$301 ;
+    \$368  = bus__rdata;
+    if (do_read) begin
+      \$368  = \$273 ;
     end
     if (rst) begin
       \$368  = 32'd0;
@@ -64518,23 +64592,19 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$369  = QUEUE0_DMA_BASE__value;
-    if (QUEUE0_DMA_BASE_write) begin
-      \$369  = \$302 ;
-    end else if (QUEUE0_DMA_BASE__set) begin
-      \$369  = \$303 ;
+    \$369  = bus__rresp;
+    if (do_read) begin
+      \$369  = \$274 ;
     end
     if (rst) begin
-      \$369  = 32'd0;
+      \$369  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$370  = QUEUE0_DMA_LIMIT__value;
-    if (QUEUE0_DMA_LIMIT_write) begin
-      \$370  = \$304 ;
-    end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$370  = \$305 ;
+    \$370  = GLOBAL_SCRATCH__value;
+    if (GLOBAL_SCRATCH_write) begin
+      \$370  = \$276 ;
     end
     if (rst) begin
       \$370  = 32'd0;
@@ -64542,11 +64612,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$371  = QUEUE0_WATCHDOG__value;
-    if (QUEUE0_WATCHDOG_write) begin
-      \$371  = \$306 ;
-    end else if (QUEUE0_WATCHDOG__set) begin
-      \$371  = \$307 ;
+    \$371  = GLOBAL_SEM0__value;
+    if (GLOBAL_SEM0_write) begin
+      \$371  = \$278 ;
+    end else if (GLOBAL_SEM0__set) begin
+      \$371  = \$279 ;
     end
     if (rst) begin
       \$371  = 32'd0;
@@ -64554,11 +64624,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$372  = QUEUE1_RING_BASE__value;
-    if (QUEUE1_RING_BASE_write) begin
-      \$372  = \$308 ;
-    end else if (QUEUE1_RING_BASE__set) begin
-      \$372  = \$309 ;
+    \$372  = GLOBAL_SEM1__value;
+    if (GLOBAL_SEM1_write) begin
+      \$372  = \$280 ;
+    end else if (GLOBAL_SEM1__set) begin
+      \$372  = \$281 ;
     end
     if (rst) begin
       \$372  = 32'd0;
@@ -64566,23 +64636,23 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$373  = QUEUE1_RING_LOG2__value;
-    if (QUEUE1_RING_LOG2_write) begin
-      \$373  = \$310 ;
-    end else if (QUEUE1_RING_LOG2__set) begin
-      \$373  = \$311 ;
+    \$373  = GLOBAL_SEM2__value;
+    if (GLOBAL_SEM2_write) begin
+      \$373  = \$282 ;
+    end else if (GLOBAL_SEM2__set) begin
+      \$373  = \$283 ;
     end
     if (rst) begin
-      \$373  = 32'd4;
+      \$373  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$374  = QUEUE1_CQ_BASE__value;
-    if (QUEUE1_CQ_BASE_write) begin
-      \$374  = \$312 ;
-    end else if (QUEUE1_CQ_BASE__set) begin
-      \$374  = \$313 ;
+    \$374  = GLOBAL_SEM3__value;
+    if (GLOBAL_SEM3_write) begin
+      \$374  = \$284 ;
+    end else if (GLOBAL_SEM3__set) begin
+      \$374  = \$285 ;
     end
     if (rst) begin
       \$374  = 32'd0;
@@ -64590,11 +64660,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$375  = QUEUE1_CONTROL__value;
-    if (QUEUE1_CONTROL_write) begin
-      \$375  = \$314 ;
-    end else if (QUEUE1_CONTROL__set) begin
-      \$375  = \$315 ;
+    \$375  = GLOBAL_SEM4__value;
+    if (GLOBAL_SEM4_write) begin
+      \$375  = \$286 ;
+    end else if (GLOBAL_SEM4__set) begin
+      \$375  = \$287 ;
     end
     if (rst) begin
       \$375  = 32'd0;
@@ -64602,18 +64672,23 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$376  = \$321 ;
+    \$376  = GLOBAL_SEM5__value;
+    if (GLOBAL_SEM5_write) begin
+      \$376  = \$288 ;
+    end else if (GLOBAL_SEM5__set) begin
+      \$376  = \$289 ;
+    end
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$377  = QUEUE1_IRQ_MASK__value;
-    if (QUEUE1_IRQ_MASK_write) begin
-      \$377  = \$322 ;
-    end else if (QUEUE1_IRQ_MASK__set) begin
-      \$377  = \$323 ;
+    \$377  = GLOBAL_SEM6__value;
+    if (GLOBAL_SEM6_write) begin
+      \$377  = \$290 ;
+    end else if (GLOBAL_SEM6__set) begin
+      \$377  = \$291 ;
     end
     if (rst) begin
       \$377  = 32'd0;
@@ -64621,11 +64696,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$378  = QUEUE1_DMA_BASE__value;
-    if (QUEUE1_DMA_BASE_write) begin
-      \$378  = \$324 ;
-    end else if (QUEUE1_DMA_BASE__set) begin
-      \$378  = \$325 ;
+    \$378  = GLOBAL_SEM7__value;
+    if (GLOBAL_SEM7_write) begin
+      \$378  = \$292 ;
+    end else if (GLOBAL_SEM7__set) begin
+      \$378  = \$293 ;
     end
     if (rst) begin
       \$378  = 32'd0;
@@ -64633,11 +64708,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$379  = QUEUE1_DMA_LIMIT__value;
-    if (QUEUE1_DMA_LIMIT_write) begin
-      \$379  = \$326 ;
-    end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$379  = \$327 ;
+    \$379  = GLOBAL_SEM8__value;
+    if (GLOBAL_SEM8_write) begin
+      \$379  = \$294 ;
+    end else if (GLOBAL_SEM8__set) begin
+      \$379  = \$295 ;
     end
     if (rst) begin
       \$379  = 32'd0;
@@ -64645,11 +64720,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$380  = QUEUE1_WATCHDOG__value;
-    if (QUEUE1_WATCHDOG_write) begin
-      \$380  = \$328 ;
-    end else if (QUEUE1_WATCHDOG__set) begin
-      \$380  = \$329 ;
+    \$380  = GLOBAL_SEM9__value;
+    if (GLOBAL_SEM9_write) begin
+      \$380  = \$296 ;
+    end else if (GLOBAL_SEM9__set) begin
+      \$380  = \$297 ;
     end
     if (rst) begin
       \$380  = 32'd0;
@@ -64657,11 +64732,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$381  = TRACE0_CONTROL__value;
-    if (TRACE0_CONTROL_write) begin
-      \$381  = \$330 ;
-    end else if (TRACE0_CONTROL__set) begin
-      \$381  = \$331 ;
+    \$381  = GLOBAL_SEM10__value;
+    if (GLOBAL_SEM10_write) begin
+      \$381  = \$298 ;
+    end else if (GLOBAL_SEM10__set) begin
+      \$381  = \$299 ;
     end
     if (rst) begin
       \$381  = 32'd0;
@@ -64669,11 +64744,11 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$382  = TRACE1_CONTROL__value;
-    if (TRACE1_CONTROL_write) begin
-      \$382  = \$332 ;
-    end else if (TRACE1_CONTROL__set) begin
-      \$382  = \$333 ;
+    \$382  = GLOBAL_SEM11__value;
+    if (GLOBAL_SEM11_write) begin
+      \$382  = \$300 ;
+    end else if (GLOBAL_SEM11__set) begin
+      \$382  = \$301 ;
     end
     if (rst) begin
       \$382  = 32'd0;
@@ -64681,303 +64756,300 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$334  = aw_full;
-    if (\$242 ) begin
-      \$334  = 1'h1;
-    end
-    if (do_write) begin
-      \$334  = 1'h0;
+    \$383  = GLOBAL_SEM12__value;
+    if (GLOBAL_SEM12_write) begin
+      \$383  = \$302 ;
+    end else if (GLOBAL_SEM12__set) begin
+      \$383  = \$303 ;
     end
     if (rst) begin
-      \$334  = 1'h0;
+      \$383  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$335  = aw_addr;
-    if (\$242 ) begin
-      \$335  = bus__awaddr;
+    \$384  = GLOBAL_SEM13__value;
+    if (GLOBAL_SEM13_write) begin
+      \$384  = \$304 ;
+    end else if (GLOBAL_SEM13__set) begin
+      \$384  = \$305 ;
     end
     if (rst) begin
-      \$335  = 16'h0000;
+      \$384  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$336  = w_full;
-    if (\$244 ) begin
-      \$336  = 1'h1;
-    end
-    if (do_write) begin
-      \$336  = 1'h0;
+    \$385  = GLOBAL_SEM14__value;
+    if (GLOBAL_SEM14_write) begin
+      \$385  = \$306 ;
+    end else if (GLOBAL_SEM14__set) begin
+      \$385  = \$307 ;
     end
     if (rst) begin
-      \$336  = 1'h0;
+      \$385  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$337  = GLOBAL_SCRATCH__wdata;
-    if (\$244 ) begin
-      \$337  = bus__wdata;
+    \$386  = GLOBAL_SEM15__value;
+    if (GLOBAL_SEM15_write) begin
+      \$386  = \$308 ;
+    end else if (GLOBAL_SEM15__set) begin
+      \$386  = \$309 ;
     end
     if (rst) begin
-      \$337  = 32'd0;
+      \$386  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$338  = w_strb;
-    if (\$244 ) begin
-      \$338  = 4'hf;
+    \$387  = QUEUE0_RING_BASE__value;
+    if (QUEUE0_RING_BASE_write) begin
+      \$387  = \$310 ;
+    end else if (QUEUE0_RING_BASE__set) begin
+      \$387  = \$311 ;
     end
     if (rst) begin
-      \$338  = 4'h0;
+      \$387  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$339  = bus__bvalid;
-    if (do_write) begin
-      \$339  = 1'h1;
-    end
-    if (\$246 ) begin
-      \$339  = 1'h0;
+    \$388  = QUEUE0_RING_LOG2__value;
+    if (QUEUE0_RING_LOG2_write) begin
+      \$388  = \$312 ;
+    end else if (QUEUE0_RING_LOG2__set) begin
+      \$388  = \$313 ;
     end
     if (rst) begin
-      \$339  = 1'h0;
+      \$388  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$340  = bus__bresp;
-    if (do_write) begin
-      \$340  = \$245 ;
+    \$389  = QUEUE0_CQ_BASE__value;
+    if (QUEUE0_CQ_BASE_write) begin
+      \$389  = \$314 ;
+    end else if (QUEUE0_CQ_BASE__set) begin
+      \$389  = \$315 ;
     end
     if (rst) begin
-      \$340  = 2'h0;
+      \$389  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$341  = ar_full;
-    if (\$248 ) begin
-      \$341  = 1'h1;
-    end
-    if (do_read) begin
-      \$341  = 1'h0;
+    \$390  = QUEUE0_CONTROL__value;
+    if (QUEUE0_CONTROL_write) begin
+      \$390  = \$316 ;
+    end else if (QUEUE0_CONTROL__set) begin
+      \$390  = \$317 ;
     end
     if (rst) begin
-      \$341  = 1'h0;
+      \$390  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$342  = ar_addr;
-    if (\$248 ) begin
-      \$342  = bus__araddr;
-    end
+    \$391  = \$323 ;
     if (rst) begin
-      \$342  = 16'h0000;
+      \$391  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$343  = bus__rvalid;
-    if (do_read) begin
-      \$343  = 1'h1;
-    end
-    if (\$251 ) begin
-      \$343  = 1'h0;
+    \$392  = QUEUE0_IRQ_MASK__value;
+    if (QUEUE0_IRQ_MASK_write) begin
+      \$392  = \$324 ;
+    end else if (QUEUE0_IRQ_MASK__set) begin
+      \$392  = \$325 ;
     end
     if (rst) begin
-      \$343  = 1'h0;
+      \$392  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$344  = bus__rdata;
-    if (do_read) begin
-      \$344  = \$249 ;
+    \$393  = QUEUE0_DMA_BASE__value;
+    if (QUEUE0_DMA_BASE_write) begin
+      \$393  = \$326 ;
+    end else if (QUEUE0_DMA_BASE__set) begin
+      \$393  = \$327 ;
     end
     if (rst) begin
-      \$344  = 32'd0;
+      \$393  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$345  = bus__rresp;
-    if (do_read) begin
-      \$345  = \$250 ;
+    \$394  = QUEUE0_DMA_LIMIT__value;
+    if (QUEUE0_DMA_LIMIT_write) begin
+      \$394  = \$328 ;
+    end else if (QUEUE0_DMA_LIMIT__set) begin
+      \$394  = \$329 ;
     end
     if (rst) begin
-      \$345  = 2'h0;
+      \$394  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$346  = GLOBAL_SCRATCH__value;
-    if (GLOBAL_SCRATCH_write) begin
-      \$346  = \$252 ;
+    \$395  = QUEUE0_WATCHDOG__value;
+    if (QUEUE0_WATCHDOG_write) begin
+      \$395  = \$330 ;
+    end else if (QUEUE0_WATCHDOG__set) begin
+      \$395  = \$331 ;
     end
     if (rst) begin
-      \$346  = 32'd0;
+      \$395  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$347  = GLOBAL_SEM0__value;
-    if (GLOBAL_SEM0_write) begin
-      \$347  = \$254 ;
-    end else if (GLOBAL_SEM0__set) begin
-      \$347  = \$255 ;
+    \$396  = QUEUE1_RING_BASE__value;
+    if (QUEUE1_RING_BASE_write) begin
+      \$396  = \$332 ;
+    end else if (QUEUE1_RING_BASE__set) begin
+      \$396  = \$333 ;
     end
     if (rst) begin
-      \$347  = 32'd0;
+      \$396  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$348  = GLOBAL_SEM1__value;
-    if (GLOBAL_SEM1_write) begin
-      \$348  = \$256 ;
-    end else if (GLOBAL_SEM1__set) begin
-      \$348  = \$257 ;
+    \$397  = QUEUE1_RING_LOG2__value;
+    if (QUEUE1_RING_LOG2_write) begin
+      \$397  = \$334 ;
+    end else if (QUEUE1_RING_LOG2__set) begin
+      \$397  = \$335 ;
     end
     if (rst) begin
-      \$348  = 32'd0;
+      \$397  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$349  = GLOBAL_SEM2__value;
-    if (GLOBAL_SEM2_write) begin
-      \$349  = \$258 ;
-    end else if (GLOBAL_SEM2__set) begin
-      \$349  = \$259 ;
+    \$398  = QUEUE1_CQ_BASE__value;
+    if (QUEUE1_CQ_BASE_write) begin
+      \$398  = \$336 ;
+    end else if (QUEUE1_CQ_BASE__set) begin
+      \$398  = \$337 ;
     end
     if (rst) begin
-      \$349  = 32'd0;
+      \$398  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$350  = GLOBAL_SEM3__value;
-    if (GLOBAL_SEM3_write) begin
-      \$350  = \$260 ;
-    end else if (GLOBAL_SEM3__set) begin
-      \$350  = \$261 ;
+    \$399  = QUEUE1_CONTROL__value;
+    if (QUEUE1_CONTROL_write) begin
+      \$399  = \$338 ;
+    end else if (QUEUE1_CONTROL__set) begin
+      \$399  = \$339 ;
     end
     if (rst) begin
-      \$350  = 32'd0;
+      \$399  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$351  = GLOBAL_SEM4__value;
-    if (GLOBAL_SEM4_write) begin
-      \$351  = \$262 ;
-    end else if (GLOBAL_SEM4__set) begin
-      \$351  = \$263 ;
-    end
+    \$400  = \$345 ;
     if (rst) begin
-      \$351  = 32'd0;
+      \$400  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$352  = GLOBAL_SEM5__value;
-    if (GLOBAL_SEM5_write) begin
-      \$352  = \$264 ;
-    end else if (GLOBAL_SEM5__set) begin
-      \$352  = \$265 ;
+    \$401  = QUEUE1_IRQ_MASK__value;
+    if (QUEUE1_IRQ_MASK_write) begin
+      \$401  = \$346 ;
+    end else if (QUEUE1_IRQ_MASK__set) begin
+      \$401  = \$347 ;
     end
     if (rst) begin
-      \$352  = 32'd0;
+      \$401  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$353  = GLOBAL_SEM6__value;
-    if (GLOBAL_SEM6_write) begin
-      \$353  = \$266 ;
-    end else if (GLOBAL_SEM6__set) begin
-      \$353  = \$267 ;
+    \$402  = QUEUE1_DMA_BASE__value;
+    if (QUEUE1_DMA_BASE_write) begin
+      \$402  = \$348 ;
+    end else if (QUEUE1_DMA_BASE__set) begin
+      \$402  = \$349 ;
     end
     if (rst) begin
-      \$353  = 32'd0;
+      \$402  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$354  = GLOBAL_SEM7__value;
-    if (GLOBAL_SEM7_write) begin
-      \$354  = \$268 ;
-    end else if (GLOBAL_SEM7__set) begin
-      \$354  = \$269 ;
+    \$403  = QUEUE1_DMA_LIMIT__value;
+    if (QUEUE1_DMA_LIMIT_write) begin
+      \$403  = \$350 ;
+    end else if (QUEUE1_DMA_LIMIT__set) begin
+      \$403  = \$351 ;
     end
     if (rst) begin
-      \$354  = 32'd0;
+      \$403  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$355  = GLOBAL_SEM8__value;
-    if (GLOBAL_SEM8_write) begin
-      \$355  = \$270 ;
-    end else if (GLOBAL_SEM8__set) begin
-      \$355  = \$271 ;
+    \$404  = QUEUE1_WATCHDOG__value;
+    if (QUEUE1_WATCHDOG_write) begin
+      \$404  = \$352 ;
+    end else if (QUEUE1_WATCHDOG__set) begin
+      \$404  = \$353 ;
     end
     if (rst) begin
-      \$355  = 32'd0;
+      \$404  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$356  = GLOBAL_SEM9__value;
-    if (GLOBAL_SEM9_write) begin
-      \$356  = \$272 ;
-    end else if (GLOBAL_SEM9__set) begin
-      \$356  = \$273 ;
+    \$405  = TRACE0_CONTROL__value;
+    if (TRACE0_CONTROL_write) begin
+      \$405  = \$354 ;
+    end else if (TRACE0_CONTROL__set) begin
+      \$405  = \$355 ;
     end
     if (rst) begin
-      \$356  = 32'd0;
+      \$405  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$357  = GLOBAL_SEM10__value;
-    if (GLOBAL_SEM10_write) begin
-      \$357  = \$274 ;
-    end else if (GLOBAL_SEM10__set) begin
-      \$357  = \$275 ;
+    \$406  = TRACE1_CONTROL__value;
+    if (TRACE1_CONTROL_write) begin
+      \$406  = \$356 ;
+    end else if (TRACE1_CONTROL__set) begin
+      \$406  = \$357 ;
     end
     if (rst) begin
-      \$357  = 32'd0;
+      \$406  = 32'd0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$143 ) begin end
-    \$358  = GLOBAL_SEM11__value;
-    if (GLOBAL_SEM11_write) begin
-      \$358  = \$276 ;
-    end else if (GLOBAL_SEM11__set) begin
-      \$358  = \$277 ;
-    end
-    if (rst) begin
-      \$358  = 32'd0;
-    end
-  end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$10559$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$10561$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2971$0 , \port$10567$0 , \port$4469$0  };
-  assign QUEUE0_ERROR__value = { \port$10571$0 , 8'h00, \port$10569$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$12147$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$12149$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5255$0 , \port$12155$0 , \port$6753$0  };
-  assign QUEUE1_ERROR__value = { \port$12159$0 , 8'h00, \port$12157$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5195$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7479$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$10599$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$10601$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3011$0 , \port$10607$0 , \port$4509$0  };
+  assign QUEUE0_ERROR__value = { \port$10611$0 , 8'h00, \port$10609$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$12187$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$12189$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5295$0 , \port$12195$0 , \port$6793$0  };
+  assign QUEUE1_ERROR__value = { \port$12199$0 , 8'h00, \port$12197$0  };
+  assign PERF0_BUSY_VECTOR__value = 32'd0;
+  assign PERF0_TABLE_HITS__value = 32'd0;
+  assign PERF0_TABLE_UNDERFLOWS__value = 32'd0;
+  assign PERF0_TABLE_OVERFLOWS__value = 32'd0;
+  assign PERF1_BUSY_VECTOR__value = 32'd0;
+  assign PERF1_TABLE_HITS__value = 32'd0;
+  assign PERF1_TABLE_UNDERFLOWS__value = 32'd0;
+  assign PERF1_TABLE_OVERFLOWS__value = 32'd0;
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5235$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7519$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -65102,26 +65174,26 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10572$0 , \port$10723$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12160$0 , \port$12311$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$10612$0 , \port$10763$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$12200$0 , \port$12351$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$10559$0 ;
+  assign \$74 [15:0] = \port$10599$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$10561$0 ;
+  assign \$78 [15:0] = \port$10601$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2971$0 , \port$10567$0 , \port$4469$0  };
+  assign \$82 [2:0] = { \port$3011$0 , \port$10607$0 , \port$4509$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$10571$0 , \port$10569$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$10611$0 , \port$10609$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$12147$0 ;
+  assign \$109 [15:0] = \port$12187$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$12149$0 ;
+  assign \$113 [15:0] = \port$12189$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5255$0 , \port$12155$0 , \port$6753$0  };
+  assign \$117 [2:0] = { \port$5295$0 , \port$12195$0 , \port$6793$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$12159$0 , \port$12157$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$12199$0 , \port$12197$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -65132,154 +65204,178 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$160  = PERF0_STALL_MEM__value;
   assign \$165  = PERF0_BYTES_READ__value;
   assign \$167  = PERF0_BYTES_WRITTEN__value;
-  assign \$175  = PERF1_CYCLES__value;
-  assign \$178  = PERF1_BUSY_LOAD__value;
-  assign \$180  = PERF1_BUSY_COMPUTE__value;
-  assign \$186  = PERF1_BUSY_STORE__value;
-  assign \$188  = PERF1_MACS_LO__value;
-  assign \$191  = PERF1_MACS_HI__value;
-  assign \$193  = PERF1_STALL_DEP__value;
-  assign \$197  = PERF1_STALL_MEM__value;
-  assign \$199  = PERF1_BYTES_READ__value;
-  assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5195$0  };
-  assign \$216  = TRACE0_DATA_LO__value;
-  assign \$218  = TRACE0_DATA_HI__value;
-  assign \$228  = 32'd0;
-  assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7479$0  };
-  assign \$233  = TRACE1_DATA_LO__value;
-  assign \$237  = TRACE1_DATA_HI__value;
-  assign \$252  = GLOBAL_SCRATCH__wdata;
-  assign \$253  = 32'd0;
-  assign \$254 [31:16] = 16'h0000;
-  assign \$254 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$255 [31:16] = 16'h0000;
-  assign \$255 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$256 [31:16] = 16'h0000;
-  assign \$256 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$257 [31:16] = 16'h0000;
-  assign \$257 [15:0] = GLOBAL_SEM1__set_value[15:0];
-  assign \$258 [31:16] = 16'h0000;
-  assign \$258 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$259 [31:16] = 16'h0000;
-  assign \$259 [15:0] = GLOBAL_SEM2__set_value[15:0];
-  assign \$260 [31:16] = 16'h0000;
-  assign \$260 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$261 [31:16] = 16'h0000;
-  assign \$261 [15:0] = GLOBAL_SEM3__set_value[15:0];
-  assign \$262 [31:16] = 16'h0000;
-  assign \$262 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$263 [31:16] = 16'h0000;
-  assign \$263 [15:0] = GLOBAL_SEM4__set_value[15:0];
-  assign \$264 [31:16] = 16'h0000;
-  assign \$264 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$265 [31:16] = 16'h0000;
-  assign \$265 [15:0] = GLOBAL_SEM5__set_value[15:0];
-  assign \$266 [31:16] = 16'h0000;
-  assign \$266 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$267 [31:16] = 16'h0000;
-  assign \$267 [15:0] = GLOBAL_SEM6__set_value[15:0];
-  assign \$268 [31:16] = 16'h0000;
-  assign \$268 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$269 [31:16] = 16'h0000;
-  assign \$269 [15:0] = GLOBAL_SEM7__set_value[15:0];
-  assign \$270 [31:16] = 16'h0000;
-  assign \$270 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$271 [31:16] = 16'h0000;
-  assign \$271 [15:0] = GLOBAL_SEM8__set_value[15:0];
-  assign \$272 [31:16] = 16'h0000;
-  assign \$272 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$273 [31:16] = 16'h0000;
-  assign \$273 [15:0] = GLOBAL_SEM9__set_value[15:0];
-  assign \$274 [31:16] = 16'h0000;
-  assign \$274 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$275 [31:16] = 16'h0000;
-  assign \$275 [15:0] = GLOBAL_SEM10__set_value[15:0];
-  assign \$276 [31:16] = 16'h0000;
-  assign \$276 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$277 [31:16] = 16'h0000;
-  assign \$277 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$170  = 32'd0;
+  assign \$171  = 32'd0;
+  assign \$172  = 32'd0;
+  assign \$173  = 32'd0;
+  assign \$174  = 32'd0;
+  assign \$175  = \$169 ;
+  assign \$176  = 32'd0;
+  assign \$177  = 32'd0;
+  assign \$178  = 32'd0;
+  assign \$179  = 32'd0;
+  assign \$180  = 32'd0;
+  assign \$184  = \$183 ;
+  assign \$188  = PERF1_CYCLES__value;
+  assign \$191  = PERF1_BUSY_LOAD__value;
+  assign \$193  = PERF1_BUSY_COMPUTE__value;
+  assign \$197  = PERF1_BUSY_STORE__value;
+  assign \$199  = PERF1_MACS_LO__value;
+  assign \$202  = PERF1_MACS_HI__value;
+  assign \$204  = PERF1_STALL_DEP__value;
+  assign \$209  = PERF1_STALL_MEM__value;
+  assign \$211  = PERF1_BYTES_READ__value;
+  assign \$214  = PERF1_BYTES_WRITTEN__value;
+  assign \$216  = 32'd0;
+  assign \$217  = 32'd0;
+  assign \$218  = \$215 ;
+  assign \$220  = 32'd0;
+  assign \$221  = 32'd0;
+  assign \$222  = 32'd0;
+  assign \$223  = 32'd0;
+  assign \$224  = 32'd0;
+  assign \$225  = 32'd0;
+  assign \$226  = 32'd0;
+  assign \$228  = \$227 ;
+  assign \$229  = \$227 ;
+  assign \$237  = { 23'h000000, \port$5235$0  };
+  assign \$241  = TRACE0_DATA_LO__value;
+  assign \$243  = TRACE0_DATA_HI__value;
+  assign \$251  = 32'd0;
+  assign \$253  = \$252 ;
+  assign \$254  = { 23'h000000, \port$7519$0  };
+  assign \$256  = TRACE1_DATA_LO__value;
+  assign \$260  = TRACE1_DATA_HI__value;
+  assign \$276  = GLOBAL_SCRATCH__wdata;
+  assign \$277  = 32'd0;
   assign \$278 [31:16] = 16'h0000;
   assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$279 [15:0] = GLOBAL_SEM0__set_value[15:0];
   assign \$280 [31:16] = 16'h0000;
   assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$281 [15:0] = GLOBAL_SEM1__set_value[15:0];
   assign \$282 [31:16] = 16'h0000;
   assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$283 [31:16] = 16'h0000;
-  assign \$283 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$283 [15:0] = GLOBAL_SEM2__set_value[15:0];
   assign \$284 [31:16] = 16'h0000;
   assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$285 [31:16] = 16'h0000;
-  assign \$285 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$286 [4:0] = 5'h00;
-  assign \$286 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$287 [4:0] = 5'h00;
-  assign \$287 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$288 [31:5] = 27'h0000000;
-  assign \$288 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$289 [31:5] = 27'h0000000;
-  assign \$289 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$290 [2:0] = 3'h0;
-  assign \$290 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$291 [2:0] = 3'h0;
-  assign \$291 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$292 [31:2] = 30'h00000000;
-  assign \$292 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$293 [31:2] = 30'h00000000;
-  assign \$293 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$298 [31:2] = 30'h00000000;
-  assign \$298 [1:0] = \$297 [1:0];
-  assign \$300 [31:2] = 30'h00000000;
-  assign \$300 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$301 [31:2] = 30'h00000000;
-  assign \$301 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$302  = GLOBAL_SCRATCH__wdata;
-  assign \$303  = QUEUE0_DMA_BASE__set_value;
-  assign \$304  = GLOBAL_SCRATCH__wdata;
-  assign \$305  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$306  = GLOBAL_SCRATCH__wdata;
-  assign \$307  = QUEUE0_WATCHDOG__set_value;
-  assign \$308 [4:0] = 5'h00;
-  assign \$308 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$309 [4:0] = 5'h00;
-  assign \$309 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$310 [31:5] = 27'h0000000;
-  assign \$310 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$311 [31:5] = 27'h0000000;
-  assign \$311 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$312 [2:0] = 3'h0;
-  assign \$312 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$313 [2:0] = 3'h0;
-  assign \$313 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$314 [31:2] = 30'h00000000;
-  assign \$314 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$315 [31:2] = 30'h00000000;
-  assign \$315 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$320 [31:2] = 30'h00000000;
-  assign \$320 [1:0] = \$319 [1:0];
+  assign \$285 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$286 [31:16] = 16'h0000;
+  assign \$286 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$287 [31:16] = 16'h0000;
+  assign \$287 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$288 [31:16] = 16'h0000;
+  assign \$288 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$289 [31:16] = 16'h0000;
+  assign \$289 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$290 [31:16] = 16'h0000;
+  assign \$290 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$291 [31:16] = 16'h0000;
+  assign \$291 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$292 [31:16] = 16'h0000;
+  assign \$292 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$293 [31:16] = 16'h0000;
+  assign \$293 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$294 [31:16] = 16'h0000;
+  assign \$294 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$295 [31:16] = 16'h0000;
+  assign \$295 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$296 [31:16] = 16'h0000;
+  assign \$296 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$297 [31:16] = 16'h0000;
+  assign \$297 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$298 [31:16] = 16'h0000;
+  assign \$298 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$299 [31:16] = 16'h0000;
+  assign \$299 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$300 [31:16] = 16'h0000;
+  assign \$300 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$301 [31:16] = 16'h0000;
+  assign \$301 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$302 [31:16] = 16'h0000;
+  assign \$302 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$303 [31:16] = 16'h0000;
+  assign \$303 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$304 [31:16] = 16'h0000;
+  assign \$304 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$305 [31:16] = 16'h0000;
+  assign \$305 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$306 [31:16] = 16'h0000;
+  assign \$306 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$307 [31:16] = 16'h0000;
+  assign \$307 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$308 [31:16] = 16'h0000;
+  assign \$308 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$309 [31:16] = 16'h0000;
+  assign \$309 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$310 [4:0] = 5'h00;
+  assign \$310 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$311 [4:0] = 5'h00;
+  assign \$311 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$312 [31:5] = 27'h0000000;
+  assign \$312 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$313 [31:5] = 27'h0000000;
+  assign \$313 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$314 [2:0] = 3'h0;
+  assign \$314 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$315 [2:0] = 3'h0;
+  assign \$315 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$316 [31:2] = 30'h00000000;
+  assign \$316 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$317 [31:2] = 30'h00000000;
+  assign \$317 [1:0] = QUEUE0_CONTROL__set_value[1:0];
   assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$323 [31:2] = 30'h00000000;
-  assign \$323 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$324  = GLOBAL_SCRATCH__wdata;
-  assign \$325  = QUEUE1_DMA_BASE__set_value;
+  assign \$322 [1:0] = \$321 [1:0];
+  assign \$324 [31:2] = 30'h00000000;
+  assign \$324 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$325 [31:2] = 30'h00000000;
+  assign \$325 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
   assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$327  = QUEUE0_DMA_BASE__set_value;
   assign \$328  = GLOBAL_SCRATCH__wdata;
-  assign \$329  = QUEUE1_WATCHDOG__set_value;
-  assign \$330 [31:2] = 30'h00000000;
-  assign \$330 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$331 [31:2] = 30'h00000000;
-  assign \$331 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$332 [31:2] = 30'h00000000;
-  assign \$332 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$333 [31:2] = 30'h00000000;
-  assign \$333 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$329  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$330  = GLOBAL_SCRATCH__wdata;
+  assign \$331  = QUEUE0_WATCHDOG__set_value;
+  assign \$332 [4:0] = 5'h00;
+  assign \$332 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$333 [4:0] = 5'h00;
+  assign \$333 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$334 [31:5] = 27'h0000000;
+  assign \$334 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$335 [31:5] = 27'h0000000;
+  assign \$335 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$336 [2:0] = 3'h0;
+  assign \$336 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$337 [2:0] = 3'h0;
+  assign \$337 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
+  assign \$338 [31:2] = 30'h00000000;
+  assign \$338 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$339 [31:2] = 30'h00000000;
+  assign \$339 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$344 [31:2] = 30'h00000000;
+  assign \$344 [1:0] = \$343 [1:0];
+  assign \$346 [31:2] = 30'h00000000;
+  assign \$346 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$347 [31:2] = 30'h00000000;
+  assign \$347 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$348  = GLOBAL_SCRATCH__wdata;
+  assign \$349  = QUEUE1_DMA_BASE__set_value;
+  assign \$350  = GLOBAL_SCRATCH__wdata;
+  assign \$351  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$352  = GLOBAL_SCRATCH__wdata;
+  assign \$353  = QUEUE1_WATCHDOG__set_value;
+  assign \$354 [31:2] = 30'h00000000;
+  assign \$354 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$355 [31:2] = 30'h00000000;
+  assign \$355 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$356 [31:2] = 30'h00000000;
+  assign \$356 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$357 [31:2] = 30'h00000000;
+  assign \$357 [1:0] = TRACE1_CONTROL__set_value[1:0];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -65553,8 +65649,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \port$8715$0 , \port$8717$0 , \port$8719$0 , \port$8721$0 , \port$8723$0 , \port$8725$0 , \port$8727$0 , \port$8729$0 , \port$8731$0 , \port$8733$0 , \port$8735$0 , \port$8737$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$8707$0 );
+module \dx1_board.soc.semaphores (\port$8749$0 , \port$8751$0 , \port$8753$0 , \port$8755$0 , \port$8757$0 , \port$8759$0 , \port$8761$0 , \port$8763$0 , \port$8765$0 , \port$8767$0 , \port$8769$0 , \port$8771$0 , \port$8773$0 , \port$8775$0 , \port$8777$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$8747$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$146  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -65639,38 +65735,38 @@ module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$8707$0 ;
-  wire [31:0] \port$8707$0 ;
-  input [31:0] \port$8709$0 ;
-  wire [31:0] \port$8709$0 ;
-  input [31:0] \port$8711$0 ;
-  wire [31:0] \port$8711$0 ;
-  input [31:0] \port$8713$0 ;
-  wire [31:0] \port$8713$0 ;
-  input [31:0] \port$8715$0 ;
-  wire [31:0] \port$8715$0 ;
-  input [31:0] \port$8717$0 ;
-  wire [31:0] \port$8717$0 ;
-  input [31:0] \port$8719$0 ;
-  wire [31:0] \port$8719$0 ;
-  input [31:0] \port$8721$0 ;
-  wire [31:0] \port$8721$0 ;
-  input [31:0] \port$8723$0 ;
-  wire [31:0] \port$8723$0 ;
-  input [31:0] \port$8725$0 ;
-  wire [31:0] \port$8725$0 ;
-  input [31:0] \port$8727$0 ;
-  wire [31:0] \port$8727$0 ;
-  input [31:0] \port$8729$0 ;
-  wire [31:0] \port$8729$0 ;
-  input [31:0] \port$8731$0 ;
-  wire [31:0] \port$8731$0 ;
-  input [31:0] \port$8733$0 ;
-  wire [31:0] \port$8733$0 ;
-  input [31:0] \port$8735$0 ;
-  wire [31:0] \port$8735$0 ;
-  input [31:0] \port$8737$0 ;
-  wire [31:0] \port$8737$0 ;
+  input [31:0] \port$8747$0 ;
+  wire [31:0] \port$8747$0 ;
+  input [31:0] \port$8749$0 ;
+  wire [31:0] \port$8749$0 ;
+  input [31:0] \port$8751$0 ;
+  wire [31:0] \port$8751$0 ;
+  input [31:0] \port$8753$0 ;
+  wire [31:0] \port$8753$0 ;
+  input [31:0] \port$8755$0 ;
+  wire [31:0] \port$8755$0 ;
+  input [31:0] \port$8757$0 ;
+  wire [31:0] \port$8757$0 ;
+  input [31:0] \port$8759$0 ;
+  wire [31:0] \port$8759$0 ;
+  input [31:0] \port$8761$0 ;
+  wire [31:0] \port$8761$0 ;
+  input [31:0] \port$8763$0 ;
+  wire [31:0] \port$8763$0 ;
+  input [31:0] \port$8765$0 ;
+  wire [31:0] \port$8765$0 ;
+  input [31:0] \port$8767$0 ;
+  wire [31:0] \port$8767$0 ;
+  input [31:0] \port$8769$0 ;
+  wire [31:0] \port$8769$0 ;
+  input [31:0] \port$8771$0 ;
+  wire [31:0] \port$8771$0 ;
+  input [31:0] \port$8773$0 ;
+  wire [31:0] \port$8773$0 ;
+  input [31:0] \port$8775$0 ;
+  wire [31:0] \port$8775$0 ;
+  input [31:0] \port$8777$0 ;
+  wire [31:0] \port$8777$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -65712,72 +65808,72 @@ module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$8735$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$8775$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$8737$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$8777$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$8747$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$8749$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$8751$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$8753$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$8755$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$8757$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$8759$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$8761$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$8763$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$8765$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$8767$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$8729$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$8769$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$8731$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$8771$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$8733$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$8773$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$8735$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$8775$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$8737$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$8777$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$8707$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$8747$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$8709$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$8749$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$8711$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$8751$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$8713$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$8753$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$8715$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$8755$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$8717$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$8757$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$8719$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$8759$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$8721$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$8761$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$8723$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$8763$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$8725$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$8765$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$8727$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$8767$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$8729$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$8769$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$8731$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$8771$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$8733$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$8773$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$146 ) begin end
@@ -66002,7 +66098,7 @@ module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$8737$0 , \port$8735$0 , \port$8733$0 , \port$8731$0 , \port$8729$0 , \port$8727$0 , \port$8725$0 , \port$8723$0 , \port$8721$0 , \port$8719$0 , \port$8717$0 , \port$8715$0 , \port$8713$0 , \port$8711$0 , \port$8709$0 , \port$8707$0  };
+  assign values = { \port$8777$0 , \port$8775$0 , \port$8773$0 , \port$8771$0 , \port$8769$0 , \port$8767$0 , \port$8765$0 , \port$8763$0 , \port$8761$0 , \port$8759$0 , \port$8757$0 , \port$8755$0 , \port$8753$0 , \port$8751$0 , \port$8749$0 , \port$8747$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -66019,22 +66115,22 @@ module \dx1_board.soc.semaphores (\port$8709$0 , \port$8711$0 , \port$8713$0 , \
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$8707$0 ;
-  assign \values[1]  = \port$8709$0 ;
-  assign \values[2]  = \port$8711$0 ;
-  assign \values[3]  = \port$8713$0 ;
-  assign \values[4]  = \port$8715$0 ;
-  assign \values[5]  = \port$8717$0 ;
-  assign \values[6]  = \port$8719$0 ;
-  assign \values[7]  = \port$8721$0 ;
-  assign \values[8]  = \port$8723$0 ;
-  assign \values[9]  = \port$8725$0 ;
-  assign \values[10]  = \port$8727$0 ;
-  assign \values[11]  = \port$8729$0 ;
-  assign \values[12]  = \port$8731$0 ;
-  assign \values[13]  = \port$8733$0 ;
-  assign \values[14]  = \port$8735$0 ;
-  assign \values[15]  = \port$8737$0 ;
+  assign \values[0]  = \port$8747$0 ;
+  assign \values[1]  = \port$8749$0 ;
+  assign \values[2]  = \port$8751$0 ;
+  assign \values[3]  = \port$8753$0 ;
+  assign \values[4]  = \port$8755$0 ;
+  assign \values[5]  = \port$8757$0 ;
+  assign \values[6]  = \port$8759$0 ;
+  assign \values[7]  = \port$8761$0 ;
+  assign \values[8]  = \port$8763$0 ;
+  assign \values[9]  = \port$8765$0 ;
+  assign \values[10]  = \port$8767$0 ;
+  assign \values[11]  = \port$8769$0 ;
+  assign \values[12]  = \port$8771$0 ;
+  assign \values[13]  = \port$8773$0 ;
+  assign \values[14]  = \port$8775$0 ;
+  assign \values[15]  = \port$8777$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

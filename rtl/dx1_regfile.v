@@ -6,16 +6,17 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
 , GLOBAL_SEM4__set_value, GLOBAL_SEM5__set, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set, GLOBAL_SEM15__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_HEAD__value, QUEUE0_TAIL__value, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, QUEUE0_STATUS__value, QUEUE0_ERROR__value, QUEUE0_IRQ_STATUS__set, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set
 , QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value
-, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value
-, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata
-, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata
-, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata
-, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata
-, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write
-, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write
-, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read
-, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read
-, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
+, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value
+, PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value
+, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value
+, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value
+, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value
+, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value
+, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value
+, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata
+, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF0_BUSY_VECTOR__read, PERF0_TABLE_HITS__read, PERF0_TABLE_UNDERFLOWS__read, PERF0_TABLE_OVERFLOWS__read
+, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, PERF1_BUSY_VECTOR__read, PERF1_TABLE_HITS__read, PERF1_TABLE_UNDERFLOWS__read, PERF1_TABLE_OVERFLOWS__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read
+, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -175,18 +176,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$239 ;
   wire [31:0] \$24 ;
   wire [31:0] \$240 ;
-  wire \$241 ;
-  wire \$242 ;
-  wire \$243 ;
-  wire \$244 ;
-  wire [1:0] \$245 ;
-  wire \$246 ;
-  wire \$247 ;
-  wire \$248 ;
+  wire [31:0] \$241 ;
+  wire [31:0] \$242 ;
+  wire [31:0] \$243 ;
+  wire [31:0] \$244 ;
+  wire [31:0] \$245 ;
+  wire [31:0] \$246 ;
+  wire [31:0] \$247 ;
+  wire [31:0] \$248 ;
   wire [31:0] \$249 ;
   wire [31:0] \$25 ;
-  wire [1:0] \$250 ;
-  wire \$251 ;
+  wire [31:0] \$250 ;
+  wire [31:0] \$251 ;
   wire [31:0] \$252 ;
   wire [31:0] \$253 ;
   wire [31:0] \$254 ;
@@ -201,18 +202,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$262 ;
   wire [31:0] \$263 ;
   wire [31:0] \$264 ;
-  wire [31:0] \$265 ;
-  wire [31:0] \$266 ;
-  wire [31:0] \$267 ;
-  wire [31:0] \$268 ;
-  wire [31:0] \$269 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire [1:0] \$269 ;
   wire [31:0] \$27 ;
-  wire [31:0] \$270 ;
-  wire [31:0] \$271 ;
-  wire [31:0] \$272 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
   wire [31:0] \$273 ;
-  wire [31:0] \$274 ;
-  wire [31:0] \$275 ;
+  wire [1:0] \$274 ;
+  wire \$275 ;
   wire [31:0] \$276 ;
   wire [31:0] \$277 ;
   wire [31:0] \$278 ;
@@ -278,45 +279,45 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$331 ;
   wire [31:0] \$332 ;
   wire [31:0] \$333 ;
-  reg \$334 ;
-  reg [15:0] \$335 ;
-  reg \$336 ;
-  reg [31:0] \$337 ;
-  reg [3:0] \$338 ;
-  reg \$339 ;
+  wire [31:0] \$334 ;
+  wire [31:0] \$335 ;
+  wire [31:0] \$336 ;
+  wire [31:0] \$337 ;
+  wire [31:0] \$338 ;
+  wire [31:0] \$339 ;
   wire [31:0] \$34 ;
-  reg [1:0] \$340 ;
-  reg \$341 ;
-  reg [15:0] \$342 ;
-  reg \$343 ;
-  reg [31:0] \$344 ;
-  reg [1:0] \$345 ;
-  reg [31:0] \$346 ;
-  reg [31:0] \$347 ;
-  reg [31:0] \$348 ;
-  reg [31:0] \$349 ;
+  wire [31:0] \$340 ;
+  wire [31:0] \$341 ;
+  wire [31:0] \$342 ;
+  wire [31:0] \$343 ;
+  wire [31:0] \$344 ;
+  wire [31:0] \$345 ;
+  wire [31:0] \$346 ;
+  wire [31:0] \$347 ;
+  wire [31:0] \$348 ;
+  wire [31:0] \$349 ;
   wire [31:0] \$35 ;
-  reg [31:0] \$350 ;
-  reg [31:0] \$351 ;
-  reg [31:0] \$352 ;
-  reg [31:0] \$353 ;
-  reg [31:0] \$354 ;
-  reg [31:0] \$355 ;
-  reg [31:0] \$356 ;
-  reg [31:0] \$357 ;
-  reg [31:0] \$358 ;
-  reg [31:0] \$359 ;
+  wire [31:0] \$350 ;
+  wire [31:0] \$351 ;
+  wire [31:0] \$352 ;
+  wire [31:0] \$353 ;
+  wire [31:0] \$354 ;
+  wire [31:0] \$355 ;
+  wire [31:0] \$356 ;
+  wire [31:0] \$357 ;
+  reg \$358 ;
+  reg [15:0] \$359 ;
   wire [31:0] \$36 ;
-  reg [31:0] \$360 ;
+  reg \$360 ;
   reg [31:0] \$361 ;
-  reg [31:0] \$362 ;
-  reg [31:0] \$363 ;
-  reg [31:0] \$364 ;
-  reg [31:0] \$365 ;
-  reg [31:0] \$366 ;
-  reg [31:0] \$367 ;
+  reg [3:0] \$362 ;
+  reg \$363 ;
+  reg [1:0] \$364 ;
+  reg \$365 ;
+  reg [15:0] \$366 ;
+  reg \$367 ;
   reg [31:0] \$368 ;
-  reg [31:0] \$369 ;
+  reg [1:0] \$369 ;
   wire [31:0] \$37 ;
   reg [31:0] \$370 ;
   reg [31:0] \$371 ;
@@ -332,9 +333,33 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   reg [31:0] \$380 ;
   reg [31:0] \$381 ;
   reg [31:0] \$382 ;
+  reg [31:0] \$383 ;
+  reg [31:0] \$384 ;
+  reg [31:0] \$385 ;
+  reg [31:0] \$386 ;
+  reg [31:0] \$387 ;
+  reg [31:0] \$388 ;
+  reg [31:0] \$389 ;
   wire [31:0] \$39 ;
+  reg [31:0] \$390 ;
+  reg [31:0] \$391 ;
+  reg [31:0] \$392 ;
+  reg [31:0] \$393 ;
+  reg [31:0] \$394 ;
+  reg [31:0] \$395 ;
+  reg [31:0] \$396 ;
+  reg [31:0] \$397 ;
+  reg [31:0] \$398 ;
+  reg [31:0] \$399 ;
   wire \$4 ;
   wire [31:0] \$40 ;
+  reg [31:0] \$400 ;
+  reg [31:0] \$401 ;
+  reg [31:0] \$402 ;
+  reg [31:0] \$403 ;
+  reg [31:0] \$404 ;
+  reg [31:0] \$405 ;
+  reg [31:0] \$406 ;
   wire [31:0] \$41 ;
   wire [31:0] \$42 ;
   wire [31:0] \$43 ;
@@ -712,6 +737,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   input [31:0] PERF0_BUSY_STORE__value;
   wire [31:0] PERF0_BUSY_STORE__value;
   wire PERF0_BUSY_STORE_rsel;
+  output PERF0_BUSY_VECTOR__read;
+  wire PERF0_BUSY_VECTOR__read;
+  input [31:0] PERF0_BUSY_VECTOR__value;
+  wire [31:0] PERF0_BUSY_VECTOR__value;
+  wire PERF0_BUSY_VECTOR_rsel;
   output PERF0_BYTES_READ__read;
   wire PERF0_BYTES_READ__read;
   input [31:0] PERF0_BYTES_READ__value;
@@ -756,6 +786,21 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   input [31:0] PERF0_STALL_MEM__value;
   wire [31:0] PERF0_STALL_MEM__value;
   wire PERF0_STALL_MEM_rsel;
+  output PERF0_TABLE_HITS__read;
+  wire PERF0_TABLE_HITS__read;
+  input [31:0] PERF0_TABLE_HITS__value;
+  wire [31:0] PERF0_TABLE_HITS__value;
+  wire PERF0_TABLE_HITS_rsel;
+  output PERF0_TABLE_OVERFLOWS__read;
+  wire PERF0_TABLE_OVERFLOWS__read;
+  input [31:0] PERF0_TABLE_OVERFLOWS__value;
+  wire [31:0] PERF0_TABLE_OVERFLOWS__value;
+  wire PERF0_TABLE_OVERFLOWS_rsel;
+  output PERF0_TABLE_UNDERFLOWS__read;
+  wire PERF0_TABLE_UNDERFLOWS__read;
+  input [31:0] PERF0_TABLE_UNDERFLOWS__value;
+  wire [31:0] PERF0_TABLE_UNDERFLOWS__value;
+  wire PERF0_TABLE_UNDERFLOWS_rsel;
   wire PERF0_VERSION_rsel;
   output PERF1_BUSY_COMPUTE__read;
   wire PERF1_BUSY_COMPUTE__read;
@@ -772,6 +817,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   input [31:0] PERF1_BUSY_STORE__value;
   wire [31:0] PERF1_BUSY_STORE__value;
   wire PERF1_BUSY_STORE_rsel;
+  output PERF1_BUSY_VECTOR__read;
+  wire PERF1_BUSY_VECTOR__read;
+  input [31:0] PERF1_BUSY_VECTOR__value;
+  wire [31:0] PERF1_BUSY_VECTOR__value;
+  wire PERF1_BUSY_VECTOR_rsel;
   output PERF1_BYTES_READ__read;
   wire PERF1_BYTES_READ__read;
   input [31:0] PERF1_BYTES_READ__value;
@@ -816,6 +866,21 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   input [31:0] PERF1_STALL_MEM__value;
   wire [31:0] PERF1_STALL_MEM__value;
   wire PERF1_STALL_MEM_rsel;
+  output PERF1_TABLE_HITS__read;
+  wire PERF1_TABLE_HITS__read;
+  input [31:0] PERF1_TABLE_HITS__value;
+  wire [31:0] PERF1_TABLE_HITS__value;
+  wire PERF1_TABLE_HITS_rsel;
+  output PERF1_TABLE_OVERFLOWS__read;
+  wire PERF1_TABLE_OVERFLOWS__read;
+  input [31:0] PERF1_TABLE_OVERFLOWS__value;
+  wire [31:0] PERF1_TABLE_OVERFLOWS__value;
+  wire PERF1_TABLE_OVERFLOWS_rsel;
+  output PERF1_TABLE_UNDERFLOWS__read;
+  wire PERF1_TABLE_UNDERFLOWS__read;
+  input [31:0] PERF1_TABLE_UNDERFLOWS__value;
+  wire [31:0] PERF1_TABLE_UNDERFLOWS__value;
+  wire PERF1_TABLE_UNDERFLOWS_rsel;
   wire PERF1_VERSION_rsel;
   input QUEUE0_CONTROL__set;
   wire QUEUE0_CONTROL__set;
@@ -1290,56 +1355,106 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire wr_hit;
   wire wr_ok;
   wire writing;
+  assign \$343  = \$342  | QUEUE1_IRQ_STATUS__set;
+  assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$358 ;
+    aw_full <= \$358 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$359 ;
+    aw_addr <= \$359 ;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$360 ;
+    w_full <= \$360 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$361 ;
+    GLOBAL_SCRATCH__wdata <= \$361 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$362 ;
+    w_strb <= \$362 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$363 ;
+    bus__bvalid <= \$363 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$364 ;
+    bus__bresp <= \$364 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$365 ;
+    ar_full <= \$365 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$366 ;
+    ar_addr <= \$366 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$367 ;
+    bus__rvalid <= \$367 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$368 ;
+    bus__rdata <= \$368 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$369 ;
+    bus__rresp <= \$369 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$370 ;
+    GLOBAL_SCRATCH__value <= \$370 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$371 ;
+    GLOBAL_SEM0__value <= \$371 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$372 ;
+    GLOBAL_SEM1__value <= \$372 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$373 ;
+    GLOBAL_SEM2__value <= \$373 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$374 ;
+    GLOBAL_SEM3__value <= \$374 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$375 ;
+    GLOBAL_SEM4__value <= \$375 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$376 ;
+    GLOBAL_SEM5__value <= \$376 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$377 ;
+    GLOBAL_SEM6__value <= \$377 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$378 ;
+    GLOBAL_SEM7__value <= \$378 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$379 ;
+    GLOBAL_SEM8__value <= \$379 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$380 ;
+    GLOBAL_SEM9__value <= \$380 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$381 ;
+    GLOBAL_SEM10__value <= \$381 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$382 ;
+    GLOBAL_SEM11__value <= \$382 ;
+  always @(posedge clk)
+    GLOBAL_SEM12__value <= \$383 ;
+  always @(posedge clk)
+    GLOBAL_SEM13__value <= \$384 ;
+  always @(posedge clk)
+    GLOBAL_SEM14__value <= \$385 ;
+  always @(posedge clk)
+    GLOBAL_SEM15__value <= \$386 ;
+  always @(posedge clk)
+    QUEUE0_RING_BASE__value <= \$387 ;
+  always @(posedge clk)
+    QUEUE0_RING_LOG2__value <= \$388 ;
+  always @(posedge clk)
+    QUEUE0_CQ_BASE__value <= \$389 ;
+  always @(posedge clk)
+    QUEUE0_CONTROL__value <= \$390 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_STATUS__value <= \$391 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_MASK__value <= \$392 ;
+  always @(posedge clk)
+    QUEUE0_DMA_BASE__value <= \$393 ;
+  always @(posedge clk)
+    QUEUE0_DMA_LIMIT__value <= \$394 ;
+  always @(posedge clk)
+    QUEUE0_WATCHDOG__value <= \$395 ;
+  always @(posedge clk)
+    QUEUE1_RING_BASE__value <= \$396 ;
+  always @(posedge clk)
+    QUEUE1_RING_LOG2__value <= \$397 ;
+  always @(posedge clk)
+    QUEUE1_CQ_BASE__value <= \$398 ;
+  always @(posedge clk)
+    QUEUE1_CONTROL__value <= \$399 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_STATUS__value <= \$400 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_MASK__value <= \$401 ;
+  always @(posedge clk)
+    QUEUE1_DMA_BASE__value <= \$402 ;
+  always @(posedge clk)
+    QUEUE1_DMA_LIMIT__value <= \$403 ;
+  always @(posedge clk)
+    QUEUE1_WATCHDOG__value <= \$404 ;
+  always @(posedge clk)
+    TRACE0_CONTROL__value <= \$405 ;
+  always @(posedge clk)
+    TRACE1_CONTROL__value <= \$406 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -1466,6 +1581,10 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign PERF0_STALL_MEM_rsel = ar_addr == 10'h32c;
   assign PERF0_BYTES_READ_rsel = ar_addr == 10'h330;
   assign PERF0_BYTES_WRITTEN_rsel = ar_addr == 10'h334;
+  assign PERF0_BUSY_VECTOR_rsel = ar_addr == 10'h338;
+  assign PERF0_TABLE_HITS_rsel = ar_addr == 10'h33c;
+  assign PERF0_TABLE_UNDERFLOWS_rsel = ar_addr == 10'h340;
+  assign PERF0_TABLE_OVERFLOWS_rsel = ar_addr == 10'h344;
   assign PERF1_ID_rsel = ar_addr == 11'h400;
   assign PERF1_VERSION_rsel = ar_addr == 11'h404;
   assign PERF1_NEXT_rsel = ar_addr == 11'h408;
@@ -1480,6 +1599,10 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign PERF1_STALL_MEM_rsel = ar_addr == 11'h42c;
   assign PERF1_BYTES_READ_rsel = ar_addr == 11'h430;
   assign PERF1_BYTES_WRITTEN_rsel = ar_addr == 11'h434;
+  assign PERF1_BUSY_VECTOR_rsel = ar_addr == 11'h438;
+  assign PERF1_TABLE_HITS_rsel = ar_addr == 11'h43c;
+  assign PERF1_TABLE_UNDERFLOWS_rsel = ar_addr == 11'h440;
+  assign PERF1_TABLE_OVERFLOWS_rsel = ar_addr == 11'h444;
   assign TRACE0_ID_rsel = ar_addr == 11'h500;
   assign TRACE0_VERSION_rsel = ar_addr == 11'h504;
   assign TRACE0_NEXT_rsel = ar_addr == 11'h508;
@@ -1497,7 +1620,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
   assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -1505,7 +1628,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65538 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65539 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
@@ -1643,60 +1766,76 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
   assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
   assign \$169  = \$166  | \$168 ;
-  assign \$170  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$171  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$172  = \$170  | \$171 ;
-  assign \$173  = \$169  | \$172 ;
-  assign \$174  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$176  = PERF1_CYCLES_rsel ? \$175  : 32'd0;
-  assign \$177  = \$174  | \$176 ;
-  assign \$179  = PERF1_BUSY_LOAD_rsel ? \$178  : 32'd0;
-  assign \$181  = PERF1_BUSY_COMPUTE_rsel ? \$180  : 32'd0;
-  assign \$182  = \$179  | \$181 ;
-  assign \$183  = \$177  | \$182 ;
-  assign \$184  = \$173  | \$183 ;
-  assign \$185  = \$164  | \$184 ;
-  assign \$187  = PERF1_BUSY_STORE_rsel ? \$186  : 32'd0;
-  assign \$189  = PERF1_MACS_LO_rsel ? \$188  : 32'd0;
+  assign \$171  = PERF0_BUSY_VECTOR_rsel ? \$170  : 32'd0;
+  assign \$173  = PERF0_TABLE_HITS_rsel ? \$172  : 32'd0;
+  assign \$174  = \$171  | \$173 ;
+  assign \$175  = \$169  | \$174 ;
+  assign \$177  = PERF0_TABLE_UNDERFLOWS_rsel ? \$176  : 32'd0;
+  assign \$179  = PERF0_TABLE_OVERFLOWS_rsel ? \$178  : 32'd0;
+  assign \$180  = \$177  | \$179 ;
+  assign \$181  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$182  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$183  = \$181  | \$182 ;
+  assign \$184  = \$180  | \$183 ;
+  assign \$185  = \$175  | \$184 ;
+  assign \$186  = \$164  | \$185 ;
+  assign \$187  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$189  = PERF1_CYCLES_rsel ? \$188  : 32'd0;
   assign \$190  = \$187  | \$189 ;
-  assign \$192  = PERF1_MACS_HI_rsel ? \$191  : 32'd0;
-  assign \$194  = PERF1_STALL_DEP_rsel ? \$193  : 32'd0;
+  assign \$192  = PERF1_BUSY_LOAD_rsel ? \$191  : 32'd0;
+  assign \$194  = PERF1_BUSY_COMPUTE_rsel ? \$193  : 32'd0;
   assign \$195  = \$192  | \$194 ;
   assign \$196  = \$190  | \$195 ;
-  assign \$198  = PERF1_STALL_MEM_rsel ? \$197  : 32'd0;
-  assign \$200  = PERF1_BYTES_READ_rsel ? \$199  : 32'd0;
+  assign \$198  = PERF1_BUSY_STORE_rsel ? \$197  : 32'd0;
+  assign \$200  = PERF1_MACS_LO_rsel ? \$199  : 32'd0;
   assign \$201  = \$198  | \$200 ;
-  assign \$203  = PERF1_BYTES_WRITTEN_rsel ? \$202  : 32'd0;
-  assign \$204  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$205  = \$203  | \$204 ;
-  assign \$206  = \$201  | \$205 ;
-  assign \$207  = \$196  | \$206 ;
-  assign \$208  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$209  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
-  assign \$210  = \$208  | \$209 ;
-  assign \$211  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$213  = TRACE0_COUNT_rsel ? \$212  : 32'd0;
-  assign \$214  = \$211  | \$213 ;
-  assign \$215  = \$210  | \$214 ;
-  assign \$217  = TRACE0_DATA_LO_rsel ? \$216  : 32'd0;
-  assign \$219  = TRACE0_DATA_HI_rsel ? \$218  : 32'd0;
-  assign \$220  = \$217  | \$219 ;
-  assign \$221  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$222  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$223  = \$221  | \$222 ;
-  assign \$224  = \$220  | \$223 ;
-  assign \$225  = \$215  | \$224 ;
-  assign \$226  = \$207  | \$225 ;
-  assign \$227  = \$185  | \$226 ;
-  assign \$229  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
-  assign \$232  = TRACE1_COUNT_rsel ? \$231  : 32'd0;
-  assign \$234  = TRACE1_DATA_LO_rsel ? \$233  : 32'd0;
-  assign \$235  = \$232  | \$234 ;
-  assign \$236  = \$230  | \$235 ;
-  assign \$238  = TRACE1_DATA_HI_rsel ? \$237  : 32'd0;
+  assign \$203  = PERF1_MACS_HI_rsel ? \$202  : 32'd0;
+  assign \$205  = PERF1_STALL_DEP_rsel ? \$204  : 32'd0;
+  assign \$206  = \$203  | \$205 ;
+  assign \$207  = \$201  | \$206 ;
+  assign \$208  = \$196  | \$207 ;
+  assign \$210  = PERF1_STALL_MEM_rsel ? \$209  : 32'd0;
+  assign \$212  = PERF1_BYTES_READ_rsel ? \$211  : 32'd0;
+  assign \$213  = \$210  | \$212 ;
+  assign \$215  = PERF1_BYTES_WRITTEN_rsel ? \$214  : 32'd0;
+  assign \$217  = PERF1_BUSY_VECTOR_rsel ? \$216  : 32'd0;
+  assign \$218  = \$215  | \$217 ;
+  assign \$219  = \$213  | \$218 ;
+  assign \$221  = PERF1_TABLE_HITS_rsel ? \$220  : 32'd0;
+  assign \$223  = PERF1_TABLE_UNDERFLOWS_rsel ? \$222  : 32'd0;
+  assign \$224  = \$221  | \$223 ;
+  assign \$226  = PERF1_TABLE_OVERFLOWS_rsel ? \$225  : 32'd0;
+  assign \$227  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$228  = \$226  | \$227 ;
+  assign \$229  = \$224  | \$228 ;
+  assign \$230  = \$219  | \$229 ;
+  assign \$231  = \$208  | \$230 ;
+  assign \$232  = \$186  | \$231 ;
+  assign \$233  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$234  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$235  = \$233  | \$234 ;
+  assign \$236  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$238  = TRACE0_COUNT_rsel ? \$237  : 32'd0;
   assign \$239  = \$236  | \$238 ;
-  assign \$240  = \$227  | \$239 ;
-  assign rd_data = \$141  | \$240 ;
+  assign \$240  = \$235  | \$239 ;
+  assign \$242  = TRACE0_DATA_LO_rsel ? \$241  : 32'd0;
+  assign \$244  = TRACE0_DATA_HI_rsel ? \$243  : 32'd0;
+  assign \$245  = \$242  | \$244 ;
+  assign \$246  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$247  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = \$245  | \$248 ;
+  assign \$250  = \$240  | \$249 ;
+  assign \$252  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$255  = TRACE1_COUNT_rsel ? \$254  : 32'd0;
+  assign \$257  = TRACE1_DATA_LO_rsel ? \$256  : 32'd0;
+  assign \$258  = \$255  | \$257 ;
+  assign \$259  = \$253  | \$258 ;
+  assign \$261  = TRACE1_DATA_HI_rsel ? \$260  : 32'd0;
+  assign \$262  = \$259  | \$261 ;
+  assign \$263  = \$250  | \$262 ;
+  assign \$264  = \$232  | \$263 ;
+  assign rd_data = \$141  | \$264 ;
   assign GLOBAL_SCRATCH__write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -1758,6 +1897,10 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
   assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
   assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
+  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
+  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
+  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
+  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
   assign PERF1_CONTROL__write = writing & PERF1_CONTROL_wsel;
   assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
   assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
@@ -1769,6 +1912,10 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
   assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
   assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
+  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
+  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
+  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
+  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
   assign TRACE0_CONTROL__write = writing & TRACE0_CONTROL_wsel;
   assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
   assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
@@ -1777,106 +1924,66 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
   assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
   assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$241  = ~ aw_full;
-  assign \$242  = bus__awvalid & \$241 ;
-  assign \$243  = ~ w_full;
-  assign \$244  = bus__wvalid & \$243 ;
-  assign \$245  = wr_ok ? 2'h0 : 2'h2;
-  assign \$246  = bus__bvalid & bus__bready;
-  assign \$247  = ~ ar_full;
-  assign \$248  = bus__arvalid & \$247 ;
-  assign \$249  = rd_hit ? rd_data : 32'd0;
-  assign \$250  = rd_hit ? 2'h0 : 2'h2;
-  assign \$251  = bus__rvalid & bus__rready;
-  assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$295  = ~ \$294 ;
-  assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | QUEUE0_IRQ_STATUS__set;
-  assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
-  assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$317  = ~ \$316 ;
-  assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | QUEUE1_IRQ_STATUS__set;
-  assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
-  always @(posedge clk)
-    aw_full <= \$334 ;
-  always @(posedge clk)
-    aw_addr <= \$335 ;
-  always @(posedge clk)
-    w_full <= \$336 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$337 ;
-  always @(posedge clk)
-    w_strb <= \$338 ;
-  always @(posedge clk)
-    bus__bvalid <= \$339 ;
-  always @(posedge clk)
-    bus__bresp <= \$340 ;
-  always @(posedge clk)
-    ar_full <= \$341 ;
-  always @(posedge clk)
-    ar_addr <= \$342 ;
-  always @(posedge clk)
-    bus__rvalid <= \$343 ;
-  always @(posedge clk)
-    bus__rdata <= \$344 ;
-  always @(posedge clk)
-    bus__rresp <= \$345 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$346 ;
-  always @(posedge clk)
-    GLOBAL_SEM0__value <= \$347 ;
-  always @(posedge clk)
-    GLOBAL_SEM1__value <= \$348 ;
-  always @(posedge clk)
-    GLOBAL_SEM2__value <= \$349 ;
-  always @(posedge clk)
-    GLOBAL_SEM3__value <= \$350 ;
-  always @(posedge clk)
-    GLOBAL_SEM4__value <= \$351 ;
-  always @(posedge clk)
-    GLOBAL_SEM5__value <= \$352 ;
-  always @(posedge clk)
-    GLOBAL_SEM6__value <= \$353 ;
-  always @(posedge clk)
-    GLOBAL_SEM7__value <= \$354 ;
-  always @(posedge clk)
-    GLOBAL_SEM8__value <= \$355 ;
-  always @(posedge clk)
-    GLOBAL_SEM9__value <= \$356 ;
-  always @(posedge clk)
-    GLOBAL_SEM10__value <= \$357 ;
+  assign \$265  = ~ aw_full;
+  assign \$266  = bus__awvalid & \$265 ;
+  assign \$267  = ~ w_full;
+  assign \$268  = bus__wvalid & \$267 ;
+  assign \$269  = wr_ok ? 2'h0 : 2'h2;
+  assign \$270  = bus__bvalid & bus__bready;
+  assign \$271  = ~ ar_full;
+  assign \$272  = bus__arvalid & \$271 ;
+  assign \$273  = rd_hit ? rd_data : 32'd0;
+  assign \$274  = rd_hit ? 2'h0 : 2'h2;
+  assign \$275  = bus__rvalid & bus__rready;
+  assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$319  = ~ \$318 ;
+  assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
+  assign \$321  = \$320  | QUEUE0_IRQ_STATUS__set;
+  assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
+  assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$341  = ~ \$340 ;
+  assign \$342  = QUEUE1_IRQ_STATUS__value & \$341 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$359  = GLOBAL_SEM12__value;
-    if (GLOBAL_SEM12__write) begin
-      \$359  = \$278 ;
-    end else if (GLOBAL_SEM12__set) begin
-      \$359  = \$279 ;
+    \$358  = aw_full;
+    if (\$266 ) begin
+      \$358  = 1'h1;
+    end
+    if (do_write) begin
+      \$358  = 1'h0;
     end
     if (rst) begin
-      \$359  = 32'd0;
+      \$358  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$360  = GLOBAL_SEM13__value;
-    if (GLOBAL_SEM13__write) begin
-      \$360  = \$280 ;
-    end else if (GLOBAL_SEM13__set) begin
-      \$360  = \$281 ;
+    \$359  = aw_addr;
+    if (\$266 ) begin
+      \$359  = bus__awaddr;
     end
     if (rst) begin
-      \$360  = 32'd0;
+      \$359  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$361  = GLOBAL_SEM14__value;
-    if (GLOBAL_SEM14__write) begin
-      \$361  = \$282 ;
-    end else if (GLOBAL_SEM14__set) begin
-      \$361  = \$283 ;
+    \$360  = w_full;
+    if (\$268 ) begin
+      \$360  = 1'h1;
+    end
+    if (do_write) begin
+      \$360  = 1'h0;
+    end
+    if (rst) begin
+      \$360  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$361  = GLOBAL_SCRATCH__wdata;
+    if (\$268 ) begin
+      \$361  = bus__wdata;
     end
     if (rst) begin
       \$361  = 32'd0;
@@ -1884,78 +1991,78 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$362  = GLOBAL_SEM15__value;
-    if (GLOBAL_SEM15__write) begin
-      \$362  = \$284 ;
-    end else if (GLOBAL_SEM15__set) begin
-      \$362  = \$285 ;
+    \$362  = w_strb;
+    if (\$268 ) begin
+      \$362  = bus__wstrb;
     end
     if (rst) begin
-      \$362  = 32'd0;
+      \$362  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$363  = QUEUE0_RING_BASE__value;
-    if (QUEUE0_RING_BASE__write) begin
-      \$363  = \$286 ;
-    end else if (QUEUE0_RING_BASE__set) begin
-      \$363  = \$287 ;
+    \$363  = bus__bvalid;
+    if (do_write) begin
+      \$363  = 1'h1;
+    end
+    if (\$270 ) begin
+      \$363  = 1'h0;
     end
     if (rst) begin
-      \$363  = 32'd0;
+      \$363  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$364  = QUEUE0_RING_LOG2__value;
-    if (QUEUE0_RING_LOG2__write) begin
-      \$364  = \$288 ;
-    end else if (QUEUE0_RING_LOG2__set) begin
-      \$364  = \$289 ;
+    \$364  = bus__bresp;
+    if (do_write) begin
+      \$364  = \$269 ;
     end
     if (rst) begin
-      \$364  = 32'd4;
+      \$364  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$365  = QUEUE0_CQ_BASE__value;
-    if (QUEUE0_CQ_BASE__write) begin
-      \$365  = \$290 ;
-    end else if (QUEUE0_CQ_BASE__set) begin
-      \$365  = \$291 ;
+    \$365  = ar_full;
+    if (\$272 ) begin
+      \$365  = 1'h1;
+    end
+    if (do_read) begin
+      \$365  = 1'h0;
     end
     if (rst) begin
-      \$365  = 32'd0;
+      \$365  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$366  = QUEUE0_CONTROL__value;
-    if (QUEUE0_CONTROL__write) begin
-      \$366  = \$292 ;
-    end else if (QUEUE0_CONTROL__set) begin
-      \$366  = \$293 ;
+    \$366  = ar_addr;
+    if (\$272 ) begin
+      \$366  = bus__araddr;
     end
     if (rst) begin
-      \$366  = 32'd0;
+      \$366  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$367  = \$299 ;
+    \$367  = bus__rvalid;
+    if (do_read) begin
+      \$367  = 1'h1;
+    end
+    if (\$275 ) begin
+      \$367  = 1'h0;
+    end
     if (rst) begin
-      \$367  = 32'd0;
+      \$367  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$368  = QUEUE0_IRQ_MASK__value;
-    if (QUEUE0_IRQ_MASK__write) begin
-      \$368  = \$300 ;
-    end else if (QUEUE0_IRQ_MASK__set) begin
-      \$368  = \$301 ;
+    \$368  = bus__rdata;
+    if (do_read) begin
+      \$368  = \$273 ;
     end
     if (rst) begin
       \$368  = 32'd0;
@@ -1963,23 +2070,21 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$369  = QUEUE0_DMA_BASE__value;
-    if (QUEUE0_DMA_BASE__write) begin
-      \$369  = \$302 ;
-    end else if (QUEUE0_DMA_BASE__set) begin
-      \$369  = \$303 ;
+    \$369  = bus__rresp;
+    if (do_read) begin
+      \$369  = \$274 ;
     end
     if (rst) begin
-      \$369  = 32'd0;
+      \$369  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$370  = QUEUE0_DMA_LIMIT__value;
-    if (QUEUE0_DMA_LIMIT__write) begin
-      \$370  = \$304 ;
-    end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$370  = \$305 ;
+    \$370  = GLOBAL_SCRATCH__value;
+    if (GLOBAL_SCRATCH__write) begin
+      \$370  = \$276 ;
+    end else if (GLOBAL_SCRATCH__set) begin
+      \$370  = \$277 ;
     end
     if (rst) begin
       \$370  = 32'd0;
@@ -1987,11 +2092,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$371  = QUEUE0_WATCHDOG__value;
-    if (QUEUE0_WATCHDOG__write) begin
-      \$371  = \$306 ;
-    end else if (QUEUE0_WATCHDOG__set) begin
-      \$371  = \$307 ;
+    \$371  = GLOBAL_SEM0__value;
+    if (GLOBAL_SEM0__write) begin
+      \$371  = \$278 ;
+    end else if (GLOBAL_SEM0__set) begin
+      \$371  = \$279 ;
     end
     if (rst) begin
       \$371  = 32'd0;
@@ -1999,11 +2104,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$372  = QUEUE1_RING_BASE__value;
-    if (QUEUE1_RING_BASE__write) begin
-      \$372  = \$308 ;
-    end else if (QUEUE1_RING_BASE__set) begin
-      \$372  = \$309 ;
+    \$372  = GLOBAL_SEM1__value;
+    if (GLOBAL_SEM1__write) begin
+      \$372  = \$280 ;
+    end else if (GLOBAL_SEM1__set) begin
+      \$372  = \$281 ;
     end
     if (rst) begin
       \$372  = 32'd0;
@@ -2011,23 +2116,23 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$373  = QUEUE1_RING_LOG2__value;
-    if (QUEUE1_RING_LOG2__write) begin
-      \$373  = \$310 ;
-    end else if (QUEUE1_RING_LOG2__set) begin
-      \$373  = \$311 ;
+    \$373  = GLOBAL_SEM2__value;
+    if (GLOBAL_SEM2__write) begin
+      \$373  = \$282 ;
+    end else if (GLOBAL_SEM2__set) begin
+      \$373  = \$283 ;
     end
     if (rst) begin
-      \$373  = 32'd4;
+      \$373  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$374  = QUEUE1_CQ_BASE__value;
-    if (QUEUE1_CQ_BASE__write) begin
-      \$374  = \$312 ;
-    end else if (QUEUE1_CQ_BASE__set) begin
-      \$374  = \$313 ;
+    \$374  = GLOBAL_SEM3__value;
+    if (GLOBAL_SEM3__write) begin
+      \$374  = \$284 ;
+    end else if (GLOBAL_SEM3__set) begin
+      \$374  = \$285 ;
     end
     if (rst) begin
       \$374  = 32'd0;
@@ -2035,11 +2140,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$375  = QUEUE1_CONTROL__value;
-    if (QUEUE1_CONTROL__write) begin
-      \$375  = \$314 ;
-    end else if (QUEUE1_CONTROL__set) begin
-      \$375  = \$315 ;
+    \$375  = GLOBAL_SEM4__value;
+    if (GLOBAL_SEM4__write) begin
+      \$375  = \$286 ;
+    end else if (GLOBAL_SEM4__set) begin
+      \$375  = \$287 ;
     end
     if (rst) begin
       \$375  = 32'd0;
@@ -2047,18 +2152,23 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$376  = \$321 ;
+    \$376  = GLOBAL_SEM5__value;
+    if (GLOBAL_SEM5__write) begin
+      \$376  = \$288 ;
+    end else if (GLOBAL_SEM5__set) begin
+      \$376  = \$289 ;
+    end
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$377  = QUEUE1_IRQ_MASK__value;
-    if (QUEUE1_IRQ_MASK__write) begin
-      \$377  = \$322 ;
-    end else if (QUEUE1_IRQ_MASK__set) begin
-      \$377  = \$323 ;
+    \$377  = GLOBAL_SEM6__value;
+    if (GLOBAL_SEM6__write) begin
+      \$377  = \$290 ;
+    end else if (GLOBAL_SEM6__set) begin
+      \$377  = \$291 ;
     end
     if (rst) begin
       \$377  = 32'd0;
@@ -2066,11 +2176,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$378  = QUEUE1_DMA_BASE__value;
-    if (QUEUE1_DMA_BASE__write) begin
-      \$378  = \$324 ;
-    end else if (QUEUE1_DMA_BASE__set) begin
-      \$378  = \$325 ;
+    \$378  = GLOBAL_SEM7__value;
+    if (GLOBAL_SEM7__write) begin
+      \$378  = \$292 ;
+    end else if (GLOBAL_SEM7__set) begin
+      \$378  = \$293 ;
     end
     if (rst) begin
       \$378  = 32'd0;
@@ -2078,11 +2188,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$379  = QUEUE1_DMA_LIMIT__value;
-    if (QUEUE1_DMA_LIMIT__write) begin
-      \$379  = \$326 ;
-    end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$379  = \$327 ;
+    \$379  = GLOBAL_SEM8__value;
+    if (GLOBAL_SEM8__write) begin
+      \$379  = \$294 ;
+    end else if (GLOBAL_SEM8__set) begin
+      \$379  = \$295 ;
     end
     if (rst) begin
       \$379  = 32'd0;
@@ -2090,11 +2200,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$380  = QUEUE1_WATCHDOG__value;
-    if (QUEUE1_WATCHDOG__write) begin
-      \$380  = \$328 ;
-    end else if (QUEUE1_WATCHDOG__set) begin
-      \$380  = \$329 ;
+    \$380  = GLOBAL_SEM9__value;
+    if (GLOBAL_SEM9__write) begin
+      \$380  = \$296 ;
+    end else if (GLOBAL_SEM9__set) begin
+      \$380  = \$297 ;
     end
     if (rst) begin
       \$380  = 32'd0;
@@ -2102,11 +2212,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$381  = TRACE0_CONTROL__value;
-    if (TRACE0_CONTROL__write) begin
-      \$381  = \$330 ;
-    end else if (TRACE0_CONTROL__set) begin
-      \$381  = \$331 ;
+    \$381  = GLOBAL_SEM10__value;
+    if (GLOBAL_SEM10__write) begin
+      \$381  = \$298 ;
+    end else if (GLOBAL_SEM10__set) begin
+      \$381  = \$299 ;
     end
     if (rst) begin
       \$381  = 32'd0;
@@ -2114,11 +2224,11 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$382  = TRACE1_CONTROL__value;
-    if (TRACE1_CONTROL__write) begin
-      \$382  = \$332 ;
-    end else if (TRACE1_CONTROL__set) begin
-      \$382  = \$333 ;
+    \$382  = GLOBAL_SEM11__value;
+    if (GLOBAL_SEM11__write) begin
+      \$382  = \$300 ;
+    end else if (GLOBAL_SEM11__set) begin
+      \$382  = \$301 ;
     end
     if (rst) begin
       \$382  = 32'd0;
@@ -2126,293 +2236,280 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$334  = aw_full;
-    if (\$242 ) begin
-      \$334  = 1'h1;
-    end
-    if (do_write) begin
-      \$334  = 1'h0;
+    \$383  = GLOBAL_SEM12__value;
+    if (GLOBAL_SEM12__write) begin
+      \$383  = \$302 ;
+    end else if (GLOBAL_SEM12__set) begin
+      \$383  = \$303 ;
     end
     if (rst) begin
-      \$334  = 1'h0;
+      \$383  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$335  = aw_addr;
-    if (\$242 ) begin
-      \$335  = bus__awaddr;
+    \$384  = GLOBAL_SEM13__value;
+    if (GLOBAL_SEM13__write) begin
+      \$384  = \$304 ;
+    end else if (GLOBAL_SEM13__set) begin
+      \$384  = \$305 ;
     end
     if (rst) begin
-      \$335  = 16'h0000;
+      \$384  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$336  = w_full;
-    if (\$244 ) begin
-      \$336  = 1'h1;
-    end
-    if (do_write) begin
-      \$336  = 1'h0;
+    \$385  = GLOBAL_SEM14__value;
+    if (GLOBAL_SEM14__write) begin
+      \$385  = \$306 ;
+    end else if (GLOBAL_SEM14__set) begin
+      \$385  = \$307 ;
     end
     if (rst) begin
-      \$336  = 1'h0;
+      \$385  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$337  = GLOBAL_SCRATCH__wdata;
-    if (\$244 ) begin
-      \$337  = bus__wdata;
+    \$386  = GLOBAL_SEM15__value;
+    if (GLOBAL_SEM15__write) begin
+      \$386  = \$308 ;
+    end else if (GLOBAL_SEM15__set) begin
+      \$386  = \$309 ;
     end
     if (rst) begin
-      \$337  = 32'd0;
+      \$386  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$338  = w_strb;
-    if (\$244 ) begin
-      \$338  = bus__wstrb;
+    \$387  = QUEUE0_RING_BASE__value;
+    if (QUEUE0_RING_BASE__write) begin
+      \$387  = \$310 ;
+    end else if (QUEUE0_RING_BASE__set) begin
+      \$387  = \$311 ;
     end
     if (rst) begin
-      \$338  = 4'h0;
+      \$387  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$339  = bus__bvalid;
-    if (do_write) begin
-      \$339  = 1'h1;
-    end
-    if (\$246 ) begin
-      \$339  = 1'h0;
+    \$388  = QUEUE0_RING_LOG2__value;
+    if (QUEUE0_RING_LOG2__write) begin
+      \$388  = \$312 ;
+    end else if (QUEUE0_RING_LOG2__set) begin
+      \$388  = \$313 ;
     end
     if (rst) begin
-      \$339  = 1'h0;
+      \$388  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$340  = bus__bresp;
-    if (do_write) begin
-      \$340  = \$245 ;
+    \$389  = QUEUE0_CQ_BASE__value;
+    if (QUEUE0_CQ_BASE__write) begin
+      \$389  = \$314 ;
+    end else if (QUEUE0_CQ_BASE__set) begin
+      \$389  = \$315 ;
     end
     if (rst) begin
-      \$340  = 2'h0;
+      \$389  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$341  = ar_full;
-    if (\$248 ) begin
-      \$341  = 1'h1;
-    end
-    if (do_read) begin
-      \$341  = 1'h0;
+    \$390  = QUEUE0_CONTROL__value;
+    if (QUEUE0_CONTROL__write) begin
+      \$390  = \$316 ;
+    end else if (QUEUE0_CONTROL__set) begin
+      \$390  = \$317 ;
     end
     if (rst) begin
-      \$341  = 1'h0;
+      \$390  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$342  = ar_addr;
-    if (\$248 ) begin
-      \$342  = bus__araddr;
-    end
+    \$391  = \$323 ;
     if (rst) begin
-      \$342  = 16'h0000;
+      \$391  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$343  = bus__rvalid;
-    if (do_read) begin
-      \$343  = 1'h1;
-    end
-    if (\$251 ) begin
-      \$343  = 1'h0;
+    \$392  = QUEUE0_IRQ_MASK__value;
+    if (QUEUE0_IRQ_MASK__write) begin
+      \$392  = \$324 ;
+    end else if (QUEUE0_IRQ_MASK__set) begin
+      \$392  = \$325 ;
     end
     if (rst) begin
-      \$343  = 1'h0;
+      \$392  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$344  = bus__rdata;
-    if (do_read) begin
-      \$344  = \$249 ;
+    \$393  = QUEUE0_DMA_BASE__value;
+    if (QUEUE0_DMA_BASE__write) begin
+      \$393  = \$326 ;
+    end else if (QUEUE0_DMA_BASE__set) begin
+      \$393  = \$327 ;
     end
     if (rst) begin
-      \$344  = 32'd0;
+      \$393  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$345  = bus__rresp;
-    if (do_read) begin
-      \$345  = \$250 ;
+    \$394  = QUEUE0_DMA_LIMIT__value;
+    if (QUEUE0_DMA_LIMIT__write) begin
+      \$394  = \$328 ;
+    end else if (QUEUE0_DMA_LIMIT__set) begin
+      \$394  = \$329 ;
     end
     if (rst) begin
-      \$345  = 2'h0;
+      \$394  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$346  = GLOBAL_SCRATCH__value;
-    if (GLOBAL_SCRATCH__write) begin
-      \$346  = \$252 ;
-    end else if (GLOBAL_SCRATCH__set) begin
-      \$346  = \$253 ;
+    \$395  = QUEUE0_WATCHDOG__value;
+    if (QUEUE0_WATCHDOG__write) begin
+      \$395  = \$330 ;
+    end else if (QUEUE0_WATCHDOG__set) begin
+      \$395  = \$331 ;
     end
     if (rst) begin
-      \$346  = 32'd0;
+      \$395  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$347  = GLOBAL_SEM0__value;
-    if (GLOBAL_SEM0__write) begin
-      \$347  = \$254 ;
-    end else if (GLOBAL_SEM0__set) begin
-      \$347  = \$255 ;
+    \$396  = QUEUE1_RING_BASE__value;
+    if (QUEUE1_RING_BASE__write) begin
+      \$396  = \$332 ;
+    end else if (QUEUE1_RING_BASE__set) begin
+      \$396  = \$333 ;
     end
     if (rst) begin
-      \$347  = 32'd0;
+      \$396  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$348  = GLOBAL_SEM1__value;
-    if (GLOBAL_SEM1__write) begin
-      \$348  = \$256 ;
-    end else if (GLOBAL_SEM1__set) begin
-      \$348  = \$257 ;
+    \$397  = QUEUE1_RING_LOG2__value;
+    if (QUEUE1_RING_LOG2__write) begin
+      \$397  = \$334 ;
+    end else if (QUEUE1_RING_LOG2__set) begin
+      \$397  = \$335 ;
     end
     if (rst) begin
-      \$348  = 32'd0;
+      \$397  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$349  = GLOBAL_SEM2__value;
-    if (GLOBAL_SEM2__write) begin
-      \$349  = \$258 ;
-    end else if (GLOBAL_SEM2__set) begin
-      \$349  = \$259 ;
+    \$398  = QUEUE1_CQ_BASE__value;
+    if (QUEUE1_CQ_BASE__write) begin
+      \$398  = \$336 ;
+    end else if (QUEUE1_CQ_BASE__set) begin
+      \$398  = \$337 ;
     end
     if (rst) begin
-      \$349  = 32'd0;
+      \$398  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$350  = GLOBAL_SEM3__value;
-    if (GLOBAL_SEM3__write) begin
-      \$350  = \$260 ;
-    end else if (GLOBAL_SEM3__set) begin
-      \$350  = \$261 ;
+    \$399  = QUEUE1_CONTROL__value;
+    if (QUEUE1_CONTROL__write) begin
+      \$399  = \$338 ;
+    end else if (QUEUE1_CONTROL__set) begin
+      \$399  = \$339 ;
     end
     if (rst) begin
-      \$350  = 32'd0;
+      \$399  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$351  = GLOBAL_SEM4__value;
-    if (GLOBAL_SEM4__write) begin
-      \$351  = \$262 ;
-    end else if (GLOBAL_SEM4__set) begin
-      \$351  = \$263 ;
-    end
+    \$400  = \$345 ;
     if (rst) begin
-      \$351  = 32'd0;
+      \$400  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$352  = GLOBAL_SEM5__value;
-    if (GLOBAL_SEM5__write) begin
-      \$352  = \$264 ;
-    end else if (GLOBAL_SEM5__set) begin
-      \$352  = \$265 ;
+    \$401  = QUEUE1_IRQ_MASK__value;
+    if (QUEUE1_IRQ_MASK__write) begin
+      \$401  = \$346 ;
+    end else if (QUEUE1_IRQ_MASK__set) begin
+      \$401  = \$347 ;
     end
     if (rst) begin
-      \$352  = 32'd0;
+      \$401  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$353  = GLOBAL_SEM6__value;
-    if (GLOBAL_SEM6__write) begin
-      \$353  = \$266 ;
-    end else if (GLOBAL_SEM6__set) begin
-      \$353  = \$267 ;
+    \$402  = QUEUE1_DMA_BASE__value;
+    if (QUEUE1_DMA_BASE__write) begin
+      \$402  = \$348 ;
+    end else if (QUEUE1_DMA_BASE__set) begin
+      \$402  = \$349 ;
     end
     if (rst) begin
-      \$353  = 32'd0;
+      \$402  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$354  = GLOBAL_SEM7__value;
-    if (GLOBAL_SEM7__write) begin
-      \$354  = \$268 ;
-    end else if (GLOBAL_SEM7__set) begin
-      \$354  = \$269 ;
+    \$403  = QUEUE1_DMA_LIMIT__value;
+    if (QUEUE1_DMA_LIMIT__write) begin
+      \$403  = \$350 ;
+    end else if (QUEUE1_DMA_LIMIT__set) begin
+      \$403  = \$351 ;
     end
     if (rst) begin
-      \$354  = 32'd0;
+      \$403  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$355  = GLOBAL_SEM8__value;
-    if (GLOBAL_SEM8__write) begin
-      \$355  = \$270 ;
-    end else if (GLOBAL_SEM8__set) begin
-      \$355  = \$271 ;
+    \$404  = QUEUE1_WATCHDOG__value;
+    if (QUEUE1_WATCHDOG__write) begin
+      \$404  = \$352 ;
+    end else if (QUEUE1_WATCHDOG__set) begin
+      \$404  = \$353 ;
     end
     if (rst) begin
-      \$355  = 32'd0;
+      \$404  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$356  = GLOBAL_SEM9__value;
-    if (GLOBAL_SEM9__write) begin
-      \$356  = \$272 ;
-    end else if (GLOBAL_SEM9__set) begin
-      \$356  = \$273 ;
+    \$405  = TRACE0_CONTROL__value;
+    if (TRACE0_CONTROL__write) begin
+      \$405  = \$354 ;
+    end else if (TRACE0_CONTROL__set) begin
+      \$405  = \$355 ;
     end
     if (rst) begin
-      \$356  = 32'd0;
+      \$405  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$357  = GLOBAL_SEM10__value;
-    if (GLOBAL_SEM10__write) begin
-      \$357  = \$274 ;
-    end else if (GLOBAL_SEM10__set) begin
-      \$357  = \$275 ;
+    \$406  = TRACE1_CONTROL__value;
+    if (TRACE1_CONTROL__write) begin
+      \$406  = \$356 ;
+    end else if (TRACE1_CONTROL__set) begin
+      \$406  = \$357 ;
     end
     if (rst) begin
-      \$357  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$358  = GLOBAL_SEM11__value;
-    if (GLOBAL_SEM11__write) begin
-      \$358  = \$276 ;
-    end else if (GLOBAL_SEM11__set) begin
-      \$358  = \$277 ;
-    end
-    if (rst) begin
-      \$358  = 32'd0;
+      \$406  = 32'd0;
     end
   end
   assign GLOBAL_SCRATCH_write = GLOBAL_SCRATCH__write;
@@ -2564,152 +2661,160 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$160  = PERF0_STALL_MEM__value;
   assign \$165  = PERF0_BYTES_READ__value;
   assign \$167  = PERF0_BYTES_WRITTEN__value;
-  assign \$175  = PERF1_CYCLES__value;
-  assign \$178  = PERF1_BUSY_LOAD__value;
-  assign \$180  = PERF1_BUSY_COMPUTE__value;
-  assign \$186  = PERF1_BUSY_STORE__value;
-  assign \$188  = PERF1_MACS_LO__value;
-  assign \$191  = PERF1_MACS_HI__value;
-  assign \$193  = PERF1_STALL_DEP__value;
-  assign \$197  = PERF1_STALL_MEM__value;
-  assign \$199  = PERF1_BYTES_READ__value;
-  assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = TRACE0_COUNT__value;
-  assign \$216  = TRACE0_DATA_LO__value;
-  assign \$218  = TRACE0_DATA_HI__value;
-  assign \$228  = 32'd0;
-  assign \$230  = \$229 ;
-  assign \$231  = TRACE1_COUNT__value;
-  assign \$233  = TRACE1_DATA_LO__value;
-  assign \$237  = TRACE1_DATA_HI__value;
-  assign \$252  = GLOBAL_SCRATCH__wdata;
-  assign \$253  = GLOBAL_SCRATCH__set_value;
-  assign \$254 [31:16] = 16'h0000;
-  assign \$254 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$255 [31:16] = 16'h0000;
-  assign \$255 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$256 [31:16] = 16'h0000;
-  assign \$256 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$257 [31:16] = 16'h0000;
-  assign \$257 [15:0] = GLOBAL_SEM1__set_value[15:0];
-  assign \$258 [31:16] = 16'h0000;
-  assign \$258 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$259 [31:16] = 16'h0000;
-  assign \$259 [15:0] = GLOBAL_SEM2__set_value[15:0];
-  assign \$260 [31:16] = 16'h0000;
-  assign \$260 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$261 [31:16] = 16'h0000;
-  assign \$261 [15:0] = GLOBAL_SEM3__set_value[15:0];
-  assign \$262 [31:16] = 16'h0000;
-  assign \$262 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$263 [31:16] = 16'h0000;
-  assign \$263 [15:0] = GLOBAL_SEM4__set_value[15:0];
-  assign \$264 [31:16] = 16'h0000;
-  assign \$264 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$265 [31:16] = 16'h0000;
-  assign \$265 [15:0] = GLOBAL_SEM5__set_value[15:0];
-  assign \$266 [31:16] = 16'h0000;
-  assign \$266 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$267 [31:16] = 16'h0000;
-  assign \$267 [15:0] = GLOBAL_SEM6__set_value[15:0];
-  assign \$268 [31:16] = 16'h0000;
-  assign \$268 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$269 [31:16] = 16'h0000;
-  assign \$269 [15:0] = GLOBAL_SEM7__set_value[15:0];
-  assign \$270 [31:16] = 16'h0000;
-  assign \$270 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$271 [31:16] = 16'h0000;
-  assign \$271 [15:0] = GLOBAL_SEM8__set_value[15:0];
-  assign \$272 [31:16] = 16'h0000;
-  assign \$272 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$273 [31:16] = 16'h0000;
-  assign \$273 [15:0] = GLOBAL_SEM9__set_value[15:0];
-  assign \$274 [31:16] = 16'h0000;
-  assign \$274 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$275 [31:16] = 16'h0000;
-  assign \$275 [15:0] = GLOBAL_SEM10__set_value[15:0];
-  assign \$276 [31:16] = 16'h0000;
-  assign \$276 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$277 [31:16] = 16'h0000;
-  assign \$277 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$170  = PERF0_BUSY_VECTOR__value;
+  assign \$172  = PERF0_TABLE_HITS__value;
+  assign \$176  = PERF0_TABLE_UNDERFLOWS__value;
+  assign \$178  = PERF0_TABLE_OVERFLOWS__value;
+  assign \$188  = PERF1_CYCLES__value;
+  assign \$191  = PERF1_BUSY_LOAD__value;
+  assign \$193  = PERF1_BUSY_COMPUTE__value;
+  assign \$197  = PERF1_BUSY_STORE__value;
+  assign \$199  = PERF1_MACS_LO__value;
+  assign \$202  = PERF1_MACS_HI__value;
+  assign \$204  = PERF1_STALL_DEP__value;
+  assign \$209  = PERF1_STALL_MEM__value;
+  assign \$211  = PERF1_BYTES_READ__value;
+  assign \$214  = PERF1_BYTES_WRITTEN__value;
+  assign \$216  = PERF1_BUSY_VECTOR__value;
+  assign \$220  = PERF1_TABLE_HITS__value;
+  assign \$222  = PERF1_TABLE_UNDERFLOWS__value;
+  assign \$225  = PERF1_TABLE_OVERFLOWS__value;
+  assign \$237  = TRACE0_COUNT__value;
+  assign \$241  = TRACE0_DATA_LO__value;
+  assign \$243  = TRACE0_DATA_HI__value;
+  assign \$251  = 32'd0;
+  assign \$253  = \$252 ;
+  assign \$254  = TRACE1_COUNT__value;
+  assign \$256  = TRACE1_DATA_LO__value;
+  assign \$260  = TRACE1_DATA_HI__value;
+  assign \$276  = GLOBAL_SCRATCH__wdata;
+  assign \$277  = GLOBAL_SCRATCH__set_value;
   assign \$278 [31:16] = 16'h0000;
   assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$279 [15:0] = GLOBAL_SEM0__set_value[15:0];
   assign \$280 [31:16] = 16'h0000;
   assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$281 [15:0] = GLOBAL_SEM1__set_value[15:0];
   assign \$282 [31:16] = 16'h0000;
   assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$283 [31:16] = 16'h0000;
-  assign \$283 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$283 [15:0] = GLOBAL_SEM2__set_value[15:0];
   assign \$284 [31:16] = 16'h0000;
   assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$285 [31:16] = 16'h0000;
-  assign \$285 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$286 [4:0] = 5'h00;
-  assign \$286 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$287 [4:0] = 5'h00;
-  assign \$287 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$288 [31:5] = 27'h0000000;
-  assign \$288 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$289 [31:5] = 27'h0000000;
-  assign \$289 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$290 [2:0] = 3'h0;
-  assign \$290 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$291 [2:0] = 3'h0;
-  assign \$291 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$292 [31:2] = 30'h00000000;
-  assign \$292 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$293 [31:2] = 30'h00000000;
-  assign \$293 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$298 [31:2] = 30'h00000000;
-  assign \$298 [1:0] = \$297 [1:0];
-  assign \$300 [31:2] = 30'h00000000;
-  assign \$300 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$301 [31:2] = 30'h00000000;
-  assign \$301 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$302  = GLOBAL_SCRATCH__wdata;
-  assign \$303  = QUEUE0_DMA_BASE__set_value;
-  assign \$304  = GLOBAL_SCRATCH__wdata;
-  assign \$305  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$306  = GLOBAL_SCRATCH__wdata;
-  assign \$307  = QUEUE0_WATCHDOG__set_value;
-  assign \$308 [4:0] = 5'h00;
-  assign \$308 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$309 [4:0] = 5'h00;
-  assign \$309 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$310 [31:5] = 27'h0000000;
-  assign \$310 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$311 [31:5] = 27'h0000000;
-  assign \$311 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$312 [2:0] = 3'h0;
-  assign \$312 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$313 [2:0] = 3'h0;
-  assign \$313 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$314 [31:2] = 30'h00000000;
-  assign \$314 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$315 [31:2] = 30'h00000000;
-  assign \$315 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$320 [31:2] = 30'h00000000;
-  assign \$320 [1:0] = \$319 [1:0];
+  assign \$285 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$286 [31:16] = 16'h0000;
+  assign \$286 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$287 [31:16] = 16'h0000;
+  assign \$287 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$288 [31:16] = 16'h0000;
+  assign \$288 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$289 [31:16] = 16'h0000;
+  assign \$289 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$290 [31:16] = 16'h0000;
+  assign \$290 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$291 [31:16] = 16'h0000;
+  assign \$291 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$292 [31:16] = 16'h0000;
+  assign \$292 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$293 [31:16] = 16'h0000;
+  assign \$293 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$294 [31:16] = 16'h0000;
+  assign \$294 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$295 [31:16] = 16'h0000;
+  assign \$295 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$296 [31:16] = 16'h0000;
+  assign \$296 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$297 [31:16] = 16'h0000;
+  assign \$297 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$298 [31:16] = 16'h0000;
+  assign \$298 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$299 [31:16] = 16'h0000;
+  assign \$299 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$300 [31:16] = 16'h0000;
+  assign \$300 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$301 [31:16] = 16'h0000;
+  assign \$301 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$302 [31:16] = 16'h0000;
+  assign \$302 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$303 [31:16] = 16'h0000;
+  assign \$303 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$304 [31:16] = 16'h0000;
+  assign \$304 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$305 [31:16] = 16'h0000;
+  assign \$305 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$306 [31:16] = 16'h0000;
+  assign \$306 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$307 [31:16] = 16'h0000;
+  assign \$307 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$308 [31:16] = 16'h0000;
+  assign \$308 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$309 [31:16] = 16'h0000;
+  assign \$309 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$310 [4:0] = 5'h00;
+  assign \$310 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$311 [4:0] = 5'h00;
+  assign \$311 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$312 [31:5] = 27'h0000000;
+  assign \$312 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$313 [31:5] = 27'h0000000;
+  assign \$313 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$314 [2:0] = 3'h0;
+  assign \$314 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$315 [2:0] = 3'h0;
+  assign \$315 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$316 [31:2] = 30'h00000000;
+  assign \$316 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$317 [31:2] = 30'h00000000;
+  assign \$317 [1:0] = QUEUE0_CONTROL__set_value[1:0];
   assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$323 [31:2] = 30'h00000000;
-  assign \$323 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$324  = GLOBAL_SCRATCH__wdata;
-  assign \$325  = QUEUE1_DMA_BASE__set_value;
+  assign \$322 [1:0] = \$321 [1:0];
+  assign \$324 [31:2] = 30'h00000000;
+  assign \$324 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$325 [31:2] = 30'h00000000;
+  assign \$325 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
   assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$327  = QUEUE0_DMA_BASE__set_value;
   assign \$328  = GLOBAL_SCRATCH__wdata;
-  assign \$329  = QUEUE1_WATCHDOG__set_value;
-  assign \$330 [31:2] = 30'h00000000;
-  assign \$330 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$331 [31:2] = 30'h00000000;
-  assign \$331 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$332 [31:2] = 30'h00000000;
-  assign \$332 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$333 [31:2] = 30'h00000000;
-  assign \$333 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$329  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$330  = GLOBAL_SCRATCH__wdata;
+  assign \$331  = QUEUE0_WATCHDOG__set_value;
+  assign \$332 [4:0] = 5'h00;
+  assign \$332 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$333 [4:0] = 5'h00;
+  assign \$333 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$334 [31:5] = 27'h0000000;
+  assign \$334 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$335 [31:5] = 27'h0000000;
+  assign \$335 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$336 [2:0] = 3'h0;
+  assign \$336 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$337 [2:0] = 3'h0;
+  assign \$337 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
+  assign \$338 [31:2] = 30'h00000000;
+  assign \$338 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$339 [31:2] = 30'h00000000;
+  assign \$339 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$344 [31:2] = 30'h00000000;
+  assign \$344 [1:0] = \$343 [1:0];
+  assign \$346 [31:2] = 30'h00000000;
+  assign \$346 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$347 [31:2] = 30'h00000000;
+  assign \$347 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$348  = GLOBAL_SCRATCH__wdata;
+  assign \$349  = QUEUE1_DMA_BASE__set_value;
+  assign \$350  = GLOBAL_SCRATCH__wdata;
+  assign \$351  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$352  = GLOBAL_SCRATCH__wdata;
+  assign \$353  = QUEUE1_WATCHDOG__set_value;
+  assign \$354 [31:2] = 30'h00000000;
+  assign \$354 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$355 [31:2] = 30'h00000000;
+  assign \$355 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$356 [31:2] = 30'h00000000;
+  assign \$356 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$357 [31:2] = 30'h00000000;
+  assign \$357 [1:0] = TRACE1_CONTROL__set_value[1:0];
 endmodule

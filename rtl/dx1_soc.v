@@ -1113,8 +1113,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (acc_wr__tready),
     .perf_busy(busy_compute_source),
     .perf_macs(macs_source),
-    .\port$9450$0 (\$58 ),
-    .\port$9452$0 (\$59 ),
+    .\port$9490$0 (\$58 ),
+    .\port$9492$0 (\$59 ),
     .progress(\progress$317 ),
     .\req__tdata$158 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1144,8 +1144,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .\grant$112 (\acc_wr__tready$515 ),
     .perf_busy(\busy_compute_source$738 ),
     .perf_macs(\macs_source$740 ),
-    .\port$11038$0 (\$61 ),
-    .\port$11040$0 (\$62 ),
+    .\port$11078$0 (\$61 ),
+    .\port$11080$0 (\$62 ),
     .progress(\progress$656 ),
     .\req__tdata$158 (\spm_rreq__tdata$507 ),
     .req__tvalid(\spm_wr__tvalid$505 ),
@@ -1204,22 +1204,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$7644$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7646$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7648$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7650$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7652$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7654$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7656$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7658$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7660$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7662$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7664$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7666$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7668$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7670$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7672$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7674$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7684$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7686$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7688$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7690$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7692$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7694$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7696$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7698$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7700$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7702$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7704$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7706$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7708$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7710$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7712$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7714$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1288,22 +1288,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$694 ),
     .irq_completion(\irq_completion$705 ),
     .irq_error(\irq_error$706 ),
-    .\port$7644$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$7646$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$7648$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$7650$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$7652$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$7654$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$7656$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$7658$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$7660$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$7662$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$7664$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$7666$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$7668$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$7670$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$7672$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$7674$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$7684$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$7686$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$7688$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$7690$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$7692$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$7694$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$7696$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$7698$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$7700$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$7702$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$7704$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$7706$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$7708$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$7710$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$7712$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$7714$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$655 ),
     .quiesce(\quiesce$666 ),
     .reset_cp(\reset_cp$838 ),
@@ -1369,8 +1369,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$9450$0 (\$58 ),
-    .\port$9452$0 (\$59 ),
+    .\port$9490$0 (\$58 ),
+    .\port$9492$0 (\$59 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1424,8 +1424,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$497 ),
     .done__tvalid(\dma_done__tvalid$499 ),
     .hold(\hold$476 ),
-    .\port$11038$0 (\$61 ),
-    .\port$11040$0 (\$62 ),
+    .\port$11078$0 (\$61 ),
+    .\port$11080$0 (\$62 ),
     .quiet(\dma_quiet$664 ),
     .reset_units(\reset_units$721 ),
     .rst(rst),
@@ -1787,26 +1787,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$11084$0 (\head$694 ),
-    .\port$11086$0 (\tail$696 ),
-    .\port$11092$0 (\halted$699 ),
-    .\port$11094$0 (\error_code$702 ),
-    .\port$11096$0 (\error_index$703 ),
-    .\port$11097$0 (\irq_error$706 ),
-    .\port$11248$0 (\irq_completion$705 ),
-    .\port$2979$0 (\busy$361 ),
-    .\port$4477$0 (busy),
-    .\port$5203$0 (\$60 ),
-    .\port$5263$0 (\busy$700 ),
-    .\port$6761$0 (\busy$698 ),
-    .\port$7487$0 (\$63 ),
-    .\port$9496$0 (head),
-    .\port$9498$0 (tail),
-    .\port$9504$0 (halted),
-    .\port$9506$0 (error_code),
-    .\port$9508$0 (error_index),
-    .\port$9509$0 (irq_error),
-    .\port$9660$0 (irq_completion),
+    .\port$11124$0 (\head$694 ),
+    .\port$11126$0 (\tail$696 ),
+    .\port$11132$0 (\halted$699 ),
+    .\port$11134$0 (\error_code$702 ),
+    .\port$11136$0 (\error_index$703 ),
+    .\port$11137$0 (\irq_error$706 ),
+    .\port$11288$0 (\irq_completion$705 ),
+    .\port$3019$0 (\busy$361 ),
+    .\port$4517$0 (busy),
+    .\port$5243$0 (\$60 ),
+    .\port$5303$0 (\busy$700 ),
+    .\port$6801$0 (\busy$698 ),
+    .\port$7527$0 (\$63 ),
+    .\port$9536$0 (head),
+    .\port$9538$0 (tail),
+    .\port$9544$0 (halted),
+    .\port$9546$0 (error_code),
+    .\port$9548$0 (error_index),
+    .\port$9549$0 (irq_error),
+    .\port$9700$0 (irq_completion),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -1844,22 +1844,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .grant1(\sem_grant$718 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$477 [67:64]),
-    .\port$7644$0 (GLOBAL_SEM0__value),
-    .\port$7646$0 (GLOBAL_SEM1__value),
-    .\port$7648$0 (GLOBAL_SEM2__value),
-    .\port$7650$0 (GLOBAL_SEM3__value),
-    .\port$7652$0 (GLOBAL_SEM4__value),
-    .\port$7654$0 (GLOBAL_SEM5__value),
-    .\port$7656$0 (GLOBAL_SEM6__value),
-    .\port$7658$0 (GLOBAL_SEM7__value),
-    .\port$7660$0 (GLOBAL_SEM8__value),
-    .\port$7662$0 (GLOBAL_SEM9__value),
-    .\port$7664$0 (GLOBAL_SEM10__value),
-    .\port$7666$0 (GLOBAL_SEM11__value),
-    .\port$7668$0 (GLOBAL_SEM12__value),
-    .\port$7670$0 (GLOBAL_SEM13__value),
-    .\port$7672$0 (GLOBAL_SEM14__value),
-    .\port$7674$0 (GLOBAL_SEM15__value),
+    .\port$7684$0 (GLOBAL_SEM0__value),
+    .\port$7686$0 (GLOBAL_SEM1__value),
+    .\port$7688$0 (GLOBAL_SEM2__value),
+    .\port$7690$0 (GLOBAL_SEM3__value),
+    .\port$7692$0 (GLOBAL_SEM4__value),
+    .\port$7694$0 (GLOBAL_SEM5__value),
+    .\port$7696$0 (GLOBAL_SEM6__value),
+    .\port$7698$0 (GLOBAL_SEM7__value),
+    .\port$7700$0 (GLOBAL_SEM8__value),
+    .\port$7702$0 (GLOBAL_SEM9__value),
+    .\port$7704$0 (GLOBAL_SEM10__value),
+    .\port$7706$0 (GLOBAL_SEM11__value),
+    .\port$7708$0 (GLOBAL_SEM12__value),
+    .\port$7710$0 (GLOBAL_SEM13__value),
+    .\port$7712$0 (GLOBAL_SEM14__value),
+    .\port$7714$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -3017,7 +3017,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$9450$0 , \port$9452$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$9490$0 , \port$9492$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -3196,10 +3196,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$9450$0 ;
-  wire [255:0] \port$9450$0 ;
-  input [15:0] \port$9452$0 ;
-  wire [15:0] \port$9452$0 ;
+  input [255:0] \port$9490$0 ;
+  wire [255:0] \port$9490$0 ;
+  input [15:0] \port$9492$0 ;
+  wire [15:0] \port$9492$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3372,8 +3372,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$9450$0 (\port$9450$0 ),
-    .\port$9452$0 (\port$9452$0 ),
+    .\port$9490$0 (\port$9490$0 ),
+    .\port$9492$0 (\port$9492$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -3530,8 +3530,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$9450$0 (\port$9450$0 [63:0]),
-    .\port$9452$0 (\port$9452$0 ),
+    .\port$9490$0 (\port$9490$0 [63:0]),
+    .\port$9492$0 (\port$9492$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3657,13 +3657,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$9452$0 , \port$9450$0 [63:0] };
-  assign spm_wr__tdata = { \port$9452$0 , \port$9450$0 [63:0] };
+  assign req__tdata = { \port$9492$0 , \port$9490$0 [63:0] };
+  assign spm_wr__tdata = { \port$9492$0 , \port$9490$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$9452$0 , \port$9450$0  };
-  assign acc_wr__tdata = { \port$9452$0 , \port$9450$0  };
+  assign \req__tdata$152  = { \port$9492$0 , \port$9490$0  };
+  assign acc_wr__tdata = { \port$9492$0 , \port$9490$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -3958,7 +3958,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9450$0 , \port$9452$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9490$0 , \port$9492$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -3968,10 +3968,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$9450$0 ;
-  wire [255:0] \port$9450$0 ;
-  input [15:0] \port$9452$0 ;
-  wire [15:0] \port$9452$0 ;
+  input [255:0] \port$9490$0 ;
+  wire [255:0] \port$9490$0 ;
+  input [15:0] \port$9492$0 ;
+  wire [15:0] \port$9492$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -3982,14 +3982,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9452$0 ;
+      addr = \port$9492$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$9450$0 ;
+      data = \port$9490$0 ;
     end
   end
   always @* begin
@@ -4000,7 +4000,7 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9452$0 , \port$9450$0  };
+  assign req__tdata = { \port$9492$0 , \port$9490$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -14715,7 +14715,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9450$0 , \port$9452$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9490$0 , \port$9492$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -14725,10 +14725,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$9450$0 ;
-  wire [63:0] \port$9450$0 ;
-  input [15:0] \port$9452$0 ;
-  wire [15:0] \port$9452$0 ;
+  input [63:0] \port$9490$0 ;
+  wire [63:0] \port$9490$0 ;
+  input [15:0] \port$9492$0 ;
+  wire [15:0] \port$9492$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -14739,14 +14739,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$9452$0 ;
+      addr = \port$9492$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$9450$0 ;
+      data = \port$9490$0 ;
     end
   end
   always @* begin
@@ -14757,7 +14757,7 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$9450$0 ,
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$9452$0 , \port$9450$0  };
+  assign req__tdata = { \port$9492$0 , \port$9490$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15378,7 +15378,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, \port$11038$0 , \port$11040$0 , \req__tdata$158 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, \port$11078$0 , \port$11080$0 , \req__tdata$158 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire [15:0] \$1 ;
   reg [31:0] \$10 ;
@@ -15557,10 +15557,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   output [47:0] perf_macs;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$11038$0 ;
-  wire [255:0] \port$11038$0 ;
-  input [15:0] \port$11040$0 ;
-  wire [15:0] \port$11040$0 ;
+  input [255:0] \port$11078$0 ;
+  wire [255:0] \port$11078$0 ;
+  input [15:0] \port$11080$0 ;
+  wire [15:0] \port$11080$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -15733,8 +15733,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(\addr$128 ),
     .data(\data$131 ),
     .en(\en$133 ),
-    .\port$11038$0 (\port$11038$0 ),
-    .\port$11040$0 (\port$11040$0 ),
+    .\port$11078$0 (\port$11078$0 ),
+    .\port$11080$0 (\port$11080$0 ),
     .req__tready(\grant$112 ),
     .req__tvalid(\req__tvalid$156 )
   );
@@ -15891,8 +15891,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$11038$0 (\port$11038$0 [63:0]),
-    .\port$11040$0 (\port$11040$0 ),
+    .\port$11078$0 (\port$11078$0 [63:0]),
+    .\port$11080$0 (\port$11080$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -16018,13 +16018,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$112 , progr
   assign acc_rp__addr = \$4 [9:0];
   assign acc_rp__data = \acc_data$143 ;
   assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$11040$0 , \port$11038$0 [63:0] };
-  assign spm_wr__tdata = { \port$11040$0 , \port$11038$0 [63:0] };
+  assign req__tdata = { \port$11080$0 , \port$11078$0 [63:0] };
+  assign spm_wr__tdata = { \port$11080$0 , \port$11078$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$11040$0 , \port$11038$0  };
-  assign acc_wr__tdata = { \port$11040$0 , \port$11038$0  };
+  assign \req__tdata$152  = { \port$11080$0 , \port$11078$0  };
+  assign acc_wr__tdata = { \port$11080$0 , \port$11078$0  };
   assign acc_wr__tready = \grant$112 ;
   assign \req__tready$155  = \grant$112 ;
   assign acc_wr__tvalid = \req__tvalid$156 ;
@@ -16319,7 +16319,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11038$0 , \port$11040$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11078$0 , \port$11080$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -16329,10 +16329,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11038$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$11038$0 ;
-  wire [255:0] \port$11038$0 ;
-  input [15:0] \port$11040$0 ;
-  wire [15:0] \port$11040$0 ;
+  input [255:0] \port$11078$0 ;
+  wire [255:0] \port$11078$0 ;
+  input [15:0] \port$11080$0 ;
+  wire [15:0] \port$11080$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -16343,14 +16343,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11038$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11040$0 ;
+      addr = \port$11080$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$11038$0 ;
+      data = \port$11078$0 ;
     end
   end
   always @* begin
@@ -16361,7 +16361,7 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$11038$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11040$0 , \port$11038$0  };
+  assign req__tdata = { \port$11080$0 , \port$11078$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -27076,7 +27076,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11038$0 , \port$11040$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11078$0 , \port$11080$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -27086,10 +27086,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11038$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$11038$0 ;
-  wire [63:0] \port$11038$0 ;
-  input [15:0] \port$11040$0 ;
-  wire [15:0] \port$11040$0 ;
+  input [63:0] \port$11078$0 ;
+  wire [63:0] \port$11078$0 ;
+  input [15:0] \port$11080$0 ;
+  wire [15:0] \port$11080$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -27100,14 +27100,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11038$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$11040$0 ;
+      addr = \port$11080$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$11038$0 ;
+      data = \port$11078$0 ;
     end
   end
   always @* begin
@@ -27118,7 +27118,7 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$11038$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$11040$0 , \port$11038$0  };
+  assign req__tdata = { \port$11080$0 , \port$11078$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -27738,8 +27738,8 @@ module \dx1_soc.core1.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_units,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7644$0 , \port$7646$0 
-, \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7684$0 , \port$7686$0 
+, \port$7688$0 , \port$7690$0 , \port$7692$0 , \port$7694$0 , \port$7696$0 , \port$7698$0 , \port$7700$0 , \port$7702$0 , \port$7704$0 , \port$7706$0 , \port$7708$0 , \port$7710$0 , \port$7712$0 , \port$7714$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -28020,38 +28020,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7644$0 ;
-  wire [15:0] \port$7644$0 ;
-  input [15:0] \port$7646$0 ;
-  wire [15:0] \port$7646$0 ;
-  input [15:0] \port$7648$0 ;
-  wire [15:0] \port$7648$0 ;
-  input [15:0] \port$7650$0 ;
-  wire [15:0] \port$7650$0 ;
-  input [15:0] \port$7652$0 ;
-  wire [15:0] \port$7652$0 ;
-  input [15:0] \port$7654$0 ;
-  wire [15:0] \port$7654$0 ;
-  input [15:0] \port$7656$0 ;
-  wire [15:0] \port$7656$0 ;
-  input [15:0] \port$7658$0 ;
-  wire [15:0] \port$7658$0 ;
-  input [15:0] \port$7660$0 ;
-  wire [15:0] \port$7660$0 ;
-  input [15:0] \port$7662$0 ;
-  wire [15:0] \port$7662$0 ;
-  input [15:0] \port$7664$0 ;
-  wire [15:0] \port$7664$0 ;
-  input [15:0] \port$7666$0 ;
-  wire [15:0] \port$7666$0 ;
-  input [15:0] \port$7668$0 ;
-  wire [15:0] \port$7668$0 ;
-  input [15:0] \port$7670$0 ;
-  wire [15:0] \port$7670$0 ;
-  input [15:0] \port$7672$0 ;
-  wire [15:0] \port$7672$0 ;
-  input [15:0] \port$7674$0 ;
-  wire [15:0] \port$7674$0 ;
+  input [15:0] \port$7684$0 ;
+  wire [15:0] \port$7684$0 ;
+  input [15:0] \port$7686$0 ;
+  wire [15:0] \port$7686$0 ;
+  input [15:0] \port$7688$0 ;
+  wire [15:0] \port$7688$0 ;
+  input [15:0] \port$7690$0 ;
+  wire [15:0] \port$7690$0 ;
+  input [15:0] \port$7692$0 ;
+  wire [15:0] \port$7692$0 ;
+  input [15:0] \port$7694$0 ;
+  wire [15:0] \port$7694$0 ;
+  input [15:0] \port$7696$0 ;
+  wire [15:0] \port$7696$0 ;
+  input [15:0] \port$7698$0 ;
+  wire [15:0] \port$7698$0 ;
+  input [15:0] \port$7700$0 ;
+  wire [15:0] \port$7700$0 ;
+  input [15:0] \port$7702$0 ;
+  wire [15:0] \port$7702$0 ;
+  input [15:0] \port$7704$0 ;
+  wire [15:0] \port$7704$0 ;
+  input [15:0] \port$7706$0 ;
+  wire [15:0] \port$7706$0 ;
+  input [15:0] \port$7708$0 ;
+  wire [15:0] \port$7708$0 ;
+  input [15:0] \port$7710$0 ;
+  wire [15:0] \port$7710$0 ;
+  input [15:0] \port$7712$0 ;
+  wire [15:0] \port$7712$0 ;
+  input [15:0] \port$7714$0 ;
+  wire [15:0] \port$7714$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -28401,23 +28401,23 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$7644$0 (\port$7644$0 ),
-    .\port$7646$0 (\port$7646$0 ),
-    .\port$7648$0 (\port$7648$0 ),
-    .\port$7650$0 (\port$7650$0 ),
-    .\port$7652$0 (\port$7652$0 ),
-    .\port$7654$0 (\port$7654$0 ),
-    .\port$7656$0 (\port$7656$0 ),
-    .\port$7658$0 (\port$7658$0 ),
-    .\port$7660$0 (\port$7660$0 ),
-    .\port$7662$0 (\port$7662$0 ),
-    .\port$7664$0 (\port$7664$0 ),
-    .\port$7666$0 (\port$7666$0 ),
-    .\port$7668$0 (\port$7668$0 ),
-    .\port$7670$0 (\port$7670$0 ),
-    .\port$7672$0 (\port$7672$0 ),
-    .\port$7674$0 (\port$7674$0 ),
-    .\port$9524$64 (cmd[87:64]),
+    .\port$7684$0 (\port$7684$0 ),
+    .\port$7686$0 (\port$7686$0 ),
+    .\port$7688$0 (\port$7688$0 ),
+    .\port$7690$0 (\port$7690$0 ),
+    .\port$7692$0 (\port$7692$0 ),
+    .\port$7694$0 (\port$7694$0 ),
+    .\port$7696$0 (\port$7696$0 ),
+    .\port$7698$0 (\port$7698$0 ),
+    .\port$7700$0 (\port$7700$0 ),
+    .\port$7702$0 (\port$7702$0 ),
+    .\port$7704$0 (\port$7704$0 ),
+    .\port$7706$0 (\port$7706$0 ),
+    .\port$7708$0 (\port$7708$0 ),
+    .\port$7710$0 (\port$7710$0 ),
+    .\port$7712$0 (\port$7712$0 ),
+    .\port$7714$0 (\port$7714$0 ),
+    .\port$9564$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -28594,8 +28594,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
-  assign \sem_values$182  = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign sem_values = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
+  assign \sem_values$182  = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -28682,38 +28682,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7644$0 ;
-  assign \sem_values[1]  = \port$7646$0 ;
-  assign \sem_values[2]  = \port$7648$0 ;
-  assign \sem_values[3]  = \port$7650$0 ;
-  assign \sem_values[4]  = \port$7652$0 ;
-  assign \sem_values[5]  = \port$7654$0 ;
-  assign \sem_values[6]  = \port$7656$0 ;
-  assign \sem_values[7]  = \port$7658$0 ;
-  assign \sem_values[8]  = \port$7660$0 ;
-  assign \sem_values[9]  = \port$7662$0 ;
-  assign \sem_values[10]  = \port$7664$0 ;
-  assign \sem_values[11]  = \port$7666$0 ;
-  assign \sem_values[12]  = \port$7668$0 ;
-  assign \sem_values[13]  = \port$7670$0 ;
-  assign \sem_values[14]  = \port$7672$0 ;
-  assign \sem_values[15]  = \port$7674$0 ;
-  assign \sem_values$182[0]  = \port$7644$0 ;
-  assign \sem_values$182[1]  = \port$7646$0 ;
-  assign \sem_values$182[2]  = \port$7648$0 ;
-  assign \sem_values$182[3]  = \port$7650$0 ;
-  assign \sem_values$182[4]  = \port$7652$0 ;
-  assign \sem_values$182[5]  = \port$7654$0 ;
-  assign \sem_values$182[6]  = \port$7656$0 ;
-  assign \sem_values$182[7]  = \port$7658$0 ;
-  assign \sem_values$182[8]  = \port$7660$0 ;
-  assign \sem_values$182[9]  = \port$7662$0 ;
-  assign \sem_values$182[10]  = \port$7664$0 ;
-  assign \sem_values$182[11]  = \port$7666$0 ;
-  assign \sem_values$182[12]  = \port$7668$0 ;
-  assign \sem_values$182[13]  = \port$7670$0 ;
-  assign \sem_values$182[14]  = \port$7672$0 ;
-  assign \sem_values$182[15]  = \port$7674$0 ;
+  assign \sem_values[0]  = \port$7684$0 ;
+  assign \sem_values[1]  = \port$7686$0 ;
+  assign \sem_values[2]  = \port$7688$0 ;
+  assign \sem_values[3]  = \port$7690$0 ;
+  assign \sem_values[4]  = \port$7692$0 ;
+  assign \sem_values[5]  = \port$7694$0 ;
+  assign \sem_values[6]  = \port$7696$0 ;
+  assign \sem_values[7]  = \port$7698$0 ;
+  assign \sem_values[8]  = \port$7700$0 ;
+  assign \sem_values[9]  = \port$7702$0 ;
+  assign \sem_values[10]  = \port$7704$0 ;
+  assign \sem_values[11]  = \port$7706$0 ;
+  assign \sem_values[12]  = \port$7708$0 ;
+  assign \sem_values[13]  = \port$7710$0 ;
+  assign \sem_values[14]  = \port$7712$0 ;
+  assign \sem_values[15]  = \port$7714$0 ;
+  assign \sem_values$182[0]  = \port$7684$0 ;
+  assign \sem_values$182[1]  = \port$7686$0 ;
+  assign \sem_values$182[2]  = \port$7688$0 ;
+  assign \sem_values$182[3]  = \port$7690$0 ;
+  assign \sem_values$182[4]  = \port$7692$0 ;
+  assign \sem_values$182[5]  = \port$7694$0 ;
+  assign \sem_values$182[6]  = \port$7696$0 ;
+  assign \sem_values$182[7]  = \port$7698$0 ;
+  assign \sem_values$182[8]  = \port$7700$0 ;
+  assign \sem_values$182[9]  = \port$7702$0 ;
+  assign \sem_values$182[10]  = \port$7704$0 ;
+  assign \sem_values$182[11]  = \port$7706$0 ;
+  assign \sem_values$182[12]  = \port$7708$0 ;
+  assign \sem_values$182[13]  = \port$7710$0 ;
+  assign \sem_values$182[14]  = \port$7712$0 ;
+  assign \sem_values$182[15]  = \port$7714$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -29139,9 +29139,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$9556$0 (g_a_end),
-    .\port$9558$0 (g_b_end),
-    .\port$9560$0 (p_src_end)
+    .\port$9596$0 (g_a_end),
+    .\port$9598$0 (g_b_end),
+    .\port$9600$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$42 ) begin end
@@ -29397,7 +29397,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9556$0 , \port$9558$0 , \port$9560$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9596$0 , \port$9598$0 , \port$9600$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$43  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -29433,24 +29433,24 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9556$0 , \port$9558$0 ,
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$9556$0 ;
-  wire [32:0] \port$9556$0 ;
-  input [20:0] \port$9558$0 ;
-  wire [20:0] \port$9558$0 ;
-  input [16:0] \port$9560$0 ;
-  wire [16:0] \port$9560$0 ;
+  input [32:0] \port$9596$0 ;
+  wire [32:0] \port$9596$0 ;
+  input [20:0] \port$9598$0 ;
+  wire [20:0] \port$9598$0 ;
+  input [16:0] \port$9600$0 ;
+  wire [16:0] \port$9600$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$9556$0  > \port$9558$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$9556$0  } : { 13'h0000, \port$9558$0  };
+  assign \$3  = \port$9596$0  > \port$9598$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$9596$0  } : { 13'h0000, \port$9598$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$9560$0 ;
+  assign \$9  = cmd[127:112] >= \port$9600$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9560$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$9600$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -29494,9 +29494,9 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$9556$0 , \port$9558$0 ,
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$9556$0  };
-  assign b_end = { 13'h0000, \port$9558$0  };
-  assign p_src_end = { 17'h00000, \port$9560$0  };
+  assign a_end = { 1'h0, \port$9596$0  };
+  assign b_end = { 13'h0000, \port$9598$0  };
+  assign p_src_end = { 17'h00000, \port$9600$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -31890,8 +31890,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , sem_grant, \port$9524$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$7644$0 );
+module \dx1_soc.cp0.semaphore (\port$7686$0 , \port$7688$0 , \port$7690$0 , \port$7692$0 , \port$7694$0 , \port$7696$0 , \port$7698$0 , \port$7700$0 , \port$7702$0 , \port$7704$0 , \port$7706$0 , \port$7708$0 , \port$7710$0 , \port$7712$0 , \port$7714$0 , sem_grant, \port$9564$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7684$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$51  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -31899,40 +31899,40 @@ module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$7644$0 ;
-  wire [15:0] \port$7644$0 ;
-  input [15:0] \port$7646$0 ;
-  wire [15:0] \port$7646$0 ;
-  input [15:0] \port$7648$0 ;
-  wire [15:0] \port$7648$0 ;
-  input [15:0] \port$7650$0 ;
-  wire [15:0] \port$7650$0 ;
-  input [15:0] \port$7652$0 ;
-  wire [15:0] \port$7652$0 ;
-  input [15:0] \port$7654$0 ;
-  wire [15:0] \port$7654$0 ;
-  input [15:0] \port$7656$0 ;
-  wire [15:0] \port$7656$0 ;
-  input [15:0] \port$7658$0 ;
-  wire [15:0] \port$7658$0 ;
-  input [15:0] \port$7660$0 ;
-  wire [15:0] \port$7660$0 ;
-  input [15:0] \port$7662$0 ;
-  wire [15:0] \port$7662$0 ;
-  input [15:0] \port$7664$0 ;
-  wire [15:0] \port$7664$0 ;
-  input [15:0] \port$7666$0 ;
-  wire [15:0] \port$7666$0 ;
-  input [15:0] \port$7668$0 ;
-  wire [15:0] \port$7668$0 ;
-  input [15:0] \port$7670$0 ;
-  wire [15:0] \port$7670$0 ;
-  input [15:0] \port$7672$0 ;
-  wire [15:0] \port$7672$0 ;
-  input [15:0] \port$7674$0 ;
-  wire [15:0] \port$7674$0 ;
-  input [23:0] \port$9524$64 ;
-  wire [23:0] \port$9524$64 ;
+  input [15:0] \port$7684$0 ;
+  wire [15:0] \port$7684$0 ;
+  input [15:0] \port$7686$0 ;
+  wire [15:0] \port$7686$0 ;
+  input [15:0] \port$7688$0 ;
+  wire [15:0] \port$7688$0 ;
+  input [15:0] \port$7690$0 ;
+  wire [15:0] \port$7690$0 ;
+  input [15:0] \port$7692$0 ;
+  wire [15:0] \port$7692$0 ;
+  input [15:0] \port$7694$0 ;
+  wire [15:0] \port$7694$0 ;
+  input [15:0] \port$7696$0 ;
+  wire [15:0] \port$7696$0 ;
+  input [15:0] \port$7698$0 ;
+  wire [15:0] \port$7698$0 ;
+  input [15:0] \port$7700$0 ;
+  wire [15:0] \port$7700$0 ;
+  input [15:0] \port$7702$0 ;
+  wire [15:0] \port$7702$0 ;
+  input [15:0] \port$7704$0 ;
+  wire [15:0] \port$7704$0 ;
+  input [15:0] \port$7706$0 ;
+  wire [15:0] \port$7706$0 ;
+  input [15:0] \port$7708$0 ;
+  wire [15:0] \port$7708$0 ;
+  input [15:0] \port$7710$0 ;
+  wire [15:0] \port$7710$0 ;
+  input [15:0] \port$7712$0 ;
+  wire [15:0] \port$7712$0 ;
+  input [15:0] \port$7714$0 ;
+  wire [15:0] \port$7714$0 ;
+  input [23:0] \port$9564$64 ;
+  wire [23:0] \port$9564$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -31962,44 +31962,44 @@ module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$9524$64 [23:8];
-  assign \$3  = - \port$9524$64 [23:8];
+  assign \$2  = \$1  >= \port$9564$64 [23:8];
+  assign \$3  = - \port$9564$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     \$1  = 16'h0000;
-    casez (\port$9524$64 [7:0])
+    casez (\port$9564$64 [7:0])
       8'h00:
-          \$1  = \port$7644$0 ;
+          \$1  = \port$7684$0 ;
       8'h01:
-          \$1  = \port$7646$0 ;
+          \$1  = \port$7686$0 ;
       8'h02:
-          \$1  = \port$7648$0 ;
+          \$1  = \port$7688$0 ;
       8'h03:
-          \$1  = \port$7650$0 ;
+          \$1  = \port$7690$0 ;
       8'h04:
-          \$1  = \port$7652$0 ;
+          \$1  = \port$7692$0 ;
       8'h05:
-          \$1  = \port$7654$0 ;
+          \$1  = \port$7694$0 ;
       8'h06:
-          \$1  = \port$7656$0 ;
+          \$1  = \port$7696$0 ;
       8'h07:
-          \$1  = \port$7658$0 ;
+          \$1  = \port$7698$0 ;
       8'h08:
-          \$1  = \port$7660$0 ;
+          \$1  = \port$7700$0 ;
       8'h09:
-          \$1  = \port$7662$0 ;
+          \$1  = \port$7702$0 ;
       8'h0a:
-          \$1  = \port$7664$0 ;
+          \$1  = \port$7704$0 ;
       8'h0b:
-          \$1  = \port$7666$0 ;
+          \$1  = \port$7706$0 ;
       8'h0c:
-          \$1  = \port$7668$0 ;
+          \$1  = \port$7708$0 ;
       8'h0d:
-          \$1  = \port$7670$0 ;
+          \$1  = \port$7710$0 ;
       8'h0e:
-          \$1  = \port$7672$0 ;
+          \$1  = \port$7712$0 ;
       8'h0f:
-          \$1  = \port$7674$0 ;
+          \$1  = \port$7714$0 ;
     endcase
   end
   always @* begin
@@ -32018,7 +32018,7 @@ module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$51 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$9524$64 [23:8] };
+      sem_delta = { 2'h0, \port$9564$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -32038,26 +32038,26 @@ module \dx1_soc.cp0.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
       end
     end
   end
-  assign count = \port$9524$64 [23:8];
-  assign sem = \port$9524$64 [7:0];
-  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
-  assign sem_index = \port$9524$64 [3:0];
-  assign \sem_values[0]  = \port$7644$0 ;
-  assign \sem_values[1]  = \port$7646$0 ;
-  assign \sem_values[2]  = \port$7648$0 ;
-  assign \sem_values[3]  = \port$7650$0 ;
-  assign \sem_values[4]  = \port$7652$0 ;
-  assign \sem_values[5]  = \port$7654$0 ;
-  assign \sem_values[6]  = \port$7656$0 ;
-  assign \sem_values[7]  = \port$7658$0 ;
-  assign \sem_values[8]  = \port$7660$0 ;
-  assign \sem_values[9]  = \port$7662$0 ;
-  assign \sem_values[10]  = \port$7664$0 ;
-  assign \sem_values[11]  = \port$7666$0 ;
-  assign \sem_values[12]  = \port$7668$0 ;
-  assign \sem_values[13]  = \port$7670$0 ;
-  assign \sem_values[14]  = \port$7672$0 ;
-  assign \sem_values[15]  = \port$7674$0 ;
+  assign count = \port$9564$64 [23:8];
+  assign sem = \port$9564$64 [7:0];
+  assign sem_values = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
+  assign sem_index = \port$9564$64 [3:0];
+  assign \sem_values[0]  = \port$7684$0 ;
+  assign \sem_values[1]  = \port$7686$0 ;
+  assign \sem_values[2]  = \port$7688$0 ;
+  assign \sem_values[3]  = \port$7690$0 ;
+  assign \sem_values[4]  = \port$7692$0 ;
+  assign \sem_values[5]  = \port$7694$0 ;
+  assign \sem_values[6]  = \port$7696$0 ;
+  assign \sem_values[7]  = \port$7698$0 ;
+  assign \sem_values[8]  = \port$7700$0 ;
+  assign \sem_values[9]  = \port$7702$0 ;
+  assign \sem_values[10]  = \port$7704$0 ;
+  assign \sem_values[11]  = \port$7706$0 ;
+  assign \sem_values[12]  = \port$7708$0 ;
+  assign \sem_values[13]  = \port$7710$0 ;
+  assign \sem_values[14]  = \port$7712$0 ;
+  assign \sem_values[15]  = \port$7714$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -32988,8 +32988,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7644$0 , \port$7646$0 
-, \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$7684$0 , \port$7686$0 
+, \port$7688$0 , \port$7690$0 , \port$7692$0 , \port$7694$0 , \port$7696$0 , \port$7698$0 , \port$7700$0 , \port$7702$0 , \port$7704$0 , \port$7706$0 , \port$7708$0 , \port$7710$0 , \port$7712$0 , \port$7714$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -33270,38 +33270,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$7644$0 ;
-  wire [15:0] \port$7644$0 ;
-  input [15:0] \port$7646$0 ;
-  wire [15:0] \port$7646$0 ;
-  input [15:0] \port$7648$0 ;
-  wire [15:0] \port$7648$0 ;
-  input [15:0] \port$7650$0 ;
-  wire [15:0] \port$7650$0 ;
-  input [15:0] \port$7652$0 ;
-  wire [15:0] \port$7652$0 ;
-  input [15:0] \port$7654$0 ;
-  wire [15:0] \port$7654$0 ;
-  input [15:0] \port$7656$0 ;
-  wire [15:0] \port$7656$0 ;
-  input [15:0] \port$7658$0 ;
-  wire [15:0] \port$7658$0 ;
-  input [15:0] \port$7660$0 ;
-  wire [15:0] \port$7660$0 ;
-  input [15:0] \port$7662$0 ;
-  wire [15:0] \port$7662$0 ;
-  input [15:0] \port$7664$0 ;
-  wire [15:0] \port$7664$0 ;
-  input [15:0] \port$7666$0 ;
-  wire [15:0] \port$7666$0 ;
-  input [15:0] \port$7668$0 ;
-  wire [15:0] \port$7668$0 ;
-  input [15:0] \port$7670$0 ;
-  wire [15:0] \port$7670$0 ;
-  input [15:0] \port$7672$0 ;
-  wire [15:0] \port$7672$0 ;
-  input [15:0] \port$7674$0 ;
-  wire [15:0] \port$7674$0 ;
+  input [15:0] \port$7684$0 ;
+  wire [15:0] \port$7684$0 ;
+  input [15:0] \port$7686$0 ;
+  wire [15:0] \port$7686$0 ;
+  input [15:0] \port$7688$0 ;
+  wire [15:0] \port$7688$0 ;
+  input [15:0] \port$7690$0 ;
+  wire [15:0] \port$7690$0 ;
+  input [15:0] \port$7692$0 ;
+  wire [15:0] \port$7692$0 ;
+  input [15:0] \port$7694$0 ;
+  wire [15:0] \port$7694$0 ;
+  input [15:0] \port$7696$0 ;
+  wire [15:0] \port$7696$0 ;
+  input [15:0] \port$7698$0 ;
+  wire [15:0] \port$7698$0 ;
+  input [15:0] \port$7700$0 ;
+  wire [15:0] \port$7700$0 ;
+  input [15:0] \port$7702$0 ;
+  wire [15:0] \port$7702$0 ;
+  input [15:0] \port$7704$0 ;
+  wire [15:0] \port$7704$0 ;
+  input [15:0] \port$7706$0 ;
+  wire [15:0] \port$7706$0 ;
+  input [15:0] \port$7708$0 ;
+  wire [15:0] \port$7708$0 ;
+  input [15:0] \port$7710$0 ;
+  wire [15:0] \port$7710$0 ;
+  input [15:0] \port$7712$0 ;
+  wire [15:0] \port$7712$0 ;
+  input [15:0] \port$7714$0 ;
+  wire [15:0] \port$7714$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -33651,23 +33651,23 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$11112$64 (cmd[87:64]),
-    .\port$7644$0 (\port$7644$0 ),
-    .\port$7646$0 (\port$7646$0 ),
-    .\port$7648$0 (\port$7648$0 ),
-    .\port$7650$0 (\port$7650$0 ),
-    .\port$7652$0 (\port$7652$0 ),
-    .\port$7654$0 (\port$7654$0 ),
-    .\port$7656$0 (\port$7656$0 ),
-    .\port$7658$0 (\port$7658$0 ),
-    .\port$7660$0 (\port$7660$0 ),
-    .\port$7662$0 (\port$7662$0 ),
-    .\port$7664$0 (\port$7664$0 ),
-    .\port$7666$0 (\port$7666$0 ),
-    .\port$7668$0 (\port$7668$0 ),
-    .\port$7670$0 (\port$7670$0 ),
-    .\port$7672$0 (\port$7672$0 ),
-    .\port$7674$0 (\port$7674$0 ),
+    .\port$11152$64 (cmd[87:64]),
+    .\port$7684$0 (\port$7684$0 ),
+    .\port$7686$0 (\port$7686$0 ),
+    .\port$7688$0 (\port$7688$0 ),
+    .\port$7690$0 (\port$7690$0 ),
+    .\port$7692$0 (\port$7692$0 ),
+    .\port$7694$0 (\port$7694$0 ),
+    .\port$7696$0 (\port$7696$0 ),
+    .\port$7698$0 (\port$7698$0 ),
+    .\port$7700$0 (\port$7700$0 ),
+    .\port$7702$0 (\port$7702$0 ),
+    .\port$7704$0 (\port$7704$0 ),
+    .\port$7706$0 (\port$7706$0 ),
+    .\port$7708$0 (\port$7708$0 ),
+    .\port$7710$0 (\port$7710$0 ),
+    .\port$7712$0 (\port$7712$0 ),
+    .\port$7714$0 (\port$7714$0 ),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -33844,8 +33844,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
-  assign \sem_values$182  = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign sem_values = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
+  assign \sem_values$182  = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -33932,38 +33932,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$7644$0 ;
-  assign \sem_values[1]  = \port$7646$0 ;
-  assign \sem_values[2]  = \port$7648$0 ;
-  assign \sem_values[3]  = \port$7650$0 ;
-  assign \sem_values[4]  = \port$7652$0 ;
-  assign \sem_values[5]  = \port$7654$0 ;
-  assign \sem_values[6]  = \port$7656$0 ;
-  assign \sem_values[7]  = \port$7658$0 ;
-  assign \sem_values[8]  = \port$7660$0 ;
-  assign \sem_values[9]  = \port$7662$0 ;
-  assign \sem_values[10]  = \port$7664$0 ;
-  assign \sem_values[11]  = \port$7666$0 ;
-  assign \sem_values[12]  = \port$7668$0 ;
-  assign \sem_values[13]  = \port$7670$0 ;
-  assign \sem_values[14]  = \port$7672$0 ;
-  assign \sem_values[15]  = \port$7674$0 ;
-  assign \sem_values$182[0]  = \port$7644$0 ;
-  assign \sem_values$182[1]  = \port$7646$0 ;
-  assign \sem_values$182[2]  = \port$7648$0 ;
-  assign \sem_values$182[3]  = \port$7650$0 ;
-  assign \sem_values$182[4]  = \port$7652$0 ;
-  assign \sem_values$182[5]  = \port$7654$0 ;
-  assign \sem_values$182[6]  = \port$7656$0 ;
-  assign \sem_values$182[7]  = \port$7658$0 ;
-  assign \sem_values$182[8]  = \port$7660$0 ;
-  assign \sem_values$182[9]  = \port$7662$0 ;
-  assign \sem_values$182[10]  = \port$7664$0 ;
-  assign \sem_values$182[11]  = \port$7666$0 ;
-  assign \sem_values$182[12]  = \port$7668$0 ;
-  assign \sem_values$182[13]  = \port$7670$0 ;
-  assign \sem_values$182[14]  = \port$7672$0 ;
-  assign \sem_values$182[15]  = \port$7674$0 ;
+  assign \sem_values[0]  = \port$7684$0 ;
+  assign \sem_values[1]  = \port$7686$0 ;
+  assign \sem_values[2]  = \port$7688$0 ;
+  assign \sem_values[3]  = \port$7690$0 ;
+  assign \sem_values[4]  = \port$7692$0 ;
+  assign \sem_values[5]  = \port$7694$0 ;
+  assign \sem_values[6]  = \port$7696$0 ;
+  assign \sem_values[7]  = \port$7698$0 ;
+  assign \sem_values[8]  = \port$7700$0 ;
+  assign \sem_values[9]  = \port$7702$0 ;
+  assign \sem_values[10]  = \port$7704$0 ;
+  assign \sem_values[11]  = \port$7706$0 ;
+  assign \sem_values[12]  = \port$7708$0 ;
+  assign \sem_values[13]  = \port$7710$0 ;
+  assign \sem_values[14]  = \port$7712$0 ;
+  assign \sem_values[15]  = \port$7714$0 ;
+  assign \sem_values$182[0]  = \port$7684$0 ;
+  assign \sem_values$182[1]  = \port$7686$0 ;
+  assign \sem_values$182[2]  = \port$7688$0 ;
+  assign \sem_values$182[3]  = \port$7690$0 ;
+  assign \sem_values$182[4]  = \port$7692$0 ;
+  assign \sem_values$182[5]  = \port$7694$0 ;
+  assign \sem_values$182[6]  = \port$7696$0 ;
+  assign \sem_values$182[7]  = \port$7698$0 ;
+  assign \sem_values$182[8]  = \port$7700$0 ;
+  assign \sem_values$182[9]  = \port$7702$0 ;
+  assign \sem_values$182[10]  = \port$7704$0 ;
+  assign \sem_values$182[11]  = \port$7706$0 ;
+  assign \sem_values$182[12]  = \port$7708$0 ;
+  assign \sem_values$182[13]  = \port$7710$0 ;
+  assign \sem_values$182[14]  = \port$7712$0 ;
+  assign \sem_values$182[15]  = \port$7714$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -34389,9 +34389,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$11144$0 (g_a_end),
-    .\port$11146$0 (g_b_end),
-    .\port$11148$0 (p_src_end)
+    .\port$11184$0 (g_a_end),
+    .\port$11186$0 (g_b_end),
+    .\port$11188$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
@@ -34647,7 +34647,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11144$0 , \port$11146$0 , \port$11148$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11184$0 , \port$11186$0 , \port$11188$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$55  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -34683,24 +34683,24 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11144$0 , \port$11146$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$11144$0 ;
-  wire [32:0] \port$11144$0 ;
-  input [20:0] \port$11146$0 ;
-  wire [20:0] \port$11146$0 ;
-  input [16:0] \port$11148$0 ;
-  wire [16:0] \port$11148$0 ;
+  input [32:0] \port$11184$0 ;
+  wire [32:0] \port$11184$0 ;
+  input [20:0] \port$11186$0 ;
+  wire [20:0] \port$11186$0 ;
+  input [16:0] \port$11188$0 ;
+  wire [16:0] \port$11188$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$11144$0  > \port$11146$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$11144$0  } : { 13'h0000, \port$11146$0  };
+  assign \$3  = \port$11184$0  > \port$11186$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$11184$0  } : { 13'h0000, \port$11186$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$11148$0 ;
+  assign \$9  = cmd[127:112] >= \port$11188$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11148$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$11188$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -34744,9 +34744,9 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$11144$0 , \port$11146$0
           end
     endcase
   end
-  assign a_end = { 1'h0, \port$11144$0  };
-  assign b_end = { 13'h0000, \port$11146$0  };
-  assign p_src_end = { 17'h00000, \port$11148$0  };
+  assign a_end = { 1'h0, \port$11184$0  };
+  assign b_end = { 13'h0000, \port$11186$0  };
+  assign p_src_end = { 17'h00000, \port$11188$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -37140,8 +37140,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , sem_grant, \port$11112$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$7644$0 );
+module \dx1_soc.cp1.semaphore (\port$7686$0 , \port$7688$0 , \port$7690$0 , \port$7692$0 , \port$7694$0 , \port$7696$0 , \port$7698$0 , \port$7700$0 , \port$7702$0 , \port$7704$0 , \port$7706$0 , \port$7708$0 , \port$7710$0 , \port$7712$0 , \port$7714$0 , sem_grant, \port$11152$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$7684$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -37149,40 +37149,40 @@ module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
   wire [15:0] count;
   output done;
   reg done;
-  input [23:0] \port$11112$64 ;
-  wire [23:0] \port$11112$64 ;
-  input [15:0] \port$7644$0 ;
-  wire [15:0] \port$7644$0 ;
-  input [15:0] \port$7646$0 ;
-  wire [15:0] \port$7646$0 ;
-  input [15:0] \port$7648$0 ;
-  wire [15:0] \port$7648$0 ;
-  input [15:0] \port$7650$0 ;
-  wire [15:0] \port$7650$0 ;
-  input [15:0] \port$7652$0 ;
-  wire [15:0] \port$7652$0 ;
-  input [15:0] \port$7654$0 ;
-  wire [15:0] \port$7654$0 ;
-  input [15:0] \port$7656$0 ;
-  wire [15:0] \port$7656$0 ;
-  input [15:0] \port$7658$0 ;
-  wire [15:0] \port$7658$0 ;
-  input [15:0] \port$7660$0 ;
-  wire [15:0] \port$7660$0 ;
-  input [15:0] \port$7662$0 ;
-  wire [15:0] \port$7662$0 ;
-  input [15:0] \port$7664$0 ;
-  wire [15:0] \port$7664$0 ;
-  input [15:0] \port$7666$0 ;
-  wire [15:0] \port$7666$0 ;
-  input [15:0] \port$7668$0 ;
-  wire [15:0] \port$7668$0 ;
-  input [15:0] \port$7670$0 ;
-  wire [15:0] \port$7670$0 ;
-  input [15:0] \port$7672$0 ;
-  wire [15:0] \port$7672$0 ;
-  input [15:0] \port$7674$0 ;
-  wire [15:0] \port$7674$0 ;
+  input [23:0] \port$11152$64 ;
+  wire [23:0] \port$11152$64 ;
+  input [15:0] \port$7684$0 ;
+  wire [15:0] \port$7684$0 ;
+  input [15:0] \port$7686$0 ;
+  wire [15:0] \port$7686$0 ;
+  input [15:0] \port$7688$0 ;
+  wire [15:0] \port$7688$0 ;
+  input [15:0] \port$7690$0 ;
+  wire [15:0] \port$7690$0 ;
+  input [15:0] \port$7692$0 ;
+  wire [15:0] \port$7692$0 ;
+  input [15:0] \port$7694$0 ;
+  wire [15:0] \port$7694$0 ;
+  input [15:0] \port$7696$0 ;
+  wire [15:0] \port$7696$0 ;
+  input [15:0] \port$7698$0 ;
+  wire [15:0] \port$7698$0 ;
+  input [15:0] \port$7700$0 ;
+  wire [15:0] \port$7700$0 ;
+  input [15:0] \port$7702$0 ;
+  wire [15:0] \port$7702$0 ;
+  input [15:0] \port$7704$0 ;
+  wire [15:0] \port$7704$0 ;
+  input [15:0] \port$7706$0 ;
+  wire [15:0] \port$7706$0 ;
+  input [15:0] \port$7708$0 ;
+  wire [15:0] \port$7708$0 ;
+  input [15:0] \port$7710$0 ;
+  wire [15:0] \port$7710$0 ;
+  input [15:0] \port$7712$0 ;
+  wire [15:0] \port$7712$0 ;
+  input [15:0] \port$7714$0 ;
+  wire [15:0] \port$7714$0 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -37212,44 +37212,44 @@ module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$11112$64 [23:8];
-  assign \$3  = - \port$11112$64 [23:8];
+  assign \$2  = \$1  >= \port$11152$64 [23:8];
+  assign \$3  = - \port$11152$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     \$1  = 16'h0000;
-    casez (\port$11112$64 [7:0])
+    casez (\port$11152$64 [7:0])
       8'h00:
-          \$1  = \port$7644$0 ;
+          \$1  = \port$7684$0 ;
       8'h01:
-          \$1  = \port$7646$0 ;
+          \$1  = \port$7686$0 ;
       8'h02:
-          \$1  = \port$7648$0 ;
+          \$1  = \port$7688$0 ;
       8'h03:
-          \$1  = \port$7650$0 ;
+          \$1  = \port$7690$0 ;
       8'h04:
-          \$1  = \port$7652$0 ;
+          \$1  = \port$7692$0 ;
       8'h05:
-          \$1  = \port$7654$0 ;
+          \$1  = \port$7694$0 ;
       8'h06:
-          \$1  = \port$7656$0 ;
+          \$1  = \port$7696$0 ;
       8'h07:
-          \$1  = \port$7658$0 ;
+          \$1  = \port$7698$0 ;
       8'h08:
-          \$1  = \port$7660$0 ;
+          \$1  = \port$7700$0 ;
       8'h09:
-          \$1  = \port$7662$0 ;
+          \$1  = \port$7702$0 ;
       8'h0a:
-          \$1  = \port$7664$0 ;
+          \$1  = \port$7704$0 ;
       8'h0b:
-          \$1  = \port$7666$0 ;
+          \$1  = \port$7706$0 ;
       8'h0c:
-          \$1  = \port$7668$0 ;
+          \$1  = \port$7708$0 ;
       8'h0d:
-          \$1  = \port$7670$0 ;
+          \$1  = \port$7710$0 ;
       8'h0e:
-          \$1  = \port$7672$0 ;
+          \$1  = \port$7712$0 ;
       8'h0f:
-          \$1  = \port$7674$0 ;
+          \$1  = \port$7714$0 ;
     endcase
   end
   always @* begin
@@ -37268,7 +37268,7 @@ module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$11112$64 [23:8] };
+      sem_delta = { 2'h0, \port$11152$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -37288,26 +37288,26 @@ module \dx1_soc.cp1.semaphore (\port$7646$0 , \port$7648$0 , \port$7650$0 , \por
       end
     end
   end
-  assign count = \port$11112$64 [23:8];
-  assign sem = \port$11112$64 [7:0];
-  assign sem_values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
-  assign sem_index = \port$11112$64 [3:0];
-  assign \sem_values[0]  = \port$7644$0 ;
-  assign \sem_values[1]  = \port$7646$0 ;
-  assign \sem_values[2]  = \port$7648$0 ;
-  assign \sem_values[3]  = \port$7650$0 ;
-  assign \sem_values[4]  = \port$7652$0 ;
-  assign \sem_values[5]  = \port$7654$0 ;
-  assign \sem_values[6]  = \port$7656$0 ;
-  assign \sem_values[7]  = \port$7658$0 ;
-  assign \sem_values[8]  = \port$7660$0 ;
-  assign \sem_values[9]  = \port$7662$0 ;
-  assign \sem_values[10]  = \port$7664$0 ;
-  assign \sem_values[11]  = \port$7666$0 ;
-  assign \sem_values[12]  = \port$7668$0 ;
-  assign \sem_values[13]  = \port$7670$0 ;
-  assign \sem_values[14]  = \port$7672$0 ;
-  assign \sem_values[15]  = \port$7674$0 ;
+  assign count = \port$11152$64 [23:8];
+  assign sem = \port$11152$64 [7:0];
+  assign sem_values = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
+  assign sem_index = \port$11152$64 [3:0];
+  assign \sem_values[0]  = \port$7684$0 ;
+  assign \sem_values[1]  = \port$7686$0 ;
+  assign \sem_values[2]  = \port$7688$0 ;
+  assign \sem_values[3]  = \port$7690$0 ;
+  assign \sem_values[4]  = \port$7692$0 ;
+  assign \sem_values[5]  = \port$7694$0 ;
+  assign \sem_values[6]  = \port$7696$0 ;
+  assign \sem_values[7]  = \port$7698$0 ;
+  assign \sem_values[8]  = \port$7700$0 ;
+  assign \sem_values[9]  = \port$7702$0 ;
+  assign \sem_values[10]  = \port$7704$0 ;
+  assign \sem_values[11]  = \port$7706$0 ;
+  assign \sem_values[12]  = \port$7708$0 ;
+  assign \sem_values[13]  = \port$7710$0 ;
+  assign \sem_values[14]  = \port$7712$0 ;
+  assign \sem_values[15]  = \port$7714$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -38240,7 +38240,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9450$0 , \port$9452$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$9490$0 , \port$9492$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -38473,10 +38473,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$9450$0 ;
-  wire [255:0] \port$9450$0 ;
-  output [15:0] \port$9452$0 ;
-  wire [15:0] \port$9452$0 ;
+  output [255:0] \port$9490$0 ;
+  wire [255:0] \port$9490$0 ;
+  output [15:0] \port$9492$0 ;
+  wire [15:0] \port$9492$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -38649,7 +38649,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$4131$0 (r_data),
+    .\port$4171$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -38735,7 +38735,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$4131$0 (r_data),
+    .\port$4171$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -39057,8 +39057,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$9450$0  = \$48 ;
-  assign \port$9452$0  = \$49 ;
+  assign \port$9490$0  = \$48 ;
+  assign \port$9492$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -39258,7 +39258,7 @@ module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4131$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$4171$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
   wire \$1 ;
@@ -39315,8 +39315,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$4131$0 ;
-  wire [64:0] \port$4131$0 ;
+  input [64:0] \port$4171$0 ;
+  wire [64:0] \port$4171$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -39362,12 +39362,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$4131$0 [64];
+  assign read_error = fifo_take & \port$4171$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$4131$0 [64];
+  assign \$12  = ~ \port$4171$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -39403,13 +39403,13 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$4131$0 [63:0];
+          assembled[63:0] = \port$4171$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$4131$0 [63:0];
+          assembled[127:64] = \port$4171$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$4131$0 [63:0];
+          assembled[191:128] = \port$4171$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$4131$0 [63:0];
+          assembled[255:192] = \port$4171$0 [63:0];
     endcase
   end
   always @* begin
@@ -39532,8 +39532,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$4131$0 [63:0];
-  assign fifo_err = \port$4131$0 [64];
+  assign fifo_data = \port$4171$0 [63:0];
+  assign fifo_err = \port$4171$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -40515,7 +40515,7 @@ module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4131$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$4171$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$74  = 0;
   wire \$1 ;
@@ -40626,8 +40626,8 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$4131$0 ;
-  wire [64:0] \port$4131$0 ;
+  input [64:0] \port$4171$0 ;
+  wire [64:0] \port$4171$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -40702,12 +40702,12 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$4131$0 [64] | rd_err;
+  assign \$13  = \port$4171$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$4131$0 [64];
+  assign read_error = w_hs & \port$4171$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -40866,9 +40866,9 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$4131$0 [63:0];
-  assign fifo_data = \port$4131$0 [63:0];
-  assign fifo_err = \port$4131$0 [64];
+  assign bus__wdata = \port$4171$0 [63:0];
+  assign fifo_data = \port$4171$0 [63:0];
+  assign fifo_err = \port$4171$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -41364,7 +41364,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11038$0 , \port$11040$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$11078$0 , \port$11080$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$77  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -41597,10 +41597,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$11038$0 ;
-  wire [255:0] \port$11038$0 ;
-  output [15:0] \port$11040$0 ;
-  wire [15:0] \port$11040$0 ;
+  output [255:0] \port$11078$0 ;
+  wire [255:0] \port$11078$0 ;
+  output [15:0] \port$11080$0 ;
+  wire [15:0] \port$11080$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -41773,7 +41773,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$6415$0 (r_data),
+    .\port$6455$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -41859,7 +41859,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$6415$0 (r_data),
+    .\port$6455$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -42181,8 +42181,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$11038$0  = \$48 ;
-  assign \port$11040$0  = \$49 ;
+  assign \port$11078$0  = \$48 ;
+  assign \port$11080$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -42382,7 +42382,7 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6415$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$6455$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
   wire \$1 ;
@@ -42439,8 +42439,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$6415$0 ;
-  wire [64:0] \port$6415$0 ;
+  input [64:0] \port$6455$0 ;
+  wire [64:0] \port$6455$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -42486,12 +42486,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$6415$0 [64];
+  assign read_error = fifo_take & \port$6455$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$6415$0 [64];
+  assign \$12  = ~ \port$6455$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -42527,13 +42527,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$6415$0 [63:0];
+          assembled[63:0] = \port$6455$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$6415$0 [63:0];
+          assembled[127:64] = \port$6455$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$6415$0 [63:0];
+          assembled[191:128] = \port$6455$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$6415$0 [63:0];
+          assembled[255:192] = \port$6455$0 [63:0];
     endcase
   end
   always @* begin
@@ -42656,8 +42656,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$6415$0 [63:0];
-  assign fifo_err = \port$6415$0 [64];
+  assign fifo_data = \port$6455$0 [63:0];
+  assign fifo_err = \port$6455$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -43639,7 +43639,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6415$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$6455$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$85  = 0;
   wire \$1 ;
@@ -43750,8 +43750,8 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$6415$0 ;
-  wire [64:0] \port$6415$0 ;
+  input [64:0] \port$6455$0 ;
+  wire [64:0] \port$6455$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -43826,12 +43826,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$6415$0 [64] | rd_err;
+  assign \$13  = \port$6455$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$6415$0 [64];
+  assign read_error = w_hs & \port$6455$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -43990,9 +43990,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$6415$0 [63:0];
-  assign fifo_data = \port$6415$0 [63:0];
-  assign fifo_err = \port$6415$0 [64];
+  assign bus__wdata = \port$6455$0 [63:0];
+  assign fifo_data = \port$6455$0 [63:0];
+  assign fifo_err = \port$6455$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -46446,23 +46446,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10966$0 (\s4__araddr$597 [11:0]),
-    .\port$10966$14 (\s4__araddr$597 [31:14]),
-    .\port$11003$0 (\s4__awaddr$613 [11:0]),
-    .\port$11003$14 (\s4__awaddr$613 [31:14]),
-    .\port$11223$0 (\s3__awaddr$464 [11:0]),
-    .\port$11223$14 (\s3__awaddr$464 [31:14]),
-    .\port$1816$0 (\$481 ),
-    .\port$4534$0 (\s1__araddr$150 [11:0]),
-    .\port$4534$14 (\s1__araddr$150 [31:14]),
-    .\port$6818$0 (\s3__araddr$448 [11:0]),
-    .\port$6818$14 (\s3__araddr$448 [31:14]),
-    .\port$9378$0 (\s2__araddr$299 [11:0]),
-    .\port$9378$14 (\s2__araddr$299 [31:14]),
-    .\port$9415$0 (\s2__awaddr$315 [11:0]),
-    .\port$9415$14 (\s2__awaddr$315 [31:14]),
-    .\port$9635$0 (\s1__awaddr$166 [11:0]),
-    .\port$9635$14 (\s1__awaddr$166 [31:14]),
+    .\port$11006$0 (\s4__araddr$597 [11:0]),
+    .\port$11006$14 (\s4__araddr$597 [31:14]),
+    .\port$11043$0 (\s4__awaddr$613 [11:0]),
+    .\port$11043$14 (\s4__awaddr$613 [31:14]),
+    .\port$11263$0 (\s3__awaddr$464 [11:0]),
+    .\port$11263$14 (\s3__awaddr$464 [31:14]),
+    .\port$1856$0 (\$481 ),
+    .\port$4574$0 (\s1__araddr$150 [11:0]),
+    .\port$4574$14 (\s1__araddr$150 [31:14]),
+    .\port$6858$0 (\s3__araddr$448 [11:0]),
+    .\port$6858$14 (\s3__araddr$448 [31:14]),
+    .\port$9418$0 (\s2__araddr$299 [11:0]),
+    .\port$9418$14 (\s2__araddr$299 [31:14]),
+    .\port$9455$0 (\s2__awaddr$315 [11:0]),
+    .\port$9455$14 (\s2__awaddr$315 [31:14]),
+    .\port$9675$0 (\s1__awaddr$166 [11:0]),
+    .\port$9675$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46557,23 +46557,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10966$0 (\s4__araddr$597 [11:0]),
-    .\port$10966$14 (\s4__araddr$597 [31:14]),
-    .\port$11003$0 (\s4__awaddr$613 [11:0]),
-    .\port$11003$14 (\s4__awaddr$613 [31:14]),
-    .\port$11223$0 (\s3__awaddr$464 [11:0]),
-    .\port$11223$14 (\s3__awaddr$464 [31:14]),
-    .\port$2152$0 (\$482 ),
-    .\port$4534$0 (\s1__araddr$150 [11:0]),
-    .\port$4534$14 (\s1__araddr$150 [31:14]),
-    .\port$6818$0 (\s3__araddr$448 [11:0]),
-    .\port$6818$14 (\s3__araddr$448 [31:14]),
-    .\port$9378$0 (\s2__araddr$299 [11:0]),
-    .\port$9378$14 (\s2__araddr$299 [31:14]),
-    .\port$9415$0 (\s2__awaddr$315 [11:0]),
-    .\port$9415$14 (\s2__awaddr$315 [31:14]),
-    .\port$9635$0 (\s1__awaddr$166 [11:0]),
-    .\port$9635$14 (\s1__awaddr$166 [31:14]),
+    .\port$11006$0 (\s4__araddr$597 [11:0]),
+    .\port$11006$14 (\s4__araddr$597 [31:14]),
+    .\port$11043$0 (\s4__awaddr$613 [11:0]),
+    .\port$11043$14 (\s4__awaddr$613 [31:14]),
+    .\port$11263$0 (\s3__awaddr$464 [11:0]),
+    .\port$11263$14 (\s3__awaddr$464 [31:14]),
+    .\port$2192$0 (\$482 ),
+    .\port$4574$0 (\s1__araddr$150 [11:0]),
+    .\port$4574$14 (\s1__araddr$150 [31:14]),
+    .\port$6858$0 (\s3__araddr$448 [11:0]),
+    .\port$6858$14 (\s3__araddr$448 [31:14]),
+    .\port$9418$0 (\s2__araddr$299 [11:0]),
+    .\port$9418$14 (\s2__araddr$299 [31:14]),
+    .\port$9455$0 (\s2__awaddr$315 [11:0]),
+    .\port$9455$14 (\s2__awaddr$315 [31:14]),
+    .\port$9675$0 (\s1__awaddr$166 [11:0]),
+    .\port$9675$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46668,23 +46668,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10966$0 (\s4__araddr$597 [11:0]),
-    .\port$10966$14 (\s4__araddr$597 [31:14]),
-    .\port$11003$0 (\s4__awaddr$613 [11:0]),
-    .\port$11003$14 (\s4__awaddr$613 [31:14]),
-    .\port$11223$0 (\s3__awaddr$464 [11:0]),
-    .\port$11223$14 (\s3__awaddr$464 [31:14]),
-    .\port$2488$0 (\$483 ),
-    .\port$4534$0 (\s1__araddr$150 [11:0]),
-    .\port$4534$14 (\s1__araddr$150 [31:14]),
-    .\port$6818$0 (\s3__araddr$448 [11:0]),
-    .\port$6818$14 (\s3__araddr$448 [31:14]),
-    .\port$9378$0 (\s2__araddr$299 [11:0]),
-    .\port$9378$14 (\s2__araddr$299 [31:14]),
-    .\port$9415$0 (\s2__awaddr$315 [11:0]),
-    .\port$9415$14 (\s2__awaddr$315 [31:14]),
-    .\port$9635$0 (\s1__awaddr$166 [11:0]),
-    .\port$9635$14 (\s1__awaddr$166 [31:14]),
+    .\port$11006$0 (\s4__araddr$597 [11:0]),
+    .\port$11006$14 (\s4__araddr$597 [31:14]),
+    .\port$11043$0 (\s4__awaddr$613 [11:0]),
+    .\port$11043$14 (\s4__awaddr$613 [31:14]),
+    .\port$11263$0 (\s3__awaddr$464 [11:0]),
+    .\port$11263$14 (\s3__awaddr$464 [31:14]),
+    .\port$2528$0 (\$483 ),
+    .\port$4574$0 (\s1__araddr$150 [11:0]),
+    .\port$4574$14 (\s1__araddr$150 [31:14]),
+    .\port$6858$0 (\s3__araddr$448 [11:0]),
+    .\port$6858$14 (\s3__araddr$448 [31:14]),
+    .\port$9418$0 (\s2__araddr$299 [11:0]),
+    .\port$9418$14 (\s2__araddr$299 [31:14]),
+    .\port$9455$0 (\s2__awaddr$315 [11:0]),
+    .\port$9455$14 (\s2__awaddr$315 [31:14]),
+    .\port$9675$0 (\s1__awaddr$166 [11:0]),
+    .\port$9675$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -46779,23 +46779,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$10966$0 (\s4__araddr$597 [11:0]),
-    .\port$10966$14 (\s4__araddr$597 [31:14]),
-    .\port$11003$0 (\s4__awaddr$613 [11:0]),
-    .\port$11003$14 (\s4__awaddr$613 [31:14]),
-    .\port$11223$0 (\s3__awaddr$464 [11:0]),
-    .\port$11223$14 (\s3__awaddr$464 [31:14]),
-    .\port$2824$0 (\$484 ),
-    .\port$4534$0 (\s1__araddr$150 [11:0]),
-    .\port$4534$14 (\s1__araddr$150 [31:14]),
-    .\port$6818$0 (\s3__araddr$448 [11:0]),
-    .\port$6818$14 (\s3__araddr$448 [31:14]),
-    .\port$9378$0 (\s2__araddr$299 [11:0]),
-    .\port$9378$14 (\s2__araddr$299 [31:14]),
-    .\port$9415$0 (\s2__awaddr$315 [11:0]),
-    .\port$9415$14 (\s2__awaddr$315 [31:14]),
-    .\port$9635$0 (\s1__awaddr$166 [11:0]),
-    .\port$9635$14 (\s1__awaddr$166 [31:14]),
+    .\port$11006$0 (\s4__araddr$597 [11:0]),
+    .\port$11006$14 (\s4__araddr$597 [31:14]),
+    .\port$11043$0 (\s4__awaddr$613 [11:0]),
+    .\port$11043$14 (\s4__awaddr$613 [31:14]),
+    .\port$11263$0 (\s3__awaddr$464 [11:0]),
+    .\port$11263$14 (\s3__awaddr$464 [31:14]),
+    .\port$2864$0 (\$484 ),
+    .\port$4574$0 (\s1__araddr$150 [11:0]),
+    .\port$4574$14 (\s1__araddr$150 [31:14]),
+    .\port$6858$0 (\s3__araddr$448 [11:0]),
+    .\port$6858$14 (\s3__araddr$448 [31:14]),
+    .\port$9418$0 (\s2__araddr$299 [11:0]),
+    .\port$9418$14 (\s2__araddr$299 [31:14]),
+    .\port$9455$0 (\s2__awaddr$315 [11:0]),
+    .\port$9455$14 (\s2__awaddr$315 [31:14]),
+    .\port$9675$0 (\s1__awaddr$166 [11:0]),
+    .\port$9675$14 (\s1__awaddr$166 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -48097,9 +48097,9 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$1816$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
-, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$1856$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4574$0 , \port$4574$14 , s4__wdata, s4__wstrb, \port$6858$0 , \port$6858$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9418$0 , \port$9418$14 , s2__arlen, \port$9455$0 , \port$9455$14 , s2__awlen, \port$9675$0 , \port$9675$14 , s1__wdata, \port$11006$0 , \port$11006$14 , s4__arlen, \port$11043$0 , \port$11043$14 , s4__awlen
+, \port$11263$0 , \port$11263$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48392,40 +48392,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10966$0 ;
-  wire [11:0] \port$10966$0 ;
-  input [17:0] \port$10966$14 ;
-  wire [17:0] \port$10966$14 ;
-  input [11:0] \port$11003$0 ;
-  wire [11:0] \port$11003$0 ;
-  input [17:0] \port$11003$14 ;
-  wire [17:0] \port$11003$14 ;
-  input [11:0] \port$11223$0 ;
-  wire [11:0] \port$11223$0 ;
-  input [17:0] \port$11223$14 ;
-  wire [17:0] \port$11223$14 ;
-  output [67:0] \port$1816$0 ;
-  wire [67:0] \port$1816$0 ;
-  input [11:0] \port$4534$0 ;
-  wire [11:0] \port$4534$0 ;
-  input [17:0] \port$4534$14 ;
-  wire [17:0] \port$4534$14 ;
-  input [11:0] \port$6818$0 ;
-  wire [11:0] \port$6818$0 ;
-  input [17:0] \port$6818$14 ;
-  wire [17:0] \port$6818$14 ;
-  input [11:0] \port$9378$0 ;
-  wire [11:0] \port$9378$0 ;
-  input [17:0] \port$9378$14 ;
-  wire [17:0] \port$9378$14 ;
-  input [11:0] \port$9415$0 ;
-  wire [11:0] \port$9415$0 ;
-  input [17:0] \port$9415$14 ;
-  wire [17:0] \port$9415$14 ;
-  input [11:0] \port$9635$0 ;
-  wire [11:0] \port$9635$0 ;
-  input [17:0] \port$9635$14 ;
-  wire [17:0] \port$9635$14 ;
+  input [11:0] \port$11006$0 ;
+  wire [11:0] \port$11006$0 ;
+  input [17:0] \port$11006$14 ;
+  wire [17:0] \port$11006$14 ;
+  input [11:0] \port$11043$0 ;
+  wire [11:0] \port$11043$0 ;
+  input [17:0] \port$11043$14 ;
+  wire [17:0] \port$11043$14 ;
+  input [11:0] \port$11263$0 ;
+  wire [11:0] \port$11263$0 ;
+  input [17:0] \port$11263$14 ;
+  wire [17:0] \port$11263$14 ;
+  output [67:0] \port$1856$0 ;
+  wire [67:0] \port$1856$0 ;
+  input [11:0] \port$4574$0 ;
+  wire [11:0] \port$4574$0 ;
+  input [17:0] \port$4574$14 ;
+  wire [17:0] \port$4574$14 ;
+  input [11:0] \port$6858$0 ;
+  wire [11:0] \port$6858$0 ;
+  input [17:0] \port$6858$14 ;
+  wire [17:0] \port$6858$14 ;
+  input [11:0] \port$9418$0 ;
+  wire [11:0] \port$9418$0 ;
+  input [17:0] \port$9418$14 ;
+  wire [17:0] \port$9418$14 ;
+  input [11:0] \port$9455$0 ;
+  wire [11:0] \port$9455$0 ;
+  input [17:0] \port$9455$14 ;
+  wire [17:0] \port$9455$14 ;
+  input [11:0] \port$9675$0 ;
+  wire [11:0] \port$9675$0 ;
+  input [17:0] \port$9675$14 ;
+  wire [17:0] \port$9675$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -49024,13 +49024,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
+          aw_sel = { 19'h02c00, \port$9675$14 , \port$9675$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9455$14 , \port$9455$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
+          aw_sel = { 19'h02c00, \port$11263$14 , \port$11263$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11043$14 , \port$11043$0  };
     endcase
   end
   always @* begin
@@ -49120,13 +49120,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
+          ar_sel = { 19'h02c0c, \port$4574$14 , \port$4574$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9418$14 , \port$9418$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
+          ar_sel = { 19'h02c0c, \port$6858$14 , \port$6858$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11006$14 , \port$11006$0  };
     endcase
   end
   always @* begin
@@ -49556,21 +49556,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
+  assign s1__awaddr = { 2'h0, \port$9675$14 , \port$9675$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
+  assign s2__awaddr = { 2'h0, \port$9455$14 , \port$9455$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
+  assign s3__awaddr = { 2'h0, \port$11263$14 , \port$11263$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
+  assign s4__awaddr = { 2'h0, \port$11043$14 , \port$11043$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -49594,21 +49594,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
+  assign s1__araddr = { 2'h0, \port$4574$14 , \port$4574$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
+  assign s2__araddr = { 2'h0, \port$9418$14 , \port$9418$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
+  assign s3__araddr = { 2'h0, \port$6858$14 , \port$6858$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
+  assign s4__araddr = { 2'h0, \port$11006$14 , \port$11006$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -49630,7 +49630,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$1816$0  = r_data[67:0];
+  assign \port$1856$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -49799,9 +49799,9 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2152$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
-, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2192$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4574$0 , \port$4574$14 , s4__wdata, s4__wstrb, \port$6858$0 , \port$6858$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9418$0 , \port$9418$14 , s2__arlen, \port$9455$0 , \port$9455$14 , s2__awlen, \port$9675$0 , \port$9675$14 , s1__wdata, \port$11006$0 , \port$11006$14 , s4__arlen, \port$11043$0 , \port$11043$14 , s4__awlen
+, \port$11263$0 , \port$11263$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$91  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -50094,40 +50094,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10966$0 ;
-  wire [11:0] \port$10966$0 ;
-  input [17:0] \port$10966$14 ;
-  wire [17:0] \port$10966$14 ;
-  input [11:0] \port$11003$0 ;
-  wire [11:0] \port$11003$0 ;
-  input [17:0] \port$11003$14 ;
-  wire [17:0] \port$11003$14 ;
-  input [11:0] \port$11223$0 ;
-  wire [11:0] \port$11223$0 ;
-  input [17:0] \port$11223$14 ;
-  wire [17:0] \port$11223$14 ;
-  output [67:0] \port$2152$0 ;
-  wire [67:0] \port$2152$0 ;
-  input [11:0] \port$4534$0 ;
-  wire [11:0] \port$4534$0 ;
-  input [17:0] \port$4534$14 ;
-  wire [17:0] \port$4534$14 ;
-  input [11:0] \port$6818$0 ;
-  wire [11:0] \port$6818$0 ;
-  input [17:0] \port$6818$14 ;
-  wire [17:0] \port$6818$14 ;
-  input [11:0] \port$9378$0 ;
-  wire [11:0] \port$9378$0 ;
-  input [17:0] \port$9378$14 ;
-  wire [17:0] \port$9378$14 ;
-  input [11:0] \port$9415$0 ;
-  wire [11:0] \port$9415$0 ;
-  input [17:0] \port$9415$14 ;
-  wire [17:0] \port$9415$14 ;
-  input [11:0] \port$9635$0 ;
-  wire [11:0] \port$9635$0 ;
-  input [17:0] \port$9635$14 ;
-  wire [17:0] \port$9635$14 ;
+  input [11:0] \port$11006$0 ;
+  wire [11:0] \port$11006$0 ;
+  input [17:0] \port$11006$14 ;
+  wire [17:0] \port$11006$14 ;
+  input [11:0] \port$11043$0 ;
+  wire [11:0] \port$11043$0 ;
+  input [17:0] \port$11043$14 ;
+  wire [17:0] \port$11043$14 ;
+  input [11:0] \port$11263$0 ;
+  wire [11:0] \port$11263$0 ;
+  input [17:0] \port$11263$14 ;
+  wire [17:0] \port$11263$14 ;
+  output [67:0] \port$2192$0 ;
+  wire [67:0] \port$2192$0 ;
+  input [11:0] \port$4574$0 ;
+  wire [11:0] \port$4574$0 ;
+  input [17:0] \port$4574$14 ;
+  wire [17:0] \port$4574$14 ;
+  input [11:0] \port$6858$0 ;
+  wire [11:0] \port$6858$0 ;
+  input [17:0] \port$6858$14 ;
+  wire [17:0] \port$6858$14 ;
+  input [11:0] \port$9418$0 ;
+  wire [11:0] \port$9418$0 ;
+  input [17:0] \port$9418$14 ;
+  wire [17:0] \port$9418$14 ;
+  input [11:0] \port$9455$0 ;
+  wire [11:0] \port$9455$0 ;
+  input [17:0] \port$9455$14 ;
+  wire [17:0] \port$9455$14 ;
+  input [11:0] \port$9675$0 ;
+  wire [11:0] \port$9675$0 ;
+  input [17:0] \port$9675$14 ;
+  wire [17:0] \port$9675$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -50726,13 +50726,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
+          aw_sel = { 19'h02c00, \port$9675$14 , \port$9675$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9455$14 , \port$9455$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
+          aw_sel = { 19'h02c00, \port$11263$14 , \port$11263$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11043$14 , \port$11043$0  };
     endcase
   end
   always @* begin
@@ -50822,13 +50822,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
+          ar_sel = { 19'h02c0c, \port$4574$14 , \port$4574$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9418$14 , \port$9418$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
+          ar_sel = { 19'h02c0c, \port$6858$14 , \port$6858$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11006$14 , \port$11006$0  };
     endcase
   end
   always @* begin
@@ -51258,21 +51258,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
+  assign s1__awaddr = { 2'h0, \port$9675$14 , \port$9675$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
+  assign s2__awaddr = { 2'h0, \port$9455$14 , \port$9455$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
+  assign s3__awaddr = { 2'h0, \port$11263$14 , \port$11263$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
+  assign s4__awaddr = { 2'h0, \port$11043$14 , \port$11043$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -51296,21 +51296,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
+  assign s1__araddr = { 2'h0, \port$4574$14 , \port$4574$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
+  assign s2__araddr = { 2'h0, \port$9418$14 , \port$9418$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
+  assign s3__araddr = { 2'h0, \port$6858$14 , \port$6858$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
+  assign s4__araddr = { 2'h0, \port$11006$14 , \port$11006$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -51332,7 +51332,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2152$0  = r_data[67:0];
+  assign \port$2192$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -51501,9 +51501,9 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2488$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
-, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2528$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4574$0 , \port$4574$14 , s4__wdata, s4__wstrb, \port$6858$0 , \port$6858$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9418$0 , \port$9418$14 , s2__arlen, \port$9455$0 , \port$9455$14 , s2__awlen, \port$9675$0 , \port$9675$14 , s1__wdata, \port$11006$0 , \port$11006$14 , s4__arlen, \port$11043$0 , \port$11043$14 , s4__awlen
+, \port$11263$0 , \port$11263$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -51796,40 +51796,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10966$0 ;
-  wire [11:0] \port$10966$0 ;
-  input [17:0] \port$10966$14 ;
-  wire [17:0] \port$10966$14 ;
-  input [11:0] \port$11003$0 ;
-  wire [11:0] \port$11003$0 ;
-  input [17:0] \port$11003$14 ;
-  wire [17:0] \port$11003$14 ;
-  input [11:0] \port$11223$0 ;
-  wire [11:0] \port$11223$0 ;
-  input [17:0] \port$11223$14 ;
-  wire [17:0] \port$11223$14 ;
-  output [67:0] \port$2488$0 ;
-  wire [67:0] \port$2488$0 ;
-  input [11:0] \port$4534$0 ;
-  wire [11:0] \port$4534$0 ;
-  input [17:0] \port$4534$14 ;
-  wire [17:0] \port$4534$14 ;
-  input [11:0] \port$6818$0 ;
-  wire [11:0] \port$6818$0 ;
-  input [17:0] \port$6818$14 ;
-  wire [17:0] \port$6818$14 ;
-  input [11:0] \port$9378$0 ;
-  wire [11:0] \port$9378$0 ;
-  input [17:0] \port$9378$14 ;
-  wire [17:0] \port$9378$14 ;
-  input [11:0] \port$9415$0 ;
-  wire [11:0] \port$9415$0 ;
-  input [17:0] \port$9415$14 ;
-  wire [17:0] \port$9415$14 ;
-  input [11:0] \port$9635$0 ;
-  wire [11:0] \port$9635$0 ;
-  input [17:0] \port$9635$14 ;
-  wire [17:0] \port$9635$14 ;
+  input [11:0] \port$11006$0 ;
+  wire [11:0] \port$11006$0 ;
+  input [17:0] \port$11006$14 ;
+  wire [17:0] \port$11006$14 ;
+  input [11:0] \port$11043$0 ;
+  wire [11:0] \port$11043$0 ;
+  input [17:0] \port$11043$14 ;
+  wire [17:0] \port$11043$14 ;
+  input [11:0] \port$11263$0 ;
+  wire [11:0] \port$11263$0 ;
+  input [17:0] \port$11263$14 ;
+  wire [17:0] \port$11263$14 ;
+  output [67:0] \port$2528$0 ;
+  wire [67:0] \port$2528$0 ;
+  input [11:0] \port$4574$0 ;
+  wire [11:0] \port$4574$0 ;
+  input [17:0] \port$4574$14 ;
+  wire [17:0] \port$4574$14 ;
+  input [11:0] \port$6858$0 ;
+  wire [11:0] \port$6858$0 ;
+  input [17:0] \port$6858$14 ;
+  wire [17:0] \port$6858$14 ;
+  input [11:0] \port$9418$0 ;
+  wire [11:0] \port$9418$0 ;
+  input [17:0] \port$9418$14 ;
+  wire [17:0] \port$9418$14 ;
+  input [11:0] \port$9455$0 ;
+  wire [11:0] \port$9455$0 ;
+  input [17:0] \port$9455$14 ;
+  wire [17:0] \port$9455$14 ;
+  input [11:0] \port$9675$0 ;
+  wire [11:0] \port$9675$0 ;
+  input [17:0] \port$9675$14 ;
+  wire [17:0] \port$9675$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -52428,13 +52428,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
+          aw_sel = { 19'h02c00, \port$9675$14 , \port$9675$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9455$14 , \port$9455$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
+          aw_sel = { 19'h02c00, \port$11263$14 , \port$11263$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11043$14 , \port$11043$0  };
     endcase
   end
   always @* begin
@@ -52524,13 +52524,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
+          ar_sel = { 19'h02c0c, \port$4574$14 , \port$4574$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9418$14 , \port$9418$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
+          ar_sel = { 19'h02c0c, \port$6858$14 , \port$6858$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11006$14 , \port$11006$0  };
     endcase
   end
   always @* begin
@@ -52960,21 +52960,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
+  assign s1__awaddr = { 2'h0, \port$9675$14 , \port$9675$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
+  assign s2__awaddr = { 2'h0, \port$9455$14 , \port$9455$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
+  assign s3__awaddr = { 2'h0, \port$11263$14 , \port$11263$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
+  assign s4__awaddr = { 2'h0, \port$11043$14 , \port$11043$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -52998,21 +52998,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
+  assign s1__araddr = { 2'h0, \port$4574$14 , \port$4574$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
+  assign s2__araddr = { 2'h0, \port$9418$14 , \port$9418$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
+  assign s3__araddr = { 2'h0, \port$6858$14 , \port$6858$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
+  assign s4__araddr = { 2'h0, \port$11006$14 , \port$11006$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -53034,7 +53034,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2488$0  = r_data[67:0];
+  assign \port$2528$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -53203,9 +53203,9 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2824$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4534$0 , \port$4534$14 , s4__wdata, s4__wstrb, \port$6818$0 , \port$6818$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9378$0 , \port$9378$14 , s2__arlen, \port$9415$0 , \port$9415$14 , s2__awlen, \port$9635$0 , \port$9635$14 , s1__wdata, \port$10966$0 , \port$10966$14 , s4__arlen, \port$11003$0 , \port$11003$14 , s4__awlen
-, \port$11223$0 , \port$11223$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2864$0 , s0__rlast, s2__wdata, s2__wstrb, \port$4574$0 , \port$4574$14 , s4__wdata, s4__wstrb, \port$6858$0 , \port$6858$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$9418$0 , \port$9418$14 , s2__arlen, \port$9455$0 , \port$9455$14 , s2__awlen, \port$9675$0 , \port$9675$14 , s1__wdata, \port$11006$0 , \port$11006$14 , s4__arlen, \port$11043$0 , \port$11043$14 , s4__awlen
+, \port$11263$0 , \port$11263$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53498,40 +53498,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$10966$0 ;
-  wire [11:0] \port$10966$0 ;
-  input [17:0] \port$10966$14 ;
-  wire [17:0] \port$10966$14 ;
-  input [11:0] \port$11003$0 ;
-  wire [11:0] \port$11003$0 ;
-  input [17:0] \port$11003$14 ;
-  wire [17:0] \port$11003$14 ;
-  input [11:0] \port$11223$0 ;
-  wire [11:0] \port$11223$0 ;
-  input [17:0] \port$11223$14 ;
-  wire [17:0] \port$11223$14 ;
-  output [67:0] \port$2824$0 ;
-  wire [67:0] \port$2824$0 ;
-  input [11:0] \port$4534$0 ;
-  wire [11:0] \port$4534$0 ;
-  input [17:0] \port$4534$14 ;
-  wire [17:0] \port$4534$14 ;
-  input [11:0] \port$6818$0 ;
-  wire [11:0] \port$6818$0 ;
-  input [17:0] \port$6818$14 ;
-  wire [17:0] \port$6818$14 ;
-  input [11:0] \port$9378$0 ;
-  wire [11:0] \port$9378$0 ;
-  input [17:0] \port$9378$14 ;
-  wire [17:0] \port$9378$14 ;
-  input [11:0] \port$9415$0 ;
-  wire [11:0] \port$9415$0 ;
-  input [17:0] \port$9415$14 ;
-  wire [17:0] \port$9415$14 ;
-  input [11:0] \port$9635$0 ;
-  wire [11:0] \port$9635$0 ;
-  input [17:0] \port$9635$14 ;
-  wire [17:0] \port$9635$14 ;
+  input [11:0] \port$11006$0 ;
+  wire [11:0] \port$11006$0 ;
+  input [17:0] \port$11006$14 ;
+  wire [17:0] \port$11006$14 ;
+  input [11:0] \port$11043$0 ;
+  wire [11:0] \port$11043$0 ;
+  input [17:0] \port$11043$14 ;
+  wire [17:0] \port$11043$14 ;
+  input [11:0] \port$11263$0 ;
+  wire [11:0] \port$11263$0 ;
+  input [17:0] \port$11263$14 ;
+  wire [17:0] \port$11263$14 ;
+  output [67:0] \port$2864$0 ;
+  wire [67:0] \port$2864$0 ;
+  input [11:0] \port$4574$0 ;
+  wire [11:0] \port$4574$0 ;
+  input [17:0] \port$4574$14 ;
+  wire [17:0] \port$4574$14 ;
+  input [11:0] \port$6858$0 ;
+  wire [11:0] \port$6858$0 ;
+  input [17:0] \port$6858$14 ;
+  wire [17:0] \port$6858$14 ;
+  input [11:0] \port$9418$0 ;
+  wire [11:0] \port$9418$0 ;
+  input [17:0] \port$9418$14 ;
+  wire [17:0] \port$9418$14 ;
+  input [11:0] \port$9455$0 ;
+  wire [11:0] \port$9455$0 ;
+  input [17:0] \port$9455$14 ;
+  wire [17:0] \port$9455$14 ;
+  input [11:0] \port$9675$0 ;
+  wire [11:0] \port$9675$0 ;
+  input [17:0] \port$9675$14 ;
+  wire [17:0] \port$9675$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -54130,13 +54130,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$9635$14 , \port$9635$0  };
+          aw_sel = { 19'h02c00, \port$9675$14 , \port$9675$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9415$14 , \port$9415$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$9455$14 , \port$9455$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$11223$14 , \port$11223$0  };
+          aw_sel = { 19'h02c00, \port$11263$14 , \port$11263$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11003$14 , \port$11003$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$11043$14 , \port$11043$0  };
     endcase
   end
   always @* begin
@@ -54226,13 +54226,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$4534$14 , \port$4534$0  };
+          ar_sel = { 19'h02c0c, \port$4574$14 , \port$4574$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9378$14 , \port$9378$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$9418$14 , \port$9418$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$6818$14 , \port$6818$0  };
+          ar_sel = { 19'h02c0c, \port$6858$14 , \port$6858$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$10966$14 , \port$10966$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$11006$14 , \port$11006$0  };
     endcase
   end
   always @* begin
@@ -54662,21 +54662,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$9635$14 , \port$9635$0  };
+  assign s1__awaddr = { 2'h0, \port$9675$14 , \port$9675$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$9415$14 , \port$9415$0  };
+  assign s2__awaddr = { 2'h0, \port$9455$14 , \port$9455$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$11223$14 , \port$11223$0  };
+  assign s3__awaddr = { 2'h0, \port$11263$14 , \port$11263$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$11003$14 , \port$11003$0  };
+  assign s4__awaddr = { 2'h0, \port$11043$14 , \port$11043$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -54700,21 +54700,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$4534$14 , \port$4534$0  };
+  assign s1__araddr = { 2'h0, \port$4574$14 , \port$4574$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$9378$14 , \port$9378$0  };
+  assign s2__araddr = { 2'h0, \port$9418$14 , \port$9418$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$6818$14 , \port$6818$0  };
+  assign s3__araddr = { 2'h0, \port$6858$14 , \port$6858$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$10966$14 , \port$10966$0  };
+  assign s4__araddr = { 2'h0, \port$11006$14 , \port$11006$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -54736,7 +54736,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2824$0  = r_data[67:0];
+  assign \port$2864$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -55521,14 +55521,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
-, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$2979$0 , \port$4477$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5203$0 , \port$5263$0 , \port$6761$0 
-, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7487$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3019$0 , \port$4517$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$5243$0 , \port$5303$0 , \port$6801$0 
+, PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$7527$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set
 , GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value
 , QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value
 , GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata
 , bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value
-, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9496$0 , \port$9498$0 , \port$9504$0 , \port$9506$0 , \port$9508$0 
-, \port$9509$0 , \port$9660$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11084$0 , \port$11086$0 , \port$11092$0 , \port$11094$0 , \port$11096$0 , \port$11097$0 , \port$11248$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
+, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$9536$0 , \port$9538$0 , \port$9544$0 , \port$9546$0 , \port$9548$0 
+, \port$9549$0 , \port$9700$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$11124$0 , \port$11126$0 , \port$11132$0 , \port$11134$0 , \port$11136$0 , \port$11137$0 , \port$11288$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value
 , bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
@@ -55689,18 +55689,18 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire [31:0] \$239 ;
   wire [31:0] \$24 ;
   wire [31:0] \$240 ;
-  wire \$241 ;
-  wire \$242 ;
-  wire \$243 ;
-  wire \$244 ;
-  wire [1:0] \$245 ;
-  wire \$246 ;
-  wire \$247 ;
-  wire \$248 ;
+  wire [31:0] \$241 ;
+  wire [31:0] \$242 ;
+  wire [31:0] \$243 ;
+  wire [31:0] \$244 ;
+  wire [31:0] \$245 ;
+  wire [31:0] \$246 ;
+  wire [31:0] \$247 ;
+  wire [31:0] \$248 ;
   wire [31:0] \$249 ;
   wire [31:0] \$25 ;
-  wire [1:0] \$250 ;
-  wire \$251 ;
+  wire [31:0] \$250 ;
+  wire [31:0] \$251 ;
   wire [31:0] \$252 ;
   wire [31:0] \$253 ;
   wire [31:0] \$254 ;
@@ -55715,18 +55715,18 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire [31:0] \$262 ;
   wire [31:0] \$263 ;
   wire [31:0] \$264 ;
-  wire [31:0] \$265 ;
-  wire [31:0] \$266 ;
-  wire [31:0] \$267 ;
-  wire [31:0] \$268 ;
-  wire [31:0] \$269 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire [1:0] \$269 ;
   wire [31:0] \$27 ;
-  wire [31:0] \$270 ;
-  wire [31:0] \$271 ;
-  wire [31:0] \$272 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
   wire [31:0] \$273 ;
-  wire [31:0] \$274 ;
-  wire [31:0] \$275 ;
+  wire [1:0] \$274 ;
+  wire \$275 ;
   wire [31:0] \$276 ;
   wire [31:0] \$277 ;
   wire [31:0] \$278 ;
@@ -55792,45 +55792,45 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire [31:0] \$331 ;
   wire [31:0] \$332 ;
   wire [31:0] \$333 ;
-  reg \$334 ;
-  reg [15:0] \$335 ;
-  reg \$336 ;
-  reg [31:0] \$337 ;
-  reg [3:0] \$338 ;
-  reg \$339 ;
+  wire [31:0] \$334 ;
+  wire [31:0] \$335 ;
+  wire [31:0] \$336 ;
+  wire [31:0] \$337 ;
+  wire [31:0] \$338 ;
+  wire [31:0] \$339 ;
   wire [31:0] \$34 ;
-  reg [1:0] \$340 ;
-  reg \$341 ;
-  reg [15:0] \$342 ;
-  reg \$343 ;
-  reg [31:0] \$344 ;
-  reg [1:0] \$345 ;
-  reg [31:0] \$346 ;
-  reg [31:0] \$347 ;
-  reg [31:0] \$348 ;
-  reg [31:0] \$349 ;
+  wire [31:0] \$340 ;
+  wire [31:0] \$341 ;
+  wire [31:0] \$342 ;
+  wire [31:0] \$343 ;
+  wire [31:0] \$344 ;
+  wire [31:0] \$345 ;
+  wire [31:0] \$346 ;
+  wire [31:0] \$347 ;
+  wire [31:0] \$348 ;
+  wire [31:0] \$349 ;
   wire [31:0] \$35 ;
-  reg [31:0] \$350 ;
-  reg [31:0] \$351 ;
-  reg [31:0] \$352 ;
-  reg [31:0] \$353 ;
-  reg [31:0] \$354 ;
-  reg [31:0] \$355 ;
-  reg [31:0] \$356 ;
-  reg [31:0] \$357 ;
-  reg [31:0] \$358 ;
-  reg [31:0] \$359 ;
+  wire [31:0] \$350 ;
+  wire [31:0] \$351 ;
+  wire [31:0] \$352 ;
+  wire [31:0] \$353 ;
+  wire [31:0] \$354 ;
+  wire [31:0] \$355 ;
+  wire [31:0] \$356 ;
+  wire [31:0] \$357 ;
+  reg \$358 ;
+  reg [15:0] \$359 ;
   wire [31:0] \$36 ;
-  reg [31:0] \$360 ;
+  reg \$360 ;
   reg [31:0] \$361 ;
-  reg [31:0] \$362 ;
-  reg [31:0] \$363 ;
-  reg [31:0] \$364 ;
-  reg [31:0] \$365 ;
-  reg [31:0] \$366 ;
-  reg [31:0] \$367 ;
+  reg [3:0] \$362 ;
+  reg \$363 ;
+  reg [1:0] \$364 ;
+  reg \$365 ;
+  reg [15:0] \$366 ;
+  reg \$367 ;
   reg [31:0] \$368 ;
-  reg [31:0] \$369 ;
+  reg [1:0] \$369 ;
   wire [31:0] \$37 ;
   reg [31:0] \$370 ;
   reg [31:0] \$371 ;
@@ -55846,9 +55846,33 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   reg [31:0] \$380 ;
   reg [31:0] \$381 ;
   reg [31:0] \$382 ;
+  reg [31:0] \$383 ;
+  reg [31:0] \$384 ;
+  reg [31:0] \$385 ;
+  reg [31:0] \$386 ;
+  reg [31:0] \$387 ;
+  reg [31:0] \$388 ;
+  reg [31:0] \$389 ;
   wire [31:0] \$39 ;
+  reg [31:0] \$390 ;
+  reg [31:0] \$391 ;
+  reg [31:0] \$392 ;
+  reg [31:0] \$393 ;
+  reg [31:0] \$394 ;
+  reg [31:0] \$395 ;
+  reg [31:0] \$396 ;
+  reg [31:0] \$397 ;
+  reg [31:0] \$398 ;
+  reg [31:0] \$399 ;
   wire \$4 ;
   wire [31:0] \$40 ;
+  reg [31:0] \$400 ;
+  reg [31:0] \$401 ;
+  reg [31:0] \$402 ;
+  reg [31:0] \$403 ;
+  reg [31:0] \$404 ;
+  reg [31:0] \$405 ;
+  reg [31:0] \$406 ;
   wire [31:0] \$41 ;
   wire [31:0] \$42 ;
   wire [31:0] \$43 ;
@@ -56185,6 +56209,9 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   input [31:0] PERF0_BUSY_STORE__value;
   wire [31:0] PERF0_BUSY_STORE__value;
   wire PERF0_BUSY_STORE_rsel;
+  wire PERF0_BUSY_VECTOR__read;
+  wire [31:0] PERF0_BUSY_VECTOR__value;
+  wire PERF0_BUSY_VECTOR_rsel;
   wire PERF0_BYTES_READ__read;
   input [31:0] PERF0_BYTES_READ__value;
   wire [31:0] PERF0_BYTES_READ__value;
@@ -56222,6 +56249,15 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   input [31:0] PERF0_STALL_MEM__value;
   wire [31:0] PERF0_STALL_MEM__value;
   wire PERF0_STALL_MEM_rsel;
+  wire PERF0_TABLE_HITS__read;
+  wire [31:0] PERF0_TABLE_HITS__value;
+  wire PERF0_TABLE_HITS_rsel;
+  wire PERF0_TABLE_OVERFLOWS__read;
+  wire [31:0] PERF0_TABLE_OVERFLOWS__value;
+  wire PERF0_TABLE_OVERFLOWS_rsel;
+  wire PERF0_TABLE_UNDERFLOWS__read;
+  wire [31:0] PERF0_TABLE_UNDERFLOWS__value;
+  wire PERF0_TABLE_UNDERFLOWS_rsel;
   wire PERF0_VERSION_rsel;
   wire PERF1_BUSY_COMPUTE__read;
   input [31:0] PERF1_BUSY_COMPUTE__value;
@@ -56235,6 +56271,9 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   input [31:0] PERF1_BUSY_STORE__value;
   wire [31:0] PERF1_BUSY_STORE__value;
   wire PERF1_BUSY_STORE_rsel;
+  wire PERF1_BUSY_VECTOR__read;
+  wire [31:0] PERF1_BUSY_VECTOR__value;
+  wire PERF1_BUSY_VECTOR_rsel;
   wire PERF1_BYTES_READ__read;
   input [31:0] PERF1_BYTES_READ__value;
   wire [31:0] PERF1_BYTES_READ__value;
@@ -56272,6 +56311,15 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   input [31:0] PERF1_STALL_MEM__value;
   wire [31:0] PERF1_STALL_MEM__value;
   wire PERF1_STALL_MEM_rsel;
+  wire PERF1_TABLE_HITS__read;
+  wire [31:0] PERF1_TABLE_HITS__value;
+  wire PERF1_TABLE_HITS_rsel;
+  wire PERF1_TABLE_OVERFLOWS__read;
+  wire [31:0] PERF1_TABLE_OVERFLOWS__value;
+  wire PERF1_TABLE_OVERFLOWS_rsel;
+  wire PERF1_TABLE_UNDERFLOWS__read;
+  wire [31:0] PERF1_TABLE_UNDERFLOWS__value;
+  wire PERF1_TABLE_UNDERFLOWS_rsel;
   wire PERF1_VERSION_rsel;
   input QUEUE0_CONTROL__set;
   wire QUEUE0_CONTROL__set;
@@ -56677,46 +56725,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input [15:0] \port$11084$0 ;
-  wire [15:0] \port$11084$0 ;
-  input [15:0] \port$11086$0 ;
-  wire [15:0] \port$11086$0 ;
-  input \port$11092$0 ;
-  wire \port$11092$0 ;
-  input [7:0] \port$11094$0 ;
-  wire [7:0] \port$11094$0 ;
-  input [15:0] \port$11096$0 ;
-  wire [15:0] \port$11096$0 ;
-  input \port$11097$0 ;
-  wire \port$11097$0 ;
-  input \port$11248$0 ;
-  wire \port$11248$0 ;
-  input \port$2979$0 ;
-  wire \port$2979$0 ;
-  input \port$4477$0 ;
-  wire \port$4477$0 ;
-  input [8:0] \port$5203$0 ;
-  wire [8:0] \port$5203$0 ;
-  input \port$5263$0 ;
-  wire \port$5263$0 ;
-  input \port$6761$0 ;
-  wire \port$6761$0 ;
-  input [8:0] \port$7487$0 ;
-  wire [8:0] \port$7487$0 ;
-  input [15:0] \port$9496$0 ;
-  wire [15:0] \port$9496$0 ;
-  input [15:0] \port$9498$0 ;
-  wire [15:0] \port$9498$0 ;
-  input \port$9504$0 ;
-  wire \port$9504$0 ;
-  input [7:0] \port$9506$0 ;
-  wire [7:0] \port$9506$0 ;
-  input [15:0] \port$9508$0 ;
-  wire [15:0] \port$9508$0 ;
-  input \port$9509$0 ;
-  wire \port$9509$0 ;
-  input \port$9660$0 ;
-  wire \port$9660$0 ;
+  input [15:0] \port$11124$0 ;
+  wire [15:0] \port$11124$0 ;
+  input [15:0] \port$11126$0 ;
+  wire [15:0] \port$11126$0 ;
+  input \port$11132$0 ;
+  wire \port$11132$0 ;
+  input [7:0] \port$11134$0 ;
+  wire [7:0] \port$11134$0 ;
+  input [15:0] \port$11136$0 ;
+  wire [15:0] \port$11136$0 ;
+  input \port$11137$0 ;
+  wire \port$11137$0 ;
+  input \port$11288$0 ;
+  wire \port$11288$0 ;
+  input \port$3019$0 ;
+  wire \port$3019$0 ;
+  input \port$4517$0 ;
+  wire \port$4517$0 ;
+  input [8:0] \port$5243$0 ;
+  wire [8:0] \port$5243$0 ;
+  input \port$5303$0 ;
+  wire \port$5303$0 ;
+  input \port$6801$0 ;
+  wire \port$6801$0 ;
+  input [8:0] \port$7527$0 ;
+  wire [8:0] \port$7527$0 ;
+  input [15:0] \port$9536$0 ;
+  wire [15:0] \port$9536$0 ;
+  input [15:0] \port$9538$0 ;
+  wire [15:0] \port$9538$0 ;
+  input \port$9544$0 ;
+  wire \port$9544$0 ;
+  input [7:0] \port$9546$0 ;
+  wire [7:0] \port$9546$0 ;
+  input [15:0] \port$9548$0 ;
+  wire [15:0] \port$9548$0 ;
+  input \port$9549$0 ;
+  wire \port$9549$0 ;
+  input \port$9700$0 ;
+  wire \port$9700$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -56728,56 +56776,106 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire wr_hit;
   wire wr_ok;
   wire writing;
+  assign \$343  = \$342  | { 30'h00000000, \port$11137$0 , \port$11288$0  };
+  assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$358 ;
+    aw_full <= \$358 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$359 ;
+    aw_addr <= \$359 ;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$360 ;
+    w_full <= \$360 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$361 ;
+    GLOBAL_SCRATCH__wdata <= \$361 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$362 ;
+    w_strb <= \$362 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$363 ;
+    bus__bvalid <= \$363 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$364 ;
+    bus__bresp <= \$364 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$365 ;
+    ar_full <= \$365 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$366 ;
+    ar_addr <= \$366 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$367 ;
+    bus__rvalid <= \$367 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$368 ;
+    bus__rdata <= \$368 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$369 ;
+    bus__rresp <= \$369 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$370 ;
+    GLOBAL_SCRATCH__value <= \$370 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$371 ;
+    GLOBAL_SEM0__value <= \$371 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$372 ;
+    GLOBAL_SEM1__value <= \$372 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$373 ;
+    GLOBAL_SEM2__value <= \$373 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$374 ;
+    GLOBAL_SEM3__value <= \$374 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$375 ;
+    GLOBAL_SEM4__value <= \$375 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$376 ;
+    GLOBAL_SEM5__value <= \$376 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$377 ;
+    GLOBAL_SEM6__value <= \$377 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$378 ;
+    GLOBAL_SEM7__value <= \$378 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$379 ;
+    GLOBAL_SEM8__value <= \$379 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$380 ;
+    GLOBAL_SEM9__value <= \$380 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$381 ;
+    GLOBAL_SEM10__value <= \$381 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$382 ;
+    GLOBAL_SEM11__value <= \$382 ;
+  always @(posedge clk)
+    GLOBAL_SEM12__value <= \$383 ;
+  always @(posedge clk)
+    GLOBAL_SEM13__value <= \$384 ;
+  always @(posedge clk)
+    GLOBAL_SEM14__value <= \$385 ;
+  always @(posedge clk)
+    GLOBAL_SEM15__value <= \$386 ;
+  always @(posedge clk)
+    QUEUE0_RING_BASE__value <= \$387 ;
+  always @(posedge clk)
+    QUEUE0_RING_LOG2__value <= \$388 ;
+  always @(posedge clk)
+    QUEUE0_CQ_BASE__value <= \$389 ;
+  always @(posedge clk)
+    QUEUE0_CONTROL__value <= \$390 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_STATUS__value <= \$391 ;
+  always @(posedge clk)
+    QUEUE0_IRQ_MASK__value <= \$392 ;
+  always @(posedge clk)
+    QUEUE0_DMA_BASE__value <= \$393 ;
+  always @(posedge clk)
+    QUEUE0_DMA_LIMIT__value <= \$394 ;
+  always @(posedge clk)
+    QUEUE0_WATCHDOG__value <= \$395 ;
+  always @(posedge clk)
+    QUEUE1_RING_BASE__value <= \$396 ;
+  always @(posedge clk)
+    QUEUE1_RING_LOG2__value <= \$397 ;
+  always @(posedge clk)
+    QUEUE1_CQ_BASE__value <= \$398 ;
+  always @(posedge clk)
+    QUEUE1_CONTROL__value <= \$399 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_STATUS__value <= \$400 ;
+  always @(posedge clk)
+    QUEUE1_IRQ_MASK__value <= \$401 ;
+  always @(posedge clk)
+    QUEUE1_DMA_BASE__value <= \$402 ;
+  always @(posedge clk)
+    QUEUE1_DMA_LIMIT__value <= \$403 ;
+  always @(posedge clk)
+    QUEUE1_WATCHDOG__value <= \$404 ;
+  always @(posedge clk)
+    TRACE0_CONTROL__value <= \$405 ;
+  always @(posedge clk)
+    TRACE1_CONTROL__value <= \$406 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -56904,6 +57002,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign PERF0_STALL_MEM_rsel = ar_addr == 10'h32c;
   assign PERF0_BYTES_READ_rsel = ar_addr == 10'h330;
   assign PERF0_BYTES_WRITTEN_rsel = ar_addr == 10'h334;
+  assign PERF0_BUSY_VECTOR_rsel = ar_addr == 10'h338;
+  assign PERF0_TABLE_HITS_rsel = ar_addr == 10'h33c;
+  assign PERF0_TABLE_UNDERFLOWS_rsel = ar_addr == 10'h340;
+  assign PERF0_TABLE_OVERFLOWS_rsel = ar_addr == 10'h344;
   assign PERF1_ID_rsel = ar_addr == 11'h400;
   assign PERF1_VERSION_rsel = ar_addr == 11'h404;
   assign PERF1_NEXT_rsel = ar_addr == 11'h408;
@@ -56918,6 +57020,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign PERF1_STALL_MEM_rsel = ar_addr == 11'h42c;
   assign PERF1_BYTES_READ_rsel = ar_addr == 11'h430;
   assign PERF1_BYTES_WRITTEN_rsel = ar_addr == 11'h434;
+  assign PERF1_BUSY_VECTOR_rsel = ar_addr == 11'h438;
+  assign PERF1_TABLE_HITS_rsel = ar_addr == 11'h43c;
+  assign PERF1_TABLE_UNDERFLOWS_rsel = ar_addr == 11'h440;
+  assign PERF1_TABLE_OVERFLOWS_rsel = ar_addr == 11'h444;
   assign TRACE0_ID_rsel = ar_addr == 11'h500;
   assign TRACE0_VERSION_rsel = ar_addr == 11'h504;
   assign TRACE0_NEXT_rsel = ar_addr == 11'h508;
@@ -56935,7 +57041,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
   assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -56943,7 +57049,7 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65538 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65539 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
@@ -57081,60 +57187,60 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
   assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
   assign \$169  = \$166  | \$168 ;
-  assign \$170  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$171  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$172  = \$170  | \$171 ;
-  assign \$173  = \$169  | \$172 ;
-  assign \$174  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$176  = PERF1_CYCLES_rsel ? \$175  : 32'd0;
-  assign \$177  = \$174  | \$176 ;
-  assign \$179  = PERF1_BUSY_LOAD_rsel ? \$178  : 32'd0;
-  assign \$181  = PERF1_BUSY_COMPUTE_rsel ? \$180  : 32'd0;
-  assign \$182  = \$179  | \$181 ;
-  assign \$183  = \$177  | \$182 ;
-  assign \$184  = \$173  | \$183 ;
-  assign \$185  = \$164  | \$184 ;
-  assign \$187  = PERF1_BUSY_STORE_rsel ? \$186  : 32'd0;
-  assign \$189  = PERF1_MACS_LO_rsel ? \$188  : 32'd0;
+  assign \$181  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$182  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$183  = \$181  | \$182 ;
+  assign \$185  = \$175  | \$184 ;
+  assign \$186  = \$164  | \$185 ;
+  assign \$187  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$189  = PERF1_CYCLES_rsel ? \$188  : 32'd0;
   assign \$190  = \$187  | \$189 ;
-  assign \$192  = PERF1_MACS_HI_rsel ? \$191  : 32'd0;
-  assign \$194  = PERF1_STALL_DEP_rsel ? \$193  : 32'd0;
+  assign \$192  = PERF1_BUSY_LOAD_rsel ? \$191  : 32'd0;
+  assign \$194  = PERF1_BUSY_COMPUTE_rsel ? \$193  : 32'd0;
   assign \$195  = \$192  | \$194 ;
   assign \$196  = \$190  | \$195 ;
-  assign \$198  = PERF1_STALL_MEM_rsel ? \$197  : 32'd0;
-  assign \$200  = PERF1_BYTES_READ_rsel ? \$199  : 32'd0;
+  assign \$198  = PERF1_BUSY_STORE_rsel ? \$197  : 32'd0;
+  assign \$200  = PERF1_MACS_LO_rsel ? \$199  : 32'd0;
   assign \$201  = \$198  | \$200 ;
-  assign \$203  = PERF1_BYTES_WRITTEN_rsel ? \$202  : 32'd0;
-  assign \$204  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$205  = \$203  | \$204 ;
-  assign \$206  = \$201  | \$205 ;
-  assign \$207  = \$196  | \$206 ;
-  assign \$208  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$209  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
-  assign \$210  = \$208  | \$209 ;
-  assign \$211  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$213  = TRACE0_COUNT_rsel ? \$212  : 32'd0;
-  assign \$214  = \$211  | \$213 ;
-  assign \$215  = \$210  | \$214 ;
-  assign \$217  = TRACE0_DATA_LO_rsel ? \$216  : 32'd0;
-  assign \$219  = TRACE0_DATA_HI_rsel ? \$218  : 32'd0;
-  assign \$220  = \$217  | \$219 ;
-  assign \$221  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$222  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$223  = \$221  | \$222 ;
-  assign \$224  = \$220  | \$223 ;
-  assign \$225  = \$215  | \$224 ;
-  assign \$226  = \$207  | \$225 ;
-  assign \$227  = \$185  | \$226 ;
-  assign \$229  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
-  assign \$232  = TRACE1_COUNT_rsel ? \$231  : 32'd0;
-  assign \$234  = TRACE1_DATA_LO_rsel ? \$233  : 32'd0;
-  assign \$235  = \$232  | \$234 ;
-  assign \$236  = \$230  | \$235 ;
-  assign \$238  = TRACE1_DATA_HI_rsel ? \$237  : 32'd0;
+  assign \$203  = PERF1_MACS_HI_rsel ? \$202  : 32'd0;
+  assign \$205  = PERF1_STALL_DEP_rsel ? \$204  : 32'd0;
+  assign \$206  = \$203  | \$205 ;
+  assign \$207  = \$201  | \$206 ;
+  assign \$208  = \$196  | \$207 ;
+  assign \$210  = PERF1_STALL_MEM_rsel ? \$209  : 32'd0;
+  assign \$212  = PERF1_BYTES_READ_rsel ? \$211  : 32'd0;
+  assign \$213  = \$210  | \$212 ;
+  assign \$215  = PERF1_BYTES_WRITTEN_rsel ? \$214  : 32'd0;
+  assign \$219  = \$213  | \$218 ;
+  assign \$227  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$230  = \$219  | \$229 ;
+  assign \$231  = \$208  | \$230 ;
+  assign \$232  = \$186  | \$231 ;
+  assign \$233  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$234  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$235  = \$233  | \$234 ;
+  assign \$236  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$238  = TRACE0_COUNT_rsel ? \$237  : 32'd0;
   assign \$239  = \$236  | \$238 ;
-  assign \$240  = \$227  | \$239 ;
-  assign rd_data = \$141  | \$240 ;
+  assign \$240  = \$235  | \$239 ;
+  assign \$242  = TRACE0_DATA_LO_rsel ? \$241  : 32'd0;
+  assign \$244  = TRACE0_DATA_HI_rsel ? \$243  : 32'd0;
+  assign \$245  = \$242  | \$244 ;
+  assign \$246  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$247  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = \$245  | \$248 ;
+  assign \$250  = \$240  | \$249 ;
+  assign \$252  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$255  = TRACE1_COUNT_rsel ? \$254  : 32'd0;
+  assign \$257  = TRACE1_DATA_LO_rsel ? \$256  : 32'd0;
+  assign \$258  = \$255  | \$257 ;
+  assign \$259  = \$253  | \$258 ;
+  assign \$261  = TRACE1_DATA_HI_rsel ? \$260  : 32'd0;
+  assign \$262  = \$259  | \$261 ;
+  assign \$263  = \$250  | \$262 ;
+  assign \$264  = \$232  | \$263 ;
+  assign rd_data = \$141  | \$264 ;
   assign GLOBAL_SCRATCH_write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -57196,6 +57302,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
   assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
   assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
+  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
+  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
+  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
+  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
   assign PERF1_CONTROL_write = writing & PERF1_CONTROL_wsel;
   assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
   assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
@@ -57207,6 +57317,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
   assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
   assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
+  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
+  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
+  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
+  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
   assign TRACE0_CONTROL_write = writing & TRACE0_CONTROL_wsel;
   assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
   assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
@@ -57215,106 +57329,66 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
   assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
   assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$241  = ~ aw_full;
-  assign \$242  = bus__awvalid & \$241 ;
-  assign \$243  = ~ w_full;
-  assign \$244  = bus__wvalid & \$243 ;
-  assign \$245  = wr_ok ? 2'h0 : 2'h2;
-  assign \$246  = bus__bvalid & bus__bready;
-  assign \$247  = ~ ar_full;
-  assign \$248  = bus__arvalid & \$247 ;
-  assign \$249  = rd_hit ? rd_data : 32'd0;
-  assign \$250  = rd_hit ? 2'h0 : 2'h2;
-  assign \$251  = bus__rvalid & bus__rready;
-  assign \$294  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$295  = ~ \$294 ;
-  assign \$296  = QUEUE0_IRQ_STATUS__value & \$295 ;
-  assign \$297  = \$296  | { 30'h00000000, \port$9509$0 , \port$9660$0  };
-  assign \$299  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$298 ;
-  assign \$316  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$317  = ~ \$316 ;
-  assign \$318  = QUEUE1_IRQ_STATUS__value & \$317 ;
-  assign \$319  = \$318  | { 30'h00000000, \port$11097$0 , \port$11248$0  };
-  assign \$321  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$320 ;
-  always @(posedge clk)
-    aw_full <= \$334 ;
-  always @(posedge clk)
-    aw_addr <= \$335 ;
-  always @(posedge clk)
-    w_full <= \$336 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$337 ;
-  always @(posedge clk)
-    w_strb <= \$338 ;
-  always @(posedge clk)
-    bus__bvalid <= \$339 ;
-  always @(posedge clk)
-    bus__bresp <= \$340 ;
-  always @(posedge clk)
-    ar_full <= \$341 ;
-  always @(posedge clk)
-    ar_addr <= \$342 ;
-  always @(posedge clk)
-    bus__rvalid <= \$343 ;
-  always @(posedge clk)
-    bus__rdata <= \$344 ;
-  always @(posedge clk)
-    bus__rresp <= \$345 ;
-  always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$346 ;
-  always @(posedge clk)
-    GLOBAL_SEM0__value <= \$347 ;
-  always @(posedge clk)
-    GLOBAL_SEM1__value <= \$348 ;
-  always @(posedge clk)
-    GLOBAL_SEM2__value <= \$349 ;
-  always @(posedge clk)
-    GLOBAL_SEM3__value <= \$350 ;
-  always @(posedge clk)
-    GLOBAL_SEM4__value <= \$351 ;
-  always @(posedge clk)
-    GLOBAL_SEM5__value <= \$352 ;
-  always @(posedge clk)
-    GLOBAL_SEM6__value <= \$353 ;
-  always @(posedge clk)
-    GLOBAL_SEM7__value <= \$354 ;
-  always @(posedge clk)
-    GLOBAL_SEM8__value <= \$355 ;
-  always @(posedge clk)
-    GLOBAL_SEM9__value <= \$356 ;
-  always @(posedge clk)
-    GLOBAL_SEM10__value <= \$357 ;
+  assign \$265  = ~ aw_full;
+  assign \$266  = bus__awvalid & \$265 ;
+  assign \$267  = ~ w_full;
+  assign \$268  = bus__wvalid & \$267 ;
+  assign \$269  = wr_ok ? 2'h0 : 2'h2;
+  assign \$270  = bus__bvalid & bus__bready;
+  assign \$271  = ~ ar_full;
+  assign \$272  = bus__arvalid & \$271 ;
+  assign \$273  = rd_hit ? rd_data : 32'd0;
+  assign \$274  = rd_hit ? 2'h0 : 2'h2;
+  assign \$275  = bus__rvalid & bus__rready;
+  assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$319  = ~ \$318 ;
+  assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
+  assign \$321  = \$320  | { 30'h00000000, \port$9549$0 , \port$9700$0  };
+  assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
+  assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$341  = ~ \$340 ;
+  assign \$342  = QUEUE1_IRQ_STATUS__value & \$341 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$359  = GLOBAL_SEM12__value;
-    if (GLOBAL_SEM12_write) begin
-      \$359  = \$278 ;
-    end else if (GLOBAL_SEM12__set) begin
-      \$359  = \$279 ;
+    \$358  = aw_full;
+    if (\$266 ) begin
+      \$358  = 1'h1;
+    end
+    if (do_write) begin
+      \$358  = 1'h0;
     end
     if (rst) begin
-      \$359  = 32'd0;
+      \$358  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$360  = GLOBAL_SEM13__value;
-    if (GLOBAL_SEM13_write) begin
-      \$360  = \$280 ;
-    end else if (GLOBAL_SEM13__set) begin
-      \$360  = \$281 ;
+    \$359  = aw_addr;
+    if (\$266 ) begin
+      \$359  = bus__awaddr;
     end
     if (rst) begin
-      \$360  = 32'd0;
+      \$359  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$361  = GLOBAL_SEM14__value;
-    if (GLOBAL_SEM14_write) begin
-      \$361  = \$282 ;
-    end else if (GLOBAL_SEM14__set) begin
-      \$361  = \$283 ;
+    \$360  = w_full;
+    if (\$268 ) begin
+      \$360  = 1'h1;
+    end
+    if (do_write) begin
+      \$360  = 1'h0;
+    end
+    if (rst) begin
+      \$360  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
+    \$361  = GLOBAL_SCRATCH__wdata;
+    if (\$268 ) begin
+      \$361  = bus__wdata;
     end
     if (rst) begin
       \$361  = 32'd0;
@@ -57322,78 +57396,78 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$362  = GLOBAL_SEM15__value;
-    if (GLOBAL_SEM15_write) begin
-      \$362  = \$284 ;
-    end else if (GLOBAL_SEM15__set) begin
-      \$362  = \$285 ;
+    \$362  = w_strb;
+    if (\$268 ) begin
+      \$362  = bus__wstrb;
     end
     if (rst) begin
-      \$362  = 32'd0;
+      \$362  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$363  = QUEUE0_RING_BASE__value;
-    if (QUEUE0_RING_BASE_write) begin
-      \$363  = \$286 ;
-    end else if (QUEUE0_RING_BASE__set) begin
-      \$363  = \$287 ;
+    \$363  = bus__bvalid;
+    if (do_write) begin
+      \$363  = 1'h1;
+    end
+    if (\$270 ) begin
+      \$363  = 1'h0;
     end
     if (rst) begin
-      \$363  = 32'd0;
+      \$363  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$364  = QUEUE0_RING_LOG2__value;
-    if (QUEUE0_RING_LOG2_write) begin
-      \$364  = \$288 ;
-    end else if (QUEUE0_RING_LOG2__set) begin
-      \$364  = \$289 ;
+    \$364  = bus__bresp;
+    if (do_write) begin
+      \$364  = \$269 ;
     end
     if (rst) begin
-      \$364  = 32'd4;
+      \$364  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$365  = QUEUE0_CQ_BASE__value;
-    if (QUEUE0_CQ_BASE_write) begin
-      \$365  = \$290 ;
-    end else if (QUEUE0_CQ_BASE__set) begin
-      \$365  = \$291 ;
+    \$365  = ar_full;
+    if (\$272 ) begin
+      \$365  = 1'h1;
+    end
+    if (do_read) begin
+      \$365  = 1'h0;
     end
     if (rst) begin
-      \$365  = 32'd0;
+      \$365  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$366  = QUEUE0_CONTROL__value;
-    if (QUEUE0_CONTROL_write) begin
-      \$366  = \$292 ;
-    end else if (QUEUE0_CONTROL__set) begin
-      \$366  = \$293 ;
+    \$366  = ar_addr;
+    if (\$272 ) begin
+      \$366  = bus__araddr;
     end
     if (rst) begin
-      \$366  = 32'd0;
+      \$366  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$367  = \$299 ;
+    \$367  = bus__rvalid;
+    if (do_read) begin
+      \$367  = 1'h1;
+    end
+    if (\$275 ) begin
+      \$367  = 1'h0;
+    end
     if (rst) begin
-      \$367  = 32'd0;
+      \$367  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$368  = QUEUE0_IRQ_MASK__value;
-    if (QUEUE0_IRQ_MASK_write) begin
-      \$368  = \$300 ;
-    end else if (QUEUE0_IRQ_MASK__set) begin
-      \$368  = \$301 ;
+    \$368  = bus__rdata;
+    if (do_read) begin
+      \$368  = \$273 ;
     end
     if (rst) begin
       \$368  = 32'd0;
@@ -57401,23 +57475,19 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$369  = QUEUE0_DMA_BASE__value;
-    if (QUEUE0_DMA_BASE_write) begin
-      \$369  = \$302 ;
-    end else if (QUEUE0_DMA_BASE__set) begin
-      \$369  = \$303 ;
+    \$369  = bus__rresp;
+    if (do_read) begin
+      \$369  = \$274 ;
     end
     if (rst) begin
-      \$369  = 32'd0;
+      \$369  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$370  = QUEUE0_DMA_LIMIT__value;
-    if (QUEUE0_DMA_LIMIT_write) begin
-      \$370  = \$304 ;
-    end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$370  = \$305 ;
+    \$370  = GLOBAL_SCRATCH__value;
+    if (GLOBAL_SCRATCH_write) begin
+      \$370  = \$276 ;
     end
     if (rst) begin
       \$370  = 32'd0;
@@ -57425,11 +57495,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$371  = QUEUE0_WATCHDOG__value;
-    if (QUEUE0_WATCHDOG_write) begin
-      \$371  = \$306 ;
-    end else if (QUEUE0_WATCHDOG__set) begin
-      \$371  = \$307 ;
+    \$371  = GLOBAL_SEM0__value;
+    if (GLOBAL_SEM0_write) begin
+      \$371  = \$278 ;
+    end else if (GLOBAL_SEM0__set) begin
+      \$371  = \$279 ;
     end
     if (rst) begin
       \$371  = 32'd0;
@@ -57437,11 +57507,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$372  = QUEUE1_RING_BASE__value;
-    if (QUEUE1_RING_BASE_write) begin
-      \$372  = \$308 ;
-    end else if (QUEUE1_RING_BASE__set) begin
-      \$372  = \$309 ;
+    \$372  = GLOBAL_SEM1__value;
+    if (GLOBAL_SEM1_write) begin
+      \$372  = \$280 ;
+    end else if (GLOBAL_SEM1__set) begin
+      \$372  = \$281 ;
     end
     if (rst) begin
       \$372  = 32'd0;
@@ -57449,23 +57519,23 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$373  = QUEUE1_RING_LOG2__value;
-    if (QUEUE1_RING_LOG2_write) begin
-      \$373  = \$310 ;
-    end else if (QUEUE1_RING_LOG2__set) begin
-      \$373  = \$311 ;
+    \$373  = GLOBAL_SEM2__value;
+    if (GLOBAL_SEM2_write) begin
+      \$373  = \$282 ;
+    end else if (GLOBAL_SEM2__set) begin
+      \$373  = \$283 ;
     end
     if (rst) begin
-      \$373  = 32'd4;
+      \$373  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$374  = QUEUE1_CQ_BASE__value;
-    if (QUEUE1_CQ_BASE_write) begin
-      \$374  = \$312 ;
-    end else if (QUEUE1_CQ_BASE__set) begin
-      \$374  = \$313 ;
+    \$374  = GLOBAL_SEM3__value;
+    if (GLOBAL_SEM3_write) begin
+      \$374  = \$284 ;
+    end else if (GLOBAL_SEM3__set) begin
+      \$374  = \$285 ;
     end
     if (rst) begin
       \$374  = 32'd0;
@@ -57473,11 +57543,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$375  = QUEUE1_CONTROL__value;
-    if (QUEUE1_CONTROL_write) begin
-      \$375  = \$314 ;
-    end else if (QUEUE1_CONTROL__set) begin
-      \$375  = \$315 ;
+    \$375  = GLOBAL_SEM4__value;
+    if (GLOBAL_SEM4_write) begin
+      \$375  = \$286 ;
+    end else if (GLOBAL_SEM4__set) begin
+      \$375  = \$287 ;
     end
     if (rst) begin
       \$375  = 32'd0;
@@ -57485,18 +57555,23 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$376  = \$321 ;
+    \$376  = GLOBAL_SEM5__value;
+    if (GLOBAL_SEM5_write) begin
+      \$376  = \$288 ;
+    end else if (GLOBAL_SEM5__set) begin
+      \$376  = \$289 ;
+    end
     if (rst) begin
       \$376  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$377  = QUEUE1_IRQ_MASK__value;
-    if (QUEUE1_IRQ_MASK_write) begin
-      \$377  = \$322 ;
-    end else if (QUEUE1_IRQ_MASK__set) begin
-      \$377  = \$323 ;
+    \$377  = GLOBAL_SEM6__value;
+    if (GLOBAL_SEM6_write) begin
+      \$377  = \$290 ;
+    end else if (GLOBAL_SEM6__set) begin
+      \$377  = \$291 ;
     end
     if (rst) begin
       \$377  = 32'd0;
@@ -57504,11 +57579,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$378  = QUEUE1_DMA_BASE__value;
-    if (QUEUE1_DMA_BASE_write) begin
-      \$378  = \$324 ;
-    end else if (QUEUE1_DMA_BASE__set) begin
-      \$378  = \$325 ;
+    \$378  = GLOBAL_SEM7__value;
+    if (GLOBAL_SEM7_write) begin
+      \$378  = \$292 ;
+    end else if (GLOBAL_SEM7__set) begin
+      \$378  = \$293 ;
     end
     if (rst) begin
       \$378  = 32'd0;
@@ -57516,11 +57591,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$379  = QUEUE1_DMA_LIMIT__value;
-    if (QUEUE1_DMA_LIMIT_write) begin
-      \$379  = \$326 ;
-    end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$379  = \$327 ;
+    \$379  = GLOBAL_SEM8__value;
+    if (GLOBAL_SEM8_write) begin
+      \$379  = \$294 ;
+    end else if (GLOBAL_SEM8__set) begin
+      \$379  = \$295 ;
     end
     if (rst) begin
       \$379  = 32'd0;
@@ -57528,11 +57603,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$380  = QUEUE1_WATCHDOG__value;
-    if (QUEUE1_WATCHDOG_write) begin
-      \$380  = \$328 ;
-    end else if (QUEUE1_WATCHDOG__set) begin
-      \$380  = \$329 ;
+    \$380  = GLOBAL_SEM9__value;
+    if (GLOBAL_SEM9_write) begin
+      \$380  = \$296 ;
+    end else if (GLOBAL_SEM9__set) begin
+      \$380  = \$297 ;
     end
     if (rst) begin
       \$380  = 32'd0;
@@ -57540,11 +57615,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$381  = TRACE0_CONTROL__value;
-    if (TRACE0_CONTROL_write) begin
-      \$381  = \$330 ;
-    end else if (TRACE0_CONTROL__set) begin
-      \$381  = \$331 ;
+    \$381  = GLOBAL_SEM10__value;
+    if (GLOBAL_SEM10_write) begin
+      \$381  = \$298 ;
+    end else if (GLOBAL_SEM10__set) begin
+      \$381  = \$299 ;
     end
     if (rst) begin
       \$381  = 32'd0;
@@ -57552,11 +57627,11 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$382  = TRACE1_CONTROL__value;
-    if (TRACE1_CONTROL_write) begin
-      \$382  = \$332 ;
-    end else if (TRACE1_CONTROL__set) begin
-      \$382  = \$333 ;
+    \$382  = GLOBAL_SEM11__value;
+    if (GLOBAL_SEM11_write) begin
+      \$382  = \$300 ;
+    end else if (GLOBAL_SEM11__set) begin
+      \$382  = \$301 ;
     end
     if (rst) begin
       \$382  = 32'd0;
@@ -57564,303 +57639,300 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$334  = aw_full;
-    if (\$242 ) begin
-      \$334  = 1'h1;
-    end
-    if (do_write) begin
-      \$334  = 1'h0;
+    \$383  = GLOBAL_SEM12__value;
+    if (GLOBAL_SEM12_write) begin
+      \$383  = \$302 ;
+    end else if (GLOBAL_SEM12__set) begin
+      \$383  = \$303 ;
     end
     if (rst) begin
-      \$334  = 1'h0;
+      \$383  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$335  = aw_addr;
-    if (\$242 ) begin
-      \$335  = bus__awaddr;
+    \$384  = GLOBAL_SEM13__value;
+    if (GLOBAL_SEM13_write) begin
+      \$384  = \$304 ;
+    end else if (GLOBAL_SEM13__set) begin
+      \$384  = \$305 ;
     end
     if (rst) begin
-      \$335  = 16'h0000;
+      \$384  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$336  = w_full;
-    if (\$244 ) begin
-      \$336  = 1'h1;
-    end
-    if (do_write) begin
-      \$336  = 1'h0;
+    \$385  = GLOBAL_SEM14__value;
+    if (GLOBAL_SEM14_write) begin
+      \$385  = \$306 ;
+    end else if (GLOBAL_SEM14__set) begin
+      \$385  = \$307 ;
     end
     if (rst) begin
-      \$336  = 1'h0;
+      \$385  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$337  = GLOBAL_SCRATCH__wdata;
-    if (\$244 ) begin
-      \$337  = bus__wdata;
+    \$386  = GLOBAL_SEM15__value;
+    if (GLOBAL_SEM15_write) begin
+      \$386  = \$308 ;
+    end else if (GLOBAL_SEM15__set) begin
+      \$386  = \$309 ;
     end
     if (rst) begin
-      \$337  = 32'd0;
+      \$386  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$338  = w_strb;
-    if (\$244 ) begin
-      \$338  = bus__wstrb;
+    \$387  = QUEUE0_RING_BASE__value;
+    if (QUEUE0_RING_BASE_write) begin
+      \$387  = \$310 ;
+    end else if (QUEUE0_RING_BASE__set) begin
+      \$387  = \$311 ;
     end
     if (rst) begin
-      \$338  = 4'h0;
+      \$387  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$339  = bus__bvalid;
-    if (do_write) begin
-      \$339  = 1'h1;
-    end
-    if (\$246 ) begin
-      \$339  = 1'h0;
+    \$388  = QUEUE0_RING_LOG2__value;
+    if (QUEUE0_RING_LOG2_write) begin
+      \$388  = \$312 ;
+    end else if (QUEUE0_RING_LOG2__set) begin
+      \$388  = \$313 ;
     end
     if (rst) begin
-      \$339  = 1'h0;
+      \$388  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$340  = bus__bresp;
-    if (do_write) begin
-      \$340  = \$245 ;
+    \$389  = QUEUE0_CQ_BASE__value;
+    if (QUEUE0_CQ_BASE_write) begin
+      \$389  = \$314 ;
+    end else if (QUEUE0_CQ_BASE__set) begin
+      \$389  = \$315 ;
     end
     if (rst) begin
-      \$340  = 2'h0;
+      \$389  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$341  = ar_full;
-    if (\$248 ) begin
-      \$341  = 1'h1;
-    end
-    if (do_read) begin
-      \$341  = 1'h0;
+    \$390  = QUEUE0_CONTROL__value;
+    if (QUEUE0_CONTROL_write) begin
+      \$390  = \$316 ;
+    end else if (QUEUE0_CONTROL__set) begin
+      \$390  = \$317 ;
     end
     if (rst) begin
-      \$341  = 1'h0;
+      \$390  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$342  = ar_addr;
-    if (\$248 ) begin
-      \$342  = bus__araddr;
-    end
+    \$391  = \$323 ;
     if (rst) begin
-      \$342  = 16'h0000;
+      \$391  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$343  = bus__rvalid;
-    if (do_read) begin
-      \$343  = 1'h1;
-    end
-    if (\$251 ) begin
-      \$343  = 1'h0;
+    \$392  = QUEUE0_IRQ_MASK__value;
+    if (QUEUE0_IRQ_MASK_write) begin
+      \$392  = \$324 ;
+    end else if (QUEUE0_IRQ_MASK__set) begin
+      \$392  = \$325 ;
     end
     if (rst) begin
-      \$343  = 1'h0;
+      \$392  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$344  = bus__rdata;
-    if (do_read) begin
-      \$344  = \$249 ;
+    \$393  = QUEUE0_DMA_BASE__value;
+    if (QUEUE0_DMA_BASE_write) begin
+      \$393  = \$326 ;
+    end else if (QUEUE0_DMA_BASE__set) begin
+      \$393  = \$327 ;
     end
     if (rst) begin
-      \$344  = 32'd0;
+      \$393  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$345  = bus__rresp;
-    if (do_read) begin
-      \$345  = \$250 ;
+    \$394  = QUEUE0_DMA_LIMIT__value;
+    if (QUEUE0_DMA_LIMIT_write) begin
+      \$394  = \$328 ;
+    end else if (QUEUE0_DMA_LIMIT__set) begin
+      \$394  = \$329 ;
     end
     if (rst) begin
-      \$345  = 2'h0;
+      \$394  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$346  = GLOBAL_SCRATCH__value;
-    if (GLOBAL_SCRATCH_write) begin
-      \$346  = \$252 ;
+    \$395  = QUEUE0_WATCHDOG__value;
+    if (QUEUE0_WATCHDOG_write) begin
+      \$395  = \$330 ;
+    end else if (QUEUE0_WATCHDOG__set) begin
+      \$395  = \$331 ;
     end
     if (rst) begin
-      \$346  = 32'd0;
+      \$395  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$347  = GLOBAL_SEM0__value;
-    if (GLOBAL_SEM0_write) begin
-      \$347  = \$254 ;
-    end else if (GLOBAL_SEM0__set) begin
-      \$347  = \$255 ;
+    \$396  = QUEUE1_RING_BASE__value;
+    if (QUEUE1_RING_BASE_write) begin
+      \$396  = \$332 ;
+    end else if (QUEUE1_RING_BASE__set) begin
+      \$396  = \$333 ;
     end
     if (rst) begin
-      \$347  = 32'd0;
+      \$396  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$348  = GLOBAL_SEM1__value;
-    if (GLOBAL_SEM1_write) begin
-      \$348  = \$256 ;
-    end else if (GLOBAL_SEM1__set) begin
-      \$348  = \$257 ;
+    \$397  = QUEUE1_RING_LOG2__value;
+    if (QUEUE1_RING_LOG2_write) begin
+      \$397  = \$334 ;
+    end else if (QUEUE1_RING_LOG2__set) begin
+      \$397  = \$335 ;
     end
     if (rst) begin
-      \$348  = 32'd0;
+      \$397  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$349  = GLOBAL_SEM2__value;
-    if (GLOBAL_SEM2_write) begin
-      \$349  = \$258 ;
-    end else if (GLOBAL_SEM2__set) begin
-      \$349  = \$259 ;
+    \$398  = QUEUE1_CQ_BASE__value;
+    if (QUEUE1_CQ_BASE_write) begin
+      \$398  = \$336 ;
+    end else if (QUEUE1_CQ_BASE__set) begin
+      \$398  = \$337 ;
     end
     if (rst) begin
-      \$349  = 32'd0;
+      \$398  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$350  = GLOBAL_SEM3__value;
-    if (GLOBAL_SEM3_write) begin
-      \$350  = \$260 ;
-    end else if (GLOBAL_SEM3__set) begin
-      \$350  = \$261 ;
+    \$399  = QUEUE1_CONTROL__value;
+    if (QUEUE1_CONTROL_write) begin
+      \$399  = \$338 ;
+    end else if (QUEUE1_CONTROL__set) begin
+      \$399  = \$339 ;
     end
     if (rst) begin
-      \$350  = 32'd0;
+      \$399  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$351  = GLOBAL_SEM4__value;
-    if (GLOBAL_SEM4_write) begin
-      \$351  = \$262 ;
-    end else if (GLOBAL_SEM4__set) begin
-      \$351  = \$263 ;
-    end
+    \$400  = \$345 ;
     if (rst) begin
-      \$351  = 32'd0;
+      \$400  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$352  = GLOBAL_SEM5__value;
-    if (GLOBAL_SEM5_write) begin
-      \$352  = \$264 ;
-    end else if (GLOBAL_SEM5__set) begin
-      \$352  = \$265 ;
+    \$401  = QUEUE1_IRQ_MASK__value;
+    if (QUEUE1_IRQ_MASK_write) begin
+      \$401  = \$346 ;
+    end else if (QUEUE1_IRQ_MASK__set) begin
+      \$401  = \$347 ;
     end
     if (rst) begin
-      \$352  = 32'd0;
+      \$401  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$353  = GLOBAL_SEM6__value;
-    if (GLOBAL_SEM6_write) begin
-      \$353  = \$266 ;
-    end else if (GLOBAL_SEM6__set) begin
-      \$353  = \$267 ;
+    \$402  = QUEUE1_DMA_BASE__value;
+    if (QUEUE1_DMA_BASE_write) begin
+      \$402  = \$348 ;
+    end else if (QUEUE1_DMA_BASE__set) begin
+      \$402  = \$349 ;
     end
     if (rst) begin
-      \$353  = 32'd0;
+      \$402  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$354  = GLOBAL_SEM7__value;
-    if (GLOBAL_SEM7_write) begin
-      \$354  = \$268 ;
-    end else if (GLOBAL_SEM7__set) begin
-      \$354  = \$269 ;
+    \$403  = QUEUE1_DMA_LIMIT__value;
+    if (QUEUE1_DMA_LIMIT_write) begin
+      \$403  = \$350 ;
+    end else if (QUEUE1_DMA_LIMIT__set) begin
+      \$403  = \$351 ;
     end
     if (rst) begin
-      \$354  = 32'd0;
+      \$403  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$355  = GLOBAL_SEM8__value;
-    if (GLOBAL_SEM8_write) begin
-      \$355  = \$270 ;
-    end else if (GLOBAL_SEM8__set) begin
-      \$355  = \$271 ;
+    \$404  = QUEUE1_WATCHDOG__value;
+    if (QUEUE1_WATCHDOG_write) begin
+      \$404  = \$352 ;
+    end else if (QUEUE1_WATCHDOG__set) begin
+      \$404  = \$353 ;
     end
     if (rst) begin
-      \$355  = 32'd0;
+      \$404  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$356  = GLOBAL_SEM9__value;
-    if (GLOBAL_SEM9_write) begin
-      \$356  = \$272 ;
-    end else if (GLOBAL_SEM9__set) begin
-      \$356  = \$273 ;
+    \$405  = TRACE0_CONTROL__value;
+    if (TRACE0_CONTROL_write) begin
+      \$405  = \$354 ;
+    end else if (TRACE0_CONTROL__set) begin
+      \$405  = \$355 ;
     end
     if (rst) begin
-      \$356  = 32'd0;
+      \$405  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$357  = GLOBAL_SEM10__value;
-    if (GLOBAL_SEM10_write) begin
-      \$357  = \$274 ;
-    end else if (GLOBAL_SEM10__set) begin
-      \$357  = \$275 ;
+    \$406  = TRACE1_CONTROL__value;
+    if (TRACE1_CONTROL_write) begin
+      \$406  = \$356 ;
+    end else if (TRACE1_CONTROL__set) begin
+      \$406  = \$357 ;
     end
     if (rst) begin
-      \$357  = 32'd0;
+      \$406  = 32'd0;
     end
   end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$99 ) begin end
-    \$358  = GLOBAL_SEM11__value;
-    if (GLOBAL_SEM11_write) begin
-      \$358  = \$276 ;
-    end else if (GLOBAL_SEM11__set) begin
-      \$358  = \$277 ;
-    end
-    if (rst) begin
-      \$358  = 32'd0;
-    end
-  end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$9496$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$9498$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$2979$0 , \port$9504$0 , \port$4477$0  };
-  assign QUEUE0_ERROR__value = { \port$9508$0 , 8'h00, \port$9506$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$11084$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$11086$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5263$0 , \port$11092$0 , \port$6761$0  };
-  assign QUEUE1_ERROR__value = { \port$11096$0 , 8'h00, \port$11094$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$5203$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$7487$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$9536$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$9538$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3019$0 , \port$9544$0 , \port$4517$0  };
+  assign QUEUE0_ERROR__value = { \port$9548$0 , 8'h00, \port$9546$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$11124$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$11126$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$5303$0 , \port$11132$0 , \port$6801$0  };
+  assign QUEUE1_ERROR__value = { \port$11136$0 , 8'h00, \port$11134$0  };
+  assign PERF0_BUSY_VECTOR__value = 32'd0;
+  assign PERF0_TABLE_HITS__value = 32'd0;
+  assign PERF0_TABLE_UNDERFLOWS__value = 32'd0;
+  assign PERF0_TABLE_OVERFLOWS__value = 32'd0;
+  assign PERF1_BUSY_VECTOR__value = 32'd0;
+  assign PERF1_TABLE_HITS__value = 32'd0;
+  assign PERF1_TABLE_UNDERFLOWS__value = 32'd0;
+  assign PERF1_TABLE_OVERFLOWS__value = 32'd0;
+  assign TRACE0_COUNT__value = { 23'h000000, \port$5243$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$7527$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -57984,26 +58056,26 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9509$0 , \port$9660$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11097$0 , \port$11248$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$9549$0 , \port$9700$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$11137$0 , \port$11288$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$9496$0 ;
+  assign \$74 [15:0] = \port$9536$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$9498$0 ;
+  assign \$78 [15:0] = \port$9538$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$2979$0 , \port$9504$0 , \port$4477$0  };
+  assign \$82 [2:0] = { \port$3019$0 , \port$9544$0 , \port$4517$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$9508$0 , \port$9506$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$9548$0 , \port$9546$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$11084$0 ;
+  assign \$109 [15:0] = \port$11124$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$11086$0 ;
+  assign \$113 [15:0] = \port$11126$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$5263$0 , \port$11092$0 , \port$6761$0  };
+  assign \$117 [2:0] = { \port$5303$0 , \port$11132$0 , \port$6801$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$11096$0 , \port$11094$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$11136$0 , \port$11134$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -58014,154 +58086,178 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$160  = PERF0_STALL_MEM__value;
   assign \$165  = PERF0_BYTES_READ__value;
   assign \$167  = PERF0_BYTES_WRITTEN__value;
-  assign \$175  = PERF1_CYCLES__value;
-  assign \$178  = PERF1_BUSY_LOAD__value;
-  assign \$180  = PERF1_BUSY_COMPUTE__value;
-  assign \$186  = PERF1_BUSY_STORE__value;
-  assign \$188  = PERF1_MACS_LO__value;
-  assign \$191  = PERF1_MACS_HI__value;
-  assign \$193  = PERF1_STALL_DEP__value;
-  assign \$197  = PERF1_STALL_MEM__value;
-  assign \$199  = PERF1_BYTES_READ__value;
-  assign \$202  = PERF1_BYTES_WRITTEN__value;
-  assign \$212  = { 23'h000000, \port$5203$0  };
-  assign \$216  = TRACE0_DATA_LO__value;
-  assign \$218  = TRACE0_DATA_HI__value;
-  assign \$228  = 32'd0;
-  assign \$230  = \$229 ;
-  assign \$231  = { 23'h000000, \port$7487$0  };
-  assign \$233  = TRACE1_DATA_LO__value;
-  assign \$237  = TRACE1_DATA_HI__value;
-  assign \$252  = GLOBAL_SCRATCH__wdata;
-  assign \$253  = 32'd0;
-  assign \$254 [31:16] = 16'h0000;
-  assign \$254 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$255 [31:16] = 16'h0000;
-  assign \$255 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$256 [31:16] = 16'h0000;
-  assign \$256 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$257 [31:16] = 16'h0000;
-  assign \$257 [15:0] = GLOBAL_SEM1__set_value[15:0];
-  assign \$258 [31:16] = 16'h0000;
-  assign \$258 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$259 [31:16] = 16'h0000;
-  assign \$259 [15:0] = GLOBAL_SEM2__set_value[15:0];
-  assign \$260 [31:16] = 16'h0000;
-  assign \$260 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$261 [31:16] = 16'h0000;
-  assign \$261 [15:0] = GLOBAL_SEM3__set_value[15:0];
-  assign \$262 [31:16] = 16'h0000;
-  assign \$262 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$263 [31:16] = 16'h0000;
-  assign \$263 [15:0] = GLOBAL_SEM4__set_value[15:0];
-  assign \$264 [31:16] = 16'h0000;
-  assign \$264 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$265 [31:16] = 16'h0000;
-  assign \$265 [15:0] = GLOBAL_SEM5__set_value[15:0];
-  assign \$266 [31:16] = 16'h0000;
-  assign \$266 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$267 [31:16] = 16'h0000;
-  assign \$267 [15:0] = GLOBAL_SEM6__set_value[15:0];
-  assign \$268 [31:16] = 16'h0000;
-  assign \$268 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$269 [31:16] = 16'h0000;
-  assign \$269 [15:0] = GLOBAL_SEM7__set_value[15:0];
-  assign \$270 [31:16] = 16'h0000;
-  assign \$270 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$271 [31:16] = 16'h0000;
-  assign \$271 [15:0] = GLOBAL_SEM8__set_value[15:0];
-  assign \$272 [31:16] = 16'h0000;
-  assign \$272 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$273 [31:16] = 16'h0000;
-  assign \$273 [15:0] = GLOBAL_SEM9__set_value[15:0];
-  assign \$274 [31:16] = 16'h0000;
-  assign \$274 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$275 [31:16] = 16'h0000;
-  assign \$275 [15:0] = GLOBAL_SEM10__set_value[15:0];
-  assign \$276 [31:16] = 16'h0000;
-  assign \$276 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$277 [31:16] = 16'h0000;
-  assign \$277 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$170  = 32'd0;
+  assign \$171  = 32'd0;
+  assign \$172  = 32'd0;
+  assign \$173  = 32'd0;
+  assign \$174  = 32'd0;
+  assign \$175  = \$169 ;
+  assign \$176  = 32'd0;
+  assign \$177  = 32'd0;
+  assign \$178  = 32'd0;
+  assign \$179  = 32'd0;
+  assign \$180  = 32'd0;
+  assign \$184  = \$183 ;
+  assign \$188  = PERF1_CYCLES__value;
+  assign \$191  = PERF1_BUSY_LOAD__value;
+  assign \$193  = PERF1_BUSY_COMPUTE__value;
+  assign \$197  = PERF1_BUSY_STORE__value;
+  assign \$199  = PERF1_MACS_LO__value;
+  assign \$202  = PERF1_MACS_HI__value;
+  assign \$204  = PERF1_STALL_DEP__value;
+  assign \$209  = PERF1_STALL_MEM__value;
+  assign \$211  = PERF1_BYTES_READ__value;
+  assign \$214  = PERF1_BYTES_WRITTEN__value;
+  assign \$216  = 32'd0;
+  assign \$217  = 32'd0;
+  assign \$218  = \$215 ;
+  assign \$220  = 32'd0;
+  assign \$221  = 32'd0;
+  assign \$222  = 32'd0;
+  assign \$223  = 32'd0;
+  assign \$224  = 32'd0;
+  assign \$225  = 32'd0;
+  assign \$226  = 32'd0;
+  assign \$228  = \$227 ;
+  assign \$229  = \$227 ;
+  assign \$237  = { 23'h000000, \port$5243$0  };
+  assign \$241  = TRACE0_DATA_LO__value;
+  assign \$243  = TRACE0_DATA_HI__value;
+  assign \$251  = 32'd0;
+  assign \$253  = \$252 ;
+  assign \$254  = { 23'h000000, \port$7527$0  };
+  assign \$256  = TRACE1_DATA_LO__value;
+  assign \$260  = TRACE1_DATA_HI__value;
+  assign \$276  = GLOBAL_SCRATCH__wdata;
+  assign \$277  = 32'd0;
   assign \$278 [31:16] = 16'h0000;
   assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$279 [15:0] = GLOBAL_SEM0__set_value[15:0];
   assign \$280 [31:16] = 16'h0000;
   assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$281 [15:0] = GLOBAL_SEM1__set_value[15:0];
   assign \$282 [31:16] = 16'h0000;
   assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$283 [31:16] = 16'h0000;
-  assign \$283 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$283 [15:0] = GLOBAL_SEM2__set_value[15:0];
   assign \$284 [31:16] = 16'h0000;
   assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
   assign \$285 [31:16] = 16'h0000;
-  assign \$285 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$286 [4:0] = 5'h00;
-  assign \$286 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$287 [4:0] = 5'h00;
-  assign \$287 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$288 [31:5] = 27'h0000000;
-  assign \$288 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$289 [31:5] = 27'h0000000;
-  assign \$289 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$290 [2:0] = 3'h0;
-  assign \$290 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$291 [2:0] = 3'h0;
-  assign \$291 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$292 [31:2] = 30'h00000000;
-  assign \$292 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$293 [31:2] = 30'h00000000;
-  assign \$293 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$298 [31:2] = 30'h00000000;
-  assign \$298 [1:0] = \$297 [1:0];
-  assign \$300 [31:2] = 30'h00000000;
-  assign \$300 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$301 [31:2] = 30'h00000000;
-  assign \$301 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$302  = GLOBAL_SCRATCH__wdata;
-  assign \$303  = QUEUE0_DMA_BASE__set_value;
-  assign \$304  = GLOBAL_SCRATCH__wdata;
-  assign \$305  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$306  = GLOBAL_SCRATCH__wdata;
-  assign \$307  = QUEUE0_WATCHDOG__set_value;
-  assign \$308 [4:0] = 5'h00;
-  assign \$308 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$309 [4:0] = 5'h00;
-  assign \$309 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$310 [31:5] = 27'h0000000;
-  assign \$310 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$311 [31:5] = 27'h0000000;
-  assign \$311 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$312 [2:0] = 3'h0;
-  assign \$312 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$313 [2:0] = 3'h0;
-  assign \$313 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$314 [31:2] = 30'h00000000;
-  assign \$314 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$315 [31:2] = 30'h00000000;
-  assign \$315 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$320 [31:2] = 30'h00000000;
-  assign \$320 [1:0] = \$319 [1:0];
+  assign \$285 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$286 [31:16] = 16'h0000;
+  assign \$286 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$287 [31:16] = 16'h0000;
+  assign \$287 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$288 [31:16] = 16'h0000;
+  assign \$288 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$289 [31:16] = 16'h0000;
+  assign \$289 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$290 [31:16] = 16'h0000;
+  assign \$290 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$291 [31:16] = 16'h0000;
+  assign \$291 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$292 [31:16] = 16'h0000;
+  assign \$292 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$293 [31:16] = 16'h0000;
+  assign \$293 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$294 [31:16] = 16'h0000;
+  assign \$294 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$295 [31:16] = 16'h0000;
+  assign \$295 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$296 [31:16] = 16'h0000;
+  assign \$296 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$297 [31:16] = 16'h0000;
+  assign \$297 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$298 [31:16] = 16'h0000;
+  assign \$298 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$299 [31:16] = 16'h0000;
+  assign \$299 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$300 [31:16] = 16'h0000;
+  assign \$300 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$301 [31:16] = 16'h0000;
+  assign \$301 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$302 [31:16] = 16'h0000;
+  assign \$302 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$303 [31:16] = 16'h0000;
+  assign \$303 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$304 [31:16] = 16'h0000;
+  assign \$304 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$305 [31:16] = 16'h0000;
+  assign \$305 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$306 [31:16] = 16'h0000;
+  assign \$306 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$307 [31:16] = 16'h0000;
+  assign \$307 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$308 [31:16] = 16'h0000;
+  assign \$308 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$309 [31:16] = 16'h0000;
+  assign \$309 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$310 [4:0] = 5'h00;
+  assign \$310 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$311 [4:0] = 5'h00;
+  assign \$311 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$312 [31:5] = 27'h0000000;
+  assign \$312 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$313 [31:5] = 27'h0000000;
+  assign \$313 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$314 [2:0] = 3'h0;
+  assign \$314 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$315 [2:0] = 3'h0;
+  assign \$315 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$316 [31:2] = 30'h00000000;
+  assign \$316 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$317 [31:2] = 30'h00000000;
+  assign \$317 [1:0] = QUEUE0_CONTROL__set_value[1:0];
   assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$323 [31:2] = 30'h00000000;
-  assign \$323 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$324  = GLOBAL_SCRATCH__wdata;
-  assign \$325  = QUEUE1_DMA_BASE__set_value;
+  assign \$322 [1:0] = \$321 [1:0];
+  assign \$324 [31:2] = 30'h00000000;
+  assign \$324 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$325 [31:2] = 30'h00000000;
+  assign \$325 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
   assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$327  = QUEUE0_DMA_BASE__set_value;
   assign \$328  = GLOBAL_SCRATCH__wdata;
-  assign \$329  = QUEUE1_WATCHDOG__set_value;
-  assign \$330 [31:2] = 30'h00000000;
-  assign \$330 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$331 [31:2] = 30'h00000000;
-  assign \$331 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$332 [31:2] = 30'h00000000;
-  assign \$332 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$333 [31:2] = 30'h00000000;
-  assign \$333 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$329  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$330  = GLOBAL_SCRATCH__wdata;
+  assign \$331  = QUEUE0_WATCHDOG__set_value;
+  assign \$332 [4:0] = 5'h00;
+  assign \$332 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$333 [4:0] = 5'h00;
+  assign \$333 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$334 [31:5] = 27'h0000000;
+  assign \$334 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$335 [31:5] = 27'h0000000;
+  assign \$335 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$336 [2:0] = 3'h0;
+  assign \$336 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$337 [2:0] = 3'h0;
+  assign \$337 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
+  assign \$338 [31:2] = 30'h00000000;
+  assign \$338 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$339 [31:2] = 30'h00000000;
+  assign \$339 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$344 [31:2] = 30'h00000000;
+  assign \$344 [1:0] = \$343 [1:0];
+  assign \$346 [31:2] = 30'h00000000;
+  assign \$346 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$347 [31:2] = 30'h00000000;
+  assign \$347 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$348  = GLOBAL_SCRATCH__wdata;
+  assign \$349  = QUEUE1_DMA_BASE__set_value;
+  assign \$350  = GLOBAL_SCRATCH__wdata;
+  assign \$351  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$352  = GLOBAL_SCRATCH__wdata;
+  assign \$353  = QUEUE1_WATCHDOG__set_value;
+  assign \$354 [31:2] = 30'h00000000;
+  assign \$354 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$355 [31:2] = 30'h00000000;
+  assign \$355 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$356 [31:2] = 30'h00000000;
+  assign \$356 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$357 [31:2] = 30'h00000000;
+  assign \$357 [1:0] = TRACE1_CONTROL__set_value[1:0];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -58435,8 +58531,8 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7652$0 , \port$7654$0 , \port$7656$0 , \port$7658$0 , \port$7660$0 , \port$7662$0 , \port$7664$0 , \port$7666$0 , \port$7668$0 , \port$7670$0 , \port$7672$0 , \port$7674$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$7644$0 );
+module \dx1_soc.semaphores (\port$7686$0 , \port$7688$0 , \port$7690$0 , \port$7692$0 , \port$7694$0 , \port$7696$0 , \port$7698$0 , \port$7700$0 , \port$7702$0 , \port$7704$0 , \port$7706$0 , \port$7708$0 , \port$7710$0 , \port$7712$0 , \port$7714$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$7684$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$102  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -58521,38 +58617,38 @@ module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$7644$0 ;
-  wire [31:0] \port$7644$0 ;
-  input [31:0] \port$7646$0 ;
-  wire [31:0] \port$7646$0 ;
-  input [31:0] \port$7648$0 ;
-  wire [31:0] \port$7648$0 ;
-  input [31:0] \port$7650$0 ;
-  wire [31:0] \port$7650$0 ;
-  input [31:0] \port$7652$0 ;
-  wire [31:0] \port$7652$0 ;
-  input [31:0] \port$7654$0 ;
-  wire [31:0] \port$7654$0 ;
-  input [31:0] \port$7656$0 ;
-  wire [31:0] \port$7656$0 ;
-  input [31:0] \port$7658$0 ;
-  wire [31:0] \port$7658$0 ;
-  input [31:0] \port$7660$0 ;
-  wire [31:0] \port$7660$0 ;
-  input [31:0] \port$7662$0 ;
-  wire [31:0] \port$7662$0 ;
-  input [31:0] \port$7664$0 ;
-  wire [31:0] \port$7664$0 ;
-  input [31:0] \port$7666$0 ;
-  wire [31:0] \port$7666$0 ;
-  input [31:0] \port$7668$0 ;
-  wire [31:0] \port$7668$0 ;
-  input [31:0] \port$7670$0 ;
-  wire [31:0] \port$7670$0 ;
-  input [31:0] \port$7672$0 ;
-  wire [31:0] \port$7672$0 ;
-  input [31:0] \port$7674$0 ;
-  wire [31:0] \port$7674$0 ;
+  input [31:0] \port$7684$0 ;
+  wire [31:0] \port$7684$0 ;
+  input [31:0] \port$7686$0 ;
+  wire [31:0] \port$7686$0 ;
+  input [31:0] \port$7688$0 ;
+  wire [31:0] \port$7688$0 ;
+  input [31:0] \port$7690$0 ;
+  wire [31:0] \port$7690$0 ;
+  input [31:0] \port$7692$0 ;
+  wire [31:0] \port$7692$0 ;
+  input [31:0] \port$7694$0 ;
+  wire [31:0] \port$7694$0 ;
+  input [31:0] \port$7696$0 ;
+  wire [31:0] \port$7696$0 ;
+  input [31:0] \port$7698$0 ;
+  wire [31:0] \port$7698$0 ;
+  input [31:0] \port$7700$0 ;
+  wire [31:0] \port$7700$0 ;
+  input [31:0] \port$7702$0 ;
+  wire [31:0] \port$7702$0 ;
+  input [31:0] \port$7704$0 ;
+  wire [31:0] \port$7704$0 ;
+  input [31:0] \port$7706$0 ;
+  wire [31:0] \port$7706$0 ;
+  input [31:0] \port$7708$0 ;
+  wire [31:0] \port$7708$0 ;
+  input [31:0] \port$7710$0 ;
+  wire [31:0] \port$7710$0 ;
+  input [31:0] \port$7712$0 ;
+  wire [31:0] \port$7712$0 ;
+  input [31:0] \port$7714$0 ;
+  wire [31:0] \port$7714$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -58594,72 +58690,72 @@ module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$7672$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$7712$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$7674$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$7714$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$7684$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$7686$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$7688$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$7690$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$7692$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$7694$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$7696$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$7698$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$7700$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$7702$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$7704$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$7666$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$7706$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$7668$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$7708$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$7670$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$7710$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$7672$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$7712$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$7674$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$7714$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$7644$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$7684$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$7646$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$7686$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$7648$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$7688$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$7650$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$7690$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$7652$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$7692$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$7654$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$7694$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$7656$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$7696$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$7658$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$7698$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$7660$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$7700$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$7662$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$7702$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$7664$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$7704$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$7666$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$7706$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$7668$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$7708$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$7670$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$7710$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$102 ) begin end
@@ -58884,7 +58980,7 @@ module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$7674$0 , \port$7672$0 , \port$7670$0 , \port$7668$0 , \port$7666$0 , \port$7664$0 , \port$7662$0 , \port$7660$0 , \port$7658$0 , \port$7656$0 , \port$7654$0 , \port$7652$0 , \port$7650$0 , \port$7648$0 , \port$7646$0 , \port$7644$0  };
+  assign values = { \port$7714$0 , \port$7712$0 , \port$7710$0 , \port$7708$0 , \port$7706$0 , \port$7704$0 , \port$7702$0 , \port$7700$0 , \port$7698$0 , \port$7696$0 , \port$7694$0 , \port$7692$0 , \port$7690$0 , \port$7688$0 , \port$7686$0 , \port$7684$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -58901,22 +58997,22 @@ module \dx1_soc.semaphores (\port$7646$0 , \port$7648$0 , \port$7650$0 , \port$7
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$7644$0 ;
-  assign \values[1]  = \port$7646$0 ;
-  assign \values[2]  = \port$7648$0 ;
-  assign \values[3]  = \port$7650$0 ;
-  assign \values[4]  = \port$7652$0 ;
-  assign \values[5]  = \port$7654$0 ;
-  assign \values[6]  = \port$7656$0 ;
-  assign \values[7]  = \port$7658$0 ;
-  assign \values[8]  = \port$7660$0 ;
-  assign \values[9]  = \port$7662$0 ;
-  assign \values[10]  = \port$7664$0 ;
-  assign \values[11]  = \port$7666$0 ;
-  assign \values[12]  = \port$7668$0 ;
-  assign \values[13]  = \port$7670$0 ;
-  assign \values[14]  = \port$7672$0 ;
-  assign \values[15]  = \port$7674$0 ;
+  assign \values[0]  = \port$7684$0 ;
+  assign \values[1]  = \port$7686$0 ;
+  assign \values[2]  = \port$7688$0 ;
+  assign \values[3]  = \port$7690$0 ;
+  assign \values[4]  = \port$7692$0 ;
+  assign \values[5]  = \port$7694$0 ;
+  assign \values[6]  = \port$7696$0 ;
+  assign \values[7]  = \port$7698$0 ;
+  assign \values[8]  = \port$7700$0 ;
+  assign \values[9]  = \port$7702$0 ;
+  assign \values[10]  = \port$7704$0 ;
+  assign \values[11]  = \port$7706$0 ;
+  assign \values[12]  = \port$7708$0 ;
+  assign \values[13]  = \port$7710$0 ;
+  assign \values[14]  = \port$7712$0 ;
+  assign \values[15]  = \port$7714$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

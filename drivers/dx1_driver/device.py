@@ -65,8 +65,9 @@ class Capabilities:
         GLOBAL's semaphores (SIGNAL/WAIT).
     spm_rows, acc_rows:
         Rows of each tile's scratchpad and accumulator buffer.
-    postop, copy, trace:
-        FEATURES: the POSTOP and COPY commands, and the TRACE blocks.
+    postop, copy, trace, vector:
+        FEATURES: the POSTOP and COPY commands, the TRACE blocks, and the vector unit (VECTOR, TABLE and
+        TRANSPOSE).
     """
 
     hw_version: int
@@ -80,6 +81,7 @@ class Capabilities:
     postop: bool
     copy: bool
     trace: bool
+    vector: bool
 
 
 class Device:
@@ -233,6 +235,7 @@ class Device:
             postop=bool(regs.get_field(features, g.FEATURES_POSTOP)),
             copy=bool(regs.get_field(features, g.FEATURES_COPY)),
             trace=bool(regs.get_field(features, g.FEATURES_TRACE)),
+            vector=bool(regs.get_field(features, g.FEATURES_VECTOR)),
         )
 
     # -- registers and memory ---------------------------------------------------------------------

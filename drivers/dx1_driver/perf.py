@@ -31,6 +31,10 @@ class PerfCounters:
     stall_mem: int
     bytes_read: int
     bytes_written: int
+    busy_vector: int
+    table_hits: int
+    table_underflows: int
+    table_overflows: int
 
     def since(self, earlier: PerfCounters) -> PerfCounters:
         """What each counter counted from ``earlier`` to this snapshot, modulo the counter's width."""
@@ -48,7 +52,7 @@ def _width(name: str) -> int:
 
 
 #: Every register the snapshot reads, in address order: one block read covers them.
-_FIRST, _LAST = regs.Perf.CYCLES, regs.Perf.BYTES_WRITTEN
+_FIRST, _LAST = regs.Perf.CYCLES, regs.Perf.TABLE_OVERFLOWS
 
 
 class Perf(TileBlock):
@@ -69,7 +73,9 @@ class Perf(TileBlock):
         return PerfCounters(
             cycles=reg(p.CYCLES), busy_load=reg(p.BUSY_LOAD), busy_compute=reg(p.BUSY_COMPUTE),
             busy_store=reg(p.BUSY_STORE), macs=reg(p.MACS_LO) | reg(p.MACS_HI) << 32, stall_dep=reg(p.STALL_DEP),
-            stall_mem=reg(p.STALL_MEM), bytes_read=reg(p.BYTES_READ), bytes_written=reg(p.BYTES_WRITTEN))
+            stall_mem=reg(p.STALL_MEM), bytes_read=reg(p.BYTES_READ), bytes_written=reg(p.BYTES_WRITTEN),
+            busy_vector=reg(p.BUSY_VECTOR), table_hits=reg(p.TABLE_HITS), table_underflows=reg(p.TABLE_UNDERFLOWS),
+            table_overflows=reg(p.TABLE_OVERFLOWS))
 
     def clear(self) -> None:
         """Set every counter of the block to 0."""

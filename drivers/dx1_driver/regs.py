@@ -1,5 +1,5 @@
 # generated from dx1_bringup/spec by `make rtl`; do not edit
-"""DX-1 register map and command encoding, spec version 1.2.
+"""DX-1 register map and command encoding, spec version 1.3.
 
 Standalone (standard library only), so that the driver installs without the generator.
 Registers are 32 bits wide.  Every register block starts with ID, VERSION and NEXT (byte offset of
@@ -16,7 +16,7 @@ import enum
 import operator
 
 MAGIC = 0x44583131
-SPEC_VERSION = 0x00010002
+SPEC_VERSION = 0x00010003
 BLOCK_ALIGN = 0x100
 COMMAND_BYTES = 32
 COMPLETION_BYTES = 8
@@ -66,6 +66,9 @@ class Opcode(enum.IntEnum):
     SIGNAL = 0x06
     WAIT = 0x07
     COPY = 0x08
+    VECTOR = 0x09
+    TABLE = 0x0a
+    TRANSPOSE = 0x0b
 
 
 class ErrorCode(enum.IntEnum):
@@ -161,6 +164,7 @@ class Global:
     FEATURES_POSTOP = (0, 1)
     FEATURES_COPY = (1, 1)
     FEATURES_TRACE = (2, 1)
+    FEATURES_VECTOR = (3, 1)
     SCRATCH = 0x28
     CYCLES_LO = 0x2c
     CYCLES_HI = 0x30
@@ -251,6 +255,10 @@ class Perf:
     STALL_MEM = 0x2c
     BYTES_READ = 0x30
     BYTES_WRITTEN = 0x34
+    BUSY_VECTOR = 0x38
+    TABLE_HITS = 0x3c
+    TABLE_UNDERFLOWS = 0x40
+    TABLE_OVERFLOWS = 0x44
 
 
 class Trace:
@@ -344,6 +352,35 @@ COMMAND_FIELDS: dict[Opcode, dict[str, tuple[int, int]]] = {
         "dst_addr": (96, 32),
         "length": (128, 32),
     },
+    Opcode.VECTOR: {
+        "opcode": (0, 8),
+        "flags": (8, 8),
+        "tag": (16, 16),
+        "vop": (32, 8),
+        "shift": (40, 6),
+        "cols": (48, 16),
+        "a_addr": (64, 16),
+        "b_addr": (80, 16),
+        "d_addr": (96, 16),
+        "rows": (112, 16),
+        "a_row_stride": (128, 16),
+        "b_row_stride": (144, 16),
+        "b_col_stride": (160, 16),
+        "d_row_stride": (176, 16),
+        "imm": (192, 32),
+        "imm2": (224, 32),
+    },
+    Opcode.TABLE: {"opcode": (0, 8), "flags": (8, 8), "tag": (16, 16), "src_addr": (64, 16)},
+    Opcode.TRANSPOSE: {
+        "opcode": (0, 8),
+        "flags": (8, 8),
+        "tag": (16, 16),
+        "src_addr": (64, 16),
+        "dst_addr": (80, 16),
+        "blocks": (96, 16),
+        "src_stride": (112, 16),
+        "dst_stride": (128, 16),
+    },
 }
 
 #: Flag bits of each command, numbered within its flags field.
@@ -357,6 +394,9 @@ COMMAND_FLAGS: dict[Opcode, dict[str, int]] = {
     Opcode.SIGNAL: {},
     Opcode.WAIT: {},
     Opcode.COPY: {},
+    Opcode.VECTOR: {"a_acc": 0, "b_acc": 1, "d_acc": 2},
+    Opcode.TABLE: {},
+    Opcode.TRANSPOSE: {},
 }
 
 #: Bits of each command that must be zero, undefined flag bits included.
@@ -370,6 +410,9 @@ RESERVED_MASK: dict[Opcode, int] = {
     Opcode.SIGNAL: 0xffffffffffffffff_ffffffffffffffff_ffffffffff000000_ffffffff0000ff00,
     Opcode.WAIT: 0xffffffffffffffff_ffffffffffffffff_ffffffffff000000_ffffffff0000ff00,
     Opcode.COPY: 0xffffffffffffffff_ffffffff00000000_0000000000000000_ffffffff0000ff00,
+    Opcode.VECTOR: 0x0000000000000000_0000000000000000_0000000000000000_0000c0000000f800,
+    Opcode.TABLE: 0xffffffffffffffff_ffffffffffffffff_ffffffffffff0000_ffffffff0000ff00,
+    Opcode.TRANSPOSE: 0xffffffffffffffff_ffffffffffff0000_0000000000000000_ffffffff0000ff00,
 }
 
 #: Fields of a completion entry: name -> (lsb, width).
@@ -718,3 +761,159 @@ def copy(*, tag: int, src_addr: int, dst_addr: int, length: int) -> bytes:
     """
     fields = {"tag": tag, "src_addr": src_addr, "dst_addr": dst_addr, "length": length}
     return _pack(Opcode.COPY, fields, {})
+
+
+def vector(
+    *,
+    tag: int,
+    vop: int,
+    shift: int,
+    cols: int,
+    a_addr: int,
+    b_addr: int,
+    d_addr: int,
+    rows: int,
+    a_row_stride: int,
+    b_row_stride: int,
+    b_col_stride: int,
+    d_row_stride: int,
+    imm: int,
+    imm2: int,
+    a_acc: bool = False,
+    b_acc: bool = False,
+    d_acc: bool = False,
+) -> bytes:
+    """Build a VECTOR command (opcode 0x09).
+
+    Vector unit: `vop` over `rows` outer rows of `cols` local rows each, every lane at once. Operand
+    X's local row for outer row r, column c is `x_addr + r*x_row_stride + c*x_col_stride` (A and D:
+    column stride 1). Elementwise vops write D(r, c) = op(A(r, c), B(r, c)); reductions write one D
+    row per outer row, every lane holding the statistic of all of A(r, :)'s lanes. Local rows are
+    read and written in order (r, then c): a read sees every earlier write of the command.
+    scratchpad lanes are int8, accumulator lanes int32; arithmetic is exact until the result is
+    saturated to D's lane type. Fields and flags a vop does not use are reserved for it
+    (`spec/vector.py`).
+
+    Parameters
+    ----------
+    tag : int
+        Host-chosen tag, returned in the completion.
+    vop : int
+        Vector operation, one of `VectorOp` (`spec/vector.py`).
+    shift : int
+        Right shift (MUL, SHR, RECIP, TABLE lookup index) or left shift (SHL); each vop's limit is
+        in `VECTOR_OPS`.
+    cols : int
+        Local rows per outer row (>= 1): one outer row is `cols` consecutive local rows.
+    a_addr : int
+        First local row of operand A.
+    b_addr : int
+        First local row of operand B (binary vops).
+    d_addr : int
+        First local row of the destination D.
+    rows : int
+        Outer rows (>= 1).
+    a_row_stride : int
+        Local-row step of A between outer rows.
+    b_row_stride : int
+        Local-row step of B between outer rows (0: one B row block for every outer row).
+    b_col_stride : int
+        Local-row step of B between the local rows of one outer row (0: one B row broadcast along
+        the outer row).
+    d_row_stride : int
+        Local-row step of D between outer rows.
+    imm : int
+        Signed 32-bit immediate, two's complement: CLAMP's low bound, LUT's index offset.
+    imm2 : int
+        Signed 32-bit immediate, two's complement: CLAMP's high bound.
+    a_acc : bool
+        Flag: A is in the accumulator buffer (int32 lanes) instead of the scratchpad (int8 lanes).
+    b_acc : bool
+        Flag: B is in the accumulator buffer.
+    d_acc : bool
+        Flag: D is in the accumulator buffer; a result is saturated to D's lane type (int32 or
+        int8).
+
+    Returns
+    -------
+    bytes
+        The 32-byte command, ready for the ring.
+    """
+    fields = {
+        "tag": tag,
+        "vop": vop,
+        "shift": shift,
+        "cols": cols,
+        "a_addr": a_addr,
+        "b_addr": b_addr,
+        "d_addr": d_addr,
+        "rows": rows,
+        "a_row_stride": a_row_stride,
+        "b_row_stride": b_row_stride,
+        "b_col_stride": b_col_stride,
+        "d_row_stride": d_row_stride,
+        "imm": imm,
+        "imm2": imm2,
+    }
+    return _pack(Opcode.VECTOR, fields, {"a_acc": a_acc, "b_acc": b_acc, "d_acc": d_acc})
+
+
+def table(*, tag: int, src_addr: int) -> bytes:
+    """Build a TABLE command (opcode 0x0a).
+
+    Loads the vector unit's lookup table: entry j (int16, little-endian) is bytes 2*(j % (n/2)) and
+    the next of scratchpad row `src_addr + j // (n/2)`, for j < TABLE_ENTRIES (n: the array size).
+    The table is the tile's and is kept across resets.
+
+    Parameters
+    ----------
+    tag : int
+        Host-chosen tag, returned in the completion.
+    src_addr : int
+        First scratchpad row of the table.
+
+    Returns
+    -------
+    bytes
+        The 32-byte command, ready for the ring.
+    """
+    fields = {"tag": tag, "src_addr": src_addr}
+    return _pack(Opcode.TABLE, fields, {})
+
+
+def transpose(*, tag: int, src_addr: int, dst_addr: int, blocks: int, src_stride: int, dst_stride: int) -> bytes:
+    """Build a TRANSPOSE command (opcode 0x0b).
+
+    For each block b < blocks: the n x n int8 block in scratchpad rows `src_addr + b*src_stride` ..
+    +n-1 is written transposed to rows `dst_addr + b*dst_stride` .. +n-1 (dst[i][j] = src[j][i]),
+    one block after the other, each read whole before it is written (n: the array size).
+
+    Parameters
+    ----------
+    tag : int
+        Host-chosen tag, returned in the completion.
+    src_addr : int
+        First scratchpad row of block 0.
+    dst_addr : int
+        First scratchpad row of block 0's transpose.
+    blocks : int
+        Blocks (>= 1).
+    src_stride : int
+        Scratchpad-row step between source blocks.
+    dst_stride : int
+        Scratchpad-row step between destination blocks.
+
+    Returns
+    -------
+    bytes
+        The 32-byte command, ready for the ring.
+    """
+    fields = {
+        "tag": tag,
+        "src_addr": src_addr,
+        "dst_addr": dst_addr,
+        "blocks": blocks,
+        "src_stride": src_stride,
+        "dst_stride": dst_stride,
+    }
+    return _pack(Opcode.TRANSPOSE, fields, {})

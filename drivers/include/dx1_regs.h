@@ -1,6 +1,6 @@
 /* generated from dx1_bringup/spec by `make rtl`; do not edit */
 /*
- * dx1-mini register map and command encoding, spec version 1.2.
+ * dx1-mini register map and command encoding, spec version 1.3.
  *
  * Registers are 32 bits wide.  Every register block starts with ID, VERSION and
  * NEXT (byte offset of the next block, 0 after the last); a driver finds the
@@ -31,7 +31,7 @@
 
 /* Identity */
 #define DX1_MAGIC        0x44583131u
-#define DX1_SPEC_VERSION 0x00010002u
+#define DX1_SPEC_VERSION 0x00010003u
 #define DX1_BLOCK_ALIGN  0x0100u
 
 /* The configuration this header was generated for */
@@ -92,6 +92,8 @@
 #define DX1_GLOBAL_FEATURES_COPY_MASK    0x00000002u
 #define DX1_GLOBAL_FEATURES_TRACE_SHIFT  2
 #define DX1_GLOBAL_FEATURES_TRACE_MASK   0x00000004u
+#define DX1_GLOBAL_FEATURES_VECTOR_SHIFT 3
+#define DX1_GLOBAL_FEATURES_VECTOR_MASK  0x00000008u
 #define DX1_GLOBAL_SCRATCH               0x28u
 #define DX1_GLOBAL_CYCLES_LO             0x2cu
 #define DX1_GLOBAL_CYCLES_HI             0x30u
@@ -183,6 +185,10 @@
 #define DX1_PERF_STALL_MEM           0x2cu
 #define DX1_PERF_BYTES_READ          0x30u
 #define DX1_PERF_BYTES_WRITTEN       0x34u
+#define DX1_PERF_BUSY_VECTOR         0x38u
+#define DX1_PERF_TABLE_HITS          0x3cu
+#define DX1_PERF_TABLE_UNDERFLOWS    0x40u
+#define DX1_PERF_TABLE_OVERFLOWS     0x44u
 
 /*
  * TRACE block (one per tile): Trace buffer of one tile: timestamped command start/end events.
@@ -210,15 +216,18 @@
 
 /* Command opcodes (bits [7:0] of every command) */
 enum dx1_opcode {
-    DX1_OP_NOP    = 0x00,
-    DX1_OP_LOAD   = 0x01,
-    DX1_OP_STORE  = 0x02,
-    DX1_OP_GEMM   = 0x03,
-    DX1_OP_POSTOP = 0x04,
-    DX1_OP_FENCE  = 0x05,
-    DX1_OP_SIGNAL = 0x06,
-    DX1_OP_WAIT   = 0x07,
-    DX1_OP_COPY   = 0x08,
+    DX1_OP_NOP       = 0x00,
+    DX1_OP_LOAD      = 0x01,
+    DX1_OP_STORE     = 0x02,
+    DX1_OP_GEMM      = 0x03,
+    DX1_OP_POSTOP    = 0x04,
+    DX1_OP_FENCE     = 0x05,
+    DX1_OP_SIGNAL    = 0x06,
+    DX1_OP_WAIT      = 0x07,
+    DX1_OP_COPY      = 0x08,
+    DX1_OP_VECTOR    = 0x09,
+    DX1_OP_TABLE     = 0x0a,
+    DX1_OP_TRANSPOSE = 0x0b,
 };
 
 /* Completion status codes; only DX1_ERR_OK is a success */
@@ -348,6 +357,71 @@ enum dx1_error {
 #define DX1_CMD_COPY_DST_ADDR_WIDTH 32
 #define DX1_CMD_COPY_LENGTH_LSB     128
 #define DX1_CMD_COPY_LENGTH_WIDTH   32
+
+/*
+ * VECTOR: Vector unit: `vop` over `rows` outer rows of `cols` local rows each, every lane at once.
+ * Operand X's local row for outer row r, column c is `x_addr + r*x_row_stride + c*x_col_stride` (A
+ * and D: column stride 1). Elementwise vops write D(r, c) = op(A(r, c), B(r, c)); reductions write
+ * one D row per outer row, every lane holding the statistic of all of A(r, :)'s lanes. Local rows
+ * are read and written in order (r, then c): a read sees every earlier write of the command.
+ * scratchpad lanes are int8, accumulator lanes int32; arithmetic is exact until the result is
+ * saturated to D's lane type. Fields and flags a vop does not use are reserved for it
+ * (`spec/vector.py`).
+ */
+#define DX1_CMD_VECTOR_VOP_LSB            32
+#define DX1_CMD_VECTOR_VOP_WIDTH          8
+#define DX1_CMD_VECTOR_SHIFT_LSB          40
+#define DX1_CMD_VECTOR_SHIFT_WIDTH        6
+#define DX1_CMD_VECTOR_COLS_LSB           48
+#define DX1_CMD_VECTOR_COLS_WIDTH         16
+#define DX1_CMD_VECTOR_A_ADDR_LSB         64
+#define DX1_CMD_VECTOR_A_ADDR_WIDTH       16
+#define DX1_CMD_VECTOR_B_ADDR_LSB         80
+#define DX1_CMD_VECTOR_B_ADDR_WIDTH       16
+#define DX1_CMD_VECTOR_D_ADDR_LSB         96
+#define DX1_CMD_VECTOR_D_ADDR_WIDTH       16
+#define DX1_CMD_VECTOR_ROWS_LSB           112
+#define DX1_CMD_VECTOR_ROWS_WIDTH         16
+#define DX1_CMD_VECTOR_A_ROW_STRIDE_LSB   128
+#define DX1_CMD_VECTOR_A_ROW_STRIDE_WIDTH 16
+#define DX1_CMD_VECTOR_B_ROW_STRIDE_LSB   144
+#define DX1_CMD_VECTOR_B_ROW_STRIDE_WIDTH 16
+#define DX1_CMD_VECTOR_B_COL_STRIDE_LSB   160
+#define DX1_CMD_VECTOR_B_COL_STRIDE_WIDTH 16
+#define DX1_CMD_VECTOR_D_ROW_STRIDE_LSB   176
+#define DX1_CMD_VECTOR_D_ROW_STRIDE_WIDTH 16
+#define DX1_CMD_VECTOR_IMM_LSB            192
+#define DX1_CMD_VECTOR_IMM_WIDTH          32
+#define DX1_CMD_VECTOR_IMM2_LSB           224
+#define DX1_CMD_VECTOR_IMM2_WIDTH         32
+#define DX1_CMD_VECTOR_FLAG_A_ACC_BIT     0  /* bit within the FLAGS field */
+#define DX1_CMD_VECTOR_FLAG_B_ACC_BIT     1  /* bit within the FLAGS field */
+#define DX1_CMD_VECTOR_FLAG_D_ACC_BIT     2  /* bit within the FLAGS field */
+
+/*
+ * TABLE: Loads the vector unit's lookup table: entry j (int16, little-endian) is bytes 2*(j %
+ * (n/2)) and the next of scratchpad row `src_addr + j // (n/2)`, for j < TABLE_ENTRIES (n: the
+ * array size). The table is the tile's and is kept across resets.
+ */
+#define DX1_CMD_TABLE_SRC_ADDR_LSB   64
+#define DX1_CMD_TABLE_SRC_ADDR_WIDTH 16
+
+/*
+ * TRANSPOSE: For each block b < blocks: the n x n int8 block in scratchpad rows `src_addr +
+ * b*src_stride` .. +n-1 is written transposed to rows `dst_addr + b*dst_stride` .. +n-1 (dst[i][j]
+ * = src[j][i]), one block after the other, each read whole before it is written (n: the array
+ * size).
+ */
+#define DX1_CMD_TRANSPOSE_SRC_ADDR_LSB     64
+#define DX1_CMD_TRANSPOSE_SRC_ADDR_WIDTH   16
+#define DX1_CMD_TRANSPOSE_DST_ADDR_LSB     80
+#define DX1_CMD_TRANSPOSE_DST_ADDR_WIDTH   16
+#define DX1_CMD_TRANSPOSE_BLOCKS_LSB       96
+#define DX1_CMD_TRANSPOSE_BLOCKS_WIDTH     16
+#define DX1_CMD_TRANSPOSE_SRC_STRIDE_LSB   112
+#define DX1_CMD_TRANSPOSE_SRC_STRIDE_WIDTH 16
+#define DX1_CMD_TRANSPOSE_DST_STRIDE_LSB   128
+#define DX1_CMD_TRANSPOSE_DST_STRIDE_WIDTH 16
 
 /* Completion entry */
 #define DX1_COMPLETION_BYTES           8

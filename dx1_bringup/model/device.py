@@ -47,7 +47,8 @@ Cycles and counters
 :attr:`DeviceModel.cycles` is deterministic: it advances only by the cost of
 each executed command, one after the other (this model overlaps nothing), from
 the one cost definition :data:`dx1_bringup.perfmodel.COSTS` (GEMM
-``gemm_cycles(m, k_chunks)``, POSTOP ``postop_fill + postop_cycles(rows)``,
+``gemm_cycles(m, k_chunks)``, POSTOP ``postop_fill + postop_cycles(rows)``, VECTOR,
+TABLE and TRANSPOSE ``vector_command_cycles``,
 LOAD/STORE ``load_cycles``/``store_cycles`` of its bursts and beats, COPY both,
 everything else and every refused command ``sync_cycles``), not by host
 accesses; :func:`dx1_bringup.perfmodel.predict` gives the overlapped timing of the
@@ -57,7 +58,8 @@ BUSY_COMPUTE the rows the array streamed (``m*k_chunks`` per GEMM, as the RTL
 counts), STALL_DEP and STALL_MEM stay 0 (the model has
 no pipeline and no bus contention), MACS from ``TileModel.macs`` (reading
 MACS_LO latches MACS_HI), BYTES_READ/WRITTEN the DMA data of LOAD, STORE and
-COPY (not ring fetches or completions).  The TRACE buffer records, while
+COPY (not ring fetches or completions), BUSY_VECTOR the cost of the vector
+unit's commands, TABLE_HITS/UNDERFLOWS/OVERFLOWS the unit's LUT lanes.  The TRACE buffer records, while
 enabled, a start event (timestamp before the command, status 0) and an end
 event (timestamp after, status) per command, up to ``trace_depth`` events;
 events arriving while it is full are dropped.  DATA_LO and DATA_HI read 0 when
@@ -126,12 +128,12 @@ from .registers import (
     MASK32,
     MAX_RING_LOG2,
     BusError,
-    PerfCounters,
     QueueState,
     RegisterSpace,
     StuckCommand,
 )
 from .tile import COMPUTE_OPCODES, check_command
+from .vector import VECTOR_OPCODES
 
 __all__ = ["BusError", "DeviceModel"]
 
@@ -243,7 +245,7 @@ class DeviceModel(RegisterSpace):
         """The unit that runs ``cmd`` ("dma" or "core"), or None when it completes in the command processor."""
         word = int.from_bytes(cmd, "little")
         opcode, f = unpack_command(word)
-        if opcode in (Opcode.GEMM, Opcode.POSTOP):
+        if opcode in (Opcode.GEMM, Opcode.POSTOP, *VECTOR_OPCODES):
             return "core" if check_command(cmd, self.config.tile) == ErrorCode.OK else None
         if opcode not in (Opcode.LOAD, Opcode.STORE, Opcode.COPY) or word & COMMANDS[Opcode(opcode)].reserved_mask:
             return None
@@ -271,7 +273,7 @@ class DeviceModel(RegisterSpace):
                        ErrorCode.TIMEOUT, stuck.phase)
         self._queue_error(q, ErrorCode.TIMEOUT, stuck.index)
         # The abort resets the tile's units, and the tile's PERF counters with them (as on the RTL).
-        self._perf[tile] = PerfCounters(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[tile].macs)
+        self._perf[tile] = self._cleared_perf(tile)
 
     # -- commands --------------------------------------------------------------------------------------------
 
@@ -288,6 +290,10 @@ class DeviceModel(RegisterSpace):
                 return status, int(COSTS.gemm_cycles(f["m"], f["k_chunks"]))
             if opcode == Opcode.POSTOP:
                 return status, COSTS.postop_fill + int(COSTS.postop_cycles(f["rows"]))
+            if opcode in VECTOR_OPCODES:
+                cost = COSTS.vector_command_cycles(f, self.config.tile.array)
+                self._perf[tile].busy_vector += cost
+                return status, cost
             return status, COSTS.sync_cycles
         if opcode not in (int(o) for o in Opcode):
             return ErrorCode.BAD_OPCODE, COSTS.sync_cycles

@@ -18,7 +18,7 @@ Register space
   bits written as 1.  Self-clearing bits (QUEUE ``CONTROL.resume``, TRACE
   ``CONTROL.clear``) act on the write and read back as 0.
 * GLOBAL: MAGIC, HW_VERSION (``SPEC_VERSION``), CAPS, SPM_ROWS, ACC_ROWS,
-  MEM_BYTES and FEATURES (postop, copy and trace all 1) come from the config.
+  MEM_BYTES and FEATURES (postop, copy, trace and vector all 1) come from the config.
   Reading CYCLES_LO latches the high word that CYCLES_HI then returns.
   RESET bit 0 returns every queue register, the cycle counter, every PERF and
   TRACE block and every semaphore to reset; device memory, the tiles'
@@ -153,11 +153,13 @@ class PerfCounters:
 
     cycles_at_clear: int = 0
     macs_at_clear: int = 0
+    table_at_clear: tuple[int, int, int] = (0, 0, 0)  # the vector unit's hits, underflows, overflows
     busy_load: int = 0
     busy_compute: int = 0
     busy_store: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    busy_vector: int = 0
     macs_hi: int = 0
 
 
@@ -228,7 +230,7 @@ class RegisterSpace(ABC):
             "SPM_ROWS": cfg.tile.spm_rows,
             "ACC_ROWS": cfg.tile.acc_rows,
             "MEM_BYTES": cfg.mem_bytes,
-            "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1),
+            "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1, vector=1),
         }
         self._scratch = 0
         self._reset()
@@ -239,7 +241,7 @@ class RegisterSpace(ABC):
         self._cycles_hi = 0
         self._sems = [0] * self.config.semaphores
         self._queues = [QueueState() for _ in range(self.config.tiles)]
-        self._perf = [PerfCounters(macs_at_clear=tile.macs) for tile in self.tiles]
+        self._perf = [self._cleared_perf(tile, cycles=0) for tile in range(self.config.tiles)]
         self._trace = [TraceBuffer() for _ in range(self.config.tiles)]
 
     # -- host ports ------------------------------------------------------------------------------------------
@@ -285,8 +287,7 @@ class RegisterSpace(ABC):
         elif kind is BlockType.PERF:
             # CONTROL is the only writable PERF register.
             if _PERF["CONTROL"].field("clear").extract(value):
-                self._perf[block.tile] = PerfCounters(cycles_at_clear=self.cycles,
-                                                      macs_at_clear=self.tiles[block.tile].macs)
+                self._perf[block.tile] = self._cleared_perf(block.tile)
         else:
             # CONTROL is the only writable TRACE register.
             trace = self._trace[block.tile]
@@ -405,11 +406,19 @@ class RegisterSpace(ABC):
         elif value & 1:  # RESET: this queue and its tile's counters alone
             q.head, q.tail, q.phase, q.halted, q.error, q.stuck, q.head_started = 0, 0, 1, False, 0, None, False
             tile = next(t for t, other in enumerate(self._queues) if other is q)
-            self._perf[tile] = PerfCounters(cycles_at_clear=self.cycles, macs_at_clear=self.tiles[tile].macs)
+            self._perf[tile] = self._cleared_perf(tile)
+
+    def _cleared_perf(self, tile: int, cycles: int | None = None) -> PerfCounters:
+        """``tile``'s PERF counters just cleared (at ``cycles``, by default now)."""
+        unit = self.tiles[tile].vector
+        return PerfCounters(cycles_at_clear=self.cycles if cycles is None else cycles,
+                            macs_at_clear=self.tiles[tile].macs,
+                            table_at_clear=(unit.hits, unit.underflows, unit.overflows))
 
     def _read_perf(self, tile: int, name: str) -> int:
         p = self._perf[tile]
         macs = self.tiles[tile].macs - p.macs_at_clear
+        unit = self.tiles[tile].vector
         if name == "MACS_LO":
             p.macs_hi = (macs >> 32) & MASK32
             return macs & MASK32
@@ -423,6 +432,10 @@ class RegisterSpace(ABC):
             "STALL_MEM": 0,
             "BYTES_READ": p.bytes_read,
             "BYTES_WRITTEN": p.bytes_written,
+            "BUSY_VECTOR": p.busy_vector,
+            "TABLE_HITS": unit.hits - p.table_at_clear[0],
+            "TABLE_UNDERFLOWS": unit.underflows - p.table_at_clear[1],
+            "TABLE_OVERFLOWS": unit.overflows - p.table_at_clear[2],
         }[name]
         return value & MASK32
 

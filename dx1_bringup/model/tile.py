@@ -1,7 +1,7 @@
 """Bit-exact golden model of a dx1-mini tile, written from the spec (not from the RTL).
 
-It executes the commands the compute core runs (NOP, GEMM, POSTOP) on a
-scratchpad and an accumulator buffer held as numpy arrays.  Every RTL result
+It executes the commands the compute core runs (NOP, GEMM, POSTOP, and the vector unit's VECTOR,
+TABLE and TRANSPOSE, :mod:`.vector`) on a scratchpad and an accumulator buffer held as numpy arrays.  Every RTL result
 is compared with it bit for bit.
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import COMMANDS, POSTOP_MAX_SHIFT, ErrorCode, Opcode, PostOpParams, TileConfig, unpack_command
+from .vector import VECTOR_OPCODES, VectorUnit, check_vector_command
 
 __all__ = ["COMPUTE_OPCODES", "MAX_SHIFT", "TileModel", "requantize", "check_command"]
 
 #: Opcodes the tile's compute core executes; the command processor routes the others.
-COMPUTE_OPCODES = (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)
+COMPUTE_OPCODES = (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP, *VECTOR_OPCODES)
 
 MAX_SHIFT = POSTOP_MAX_SHIFT
 
@@ -43,6 +44,8 @@ def check_command(cmd: bytes, config: TileConfig) -> ErrorCode:
     opcode, f = unpack_command(word)
     if opcode not in (int(o) for o in COMPUTE_OPCODES):
         return ErrorCode.BAD_OPCODE
+    if opcode in VECTOR_OPCODES:
+        return check_vector_command(word, f, config)
     spec = COMMANDS[Opcode(opcode)]
     if word & spec.reserved_mask:
         return ErrorCode.RESERVED_BITS
@@ -84,6 +87,8 @@ class TileModel:
         ``(acc_rows, array)`` int32 accumulator buffer.
     macs:
         Multiply-accumulates done so far (``array * array`` per streamed row).
+    vector:
+        The tile's vector unit (its lookup table and LUT counters), acting on ``spm`` and ``acc``.
     """
 
     def __init__(self, config: TileConfig | None = None):
@@ -91,6 +96,7 @@ class TileModel:
         self.spm = np.zeros((self.config.spm_rows, self.config.array), dtype=np.int8)
         self.acc = np.zeros((self.config.acc_rows, self.config.array), dtype=np.int32)
         self.macs = 0
+        self.vector = VectorUnit(self.config, self.spm, self.acc)
 
     def execute(self, cmd: bytes) -> ErrorCode:
         """Run one command; a refused command changes nothing and returns its error code."""
@@ -102,6 +108,8 @@ class TileModel:
             self._gemm(f)
         elif opcode == Opcode.POSTOP:
             self._postop(f)
+        elif opcode in VECTOR_OPCODES:
+            self.vector.execute(cmd)
         return ErrorCode.OK
 
     def _gemm(self, f: dict[str, int]) -> None:

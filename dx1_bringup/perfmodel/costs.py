@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import BUS_BYTES, ceil_div, register_map
+from ..spec import BUS_BYTES, Opcode, VectorOp, ceil_div, register_map, table_rows
 
 __all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
@@ -84,6 +84,9 @@ class Costs:
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
+    vector_fill: int = 6
+    vector_drain: int = 6
+    divider_steps: int = 33
     host_register: int = 4
     host_fixed: int = 12
 
@@ -117,6 +120,21 @@ class Costs:
     def postop_cycles(self, rows):
         """Cycles of one POSTOP of ``rows`` rows once the array has drained; numbers or arrays."""
         return rows + self.postop_drain
+
+    def vector_command_cycles(self, f: dict[str, int], array: int) -> int:
+        """Cycles of one VECTOR, TABLE or TRANSPOSE command (decoded fields ``f``) on an idle vector unit.
+
+        A VECTOR step (one local row of every operand) a cycle, ``divider_steps`` for RECIP and ISQRT; a
+        TABLE reads one scratchpad row a cycle; a TRANSPOSE reads and writes ``array`` rows per block."""
+        opcode = f["opcode"]
+        if opcode == Opcode.TABLE:
+            steps = table_rows(array)
+        elif opcode == Opcode.TRANSPOSE:
+            steps = 2 * array * f["blocks"]
+        else:
+            per_step = self.divider_steps if f["vop"] in (VectorOp.RECIP, VectorOp.ISQRT) else 1
+            steps = f["rows"] * f["cols"] * per_step
+        return self.vector_fill + steps + self.vector_drain
 
 
 #: The costs every user shares.

@@ -44,6 +44,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "CaptureError", "Upload", "DmaWindow", "S
 FORMAT = "dx1-capture"
 #: Bumped whenever a reader of the previous version could misread a capture of this one.
 FORMAT_VERSION = 1
+#: Spec versions whose captures replay here: 1.3 only added commands and registers to 1.2 (1.1's command
+#: fields were renamed by 1.2, so its captures are refused).
+READABLE_SPECS = (0x0001_0002, SPEC_VERSION)
 
 
 class CaptureError(ValueError):
@@ -287,7 +290,7 @@ def load_capture(path: str | Path) -> Capture:
     if header.get("format_version") != FORMAT_VERSION:
         raise CaptureError(f"{path}: capture format version {header.get('format_version')!r}, but this reader "
                            f"reads version {FORMAT_VERSION}")
-    if header.get("spec_version") != SPEC_VERSION:
+    if header.get("spec_version") not in READABLE_SPECS:
         got = header.get("spec_version")
         got_text = f"{got >> 16}.{got & 0xFFFF}" if isinstance(got, int) else repr(got)
         raise CaptureError(f"{path}: the capture was recorded with spec version {got_text}, but this framework "

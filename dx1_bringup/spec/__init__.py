@@ -18,5 +18,8 @@ from .sizes import *  # noqa: F403
 from .sizes import __all__ as _sizes_all
 from .stall import *  # noqa: F403
 from .stall import __all__ as _stall_all
+from .vector import *  # noqa: F403
+from .vector import __all__ as _vector_all
 
-__all__ = [*_commands_all, *_config_all, *_link_all, *_postop_all, *_registers_all, *_sizes_all, *_stall_all]
+__all__ = [*_commands_all, *_config_all, *_link_all, *_postop_all, *_registers_all, *_sizes_all, *_stall_all,
+           *_vector_all]

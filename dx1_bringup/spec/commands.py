@@ -58,6 +58,9 @@ class Opcode(enum.IntEnum):
     SIGNAL = 0x06
     WAIT = 0x07
     COPY = 0x08
+    VECTOR = 0x09
+    TABLE = 0x0A
+    TRANSPOSE = 0x0B
 
 
 class ErrorCode(enum.IntEnum):
@@ -248,6 +251,61 @@ COMMANDS: dict[Opcode, Command] = {c.opcode: c for c in (
         ),
     ),
 )}
+
+_VECTOR_FIELDS = (
+    _F("vop", 32, 8, "Vector operation, one of `VectorOp` (`spec/vector.py`)."),
+    _F("shift", 40, 6, "Right shift (MUL, SHR, RECIP, TABLE lookup index) or left shift (SHL); each vop's limit "
+       "is in `VECTOR_OPS`."),
+    _F("cols", 48, 16, "Local rows per outer row (>= 1): one outer row is `cols` consecutive local rows."),
+    _F("a_addr", 64, 16, "First local row of operand A."),
+    _F("b_addr", 80, 16, "First local row of operand B (binary vops)."),
+    _F("d_addr", 96, 16, "First local row of the destination D."),
+    _F("rows", 112, 16, "Outer rows (>= 1)."),
+    _F("a_row_stride", 128, 16, "Local-row step of A between outer rows."),
+    _F("b_row_stride", 144, 16, "Local-row step of B between outer rows (0: one B row block for every outer row)."),
+    _F("b_col_stride", 160, 16, "Local-row step of B between the local rows of one outer row (0: one B row "
+       "broadcast along the outer row)."),
+    _F("d_row_stride", 176, 16, "Local-row step of D between outer rows."),
+    _F("imm", 192, 32, "Signed 32-bit immediate, two's complement: CLAMP's low bound, LUT's index offset."),
+    _F("imm2", 224, 32, "Signed 32-bit immediate, two's complement: CLAMP's high bound."),
+)
+_VECTOR_FLAGS = (
+    ("a_acc", 0, "A is in the accumulator buffer (int32 lanes) instead of the scratchpad (int8 lanes)."),
+    ("b_acc", 1, "B is in the accumulator buffer."),
+    ("d_acc", 2, "D is in the accumulator buffer; a result is saturated to D's lane type (int32 or int8)."),
+)
+
+COMMANDS[Opcode.VECTOR] = Command(
+    Opcode.VECTOR,
+    "Vector unit: `vop` over `rows` outer rows of `cols` local rows each, every lane at once. Operand X's local "
+    "row for outer row r, column c is `x_addr + r*x_row_stride + c*x_col_stride` (A and D: column stride 1). "
+    "Elementwise vops write D(r, c) = op(A(r, c), B(r, c)); reductions write one D row per outer row, every "
+    "lane holding the statistic of all of A(r, :)'s lanes. Local rows are read and written in order (r, then "
+    "c): a read sees every earlier write of the command. scratchpad lanes are int8, accumulator lanes int32; "
+    "arithmetic is exact until the result is saturated to D's lane type. Fields and flags a vop does not use "
+    "are reserved for it (`spec/vector.py`).",
+    _VECTOR_FIELDS, _VECTOR_FLAGS,
+)
+COMMANDS[Opcode.TABLE] = Command(
+    Opcode.TABLE,
+    "Loads the vector unit's lookup table: entry j (int16, little-endian) is bytes 2*(j % (n/2)) and the next "
+    "of scratchpad row `src_addr + j // (n/2)`, for j < TABLE_ENTRIES (n: the array size). The table is the "
+    "tile's and is kept across resets.",
+    (_F("src_addr", 64, 16, "First scratchpad row of the table."),),
+)
+COMMANDS[Opcode.TRANSPOSE] = Command(
+    Opcode.TRANSPOSE,
+    "For each block b < blocks: the n x n int8 block in scratchpad rows `src_addr + b*src_stride` .. +n-1 is "
+    "written transposed to rows `dst_addr + b*dst_stride` .. +n-1 (dst[i][j] = src[j][i]), one block after "
+    "the other, each read whole before it is written (n: the array size).",
+    (
+        _F("src_addr", 64, 16, "First scratchpad row of block 0."),
+        _F("dst_addr", 80, 16, "First scratchpad row of block 0's transpose."),
+        _F("blocks", 96, 16, "Blocks (>= 1)."),
+        _F("src_stride", 112, 16, "Scratchpad-row step between source blocks."),
+        _F("dst_stride", 128, 16, "Scratchpad-row step between destination blocks."),
+    ),
+)
 
 COMPLETION = (
     Field("tag", 0, 16, "The command's tag."),

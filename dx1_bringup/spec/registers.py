@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
-SPEC_VERSION = 0x0001_0002  # major.minor in 16.16
+SPEC_VERSION = 0x0001_0003  # major.minor in 16.16
 
 #: What each spec version changed, oldest first: ``(version, change)``, the last one :data:`SPEC_VERSION`.
 SPEC_HISTORY: tuple[tuple[int, str], ...] = (
@@ -32,6 +32,9 @@ SPEC_HISTORY: tuple[tuple[int, str], ...] = (
                   "crossing a 4 KiB page answers SLVERR"),
     (0x0001_0002, "the LOAD/STORE address and stride fields are named mem_addr/mem_stride (device memory, not "
                   "DRAM), in the same bits; captures of 1.1 are refused by their spec version"),
+    (0x0001_0003, "the vector unit: VECTOR, TABLE and TRANSPOSE commands (opcodes 0x09-0x0B, which completed "
+                  "BAD_OPCODE before), FEATURES.vector, and the PERF registers BUSY_VECTOR, TABLE_HITS, "
+                  "TABLE_UNDERFLOWS and TABLE_OVERFLOWS after the 1.2 ones"),
 )
 
 #: Why the blocks' VERSION registers can read less than the spec version (``dx1 info`` and the register reference).
@@ -39,7 +42,8 @@ VERSIONS_EXPLAINED = (
     "The spec version (GLOBAL HW_VERSION) covers the whole interface: command encoding, error codes, register "
     "map and host links; a driver needs the same major version. A block's VERSION register counts changes to "
     "that block's own registers that a driver must know about; no block has had one, so every block reads 1.0 "
-    "under spec 1.2: 1.1 only filled CAPS bits that read 0 before, 1.2 only renamed command fields."
+    "under spec 1.3: 1.1 only filled CAPS bits that read 0 before, 1.2 only renamed command fields, 1.3 added "
+    "commands, a FEATURES bit and PERF registers after the existing ones, none of which a 1.2 driver reads."
 )
 BLOCK_ALIGN = 0x100
 
@@ -148,7 +152,8 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("MEM_BYTES", Access.RO, "Device memory size in bytes."),
             _R("FEATURES", Access.RO, "Feature bits.",
                ("postop", 0, 1, "POSTOP is implemented."), ("copy", 1, 1, "COPY is implemented."),
-               ("trace", 2, 1, "A trace buffer is implemented.")),
+               ("trace", 2, 1, "A trace buffer is implemented."),
+               ("vector", 3, 1, "The vector unit (VECTOR, TABLE, TRANSPOSE) is implemented.")),
             _R("SCRATCH", Access.RW, "Free for the host; used by link and register tests."),
             _R("CYCLES_LO", Access.RO, "Free-running cycle counter, low word (reading it latches the high word)."),
             _R("CYCLES_HI", Access.RO, "Cycle counter high word, latched by reading CYCLES_LO."),
@@ -210,6 +215,10 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("STALL_MEM", Access.RO, "Cycles DMA waited on the memory bus."),
             _R("BYTES_READ", Access.RO, "Bytes read from device memory."),
             _R("BYTES_WRITTEN", Access.RO, "Bytes written to device memory."),
+            _R("BUSY_VECTOR", Access.RO, "Cycles the vector unit was running a command."),
+            _R("TABLE_HITS", Access.RO, "LUT lanes that fell inside the lookup table."),
+            _R("TABLE_UNDERFLOWS", Access.RO, "LUT lanes below the table's first entry."),
+            _R("TABLE_OVERFLOWS", Access.RO, "LUT lanes at or past the table's last entry."),
         )),
         BlockSpec(BlockType.TRACE, 0x0001_0000, "Trace buffer of one tile: timestamped command start/end events.",
                   True, (
